@@ -1,0 +1,253 @@
+"""SQL text → validated QueryPlan: a short, named sequence of checks over the sqlglot tree.
+
+Whether a query is refused depends only on its text, the rules and the session settings
+(SPEC §3.4); nothing here touches the backend.
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.plan import (
+    AVG, MAX, MIN, PERCENTILE, SUM, Aggregate, OutputColumn, PassthroughPlan, QueryPlan,
+)
+from proxy.analyze.predicate import check_predicate
+from proxy.errors import (
+    NotSupported, RawRowAccess, ReadOnly, Refused, SyntaxProblem, UnknownColumn, UnknownTable,
+)
+from proxy.rules import Rules, Table
+from proxy.session import Settings
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Copy,
+           exp.Merge, exp.TruncateTable, exp.Grant, exp.Command, exp.Use, exp.Attach,
+           exp.Detach, exp.Pragma)
+_COMPOUND = (exp.Join, exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except,
+             exp.Window, exp.Lateral, exp.Unnest, exp.Filter)
+
+
+def parse_statements(sql: str) -> list[exp.Expression]:
+    """Split and parse a message or script (PostgreSQL syntax, DuckDB spellings accepted)."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+    except ParseError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "cannot parse"
+        raise SyntaxProblem(f"syntax error: {first}") from None
+    if not statements:
+        raise SyntaxProblem("empty query; send one SELECT with aggregates")
+    return statements
+
+
+def analyze(
+    statement: exp.Expression, rules: Rules, settings: Settings, hint: Decimal | None = None
+) -> QueryPlan | PassthroughPlan:
+    """Check one statement and describe what to compute; raise Refused otherwise."""
+    select = _only_select(statement)
+    tables = list(select.find_all(exp.Table))
+    declared = [rules.table(t.name) for t in tables]
+    if tables and all(d is not None and d.public for d in declared) and not _names_functions(select):
+        return PassthroughPlan(select.copy())
+    _refuse_compound(select)
+    table = _the_protected_table(select, rules)
+    resolve = _column_resolver(table, select)
+    group_by = _group_by(select, table, resolve)
+    aggregates, outputs = _select_list(select, table, group_by, resolve)
+    model = settings.resolve_model(rules)
+    _check_domains(table, aggregates, model)
+    where = select.args.get("where")
+    return QueryPlan(
+        table=table,
+        where=check_predicate(where.this, table, resolve) if where else None,
+        group_by=group_by,
+        aggregates=aggregates,
+        outputs=outputs,
+        order_by=_order_by(select, outputs),
+        limit=_limit(select),
+        model=model,
+        epsilon=settings.resolve_epsilon(rules, hint),
+    )
+
+
+def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) -> None:
+    """Model-specific needs for declared bounds: decided by the rules, never by data."""
+    for agg in aggregates:
+        if agg.column is None:
+            continue
+        column = table.columns[agg.column]
+        needs_number = agg.kind in (PERCENTILE, MAX, MIN, SUM, AVG)
+        if needs_number and not column.numeric:
+            raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a numeric column; "
+                               f"{agg.column} is {column.type}")
+        both = column.lower is not None and column.upper is not None
+        if model == "dp" and needs_number and not both:
+            raise NotSupported(f"the DP model needs a declared domain for {agg.column}; "
+                               "ask the data owner to add domain = [lower, upper] to the rules")
+        if model == "idp" and agg.kind in (PERCENTILE, SUM, AVG) and not both:
+            raise NotSupported(f"{agg.label.upper()}({agg.column}) under iDP needs a declared "
+                               f"domain for {agg.column} (the fallback for tiny scopes); "
+                               "ask the data owner")
+        fallback = column.lower if agg.kind == MAX else column.upper
+        if model == "idp" and agg.kind in (MAX, MIN) and fallback is None:
+            bound = "lower" if agg.kind == MAX else "upper"
+            raise NotSupported(f"{agg.kind.upper()}({agg.column}) under iDP needs a declared "
+                               f"{bound} bound for {agg.column} (the fallback for tiny scopes); "
+                               "ask the data owner")
+    if model == "dp" and table.privacy_unit and table.max_rows_per_unit is None:
+        raise NotSupported(f"the DP model on {table.name} needs max_rows_per_unit in the rules "
+                           "(a contribution bound per privacy unit); use idp.model = 'idp'")
+
+
+def _only_select(statement: exp.Expression) -> exp.Select:
+    if isinstance(statement, exp.Select):
+        return statement
+    if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
+        raise NotSupported("UNION/INTERSECT/EXCEPT are not supported; send one SELECT at a time")
+    if isinstance(statement, _WRITES):
+        word = statement.this.upper() if isinstance(statement, exp.Command) else statement.key.upper()
+        raise ReadOnly(f"{word} is not allowed: the proxy is read-only and answers SELECT with "
+                       "aggregates only")
+    raise NotSupported(f"{statement.key.upper()} statements are not supported; "
+                       "send a SELECT with aggregates")
+
+
+def _names_functions(select: exp.Select) -> bool:
+    """Public passthrough still never runs functions that reach outside the table data."""
+    risky = ("read_", "pg_", "current_setting", "lo_", "dblink", "query", "glob", "getenv")
+    return any(
+        isinstance(node, exp.Func) and node.sql(dialect="postgres").lower().startswith(risky)
+        for node in select.walk()
+    )
+
+
+def _refuse_compound(select: exp.Select) -> None:
+    for node in select.walk():
+        if isinstance(node, _COMPOUND):
+            kind = {"subquery": "subqueries", "with": "CTEs", "join": "joins",
+                    "window": "window functions", "filter": "FILTER clauses"}.get(node.key, node.key)
+            raise NotSupported(f"{kind} over protected tables are not supported; "
+                               "query one table with aggregates, WHERE and GROUP BY")
+    for clause, what in (("having", "HAVING"), ("distinct", "SELECT DISTINCT"),
+                         ("offset", "OFFSET")):
+        if select.args.get(clause):
+            raise NotSupported(f"{what} is not supported; filter with WHERE, limit with LIMIT")
+
+
+def _the_protected_table(select: exp.Select, rules: Rules) -> Table:
+    tables = list(select.find_all(exp.Table))
+    if len(tables) != 1:
+        raise NotSupported("query exactly one table: SELECT aggregates FROM table [WHERE ...]")
+    declared = rules.table(tables[0].name)
+    if declared is None:
+        raise UnknownTable(f"table {tables[0].name} is not available; the rules declare: "
+                           f"{', '.join(sorted(rules.tables)) or 'no tables'}")
+    if tables[0].args.get("db") and tables[0].text("db").lower() not in ("public", "main"):
+        raise UnknownTable(f"schema {tables[0].text('db')} is not available; use {declared.name}")
+    return declared
+
+
+def _column_resolver(table: Table, select: exp.Select):
+    alias = select.args["from_"].this.alias_or_name.lower()
+
+    def resolve(column: exp.Column) -> str:
+        qualifier = column.table.lower()
+        if qualifier and qualifier not in (alias, table.name):
+            raise UnknownColumn(f"column {column.sql()} does not belong to {table.name}")
+        name = column.name.lower()
+        if name not in table.columns:
+            raise UnknownColumn(f"column {name} is not declared for {table.name}; declared: "
+                                f"{', '.join(table.columns)}")
+        return name
+
+    return resolve
+
+
+def _group_by(select: exp.Select, table: Table, resolve) -> tuple[str, ...]:
+    group = select.args.get("group")
+    if not group:
+        return ()
+    names = []
+    for node in group.expressions:
+        if not isinstance(node, exp.Column):
+            raise NotSupported("GROUP BY takes plain columns (not positions or expressions)")
+        name = resolve(node)
+        if table.columns[name].keys is None:
+            raise NotSupported(f"GROUP BY {name} needs a public list of keys in the rules; "
+                               "group by a column with declared keys")
+        names.append(name)
+    return tuple(names)
+
+
+def _select_list(select: exp.Select, table: Table, group_by, resolve):
+    aggregates: list[Aggregate] = []
+    outputs: list[OutputColumn] = []
+    for item in select.expressions:
+        node = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(node, exp.Star) or isinstance(item, exp.Star):
+            raise RawRowAccess(f"SELECT * would return rows of the protected table {table.name}; "
+                               f"ask for aggregates instead: {SUPPORTED}")
+        if isinstance(node, exp.Column):
+            name = resolve(node)
+            if name not in group_by:
+                raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
+                                   "an aggregate or GROUP BY a column with declared keys")
+            outputs.append(OutputColumn(item.alias_or_name, group=group_by.index(name)))
+            continue
+        if not is_aggregate(node):
+            if any(isinstance(n, exp.Column) for n in node.walk()):
+                raise RawRowAccess(f"{node.sql(dialect='postgres')} would return rows of "
+                                   f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
+            raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
+                               "aggregates; select only aggregates and GROUP BY keys")
+        aggregate = recognise(node, resolve)
+        aggregates.append(aggregate)
+        name = item.alias if isinstance(item, exp.Alias) else aggregate.label
+        outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))
+    if not aggregates:
+        raise RawRowAccess(f"a query on {table.name} must compute at least one aggregate")
+    return tuple(aggregates), tuple(outputs)
+
+
+def _order_by(select: exp.Select, outputs) -> tuple[tuple[int, bool], ...]:
+    order = select.args.get("order")
+    if not order:
+        return ()
+    keys = []
+    for ordered in order.expressions:
+        target = ordered.this
+        index = None
+        if isinstance(target, exp.Literal) and not target.is_string:
+            index = int(target.name) - 1
+        elif isinstance(target, exp.Column) and not target.table:
+            names = [o.name.lower() for o in outputs]
+            if target.name.lower() in names:
+                index = names.index(target.name.lower())
+        else:
+            rendered = [item.this if isinstance(item, exp.Alias) else item
+                        for item in select.expressions]
+            matches = [i for i, e in enumerate(rendered) if e == target]
+            index = matches[0] if matches else None
+        if index is None or not 0 <= index < len(outputs):
+            raise NotSupported("ORDER BY must name a result column (by name, alias or position); "
+                               "it is applied to the noisy answers")
+        keys.append((index, bool(ordered.args.get("desc"))))
+    return tuple(keys)
+
+
+def _limit(select: exp.Select) -> int | None:
+    limit = select.args.get("limit")
+    if not limit:
+        return None
+    value = limit.expression
+    if isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit():
+        return int(value.name)
+    raise NotSupported("LIMIT takes a whole number")
+
+
+__all__ = ["analyze", "parse_statements", "Refused", "QueryPlan", "PassthroughPlan"]

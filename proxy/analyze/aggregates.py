@@ -1,0 +1,82 @@
+"""Recognise the supported aggregates of SPEC §3.2 in a SELECT item."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+from sqlglot import exp
+
+from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, Aggregate
+from proxy.errors import NotSupported
+
+SUPPORTED = ("COUNT(*), COUNT(col), MEDIAN(col), PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY col), "
+             "PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, AVG")
+_SIMPLE = {exp.Max: MAX, exp.Min: MIN, exp.Sum: SUM, exp.Avg: AVG}
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    return isinstance(node, exp.AggFunc) or (
+        isinstance(node, exp.Anonymous) and node.name.lower() in ("quantile_disc", "quantile")
+    ) or isinstance(node, exp.WithinGroup)
+
+
+def recognise(node: exp.Expression, resolve_column) -> Aggregate:
+    """Turn one aggregate call into an Aggregate; refuse anything else."""
+    if isinstance(node, exp.Count):
+        arg = node.this
+        if isinstance(arg, exp.Star):
+            return Aggregate(COUNT, None, "count")
+        if isinstance(arg, exp.Distinct):
+            raise NotSupported(f"COUNT(DISTINCT ...) is not supported; supported: {SUPPORTED}")
+        return Aggregate(COUNT, _column(arg, resolve_column, "COUNT"), "count")
+    if isinstance(node, exp.Median):
+        return Aggregate(PERCENTILE, _column(node.this, resolve_column, "MEDIAN"), "median",
+                         Fraction(1, 2))
+    if isinstance(node, exp.WithinGroup):
+        inner, order = node.this, node.expression
+        if not isinstance(inner, (exp.PercentileDisc, exp.PercentileCont)):
+            raise NotSupported(f"{inner.sql()} WITHIN GROUP is not supported; supported: {SUPPORTED}")
+        ordered = order.expressions if isinstance(order, exp.Order) else []
+        if len(ordered) != 1 or ordered[0].args.get("desc"):
+            raise NotSupported("use WITHIN GROUP (ORDER BY col) with one ascending column")
+        name = "percentile_cont" if isinstance(inner, exp.PercentileCont) else "percentile_disc"
+        return Aggregate(PERCENTILE, _column(ordered[0].this, resolve_column, name), name,
+                         _fraction(inner.this), isinstance(inner, exp.PercentileCont))
+    if isinstance(node, exp.PercentileDisc) and node.expression is not None:
+        return Aggregate(PERCENTILE, _column(node.this, resolve_column, "QUANTILE_DISC"),
+                         "quantile_disc", _fraction(node.expression))
+    if isinstance(node, exp.Anonymous) and node.name.lower() in ("quantile_disc", "quantile"):
+        if len(node.expressions) != 2:
+            raise NotSupported("QUANTILE_DISC takes a column and a fraction: QUANTILE_DISC(col, 0.5)")
+        column, p = node.expressions
+        return Aggregate(PERCENTILE, _column(column, resolve_column, "QUANTILE_DISC"),
+                         "quantile_disc", _fraction(p))
+    for kind_type, kind in _SIMPLE.items():
+        if type(node) is kind_type:
+            if isinstance(node.this, exp.Distinct):
+                raise NotSupported(f"{kind.upper()}(DISTINCT ...) is not supported")
+            return Aggregate(kind, _column(node.this, resolve_column, kind.upper()), kind)
+    raise NotSupported(
+        f"aggregate {node.sql(dialect='postgres')} is not supported; supported: {SUPPORTED}"
+    )
+
+
+def _column(arg: exp.Expression, resolve_column, function: str) -> str:
+    if not isinstance(arg, exp.Column):
+        raise NotSupported(
+            f"{function} takes a plain column; expressions inside aggregates are not supported"
+        )
+    return resolve_column(arg)
+
+
+def _fraction(arg: exp.Expression | None) -> Fraction:
+    """The percentile p, exactly as typed (0 ≤ p ≤ 1), so ranks are computed in integers."""
+    if isinstance(arg, exp.Literal) and not arg.is_string:
+        try:
+            value = Decimal(arg.name)
+        except InvalidOperation:
+            value = None
+        if value is not None and value.is_finite() and 0 <= value <= 1:
+            return Fraction(value)
+    raise NotSupported("the percentile must be a number between 0 and 1, e.g. 0.5")

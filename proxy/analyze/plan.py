@@ -1,0 +1,77 @@
+"""The validated, immutable description of one private query.
+
+Everything downstream (pushdown, privacy, ledger) reads only this value, never the
+analyst's SQL text, so what is computed is exactly what was checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.rules import Table
+
+COUNT, PERCENTILE, MAX, MIN, SUM, AVG = "count", "percentile", "max", "min", "sum", "avg"
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One aggregate of the SELECT list.
+
+    ``column`` is None for COUNT(*); ``fraction`` is the percentile p as an exact
+    fraction (MEDIAN: 1/2); ``continuous`` marks PERCENTILE_CONT, answered as the
+    discrete percentile (said in the notice).
+    """
+
+    kind: str
+    column: str | None
+    label: str
+    fraction: Fraction | None = None
+    continuous: bool = False
+
+
+@dataclass(frozen=True)
+class OutputColumn:
+    """A result column: a GROUP BY key (``group`` index) or an aggregate (``aggregate``)."""
+
+    name: str
+    group: int | None = None
+    aggregate: int | None = None
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A private aggregate query over one protected table."""
+
+    table: Table
+    where: exp.Expression | None
+    group_by: tuple[str, ...]
+    aggregates: tuple[Aggregate, ...]
+    outputs: tuple[OutputColumn, ...]
+    order_by: tuple[tuple[int, bool], ...]  # (output index, descending)
+    limit: int | None
+    model: str  # "idp" | "dp"
+    epsilon: Decimal  # per aggregate
+
+    @property
+    def cost(self) -> Decimal:
+        """Sequential composition over the aggregates of one SELECT (SPEC §3.2)."""
+        return self.epsilon * len(self.aggregates)
+
+    def group_keys(self) -> list[tuple[Any, ...]]:
+        """All declared key combinations: every group is answered, empty or not."""
+        combos: list[tuple[Any, ...]] = [()]
+        for column in self.group_by:
+            combos = [c + (k,) for c in combos for k in self.table.columns[column].keys or ()]
+        return combos
+
+
+@dataclass(frozen=True)
+class PassthroughPlan:
+    """A query touching only tables the rules mark public: run as written."""
+
+    sql: str

@@ -1,0 +1,34 @@
+"""Backends: where the data lives and where every statistic is computed.
+
+A backend runs SQL text that pushdown/ generated for its dialect and returns the few
+statistic rows; it also hosts the ledger's side tables. Errors are translated so that
+the backend's own text never reaches an analyst (SPEC §9).
+"""
+
+from __future__ import annotations
+
+from proxy.backends.base import Backend
+from proxy.errors import ProxyError
+
+def open_backend(url: str | None) -> Backend:
+    """Open a backend from a URL of SPEC §3.1 (``None``: the embedded demo)."""
+    if url is None:
+        from proxy.backends.duckdb_backend import DuckDBBackend
+
+        return DuckDBBackend.demo()
+    if url.startswith("duckdb://"):
+        from proxy.backends.duckdb_backend import DuckDBBackend
+
+        return DuckDBBackend.from_url(url)
+    if url.startswith(("postgresql://", "postgres://")):
+        from proxy.backends.postgres_backend import PostgresBackend
+
+        return PostgresBackend(url)
+    raise ProxyError(
+        f"unsupported backend URL {url!r}; use duckdb:///path/file.duckdb, duckdb:///:memory: "
+        "or postgresql://user@host:port/db",
+        "22023",
+    )
+
+
+__all__ = ["Backend", "open_backend"]

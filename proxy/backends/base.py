@@ -1,0 +1,42 @@
+"""What every backend offers the engine and the ledger."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+log = logging.getLogger("idp_proxy.backend")
+
+
+class Backend(ABC):
+    """A database that holds the protected tables and the ``idp`` side tables.
+
+    ``dialect`` is the sqlglot dialect pushdown renders for. SQL passed to ``query``
+    and ``transaction`` uses ``%s`` placeholders; each backend adapts them.
+    """
+
+    dialect: str
+    name: str
+
+    @abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one statement in its own transaction and return all rows."""
+
+    @abstractmethod
+    @contextmanager
+    def transaction(self) -> Iterator["Transaction"]:
+        """A transaction that commits on success and rolls back on any exception."""
+
+    @abstractmethod
+    def table_version(self, table: str) -> str:
+        """A cheap fingerprint that changes when the table's rows change."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class Transaction(ABC):
+    @abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...

@@ -1,0 +1,66 @@
+"""The embedded demo data: deterministic, synthetic, shaped like an HR/health table.
+
+``people`` has one row per person (row-level and user-level privacy coincide);
+``visits`` has several rows per person, so queries over it exercise user-level privacy.
+The numbers are drawn from a fixed seed, so every machine builds the same file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+REGIONS = ("north", "south", "east", "west")
+DEPARTMENTS = ("cardiology", "dermatology", "oncology", "orthopedics", "pediatrics")
+SEED = 20170601
+
+
+def people_columns(n: int = 20_000, seed: int = SEED) -> dict[str, np.ndarray]:
+    """Ages skewed toward working years, log-normal incomes, unequal regions."""
+    rng = np.random.default_rng(seed)
+    age = np.clip(np.round(rng.gamma(shape=4.0, scale=6.0, size=n) + 18), 18, 99).astype(np.int32)
+    income = np.round(rng.lognormal(mean=10.6, sigma=0.65, size=n), 2)
+    region = np.array(REGIONS, dtype=object)[rng.choice(4, size=n, p=[0.35, 0.3, 0.2, 0.15])]
+    sex = np.array(("f", "m"), dtype=object)[rng.integers(0, 2, size=n)]
+    return {
+        "person_id": np.arange(1, n + 1, dtype=np.int64),
+        "age": age,
+        "income": income,
+        "region": region,
+        "sex": sex,
+    }
+
+
+def visits_columns(people: int = 20_000, seed: int = SEED + 1) -> dict[str, np.ndarray]:
+    """Zero to a dozen visits per person; costs heavy-tailed."""
+    rng = np.random.default_rng(seed)
+    per_person = np.minimum(rng.poisson(2.2, size=people), 12)
+    person_id = np.repeat(np.arange(1, people + 1, dtype=np.int64), per_person)
+    count = len(person_id)
+    return {
+        "visit_id": np.arange(1, count + 1, dtype=np.int64),
+        "person_id": person_id,
+        "department": np.array(DEPARTMENTS, dtype=object)[rng.integers(0, 5, size=count)],
+        "cost": np.round(rng.lognormal(mean=6.0, sigma=1.0, size=count), 2),
+        "days": np.minimum(rng.geometric(0.45, size=count) - 1, 60).astype(np.int32),
+    }
+
+
+def create_demo(path: Path) -> None:
+    """Write the demo tables into a new DuckDB file (atomically: build, then rename)."""
+    partial = path.with_suffix(".building")
+    partial.unlink(missing_ok=True)
+    con = duckdb.connect(str(partial))
+    try:
+        for name, columns in (("people", people_columns()), ("visits", visits_columns())):
+            con.register("frame", columns)
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
+            con.unregister("frame")
+        con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES "
+                    "('north', 'Northern district'), ('south', 'Southern district'), "
+                    "('east', 'Eastern district'), ('west', 'Western district')) v(region, label)")
+    finally:
+        con.close()
+    partial.rename(path)

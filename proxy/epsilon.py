@@ -1,0 +1,57 @@
+"""Strict parsing of ε and budgets, kept in exact integer micro-units.
+
+Budgets are sums of many small ε: adding floats drifts, so the ledger stores integers of
+one millionth of ε (SPEC §9), and every ε an analyst types is parsed as a plain ASCII
+decimal with at most six places.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from fractions import Fraction
+
+MICRO = 1_000_000
+_PLAIN_DECIMAL = re.compile(r"[0-9]+(\.[0-9]{1,6})?|\.[0-9]{1,6}")
+
+
+def parse_epsilon(text: str | float | int | Decimal, what: str = "epsilon") -> Decimal:
+    """Parse a positive ε written as a plain decimal (``0.1``, ``1``, ``.05``).
+
+    Refuses exponents, signs, NaN, infinities, non-ASCII digits and more than six
+    decimal places, so the value stored is exactly the value typed.
+    """
+    raw = text if isinstance(text, str) else _number_text(text)
+    raw = raw.strip()
+    if not raw.isascii() or not _PLAIN_DECIMAL.fullmatch(raw):
+        raise ValueError(
+            f"{what} must be a plain decimal number with at most 6 decimal places, got {raw!r}"
+        )
+    value = Decimal(raw)
+    if value <= 0:
+        raise ValueError(f"{what} must be positive, got {raw}")
+    return value
+
+
+def _number_text(value: float | int | Decimal) -> str:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else "nan"
+    return str(value)
+
+
+def to_micro(value: Decimal) -> int:
+    """ε as an exact integer number of micro-units (the ledger's unit)."""
+    micro = value * MICRO
+    if micro != micro.to_integral_value():
+        raise ValueError(f"epsilon {value} has more than 6 decimal places")
+    return int(micro)
+
+
+def from_micro(micro: int) -> Decimal:
+    return Decimal(micro) / MICRO
+
+
+def as_fraction(value: Decimal) -> Fraction:
+    return Fraction(value)

@@ -1,0 +1,88 @@
+"""Every refusal the proxy can give, each with a stable SQLSTATE.
+
+A refusal is one line: what was refused and what is allowed instead. The codes are
+listed in ``docs/sqlstate.md``; clients may rely on them.
+"""
+
+from __future__ import annotations
+
+
+class ProxyError(Exception):
+    """An error shown to the analyst: a one-line message and a SQLSTATE."""
+
+    sqlstate = "XX000"
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+class Refused(ProxyError):
+    """The query text, the rules or the session settings do not allow this query.
+
+    Raised before the backend is touched, so nothing is spent and nothing is logged to
+    the ledger (SPEC §3.4: refusals depend only on text, rules and settings).
+    """
+
+
+class SyntaxProblem(Refused):
+    sqlstate = "42601"
+
+
+class RawRowAccess(Refused):
+    sqlstate = "42501"
+
+
+class NotSupported(Refused):
+    sqlstate = "0A000"
+
+
+class UnknownTable(Refused):
+    sqlstate = "42P01"
+
+
+class UnknownColumn(Refused):
+    sqlstate = "42703"
+
+
+class UnknownFunction(Refused):
+    sqlstate = "42883"
+
+
+class ReadOnly(Refused):
+    sqlstate = "25006"
+
+
+class BadSetting(Refused):
+    sqlstate = "22023"
+
+
+class UnknownAnalyst(Refused):
+    sqlstate = "28000"
+
+
+class BudgetExhausted(ProxyError):
+    """The ledger refused the debit; recorded in the ledger as a refusal."""
+
+    sqlstate = "PB001"
+
+
+class BackendFailed(ProxyError):
+    """The backend failed on a query; its own text goes to the log only (SPEC §9)."""
+
+    sqlstate = "58000"
+
+
+class BackendUnavailable(ProxyError):
+    """The backend could not be reached; the reserved ε is refunded (SPEC §7)."""
+
+    sqlstate = "08006"
+
+
+class RulesError(Exception):
+    """A rules file that cannot be used: names the file, the key and the reason."""

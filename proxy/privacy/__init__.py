@@ -1,0 +1,1 @@
+"""Sensitivities, samplers and mechanisms: pure functions of statistics, ε and a sampler."""

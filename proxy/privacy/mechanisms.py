@@ -1,0 +1,66 @@
+"""Noise mechanisms: each states the ε it spends and the 95% bound of its error.
+
+Real answers are snapped to a power-of-two grid Λ and moved by Λ·Z with Z exactly
+discrete-Laplace; integer answers get Z directly. Snapping can move two neighbouring
+answers one more step apart, so the sensitivity in grid steps is ⌈S/Λ⌉ + 1, and the
+scale is that over ε: the release is ε-(i)DP for sensitivity S exactly (Thm. 5 of
+seed 000 on the grid), and its output carries no floating-point bits of the true value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from proxy.privacy.sampler import RandomSource, discrete_laplace
+
+GRID_STEPS_PER_SENSITIVITY = 1024  # Λ = S / 2^10: noise indistinguishable from Laplace(S/ε)
+
+
+@dataclass(frozen=True)
+class Noisy:
+    """A released number, the half-width of its 95% error interval (None when the
+    rules hide the scale), and the mechanism's name."""
+
+    value: float | int
+    ci95: float | None
+    mechanism: str
+
+
+def grid_step(sensitivity: float) -> float:
+    """Λ = 2^(⌊log₂ S⌋ − 10): a power of two, so grid points are exact floats."""
+    _, exponent = math.frexp(sensitivity)
+    return math.ldexp(1.0, exponent - 1 - 10)
+
+
+def discrete_laplace_ci95(scale: Fraction) -> int:
+    """Smallest k with P(|Z| > k) ≤ 0.05 for P(Z = z) ∝ exp(−|z|/scale).
+
+    P(|Z| > k) = 2·α^(k+1)/(1 + α) with α = exp(−1/scale).
+    """
+    alpha = math.exp(-1 / float(scale))
+    k = math.log(0.05 * (1 + alpha) / 2) / math.log(alpha) - 1
+    return max(0, math.ceil(k - 1e-12))
+
+
+def laplace_integer(true: int, sensitivity: int, epsilon: Fraction, rng: RandomSource) -> Noisy:
+    """Discrete Laplace DL(exp(−ε/S)) on an integer answer (seed 000 Thm. 5)."""
+    if sensitivity == 0:
+        return Noisy(true, 0.0, "exact (sensitivity 0)")
+    scale = Fraction(sensitivity) / epsilon
+    return Noisy(true + discrete_laplace(scale, rng), float(discrete_laplace_ci95(scale)),
+                 "discrete Laplace")
+
+
+def laplace_real(true: float, sensitivity: float, epsilon: Fraction, rng: RandomSource) -> Noisy:
+    """Laplace(S/ε) on a real answer, sampled exactly on the grid Λ (SPEC §5.3)."""
+    if sensitivity == 0:
+        return Noisy(true, 0.0, "exact (sensitivity 0)")
+    step = grid_step(sensitivity)
+    steps = math.ceil(Fraction(sensitivity) / Fraction(step)) + 1
+    scale = Fraction(steps) / epsilon
+    snapped = round(Fraction(true) / Fraction(step))
+    value = (snapped + discrete_laplace(scale, rng)) * step
+    ci95 = (discrete_laplace_ci95(scale) + 0.5) * step
+    return Noisy(value, ci95, "Laplace (exact, on a power-of-two grid)")

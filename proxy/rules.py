@@ -1,0 +1,273 @@
+"""The data owner's rules file (TOML): what is protected, how, and who may ask.
+
+Loaded once at start and validated completely, so that a mistake is reported with the
+file, the line and the reason before any analyst connects. Every key is documented in
+``rules/README.md``.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from proxy.epsilon import parse_epsilon
+from proxy.errors import RulesError
+
+MODELS = ("idp", "dp")
+REPORT_SCALE = ("rounded", "none")
+COLUMN_TYPES = ("int", "float", "text", "bool", "date")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    lower: float | None = None
+    upper: float | None = None
+    keys: tuple[Any, ...] | None = None
+
+    @property
+    def numeric(self) -> bool:
+        return self.type in ("int", "float")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    public: bool = False
+    privacy_unit: str | None = None
+    group_size: int = 1
+    max_rows_per_unit: int | None = None
+    columns: Mapping[str, Column] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class Defaults:
+    model: str = "idp"
+    epsilon_per_query: Decimal = Decimal("0.1")
+    max_epsilon_per_query: Decimal = Decimal("1")
+    budget_per_analyst: Decimal = Decimal("1")
+    report_scale: str = "rounded"
+    local_sensitivity_floor: float = 0.0
+
+
+@dataclass(frozen=True)
+class Rules:
+    path: str
+    defaults: Defaults
+    analysts: Mapping[str, Decimal]
+    tables: Mapping[str, Table]
+
+    def budget_of(self, analyst: str) -> Decimal:
+        return self.analysts.get(analyst, self.defaults.budget_per_analyst)
+
+    def table(self, name: str) -> Table | None:
+        return self.tables.get(name.lower())
+
+
+class _Reader:
+    """Walks the parsed TOML, reporting each problem with its dotted key and line."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def fail(self, key: str, reason: str) -> RulesError:
+        line = self._line_of(key)
+        where = f"{self.path}:{line}" if line else self.path
+        return RulesError(f"{where}: [{key}] {reason}")
+
+    def _line_of(self, key: str) -> int | None:
+        """Best-effort line of a dotted key: its own line, else the nearest enclosing one."""
+        parts = key.split(".")
+        for depth in range(len(parts), 0, -1):
+            own_header = self._header_line(".".join(parts[:depth]))
+            if own_header is not None:
+                return own_header + 1
+            section = ".".join(parts[: depth - 1])
+            start = self._header_line(section) if section else 0
+            if start is None:
+                continue
+            leaf = re.escape(parts[depth - 1])
+            for number, line in enumerate(self.lines[start:], start=start + 1):
+                if re.match(rf"\s*{leaf}\s*=", line):
+                    return number
+        return None
+
+    def _header_line(self, section: str) -> int | None:
+        for number, line in enumerate(self.lines):
+            if re.match(rf"\s*\[{re.escape(section)}\]", line):
+                return number
+        return None
+
+    def only_keys(self, table: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> None:
+        for name in table:
+            if name not in allowed:
+                where = f"{key}.{name}" if key else name
+                raise self.fail(where, f"unknown key; allowed here: {', '.join(allowed)}")
+
+    def epsilon(self, value: Any, key: str) -> Decimal:
+        try:
+            return parse_epsilon(value, key)
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from None
+
+    def choice(self, value: Any, key: str, allowed: tuple[str, ...]) -> str:
+        if value not in allowed:
+            raise self.fail(key, f"must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    def number(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(key, f"must be a number, got {value!r}")
+        if value != value or value in (float("inf"), float("-inf")):
+            raise self.fail(key, "must be finite")
+        return float(value)
+
+    def positive_int(self, value: Any, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.fail(key, f"must be a whole number of at least 1, got {value!r}")
+        return value
+
+    def identifier(self, name: str, key: str) -> str:
+        if not _IDENTIFIER.fullmatch(name):
+            raise self.fail(key, f"{name!r} is not a plain SQL identifier")
+        return name.lower()
+
+
+def load_rules(path: str | Path) -> Rules:
+    """Read and validate a rules file; raise RulesError naming file, line and reason."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RulesError(f"{path}: cannot read rules file ({exc.strerror})") from None
+    return parse_rules(text, path)
+
+
+def parse_rules(text: str, path: str = "<rules>") -> Rules:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RulesError(f"{path}: invalid TOML: {exc}") from None
+    reader = _Reader(path, text)
+    reader.only_keys(data, "", ("defaults", "analysts", "tables"))
+    defaults = _defaults(reader, data.get("defaults", {}))
+    analysts = _analysts(reader, data.get("analysts", {}), defaults.budget_per_analyst)
+    tables = {
+        reader.identifier(name, f"tables.{name}"): _table(reader, name, body)
+        for name, body in data.get("tables", {}).items()
+    }
+    return Rules(path, defaults, MappingProxyType(analysts), MappingProxyType(tables))
+
+
+def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
+    allowed = tuple(Defaults.__dataclass_fields__)
+    reader.only_keys(body, "defaults", allowed)
+    base = Defaults()
+    values: dict[str, Any] = {}
+    if "model" in body:
+        values["model"] = reader.choice(body["model"], "defaults.model", MODELS)
+    if "report_scale" in body:
+        values["report_scale"] = reader.choice(
+            body["report_scale"], "defaults.report_scale", REPORT_SCALE
+        )
+    for key in ("epsilon_per_query", "max_epsilon_per_query", "budget_per_analyst"):
+        if key in body:
+            values[key] = reader.epsilon(body[key], f"defaults.{key}")
+    if "local_sensitivity_floor" in body:
+        floor = reader.number(body["local_sensitivity_floor"], "defaults.local_sensitivity_floor")
+        if floor < 0:
+            raise reader.fail("defaults.local_sensitivity_floor", "must not be negative")
+        values["local_sensitivity_floor"] = floor
+    defaults = Defaults(**{**base.__dict__, **values})
+    if defaults.epsilon_per_query > defaults.max_epsilon_per_query:
+        raise reader.fail(
+            "defaults.epsilon_per_query",
+            f"{defaults.epsilon_per_query} exceeds max_epsilon_per_query "
+            f"{defaults.max_epsilon_per_query}",
+        )
+    return defaults
+
+
+def _analysts(
+    reader: _Reader, body: Mapping[str, Any], default_budget: Decimal
+) -> dict[str, Decimal]:
+    analysts = {}
+    for name, entry in body.items():
+        key = f"analysts.{name}"
+        if not isinstance(entry, dict):
+            raise reader.fail(key, "must be a table, e.g. [analysts.alice] budget = 1.0")
+        reader.only_keys(entry, key, ("budget",))
+        budget = entry.get("budget")
+        analysts[name] = default_budget if budget is None else reader.epsilon(budget, f"{key}.budget")
+    return analysts
+
+
+def _table(reader: _Reader, name: str, body: Any) -> Table:
+    key = f"tables.{name}"
+    if not isinstance(body, dict):
+        raise reader.fail(key, "must be a table")
+    reader.only_keys(
+        body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns")
+    )
+    public = body.get("public", False)
+    if not isinstance(public, bool):
+        raise reader.fail(f"{key}.public", "must be true or false")
+    columns = {
+        reader.identifier(col, f"{key}.columns.{col}"): _column(reader, key, col, spec)
+        for col, spec in body.get("columns", {}).items()
+    }
+    unit = body.get("privacy_unit")
+    if unit is not None:
+        if not isinstance(unit, str):
+            raise reader.fail(f"{key}.privacy_unit", "must be a column name")
+        unit = reader.identifier(unit, f"{key}.privacy_unit")
+    group_size = reader.positive_int(body.get("group_size", 1), f"{key}.group_size")
+    max_rows = body.get("max_rows_per_unit")
+    if max_rows is not None:
+        max_rows = reader.positive_int(max_rows, f"{key}.max_rows_per_unit")
+        if unit is None:
+            raise reader.fail(f"{key}.max_rows_per_unit", "needs privacy_unit to be set")
+    if not public and not columns:
+        raise reader.fail(key, "a protected table must declare its columns")
+    return Table(
+        name.lower(), public, unit, group_size, max_rows, MappingProxyType(columns)
+    )
+
+
+def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
+    key = f"{table_key}.columns.{name}"
+    if not isinstance(spec, dict):
+        raise reader.fail(key, 'must be an inline table, e.g. { type = "int", domain = [0, 120] }')
+    reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys"))
+    col_type = reader.choice(spec.get("type"), f"{key}.type", COLUMN_TYPES)
+    lower = upper = None
+    if "domain" in spec:
+        domain = spec["domain"]
+        if not isinstance(domain, list) or len(domain) != 2:
+            raise reader.fail(f"{key}.domain", "must be a list [lower, upper]")
+        lower = reader.number(domain[0], f"{key}.domain")
+        upper = reader.number(domain[1], f"{key}.domain")
+    if "lower" in spec:
+        lower = reader.number(spec["lower"], f"{key}.lower")
+    if "upper" in spec:
+        upper = reader.number(spec["upper"], f"{key}.upper")
+    if (lower is not None or upper is not None) and col_type not in ("int", "float"):
+        raise reader.fail(key, "a domain is only meaningful for int and float columns")
+    if lower is not None and upper is not None and lower >= upper:
+        raise reader.fail(f"{key}.domain", f"lower bound {lower} must be below upper {upper}")
+    keys = spec.get("keys")
+    if keys is not None:
+        if not isinstance(keys, list) or not keys:
+            raise reader.fail(f"{key}.keys", "must be a non-empty list of the public key values")
+        if len(set(map(repr, keys))) != len(keys):
+            raise reader.fail(f"{key}.keys", "lists a value twice")
+        keys = tuple(keys)
+    return Column(name.lower(), col_type, lower, upper, keys)

@@ -1,0 +1,134 @@
+"""Per-session settings: ``SET idp.* = ...``, ``RESET``, ``SHOW`` and the ε hint.
+
+SPEC §3.2: settings follow PostgreSQL's custom-GUC style. Settings of ordinary
+PostgreSQL clients (``extra_float_digits``, ``application_name``...) are remembered and
+echoed by SHOW, but change nothing about privacy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+
+from sqlglot import exp
+
+from proxy.epsilon import parse_epsilon
+from proxy.errors import BadSetting, NotSupported, ReadOnly
+from proxy.rules import MODELS, Rules
+
+SENSITIVITIES = ("local", "global")
+_HINT = re.compile(r"^\+\s*(.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class Settings:
+    epsilon: Decimal | None = None
+    model: str | None = None
+    sensitivity: str | None = None
+    other: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def resolve_model(self, rules: Rules) -> str:
+        model = self.model or rules.defaults.model
+        sensitivity = self.sensitivity or ("local" if model == "idp" else "global")
+        if (model, sensitivity) not in (("idp", "local"), ("dp", "global")):
+            raise BadSetting(
+                f"idp.sensitivity = '{sensitivity}' does not fit idp.model = '{model}'; "
+                "use 'local' with 'idp' and 'global' with 'dp'"
+            )
+        return model
+
+    def resolve_epsilon(self, rules: Rules, hint: Decimal | None) -> Decimal:
+        epsilon = hint or self.epsilon or rules.defaults.epsilon_per_query
+        limit = rules.defaults.max_epsilon_per_query
+        if epsilon > limit:
+            raise BadSetting(
+                f"epsilon {epsilon} is above this proxy's limit of {limit} per query; "
+                f"choose a value up to {limit}"
+            )
+        return epsilon
+
+
+@dataclass(frozen=True)
+class SessionCommand:
+    """SET (value given), RESET (value None, show False) or SHOW (show True)."""
+
+    name: str
+    value: str | None = None
+    show: bool = False
+
+
+def session_command(statement: exp.Expression) -> SessionCommand | None:
+    """Recognise SET/RESET/SHOW; None for anything else."""
+    if isinstance(statement, exp.Set):
+        items = statement.expressions
+        if len(items) != 1 or not isinstance(items[0].this, exp.EQ):
+            raise NotSupported("only SET name = value is supported; e.g. SET idp.epsilon = 0.1")
+        target, value = items[0].this.this, items[0].this.expression
+        name = target.sql(dialect="postgres").lower()
+        text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else value.sql()
+        return SessionCommand(name, text)
+    if isinstance(statement, exp.Command):
+        word = statement.this.upper()
+        rest = statement.expression.name if statement.expression else ""
+        if word == "SET":
+            raise ReadOnly(f"SET {rest.split()[0] if rest else ''} is not allowed through the "
+                           "proxy; only session settings such as SET idp.epsilon = 0.1")
+        if word in ("RESET", "SHOW") and re.fullmatch(r"[A-Za-z_][\w.]*", rest.strip()):
+            return SessionCommand(rest.strip().lower(), None, show=word == "SHOW")
+    return None
+
+
+def apply_command(settings: Settings, command: SessionCommand) -> Settings:
+    """The settings after a SET or RESET (SHOW leaves them unchanged)."""
+    if command.show:
+        return settings
+    name, value = command.name, command.value
+    if name == "all" and value is None:
+        return Settings()
+    if name == "idp.epsilon":
+        return replace(settings, epsilon=None if value is None else _epsilon(value))
+    if name == "idp.model":
+        return replace(settings, model=None if value is None else _choice(name, value, MODELS))
+    if name == "idp.sensitivity":
+        if value == "smooth":
+            raise NotSupported("idp.sensitivity = 'smooth' is not available yet; "
+                               "use 'local' (idp) or 'global' (dp)")
+        return replace(settings, sensitivity=None if value is None else
+                       _choice(name, value, SENSITIVITIES))
+    if name.startswith("idp."):
+        raise BadSetting(f"unknown setting {name}; the idp settings are idp.epsilon, "
+                         "idp.model, idp.sensitivity (and SHOW idp.budget)")
+    other = dict(settings.other)
+    if value is None:
+        other.pop(name, None)
+    else:
+        other[name] = value
+    return replace(settings, other=tuple(sorted(other.items())))
+
+
+def epsilon_hint(statement: exp.Expression) -> Decimal | None:
+    """The ε of a leading ``/*+ epsilon=0.05 */`` comment, if any."""
+    for comment in statement.comments or ():
+        match = _HINT.match(comment.strip())
+        if not match:
+            continue
+        for pair in match.group(1).split():
+            key, _, value = pair.partition("=")
+            if key.lower() != "epsilon" or not value:
+                raise BadSetting(f"unknown hint {pair!r}; the only hint is /*+ epsilon=0.05 */")
+            return _epsilon(value)
+    return None
+
+
+def _epsilon(value: str) -> Decimal:
+    try:
+        return parse_epsilon(value)
+    except ValueError as exc:
+        raise BadSetting(str(exc)) from None
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value.lower() not in allowed:
+        raise BadSetting(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value.lower()
