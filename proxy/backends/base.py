@@ -24,6 +24,12 @@ class Backend(ABC):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one statement in its own transaction and return all rows."""
 
+    def query_with_columns(self, sql: str) -> tuple[list[str], list[tuple]]:
+        """Run a read-only statement and return its column names and rows."""
+        with self.transaction() as tx:
+            rows = tx.execute(sql)
+            return tx.columns(), rows
+
     @abstractmethod
     @contextmanager
     def transaction(self) -> Iterator["Transaction"]:
@@ -40,3 +46,7 @@ class Backend(ABC):
 class Transaction(ABC):
     @abstractmethod
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+
+    @abstractmethod
+    def columns(self) -> list[str]:
+        """Column names of the last statement's result."""

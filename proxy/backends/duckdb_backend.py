@@ -97,3 +97,6 @@ class _DuckDBTransaction(Transaction):
         except duckdb.Error as exc:
             log.error("duckdb error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
+
+    def columns(self) -> list[str]:
+        return [d[0] for d in self._cursor.description or ()]

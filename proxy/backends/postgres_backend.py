@@ -68,6 +68,7 @@ class PostgresBackend(Backend):
 class _PostgresTransaction(Transaction):
     def __init__(self, con: psycopg.Connection) -> None:
         self._con = con
+        self._description: list[str] = []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         try:
@@ -77,4 +78,8 @@ class _PostgresTransaction(Transaction):
         except psycopg.Error as exc:
             log.error("postgres error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
+        self._description = [d.name for d in cursor.description or ()]
         return cursor.fetchall() if cursor.description else []
+
+    def columns(self) -> list[str]:
+        return self._description

@@ -20,8 +20,8 @@ GRID_STEPS_PER_SENSITIVITY = 1024  # Λ = S / 2^10: noise indistinguishable from
 
 @dataclass(frozen=True)
 class Noisy:
-    """A released number, the half-width of its 95% error interval (None when the
-    rules hide the scale), and the mechanism's name."""
+    """A released number, the half-width of its error interval (95% unless asked
+    otherwise), and the mechanism's name."""
 
     value: float | int
     ci95: float | None
@@ -34,26 +34,31 @@ def grid_step(sensitivity: float) -> float:
     return math.ldexp(1.0, exponent - 1 - 10)
 
 
-def discrete_laplace_ci95(scale: Fraction) -> int:
-    """Smallest k with P(|Z| > k) ≤ 0.05 for P(Z = z) ∝ exp(−|z|/scale).
+def discrete_laplace_interval(scale: Fraction, confidence: float = 0.95) -> int:
+    """Smallest k with P(|Z| > k) ≤ 1 − confidence for P(Z = z) ∝ exp(−|z|/scale).
 
     P(|Z| > k) = 2·α^(k+1)/(1 + α) with α = exp(−1/scale).
     """
     alpha = math.exp(-1 / float(scale))
-    k = math.log(0.05 * (1 + alpha) / 2) / math.log(alpha) - 1
+    k = math.log((1 - confidence) * (1 + alpha) / 2) / math.log(alpha) - 1
     return max(0, math.ceil(k - 1e-12))
 
 
-def laplace_integer(true: int, sensitivity: int, epsilon: Fraction, rng: RandomSource) -> Noisy:
+def laplace_integer(
+    true: int, sensitivity: int, epsilon: Fraction, rng: RandomSource, confidence: float = 0.95
+) -> Noisy:
     """Discrete Laplace DL(exp(−ε/S)) on an integer answer (seed 000 Thm. 5)."""
     if sensitivity == 0:
         return Noisy(true, 0.0, "exact (sensitivity 0)")
     scale = Fraction(sensitivity) / epsilon
-    return Noisy(true + discrete_laplace(scale, rng), float(discrete_laplace_ci95(scale)),
-                 "discrete Laplace")
+    return Noisy(true + discrete_laplace(scale, rng),
+                 float(discrete_laplace_interval(scale, confidence)), "discrete Laplace")
 
 
-def laplace_real(true: float, sensitivity: float, epsilon: Fraction, rng: RandomSource) -> Noisy:
+def laplace_real(
+    true: float, sensitivity: float, epsilon: Fraction, rng: RandomSource,
+    confidence: float = 0.95,
+) -> Noisy:
     """Laplace(S/ε) on a real answer, sampled exactly on the grid Λ (SPEC §5.3)."""
     if sensitivity == 0:
         return Noisy(true, 0.0, "exact (sensitivity 0)")
@@ -62,5 +67,5 @@ def laplace_real(true: float, sensitivity: float, epsilon: Fraction, rng: Random
     scale = Fraction(steps) / epsilon
     snapped = round(Fraction(true) / Fraction(step))
     value = (snapped + discrete_laplace(scale, rng)) * step
-    ci95 = (discrete_laplace_ci95(scale) + 0.5) * step
+    ci95 = (discrete_laplace_interval(scale, confidence) + 0.5) * step
     return Noisy(value, ci95, "Laplace (exact, on a power-of-two grid)")

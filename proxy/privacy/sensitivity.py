@@ -12,55 +12,31 @@ enumeration in tests/privacy/test_sensitivity_bruteforce.py checks each of them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping
 
-PCT, BOTTOM, TOP = "pct", "bottom", "top"
-
-
-@dataclass(frozen=True)
-class RankRef:
-    """Rank ``anchor + offset``; anchors: percentile rank r, 1 (bottom) or n (top).
-
-    For TOP the offset counts down from n: TOP+2 is rank n − 2.
-    """
-
-    anchor: str
-    offset: int = 0
-
-    def rank(self, n: int, fraction: Fraction | None = None) -> int:
-        if self.anchor == PCT:
-            return percentile_rank(n, fraction) + self.offset
-        if self.anchor == BOTTOM:
-            return 1 + self.offset
-        return n - self.offset
-
+from proxy.statistics import BOTTOM, PCT, TOP, RankRef
 
 Values = Mapping[RankRef, float | None]
 
 
-def percentile_rank(n: int, fraction: Fraction) -> int:
-    """r = max(1, ⌈p·n⌉), the rank PERCENTILE_DISC(p) answers (MEDIAN: ⌈n/2⌉)."""
-    return max(1, -((-fraction.numerator * n) // fraction.denominator))
-
-
-def percentile_refs(shift: int) -> tuple[RankRef, ...]:
-    return (RankRef(PCT, -shift), RankRef(PCT, 0), RankRef(PCT, shift))
+def percentile_refs(fraction: Fraction, shift: int) -> tuple[RankRef, ...]:
+    return tuple(RankRef(PCT, offset, fraction) for offset in (-shift, 0, shift))
 
 
 def local_sensitivity_of_percentile(
-    n: int, values: Values, shift: int, lower: float, upper: float
+    n: int, values: Values, fraction: Fraction, shift: int, lower: float, upper: float
 ) -> tuple[float, float]:
     """Seed 000 §VI-A1 generalised to shift s = c·g and to a WHERE scope.
 
     LS = max(x₍ᵣ₊ₛ₎ − x₍ᵣ₎, x₍ᵣ₎ − x₍ᵣ₋ₛ₎); a missing neighbour is the domain bound.
     An empty scope answers the domain midpoint, whose sensitivity is half the domain.
     """
-    middle = values.get(RankRef(PCT, 0)) if n else None
+    below_ref, middle_ref, above_ref = percentile_refs(fraction, shift)
+    middle = values.get(middle_ref) if n else None
     answer = (lower + upper) / 2 if middle is None else middle
-    below = _or(values.get(RankRef(PCT, -shift)), lower)
-    above = _or(values.get(RankRef(PCT, shift)), upper)
+    below = _or(values.get(below_ref), lower)
+    above = _or(values.get(above_ref), upper)
     return answer, max(above - answer, answer - below, 0.0)
 
 

@@ -1,0 +1,226 @@
+"""The ``idp-proxy`` command line (SPEC §3.1)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import click
+
+from proxy.backends import open_backend
+from proxy.engine import Answer, Engine
+from proxy.epsilon import parse_epsilon
+from proxy.errors import ProxyError, RulesError
+from proxy.ledger import LEDGER_FIELDS, Ledger
+from proxy.rules import Rules, load_rules
+
+DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+
+
+def _rules(path: str | None) -> Rules:
+    if path is None:
+        if not DEMO_RULES.exists():
+            raise click.UsageError("no --rules given and the demo rules are not installed here")
+        path = str(DEMO_RULES)
+    return load_rules(path)
+
+
+def _epsilon(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        return parse_epsilon(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+rules_option = click.option("--rules", "rules_path", metavar="FILE",
+                            help="Rules file (TOML). Default: rules/demo.toml.")
+backend_option = click.option(
+    "--backend", metavar="URL",
+    help="duckdb:///file.duckdb, duckdb:///:memory: or postgresql://user@host:port/db. "
+         "Default: the embedded demo DuckDB (created on first use).")
+format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
+                             default="table", show_default=True)
+
+
+class _Group(click.Group):
+    """Turns every expected failure into one line on stderr and a non-zero exit."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ProxyError as exc:
+            click.echo(f"ERROR [{exc.sqlstate}]: {exc.message}", err=True)
+            ctx.exit(1)
+        except RulesError as exc:
+            click.echo(f"ERROR: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=_Group)
+@click.option("--debug", is_flag=True, help="Log backend errors and show tracebacks.")
+@click.version_option(package_name="idp-proxy")
+def main(debug: bool) -> None:
+    """A privacy proxy for SQL databases: aggregates answered under individual
+    differential privacy, with a per-analyst budget.
+
+    \b
+    Try it on the embedded demo:
+      idp-proxy query --user alice "SELECT MEDIAN(income) FROM people"
+    """
+    logging.basicConfig(level=logging.DEBUG if debug else logging.CRITICAL,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@rules_option
+@backend_option
+@click.option("--user", required=True, help="The analyst whose budget pays.")
+@click.option("--epsilon", callback=_epsilon, help="epsilon per aggregate (default: the rules').")
+@click.option("--model", type=click.Choice(["idp", "dp"]), help="Privacy model for this run.")
+@format_option
+@click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8"),
+              help="Run every statement of a .sql file.")
+@click.argument("sql", required=False)
+def query(rules_path, backend, user, epsilon, model, fmt, script, sql):
+    """Answer SQL (one statement or a .sql file) through the privacy engine.
+
+    \b
+    Examples:
+      idp-proxy query --user alice "SELECT MEDIAN(income) FROM people"
+      idp-proxy query --user alice --format json \\
+          "SELECT region, COUNT(*) FROM people WHERE age > 40 GROUP BY region"
+      idp-proxy query --user bob -f examples/demo.sql
+    """
+    if (sql is None) == (script is None):
+        raise click.UsageError("give either SQL or -f FILE")
+    text = script.read() if script else sql
+    engine = Engine(_rules(rules_path), open_backend(backend))
+    session = engine.session(user)
+    prefix = ""
+    if epsilon is not None:
+        prefix += f"SET idp.epsilon = {epsilon};"
+    if model is not None:
+        prefix += f"SET idp.model = '{model}';"
+    if prefix:
+        list(session.execute(prefix))
+    answers = []
+    try:
+        for answer in session.execute(text):
+            answers.append(answer)
+            if fmt != "json":
+                _print_answer(answer, fmt)
+    finally:
+        if fmt == "json":
+            click.echo(json.dumps([_as_json(a) for a in answers], indent=2, default=str))
+
+
+def _print_answer(answer: Answer, fmt: str) -> None:
+    if not answer.columns:
+        click.echo(answer.command)
+        return
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(answer.columns)
+        writer.writerows(answer.rows)
+        click.echo(buffer.getvalue(), nl=False)
+    else:
+        click.echo(_table(answer.columns, answer.rows))
+    if answer.notice:
+        click.echo(f"NOTICE: {answer.notice}", err=fmt == "csv")
+
+
+def _table(columns: list[str], rows: list[tuple]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths))  # noqa: E731
+    out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, float):
+        return f"{value:.10g}"
+    return str(value)
+
+
+def _as_json(answer: Answer) -> dict:
+    return {"command": answer.command, "columns": answer.columns,
+            "rows": [list(r) for r in answer.rows], "privacy": answer.privacy}
+
+
+@main.group()
+def budget() -> None:
+    """Show, grant or reset privacy budgets."""
+
+
+@budget.command("show")
+@rules_option
+@backend_option
+@click.option("--user", help="One analyst (default: all).")
+@format_option
+def budget_show(rules_path, backend, user, fmt):
+    """Budget, spent and remaining epsilon per analyst."""
+    ledger = Ledger(open_backend(backend), _rules(rules_path))
+    rows = ledger.budgets(user)
+    _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
+
+
+@budget.command("grant")
+@rules_option
+@backend_option
+@click.option("--user", required=True)
+@click.option("--epsilon", required=True, callback=_epsilon, help="epsilon to add.")
+def budget_grant(rules_path, backend, user, epsilon: Decimal):
+    """Add epsilon to an analyst's budget."""
+    ledger = Ledger(open_backend(backend), _rules(rules_path))
+    ledger.grant(user, epsilon)
+    click.echo(f"granted {epsilon} to {user}; remaining {ledger.remaining(user)}")
+
+
+@budget.command("reset")
+@rules_option
+@backend_option
+@click.option("--user", required=True)
+def budget_reset(rules_path, backend, user):
+    """Set an analyst's spent epsilon back to zero (the ledger keeps its history)."""
+    ledger = Ledger(open_backend(backend), _rules(rules_path))
+    ledger.reset(user)
+    click.echo(f"reset {user}; remaining {ledger.remaining(user)}")
+
+
+@main.command("ledger")
+@rules_option
+@backend_option
+@click.option("--user", help="Only this analyst's entries.")
+@format_option
+def ledger_command(rules_path, backend, user, fmt):
+    """Every debit, budget refusal and refund, oldest first."""
+    ledger = Ledger(open_backend(backend), _rules(rules_path))
+    _print_rows(list(LEDGER_FIELDS), ledger.entries(user), fmt)
+
+
+def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps([dict(zip(columns, map(_plain, r))) for r in rows], indent=2))
+    else:
+        _print_answer(Answer("SELECT", columns, rows), fmt)
+
+
+def _plain(value):
+    return str(value) if isinstance(value, Decimal) or not isinstance(
+        value, (int, float, str, bool, type(None))) else value
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

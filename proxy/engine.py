@@ -1,0 +1,213 @@
+"""The engine: one message of SQL in, answers with privacy metadata out.
+
+Flow (SPEC §4): analyze every statement first (a refused statement refuses the whole
+message, nothing spent) → for each private query: per-unit bound, debit, one pushdown
+query, release. The ε is reserved before the backend runs the query and refunded only
+when the backend could not be reached (SPEC §7).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any, Iterator
+
+from sqlglot import exp
+
+from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
+from proxy.backends.base import Backend
+from proxy.errors import BackendUnavailable
+from proxy.ledger import Charge, Ledger
+from proxy.privacy.release import Calibration, Released, column_needs, release_group
+from proxy.privacy.sampler import RandomSource, SecureSource
+from proxy.pushdown import statistics_query, unit_bound_sql
+from proxy.rules import Rules
+from proxy.session import SessionCommand, Settings, apply_command, epsilon_hint, session_command
+from proxy.statistics import GroupStats
+
+log = logging.getLogger("idp_proxy.engine")
+
+
+@dataclass
+class Answer:
+    """One statement's result: rows for the client, and the privacy metadata."""
+
+    command: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    privacy: dict[str, Any] | None = None
+    notice: str | None = None
+
+
+class Engine:
+    """Shared by every session: rules, backend, ledger and the random source."""
+
+    def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None) -> None:
+        self.rules = rules
+        self.backend = backend
+        self.ledger = Ledger(backend, rules)
+        self.rng = rng or SecureSource()
+
+    def session(self, analyst: str) -> "Session":
+        self.ledger.ensure_analyst(analyst)
+        return Session(self, analyst)
+
+    def shift_for(self, plan: QueryPlan) -> int:
+        """s = c·g (SPEC §5.2). Under iDP c is the table's largest per-unit row count,
+        computed once per data version and kept in idp.unit_bounds; under DP it is the
+        declared contribution bound."""
+        table = plan.table
+        if table.privacy_unit is None:
+            return table.group_size
+        if plan.model == "dp":
+            return table.max_rows_per_unit * table.group_size
+        version = self.backend.table_version(table.name)
+        bound = self.ledger.unit_bound(table.name, version)
+        if bound is None:
+            sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)
+            bound = int(self.backend.query(sql)[0][0])
+            self.ledger.remember_unit_bound(table.name, version, bound)
+        return max(1, bound) * table.group_size
+
+
+class Session:
+    """One analyst's connection: settings live here, budget lives in the ledger."""
+
+    def __init__(self, engine: Engine, analyst: str) -> None:
+        self.engine = engine
+        self.analyst = analyst
+        self.settings = Settings()
+
+    def execute(self, sql: str) -> Iterator[Answer]:
+        """Run a message or script; every statement is checked before the first runs,
+        so a refused statement refuses the whole message and nothing is spent."""
+        steps = self._check(sql)
+        for step in steps:
+            yield self._run(step)
+
+    def _check(self, sql: str) -> list[tuple[exp.Expression, Any]]:
+        settings = self.settings
+        steps = []
+        for statement in parse_statements(sql):
+            command = session_command(statement)
+            if command is not None:
+                settings = apply_command(settings, command)
+                steps.append((statement, command))
+            else:
+                steps.append((statement, analyze(statement, self.engine.rules, settings,
+                                                 epsilon_hint(statement))))
+        return steps
+
+    def _run(self, step) -> Answer:
+        statement, work = step
+        if isinstance(work, SessionCommand):
+            return self._session_command(work)
+        if isinstance(work, PassthroughPlan):
+            columns, rows = self.engine.backend.query_with_columns(
+                work.sql.sql(dialect=self.engine.backend.dialect))
+            return Answer(f"SELECT {len(rows)}", columns, rows)
+        return self._private(statement, work)
+
+    def _session_command(self, command: SessionCommand) -> Answer:
+        if not command.show:
+            self.settings = apply_command(self.settings, command)
+            return Answer("RESET" if command.value is None else "SET")
+        value = self._show(command.name)
+        return Answer("SHOW", [command.name.split(".")[-1]], [(value,)])
+
+    def _show(self, name: str) -> str:
+        rules = self.engine.rules
+        if name == "idp.budget":
+            return str(self.engine.ledger.remaining(self.analyst))
+        if name == "idp.epsilon":
+            return str(self.settings.epsilon or rules.defaults.epsilon_per_query)
+        if name == "idp.model":
+            return self.settings.resolve_model(rules)
+        if name == "idp.sensitivity":
+            return self.settings.sensitivity or (
+                "local" if self.settings.resolve_model(rules) == "idp" else "global")
+        return dict(self.settings.other).get(name, "")
+
+    def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
+        engine = self.engine
+        shift = engine.shift_for(plan)
+        charge = Charge(self.analyst, statement.sql(dialect="postgres"), plan.model,
+                        _mechanism(plan), plan.cost, _neighbour(plan))
+        remaining = engine.ledger.debit(charge)
+        query = statistics_query(plan, column_needs(plan, shift), engine.backend.dialect,
+                                 plan.table.max_rows_per_unit if plan.model == "dp" else None)
+        try:
+            groups = query.read(engine.backend.query(query.sql))
+        except BackendUnavailable:
+            engine.ledger.refund(charge)
+            raise
+        calibration = Calibration(plan.model, shift, engine.rules.defaults.local_sensitivity_floor,
+                                  engine.rules.defaults.report_scale)
+        keys = plan.group_keys() if plan.group_by else [()]
+        released = [release_group(plan, groups.get(key, GroupStats()), calibration, engine.rng)
+                    for key in keys]
+        return _answer(plan, keys, released, charge, remaining)
+
+
+def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
+            remaining: Decimal) -> Answer:
+    rows = []
+    for key, values in zip(keys, released):
+        rows.append(tuple(key[o.group] if o.group is not None else values[o.aggregate].value
+                          for o in plan.outputs))
+    order = list(range(len(rows)))
+    for index, descending in reversed(plan.order_by):
+        order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)
+    order = order[: plan.limit] if plan.limit is not None else order
+    columns = [o.name for o in plan.outputs]
+    ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
+            for o in plan.outputs if o.aggregate is not None}
+    mechanisms = sorted({r.mechanism for group in released for r in group})
+    notes = sorted({r.note for group in released for r in group if r.note})
+    privacy = {
+        "model": "iDP" if plan.model == "idp" else "DP",
+        "mechanism": "; ".join(mechanisms),
+        "sensitivity": "local, rounded up to a power of two" if plan.model == "idp" else "global",
+        "neighbours": charge.neighbour,
+        "epsilon_spent": float(charge.epsilon),
+        "epsilon_remaining": float(remaining),
+        "ci95": ci95,
+        "notes": notes,
+    }
+    return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
+                  _notice(privacy))
+
+
+def _notice(privacy: dict[str, Any]) -> str:
+    bounds = ", ".join(
+        f"{name} ±{_short(values[0])}" if len(values) == 1 else f"{name} ±{_short(max(values))} (widest)"
+        for name, values in privacy["ci95"].items() if values and None not in values)
+    text = (f"{privacy['model']} ({privacy['mechanism']}): spent epsilon "
+            f"{privacy['epsilon_spent']:g}, {privacy['epsilon_remaining']:g} remaining")
+    if bounds:
+        text += f"; 95% error bound {bounds}"
+    for note in privacy["notes"]:
+        text += f"; {note}"
+    return text
+
+
+def _short(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _sort_key(value):
+    return (value is None, value)
+
+
+def _mechanism(plan: QueryPlan) -> str:
+    kinds = ",".join(a.label for a in plan.aggregates)
+    return f"{plan.model}: {kinds}"
+
+
+def _neighbour(plan: QueryPlan) -> str:
+    table = plan.table
+    who = (f"all records of one {table.privacy_unit}" if table.privacy_unit
+           else "one record")
+    group = f", groups of {table.group_size}" if table.group_size > 1 else ""
+    return f"modify {who}{group}"

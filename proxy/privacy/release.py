@@ -1,0 +1,187 @@
+"""From a plan and its statistics to released numbers: which statistics each aggregate
+needs, its sensitivity under the chosen model, its noise and its post-processing.
+
+Pure: no I/O. The random source is injected so tests can check distributions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, Aggregate, QueryPlan
+from proxy.privacy.mechanisms import Noisy, laplace_integer, laplace_real
+from proxy.privacy.sampler import RandomSource
+from proxy.privacy.sensitivity import (
+    SUM_REFS, clamped_sum_sensitivity, count_sensitivity, groups_touched,
+    local_sensitivity_of_max, local_sensitivity_of_min, local_sensitivity_of_percentile,
+    local_sensitivity_of_winsorized_sum, max_refs, min_refs, percentile_refs,
+    round_up_to_power_of_two,
+)
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the noise of one query is calibrated to.
+
+    ``shift`` is s = c·g of SPEC §5.2 (c: the table's largest per-unit row count under
+    iDP, the declared bound under DP); ``floor`` the rules' minimum sensitivity;
+    ``report_scale`` whether the 95% bound is shown ("rounded") or hidden ("none").
+    """
+
+    model: str
+    shift: int
+    floor: float = 0.0
+    report_scale: str = "rounded"
+
+
+def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
+    """The statistics every aggregate of the plan needs, merged per column."""
+    ranks: dict[str, set[RankRef]] = {}
+    totals: dict[str, bool] = {}
+    for agg in plan.aggregates:
+        if agg.column is None:
+            continue
+        column = plan.table.columns[agg.column]
+        wanted = ranks.setdefault(agg.column, set())
+        totals.setdefault(agg.column, False)
+        if agg.kind == PERCENTILE:
+            wanted.update(percentile_refs(agg.fraction, shift) if plan.model == "idp"
+                          else (RankRef(PCT, 0, agg.fraction),))
+        elif agg.kind == MAX:
+            wanted.update(max_refs(shift, column.upper is not None) if plan.model == "idp"
+                          else (RankRef(TOP, 0),))
+        elif agg.kind == MIN:
+            wanted.update(min_refs(shift, column.lower is not None) if plan.model == "idp"
+                          else (RankRef(BOTTOM, 0),))
+        elif agg.kind in (SUM, AVG):
+            totals[agg.column] = True
+            if plan.model == "idp" and shift == 1:
+                wanted.update(SUM_REFS)
+    return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col]) for col in ranks)
+
+
+@dataclass(frozen=True)
+class Released:
+    value: float | int | None
+    ci95: float | None
+    mechanism: str
+    note: str | None = None
+
+
+def release_group(
+    plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource
+) -> list[Released]:
+    """Noisy answers of every aggregate of the plan for one group."""
+    group_count = len(plan.group_keys()) if plan.group_by else 1
+    return [
+        _release_one(plan, agg, group, calibration, group_count, rng) for agg in plan.aggregates
+    ]
+
+
+def _release_one(plan, agg: Aggregate, group: GroupStats, cal: Calibration, group_count, rng):
+    epsilon = Fraction(plan.epsilon)
+    grouped = bool(plan.group_by)
+    if agg.kind == COUNT:
+        # Counts: one unit's s records each leave one cell and join another: L1 ≤ 2s.
+        share = min(2, group_count) if grouped else 1
+        true = group.rows if agg.column is None else group.columns[agg.column].n
+        whole = agg.column is None and plan.where is None and not grouped
+        sensitivity = count_sensitivity(cal.shift, whole)
+        noisy = laplace_integer(true, _integer_scale(sensitivity, cal), epsilon / share, rng)
+        return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal)
+    share = groups_touched(cal.shift, group_count) if grouped else 1
+    stats = group.columns[agg.column]
+    column = plan.table.columns[agg.column]
+    if agg.kind == AVG:
+        return _release_average(stats, column, cal, epsilon / share, rng)
+    answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
+    noisy = laplace_real(answer, _real_scale(sensitivity, cal), epsilon / share, rng)
+    value = _clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM else noisy.value
+    if column.type == "int":
+        value = round(value)
+    if agg.continuous:
+        note = "PERCENTILE_CONT is answered as the discrete percentile (PERCENTILE_DISC)"
+    return _finish(Noisy(value, noisy.ci95, noisy.mechanism), cal, note)
+
+
+def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
+    """(true answer, sensitivity, note) of one real-valued aggregate."""
+    lower, upper, n, values = column.lower, column.upper, stats.n, stats.values
+    if agg.kind == SUM:
+        return _sum_and_sensitivity(stats, column, cal) + (None,)
+    if cal.model == "dp":
+        ref, fallback = {
+            PERCENTILE: (RankRef(PCT, 0, agg.fraction), (lower + upper) / 2),
+            MAX: (RankRef(TOP, 0), lower),
+            MIN: (RankRef(BOTTOM, 0), upper),
+        }[agg.kind]
+        return _or(values.get(ref) if n else None, fallback), upper - lower, None
+    if agg.kind == PERCENTILE:
+        return local_sensitivity_of_percentile(n, values, agg.fraction, cal.shift, lower, upper) + (None,)
+    if agg.kind == MAX:
+        note = None if upper is not None else (
+            f"no upper bound is declared for {agg.column}: the {_ordinal(cal.shift + 1)} "
+            "largest value is answered instead of the maximum")
+        return local_sensitivity_of_max(n, values, cal.shift, lower, upper) + (note,)
+    note = None if lower is not None else (
+        f"no lower bound is declared for {agg.column}: the {_ordinal(cal.shift + 1)} "
+        "smallest value is answered instead of the minimum")
+    return local_sensitivity_of_min(n, values, cal.shift, lower, upper) + (note,)
+
+
+def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[float, float]:
+    if cal.model == "idp" and cal.shift == 1:
+        return local_sensitivity_of_winsorized_sum(
+            stats.n, stats.total, stats.values, column.lower, column.upper)
+    return stats.total, clamped_sum_sensitivity(cal.shift, column.lower, column.upper)
+
+
+def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Fraction, rng):
+    """AVG = noisy SUM / noisy COUNT, each with half the ε (post-processing of both)."""
+    total, sum_sensitivity = _sum_and_sensitivity(stats, column, cal)
+    # Each part inside its 97.5% interval: both at once with probability ≥ 95%.
+    noisy_sum = laplace_real(total, _real_scale(sum_sensitivity, cal), epsilon / 2, rng, 0.975)
+    noisy_count = laplace_integer(stats.n, _integer_scale(cal.shift, cal), epsilon / 2, rng, 0.975)
+    count = max(1, noisy_count.value)
+    value = _clamp(noisy_sum.value / count, column.lower, column.upper)
+    low_count = max(1.0, count - noisy_count.ci95)
+    spread = max(abs((noisy_sum.value + sign * noisy_sum.ci95) / divisor - value)
+                 for sign in (-1, 1) for divisor in (low_count, count + noisy_count.ci95))
+    noisy = Noisy(value, spread, f"{noisy_sum.mechanism} / discrete Laplace")
+    return _finish(noisy, cal, "AVG is a noisy SUM over a noisy COUNT, each with half the epsilon")
+
+
+def _real_scale(sensitivity: float, cal: Calibration) -> float:
+    if cal.model == "dp":
+        return sensitivity
+    return round_up_to_power_of_two(max(sensitivity, cal.floor))
+
+
+def _integer_scale(sensitivity: int, cal: Calibration) -> int:
+    if sensitivity == 0 and (cal.model == "dp" or cal.floor == 0):
+        return 0
+    return max(1, math.ceil(_real_scale(float(sensitivity), cal)))
+
+
+def _finish(noisy: Noisy, cal: Calibration, note: str | None = None) -> Released:
+    ci95 = noisy.ci95 if cal.report_scale == "rounded" or cal.model == "dp" else None
+    return Released(noisy.value, ci95, noisy.mechanism, note)
+
+
+def _clamp(value: float, lower: float | None, upper: float | None) -> float:
+    if lower is not None:
+        value = max(lower, value)
+    if upper is not None:
+        value = min(upper, value)
+    return value
+
+
+def _or(value, fallback):
+    return fallback if value is None else value
+
+
+def _ordinal(k: int) -> str:
+    return {2: "second", 3: "third"}.get(k, f"{k}th")

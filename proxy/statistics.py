@@ -1,0 +1,62 @@
+"""The vocabulary shared by pushdown (which computes statistics) and privacy (which
+consumes them): what to compute for one column, and what came back for one group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+PCT, BOTTOM, TOP = "pct", "bottom", "top"
+
+
+def percentile_rank(n: int, fraction: Fraction) -> int:
+    """r = max(1, ⌈p·n⌉), the rank PERCENTILE_DISC(p) answers (MEDIAN: ⌈n/2⌉)."""
+    return max(1, -((-fraction.numerator * n) // fraction.denominator))
+
+
+@dataclass(frozen=True)
+class RankRef:
+    """Rank ``anchor + offset`` among the sorted non-null values in scope.
+
+    Anchors: PCT (the percentile rank r of ``fraction``), BOTTOM (rank 1) and TOP
+    (rank n, the offset counting down: TOP+2 is rank n − 2).
+    """
+
+    anchor: str
+    offset: int = 0
+    fraction: Fraction | None = None
+
+    def rank(self, n: int) -> int:
+        if self.anchor == PCT:
+            return percentile_rank(n, self.fraction) + self.offset
+        if self.anchor == BOTTOM:
+            return 1 + self.offset
+        return n - self.offset
+
+
+@dataclass(frozen=True)
+class ColumnNeeds:
+    """Statistics of one column: order statistics at ``ranks`` and/or its sum."""
+
+    column: str
+    ranks: frozenset[RankRef] = frozenset()
+    total: bool = False
+
+
+@dataclass
+class ColumnStats:
+    """What the backend returned for one column in one group: n non-null values in
+    scope, their (clamped) sum and the values at the requested ranks (None: no such
+    rank, a "missing neighbour")."""
+
+    n: int = 0
+    total: float = 0.0
+    values: dict[RankRef, float | None] = field(default_factory=dict)
+
+
+@dataclass
+class GroupStats:
+    """All statistics of one group (or of the whole scope without GROUP BY)."""
+
+    rows: int = 0
+    columns: dict[str, ColumnStats] = field(default_factory=dict)
