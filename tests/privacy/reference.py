@@ -1,0 +1,62 @@
+"""Reference implementations for the brute-force tests: the released statistics and
+their order statistics computed directly from Python lists (what the backend computes
+in SQL), and enumeration of neighbouring data sets."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from fractions import Fraction
+
+from proxy.statistics import RankRef
+
+
+@dataclass(frozen=True)
+class Record:
+    unit: int
+    value: float
+    in_scope: bool = True
+    group: int = 0
+
+
+def order_values(sorted_values: list[float], refs) -> dict[RankRef, float | None]:
+    """What the pushdown query returns: the value at each rank, None outside 1..n."""
+    n = len(sorted_values)
+    out = {}
+    for ref in refs:
+        rank = ref.rank(n)
+        out[ref] = sorted_values[rank - 1] if 1 <= rank <= n else None
+    return out
+
+
+def scope_values(records, group: int | None = None) -> list[float]:
+    return sorted(r.value for r in records
+                  if r.in_scope and (group is None or r.group == group))
+
+
+def percentile(values: list[float], fraction: Fraction, lower: float, upper: float) -> float:
+    from proxy.statistics import percentile_rank
+    if not values:
+        return (lower + upper) / 2
+    return values[percentile_rank(len(values), fraction) - 1]
+
+
+def contribution_bound(records) -> int:
+    counts: dict[int, int] = {}
+    for r in records:
+        counts[r.unit] = counts.get(r.unit, 0) + 1
+    return max(counts.values(), default=1)
+
+
+def neighbours(records: list[Record], options: list[tuple[float, bool, int]], group_size: int = 1):
+    """Every data set that modifies all records of at most ``group_size`` units (each
+    record to any (value, in_scope, group) option): user-level privacy, group size g.
+    With one record per unit this is the modify-one-record neighbour of seed 000."""
+    units = sorted({r.unit for r in records})
+    for chosen in itertools.combinations(units, min(group_size, len(units))):
+        positions = [i for i, r in enumerate(records) if r.unit in chosen]
+        for replacement in itertools.product(options, repeat=len(positions)):
+            changed = list(records)
+            for position, (value, in_scope, group) in zip(positions, replacement):
+                changed[position] = Record(records[position].unit, value, in_scope, group)
+            yield changed

@@ -1,0 +1,236 @@
+"""Brute-force neighbour enumeration for every formula of SPEC §5.2.
+
+For small random data sets (ties, values at the domain bounds, records entering and
+leaving the WHERE scope and moving between groups, odd and even n, n < 3, units with
+several rows, group size g > 1) every neighbouring data set is built and the change of
+the released statistic is compared with the formula: never larger (sound), and equal
+to the largest change where docs/privacy.md says the formula is tight (row-level).
+"""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from proxy.privacy.sensitivity import (
+    SUM_REFS, clamped_sum_sensitivity, count_sensitivity, groups_touched,
+    local_sensitivity_of_max, local_sensitivity_of_min, local_sensitivity_of_percentile,
+    local_sensitivity_of_winsorized_sum, max_refs, min_refs, percentile_refs, winsorized_sum,
+)
+from tests.privacy.reference import (
+    Record, contribution_bound, neighbours, order_values, percentile, scope_values,
+)
+
+LOWER, UPPER = 0.0, 10.0
+GRID = [0.0, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]  # includes both domain bounds
+TOLERANCE = 1e-9
+
+
+def datasets(seed: int, count: int, max_units: int, max_rows_per_unit: int, groups: int = 1):
+    """Random small data sets with ties and bound values; some records out of scope."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        records = []
+        for unit in range(rng.randint(0, max_units)):
+            for _ in range(rng.randint(1, max_rows_per_unit)):
+                records.append(Record(unit, rng.choice(GRID), rng.random() < 0.75,
+                                      rng.randrange(groups)))
+        yield records
+
+
+def options(groups: int = 1):
+    return [(v, s, g) for v in GRID for s in (True, False) for g in range(groups)]
+
+
+# (units, rows per unit, group size): row-level, user-level, group privacy
+SETTINGS = [(5, 1, 1), (4, 2, 1), (4, 1, 2)]
+
+
+def _worst_change(records, statistic, group_size):
+    base = statistic(records)
+    return max((abs(statistic(n) - base) for n in neighbours(records, options(), group_size)),
+               default=0.0)
+
+
+def _check(records, ls, worst, tight):
+    assert worst <= ls + TOLERANCE, f"unsound: change {worst} > LS {ls} on {records}"
+    if tight:
+        assert worst >= ls - TOLERANCE, f"not tight: change {worst} < LS {ls} on {records}"
+
+
+@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
+@pytest.mark.parametrize("fraction", [Fraction(1, 2), Fraction(1, 4), Fraction(9, 10), Fraction(0)])
+def test_percentile(units, rows, group_size, fraction):
+    for records in datasets(11, 40, units, rows):
+        shift = contribution_bound(records) * group_size
+        values = scope_values(records)
+        stats = order_values(values, percentile_refs(fraction, shift))
+        answer, ls = local_sensitivity_of_percentile(len(values), stats, fraction, shift,
+                                                     LOWER, UPPER)
+        statistic = lambda rs: percentile(scope_values(rs), fraction, LOWER, UPPER)  # noqa: E731
+        assert answer == statistic(records)
+        _check(records, ls, _worst_change(records, statistic, group_size),
+               tight=shift == 1 and bool(records))
+
+
+def _max_statistic(shift, upper):
+    def statistic(records):
+        values = scope_values(records)
+        if upper is not None:
+            return values[-1] if values else LOWER
+        return values[-1 - shift] if len(values) > shift else LOWER
+    return statistic
+
+
+@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
+@pytest.mark.parametrize("upper", [UPPER, None])
+def test_max(units, rows, group_size, upper):
+    for records in datasets(12, 40, units, rows):
+        shift = contribution_bound(records) * group_size
+        values = scope_values(records)
+        stats = order_values(values, max_refs(shift, upper is not None))
+        answer, ls = local_sensitivity_of_max(len(values), stats, shift, LOWER, upper)
+        statistic = _max_statistic(shift, upper)
+        assert answer == statistic(records)
+        _check(records, ls, _worst_change(records, statistic, group_size),
+               tight=shift == 1 and bool(records) and upper is not None)
+
+
+@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
+@pytest.mark.parametrize("lower", [LOWER, None])
+def test_min(units, rows, group_size, lower):
+    for records in datasets(13, 40, units, rows):
+        shift = contribution_bound(records) * group_size
+        values = scope_values(records)
+        stats = order_values(values, min_refs(shift, lower is not None))
+        answer, ls = local_sensitivity_of_min(len(values), stats, shift, lower, UPPER)
+
+        def statistic(rs):
+            vs = scope_values(rs)
+            if lower is not None:
+                return vs[0] if vs else UPPER
+            return vs[shift] if len(vs) > shift else UPPER
+
+        assert answer == statistic(records)
+        _check(records, ls, _worst_change(records, statistic, group_size),
+               tight=shift == 1 and bool(records) and lower is not None)
+
+
+def test_second_maximum_is_tight_when_neighbours_exist():
+    """Without U the (s+1)-th largest is answered; its LS is attained (row-level)."""
+    for records in datasets(14, 60, 6, 1):
+        values = scope_values(records)
+        if len(values) < 3:
+            continue
+        stats = order_values(values, max_refs(1, False))
+        _, ls = local_sensitivity_of_max(len(values), stats, 1, LOWER, None)
+        _check(records, ls, _worst_change(records, _max_statistic(1, None), 1), tight=True)
+
+
+def test_winsorized_sum_row_level():
+    """Seed 002 Prop. 3 data-only bound, extended to records entering and leaving."""
+    for records in datasets(15, 80, 7, 1):
+        values = scope_values(records)
+        stats = order_values(values, SUM_REFS)
+        answer, ls = local_sensitivity_of_winsorized_sum(len(values), sum(values), stats,
+                                                         LOWER, UPPER)
+
+        def statistic(rs):
+            vs = scope_values(rs)
+            return winsorized_sum(sum(vs), vs[:2], vs[-2:], len(vs))
+
+        assert answer == pytest.approx(statistic(records))
+        # Tight when a record can both leave and enter the scope (one of each exists).
+        can_move = {r.in_scope for r in records} == {True, False}
+        _check(records, ls, _worst_change(records, statistic, 1), tight=can_move)
+
+
+def test_winsorized_sum_matches_prop3_inside_a_fixed_cluster():
+    """Without a WHERE filter (no entering/leaving) the change never exceeds seed 002
+    Prop. 3's expression, max of (2) and (3)."""
+    rng = random.Random(16)
+    for _ in range(200):
+        values = sorted(rng.choice(GRID) for _ in range(rng.randint(3, 7)))
+        y = values
+        prop3 = max((y[-1] - y[1]) + (y[2] - y[1]) + (y[-1] - y[-2]),
+                    (y[-2] - y[0]) + (y[-2] - y[-3]) + (y[1] - y[0]))
+        base = winsorized_sum(sum(y), y[:2], y[-2:], len(y))
+        worst = 0.0
+        for i in range(len(y)):
+            for v in GRID:
+                changed = sorted(y[:i] + [v] + y[i + 1:])
+                worst = max(worst, abs(winsorized_sum(sum(changed), changed[:2], changed[-2:],
+                                                      len(changed)) - base))
+        assert worst <= prop3 + TOLERANCE
+
+
+@pytest.mark.parametrize("units,rows,group_size", [(4, 2, 1), (4, 1, 2), (4, 2, 2)])
+def test_clamped_sum(units, rows, group_size):
+    for records in datasets(17, 25, units, rows):
+        shift = contribution_bound(records) * group_size
+        ls = clamped_sum_sensitivity(shift, LOWER, UPPER)
+        statistic = lambda rs: sum(scope_values(rs))  # noqa: E731
+        _check(records, ls, _worst_change(records, statistic, group_size), tight=False)
+
+
+@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
+def test_count_with_where(units, rows, group_size):
+    for records in datasets(18, 40, units, rows):
+        shift = contribution_bound(records) * group_size
+        statistic = lambda rs: len(scope_values(rs))  # noqa: E731
+        _check(records, count_sensitivity(shift, False), _worst_change(records, statistic,
+               group_size), tight=shift == 1 and bool(records))
+
+
+def test_count_of_whole_table_never_changes():
+    for records in datasets(19, 30, 4, 2):
+        statistic = lambda rs: len(rs)  # noqa: E731
+        _check(records, count_sensitivity(1, True), _worst_change(records, statistic, 1),
+               tight=True)
+
+
+@pytest.mark.parametrize("units,rows,group_size,groups", [(4, 1, 1, 3), (3, 2, 1, 3),
+                                                          (3, 1, 2, 2), (4, 1, 1, 1)])
+def test_group_by_counts_l1(units, rows, group_size, groups):
+    """A histogram over declared keys: L1 change ≤ min(2, G)·s (SPEC §5.1)."""
+    for records in datasets(20, 30, units, rows, groups):
+        shift = contribution_bound(records) * group_size
+        base = [len(scope_values(records, g)) for g in range(groups)]
+        worst = 0
+        for other in neighbours(records, options(groups), group_size):
+            worst = max(worst, sum(abs(len(scope_values(other, g)) - b)
+                                   for g, b in enumerate(base)))
+        bound = min(2, groups) * shift
+        assert worst <= bound
+        if shift == 1 and groups > 1 and any(r.in_scope for r in records):
+            assert worst == bound
+
+
+@pytest.mark.parametrize("units,rows,group_size,groups", [(4, 1, 1, 3), (3, 2, 1, 2),
+                                                          (3, 1, 2, 3)])
+def test_group_by_medians_privacy_loss(units, rows, group_size, groups):
+    """Per-group noise scaled by groups_touched(s, G)·LS_g keeps the total loss ≤ ε:
+    Σ_g |Δ_g| / LS_g ≤ groups_touched(s, G) for every neighbour."""
+    fraction = Fraction(1, 2)
+    for records in datasets(21, 25, units, rows, groups):
+        shift = contribution_bound(records) * group_size
+        share = groups_touched(shift, groups)
+        base, ls = [], []
+        for g in range(groups):
+            values = scope_values(records, g)
+            stats = order_values(values, percentile_refs(fraction, shift))
+            answer, sensitivity = local_sensitivity_of_percentile(
+                len(values), stats, fraction, shift, LOWER, UPPER)
+            base.append(answer)
+            ls.append(sensitivity)
+        for other in neighbours(records, options(groups), group_size):
+            loss = 0.0
+            for g in range(groups):
+                change = abs(percentile(scope_values(other, g), fraction, LOWER, UPPER) - base[g])
+                if ls[g] == 0:
+                    assert change == 0
+                else:
+                    loss += change / ls[g]
+            assert loss <= share + TOLERANCE
