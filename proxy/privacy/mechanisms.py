@@ -34,6 +34,13 @@ def grid_step(sensitivity: float) -> float:
     return math.ldexp(1.0, exponent - 1 - 10)
 
 
+def grid_parameters(sensitivity: float, epsilon: Fraction) -> tuple[float, Fraction]:
+    """(Λ, scale in grid steps) for sensitivity S at ε: scale = (⌈S/Λ⌉ + 1)/ε."""
+    step = grid_step(sensitivity)
+    steps = math.ceil(Fraction(sensitivity) / Fraction(step)) + 1
+    return step, Fraction(steps) / epsilon
+
+
 def discrete_laplace_interval(scale: Fraction, confidence: float = 0.95) -> int:
     """Smallest k with P(|Z| > k) ≤ 1 − confidence for P(Z = z) ∝ exp(−|z|/scale).
 
@@ -62,9 +69,7 @@ def laplace_real(
     """Laplace(S/ε) on a real answer, sampled exactly on the grid Λ (SPEC §5.3)."""
     if sensitivity == 0:
         return Noisy(true, 0.0, "exact (sensitivity 0)")
-    step = grid_step(sensitivity)
-    steps = math.ceil(Fraction(sensitivity) / Fraction(step)) + 1
-    scale = Fraction(steps) / epsilon
+    step, scale = grid_parameters(sensitivity, epsilon)
     snapped = round(Fraction(true) / Fraction(step))
     value = (snapped + discrete_laplace(scale, rng)) * step
     ci95 = (discrete_laplace_interval(scale, confidence) + 0.5) * step
