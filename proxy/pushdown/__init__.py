@@ -122,16 +122,19 @@ def _scope(plan: QueryPlan, needs, keys, clip_rows_per_unit: int | None) -> exp.
 
 
 def _clamped(column, name: str) -> exp.Expression:
-    """Numeric values clamped to the declared domain, as DOUBLE; others as they are."""
-    value = exp.column(name, quoted=True)
+    """Numeric values clamped to the declared domain, as DOUBLE; others as they are.
+
+    A CASE rather than GREATEST/LEAST, which skip NULLs and would turn them into a bound.
+    """
+    value = exp.cast(exp.column(name, quoted=True), _DOUBLE)
     if not column.numeric:
-        return value
-    value = exp.cast(value, _DOUBLE)
+        return exp.column(name, quoted=True)
+    clamp = exp.Case()
     if column.lower is not None:
-        value = exp.func("greatest", value, _literal(column.lower))
+        clamp = clamp.when(value < _literal(column.lower), _literal(column.lower))
     if column.upper is not None:
-        value = exp.func("least", value, _literal(column.upper))
-    return value
+        clamp = clamp.when(value > _literal(column.upper), _literal(column.upper))
+    return clamp.else_(value) if clamp.args.get("ifs") else value
 
 
 def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:

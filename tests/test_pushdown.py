@@ -1,0 +1,119 @@
+"""The statistics query returns the same numbers on DuckDB and PostgreSQL, and they are
+the order statistics a direct computation over the rows gives."""
+
+from __future__ import annotations
+
+import random
+from fractions import Fraction
+
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.privacy.release import column_needs
+from proxy.pushdown import statistics_query, unit_bound_sql
+from proxy.rules import parse_rules
+from proxy.session import Settings
+from tests.conftest import load_table
+from tests.privacy.reference import order_values
+
+RULES = parse_rules("""
+[analysts.ann]
+budget = 100
+[tables.t]
+privacy_unit = "unit"
+[tables.t.columns]
+unit = { type = "int" }
+grp  = { type = "text", keys = ["a", "b", "c"] }
+x    = { type = "float", domain = [0, 100] }
+y    = { type = "int", domain = [-50, 50] }
+""")
+
+QUERIES = [
+    "SELECT MEDIAN(x) FROM t",
+    "SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(y), MIN(y) FROM t WHERE y > 3",
+    "SELECT grp, COUNT(*), QUANTILE_DISC(x, 0.25), SUM(y) FROM t WHERE x BETWEEN 10 AND 90 GROUP BY grp",
+    "SELECT MAX(x), MIN(x), AVG(x), COUNT(x) FROM t WHERE grp IN ('a', 'c') OR y IS NULL",
+    "SELECT MEDIAN(y) FROM t WHERE x > 1000",
+]
+
+
+def _rows(seed: int = 3, units: int = 60):
+    rng = random.Random(seed)
+    data = {"unit": [], "grp": [], "x": [], "y": []}
+    for unit in range(units):
+        for _ in range(rng.randint(1, 3)):
+            data["unit"].append(unit)
+            data["grp"].append(rng.choice(["a", "b", "c", "zzz"]))
+            data["x"].append(rng.choice([None, rng.randint(0, 40) * 2.5, 100.0, 150.0]))
+            data["y"].append(rng.choice([None, rng.randint(-60, 60)]))
+    return data
+
+
+TYPES = {"unit": "INTEGER", "grp": "TEXT", "x": "DOUBLE PRECISION", "y": "INTEGER"}
+
+
+def _statistics(url: str, sql: str):
+    backend = open_backend(url)
+    try:
+        plan = analyze(parse_statements(sql)[0], RULES, Settings())
+        shift = Engine(RULES, backend).shift_for(plan)
+        query = statistics_query(plan, column_needs(plan, shift), backend.dialect, None)
+        return plan, shift, query.read(backend.query(query.sql))
+    finally:
+        backend.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sql", QUERIES)
+def test_same_statistics_on_duckdb_and_postgres(sql, duckdb_url, fresh_postgres):
+    data = _rows()
+    load_table(duckdb_url, "t", data, TYPES)
+    load_table(fresh_postgres, "t", data, TYPES)
+    assert _statistics(duckdb_url, sql)[2] == _statistics(fresh_postgres, sql)[2]
+
+
+@pytest.mark.postgres
+def test_statistics_equal_a_direct_computation(backend_url):
+    data = _rows(seed=5)
+    load_table(backend_url, "t", data, TYPES)
+    sql = "SELECT grp, MEDIAN(x), MAX(y), SUM(x) FROM t WHERE y >= -20 GROUP BY grp"
+    plan, shift, groups = _statistics(backend_url, sql)
+    per_unit = {}
+    for unit in data["unit"]:
+        per_unit[unit] = per_unit.get(unit, 0) + 1
+    assert shift == max(per_unit.values())
+    rows = list(zip(data["grp"], data["x"], data["y"]))
+    needs = {n.column: n for n in column_needs(plan, shift)}
+    for key in ("a", "b", "c"):
+        scope = [(x, y) for g, x, y in rows if g == key and y is not None and y >= -20]
+        xs = sorted(min(max(x, 0.0), 100.0) for x, _ in scope if x is not None)
+        ys = sorted(float(min(max(y, -50), 50)) for _, y in scope)
+        stats = groups[(key,)]
+        assert stats.rows == len(scope)
+        assert stats.columns["x"].n == len(xs)
+        assert stats.columns["x"].total == pytest.approx(sum(xs))
+        assert stats.columns["x"].values == order_values(xs, needs["x"].ranks)
+        assert stats.columns["y"].values == order_values(ys, needs["y"].ranks)
+    assert ("zzz",) not in groups  # rows outside the declared keys belong to no group
+
+
+def test_unit_bound_query_counts_rows_of_the_busiest_unit(duckdb_url):
+    load_table(duckdb_url, "t", {"unit": [1, 1, 2, 3, 3, 3], "grp": list("aaaaaa"),
+                                 "x": [1.0] * 6, "y": [1] * 6}, TYPES)
+    backend = open_backend(duckdb_url)
+    assert backend.query(unit_bound_sql("t", "unit", "duckdb")) == [(3,)]
+
+
+def test_percentile_rank_matches_the_backends_percentile_disc(duckdb_url):
+    """Our integer rank ⌈p·n⌉ is the rank PERCENTILE_DISC answers."""
+    import duckdb
+
+    from proxy.statistics import percentile_rank
+    con = duckdb.connect()
+    for n in (1, 2, 3, 10, 11, 101):
+        for p in (Fraction(0), Fraction(1, 4), Fraction(1, 2), Fraction(9, 10), Fraction(1)):
+            (value,) = con.execute(
+                f"SELECT quantile_disc(x, {float(p)}) FROM range(1, {n + 1}) t(x)").fetchone()
+            assert value == percentile_rank(n, p)
