@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
-from proxy.backends.base import Backend
+from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendUnavailable
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
@@ -48,27 +48,35 @@ class Engine:
         self.backend = backend
         self.ledger = Ledger(backend, rules)
         self.rng = rng or SecureSource()
+        self._unit_bounds: dict[tuple[str, str], int] = {}
 
     def session(self, analyst: str) -> "Session":
         self.ledger.ensure_analyst(analyst)
         return Session(self, analyst)
 
-    def shift_for(self, plan: QueryPlan) -> int:
-        """s = c·g (SPEC §5.2). Under iDP c is the table's largest per-unit row count,
-        computed once per data version and kept in idp.unit_bounds; under DP it is the
-        declared contribution bound."""
+    def shift_for(self, plan: QueryPlan, tx: Transaction) -> int:
+        """s = c·g (SPEC §5.2). Under DP c is the declared contribution bound; under iDP
+        the table's largest per-unit row count, read in the same snapshot as the
+        statistics and recomputed only when the unit column's fingerprint changes."""
         table = plan.table
         if table.privacy_unit is None:
             return table.group_size
         if plan.model == "dp":
             return table.max_rows_per_unit * table.group_size
-        version = self.backend.table_version(table.name)
-        bound = self.ledger.unit_bound(table.name, version)
-        if bound is None:
+        fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit)
+        key = (table.name, fingerprint)
+        if key not in self._unit_bounds:
             sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)
-            bound = int(self.backend.query(sql)[0][0])
-            self.ledger.remember_unit_bound(table.name, version, bound)
-        return max(1, bound) * table.group_size
+            self._unit_bounds[key] = max(1, int(tx.execute(sql)[0][0]))
+        return self._unit_bounds[key] * table.group_size
+
+    def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats]]:
+        """The shift and every group's statistics, from one consistent snapshot."""
+        with self.backend.transaction(snapshot=True) as tx:
+            shift = self.shift_for(plan, tx)
+            clip = plan.table.max_rows_per_unit if plan.model == "dp" else None
+            query = statistics_query(plan, column_needs(plan, shift), self.backend.dialect, clip)
+            return shift, query.read(tx.execute(query.sql))
 
 
 class Session:
@@ -131,14 +139,11 @@ class Session:
 
     def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
         engine = self.engine
-        shift = engine.shift_for(plan)
         charge = Charge(self.analyst, statement.sql(dialect="postgres"), plan.model,
                         _mechanism(plan), plan.cost, _neighbour(plan))
         remaining = engine.ledger.debit(charge)
-        query = statistics_query(plan, column_needs(plan, shift), engine.backend.dialect,
-                                 plan.table.max_rows_per_unit if plan.model == "dp" else None)
         try:
-            groups = query.read(engine.backend.query(query.sql))
+            shift, groups = engine.statistics(plan)
         except BackendUnavailable:
             engine.ledger.refund(charge)
             raise

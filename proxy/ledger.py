@@ -40,8 +40,6 @@ _LEDGER_COLUMNS = (
 _COMMON = [
     "CREATE TABLE IF NOT EXISTS idp.budgets (analyst TEXT PRIMARY KEY, "
     "budget_micro BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)",
-    "CREATE TABLE IF NOT EXISTS idp.unit_bounds (table_name TEXT PRIMARY KEY, "
-    "version TEXT NOT NULL, max_rows BIGINT NOT NULL)",
 ]
 LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism", "epsilon",
                  "delta", "neighbour", "status", "released")
@@ -151,15 +149,3 @@ class Ledger:
             "SELECT id, CAST(logged_at AS TEXT), analyst, sql_hash, model, mechanism, epsilon_micro, delta, "
             f"neighbour, status, released FROM idp.ledger {where} ORDER BY id", params)
         return [row[:6] + (from_micro(row[6]),) + row[7:] for row in rows]
-
-    def unit_bound(self, table: str, version: str) -> int | None:
-        rows = self.backend.query(
-            "SELECT max_rows FROM idp.unit_bounds WHERE table_name = %s AND version = %s",
-            (table, version))
-        return int(rows[0][0]) if rows else None
-
-    def remember_unit_bound(self, table: str, version: str, max_rows: int) -> None:
-        self.backend.query(
-            "INSERT INTO idp.unit_bounds (table_name, version, max_rows) VALUES (%s, %s, %s) "
-            "ON CONFLICT (table_name) DO UPDATE SET version = excluded.version, "
-            "max_rows = excluded.max_rows", (table, version, max_rows))

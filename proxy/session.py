@@ -70,7 +70,8 @@ def session_command(statement: exp.Expression) -> SessionCommand | None:
         return SessionCommand(name, text)
     if isinstance(statement, exp.Command):
         word = statement.this.upper()
-        rest = statement.expression.name if statement.expression else ""
+        rest = statement.expression
+        rest = rest.name if isinstance(rest, exp.Expression) else str(rest or "")
         if word == "SET":
             raise ReadOnly(f"SET {rest.split()[0] if rest else ''} is not allowed through the "
                            "proxy; only session settings such as SET idp.epsilon = 0.1")

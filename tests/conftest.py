@@ -97,8 +97,9 @@ def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, 
     if url.startswith("duckdb"):
         con = duckdb.connect(url.removeprefix("duckdb:///"))
         con.execute(ddl)
-        if rows:
-            con.executemany(f'INSERT INTO "{table}" VALUES ({", ".join("?" * len(names))})', rows)
+        if rows:  # one statement: the columns travel as list parameters and are unnested
+            unnest = ", ".join(f"unnest(${i + 1}::{types[n]}[])" for i, n in enumerate(names))
+            con.execute(f'INSERT INTO "{table}" SELECT {unnest}', list(columns.values()))
         con.close()
         return
     with psycopg.connect(url, autocommit=True) as con:

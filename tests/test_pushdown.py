@@ -12,7 +12,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.privacy.release import column_needs
-from proxy.pushdown import statistics_query, unit_bound_sql
+from proxy.pushdown import unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.session import Settings
 from tests.conftest import load_table
@@ -58,9 +58,8 @@ def _statistics(url: str, sql: str):
     backend = open_backend(url)
     try:
         plan = analyze(parse_statements(sql)[0], RULES, Settings())
-        shift = Engine(RULES, backend).shift_for(plan)
-        query = statistics_query(plan, column_needs(plan, shift), backend.dialect, None)
-        return plan, shift, query.read(backend.query(query.sql))
+        shift, groups = Engine(RULES, backend).statistics(plan)
+        return plan, shift, groups
     finally:
         backend.close()
 

@@ -32,12 +32,20 @@ class Backend(ABC):
 
     @abstractmethod
     @contextmanager
-    def transaction(self) -> Iterator["Transaction"]:
-        """A transaction that commits on success and rolls back on any exception."""
+    def transaction(self, snapshot: bool = False) -> Iterator["Transaction"]:
+        """A transaction that commits on success and rolls back on any exception.
+
+        ``snapshot``: every read sees the same snapshot (REPEATABLE READ on PostgreSQL;
+        DuckDB transactions always do). Writers keep READ COMMITTED, under which the
+        ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
     @abstractmethod
-    def table_version(self, table: str) -> str:
-        """A cheap fingerprint that changes when the table's rows change."""
+    def unit_fingerprint(self, tx: "Transaction", table: str, unit: str) -> str:
+        """A fingerprint of the multiset of privacy-unit values, read in ``tx``.
+
+        The per-unit row bound c depends on nothing else, so c can be cached under this
+        key: row count and the sum of a 64-bit hash of each unit value (one column
+        scan, far cheaper than the GROUP BY that computes c)."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -58,7 +58,7 @@ class DuckDBBackend(Backend):
             return tx.execute(sql, params)
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         with self._lock:
             cursor = self._con.cursor()
             try:
@@ -74,12 +74,9 @@ class DuckDBBackend(Backend):
             finally:
                 cursor.close()
 
-    def table_version(self, table: str) -> str:
-        # DuckDB keeps no modification counter a client can read; the row count is
-        # exact and cheap (answered from storage metadata). Updates that keep the count
-        # are not seen; issue 4 replaces this with a real data version.
-        (count,) = self.query(f'SELECT count(*) FROM "{table}"')[0]
-        return f"rows={count}"
+    def unit_fingerprint(self, tx: Transaction, table: str, unit: str) -> str:
+        (count, hashed), = tx.execute(f'SELECT count("{unit}"), sum(hash("{unit}")) FROM "{table}"')
+        return f"{count}:{hashed}"
 
     def close(self) -> None:
         with self._lock:

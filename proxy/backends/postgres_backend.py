@@ -35,11 +35,13 @@ class PostgresBackend(Backend):
             return tx.execute(sql, params)
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         with self._lock:
             con = self._connection()
             try:
                 with con.transaction():
+                    if snapshot:
+                        con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     yield _PostgresTransaction(con)
             except psycopg.OperationalError as exc:
                 log.error("postgres connection lost: %s", exc)
@@ -48,16 +50,10 @@ class PostgresBackend(Backend):
                     raise BackendUnavailable("the database behind the proxy is unreachable") from None
                 raise BackendFailed("the backend could not run this query") from None
 
-    def table_version(self, table: str) -> str:
-        # The cumulative statistics counters change with every committed insert, update
-        # and delete (flushed within about a second); relfilenode changes on TRUNCATE.
-        rows = self.query(
-            "SELECT c.relfilenode, s.n_tup_ins, s.n_tup_upd, s.n_tup_del "
-            "FROM pg_class c LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid "
-            "WHERE c.oid = to_regclass(%s)",
-            (table,),
-        )
-        return "pg:" + ":".join(map(str, rows[0])) if rows else "pg:missing"
+    def unit_fingerprint(self, tx: Transaction, table: str, unit: str) -> str:
+        (count, hashed), = tx.execute(
+            f'SELECT count("{unit}"), sum(hashtextextended("{unit}"::text, 0)) FROM "{table}"')
+        return f"{count}:{hashed}"
 
     def close(self) -> None:
         with self._lock:

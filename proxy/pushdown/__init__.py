@@ -100,7 +100,8 @@ def unit_bound_sql(table: str, unit: str, dialect: str) -> str:
 def _scope(plan: QueryPlan, needs, keys, clip_rows_per_unit: int | None) -> exp.Select:
     """The rows in scope: group keys and clamped columns, after WHERE (and clipping)."""
     table = plan.table
-    selected = [exp.alias_(exp.column(col, quoted=True), key) for col, key in zip(plan.group_by, keys)]
+    selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
+    selected += [exp.alias_(exp.column(col, quoted=True), key) for col, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
         selected.append(exp.alias_(_clamped(table.columns[need.column], need.column), f"c{index}"))
     scope = exp.select(*selected).from_(exp.to_table(table.name, quoted=True))

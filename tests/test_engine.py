@@ -1,0 +1,256 @@
+"""The engine end to end on both backends: answers, metadata, ledger and refusals."""
+
+from __future__ import annotations
+
+import statistics
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.errors import BackendFailed, BudgetExhausted, Refused
+from proxy.rules import parse_rules
+from tests.conftest import load_table
+
+pytestmark = pytest.mark.postgres
+
+RULES_TEXT = """
+[defaults]
+model = "idp"
+epsilon_per_query = 0.3
+budget_per_analyst = 1.0
+
+[analysts.alice]
+budget = 1.0
+
+[analysts.zoe]
+budget = 100
+
+[tables.people]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.people.columns]
+person_id = { type = "int" }
+age    = { type = "int",   domain = [0, 120] }
+income = { type = "float", domain = [0, 10000000] }
+region = { type = "text",  keys = ["north", "south", "east", "west"] }
+
+[tables.ghost]
+[tables.ghost.columns]
+x = { type = "float", domain = [0, 1] }
+
+[tables.regions]
+public = true
+"""
+
+
+def _people(n: int = 2000, seed: int = 7) -> dict[str, list]:
+    rng = np.random.default_rng(seed)
+    return {
+        "person_id": list(range(1, n + 1)),
+        "age": [int(a) for a in rng.integers(18, 90, n)],
+        "income": [float(v) for v in np.round(rng.lognormal(10.5, 0.6, n), 2)],
+        "region": [str(r) for r in rng.choice(["north", "south", "east", "west"], n)],
+    }
+
+
+PEOPLE_TYPES = {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
+                "region": "TEXT"}
+
+
+@pytest.fixture
+def engine(backend_url):
+    load_table(backend_url, "people", _people(), PEOPLE_TYPES)
+    load_table(backend_url, "regions", {"region": ["north", "south"], "label": ["N", "S"]},
+               {"region": "TEXT", "label": "TEXT"})
+    backend = open_backend(backend_url)
+    yield Engine(parse_rules(RULES_TEXT), backend)
+    backend.close()
+
+
+def run(session, sql):
+    return list(session.execute(sql))
+
+
+def ledger_state(engine):
+    return engine.ledger.entries(), engine.ledger.budgets()
+
+
+def test_fourth_query_is_refused_at_budget_one_and_epsilon_point_three(engine):
+    session = engine.session("alice")
+    for sql in ("SELECT MEDIAN(income) FROM people", "SELECT COUNT(*) FROM people WHERE age > 30",
+                "SELECT MAX(age) FROM people"):
+        (answer,) = run(session, sql)
+        assert answer.privacy["epsilon_spent"] == 0.3
+    with pytest.raises(BudgetExhausted) as refused:
+        run(session, "SELECT MIN(age) FROM people")
+    assert refused.value.sqlstate == "PB001"
+    statuses = [entry[9] for entry in engine.ledger.entries("alice")]
+    assert statuses == ["charged"] * 3 + ["refused: budget"]
+    assert engine.ledger.remaining("alice") == Decimal("0.1")
+    assert sum(e[6] for e in engine.ledger.entries("alice") if e[9] == "charged") == Decimal("0.9")
+
+
+def test_answer_carries_privacy_metadata(engine):
+    (answer,) = run(engine.session("zoe"), "SELECT MEDIAN(income) AS m FROM people")
+    privacy = answer.privacy
+    assert answer.columns == ["m"]
+    assert privacy["model"] == "iDP" and "Laplace" in privacy["mechanism"]
+    assert privacy["epsilon_spent"] == 0.3 and privacy["epsilon_remaining"] == 99.7
+    (half_width,) = privacy["ci95"]["m"]
+    assert half_width > 0
+    assert "95% error bound" in answer.notice
+
+
+def test_local_sensitivity_is_never_reported_exactly(engine):
+    """The bound comes from the power-of-two sensitivity: it is ln(20)-ish × 2^k/ε."""
+    (answer,) = run(engine.session("zoe"), "/*+ epsilon=1 */ SELECT MEDIAN(income) FROM people")
+    (half_width,) = answer.privacy["ci95"]["median"]
+    ratios = [half_width / 2.0 ** k for k in range(-10, 30)]
+    assert any(2.9 < r < 3.1 for r in ratios)  # ≈ ln(20)·2^k
+
+
+def test_whole_table_count_is_exact(engine):
+    """Modifying records never changes the number of rows: LS = 0, released exactly."""
+    (answer,) = run(engine.session("zoe"), "SELECT COUNT(*) FROM people")
+    assert answer.rows == [(2000,)]
+    assert answer.privacy["ci95"]["count"] == [0.0]
+
+
+def test_group_by_answers_every_declared_key_in_order(engine):
+    (answer,) = run(engine.session("zoe"),
+                    "SELECT region, COUNT(*) AS n FROM people GROUP BY region ORDER BY n DESC LIMIT 3")
+    assert len(answer.rows) == 3
+    counts = [row[1] for row in answer.rows]
+    assert counts == sorted(counts, reverse=True)
+    assert {row[0] for row in answer.rows} <= {"north", "south", "east", "west"}
+
+
+def test_empty_scope_is_answered_not_refused(engine):
+    """SPEC §3.4: tiny scopes fall back to a data-independent sensitivity."""
+    (answer,) = run(engine.session("zoe"), "SELECT MEDIAN(age) FROM people WHERE age > 200")
+    assert 0 <= answer.rows[0][0] <= 120
+
+
+def test_public_table_passes_through_unchanged_and_free(engine):
+    session = engine.session("zoe")
+    before = engine.ledger.remaining("zoe")
+    (answer,) = run(session, "SELECT * FROM regions ORDER BY region")
+    assert answer.rows == [("north", "N"), ("south", "S")]
+    assert engine.ledger.remaining("zoe") == before
+
+
+REFUSALS = [
+    ("SELECT * FROM people", "42501"),
+    ("SELECT income FROM people", "42501"),
+    ("SELECT age, COUNT(*) FROM people GROUP BY age", "0A000"),
+    ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.region", "0A000"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM people) t", "0A000"),
+    ("WITH t AS (SELECT * FROM people) SELECT COUNT(*) FROM t", "0A000"),
+    ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM people", "0A000"),
+    ("SELECT SUM(income) OVER () FROM people", "0A000"),
+    ("SELECT COUNT(*) FROM people WHERE lower(region) = 'north'", "42883"),
+    ("SELECT COUNT(*) FROM people WHERE age IN (SELECT age FROM people)", "0A000"),
+    ("SELECT COUNT(DISTINCT age) FROM people", "0A000"),
+    ("SELECT MEDIAN(age + 1) FROM people", "0A000"),
+    ("SELECT COUNT(*) FROM people HAVING COUNT(*) > 3", "0A000"),
+    ("SELECT COUNT(*) FROM secrets", "42P01"),
+    ("SELECT MAX(salary) FROM people", "42703"),
+    ("DELETE FROM people", "25006"),
+    ("DROP TABLE people", "25006"),
+    ("INSERT INTO people VALUES (1, 2, 3, 'x')", "25006"),
+    ("COPY people TO STDOUT", "25006"),
+    ("SET ROLE postgres", "25006"),
+    ("SELECT MEDIAN(region) FROM people", "0A000"),
+    ("/*+ epsilon=5 */ SELECT COUNT(*) FROM people", "22023"),
+    ("/*+ epsilon=1e-3 */ SELECT COUNT(*) FROM people", "22023"),
+    ("SET idp.epsilon = -1", "22023"),
+    ("SET idp.epsilon = 'NaN'", "22023"),
+    ("SET idp.model = 'magic'", "22023"),
+    ("SELECT COUNT(*) FROM people; SELECT * FROM people", "42501"),
+    ("SELEC COUNT(*) FROM people", "42601"),
+]
+
+
+@pytest.mark.parametrize("sql,sqlstate", REFUSALS)
+def test_refusals_spend_nothing_and_say_what_is_allowed(engine, sql, sqlstate):
+    session = engine.session("alice")
+    before = ledger_state(engine)
+    with pytest.raises(Refused) as refused:
+        run(session, sql)
+    assert refused.value.sqlstate == sqlstate
+    message = refused.value.message
+    assert "\n" not in message and len(message) < 400
+    assert ledger_state(engine) == before
+
+
+def test_refused_second_statement_refuses_the_first_too(engine):
+    before = ledger_state(engine)
+    with pytest.raises(Refused):
+        run(engine.session("alice"), "SELECT COUNT(*) FROM people WHERE age > 3; SELECT * FROM people")
+    assert ledger_state(engine) == before
+
+
+def test_unknown_analyst_is_refused(engine):
+    with pytest.raises(Refused) as refused:
+        engine.session("mallory")
+    assert refused.value.sqlstate == "28000"
+
+
+def test_backend_failure_is_charged_and_its_text_hidden(engine):
+    """The table is in the rules but not in the database: the query reached the backend,
+    so it is charged (SPEC §3.4), and the backend's own message is not shown."""
+    session = engine.session("zoe")
+    before = engine.ledger.remaining("zoe")
+    with pytest.raises(BackendFailed) as failed:
+        run(session, "SELECT MEDIAN(x) FROM ghost")
+    assert failed.value.message == "the backend could not run this query"
+    assert engine.ledger.remaining("zoe") == before - Decimal("0.3")
+
+
+def test_settings_and_show(engine):
+    session = engine.session("zoe")
+    run(session, "SET idp.epsilon = 0.05")
+    (answer,) = run(session, "SELECT COUNT(*) FROM people WHERE age < 50")
+    assert answer.privacy["epsilon_spent"] == 0.05
+    (shown,) = run(session, "SHOW idp.budget")
+    assert Decimal(shown.rows[0][0]) == Decimal("99.95")
+    run(session, "RESET idp.epsilon")
+    (answer,) = run(session, "SELECT COUNT(*) FROM people WHERE age < 50")
+    assert answer.privacy["epsilon_spent"] == 0.3
+
+
+def test_several_aggregates_cost_the_sum_of_their_epsilon(engine):
+    (answer,) = run(engine.session("zoe"),
+                    "SELECT COUNT(*), MEDIAN(age), MAX(income) FROM people WHERE age > 20")
+    assert answer.privacy["epsilon_spent"] == pytest.approx(0.9)
+
+
+def test_idp_median_is_orders_of_magnitude_more_accurate_than_dp(engine):
+    """SPEC: on demo-like data the iDP median at ε = 1 beats the DP (global sensitivity)
+    median by orders of magnitude in mean absolute error."""
+    true = statistics.median_low(_people()["income"])
+    session = engine.session("zoe")
+    errors = {}
+    for model in ("idp", "dp"):
+        run(session, f"SET idp.model = '{model}'")
+        answers = [run(session, "/*+ epsilon=1 */ SELECT MEDIAN(income) FROM people")[0].rows[0][0]
+                   for _ in range(20)]
+        errors[model] = statistics.mean(abs(a - true) for a in answers)
+    assert errors["idp"] * 100 < errors["dp"]
+
+
+def test_unit_bound_follows_the_data(engine):
+    """c is cached per fingerprint of the unit column and recomputed when it changes:
+    a person who gains rows widens every later answer's sensitivity at once."""
+    session = engine.session("zoe")
+    plan_sql = "SELECT COUNT(*) FROM people WHERE age > 40"
+    run(session, plan_sql)
+    assert list(engine._unit_bounds.values()) == [1]
+    engine.backend.query("INSERT INTO people VALUES (7, 40, 1.0, 'north')")
+    engine.backend.query("INSERT INTO people VALUES (7, 41, 2.0, 'north')")
+    (answer,) = run(session, plan_sql)
+    assert sorted(engine._unit_bounds.values()) == [1, 3]
+    assert answer.privacy["ci95"]["count"][0] > 20  # scale 4/0.3 rather than 1/0.3
