@@ -23,6 +23,8 @@ def parse_epsilon(text: str | float | int | Decimal, what: str = "epsilon") -> D
     """
     raw = text if isinstance(text, str) else _number_text(text)
     raw = raw.strip()
+    if raw.startswith("-") and _PLAIN_DECIMAL.fullmatch(raw[1:]):
+        raise ValueError(f"{what} must be positive, got {raw}")
     if not raw.isascii() or not _PLAIN_DECIMAL.fullmatch(raw):
         raise ValueError(
             f"{what} must be a plain decimal number with at most 6 decimal places, got {raw!r}"

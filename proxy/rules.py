@@ -96,7 +96,7 @@ class _Reader:
                 continue
             leaf = re.escape(parts[depth - 1])
             for number, line in enumerate(self.lines[start:], start=start + 1):
-                if re.match(rf"\s*{leaf}\s*=", line):
+                if re.match(rf"\s*[\"']?{leaf}[\"']?\s*=", line):
                     return number
         return None
 

@@ -1,0 +1,123 @@
+"""The command line as a new user meets it: the installed ``idp-proxy`` script run as a
+subprocess, on the embedded demo and on PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import load_table
+
+SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
+
+
+@pytest.fixture
+def home(tmp_path):
+    return {**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")}
+
+
+def cli(env, *args, stdin=None):
+    return subprocess.run([SCRIPT, *args], env=env, capture_output=True, text=True, input=stdin,
+                          timeout=120)
+
+
+def ledger(env, *extra):
+    out = cli(env, "ledger", "--format", "json", *extra)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_readme_first_command_gives_a_noisy_median_with_metadata(home):
+    out = cli(home, "query", "--user", "alice", "SELECT MEDIAN(income) FROM people")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].strip() == "median"
+    assert 10_000 < float(lines[2]) < 100_000
+    notice = [line for line in lines if line.startswith("NOTICE:")][0]
+    assert "iDP" in notice and "spent epsilon 0.1" in notice and "95% error bound" in notice
+
+
+def test_select_star_is_refused_with_what_is_allowed_and_nothing_spent(home):
+    cli(home, "query", "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 50")
+    before = ledger(home)
+    out = cli(home, "query", "--user", "alice", "SELECT * FROM people")
+    assert out.returncode != 0
+    assert out.stdout == ""
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("ERROR [42501]:") and "aggregates" in line and "MEDIAN" in line
+    assert ledger(home) == before
+
+
+def test_json_output_has_rows_and_privacy_metadata(home):
+    out = cli(home, "query", "--user", "bob", "--format", "json", "--epsilon", "0.2",
+              "SELECT region, COUNT(*) AS n FROM people WHERE age > 40 GROUP BY region")
+    assert out.returncode == 0, out.stderr
+    (statement,) = json.loads(out.stdout)
+    assert statement["columns"] == ["region", "n"]
+    assert [row[0] for row in statement["rows"]] == ["north", "south", "east", "west"]
+    privacy = statement["privacy"]
+    assert privacy["model"] == "iDP"
+    assert privacy["epsilon_spent"] == 0.2 and privacy["epsilon_remaining"] == 1.8
+    assert len(privacy["ci95"]["n"]) == 4 and privacy["mechanism"] == "discrete Laplace"
+
+
+def test_script_file_with_settings_and_csv(home, tmp_path):
+    script = tmp_path / "q.sql"
+    script.write_text("SET idp.epsilon = 0.05;\n-- a comment\n"
+                      "SELECT MAX(cost) FROM visits WHERE department = 'oncology';\n"
+                      "SHOW idp.budget;\n")
+    out = cli(home, "query", "--user", "alice", "--format", "csv", "-f", str(script))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[:1] == ["SET"]
+    assert "budget" in out.stdout and "0.95" in out.stdout
+
+
+def test_budget_commands(home):
+    cli(home, "query", "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 30")
+    shown = json.loads(cli(home, "budget", "show", "--user", "alice", "--format", "json").stdout)
+    assert shown == [{"analyst": "alice", "budget": "1", "spent": "0.1", "remaining": "0.9"}]
+    assert cli(home, "budget", "grant", "--user", "alice", "--epsilon", "0.5").returncode == 0
+    assert cli(home, "budget", "reset", "--user", "alice").returncode == 0
+    shown = json.loads(cli(home, "budget", "show", "--user", "alice", "--format", "json").stdout)
+    assert shown[0]["remaining"] == "1.5"
+    bad = cli(home, "budget", "grant", "--user", "alice", "--epsilon", "lots")
+    assert bad.returncode == 2 and "plain decimal" in bad.stderr
+
+
+def test_bad_rules_file_is_one_line_with_file_and_line(home, tmp_path):
+    rules = tmp_path / "r.toml"
+    rules.write_text("[defaults]\nmodel = 'dp'\nepsilon_per_query = 'x'\n")
+    out = cli(home, "query", "--rules", str(rules), "--user", "a", "SELECT COUNT(*) FROM t")
+    assert out.returncode == 2
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(f"ERROR: {rules}:3:") and "epsilon_per_query" in line
+
+
+@pytest.mark.postgres
+def test_budget_runs_out_on_the_fourth_query_on_postgres(home, fresh_postgres, tmp_path):
+    load_table(fresh_postgres, "people", {"person_id": list(range(100)),
+                                          "age": [20 + i % 50 for i in range(100)]},
+               {"person_id": "INTEGER", "age": "INTEGER"})
+    rules = tmp_path / "r.toml"
+    rules.write_text("[defaults]\nepsilon_per_query = 0.3\n[analysts.alice]\nbudget = 1.0\n"
+                     "[tables.people]\nprivacy_unit = 'person_id'\n[tables.people.columns]\n"
+                     "person_id = { type = 'int' }\nage = { type = 'int', domain = [0, 120] }\n")
+    common = ["--rules", str(rules), "--backend", fresh_postgres]
+    codes = [cli(home, "query", *common, "--user", "alice", f"SELECT MEDIAN(age) FROM people "
+                 f"WHERE age > {i}").returncode for i in range(4)]
+    assert codes == [0, 0, 0, 1]
+    entries = ledger(home, *common)
+    assert [e["status"] for e in entries] == ["charged"] * 3 + ["refused: budget"]
+    assert all(e["epsilon"] == "0.3" for e in entries)
+
+
+def test_help_lists_every_command():
+    out = subprocess.run([SCRIPT, "--help"], capture_output=True, text=True)
+    for command in ("query", "budget", "ledger"):
+        assert command in out.stdout
+

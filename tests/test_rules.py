@@ -1,0 +1,81 @@
+"""The rules file: the documented keys work as spelled; mistakes name file, line, reason."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from proxy.errors import RulesError
+from proxy.rules import load_rules, parse_rules
+from tests.conftest import ROOT
+
+ISSUE_EXAMPLE = """
+[defaults]
+model = "idp"              # "idp" | "dp"
+epsilon_per_query = 0.1
+budget_per_analyst = 1.0
+
+[analysts.alice]
+budget = 1.0
+
+[tables.people]
+privacy_unit = "person_id"          # omit for row-level privacy
+[tables.people.columns]
+age    = { type = "int",   domain = [0, 120] }
+income = { type = "float", domain = [0, 10000000] }
+region = { type = "text",  keys = ["north", "south", "east", "west"] }
+
+[tables.regions]
+public = true
+"""
+
+
+def test_the_documented_example_loads():
+    rules = parse_rules(ISSUE_EXAMPLE)
+    assert rules.defaults.model == "idp"
+    assert rules.defaults.epsilon_per_query == Decimal("0.1")
+    assert rules.budget_of("alice") == Decimal("1.0")
+    people = rules.table("people")
+    assert people.privacy_unit == "person_id" and not people.public
+    assert (people.columns["age"].lower, people.columns["age"].upper) == (0, 120)
+    assert people.columns["region"].keys == ("north", "south", "east", "west")
+    assert rules.table("regions").public
+
+
+def test_shipped_rules_files_load():
+    for path in (ROOT / "rules").glob("*.toml"):
+        load_rules(path)
+
+
+@pytest.mark.parametrize("text,line,fragment", [
+    ('[defaults]\nmodel = "magic"\n', 2, "[defaults.model] must be one of idp, dp"),
+    ('[defaults]\nepsilon_per_query = -0.1\n', 2, "must be positive"),
+    ('[defaults]\nepsilon_per_query = 1e-9\n', 2, "plain decimal"),
+    ('[defaults]\nbudget_per_analyst = nan\n', 2, "plain decimal"),
+    ('[defaults]\nepsilon = 0.1\n', 2, "unknown key"),
+    ('[tables.t]\nprivacy_unit = "id"\n[tables.t.columns]\nx = { type = "int", domain = [5, 1] }\n',
+     4, "lower bound 5.0 must be below upper 1.0"),
+    ('[tables.t]\n[tables.t.columns]\nx = { type = "decimal" }\n', 3, "must be one of int"),
+    ('[tables.t]\n[tables.t.columns]\nx = { type = "text", keys = [] }\n', 3, "non-empty list"),
+    ('[tables.t]\npublic = "yes"\n', 2, "true or false"),
+    ('[tables.t]\nmax_rows_per_unit = 3\n[tables.t.columns]\nx = { type = "int" }\n', 2,
+     "needs privacy_unit"),
+    ('[tables.t]\nprivacy_unit = "id"\n', 1, "must declare its columns"),
+    ('[tables.t]\n[tables.t.columns]\n"bad name" = { type = "int" }\n', 3, "not a plain SQL identifier"),
+    ('[defaults\n', 1, "invalid TOML"),
+])
+def test_a_bad_file_is_rejected_with_file_line_and_reason(tmp_path, text, line, fragment):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(RulesError) as error:
+        load_rules(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}:{line}") or (
+        "invalid TOML" in message and message.startswith(str(path)))
+    assert fragment in message
+
+
+def test_missing_file():
+    with pytest.raises(RulesError, match="cannot read rules file"):
+        load_rules("/nonexistent/rules.toml")
