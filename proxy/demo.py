@@ -34,9 +34,9 @@ def people_columns(n: int = 20_000, seed: int = SEED) -> dict[str, np.ndarray]:
 
 
 def visits_columns(people: int = 20_000, seed: int = SEED + 1) -> dict[str, np.ndarray]:
-    """Zero to a dozen visits per person; costs heavy-tailed."""
+    """Zero to six visits per person; costs heavy-tailed."""
     rng = np.random.default_rng(seed)
-    per_person = np.minimum(rng.poisson(2.2, size=people), 12)
+    per_person = np.minimum(rng.poisson(2.2, size=people), 6)
     person_id = np.repeat(np.arange(1, people + 1, dtype=np.int64), per_person)
     count = len(person_id)
     return {
