@@ -21,7 +21,7 @@ from proxy.errors import BackendUnavailable
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
 from proxy.privacy.sampler import RandomSource, SecureSource
-from proxy.pushdown import statistics_query, unit_bound_sql
+from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import Rules
 from proxy.session import SessionCommand, Settings, apply_command, epsilon_hint, session_command
 from proxy.statistics import GroupStats
@@ -75,8 +75,8 @@ class Engine:
         with self.backend.transaction(snapshot=True) as tx:
             shift = self.shift_for(plan, tx)
             clip = plan.table.max_rows_per_unit if plan.model == "dp" else None
-            query = statistics_query(plan, column_needs(plan, shift), self.backend.dialect, clip)
-            return shift, query.read(tx.execute(query.sql))
+            return shift, compute_statistics(plan, column_needs(plan, shift),
+                                             self.backend.dialect, clip, tx.execute)
 
 
 class Session:

@@ -36,11 +36,13 @@ class RankRef:
 
 @dataclass(frozen=True)
 class ColumnNeeds:
-    """Statistics of one column: order statistics at ``ranks`` and/or its sum."""
+    """Statistics of one column: order statistics at ``ranks``, its sum (``total``) and
+    its non-null count (``count``; always computed with a sum or a percentile)."""
 
     column: str
     ranks: frozenset[RankRef] = frozenset()
     total: bool = False
+    count: bool = False
 
 
 @dataclass

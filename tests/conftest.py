@@ -4,11 +4,6 @@ DuckDB databases in temporary folders, and loaders that put the same rows into b
 from __future__ import annotations
 
 import os
-import pwd
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,77 +11,16 @@ import duckdb
 import psycopg
 import pytest
 
+from tests.pgserver import throwaway_postgres
+
 ROOT = Path(__file__).resolve().parent.parent
-PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-
-
-def _install_postgres() -> None:
-    """SPEC §8: the suite installs the server when the machine lacks it (as root,
-    from Debian's packages); elsewhere it says what to install."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise RuntimeError("PostgreSQL server binaries not found: install the 'postgresql' "
-                           "package (Debian/Ubuntu) and run the tests again")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], check=True, env=env,
-                   capture_output=True)
-
-
-def _pg_binary(name: str) -> str:
-    global PG_BIN_DIRS
-    if not PG_BIN_DIRS:
-        _install_postgres()
-        PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-    for directory in PG_BIN_DIRS:
-        if (directory / name).exists():
-            return str(directory / name)
-    found = shutil.which(name)
-    if found:
-        return found
-    raise RuntimeError(f"PostgreSQL binary {name} not found: install the 'postgresql' package "
-                       "(.ci/run does this)")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def postgres_url():
-    """A fresh PostgreSQL cluster on 127.0.0.1, stopped at the end of the session.
-
-    PostgreSQL refuses to run as root, so as root the cluster runs as the ``postgres``
-    system user, in a temporary folder that user owns.
-    """
-    base = Path(tempfile.mkdtemp(prefix="idp-pg-"))
-    data = base / "data"
-    as_root = os.geteuid() == 0
-    prefix: list[str] = []
-    if as_root:
-        user = pwd.getpwnam("postgres")
-        os.chown(base, user.pw_uid, user.pw_gid)
-        prefix = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    run = lambda *args: subprocess.run(prefix + list(args), check=True,  # noqa: E731
-                                       capture_output=True, text=True)
-    run(_pg_binary("initdb"), "-D", str(data), "-U", "idp", "--auth=trust", "-E", "UTF8",
-        "--no-sync")
-    run(_pg_binary("pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o",
-        f"-h 127.0.0.1 -p {port} -k {base} -F", "start")
-    url = f"postgresql://idp@127.0.0.1:{port}/postgres"
-    try:
-        for _ in range(50):
-            try:
-                psycopg.connect(url).close()
-                break
-            except psycopg.OperationalError:
-                time.sleep(0.2)
+    """A fresh PostgreSQL cluster on 127.0.0.1 for the whole test session."""
+    with throwaway_postgres() as url:
         yield url
-    finally:
-        run(_pg_binary("pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -116,3 +116,33 @@ def test_percentile_rank_matches_the_backends_percentile_disc(duckdb_url):
             (value,) = con.execute(
                 f"SELECT quantile_disc(x, {float(p)}) FROM range(1, {n + 1}) t(x)").fetchone()
             assert value == percentile_rank(n, p)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sql", [
+    "SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(y), MIN(x), SUM(x) "
+    "FROM t WHERE unit < {k}",
+    "SELECT MAX(y) FROM t WHERE unit < {k}",
+    "SELECT MIN(x), COUNT(*) FROM t WHERE unit < {k}",
+])
+def test_ungrouped_statistics_equal_a_direct_computation(backend_url, sql):
+    """The fast path (counts, top-k lists, backend percentiles at (k − ½)/n) returns the
+    exact order statistics, for scopes from empty to a few dozen values."""
+    data = _rows(seed=9, units=30)
+    load_table(backend_url, "t", data, TYPES)
+    rows = list(zip(data["unit"], data["x"], data["y"]))
+    for k in (0, 1, 2, 3, 5, 8, 13, 30):
+        plan, shift, groups = _statistics(backend_url, sql.format(k=k))
+        needs = {n.column: n for n in column_needs(plan, shift)}
+        scope = [(x, y) for unit, x, y in rows if unit < k]
+        xs = sorted(min(max(x, 0.0), 100.0) for x, _ in scope if x is not None)
+        ys = sorted(float(min(max(y, -50), 50)) for _, y in scope if y is not None)
+        stats = groups[()]
+        for column, values in (("x", xs), ("y", ys)):
+            if column in needs:
+                assert stats.columns[column].values == order_values(values, needs[column].ranks)
+        if "x" in needs and needs["x"].total:
+            assert stats.columns["x"].n == len(xs)
+            assert stats.columns["x"].total == pytest.approx(sum(xs))
+        if "COUNT(*)" in sql:
+            assert stats.rows == len(scope)

@@ -41,12 +41,14 @@ def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
     """The statistics every aggregate of the plan needs, merged per column."""
     ranks: dict[str, set[RankRef]] = {}
     totals: dict[str, bool] = {}
+    counts: dict[str, bool] = {}
     for agg in plan.aggregates:
         if agg.column is None:
             continue
         column = plan.table.columns[agg.column]
         wanted = ranks.setdefault(agg.column, set())
         totals.setdefault(agg.column, False)
+        counts[agg.column] = counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
         if agg.kind == PERCENTILE:
             wanted.update(percentile_refs(agg.fraction, shift) if plan.model == "idp"
                           else (RankRef(PCT, 0, agg.fraction),))
@@ -60,7 +62,8 @@ def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
             totals[agg.column] = True
             if plan.model == "idp" and shift == 1:
                 wanted.update(SUM_REFS)
-    return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col]) for col in ranks)
+    return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col])
+                 for col in ranks)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,138 @@
+"""What privacy costs: the engine's time per query as a ratio to the plain aggregate run
+directly on the same backend, for DuckDB and PostgreSQL, in one run.
+
+    python benchmarks/pushdown.py [--rows 10000000] [--backends duckdb,postgres] [--repeat 5]
+
+The engine's time covers everything an analyst waits for: analysis, the ledger debit,
+the per-unit bound check, the statistics query and the noise. The per-unit bound's first
+computation (once per data version) is reported on its own line. PostgreSQL is a
+throwaway server started from the system's binaries (as in the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from proxy.backends import open_backend  # noqa: E402
+from proxy.engine import Engine  # noqa: E402
+from proxy.rules import parse_rules  # noqa: E402
+from tests.pgserver import throwaway_postgres  # noqa: E402
+
+RULES = parse_rules("""
+[defaults]
+epsilon_per_query = 0.1
+[analysts.bench]
+budget = 1000000
+[tables.rows]
+[tables.rows.columns]
+x = { type = "float", domain = [0, 1000] }
+a = { type = "int", domain = [0, 100] }
+[tables.visits]
+privacy_unit = "unit"
+[tables.visits.columns]
+unit = { type = "int" }
+x = { type = "float", domain = [0, 1000] }
+a = { type = "int", domain = [0, 100] }
+""", "benchmark rules")
+
+# (name, private SQL, plain SQL per dialect)
+CASES = [
+    ("COUNT with range", "SELECT COUNT(*) FROM rows WHERE a BETWEEN 10 AND 50",
+     {"duckdb": "SELECT count(*) FROM rows WHERE a BETWEEN 10 AND 50",
+      "postgres": "SELECT count(*) FROM rows WHERE a BETWEEN 10 AND 50"}),
+    ("MEDIAN", "SELECT MEDIAN(x) FROM rows",
+     {"duckdb": "SELECT quantile_disc(x, 0.5) FROM rows",
+      "postgres": "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows"}),
+    ("MEDIAN with WHERE", "SELECT MEDIAN(x) FROM rows WHERE a < 30",
+     {"duckdb": "SELECT quantile_disc(x, 0.5) FROM rows WHERE a < 30",
+      "postgres": "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows WHERE a < 30"}),
+    ("MAX", "SELECT MAX(x) FROM rows",
+     {"duckdb": "SELECT max(x) FROM rows", "postgres": "SELECT max(x) FROM rows"}),
+    ("MAX with WHERE", "SELECT MAX(x) FROM rows WHERE a < 30",
+     {"duckdb": "SELECT max(x) FROM rows WHERE a < 30",
+      "postgres": "SELECT max(x) FROM rows WHERE a < 30"}),
+    ("user-level COUNT", "SELECT COUNT(*) FROM visits WHERE a BETWEEN 10 AND 50",
+     {"duckdb": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50",
+      "postgres": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50"}),
+]
+
+
+def load(backend, rows: int) -> None:
+    """rows: one row per record; visits: the same shape, 1–5 rows per unit."""
+    if backend.dialect == "duckdb":
+        body = ("SELECT range AS id, hash(range) % 1000 / 1.0 AS x, "
+                "CAST(hash(range * 7) % 101 AS INTEGER) AS a FROM range({n})")
+        unit = "(range // 3 + CAST(hash(range) % 2 AS BIGINT))"
+    else:
+        body = ("SELECT g AS id, (hashint8(g) & 1048575) % 1000 / 1.0 AS x, "
+                "((hashint8(g * 7) & 1048575) % 101)::int AS a FROM generate_series(1, {n}) g")
+        unit = "(g / 3 + (hashint8(g) & 1))"
+    with backend.transaction() as tx:
+        tx.execute("CREATE TABLE rows AS " + body.format(n=rows))
+        tx.execute("CREATE TABLE visits AS " + body.replace("AS id", f"AS id, {unit} AS unit")
+                   .format(n=rows))
+    if backend.dialect == "postgres":
+        backend.query("ANALYZE rows")
+        backend.query("ANALYZE visits")
+
+
+def timed(action, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_backend(url: str, rows: int, repeat: int) -> list[tuple]:
+    backend = open_backend(url)
+    print(f"[{backend.dialect}] loading {rows:,} rows ...", file=sys.stderr, flush=True)
+    load(backend, rows)
+    engine = Engine(RULES, backend)
+    session = engine.session("bench")
+    results = []
+    start = time.perf_counter()
+    list(session.execute(CASES[-1][1]))  # the first user-level query computes c
+    first = time.perf_counter() - start
+    for name, private_sql, plain in CASES:
+        print(f"[{backend.dialect}] {name} ...", file=sys.stderr, flush=True)
+        raw = timed(lambda: backend.query(plain[backend.dialect]), repeat)
+        ours = timed(lambda: list(session.execute(private_sql)), repeat)
+        results.append((backend.dialect, name, raw, ours))
+    raw = timed(lambda: backend.query(CASES[-1][2][backend.dialect]), repeat)
+    results.append((backend.dialect, "user-level COUNT, first (computes c)", raw, first))
+    backend.close()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--backends", default="duckdb,postgres")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    results = []
+    for name in args.backends.split(","):
+        if name == "duckdb":
+            with tempfile.TemporaryDirectory() as folder:
+                results += run_backend(f"duckdb:///{folder}/bench.duckdb", args.rows, args.repeat)
+        elif name == "postgres":
+            with throwaway_postgres({"work_mem": "256MB", "shared_buffers": "1GB"}) as url:
+                results += run_backend(url, args.rows, args.repeat)
+    print(f"\n{args.rows:,} rows, median of {args.repeat} runs\n")
+    print(f"{'backend':<9} {'query':<38} {'plain (s)':>10} {'idp-proxy (s)':>14} {'ratio':>7}")
+    for dialect, name, raw, ours in results:
+        print(f"{dialect:<9} {name:<38} {raw:>10.3f} {ours:>14.3f} {ours / raw:>6.2f}x")
+
+
+if __name__ == "__main__":
+    main()

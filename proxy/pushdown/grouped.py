@@ -1,0 +1,126 @@
+"""Statistics per GROUP BY cell in one statement: a window numbers the values of each
+group, and a CASE picks the requested ranks (one sort per needed column).
+
+    WITH scope AS (SELECT keys, clamped columns FROM table WHERE predicate),
+         base AS (rows per group), s_i AS (per column: count, sum, values at ranks)
+    SELECT keys, rows, n_i, total_i, value_i_j ... FROM base LEFT JOIN s_i USING (keys)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from proxy.analyze.plan import QueryPlan
+from proxy.pushdown.scope import DECIMAL, group_keys, scope_select
+from proxy.statistics import BOTTOM, PCT, ColumnNeeds, ColumnStats, GroupStats, RankRef
+
+
+@dataclass(frozen=True)
+class StatisticsQuery:
+    """The SQL text and how to read its result columns back."""
+
+    sql: str
+    keys: tuple[str, ...]
+    needs: tuple[ColumnNeeds, ...]
+
+    def read(self, rows: list[tuple]) -> dict[tuple, GroupStats]:
+        """Backend rows → GroupStats per group key tuple."""
+        result: dict[tuple, GroupStats] = {}
+        for row in rows:
+            key, rest = tuple(row[: len(self.keys)]), list(row[len(self.keys):])
+            group = GroupStats(rows=int(rest.pop(0) or 0))
+            for need in self.needs:
+                stats = ColumnStats(n=int(rest.pop(0) or 0))
+                if need.total:
+                    total = rest.pop(0)
+                    stats.total = float(total) if total is not None else 0.0
+                for ref in _ordered(need.ranks):
+                    value = rest.pop(0)
+                    stats.values[ref] = None if value is None else float(value)
+                group.columns[need.column] = stats
+            result[key] = group
+        return result
+
+
+def statistics_query(
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str, clip_rows_per_unit: int | None
+) -> StatisticsQuery:
+    """Build the one statement that computes every statistic the release needs.
+
+    ``clip_rows_per_unit`` (DP with a privacy unit) keeps at most that many in-scope
+    rows per unit, chosen by the unit's own values, so one unit's contribution is
+    bounded whatever the data (SPEC §5.2, global sensitivity).
+    """
+    keys = group_keys(plan)
+    scope = scope_select(plan, needs, clip_rows_per_unit)
+    ctes: list[tuple[str, exp.Expression]] = [("scope", scope)]
+    outer = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n_rows")).from_("scope")
+    if keys:
+        outer = outer.group_by(*keys)
+    ctes.append(("base", outer))
+    final = exp.select(*[exp.column(k, "base") for k in keys], exp.column("n_rows", "base"))
+    final = final.from_("base")
+    for index, need in enumerate(needs):
+        name = f"c{index}"
+        ctes.append((f"s{index}", _column_statistics(name, need, keys)))
+        final = final.select(exp.column(f"{name}_n", f"s{index}"))
+        if need.total:
+            final = final.select(exp.column(f"{name}_total", f"s{index}"))
+        for j, _ in enumerate(_ordered(need.ranks)):
+            final = final.select(exp.column(f"{name}_r{j}", f"s{index}"))
+        on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys]) \
+            if keys else exp.true()
+        final = final.join(f"s{index}", on=on, join_type="left")
+    for alias, cte in ctes:
+        final = final.with_(alias, as_=cte)
+    return StatisticsQuery(final.sql(dialect=dialect), keys, needs)
+
+
+def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
+    """Per group: non-null count, exact decimal sum and values at the requested ranks."""
+    value = exp.column(name)
+    partition = [exp.column(k) for k in keys]
+    ranked = exp.select(
+        *keys, exp.alias_(value, "v"),
+        exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=partition,
+                              order=exp.Order(expressions=[value])), "rn"),
+        exp.alias_(exp.Window(this=exp.Count(this=exp.Star()), partition_by=partition), "n"),
+    ).from_("scope").where(value.is_(exp.null()).not_())
+    if not need.ranks:  # no order statistics: a plain aggregate, no sort
+        ranked = exp.select(*keys, exp.alias_(value, "v"), exp.alias_(exp.Literal.number(0), "rn"),
+                            exp.alias_(exp.Literal.number(0), "n")).from_("scope")
+        ranked = ranked.where(value.is_(exp.null()).not_())
+    stats = exp.select(*keys, exp.alias_(exp.Count(this=exp.column("v")), f"{name}_n"))
+    if need.total:
+        stats = stats.select(exp.alias_(exp.Sum(this=exp.cast(exp.column("v"), DECIMAL)),
+                                        f"{name}_total"))
+    for j, ref in enumerate(_ordered(need.ranks)):
+        hit = exp.column("rn").eq(_rank_sql(ref, exp.column("n")))
+        pick = exp.Case().when(hit, exp.column("v"))
+        stats = stats.select(exp.alias_(exp.Max(this=pick), f"{name}_r{j}"))
+    stats = stats.from_(ranked.subquery("ranked"))
+    return stats.group_by(*keys) if keys else stats
+
+
+def _rank_sql(ref: RankRef, n: exp.Expression) -> exp.Expression:
+    """The rank of ``ref`` as SQL over the group's non-null count n (integer arithmetic)."""
+    if ref.anchor == PCT:
+        p = ref.fraction
+        numerator = exp.Mul(this=exp.Literal.number(p.numerator), expression=n)
+        ceiling = exp.IntDiv(
+            this=exp.paren(exp.Add(this=numerator, expression=exp.Literal.number(p.denominator - 1))),
+            expression=exp.Literal.number(p.denominator),
+        )
+        rank = exp.func("greatest", exp.Literal.number(1), ceiling)
+        return exp.Add(this=rank, expression=exp.Literal.number(ref.offset))
+    if ref.anchor == BOTTOM:
+        return exp.Literal.number(1 + ref.offset)
+    return exp.Sub(this=n, expression=exp.Literal.number(ref.offset))
+
+
+def _ordered(refs) -> list[RankRef]:
+    return sorted(refs, key=lambda r: (r.anchor, r.offset, r.fraction or 0))
+
+

@@ -1,0 +1,92 @@
+"""The rows in scope, as a sqlglot SELECT shared by every statistics query.
+
+Group keys become ``k0, k1 ...``, the needed columns ``c0, c1 ...``: numeric ones as
+DOUBLE clamped to the declared domain, so every statistic sees the values the
+sensitivity formulas assume.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.analyze.plan import QueryPlan
+from proxy.statistics import ColumnNeeds
+
+DOUBLE = exp.DataType.build("double")
+DECIMAL = exp.DataType.build("decimal(38, 6)")
+
+
+def scope_select(
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], clip_rows_per_unit: int | None
+) -> exp.Select:
+    """The rows in scope: group keys and clamped columns, after WHERE (and clipping).
+
+    ``clip_rows_per_unit`` (DP with a privacy unit) keeps at most that many in-scope
+    rows per unit, chosen by the unit's own values, so one unit's contribution is
+    bounded whatever the data (SPEC §5.2, global sensitivity).
+    """
+    table = plan.table
+    keys = group_keys(plan)
+    selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
+    selected += [exp.alias_(exp.column(col, quoted=True), key)
+                 for col, key in zip(plan.group_by, keys)]
+    for index, need in enumerate(needs):
+        selected.append(exp.alias_(_clamped(table.columns[need.column], need.column), f"c{index}"))
+    scope = exp.select(*selected).from_(exp.to_table(table.name, quoted=True))
+    if plan.where is not None:
+        scope = scope.where(plan.where.copy())
+    for col in plan.group_by:  # rows outside the declared keys belong to no group
+        scope = scope.where(exp.column(col, quoted=True).isin(
+            *[literal(v) for v in table.columns[col].keys]))
+    if clip_rows_per_unit is None:
+        return scope
+    unit = exp.column(table.privacy_unit, quoted=True)
+    order = [exp.column(col, quoted=True) for col in sorted(table.columns)
+             if col != table.privacy_unit]
+    row_in_unit = exp.Window(
+        this=exp.RowNumber(), partition_by=[unit], order=exp.Order(expressions=order)
+    )
+    scope = scope.select(exp.alias_(row_in_unit, "row_in_unit"))
+    columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))]]
+    clipped = exp.select(*columns).from_(scope.subquery("u"))
+    return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
+
+
+def group_keys(plan: QueryPlan) -> tuple[str, ...]:
+    return tuple(f"k{i}" for i in range(len(plan.group_by)))
+
+
+def unit_bound_sql(table: str, unit: str, dialect: str) -> str:
+    """The largest number of rows one privacy unit owns in the whole table (c of §5.2)."""
+    per_unit = (
+        exp.select(exp.alias_(exp.Count(this=exp.Star()), "cnt"))
+        .from_(exp.to_table(table, quoted=True))
+        .group_by(exp.column(unit, quoted=True))
+    )
+    query = exp.select(exp.func("coalesce", exp.Max(this=exp.column("cnt")), exp.Literal.number(0)))
+    return query.from_(per_unit.subquery("per_unit")).sql(dialect=dialect)
+
+
+def _clamped(column, name: str) -> exp.Expression:
+    """Numeric values clamped to the declared domain, as DOUBLE; others as they are.
+
+    A CASE rather than GREATEST/LEAST, which skip NULLs and would turn them into a bound.
+    """
+    value = exp.cast(exp.column(name, quoted=True), DOUBLE)
+    if not column.numeric:
+        return exp.column(name, quoted=True)
+    clamp = exp.Case()
+    if column.lower is not None:
+        clamp = clamp.when(value < literal(column.lower), literal(column.lower))
+    if column.upper is not None:
+        clamp = clamp.when(value > literal(column.upper), literal(column.upper))
+    return clamp.else_(value) if clamp.args.get("ifs") else value
+
+
+def literal(value) -> exp.Expression:
+    """A constant from the rules as a SQL literal (analyst literals arrive parsed)."""
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, (int, float)):
+        return exp.Literal.number(repr(value))
+    return exp.Literal.string(str(value))
