@@ -37,12 +37,27 @@ class RankRef:
 @dataclass(frozen=True)
 class ColumnNeeds:
     """Statistics of one column: order statistics at ``ranks``, its sum (``total``) and
-    its non-null count (``count``; always computed with a sum or a percentile)."""
+    its non-null count (``count``; always computed with a sum or a percentile).
+
+    Values are clamped to [lower, upper] (the declared domain, where declared): inside
+    the sum, and after the fact for order statistics, since clamping preserves order."""
 
     column: str
     ranks: frozenset[RankRef] = frozenset()
     total: bool = False
     count: bool = False
+    lower: float | None = None
+    upper: float | None = None
+
+    def clamp(self, value: float | None) -> float | None:
+        if value is None:
+            return None
+        value = float(value)
+        if self.lower is not None and value < self.lower:
+            return self.lower
+        if self.upper is not None and value > self.upper:
+            return self.upper
+        return value
 
 
 @dataclass

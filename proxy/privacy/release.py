@@ -62,8 +62,9 @@ def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
             totals[agg.column] = True
             if plan.model == "idp" and shift == 1:
                 wanted.update(SUM_REFS)
-    return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col])
-                 for col in ranks)
+    columns = plan.table.columns
+    return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col],
+                             columns[col].lower, columns[col].upper) for col in ranks)
 
 
 @dataclass(frozen=True)

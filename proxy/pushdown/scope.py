@@ -1,8 +1,8 @@
 """The rows in scope, as a sqlglot SELECT shared by every statistics query.
 
-Group keys become ``k0, k1 ...``, the needed columns ``c0, c1 ...``: numeric ones as
-DOUBLE clamped to the declared domain, so every statistic sees the values the
-sensitivity formulas assume.
+Group keys become ``k0, k1 ...``, the needed columns ``c0, c1 ...`` as stored; clamping
+to the declared domain happens inside sums (``clamped_sum``) and, for order statistics,
+after they are read (``ColumnNeeds.clamp``): the backend can then use its fastest plans.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def scope_select(
     selected += [exp.alias_(exp.column(col, quoted=True), key)
                  for col, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
-        selected.append(exp.alias_(_clamped(table.columns[need.column], need.column), f"c{index}"))
+        selected.append(exp.alias_(exp.column(need.column, quoted=True), f"c{index}"))
     scope = exp.select(*selected).from_(exp.to_table(table.name, quoted=True))
     if plan.where is not None:
         scope = scope.where(plan.where.copy())
@@ -67,20 +67,18 @@ def unit_bound_sql(table: str, unit: str, dialect: str) -> str:
     return query.from_(per_unit.subquery("per_unit")).sql(dialect=dialect)
 
 
-def _clamped(column, name: str) -> exp.Expression:
-    """Numeric values clamped to the declared domain, as DOUBLE; others as they are.
-
-    A CASE rather than GREATEST/LEAST, which skip NULLs and would turn them into a bound.
-    """
-    value = exp.cast(exp.column(name, quoted=True), DOUBLE)
-    if not column.numeric:
-        return exp.column(name, quoted=True)
+def clamped_sum(value: exp.Expression, need: ColumnNeeds) -> exp.Expression:
+    """SUM of the values clamped to the declared domain, in exact decimal arithmetic
+    (so both engines give the same number). A CASE rather than GREATEST/LEAST, which
+    skip NULLs and would turn them into a bound."""
+    value = exp.cast(value, DOUBLE)
     clamp = exp.Case()
-    if column.lower is not None:
-        clamp = clamp.when(value < literal(column.lower), literal(column.lower))
-    if column.upper is not None:
-        clamp = clamp.when(value > literal(column.upper), literal(column.upper))
-    return clamp.else_(value) if clamp.args.get("ifs") else value
+    if need.lower is not None:
+        clamp = clamp.when(value < literal(need.lower), literal(need.lower))
+    if need.upper is not None:
+        clamp = clamp.when(value > literal(need.upper), literal(need.upper))
+    clamped = clamp.else_(value) if clamp.args.get("ifs") else value
+    return exp.Sum(this=exp.cast(clamped, DECIMAL))
 
 
 def literal(value) -> exp.Expression:

@@ -1,8 +1,7 @@
 """Statistics of a query without GROUP BY, at about the cost of the plain aggregate.
 
-Pass 1 is one aggregate over the scope: row and non-null counts, exact sums, and the
-few largest/smallest values (DuckDB's ``max(x, k)``; on PostgreSQL a top-k
-``ORDER BY … LIMIT k`` subquery). Pass 2, only for percentiles, asks the backend's own
+Pass 1 is one aggregate over the scope: row and non-null counts and exact sums, with
+the few largest/smallest values as top-k ``ORDER BY … LIMIT k`` subqueries. Pass 2, only for percentiles, asks the backend's own
 ``PERCENTILE_DISC``/``QUANTILE_DISC`` for the exact ranks now that n is known: rank k is
 requested as the fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever
 the rounding of q. Both passes run in the same snapshot.
@@ -15,7 +14,7 @@ from typing import Callable
 from sqlglot import exp
 
 from proxy.analyze.plan import COUNT, QueryPlan
-from proxy.pushdown.scope import DECIMAL, scope_select
+from proxy.pushdown.scope import clamped_sum, scope_select
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
 
 Execute = Callable[[str], list[tuple]]
@@ -39,15 +38,14 @@ def ungrouped_statistics(
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
             aggregated = True
         if need.total:
-            items.append(exp.Sum(this=exp.cast(column, DECIMAL)))
+            items.append(clamped_sum(column, need))
             readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
         for anchor in (TOP, BOTTOM):
             offsets = [r.offset for r in need.ranks if r.anchor == anchor]
             if offsets:
-                items.append(_extremes(column, max(offsets) + 1, anchor, scope, dialect))
-                readers.append(lambda value, s=stats, a=anchor, o=offsets: _fill_extremes(
-                    s, a, o, value))
-                aggregated = aggregated or dialect == "duckdb"
+                items.append(_extremes(column, max(offsets) + 1, anchor, scope))
+                readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: _fill_extremes(
+                    n, s, a, o, value))
     if items:
         statement = exp.select(*items)
         if aggregated:
@@ -58,11 +56,9 @@ def ungrouped_statistics(
     return group
 
 
-def _extremes(column, k: int, anchor: str, scope: exp.Select, dialect: str) -> exp.Expression:
-    """The k largest (TOP) or smallest (BOTTOM) non-null values, as a list."""
-    if dialect == "duckdb":
-        kind = exp.Max if anchor == TOP else exp.Min
-        return kind(this=column, expression=exp.Literal.number(k))
+def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
+    """The k largest (TOP) or smallest (BOTTOM) non-null values, as an array: a top-k
+    ``ORDER BY … LIMIT k``, which both engines answer at the cost of MAX or less."""
     descending = anchor == TOP
     top_k = (
         exp.select(exp.alias_(column, "v")).from_(scope.subquery("s"))
@@ -74,12 +70,13 @@ def _extremes(column, k: int, anchor: str, scope: exp.Select, dialect: str) -> e
     return exp.select(exp.ArrayAgg(this=in_order)).from_(top_k.subquery("t")).subquery()
 
 
-def _fill_extremes(stats: ColumnStats, anchor: str, offsets: list[int], values) -> None:
+def _fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets: list[int],
+                   values) -> None:
     """TOP+j is the (j+1)-th largest value; None when there are not that many."""
     values = list(values or [])
     for offset in offsets:
         stats.values[RankRef(anchor, offset)] = (
-            float(values[offset]) if offset < len(values) else None)
+            need.clamp(values[offset]) if offset < len(values) else None)
 
 
 def _percentiles(needs, group: GroupStats, scope: exp.Select, dialect: str,
@@ -102,10 +99,10 @@ def _percentiles(needs, group: GroupStats, scope: exp.Select, dialect: str,
         else:
             items.append(exp.WithinGroup(this=exp.PercentileDisc(this=fractions),
                                          expression=exp.Order(expressions=[exp.Ordered(this=column)])))
-        wanted.append((stats, inside))
+        wanted.append((need, stats, inside))
     if not items:
         return
     row = execute(exp.select(*items).from_(scope.subquery("s")).sql(dialect=dialect))[0]
-    for (stats, inside), values in zip(wanted, row):
+    for (need, stats, inside), values in zip(wanted, row):
         for (ref, _), value in zip(inside, values):
-            stats.values[ref] = float(value)
+            stats.values[ref] = need.clamp(value)
