@@ -30,6 +30,10 @@ def _rules(path: str | None) -> Rules:
     return load_rules(path)
 
 
+def _ledger(rules_path: str | None, backend: str | None) -> Ledger:
+    return Ledger(open_backend(backend), _rules(rules_path))
+
+
 def _epsilon(ctx, param, value):
     if value is None:
         return None
@@ -61,6 +65,14 @@ class _Group(click.Group):
         except RulesError as exc:
             click.echo(f"ERROR: {exc}", err=True)
             ctx.exit(2)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:  # a bug: one line unless --debug asks for the traceback
+            if ctx.params.get("debug"):
+                raise
+            click.echo(f"ERROR: internal error ({type(exc).__name__}: {exc}); "
+                       "run with --debug for the traceback", err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=_Group)
@@ -171,8 +183,7 @@ def budget() -> None:
 @format_option
 def budget_show(rules_path, backend, user, fmt):
     """Budget, spent and remaining epsilon per analyst."""
-    ledger = Ledger(open_backend(backend), _rules(rules_path))
-    rows = ledger.budgets(user)
+    rows = _ledger(rules_path, backend).budgets(user)
     _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
 
 
@@ -183,7 +194,7 @@ def budget_show(rules_path, backend, user, fmt):
 @click.option("--epsilon", required=True, callback=_epsilon, help="epsilon to add.")
 def budget_grant(rules_path, backend, user, epsilon: Decimal):
     """Add epsilon to an analyst's budget."""
-    ledger = Ledger(open_backend(backend), _rules(rules_path))
+    ledger = _ledger(rules_path, backend)
     ledger.grant(user, epsilon)
     click.echo(f"granted {epsilon} to {user}; remaining {ledger.remaining(user)}")
 
@@ -194,7 +205,7 @@ def budget_grant(rules_path, backend, user, epsilon: Decimal):
 @click.option("--user", required=True)
 def budget_reset(rules_path, backend, user):
     """Set an analyst's spent epsilon back to zero (the ledger keeps its history)."""
-    ledger = Ledger(open_backend(backend), _rules(rules_path))
+    ledger = _ledger(rules_path, backend)
     ledger.reset(user)
     click.echo(f"reset {user}; remaining {ledger.remaining(user)}")
 
@@ -206,8 +217,7 @@ def budget_reset(rules_path, backend, user):
 @format_option
 def ledger_command(rules_path, backend, user, fmt):
     """Every debit, budget refusal and refund, oldest first."""
-    ledger = Ledger(open_backend(backend), _rules(rules_path))
-    _print_rows(list(LEDGER_FIELDS), ledger.entries(user), fmt)
+    _print_rows(list(LEDGER_FIELDS), _ledger(rules_path, backend).entries(user), fmt)
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:

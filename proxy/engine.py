@@ -63,7 +63,10 @@ class Engine:
             return table.group_size
         if plan.model == "dp":
             return table.max_rows_per_unit * table.group_size
-        fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit)
+        unit_type = table.columns[table.privacy_unit].type if table.privacy_unit in table.columns \
+            else "text"
+        fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit,
+                                                    unit_type == "int")
         key = (table.name, fingerprint)
         if key not in self._unit_bounds:
             sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)

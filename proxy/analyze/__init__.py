@@ -118,10 +118,14 @@ def _only_select(statement: exp.Expression) -> exp.Select:
 
 
 def _names_functions(select: exp.Select) -> bool:
-    """Public passthrough still never runs functions that reach outside the table data."""
-    risky = ("read_", "pg_", "current_setting", "lo_", "dblink", "query", "glob", "getenv")
+    """Public passthrough still never runs functions that could reach beyond the table
+    (files, settings, other databases, sleeps): only functions sqlglot knows as plain
+    SQL are allowed, and none of the engines' system families."""
+    risky = ("read_", "pg_", "current_setting", "set_config", "lo_", "dblink", "query", "glob",
+             "getenv", "version", "sleep")
     return any(
-        isinstance(node, exp.Func) and node.sql(dialect="postgres").lower().startswith(risky)
+        isinstance(node, exp.Anonymous)
+        or (isinstance(node, exp.Func) and node.sql(dialect="postgres").lower().startswith(risky))
         for node in select.walk()
     )
 
@@ -147,6 +151,9 @@ def _the_protected_table(select: exp.Select, rules: Rules) -> Table:
     if declared is None:
         raise UnknownTable(f"table {tables[0].name} is not available; the rules declare: "
                            f"{', '.join(sorted(rules.tables)) or 'no tables'}")
+    if declared.public:
+        raise NotSupported(f"this query on the public table {declared.name} calls a function the "
+                           "proxy does not pass through; use columns, comparisons and aggregates")
     if tables[0].args.get("db") and tables[0].text("db").lower() not in ("public", "main"):
         raise UnknownTable(f"schema {tables[0].text('db')} is not available; use {declared.name}")
     return declared

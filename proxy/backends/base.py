@@ -20,9 +20,10 @@ class Backend(ABC):
     dialect: str
     name: str
 
-    @abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one statement in its own transaction and return all rows."""
+        with self.transaction() as tx:
+            return tx.execute(sql, params)
 
     def query_with_columns(self, sql: str) -> tuple[list[str], list[tuple]]:
         """Run a read-only statement and return its column names and rows."""
@@ -40,12 +41,10 @@ class Backend(ABC):
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
     @abstractmethod
-    def unit_fingerprint(self, tx: "Transaction", table: str, unit: str) -> str:
-        """A fingerprint of the multiset of privacy-unit values, read in ``tx``.
-
-        The per-unit row bound c depends on nothing else, so c can be cached under this
-        key: row count and the sum of a 64-bit hash of each unit value (one column
-        scan, far cheaper than the GROUP BY that computes c)."""
+    def unit_fingerprint(self, tx: "Transaction", table: str, unit: str, integer: bool) -> str:
+        """A fingerprint that changes whenever the multiset of privacy-unit values may
+        have changed, read in ``tx``. The per-unit row bound c depends on nothing else,
+        so c is cached under it; each backend says why its fingerprint suffices."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -53,10 +53,6 @@ class DuckDBBackend(Backend):
             create_demo(path)
         return cls(str(path))
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self.transaction() as tx:
-            return tx.execute(sql, params)
-
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         with self._lock:
@@ -74,7 +70,7 @@ class DuckDBBackend(Backend):
             finally:
                 cursor.close()
 
-    def unit_fingerprint(self, tx: Transaction, table: str, unit: str) -> str:
+    def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
         # The proxy holds the file's write lock while it runs: no other process can
         # change the data, and the engine itself never writes a data table. The row
         # count (answered from storage metadata) guards against writes through this

@@ -30,10 +30,6 @@ class PostgresBackend(Backend):
                 raise BackendUnavailable("the database behind the proxy is unreachable") from None
         return self._con
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        with self.transaction() as tx:
-            return tx.execute(sql, params)
-
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         with self._lock:
@@ -50,10 +46,12 @@ class PostgresBackend(Backend):
                     raise BackendUnavailable("the database behind the proxy is unreachable") from None
                 raise BackendFailed("the backend could not run this query") from None
 
-    def unit_fingerprint(self, tx: Transaction, table: str, unit: str) -> str:
-        (count, hashed), = tx.execute(
-            f'SELECT count("{unit}"), sum(hashtextextended("{unit}"::text, 0)) FROM "{table}"')
-        return f"{count}:{hashed}"
+    def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
+        # Other sessions may write at any time, and the cumulative statistics lag by up
+        # to a minute, so the unit column itself is read (one scan, no sort).
+        hashed = f'hashint8("{unit}")' if integer else f'hashtextextended("{unit}"::text, 0)'
+        (count, total), = tx.execute(f'SELECT count("{unit}"), sum({hashed}) FROM "{table}"')
+        return f"{count}:{total}"
 
     def close(self) -> None:
         with self._lock:

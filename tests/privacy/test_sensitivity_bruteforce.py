@@ -75,47 +75,41 @@ def test_percentile(units, rows, group_size, fraction):
                tight=shift == 1 and bool(records))
 
 
-def _max_statistic(shift, upper):
+def _extreme_statistic(kind, shift, bound):
+    """MAX (or MIN) as released: the extreme value with a declared bound on its side,
+    else the (s+1)-th most extreme; the opposite bound when there are too few values."""
     def statistic(records):
         values = scope_values(records)
-        if upper is not None:
-            return values[-1] if values else LOWER
-        return values[-1 - shift] if len(values) > shift else LOWER
+        if kind == "min":
+            values = [-v for v in reversed(values)]
+        fallback = LOWER if kind == "max" else -UPPER
+        if bound is not None:
+            answer = values[-1] if values else fallback
+        else:
+            answer = values[-1 - shift] if len(values) > shift else fallback
+        return answer if kind == "max" else -answer
     return statistic
 
 
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
-@pytest.mark.parametrize("upper", [UPPER, None])
-def test_max(units, rows, group_size, upper):
+@pytest.mark.parametrize("kind", ["max", "min"])
+@pytest.mark.parametrize("declared", [True, False])
+def test_max_and_min(units, rows, group_size, kind, declared):
     for records in datasets(12, 40, units, rows):
         shift = contribution_bound(records) * group_size
         values = scope_values(records)
-        stats = order_values(values, max_refs(shift, upper is not None))
-        answer, ls = local_sensitivity_of_max(len(values), stats, shift, LOWER, upper)
-        statistic = _max_statistic(shift, upper)
+        if kind == "max":
+            bound = UPPER if declared else None
+            stats = order_values(values, max_refs(shift, declared))
+            answer, ls = local_sensitivity_of_max(len(values), stats, shift, LOWER, bound)
+        else:
+            bound = LOWER if declared else None
+            stats = order_values(values, min_refs(shift, declared))
+            answer, ls = local_sensitivity_of_min(len(values), stats, shift, bound, UPPER)
+        statistic = _extreme_statistic(kind, shift, bound)
         assert answer == statistic(records)
         _check(records, ls, _worst_change(records, statistic, group_size),
-               tight=shift == 1 and bool(records) and upper is not None)
-
-
-@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
-@pytest.mark.parametrize("lower", [LOWER, None])
-def test_min(units, rows, group_size, lower):
-    for records in datasets(13, 40, units, rows):
-        shift = contribution_bound(records) * group_size
-        values = scope_values(records)
-        stats = order_values(values, min_refs(shift, lower is not None))
-        answer, ls = local_sensitivity_of_min(len(values), stats, shift, lower, UPPER)
-
-        def statistic(rs):
-            vs = scope_values(rs)
-            if lower is not None:
-                return vs[0] if vs else UPPER
-            return vs[shift] if len(vs) > shift else UPPER
-
-        assert answer == statistic(records)
-        _check(records, ls, _worst_change(records, statistic, group_size),
-               tight=shift == 1 and bool(records) and lower is not None)
+               tight=shift == 1 and bool(records) and declared)
 
 
 def test_second_maximum_is_tight_when_neighbours_exist():
@@ -126,7 +120,8 @@ def test_second_maximum_is_tight_when_neighbours_exist():
             continue
         stats = order_values(values, max_refs(1, False))
         _, ls = local_sensitivity_of_max(len(values), stats, 1, LOWER, None)
-        _check(records, ls, _worst_change(records, _max_statistic(1, None), 1), tight=True)
+        _check(records, ls, _worst_change(records, _extreme_statistic("max", 1, None), 1),
+               tight=True)
 
 
 def test_winsorized_sum_row_level():

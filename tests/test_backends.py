@@ -1,0 +1,52 @@
+"""Backend hardening (SPEC §9): no SQL reaches files, settings stay locked, and the
+backend's own error text never reaches the analyst."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.errors import BackendFailed, ProxyError, Refused
+from proxy.rules import parse_rules
+from proxy.session import Settings
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "COPY (SELECT 1) TO '/tmp/idp-proxy-should-not-exist.csv'",
+    "ATTACH '/tmp/other.duckdb' AS other",
+    "INSTALL httpfs",
+])
+def test_duckdb_cannot_reach_files_or_other_databases(duckdb_url, sql):
+    backend = open_backend(duckdb_url)
+    with pytest.raises(BackendFailed) as failed:
+        backend.query(sql)
+    assert failed.value.message == "the backend could not run this query"
+
+
+def test_duckdb_configuration_is_locked(duckdb_url):
+    backend = open_backend(duckdb_url)
+    with pytest.raises(BackendFailed):
+        backend.query("SET enable_external_access = true")
+    with pytest.raises(BackendFailed):
+        backend.query("SELECT * FROM read_csv('/etc/passwd')")
+
+
+def test_unsupported_backend_url():
+    with pytest.raises(ProxyError) as error:
+        open_backend("mysql://x")
+    assert "duckdb:///" in error.value.message
+
+
+RULES = parse_rules("[tables.regions]\npublic = true\n")
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT pg_read_file('/etc/passwd') FROM regions",
+    "SELECT current_setting('data_directory') FROM regions",
+    "SELECT my_function(region) FROM regions",
+])
+def test_public_passthrough_runs_no_system_function(sql):
+    with pytest.raises(Refused):
+        analyze(parse_statements(sql)[0], RULES, Settings())
