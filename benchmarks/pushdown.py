@@ -21,12 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.analyze import analyze, parse_statements  # noqa: E402
-from proxy.backends import open_backend  # noqa: E402
-from proxy.engine import Engine  # noqa: E402
-from proxy.rules import parse_rules  # noqa: E402
-from proxy.session import Settings  # noqa: E402
-from tests.pgserver import throwaway_postgres  # noqa: E402
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+from proxy.session import Settings
+from tests.pgserver import throwaway_postgres
 
 RULES = parse_rules("""
 [defaults]
@@ -108,9 +108,9 @@ def run_backend(url: str, rows: int, repeat: int) -> list[tuple]:
     for name, private_sql, plain in CASES:
         print(f"[{backend.dialect}] {name} ...", file=sys.stderr, flush=True)
         plan = analyze(parse_statements(private_sql)[0], RULES, Settings())
-        raw = timed(lambda: backend.query(plain[backend.dialect]), repeat)
-        stats = timed(lambda: engine.statistics(plan), repeat)
-        ours = timed(lambda: list(session.execute(private_sql)), repeat)
+        raw = timed(lambda sql=plain[backend.dialect]: backend.query(sql), repeat)
+        stats = timed(lambda plan=plan: engine.statistics(plan), repeat)
+        ours = timed(lambda sql=private_sql: list(session.execute(sql)), repeat)
         results.append((backend.dialect, name, raw, stats, ours))
     raw = timed(lambda: backend.query(CASES[-1][2][backend.dialect]), repeat)
     results.append((backend.dialect, "user-level COUNT, first (computes c)", raw, first, first))

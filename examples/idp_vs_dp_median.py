@@ -15,10 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 os.environ["IDP_PROXY_HOME"] = tempfile.mkdtemp(prefix="idp-example-")
 
-from proxy.backends import open_backend  # noqa: E402
-from proxy.demo import people_columns  # noqa: E402
-from proxy.engine import Engine  # noqa: E402
-from proxy.rules import parse_rules  # noqa: E402
+from proxy.backends import open_backend
+from proxy.demo import people_columns
+from proxy.engine import Engine
+from proxy.rules import parse_rules
 
 RUNS = 50
 

@@ -152,7 +152,7 @@ def _print_answer(answer: Answer, fmt: str) -> None:
 def _table(columns: list[str], rows: list[tuple]) -> str:
     cells = [[_cell(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths))  # noqa: E731
+    line = lambda values: " | ".join(v.ljust(w) for v, w in zip(values, widths))
     out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(r) for r in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
     return "\n".join(out)

@@ -9,9 +9,10 @@ when the backend could not be reached (SPEC §7).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Iterator
+from typing import Any
 
 from sqlglot import exp
 
@@ -50,7 +51,7 @@ class Engine:
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple[str, str], int] = {}
 
-    def session(self, analyst: str) -> "Session":
+    def session(self, analyst: str) -> Session:
         self.ledger.ensure_analyst(analyst)
         return Session(self, analyst)
 

@@ -7,6 +7,7 @@ decimal with at most six places.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from fractions import Fraction
@@ -15,7 +16,7 @@ MICRO = 1_000_000
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(\.[0-9]{1,6})?|\.[0-9]{1,6}")
 
 
-def parse_epsilon(text: str | float | int | Decimal, what: str = "epsilon") -> Decimal:
+def parse_epsilon(text: str | float | Decimal, what: str = "epsilon") -> Decimal:
     """Parse a positive ε written as a plain decimal (``0.1``, ``1``, ``.05``).
 
     Refuses exponents, signs, NaN, infinities, non-ASCII digits and more than six
@@ -35,11 +36,12 @@ def parse_epsilon(text: str | float | int | Decimal, what: str = "epsilon") -> D
     return value
 
 
-def _number_text(value: float | int | Decimal) -> str:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")
+def _number_text(value: float | Decimal) -> str:
+    """A number from TOML or Python as text, so it passes the same strict check."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        return repr(value)  # refused by the pattern
     if isinstance(value, float):
-        return repr(value) if value == value and abs(value) != float("inf") else "nan"
+        return repr(value) if math.isfinite(value) else "nan"
     return str(value)
 
 

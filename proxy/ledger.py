@@ -21,15 +21,15 @@ from proxy.rules import Rules
 _SCHEMA = {
     "postgres": [
         "CREATE SCHEMA IF NOT EXISTS idp",
-        "CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT GENERATED ALWAYS AS IDENTITY "
-        "PRIMARY KEY, logged_at TIMESTAMPTZ NOT NULL DEFAULT now(), {columns})",
+        ("CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT GENERATED ALWAYS AS IDENTITY "
+         "PRIMARY KEY, logged_at TIMESTAMPTZ NOT NULL DEFAULT now(), {columns})"),
     ],
     "duckdb": [
         "CREATE SCHEMA IF NOT EXISTS idp",
         "CREATE SEQUENCE IF NOT EXISTS idp.ledger_id",
-        "CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT PRIMARY KEY DEFAULT "
-        "nextval('idp.ledger_id'), logged_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp, "
-        "{columns})",
+        ("CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT PRIMARY KEY DEFAULT "
+         "nextval('idp.ledger_id'), logged_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp, "
+         "{columns})"),
     ],
 }
 _LEDGER_COLUMNS = (
@@ -38,8 +38,8 @@ _LEDGER_COLUMNS = (
     "neighbour TEXT NOT NULL, status TEXT NOT NULL, released BOOLEAN NOT NULL"
 )
 _COMMON = [
-    "CREATE TABLE IF NOT EXISTS idp.budgets (analyst TEXT PRIMARY KEY, "
-    "budget_micro BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)",
+    ("CREATE TABLE IF NOT EXISTS idp.budgets (analyst TEXT PRIMARY KEY, "
+     "budget_micro BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)"),
 ]
 LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism", "epsilon",
                  "delta", "neighbour", "status", "released")

@@ -7,13 +7,15 @@ file, the line and the reason before any analyst connects. Every key is document
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from proxy.epsilon import parse_epsilon
 from proxy.errors import RulesError
@@ -51,8 +53,8 @@ class Table:
 class Defaults:
     model: str = "idp"
     epsilon_per_query: Decimal = Decimal("0.1")
-    max_epsilon_per_query: Decimal = Decimal("1")
-    budget_per_analyst: Decimal = Decimal("1")
+    max_epsilon_per_query: Decimal = Decimal(1)
+    budget_per_analyst: Decimal = Decimal(1)
     report_scale: str = "rounded"
     local_sensitivity_floor: float = 0.0
 
@@ -126,7 +128,7 @@ class _Reader:
     def number(self, value: Any, key: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(key, f"must be a number, got {value!r}")
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise self.fail(key, "must be finite")
         return float(value)
 

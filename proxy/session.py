@@ -18,7 +18,7 @@ from proxy.errors import BadSetting, NotSupported, ReadOnly
 from proxy.rules import MODELS, Rules
 
 SENSITIVITIES = ("local", "global")
-_HINT = re.compile(r"^\+\s*(.*)$", re.S)
+_HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import psycopg
 
@@ -67,7 +67,7 @@ def throwaway_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
         os.chown(base, user.pw_uid, user.pw_gid)
         prefix = ["runuser", "-u", "postgres", "--"]
     port = _free_port()
-    run = lambda *args: subprocess.run(prefix + list(args), check=True,  # noqa: E731
+    run = lambda *args: subprocess.run(prefix + list(args), check=True,
                                        capture_output=True, text=True)
     run(_pg_binary("initdb"), "-D", str(data), "-U", "idp", "--auth=trust", "-E", "UTF8",
         "--no-sync")

@@ -18,7 +18,7 @@ from proxy.session import Settings
 from tests.conftest import load_table
 from tests.privacy.reference import order_values
 
-RULES = parse_rules("""
+RULES_TEXT = """
 [analysts.ann]
 budget = 100
 [tables.t]
@@ -28,7 +28,8 @@ unit = { type = "int" }
 grp  = { type = "text", keys = ["a", "b", "c"] }
 x    = { type = "float", domain = [0, 100] }
 y    = { type = "int", domain = [-50, 50] }
-""")
+"""
+RULES = parse_rules(RULES_TEXT)
 
 QUERIES = [
     "SELECT MEDIAN(x) FROM t",
@@ -120,8 +121,8 @@ def test_percentile_rank_matches_the_backends_percentile_disc(duckdb_url):
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("sql", [
-    "SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(y), MIN(x), SUM(x) "
-    "FROM t WHERE unit < {k}",
+    ("SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(y), MIN(x), "
+     "SUM(x) FROM t WHERE unit < {k}"),
     "SELECT MAX(y) FROM t WHERE unit < {k}",
     "SELECT MIN(x), COUNT(*) FROM t WHERE unit < {k}",
 ])
@@ -146,3 +147,23 @@ def test_ungrouped_statistics_equal_a_direct_computation(backend_url, sql):
             assert stats.columns["x"].total == pytest.approx(sum(xs))
         if "COUNT(*)" in sql:
             assert stats.rows == len(scope)
+
+
+@pytest.mark.postgres
+def test_dp_clipping_keeps_at_most_the_declared_rows_per_unit(backend_url):
+    """Under DP a unit's in-scope rows beyond max_rows_per_unit are dropped before any
+    statistic, so the declared bound really bounds its contribution (SPEC §5.2)."""
+    data = _rows(seed=11, units=40)
+    load_table(backend_url, "t", data, TYPES)
+    rules = parse_rules(RULES_TEXT.replace('privacy_unit = "unit"',
+                                           'privacy_unit = "unit"\nmax_rows_per_unit = 2'))
+    backend = open_backend(backend_url)
+    plan = analyze(parse_statements("SELECT COUNT(*), SUM(y) FROM t WHERE x < 60")[0], rules,
+                   Settings(model="dp"))
+    shift, groups = Engine(rules, backend).statistics(plan)
+    in_scope: dict[int, int] = {}
+    for unit, x in zip(data["unit"], data["x"]):
+        if x is not None and x < 60:
+            in_scope[unit] = in_scope.get(unit, 0) + 1
+    assert shift == 2
+    assert groups[()].rows == sum(min(2, rows) for rows in in_scope.values())

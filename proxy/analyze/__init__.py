@@ -15,11 +15,25 @@ from sqlglot.errors import ParseError
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.plan import (
-    AVG, MAX, MIN, PERCENTILE, SUM, Aggregate, OutputColumn, PassthroughPlan, QueryPlan,
+    AVG,
+    MAX,
+    MIN,
+    PERCENTILE,
+    SUM,
+    Aggregate,
+    OutputColumn,
+    PassthroughPlan,
+    QueryPlan,
 )
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import (
-    NotSupported, RawRowAccess, ReadOnly, Refused, SyntaxProblem, UnknownColumn, UnknownTable,
+    NotSupported,
+    RawRowAccess,
+    ReadOnly,
+    Refused,
+    SyntaxProblem,
+    UnknownColumn,
+    UnknownTable,
 )
 from proxy.rules import Rules, Table
 from proxy.session import Settings
@@ -257,4 +271,4 @@ def _limit(select: exp.Select) -> int | None:
     raise NotSupported("LIMIT takes a whole number")
 
 
-__all__ = ["analyze", "parse_statements", "Refused", "QueryPlan", "PassthroughPlan"]
+__all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "parse_statements"]

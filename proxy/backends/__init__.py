@@ -10,6 +10,7 @@ from __future__ import annotations
 from proxy.backends.base import Backend
 from proxy.errors import ProxyError
 
+
 def open_backend(url: str | None) -> Backend:
     """Open a backend from a URL of SPEC §3.1 (``None``: the embedded demo)."""
     if url is None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 log = logging.getLogger("idp_proxy.backend")
 
@@ -33,7 +34,7 @@ class Backend(ABC):
 
     @abstractmethod
     @contextmanager
-    def transaction(self, snapshot: bool = False) -> Iterator["Transaction"]:
+    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         """A transaction that commits on success and rolls back on any exception.
 
         ``snapshot``: every read sees the same snapshot (REPEATABLE READ on PostgreSQL;
@@ -41,7 +42,7 @@ class Backend(ABC):
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
     @abstractmethod
-    def unit_fingerprint(self, tx: "Transaction", table: str, unit: str, integer: bool) -> str:
+    def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
         """A fingerprint that changes whenever the multiset of privacy-unit values may
         have changed, read in ``tx``. The per-unit row bound c depends on nothing else,
         so c is cached under it; each backend says why its fingerprint suffices."""

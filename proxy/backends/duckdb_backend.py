@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import duckdb
 
@@ -34,16 +35,16 @@ class DuckDBBackend(Backend):
         self._lock = threading.RLock()
 
     @classmethod
-    def from_url(cls, url: str) -> "DuckDBBackend":
+    def from_url(cls, url: str) -> DuckDBBackend:
         """``duckdb:///:memory:``, ``duckdb:///relative.duckdb``, ``duckdb:////abs.duckdb``."""
         path = url.removeprefix("duckdb://")
-        path = path[1:] if path.startswith("/") else path
+        path = path.removeprefix("/")
         if not path:
             raise BackendFailed("duckdb URL needs a path, e.g. duckdb:///data.duckdb", "22023")
         return cls(path)
 
     @classmethod
-    def demo(cls) -> "DuckDBBackend":
+    def demo(cls) -> DuckDBBackend:
         """The embedded demo database, created deterministically on first use."""
         from proxy.demo import create_demo
 

@@ -14,9 +14,17 @@ from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, Aggregate,
 from proxy.privacy.mechanisms import Noisy, laplace_integer, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import (
-    SUM_REFS, clamped_sum_sensitivity, count_sensitivity, groups_touched,
-    local_sensitivity_of_max, local_sensitivity_of_min, local_sensitivity_of_percentile,
-    local_sensitivity_of_winsorized_sum, max_refs, min_refs, percentile_refs,
+    SUM_REFS,
+    clamped_sum_sensitivity,
+    count_sensitivity,
+    groups_touched,
+    local_sensitivity_of_max,
+    local_sensitivity_of_min,
+    local_sensitivity_of_percentile,
+    local_sensitivity_of_winsorized_sum,
+    max_refs,
+    min_refs,
+    percentile_refs,
     round_up_to_power_of_two,
 )
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef

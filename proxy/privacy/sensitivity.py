@@ -12,8 +12,8 @@ enumeration in tests/privacy/test_sensitivity_bruteforce.py checks each of them.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Mapping
 
 from proxy.statistics import BOTTOM, PCT, TOP, RankRef
 

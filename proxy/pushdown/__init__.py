@@ -8,7 +8,7 @@ every group with a window (``grouped``).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped import statistics_query

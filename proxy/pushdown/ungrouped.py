@@ -9,7 +9,7 @@ the rounding of q. Both passes run in the same snapshot.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from sqlglot import exp
 

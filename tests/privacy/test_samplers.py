@@ -17,7 +17,10 @@ import pytest
 from scipy import stats
 
 from proxy.privacy.mechanisms import (
-    discrete_laplace_interval, grid_parameters, laplace_integer, laplace_real,
+    discrete_laplace_interval,
+    grid_parameters,
+    laplace_integer,
+    laplace_real,
 )
 from proxy.privacy.sampler import SecureSource, bernoulli_exp, discrete_laplace
 
@@ -132,7 +135,7 @@ def test_released_values_carry_no_floating_point_structure_of_the_true_value():
 @pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(5), Fraction(1025, 1)])
 def test_stated_95_percent_interval_covers_95_percent(scale):
     k = discrete_laplace_interval(scale)
-    pmf = lambda z: discrete_laplace_pmf(np.array([z]), float(scale))[0]  # noqa: E731
+    pmf = lambda z: discrete_laplace_pmf(np.array([z]), float(scale))[0]
     outside = 1 - sum(pmf(z) for z in range(-k, k + 1))
     assert outside <= 0.05
     assert outside + 2 * pmf(k) > 0.05  # the smallest such k

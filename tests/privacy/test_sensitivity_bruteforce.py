@@ -15,12 +15,26 @@ from fractions import Fraction
 import pytest
 
 from proxy.privacy.sensitivity import (
-    SUM_REFS, clamped_sum_sensitivity, count_sensitivity, groups_touched,
-    local_sensitivity_of_max, local_sensitivity_of_min, local_sensitivity_of_percentile,
-    local_sensitivity_of_winsorized_sum, max_refs, min_refs, percentile_refs, winsorized_sum,
+    SUM_REFS,
+    clamped_sum_sensitivity,
+    count_sensitivity,
+    groups_touched,
+    local_sensitivity_of_max,
+    local_sensitivity_of_min,
+    local_sensitivity_of_percentile,
+    local_sensitivity_of_winsorized_sum,
+    max_refs,
+    min_refs,
+    percentile_refs,
+    winsorized_sum,
 )
 from tests.privacy.reference import (
-    Record, contribution_bound, neighbours, order_values, percentile, scope_values,
+    Record,
+    contribution_bound,
+    neighbours,
+    order_values,
+    percentile,
+    scope_values,
 )
 
 LOWER, UPPER = 0.0, 10.0
@@ -69,7 +83,7 @@ def test_percentile(units, rows, group_size, fraction):
         stats = order_values(values, percentile_refs(fraction, shift))
         answer, ls = local_sensitivity_of_percentile(len(values), stats, fraction, shift,
                                                      LOWER, UPPER)
-        statistic = lambda rs: percentile(scope_values(rs), fraction, LOWER, UPPER)  # noqa: E731
+        statistic = lambda rs: percentile(scope_values(rs), fraction, LOWER, UPPER)
         assert answer == statistic(records)
         _check(records, ls, _worst_change(records, statistic, group_size),
                tight=shift == 1 and bool(records))
@@ -166,7 +180,7 @@ def test_clamped_sum(units, rows, group_size):
     for records in datasets(17, 25, units, rows):
         shift = contribution_bound(records) * group_size
         ls = clamped_sum_sensitivity(shift, LOWER, UPPER)
-        statistic = lambda rs: sum(scope_values(rs))  # noqa: E731
+        statistic = lambda rs: sum(scope_values(rs))
         _check(records, ls, _worst_change(records, statistic, group_size), tight=False)
 
 
@@ -174,14 +188,14 @@ def test_clamped_sum(units, rows, group_size):
 def test_count_with_where(units, rows, group_size):
     for records in datasets(18, 40, units, rows):
         shift = contribution_bound(records) * group_size
-        statistic = lambda rs: len(scope_values(rs))  # noqa: E731
+        statistic = lambda rs: len(scope_values(rs))
         _check(records, count_sensitivity(shift, False), _worst_change(records, statistic,
                group_size), tight=shift == 1 and bool(records))
 
 
 def test_count_of_whole_table_never_changes():
     for records in datasets(19, 30, 4, 2):
-        statistic = lambda rs: len(rs)  # noqa: E731
+        statistic = lambda rs: len(rs)
         _check(records, count_sensitivity(1, True), _worst_change(records, statistic, 1),
                tight=True)
 
