@@ -1,14 +1,14 @@
 """The engine: one message of SQL in, answers with privacy metadata out.
 
 Flow (SPEC §4): analyze every statement first (a refused statement refuses the whole
-message, nothing spent) → for each private query: per-unit bound, debit, one pushdown
-query, release. The ε is reserved before the backend runs the query and refunded only
+message, nothing spent) → for each private query: debit the ledger (committed), then in
+one snapshot of the backend the per-unit bound and the pushed-down statistics, then the
+noisy release. The ε is reserved before the backend runs anything and refunded only
 when the backend could not be reached (SPEC §7).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -26,9 +26,6 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import Rules
 from proxy.session import SessionCommand, Settings, apply_command, epsilon_hint, session_command
 from proxy.statistics import GroupStats
-
-log = logging.getLogger("idp_proxy.engine")
-
 
 @dataclass
 class Answer:
@@ -64,10 +61,9 @@ class Engine:
             return table.group_size
         if plan.model == "dp":
             return table.max_rows_per_unit * table.group_size
-        unit_type = table.columns[table.privacy_unit].type if table.privacy_unit in table.columns \
-            else "text"
+        unit = table.columns.get(table.privacy_unit)
         fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit,
-                                                    unit_type == "int")
+                                                    unit is not None and unit.type == "int")
         key = (table.name, fingerprint)
         if key not in self._unit_bounds:
             sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)

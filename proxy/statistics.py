@@ -77,3 +77,8 @@ class GroupStats:
 
     rows: int = 0
     columns: dict[str, ColumnStats] = field(default_factory=dict)
+
+    def column(self, name: str) -> ColumnStats:
+        """A column's statistics; an empty group (absent from the backend's answer)
+        has none, which is the statistics of no values."""
+        return self.columns.get(name) or ColumnStats()

@@ -128,6 +128,16 @@ def test_group_by_answers_every_declared_key_in_order(engine):
     assert {row[0] for row in answer.rows} <= {"north", "south", "east", "west"}
 
 
+def test_empty_groups_are_answered_from_the_domain(engine):
+    """A declared key with no row in scope still gets every aggregate (SPEC §3.4)."""
+    (answer,) = run(engine.session("zoe"),
+                    "SELECT region, COUNT(age), MEDIAN(age), AVG(income), MAX(age) FROM people "
+                    "WHERE region = 'north' GROUP BY region")
+    assert [row[0] for row in answer.rows] == ["north", "south", "east", "west"]
+    for row in answer.rows:
+        assert 0 <= row[2] <= 120 and 0 <= row[4] <= 120
+
+
 def test_empty_scope_is_answered_not_refused(engine):
     """SPEC §3.4: tiny scopes fall back to a data-independent sensitivity."""
     (answer,) = run(engine.session("zoe"), "SELECT MEDIAN(age) FROM people WHERE age > 200")

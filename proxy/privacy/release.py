@@ -99,13 +99,13 @@ def _release_one(plan, agg: Aggregate, group: GroupStats, cal: Calibration, grou
     if agg.kind == COUNT:
         # Counts: one unit's s records each leave one cell and join another: L1 ≤ 2s.
         share = min(2, group_count) if grouped else 1
-        true = group.rows if agg.column is None else group.columns[agg.column].n
+        true = group.rows if agg.column is None else group.column(agg.column).n
         whole = agg.column is None and plan.where is None and not grouped
         sensitivity = count_sensitivity(cal.shift, whole)
         noisy = laplace_integer(true, _integer_scale(sensitivity, cal), epsilon / share, rng)
         return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal)
     share = groups_touched(cal.shift, group_count) if grouped else 1
-    stats = group.columns[agg.column]
+    stats = group.column(agg.column)
     column = plan.table.columns[agg.column]
     if agg.kind == AVG:
         return _release_average(stats, column, cal, epsilon / share, rng)
@@ -123,7 +123,7 @@ def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
     """(true answer, sensitivity, note) of one real-valued aggregate."""
     lower, upper, n, values = column.lower, column.upper, stats.n, stats.values
     if agg.kind == SUM:
-        return _sum_and_sensitivity(stats, column, cal) + (None,)
+        return _sum_and_sensitivity(stats, column, cal) + (_sum_note(cal),)
     if cal.model == "dp":
         ref, fallback = {
             PERCENTILE: (RankRef(PCT, 0, agg.fraction), (lower + upper) / 2),
@@ -151,6 +151,13 @@ def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[
     return stats.total, clamped_sum_sensitivity(cal.shift, column.lower, column.upper)
 
 
+def _sum_note(cal: Calibration) -> str:
+    if cal.model == "idp" and cal.shift == 1:
+        return ("SUM is winsorized: the smallest and the largest value in scope count as "
+                "their neighbours (seed 002 §3.2.2)")
+    return "SUM adds values clamped to the declared domain"
+
+
 def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Fraction, rng):
     """AVG = noisy SUM / noisy COUNT, each with half the ε (post-processing of both)."""
     total, sum_sensitivity = _sum_and_sensitivity(stats, column, cal)
@@ -163,7 +170,8 @@ def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Frac
     spread = max(abs((noisy_sum.value + sign * noisy_sum.ci95) / divisor - value)
                  for sign in (-1, 1) for divisor in (low_count, count + noisy_count.ci95))
     noisy = Noisy(value, spread, f"{noisy_sum.mechanism} / discrete Laplace")
-    return _finish(noisy, cal, "AVG is a noisy SUM over a noisy COUNT, each with half the epsilon")
+    return _finish(noisy, cal, f"AVG is a noisy SUM over a noisy COUNT, each with half the "
+                               f"epsilon; {_sum_note(cal)}")
 
 
 def _real_scale(sensitivity: float, cal: Calibration) -> float:
