@@ -68,13 +68,14 @@ CASES = [
 
 
 def load(backend, rows: int) -> None:
-    """rows: one row per record; visits: the same shape, 1–5 rows per unit."""
+    """rows: one row per record, x with a million distinct values in [0, 1000), a with
+    101; visits: the same shape, two to four rows per unit."""
     if backend.dialect == "duckdb":
-        body = ("SELECT range AS id, hash(range) % 1000 / 1.0 AS x, "
+        body = ("SELECT range AS id, CAST(hash(range) % 1000000 AS DOUBLE) / 1000 AS x, "
                 "CAST(hash(range * 7) % 101 AS INTEGER) AS a FROM range({n})")
         unit = "(range // 3 + CAST(hash(range) % 2 AS BIGINT))"
     else:
-        body = ("SELECT g AS id, (hashint8(g) & 1048575) % 1000 / 1.0 AS x, "
+        body = ("SELECT g AS id, ((hashint8(g) & 1048575) % 1000000)::float8 / 1000 AS x, "
                 "((hashint8(g * 7) & 1048575) % 101)::int AS a FROM generate_series(1, {n}) g")
         unit = "(g / 3 + (hashint8(g) & 1))"
     with backend.transaction() as tx:

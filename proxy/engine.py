@@ -27,6 +27,7 @@ from proxy.rules import Rules
 from proxy.session import SessionCommand, Settings, apply_command, epsilon_hint, session_command
 from proxy.statistics import GroupStats
 
+
 @dataclass
 class Answer:
     """One statement's result: rows for the client, and the privacy metadata."""

@@ -167,3 +167,38 @@ def test_dp_clipping_keeps_at_most_the_declared_rows_per_unit(backend_url):
             in_scope[unit] = in_scope.get(unit, 0) + 1
     assert shift == 2
     assert groups[()].rows == sum(min(2, rows) for rows in in_scope.values())
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sigmas", [6, 0, -50])
+def test_bracketed_percentiles_are_exact_or_fall_back(backend_url, monkeypatch, sigmas):
+    """The pilot bracket (forced here on a small table by sampling all of it) gives the
+    exact order statistics; a bracket that misses the ranks (negative margin) falls back
+    to the backend's percentile, with the same result."""
+    import proxy.pushdown.ungrouped as ungrouped
+
+    monkeypatch.setattr(ungrouped, "PILOT_PERCENT", 100)
+    monkeypatch.setattr(ungrouped, "PILOT_MIN_VALUES", 1)
+    monkeypatch.setattr(ungrouped, "BRACKET_SIGMAS", sigmas)
+    calls = []
+    monkeypatch.setattr(ungrouped, "_quantiles", _counting(ungrouped._quantiles, calls))
+    data = _rows(seed=13, units=80)
+    load_table(backend_url, "t", data, TYPES)
+    sql = ("SELECT MEDIAN(x), PERCENTILE_DISC(0.95) WITHIN GROUP (ORDER BY y) FROM t "
+           "WHERE unit < 70")
+    plan, shift, groups = _statistics(backend_url, sql)
+    needs = {n.column: n for n in column_needs(plan, shift)}
+    scope = [(x, y) for unit, x, y in zip(data["unit"], data["x"], data["y"]) if unit < 70]
+    xs = sorted(min(max(x, 0.0), 100.0) for x, _ in scope if x is not None)
+    ys = sorted(float(min(max(y, -50), 50)) for _, y in scope if y is not None)
+    assert groups[()].columns["x"].values == order_values(xs, needs["x"].ranks)
+    assert groups[()].columns["y"].values == order_values(ys, needs["y"].ranks)
+    fell_back = len(calls) > 2  # two pilots, then one exact statement for both columns
+    assert fell_back == (sigmas < 0)
+
+
+def _counting(function, calls):
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+    return counted

@@ -17,13 +17,15 @@ DECIMAL = exp.DataType.build("decimal(38, 6)")
 
 
 def scope_select(
-    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], clip_rows_per_unit: int | None
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], clip_rows_per_unit: int | None,
+    sample_percent: int | None = None,
 ) -> exp.Select:
-    """The rows in scope: group keys and clamped columns, after WHERE (and clipping).
+    """The rows in scope: group keys and needed columns, after WHERE (and clipping).
 
     ``clip_rows_per_unit`` (DP with a privacy unit) keeps at most that many in-scope
     rows per unit, chosen by the unit's own values, so one unit's contribution is
-    bounded whatever the data (SPEC §5.2, global sensitivity).
+    bounded whatever the data (SPEC §5.2, global sensitivity). ``sample_percent`` reads
+    a block sample of the table instead (a pilot; never for released statistics).
     """
     table = plan.table
     keys = group_keys(plan)
@@ -32,7 +34,11 @@ def scope_select(
                  for col, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
         selected.append(exp.alias_(exp.column(need.column, quoted=True), f"c{index}"))
-    scope = exp.select(*selected).from_(exp.to_table(table.name, quoted=True))
+    source = exp.to_table(table.name, quoted=True)
+    if sample_percent is not None:
+        source.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
+                                             percent=exp.Literal.number(sample_percent)))
+    scope = exp.select(*selected).from_(source)
     if plan.where is not None:
         scope = scope.where(plan.where.copy())
     for col in plan.group_by:  # rows outside the declared keys belong to no group

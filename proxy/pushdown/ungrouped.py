@@ -1,14 +1,17 @@
 """Statistics of a query without GROUP BY, at about the cost of the plain aggregate.
 
 Pass 1 is one aggregate over the scope: row and non-null counts and exact sums, with
-the few largest/smallest values as top-k ``ORDER BY … LIMIT k`` subqueries. Pass 2, only for percentiles, asks the backend's own
-``PERCENTILE_DISC``/``QUANTILE_DISC`` for the exact ranks now that n is known: rank k is
-requested as the fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever
-the rounding of q. Both passes run in the same snapshot.
+the few largest/smallest values as top-k ``ORDER BY … LIMIT k`` subqueries. Pass 2,
+only for percentiles, knows n: on a large scope a pilot sample brackets the wanted
+ranks and one pass ranks only the values inside the bracket (``_bracketed``); else, or
+when the bracket misses, the backend's own ``PERCENTILE_DISC``/``QUANTILE_DISC`` is asked
+for rank k as the fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever
+the rounding of q. All passes run in the same snapshot.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from sqlglot import exp
@@ -52,7 +55,7 @@ def ungrouped_statistics(
             statement = statement.from_(scope.subquery("s"))
         for reader, value in zip(readers, execute(statement.sql(dialect=dialect))[0]):
             reader(value)
-    _percentiles(needs, group, scope, dialect, execute)
+    _percentiles(plan, needs, group, dialect, clip_rows_per_unit, execute)
     return group
 
 
@@ -79,10 +82,12 @@ def _fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets: 
             need.clamp(values[offset]) if offset < len(values) else None)
 
 
-def _percentiles(needs, group: GroupStats, scope: exp.Select, dialect: str,
-                 execute: Execute) -> None:
-    """Pass 2: the values at the percentile ranks, straight from the backend."""
-    items, wanted = [], []
+def _percentiles(plan: QueryPlan, needs, group: GroupStats, dialect: str,
+                 clip_rows_per_unit: int | None, execute: Execute) -> None:
+    """The values at the percentile ranks: bracketed by a pilot where the scope is large,
+    else (or when the bracket misses) straight from the backend's percentile."""
+    scope = scope_select(plan, needs, clip_rows_per_unit)
+    exact = []
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
         refs = [r for r in need.ranks if r.anchor == PCT]
@@ -91,18 +96,82 @@ def _percentiles(needs, group: GroupStats, scope: exp.Select, dialect: str,
         inside = [(ref, ref.rank(stats.n)) for ref in refs if 1 <= ref.rank(stats.n) <= stats.n]
         if not inside:
             continue
-        fractions = exp.Array(expressions=[exp.Literal.number(repr((rank - 0.5) / stats.n))
-                                           for _, rank in inside])
-        column = exp.column(f"c{index}")
-        if dialect == "duckdb":
-            items.append(exp.PercentileDisc(this=column, expression=fractions))
-        else:
-            items.append(exp.WithinGroup(this=exp.PercentileDisc(this=fractions),
-                                         expression=exp.Order(expressions=[exp.Ordered(this=column)])))
-        wanted.append((need, stats, inside))
-    if not items:
+        pilot_size = stats.n * PILOT_PERCENT // 100
+        if clip_rows_per_unit is None and pilot_size >= PILOT_MIN_VALUES and _bracketed(
+                plan, needs, index, need, stats, inside, scope, dialect, execute):
+            continue
+        exact.append((index, need, stats, inside))
+    if not exact:
         return
+    items = [_quantiles(exp.column(f"c{index}"), [(rank - 0.5) / stats.n for _, rank in inside],
+                        dialect) for index, _, stats, inside in exact]
     row = execute(exp.select(*items).from_(scope.subquery("s")).sql(dialect=dialect))[0]
-    for (need, stats, inside), values in zip(wanted, row):
+    for (_, need, stats, inside), values in zip(exact, row):
         for (ref, _), value in zip(inside, values):
             stats.values[ref] = need.clamp(value)
+
+
+# The pilot reads a 1% block sample; it is used only when that holds enough values to
+# place the ranks within ±6 standard errors, and every result is checked exactly.
+PILOT_PERCENT = 1
+PILOT_MIN_VALUES = 2_000
+BRACKET_SIGMAS = 6
+
+
+def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, inside,
+               scope: exp.Select, dialect: str, execute: Execute) -> bool:
+    """Exact order statistics without selecting over the whole scope.
+
+    A pilot on a block sample estimates values that bracket the wanted ranks; one pass
+    then counts the values below and inside the bracket and ranks only those inside.
+    A rank is accepted only if it provably falls inside (below < rank ≤ below + inside),
+    so the result is exact whatever the sample; otherwise the caller asks the backend's
+    percentile (the pilot only ever changes how long the query takes).
+    """
+    n, column = stats.n, exp.column(f"c{index}")
+    ranks = [rank for _, rank in inside]
+    margin = BRACKET_SIGMAS * 0.5 / math.sqrt(n * PILOT_PERCENT / 100)
+    fractions = [min(max(q, 0.0), 1.0) for q in ((min(ranks) - 0.5) / n - margin,
+                                                (max(ranks) - 0.5) / n + margin)]
+    sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
+    pilot = exp.select(_quantiles(column, fractions, dialect)).from_(sampled.subquery("s"))
+    bounds = execute(pilot.sql(dialect=dialect))[0][0]
+    if not bounds or None in bounds:
+        return False
+    low, high = (exp.Literal.number(str(value)) for value in bounds)
+    in_bracket = column.between(low, high)
+    counts = exp.select(
+        exp.alias_(exp.Filter(this=exp.Count(this=column), expression=exp.Where(this=column < low)),
+                   "below"),
+        exp.alias_(exp.Filter(this=exp.Count(this=column), expression=exp.Where(this=in_bracket)),
+                   "inside"),
+    ).from_(scope.subquery("s"))
+    ranked = exp.select(
+        exp.alias_(column, "v"),
+        exp.alias_(exp.Window(this=exp.RowNumber(),
+                              order=exp.Order(expressions=[exp.Ordered(this=column)])), "rn"),
+    ).from_(scope.subquery("s")).where(in_bracket)
+    rank = exp.Add(this=exp.column("rn", "b"), expression=exp.column("below", "c"))
+    statement = (
+        exp.select(exp.column("below", "c"), exp.column("inside", "c"), rank, exp.column("v", "b"))
+        .from_(counts.subquery("c"))
+        .join(ranked.subquery("b"), on=rank.isin(*[exp.Literal.number(r) for r in ranks]),
+              join_type="left")
+    )
+    rows = execute(statement.sql(dialect=dialect))
+    below, count_inside = rows[0][0], rows[0][1]
+    if not all(below < r <= below + count_inside for r in ranks):
+        return False
+    found = {int(row[2]): row[3] for row in rows if row[2] is not None}
+    for ref, r in inside:
+        stats.values[ref] = need.clamp(found[r])
+    return True
+
+
+def _quantiles(column: exp.Expression, fractions: list[float], dialect: str) -> exp.Expression:
+    """PERCENTILE_DISC at several fractions, as an array (rank ⌈q·n⌉ for each q)."""
+    array = exp.Array(expressions=[exp.Literal.number(repr(q)) for q in fractions])
+    if dialect == "duckdb":
+        return exp.PercentileDisc(this=column, expression=array)
+    return exp.WithinGroup(this=exp.PercentileDisc(this=array),
+                           expression=exp.Order(expressions=[exp.Ordered(this=column)]))
