@@ -264,3 +264,44 @@ def test_unit_bound_follows_the_data(engine):
     (answer,) = run(session, plan_sql)
     assert sorted(engine._unit_bounds.values()) == [1, 3]
     assert answer.privacy["ci95"]["count"][0] > 20  # scale 4/0.3 rather than 1/0.3
+
+
+@pytest.fixture
+def no_noise(monkeypatch):
+    """The mechanisms return the true value: what remains is the answer's plumbing."""
+    from proxy.privacy import release
+    from proxy.privacy.mechanisms import Noisy
+
+    exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
+    monkeypatch.setattr(release, "laplace_real", exact)
+    monkeypatch.setattr(release, "laplace_integer", exact)
+
+
+def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):
+    """The pushed-down statistics and the release agree with a direct computation."""
+    data = _people()
+    scope = [(a, i, r) for a, i, r in zip(data["age"], data["income"], data["region"]) if a > 25]
+    ages = sorted(a for a, _, _ in scope)
+    incomes = sorted(i for _, i, _ in scope)
+    (answer,) = run(engine.session("zoe"),
+                    "SELECT COUNT(*), MEDIAN(income), PERCENTILE_DISC(0.9) WITHIN GROUP "
+                    "(ORDER BY income), MAX(age), MIN(age), SUM(age), AVG(income) "
+                    "FROM people WHERE age > 25")
+    n = len(scope)
+    winsorized_ages = sum(ages) - ages[0] - ages[-1] + ages[1] + ages[-2]
+    winsorized_incomes = sum(incomes) - incomes[0] - incomes[-1] + incomes[1] + incomes[-2]
+    assert answer.rows == [(
+        n, incomes[(n + 1) // 2 - 1], incomes[-(-9 * n // 10) - 1], ages[-1], ages[0],
+        pytest.approx(winsorized_ages), pytest.approx(winsorized_incomes / n),
+    )]
+
+
+def test_without_noise_group_by_answers_each_group(engine, no_noise):
+    data = _people()
+    (answer,) = run(engine.session("zoe"),
+                    "SELECT region, MEDIAN(age), MAX(income) FROM people GROUP BY region")
+    for region, median, largest in answer.rows:
+        ages = sorted(a for a, r in zip(data["age"], data["region"]) if r == region)
+        incomes = [i for i, r in zip(data["income"], data["region"]) if r == region]
+        assert median == ages[(len(ages) + 1) // 2 - 1]
+        assert largest == max(incomes)

@@ -175,7 +175,7 @@ def test_bracketed_percentiles_are_exact_or_fall_back(backend_url, monkeypatch, 
     """The pilot bracket (forced here on a small table by sampling all of it) gives the
     exact order statistics; a bracket that misses the ranks (negative margin) falls back
     to the backend's percentile, with the same result."""
-    import proxy.pushdown.ungrouped as ungrouped
+    from proxy.pushdown import ungrouped
 
     monkeypatch.setattr(ungrouped, "PILOT_PERCENT", 100)
     monkeypatch.setattr(ungrouped, "PILOT_MIN_VALUES", 1)

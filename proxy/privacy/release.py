@@ -130,18 +130,18 @@ def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
             MAX: (RankRef(TOP, 0), lower),
             MIN: (RankRef(BOTTOM, 0), upper),
         }[agg.kind]
-        return _or(values.get(ref) if n else None, fallback), upper - lower, None
+        return _or(values.get(ref), fallback), upper - lower, None
     if agg.kind == PERCENTILE:
         return local_sensitivity_of_percentile(n, values, agg.fraction, cal.shift, lower, upper) + (None,)
     if agg.kind == MAX:
         note = None if upper is not None else (
             f"no upper bound is declared for {agg.column}: the {_ordinal(cal.shift + 1)} "
             "largest value is answered instead of the maximum")
-        return local_sensitivity_of_max(n, values, cal.shift, lower, upper) + (note,)
+        return local_sensitivity_of_max(values, cal.shift, lower, upper) + (note,)
     note = None if lower is not None else (
         f"no lower bound is declared for {agg.column}: the {_ordinal(cal.shift + 1)} "
         "smallest value is answered instead of the minimum")
-    return local_sensitivity_of_min(n, values, cal.shift, lower, upper) + (note,)
+    return local_sensitivity_of_min(values, cal.shift, lower, upper) + (note,)
 
 
 def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[float, float]:

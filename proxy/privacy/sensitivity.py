@@ -47,19 +47,20 @@ def max_refs(shift: int, has_upper: bool) -> tuple[RankRef, ...]:
 
 
 def local_sensitivity_of_max(
-    n: int, values: Values, shift: int, lower: float, upper: float | None
+    values: Values, shift: int, lower: float, upper: float | None
 ) -> tuple[float, float]:
     """MAX with declared U: max(U − x₍ₙ₎, x₍ₙ₎ − x₍ₙ₋ₛ₎) (seed 000 §VI-B1).
 
     Without U the (s+1)-th largest x₍ₙ₋ₛ₎ is answered instead (seed 000 §VI-B, "second
-    maximum"): LS = max(x₍ₙ₎ − x₍ₙ₋ₛ₎, x₍ₙ₋ₛ₎ − x₍ₙ₋₂ₛ₎). Missing ranks are L.
+    maximum"): LS = max(x₍ₙ₎ − x₍ₙ₋ₛ₎, x₍ₙ₋ₛ₎ − x₍ₙ₋₂ₛ₎). Missing ranks are L; an empty
+    scope has no TOP+0 value. Only the values from the top are needed, not n.
     """
     if upper is not None:
-        answer = _or(values.get(RankRef(TOP, 0)) if n else None, lower)
+        answer = _or(values.get(RankRef(TOP, 0)), lower)
         below = _or(values.get(RankRef(TOP, shift)), lower)
         return answer, max(upper - answer, answer - below, 0.0)
-    answer = _or(values.get(RankRef(TOP, shift)) if n else None, lower)
-    top = _or(values.get(RankRef(TOP, 0)) if n else None, answer)
+    answer = _or(values.get(RankRef(TOP, shift)), lower)
+    top = _or(values.get(RankRef(TOP, 0)), answer)
     below = _or(values.get(RankRef(TOP, 2 * shift)), lower)
     return answer, max(top - answer, answer - below, 0.0)
 
@@ -69,13 +70,13 @@ def min_refs(shift: int, has_lower: bool) -> tuple[RankRef, ...]:
 
 
 def local_sensitivity_of_min(
-    n: int, values: Values, shift: int, lower: float | None, upper: float
+    values: Values, shift: int, lower: float | None, upper: float
 ) -> tuple[float, float]:
     """Mirror of MAX: negate the values and swap the bounds."""
     mirrored = {RankRef(TOP, ref.offset): (None if v is None else -v)
                 for ref, v in values.items() if ref.anchor == BOTTOM}
     answer, sensitivity = local_sensitivity_of_max(
-        n, mirrored, shift, -upper, None if lower is None else -lower
+        mirrored, shift, -upper, None if lower is None else -lower
     )
     return -answer, sensitivity
 

@@ -115,11 +115,11 @@ def test_max_and_min(units, rows, group_size, kind, declared):
         if kind == "max":
             bound = UPPER if declared else None
             stats = order_values(values, max_refs(shift, declared))
-            answer, ls = local_sensitivity_of_max(len(values), stats, shift, LOWER, bound)
+            answer, ls = local_sensitivity_of_max(stats, shift, LOWER, bound)
         else:
             bound = LOWER if declared else None
             stats = order_values(values, min_refs(shift, declared))
-            answer, ls = local_sensitivity_of_min(len(values), stats, shift, bound, UPPER)
+            answer, ls = local_sensitivity_of_min(stats, shift, bound, UPPER)
         statistic = _extreme_statistic(kind, shift, bound)
         assert answer == statistic(records)
         _check(records, ls, _worst_change(records, statistic, group_size),
@@ -133,7 +133,7 @@ def test_second_maximum_is_tight_when_neighbours_exist():
         if len(values) < 3:
             continue
         stats = order_values(values, max_refs(1, False))
-        _, ls = local_sensitivity_of_max(len(values), stats, 1, LOWER, None)
+        _, ls = local_sensitivity_of_max(stats, 1, LOWER, None)
         _check(records, ls, _worst_change(records, _extreme_statistic("max", 1, None), 1),
                tight=True)
 
