@@ -23,6 +23,7 @@ from proxy.ledger import Charge, Ledger
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.pushdown import compute_statistics, unit_bound_sql
+from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.rules import Rules
 from proxy.session import SessionCommand, Settings, apply_command, epsilon_hint, session_command
 from proxy.statistics import GroupStats
@@ -53,31 +54,43 @@ class Engine:
         self.ledger.ensure_analyst(analyst)
         return Session(self, analyst)
 
-    def shift_for(self, plan: QueryPlan, tx: Transaction) -> int:
-        """s = c·g (SPEC §5.2). Under DP c is the declared contribution bound; under iDP
-        the table's largest per-unit row count, read in the same snapshot as the
-        statistics and recomputed only when the unit column's fingerprint changes."""
+    def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats]]:
+        """The shift s = c·g (SPEC §5.2) and every group's statistics, from one snapshot.
+
+        Under DP c is the declared contribution bound. Under iDP it is the table's
+        largest per-unit row count, recomputed only when a fingerprint of the unit column
+        changes; where the backend can, that fingerprint rides along in the statistics'
+        first scan (the counts and sums do not depend on s; the ranks do)."""
+        table, dialect = plan.table, self.backend.dialect
+        clip = table.max_rows_per_unit if plan.model == "dp" else None
+        with self.backend.transaction(snapshot=True) as tx:
+            if table.privacy_unit is None or plan.model == "dp":
+                shift = (clip or 1) * table.group_size
+                return shift, compute_statistics(plan, column_needs(plan, shift), dialect, clip,
+                                                 tx.execute)
+            unit = table.columns.get(table.privacy_unit)
+            integer = unit is not None and unit.type == "int"
+            folded = self.backend.fingerprint_aggregates(table.privacy_unit, integer)
+            if plan.group_by or folded is None:
+                fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit,
+                                                            integer)
+                shift = self._shift(plan, tx, fingerprint)
+                return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
+                                                 tx.execute)
+            group, values = first_pass(plan, column_needs(plan, 1), dialect, None, tx.execute,
+                                       folded)
+            shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
+            remaining_passes(plan, column_needs(plan, shift), group, dialect, None, tx.execute)
+            return shift, {(): group}
+
+    def _shift(self, plan: QueryPlan, tx: Transaction, fingerprint: str) -> int:
+        """c·g with c cached per (table, fingerprint of its unit column)."""
         table = plan.table
-        if table.privacy_unit is None:
-            return table.group_size
-        if plan.model == "dp":
-            return table.max_rows_per_unit * table.group_size
-        unit = table.columns.get(table.privacy_unit)
-        fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit,
-                                                    unit is not None and unit.type == "int")
         key = (table.name, fingerprint)
         if key not in self._unit_bounds:
             sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)
             self._unit_bounds[key] = max(1, int(tx.execute(sql)[0][0]))
         return self._unit_bounds[key] * table.group_size
-
-    def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats]]:
-        """The shift and every group's statistics, from one consistent snapshot."""
-        with self.backend.transaction(snapshot=True) as tx:
-            shift = self.shift_for(plan, tx)
-            clip = plan.table.max_rows_per_unit if plan.model == "dp" else None
-            return shift, compute_statistics(plan, column_needs(plan, shift),
-                                             self.backend.dialect, clip, tx.execute)
 
 
 class Session:

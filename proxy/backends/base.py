@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from sqlglot import exp
+
 log = logging.getLogger("idp_proxy.backend")
 
 
@@ -46,6 +48,16 @@ class Backend(ABC):
         """A fingerprint that changes whenever the multiset of privacy-unit values may
         have changed, read in ``tx``. The per-unit row bound c depends on nothing else,
         so c is cached under it; each backend says why its fingerprint suffices."""
+
+    def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression] | None:
+        """Aggregates over every row whose values are the unit fingerprint, for backends
+        where it is cheapest inside the statistics' own scan; None where
+        ``unit_fingerprint`` reads it separately."""
+        return None
+
+    @staticmethod
+    def fingerprint_text(values: Sequence[Any]) -> str:
+        return ":".join(str(value) for value in values)
 
     @abstractmethod
     def close(self) -> None: ...

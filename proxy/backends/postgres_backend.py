@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log
 from proxy.errors import BackendFailed, BackendUnavailable
@@ -48,11 +49,18 @@ class PostgresBackend(Backend):
                 raise BackendFailed("the backend could not run this query") from None
 
     def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
+        statement = exp.select(*self.fingerprint_aggregates(unit, integer)).from_(
+            exp.to_table(table, quoted=True))
+        return self.fingerprint_text(tx.execute(statement.sql(dialect="postgres"))[0])
+
+    def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
         # Other sessions may write at any time, and the cumulative statistics lag by up
-        # to a minute, so the unit column itself is read (one scan, no sort).
-        hashed = f'hashint8("{unit}")' if integer else f'hashtextextended("{unit}"::text, 0)'
-        (count, total), = tx.execute(f'SELECT count("{unit}"), sum({hashed}) FROM "{table}"')
-        return f"{count}:{total}"
+        # to a minute, so the unit column itself is read: its count and the sum of a
+        # 64-bit hash of each value (a scan, no sort; shared with the statistics' scan).
+        column = exp.column(unit, quoted=True)
+        hashed = (exp.func("hashint8", column) if integer else
+                  exp.func("hashtextextended", exp.cast(column, "text"), exp.Literal.number(0)))
+        return [exp.Count(this=column), exp.Sum(this=hashed)]
 
     def close(self) -> None:
         with self._lock:

@@ -1,8 +1,9 @@
 """Statistics of a query without GROUP BY, at about the cost of the plain aggregate.
 
-Pass 1 is one aggregate over the scope: row and non-null counts and exact sums, with
-the few largest/smallest values as top-k ``ORDER BY … LIMIT k`` subqueries. Pass 2,
-only for percentiles, knows n: on a large scope a pilot sample brackets the wanted
+Pass 1 is one aggregate over the scope: row and non-null counts and exact sums (and,
+where the backend asks for it, the per-unit bound's fingerprint in the same scan).
+Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries.
+Percentiles come last, when n is known: on a large scope a pilot sample brackets the wanted
 ranks and one pass ranks only the values inside the bracket (``_bracketed``); else, or
 when the bracket misses, the backend's own ``PERCENTILE_DISC``/``QUANTILE_DISC`` is asked
 for rank k as the fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever
@@ -27,22 +28,65 @@ def ungrouped_statistics(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
     clip_rows_per_unit: int | None, execute: Execute,
 ) -> GroupStats:
-    scope = scope_select(plan, needs, clip_rows_per_unit)
+    group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute)
+    remaining_passes(plan, needs, group, dialect, clip_rows_per_unit, execute)
+    return group
+
+
+def first_pass(
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
+    clip_rows_per_unit: int | None, execute: Execute,
+    whole_table: list[exp.Expression] = (),
+) -> tuple[GroupStats, list]:
+    """Counts and sums in one aggregate pass (they do not depend on the shift s).
+
+    ``whole_table``: more aggregates over every row of the table (the per-unit bound's
+    fingerprint), computed in the same scan; the scope's aggregates then read the table
+    directly with ``FILTER (WHERE predicate)``. Returns the statistics and the values of
+    the ``whole_table`` aggregates."""
     group = GroupStats(columns={need.column: ColumnStats() for need in needs})
-    items, readers, aggregated = [], [], False
+    folded = bool(whole_table)
+    items, readers = [], []
+
+    def scoped(aggregate: exp.Expression) -> exp.Expression:
+        if not folded or plan.where is None:
+            return aggregate
+        return exp.Filter(this=aggregate, expression=exp.Where(this=plan.where.copy()))
+
     if any(a.kind == COUNT and a.column is None for a in plan.aggregates):
-        items.append(exp.Count(this=exp.Star()))
+        items.append(scoped(exp.Count(this=exp.Star())))
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
-        aggregated = True
+    for index, need in enumerate(needs):
+        stats = group.columns[need.column]
+        column = exp.column(need.column, quoted=True) if folded else exp.column(f"c{index}")
+        if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
+            items.append(scoped(exp.Count(this=column)))
+            readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
+        if need.total:
+            items.append(scoped(clamped_sum(column, need)))
+            readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
+    if not items and not folded:
+        return group, []
+    if folded:
+        source = exp.to_table(plan.table.name, quoted=True)
+    else:
+        source = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    row = execute(exp.select(*items, *whole_table).from_(source).sql(dialect=dialect))[0]
+    for reader, value in zip(readers, row):
+        reader(value)
+    return group, list(row[len(items):])
+
+
+def remaining_passes(
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], group: GroupStats, dialect: str,
+    clip_rows_per_unit: int | None, execute: Execute,
+) -> None:
+    """The order statistics, whose ranks depend on the shift s: the extremes in one
+    statement of top-k subqueries, then the percentiles."""
+    scope = scope_select(plan, needs, clip_rows_per_unit)
+    items, readers = [], []
     for index, need in enumerate(needs):
         stats, column = group.columns[need.column], exp.column(f"c{index}")
-        if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
-            items.append(exp.Count(this=column))
-            readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
-            aggregated = True
-        if need.total:
-            items.append(clamped_sum(column, need))
-            readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
         for anchor in (TOP, BOTTOM):
             offsets = [r.offset for r in need.ranks if r.anchor == anchor]
             if offsets:
@@ -50,13 +94,9 @@ def ungrouped_statistics(
                 readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: _fill_extremes(
                     n, s, a, o, value))
     if items:
-        statement = exp.select(*items)
-        if aggregated:
-            statement = statement.from_(scope.subquery("s"))
-        for reader, value in zip(readers, execute(statement.sql(dialect=dialect))[0]):
+        for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect))[0]):
             reader(value)
     _percentiles(plan, needs, group, dialect, clip_rows_per_unit, execute)
-    return group
 
 
 def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
