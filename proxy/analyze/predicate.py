@@ -42,19 +42,24 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
                 f"{node.key.upper()} is not allowed in WHERE; "
                 "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT on columns"
             )
-    _refuse_string_to_number(condition, table)
+    _refuse_mixed_types(condition, table)
     return condition
 
 
-def _refuse_string_to_number(condition: exp.Expression, table: Table) -> None:
-    """Mixing types would make the backend raise a data-independent but confusing error."""
-    for node in condition.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE):
-        column, other = node.this, node.expression
-        if not isinstance(column, exp.Column):
-            column, other = other, column
-        if isinstance(column, exp.Column) and isinstance(other, exp.Literal):
+def _refuse_mixed_types(condition: exp.Expression, table: Table) -> None:
+    """A literal of the wrong kind would make the backend fail after the query is
+    charged; the mismatch is visible in the text, so it is refused here."""
+    for node in condition.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+                                   exp.Between, exp.In):
+        operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
+                    *node.args.get("expressions", [])]
+        columns = [o for o in operands if isinstance(o, exp.Column)]
+        literals = [o for o in operands if isinstance(o, exp.Literal)]
+        for column in columns:
             declared = table.columns[column.name]
-            if declared.numeric and other.is_string:
-                raise NotSupported(
-                    f"column {column.name} is numeric; compare it with a number, not a string"
-                )
+            wants_string = declared.type in ("text", "date")
+            for literal in literals:
+                if declared.type != "bool" and literal.is_string != wants_string:
+                    kind = "a quoted string" if wants_string else "a number"
+                    raise NotSupported(f"column {column.name} is {declared.type}; compare it "
+                                       f"with {kind}")
