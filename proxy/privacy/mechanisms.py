@@ -31,7 +31,7 @@ class Noisy:
 def grid_step(sensitivity: float) -> float:
     """Λ = 2^(⌊log₂ S⌋ − 10): a power of two, so grid points are exact floats."""
     _, exponent = math.frexp(sensitivity)
-    return math.ldexp(1.0, exponent - 1 - 10)
+    return max(math.ldexp(1.0, exponent - 1 - 10), math.ulp(0.0))  # subnormal S: finest float
 
 
 def grid_parameters(sensitivity: float, epsilon: Fraction) -> tuple[float, Fraction]:

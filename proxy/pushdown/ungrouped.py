@@ -40,16 +40,19 @@ def first_pass(
 ) -> tuple[GroupStats, list]:
     """Counts and sums in one aggregate pass (they do not depend on the shift s).
 
-    ``whole_table``: more aggregates over every row of the table (the per-unit bound's
-    fingerprint), computed in the same scan; the scope's aggregates then read the table
-    directly with ``FILTER (WHERE predicate)``. Returns the statistics and the values of
-    the ``whole_table`` aggregates."""
+    The pass reads the table itself, as the plain aggregate would (the clipped scope
+    under DP). ``whole_table``: more aggregates over every row of the table (the
+    per-unit bound's fingerprint) in the same scan; the scope's aggregates then take
+    the predicate as ``FILTER (WHERE …)``. Returns the statistics and the values of the
+    ``whole_table`` aggregates."""
     group = GroupStats(columns={need.column: ColumnStats() for need in needs})
-    folded = bool(whole_table)
+    clipped = clip_rows_per_unit is not None
+    assert not (clipped and whole_table), "DP clipping needs no per-unit bound"
+    filtered = bool(whole_table) and plan.where is not None
     items, readers = [], []
 
     def scoped(aggregate: exp.Expression) -> exp.Expression:
-        if not folded or plan.where is None:
+        if not filtered:
             return aggregate
         return exp.Filter(this=aggregate, expression=exp.Where(this=plan.where.copy()))
 
@@ -58,20 +61,24 @@ def first_pass(
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
-        column = exp.column(need.column, quoted=True) if folded else exp.column(f"c{index}")
+        column = exp.column(f"c{index}") if clipped else exp.column(need.column, quoted=True)
         if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
             items.append(scoped(exp.Count(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
         if need.total:
             items.append(scoped(clamped_sum(column, need)))
             readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
-    if not items and not folded:
+    if not items and not whole_table:
         return group, []
-    if folded:
-        source = exp.to_table(plan.table.name, quoted=True)
+    if clipped:
+        statement = exp.select(*items).from_(scope_select(plan, needs, clip_rows_per_unit)
+                                             .subquery("s"))
     else:
-        source = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
-    row = execute(exp.select(*items, *whole_table).from_(source).sql(dialect=dialect))[0]
+        statement = exp.select(*items, *whole_table).from_(exp.to_table(plan.table.name,
+                                                                        quoted=True))
+        if plan.where is not None and not filtered:
+            statement = statement.where(plan.where.copy())
+    row = execute(statement.sql(dialect=dialect))[0]
     for reader, value in zip(readers, row):
         reader(value)
     return group, list(row[len(items):])
@@ -83,6 +90,8 @@ def remaining_passes(
 ) -> None:
     """The order statistics, whose ranks depend on the shift s: the extremes in one
     statement of top-k subqueries, then the percentiles."""
+    if not any(need.ranks for need in needs):
+        return
     scope = scope_select(plan, needs, clip_rows_per_unit)
     items, readers = [], []
     for index, need in enumerate(needs):

@@ -102,7 +102,7 @@ def test_real_mechanism_grid_offsets_are_exactly_discrete_laplace():
     assert chi_square_against_pmf(offsets, float(scale)) > ALPHA
 
 
-@pytest.mark.parametrize("sensitivity", [0.001, 1.0, 3.0, 1000.0, 524288.0])
+@pytest.mark.parametrize("sensitivity", [5e-324, 1e-310, 0.001, 1.0, 3.0, 1000.0, 524288.0])
 @pytest.mark.parametrize("epsilon", [Fraction(1, 100), Fraction(1, 10), Fraction(1)])
 def test_privacy_loss_of_the_grid_mechanism_is_at_most_epsilon(sensitivity, epsilon):
     """Two true answers at most S apart snap at most ⌈S/Λ⌉ + 1 steps apart; the DL
