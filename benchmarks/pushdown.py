@@ -37,6 +37,7 @@ budget = 1000000
 [tables.rows.columns]
 x = { type = "float", domain = [0, 1000] }
 a = { type = "int", domain = [0, 100] }
+b = { type = "int", keys = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10] }
 [tables.visits]
 privacy_unit = "unit"
 [tables.visits.columns]
@@ -61,6 +62,12 @@ CASES = [
     ("MAX with WHERE", "SELECT MAX(x) FROM rows WHERE a < 30",
      {"duckdb": "SELECT max(x) FROM rows WHERE a < 30",
       "postgres": "SELECT max(x) FROM rows WHERE a < 30"}),
+    ("COUNT GROUP BY (11 keys)", "SELECT b, COUNT(*) FROM rows GROUP BY b",
+     {"duckdb": "SELECT b, count(*) FROM rows GROUP BY b",
+      "postgres": "SELECT b, count(*) FROM rows GROUP BY b"}),
+    ("MEDIAN GROUP BY (11 keys)", "SELECT b, MEDIAN(x) FROM rows GROUP BY b",
+     {"duckdb": "SELECT b, quantile_disc(x, 0.5) FROM rows GROUP BY b",
+      "postgres": "SELECT b, percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows GROUP BY b"}),
     ("user-level COUNT", "SELECT COUNT(*) FROM visits WHERE a BETWEEN 10 AND 50",
      {"duckdb": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50",
       "postgres": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50"}),
@@ -72,11 +79,13 @@ def load(backend, rows: int) -> None:
     101; visits: the same shape, two to four rows per unit."""
     if backend.dialect == "duckdb":
         body = ("SELECT range AS id, CAST(hash(range) % 1000000 AS DOUBLE) / 1000 AS x, "
-                "CAST(hash(range * 7) % 101 AS INTEGER) AS a FROM range({n})")
+                "CAST(hash(range * 7) % 101 AS INTEGER) AS a, "
+                "CAST(hash(range * 7) % 101 AS INTEGER) // 10 AS b FROM range({n})")
         unit = "(range // 3 + CAST(hash(range) % 2 AS BIGINT))"
     else:
         body = ("SELECT g AS id, ((hashint8(g) & 1048575) % 1000000)::float8 / 1000 AS x, "
-                "((hashint8(g * 7) & 1048575) % 101)::int AS a FROM generate_series(1, {n}) g")
+                "((hashint8(g * 7) & 1048575) % 101)::int AS a, "
+                "((hashint8(g * 7) & 1048575) % 101)::int / 10 AS b FROM generate_series(1, {n}) g")
         unit = "(g / 3 + (hashint8(g) & 1))"
     with backend.transaction() as tx:
         tx.execute("CREATE TABLE rows AS " + body.format(n=rows))
