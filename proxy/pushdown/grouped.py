@@ -1,7 +1,7 @@
 """Statistics per GROUP BY cell in one statement: a window numbers the values of each
-group, and a CASE picks the requested ranks (one sort per needed column).
+group, and a CASE picks the requested ranks (one sort per column that needs ranks).
 
-    WITH scope AS (SELECT keys, clamped columns FROM table WHERE predicate),
+    WITH scope AS (SELECT keys, needed columns FROM table WHERE predicate),
          base AS (rows per group), s_i AS (per column: count, sum, values at ranks)
     SELECT keys, rows, n_i, total_i, value_i_j ... FROM base LEFT JOIN s_i USING (keys)
 """
@@ -46,19 +46,13 @@ class StatisticsQuery:
 def statistics_query(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str, clip_rows_per_unit: int | None
 ) -> StatisticsQuery:
-    """Build the one statement that computes every statistic the release needs.
-
-    ``clip_rows_per_unit`` (DP with a privacy unit) keeps at most that many in-scope
-    rows per unit, chosen by the unit's own values, so one unit's contribution is
-    bounded whatever the data (SPEC §5.2, global sensitivity).
-    """
+    """The one statement that computes every group's statistics (``plan.group_by`` set;
+    ``clip_rows_per_unit`` as in ``scope_select``)."""
     keys = group_keys(plan)
     scope = scope_select(plan, needs, clip_rows_per_unit)
     ctes: list[tuple[str, exp.Expression]] = [("scope", scope)]
     outer = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n_rows")).from_("scope")
-    if keys:
-        outer = outer.group_by(*keys)
-    ctes.append(("base", outer))
+    ctes.append(("base", outer.group_by(*keys)))
     final = exp.select(*[exp.column(k, "base") for k in keys], exp.column("n_rows", "base"))
     final = final.from_("base")
     for index, need in enumerate(needs):
@@ -69,8 +63,7 @@ def statistics_query(
             final = final.select(exp.column(f"{name}_total", f"s{index}"))
         for j, _ in enumerate(_ordered(need.ranks)):
             final = final.select(exp.column(f"{name}_r{j}", f"s{index}"))
-        on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys]) \
-            if keys else exp.true()
+        on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys])
         final = final.join(f"s{index}", on=on, join_type="left")
     for alias, cte in ctes:
         final = final.with_(alias, as_=cte)
@@ -98,8 +91,7 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
         hit = exp.column("rn").eq(_rank_sql(ref, exp.column("n")))
         pick = exp.Case().when(hit, exp.column("v"))
         stats = stats.select(exp.alias_(exp.Max(this=pick), f"{name}_r{j}"))
-    stats = stats.from_(ranked.subquery("ranked"))
-    return stats.group_by(*keys) if keys else stats
+    return stats.from_(ranked.subquery("ranked")).group_by(*keys)
 
 
 def _rank_sql(ref: RankRef, n: exp.Expression) -> exp.Expression:
