@@ -109,13 +109,14 @@ def remaining_passes(
 
 
 def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
-    """The k largest (TOP) or smallest (BOTTOM) non-null values, as an array: a top-k
-    ``ORDER BY … LIMIT k``, which both engines answer at the cost of MAX or less."""
+    """The k largest (TOP) or smallest (BOTTOM) values, as an array: a top-k
+    ``ORDER BY … NULLS LAST LIMIT k``, which both engines answer at the cost of MAX or
+    less (a ``WHERE … IS NOT NULL`` would cost PostgreSQL 10 %). NULLs, present only
+    when fewer than k values exist, are dropped when read."""
     descending = anchor == TOP
     top_k = (
         exp.select(exp.alias_(column, "v")).from_(scope.subquery("s"))
-        .where(column.is_(exp.null()).not_())
-        .order_by(exp.Ordered(this=column, desc=descending)).limit(k)
+        .order_by(exp.Ordered(this=column, desc=descending, nulls_first=False)).limit(k)
     )
     in_order = exp.Order(this=exp.column("v"),
                          expressions=[exp.Ordered(this=exp.column("v"), desc=descending)])
@@ -125,7 +126,7 @@ def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
 def _fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets: list[int],
                    values) -> None:
     """TOP+j is the (j+1)-th largest value; None when there are not that many."""
-    values = list(values or [])
+    values = [value for value in values or () if value is not None]
     for offset in offsets:
         stats.values[RankRef(anchor, offset)] = (
             need.clamp(values[offset]) if offset < len(values) else None)
