@@ -173,10 +173,11 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     """Exact order statistics without selecting over the whole scope.
 
     A pilot on a block sample estimates values that bracket the wanted ranks; one pass
-    then counts the values below and inside the bracket and ranks only those inside.
-    A rank is accepted only if it provably falls inside (below < rank ≤ below + inside),
-    so the result is exact whatever the sample; otherwise the caller asks the backend's
-    percentile (the pilot only ever changes how long the query takes).
+    counts the values below and inside the bracket, and the backend's percentile over
+    the bracket alone picks the ranks. A rank is used only if it provably falls inside
+    (below < rank ≤ below + inside), so the result is exact whatever the sample;
+    otherwise the caller asks the backend's percentile over the whole scope (the pilot
+    only ever changes how long the query takes).
     """
     n, column = stats.n, exp.column(f"c{index}")
     ranks = [rank for _, rank in inside]
@@ -190,31 +191,16 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
         return False
     low, high = (exp.Literal.number(str(value)) for value in bounds)
     in_bracket = column.between(low, high)
-    counts = exp.select(
-        exp.alias_(exp.Filter(this=exp.Count(this=column), expression=exp.Where(this=column < low)),
-                   "below"),
-        exp.alias_(exp.Filter(this=exp.Count(this=column), expression=exp.Where(this=in_bracket)),
-                   "inside"),
-    ).from_(scope.subquery("s"))
-    ranked = exp.select(
-        exp.alias_(column, "v"),
-        exp.alias_(exp.Window(this=exp.RowNumber(),
-                              order=exp.Order(expressions=[exp.Ordered(this=column)])), "rn"),
-    ).from_(scope.subquery("s")).where(in_bracket)
-    rank = exp.Add(this=exp.column("rn", "b"), expression=exp.column("below", "c"))
-    statement = (
-        exp.select(exp.column("below", "c"), exp.column("inside", "c"), rank, exp.column("v", "b"))
-        .from_(counts.subquery("c"))
-        .join(ranked.subquery("b"), on=rank.isin(*[exp.Literal.number(r) for r in ranks]),
-              join_type="left")
-    )
-    rows = execute(statement.sql(dialect=dialect))
-    below, count_inside = rows[0][0], rows[0][1]
+    counts = exp.select(exp.CountIf(this=column < low), exp.CountIf(this=in_bracket))
+    below, count_inside = (int(value or 0) for value in execute(
+        counts.from_(scope.subquery("s")).sql(dialect=dialect))[0])
     if not all(below < r <= below + count_inside for r in ranks):
         return False
-    found = {int(row[2]): row[3] for row in rows if row[2] is not None}
-    for ref, r in inside:
-        stats.values[ref] = need.clamp(found[r])
+    fractions = [(r - below - 0.5) / count_inside for r in ranks]
+    picks = exp.select(_quantiles(column, fractions, dialect)).from_(scope.subquery("s"))
+    values = execute(picks.where(in_bracket).sql(dialect=dialect))[0][0]
+    for (ref, _), value in zip(inside, values):
+        stats.values[ref] = need.clamp(value)
     return True
 
 
