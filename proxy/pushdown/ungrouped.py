@@ -3,11 +3,12 @@
 Pass 1 is one aggregate over the scope: row and non-null counts and exact sums (and,
 where the backend asks for it, the per-unit bound's fingerprint in the same scan).
 Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries.
-Percentiles come last, when n is known: on a large scope a pilot sample brackets the wanted
-ranks and one pass ranks only the values inside the bracket (``_bracketed``); else, or
-when the bracket misses, the backend's own ``PERCENTILE_DISC``/``QUANTILE_DISC`` is asked
-for rank k as the fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever
-the rounding of q. All passes run in the same snapshot.
+Percentiles come last, when n is known: on a large scope a pilot sample brackets the
+wanted ranks, one pass counts the values below and inside the bracket, and the
+percentile of the bracket alone picks them (``_bracketed``); else, or when it misses,
+the backend's own ``PERCENTILE_DISC``/``QUANTILE_DISC`` is asked for rank k as the
+fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever the rounding of
+q. All passes run in the same snapshot.
 """
 
 from __future__ import annotations
