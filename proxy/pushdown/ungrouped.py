@@ -106,7 +106,7 @@ def remaining_passes(
     if items:
         for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect))[0]):
             reader(value)
-    _percentiles(plan, needs, group, dialect, clip_rows_per_unit, execute)
+    _percentiles(plan, needs, group, scope, dialect, clip_rows_per_unit, execute)
 
 
 def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
@@ -133,11 +133,10 @@ def _fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets: 
             need.clamp(values[offset]) if offset < len(values) else None)
 
 
-def _percentiles(plan: QueryPlan, needs, group: GroupStats, dialect: str,
+def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, dialect: str,
                  clip_rows_per_unit: int | None, execute: Execute) -> None:
     """The values at the percentile ranks: bracketed by a pilot where the scope is large,
     else (or when the bracket misses) straight from the backend's percentile."""
-    scope = scope_select(plan, needs, clip_rows_per_unit)
     exact = []
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
