@@ -239,3 +239,37 @@ def test_random_queries_match_a_direct_computation(backend_url, monkeypatch, see
             assert stats.columns["x"].values == order_values(xs, needs["x"].ranks)
             assert stats.columns["y"].values == order_values(ys, needs["y"].ranks)
             assert stats.columns["y"].total == pytest.approx(sum(ys))
+
+
+@pytest.mark.parametrize("force_fallback", [False, True])
+def test_duckdb_group_statistics_from_list_aggregates(duckdb_url, monkeypatch, force_fallback):
+    """DuckDB answers GROUP BY ranks with list aggregates (no window); when they do not
+    reach a rank the window statement answers instead, with the same numbers."""
+    from proxy import pushdown
+    from proxy.pushdown import grouped_lists
+
+    if force_fallback:
+        monkeypatch.setattr(grouped_lists, "_value_at", lambda *args: False)
+    else:
+        monkeypatch.setattr(pushdown, "statistics_query", _must_not_run)
+    data = _rows(seed=21, units=70)
+    load_table(duckdb_url, "t", data, TYPES)
+    rows = list(zip(data["grp"], data["x"], data["y"]))
+    sql = ("SELECT grp, MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY y), "
+           "MAX(y), MIN(x), SUM(x), COUNT(y) FROM t WHERE y > -40 OR y IS NULL GROUP BY grp")
+    plan, shift, groups = _statistics(duckdb_url, sql)
+    needs = {n.column: n for n in column_needs(plan, shift)}
+    for key in ("a", "b", "c"):
+        scope = [(x, y) for g, x, y in rows if g == key and (y is None or y > -40)]
+        xs = sorted(min(max(x, 0.0), 100.0) for x, _ in scope if x is not None)
+        ys = sorted(float(min(max(y, -50), 50)) for _, y in scope if y is not None)
+        stats = groups[(key,)]
+        assert stats.rows == len(scope)
+        assert stats.columns["x"].values == order_values(xs, needs["x"].ranks)
+        assert stats.columns["y"].values == order_values(ys, needs["y"].ranks)
+        assert stats.columns["x"].total == pytest.approx(sum(xs))
+        assert stats.columns["y"].n == len(ys)
+
+
+def _must_not_run(*args, **kwargs):
+    raise AssertionError("the window statement was used")

@@ -2,8 +2,9 @@
 
 Only counts, sums and the values at a few ranks leave the backend; no row of a
 protected table is fetched. Without GROUP BY the statistics come at about the cost of
-the plain aggregate (``ungrouped``); with GROUP BY one statement ranks the values of
-every group with a window (``grouped``).
+the plain aggregate (``ungrouped``). With GROUP BY, DuckDB's list aggregates answer per
+group in two hash-aggregate passes (``grouped_lists``); elsewhere, or when those do not
+reach a rank, one statement ranks every group's values with a window (``grouped``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped import statistics_query
+from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import unit_bound_sql
 from proxy.pushdown.ungrouped import ungrouped_statistics
 from proxy.statistics import ColumnNeeds, GroupStats
@@ -24,6 +26,10 @@ def compute_statistics(
     """Every group's statistics (key ``()`` without GROUP BY), through ``execute``."""
     if not plan.group_by:
         return {(): ungrouped_statistics(plan, needs, dialect, clip_rows_per_unit, execute)}
+    if dialect == "duckdb":
+        groups = grouped_list_statistics(plan, needs, clip_rows_per_unit, execute)
+        if groups is not None:
+            return groups
     query = statistics_query(plan, needs, dialect, clip_rows_per_unit)
     return query.read(execute(query.sql))
 

@@ -7,6 +7,8 @@ after they are read (``ColumnNeeds.clamp``): the backend can then use its fastes
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
@@ -88,9 +90,13 @@ def clamped_sum(value: exp.Expression, need: ColumnNeeds) -> exp.Expression:
 
 
 def literal(value) -> exp.Expression:
-    """A constant from the rules as a SQL literal (analyst literals arrive parsed)."""
+    """A constant (from the rules or the backend, never an analyst's text) as SQL."""
+    if value is None:
+        return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, float):
         return exp.Literal.number(repr(value))
+    if isinstance(value, (int, Decimal)):
+        return exp.Literal.number(str(value))
     return exp.Literal.string(str(value))

@@ -1,0 +1,130 @@
+"""Per-group statistics from aggregates alone (DuckDB), without sorting the scope.
+
+DuckDB's ``max(x, k)``/``min(x, k)`` return each group's k largest/smallest values and
+``quantile_disc`` its percentile in one hash-aggregate pass. The percentile anchors
+the ranks: a second pass counts, per group, the values below and at the anchor and
+lists the few values just above and below it, from which the value at every wanted
+rank follows exactly. The anchor's own rank may be off by one (the backend computes
+⌈q·n⌉ in floating point), so the lists reach one value further than the offsets; when
+a wanted rank is still not covered, ``None`` tells the caller to use the window path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from proxy.analyze.plan import QueryPlan
+from proxy.pushdown.scope import clamped_sum, group_keys, literal, scope_select
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
+
+Execute = Callable[[str], list[tuple]]
+
+
+def grouped_list_statistics(
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], clip_rows_per_unit: int | None,
+    execute: Execute,
+) -> dict[tuple, GroupStats] | None:
+    keys = group_keys(plan)
+    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    # readers take (group statistics, that group's anchor values, the column's value)
+    items = [exp.Count(this=exp.Star())]
+    readers = [lambda g, a, v: setattr(g, "rows", int(v or 0))]
+    anchors: list[tuple[int, ColumnNeeds, object]] = []
+    for index, need in enumerate(needs):
+        column = exp.column(f"c{index}")
+        items.append(exp.Count(this=column))
+        readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "n", int(v or 0)))
+        if need.total:
+            items.append(clamped_sum(column, need))
+            readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "total",
+                                                                  float(v or 0)))
+        for anchor, kind in ((TOP, exp.Max), (BOTTOM, exp.Min)):
+            offsets = [r.offset for r in need.ranks if r.anchor == anchor]
+            if offsets:
+                items.append(kind(this=column, expression=exp.Literal.number(max(offsets) + 1)))
+                readers.append(lambda g, a, v, n=need, end=anchor, o=offsets: _fill_ends(
+                    n, g.columns[n.column], end, o, v))
+        for fraction in sorted({r.fraction for r in need.ranks if r.anchor == PCT}):
+            items.append(exp.PercentileDisc(this=column,
+                                            expression=exp.Literal.number(repr(float(fraction)))))
+            anchors.append((index, need, fraction))
+            readers.append(lambda g, a, v: a.append(v))
+    statement = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    groups: dict[tuple, GroupStats] = {}
+    anchor_values: dict[tuple, list] = {}
+    for row in execute(statement.sql(dialect="duckdb")):
+        key = tuple(row[: len(keys)])
+        groups[key] = GroupStats(columns={need.column: ColumnStats() for need in needs})
+        anchor_values[key] = []
+        for reader, value in zip(readers, row[len(keys):]):
+            reader(groups[key], anchor_values[key], value)
+    if anchors and not _around_anchors(keys, anchors, anchor_values, groups, scope, execute):
+        return None
+    return groups
+
+
+def _fill_ends(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, values) -> None:
+    """TOP+j is the (j+1)-th largest value; None when there are not that many."""
+    values = list(values or ())
+    for offset in offsets:
+        stats.values[RankRef(anchor, offset)] = (
+            need.clamp(values[offset]) if offset < len(values) else None)
+
+
+def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> bool:
+    """Pass 2: every percentile rank r ± offset, from the counts and neighbours of the
+    per-group anchor value. False when some rank is not covered."""
+    names = [f"a{i}" for i in range(len(anchors))]
+    rows = [exp.Tuple(expressions=[literal(v) for v in (*key, *values)])
+            for key, values in anchor_values.items()]
+    if not rows:
+        return True
+    table = exp.Values(expressions=rows, alias=exp.TableAlias(
+        this=exp.to_identifier("a"), columns=[exp.to_identifier(c) for c in (*keys, *names)]))
+    items = []
+    for i, (index, need, fraction) in enumerate(anchors):
+        column, value = exp.column(f"c{index}", "s"), exp.column(names[i], "a")
+        offsets = [abs(r.offset) for r in need.ranks if r.anchor == PCT and r.fraction == fraction]
+        k = exp.Literal.number(max(offsets) + 2)  # one further: the anchor may be off by one
+        items += [
+            exp.CountIf(this=column < value), exp.CountIf(this=column <= value),
+            exp.Filter(this=exp.Min(this=column, expression=k),
+                       expression=exp.Where(this=column > value)),
+            exp.Filter(this=exp.Max(this=column, expression=k),
+                       expression=exp.Where(this=column < value)),
+        ]
+    on = exp.and_(*[exp.column(k, "s").eq(exp.column(k, "a")) for k in keys])
+    statement = (exp.select(*[exp.column(k, "s") for k in keys], *items).from_(scope)
+                 .join(table, on=on).group_by(*[exp.column(k, "s") for k in keys]))
+    answered = set()
+    for row in execute(statement.sql(dialect="duckdb")):
+        key, rest = tuple(row[: len(keys)]), row[len(keys):]
+        answered.add(key)
+        for i, (_, need, fraction) in enumerate(anchors):
+            below, upto, above, under = rest[4 * i: 4 * i + 4]
+            stats = groups[key].columns[need.column]
+            for ref in need.ranks:
+                if ref.anchor != PCT or ref.fraction != fraction:
+                    continue
+                found = _value_at(ref.rank(stats.n), stats.n, anchor_values[key][i],
+                                  int(below or 0), int(upto or 0), list(above or ()),
+                                  list(under or ()))
+                if found is False:
+                    return False
+                stats.values[ref] = need.clamp(found)
+    return answered == set(groups)  # a group missing here would lack its ranks
+
+
+def _value_at(rank, n, anchor, below, upto, above, under):
+    """The value at ``rank`` from the anchor's rank range (below, upto] and the sorted
+    lists of the values just above (ascending) and just below (descending) it; None
+    outside 1..n, False when the lists do not reach."""
+    if not 1 <= rank <= n:
+        return None
+    if below < rank <= upto:
+        return anchor
+    if rank > upto:
+        return above[rank - upto - 1] if rank - upto <= len(above) else False
+    return under[below - rank] if below - rank < len(under) else False
