@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
 from proxy.backends.base import Backend, Transaction
-from proxy.errors import BackendUnavailable
+from proxy.errors import BackendFailed, BackendUnavailable, RulesError
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
 from proxy.privacy.sampler import RandomSource, SecureSource
@@ -46,6 +46,7 @@ class Engine:
     def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None) -> None:
         self.rules = rules
         self.backend = backend
+        _check_schema(rules, backend)
         self.ledger = Ledger(backend, rules)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple[str, str], int] = {}
@@ -91,6 +92,26 @@ class Engine:
             sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)
             self._unit_bounds[key] = max(1, int(tx.execute(sql)[0][0]))
         return self._unit_bounds[key] * table.group_size
+
+
+def _check_schema(rules: Rules, backend: Backend) -> None:
+    """Every protected table and declared column must exist, so that a mistake in the
+    rules stops the proxy at start instead of failing (and being charged) per query.
+    Reads the schema only (``LIMIT 0``), never a row."""
+    for table in rules.tables.values():
+        if table.public:
+            continue
+        statement = exp.select("*").from_(exp.to_table(table.name, quoted=True)).limit(0)
+        try:
+            present, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
+        except BackendFailed:
+            raise RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
+                             f"{table.name}") from None
+        declared = set(table.columns) | ({table.privacy_unit} - {None})
+        missing = sorted(declared - {name.lower() for name in present})
+        if missing:
+            raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
+                             f"the declared column(s) {', '.join(missing)}")
 
 
 class Session:

@@ -37,8 +37,8 @@ age    = { type = "int",   domain = [0, 120] }
 income = { type = "float", domain = [0, 10000000] }
 region = { type = "text",  keys = ["north", "south", "east", "west"] }
 
-[tables.ghost]
-[tables.ghost.columns]
+[tables.odd]
+[tables.odd.columns]
 x = { type = "float", domain = [0, 1] }
 
 [tables.regions]
@@ -65,6 +65,8 @@ def engine(backend_url):
     load_table(backend_url, "people", _people(), PEOPLE_TYPES)
     load_table(backend_url, "regions", {"region": ["north", "south"], "label": ["N", "S"]},
                {"region": "TEXT", "label": "TEXT"})
+    # declared as float, stored as text: a failure only the data can reveal
+    load_table(backend_url, "odd", {"x": ["0.5", "half"]}, {"x": "TEXT"})
     backend = open_backend(backend_url)
     yield Engine(parse_rules(RULES_TEXT), backend)
     backend.close()
@@ -207,6 +209,29 @@ def test_refused_second_statement_refuses_the_first_too(engine):
     assert ledger_state(engine) == before
 
 
+def test_rules_naming_a_missing_table_stop_the_engine_at_start(backend_url):
+    from proxy.errors import RulesError
+
+    load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
+    load_table(backend_url, "odd", {"x": ["1"]}, {"x": "TEXT"})
+    ghost = "[tables.ghost]\n[tables.ghost.columns]\nx = { type = 'int' }\n"
+    backend = open_backend(backend_url)
+    with pytest.raises(RulesError, match=r"\[tables.ghost\] the backend has no table ghost"):
+        Engine(parse_rules(RULES_TEXT + ghost), backend)
+    backend.close()
+
+
+def test_rules_naming_a_missing_column_stop_the_engine_at_start(backend_url):
+    from proxy.errors import RulesError
+
+    load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
+    load_table(backend_url, "odd", {"y": ["1"]}, {"y": "TEXT"})
+    backend = open_backend(backend_url)
+    with pytest.raises(RulesError, match=r"\[tables.odd\].*lacks the declared column\(s\) x"):
+        Engine(parse_rules(RULES_TEXT), backend)
+    backend.close()
+
+
 def test_unknown_analyst_is_refused(engine):
     with pytest.raises(Refused) as refused:
         engine.session("mallory")
@@ -214,12 +239,13 @@ def test_unknown_analyst_is_refused(engine):
 
 
 def test_backend_failure_is_charged_and_its_text_hidden(engine):
-    """The table is in the rules but not in the database: the query reached the backend,
-    so it is charged (SPEC §3.4), and the backend's own message is not shown."""
+    """A value the backend cannot read as a number fails the query after it reached the
+    backend: it is charged (SPEC §3.4), and the backend's message (which would quote the
+    value) is not shown."""
     session = engine.session("zoe")
     before = engine.ledger.remaining("zoe")
     with pytest.raises(BackendFailed) as failed:
-        run(session, "SELECT MEDIAN(x) FROM ghost")
+        run(session, "SELECT SUM(x) FROM odd")
     assert failed.value.message == "the backend could not run this query"
     assert engine.ledger.remaining("zoe") == before - Decimal("0.3")
 
