@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal
-from fractions import Fraction
 
 MICRO = 1_000_000
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(\.[0-9]{1,6})?|\.[0-9]{1,6}")
@@ -55,7 +54,3 @@ def to_micro(value: Decimal) -> int:
 
 def from_micro(micro: int) -> Decimal:
     return Decimal(micro) / MICRO
-
-
-def as_fraction(value: Decimal) -> Fraction:
-    return Fraction(value)

@@ -11,15 +11,18 @@ a wanted rank is still not covered, ``None`` tells the caller to use the window 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
-from proxy.pushdown.scope import clamped_sum, group_keys, literal, scope_select
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
-
-Execute = Callable[[str], list[tuple]]
+from proxy.pushdown.scope import (
+    Execute,
+    clamped_sum,
+    fill_extremes,
+    group_keys,
+    literal,
+    scope_select,
+)
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 
 
 def grouped_list_statistics(
@@ -44,7 +47,7 @@ def grouped_list_statistics(
             offsets = [r.offset for r in need.ranks if r.anchor == anchor]
             if offsets:
                 items.append(kind(this=column, expression=exp.Literal.number(max(offsets) + 1)))
-                readers.append(lambda g, a, v, n=need, end=anchor, o=offsets: _fill_ends(
+                readers.append(lambda g, a, v, n=need, end=anchor, o=offsets: fill_extremes(
                     n, g.columns[n.column], end, o, v))
         for fraction in sorted({r.fraction for r in need.ranks if r.anchor == PCT}):
             items.append(exp.PercentileDisc(this=column,
@@ -64,13 +67,6 @@ def grouped_list_statistics(
         return None
     return groups
 
-
-def _fill_ends(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, values) -> None:
-    """TOP+j is the (j+1)-th largest value; None when there are not that many."""
-    values = list(values or ())
-    for offset in offsets:
-        stats.values[RankRef(anchor, offset)] = (
-            need.clamp(values[offset]) if offset < len(values) else None)
 
 
 def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> bool:

@@ -7,12 +7,15 @@ after they are read (``ColumnNeeds.clamp``): the backend can then use its fastes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
-from proxy.statistics import ColumnNeeds
+from proxy.statistics import ColumnNeeds, ColumnStats, RankRef
+
+Execute = Callable[[str], list[tuple]]
 
 DOUBLE = exp.DataType.build("double")
 DECIMAL = exp.DataType.build("decimal(38, 6)")
@@ -100,3 +103,13 @@ def literal(value) -> exp.Expression:
     if isinstance(value, (int, Decimal)):
         return exp.Literal.number(str(value))
     return exp.Literal.string(str(value))
+
+
+def fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, values) -> None:
+    """From a list of the largest (TOP) or smallest (BOTTOM) values, most extreme first:
+    TOP+j is the (j+1)-th largest; None when there are not that many. NULLs, which a
+    top-k query lists only when fewer than k values exist, are dropped."""
+    values = [value for value in values or () if value is not None]
+    for offset in offsets:
+        stats.values[RankRef(anchor, offset)] = (
+            need.clamp(values[offset]) if offset < len(values) else None)

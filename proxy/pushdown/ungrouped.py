@@ -14,15 +14,12 @@ q. All passes run in the same snapshot.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from sqlglot import exp
 
 from proxy.analyze.plan import COUNT, QueryPlan
-from proxy.pushdown.scope import clamped_sum, scope_select
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
-
-Execute = Callable[[str], list[tuple]]
+from proxy.pushdown.scope import Execute, clamped_sum, fill_extremes, scope_select
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 
 
 def ungrouped_statistics(
@@ -101,7 +98,7 @@ def remaining_passes(
             offsets = [r.offset for r in need.ranks if r.anchor == anchor]
             if offsets:
                 items.append(_extremes(column, max(offsets) + 1, anchor, scope))
-                readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: _fill_extremes(
+                readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: fill_extremes(
                     n, s, a, o, value))
     if items:
         for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect))[0]):
@@ -123,14 +120,6 @@ def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
                          expressions=[exp.Ordered(this=exp.column("v"), desc=descending)])
     return exp.select(exp.ArrayAgg(this=in_order)).from_(top_k.subquery("t")).subquery()
 
-
-def _fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets: list[int],
-                   values) -> None:
-    """TOP+j is the (j+1)-th largest value; None when there are not that many."""
-    values = [value for value in values or () if value is not None]
-    for offset in offsets:
-        stats.values[RankRef(anchor, offset)] = (
-            need.clamp(values[offset]) if offset < len(values) else None)
 
 
 def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, dialect: str,
