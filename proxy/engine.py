@@ -25,7 +25,14 @@ from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.rules import Rules
-from proxy.session import SessionCommand, Settings, apply_command, epsilon_hint, session_command
+from proxy.session import (
+    DEFAULT_SENSITIVITY,
+    SessionCommand,
+    Settings,
+    apply_command,
+    epsilon_hint,
+    session_command,
+)
 from proxy.statistics import GroupStats
 
 
@@ -168,8 +175,8 @@ class Session:
         if name == "idp.model":
             return self.settings.resolve_model(rules)
         if name == "idp.sensitivity":
-            return self.settings.sensitivity or (
-                "local" if self.settings.resolve_model(rules) == "idp" else "global")
+            return self.settings.sensitivity or DEFAULT_SENSITIVITY[
+                self.settings.model or rules.defaults.model]
         return dict(self.settings.other).get(name, "")
 
     def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:

@@ -18,6 +18,7 @@ from proxy.errors import BadSetting, NotSupported, ReadOnly
 from proxy.rules import MODELS, Rules
 
 SENSITIVITIES = ("local", "global")
+DEFAULT_SENSITIVITY = {"idp": "local", "dp": "global"}  # the only pairing allowed today
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
 
 
@@ -30,8 +31,8 @@ class Settings:
 
     def resolve_model(self, rules: Rules) -> str:
         model = self.model or rules.defaults.model
-        sensitivity = self.sensitivity or ("local" if model == "idp" else "global")
-        if (model, sensitivity) not in (("idp", "local"), ("dp", "global")):
+        sensitivity = self.sensitivity or DEFAULT_SENSITIVITY[model]
+        if sensitivity != DEFAULT_SENSITIVITY[model]:
             raise BadSetting(
                 f"idp.sensitivity = '{sensitivity}' does not fit idp.model = '{model}'; "
                 "use 'local' with 'idp' and 'global' with 'dp'"

@@ -9,19 +9,17 @@ reach a rank, one statement ranks every group's values with a window (``grouped`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped import statistics_query
 from proxy.pushdown.grouped_lists import grouped_list_statistics
-from proxy.pushdown.scope import unit_bound_sql
+from proxy.pushdown.scope import Execute, unit_bound_sql
 from proxy.pushdown.ungrouped import ungrouped_statistics
 from proxy.statistics import ColumnNeeds, GroupStats
 
 
 def compute_statistics(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
-    clip_rows_per_unit: int | None, execute: Callable[[str], list[tuple]],
+    clip_rows_per_unit: int | None, execute: Execute,
 ) -> dict[tuple, GroupStats]:
     """Every group's statistics (key ``()`` without GROUP BY), through ``execute``."""
     if not plan.group_by:
