@@ -55,6 +55,9 @@ class Engine:
         self.backend = backend
         _check_schema(rules, backend)
         self.ledger = Ledger(backend, rules)
+        for table in rules.tables.values():
+            if table.privacy_unit is not None and not table.public:
+                backend.track_versions(table.name, table.privacy_unit)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple[str, str], int] = {}
 
@@ -66,9 +69,10 @@ class Engine:
         """The shift s = c·g (SPEC §5.2) and every group's statistics, from one snapshot.
 
         Under DP c is the declared contribution bound. Under iDP it is the table's
-        largest per-unit row count, recomputed only when a fingerprint of the unit column
-        changes; where the backend can, that fingerprint rides along in the statistics'
-        first scan (the counts and sums do not depend on s; the ranks do)."""
+        largest per-unit row count, recomputed only when the table's data version
+        changes. Where the backend has no cheap version, a fingerprint of the unit column
+        serves, riding along in the statistics' first scan when there is no GROUP BY
+        (the counts and sums do not depend on s; the ranks do)."""
         table, dialect = plan.table, self.backend.dialect
         clip = table.max_rows_per_unit if plan.model == "dp" else None
         with self.backend.transaction(snapshot=True) as tx:
@@ -76,25 +80,28 @@ class Engine:
                 shift = (clip or 1) * table.group_size
                 return shift, compute_statistics(plan, column_needs(plan, shift), dialect, clip,
                                                  tx.execute)
-            unit = table.columns.get(table.privacy_unit)
-            integer = unit is not None and unit.type == "int"
-            folded = self.backend.fingerprint_aggregates(table.privacy_unit, integer)
-            if plan.group_by or folded is None:
-                fingerprint = self.backend.unit_fingerprint(tx, table.name, table.privacy_unit,
-                                                            integer)
-                shift = self._shift(plan, tx, fingerprint)
-                return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
-                                                 tx.execute)
-            group, values = first_pass(plan, column_needs(plan, 1), dialect, None, tx.execute,
-                                       folded)
-            shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
-            remaining_passes(plan, column_needs(plan, shift), group, dialect, None, tx.execute)
-            return shift, {(): group}
+            version = self.backend.data_version(tx, table.name, table.privacy_unit)
+            if version is None:
+                unit = table.columns.get(table.privacy_unit)
+                folded = self.backend.fingerprint_aggregates(
+                    table.privacy_unit, unit is not None and unit.type == "int")
+                if not plan.group_by:
+                    group, values = first_pass(plan, column_needs(plan, 1), dialect, None,
+                                               tx.execute, folded)
+                    shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
+                    remaining_passes(plan, column_needs(plan, shift), group, dialect, None,
+                                     tx.execute)
+                    return shift, {(): group}
+                scan = exp.select(*folded).from_(exp.to_table(table.name, quoted=True))
+                version = self.backend.fingerprint_text(tx.execute(scan.sql(dialect=dialect))[0])
+            shift = self._shift(plan, tx, version)
+            return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
+                                             tx.execute)
 
-    def _shift(self, plan: QueryPlan, tx: Transaction, fingerprint: str) -> int:
-        """c·g with c cached per (table, fingerprint of its unit column)."""
+    def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:
+        """c·g with c cached per (table, data version)."""
         table = plan.table
-        key = (table.name, fingerprint)
+        key = (table.name, version)
         if key not in self._unit_bounds:
             sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)
             self._unit_bounds[key] = max(1, int(tx.execute(sql)[0][0]))

@@ -20,12 +20,10 @@ from proxy.rules import Rules
 
 _SCHEMA = {
     "postgres": [
-        "CREATE SCHEMA IF NOT EXISTS idp",
         ("CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT GENERATED ALWAYS AS IDENTITY "
          "PRIMARY KEY, logged_at TIMESTAMPTZ NOT NULL DEFAULT now(), {columns})"),
     ],
     "duckdb": [
-        "CREATE SCHEMA IF NOT EXISTS idp",
         "CREATE SEQUENCE IF NOT EXISTS idp.ledger_id",
         ("CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT PRIMARY KEY DEFAULT "
          "nextval('idp.ledger_id'), logged_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp, "
@@ -66,6 +64,11 @@ class Ledger:
         self.backend = backend
         self.rules = rules
         with backend.transaction() as tx:
+            # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
+            # even when it exists, which a proxy role given only schema idp lacks.
+            if not tx.execute("SELECT 1 FROM information_schema.schemata "
+                              "WHERE schema_name = 'idp'"):
+                tx.execute("CREATE SCHEMA idp")
             for statement in _SCHEMA[backend.dialect]:
                 tx.execute(statement.format(columns=_LEDGER_COLUMNS))
             for statement in _COMMON:

@@ -43,17 +43,22 @@ class Backend(ABC):
         DuckDB transactions always do). Writers keep READ COMMITTED, under which the
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
-    @abstractmethod
-    def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
-        """A fingerprint that changes whenever the multiset of privacy-unit values may
-        have changed, read in ``tx``. The per-unit row bound c depends on nothing else,
-        so c is cached under it; each backend says why its fingerprint suffices."""
+    def track_versions(self, table: str, unit: str) -> bool:
+        """Prepare cheap data versions for ``table`` (called once at start); False when
+        the backend cannot, so that ``data_version`` returns None for it."""
+        return True
 
-    def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression] | None:
-        """Aggregates over every row whose values are the unit fingerprint, for backends
-        where it is cheapest inside the statistics' own scan; None where
-        ``unit_fingerprint`` reads it separately."""
-        return None
+    @abstractmethod
+    def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:
+        """A key, read in ``tx`` without scanning the table, that changes whenever the
+        privacy-unit column of ``table`` may have changed; the per-unit row bound c
+        depends on nothing else, so c is cached under it. None when only a scan can
+        tell: then ``fingerprint_aggregates`` are read over the whole table."""
+
+    def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
+        """Aggregates over every row that change whenever the multiset of unit values
+        does; needed only by backends whose ``data_version`` can return None."""
+        raise NotImplementedError(f"{self.name}: data_version never returns None")
 
     @staticmethod
     def fingerprint_text(values: Sequence[Any]) -> str:

@@ -71,7 +71,7 @@ class DuckDBBackend(Backend):
             finally:
                 cursor.close()
 
-    def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
+    def data_version(self, tx: Transaction, table: str, unit: str) -> str:
         # The proxy holds the file's write lock while it runs: no other process can
         # change the data, and the engine itself never writes a data table. The row
         # count (answered from storage metadata) guards against writes through this

@@ -13,6 +13,43 @@ from sqlglot import exp
 from proxy.backends.base import Backend, Transaction, log
 from proxy.errors import BackendFailed, BackendUnavailable
 
+# Data versions: a statement-level trigger, always enabled (also under
+# session_replication_role = replica), bumps a per-table counter in the writer's own
+# transaction, so a snapshot that sees a write sees its bump. The version is trusted only
+# while nothing can change the rows unseen: an ordinary table without inheritance
+# children or row security, the trigger as installed (any ALTER of it, of the table or of
+# the unit column changes a catalog row's xmin, which is part of the key; a rewrite
+# changes relfilenode). The cost: writers to a protected table serialise on its counter.
+_VERSION_TABLE = ("CREATE TABLE IF NOT EXISTS idp.versions "
+                  "(table_oid oid PRIMARY KEY, version bigint NOT NULL)")
+_VERSION_SETUP = [
+    """CREATE OR REPLACE FUNCTION idp.bump_data_version() RETURNS trigger LANGUAGE plpgsql
+       SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+       BEGIN
+         INSERT INTO idp.versions AS v (table_oid, version) VALUES (TG_RELID, 1)
+         ON CONFLICT (table_oid) DO UPDATE SET version = v.version + 1;
+         RETURN NULL;
+       END $$""",
+    """CREATE OR REPLACE TRIGGER idp_data_version
+       AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table}
+       FOR EACH STATEMENT EXECUTE FUNCTION idp.bump_data_version()""",
+    "ALTER TABLE {table} ENABLE ALWAYS TRIGGER idp_data_version",
+    # A version left from an earlier trigger may predate writes made without it.
+    """INSERT INTO idp.versions AS v (table_oid, version) VALUES (to_regclass(%s), 1)
+       ON CONFLICT (table_oid) DO UPDATE SET version = v.version + 1""",
+]
+# tgtype 60 = INSERT | DELETE | UPDATE | TRUNCATE, AFTER, FOR EACH STATEMENT.
+_VERSION_SQL = """
+SELECT c.oid, c.relfilenode, c.xmin, t.oid, t.xmin, v.version, a.attnum, a.xmin
+FROM pg_class c
+JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped
+JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = 'idp_data_version'
+  AND t.tgenabled = 'A' AND t.tgtype = 60 AND t.tgqual IS NULL AND t.tgattr = ''
+  AND t.tgfoid = to_regprocedure('idp.bump_data_version()')
+LEFT JOIN idp.versions v ON v.table_oid = c.oid
+WHERE a.attname = %s AND c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
+  AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhparent = c.oid)"""
+
 
 class PostgresBackend(Backend):
     dialect = "postgres"
@@ -48,15 +85,33 @@ class PostgresBackend(Backend):
                     raise BackendUnavailable("the database behind the proxy is unreachable") from None
                 raise BackendFailed("the backend could not run this query") from None
 
-    def unit_fingerprint(self, tx: Transaction, table: str, unit: str, integer: bool) -> str:
-        statement = exp.select(*self.fingerprint_aggregates(unit, integer)).from_(
-            exp.to_table(table, quoted=True))
-        return self.fingerprint_text(tx.execute(statement.sql(dialect="postgres"))[0])
+    def track_versions(self, table: str, unit: str) -> bool:
+        """Install the statement trigger that counts writes to ``table`` (once; it needs
+        the table's ownership). Without it every user-level query scans the unit column."""
+        with self.transaction() as tx:
+            tx.execute(_VERSION_TABLE)
+            if tx.execute(_VERSION_SQL, (unit, table)):
+                return True
+        try:
+            with self.transaction() as tx:
+                tx.execute("SELECT pg_advisory_xact_lock(hashtext('idp.versions'))")
+                for statement in _VERSION_SETUP:
+                    tx.execute(statement.format(table=exp.to_table(table, quoted=True).sql(
+                        dialect="postgres")), (table,) if "%s" in statement else ())
+        except BackendFailed:
+            log.warning("no write counter on %s (the proxy's role must own it): every "
+                        "user-level query on it reads its unit column to detect changes", table)
+            return False
+        return True
+
+    def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:
+        rows = tx.execute(_VERSION_SQL, (unit, table))
+        return self.fingerprint_text(rows[0]) if rows else None
 
     def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
-        # Other sessions may write at any time, and the cumulative statistics lag by up
-        # to a minute, so the unit column itself is read: its count and the sum of a
-        # 64-bit hash of each value (a scan, no sort; shared with the statistics' scan).
+        # The cumulative statistics lag by up to a minute, so the unit column itself is
+        # read: its count and the sum of a 64-bit hash of each value (a scan, no sort;
+        # shared with the statistics' scan where the plan allows).
         column = exp.column(unit, quoted=True)
         hashed = (exp.func("hashint8", column) if integer else
                   exp.func("hashtextextended", exp.cast(column, "text"), exp.Literal.number(0)))

@@ -1,0 +1,107 @@
+"""PostgreSQL data versions: the cached per-unit bound c must follow every way the unit
+column can change, and the proxy must fall back to reading the column where its write
+counter cannot be trusted."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+from proxy.session import Settings
+from tests.conftest import load_table
+
+pytestmark = pytest.mark.postgres
+
+RULES = parse_rules("""
+[analysts.zoe]
+budget = 100
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+person_id = { type = "int" }
+other_id = { type = "int" }
+""")
+
+
+@pytest.fixture
+def visits(fresh_postgres):
+    # person 1 owns two rows; other_id, if it became the unit, has a unit with three
+    load_table(fresh_postgres, "visits", {"person_id": [1, 1, 2, 3], "other_id": [5, 5, 5, 6]},
+               {"person_id": "INTEGER", "other_id": "INTEGER"})
+    return fresh_postgres
+
+
+def _version(backend):
+    with backend.transaction(snapshot=True) as tx:
+        return backend.data_version(tx, "visits", "person_id")
+
+
+def _c(engine):
+    """The shift s = c·g (g = 1) the engine uses for a user-level query now."""
+    plan = analyze(parse_statements("SELECT COUNT(*) FROM visits")[0], RULES, Settings())
+    return engine.statistics(plan)[0]
+
+
+@pytest.mark.parametrize("change,c_after", [
+    ("INSERT INTO visits VALUES (2, 7), (2, 7)", 3),
+    ("UPDATE visits SET person_id = 1 WHERE person_id = 2", 3),
+    ("DELETE FROM visits WHERE person_id = 1", 1),
+    ("TRUNCATE visits", 1),
+    (("ALTER TABLE visits RENAME COLUMN person_id TO tmp; "
+      "ALTER TABLE visits RENAME COLUMN other_id TO person_id; "
+      "ALTER TABLE visits RENAME COLUMN tmp TO other_id"), 3),
+    ("ALTER TABLE visits ALTER COLUMN person_id TYPE bigint USING 1", 4),
+])
+def test_every_change_to_the_unit_column_moves_the_version(visits, change, c_after):
+    backend = open_backend(visits)
+    engine = Engine(RULES, backend)
+    before = _version(backend)
+    assert before is not None and _c(engine) == 2
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute(change)
+    assert _version(backend) != before
+    assert _c(engine) == c_after
+    backend.close()
+
+
+def test_a_disabled_counter_is_not_trusted(visits):
+    backend = open_backend(visits)
+    engine = Engine(RULES, backend)
+    assert _version(backend) is not None
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("ALTER TABLE visits DISABLE TRIGGER idp_data_version")
+        con.execute("INSERT INTO visits VALUES (3, 1), (3, 1)")
+    assert _version(backend) is None
+    assert _c(engine) == 3  # read from the unit column's fingerprint instead
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("ALTER TABLE visits ENABLE ALWAYS TRIGGER idp_data_version")
+    re_enabled = _version(backend)
+    assert re_enabled is not None and _c(engine) == 3
+    with psycopg.connect(visits, autocommit=True) as con:  # as a logical replica applies
+        con.execute("SET session_replication_role = replica")
+        con.execute("INSERT INTO visits VALUES (3, 1)")
+    assert _version(backend) != re_enabled and _c(engine) == 4
+    backend.close()
+
+
+def test_a_role_that_cannot_install_the_counter_falls_back_to_the_fingerprint(visits):
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("CREATE ROLE reader LOGIN")
+        con.execute("GRANT SELECT ON visits TO reader")
+        con.execute("CREATE SCHEMA idp AUTHORIZATION reader")
+    reader_url = visits.replace("//idp@", "//reader@", 1)
+    assert reader_url != visits
+    backend = open_backend(reader_url)
+    engine = Engine(RULES, backend)
+    assert _version(backend) is None and _c(engine) == 2
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("INSERT INTO visits VALUES (2, 7), (2, 7)")
+    assert _c(engine) == 3
+    backend.close()
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("DROP OWNED BY reader CASCADE")
+        con.execute("DROP ROLE reader")
