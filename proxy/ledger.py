@@ -74,13 +74,17 @@ class Ledger:
             for statement in _COMMON:
                 tx.execute(statement)
 
+    def open_budget(self, analyst: str) -> None:
+        """Give an analyst the budget the rules name (else the default), unless open."""
+        self.backend.query(
+            "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro) VALUES (%s, %s, 0) "
+            "ON CONFLICT (analyst) DO NOTHING", (analyst, to_micro(self.rules.budget_of(analyst))))
+
     def ensure_analyst(self, analyst: str) -> None:
-        """Open the analyst's budget from the rules on first use; refuse strangers."""
+        """Open the analyst's budget from the rules on first use; refuse strangers
+        (analysts neither in the rules nor given a login with ``users add``)."""
         if analyst in self.rules.analysts:
-            budget = to_micro(self.rules.budget_of(analyst))
-            self.backend.query(
-                "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro) VALUES (%s, %s, 0) "
-                "ON CONFLICT (analyst) DO NOTHING", (analyst, budget))
+            self.open_budget(analyst)
         elif not self.backend.query("SELECT 1 FROM idp.budgets WHERE analyst = %s", (analyst,)):
             raise UnknownAnalyst(
                 f"analyst {analyst!r} is not declared in {self.rules.path}; "
