@@ -18,6 +18,7 @@ from proxy.epsilon import parse_epsilon
 from proxy.errors import ProxyError, RulesError
 from proxy.ledger import LEDGER_FIELDS, Ledger
 from proxy.rules import Rules, load_rules
+from proxy.users import Users
 
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
@@ -234,3 +235,104 @@ def _plain(value):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+@main.command()
+@rules_option
+@backend_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=5433, show_default=True, type=int,
+              help="TCP port (0: any free port).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+def serve(rules_path, backend, host, port, tls_cert, tls_key):
+    """Serve the PostgreSQL wire protocol: connect psql, drivers and BI tools.
+
+    \b
+    With no options it serves the embedded demo on 127.0.0.1:5433:
+      idp-proxy serve
+      psql "host=127.0.0.1 port=5433 user=alice dbname=demo"
+    """
+    import asyncio
+    import ssl
+
+    from proxy.wire.server import Server
+    from proxy.wire.shadow import ShadowCatalog
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give both --tls-cert and --tls-key, or neither")
+    tls = None
+    if tls_cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(tls_cert, tls_key)
+    rules = _rules(rules_path)
+    engine = Engine(rules, open_backend(backend))
+    users = Users(engine.ledger)
+    shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
+
+    def ready(bound_host, bound_port):
+        auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
+        click.echo(f"idp-proxy serving {engine.backend.name} on {bound_host}:{bound_port} "
+                   f"(auth: {auth}{', TLS' if tls else ''}); Ctrl-C stops it", err=True)
+
+    try:
+        asyncio.run(Server(engine, users, shadow, tls).serve(host, port, ready))
+    finally:
+        shadow.close()
+        engine.backend.close()
+
+
+@main.group()
+def users() -> None:
+    """Analyst logins for the server (SCRAM secrets; passwords are never stored)."""
+
+
+def _password(password_stdin: bool) -> str:
+    if password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+
+
+password_option = click.option("--password-stdin", is_flag=True,
+                               help="Read the password from standard input.")
+
+
+@users.command("add")
+@rules_option
+@backend_option
+@password_option
+@click.argument("name")
+def users_add(rules_path, backend, password_stdin, name):
+    """Create a login; its budget comes from the rules (else the default budget)."""
+    Users(_ledger(rules_path, backend)).add(name, _password(password_stdin))
+    click.echo(f"user {name} added")
+
+
+@users.command("passwd")
+@rules_option
+@backend_option
+@password_option
+@click.argument("name")
+def users_passwd(rules_path, backend, password_stdin, name):
+    """Set a new password (and enable the login again)."""
+    Users(_ledger(rules_path, backend)).passwd(name, _password(password_stdin))
+    click.echo(f"password of {name} changed")
+
+
+@users.command("disable")
+@rules_option
+@backend_option
+@click.argument("name")
+def users_disable(rules_path, backend, name):
+    """Refuse further logins of a user (the ledger keeps its history)."""
+    Users(_ledger(rules_path, backend)).disable(name)
+    click.echo(f"user {name} disabled")
+
+
+@users.command("list")
+@rules_option
+@backend_option
+@format_option
+def users_list(rules_path, backend, fmt):
+    """Every login and whether it is disabled."""
+    _print_rows(["user", "disabled"], Users(_ledger(rules_path, backend)).list(), fmt)

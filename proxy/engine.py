@@ -17,6 +17,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
+from proxy.analyze.plan import AVG, COUNT
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, RulesError
 from proxy.ledger import Charge, Ledger
@@ -45,6 +46,7 @@ class Answer:
     rows: list[tuple] = field(default_factory=list)
     privacy: dict[str, Any] | None = None
     notice: str | None = None
+    kinds: list[str] = field(default_factory=list)  # per column: int, float, text; "" unknown
 
 
 class Engine:
@@ -139,11 +141,25 @@ class Session:
     def execute(self, sql: str) -> Iterator[Answer]:
         """Run a message or script; every statement is checked before the first runs,
         so a refused statement refuses the whole message and nothing is spent."""
-        steps = self._check(sql)
+        steps = self.check(sql)
         for step in steps:
-            yield self._run(step)
+            yield self.run(step)
 
-    def _check(self, sql: str) -> list[tuple[exp.Expression, Any]]:
+    def describe(self, sql: str) -> list[tuple[str, str]] | None:
+        """The (name, kind) of each result column of one statement, found without
+        running it (None: no result rows, e.g. SET). Public tables' kinds are "",
+        known only from the values."""
+        _, work = self.check(sql)[-1]
+        if isinstance(work, SessionCommand):
+            return [(work.name.split(".")[-1], "text")] if work.show else None
+        if isinstance(work, PassthroughPlan):
+            probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
+            columns, _ = self.engine.backend.query_with_columns(
+                probe.sql(dialect=self.engine.backend.dialect))
+            return [(name, "") for name in columns]
+        return [(o.name, _output_kind(work, o)) for o in work.outputs]
+
+    def check(self, sql: str) -> list[tuple[exp.Expression, Any]]:
         settings = self.settings
         steps = []
         for statement in parse_statements(sql):
@@ -156,7 +172,7 @@ class Session:
                                                  epsilon_hint(statement))))
         return steps
 
-    def _run(self, step) -> Answer:
+    def run(self, step) -> Answer:
         statement, work = step
         if isinstance(work, SessionCommand):
             return self._session_command(work)
@@ -171,7 +187,7 @@ class Session:
             self.settings = apply_command(self.settings, command)
             return Answer("RESET" if command.value is None else "SET")
         value = self._show(command.name)
-        return Answer("SHOW", [command.name.split(".")[-1]], [(value,)])
+        return Answer("SHOW", [command.name.split(".")[-1]], [(value,)], kinds=["text"])
 
     def _show(self, name: str) -> str:
         rules = self.engine.rules
@@ -230,7 +246,20 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         "notes": notes,
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
-                  _notice(privacy))
+                  _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
+
+
+def _output_kind(plan: QueryPlan, output) -> str:
+    """int, float or text: what a released value of this output column is."""
+    if output.group is not None:
+        column = plan.table.columns.get(plan.group_by[output.group])
+        return column.type if column is not None else "text"
+    aggregate = plan.aggregates[output.aggregate]
+    if aggregate.kind == COUNT:
+        return "int"
+    if aggregate.kind == AVG:
+        return "float"
+    return plan.table.columns[aggregate.column].type
 
 
 def _notice(privacy: dict[str, Any]) -> str:

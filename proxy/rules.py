@@ -22,6 +22,7 @@ from proxy.errors import RulesError
 
 MODELS = ("idp", "dp")
 REPORT_SCALE = ("rounded", "none")
+AUTH_METHODS = ("scram", "trust")
 COLUMN_TYPES = ("int", "float", "text", "bool", "date")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -60,11 +61,22 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class Server:
+    """``[server]``: how ``idp-proxy serve`` admits clients."""
+
+    auth: str = "scram"  # "trust" is honoured for loopback clients only
+    max_connections: int = 100
+    idle_timeout: int = 3600  # seconds without a message before a session ends
+    max_message: int = 1 << 20  # bytes; a longer protocol message ends the connection
+
+
+@dataclass(frozen=True)
 class Rules:
     path: str
     defaults: Defaults
     analysts: Mapping[str, Decimal]
     tables: Mapping[str, Table]
+    server: Server = Server()
 
     def budget_of(self, analyst: str) -> Decimal:
         return self.analysts.get(analyst, self.defaults.budget_per_analyst)
@@ -159,14 +171,26 @@ def parse_rules(text: str, path: str = "<rules>") -> Rules:
     except tomllib.TOMLDecodeError as exc:
         raise RulesError(f"{path}: invalid TOML: {exc}") from None
     reader = _Reader(path, text)
-    reader.only_keys(data, "", ("defaults", "analysts", "tables"))
+    reader.only_keys(data, "", ("defaults", "analysts", "tables", "server"))
     defaults = _defaults(reader, data.get("defaults", {}))
     analysts = _analysts(reader, data.get("analysts", {}), defaults.budget_per_analyst)
     tables = {
         reader.identifier(name, f"tables.{name}"): _table(reader, name, body)
         for name, body in data.get("tables", {}).items()
     }
-    return Rules(path, defaults, MappingProxyType(analysts), MappingProxyType(tables))
+    return Rules(path, defaults, MappingProxyType(analysts), MappingProxyType(tables),
+                 _server(reader, data.get("server", {})))
+
+
+def _server(reader: _Reader, body: Mapping[str, Any]) -> Server:
+    reader.only_keys(body, "server", tuple(Server.__dataclass_fields__))
+    values: dict[str, Any] = {}
+    if "auth" in body:
+        values["auth"] = reader.choice(body["auth"], "server.auth", AUTH_METHODS)
+    for key in ("max_connections", "idle_timeout", "max_message"):
+        if key in body:
+            values[key] = reader.positive_int(body[key], f"server.{key}")
+    return Server(**values)
 
 
 def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:

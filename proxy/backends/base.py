@@ -34,6 +34,13 @@ class Backend(ABC):
             rows = tx.execute(sql)
             return tx.columns(), rows
 
+    def column_types(self, table: str) -> list[tuple[str, str]]:
+        """(name, PostgreSQL type) of a table's columns: its schema, never a row."""
+        rows = self.query("SELECT column_name, data_type FROM information_schema.columns "
+                          "WHERE table_name = %s AND table_schema = current_schema() "
+                          "ORDER BY ordinal_position", (table,))
+        return [(name, _postgres_type(kind)) for name, kind in rows]
+
     @abstractmethod
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
@@ -66,6 +73,23 @@ class Backend(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+_POSTGRES_TYPES = {
+    "boolean": "boolean", "tinyint": "smallint", "smallint": "smallint",
+    "integer": "integer", "bigint": "bigint", "hugeint": "numeric", "float": "real",
+    "real": "real", "double": "double precision", "double precision": "double precision",
+    "numeric": "numeric", "date": "date", "timestamp": "timestamp",
+    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
+}
+
+
+def _postgres_type(name: str) -> str:
+    """The PostgreSQL spelling of a DuckDB or PostgreSQL column type; text otherwise."""
+    base = name.lower().split("(")[0].strip()
+    if base == "decimal":
+        return "numeric" + name[len("decimal"):]
+    return _POSTGRES_TYPES.get(base, "text")
 
 
 class Transaction(ABC):

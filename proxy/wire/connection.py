@@ -1,0 +1,513 @@
+"""One client connection: startup, authentication, then simple and extended queries.
+
+Each statement is routed (proxy.wire.route) to the connection itself, the engine or the
+shadow catalog; blocking calls run in threads so the event loop keeps serving others.
+Every failure becomes an ErrorResponse with a SQLSTATE; only a broken framing ends
+the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from proxy.engine import Answer
+from proxy.errors import ProxyError
+from proxy.wire import codec, params, types
+from proxy.wire.local import REPORTED, LocalState, Outcome
+from proxy.wire.route import Route, Statement, classify, split
+from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
+from proxy.wire.shadow import Column, ShadowSession
+
+if TYPE_CHECKING:
+    from proxy.wire.server import Server
+
+log = logging.getLogger("idp_proxy.wire")
+
+_KIND_OIDS = {"int": types.INT8, "float": types.FLOAT8, "text": types.TEXT, "": types.TEXT,
+              "bool": types.BOOL, "date": types.DATE}
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+@dataclass
+class Prepared:
+    statement: Statement
+    param_types: tuple[int, ...]
+    fields: list[codec.Field] | None  # None: the statement returns no rows
+    shadow_name: bytes | None = None
+
+
+@dataclass
+class Portal:
+    prepared: Prepared
+    values: tuple[bytes | None, ...]
+    param_formats: tuple[int, ...]
+    result_formats: tuple[int, ...]
+    sql: str = ""  # engine statements: the text with the values bound
+    pending: list[list[bytes | None]] | None = None
+    tag: str = ""
+    notice: str | None = None
+
+
+@dataclass
+class Result:
+    """A statement's outcome, rows already encoded in the formats asked for."""
+
+    tag: str
+    fields: list[codec.Field] | None = None
+    rows: list[list[bytes | None]] = field(default_factory=list)
+    notice: str | None = None
+    changed: dict[str, str] = field(default_factory=dict)
+
+
+class Connection:
+    def __init__(self, server: Server, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.server = server
+        self.reader = reader
+        self.writer = writer
+        self.frames = codec.Reader(server.limits.max_message)
+        self.pid = 0
+        self.key = secrets.randbits(31)
+        self.user = ""
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.failed = False  # extended protocol: skip until Sync
+        self.session = None
+        self.shadow: ShadowSession | None = None
+        self.local: LocalState | None = None
+        self.database = ""
+        self._queued: list[codec.FrontendMessage] = []
+
+    # I/O ---------------------------------------------------------------------------------
+
+    async def _next(self) -> codec.FrontendMessage:
+        while True:
+            self._queued.extend(self.frames.messages())
+            if self._queued:
+                return self._queued.pop(0)
+            try:
+                data = await asyncio.wait_for(self.reader.read(65536),
+                                              self.server.limits.idle_timeout)
+            except TimeoutError:
+                self._send(codec.error_response("57P05", "terminating connection due to "
+                                                "idle timeout", "FATAL"))
+                raise ConnectionClosed from None
+            if not data:
+                raise ConnectionClosed
+            self.frames.feed(data)
+
+    def _send(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def _flush(self) -> None:
+        await self.writer.drain()
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            if await self._startup():
+                await self._serve()
+        except codec.ProtocolViolation as exc:
+            self._send(codec.error_response("08P01", f"protocol violation: {exc}", "FATAL"))
+        except (ConnectionClosed, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        self.server.forget(self)
+        try:
+            await self.writer.drain()
+        except ConnectionError:
+            pass
+        self.writer.close()
+        if self.shadow is not None:
+            await asyncio.to_thread(self.shadow.close)
+
+    async def _startup(self) -> bool:
+        while True:
+            message = await self._next()
+            if isinstance(message, codec.SSLRequest):
+                if self.server.tls is None or self._queued:
+                    self._send(b"N")
+                    continue
+                self._send(b"S")
+                await self._flush()
+                await self.writer.start_tls(self.server.tls)
+                continue
+            if isinstance(message, codec.GSSENCRequest):
+                self._send(b"N")
+                continue
+            if isinstance(message, codec.CancelRequest):
+                self.server.cancel(message.pid, message.key)
+                return False
+            if isinstance(message, codec.Startup):
+                break
+            raise codec.ProtocolViolation("expected a startup message")
+        startup = message.params
+        self.user = startup.get("user", "")
+        self.database = startup.get("database") or self.user
+        if not self.user:
+            self._send(codec.error_response("28000", "no user name given in the startup "
+                                            "message", "FATAL"))
+            return False
+        if not await self._authenticate():
+            return False
+        if not self.server.admit(self):
+            self._send(codec.error_response("53300", "sorry, too many clients already",
+                                            "FATAL"))
+            return False
+        try:
+            self.session = await asyncio.to_thread(self.server.engine.session, self.user)
+            self.local = LocalState(self.server.shadow.version, self.user)
+            for name, value in startup.items():
+                if name.lower() in ("user", "database", "options", "replication"):
+                    continue
+                self.local.set(name, value)
+        except ProxyError as exc:
+            self._send(codec.error_response(exc.sqlstate, exc.message, "FATAL"))
+            return False
+        self._send(codec.authentication(0))
+        for name in REPORTED:
+            self._send(codec.parameter_status(name, self.local.settings[name]))
+        self._send(codec.backend_key_data(self.pid, self.key))
+        self._send(codec.ready_for_query("I"))
+        await self._flush()
+        return True
+
+    async def _authenticate(self) -> bool:
+        if self.server.trusts(self.writer.get_extra_info("peername")):
+            return True
+        secret = await asyncio.to_thread(self.server.users.secret, self.user)
+        exchange = Exchange(secret)
+        self._send(codec.authentication(10, codec.cstring(MECHANISM) + b"\0"))
+        await self._flush()
+        try:
+            first = await self._next()
+            if not isinstance(first, codec.Password):
+                raise AuthFailed("expected a SASL initial response")
+            mechanism, _, rest = first.data.partition(b"\0")
+            (length,) = struct.unpack("!i", rest[:4]) if len(rest) >= 4 else (-2,)
+            if length != len(rest) - 4:
+                raise AuthFailed("malformed SASL initial response")
+            server_first = exchange.start(mechanism.decode("ascii", "replace"), rest[4:])
+            self._send(codec.authentication(11, server_first))
+            await self._flush()
+            final = await self._next()
+            if not isinstance(final, codec.Password):
+                raise AuthFailed("expected a SASL response")
+            self._send(codec.authentication(12, exchange.finish(final.data)))
+        except AuthFailed:
+            self._send(codec.error_response(
+                "28P01", f'password authentication failed for user "{self.user}"', "FATAL"))
+            return False
+        return True
+
+    # Main loop ---------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        while True:
+            message = await self._next()
+            if isinstance(message, codec.Terminate):
+                return
+            if isinstance(message, codec.Query):
+                await self._simple(message.sql)
+            elif isinstance(message, codec.Sync):
+                self.failed = False
+                if self.local.status == "I":
+                    self.portals.pop("", None)
+                self._send(codec.ready_for_query(self.local.status))
+            elif isinstance(message, codec.Flush):
+                pass
+            elif self.failed:
+                continue
+            else:
+                try:
+                    await self._extended(message)
+                except ProxyError as exc:
+                    self._error(exc)
+                    self.failed = True
+                except codec.ProtocolViolation:
+                    raise
+                except Exception:  # a bug must cost one statement, not the session
+                    log.exception("internal error on %s", type(message).__name__)
+                    self._error(ProxyError("internal error in the proxy; the statement "
+                                           "was not run", "XX000"))
+                    self.failed = True
+            await self._flush()
+
+    def _error(self, exc: ProxyError) -> None:
+        if self.local.status == "T":
+            self.local.status = "E"
+        self._send(codec.error_response(exc.sqlstate, exc.message))
+
+    # Simple query ------------------------------------------------------------------------
+
+    async def _simple(self, sql: str) -> None:
+        try:
+            texts = split(sql)
+            statements = [classify(text, self.server.rules) for text in texts]
+            engine_texts = [s.text for s in statements if s.route is Route.ENGINE]
+            if engine_texts:  # refuse the whole message before anything runs
+                await asyncio.to_thread(self.session.check, ";".join(engine_texts))
+        except ProxyError as exc:
+            self._error(exc)
+            self._send(codec.ready_for_query(self.local.status))
+            return
+        if statements == [] or (len(statements) == 1 and not statements[0].word):
+            self._send(codec.EMPTY_QUERY)
+        for statement in statements:
+            if not statement.word:
+                continue
+            try:
+                self._check_transaction(statement)
+                prepared = await self._prepare(statement, ())
+                result = await self._execute(prepared, Portal(prepared, (), (), ()), ())
+            except ProxyError as exc:
+                self._error(exc)
+                break
+            if result.fields is not None:
+                self._send(codec.row_description(result.fields, [0] * len(result.fields)))
+            self._emit(result, result.rows)
+            if prepared.shadow_name is not None:
+                await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
+        self._send(codec.ready_for_query(self.local.status))
+
+    def _check_transaction(self, statement: Statement) -> None:
+        if self.local.status == "E" and statement.word not in ("ROLLBACK", "ABORT", "COMMIT",
+                                                                "END"):
+            raise ProxyError("current transaction is aborted, commands ignored until end "
+                             "of transaction block", "25P02")
+
+    def _emit(self, result: Result, rows: list[list[bytes | None]]) -> None:
+        for name, value in result.changed.items():
+            self._send(codec.parameter_status(name, value))
+        for row in rows:
+            self._send(codec.data_row(row))
+        if result.notice:
+            self._send(codec.notice_response(result.notice))
+        self._send(codec.command_complete(result.tag))
+
+    # Extended query ----------------------------------------------------------------------
+
+    async def _extended(self, message: codec.FrontendMessage) -> None:
+        if isinstance(message, codec.Parse):
+            texts = split(message.sql)
+            if len(texts) > 1:
+                raise ProxyError("cannot insert multiple commands into a prepared statement",
+                                 "42601")
+            statement = classify(texts[0], self.server.rules)
+            self._check_transaction(statement)
+            prepared = await self._prepare(statement, message.param_types)
+            await self._drop_statement(message.name)
+            self.statements[message.name] = prepared
+            self._send(codec.PARSE_COMPLETE)
+        elif isinstance(message, codec.Bind):
+            prepared = self.statements.get(message.statement)
+            if prepared is None:
+                raise ProxyError(f'prepared statement "{message.statement}" does not exist',
+                                 "26000")
+            if len(message.params) != len(prepared.param_types):
+                raise ProxyError(f"bind message supplies {len(message.params)} parameters, "
+                                 f"but the statement requires {len(prepared.param_types)}",
+                                 "08P01")
+            portal = Portal(prepared, message.params, message.param_formats,
+                            message.result_formats)
+            if prepared.statement.route is Route.ENGINE and prepared.param_types:
+                portal.sql = params.bind(prepared.statement.text, prepared.param_types,
+                                         self._decode(prepared, message))
+            self.portals[message.portal] = portal
+            self._send(codec.BIND_COMPLETE)
+        elif isinstance(message, codec.Describe):
+            if message.kind == "S":
+                prepared = self._statement(message.name)
+                self._send(codec.parameter_description(list(prepared.param_types)))
+                self._describe(prepared.fields, ())
+            else:
+                portal = self._portal(message.name)
+                self._describe(portal.prepared.fields, portal.result_formats)
+        elif isinstance(message, codec.Execute):
+            await self._execute_portal(self._portal(message.portal), message.max_rows)
+        elif isinstance(message, codec.Close):
+            if message.kind == "S":
+                await self._drop_statement(message.name)
+            else:
+                self.portals.pop(message.name, None)
+            self._send(codec.CLOSE_COMPLETE)
+        elif isinstance(message, codec.Password):
+            raise codec.ProtocolViolation("unexpected password message")
+        else:
+            raise ProxyError(f"message type {message.type!r} is not supported (COPY and "
+                             "function calls are refused)", "0A000")
+
+    def _statement(self, name: str) -> Prepared:
+        if name not in self.statements:
+            raise ProxyError(f'prepared statement "{name}" does not exist', "26000")
+        return self.statements[name]
+
+    def _portal(self, name: str) -> Portal:
+        if name not in self.portals:
+            raise ProxyError(f'portal "{name}" does not exist', "34000")
+        return self.portals[name]
+
+    async def _drop_statement(self, name: str) -> None:
+        old = self.statements.pop(name, None)
+        if old is not None and old.shadow_name is not None:
+            await asyncio.to_thread(self.shadow.release, old.shadow_name)
+
+    def _describe(self, fields: list[codec.Field] | None, formats: tuple[int, ...]) -> None:
+        if fields is None:
+            self._send(codec.NO_DATA)
+        else:
+            self._send(codec.row_description(fields, _formats(formats, len(fields))))
+
+    def _decode(self, prepared: Prepared, bind: codec.Bind) -> tuple[object, ...]:
+        values = []
+        for index, (raw, oid) in enumerate(zip(bind.params, prepared.param_types)):
+            if raw is None:
+                values.append(None)
+                continue
+            binary = _formats(bind.param_formats, len(bind.params))[index] == 1
+            try:
+                values.append(types.decode(raw, oid, binary))
+            except types.BadValue as exc:
+                raise ProxyError(f"parameter ${index + 1}: {exc}", "22P02") from None
+        return tuple(values)
+
+    async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
+        if portal.pending is None:
+            result = await self._execute(portal.prepared, portal, portal.result_formats)
+            portal.pending, portal.tag, portal.notice = result.rows, result.tag, result.notice
+            for name, value in result.changed.items():
+                self._send(codec.parameter_status(name, value))
+        rows = portal.pending if max_rows <= 0 else portal.pending[:max_rows]
+        portal.pending = portal.pending[len(rows):]
+        if max_rows > 0 and portal.pending:
+            for row in rows:
+                self._send(codec.data_row(row))
+            self._send(codec.PORTAL_SUSPENDED)
+            return
+        self._emit(Result(portal.tag, notice=portal.notice), rows)
+        if portal.prepared.statement.word in ("DEALLOCATE", "DISCARD"):
+            self._housekeeping(portal.prepared.statement)
+
+    # Preparing and running, by route ------------------------------------------------------
+
+    async def _prepare(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
+        if statement.route is Route.SHADOW:
+            shadow = await self._shadow()
+            name, described = await asyncio.to_thread(shadow.prepare, statement.text, declared)
+            return Prepared(statement, described.params,
+                            [_shadow_field(c) for c in described.columns] or None, name)
+        if statement.route is Route.LOCAL:
+            shows = statement.word == "SHOW"
+            fields = None
+            if shows:
+                outcome = self.local.execute(statement)  # SHOW changes nothing
+                fields = [codec.Field(name, types.TEXT) for name in outcome.columns]
+            return Prepared(statement, declared, fields)
+        param_types = params.infer(statement.text, declared, self.server.rules)
+        text = (params.bind(statement.text, param_types, params.dummy_values(param_types))
+                if param_types else statement.text)
+        described = await asyncio.to_thread(self.session.describe, text)
+        fields = None if described is None else [
+            codec.Field(name, _KIND_OIDS[kind]) for name, kind in described]
+        return Prepared(statement, param_types, fields)
+
+    async def _execute(self, prepared: Prepared, portal: Portal,
+                       formats: tuple[int, ...]) -> Result:
+        statement = prepared.statement
+        if statement.route is Route.LOCAL:
+            outcome = self.local.execute(statement)
+            if statement.word in ("DEALLOCATE", "DISCARD") and not portal.values:
+                self._housekeeping(statement)
+            return _local_result(outcome, prepared.fields, formats)
+        if statement.route is Route.SHADOW:
+            binary = _formats(formats, len(prepared.fields or ()))
+            result = await asyncio.to_thread(
+                self.shadow.execute, prepared.shadow_name, portal.values,
+                portal.param_formats, bool(binary) and all(binary))
+            return Result(result.tag, prepared.fields, result.rows)
+        answers = await asyncio.to_thread(self._run_engine, portal.sql or statement.text)
+        answer = answers[-1]
+        fields = prepared.fields or [codec.Field(c, types.TEXT) for c in answer.columns]
+        return Result(answer.command, fields if answer.columns else None,
+                      _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
+
+    def _run_engine(self, sql: str) -> list[Answer]:
+        return list(self.session.execute(sql))
+
+    def _float_digits(self) -> int:
+        try:
+            return int(self.local.settings.get("extra_float_digits", "1"))
+        except ValueError:
+            return 1
+
+    def _housekeeping(self, statement: Statement) -> None:
+        """DEALLOCATE and DISCARD act on this connection's prepared statements."""
+        words = [t.text for t in statement.tokens[1:] if t.text.upper() != "PREPARE"]
+        if statement.word == "DISCARD" or (words and words[0].upper() == "ALL"):
+            self.statements = {}
+            self.portals = {}
+        elif words:
+            self.statements.pop(words[0], None)
+
+    async def _shadow(self) -> ShadowSession:
+        if self.shadow is None:
+            connection = await asyncio.to_thread(self.server.shadow.connect, self.user,
+                                                 self.database)
+            self.shadow = ShadowSession(connection)
+        return self.shadow
+
+
+def _formats(formats: tuple[int, ...], count: int) -> list[int]:
+    if not formats:
+        return [0] * count
+    if len(formats) == 1:
+        return [formats[0]] * count
+    if len(formats) != count:
+        raise ProxyError(f"{len(formats)} result formats for {count} columns", "08P01")
+    return list(formats)
+
+
+def _shadow_field(column: Column) -> codec.Field:
+    return codec.Field(column.name, column.type_oid, column.type_size, column.type_modifier)
+
+
+def _local_result(outcome: Outcome, fields, formats) -> Result:
+    if not outcome.columns:
+        return Result(outcome.tag, None, changed=outcome.changed)
+    fields = fields or [codec.Field(name, types.TEXT) for name in outcome.columns]
+    binary = _formats(formats, len(fields))
+    rows = [[types.encode(v, types.TEXT, b == 1) for v, b in zip(row, binary)]
+            for row in outcome.rows]
+    return Result(outcome.tag, fields, rows, changed=outcome.changed)
+
+
+def _encode_rows(answer: Answer, fields: list[codec.Field], formats: tuple[int, ...],
+                 float_digits: int) -> list[list[bytes | None]]:
+    binary = _formats(formats, len(fields))
+    encoded = []
+    for row in answer.rows:
+        encoded.append([types.encode(value if field.type_oid != types.TEXT or value is None
+                                     else str(value), field.type_oid, fmt == 1, float_digits)
+                        for value, field, fmt in zip(row, fields, binary)])
+    return encoded
+
+
+def is_loopback(peer) -> bool:
+    try:
+        return ipaddress.ip_address(peer[0]).is_loopback
+    except (TypeError, ValueError, IndexError):
+        return False
+

@@ -1,0 +1,132 @@
+"""What a connection answers itself: transaction commands (read-only no-ops that keep
+the transaction status clients track), prepared-statement housekeeping, and the
+ordinary settings clients set and show (``extra_float_digits``, ``DateStyle``...).
+None of these reaches a database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from proxy.errors import BadSetting, Refused
+from proxy.wire.route import Statement, setting_words
+
+# Sent as ParameterStatus at startup and whenever they change.
+REPORTED = ("application_name", "client_encoding", "DateStyle", "integer_datetimes",
+            "IntervalStyle", "is_superuser", "server_encoding", "server_version",
+            "session_authorization", "standard_conforming_strings", "TimeZone",
+            "default_transaction_read_only", "in_hot_standby")
+_READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_superuser",
+              "session_authorization", "standard_conforming_strings",
+              "default_transaction_read_only", "in_hot_standby", "max_identifier_length",
+              "transaction_read_only"}
+_ALIASES = {"time zone": "timezone", "transaction isolation level": "transaction_isolation",
+            "session authorization": "session_authorization"}
+_FIXED = {"client_encoding": ("utf8", "utf-8", "unicode", "'utf-8'"), "datestyle": ("iso",),
+          "standard_conforming_strings": ("on",)}
+
+
+def defaults(server_version: str, user: str) -> dict[str, str]:
+    return {"application_name": "", "client_encoding": "UTF8", "DateStyle": "ISO, MDY",
+            "integer_datetimes": "on", "IntervalStyle": "postgres", "is_superuser": "off",
+            "server_encoding": "UTF8", "server_version": server_version,
+            "session_authorization": user, "standard_conforming_strings": "on",
+            "TimeZone": "UTC", "default_transaction_read_only": "on", "in_hot_standby": "off",
+            "extra_float_digits": "1", "search_path": '"$user", public',
+            "transaction_isolation": "repeatable read", "transaction_read_only": "on",
+            "max_identifier_length": "63", "statement_timeout": "0", "lc_messages": "C"}
+
+
+@dataclass
+class Outcome:
+    tag: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    changed: dict[str, str] = field(default_factory=dict)  # ParameterStatus to send
+
+
+class LocalState:
+    """Per-connection settings and transaction status ('I', 'T' or 'E')."""
+
+    def __init__(self, server_version: str, user: str) -> None:
+        self._initial = defaults(server_version, user)
+        self.settings = dict(self._initial)
+        self.status = "I"
+
+    def name(self, word: str) -> str:
+        """The canonical spelling of a setting (PostgreSQL's names are case-blind)."""
+        word = _ALIASES.get(word, word)
+        for known in self.settings:
+            if known.lower() == word:
+                return known
+        return word
+
+    def set(self, name: str, value: str) -> dict[str, str]:
+        """Apply one setting (startup parameter or SET); return what clients must be told."""
+        name = self.name(name.lower())
+        if name in ("role", "session_authorization"):
+            raise Refused(f"SET {name} is not allowed: the proxy acts as the analyst who "
+                          "logged in", "42501")
+        if name in _READ_ONLY:
+            raise BadSetting(f"parameter {name} cannot be changed")
+        allowed = _FIXED.get(name.lower())
+        if allowed and value.lower().split(",")[0].strip() not in allowed:
+            raise BadSetting(f"{name} = {value!r} is not supported; the proxy speaks "
+                             f"{self._initial[name]}")
+        self.settings[name] = value if not allowed else self._initial[name]
+        return {name: self.settings[name]} if name in REPORTED else {}
+
+    def execute(self, statement: Statement) -> Outcome:
+        word = statement.word
+        tokens = statement.tokens
+        rest = [t.text.upper() for t in tokens[1:]]
+        if word == "":
+            return Outcome("")
+        if word in ("BEGIN", "START"):
+            if self.status == "I":
+                self.status = "T"
+            return Outcome("BEGIN")
+        if word in ("COMMIT", "END"):
+            tag = "ROLLBACK" if self.status == "E" else "COMMIT"
+            self.status = "I"
+            return Outcome(tag)
+        if word in ("ROLLBACK", "ABORT"):
+            if "TO" in rest:
+                self.status = "T" if self.status != "I" else "I"
+            else:
+                self.status = "I"
+            return Outcome("ROLLBACK")
+        if word in ("SAVEPOINT", "RELEASE", "LISTEN", "UNLISTEN"):
+            return Outcome(word)
+        if word == "CLOSE":
+            return Outcome("CLOSE CURSOR ALL" if rest[:1] == ["ALL"] else "CLOSE CURSOR")
+        if word == "DEALLOCATE":
+            return Outcome("DEALLOCATE ALL" if "ALL" in rest else "DEALLOCATE")
+        if word == "DISCARD":
+            self.settings = {**self._initial, "session_authorization":
+                             self.settings["session_authorization"]}
+            return Outcome("DISCARD ALL")
+        words, value = setting_words(tokens)
+        words = [w for w in words if w not in ("session", "local")]
+        name = " ".join(words)
+        if word == "SHOW":
+            if name == "all":
+                return Outcome("SHOW", ["name", "setting", "description"],
+                               [(k, v, "") for k, v in sorted(self.settings.items())])
+            key = self.name(name)
+            if key not in self.settings:
+                raise BadSetting(f'unrecognized configuration parameter "{name}"', "42704")
+            return Outcome("SHOW", [key.lower()], [(self.settings[key],)])
+        if word == "RESET":
+            if name == "all":
+                changed = {k: v for k, v in self._initial.items()
+                           if k in REPORTED and self.settings.get(k) != v}
+                self.settings = {**self._initial, "session_authorization":
+                                 self.settings["session_authorization"]}
+                return Outcome("RESET", changed=changed)
+            key = self.name(name)
+            if key in self._initial and key not in _READ_ONLY:
+                return Outcome("RESET", changed=self.set(key, self._initial[key]))
+            return Outcome("RESET")
+        if name.startswith(("transaction", "session characteristics")):
+            return Outcome("SET")
+        return Outcome("SET", changed=self.set(name, value.strip("'\"") if value else ""))

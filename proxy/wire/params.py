@@ -1,0 +1,111 @@
+"""Parameters ($1, $2...) of statements the engine answers: their types, inferred from
+where they stand when the client declares none (asyncpg, pg8000 and node-postgres rely
+on ParameterDescription), and their values, bound into the SQL text as literals before
+the engine analyses it. A parameter is never dropped or turned into NULL: a value that
+does not read as its type is an error (22P02), before anything runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from decimal import Decimal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from proxy.errors import ProxyError, SyntaxProblem
+from proxy.rules import Rules
+from proxy.wire import types
+
+_KIND_OIDS = {"int": types.INT8, "float": types.FLOAT8, "text": types.TEXT}
+_DUMMIES = {types.INT8: 0, types.FLOAT8: 0.5, types.TEXT: ""}
+
+
+class BadParameter(ProxyError):
+    sqlstate = "22P02"
+
+
+def _tree(text: str) -> exp.Expression:
+    try:
+        tree = sqlglot.parse_one(text, read="postgres")
+    except SqlglotError:
+        raise SyntaxProblem("the statement could not be parsed; check its syntax") from None
+    return tree
+
+
+def _parameters(tree: exp.Expression) -> dict[int, list[exp.Parameter]]:
+    found: dict[int, list[exp.Parameter]] = {}
+    for node in tree.find_all(exp.Parameter):
+        name = node.name
+        if name.isdigit() and int(name) > 0:
+            found.setdefault(int(name), []).append(node)
+    return found
+
+
+def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]:
+    """One OID per parameter: the client's where it gave one, else from the context."""
+    tree = _tree(text)
+    found = _parameters(tree)
+    count = max([len(declared), *found])
+    table = tree.find(exp.Table)
+    columns = rules.table(table.name).columns if table is not None and rules.table(
+        table.name) else {}
+    result = []
+    for number in range(1, count + 1):
+        given = declared[number - 1] if number <= len(declared) else 0
+        if given:
+            result.append(given)
+            continue
+        kinds = {_context_kind(node, columns) for node in found.get(number, [])}
+        result.append(_KIND_OIDS[kinds.pop()] if len(kinds) == 1 else types.TEXT)
+    return tuple(result)
+
+
+def _context_kind(node: exp.Parameter, columns) -> str:
+    parent = node.parent
+    if isinstance(parent, (exp.Limit, exp.Offset)) or isinstance(parent.parent, (exp.Limit,
+                                                                                 exp.Offset)):
+        return "int"
+    partner = None
+    if isinstance(parent, (exp.Between, exp.In)):
+        partner = parent.this
+    elif isinstance(parent, exp.Binary):
+        partner = parent.expression if parent.this is node else parent.this
+    if isinstance(partner, exp.Column) and partner.name.lower() in columns:
+        return columns[partner.name.lower()].type
+    if isinstance(parent, (exp.PercentileDisc, exp.PercentileCont, exp.Quantile,
+                           exp.ApproxQuantile, exp.WithinGroup)):
+        return "float"
+    return "text"
+
+
+def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) -> str:
+    """The statement with each parameter replaced by its value as a literal."""
+    tree = _tree(text)
+    for number, nodes in _parameters(tree).items():
+        if number > len(values):
+            raise BadParameter(f"the statement uses ${number} but {len(values)} "
+                               "parameter value(s) were bound")
+        for node in nodes:
+            node.replace(_literal(values[number - 1]))
+    return tree.sql(dialect="postgres")
+
+
+def dummy_values(param_types: tuple[int, ...]) -> tuple[object, ...]:
+    """Stand-ins of the right types, to analyse a statement before its values come."""
+    return tuple(_DUMMIES.get(oid, 0 if oid in types.INTEGERS else "") for oid in param_types)
+
+
+def _literal(value: object) -> exp.Expression:
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadParameter("parameter values must be finite numbers")
+    if isinstance(value, (int, float, Decimal)):
+        return exp.Literal.number(str(value) if not isinstance(value, float) else repr(value))
+    if isinstance(value, (dt.date, dt.datetime)):
+        return exp.Literal.string(value.isoformat())
+    return exp.Literal.string(str(value))

@@ -1,0 +1,133 @@
+"""Where each statement a client sends goes: answered by the connection itself
+(transactions, ordinary settings), by the engine (anything naming a table of the rules,
+and ``idp.*`` settings), or by the shadow catalog (catalog and constant queries).
+
+Decided from the text alone, before anything runs, so that a message is refused whole.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.tokens import Token, TokenType
+
+from proxy.errors import Refused, SyntaxProblem
+from proxy.rules import Rules
+
+_POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
+
+
+class Route(enum.Enum):
+    LOCAL = "local"
+    ENGINE = "engine"
+    SHADOW = "shadow"
+
+
+LOCAL_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE",
+               "DEALLOCATE", "DISCARD", "CLOSE", "UNLISTEN", "LISTEN", "SET", "RESET", "SHOW"}
+_QUERY_WORDS = {"SELECT", "WITH", "VALUES", "TABLE", "("}
+
+# Catalog objects and functions that carry data statistics, other sessions' activity,
+# files or other databases (docs/wire.md): refused even against the empty shadow, so
+# that tools learn they are not available rather than read misleading empties.
+_BLOCKED = {
+    "pg_stats", "pg_stats_ext", "pg_stats_ext_exprs", "pg_statistic",
+    "pg_statistic_ext_data", "reltuples", "relpages", "relallvisible", "pg_relation_size",
+    "pg_table_size", "pg_total_relation_size", "pg_indexes_size", "pg_database_size",
+    "pg_read_file", "pg_read_binary_file", "pg_stat_file", "lo_import", "lo_export", "lo_get",
+    "pg_largeobject", "query_to_xml", "table_to_xml", "cursor_to_xml", "database_to_xml",
+    "schema_to_xml", "pg_locks", "pg_prepared_statements", "pg_cursors", "txid_current",
+    "pg_current_xact_id", "inet_server_addr", "set_config", "pg_sleep", "pg_sleep_for",
+    "pg_sleep_until", "summarize", "pg_backend_pid",
+}
+_BLOCKED_PREFIXES = ("pg_stat_", "pg_statio_", "pg_ls_", "dblink", "duckdb_", "pragma_",
+                     "read_csv", "read_parquet", "read_json", "read_text", "read_blob")
+
+
+@dataclass(frozen=True)
+class Statement:
+    text: str
+    route: Route
+    word: str  # the leading keyword, upper case ("" for an empty statement)
+    tokens: tuple[Token, ...] = ()
+
+
+def split(sql: str) -> list[str]:
+    """The statements of a message, as the client wrote them (comments kept)."""
+    tokens = _tokens(sql)
+    pieces, start = [], 0
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            pieces.append(sql[start:token.start])
+            start = token.end + 1
+    pieces.append(sql[start:])
+    return [piece for piece in pieces if piece.strip()] or [""]
+
+
+def classify(text: str, rules: Rules) -> Statement:
+    tokens = _tokens(text)
+    if not tokens:
+        return Statement(text, Route.LOCAL, "")
+    tokens = tuple(tokens)
+    word = tokens[0].text.upper()
+    if word in ("SET", "RESET", "SHOW"):
+        words, _ = setting_words(tokens)
+        words = [w for w in words if w not in ("session", "local")]
+        route = Route.ENGINE if words and words[0].startswith("idp.") else Route.LOCAL
+        return Statement(text, route, word, tokens)
+    if word in LOCAL_WORDS:
+        return Statement(text, Route.LOCAL, word, tokens)
+    if word not in _QUERY_WORDS or _names_a_rules_table(text, tokens, rules):
+        return Statement(text, Route.ENGINE, word)
+    for token in tokens:
+        name = token.text.lower()
+        if token.token_type in (TokenType.VAR, TokenType.IDENTIFIER) and (
+                name in _BLOCKED or name.startswith(_BLOCKED_PREFIXES)):
+            raise Refused(f"{name} is not available through the proxy: it would show data "
+                          "statistics, other sessions or files; ask aggregate questions "
+                          "instead", "42501")
+    return Statement(text, Route.SHADOW, word)
+
+
+def _tokens(text: str) -> list[Token]:
+    try:
+        return _POSTGRES.tokenize(text)
+    except SqlglotError:
+        raise SyntaxProblem("the statement could not be read (unbalanced quotes or "
+                            "brackets?)") from None
+
+
+def setting_words(tokens: tuple[Token, ...]) -> tuple[list[str], str]:
+    """The name of a SET/RESET/SHOW (its words, lower case) and, for SET, the value's
+    text: ``SET search_path TO a, b`` gives (["search_path"], "a, b")."""
+    words: list[str] = []
+    for index, token in enumerate(tokens[1:], start=1):
+        if token.token_type == TokenType.EQ or token.text.upper() == "TO":
+            values = tokens[index + 1:]
+            return words, ", ".join(v.text for v in values if v.token_type != TokenType.COMMA)
+        if token.token_type == TokenType.DOT and words:
+            words[-1] += "."
+        elif words and words[-1].endswith("."):
+            words[-1] += token.text.lower()
+        else:
+            words.append(token.text.lower())
+    if tokens[0].text.upper() == "SET" and len(words) > 1:  # SET TIME ZONE 'UTC'
+        return words[:-1], tokens[-1].text
+    return words, ""
+
+
+def _names_a_rules_table(text: str, tokens: tuple[Token, ...], rules: Rules) -> bool:
+    """True when the statement reads a table the rules declare. When the text does not
+    parse, any identifier spelled like such a table counts, so doubt goes to the
+    engine, which refuses what it cannot analyse."""
+    try:
+        names = {table.name.lower() for statement in sqlglot.parse(text, read="postgres")
+                 if statement is not None for table in statement.find_all(exp.Table)}
+    except SqlglotError:
+        names = {t.text.lower() for t in tokens
+                 if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
+    return any(rules.table(name) is not None for name in names)

@@ -1,0 +1,125 @@
+"""SCRAM-SHA-256 (RFC 5802/7677), the server side, sans-IO.
+
+Our own because libpq sends an empty user name inside the exchange (``n=,``), which
+the library we tried rejects; the name comes from the StartupMessage instead. Secrets
+are stored as PostgreSQL stores them (``SCRAM-SHA-256$iter:salt$StoredKey:ServerKey``),
+never the password.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+MECHANISM = "SCRAM-SHA-256"
+ITERATIONS = 4096
+
+
+class AuthFailed(Exception):
+    """Wrong password or a malformed exchange (SQLSTATE 28P01 either way)."""
+
+
+@dataclass(frozen=True)
+class Secret:
+    iterations: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+
+    def text(self) -> str:
+        b64 = lambda raw: base64.b64encode(raw).decode()
+        return (f"{MECHANISM}${self.iterations}:{b64(self.salt)}$"
+                f"{b64(self.stored_key)}:{b64(self.server_key)}")
+
+    @classmethod
+    def parse(cls, text: str) -> Secret:
+        mechanism, params, keys = text.split("$")
+        iterations, salt = params.split(":")
+        stored, server = keys.split(":")
+        if mechanism != MECHANISM:
+            raise ValueError(f"not a {MECHANISM} secret")
+        return cls(int(iterations), base64.b64decode(salt), base64.b64decode(stored),
+                   base64.b64decode(server))
+
+
+def make_secret(password: str, salt: bytes | None = None, iterations: int = ITERATIONS) -> Secret:
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = _hmac(salted, b"Client Key")
+    return Secret(iterations, salt, hashlib.sha256(client_key).digest(),
+                  _hmac(salted, b"Server Key"))
+
+
+def _hmac(key: bytes, data: bytes) -> bytes:
+    return hmac.new(key, data, hashlib.sha256).digest()
+
+
+class Exchange:
+    """One authentication. With ``secret=None`` (unknown or disabled user) it runs the
+    same exchange against a random secret and fails at the end, so that a client cannot
+    tell an unknown name from a wrong password."""
+
+    def __init__(self, secret: Secret | None) -> None:
+        self._known = secret is not None
+        self._secret = secret or make_secret(secrets.token_hex(16))
+        self._nonce = ""
+        self._first_bare = ""
+        self._server_first = ""
+
+    def start(self, mechanism: str, client_first: bytes) -> bytes:
+        if mechanism != MECHANISM:
+            raise AuthFailed(f"unsupported SASL mechanism {mechanism!r}; use {MECHANISM}")
+        text = _ascii(client_first)
+        header, _, bare = text.partition(",")
+        authzid, _, bare = bare.partition(",")
+        if header not in ("n", "y") or authzid:
+            raise AuthFailed("channel binding and authorization identities are not supported")
+        attributes = _attributes(bare)
+        if "r" not in attributes or "n" not in attributes:
+            raise AuthFailed("malformed SCRAM client-first message")
+        self._gs2 = f"{header},,"
+        self._first_bare = bare
+        self._nonce = attributes["r"] + base64.b64encode(secrets.token_bytes(18)).decode()
+        salt = base64.b64encode(self._secret.salt).decode()
+        self._server_first = f"r={self._nonce},s={salt},i={self._secret.iterations}"
+        return self._server_first.encode()
+
+    def finish(self, client_final: bytes) -> bytes:
+        text = _ascii(client_final)
+        without_proof, _, proof = text.rpartition(",p=")
+        attributes = _attributes(without_proof)
+        if (attributes.get("r") != self._nonce or not proof
+                or attributes.get("c") != base64.b64encode(self._gs2.encode()).decode()):
+            raise AuthFailed("malformed SCRAM client-final message")
+        message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
+        signature = _hmac(self._secret.stored_key, message)
+        try:
+            client_key = bytes(a ^ b for a, b in zip(base64.b64decode(proof, validate=True),
+                                                     signature, strict=True))
+        except ValueError:
+            raise AuthFailed("malformed SCRAM proof") from None
+        if not self._known or not hmac.compare_digest(hashlib.sha256(client_key).digest(),
+                                                      self._secret.stored_key):
+            raise AuthFailed("password authentication failed")
+        verifier = base64.b64encode(_hmac(self._secret.server_key, message)).decode()
+        return f"v={verifier}".encode()
+
+
+def _ascii(data: bytes) -> str:
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise AuthFailed("malformed SCRAM message") from None
+
+
+def _attributes(text: str) -> dict[str, str]:
+    pairs = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or len(key) != 1:
+            raise AuthFailed("malformed SCRAM message")
+        pairs[key] = value
+    return pairs

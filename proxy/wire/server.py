@@ -1,0 +1,80 @@
+"""``idp-proxy serve``: an asyncio server, one task per client connection, around the
+engine, the analyst accounts and the shadow catalog."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import signal
+import ssl
+
+from proxy.engine import Engine
+from proxy.rules import Rules
+from proxy.users import Users
+from proxy.wire.connection import Connection, is_loopback
+from proxy.wire.shadow import ShadowCatalog
+
+log = logging.getLogger("idp_proxy.server")
+
+
+class Server:
+    def __init__(self, engine: Engine, users: Users, shadow: ShadowCatalog,
+                 tls: ssl.SSLContext | None = None) -> None:
+        self.engine = engine
+        self.rules: Rules = engine.rules
+        self.limits = engine.rules.server
+        self.users = users
+        self.shadow = shadow
+        self.tls = tls
+        self._pids = itertools.count(1000)
+        self._live: dict[int, Connection] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    def trusts(self, peer) -> bool:
+        """Trust only when the rules say so, and only for clients on this machine."""
+        return self.limits.auth == "trust" and is_loopback(peer)
+
+    def admit(self, connection: Connection) -> bool:
+        if len(self._live) >= self.limits.max_connections:
+            return False
+        connection.pid = next(self._pids)
+        self._live[connection.pid] = connection
+        return True
+
+    def forget(self, connection: Connection) -> None:
+        self._live.pop(connection.pid, None)
+
+    def cancel(self, pid: int, key: int) -> None:
+        target = self._live.get(pid)
+        if target is None or target.key != key:
+            return
+        log.info("cancel requested for connection %d (not yet supported)", pid)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            await Connection(self, reader, writer).run()
+        except Exception:  # the server outlives any one connection
+            log.exception("connection failed")
+            writer.close()
+        finally:
+            self._tasks.discard(task)
+
+    async def serve(self, host: str, port: int, ready=None) -> None:
+        """Serve until SIGINT or SIGTERM, then close the listener and the sessions."""
+        server = await asyncio.start_server(self._handle, host, port, limit=1 << 16)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        bound = server.sockets[0].getsockname()
+        log.info("listening on %s:%d", bound[0], bound[1])
+        if ready is not None:
+            ready(bound[0], bound[1])
+        async with server:
+            await stop.wait()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,213 @@
+"""The shadow catalog: a private PostgreSQL that holds the declared tables' definitions
+and no rows, never ANALYZEd, answering every catalog query clients send (psql's ``\\d``,
+pgcli's completion, SQLAlchemy's inspector, JDBC's DatabaseMetaData).
+
+Why a real PostgreSQL: the catalog SQL of real clients uses dozens of PostgreSQL
+functions, casts and operators, and changes with every client version; an emulation
+fails on the first one it lacks. Catalog queries never reach the database that holds
+the data, and the shadow cannot leak what it does not have. It listens on a Unix
+socket in a private folder only; analysts reach it as non-superuser, read-only roles
+named like them, in a database named as their client asked.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import pq, sql
+
+from proxy.backends.base import Backend
+from proxy.errors import ProxyError
+from proxy.rules import Rules
+
+log = logging.getLogger("idp_proxy.shadow")
+
+_TEMPLATE = "idp_template"
+_OWNER = "idp"
+_TYPES = {"int": "bigint", "float": "double precision", "text": "text", "bool": "boolean",
+          "date": "date"}
+
+
+class ShadowError(ProxyError):
+    """An error the shadow raised; its text is about the schema only, never data."""
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_oid: int
+    type_size: int
+    type_modifier: int
+
+
+@dataclass(frozen=True)
+class Description:
+    params: tuple[int, ...]
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    columns: tuple[Column, ...]
+    rows: list[list[bytes | None]]
+    tag: str
+
+
+def _binaries() -> Path:
+    """The newest PostgreSQL server binaries on this machine."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"),
+                   key=lambda path: int(Path(path).parent.parent.name))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("postgres")
+    if on_path:
+        return Path(on_path).parent
+    raise ProxyError("the server needs PostgreSQL's binaries for its schema-only catalog; "
+                     "install the postgresql package (Debian: apt-get install postgresql)")
+
+
+class ShadowCatalog:
+    """Started with the server, stopped with it. ``connect`` gives each client session
+    its own connection as its analyst's role in its database name."""
+
+    def __init__(self, rules: Rules, backend: Backend, max_connections: int) -> None:
+        self._bin = _binaries()
+        self._folder = Path(tempfile.mkdtemp(prefix="idp-shadow-"))
+        self._run_as: list[str] = []
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            user = pwd.getpwnam("postgres")
+            os.chown(self._folder, user.pw_uid, user.pw_gid)
+            self._run_as = ["runuser", "-u", "postgres", "--"]
+        self._lock = threading.Lock()
+        self._databases: set[str] = set()
+        self._roles: set[str] = set()
+        data = self._folder / "data"
+        self._run("initdb", "-D", str(data), "-U", _OWNER, "--auth=trust", "-E", "UTF8",
+                  "--locale=C", "--no-sync")
+        options = (f"-c listen_addresses='' -k {self._folder} -F "
+                   f"-c max_connections={max_connections + 5} -c autovacuum=off "
+                   "-c shared_buffers=16MB -c statement_timeout=10s")
+        self._run("pg_ctl", "-D", str(data), "-l", str(self._folder / "log"), "-w", "-o",
+                  options, "start")
+        with self._admin("postgres") as con:
+            con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(_TEMPLATE)))
+        with self._admin(_TEMPLATE) as con:
+            for statement in _ddl(rules, backend):
+                con.execute(statement)
+            con.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+            con.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+        self.version = self._server_version()
+
+    def _run(self, program: str, *args: str) -> None:
+        subprocess.run(self._run_as + [str(self._bin / program), *args], check=True,
+                       capture_output=True, text=True)
+
+    def _admin(self, database: str) -> psycopg.Connection:
+        return psycopg.connect(host=str(self._folder), user=_OWNER, dbname=database,
+                               autocommit=True)
+
+    def _server_version(self) -> str:
+        with self._admin("postgres") as con:
+            return con.execute("SHOW server_version").fetchone()[0].split()[0]
+
+    def connect(self, user: str, database: str) -> psycopg.Connection:
+        with self._lock, self._admin("postgres") as con:
+            if user not in self._roles:
+                if not con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
+                                   (user,)).fetchone():
+                    con.execute(sql.SQL(
+                        "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
+                    ).format(sql.Identifier(user)))
+                    con.execute(sql.SQL(
+                        "ALTER ROLE {} SET default_transaction_read_only = on"
+                    ).format(sql.Identifier(user)))
+                self._roles.add(user)
+            if database not in self._databases:
+                if not con.execute("SELECT 1 FROM pg_database WHERE datname = %s",
+                                   (database,)).fetchone():
+                    con.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                        sql.Identifier(database), sql.Identifier(_TEMPLATE)))
+                self._databases.add(database)
+        return psycopg.connect(host=str(self._folder), user=user, dbname=database,
+                               autocommit=True)
+
+    def close(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self._folder / "data"), "-w", "-m", "fast", "stop")
+        except subprocess.CalledProcessError as exc:
+            log.warning("shadow catalog did not stop cleanly: %s", exc.stderr)
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _ddl(rules: Rules, backend: Backend) -> list[sql.Composable]:
+    """CREATE TABLE statements: protected tables with their declared columns (the only
+    ones an analyst can use); public tables as the backend defines them."""
+    statements = []
+    for table in rules.tables.values():
+        if table.public:
+            columns = backend.column_types(table.name)
+        else:
+            columns = [(name, _TYPES[column.type]) for name, column in table.columns.items()]
+            if table.privacy_unit and table.privacy_unit not in table.columns:
+                columns.insert(0, (table.privacy_unit, "text"))
+        statements.append(sql.SQL("CREATE TABLE {} ({})").format(
+            sql.Identifier(table.name),
+            sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
+                               for name, kind in columns)))
+    return statements
+
+
+class ShadowSession:
+    """One client session's view of the shadow: describe and run catalog statements
+    with the client's own parameter bytes and formats (types inferred by PostgreSQL)."""
+
+    def __init__(self, connection: psycopg.Connection) -> None:
+        self._pgconn = connection.pgconn
+        self._connection = connection
+        self._names = 0
+
+    def prepare(self, text: str, param_types: tuple[int, ...]) -> tuple[bytes, Description]:
+        self._names += 1
+        name = f"s{self._names}".encode()
+        _check(self._pgconn.prepare(name, text.encode(), list(param_types) or None))
+        described = _check(self._pgconn.describe_prepared(name))
+        params = tuple(described.param_type(i) for i in range(described.nparams))
+        return name, Description(params, _columns(described))
+
+    def execute(self, name: bytes, params: tuple[bytes | None, ...], formats: tuple[int, ...],
+                binary: bool) -> Result:
+        result = _check(self._pgconn.exec_prepared(name, list(params), list(formats) or None,
+                                                   1 if binary else 0))
+        rows = [[result.get_value(r, c) for c in range(result.nfields)]
+                for r in range(result.ntuples)]
+        return Result(_columns(result), rows, (result.command_status or b"").decode())
+
+    def release(self, name: bytes) -> None:
+        _check(self._pgconn.exec_(b"DEALLOCATE " + name))
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _columns(result: pq.abc.PGresult) -> tuple[Column, ...]:
+    return tuple(Column(result.fname(i).decode(), result.ftype(i), result.fsize(i),
+                        result.fmod(i)) for i in range(result.nfields))
+
+
+def _check(result: pq.abc.PGresult) -> pq.abc.PGresult:
+    if result.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK,
+                         pq.ExecStatus.EMPTY_QUERY):
+        return result
+    code = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"XX000").decode()
+    text = (result.error_field(pq.DiagnosticField.MESSAGE_PRIMARY) or b"catalog error").decode()
+    raise ShadowError(text, code)

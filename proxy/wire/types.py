@@ -1,0 +1,189 @@
+"""Built-in PostgreSQL types on the wire: OIDs, result encoders (text and binary) and
+parameter decoders. Only built-in OIDs are ever sent, so no client needs to look a type
+up in the catalog (asyncpg's typeinfo query, JDBC's pg_type queries)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import struct
+from decimal import Decimal, InvalidOperation, localcontext
+
+BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
+FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
+DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
+
+INTEGERS = {INT2: "!h", INT4: "!i", INT8: "!q", OID: "!I"}
+FLOATS = {FLOAT4: "!f", FLOAT8: "!d"}
+TEXTUAL = {TEXT, VARCHAR, BPCHAR, NAME, UNKNOWN, 0}
+SIZES = {BOOL: 1, INT2: 2, INT4: 4, INT8: 8, OID: 4, FLOAT4: 4, FLOAT8: 8, DATE: 4,
+         TIMESTAMP: 8, TIMESTAMPTZ: 8}
+NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", TEXT: "text",
+         FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
+         TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid"}
+
+_EPOCH = dt.date(2000, 1, 1)
+_EPOCH_TS = dt.datetime(2000, 1, 1)
+_NUMERIC_SIGNS = {0x0000: 1, 0x4000: -1}
+
+
+class BadValue(ValueError):
+    """A parameter that cannot be read as its type (SQLSTATE 22P02)."""
+
+
+def python_type_oid(value: object) -> int:
+    """The OID for a value whose column type is known only from the value."""
+    if isinstance(value, bool):
+        return BOOL
+    if isinstance(value, int):
+        return INT8
+    if isinstance(value, float):
+        return FLOAT8
+    if isinstance(value, Decimal):
+        return NUMERIC
+    if isinstance(value, dt.datetime):
+        return TIMESTAMPTZ if value.tzinfo else TIMESTAMP
+    if isinstance(value, dt.date):
+        return DATE
+    return TEXT
+
+
+# Results --------------------------------------------------------------------------------
+
+def encode(value: object, oid: int, binary: bool, extra_float_digits: int = 1) -> bytes | None:
+    if value is None:
+        return None
+    if binary:
+        return _encode_binary(value, oid)
+    return _encode_text(value, oid, extra_float_digits).encode()
+
+
+def _encode_text(value: object, oid: int, extra_float_digits: int) -> str:
+    if oid == BOOL:
+        return "t" if value else "f"
+    if oid in INTEGERS:
+        return str(int(value))
+    if oid in FLOATS:
+        number = float(value)
+        if math.isnan(number):
+            return "NaN"
+        if math.isinf(number):
+            return "Infinity" if number > 0 else "-Infinity"
+        if extra_float_digits > 0:
+            return repr(number)
+        digits = (15 if oid == FLOAT8 else 6) + extra_float_digits
+        return f"{number:.{max(digits, 1)}g}"
+    if oid == NUMERIC:
+        return f"{Decimal(str(value)):f}"
+    if oid == TIMESTAMPTZ:
+        return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ") + "+00"
+    if oid in (DATE, TIMESTAMP):
+        return value.isoformat(" ") if oid == TIMESTAMP else value.isoformat()
+    return str(value)
+
+
+def _encode_binary(value: object, oid: int) -> bytes:
+    if oid == BOOL:
+        return b"\x01" if value else b"\x00"
+    if oid in INTEGERS:
+        return struct.pack(INTEGERS[oid], int(value))
+    if oid in FLOATS:
+        return struct.pack(FLOATS[oid], float(value))
+    if oid == NUMERIC:
+        return _numeric_binary(Decimal(str(value)))
+    if oid == DATE:
+        return struct.pack("!i", (value - _EPOCH).days)
+    if oid in (TIMESTAMP, TIMESTAMPTZ):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        delta = value - _EPOCH_TS
+        return struct.pack("!q", (delta.days * 86400 + delta.seconds) * 1_000_000
+                           + delta.microseconds)
+    return str(value).encode()
+
+
+def _numeric_binary(value: Decimal) -> bytes:
+    if value.is_nan():
+        return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    sign = 0x4000 if value.is_signed() else 0
+    text = f"{abs(value):f}"
+    whole, _, fraction = text.partition(".")
+    dscale = len(fraction)
+    whole = whole.lstrip("0")
+    whole = "0" * (-len(whole) % 4) + whole
+    fraction = fraction + "0" * (-len(fraction) % 4)
+    groups = [int(whole[i:i + 4]) for i in range(0, len(whole), 4)]
+    weight = len(groups) - 1
+    groups += [int(fraction[i:i + 4]) for i in range(0, len(fraction), 4)]
+    while groups and groups[0] == 0:
+        groups.pop(0)
+        weight -= 1
+    while groups and groups[-1] == 0:
+        groups.pop()
+    if not groups:
+        weight = 0
+    return struct.pack(f"!hhHh{len(groups)}h", len(groups), weight, sign, dscale, *groups)
+
+
+# Parameters -----------------------------------------------------------------------------
+
+def decode(data: bytes, oid: int, binary: bool) -> object:
+    """A parameter's value; raises BadValue when the bytes are not of the type."""
+    try:
+        return _decode_binary(data, oid) if binary else _decode_text(data.decode(), oid)
+    except (ValueError, struct.error, InvalidOperation, UnicodeDecodeError):
+        raise BadValue(f"invalid input for a parameter of type {NAMES.get(oid, oid)}") from None
+
+
+def _decode_text(text: str, oid: int) -> object:
+    if oid in INTEGERS:
+        return int(text.strip())
+    if oid in FLOATS:
+        return float(text)
+    if oid == NUMERIC:
+        return Decimal(text)
+    if oid == BOOL:
+        word = text.strip().lower()
+        if word in ("t", "true", "yes", "on", "1", "y"):
+            return True
+        if word in ("f", "false", "no", "off", "0", "n"):
+            return False
+        raise ValueError(text)
+    if oid == DATE:
+        return dt.date.fromisoformat(text)
+    if oid in (TIMESTAMP, TIMESTAMPTZ):
+        return dt.datetime.fromisoformat(text)
+    return text
+
+
+def _decode_binary(data: bytes, oid: int) -> object:
+    if oid in INTEGERS:
+        return struct.unpack(INTEGERS[oid], data)[0]
+    if oid in FLOATS:
+        return struct.unpack(FLOATS[oid], data)[0]
+    if oid == BOOL:
+        if data not in (b"\x00", b"\x01"):
+            raise ValueError("bool")
+        return data == b"\x01"
+    if oid == NUMERIC:
+        return _numeric_from_binary(data)
+    if oid == DATE:
+        return _EPOCH + dt.timedelta(days=struct.unpack("!i", data)[0])
+    if oid in (TIMESTAMP, TIMESTAMPTZ):
+        value = _EPOCH_TS + dt.timedelta(microseconds=struct.unpack("!q", data)[0])
+        return value.replace(tzinfo=dt.UTC) if oid == TIMESTAMPTZ else value
+    return data.decode()
+
+
+def _numeric_from_binary(data: bytes) -> Decimal:
+    count, weight, sign, dscale = struct.unpack_from("!hhHh", data)
+    if sign == 0xC000:
+        return Decimal("NaN")
+    if sign not in _NUMERIC_SIGNS or len(data) != 8 + 2 * count:
+        raise ValueError("numeric")
+    digits = "".join(f"{d:04d}" for d in struct.unpack_from(f"!{count}h", data, 8)) or "0"
+    exponent = 4 * (weight + 1 - count) if count else 0
+    value = Decimal(f"{digits}E{exponent}")
+    with localcontext() as context:
+        context.prec = max(len(digits), 4 * (weight + 1)) + dscale + 4
+        return _NUMERIC_SIGNS[sign] * value.quantize(Decimal(1).scaleb(-dscale))
