@@ -65,3 +65,15 @@ def backend_url(request, tmp_path):
     if request.param == "duckdb":
         return f"duckdb:///{tmp_path / 'data.duckdb'}"
     return request.getfixturevalue("fresh_postgres")
+
+
+@pytest.fixture
+def proxy(backend_url, tmp_path):
+    """``idp-proxy serve`` (trust auth on loopback) over the people table, per backend."""
+    from tests.wireserver import RULES, load_people, running_proxy
+
+    load_people(backend_url)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    with running_proxy(rules, backend_url, tmp_path / "home") as running:
+        yield running

@@ -1,0 +1,139 @@
+"""The server through real clients over real sockets, on both backends: psycopg 3 (simple
+and extended protocol, text and binary), psql scripted, SCRAM logins, the shadow
+catalog and its refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+
+import asyncpg
+import psycopg
+import pytest
+
+from tests.wireserver import REGIONS, RULES, admin, load_people, running_proxy
+
+pytestmark = pytest.mark.postgres
+
+def _budget(con) -> str:
+    return con.execute("SHOW idp.budget").fetchone()[0]
+
+
+def test_psycopg3_answers_private_queries_and_refuses_raw_rows(proxy):
+    notices = []
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        con.add_notice_handler(lambda diag: notices.append(diag.message_primary))
+        (median,) = con.execute("SELECT MEDIAN(income) FROM people").fetchone()
+        assert 10_000 < median < 100_000
+        assert "iDP" in notices[-1] and "spent epsilon 0.1" in notices[-1]
+        groups = dict(con.execute("SELECT region, COUNT(*) FROM people GROUP BY region",
+                                  binary=True).fetchall())
+        assert set(groups) == set(REGIONS) and all(isinstance(n, int) for n in groups.values())
+        assert 2000 < sum(groups.values()) < 4000
+        (count,) = con.execute("SELECT COUNT(*) FROM people WHERE age BETWEEN %s AND %s",
+                               (30, 50), binary=True).fetchone()
+        assert isinstance(count, int) and 500 < count < 1500
+        for age in range(30, 37):  # past psycopg's prepare threshold: named statements
+            con.execute("SELECT COUNT(*) FROM people WHERE age > %s", (age,), prepare=True)
+        before = _budget(con)
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute("SELECT * FROM people")
+        assert refused.value.sqlstate == "42501"
+        assert "aggregates" in str(refused.value)
+        assert _budget(con) == before
+        assert con.execute("SELECT label FROM regions WHERE region = %s",
+                           ("east",)).fetchall() == [("E",)]
+
+
+def test_a_message_with_one_refused_statement_runs_nothing(proxy):
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        before = _budget(con)
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute("SELECT COUNT(*) FROM people; SELECT age FROM people")
+        assert refused.value.sqlstate == "42501"
+        assert _budget(con) == before
+
+
+def test_settings_and_transactions_are_per_connection(proxy):
+    with psycopg.connect(proxy.dsn("alice")) as con:  # psycopg opens a transaction: BEGIN
+        con.execute("SET idp.epsilon = 0.25")
+        con.execute("SET application_name = 'notebook'")
+        assert con.execute("SHOW application_name").fetchone() == ("notebook",)
+        assert con.info.parameter_status("application_name") == "notebook"
+        con.execute("SELECT COUNT(*) FROM people")
+        con.commit()
+        assert con.execute("SHOW idp.epsilon").fetchone() == ("0.25",)
+        assert con.info.parameter_status("server_version").startswith("15")
+        row = con.execute("SELECT current_database(), current_user, current_schema()")
+        assert row.fetchone() == ("demo", "alice", "public")
+    with psycopg.connect(proxy.dsn("alice", database="analytics")) as other:
+        assert other.execute("SHOW idp.epsilon").fetchone() == ("0.1",)
+        assert other.execute("SELECT current_database()").fetchone() == ("analytics",)
+
+
+@pytest.mark.parametrize("sql,sqlstate", [
+    ("SELECT * FROM pg_stats", "42501"),
+    ("SELECT reltuples FROM pg_class WHERE relname = 'people'", "42501"),
+    ("SELECT n_live_tup FROM pg_stat_user_tables", "42501"),
+    ("SELECT pg_read_file('/etc/passwd')", "42501"),
+    ("EXPLAIN SELECT COUNT(*) FROM people", "25006"),
+    ("COPY people TO STDOUT", "25006"),
+    ("SET ROLE postgres", "42501"),
+])
+def test_catalog_statistics_and_escapes_are_refused(proxy, sql, sqlstate):
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        before = _budget(con)
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute(sql)
+        assert refused.value.sqlstate == sqlstate, refused.value
+        assert _budget(con) == before
+
+
+def test_psql_scripted(proxy):
+    psql = shutil.which("psql")
+    assert psql, "psql is installed with PostgreSQL's client package"
+    script = "\n".join([
+        "SELECT COUNT(*) FROM people WHERE age > 40;",
+        r"\dt",
+        r"\d people",
+        "SELECT * FROM people;",
+        r"\l",
+    ])
+    out = subprocess.run([psql, "-X", proxy.dsn("alice", sslmode="disable"), "-f", "-"],
+                         input=script, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert "NOTICE:  iDP" in out.stderr
+    assert "ERROR:  SELECT * would return rows of the protected table people" in out.stderr
+    listing = out.stdout
+    assert "people  | table" in listing and "regions | table" in listing
+    assert 'Table "public.people"' in listing
+    for column, kind in [("age", "bigint"), ("income", "double precision"),
+                         ("region", "text")]:
+        assert any(line.split("|")[0].strip() == column and kind in line
+                   for line in listing.splitlines())
+    assert " demo " in listing
+
+
+def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
+    load_people(backend_url, 200)
+    rules, home = tmp_path / "rules.toml", tmp_path / "home"
+    rules.write_text(RULES.format(auth="scram"))
+    added = admin(rules, backend_url, home, "users", "add", "bob", "--password-stdin",
+                  stdin="s3cret pass\n")
+    assert added.returncode == 0, added.stderr
+    with running_proxy(rules, backend_url, home) as proxy:
+        with psycopg.connect(proxy.dsn("bob", password="s3cret pass"), autocommit=True) as con:
+            before = _budget(con)
+            assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+        for user, password in [("bob", "wrong"), ("nobody", "s3cret pass")]:
+            with pytest.raises(asyncpg.InvalidPasswordError) as failed:  # SQLSTATE 28P01
+                asyncio.run(asyncpg.connect(host="127.0.0.1", port=proxy.port, user=user,
+                                            password=password, database="demo"))
+            assert "password authentication failed" in str(failed.value)
+        with psycopg.connect(proxy.dsn("bob", password="s3cret pass"), autocommit=True) as con:
+            assert float(_budget(con)) == float(before) - 0.1
+    listed = admin(rules, backend_url, home, "users", "list", "--format", "csv")
+    assert listed.stdout.splitlines() == ["user,disabled", "bob,False"]
+    ledger = admin(rules, backend_url, home, "ledger", "--format", "json").stdout
+    assert '"analyst": "bob"' in ledger and "s3cret" not in ledger

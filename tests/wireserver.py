@@ -1,0 +1,114 @@
+"""Start ``idp-proxy serve`` as a subprocess on a free port, as a user would, and stop it
+with SIGTERM; tests then talk to it with real clients over 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from psycopg.conninfo import make_conninfo
+
+from tests.conftest import load_table
+
+RULES = """
+[server]
+auth = "{auth}"
+
+[defaults]
+epsilon_per_query = 0.1
+
+[analysts.alice]
+budget = 100
+
+[tables.people]
+privacy_unit = "person_id"
+[tables.people.columns]
+person_id = {{ type = "int" }}
+age    = {{ type = "int",   domain = [0, 120] }}
+income = {{ type = "float", domain = [0, 1000000] }}
+region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
+
+[tables.regions]
+public = true
+"""
+REGIONS = ["north", "south", "east", "west"]
+
+
+def load_people(url: str, n: int = 3000) -> None:
+    """The people and regions tables of RULES, with n deterministic people."""
+    rng = np.random.default_rng(3)
+    load_table(url, "people", {
+        "person_id": list(range(n)),
+        "age": [int(a) for a in rng.integers(18, 90, n)],
+        "income": [float(v) for v in np.round(rng.lognormal(10.3, 0.5, n), 2)],
+        "region": [REGIONS[i] for i in rng.integers(0, 4, n)],
+    }, {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
+        "region": "TEXT"})
+    load_table(url, "regions", {"region": REGIONS, "label": ["N", "S", "E", "W"]},
+               {"region": "TEXT", "label": "TEXT"})
+
+
+SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
+_READY = re.compile(r"serving .* on 127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class RunningProxy:
+    port: int
+    log: list[str]
+
+    def dsn(self, user: str, database: str = "demo", **extra: str) -> str:
+        parts = {"host": "127.0.0.1", "port": str(self.port), "user": user,
+                 "dbname": database, **extra}
+        return make_conninfo(**parts)
+
+
+
+def admin(rules: Path, backend: str, home: Path, *args: str,
+          stdin: str | None = None) -> subprocess.CompletedProcess:
+    """An ``idp-proxy`` admin command (users, budget, ledger) on the same rules and backend.
+    On DuckDB it needs the file, so it runs while no server holds it."""
+    return subprocess.run([SCRIPT, *args, "--rules", str(rules), "--backend", backend],
+                          env={**os.environ, "IDP_PROXY_HOME": str(home)},
+                          capture_output=True, text=True, input=stdin, timeout=120,
+                          check=False)
+
+
+@contextmanager
+def running_proxy(rules: Path, backend: str, home: Path, *extra: str):
+    env = {**os.environ, "IDP_PROXY_HOME": str(home)}
+    process = subprocess.Popen([SCRIPT, "serve", "--rules", str(rules), "--backend", backend,
+                                "--port", "0", *extra], env=env, stderr=subprocess.PIPE,
+                               text=True)
+    log: list[str] = []
+    port = None
+    for line in process.stderr:
+        log.append(line)
+        match = _READY.search(line)
+        if match:
+            port = int(match.group(1))
+            break
+    if port is None:
+        process.wait(10)
+        raise RuntimeError("idp-proxy serve did not start:\n" + "".join(log))
+    drain = threading.Thread(target=lambda: log.extend(process.stderr), daemon=True)
+    drain.start()
+    try:
+        yield RunningProxy(port, log)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        drain.join(5)
+        assert code == 0, "".join(log)
