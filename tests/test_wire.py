@@ -93,13 +93,13 @@ def test_catalog_statistics_and_escapes_are_refused(proxy, sql, sqlstate):
 def test_psql_scripted(proxy):
     psql = shutil.which("psql")
     assert psql, "psql is installed with PostgreSQL's client package"
-    script = "\n".join([
-        "SELECT COUNT(*) FROM people WHERE age > 40;",
-        r"\dt",
-        r"\d people",
-        "SELECT * FROM people;",
-        r"\l",
-    ])
+    script = r"""
+SELECT COUNT(*) FROM people WHERE age > 40;
+\dt
+\d people
+SELECT * FROM people;
+\l
+"""
     out = subprocess.run([psql, "-X", proxy.dsn("alice", sslmode="disable"), "-f", "-"],
                          input=script, capture_output=True, text=True, timeout=60,
                          check=False)
