@@ -15,25 +15,15 @@ from pathlib import Path
 
 import psycopg
 
+from tests.system import apt_install
+
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
-
-
-def _install_postgres() -> None:
-    """SPEC §8: the suite installs the server when the machine lacks it (as root,
-    from Debian's packages); elsewhere it says what to install."""
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise RuntimeError("PostgreSQL server binaries not found: install the 'postgresql' "
-                           "package (Debian/Ubuntu) and run the tests again")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], check=True, env=env,
-                   capture_output=True)
 
 
 def _pg_binary(name: str) -> str:
     global PG_BIN_DIRS
     if not PG_BIN_DIRS:
-        _install_postgres()
+        apt_install("postgresql")  # SPEC §8: installed when the machine lacks it
         PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
     for directory in PG_BIN_DIRS:
         if (directory / name).exists():

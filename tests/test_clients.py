@@ -5,6 +5,8 @@ of ``SELECT * FROM people``."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 
 import asyncpg
 import pandas as pd
@@ -13,6 +15,7 @@ import psycopg2
 import pytest
 import sqlalchemy
 
+from tests.system import jdbc_classpath, node_client
 from tests.wireserver import REGIONS
 
 pytestmark = pytest.mark.postgres
@@ -99,3 +102,31 @@ def test_sqlalchemy_and_pandas(proxy):
         assert refused.value.orig.sqlstate == "42501"
     _check(median, dict(zip(frame["region"], frame["n"])), count)
     engine.dispose()
+
+
+def test_jdbc(proxy, tmp_path):
+    out = subprocess.run(["java", "-cp", jdbc_classpath(tmp_path), "JdbcClient",
+                          str(proxy.port)], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    lines = [line.split("=", 1) for line in out.stdout.splitlines()]
+    checks: dict[str, list[str]] = {}
+    for key, value in lines:
+        checks.setdefault(key, []).append(value)
+    assert 10_000 < float(checks["median"][0]) < 100_000
+    assert "iDP" in checks["notice"][0]
+    assert checks["groups"] == ["4"] and 2000 < int(checks["total"][0]) < 4000
+    assert len(checks["count"]) == 6 and all(500 < int(c) < 1500 for c in checks["count"])
+    assert checks["tables"] == ["people,regions,"]
+    assert checks["columns"] == ["person_id,age,income,region,"]
+    assert checks["refused"] == ["42501"]
+
+
+def test_node_postgres(proxy):
+    out = subprocess.run([*node_client(), str(proxy.port)], capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    _check(result["median"], result["groups"], result["count"])
+    assert result["refused"] == "42501"
+    assert any("iDP" in notice for notice in result["notices"])
