@@ -78,6 +78,13 @@ class BackendFailed(ProxyError):
     sqlstate = "58000"
 
 
+class QueryCanceled(BackendFailed):
+    """The statement was interrupted (a client's cancel or the statement timeout); it
+    reached the backend, so it is charged like any other failure."""
+
+    sqlstate = "57014"
+
+
 class BackendUnavailable(ProxyError):
     """The backend could not be reached; the reserved ε is refunded (SPEC §7)."""
 

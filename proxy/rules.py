@@ -67,6 +67,7 @@ class Server:
     auth: str = "scram"  # "trust" is honoured for loopback clients only
     max_connections: int = 100
     idle_timeout: int = 3600  # seconds without a message before a session ends
+    statement_timeout: int = 300  # seconds a statement may run before it is cancelled
     max_message: int = 1 << 20  # bytes; a longer protocol message ends the connection
 
 
@@ -187,7 +188,7 @@ def _server(reader: _Reader, body: Mapping[str, Any]) -> Server:
     values: dict[str, Any] = {}
     if "auth" in body:
         values["auth"] = reader.choice(body["auth"], "server.auth", AUTH_METHODS)
-    for key in ("max_connections", "idle_timeout", "max_message"):
+    for key in ("max_connections", "idle_timeout", "statement_timeout", "max_message"):
         if key in body:
             values[key] = reader.positive_int(body[key], f"server.{key}")
     return Server(**values)

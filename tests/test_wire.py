@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import threading
+import time
 
 import asyncpg
 import psycopg
@@ -137,3 +139,57 @@ def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
     assert listed.stdout.splitlines() == ["user,disabled", "bob,False"]
     ledger = admin(rules, backend_url, home, "ledger", "--format", "json").stdout
     assert '"analyst": "bob"' in ledger and "s3cret" not in ledger
+
+
+SLOW_RULES = RULES + """
+[tables.slow]
+[tables.slow.columns]
+x = {{ type = "int", domain = [0, 1000000] }}
+"""
+
+
+def _slow_table(url: str) -> None:
+    """A table whose every aggregate takes minutes: a view over a huge or sleepy product."""
+    if url.startswith("duckdb"):
+        import duckdb
+
+        con = duckdb.connect(url.removeprefix("duckdb:///"))
+        con.execute("CREATE VIEW slow AS SELECT (a.range * b.range) % 1000 AS x "
+                    "FROM range(1000000) a, range(1000000) b")
+        con.close()
+        return
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE VIEW slow AS SELECT g + 0 * length(pg_sleep(0.01)::text) AS x "
+                    "FROM generate_series(1, 100000) g")
+
+
+@pytest.mark.parametrize("timeout", [None, 1])
+def test_a_long_query_is_cancelled_by_the_client_or_the_timeout(backend_url, tmp_path,
+                                                                 timeout):
+    load_people(backend_url, 100)
+    _slow_table(backend_url)
+    rules = tmp_path / "rules.toml"
+    text = SLOW_RULES.format(auth="trust")
+    if timeout:
+        text = text.replace('auth = "trust"', f'auth = "trust"\nstatement_timeout = {timeout}')
+    rules.write_text(text)
+    with running_proxy(rules, backend_url, tmp_path / "home") as proxy:
+        with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+            before = float(_budget(con))
+            cancelled_at = []
+            if timeout is None:
+                def cancel():
+                    time.sleep(1.0)
+                    cancelled_at.append(time.monotonic())
+                    con.cancel_safe()
+                threading.Thread(target=cancel, daemon=True).start()
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled) as cancelled:
+                con.execute("SELECT COUNT(*) FROM slow WHERE x > 5")
+            ended = time.monotonic()
+            assert cancelled.value.sqlstate == "57014"
+            reason = "user request" if timeout is None else "statement timeout"
+            assert reason in str(cancelled.value)
+            assert ended - (cancelled_at[0] if cancelled_at else started + timeout) < 2.0
+            assert float(_budget(con)) == pytest.approx(before - 0.1)  # it reached the data
+            assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0

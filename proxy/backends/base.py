@@ -56,6 +56,11 @@ class Backend(ABC):
         return True
 
     @abstractmethod
+    def interrupt(self, owner: int) -> None:
+        """Stop the statement the thread ``owner`` is running now, if it is; it then
+        fails with QueryCanceled. Called from another thread (a cancel request)."""
+
+    @abstractmethod
     def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:
         """A key, read in ``tx`` without scanning the table, that changes whenever the
         privacy-unit column of ``table`` may have changed; the per-unit row bound c

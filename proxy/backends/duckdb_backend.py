@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 
 from proxy.backends.base import Backend, Transaction, log
-from proxy.errors import BackendFailed
+from proxy.errors import BackendFailed, QueryCanceled
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
 # configuration locked so that a statement cannot switch it back on.
@@ -33,6 +33,7 @@ class DuckDBBackend(Backend):
         self.path = path
         self._con = duckdb.connect(path, config=dict(_HARDENED))
         self._lock = threading.RLock()
+        self._running: tuple[int, duckdb.DuckDBPyConnection] | None = None
 
     @classmethod
     def from_url(cls, url: str) -> DuckDBBackend:
@@ -58,6 +59,7 @@ class DuckDBBackend(Backend):
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         with self._lock:
             cursor = self._con.cursor()
+            previous, self._running = self._running, (threading.get_ident(), cursor)
             try:
                 cursor.execute("BEGIN TRANSACTION")
                 yield _DuckDBTransaction(cursor)
@@ -69,7 +71,13 @@ class DuckDBBackend(Backend):
                     pass
                 raise
             finally:
+                self._running = previous
                 cursor.close()
+
+    def interrupt(self, owner: int) -> None:
+        running = self._running
+        if running is not None and running[0] == owner:
+            running[1].interrupt()
 
     def data_version(self, tx: Transaction, table: str, unit: str) -> str:
         # The proxy holds the file's write lock while it runs: no other process can
@@ -91,6 +99,8 @@ class _DuckDBTransaction(Transaction):
         try:
             self._cursor.execute(sql.replace("%s", "?"), list(params))
             return self._cursor.fetchall() if self._cursor.description else []
+        except duckdb.InterruptException:
+            raise QueryCanceled("canceling statement due to user request") from None
         except duckdb.Error as exc:
             log.error("duckdb error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None

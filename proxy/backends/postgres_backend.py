@@ -11,7 +11,7 @@ import psycopg
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log
-from proxy.errors import BackendFailed, BackendUnavailable
+from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
 
 # Data versions: a statement-level trigger, always enabled (also under
 # session_replication_role = replica), bumps a per-table counter in the writer's own
@@ -59,6 +59,7 @@ class PostgresBackend(Backend):
         self.name = url.rsplit("/", 1)[-1].split("?")[0] or "postgres"
         self._lock = threading.RLock()
         self._con: psycopg.Connection | None = None
+        self._owner: int | None = None
 
     def _connection(self) -> psycopg.Connection:
         if self._con is None or self._con.closed:
@@ -73,17 +74,27 @@ class PostgresBackend(Backend):
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         with self._lock:
             con = self._connection()
+            previous, self._owner = self._owner, threading.get_ident()
             try:
                 with con.transaction():
                     if snapshot:
                         con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                     yield _PostgresTransaction(con)
+            except psycopg.errors.QueryCanceled:
+                raise QueryCanceled("canceling statement due to user request") from None
             except psycopg.OperationalError as exc:
                 log.error("postgres connection lost: %s", exc)
                 if con.broken or con.closed:
                     self._con = None
                     raise BackendUnavailable("the database behind the proxy is unreachable") from None
                 raise BackendFailed("the backend could not run this query") from None
+            finally:
+                self._owner = previous
+
+    def interrupt(self, owner: int) -> None:
+        con = self._con
+        if con is not None and self._owner == owner:
+            con.cancel_safe()
 
     def track_versions(self, table: str, unit: str) -> bool:
         """Install the statement trigger that counts writes to ``table`` (once; it needs

@@ -13,11 +13,12 @@ import ipaddress
 import logging
 import secrets
 import struct
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from proxy.engine import Answer
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, QueryCanceled
 from proxy.wire import codec, params, types
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, classify, split
@@ -86,6 +87,8 @@ class Connection:
         self.local: LocalState | None = None
         self.database = ""
         self._queued: list[codec.FrontendMessage] = []
+        self._worker: int | None = None  # the thread running this session's engine call
+        self._timed_out = False
 
     # I/O ---------------------------------------------------------------------------------
 
@@ -149,7 +152,7 @@ class Connection:
                 self._send(b"N")
                 continue
             if isinstance(message, codec.CancelRequest):
-                self.server.cancel(message.pid, message.key)
+                await asyncio.to_thread(self.server.cancel, message.pid, message.key)
                 return False
             if isinstance(message, codec.Startup):
                 break
@@ -445,7 +448,33 @@ class Connection:
                       _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
 
     def _run_engine(self, sql: str) -> list[Answer]:
-        return list(self.session.execute(sql))
+        """In a worker thread; a cancel or the statement timeout interrupts the backend
+        statement this thread runs (QueryCanceled, SQLSTATE 57014; still charged)."""
+        self._worker = threading.get_ident()
+        timer = threading.Timer(self.server.limits.statement_timeout, self._time_out)
+        timer.start()
+        try:
+            return list(self.session.execute(sql))
+        except QueryCanceled:
+            if self._timed_out:
+                raise QueryCanceled("canceling statement due to statement timeout") from None
+            raise
+        finally:
+            timer.cancel()
+            self._worker = None
+            self._timed_out = False
+
+    def _time_out(self) -> None:
+        self._timed_out = True
+        self.cancel_running()
+
+    def cancel_running(self) -> None:
+        """A CancelRequest with this connection's key (from any thread)."""
+        worker = self._worker
+        if worker is not None:
+            self.server.engine.backend.interrupt(worker)
+        if self.shadow is not None:
+            self.shadow.cancel()
 
     def _float_digits(self) -> int:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import secrets
 import signal
 import ssl
 
@@ -47,9 +48,9 @@ class Server:
 
     def cancel(self, pid: int, key: int) -> None:
         target = self._live.get(pid)
-        if target is None or target.key != key:
-            return
-        log.info("cancel requested for connection %d (not yet supported)", pid)
+        if target is not None and secrets.compare_digest(target.key.to_bytes(4, "big"),
+                                                         key.to_bytes(4, "big", signed=True)):
+            target.cancel_running()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -195,6 +195,10 @@ class ShadowSession:
     def release(self, name: bytes) -> None:
         _check(self._pgconn.exec_(b"DEALLOCATE " + name))
 
+    def cancel(self) -> None:
+        """Interrupt the catalog statement running on this session's connection, if any."""
+        self._connection.cancel_safe()
+
     def close(self) -> None:
         self._connection.close()
 
