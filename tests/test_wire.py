@@ -173,23 +173,23 @@ def test_a_long_query_is_cancelled_by_the_client_or_the_timeout(backend_url, tmp
     if timeout:
         text = text.replace('auth = "trust"', f'auth = "trust"\nstatement_timeout = {timeout}')
     rules.write_text(text)
-    with running_proxy(rules, backend_url, tmp_path / "home") as proxy:
-        with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
-            before = float(_budget(con))
-            cancelled_at = []
-            if timeout is None:
-                def cancel():
-                    time.sleep(1.0)
-                    cancelled_at.append(time.monotonic())
-                    con.cancel_safe()
-                threading.Thread(target=cancel, daemon=True).start()
-            started = time.monotonic()
-            with pytest.raises(psycopg.errors.QueryCanceled) as cancelled:
-                con.execute("SELECT COUNT(*) FROM slow WHERE x > 5")
-            ended = time.monotonic()
-            assert cancelled.value.sqlstate == "57014"
-            reason = "user request" if timeout is None else "statement timeout"
-            assert reason in str(cancelled.value)
-            assert ended - (cancelled_at[0] if cancelled_at else started + timeout) < 2.0
-            assert float(_budget(con)) == pytest.approx(before - 0.1)  # it reached the data
-            assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+    with (running_proxy(rules, backend_url, tmp_path / "home") as proxy,
+          psycopg.connect(proxy.dsn("alice"), autocommit=True) as con):
+        before = float(_budget(con))
+        cancelled_at = []
+        if timeout is None:
+            def cancel():
+                time.sleep(1.0)
+                cancelled_at.append(time.monotonic())
+                con.cancel_safe()
+            threading.Thread(target=cancel, daemon=True).start()
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled) as cancelled:
+            con.execute("SELECT COUNT(*) FROM slow WHERE x > 5")
+        ended = time.monotonic()
+        assert cancelled.value.sqlstate == "57014"
+        reason = "user request" if timeout is None else "statement timeout"
+        assert reason in str(cancelled.value)
+        assert ended - (cancelled_at[0] if cancelled_at else started + timeout) < 2.0
+        assert float(_budget(con)) == pytest.approx(before - 0.1)  # it reached the data
+        assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
