@@ -265,6 +265,8 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     if tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(tls_cert, tls_key)
+    if logging.getLogger().level > logging.WARNING:  # an operator sees the server's problems
+        logging.getLogger("idp_proxy").setLevel(logging.WARNING)
     rules = _rules(rules_path)
     engine = Engine(rules, open_backend(backend))
     users = Users(engine.ledger)

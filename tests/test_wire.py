@@ -193,3 +193,37 @@ def test_a_long_query_is_cancelled_by_the_client_or_the_timeout(backend_url, tmp
         assert ended - (cancelled_at[0] if cancelled_at else started + timeout) < 2.0
         assert float(_budget(con)) == pytest.approx(before - 0.1)  # it reached the data
         assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+
+
+def test_tls_when_configured(proxy_with_tls):
+    with psycopg.connect(proxy_with_tls.dsn("alice", sslmode="require"), autocommit=True) as con:
+        assert con.pgconn.ssl_in_use
+        assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+    out = subprocess.run([shutil.which("psql"), "-X", proxy_with_tls.dsn("alice",
+                          sslmode="require"), "-c", "SELECT MEDIAN(income) FROM people"],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "NOTICE:  iDP" in out.stderr
+
+
+def test_without_tls_ssl_is_declined_and_require_fails(proxy):
+    with psycopg.connect(proxy.dsn("alice", sslmode="prefer"), autocommit=True) as con:
+        assert not con.pgconn.ssl_in_use
+    with pytest.raises(psycopg.OperationalError) as failed:
+        psycopg.connect(proxy.dsn("alice", sslmode="require"))
+    assert "does not support SSL" in str(failed.value)
+
+
+@pytest.fixture
+def proxy_with_tls(tmp_path):
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(url, 300)
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    with running_proxy(rules, url, tmp_path / "home", "--tls-cert", str(cert),
+                       "--tls-key", str(key)) as running:
+        yield running
