@@ -13,37 +13,28 @@ import psycopg
 import pytest
 
 from proxy.wire import codec
-from tests.wireserver import RULES, load_people, running_proxy
+from tests.wireserver import RULES, load_people, running_proxy, startup_message, typed
 
 MESSAGES = 100_000
 SEED = 20261122
 
 
-def _typed(kind: bytes, body: bytes) -> bytes:
-    return kind + struct.pack("!i", len(body) + 4) + body
-
-
-def _startup(user: str) -> bytes:
-    body = struct.pack("!i", 196608) + b"user\0" + user.encode() + b"\0database\0demo\0\0"
-    return struct.pack("!i", len(body) + 4) + body
-
-
 # Mostly messages the server answers cheaply; the ones that run a private query (and
 # debit the ledger) are rarer, so that 100,000 messages take a minute or two.
 VALID = [
-    _typed(b"Q", b"SHOW application_name; BEGIN; SELECT FROM\0"),
-    _typed(b"Q", b"SET extra_float_digits = 3\0"),
-    _typed(b"P", b"s1\0SELECT $1::int + 1\0\0\0"),
-    _typed(b"B", b"p1\0s1\0\0\1\0\1\0\0\0\x0230\0\0"),
-    _typed(b"D", b"Pp1\0"),
-    _typed(b"E", b"p1\0\0\0\0\0"),
-    _typed(b"C", b"Ss1\0"),
-    _typed(b"S", b""),
-    _typed(b"H", b""),
-    _typed(b"d", b"copy data"),
-    _typed(b"F", b"\0\0\0\1\0\0\0\0"),
+    typed(b"Q", b"SHOW application_name; BEGIN; SELECT FROM\0"),
+    typed(b"Q", b"SET extra_float_digits = 3\0"),
+    typed(b"P", b"s1\0SELECT $1::int + 1\0\0\0"),
+    typed(b"B", b"p1\0s1\0\0\1\0\1\0\0\0\x0230\0\0"),
+    typed(b"D", b"Pp1\0"),
+    typed(b"E", b"p1\0\0\0\0\0"),
+    typed(b"C", b"Ss1\0"),
+    typed(b"S", b""),
+    typed(b"H", b""),
+    typed(b"d", b"copy data"),
+    typed(b"F", b"\0\0\0\1\0\0\0\0"),
 ]
-PRIVATE = _typed(b"Q", b"SELECT COUNT(*) FROM people WHERE age > 30\0")  # debits
+PRIVATE = typed(b"Q", b"SELECT COUNT(*) FROM people WHERE age > 30\0")  # debits
 # Messages after which the server must end the connection.
 BREAKERS = [b"p", b"X"]
 
@@ -73,7 +64,7 @@ def _breaker(rng: random.Random) -> bytes:
     if roll < 0.8:
         base[1:5] = struct.pack("!i", rng.choice([0, 3, -1, 1 << 30, 0x7FFFFFFF]))
         return bytes(base)
-    return _typed(b"p", bytes(rng.randrange(256) for _ in range(rng.randrange(0, 30))))
+    return typed(b"p", bytes(rng.randrange(256) for _ in range(rng.randrange(0, 30))))
 
 
 def _drain(sock: socket.socket) -> None:
@@ -112,7 +103,7 @@ def _session(port: int, rng: random.Random, count: int) -> int:
             sock.sendall(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))))
             sent = 1
         else:
-            sock.sendall(_startup("alice"))
+            sock.sendall(startup_message("alice"))
             batch: list[bytes] = []
             while sent < count:
                 roll = rng.random()

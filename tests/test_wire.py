@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -14,7 +16,16 @@ import asyncpg
 import psycopg
 import pytest
 
-from tests.wireserver import REGIONS, RULES, admin, load_people, running_proxy
+from tests.wireserver import (
+    REGIONS,
+    RULES,
+    admin,
+    backend_messages,
+    load_people,
+    running_proxy,
+    startup_message,
+    typed,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -227,3 +238,64 @@ def proxy_with_tls(tmp_path):
     with running_proxy(rules, url, tmp_path / "home", "--tls-cert", str(cert),
                        "--tls-key", str(key)) as running:
         yield running
+
+
+def test_fifty_concurrent_sessions_and_clients_killed_mid_query(backend_url, tmp_path):
+    load_people(backend_url, 1000)
+    _slow_table(backend_url)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(SLOW_RULES.format(auth="trust").replace("budget = 100", "budget = 1000"))
+
+    async def worker(port: int, index: int) -> int:
+        con = await asyncpg.connect(host="127.0.0.1", port=port, user="alice",
+                                    database="demo")
+        try:
+            await con.execute("SET idp.epsilon = 0.01")
+            done = 0
+            for step in range(20):
+                if step % 4 == 3:
+                    assert await con.fetchval("SELECT count(*) FROM pg_class "
+                                              "WHERE relname = 'people'") == 1
+                else:
+                    n = await con.fetchval("SELECT COUNT(*) FROM people WHERE age > $1",
+                                           18 + (index + step) % 50)
+                    assert 0 <= n < 2000
+                done += 1
+            return done
+        finally:
+            await con.close()
+
+    async def killed(port: int) -> None:
+        con = await asyncpg.connect(host="127.0.0.1", port=port, user="alice",
+                                    database="demo")
+        query = asyncio.ensure_future(con.fetchval("SELECT COUNT(*) FROM slow WHERE x > 5"))
+        await asyncio.sleep(0.5)
+        con.terminate()  # the socket closes under a running query
+        with pytest.raises((asyncpg.ConnectionDoesNotExistError, asyncpg.InterfaceError)):
+            await query
+
+    async def scenario(port: int) -> list[int]:
+        victims = [asyncio.ensure_future(killed(port)) for _ in range(3)]
+        results = await asyncio.gather(*(worker(port, i) for i in range(50)))
+        await asyncio.gather(*victims)
+        return results
+
+    with running_proxy(rules, backend_url, tmp_path / "home") as proxy:
+        assert asyncio.run(scenario(proxy.port)) == [20] * 50
+        with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+            assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
+
+
+def test_catalog_results_in_mixed_formats(proxy):
+    """Each column of a catalog answer in the format the client asked for (Bind may mix
+    them; libpq-based clients cannot, so the messages are framed by hand)."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(startup_message("alice"))
+        backend_messages(sock)
+        sql = b"SELECT relname, relnatts FROM pg_class WHERE relname = 'people'"
+        sock.sendall(typed(b"P", b"\0" + sql + b"\0\0\0")
+                     + typed(b"B", b"\0\0\0\0\0\0\0\2\0\0\0\1")  # text, binary
+                     + typed(b"E", b"\0\0\0\0\0") + typed(b"S", b""))
+        rows = [body for kind, body in backend_messages(sock) if kind == b"D"]
+    assert rows == [struct.pack("!hi", 2, 6) + b"people" + struct.pack("!i", 2)
+                    + struct.pack("!h", 4)]

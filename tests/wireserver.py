@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -54,6 +56,32 @@ def load_people(url: str, n: int = 3000) -> None:
         "region": "TEXT"})
     load_table(url, "regions", {"region": REGIONS, "label": ["N", "S", "E", "W"]},
                {"region": "TEXT", "label": "TEXT"})
+
+
+def typed(kind: bytes, body: bytes) -> bytes:
+    """A frontend protocol message, framed by hand (for tests below any driver)."""
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+def startup_message(user: str, database: str = "demo") -> bytes:
+    body = (struct.pack("!i", 196608) + b"user\0" + user.encode() + b"\0database\0"
+            + database.encode() + b"\0\0")
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def backend_messages(sock: socket.socket, until: bytes = b"Z") -> list[tuple[bytes, bytes]]:
+    """Read (type, body) messages up to and including the first of type ``until``."""
+    data, out = b"", []
+    while True:
+        while len(data) < 5 or len(data) < 1 + struct.unpack("!i", data[1:5])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            data += chunk
+        length = struct.unpack("!i", data[1:5])[0]
+        kind, body, data = data[:1], data[5:1 + length], data[1 + length:]
+        out.append((kind, body))
+        if kind == until:
+            return out
 
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from sqlglot import exp
+
+from proxy.errors import QueryCanceled
 
 log = logging.getLogger("idp_proxy.backend")
 
@@ -22,6 +25,45 @@ class Backend(ABC):
 
     dialect: str
     name: str
+
+    def __init__(self) -> None:
+        self._owner: int | None = None  # the thread whose transaction runs now
+        self._doomed: set[int] = set()  # threads whose next transaction must not run
+        self._interrupts = threading.Lock()
+
+    def interrupt(self, owner: int) -> None:
+        """Stop what the thread ``owner`` runs now, or, if it is not running (waiting
+        for the backend, or between two transactions of one query), its next
+        transaction: either fails with QueryCanceled. Called from another thread."""
+        with self._interrupts:
+            if self._owner == owner:
+                self._stop_running()
+            else:
+                self._doomed.add(owner)
+
+    def forget_interrupt(self, owner: int) -> None:
+        """The thread's work is over; a late interrupt must not hit its next job."""
+        with self._interrupts:
+            self._doomed.discard(owner)
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        """Around each transaction, with the backend's lock held."""
+        owner = threading.get_ident()
+        with self._interrupts:
+            if owner in self._doomed:
+                self._doomed.discard(owner)
+                raise QueryCanceled("canceling statement due to user request")
+            previous, self._owner = self._owner, owner
+        try:
+            yield
+        finally:
+            with self._interrupts:
+                self._owner = previous
+
+    @abstractmethod
+    def _stop_running(self) -> None:
+        """Interrupt the statement running now (called with the interrupt lock held)."""
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one statement in its own transaction and return all rows."""
@@ -54,11 +96,6 @@ class Backend(ABC):
         """Prepare cheap data versions for ``table`` (called once at start); False when
         the backend cannot, so that ``data_version`` returns None for it."""
         return True
-
-    @abstractmethod
-    def interrupt(self, owner: int) -> None:
-        """Stop the statement the thread ``owner`` is running now, if it is; it then
-        fails with QueryCanceled. Called from another thread (a cancel request)."""
 
     @abstractmethod
     def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:

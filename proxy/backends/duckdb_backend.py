@@ -29,11 +29,12 @@ class DuckDBBackend(Backend):
     dialect = "duckdb"
 
     def __init__(self, path: str) -> None:
+        super().__init__()
         self.name = "demo" if path == str(demo_path()) else Path(path).stem or "memory"
         self.path = path
         self._con = duckdb.connect(path, config=dict(_HARDENED))
         self._lock = threading.RLock()
-        self._running: tuple[int, duckdb.DuckDBPyConnection] | None = None
+        self._cursor: duckdb.DuckDBPyConnection | None = None
 
     @classmethod
     def from_url(cls, url: str) -> DuckDBBackend:
@@ -57,9 +58,9 @@ class DuckDBBackend(Backend):
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
-        with self._lock:
+        with self._lock, self._running():
             cursor = self._con.cursor()
-            previous, self._running = self._running, (threading.get_ident(), cursor)
+            previous, self._cursor = self._cursor, cursor
             try:
                 cursor.execute("BEGIN TRANSACTION")
                 yield _DuckDBTransaction(cursor)
@@ -71,13 +72,12 @@ class DuckDBBackend(Backend):
                     pass
                 raise
             finally:
-                self._running = previous
+                self._cursor = previous
                 cursor.close()
 
-    def interrupt(self, owner: int) -> None:
-        running = self._running
-        if running is not None and running[0] == owner:
-            running[1].interrupt()
+    def _stop_running(self) -> None:
+        if self._cursor is not None:
+            self._cursor.interrupt()
 
     def data_version(self, tx: Transaction, table: str, unit: str) -> str:
         # The proxy holds the file's write lock while it runs: no other process can

@@ -55,11 +55,11 @@ class PostgresBackend(Backend):
     dialect = "postgres"
 
     def __init__(self, url: str) -> None:
+        super().__init__()
         self.url = url
         self.name = url.rsplit("/", 1)[-1].split("?")[0] or "postgres"
         self._lock = threading.RLock()
         self._con: psycopg.Connection | None = None
-        self._owner: int | None = None
 
     def _connection(self) -> psycopg.Connection:
         if self._con is None or self._con.closed:
@@ -72,9 +72,8 @@ class PostgresBackend(Backend):
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
-        with self._lock:
+        with self._lock, self._running():
             con = self._connection()
-            previous, self._owner = self._owner, threading.get_ident()
             try:
                 with con.transaction():
                     if snapshot:
@@ -88,13 +87,10 @@ class PostgresBackend(Backend):
                     self._con = None
                     raise BackendUnavailable("the database behind the proxy is unreachable") from None
                 raise BackendFailed("the backend could not run this query") from None
-            finally:
-                self._owner = previous
 
-    def interrupt(self, owner: int) -> None:
-        con = self._con
-        if con is not None and self._owner == owner:
-            con.cancel_safe()
+    def _stop_running(self) -> None:
+        if self._con is not None:
+            self._con.cancel_safe()
 
     def track_versions(self, table: str, unit: str) -> bool:
         """Install the statement trigger that counts writes to ``table`` (once; it needs

@@ -128,6 +128,9 @@ class Reader:
     def feed(self, data: bytes) -> None:
         self._buffer += data
 
+    def buffered(self) -> int:
+        return len(self._buffer)
+
     def messages(self) -> Iterator[FrontendMessage]:
         while True:
             header = 4 if not self.started else 5

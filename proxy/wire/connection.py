@@ -88,6 +88,8 @@ class Connection:
         self.database = ""
         self._queued: list[codec.FrontendMessage] = []
         self._worker: int | None = None  # the thread running this session's engine call
+        self._worker_lock = threading.Lock()
+        self._gone = False  # the client disconnected while its statement waited
         self._timed_out = False
 
     # I/O ---------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ class Connection:
                 self._send(b"N")
                 continue
             if isinstance(message, codec.CancelRequest):
-                await asyncio.to_thread(self.server.cancel, message.pid, message.key)
+                await self.server.run_cancel(self.server.cancel, message.pid, message.key)
                 return False
             if isinstance(message, codec.Startup):
                 break
@@ -240,7 +242,7 @@ class Connection:
                 except ProxyError as exc:
                     self._error(exc)
                     self.failed = True
-                except codec.ProtocolViolation:
+                except (codec.ProtocolViolation, ConnectionClosed):
                     raise
                 except Exception:  # a bug must cost one statement, not the session
                     log.exception("internal error on %s", type(message).__name__)
@@ -436,21 +438,50 @@ class Connection:
                 self._housekeeping(statement)
             return _local_result(outcome, prepared.fields, formats)
         if statement.route is Route.SHADOW:
-            binary = _formats(formats, len(prepared.fields or ()))
             result = await asyncio.to_thread(
                 self.shadow.execute, prepared.shadow_name, portal.values,
-                portal.param_formats, bool(binary) and all(binary))
+                tuple(_formats(portal.param_formats, len(portal.values))),
+                _formats(formats, len(prepared.fields or ())))
             return Result(result.tag, prepared.fields, result.rows)
-        answers = await asyncio.to_thread(self._run_engine, portal.sql or statement.text)
+        answers = await self._while_connected(
+            asyncio.to_thread(self._run_engine, portal.sql or statement.text))
         answer = answers[-1]
         fields = prepared.fields or [codec.Field(c, types.TEXT) for c in answer.columns]
         return Result(answer.command, fields if answer.columns else None,
                       _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
 
+    async def _while_connected(self, work):
+        """Await the engine while reading ahead what the client sends (kept for later,
+        up to a bound); if the client goes away meanwhile, cancel its statement so that
+        it does not hold the backend for nobody."""
+        task = asyncio.ensure_future(work)
+        while True:
+            if self.frames.buffered() > 4 * self.server.limits.max_message:
+                await asyncio.wait({task})
+                return task.result()
+            reading = asyncio.ensure_future(self.reader.read(65536))
+            done, _ = await asyncio.wait({task, reading}, return_when=asyncio.FIRST_COMPLETED)
+            if reading in done:
+                data = reading.result() if not reading.exception() else b""
+                if not data:
+                    with self._worker_lock:
+                        self._gone = True
+                    await self.server.run_cancel(self.cancel_running)
+                    await asyncio.wait({task})
+                    task.exception()  # cancelled as asked; nobody is left to tell
+                    raise ConnectionClosed
+                self.frames.feed(data)
+                continue
+            reading.cancel()
+            return task.result()
+
     def _run_engine(self, sql: str) -> list[Answer]:
         """In a worker thread; a cancel or the statement timeout interrupts the backend
         statement this thread runs (QueryCanceled, SQLSTATE 57014; still charged)."""
-        self._worker = threading.get_ident()
+        with self._worker_lock:
+            if self._gone:  # the client left before this thread began
+                raise QueryCanceled("canceling statement: the client disconnected")
+            self._worker = threading.get_ident()
         timer = threading.Timer(self.server.limits.statement_timeout, self._time_out)
         timer.start()
         try:
@@ -461,8 +492,10 @@ class Connection:
             raise
         finally:
             timer.cancel()
-            self._worker = None
+            with self._worker_lock:
+                self._worker = None
             self._timed_out = False
+            self.server.engine.backend.forget_interrupt(threading.get_ident())
 
     def _time_out(self) -> None:
         self._timed_out = True
@@ -470,7 +503,8 @@ class Connection:
 
     def cancel_running(self) -> None:
         """A CancelRequest with this connection's key (from any thread)."""
-        worker = self._worker
+        with self._worker_lock:
+            worker = self._worker
         if worker is not None:
             self.server.engine.backend.interrupt(worker)
         if self.shadow is not None:

@@ -9,6 +9,7 @@ import logging
 import secrets
 import signal
 import ssl
+from concurrent.futures import ThreadPoolExecutor
 
 from proxy.engine import Engine
 from proxy.rules import Rules
@@ -31,6 +32,9 @@ class Server:
         self._pids = itertools.count(1000)
         self._live: dict[int, Connection] = {}
         self._tasks: set[asyncio.Task] = set()
+        # Cancels get threads of their own: the shared pool may be full of sessions
+        # waiting for the very statement a cancel must stop.
+        self._cancels = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cancel")
 
     def trusts(self, peer) -> bool:
         """Trust only when the rules say so, and only for clients on this machine."""
@@ -52,6 +56,9 @@ class Server:
                                                          key.to_bytes(4, "big", signed=True)):
             target.cancel_running()
 
+    async def run_cancel(self, function, *args) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._cancels, function, *args)
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
@@ -65,9 +72,13 @@ class Server:
 
     async def serve(self, host: str, port: int, ready=None) -> None:
         """Serve until SIGINT or SIGTERM, then close the listener and the sessions."""
+        loop = asyncio.get_running_loop()
+        # One worker thread per possible session, so a session's blocking engine call
+        # never waits for a thread behind other sessions' calls.
+        loop.set_default_executor(ThreadPoolExecutor(self.limits.max_connections + 4,
+                                                     thread_name_prefix="session"))
         server = await asyncio.start_server(self._handle, host, port, limit=1 << 16)
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         bound = server.sockets[0].getsockname()
@@ -76,6 +87,8 @@ class Server:
             ready(bound[0], bound[1])
         async with server:
             await stop.wait()
+        for connection in list(self._live.values()):  # long statements must not hold us
+            await self.run_cancel(connection.cancel_running)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -184,13 +184,21 @@ class ShadowSession:
         params = tuple(described.param_type(i) for i in range(described.nparams))
         return name, Description(params, _columns(described))
 
-    def execute(self, name: bytes, params: tuple[bytes | None, ...], formats: tuple[int, ...],
-                binary: bool) -> Result:
-        result = _check(self._pgconn.exec_prepared(name, list(params), list(formats) or None,
-                                                   1 if binary else 0))
-        rows = [[result.get_value(r, c) for c in range(result.nfields)]
-                for r in range(result.ntuples)]
-        return Result(_columns(result), rows, (result.command_status or b"").decode())
+    def execute(self, name: bytes, params: tuple[bytes | None, ...],
+                param_formats: tuple[int, ...], result_formats: list[int]) -> Result:
+        """Run a prepared catalog statement; each result column in the format the
+        client asked for (libpq takes one format per result, so a mix runs twice:
+        the catalog is cheap and the shadow never changes under a session)."""
+        results = {fmt: self._run(name, params, param_formats, fmt)
+                   for fmt in sorted(set(result_formats) or {0})}
+        first = results[min(results)]
+        rows = [[results[result_formats[c] if result_formats else 0].get_value(r, c)
+                 for c in range(first.nfields)] for r in range(first.ntuples)]
+        return Result(_columns(first), rows, (first.command_status or b"").decode())
+
+    def _run(self, name: bytes, params, param_formats, result_format: int) -> pq.abc.PGresult:
+        return _check(self._pgconn.exec_prepared(name, list(params), list(param_formats) or None,
+                                                 result_format))
 
     def release(self, name: bytes) -> None:
         _check(self._pgconn.exec_(b"DEALLOCATE " + name))
