@@ -111,11 +111,13 @@ def admin(rules: Path, backend: str, home: Path, *args: str,
 
 
 @contextmanager
-def running_proxy(rules: Path, backend: str, home: Path, *extra: str):
+def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: str):
+    """The server on a free port; ``rules``/``backend`` None serve the embedded demo."""
     env = {**os.environ, "IDP_PROXY_HOME": str(home)}
-    process = subprocess.Popen([SCRIPT, "serve", "--rules", str(rules), "--backend", backend,
-                                "--port", "0", *extra], env=env, stderr=subprocess.PIPE,
-                               text=True)
+    options = ([] if rules is None else ["--rules", str(rules)]) + (
+        [] if backend is None else ["--backend", backend])
+    process = subprocess.Popen([SCRIPT, "serve", *options, "--port", "0", *extra], env=env,
+                               stderr=subprocess.PIPE, text=True)
     log: list[str] = []
     port = None
     for line in process.stderr:
