@@ -157,7 +157,13 @@ class Session:
             columns, _ = self.engine.backend.query_with_columns(
                 probe.sql(dialect=self.engine.backend.dialect))
             return [(name, "") for name in columns]
-        return [(o.name, _output_kind(work, o)) for o in work.outputs]
+        columns = [(o.name, _output_kind(work, o)) for o in work.outputs]
+        if self.settings.intervals:
+            columns = [pair for o, column in zip(work.outputs, columns) for pair in
+                       [column] + ([(f"{o.name}_ci95_low", "float"),
+                                    (f"{o.name}_ci95_high", "float")] if o.aggregate is not
+                                   None else [])]
+        return columns
 
     def check(self, sql: str) -> list[tuple[exp.Expression, Any]]:
         settings = self.settings
@@ -180,7 +186,8 @@ class Session:
             columns, rows = self.engine.backend.query_with_columns(
                 work.sql.sql(dialect=self.engine.backend.dialect))
             return Answer(f"SELECT {len(rows)}", columns, rows)
-        return self._private(statement, work)
+        answer = self._private(statement, work)
+        return _with_intervals(answer) if self.settings.intervals else answer
 
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
@@ -197,6 +204,8 @@ class Session:
             return str(self.settings.epsilon or rules.defaults.epsilon_per_query)
         if name == "idp.model":
             return self.settings.resolve_model(rules)
+        if name == "idp.intervals":
+            return "on" if self.settings.intervals else "off"
         if name == "idp.sensitivity":
             return self.settings.sensitivity or DEFAULT_SENSITIVITY[
                 self.settings.model or rules.defaults.model]
@@ -247,6 +256,33 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
+
+
+def _with_intervals(answer: Answer) -> Answer:
+    """Each noisy column followed by the ends of its 95% interval, for tools that do not
+    show notices (``SET idp.intervals = on``); empty where no bound is reported."""
+    bounds = answer.privacy["ci95"]
+    columns, kinds, picks = [], [], []
+    for index, (name, kind) in enumerate(zip(answer.columns, answer.kinds)):
+        columns.append(name)
+        kinds.append(kind)
+        picks.append((index, None, 0))
+        if name in bounds:
+            columns += [f"{name}_ci95_low", f"{name}_ci95_high"]
+            kinds += ["float", "float"]
+            picks += [(index, name, -1), (index, name, 1)]
+    rows = []
+    for number, row in enumerate(answer.rows):
+        cells = []
+        for index, name, sign in picks:
+            value = row[index]
+            if name is None:
+                cells.append(value)
+                continue
+            spread = bounds[name][number]
+            cells.append(None if spread is None or value is None else value + sign * spread)
+        rows.append(tuple(cells))
+    return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
 
 
 def _output_kind(plan: QueryPlan, output) -> str:

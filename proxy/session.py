@@ -27,6 +27,7 @@ class Settings:
     epsilon: Decimal | None = None
     model: str | None = None
     sensitivity: str | None = None
+    intervals: bool = False  # add <col>_ci95_low/high columns for tools without notices
     other: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     def resolve_model(self, rules: Rules) -> str:
@@ -98,9 +99,11 @@ def apply_command(settings: Settings, command: SessionCommand) -> Settings:
                                "use 'local' (idp) or 'global' (dp)")
         return replace(settings, sensitivity=None if value is None else
                        _choice(name, value, SENSITIVITIES))
+    if name == "idp.intervals":
+        return replace(settings, intervals=value is not None and _switch(name, value))
     if name.startswith("idp."):
         raise BadSetting(f"unknown setting {name}; the idp settings are idp.epsilon, "
-                         "idp.model, idp.sensitivity (and SHOW idp.budget)")
+                         "idp.model, idp.sensitivity, idp.intervals (and SHOW idp.budget)")
     other = dict(settings.other)
     if value is None:
         other.pop(name, None)
@@ -128,6 +131,13 @@ def _epsilon(value: str) -> Decimal:
         return parse_epsilon(value)
     except ValueError as exc:
         raise BadSetting(str(exc)) from None
+
+
+def _switch(name: str, value: str) -> bool:
+    word = value.lower()
+    if word not in ("on", "off", "true", "false"):
+        raise BadSetting(f"{name} must be on or off, got {value!r}")
+    return word in ("on", "true")
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:

@@ -299,3 +299,20 @@ def test_catalog_results_in_mixed_formats(proxy):
         rows = [body for kind, body in backend_messages(sock) if kind == b"D"]
     assert rows == [struct.pack("!hi", 2, 6) + b"people" + struct.pack("!i", 2)
                     + struct.pack("!h", 4)]
+
+
+def test_intervals_as_columns_for_tools_without_notices(proxy):
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        con.execute("SET idp.intervals = on")
+        assert con.execute("SHOW idp.intervals").fetchone() == ("on",)
+        cursor = con.execute("SELECT region, COUNT(*) AS n, MEDIAN(income) FROM people "
+                             "GROUP BY region", binary=True)
+        assert [c.name for c in cursor.description] == [
+            "region", "n", "n_ci95_low", "n_ci95_high", "median", "median_ci95_low",
+            "median_ci95_high"]
+        for region, n, low, high, median, median_low, median_high in cursor.fetchall():
+            assert region in REGIONS
+            assert low < n < high and median_low < median < median_high
+            assert high - n == pytest.approx(n - low)
+        con.execute("RESET idp.intervals")
+        assert len(con.execute("SELECT COUNT(*) FROM people").description) == 1
