@@ -46,7 +46,7 @@ class Answer:
     rows: list[tuple] = field(default_factory=list)
     privacy: dict[str, Any] | None = None
     notice: str | None = None
-    kinds: list[str] = field(default_factory=list)  # per column: int, float, text; "" unknown
+    kinds: list[str] = field(default_factory=list)  # per column, as Session.describe says
 
 
 class Engine:
@@ -120,6 +120,7 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         statement = exp.select("*").from_(exp.to_table(table.name, quoted=True)).limit(0)
         try:
             present, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
+            present = [name for name, _ in present]
         except BackendFailed:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
                              f"{table.name}") from None
@@ -147,8 +148,8 @@ class Session:
 
     def describe(self, sql: str) -> list[tuple[str, str]] | None:
         """The (name, kind) of each result column of one statement, found without
-        running it (None: no result rows, e.g. SET). Public tables' kinds are "",
-        known only from the values."""
+        running it (None: no result rows, e.g. SET). A kind is int, float, text, bool,
+        date, or for public tables the backend's type as PostgreSQL names it."""
         _, work = self.check(sql)[-1]
         if isinstance(work, SessionCommand):
             return [(work.name.split(".")[-1], "text")] if work.show else None
@@ -156,7 +157,7 @@ class Session:
             probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
             columns, _ = self.engine.backend.query_with_columns(
                 probe.sql(dialect=self.engine.backend.dialect))
-            return [(name, "") for name in columns]
+            return columns
         columns = [(o.name, _output_kind(work, o)) for o in work.outputs]
         if self.settings.intervals:
             columns = [pair for o, column in zip(work.outputs, columns) for pair in
@@ -185,7 +186,8 @@ class Session:
         if isinstance(work, PassthroughPlan):
             columns, rows = self.engine.backend.query_with_columns(
                 work.sql.sql(dialect=self.engine.backend.dialect))
-            return Answer(f"SELECT {len(rows)}", columns, rows)
+            return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
+                          kinds=[kind for _, kind in columns])
         answer = self._private(statement, work)
         return _with_intervals(answer) if self.settings.intervals else answer
 

@@ -5,17 +5,20 @@ catalog and its refusals."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import shutil
 import socket
 import struct
 import subprocess
 import threading
 import time
+from decimal import Decimal
 
 import asyncpg
 import psycopg
 import pytest
 
+from tests.conftest import load_table
 from tests.wireserver import (
     REGIONS,
     RULES,
@@ -316,3 +319,26 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
             assert high - n == pytest.approx(n - low)
         con.execute("RESET idp.intervals")
         assert len(con.execute("SELECT COUNT(*) FROM people").description) == 1
+
+
+def test_public_tables_keep_their_column_types(backend_url, tmp_path):
+    load_people(backend_url, 100)
+    load_table(backend_url, "rates", {
+        "n": [1, 2], "x": [0.5, -2.25], "price": [Decimal("12.34"), Decimal("-0.05")],
+        "day": [dt.date(2024, 1, 2), dt.date(1999, 12, 31)], "ok": [True, False],
+        "at": [dt.datetime(2024, 1, 2, 3, 4, 5, 600000), dt.datetime(2000, 1, 1)],
+        "label": ["a", "b"],
+    }, {"n": "INTEGER", "x": "DOUBLE PRECISION", "price": "NUMERIC(10,2)", "day": "DATE",
+        "ok": "BOOLEAN", "at": "TIMESTAMP", "label": "TEXT"})
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust") + "\n[tables.rates]\npublic = true\n")
+    expected = [(1, 0.5, Decimal("12.34"), dt.date(2024, 1, 2), True,
+                 dt.datetime(2024, 1, 2, 3, 4, 5, 600000), "a"),
+                (2, -2.25, Decimal("-0.05"), dt.date(1999, 12, 31), False,
+                 dt.datetime(2000, 1, 1), "b")]
+    with (running_proxy(rules, backend_url, tmp_path / "home") as proxy,
+          psycopg.connect(proxy.dsn("alice"), autocommit=True) as con):
+        for binary in (False, True):
+            rows = con.execute("SELECT n, x, price, day, ok, at, label FROM rates "
+                               "WHERE n >= %s ORDER BY n", (1,), binary=binary).fetchall()
+            assert rows == expected

@@ -70,8 +70,9 @@ class Backend(ABC):
         with self.transaction() as tx:
             return tx.execute(sql, params)
 
-    def query_with_columns(self, sql: str) -> tuple[list[str], list[tuple]]:
-        """Run a read-only statement and return its column names and rows."""
+    def query_with_columns(self, sql: str) -> tuple[list[tuple[str, str]], list[tuple]]:
+        """Run a read-only statement; return its (column name, PostgreSQL type) pairs
+        and its rows."""
         with self.transaction() as tx:
             rows = tx.execute(sql)
             return tx.columns(), rows
@@ -81,7 +82,7 @@ class Backend(ABC):
         rows = self.query("SELECT column_name, data_type FROM information_schema.columns "
                           "WHERE table_name = %s AND table_schema = current_schema() "
                           "ORDER BY ordinal_position", (table,))
-        return [(name, _postgres_type(kind)) for name, kind in rows]
+        return [(name, postgres_type(kind)) for name, kind in rows]
 
     @abstractmethod
     @contextmanager
@@ -126,7 +127,7 @@ _POSTGRES_TYPES = {
 }
 
 
-def _postgres_type(name: str) -> str:
+def postgres_type(name: str) -> str:
     """The PostgreSQL spelling of a DuckDB or PostgreSQL column type; text otherwise."""
     base = name.lower().split("(")[0].strip()
     if base == "decimal":
@@ -139,5 +140,5 @@ class Transaction(ABC):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
 
     @abstractmethod
-    def columns(self) -> list[str]:
-        """Column names of the last statement's result."""
+    def columns(self) -> list[tuple[str, str]]:
+        """(name, PostgreSQL type name) of each column of the last statement's result."""

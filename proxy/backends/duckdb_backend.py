@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from proxy.backends.base import Backend, Transaction, log
+from proxy.backends.base import Backend, Transaction, log, postgres_type
 from proxy.errors import BackendFailed, QueryCanceled
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
@@ -105,5 +105,5 @@ class _DuckDBTransaction(Transaction):
             log.error("duckdb error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
 
-    def columns(self) -> list[str]:
-        return [d[0] for d in self._cursor.description or ()]
+    def columns(self) -> list[tuple[str, str]]:
+        return [(d[0], postgres_type(str(d[1]))) for d in self._cursor.description or ()]

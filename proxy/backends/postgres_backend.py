@@ -51,6 +51,11 @@ WHERE a.attname = %s AND c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.r
   AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhparent = c.oid)"""
 
 
+_TYPE_NAMES = {16: "boolean", 20: "bigint", 21: "smallint", 23: "integer", 700: "real",
+               701: "double precision", 1700: "numeric", 1082: "date", 1114: "timestamp",
+               1184: "timestamptz"}
+
+
 class PostgresBackend(Backend):
     dialect = "postgres"
 
@@ -133,7 +138,7 @@ class PostgresBackend(Backend):
 class _PostgresTransaction(Transaction):
     def __init__(self, con: psycopg.Connection) -> None:
         self._con = con
-        self._description: list[str] = []
+        self._description: list[tuple[str, str]] = []
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         try:
@@ -143,8 +148,9 @@ class _PostgresTransaction(Transaction):
         except psycopg.Error as exc:
             log.error("postgres error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
-        self._description = [d.name for d in cursor.description or ()]
+        self._description = [(d.name, _TYPE_NAMES.get(d.type_code, "text"))
+                             for d in cursor.description or ()]
         return cursor.fetchall() if cursor.description else []
 
-    def columns(self) -> list[str]:
+    def columns(self) -> list[tuple[str, str]]:
         return self._description

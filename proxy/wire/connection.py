@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("idp_proxy.wire")
 
-_KIND_OIDS = {"int": types.INT8, "float": types.FLOAT8, "text": types.TEXT, "": types.TEXT,
-              "bool": types.BOOL, "date": types.DATE}
+_KIND_OIDS = {"int": types.INT8, "float": types.FLOAT8, "text": types.TEXT,
+              "bool": types.BOOL, "date": types.DATE, **types.BY_NAME}
 
 
 class ConnectionClosed(Exception):
@@ -426,7 +426,8 @@ class Connection:
                 if param_types else statement.text)
         described = await asyncio.to_thread(self.session.describe, text)
         fields = None if described is None else [
-            codec.Field(name, _KIND_OIDS[kind]) for name, kind in described]
+            codec.Field(name, _KIND_OIDS.get(kind.split("(")[0], types.TEXT))
+            for name, kind in described]
         return Prepared(statement, param_types, fields)
 
     async def _execute(self, prepared: Prepared, portal: Portal,

@@ -22,6 +22,8 @@ NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", TEX
          FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
          TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid"}
 
+BY_NAME = {name: oid for oid, name in NAMES.items()}
+
 _EPOCH = dt.date(2000, 1, 1)
 _EPOCH_TS = dt.datetime(2000, 1, 1)
 _NUMERIC_SIGNS = {0x0000: 1, 0x4000: -1}
