@@ -342,3 +342,80 @@ def test_public_tables_keep_their_column_types(backend_url, tmp_path):
             rows = con.execute("SELECT n, x, price, day, ok, at, label FROM rates "
                                "WHERE n >= %s ORDER BY n", (1,), binary=binary).fetchall()
             assert rows == expected
+
+
+# Verbatim catalog queries of clients not run in CI (docs: research/wire-clients.md):
+# pgcli's completion refresher and SQLAlchemy's first connect.
+CATALOG_QUERIES = [
+    ("SELECT * FROM unnest(current_schemas(true))", None),
+    ("SELECT nspname FROM pg_catalog.pg_namespace ORDER BY 1", None),
+    ("SELECT n.nspname schema_name, c.relname table_name FROM pg_catalog.pg_class c "
+     "LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+     "WHERE c.relkind = ANY(%s) ORDER BY 1,2", (["r", "p", "f"],)),
+    ("SELECT nsp.nspname schema_name, cls.relname table_name, att.attname column_name, "
+     "att.atttypid::regtype::text type_name, att.atthasdef AS has_default, "
+     "pg_catalog.pg_get_expr(def.adbin, def.adrelid, true) as default "
+     "FROM pg_catalog.pg_attribute att INNER JOIN pg_catalog.pg_class cls "
+     "ON att.attrelid = cls.oid INNER JOIN pg_catalog.pg_namespace nsp "
+     "ON cls.relnamespace = nsp.oid LEFT OUTER JOIN pg_attrdef def "
+     "ON def.adrelid = att.attrelid AND def.adnum = att.attnum "
+     "WHERE cls.relkind = ANY(%s) AND NOT att.attisdropped AND att.attnum > 0 "
+     "ORDER BY 1, 2, att.attnum", (["r", "p", "f"],)),
+    ("SELECT d.datname FROM pg_catalog.pg_database d ORDER BY 1", None),
+    ("show time zone", None),
+    ("select pg_catalog.version()", None),
+    ("select current_schema()", None),
+    ("show transaction isolation level", None),
+    ("show standard_conforming_strings", None),
+    ("SELECT t.oid, typarray FROM pg_type t JOIN pg_namespace ns ON typnamespace = ns.oid "
+     "WHERE typname = 'hstore'", None),
+    ("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;", None),
+]
+
+
+def test_catalog_queries_of_other_clients(proxy):
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        results = [con.execute(sql, params).fetchall() if con.execute(sql, params).description
+                   else [] for sql, params in CATALOG_QUERIES]
+    tables = results[2]
+    assert ("public", "people") in tables and ("public", "regions") in tables
+    columns = {(t, c): kind for _, t, c, kind, _, _ in results[3]}
+    assert columns[("people", "income")] == "double precision"
+    assert columns[("people", "region")] == "text"
+    assert "demo" in [name for (name,) in results[4]]
+    assert results[5] == [("UTC",)] and results[7] == [("public",)]
+    assert results[8] == [("repeatable read",)] and results[9] == [("on",)]
+    assert results[10] == []
+
+
+def test_gssenc_is_declined_and_startup_goes_on(proxy):
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as sock:
+        sock.sendall(struct.pack("!ii", 8, 80877104))
+        assert sock.recv(1) == b"N"
+        sock.sendall(startup_message("alice"))
+        messages = backend_messages(sock)
+    kinds = [kind for kind, _ in messages]
+    assert kinds[0] == b"R" and kinds[-1] == b"Z" and b"K" in kinds
+    status = dict(body[:-1].split(b"\0") for kind, body in messages if kind == b"S")
+    assert status[b"server_encoding"] == b"UTF8" and status[b"integer_datetimes"] == b"on"
+    assert status[b"standard_conforming_strings"] == b"on"
+    assert status[b"server_version"].startswith(b"15")
+
+
+def test_connections_beyond_the_limit_are_refused(tmp_path):
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(url, 50)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust").replace('auth = "trust"',
+                                                       'auth = "trust"\nmax_connections = 2'))
+    with running_proxy(rules, url, tmp_path / "home") as proxy:
+        first = psycopg.connect(proxy.dsn("alice"))
+        second = psycopg.connect(proxy.dsn("alice"))
+        with pytest.raises(psycopg.OperationalError) as refused:
+            psycopg.connect(proxy.dsn("alice"))
+        assert "too many clients" in str(refused.value)
+        first.close()
+        time.sleep(0.2)
+        with psycopg.connect(proxy.dsn("alice")) as third:
+            assert third.execute("SELECT 1").fetchone() == (1,)
+        second.close()

@@ -264,7 +264,7 @@ class Connection:
             statements = [classify(text, self.server.rules) for text in texts]
             engine_texts = [s.text for s in statements if s.route is Route.ENGINE]
             if engine_texts:  # refuse the whole message before anything runs
-                await asyncio.to_thread(self.session.check, ";".join(engine_texts))
+                await asyncio.to_thread(self.session.check, "\n;".join(engine_texts))
         except ProxyError as exc:
             self._error(exc)
             self._send(codec.ready_for_query(self.local.status))
@@ -301,7 +301,7 @@ class Connection:
             self._send(codec.data_row(row))
         if result.notice:
             self._send(codec.notice_response(result.notice))
-        self._send(codec.command_complete(result.tag))
+        self._send(codec.command_complete(result.tag) if result.tag else codec.EMPTY_QUERY)
 
     # Extended query ----------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from proxy.rules import Rules
 log = logging.getLogger("idp_proxy.shadow")
 
 _TEMPLATE = "idp_template"
+_MAX_DATABASES = 32  # distinct database names clients may use (each is a copy of the template)
 _OWNER = "idp"
 _TYPES = {"int": "bigint", "float": "double precision", "text": "text", "bool": "boolean",
           "date": "date"}
