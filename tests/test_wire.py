@@ -349,10 +349,10 @@ def test_public_tables_keep_their_column_types(backend_url, tmp_path):
 CATALOG_QUERIES = [
     ("SELECT * FROM unnest(current_schemas(true))", None),
     ("SELECT nspname FROM pg_catalog.pg_namespace ORDER BY 1", None),
-    ("SELECT n.nspname schema_name, c.relname table_name FROM pg_catalog.pg_class c "
+    (("SELECT n.nspname schema_name, c.relname table_name FROM pg_catalog.pg_class c "
      "LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-     "WHERE c.relkind = ANY(%s) ORDER BY 1,2", (["r", "p", "f"],)),
-    ("SELECT nsp.nspname schema_name, cls.relname table_name, att.attname column_name, "
+     "WHERE c.relkind = ANY(%s) ORDER BY 1,2"), (["r", "p", "f"],)),
+    (("SELECT nsp.nspname schema_name, cls.relname table_name, att.attname column_name, "
      "att.atttypid::regtype::text type_name, att.atthasdef AS has_default, "
      "pg_catalog.pg_get_expr(def.adbin, def.adrelid, true) as default "
      "FROM pg_catalog.pg_attribute att INNER JOIN pg_catalog.pg_class cls "
@@ -360,23 +360,23 @@ CATALOG_QUERIES = [
      "ON cls.relnamespace = nsp.oid LEFT OUTER JOIN pg_attrdef def "
      "ON def.adrelid = att.attrelid AND def.adnum = att.attnum "
      "WHERE cls.relkind = ANY(%s) AND NOT att.attisdropped AND att.attnum > 0 "
-     "ORDER BY 1, 2, att.attnum", (["r", "p", "f"],)),
+     "ORDER BY 1, 2, att.attnum"), (["r", "p", "f"],)),
     ("SELECT d.datname FROM pg_catalog.pg_database d ORDER BY 1", None),
     ("show time zone", None),
     ("select pg_catalog.version()", None),
     ("select current_schema()", None),
     ("show transaction isolation level", None),
     ("show standard_conforming_strings", None),
-    ("SELECT t.oid, typarray FROM pg_type t JOIN pg_namespace ns ON typnamespace = ns.oid "
-     "WHERE typname = 'hstore'", None),
+    (("SELECT t.oid, typarray FROM pg_type t JOIN pg_namespace ns ON typnamespace = ns.oid "
+     "WHERE typname = 'hstore'"), None),
     ("SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;", None),
 ]
 
 
 def test_catalog_queries_of_other_clients(proxy):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
-        results = [con.execute(sql, params).fetchall() if con.execute(sql, params).description
-                   else [] for sql, params in CATALOG_QUERIES]
+        cursors = [con.execute(sql, params) for sql, params in CATALOG_QUERIES]
+        results = [cursor.fetchall() if cursor.description else [] for cursor in cursors]
     tables = results[2]
     assert ("public", "people") in tables and ("public", "regions") in tables
     columns = {(t, c): kind for _, t, c, kind, _, _ in results[3]}
