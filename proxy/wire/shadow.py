@@ -13,6 +13,7 @@ named like them, in a database named as their client asked.
 from __future__ import annotations
 
 import glob
+import importlib.util
 import logging
 import os
 import pwd
@@ -65,7 +66,8 @@ class Result:
 
 
 def _binaries() -> Path:
-    """The newest PostgreSQL server binaries on this machine."""
+    """The machine's newest PostgreSQL server binaries, else those bundled in the
+    ``pgserver`` wheel (a dependency, so that a machine with only Python can serve)."""
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"),
                    key=lambda path: int(Path(path).parent.parent.name))
     if found:
@@ -73,8 +75,39 @@ def _binaries() -> Path:
     on_path = shutil.which("postgres")
     if on_path:
         return Path(on_path).parent
+    spec = importlib.util.find_spec("pgserver")
+    bundled = Path(spec.origin).parent / "pginstall" / "bin" if spec and spec.origin else None
+    if bundled is not None and (bundled / "postgres").exists():
+        return bundled
     raise ProxyError("the server needs PostgreSQL's binaries for its schema-only catalog; "
                      "install the postgresql package (Debian: apt-get install postgresql)")
+
+
+def _unprivileged(binaries: Path) -> tuple[str, Path]:
+    """As root: a system user to run PostgreSQL as (``postgres``, else a new
+    ``idp-proxy`` user), and binaries that user can execute (bundled ones under a
+    private home are copied once to /var/tmp)."""
+    for name in ("postgres", "idp-proxy"):
+        try:
+            pwd.getpwnam(name)
+            break
+        except KeyError:
+            continue
+    else:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                        "/usr/sbin/nologin", "idp-proxy"], check=True, capture_output=True)
+        name = "idp-proxy"
+    probe = ["runuser", "-u", name, "--", str(binaries / "postgres"), "--version"]
+    if subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return name, binaries
+    shared = Path("/var/tmp/idp-proxy-postgresql")
+    if not (shared / "bin" / "postgres").exists():
+        staging = Path(tempfile.mkdtemp(prefix="idp-proxy-postgresql-", dir="/var/tmp"))
+        shutil.copytree(binaries.parent, staging / "tree", symlinks=True)
+        if not shared.exists():  # another server may have finished the same copy first
+            (staging / "tree").rename(shared)
+        shutil.rmtree(staging, ignore_errors=True)
+    return name, shared / "bin"
 
 
 class ShadowCatalog:
@@ -86,9 +119,10 @@ class ShadowCatalog:
         self._folder = Path(tempfile.mkdtemp(prefix="idp-shadow-"))
         self._run_as: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-            user = pwd.getpwnam("postgres")
+            name, self._bin = _unprivileged(self._bin)
+            user = pwd.getpwnam(name)
             os.chown(self._folder, user.pw_uid, user.pw_gid)
-            self._run_as = ["runuser", "-u", "postgres", "--"]
+            self._run_as = ["runuser", "-u", name, "--"]
         self._lock = threading.Lock()
         self._databases: set[str] = set()
         self._roles: set[str] = set()
