@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from tests.conftest import load_table
+from tests.system import apt_install
 from tests.wireserver import (
     REGIONS,
     RULES,
@@ -229,9 +230,11 @@ def test_without_tls_ssl_is_declined_and_require_fails(proxy):
 
 
 @pytest.fixture
-def proxy_with_tls(tmp_path):
-    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+def proxy_with_tls(backend_url, tmp_path):
+    url = backend_url
     load_people(url, 300)
+    if not shutil.which("openssl"):
+        apt_install("openssl")
     cert, key = tmp_path / "server.crt", tmp_path / "server.key"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
