@@ -121,3 +121,19 @@ def test_help_lists_every_command():
     for command in ("query", "budget", "ledger"):
         assert command in out.stdout
 
+
+
+def test_a_duckdb_file_held_by_another_process_is_a_clear_error(home, tmp_path):
+    path = tmp_path / "held.duckdb"
+    script = (f"import duckdb, sys; con = duckdb.connect({str(path)!r}); "
+              "print('ready', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "ready"
+    try:
+        out = cli(home, "budget", "show", "--backend", f"duckdb:///{path}")
+    finally:
+        holder.communicate("")
+    assert out.returncode == 1
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("ERROR [55006]: the DuckDB file") and "in use" in line

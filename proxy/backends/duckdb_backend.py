@@ -32,7 +32,15 @@ class DuckDBBackend(Backend):
         super().__init__()
         self.name = "demo" if path == str(demo_path()) else Path(path).stem or "memory"
         self.path = path
-        self._con = duckdb.connect(path, config=dict(_HARDENED))
+        try:
+            self._con = duckdb.connect(path, config=dict(_HARDENED))
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            raise BackendFailed(f"the DuckDB file {path} is in use by another process (a "
+                                "running idp-proxy serve?); stop it first, or keep the data "
+                                "in PostgreSQL to administer it while serving",
+                                "55006") from None
         self._lock = threading.RLock()
         self._cursor: duckdb.DuckDBPyConnection | None = None
 
