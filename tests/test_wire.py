@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
 import shutil
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import asyncpg
 import psycopg
@@ -23,6 +26,7 @@ from tests.system import apt_install
 from tests.wireserver import (
     REGIONS,
     RULES,
+    SCRIPT,
     admin,
     backend_messages,
     load_people,
@@ -422,3 +426,21 @@ def test_connections_beyond_the_limit_are_refused(tmp_path):
         with psycopg.connect(proxy.dsn("alice")) as third:
             assert third.execute("SELECT 1").fetchone() == (1,)
         second.close()
+
+
+def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(url, 20)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    before = set(Path(tempfile.gettempdir()).glob("idp-shadow-*"))
+    process = subprocess.Popen([SCRIPT, "serve", "--rules", str(rules), "--backend", url,
+                                "--port", "0"], stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")})
+    assert "serving" in process.stderr.readline()
+    (orphan,) = set(Path(tempfile.gettempdir()).glob("idp-shadow-*")) - before
+    process.kill()
+    process.wait()
+    assert (orphan / "data" / "postmaster.pid").exists()  # SIGKILL stopped nothing
+    with running_proxy(rules, url, tmp_path / "home2"):
+        assert not orphan.exists()

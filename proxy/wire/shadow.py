@@ -110,13 +110,37 @@ def _unprivileged(binaries: Path) -> tuple[str, Path]:
     return name, shared / "bin"
 
 
+def _stop_orphans(binaries: Path) -> None:
+    """Stop the catalogs of servers that were killed (SIGKILL leaves no chance to stop
+    them): each catalog's folder names the server process that started it."""
+    for marker in Path(tempfile.gettempdir()).glob("idp-shadow-*/proxy.pid"):
+        try:
+            os.kill(int(marker.read_text()), 0)
+            continue  # its server still runs
+        except ProcessLookupError:
+            pass
+        except (ValueError, OSError):
+            continue
+        data = marker.parent / "data"
+        if (data / "postmaster.pid").exists():
+            owner = data.stat().st_uid
+            run_as = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--"] if (
+                os.geteuid() == 0 and owner != 0) else []
+            subprocess.run([*run_as, str(binaries / "pg_ctl"), "-D", str(data), "-w", "-m",
+                            "immediate", "stop"], capture_output=True, check=False)
+        log.warning("stopped the catalog of a server that was killed (%s)", marker.parent)
+        shutil.rmtree(marker.parent, ignore_errors=True)
+
+
 class ShadowCatalog:
     """Started with the server, stopped with it. ``connect`` gives each client session
     its own connection as its analyst's role in its database name."""
 
     def __init__(self, rules: Rules, backend: Backend, max_connections: int) -> None:
         self._bin = _binaries()
+        _stop_orphans(self._bin)
         self._folder = Path(tempfile.mkdtemp(prefix="idp-shadow-"))
+        (self._folder / "proxy.pid").write_text(str(os.getpid()))
         self._run_as: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
             name, self._bin = _unprivileged(self._bin)
