@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,21 +28,23 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self._owner: int | None = None  # the thread whose transaction runs now
-        self._doomed: set[int] = set()  # threads whose next transaction must not run
+        self._doomed: set[int] = set()  # threads whose transactions must not run
+        self._interrupted = False  # the running transaction must run no further statement
         self._interrupts = threading.Lock()
 
     def interrupt(self, owner: int) -> None:
-        """Stop what the thread ``owner`` runs now, or, if it is not running (waiting
-        for the backend, or between two transactions of one query), its next
-        transaction: either fails with QueryCanceled. Called from another thread."""
+        """Stop what the thread ``owner`` runs now and refuse its further transactions
+        until ``forget_interrupt``: whether it is running, waiting for the backend, or
+        between two transactions of one query, the query fails with QueryCanceled.
+        Called from another thread."""
         with self._interrupts:
+            self._doomed.add(owner)
             if self._owner == owner:
+                self._interrupted = True
                 self._stop_running()
-            else:
-                self._doomed.add(owner)
 
     def forget_interrupt(self, owner: int) -> None:
-        """The thread's work is over; a late interrupt must not hit its next job."""
+        """The thread's query is over; its interrupt must not hit its next job."""
         with self._interrupts:
             self._doomed.discard(owner)
 
@@ -52,14 +54,18 @@ class Backend(ABC):
         owner = threading.get_ident()
         with self._interrupts:
             if owner in self._doomed:
-                self._doomed.discard(owner)
                 raise QueryCanceled("canceling statement due to user request")
             previous, self._owner = self._owner, owner
+            if previous is None:
+                self._interrupted = False
         try:
             yield
         finally:
             with self._interrupts:
                 self._owner = previous
+
+    def _stopped(self) -> bool:
+        return self._interrupted
 
     @abstractmethod
     def _stop_running(self) -> None:
@@ -136,8 +142,18 @@ def postgres_type(name: str) -> str:
 
 
 class Transaction(ABC):
+    def __init__(self, stopped: Callable[[], bool]) -> None:
+        self._stopped = stopped
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one statement, unless the transaction was interrupted: a cancel that
+        reaches the database between two statements would otherwise be lost."""
+        if self._stopped():
+            raise QueryCanceled("canceling statement due to user request")
+        return self._execute(sql, params)
+
     @abstractmethod
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]: ...
 
     @abstractmethod
     def columns(self) -> list[tuple[str, str]]:

@@ -71,7 +71,7 @@ class DuckDBBackend(Backend):
             previous, self._cursor = self._cursor, cursor
             try:
                 cursor.execute("BEGIN TRANSACTION")
-                yield _DuckDBTransaction(cursor)
+                yield _DuckDBTransaction(self._stopped, cursor)
                 cursor.execute("COMMIT")
             except BaseException:
                 try:
@@ -100,10 +100,11 @@ class DuckDBBackend(Backend):
 
 
 class _DuckDBTransaction(Transaction):
-    def __init__(self, cursor: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, stopped, cursor: duckdb.DuckDBPyConnection) -> None:
+        super().__init__(stopped)
         self._cursor = cursor
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         try:
             self._cursor.execute(sql.replace("%s", "?"), list(params))
             return self._cursor.fetchall() if self._cursor.description else []

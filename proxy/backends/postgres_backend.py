@@ -83,7 +83,7 @@ class PostgresBackend(Backend):
                 with con.transaction():
                     if snapshot:
                         con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    yield _PostgresTransaction(con)
+                    yield _PostgresTransaction(self._stopped, con)
             except psycopg.errors.QueryCanceled:
                 raise QueryCanceled("canceling statement due to user request") from None
             except psycopg.OperationalError as exc:
@@ -136,11 +136,12 @@ class PostgresBackend(Backend):
 
 
 class _PostgresTransaction(Transaction):
-    def __init__(self, con: psycopg.Connection) -> None:
+    def __init__(self, stopped, con: psycopg.Connection) -> None:
+        super().__init__(stopped)
         self._con = con
         self._description: list[tuple[str, str]] = []
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         try:
             cursor = self._con.execute(sql, list(params) or None)
         except psycopg.OperationalError:
