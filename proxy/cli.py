@@ -16,7 +16,7 @@ from proxy.backends import open_backend
 from proxy.engine import Answer, Engine
 from proxy.epsilon import parse_epsilon
 from proxy.errors import ProxyError, RulesError
-from proxy.ledger import LEDGER_FIELDS, Ledger
+from proxy.ledger import GLOBAL, LEDGER_FIELDS, Ledger
 from proxy.rules import Rules, load_rules
 from proxy.users import Users
 
@@ -188,27 +188,44 @@ def budget_show(rules_path, backend, user, fmt):
     _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
 
 
+def _account(user: str | None, whole: bool) -> tuple[str, str]:
+    """(ledger account, how to name it) for --user NAME or --global."""
+    if (user is None) == (not whole):
+        raise click.UsageError("give --user NAME or --global")
+    return (GLOBAL, "the global budget") if whole else (user, user)
+
+
+user_option = click.option("--user", help="The analyst.")
+global_option = click.option("--global", "whole", is_flag=True,
+                             help="The global budget of all analysts ([defaults] global_budget).")
+
+
 @budget.command("grant")
 @rules_option
 @backend_option
-@click.option("--user", required=True)
+@user_option
+@global_option
 @click.option("--epsilon", required=True, callback=_epsilon, help="epsilon to add.")
-def budget_grant(rules_path, backend, user, epsilon: Decimal):
-    """Add epsilon to an analyst's budget."""
+def budget_grant(rules_path, backend, user, whole, epsilon: Decimal):
+    """Add epsilon to an analyst's budget, or to the global one."""
+    account, name = _account(user, whole)
     ledger = _ledger(rules_path, backend)
-    ledger.grant(user, epsilon)
-    click.echo(f"granted {epsilon} to {user}; remaining {ledger.remaining(user)}")
+    ledger.grant(account, epsilon)
+    click.echo(f"granted {epsilon} to {name}; remaining {ledger.remaining(account)}")
 
 
 @budget.command("reset")
 @rules_option
 @backend_option
-@click.option("--user", required=True)
-def budget_reset(rules_path, backend, user):
-    """Set an analyst's spent epsilon back to zero (the ledger keeps its history)."""
+@user_option
+@global_option
+def budget_reset(rules_path, backend, user, whole):
+    """Set spent epsilon back to zero, an analyst's or the global (the ledger keeps
+    its history)."""
+    account, name = _account(user, whole)
     ledger = _ledger(rules_path, backend)
-    ledger.reset(user)
-    click.echo(f"reset {user}; remaining {ledger.remaining(user)}")
+    ledger.reset(account)
+    click.echo(f"reset {name}; remaining {ledger.remaining(account)}")
 
 
 @main.command("ledger")

@@ -1,6 +1,7 @@
 """The privacy budget ledger: side tables in the backend (SPEC §7).
 
-``idp.budgets`` holds one row per analyst (budget and spent, integer micro-ε);
+``idp.budgets`` holds one row per analyst (budget and spent, integer micro-ε), and one
+under the empty name for the optional global budget;
 ``idp.ledger`` is append-only: every debit, budget refusal and refund. A debit is one
 conditional UPDATE in the same transaction as its ledger row, committed before any
 answer is computed: two sessions racing cannot overspend, and a crash after the
@@ -39,6 +40,7 @@ _COMMON = [
     ("CREATE TABLE IF NOT EXISTS idp.budgets (analyst TEXT PRIMARY KEY, "
      "budget_micro BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)"),
 ]
+GLOBAL = ""  # the idp.budgets row of the global budget (no analyst has an empty name)
 LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism", "epsilon",
                  "delta", "neighbour", "status", "released")
 
@@ -59,6 +61,10 @@ class Charge:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
 
 
+class _Unpaid(Exception):
+    """Some account cannot pay: roll the debit's transaction back."""
+
+
 class Ledger:
     def __init__(self, backend: Backend, rules: Rules) -> None:
         self.backend = backend
@@ -73,16 +79,27 @@ class Ledger:
                 tx.execute(statement.format(columns=_LEDGER_COLUMNS))
             for statement in _COMMON:
                 tx.execute(statement)
+        if rules.defaults.global_budget is not None:
+            self.open_budget(GLOBAL)
 
     def open_budget(self, analyst: str) -> None:
-        """Give an analyst the budget the rules name (else the default), unless open."""
+        """Give an analyst the budget the rules name (else the default), unless open;
+        ``GLOBAL`` opens the global budget."""
+        budget = (self.rules.defaults.global_budget if analyst == GLOBAL
+                  else self.rules.budget_of(analyst))
         self.backend.query(
             "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro) VALUES (%s, %s, 0) "
-            "ON CONFLICT (analyst) DO NOTHING", (analyst, to_micro(self.rules.budget_of(analyst))))
+            "ON CONFLICT (analyst) DO NOTHING", (analyst, to_micro(budget)))
+
+    def _accounts(self, analyst: str) -> list[str]:
+        """The budgets a query of this analyst draws on."""
+        return [analyst] + ([GLOBAL] if self.rules.defaults.global_budget is not None else [])
 
     def ensure_analyst(self, analyst: str) -> None:
         """Open the analyst's budget from the rules on first use; refuse strangers
         (analysts neither in the rules nor given a login with ``users add``)."""
+        if analyst == GLOBAL:
+            raise UnknownAnalyst("an analyst name must not be empty")
         if analyst in self.rules.analysts:
             self.open_budget(analyst)
         elif not self.backend.query("SELECT 1 FROM idp.budgets WHERE analyst = %s", (analyst,)):
@@ -91,31 +108,47 @@ class Ledger:
                 f"known analysts: {', '.join(sorted(self.rules.analysts)) or 'none'}")
 
     def debit(self, charge: Charge) -> Decimal:
-        """Atomically take ε from the analyst's budget; return what remains.
+        """Atomically take ε from the analyst's budget and the global one (if the rules
+        set one); return what remains of the smaller.
 
-        Refused debits are recorded too, and raise BudgetExhausted.
+        One conditional UPDATE debits every account that can pay; if one cannot, the
+        transaction is rolled back, so it is all or nothing (each row's condition is
+        re-checked after waiting for a racing debit). Refused debits are recorded too,
+        and raise BudgetExhausted.
         """
         micro = to_micro(charge.epsilon)
-        with self.backend.transaction() as tx:
-            rows = tx.execute(
-                "UPDATE idp.budgets SET spent_micro = spent_micro + %s "
-                "WHERE analyst = %s AND spent_micro + %s <= budget_micro "
-                "RETURNING budget_micro - spent_micro", (micro, charge.analyst, micro))
-            status = "charged" if rows else "refused: budget"
-            self._append(tx, charge, micro, status, released=bool(rows))
-        if not rows:
+        accounts = self._accounts(charge.analyst)
+        try:
+            with self.backend.transaction() as tx:
+                rows = tx.execute(
+                    "UPDATE idp.budgets SET spent_micro = spent_micro + %s "
+                    f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))}) "
+                    "AND spent_micro + %s <= budget_micro "
+                    "RETURNING analyst, budget_micro - spent_micro",
+                    (micro, *accounts, micro))
+                if len(rows) < len(accounts):
+                    raise _Unpaid
+                self._append(tx, charge, micro, "charged", released=True)
+        except _Unpaid:
+            with self.backend.transaction() as tx:
+                self._append(tx, charge, micro, "refused: budget", released=False)
             left = self.remaining(charge.analyst)
+            whose = ("your budget" if self._left(charge.analyst) < micro
+                     else "the global budget of all analysts")
             raise BudgetExhausted(
-                f"privacy budget exhausted: this query needs epsilon {charge.epsilon} and "
-                f"{left} remains; ask the data owner for more or use a smaller idp.epsilon")
-        return from_micro(rows[0][0])
+                f"privacy budget exhausted ({whose}): this query needs epsilon "
+                f"{charge.epsilon} and {left} remains; ask the data owner for more or use a "
+                "smaller idp.epsilon") from None
+        return from_micro(min(left for _, left in rows))
 
     def refund(self, charge: Charge) -> None:
         """Give ε back: only when the backend was unreachable (nothing was computed)."""
         micro = to_micro(charge.epsilon)
+        accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
-            tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s WHERE analyst = %s",
-                       (micro, charge.analyst))
+            tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
+                       f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))})",
+                       (micro, *accounts))
             self._append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
     def _append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
@@ -125,10 +158,20 @@ class Ledger:
             (charge.analyst, charge.sql_hash, charge.model, charge.mechanism, micro, 0.0,
              charge.neighbour, status, released))
 
-    def remaining(self, analyst: str) -> Decimal:
+    def _known(self, account: str) -> None:
+        if account != GLOBAL:
+            self.ensure_analyst(account)
+        elif self.rules.defaults.global_budget is None:
+            raise UnknownAnalyst(f"{self.rules.path} sets no [defaults] global_budget")
+
+    def _left(self, account: str) -> int:
         rows = self.backend.query(
-            "SELECT budget_micro - spent_micro FROM idp.budgets WHERE analyst = %s", (analyst,))
-        return from_micro(rows[0][0]) if rows else Decimal(0)
+            "SELECT budget_micro - spent_micro FROM idp.budgets WHERE analyst = %s", (account,))
+        return rows[0][0] if rows else 0
+
+    def remaining(self, analyst: str) -> Decimal:
+        """What the analyst can still spend: the smaller of their and the global budget."""
+        return from_micro(min(self._left(account) for account in self._accounts(analyst)))
 
     def budgets(self, analyst: str | None = None) -> list[tuple[str, Decimal, Decimal, Decimal]]:
         """(analyst, budget, spent, remaining) for one analyst or all."""
@@ -138,16 +181,18 @@ class Ledger:
         rows = self.backend.query(
             f"SELECT analyst, budget_micro, spent_micro FROM idp.budgets {where} ORDER BY analyst",
             params)
-        return [(name, from_micro(b), from_micro(s), from_micro(b - s)) for name, b, s in rows]
+        return [(name or "(global)", from_micro(b), from_micro(s), from_micro(b - s))
+                for name, b, s in rows]
 
     def grant(self, analyst: str, epsilon: Decimal) -> None:
-        self.ensure_analyst(analyst)
+        """Add ε to an analyst's budget, or to the global one (``GLOBAL``)."""
+        self._known(analyst)
         self.backend.query("UPDATE idp.budgets SET budget_micro = budget_micro + %s "
                            "WHERE analyst = %s", (to_micro(epsilon), analyst))
 
     def reset(self, analyst: str) -> None:
         """Spent back to zero (the ledger keeps the history)."""
-        self.ensure_analyst(analyst)
+        self._known(analyst)
         self.backend.query("UPDATE idp.budgets SET spent_micro = 0 WHERE analyst = %s", (analyst,))
 
     def entries(self, analyst: str | None = None) -> list[tuple]:

@@ -58,6 +58,7 @@ class Defaults:
     budget_per_analyst: Decimal = Decimal(1)
     report_scale: str = "rounded"
     local_sensitivity_floor: float = 0.0
+    global_budget: Decimal | None = None  # across all analysts; None: no global limit
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,8 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
         values["report_scale"] = reader.choice(
             body["report_scale"], "defaults.report_scale", REPORT_SCALE
         )
-    for key in ("epsilon_per_query", "max_epsilon_per_query", "budget_per_analyst"):
+    for key in ("epsilon_per_query", "max_epsilon_per_query", "budget_per_analyst",
+                "global_budget"):
         if key in body:
             values[key] = reader.epsilon(body[key], f"defaults.{key}")
     if "local_sensitivity_floor" in body:

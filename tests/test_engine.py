@@ -335,3 +335,26 @@ def test_without_noise_group_by_answers_each_group(engine, no_noise):
         incomes = [i for i, r in zip(data["income"], data["region"]) if r == region]
         assert median == ages[(len(ages) + 1) // 2 - 1]
         assert largest == max(incomes)
+
+
+def test_a_global_budget_is_debited_with_the_analysts_all_or_nothing(engine):
+    rules = parse_rules(RULES_TEXT.replace("budget_per_analyst = 1.0",
+                                           "budget_per_analyst = 1.0\nglobal_budget = 0.5")
+                        .replace("[analysts.zoe]\nbudget = 100", "[analysts.zoe]\nbudget = 0.2"))
+    engine = Engine(rules, engine.backend)
+    alice, zoe = engine.session("alice"), engine.session("zoe")
+    run(alice, "SELECT COUNT(*) FROM people")  # 0.3 of the global 0.5
+    assert engine.ledger.remaining("alice") == Decimal("0.2")  # the global is the smaller
+    with pytest.raises(BudgetExhausted) as refused:  # zoe's own 0.2 < 0.3
+        run(zoe, "SELECT COUNT(*) FROM people")
+    assert "your budget" in refused.value.message
+    run(zoe, "SET idp.epsilon = 0.2")
+    run(zoe, "SELECT COUNT(*) FROM people")  # the global: 0.5 - 0.3 - 0.2 = 0
+    with pytest.raises(BudgetExhausted) as refused:
+        run(alice, "SELECT COUNT(*) FROM people")
+    assert "global budget" in refused.value.message
+    budgets = {name: spent for name, _, spent, _ in engine.ledger.budgets()}
+    assert budgets == {"(global)": Decimal("0.5"), "alice": Decimal("0.3"),
+                       "zoe": Decimal("0.2")}  # the refusals took nothing from anyone
+    statuses = [entry[9] for entry in engine.ledger.entries()]
+    assert statuses == ["charged", "refused: budget", "charged", "refused: budget"]
