@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import json
 import logging
@@ -232,10 +233,15 @@ def budget_reset(rules_path, backend, user, whole):
 @rules_option
 @backend_option
 @click.option("--user", help="Only this analyst's entries.")
+@click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S",
+                                              "%Y-%m-%d %H:%M:%S"]),
+              help="Only entries from this moment on (UTC unless the value says otherwise).")
 @format_option
-def ledger_command(rules_path, backend, user, fmt):
+def ledger_command(rules_path, backend, user, since, fmt):
     """Every debit, budget refusal and refund, oldest first."""
-    _print_rows(list(LEDGER_FIELDS), _ledger(rules_path, backend).entries(user), fmt)
+    if since is not None and since.tzinfo is None:
+        since = since.replace(tzinfo=datetime.UTC)
+    _print_rows(list(LEDGER_FIELDS), _ledger(rules_path, backend).entries(user, since), fmt)
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:

@@ -10,6 +10,7 @@ commit loses budget, never privacy.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 from dataclasses import dataclass
 from decimal import Decimal
@@ -195,9 +196,18 @@ class Ledger:
         self._known(analyst)
         self.backend.query("UPDATE idp.budgets SET spent_micro = 0 WHERE analyst = %s", (analyst,))
 
-    def entries(self, analyst: str | None = None) -> list[tuple]:
-        where, params = ("WHERE analyst = %s", (analyst,)) if analyst else ("", ())
+    def entries(self, analyst: str | None = None,
+                since: datetime.datetime | None = None) -> list[tuple]:
+        """Ledger rows, oldest first: one analyst's or all, from a moment on or all."""
+        conditions, params = ["TRUE"], []
+        if analyst:
+            conditions.append("analyst = %s")
+            params.append(analyst)
+        if since is not None:
+            conditions.append("logged_at >= CAST(%s AS TIMESTAMPTZ)")
+            params.append(since.isoformat())
         rows = self.backend.query(
-            "SELECT id, CAST(logged_at AS TEXT), analyst, sql_hash, model, mechanism, epsilon_micro, delta, "
-            f"neighbour, status, released FROM idp.ledger {where} ORDER BY id", params)
+            "SELECT id, CAST(logged_at AS TEXT), analyst, sql_hash, model, mechanism, "
+            "epsilon_micro, delta, neighbour, status, released FROM idp.ledger "
+            f"WHERE {' AND '.join(conditions)} ORDER BY id", params)
         return [row[:6] + (from_micro(row[6]),) + row[7:] for row in rows]

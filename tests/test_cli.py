@@ -158,3 +158,12 @@ def test_global_budget_commands(home, tmp_path):
                ).returncode == 0
     both = cli(home, "budget", "reset", *common, "--global", "--user", "bob")
     assert both.returncode == 2 and "--user NAME or --global" in both.stderr
+
+
+def test_ledger_since(home):
+    cli(home, "query", "--user", "alice", "SELECT COUNT(*) FROM people")
+    assert len(ledger(home)) == 1
+    assert len(ledger(home, "--since", "2000-01-01T00:00:00")) == 1
+    assert ledger(home, "--since", "2999-01-01") == []
+    bad = cli(home, "ledger", "--since", "yesterday")
+    assert bad.returncode == 2 and "--since" in bad.stderr
