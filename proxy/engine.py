@@ -21,6 +21,7 @@ from proxy.analyze.plan import AVG, COUNT
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, RulesError
 from proxy.ledger import Charge, Ledger
+from proxy.pgtypes import RULE_TYPES
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.pushdown import compute_statistics, unit_bound_sql
@@ -148,8 +149,8 @@ class Session:
 
     def describe(self, sql: str) -> list[tuple[str, str]] | None:
         """The (name, kind) of each result column of one statement, found without
-        running it (None: no result rows, e.g. SET). A kind is int, float, text, bool,
-        date, or for public tables the backend's type as PostgreSQL names it."""
+        running it (None: no result rows, e.g. SET). A kind is a PostgreSQL type name
+        (proxy.pgtypes)."""
         _, work = self.check(sql)[-1]
         if isinstance(work, SessionCommand):
             return [(work.name.split(".")[-1], "text")] if work.show else None
@@ -161,8 +162,8 @@ class Session:
         columns = [(o.name, _output_kind(work, o)) for o in work.outputs]
         if self.settings.intervals:
             columns = [pair for o, column in zip(work.outputs, columns) for pair in
-                       [column] + ([(f"{o.name}_ci95_low", "float"),
-                                    (f"{o.name}_ci95_high", "float")] if o.aggregate is not
+                       [column] + ([(f"{o.name}_ci95_low", _FLOAT),
+                                    (f"{o.name}_ci95_high", _FLOAT)] if o.aggregate is not
                                    None else [])]
         return columns
 
@@ -196,7 +197,7 @@ class Session:
             self.settings = apply_command(self.settings, command)
             return Answer("RESET" if command.value is None else "SET")
         value = self._show(command.name)
-        return Answer("SHOW", [command.name.split(".")[-1]], [(value,)], kinds=["text"])
+        return Answer("SHOW", [command.name.split(".")[-1]], [(value,)], kinds=[_TEXT])
 
     def _show(self, name: str) -> str:
         rules = self.engine.rules
@@ -260,6 +261,9 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
 
 
+_FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
+
+
 def _with_intervals(answer: Answer) -> Answer:
     """Each noisy column followed by the ends of its 95% interval, for tools that do not
     show notices (``SET idp.intervals = on``); empty where no bound is reported."""
@@ -271,7 +275,7 @@ def _with_intervals(answer: Answer) -> Answer:
         picks.append((index, None, 0))
         if name in bounds:
             columns += [f"{name}_ci95_low", f"{name}_ci95_high"]
-            kinds += ["float", "float"]
+            kinds += [_FLOAT, _FLOAT]
             picks += [(index, name, -1), (index, name, 1)]
     rows = []
     for number, row in enumerate(answer.rows):
@@ -288,16 +292,16 @@ def _with_intervals(answer: Answer) -> Answer:
 
 
 def _output_kind(plan: QueryPlan, output) -> str:
-    """int, float or text: what a released value of this output column is."""
+    """The PostgreSQL type of a released value of this output column."""
     if output.group is not None:
         column = plan.table.columns.get(plan.group_by[output.group])
-        return column.type if column is not None else "text"
+        return RULE_TYPES[column.type] if column is not None else _TEXT
     aggregate = plan.aggregates[output.aggregate]
     if aggregate.kind == COUNT:
-        return "int"
+        return RULE_TYPES["int"]
     if aggregate.kind == AVG:
-        return "float"
-    return plan.table.columns[aggregate.column].type
+        return _FLOAT
+    return RULE_TYPES[plan.table.columns[aggregate.column].type]
 
 
 def _notice(privacy: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.errors import QueryCanceled
+from proxy.pgtypes import postgres_type
 
 log = logging.getLogger("idp_proxy.backend")
 
@@ -122,23 +123,6 @@ class Backend(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
-
-
-_POSTGRES_TYPES = {
-    "boolean": "boolean", "tinyint": "smallint", "smallint": "smallint",
-    "integer": "integer", "bigint": "bigint", "hugeint": "numeric", "float": "real",
-    "real": "real", "double": "double precision", "double precision": "double precision",
-    "numeric": "numeric", "date": "date", "timestamp": "timestamp",
-    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
-}
-
-
-def postgres_type(name: str) -> str:
-    """The PostgreSQL spelling of a DuckDB or PostgreSQL column type; text otherwise."""
-    base = name.lower().split("(")[0].strip()
-    if base == "decimal":
-        return "numeric" + name[len("decimal"):]
-    return _POSTGRES_TYPES.get(base, "text")
 
 
 class Transaction(ABC):

@@ -11,8 +11,9 @@ from typing import Any
 
 import duckdb
 
-from proxy.backends.base import Backend, Transaction, log, postgres_type
+from proxy.backends.base import Backend, Transaction, log
 from proxy.errors import BackendFailed, QueryCanceled
+from proxy.pgtypes import postgres_type
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
 # configuration locked so that a statement cannot switch it back on.

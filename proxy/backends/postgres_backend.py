@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log
 from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
+from proxy.pgtypes import NAMES
 
 # Data versions: a statement-level trigger, always enabled (also under
 # session_replication_role = replica), bumps a per-table counter in the writer's own
@@ -49,11 +50,6 @@ JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = 'idp_data_version'
 LEFT JOIN idp.versions v ON v.table_oid = c.oid
 WHERE a.attname = %s AND c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
   AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhparent = c.oid)"""
-
-
-_TYPE_NAMES = {16: "boolean", 20: "bigint", 21: "smallint", 23: "integer", 700: "real",
-               701: "double precision", 1700: "numeric", 1082: "date", 1114: "timestamp",
-               1184: "timestamptz"}
 
 
 class PostgresBackend(Backend):
@@ -149,7 +145,7 @@ class _PostgresTransaction(Transaction):
         except psycopg.Error as exc:
             log.error("postgres error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
-        self._description = [(d.name, _TYPE_NAMES.get(d.type_code, "text"))
+        self._description = [(d.name, NAMES.get(d.type_code, "text"))
                              for d in cursor.description or ()]
         return cursor.fetchall() if cursor.description else []
 

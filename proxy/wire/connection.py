@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from proxy.engine import Answer
 from proxy.errors import ProxyError, QueryCanceled
+from proxy.pgtypes import TEXT, oid_of
 from proxy.wire import codec, params, types
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, classify, split
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
     from proxy.wire.server import Server
 
 log = logging.getLogger("idp_proxy.wire")
-
-_KIND_OIDS = {"int": types.INT8, "float": types.FLOAT8, "text": types.TEXT,
-              "bool": types.BOOL, "date": types.DATE, **types.BY_NAME}
 
 
 class ConnectionClosed(Exception):
@@ -419,15 +417,14 @@ class Connection:
             fields = None
             if shows:
                 outcome = self.local.execute(statement)  # SHOW changes nothing
-                fields = [codec.Field(name, types.TEXT) for name in outcome.columns]
+                fields = [codec.Field(name, TEXT) for name in outcome.columns]
             return Prepared(statement, declared, fields)
         param_types = params.infer(statement.text, declared, self.server.rules)
         text = (params.bind(statement.text, param_types, params.dummy_values(param_types))
                 if param_types else statement.text)
         described = await asyncio.to_thread(self.session.describe, text)
         fields = None if described is None else [
-            codec.Field(name, _KIND_OIDS.get(kind.split("(")[0], types.TEXT))
-            for name, kind in described]
+            codec.Field(name, oid_of(kind)) for name, kind in described]
         return Prepared(statement, param_types, fields)
 
     async def _execute(self, prepared: Prepared, portal: Portal,
@@ -447,7 +444,7 @@ class Connection:
         answers = await self._while_connected(
             asyncio.to_thread(self._run_engine, portal.sql or statement.text))
         answer = answers[-1]
-        fields = prepared.fields or [codec.Field(c, types.TEXT) for c in answer.columns]
+        fields = prepared.fields or [codec.Field(c, TEXT) for c in answer.columns]
         return Result(answer.command, fields if answer.columns else None,
                       _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
 
@@ -551,9 +548,9 @@ def _shadow_field(column: Column) -> codec.Field:
 def _local_result(outcome: Outcome, fields, formats) -> Result:
     if not outcome.columns:
         return Result(outcome.tag, None, changed=outcome.changed)
-    fields = fields or [codec.Field(name, types.TEXT) for name in outcome.columns]
+    fields = fields or [codec.Field(name, TEXT) for name in outcome.columns]
     binary = _formats(formats, len(fields))
-    rows = [[types.encode(v, types.TEXT, b == 1) for v, b in zip(row, binary)]
+    rows = [[types.encode(v, TEXT, b == 1) for v, b in zip(row, binary)]
             for row in outcome.rows]
     return Result(outcome.tag, fields, rows, changed=outcome.changed)
 
@@ -563,7 +560,7 @@ def _encode_rows(answer: Answer, fields: list[codec.Field], formats: tuple[int, 
     binary = _formats(formats, len(fields))
     encoded = []
     for row in answer.rows:
-        encoded.append([types.encode(value if field.type_oid != types.TEXT or value is None
+        encoded.append([types.encode(value if field.type_oid != TEXT or value is None
                                      else str(value), field.type_oid, fmt == 1, float_digits)
                         for value, field, fmt in zip(row, fields, binary)])
     return encoded

@@ -15,11 +15,11 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from proxy.errors import ProxyError, SyntaxProblem
+from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, oid_of
 from proxy.rules import Rules
 from proxy.wire import types
 
-_KIND_OIDS = {"int": types.INT8, "float": types.FLOAT8, "text": types.TEXT}
-_DUMMIES = {types.INT8: 0, types.FLOAT8: 0.5, types.TEXT: ""}
+_DUMMIES = {INT8: 0, FLOAT8: 0.5, TEXT: "", BOOL: False, DATE: dt.date(2000, 1, 1)}
 
 
 class BadParameter(ProxyError):
@@ -58,7 +58,7 @@ def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]
             result.append(given)
             continue
         kinds = {_context_kind(node, columns) for node in found.get(number, [])}
-        result.append(_KIND_OIDS[kinds.pop()] if len(kinds) == 1 else types.TEXT)
+        result.append(oid_of(RULE_TYPES[kinds.pop()]) if len(kinds) == 1 else TEXT)
     return tuple(result)
 
 

@@ -29,6 +29,7 @@ from psycopg import pq, sql
 
 from proxy.backends.base import Backend
 from proxy.errors import ProxyError
+from proxy.pgtypes import RULE_TYPES
 from proxy.rules import Rules
 
 log = logging.getLogger("idp_proxy.shadow")
@@ -36,8 +37,6 @@ log = logging.getLogger("idp_proxy.shadow")
 _TEMPLATE = "idp_template"
 _MAX_DATABASES = 32  # distinct database names clients may use (each is a copy of the template)
 _OWNER = "idp"
-_TYPES = {"int": "bigint", "float": "double precision", "text": "text", "bool": "boolean",
-          "date": "date"}
 
 
 class ShadowError(ProxyError):
@@ -216,7 +215,7 @@ def _ddl(rules: Rules, backend: Backend) -> list[sql.Composable]:
         if table.public:
             columns = backend.column_types(table.name)
         else:
-            columns = [(name, _TYPES[column.type]) for name, column in table.columns.items()]
+            columns = [(name, RULE_TYPES[column.type]) for name, column in table.columns.items()]
             if table.privacy_unit and table.privacy_unit not in table.columns:
                 columns.insert(0, (table.privacy_unit, "text"))
         statements.append(sql.SQL("CREATE TABLE {} ({})").format(

@@ -9,20 +9,23 @@ import math
 import struct
 from decimal import Decimal, InvalidOperation, localcontext
 
-BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
-FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
-DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
+from proxy.pgtypes import (
+    BOOL,
+    DATE,
+    FLOAT4,
+    FLOAT8,
+    INT2,
+    INT4,
+    INT8,
+    NAMES,
+    NUMERIC,
+    OID,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+)
 
 INTEGERS = {INT2: "!h", INT4: "!i", INT8: "!q", OID: "!I"}
 FLOATS = {FLOAT4: "!f", FLOAT8: "!d"}
-TEXTUAL = {TEXT, VARCHAR, BPCHAR, NAME, UNKNOWN, 0}
-SIZES = {BOOL: 1, INT2: 2, INT4: 4, INT8: 8, OID: 4, FLOAT4: 4, FLOAT8: 8, DATE: 4,
-         TIMESTAMP: 8, TIMESTAMPTZ: 8}
-NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", TEXT: "text",
-         FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
-         TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid"}
-
-BY_NAME = {name: oid for oid, name in NAMES.items()}
 
 _EPOCH = dt.date(2000, 1, 1)
 _EPOCH_TS = dt.datetime(2000, 1, 1)
@@ -31,23 +34,6 @@ _NUMERIC_SIGNS = {0x0000: 1, 0x4000: -1}
 
 class BadValue(ValueError):
     """A parameter that cannot be read as its type (SQLSTATE 22P02)."""
-
-
-def python_type_oid(value: object) -> int:
-    """The OID for a value whose column type is known only from the value."""
-    if isinstance(value, bool):
-        return BOOL
-    if isinstance(value, int):
-        return INT8
-    if isinstance(value, float):
-        return FLOAT8
-    if isinstance(value, Decimal):
-        return NUMERIC
-    if isinstance(value, dt.datetime):
-        return TIMESTAMPTZ if value.tzinfo else TIMESTAMP
-    if isinstance(value, dt.date):
-        return DATE
-    return TEXT
 
 
 # Results --------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""PostgreSQL's built-in types as the proxy names them: OIDs, names, and the
+translations from the rules' column types and DuckDB's type names. One table, read by
+the backends (what a result column is), the shadow catalog (its DDL), the engine (what
+a released value is) and the wire (which OID a client is told)."""
+
+from __future__ import annotations
+
+BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
+FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
+DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
+
+NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", TEXT: "text",
+         FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
+         TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid"}
+BY_NAME = {name: oid for oid, name in NAMES.items()}
+
+# The rules' column types (rules.COLUMN_TYPES) as PostgreSQL stores and sends them.
+RULE_TYPES = {"int": "bigint", "float": "double precision", "text": "text",
+              "bool": "boolean", "date": "date"}
+
+_POSTGRES_TYPES = {
+    "boolean": "boolean", "tinyint": "smallint", "smallint": "smallint",
+    "integer": "integer", "bigint": "bigint", "hugeint": "numeric", "float": "real",
+    "real": "real", "double": "double precision", "double precision": "double precision",
+    "numeric": "numeric", "date": "date", "timestamp": "timestamp",
+    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
+}
+
+
+def postgres_type(name: str) -> str:
+    """The PostgreSQL spelling of a DuckDB or PostgreSQL column type; text otherwise."""
+    base = name.lower().split("(")[0].strip()
+    if base == "decimal":
+        return "numeric" + name[len("decimal"):]
+    return _POSTGRES_TYPES.get(base, "text")
+
+
+def oid_of(name: str) -> int:
+    """The OID of a type named as above (a modifier such as numeric(10,2) ignored)."""
+    return BY_NAME.get(name.split("(")[0], TEXT)
