@@ -274,7 +274,10 @@ class Connection:
                 continue
             try:
                 self._check_transaction(statement)
-                prepared = await self._prepare(statement, ())
+                # Only the catalog must be asked for the columns first; the engine's and
+                # the connection's answers say their own columns and types.
+                prepared = (await self._prepare(statement, ()) if statement.route is
+                            Route.SHADOW else Prepared(statement, (), None))
                 result = await self._execute(prepared, Portal(prepared, (), (), ()), ())
             except ProxyError as exc:
                 self._error(exc)
@@ -444,7 +447,8 @@ class Connection:
         answers = await self._while_connected(
             asyncio.to_thread(self._run_engine, portal.sql or statement.text))
         answer = answers[-1]
-        fields = prepared.fields or [codec.Field(c, TEXT) for c in answer.columns]
+        fields = prepared.fields or [codec.Field(column, oid_of(kind))
+                                     for column, kind in zip(answer.columns, answer.kinds)]
         return Result(answer.command, fields if answer.columns else None,
                       _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
 
