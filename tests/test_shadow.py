@@ -32,3 +32,20 @@ def test_the_catalog_runs_on_the_bundled_binaries(tmp_path, monkeypatch):
     finally:
         catalog.close()
         backend.close()
+
+
+def test_database_names_are_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(shadow, "_MAX_DATABASES", 2)
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(url, 10)
+    backend = open_backend(url)
+    catalog = shadow.ShadowCatalog(parse_rules(RULES.format(auth="trust")), backend, 5)
+    try:
+        for name in ("demo", "other", "demo"):
+            catalog.connect("alice", name).close()
+        with pytest.raises(shadow.ShadowError) as refused:
+            catalog.connect("alice", "third")
+        assert refused.value.sqlstate == "53300" and "demo, other" in refused.value.message
+    finally:
+        catalog.close()
+        backend.close()

@@ -179,7 +179,18 @@ class ShadowCatalog:
             return con.execute("SHOW server_version").fetchone()[0].split()[0]
 
     def connect(self, user: str, database: str) -> psycopg.Connection:
-        with self._lock, self._admin("postgres") as con:
+        with self._lock:
+            if user not in self._roles or database not in self._databases:
+                self._provide(user, database)
+        return psycopg.connect(host=str(self._folder), user=user, dbname=database,
+                               autocommit=True)
+
+    def _provide(self, user: str, database: str) -> None:
+        """Create the analyst's role and the database name the client asked for, once."""
+        if database not in self._databases and len(self._databases) >= _MAX_DATABASES:
+            raise ShadowError(f"too many database names in use; connect with one of: "
+                              f"{', '.join(sorted(self._databases))}", "53300")
+        with self._admin("postgres") as con:
             if user not in self._roles:
                 if not con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
                                    (user,)).fetchone():
@@ -196,8 +207,6 @@ class ShadowCatalog:
                     con.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
                         sql.Identifier(database), sql.Identifier(_TEMPLATE)))
                 self._databases.add(database)
-        return psycopg.connect(host=str(self._folder), user=user, dbname=database,
-                               autocommit=True)
 
     def close(self) -> None:
         try:
