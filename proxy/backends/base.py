@@ -100,10 +100,9 @@ class Backend(ABC):
         DuckDB transactions always do). Writers keep READ COMMITTED, under which the
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
-    def track_versions(self, table: str, unit: str) -> bool:
-        """Prepare cheap data versions for ``table`` (called once at start); False when
-        the backend cannot, so that ``data_version`` returns None for it."""
-        return True
+    def track_versions(self, table: str, unit: str) -> None:
+        """Prepare cheap data versions for ``table`` (called once at start); where the
+        backend cannot, ``data_version`` returns None for it."""
 
     @abstractmethod
     def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:

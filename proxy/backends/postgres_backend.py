@@ -93,13 +93,13 @@ class PostgresBackend(Backend):
         if self._con is not None:
             self._con.cancel_safe()
 
-    def track_versions(self, table: str, unit: str) -> bool:
+    def track_versions(self, table: str, unit: str) -> None:
         """Install the statement trigger that counts writes to ``table`` (once; it needs
         the table's ownership). Without it every user-level query scans the unit column."""
         with self.transaction() as tx:
             tx.execute(_VERSION_TABLE)
             if tx.execute(_VERSION_SQL, (unit, table)):
-                return True
+                return
         try:
             with self.transaction() as tx:
                 tx.execute("SELECT pg_advisory_xact_lock(hashtext('idp.versions'))")
@@ -109,8 +109,6 @@ class PostgresBackend(Backend):
         except BackendFailed:
             log.warning("no write counter on %s (the proxy's role must own it): every "
                         "user-level query on it reads its unit column to detect changes", table)
-            return False
-        return True
 
     def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:
         rows = tx.execute(_VERSION_SQL, (unit, table))

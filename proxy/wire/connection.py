@@ -404,8 +404,6 @@ class Connection:
             self._send(codec.PORTAL_SUSPENDED)
             return
         self._emit(Result(portal.tag, notice=portal.notice), rows)
-        if portal.prepared.statement.word in ("DEALLOCATE", "DISCARD"):
-            self._housekeeping(portal.prepared.statement)
 
     # Preparing and running, by route ------------------------------------------------------
 
@@ -435,7 +433,7 @@ class Connection:
         statement = prepared.statement
         if statement.route is Route.LOCAL:
             outcome = self.local.execute(statement)
-            if statement.word in ("DEALLOCATE", "DISCARD") and not portal.values:
+            if statement.word in ("DEALLOCATE", "DISCARD"):
                 self._housekeeping(statement)
             return _local_result(outcome, prepared.fields, formats)
         if statement.route is Route.SHADOW:
