@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
 from proxy.analyze.plan import AVG, COUNT
+from proxy.answer_cache import AnswerCache, cache_key, normalised_sql
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, RulesError
 from proxy.ledger import Charge, Ledger
@@ -58,9 +59,10 @@ class Engine:
         self.backend = backend
         _check_schema(rules, backend)
         self.ledger = Ledger(backend, rules)
+        self.cache = AnswerCache(backend)
         for table in rules.tables.values():
-            if table.privacy_unit is not None and not table.public:
-                backend.track_versions(table.name, table.privacy_unit)
+            if not table.public:
+                backend.track_versions(table.name)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple[str, str], int] = {}
 
@@ -68,8 +70,9 @@ class Engine:
         self.ledger.ensure_analyst(analyst)
         return Session(self, analyst)
 
-    def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats]]:
-        """The shift s = c·g (SPEC §5.2) and every group's statistics, from one snapshot.
+    def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats], str | None]:
+        """The shift s = c·g (SPEC §5.2), every group's statistics and the table's data
+        version (None: the backend has no cheap one), from one snapshot.
 
         Under DP c is the declared contribution bound. Under iDP it is the table's
         largest per-unit row count, recomputed only when the table's data version
@@ -79,11 +82,11 @@ class Engine:
         table, dialect = plan.table, self.backend.dialect
         clip = table.max_rows_per_unit if plan.model == "dp" else None
         with self.backend.transaction(snapshot=True) as tx:
+            version = self.backend.data_version(tx, table.name)
             if table.privacy_unit is None or plan.model == "dp":
                 shift = (clip or 1) * table.group_size
                 return shift, compute_statistics(plan, column_needs(plan, shift), dialect, clip,
-                                                 tx.execute)
-            version = self.backend.data_version(tx, table.name, table.privacy_unit)
+                                                 tx.execute), version
             if version is None:
                 unit = table.columns.get(table.privacy_unit)
                 folded = self.backend.fingerprint_aggregates(
@@ -94,12 +97,33 @@ class Engine:
                     shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
                     remaining_passes(plan, column_needs(plan, shift), group, dialect, None,
                                      tx.execute)
-                    return shift, {(): group}
+                    return shift, {(): group}, None
                 scan = exp.select(*folded).from_(exp.to_table(table.name, quoted=True))
-                version = self.backend.fingerprint_text(tx.execute(scan.sql(dialect=dialect))[0])
+                shift = self._shift(plan, tx, self.backend.fingerprint_text(
+                    tx.execute(scan.sql(dialect=dialect))[0]))
+                return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
+                                                 tx.execute), None
             shift = self._shift(plan, tx, version)
             return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
-                                             tx.execute)
+                                             tx.execute), version
+
+    def cached(self, analyst: str, statement: exp.Expression, plan: QueryPlan,
+               charge: Charge) -> dict[str, Any] | None:
+        """The answer this analyst was already given for this query over the data as it
+        is now, recorded in the ledger as served from the cache; None when there is none."""
+        with self.backend.transaction() as tx:
+            version = self.backend.data_version(tx, plan.table.name)
+            if version is None:
+                return None
+            stored = self.cache.lookup(tx, analyst, self.cache_key(statement, plan, version))
+            if stored is not None:
+                self.ledger.append(tx, charge, 0, "served from cache", released=True)
+            return stored
+
+    def cache_key(self, statement: exp.Expression, plan: QueryPlan, version: str) -> str:
+        defaults = self.rules.defaults
+        calibration = (defaults.local_sensitivity_floor, defaults.report_scale)
+        return cache_key(statement, plan, calibration, version)
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:
         """c·g with c cached per (table, data version)."""
@@ -215,12 +239,18 @@ class Session:
         return dict(self.settings.other).get(name, "")
 
     def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
+        """A cached answer if there is one (no debit); else debit, compute, release and
+        cache (a racing session's answer, stored first, wins)."""
         engine = self.engine
-        charge = Charge(self.analyst, statement.sql(dialect="postgres"), plan.model,
+        charge = Charge(self.analyst, normalised_sql(statement), plan.model,
                         _mechanism(plan), plan.cost, _neighbour(plan))
+        stored = engine.cached(self.analyst, statement, plan, charge)
+        if stored is not None:
+            return _restored(stored, Decimal(0), engine.ledger.remaining(self.analyst),
+                             _FROM_CACHE)
         remaining = engine.ledger.debit(charge)
         try:
-            shift, groups = engine.statistics(plan)
+            shift, groups, version = engine.statistics(plan)
         except BackendUnavailable:
             engine.ledger.refund(charge)
             raise
@@ -229,7 +259,15 @@ class Session:
         keys = plan.group_keys() if plan.group_by else [()]
         released = [release_group(plan, groups.get(key, GroupStats()), calibration, engine.rng)
                     for key in keys]
-        return _answer(plan, keys, released, charge, remaining)
+        answer = _answer(plan, keys, released, charge, remaining)
+        if version is None:
+            return answer
+        try:
+            stored = engine.cache.store(self.analyst, engine.cache_key(statement, plan, version),
+                                        plan.table.name, version, _cacheable(answer))
+        except BackendUnavailable:
+            return answer  # paid and computed: the answer stands, uncached
+        return _restored(stored, charge.epsilon, remaining)
 
 
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
@@ -262,6 +300,23 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
+_FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
+
+
+def _cacheable(answer: Answer) -> dict[str, Any]:
+    return {"command": answer.command, "columns": answer.columns, "rows": answer.rows,
+            "kinds": answer.kinds, "privacy": answer.privacy}
+
+
+def _restored(stored: dict[str, Any], spent: Decimal, remaining: Decimal,
+              note: str | None = None) -> Answer:
+    """A stored answer with this request's own accounting in its metadata."""
+    privacy = dict(stored["privacy"], epsilon_spent=float(spent),
+                   epsilon_remaining=float(remaining))
+    if note is not None:
+        privacy["notes"] = [*privacy["notes"], note]
+    return Answer(stored["command"], stored["columns"], [tuple(row) for row in stored["rows"]],
+                  privacy, _notice(privacy), stored["kinds"])
 
 
 def _with_intervals(answer: Answer) -> Answer:

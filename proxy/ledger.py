@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import logging
+import threading
 from dataclasses import dataclass
 from decimal import Decimal
 
 from proxy.backends.base import Backend
 from proxy.epsilon import from_micro, to_micro
-from proxy.errors import BudgetExhausted, UnknownAnalyst
+from proxy.errors import BackendUnavailable, BudgetExhausted, UnknownAnalyst
 from proxy.rules import Rules
 
 _SCHEMA = {
@@ -41,6 +43,7 @@ _COMMON = [
     ("CREATE TABLE IF NOT EXISTS idp.budgets (analyst TEXT PRIMARY KEY, "
      "budget_micro BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)"),
 ]
+log = logging.getLogger("idp_proxy.ledger")
 GLOBAL = ""  # the idp.budgets row of the global budget (no analyst has an empty name)
 LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism", "epsilon",
                  "delta", "neighbour", "status", "released")
@@ -70,6 +73,8 @@ class Ledger:
     def __init__(self, backend: Backend, rules: Rules) -> None:
         self.backend = backend
         self.rules = rules
+        self._owed: list[Charge] = []  # refunds the backend could not take yet
+        self._owed_lock = threading.Lock()
         with backend.transaction() as tx:
             # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
             # even when it exists, which a proxy role given only schema idp lacks.
@@ -117,6 +122,7 @@ class Ledger:
         re-checked after waiting for a racing debit). Refused debits are recorded too,
         and raise BudgetExhausted.
         """
+        self._settle()
         micro = to_micro(charge.epsilon)
         accounts = self._accounts(charge.analyst)
         try:
@@ -129,10 +135,10 @@ class Ledger:
                     (micro, *accounts, micro))
                 if len(rows) < len(accounts):
                     raise _Unpaid
-                self._append(tx, charge, micro, "charged", released=True)
+                self.append(tx, charge, micro, "charged", released=True)
         except _Unpaid:
             with self.backend.transaction() as tx:
-                self._append(tx, charge, micro, "refused: budget", released=False)
+                self.append(tx, charge, micro, "refused: budget", released=False)
             left = self.remaining(charge.analyst)
             whose = ("your budget" if self._left(charge.analyst) < micro
                      else "the global budget of all analysts")
@@ -143,16 +149,39 @@ class Ledger:
         return from_micro(min(left for _, left in rows))
 
     def refund(self, charge: Charge) -> None:
-        """Give ε back: only when the backend was unreachable (nothing was computed)."""
+        """Give ε back: only when the backend was unreachable (nothing was computed).
+        While it stays unreachable the refund is owed, and paid before the next debit;
+        a proxy that dies meanwhile loses it (budget, never privacy)."""
+        try:
+            self._refund(charge)
+        except BackendUnavailable:
+            with self._owed_lock:
+                self._owed.append(charge)
+            log.warning("refund of epsilon %s to %s owed until the backend is back",
+                        charge.epsilon, charge.analyst)
+
+    def _settle(self) -> None:
+        """Pay the refunds owed since the backend last went away, oldest first."""
+        with self._owed_lock:
+            owed, self._owed = self._owed, []
+        for done, charge in enumerate(owed):
+            try:
+                self._refund(charge)
+            except BackendUnavailable:
+                with self._owed_lock:
+                    self._owed[:0] = owed[done:]
+                raise
+
+    def _refund(self, charge: Charge) -> None:
         micro = to_micro(charge.epsilon)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
             tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
                        f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))})",
                        (micro, *accounts))
-            self._append(tx, charge, -micro, "refunded: backend unreachable", released=False)
+            self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
-    def _append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
+    def append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
         tx.execute(
             "INSERT INTO idp.ledger (analyst, sql_hash, model, mechanism, epsilon_micro, delta, "
             "neighbour, status, released) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",

@@ -41,39 +41,61 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextmanager
-def throwaway_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
-    """A fresh PostgreSQL cluster on 127.0.0.1, stopped (and deleted) on exit.
+class Cluster:
+    """A PostgreSQL cluster in a temporary folder; tests may stop and start it."""
 
-    PostgreSQL refuses to run as root, so as root the cluster runs as the ``postgres``
-    system user, in a temporary folder that user owns.
-    """
-    base = Path(tempfile.mkdtemp(prefix="idp-pg-"))
-    data = base / "data"
-    as_root = os.geteuid() == 0
-    prefix: list[str] = []
-    if as_root:
-        user = pwd.getpwnam("postgres")
-        os.chown(base, user.pw_uid, user.pw_gid)
-        prefix = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
-    run = lambda *args: subprocess.run(prefix + list(args), check=True,
-                                       capture_output=True, text=True)
-    run(_pg_binary("initdb"), "-D", str(data), "-U", "idp", "--auth=trust", "-E", "UTF8",
-        "--no-sync")
-    options = f"-h 127.0.0.1 -p {port} -k {base} -F"
-    options += "".join(f" -c {key}={value}" for key, value in (settings or {}).items())
-    run(_pg_binary("pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-o", options,
-        "start")
-    url = f"postgresql://idp@127.0.0.1:{port}/postgres"
-    try:
+    def __init__(self, settings: dict[str, str] | None) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="idp-pg-"))
+        self.data = self.base / "data"
+        self._prefix: list[str] = []
+        if os.geteuid() == 0:  # PostgreSQL refuses root: run as the postgres user
+            user = pwd.getpwnam("postgres")
+            os.chown(self.base, user.pw_uid, user.pw_gid)
+            self._prefix = ["runuser", "-u", "postgres", "--"]
+        self.port = _free_port()
+        self.url = f"postgresql://idp@127.0.0.1:{self.port}/postgres"
+        self._options = f"-h 127.0.0.1 -p {self.port} -k {self.base} -F" + "".join(
+            f" -c {key}={value}" for key, value in (settings or {}).items())
+        self._run(_pg_binary("initdb"), "-D", str(self.data), "-U", "idp", "--auth=trust",
+                  "-E", "UTF8", "--no-sync")
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(self._prefix + list(args), check=True, capture_output=True, text=True)
+
+    def start(self) -> None:
+        self._run(_pg_binary("pg_ctl"), "-D", str(self.data), "-l", str(self.base / "log"),
+                  "-w", "-o", self._options, "start")
         for _ in range(50):
             try:
-                psycopg.connect(url).close()
-                break
+                psycopg.connect(self.url).close()
+                return
             except psycopg.OperationalError:
                 time.sleep(0.2)
-        yield url
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(_pg_binary("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def remove(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@contextmanager
+def postgres_cluster(settings: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A fresh, started cluster on 127.0.0.1, stopped (and deleted) on exit."""
+    cluster = Cluster(settings)
+    cluster.start()
+    try:
+        yield cluster
     finally:
-        run(_pg_binary("pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
-        shutil.rmtree(base, ignore_errors=True)
+        try:
+            cluster.stop("immediate")
+        except subprocess.CalledProcessError:
+            pass  # a test left it stopped
+        cluster.remove()
+
+
+@contextmanager
+def throwaway_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
+    """The URL of a fresh cluster (see ``postgres_cluster``)."""
+    with postgres_cluster(settings) as cluster:
+        yield cluster.url

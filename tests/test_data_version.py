@@ -37,7 +37,7 @@ def visits(fresh_postgres):
 
 def _version(backend):
     with backend.transaction(snapshot=True) as tx:
-        return backend.data_version(tx, "visits", "person_id")
+        return backend.data_version(tx, "visits")
 
 
 def _c(engine):

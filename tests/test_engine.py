@@ -268,6 +268,17 @@ def test_several_aggregates_cost_the_sum_of_their_epsilon(engine):
     assert answer.privacy["epsilon_spent"] == pytest.approx(0.9)
 
 
+def test_a_grouped_query_is_charged_once_per_aggregate_not_per_group(engine):
+    """docs/privacy.md §3.5: the cells share the query's ε (their noise is widened by
+    the cells a neighbour can touch), so four groups cost what one does."""
+    (answer,) = run(engine.session("zoe"), "SELECT region, COUNT(*), MEDIAN(age) FROM people "
+                    "WHERE income > 30000 GROUP BY region")
+    assert len(answer.rows) == 4
+    entries = engine.ledger.entries()
+    assert [(e[9], e[6]) for e in entries] == [("charged", Decimal("0.6"))]
+    assert engine.ledger.remaining("zoe") == Decimal("99.4")
+
+
 def test_idp_median_is_orders_of_magnitude_more_accurate_than_dp(engine):
     """SPEC: on demo-like data the iDP median at ε = 1 beats the DP (global sensitivity)
     median by orders of magnitude in mean absolute error."""
@@ -350,8 +361,8 @@ def test_a_global_budget_is_debited_with_the_analysts_all_or_nothing(engine):
     assert "your budget" in refused.value.message
     run(zoe, "SET idp.epsilon = 0.2")
     run(zoe, "SELECT COUNT(*) FROM people")  # the global: 0.5 - 0.3 - 0.2 = 0
-    with pytest.raises(BudgetExhausted) as refused:
-        run(alice, "SELECT COUNT(*) FROM people")
+    with pytest.raises(BudgetExhausted) as refused:  # a new query: the same one is cached
+        run(alice, "SELECT COUNT(*) FROM people WHERE age > 30")
     assert "global budget" in refused.value.message
     budgets = {name: spent for name, _, spent, _ in engine.ledger.budgets()}
     assert budgets == {"(global)": Decimal("0.5"), "alice": Decimal("0.3"),

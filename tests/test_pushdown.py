@@ -59,7 +59,7 @@ def _statistics(url: str, sql: str):
     backend = open_backend(url)
     try:
         plan = analyze(parse_statements(sql)[0], RULES, Settings())
-        shift, groups = Engine(RULES, backend).statistics(plan)
+        shift, groups, _ = Engine(RULES, backend).statistics(plan)
         return plan, shift, groups
     finally:
         backend.close()
@@ -160,7 +160,7 @@ def test_dp_clipping_keeps_at_most_the_declared_rows_per_unit(backend_url):
     backend = open_backend(backend_url)
     plan = analyze(parse_statements("SELECT COUNT(*), SUM(y) FROM t WHERE x < 60")[0], rules,
                    Settings(model="dp"))
-    shift, groups = Engine(rules, backend).statistics(plan)
+    shift, groups, _ = Engine(rules, backend).statistics(plan)
     in_scope: dict[int, int] = {}
     for unit, x in zip(data["unit"], data["x"]):
         if x is not None and x < 60:

@@ -100,21 +100,21 @@ class Backend(ABC):
         DuckDB transactions always do). Writers keep READ COMMITTED, under which the
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
-    def track_versions(self, table: str, unit: str) -> None:
+    def track_versions(self, table: str) -> None:
         """Prepare cheap data versions for ``table`` (called once at start); where the
         backend cannot, ``data_version`` returns None for it."""
 
     @abstractmethod
-    def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:
-        """A key, read in ``tx`` without scanning the table, that changes whenever the
-        privacy-unit column of ``table`` may have changed; the per-unit row bound c
-        depends on nothing else, so c is cached under it. None when only a scan can
-        tell: then ``fingerprint_aggregates`` are read over the whole table."""
+    def data_version(self, tx: Transaction, table: str) -> str | None:
+        """A key, read in ``tx`` without scanning the table, that changes whenever any
+        row or column of ``table`` may have changed: the per-unit row bound c and the
+        answer cache are keyed by it. None when only a scan can tell: then c is keyed
+        by ``fingerprint_aggregates`` read over the whole table, and nothing is cached."""
 
+    @abstractmethod
     def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
         """Aggregates over every row that change whenever the multiset of unit values
-        does; needed only by backends whose ``data_version`` can return None."""
-        raise NotImplementedError(f"{self.name}: data_version never returns None")
+        does (for relations without a data version)."""
 
     @staticmethod
     def fingerprint_text(values: Sequence[Any]) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log
 from proxy.errors import BackendFailed, QueryCanceled
@@ -44,6 +45,7 @@ class DuckDBBackend(Backend):
                                 "55006") from None
         self._lock = threading.RLock()
         self._cursor: duckdb.DuckDBPyConnection | None = None
+        self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
 
     @classmethod
     def from_url(cls, url: str) -> DuckDBBackend:
@@ -88,12 +90,34 @@ class DuckDBBackend(Backend):
         if self._cursor is not None:
             self._cursor.interrupt()
 
-    def data_version(self, tx: Transaction, table: str, unit: str) -> str:
-        # The proxy holds the file's write lock while it runs: no other process can
-        # change the data, and the engine itself never writes a data table. The row
-        # count (answered from storage metadata) guards against writes through this
-        # very connection, which only tests and the data owner's tools make.
-        return self.fingerprint_text(tx.execute(f'SELECT count(*) FROM "{table}"')[0])
+    def data_version(self, tx: Transaction, table: str) -> str | None:
+        # The proxy holds the file's write lock while it runs and never writes a data
+        # table, so the content is hashed once per process (every row, with its columns'
+        # names and types, which a rename changes); the row count (storage metadata)
+        # guards against writes through this very connection, which only tests and the
+        # data owner's own tools make. Another process can only have written the file
+        # before this one opened it, which the hash sees. A view has no cheap version:
+        # counting it runs it.
+        if not tx.execute("SELECT 1 FROM information_schema.tables WHERE table_name = %s "
+                          "AND table_schema = current_schema() AND table_type = 'BASE TABLE'",
+                          (table,)):
+            return None
+        columns = tx.execute("SELECT column_name, data_type FROM information_schema.columns "
+                             "WHERE table_name = %s AND table_schema = current_schema() "
+                             "ORDER BY ordinal_position", (table,))
+        quoted = exp.to_table(table, quoted=True).sql(dialect="duckdb")
+        count = tx.execute(f"SELECT count(*) FROM {quoted}")[0][0]
+        key = (table, tuple(columns), count)
+        if key not in self._content:
+            row = exp.func("hash", *(exp.column(name, quoted=True) for name, _ in columns))
+            self._content[key] = tx.execute(
+                f"SELECT CAST(sum({row.sql(dialect='duckdb')}) AS VARCHAR) FROM {quoted}")[0][0]
+        shape = (f"{name} {kind}" for name, kind in columns)
+        return self.fingerprint_text((count, self._content[key], *shape))
+
+    def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
+        column = exp.column(unit, quoted=True)
+        return [exp.Count(this=column), exp.Sum(this=exp.func("hash", column))]
 
     def close(self) -> None:
         with self._lock:

@@ -39,16 +39,18 @@ _VERSION_SETUP = [
     """INSERT INTO idp.versions AS v (table_oid, version) VALUES (to_regclass(%s), 1)
        ON CONFLICT (table_oid) DO UPDATE SET version = v.version + 1""",
 ]
-# tgtype 60 = INSERT | DELETE | UPDATE | TRUNCATE, AFTER, FOR EACH STATEMENT.
+# tgtype 60 = INSERT | DELETE | UPDATE | TRUNCATE, AFTER, FOR EACH STATEMENT. Every
+# column's pg_attribute row is in the key: renames, type changes and drops rewrite it.
 _VERSION_SQL = """
-SELECT c.oid, c.relfilenode, c.xmin, t.oid, t.xmin, v.version, a.attnum, a.xmin
+SELECT c.oid, c.relfilenode, c.xmin, t.oid, t.xmin, v.version,
+  (SELECT string_agg(a.attnum || '.' || a.xmin, ',' ORDER BY a.attnum)
+   FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0)
 FROM pg_class c
-JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped
 JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = 'idp_data_version'
   AND t.tgenabled = 'A' AND t.tgtype = 60 AND t.tgqual IS NULL AND t.tgattr = ''
   AND t.tgfoid = to_regprocedure('idp.bump_data_version()')
 LEFT JOIN idp.versions v ON v.table_oid = c.oid
-WHERE a.attname = %s AND c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
+WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
   AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhparent = c.oid)"""
 
 
@@ -93,12 +95,13 @@ class PostgresBackend(Backend):
         if self._con is not None:
             self._con.cancel_safe()
 
-    def track_versions(self, table: str, unit: str) -> None:
+    def track_versions(self, table: str) -> None:
         """Install the statement trigger that counts writes to ``table`` (once; it needs
-        the table's ownership). Without it every user-level query scans the unit column."""
+        the table's ownership). Without it every user-level query scans the unit column
+        and no answer is cached."""
         with self.transaction() as tx:
             tx.execute(_VERSION_TABLE)
-            if tx.execute(_VERSION_SQL, (unit, table)):
+            if tx.execute(_VERSION_SQL, (table,)):
                 return
         try:
             with self.transaction() as tx:
@@ -110,8 +113,8 @@ class PostgresBackend(Backend):
             log.warning("no write counter on %s (the proxy's role must own it): every "
                         "user-level query on it reads its unit column to detect changes", table)
 
-    def data_version(self, tx: Transaction, table: str, unit: str) -> str | None:
-        rows = tx.execute(_VERSION_SQL, (unit, table))
+    def data_version(self, tx: Transaction, table: str) -> str | None:
+        rows = tx.execute(_VERSION_SQL, (table,))
         return self.fingerprint_text(rows[0]) if rows else None
 
     def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:

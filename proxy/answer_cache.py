@@ -1,0 +1,96 @@
+"""The answer cache (SPEC §7): a released answer, kept in the backend beside the ledger.
+
+Asking again for something already released is free post-processing, so the same query
+by the same analyst over the same data gets the same noisy answer back without a new
+debit. That saves the budget of dashboards that refresh, and it defeats averaging by
+repetition: without it, n repeats would shrink the noise by √n for n·ε.
+
+The key is what decides the answer: the normalised SQL (sqlglot's rendering, so
+whitespace, keyword case and comments do not matter; the ε hint enters through the
+plan), the whole plan (table rules, model, ε, scope, aggregates), the calibration
+settings, and the table's data version (``Backend.data_version``). An entry lives as
+long as that version: the first answer stored under a newer version deletes the
+table's older entries. Tables without a cheap data version are not cached (every repeat
+is charged). Entries are rows of ``idp.answers``, so a restart does not reopen averaging.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from proxy.analyze.plan import QueryPlan
+from proxy.backends.base import Backend, Transaction
+
+_SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key TEXT NOT NULL, "
+           "table_name TEXT NOT NULL, version TEXT NOT NULL, answer TEXT NOT NULL, "
+           "PRIMARY KEY (analyst, key))")
+
+
+def normalised_sql(statement: exp.Expression) -> str:
+    """The statement as sqlglot renders it for PostgreSQL, without comments and with
+    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
+    folded = normalize_identifiers(statement.copy(), dialect="postgres")
+    return folded.sql(dialect="postgres", comments=False)
+
+
+def cache_key(statement: exp.Expression, plan: QueryPlan, calibration: tuple,
+              version: str) -> str:
+    # The plan's WHERE keeps the text's identifier case; the normalised SQL has the scope.
+    decided = replace(plan, where=None)
+    material = "\n".join((normalised_sql(statement), repr(decided), repr(calibration), version))
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+class AnswerCache:
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        backend.query(_SCHEMA)
+
+    def lookup(self, tx: Transaction, analyst: str, key: str) -> dict[str, Any] | None:
+        rows = tx.execute("SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s",
+                          (analyst, key))
+        return _decode(rows[0][0]) if rows else None
+
+    def store(self, analyst: str, key: str, table: str, version: str,
+              answer: dict[str, Any]) -> dict[str, Any]:
+        """Keep ``answer`` unless a racing session stored one first; return the kept one,
+        so every session sees one answer per key."""
+        with self.backend.transaction() as tx:
+            tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
+                       (table, version))
+            tx.execute("INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
+                       "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (analyst, key) DO NOTHING",
+                       (analyst, key, table, version, _encode(answer)))
+            return self.lookup(tx, analyst, key)
+
+
+def _encode(answer: dict[str, Any]) -> str:
+    return json.dumps(answer, default=_tagged, sort_keys=True)
+
+
+def _tagged(value: Any) -> dict[str, str]:
+    if isinstance(value, Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.date):
+        return {"$date": value.isoformat()}
+    raise TypeError(f"cannot cache a {type(value).__name__}")
+
+
+def _decode(text: str) -> dict[str, Any]:
+    return json.loads(text, object_hook=_untagged)
+
+
+def _untagged(value: dict[str, Any]) -> Any:
+    if value.keys() == {"$decimal"}:
+        return Decimal(value["$decimal"])
+    if value.keys() == {"$date"}:
+        return datetime.date.fromisoformat(value["$date"])
+    return value

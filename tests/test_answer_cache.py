@@ -1,0 +1,147 @@
+"""The answer cache (SPEC §7) on both backends: a repeat is free and identical, anything
+that could change the answer misses, and entries outlive the process but not the data."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import duckdb
+import psycopg
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+from proxy.session import Settings
+from tests.conftest import load_table
+from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
+
+pytestmark = pytest.mark.postgres
+
+QUERY = "SELECT region, MEDIAN(income) AS m, COUNT(*) AS n FROM people WHERE age > 40 GROUP BY region"
+SAME_QUERY = [("select region, median(INCOME) as m, count(*) AS n\n  from people  where AGE>40 "
+              "group by region -- refreshed by the dashboard"),
+              ("/* tile 3 */ SELECT region, MEDIAN(income) AS m, COUNT(*) AS n FROM people "
+              "WHERE age > 40 GROUP BY region;")]
+
+
+@pytest.fixture
+def url(backend_url):
+    load_table(backend_url, "people", _people(), PEOPLE_TYPES)
+    load_table(backend_url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
+    return backend_url
+
+
+def _engine(url):
+    return Engine(parse_rules(RULES_TEXT), open_backend(url))
+
+
+def _plan(engine, sql):
+    return analyze(parse_statements(sql)[0], engine.rules, Settings())
+
+
+def _statuses(engine):
+    return [(entry[9], entry[6]) for entry in engine.ledger.entries()]
+
+
+def test_a_repeated_query_returns_the_first_answer_without_a_debit(url):
+    engine = _engine(url)
+    zoe = engine.session("zoe")
+    first = run(zoe, QUERY)[0]
+    assert first.privacy["epsilon_spent"] == pytest.approx(0.6)
+    for text in SAME_QUERY * 3:
+        again = run(zoe, text)[0]
+        assert again.rows == first.rows and again.columns == first.columns
+        assert again.privacy["ci95"] == first.privacy["ci95"]
+        assert again.privacy["epsilon_spent"] == 0
+        assert "answer cache" in again.notice
+    assert _statuses(engine) == [("charged", Decimal("0.6"))] + \
+        [("served from cache", Decimal(0))] * 6
+    assert engine.ledger.remaining("zoe") == Decimal("99.4")
+
+
+@pytest.mark.parametrize("change", [
+    ("SELECT /*+ epsilon=0.2 */ region, MEDIAN(income) AS m, COUNT(*) AS n FROM people "
+    "WHERE age > 40 GROUP BY region"),
+    ("SELECT region, MEDIAN(income) AS m, COUNT(*) AS n FROM people WHERE age > 41 "
+    "GROUP BY region"),
+    "SET idp.model = 'dp'",
+])
+def test_anything_that_changes_the_answer_is_charged_again(url, change):
+    engine = _engine(url)
+    zoe = engine.session("zoe")
+    run(zoe, QUERY)
+    run(zoe, change)
+    if change.startswith("SET"):
+        run(zoe, QUERY)
+    assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
+
+
+def test_each_analyst_has_their_own_answers(url):
+    engine = _engine(url)
+    run(engine.session("zoe"), QUERY)
+    run(engine.session("alice"), "SELECT COUNT(*) FROM people WHERE age > 40")
+    run(engine.session("zoe"), "SELECT COUNT(*) FROM people WHERE age > 40")
+    assert [status for status, _ in _statuses(engine)] == ["charged"] * 3
+
+
+def test_the_cache_survives_a_restart(url):
+    engine = _engine(url)
+    first = run(engine.session("zoe"), QUERY)[0]
+    engine.backend.close()
+    engine = _engine(url)
+    assert run(engine.session("zoe"), QUERY)[0].rows == first.rows
+    assert [status for status, _ in _statuses(engine)] == ["charged", "served from cache"]
+
+
+def _write(url: str, sql: str) -> None:
+    if url.startswith("duckdb"):
+        with duckdb.connect(url.removeprefix("duckdb:///")) as con:
+            con.execute(sql)
+    else:
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(sql)
+
+
+@pytest.mark.parametrize("change", [
+    "UPDATE people SET income = income + 1 WHERE person_id = 1",  # same row count
+    ("ALTER TABLE people RENAME COLUMN age TO tmp; ALTER TABLE people RENAME COLUMN "
+     "person_id TO age; ALTER TABLE people RENAME COLUMN tmp TO person_id"),
+])
+def test_a_change_of_the_data_is_charged_again_and_drops_the_old_entries(url, change):
+    """DuckDB: the file is written by another process while the proxy is stopped (the
+    proxy holds its lock while it runs); PostgreSQL: while the proxy runs."""
+    engine = _engine(url)
+    zoe = engine.session("zoe")
+    run(zoe, QUERY)
+    if url.startswith("duckdb"):
+        engine.backend.close()
+        _write(url, change)
+        engine = _engine(url)
+        zoe = engine.session("zoe")
+    else:
+        _write(url, change)
+    run(zoe, QUERY)
+    assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
+    assert engine.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 1
+
+
+def test_a_view_is_answered_but_not_cached(url):
+    """A view has no cheap data version on either backend: every repeat is charged, and
+    its per-unit bound c comes from reading its unit column."""
+    _write(url, "CREATE VIEW adults AS SELECT person_id, age FROM people WHERE age >= 18 "
+                "UNION ALL SELECT person_id, age FROM people WHERE person_id <= 3")
+    rules = parse_rules(RULES_TEXT + '''
+[tables.adults]
+privacy_unit = "person_id"
+[tables.adults.columns]
+person_id = { type = "int" }
+age = { type = "int", domain = [0, 120] }
+''')
+    engine = Engine(rules, open_backend(url))
+    zoe = engine.session("zoe")
+    for _ in range(2):
+        run(zoe, "SELECT COUNT(*) FROM adults WHERE age > 40")
+    assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
+    assert engine.statistics(_plan(engine, "SELECT COUNT(*) FROM adults"))[0] == 2

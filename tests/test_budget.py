@@ -1,0 +1,184 @@
+"""The budget under real use, through ``idp-proxy serve`` with real clients on both
+backends: racing sessions never overspend, and a dashboard pays for its queries once."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from tests.pgserver import postgres_cluster
+from tests.wireserver import admin, load_people, running_proxy
+
+pytestmark = pytest.mark.postgres
+
+RACES, SESSIONS = 20, 32
+RULES = """
+[server]
+auth = "trust"
+max_connections = 64
+
+[defaults]
+epsilon_per_query = 0.05
+budget_per_analyst = 1.0
+
+[analysts.dashboard]
+budget = 10
+
+[analysts.steady]
+budget = 1000
+
+{racers}
+
+[tables.people]
+privacy_unit = "person_id"
+[tables.people.columns]
+person_id = {{ type = "int" }}
+age    = {{ type = "int",   domain = [0, 120] }}
+income = {{ type = "float", domain = [0, 1000000] }}
+region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
+"""
+
+
+@pytest.fixture
+def served(backend_url, tmp_path):
+    load_people(backend_url, 500)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(racers="\n".join(
+        f"[analysts.race{r}]\nbudget = 1.0" for r in range(RACES))))
+    return rules, backend_url, tmp_path / "home"
+
+
+def _ledger(served, user: str) -> list[dict]:
+    out = admin(*served, "ledger", "--user", user, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _race(proxy, analyst: str, first: int) -> tuple[int, int]:
+    """SESSIONS sessions of one analyst, each with its own query, all released at once;
+    returns (answers, budget refusals)."""
+    connections = [psycopg.connect(proxy.dsn(analyst), autocommit=True) for _ in range(SESSIONS)]
+    start = threading.Barrier(SESSIONS)
+    outcomes: list[str] = []
+
+    def ask(con, number):
+        start.wait()
+        try:
+            con.execute(f"SELECT COUNT(*) FROM people WHERE income > {number}").fetchone()
+            outcomes.append("answer")
+        except psycopg.Error as exc:
+            outcomes.append(exc.sqlstate)
+
+    threads = [threading.Thread(target=ask, args=(con, first + i))
+               for i, con in enumerate(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for con in connections:
+        con.close()
+    assert len(outcomes) == SESSIONS and set(outcomes) <= {"answer", "PB001"}, outcomes
+    return outcomes.count("answer"), outcomes.count("PB001")
+
+
+def test_racing_sessions_of_one_analyst_never_overspend(served):
+    """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 20 times."""
+    with running_proxy(*served) as proxy:
+        for r in range(RACES):
+            assert _race(proxy, f"race{r}", r * 1000) == (20, 12)
+            with psycopg.connect(proxy.dsn(f"race{r}"), autocommit=True) as con:
+                assert Decimal(con.execute("SHOW idp.budget").fetchone()[0]) == 0
+    for r in range(RACES):  # the committed ledger, read after the server stopped
+        entries = _ledger(served, f"race{r}")
+        charged = [Decimal(e["epsilon"]) for e in entries if e["status"] == "charged"]
+        assert len(charged) == 20 and sum(charged) == Decimal("1.0")
+        assert sum(e["status"] == "refused: budget" for e in entries) == 12
+
+
+DASHBOARD = [
+    "SELECT COUNT(*) FROM people WHERE age > 30",
+    "SELECT MEDIAN(income) FROM people",
+    "SELECT region, COUNT(*) FROM people GROUP BY region",
+    "SELECT MAX(age) FROM people WHERE income < 50000",
+    "SELECT AVG(income) FROM people WHERE region = 'north'",
+    "SELECT SUM(income) FROM people WHERE age BETWEEN 20 AND 40",
+    "SELECT MIN(age) FROM people",
+    "SELECT region, MEDIAN(age) FROM people GROUP BY region ORDER BY region",
+    "SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY income) FROM people",
+    "SELECT COUNT(*) FROM people WHERE region IN ('east', 'west')",
+]
+
+
+def test_a_dashboard_refreshing_pays_for_its_queries_once(served):
+    """10 queries re-run 100 times cost 10 queries, and every repeat equals the first."""
+    with running_proxy(*served) as proxy, \
+            psycopg.connect(proxy.dsn("dashboard"), autocommit=True) as con:
+        first = [con.execute(sql).fetchall() for sql in DASHBOARD]
+        for _ in range(99):
+            assert [con.execute(sql).fetchall() for sql in DASHBOARD] == first
+        spent = Decimal(10) - Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+    assert spent == Decimal("0.5")  # one aggregate each, ε 0.05
+    entries = _ledger(served, "dashboard")
+    assert sum(e["status"] == "charged" for e in entries) == 10
+    assert sum(e["status"] == "served from cache" for e in entries) == 990
+
+
+def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_path):
+    """PostgreSQL stops during a burst of 4 clients and starts again: errors of class 08
+    or 57 meanwhile, answers after, no proxy restart, and the budget pays only for
+    answers (owed refunds are paid once the database is back)."""
+    with postgres_cluster() as cluster:
+        load_people(cluster.url, 500)
+        rules = tmp_path / "rules.toml"
+        rules.write_text(RULES.format(racers=""))
+        served = (rules, cluster.url, tmp_path / "home")
+        outcomes: list[tuple[str, str]] = []  # (phase, outcome)
+        phase = ["before"]
+        stop = threading.Event()
+        with running_proxy(*served) as proxy:
+            def client(number):
+                with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
+                    query = 0
+                    while not stop.is_set():
+                        query += 1
+                        try:
+                            con.execute(f"SELECT COUNT(*) FROM people WHERE income > "
+                                        f"{number * 100000 + query}").fetchone()
+                            outcomes.append((phase[0], "answer"))  # the phase it ended in
+                        except psycopg.Error as exc:
+                            outcomes.append((phase[0], exc.sqlstate or "none"))
+                        time.sleep(0.02)
+
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            time.sleep(1.5)
+            phase[0] = "during"
+            cluster.stop("fast")
+            time.sleep(2)
+            cluster.start()
+            phase[0] = "after"
+            time.sleep(2)
+            phase[0] = "settled"
+            time.sleep(1.5)
+            stop.set()
+            for thread in threads:
+                thread.join(60)
+            with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
+                spent = Decimal(1000) - Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+        seen = {}
+        for now, outcome in outcomes:
+            seen.setdefault(now, set()).add(outcome)
+        assert seen["before"] == {"answer"} and seen["settled"] == {"answer"}, seen
+        errors = seen["during"] - {"answer"}
+        assert errors and all(code[:2] in ("08", "57") for code in errors), seen
+        answers = sum(outcome == "answer" for _, outcome in outcomes)
+        assert spent == answers * Decimal("0.05")
+        entries = _ledger(served, "steady")
+        net = sum(Decimal(e["epsilon"]) for e in entries if e["status"] != "refused: budget")
+        assert net == spent
