@@ -3,7 +3,9 @@ backends: racing sessions never overspend, and a dashboard pays for its queries 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
 import threading
 import time
 from decimal import Decimal
@@ -11,12 +13,15 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from proxy.analyze import parse_statements
+from proxy.answer_cache import normalised_sql
 from tests.pgserver import postgres_cluster
 from tests.wireserver import admin, load_people, running_proxy
 
 pytestmark = pytest.mark.postgres
 
 RACES, SESSIONS = 20, 32
+CLIENTS, BURST, KILLS = 8, 500, 10
 RULES = """
 [server]
 auth = "trust"
@@ -49,7 +54,8 @@ def served(backend_url, tmp_path):
     load_people(backend_url, 500)
     rules = tmp_path / "rules.toml"
     rules.write_text(RULES.format(racers="\n".join(
-        f"[analysts.race{r}]\nbudget = 1.0" for r in range(RACES))))
+        [f"[analysts.race{r}]\nbudget = 1.0" for r in range(RACES)]
+        + [f"[analysts.crash{c}]\nbudget = 1000" for c in range(CLIENTS)])))
     return rules, backend_url, tmp_path / "home"
 
 
@@ -182,3 +188,61 @@ def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_p
         entries = _ledger(served, "steady")
         net = sum(Decimal(e["epsilon"]) for e in entries if e["status"] != "refused: budget")
         assert net == spent
+
+
+
+def _sql_hash(sql: str) -> str:
+    """The ledger's key of a query: the hash of its normalised text."""
+    return hashlib.sha256(normalised_sql(parse_statements(sql)[0]).encode()).hexdigest()[:16]
+
+
+def _burst(proxy, round_number: int, number: int, answered: set[str],
+           failures: list[str]) -> None:
+    """One client's share of the burst; it ends when the proxy dies under it."""
+    analyst = f"crash{number}"
+    try:
+        with psycopg.connect(proxy.dsn(analyst), autocommit=True) as con:
+            for query in range(BURST // CLIENTS):
+                sql = f"SELECT COUNT(*) FROM people WHERE income > {round_number * 1000 + query}"
+                con.execute(sql).fetchone()
+                answered.add(f"{analyst} {_sql_hash(sql)}")
+    except psycopg.OperationalError:
+        pass  # the proxy died
+    except psycopg.Error as exc:
+        failures.append(f"{exc.sqlstate} {exc}")
+
+
+def test_no_answer_without_a_committed_debit_across_kill_9(served):
+    """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 10 times;
+    then: every answer a client received has its committed debit, and every budget
+    equals the sum of its committed ledger rows."""
+    chance = random.Random(20261122)
+    answered: set[str] = set()
+    failures: list[str] = []
+    for round_number in range(KILLS):
+        before = len(answered)
+        with running_proxy(*served) as proxy:
+            threads = [threading.Thread(target=_burst, args=(proxy, round_number, n, answered,
+                                                               failures))
+                       for n in range(CLIENTS)]
+            for thread in threads:
+                thread.start()
+            time.sleep(chance.uniform(0.1, 2.0))
+            proxy.kill()
+            for thread in threads:
+                thread.join(60)
+        assert len(answered) - before < BURST  # the kill cut the burst short
+    with running_proxy(*served) as proxy, \
+            psycopg.connect(proxy.dsn("crash0"), autocommit=True) as con:
+        assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0  # up again
+    assert not failures
+    assert len(answered) > KILLS  # the kills did not all land before the first answer
+    debited = set()
+    for number in range(CLIENTS):
+        analyst = f"crash{number}"
+        entries = _ledger(served, analyst)
+        debited |= {f"{analyst} {e['sql_hash']}" for e in entries if e["status"] == "charged"}
+        out = admin(*served, "budget", "show", "--user", analyst, "--format", "json")
+        (account,) = json.loads(out.stdout)
+        assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
+    assert answered <= debited

@@ -92,6 +92,14 @@ _READY = re.compile(r"serving .* on 127\.0\.0\.1:(\d+)")
 class RunningProxy:
     port: int
     log: list[str]
+    process: subprocess.Popen
+    killed: bool = False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean-up runs."""
+        self.killed = True
+        self.process.kill()
+        self.process.wait(20)
 
     def dsn(self, user: str, database: str = "demo", **extra: str) -> str:
         parts = {"host": "127.0.0.1", "port": str(self.port), "user": user,
@@ -131,14 +139,16 @@ def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: s
         raise RuntimeError("idp-proxy serve did not start:\n" + "".join(log))
     drain = threading.Thread(target=lambda: log.extend(process.stderr), daemon=True)
     drain.start()
+    running = RunningProxy(port, log, process)
     try:
-        yield RunningProxy(port, log)
+        yield running
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        drain.join(5)
-        assert code == 0, "".join(log)
+        if not running.killed:
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                raise
+            drain.join(5)
+            assert code == 0, "".join(log)
