@@ -16,16 +16,14 @@ is charged). Entries are rows of ``idp.answers``, so a restart does not reopen a
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import json
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from proxy import jsontags
 from proxy.analyze.plan import QueryPlan
 from proxy.backends.base import Backend, Transaction
 
@@ -57,7 +55,7 @@ class AnswerCache:
     def lookup(self, tx: Transaction, analyst: str, key: str) -> dict[str, Any] | None:
         rows = tx.execute("SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s",
                           (analyst, key))
-        return _decode(rows[0][0]) if rows else None
+        return jsontags.loads(rows[0][0]) if rows else None
 
     def store(self, analyst: str, key: str, table: str, version: str,
               answer: dict[str, Any]) -> dict[str, Any]:
@@ -68,29 +66,5 @@ class AnswerCache:
                        (table, version))
             tx.execute("INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (analyst, key) DO NOTHING",
-                       (analyst, key, table, version, _encode(answer)))
+                       (analyst, key, table, version, jsontags.dumps(answer)))
             return self.lookup(tx, analyst, key)
-
-
-def _encode(answer: dict[str, Any]) -> str:
-    return json.dumps(answer, default=_tagged, sort_keys=True)
-
-
-def _tagged(value: Any) -> dict[str, str]:
-    if isinstance(value, Decimal):
-        return {"$decimal": str(value)}
-    if isinstance(value, datetime.date):
-        return {"$date": value.isoformat()}
-    raise TypeError(f"cannot cache a {type(value).__name__}")
-
-
-def _decode(text: str) -> dict[str, Any]:
-    return json.loads(text, object_hook=_untagged)
-
-
-def _untagged(value: dict[str, Any]) -> Any:
-    if value.keys() == {"$decimal"}:
-        return Decimal(value["$decimal"])
-    if value.keys() == {"$date"}:
-        return datetime.date.fromisoformat(value["$date"])
-    return value

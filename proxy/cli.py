@@ -13,10 +13,11 @@ from pathlib import Path
 
 import click
 
+from proxy.admin import Remote, reach_server, socket_path
 from proxy.backends import open_backend
 from proxy.engine import Answer, Engine
 from proxy.epsilon import parse_epsilon
-from proxy.errors import ProxyError, RulesError
+from proxy.errors import DatabaseInUse, ProxyError, RulesError
 from proxy.ledger import GLOBAL, LEDGER_FIELDS, Ledger
 from proxy.rules import Rules, load_rules
 from proxy.users import Users
@@ -32,8 +33,15 @@ def _rules(path: str | None) -> Rules:
     return load_rules(path)
 
 
-def _ledger(rules_path: str | None, backend: str | None) -> Ledger:
-    return Ledger(open_backend(backend), _rules(rules_path))
+def _admin(rules_path: str | None, backend: str | None, target: str) -> Ledger | Users | Remote:
+    """The ledger or the logins (``target``), or those of the server that holds this
+    DuckDB file (proxy.admin)."""
+    rules = _rules(rules_path)
+    try:
+        ledger = Ledger(open_backend(backend), rules)
+    except DatabaseInUse as exc:
+        return reach_server(exc, target)
+    return ledger if target == "ledger" else Users(ledger)
 
 
 def _epsilon(ctx, param, value):
@@ -185,7 +193,7 @@ def budget() -> None:
 @format_option
 def budget_show(rules_path, backend, user, fmt):
     """Budget, spent and remaining epsilon per analyst."""
-    rows = _ledger(rules_path, backend).budgets(user)
+    rows = _admin(rules_path, backend, "ledger").budgets(user)
     _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
 
 
@@ -210,7 +218,7 @@ global_option = click.option("--global", "whole", is_flag=True,
 def budget_grant(rules_path, backend, user, whole, epsilon: Decimal):
     """Add epsilon to an analyst's budget, or to the global one."""
     account, name = _account(user, whole)
-    ledger = _ledger(rules_path, backend)
+    ledger = _admin(rules_path, backend, "ledger")
     ledger.grant(account, epsilon)
     click.echo(f"granted {epsilon} to {name}; remaining {ledger.remaining(account)}")
 
@@ -224,7 +232,7 @@ def budget_reset(rules_path, backend, user, whole):
     """Set spent epsilon back to zero, an analyst's or the global (the ledger keeps
     its history)."""
     account, name = _account(user, whole)
-    ledger = _ledger(rules_path, backend)
+    ledger = _admin(rules_path, backend, "ledger")
     ledger.reset(account)
     click.echo(f"reset {name}; remaining {ledger.remaining(account)}")
 
@@ -241,7 +249,7 @@ def ledger_command(rules_path, backend, user, since, fmt):
     """Every debit, budget refusal and refund, oldest first."""
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=datetime.UTC)
-    _print_rows(list(LEDGER_FIELDS), _ledger(rules_path, backend).entries(user, since), fmt)
+    _print_rows(list(LEDGER_FIELDS), _admin(rules_path, backend, "ledger").entries(user, since), fmt)
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
@@ -294,6 +302,8 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     engine = Engine(rules, open_backend(backend))
     users = Users(engine.ledger)
     shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
+    database = getattr(engine.backend, "path", None)  # a DuckDB file
+    admin = socket_path(database) if database not in (None, ":memory:") else None
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
@@ -301,7 +311,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
                    f"(auth: {auth}{', TLS' if tls else ''}); Ctrl-C stops it", err=True)
 
     try:
-        asyncio.run(Server(engine, users, shadow, tls).serve(host, port, ready))
+        asyncio.run(Server(engine, users, shadow, tls, admin).serve(host, port, ready))
     finally:
         shadow.close()
         engine.backend.close()
@@ -329,7 +339,7 @@ password_option = click.option("--password-stdin", is_flag=True,
 @click.argument("name")
 def users_add(rules_path, backend, password_stdin, name):
     """Create a login; its budget comes from the rules (else the default budget)."""
-    Users(_ledger(rules_path, backend)).add(name, _password(password_stdin))
+    _admin(rules_path, backend, "users").add(name, _password(password_stdin))
     click.echo(f"user {name} added")
 
 
@@ -340,7 +350,7 @@ def users_add(rules_path, backend, password_stdin, name):
 @click.argument("name")
 def users_passwd(rules_path, backend, password_stdin, name):
     """Set a new password (and enable the login again)."""
-    Users(_ledger(rules_path, backend)).passwd(name, _password(password_stdin))
+    _admin(rules_path, backend, "users").passwd(name, _password(password_stdin))
     click.echo(f"password of {name} changed")
 
 
@@ -350,7 +360,7 @@ def users_passwd(rules_path, backend, password_stdin, name):
 @click.argument("name")
 def users_disable(rules_path, backend, name):
     """Refuse further logins of a user (the ledger keeps its history)."""
-    Users(_ledger(rules_path, backend)).disable(name)
+    _admin(rules_path, backend, "users").disable(name)
     click.echo(f"user {name} disabled")
 
 
@@ -360,4 +370,4 @@ def users_disable(rules_path, backend, name):
 @format_option
 def users_list(rules_path, backend, fmt):
     """Every login and whether it is disabled."""
-    _print_rows(["user", "disabled"], Users(_ledger(rules_path, backend)).list(), fmt)
+    _print_rows(["user", "disabled"], _admin(rules_path, backend, "users").list(), fmt)

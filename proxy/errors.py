@@ -85,6 +85,16 @@ class QueryCanceled(BackendFailed):
     sqlstate = "57014"
 
 
+class DatabaseInUse(BackendFailed):
+    """A DuckDB file is locked by another process (a running server, usually)."""
+
+    sqlstate = "55006"
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 class BackendUnavailable(ProxyError):
     """The backend could not be reached; the reserved ε is refunded (SPEC §7)."""
 

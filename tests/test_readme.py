@@ -1,5 +1,7 @@
 """README's two commands are the ones CI and a new user run."""
 
+import os
+import pty
 import shlex
 import shutil
 import subprocess
@@ -7,7 +9,7 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT
-from tests.wireserver import running_proxy
+from tests.wireserver import SCRIPT, running_proxy
 
 
 def _readme_commands() -> list[str]:
@@ -41,3 +43,49 @@ def test_the_readme_psql_line_answers_from_the_demo_server(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "median" and 10_000 < float(out.stdout.split()[2]) < 100_000
     assert "NOTICE:  iDP" in out.stderr and "spent epsilon 0.1" in out.stderr
+
+
+def _at_a_terminal(args: list[str], answers: list[tuple[str, str]], env: dict) -> str:
+    """Run a command on a pseudo-terminal, answering each prompt as a person would."""
+    main, child = pty.openpty()
+    process = subprocess.Popen(args, stdin=child, stdout=child, stderr=child, env=env)
+    os.close(child)
+    seen = ""
+    for prompt, answer in answers:
+        while prompt not in seen:
+            seen += os.read(main, 1024).decode()
+        seen = seen[seen.index(prompt) + len(prompt):]
+        os.write(main, answer.encode() + b"\n")
+    try:
+        while chunk := os.read(main, 1024):
+            seen += chunk.decode()
+    except OSError:  # the terminal closes with the process
+        pass
+    assert process.wait(60) == 0, seen
+    return seen
+
+
+@pytest.mark.postgres
+def test_a_new_user_is_added_while_the_demo_is_served(tmp_path):
+    """As a new user: `idp-proxy serve`, then in another terminal `idp-proxy users add
+    bob` (it prompts for the password twice), bob's psql query, `idp-proxy ledger --user
+    bob` — all while the server holds the demo's DuckDB file."""
+    env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")}
+    with running_proxy(None, None, tmp_path / "home") as proxy:
+        said = _at_a_terminal([SCRIPT, "users", "add", "bob"],
+                              [("Password:", "bob's pw"), ("Repeat for confirmation:",
+                                                           "bob's pw")], env)
+        assert "user bob added" in said and "bob's pw" not in said
+        args = shlex.split(_psql_line().replace("port=5433", f"port={proxy.port}")
+                           .replace("user=alice", "user=bob"))
+        out = subprocess.run([shutil.which(args[0]), "-X", *args[1:]], capture_output=True,
+                             text=True, timeout=60, env={**env, "PGPASSWORD": "bob's pw"},
+                             check=False)
+        assert out.returncode == 0, out.stderr
+        ledger = subprocess.run([SCRIPT, "ledger", "--user", "bob", "--format", "csv"],
+                                capture_output=True, text=True, env=env, check=False)
+    assert ledger.returncode == 0, ledger.stderr
+    (header, row) = ledger.stdout.splitlines()
+    entry = dict(zip(header.split(","), row.split(",")))
+    assert entry["analyst"] == "bob" and entry["status"] == "charged"
+    assert entry["epsilon"] == "0.1"

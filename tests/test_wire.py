@@ -21,6 +21,7 @@ import asyncpg
 import psycopg
 import pytest
 
+from proxy.admin import Remote, socket_path
 from tests.conftest import load_table
 from tests.system import apt_install
 from tests.wireserver import (
@@ -140,10 +141,11 @@ def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
     load_people(backend_url, 200)
     rules, home = tmp_path / "rules.toml", tmp_path / "home"
     rules.write_text(RULES.format(auth="scram"))
-    added = admin(rules, backend_url, home, "users", "add", "bob", "--password-stdin",
-                  stdin="s3cret pass\n")
-    assert added.returncode == 0, added.stderr
     with running_proxy(rules, backend_url, home) as proxy:
+        # added while the server runs (on DuckDB through the server's admin socket)
+        added = admin(rules, backend_url, home, "users", "add", "bob", "--password-stdin",
+                      stdin="s3cret pass\n")
+        assert added.returncode == 0, added.stderr
         with psycopg.connect(proxy.dsn("bob", password="s3cret pass"), autocommit=True) as con:
             before = _budget(con)
             assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
@@ -154,10 +156,13 @@ def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
             assert "password authentication failed" in str(failed.value)
         with psycopg.connect(proxy.dsn("bob", password="s3cret pass"), autocommit=True) as con:
             assert float(_budget(con)) == float(before) - 0.1
-    listed = admin(rules, backend_url, home, "users", "list", "--format", "csv")
-    assert listed.stdout.splitlines() == ["user,disabled", "bob,False"]
-    ledger = admin(rules, backend_url, home, "ledger", "--format", "json").stdout
-    assert '"analyst": "bob"' in ledger and "s3cret" not in ledger
+        listed = admin(rules, backend_url, home, "users", "list", "--format", "csv")
+        assert listed.stdout.splitlines() == ["user,disabled", "bob,False"]
+        ledger = admin(rules, backend_url, home, "ledger", "--format", "json").stdout
+        assert '"analyst": "bob"' in ledger and "s3cret" not in ledger
+        assert admin(rules, backend_url, home, "users", "disable", "bob").returncode == 0
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(proxy.dsn("bob", password="s3cret pass"))
 
 
 SLOW_RULES = RULES + """
@@ -444,3 +449,28 @@ def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
     assert (orphan / "data" / "postmaster.pid").exists()  # SIGKILL stopped nothing
     with running_proxy(rules, url, tmp_path / "home2"):
         assert not orphan.exists()
+
+
+def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url, tmp_path):
+    """The socket beside a served DuckDB file: only its owner may open it, it runs only
+    the command line's ledger and user calls, and bad requests get an error line."""
+    load_people(duckdb_url, 100)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    path = socket_path(duckdb_url.removeprefix("duckdb:///"))
+    with running_proxy(rules, duckdb_url, tmp_path / "home") as proxy:
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert path.parent.stat().st_mode & 0o777 == 0o700
+        for request in [b"garbage\n", b'{"target": "ledger", "method": "backend", "args": []}\n',
+                        b'{"target": "engine", "method": "session", "args": ["x"]}\n',
+                        b'{"target": "users", "method": "add", "args": ["only-a-name"]}\n',
+                        os.urandom(5000) + b"\n"]:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(str(path))
+                sock.sendall(request)
+                reply = sock.makefile("rb").readline()
+            assert b'"error"' in reply, (request, reply)
+        with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+            assert con.execute("SELECT COUNT(*) FROM people WHERE age > 9").fetchone()[0] > 0
+        assert Remote(path, "ledger").remaining("alice") == Decimal("99.9")
+    assert not path.exists()  # removed when the server stops

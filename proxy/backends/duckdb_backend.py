@@ -13,7 +13,7 @@ import duckdb
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log
-from proxy.errors import BackendFailed, QueryCanceled
+from proxy.errors import BackendFailed, DatabaseInUse, QueryCanceled
 from proxy.pgtypes import postgres_type
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
@@ -39,10 +39,9 @@ class DuckDBBackend(Backend):
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
-            raise BackendFailed(f"the DuckDB file {path} is in use by another process (a "
-                                "running idp-proxy serve?); stop it first, or keep the data "
-                                "in PostgreSQL to administer it while serving",
-                                "55006") from None
+            raise DatabaseInUse(f"the DuckDB file {path} is in use by another process (a "
+                                "running idp-proxy serve?); ask through that server (psql), "
+                                "or stop it first", path) from None
         self._lock = threading.RLock()
         self._cursor: duckdb.DuckDBPyConnection | None = None
         self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row

@@ -10,7 +10,9 @@ import secrets
 import signal
 import ssl
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+from proxy.admin import serve_admin
 from proxy.engine import Engine
 from proxy.rules import Rules
 from proxy.users import Users
@@ -22,13 +24,14 @@ log = logging.getLogger("idp_proxy.server")
 
 class Server:
     def __init__(self, engine: Engine, users: Users, shadow: ShadowCatalog,
-                 tls: ssl.SSLContext | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, admin: Path | None = None) -> None:
         self.engine = engine
         self.rules: Rules = engine.rules
         self.limits = engine.rules.server
         self.users = users
         self.shadow = shadow
         self.tls = tls
+        self.admin = admin  # the Unix socket of proxy.admin (servers of a DuckDB file)
         self._pids = itertools.count(1000)
         self._live: dict[int, Connection] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -85,8 +88,13 @@ class Server:
         log.info("listening on %s:%d", bound[0], bound[1])
         if ready is not None:
             ready(bound[0], bound[1])
+        admin = None if self.admin is None else await serve_admin(
+            self.admin, {"ledger": self.engine.ledger, "users": self.users})
         async with server:
             await stop.wait()
+        if admin is not None:
+            admin.close()
+            self.admin.unlink(missing_ok=True)
         for connection in list(self._live.values()):  # long statements must not hold us
             await self.run_cancel(connection.cancel_running)
         for task in list(self._tasks):

@@ -1,0 +1,38 @@
+"""JSON for values SQL answers carry: Decimal, date and datetime keep their type across
+a round trip (tagged objects), so a stored or forwarded answer reads back as it was."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from decimal import Decimal
+from typing import Any
+
+_TAGS = {"$decimal": Decimal, "$datetime": datetime.datetime.fromisoformat,
+         "$date": datetime.date.fromisoformat}
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_tagged, sort_keys=True)
+
+
+def loads(text: str) -> Any:
+    return json.loads(text, object_hook=_untagged)
+
+
+def _tagged(value: Any) -> dict[str, str]:
+    if isinstance(value, Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"$date": value.isoformat()}
+    raise TypeError(f"no JSON form for a {type(value).__name__}")
+
+
+def _untagged(value: dict[str, Any]) -> Any:
+    if len(value) == 1:
+        (tag, text), = value.items()
+        if tag in _TAGS:
+            return _TAGS[tag](text)
+    return value
