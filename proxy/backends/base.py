@@ -28,9 +28,8 @@ class Backend(ABC):
     name: str
 
     def __init__(self) -> None:
-        self._owner: int | None = None  # the thread whose transaction runs now
+        self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
         self._doomed: set[int] = set()  # threads whose transactions must not run
-        self._interrupted = False  # the running transaction must run no further statement
         self._interrupts = threading.Lock()
 
     def interrupt(self, owner: int) -> None:
@@ -40,9 +39,8 @@ class Backend(ABC):
         Called from another thread."""
         with self._interrupts:
             self._doomed.add(owner)
-            if self._owner == owner:
-                self._interrupted = True
-                self._stop_running()
+            if owner in self._active:
+                self._stop(self._active[owner])
 
     def forget_interrupt(self, owner: int) -> None:
         """The thread's query is over; its interrupt must not hit its next job."""
@@ -50,27 +48,30 @@ class Backend(ABC):
             self._doomed.discard(owner)
 
     @contextmanager
-    def _running(self) -> Iterator[None]:
-        """Around each transaction, with the backend's lock held."""
+    def _running(self, handle: Any) -> Iterator[None]:
+        """Around each transaction: ``handle`` (a cursor, a connection) is what an
+        interrupt of this thread stops meanwhile."""
         owner = threading.get_ident()
         with self._interrupts:
             if owner in self._doomed:
                 raise QueryCanceled("canceling statement due to user request")
-            previous, self._owner = self._owner, owner
-            if previous is None:
-                self._interrupted = False
+            previous, self._active[owner] = self._active.get(owner), handle
         try:
             yield
         finally:
             with self._interrupts:
-                self._owner = previous
+                if previous is None:
+                    del self._active[owner]
+                else:
+                    self._active[owner] = previous
 
     def _stopped(self) -> bool:
-        return self._interrupted
+        return threading.get_ident() in self._doomed
 
     @abstractmethod
-    def _stop_running(self) -> None:
-        """Interrupt the statement running now (called with the interrupt lock held)."""
+    def _stop(self, handle: Any) -> None:
+        """Interrupt the statement running on ``handle`` (called with the interrupt lock
+        held, from another thread)."""
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one statement in its own transaction and return all rows."""
@@ -79,8 +80,8 @@ class Backend(ABC):
 
     def query_with_columns(self, sql: str) -> tuple[list[tuple[str, str]], list[tuple]]:
         """Run a read-only statement; return its (column name, PostgreSQL type) pairs
-        and its rows."""
-        with self.transaction() as tx:
+        and its rows (in a snapshot: readers run side by side where the backend can)."""
+        with self.transaction(snapshot=True) as tx:
             rows = tx.execute(sql)
             return tx.columns(), rows
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ class DuckDBBackend(Backend):
                                 "running idp-proxy serve?); ask through that server (psql), "
                                 "or stop it first", path) from None
         self._lock = threading.RLock()
-        self._cursor: duckdb.DuckDBPyConnection | None = None
         self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
 
     @classmethod
@@ -68,13 +67,16 @@ class DuckDBBackend(Backend):
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
-        with self._lock, self._running():
+        """Writers take turns (DuckDB's optimistic concurrency would fail one of two
+        debits of the same budget row); snapshot readers run beside them and each other,
+        each on its own cursor."""
+        with self._lock if not snapshot else nullcontext():
             cursor = self._con.cursor()
-            previous, self._cursor = self._cursor, cursor
             try:
-                cursor.execute("BEGIN TRANSACTION")
-                yield _DuckDBTransaction(self._stopped, cursor)
-                cursor.execute("COMMIT")
+                with self._running(cursor):
+                    cursor.execute("BEGIN TRANSACTION")
+                    yield _DuckDBTransaction(self._stopped, cursor)
+                    cursor.execute("COMMIT")
             except BaseException:
                 try:
                     cursor.execute("ROLLBACK")
@@ -82,12 +84,10 @@ class DuckDBBackend(Backend):
                     pass
                 raise
             finally:
-                self._cursor = previous
                 cursor.close()
 
-    def _stop_running(self) -> None:
-        if self._cursor is not None:
-            self._cursor.interrupt()
+    def _stop(self, handle: duckdb.DuckDBPyConnection) -> None:
+        handle.interrupt()
 
     def data_version(self, tx: Transaction, table: str) -> str | None:
         # The proxy holds the file's write lock while it runs and never writes a data

@@ -75,25 +75,26 @@ class PostgresBackend(Backend):
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
-        with self._lock, self._running():
+        with self._lock:
             con = self._connection()
-            try:
-                with con.transaction():
-                    if snapshot:
-                        con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    yield _PostgresTransaction(self._stopped, con)
-            except psycopg.errors.QueryCanceled:
-                raise QueryCanceled("canceling statement due to user request") from None
-            except psycopg.OperationalError as exc:
-                log.error("postgres connection lost: %s", exc)
-                if con.broken or con.closed:
-                    self._con = None
-                    raise BackendUnavailable("the database behind the proxy is unreachable") from None
-                raise BackendFailed("the backend could not run this query") from None
+            with self._running(con):
+                try:
+                    with con.transaction():
+                        if snapshot:
+                            con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                        yield _PostgresTransaction(self._stopped, con)
+                except psycopg.errors.QueryCanceled:
+                    raise QueryCanceled("canceling statement due to user request") from None
+                except psycopg.OperationalError as exc:
+                    log.error("postgres connection lost: %s", exc)
+                    if con.broken or con.closed:
+                        self._con = None
+                        raise BackendUnavailable(
+                            "the database behind the proxy is unreachable") from None
+                    raise BackendFailed("the backend could not run this query") from None
 
-    def _stop_running(self) -> None:
-        if self._con is not None:
-            self._con.cancel_safe()
+    def _stop(self, handle: psycopg.Connection) -> None:
+        handle.cancel_safe()
 
     def track_versions(self, table: str) -> None:
         """Install the statement trigger that counts writes to ``table`` (once; it needs
