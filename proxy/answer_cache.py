@@ -39,11 +39,11 @@ def normalised_sql(statement: exp.Expression) -> str:
     return folded.sql(dialect="postgres", comments=False)
 
 
-def cache_key(statement: exp.Expression, plan: QueryPlan, calibration: tuple,
-              version: str) -> str:
+def cache_key(sql: str, plan: QueryPlan, calibration: tuple, version: str) -> str:
+    """``sql``: the statement's ``normalised_sql``."""
     # The plan's WHERE keeps the text's identifier case; the normalised SQL has the scope.
     decided = replace(plan, where=None)
-    material = "\n".join((normalised_sql(statement), repr(decided), repr(calibration), version))
+    material = "\n".join((sql, repr(decided), repr(calibration), version))
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -51,6 +51,7 @@ class AnswerCache:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         backend.query(_SCHEMA)
+        self._pruned: dict[str, str] = {}  # table -> the version its entries were pruned to
 
     def lookup(self, tx: Transaction, analyst: str, key: str) -> dict[str, Any] | None:
         rows = tx.execute("SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s",
@@ -59,12 +60,17 @@ class AnswerCache:
 
     def store(self, analyst: str, key: str, table: str, version: str,
               answer: dict[str, Any]) -> dict[str, Any]:
-        """Keep ``answer`` unless a racing session stored one first; return the kept one,
-        so every session sees one answer per key."""
+        """Keep ``answer`` unless a racing session stored one first; return the kept one
+        as read back, so every session sees one answer per key, in one form."""
+        text = jsontags.dumps(answer)
         with self.backend.transaction() as tx:
-            tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
-                       (table, version))
-            tx.execute("INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
-                       "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (analyst, key) DO NOTHING",
-                       (analyst, key, table, version, jsontags.dumps(answer)))
-            return self.lookup(tx, analyst, key)
+            if self._pruned.get(table) != version:  # older versions can never match
+                tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
+                           (table, version))
+            kept = tx.execute(
+                "INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
+                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (analyst, key) DO NOTHING "
+                "RETURNING key", (analyst, key, table, version, text))
+            stored = jsontags.loads(text) if kept else self.lookup(tx, analyst, key)
+        self._pruned[table] = version
+        return stored

@@ -107,23 +107,22 @@ class Engine:
             return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
                                              tx.execute), version
 
-    def cached(self, analyst: str, statement: exp.Expression, plan: QueryPlan,
-               charge: Charge) -> dict[str, Any] | None:
+    def cached(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
         """The answer this analyst was already given for this query over the data as it
         is now, recorded in the ledger as served from the cache; None when there is none."""
         with self.backend.transaction() as tx:
             version = self.backend.data_version(tx, plan.table.name)
             if version is None:
                 return None
-            stored = self.cache.lookup(tx, analyst, self.cache_key(statement, plan, version))
+            stored = self.cache.lookup(tx, analyst, self.cache_key(charge.sql, plan, version))
             if stored is not None:
                 self.ledger.append(tx, charge, 0, "served from cache", released=True)
             return stored
 
-    def cache_key(self, statement: exp.Expression, plan: QueryPlan, version: str) -> str:
+    def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:
         defaults = self.rules.defaults
         calibration = (defaults.local_sensitivity_floor, defaults.report_scale)
-        return cache_key(statement, plan, calibration, version)
+        return cache_key(sql, plan, calibration, version)
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:
         """c·g with c cached per (table, data version)."""
@@ -244,7 +243,7 @@ class Session:
         engine = self.engine
         charge = Charge(self.analyst, normalised_sql(statement), plan.model,
                         _mechanism(plan), plan.cost, _neighbour(plan))
-        stored = engine.cached(self.analyst, statement, plan, charge)
+        stored = engine.cached(self.analyst, plan, charge)
         if stored is not None:
             return _restored(stored, Decimal(0), engine.ledger.remaining(self.analyst),
                              _FROM_CACHE)
@@ -263,7 +262,7 @@ class Session:
         if version is None:
             return answer
         try:
-            stored = engine.cache.store(self.analyst, engine.cache_key(statement, plan, version),
+            stored = engine.cache.store(self.analyst, engine.cache_key(charge.sql, plan, version),
                                         plan.table.name, version, _cacheable(answer))
         except BackendUnavailable:
             return answer  # paid and computed: the answer stands, uncached

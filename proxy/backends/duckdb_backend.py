@@ -97,14 +97,14 @@ class DuckDBBackend(Backend):
         # data owner's own tools make. Another process can only have written the file
         # before this one opened it, which the hash sees. A view has no cheap version:
         # counting it runs it.
-        if not tx.execute("SELECT 1 FROM information_schema.tables WHERE table_name = %s "
-                          "AND table_schema = current_schema() AND table_type = 'BASE TABLE'",
-                          (table,)):
+        # (duckdb_tables() lists base tables only; a LIMIT 0 probe's description names
+        # the columns with DuckDB's own types: both far cheaper than information_schema)
+        if not tx.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = %s "
+                          "AND schema_name = current_schema()", (table,)):
             return None
-        columns = tx.execute("SELECT column_name, data_type FROM information_schema.columns "
-                             "WHERE table_name = %s AND table_schema = current_schema() "
-                             "ORDER BY ordinal_position", (table,))
         quoted = exp.to_table(table, quoted=True).sql(dialect="duckdb")
+        tx.execute(f"SELECT * FROM {quoted} LIMIT 0")
+        columns = [(name, str(kind)) for name, kind, *_ in tx.description()]
         count = tx.execute(f"SELECT count(*) FROM {quoted}")[0][0]
         key = (table, tuple(columns), count)
         if key not in self._content:
@@ -138,5 +138,8 @@ class _DuckDBTransaction(Transaction):
             log.error("duckdb error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
 
+    def description(self) -> list[tuple]:
+        return self._cursor.description or []
+
     def columns(self) -> list[tuple[str, str]]:
-        return [(d[0], postgres_type(str(d[1]))) for d in self._cursor.description or ()]
+        return [(d[0], postgres_type(str(d[1]))) for d in self.description()]
