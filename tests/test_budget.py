@@ -15,6 +15,10 @@ import pytest
 
 from proxy.analyze import parse_statements
 from proxy.answer_cache import normalised_sql
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.errors import BackendUnavailable
+from proxy.rules import parse_rules
 from tests.pgserver import postgres_cluster
 from tests.wireserver import admin, load_people, running_proxy
 
@@ -46,6 +50,13 @@ person_id = {{ type = "int" }}
 age    = {{ type = "int",   domain = [0, 120] }}
 income = {{ type = "float", domain = [0, 1000000] }}
 region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
+"""
+SLOW = """
+[tables.slow]
+privacy_unit = "person_id"
+[tables.slow.columns]
+person_id = { type = "int" }
+age = { type = "int", domain = [0, 120] }
 """
 
 
@@ -246,3 +257,38 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
         (account,) = json.loads(out.stdout)
         assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
     assert answered <= debited
+
+
+def test_a_refund_the_database_cannot_take_is_paid_when_it_is_back(tmp_path):
+    """The debit commits, PostgreSQL dies during the computation and stays down for the
+    refund: the refund is owed, and paid before the next debit once it is back."""
+    with postgres_cluster() as cluster:
+        load_people(cluster.url, 50)
+        with psycopg.connect(cluster.url, autocommit=True) as con:
+            con.execute("CREATE VIEW slow AS SELECT g AS person_id, g % 100 AS age FROM "
+                        "generate_series(1, 1000) g WHERE pg_sleep(0.01) IS NOT NULL")
+        rules = parse_rules(RULES.format(racers="") + SLOW)
+        engine = Engine(rules, open_backend(cluster.url))
+        session = engine.session("steady")
+        failed: list[Exception] = []
+
+        def slow_query():
+            try:
+                list(session.execute("SELECT COUNT(*) FROM slow WHERE age > 5"))
+            except Exception as exc:  # noqa: BLE001 -- the test inspects it
+                failed.append(exc)
+
+        query = threading.Thread(target=slow_query)
+        query.start()
+        time.sleep(1.0)
+        cluster.stop("immediate")
+        query.join(30)
+        assert [type(exc) for exc in failed] == [BackendUnavailable]
+        cluster.start()
+        list(session.execute("SELECT COUNT(*) FROM people WHERE age > 5"))
+        statuses = [(e[9], e[6]) for e in engine.ledger.entries("steady")]
+        assert statuses == [("charged", Decimal("0.05")),
+                            ("refunded: backend unreachable", Decimal("-0.05")),
+                            ("charged", Decimal("0.05"))]
+        assert engine.ledger.remaining("steady") == Decimal("999.95")
+        engine.backend.close()
