@@ -474,3 +474,37 @@ def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url,
             assert con.execute("SELECT COUNT(*) FROM people WHERE age > 9").fetchone()[0] > 0
         assert Remote(path, "ledger").remaining("alice") == Decimal("99.9")
     assert not path.exists()  # removed when the server stops
+
+
+def test_duckdb_answers_others_while_one_long_query_runs(duckdb_url, tmp_path):
+    """Statistics are snapshot reads on their own cursors: a query that runs for minutes
+    holds up neither another analyst's debit nor their answer."""
+    load_people(duckdb_url, 100)
+    _slow_table(duckdb_url)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(SLOW_RULES.format(auth="trust"))
+    with (running_proxy(rules, duckdb_url, tmp_path / "home") as proxy,
+          psycopg.connect(proxy.dsn("alice"), autocommit=True) as slow,
+          psycopg.connect(proxy.dsn("alice"), autocommit=True) as quick):
+        outcome = []
+
+        def long_query():
+            try:
+                slow.execute("SELECT COUNT(*) FROM slow WHERE x > 5")
+            except psycopg.errors.QueryCanceled:
+                outcome.append("cancelled")
+
+        runner = threading.Thread(target=long_query)
+        runner.start()
+        time.sleep(1.0)
+        answers = []
+        asker = threading.Thread(target=lambda: answers.extend(
+            quick.execute(f"SELECT COUNT(*) FROM people WHERE age > {number}").fetchone()[0]
+            for number in range(3)))
+        asker.start()
+        asker.join(20)  # before the fix it waited for the long query, i.e. forever
+        assert len(answers) == 3 and all(count > 0 for count in answers)
+        assert runner.is_alive()  # the long one still runs
+        slow.cancel_safe()
+        runner.join(10)
+        assert outcome == ["cancelled"]
