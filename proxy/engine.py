@@ -110,6 +110,8 @@ class Engine:
     def cached(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
         """The answer this analyst was already given for this query over the data as it
         is now, recorded in the ledger as served from the cache; None when there is none."""
+        if not self.rules.defaults.answer_cache:
+            return None
         with self.backend.transaction() as tx:
             version = self.backend.data_version(tx, plan.table.name)
             if version is None:
@@ -259,7 +261,7 @@ class Session:
         released = [release_group(plan, groups.get(key, GroupStats()), calibration, engine.rng)
                     for key in keys]
         answer = _answer(plan, keys, released, charge, remaining)
-        if version is None:
+        if version is None or not engine.rules.defaults.answer_cache:
             return answer
         try:
             stored = engine.cache.store(self.analyst, engine.cache_key(charge.sql, plan, version),

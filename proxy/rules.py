@@ -59,6 +59,7 @@ class Defaults:
     report_scale: str = "rounded"
     local_sensitivity_floor: float = 0.0
     global_budget: Decimal | None = None  # across all analysts; None: no global limit
+    answer_cache: bool = True  # repeats answered from idp.answers (docs/budget.md)
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,11 @@ class _Reader:
             if re.match(rf"\s*\[{re.escape(section)}\]", line):
                 return number
         return None
+
+    def boolean(self, value: Any, key: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(key, "must be true or false")
+        return value
 
     def only_keys(self, table: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> None:
         for name in table:
@@ -210,6 +216,8 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
                 "global_budget"):
         if key in body:
             values[key] = reader.epsilon(body[key], f"defaults.{key}")
+    if "answer_cache" in body:
+        values["answer_cache"] = reader.boolean(body["answer_cache"], "defaults.answer_cache")
     if "local_sensitivity_floor" in body:
         floor = reader.number(body["local_sensitivity_floor"], "defaults.local_sensitivity_floor")
         if floor < 0:
@@ -246,9 +254,7 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
     reader.only_keys(
         body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns")
     )
-    public = body.get("public", False)
-    if not isinstance(public, bool):
-        raise reader.fail(f"{key}.public", "must be true or false")
+    public = reader.boolean(body.get("public", False), f"{key}.public")
     columns = {
         reader.identifier(col, f"{key}.columns.{col}"): _column(reader, key, col, spec)
         for col, spec in body.get("columns", {}).items()

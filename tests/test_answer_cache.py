@@ -145,3 +145,13 @@ age = { type = "int", domain = [0, 120] }
         run(zoe, "SELECT COUNT(*) FROM adults WHERE age > 40")
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
     assert engine.statistics(_plan(engine, "SELECT COUNT(*) FROM adults"))[0] == 2
+
+
+def test_the_cache_can_be_switched_off(url):
+    rules = parse_rules(RULES_TEXT.replace('model = "idp"', 'model = "idp"\nanswer_cache = false'))
+    engine = Engine(rules, open_backend(url))
+    zoe = engine.session("zoe")
+    first, second = run(zoe, QUERY)[0], run(zoe, QUERY)[0]
+    assert first.rows != second.rows  # fresh noise: the medians differ
+    assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
+    assert engine.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 0

@@ -59,6 +59,7 @@ def test_shipped_rules_files_load():
     ('[tables.t]\n[tables.t.columns]\nx = { type = "decimal" }\n', 3, "must be one of int"),
     ('[tables.t]\n[tables.t.columns]\nx = { type = "text", keys = [] }\n', 3, "non-empty list"),
     ('[tables.t]\npublic = "yes"\n', 2, "true or false"),
+    ('[defaults]\nanswer_cache = 0\n', 2, "[defaults.answer_cache] must be true or false"),
     ('[tables.t]\nmax_rows_per_unit = 3\n[tables.t.columns]\nx = { type = "int" }\n', 2,
      "needs privacy_unit"),
     ('[tables.t]\nprivacy_unit = "id"\n', 1, "must declare its columns"),
