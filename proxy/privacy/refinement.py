@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from proxy.privacy.sampler import RandomSource
+from proxy.privacy.sampler import RandomSource, uniform
 
 _EXACT = 1e-12  # a ball's mass equals p_u to within this (float sums of atoms)
 
@@ -126,7 +126,7 @@ class Refined:
     def sample(self, rng: RandomSource) -> Any:
         """One draw: a segment by its refined mass, then (continuous priors) a uniform
         prior quantile inside it mapped back through F⁻¹."""
-        u = _uniform(rng)
+        u = uniform(rng)
         chosen = self.segments[-1]
         for segment in self.segments:
             if u < segment.mass:
@@ -135,7 +135,7 @@ class Refined:
             u -= segment.mass
         if isinstance(self.prior, Discrete):
             return chosen.value
-        return self.prior.quantile(chosen.start + (chosen.end - chosen.start) * _uniform(rng))
+        return self.prior.quantile(chosen.start + (chosen.end - chosen.start) * uniform(rng))
 
 
 def refine(prior: Any, answer: Any, alpha_u: float, alpha_d: float) -> Refined:
@@ -189,10 +189,6 @@ def _refine_atoms(prior: Discrete, answer: Any, alpha_u: float, alpha_d: float,
         segments.append(Segment(start, start + probability, factor, value))
         start += probability
     return Refined(tuple(segments), prior)
-
-
-def _uniform(rng: RandomSource) -> float:
-    return rng.randbelow(1 << 53) / (1 << 53)
 
 
 def discrete(table: Sequence[tuple[Any, float]], nominal: bool = False) -> Discrete:

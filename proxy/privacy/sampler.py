@@ -60,3 +60,8 @@ def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
         if negative and magnitude == 0:
             continue
         return -magnitude if negative else magnitude
+
+
+def uniform(rng: RandomSource) -> float:
+    """A uniform float in [0, 1) with 53 random bits (for samplers of continuous laws)."""
+    return rng.randbelow(1 << 53) / (1 << 53)
