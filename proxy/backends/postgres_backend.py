@@ -111,8 +111,9 @@ class PostgresBackend(Backend):
                     tx.execute(statement.format(table=exp.to_table(table, quoted=True).sql(
                         dialect="postgres")), (table,) if "%s" in statement else ())
         except BackendFailed:
-            log.warning("no write counter on %s (the proxy's role must own it): every "
-                        "user-level query on it reads its unit column to detect changes", table)
+            log.warning("no write counter on %s (the proxy's role must own it): its answers "
+                        "are not cached, and user-level queries on it read its unit column "
+                        "to detect changes", table)
 
     def data_version(self, tx: Transaction, table: str) -> str | None:
         rows = tx.execute(_VERSION_SQL, (table,))
