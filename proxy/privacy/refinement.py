@@ -20,7 +20,9 @@ with p_u and p_d, which makes it 0/0; the masses of the two chosen sets are mean
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -198,3 +200,61 @@ def discrete(table: Sequence[tuple[Any, float]], nominal: bool = False) -> Discr
     if any(p <= 0 for _, p in atoms) or abs(sum(p for _, p in atoms) - 1) > 1e-9:
         raise ValueError("a discrete prior needs positive probabilities that sum to 1")
     return Discrete(atoms, nominal)
+
+
+_CALL = re.compile(r"^\s*(uniform|normal)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$",
+                   re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class PriorSpec:
+    """A prior as an analyst writes it (``SET idp.prior = '...'``), before the column's
+    domain and type give it its range: ``uniform(a, b)``, ``normal(mu, sigma)`` or a
+    JSON table ``{"0": 0.99, "1": 0.01}``."""
+
+    kind: str  # "uniform" | "normal" | "table"
+    parameters: tuple = ()
+
+    def over(self, low: float | None, high: float | None, nominal: bool = False,
+             cast=float) -> Any:
+        """The prior for a column with domain [low, high] (a normal is truncated to it;
+        a table's keys are read with ``cast``)."""
+        if self.kind == "uniform":
+            return Uniform(*self.parameters)
+        if self.kind == "normal":
+            if low is None or high is None:
+                raise ValueError("a normal prior needs the column's declared domain")
+            return TruncatedNormal(*self.parameters, low, high)
+        return discrete([(cast(key), p) for key, p in self.parameters], nominal)
+
+
+def parse_prior(text: str) -> PriorSpec:
+    """Read a prior; a ValueError says what was wrong and what is allowed."""
+    allowed = ("use uniform(a, b), normal(mu, sigma) or a table such as "
+               "'{\"0\": 0.99, \"1\": 0.01}'")
+    if text.strip().startswith("{"):
+        try:
+            table = json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"the prior table is not valid JSON; {allowed}") from None
+        if not table or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
+                                for p in table.values()):
+            raise ValueError(f"a prior table maps values to probabilities; {allowed}")
+        pairs = tuple((key, float(p)) for key, p in table.items())
+        discrete(pairs, nominal=True)  # probabilities positive, summing to 1
+        return PriorSpec("table", pairs)
+    match = _CALL.match(text)
+    if match is None:
+        raise ValueError(f"unknown prior {text!r}; {allowed}")
+    try:
+        first, second = float(match.group(2)), float(match.group(3))
+    except ValueError:
+        raise ValueError(f"the parameters of {text!r} must be numbers; {allowed}") from None
+    if not (math.isfinite(first) and math.isfinite(second)):
+        raise ValueError(f"the parameters of {text!r} must be finite")
+    kind = match.group(1).lower()
+    if kind == "uniform" and not first < second:
+        raise ValueError(f"uniform(a, b) needs a < b, got {text!r}")
+    if kind == "normal" and not second > 0:
+        raise ValueError(f"normal(mu, sigma) needs sigma > 0, got {text!r}")
+    return PriorSpec(kind, (first, second))

@@ -17,6 +17,7 @@ from proxy.privacy.refinement import (
     Uniform,
     discrete,
     factors,
+    parse_prior,
     refine,
 )
 from tests.privacy.test_samplers import ALPHA, SeededSource
@@ -169,3 +170,35 @@ def test_a_discrete_prior_must_be_a_distribution():
     with pytest.raises(ValueError, match="sum to 1"):
         discrete([(0, 0.5), (1, 0.4)])
     assert isinstance(discrete([(1, 0.5), (0, 0.5)]), Discrete)
+
+
+@pytest.mark.parametrize("text,built", [
+    ("uniform(0, 200000)", Uniform(0.0, 200000.0)),
+    ("  UNIFORM( -1.5 ,2 ) ", Uniform(-1.5, 2.0)),
+    ("normal(40000, 15000)", TruncatedNormal(40000.0, 15000.0, 0.0, 200000.0)),
+])
+def test_priors_as_analysts_write_them(text, built):
+    assert parse_prior(text).over(0.0, 200000.0) == built
+
+
+def test_a_prior_table():
+    prior = parse_prior('{"0": 0.99, "1": 0.01}').over(0, 1, cast=int)
+    assert prior.atoms == ((0, 0.99), (1, 0.01))
+    nominal = parse_prior('{"north": 0.5, "south": 0.5}').over(None, None, nominal=True,
+                                                                 cast=str)
+    assert nominal.nominal and nominal.distance("north", "south") == 1
+
+
+@pytest.mark.parametrize("text,fragment", [
+    ("gaussian(0, 1)", "unknown prior"),
+    ("uniform(5, 1)", "needs a < b"),
+    ("normal(0, 0)", "sigma > 0"),
+    ("uniform(a, b)", "must be numbers"),
+    ("uniform(0, inf)", "finite"),
+    ('{"0": 0.5, "1": 0.4}', "sum to 1"),
+    ('{"0": "half"}', "maps values to probabilities"),
+    ("{0: 1}", "not valid JSON"),
+])
+def test_a_bad_prior_says_what_is_allowed(text, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        parse_prior(text)
