@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from proxy import jsontags
-from proxy.errors import BackendFailed, ProxyError
+from proxy.errors import DatabaseInUse, ProxyError
 
 log = logging.getLogger("idp_proxy.admin")
 
@@ -103,13 +103,10 @@ class Remote:
         return reply["result"]
 
 
-def reach_server(error: BackendFailed, target: str) -> Remote:
-    """The running server's ``target`` when ``error`` says a DuckDB file is locked and its
-    server answers; else ``error`` itself."""
-    path = getattr(error, "path", None)
-    if path is None:
-        raise error
-    remote = socket_path(path)
+def reach_server(error: DatabaseInUse, target: str) -> Remote:
+    """The ``target`` of the server that holds the locked DuckDB file, when one answers
+    on its socket; else ``error`` itself."""
+    remote = socket_path(error.path)
     try:
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(str(remote))

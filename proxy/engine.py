@@ -121,6 +121,18 @@ class Engine:
                 self.ledger.append(tx, charge, 0, "served from cache", released=True)
             return stored
 
+    def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
+                 answer: dict[str, Any]) -> dict[str, Any]:
+        """Cache a new answer where ``cached`` would find it; return the answer to send
+        (a racing session's, when it was stored first)."""
+        if version is None or not self.rules.defaults.answer_cache:
+            return answer
+        try:
+            return self.cache.store(analyst, self.cache_key(charge.sql, plan, version),
+                                    plan.table.name, version, answer)
+        except BackendUnavailable:
+            return answer  # paid and computed: the answer stands, uncached
+
     def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:
         defaults = self.rules.defaults
         calibration = (defaults.local_sensitivity_floor, defaults.report_scale)
@@ -260,15 +272,9 @@ class Session:
         keys = plan.group_keys() if plan.group_by else [()]
         released = [release_group(plan, groups.get(key, GroupStats()), calibration, engine.rng)
                     for key in keys]
-        answer = _answer(plan, keys, released, charge, remaining)
-        if version is None or not engine.rules.defaults.answer_cache:
-            return answer
-        try:
-            stored = engine.cache.store(self.analyst, engine.cache_key(charge.sql, plan, version),
-                                        plan.table.name, version, _cacheable(answer))
-        except BackendUnavailable:
-            return answer  # paid and computed: the answer stands, uncached
-        return _restored(stored, charge.epsilon, remaining)
+        answer = _cacheable(_answer(plan, keys, released, charge, remaining))
+        sent = engine.remember(self.analyst, plan, charge, version, answer)
+        return _restored(sent, charge.epsilon, remaining)
 
 
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
