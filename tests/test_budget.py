@@ -20,7 +20,7 @@ from proxy.engine import Engine
 from proxy.errors import BackendUnavailable
 from proxy.rules import parse_rules
 from tests.pgserver import postgres_cluster
-from tests.wireserver import admin, load_people, running_proxy
+from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
 
 pytestmark = pytest.mark.postgres
 
@@ -43,14 +43,7 @@ budget = 1000
 
 {racers}
 
-[tables.people]
-privacy_unit = "person_id"
-[tables.people.columns]
-person_id = {{ type = "int" }}
-age    = {{ type = "int",   domain = [0, 120] }}
-income = {{ type = "float", domain = [0, 1000000] }}
-region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
-"""
+""" + PEOPLE_RULES
 SLOW = """
 [tables.slow]
 privacy_unit = "person_id"

@@ -20,6 +20,16 @@ from psycopg.conninfo import make_conninfo
 
 from tests.conftest import load_table
 
+# The people table load_people fills (a str.format template: braces doubled).
+PEOPLE_RULES = """
+[tables.people]
+privacy_unit = "person_id"
+[tables.people.columns]
+person_id = {{ type = "int" }}
+age    = {{ type = "int",   domain = [0, 120] }}
+income = {{ type = "float", domain = [0, 1000000] }}
+region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
+"""
 RULES = """
 [server]
 auth = "{auth}"
@@ -29,15 +39,7 @@ epsilon_per_query = 0.1
 
 [analysts.alice]
 budget = 100
-
-[tables.people]
-privacy_unit = "person_id"
-[tables.people.columns]
-person_id = {{ type = "int" }}
-age    = {{ type = "int",   domain = [0, 120] }}
-income = {{ type = "float", domain = [0, 1000000] }}
-region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
-
+""" + PEOPLE_RULES + """
 [tables.regions]
 public = true
 """
