@@ -86,10 +86,12 @@ class Server:
             loop.add_signal_handler(signum, stop.set)
         bound = server.sockets[0].getsockname()
         log.info("listening on %s:%d", bound[0], bound[1])
-        if ready is not None:
-            ready(bound[0], bound[1])
+        # Admin calls are taken before "serving" is announced: a user who runs
+        # `idp-proxy users add` once the server says it serves must reach it.
         admin = None if self.admin is None else await serve_admin(
             self.admin, {"ledger": self.engine.ledger, "users": self.users})
+        if ready is not None:
+            ready(bound[0], bound[1])
         async with server:
             await stop.wait()
         if admin is not None:
