@@ -106,11 +106,14 @@ def main(debug: bool) -> None:
 @click.option("--user", required=True, help="The analyst whose budget pays.")
 @click.option("--epsilon", callback=_epsilon, help="epsilon per aggregate (default: the rules').")
 @click.option("--model", type=click.Choice(["idp", "dp"]), help="Privacy model for this run.")
+@click.option("--prior", help="Answer by knowledge refinement of this prior: 'uniform(a, b)', "
+              "'normal(mu, sigma)' or a JSON table '{\"0\": 0.99, \"1\": 0.01}' "
+              "(as SET idp.prior).")
 @format_option
 @click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8"),
               help="Run every statement of a .sql file.")
 @click.argument("sql", required=False)
-def query(rules_path, backend, user, epsilon, model, fmt, script, sql):
+def query(rules_path, backend, user, epsilon, model, prior, fmt, script, sql):
     """Answer SQL (one statement or a .sql file) through the privacy engine.
 
     \b
@@ -119,6 +122,8 @@ def query(rules_path, backend, user, epsilon, model, fmt, script, sql):
       idp-proxy query --user alice --format json \\
           "SELECT region, COUNT(*) FROM people WHERE age > 40 GROUP BY region"
       idp-proxy query --user bob -f examples/demo.sql
+      idp-proxy query --user alice --prior 'uniform(0, 200000)' \\
+          "SELECT MEDIAN(income) FROM people"
     """
     if (sql is None) == (script is None):
         raise click.UsageError("give either SQL or -f FILE")
@@ -130,6 +135,9 @@ def query(rules_path, backend, user, epsilon, model, fmt, script, sql):
         prefix += f"SET idp.epsilon = {epsilon};"
     if model is not None:
         prefix += f"SET idp.model = '{model}';"
+    if prior is not None:
+        quoted = prior.replace("'", "''")
+        prefix += f"SET idp.prior = '{quoted}';"
     if prefix:
         list(session.execute(prefix))
     answers = []

@@ -23,6 +23,7 @@ from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, RulesError
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
+from proxy.privacy.refined_release import exact_answer, release_refined
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.pushdown import compute_statistics, unit_bound_sql
@@ -83,7 +84,7 @@ class Engine:
         clip = table.max_rows_per_unit if plan.model == "dp" else None
         with self.backend.transaction(snapshot=True) as tx:
             version = self.backend.data_version(tx, table.name)
-            if table.privacy_unit is None or plan.model == "dp":
+            if table.privacy_unit is None or plan.model != "idp":
                 shift = (clip or 1) * table.group_size
                 return shift, compute_statistics(plan, column_needs(plan, shift), dialect, clip,
                                                  tx.execute), version
@@ -106,6 +107,35 @@ class Engine:
             shift = self._shift(plan, tx, version)
             return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
                                              tx.execute), version
+
+    def release(self, plan: QueryPlan) -> tuple[list[tuple], list[list[Released]], str | None]:
+        """Every group's key and released answers, and the data version they were
+        computed at; after the debit."""
+        if plan.individual:
+            true, version = self.unit_value(plan)
+            return [()], [[release_refined(plan, true, self.rng)]], version
+        shift, groups, version = self.statistics(plan)
+        if plan.prior is not None:
+            return [()], [[release_refined(plan, exact_answer(plan, groups[()]), self.rng)]], \
+                version
+        defaults = self.rules.defaults
+        calibration = Calibration(plan.model, shift, defaults.local_sensitivity_floor,
+                                  defaults.report_scale)
+        keys = plan.group_keys() if plan.group_by else [()]
+        return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
+                      for key in keys], version
+
+    def unit_value(self, plan: QueryPlan) -> tuple[Any, str | None]:
+        """One unit's value of the asked column (the mean of its rows for a number, the
+        first in order otherwise; None when it has none) and the data version."""
+        table, name = plan.table, plan.aggregates[0].column
+        column = exp.column(name, quoted=True)
+        numeric = table.columns[name].numeric
+        value = exp.Avg(this=exp.cast(column, "double")) if numeric else exp.Min(this=column)
+        query = exp.select(value).from_(exp.to_table(table.name, quoted=True)).where(plan.where)
+        with self.backend.transaction(snapshot=True) as tx:
+            version = self.backend.data_version(tx, table.name)
+            return tx.execute(query.sql(dialect=self.backend.dialect))[0][0], version
 
     def cached(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
         """The answer this analyst was already given for this query over the data as it
@@ -246,6 +276,8 @@ class Session:
             return self.settings.resolve_model(rules)
         if name == "idp.intervals":
             return "on" if self.settings.intervals else "off"
+        if name == "idp.prior":
+            return self.settings.prior.text if self.settings.prior else ""
         if name == "idp.sensitivity":
             return self.settings.sensitivity or DEFAULT_SENSITIVITY[
                 self.settings.model or rules.defaults.model]
@@ -263,15 +295,10 @@ class Session:
                              _FROM_CACHE)
         remaining = engine.ledger.debit(charge)
         try:
-            shift, groups, version = engine.statistics(plan)
+            keys, released, version = engine.release(plan)
         except BackendUnavailable:
             engine.ledger.refund(charge)
             raise
-        calibration = Calibration(plan.model, shift, engine.rules.defaults.local_sensitivity_floor,
-                                  engine.rules.defaults.report_scale)
-        keys = plan.group_keys() if plan.group_by else [()]
-        released = [release_group(plan, groups.get(key, GroupStats()), calibration, engine.rng)
-                    for key in keys]
         answer = _cacheable(_answer(plan, keys, released, charge, remaining))
         sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.epsilon, remaining)
@@ -295,7 +322,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     privacy = {
         "model": "iDP" if plan.model == "idp" else "DP",
         "mechanism": "; ".join(mechanisms),
-        "sensitivity": "local, rounded up to a power of two" if plan.model == "idp" else "global",
+        "sensitivity": _SENSITIVITY.get(plan.model, "global"),
         "neighbours": charge.neighbour,
         "epsilon_spent": float(charge.epsilon),
         "epsilon_remaining": float(remaining),
@@ -307,6 +334,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
+_SENSITIVITY = {"idp": "local, rounded up to a power of two",
+                "refinement": "none (knowledge refinement does not depend on it)"}
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 
 
@@ -394,6 +423,10 @@ def _mechanism(plan: QueryPlan) -> str:
 
 def _neighbour(plan: QueryPlan) -> str:
     table = plan.table
+    if plan.individual:
+        return f"one {table.privacy_unit}'s value against the prior (seed 001 Prop. 2)"
+    if plan.prior is not None:
+        return "any two data sets (seed 001 Prop. 1)"
     who = (f"all records of one {table.privacy_unit}" if table.privacy_unit
            else "one record")
     group = f", groups of {table.group_size}" if table.group_size > 1 else ""

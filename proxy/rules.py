@@ -48,6 +48,7 @@ class Table:
     group_size: int = 1
     max_rows_per_unit: int | None = None
     columns: Mapping[str, Column] = field(default_factory=lambda: MappingProxyType({}))
+    individual_queries: bool = False  # one unit's value, answered by knowledge refinement
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,8 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
     if not isinstance(body, dict):
         raise reader.fail(key, "must be a table")
     reader.only_keys(
-        body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns")
+        body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns",
+                    "individual_queries")
     )
     public = reader.boolean(body.get("public", False), f"{key}.public")
     columns = {
@@ -272,9 +274,13 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
             raise reader.fail(f"{key}.max_rows_per_unit", "needs privacy_unit to be set")
     if not public and not columns:
         raise reader.fail(key, "a protected table must declare its columns")
-    return Table(
-        name.lower(), public, unit, group_size, max_rows, MappingProxyType(columns)
-    )
+    individual = reader.boolean(body.get("individual_queries", False),
+                                f"{key}.individual_queries")
+    if individual and unit is None:
+        raise reader.fail(f"{key}.individual_queries", "needs privacy_unit to be set (an "
+                          "individual query names one unit)")
+    return Table(name.lower(), public, unit, group_size, max_rows, MappingProxyType(columns),
+                 individual)
 
 
 def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:

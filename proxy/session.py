@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from proxy.epsilon import parse_epsilon
 from proxy.errors import BadSetting, NotSupported, ReadOnly
+from proxy.privacy.refinement import PriorSpec, parse_prior
 from proxy.rules import MODELS, Rules
 
 SENSITIVITIES = ("local", "global")
@@ -28,6 +29,7 @@ class Settings:
     model: str | None = None
     sensitivity: str | None = None
     intervals: bool = False  # add <col>_ci95_low/high columns for tools without notices
+    prior: PriorSpec | None = None  # answer by knowledge refinement (seed 001)
     other: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     def resolve_model(self, rules: Rules) -> str:
@@ -101,9 +103,12 @@ def apply_command(settings: Settings, command: SessionCommand) -> Settings:
                        _choice(name, value, SENSITIVITIES))
     if name == "idp.intervals":
         return replace(settings, intervals=value is not None and _switch(name, value))
+    if name == "idp.prior":
+        return replace(settings, prior=None if value is None else _prior(value))
     if name.startswith("idp."):
         raise BadSetting(f"unknown setting {name}; the idp settings are idp.epsilon, "
-                         "idp.model, idp.sensitivity, idp.intervals (and SHOW idp.budget)")
+                         "idp.model, idp.sensitivity, idp.intervals, idp.prior "
+                         "(and SHOW idp.budget)")
     other = dict(settings.other)
     if value is None:
         other.pop(name, None)
@@ -131,6 +136,13 @@ def _epsilon(value: str) -> Decimal:
         return parse_epsilon(value)
     except ValueError as exc:
         raise BadSetting(str(exc)) from None
+
+
+def _prior(value: str) -> PriorSpec:
+    try:
+        return parse_prior(value)
+    except ValueError as exc:
+        raise BadSetting(f"idp.prior: {exc}") from None
 
 
 def _switch(name: str, value: str) -> bool:

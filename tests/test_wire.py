@@ -137,6 +137,34 @@ SELECT * FROM people;
     assert " demo " in listing
 
 
+def test_psql_with_a_prior(proxy):
+    """Knowledge refinement as a new user meets it: SET idp.prior, a median inside the
+    prior's support, the mechanism named; RESET back to iDP; an individual query
+    without a prior refused."""
+    script = """
+SET idp.prior = 'uniform(10000, 90000)';
+SHOW idp.prior;
+SELECT MEDIAN(income) FROM people;
+SELECT income FROM people WHERE person_id = 12;
+RESET idp.prior;
+SELECT MEDIAN(income) FROM people;
+SELECT income FROM people WHERE person_id = 12;
+SHOW idp.budget;
+"""
+    out = subprocess.run([shutil.which("psql"), "-X", "-A", "-t",
+                          proxy.dsn("alice", sslmode="disable"), "-f", "-"], input=script, capture_output=True, text=True, timeout=60,
+                         check=False)
+    lines = [line for line in out.stdout.splitlines() if line not in ("SET", "RESET", "")]
+    assert lines[0] == "uniform(10000, 90000)"
+    assert 10000 <= float(lines[1]) <= 90000 and 10000 <= float(lines[2]) <= 90000
+    notices = [line for line in out.stderr.splitlines() if "NOTICE" in line]
+    assert "DP (knowledge refinement of the prior uniform(10000, 90000))" in notices[0]
+    assert "iDP (Laplace" in notices[2]
+    assert ("ERROR:  income of one person_id is an individual query: it needs a prior first"
+            in out.stderr)
+    assert float(lines[-1]) == pytest.approx(100 - 0.3)  # three answers at 0.1, refusal free
+
+
 def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
     load_people(backend_url, 200)
     rules, home = tmp_path / "rules.toml", tmp_path / "home"

@@ -24,6 +24,7 @@ from tests.conftest import load_table
 PEOPLE_RULES = """
 [tables.people]
 privacy_unit = "person_id"
+individual_queries = true
 [tables.people.columns]
 person_id = {{ type = "int" }}
 age    = {{ type = "int",   domain = [0, 120] }}

@@ -7,6 +7,7 @@ Whether a query is refused depends only on its text, the rules and the session s
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from decimal import Decimal
 
 import sqlglot
@@ -20,6 +21,7 @@ from proxy.analyze.plan import (
     MIN,
     PERCENTILE,
     SUM,
+    VALUE,
     Aggregate,
     OutputColumn,
     PassthroughPlan,
@@ -27,6 +29,7 @@ from proxy.analyze.plan import (
 )
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import (
+    BadSetting,
     NotSupported,
     RawRowAccess,
     ReadOnly,
@@ -35,6 +38,7 @@ from proxy.errors import (
     UnknownColumn,
     UnknownTable,
 )
+from proxy.privacy.refined_release import answer_prior
 from proxy.rules import Rules, Table
 from proxy.session import Settings
 
@@ -71,12 +75,16 @@ def analyze(
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
     resolve = _column_resolver(table, select)
+    individual = _individual_query(select, table, settings, resolve)
+    if individual is not None:
+        return _with_prior(replace(individual, epsilon=settings.resolve_epsilon(rules, hint)),
+                           settings)
     group_by = _group_by(select, table, resolve)
     aggregates, outputs = _select_list(select, table, group_by, resolve)
     model = settings.resolve_model(rules)
     _check_domains(table, aggregates, model)
     where = select.args.get("where")
-    return QueryPlan(
+    plan = QueryPlan(
         table=table,
         where=check_predicate(where.this, table, resolve) if where else None,
         group_by=group_by,
@@ -87,6 +95,63 @@ def analyze(
         model=model,
         epsilon=settings.resolve_epsilon(rules, hint),
     )
+    return _with_prior(plan, settings) if settings.prior is not None else plan
+
+
+def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve):
+    """``SELECT col FROM t WHERE unit = k`` on a table whose rules allow individual
+    queries: the plan of one unit's value (its prior is checked by the caller); None
+    for any other shape. Without a prior it is refused here, spending nothing."""
+    items = select.expressions
+    where = select.args.get("where")
+    node = items[0].this if len(items) == 1 and isinstance(items[0], exp.Alias) else (
+        items[0] if len(items) == 1 else None)
+    if not (table.privacy_unit and isinstance(node, exp.Column) and where is not None
+            and isinstance(where.this, exp.EQ) and not select.args.get("group")):
+        return None
+    sides = (where.this.this, where.this.expression)
+    unit = [s for s in sides if isinstance(s, exp.Column)
+            and s.name.lower() == table.privacy_unit]
+    key = [s for s in sides if isinstance(s, (exp.Literal, exp.Neg))]
+    if len(unit) != 1 or len(key) != 1:
+        return None
+    column = resolve(node)
+    if not table.individual_queries:
+        raise RawRowAccess(f"column {column} of one {table.privacy_unit} would return a row of "
+                           f"{table.name}, and the rules do not enable individual queries on it; "
+                           "use it in an aggregate")
+    if settings.prior is None:
+        raise RawRowAccess(f"{column} of one {table.privacy_unit} is an individual query: it "
+                           "needs a prior first, e.g. SET idp.prior = 'uniform(0, 100000)'")
+    condition = exp.EQ(this=unit[0].copy(), expression=key[0].copy())
+    if table.privacy_unit in table.columns:
+        condition = check_predicate(condition, table, resolve)
+    else:  # an undeclared unit column's type is unknown: compare as text, never fail
+        condition = exp.EQ(this=exp.cast(exp.column(table.privacy_unit, quoted=True), "text"),
+                           expression=exp.Literal.string(_literal_text(key[0])))
+    return QueryPlan(table=table, where=condition, group_by=(),
+                     aggregates=(Aggregate(VALUE, column, column),),
+                     outputs=(OutputColumn(items[0].alias_or_name, aggregate=0),),
+                     order_by=(), limit=None, model="refinement", epsilon=Decimal(0),
+                     individual=True)
+
+
+def _literal_text(literal: exp.Expression) -> str:
+    return literal.name if isinstance(literal, exp.Literal) else f"-{literal.this.name}"
+
+
+def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
+    """The plan answered by knowledge refinement of the session's prior: one answer,
+    whose range the prior must describe."""
+    if len(plan.aggregates) != 1 or plan.group_by:
+        raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
+                           "describes one answer); or RESET idp.prior")
+    refined = replace(plan, model="refinement", prior=settings.prior)
+    try:
+        answer_prior(refined)
+    except ValueError as exc:
+        raise BadSetting(f"idp.prior: {exc}") from None
+    return refined
 
 
 def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) -> None:

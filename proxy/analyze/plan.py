@@ -13,9 +13,11 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.privacy.refinement import PriorSpec
 from proxy.rules import Table
 
 COUNT, PERCENTILE, MAX, MIN, SUM, AVG = "count", "percentile", "max", "min", "sum", "avg"
+VALUE = "value"  # one unit's value of a column: an individual query (seed 001)
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,11 @@ class QueryPlan:
     outputs: tuple[OutputColumn, ...]
     order_by: tuple[tuple[int, bool], ...]  # (output index, descending)
     limit: int | None
-    model: str  # "idp" | "dp"
+    model: str  # "idp" | "dp" | "refinement" (a prior is set: seed 001)
     epsilon: Decimal  # per aggregate
+    prior: PriorSpec | None = None
+    individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
+    smooth_gamma: float | None = None  # DP noise calibrated to the smooth sensitivity
 
     @property
     def cost(self) -> Decimal:

@@ -20,11 +20,12 @@ with p_u and p_d, which makes it 0/0; the masses of the two chosen sets are mean
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
@@ -153,7 +154,7 @@ def refine(prior: Any, answer: Any, alpha_u: float, alpha_d: float) -> Refined:
 def _ball(prior: Any, centre: float, p_u: float) -> tuple[float, float]:
     """The quantile interval [F(c − r), F(c + r)] of prior mass p_u (bisection on r: the
     mass grows continuously from 0 to 1)."""
-    reach = max(abs(centre - prior.quantile(0.0)), abs(centre - prior.quantile(1.0)))
+    reach = max(abs(centre - prior.quantile(1e-12)), abs(centre - prior.quantile(1 - 1e-12)))
     short, long = 0.0, reach
     for _ in range(200):
         middle = (short + long) / 2
@@ -214,18 +215,25 @@ class PriorSpec:
 
     kind: str  # "uniform" | "normal" | "table"
     parameters: tuple = ()
+    text: str = field(default="", compare=False, repr=False)  # as the analyst wrote it
 
     def over(self, low: float | None, high: float | None, nominal: bool = False,
              cast=float) -> Any:
-        """The prior for a column with domain [low, high] (a normal is truncated to it;
-        a table's keys are read with ``cast``)."""
+        """The prior for an answer in [low, high] (None: unbounded; a normal is
+        truncated to it; a table's keys are read with ``cast``)."""
         if self.kind == "uniform":
             return Uniform(*self.parameters)
         if self.kind == "normal":
-            if low is None or high is None:
-                raise ValueError("a normal prior needs the column's declared domain")
-            return TruncatedNormal(*self.parameters, low, high)
-        return discrete([(cast(key), p) for key, p in self.parameters], nominal)
+            return TruncatedNormal(*self.parameters, -math.inf if low is None else low,
+                                   math.inf if high is None else high)
+        atoms = []
+        for key, probability in self.parameters:
+            try:
+                atoms.append((cast(key), probability))
+            except ValueError:
+                raise ValueError(f"the prior table's key {key!r} is not a value of this "
+                                 f"answer ({cast.__name__})") from None
+        return discrete(atoms, nominal)
 
 
 def parse_prior(text: str) -> PriorSpec:
@@ -242,7 +250,7 @@ def parse_prior(text: str) -> PriorSpec:
             raise ValueError(f"a prior table maps values to probabilities; {allowed}")
         pairs = tuple((key, float(p)) for key, p in table.items())
         discrete(pairs, nominal=True)  # probabilities positive, summing to 1
-        return PriorSpec("table", pairs)
+        return PriorSpec("table", pairs, text.strip())
     match = _CALL.match(text)
     if match is None:
         raise ValueError(f"unknown prior {text!r}; {allowed}")
@@ -257,4 +265,54 @@ def parse_prior(text: str) -> PriorSpec:
         raise ValueError(f"uniform(a, b) needs a < b, got {text!r}")
     if kind == "normal" and not second > 0:
         raise ValueError(f"normal(mu, sigma) needs sigma > 0, got {text!r}")
-    return PriorSpec(kind, (first, second))
+    return PriorSpec(kind, (first, second), text.strip())
+
+
+def unrefined(prior: Any) -> Refined:
+    """The prior itself, as a refined law: the answer about a unit that is not in the
+    data (seed 001 §3, case (i) of an individual query)."""
+    if isinstance(prior, Discrete):
+        segments, start = [], 0.0
+        for value, probability in prior.atoms:
+            segments.append(Segment(start, start + probability, 1.0, value))
+            start += probability
+        return Refined(tuple(segments), prior)
+    return Refined((Segment(0.0, 1.0, 1.0),), prior)
+
+
+@functools.lru_cache(maxsize=256)
+def error_bound(prior: Any, alpha_u: float, alpha_d: float, coverage: float = 0.95) -> float | None:
+    """The smallest r with P(|answer − f(D)| ≤ r) ≥ coverage *whatever f(D) is* (over
+    the prior's atoms, or a grid of 201 prior quantiles): a bound that does not depend
+    on the data. The refined law's own interval is centred on f(D) and would reveal it.
+    None for a nominal prior, whose answers have no distance to report."""
+    if isinstance(prior, Discrete):
+        if prior.nominal:
+            return None
+        return max(_atom_bound(refine(prior, t, alpha_u, alpha_d), t, coverage)
+                   for t, _ in prior.atoms)
+    grid = [prior.quantile(min(max(i / 200, 1e-4), 1 - 1e-4)) for i in range(201)]
+    return max(_continuous_bound(prior, refine(prior, t, alpha_u, alpha_d), t, coverage)
+               for t in grid)
+
+
+def _atom_bound(refined: Refined, centre: float, coverage: float) -> float:
+    by_distance = sorted((abs(value - centre), mass) for value, mass in refined.atoms())
+    total = 0.0
+    for distance, mass in by_distance:
+        total += mass
+        if total >= coverage - _EXACT:
+            return distance
+    return by_distance[-1][0]
+
+
+def _continuous_bound(prior: Any, refined: Refined, centre: float, coverage: float) -> float:
+    short = 0.0
+    long = max(abs(centre - prior.quantile(1e-9)), abs(centre - prior.quantile(1 - 1e-9)))
+    for _ in range(60):
+        middle = (short + long) / 2
+        if refined.mass(prior.cdf(centre - middle), prior.cdf(centre + middle)) < coverage:
+            short = middle
+        else:
+            long = middle
+    return long

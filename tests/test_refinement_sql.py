@@ -1,0 +1,208 @@
+"""Knowledge refinement through SQL on both backends: SET/RESET/SHOW idp.prior, statistical
+and individual queries, their refusals (nothing spent), the answers' law against the
+seed's masses (binomial tests at significance 1e-4, as test_samplers) and Protocol 2."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.errors import BadSetting, BudgetExhausted, NotSupported, RawRowAccess
+from proxy.privacy.refinement import Uniform, error_bound, factors, refine
+from proxy.rules import parse_rules
+from tests.conftest import load_table
+from tests.privacy.test_samplers import ALPHA
+
+pytestmark = pytest.mark.postgres
+
+RULES = """
+[defaults]
+epsilon_per_query = 0.5
+answer_cache = {cache}
+
+[analysts.alice]
+budget = 1.0
+
+[analysts.zoe]
+budget = 1000
+
+[tables.people]
+privacy_unit = "person_id"
+individual_queries = true
+[tables.people.columns]
+person_id = {{ type = "int" }}
+income = {{ type = "float", domain = [0, 100000] }}
+region = {{ type = "text", keys = ["north", "south"] }}
+
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+cost = {{ type = "float", domain = [0, 1000] }}
+"""
+
+INCOME_OF_7 = 30000.0
+
+
+def _engine(url: str, cache: bool, shift: float = 0.0) -> Engine:
+    rng = np.random.default_rng(3)
+    incomes = [float(v) + shift for v in rng.uniform(0, 90000, 500)]
+    incomes[6] = INCOME_OF_7
+    load_table(url, "people", {"person_id": list(range(1, 501)), "income": incomes,
+                               "region": ["north", "south"] * 250},
+               {"person_id": "INTEGER", "income": "DOUBLE PRECISION", "region": "TEXT"})
+    load_table(url, "visits", {"person_id": [1, 2], "cost": [10.0, 20.0]},
+               {"person_id": "INTEGER", "cost": "DOUBLE PRECISION"})
+    return Engine(parse_rules(RULES.format(cache=str(cache).lower())), open_backend(url))
+
+
+@pytest.fixture
+def engine(backend_url):
+    engine = _engine(backend_url, cache=True)
+    yield engine
+    engine.backend.close()
+
+
+@pytest.fixture
+def uncached(backend_url):
+    engine = _engine(backend_url, cache=False)
+    yield engine
+    engine.backend.close()
+
+
+def run(session, sql):
+    return list(session.execute(sql))
+
+
+def test_a_median_with_a_prior_is_refined_and_says_so(engine):
+    session = engine.session("zoe")
+    run(session, "SET idp.prior = 'uniform(20000, 60000)'")
+    assert run(session, "SHOW idp.prior")[0].rows == [("uniform(20000, 60000)",)]
+    (answer,) = run(session, "SELECT MEDIAN(income) FROM people")
+    (value,) = answer.rows[0]
+    assert 20000 <= value <= 60000
+    assert answer.privacy["model"] == "DP"
+    assert answer.privacy["mechanism"] == "knowledge refinement of the prior uniform(20000, 60000)"
+    assert "knowledge refinement" in answer.notice
+    assert answer.privacy["epsilon_spent"] == 0.5
+    # the reported bound is the worst over every true answer: not a statistic of the data
+    assert answer.privacy["ci95"]["median"] == [error_bound(Uniform(20000, 60000),
+                                                            *factors(0.5, False))]
+    run(session, "RESET idp.prior")
+    (answer,) = run(session, "SELECT MEDIAN(income) FROM people")
+    assert answer.privacy["model"] == "iDP" and "Laplace" in answer.privacy["mechanism"]
+    assert run(session, "SHOW idp.prior")[0].rows == [("",)]
+
+
+def test_the_reported_bound_does_not_depend_on_the_data(backend_url):
+    bounds = []
+    for shift in (0.0, 5000.0):
+        engine = _engine(backend_url, cache=True, shift=shift)
+        session = engine.session("zoe")
+        run(session, "SET idp.prior = 'normal(45000, 20000)'")
+        (answer,) = run(session, "SELECT AVG(income) FROM people")
+        bounds.append(answer.privacy["ci95"]["avg"])
+        engine.backend.query('DROP TABLE "people"')
+        engine.backend.query('DROP TABLE "visits"')
+        engine.backend.close()
+    assert bounds[0] == bounds[1]
+
+
+def test_count_with_a_prior_table_answers_one_of_its_values(engine):
+    session = engine.session("zoe")
+    run(session, """SET idp.prior = '{"200": 0.25, "250": 0.5, "300": 0.25}'""")
+    (answer,) = run(session, "SELECT COUNT(*) FROM people WHERE region = 'north'")
+    assert answer.rows[0][0] in (200, 250, 300)
+    assert isinstance(answer.rows[0][0], int) and answer.kinds == ["bigint"]
+
+
+def _ledger_and_budgets(engine):
+    return engine.ledger.entries(), engine.ledger.budgets()
+
+
+@pytest.mark.parametrize("setup,sql,error,sqlstate", [
+    ("", "SELECT income FROM people WHERE person_id = 7", RawRowAccess, "42501"),
+    ("SET idp.prior = 'uniform(0, 1000)';", "SELECT cost FROM visits WHERE person_id = 1",
+     RawRowAccess, "42501"),
+    ("SET idp.prior = 'uniform(0, 1000)';", "SELECT MEDIAN(income), COUNT(*) FROM people",
+     NotSupported, "0A000"),
+    ("SET idp.prior = 'uniform(0, 1000)';",
+     "SELECT region, MEDIAN(income) FROM people GROUP BY region", NotSupported, "0A000"),
+    ("SET idp.prior = 'uniform(0, 1000)';", "SELECT region FROM people WHERE person_id = 7",
+     BadSetting, "22023"),
+    ("""SET idp.prior = '{"a": 1.0}';""", "SELECT MEDIAN(income) FROM people",
+     BadSetting, "22023"),
+])
+def test_refusals_spend_nothing(engine, setup, sql, error, sqlstate):
+    session = engine.session("alice")
+    if setup:
+        run(session, setup)
+    before = _ledger_and_budgets(engine)
+    with pytest.raises(error) as refused:
+        run(session, sql)
+    assert refused.value.sqlstate == sqlstate
+    assert len(str(refused.value).splitlines()) == 1
+    assert _ledger_and_budgets(engine) == before
+
+
+@pytest.mark.parametrize("text", ["uniform(5, 1)", "normal(0, -1)", "beta(1, 2)", "{bad",
+                                  '{"0": 0.5}'])
+def test_a_bad_prior_is_refused_when_set(engine, text):
+    with pytest.raises(BadSetting) as refused:
+        run(engine.session("alice"), f"SET idp.prior = '{text}'")
+    assert str(refused.value).startswith("idp.prior: ")
+
+
+def _fraction_inside(engine, sql, low, high, count=150):
+    session = engine.session("zoe")
+    run(session, "SET idp.prior = 'uniform(0, 100000)'; SET idp.epsilon = 1")
+    inside = 0
+    for _ in range(count):
+        (answer,) = run(session, sql)
+        inside += low <= answer.rows[0][0] <= high
+    return inside
+
+
+def test_an_individual_query_follows_the_refined_law(uncached):
+    """The value of person 7 (30 000) under uniform(0, 100 000) at ε = 1: the ball U_u of
+    prior mass 0.269 around it receives 0.731 of the answers (seed 001 Table 5)."""
+    ball = refine(Uniform(0, 100000), INCOME_OF_7, *factors(1.0, individual=True)).segments[1]
+    low, high = ball.start * 100000, ball.end * 100000
+    inside = _fraction_inside(uncached, "SELECT income FROM people WHERE person_id = 7",
+                              low, high)
+    assert stats.binomtest(inside, 150, math.e / (1 + math.e)).pvalue > ALPHA
+
+
+def test_a_unit_not_in_the_data_is_answered_from_the_prior(uncached):
+    ball = refine(Uniform(0, 100000), INCOME_OF_7, *factors(1.0, individual=True)).segments[1]
+    low, high = ball.start * 100000, ball.end * 100000
+    inside = _fraction_inside(uncached, "SELECT income FROM people WHERE person_id = 9999",
+                              low, high)
+    assert stats.binomtest(inside, 150, ball.end - ball.start).pvalue > ALPHA
+
+
+def test_a_nominal_individual_query_answers_a_key(engine):
+    session = engine.session("zoe")
+    run(session, """SET idp.prior = '{"north": 0.5, "south": 0.5}'""")
+    (answer,) = run(session, "SELECT region AS r FROM people WHERE person_id = 7")
+    assert answer.columns == ["r"] and answer.rows[0][0] in ("north", "south")
+    assert answer.privacy["ci95"]["r"] == [None]
+    assert "Prop. 2" in answer.privacy["neighbours"]
+
+
+def test_protocol_2_refuses_once_the_sum_would_pass_the_budget(engine):
+    """Each query names its ε; the ledger refuses the one that would pass the budget."""
+    session = engine.session("alice")
+    run(session, "SET idp.prior = 'uniform(0, 100000)'")
+    run(session, "/*+ epsilon=0.4 */ SELECT income FROM people WHERE person_id = 7")
+    run(session, "/*+ epsilon=0.5 */ SELECT MEDIAN(income) FROM people")
+    with pytest.raises(BudgetExhausted):
+        run(session, "/*+ epsilon=0.2 */ SELECT income FROM people WHERE person_id = 8")
+    run(session, "/*+ epsilon=0.1 */ SELECT income FROM people WHERE person_id = 8")
+    entries = engine.ledger.entries("alice")
+    assert [e[9] for e in entries] == ["charged", "charged", "refused: budget", "charged"]
+    assert engine.ledger.remaining("alice") == 0
