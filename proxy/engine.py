@@ -26,10 +26,13 @@ from proxy.pgtypes import RULE_TYPES
 from proxy.privacy.refined_release import exact_answer, release_refined
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
 from proxy.privacy.sampler import RandomSource, SecureSource
+from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
+from proxy.pushdown.window import rank_window
 from proxy.rules import Rules
 from proxy.session import (
+    DEFAULT_GAMMA,
     DEFAULT_SENSITIVITY,
     SessionCommand,
     Settings,
@@ -86,8 +89,14 @@ class Engine:
             version = self.backend.data_version(tx, table.name)
             if table.privacy_unit is None or plan.model != "idp":
                 shift = (clip or 1) * table.group_size
-                return shift, compute_statistics(plan, column_needs(plan, shift), dialect, clip,
-                                                 tx.execute), version
+                needs = column_needs(plan, shift)
+                groups = compute_statistics(plan, needs, dialect, clip, tx.execute)
+                if plan.smooth_gamma is not None:
+                    by_column = {need.column: need for need in needs}
+                    groups[()].smooth = smooth_sensitivities(
+                        plan, groups[()], shift, lambda column, from_top: rank_window(
+                            plan, by_column[column], dialect, clip, tx.execute, from_top))
+                return shift, groups, version
             if version is None:
                 unit = table.columns.get(table.privacy_unit)
                 folded = self.backend.fingerprint_aggregates(
@@ -276,6 +285,8 @@ class Session:
             return self.settings.resolve_model(rules)
         if name == "idp.intervals":
             return "on" if self.settings.intervals else "off"
+        if name == "idp.gamma":
+            return f"{self.settings.gamma or DEFAULT_GAMMA:g}"
         if name == "idp.prior":
             return self.settings.prior.text if self.settings.prior else ""
         if name == "idp.sensitivity":
@@ -322,7 +333,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     privacy = {
         "model": "iDP" if plan.model == "idp" else "DP",
         "mechanism": "; ".join(mechanisms),
-        "sensitivity": _SENSITIVITY.get(plan.model, "global"),
+        "sensitivity": _SENSITIVITY.get(plan.model, "global") if plan.smooth_gamma is None
+        else "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
         "neighbours": charge.neighbour,
         "epsilon_spent": float(charge.epsilon),
         "epsilon_remaining": float(remaining),
@@ -418,7 +430,8 @@ def _sort_key(value):
 
 def _mechanism(plan: QueryPlan) -> str:
     kinds = ",".join(a.label for a in plan.aggregates)
-    return f"{plan.model}: {kinds}"
+    smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
+    return f"{plan.model}{smooth}: {kinds}"
 
 
 def _neighbour(plan: QueryPlan) -> str:

@@ -3,6 +3,7 @@ consumes them): what to compute for one column, and what came back for one group
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -12,6 +13,10 @@ PCT, BOTTOM, TOP = "pct", "bottom", "top"
 def percentile_rank(n: int, fraction: Fraction) -> int:
     """r = max(1, ⌈p·n⌉), the rank PERCENTILE_DISC(p) answers (MEDIAN: ⌈n/2⌉)."""
     return max(1, -((-fraction.numerator * n) // fraction.denominator))
+
+
+# fetch(first, last): the values at ranks first..last of one column in scope
+Fetch = Callable[[int, int], list[float]]
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class GroupStats:
 
     rows: int = 0
     columns: dict[str, ColumnStats] = field(default_factory=dict)
+    smooth: dict[int, float] = field(default_factory=dict)  # aggregate index -> β-smooth S
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

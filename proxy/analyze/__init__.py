@@ -94,8 +94,14 @@ def analyze(
         limit=_limit(select),
         model=model,
         epsilon=settings.resolve_epsilon(rules, hint),
+        smooth_gamma=settings.smooth_gamma(rules),
     )
-    return _with_prior(plan, settings) if settings.prior is not None else plan
+    if settings.prior is not None:
+        return _with_prior(plan, settings)
+    if plan.smooth_gamma is not None and group_by:
+        raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
+                           "ask per key with WHERE, or use idp.sensitivity = 'global'")
+    return plan
 
 
 def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve):
@@ -146,7 +152,7 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
     if len(plan.aggregates) != 1 or plan.group_by:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
-    refined = replace(plan, model="refinement", prior=settings.prior)
+    refined = replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None)
     try:
         answer_prior(refined)
     except ValueError as exc:

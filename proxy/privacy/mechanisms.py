@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from proxy.privacy import smooth
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 
 GRID_STEPS_PER_SENSITIVITY = 1024  # Λ = S / 2^10: noise indistinguishable from Laplace(S/ε)
@@ -74,3 +75,16 @@ def laplace_real(
     value = (snapped + discrete_laplace(scale, rng)) * step
     ci95 = (discrete_laplace_interval(scale, confidence) + 0.5) * step
     return Noisy(value, ci95, "Laplace (exact, on a power-of-two grid)")
+
+
+def smooth_real(true: float, smooth_sensitivity: float, epsilon: Fraction, gamma: float,
+                rng: RandomSource) -> Noisy:
+    """f(D) + (S/α)·Z with Z ∝ 1/(1 + |z|^γ) and α = ε/(4γ) (seed 000 §VI-A2), rounded
+    to the power-of-two grid of the scale: Z is sampled in floating point, so the
+    rounding keeps the low bits of f(D) out of the answer. No interval: its width is
+    the data's smooth sensitivity."""
+    alpha, _ = smooth.admissible(float(epsilon), gamma)
+    scale = smooth_sensitivity / alpha
+    step = grid_step(scale)
+    value = round((true + scale * smooth.sample(gamma, rng)) / step) * step
+    return Noisy(value, None, f"smooth sensitivity, noise 1/(1 + |z|^{gamma:g})")

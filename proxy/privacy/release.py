@@ -10,8 +10,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, Aggregate, QueryPlan
-from proxy.privacy.mechanisms import Noisy, laplace_integer, laplace_real
+from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
+from proxy.privacy.mechanisms import Noisy, laplace_integer, laplace_real, smooth_real
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import (
     SUM_REFS,
@@ -56,7 +56,8 @@ def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
         column = plan.table.columns[agg.column]
         wanted = ranks.setdefault(agg.column, set())
         totals.setdefault(agg.column, False)
-        counts[agg.column] = counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
+        counts[agg.column] = (counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
+                              or plan.smooth_gamma is not None)  # the window needs n
         if agg.kind == PERCENTILE:
             wanted.update(percentile_refs(agg.fraction, shift) if plan.model == "idp"
                           else (RankRef(PCT, 0, agg.fraction),))
@@ -88,12 +89,12 @@ def release_group(
 ) -> list[Released]:
     """Noisy answers of every aggregate of the plan for one group."""
     group_count = len(plan.group_keys()) if plan.group_by else 1
-    return [
-        _release_one(plan, agg, group, calibration, group_count, rng) for agg in plan.aggregates
-    ]
+    return [_release_one(plan, index, group, calibration, group_count, rng)
+            for index in range(len(plan.aggregates))]
 
 
-def _release_one(plan, agg: Aggregate, group: GroupStats, cal: Calibration, group_count, rng):
+def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_count, rng):
+    agg = plan.aggregates[index]
     epsilon = Fraction(plan.epsilon)
     grouped = bool(plan.group_by)
     if agg.kind == COUNT:
@@ -110,7 +111,11 @@ def _release_one(plan, agg: Aggregate, group: GroupStats, cal: Calibration, grou
     if agg.kind == AVG:
         return _release_average(stats, column, cal, epsilon / share, rng)
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
-    noisy = laplace_real(answer, _real_scale(sensitivity, cal), epsilon / share, rng)
+    if index in group.smooth:
+        noisy = smooth_real(answer, group.smooth[index], epsilon / share, plan.smooth_gamma, rng)
+        note = _SMOOTH_NOTE
+    else:
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal), epsilon / share, rng)
     value = _clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM else noisy.value
     if column.type == "int":
         value = round(value)
@@ -149,6 +154,10 @@ def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[
         return local_sensitivity_of_winsorized_sum(
             stats.n, stats.total, stats.values, column.lower, column.upper)
     return stats.total, clamped_sum_sensitivity(cal.shift, column.lower, column.upper)
+
+
+_SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed noise; no 95% "
+                "bound is shown, it would reveal the smooth sensitivity of the data")
 
 
 def _sum_note(cal: Calibration) -> str:

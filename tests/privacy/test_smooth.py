@@ -12,7 +12,7 @@ from proxy.privacy.smooth import admissible, central_mass, half_width, sample
 from tests.privacy.test_samplers import ALPHA, DRAWS, SeededSource
 
 
-def _cdf(gamma):
+def smooth_cdf(gamma):
     """P(Z ≤ z) by scipy's quadrature (independent of the code under test)."""
     def beyond(z):
         """∫ from |z| to ∞ of dt/(1 + t^γ); past 1 as ∫ from 0 to 1/|z| of
@@ -36,13 +36,13 @@ def _cdf(gamma):
 def test_samples_follow_the_law(gamma):
     source = SeededSource(int(gamma * 10))
     draws = [sample(gamma, source) for _ in range(DRAWS)]
-    law = stats.cauchy.cdf if gamma == 2 else np.vectorize(_cdf(gamma))
+    law = stats.cauchy.cdf if gamma == 2 else np.vectorize(smooth_cdf(gamma))
     assert stats.kstest(draws, law).pvalue > ALPHA
 
 
 @pytest.mark.parametrize("gamma", [1.5, 2.0, 3.0, 5.0])
 def test_central_mass_matches_quadrature(gamma):
-    cdf = _cdf(gamma)
+    cdf = smooth_cdf(gamma)
     for q in (0.1, 1.0, 2.5, 30.0):
         assert central_mass(q, gamma) == pytest.approx(cdf(q) - cdf(-q), abs=1e-7)
     assert central_mass(half_width(0.95, gamma), gamma) == pytest.approx(0.95, abs=1e-9)

@@ -1,0 +1,120 @@
+"""β-smooth sensitivity of percentiles and of MAX/MIN (seed 000 §VI-A2, §VI-B2; Nissim,
+Raskhodnikova and Smith 2007), for DP with a declared domain [L, U].
+
+S(D) = max_k e^{−kβ}·A(k), A(k) the largest local sensitivity at distance k. With x₍ᵢ₎
+the sorted values in scope, padded with L below rank 1 and U above rank n, and s the
+records one neighbour step may change (SPEC §5.2):
+  percentile at rank r: A(k) = max_{0 ≤ t ≤ (k+1)s} x₍ᵣ₊ₜ₎ − x₍ᵣ₊ₜ₋₍ₖ₊₁₎ₛ₎
+  MAX:                  A(k) = max(U − x₍ₙ₋ₖₛ₎, x₍ₙ₎ − x₍ₙ₋₍ₖ₊₁₎ₛ₎, U − x₍ₙ₋₍ₖ₊₁₎ₛ₊₁₎ [k ≥ 1])
+(seed 000 writes MAX for s = 1, where the third term is the first; for s > 1 it is
+raising the top record to U and lowering ks − 1 of the next, which the brute-force
+test found).
+
+Only a window of ranks is read: once e^{−(K+1)β}(U − L) is at most the maximum found,
+no larger k can raise it (A(k) ≤ U − L), so K grows (×4) only until then, or until the
+window covers all n values. The seed calls the full maximum O(n²); this reads
+O(K·s) values and does O(K²·s) arithmetic. tests/privacy/test_smooth_bruteforce.py
+checks S ≥ LS and S(D) ≤ e^β·S(D') over every neighbour D' of small data sets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from proxy.analyze.plan import MAX, MIN, PERCENTILE, QueryPlan
+from proxy.privacy.smooth import admissible
+from proxy.statistics import Fetch, GroupStats, percentile_rank
+
+_FIRST_K = 16
+SMOOTHED = (PERCENTILE, MAX, MIN)
+
+
+def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
+                         window: Callable[[str, bool], Fetch]) -> dict[int, float]:
+    """S of every percentile, MAX and MIN of the plan, by aggregate index, at
+    β = ε/γ; ``window(column, from_top)`` reads ranks of a column in scope."""
+    beta = admissible(float(plan.epsilon), plan.smooth_gamma)[1]
+    found = {}
+    for index, agg in enumerate(plan.aggregates):
+        if agg.kind not in SMOOTHED:
+            continue
+        column = plan.table.columns[agg.column]
+        n, lower, upper = group.column(agg.column).n, column.lower, column.upper
+        if agg.kind == PERCENTILE:
+            found[index] = smooth_sensitivity_of_percentile(
+                n, percentile_rank(n, agg.fraction), shift, beta, lower, upper,
+                window(agg.column, False))
+        elif agg.kind == MAX:
+            found[index] = smooth_sensitivity_of_max(n, shift, beta, lower, upper,
+                                                     window(agg.column, True))
+        else:
+            found[index] = smooth_sensitivity_of_min(n, shift, beta, lower, upper,
+                                                     window(agg.column, False))
+    return found
+
+
+def smooth_sensitivity_of_percentile(n: int, rank: int, shift: int, beta: float,
+                                     lower: float, upper: float, fetch: Fetch) -> float:
+    def terms(k_max: int) -> list[float]:
+        reach = (k_max + 1) * shift
+        x = _padded(fetch, n, rank - reach, rank + reach, lower, upper)
+        out = []
+        for k in range(k_max + 1):
+            width = (k + 1) * shift
+            above = x[reach: reach + width + 1]  # ranks r .. r + width
+            below = x[reach - width: reach + 1]  # ranks r − width .. r
+            out.append(float(np.max(above - below)))
+        return out
+
+    return _smooth(terms, beta, upper - lower)
+
+
+def smooth_sensitivity_of_max(n: int, shift: int, beta: float, lower: float, upper: float,
+                              fetch_from_top: Fetch) -> float:
+    """``fetch_from_top(first, last)``: ranks counted from the top (1 is the maximum)."""
+    def terms(k_max: int) -> list[float]:
+        reach = (k_max + 1) * shift
+        top = _padded(lambda a, b: fetch_from_top(a, b)[::-1], n, n - reach, n, lower, upper,
+                      from_top=True)
+        # top[i] is x₍ₙ₋reach₊ᵢ₎, so x₍ₙ₋ⱼ₎ = top[reach − j]
+        return [max(upper - top[reach - k * shift], top[reach] - top[reach - (k + 1) * shift],
+                    upper - top[reach - (k + 1) * shift + 1] if k else 0.0)
+                for k in range(k_max + 1)]
+
+    return _smooth(terms, beta, upper - lower)
+
+
+def smooth_sensitivity_of_min(n: int, shift: int, beta: float, lower: float, upper: float,
+                              fetch_from_bottom: Fetch) -> float:
+    """MIN(x) = −MAX(−x): the bottom ranks of x are the top ranks of −x."""
+    return smooth_sensitivity_of_max(n, shift, beta, -upper, -lower,
+                                     lambda a, b: [-v for v in fetch_from_bottom(a, b)])
+
+
+def _smooth(terms, beta: float, span: float) -> float:
+    """max_k e^{−kβ}·A(k), widening the window until no further k can matter: a term
+    e^{−(K+1)β}(U − L) below the maximum, or A(K) = U − L (the window reached past
+    both ends of the data, and A never exceeds U − L)."""
+    k_max = _FIRST_K
+    while True:
+        found = terms(k_max)
+        best = max(math.exp(-k * beta) * a for k, a in enumerate(found))
+        if math.exp(-(k_max + 1) * beta) * span <= best or found[-1] >= span:
+            return best
+        k_max *= 4
+
+
+def _padded(fetch, n: int, first: int, last: int, lower: float, upper: float,
+            from_top: bool = False) -> np.ndarray:
+    """Values at ranks first..last, L below rank 1 and U above rank n."""
+    inside_first, inside_last = max(first, 1), min(last, n)
+    if from_top:  # ranks n+1−b .. n+1−a from the top are a..b
+        values = fetch(n + 1 - inside_last, n + 1 - inside_first)
+    else:
+        values = fetch(inside_first, inside_last)
+    below = [lower] * max(0, min(last, 0) - first + 1)
+    above = [upper] * max(0, last - max(first, n + 1) + 1)
+    return np.array(below + list(values) + above, dtype=float)

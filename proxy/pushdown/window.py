@@ -1,0 +1,33 @@
+"""A run of consecutive order statistics of one column in scope, for the smooth
+sensitivity (privacy/smooth_sensitivity.py): ranks first..last as one
+``ORDER BY … LIMIT … OFFSET …`` over the scope (clipped under DP), which both engines
+answer with a bounded top-k sort instead of ranking every row."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.analyze.plan import QueryPlan
+from proxy.pushdown.scope import Execute, scope_select
+from proxy.statistics import ColumnNeeds, Fetch
+
+
+def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
+                clip_rows_per_unit: int | None, execute: Execute,
+                from_top: bool = False) -> Fetch:
+    """``fetch(first, last)``: the values (clamped to the domain) at ranks first..last
+    (1-based, within 1..n; counted from the largest when ``from_top``) among the
+    column's non-null values in scope."""
+    scope = scope_select(plan, (need,), clip_rows_per_unit)
+    value = exp.column("c0")
+
+    def fetch(first: int, last: int) -> list[float]:
+        if last < first:
+            return []
+        statement = (exp.select(value).from_(scope.subquery("s"))
+                     .where(value.is_(exp.null()).not_())
+                     .order_by(exp.Ordered(this=value, desc=from_top))
+                     .limit(last - first + 1).offset(first - 1))
+        return [need.clamp(row[0]) for row in execute(statement.sql(dialect=dialect))]
+
+    return fetch

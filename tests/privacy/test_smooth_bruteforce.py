@@ -1,0 +1,94 @@
+"""The β-smooth sensitivities by brute force (NRS 2007 Def. 2.1): on small data sets
+(ties, domain bounds, records leaving the scope, several rows per unit, group size
+g > 1) S(D) is at least the largest change of the statistic over every neighbour, and
+S(D) ≤ e^β·S(D') for every neighbour D'. The window is read through the same
+``fetch`` interface the backend serves."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from fractions import Fraction
+
+import pytest
+
+from proxy.privacy.smooth_sensitivity import (
+    smooth_sensitivity_of_max,
+    smooth_sensitivity_of_min,
+    smooth_sensitivity_of_percentile,
+)
+from proxy.statistics import percentile_rank
+from tests.privacy.reference import neighbours, percentile, scope_values
+from tests.privacy.test_sensitivity_bruteforce import LOWER, TOLERANCE, UPPER, datasets, options
+
+
+def _fetch(values):
+    return lambda first, last: values[first - 1: last]
+
+
+def _from_top(values):
+    descending = values[::-1]
+    return lambda first, last: descending[first - 1: last]
+
+
+def _percentile_case(fraction):
+    def statistic(values):
+        return percentile(values, fraction, LOWER, UPPER)
+
+    def smooth(values, shift, beta):
+        rank = percentile_rank(len(values), fraction)
+        return smooth_sensitivity_of_percentile(len(values), rank, shift, beta, LOWER, UPPER,
+                                                _fetch(values))
+    return statistic, smooth
+
+
+CASES = {
+    "median": _percentile_case(Fraction(1, 2)),
+    "p90": _percentile_case(Fraction(9, 10)),
+    "max": (lambda values: values[-1] if values else LOWER,
+            lambda values, shift, beta: smooth_sensitivity_of_max(
+                len(values), shift, beta, LOWER, UPPER, _from_top(values))),
+    "min": (lambda values: values[0] if values else UPPER,
+            lambda values, shift, beta: smooth_sensitivity_of_min(
+                len(values), shift, beta, LOWER, UPPER, _fetch(values))),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("units,rows,group_size", [(5, 1, 1), (4, 2, 1), (4, 1, 2)])
+@pytest.mark.parametrize("beta", [0.1, 1.0])
+def test_smooth_sensitivity_bounds_the_change_and_is_smooth(case, units, rows, group_size,
+                                                            beta):
+    statistic, smooth = CASES[case]
+    shift = rows * group_size  # DP: the declared bound c times g
+    seed = zlib.crc32(f"{case} {units} {rows} {group_size} {beta}".encode())
+    for records in datasets(seed, 40, units, rows):
+        values = scope_values(records)
+        bound = smooth(values, shift, beta)
+        base = statistic(values)
+        for other in neighbours(records, options(), group_size):
+            moved = scope_values(other)
+            assert abs(statistic(moved) - base) <= bound + TOLERANCE, (records, other)
+            assert bound <= math.exp(beta) * smooth(moved, shift, beta) + TOLERANCE, \
+                (records, other)
+
+
+def test_a_wide_window_is_read_only_as_far_as_needed():
+    """10 000 equal values: A(k) = 0 until the window reaches the data's ends, so the
+    window grows; with spread values it stops after the first reads."""
+    reads = []
+
+    def counting(values):
+        def fetch(first, last):
+            reads.append(last - first + 1)
+            return values[first - 1: last]
+        return fetch
+
+    spread = [i / 10_000 * UPPER for i in range(10_000)]
+    smooth_sensitivity_of_percentile(10_000, 5_000, 1, 1.0, LOWER, UPPER, counting(spread))
+    assert sum(reads) < 100
+    reads.clear()
+    equal = [5.0] * 10_000
+    assert smooth_sensitivity_of_percentile(10_000, 5_000, 1, 0.01, LOWER, UPPER,
+                                            counting(equal)) > 0
+    assert sum(reads) < 10_000 * 3
