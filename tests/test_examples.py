@@ -28,3 +28,32 @@ def test_demo_sql_runs(tmp_path):
                          capture_output=True, text=True, check=True, env=env, timeout=300)
     assert out.stdout.count("NOTICE: iDP") == 4
     assert "budget" in out.stdout
+
+
+def _example(name: str, *args: str, tmp_path: Path) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / name), "--out",
+                          str(tmp_path), *args], capture_output=True, text=True, check=True,
+                         timeout=300)
+    stem = name.removesuffix(".py")
+    assert (tmp_path / f"{stem}.png").stat().st_size > 10_000
+    assert (tmp_path / f"{stem}.csv").read_text().count("\n") > 3
+    return out.stdout
+
+
+def test_paper_table_1_intervals_agree_within_one(tmp_path):
+    stdout = _example("paper_table1.py", tmp_path=tmp_path)
+    assert stdout.count("agrees (within ±1)") == 3, stdout
+
+
+def test_paper_table_5_and_the_boolean_example(tmp_path):
+    stdout = _example("paper_table5.py", tmp_path=tmp_path)
+    assert stdout.count("refinement columns agree to three decimals") == 4, stdout
+    assert "P(answer = 1 | B = 0) = 0.003679" in stdout
+    assert "P(answer = 1 | B = 1) = 0.027183" in stdout
+
+
+def test_paper_figure_2_orders_idp_below_dp_smooth(tmp_path):
+    """Fewer runs than the script's default (100) keep the suite short; the gaps are
+    several-fold, so 40 runs per point order them too."""
+    stdout = _example("paper_fig2.py", "--runs", "40", tmp_path=tmp_path)
+    assert "iDP below DP-smooth in every panel and at every epsilon: yes" in stdout, stdout
