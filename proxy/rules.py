@@ -34,6 +34,7 @@ class Column:
     lower: float | None = None
     upper: float | None = None
     keys: tuple[Any, ...] | None = None
+    public: bool = False  # not sensitive: may be copied into a release (--key)
 
     @property
     def numeric(self) -> bool:
@@ -287,7 +288,7 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
     key = f"{table_key}.columns.{name}"
     if not isinstance(spec, dict):
         raise reader.fail(key, 'must be an inline table, e.g. { type = "int", domain = [0, 120] }')
-    reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys"))
+    reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys", "public"))
     col_type = reader.choice(spec.get("type"), f"{key}.type", COLUMN_TYPES)
     lower = upper = None
     if "domain" in spec:
@@ -311,4 +312,5 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
         if len(set(map(repr, keys))) != len(keys):
             raise reader.fail(f"{key}.keys", "lists a value twice")
         keys = tuple(keys)
-    return Column(name.lower(), col_type, lower, upper, keys)
+    public = reader.boolean(spec.get("public", False), f"{key}.public")
+    return Column(name.lower(), col_type, lower, upper, keys, public)

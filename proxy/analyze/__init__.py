@@ -75,10 +75,10 @@ def analyze(
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
     resolve = _column_resolver(table, select)
-    individual = _individual_query(select, table, settings, resolve)
+    epsilon = settings.resolve_epsilon(rules, hint)
+    individual = _individual_query(select, table, settings, resolve, epsilon)
     if individual is not None:
-        return _with_prior(replace(individual, epsilon=settings.resolve_epsilon(rules, hint)),
-                           settings)
+        return _with_prior(individual, settings)
     group_by = _group_by(select, table, resolve)
     aggregates, outputs = _select_list(select, table, group_by, resolve)
     model = settings.resolve_model(rules)
@@ -93,7 +93,7 @@ def analyze(
         order_by=_order_by(select, outputs),
         limit=_limit(select),
         model=model,
-        epsilon=settings.resolve_epsilon(rules, hint),
+        epsilon=epsilon,
         smooth_gamma=settings.smooth_gamma(rules),
     )
     if settings.prior is not None:
@@ -104,21 +104,22 @@ def analyze(
     return plan
 
 
-def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve):
+def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve,
+                      epsilon: Decimal) -> QueryPlan | None:
     """``SELECT col FROM t WHERE unit = k`` on a table whose rules allow individual
     queries: the plan of one unit's value (its prior is checked by the caller); None
     for any other shape. Without a prior it is refused here, spending nothing."""
     items = select.expressions
     where = select.args.get("where")
-    node = items[0].this if len(items) == 1 and isinstance(items[0], exp.Alias) else (
-        items[0] if len(items) == 1 else None)
+    node = items[0].unalias() if len(items) == 1 else None
     if not (table.privacy_unit and isinstance(node, exp.Column) and where is not None
             and isinstance(where.this, exp.EQ) and not select.args.get("group")):
         return None
     sides = (where.this.this, where.this.expression)
     unit = [s for s in sides if isinstance(s, exp.Column)
             and s.name.lower() == table.privacy_unit]
-    key = [s for s in sides if isinstance(s, (exp.Literal, exp.Neg))]
+    key = [s for s in sides if isinstance(s, exp.Literal)
+           or (isinstance(s, exp.Neg) and isinstance(s.this, exp.Literal))]
     if len(unit) != 1 or len(key) != 1:
         return None
     column = resolve(node)
@@ -138,7 +139,7 @@ def _individual_query(select: exp.Select, table: Table, settings: Settings, reso
     return QueryPlan(table=table, where=condition, group_by=(),
                      aggregates=(Aggregate(VALUE, column, column),),
                      outputs=(OutputColumn(items[0].alias_or_name, aggregate=0),),
-                     order_by=(), limit=None, model="refinement", epsilon=Decimal(0),
+                     order_by=(), limit=None, model="refinement", epsilon=epsilon,
                      individual=True)
 
 

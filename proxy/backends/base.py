@@ -26,6 +26,7 @@ class Backend(ABC):
 
     dialect: str
     name: str
+    row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
@@ -138,6 +139,15 @@ class Transaction(ABC):
 
     @abstractmethod
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]: ...
+
+    @abstractmethod
+    def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
+        """The rows of one statement, ``size`` at a time (for results too large to hold:
+        a release's output); nothing else may run in the transaction meanwhile."""
+
+    @abstractmethod
+    def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
+        """Insert many rows into ``table`` (already quoted), given column by column."""
 
     @abstractmethod
     def columns(self) -> list[tuple[str, str]]:

@@ -29,6 +29,7 @@ def demo_path() -> Path:
 
 class DuckDBBackend(Backend):
     dialect = "duckdb"
+    row_identity = "rowid"
 
     def __init__(self, path: str) -> None:
         super().__init__()
@@ -129,14 +130,35 @@ class _DuckDBTransaction(Transaction):
         self._cursor = cursor
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
-        try:
+        with self._errors(sql):
             self._cursor.execute(sql.replace("%s", "?"), list(params))
             return self._cursor.fetchall() if self._cursor.description else []
+
+    def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
+        with self._errors(sql):
+            self._cursor.execute(sql)
+        while True:
+            with self._errors(sql):
+                rows = self._cursor.fetchmany(size)
+            if not rows:
+                return
+            yield rows
+
+    @staticmethod
+    @contextmanager
+    def _errors(sql: str) -> Iterator[None]:
+        try:
+            yield
         except duckdb.InterruptException:
             raise QueryCanceled("canceling statement due to user request") from None
         except duckdb.Error as exc:
             log.error("duckdb error: %s -- in: %s", exc, sql)
             raise BackendFailed("the backend could not run this query") from None
+
+    def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
+        # lists bind as DuckDB LISTs; unnesting them side by side zips them into rows
+        unnested = ", ".join("unnest(?)" for _ in columns)
+        self._execute(f"INSERT INTO {table} SELECT {unnested}", [list(c) for c in columns])
 
     def description(self) -> list[tuple]:
         return self._cursor.description or []

@@ -56,6 +56,7 @@ WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
 
 class PostgresBackend(Backend):
     dialect = "postgres"
+    row_identity = "ctid"
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -151,6 +152,32 @@ class _PostgresTransaction(Transaction):
         self._description = [(d.name, NAMES.get(d.type_code, "text"))
                              for d in cursor.description or ()]
         return cursor.fetchall() if cursor.description else []
+
+    def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
+        # a named (server-side) cursor: PostgreSQL sends the rows as they are fetched
+        with self._con.cursor(name="idp_batches") as cursor:
+            try:
+                cursor.execute(sql)
+                self._description = [(d.name, NAMES.get(d.type_code, "text"))
+                                     for d in cursor.description or ()]
+                while rows := cursor.fetchmany(size):
+                    yield rows
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error as exc:
+                log.error("postgres error: %s -- in: %s", exc, sql)
+                raise BackendFailed("the backend could not run this query") from None
+
+    def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
+        try:
+            with self._con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+                for row in zip(*columns):
+                    copy.write_row(row)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            log.error("postgres error: %s -- in: COPY %s", exc, table)
+            raise BackendFailed("the backend could not store the rows") from None
 
     def columns(self) -> list[tuple[str, str]]:
         return self._description

@@ -4,13 +4,14 @@ Floating-point Laplace samplers leak the low bits of the true value (Mironov 201
 every released number here is an integer multiple of a power-of-two grid step plus an
 exactly sampled integer. The sampler is Canonne, Kamath and Steinke's algorithm
 ("The Discrete Gaussian for Differential Privacy", NeurIPS 2020, Algorithms 1–2):
-integer arithmetic and Bernoulli trials only, driven by ``secrets``. It is small enough
+integer arithmetic and Bernoulli trials only, driven by the OS's CSPRNG. It is small enough
 to check line by line, which is why it is written here rather than imported.
 """
 
 from __future__ import annotations
 
-import secrets
+import os
+import threading
 from fractions import Fraction
 from typing import Protocol
 
@@ -20,25 +21,47 @@ class RandomSource(Protocol):
 
 
 class SecureSource:
-    """The operating system's CSPRNG (``secrets``)."""
+    """The operating system's CSPRNG (``os.urandom``), read 4 KiB at a time per thread:
+    a system call per integer cost more than the sampling itself. Each byte is used
+    once; threads never share a pool."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
 
     def randbelow(self, n: int) -> int:
-        return secrets.randbelow(n)
+        """Uniform on 0..n−1: the low bits of fresh bytes, rejected when ≥ n."""
+        if n < 1:
+            raise ValueError("randbelow needs n ≥ 1")
+        bits = (n - 1).bit_length()
+        size, mask = (bits + 7) // 8, (1 << bits) - 1
+        while True:
+            value = int.from_bytes(self._take(size), "little") & mask
+            if value < n:
+                return value
 
-
-def bernoulli(p: Fraction, rng: RandomSource) -> bool:
-    """True with probability exactly p (0 ≤ p ≤ 1)."""
-    return rng.randbelow(p.denominator) < p.numerator
+    def _take(self, size: int) -> bytes:
+        local = self._local
+        pool, at = getattr(local, "pool", b""), getattr(local, "at", 0)
+        if at + size > len(pool):
+            pool, at = os.urandom(max(4096, size)), 0
+            local.pool = pool
+        local.at = at + size
+        return pool[at: at + size]
 
 
 def bernoulli_exp(gamma: Fraction, rng: RandomSource) -> bool:
     """True with probability exactly exp(−γ), γ ≥ 0 (CKS Algorithm 1)."""
-    while gamma > 1:
-        if not bernoulli_exp(Fraction(1), rng):
+    return _bernoulli_exp(gamma.numerator, gamma.denominator, rng)
+
+
+def _bernoulli_exp(num: int, den: int, rng: RandomSource) -> bool:
+    """exp(−num/den) on integers: Fraction arithmetic cost most of a draw's time."""
+    while num > den:
+        if not _bernoulli_exp(1, 1, rng):
             return False
-        gamma -= 1
+        num -= den
     k = 1
-    while bernoulli(gamma / k, rng):
+    while rng.randbelow(den * k) < num:  # Bernoulli(γ/k)
         k += 1
     return k % 2 == 1
 
@@ -50,13 +73,13 @@ def discrete_laplace(scale: Fraction, rng: RandomSource) -> int:
     s, t = scale.denominator, scale.numerator  # exp(-|z| s / t)
     while True:
         u = rng.randbelow(t)
-        if not bernoulli_exp(Fraction(u, t), rng):
+        if not _bernoulli_exp(u, t, rng):
             continue
         v = 0
-        while bernoulli_exp(Fraction(1), rng):
+        while _bernoulli_exp(1, 1, rng):
             v += 1
         magnitude = (u + t * v) // s
-        negative = bernoulli(Fraction(1, 2), rng)
+        negative = rng.randbelow(2) == 0  # Bernoulli(1/2)
         if negative and magnitude == 0:
             continue
         return -magnitude if negative else magnitude

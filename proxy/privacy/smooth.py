@@ -8,7 +8,7 @@ the price of smooth sensitivity the seed's Table I shows against Laplace.
 h's normaliser is ∫ℝ dz/(1 + |z|^γ) = 2(π/γ)/sin(π/γ); its CDF has no elementary form
 for γ ≠ 2, so quantiles integrate h numerically. The sampler is a rejection sampler
 with proposal ∝ min(1, |z|^−γ) (uniform core, Pareto tails), accepting with
-probability ≥ ½; uniforms come from the ``RandomSource`` (``secrets`` in the product).
+probability ≥ ½; uniforms come from the ``RandomSource`` (the OS CSPRNG in the product).
 """
 
 from __future__ import annotations

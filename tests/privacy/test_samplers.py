@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from fractions import Fraction
 
 import numpy as np
@@ -74,6 +75,29 @@ def test_discrete_laplace_matches_its_law(scale):
 def test_secure_source_draws_the_same_law():
     samples = [discrete_laplace(Fraction(3), SecureSource()) for _ in range(5_000)]
     assert chi_square_against_pmf(samples, 3.0) > ALPHA
+
+
+@pytest.mark.parametrize("n", [2, 3, 1000, 1 << 16, (1 << 70) + 5])
+def test_secure_source_is_uniform_below_n(n):
+    """χ² over 20 equal bins of 0..n−1 (n small: its values themselves)."""
+    source, bins = SecureSource(), min(n, 20)
+    counts = np.bincount([source.randbelow(n) * bins // n for _ in range(DRAWS)],
+                         minlength=bins)
+    assert stats.chisquare(counts).pvalue > ALPHA
+
+
+def test_threads_draw_from_their_own_bytes():
+    """Two threads sharing one source never receive the same bytes."""
+    source, seen = SecureSource(), [[], []]
+
+    def draw(slot):
+        seen[slot] = [source.randbelow(1 << 64) for _ in range(2_000)]
+    workers = [threading.Thread(target=draw, args=(slot,)) for slot in (0, 1)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert not set(seen[0]) & set(seen[1]) and len(set(seen[0])) == 2_000
 
 
 def test_integer_mechanism_uses_scale_sensitivity_over_epsilon():
