@@ -95,6 +95,13 @@ class DatabaseInUse(BackendFailed):
         self.path = path
 
 
+class OutputFailed(ProxyError):
+    """A release's output file could not be written (the ε stays spent: the data was
+    read and noised)."""
+
+    sqlstate = "58030"
+
+
 class BackendUnavailable(ProxyError):
     """The backend could not be reached; the reserved ε is refunded (SPEC §7)."""
 

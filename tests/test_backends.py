@@ -33,6 +33,17 @@ def test_duckdb_configuration_is_locked(duckdb_url):
         backend.query("SELECT * FROM read_csv('/etc/passwd')")
 
 
+def test_a_duckdb_memory_limit_from_the_url_and_locked(duckdb_url):
+    backend = open_backend(f"{duckdb_url}?memory_limit=300MB")
+    assert backend.query("SELECT current_setting('memory_limit')") == [("286.1 MiB",)]
+    with pytest.raises(BackendFailed):
+        backend.query("SET memory_limit = '10GB'")
+    for bad in ("?memory_limit=lots", "?threads=2"):
+        with pytest.raises(BackendFailed) as refused:
+            open_backend(f"{duckdb_url}{bad}")
+        assert refused.value.sqlstate == "22023" and "memory_limit=2GB" in refused.value.message
+
+
 def test_unsupported_backend_url():
     with pytest.raises(ProxyError) as error:
         open_backend("mysql://x")

@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 from proxy.backends import open_backend
-from proxy.errors import BadSetting, NotSupported, UnknownColumn, UnknownTable
+from proxy.errors import BadSetting, NotSupported, OutputFailed, UnknownColumn, UnknownTable
 from proxy.ledger import Ledger
 from proxy.privacy.mechanisms import grid_parameters
 from proxy.privacy.microaggregation import Cluster, centroid, sensitivity
@@ -189,6 +189,22 @@ def test_refusals_spend_nothing(source, tmp_path, args, error):
                 options["key"], options["out"])
     assert len(str(refused.value).splitlines()) == 1
     assert (ledger.entries(), ledger.budgets()) == before
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_the_epsilon_stays_spent(
+        source, tmp_path):
+    """The folder disappears between the checks and the writing (as a full disk or a
+    revoked permission would fail it)."""
+    rules, backend, ledger = source
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    job = prepare(rules, backend, "tax", "income", 10, "0.5", "idp-cbls", "equal", None, (),
+                  None, str(folder / "r.csv"))
+    folder.rmdir()
+    with pytest.raises(OutputFailed) as failed:
+        run_release(backend, ledger, job, "owner")
+    assert failed.value.sqlstate == "58030" and "r.csv" in failed.value.message
+    assert [entry[9] for entry in ledger.entries("owner")] == ["charged"]
 
 
 def test_methods_that_need_a_domain_say_so_and_cbls_does_not(source, tmp_path):

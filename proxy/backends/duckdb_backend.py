@@ -31,12 +31,16 @@ class DuckDBBackend(Backend):
     dialect = "duckdb"
     row_identity = "rowid"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, memory_limit: str | None = None) -> None:
         super().__init__()
         self.name = "demo" if path == str(demo_path()) else Path(path).stem or "memory"
         self.path = path
+        config = dict(_HARDENED) | ({"memory_limit": memory_limit} if memory_limit else {})
         try:
-            self._con = duckdb.connect(path, config=dict(_HARDENED))
+            self._con = duckdb.connect(path, config=config)
+        except (duckdb.InvalidInputException, duckdb.ParserException) as exc:
+            raise BackendFailed(f"the DuckDB URL's memory_limit is not valid ({exc}); write "
+                                "e.g. ?memory_limit=2GB", "22023") from None
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
@@ -48,12 +52,17 @@ class DuckDBBackend(Backend):
 
     @classmethod
     def from_url(cls, url: str) -> DuckDBBackend:
-        """``duckdb:///:memory:``, ``duckdb:///relative.duckdb``, ``duckdb:////abs.duckdb``."""
-        path = url.removeprefix("duckdb://")
-        path = path.removeprefix("/")
+        """``duckdb:///:memory:``, ``duckdb:///relative.duckdb``, ``duckdb:////abs.duckdb``,
+        optionally ``?memory_limit=2GB``: DuckDB then spills to disk beyond it (sorts,
+        temporary tables) instead of growing with the data."""
+        path, _, query = url.removeprefix("duckdb://").removeprefix("/").partition("?")
         if not path:
             raise BackendFailed("duckdb URL needs a path, e.g. duckdb:///data.duckdb", "22023")
-        return cls(path)
+        options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+        if set(options) - {"memory_limit"}:
+            raise BackendFailed("a duckdb URL takes only ?memory_limit=..., e.g. "
+                                "duckdb:///data.duckdb?memory_limit=2GB", "22023")
+        return cls(path, options.get("memory_limit"))
 
     @classmethod
     def demo(cls) -> DuckDBBackend:

@@ -21,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from proxy.backends.base import Backend, Transaction
-from proxy.errors import BackendUnavailable
+from proxy.errors import BackendUnavailable, OutputFailed
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.microaggregation import IDP_CBLS, Cluster, release
 from proxy.privacy.sampler import RandomSource, SecureSource
@@ -50,17 +50,18 @@ def run_release(backend: Backend, ledger: Ledger, job: Release, analyst: str,
     remaining = ledger.debit(charge)
     try:
         with backend.transaction(snapshot=True) as tx:
-            report = _release(backend, tx, job, rng, progress)
+            rows, clusters, mean_sse = _release(backend, tx, job, rng, progress)
     except BackendUnavailable:
         ledger.refund(charge)
         raise
-    report = Report(report.rows, report.clusters, report.mean_sse, float(remaining))
+    report = Report(rows, clusters, mean_sse, float(remaining))
     _record(job, report)
     return report
 
 
 def _release(backend: Backend, tx: Transaction, job: Release, rng: RandomSource,
-             progress) -> Report:
+             progress) -> tuple[int, tuple[int, ...], float]:
+    """(rows written, clusters per column, mean SSE)."""
     dialect, width, k = backend.dialect, len(job.columns), job.k
     k = 1 if job.method == "dp" else k  # plain DP: every record is its own "cluster"
 
@@ -101,7 +102,7 @@ def _release(backend: Backend, tx: Transaction, job: Release, rng: RandomSource,
     for statement in sql.drop_all(width):
         run(statement)
     progress("done", 1.0)
-    return Report(rows, tuple(clusters), float(mean_sse), 0.0)
+    return rows, tuple(clusters), float(mean_sse)
 
 
 def _noisy(job: Release, j: int, row: tuple, rng: RandomSource) -> float | None:
@@ -122,6 +123,14 @@ def _export(tx: Transaction, statement: str, path: Path) -> int:
     """Stream the rows into ``path``: CSV as they come; Parquet through a CSV beside
     it that a private DuckDB converts (both bounded in memory)."""
     target = path if path.suffix.lower() == ".csv" else path.with_suffix(".csv.partial")
+    try:
+        return _write(tx, statement, path, target)
+    except OSError as exc:
+        raise OutputFailed(f"could not write {path}: {exc.strerror or exc}; the epsilon "
+                           "of this release is spent") from None
+
+
+def _write(tx: Transaction, statement: str, path: Path, target: Path) -> int:
     rows = 0
     with target.open("w", newline="") as handle:
         writer = csv.writer(handle)
