@@ -34,7 +34,7 @@ import numpy as np
 from proxy.privacy.microaggregation import DP, DP_UM, IDP_CBLS, IDP_LS, Cluster, release
 from proxy.privacy.sampler import SecureSource
 
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+DATA = Path(__file__).resolve().parent / "data"  # copies of the paper's data sets
 SETS = {
     "census": ("census_casc.csv", ["AFNLWGT", "AGI", "EMCONTRB", "FEDTAX", "STATETAX", "TAXINC",
                                    "POTHVAL", "INTVAL", "FICA"],
