@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
@@ -52,10 +54,15 @@ def test_paper_table_5_and_the_boolean_example(tmp_path):
     assert "P(answer = 1 | B = 1) = 0.027183" in stdout
 
 
-def test_paper_figure_2_orders_idp_below_dp_smooth(tmp_path):
+@pytest.mark.parametrize("backend", ["duckdb", pytest.param("postgres",
+                                                               marks=pytest.mark.postgres)])
+def test_paper_figure_2_orders_idp_below_dp_smooth(tmp_path, request, backend):
     """Fewer runs than the script's default (100) keep the suite short; the gaps are
-    several-fold, so 40 runs per point order them too."""
-    stdout = _example("paper_fig2.py", "--runs", "40", tmp_path=tmp_path)
+    several-fold, so 40 runs per point order them too (20 on PostgreSQL, whose
+    answers take longer)."""
+    runs = ("--runs", "40") if backend == "duckdb" else (
+        "--runs", "20", "--backend", request.getfixturevalue("fresh_postgres"))
+    stdout = _example("paper_fig2.py", *runs, tmp_path=tmp_path)
     assert "iDP below DP-smooth in every panel and at every epsilon: yes" in stdout, stdout
 
 
