@@ -167,3 +167,16 @@ def test_ledger_since(home):
     assert ledger(home, "--since", "2999-01-01") == []
     bad = cli(home, "ledger", "--since", "yesterday")
     assert bad.returncode == 2 and "--since" in bad.stderr
+
+
+def test_query_with_a_prior_answers_by_knowledge_refinement(home):
+    out = cli(home, "query", "--user", "alice", "--prior", "uniform(20000, 80000)",
+              "SELECT MEDIAN(income) FROM people")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert 20_000 <= float(lines[2]) <= 80_000
+    notice = next(line for line in lines if line.startswith("NOTICE:"))
+    assert notice.startswith("NOTICE: DP (knowledge refinement of the prior uniform(20000, 80000))")
+    refused = cli(home, "query", "--user", "alice", "--prior", "beta(1, 2)",
+                  "SELECT MEDIAN(income) FROM people")
+    assert refused.returncode == 1 and refused.stderr.startswith("ERROR [22023]: idp.prior:")
