@@ -39,6 +39,12 @@ person_id = {{ type = "int" }}
 income = {{ type = "float", domain = [0, 100000] }}
 region = {{ type = "text", keys = ["north", "south"] }}
 
+[tables.accounts]
+privacy_unit = "acct"
+individual_queries = true
+[tables.accounts.columns]
+balance = {{ type = "float", domain = [0, 1000] }}
+
 [tables.visits]
 privacy_unit = "person_id"
 [tables.visits.columns]
@@ -57,6 +63,8 @@ def _engine(url: str, cache: bool, shift: float = 0.0) -> Engine:
                {"person_id": "INTEGER", "income": "DOUBLE PRECISION", "region": "TEXT"})
     load_table(url, "visits", {"person_id": [1, 2], "cost": [10.0, 20.0]},
                {"person_id": "INTEGER", "cost": "DOUBLE PRECISION"})
+    load_table(url, "accounts", {"acct": [7, 8], "balance": [500.0, 600.0]},
+               {"acct": "INTEGER", "balance": "DOUBLE PRECISION"})
     return Engine(parse_rules(RULES.format(cache=str(cache).lower())), open_backend(url))
 
 
@@ -108,6 +116,7 @@ def test_the_reported_bound_does_not_depend_on_the_data(backend_url):
         bounds.append(answer.privacy["ci95"]["avg"])
         engine.backend.query('DROP TABLE "people"')
         engine.backend.query('DROP TABLE "visits"')
+        engine.backend.query('DROP TABLE "accounts"')
         engine.backend.close()
     assert bounds[0] == bounds[1]
 
@@ -192,6 +201,23 @@ def test_a_nominal_individual_query_answers_a_key(engine):
     assert answer.columns == ["r"] and answer.rows[0][0] in ("north", "south")
     assert answer.privacy["ci95"]["r"] == [None]
     assert "Prop. 2" in answer.privacy["neighbours"]
+
+
+def test_a_unit_column_the_rules_do_not_declare_is_compared_as_text(uncached):
+    """Its type is unknown to the rules, so the key is compared with the unit's text:
+    any literal runs without a backend error. The value of account 7 (500) is inside a
+    ball of prior mass 0.269 around it with probability 0.731, at ε = 1."""
+    session = uncached.session("zoe")
+    run(session, "SET idp.prior = 'uniform(0, 1000)'; SET idp.epsilon = 1")
+    ball = refine(Uniform(0, 1000), 500.0, *factors(1.0, individual=True)).segments[1]
+    inside = 0
+    for _ in range(100):
+        (answer,) = run(session, "SELECT balance FROM accounts WHERE acct = 7")
+        inside += ball.start * 1000 <= answer.rows[0][0] <= ball.end * 1000
+    assert stats.binomtest(inside, 100, math.e / (1 + math.e)).pvalue > ALPHA
+    for key in ("'7'", "'no such account'", "-3"):
+        (answer,) = run(session, f"SELECT balance FROM accounts WHERE acct = {key}")
+        assert 0 <= answer.rows[0][0] <= 1000
 
 
 def test_protocol_2_refuses_once_the_sum_would_pass_the_budget(engine):
