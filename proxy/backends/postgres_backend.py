@@ -142,42 +142,42 @@ class _PostgresTransaction(Transaction):
         self._description: list[tuple[str, str]] = []
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
-        try:
+        with self._errors(sql):
             cursor = self._con.execute(sql, list(params) or None)
-        except psycopg.OperationalError:
-            raise
-        except psycopg.Error as exc:
-            log.error("postgres error: %s -- in: %s", exc, sql)
-            raise BackendFailed("the backend could not run this query") from None
-        self._description = [(d.name, NAMES.get(d.type_code, "text"))
-                             for d in cursor.description or ()]
+        self._describe(cursor)
         return cursor.fetchall() if cursor.description else []
 
     def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
         # a named (server-side) cursor: PostgreSQL sends the rows as they are fetched
-        with self._con.cursor(name="idp_batches") as cursor:
-            try:
-                cursor.execute(sql)
-                self._description = [(d.name, NAMES.get(d.type_code, "text"))
-                                     for d in cursor.description or ()]
-                while rows := cursor.fetchmany(size):
-                    yield rows
-            except psycopg.OperationalError:
-                raise
-            except psycopg.Error as exc:
-                log.error("postgres error: %s -- in: %s", exc, sql)
-                raise BackendFailed("the backend could not run this query") from None
+        with self._con.cursor(name="idp_batches") as cursor, self._errors(sql):
+            cursor.execute(sql)
+            self._describe(cursor)
+            while rows := cursor.fetchmany(size):
+                yield rows
 
     def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
+        with self._errors(f"COPY {table}", "the backend could not store the rows"), \
+                self._con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+            for row in zip(*columns):
+                copy.write_row(row)
+
+    @staticmethod
+    @contextmanager
+    def _errors(sql: str, message: str = "the backend could not run this query"
+                ) -> Iterator[None]:
+        """A lost connection goes up as is (the transaction turns it into
+        BackendUnavailable); any other error's text goes to the log only."""
         try:
-            with self._con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
-                for row in zip(*columns):
-                    copy.write_row(row)
+            yield
         except psycopg.OperationalError:
             raise
         except psycopg.Error as exc:
-            log.error("postgres error: %s -- in: COPY %s", exc, table)
-            raise BackendFailed("the backend could not store the rows") from None
+            log.error("postgres error: %s -- in: %s", exc, sql)
+            raise BackendFailed(message) from None
+
+    def _describe(self, cursor: psycopg.Cursor) -> None:
+        self._description = [(d.name, NAMES.get(d.type_code, "text"))
+                             for d in cursor.description or ()]
 
     def columns(self) -> list[tuple[str, str]]:
         return self._description
