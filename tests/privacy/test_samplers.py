@@ -20,6 +20,7 @@ from scipy import stats
 from proxy.privacy.mechanisms import (
     discrete_laplace_interval,
     grid_parameters,
+    grid_step,
     laplace_integer,
     laplace_real,
 )
@@ -163,3 +164,12 @@ def test_stated_95_percent_interval_covers_95_percent(scale):
     outside = 1 - sum(pmf(z) for z in range(-k, k + 1))
     assert outside <= 0.05
     assert outside + 2 * pmf(k) > 0.05  # the smallest such k
+
+
+def test_interval_of_a_scale_so_small_that_alpha_underflows():
+    """exp(−1/scale) is 0.0 in floating point: all the mass is at 0, the interval is 0
+    (it once divided by log(0) and raised on a release at ε = 10⁹)."""
+    assert math.exp(-1 / (1 / 1000)) == 0.0
+    assert discrete_laplace_interval(Fraction(1, 1000)) == 0
+    noisy = laplace_real(12.5, 1.0, Fraction(10**9), SeededSource(3))
+    assert noisy.value == 12.5 and noisy.ci95 == 0.5 * grid_step(1.0)
