@@ -57,46 +57,65 @@ def load(name: str) -> np.ndarray:
 
 
 def clusters(values: np.ndarray, k: int) -> list[np.ndarray]:
-    ordered = np.sort(values)
+    """Indices of ``values`` cut into individual-ranking clusters: sorted, k at a time,
+    the last absorbing the remainder."""
+    ordered = np.argsort(values, kind="stable")
     count = max(len(ordered) // k, 1)
     return [ordered[c * k:(c + 1) * k] if c < count - 1 else ordered[c * k:]
             for c in range(count)]
 
 
-def mean_sse(data: np.ndarray, method: str, k: int, epsilon: float, alpha: float,
-             rng, whole: bool = False) -> float:
-    """One release of every column and its mean SSE, eq. (4)–(5). ε is split equally
-    over the columns (SPEC §6), or with ``whole`` each column gets all of it (the other
-    reading of the paper: the data set is then (m·ε)-DP)."""
-    n, width = data.shape
-    share = Fraction(epsilon) / (1 if whole else width)
-    total = 0.0
-    for j in range(width):
-        column = data[:, j]
-        upper, variance = alpha * column.max(), column.var(ddof=1)
-        squared = 0.0
+def mask(data: np.ndarray, method: str, k: int, epsilon: float, alpha: float, rng,
+         whole: bool = False) -> np.ndarray:
+    """One release of every column, rows in their original order, domain [0, α·max]. ε
+    is split equally over the columns (SPEC §6), or with ``whole`` each column gets all
+    of it (the other reading of the paper: the data set is then (m·ε)-DP)."""
+    share = Fraction(epsilon) / (1 if whole else data.shape[1])
+    masked = np.empty_like(data)
+    for j, column in enumerate(data.T):
+        upper = alpha * column.max()
         for members in clusters(column, 1 if method == DP else k):
-            summary = Cluster(len(members), float(members.sum()), tuple(members[:3]),
-                              tuple(members[-3:]))
-            noisy = release(method, summary, 0.0, upper, share, rng)
-            squared += float(((noisy - members) ** 2).sum())
-        total += squared / variance ** 2
-    return total / n / width ** 2
+            values = column[members]  # ascending
+            summary = Cluster(len(values), float(values.sum()), tuple(values[:3]),
+                              tuple(values[-3:]))
+            masked[members, j] = release(method, summary, 0.0, upper, share, rng)
+    return masked
+
+
+def mean_sse(data: np.ndarray, masked: np.ndarray) -> float:
+    """Eq. (4)–(5) as printed: each difference divided by its column's variance, the
+    distance scaled by 1/m, averaged over the n records."""
+    n, width = data.shape
+    scaled = (masked - data) / data.var(axis=0, ddof=1)
+    return float((scaled ** 2).sum() / n / width ** 2)
 
 
 def experiment(task: tuple[str, float, int, bool]) -> list[tuple]:
+    """Rows (data, α, ε, method, k, mean SSE over the runs, its standard error)."""
     name, alpha, runs, whole = task
     data, rng = load(name), SecureSource()
+
+    def point(method: str, k: int, epsilon: float) -> tuple[float, float]:
+        sse = [mean_sse(data, mask(data, method, k, epsilon, alpha, rng, whole))
+               for _ in range(runs)]
+        return float(np.mean(sse)), float(np.std(sse, ddof=1) / np.sqrt(runs)) if runs > 1 else 0.0
+
     rows = []
     for epsilon in EPSILONS:
-        dp = np.mean([mean_sse(data, DP, 1, epsilon, alpha, rng, whole) for _ in range(runs)])
+        dp = point(DP, 1, epsilon)
         for k in SETS[name][2]:
-            rows.append((name, alpha, epsilon, "DP", k, dp))
-            for method in METHODS:
-                sse = np.mean([mean_sse(data, method, k, epsilon, alpha, rng, whole)
-                               for _ in range(runs)])
-                rows.append((name, alpha, epsilon, method.upper(), k, float(sse)))
+            rows.append((name, alpha, epsilon, "DP", k, *dp))
+            rows.extend((name, alpha, epsilon, method.upper(), k, *point(method, k, epsilon))
+                        for method in METHODS)
     return rows
+
+
+def tied_with_best(curve: dict[int, tuple[float, float]]) -> list[int]:
+    """The k whose mean SSE is within two standard errors (of the difference) of the
+    lowest: with 10 noisy runs, "the best k" is this set, not one point."""
+    low, low_se = min(curve.values())
+    return [k for k, (sse, se) in sorted(curve.items())
+            if sse - low <= 2 * (se ** 2 + low_se ** 2) ** 0.5]
 
 
 def through_the_product(name: str, folder: Path) -> str:
@@ -136,15 +155,17 @@ def main() -> None:
         rows = [row for part in pool.map(experiment, tasks) for row in part]
     with (args.out / "paper_release.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["data", "alpha", "epsilon", "method", "k", "mean_sse"])
+        writer.writerow(["data", "alpha", "epsilon", "method", "k", "mean_sse", "std_error"])
         writer.writerows(rows)
     ordered = True
     for name in SETS:
         _figure(name, rows, args.out / f"paper_release_{name}.png")
         for alpha in ALPHAS:
             for epsilon in EPSILONS:
-                panel = {(m, k): s for d, a, e, m, k, s in rows
+                panel = {(m, k): s for d, a, e, m, k, s, _ in rows
                          if d == name and a == alpha and e == epsilon}
+                tied = tied_with_best({k: (s, se) for d, a, e, m, k, s, se in rows
+                                       if (d, a, e, m) == (name, alpha, epsilon, "IDP-CBLS")})
                 best = {m: min((s, k) for (mm, k), s in panel.items() if mm == m)
                         for m in ("DP", "DP-UM", "IDP-LS", "IDP-CBLS")}
                 lowest = all(best["IDP-CBLS"][0] < best[m][0] for m in ("DP", "DP-UM", "IDP-LS"))
@@ -152,7 +173,15 @@ def main() -> None:
                 ordered &= lowest
                 print(f"{name:<6} alpha={alpha:<3} eps={epsilon:<5} best mean SSE: "
                       + ", ".join(f"{m} {s:.3g} (k={k})" for m, (s, k) in best.items())
-                      + f"; DP-UM / iDP-CBLS = {margin:,.0f}x")
+                      + f"; DP-UM / iDP-CBLS = {margin:,.0f}x; iDP-CBLS k within noise of "
+                      f"its best: {', '.join(map(str, tied))}")
+            low = min(s for d, a, e, m, k, s, _ in rows
+                      if (d, a, e, m) == (name, alpha, 0.01, "IDP-CBLS"))
+            large = SETS[name][2][-1]
+            at_one = {m: s for d, a, e, m, k, s, _ in rows
+                      if (d, a, e, k) == (name, alpha, 1.0, large) and m in ("DP-UM", "IDP-LS")}
+            print(f"{name:<6} alpha={alpha:<3} iDP-CBLS at eps 0.01 (best k) {low:.3g}; at eps 1 "
+                  f"and k={large}: DP-UM {at_one['DP-UM']:.3g}, iDP-LS {at_one['IDP-LS']:.3g}")
     print(f"iDP-CBLS lowest in every panel: {'yes' if ordered else 'NO'}")
     with tempfile.TemporaryDirectory() as folder:
         for name in SETS:
@@ -167,7 +196,7 @@ def _figure(name: str, rows, path: Path) -> None:
         for col, alpha in enumerate(ALPHAS):
             ax = axes[row][col]
             for method in ("DP", "DP-UM", "IDP-LS", "IDP-CBLS"):
-                points = [(k, s) for d, a, e, m, k, s in rows
+                points = [(k, s) for d, a, e, m, k, s, _ in rows
                           if d == name and a == alpha and e == epsilon and m == method]
                 ax.plot(*zip(*points), marker="." if method != "DP" else None, label=method)
             ax.set_yscale("log")
