@@ -41,6 +41,7 @@ from proxy.session import (
     session_command,
 )
 from proxy.statistics import GroupStats
+from proxy.timing import padded
 
 
 @dataclass
@@ -296,7 +297,12 @@ class Session:
 
     def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
         """A cached answer if there is one (no debit); else debit, compute, release and
-        cache (a racing session's answer, stored first, wins)."""
+        cache (a racing session's answer, stored first, wins). All of it inside the time
+        quantum, if the rules set one."""
+        with padded(self.engine.rules.defaults.time_quantum_ms):
+            return self._compute(statement, plan)
+
+    def _compute(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
         engine = self.engine
         charge = Charge(self.analyst, normalised_sql(statement), plan.model,
                         _mechanism(plan), plan.cost, _neighbour(plan))

@@ -62,6 +62,7 @@ class Defaults:
     local_sensitivity_floor: float = 0.0
     global_budget: Decimal | None = None  # across all analysts; None: no global limit
     answer_cache: bool = True  # repeats answered from idp.answers (docs/budget.md)
+    time_quantum_ms: int = 0  # private answers padded to whole quanta (proxy/timing.py)
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,13 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
             values[key] = reader.epsilon(body[key], f"defaults.{key}")
     if "answer_cache" in body:
         values["answer_cache"] = reader.boolean(body["answer_cache"], "defaults.answer_cache")
+    if "time_quantum_ms" in body:
+        quantum = body["time_quantum_ms"]
+        if isinstance(quantum, bool) or not isinstance(quantum, int) or not 0 <= quantum <= 60_000:
+            raise reader.fail("defaults.time_quantum_ms",
+                              f"must be a whole number of milliseconds from 0 (off) to 60000, "
+                              f"got {quantum!r}")
+        values["time_quantum_ms"] = quantum
     if "local_sensitivity_floor" in body:
         floor = reader.number(body["local_sensitivity_floor"], "defaults.local_sensitivity_floor")
         if floor < 0:
