@@ -98,7 +98,8 @@ def experiment(task: tuple[str, float, int, bool]) -> list[tuple]:
     def point(method: str, k: int, epsilon: float) -> tuple[float, float]:
         sse = [mean_sse(data, mask(data, method, k, epsilon, alpha, rng, whole))
                for _ in range(runs)]
-        return float(np.mean(sse)), float(np.std(sse, ddof=1) / np.sqrt(runs)) if runs > 1 else 0.0
+        spread = float(np.std(sse, ddof=1) / np.sqrt(runs)) if runs > 1 else 0.0
+        return float(np.mean(sse)), spread
 
     rows = []
     for epsilon in EPSILONS:
