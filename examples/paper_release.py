@@ -111,6 +111,18 @@ def experiment(task: tuple[str, float, int, bool]) -> list[tuple]:
     return rows
 
 
+def run_and_save(experiment, tasks: list[tuple], path: Path, header: list[str]) -> list[tuple]:
+    """Each task in a process of its own (they are independent); all rows, under
+    ``header``, written to the CSV ``path`` and returned."""
+    with ProcessPoolExecutor() as pool:
+        rows = [row for part in pool.map(experiment, tasks) for row in part]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return rows
+
+
 def tied_with_best(curve: dict[int, tuple[float, float]]) -> list[int]:
     """The k whose mean SSE is within two standard errors (of the difference) of the
     lowest: with 10 noisy runs, "the best k" is this set, not one point."""
@@ -152,12 +164,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     tasks = [(name, alpha, args.runs, args.epsilon_per_column) for name in SETS
              for alpha in ALPHAS]
-    with ProcessPoolExecutor() as pool:
-        rows = [row for part in pool.map(experiment, tasks) for row in part]
-    with (args.out / "paper_release.csv").open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["data", "alpha", "epsilon", "method", "k", "mean_sse", "std_error"])
-        writer.writerows(rows)
+    rows = run_and_save(experiment, tasks, args.out / "paper_release.csv",
+                        ["data", "alpha", "epsilon", "method", "k", "mean_sse", "std_error"])
     ordered = True
     for name in SETS:
         _figure(name, rows, args.out / f"paper_release_{name}.png")

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -25,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from paper_release import ALPHAS, DATA, EPSILONS, SETS, load, mask
+from paper_release import ALPHAS, DATA, EPSILONS, SETS, load, mask, run_and_save
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.metrics import f1_score
 
@@ -81,12 +80,8 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     tasks = [(name, alpha, args.runs) for name in SETS for alpha in ALPHAS]
-    with ProcessPoolExecutor() as pool:
-        rows = [row for part in pool.map(experiment, tasks) for row in part]
-    with (args.out / "paper_release_classification.csv").open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["data", "alpha", "epsilon", "method", "k", "f_class0", "f_class1"])
-        writer.writerows(rows)
+    rows = run_and_save(experiment, tasks, args.out / "paper_release_classification.csv",
+                        ["data", "alpha", "epsilon", "method", "k", "f_class0", "f_class1"])
     for name in SETS:
         _figure(name, rows, args.out / f"paper_release_classification_{name}.png")
         _summary(name, rows)

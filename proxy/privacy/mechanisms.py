@@ -47,8 +47,9 @@ def discrete_laplace_interval(scale: Fraction, confidence: float = 0.95) -> int:
 
     P(|Z| > k) = 2·α^(k+1)/(1 + α) with α = exp(−1/scale).
     """
-    alpha = math.exp(-1 / float(scale))  # may underflow to 0 for a tiny scale: fine,
-    k = -float(scale) * math.log((1 - confidence) * (1 + alpha) / 2) - 1  # ln α = −1/scale
+    # ln α = −1/scale written out: α itself underflows to 0.0 for a tiny scale.
+    alpha = math.exp(-1 / float(scale))
+    k = -float(scale) * math.log((1 - confidence) * (1 + alpha) / 2) - 1
     return max(0, math.ceil(k - 1e-12))
 
 
