@@ -61,13 +61,7 @@ def smooth_sensitivity_of_percentile(n: int, rank: int, shift: int, beta: float,
     def terms(k_max: int) -> list[float]:
         reach = (k_max + 1) * shift
         x = _padded(fetch, n, rank - reach, rank + reach, lower, upper)
-        out = []
-        for k in range(k_max + 1):
-            width = (k + 1) * shift
-            above = x[reach: reach + width + 1]  # ranks r .. r + width
-            below = x[reach - width: reach + 1]  # ranks r − width .. r
-            out.append(float(np.max(above - below)))
-        return out
+        return [percentile_term(x, reach, shift, k) for k in range(k_max + 1)]
 
     return _smooth(terms, beta, upper - lower)
 
@@ -79,10 +73,7 @@ def smooth_sensitivity_of_max(n: int, shift: int, beta: float, lower: float, upp
         reach = (k_max + 1) * shift
         top = _padded(lambda a, b: fetch_from_top(a, b)[::-1], n, n - reach, n, lower, upper,
                       from_top=True)
-        # top[i] is x₍ₙ₋reach₊ᵢ₎, so x₍ₙ₋ⱼ₎ = top[reach − j]
-        return [max(upper - top[reach - k * shift], top[reach] - top[reach - (k + 1) * shift],
-                    upper - top[reach - (k + 1) * shift + 1] if k else 0.0)
-                for k in range(k_max + 1)]
+        return [max_term(top, reach, shift, upper, k) for k in range(k_max + 1)]
 
     return _smooth(terms, beta, upper - lower)
 
@@ -92,6 +83,22 @@ def smooth_sensitivity_of_min(n: int, shift: int, beta: float, lower: float, upp
     """MIN(x) = −MAX(−x): the bottom ranks of x are the top ranks of −x."""
     return smooth_sensitivity_of_max(n, shift, beta, -upper, -lower,
                                      lambda a, b: [-v for v in fetch_from_bottom(a, b)])
+
+
+def percentile_term(x: np.ndarray, reach: int, shift: int, k: int) -> float:
+    """A(k) of a percentile; x holds the padded ranks r − reach .. r + reach and
+    (k + 1)·shift ≤ reach. Also used by privacy/private_bound.py."""
+    width = (k + 1) * shift
+    above = x[reach: reach + width + 1]  # ranks r .. r + width
+    below = x[reach - width: reach + 1]  # ranks r − width .. r
+    return float(np.max(above - below))
+
+
+def max_term(top: np.ndarray, reach: int, shift: int, upper: float, k: int) -> float:
+    """A(k) of MAX; top[i] is x₍ₙ₋reach₊ᵢ₎, so x₍ₙ₋ⱼ₎ = top[reach − j], and
+    (k + 1)·shift ≤ reach. Also used by privacy/private_bound.py."""
+    return max(upper - top[reach - k * shift], top[reach] - top[reach - (k + 1) * shift],
+               upper - top[reach - (k + 1) * shift + 1] if k else 0.0)
 
 
 def _smooth(terms, beta: float, span: float) -> float:
