@@ -1,0 +1,159 @@
+"""A differentially private upper bound of the local sensitivity (``report_scale =
+"private"``, SPEC §3.3): propose-test-release over a public ladder of levels, tested
+with AboveThreshold, so that the printed 95 % bound is not a function of the data.
+
+Terms. A(k)(D) bounds the local sensitivity of every data set at distance ≤ k from D
+(k neighbour steps of s = c·g records), with the sorted values in scope padded with L
+below rank 1 and U above rank n — the A(k) of privacy/smooth_sensitivity.py. What the
+mechanism needs of them (tests/privacy/test_private_bound.py checks each by
+enumerating neighbours): A(0)(D) ≥ LS(D) as privacy/sensitivity.py computes it;
+A(k)(D) ≤ A(k + 1)(D') for every neighbour D'; A non-decreasing in k; A(k) ≤ U − L
+(values clamped to [L, U]: every term is a difference of two of them). Only MAX with a
+declared U and MIN with a declared L qualify (without the bound no level is an upper
+bound), and both bounds must be declared and finite.
+
+Distances. Levels b_0 < … < b_J are powers of two from the floor's to the first one
+≥ U − L, so b_J ≥ every LS. d_j(D) = min{k : A(k)(D) > b_j}, capped at a public K.
+From A(k)(D) ≤ A(k + 1)(D'), |min(d_j(D), K) − min(d_j(D'), K)| ≤ 1 for every j (the
+cap keeps it: min(·, K) is 1-Lipschitz). d_j ≥ 1 means A(0) ≤ b_j, hence LS ≤ b_j.
+
+AboveThreshold (Dwork–Roth Alg. 1; Lyu, Su and Li 2017, Alg. 1) on the integers,
+ε_b-DP: T̂ = T + DL(2/ε_b); the first j < J with d_j + DL(4/ε_b) ≥ T̂ returns b_j,
+else b_J. The discrete version keeps the proof: shifting the threshold noise by 1
+costs e^{ε_b/2}, the passing query's noise by 2 another e^{ε_b/2}.
+
+Threshold. A level below LS has d_j = 0; the answer fails only if such a level passes.
+With a = ⌈(2/ε_b)·ln(2/f)⌉ and T = a + ⌈(4/ε_b)·ln(2J/f)⌉ (J the levels below the top):
+P(ρ ≤ −a) ≤ e^{−ε_b·a/2} ≤ f/2, and otherwise a zero-distance level passes only if its
+noise is ≥ T − a + 1, probability ≤ e^{−ε_b(T−a+1)/4} < f/(2J) each, J at most:
+P(returned level < LS) ≤ f.
+
+Horizon. K = T + ⌈(4/ε_b)·ln(2/f)⌉ + ⌈(2/ε_b)·ln(2/f)⌉, at most K_CAP: a level whose
+distance reaches K passes with probability ≥ 1 − f, as it would uncapped, so larger
+distances need not be read. Any public K is private and sound (capping only lowers
+distances, so levels pass less often and the answer can only go up); K_CAP bounds
+the window, 2·K·s + 1 ranks around the percentile rank or K·s + 1 from the top, read
+once. d_j is found by binary search in k (A is monotone), O(J·log K) terms of
+O(K·s) each.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+from typing import NamedTuple
+
+from proxy.privacy.sampler import RandomSource, discrete_laplace
+from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
+from proxy.statistics import Fetch
+
+K_CAP = 1 << 17
+
+
+class Terms(NamedTuple):
+    """A(k) for 0 ≤ k < horizon, from one window read."""
+    term: Callable[[int], float]
+    horizon: int
+
+
+def ladder(floor: float, top: float) -> list[float]:
+    """Powers of two from round_up_pow2(floor) to the first one ≥ top (= U − L)."""
+    if not (0 < floor < math.inf and 0 < top < math.inf):
+        raise ValueError("the private bound needs a positive finite floor and domain")
+    mantissa, exponent = math.frexp(floor)
+    level = floor if mantissa == 0.5 else math.ldexp(1.0, exponent)
+    levels = [level]
+    while levels[-1] < top:
+        levels.append(levels[-1] * 2)
+    if math.isinf(levels[-1]):
+        raise ValueError("the domain is too wide for a private bound")
+    return levels
+
+
+def threshold(epsilon_b: float, levels: list[float], failure: float) -> int:
+    """T of the module docstring: P(returned level < LS) ≤ failure."""
+    below_top = len(levels) - 1
+    if below_top == 0:
+        return 0
+    epsilon_b = float(epsilon_b)
+    return (math.ceil(2 / epsilon_b * math.log(2 / failure))
+            + math.ceil(4 / epsilon_b * math.log(2 * below_top / failure)))
+
+
+def horizon(epsilon_b: float, levels: list[float], failure: float) -> int:
+    """K: the cap on distances, hence the window read."""
+    epsilon_b = float(epsilon_b)
+    margin = math.log(2 / failure) / epsilon_b
+    return min(K_CAP, threshold(epsilon_b, levels, failure)
+               + math.ceil(4 * margin) + math.ceil(2 * margin))
+
+
+def percentile_terms(n: int, rank: int, shift: int, lower: float, upper: float,
+                     fetch: Fetch, horizon: int) -> Terms:
+    """A(k) of the percentile at ``rank``; ``fetch(first, last)`` reads ranks in scope."""
+    reach = horizon * shift
+    x = _padded(fetch, n, rank - reach, rank + reach, lower, upper)
+    return Terms(_checked(lambda k: percentile_term(x, reach, shift, k), horizon), horizon)
+
+
+def max_terms(n: int, shift: int, lower: float, upper: float, fetch_from_top: Fetch,
+              horizon: int) -> Terms:
+    """A(k) of MAX with declared U; ``fetch_from_top(first, last)``: 1 is the maximum."""
+    reach = horizon * shift
+    top = _padded(lambda a, b: fetch_from_top(a, b)[::-1], n, n - reach, n, lower, upper,
+                  from_top=True)
+    return Terms(_checked(lambda k: float(max_term(top, reach, shift, upper, k)), horizon),
+                 horizon)
+
+
+def min_terms(n: int, shift: int, lower: float, upper: float, fetch: Fetch,
+              horizon: int) -> Terms:
+    """MIN(x) = −MAX(−x) with declared L."""
+    return max_terms(n, shift, -upper, -lower, lambda a, b: [-v for v in fetch(a, b)],
+                     horizon)
+
+
+def distances(terms: Terms, levels: list[float]) -> list[int]:
+    """min(d_j, K) for every level below the top, by binary search (A is monotone)."""
+    found, low = [], 0
+    for level in levels[:-1]:
+        high = terms.horizon  # invariant: A(k) ≤ level for k < low; d_j ≤ high
+        while low < high:
+            middle = (low + high) // 2
+            if terms.term(middle) > level:
+                high = middle
+            else:
+                low = middle + 1
+        found.append(low)  # d_j is non-decreasing in j: the next search starts here
+    return found
+
+
+def above_threshold(capped: list[int], threshold: int, epsilon_b: Fraction | float,
+                    rng: RandomSource) -> int:
+    """The first j with capped[j] + DL(4/ε_b) ≥ T + DL(2/ε_b), else len(capped)."""
+    epsilon_b = Fraction(epsilon_b)
+    noisy_threshold = threshold + discrete_laplace(2 / epsilon_b, rng)
+    for j, distance in enumerate(capped):
+        if distance + discrete_laplace(4 / epsilon_b, rng) >= noisy_threshold:
+            return j
+    return len(capped)
+
+
+def private_level(terms: Terms, levels: list[float], epsilon_b: Fraction | float,
+                  rng: RandomSource, failure: float = 0.05) -> float:
+    """An ε_b-DP level ≥ LS with probability ≥ 1 − failure (≥ round_up_pow2(max(LS, floor))
+    then, the levels being powers of two from the floor's)."""
+    if len(levels) == 1:
+        return levels[0]
+    j = above_threshold(distances(terms, levels), threshold(epsilon_b, levels, failure),
+                        epsilon_b, rng)
+    return levels[j]
+
+
+def _checked(term: Callable[[int], float], horizon: int) -> Callable[[int], float]:
+    def checked(k: int) -> float:
+        if not 0 <= k < horizon:
+            raise ValueError(f"A({k}) is outside the window read (horizon {horizon})")
+        return term(k)
+    return checked
