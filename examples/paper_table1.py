@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from proxy.privacy import smooth
-from proxy.privacy.mechanisms import laplace_real
+from proxy.privacy.mechanisms import grid_step, laplace_real
 from proxy.privacy.sampler import SecureSource
 
 EPSILON, SENSITIVITY, DRAWS = 1.0, 1.0, 20_000
@@ -35,7 +35,8 @@ def main() -> None:
     out = parser.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
     rng = SecureSource()
-    laplace_draws = [laplace_real(0.0, SENSITIVITY, Fraction(EPSILON), rng).value
+    laplace_draws = [laplace_real(0.0, SENSITIVITY, Fraction(EPSILON), rng,
+                                  grid_step(SENSITIVITY / 1000)).value
                      for _ in range(DRAWS)]
     rows = [("iDP Laplace", math.log(20) * SENSITIVITY / EPSILON, laplace_draws)]
     for gamma in (2.0, 3.0):

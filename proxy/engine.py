@@ -25,6 +25,7 @@ from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.privacy.refined_release import exact_answer, release_refined
 from proxy.privacy.release import Calibration, Released, column_needs, release_group
+from proxy.privacy.private_bound import private_levels
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
@@ -77,46 +78,64 @@ class Engine:
 
     def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats], str | None]:
         """The shift s = c·g (SPEC §5.2), every group's statistics and the table's data
-        version (None: the backend has no cheap one), from one snapshot.
+        version (None: the backend has no cheap one), from one snapshot; with them,
+        where asked, the smooth sensitivities (DP) or the private levels of the local
+        sensitivities (iDP, ``report_scale = "private"``), read from windows of ranks in
+        the same snapshot."""
+        table, dialect = plan.table, self.backend.dialect
+        clip = table.max_rows_per_unit if plan.model == "dp" else None
+        bounded = (plan.model == "idp" and not plan.group_by
+                   and self.rules.defaults.report_scale == "private")
+        with self.backend.transaction(snapshot=True) as tx:
+            shift, groups, version = self._statistics(plan, tx, clip, bounded)
+            if plan.smooth_gamma is None and not bounded:
+                return shift, groups, version
+            by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
 
-        Under DP c is the declared contribution bound. Under iDP it is the table's
+            def window(column: str, from_top: bool):
+                return rank_window(plan, by_column[column], dialect, clip, tx.execute, from_top)
+
+            if bounded:
+                groups[()].bounds = private_levels(plan, groups[()], shift,
+                                                   self.rules.defaults.local_sensitivity_floor,
+                                                   window, self.rng)
+            else:
+                groups[()].smooth = smooth_sensitivities(plan, groups[()], shift, window)
+            return shift, groups, version
+
+    def _statistics(self, plan: QueryPlan, tx: Transaction, clip: int | None,
+                    counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:
+        """Under DP c is the declared contribution bound. Under iDP it is the table's
         largest per-unit row count, recomputed only when the table's data version
         changes. Where the backend has no cheap version, a fingerprint of the unit column
         serves, riding along in the statistics' first scan when there is no GROUP BY
-        (the counts and sums do not depend on s; the ranks do)."""
+        (the counts and sums do not depend on s; the ranks do). ``counted``: every
+        column's n is needed (the private levels read windows)."""
         table, dialect = plan.table, self.backend.dialect
-        clip = table.max_rows_per_unit if plan.model == "dp" else None
-        with self.backend.transaction(snapshot=True) as tx:
-            version = self.backend.data_version(tx, table.name)
-            if table.privacy_unit is None or plan.model != "idp":
-                shift = (clip or 1) * table.group_size
-                needs = column_needs(plan, shift)
-                groups = compute_statistics(plan, needs, dialect, clip, tx.execute)
-                if plan.smooth_gamma is not None:
-                    by_column = {need.column: need for need in needs}
-                    groups[()].smooth = smooth_sensitivities(
-                        plan, groups[()], shift, lambda column, from_top: rank_window(
-                            plan, by_column[column], dialect, clip, tx.execute, from_top))
-                return shift, groups, version
-            if version is None:
-                unit = table.columns.get(table.privacy_unit)
-                folded = self.backend.fingerprint_aggregates(
-                    table.privacy_unit, unit is not None and unit.type == "int")
-                if not plan.group_by:
-                    group, values = first_pass(plan, column_needs(plan, 1), dialect, None,
-                                               tx.execute, folded)
-                    shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
-                    remaining_passes(plan, column_needs(plan, shift), group, dialect, None,
-                                     tx.execute)
-                    return shift, {(): group}, None
-                scan = exp.select(*folded).from_(exp.to_table(table.name, quoted=True))
-                shift = self._shift(plan, tx, self.backend.fingerprint_text(
-                    tx.execute(scan.sql(dialect=dialect))[0]))
-                return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
-                                                 tx.execute), None
-            shift = self._shift(plan, tx, version)
-            return shift, compute_statistics(plan, column_needs(plan, shift), dialect, None,
-                                             tx.execute), version
+        version = self.backend.data_version(tx, table.name)
+
+        def needs(shift: int):
+            return column_needs(plan, shift, counted)
+
+        if table.privacy_unit is None or plan.model != "idp":
+            shift = (clip or 1) * table.group_size
+            return shift, compute_statistics(plan, needs(shift), dialect, clip, tx.execute), \
+                version
+        if version is None:
+            unit = table.columns.get(table.privacy_unit)
+            folded = self.backend.fingerprint_aggregates(
+                table.privacy_unit, unit is not None and unit.type == "int")
+            if not plan.group_by:
+                group, values = first_pass(plan, needs(1), dialect, None, tx.execute, folded)
+                shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
+                remaining_passes(plan, needs(shift), group, dialect, None, tx.execute)
+                return shift, {(): group}, None
+            scan = exp.select(*folded).from_(exp.to_table(table.name, quoted=True))
+            shift = self._shift(plan, tx, self.backend.fingerprint_text(
+                tx.execute(scan.sql(dialect=dialect))[0]))
+            return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), None
+        shift = self._shift(plan, tx, version)
+        return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), version
 
     def release(self, plan: QueryPlan) -> tuple[list[tuple], list[list[Released]], str | None]:
         """Every group's key and released answers, and the data version they were
@@ -130,18 +149,22 @@ class Engine:
                 version
         defaults = self.rules.defaults
         calibration = Calibration(plan.model, shift, defaults.local_sensitivity_floor,
-                                  defaults.report_scale)
+                                  defaults.exact_release, defaults.report_scale)
         keys = plan.group_keys() if plan.group_by else [()]
         return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
                       for key in keys], version
 
     def unit_value(self, plan: QueryPlan) -> tuple[Any, str | None]:
         """One unit's value of the asked column (the mean of its rows for a number, the
-        first in order otherwise; None when it has none) and the data version."""
+        first in order otherwise; None when it has none) and the data version. Numbers
+        are normalised first, as for every statistic (NaN rows skipped, the rest clamped
+        to the declared domain or ±MAGNITUDE_CAP), so the value is finite or None."""
+        from proxy.pushdown.scope import normalised  # the one normalisation rule
+
         table, name = plan.table, plan.aggregates[0].column
-        column = exp.column(name, quoted=True)
-        numeric = table.columns[name].numeric
-        value = exp.Avg(this=exp.cast(column, "double")) if numeric else exp.Min(this=column)
+        column, declared = exp.column(name, quoted=True), table.columns[name]
+        value = (exp.Avg(this=normalised(column, declared.lower, declared.upper))
+                 if declared.numeric else exp.Min(this=column))
         query = exp.select(value).from_(exp.to_table(table.name, quoted=True)).where(plan.where)
         with self.backend.transaction(snapshot=True) as tx:
             version = self.backend.data_version(tx, table.name)
@@ -175,7 +198,8 @@ class Engine:
 
     def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:
         defaults = self.rules.defaults
-        calibration = (defaults.local_sensitivity_floor, defaults.report_scale)
+        calibration = (defaults.local_sensitivity_floor, defaults.exact_release,
+                       defaults.report_scale)
         return cache_key(sql, plan, calibration, version)
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:

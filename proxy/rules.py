@@ -19,9 +19,10 @@ from typing import Any
 
 from proxy.epsilon import parse_epsilon
 from proxy.errors import RulesError
+from proxy.statistics import bound_problem
 
 MODELS = ("idp", "dp")
-REPORT_SCALE = ("rounded", "none")
+REPORT_SCALE = ("private", "none", "rounded")
 AUTH_METHODS = ("scram", "trust")
 COLUMN_TYPES = ("int", "float", "text", "bool", "date")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -35,10 +36,31 @@ class Column:
     upper: float | None = None
     keys: tuple[Any, ...] | None = None
     public: bool = False  # not sensitive: may be copied into a release (--key)
+    declared_resolution: float | None = None
 
     @property
     def numeric(self) -> bool:
         return self.type in ("int", "float")
+
+    @property
+    def resolution(self) -> float:
+        """The smallest difference of values the owner cares about: public, so the
+        noise floor and the output grid derived from it reveal nothing about the data
+        (SPEC §3.3, §5.3). Declared, else 1 for integers and a millionth of the
+        domain's width for floats."""
+        if self.declared_resolution is not None:
+            return self.declared_resolution
+        return 1.0 if self.type == "int" else domain_resolution(self.lower, self.upper)
+
+
+def domain_resolution(lower: float | None, upper: float | None) -> float:
+    """A millionth of the width [lower, upper] (of the larger declared bound's magnitude
+    when one is missing), and never below a millionth: a public default resolution."""
+    if lower is not None and upper is not None:
+        width = upper - lower
+    else:
+        width = max(abs(bound) for bound in (lower, upper, 1.0) if bound is not None)
+    return max(width, 1.0) * 1e-6
 
 
 @dataclass(frozen=True)
@@ -58,8 +80,9 @@ class Defaults:
     epsilon_per_query: Decimal = Decimal("0.1")
     max_epsilon_per_query: Decimal = Decimal(1)
     budget_per_analyst: Decimal = Decimal(1)
-    report_scale: str = "rounded"
+    report_scale: str = "none"
     local_sensitivity_floor: float = 0.0
+    exact_release: bool = False  # LS = 0 released without noise (an owner's opt-in)
     global_budget: Decimal | None = None  # across all analysts; None: no global limit
     answer_cache: bool = True  # repeats answered from idp.answers (docs/budget.md)
     time_quantum_ms: int = 0  # private answers padded to whole quanta (proxy/timing.py)
@@ -155,6 +178,15 @@ class _Reader:
             raise self.fail(key, "must be finite")
         return float(value)
 
+    def bound(self, value: Any, key: str) -> float:
+        """A declared domain bound: finite and within ±MAGNITUDE_CAP (proxy.statistics),
+        so that U − L and every sum of normalised values stay finite."""
+        number = self.number(value, key)
+        problem = bound_problem(number)
+        if problem:
+            raise self.fail(key, problem)
+        return number
+
     def positive_int(self, value: Any, key: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise self.fail(key, f"must be a whole number of at least 1, got {value!r}")
@@ -219,8 +251,9 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
                 "global_budget"):
         if key in body:
             values[key] = reader.epsilon(body[key], f"defaults.{key}")
-    if "answer_cache" in body:
-        values["answer_cache"] = reader.boolean(body["answer_cache"], "defaults.answer_cache")
+    for key in ("answer_cache", "exact_release"):
+        if key in body:
+            values[key] = reader.boolean(body[key], f"defaults.{key}")
     if "time_quantum_ms" in body:
         quantum = body["time_quantum_ms"]
         if isinstance(quantum, bool) or not isinstance(quantum, int) or not 0 <= quantum <= 60_000:
@@ -296,19 +329,20 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
     key = f"{table_key}.columns.{name}"
     if not isinstance(spec, dict):
         raise reader.fail(key, 'must be an inline table, e.g. { type = "int", domain = [0, 120] }')
-    reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys", "public"))
+    reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys", "public",
+                                    "resolution"))
     col_type = reader.choice(spec.get("type"), f"{key}.type", COLUMN_TYPES)
     lower = upper = None
     if "domain" in spec:
         domain = spec["domain"]
         if not isinstance(domain, list) or len(domain) != 2:
             raise reader.fail(f"{key}.domain", "must be a list [lower, upper]")
-        lower = reader.number(domain[0], f"{key}.domain")
-        upper = reader.number(domain[1], f"{key}.domain")
+        lower = reader.bound(domain[0], f"{key}.domain")
+        upper = reader.bound(domain[1], f"{key}.domain")
     if "lower" in spec:
-        lower = reader.number(spec["lower"], f"{key}.lower")
+        lower = reader.bound(spec["lower"], f"{key}.lower")
     if "upper" in spec:
-        upper = reader.number(spec["upper"], f"{key}.upper")
+        upper = reader.bound(spec["upper"], f"{key}.upper")
     if (lower is not None or upper is not None) and col_type not in ("int", "float"):
         raise reader.fail(key, "a domain is only meaningful for int and float columns")
     if lower is not None and upper is not None and lower >= upper:
@@ -321,4 +355,10 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
             raise reader.fail(f"{key}.keys", "lists a value twice")
         keys = tuple(keys)
     public = reader.boolean(spec.get("public", False), f"{key}.public")
-    return Column(name.lower(), col_type, lower, upper, keys, public)
+    resolution = None
+    if "resolution" in spec:
+        resolution = reader.number(spec["resolution"], f"{key}.resolution")
+        if col_type not in ("int", "float") or resolution <= 0:
+            raise reader.fail(f"{key}.resolution", "must be a positive number, for an int or "
+                              "float column")
+    return Column(name.lower(), col_type, lower, upper, keys, public, resolution)

@@ -3,11 +3,49 @@ consumes them): what to compute for one column, and what came back for one group
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 PCT, BOTTOM, TOP = "pct", "bottom", "top"
+
+# The largest magnitude any statistic sees (public): a value beyond it counts as ±1e15,
+# and a declared bound must lie within it (proxy.rules). With every value in
+# [−1e15, 1e15], differences (U − L ≤ 2e15) and sums stay finite, and a backend sum in
+# DECIMAL(38, 6) (at most 32 digits before the point) cannot overflow below 10^17 rows.
+MAGNITUDE_CAP = 1e15
+
+
+def value_range(lower: float | None, upper: float | None) -> tuple[float, float]:
+    """The interval values are normalised into: the declared bounds, ±MAGNITUDE_CAP
+    where a side is not declared."""
+    return (-MAGNITUDE_CAP if lower is None else lower,
+            MAGNITUDE_CAP if upper is None else upper)
+
+
+def normalise(value, lower: float | None, upper: float | None) -> float | None:
+    """One value as every statistic sees it (SPEC §5.3): NaN is NULL (it is not counted
+    and takes no rank); anything else, ±inf included, is clamped to ``value_range``.
+
+    The backend applies this rule to every column before any statistic
+    (``proxy.pushdown.scope.normalised``, its SQL form); this is the same rule in
+    Python, for values read back (idempotent there) and for the tests' reference."""
+    if value is None:
+        return None
+    value = float(value)
+    if math.isnan(value):
+        return None
+    low, high = value_range(lower, upper)
+    return min(max(value, low), high)
+
+
+def bound_problem(value: float) -> str | None:
+    """Why ``value`` cannot be a declared domain bound (None when it can): it must be
+    finite and within ±MAGNITUDE_CAP, so that U − L and every sum stay finite."""
+    if not math.isfinite(value) or abs(value) > MAGNITUDE_CAP:
+        return f"must be a finite number within ±{MAGNITUDE_CAP:.0e}, got {value!r}"
+    return None
 
 
 def percentile_rank(n: int, fraction: Fraction) -> int:
@@ -44,8 +82,9 @@ class ColumnNeeds:
     """Statistics of one column: order statistics at ``ranks``, its sum (``total``) and
     its non-null count (``count``; always computed with a sum or a percentile).
 
-    Values are clamped to [lower, upper] (the declared domain, where declared): inside
-    the sum, and after the fact for order statistics, since clamping preserves order."""
+    Every statistic is of the normalised values (``normalise`` with the declared
+    ``lower`` and ``upper``): NaN is NULL, everything else clamped to the domain or to
+    ±MAGNITUDE_CAP. The backend normalises before it counts, sums or sorts."""
 
     column: str
     ranks: frozenset[RankRef] = frozenset()
@@ -54,21 +93,16 @@ class ColumnNeeds:
     lower: float | None = None
     upper: float | None = None
 
-    def clamp(self, value: float | None) -> float | None:
-        if value is None:
-            return None
-        value = float(value)
-        if self.lower is not None and value < self.lower:
-            return self.lower
-        if self.upper is not None and value > self.upper:
-            return self.upper
-        return value
+    def normalise(self, value) -> float | None:
+        """A value read back from the backend, as a float (already normalised there;
+        normalising again changes nothing)."""
+        return normalise(value, self.lower, self.upper)
 
 
 @dataclass
 class ColumnStats:
     """What the backend returned for one column in one group: n non-null values in
-    scope, their (clamped) sum and the values at the requested ranks (None: no such
+    scope, their (normalised) sum and the values at the requested ranks (None: no such
     rank, a "missing neighbour")."""
 
     n: int = 0
@@ -83,6 +117,7 @@ class GroupStats:
     rows: int = 0
     columns: dict[str, ColumnStats] = field(default_factory=dict)
     smooth: dict[int, float] = field(default_factory=dict)  # aggregate index -> β-smooth S
+    bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -23,15 +24,32 @@ def postgres_url():
         yield url
 
 
-@pytest.fixture
-def fresh_postgres(postgres_url):
-    """A new empty database for one test (its own ledger, its own tables)."""
+@contextmanager
+def new_database(postgres_url: str):
+    """A new empty database on the shared server, dropped afterwards."""
     name = f"t{os.getpid()}_{time.monotonic_ns()}"
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute(f'CREATE DATABASE "{name}"')
     yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(postgres_url, autocommit=True) as con:
         con.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_postgres(postgres_url):
+    """A new empty database for one test (its own ledger, its own tables)."""
+    with new_database(postgres_url) as url:
+        yield url
+
+
+@pytest.fixture
+def second_backend_url(backend_url, tmp_path, postgres_url):
+    """Another empty database of the same kind as ``backend_url`` (a neighbour's data)."""
+    if backend_url.startswith("duckdb"):
+        yield f"duckdb:///{tmp_path / 'second.duckdb'}"
+        return
+    with new_database(postgres_url) as url:
+        yield url
 
 
 @pytest.fixture

@@ -145,16 +145,17 @@ def test_global_budget_commands(home, tmp_path):
     rules.write_text(demo.replace("budget_per_analyst = 1.0",
                                   "budget_per_analyst = 1.0\nglobal_budget = 0.15"))
     common = ["--rules", str(rules)]
-    assert cli(home, "query", *common, "--user", "alice", "SELECT COUNT(*) FROM people"
+    assert cli(home, "query", *common, "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 0"
                ).returncode == 0
-    refused = cli(home, "query", *common, "--user", "bob", "SELECT COUNT(*) FROM people")
+    refused = cli(home, "query", *common, "--user", "bob",
+                  "SELECT COUNT(*) FROM people WHERE age > 0")
     assert refused.returncode == 1 and "global budget" in refused.stderr
     shown = json.loads(cli(home, "budget", "show", *common, "--format", "json").stdout)
     assert {row["analyst"]: row["spent"] for row in shown} == {
         "(global)": "0.1", "alice": "0.1", "bob": "0"}
     granted = cli(home, "budget", "grant", *common, "--global", "--epsilon", "1")
     assert granted.returncode == 0 and "the global budget" in granted.stdout
-    assert cli(home, "query", *common, "--user", "bob", "SELECT COUNT(*) FROM people"
+    assert cli(home, "query", *common, "--user", "bob", "SELECT COUNT(*) FROM people WHERE age > 0"
                ).returncode == 0
     both = cli(home, "budget", "reset", *common, "--global", "--user", "bob")
     assert both.returncode == 2 and "--user NAME or --global" in both.stderr

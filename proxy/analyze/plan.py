@@ -64,8 +64,15 @@ class QueryPlan:
 
     @property
     def cost(self) -> Decimal:
-        """Sequential composition over the aggregates of one SELECT (SPEC §3.2)."""
-        return self.epsilon * len(self.aggregates)
+        """Sequential composition over the aggregates of one SELECT (SPEC §3.2); a
+        public aggregate costs nothing."""
+        return self.epsilon * sum(not self.public(a) for a in self.aggregates)
+
+    def public(self, aggregate: Aggregate) -> bool:
+        """COUNT(*) of the whole table: every neighbour (modify one record, or all of
+        one unit's) has the same number of rows, so it is not protected (SPEC §5.1)."""
+        return (aggregate.kind == COUNT and aggregate.column is None and self.where is None
+                and not self.group_by and self.prior is None and not self.individual)
 
     def group_keys(self) -> list[tuple[Any, ...]]:
         """All declared key combinations: every group is answered, empty or not."""

@@ -1,10 +1,13 @@
 """Noise mechanisms: each states the ε it spends and the 95% bound of its error.
 
 Real answers are snapped to a power-of-two grid Λ and moved by Λ·Z with Z exactly
-discrete-Laplace; integer answers get Z directly. Snapping can move two neighbouring
-answers one more step apart, so the sensitivity in grid steps is ⌈S/Λ⌉ + 1, and the
-scale is that over ε: the release is ε-(i)DP for sensitivity S exactly (Thm. 5 of
-seed 000 on the grid), and its output carries no floating-point bits of the true value.
+discrete-Laplace; integer answers get Z directly. Λ comes from the column's public
+resolution ρ (Λ = 2^(⌊log₂ ρ⌋ − 10)), never from the data: a grid that followed the
+local sensitivity would tell it from a single answer (SPEC §3.3). Snapping can move
+two neighbouring answers one more step apart, so the sensitivity in grid steps is
+⌈S/Λ⌉ + 1, and the scale is that over ε: the release is ε-(i)DP for sensitivity S
+exactly (Thm. 5 of seed 000 on the grid), and its output is a function of one
+integer, so it carries no floating-point bits of the true value.
 """
 
 from __future__ import annotations
@@ -16,9 +19,6 @@ from fractions import Fraction
 from proxy.privacy import smooth
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 
-GRID_STEPS_PER_SENSITIVITY = 1024  # Λ = S / 2^10: noise indistinguishable from Laplace(S/ε)
-
-
 @dataclass(frozen=True)
 class Noisy:
     """A released number, the half-width of its error interval (95% unless asked
@@ -29,17 +29,24 @@ class Noisy:
     mechanism: str
 
 
-def grid_step(sensitivity: float) -> float:
-    """Λ = 2^(⌊log₂ S⌋ − 10): a power of two, so grid points are exact floats."""
-    _, exponent = math.frexp(sensitivity)
-    return max(math.ldexp(1.0, exponent - 1 - 10), math.ulp(0.0))  # subnormal S: finest float
+def grid_step(resolution: float) -> float:
+    """Λ = 2^(⌊log₂ ρ⌋ − 10) for the public resolution ρ: a power of two, so grid points
+    are exact floats as far as they can be, and ≤ ρ/1024, so at the noise floor S = ρ
+    the extra step of snapping adds at most 0.1% to the scale."""
+    _, exponent = math.frexp(resolution)
+    return max(math.ldexp(1.0, exponent - 1 - 10), math.ulp(0.0))  # subnormal ρ: finest float
 
 
-def grid_parameters(sensitivity: float, epsilon: Fraction) -> tuple[float, Fraction]:
-    """(Λ, scale in grid steps) for sensitivity S at ε: scale = (⌈S/Λ⌉ + 1)/ε."""
-    step = grid_step(sensitivity)
+def grid_scale(sensitivity: float, epsilon: Fraction, step: float) -> Fraction:
+    """The discrete-Laplace scale in grid steps for sensitivity S at ε: (⌈S/Λ⌉ + 1)/ε."""
     steps = math.ceil(Fraction(sensitivity) / Fraction(step)) + 1
-    return step, Fraction(steps) / epsilon
+    return Fraction(steps) / epsilon
+
+
+def on_grid(steps: int, step: float) -> float:
+    """steps·Λ as the nearest float, exactly rounded even where steps·Λ has more bits
+    than a float holds (a function of the integer alone: post-processing)."""
+    return float(steps * Fraction(step))
 
 
 def discrete_laplace_interval(scale: Fraction, confidence: float = 0.95) -> int:
@@ -56,36 +63,46 @@ def discrete_laplace_interval(scale: Fraction, confidence: float = 0.95) -> int:
 def laplace_integer(
     true: int, sensitivity: int, epsilon: Fraction, rng: RandomSource, confidence: float = 0.95
 ) -> Noisy:
-    """Discrete Laplace DL(exp(−ε/S)) on an integer answer (seed 000 Thm. 5)."""
-    if sensitivity == 0:
-        return Noisy(true, 0.0, "exact (sensitivity 0)")
+    """Discrete Laplace DL(exp(−ε/S)) on an integer answer (seed 000 Thm. 5), S ≥ 1."""
     scale = Fraction(sensitivity) / epsilon
     return Noisy(true + discrete_laplace(scale, rng),
                  float(discrete_laplace_interval(scale, confidence)), "discrete Laplace")
 
 
 def laplace_real(
-    true: float, sensitivity: float, epsilon: Fraction, rng: RandomSource,
+    true: float, sensitivity: float, epsilon: Fraction, rng: RandomSource, step: float,
     confidence: float = 0.95,
 ) -> Noisy:
-    """Laplace(S/ε) on a real answer, sampled exactly on the grid Λ (SPEC §5.3)."""
+    """Laplace(S/ε) on a real answer, sampled exactly on the public grid Λ = ``step``
+    (SPEC §5.3). S = 0 (only where the owner opted into exact releases) is exact."""
     if sensitivity == 0:
-        return Noisy(true, 0.0, "exact (sensitivity 0)")
-    step, scale = grid_parameters(sensitivity, epsilon)
+        return Noisy(true, 0.0, "exact (sensitivity 0; exact_release)")
+    scale = grid_scale(sensitivity, epsilon, step)
     snapped = round(Fraction(true) / Fraction(step))
-    value = (snapped + discrete_laplace(scale, rng)) * step
-    ci95 = (discrete_laplace_interval(scale, confidence) + 0.5) * step
-    return Noisy(value, ci95, "Laplace (exact, on a power-of-two grid)")
+    value = on_grid(snapped + discrete_laplace(scale, rng), step)
+    return Noisy(value, laplace_interval(sensitivity, epsilon, step, confidence),
+                 "Laplace (sampled on the column's grid)")
+
+
+def laplace_interval(sensitivity: float, epsilon: Fraction, step: float,
+                     confidence: float = 0.95) -> float:
+    """Half-width of ``laplace_real``'s interval at this confidence: the noise's, plus
+    half a step of snapping."""
+    scale = grid_scale(sensitivity, epsilon, step)
+    return (discrete_laplace_interval(scale, confidence) + 0.5) * step
 
 
 def smooth_real(true: float, smooth_sensitivity: float, epsilon: Fraction, gamma: float,
-                rng: RandomSource) -> Noisy:
-    """f(D) + (S/α)·Z with Z ∝ 1/(1 + |z|^γ) and α = ε/(4γ) (seed 000 §VI-A2), rounded
-    to the power-of-two grid of the scale: Z is sampled in floating point, so the
-    rounding keeps the low bits of f(D) out of the answer. No interval: its width is
-    the data's smooth sensitivity."""
+                rng: RandomSource, step: float) -> Noisy:
+    """f(D) + (S/α)·Z with Z ∝ 1/(1 + |z|^γ) and α = ε/(4γ) (seed 000 §VI-A2), on the
+    public grid Λ = ``step``: the answer is snapped to the grid and the noise rounded
+    to it, so the output is a function of two integers and keeps no low bits of f(D).
+    Snapping moves f by at most Λ more, so S + Λ (still β-smooth) sets the scale; the
+    rounded noise's cell probabilities keep the density's admissibility. No interval:
+    its width is the data's smooth sensitivity."""
     alpha, _ = smooth.admissible(float(epsilon), gamma)
-    scale = smooth_sensitivity / alpha
-    step = grid_step(scale)
-    value = round((true + scale * smooth.sample(gamma, rng)) / step) * step
-    return Noisy(value, None, f"smooth sensitivity, noise 1/(1 + |z|^{gamma:g})")
+    scale = (smooth_sensitivity + step) / alpha
+    snapped = round(Fraction(true) / Fraction(step))
+    noise = round(scale * smooth.sample(gamma, rng) / step)
+    return Noisy(on_grid(snapped + noise, step), None,
+                 f"smooth sensitivity, noise 1/(1 + |z|^{gamma:g})")

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.privacy.mechanisms import laplace_real
+from proxy.privacy.mechanisms import grid_step, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import winsorized_sum
+from proxy.rules import domain_resolution
 
 DP, DP_UM, IDP_LS, IDP_CBLS = "dp", "dp-um", "idp-ls", "idp-cbls"
 METHODS = (DP, DP_UM, IDP_LS, IDP_CBLS)
@@ -66,9 +67,10 @@ def sensitivity(method: str, cluster: Cluster, lower: float | None,
 
 def release(method: str, cluster: Cluster, lower: float | None, upper: float | None,
             epsilon: Fraction, rng: RandomSource) -> float:
-    """The cluster's noisy centroid, clamped to the domain where one is given."""
-    noisy = laplace_real(centroid(method, cluster),
-                         sensitivity(method, cluster, lower, upper), epsilon, rng).value
+    """The cluster's noisy centroid, clamped to the domain where one is given, on the
+    grid of the domain's public resolution (never of the cluster's sensitivity)."""
+    noisy = laplace_real(centroid(method, cluster), sensitivity(method, cluster, lower, upper),
+                         epsilon, rng, grid_step(domain_resolution(lower, upper))).value
     if lower is not None:
         noisy = max(lower, noisy)
     if upper is not None:

@@ -44,17 +44,51 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import NamedTuple
 
+from proxy.analyze.plan import MAX, MIN, PERCENTILE, QueryPlan
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
-from proxy.statistics import Fetch
+from proxy.statistics import Fetch, GroupStats, percentile_rank
 
 K_CAP = 1 << 17
+# The share of each bounded aggregate's ε that pays for its bound, and the bound's
+# failure probability: the printed 95% bound holds with probability ≥ (1 − 2.5%)², as
+# the noise's interval is then taken at 97.5%.
+BOUND_SHARE = Fraction(1, 10)
+FAILURE = 0.025
 
 
 class Terms(NamedTuple):
     """A(k) for 0 ≤ k < horizon, from one window read."""
     term: Callable[[int], float]
     horizon: int
+
+
+def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
+                   window: Callable[[str, bool], Fetch], rng: RandomSource) -> dict[int, float]:
+    """The private level of every aggregate that can have one (a percentile, MAX or
+    MIN of a column with both bounds declared), by aggregate index, each paid with
+    BOUND_SHARE of that aggregate's ε. ``floor``: the rules' floor, raised to the
+    column's public resolution; ``window(column, from_top)`` reads ranks in scope."""
+    epsilon_b = Fraction(plan.epsilon) * BOUND_SHARE
+    found = {}
+    for index, agg in enumerate(plan.aggregates):
+        column = plan.table.columns.get(agg.column) if agg.column else None
+        if (agg.kind not in (PERCENTILE, MAX, MIN) or column.lower is None
+                or column.upper is None):
+            continue
+        lower, upper = column.lower, column.upper
+        levels = ladder(max(floor, column.resolution), upper - lower)
+        reach = horizon(epsilon_b, levels, FAILURE)
+        n = group.column(agg.column).n
+        if agg.kind == PERCENTILE:
+            terms = percentile_terms(n, percentile_rank(n, agg.fraction), shift, lower, upper,
+                                     window(agg.column, False), reach)
+        elif agg.kind == MAX:
+            terms = max_terms(n, shift, lower, upper, window(agg.column, True), reach)
+        else:
+            terms = min_terms(n, shift, lower, upper, window(agg.column, False), reach)
+        found[index] = private_level(terms, levels, epsilon_b, rng, FAILURE)
+    return found
 
 
 def ladder(floor: float, top: float) -> list[float]:

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
-from proxy.privacy.mechanisms import Noisy, laplace_integer, laplace_real, smooth_real
+from proxy.privacy.mechanisms import (
+    Noisy,
+    grid_step,
+    laplace_integer,
+    laplace_interval,
+    laplace_real,
+    smooth_real,
+)
+from proxy.privacy.private_bound import BOUND_SHARE, FAILURE
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import (
     SUM_REFS,
@@ -35,18 +43,26 @@ class Calibration:
     """What the noise of one query is calibrated to.
 
     ``shift`` is s = c·g of SPEC §5.2 (c: the table's largest per-unit row count under
-    iDP, the declared bound under DP); ``floor`` the rules' minimum sensitivity;
-    ``report_scale`` whether the 95% bound is shown ("rounded") or hidden ("none").
+    iDP, the declared bound under DP); ``floor`` the rules' minimum sensitivity, raised
+    to the column's public resolution unless the owner opted into ``exact_release``
+    (whether a local sensitivity is 0 is a fact about the data: ties);
+    ``report_scale`` how the 95% bound of iDP answers is shown (rules/README.md).
     """
 
     model: str
     shift: int
     floor: float = 0.0
-    report_scale: str = "rounded"
+    exact_release: bool = False
+    report_scale: str = "none"
+
+    def floor_of(self, column) -> float:
+        return self.floor if self.exact_release else max(self.floor, column.resolution)
 
 
-def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
-    """The statistics every aggregate of the plan needs, merged per column."""
+def column_needs(plan: QueryPlan, shift: int, counted: bool = False
+                 ) -> tuple[ColumnNeeds, ...]:
+    """The statistics every aggregate of the plan needs, merged per column; with
+    ``counted`` every column's n too."""
     ranks: dict[str, set[RankRef]] = {}
     totals: dict[str, bool] = {}
     counts: dict[str, bool] = {}
@@ -57,7 +73,7 @@ def column_needs(plan: QueryPlan, shift: int) -> tuple[ColumnNeeds, ...]:
         wanted = ranks.setdefault(agg.column, set())
         totals.setdefault(agg.column, False)
         counts[agg.column] = (counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
-                              or plan.smooth_gamma is not None)  # the window needs n
+                              or plan.smooth_gamma is not None or counted)  # windows need n
         if agg.kind == PERCENTILE:
             wanted.update(percentile_refs(agg.fraction, shift) if plan.model == "idp"
                           else (RankRef(PCT, 0, agg.fraction),))
@@ -98,30 +114,39 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
     epsilon = Fraction(plan.epsilon)
     grouped = bool(plan.group_by)
     if agg.kind == COUNT:
+        true = group.rows if agg.column is None else group.column(agg.column).n
+        if plan.public(agg):
+            return Released(true, 0.0, PUBLIC_COUNT)
         # Counts: one unit's s records each leave one cell and join another: L1 ≤ 2s.
         share = min(2, group_count) if grouped else 1
-        true = group.rows if agg.column is None else group.column(agg.column).n
-        whole = agg.column is None and plan.where is None and not grouped
-        sensitivity = count_sensitivity(cal.shift, whole)
+        sensitivity = count_sensitivity(cal.shift, whole_table_rows=False)
         noisy = laplace_integer(true, _integer_scale(sensitivity, cal), epsilon / share, rng)
-        return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal)
+        # its bound depends on s alone, the same for every neighbour (c counts rows)
+        return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
+                       noisy.ci95 if cal.report_scale == "private" else None)
     share = groups_touched(cal.shift, group_count) if grouped else 1
     stats = group.column(agg.column)
     column = plan.table.columns[agg.column]
     if agg.kind == AVG:
         return _release_average(stats, column, cal, epsilon / share, rng)
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
+    step, epsilon = grid_step(column.resolution), epsilon / share
+    bound = None
     if index in group.smooth:
-        noisy = smooth_real(answer, group.smooth[index], epsilon / share, plan.smooth_gamma, rng)
+        noisy = smooth_real(answer, group.smooth[index], epsilon, plan.smooth_gamma, rng, step)
         note = _SMOOTH_NOTE
+    elif index in group.bounds:  # report_scale "private": the bound took its share of ε
+        epsilon *= 1 - BOUND_SHARE
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, rng, step)
+        bound = laplace_interval(group.bounds[index], epsilon, step, 1 - FAILURE)
     else:
-        noisy = laplace_real(answer, _real_scale(sensitivity, cal), epsilon / share, rng)
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, rng, step)
     value = _clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM else noisy.value
     if column.type == "int":
         value = round(value)
     if agg.continuous:
         note = "PERCENTILE_CONT is answered as the discrete percentile (PERCENTILE_DISC)"
-    return _finish(Noisy(value, noisy.ci95, noisy.mechanism), cal, note)
+    return _finish(Noisy(value, noisy.ci95, noisy.mechanism), cal, note, bound)
 
 
 def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
@@ -156,6 +181,8 @@ def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[
     return stats.total, clamped_sum_sensitivity(cal.shift, column.lower, column.upper)
 
 
+PUBLIC_COUNT = ("public: the row count of the whole table, which modifying records never "
+                "changes (no epsilon spent)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed noise; no 95% "
                 "bound is shown, it would reveal the smooth sensitivity of the data")
 
@@ -171,7 +198,8 @@ def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Frac
     """AVG = noisy SUM / noisy COUNT, each with half the ε (post-processing of both)."""
     total, sum_sensitivity = _sum_and_sensitivity(stats, column, cal)
     # Each part inside its 97.5% interval: both at once with probability ≥ 95%.
-    noisy_sum = laplace_real(total, _real_scale(sum_sensitivity, cal), epsilon / 2, rng, 0.975)
+    noisy_sum = laplace_real(total, _real_scale(sum_sensitivity, cal, column), epsilon / 2, rng,
+                             grid_step(column.resolution), 0.975)
     noisy_count = laplace_integer(stats.n, _integer_scale(cal.shift, cal), epsilon / 2, rng, 0.975)
     count = max(1, noisy_count.value)
     value = _clamp(noisy_sum.value / count, column.lower, column.upper)
@@ -183,21 +211,30 @@ def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Frac
                                f"epsilon; {_sum_note(cal)}")
 
 
-def _real_scale(sensitivity: float, cal: Calibration) -> float:
+def _real_scale(sensitivity: float, cal: Calibration, column) -> float:
+    """DP: the global sensitivity. iDP: the local one, at least the floor, rounded up
+    to a power of two (0 only under exact_release with a zero floor)."""
     if cal.model == "dp":
         return sensitivity
-    return round_up_to_power_of_two(max(sensitivity, cal.floor))
+    floored = max(sensitivity, cal.floor_of(column))
+    return round_up_to_power_of_two(floored) if floored > 0 else 0.0
 
 
 def _integer_scale(sensitivity: int, cal: Calibration) -> int:
-    if sensitivity == 0 and (cal.model == "dp" or cal.floor == 0):
-        return 0
-    return max(1, math.ceil(_real_scale(float(sensitivity), cal)))
+    """s ≥ 1 records: DP uses it as is, iDP at least the floor, rounded up."""
+    if cal.model == "dp":
+        return sensitivity
+    return max(1, math.ceil(round_up_to_power_of_two(max(float(sensitivity), cal.floor))))
 
 
-def _finish(noisy: Noisy, cal: Calibration, note: str | None = None) -> Released:
-    ci95 = noisy.ci95 if cal.report_scale == "rounded" or cal.model == "dp" else None
-    return Released(noisy.value, ci95, noisy.mechanism, note)
+def _finish(noisy: Noisy, cal: Calibration, note: str | None = None,
+            private: float | None = None) -> Released:
+    """The 95% bound the client sees: DP's (public), iDP's by ``report_scale``: "rounded"
+    the rounded scale's (the owner's opt-in), "private" one from a private level of
+    the local sensitivity where there is one (``private``), "none" none."""
+    if cal.model == "dp" or cal.report_scale == "rounded":
+        return Released(noisy.value, noisy.ci95, noisy.mechanism, note)
+    return Released(noisy.value, private, noisy.mechanism, note)
 
 
 def _clamp(value: float, lower: float | None, upper: float | None) -> float:

@@ -19,10 +19,11 @@ from scipy import stats
 
 from proxy.privacy.mechanisms import (
     discrete_laplace_interval,
-    grid_parameters,
+    grid_scale,
     grid_step,
     laplace_integer,
     laplace_real,
+    smooth_real,
 )
 from proxy.privacy.sampler import SecureSource, bernoulli_exp, discrete_laplace
 
@@ -110,30 +111,37 @@ def test_integer_mechanism_uses_scale_sensitivity_over_epsilon():
 
 def test_real_mechanism_is_laplace_of_sensitivity_over_epsilon():
     """Kolmogorov–Smirnov against the continuous Laplace(S/ε) the docs state: the grid
-    (Λ = S/1024, one extra step) is far finer than the test can see."""
+    (Λ ≤ ρ/1024 with S ≥ ρ, one extra step) is far finer than the test can see."""
     rng = SeededSource(4)
-    sensitivity, epsilon = 4.0, Fraction(1, 10)
-    draws = np.array([laplace_real(0.0, sensitivity, epsilon, rng).value for _ in range(DRAWS)])
+    sensitivity, epsilon, step = 4.0, Fraction(1, 10), grid_step(1.0)
+    draws = np.array([laplace_real(0.0, sensitivity, epsilon, rng, step).value
+                      for _ in range(DRAWS)])
     assert stats.kstest(draws, stats.laplace(scale=sensitivity / float(epsilon)).cdf).pvalue > ALPHA
 
 
 def test_real_mechanism_grid_offsets_are_exactly_discrete_laplace():
     rng = SeededSource(5)
     sensitivity, epsilon, true = 3.0, Fraction(1, 4), 12.345
-    step, scale = grid_parameters(sensitivity, epsilon)
+    step = grid_step(0.5)
+    scale = grid_scale(sensitivity, epsilon, step)
     snapped = round(true / step)
-    offsets = [round(laplace_real(true, sensitivity, epsilon, rng).value / step) - snapped
+    offsets = [round(laplace_real(true, sensitivity, epsilon, rng, step).value / step) - snapped
                for _ in range(DRAWS)]
     assert chi_square_against_pmf(offsets, float(scale)) > ALPHA
 
 
 @pytest.mark.parametrize("sensitivity", [5e-324, 1e-310, 0.001, 1.0, 3.0, 1000.0, 524288.0])
+@pytest.mark.parametrize("resolution", [5e-324, 1e-6, 1.0, 1000.0])
 @pytest.mark.parametrize("epsilon", [Fraction(1, 100), Fraction(1, 10), Fraction(1)])
-def test_privacy_loss_of_the_grid_mechanism_is_at_most_epsilon(sensitivity, epsilon):
+def test_privacy_loss_of_the_grid_mechanism_is_at_most_epsilon(sensitivity, resolution,
+                                                               epsilon):
     """Two true answers at most S apart snap at most ⌈S/Λ⌉ + 1 steps apart; the DL
-    probability ratio at any output is then at most exp(steps/scale) = e^ε."""
-    step, scale = grid_parameters(sensitivity, epsilon)
-    worst_gap = max(abs(round((t + sensitivity) / step) - round(t / step))
+    probability ratio at any output is then at most exp(steps/scale) = e^ε, whatever
+    the public grid Λ is against S."""
+    step = grid_step(resolution)
+    scale = grid_scale(sensitivity, epsilon, step)
+    grid, gap = Fraction(step), Fraction(sensitivity)
+    worst_gap = max(abs(round((Fraction(t) + gap) / grid) - round(Fraction(t) / grid))
                     for t in np.linspace(-7.3, 7.3, 301) * step)
     assert worst_gap / scale <= epsilon
 
@@ -143,18 +151,33 @@ def test_released_values_carry_no_floating_point_structure_of_the_true_value():
     bits of the true value: the output distribution depends on the true value only
     through its grid cell (Mironov 2012's attack reads those low bits)."""
     rng = SeededSource(6)
-    sensitivity, epsilon = 2.0, Fraction(1, 2)
-    step, _ = grid_parameters(sensitivity, epsilon)
+    sensitivity, epsilon, step = 2.0, Fraction(1, 2), grid_step(0.01)
     base = 1234.5678
     for ulps in range(0, 2000, 7):
         true = base + ulps * math.ulp(base)
-        value = laplace_real(true, sensitivity, epsilon, rng).value
+        value = laplace_real(true, sensitivity, epsilon, rng, step).value
         assert (value / step).is_integer()
         assert math.frexp(step)[0] == 0.5  # Λ is a power of two: multiples are exact floats
-    a = [laplace_real(base, sensitivity, epsilon, SeededSource(7)).value for _ in range(1)]
-    b = [laplace_real(base + 5 * math.ulp(base), sensitivity, epsilon, SeededSource(7)).value
-         for _ in range(1)]
+        smoothed = smooth_real(true, sensitivity, epsilon, 3.0, rng, step).value
+        assert (smoothed / step).is_integer()
+    a = laplace_real(base, sensitivity, epsilon, SeededSource(7), step).value
+    b = laplace_real(base + 5 * math.ulp(base), sensitivity, epsilon, SeededSource(7), step).value
     assert a == b  # same randomness, same cell: identical output
+
+
+@pytest.mark.parametrize("resolution", [0.01, 1.0, 1e-6])
+def test_the_output_grid_does_not_depend_on_the_sensitivity(resolution):
+    """Audit item 4: the grid once followed S (Λ = 2^(⌊log₂ S⌋ − 10)), so on one data
+    set every answer was a multiple of 256 and on its neighbour an odd multiple of 128.
+    Now the set of possible outputs is the same for S and 2S: the public grid."""
+    step = grid_step(resolution)
+    outputs = {sensitivity: [laplace_real(1000.0, sensitivity, Fraction(5), SeededSource(seed),
+                                          step).value for seed in range(300)]
+               for sensitivity in (131072.0, 262144.0)}
+    for values in outputs.values():
+        assert all((value / step).is_integer() for value in values)
+        # odd multiples of the step occur at both sensitivities
+        assert any(round(value / step) % 2 for value in values)
 
 
 @pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(5), Fraction(1025, 1)])
@@ -171,5 +194,5 @@ def test_interval_of_a_scale_so_small_that_alpha_underflows():
     (it once divided by log(0) and raised on a release at ε = 10⁹)."""
     assert math.exp(-1 / (1 / 1000)) == 0.0
     assert discrete_laplace_interval(Fraction(1, 1000)) == 0
-    noisy = laplace_real(12.5, 1.0, Fraction(10**9), SeededSource(3))
+    noisy = laplace_real(12.5, 1.0, Fraction(10**9), SeededSource(3), grid_step(1.0))
     assert noisy.value == 12.5 and noisy.ci95 == 0.5 * grid_step(1.0)
