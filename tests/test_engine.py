@@ -370,3 +370,17 @@ def test_a_global_budget_is_debited_with_the_analysts_all_or_nothing(engine):
                        "zoe": Decimal("0.2")}  # the refusals took nothing from anyone
     statuses = [entry[9] for entry in engine.ledger.entries()]
     assert statuses == ["charged", "refused: budget", "charged", "refused: budget"]
+
+
+def test_intervals_as_columns_show_the_reported_bound(engine):
+    """``SET idp.intervals = on``: each answer followed by the ends of its 95% interval
+    (here the owner opted into report_scale "rounded")."""
+    session = engine.session("zoe")
+    run(session, "SET idp.intervals = on")
+    (answer,) = run(session, "SELECT region, COUNT(*) AS n, MEDIAN(income) FROM people "
+                             "WHERE age > 0 GROUP BY region")
+    assert answer.columns == ["region", "n", "n_ci95_low", "n_ci95_high", "median",
+                              "median_ci95_low", "median_ci95_high"]
+    for _, n, low, high, median, median_low, median_high in answer.rows:
+        assert low < n < high and median_low < median < median_high
+        assert high - n == pytest.approx(n - low)

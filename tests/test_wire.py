@@ -354,9 +354,9 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
             "region", "n", "n_ci95_low", "n_ci95_high", "median", "median_ci95_low",
             "median_ci95_high"]
         for region, n, low, high, median, median_low, median_high in cursor.fetchall():
-            assert region in REGIONS
-            assert low < n < high and median_low < median < median_high
-            assert high - n == pytest.approx(n - low)
+            assert region in REGIONS and n > 0 and median > 0
+            # report_scale "none" (the default): iDP bounds would reveal the data
+            assert low is high is median_low is median_high is None
         con.execute("RESET idp.intervals")
         assert len(con.execute("SELECT COUNT(*) FROM people").description) == 1
 
