@@ -459,7 +459,7 @@ def _sort_key(value):
 
 
 def _mechanism(plan: QueryPlan) -> str:
-    kinds = ",".join(a.label for a in plan.aggregates)
+    kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
     smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
     return f"{plan.model}{smooth}: {kinds}"
 

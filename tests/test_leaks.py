@@ -123,7 +123,7 @@ def test_whole_table_count_is_public_and_free(pair):
     assert "public" in answer.privacy["mechanism"]
     assert engine.ledger.remaining("eve") == before
     (entry,) = engine.ledger.entries("eve")
-    assert entry[6] == Decimal(0) and entry[9] == "charged"
+    assert entry[6] == Decimal(0) and entry[9] == "charged" and "public" in entry[5]
     (mixed,) = session.execute("SELECT COUNT(*), MEDIAN(income) FROM people")
     assert mixed.privacy["epsilon_spent"] == pytest.approx(0.1)
 
