@@ -5,25 +5,74 @@ Inputs are the few order statistics pushdown/ computed in the backend, addressed
 sorted values in scope. A rank outside 1..n has value None (a "missing neighbour"),
 replaced by the declared domain bound. Every function returns (answer, sensitivity),
 so the statistic released is exactly the one whose sensitivity was computed.
+Every value reaching here is normalised (NaN as NULL, the rest clamped to the domain or
+±MAGNITUDE_CAP: ``proxy.pushdown.scope.normalised``), so every input and result is a
+finite number; ``finite_only`` checks it on each call and refuses otherwise.
 Derivations and the seed equations are in docs/privacy.md; brute-force neighbour
 enumeration in tests/privacy/test_sensitivity_bruteforce.py checks each of them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
+from numbers import Real
 
 from proxy.statistics import BOTTOM, PCT, TOP, RankRef
 
 Values = Mapping[RankRef, float | None]
 
 
+class SensitivityError(AssertionError):
+    """An internal invariant broke: a sensitivity helper met or produced a number that
+    is not finite, or a negative sensitivity. It cannot happen on any data (the backend
+    normalises every value), and if it did, refusing is the only safe answer: a NaN or
+    infinite scale would release the answer without noise."""
+
+
+def require_finite(numbers, what: str) -> None:
+    """Raise SensitivityError unless every number (None: a missing rank) is finite."""
+    for number in numbers:
+        if number is not None and not math.isfinite(number):
+            raise SensitivityError(f"{what}: {number!r} is not a finite number")
+
+
+def finite_only(function: Callable) -> Callable:
+    """Wrap a sensitivity helper: its numeric arguments (and the values of mapping or
+    list arguments) must be finite, and so must what it returns — a sensitivity, or an
+    (answer, sensitivity) pair — with the sensitivity not negative."""
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        name = function.__name__
+        require_finite(_numbers((*args, *kwargs.values())), f"{name} input")
+        result = function(*args, **kwargs)
+        sensitivity = result[-1] if isinstance(result, tuple) else result
+        require_finite(_numbers((result,)), f"{name} result")
+        if sensitivity < 0:
+            raise SensitivityError(f"{name} result: negative sensitivity {sensitivity!r}")
+        return result
+    return checked
+
+
+def _numbers(arguments) -> list:
+    found = []
+    for argument in arguments:
+        if isinstance(argument, Mapping):
+            argument = list(argument.values())
+        if isinstance(argument, (list, tuple)):
+            found += _numbers(argument)
+        elif isinstance(argument, Real) or argument is None:
+            found.append(argument)
+    return found
+
+
 def percentile_refs(fraction: Fraction, shift: int) -> tuple[RankRef, ...]:
     return tuple(RankRef(PCT, offset, fraction) for offset in (-shift, 0, shift))
 
 
+@finite_only
 def local_sensitivity_of_percentile(
     n: int, values: Values, fraction: Fraction, shift: int, lower: float, upper: float
 ) -> tuple[float, float]:
@@ -46,6 +95,7 @@ def max_refs(shift: int, has_upper: bool) -> tuple[RankRef, ...]:
     return (RankRef(TOP, 0), RankRef(TOP, shift), RankRef(TOP, 2 * shift))
 
 
+@finite_only
 def local_sensitivity_of_max(
     values: Values, shift: int, lower: float, upper: float | None
 ) -> tuple[float, float]:
@@ -69,6 +119,7 @@ def min_refs(shift: int, has_lower: bool) -> tuple[RankRef, ...]:
     return tuple(RankRef(BOTTOM, ref.offset) for ref in max_refs(shift, has_lower))
 
 
+@finite_only
 def local_sensitivity_of_min(
     values: Values, shift: int, lower: float | None, upper: float
 ) -> tuple[float, float]:
@@ -93,6 +144,7 @@ def winsorized_sum(total: float, smallest: list[float], largest: list[float], n:
     return total - smallest[0] - largest[-1] + smallest[1] + largest[-2]
 
 
+@finite_only
 def local_sensitivity_of_winsorized_sum(
     n: int, total: float, values: Values, lower: float, upper: float
 ) -> tuple[float, float]:
@@ -139,6 +191,7 @@ def _known_values(n: int, values: Values) -> list[float]:
     return [by_rank[rank] for rank in sorted(by_rank)]
 
 
+@finite_only
 def clamped_sum_sensitivity(shift: int, lower: float, upper: float) -> float:
     """Sum of values clamped to [L, U] when s records may change, enter or leave:
     each moves the sum by at most max(U − L, |L|, |U|). Used for DP (global) and for
@@ -146,6 +199,7 @@ def clamped_sum_sensitivity(shift: int, lower: float, upper: float) -> float:
     return shift * max(upper - lower, abs(lower), abs(upper))
 
 
+@finite_only
 def count_sensitivity(shift: int, whole_table_rows: bool) -> int:
     """COUNT(*) of the whole table is unchanged by modifying records (LS = 0); with a
     WHERE range or COUNT(col) a modified record may enter or leave: s (SPEC §5.2)."""
@@ -159,7 +213,9 @@ def groups_touched(shift: int, group_count: int) -> int:
 
 
 def round_up_to_power_of_two(value: float) -> float:
-    """The coarse grid of SPEC §3.3: hides the exact local sensitivity, only adds noise."""
+    """The coarse grid of SPEC §3.3: hides the exact local sensitivity, only adds noise.
+    A NaN or infinite value is refused (frexp would make it 1.0)."""
+    require_finite((value,), "round_up_to_power_of_two input")
     if value <= 0:
         return 0.0
     mantissa, exponent = math.frexp(value)  # value = mantissa · 2**exponent, ½ ≤ mantissa < 1

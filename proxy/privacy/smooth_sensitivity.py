@@ -15,6 +15,8 @@ no larger k can raise it (A(k) ≤ U − L), so K grows (×4) only until then, o
 window covers all n values. The seed calls the full maximum O(n²); this reads
 O(K·s) values and does O(K²·s) arithmetic. tests/privacy/test_smooth_bruteforce.py
 checks S ≥ LS and S(D) ≤ e^β·S(D') over every neighbour D' of small data sets.
+The window's values are normalised in the backend (finite, within the domain); each
+read and each S is checked finite (``finite_only``, ``require_finite``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from proxy.analyze.plan import MAX, MIN, PERCENTILE, QueryPlan
+from proxy.privacy.sensitivity import finite_only, require_finite
 from proxy.privacy.smooth import admissible
 from proxy.statistics import Fetch, GroupStats, percentile_rank
 
@@ -56,6 +59,7 @@ def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
     return found
 
 
+@finite_only
 def smooth_sensitivity_of_percentile(n: int, rank: int, shift: int, beta: float,
                                      lower: float, upper: float, fetch: Fetch) -> float:
     def terms(k_max: int) -> list[float]:
@@ -66,6 +70,7 @@ def smooth_sensitivity_of_percentile(n: int, rank: int, shift: int, beta: float,
     return _smooth(terms, beta, upper - lower)
 
 
+@finite_only
 def smooth_sensitivity_of_max(n: int, shift: int, beta: float, lower: float, upper: float,
                               fetch_from_top: Fetch) -> float:
     """``fetch_from_top(first, last)``: ranks counted from the top (1 is the maximum)."""
@@ -78,6 +83,7 @@ def smooth_sensitivity_of_max(n: int, shift: int, beta: float, lower: float, upp
     return _smooth(terms, beta, upper - lower)
 
 
+@finite_only
 def smooth_sensitivity_of_min(n: int, shift: int, beta: float, lower: float, upper: float,
                               fetch_from_bottom: Fetch) -> float:
     """MIN(x) = −MAX(−x): the bottom ranks of x are the top ranks of −x."""
@@ -122,6 +128,7 @@ def _padded(fetch, n: int, first: int, last: int, lower: float, upper: float,
         values = fetch(n + 1 - inside_last, n + 1 - inside_first)
     else:
         values = fetch(inside_first, inside_last)
+    require_finite(values, "smooth sensitivity window")
     below = [lower] * max(0, min(last, 0) - first + 1)
     above = [upper] * max(0, last - max(first, n + 1) + 1)
     return np.array(below + list(values) + above, dtype=float)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
-from proxy.pushdown.scope import clamped_sum, group_keys, scope_select
+from proxy.pushdown.scope import exact_sum, group_keys, scope_select
 from proxy.statistics import BOTTOM, PCT, ColumnNeeds, ColumnStats, GroupStats, RankRef
 
 
@@ -37,7 +37,7 @@ class StatisticsQuery:
                     total = rest.pop(0)
                     stats.total = float(total) if total is not None else 0.0
                 for ref in _ordered(need.ranks):
-                    stats.values[ref] = need.clamp(rest.pop(0))
+                    stats.values[ref] = need.normalise(rest.pop(0))
                 group.columns[need.column] = stats
             result[key] = group
         return result
@@ -86,7 +86,7 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
         ranked = ranked.where(value.is_(exp.null()).not_())
     stats = exp.select(*keys, exp.alias_(exp.Count(this=exp.column("v")), f"{name}_n"))
     if need.total:
-        stats = stats.select(exp.alias_(clamped_sum(exp.column("v"), need), f"{name}_total"))
+        stats = stats.select(exp.alias_(exact_sum(exp.column("v")), f"{name}_total"))
     for j, ref in enumerate(_ordered(need.ranks)):
         hit = exp.column("rn").eq(_rank_sql(ref, exp.column("n")))
         pick = exp.Case().when(hit, exp.column("v"))

@@ -16,7 +16,7 @@ from sqlglot import exp
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.scope import (
     Execute,
-    clamped_sum,
+    exact_sum,
     fill_extremes,
     group_keys,
     literal,
@@ -40,7 +40,7 @@ def grouped_list_statistics(
         items.append(exp.Count(this=column))
         readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "n", int(v or 0)))
         if need.total:
-            items.append(clamped_sum(column, need))
+            items.append(exact_sum(column))
             readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "total",
                                                                   float(v or 0)))
         for anchor, kind in ((TOP, exp.Max), (BOTTOM, exp.Min)):
@@ -109,7 +109,7 @@ def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> boo
                                   list(under or ()))
                 if found is False:
                     return False
-                stats.values[ref] = need.clamp(found)
+                stats.values[ref] = need.normalise(found)
     return answered == set(groups)  # a group missing here would lack its ranks
 
 

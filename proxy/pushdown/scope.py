@@ -1,8 +1,8 @@
 """The rows in scope, as a sqlglot SELECT shared by every statistics query.
 
-Group keys become ``k0, k1 ...``, the needed columns ``c0, c1 ...`` as stored; clamping
-to the declared domain happens inside sums (``clamped_sum``) and, for order statistics,
-after they are read (``ColumnNeeds.clamp``): the backend can then use its fastest plans.
+Group keys become ``k0, k1 ...``, the needed columns ``c0, c1 ...`` normalised
+(``normalised``: NaN as NULL, values clamped to the declared domain or ±MAGNITUDE_CAP),
+so every count, sum and order statistic computed from the scope is of normalised values.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
-from proxy.statistics import ColumnNeeds, ColumnStats, RankRef
+from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 
 Execute = Callable[[str], list[tuple]]
 
@@ -38,7 +38,8 @@ def scope_select(
     selected += [exp.alias_(exp.column(col, quoted=True), key)
                  for col, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
-        selected.append(exp.alias_(exp.column(need.column, quoted=True), f"c{index}"))
+        selected.append(exp.alias_(normalised(exp.column(need.column, quoted=True), need.lower,
+                                              need.upper), f"c{index}"))
     source = exp.to_table(table.name, quoted=True)
     if sample_percent is not None:
         source.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -78,18 +79,35 @@ def unit_bound_sql(table: str, unit: str, dialect: str) -> str:
     return query.from_(per_unit.subquery("per_unit")).sql(dialect=dialect)
 
 
-def clamped_sum(value: exp.Expression, need: ColumnNeeds) -> exp.Expression:
-    """SUM of the values clamped to the declared domain, in exact decimal arithmetic
-    (so both engines give the same number). A CASE rather than GREATEST/LEAST, which
-    skip NULLs and would turn them into a bound."""
-    value = exp.cast(value, DOUBLE)
-    clamp = exp.Case()
-    if need.lower is not None:
-        clamp = clamp.when(value < literal(need.lower), literal(need.lower))
-    if need.upper is not None:
-        clamp = clamp.when(value > literal(need.upper), literal(need.upper))
-    clamped = clamp.else_(value) if clamp.args.get("ifs") else value
-    return exp.Sum(this=exp.cast(clamped, DECIMAL))
+def normalised(value: exp.Expression, lower: float | None = None,
+               upper: float | None = None) -> exp.Expression:
+    """A numeric column as every statistic sees it (``proxy.statistics.normalise``, SPEC
+    §5.3), as a DOUBLE: NaN → NULL (not counted, no rank); above the range (+inf
+    included) → its upper end, below (−inf included) → its lower end; the range is the
+    declared [lower, upper], ±MAGNITUDE_CAP where a side is undeclared. So no statistic,
+    sensitivity or answer can be NaN or infinite, and no value can overflow a sum.
+
+    Both engines sort NaN above every number (``NaN > x`` holds, ``NaN = NaN`` too), so
+    the in-range test comes first and NaN is told from +inf only among the values above
+    the range, by its text ('NaN' in PostgreSQL, 'nan' in DuckDB): no dialect-specific
+    function, and no cast of an out-of-range value (a PostgreSQL NUMERIC beyond 1e308
+    would overflow a DOUBLE). The comparisons are in the column's own type (the bounds
+    are plain numeric literals); NULL meets no branch and stays NULL. For an integer
+    column the NaN test is never true and the clamp rarely applies: harmless."""
+    low, high = value_range(lower, upper)
+    is_nan = exp.Upper(this=exp.cast(value.copy(), "text")).eq(exp.Literal.string("NAN"))
+    return (exp.Case()
+            .when(value.copy().between(literal(low), literal(high)), exp.cast(value.copy(), DOUBLE))
+            .when(exp.and_(value.copy() > literal(high), exp.not_(is_nan)),
+                  exp.cast(literal(high), DOUBLE))
+            .when(value.copy() < literal(low), exp.cast(literal(low), DOUBLE)))
+
+
+def exact_sum(value: exp.Expression) -> exp.Expression:
+    """SUM of normalised values in exact decimal arithmetic (so both engines give the
+    same number). Each value is within ±MAGNITUDE_CAP = 10^15, so DECIMAL(38, 6) holds
+    it, and the sum of fewer than 10^17 of them (|Σ| < 10^32, 32 digits before the point)."""
+    return exp.Sum(this=exp.cast(value, DECIMAL))
 
 
 def literal(value) -> exp.Expression:
@@ -112,4 +130,4 @@ def fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, v
     values = [value for value in values or () if value is not None]
     for offset in offsets:
         stats.values[RankRef(anchor, offset)] = (
-            need.clamp(values[offset]) if offset < len(values) else None)
+            need.normalise(values[offset]) if offset < len(values) else None)

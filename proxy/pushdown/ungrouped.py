@@ -18,7 +18,7 @@ import math
 from sqlglot import exp
 
 from proxy.analyze.plan import COUNT, QueryPlan
-from proxy.pushdown.scope import Execute, clamped_sum, fill_extremes, scope_select
+from proxy.pushdown.scope import Execute, exact_sum, fill_extremes, normalised, scope_select
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 
 
@@ -59,12 +59,13 @@ def first_pass(
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
-        column = exp.column(f"c{index}") if clipped else exp.column(need.column, quoted=True)
+        column = exp.column(f"c{index}") if clipped else normalised(
+            exp.column(need.column, quoted=True), need.lower, need.upper)
         if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
             items.append(scoped(exp.Count(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
         if need.total:
-            items.append(scoped(clamped_sum(column, need)))
+            items.append(scoped(exact_sum(column)))
             readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
     if not items and not whole_table:
         return group, []
@@ -147,7 +148,7 @@ def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, d
     row = execute(exp.select(*items).from_(scope.subquery("s")).sql(dialect=dialect))[0]
     for (_, need, stats, inside), values in zip(exact, row):
         for (ref, _), value in zip(inside, values):
-            stats.values[ref] = need.clamp(value)
+            stats.values[ref] = need.normalise(value)
 
 
 # The pilot reads a 1% block sample; it is used only when that holds enough values to
@@ -189,7 +190,7 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     picks = exp.select(_quantiles(column, fractions, dialect)).from_(scope.subquery("s"))
     values = execute(picks.where(in_bracket).sql(dialect=dialect))[0][0]
     for (ref, _), value in zip(inside, values):
-        stats.values[ref] = need.clamp(value)
+        stats.values[ref] = need.normalise(value)
     return True
 
 

@@ -15,7 +15,7 @@ from proxy.statistics import ColumnNeeds, Fetch
 def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                 clip_rows_per_unit: int | None, execute: Execute,
                 from_top: bool = False) -> Fetch:
-    """``fetch(first, last)``: the values (clamped to the domain) at ranks first..last
+    """``fetch(first, last)``: the normalised values at ranks first..last
     (1-based, within 1..n; counted from the largest when ``from_top``) among the
     column's non-null values in scope."""
     scope = scope_select(plan, (need,), clip_rows_per_unit)
@@ -28,6 +28,6 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                      .where(value.is_(exp.null()).not_())
                      .order_by(exp.Ordered(this=value, desc=from_top))
                      .limit(last - first + 1).offset(first - 1))
-        return [need.clamp(row[0]) for row in execute(statement.sql(dialect=dialect))]
+        return [need.normalise(row[0]) for row in execute(statement.sql(dialect=dialect))]
 
     return fetch

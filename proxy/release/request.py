@@ -14,8 +14,9 @@ from proxy.backends.base import Backend
 from proxy.epsilon import parse_epsilon
 from proxy.errors import BackendFailed, BadSetting, NotSupported, UnknownColumn, UnknownTable
 from proxy.privacy.microaggregation import METHODS, MIN_K, NEEDS_DOMAIN
-from proxy.release.sql import render
+from proxy.release.sql import maxima, render
 from proxy.rules import Rules, Table
+from proxy.statistics import MAGNITUDE_CAP, bound_problem
 
 FORMATS = (".parquet", ".csv")
 _DOMAIN = re.compile(r"^([A-Za-z_]\w*)=([^:]+):([^:]+)$")
@@ -123,8 +124,9 @@ def _split(total: Decimal, text: str, width: int) -> tuple[Fraction, ...]:
 
 def _domains(table: Table, names, method: str, alpha: float | None, texts, backend):
     """Per column: --domain, else --alpha's [0, α·max] (the paper's protocol; reads the
-    data), else the rules' domain. Only CBLS may go without one (it then clamps
-    nothing)."""
+    data; the bound at most MAGNITUDE_CAP), else the rules' domain. Only CBLS may go
+    without one (it then clamps only to ±MAGNITUDE_CAP). A bound is finite and within
+    ±MAGNITUDE_CAP, as in the rules."""
     given = {}
     for text in texts:
         match = _DOMAIN.match(text.replace(" ", ""))
@@ -137,6 +139,9 @@ def _domains(table: Table, names, method: str, alpha: float | None, texts, backe
         if name not in names or not lower < upper:
             raise BadSetting(f"--domain {text!r}: the column must be one of --columns and "
                              "lower < upper")
+        problem = bound_problem(lower) or bound_problem(upper)
+        if problem:
+            raise BadSetting(f"--domain {text!r}: each bound {problem}")
         given[name] = (lower, upper)
     if alpha is not None and not alpha > 0:
         raise BadSetting("--alpha must be positive, e.g. 1.5")
@@ -145,8 +150,8 @@ def _domains(table: Table, names, method: str, alpha: float | None, texts, backe
     for name in names:
         column = table.columns[name]
         bound = given.get(name) or (
-            (0.0, alpha * maxima[name]) if alpha is not None and maxima[name] else
-            (column.lower, column.upper))
+            (0.0, min(alpha * maxima[name], MAGNITUDE_CAP)) if alpha is not None and maxima[name]
+            else (column.lower, column.upper))
         if method in NEEDS_DOMAIN and None in bound:
             raise NotSupported(f"{method} needs a domain for {name}: declare domain = [L, U] "
                                f"in the rules, pass --domain {name}=L:U, or use idp-cbls")
@@ -155,8 +160,7 @@ def _domains(table: Table, names, method: str, alpha: float | None, texts, backe
 
 
 def _maxima(backend: Backend, table: str, names) -> dict[str, float]:
-    columns = ", ".join(f'max("{name}")' for name in names)
-    row = backend.query(render(f'SELECT {columns} FROM "{table}"', backend.dialect))[0]
+    row = backend.query(render(maxima(table, list(names)), backend.dialect))[0]
     return {name: float(value) if value is not None else None for name, value in zip(names, row)}
 
 

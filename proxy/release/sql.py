@@ -4,11 +4,12 @@ Written once in DuckDB's dialect and rendered for the backend by sqlglot. All of
 runs in one transaction over the protected table's snapshot:
 
 1. ``ROWS``: each row's identity (rowid/ctid), the key column if asked, and per
-   released column j its value o_j and its rank r_j among the column's non-null values
-   (ties broken by the row identity) — one sort per column, in the backend.
+   released column j its normalised value o_j (NaN as NULL: in no cluster) and its rank
+   r_j among the column's non-null values (ties broken by the row identity) — one sort
+   per column, in the backend.
 2. Per column, ``sum_j``: per cluster c = min(⌊r/k⌋, last) (k consecutive ranks, the
    last cluster absorbing the remainder) its size, sum and three smallest and three
-   largest values (clamped to the domain). Only these summaries are read back, a batch
+   largest values (normalised to the domain). Only these summaries are read back, a batch
    of clusters at a time.
 3. ``noisy_j``: the released centroid of each cluster, written back by the proxy.
 4. The output: every row of ``ROWS`` joined to its clusters' released centroids.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import sqlglot
 from sqlglot import exp
+
+from proxy.pushdown.scope import normalised
 
 ROWS = "idp_release_rows"
 
@@ -40,14 +43,31 @@ def render(sql: str, dialect: str) -> str:
 
 
 def rows_table(table: str, columns: list[str], key: str | None, row_identity: str) -> str:
-    parts = [f"{row_identity} AS rid"] + ([f"{_q(key)} AS k"] if key else [])
+    """Each row's identity, key and per column j its value o_j — normalised without a
+    domain (NaN as NULL, ±inf and beyond to ±MAGNITUDE_CAP: ``normalised``), so ranks,
+    summaries and the information loss are finite — and its rank r_j among the non-null
+    o_j (the domain clamps inside ``summaries``: the ranking is the raw values' order)."""
+    inner = [f"{row_identity} AS rid"] + ([f"{_q(key)} AS k"] if key else [])
+    outer = ["rid"] + (["k"] if key else [])
     for j, name in enumerate(columns):
-        column = _q(name)
-        parts += [f"CAST({column} AS DOUBLE) AS o{j}",
-                  (f"CASE WHEN {column} IS NULL THEN NULL ELSE row_number() OVER ("
-                  f"PARTITION BY {column} IS NULL ORDER BY {column}, {row_identity}) - 1 END "
-                  f"AS r{j}")]
-    return f"CREATE TEMP TABLE {ROWS} AS SELECT {', '.join(parts)} FROM {_q(table)}"
+        inner.append(f"{_normalised(_q(name))} AS o{j}")
+        outer += [f"o{j}", (f"CASE WHEN o{j} IS NULL THEN NULL ELSE row_number() OVER ("
+                            f"PARTITION BY o{j} IS NULL ORDER BY o{j}, rid) - 1 END AS r{j}")]
+    return (f"CREATE TEMP TABLE {ROWS} AS SELECT {', '.join(outer)} FROM "
+            f"(SELECT {', '.join(inner)} FROM {_q(table)}) AS t")
+
+
+def _normalised(value: str, lower: float | None = None, upper: float | None = None
+                ) -> str:
+    """``proxy.pushdown.scope.normalised`` as DuckDB SQL text."""
+    return normalised(sqlglot.parse_one(value, read="duckdb"), lower, upper).sql(dialect="duckdb")
+
+
+def maxima(table: str, columns: list[str]) -> str:
+    """Each column's largest normalised value (for --alpha: NaN skipped, at most
+    MAGNITUDE_CAP), read before the release."""
+    parts = ", ".join(f"max({_normalised(_q(name))})" for name in columns)
+    return f"SELECT {parts} FROM {_q(table)}"
 
 
 def counts(width: int) -> str:
@@ -66,12 +86,6 @@ def _cluster(j: int, k: int, last: int, prefix: str = "") -> str:
             f"LEAST(CAST(({rank} - {rank} % {k}) / {k} AS BIGINT), {last}) END")
 
 
-def _clamped(value: str, lower: float | None, upper: float | None) -> str:
-    cases = ([f"WHEN {value} < {lower!r} THEN {lower!r}"] if lower is not None else []) + (
-        [f"WHEN {value} > {upper!r} THEN {upper!r}"] if upper is not None else [])
-    return f"CASE {' '.join(cases)} ELSE {value} END" if cases else value
-
-
 def summaries(j: int, k: int, n: int, lower: float | None, upper: float | None) -> str:
     last = last_cluster(n, k)
     end = f"(CASE WHEN c = {last} THEN {n - 1} ELSE c * {k} + {k - 1} END)"
@@ -80,7 +94,7 @@ def summaries(j: int, k: int, n: int, lower: float | None, upper: float | None) 
                                                 ("q", 2, "l3"), ("q", 1, "l2"), ("q", 0, "l1")))
     return (f"CREATE TEMP TABLE {summary_table(j)} AS SELECT c, count(*) AS size, "
             f"sum(v) AS total, {picks} FROM (SELECT v, c, r - c * {k} AS p, {end} - r AS q "
-            f"FROM (SELECT {_clamped(f'o{j}', lower, upper)} AS v, r{j} AS r, "
+            f"FROM (SELECT {_normalised(f'o{j}', lower, upper)} AS v, r{j} AS r, "
             f"{_cluster(j, k, last)} AS c FROM {ROWS} WHERE r{j} IS NOT NULL) AS a) AS b "
             "GROUP BY c")
 

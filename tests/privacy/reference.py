@@ -1,6 +1,10 @@
 """Reference implementations for the brute-force tests: the released statistics and
 their order statistics computed directly from Python lists (what the backend computes
-in SQL), and enumeration of neighbouring data sets."""
+in SQL), and enumeration of neighbouring data sets.
+
+Raw values may be anything a float column holds (``EXTREME``: NaN, ±inf and
+overflow-sized numbers); the statistics are of the normalised values
+(``proxy.statistics.normalise``), as the backend computes them."""
 
 from __future__ import annotations
 
@@ -8,7 +12,11 @@ import itertools
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.statistics import RankRef
+from proxy.statistics import RankRef, normalise
+
+# Raw values a float column can hold besides ordinary numbers (DuckDB's read_csv makes
+# NaN and ±inf from text; pandas keeps inf): in data sets and in neighbours.
+EXTREME = [float("nan"), float("inf"), float("-inf"), 1e308, -1e308, 1e300, -1e300]
 
 
 @dataclass(frozen=True)
@@ -29,9 +37,13 @@ def order_values(sorted_values: list[float], refs) -> dict[RankRef, float | None
     return out
 
 
-def scope_values(records, group: int | None = None) -> list[float]:
-    return sorted(r.value for r in records
-                  if r.in_scope and (group is None or r.group == group))
+def scope_values(records, group: int | None = None, lower: float | None = None,
+                 upper: float | None = None) -> list[float]:
+    """The sorted normalised values in scope (NaN dropped, the rest clamped to the
+    declared [lower, upper] or ±MAGNITUDE_CAP)."""
+    values = (normalise(r.value, lower, upper) for r in records
+              if r.in_scope and (group is None or r.group == group))
+    return sorted(v for v in values if v is not None)
 
 
 def percentile(values: list[float], fraction: Fraction, lower: float, upper: float) -> float:

@@ -1,6 +1,7 @@
 """The β-smooth sensitivities by brute force (NRS 2007 Def. 2.1): on small data sets
 (ties, domain bounds, records leaving the scope, several rows per unit, group size
-g > 1) S(D) is at least the largest change of the statistic over every neighbour, and
+g > 1, raw values NaN, ±inf or overflow-sized, in data and neighbours, normalised as
+the backend does) S(D) is at least the largest change of the statistic over every neighbour, and
 S(D) ≤ e^β·S(D') for every neighbour D'. The window is read through the same
 ``fetch`` interface the backend serves."""
 
@@ -12,14 +13,23 @@ from fractions import Fraction
 
 import pytest
 
+from proxy.privacy.sensitivity import SensitivityError
 from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_max,
     smooth_sensitivity_of_min,
     smooth_sensitivity_of_percentile,
 )
 from proxy.statistics import percentile_rank
-from tests.privacy.reference import neighbours, percentile, scope_values
-from tests.privacy.test_sensitivity_bruteforce import LOWER, TOLERANCE, UPPER, datasets, options
+from tests.privacy.reference import EXTREME, neighbours, percentile
+from tests.privacy.test_sensitivity_bruteforce import (
+    GRID,
+    LOWER,
+    TOLERANCE,
+    UPPER,
+    datasets,
+    in_domain,
+    options,
+)
 
 
 def _fetch(values):
@@ -54,6 +64,12 @@ CASES = {
 }
 
 
+def _neighbour_values(index: int) -> list[float]:
+    """What a neighbour may set a record to: the grid and two of the extreme values,
+    in turn (every one of them every few data sets), to bound the enumeration."""
+    return GRID + [EXTREME[index % len(EXTREME)], EXTREME[(index + 3) % len(EXTREME)]]
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("units,rows,group_size", [(5, 1, 1), (4, 2, 1), (4, 1, 2)])
 @pytest.mark.parametrize("beta", [0.1, 1.0])
@@ -62,12 +78,13 @@ def test_smooth_sensitivity_bounds_the_change_and_is_smooth(case, units, rows, g
     statistic, smooth = CASES[case]
     shift = rows * group_size  # DP: the declared bound c times g
     seed = zlib.crc32(f"{case} {units} {rows} {group_size} {beta}".encode())
-    for records in datasets(seed, 40, units, rows):
-        values = scope_values(records)
+    for index, records in enumerate(datasets(seed, 40, units, rows)):
+        values = in_domain(records)
         bound = smooth(values, shift, beta)
         base = statistic(values)
-        for other in neighbours(records, options(), group_size):
-            moved = scope_values(other)
+        for other in neighbours(records, options(1, _neighbour_values(index)), group_size):
+            moved = in_domain(other)
+            assert math.isfinite(bound)
             assert abs(statistic(moved) - base) <= bound + TOLERANCE, (records, other)
             assert bound <= math.exp(beta) * smooth(moved, shift, beta) + TOLERANCE, \
                 (records, other)
@@ -92,3 +109,13 @@ def test_a_wide_window_is_read_only_as_far_as_needed():
     assert smooth_sensitivity_of_percentile(10_000, 5_000, 1, 0.01, LOWER, UPPER,
                                             counting(equal)) > 0
     assert sum(reads) < 10_000 * 3
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("case", CASES)
+def test_a_non_finite_value_in_the_window_is_refused(case, bad):
+    """The window is normalised in the backend; a NaN or ±inf read there anyway is
+    refused (SensitivityError), never turned into a sensitivity."""
+    values = [1.0, 2.0, bad, 4.0, 5.0] if case != "max" else [1.0, 2.0, 3.0, 4.0, bad]
+    with pytest.raises(SensitivityError):
+        CASES[case][1](values, 1, 0.5)
