@@ -1,15 +1,17 @@
 """Answers by knowledge refinement (seed 001): the analyst's prior over the answer's
 range, the exact answer the backend computed, one sample of the refined law.
 
-No sensitivity enters: every output's probability stays within [α_d, α_u] times the
-prior's whatever the data, so the answer is ε-DP for any change of the data
-(statistical queries, α_u/α_d = e^ε) or ε-DP against the unit's absence (individual
-queries, seed 001 Prop. 2). The reported 95% bound is the worst over every possible
-true answer, so it says nothing about the data.
+No sensitivity enters: every output's probability stays within [e^{−ε/2}, e^{ε/2}] times
+the prior's whatever the data, so the loss between any two true answers is at most ε —
+any two data sets for a statistical query (seed 001 Prop. 1), any two values of the unit
+for an individual one (and ε/2 against its absence). The reported 95% bound is the worst
+over every possible true answer, so it says nothing about the data.
 """
 
 from __future__ import annotations
 
+import math
+from numbers import Number
 from typing import Any
 
 from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
@@ -24,7 +26,9 @@ _CASTS = {"int": int, "float": float, "text": str,
 
 def answer_prior(plan: QueryPlan) -> Any:
     """The prior of the plan's one answer over that answer's range (a normal is
-    truncated to the declared domain); ValueError when the prior cannot describe it."""
+    truncated to the declared domain); ValueError when the prior cannot describe it.
+    Called when the query is analysed, so its error bound is computed (and cached) then,
+    before the debit: the release after it only samples."""
     agg = plan.aggregates[0]
     column = plan.table.columns.get(agg.column) if agg.column else None
     low, high = (None, None) if column is None else (column.lower, column.upper)
@@ -42,7 +46,9 @@ def answer_prior(plan: QueryPlan) -> Any:
     if nominal and plan.prior.kind != "table":
         raise ValueError(f"{agg.column} is {kind}: give a prior table such as "
                          "'{\"yes\": 0.3, \"no\": 0.7}'")
-    return plan.prior.over(low, high, nominal, _CASTS[kind])
+    prior = plan.prior.over(low, high, nominal, _CASTS[kind])
+    error_bound(prior, *factors(float(plan.epsilon)))  # its one costly step, before the debit
+    return prior
 
 
 def exact_answer(plan: QueryPlan, group: GroupStats) -> Any:
@@ -68,17 +74,22 @@ def exact_answer(plan: QueryPlan, group: GroupStats) -> Any:
 
 def release_refined(plan: QueryPlan, true: Any, rng: RandomSource) -> Released:
     """One sample of the prior refined around ``true`` (None: the unit is not in the
-    data or its value is NULL, so the prior itself is sampled)."""
+    data or its value is NULL, so the prior itself is sampled; so is a NaN, which has no
+    place to centre a ball and is within e^{ε/2} of every refined law)."""
     prior = answer_prior(plan)
-    alpha_u, alpha_d = factors(float(plan.epsilon), plan.individual)
-    law = unrefined(prior) if true is None else refine(prior, true, alpha_u, alpha_d)
+    alpha_u, alpha_d = factors(float(plan.epsilon))
+    missing = true is None or (isinstance(true, Number) and math.isnan(true))
+    law = unrefined(prior) if missing else refine(prior, true, alpha_u, alpha_d)
     value = law.sample(rng)
     agg = plan.aggregates[0]
     column = plan.table.columns.get(agg.column) if agg.column else None
     if agg.kind == COUNT or (agg.kind != AVG and column is not None and column.type == "int"):
         value = round(value)
-    return Released(value, error_bound(prior, alpha_u, alpha_d),
-                    f"knowledge refinement of the prior {plan.prior.text}", _NOTE)
+    bound = error_bound(prior, alpha_u, alpha_d)
+    # priors are checked before the debit so that nothing here can be non-finite
+    assert (isinstance(value, (str, bool)) or math.isfinite(value)) and (
+        bound is None or math.isfinite(bound)), "refinement produced a non-finite number"
+    return Released(value, bound, f"knowledge refinement of the prior {plan.prior.text}", _NOTE)
 
 
 _NOTE = ("answered by knowledge refinement (seed 001): one sample of the prior reweighted "

@@ -1,26 +1,42 @@
 """Knowledge refinement (seed 001): exact masses against the paper's numbers, the
-``else`` branch, the e^ε bound between neighbouring outputs, and the sampler's law
-(rejection at significance 1e-4, as in test_samplers)."""
+``else`` branch, the fast computation against Algorithm 1 step by step, the loss between
+any two true answers (issue 13 item 6), the sampler's law, and the checks on priors
+(item 7)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import re
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from proxy.privacy.refinement import (
+    MAGNITUDE_CAP,
+    MAX_ATOMS,
     Discrete,
     TruncatedNormal,
     Uniform,
     discrete,
+    error_bound,
     factors,
     parse_prior,
     refine,
+    unrefined,
 )
-from tests.privacy.test_samplers import ALPHA, SeededSource
+from proxy.privacy.sampler import SecureSource
+
+SAMPLER_ALPHA = 1e-6  # the OS's source, unseeded: a correct sampler fails once in 10⁶ runs
+
+
+def seed_factors(epsilon):
+    """The seed's individual-query factors e^{±ε} (Prop. 2), which its Table 5 and §6.1
+    use; the proxy uses e^{±ε/2} (``factors``)."""
+    return math.exp(epsilon), math.exp(-epsilon)
+
 
 # seed 001 Table 5: uniform prior on [0, 1], f(D) = 0.5, individual query:
 # ε -> (variance, size of U_u, P(answer in U_u))
@@ -42,7 +58,7 @@ def _second_moment(refined, centre):
 @pytest.mark.parametrize("epsilon", TABLE_5)
 def test_table_5_of_seed_001(epsilon):
     variance, size, inside = TABLE_5[epsilon]
-    refined = refine(Uniform(0, 1), 0.5, *factors(epsilon, individual=True))
+    refined = refine(Uniform(0, 1), 0.5, *seed_factors(epsilon))
     ball = _ball(refined)
     assert round(ball.end - ball.start, 3) == size
     assert round(refined.mass(ball.start, ball.end), 3) == inside
@@ -53,7 +69,7 @@ def test_boolean_example_of_seed_001():
     """§6.1: P(B = 1) = 0.01, ε = 1, individual query (the else branch: no ball has the
     mass p_u = 0.269)."""
     prior = discrete([(0, 0.99), (1, 0.01)], nominal=True)
-    alpha_u, alpha_d = factors(1.0, individual=True)
+    alpha_u, alpha_d = seed_factors(1.0)
     given_0 = dict(refine(prior, 0, alpha_u, alpha_d).atoms())
     given_1 = dict(refine(prior, 1, alpha_u, alpha_d).atoms())
     assert f"{given_0[1]:.4g}" == "0.003679" and f"{given_1[1]:.4g}" == "0.02718"
@@ -61,16 +77,16 @@ def test_boolean_example_of_seed_001():
 
 
 def test_the_then_branch_when_a_ball_has_exactly_the_mass():
-    alpha_u, alpha_d = factors(1.0, individual=True)
+    alpha_u, alpha_d = factors(1.0)
     p_u = (1 - alpha_d) / (alpha_u - alpha_d)
     refined = refine(discrete([(0, p_u), (1, 1 - p_u)]), 0, alpha_u, alpha_d)
-    assert [s.factor for s in refined.segments] == [alpha_u, alpha_d]
+    assert [s.factor for s in refined.segments] == pytest.approx([alpha_u, alpha_d])
 
 
 def test_the_else_branch_splits_at_the_group_that_crosses_p_u():
     """Atoms at equal distance go together: for answer 2, {2} then {1, 3} then {0, 4}."""
     prior = discrete([(0, 0.3), (1, 0.2), (2, 0.1), (3, 0.1), (4, 0.3)])
-    alpha_u, alpha_d = factors(1.0, individual=True)  # p_u = 0.269
+    alpha_u, alpha_d = factors(1.0)  # p_u = 0.378
     refined = refine(prior, 2, alpha_u, alpha_d)
     by_value = {s.value: s.factor for s in refined.segments}
     assert by_value[2] == alpha_u  # the ball {2} (0.1 < p_u)
@@ -86,50 +102,137 @@ def _random_prior(rng, size, nominal):
     return discrete([(v, float(w)) for v, w in enumerate(weights)], nominal=nominal)
 
 
-@pytest.mark.parametrize("nominal", [False, True])
-@pytest.mark.parametrize("epsilon", [0.1, 0.5, 1.0, 3.0])
-def test_neighbouring_outputs_stay_within_e_to_the_epsilon(nominal, epsilon):
-    """Exhaustively over small discrete ranges: a statistical query's outputs for any
-    two true answers differ by at most e^ε at every value; an individual query's output
-    stays within [e^−ε, e^ε] of the prior. Every output has total mass 1."""
+def _algorithm_1(prior, answer, alpha_u, alpha_d):
+    """Seed 001 Algorithm 1 as written (with SPEC §5.4's p_u), one distance group at a
+    time, O(n²): the reference the bisections must reproduce."""
+    p_u = (1 - alpha_d) / (alpha_u - alpha_d)
+    radii = sorted({prior.distance(answer, v) for v, _ in prior.atoms})
+    closed = [sum(p for v, p in prior.atoms if prior.distance(answer, v) <= r) for r in radii]
+    factor_of, inner, crossed = {}, 0.0, False
+    for radius, mass in zip(radii, closed):
+        if crossed:
+            factor_of[radius] = alpha_d
+        elif mass <= p_u:
+            factor_of[radius], inner, crossed = alpha_u, mass, mass == p_u
+        else:
+            factor_of[radius] = (1 - alpha_u * inner - alpha_d * (1 - mass)) / (mass - inner)
+            crossed = True
+    return [(v, p * factor_of[prior.distance(answer, v)]) for v, p in prior.atoms]
+
+
+def _coverage_radius(atoms, centre, coverage=0.95):
+    """The old error bound of one centre: atoms by distance until the coverage is held."""
+    total = 0.0
+    for distance, mass in sorted((abs(v - centre), m) for v, m in atoms):
+        total += mass
+        if total >= coverage - 1e-12:
+            return distance
+    return distance
+
+
+def test_refinement_and_its_bound_follow_algorithm_1():
+    """The bisections over sorted atoms give Algorithm 1's law for every centre (atoms,
+    points between and beyond them, ties at equal distance), and the error bound is the
+    worst coverage radius of those laws."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        size, nominal = int(rng.integers(1, 8)), bool(rng.integers(0, 2))
+        prior = _random_prior(rng, size, nominal)  # values 0..size−1: many ties
+        alpha_u, alpha_d = factors(float(rng.choice([0.1, 1.0, 3.0])))
+        centres = range(size) if nominal else np.arange(-1.5, size + 1, 0.5)
+        for centre in centres:
+            ours = refine(prior, centre, alpha_u, alpha_d).atoms()
+            reference = _algorithm_1(prior, centre, alpha_u, alpha_d)
+            assert [v for v, _ in ours] == [v for v, _ in reference]
+            assert [m for _, m in ours] == pytest.approx([m for _, m in reference], abs=1e-12)
+        if not nominal:
+            worst = max(_coverage_radius(_algorithm_1(prior, v, alpha_u, alpha_d), v)
+                        for v, _ in prior.atoms)
+            assert error_bound(prior, alpha_u, alpha_d) == worst
+
+
+def _law(prior, true, epsilon):
+    """P(answer = atom) for a true answer (None: the unit is absent), as the sampler
+    draws it: refined masses over their total."""
+    refined = unrefined(prior) if true is None else refine(prior, true, *factors(epsilon))
+    masses = np.array([mass for _, mass in refined.atoms()])
+    return masses / masses.sum()
+
+
+PRIORS = [  # (value, weight) tables of 2–6 atoms, equal and unequal weights
+    [(150000, 0.5), (20000, 0.5)],  # issue 13's example
+    [(0, 0.99), (1, 0.01)],
+    [(0, 0.1), (1, 0.2), (2, 0.7)],
+    [(-5, 0.05), (0, 0.6), (1, 0.05), (7, 0.3)],
+    [(0, 0.3), (1, 0.2), (2, 0.1), (3, 0.1), (4, 0.3)],  # ties around 2
+    [(1, 0.01), (2, 0.02), (4, 0.07), (8, 0.2), (16, 0.3), (32, 0.4)],
+]
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.5, 1.0, 3.0, 10.0, 30.0])
+def test_the_loss_between_any_two_true_answers_is_at_most_epsilon(epsilon):
+    """Item 6. For every prior, every pair of true answers x, y — each atom, points
+    between and beyond them, and the unit's absence (the prior itself) — and every output
+    atom o: P(o | x) ≤ e^ε P(o | y). This is the neighbour of a statistical query (any two
+    data sets, seed 001 Prop. 1) and of an individual one (the unit's value modified, or
+    removed, which loses only ε/2); both use ``factors``. A set of outputs sums these
+    inequalities, so holds too. Priors: the fixed tables above (numeric and nominal) and 40 random ones."""
     rng = np.random.default_rng(11)
-    for _ in range(40):
-        prior = _random_prior(rng, int(rng.integers(2, 7)), nominal)
+    tables = PRIORS + [[(v, float(w)) for v, w in enumerate(rng.dirichlet(np.ones(k)))]
+                       for k in rng.integers(2, 7, 40)]
+    bound = math.exp(epsilon) * (1 + 1e-9)
+    for table, nominal in itertools.product(tables, (False, True)):
+        prior = discrete(table, nominal)
         values = [v for v, _ in prior.atoms]
-        for individual in (False, True):
-            alpha_u, alpha_d = factors(epsilon, individual)
-            laws = {v: dict(refine(prior, v, alpha_u, alpha_d).atoms()) for v in values}
-            for law in laws.values():
-                assert sum(law.values()) == pytest.approx(1)
-            bound = math.exp(epsilon) * (1 + 1e-9)
-            if individual:
-                for law in laws.values():
-                    assert all(1 / bound <= law[v] / p <= bound for v, p in prior.atoms)
-            else:
-                for first, second in itertools.permutations(laws.values(), 2):
-                    assert all(first[v] / second[v] <= bound for v in values)
+        trues = [None, *values] + ([] if nominal else
+                                   [min(values) - 1, max(values) + 1,
+                                    *((a + b) / 2 for a, b in itertools.pairwise(values))])
+        laws = [_law(prior, true, epsilon) for true in trues]
+        for first, second in itertools.permutations(laws, 2):
+            assert np.all(first <= bound * second), (table, nominal)
+        half = math.exp(epsilon / 2) * (1 + 1e-9)  # against absence: ε/2
+        assert all(np.all(law <= half * laws[0]) and np.all(laws[0] <= half * law)
+                   for law in laws)
 
 
-@pytest.mark.parametrize("prior", [Uniform(0, 1), TruncatedNormal(0.3, 0.2, 0, 1)])
-def test_continuous_neighbours_stay_within_e_to_the_epsilon(prior):
-    """Densities (as factors on the prior) for true answers across the range."""
-    alpha_u, alpha_d = factors(1.0, individual=False)
-    grid = np.linspace(0.0005, 0.9995, 1000)
-    answers = [0.0, 0.1, 0.3, 0.5, 0.9, 1.0]
-    factor_at = {}
-    for answer in answers:
-        refined = refine(prior, answer, alpha_u, alpha_d)
-        ball = _ball(refined)
-        assert refined.mass(0, 1) == pytest.approx(1)
-        factor_at[answer] = np.where((grid >= ball.start) & (grid < ball.end), alpha_u, alpha_d)
-    for first, second in itertools.permutations(answers, 2):
-        assert np.all(factor_at[first] / factor_at[second] <= math.exp(1.0) * (1 + 1e-9))
+def test_the_old_individual_factors_lost_two_epsilon():
+    """The seed's e^{±ε} on the issue's example: 0.816 against 0.184 at ε = 1, a loss of
+    1.49; the proxy's factors give 0.697 against 0.303, a loss of 0.83."""
+    prior = discrete([(150000, 0.5), (20000, 0.5)])
+    old = [dict(refine(prior, true, *seed_factors(1.0)).atoms())[150000]
+           for true in (150000, 20000)]
+    assert math.log(old[0] / old[1]) == pytest.approx(1.49, abs=0.01)
+    ours = [_law(prior, true, 1.0)[1] for true in (150000, 20000)]
+    assert ours == pytest.approx([0.697, 0.303], abs=1e-3)
+    assert math.log(ours[0] / ours[1]) <= 1
+
+
+@pytest.mark.parametrize("prior", [Uniform(0, 1), TruncatedNormal(0.3, 0.2, 0, 1),
+                                   TruncatedNormal(0, 1, -MAGNITUDE_CAP, MAGNITUDE_CAP)])
+@pytest.mark.parametrize("epsilon", [0.1, 1.0, 3.0])
+def test_continuous_densities_stay_within_e_to_the_epsilon(prior, epsilon):
+    """Item 6 for continuous priors: the refined density (a factor on the prior's, over
+    the total) at 2,000 prior quantiles, for true answers across and beyond the support
+    and the unit's absence: the ratio between any two is at most e^ε."""
+    grid = (np.arange(2000) + 0.5) / 2000
+    support = [prior.quantile(q) for q in (0, 0.001, 0.2, 0.5, 0.77, 0.999, 1)]
+    densities = []
+    for true in [None, -1e15, 1e15, *support]:
+        refined = unrefined(prior) if true is None else refine(prior, true, *factors(epsilon))
+        total = refined.mass(0, 1)
+        assert total == pytest.approx(1)
+        density = np.zeros_like(grid)
+        for s in refined.segments:
+            density[(grid >= s.start) & (grid < s.end)] = s.factor / total
+        densities.append(density)
+    for first, second in itertools.permutations(densities, 2):
+        assert np.all(first <= math.exp(epsilon) * (1 + 1e-9) * second)
 
 
 def test_the_statistical_factors_minimise_the_expected_error_of_a_uniform_prior():
     """α_u = e^{ε/2} beats every other split of α_u/α_d = e^ε on E|X − f(D)|."""
     for epsilon in (0.1, 1.0, 2.0):
-        chosen = _absolute_error(epsilon, factors(epsilon, individual=False)[0])
+        chosen = _absolute_error(epsilon, factors(epsilon)[0])
         for t in np.linspace(0.01, 0.99, 99):
             assert chosen <= _absolute_error(epsilon, math.exp(t * epsilon)) + 1e-12
 
@@ -143,26 +246,29 @@ def _absolute_error(epsilon, alpha_u):
 
 @pytest.mark.parametrize("answer", [0, 2, 5])
 def test_discrete_samples_follow_the_refined_masses(answer):
+    """χ² of 20,000 draws from the OS's source against the refined masses."""
     prior = discrete([(v, p) for v, p in enumerate([0.05, 0.1, 0.2, 0.3, 0.2, 0.1, 0.05])])
-    refined = refine(prior, answer, *factors(1.0, individual=True))
-    source = SeededSource(answer)
+    refined = refine(prior, answer, *factors(1.0))
+    source = SecureSource()
     draws = [refined.sample(source) for _ in range(20_000)]
     observed = [draws.count(v) for v, _ in refined.atoms()]
     expected = [p * len(draws) for _, p in refined.atoms()]
-    assert stats.chisquare(observed, expected).pvalue > ALPHA
+    assert stats.chisquare(observed, expected).pvalue > SAMPLER_ALPHA
 
 
-@pytest.mark.parametrize("prior", [Uniform(0, 200_000), TruncatedNormal(40_000, 15_000, 0, 200_000)])
+@pytest.mark.parametrize("prior", [Uniform(0, 200_000),
+                                   TruncatedNormal(40_000, 15_000, 0, 200_000)])
 def test_continuous_samples_follow_the_refined_law(prior):
-    refined = refine(prior, 41_000, *factors(0.5, individual=False))
-    source = SeededSource(7)
+    """χ² of 20,000 draws' prior quantiles in 40 bins (split at the ball's ends)."""
+    refined = refine(prior, 41_000, *factors(0.5))
+    source = SecureSource()
     quantiles = np.array([prior.cdf(refined.sample(source)) for _ in range(20_000)])
     edges = np.unique(np.concatenate([np.linspace(0, 1, 41),
                                       [s.start for s in refined.segments]]))
     observed, _ = np.histogram(quantiles, bins=edges)
     expected = [refined.mass(a, b) * len(quantiles) for a, b in itertools.pairwise(edges)]
     keep = np.array(expected) > 0
-    assert stats.chisquare(observed[keep], np.array(expected)[keep]).pvalue > ALPHA
+    assert stats.chisquare(observed[keep], np.array(expected)[keep]).pvalue > SAMPLER_ALPHA
     assert all(0 <= refined.sample(source) <= 200_000 for _ in range(1000))
 
 
@@ -195,10 +301,66 @@ def test_a_prior_table():
     ("normal(0, 0)", "sigma > 0"),
     ("uniform(a, b)", "must be numbers"),
     ("uniform(0, inf)", "finite"),
+    ("uniform(-1e308, 1e308)", "within ±1e+15"),
+    ("normal(nan, 1)", "finite"),
+    ("normal(0, 1e300)", "within ±1e+15"),
     ('{"0": 0.5, "1": 0.4}', "sum to 1"),
+    ('{"0": NaN, "1": 1}', "finite, positive"),
+    ('{"0": Infinity, "1": 1}', "finite, positive"),
+    ('{"0": -0.5, "1": 1.5}', "finite, positive"),
+    ('{"0": 1e400, "1": 1}', "finite, positive"),
+    ('{"0": ' + "9" * 400 + ', "1": 1}', "finite, positive"),
     ('{"0": "half"}', "maps values to probabilities"),
     ("{0: 1}", "not valid JSON"),
+    ('{"0": ' + "[" * 100_000 + "]" * 100_000 + "}", "not valid JSON"),
+    (json.dumps({str(v): 1 / (MAX_ATOMS + 1) for v in range(MAX_ATOMS + 1)}),
+     f"at most {MAX_ATOMS} values, got {MAX_ATOMS + 1}"),
 ])
 def test_a_bad_prior_says_what_is_allowed(text, fragment):
-    with pytest.raises(ValueError, match=fragment):
+    """Item 7: every refusal is one ValueError line (SET turns it into 22023)."""
+    with pytest.raises(ValueError, match=re.escape(fragment)) as refused:
         parse_prior(text)
+    assert len(str(refused.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("key,cast", [("inf", float), ("nan", float), ("-1e308", float),
+                                      ("1e16", float), (str(10 ** 16), int)])
+def test_a_table_key_is_a_finite_number_within_the_cap(key, cast):
+    """Keys become numbers only when the answer's type is known (before the debit)."""
+    spec = parse_prior(json.dumps({key: 0.5, "0": 0.5}))
+    with pytest.raises(ValueError, match="not a finite number within"):
+        spec.over(None, None, cast=cast)
+    assert spec.over(None, None, nominal=True, cast=str).atoms[0] == (key, 0.5)
+
+
+def test_the_atom_limit_and_merged_values():
+    table = {str(v): 1 / MAX_ATOMS for v in range(MAX_ATOMS)}
+    assert len(parse_prior(json.dumps(table)).over(None, None).atoms) == MAX_ATOMS
+    merged = parse_prior('{"1": 0.25, "1.0": 0.25, "2": 0.5}').over(None, None)
+    assert merged.atoms == ((1.0, 0.5), (2.0, 0.5))
+
+
+def test_a_normal_that_leaves_the_range_almost_nothing_is_refused():
+    with pytest.raises(ValueError, match="less than 1e-06 of its mass"):
+        parse_prior("normal(1000000, 1000)").over(0.0, 100000.0)
+    assert parse_prior("normal(0, 1)").over(-1e308, None) == TruncatedNormal(
+        0.0, 1.0, -MAGNITUDE_CAP, MAGNITUDE_CAP)
+
+
+@pytest.mark.parametrize("text,low,high", [
+    ("uniform(-1e15, 1e15)", None, None),
+    ("normal(0, 1e15)", None, None),
+    ("normal(0, 1e-300)", 0.0, 100000.0),
+    ('{"1e15": 1e-300, "-1e15": 1}', None, None),
+])
+@pytest.mark.parametrize("epsilon", [0.000001, 1000.0])
+def test_the_widest_priors_allowed_answer_finite_numbers(text, low, high, epsilon):
+    """Item 7: at the edges of what is allowed, for true answers far beyond it, every
+    answer and every bound is finite."""
+    prior = parse_prior(text).over(low, high)
+    alpha_u, alpha_d = factors(epsilon)
+    assert math.isfinite(error_bound(prior, alpha_u, alpha_d))
+    source = SecureSource()
+    for true in (-math.inf, -1e300, -1e15, 0.0, 1e15, 1e300, math.inf):
+        law = refine(prior, true, alpha_u, alpha_d)
+        assert all(math.isfinite(law.sample(source)) for _ in range(20))
