@@ -84,9 +84,11 @@ class DuckDBBackend(Backend):
             cursor = self._con.cursor()
             try:
                 with self._running(cursor):
-                    cursor.execute("BEGIN TRANSACTION")
+                    with _errors("BEGIN TRANSACTION"):
+                        cursor.execute("BEGIN TRANSACTION")
                     yield _DuckDBTransaction(self._stopped, cursor)
-                    cursor.execute("COMMIT")
+                    with _errors("COMMIT"):
+                        cursor.execute("COMMIT")
             except BaseException:
                 try:
                     cursor.execute("ROLLBACK")
@@ -139,30 +141,19 @@ class _DuckDBTransaction(Transaction):
         self._cursor = cursor
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
-        with self._errors(sql):
+        with _errors(sql):
             self._cursor.execute(sql.replace("%s", "?"), list(params))
             return self._cursor.fetchall() if self._cursor.description else []
 
     def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
-        with self._errors(sql):
+        with _errors(sql):
             self._cursor.execute(sql)
         while True:
-            with self._errors(sql):
+            with _errors(sql):
                 rows = self._cursor.fetchmany(size)
             if not rows:
                 return
             yield rows
-
-    @staticmethod
-    @contextmanager
-    def _errors(sql: str) -> Iterator[None]:
-        try:
-            yield
-        except duckdb.InterruptException:
-            raise QueryCanceled("canceling statement due to user request") from None
-        except duckdb.Error as exc:
-            log.error("duckdb error: %s -- in: %s", exc, sql)
-            raise BackendFailed("the backend could not run this query") from None
 
     def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
         # lists bind as DuckDB LISTs; unnesting them side by side zips them into rows
@@ -174,3 +165,17 @@ class _DuckDBTransaction(Transaction):
 
     def columns(self) -> list[tuple[str, str]]:
         return [(d[0], postgres_type(str(d[1]))) for d in self.description()]
+
+
+@contextmanager
+def _errors(sql: str) -> Iterator[None]:
+    """Around every DuckDB call an interrupt can reach (BEGIN and COMMIT included: a
+    cancel may land on them): 57014 for an interrupt, the backend's text to the log only
+    for anything else."""
+    try:
+        yield
+    except duckdb.InterruptException:
+        raise QueryCanceled("canceling statement due to user request") from None
+    except duckdb.Error as exc:
+        log.error("duckdb error: %s -- in: %s", exc, sql)
+        raise BackendFailed("the backend could not run this query") from None
