@@ -3,6 +3,7 @@ with SIGTERM; tests then talk to it with real clients over 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -155,3 +156,43 @@ def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: s
                 raise
             drain.join(5)
             assert code == 0, "".join(log)
+
+
+@dataclass
+class InProcessProxy:
+    port: int
+    server: object  # proxy.wire.server.Server: its engine may be reached into
+    dsn = RunningProxy.dsn
+
+
+@contextmanager
+def serving_in_process(rules: Path, backend: str):
+    """The server in a thread of the test process, for tests that reach into its engine
+    (to make it fail on purpose); clients still connect over a real socket, and its log
+    goes to this process's logging (pytest's caplog)."""
+    from proxy.backends import open_backend
+    from proxy.engine import Engine
+    from proxy.rules import load_rules
+    from proxy.users import Users
+    from proxy.wire.server import Server
+    from proxy.wire.shadow import ShadowCatalog
+
+    parsed = load_rules(rules)
+    engine = Engine(parsed, open_backend(backend))
+    shadow = ShadowCatalog(parsed, engine.backend, parsed.server.max_connections)
+    server = Server(engine, Users(engine.ledger), shadow)
+    loop, stop, bound = asyncio.new_event_loop(), asyncio.Event(), []
+    ready = threading.Event()
+    thread = threading.Thread(target=lambda: loop.run_until_complete(server.serve(
+        "127.0.0.1", 0, lambda host, port: (bound.append(port), ready.set()), stop)))
+    thread.start()
+    try:
+        while not ready.wait(0.1):
+            assert thread.is_alive(), "the server did not start"
+        yield InProcessProxy(bound[0], server)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
+        shadow.close()
+        engine.backend.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from proxy.engine import Answer
-from proxy.errors import ProxyError, QueryCanceled
+from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
 from proxy.wire import codec, params, types
 from proxy.wire.local import REPORTED, LocalState, Outcome
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from proxy.wire.server import Server
 
 log = logging.getLogger("idp_proxy.wire")
+INTERNAL_ERROR = ("internal error; the query was charged if it reached the data; see the "
+                  "server log")
 
 
 class ConnectionClosed(Exception):
@@ -177,6 +179,9 @@ class Connection:
                 if name.lower() in ("user", "database", "options", "replication"):
                     continue
                 self.local.set(name, value)
+        except UnknownAnalyst as exc:  # under trust; its text names the rules' file
+            self._login_failed(exc.message)
+            return False
         except ProxyError as exc:
             self._send(codec.error_response(exc.sqlstate, exc.message, "FATAL"))
             return False
@@ -192,7 +197,7 @@ class Connection:
         if self.server.trusts(self.writer.get_extra_info("peername")):
             return True
         secret = await asyncio.to_thread(self.server.users.secret, self.user)
-        exchange = Exchange(secret)
+        exchange = Exchange(secret, self.user)
         self._send(codec.authentication(10, codec.cstring(MECHANISM) + b"\0"))
         await self._flush()
         try:
@@ -210,11 +215,17 @@ class Connection:
             if not isinstance(final, codec.Password):
                 raise AuthFailed("expected a SASL response")
             self._send(codec.authentication(12, exchange.finish(final.data)))
-        except AuthFailed:
-            self._send(codec.error_response(
-                "28P01", f'password authentication failed for user "{self.user}"', "FATAL"))
+        except AuthFailed as exc:
+            self._login_failed(str(exc))
             return False
         return True
+
+    def _login_failed(self, reason: str) -> None:
+        """PostgreSQL's one message for an unknown name, a wrong password or a disabled
+        login: which it was (and the rules' analysts) is for the server log only."""
+        log.warning('password authentication failed for user "%s": %s', self.user, reason)
+        self._send(codec.error_response(
+            "28P01", f'password authentication failed for user "{self.user}"', "FATAL"))
 
     # Main loop ---------------------------------------------------------------------------
 
@@ -223,33 +234,34 @@ class Connection:
             message = await self._next()
             if isinstance(message, codec.Terminate):
                 return
-            if isinstance(message, codec.Query):
-                await self._simple(message.sql)
-            elif isinstance(message, codec.Sync):
+            if isinstance(message, codec.Sync):
                 self.failed = False
                 if self.local.status == "I":
                     self.portals.pop("", None)
                 self._send(codec.ready_for_query(self.local.status))
+            elif self.failed:  # as PostgreSQL: after an error, everything up to Sync
+                continue
+            elif isinstance(message, codec.Query):
+                await self._simple(message.sql)
             elif isinstance(message, codec.Flush):
                 pass
-            elif self.failed:
-                continue
             else:
                 try:
                     await self._extended(message)
-                except ProxyError as exc:
-                    self._error(exc)
-                    self.failed = True
                 except (codec.ProtocolViolation, ConnectionClosed):
                     raise
-                except Exception:  # a bug must cost one statement, not the session
-                    log.exception("internal error on %s", type(message).__name__)
-                    self._error(ProxyError("internal error in the proxy; the statement "
-                                           "was not run", "XX000"))
+                except Exception as exc:
+                    self._error(exc)
                     self.failed = True
             await self._flush()
 
-    def _error(self, exc: ProxyError) -> None:
+    def _error(self, exc: Exception) -> None:
+        """One ErrorResponse. A refusal says what it is; anything else is a bug, which
+        must cost one statement, not the session, and must not show its text (it may
+        quote data, or come after the debit): its traceback goes to the log only."""
+        if not isinstance(exc, ProxyError):
+            log.error("internal error", exc_info=exc)
+            exc = ProxyError(INTERNAL_ERROR, "XX000")
         if self.local.status == "T":
             self.local.status = "E"
         self._send(codec.error_response(exc.sqlstate, exc.message))
@@ -263,7 +275,7 @@ class Connection:
             engine_texts = [s.text for s in statements if s.route is Route.ENGINE]
             if engine_texts:  # refuse the whole message before anything runs
                 await asyncio.to_thread(self.session.check, "\n;".join(engine_texts))
-        except ProxyError as exc:
+        except Exception as exc:
             self._error(exc)
             self._send(codec.ready_for_query(self.local.status))
             return
@@ -279,7 +291,9 @@ class Connection:
                 prepared = (await self._prepare(statement, ()) if statement.route is
                             Route.SHADOW else Prepared(statement, (), None))
                 result = await self._execute(prepared, Portal(prepared, (), (), ()), ())
-            except ProxyError as exc:
+            except (codec.ProtocolViolation, ConnectionClosed):
+                raise
+            except Exception as exc:
                 self._error(exc)
                 break
             if result.fields is not None:

@@ -57,14 +57,27 @@ def _hmac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()
 
 
+# Keys the mock salts of this process's unknown names (PostgreSQL keeps its in pg_control).
+_MOCK_KEY = secrets.token_bytes(32)
+
+
+def _mock_secret(user: str) -> Secret:
+    """What an unknown or disabled name is offered, as PostgreSQL does: the same salt on
+    every attempt with that name (a real login's salt does not change either), keys that
+    are never checked, and no PBKDF2 (none runs for a real login at the server)."""
+    salt = _hmac(_MOCK_KEY, user.encode())[:16]
+    return Secret(ITERATIONS, salt, secrets.token_bytes(32), secrets.token_bytes(32))
+
+
 class Exchange:
     """One authentication. With ``secret=None`` (unknown or disabled user) it runs the
-    same exchange against a random secret and fails at the end, so that a client cannot
-    tell an unknown name from a wrong password."""
+    same exchange against a mock secret and fails at the end with the same message, so
+    that a client cannot tell an unknown name from a wrong password; the reason of a
+    failure is for the server log only."""
 
-    def __init__(self, secret: Secret | None) -> None:
+    def __init__(self, secret: Secret | None, user: str) -> None:
         self._known = secret is not None
-        self._secret = secret or make_secret(secrets.token_hex(16))
+        self._secret = secret or _mock_secret(user)
         self._nonce = ""
         self._first_bare = ""
         self._server_first = ""
@@ -101,9 +114,12 @@ class Exchange:
                                                      signature, strict=True))
         except ValueError:
             raise AuthFailed("malformed SCRAM proof") from None
-        if not self._known or not hmac.compare_digest(hashlib.sha256(client_key).digest(),
-                                                      self._secret.stored_key):
-            raise AuthFailed("password authentication failed")
+        matches = hmac.compare_digest(hashlib.sha256(client_key).digest(),  # for both
+                                      self._secret.stored_key)
+        if not self._known:
+            raise AuthFailed("no enabled login of this name (unknown or disabled user)")
+        if not matches:
+            raise AuthFailed("wrong password")
         verifier = base64.b64encode(_hmac(self._secret.server_key, message)).decode()
         return f"v={verifier}".encode()
 

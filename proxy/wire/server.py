@@ -73,17 +73,21 @@ class Server:
         finally:
             self._tasks.discard(task)
 
-    async def serve(self, host: str, port: int, ready=None) -> None:
-        """Serve until SIGINT or SIGTERM, then close the listener and the sessions."""
+    async def serve(self, host: str, port: int, ready=None,
+                    stop: asyncio.Event | None = None) -> None:
+        """Serve until SIGINT or SIGTERM (or until ``stop`` is set: signals reach only
+        the main thread, and a server in another thread is stopped so), then close the
+        listener and the sessions."""
         loop = asyncio.get_running_loop()
         # One worker thread per possible session, so a session's blocking engine call
         # never waits for a thread behind other sessions' calls.
         loop.set_default_executor(ThreadPoolExecutor(self.limits.max_connections + 4,
                                                      thread_name_prefix="session"))
         server = await asyncio.start_server(self._handle, host, port, limit=1 << 16)
-        stop = asyncio.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        if stop is None:
+            stop = asyncio.Event()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, stop.set)
         bound = server.sockets[0].getsockname()
         log.info("listening on %s:%d", bound[0], bound[1])
         # Admin calls are taken before "serving" is announced: a user who runs
