@@ -19,8 +19,10 @@ _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_supe
               "session_authorization", "standard_conforming_strings",
               "default_transaction_read_only", "in_hot_standby", "max_identifier_length",
               "transaction_read_only"}
+# SHOW reads SESSION AUTHORIZATION as one word; SET drops SESSION and leaves AUTHORIZATION.
 _ALIASES = {"time zone": "timezone", "transaction isolation level": "transaction_isolation",
-            "session authorization": "session_authorization"}
+            "session authorization": "session_authorization",
+            "authorization": "session_authorization"}
 _FIXED = {"client_encoding": ("utf8", "utf-8", "unicode", "'utf-8'"), "datestyle": ("iso",),
           "standard_conforming_strings": ("on",)}
 
