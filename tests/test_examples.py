@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -95,3 +96,32 @@ def test_paper_release_classification_keeps_cbls_near_the_original_data(tmp_path
     # a header, then 2 alphas x 3 epsilons x (original + 2 methods) x (6 + 6) values of k
     rows = (tmp_path / "paper_release_classification.csv").read_text().count("\n")
     assert rows == 1 + 2 * 3 * 3 * 12
+
+
+def test_noise_magnitude_attack_tells_s_from_2s_and_the_floor_hides_it(tmp_path):
+    """Issue 13 item 10, quick mode (600 fresh answers per data set, a seeded noise source
+    so the run is reproducible): from the spread of the answers alone the attack tells a
+    local sensitivity S from 2S on neighbouring data sets, after about as many answers as
+    the analytic Laplace b-vs-2b test needs (23); a local_sensitivity_floor of 2S makes it
+    a coin toss; the answer cache stops a repeated text but not a rephrased one. (Over
+    40 simulated pools of this size the engine-pool estimate of k ranged 16-36.)"""
+    report_path = tmp_path / "attack.json"
+    subprocess.run([sys.executable, str(ROOT / "examples" / "noise_magnitude_attack.py"),
+                    "--quick", "--seed", "13", "--json", str(report_path)],
+                   capture_output=True, text=True, check=True, timeout=300)
+    report = json.loads(report_path.read_text())
+    analytic = report["analytic_k95"]
+    assert analytic == 23  # Gamma tails: P(Γ(k) > 2k ln 2) + P(Γ(k) < k ln 2) ≤ 10 %
+    for name in ("MEDIAN", "SUM"):
+        case = report["cases"][name]
+        assert case["S_neighbour"] == 2 * case["S_D"], case
+        assert case["accuracy_at_largest_k"] >= 0.95, (name, case["accuracy_by_k"])
+        assert case["k95_engine"] is not None, (name, case["accuracy_by_k"])
+        assert analytic / 2 <= case["k95_engine"] <= 2 * analytic, (name, case)
+        assert analytic / 1.5 <= case["k95_model"] <= 1.5 * analytic, (name, case)
+        assert case["accuracy_by_k"]["3"] < 0.9  # a few answers do not suffice
+    floor = report["mitigations"]["floor_attack"]
+    assert floor["accuracy_at_largest_k"] <= 0.65, floor
+    cache = report["mitigations"]["cache"]
+    assert cache["same_text_distinct"] == 1 and cache["rephrased_distinct"] == 3, cache
+    assert cache["spent"] == [0.02, 0.0, 0.0, 0.02, 0.02, 0.02], cache
