@@ -20,16 +20,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from proxy.privacy.refinement import Uniform, discrete, factors, refine
+from proxy.privacy.refinement import Uniform, discrete, refine
 
 # ε -> (Laplace variance, Laplace P(answer in [0, 1]), variance, size of U_u, P(in U_u))
 PAPER = {0.1: (200, 0.476, 0.077, 0.475, 0.525), math.log(2): (4.16, 0.549, 0.046, 0.333, 0.667),
          1.0: (2, 0.607, 0.034, 0.269, 0.731), 2.0: (0.5, 0.684, 0.012, 0.119, 0.881)}
 
 
+def paper_factors(epsilon: float) -> tuple[float, float]:
+    """The seed's individual-query factors e^{±ε} (its Prop. 2), which Table 5 uses.
+    The proxy refines with e^{±ε/2}: e^{±ε} protects against the person's absence but
+    loses 2ε between two of their values (docs/privacy.md §5.1)."""
+    return math.exp(epsilon), math.exp(-epsilon)
+
+
 def refined_columns(epsilon: float) -> tuple[float, float, float, object]:
     """(variance, size of U_u, P(answer ∈ U_u), the refined law) at f(D) = 0.5."""
-    law = refine(Uniform(0, 1), 0.5, *factors(epsilon, individual=True))
+    law = refine(Uniform(0, 1), 0.5, *paper_factors(epsilon))
     (ball,) = [s for s in law.segments if s.factor > 1]
     # the law is symmetric about 0.5: its variance is E[(X − 0.5)²], exactly
     variance = sum(s.factor * ((s.end - 0.5) ** 3 - (s.start - 0.5) ** 3) / 3
@@ -60,7 +67,7 @@ def main() -> None:
     print("The paper's 'P in [0,1]' Laplace column does not follow from Laplace(1/ε) at "
           "f(D) = 0.5 (that is 1 − e^(−ε/2)); its variances 2/ε² do.")
     prior = discrete([(0, 0.99), (1, 0.01)], nominal=True)
-    alpha_u, alpha_d = factors(1.0, individual=True)
+    alpha_u, alpha_d = paper_factors(1.0)
     given = {b: dict(refine(prior, b, alpha_u, alpha_d).atoms())[1] for b in (0, 1)}
     overall = given[0] * 0.99 + given[1] * 0.01
     print("\nBoolean example (§6.1): prior P(B = 1) = 0.01, epsilon = 1")

@@ -467,7 +467,7 @@ def _mechanism(plan: QueryPlan) -> str:
 def _neighbour(plan: QueryPlan) -> str:
     table = plan.table
     if plan.individual:
-        return f"one {table.privacy_unit}'s value against the prior (seed 001 Prop. 2)"
+        return f"any two values of one {table.privacy_unit}, or its absence (seed 001 §3)"
     if plan.prior is not None:
         return "any two data sets (seed 001 Prop. 1)"
     who = (f"all records of one {table.privacy_unit}" if table.privacy_unit

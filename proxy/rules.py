@@ -79,6 +79,7 @@ class Defaults:
     model: str = "idp"
     epsilon_per_query: Decimal = Decimal("0.1")
     max_epsilon_per_query: Decimal = Decimal(1)
+    min_epsilon_per_query: Decimal = Decimal("0.000001")  # the smallest ε written
     budget_per_analyst: Decimal = Decimal(1)
     report_scale: str = "none"
     local_sensitivity_floor: float = 0.0
@@ -247,8 +248,8 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
         values["report_scale"] = reader.choice(
             body["report_scale"], "defaults.report_scale", REPORT_SCALE
         )
-    for key in ("epsilon_per_query", "max_epsilon_per_query", "budget_per_analyst",
-                "global_budget"):
+    for key in ("epsilon_per_query", "max_epsilon_per_query", "min_epsilon_per_query",
+                "budget_per_analyst", "global_budget"):
         if key in body:
             values[key] = reader.epsilon(body[key], f"defaults.{key}")
     for key in ("answer_cache", "exact_release"):
@@ -267,11 +268,13 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
             raise reader.fail("defaults.local_sensitivity_floor", "must not be negative")
         values["local_sensitivity_floor"] = floor
     defaults = Defaults(**{**base.__dict__, **values})
-    if defaults.epsilon_per_query > defaults.max_epsilon_per_query:
+    if not (defaults.min_epsilon_per_query <= defaults.epsilon_per_query
+            <= defaults.max_epsilon_per_query):
         raise reader.fail(
             "defaults.epsilon_per_query",
-            f"{defaults.epsilon_per_query} exceeds max_epsilon_per_query "
-            f"{defaults.max_epsilon_per_query}",
+            f"{defaults.epsilon_per_query} is outside [min_epsilon_per_query, "
+            f"max_epsilon_per_query] = [{defaults.min_epsilon_per_query}, "
+            f"{defaults.max_epsilon_per_query}]",
         )
     return defaults
 

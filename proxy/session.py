@@ -53,11 +53,11 @@ class Settings:
 
     def resolve_epsilon(self, rules: Rules, hint: Decimal | None) -> Decimal:
         epsilon = hint or self.epsilon or rules.defaults.epsilon_per_query
-        limit = rules.defaults.max_epsilon_per_query
-        if epsilon > limit:
+        low, limit = rules.defaults.min_epsilon_per_query, rules.defaults.max_epsilon_per_query
+        if not low <= epsilon <= limit:
             raise BadSetting(
-                f"epsilon {epsilon} is above this proxy's limit of {limit} per query; "
-                f"choose a value up to {limit}"
+                f"epsilon {epsilon} is outside this proxy's limits per query; "
+                f"choose a value from {low} to {limit}"
             )
         return epsilon
 

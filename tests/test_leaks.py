@@ -11,6 +11,7 @@ import pytest
 
 from proxy.backends import open_backend
 from proxy.engine import Engine
+from proxy.errors import BadSetting
 from proxy.privacy.mechanisms import grid_step
 from proxy.rules import parse_rules
 from tests.conftest import load_table
@@ -164,3 +165,17 @@ def test_the_private_bound_covers_the_error(pair):
     answers = _ask(engine, "SELECT MEDIAN(income) FROM people WHERE person_id > 0", 30)
     within = [abs(a.rows[0][0] - true) <= a.privacy["ci95"]["median"][0] for a in answers]
     assert sum(within) >= 27
+
+
+@pytest.mark.parametrize("pair", ['min_epsilon_per_query = 0.01'], indirect=True)
+def test_a_minimum_epsilon_prices_the_noise_magnitude_test(pair):
+    """Item 10: telling S from 2S takes about 23 answers whatever their ε, so the
+    cheapest attack asks at the smallest ε accepted; ``min_epsilon_per_query`` puts a
+    price on it. A smaller ε is refused in one line, before anything is spent."""
+    engine = pair[0]
+    session = engine.session("eve")
+    before = engine.ledger.remaining("eve")
+    with pytest.raises(BadSetting) as refused:
+        list(session.execute("/*+ epsilon=0.000001 */ SELECT SUM(income) FROM people"))
+    assert refused.value.sqlstate == "22023" and "from 0.01 to 1" in str(refused.value)
+    assert engine.ledger.remaining("eve") == before and engine.ledger.entries("eve") == []

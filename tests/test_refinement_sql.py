@@ -244,7 +244,7 @@ def test_a_nominal_individual_query_answers_a_key(engine):
     (answer,) = run(session, "SELECT region AS r FROM people WHERE person_id = 7")
     assert answer.columns == ["r"] and answer.rows[0][0] in ("north", "south")
     assert answer.privacy["ci95"]["r"] == [None]
-    assert "Prop. 2" in answer.privacy["neighbours"]
+    assert "any two values of one person_id" in answer.privacy["neighbours"]
 
 
 def test_a_unit_column_the_rules_do_not_declare_is_compared_as_text(uncached):
