@@ -68,6 +68,11 @@ max_rows_per_unit = 2
 unit = { type = "int" }
 x = { type = "float", domain = [0, 100] }
 
+[tables.num]
+[tables.num.columns]
+v = { type = "float", domain = [0, 100] }
+r = { type = "float", domain = [0, 100] }
+
 [tables.p]
 privacy_unit = "person_id"
 individual_queries = true
@@ -134,6 +139,19 @@ def url(request, tmp_path_factory):
 def _load(url: str) -> None:
     for table, columns in TABLES.items():
         load_table(url, table, columns, {name: TYPES[name] for name in columns})
+    # Other column types: a decimal (PostgreSQL's NUMERIC holds NaN and values beyond
+    # any DOUBLE; DuckDB's DECIMAL neither) and a single-precision float.
+    if url.startswith("duckdb"):
+        load_table(url, "num", {"v": [None, 1e30, -1e30, 5.0, 150.0], "r": NUM_REAL},
+                   {"v": "DECIMAL(38, 3)", "r": "REAL"})
+        return
+    with psycopg.connect(url, autocommit=True) as con:
+        con.execute("CREATE TABLE num (v NUMERIC, r REAL)")
+        con.execute("INSERT INTO num SELECT * FROM unnest(ARRAY['NaN', '1e400', '-1e400', "
+                    "'5', '150']::numeric[], %s::real[])", [NUM_REAL])
+
+
+NUM_REAL = [NAN, INF, -INF, 5.0, 150.0]
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +226,17 @@ def test_statistics_are_those_of_the_normalised_values(engine, monkeypatch, quer
             if need.total:
                 assert column.total == pytest.approx(sum(values))
                 assert math.isfinite(column.total)
+
+
+def test_decimal_and_single_precision_columns_are_normalised(engine):
+    """NaN → NULL, beyond the domain → its bound, and no cast of a NUMERIC beyond 1e308
+    to DOUBLE (which would fail on the data)."""
+    plan = _plan("SELECT MEDIAN(v), SUM(v), MAX(v), MIN(v), MEDIAN(r), SUM(r), MIN(r) FROM num")
+    shift, groups, _ = engine.statistics(plan)
+    for need in column_needs(plan, shift):
+        stats = groups[()].column(need.column)
+        assert stats.values == order_values([0.0, 5.0, 100.0, 100.0], need.ranks)
+        assert (stats.n, stats.total) == (4, 205.0)
 
 
 def test_smooth_sensitivity_window_reads_normalised_values(engine):
