@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg import pq
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log
@@ -76,14 +77,18 @@ class PostgresBackend(Backend):
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
+        """BEGIN and COMMIT are plain statements, not psycopg's transaction blocks: a
+        cancel may land on either, and psycopg's bookkeeping of a block whose BEGIN was
+        cancelled would refuse every later transaction on this shared connection."""
         with self._lock:
             con = self._connection()
             with self._running(con):
                 try:
-                    with con.transaction():
-                        if snapshot:
-                            con.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    with self._ended(con):
+                        con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot
+                                    else "BEGIN")
                         yield _PostgresTransaction(self._stopped, con)
+                        con.execute("COMMIT")
                 except psycopg.errors.QueryCanceled:
                     raise QueryCanceled("canceling statement due to user request") from None
                 except psycopg.OperationalError as exc:
@@ -93,6 +98,22 @@ class PostgresBackend(Backend):
                         raise BackendUnavailable(
                             "the database behind the proxy is unreachable") from None
                     raise BackendFailed("the backend could not run this query") from None
+
+    @staticmethod
+    @contextmanager
+    def _ended(con: psycopg.Connection) -> Iterator[None]:
+        """After a failure the connection is idle again, or closed (the next transaction
+        opens a new one): a cancel that lands as COMMIT or ROLLBACK begins leaves the
+        transaction open and aborted, which would refuse every session's next one."""
+        try:
+            yield
+        except BaseException:
+            if con.info.transaction_status != pq.TransactionStatus.IDLE:
+                try:
+                    con.execute("ROLLBACK")
+                except psycopg.Error:
+                    con.close()
+            raise
 
     def _stop(self, handle: psycopg.Connection) -> None:
         handle.cancel_safe()

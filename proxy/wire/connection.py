@@ -508,19 +508,20 @@ class Connection:
             timer.cancel()
             with self._worker_lock:
                 self._worker = None
+                self.server.engine.backend.forget_interrupt(threading.get_ident())
             self._timed_out = False
-            self.server.engine.backend.forget_interrupt(threading.get_ident())
 
     def _time_out(self) -> None:
         self._timed_out = True
         self.cancel_running()
 
     def cancel_running(self) -> None:
-        """A CancelRequest with this connection's key (from any thread)."""
+        """A CancelRequest with this connection's key (from any thread). The interrupt
+        is made under the worker lock: made after the worker forgot its interrupts, it
+        would doom that pool thread's next job, which may be another session's."""
         with self._worker_lock:
-            worker = self._worker
-        if worker is not None:
-            self.server.engine.backend.interrupt(worker)
+            if self._worker is not None:
+                self.server.engine.backend.interrupt(self._worker)
         if self.shadow is not None:
             self.shadow.cancel()
 
