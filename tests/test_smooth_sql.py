@@ -128,4 +128,4 @@ def test_show_gamma_and_the_ledger_names_the_mechanism(engine):
     run(session, "SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'; SET idp.gamma = 2.5")
     (answer,) = run(session, "SELECT MIN(score), COUNT(*) FROM scores")
     assert answer.privacy["ci95"]["count"] == [0.0]
-    assert engine.ledger.entries("zoe")[-1][5] == "dp smooth gamma=2.5: min,count"
+    assert engine.ledger.entries("zoe")[-1][5] == "dp smooth gamma=2.5: min,public count"
