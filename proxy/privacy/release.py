@@ -119,7 +119,7 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
             return Released(true, 0.0, PUBLIC_COUNT)
         # Counts: one unit's s records each leave one cell and join another: L1 ≤ 2s.
         share = min(2, group_count) if grouped else 1
-        sensitivity = count_sensitivity(cal.shift, whole_table_rows=False)
+        sensitivity = count_sensitivity(cal.shift)
         noisy = laplace_integer(true, _integer_scale(sensitivity, cal), epsilon / share, rng)
         # its bound depends on s alone, the same for every neighbour (c counts rows)
         return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
