@@ -45,6 +45,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, NamedTuple
 
 from proxy.privacy.sampler import RandomSource, discrete_laplace
+from proxy.privacy.sensitivity import round_up_to_power_of_two
 from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
 from proxy.statistics import Fetch, GroupStats, percentile_rank
 
@@ -101,9 +102,7 @@ def ladder(floor: float, top: float) -> list[float]:
     """Powers of two from round_up_pow2(floor) to the first one ≥ top (= U − L)."""
     if not (0 < floor < math.inf and 0 < top < math.inf):
         raise ValueError("the private bound needs a positive finite floor and domain")
-    mantissa, exponent = math.frexp(floor)
-    level = floor if mantissa == 0.5 else math.ldexp(1.0, exponent)
-    levels = [level]
+    levels = [round_up_to_power_of_two(floor)]
     while levels[-1] < top:
         levels.append(levels[-1] * 2)
     if math.isinf(levels[-1]):

@@ -38,8 +38,8 @@ from statistics import NormalDist
 from typing import Any
 
 from proxy.privacy.sampler import RandomSource, uniform
+from proxy.statistics import MAGNITUDE_CAP  # the largest |number| a prior may name
 
-MAGNITUDE_CAP = 1e15  # the largest |number| a prior may name: the proxy's cap on data values
 MAX_ATOMS = 1000  # the most values a prior table may list (its error bound: ~0.2 s at 1,000)
 _MIN_NORMAL_MASS = 1e-6  # less on the answer's range: a mistaken prior, short of digits
 _MAX_REFINED_EPSILON = 30.0  # see factors
