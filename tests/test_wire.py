@@ -354,7 +354,10 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
             "region", "n", "n_ci95_low", "n_ci95_high", "median", "median_ci95_low",
             "median_ci95_high"]
         for region, n, low, high, median, median_low, median_high in cursor.fetchall():
-            assert region in REGIONS and n > 0 and median > 0
+            # In the domain, not > 0: west's median (29,395.93) is 268.64 below the next
+            # rank, so LS rounds up to 512 and, at ε/2 per cell (scale ≈ 10,240), the
+            # noisy median is clamped to the lower bound 0 in ≈ 2.8% of runs
+            assert region in REGIONS and n > 0 and 0 <= median <= 1_000_000
             # report_scale "none" (the default): iDP bounds would reveal the data
             assert low is high is median_low is median_high is None
         con.execute("RESET idp.intervals")
