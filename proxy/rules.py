@@ -98,6 +98,12 @@ class Server:
     idle_timeout: int = 3600  # seconds without a message before a session ends
     statement_timeout: int = 300  # seconds a statement may run before it is cancelled
     max_message: int = 1 << 20  # bytes; a longer protocol message ends the connection
+    max_statement_length: int = 1 << 18  # characters of one query message; longer is refused unread
+    authentication_timeout: int = 60  # seconds from connecting to being logged in
+    max_pending_connections: int = 64  # connections not yet logged in, at once
+    max_connections_per_analyst: int = 50  # sessions of one analyst at once
+    catalog_max_rows: int = 100_000  # rows of one catalog (shadow) result
+    catalog_timeout: int = 10  # seconds a catalog statement may run
 
 
 @dataclass(frozen=True)
@@ -231,8 +237,8 @@ def _server(reader: _Reader, body: Mapping[str, Any]) -> Server:
     values: dict[str, Any] = {}
     if "auth" in body:
         values["auth"] = reader.choice(body["auth"], "server.auth", AUTH_METHODS)
-    for key in ("max_connections", "idle_timeout", "statement_timeout", "max_message"):
-        if key in body:
+    for key in Server.__dataclass_fields__:
+        if key != "auth" and key in body:
             values[key] = reader.positive_int(body[key], f"server.{key}")
     return Server(**values)
 

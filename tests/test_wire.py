@@ -287,7 +287,8 @@ def test_fifty_concurrent_sessions_and_clients_killed_mid_query(backend_url, tmp
     load_people(backend_url, 1000)
     _slow_table(backend_url)
     rules = tmp_path / "rules.toml"
-    rules.write_text(SLOW_RULES.format(auth="trust").replace("budget = 100", "budget = 1000"))
+    rules.write_text(SLOW_RULES.format(auth="trust").replace("budget = 100", "budget = 1000")
+                     .replace("[server]", "[server]\nmax_connections_per_analyst = 53"))
 
     async def worker(port: int, index: int) -> int:
         con = await asyncpg.connect(host="127.0.0.1", port=port, user="alice",

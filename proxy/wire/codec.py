@@ -22,6 +22,11 @@ class ProtocolViolation(Exception):
     """The client broke the framing; the connection ends with SQLSTATE 08P01."""
 
 
+class InvalidText(ProtocolViolation):
+    """A string that is not UTF-8: in a startup message the connection ends; in a
+    well-framed later message only that message is refused (22021), as PostgreSQL does."""
+
+
 @dataclass(frozen=True)
 class Startup:
     params: dict[str, str]
@@ -105,6 +110,14 @@ class Password:
 
 
 @dataclass(frozen=True)
+class Undecodable:
+    """A well-framed message whose text is not UTF-8 (SQLSTATE 22021; the session stays)."""
+
+    type: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Unsupported:
     """A well-framed message we do not serve (COPY data, FunctionCall...)."""
 
@@ -113,7 +126,7 @@ class Unsupported:
 
 FrontendMessage = (Startup | SSLRequest | GSSENCRequest | CancelRequest | Query | Parse | Bind
                    | Describe | Execute | Close | Sync | Flush | Terminate | Password
-                   | Unsupported)
+                   | Undecodable | Unsupported)
 
 
 class Reader:
@@ -145,8 +158,13 @@ class Reader:
             kind = chr(self._buffer[0]) if self.started else ""
             body = bytes(self._buffer[header:total])
             del self._buffer[:total]
-            message = _typed(kind, body) if self.started else self._untyped(body)
-            yield message
+            if not self.started:
+                yield self._untyped(body)
+                continue
+            try:
+                yield _typed(kind, body)
+            except InvalidText as exc:
+                yield Undecodable(kind, str(exc))
 
     def _untyped(self, body: bytes) -> FrontendMessage:
         data = _Body(body)
@@ -235,8 +253,9 @@ class _Body:
         self._at = end + 1
         try:
             return text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ProtocolViolation("string is not valid UTF-8") from None
+        except UnicodeDecodeError as exc:
+            bad = text[exc.start:exc.end].hex(" ").replace(" ", " 0x")
+            raise InvalidText(f'invalid byte sequence for encoding "UTF8": 0x{bad}') from None
 
     def done(self) -> bool:
         return self._at == len(self._body)

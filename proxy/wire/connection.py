@@ -1,19 +1,22 @@
 """One client connection: startup, authentication, then simple and extended queries.
 
 Each statement is routed (proxy.wire.route) to the connection itself, the engine or the
-shadow catalog; blocking calls run in threads so the event loop keeps serving others.
-Every failure becomes an ErrorResponse with a SQLSTATE; only a broken framing ends
-the connection.
+shadow catalog. The event loop only moves bytes: reading SQL (sqlglot), analysing it,
+running it and encoding its rows happen in worker threads, so that no statement,
+however large, stalls the other sessions. Every failure becomes an ErrorResponse with a
+SQLSTATE; only a broken framing ends the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import logging
 import secrets
 import struct
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,7 +25,7 @@ from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
 from proxy.wire import codec, params, types
 from proxy.wire.local import REPORTED, LocalState, Outcome
-from proxy.wire.route import Route, Statement, classify, split
+from proxy.wire.route import Route, Statement, classify, read_message
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowSession
 
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("idp_proxy.wire")
 INTERNAL_ERROR = ("internal error; the query was charged if it reached the data; see the "
                   "server log")
+TOO_COMPLEX = ("statement too complex: it nests deeper than the proxy can read; write "
+               "it with fewer nested brackets, CASEs or NOTs")
+_ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
 
 
 class ConnectionClosed(Exception):
@@ -53,20 +59,22 @@ class Portal:
     param_formats: tuple[int, ...]
     result_formats: tuple[int, ...]
     sql: str = ""  # engine statements: the text with the values bound
-    pending: list[list[bytes | None]] | None = None
+    pending: list[bytes] | None = None  # DataRow messages not yet sent
     tag: str = ""
     notice: str | None = None
 
 
 @dataclass
 class Result:
-    """A statement's outcome, rows already encoded in the formats asked for."""
+    """A statement's outcome: its rows as DataRow messages, or (catalog statements)
+    still to be read from the shadow, whose tag is known once they are."""
 
     tag: str
     fields: list[codec.Field] | None = None
-    rows: list[list[bytes | None]] = field(default_factory=list)
+    rows: list[bytes] = field(default_factory=list)
     notice: str | None = None
     changed: dict[str, str] = field(default_factory=dict)
+    stream: Iterator[list[bytes | None]] | None = None
 
 
 class Connection:
@@ -91,6 +99,7 @@ class Connection:
         self._worker_lock = threading.Lock()
         self._gone = False  # the client disconnected while its statement waited
         self._timed_out = False
+        self._reading: Iterator | None = None  # the catalog result being sent
 
     # I/O ---------------------------------------------------------------------------------
 
@@ -120,7 +129,7 @@ class Connection:
 
     async def run(self) -> None:
         try:
-            if await self._startup():
+            if await self._logged_in():
                 await self._serve()
         except codec.ProtocolViolation as exc:
             self._send(codec.error_response("08P01", f"protocol violation: {exc}", "FATAL"))
@@ -128,6 +137,20 @@ class Connection:
             pass
         finally:
             await self._close()
+
+    async def _logged_in(self) -> bool:
+        """Startup and authentication, within ``authentication_timeout`` (as PostgreSQL's
+        ``authentication_timeout``: a client that never finishes holds no slot)."""
+        try:
+            return await asyncio.wait_for(self._startup(), self.server.limits.authentication_timeout)
+        except TimeoutError:
+            log.warning("closed a connection that did not log in within %d s",
+                        self.server.limits.authentication_timeout)
+            self._send(codec.error_response("57014", "canceling authentication due to "
+                                            "timeout", "FATAL"))
+            return False
+        finally:
+            self.server.started(self)
 
     async def _close(self) -> None:
         self.server.forget(self)
@@ -137,7 +160,12 @@ class Connection:
             pass
         self.writer.close()
         if self.shadow is not None:
-            await asyncio.to_thread(self.shadow.close)
+            await asyncio.to_thread(self._close_shadow)
+
+    def _close_shadow(self) -> None:
+        if self._reading is not None:  # a catalog result the client left mid-way
+            self._reading.close()
+        self.shadow.close()
 
     async def _startup(self) -> bool:
         while True:
@@ -168,9 +196,9 @@ class Connection:
             return False
         if not await self._authenticate():
             return False
-        if not self.server.admit(self):
-            self._send(codec.error_response("53300", "sorry, too many clients already",
-                                            "FATAL"))
+        refusal = self.server.admit(self)
+        if refusal is not None:
+            self._send(codec.error_response("53300", refusal, "FATAL"))
             return False
         try:
             self.session = await asyncio.to_thread(self.server.engine.session, self.user)
@@ -241,6 +269,12 @@ class Connection:
                 self._send(codec.ready_for_query(self.local.status))
             elif self.failed:  # as PostgreSQL: after an error, everything up to Sync
                 continue
+            elif isinstance(message, codec.Undecodable):
+                self._error(ProxyError(message.reason, "22021"))
+                if message.type == "Q":
+                    self._send(codec.ready_for_query(self.local.status))
+                else:
+                    self.failed = True
             elif isinstance(message, codec.Query):
                 await self._simple(message.sql)
             elif isinstance(message, codec.Flush):
@@ -255,11 +289,16 @@ class Connection:
                     self.failed = True
             await self._flush()
 
-    def _error(self, exc: Exception) -> None:
+    def _error(self, exc: BaseException) -> None:
         """One ErrorResponse. A refusal says what it is; anything else is a bug, which
         must cost one statement, not the session, and must not show its text (it may
-        quote data, or come after the debit): its traceback goes to the log only."""
-        if not isinstance(exc, ProxyError):
+        quote data, or come after the debit): its traceback goes to the log only. SQL
+        nested deeper than Python's stack is refused as PostgreSQL refuses it (54001),
+        in one log line."""
+        if isinstance(exc, RecursionError):
+            log.warning("refused a statement nested too deeply to read (54001)")
+            exc = ProxyError(TOO_COMPLEX, "54001")
+        elif not isinstance(exc, ProxyError):
             log.error("internal error", exc_info=exc)
             exc = ProxyError(INTERNAL_ERROR, "XX000")
         if self.local.status == "T":
@@ -270,11 +309,7 @@ class Connection:
 
     async def _simple(self, sql: str) -> None:
         try:
-            texts = split(sql)
-            statements = [classify(text, self.server.rules) for text in texts]
-            engine_texts = [s.text for s in statements if s.route is Route.ENGINE]
-            if engine_texts:  # refuse the whole message before anything runs
-                await asyncio.to_thread(self.session.check, "\n;".join(engine_texts))
+            statements = await asyncio.to_thread(self._read_and_check, sql)
         except Exception as exc:
             self._error(exc)
             self._send(codec.ready_for_query(self.local.status))
@@ -284,6 +319,7 @@ class Connection:
         for statement in statements:
             if not statement.word:
                 continue
+            prepared = None
             try:
                 self._check_transaction(statement)
                 # Only the catalog must be asked for the columns first; the engine's and
@@ -291,17 +327,27 @@ class Connection:
                 prepared = (await self._prepare(statement, ()) if statement.route is
                             Route.SHADOW else Prepared(statement, (), None))
                 result = await self._execute(prepared, Portal(prepared, (), (), ()), ())
+                if result.fields is not None:
+                    self._send(codec.row_description(result.fields, [0] * len(result.fields)))
+                await self._emit(result)
             except (codec.ProtocolViolation, ConnectionClosed):
                 raise
             except Exception as exc:
                 self._error(exc)
                 break
-            if result.fields is not None:
-                self._send(codec.row_description(result.fields, [0] * len(result.fields)))
-            self._emit(result, result.rows)
-            if prepared.shadow_name is not None:
-                await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
+            finally:
+                if prepared is not None and prepared.shadow_name is not None:
+                    await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
         self._send(codec.ready_for_query(self.local.status))
+
+    def _read_and_check(self, sql: str) -> list[Statement]:
+        """In a worker thread: the message's statements, routed, and the engine's
+        refusals of any of them before anything runs."""
+        statements = read_message(sql, self.server.rules)
+        engine_texts = [s.text for s in statements if s.route is Route.ENGINE]
+        if engine_texts:  # refuse the whole message before anything runs
+            self.session.check("\n;".join(engine_texts))
+        return statements
 
     def _check_transaction(self, statement: Statement) -> None:
         if self.local.status == "E" and statement.word not in ("ROLLBACK", "ABORT", "COMMIT",
@@ -309,11 +355,23 @@ class Connection:
             raise ProxyError("current transaction is aborted, commands ignored until end "
                              "of transaction block", "25P02")
 
-    def _emit(self, result: Result, rows: list[list[bytes | None]]) -> None:
+    async def _emit(self, result: Result, rows: list[bytes] | None = None) -> None:
+        """ParameterStatus, the rows and CommandComplete. A catalog result is read,
+        encoded and written a batch at a time, each write waiting for the client to take
+        the last: its memory stays bounded and a slow reader slows only itself."""
         for name, value in result.changed.items():
             self._send(codec.parameter_status(name, value))
-        for row in rows:
-            self._send(codec.data_row(row))
+        for row in result.rows if rows is None else rows:
+            self._send(row)
+        if result.stream is not None:
+            self._reading = result.stream
+            try:
+                while batch := await asyncio.to_thread(_encoded_batch, result.stream):
+                    self._send(batch)
+                    await self._flush()
+            finally:
+                self._reading = None
+            result.tag = self.shadow.tag
         if result.notice:
             self._send(codec.notice_response(result.notice))
         self._send(codec.command_complete(result.tag) if result.tag else codec.EMPTY_QUERY)
@@ -322,11 +380,11 @@ class Connection:
 
     async def _extended(self, message: codec.FrontendMessage) -> None:
         if isinstance(message, codec.Parse):
-            texts = split(message.sql)
-            if len(texts) > 1:
+            statements = await asyncio.to_thread(read_message, message.sql, self.server.rules)
+            if len(statements) > 1:
                 raise ProxyError("cannot insert multiple commands into a prepared statement",
                                  "42601")
-            statement = classify(texts[0], self.server.rules)
+            statement = statements[0]
             self._check_transaction(statement)
             prepared = await self._prepare(statement, message.param_types)
             await self._drop_statement(message.name)
@@ -344,8 +402,7 @@ class Connection:
             portal = Portal(prepared, message.params, message.param_formats,
                             message.result_formats)
             if prepared.statement.route is Route.ENGINE and prepared.param_types:
-                portal.sql = params.bind(prepared.statement.text, prepared.param_types,
-                                         self._decode(prepared, message))
+                portal.sql = await asyncio.to_thread(self._bound_text, prepared, message)
             self.portals[message.portal] = portal
             self._send(codec.BIND_COMPLETE)
         elif isinstance(message, codec.Describe):
@@ -391,7 +448,8 @@ class Connection:
         else:
             self._send(codec.row_description(fields, _formats(formats, len(fields))))
 
-    def _decode(self, prepared: Prepared, bind: codec.Bind) -> tuple[object, ...]:
+    def _bound_text(self, prepared: Prepared, bind: codec.Bind) -> str:
+        """In a worker thread: the statement's text with the bound values as literals."""
         values = []
         for index, (raw, oid) in enumerate(zip(bind.params, prepared.param_types)):
             if raw is None:
@@ -402,11 +460,19 @@ class Connection:
                 values.append(types.decode(raw, oid, binary))
             except types.BadValue as exc:
                 raise ProxyError(f"parameter ${index + 1}: {exc}", "22P02") from None
-        return tuple(values)
+        return params.bind(prepared.statement.text, prepared.param_types, tuple(values))
 
     async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
         if portal.pending is None:
             result = await self._execute(portal.prepared, portal, portal.result_formats)
+            if max_rows <= 0:  # all at once: a catalog result streams
+                portal.pending = []
+                await self._emit(result)
+                portal.tag = result.tag
+                return
+            if result.stream is not None:  # held for later Executes (within the row limit)
+                result.rows = await asyncio.to_thread(_encoded_rows, result.stream)
+                result.tag = self.shadow.tag
             portal.pending, portal.tag, portal.notice = result.rows, result.tag, result.notice
             for name, value in result.changed.items():
                 self._send(codec.parameter_status(name, value))
@@ -414,10 +480,10 @@ class Connection:
         portal.pending = portal.pending[len(rows):]
         if max_rows > 0 and portal.pending:
             for row in rows:
-                self._send(codec.data_row(row))
+                self._send(row)
             self._send(codec.PORTAL_SUSPENDED)
             return
-        self._emit(Result(portal.tag, notice=portal.notice), rows)
+        await self._emit(Result(portal.tag, notice=portal.notice), rows)
 
     # Preparing and running, by route ------------------------------------------------------
 
@@ -434,10 +500,14 @@ class Connection:
                 outcome = self.local.execute(statement)  # SHOW changes nothing
                 fields = [codec.Field(name, TEXT) for name in outcome.columns]
             return Prepared(statement, declared, fields)
+        return await asyncio.to_thread(self._prepare_engine, statement, declared)
+
+    def _prepare_engine(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
+        """In a worker thread: the parameters' types and the result's columns."""
         param_types = params.infer(statement.text, declared, self.server.rules)
         text = (params.bind(statement.text, param_types, params.dummy_values(param_types))
                 if param_types else statement.text)
-        described = await asyncio.to_thread(self.session.describe, text)
+        described = self.session.describe(text)
         fields = None if described is None else [
             codec.Field(name, oid_of(kind)) for name, kind in described]
         return Prepared(statement, param_types, fields)
@@ -451,16 +521,21 @@ class Connection:
                 self._housekeeping(statement)
             return _local_result(outcome, prepared.fields, formats)
         if statement.route is Route.SHADOW:
-            result = await asyncio.to_thread(
-                self.shadow.execute, prepared.shadow_name, portal.values,
+            rows = self.shadow.execute(
+                prepared.shadow_name, portal.values,
                 tuple(_formats(portal.param_formats, len(portal.values))),
-                _formats(formats, len(prepared.fields or ())))
-            return Result(result.tag, prepared.fields, result.rows)
-        answers = await self._while_connected(
-            asyncio.to_thread(self._run_engine, portal.sql or statement.text))
-        answer = answers[-1]
-        fields = prepared.fields or [codec.Field(column, oid_of(kind))
-                                     for column, kind in zip(answer.columns, answer.kinds)]
+                _formats(formats, len(prepared.fields or ())),
+                self.server.limits.catalog_max_rows)
+            return Result("", prepared.fields, stream=rows)
+        return await self._while_connected(asyncio.to_thread(
+            self._answer, portal.sql or statement.text, prepared.fields, formats))
+
+    def _answer(self, sql: str, fields: list[codec.Field] | None,
+                formats: tuple[int, ...]) -> Result:
+        """In a worker thread: run the engine and encode its answer's rows."""
+        answer = self._run_engine(sql)[-1]
+        fields = fields or [codec.Field(column, oid_of(kind))
+                            for column, kind in zip(answer.columns, answer.kinds)]
         return Result(answer.command, fields if answer.columns else None,
                       _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
 
@@ -567,20 +642,28 @@ def _local_result(outcome: Outcome, fields, formats) -> Result:
         return Result(outcome.tag, None, changed=outcome.changed)
     fields = fields or [codec.Field(name, TEXT) for name in outcome.columns]
     binary = _formats(formats, len(fields))
-    rows = [[types.encode(v, TEXT, b == 1) for v, b in zip(row, binary)]
+    rows = [codec.data_row([types.encode(v, TEXT, b == 1) for v, b in zip(row, binary)])
             for row in outcome.rows]
     return Result(outcome.tag, fields, rows, changed=outcome.changed)
 
 
 def _encode_rows(answer: Answer, fields: list[codec.Field], formats: tuple[int, ...],
-                 float_digits: int) -> list[list[bytes | None]]:
+                 float_digits: int) -> list[bytes]:
     binary = _formats(formats, len(fields))
-    encoded = []
-    for row in answer.rows:
-        encoded.append([types.encode(value if field.type_oid != TEXT or value is None
-                                     else str(value), field.type_oid, fmt == 1, float_digits)
-                        for value, field, fmt in zip(row, fields, binary)])
-    return encoded
+    return [codec.data_row([types.encode(value if field.type_oid != TEXT or value is None
+                                         else str(value), field.type_oid, fmt == 1,
+                                         float_digits)
+                            for value, field, fmt in zip(row, fields, binary)])
+            for row in answer.rows]
+
+
+def _encoded_batch(rows: Iterator[list[bytes | None]]) -> bytes:
+    """In a worker thread: the next few catalog rows as DataRow messages (b"" at the end)."""
+    return b"".join(codec.data_row(row) for row in itertools.islice(rows, _ROWS_PER_WRITE))
+
+
+def _encoded_rows(rows: Iterator[list[bytes | None]]) -> list[bytes]:
+    return [codec.data_row(row) for row in rows]
 
 
 def is_loopback(peer) -> bool:

@@ -15,10 +15,15 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
-from proxy.errors import Refused, SyntaxProblem
+from proxy.errors import ProxyError, Refused, SyntaxProblem
 from proxy.rules import Rules
 
 _POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
+# sqlglot reads SQL by recursion and hits Python's stack between 40 and 50 nested
+# brackets (measured): deeper statements are refused before they are parsed.
+MAX_NESTING = 32
+_NESTS = {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1, TokenType.CASE: 1, TokenType.END: -1}
+_PREFIX = {TokenType.NOT, TokenType.DASH, TokenType.PLUS, TokenType.TILDE}
 
 
 class Route(enum.Enum):
@@ -56,9 +61,22 @@ class Statement:
     tokens: tuple[Token, ...] = ()
 
 
+def read_message(sql: str, rules: Rules) -> list[Statement]:
+    """The routed statements of a query message, after the limits that keep one message
+    from holding a worker for long: its length (``[server] max_statement_length``,
+    checked before any reading) and its nesting (checked on the tokens, before parsing)."""
+    limit = rules.server.max_statement_length
+    if len(sql) > limit:
+        raise ProxyError(f"statement too long: {len(sql)} characters, at most {limit} "
+                         "([server] max_statement_length); split it into smaller "
+                         "statements", "54000")
+    return [classify(text, rules) for text in split(sql)]
+
+
 def split(sql: str) -> list[str]:
     """The statements of a message, as the client wrote them (comments kept)."""
     tokens = _tokens(sql)
+    _check_nesting(tokens)
     pieces, start = [], 0
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
@@ -91,6 +109,18 @@ def classify(text: str, rules: Rules) -> Statement:
                           "statistics, other sessions or files; ask aggregate questions "
                           "instead", "42501")
     return Statement(text, Route.SHADOW, word)
+
+
+def _check_nesting(tokens: list[Token]) -> None:
+    """Refuse (54001) brackets, CASEs and runs of prefix operators (NOT NOT ..., - - ...)
+    nested deeper than MAX_NESTING: the parser would exhaust its stack on them."""
+    depth = run = 0
+    for token in tokens:
+        depth = max(0, depth + _NESTS.get(token.token_type, 0))
+        run = run + 1 if token.token_type in _PREFIX else 0
+        if depth + run > MAX_NESTING:
+            raise ProxyError(f"statement too complex: brackets, CASEs or NOTs nested more "
+                             f"than {MAX_NESTING} deep; write it with less nesting", "54001")
 
 
 def _tokens(text: str) -> list[Token]:

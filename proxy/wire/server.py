@@ -16,6 +16,7 @@ from proxy.admin import serve_admin
 from proxy.engine import Engine
 from proxy.rules import Rules
 from proxy.users import Users
+from proxy.wire import codec
 from proxy.wire.connection import Connection, is_loopback
 from proxy.wire.shadow import ShadowCatalog
 
@@ -34,6 +35,7 @@ class Server:
         self.admin = admin  # the Unix socket of proxy.admin (servers of a DuckDB file)
         self._pids = itertools.count(1000)
         self._live: dict[int, Connection] = {}
+        self._starting = 0  # connections not yet logged in
         self._tasks: set[asyncio.Task] = set()
         # Cancels get threads of their own: the shared pool may be full of sessions
         # waiting for the very statement a cancel must stop.
@@ -43,12 +45,25 @@ class Server:
         """Trust only when the rules say so, and only for clients on this machine."""
         return self.limits.auth == "trust" and is_loopback(peer)
 
-    def admit(self, connection: Connection) -> bool:
+    def admit(self, connection: Connection) -> str | None:
+        """Give a logged-in session its slot, or say why not: every session counts
+        against ``max_connections`` and its analyst's ``max_connections_per_analyst``
+        (so that one analyst's tool cannot take every slot; the owner's admin socket
+        is not a session and is never refused)."""
         if len(self._live) >= self.limits.max_connections:
-            return False
+            return "sorry, too many clients already"
+        mine = sum(1 for other in self._live.values() if other.user == connection.user)
+        if mine >= self.limits.max_connections_per_analyst:
+            log.warning("refused a session of %s: %d open ([server] "
+                        "max_connections_per_analyst)", connection.user, mine)
+            return f'too many connections for role "{connection.user}"'
         connection.pid = next(self._pids)
         self._live[connection.pid] = connection
-        return True
+        return None
+
+    def started(self, connection: Connection) -> None:
+        """The connection's startup is over, logged in or not."""
+        self._starting -= 1
 
     def forget(self, connection: Connection) -> None:
         self._live.pop(connection.pid, None)
@@ -63,6 +78,17 @@ class Server:
         await asyncio.get_running_loop().run_in_executor(self._cancels, function, *args)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._starting >= self.limits.max_pending_connections:
+            # Unauthenticated connections are bounded apart from sessions, so that
+            # clients that never log in cannot use up the process's file descriptors.
+            log.warning("refused a connection from %s: %d others are still logging in "
+                        "([server] max_pending_connections)",
+                        writer.get_extra_info("peername"), self._starting)
+            writer.write(codec.error_response("53300", "sorry, too many clients are logging "
+                                              "in at once; try again", "FATAL"))
+            writer.close()
+            return
+        self._starting += 1
         task = asyncio.current_task()
         self._tasks.add(task)
         try:

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,13 +56,6 @@ class Column:
 class Description:
     params: tuple[int, ...]
     columns: tuple[Column, ...]
-
-
-@dataclass(frozen=True)
-class Result:
-    columns: tuple[Column, ...]
-    rows: list[list[bytes | None]]
-    tag: str
 
 
 def _binaries() -> Path:
@@ -154,7 +148,8 @@ class ShadowCatalog:
                   "--locale=C", "--no-sync")
         options = (f"-c listen_addresses='' -k {self._folder} -F "
                    f"-c max_connections={max_connections + 5} -c autovacuum=off "
-                   "-c shared_buffers=16MB -c statement_timeout=10s")
+                   "-c shared_buffers=16MB "
+                   f"-c statement_timeout={rules.server.catalog_timeout}s")
         self._run("pg_ctl", "-D", str(data), "-l", str(self._folder / "log"), "-w", "-o",
                   options, "start")
         with self._admin("postgres") as con:
@@ -242,6 +237,7 @@ class ShadowSession:
         self._pgconn = connection.pgconn
         self._connection = connection
         self._names = 0
+        self.tag = ""  # the command tag of the last statement ``execute`` finished
 
     def prepare(self, text: str, param_types: tuple[int, ...]) -> tuple[bytes, Description]:
         self._names += 1
@@ -252,20 +248,50 @@ class ShadowSession:
         return name, Description(params, _columns(described))
 
     def execute(self, name: bytes, params: tuple[bytes | None, ...],
-                param_formats: tuple[int, ...], result_formats: list[int]) -> Result:
-        """Run a prepared catalog statement; each result column in the format the
-        client asked for (libpq takes one format per result, so a mix runs twice:
-        the catalog is cheap and the shadow never changes under a session)."""
-        results = {fmt: self._run(name, params, param_formats, fmt)
-                   for fmt in sorted(set(result_formats) or {0})}
-        first = results[min(results)]
-        rows = [[results[result_formats[c] if result_formats else 0].get_value(r, c)
-                 for c in range(first.nfields)] for r in range(first.ntuples)]
-        return Result(_columns(first), rows, (first.command_status or b"").decode())
+                param_formats: tuple[int, ...], result_formats: list[int],
+                limit: int) -> Iterator[list[bytes | None]]:
+        """Run a prepared catalog statement and yield its rows as PostgreSQL sends them
+        (libpq's single-row mode: memory stays bounded, and a slow client slows only its
+        own session); ``tag`` holds the command tag once the rows are read. More than
+        ``limit`` rows is refused (54000). Each column comes in the format the client
+        asked for; libpq takes one format per result, so a mix runs twice and is held
+        (within the limit: the shadow never changes under a session)."""
+        formats = sorted(set(result_formats) or {0})
+        if len(formats) == 1:
+            yield from self._rows(name, params, param_formats, formats[0], limit)
+            return
+        runs = {fmt: list(self._rows(name, params, param_formats, fmt, limit))
+                for fmt in formats}
+        for index, row in enumerate(runs[formats[0]]):
+            yield [runs[fmt][index][column] for column, fmt in enumerate(result_formats)]
 
-    def _run(self, name: bytes, params, param_formats, result_format: int) -> pq.abc.PGresult:
-        return _check(self._pgconn.exec_prepared(name, list(params), list(param_formats) or None,
-                                                 result_format))
+    def _rows(self, name: bytes, params, param_formats, result_format: int,
+              limit: int) -> Iterator[list[bytes | None]]:
+        pgconn = self._pgconn
+        pgconn.send_query_prepared(name, list(params), list(param_formats) or None,
+                                   result_format)
+        pgconn.set_single_row_mode()
+        count, done = 0, False
+        try:
+            while (result := pgconn.get_result()) is not None:
+                if result.status != pq.ExecStatus.SINGLE_TUPLE:
+                    self.tag = (_check(result).command_status or b"").decode()
+                    continue
+                count += 1
+                if count > limit:
+                    raise ShadowError(f"a catalog result may hold at most {limit} rows "
+                                      "([server] catalog_max_rows); add a WHERE or a LIMIT",
+                                      "54000")
+                yield [result.get_value(0, c) for c in range(result.nfields)]
+            done = True
+        finally:
+            if not done:  # refused, failed or abandoned mid-result: stop it, then drain
+                try:
+                    self._connection.cancel_safe()
+                    while pgconn.get_result() is not None:
+                        pass
+                except psycopg.Error:
+                    self._connection.close()  # the session's next catalog query reconnects
 
     def release(self, name: bytes) -> None:
         _check(self._pgconn.exec_(b"DEALLOCATE " + name))
