@@ -99,7 +99,6 @@ class Connection:
         self._worker_lock = threading.Lock()
         self._gone = False  # the client disconnected while its statement waited
         self._timed_out = False
-        self._reading: Iterator | None = None  # the catalog result being sent
 
     # I/O ---------------------------------------------------------------------------------
 
@@ -163,8 +162,6 @@ class Connection:
             await asyncio.to_thread(self._close_shadow)
 
     def _close_shadow(self) -> None:
-        if self._reading is not None:  # a catalog result the client left mid-way
-            self._reading.close()
         self.shadow.close()
 
     async def _startup(self) -> bool:
@@ -364,13 +361,12 @@ class Connection:
         for row in result.rows if rows is None else rows:
             self._send(row)
         if result.stream is not None:
-            self._reading = result.stream
             try:
                 while batch := await asyncio.to_thread(_encoded_batch, result.stream):
                     self._send(batch)
                     await self._flush()
-            finally:
-                self._reading = None
+            finally:  # a client gone mid-way: stop the catalog statement (no-op at the end)
+                await asyncio.to_thread(_close_quietly, result.stream)
             result.tag = self.shadow.tag
         if result.notice:
             self._send(codec.notice_response(result.notice))
@@ -660,6 +656,13 @@ def _encode_rows(answer: Answer, fields: list[codec.Field], formats: tuple[int, 
 def _encoded_batch(rows: Iterator[list[bytes | None]]) -> bytes:
     """In a worker thread: the next few catalog rows as DataRow messages (b"" at the end)."""
     return b"".join(codec.data_row(row) for row in itertools.islice(rows, _ROWS_PER_WRITE))
+
+
+def _close_quietly(rows) -> None:
+    try:
+        rows.close()
+    except ValueError:  # still being read by a worker of a task cancelled at shutdown
+        pass
 
 
 def _encoded_rows(rows: Iterator[list[bytes | None]]) -> list[bytes]:
