@@ -194,17 +194,6 @@ def budget() -> None:
     """Show, grant or reset privacy budgets."""
 
 
-@budget.command("show")
-@rules_option
-@backend_option
-@click.option("--user", help="One analyst (default: all).")
-@format_option
-def budget_show(rules_path, backend, user, fmt):
-    """Budget, spent and remaining epsilon per analyst."""
-    rows = _admin(rules_path, backend, "ledger").budgets(user)
-    _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
-
-
 def _account(user: str | None, whole: bool) -> tuple[str, str]:
     """(ledger account, how to name it) for --user NAME or --global."""
     if (user is None) == (not whole):
@@ -215,6 +204,20 @@ def _account(user: str | None, whole: bool) -> tuple[str, str]:
 user_option = click.option("--user", help="The analyst.")
 global_option = click.option("--global", "whole", is_flag=True,
                              help="The global budget of all analysts ([defaults] global_budget).")
+
+
+@budget.command("show")
+@rules_option
+@backend_option
+@click.option("--user", help="One analyst (default: all).")
+@global_option
+@format_option
+def budget_show(rules_path, backend, user, whole, fmt):
+    """Budget, spent and remaining epsilon per analyst (the global budget is listed as
+    "(global)"; --global shows it alone)."""
+    account = _account(user, whole)[0] if user is not None or whole else None
+    rows = _admin(rules_path, backend, "ledger").budgets(account)
+    _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
 
 
 @budget.command("grant")

@@ -204,10 +204,12 @@ class Ledger:
         return from_micro(min(self._left(account) for account in self._accounts(analyst)))
 
     def budgets(self, analyst: str | None = None) -> list[tuple[str, Decimal, Decimal, Decimal]]:
-        """(analyst, budget, spent, remaining) for one analyst or all."""
-        for name in ([analyst] if analyst else self.rules.analysts):
-            self.ensure_analyst(name)
-        where, params = ("WHERE analyst = %s", (analyst,)) if analyst else ("", ())
+        """(analyst, budget, spent, remaining) for one analyst, the global budget
+        (``GLOBAL``: no row when the rules set none) or all."""
+        for name in (self.rules.analysts if analyst is None else [analyst]):
+            if name != GLOBAL:
+                self.ensure_analyst(name)
+        where, params = ("WHERE analyst = %s", (analyst,)) if analyst is not None else ("", ())
         rows = self.backend.query(
             f"SELECT analyst, budget_micro, spent_micro FROM idp.budgets {where} ORDER BY analyst",
             params)

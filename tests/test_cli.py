@@ -154,6 +154,8 @@ def test_global_budget_commands(home, tmp_path):
     shown = json.loads(cli(home, "budget", "show", *common, "--format", "json").stdout)
     assert {row["analyst"]: row["spent"] for row in shown} == {
         "(global)": "0.1", "alice": "0.1", "bob": "0"}
+    alone = json.loads(cli(home, "budget", "show", *common, "--global", "--format", "json").stdout)
+    assert [row["analyst"] for row in alone] == ["(global)"]
     granted = cli(home, "budget", "grant", *common, "--global", "--epsilon", "1")
     assert granted.returncode == 0 and "the global budget" in granted.stdout
     assert cli(home, "query", *common, "--user", "bob", "SELECT COUNT(*) FROM people WHERE age > 0"
