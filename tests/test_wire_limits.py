@@ -11,6 +11,7 @@ import socket
 import struct
 import threading
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -105,7 +106,7 @@ def in_thread(work) -> tuple[threading.Thread, dict]:
 
 
 def peak_memory_kib(proxy) -> int:
-    status = open(f"/proc/{proxy.process.pid}/status").read()
+    status = Path(f"/proc/{proxy.process.pid}/status").read_text()
     return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1))
 
 

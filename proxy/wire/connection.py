@@ -25,7 +25,7 @@ from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
 from proxy.wire import codec, params, types
 from proxy.wire.local import REPORTED, LocalState, Outcome
-from proxy.wire.route import Route, Statement, classify, read_message
+from proxy.wire.route import Route, Statement, read_message
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowSession
 
@@ -141,10 +141,10 @@ class Connection:
         """Startup and authentication, within ``authentication_timeout`` (as PostgreSQL's
         ``authentication_timeout``: a client that never finishes holds no slot)."""
         try:
-            return await asyncio.wait_for(self._startup(), self.server.limits.authentication_timeout)
+            limit = self.server.limits.authentication_timeout
+            return await asyncio.wait_for(self._startup(), limit)
         except TimeoutError:
-            log.warning("closed a connection that did not log in within %d s",
-                        self.server.limits.authentication_timeout)
+            log.warning("closed a connection that did not log in within %d s", limit)
             self._send(codec.error_response("57014", "canceling authentication due to "
                                             "timeout", "FATAL"))
             return False
@@ -159,10 +159,7 @@ class Connection:
             pass
         self.writer.close()
         if self.shadow is not None:
-            await asyncio.to_thread(self._close_shadow)
-
-    def _close_shadow(self) -> None:
-        self.shadow.close()
+            await asyncio.to_thread(self.shadow.close)
 
     async def _startup(self) -> bool:
         while True:
