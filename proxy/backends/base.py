@@ -17,6 +17,11 @@ from proxy.pgtypes import postgres_type
 log = logging.getLogger("idp_proxy.backend")
 
 
+def one_line(exc: BaseException) -> str:
+    """A backend's error text for one log line (some span lines: a caret, a cause)."""
+    return " ".join(str(exc).split())
+
+
 class Backend(ABC):
     """A database that holds the protected tables and the ``idp`` side tables.
 

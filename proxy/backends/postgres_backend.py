@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
 from psycopg import pq
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log
-from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
+from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.pg_pool import ConnectionPool
+from proxy.errors import BackendFailed, BackendUnavailable, ProxyError, QueryCanceled
 from proxy.pgtypes import NAMES
 
 # Data versions: a statement-level trigger, always enabled (also under
@@ -59,63 +59,58 @@ class PostgresBackend(Backend):
     dialect = "postgres"
     row_identity = "ctid"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = 4) -> None:
+        """``pool_size``: transactions that run at once; more wait for a connection."""
         super().__init__()
         self.url = url
         self.name = url.rsplit("/", 1)[-1].split("?")[0] or "postgres"
-        self._lock = threading.RLock()
-        self._con: psycopg.Connection | None = None
+        self._pool = ConnectionPool(self._connect, pool_size)
 
-    def _connection(self) -> psycopg.Connection:
-        if self._con is None or self._con.closed:
-            try:
-                self._con = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-            except psycopg.OperationalError as exc:
-                log.error("postgres connect failed: %s", exc)
-                raise BackendUnavailable("the database behind the proxy is unreachable") from None
-        return self._con
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            log.error("postgres connect failed: %s", exc)
+            raise BackendUnavailable("the database behind the proxy is unreachable") from None
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
-        """BEGIN and COMMIT are plain statements, not psycopg's transaction blocks: a
-        cancel may land on either, and psycopg's bookkeeping of a block whose BEGIN was
-        cancelled would refuse every later transaction on this shared connection."""
-        with self._lock:
-            con = self._connection()
-            with self._running(con):
-                try:
-                    with self._ended(con):
-                        con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot
-                                    else "BEGIN")
-                        yield _PostgresTransaction(self._stopped, con)
-                        con.execute("COMMIT")
-                except psycopg.errors.QueryCanceled:
-                    raise QueryCanceled("canceling statement due to user request") from None
-                except psycopg.OperationalError as exc:
-                    log.error("postgres connection lost: %s", exc)
-                    if con.broken or con.closed:
-                        self._con = None
-                        raise BackendUnavailable(
-                            "the database behind the proxy is unreachable") from None
-                    raise BackendFailed("the backend could not run this query") from None
+        """On a connection of its own from the pool (see ConnectionPool for which are
+        reused). BEGIN and COMMIT are plain statements, not psycopg's transaction
+        blocks, whose bookkeeping a cancel landing on BEGIN would confuse."""
+        with self._pool.connection() as con, self._running(con):
+            try:
+                con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
+                yield _PostgresTransaction(self._stopped, con)
+                con.execute("COMMIT")
+            except psycopg.OperationalError as exc:
+                self._roll_back(con)
+                raise self._failure(con, exc) from None
+            except BaseException:
+                self._roll_back(con)
+                raise
 
-    @staticmethod
-    @contextmanager
-    def _ended(con: psycopg.Connection) -> Iterator[None]:
-        """After a failure the connection is idle again, or closed (the next transaction
-        opens a new one): a cancel that lands as COMMIT or ROLLBACK begins leaves the
-        transaction open and aborted, which would refuse every session's next one."""
-        try:
-            yield
-        except BaseException:
-            if con.info.transaction_status != pq.TransactionStatus.IDLE:
-                try:
-                    con.execute("ROLLBACK")
-                except psycopg.Error:
-                    con.close()
-            raise
+    def _roll_back(self, con: psycopg.Connection) -> None:
+        """After a failure, make a healthy connection idle again for the next
+        transaction; the pool closes one this leaves in a transaction."""
+        if (self._pool.reusable(con)
+                and con.info.transaction_status != pq.TransactionStatus.IDLE):
+            with suppress(psycopg.Error):
+                con.execute("ROLLBACK")
+
+    def _failure(self, con: psycopg.Connection, exc: psycopg.OperationalError) -> ProxyError:
+        """What an operational failure (a cancel, a lost connection...)
+        means to the analyst; the server's text goes to the log only, in one line."""
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            return QueryCanceled("canceling statement due to user request")
+        log.error("postgres connection lost: %s", one_line(exc))
+        if con.closed:  # broken: the idle connections went with the server
+            self._pool.clear()
+            return BackendUnavailable("the database behind the proxy is unreachable")
+        return BackendFailed("the backend could not run this query")
 
     def _stop(self, handle: psycopg.Connection) -> None:
+        self._pool.discard(handle)
         handle.cancel_safe()
 
     def track_versions(self, table: str) -> None:
@@ -151,9 +146,7 @@ class PostgresBackend(Backend):
         return [exp.Count(this=column), exp.Sum(this=hashed)]
 
     def close(self) -> None:
-        with self._lock:
-            if self._con is not None:
-                self._con.close()
+        self._pool.clear()
 
 
 class _PostgresTransaction(Transaction):

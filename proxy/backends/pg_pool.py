@@ -1,0 +1,86 @@
+"""The PostgreSQL backend's connections: a bounded pool, one transaction per connection."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import pq
+
+
+class ConnectionPool:
+    """At most ``size`` connections lent at once; a transaction waits for a free one.
+
+    A connection goes back to the pool only when it is open, idle (no transaction left
+    open or aborted) and no cancel was sent on it; any other is closed, and a new one is
+    opened when needed. A PostgreSQL cancel request is asynchronous: it can arrive after
+    the statement it was sent for has ended and would then cancel whatever that
+    connection runs next (another session's statement, a ledger COMMIT). A connection a
+    cancel was sent on is therefore never lent again, and a late cancel finds its server
+    process gone.
+
+    A thread that already holds a connection (a transaction inside a transaction) gets a
+    further one beyond the bound: it would otherwise wait for itself.
+    """
+
+    def __init__(self, connect: Callable[[], psycopg.Connection], size: int) -> None:
+        if size < 1:
+            raise ValueError(f"a connection pool needs at least one connection, not {size}")
+        self._connect = connect
+        self._slots = threading.BoundedSemaphore(size)
+        self._idle: list[psycopg.Connection] = []
+        self._discarded: set[psycopg.Connection] = set()
+        self._lock = threading.Lock()
+        self._held = threading.local()  # .count: connections this thread holds
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        held = getattr(self._held, "count", 0)
+        if not held:
+            self._slots.acquire()
+        self._held.count = held + 1
+        try:
+            con = self._take()
+            try:
+                yield con
+            finally:
+                self._give_back(con)
+        finally:
+            self._held.count = held
+            if not held:
+                self._slots.release()
+
+    def discard(self, con: psycopg.Connection) -> None:
+        """Never lend ``con`` again (called when a cancel is sent on it)."""
+        with self._lock:
+            self._discarded.add(con)
+
+    def reusable(self, con: psycopg.Connection) -> bool:
+        """Open and not discarded: worth a ROLLBACK to make it idle again."""
+        with self._lock:
+            return con not in self._discarded and not con.closed
+
+    def clear(self) -> None:
+        """Close the idle connections (the server went away: they are dead too)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for con in idle:
+            con.close()
+
+    def _take(self) -> psycopg.Connection:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _give_back(self, con: psycopg.Connection) -> None:
+        with self._lock:
+            keep = (con not in self._discarded and not con.closed
+                    and con.info.transaction_status == pq.TransactionStatus.IDLE)
+            self._discarded.discard(con)
+            if keep:
+                self._idle.append(con)
+                return
+        con.close()

@@ -1,0 +1,228 @@
+"""The PostgreSQL backend's connection pool (issue 14): a connection a cancel was sent on
+is never lent again, so a cancel arriving late cannot reach another statement; an
+aborted or broken connection is not reused; nesting cannot deadlock the bound. Then a
+storm of random cancels through a real server leaves every other client unharmed."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from proxy.backends.postgres_backend import PostgresBackend
+from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
+from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
+
+pytestmark = pytest.mark.postgres
+
+PID = "SELECT pg_backend_pid()"
+
+
+@pytest.fixture
+def backend(fresh_postgres):
+    backend = PostgresBackend(fresh_postgres, pool_size=2)
+    yield backend
+    backend.close()
+
+
+def _pid(backend: PostgresBackend) -> int:
+    return backend.query(PID)[0][0]
+
+
+def _alive(url: str, pid: int) -> bool:
+    with psycopg.connect(url, autocommit=True) as con:
+        return bool(con.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,))
+                    .fetchall())
+
+
+def test_a_healthy_connection_is_reused_an_aborted_one_rolled_back_first(backend):
+    first = _pid(backend)
+    with pytest.raises(BackendFailed), backend.transaction() as tx:
+        tx.execute("SELECT 1 / 0")  # aborts the transaction
+    assert _pid(backend) == first
+
+
+def test_an_interrupted_connection_is_never_lent_again(backend, fresh_postgres):
+    """The cancel is sent on the connection itself (here while it is idle, so it does
+    nothing); wherever it lands later, that connection is closed, and the next
+    transaction runs on another. A cancel still under way to the old server process
+    (pg_cancel_backend stands in for it) finds no process."""
+    me = threading.get_ident()
+    with pytest.raises(QueryCanceled), backend.transaction() as tx:
+        old = tx.execute(PID)[0][0]
+        backend.interrupt(me)
+        tx.execute("SELECT 1")
+    backend.forget_interrupt(me)
+    deadline = time.monotonic() + 10
+    while _alive(fresh_postgres, old):
+        assert time.monotonic() < deadline, "the interrupted connection stayed open"
+        time.sleep(0.05)
+    with backend.transaction() as tx:
+        assert tx.execute(PID)[0][0] != old
+        with psycopg.connect(fresh_postgres, autocommit=True) as other:
+            assert other.execute("SELECT pg_cancel_backend(%s)", (old,)).fetchone() == (False,)
+        assert tx.execute("SELECT pg_sleep(0.2), 1")[0][1] == 1
+
+
+def test_a_cancel_stops_the_running_statement(backend):
+    me = threading.get_ident()
+    timer = threading.Timer(0.3, backend.interrupt, (me,))
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(QueryCanceled), backend.transaction() as tx:
+        tx.execute("SELECT pg_sleep(30)")
+    backend.forget_interrupt(me)
+    assert time.monotonic() - started < 10
+    assert backend.query("SELECT 1") == [(1,)]
+
+
+def test_a_lost_connection_fails_once_and_its_idle_sibling_goes_with_it(backend,
+                                                                       fresh_postgres):
+    """The server ended both pooled connections (as a restart does): the next query
+    gets 08006, and the one after runs on a new connection, not on the dead sibling."""
+    held, done, pids = threading.Event(), threading.Event(), set()
+
+    def hold():
+        with backend.transaction() as tx:
+            pids.add(tx.execute(PID)[0][0])
+            held.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    pids.add(_pid(backend))
+    done.set()
+    holder.join(10)
+    with psycopg.connect(fresh_postgres, autocommit=True) as con:
+        ended = con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                            ).fetchall()
+    assert len(ended) == 2
+    with pytest.raises(BackendUnavailable):
+        _pid(backend)
+    assert _pid(backend) not in pids
+
+
+def test_the_bound_makes_transactions_wait_and_nesting_does_not_deadlock(fresh_postgres):
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    try:
+        with backend.transaction() as outer:
+            inside = outer.execute(PID)[0][0]
+            assert _pid(backend) != inside  # a nested transaction: a further connection
+            waited = []
+            other = threading.Thread(target=lambda: waited.append(_pid(backend)))
+            other.start()
+            other.join(0.5)
+            assert other.is_alive()  # the only slot is taken
+        other.join(10)
+        assert waited == [inside]
+    finally:
+        backend.close()
+
+
+# The storm ---------------------------------------------------------------------------------
+
+STORM_SECONDS = 60
+STORM_RULES = """
+[server]
+auth = "trust"
+
+[defaults]
+epsilon_per_query = 0.01
+
+[analysts.canceller]
+budget = 100000
+
+[analysts.steady]
+budget = 100000
+""" + PEOPLE_RULES.format()  # the template's doubled braces
+
+
+def _cancelling(proxy, stop: threading.Event, outcomes: list[str]) -> bool:
+    """Queries, each with a cancel sent 0–30 ms after it starts; True when the session
+    still answers at the end."""
+    chance = random.Random(14)
+    with psycopg.connect(proxy.dsn("canceller"), autocommit=True) as con:
+        number = 0
+        while not stop.is_set():
+            number += 1
+            sql = (f"SELECT COUNT(*) FROM people WHERE income > {number}" if number % 3 else
+                   f"SELECT MEDIAN(age) FROM people WHERE income > {number}")
+            cancel = threading.Timer(chance.uniform(0, 0.03), con.cancel_safe)
+            cancel.start()
+            try:
+                con.execute(sql).fetchone()
+                outcomes.append("answer")
+            except psycopg.Error as exc:
+                outcomes.append(exc.sqlstate or str(exc))
+            cancel.join()
+        return con.execute("SELECT COUNT(*) FROM people WHERE age > 50").fetchone()[0] > 0
+
+
+def _steady(proxy, stop: threading.Event, answers: list[int], failures: list[str]) -> None:
+    """Distinct private counts (each charged and computed); a new login every 50."""
+    number = 0
+    while not stop.is_set():
+        try:
+            with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
+                for _ in range(50):
+                    number += 1
+                    con.execute(f"SELECT COUNT(*) FROM people WHERE income > {number}")
+                    answers.append(number)
+                    if stop.is_set():
+                        return
+        except psycopg.Error as exc:
+            failures.append(f"{exc.sqlstate} {exc}")
+            time.sleep(0.1)
+
+
+def _balanced(served, analyst: str) -> list[dict]:
+    entries = json.loads(admin(*served, "ledger", "--user", analyst, "--format", "json").stdout)
+    (account,) = json.loads(admin(*served, "budget", "show", "--user", analyst,
+                                  "--format", "json").stdout)
+    assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries
+                                            if e["status"] != "refused: budget")
+    return entries
+
+
+@pytest.mark.slow
+def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_path):
+    """One analyst cancels their own queries at random moments for a minute; another
+    analyst's queries all succeed meanwhile, the canceller's session and new logins
+    still work at the end, and both budgets equal their ledgers."""
+    load_people(fresh_postgres, 500)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(STORM_RULES)
+    served = (rules, fresh_postgres, tmp_path / "home")
+    stop = threading.Event()
+    outcomes: list[str] = []
+    answers: list[int] = []
+    failures: list[str] = []
+    alive: list[bool] = []
+    with running_proxy(*served) as proxy:
+        threads = [threading.Thread(target=lambda: alive.append(
+                       _cancelling(proxy, stop, outcomes))),
+                   threading.Thread(target=_steady, args=(proxy, stop, answers, failures))]
+        for thread in threads:
+            thread.start()
+        time.sleep(STORM_SECONDS)
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads), "a client hangs"
+        with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
+            assert con.execute("SELECT COUNT(*) FROM people WHERE age > 20").fetchone()[0] > 0
+    assert not failures, failures[:5]
+    assert len(answers) > 100, len(answers)
+    assert alive == [True]
+    assert set(outcomes) <= {"answer", "57014"}, sorted(set(outcomes))
+    assert outcomes.count("57014") > 50 and outcomes.count("answer") > 50
+    steady = _balanced(served, "steady")
+    assert sum(e["status"] == "charged" for e in steady) >= len(answers)
+    _balanced(served, "canceller")
