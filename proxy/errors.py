@@ -85,6 +85,17 @@ class QueryCanceled(BackendFailed):
     sqlstate = "57014"
 
 
+class DiskFull(BackendFailed):
+    """The disk under the backend's files is full: nothing that must write (a debit, a
+    ledger row, a cache entry) can commit until space is freed; the session stays."""
+
+    sqlstate = "53100"
+
+    def __init__(self) -> None:
+        super().__init__("the disk of the database behind the proxy is full; ask the data "
+                         "owner to free space, then retry")
+
+
 class DatabaseInUse(BackendFailed):
     """A DuckDB file is locked by another process (a running server, usually)."""
 

@@ -12,8 +12,8 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log
-from proxy.errors import BackendFailed, DatabaseInUse, QueryCanceled
+from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.errors import BackendFailed, DatabaseInUse, DiskFull, QueryCanceled
 from proxy.pgtypes import postgres_type
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
@@ -35,20 +35,25 @@ class DuckDBBackend(Backend):
         super().__init__()
         self.name = "demo" if path == str(demo_path()) else Path(path).stem or "memory"
         self.path = path
-        config = dict(_HARDENED) | ({"memory_limit": memory_limit} if memory_limit else {})
+        self._config = dict(_HARDENED) | ({"memory_limit": memory_limit} if memory_limit else {})
+        self._con = self._open()
+        self._lock = threading.RLock()
+        self._opening = threading.Lock()
+        self._invalid: duckdb.DuckDBPyConnection | None = None  # to reopen before use
+        self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
         try:
-            self._con = duckdb.connect(path, config=config)
+            return duckdb.connect(self.path, config=self._config)
         except (duckdb.InvalidInputException, duckdb.ParserException) as exc:
             raise BackendFailed(f"the DuckDB URL's memory_limit is not valid ({exc}); write "
                                 "e.g. ?memory_limit=2GB", "22023") from None
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
                 raise
-            raise DatabaseInUse(f"the DuckDB file {path} is in use by another process (a "
-                                "running idp-proxy serve?); ask through that server (psql), "
-                                "or stop it first", path) from None
-        self._lock = threading.RLock()
-        self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
+            raise DatabaseInUse(f"the DuckDB file {self.path} is in use by another process "
+                                "(a running idp-proxy serve?); ask through that server (psql), "
+                                "or stop it first", self.path) from None
 
     @classmethod
     def from_url(cls, url: str) -> DuckDBBackend:
@@ -81,22 +86,48 @@ class DuckDBBackend(Backend):
         debits of the same budget row); snapshot readers run beside them and each other,
         each on its own cursor."""
         with self._lock if not snapshot else nullcontext():
-            cursor = self._con.cursor()
+            con, cursor = self._cursor()
             try:
                 with self._running(cursor):
                     with _errors("BEGIN TRANSACTION"):
                         cursor.execute("BEGIN TRANSACTION")
                     yield _DuckDBTransaction(self._stopped, cursor)
-                    with _errors("COMMIT"):
-                        cursor.execute("COMMIT")
+                    self._commit(con, cursor)
             except BaseException:
                 try:
                     cursor.execute("ROLLBACK")
+                except duckdb.FatalException:
+                    self._invalid = con
                 except duckdb.Error:
                     pass
                 raise
             finally:
                 cursor.close()
+
+    def _cursor(self) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
+        """A cursor of the open database. After a fatal error (an automatic checkpoint
+        that failed: the disk is full) DuckDB refuses every statement until the database
+        is opened again; its cursors still running fail with it."""
+        with self._opening:
+            if self._invalid is self._con:
+                self._con.close()
+                with _errors("reopening the database"):
+                    self._con = self._open()
+            return self._con, self._con.cursor()
+
+    def _commit(self, con: duckdb.DuckDBPyConnection, cursor: duckdb.DuckDBPyConnection) -> None:
+        """A COMMIT that DuckDB reports durable stands, though the automatic checkpoint
+        after it failed (the debit is spent: the query goes on); the database is
+        reopened before its next use."""
+        with _errors("COMMIT"):
+            try:
+                cursor.execute("COMMIT")
+            except duckdb.FatalException as exc:
+                if "COMMIT succeeded" not in str(exc):
+                    raise
+                log.error("duckdb: committed, but then %s; reopening the database",
+                          one_line(exc))
+                self._invalid = con
 
     def _stop(self, handle: duckdb.DuckDBPyConnection) -> None:
         handle.interrupt()
@@ -170,12 +201,15 @@ class _DuckDBTransaction(Transaction):
 @contextmanager
 def _errors(sql: str) -> Iterator[None]:
     """Around every DuckDB call an interrupt can reach (BEGIN and COMMIT included: a
-    cancel may land on them): 57014 for an interrupt, the backend's text to the log only
-    for anything else."""
+    cancel may land on them): 57014 for an interrupt, 53100 for a full disk, the
+    backend's text to the log only (one line) for anything else."""
     try:
         yield
     except duckdb.InterruptException:
         raise QueryCanceled("canceling statement due to user request") from None
     except duckdb.Error as exc:
-        log.error("duckdb error: %s -- in: %s", exc, sql)
+        if "No space left on device" in str(exc):
+            log.error("duckdb: disk full: %s -- in: %s", one_line(exc), sql)
+            raise DiskFull() from None
+        log.error("duckdb error: %s -- in: %s", one_line(exc), sql)
         raise BackendFailed("the backend could not run this query") from None

@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log, one_line
 from proxy.backends.pg_pool import ConnectionPool
-from proxy.errors import BackendFailed, BackendUnavailable, ProxyError, QueryCanceled
+from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, ProxyError, QueryCanceled
 from proxy.pgtypes import NAMES
 
 # Data versions: a statement-level trigger, always enabled (also under
@@ -99,10 +99,13 @@ class PostgresBackend(Backend):
                 con.execute("ROLLBACK")
 
     def _failure(self, con: psycopg.Connection, exc: psycopg.OperationalError) -> ProxyError:
-        """What an operational failure (a cancel, a lost connection...)
+        """What an operational failure (a cancel, a full disk, a lost connection...)
         means to the analyst; the server's text goes to the log only, in one line."""
         if isinstance(exc, psycopg.errors.QueryCanceled):
             return QueryCanceled("canceling statement due to user request")
+        if isinstance(exc, psycopg.errors.DiskFull):
+            log.error("postgres: disk full: %s", one_line(exc))
+            return DiskFull()
         log.error("postgres connection lost: %s", one_line(exc))
         if con.closed:  # broken: the idle connections went with the server
             self._pool.clear()

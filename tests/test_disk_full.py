@@ -1,0 +1,177 @@
+"""A full disk (issue 14): each query that must write gets one ErrorResponse 53100 and
+one log line, the session stays, the ledger stays balanced, and answers resume once space
+is freed. DuckDB on a real (small tmpfs) mount through a real server and client: its WAL
+cannot grow, or its checkpoint fails and invalidates the database, which the backend
+then opens again. PostgreSQL's own 53100 maps the same way."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Callable
+from contextlib import contextmanager
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from proxy.backends import duckdb_backend
+from proxy.backends.postgres_backend import PostgresBackend
+from proxy.errors import DiskFull
+from tests.wireserver import RULES, admin, load_people, running_proxy, serving_in_process
+
+QUERIES = 6
+
+
+@contextmanager
+def small_disk(folder: Path, size: str = "16m"):
+    """A tmpfs of ``size`` mounted on ``folder`` (needs root), unmounted afterwards."""
+    folder.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                   check=True)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Write a file until the filesystem has no byte left, then give ``leave`` back."""
+    filler = folder / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(descriptor, bytes(1 << 16))
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    os.truncate(filler, filler.stat().st_size - leave)
+    return filler
+
+
+def _ask(con, number: int) -> str:
+    try:
+        con.execute(f"SELECT COUNT(*) FROM people WHERE age > {number}").fetchone()
+        return "answer"
+    except psycopg.Error as exc:
+        return f"{exc.sqlstate} {exc}"
+
+
+def _served(tmp_path: Path, disk: Path) -> tuple[Path, str, Path]:
+    url = f"duckdb:///{disk / 'data.duckdb'}"
+    load_people(url, 500)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    return rules, url, tmp_path / "home"
+
+
+def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None:
+    """Queries on the full disk each fail with 53100 and log one line; the session
+    stays; once the filler is gone the same queries are answered."""
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        assert _ask(con, 0) == "answer"
+        filler = fill(disk)
+        before = len(logged())
+        failed = [_ask(con, number) for number in range(1, QUERIES + 1)]
+        failed.append(_ask(con, 0))  # served from the cache: its ledger row is a write
+        lines = logged()[before:]
+        assert con.execute("SELECT label FROM regions WHERE region = 'east'").fetchone() \
+            == ("E",)  # the session stays
+        filler.unlink()
+        resumed = [_ask(con, number) for number in range(1, QUERIES + 1)]
+    assert all(outcome.startswith("53100 ") for outcome in failed), failed
+    assert "disk" in failed[0] and "free space" in failed[0], failed[0]
+    assert len(lines) == len(failed), lines
+    assert all("No space left on device" in line and "\n" not in line.rstrip("\n")
+               for line in lines), lines
+    assert resumed == ["answer"] * QUERIES
+
+
+def _balanced(served) -> None:
+    """docs/budget.md: spent is the sum of the ledger rows whose debit took effect. A
+    failed query's debit may have committed before a later write (its cache entry) met
+    the full disk: it is charged, like any failure after the debit."""
+    entries = json.loads(admin(*served, "ledger", "--user", "alice", "--format", "json")
+                         .stdout)
+    (account,) = json.loads(admin(*served, "budget", "show", "--user", "alice",
+                                  "--format", "json").stdout)
+    assert {e["status"] for e in entries} == {"charged"}
+    assert 1 + QUERIES <= len(entries) <= 1 + 2 * QUERIES
+    assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
+
+
+def test_a_wal_that_cannot_grow_is_one_error_53100_per_query(tmp_path):
+    with small_disk(tmp_path / "disk") as disk:
+        served = _served(tmp_path, disk)
+        with running_proxy(*served) as proxy:
+            _full_then_freed(proxy, disk, lambda: list(proxy.log))
+        _balanced(served)
+
+
+def test_a_failed_checkpoint_invalidates_the_database_and_it_is_opened_again(
+        tmp_path, monkeypatch, caplog):
+    """DuckDB checkpoints once its WAL passes checkpoint_threshold (16 MB; 20 kB here):
+    on a full disk that fails and DuckDB refuses every later statement until the
+    database is opened again."""
+    monkeypatch.setitem(duckdb_backend._HARDENED, "checkpoint_threshold", "20kB")
+    with small_disk(tmp_path / "disk") as disk:
+        served = _served(tmp_path, disk)
+        with serving_in_process(*served[:2]) as proxy:
+            _full_then_freed(proxy, disk, lambda: [
+                record.getMessage() for record in caplog.records
+                if record.levelno >= logging.WARNING and not record.exc_info])
+            assert not any(record.exc_info for record in caplog.records)
+        _balanced(served)
+
+
+def test_a_commit_duckdb_calls_durable_stands_though_its_checkpoint_failed(tmp_path,
+                                                                             monkeypatch):
+    """The checkpoint after a COMMIT fails: that transaction committed (it is not
+    reported as failed), and the database is opened again for the next one; once the
+    WAL itself cannot grow, each commit fails with DiskFull and nothing of it stays."""
+    monkeypatch.setitem(duckdb_backend._HARDENED, "checkpoint_threshold", "50kB")
+    insert = "INSERT INTO t SELECT range, repeat('y', 100) FROM range(200)"
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        backend = duckdb_backend.DuckDBBackend(str(disk / "data.duckdb"))
+        backend.query("CREATE TABLE t (a INTEGER, b TEXT)")
+        filler = fill(disk, leave=1 << 20)
+        outcomes = []
+        for _ in range(60):
+            try:
+                with backend.transaction() as tx:
+                    tx.execute(insert)
+                outcomes.append("committed")
+            except DiskFull:
+                outcomes.append("53100")
+        filler.unlink()
+        backend.query(insert)
+        ((rows,),) = backend.query("SELECT count(*) FROM t")
+        backend.close()
+    committed = outcomes.count("committed")
+    assert outcomes == ["committed"] * committed + ["53100"] * (60 - committed)
+    assert 0 < committed < 60
+    assert rows == 200 * (committed + 1)
+
+
+@pytest.mark.postgres
+def test_postgresql_disk_full_is_53100_and_the_connection_stays(fresh_postgres, caplog):
+    """PostgreSQL reports a full disk as SQLSTATE 53100 (raised here on purpose)."""
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    try:
+        pid = backend.query("SELECT pg_backend_pid()")
+        with pytest.raises(DiskFull) as failed:
+            backend.query("DO $$ BEGIN RAISE EXCEPTION 'could not extend file' "
+                          "USING ERRCODE = 'disk_full'; END $$")
+        assert failed.value.sqlstate == "53100"
+        assert backend.query("SELECT pg_backend_pid()") == pid
+    finally:
+        backend.close()
+    (line,) = [record.getMessage() for record in caplog.records]
+    assert line.startswith("postgres: disk full: could not extend file") and "\n" not in line
