@@ -310,7 +310,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     if logging.getLogger().level > logging.WARNING:  # an operator sees the server's problems
         logging.getLogger("idp_proxy").setLevel(logging.WARNING)
     rules = _rules(rules_path)
-    engine = Engine(rules, open_backend(backend))
+    engine = Engine(rules, open_backend(backend, rules.server.backend_connections))
     users = Users(engine.ledger)
     shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
     database = getattr(engine.backend, "path", None)  # a DuckDB file

@@ -20,7 +20,7 @@ from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
 from proxy.analyze.plan import AVG, COUNT
 from proxy.answer_cache import AnswerCache, cache_key, normalised_sql
 from proxy.backends.base import Backend, Transaction
-from proxy.errors import BackendFailed, BackendUnavailable, RulesError
+from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, RulesError
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.privacy.refined_release import exact_answer, release_refined
@@ -193,7 +193,7 @@ class Engine:
         try:
             return self.cache.store(analyst, self.cache_key(charge.sql, plan, version),
                                     plan.table.name, version, answer)
-        except BackendUnavailable:
+        except (BackendUnavailable, DiskFull):
             return answer  # paid and computed: the answer stands, uncached
 
     def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:

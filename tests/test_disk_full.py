@@ -73,8 +73,9 @@ def _served(tmp_path: Path, disk: Path) -> tuple[Path, str, Path]:
 
 
 def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None:
-    """Queries on the full disk each fail with 53100 and log one line; the session
-    stays; once the filler is gone the same queries are answered."""
+    """Queries on the full disk each fail with 53100 (or, once paid, are answered
+    uncached) and log one line; the session stays; once the filler is gone the same
+    queries are answered."""
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         assert _ask(con, 0) == "answer"
         filler = fill(disk)
@@ -86,8 +87,12 @@ def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None
             == ("E",)  # the session stays
         filler.unlink()
         resumed = [_ask(con, number) for number in range(1, QUERIES + 1)]
-    assert all(outcome.startswith("53100 ") for outcome in failed), failed
-    assert "disk" in failed[0] and "free space" in failed[0], failed[0]
+    # A query whose debit committed before its cache entry met the full disk is paid
+    # for: it gets its answer, uncached (docs/sqlstate.md 53100); every other fails.
+    refused = [outcome for outcome in failed if outcome != "answer"]
+    assert len(refused) >= len(failed) - 1, failed
+    assert all(outcome.startswith("53100 ") for outcome in refused), failed
+    assert "disk" in refused[0] and "free space" in refused[0], refused[0]
     assert len(lines) == len(failed), lines
     assert all("No space left on device" in line and "\n" not in line.rstrip("\n")
                for line in lines), lines

@@ -84,3 +84,16 @@ def test_a_bad_file_is_rejected_with_file_line_and_reason(tmp_path, text, line, 
 def test_missing_file():
     with pytest.raises(RulesError, match="cannot read rules file"):
         load_rules("/nonexistent/rules.toml")
+
+
+def test_every_server_key_of_rules_readme_is_read():
+    """Each `[server]` key in rules/README.md's table is accepted and taken as written."""
+    readme = (ROOT / "rules" / "README.md").read_text().split("## `[server]`")[1].split("##")[0]
+    keys = [line.split("`")[1] for line in readme.splitlines() if line.startswith("| `")]
+    assert "backend_connections" in keys and "max_connections_per_analyst" in keys
+    numeric = [key for key in keys if key != "auth"]
+    body = "".join(f"{key} = {index + 7}\n" for index, key in enumerate(numeric))
+    server = parse_rules(ISSUE_EXAMPLE + "\n[server]\n" + body).server
+    assert [getattr(server, key) for key in numeric] == [i + 7 for i in range(len(numeric))]
+    with pytest.raises(RulesError, match="max_connections_per_analyst"):
+        parse_rules(ISSUE_EXAMPLE + "\n[server]\nmax_connections_per_analyst = 0\n")

@@ -11,8 +11,9 @@ from proxy.backends.base import Backend
 from proxy.errors import ProxyError
 
 
-def open_backend(url: str | None) -> Backend:
-    """Open a backend from a URL of SPEC §3.1 (``None``: the embedded demo)."""
+def open_backend(url: str | None, connections: int = 4) -> Backend:
+    """Open a backend from a URL of SPEC §3.1 (``None``: the embedded demo); a
+    PostgreSQL backend runs up to ``connections`` transactions at once."""
     if url is None:
         from proxy.backends.duckdb_backend import DuckDBBackend
 
@@ -24,7 +25,7 @@ def open_backend(url: str | None) -> Backend:
     if url.startswith(("postgresql://", "postgres://")):
         from proxy.backends.postgres_backend import PostgresBackend
 
-        return PostgresBackend(url)
+        return PostgresBackend(url, connections)
     raise ProxyError(
         f"unsupported backend URL {url!r}; use duckdb:///path/file.duckdb, duckdb:///:memory: "
         "or postgresql://user@host:port/db",
