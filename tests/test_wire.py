@@ -100,7 +100,10 @@ def test_settings_and_transactions_are_per_connection(proxy):
     ("SELECT n_live_tup FROM pg_stat_user_tables", "42501"),
     ("SELECT pg_read_file('/etc/passwd')", "42501"),
     ("EXPLAIN SELECT COUNT(*) FROM people", "25006"),
-    ("COPY people TO STDOUT", "25006"),
+    ("COPY people TO STDOUT", "42501"),
+    ("COPY (SELECT * FROM people) TO STDOUT", "42501"),
+    ("COPY (SELECT COUNT(*) FROM people) TO '/tmp/counted.csv'", "25006"),
+    ("COPY people FROM STDIN", "25006"),
     ("SET ROLE postgres", "42501"),
 ])
 def test_catalog_statistics_and_escapes_are_refused(proxy, sql, sqlstate):

@@ -340,6 +340,16 @@ def notice_response(text: str, code: str = "00000", detail: str | None = None) -
     return message(b"N", _fields("NOTICE", code, text, detail))
 
 
+def copy_out_response(columns: int) -> bytes:
+    """CopyOutResponse: text format, every column text."""
+    return message(b"H", struct.pack(f"!bh{columns}h", 0, columns, *([0] * columns)))
+
+
+def copy_data(data: bytes) -> bytes:
+    return message(b"d", data)
+
+
+COPY_DONE = message(b"c")
 PARSE_COMPLETE = message(b"1")
 BIND_COMPLETE = message(b"2")
 CLOSE_COMPLETE = message(b"3")

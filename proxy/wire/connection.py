@@ -16,7 +16,7 @@ import logging
 import secrets
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from proxy.engine import Answer
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
 from proxy.wire import codec, params, types
+from proxy.wire.copy_out import CopyOptions
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
@@ -75,6 +76,7 @@ class Result:
     notice: str | None = None
     changed: dict[str, str] = field(default_factory=dict)
     stream: Iterator[list[bytes | None]] | None = None
+    line: Callable[[list[bytes | None]], bytes] = codec.data_row  # how a row travels
 
 
 class Connection:
@@ -320,6 +322,9 @@ class Connection:
                 # the connection's answers say their own columns and types.
                 prepared = (await self._prepare(statement, ()) if statement.route is
                             Route.SHADOW else Prepared(statement, (), None))
+                if statement.copy is not None:
+                    await self._copy_out(prepared, statement.copy)
+                    continue
                 result = await self._execute(prepared, Portal(prepared, (), (), ()), ())
                 if result.fields is not None:
                     self._send(codec.row_description(result.fields, [0] * len(result.fields)))
@@ -333,6 +338,18 @@ class Connection:
                 if prepared is not None and prepared.shadow_name is not None:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
         self._send(codec.ready_for_query(self.local.status))
+
+    async def _copy_out(self, prepared: Prepared, options: CopyOptions) -> None:
+        """COPY (query) TO STDOUT: the query's answer, each row one CopyData message."""
+        def line(values: list[bytes | None]) -> bytes:
+            return codec.copy_data(options.line(values))
+
+        result = await self._execute(prepared, Portal(prepared, (), (), ()), (), line)
+        fields = result.fields or []
+        self._send(codec.copy_out_response(len(fields)))
+        if options.header:
+            self._send(codec.copy_data(options.header_line([f.name for f in fields])))
+        await self._emit(result, copy=True)
 
     def _read_and_check(self, sql: str) -> list[Statement]:
         """In a worker thread: the message's statements, routed, and the engine's
@@ -349,22 +366,28 @@ class Connection:
             raise ProxyError("current transaction is aborted, commands ignored until end "
                              "of transaction block", "25P02")
 
-    async def _emit(self, result: Result, rows: list[bytes] | None = None) -> None:
-        """ParameterStatus, the rows and CommandComplete. A catalog result is read,
-        encoded and written a batch at a time, each write waiting for the client to take
-        the last: its memory stays bounded and a slow reader slows only itself."""
+    async def _emit(self, result: Result, rows: list[bytes] | None = None,
+                    copy: bool = False) -> None:
+        """ParameterStatus, the rows and CommandComplete (after CopyDone, ``copy``). A
+        catalog result is read, encoded and written a batch at a time, each write
+        waiting for the client to take the last: its memory stays bounded and a slow
+        reader slows only itself."""
         for name, value in result.changed.items():
             self._send(codec.parameter_status(name, value))
         for row in result.rows if rows is None else rows:
             self._send(row)
         if result.stream is not None:
             try:
-                while batch := await asyncio.to_thread(_encoded_batch, result.stream):
+                while batch := await asyncio.to_thread(_encoded_batch, result.stream,
+                                                       result.line):
                     self._send(batch)
                     await self._flush()
             finally:  # a client gone mid-way: stop the catalog statement (no-op at the end)
                 await asyncio.to_thread(_close_quietly, result.stream)
             result.tag = self.shadow.tag
+        if copy:
+            self._send(codec.COPY_DONE)
+            result.tag = "COPY " + result.tag.split()[-1]
         if result.notice:
             self._send(codec.notice_response(result.notice))
         self._send(codec.command_complete(result.tag) if result.tag else codec.EMPTY_QUERY)
@@ -378,6 +401,10 @@ class Connection:
                 raise ProxyError("cannot insert multiple commands into a prepared statement",
                                  "42601")
             statement = statements[0]
+            if statement.copy is not None:
+                raise ProxyError("COPY (query) TO STDOUT is answered in the simple query "
+                                 "protocol (as psql's \\copy sends it); prepare the query "
+                                 "itself instead", "0A000")
             self._check_transaction(statement)
             prepared = await self._prepare(statement, message.param_types)
             await self._drop_statement(message.name)
@@ -505,8 +532,8 @@ class Connection:
             codec.Field(name, oid_of(kind)) for name, kind in described]
         return Prepared(statement, param_types, fields)
 
-    async def _execute(self, prepared: Prepared, portal: Portal,
-                       formats: tuple[int, ...]) -> Result:
+    async def _execute(self, prepared: Prepared, portal: Portal, formats: tuple[int, ...],
+                       line: Callable[[list[bytes | None]], bytes] = codec.data_row) -> Result:
         statement = prepared.statement
         if statement.route is Route.LOCAL:
             outcome = self.local.execute(statement)
@@ -519,18 +546,19 @@ class Connection:
                 tuple(_formats(portal.param_formats, len(portal.values))),
                 _formats(formats, len(prepared.fields or ())),
                 self.server.limits.catalog_max_rows)
-            return Result("", prepared.fields, stream=rows)
+            return Result("", prepared.fields, stream=rows, line=line)
         return await self._while_connected(asyncio.to_thread(
-            self._answer, portal.sql or statement.text, prepared.fields, formats))
+            self._answer, portal.sql or statement.text, prepared.fields, formats, line))
 
-    def _answer(self, sql: str, fields: list[codec.Field] | None,
-                formats: tuple[int, ...]) -> Result:
+    def _answer(self, sql: str, fields: list[codec.Field] | None, formats: tuple[int, ...],
+                line: Callable[[list[bytes | None]], bytes]) -> Result:
         """In a worker thread: run the engine and encode its answer's rows."""
         answer = self._run_engine(sql)[-1]
         fields = fields or [codec.Field(column, oid_of(kind))
                             for column, kind in zip(answer.columns, answer.kinds)]
-        return Result(answer.command, fields if answer.columns else None,
-                      _encode_rows(answer, fields, formats, self._float_digits()), answer.notice)
+        rows = [line(cells) for cells in
+                _encode_rows(answer, fields, formats, self._float_digits())]
+        return Result(answer.command, fields if answer.columns else None, rows, answer.notice)
 
     async def _while_connected(self, work):
         """Await the engine while reading ahead what the client sends (kept for later,
@@ -641,18 +669,17 @@ def _local_result(outcome: Outcome, fields, formats) -> Result:
 
 
 def _encode_rows(answer: Answer, fields: list[codec.Field], formats: tuple[int, ...],
-                 float_digits: int) -> list[bytes]:
+                 float_digits: int) -> list[list[bytes | None]]:
     binary = _formats(formats, len(fields))
-    return [codec.data_row([types.encode(value if field.type_oid != TEXT or value is None
-                                         else str(value), field.type_oid, fmt == 1,
-                                         float_digits)
-                            for value, field, fmt in zip(row, fields, binary)])
+    return [[types.encode(value if field.type_oid != TEXT or value is None else str(value),
+                          field.type_oid, fmt == 1, float_digits)
+             for value, field, fmt in zip(row, fields, binary)]
             for row in answer.rows]
 
 
-def _encoded_batch(rows: Iterator[list[bytes | None]]) -> bytes:
-    """In a worker thread: the next few catalog rows as DataRow messages (b"" at the end)."""
-    return b"".join(codec.data_row(row) for row in itertools.islice(rows, _ROWS_PER_WRITE))
+def _encoded_batch(rows: Iterator[list[bytes | None]], line) -> bytes:
+    """In a worker thread: the next few catalog rows as messages (b"" at the end)."""
+    return b"".join(line(row) for row in itertools.islice(rows, _ROWS_PER_WRITE))
 
 
 def _close_quietly(rows) -> None:

@@ -8,7 +8,7 @@ Decided from the text alone, before anything runs, so that a message is refused 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -17,6 +17,7 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.errors import ProxyError, Refused, SyntaxProblem
 from proxy.rules import Rules
+from proxy.wire.copy_out import CopyOptions, read_copy
 
 _POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
 # sqlglot reads SQL by recursion and hits Python's stack between 40 and 50 nested
@@ -59,6 +60,7 @@ class Statement:
     route: Route
     word: str  # the leading keyword, upper case ("" for an empty statement)
     tokens: tuple[Token, ...] = ()
+    copy: CopyOptions | None = None  # COPY (this statement) TO STDOUT with these options
 
 
 def read_message(sql: str, rules: Rules) -> list[Statement]:
@@ -99,6 +101,13 @@ def classify(text: str, rules: Rules) -> Statement:
         return Statement(text, route, word, tokens)
     if word in LOCAL_WORDS:
         return Statement(text, Route.LOCAL, word, tokens)
+    if word == "COPY":
+        query, options = read_copy(tokens, text)
+        inner = classify(query, rules)
+        if inner.route is Route.LOCAL:
+            raise SyntaxProblem("COPY (…) TO STDOUT takes a query, e.g. COPY (SELECT COUNT(*) "
+                                "FROM people) TO STDOUT")
+        return replace(inner, copy=options)
     if word not in _QUERY_WORDS or _names_a_rules_table(text, tokens, rules):
         return Statement(text, Route.ENGINE, word)
     for token in tokens:
