@@ -31,7 +31,26 @@ class Refused(ProxyError):
 
 
 class SyntaxProblem(Refused):
+    """``position``: where in the statement the problem is (1-based characters), for
+    clients that point at it (psql's caret, the command line's)."""
+
     sqlstate = "42601"
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+def pointing_at(text: str, position: int) -> str:
+    """The line of ``text`` holding character ``position`` and a caret under it, as psql
+    shows a syntax error's place."""
+    before = text[:position - 1]
+    number = before.count("\n") + 1
+    start = before.rfind("\n") + 1
+    end = text.find("\n", start)
+    line = text[start:] if end < 0 else text[start:end]
+    prefix = f"LINE {number}: "
+    return f"{prefix}{line}\n{' ' * (len(prefix) + position - 1 - start)}^"
 
 
 class RawRowAccess(Refused):

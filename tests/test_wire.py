@@ -123,6 +123,7 @@ SELECT COUNT(*) FROM people WHERE age > 40;
 \dt
 \d people
 SELECT * FROM people;
+SELECT COUNT(*) FROMM people;
 \l
 """
     out = subprocess.run([psql, "-X", proxy.dsn("alice", sslmode="disable"), "-f", "-"],
@@ -130,6 +131,11 @@ SELECT * FROM people;
                          check=False)
     assert "NOTICE:  iDP" in out.stderr
     assert "ERROR:  SELECT * would return rows of the protected table people" in out.stderr
+    # psql draws its caret from the error's position: under the token it is about
+    lines = out.stderr.splitlines()
+    at = next(i for i, line in enumerate(lines) if 'syntax error at or near "people"' in line)
+    assert lines[at + 1].endswith("LINE 1: SELECT COUNT(*) FROMM people;")
+    assert lines[at + 2].index("^") == lines[at + 1].index("people")
     listing = out.stdout
     assert "people  | table" in listing and "regions | table" in listing
     assert 'Table "public.people"' in listing

@@ -56,11 +56,28 @@ def parse_statements(sql: str) -> list[exp.Expression]:
     try:
         statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
     except ParseError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "cannot parse"
-        raise SyntaxProblem(f"syntax error: {first}") from None
+        raise _syntax_problem(sql, exc) from None
     if not statements:
         raise SyntaxProblem("empty query; send one SELECT with aggregates")
     return statements
+
+
+def _syntax_problem(sql: str, error: ParseError) -> SyntaxProblem:
+    """PostgreSQL's wording and position, not the parser's: sqlglot gives the line, the
+    column where the offending token ends, and the token."""
+    if not error.errors:
+        return SyntaxProblem("syntax error; check the statement's SQL")
+    first = error.errors[0]
+    token, line, column = first.get("highlight") or "", first.get("line"), first.get("col")
+    if not token or not line or not column:
+        return SyntaxProblem("syntax error; check the statement's SQL")
+    lines = sql.split("\n")
+    position = sum(len(text) + 1 for text in lines[:line - 1]) + column - len(token) + 1
+    position = max(1, min(position, len(sql)))
+    missing = "; a closing bracket is missing" if first.get("description") == "Expecting )" \
+        else ""
+    return SyntaxProblem(f'syntax error at or near "{token}" (line {line}, column '
+                         f'{column - len(token) + 1}){missing}', position)
 
 
 def analyze(

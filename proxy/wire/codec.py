@@ -323,17 +323,22 @@ def parameter_description(oids: list[int]) -> bytes:
     return message(b"t", struct.pack(f"!h{len(oids)}I", len(oids), *oids))
 
 
-def _fields(severity: str, code: str, text: str, detail: str | None) -> bytes:
+def _fields(severity: str, code: str, text: str, detail: str | None,
+            position: int | None = None) -> bytes:
     body = (b"S" + cstring(severity) + b"V" + cstring(severity) + b"C" + cstring(code)
             + b"M" + cstring(text))
     if detail:
         body += b"D" + cstring(detail)
+    if position:
+        body += b"P" + cstring(str(position))
     return body + b"\0"
 
 
 def error_response(code: str, text: str, severity: str = "ERROR",
-                   detail: str | None = None) -> bytes:
-    return message(b"E", _fields(severity, code, text, detail))
+                   detail: str | None = None, position: int | None = None) -> bytes:
+    """``position``: the character of the statement the error points at (psql draws
+    a caret under it)."""
+    return message(b"E", _fields(severity, code, text, detail, position))
 
 
 def notice_response(text: str, code: str = "00000", detail: str | None = None) -> bytes:

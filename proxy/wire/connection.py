@@ -299,7 +299,8 @@ class Connection:
             exc = ProxyError(INTERNAL_ERROR, "XX000")
         if self.local.status == "T":
             self.local.status = "E"
-        self._send(codec.error_response(exc.sqlstate, exc.message))
+        self._send(codec.error_response(exc.sqlstate, exc.message,
+                                        position=getattr(exc, "position", None)))
 
     # Simple query ------------------------------------------------------------------------
 
