@@ -35,7 +35,9 @@ from proxy.rules import Rules
 
 log = logging.getLogger("idp_proxy.shadow")
 
-_TEMPLATE = "idp_template"
+# The tables go into template1, as a DBA would put them, so that psql's \l lists only
+# what any PostgreSQL lists (postgres, template0, template1) besides the clients' names.
+_TEMPLATE = "template1"
 _MAX_DATABASES = 32  # distinct database names clients may use (each is a copy of the template)
 _OWNER = "idp"
 
@@ -152,13 +154,13 @@ class ShadowCatalog:
                    f"-c statement_timeout={rules.server.catalog_timeout}s")
         self._run("pg_ctl", "-D", str(data), "-l", str(self._folder / "log"), "-w", "-o",
                   options, "start")
-        with self._admin("postgres") as con:
-            con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(_TEMPLATE)))
-        with self._admin(_TEMPLATE) as con:
-            for statement in _ddl(rules, backend):
-                con.execute(statement)
-            con.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
-            con.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+        for database in (_TEMPLATE, "postgres"):  # postgres exists already: it needs them too
+            with self._admin(database) as con:
+                for statement in _ddl(rules, backend):
+                    con.execute(statement)
+                con.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+                con.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+        self._databases.add("postgres")
         self.version = self._server_version()
 
     def _run(self, program: str, *args: str) -> None:
@@ -174,6 +176,9 @@ class ShadowCatalog:
             return con.execute("SHOW server_version").fetchone()[0].split()[0]
 
     def connect(self, user: str, database: str) -> psycopg.Connection:
+        if database in ("template0", _TEMPLATE):  # a session there would block new copies
+            raise ShadowError(f'database "{database}" is not available; connect to any '
+                              "other database name (e.g. demo)", "3D000")
         with self._lock:
             if user not in self._roles or database not in self._databases:
                 self._provide(user, database)
