@@ -18,7 +18,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from proxy.engine import Answer
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
@@ -31,7 +31,13 @@ from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowSession
 
 if TYPE_CHECKING:
-    from proxy.wire.server import Server
+    import ssl
+
+    from proxy.engine import Engine
+    from proxy.rules import Rules
+    from proxy.rules import Server as Limits
+    from proxy.users import Users
+    from proxy.wire.shadow import ShadowCatalog
 
 log = logging.getLogger("idp_proxy.wire")
 INTERNAL_ERROR = ("internal error; the query was charged if it reached the data; see the "
@@ -43,6 +49,25 @@ _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per dr
 
 class ConnectionClosed(Exception):
     pass
+
+
+class Host(Protocol):
+    """What a connection needs of the server that accepted it (proxy.wire.server.Server,
+    which imports this module: the dependency runs one way)."""
+
+    engine: Engine
+    rules: Rules
+    limits: Limits
+    users: Users
+    shadow: ShadowCatalog
+    tls: ssl.SSLContext | None
+
+    def trusts(self, peer: Any) -> bool: ...
+    def admit(self, connection: Connection) -> str | None: ...
+    def started(self, connection: Connection) -> None: ...
+    def forget(self, connection: Connection) -> None: ...
+    def cancel(self, pid: int, key: int) -> None: ...
+    async def run_cancel(self, function: Callable[..., None], *args: Any) -> None: ...
 
 
 @dataclass
@@ -80,7 +105,7 @@ class Result:
 
 
 class Connection:
-    def __init__(self, server: Server, reader: asyncio.StreamReader,
+    def __init__(self, server: Host, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         self.server = server
         self.reader = reader
