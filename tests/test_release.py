@@ -9,11 +9,14 @@ import csv
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pytest
 from scipy import stats
@@ -152,6 +155,58 @@ def test_the_reported_sse_is_seed_002s_formula(source, tmp_path):
     assert report.mean_sse == pytest.approx(total / N / 4, rel=1e-9)
     info = json.loads(Path(f"{out}.json").read_text())
     assert info["mean_sse"] == report.mean_sse and info["rows"] == N
+
+
+CENSUS_RULES = """
+[analysts.owner]
+budget = 100
+
+[tables.census]
+[tables.census.columns]
+id = { type = "int", public = true }
+afnlwgt = { type = "int", domain = [0, 100000] }
+tax = { type = "float", domain = [0, 1000] }
+age = { type = "int", domain = [40000, 50000] }
+price = { type = "float", domain = [0, 1000] }
+"""
+
+
+def test_the_output_keeps_the_source_column_names_and_types(backend_url, tmp_path):
+    """AFNLWGT stays AFNLWGT (the rules fold names to lower case) and an integer column
+    stays an integer one, in a CSV, a Parquet file and a table. A released value beyond
+    its type's range is clamped to it (every age is clamped into the domain [40000,
+    50000], beyond SMALLINT), not refused after the ε is spent. A DECIMAL keeps its
+    precision on DuckDB; PostgreSQL's numeric comes out as double precision."""
+    n = 60
+    load_table(backend_url, "census", {
+        "ID": list(range(n)), "AFNLWGT": [1000 + 37 * i for i in range(n)],
+        "Tax": [0.5 * i for i in range(n)], "Age": [30000] * n,
+        "Price": [Decimal(i) / 4 for i in range(n)]},
+        {"ID": "BIGINT", "AFNLWGT": "INTEGER", "Tax": "DOUBLE PRECISION", "Age": "SMALLINT",
+         "Price": "NUMERIC(10,2)"})
+    backend = open_backend(backend_url)
+    rules = parse_rules(CENSUS_RULES)
+    ledger = Ledger(backend, rules)
+    ledger.ensure_analyst("owner")
+    names = ["ID", "AFNLWGT", "Tax", "Age", "Price"]
+    for out in (tmp_path / "r.csv", tmp_path / "r.parquet", "table:census_masked"):
+        job = prepare(rules, backend, "census", "afnlwgt,tax,age,price", 10, "1", "idp-cbls",
+                      "equal", None, (), "id", str(out))
+        run_release(backend, ledger, job, "owner")
+    with (tmp_path / "r.csv").open() as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == names and len(rows) == n + 1
+    assert all(re.fullmatch(r"-?[0-9]+", row[1]) for row in rows[1:])
+    assert {row[3] for row in rows[1:]} == {"32767"}
+    decimal = backend_url.startswith("duckdb")
+    parquet = duckdb.sql(f"DESCRIBE SELECT * FROM '{tmp_path / 'r.parquet'}'").fetchall()
+    assert [(row[0], row[1]) for row in parquet] == list(zip(names, [
+        "BIGINT", "INTEGER", "DOUBLE", "SMALLINT", "DECIMAL(10,2)" if decimal else "DOUBLE"]))
+    assert backend.column_types("census_masked") == list(zip(names, [
+        "bigint", "integer", "double precision", "smallint",
+        "numeric(10,2)" if decimal else "double precision"]))
+    assert backend.query('SELECT DISTINCT "Age" FROM census_masked') == [(32767,)]
+    backend.close()
 
 
 def test_a_table_output_and_the_ledger(source):

@@ -24,11 +24,15 @@ _DOMAIN = re.compile(r"^([A-Za-z_]\w*)=([^:]+):([^:]+)$")
 
 @dataclass(frozen=True)
 class Release:
-    """Everything a release needs, validated. ``epsilons``: each column's share;
-    ``domains``: (lower, upper) per column, None where the method needs none."""
+    """Everything a release needs, validated. ``columns``: as the rules name them;
+    ``sources``: each one's (name, PostgreSQL type) as the backend stores it, which the
+    release reads and writes (the output keeps the source's names and types);
+    ``epsilons``: each column's share; ``domains``: (lower, upper) per column, None
+    where the method needs none; ``key``: the key column's stored name."""
 
     table: Table
     columns: tuple[str, ...]
+    sources: tuple[tuple[str, str], ...]
     k: int
     epsilon: Decimal
     epsilons: tuple[Fraction, ...]
@@ -65,12 +69,15 @@ def prepare(rules: Rules, backend: Backend, table: str, columns: str, k: int, ep
         raise BadSetting(f"epsilon {total} is above this proxy's limit of "
                          f"{rules.defaults.max_epsilon_per_query} per release")
     _check_source(backend, declared)
-    bounds = _domains(declared, names, method, alpha, domains, backend)
     if key is not None:
         _check_key(declared, key.lower())
+    stored = _stored(backend, declared, names + ((key.lower(),) if key is not None else ()))
+    sources = stored[:len(names)]
+    bounds = _domains(declared, names, method, alpha, domains, backend,
+                      [name for name, _ in sources])
     _check_output(backend, out)
-    return Release(declared, names, k, total, _split(total, split, len(names)), method,
-                   bounds, None if key is None else key.lower(), out)
+    return Release(declared, names, sources, k, total, _split(total, split, len(names)),
+                   method, bounds, stored[-1][0] if key is not None else None, out)
 
 
 def _table(rules: Rules, name: str) -> Table:
@@ -122,7 +129,8 @@ def _split(total: Decimal, text: str, width: int) -> tuple[Fraction, ...]:
     return tuple(w * scale for w in weights)
 
 
-def _domains(table: Table, names, method: str, alpha: float | None, texts, backend):
+def _domains(table: Table, names, method: str, alpha: float | None, texts, backend,
+             stored: list[str]):
     """Per column: --domain, else --alpha's [0, α·max] (the paper's protocol; reads the
     data; the bound at most MAGNITUDE_CAP), else the rules' domain. Only CBLS may go
     without one (it then clamps only to ±MAGNITUDE_CAP). A bound is finite and within
@@ -145,7 +153,7 @@ def _domains(table: Table, names, method: str, alpha: float | None, texts, backe
         given[name] = (lower, upper)
     if alpha is not None and not alpha > 0:
         raise BadSetting("--alpha must be positive, e.g. 1.5")
-    maxima = _maxima(backend, table.name, names) if alpha is not None else {}
+    maxima = _maxima(backend, table.name, names, stored) if alpha is not None else {}
     bounds = []
     for name in names:
         column = table.columns[name]
@@ -159,8 +167,8 @@ def _domains(table: Table, names, method: str, alpha: float | None, texts, backe
     return tuple(bounds)
 
 
-def _maxima(backend: Backend, table: str, names) -> dict[str, float]:
-    row = backend.query(render(maxima(table, list(names)), backend.dialect))[0]
+def _maxima(backend: Backend, table: str, names, stored: list[str]) -> dict[str, float]:
+    row = backend.query(render(maxima(table, stored), backend.dialect))[0]
     return {name: float(value) if value is not None else None for name, value in zip(names, row)}
 
 
@@ -180,6 +188,19 @@ def _check_source(backend: Backend, table: Table) -> None:
     except BackendFailed:
         raise NotSupported(f"{table.name} is not a base table of the backend; a release "
                            "reads a table (views have no row identity)") from None
+
+
+def _stored(backend: Backend, table: Table, names) -> tuple[tuple[str, str], ...]:
+    """Each column's (name, type) as the backend stores it: AFNLWGT stays AFNLWGT
+    (the rules fold names to lower case), an integer stays an integer."""
+    probe = f'SELECT * FROM "{table.name}" LIMIT 0'
+    columns, _ = backend.query_with_columns(render(probe, backend.dialect))
+    stored = {name.lower(): (name, kind) for name, kind in columns}
+    missing = [name for name in names if name not in stored]
+    if missing:
+        raise UnknownColumn(f"the backend's table {table.name} lacks the declared column(s) "
+                            f"{', '.join(missing)}; fix the rules or the table")
+    return tuple(stored[name] for name in names)
 
 
 def _check_output(backend: Backend, out: str) -> None:

@@ -16,6 +16,7 @@ import datetime
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import duckdb
@@ -36,7 +37,7 @@ class Report:
     rows: int
     clusters: tuple[int, ...]
     mean_sse: float
-    epsilon_remaining: float
+    epsilon_remaining: Decimal
 
 
 def run_release(backend: Backend, ledger: Ledger, job: Release, analyst: str,
@@ -54,7 +55,7 @@ def run_release(backend: Backend, ledger: Ledger, job: Release, analyst: str,
     except BackendUnavailable:
         ledger.refund(charge)
         raise
-    report = Report(rows, clusters, mean_sse, float(remaining))
+    report = Report(rows, clusters, mean_sse, remaining)
     _record(job, report)
     return report
 
@@ -64,12 +65,13 @@ def _release(backend: Backend, tx: Transaction, job: Release, rng: RandomSource,
     """(rows written, clusters per column, mean SSE)."""
     dialect, width, k = backend.dialect, len(job.columns), job.k
     k = 1 if job.method == "dp" else k  # plain DP: every record is its own "cluster"
+    names = [name for name, _ in job.sources]
 
     def run(statement: str, *params) -> list[tuple]:
         return tx.execute(sql.render(statement, dialect), params)
 
     progress("ranking every column in the backend", 0.0)
-    run(sql.rows_table(job.table.name, list(job.columns), job.key, backend.row_identity))
+    run(sql.rows_table(job.table.name, names, job.key, backend.row_identity))
     stats = run(sql.counts(width))[0]
     sizes, variances = stats[0::2], stats[1::2]
     lasts = [sql.last_cluster(n, k) for n in sizes]
@@ -90,9 +92,10 @@ def _release(backend: Backend, tx: Transaction, job: Release, rng: RandomSource,
             progress(f"{job.columns[j]}: {min(first + BATCH, count)} of {count} clusters",
                      share + 0.7 / width * done)
     integer = [job.table.columns[name].type == "int" for name in job.columns]
-    masked = sql.masked(width, k, lasts, integer, job.key is not None)
+    masked = sql.masked(width, k, lasts, integer, [kind for _, kind in job.sources],
+                        job.key is not None)
     progress(f"writing {job.out}", 0.8)
-    delivered = sql.render(sql.output(masked, list(job.columns), job.key), dialect)
+    delivered = sql.render(sql.output(masked, names, job.key), dialect)
     if job.out_table:
         tx.execute(f'CREATE TABLE "{job.out_table}" AS {delivered}')
         rows = tx.execute(f'SELECT count(*) FROM "{job.out_table}"')[0][0]
@@ -142,9 +145,13 @@ def _write(tx: Transaction, statement: str, path: Path, target: Path) -> int:
         if not rows:
             writer.writerow(name for name, _ in tx.columns())
     if target != path:
+        # the columns' types as the output has them (read_csv would guess BIGINT, DOUBLE);
+        # a numeric without precision (PostgreSQL's) needs one in DuckDB
+        types = {name: "numeric(38,10)" if kind == "numeric" else kind
+                 for name, kind in tx.columns()}
         with duckdb.connect() as con:
-            con.execute("COPY (SELECT * FROM read_csv(?, header = true)) TO "
-                        f"'{_literal(path)}' (FORMAT parquet)", [str(target)])
+            con.execute("COPY (SELECT * FROM read_csv(?, header = true, columns = ?)) TO "
+                        f"'{_literal(path)}' (FORMAT parquet)", [str(target), types])
         target.unlink()
     return rows
 
@@ -157,7 +164,8 @@ def _record(job: Release, report: Report) -> None:
     """The information loss beside the output: a JSON file next to a file output."""
     if job.out_table:
         return
-    info = {"table": job.table.name, "columns": list(job.columns), "method": job.method,
+    info = {"table": job.table.name, "columns": [name for name, _ in job.sources],
+            "method": job.method,
             "k": job.k, "epsilon": str(job.epsilon),
             "epsilon_per_column": [float(e) for e in job.epsilons],
             "domains": [list(d) for d in job.domains], "rows": report.rows,

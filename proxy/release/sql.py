@@ -12,10 +12,13 @@ runs in one transaction over the protected table's snapshot:
    largest values (normalised to the domain). Only these summaries are read back, a batch
    of clusters at a time.
 3. ``noisy_j``: the released centroid of each cluster, written back by the proxy.
-4. The output: every row of ``ROWS`` joined to its clusters' released centroids.
+4. The output: every row of ``ROWS`` joined to its clusters' released centroids, each in
+   its source column's name and type.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 import sqlglot
 from sqlglot import exp
@@ -23,6 +26,9 @@ from sqlglot import exp
 from proxy.pushdown.scope import normalised
 
 ROWS = "idp_release_rows"
+# The integer types by their PostgreSQL names, with their largest value (bigint holds
+# every value: the released ones are within ±MAGNITUDE_CAP).
+_INTEGERS = {"smallint": 2 ** 15 - 1, "integer": 2 ** 31 - 1, "bigint": None}
 
 
 def summary_table(j: int) -> str:
@@ -108,14 +114,36 @@ def create_noisy(j: int) -> str:
     return f"CREATE TEMP TABLE {noisy_table(j)} (c BIGINT, v DOUBLE)"
 
 
-def masked(width: int, k: int, lasts: list[int], integer: list[bool], key: bool) -> str:
-    """Every row: rid, [k], m_j (the released value, rounded for integer columns) and
-    o_j (the original)."""
+def _typed(value: str, kind: str, integer: bool) -> str:
+    """A released value (a double) in its source column's type ``kind`` (PostgreSQL
+    spelling), by post-processing: integer types rounded and clamped to their range,
+    numeric(p,s) clamped to its precision, real cast; ``integer`` (the rules say int)
+    rounds too. Other types (double precision, numeric without a precision) stay
+    double precision."""
+    base, _, modifier = kind.partition("(")
+    if integer or base in _INTEGERS:
+        value = f"round({value})"
+    if base in _INTEGERS:
+        limit = _INTEGERS[base]
+    elif base == "numeric" and modifier:
+        precision, scale = (int(part) for part in modifier.rstrip(")").split(","))
+        limit = format(Decimal(10) ** (precision - scale) - Decimal(10) ** -scale, "f")
+    else:
+        return f"CAST({value} AS real)" if base == "real" else value
+    if limit is not None:
+        value = (f"CASE WHEN {value} > {limit} THEN {limit} WHEN {value} < -{limit} "
+                 f"THEN -{limit} ELSE {value} END")
+    return f"CAST({value} AS {kind})"
+
+
+def masked(width: int, k: int, lasts: list[int], integer: list[bool], kinds: list[str],
+           key: bool) -> str:
+    """Every row: rid, [k], m_j (the released value in its column's type ``kinds[j]``:
+    ``_typed``) and o_j (the original)."""
     parts = ["r.rid"] + (["r.k"] if key else [])
     joins = []
     for j in range(width):
-        value = f"n{j}.v"
-        parts += [f"{f'round({value})' if integer[j] else value} AS m{j}", f"r.o{j} AS o{j}"]
+        parts += [f"{_typed(f'n{j}.v', kinds[j], integer[j])} AS m{j}", f"r.o{j} AS o{j}"]
         joins.append(f"LEFT JOIN {noisy_table(j)} AS n{j} ON n{j}.c = "
                      f"{_cluster(j, k, lasts[j], 'r.')}")
     return f"SELECT {', '.join(parts)} FROM {ROWS} AS r {' '.join(joins)}"
