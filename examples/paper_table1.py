@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from proxy.privacy import smooth
+from proxy.privacy import smooth_noise
 from proxy.privacy.mechanisms import grid_step, laplace_real
 from proxy.privacy.sampler import SecureSource
 
@@ -40,9 +40,9 @@ def main() -> None:
                      for _ in range(DRAWS)]
     rows = [("iDP Laplace", math.log(20) * SENSITIVITY / EPSILON, laplace_draws)]
     for gamma in (2.0, 3.0):
-        scale = SENSITIVITY / smooth.admissible(EPSILON, gamma)[0]
-        draws = [scale * smooth.sample(gamma, rng) for _ in range(DRAWS)]
-        rows.append((f"DP smooth gamma={gamma:g}", scale * smooth.half_width(0.95, gamma), draws))
+        scale = SENSITIVITY / smooth_noise.admissible(EPSILON, gamma)[0]
+        draws = [scale * smooth_noise.sample(gamma, rng) for _ in range(DRAWS)]
+        rows.append((f"DP smooth gamma={gamma:g}", scale * smooth_noise.half_width(0.95, gamma), draws))
     print(f"95% noise intervals at epsilon = {EPSILON:g}, sensitivity {SENSITIVITY:g}")
     print(f"{'mechanism':<20} {'paper':>10} {'ours (exact)':>14} {'ours (sampled)':>15}")
     with (out / "paper_table1.csv").open("w", newline="") as handle:
@@ -65,7 +65,7 @@ def _figure(path: Path) -> None:
     plt.plot(z, EPSILON / (2 * SENSITIVITY) * np.exp(-EPSILON * np.abs(z) / SENSITIVITY),
              label="iDP: Laplace(1/ε)")
     for gamma in (2.0, 3.0):
-        scale = SENSITIVITY / smooth.admissible(EPSILON, gamma)[0]
+        scale = SENSITIVITY / smooth_noise.admissible(EPSILON, gamma)[0]
         norm = 2 * (math.pi / gamma) / math.sin(math.pi / gamma)
         plt.plot(z, 1 / (1 + np.abs(z / scale) ** gamma) / (norm * scale),
                  label=f"DP smooth, γ = {gamma:g}")

@@ -30,7 +30,7 @@ from proxy.privacy.sensitivity import (
     local_sensitivity_of_percentile,
     local_sensitivity_of_winsorized_sum,
 )
-from proxy.privacy.smooth import admissible
+from proxy.privacy.smooth_noise import admissible
 from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_max,
     smooth_sensitivity_of_min,

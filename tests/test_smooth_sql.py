@@ -13,7 +13,7 @@ from scipy import stats
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BadSetting, NotSupported
-from proxy.privacy import smooth
+from proxy.privacy import smooth_noise
 from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_max,
     smooth_sensitivity_of_percentile,
@@ -62,7 +62,7 @@ def _noise_law_check(engine, sql, true, sensitivity, epsilon, gamma, count=120):
     session = engine.session("zoe")
     run(session, f"SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'; "
                  f"SET idp.epsilon = {epsilon}; SET idp.gamma = {gamma}")
-    scale = sensitivity / smooth.admissible(epsilon, gamma)[0]
+    scale = sensitivity / smooth_noise.admissible(epsilon, gamma)[0]
     draws = []
     for _ in range(count):
         (answer,) = run(session, sql)
@@ -84,7 +84,7 @@ def test_the_median_follows_the_smooth_law(engine):
     values = sorted(SCORES)
     rank = percentile_rank(len(values), Fraction(1, 2))
     epsilon, gamma = 1.0, 3.0
-    beta = smooth.admissible(epsilon, gamma)[1]
+    beta = smooth_noise.admissible(epsilon, gamma)[1]
     sensitivity = smooth_sensitivity_of_percentile(len(values), rank, 1, beta, 0, 100,
                                                    lambda a, b: values[a - 1: b])
     _noise_law_check(engine, "SELECT MEDIAN(score) FROM scores", values[rank - 1],
@@ -94,7 +94,7 @@ def test_the_median_follows_the_smooth_law(engine):
 def test_the_maximum_follows_the_smooth_law(engine):
     values = sorted(SCORES)
     epsilon, gamma = 1.0, 2.0
-    beta = smooth.admissible(epsilon, gamma)[1]
+    beta = smooth_noise.admissible(epsilon, gamma)[1]
     descending = values[::-1]
     sensitivity = smooth_sensitivity_of_max(len(values), 1, beta, 0, 100,
                                             lambda a, b: descending[a - 1: b])

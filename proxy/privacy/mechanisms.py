@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.privacy import smooth
+from proxy.privacy import smooth_noise
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 
 @dataclass(frozen=True)
@@ -100,9 +100,9 @@ def smooth_real(true: float, smooth_sensitivity: float, epsilon: Fraction, gamma
     Snapping moves f by at most Λ more, so S + Λ (still β-smooth) sets the scale; the
     rounded noise's cell probabilities keep the density's admissibility. No interval:
     its width is the data's smooth sensitivity."""
-    alpha, _ = smooth.admissible(float(epsilon), gamma)
+    alpha, _ = smooth_noise.admissible(float(epsilon), gamma)
     scale = (smooth_sensitivity + step) / alpha
     snapped = round(Fraction(true) / Fraction(step))
-    noise = round(scale * smooth.sample(gamma, rng) / step)
+    noise = round(scale * smooth_noise.sample(gamma, rng) / step)
     return Noisy(on_grid(snapped + noise, step), None,
                  f"smooth sensitivity, noise 1/(1 + |z|^{gamma:g})")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from proxy.privacy.sensitivity import finite_only, require_finite
-from proxy.privacy.smooth import admissible
+from proxy.privacy.smooth_noise import admissible
 from proxy.statistics import Fetch, GroupStats, percentile_rank
 
 if TYPE_CHECKING:

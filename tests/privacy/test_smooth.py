@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from proxy.privacy.smooth import admissible, central_mass, half_width, sample
+from proxy.privacy.smooth_noise import admissible, central_mass, half_width, sample
 from tests.privacy.test_samplers import ALPHA, DRAWS, SeededSource
 
 
