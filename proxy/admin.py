@@ -1,32 +1,89 @@
-"""Administering a server that holds a DuckDB file.
+"""The command line's work on a DuckDB file that a server holds.
 
 A DuckDB file can be open in one process only, so while ``idp-proxy serve`` runs on it,
-``idp-proxy users|budget|ledger`` cannot open it. The server therefore listens on a Unix
-socket named after the file, in a folder only its OS user can enter, and runs there the
-few ledger and user calls those commands make; the commands send their call when they
-find the file locked. Whoever may use the socket may open the file itself, so the
-socket grants nothing new. PostgreSQL needs none of this: admins connect directly.
+``idp-proxy query|release|users|budget|ledger`` cannot open it. The server therefore
+listens on a Unix socket named after the file, in a folder only its OS user can enter,
+and runs there the few calls those commands make; the commands send their call when
+they find the file locked. Whoever may use the socket may open the file itself, so the
+socket grants nothing new. PostgreSQL needs none of this: the commands connect directly.
+
+One request line, ``{"target", "method", "args"}``; replies: an ``{"event"}`` line for
+each answer or release step as it happens (the ``analyst`` calls), then one
+``{"result"}`` or ``{"error": [SQLSTATE, message]}`` line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import inspect
 import logging
 import os
 import socket
 import tempfile
+from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proxy import jsontags
 from proxy.errors import DatabaseInUse, ProxyError
+
+if TYPE_CHECKING:
+    from proxy.engine import Engine
 
 log = logging.getLogger("idp_proxy.admin")
 
 # The calls the command line makes, per target; nothing else is run.
 CALLS = {"ledger": {"budgets", "grant", "reset", "remaining", "entries"},
-         "users": {"add", "passwd", "disable", "list"}}
+         "users": {"add", "passwd", "disable", "list"},
+         "analyst": {"query", "release"}}
+REPORTING = {"analyst"}  # targets whose calls report as they go, through ``emit``
+Emit = Callable[[Any], None]
+
+
+class Analyst:
+    """What ``idp-proxy query`` and ``release`` run on an engine — the command's own, or
+    the server's when it holds the file — so both print the same. Each call hands its
+    answers, or its release steps, to ``emit`` as they come."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def query(self, user: str, sql: str, epsilon: Decimal | None, model: str | None,
+              prior: str | None, emit: Emit) -> None:
+        """Run a script as ``user`` after the session settings the options ask for."""
+        session = self.engine.session(user)
+        statements = []
+        for name, value in (("epsilon", epsilon), ("model", model), ("prior", prior)):
+            if value is not None:
+                quoted = str(value).replace("'", "''")
+                statements.append(f"SET idp.{name} = '{quoted}'")
+        if statements:
+            list(session.execute(";".join(statements)))
+        for answer in session.execute(sql):
+            emit({"command": answer.command, "columns": answer.columns,
+                  "rows": [list(row) for row in answer.rows], "privacy": answer.privacy,
+                  "notice": answer.notice})
+
+    def release(self, user: str, table: str, columns: str, k: int, epsilon: str, method: str,
+                split: str, alpha: float | None, domains: list[str], key: str | None,
+                out: str, emit: Emit) -> dict[str, Any]:
+        """``idp-proxy release`` (``out`` an absolute path or table:NAME); emits
+        [step, fraction done] and returns what the command reports."""
+        from proxy.release.request import prepare
+        from proxy.release.run import run_release
+
+        engine = self.engine
+        engine.ledger.ensure_analyst(user)
+        job = prepare(engine.rules, engine.backend, table, columns, k, epsilon, method, split,
+                      alpha, tuple(domains), key, out)
+        report = run_release(engine.backend, engine.ledger, job, user,
+                             lambda step, done: emit([step, done]))
+        return {"table": job.table.name, "columns": list(job.columns), "rows": report.rows,
+                "clusters": list(report.clusters), "mean_sse": report.mean_sse,
+                "epsilon": job.epsilon, "remaining": report.epsilon_remaining}
 
 
 def socket_path(database: str) -> Path:
@@ -37,17 +94,29 @@ def socket_path(database: str) -> Path:
 
 async def serve_admin(path: Path, targets: dict[str, Any]) -> asyncio.AbstractServer:
     """Listen on ``path`` (a stale socket of a killed server is replaced: the file's lock
-    proves no other server of it runs)."""
+    proves no other server of it runs) for calls to the server's ``ledger`` and
+    ``users``, and to an ``analyst`` over an engine of the server's backend and rules (it
+    shares the backend's locks, ledger and answer cache with the server's sessions)."""
+    from proxy.engine import Engine
+
+    ledger = targets["ledger"]
+    targets = {**targets, "analyst": Analyst(Engine(ledger.rules, ledger.backend))}
     path.parent.mkdir(mode=0o700, exist_ok=True)
     os.chmod(path.parent, 0o700)
     path.unlink(missing_ok=True)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         line = await reader.readline()
+        loop = asyncio.get_running_loop()
+
+        def send(reply: dict[str, Any]) -> None:  # from the call's worker thread
+            data = jsontags.dumps(reply).encode() + b"\n"
+            loop.call_soon_threadsafe(writer.write, data)
+
         try:
             if line:  # an empty one is a probe of whether the server listens
                 try:
-                    reply = await _run(targets, jsontags.loads(line))
+                    reply = await _run(targets, jsontags.loads(line), send)
                 except (ValueError, TypeError, KeyError, AttributeError):
                     reply = {"error": ["08P01", "malformed admin request"]}
                 writer.write(jsontags.dumps(reply).encode() + b"\n")
@@ -62,22 +131,32 @@ async def serve_admin(path: Path, targets: dict[str, Any]) -> asyncio.AbstractSe
     return server
 
 
-async def _run(targets: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+async def _run(targets: dict[str, Any], request: dict[str, Any],
+               send: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Run one call in the default executor (the server's session threads): an
+    analyst's query or release blocks a thread, never the event loop."""
     target, method, args = request["target"], request["method"], request["args"]
     if method not in CALLS.get(target, ()):
         return {"error": ["42501", f"{target}.{method} is not an admin call"]}
     call = getattr(targets[target], method)
+    if target in REPORTING:
+        call = functools.partial(call, emit=lambda event: send({"event": event}))
+    inspect.signature(call).bind(*args)  # a TypeError: malformed
     try:
         result = await asyncio.get_running_loop().run_in_executor(None, call, *args)
     except ProxyError as exc:
         return {"error": [exc.sqlstate, exc.message]}
+    except Exception:
+        log.exception("admin call %s.%s failed", target, method)
+        return {"error": ["XX000", "internal error in the server; its log has the details"]}
     log.info("admin call %s.%s", target, method)
     return {"result": result}
 
 
 class Remote:
-    """One target (``ledger`` or ``users``) of a running server, called like the local
-    object: ``Remote(path, "ledger").budgets("alice")``."""
+    """One target (``ledger``, ``users`` or ``analyst``) of a running server, called like
+    the local object: ``Remote(path, "ledger").budgets("alice")``; an analyst's call
+    takes ``emit=`` as the local one does."""
 
     def __init__(self, path: Path, target: str) -> None:
         self.path = path
@@ -86,21 +165,23 @@ class Remote:
     def __getattr__(self, method: str):
         if method not in CALLS.get(self.target, ()):
             raise AttributeError(method)
-        return lambda *args: self._call(method, args)
+        return lambda *args, emit=None: self._call(method, args, emit)
 
-    def _call(self, method: str, args: tuple) -> Any:
+    def _call(self, method: str, args: tuple, emit: Emit | None) -> Any:
         request = {"target": self.target, "method": method, "args": list(args)}
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(str(self.path))
             sock.sendall(jsontags.dumps(request).encode() + b"\n")
-            data = b""
-            while chunk := sock.recv(65536):
-                data += chunk
-        reply = jsontags.loads(data)
-        if "error" in reply:
-            sqlstate, message = reply["error"]
-            raise ProxyError(message, sqlstate)
-        return reply["result"]
+            for line in sock.makefile("rb"):
+                reply = jsontags.loads(line)
+                if "event" in reply:
+                    emit(reply["event"])
+                elif "error" in reply:
+                    sqlstate, message = reply["error"]
+                    raise ProxyError(message, sqlstate)
+                else:
+                    return reply["result"]
+        raise ProxyError("the server stopped before it answered; see its log", "08006")
 
 
 def reach_server(error: DatabaseInUse, target: str) -> Remote:

@@ -1,4 +1,7 @@
-"""The ``idp-proxy`` command line (SPEC §3.1)."""
+"""The ``idp-proxy`` command line (SPEC §3.1).
+
+Only click and the standard library are imported at start, so ``--help`` answers at
+once; a command imports the engine, the backends and sqlglot when it runs."""
 
 from __future__ import annotations
 
@@ -10,22 +13,24 @@ import logging
 import sys
 from decimal import Decimal
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from proxy.admin import Remote, reach_server, socket_path
-from proxy.backends import open_backend
-from proxy.engine import Answer, Engine
 from proxy.epsilon import parse_epsilon
 from proxy.errors import DatabaseInUse, ProxyError, RulesError
-from proxy.ledger import GLOBAL, LEDGER_FIELDS, Ledger
-from proxy.rules import Rules, load_rules
-from proxy.users import Users
+from proxy.progress import progress
+
+if TYPE_CHECKING:
+    from proxy.backends import Backend
+    from proxy.rules import Rules
 
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
 def _rules(path: str | None) -> Rules:
+    from proxy.rules import load_rules
+
     if path is None:
         if not DEMO_RULES.exists():
             raise click.UsageError("no --rules given and the demo rules are not installed here")
@@ -33,15 +38,47 @@ def _rules(path: str | None) -> Rules:
     return load_rules(path)
 
 
-def _admin(rules_path: str | None, backend: str | None, target: str) -> Ledger | Users | Remote:
-    """The ledger or the logins (``target``), or those of the server that holds this
-    DuckDB file (proxy.admin)."""
+def _open(url: str | None, connections: int = 4) -> Backend:
+    """The backend of ``--backend`` (None: the demo, created on first use with its
+    progress shown)."""
+    from proxy.backends import open_backend
+
+    if url is None:
+        from proxy.backends.duckdb_backend import demo_path
+
+        path = demo_path()
+        if not path.exists():
+            from proxy.demo import create_demo
+
+            with progress("creating the demo database (once)", measured=True) as shown:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                create_demo(path, shown.step)
+    return open_backend(url, connections)
+
+
+def _target(rules_path: str | None, backend: str | None, target: str) -> Any:
+    """The ledger, the logins or the analyst's engine (``target``: proxy.admin.CALLS), or
+    those of the server that holds this DuckDB file (proxy.admin.Remote)."""
     rules = _rules(rules_path)
     try:
-        ledger = Ledger(open_backend(backend), rules)
+        opened = _open(backend)
     except DatabaseInUse as exc:
+        from proxy.admin import reach_server
+
         return reach_server(exc, target)
-    return ledger if target == "ledger" else Users(ledger)
+    if target == "analyst":
+        from proxy.admin import Analyst
+        from proxy.engine import Engine
+
+        return Analyst(Engine(rules, opened))
+    from proxy.ledger import Ledger
+
+    ledger = Ledger(opened, rules)
+    if target == "ledger":
+        return ledger
+    from proxy.users import Users
+
+    return Users(ledger)
 
 
 def _epsilon(ctx, param, value):
@@ -128,43 +165,38 @@ def query(rules_path, backend, user, epsilon, model, prior, fmt, script, sql):
     if (sql is None) == (script is None):
         raise click.UsageError("give either SQL or -f FILE")
     text = script.read() if script else sql
-    engine = Engine(_rules(rules_path), open_backend(backend))
-    session = engine.session(user)
-    prefix = ""
-    if epsilon is not None:
-        prefix += f"SET idp.epsilon = {epsilon};"
-    if model is not None:
-        prefix += f"SET idp.model = '{model}';"
-    if prior is not None:
-        quoted = prior.replace("'", "''")
-        prefix += f"SET idp.prior = '{quoted}';"
-    if prefix:
-        list(session.execute(prefix))
     answers = []
     try:
-        for answer in session.execute(text):
-            answers.append(answer)
-            if fmt != "json":
-                _print_answer(answer, fmt)
+        with progress("answering") as shown:
+            def show(answer: dict[str, Any]) -> None:
+                answers.append(answer)
+                if fmt != "json":
+                    with shown.hidden():
+                        _print_answer(answer, fmt)
+
+            _target(rules_path, backend, "analyst").query(user, text, epsilon, model, prior,
+                                                          emit=show)
     finally:
         if fmt == "json":
-            click.echo(json.dumps([_as_json(a) for a in answers], indent=2, default=str))
+            click.echo(_json([{key: a[key] for key in ("command", "columns", "rows", "privacy")}
+                              for a in answers]))
 
 
-def _print_answer(answer: Answer, fmt: str) -> None:
-    if not answer.columns:
-        click.echo(answer.command)
+def _print_answer(answer: dict[str, Any], fmt: str) -> None:
+    """One answer of proxy.admin.Analyst.query as a table or CSV, its notice after it."""
+    if not answer["columns"]:
+        click.echo(answer["command"])
         return
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(answer.columns)
-        writer.writerows(answer.rows)
+        writer.writerow(answer["columns"])
+        writer.writerows(answer["rows"])
         click.echo(buffer.getvalue(), nl=False)
     else:
-        click.echo(_table(answer.columns, answer.rows))
-    if answer.notice:
-        click.echo(f"NOTICE: {answer.notice}", err=fmt == "csv")
+        click.echo(_table(answer["columns"], answer["rows"]))
+    if answer["notice"]:
+        click.echo(f"NOTICE: {answer['notice']}", err=fmt == "csv")
 
 
 def _table(columns: list[str], rows: list[tuple]) -> str:
@@ -184,9 +216,23 @@ def _cell(value) -> str:
     return str(value)
 
 
-def _as_json(answer: Answer) -> dict:
-    return {"command": answer.command, "columns": answer.columns,
-            "rows": [list(r) for r in answer.rows], "privacy": answer.privacy}
+def _json(value: Any, depth: int = 0) -> str:
+    """``json.dumps(value, indent=2)``, but a Decimal (an ε, a budget) is written as the
+    exact number it is, and a value JSON has no form for (a date) as its text."""
+    if isinstance(value, Decimal) and value.is_finite():
+        return format(value, "f")
+    if isinstance(value, dict):
+        items, brackets = [f"{json.dumps(str(k))}: {_json(v, depth + 1)}"
+                           for k, v in value.items()], "{}"
+    elif isinstance(value, (list, tuple)):
+        items, brackets = [_json(v, depth + 1) for v in value], "[]"
+    else:
+        plain = isinstance(value, (str, int, float, bool, type(None)))
+        return json.dumps(value if plain else str(value))
+    if not items:
+        return brackets
+    inner, outer = "\n" + "  " * (depth + 1), "\n" + "  " * depth
+    return brackets[0] + inner + ("," + inner).join(items) + outer + brackets[1]
 
 
 @main.group()
@@ -194,29 +240,39 @@ def budget() -> None:
     """Show, grant or reset privacy budgets."""
 
 
-def _account(user: str | None, whole: bool) -> tuple[str, str]:
-    """(ledger account, how to name it) for --user NAME or --global."""
-    if (user is None) == (not whole):
-        raise click.UsageError("give --user NAME or --global")
-    return (GLOBAL, "the global budget") if whole else (user, user)
+def _account(user: str | None, whole: bool, words: list[str], more: int = 0
+             ) -> tuple[str, str, list[str]]:
+    """(ledger account, how to name it, the words after the name) for NAME, --user NAME
+    or --global; ``more``: how many words may follow (grant's AMOUNT)."""
+    from proxy.ledger import GLOBAL
+
+    if user is None and not whole and words:
+        user, words = words[0], words[1:]
+    if (user is None) == (not whole) or len(words) > more:
+        raise click.UsageError("name one budget: NAME (or --user NAME), or --global")
+    return (GLOBAL, "the global budget", words) if whole else (user, user, words)
 
 
-user_option = click.option("--user", help="The analyst.")
+user_option = click.option("--user", help="The analyst (or give NAME).")
 global_option = click.option("--global", "whole", is_flag=True,
                              help="The global budget of all analysts ([defaults] global_budget).")
+name_argument = click.argument("name", required=False)
 
 
 @budget.command("show")
 @rules_option
 @backend_option
-@click.option("--user", help="One analyst (default: all).")
+@user_option
 @global_option
 @format_option
-def budget_show(rules_path, backend, user, whole, fmt):
-    """Budget, spent and remaining epsilon per analyst (the global budget is listed as
-    "(global)"; --global shows it alone)."""
-    account = _account(user, whole)[0] if user is not None or whole else None
-    rows = _admin(rules_path, backend, "ledger").budgets(account)
+@name_argument
+def budget_show(rules_path, backend, user, whole, fmt, name):
+    """Budget, spent and remaining epsilon of the analyst NAME, or of all (the global
+    budget is listed as "(global)"; --global shows it alone)."""
+    words = [name] if name else []
+    account = _account(user, whole, words)[0] if user or whole or words else None
+    with progress("reading the budgets"):
+        rows = _target(rules_path, backend, "ledger").budgets(account)
     _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
 
 
@@ -225,13 +281,31 @@ def budget_show(rules_path, backend, user, whole, fmt):
 @backend_option
 @user_option
 @global_option
-@click.option("--epsilon", required=True, callback=_epsilon, help="epsilon to add.")
-def budget_grant(rules_path, backend, user, whole, epsilon: Decimal):
-    """Add epsilon to an analyst's budget, or to the global one."""
-    account, name = _account(user, whole)
-    ledger = _admin(rules_path, backend, "ledger")
-    ledger.grant(account, epsilon)
-    click.echo(f"granted {epsilon} to {name}; remaining {ledger.remaining(account)}")
+@click.option("--epsilon", callback=_epsilon, help="epsilon to add (or give AMOUNT).")
+@name_argument
+@click.argument("amount", required=False)
+def budget_grant(rules_path, backend, user, whole, epsilon, name, amount):
+    """Add AMOUNT of epsilon to the budget of the analyst NAME, or to the global one.
+
+    \b
+    Examples:
+      idp-proxy budget grant alice 5
+      idp-proxy budget grant --global 50
+    """
+    account, label, words = _account(user, whole, [w for w in (name, amount) if w], more=1)
+    if (epsilon is None) == (not words):
+        raise click.UsageError("give the epsilon to add once: budget grant NAME AMOUNT, "
+                               "e.g. budget grant alice 5")
+    if epsilon is None:
+        try:
+            epsilon = parse_epsilon(words[0])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="AMOUNT") from None
+    with progress("granting"):
+        ledger = _target(rules_path, backend, "ledger")
+        ledger.grant(account, epsilon)
+        remaining = ledger.remaining(account)
+    click.echo(f"granted {epsilon} to {label}; remaining {remaining}")
 
 
 @budget.command("reset")
@@ -239,13 +313,16 @@ def budget_grant(rules_path, backend, user, whole, epsilon: Decimal):
 @backend_option
 @user_option
 @global_option
-def budget_reset(rules_path, backend, user, whole):
-    """Set spent epsilon back to zero, an analyst's or the global (the ledger keeps
-    its history)."""
-    account, name = _account(user, whole)
-    ledger = _admin(rules_path, backend, "ledger")
-    ledger.reset(account)
-    click.echo(f"reset {name}; remaining {ledger.remaining(account)}")
+@name_argument
+def budget_reset(rules_path, backend, user, whole, name):
+    """Set the spent epsilon of the analyst NAME, or of the global budget, back to zero
+    (the ledger keeps its history)."""
+    account, label, _ = _account(user, whole, [name] if name else [])
+    with progress("resetting"):
+        ledger = _target(rules_path, backend, "ledger")
+        ledger.reset(account)
+        remaining = ledger.remaining(account)
+    click.echo(f"reset {label}; remaining {remaining}")
 
 
 @main.command("ledger")
@@ -258,25 +335,21 @@ def budget_reset(rules_path, backend, user, whole):
 @format_option
 def ledger_command(rules_path, backend, user, since, fmt):
     """Every debit, budget refusal and refund, oldest first."""
+    from proxy.ledger import LEDGER_FIELDS
+
     if since is not None and since.tzinfo is None:
         since = since.replace(tzinfo=datetime.UTC)
-    _print_rows(list(LEDGER_FIELDS), _admin(rules_path, backend, "ledger").entries(user, since), fmt)
+    with progress("reading the ledger"):
+        entries = _target(rules_path, backend, "ledger").entries(user, since)
+    _print_rows(list(LEDGER_FIELDS), entries, fmt)
 
 
 def _print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
     if fmt == "json":
-        click.echo(json.dumps([dict(zip(columns, map(_plain, r))) for r in rows], indent=2))
+        click.echo(_json([dict(zip(columns, row)) for row in rows]))
     else:
-        _print_answer(Answer("SELECT", columns, rows), fmt)
-
-
-def _plain(value):
-    return str(value) if isinstance(value, Decimal) or not isinstance(
-        value, (int, float, str, bool, type(None))) else value
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+        _print_answer({"command": "SELECT", "columns": columns, "rows": rows, "notice": None},
+                      fmt)
 
 
 @main.command()
@@ -298,6 +371,9 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     import asyncio
     import ssl
 
+    from proxy.admin import socket_path
+    from proxy.engine import Engine
+    from proxy.users import Users
     from proxy.wire.server import Server
     from proxy.wire.shadow import ShadowCatalog
 
@@ -309,10 +385,11 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         tls.load_cert_chain(tls_cert, tls_key)
     if logging.getLogger().level > logging.WARNING:  # an operator sees the server's problems
         logging.getLogger("idp_proxy").setLevel(logging.WARNING)
-    rules = _rules(rules_path)
-    engine = Engine(rules, open_backend(backend, rules.server.backend_connections))
-    users = Users(engine.ledger)
-    shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
+    with progress("starting the server and its catalog"):
+        rules = _rules(rules_path)
+        engine = Engine(rules, _open(backend, rules.server.backend_connections))
+        users = Users(engine.ledger)
+        shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
     database = getattr(engine.backend, "path", None)  # a DuckDB file
     admin = socket_path(database) if database not in (None, ":memory:") else None
 
@@ -350,7 +427,9 @@ password_option = click.option("--password-stdin", is_flag=True,
 @click.argument("name")
 def users_add(rules_path, backend, password_stdin, name):
     """Create a login; its budget comes from the rules (else the default budget)."""
-    _admin(rules_path, backend, "users").add(name, _password(password_stdin))
+    password = _password(password_stdin)
+    with progress("adding the user"):
+        _target(rules_path, backend, "users").add(name, password)
     click.echo(f"user {name} added")
 
 
@@ -361,7 +440,9 @@ def users_add(rules_path, backend, password_stdin, name):
 @click.argument("name")
 def users_passwd(rules_path, backend, password_stdin, name):
     """Set a new password (and enable the login again)."""
-    _admin(rules_path, backend, "users").passwd(name, _password(password_stdin))
+    password = _password(password_stdin)
+    with progress("changing the password"):
+        _target(rules_path, backend, "users").passwd(name, password)
     click.echo(f"password of {name} changed")
 
 
@@ -371,7 +452,8 @@ def users_passwd(rules_path, backend, password_stdin, name):
 @click.argument("name")
 def users_disable(rules_path, backend, name):
     """Refuse further logins of a user (the ledger keeps its history)."""
-    _admin(rules_path, backend, "users").disable(name)
+    with progress("disabling the user"):
+        _target(rules_path, backend, "users").disable(name)
     click.echo(f"user {name} disabled")
 
 
@@ -381,7 +463,9 @@ def users_disable(rules_path, backend, name):
 @format_option
 def users_list(rules_path, backend, fmt):
     """Every login and whether it is disabled."""
-    _print_rows(["user", "disabled"], _admin(rules_path, backend, "users").list(), fmt)
+    with progress("reading the logins"):
+        logins = _target(rules_path, backend, "users").list()
+    _print_rows(["user", "disabled"], logins, fmt)
 
 
 @main.command("release")
@@ -423,25 +507,20 @@ def release_command(rules_path, backend, table, user, columns, k, epsilon, metho
       idp-proxy release people --user alice --columns income --k 20 --epsilon 1 \\
           --method idp-ls --domain income=0:1000000 --key person_id --out table:people_masked
     """
-    from proxy.release.request import prepare
-    from proxy.release.run import run_release
-
-    rules = _rules(rules_path)
-    source = open_backend(backend)
-    ledger = Ledger(source, rules)
-    ledger.ensure_analyst(user)
     if alpha is not None:
         click.echo("note: --alpha reads the maximum of each column; the domain it gives is "
                    "not protected (seed 002's evaluation protocol)", err=True)
-    job = prepare(rules, source, table, columns, k, epsilon, method, split, alpha, domains,
-                  key, out)
-    with click.progressbar(length=1000, label="releasing", file=sys.stderr) as bar:
-        def progress(step: str, done: float) -> None:
-            bar.label = step
-            bar.update(int(done * 1000) - bar.pos)
+    # a server holding the file writes it, so it gets the path as meant here
+    target = out if out.startswith("table:") else str(Path(out).resolve())
+    with progress(f"releasing {table}", measured=True) as shown:
+        done = _target(rules_path, backend, "analyst").release(
+            user, table, columns, k, epsilon, method, split, alpha, list(domains), key, target,
+            emit=lambda step: shown.step(*step))
+    clusters = ", ".join(f"{c}: {n} clusters" for c, n in zip(done["columns"], done["clusters"]))
+    click.echo(f"released {done['rows']} rows of {done['table']} to {out} ({clusters})")
+    click.echo(f"mean SSE (seed 002 eq. 4–5): {done['mean_sse']:.6g}")
+    click.echo(f"epsilon spent {done['epsilon']}, {done['remaining']} remaining")
 
-        report = run_release(source, ledger, job, user, progress)
-    click.echo(f"released {report.rows} rows of {job.table.name} to {job.out} "
-               f"({', '.join(f'{c}: {n} clusters' for c, n in zip(job.columns, report.clusters))})")
-    click.echo(f"mean SSE (seed 002 eq. 4–5): {report.mean_sse:.6g}")
-    click.echo(f"epsilon spent {job.epsilon}, {report.epsilon_remaining:g} remaining")
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

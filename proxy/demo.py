@@ -7,6 +7,7 @@ The numbers are drawn from a fixed seed, so every machine builds the same file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -48,16 +49,21 @@ def visits_columns(people: int = 20_000, seed: int = SEED + 1) -> dict[str, np.n
     }
 
 
-def create_demo(path: Path) -> None:
-    """Write the demo tables into a new DuckDB file (atomically: build, then rename)."""
+def create_demo(path: Path,
+                progress: Callable[[str, float], None] = lambda step, done: None) -> None:
+    """Write the demo tables into a new DuckDB file (atomically: build, then rename);
+    ``progress`` hears of each table (the first use waits for this)."""
     partial = path.with_suffix(".building")
     partial.unlink(missing_ok=True)
     con = duckdb.connect(str(partial))
     try:
-        for name, columns in (("people", people_columns()), ("visits", visits_columns())):
-            con.register("frame", columns)
+        for done, (name, columns) in enumerate((("people", people_columns),
+                                                ("visits", visits_columns))):
+            progress(f"creating the demo: table {name}", done / 3)
+            con.register("frame", columns())
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
             con.unregister("frame")
+        progress("creating the demo: table regions", 2 / 3)
         con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES "
                     "('north', 'Northern district'), ('south', 'Southern district'), "
                     "('east', 'Eastern district'), ('west', 'Western district')) v(region, label)")

@@ -36,11 +36,13 @@ def parse_epsilon(text: str | float | Decimal, what: str = "epsilon") -> Decimal
 
 
 def _number_text(value: float | Decimal) -> str:
-    """A number from TOML or Python as text, so it passes the same strict check."""
+    """A number from TOML or Python as positional text, so it passes the same strict
+    check: TOML reads ``0.000001`` as a float whose repr is ``1e-06``; that shortest
+    repr written without an exponent is the literal (of up to 15 significant digits)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         return repr(value)  # refused by the pattern
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else "nan"
+        return format(Decimal(repr(value)), "f") if math.isfinite(value) else "nan"
     return str(value)
 
 

@@ -1,5 +1,6 @@
 """JSON for values SQL answers carry: Decimal, date and datetime keep their type across
-a round trip (tagged objects), so a stored or forwarded answer reads back as it was."""
+a round trip (tagged objects), and objects their keys' order, so a stored or forwarded
+answer reads back as it was."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ _TAGS = {"$decimal": Decimal, "$datetime": datetime.datetime.fromisoformat,
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, default=_tagged, sort_keys=True)
+    return json.dumps(value, default=_tagged)
 
 
 def loads(text: str) -> Any:

@@ -183,9 +183,10 @@ def _steady(proxy, stop: threading.Event, answers: list[int], failures: list[str
 
 
 def _balanced(served, analyst: str) -> list[dict]:
-    entries = json.loads(admin(*served, "ledger", "--user", analyst, "--format", "json").stdout)
+    entries = json.loads(admin(*served, "ledger", "--user", analyst, "--format", "json").stdout,
+                         parse_float=Decimal)
     (account,) = json.loads(admin(*served, "budget", "show", "--user", analyst,
-                                  "--format", "json").stdout)
+                                  "--format", "json").stdout, parse_float=Decimal)
     assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries
                                             if e["status"] != "refused: budget")
     return entries

@@ -66,7 +66,7 @@ def served(backend_url, tmp_path):
 def _ledger(served, user: str) -> list[dict]:
     out = admin(*served, "ledger", "--user", user, "--format", "json")
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    return json.loads(out.stdout, parse_float=Decimal)  # exact ε
 
 
 def _race(proxy, analyst: str, first: int) -> tuple[int, int]:
@@ -247,7 +247,7 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
         entries = _ledger(served, analyst)
         debited |= {f"{analyst} {e['sql_hash']}" for e in entries if e["status"] == "charged"}
         out = admin(*served, "budget", "show", "--user", analyst, "--format", "json")
-        (account,) = json.loads(out.stdout)
+        (account,) = json.loads(out.stdout, parse_float=Decimal)
         assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
     assert answered <= debited
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from tests.conftest import load_table
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
+DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
 @pytest.fixture
@@ -63,7 +65,7 @@ def test_json_output_has_rows_and_privacy_metadata(home):
     assert [row[0] for row in statement["rows"]] == ["north", "south", "east", "west"]
     privacy = statement["privacy"]
     assert privacy["model"] == "iDP"
-    assert privacy["epsilon_spent"] == 0.2 and privacy["epsilon_remaining"] == 1.8
+    assert privacy["epsilon_spent"] == 0.2 and privacy["epsilon_remaining"] == 99.8
     assert len(privacy["ci95"]["n"]) == 4 and privacy["mechanism"] == "discrete Laplace"
 
 
@@ -75,19 +77,54 @@ def test_script_file_with_settings_and_csv(home, tmp_path):
     out = cli(home, "query", "--user", "alice", "--format", "csv", "-f", str(script))
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:1] == ["SET"]
-    assert "budget" in out.stdout and "0.95" in out.stdout
+    assert "budget" in out.stdout and "99.95" in out.stdout
+
+
+def _budget(env, *args) -> list[dict]:
+    """``budget show --format json``, its numbers read as exact decimals."""
+    out = cli(env, "budget", "show", *args, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout, parse_float=Decimal)
 
 
 def test_budget_commands(home):
     cli(home, "query", "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 30")
-    shown = json.loads(cli(home, "budget", "show", "--user", "alice", "--format", "json").stdout)
-    assert shown == [{"analyst": "alice", "budget": "1", "spent": "0.1", "remaining": "0.9"}]
+    shown = cli(home, "budget", "show", "--user", "alice", "--format", "json").stdout
+    assert json.loads(shown) == [{"analyst": "alice", "budget": 100, "spent": 0.1,
+                                  "remaining": 99.9}]
+    assert '"spent": 0.1,' in shown  # the exact decimal, a JSON number
     assert cli(home, "budget", "grant", "--user", "alice", "--epsilon", "0.5").returncode == 0
     assert cli(home, "budget", "reset", "--user", "alice").returncode == 0
-    shown = json.loads(cli(home, "budget", "show", "--user", "alice", "--format", "json").stdout)
-    assert shown[0]["remaining"] == "1.5"
+    assert _budget(home, "--user", "alice")[0]["remaining"] == Decimal("100.5")
     bad = cli(home, "budget", "grant", "--user", "alice", "--epsilon", "lots")
     assert bad.returncode == 2 and "plain decimal" in bad.stderr
+
+
+def test_budget_grant_and_reset_take_the_name_and_amount_as_arguments(home, tmp_path):
+    """The forms README's walk-through uses; the --user/--epsilon/--global ones stay."""
+    cli(home, "query", "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 30")
+    granted = cli(home, "budget", "grant", "alice", "50")
+    assert granted.returncode == 0, granted.stderr
+    assert granted.stdout == "granted 50 to alice; remaining 149.9\n"
+    assert cli(home, "budget", "grant", "--user", "alice", "0.000001").returncode == 0
+    assert _budget(home, "alice") == [{"analyst": "alice", "budget": Decimal("150.000001"),
+                                       "spent": Decimal("0.1"),
+                                       "remaining": Decimal("149.900001")}]
+    reset = cli(home, "budget", "reset", "alice")
+    assert reset.returncode == 0 and reset.stdout == "reset alice; remaining 150.000001\n"
+    rules = tmp_path / "r.toml"
+    rules.write_text(DEMO_RULES.read_text().replace(
+        "[analysts.alice]", "global_budget = 1\n[analysts.alice]", 1))
+    assert cli(home, "budget", "grant", "--rules", str(rules), "--global", "5").stdout == (
+        "granted 5 to the global budget; remaining 6\n")
+    for wrong, says in [(["alice"], "budget grant NAME AMOUNT"),
+                        (["alice", "5", "--epsilon", "5"], "budget grant NAME AMOUNT"),
+                        (["--user", "alice", "bob", "5"], "name one budget"),
+                        (["alice", "-5"], "No such option"),
+                        (["alice", "lots"], "plain decimal")]:
+        out = cli(home, "budget", "grant", *wrong)
+        assert out.returncode == 2 and says in out.stderr, (wrong, out.stderr)
+    assert "name one budget" in cli(home, "budget", "reset", "--global", "alice").stderr
 
 
 def test_bad_rules_file_is_one_line_with_file_and_line(home, tmp_path):
@@ -97,6 +134,23 @@ def test_bad_rules_file_is_one_line_with_file_and_line(home, tmp_path):
     assert out.returncode == 2
     (line,) = out.stderr.splitlines()
     assert line.startswith(f"ERROR: {rules}:3:") and "epsilon_per_query" in line
+
+
+def test_the_smallest_epsilon_written_in_a_rules_file_is_read(home, tmp_path):
+    """TOML hands 0.000001 over as a float whose repr is 1e-06; it is still the plain
+    decimal the owner wrote (and 0.0000001 is still refused, as written)."""
+    rules = tmp_path / "r.toml"
+    rules.write_text(DEMO_RULES.read_text().replace("epsilon_per_query = 0.1",
+                                                    "epsilon_per_query = 0.000001"))
+    out = cli(home, "query", "--rules", str(rules), "--user", "alice", "--format", "json",
+              "SELECT COUNT(*) FROM people WHERE age > 30")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["privacy"]["epsilon_spent"] == 0.000001
+    ledger_rows = ledger(home, "--rules", str(rules))
+    assert [row["epsilon"] for row in ledger_rows] == [0.000001]
+    rules.write_text(rules.read_text().replace("0.000001", "0.0000001"))
+    out = cli(home, "budget", "show", "--rules", str(rules))
+    assert out.returncode == 2 and "at most 6 decimal places, got '0.0000001'" in out.stderr
 
 
 @pytest.mark.postgres
@@ -114,7 +168,7 @@ def test_budget_runs_out_on_the_fourth_query_on_postgres(home, fresh_postgres, t
     assert codes == [0, 0, 0, 1]
     entries = ledger(home, *common)
     assert [e["status"] for e in entries] == ["charged"] * 3 + ["refused: budget"]
-    assert all(e["epsilon"] == "0.3" for e in entries)
+    assert all(e["epsilon"] == 0.3 for e in entries)
 
 
 def test_help_lists_every_command():
@@ -142,18 +196,18 @@ def test_a_duckdb_file_held_by_another_process_is_a_clear_error(home, tmp_path):
 
 def test_global_budget_commands(home, tmp_path):
     rules = tmp_path / "r.toml"
-    demo = (Path(__file__).resolve().parent.parent / "rules" / "demo.toml").read_text()
-    rules.write_text(demo.replace("budget_per_analyst = 1.0",
-                                  "budget_per_analyst = 1.0\nglobal_budget = 0.15"))
+    demo = DEMO_RULES.read_text()
+    rules.write_text(demo.replace("budget_per_analyst = 100",
+                                  "global_budget = 0.15\nbudget_per_analyst = 100"))
     common = ["--rules", str(rules)]
     assert cli(home, "query", *common, "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 0"
                ).returncode == 0
     refused = cli(home, "query", *common, "--user", "bob",
                   "SELECT COUNT(*) FROM people WHERE age > 0")
     assert refused.returncode == 1 and "global budget" in refused.stderr
-    shown = json.loads(cli(home, "budget", "show", *common, "--format", "json").stdout)
+    shown = _budget(home, *common)
     assert {row["analyst"]: row["spent"] for row in shown} == {
-        "(global)": "0.1", "alice": "0.1", "bob": "0"}
+        "(global)": Decimal("0.1"), "alice": Decimal("0.1"), "bob": 0}
     alone = json.loads(cli(home, "budget", "show", *common, "--global", "--format", "json").stdout)
     assert [row["analyst"] for row in alone] == ["(global)"]
     granted = cli(home, "budget", "grant", *common, "--global", "--epsilon", "1")
@@ -161,7 +215,7 @@ def test_global_budget_commands(home, tmp_path):
     assert cli(home, "query", *common, "--user", "bob", "SELECT COUNT(*) FROM people WHERE age > 0"
                ).returncode == 0
     both = cli(home, "budget", "reset", *common, "--global", "--user", "bob")
-    assert both.returncode == 2 and "--user NAME or --global" in both.stderr
+    assert both.returncode == 2 and "name one budget" in both.stderr
 
 
 def test_ledger_since(home):

@@ -104,9 +104,9 @@ def _balanced(served) -> None:
     failed query's debit may have committed before a later write (its cache entry) met
     the full disk: it is charged, like any failure after the debit."""
     entries = json.loads(admin(*served, "ledger", "--user", "alice", "--format", "json")
-                         .stdout)
+                         .stdout, parse_float=Decimal)
     (account,) = json.loads(admin(*served, "budget", "show", "--user", "alice",
-                                  "--format", "json").stdout)
+                                  "--format", "json").stdout, parse_float=Decimal)
     assert {e["status"] for e in entries} == {"charged"}
     assert 1 + QUERIES <= len(entries) <= 1 + 2 * QUERIES
     assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
