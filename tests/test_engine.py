@@ -311,12 +311,12 @@ def test_unit_bound_follows_the_data(engine):
 @pytest.fixture
 def no_noise(monkeypatch):
     """The mechanisms return the true value: what remains is the answer's plumbing."""
-    from proxy.privacy import release
+    from proxy.privacy import noisy_answers
     from proxy.privacy.mechanisms import Noisy
 
     exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
-    monkeypatch.setattr(release, "laplace_real", exact)
-    monkeypatch.setattr(release, "laplace_integer", exact)
+    monkeypatch.setattr(noisy_answers, "laplace_real", exact)
+    monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
 
 
 def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):

@@ -23,8 +23,8 @@ import pytest
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
+from proxy.privacy.noisy_answers import column_needs
 from proxy.privacy.refinement import parse_prior
-from proxy.privacy.release import column_needs
 from proxy.privacy.sensitivity import (
     local_sensitivity_of_max,
     local_sensitivity_of_percentile,

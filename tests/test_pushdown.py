@@ -11,7 +11,7 @@ import pytest
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
-from proxy.privacy.release import column_needs
+from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.session import Settings

@@ -15,8 +15,8 @@ from numbers import Number
 from typing import Any
 
 from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
+from proxy.privacy.noisy_answers import Released
 from proxy.privacy.refinement import error_bound, factors, refine, unrefined
-from proxy.privacy.release import Released
 from proxy.privacy.sampler import RandomSource
 from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
 
