@@ -25,7 +25,7 @@ from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.private_bound import private_levels
-from proxy.privacy.refined_release import exact_answer, release_refined
+from proxy.privacy.refined_answers import exact_answer, release_refined
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql

@@ -38,7 +38,7 @@ from proxy.errors import (
     UnknownColumn,
     UnknownTable,
 )
-from proxy.privacy.refined_release import answer_prior
+from proxy.privacy.refined_answers import answer_prior
 from proxy.rules import Rules, Table
 from proxy.session import Settings
 
