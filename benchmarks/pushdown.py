@@ -25,7 +25,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
-from proxy.session import Settings
+from proxy.settings import Settings
 from tests.pgserver import throwaway_postgres
 
 RULES = parse_rules("""

@@ -32,7 +32,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
 from proxy.rules import Rules
-from proxy.session import (
+from proxy.settings import (
     DEFAULT_GAMMA,
     DEFAULT_SENSITIVITY,
     SessionCommand,

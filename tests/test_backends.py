@@ -9,7 +9,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.errors import BackendFailed, ProxyError, Refused
 from proxy.rules import parse_rules
-from proxy.session import Settings
+from proxy.settings import Settings
 
 
 @pytest.mark.parametrize("sql", [

@@ -39,7 +39,7 @@ from proxy.privacy.smooth_sensitivity import (
 from proxy.release.request import prepare
 from proxy.release.run import run_release
 from proxy.rules import parse_rules
-from proxy.session import Settings
+from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank
 from tests.conftest import load_table
 from tests.privacy.reference import order_values

@@ -14,7 +14,7 @@ from proxy.engine import Engine
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import unit_bound_sql
 from proxy.rules import parse_rules
-from proxy.session import Settings
+from proxy.settings import Settings
 from tests.conftest import load_table
 from tests.privacy.reference import order_values
 

@@ -40,7 +40,7 @@ from proxy.errors import (
 )
 from proxy.privacy.refined_answers import answer_prior
 from proxy.rules import Rules, Table
-from proxy.session import Settings
+from proxy.settings import Settings
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
