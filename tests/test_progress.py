@@ -114,7 +114,7 @@ def test_a_query_past_a_second_shows_how_long_it_has_run(tmp_path):
     rules = tmp_path / "rules.toml"
     rules.write_text("[analysts.alice]\nbudget = 10\n[tables.slow]\n[tables.slow.columns]\n"
                      "x = { type = 'int', domain = [0, 1000] }\n")
-    code, stdout, shown = _on_a_terminal(
+    _, stdout, shown = _on_a_terminal(
         [SCRIPT, "query", "--user", "alice", "--rules", str(rules), "--backend",
          f"duckdb:///{path}", "SELECT COUNT(*) FROM slow WHERE x > 5"], _home(tmp_path),
         until=b"answering (00:0")
