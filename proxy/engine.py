@@ -1,28 +1,20 @@
-"""The engine: one message of SQL in, answers with privacy metadata out.
-
-Flow (SPEC §4): analyze every statement first (a refused statement refuses the whole
-message, nothing spent) → for each private query: debit the ledger (committed), then in
-one snapshot of the backend the per-unit bound and the pushed-down statistics, then the
-noisy release. The ε is reserved before the backend runs anything and refunded only
-when the backend could not be reached (SPEC §7).
+"""The engine, shared by every session (proxy.session): for a plan whose ε is debited,
+in one snapshot of the backend the per-unit bound and the pushed-down statistics, then
+the noisy release; and the answer cache. The ε is reserved before the backend runs
+anything and refunded only when the backend could not be reached (SPEC §7).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
-from proxy.analyze.plan import AVG, COUNT
-from proxy.answer_cache import AnswerCache, cache_key, normalised_sql
+from proxy.analyze import QueryPlan
+from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, RulesError
 from proxy.ledger import Charge, Ledger
-from proxy.pgtypes import RULE_TYPES
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.private_bound import private_levels
 from proxy.privacy.refined_answers import exact_answer, release_refined
@@ -32,29 +24,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
 from proxy.rules import Rules
-from proxy.settings import (
-    DEFAULT_GAMMA,
-    DEFAULT_SENSITIVITY,
-    SessionCommand,
-    Settings,
-    apply_command,
-    epsilon_hint,
-    session_command,
-)
 from proxy.statistics import GroupStats
-from proxy.timing import padded
-
-
-@dataclass
-class Answer:
-    """One statement's result: rows for the client, and the privacy metadata."""
-
-    command: str
-    columns: list[str] = field(default_factory=list)
-    rows: list[tuple] = field(default_factory=list)
-    privacy: dict[str, Any] | None = None
-    notice: str | None = None
-    kinds: list[str] = field(default_factory=list)  # per column, as Session.describe says
 
 
 class Engine:
@@ -72,7 +42,11 @@ class Engine:
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple[str, str], int] = {}
 
-    def session(self, analyst: str) -> Session:
+    def session(self, analyst: str):
+        """A proxy.session.Session of ``analyst`` (that module does not import this one:
+        a session sees the engine only as proxy.session.Answering)."""
+        from proxy.session import Session
+
         self.ledger.ensure_analyst(analyst)
         return Session(self, analyst)
 
@@ -231,246 +205,3 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         if missing:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
                              f"the declared column(s) {', '.join(missing)}")
-
-
-class Session:
-    """One analyst's connection: settings live here, budget lives in the ledger."""
-
-    def __init__(self, engine: Engine, analyst: str) -> None:
-        self.engine = engine
-        self.analyst = analyst
-        self.settings = Settings()
-
-    def execute(self, sql: str) -> Iterator[Answer]:
-        """Run a message or script; every statement is checked before the first runs,
-        so a refused statement refuses the whole message and nothing is spent."""
-        steps = self.check(sql)
-        for step in steps:
-            yield self.run(step)
-
-    def describe(self, sql: str) -> list[tuple[str, str]] | None:
-        """The (name, kind) of each result column of one statement, found without
-        running it (None: no result rows, e.g. SET). A kind is a PostgreSQL type name
-        (proxy.pgtypes)."""
-        _, work = self.check(sql)[-1]
-        if isinstance(work, SessionCommand):
-            return [(work.name.split(".")[-1], "text")] if work.show else None
-        if isinstance(work, PassthroughPlan):
-            probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
-            columns, _ = self.engine.backend.query_with_columns(
-                probe.sql(dialect=self.engine.backend.dialect))
-            return columns
-        columns = [(o.name, _output_kind(work, o)) for o in work.outputs]
-        if self.settings.intervals:
-            columns = [pair for o, column in zip(work.outputs, columns) for pair in
-                       [column] + ([(f"{o.name}_ci95_low", _FLOAT),
-                                    (f"{o.name}_ci95_high", _FLOAT)] if o.aggregate is not
-                                   None else [])]
-        return columns
-
-    def check(self, sql: str) -> list[tuple[exp.Expression, Any]]:
-        settings = self.settings
-        steps = []
-        for statement in parse_statements(sql):
-            command = session_command(statement)
-            if command is not None:
-                settings = apply_command(settings, command)
-                steps.append((statement, command))
-            else:
-                steps.append((statement, analyze(statement, self.engine.rules, settings,
-                                                 epsilon_hint(statement))))
-        return steps
-
-    def run(self, step) -> Answer:
-        statement, work = step
-        if isinstance(work, SessionCommand):
-            return self._session_command(work)
-        if isinstance(work, PassthroughPlan):
-            columns, rows = self.engine.backend.query_with_columns(
-                work.sql.sql(dialect=self.engine.backend.dialect))
-            return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
-                          kinds=[kind for _, kind in columns])
-        answer = self._private(statement, work)
-        return _with_intervals(answer) if self.settings.intervals else answer
-
-    def _session_command(self, command: SessionCommand) -> Answer:
-        if not command.show:
-            self.settings = apply_command(self.settings, command)
-            return Answer("RESET" if command.value is None else "SET")
-        value = self._show(command.name)
-        return Answer("SHOW", [command.name.split(".")[-1]], [(value,)], kinds=[_TEXT])
-
-    def _show(self, name: str) -> str:
-        rules = self.engine.rules
-        if name == "idp.budget":
-            return str(self.engine.ledger.remaining(self.analyst))
-        if name == "idp.epsilon":
-            return str(self.settings.epsilon or rules.defaults.epsilon_per_query)
-        if name == "idp.model":
-            return self.settings.resolve_model(rules)
-        if name == "idp.intervals":
-            return "on" if self.settings.intervals else "off"
-        if name == "idp.gamma":
-            return f"{self.settings.gamma or DEFAULT_GAMMA:g}"
-        if name == "idp.prior":
-            return self.settings.prior.text if self.settings.prior else ""
-        if name == "idp.sensitivity":
-            return self.settings.sensitivity or DEFAULT_SENSITIVITY[
-                self.settings.model or rules.defaults.model]
-        return dict(self.settings.other).get(name, "")
-
-    def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
-        """A cached answer if there is one (no debit); else debit, compute, release and
-        cache (a racing session's answer, stored first, wins). All of it inside the time
-        quantum, if the rules set one."""
-        with padded(self.engine.rules.defaults.time_quantum_ms):
-            return self._compute(statement, plan)
-
-    def _compute(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
-        engine = self.engine
-        charge = Charge(self.analyst, normalised_sql(statement), plan.model,
-                        _mechanism(plan), plan.cost, _neighbour(plan))
-        stored = engine.cached(self.analyst, plan, charge)
-        if stored is not None:
-            return _restored(stored, Decimal(0), engine.ledger.remaining(self.analyst),
-                             _FROM_CACHE)
-        remaining = engine.ledger.debit(charge)
-        try:
-            keys, released, version = engine.release(plan)
-        except BackendUnavailable:
-            engine.ledger.refund(charge)
-            raise
-        answer = _cacheable(_answer(plan, keys, released, charge, remaining))
-        sent = engine.remember(self.analyst, plan, charge, version, answer)
-        return _restored(sent, charge.epsilon, remaining)
-
-
-def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
-            remaining: Decimal) -> Answer:
-    rows = []
-    for key, values in zip(keys, released):
-        rows.append(tuple(key[o.group] if o.group is not None else values[o.aggregate].value
-                          for o in plan.outputs))
-    order = list(range(len(rows)))
-    for index, descending in reversed(plan.order_by):
-        order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)
-    order = order[: plan.limit] if plan.limit is not None else order
-    columns = [o.name for o in plan.outputs]
-    ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
-            for o in plan.outputs if o.aggregate is not None}
-    mechanisms = sorted({r.mechanism for group in released for r in group})
-    notes = sorted({r.note for group in released for r in group if r.note})
-    privacy = {
-        "model": "iDP" if plan.model == "idp" else "DP",
-        "mechanism": "; ".join(mechanisms),
-        "sensitivity": _SENSITIVITY.get(plan.model, "global") if plan.smooth_gamma is None
-        else "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
-        "neighbours": charge.neighbour,
-        "epsilon_spent": float(charge.epsilon),
-        "epsilon_remaining": float(remaining),
-        "ci95": ci95,
-        "notes": notes,
-    }
-    return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
-                  _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
-
-
-_FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
-_SENSITIVITY = {"idp": "local, rounded up to a power of two",
-                "refinement": "none (knowledge refinement does not depend on it)"}
-_FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
-
-
-def _cacheable(answer: Answer) -> dict[str, Any]:
-    return {"command": answer.command, "columns": answer.columns, "rows": answer.rows,
-            "kinds": answer.kinds, "privacy": answer.privacy}
-
-
-def _restored(stored: dict[str, Any], spent: Decimal, remaining: Decimal,
-              note: str | None = None) -> Answer:
-    """A stored answer with this request's own accounting in its metadata."""
-    privacy = dict(stored["privacy"], epsilon_spent=float(spent),
-                   epsilon_remaining=float(remaining))
-    if note is not None:
-        privacy["notes"] = [*privacy["notes"], note]
-    return Answer(stored["command"], stored["columns"], [tuple(row) for row in stored["rows"]],
-                  privacy, _notice(privacy), stored["kinds"])
-
-
-def _with_intervals(answer: Answer) -> Answer:
-    """Each noisy column followed by the ends of its 95% interval, for tools that do not
-    show notices (``SET idp.intervals = on``); empty where no bound is reported."""
-    bounds = answer.privacy["ci95"]
-    columns, kinds, picks = [], [], []
-    for index, (name, kind) in enumerate(zip(answer.columns, answer.kinds)):
-        columns.append(name)
-        kinds.append(kind)
-        picks.append((index, None, 0))
-        if name in bounds:
-            columns += [f"{name}_ci95_low", f"{name}_ci95_high"]
-            kinds += [_FLOAT, _FLOAT]
-            picks += [(index, name, -1), (index, name, 1)]
-    rows = []
-    for number, row in enumerate(answer.rows):
-        cells = []
-        for index, name, sign in picks:
-            value = row[index]
-            if name is None:
-                cells.append(value)
-                continue
-            spread = bounds[name][number]
-            cells.append(None if spread is None or value is None else value + sign * spread)
-        rows.append(tuple(cells))
-    return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
-
-
-def _output_kind(plan: QueryPlan, output) -> str:
-    """The PostgreSQL type of a released value of this output column."""
-    if output.group is not None:
-        column = plan.table.columns.get(plan.group_by[output.group])
-        return RULE_TYPES[column.type] if column is not None else _TEXT
-    aggregate = plan.aggregates[output.aggregate]
-    if aggregate.kind == COUNT:
-        return RULE_TYPES["int"]
-    if aggregate.kind == AVG:
-        return _FLOAT
-    return RULE_TYPES[plan.table.columns[aggregate.column].type]
-
-
-def _notice(privacy: dict[str, Any]) -> str:
-    bounds = ", ".join(
-        f"{name} ±{_short(values[0])}" if len(values) == 1 else f"{name} ±{_short(max(values))} (widest)"
-        for name, values in privacy["ci95"].items() if values and None not in values)
-    text = (f"{privacy['model']} ({privacy['mechanism']}): spent epsilon "
-            f"{privacy['epsilon_spent']:g}, {privacy['epsilon_remaining']:g} remaining")
-    if bounds:
-        text += f"; 95% error bound {bounds}"
-    for note in privacy["notes"]:
-        text += f"; {note}"
-    return text
-
-
-def _short(value: float) -> str:
-    return f"{value:.4g}"
-
-
-def _sort_key(value):
-    return (value is None, value)
-
-
-def _mechanism(plan: QueryPlan) -> str:
-    kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
-    smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
-    return f"{plan.model}{smooth}: {kinds}"
-
-
-def _neighbour(plan: QueryPlan) -> str:
-    table = plan.table
-    if plan.individual:
-        return f"any two values of one {table.privacy_unit}, or its absence (seed 001 §3)"
-    if plan.prior is not None:
-        return "any two data sets (seed 001 Prop. 1)"
-    who = (f"all records of one {table.privacy_unit}" if table.privacy_unit
-           else "one record")
-    group = f", groups of {table.group_size}" if table.group_size > 1 else ""
-    return f"modify {who}{group}"

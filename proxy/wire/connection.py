@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from proxy.engine import Answer
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
+from proxy.session import Answer
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
 from proxy.wire.local import REPORTED, LocalState, Outcome
