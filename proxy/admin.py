@@ -94,13 +94,8 @@ def socket_path(database: str) -> Path:
 
 async def serve_admin(path: Path, targets: dict[str, Any]) -> asyncio.AbstractServer:
     """Listen on ``path`` (a stale socket of a killed server is replaced: the file's lock
-    proves no other server of it runs) for calls to the server's ``ledger`` and
-    ``users``, and to an ``analyst`` over an engine of the server's backend and rules (it
-    shares the backend's locks, ledger and answer cache with the server's sessions)."""
-    from proxy.engine import Engine
-
-    ledger = targets["ledger"]
-    targets = {**targets, "analyst": Analyst(Engine(ledger.rules, ledger.backend))}
+    proves no other server of it runs) for calls to the server's ``ledger``, ``users``
+    and ``analyst`` (an Analyst over the server's own engine)."""
     path.parent.mkdir(mode=0o700, exist_ok=True)
     os.chmod(path.parent, 0o700)
     path.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from proxy.admin import serve_admin
+from proxy.admin import Analyst, serve_admin
 from proxy.engine import Engine
 from proxy.rules import Rules
 from proxy.users import Users
@@ -119,7 +119,8 @@ class Server:
         # Admin calls are taken before "serving" is announced: a user who runs
         # `idp-proxy users add` once the server says it serves must reach it.
         admin = None if self.admin is None else await serve_admin(
-            self.admin, {"ledger": self.engine.ledger, "users": self.users})
+            self.admin, {"ledger": self.engine.ledger, "users": self.users,
+                         "analyst": Analyst(self.engine)})
         if ready is not None:
             ready(bound[0], bound[1])
         async with server:
