@@ -72,8 +72,8 @@ class Analyst:
                 out: str, emit: Emit) -> dict[str, Any]:
         """``idp-proxy release`` (``out`` an absolute path or table:NAME); emits
         [step, fraction done] and returns what the command reports."""
-        from proxy.release.request import prepare
-        from proxy.release.run import run_release
+        from proxy.publish.request import prepare
+        from proxy.publish.run import run_release
 
         engine = self.engine
         engine.ledger.ensure_analyst(user)

@@ -36,8 +36,8 @@ from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_min,
     smooth_sensitivity_of_percentile,
 )
-from proxy.release.request import prepare
-from proxy.release.run import run_release
+from proxy.publish.request import prepare
+from proxy.publish.run import run_release
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank

@@ -26,8 +26,8 @@ from proxy.errors import BadSetting, NotSupported, OutputFailed, UnknownColumn, 
 from proxy.ledger import Ledger
 from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.microaggregation import Cluster, centroid, sensitivity
-from proxy.release.request import prepare
-from proxy.release.run import run_release
+from proxy.publish.request import prepare
+from proxy.publish.run import run_release
 from proxy.rules import domain_resolution, parse_rules
 from tests.conftest import load_table
 from tests.privacy.test_samplers import ALPHA

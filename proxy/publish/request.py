@@ -14,7 +14,7 @@ from proxy.backends.base import Backend
 from proxy.epsilon import parse_epsilon
 from proxy.errors import BackendFailed, BadSetting, NotSupported, UnknownColumn, UnknownTable
 from proxy.privacy.microaggregation import METHODS, MIN_K, NEEDS_DOMAIN
-from proxy.release.sql import maxima, render
+from proxy.publish.sql import maxima, render
 from proxy.rules import Rules, Table
 from proxy.statistics import MAGNITUDE_CAP, bound_problem
 

@@ -2,7 +2,7 @@
 write the output, report the information loss (SPEC §6).
 
 Data flow: the backend ranks and clusters every column and summarises each cluster
-(``proxy.release.sql``); the proxy reads the summaries a batch at a time, releases
+(``proxy.publish.sql``); the proxy reads the summaries a batch at a time, releases
 each cluster's centroid (``proxy.privacy.microaggregation``) and writes it back; the
 backend joins rows to their released centroids, and the proxy streams that result
 into the output file (or the backend keeps it as a table). Memory in the proxy is one
@@ -26,8 +26,8 @@ from proxy.errors import BackendUnavailable, OutputFailed
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.microaggregation import IDP_CBLS, Cluster, release
 from proxy.privacy.sampler import RandomSource, SecureSource
-from proxy.release import sql
-from proxy.release.request import Release
+from proxy.publish import sql
+from proxy.publish.request import Release
 
 BATCH = 50_000
 
