@@ -18,6 +18,7 @@ import asyncio
 import functools
 import hashlib
 import inspect
+import itertools
 import logging
 import os
 import socket
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from proxy import jsontags
-from proxy.errors import DatabaseInUse, ProxyError
+from proxy.errors import DatabaseInUse, ProxyError, SyntaxProblem, pointing_at
 
 if TYPE_CHECKING:
     from proxy.engine import Engine
@@ -62,7 +63,14 @@ class Analyst:
                 statements.append(f"SET idp.{name} = '{quoted}'")
         if statements:
             list(session.execute(";".join(statements)))
-        for answer in session.execute(sql):
+        try:
+            answers = session.execute(sql)
+            first = next(answers, None)  # every statement is checked before this one runs
+        except SyntaxProblem as exc:
+            if exc.position is None:
+                raise
+            raise SyntaxProblem(f"{exc.message}\n{pointing_at(sql, exc.position)}") from None
+        for answer in () if first is None else itertools.chain([first], answers):
             emit({"command": answer.command, "columns": answer.columns,
                   "rows": [list(row) for row in answer.rows], "privacy": answer.privacy,
                   "notice": answer.notice})

@@ -238,3 +238,13 @@ def test_query_with_a_prior_answers_by_knowledge_refinement(home):
     refused = cli(home, "query", "--user", "alice", "--prior", "beta(1, 2)",
                   "SELECT MEDIAN(income) FROM people")
     assert refused.returncode == 1 and refused.stderr.startswith("ERROR [22023]: idp.prior:")
+
+
+def test_a_syntax_error_says_where_with_a_caret(home):
+    out = cli(home, "query", "--user", "alice", "SELECT COUNT(*)\nFROMM people")
+    assert out.returncode == 1
+    error, line, caret = out.stderr.splitlines()
+    assert error == 'ERROR [42601]: syntax error at or near "people" (line 2, column 7)'
+    assert line == "LINE 2: FROMM people"
+    assert caret.index("^") == line.index("people")
+    assert "Invalid expression" not in out.stderr
