@@ -4,6 +4,8 @@ DuckDB databases in temporary folders, and loaders that put the same rows into b
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,14 +14,47 @@ import duckdb
 import psycopg
 import pytest
 
+from tests import pgserver, watchdog
 from tests.pgserver import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(scope="session", autouse=True)
+def own_temporary_folder(tmp_path_factory):
+    """Each test process (each xdist worker) gets its own TMPDIR, inherited by the
+    servers it starts: their catalogs' folders, their admin sockets and their sweeps of
+    killed servers' catalogs stay among themselves, apart from tests running beside
+    them in another worker or another checkout. Deleted at the end, after stopping any
+    PostgreSQL still running in it; if this process is killed, the watchdog does that
+    (tests/watchdog.py), and should it be killed too, the next run's sweep."""
+    tmp_path_factory.getbasetemp()  # pytest's own folders stay where they were
+    pgserver.sweep("idp-run-*")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder = Path(tempfile.mkdtemp(prefix=f"idp-run-{worker}-", dir=pgserver.ROOT))
+    folder.chmod(0o755)  # the catalogs' PostgreSQL (another user) reaches its folder
+    pgserver.mark_owner(folder)
+    watchdog.watch_folder(folder)
+    saved = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(folder)
+    try:
+        yield folder
+    finally:
+        if saved[0] is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved[0]
+        tempfile.tempdir = saved[1]
+        for data in folder.glob("*/data"):  # a catalog whose server was killed last
+            pgserver.stop_postmaster(data)
+        shutil.rmtree(folder, ignore_errors=True)
+        watchdog.unwatch_folder(folder)
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
-    """A fresh PostgreSQL cluster on 127.0.0.1 for the whole test session."""
+    """A fresh PostgreSQL cluster on 127.0.0.1 for the whole test session (one per
+    xdist worker)."""
     with throwaway_postgres() as url:
         yield url
 

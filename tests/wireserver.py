@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from psycopg.conninfo import make_conninfo
 
+from tests import watchdog
 from tests.conftest import load_table
 
 # The people table load_people fills (a str.format template: braces doubled).
@@ -130,32 +131,36 @@ def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: s
         [] if backend is None else ["--backend", backend])
     process = subprocess.Popen([SCRIPT, "serve", *options, "--port", "0", *extra], env=env,
                                stderr=subprocess.PIPE, text=True)
-    log: list[str] = []
-    port = None
-    for line in process.stderr:
-        log.append(line)
-        match = _READY.search(line)
-        if match:
-            port = int(match.group(1))
-            break
-    if port is None:
-        process.wait(10)
-        raise RuntimeError("idp-proxy serve did not start:\n" + "".join(log))
-    drain = threading.Thread(target=lambda: log.extend(process.stderr), daemon=True)
-    drain.start()
-    running = RunningProxy(port, log, process)
+    watchdog.watch_server(process.pid)  # SIGTERM from the watchdog if this process dies
     try:
-        yield running
+        log: list[str] = []
+        port = None
+        for line in process.stderr:
+            log.append(line)
+            match = _READY.search(line)
+            if match:
+                port = int(match.group(1))
+                break
+        if port is None:
+            process.wait(10)
+            raise RuntimeError("idp-proxy serve did not start:\n" + "".join(log))
+        drain = threading.Thread(target=lambda: log.extend(process.stderr), daemon=True)
+        drain.start()
+        running = RunningProxy(port, log, process)
+        try:
+            yield running
+        finally:
+            if not running.killed:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    code = process.wait(20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    raise
+                drain.join(5)
+                assert code == 0, "".join(log)
     finally:
-        if not running.killed:
-            process.send_signal(signal.SIGTERM)
-            try:
-                code = process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                raise
-            drain.join(5)
-            assert code == 0, "".join(log)
+        watchdog.unwatch_server(process.pid)
 
 
 @dataclass
