@@ -5,6 +5,7 @@ neighbour under the default rules."""
 
 from __future__ import annotations
 
+from collections import Counter
 from decimal import Decimal
 
 import pytest
@@ -142,16 +143,21 @@ def test_the_private_bound_does_not_tell_in_scope_from_out_of_scope(pair):
     """Item 3, the audit's bisection: ``WHERE person_id = 42 AND income < c`` printed
     ±2.5e13 when person 42 was out of scope and ±5.0e13 when in. With "private" the
     bound is drawn from an ε-DP level of the local sensitivity, paid from the query's
-    own ε: both sides print bounds from the same law (here both the top level)."""
+    own ε: both sides print bounds from the same law. The level is itself random, so the
+    sides must agree in their usual bound, the top level here; a side whose usual bound
+    differs by chance needs 5 of its 10 levels below the top (seen in about 1 of 200
+    answers): probability below 1e-8."""
     engine = pair[0]
     income = _incomes(False)["income"][42 - 1]
-    bounds = {}
+    usual = {}
     for side, c in (("in", income + 1), ("out", income - 1)):
         answers = _ask(engine, f"SELECT MEDIAN(income) FROM people WHERE person_id = 42 "
                                f"AND income < {c}", 10)
-        bounds[side] = {a.privacy["ci95"]["median"][0] for a in answers}
+        bounds = [a.privacy["ci95"]["median"][0] for a in answers]
+        assert None not in bounds
+        usual[side] = Counter(bounds).most_common(1)[0][0]
         assert all(a.privacy["epsilon_spent"] == pytest.approx(0.1) for a in answers)
-    assert bounds["in"] == bounds["out"] and None not in bounds["in"]
+    assert usual["in"] == usual["out"]
 
 
 @pytest.mark.parametrize("pair", ['report_scale = "private"'], indirect=True)

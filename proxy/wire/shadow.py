@@ -160,7 +160,6 @@ class ShadowCatalog:
                     con.execute(statement)
                 con.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
                 con.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
-        self._databases.add("postgres")
         self.version = self._server_version()
 
     def _run(self, program: str, *args: str) -> None:
