@@ -20,6 +20,33 @@ from tests.pgserver import throwaway_postgres
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Modules whose tests share a module-scoped server or database: their tests go to one
+# xdist worker, which starts it once (elsewhere each worker would start its own).
+SHARED_MODULES = {"tests/test_clients.py", "tests/test_nonfinite.py",
+                  "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (pyproject's addopts: ``-n auto``) hands out one test at a time to
+    the worker that is free, in collection order, except that a module of
+    SHARED_MODULES goes to one worker whole. (xdist's own ``loadgroup`` would do that
+    with marks, but its marks do not reach pytest 9's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_MODULES else nodeid
+
+    config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems set
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests start first, so that the short ones fill the workers' ends instead
+    of a minute-long test starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
 @pytest.fixture(scope="session", autouse=True)
 def own_temporary_folder(tmp_path_factory):
     """Each test process (each xdist worker) gets its own TMPDIR, inherited by the
