@@ -3,8 +3,10 @@ DuckDB databases in temporary folders, and loaders that put the same rows into b
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -18,6 +20,15 @@ from tests import pgserver, watchdog
 from tests.pgserver import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """Where Python is told not to write bytecode (PYTHONDONTWRITEBYTECODE), each of the
+    suite's hundreds of ``idp-proxy`` processes would compile the package again: compile
+    it once (into the ignored __pycache__ folders), before the workers start."""
+    if sys.flags.dont_write_bytecode and not hasattr(config, "workerinput"):
+        for folder in ("proxy", "tests", "examples"):
+            compileall.compile_dir(ROOT / folder, quiet=1)
 
 
 # Modules whose tests share a module-scoped server or database: their tests go to one
