@@ -23,10 +23,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
-    """Where Python is told not to write bytecode (PYTHONDONTWRITEBYTECODE), each of the
-    suite's hundreds of ``idp-proxy`` processes would compile the package again: compile
-    it once (into the ignored __pycache__ folders), before the workers start."""
-    if sys.flags.dont_write_bytecode and not hasattr(config, "workerinput"):
+    """Before the workers start: pytest's temporary folders (tmp_path: the tests'
+    DuckDB files) go where the clusters go (pgserver.ROOT: a RAM file system when
+    there is one), unless asked for elsewhere. And where Python is told not to write
+    bytecode (PYTHONDONTWRITEBYTECODE), each of the suite's hundreds of ``idp-proxy``
+    processes would compile the package again: compile it once (into the ignored
+    __pycache__ folders)."""
+    if hasattr(config, "workerinput"):
+        return
+    if config.option.basetemp is None:
+        os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(pgserver.ROOT))
+    if sys.flags.dont_write_bytecode:
         for folder in ("proxy", "tests", "examples"):
             compileall.compile_dir(ROOT / folder, quiet=1)
 
