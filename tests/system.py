@@ -33,11 +33,11 @@ def jdbc_classpath(build: Path) -> str:
     return f"{JDBC_JAR}:{build}"
 
 
-def node_client() -> list[str]:
-    """The command that runs tests/clients/node_client.js with npm's ``pg`` installed."""
+def node_client(script: str = "node_client.js") -> list[str]:
+    """The command that runs a script of tests/clients/ with npm's ``pg`` installed."""
     if not shutil.which("node") or not shutil.which("npm"):
         apt_install("nodejs", "npm")
     if not (CLIENTS / "node_modules" / "pg").exists():
         subprocess.run(["npm", "install", "--silent", "--no-save", "--prefix", str(CLIENTS),
                         "pg@8"], check=True, capture_output=True)
-    return ["node", str(CLIENTS / "node_client.js")]
+    return ["node", str(CLIENTS / script)]
