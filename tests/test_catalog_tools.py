@@ -164,3 +164,38 @@ def test_the_catalog_holds_no_rows_and_grants_nothing_but_reading(proxy):
         with pytest.raises(psycopg.Error) as refused:
             con.execute("SELECT relname, n_live_tup FROM pg_stat_user_tables")
         assert refused.value.sqlstate == "42501"
+
+
+# Grafana's PostgreSQL data source (grafana/grafana public/app/plugins/datasource/
+# grafana-postgresql-datasource/postgresMetaQuery.ts at 12f912ab): its query editor's table
+# and column lists, as it builds them for schema "public" and table "people".
+_GRAFANA_SCHEMA_CONSTRAINT = """
+          quote_ident(table_schema) IN (
+          SELECT
+            CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+          FROM
+            generate_series(
+              array_lower(string_to_array(current_setting('search_path'),','),1),
+              array_upper(string_to_array(current_setting('search_path'),','),1)
+            ) as i,
+            string_to_array(current_setting('search_path'),',') s
+          )"""
+GRAFANA_TABLES = """SELECT quote_ident(table_name) AS "table"
+      FROM information_schema.tables
+      WHERE quote_ident(table_schema) = 'public'
+      ORDER BY 1"""
+GRAFANA_COLUMNS = f"""SELECT quote_ident(column_name) AS "column", data_type AS "type"
+    FROM information_schema.columns
+    WHERE
+      CASE WHEN array_length(parse_ident('people'),1) = 2
+        THEN quote_ident(table_schema) = (parse_ident('people'))[1]
+          AND quote_ident(table_name) = (parse_ident('people'))[2]
+        ELSE quote_ident(table_name) = 'people'
+          AND {_GRAFANA_SCHEMA_CONSTRAINT}
+      END"""
+
+
+def test_grafana_query_editor_lists_tables_and_columns(proxy):
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        assert con.execute(GRAFANA_TABLES).fetchall() == [("people",), ("regions",)]
+        assert con.execute(GRAFANA_COLUMNS).fetchall() == PEOPLE_COLUMNS
