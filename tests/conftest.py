@@ -40,7 +40,8 @@ def pytest_configure(config):
 
 # Modules whose tests share a module-scoped server or database: their tests go to one
 # xdist worker, which starts it once (elsewhere each worker would start its own).
-SHARED_MODULES = {"tests/test_clients.py", "tests/test_nonfinite.py",
+SHARED_MODULES = {"tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
+                  "tests/test_clients.py", "tests/test_nonfinite.py", "tests/test_superset.py",
                   "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
 
 
@@ -165,13 +166,14 @@ def backend_url(request, tmp_path):
     return request.getfixturevalue("fresh_postgres")
 
 
-@pytest.fixture
-def proxy(backend_url, tmp_path):
-    """``idp-proxy serve`` (trust auth on loopback) over the people table, per backend."""
-    from tests.wireserver import RULES, load_people, running_proxy
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def proxy(request, tmp_path_factory):
+    """``idp-proxy serve`` (trust auth on loopback) over the people table, one per
+    backend for a test module, as a deployment's clients share one server: a test
+    compares budgets before and after its own queries, and a question an earlier test
+    asked may come from the answer cache."""
+    from tests.wireserver import people_proxy
 
-    load_people(backend_url)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
-    with running_proxy(rules, backend_url, tmp_path / "home") as running:
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with people_proxy(request.param, tmp_path_factory.mktemp("served"), url) as running:
         yield running

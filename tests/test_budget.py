@@ -24,8 +24,8 @@ from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
 
 pytestmark = pytest.mark.postgres
 
-RACES, SESSIONS = 20, 32
-CLIENTS, BURST, KILLS = 8, 500, 10
+RACES, SESSIONS = 8, 32
+CLIENTS, BURST, KILLS = 8, 500, 4
 RULES = """
 [server]
 auth = "trust"
@@ -64,9 +64,17 @@ def served(backend_url, tmp_path):
 
 
 def _ledger(served, user: str) -> list[dict]:
-    out = admin(*served, "ledger", "--user", user, "--format", "json")
+    return _ledgers(served)[user]
+
+
+def _ledgers(served) -> dict[str, list[dict]]:
+    """Every analyst's committed ledger entries, read in one command."""
+    out = admin(*served, "ledger", "--format", "json")
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout, parse_float=Decimal)  # exact ε
+    entries: dict[str, list[dict]] = {}
+    for entry in json.loads(out.stdout, parse_float=Decimal):  # exact ε
+        entries.setdefault(entry["analyst"], []).append(entry)
+    return entries
 
 
 def _race(proxy, analyst: str, first: int) -> tuple[int, int]:
@@ -97,14 +105,15 @@ def _race(proxy, analyst: str, first: int) -> tuple[int, int]:
 
 
 def test_racing_sessions_of_one_analyst_never_overspend(served):
-    """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 20 times."""
+    """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 8 times."""
     with running_proxy(*served) as proxy:
         for r in range(RACES):
             assert _race(proxy, f"race{r}", r * 1000) == (20, 12)
             with psycopg.connect(proxy.dsn(f"race{r}"), autocommit=True) as con:
                 assert Decimal(con.execute("SHOW idp.budget").fetchone()[0]) == 0
-    for r in range(RACES):  # the committed ledger, read after the server stopped
-        entries = _ledger(served, f"race{r}")
+    ledgers = _ledgers(served)  # the committed ledger, read after the server stopped
+    for r in range(RACES):
+        entries = ledgers[f"race{r}"]
         charged = [Decimal(e["epsilon"]) for e in entries if e["status"] == "charged"]
         assert len(charged) == 20 and sum(charged) == Decimal("1.0")
         assert sum(e["status"] == "refused: budget" for e in entries) == 12
@@ -125,17 +134,17 @@ DASHBOARD = [
 
 
 def test_a_dashboard_refreshing_pays_for_its_queries_once(served):
-    """10 queries re-run 100 times cost 10 queries, and every repeat equals the first."""
+    """10 queries re-run 30 times cost 10 queries, and every repeat equals the first."""
     with running_proxy(*served) as proxy, \
             psycopg.connect(proxy.dsn("dashboard"), autocommit=True) as con:
         first = [con.execute(sql).fetchall() for sql in DASHBOARD]
-        for _ in range(99):
+        for _ in range(29):
             assert [con.execute(sql).fetchall() for sql in DASHBOARD] == first
         spent = Decimal(10) - Decimal(con.execute("SHOW idp.budget").fetchone()[0])
     assert spent == Decimal("0.5")  # one aggregate each, ε 0.05
     entries = _ledger(served, "dashboard")
     assert sum(e["status"] == "charged" for e in entries) == 10
-    assert sum(e["status"] == "served from cache" for e in entries) == 990
+    assert sum(e["status"] == "served from cache" for e in entries) == 290
 
 
 def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_path):
@@ -218,7 +227,7 @@ def _burst(proxy, round_number: int, number: int, answered: set[str],
 
 @pytest.mark.slow
 def test_no_answer_without_a_committed_debit_across_kill_9(served):
-    """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 10 times;
+    """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 4 times;
     then: every answer a client received has its committed debit, and every budget
     equals the sum of its committed ledger rows."""
     chance = random.Random(20261122)
@@ -243,13 +252,15 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
     assert not failures
     assert len(answered) > KILLS  # the kills did not all land before the first answer
     debited = set()
+    ledgers = _ledgers(served)
+    out = admin(*served, "budget", "show", "--format", "json")
+    accounts = {a["analyst"]: a for a in json.loads(out.stdout, parse_float=Decimal)}
     for number in range(CLIENTS):
         analyst = f"crash{number}"
-        entries = _ledger(served, analyst)
+        entries = ledgers.get(analyst, [])
         debited |= {f"{analyst} {e['sql_hash']}" for e in entries if e["status"] == "charged"}
-        out = admin(*served, "budget", "show", "--user", analyst, "--format", "json")
-        (account,) = json.loads(out.stdout, parse_float=Decimal)
-        assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
+        spent = Decimal(accounts[analyst]["spent"])
+        assert spent == sum(Decimal(e["epsilon"]) for e in entries)
     assert answered <= debited
 
 

@@ -22,14 +22,6 @@ PEOPLE_COLUMNS = [("person_id", "bigint"), ("age", "bigint"),
                   ("income", "double precision"), ("region", "text")]
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def proxy(request, tmp_path_factory):
-    """One server per backend for the module: these tests only read."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with people_proxy(request.param, tmp_path_factory.mktemp("catalog"), url) as running:
-        yield running
-
-
 def _budget(con) -> str:
     return con.execute("SHOW idp.budget").fetchone()[0]
 

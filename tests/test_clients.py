@@ -27,25 +27,6 @@ MEDIAN = "SELECT MEDIAN(income) AS m FROM people"
 GROUPS = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def proxy(request, tmp_path_factory):
-    """``idp-proxy serve`` (trust auth on loopback) over the people table, one per
-    backend for the whole module."""
-    folder = tmp_path_factory.mktemp("clients")
-    rules = folder / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
-    if request.param == "duckdb":
-        url = f"duckdb:///{folder / 'data.duckdb'}"
-        load_people(url)
-        with running_proxy(rules, url, folder / "home") as running:
-            yield running
-        return
-    with new_database(request.getfixturevalue("postgres_url")) as url:
-        load_people(url)
-        with running_proxy(rules, url, folder / "home") as running:
-            yield running
-
-
 def _check(median, groups, count):
     assert 10_000 < float(median) < 100_000
     assert set(groups) == set(REGIONS) and 2000 < sum(groups.values()) < 4000

@@ -78,7 +78,7 @@ def test_smooth_sensitivity_bounds_the_change_and_is_smooth(case, units, rows, g
     statistic, smooth = CASES[case]
     shift = rows * group_size  # DP: the declared bound c times g
     seed = zlib.crc32(f"{case} {units} {rows} {group_size} {beta}".encode())
-    for index, records in enumerate(datasets(seed, 40, units, rows)):
+    for index, records in enumerate(datasets(seed, 25, units, rows)):
         values = in_domain(records)
         bound = smooth(values, shift, beta)
         base = statistic(values)
