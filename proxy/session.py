@@ -255,8 +255,7 @@ def _with_intervals(answer: Answer) -> Answer:
 def _output_kind(plan: QueryPlan, output) -> str:
     """The PostgreSQL type of a released value of this output column."""
     if output.group is not None:
-        column = plan.table.columns.get(plan.group_by[output.group])
-        return RULE_TYPES[column.type] if column is not None else _TEXT
+        return RULE_TYPES[plan.group_by[output.group].type]
     aggregate = plan.aggregates[output.aggregate]
     if aggregate.kind == COUNT:
         return RULE_TYPES["int"]

@@ -15,6 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.group_keys import default_name, group_terms, matching_group
 from proxy.analyze.plan import (
     AVG,
     MAX,
@@ -96,7 +97,7 @@ def analyze(
     individual = _individual_query(select, table, settings, resolve, epsilon)
     if individual is not None:
         return _with_prior(individual, settings)
-    group_by = _group_by(select, table, resolve)
+    group_by = group_terms(select, table, resolve, rules.defaults.max_groups)
     aggregates, outputs = _select_list(select, table, group_by, resolve)
     model = settings.resolve_model(rules)
     _check_domains(table, aggregates, model)
@@ -278,22 +279,6 @@ def _column_resolver(table: Table, select: exp.Select):
     return resolve
 
 
-def _group_by(select: exp.Select, table: Table, resolve) -> tuple[str, ...]:
-    group = select.args.get("group")
-    if not group:
-        return ()
-    names = []
-    for node in group.expressions:
-        if not isinstance(node, exp.Column):
-            raise NotSupported("GROUP BY takes plain columns (not positions or expressions)")
-        name = resolve(node)
-        if table.columns[name].keys is None:
-            raise NotSupported(f"GROUP BY {name} needs a public list of keys in the rules; "
-                               "group by a column with declared keys")
-        names.append(name)
-    return tuple(names)
-
-
 def _select_list(select: exp.Select, table: Table, group_by, resolve):
     aggregates: list[Aggregate] = []
     outputs: list[OutputColumn] = []
@@ -302,13 +287,15 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
         if isinstance(node, exp.Star) or isinstance(item, exp.Star):
             raise RawRowAccess(f"SELECT * would return rows of the protected table {table.name}; "
                                f"ask for aggregates instead: {SUPPORTED}")
+        group = None if is_aggregate(node) else matching_group(node, group_by, table, resolve)
+        if group is not None:
+            name = item.alias if isinstance(item, exp.Alias) else default_name(node)
+            outputs.append(OutputColumn(name, group=group))
+            continue
         if isinstance(node, exp.Column):
             name = resolve(node)
-            if name not in group_by:
-                raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
-                                   "an aggregate or GROUP BY a column with declared keys")
-            outputs.append(OutputColumn(item.alias_or_name, group=group_by.index(name)))
-            continue
+            raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
+                               "an aggregate or GROUP BY a column with declared keys")
         if not is_aggregate(node):
             if any(isinstance(n, exp.Column) for n in node.walk()):
                 raise RawRowAccess(f"{node.sql(dialect='postgres')} would return rows of "
