@@ -16,6 +16,7 @@ from sqlglot.errors import ParseError
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
+from proxy.analyze.normalise import normalise
 from proxy.analyze.plan import (
     AVG,
     MAX,
@@ -90,6 +91,7 @@ def analyze(
     declared = [rules.table(t.name) for t in tables]
     if tables and all(d is not None and d.public for d in declared) and not _names_functions(select):
         return PassthroughPlan(select.copy())
+    select = normalise(select, rules)
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
     resolve = _column_resolver(table, select)
