@@ -17,6 +17,7 @@ from sqlglot.errors import ParseError
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
 from proxy.analyze.normalise import normalise
+from proxy.analyze.outer import outer_plan
 from proxy.analyze.plan import (
     AVG,
     MAX,
@@ -92,6 +93,9 @@ def analyze(
     if tables and all(d is not None and d.public for d in declared) and not _names_functions(select):
         return PassthroughPlan(select.copy())
     select = normalise(select, rules)
+    outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
+    if outer is not None:
+        return outer
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
     resolve = _column_resolver(table, select)
