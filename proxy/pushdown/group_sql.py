@@ -54,7 +54,8 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
                        expression=literal(high - low))
         inside = exp.func("least", exp.Add(this=exp.cast(exp.Floor(this=span), BIGINT),
                                            expression=literal(1)), literal(int(count)))
-        return exp.cast(exp.Case().when(value.copy() < literal(low), literal(0))
+        return exp.cast(exp.Case().when(value.copy().is_(exp.null()), exp.null())
+                        .when(value.copy() < literal(low), literal(0))
                         .when(value.copy() >= literal(high), literal(int(count) + 1))
                         .else_(inside), BIGINT)
     width, scale = (int(number) for number in term.numbers)
