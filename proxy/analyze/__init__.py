@@ -57,7 +57,8 @@ _COMPOUND = (exp.Join, exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Exc
 def parse_statements(sql: str) -> list[exp.Expression]:
     """Split and parse a message or script (PostgreSQL syntax, DuckDB spellings accepted)."""
     try:
-        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read="postgres")
+                      if s is not None and not isinstance(s, exp.Semicolon)]  # "; -- note"
     except ParseError as exc:
         raise _syntax_problem(sql, exc) from None
     if not statements:
