@@ -389,6 +389,10 @@ REFUSED = [
     ("SELECT c FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY 1) t, people",
      "0A000", "join"),
     ("SELECT COUNT(nope) FROM (SELECT * FROM people) t", "42703", "nope"),
+    ("WITH people AS (SELECT * FROM people) SELECT * FROM regions, people", "42501",
+     "SELECT *"),  # a CTE named like a table hides nothing
+    ("WITH regions AS (SELECT * FROM people LIMIT 5) SELECT * FROM regions", "42501", "rows"),
+    ("WITH a AS (SELECT * FROM regions) SELECT * FROM a", "0A000", "declare the tables'"),
     ("SELECT date_trunc('minute', at), COUNT(*) FROM events GROUP BY 1", "0A000", "max_groups"),
     ("SELECT kind, date_trunc('day', at), COUNT(*) FROM events GROUP BY 1, 2", "0A000",
      "max_groups"),
@@ -425,6 +429,24 @@ def test_refused_shapes_say_why_in_one_line_and_spend_nothing(engine, sql, sqlst
     assert refused.value.sqlstate == sqlstate
     assert fragment in refused.value.message and "\n" not in refused.value.message
     assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+
+
+def test_steps_over_public_tables_pass_through_merged():
+    """A CTE over a public table whose columns the rules declare merges away and passes
+    through; one whose name shadows a protected table reads that table and is refused."""
+    from proxy.analyze import PassthroughPlan
+
+    rules = parse_rules(RULES_TEXT.replace("[tables.regions]\npublic = true",
+                                           "[tables.regions]\npublic = true\n"
+                                           "[tables.regions.columns]\n"
+                                           'region = { type = "text" }\nlabel = { type = "text" }'))
+    plan = analyze(parse_statements("WITH people AS (SELECT * FROM regions WHERE label <> 'x') "
+                                    "SELECT region FROM people")[0], rules, Settings())
+    assert isinstance(plan, PassthroughPlan)
+    assert [t.name for t in plan.sql.find_all(exp.Table)] == ["regions"]
+    with pytest.raises(Refused):
+        analyze(parse_statements("WITH regions AS (SELECT * FROM people) SELECT region FROM "
+                                 "regions")[0], rules, Settings())
 
 
 # 5. Rules: timestamp columns, their domain, max_groups.

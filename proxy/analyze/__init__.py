@@ -89,11 +89,12 @@ def analyze(
 ) -> QueryPlan | PassthroughPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     select = _only_select(statement)
-    tables = list(select.find_all(exp.Table))
-    declared = [rules.table(t.name) for t in tables]
-    if tables and all(d is not None and d.public for d in declared) and not _names_functions(select):
+    if _public_only(select, rules):
         return PassthroughPlan(select.copy())
     select = normalise(select, rules)
+    if _public_only(select, rules):  # CTEs over public tables, merged away
+        return PassthroughPlan(select.copy())
+    _refuse_unmerged_public(select, rules)
     outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
     if outer is not None:
         return outer
@@ -226,6 +227,25 @@ def _only_select(statement: exp.Expression) -> exp.Select:
                        "aggregates only")
     raise NotSupported(f"{statement.key.upper()} statements are not supported; "
                        "send a SELECT with aggregates")
+
+
+def _public_only(select: exp.Select, rules: Rules) -> bool:
+    """Every table the query reads (CTE bodies included; a name no rule declares, a CTE's
+    too, is not public) is public, and no risky function is named."""
+    tables = list(select.find_all(exp.Table))
+    declared = [rules.table(t.name) for t in tables]
+    return bool(tables) and all(d is not None and d.public for d in declared) \
+        and not _names_functions(select)
+
+
+def _refuse_unmerged_public(select: exp.Select, rules: Rules) -> None:
+    """Steps over public tables that could not be merged (their columns undeclared): a
+    message that fits; nothing passes through on this path."""
+    steps = {cte.alias_or_name for cte in select.find_all(exp.CTE)}
+    read = [rules.table(t.name) for t in select.find_all(exp.Table) if t.name not in steps]
+    if steps and read and all(d is not None and d.public for d in read):
+        raise NotSupported("CTEs and subqueries over public tables pass through when the rules "
+                           "declare the tables' columns; query the public table directly")
 
 
 def _names_functions(select: exp.Select) -> bool:

@@ -67,7 +67,9 @@ def normalise(select: exp.Select, rules: Rules) -> exp.Select:
     if not isinstance(merged, exp.Select):
         raise NotSupported("the query is not one SELECT after merging its subqueries; send a "
                            "SELECT with aggregates")
-    if starred and not merged.find(exp.AggFunc):
+    protected = any(rules.table(t.name) is not None and not rules.table(t.name).public
+                    for t in merged.find_all(exp.Table))
+    if starred and protected and not merged.find(exp.AggFunc):
         raise RawRowAccess("SELECT * would return rows of a protected table; ask for "
                            "aggregates instead")
     if len(merged.expressions) == width:
