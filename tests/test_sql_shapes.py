@@ -24,6 +24,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests.conftest import load_table
 from tests.privacy.buckets import bucket_of
+from tests.test_engine import no_noise  # noqa: F401 - a fixture: true values, no noise
 
 pytestmark = pytest.mark.postgres
 
@@ -109,17 +110,6 @@ def engine(backend_url):
     backend.close()
 
 
-@pytest.fixture
-def no_noise(monkeypatch):
-    """The mechanisms return the true value: what remains is the answer's plumbing."""
-    from proxy.privacy import noisy_answers
-    from proxy.privacy.mechanisms import Noisy
-
-    exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
-    monkeypatch.setattr(noisy_answers, "laplace_real", exact)
-    monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
-
-
 def ask(engine, sql, analyst="zoe"):
     """One statement's answer, and the ε its ledger entries charged."""
     before = len(engine.ledger.entries(analyst))
@@ -153,7 +143,8 @@ MERGED = [
 
 
 @pytest.mark.parametrize("shaped,direct", MERGED)
-def test_row_level_steps_are_one_query(engine, no_noise, shaped, direct):
+@pytest.mark.usefixtures("no_noise")
+def test_row_level_steps_are_one_query(engine, shaped, direct):
     answer, charged = ask(engine, shaped)
     expected, expected_charge = ask(engine, direct, analyst="bob")
     assert (answer.columns, answer.rows, answer.kinds) == (
@@ -212,7 +203,8 @@ GROUPED = [
 
 
 @pytest.mark.parametrize("sql,values,bucket,keys", GROUPED)
-def test_every_public_key_is_answered_with_its_bucket(engine, no_noise, sql, values, bucket,
+@pytest.mark.usefixtures("no_noise")
+def test_every_public_key_is_answered_with_its_bucket(engine, sql, values, bucket,
                                                       keys):
     answer, charged = ask(engine, sql)
     assert [row[0] for row in answer.rows] == keys  # every key, in the rules' order
@@ -221,7 +213,8 @@ def test_every_public_key_is_answered_with_its_bucket(engine, no_noise, sql, val
     assert charged == [Decimal("0.25")]
 
 
-def test_several_group_columns_answer_the_product_of_their_keys(engine, no_noise):
+@pytest.mark.usefixtures("no_noise")
+def test_several_group_columns_answer_the_product_of_their_keys(engine):
     answer, _ = ask(engine, "SELECT region, floor(age / 50) * 50 AS half, COUNT(*) "
                             "FROM people GROUP BY 1, 2")
     keys = [(r, h) for r in REGIONS for h in (0, 50, 100)]
@@ -300,7 +293,8 @@ def test_time_buckets_clamp_infinite_timestamps(fresh_postgres):
 
 # 3. Post-processing of one release: outer queries and Superset's series limit.
 
-def test_an_outer_query_post_processes_one_release(engine, no_noise):
+@pytest.mark.usefixtures("no_noise")
+def test_an_outer_query_post_processes_one_release(engine):
     direct, _ = ask(engine, "SELECT region, COUNT(*) AS c FROM people GROUP BY region",
                     analyst="bob")
     answer, charged = ask(engine, "SELECT t.region AS r, t.c * 2 AS twice, t.c / 7 AS seventh "
@@ -336,14 +330,16 @@ SERIES_TIME = (f"SELECT DATE_TRUNC('month', at) AS at, kind AS kind, COUNT(*) AS
                f"GROUP BY DATE_TRUNC('month', at), kind ORDER BY count DESC LIMIT 10000")
 
 
-def test_superset_series_limit_is_the_top_groups_of_one_release(engine, no_noise):
+@pytest.mark.usefixtures("no_noise")
+def test_superset_series_limit_is_the_top_groups_of_one_release(engine):
     answer, charged = ask(engine, SERIES_BAR)
     direct, _ = ask(engine, "SELECT region, COUNT(*) FROM people WHERE age > 10 GROUP BY 1 "
                             "ORDER BY 2 DESC LIMIT 2", analyst="bob")
     assert answer.rows == direct.rows and charged == [Decimal("0.25")]
 
 
-def test_superset_time_series_limit_ranks_series_by_their_released_total(engine, no_noise):
+@pytest.mark.usefixtures("no_noise")
+def test_superset_time_series_limit_ranks_series_by_their_released_total(engine):
     answer, charged = ask(engine, SERIES_TIME)
     direct, _ = ask(engine, "SELECT date_trunc('month', at), kind, COUNT(*) FROM events "
                             "WHERE at >= '2024-02-01' GROUP BY 1, 2", analyst="bob")
@@ -356,7 +352,8 @@ def test_superset_time_series_limit_ranks_series_by_their_released_total(engine,
     assert charged == [Decimal("0.25")]
 
 
-def test_superset_virtual_dataset_with_a_series_limit(engine, no_noise):
+@pytest.mark.usefixtures("no_noise")
+def test_superset_virtual_dataset_with_a_series_limit(engine):
     virtual = "(SELECT region, income FROM people WHERE age > 20) AS virtual_table"
     answer, charged = ask(engine, f"SELECT region AS region, sum(income) AS \"SUM(income)\" FROM "
                                   f"{virtual} JOIN (SELECT region AS region__, sum(income) AS "
