@@ -213,6 +213,44 @@ def test_every_public_key_is_answered_with_its_bucket(engine, sql, values, bucke
     assert charged == [Decimal("0.25")]
 
 
+DAY = dt.timedelta(days=1)
+
+
+@pytest.mark.parametrize("where,scope,keys", [
+    ("at >= '2024-03-01' AND at < '2024-03-04'",
+     (dt.datetime(2024, 3, 1), dt.datetime(2024, 3, 4) - dt.timedelta(microseconds=1)),
+     [dt.datetime(2024, 3, 1) + i * DAY for i in range(3)]),
+    ("at BETWEEN '2024-03-01 10:00' AND '2024-03-03'",
+     (dt.datetime(2024, 3, 1, 10), dt.datetime(2024, 3, 3)),
+     [dt.datetime(2024, 3, 1) + i * DAY for i in range(3)]),
+    ("'2024-06-29 12:00' < at", (dt.datetime(2024, 6, 29, 12, 0, 0, 1), dt.datetime.max),
+     [dt.datetime(2024, 6, 29), dt.datetime(2024, 6, 30)]),
+    ("at > '2030-01-01'", (dt.datetime(2030, 1, 1, 0, 0, 0, 1), dt.datetime.max),
+     [dt.datetime(2024, 6, 30)]),  # beyond the domain: in its last day, as without WHERE
+    ("at >= '2024-01-01' OR kind = 'a'", None,  # not a range: the whole domain
+     [dt.datetime(2024, 1, 1) + i * DAY for i in range(182)]),
+])
+@pytest.mark.usefixtures("no_noise")
+def test_time_buckets_are_listed_within_the_where_range(engine, where, scope, keys):
+    """A time range in WHERE (as BI tools send) lists only the buckets it lets rows into
+    — from the text, never the data — so a fine grain over a short range stays within
+    max_groups; rows beyond the domain are in its last bucket, as without WHERE."""
+    answer, _ = ask(engine, f"SELECT date_trunc('day', at), COUNT(*) FROM events WHERE {where} "
+                            "GROUP BY 1")
+    assert [row[0] for row in answer.rows] == keys
+    if scope is not None:
+        inside = [min(max(t, FIRST), LAST) for t in EVENTS["at"]
+                  if t is not None and scope[0] <= t <= scope[1]]
+        counts = Counter(dt.datetime(t.year, t.month, t.day) for t in inside)
+        assert {row[0]: row[1] for row in answer.rows} == {k: counts.get(k, 0) for k in keys}
+
+
+def test_a_fine_grain_over_a_short_range_stays_within_max_groups(engine):
+    answer, _ = ask(engine, "SELECT date_trunc('minute', at), COUNT(*) FROM events WHERE "
+                            "at >= '2024-03-01 10:00' AND at < '2024-03-01 11:00' GROUP BY 1")
+    assert len(answer.rows) == 60
+
+
 @pytest.mark.usefixtures("no_noise")
 def test_several_group_columns_answer_the_product_of_their_keys(engine):
     answer, _ = ask(engine, "SELECT region, floor(age / 50) * 50 AS half, COUNT(*) "

@@ -34,7 +34,7 @@ from sqlglot import exp
 
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, Refused
-from proxy.rules import Column, Table
+from proxy.rules import Column, Table, parse_moment
 
 COLUMN, TIME_TRUNC, TIME_PART = "column", "time_trunc", "time_part"
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
@@ -71,7 +71,8 @@ class GroupKey:
     default: Any = None
 
     def same_term(self, other: GroupKey) -> bool:
-        return replace(self, name="") == replace(other, name="")
+        """The same computation (its keys follow from it and the query's WHERE)."""
+        return replace(self, name="", keys=()) == replace(other, name="", keys=())
 
 
 def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
@@ -82,8 +83,10 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
     if not group:
         return ()
     terms: list[GroupKey] = []
+    where = select.args.get("where")
     for node in group.expressions:
-        term = group_term(_dereferenced(node, select, table), table, resolve)
+        term = group_term(_dereferenced(node, select, table), table, resolve,
+                          where.this if where else None)
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
     count = math.prod(len(term.keys) for term in terms)
@@ -144,8 +147,11 @@ def _dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp
     return target
 
 
-def group_term(node: exp.Expression, table: Table, resolve) -> GroupKey:
-    """One term, recognised by its shape; refused (one line) when its keys are not public."""
+def group_term(node: exp.Expression, table: Table, resolve,
+               where: exp.Expression | None = None) -> GroupKey:
+    """One term, recognised by its shape; refused (one line) when its keys are not public.
+    Time buckets are listed only where the WHERE clause's literal bounds on their column
+    (a time range, as BI tools send) let rows in: the other buckets are empty by the text."""
     while isinstance(node, exp.Paren):
         node = node.this
     name = default_name(node)
@@ -156,9 +162,9 @@ def group_term(node: exp.Expression, table: Table, resolve) -> GroupKey:
         column = _time_column(node.this, table, resolve, f"date_trunc('{unit}', …)")
         if unit not in TRUNC_UNITS:
             raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
-        first, last = column.time_domain
-        return GroupKey(name, TIME_TRUNC, column.name, _truncations(first, last, unit),
-                        "timestamp", unit)
+        first, last = _within_where(column, where, resolve)
+        keys = _truncations(first, last, unit) if first <= last else ()
+        return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamp", unit)
     if isinstance(node, exp.Extract):
         field = _unit(node.this)
         field = _PART_SPELLINGS.get(field, field)
@@ -209,6 +215,46 @@ def _time_column(node: exp.Expression, table: Table, resolve, what: str) -> Colu
                            "[first, last] in the rules (the public list of buckets); ask the "
                            "data owner")
     return column
+
+
+_TICK = dt.timedelta(microseconds=1)
+
+
+def _within_where(column: Column, where: exp.Expression | None, resolve
+                  ) -> tuple[dt.datetime, dt.datetime]:
+    """The declared [first, last] of a time column, narrowed by the conditions on it that
+    every row in scope meets: top-level AND terms comparing it with a literal (``>=``,
+    ``>``, ``<``, ``<=``, BETWEEN). Text and rules only, never the data. A bound beyond
+    the domain is clamped into it, as the rows beyond it are: they are grouped in the
+    first or last bucket."""
+    low, high = first, last = column.time_domain
+    terms = where.flatten() if isinstance(where, exp.And) else [where] if where else []
+    for term in terms:
+        if isinstance(term, exp.Between):
+            bounds = [(exp.GTE, term.args.get("low")), (exp.LTE, term.args.get("high"))]
+            subject = term.this
+        elif isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            subject, literal = term.this, term.expression
+            kind = type(term)
+            if isinstance(literal, exp.Column) and not isinstance(subject, exp.Column):
+                subject, literal = literal, subject
+                kind = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}[kind]
+            bounds = [(kind, literal)]
+        else:
+            continue
+        if not (isinstance(subject, exp.Column) and subject.name.lower() == column.name):
+            continue
+        for kind, literal in bounds:
+            moment = parse_moment(literal.name) if isinstance(literal, exp.Literal) and \
+                literal.is_string else None
+            if moment is None:
+                continue
+            if kind in (exp.GT, exp.GTE):
+                first = max(first, moment)
+            else:
+                strict = kind is exp.LT and moment > dt.datetime.min
+                last = min(last, moment - _TICK if strict else moment)
+    return min(first, high), max(last, low)
 
 
 def truncate(moment: dt.datetime, unit: str) -> dt.datetime:

@@ -153,3 +153,24 @@ def test_bucketed_medians_keep_the_privacy_loss(sql, name, values, units, rows, 
                 else:
                     loss += change / ls[key]
             assert loss <= share + 1e-9
+
+
+@pytest.mark.parametrize("unit", ["day", "month", "hour"])
+def test_every_value_a_where_range_admits_lands_in_a_listed_key(unit):
+    """Time buckets are listed only within the WHERE's literal range (narrowed by the text,
+    never the data); every raw value the range admits still lands in a listed bucket,
+    those beyond the domain too (clamped into its first or last)."""
+    rng = random.Random(33)
+    column = RULES.tables["t"].columns["at"]
+    moments = [m for m in MOMENTS if m is not None] + [
+        dt.datetime(2024, 1, 1) + dt.timedelta(minutes=rng.randrange(200_000)) for _ in range(60)]
+    for _ in range(60):
+        low, high = sorted(rng.sample(moments, 2))
+        low_op, high_op = rng.choice([">", ">="]), rng.choice(["<", "<="])
+        sql = (f"SELECT date_trunc('{unit}', at), COUNT(*) FROM t WHERE at {low_op} "
+               f"'{low.isoformat(' ')}' AND at {high_op} '{high.isoformat(' ')}' GROUP BY 1")
+        plan = analyze(parse_statements(sql)[0], RULES, Settings())
+        (term,) = plan.group_by
+        admitted = [m for m in moments if (m > low if low_op == ">" else m >= low)
+                    and (m < high if high_op == "<" else m <= high)]
+        assert {bucket_of(term, column, m) for m in admitted} <= set(term.keys)
