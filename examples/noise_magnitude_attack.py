@@ -58,7 +58,6 @@ from proxy.demo import create_demo, people_columns
 from proxy.engine import Engine
 from proxy.privacy import sensitivity as sens
 from proxy.rules import parse_rules
-from proxy.statistics import RankRef
 
 ROOT = Path(__file__).resolve().parent.parent
 LOWER, UPPER = 0.0, 10_000_000.0  # income's declared domain (rules/demo.toml)

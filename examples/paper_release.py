@@ -1,6 +1,7 @@
 """Seed 002 Figs. 3–4: mean SSE of DP, DP-UM, iDP-LS and iDP-CBLS releases of the
 Census (1,080 × 9) and Wine (4,898 × 11) data sets, ε ∈ {0.01, 0.1, 1}, α ∈ {1.5, 3},
-k from 3 to 100 (Census) / 400 (Wine), 10 runs each.
+k from 3 to 100 (Census) / 400 (Wine), 10 runs each (--quick: a smaller grid, for the
+test suite).
 
 Every cluster is released by the engine's own code (proxy/privacy/microaggregation.py:
 centroid, sensitivity, secure Laplace, clamping to [0, α·max]); the clusters are the
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -44,9 +46,22 @@ SETS = {
                                 "total sulfur dioxide", "density", "pH", "sulphates", "alcohol"],
              [3, 5, 7, 10, 15, 20, 30, 50, 100, 200, 400]),
 }
-EPSILONS = (0.01, 0.1, 1.0)
-ALPHAS = (1.5, 3.0)
 METHODS = (DP_UM, IDP_LS, IDP_CBLS)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The points of a figure: the ε of its rows, the α of its columns, the k per data set."""
+
+    epsilons: tuple[float, ...]
+    alphas: tuple[float, ...]
+    k: dict[str, list[int]]
+
+
+PAPER = Grid((0.01, 0.1, 1.0), (1.5, 3.0), {name: ks for name, (_, _, ks) in SETS.items()})
+# Both ends of ε, one α, the smallest, a middle and the largest k: the checks the suite
+# runs, in a tenth of the time (the single-record DP release dominates the cost).
+QUICK = Grid((0.01, 1.0), (1.5,), {"census": [3, 10, 100], "wine": [3, 20, 400]})
 
 
 def load(name: str) -> np.ndarray:
@@ -90,9 +105,9 @@ def mean_sse(data: np.ndarray, masked: np.ndarray) -> float:
     return float((scaled ** 2).sum() / n / width ** 2)
 
 
-def experiment(task: tuple[str, float, int, bool]) -> list[tuple]:
+def experiment(task: tuple[str, float, int, bool, Grid]) -> list[tuple]:
     """Rows (data, α, ε, method, k, mean SSE over the runs, its standard error)."""
-    name, alpha, runs, whole = task
+    name, alpha, runs, whole, grid = task
     data, rng = load(name), SecureSource()
 
     def point(method: str, k: int, epsilon: float) -> tuple[float, float]:
@@ -102,9 +117,9 @@ def experiment(task: tuple[str, float, int, bool]) -> list[tuple]:
         return float(np.mean(sse)), spread
 
     rows = []
-    for epsilon in EPSILONS:
+    for epsilon in grid.epsilons:
         dp = point(DP, 1, epsilon)
-        for k in SETS[name][2]:
+        for k in grid.k[name]:
             rows.append((name, alpha, epsilon, "DP", k, *dp))
             rows.extend((name, alpha, epsilon, method.upper(), k, *point(method, k, epsilon))
                         for method in METHODS)
@@ -159,18 +174,21 @@ def main() -> None:
     parser.add_argument("--epsilon-per-column", action="store_true",
                         help="give every column the whole epsilon (not SPEC's split): the "
                              "other reading of the paper, for comparison only")
+    parser.add_argument("--quick", action="store_true",
+                        help="ε 0.01 and 1, α 1.5, three k per data set (the test suite's)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "output")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tasks = [(name, alpha, args.runs, args.epsilon_per_column) for name in SETS
-             for alpha in ALPHAS]
+    grid = QUICK if args.quick else PAPER
+    tasks = [(name, alpha, args.runs, args.epsilon_per_column, grid) for name in SETS
+             for alpha in grid.alphas]
     rows = run_and_save(experiment, tasks, args.out / "paper_release.csv",
                         ["data", "alpha", "epsilon", "method", "k", "mean_sse", "std_error"])
     ordered = True
     for name in SETS:
-        _figure(name, rows, args.out / f"paper_release_{name}.png")
-        for alpha in ALPHAS:
-            for epsilon in EPSILONS:
+        _figure(name, rows, args.out / f"paper_release_{name}.png", grid)
+        for alpha in grid.alphas:
+            for epsilon in grid.epsilons:
                 panel = {(m, k): s for d, a, e, m, k, s, _ in rows
                          if d == name and a == alpha and e == epsilon}
                 tied = tied_with_best({k: (s, se) for d, a, e, m, k, s, se in rows
@@ -186,7 +204,7 @@ def main() -> None:
                       f"its best: {', '.join(map(str, tied))}")
             low = min(s for d, a, e, m, k, s, _ in rows
                       if (d, a, e, m) == (name, alpha, 0.01, "IDP-CBLS"))
-            large = SETS[name][2][-1]
+            large = grid.k[name][-1]
             at_one = {m: s for d, a, e, m, k, s, _ in rows
                       if (d, a, e, k) == (name, alpha, 1.0, large) and m in ("DP-UM", "IDP-LS")}
             print(f"{name:<6} alpha={alpha:<3} iDP-CBLS at eps 0.01 (best k) {low:.3g}; at eps 1 "
@@ -199,10 +217,11 @@ def main() -> None:
     print(f"wrote {args.out / 'paper_release.csv'} and the figures")
 
 
-def _figure(name: str, rows, path: Path) -> None:
-    figure, axes = plt.subplots(len(EPSILONS), len(ALPHAS), figsize=(10, 10), sharex=True)
-    for row, epsilon in enumerate(EPSILONS):
-        for col, alpha in enumerate(ALPHAS):
+def _figure(name: str, rows, path: Path, grid: Grid) -> None:
+    figure, axes = plt.subplots(len(grid.epsilons), len(grid.alphas), figsize=(10, 10),
+                                sharex=True, squeeze=False)
+    for row, epsilon in enumerate(grid.epsilons):
+        for col, alpha in enumerate(grid.alphas):
             ax = axes[row][col]
             for method in ("DP", "DP-UM", "IDP-LS", "IDP-CBLS"):
                 points = [(k, s) for d, a, e, m, k, s, _ in rows
@@ -210,7 +229,7 @@ def _figure(name: str, rows, path: Path) -> None:
                 ax.plot(*zip(*points), marker="." if method != "DP" else None, label=method)
             ax.set_yscale("log")
             ax.set_title(f"{name}, ε = {epsilon:g}, α = {alpha:g}")
-            if row == len(EPSILONS) - 1:
+            if row == len(grid.epsilons) - 1:
                 ax.set_xlabel("k")
             if col == 0:
                 ax.set_ylabel("mean SSE")

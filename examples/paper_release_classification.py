@@ -9,7 +9,7 @@ Classes: Census ERNVAL ≤ 30,000 / > 30,000; Wine quality ≤ 6 ("Not Excellent
 (the forest's seed changes with the run; the original-data bound is averaged over the
 same seeds). Writes paper_release_classification.csv and a PNG per data set to --out.
 Needs scikit-learn (the `examples` extra). Usage:
-python examples/paper_release_classification.py [--runs 10]
+python examples/paper_release_classification.py [--runs 10] [--quick: a smaller grid]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-from paper_release import ALPHAS, DATA, EPSILONS, SETS, load, mask, run_and_save
+from paper_release import DATA, PAPER, SETS, Grid, load, mask, run_and_save
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.metrics import f1_score
 
@@ -33,10 +33,13 @@ from proxy.privacy.sampler import SecureSource
 
 CLASSES = {"census": ("ERNVAL", 30_000, ("<=30K", ">30K")),
            "wine": ("quality", 6, ("Not Excellent", "Excellent"))}
-K = {"census": [3, 5, 10, 20, 50, 100], "wine": [3, 10, 20, 50, 100, 400]}
+FIGURES = Grid(PAPER.epsilons, PAPER.alphas,
+               {"census": [3, 5, 10, 20, 50, 100], "wine": [3, 10, 20, 50, 100, 400]})
+# The suite's check: both ends of ε, one α, three k (a forest per point is the cost).
+QUICK = Grid((0.01, 1.0), (1.5,), {"census": [3, 10, 50], "wine": [3, 20, 100]})
 METHODS = (IDP_LS, IDP_CBLS)
 TRAIN = 0.66
-COLOURS = dict(zip(EPSILONS, ("tab:red", "tab:orange", "tab:green"), strict=True))
+COLOURS = dict(zip(PAPER.epsilons, ("tab:red", "tab:orange", "tab:green"), strict=True))
 # What §4.2.1 says of Census: how much worse than the original-data bound each method's
 # best F-measure is, per ε (iDP-LS "around 20 %, 10 % and 5 %", iDP-CBLS "identical",
 # "3 %", "10 %").
@@ -58,13 +61,13 @@ def f_measures(train: np.ndarray, data: np.ndarray, target: np.ndarray, seed: in
     return f1_score(target[cut:], forest.predict(data[cut:]), average=None, labels=[0, 1])
 
 
-def experiment(task: tuple[str, float, int]) -> list[tuple]:
-    name, alpha, runs = task
+def experiment(task: tuple[str, float, int, Grid]) -> list[tuple]:
+    name, alpha, runs, grid = task
     data, target, rng = load(name), labels(name), SecureSource()
     bound = np.mean([f_measures(data, data, target, seed) for seed in range(runs)], axis=0)
     rows = []
-    for epsilon in EPSILONS:
-        for k in K[name]:
+    for epsilon in grid.epsilons:
+        for k in grid.k[name]:
             rows.append((name, alpha, epsilon, "ORIGINAL", k, *bound))
             for method in METHODS:
                 scores = [f_measures(mask(data, method, k, epsilon, alpha, rng), data, target,
@@ -76,26 +79,29 @@ def experiment(task: tuple[str, float, int]) -> list[tuple]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--quick", action="store_true",
+                        help="ε 0.01 and 1, α 1.5, three k per data set (the test suite's)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "output")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tasks = [(name, alpha, args.runs) for name in SETS for alpha in ALPHAS]
+    grid = QUICK if args.quick else FIGURES
+    tasks = [(name, alpha, args.runs, grid) for name in SETS for alpha in grid.alphas]
     rows = run_and_save(experiment, tasks, args.out / "paper_release_classification.csv",
                         ["data", "alpha", "epsilon", "method", "k", "f_class0", "f_class1"])
     for name in SETS:
-        _figure(name, rows, args.out / f"paper_release_classification_{name}.png")
-        _summary(name, rows)
+        _figure(name, rows, args.out / f"paper_release_classification_{name}.png", grid)
+        _summary(name, rows, grid)
     print(f"wrote {args.out / 'paper_release_classification.csv'} and the figures")
 
 
-def _summary(name: str, rows) -> None:
+def _summary(name: str, rows, grid: Grid) -> None:
     """Per method and ε: the best mean F-measure over k and α (both classes averaged),
     and how far below the original-data bound it is; beside it the paper's words."""
     bound = np.mean([np.mean(r[5:]) for r in rows if r[0] == name and r[3] == "ORIGINAL"])
     print(f"{name}: original-data bound, mean F over both classes {bound:.3f}")
     best = {}
     for method in METHODS:
-        for epsilon in EPSILONS:
+        for epsilon in grid.epsilons:
             best[method, epsilon], k, alpha = max(
                 (np.mean(r[5:]), r[4], r[1]) for r in rows
                 if r[0] == name and r[3] == method.upper() and r[2] == epsilon)
@@ -104,25 +110,25 @@ def _summary(name: str, rows) -> None:
             print(f"  {method:<9} eps={epsilon:<5} best F {best[method, epsilon]:.3f} (k={k}, "
                   f"alpha={alpha:g}), {best[method, epsilon] / bound - 1:+6.1%} against the "
                   f"bound{said}")
-    close = all(best[IDP_CBLS, e] >= 0.95 * bound for e in EPSILONS)
-    above = all(best[IDP_CBLS, e] > best[IDP_LS, e] for e in EPSILONS)
+    close = all(best[IDP_CBLS, e] >= 0.95 * bound for e in grid.epsilons)
+    above = all(best[IDP_CBLS, e] > best[IDP_LS, e] for e in grid.epsilons)
     print(f"{name}: iDP-CBLS within 5% of the bound at every eps: {'yes' if close else 'NO'}; "
           f"above iDP-LS at every eps: {'yes' if above else 'NO'}")
 
 
-def _figure(name: str, rows, path: Path) -> None:
+def _figure(name: str, rows, path: Path, grid: Grid) -> None:
     classes = CLASSES[name][2]
     figure, axes = plt.subplots(1, 2, figsize=(12, 5), sharey=True)
     for side, label in enumerate(classes):
         ax = axes[side]
-        for method, epsilon, alpha in itertools.product(METHODS, EPSILONS, ALPHAS):
+        for method, epsilon, alpha in itertools.product(METHODS, grid.epsilons, grid.alphas):
             points = [(r[4], r[5 + side]) for r in rows if r[0] == name
                       and r[3] == method.upper() and r[2] == epsilon and r[1] == alpha]
-            ax.plot(*zip(*points), color=COLOURS[epsilon], marker="o" if alpha == ALPHAS[0]
+            ax.plot(*zip(*points), color=COLOURS[epsilon], marker="o" if alpha == grid.alphas[0]
                     else "s", markersize=4, linestyle="-" if method == IDP_CBLS else ":",
                     label=f"{method} ε={epsilon:g} α={alpha:g}")
         bound = [(r[4], r[5 + side]) for r in rows if r[0] == name and r[3] == "ORIGINAL"
-                 and r[2] == EPSILONS[0] and r[1] == ALPHAS[0]]
+                 and r[2] == grid.epsilons[0] and r[1] == grid.alphas[0]]
         ax.plot(*zip(*bound), color="black", linewidth=2, label="original data")
         ax.set_xscale("log")
         ax.set_xlabel("k")

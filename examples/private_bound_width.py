@@ -32,8 +32,8 @@ N, LOWER, UPPER, FLOOR, FAILURE, DRAWS = 10_000, 0.0, 1e7, 0.01, 0.05, 200
 def main() -> None:
     incomes = np.clip(np.random.default_rng(13).lognormal(np.log(40_000), 0.6, N), LOWER, UPPER)
     x = sorted(float(v) for v in incomes)
-    fetch = lambda first, last: x[first - 1: last]  # noqa: E731
-    from_top = lambda first, last: x[::-1][first - 1: last]  # noqa: E731
+    fetch = lambda first, last: x[first - 1: last]
+    from_top = lambda first, last: x[::-1][first - 1: last]
     rank = percentile_rank(N, Fraction(1, 2))
     true_ls = {"MEDIAN": max(x[rank] - x[rank - 1], x[rank - 1] - x[rank - 2]),
                "MAX": max(UPPER - x[-1], x[-1] - x[-2])}

@@ -3,8 +3,10 @@ DuckDB databases in temporary folders, and loaders that put the same rows into b
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -19,6 +21,49 @@ from tests.pgserver import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def pytest_configure(config):
+    """Before the workers start: pytest's temporary folders (tmp_path: the tests'
+    DuckDB files) go where the clusters go (pgserver.ROOT: a RAM file system when
+    there is one), unless asked for elsewhere. And where Python is told not to write
+    bytecode (PYTHONDONTWRITEBYTECODE), each of the suite's hundreds of ``idp-proxy``
+    processes would compile the package again: compile it once (into the ignored
+    __pycache__ folders)."""
+    if hasattr(config, "workerinput"):
+        return
+    if config.option.basetemp is None:
+        os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(pgserver.ROOT))
+    if sys.flags.dont_write_bytecode:
+        for folder in ("proxy", "tests", "examples"):
+            compileall.compile_dir(ROOT / folder, quiet=1)
+
+
+# Modules whose tests share a module-scoped server or database: their tests go to one
+# xdist worker, which starts it once (elsewhere each worker would start its own).
+SHARED_MODULES = {"tests/test_clients.py", "tests/test_nonfinite.py",
+                  "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (pyproject's addopts: ``-n auto``) hands out one test at a time to
+    the worker that is free, in collection order, except that a module of
+    SHARED_MODULES goes to one worker whole. (xdist's own ``loadgroup`` would do that
+    with marks, but its marks do not reach pytest 9's node ids.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_MODULES else nodeid
+
+    config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems set
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests start first, so that the short ones fill the workers' ends instead
+    of a minute-long test starting last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 @pytest.fixture(scope="session", autouse=True)
 def own_temporary_folder(tmp_path_factory):

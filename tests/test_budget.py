@@ -216,6 +216,7 @@ def _burst(proxy, round_number: int, number: int, answered: set[str],
         failures.append(f"{exc.sqlstate} {exc}")
 
 
+@pytest.mark.slow
 def test_no_answer_without_a_committed_debit_across_kill_9(served):
     """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 10 times;
     then: every answer a client received has its committed debit, and every budget

@@ -1,6 +1,8 @@
 """Each client library an analyst might use, against ``idp-proxy serve`` on both backends:
 a private median, a private GROUP BY count, a parameterised range count, and a refusal
-of ``SELECT * FROM people``."""
+of ``SELECT * FROM people``. The clients share one server per backend, as the clients
+of a deployment do: a question another client already asked is answered from the
+answer cache (the same released answer, with its iDP notice), the others are computed."""
 
 from __future__ import annotations
 
@@ -15,13 +17,33 @@ import psycopg2
 import pytest
 import sqlalchemy
 
+from tests.conftest import new_database
 from tests.system import jdbc_classpath, node_client
-from tests.wireserver import REGIONS
+from tests.wireserver import REGIONS, RULES, load_people, running_proxy
 
 pytestmark = pytest.mark.postgres
 
 MEDIAN = "SELECT MEDIAN(income) AS m FROM people"
 GROUPS = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def proxy(request, tmp_path_factory):
+    """``idp-proxy serve`` (trust auth on loopback) over the people table, one per
+    backend for the whole module."""
+    folder = tmp_path_factory.mktemp("clients")
+    rules = folder / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    if request.param == "duckdb":
+        url = f"duckdb:///{folder / 'data.duckdb'}"
+        load_people(url)
+        with running_proxy(rules, url, folder / "home") as running:
+            yield running
+        return
+    with new_database(request.getfixturevalue("postgres_url")) as url:
+        load_people(url)
+        with running_proxy(rules, url, folder / "home") as running:
+            yield running
 
 
 def _check(median, groups, count):

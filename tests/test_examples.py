@@ -55,47 +55,53 @@ def test_paper_table_5_and_the_boolean_example(tmp_path):
     assert "P(answer = 1 | B = 1) = 0.027183" in stdout
 
 
-@pytest.mark.parametrize("backend", ["duckdb", pytest.param("postgres",
-                                                               marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("backend", [pytest.param("duckdb", marks=pytest.mark.slow),
+                                     pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_paper_figure_2_orders_idp_below_dp_smooth(tmp_path, request, backend):
-    """Fewer runs than the script's default (100) keep the suite short; the gaps are
-    several-fold, so 40 runs per point order them too (20 on PostgreSQL, whose
-    answers take longer)."""
-    runs = ("--runs", "40") if backend == "duckdb" else (
-        "--runs", "20", "--backend", request.getfixturevalue("fresh_postgres"))
-    stdout = _example("paper_fig2.py", *runs, tmp_path=tmp_path)
+    """Fewer runs than the script's default (100) and only ε 0.5 and 1 (--quick) keep
+    the suite short: 25 runs per point. The closest panels are those of n = 10
+    (DP-smooth's error 2–4 times iDP's); resampling 150 answers per point of each
+    mechanism there, the chance that 25 runs leave some point of the 45 unordered is
+    about 3e-5 (of the 18 points --quick keeps: less), on either backend (the same data
+    and mechanisms)."""
+    where = () if backend == "duckdb" else ("--backend", request.getfixturevalue("fresh_postgres"))
+    stdout = _example("paper_fig2.py", "--quick", "--runs", "25", *where, tmp_path=tmp_path)
     assert "iDP below DP-smooth in every panel and at every epsilon: yes" in stdout, stdout
 
 
+@pytest.mark.slow
 def test_paper_release_orders_cbls_lowest_and_the_product_agrees(tmp_path):
-    """One run per point instead of the paper's 10 keeps the suite short; iDP-CBLS's
-    best is several times below the others' in every panel even so."""
+    """The quick grid (ε 0.01 and 1, α 1.5, three k per data set) and one run per point
+    instead of the paper's 10 keep the suite short; iDP-CBLS's best is several times
+    below the others' in every panel even so."""
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "paper_release.py"),
-                          "--runs", "1", "--out", str(tmp_path)], capture_output=True,
+                          "--quick", "--runs", "1", "--out", str(tmp_path)], capture_output=True,
                          text=True, check=True, timeout=600)
     assert "iDP-CBLS lowest in every panel: yes" in out.stdout, out.stdout
     assert out.stdout.count("idp-proxy release (iDP-CBLS, eps 1, k 10) mean SSE") == 2
     for name in ("census", "wine"):
         assert (tmp_path / f"paper_release_{name}.png").stat().st_size > 10_000
-    # a header, then 2 alphas x 3 epsilons x 4 methods x (9 Census + 11 Wine) values of k
-    assert (tmp_path / "paper_release.csv").read_text().count("\n") == 1 + 2 * 3 * 4 * 20
+    # a header, then 1 alpha x 2 epsilons x 4 methods x (3 Census + 3 Wine) values of k
+    assert (tmp_path / "paper_release.csv").read_text().count("\n") == 1 + 1 * 2 * 4 * 6
 
 
+@pytest.mark.slow
 def test_paper_release_classification_keeps_cbls_near_the_original_data(tmp_path):
-    """Seed 002 Figs. 5–6 with 2 runs per point (the paper: 10): a forest trained on an
+    """Seed 002 Figs. 5–6 on the quick grid (ε 0.01 and 1, α 1.5, three k per data set)
+    with 2 runs per point (the paper: 10): a forest trained on an
     iDP-CBLS release scores within 5 % of one trained on the original data at every ε,
     and above one trained on an iDP-LS release (the gaps at 10 runs: ≤ 2 % and ≥ 3 %)."""
     out = subprocess.run([sys.executable, str(ROOT / "examples" /
                                               "paper_release_classification.py"),
-                          "--runs", "2", "--out", str(tmp_path)], capture_output=True,
-                         text=True, check=True, timeout=600)
+                          "--quick", "--runs", "2", "--out", str(tmp_path)],
+                         capture_output=True, text=True, check=True, timeout=600)
     for name in ("census", "wine"):
         assert (f"{name}: iDP-CBLS within 5% of the bound at every eps: yes; above iDP-LS at "
                 "every eps: yes") in out.stdout, out.stdout
         assert (tmp_path / f"paper_release_classification_{name}.png").stat().st_size > 10_000
-    # a header, then 2 alphas x 3 epsilons x (original + 2 methods) x (6 + 6) values of k
+    # a header, then 1 alpha x 2 epsilons x (original + 2 methods) x (3 + 3) values of k
     rows = (tmp_path / "paper_release_classification.csv").read_text().count("\n")
-    assert rows == 1 + 2 * 3 * 3 * 12
+    assert rows == 1 + 1 * 2 * 3 * 6
 
 
 def test_noise_magnitude_attack_tells_s_from_2s_and_the_floor_hides_it(tmp_path):

@@ -136,6 +136,7 @@ def fuzz_proxy(tmp_path):
         yield running
 
 
+@pytest.mark.slow
 def test_the_server_survives_100k_hostile_messages(fuzz_proxy):
     rng = random.Random(SEED)
     healthy = psycopg.connect(fuzz_proxy.dsn("alice"), autocommit=True)

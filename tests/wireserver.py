@@ -201,3 +201,56 @@ def serving_in_process(rules: Path, backend: str):
         loop.close()
         shadow.close()
         engine.backend.close()
+
+
+@contextmanager
+def people_proxy(backend: str, folder: Path, postgres_url: str | None = None):
+    """``idp-proxy serve`` (trust auth on loopback) over load_people's tables on
+    ``backend`` ("duckdb" or "postgres": a new database on ``postgres_url``), for
+    tests that share one server (module-scoped fixtures)."""
+    rules = folder / "rules.toml"
+    rules.write_text(RULES.format(auth="trust"))
+    with _backend_database(backend, folder, postgres_url) as url:
+        load_people(url)
+        with running_proxy(rules, url, folder / "home") as running:
+            yield running
+
+
+@contextmanager
+def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
+    """``idp-proxy serve`` under rules/demo.toml over the demo's tables (as
+    ``idp-proxy serve`` with no options creates them), in DuckDB or copied into a new
+    PostgreSQL database, column types kept."""
+    import duckdb
+
+    from proxy.demo import create_demo
+    from proxy.pgtypes import postgres_type
+
+    demo = folder / "demo.duckdb"
+    create_demo(demo)
+    rules = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+    with _backend_database(backend, folder, postgres_url) as url:
+        if backend == "postgres":
+            con = duckdb.connect(str(demo), read_only=True)
+            for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                        "ORDER BY table_name").fetchall():
+                described = con.execute(f'DESCRIBE "{table}"').fetchall()
+                columns = con.execute(f'SELECT * FROM "{table}"').fetchnumpy()
+                load_table(url, table, {name: columns[name].tolist() for name, *_ in described},
+                           {name: postgres_type(kind) for name, kind, *_ in described})
+            con.close()
+        else:
+            demo.rename(url.removeprefix("duckdb:///"))
+        with running_proxy(rules, url, folder / "home") as running:
+            yield running
+
+
+@contextmanager
+def _backend_database(backend: str, folder: Path, postgres_url: str | None):
+    if backend == "duckdb":
+        yield f"duckdb:///{folder / 'data.duckdb'}"
+        return
+    from tests.conftest import new_database
+
+    with new_database(postgres_url) as url:
+        yield url

@@ -13,7 +13,7 @@ from sqlglot import exp
 from proxy.backends.base import Backend, Transaction, log, one_line
 from proxy.backends.pg_pool import ConnectionPool
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, ProxyError, QueryCanceled
-from proxy.pgtypes import NAMES
+from proxy.pgtypes import NAMES, postgres_type
 
 # Data versions: a statement-level trigger, always enabled (also under
 # session_replication_role = replica), bumps a per-table counter in the writer's own
@@ -134,6 +134,17 @@ class PostgresBackend(Backend):
             log.warning("no write counter on %s (the proxy's role must own it): its answers "
                         "are not cached, and user-level queries on it read its unit column "
                         "to detect changes", table)
+
+    def column_types(self, table: str) -> list[tuple[str, str]]:
+        """As Backend's, in the schema the table's name resolves to on the search path
+        (where queries find it): current_schema() is the first schema that exists, which
+        is the ledger's ``idp`` when the proxy's role is named idp."""
+        rows = self.query(
+            "SELECT column_name, data_type FROM information_schema.columns c "
+            "JOIN pg_namespace n ON n.nspname = c.table_schema "
+            "JOIN pg_class r ON r.relnamespace = n.oid AND r.relname = c.table_name "
+            "WHERE r.oid = to_regclass(quote_ident(%s)) ORDER BY ordinal_position", (table,))
+        return [(name, postgres_type(kind)) for name, kind in rows]
 
     def data_version(self, tx: Transaction, table: str) -> str | None:
         rows = tx.execute(_VERSION_SQL, (table,))

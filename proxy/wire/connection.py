@@ -26,7 +26,7 @@ from proxy.session import Answer
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
 from proxy.wire.local import REPORTED, LocalState, Outcome
-from proxy.wire.route import Route, Statement, read_message
+from proxy.wire.route import Route, Statement, read_message, with_backend_pid
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowSession
 
@@ -536,7 +536,9 @@ class Connection:
     async def _prepare(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
         if statement.route is Route.SHADOW:
             shadow = await self._shadow()
-            name, described = await asyncio.to_thread(shadow.prepare, statement.text, declared)
+            text = (with_backend_pid(statement.text, self.pid) if statement.backend_pid
+                    else statement.text)
+            name, described = await asyncio.to_thread(shadow.prepare, text, declared)
             return Prepared(statement, described.params,
                             [_shadow_field(c) for c in described.columns] or None, name)
         if statement.route is Route.LOCAL:

@@ -48,8 +48,12 @@ _BLOCKED = {
     "pg_largeobject", "query_to_xml", "table_to_xml", "cursor_to_xml", "database_to_xml",
     "schema_to_xml", "pg_locks", "pg_prepared_statements", "pg_cursors", "txid_current",
     "pg_current_xact_id", "inet_server_addr", "set_config", "pg_sleep", "pg_sleep_for",
-    "pg_sleep_until", "summarize", "pg_backend_pid",
+    "pg_sleep_until", "summarize",
 }
+# Answered with the session's own process id, the one BackendKeyData gave the client
+# (Superset's SQL Lab asks for it before each statement, to cancel it later): it
+# reveals nothing about data, and the shadow's own would mean nothing to the client.
+BACKEND_PID = "pg_backend_pid"
 _BLOCKED_PREFIXES = ("pg_stat_", "pg_statio_", "pg_ls_", "dblink", "duckdb_", "pragma_",
                      "read_csv", "read_parquet", "read_json", "read_text", "read_blob")
 
@@ -61,6 +65,7 @@ class Statement:
     word: str  # the leading keyword, upper case ("" for an empty statement)
     tokens: tuple[Token, ...] = ()
     copy: CopyOptions | None = None  # COPY (this statement) TO STDOUT with these options
+    backend_pid: bool = False  # names pg_backend_pid: see with_backend_pid
 
 
 def read_message(sql: str, rules: Rules) -> list[Statement]:
@@ -110,14 +115,40 @@ def classify(text: str, rules: Rules) -> Statement:
         return replace(inner, copy=options)
     if word not in _QUERY_WORDS or _names_a_rules_table(text, tokens, rules):
         return Statement(text, Route.ENGINE, word)
+    backend_pid = False
     for token in tokens:
         name = token.text.lower()
-        if token.token_type in (TokenType.VAR, TokenType.IDENTIFIER) and (
-                name in _BLOCKED or name.startswith(_BLOCKED_PREFIXES)):
+        if token.token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+            continue
+        if name in _BLOCKED or name.startswith(_BLOCKED_PREFIXES):
             raise Refused(f"{name} is not available through the proxy: it would show data "
                           "statistics, other sessions or files; ask aggregate questions "
                           "instead", "42501")
-    return Statement(text, Route.SHADOW, word)
+        backend_pid = backend_pid or name == BACKEND_PID
+    return Statement(text, Route.SHADOW, word, backend_pid=backend_pid)
+
+
+def with_backend_pid(text: str, pid: int) -> str:
+    """The catalog statement with each ``pg_backend_pid()`` call replaced by the
+    session's own process id (an int4 named like the function, as PostgreSQL names
+    it), so that the shadow answers it with the id the client was given."""
+    try:
+        statements = sqlglot.parse(text, read="postgres")
+    except SqlglotError:
+        return text  # the shadow reports its syntax error, as for any catalog statement
+
+    def replace_call(node: exp.Expression) -> exp.Expression:
+        call = node.expression if isinstance(node, exp.Dot) else node
+        if not (isinstance(call, exp.Anonymous) and call.name.lower() == BACKEND_PID
+                and not call.expressions):
+            return node
+        value = exp.cast(exp.Literal.number(pid), exp.DataType.build("int4"))
+        if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+            return exp.alias_(value, BACKEND_PID)
+        return value
+
+    return ";\n".join(statement.transform(replace_call).sql(dialect="postgres")
+                       for statement in statements if statement is not None)
 
 
 def _check_nesting(tokens: list[Token]) -> None:

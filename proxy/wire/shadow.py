@@ -160,6 +160,11 @@ class ShadowCatalog:
                     con.execute(statement)
                 con.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
                 con.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+                # information_schema lists only what a role holds a privilege on: without
+                # SELECT, tools that read it (harlequin, node scripts, Grafana) see an
+                # empty schema. The tables have no rows and no statistics, and a statement
+                # naming one goes to the engine, never here (proxy/wire/route.py).
+                con.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO PUBLIC")
         self.version = self._server_version()
 
     def _run(self, program: str, *args: str) -> None:
