@@ -47,13 +47,28 @@ def _open(url: str | None, connections: int = 4) -> Backend:
         from proxy.backends.duckdb_backend import demo_path
 
         path = demo_path()
-        if not path.exists():
+        if path.exists():
+            _upgrade_demo(path)
+        else:
             from proxy.demo import create_demo
 
             with progress("creating the demo database (once)", measured=True) as shown:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 create_demo(path, shown.step)
     return open_backend(url, connections)
+
+
+def _upgrade_demo(path: Path) -> None:
+    """An older demo file gains the columns the demo rules now declare; a file another
+    process holds is left to that process (it was upgraded when that one started)."""
+    import contextlib
+
+    import duckdb
+
+    from proxy.demo import add_visit_times
+
+    with contextlib.suppress(duckdb.Error, OSError):  # locked or read-only: the schema
+        add_visit_times(path)  # check at start says what is missing
 
 
 def _target(rules_path: str | None, backend: str | None, target: str) -> Any:

@@ -7,6 +7,7 @@ file, the line and the reason before any analyst connects. Every key is document
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 import tomllib
@@ -24,7 +25,7 @@ from proxy.statistics import bound_problem
 MODELS = ("idp", "dp")
 REPORT_SCALE = ("private", "none", "rounded")
 AUTH_METHODS = ("scram", "trust")
-COLUMN_TYPES = ("int", "float", "text", "bool", "date")
+COLUMN_TYPES = ("int", "float", "text", "bool", "date", "timestamp")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -37,6 +38,7 @@ class Column:
     keys: tuple[Any, ...] | None = None
     public: bool = False  # not sensitive: may be copied into a release (--key)
     declared_resolution: float | None = None
+    time_domain: tuple[dt.datetime, dt.datetime] | None = None  # date and timestamp columns
 
     @property
     def numeric(self) -> bool:
@@ -87,6 +89,7 @@ class Defaults:
     global_budget: Decimal | None = None  # across all analysts; None: no global limit
     answer_cache: bool = True  # repeats answered from idp.answers (docs/budget.md)
     time_quantum_ms: int = 0  # private answers padded to whole quanta (proxy/timing.py)
+    max_groups: int = 10_000  # the most groups one GROUP BY may answer (product of key sets)
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,8 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
                               f"must be a whole number of milliseconds from 0 (off) to 60000, "
                               f"got {quantum!r}")
         values["time_quantum_ms"] = quantum
+    if "max_groups" in body:
+        values["max_groups"] = reader.positive_int(body["max_groups"], "defaults.max_groups")
     if "local_sensitivity_floor" in body:
         floor = reader.number(body["local_sensitivity_floor"], "defaults.local_sensitivity_floor")
         if floor < 0:
@@ -342,8 +347,10 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
     reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys", "public",
                                     "resolution"))
     col_type = reader.choice(spec.get("type"), f"{key}.type", COLUMN_TYPES)
-    lower = upper = None
-    if "domain" in spec:
+    lower = upper = time_domain = None
+    if "domain" in spec and col_type in ("date", "timestamp"):
+        time_domain = _time_domain(reader, f"{key}.domain", spec["domain"])
+    elif "domain" in spec:
         domain = spec["domain"]
         if not isinstance(domain, list) or len(domain) != 2:
             raise reader.fail(f"{key}.domain", "must be a list [lower, upper]")
@@ -354,7 +361,8 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
     if "upper" in spec:
         upper = reader.bound(spec["upper"], f"{key}.upper")
     if (lower is not None or upper is not None) and col_type not in ("int", "float"):
-        raise reader.fail(key, "a domain is only meaningful for int and float columns")
+        raise reader.fail(key, "a domain is only meaningful for int, float, date and timestamp "
+                          "columns")
     if lower is not None and upper is not None and lower >= upper:
         raise reader.fail(f"{key}.domain", f"lower bound {lower} must be below upper {upper}")
     keys = spec.get("keys")
@@ -371,4 +379,37 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
         if col_type not in ("int", "float") or resolution <= 0:
             raise reader.fail(f"{key}.resolution", "must be a positive number, for an int or "
                               "float column")
-    return Column(name.lower(), col_type, lower, upper, keys, public, resolution)
+    return Column(name.lower(), col_type, lower, upper, keys, public, resolution, time_domain)
+
+
+def _time_domain(reader: _Reader, key: str, domain: Any) -> tuple[dt.datetime, dt.datetime]:
+    """``[first, last]`` of a date or timestamp column: TOML dates or date-times, or ISO
+    8601 strings; kept as (naive) date-times, the bounds values are clamped to."""
+    if not isinstance(domain, list) or len(domain) != 2:
+        raise reader.fail(key, 'must be a list [first, last], e.g. [2024-01-01, 2025-12-31]')
+    bounds = []
+    for value in domain:
+        moment = parse_moment(value)
+        if moment is None:
+            raise reader.fail(key, f"{value!r} is not a date or date-time (e.g. 2024-01-01 or "
+                              "2024-01-01T08:00:00, without a time zone)")
+        bounds.append(moment)
+    if bounds[0] >= bounds[1]:
+        raise reader.fail(key, f"first {bounds[0]} must be before last {bounds[1]}")
+    return bounds[0], bounds[1]
+
+
+def parse_moment(value: Any) -> dt.datetime | None:
+    """A date or naive date-time (a ``datetime``, a ``date`` or ISO 8601 text) as a
+    naive datetime; None for anything else (a time zone included: the proxy compares
+    timestamps without one)."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo is None else None
+    if isinstance(value, dt.date):
+        return dt.datetime(value.year, value.month, value.day)
+    return None

@@ -16,12 +16,14 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
+from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.plan import AVG, COUNT
 from proxy.answer_cache import normalised_sql
 from proxy.backends.base import Backend
 from proxy.errors import BackendUnavailable
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
+from proxy.postprocess import run_outer, series_limited
 from proxy.privacy.noisy_answers import Released
 from proxy.rules import Rules
 from proxy.settings import (
@@ -89,6 +91,9 @@ class Session:
                 probe.sql(dialect=self.engine.backend.dialect))
             return columns
         columns = [(o.name, _output_kind(work, o)) for o in work.outputs]
+        if isinstance(work.post, OuterQuery):
+            names, kinds, *_ = run_outer(work.post, *map(list, zip(*columns)), [])
+            return list(zip(names, kinds))
         if self.settings.intervals:
             columns = [pair for o, column in zip(work.outputs, columns) for pair in
                        [column] + ([(f"{o.name}_ci95_low", _FLOAT),
@@ -168,7 +173,12 @@ class Session:
         except BackendUnavailable:
             engine.ledger.refund(charge)
             raise
-        answer = _cacheable(_answer(plan, keys, released, charge, remaining))
+        if isinstance(plan.post, SeriesLimit):
+            keys, released = series_limited(plan.post, keys, released)
+        answer = _answer(plan, keys, released, charge, remaining)
+        if isinstance(plan.post, OuterQuery):
+            answer = _outer_answer(plan.post, answer)
+        answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.epsilon, remaining)
 
@@ -207,6 +217,23 @@ _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
 _SENSITIVITY = {"idp": "local, rounded up to a power of two",
                 "refinement": "none (knowledge refinement does not depend on it)"}
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
+
+
+def _outer_answer(outer: OuterQuery, answer: Answer) -> Answer:
+    """The outer query's result over the released rows; a released column it passes on
+    unchanged keeps its 95% bounds."""
+    columns, kinds, rows, origins, carried = run_outer(outer, answer.columns, answer.kinds,
+                                                       answer.rows)
+    bounds = answer.privacy["ci95"]
+    ci95 = {columns[index]: [None if origin is None else bounds[source][origin]
+                             for origin in origins]
+            for index, source in carried.items() if source in bounds}
+    privacy = dict(answer.privacy, ci95=ci95,
+                   notes=[*answer.privacy["notes"], _POST_PROCESSED])
+    return Answer(f"SELECT {len(rows)}", columns, rows, privacy, _notice(privacy), kinds)
+
+
+_POST_PROCESSED = "the outer query ran on the released answers (post-processing, no epsilon)"
 
 
 def _cacheable(answer: Answer) -> dict[str, Any]:
@@ -255,8 +282,7 @@ def _with_intervals(answer: Answer) -> Answer:
 def _output_kind(plan: QueryPlan, output) -> str:
     """The PostgreSQL type of a released value of this output column."""
     if output.group is not None:
-        column = plan.table.columns.get(plan.group_by[output.group])
-        return RULE_TYPES[column.type] if column is not None else _TEXT
+        return RULE_TYPES[plan.group_by[output.group].type]
     aggregate = plan.aggregates[output.aggregate]
     if aggregate.kind == COUNT:
         return RULE_TYPES["int"]

@@ -19,11 +19,7 @@ pytestmark = pytest.mark.postgres
 
 # file -> the analyser feature it waits for
 PENDING = {
-    "metabase-time-series.sql": "GROUP BY date_trunc(...) on visits.visited_at",
-    "metabase-time-series-source.sql": "a subquery in FROM, grouped by date_trunc(...)",
     "grafana-time-series.sql": "GROUP BY an epoch bin of visited_at (by its alias)",
-    "superset-time-series.sql": "GROUP BY date_trunc(...) on visits.visited_at",
-    "superset-series-limit.sql": "Superset's series-limit join with its top-N subquery",
 }
 
 

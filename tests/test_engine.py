@@ -160,8 +160,9 @@ REFUSALS = [
     ("SELECT income FROM people", "42501"),
     ("SELECT age, COUNT(*) FROM people GROUP BY age", "0A000"),
     ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.region", "0A000"),
-    ("SELECT COUNT(*) FROM (SELECT * FROM people) t", "0A000"),
-    ("WITH t AS (SELECT * FROM people) SELECT COUNT(*) FROM t", "0A000"),
+    ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 10) t", "0A000"),
+    (("WITH t AS (SELECT region, COUNT(*) AS c FROM people GROUP BY region) SELECT AVG(c) "
+     "FROM t"), "0A000"),
     ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM people", "0A000"),
     ("SELECT SUM(income) OVER () FROM people", "0A000"),
     ("SELECT COUNT(*) FROM people WHERE lower(region) = 'north'", "42883"),

@@ -196,19 +196,14 @@ def _top_two_regions(rows: list[dict]) -> bool:
 
 
 @pytest.mark.parametrize("table,query,corpus_file,check", [
-    pytest.param("visits", TIME_SERIES, "superset-time-series.sql", _months, id="time-grain",
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "pending in the analyser: GROUP BY date_trunc(...) on the demo's "
-                     "visits.visited_at (a timestamp with a declared domain)"))),
+    pytest.param("visits", TIME_SERIES, "superset-time-series.sql", _months, id="time-grain"),
     pytest.param("people", SERIES_LIMIT, "superset-series-limit.sql", _top_two_regions,
-                 id="series-limit", marks=pytest.mark.xfail(strict=True, reason=(
-                     "pending in the analyser: Superset's series-limit join of the query "
-                     "with its own top-N subquery"))),
+                 id="series-limit"),
 ])
-def test_charts_that_wait_for_the_analyser(superset, served, table, query, corpus_file, check):
-    """A time series with a time grain, and a chart with a series limit: answered once
-    the analyser supports them (then drop their xfail, and PENDING's in
-    tests/test_bi_corpus.py)."""
+def test_time_series_and_series_limit_charts(superset, served, table, query, corpus_file, check):
+    """A time series with a time grain (date_trunc buckets of the demo's visits.visited_at,
+    declared as a timestamp with a domain), and a chart with a series limit (Superset's
+    join of the query with its own top-N subquery, answered from one release)."""
     status, body = _chart_data(superset, _dataset(superset, served, table), query)
     assert status == 200, body
     result = body["result"][0]

@@ -15,6 +15,9 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.group_keys import default_name, group_terms, matching_group
+from proxy.analyze.normalise import normalise
+from proxy.analyze.outer import outer_plan
 from proxy.analyze.plan import (
     AVG,
     MAX,
@@ -54,7 +57,8 @@ _COMPOUND = (exp.Join, exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Exc
 def parse_statements(sql: str) -> list[exp.Expression]:
     """Split and parse a message or script (PostgreSQL syntax, DuckDB spellings accepted)."""
     try:
-        statements = [s for s in sqlglot.parse(sql, read="postgres") if s is not None]
+        statements = [s for s in sqlglot.parse(sql, read="postgres")
+                      if s is not None and not isinstance(s, exp.Semicolon)]  # "; -- note"
     except ParseError as exc:
         raise _syntax_problem(sql, exc) from None
     if not statements:
@@ -85,10 +89,15 @@ def analyze(
 ) -> QueryPlan | PassthroughPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     select = _only_select(statement)
-    tables = list(select.find_all(exp.Table))
-    declared = [rules.table(t.name) for t in tables]
-    if tables and all(d is not None and d.public for d in declared) and not _names_functions(select):
+    if _public_only(select, rules):
         return PassthroughPlan(select.copy())
+    select = normalise(select, rules)
+    if _public_only(select, rules):  # CTEs over public tables, merged away
+        return PassthroughPlan(select.copy())
+    _refuse_unmerged_public(select, rules)
+    outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
+    if outer is not None:
+        return outer
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
     resolve = _column_resolver(table, select)
@@ -96,7 +105,7 @@ def analyze(
     individual = _individual_query(select, table, settings, resolve, epsilon)
     if individual is not None:
         return _with_prior(individual, settings)
-    group_by = _group_by(select, table, resolve)
+    group_by = group_terms(select, table, resolve, rules.defaults.max_groups)
     aggregates, outputs = _select_list(select, table, group_by, resolve)
     model = settings.resolve_model(rules)
     _check_domains(table, aggregates, model)
@@ -220,6 +229,25 @@ def _only_select(statement: exp.Expression) -> exp.Select:
                        "send a SELECT with aggregates")
 
 
+def _public_only(select: exp.Select, rules: Rules) -> bool:
+    """Every table the query reads (CTE bodies included; a name no rule declares, a CTE's
+    too, is not public) is public, and no risky function is named."""
+    tables = list(select.find_all(exp.Table))
+    declared = [rules.table(t.name) for t in tables]
+    return bool(tables) and all(d is not None and d.public for d in declared) \
+        and not _names_functions(select)
+
+
+def _refuse_unmerged_public(select: exp.Select, rules: Rules) -> None:
+    """Steps over public tables that could not be merged (their columns undeclared): a
+    message that fits; nothing passes through on this path."""
+    steps = {cte.alias_or_name for cte in select.find_all(exp.CTE)}
+    read = [rules.table(t.name) for t in select.find_all(exp.Table) if t.name not in steps]
+    if steps and read and all(d is not None and d.public for d in read):
+        raise NotSupported("CTEs and subqueries over public tables pass through when the rules "
+                           "declare the tables' columns; query the public table directly")
+
+
 def _names_functions(select: exp.Select) -> bool:
     """Public passthrough still never runs functions that could reach beyond the table
     (files, settings, other databases, sleeps): only functions sqlglot knows as plain
@@ -278,22 +306,6 @@ def _column_resolver(table: Table, select: exp.Select):
     return resolve
 
 
-def _group_by(select: exp.Select, table: Table, resolve) -> tuple[str, ...]:
-    group = select.args.get("group")
-    if not group:
-        return ()
-    names = []
-    for node in group.expressions:
-        if not isinstance(node, exp.Column):
-            raise NotSupported("GROUP BY takes plain columns (not positions or expressions)")
-        name = resolve(node)
-        if table.columns[name].keys is None:
-            raise NotSupported(f"GROUP BY {name} needs a public list of keys in the rules; "
-                               "group by a column with declared keys")
-        names.append(name)
-    return tuple(names)
-
-
 def _select_list(select: exp.Select, table: Table, group_by, resolve):
     aggregates: list[Aggregate] = []
     outputs: list[OutputColumn] = []
@@ -302,13 +314,15 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
         if isinstance(node, exp.Star) or isinstance(item, exp.Star):
             raise RawRowAccess(f"SELECT * would return rows of the protected table {table.name}; "
                                f"ask for aggregates instead: {SUPPORTED}")
+        group = None if is_aggregate(node) else matching_group(node, group_by, table, resolve)
+        if group is not None:
+            name = item.alias if isinstance(item, exp.Alias) else default_name(node)
+            outputs.append(OutputColumn(name, group=group))
+            continue
         if isinstance(node, exp.Column):
             name = resolve(node)
-            if name not in group_by:
-                raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
-                                   "an aggregate or GROUP BY a column with declared keys")
-            outputs.append(OutputColumn(item.alias_or_name, group=group_by.index(name)))
-            continue
+            raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
+                               "an aggregate or GROUP BY a column with declared keys")
         if not is_aggregate(node):
             if any(isinstance(n, exp.Column) for n in node.walk()):
                 raise RawRowAccess(f"{node.sql(dialect='postgres')} would return rows of "

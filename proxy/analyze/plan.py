@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.group_keys import GroupKey
 from proxy.privacy.refinement import PriorSpec
 from proxy.rules import Table
 
@@ -51,7 +52,7 @@ class QueryPlan:
 
     table: Table
     where: exp.Expression | None
-    group_by: tuple[str, ...]
+    group_by: tuple[GroupKey, ...]  # terms with public key sets (proxy.analyze.group_keys)
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[OutputColumn, ...]
     order_by: tuple[tuple[int, bool], ...]  # (output index, descending)
@@ -61,6 +62,7 @@ class QueryPlan:
     prior: PriorSpec | None = None
     individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
     smooth_gamma: float | None = None  # DP noise calibrated to the smooth sensitivity
+    post: Any = None  # an outer query over the released rows (proxy.analyze.outer), or None
 
     @property
     def cost(self) -> Decimal:
@@ -77,8 +79,8 @@ class QueryPlan:
     def group_keys(self) -> list[tuple[Any, ...]]:
         """All declared key combinations: every group is answered, empty or not."""
         combos: list[tuple[Any, ...]] = [()]
-        for column in self.group_by:
-            combos = [c + (k,) for c in combos for k in self.table.columns[column].keys or ()]
+        for term in self.group_by:
+            combos = [c + (k,) for c in combos for k in term.keys]
         return combos
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.errors import NotSupported, UnknownFunction
-from proxy.rules import Table
+from proxy.rules import Table, parse_moment
 
 _ALLOWED = (
     exp.And, exp.Or, exp.Not, exp.Paren,
@@ -57,9 +57,12 @@ def _refuse_mixed_types(condition: exp.Expression, table: Table) -> None:
         literals = [o for o in operands if isinstance(o, exp.Literal)]
         for column in columns:
             declared = table.columns[column.name]
-            wants_string = declared.type in ("text", "date")
+            wants_string = declared.type in ("text", "date", "timestamp")
             for literal in literals:
                 if declared.type != "bool" and literal.is_string != wants_string:
                     kind = "a quoted string" if wants_string else "a number"
                     raise NotSupported(f"column {column.name} is {declared.type}; compare it "
                                        f"with {kind}")
+                if declared.type in ("date", "timestamp") and parse_moment(literal.name) is None:
+                    raise NotSupported(f"column {column.name} is {declared.type}; compare it "
+                                       "with a date such as '2024-01-31' or '2024-01-31 08:00'")

@@ -32,11 +32,13 @@ def scope_select(
     bounded whatever the data (SPEC §5.2, global sensitivity). ``sample_percent`` reads
     a block sample of the table instead (a pilot; never for released statistics).
     """
+    from proxy.pushdown.group_sql import group_filter, group_value  # builds on this module
+
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
-    selected += [exp.alias_(exp.column(col, quoted=True), key)
-                 for col, key in zip(plan.group_by, keys)]
+    selected += [exp.alias_(group_value(term, table), key)
+                 for term, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
         selected.append(exp.alias_(normalised(exp.column(need.column, quoted=True), need.lower,
                                               need.upper), f"c{index}"))
@@ -47,9 +49,8 @@ def scope_select(
     scope = exp.select(*selected).from_(source)
     if plan.where is not None:
         scope = scope.where(plan.where.copy())
-    for col in plan.group_by:  # rows outside the declared keys belong to no group
-        scope = scope.where(exp.column(col, quoted=True).isin(
-            *[literal(v) for v in table.columns[col].keys]))
+    for term in plan.group_by:  # rows outside the declared keys belong to no group
+        scope = scope.where(group_filter(term, table))
     if clip_rows_per_unit is None:
         return scope
     unit = exp.column(table.privacy_unit, quoted=True)

@@ -15,11 +15,12 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from proxy.errors import ProxyError, SyntaxProblem
-from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, oid_of
+from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, TIMESTAMP, oid_of
 from proxy.rules import Rules
 from proxy.wire import types
 
-_DUMMIES = {INT8: 0, FLOAT8: 0.5, TEXT: "", BOOL: False, DATE: dt.date(2000, 1, 1)}
+_DUMMIES = {INT8: 0, FLOAT8: 0.5, TEXT: "", BOOL: False, DATE: dt.date(2000, 1, 1),
+            TIMESTAMP: dt.datetime(2000, 1, 1)}
 
 
 class BadParameter(ProxyError):

@@ -1,0 +1,428 @@
+"""GROUP BY terms whose keys are public by construction: the key set of each term is
+computed from the rules alone (declared keys, domains, the literals of the query), every
+key is answered, and none is read from the data (SPEC §3.4).
+
+Recognised terms, each over one declared column:
+
+- a column with declared ``keys``;
+- ``date_trunc(unit, col)`` on a date or timestamp column with a declared domain: every
+  bucket from the first to the last of the domain;
+- ``extract(field FROM col)`` / ``date_part('field', col)``: every value the field takes
+  (the domain's years for ``year``);
+- ``floor(x / w) * w`` (or ``floor(x / w)``) and, on an int column, ``x / w * w`` (or
+  ``x / w``) over a declared numeric domain: every bin from L to U;
+- ``width_bucket(x, lo, hi, n)``: buckets 1..n, with 0 and n + 1 where the domain reaches
+  beyond ``lo`` and ``hi``;
+- ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals.
+
+Values are normalised as every statistic sees them (``proxy.pushdown.scope.normalised``):
+a value outside the declared domain, ±inf included, is clamped to the nearer bound and so
+lands in the first or last bucket; NaN and NULL belong to no group, as do rows a CASE
+without ELSE leaves unmatched. Positions (``GROUP BY 1``) and select aliases name a term
+of the select list. Several terms group by every combination (the product of the key
+sets), at most ``[defaults] max_groups`` of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.analyze.predicate import check_predicate
+from proxy.errors import NotSupported, Refused
+from proxy.rules import Column, Table, parse_moment
+
+COLUMN, TIME_TRUNC, TIME_PART = "column", "time_trunc", "time_part"
+FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
+
+ALLOWED = ("a column with declared keys, date_trunc('month', col), extract(month FROM col), "
+           "floor(col / 10) * 10, width_bucket(col, lo, hi, n) or CASE WHEN … THEN 'literal' "
+           "… END")
+TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
+# field -> its values (None: the years of the domain)
+PART_VALUES: dict[str, range | None] = {
+    "year": None, "quarter": range(1, 5), "month": range(1, 13), "week": range(1, 54),
+    "day": range(1, 32), "dow": range(7), "isodow": range(1, 8), "doy": range(1, 367),
+    "hour": range(24), "minute": range(60),
+}
+_PART_SPELLINGS = {"dayofweek": "dow", "dayofyear": "doy", "days": "day", "months": "month",
+                   "years": "year", "hours": "hour", "minutes": "minute", "weeks": "week",
+                   "quarters": "quarter", "isodayofweek": "isodow", "dayofweekiso": "isodow"}
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One GROUP BY term: what the backend computes per row (``kind`` over ``column``
+    with ``unit``/``numbers``/``branches``) and the public list of its ``keys``, of the
+    rule type ``type``. ``name`` is the result column's default name."""
+
+    name: str
+    kind: str
+    column: str | None
+    keys: tuple[Any, ...]
+    type: str
+    unit: str | None = None
+    numbers: tuple[float, ...] = ()  # bins: (w,) or (w, 1) when multiplied back; width_bucket: (lo, hi, n)
+    branches: tuple[tuple[exp.Expression, Any], ...] = ()  # CASE: (condition, key)
+    default: Any = None
+
+    def same_term(self, other: GroupKey) -> bool:
+        """The same computation (its keys follow from it and the query's WHERE)."""
+        return replace(self, name="", keys=()) == replace(other, name="", keys=())
+
+
+def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
+                ) -> tuple[GroupKey, ...]:
+    """The GROUP BY terms of ``select``, their key sets from the rules; refuse a term
+    without a public key set, or more than ``max_groups`` combinations of keys."""
+    group = select.args.get("group")
+    if not group:
+        return ()
+    terms: list[GroupKey] = []
+    where = select.args.get("where")
+    for node in group.expressions:
+        term = group_term(_dereferenced(node, select, table), table, resolve,
+                          where.this if where else None)
+        if not any(term.same_term(seen) for seen in terms):
+            terms.append(term)
+    count = math.prod(len(term.keys) for term in terms)
+    if count > max_groups:
+        raise NotSupported(f"GROUP BY would answer {count:,} groups (every combination of keys), "
+                           f"more than the rules' max_groups = {max_groups:,}; use coarser "
+                           "buckets or fewer group columns")
+    return tuple(terms)
+
+
+def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Table,
+                   resolve) -> int | None:
+    """The index of the GROUP BY term a select item computes; None when it is none."""
+    if not terms:
+        return None
+    try:
+        term = group_term(node, table, resolve)
+    except Refused:
+        return None
+    return next((i for i, seen in enumerate(terms) if seen.same_term(term)), None)
+
+
+def default_name(node: exp.Expression) -> str:
+    """PostgreSQL's name for an unnamed result column: the column's, the function's,
+    ``case``, else ``?column?``."""
+    if isinstance(node, exp.Column):
+        return node.name
+    if isinstance(node, exp.Case):
+        return "case"
+    if isinstance(node, exp.Extract):
+        return "extract"
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    if isinstance(node, exp.Func):
+        return node.sql(dialect="postgres").split("(")[0].strip().lower() or "?column?"
+    return "?column?"
+
+
+def _dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.Expression:
+    """``GROUP BY 2`` and ``GROUP BY alias`` name a select item (an input column of that
+    name wins over an alias, as in PostgreSQL)."""
+    items = select.expressions
+    if isinstance(node, exp.Literal) and not node.is_string:
+        if not node.name.isdigit() or not 1 <= int(node.name) <= len(items):
+            raise NotSupported(f"GROUP BY position {node.name} is not in the select list "
+                               f"(1 to {len(items)})")
+        target = items[int(node.name) - 1].unalias()
+    elif (isinstance(node, exp.Column) and not node.table
+          and node.name.lower() not in table.columns):
+        named = [item.unalias() for item in items
+                 if isinstance(item, exp.Alias) and item.alias.lower() == node.name.lower()]
+        target = named[0] if len(named) == 1 else node
+    else:
+        return node
+    if target.find(exp.AggFunc):
+        raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} names an aggregate; "
+                           f"group by {ALLOWED}")
+    return target
+
+
+def group_term(node: exp.Expression, table: Table, resolve,
+               where: exp.Expression | None = None) -> GroupKey:
+    """One term, recognised by its shape; refused (one line) when its keys are not public.
+    Time buckets are listed only where the WHERE clause's literal bounds on their column
+    (a time range, as BI tools send) let rows in: the other buckets are empty by the text."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    name = default_name(node)
+    if isinstance(node, exp.Column):
+        return _plain_column(resolve(node), table, name)
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        unit = _unit(node.args.get("unit"))
+        column = _time_column(node.this, table, resolve, f"date_trunc('{unit}', …)")
+        if unit not in TRUNC_UNITS:
+            raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
+        first, last = _within_where(column, where, resolve)
+        keys = _truncations(first, last, unit) if first <= last else ()
+        return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamp", unit)
+    if isinstance(node, exp.Extract):
+        field = _unit(node.this)
+        field = _PART_SPELLINGS.get(field, field)
+        column = _time_column(node.expression, table, resolve, f"extract({field} FROM …)")
+        if field not in PART_VALUES:
+            raise NotSupported(f"extract/date_part groups by one of {', '.join(PART_VALUES)}; "
+                               f"got {field}")
+        first, last = column.time_domain
+        values = PART_VALUES[field] or range(first.year, last.year + 1)
+        return GroupKey(name, TIME_PART, column.name, tuple(values), "int", field)
+    if isinstance(node, exp.WidthBucket):
+        return _width_bucket(node, table, resolve, name)
+    binned = _bin(node, table, resolve, name)
+    if binned is not None:
+        return binned
+    if isinstance(node, exp.Case):
+        return _case(node, table, resolve, name)
+    raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
+                       f"group by {ALLOWED}")
+
+
+def _plain_column(name: str, table: Table, label: str) -> GroupKey:
+    column = table.columns[name]
+    if column.keys is None:
+        hint = (f", or by a bucket such as date_trunc('month', {name})" if column.time_domain
+                else f", or by bins such as floor({name} / 10) * 10"
+                if column.lower is not None and column.upper is not None else "")
+        raise NotSupported(f"GROUP BY {name} needs a public list of keys in the rules; "
+                           f"group by a column with declared keys{hint}")
+    return GroupKey(label, COLUMN, name, column.keys, column.type)
+
+
+def _unit(node: exp.Expression | None) -> str:
+    if isinstance(node, (exp.Var, exp.Literal, exp.Column)):
+        return node.name.lower()
+    raise NotSupported("date_trunc and extract take a literal unit, e.g. 'month'")
+
+
+def _time_column(node: exp.Expression, table: Table, resolve, what: str) -> Column:
+    if not isinstance(node, exp.Column):
+        raise NotSupported(f"{what} takes a plain date or timestamp column")
+    column = table.columns[resolve(node)]
+    if column.type not in ("date", "timestamp"):
+        raise NotSupported(f"{what} needs a date or timestamp column; {column.name} is "
+                           f"{column.type}")
+    if column.time_domain is None:
+        raise NotSupported(f"{what} on {column.name} needs a declared domain "
+                           "[first, last] in the rules (the public list of buckets); ask the "
+                           "data owner")
+    return column
+
+
+_TICK = dt.timedelta(microseconds=1)
+
+
+def _within_where(column: Column, where: exp.Expression | None, resolve
+                  ) -> tuple[dt.datetime, dt.datetime]:
+    """The declared [first, last] of a time column, narrowed by the conditions on it that
+    every row in scope meets: top-level AND terms comparing it with a literal (``>=``,
+    ``>``, ``<``, ``<=``, BETWEEN). Text and rules only, never the data. A bound beyond
+    the domain is clamped into it, as the rows beyond it are: they are grouped in the
+    first or last bucket."""
+    low, high = first, last = column.time_domain
+    terms = where.flatten() if isinstance(where, exp.And) else [where] if where else []
+    for term in terms:
+        if isinstance(term, exp.Between):
+            bounds = [(exp.GTE, term.args.get("low")), (exp.LTE, term.args.get("high"))]
+            subject = term.this
+        elif isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            subject, literal = term.this, term.expression
+            kind = type(term)
+            if isinstance(literal, exp.Column) and not isinstance(subject, exp.Column):
+                subject, literal = literal, subject
+                kind = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}[kind]
+            bounds = [(kind, literal)]
+        else:
+            continue
+        if not (isinstance(subject, exp.Column) and subject.name.lower() == column.name):
+            continue
+        for kind, literal in bounds:
+            moment = parse_moment(literal.name) if isinstance(literal, exp.Literal) and \
+                literal.is_string else None
+            if moment is None:
+                continue
+            if kind in (exp.GT, exp.GTE):
+                first = max(first, moment)
+            else:
+                strict = kind is exp.LT and moment > dt.datetime.min
+                last = min(last, moment - _TICK if strict else moment)
+    return min(first, high), max(last, low)
+
+
+def truncate(moment: dt.datetime, unit: str) -> dt.datetime:
+    """``date_trunc(unit, moment)`` as PostgreSQL and DuckDB compute it (weeks start on
+    Monday)."""
+    if unit == "year":
+        return dt.datetime(moment.year, 1, 1)
+    if unit == "quarter":
+        return dt.datetime(moment.year, 3 * ((moment.month - 1) // 3) + 1, 1)
+    if unit == "month":
+        return dt.datetime(moment.year, moment.month, 1)
+    day = dt.datetime(moment.year, moment.month, moment.day)
+    if unit == "week":
+        return day - dt.timedelta(days=moment.weekday())
+    if unit == "day":
+        return day
+    if unit == "hour":
+        return day.replace(hour=moment.hour)
+    return day.replace(hour=moment.hour, minute=moment.minute)
+
+
+_FIXED = {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),
+          "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1)}
+_MONTHS = {"year": 12, "quarter": 3, "month": 1}
+_TOO_MANY = 10_000_000  # never list more keys than this, whatever max_groups says
+
+
+def _truncations(first: dt.datetime, last: dt.datetime, unit: str) -> tuple[dt.datetime, ...]:
+    """Every bucket start from the first to the last moment of the domain."""
+    start, end = truncate(first, unit), truncate(last, unit)
+    if unit in _FIXED:
+        count = (end - start) // _FIXED[unit] + 1
+        _refuse_huge(count, unit)
+        return tuple(start + i * _FIXED[unit] for i in range(count))
+    step = _MONTHS[unit]
+    months = (end.year - start.year) * 12 + end.month - start.month
+    _refuse_huge(months // step + 1, unit)
+    return tuple(dt.datetime(start.year + (start.month - 1 + i) // 12,
+                             (start.month - 1 + i) % 12 + 1, 1)
+                 for i in range(0, months + 1, step))
+
+
+def _refuse_huge(count: int, what: str) -> None:
+    if count > _TOO_MANY:
+        raise NotSupported(f"GROUP BY {what} buckets would answer {count:,} groups; use "
+                           "coarser buckets")
+
+
+def _number(node: exp.Expression | None) -> float | None:
+    """A numeric literal (possibly negative), else None."""
+    sign = 1
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            value = float(node.name)
+        except ValueError:
+            return None
+        return sign * value if math.isfinite(value) else None
+    return None
+
+
+def _numeric_column(node: exp.Expression, table: Table, resolve, what: str) -> Column:
+    if not isinstance(node, exp.Column):
+        raise NotSupported(f"{what} bins a plain numeric column")
+    column = table.columns[resolve(node)]
+    if not column.numeric:
+        raise NotSupported(f"{what} needs an int or float column; {column.name} is "
+                           f"{column.type}")
+    if column.lower is None or column.upper is None:
+        raise NotSupported(f"{what} on {column.name} needs a declared domain [L, U] in the "
+                           "rules (the public list of bins); ask the data owner")
+    return column
+
+
+def _width(node: exp.Expression) -> int:
+    width = _number(node)
+    if width is None or width <= 0 or width != int(width):
+        raise NotSupported("a bin width must be a positive whole number, e.g. floor(age / 10) "
+                           "* 10")
+    return int(width)
+
+
+def _bin(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey | None:
+    """``floor(x / w) [* w]`` and, on int columns, ``x / w [* w]``; None for other shapes."""
+    multiplied = None
+    if isinstance(node, exp.Mul):
+        for inner, outer in ((node.this, node.expression), (node.expression, node.this)):
+            if isinstance(inner, (exp.Floor, exp.Div, exp.IntDiv, exp.Paren)) and \
+                    _number(outer) is not None:
+                node, multiplied = inner, outer
+                break
+        else:
+            return None
+    while isinstance(node, exp.Paren):
+        node = node.this
+    floor = isinstance(node, exp.Floor)
+    division = node.this if floor else node
+    while isinstance(division, exp.Paren):
+        division = division.this
+    if not isinstance(division, (exp.Div, exp.IntDiv)) or _number(division.expression) is None:
+        return None
+    width = _width(division.expression)
+    if multiplied is not None and _width(multiplied) != width:
+        raise NotSupported("bin by floor(x / w) * w with the same w on both sides")
+    what = f"floor({division.this.sql(dialect='postgres')} / {width})" if floor else \
+        f"{division.this.sql(dialect='postgres')} / {width}"
+    column = _numeric_column(division.this, table, resolve, what)
+    if not floor and column.type != "int" and not isinstance(division, exp.IntDiv):
+        raise NotSupported(f"{what} divides a float column without rounding; bin it with "
+                           f"floor({column.name} / {width}) * {width}")
+    scale = width if multiplied is not None else 1
+    rounding = math.floor if floor else math.trunc
+    low, high = rounding(column.lower / width), rounding(column.upper / width)
+    _refuse_huge(high - low + 1, "bin")
+    keys = tuple(k * scale for k in range(low, high + 1))
+    return GroupKey(name, FLOOR_BIN if floor else TRUNC_BIN, column.name, keys, "int",
+                    numbers=(width, scale))
+
+
+def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> GroupKey:
+    column = _numeric_column(node.this, table, resolve, "width_bucket")
+    low, high = _number(node.args.get("min_value")), _number(node.args.get("max_value"))
+    count = _number(node.args.get("num_buckets"))
+    if low is None or high is None or count is None or not low < high:
+        raise NotSupported("width_bucket takes literal bounds lo < hi and a count: "
+                           "width_bucket(age, 0, 100, 10)")
+    count = _width(node.args.get("num_buckets"))
+    _refuse_huge(count, "width_bucket")
+    keys = ([0] if column.lower < low else []) + list(range(1, count + 1)) + \
+        ([count + 1] if column.upper >= high else [])
+    return GroupKey(name, WIDTH_BUCKET, column.name, tuple(keys), "int",
+                    numbers=(low, high, count))
+
+
+def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
+    """CASE with literal outputs: its keys are those literals (strings, or whole numbers);
+    the conditions are checked as WHERE conditions are (one record at a time)."""
+    subject = node.this
+    branches = []
+    outputs = []
+    for branch in node.args.get("ifs") or []:
+        condition = branch.this
+        if subject is not None:
+            condition = exp.EQ(this=subject.copy(), expression=condition.copy())
+        branches.append((check_predicate(condition, table, resolve),
+                         _case_output(branch.args.get("true"))))
+        outputs.append(branches[-1][1])
+    default = node.args.get("default")
+    default = _case_output(default) if default is not None else None
+    if default is not None:
+        outputs.append(default)
+    kinds = {type(value) for value in outputs}
+    if not outputs or len(kinds) > 1:
+        raise NotSupported("a CASE in GROUP BY returns literals of one kind: all quoted "
+                           "strings, or all whole numbers")
+    keys = tuple(dict.fromkeys(outputs))
+    return GroupKey(name, CASE, None, keys, "text" if str in kinds else "int",
+                    branches=tuple(branches), default=default)
+
+
+def _case_output(node: exp.Expression | None) -> Any:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.name
+    value = _number(node)
+    if value is not None and value == int(value) and not (
+            isinstance(node, exp.Literal) and "." in node.name):
+        return int(value)
+    raise NotSupported("a CASE in GROUP BY must return literals (THEN 'label' or THEN 3), "
+                       "so its keys are public; NULL is not a key")

@@ -1,0 +1,143 @@
+"""Normalisation before analysis: row-level subqueries and CTEs merged into one SELECT.
+
+Analysts and BI tools wrap the table in row-level steps — a CTE that filters, a derived
+table that renames or picks columns (Superset's ``virtual_table``), nested any number of
+times. Such steps never look across records, so the query they build is one aggregate
+query over the table, and is analysed as that query. The rewriting is sqlglot's own
+optimizer passes, applied in order as in ``sqlglot.optimizer.optimizer``:
+
+    qualify → eliminate_subqueries → merge_subqueries → eliminate_ctes → simplify
+
+``merge_subqueries`` merges exactly the derived tables and CTEs that are row-level (no
+aggregate, DISTINCT, LIMIT, window or join inside); whatever is left over is analysed
+by ``proxy.analyze.outer`` (post-processing of one release) or refused there.
+
+Before the passes, constants the backend would cast (``TIMESTAMP '…'``, ``CAST('…' AS
+DATE)``, Superset's ``TO_TIMESTAMP('…', 'YYYY-MM-DD HH24:MI:SS.US')``) become plain
+quoted literals, checked to be dates, so that time filters compare a column with a
+literal as every other WHERE does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.simplify import simplify
+
+from proxy.analyze.group_keys import default_name
+from proxy.errors import NotSupported, RawRowAccess, UnknownColumn
+from proxy.rules import Rules, parse_moment
+
+SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
+             "date": "DATE", "timestamp": "TIMESTAMP"}
+_TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP,
+               exp.DataType.Type.DATETIME)
+_GENERATED = re.compile(r"_col_\d+")
+PASSES = (eliminate_subqueries, merge_subqueries, eliminate_ctes, simplify)
+
+
+def normalise(select: exp.Select, rules: Rules) -> exp.Select:
+    """``select`` with its time constants folded and, when it has CTEs or subqueries in
+    FROM, its row-level steps merged (a new tree; the argument is not changed)."""
+    select = fold_time_constants(select.copy())
+    if not _has_steps(select):
+        return select
+    _name_inner_outputs(select)
+    unnamed = [i for i, item in enumerate(select.expressions)
+               if not isinstance(item, (exp.Alias, exp.Column, exp.Star))]
+    starred = any(isinstance(item, exp.Star) for item in select.expressions)
+    width = len(select.expressions)
+    schema = {name: {column: SQL_TYPES[spec.type] for column, spec in table.columns.items()}
+              for name, table in rules.tables.items() if table.columns}
+    try:
+        merged = qualify(select, schema=schema, dialect="postgres",
+                         quote_identifiers=True, identify=False)
+        for rewrite in PASSES:
+            merged = rewrite(merged)
+    except OptimizeError as exc:
+        raise UnknownColumn(f"{_first_line(exc)}; use the declared columns of one table") \
+            from None
+    if not isinstance(merged, exp.Select):
+        raise NotSupported("the query is not one SELECT after merging its subqueries; send a "
+                           "SELECT with aggregates")
+    protected = any(rules.table(t.name) is not None and not rules.table(t.name).public
+                    for t in merged.find_all(exp.Table))
+    if starred and protected and not merged.find(exp.AggFunc):
+        raise RawRowAccess("SELECT * would return rows of a protected table; ask for "
+                           "aggregates instead")
+    if len(merged.expressions) == width:
+        for index in unnamed:  # the aggregate's own name (count, sum …), not _col_N
+            _drop_generated_alias(merged, index)
+    return merged
+
+
+def _drop_generated_alias(select: exp.Select, index: int) -> None:
+    """qualify names an unnamed output ``_col_N`` and points ORDER BY at it: the output
+    goes back to its own name, ORDER BY to its position."""
+    item = select.expressions[index]
+    if not (isinstance(item, exp.Alias) and _GENERATED.fullmatch(item.alias)):
+        return
+    for column in list(select.args["order"].find_all(exp.Column)) \
+            if select.args.get("order") else ():
+        if not column.table and column.name == item.alias:
+            column.replace(exp.Literal.number(index + 1))
+    item.replace(item.this)
+
+
+def _has_steps(select: exp.Select) -> bool:
+    return select.args.get("with_") is not None or any(
+        isinstance(node, exp.Subquery) for node in select.find_all(exp.Subquery)
+        if isinstance(node.parent, (exp.From, exp.Join)))
+
+
+def _name_inner_outputs(select: exp.Select) -> None:
+    """Unnamed outputs of inner queries get PostgreSQL's names (``count``, ``sum``), so an
+    outer query can refer to them as it would in PostgreSQL."""
+    for inner in select.find_all(exp.Select):
+        if inner is select:
+            continue
+        for item in inner.expressions:
+            if not isinstance(item, (exp.Alias, exp.Column, exp.Star)):
+                name = "median" if isinstance(item, exp.Median) else default_name(item)
+                item.replace(exp.alias_(item.copy(), name, quoted=True))
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()[0] if str(error).strip() else "a column is unknown"
+    return text.split(". Line:")[0]
+
+
+def fold_time_constants(tree: exp.Expression) -> exp.Expression:
+    """Date and timestamp constants as quoted ISO literals; refuse one that is not a date
+    (the backend would fail on it after the query is charged)."""
+    for node in list(tree.find_all(exp.Cast, exp.StrToTime, exp.TsOrDsToDate)):
+        text = node.this
+        if not (isinstance(text, exp.Literal) and text.is_string):
+            continue
+        if isinstance(node, exp.Cast) and not node.to.is_type(*_TIME_TYPES):
+            continue
+        moment = _moment(text.name, node.args.get("format"))
+        if moment is None:
+            raise NotSupported(f"'{text.name}' is not a date or timestamp; write it as "
+                               "'2024-01-31' or '2024-01-31 08:00:00'")
+        day = isinstance(node, exp.TsOrDsToDate) or (
+            isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE))
+        node.replace(exp.Literal.string(moment.date().isoformat() if day
+                                        else moment.isoformat(" ")))
+    return tree
+
+
+def _moment(text: str, format_: exp.Expression | None) -> dt.datetime | None:
+    if isinstance(format_, exp.Literal):
+        try:
+            return dt.datetime.strptime(text, format_.name)
+        except ValueError:
+            return None
+    return parse_moment(text)

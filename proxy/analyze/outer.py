@@ -1,0 +1,230 @@
+"""Outer queries over one private aggregate query: post-processing of one release.
+
+After normalisation (``proxy.analyze.normalise``) a CTE or subquery is left only where it
+is not row-level. Two shapes of such queries only reshape the answers of one aggregate
+query, so they are answered from one release, charged once (post-processing costs no
+privacy):
+
+- an outer SELECT over the aggregate query that filters (WHERE on released values, as a
+  HAVING would), renames, computes on released values (arithmetic, CASE, ROUND …),
+  orders and limits — run by ``proxy.postprocess`` over the released rows;
+- the join of a grouped query with its own top-N subquery, as Superset sends for a
+  chart's *series limit* (``models/helpers.py``, ``get_sqla_query``)::
+
+      SELECT region AS region, count(*) AS count FROM people
+      JOIN (SELECT region AS region__, count(*) AS mme_inner__ FROM people
+            GROUP BY region ORDER BY mme_inner__ DESC LIMIT 5) AS series_limit
+        ON region = region__
+      GROUP BY region ORDER BY count DESC LIMIT 10000
+
+  answered as the outer query alone, whose released groups are then kept for the N
+  series ranking first by the released metric (summed over the other keys, e.g. the
+  time buckets, for COUNT and SUM).
+
+Everything else stays refused, each with a one-line reason naming the construct: an
+aggregate over released aggregates, a subquery that limits or deduplicates rows, joins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sqlglot import exp
+
+from proxy.analyze.plan import COUNT, SUM, QueryPlan
+from proxy.errors import NotSupported, RawRowAccess
+
+Analyse = Callable[[exp.Select], QueryPlan]
+
+# what an outer query may compute from released values, row by row
+_ROW_LEVEL = (
+    exp.Select, exp.From, exp.Where, exp.Order, exp.Ordered, exp.Limit, exp.Offset,
+    exp.Table, exp.TableAlias, exp.Identifier, exp.Column, exp.Alias, exp.Star,
+    exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Neg, exp.DataType, exp.Distinct,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.And, exp.Or, exp.Not,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In, exp.Between,
+    exp.Case, exp.If, exp.Cast, exp.Round, exp.Abs, exp.Coalesce, exp.Floor, exp.Ceil,
+    exp.Greatest, exp.Least, exp.Tuple, exp.Var,
+)
+
+
+@dataclass(frozen=True)
+class OuterQuery:
+    """The outer SELECT (PostgreSQL SQL) over the released rows, which it reads as the
+    table ``released`` under the subquery's alias ``alias``."""
+
+    sql: str
+    alias: str
+
+
+@dataclass(frozen=True)
+class SeriesLimit:
+    """Keep the groups of the ``limit`` series that rank first (``descending``) by the
+    released ``aggregate``; a series is the combination of the group terms ``terms``
+    (indices into the plan's group_by), its value the sum over the other terms."""
+
+    terms: tuple[int, ...]
+    aggregate: int
+    limit: int
+    descending: bool
+
+
+def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
+    """The plan of an outer query over one aggregate query, with its post-processing;
+    None when ``select`` has no CTE left (an ordinary query); refused otherwise."""
+    ctes = {cte.alias_or_name: cte.this for cte in (select.args.get("with_") or exp.With()
+                                                    ).expressions}
+    if not ctes and not any(isinstance(n.parent, (exp.From, exp.Join))
+                            for n in select.find_all(exp.Subquery)):
+        return None
+    _refuse_inner_steps(ctes)
+    joins = select.args.get("joins") or []
+    if len(joins) == 1 and _cte_name(joins[0].this, ctes) is not None:
+        return _series_limited(select, ctes, joins[0], analyse)
+    if joins:
+        raise NotSupported("joins over protected tables are not supported; query one table "
+                           "(a subquery of its own top N groups, as Superset sends, is)")
+    source = _cte_name(select.args["from_"].this, ctes)
+    if source is None:
+        raise NotSupported("subqueries over protected tables are supported in FROM only, as "
+                           "row-level steps or one aggregate query; query one table")
+    body = _with_ctes(ctes[source], ctes, source)
+    outside = select.copy()
+    outside.set("with_", None)
+    if outside.find(exp.AggFunc) or outside.args.get("group") or outside.args.get("having"):
+        raise NotSupported("an aggregate over the answers of an aggregate query is not "
+                           "supported; ask the aggregate of the table itself (one release)")
+    if not body.find(exp.AggFunc):
+        raise RawRowAccess("this query would return rows of a protected table; ask for "
+                           "aggregates instead")
+    plan = analyse(body)
+    return replace(plan, post=_outer_query(select, source, plan))
+
+
+def _refuse_inner_steps(ctes: dict[str, exp.Expression]) -> None:
+    """A subquery left unmerged that is not an aggregate query picks or shapes rows by
+    the data: refused, naming what does it."""
+    for body in ctes.values():
+        if not isinstance(body, exp.Select):
+            raise NotSupported("UNION/INTERSECT/EXCEPT in a subquery are not supported")
+        if body.find(exp.AggFunc):
+            continue
+        for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"),
+                             ("distinct", "SELECT DISTINCT")):
+            if body.args.get(clause):
+                raise NotSupported(f"a subquery with {what} picks rows by the data; filter "
+                                   "with WHERE in one query over the table")
+        if body.find(exp.Window):
+            raise NotSupported("window functions over protected tables are not supported")
+        if body.args.get("joins"):
+            raise NotSupported("joins over protected tables are not supported; query one "
+                               "table")
+
+
+def _cte_name(node: exp.Expression, ctes: dict[str, exp.Expression]) -> str | None:
+    if isinstance(node, exp.Table) and not node.args.get("db") and node.name in ctes:
+        return node.name
+    return None
+
+
+def _with_ctes(body: exp.Expression, ctes: dict[str, exp.Expression], own: str) -> exp.Select:
+    """``body`` as a statement of its own, with the CTEs it may read (row-level steps
+    that several parts of the query share, e.g. Superset's ``virtual_table``)."""
+    statement = body.copy()
+    for name, other in ctes.items():
+        if name != own and any(t.name == name for t in statement.find_all(exp.Table)):
+            statement = statement.with_(name, as_=other.copy())
+    return statement
+
+
+def _outer_query(select: exp.Select, source: str, plan: QueryPlan) -> OuterQuery:
+    if select.find(exp.Window):
+        raise NotSupported("window functions are not supported; order and limit with "
+                           "ORDER BY and LIMIT")
+    outer = select.copy()
+    outer.set("with_", None)
+    for node in outer.walk():
+        if not isinstance(node, _ROW_LEVEL):
+            raise NotSupported(f"{node.key.upper()} is not supported on released values; an "
+                               "outer query may filter, rename, order, limit and compute "
+                               "with arithmetic, CASE, ROUND, ABS, COALESCE")
+    names = [output.name for output in plan.outputs]
+    if len(set(names)) != len(names):
+        raise NotSupported("name the subquery's results uniquely (AS …) so the outer query "
+                           "can refer to them")
+    outer.args["from_"].this.replace(exp.to_table("released").as_(source))
+    return OuterQuery(outer.sql(dialect="postgres"), source)
+
+
+def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) -> QueryPlan:
+    name = _cte_name(join.this, ctes)
+    alias = join.this.alias_or_name
+    body = _with_ctes(ctes[name], ctes, name)
+    if join.args.get("side") or join.args.get("kind") not in (None, "INNER", ""):
+        raise NotSupported("only an inner join with a series-limit subquery is supported "
+                           "(Superset's 'group others' option is not)")
+    if not (isinstance(body, exp.Select) and body.args.get("limit") and body.args.get("group")
+            and body.args.get("order")):
+        raise NotSupported("joins over protected tables are not supported; query one table "
+                           "(a subquery of its own top N groups, as Superset sends, is)")
+    main = select.copy()
+    main.set("joins", None)
+    main.set("with_", None)
+    main = _with_ctes(main, ctes, name)
+    pairs = _join_pairs(join.args.get("on"), alias)
+    main_plan, body_plan = analyse(main), analyse(body)
+    if (main_plan.where is None) != (body_plan.where is None) or (
+            main_plan.where is not None and main_plan.where.sql() != body_plan.where.sql()):
+        raise NotSupported("the series-limit subquery must filter as the outer query does")
+    if len(body_plan.order_by) != 1 or body_plan.limit is None:
+        raise NotSupported("the series-limit subquery orders by one metric and has a LIMIT")
+    index, descending = body_plan.order_by[0]
+    ranked = body_plan.outputs[index].aggregate
+    if ranked is None:
+        raise NotSupported("the series-limit subquery must rank by a metric")
+    metric = body_plan.aggregates[ranked]
+    if metric not in main_plan.aggregates:
+        raise NotSupported("the series limit ranks by a metric the chart does not ask for; "
+                           "rank by one of the chart's metrics")
+    terms = []
+    for main_side, body_column in pairs:
+        body_output = [o for o in body_plan.outputs if o.name == body_column]
+        main_output = [o for o, item in zip(main_plan.outputs, main.expressions)
+                       if item.unalias() == main_side or item == main_side]
+        if len(body_output) != 1 or body_output[0].group is None or len(main_output) != 1 \
+                or main_output[0].group is None:
+            raise NotSupported("the series-limit join must pair each group column with the "
+                               "subquery's column of the same group")
+        term = main_plan.group_by[main_output[0].group]
+        if not term.same_term(body_plan.group_by[body_output[0].group]):
+            raise NotSupported("the series-limit join pairs two different group columns")
+        terms.append(main_output[0].group)
+    if len(terms) != len(body_plan.group_by):
+        raise NotSupported("the series-limit join must pair every group column of the "
+                           "subquery")
+    if len(set(terms)) < len(main_plan.group_by) and metric.kind not in (COUNT, SUM):
+        raise NotSupported(f"a series limit over time buckets ranks the series by their "
+                           f"total; that total is known from the release for COUNT and SUM, "
+                           f"not for {metric.label.upper()}: remove the series limit or "
+                           "rank by COUNT or SUM")
+    limit = SeriesLimit(tuple(terms), main_plan.aggregates.index(metric), body_plan.limit,
+                        descending)
+    return replace(main_plan, post=limit)
+
+
+def _join_pairs(on: exp.Expression | None, alias: str) -> list[tuple[exp.Expression, str]]:
+    """(outer expression, subquery column) of each equality of the ON condition."""
+    if on is None:
+        raise NotSupported("a join needs an ON condition")
+    pairs = []
+    for condition in on.flatten() if isinstance(on, exp.And) else [on]:
+        if not isinstance(condition, exp.EQ):
+            raise NotSupported("the series-limit join takes equalities of group columns")
+        sides = [condition.this, condition.expression]
+        inner = [s for s in sides if isinstance(s, exp.Column) and s.table == alias]
+        if len(inner) != 1:
+            raise NotSupported("the series-limit join takes equalities of group columns")
+        other = sides[1] if sides[0] is inner[0] else sides[0]
+        pairs.append((other, inner[0].name))
+    return pairs

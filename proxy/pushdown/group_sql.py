@@ -1,0 +1,90 @@
+"""A GROUP BY term (proxy.analyze.group_keys) as backend SQL: the key of each row, and
+which rows belong to some group.
+
+A bucket is computed from the value as every statistic sees it: numbers normalised
+(``normalised``: NaN as NULL, clamped to the declared domain), dates and timestamps
+clamped to the declared [first, last]. So a row outside the domain lands in the first or
+last bucket, and every key the backend returns is one of the public keys. Keys come back
+as the same Python values on both engines (timestamps cast to TIMESTAMP, numbers to
+BIGINT), so they match the keys listed from the rules.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.analyze.group_keys import (
+    CASE,
+    COLUMN,
+    FLOOR_BIN,
+    TIME_TRUNC,
+    TRUNC_BIN,
+    WIDTH_BUCKET,
+    GroupKey,
+)
+from proxy.pushdown.scope import literal, normalised
+from proxy.rules import Table
+
+TIMESTAMP = exp.DataType.build("timestamp")
+BIGINT = exp.DataType.build("bigint")
+
+
+def group_value(term: GroupKey, table: Table) -> exp.Expression:
+    """The term's key of one row (NULL: the row belongs to no group)."""
+    if term.kind == COLUMN:
+        return exp.column(term.column, quoted=True)
+    if term.kind == CASE:
+        case = exp.Case()
+        for condition, key in term.branches:
+            case = case.when(condition.copy(), literal(key))
+        return case.else_(literal(term.default)) if term.default is not None else case
+    column = table.columns[term.column]
+    if term.kind in (TIME_TRUNC, "time_part"):
+        moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
+        if term.kind == TIME_TRUNC:
+            return exp.cast(exp.TimestampTrunc(this=moment, unit=exp.var(term.unit.upper())),
+                            TIMESTAMP)
+        return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
+    value = normalised(exp.column(term.column, quoted=True), column.lower, column.upper)
+    if term.kind == WIDTH_BUCKET:
+        low, high, count = term.numbers
+        span = exp.Div(this=exp.Mul(this=exp.paren(exp.Sub(this=value.copy(),
+                                                           expression=literal(low))),
+                                    expression=literal(int(count))),
+                       expression=literal(high - low))
+        inside = exp.func("least", exp.Add(this=exp.cast(exp.Floor(this=span), BIGINT),
+                                           expression=literal(1)), literal(int(count)))
+        return exp.cast(exp.Case().when(value.copy().is_(exp.null()), exp.null())
+                        .when(value.copy() < literal(low), literal(0))
+                        .when(value.copy() >= literal(high), literal(int(count) + 1))
+                        .else_(inside), BIGINT)
+    width, scale = (int(number) for number in term.numbers)
+    quotient = exp.Div(this=value, expression=literal(float(width)))
+    if term.kind == FLOOR_BIN:
+        index = exp.Floor(this=quotient)
+    else:  # TRUNC_BIN: integer division rounds toward zero
+        index = exp.Case().when(quotient.copy() < literal(0),
+                                exp.Neg(this=exp.Floor(this=exp.Neg(this=quotient.copy())))
+                                ).else_(exp.Floor(this=quotient.copy()))
+    assert term.kind in (FLOOR_BIN, TRUNC_BIN)
+    key = exp.cast(index, BIGINT)
+    return key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
+
+
+def group_filter(term: GroupKey, table: Table) -> exp.Expression:
+    """Rows that belong to some group of this term: a declared key, or any key a bucket
+    can take (they are all listed)."""
+    if term.kind == COLUMN:
+        return exp.column(term.column, quoted=True).isin(*[literal(v) for v in term.keys])
+    return group_value(term, table).is_(exp.null()).not_()
+
+
+def clamped_moment(column: exp.Expression, domain) -> exp.Expression:
+    """A date or timestamp as a TIMESTAMP clamped to the declared [first, last]
+    (±infinity included); NULL stays NULL."""
+    first, last = (exp.cast(exp.Literal.string(moment.isoformat(" ")), TIMESTAMP)
+                   for moment in domain)
+    moment = exp.cast(column, TIMESTAMP)
+    return (exp.Case().when(moment.copy() < first, first.copy())
+            .when(moment.copy() > last, last.copy()).else_(moment.copy()))
+
