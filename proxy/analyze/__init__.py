@@ -15,6 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.expressions import with_expressions
 from proxy.analyze.plan import (
     AVG,
     MAX,
@@ -48,7 +49,7 @@ _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, 
            exp.Merge, exp.TruncateTable, exp.Grant, exp.Command, exp.Use, exp.Attach,
            exp.Detach, exp.Pragma)
 _COMPOUND = (exp.Join, exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except,
-             exp.Window, exp.Lateral, exp.Unnest, exp.Filter)
+             exp.Window, exp.Lateral, exp.Unnest)
 
 
 def parse_statements(sql: str) -> list[exp.Expression]:
@@ -91,6 +92,8 @@ def analyze(
         return PassthroughPlan(select.copy())
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
+    resolve = _column_resolver(table, select)
+    select, table = with_expressions(select, table, resolve)  # aggregates over expressions
     resolve = _column_resolver(table, select)
     epsilon = settings.resolve_epsilon(rules, hint)
     individual = _individual_query(select, table, settings, resolve, epsilon)
@@ -269,7 +272,7 @@ def _column_resolver(table: Table, select: exp.Select):
         qualifier = column.table.lower()
         if qualifier and qualifier not in (alias, table.name):
             raise UnknownColumn(f"column {column.sql()} does not belong to {table.name}")
-        name = column.name.lower()
+        name = column.name if column.name in table.columns else column.name.lower()
         if name not in table.columns:
             raise UnknownColumn(f"column {name} is not declared for {table.name}; declared: "
                                 f"{', '.join(table.columns)}")

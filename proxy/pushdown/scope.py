@@ -12,7 +12,9 @@ from decimal import Decimal
 
 from sqlglot import exp
 
+from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import QueryPlan
+from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 
 Execute = Callable[[str], list[tuple]]
@@ -38,8 +40,7 @@ def scope_select(
     selected += [exp.alias_(exp.column(col, quoted=True), key)
                  for col, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
-        selected.append(exp.alias_(normalised(exp.column(need.column, quoted=True), need.lower,
-                                              need.upper), f"c{index}"))
+        selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
     source = exp.to_table(table.name, quoted=True)
     if sample_percent is not None:
         source.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -54,7 +55,7 @@ def scope_select(
         return scope
     unit = exp.column(table.privacy_unit, quoted=True)
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
-             if col != table.privacy_unit]
+             if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
     row_in_unit = exp.Window(
         this=exp.RowNumber(), partition_by=[unit], order=exp.Order(expressions=order)
     )
@@ -101,6 +102,19 @@ def normalised(value: exp.Expression, lower: float | None = None,
             .when(exp.and_(value.copy() > literal(high), exp.not_(is_nan)),
                   exp.cast(literal(high), DOUBLE))
             .when(value.copy() < literal(low), exp.cast(literal(low), DOUBLE)))
+
+
+def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
+    """The normalised value of a needed column, or of a derived one (an aggregate's
+    expression, proxy.analyze.expressions): its columns normalised as for a plain
+    column, the expression computed on them, the result normalised to its derived domain."""
+    column = table.columns.get(need.column)
+    if isinstance(column, DerivedColumn):
+        value = column.render(lambda name: normalised(
+            exp.column(name, quoted=True), table.columns[name].lower, table.columns[name].upper))
+    else:
+        value = exp.column(need.column, quoted=True)
+    return normalised(value, need.lower, need.upper)
 
 
 def exact_sum(value: exp.Expression) -> exp.Expression:

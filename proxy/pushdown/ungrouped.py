@@ -18,7 +18,13 @@ import math
 from sqlglot import exp
 
 from proxy.analyze.plan import COUNT, QueryPlan
-from proxy.pushdown.scope import Execute, exact_sum, fill_extremes, normalised, scope_select
+from proxy.pushdown.scope import (
+    Execute,
+    exact_sum,
+    fill_extremes,
+    needed_value,
+    scope_select,
+)
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 
 
@@ -59,8 +65,7 @@ def first_pass(
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
-        column = exp.column(f"c{index}") if clipped else normalised(
-            exp.column(need.column, quoted=True), need.lower, need.upper)
+        column = exp.column(f"c{index}") if clipped else needed_value(plan.table, need)
         if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
             items.append(scoped(exp.Count(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
