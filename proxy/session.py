@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
-from proxy.analyze.plan import AVG, COUNT
+from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
 from proxy.answer_cache import normalised_sql
 from proxy.backends.base import Backend
 from proxy.errors import BackendUnavailable
@@ -258,9 +258,9 @@ def _output_kind(plan: QueryPlan, output) -> str:
         column = plan.table.columns.get(plan.group_by[output.group])
         return RULE_TYPES[column.type] if column is not None else _TEXT
     aggregate = plan.aggregates[output.aggregate]
-    if aggregate.kind == COUNT:
+    if aggregate.kind in (COUNT, UNITS):
         return RULE_TYPES["int"]
-    if aggregate.kind == AVG:
+    if aggregate.kind in (AVG, *SPREADS):
         return _FLOAT
     return RULE_TYPES[plan.table.columns[aggregate.column].type]
 

@@ -21,6 +21,7 @@ from proxy.analyze.plan import (
     MAX,
     MIN,
     PERCENTILE,
+    SPREADS,
     SUM,
     VALUE,
     Aggregate,
@@ -187,7 +188,7 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) 
         if agg.column is None:
             continue
         column = table.columns[agg.column]
-        needs_number = agg.kind in (PERCENTILE, MAX, MIN, SUM, AVG)
+        needs_number = agg.kind in (PERCENTILE, MAX, MIN, SUM, AVG, *SPREADS)
         if needs_number and not column.numeric:
             raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a numeric column; "
                                f"{agg.column} is {column.type}")
@@ -195,7 +196,7 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) 
         if model == "dp" and needs_number and not both:
             raise NotSupported(f"the DP model needs a declared domain for {agg.column}; "
                                "ask the data owner to add domain = [lower, upper] to the rules")
-        if model == "idp" and agg.kind in (PERCENTILE, SUM, AVG) and not both:
+        if model == "idp" and agg.kind in (PERCENTILE, SUM, AVG, *SPREADS) and not both:
             raise NotSupported(f"{agg.label.upper()}({agg.column}) under iDP needs a declared "
                                f"domain for {agg.column} (the fallback for tiny scopes); "
                                "ask the data owner")
@@ -318,7 +319,7 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
                                    f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
-        aggregate = recognise(node, resolve)
+        aggregate = recognise(node, resolve, table.privacy_unit)
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

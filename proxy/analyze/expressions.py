@@ -181,7 +181,10 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
         raise NotSupported("FILTER (WHERE ...) follows an aggregate, e.g. "
                            "COUNT(*) FILTER (WHERE age > 30)")
     argument = _argument(aggregate)
-    if argument is None or isinstance(argument, exp.Distinct):
+    if isinstance(argument, exp.Distinct):
+        raise NotSupported("COUNT(DISTINCT ...) takes its scope from WHERE only; move the "
+                           "FILTER condition to WHERE")
+    if argument is None:
         raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
                            "and STDDEV/VARIANCE; move the condition to WHERE")
     condition = check_predicate(where.this, table, resolve)

@@ -30,6 +30,9 @@ def answer_prior(plan: QueryPlan) -> Any:
     Called when the query is analysed, so its error bound is computed (and cached) then,
     before the debit: the release after it only samples."""
     agg = plan.aggregates[0]
+    if agg.kind not in (COUNT, SUM, AVG, PERCENTILE, MAX, MIN):
+        raise ValueError(f"a prior describes COUNT, SUM, AVG, percentiles, MAX or MIN; for "
+                         f"{agg.label.upper()} RESET idp.prior")
     column = plan.table.columns.get(agg.column) if agg.column else None
     low, high = (None, None) if column is None else (column.lower, column.upper)
     kind = column.type if column is not None else "int"

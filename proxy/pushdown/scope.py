@@ -13,7 +13,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from proxy.analyze.expressions import DerivedColumn
-from proxy.analyze.plan import QueryPlan
+from proxy.analyze.plan import UNITS, QueryPlan
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 
@@ -41,6 +41,8 @@ def scope_select(
                  for col, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
         selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
+    if counts_units(plan):
+        selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
     source = exp.to_table(table.name, quoted=True)
     if sample_percent is not None:
         source.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -61,8 +63,18 @@ def scope_select(
     )
     scope = scope.select(exp.alias_(row_in_unit, "row_in_unit"))
     columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))]]
+    columns += ["u"] if counts_units(plan) else []
     clipped = exp.select(*columns).from_(scope.subquery("u"))
     return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
+
+
+def counts_units(plan: QueryPlan) -> bool:
+    """Whether the plan asks COUNT(DISTINCT unit): the scope then carries the unit as ``u``."""
+    return any(agg.kind == UNITS for agg in plan.aggregates)
+
+
+def distinct_units(column: exp.Expression) -> exp.Expression:
+    return exp.Count(this=exp.Distinct(expressions=[column]))
 
 
 def group_keys(plan: QueryPlan) -> tuple[str, ...]:

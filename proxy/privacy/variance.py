@@ -1,0 +1,150 @@
+"""STDDEV and VARIANCE (sample and population) and their sensitivities.
+
+The statistic. x₁..xₙ are the normalised values in scope (in [L, U]), m their mean and
+M2 = Σ(xᵢ − m)² (the backend's VAR_POP · n). VAR_SAMP = M2/(n − 1) for n ≥ 2 and
+VAR_POP = M2/n for n ≥ 1; with fewer values (SQL's NULL) the answer is 0, so that every
+data set has a finite answer and the released value never says whether the scope is
+tiny. STDDEV_* = √VAR_*.
+
+iDP: local sensitivity from the scope's n, m, M2, x₍₁₎ and x₍ₙ₎ (derivation below, also
+in docs/privacy.md), checked by brute force in tests/privacy/test_variance_bruteforce.py.
+A neighbour modifies s = c·g records: k of them were in scope (0 ≤ k ≤ min(s, n)), j are
+after (0 ≤ j ≤ s), so it removes a set R (|R| = k) and adds a set A (|A| = j) of values
+in [L, U], and n' = n − k + j.
+
+* Upper bound. M2 is the least Σ(x − c)² over c, so M2(D') ≤ Σ_{D'}(x − m)² =
+  M2 − Σ_R(x − m)² + Σ_A(x − m)² ≤ M2 + j·w², with w = max(U − m, m − L). Also no n'
+  values in [L, U] have M2 above ⌊n'/2⌋⌈n'/2⌉(U − L)²/n' (half at each end).
+* Lower bound. Adding values never lowers M2 (M2 grows by |S|/(|S|+1)·(v − mean)²), so
+  M2(D') ≥ M2(D − R). With m' the mean of D − R, M2(D) ≤ Σ_D(x − m')² =
+  M2(D − R) + Σ_R(x − m')², and for x ∈ R, |x − m'| ≤ d_k = min(x₍ₙ₎ − x₍₁₎, w_d·n/(n − k))
+  (both x and m' lie in [x₍₁₎, x₍ₙ₎]; |m' − m| = |Σ_R(x − m)|/(n − k) ≤ k·w_d/(n − k) with
+  w_d = max(x₍ₙ₎ − m, m − x₍₁₎)). So M2(D') ≥ max(0, M2 − k·d_k²); 0 when k = n.
+* For each reachable n' the variance lies between those bounds over n' − 1 (n' for the
+  population form), or is 0 when n' < 2 (n' < 1). For a given n' the upper bound is
+  largest with the most additions, j = min(s, n' − n + min(s, n)), and the lower one
+  with the most removals, k = min(s, n, s + n − n'): one pass over n'.
+
+The range [lo, hi] holds every neighbour's variance, so LS_VAR = max(hi − v, v − lo)
+and, √ being increasing, LS_STDDEV = max(√hi − √v, √v − √lo). For s = 1 and a scope
+of a few values or more this is within a few per cent of the exact local sensitivity
+(the exact one needs the value nearest the mean, which the backend is not asked for).
+
+DP: the variance of values in [L, U] lies in [0, (U − L)²/2] (n = 2 at both ends; the
+population form (U − L)²/4), and the answer is 0 for tiny scopes, so every change is
+within that: the global sensitivity, whatever s (STDDEV: its square root).
+"""
+
+from __future__ import annotations
+
+import math
+
+from proxy.privacy.sensitivity import finite_only
+from proxy.statistics import BOTTOM, TOP, RankRef
+
+SAMPLE, POPULATION = "sample", "population"
+
+
+def variance_of(n: int, m2: float, form: str) -> float:
+    """The answer for n values with Σ(x − mean)² = m2 (0 when the form is undefined)."""
+    divisor = n - 1 if form == SAMPLE else n
+    return max(m2, 0.0) / divisor if divisor >= 1 else 0.0
+
+
+def largest_m2(n: int, lower: float, upper: float) -> float:
+    """The largest Σ(x − mean)² of n values in [lower, upper]: half at each end."""
+    return (n // 2) * ((n + 1) // 2) * (upper - lower) ** 2 / n if n else 0.0
+
+
+def largest_variance(form: str, lower: float, upper: float) -> float:
+    """The largest answer on any data: (U − L)²/2 (sample, n = 2) or (U − L)²/4."""
+    return (upper - lower) ** 2 / (2 if form == SAMPLE else 4)
+
+
+@finite_only
+def neighbour_variance_range(n: int, total: float, m2: float, smallest: float | None,
+                             largest: float | None, shift: int, lower: float, upper: float,
+                             form: str) -> tuple[float, float]:
+    """[lo, hi] holding the variance of every data set that modifies up to ``shift``
+    records of the scope (n values, sum ``total``, Σ(x − mean)² = ``m2``, extremes
+    ``smallest``/``largest``, all in [lower, upper]); see the module docstring."""
+    least_size = 2 if form == SAMPLE else 1
+    if n == 0:
+        mean = spread = width = 0.0
+        reach = 0.0
+    else:
+        mean = min(max(total / n, lower), upper)
+        smallest = mean if smallest is None else smallest
+        largest = mean if largest is None else largest
+        spread = max(largest - mean, mean - smallest, 0.0)
+        width = max(largest - smallest, 0.0)
+        reach = max(upper - mean, mean - lower)
+    removable = min(shift, n)
+    low, high = math.inf, 0.0
+    for size in range(n - removable, n + shift + 1):
+        if size < least_size:
+            low = 0.0
+            continue
+        divisor = size - 1 if form == SAMPLE else size
+        added = min(shift, size - n + removable)
+        high = max(high, min(m2 + added * reach ** 2, largest_m2(size, lower, upper)) / divisor)
+        removed = min(removable, shift + n - size)
+        if removed >= n:
+            kept = 0.0
+        else:
+            gap = min(width, spread * n / (n - removed))
+            kept = max(0.0, m2 - removed * gap ** 2)
+        low = min(low, kept / divisor)
+    return (0.0 if low == math.inf else low), high
+
+
+@finite_only
+def local_sensitivity_of_variance(n: int, total: float, m2: float, smallest: float | None,
+                                  largest: float | None, shift: int, lower: float,
+                                  upper: float, form: str, root: bool) -> tuple[float, float]:
+    """(answer, LS) of VAR_* (``root``: STDDEV_*) under iDP (module docstring)."""
+    answer = variance_of(n, m2, form)
+    low, high = neighbour_variance_range(n, total, m2, smallest, largest, shift, lower, upper,
+                                         form)
+    low, high = min(low, answer), max(high, answer)
+    if root:
+        return math.sqrt(answer), max(math.sqrt(high) - math.sqrt(answer),
+                                      math.sqrt(answer) - math.sqrt(low))
+    return answer, max(high - answer, answer - low)
+
+
+@finite_only
+def global_sensitivity_of_variance(lower: float, upper: float, form: str, root: bool) -> float:
+    """DP: every answer lies in [0, largest_variance], so no change exceeds it."""
+    largest = largest_variance(form, lower, upper)
+    return math.sqrt(largest) if root else largest
+
+
+def spread_and_sensitivity(kind: str, stats, column, model: str,
+                           shift: int) -> tuple[float, float, float]:
+    """(answer, sensitivity, largest possible answer) of one STDDEV_*/VAR_* aggregate
+    (``kind``: proxy.analyze.plan's VAR_SAMP, VAR_POP, STDDEV_SAMP or STDDEV_POP) from
+    the backend's statistics of its column."""
+    form = POPULATION if kind.endswith("_pop") else SAMPLE
+    root = kind.startswith("stddev")
+    lower, upper = column.lower, column.upper
+    largest = largest_variance(form, lower, upper)
+    largest = math.sqrt(largest) if root else largest
+    if model == "dp":
+        answer = variance_of(stats.n, stats.m2, form)
+        return (math.sqrt(answer) if root else answer,
+                global_sensitivity_of_variance(lower, upper, form, root), largest)
+    values = stats.values
+    smallest = values.get(RankRef(BOTTOM, 0))
+    biggest = values.get(RankRef(TOP, 0))
+    answer, sensitivity = local_sensitivity_of_variance(
+        stats.n, stats.total, stats.m2, smallest, biggest, shift, lower, upper, form, root)
+    return answer, sensitivity, largest
+
+
+def spread_note(kind: str, model: str) -> str:
+    what = "STDDEV" if kind.startswith("stddev") else "VARIANCE"
+    if model == "dp":
+        return (f"{what} under DP: noise for the widest spread the declared domain allows; "
+                "0 where SQL gives NULL (too few values in scope)")
+    return f"{what} is 0 where SQL gives NULL (too few values in scope)"
