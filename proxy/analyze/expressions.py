@@ -370,7 +370,8 @@ def _extreme(node: exp.Expression, values: list[_Value]) -> _Value:
     the never-NULL ones. LEAST: from the lowest low to the lowest high of the never-NULL
     arguments (of all arguments, the highest high, when every one can be NULL);
     GREATEST mirrors it."""
-    sql = type(node)(this=values[0].sql, expressions=[v.sql for v in values[1:]])
+    sql = type(node)(this=values[0].sql, expressions=[v.sql for v in values[1:]],
+                     ignore_nulls=True)
     present = [v for v in values if not v.null]
     if not present:
         return _always_null(sql, all(v.constant for v in values))
