@@ -157,6 +157,12 @@ def _name(node: exp.Expression, resolve) -> str:
     return shown.sql(dialect="postgres")
 
 
+def _text(node: exp.Expression) -> str:
+    """An expression as a message shows it: its SQL, cut short when long."""
+    text = node.sql(dialect="postgres")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _is_aggregate(node: exp.Expression) -> bool:
     return isinstance(node, (exp.AggFunc, exp.WithinGroup)) or (
         isinstance(node, exp.Anonymous) and node.name.lower() in _QUANTILES)
@@ -219,13 +225,13 @@ def _evaluate(node: exp.Expression, table: Table, resolve) -> _Value:
     """Interval arithmetic over the tree (docs/privacy.md lists the rules)."""
     value = _operator(node, table, resolve)
     if not value.null and max(abs(value.reach[0]), abs(value.reach[1])) > _SAFE_MAGNITUDE:
-        raise NotSupported(f"{node.sql(dialect='postgres')} can reach magnitudes the backend "
+        raise NotSupported(f"{_text(node)} can reach magnitudes the backend "
                            "cannot compute; use smaller constants or narrower domains")
     return value
 
 
 def _refuse(node: exp.Expression) -> NotSupported:
-    return NotSupported(f"{node.sql(dialect='postgres')} is not supported inside an "
+    return NotSupported(f"{_text(node)} is not supported inside an "
                         f"aggregate; allowed: {ALLOWED}")
 
 
@@ -282,7 +288,7 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
 
 def _number(node: exp.Literal) -> _Value:
     """A numeric constant, computed as DOUBLE (so integer constants cannot overflow)."""
-    text = node.sql(dialect="postgres")
+    text = _text(node)
     if node.is_string:
         raise NotSupported(f"aggregates take numbers; {text} is a string")
     number = float(node.name)
@@ -336,7 +342,7 @@ def _abs(a):
 def _divide(node: exp.Div, table: Table, resolve) -> _Value:
     """Division by a non-zero constant c: the ends divided by c (swapped when c < 0);
     integer by integer truncates towards zero, as PostgreSQL does."""
-    text = node.sql(dialect="postgres")
+    text = _text(node)
     if any(isinstance(n, exp.Column) for n in node.expression.walk()):
         raise NotSupported(f"{text} divides by a column, which can fail in the backend "
                            "(division by zero); divide by a non-zero constant")
@@ -444,13 +450,13 @@ def _cast(node: exp.Cast, inner: _Value) -> _Value:
         return replace(inner, integer=False)
     if kind in _INTEGER_TYPES:
         if max(abs(inner.reach[0]), abs(inner.reach[1])) > 9e18:
-            raise NotSupported(f"{node.sql(dialect='postgres')} can be out of the integer "
+            raise NotSupported(f"{_text(node)} can be out of the integer "
                                "range; cast a narrower value")
         sql = exp.cast(exp.cast(inner.sql, "bigint"), _DOUBLE.copy())
         return _Value(sql, *_integral(inner.low, inner.high, math.floor, math.ceil),
                       _integral(*inner.reach, math.floor, math.ceil), True, inner.nullable,
                       inner.constant)
-    raise NotSupported(f"{node.sql(dialect='postgres')}: inside an aggregate, CAST to a "
+    raise NotSupported(f"{_text(node)}: inside an aggregate, CAST to a "
                        "number (int, bigint, numeric, double precision)")
 
 
@@ -463,7 +469,7 @@ def _rounding(node: exp.Expression, inner: _Value) -> _Value:
     """floor, ceil, trunc and round to a whole number: monotone, so the ends of the
     range map to the ends (round within floor..ceil, whatever its tie rule)."""
     if node.args.get("decimals") is not None or node.args.get("to") is not None:
-        raise NotSupported(f"{node.sql(dialect='postgres')}: round to a whole number inside "
+        raise NotSupported(f"{_text(node)}: round to a whole number inside "
                            "an aggregate (no digits argument)")
     down, up = {exp.Floor: (math.floor, math.floor), exp.Ceil: (math.ceil, math.ceil),
                 exp.Trunc: (math.trunc, math.trunc),
@@ -473,7 +479,7 @@ def _rounding(node: exp.Expression, inner: _Value) -> _Value:
 
 
 def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
-    text = node.sql(dialect="postgres")
+    text = _text(node)
     if isinstance(node, exp.Sqrt):
         if inner.low < 0:
             raise NotSupported(f"{text} can take a negative value, which fails in the "
