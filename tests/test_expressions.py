@@ -255,3 +255,25 @@ def test_a_prior_is_refused_for_the_new_aggregates(engine):
             run(session, sql)
     (answer,) = run(session, "SELECT AVG(age * 0.5) FROM people")  # an expression: fine
     assert answer.privacy["model"] != "iDP"
+
+
+def test_over_the_wire_with_types_notices_and_a_parameter(proxy):
+    """psycopg through ``idp-proxy serve``: the new forms come back typed as PostgreSQL
+    would type them (COUNT int8, STDDEV float8), with the notice; an untyped parameter
+    inside an aggregate's expression is read as a number, as PostgreSQL reads it."""
+    notices = []
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        con.add_notice_handler(lambda diagnostic: notices.append(diagnostic.message_primary))
+        cursor = con.execute(
+            "SELECT COUNT(DISTINCT person_id) AS people, STDDEV(age) AS spread, "
+            "COUNT(*) FILTER (WHERE age > 30) AS older, AVG(income / 12) AS monthly "
+            "FROM people")
+        (people, spread, older, monthly), = cursor.fetchall()
+        assert 0 <= older <= people + 100
+        types = [column.type_code for column in cursor.description]
+        assert types == [20, 701, 20, 701]  # int8, float8, int8, float8
+        assert isinstance(people, int) and isinstance(spread, float) and monthly >= 0
+        assert notices and "spent epsilon 0.4" in notices[-1]
+        (row,) = con.execute("SELECT SUM(income / %s) FROM people WHERE age > 40",
+                             ("12",)).fetchall()
+        assert row[0] is not None

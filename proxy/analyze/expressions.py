@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
 
@@ -287,11 +288,14 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
 
 
 def _number(node: exp.Literal) -> _Value:
-    """A numeric constant, computed as DOUBLE (so integer constants cannot overflow)."""
+    """A numeric constant, computed as DOUBLE (so integer constants cannot overflow); a
+    quoted one ('12', as a bound parameter arrives) is read as a number, as PostgreSQL
+    reads an untyped literal next to a number."""
     text = _text(node)
-    if node.is_string:
-        raise NotSupported(f"aggregates take numbers; {text} is a string")
-    number = float(node.name)
+    try:  # a quoted number (an untyped parameter's value) reads as PostgreSQL would read it
+        number = float(Decimal(node.name.strip()))
+    except (InvalidOperation, ValueError):
+        raise NotSupported(f"aggregates take numbers; {text} is a string") from None
     if not math.isfinite(number) or abs(number) > MAGNITUDE_CAP:
         raise NotSupported(f"the constant {text} is out of range; use numbers within "
                            f"±{MAGNITUDE_CAP:.0e}")

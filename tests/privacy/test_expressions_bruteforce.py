@@ -162,6 +162,8 @@ def test_derived_types_and_domains():
     assert (derived_column("x * y").lower, derived_column("x * y").upper) == (-50, 50)
     assert (derived_column("x * w").lower, derived_column("x * w").upper) == (None, None)
     assert (derived_column("abs(w)").lower, derived_column("abs(w)").upper) == (0, None)
+    # a quoted number, as an untyped parameter's value arrives, is a number
+    assert (derived_column("x / '4'").lower, derived_column("x / '4'").upper) == (0, 2.5)
 
 
 @pytest.fixture(scope="module")
