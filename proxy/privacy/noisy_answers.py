@@ -35,7 +35,7 @@ from proxy.privacy.sensitivity import (
     percentile_refs,
     round_up_to_power_of_two,
 )
-from proxy.privacy.variance import spread_and_sensitivity, spread_note
+from proxy.privacy.variance import noisy_moments, spread_and_sensitivity, spread_note
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
 
 
@@ -141,9 +141,11 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
     column = plan.table.columns[agg.column]
     if agg.kind == AVG:
         return _release_average(stats, column, cal, epsilon / share, rng)
+    if agg.kind in SPREADS and cal.model == "dp":
+        noisy = noisy_moments(agg.kind, stats, column, cal.shift, epsilon / share, rng)
+        return _finish(noisy, cal, spread_note(agg.kind, cal.model))
     if agg.kind in SPREADS:
-        answer, sensitivity, largest = spread_and_sensitivity(agg.kind, stats, column, cal.model,
-                                                              cal.shift)
+        answer, sensitivity, largest = spread_and_sensitivity(agg.kind, stats, column, cal.shift)
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon / share, rng,
                              grid_step(column.resolution))
         return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),

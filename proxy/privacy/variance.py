@@ -32,16 +32,21 @@ not the exact LS (that needs the value nearest the mean, which the backend is no
 for, and the mean's exact drift): measured row-level, at most 2× the exact LS on scopes
 of a handful of values, 1.25× at 16 values, 1.1× at 32, closer as the scope grows.
 
-DP: the variance of values in [L, U] lies in [0, (U − L)²/2] (n = 2 at both ends; the
-population form (U − L)²/4), and the answer is 0 for tiny scopes, so every change is
-within that: the global sensitivity, whatever s (STDDEV: its square root).
+DP: three noisy sums over the clipped scope — N, Σ(x − c) and Σ(x − c)² about the
+domain's centre c, each with ε/3 and its clamped-sum sensitivity — combined afterwards
+(``noisy_moments``); the noise on the variance shrinks like 1/N. (The variance itself has
+global sensitivity (U − L)²/2, every answer lying in [0, (U − L)²/2], whatever s and N:
+``global_sensitivity_of_variance``, the bound the brute force checks, and far coarser.)
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
-from proxy.privacy.sensitivity import finite_only
+from proxy.privacy.mechanisms import Noisy, grid_step, laplace_integer, laplace_real
+from proxy.privacy.sampler import RandomSource
+from proxy.privacy.sensitivity import clamped_sum_sensitivity, finite_only
 from proxy.statistics import BOTTOM, TOP, RankRef
 
 SAMPLE, POPULATION = "sample", "population"
@@ -122,20 +127,16 @@ def global_sensitivity_of_variance(lower: float, upper: float, form: str, root: 
     return math.sqrt(largest) if root else largest
 
 
-def spread_and_sensitivity(kind: str, stats, column, model: str,
+def spread_and_sensitivity(kind: str, stats, column,
                            shift: int) -> tuple[float, float, float]:
-    """(answer, sensitivity, largest possible answer) of one STDDEV_*/VAR_* aggregate
-    (``kind``: proxy.analyze.plan's VAR_SAMP, VAR_POP, STDDEV_SAMP or STDDEV_POP) from
-    the backend's statistics of its column."""
+    """(answer, local sensitivity, largest possible answer) of one STDDEV_*/VAR_*
+    aggregate under iDP (``kind``: proxy.analyze.plan's VAR_SAMP, VAR_POP, STDDEV_SAMP
+    or STDDEV_POP) from the backend's statistics of its column."""
     form = POPULATION if kind.endswith("_pop") else SAMPLE
     root = kind.startswith("stddev")
     lower, upper = column.lower, column.upper
     largest = largest_variance(form, lower, upper)
     largest = math.sqrt(largest) if root else largest
-    if model == "dp":
-        answer = variance_of(stats.n, stats.m2, form)
-        return (math.sqrt(answer) if root else answer,
-                global_sensitivity_of_variance(lower, upper, form, root), largest)
     values = stats.values
     smallest = values.get(RankRef(BOTTOM, 0))
     biggest = values.get(RankRef(TOP, 0))
@@ -147,6 +148,63 @@ def spread_and_sensitivity(kind: str, stats, column, model: str,
 def spread_note(kind: str, model: str) -> str:
     what = "STDDEV" if kind.startswith("stddev") else "VARIANCE"
     if model == "dp":
-        return (f"{what} under DP: noise for the widest spread the declared domain allows; "
-                "0 where SQL gives NULL (too few values in scope)")
+        return (f"{what} under DP: from a noisy count and noisy sums of x and x² (each a "
+                "third of the epsilon); 0 where SQL gives NULL (too few values in scope)")
     return f"{what} is 0 where SQL gives NULL (too few values in scope)"
+
+
+def moment_sums(n: int, total: float, m2: float, lower: float,
+                upper: float) -> tuple[float, float]:
+    """Σ(x − c) and Σ(x − c)² about the domain's centre c = (L + U)/2, from n, Σx and M2
+    (Σ(x − c)² = M2 + n·(mean − c)²): each record adds a value in [−h, h] and in [0, h²],
+    h = (U − L)/2."""
+    centre = (lower + upper) / 2
+    first = total - n * centre
+    second = max(m2, 0.0) + (first * first / n if n else 0.0)
+    return first, second
+
+
+def noisy_moments(kind: str, stats, column, shift: int, epsilon: Fraction,
+                  rng: RandomSource) -> Noisy:
+    """STDDEV/VARIANCE under DP from three noisy sums over the (clipped) scope, each with
+    ε/3 — the count N (sensitivity s), S1 = Σ(x − c) (values in [−h, h]: 2h·s) and
+    S2 = Σ(x − c)² (values in [0, h²]: h²·s) — combined afterwards (post-processing):
+    VAR = (S2 − S1²/N)/(N − 1) (÷ N for the population form), clamped to [0, largest].
+    The noise on the variance shrinks like 1/N, unlike the global sensitivity of the
+    variance itself ((U − L)²/2 whatever N). Sequential composition: 3 · ε/3 = ε.
+
+    The 95 % bound: each sum inside its 1 − 5 %/3 interval (union bound), the answer's
+    largest distance to the variance at the corners of that box (and at S1 = 0 when the
+    box holds it, where S1² is least)."""
+    form = POPULATION if kind.endswith("_pop") else SAMPLE
+    root = kind.startswith("stddev")
+    lower, upper = column.lower, column.upper
+    half = (upper - lower) / 2
+    first, second = moment_sums(stats.n, stats.total, stats.m2, lower, upper)
+    third = epsilon / 3
+    confidence = 1 - 0.05 / 3
+    step = grid_step(column.resolution)
+    count = laplace_integer(stats.n, shift, third, rng, confidence)
+    linear = laplace_real(first, clamped_sum_sensitivity(shift, -half, half), third, rng, step,
+                          confidence)
+    square = laplace_real(second, clamped_sum_sensitivity(shift, 0.0, half * half), third, rng,
+                          step, confidence)
+    largest = largest_variance(form, lower, upper)
+
+    def combined(n: float, s1: float, s2: float) -> float:
+        least = 2 if form == SAMPLE else 1
+        n = max(n, least)
+        value = (s2 - s1 * s1 / n) / (n - 1 if form == SAMPLE else n)
+        value = min(max(value, 0.0), largest)
+        return math.sqrt(value) if root else value
+
+    value = combined(count.value, linear.value, square.value)
+    s1_values = [linear.value - linear.ci95, linear.value + linear.ci95]
+    if s1_values[0] <= 0 <= s1_values[1]:
+        s1_values.append(0.0)
+    spread = max(abs(combined(n, s1, s2) - value)
+                 for n in (count.value - count.ci95, count.value + count.ci95)
+                 for s1 in s1_values
+                 for s2 in (square.value - square.ci95, square.value + square.ci95))
+    return Noisy(value, spread, "discrete Laplace / Laplace (sampled on the column's grid): "
+                                "noisy count and moment sums")

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
 import pytest
 
-from proxy.privacy.sensitivity import groups_touched
+from proxy.privacy.sensitivity import clamped_sum_sensitivity, groups_touched
 from proxy.privacy.variance import (
     POPULATION,
     SAMPLE,
     global_sensitivity_of_variance,
     largest_variance,
     local_sensitivity_of_variance,
+    moment_sums,
     variance_of,
 )
 from tests.privacy.reference import Record, contribution_bound, neighbours
@@ -151,3 +153,48 @@ def test_distinct_units_per_group_privacy_loss(units, rows, group_size, groups):
         for other in neighbours(records, options(groups, [1.0]), group_size):
             loss = sum(abs(_units_in_scope(other, g) - b) for g, b in enumerate(base))
             assert loss / group_size <= share
+
+
+@pytest.mark.parametrize("units,rows,group_size", [(4, 2, 1), (4, 1, 2), (3, 3, 1)])
+def test_moment_sums_under_dp(units, rows, group_size):
+    """DP's three sums: Σ(x − c) over values in [−h, h] and Σ(x − c)² over [0, h²] move by
+    at most their clamped-sum sensitivities with shift s; and they are what n, Σx and M2
+    give (moment_sums)."""
+    half, centre = (UPPER - LOWER) / 2, (UPPER + LOWER) / 2
+
+    def sums(rs):
+        values = in_domain(rs)
+        return (sum(v - centre for v in values), sum((v - centre) ** 2 for v in values))
+
+    for records in datasets(36, 15, units, rows):
+        shift = contribution_bound(records) * group_size
+        values = in_domain(records)
+        assert moment_sums(len(values), sum(values), _m2(values), LOWER, UPPER) == \
+            pytest.approx(sums(records), abs=1e-9)
+        for index, bound in ((0, clamped_sum_sensitivity(shift, -half, half)),
+                             (1, clamped_sum_sensitivity(shift, 0.0, half * half))):
+            worst = _worst(records, lambda rs, i=index: sums(rs)[i], group_size,
+                           [LOWER, UPPER, 5.0, *EXTREME])
+            assert worst <= bound + TOLERANCE
+
+
+@pytest.mark.parametrize("kind", ["var_samp", "var_pop", "stddev_samp", "stddev_pop"])
+def test_noisy_moments_bound_covers_95_percent(kind):
+    """The 95 % bound of DP's STDDEV/VARIANCE holds at least 95 % of the time."""
+    from proxy.privacy.variance import noisy_moments
+    from proxy.rules import Column
+    from proxy.statistics import ColumnStats
+    from tests.privacy.test_samplers import SeededSource
+
+    rng = random.Random(37)
+    values = [rng.uniform(20, 60) for _ in range(300)]
+    column = Column("x", "float", 0.0, 100.0)
+    stats = ColumnStats(n=len(values), total=sum(values), m2=_m2(values))
+    truth = variance_of(len(values), _m2(values), POPULATION if kind.endswith("pop") else SAMPLE)
+    truth = math.sqrt(truth) if kind.startswith("stddev") else truth
+    source, inside, runs = SeededSource(38), 0, 400
+    for _ in range(runs):
+        noisy = noisy_moments(kind, stats, column, 1, Fraction(1), source)
+        inside += abs(noisy.value - truth) <= noisy.ci95
+        assert 0 <= noisy.value <= (100 if kind.startswith("stddev") else 100 ** 2 / 2)
+    assert inside / runs >= 0.95
