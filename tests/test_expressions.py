@@ -277,3 +277,30 @@ def test_over_the_wire_with_types_notices_and_a_parameter(proxy):
         (row,) = con.execute("SELECT SUM(income / %s) FROM people WHERE age > 40",
                              ("12",)).fetchall()
         assert row[0] is not None
+
+
+def _plan(sql: str):
+    return analyze(parse_statements(sql)[0], parse_rules(RULES_TEXT), Settings())
+
+
+def test_rewrites_keep_postgresql_names_and_meaning():
+    """SUM of a 0/1 CASE is its count (named "sum", as PostgreSQL names it); COUNT(1) is
+    COUNT(*) (public without WHERE); FILTER on a percentile scopes its values; a SUM of
+    a CASE with no 1 branch stays a SUM."""
+    plan = _plan("SELECT SUM(CASE WHEN age > 3 THEN 1 ELSE 0 END) FROM people "
+                 "ORDER BY SUM(CASE WHEN age > 3 THEN 1 ELSE 0 END) DESC")
+    assert [(a.kind, a.column) for a in plan.aggregates] == [
+        ("count", "CASE WHEN age > 3 THEN 1 ELSE NULL END")]
+    assert [o.name for o in plan.outputs] == ["sum"] and plan.order_by == ((0, True),)
+    plan = _plan("SELECT COUNT(1) FROM people")
+    assert plan.aggregates[0].column is None and plan.public(plan.aggregates[0])
+    plan = _plan("SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY income) "
+                 "FILTER (WHERE age > 30) FROM people")
+    column = plan.table.columns[plan.aggregates[0].column]
+    assert (column.lower, column.upper, column.type) == (0, 1_000_000, "float")
+    assert plan.aggregates[0].column == "CASE WHEN age > 30 THEN income END"
+    plan = _plan("SELECT SUM(CASE WHEN age > 3 THEN 0 ELSE 0 END) FROM people")
+    assert plan.aggregates[0].kind == "sum"
+    plan = _plan("SELECT COUNT(*) FILTER (WHERE age > 30) FROM people")
+    assert plan.aggregates[0].kind == "count" and not plan.public(plan.aggregates[0])
+    assert plan.cost == plan.epsilon

@@ -96,7 +96,7 @@ def _distinct_unit(distinct: exp.Distinct, unit: str | None) -> None:
     if named != unit:
         shown = ", ".join(v.sql(dialect="postgres") for v in values)
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "
-                           f"{unit}) (how many {unit}s) is; for the values of a column ask "
+                           f"{unit}) (how many privacy units) is; for the values of a column ask "
                            "COUNT(*) ... GROUP BY it over its declared keys")
 
 

@@ -112,7 +112,12 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
         if not _is_aggregate(node) or isinstance(node.parent, exp.WithinGroup):
             continue
         if type(node) is exp.Sum and _counts_rows(node.this):
-            node = node.replace(exp.Count(this=_as_count(node.this)))
+            count = exp.Count(this=_as_count(node.this))
+            if isinstance(node.parent, exp.Select):  # its column keeps PostgreSQL's name
+                node.replace(exp.alias_(count, "sum", copy=False))
+            else:
+                node.replace(count)
+            node = count
         argument = _argument(node)
         if argument is None or isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
             continue
@@ -201,12 +206,14 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
 
 
 def _counts_rows(node: exp.Expression) -> bool:
-    """``SUM(CASE WHEN c THEN 1 ELSE 0 END)``: every branch 1, 0 or NULL."""
+    """``SUM(CASE WHEN c THEN 1 ELSE 0 END)``: every branch 1, 0 or NULL, one of them 1."""
     node = node.unnest() if isinstance(node, exp.Paren) else node
     if not isinstance(node, exp.Case) or node.this is not None:
         return False
     branches = [i.args.get("true") for i in node.args.get("ifs", [])] + [node.args.get("default")]
-    return all(b is None or isinstance(b, exp.Null) or (
+    ones = [b for b in branches if isinstance(b, exp.Literal) and not b.is_string
+            and b.name == "1"]
+    return bool(ones) and all(b is None or isinstance(b, exp.Null) or (
         isinstance(b, exp.Literal) and not b.is_string and b.name in ("0", "1"))
         for b in branches)
 
