@@ -304,3 +304,28 @@ def test_rewrites_keep_postgresql_names_and_meaning():
     plan = _plan("SELECT COUNT(*) FILTER (WHERE age > 30) FROM people")
     assert plan.aggregates[0].kind == "count" and not plan.public(plan.aggregates[0])
     assert plan.cost == plan.epsilon
+
+
+def test_asyncpg_prepares_a_parameter_inside_an_aggregate(proxy):
+    """asyncpg describes a statement before binding its values: the stand-in values the
+    server analyses it with must not trip the checks a real value passes (a divisor
+    stands in as 1, not 0)."""
+    import asyncio
+
+    import asyncpg
+
+    async def session():
+        con = await asyncpg.connect(host="127.0.0.1", port=proxy.port, user="alice",
+                                    database="demo")
+        try:
+            statement = await con.prepare("SELECT SUM(age / $1), AVG(income * $2) FROM people")
+            assert [t.name for t in statement.get_parameters()] == ["int8", "float8"]
+            total, mean = await statement.fetchrow(10, 0.5)
+            assert total is not None and mean is not None
+            with pytest.raises(asyncpg.PostgresError) as refused:
+                await statement.fetchrow(0, 0.5)
+            assert refused.value.sqlstate == "0A000"  # the real zero is refused, unspent
+        finally:
+            await con.close()
+
+    asyncio.run(session())
