@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
 from proxy.analyze.outer import OuterQuery, SeriesLimit
-from proxy.analyze.plan import AVG, COUNT
+from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
 from proxy.answer_cache import normalised_sql
 from proxy.backends.base import Backend
 from proxy.errors import BackendUnavailable
@@ -284,9 +284,9 @@ def _output_kind(plan: QueryPlan, output) -> str:
     if output.group is not None:
         return RULE_TYPES[plan.group_by[output.group].type]
     aggregate = plan.aggregates[output.aggregate]
-    if aggregate.kind == COUNT:
+    if aggregate.kind in (COUNT, UNITS):
         return RULE_TYPES["int"]
-    if aggregate.kind == AVG:
+    if aggregate.kind in (AVG, *SPREADS):
         return _FLOAT
     return RULE_TYPES[plan.table.columns[aggregate.column].type]
 

@@ -92,6 +92,7 @@ class ColumnNeeds:
     count: bool = False
     lower: float | None = None
     upper: float | None = None
+    spread: bool = False  # m2, the sum of squared deviations from the mean (VAR_POP · n)
 
     def normalise(self, value) -> float | None:
         """A value read back from the backend, as a float (already normalised there;
@@ -108,6 +109,7 @@ class ColumnStats:
     n: int = 0
     total: float = 0.0
     values: dict[RankRef, float | None] = field(default_factory=dict)
+    m2: float = 0.0  # Σ(x − mean)², when ``spread`` was asked
 
 
 @dataclass
@@ -116,6 +118,7 @@ class GroupStats:
 
     rows: int = 0
     columns: dict[str, ColumnStats] = field(default_factory=dict)
+    units: int = 0  # distinct privacy units in scope, when the plan counts them
     smooth: dict[int, float] = field(default_factory=dict)  # aggregate index -> β-smooth S
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
 

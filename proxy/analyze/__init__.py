@@ -15,6 +15,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
@@ -23,6 +24,7 @@ from proxy.analyze.plan import (
     MAX,
     MIN,
     PERCENTILE,
+    SPREADS,
     SUM,
     VALUE,
     Aggregate,
@@ -51,7 +53,7 @@ _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, 
            exp.Merge, exp.TruncateTable, exp.Grant, exp.Command, exp.Use, exp.Attach,
            exp.Detach, exp.Pragma)
 _COMPOUND = (exp.Join, exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except,
-             exp.Window, exp.Lateral, exp.Unnest, exp.Filter)
+             exp.Window, exp.Lateral, exp.Unnest)
 
 
 def parse_statements(sql: str) -> list[exp.Expression]:
@@ -100,6 +102,8 @@ def analyze(
         return outer
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
+    resolve = _column_resolver(table, select)
+    select, table = with_expressions(select, table, resolve)  # aggregates over expressions
     resolve = _column_resolver(table, select)
     epsilon = settings.resolve_epsilon(rules, hint)
     individual = _individual_query(select, table, settings, resolve, epsilon)
@@ -193,7 +197,7 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) 
         if agg.column is None:
             continue
         column = table.columns[agg.column]
-        needs_number = agg.kind in (PERCENTILE, MAX, MIN, SUM, AVG)
+        needs_number = agg.kind in (PERCENTILE, MAX, MIN, SUM, AVG, *SPREADS)
         if needs_number and not column.numeric:
             raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a numeric column; "
                                f"{agg.column} is {column.type}")
@@ -201,7 +205,7 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) 
         if model == "dp" and needs_number and not both:
             raise NotSupported(f"the DP model needs a declared domain for {agg.column}; "
                                "ask the data owner to add domain = [lower, upper] to the rules")
-        if model == "idp" and agg.kind in (PERCENTILE, SUM, AVG) and not both:
+        if model == "idp" and agg.kind in (PERCENTILE, SUM, AVG, *SPREADS) and not both:
             raise NotSupported(f"{agg.label.upper()}({agg.column}) under iDP needs a declared "
                                f"domain for {agg.column} (the fallback for tiny scopes); "
                                "ask the data owner")
@@ -297,7 +301,7 @@ def _column_resolver(table: Table, select: exp.Select):
         qualifier = column.table.lower()
         if qualifier and qualifier not in (alias, table.name):
             raise UnknownColumn(f"column {column.sql()} does not belong to {table.name}")
-        name = column.name.lower()
+        name = column.name if column.name in table.columns else column.name.lower()
         if name not in table.columns:
             raise UnknownColumn(f"column {name} is not declared for {table.name}; declared: "
                                 f"{', '.join(table.columns)}")
@@ -329,7 +333,7 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
                                    f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
-        aggregate = recognise(node, resolve)
+        aggregate = recognise(node, resolve, table.privacy_unit)
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

@@ -7,12 +7,30 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, Aggregate
+from proxy.analyze.plan import (
+    AVG,
+    COUNT,
+    MAX,
+    MIN,
+    PERCENTILE,
+    STDDEV_POP,
+    STDDEV_SAMP,
+    SUM,
+    UNITS,
+    VAR_POP,
+    VAR_SAMP,
+    Aggregate,
+)
 from proxy.errors import NotSupported
 
-SUPPORTED = ("COUNT(*), COUNT(col), MEDIAN(col), PERCENTILE_DISC(p) WITHIN GROUP (ORDER BY col), "
-             "PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, AVG")
-_SIMPLE = {exp.Max: MAX, exp.Min: MIN, exp.Sum: SUM, exp.Avg: AVG}
+SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT unit), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
+             "GROUP (ORDER BY col), PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, "
+             "AVG, STDDEV, VARIANCE (_SAMP, _POP)")
+_SIMPLE = {exp.Max: MAX, exp.Min: MIN, exp.Sum: SUM, exp.Avg: AVG,
+           exp.Stddev: STDDEV_SAMP, exp.StddevSamp: STDDEV_SAMP, exp.StddevPop: STDDEV_POP,
+           exp.Variance: VAR_SAMP, exp.VariancePop: VAR_POP}
+# the column name PostgreSQL gives each (STDDEV is STDDEV_SAMP, VARIANCE is VAR_SAMP)
+_LABELS = {exp.Stddev: "stddev", exp.Variance: "variance"}
 
 
 def is_aggregate(node: exp.Expression) -> bool:
@@ -21,14 +39,16 @@ def is_aggregate(node: exp.Expression) -> bool:
     ) or isinstance(node, exp.WithinGroup)
 
 
-def recognise(node: exp.Expression, resolve_column) -> Aggregate:
-    """Turn one aggregate call into an Aggregate; refuse anything else."""
+def recognise(node: exp.Expression, resolve_column, unit: str | None = None) -> Aggregate:
+    """Turn one aggregate call into an Aggregate; refuse anything else. ``unit``: the
+    table's privacy unit column, the one column COUNT(DISTINCT ...) takes."""
     if isinstance(node, exp.Count):
         arg = node.this
         if isinstance(arg, exp.Star):
             return Aggregate(COUNT, None, "count")
         if isinstance(arg, exp.Distinct):
-            raise NotSupported(f"COUNT(DISTINCT ...) is not supported; supported: {SUPPORTED}")
+            _distinct_unit(arg, unit)
+            return Aggregate(UNITS, None, "count")
         return Aggregate(COUNT, _column(arg, resolve_column, "COUNT"), "count")
     if isinstance(node, exp.Median):
         return Aggregate(PERCENTILE, _column(node.this, resolve_column, "MEDIAN"), "median",
@@ -56,10 +76,28 @@ def recognise(node: exp.Expression, resolve_column) -> Aggregate:
         if type(node) is kind_type:
             if isinstance(node.this, exp.Distinct):
                 raise NotSupported(f"{kind.upper()}(DISTINCT ...) is not supported")
-            return Aggregate(kind, _column(node.this, resolve_column, kind.upper()), kind)
+            return Aggregate(kind, _column(node.this, resolve_column, kind.upper()),
+                             _LABELS.get(kind_type, kind))
     raise NotSupported(
         f"aggregate {node.sql(dialect='postgres')} is not supported; supported: {SUPPORTED}"
     )
+
+
+def _distinct_unit(distinct: exp.Distinct, unit: str | None) -> None:
+    """COUNT(DISTINCT unit): how many privacy units are in scope. Any other column is
+    refused: its distinct values are not units, so the count is not one of the
+    statistics the proxy calibrates (ask per declared key with GROUP BY instead)."""
+    values = distinct.expressions
+    named = values[0].name.lower() if len(values) == 1 and isinstance(values[0], exp.Column) \
+        else None
+    if unit is None:
+        raise NotSupported("COUNT(DISTINCT ...) counts privacy units, and this table has no "
+                           "privacy_unit; ask COUNT(*), or COUNT(*) ... GROUP BY a declared key")
+    if named != unit:
+        shown = ", ".join(v.sql(dialect="postgres") for v in values)
+        raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "
+                           f"{unit}) (how many privacy units) is; for the values of a column ask "
+                           "COUNT(*) ... GROUP BY it over its declared keys")
 
 
 def _column(arg: exp.Expression, resolve_column, function: str) -> str:

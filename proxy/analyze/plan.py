@@ -19,6 +19,9 @@ from proxy.rules import Table
 
 COUNT, PERCENTILE, MAX, MIN, SUM, AVG = "count", "percentile", "max", "min", "sum", "avg"
 VALUE = "value"  # one unit's value of a column: an individual query (seed 001)
+UNITS = "units"  # COUNT(DISTINCT privacy unit): how many units are in scope
+VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = "var_samp", "var_pop", "stddev_samp", "stddev_pop"
+SPREADS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)  # proxy.privacy.variance
 
 
 @dataclass(frozen=True)

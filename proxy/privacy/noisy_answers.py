@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
+from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SPREADS, SUM, UNITS, QueryPlan
 from proxy.privacy.mechanisms import (
     Noisy,
     grid_step,
@@ -35,6 +35,7 @@ from proxy.privacy.sensitivity import (
     percentile_refs,
     round_up_to_power_of_two,
 )
+from proxy.privacy.variance import noisy_moments, spread_and_sensitivity, spread_note
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
 
 
@@ -66,6 +67,7 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
     ranks: dict[str, set[RankRef]] = {}
     totals: dict[str, bool] = {}
     counts: dict[str, bool] = {}
+    spreads: dict[str, bool] = {}
     for agg in plan.aggregates:
         if agg.column is None:
             continue
@@ -87,9 +89,14 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
             totals[agg.column] = True
             if plan.model == "idp" and shift == 1:
                 wanted.update(SUM_REFS)
+        elif agg.kind in SPREADS:  # n, Σx, m2 and (iDP) the extremes: proxy.privacy.variance
+            totals[agg.column] = counts[agg.column] = spreads[agg.column] = True
+            if plan.model == "idp":
+                wanted.update((RankRef(BOTTOM, 0), RankRef(TOP, 0)))
     columns = plan.table.columns
     return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col],
-                             columns[col].lower, columns[col].upper) for col in ranks)
+                             columns[col].lower, columns[col].upper, col in spreads)
+                 for col in ranks)
 
 
 @dataclass(frozen=True)
@@ -125,10 +132,24 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
         return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                        noisy.ci95 if cal.report_scale == "private" else None)
     share = groups_touched(cal.shift, group_count) if grouped else 1
+    if agg.kind == UNITS:  # one unit's change: g units leave or join each cell it touches
+        noisy = laplace_integer(group.units, _integer_scale(plan.table.group_size, cal),
+                                epsilon / share, rng)
+        return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
+                       noisy.ci95 if cal.report_scale == "private" else None)
     stats = group.column(agg.column)
     column = plan.table.columns[agg.column]
     if agg.kind == AVG:
         return _release_average(stats, column, cal, epsilon / share, rng)
+    if agg.kind in SPREADS and cal.model == "dp":
+        noisy = noisy_moments(agg.kind, stats, column, cal.shift, epsilon / share, rng)
+        return _finish(noisy, cal, spread_note(agg.kind, cal.model))
+    if agg.kind in SPREADS:
+        answer, sensitivity, largest = spread_and_sensitivity(agg.kind, stats, column, cal.shift)
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon / share, rng,
+                             grid_step(column.resolution))
+        return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
+                       cal, spread_note(agg.kind, cal.model))
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
     step, epsilon = grid_step(column.resolution), epsilon / share
     bound = None

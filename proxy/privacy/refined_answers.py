@@ -14,7 +14,7 @@ import math
 from numbers import Number
 from typing import Any
 
-from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
+from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, VALUE, QueryPlan
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.refinement import error_bound, factors, refine, unrefined
 from proxy.privacy.sampler import RandomSource
@@ -30,6 +30,10 @@ def answer_prior(plan: QueryPlan) -> Any:
     Called when the query is analysed, so its error bound is computed (and cached) then,
     before the debit: the release after it only samples."""
     agg = plan.aggregates[0]
+    if agg.kind not in (COUNT, SUM, AVG, PERCENTILE, MAX, MIN, VALUE):
+        raise ValueError(f"a prior describes COUNT, SUM, AVG, percentiles, MAX, MIN or one "
+                         f"unit's value; for "
+                         f"{agg.label.upper()} RESET idp.prior")
     column = plan.table.columns.get(agg.column) if agg.column else None
     low, high = (None, None) if column is None else (column.lower, column.upper)
     kind = column.type if column is not None else "int"

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
-from proxy.pushdown.scope import exact_sum, group_keys, scope_select
+from proxy.pushdown.scope import (
+    counts_units,
+    distinct_units,
+    exact_sum,
+    group_keys,
+    scope_select,
+)
 from proxy.statistics import BOTTOM, PCT, ColumnNeeds, ColumnStats, GroupStats, RankRef
 
 
@@ -24,6 +30,7 @@ class StatisticsQuery:
     sql: str
     keys: tuple[str, ...]
     needs: tuple[ColumnNeeds, ...]
+    units: bool = False  # an n_units column follows n_rows
 
     def read(self, rows: list[tuple]) -> dict[tuple, GroupStats]:
         """Backend rows → GroupStats per group key tuple."""
@@ -31,11 +38,15 @@ class StatisticsQuery:
         for row in rows:
             key, rest = tuple(row[: len(self.keys)]), list(row[len(self.keys):])
             group = GroupStats(rows=int(rest.pop(0) or 0))
+            if self.units:
+                group.units = int(rest.pop(0) or 0)
             for need in self.needs:
                 stats = ColumnStats(n=int(rest.pop(0) or 0))
                 if need.total:
                     total = rest.pop(0)
                     stats.total = float(total) if total is not None else 0.0
+                if need.spread:
+                    stats.m2 = float(rest.pop(0) or 0) * stats.n
                 for ref in _ordered(need.ranks):
                     stats.values[ref] = need.normalise(rest.pop(0))
                 group.columns[need.column] = stats
@@ -52,8 +63,13 @@ def statistics_query(
     scope = scope_select(plan, needs, clip_rows_per_unit)
     ctes: list[tuple[str, exp.Expression]] = [("scope", scope)]
     outer = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n_rows")).from_("scope")
+    units = counts_units(plan)
+    if units:
+        outer = outer.select(exp.alias_(distinct_units(exp.column("u")), "n_units"))
     ctes.append(("base", outer.group_by(*keys)))
     final = exp.select(*[exp.column(k, "base") for k in keys], exp.column("n_rows", "base"))
+    if units:
+        final = final.select(exp.column("n_units", "base"))
     final = final.from_("base")
     for index, need in enumerate(needs):
         name = f"c{index}"
@@ -61,13 +77,15 @@ def statistics_query(
         final = final.select(exp.column(f"{name}_n", f"s{index}"))
         if need.total:
             final = final.select(exp.column(f"{name}_total", f"s{index}"))
+        if need.spread:
+            final = final.select(exp.column(f"{name}_m2", f"s{index}"))
         for j, _ in enumerate(_ordered(need.ranks)):
             final = final.select(exp.column(f"{name}_r{j}", f"s{index}"))
         on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys])
         final = final.join(f"s{index}", on=on, join_type="left")
     for alias, cte in ctes:
         final = final.with_(alias, as_=cte)
-    return StatisticsQuery(final.sql(dialect=dialect), keys, needs)
+    return StatisticsQuery(final.sql(dialect=dialect), keys, needs, units)
 
 
 def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
@@ -87,6 +105,8 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
     stats = exp.select(*keys, exp.alias_(exp.Count(this=exp.column("v")), f"{name}_n"))
     if need.total:
         stats = stats.select(exp.alias_(exact_sum(exp.column("v")), f"{name}_total"))
+    if need.spread:
+        stats = stats.select(exp.alias_(exp.VariancePop(this=exp.column("v")), f"{name}_m2"))
     for j, ref in enumerate(_ordered(need.ranks)):
         hit = exp.column("rn").eq(_rank_sql(ref, exp.column("n")))
         pick = exp.Case().when(hit, exp.column("v"))

@@ -16,6 +16,8 @@ from sqlglot import exp
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.scope import (
     Execute,
+    counts_units,
+    distinct_units,
     exact_sum,
     fill_extremes,
     group_keys,
@@ -34,6 +36,9 @@ def grouped_list_statistics(
     # readers take (group statistics, that group's anchor values, the column's value)
     items = [exp.Count(this=exp.Star())]
     readers = [lambda g, a, v: setattr(g, "rows", int(v or 0))]
+    if counts_units(plan):
+        items.append(distinct_units(exp.column("u")))
+        readers.append(lambda g, a, v: setattr(g, "units", int(v or 0)))
     anchors: list[tuple[int, ColumnNeeds, object]] = []
     for index, need in enumerate(needs):
         column = exp.column(f"c{index}")
@@ -43,6 +48,10 @@ def grouped_list_statistics(
             items.append(exact_sum(column))
             readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "total",
                                                                   float(v or 0)))
+        if need.spread:
+            items.append(exp.VariancePop(this=column))
+            readers.append(lambda g, a, v, c=need.column: setattr(
+                g.columns[c], "m2", float(v or 0) * g.columns[c].n))
         for anchor, kind in ((TOP, exp.Max), (BOTTOM, exp.Min)):
             offsets = [r.offset for r in need.ranks if r.anchor == anchor]
             if offsets:

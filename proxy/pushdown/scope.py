@@ -12,7 +12,9 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from proxy.analyze.plan import QueryPlan
+from proxy.analyze.expressions import DerivedColumn
+from proxy.analyze.plan import UNITS, QueryPlan
+from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 
 Execute = Callable[[str], list[tuple]]
@@ -40,8 +42,9 @@ def scope_select(
     selected += [exp.alias_(group_value(term, table), key)
                  for term, key in zip(plan.group_by, keys)]
     for index, need in enumerate(needs):
-        selected.append(exp.alias_(normalised(exp.column(need.column, quoted=True), need.lower,
-                                              need.upper), f"c{index}"))
+        selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
+    if counts_units(plan):
+        selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
     source = exp.to_table(table.name, quoted=True)
     if sample_percent is not None:
         source.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -55,14 +58,24 @@ def scope_select(
         return scope
     unit = exp.column(table.privacy_unit, quoted=True)
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
-             if col != table.privacy_unit]
+             if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
     row_in_unit = exp.Window(
         this=exp.RowNumber(), partition_by=[unit], order=exp.Order(expressions=order)
     )
     scope = scope.select(exp.alias_(row_in_unit, "row_in_unit"))
     columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))]]
+    columns += ["u"] if counts_units(plan) else []
     clipped = exp.select(*columns).from_(scope.subquery("u"))
     return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
+
+
+def counts_units(plan: QueryPlan) -> bool:
+    """Whether the plan asks COUNT(DISTINCT unit): the scope then carries the unit as ``u``."""
+    return any(agg.kind == UNITS for agg in plan.aggregates)
+
+
+def distinct_units(column: exp.Expression) -> exp.Expression:
+    return exp.Count(this=exp.Distinct(expressions=[column]))
 
 
 def group_keys(plan: QueryPlan) -> tuple[str, ...]:
@@ -102,6 +115,19 @@ def normalised(value: exp.Expression, lower: float | None = None,
             .when(exp.and_(value.copy() > literal(high), exp.not_(is_nan)),
                   exp.cast(literal(high), DOUBLE))
             .when(value.copy() < literal(low), exp.cast(literal(low), DOUBLE)))
+
+
+def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
+    """The normalised value of a needed column, or of a derived one (an aggregate's
+    expression, proxy.analyze.expressions): its columns normalised as for a plain
+    column, the expression computed on them, the result normalised to its derived domain."""
+    column = table.columns.get(need.column)
+    if isinstance(column, DerivedColumn):
+        value = column.render(lambda name: normalised(
+            exp.column(name, quoted=True), table.columns[name].lower, table.columns[name].upper))
+    else:
+        value = exp.column(need.column, quoted=True)
+    return normalised(value, need.lower, need.upper)
 
 
 def exact_sum(value: exp.Expression) -> exp.Expression:

@@ -18,7 +18,15 @@ import math
 from sqlglot import exp
 
 from proxy.analyze.plan import COUNT, QueryPlan
-from proxy.pushdown.scope import Execute, exact_sum, fill_extremes, normalised, scope_select
+from proxy.pushdown.scope import (
+    Execute,
+    counts_units,
+    distinct_units,
+    exact_sum,
+    fill_extremes,
+    needed_value,
+    scope_select,
+)
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 
 
@@ -57,16 +65,22 @@ def first_pass(
     if any(a.kind == COUNT and a.column is None for a in plan.aggregates):
         items.append(scoped(exp.Count(this=exp.Star())))
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
+    if counts_units(plan):
+        unit = exp.column("u") if clipped else exp.column(plan.table.privacy_unit, quoted=True)
+        items.append(scoped(distinct_units(unit)))
+        readers.append(lambda value: setattr(group, "units", int(value or 0)))
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
-        column = exp.column(f"c{index}") if clipped else normalised(
-            exp.column(need.column, quoted=True), need.lower, need.upper)
+        column = exp.column(f"c{index}") if clipped else needed_value(plan.table, need)
         if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
             items.append(scoped(exp.Count(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
         if need.total:
             items.append(scoped(exact_sum(column)))
             readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
+        if need.spread:
+            items.append(scoped(exp.VariancePop(this=column)))
+            readers.append(lambda value, s=stats: setattr(s, "m2", float(value or 0) * s.n))
     if not items and not whole_table:
         return group, []
     if clipped:

@@ -19,7 +19,9 @@ from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, TIMESTAMP,
 from proxy.rules import Rules
 from proxy.wire import types
 
-_DUMMIES = {INT8: 0, FLOAT8: 0.5, TEXT: "", BOOL: False, DATE: dt.date(2000, 1, 1),
+# Stand-ins are never 0: a parameter may be the divisor of an aggregate's expression
+# (SUM(age / $1)), which is refused for a real 0 only.
+_DUMMIES = {INT8: 1, FLOAT8: 0.5, TEXT: "", BOOL: False, DATE: dt.date(2000, 1, 1),
             TIMESTAMP: dt.datetime(2000, 1, 1)}
 
 
@@ -95,7 +97,7 @@ def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) ->
 
 def dummy_values(param_types: tuple[int, ...]) -> tuple[object, ...]:
     """Stand-ins of the right types, to analyse a statement before its values come."""
-    return tuple(_DUMMIES.get(oid, 0 if oid in types.INTEGERS else "") for oid in param_types)
+    return tuple(_DUMMIES.get(oid, 1 if oid in types.INTEGERS else "") for oid in param_types)
 
 
 def _literal(value: object) -> exp.Expression:

@@ -1,0 +1,506 @@
+"""Aggregates over expressions: the value an aggregate reads may be an arithmetic
+expression of declared numeric columns, e.g. ``AVG(price * quantity)``,
+``SUM(income / 12)``, ``MAX(abs(x))``, ``COUNT(*) FILTER (WHERE age > 30)``.
+
+Each such expression becomes a *derived column* of the plan's table: a ``Column`` with
+a type and a domain propagated from the declared domains by interval arithmetic
+(rules in docs/privacy.md, "Aggregates over expressions"), so every sensitivity of SPEC
+§5.2 applies to the expression's value unchanged — a modified record changes that value
+to anything inside the derived domain, or to NULL, exactly as it would a column's.
+
+How the backend computes it (``DerivedColumn.render``): every column the expression
+reads as a value is normalised first, as for a plain column (NaN as NULL, ±inf and
+out-of-range values to the declared bound or ±MAGNITUDE_CAP); the arithmetic is done in
+DOUBLE on those finite values, whose magnitudes the intervals bound, so it can neither
+overflow nor divide by zero; pushdown then normalises the result to the derived
+domain like any column value. CASE conditions and FILTER clauses read the raw columns,
+as WHERE does. Integer division follows PostgreSQL (it truncates towards zero).
+
+Everything here depends on the text and the rules only (SPEC §3.4): a refusal happens
+before anything runs, and the derived domain, type and resolution are public.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.analyze.predicate import check_predicate
+from proxy.errors import NotSupported
+from proxy.rules import Column, Table
+from proxy.statistics import MAGNITUDE_CAP
+
+ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
+           "CAST to a number, abs, least, greatest, floor, ceil, round, trunc, sqrt of a "
+           "value that cannot be negative, ln of a value that is always positive")
+# Intermediate values the backend may meet stay well inside DOUBLE's range.
+_SAFE_MAGNITUDE = 1e300
+_INTEGER_TYPES = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+                  exp.DataType.Type.BIGINT}
+_REAL_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL,
+               exp.DataType.Type.BIGDECIMAL}
+_DOUBLE = exp.DataType.build("double")
+_QUANTILES = ("quantile_disc", "quantile")
+
+
+@dataclass(frozen=True)
+class DerivedColumn(Column):
+    """An aggregate's expression as a column of the plan's table. ``name`` is the
+    expression's SQL; ``expression`` its tree over resolved column names, rendered for
+    the backend by ``render``."""
+
+    expression: Any = None
+
+    def render(self, value_of: Callable[[str], exp.Expression]) -> exp.Expression:
+        """The expression as backend SQL: every column read as a value is replaced by
+        ``value_of(name)`` (its normalised value); columns inside CASE conditions stay
+        raw, as WHERE reads them."""
+        tree = self.expression.copy()
+        for column in list(tree.find_all(exp.Column)):
+            if not _in_condition(column):
+                column.replace(value_of(column.name))
+        return tree
+
+
+def _in_condition(node: exp.Expression) -> bool:
+    while node.parent is not None:
+        if isinstance(node.parent, exp.If) and node.arg_key == "this":
+            return True
+        node = node.parent
+    return False
+
+
+@dataclass(frozen=True)
+class _Value:
+    """What analysis knows of a subexpression: its SQL, its range with undeclared sides
+    infinite (``low``/``high``) and with them at ±MAGNITUDE_CAP (``reach``: what the
+    backend can meet), whether it is integral, whether it can be NULL, and whether it
+    reads no column. ``low > high`` means it is always NULL."""
+
+    sql: exp.Expression
+    low: float
+    high: float
+    reach: tuple[float, float]
+    integer: bool
+    nullable: bool
+    constant: bool = False
+
+    @property
+    def null(self) -> bool:
+        return self.low > self.high
+
+
+def _always_null(sql: exp.Expression, constant: bool = True) -> _Value:
+    return _Value(sql, math.inf, -math.inf, (math.inf, -math.inf), True, True, constant)
+
+
+def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Select, Table]:
+    """The SELECT with every aggregate argument that is an expression (and every FILTER
+    clause) replaced by a derived column, and the table with those columns added; the
+    rest of the analysis then sees plain columns."""
+    select = select.copy()
+    derived: dict[str, DerivedColumn] = {}
+    for node in list(select.find_all(exp.Filter)):
+        _unfilter(node, table, resolve)
+    for node in list(select.walk()):
+        if not _is_aggregate(node) or isinstance(node.parent, exp.WithinGroup):
+            continue
+        if type(node) is exp.Sum and _counts_rows(node.this):
+            count = exp.Count(this=_as_count(node.this))
+            if isinstance(node.parent, exp.Select):  # its column keeps PostgreSQL's name
+                node.replace(exp.alias_(count, "sum", copy=False))
+            else:
+                node.replace(count)
+            node = count
+        argument = _argument(node)
+        if argument is None or isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
+            continue
+        if any(_is_aggregate(inner) for inner in argument.walk()):
+            raise NotSupported("an aggregate inside an aggregate is not supported; "
+                               "aggregate columns or expressions of columns")
+        column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
+        if column is None:  # COUNT of a value that is never NULL counts rows
+            argument.replace(exp.Star())
+            continue
+        derived.setdefault(column.name, column)
+        argument.replace(exp.column(column.name))
+    if not derived:
+        return select, table
+    columns = MappingProxyType({**table.columns, **derived})
+    return select, replace(table, columns=columns)
+
+
+def derive(node: exp.Expression, table: Table, resolve,
+           counted: bool = False) -> DerivedColumn | None:
+    """The derived column of one aggregate argument (None: under COUNT, a constant that
+    is never NULL); refuse what could fail in the backend or is not a number."""
+    value = _evaluate(node, table, resolve)
+    name = _name(node, resolve)
+    if value.null:
+        raise NotSupported(f"{name} is always NULL; aggregate a column or an expression of "
+                           "columns")
+    if counted and value.constant and not value.nullable:
+        return None
+    lower = None if value.low == -math.inf else min(max(value.low, -MAGNITUDE_CAP), MAGNITUDE_CAP)
+    upper = None if value.high == math.inf else max(min(value.high, MAGNITUDE_CAP), -MAGNITUDE_CAP)
+    resolution = 1.0 if lower is not None and lower == upper else None  # a constant
+    return DerivedColumn(name, "int" if value.integer else "float", lower, upper,
+                         declared_resolution=resolution, expression=value.sql)
+
+
+def _name(node: exp.Expression, resolve) -> str:
+    """The expression as the analyst wrote it, columns by their declared names: the
+    derived column's name in plans and messages (one name per expression)."""
+    shown = node.copy()
+    for column in list(shown.find_all(exp.Column)):
+        column.replace(exp.column(resolve(column)))
+    return shown.sql(dialect="postgres")
+
+
+def _text(node: exp.Expression) -> str:
+    """An expression as a message shows it: its SQL, cut short when long."""
+    text = node.sql(dialect="postgres")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_aggregate(node: exp.Expression) -> bool:
+    return isinstance(node, (exp.AggFunc, exp.WithinGroup)) or (
+        isinstance(node, exp.Anonymous) and node.name.lower() in _QUANTILES)
+
+
+def _argument(node: exp.Expression) -> exp.Expression | None:
+    """The value an aggregate reads (None when it has no such slot)."""
+    if isinstance(node, exp.WithinGroup):
+        order = node.expression
+        ordered = order.expressions if isinstance(order, exp.Order) else []
+        return ordered[0].this if len(ordered) == 1 else None
+    if isinstance(node, exp.Anonymous):
+        return node.expressions[0] if node.expressions else None
+    return node.this
+
+
+def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
+    """``AGG(x) FILTER (WHERE c)`` → ``AGG(CASE WHEN c THEN x END)``: the aggregate's
+    own scope, WHERE ∧ c (``COUNT(*)`` counts ``CASE WHEN c THEN 1 END``)."""
+    aggregate, where = node.this, node.expression
+    if not _is_aggregate(aggregate) or not isinstance(where, exp.Where):
+        raise NotSupported("FILTER (WHERE ...) follows an aggregate, e.g. "
+                           "COUNT(*) FILTER (WHERE age > 30)")
+    argument = _argument(aggregate)
+    if isinstance(argument, exp.Distinct):
+        raise NotSupported("COUNT(DISTINCT ...) takes its scope from WHERE only; move the "
+                           "FILTER condition to WHERE")
+    if argument is None:
+        raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
+                           "and STDDEV/VARIANCE; move the condition to WHERE")
+    condition = check_predicate(where.this, table, resolve)
+    value = exp.Literal.number(1) if isinstance(argument, exp.Star) else argument.copy()
+    argument.replace(exp.Case().when(condition, value))
+    node.replace(aggregate)
+
+
+def _counts_rows(node: exp.Expression) -> bool:
+    """``SUM(CASE WHEN c THEN 1 ELSE 0 END)``: every branch 1, 0 or NULL, one of them 1."""
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if not isinstance(node, exp.Case) or node.this is not None:
+        return False
+    branches = [i.args.get("true") for i in node.args.get("ifs", [])] + [node.args.get("default")]
+    ones = [b for b in branches if isinstance(b, exp.Literal) and not b.is_string
+            and b.name == "1"]
+    return bool(ones) and all(b is None or isinstance(b, exp.Null) or (
+        isinstance(b, exp.Literal) and not b.is_string and b.name in ("0", "1"))
+        for b in branches)
+
+
+def _as_count(node: exp.Expression) -> exp.Expression:
+    """The CASE of ``_counts_rows`` with its 0 branches as NULL: counting its non-NULL
+    values is the sum of the 0/1 values."""
+    case = (node.unnest() if isinstance(node, exp.Paren) else node).copy()
+    for branch in [i.args.get("true") for i in case.args.get("ifs", [])] + [
+            case.args.get("default")]:
+        if isinstance(branch, exp.Literal) and branch.name == "0":
+            branch.replace(exp.Null())
+    return case
+
+
+def _evaluate(node: exp.Expression, table: Table, resolve) -> _Value:
+    """Interval arithmetic over the tree (docs/privacy.md lists the rules)."""
+    value = _operator(node, table, resolve)
+    if not value.null and max(abs(value.reach[0]), abs(value.reach[1])) > _SAFE_MAGNITUDE:
+        raise NotSupported(f"{_text(node)} can reach magnitudes the backend "
+                           "cannot compute; use smaller constants or narrower domains")
+    return value
+
+
+def _refuse(node: exp.Expression) -> NotSupported:
+    return NotSupported(f"{_text(node)} is not supported inside an "
+                        f"aggregate; allowed: {ALLOWED}")
+
+
+def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
+    def of(child: exp.Expression) -> _Value:
+        return _evaluate(child, table, resolve)
+
+    if isinstance(node, exp.Paren):
+        inner = of(node.this)
+        return replace(inner, sql=exp.paren(inner.sql, copy=False))
+    if isinstance(node, exp.Column):
+        return _leaf(node, table, resolve)
+    if isinstance(node, exp.Literal):
+        return _number(node)
+    if isinstance(node, exp.Null):
+        return _always_null(exp.Null())
+    if isinstance(node, (exp.Neg, exp.Abs, exp.Cast, exp.Floor, exp.Ceil, exp.Round,
+                         exp.Trunc, exp.Sqrt, exp.Ln)) and not isinstance(node, exp.TryCast):
+        inner = of(node.this)
+        if inner.null:  # NULL in, NULL out
+            return _always_null(type(node)(**{**node.args, "this": inner.sql}), inner.constant)
+        if isinstance(node, exp.Neg):
+            return _Value(exp.Neg(this=inner.sql), -inner.high, -inner.low,
+                          (-inner.reach[1], -inner.reach[0]), inner.integer, inner.nullable,
+                          inner.constant)
+        if isinstance(node, exp.Abs):
+            return _Value(exp.Abs(this=inner.sql), *_abs((inner.low, inner.high)),
+                          _abs(inner.reach), inner.integer, inner.nullable, inner.constant)
+        if isinstance(node, exp.Cast):
+            return _cast(node, inner)
+        if isinstance(node, (exp.Sqrt, exp.Ln)):
+            return _root_or_log(node, inner)
+        return _rounding(node, inner)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        left, right = of(node.this), of(node.expression)
+        sql = type(node)(this=left.sql, expression=right.sql)
+        if left.null or right.null:
+            return _always_null(sql, left.constant and right.constant)
+        combine = {exp.Add: _add, exp.Sub: _sub, exp.Mul: _mul}[type(node)]
+        low, high = combine((left.low, left.high), (right.low, right.high))
+        return _Value(sql, low, high, combine(left.reach, right.reach),
+                      left.integer and right.integer, left.nullable or right.nullable,
+                      left.constant and right.constant)
+    if isinstance(node, exp.Div):
+        return _divide(node, table, resolve)
+    if isinstance(node, (exp.Least, exp.Greatest)):
+        return _extreme(node, [of(a) for a in [node.this, *node.expressions]])
+    if isinstance(node, exp.Coalesce):
+        return _coalesce([of(a) for a in [node.this, *node.expressions]])
+    if isinstance(node, exp.Case):
+        return _case(node, table, resolve)
+    raise _refuse(node)
+
+
+def _number(node: exp.Literal) -> _Value:
+    """A numeric constant, computed as DOUBLE (so integer constants cannot overflow); a
+    quoted one ('12', as a bound parameter arrives) is read as a number, as PostgreSQL
+    reads an untyped literal next to a number."""
+    text = _text(node)
+    try:  # a quoted number (an untyped parameter's value) reads as PostgreSQL would read it
+        number = float(Decimal(node.name.strip()))
+    except (InvalidOperation, ValueError):
+        raise NotSupported(f"aggregates take numbers; {text} is a string") from None
+    if not math.isfinite(number) or abs(number) > MAGNITUDE_CAP:
+        raise NotSupported(f"the constant {text} is out of range; use numbers within "
+                           f"±{MAGNITUDE_CAP:.0e}")
+    integral = number.is_integer() and not any(c in node.name for c in ".eE")
+    return _Value(exp.cast(node.copy(), _DOUBLE.copy()), number, number, (number, number),
+                  integral, False, True)
+
+
+def _leaf(node: exp.Column, table: Table, resolve) -> _Value:
+    name = resolve(node)
+    column = table.columns[name]
+    if not column.numeric:
+        raise NotSupported(f"{name} is {column.type}; expressions inside aggregates take "
+                           "int and float columns")
+    low = -math.inf if column.lower is None else column.lower
+    high = math.inf if column.upper is None else column.upper
+    reach = (max(low, -MAGNITUDE_CAP), min(high, MAGNITUDE_CAP))
+    return _Value(exp.column(name), low, high, reach, column.type == "int", True)
+
+
+def _times(a: float, b: float) -> float:
+    """a·b with 0·∞ = 0: an unbounded side times an exact zero is zero (values are finite)."""
+    return 0.0 if a == 0 or b == 0 else a * b
+
+
+def _add(a, b):
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _sub(a, b):
+    return a[0] - b[1], a[1] - b[0]
+
+
+def _mul(a, b):
+    products = [_times(x, y) for x in a for y in b]
+    return min(products), max(products)
+
+
+def _abs(a):
+    low, high = a
+    if low >= 0:
+        return low, high
+    if high <= 0:
+        return -high, -low
+    return 0.0, max(-low, high)
+
+
+def _divide(node: exp.Div, table: Table, resolve) -> _Value:
+    """Division by a non-zero constant c: the ends divided by c (swapped when c < 0);
+    integer by integer truncates towards zero, as PostgreSQL does."""
+    text = _text(node)
+    if any(isinstance(n, exp.Column) for n in node.expression.walk()):
+        raise NotSupported(f"{text} divides by a column, which can fail in the backend "
+                           "(division by zero); divide by a non-zero constant")
+    left = _evaluate(node.this, table, resolve)
+    right = _evaluate(node.expression, table, resolve)
+    if right.nullable or right.low != right.high:
+        raise NotSupported(f"{text}: divide by a non-zero numeric constant")
+    divisor = right.low
+    if divisor == 0:
+        raise NotSupported(f"{text} divides by zero; divide by a non-zero constant")
+    sql: exp.Expression = exp.Div(this=left.sql, expression=right.sql)
+    integer = left.integer and right.integer
+    if integer:
+        sql = exp.Trunc(this=sql)
+    if left.null:
+        return _always_null(sql, left.constant)
+    low, high = sorted((left.low / divisor, left.high / divisor))
+    reach = sorted((left.reach[0] / divisor, left.reach[1] / divisor))
+    if integer:
+        low, high, reach = _truncate(low), _truncate(high), [_truncate(r) for r in reach]
+    return _Value(sql, low, high, (reach[0], reach[1]), integer, left.nullable, left.constant)
+
+
+def _truncate(value: float) -> float:
+    return value if math.isinf(value) else float(math.trunc(value))
+
+
+def _extreme(node: exp.Expression, values: list[_Value]) -> _Value:
+    """LEAST/GREATEST skip NULL arguments (both engines, as PostgreSQL), so the result
+    is the least (greatest) of some non-empty set of the arguments that always holds
+    the never-NULL ones. LEAST: from the lowest low to the lowest high of the never-NULL
+    arguments (of all arguments, the highest high, when every one can be NULL);
+    GREATEST mirrors it."""
+    sql = type(node)(this=values[0].sql, expressions=[v.sql for v in values[1:]],
+                     ignore_nulls=True)
+    present = [v for v in values if not v.null]
+    if not present:
+        return _always_null(sql, all(v.constant for v in values))
+    certain = [v for v in present if not v.nullable] or None
+    least = isinstance(node, exp.Least)
+
+    def ends(low_of, high_of):
+        if least:
+            return (min(low_of(v) for v in present),
+                    min(high_of(v) for v in certain) if certain
+                    else max(high_of(v) for v in present))
+        return (max(low_of(v) for v in certain) if certain
+                else min(low_of(v) for v in present),
+                max(high_of(v) for v in present))
+
+    low, high = ends(lambda v: v.low, lambda v: v.high)
+    reach = ends(lambda v: v.reach[0], lambda v: v.reach[1])
+    return _Value(sql, low, high, reach, all(v.integer for v in present), certain is None,
+                  all(v.constant for v in values))
+
+
+def _coalesce(values: list[_Value]) -> _Value:
+    """COALESCE is its first non-NULL argument: one of the arguments up to the first
+    that is never NULL."""
+    reached = []
+    for value in values:
+        reached.append(value)
+        if not value.nullable:
+            break
+    sql = exp.Coalesce(this=values[0].sql, expressions=[v.sql for v in values[1:]])
+    return _hull(sql, reached, all(v.nullable for v in reached))
+
+
+def _hull(sql: exp.Expression, values: list[_Value], nullable: bool) -> _Value:
+    constant = all(v.constant for v in values)
+    present = [v for v in values if not v.null]
+    if not present:
+        return _always_null(sql, constant)
+    return _Value(sql, min(v.low for v in present), max(v.high for v in present),
+                  (min(v.reach[0] for v in present), max(v.reach[1] for v in present)),
+                  all(v.integer for v in present), nullable, constant)
+
+
+def _case(node: exp.Case, table: Table, resolve) -> _Value:
+    """CASE WHEN c₁ THEN v₁ … [ELSE v₀] END: the hull of its branches, NULL without
+    ELSE. Conditions are checked as WHERE is (per record, declared columns) and read the
+    raw columns, as WHERE does."""
+    if node.this is not None:
+        raise NotSupported("write CASE WHEN col = value THEN ... END (the searched form)")
+    case, branches = exp.Case(), []
+    for when in node.args.get("ifs", []):
+        condition = check_predicate(when.this, table, resolve)
+        branches.append(_evaluate(when.args["true"], table, resolve))
+        case = case.when(condition, branches[-1].sql, copy=False)
+    default = node.args.get("default")
+    if default is not None:
+        branches.append(_evaluate(default, table, resolve))
+        case = case.else_(branches[-1].sql, copy=False)
+    nullable = default is None or any(b.nullable for b in branches)
+    return replace(_hull(case, branches, nullable), constant=False)
+
+
+def _cast(node: exp.Cast, inner: _Value) -> _Value:
+    """CAST to a real type keeps the value (computed as DOUBLE, never as a NUMERIC that
+    could overflow); CAST to an integer type rounds, within floor(low)..ceil(high)
+    whatever the engine's tie rule, computed as BIGINT (refused where the value could
+    leave BIGINT's range)."""
+    kind = node.to.this if isinstance(node.to, exp.DataType) else None
+    if kind in _REAL_TYPES:
+        return replace(inner, integer=False)
+    if kind in _INTEGER_TYPES:
+        if max(abs(inner.reach[0]), abs(inner.reach[1])) > 9e18:
+            raise NotSupported(f"{_text(node)} can be out of the integer "
+                               "range; cast a narrower value")
+        sql = exp.cast(exp.cast(inner.sql, "bigint"), _DOUBLE.copy())
+        return _Value(sql, *_integral(inner.low, inner.high, math.floor, math.ceil),
+                      _integral(*inner.reach, math.floor, math.ceil), True, inner.nullable,
+                      inner.constant)
+    raise NotSupported(f"{_text(node)}: inside an aggregate, CAST to a "
+                       "number (int, bigint, numeric, double precision)")
+
+
+def _integral(low: float, high: float, down, up) -> tuple[float, float]:
+    return (low if math.isinf(low) else float(down(low)),
+            high if math.isinf(high) else float(up(high)))
+
+
+def _rounding(node: exp.Expression, inner: _Value) -> _Value:
+    """floor, ceil, trunc and round to a whole number: monotone, so the ends of the
+    range map to the ends (round within floor..ceil, whatever its tie rule)."""
+    if node.args.get("decimals") is not None or node.args.get("to") is not None:
+        raise NotSupported(f"{_text(node)}: round to a whole number inside "
+                           "an aggregate (no digits argument)")
+    down, up = {exp.Floor: (math.floor, math.floor), exp.Ceil: (math.ceil, math.ceil),
+                exp.Trunc: (math.trunc, math.trunc),
+                exp.Round: (math.floor, math.ceil)}[type(node)]
+    return _Value(type(node)(this=inner.sql), *_integral(inner.low, inner.high, down, up),
+                  _integral(*inner.reach, down, up), True, inner.nullable, inner.constant)
+
+
+def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
+    text = _text(node)
+    if isinstance(node, exp.Sqrt):
+        if inner.low < 0:
+            raise NotSupported(f"{text} can take a negative value, which fails in the "
+                               "backend; its argument's declared domain must be ≥ 0")
+        function = math.sqrt
+    else:
+        if inner.low <= 0:
+            raise NotSupported(f"{text} can take a value ≤ 0, which fails in the backend; "
+                               "its argument's declared domain must be > 0")
+        function = math.log
+    return _Value(type(node)(this=inner.sql), *(function(v) for v in (inner.low, inner.high)),
+                  (function(inner.reach[0]), function(inner.reach[1])), False, inner.nullable,
+                  inner.constant)
