@@ -133,7 +133,7 @@ class Engine:
         first in order otherwise; None when it has none) and the data version. Numbers
         are normalised first, as for every statistic (NaN rows skipped, the rest clamped
         to the declared domain or ±MAGNITUDE_CAP), so the value is finite or None."""
-        from proxy.pushdown.scope import normalised  # the one normalisation rule
+        from proxy.pushdown.values import normalised  # the one normalisation rule
 
         table, name = plan.table, plan.aggregates[0].column
         column, declared = exp.column(name, quoted=True), table.columns[name]

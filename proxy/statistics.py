@@ -29,7 +29,7 @@ def normalise(value, lower: float | None, upper: float | None) -> float | None:
     and takes no rank); anything else, ±inf included, is clamped to ``value_range``.
 
     The backend applies this rule to every column before any statistic
-    (``proxy.pushdown.scope.normalised``, its SQL form); this is the same rule in
+    (``proxy.pushdown.values.normalised``, its SQL form); this is the same rule in
     Python, for values read back (idempotent there) and for the tests' reference."""
     if value is None:
         return None

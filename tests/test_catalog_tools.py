@@ -14,7 +14,6 @@ import psycopg2
 import pytest
 
 from tests.system import node_client
-from tests.wireserver import people_proxy
 
 pytestmark = pytest.mark.postgres
 

@@ -17,9 +17,8 @@ import psycopg2
 import pytest
 import sqlalchemy
 
-from tests.conftest import new_database
 from tests.system import jdbc_classpath, node_client
-from tests.wireserver import REGIONS, RULES, load_people, running_proxy
+from tests.wireserver import REGIONS
 
 pytestmark = pytest.mark.postgres
 

@@ -187,8 +187,8 @@ def _normalised(table: str, column: str, keep) -> list[float]:
 
 # (SQL, the table, the WHERE as a Python predicate, GROUP BY column or None, settings)
 QUERIES = [
-    ("SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(x), MIN(x), "
-     "MAX(xl), MIN(xu), SUM(x), AVG(x), COUNT(xn) FROM t WHERE id < 50",
+    (("SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(x), MIN(x), "
+     "MAX(xl), MIN(xu), SUM(x), AVG(x), COUNT(xn) FROM t WHERE id < 50"),
      "t", lambda r: r["id"] < 50, None, {}),
     ("SELECT grp, MEDIAN(x), MAX(xl), MIN(xu), SUM(x), COUNT(xn) FROM t GROUP BY grp",
      "t", lambda r: True, "grp", {}),
@@ -218,7 +218,7 @@ def test_statistics_are_those_of_the_normalised_values(engine, monkeypatch, quer
         stats = groups[key]
         for need in column_needs(plan, shift):
             values = _normalised(table, need.column,
-                                 lambda r: keep(r) and (not key or r[group_by] == key[0]))
+                                 lambda r, key=key: keep(r) and (not key or r[group_by] == key[0]))
             column = stats.column(need.column)
             assert column.values == order_values(values, need.ranks), (need.column, key)
             if need.count or need.total:
@@ -264,8 +264,8 @@ def test_one_units_value_is_normalised(engine, person, value):
 
 SESSIONS = {
     "idp": ([], [
-        "SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(x), MIN(x), "
-        "MAX(xl), MIN(xu), SUM(x), AVG(x), COUNT(xn), COUNT(x) FROM t WHERE id < 50",
+        ("SELECT MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(x), MIN(x), "
+        "MAX(xl), MIN(xu), SUM(x), AVG(x), COUNT(xn), COUNT(x) FROM t WHERE id < 50"),
         "SELECT grp, MEDIAN(x), MAX(xl), MIN(xu), SUM(x), AVG(x), COUNT(xn) FROM t GROUP BY grp",
         "SELECT SUM(x), AVG(x), MEDIAN(x), MAX(x) FROM u",
         "SELECT MEDIAN(income), MAX(income), SUM(income), AVG(income), MAX(m) FROM p"]),
@@ -312,7 +312,7 @@ def test_a_nan_in_scope_does_not_shrink_the_median_sensitivity(engine):
     the median printed person 7's income to ±30. NaN is not counted now: LS is that of
     {30000, 52000}."""
     sql = "SELECT MEDIAN(income) FROM p WHERE person_id IN (44, 7, 8)"
-    plan, shift, group = _statistics(engine, sql)
+    _, shift, group = _statistics(engine, sql)
     stats = group.column("income")
     assert stats.n == 2
     answer, ls = local_sensitivity_of_percentile(stats.n, stats.values, Fraction(1, 2), shift,

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,35 @@ def test_database_names_are_bounded(tmp_path, monkeypatch):
     finally:
         catalog.close()
         backend.close()
+
+
+def test_catalogs_are_copies_of_one_initdb_and_a_foreign_template_is_ignored(tmp_path,
+                                                                          monkeypatch):
+    """The first catalog's initdb leaves a template in the shared folder that later
+    catalogs copy; a template someone else could have written is never used."""
+    shared = Path(tempfile.mkdtemp())  # the worker's TMPDIR, which PostgreSQL's user reaches
+    shared.chmod(0o1777)  # as /var/tmp: the catalog's user makes its template here
+    monkeypatch.setattr(shadow, "_SKELETONS", shared)
+    rules = parse_rules(RULES.format(auth="trust"))
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(url, 10)
+    backend = open_backend(url)
+    initdb_runs = []
+    original = shadow.ShadowCatalog._initdb
+    monkeypatch.setattr(shadow.ShadowCatalog, "_initdb",
+                        lambda self, data: (initdb_runs.append(data), original(self, data)))
+    try:
+        for _ in range(2):
+            catalog = shadow.ShadowCatalog(rules, backend, 5)
+            with catalog.connect("alice", "demo") as con:
+                assert con.execute("SELECT count(*) FROM people").fetchone() == (0,)
+            catalog.close()
+        (template,) = shared.glob("idp-proxy-catalog-*")
+        assert len(initdb_runs) == 1 and template.stat().st_mode & 0o077 == 0
+        template.chmod(0o755)  # now another user could have changed it: not used
+        catalog = shadow.ShadowCatalog(rules, backend, 5)
+        catalog.close()
+        assert len(initdb_runs) == 2
+    finally:
+        backend.close()
+        shutil.rmtree(shared, ignore_errors=True)

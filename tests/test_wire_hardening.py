@@ -183,8 +183,8 @@ def test_login_failures_carry_sqlstate_28p01(served):
     """psycopg does not expose a failed login's SQLSTATE; read the ErrorResponse."""
     with socket.create_connection(("127.0.0.1", served.port), timeout=30) as sock:
         sock.sendall(startup_message("nobody"))
-        ((kind, body),) = backend_messages(sock, until=b"E")
-    fields = dict((part[:1], part[1:]) for part in body.split(b"\0") if part)
+        ((_kind, body),) = backend_messages(sock, until=b"E")
+    fields = {part[:1]: part[1:] for part in body.split(b"\0") if part}
     assert fields[b"C"] == b"28P01" and fields[b"S"] == b"FATAL"
 
 

@@ -15,7 +15,7 @@ Recognised terms, each over one declared column:
   beyond ``lo`` and ``hi``;
 - ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals.
 
-Values are normalised as every statistic sees them (``proxy.pushdown.scope.normalised``):
+Values are normalised as every statistic sees them (``proxy.pushdown.values.normalised``):
 a value outside the declared domain, ±inf included, is clamped to the nearer bound and so
 lands in the first or last bucket; NaN and NULL belong to no group, as do rows a CASE
 without ELSE leaves unmatched. Positions (``GROUP BY 1``) and select aliases name a term

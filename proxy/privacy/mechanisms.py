@@ -19,6 +19,7 @@ from fractions import Fraction
 from proxy.privacy import smooth_noise
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 
+
 @dataclass(frozen=True)
 class Noisy:
     """A released number, the half-width of its error interval (95% unless asked

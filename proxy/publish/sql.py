@@ -23,7 +23,7 @@ from decimal import Decimal
 import sqlglot
 from sqlglot import exp
 
-from proxy.pushdown.scope import normalised
+from proxy.pushdown.values import normalised
 
 ROWS = "idp_release_rows"
 # The integer types by their PostgreSQL names, with their largest value (bigint holds
@@ -65,7 +65,7 @@ def rows_table(table: str, columns: list[str], key: str | None, row_identity: st
 
 def _normalised(value: str, lower: float | None = None, upper: float | None = None
                 ) -> str:
-    """``proxy.pushdown.scope.normalised`` as DuckDB SQL text."""
+    """``proxy.pushdown.values.normalised`` as DuckDB SQL text."""
     return normalised(sqlglot.parse_one(value, read="duckdb"), lower, upper).sql(dialect="duckdb")
 
 

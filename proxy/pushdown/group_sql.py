@@ -22,7 +22,7 @@ from proxy.analyze.group_keys import (
     WIDTH_BUCKET,
     GroupKey,
 )
-from proxy.pushdown.scope import literal, normalised
+from proxy.pushdown.values import literal, normalised
 from proxy.rules import Table
 
 TIMESTAMP = exp.DataType.build("timestamp")

@@ -21,9 +21,9 @@ from proxy.pushdown.scope import (
     exact_sum,
     fill_extremes,
     group_keys,
-    literal,
     scope_select,
 )
+from proxy.pushdown.values import literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 
 

@@ -8,18 +8,18 @@ so every count, sum and order statistic computed from the scope is of normalised
 from __future__ import annotations
 
 from collections.abc import Callable
-from decimal import Decimal
 
 from sqlglot import exp
 
 from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import UNITS, QueryPlan
+from proxy.pushdown.group_sql import group_filter, group_value
+from proxy.pushdown.values import normalised
 from proxy.rules import Table
-from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
+from proxy.statistics import ColumnNeeds, ColumnStats, RankRef
 
 Execute = Callable[[str], list[tuple]]
 
-DOUBLE = exp.DataType.build("double")
 DECIMAL = exp.DataType.build("decimal(38, 6)")
 
 
@@ -34,8 +34,6 @@ def scope_select(
     bounded whatever the data (SPEC §5.2, global sensitivity). ``sample_percent`` reads
     a block sample of the table instead (a pilot; never for released statistics).
     """
-    from proxy.pushdown.group_sql import group_filter, group_value  # builds on this module
-
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
@@ -93,30 +91,6 @@ def unit_bound_sql(table: str, unit: str, dialect: str) -> str:
     return query.from_(per_unit.subquery("per_unit")).sql(dialect=dialect)
 
 
-def normalised(value: exp.Expression, lower: float | None = None,
-               upper: float | None = None) -> exp.Expression:
-    """A numeric column as every statistic sees it (``proxy.statistics.normalise``, SPEC
-    §5.3), as a DOUBLE: NaN → NULL (not counted, no rank); above the range (+inf
-    included) → its upper end, below (−inf included) → its lower end; the range is the
-    declared [lower, upper], ±MAGNITUDE_CAP where a side is undeclared. So no statistic,
-    sensitivity or answer can be NaN or infinite, and no value can overflow a sum.
-
-    Both engines sort NaN above every number (``NaN > x`` holds, ``NaN = NaN`` too), so
-    the in-range test comes first and NaN is told from +inf only among the values above
-    the range, by its text ('NaN' in PostgreSQL, 'nan' in DuckDB): no dialect-specific
-    function, and no cast of an out-of-range value (a PostgreSQL NUMERIC beyond 1e308
-    would overflow a DOUBLE). The comparisons are in the column's own type (the bounds
-    are plain numeric literals); NULL meets no branch and stays NULL. For an integer
-    column the NaN test is never true and the clamp rarely applies: harmless."""
-    low, high = value_range(lower, upper)
-    is_nan = exp.Upper(this=exp.cast(value.copy(), "text")).eq(exp.Literal.string("NAN"))
-    return (exp.Case()
-            .when(value.copy().between(literal(low), literal(high)), exp.cast(value.copy(), DOUBLE))
-            .when(exp.and_(value.copy() > literal(high), exp.not_(is_nan)),
-                  exp.cast(literal(high), DOUBLE))
-            .when(value.copy() < literal(low), exp.cast(literal(low), DOUBLE)))
-
-
 def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
     """The normalised value of a needed column, or of a derived one (an aggregate's
     expression, proxy.analyze.expressions): its columns normalised as for a plain
@@ -135,19 +109,6 @@ def exact_sum(value: exp.Expression) -> exp.Expression:
     same number). Each value is within ±MAGNITUDE_CAP = 10^15, so DECIMAL(38, 6) holds
     it, and the sum of fewer than 10^17 of them (|Σ| < 10^32, 32 digits before the point)."""
     return exp.Sum(this=exp.cast(value, DECIMAL))
-
-
-def literal(value) -> exp.Expression:
-    """A constant (from the rules or the backend, never an analyst's text) as SQL."""
-    if value is None:
-        return exp.Null()
-    if isinstance(value, bool):
-        return exp.Boolean(this=value)
-    if isinstance(value, float):
-        return exp.Literal.number(repr(value))
-    if isinstance(value, (int, Decimal)):
-        return exp.Literal.number(str(value))
-    return exp.Literal.string(str(value))
 
 
 def fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, values) -> None:

@@ -305,7 +305,7 @@ class Connection:
                     await self._extended(message)
                 except (codec.ProtocolViolation, ConnectionClosed):
                     raise
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
                     self._error(exc)
                     self.failed = True
             await self._flush()
@@ -332,7 +332,7 @@ class Connection:
     async def _simple(self, sql: str) -> None:
         try:
             statements = await asyncio.to_thread(self._read_and_check, sql)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
             self._error(exc)
             self._send(codec.ready_for_query(self.local.status))
             return
@@ -357,7 +357,7 @@ class Connection:
                 await self._emit(result)
             except (codec.ProtocolViolation, ConnectionClosed):
                 raise
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
                 self._error(exc)
                 break
             finally:

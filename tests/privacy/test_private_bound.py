@@ -103,7 +103,7 @@ def _scopes(records, steps):
     return [list(scope) for scope in found]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _summary(name, values, shift):
     """A(0..HORIZON−1) and the capped distances at caps 2 and HORIZON of one scope."""
     terms = CASES[name][1]
@@ -126,7 +126,7 @@ def test_terms_bound_ls_are_monotone_and_move_by_one_step(units, rows, group_siz
         for name, (ls, _) in CASES.items():
             a, mine = _summary(name, tuple(values), shift)
             assert a[0] >= ls(values, shift) - TOLERANCE, (name, values)
-            assert all(x <= y for x, y in zip(a, a[1:])), (name, values, a)
+            assert all(x <= y for x, y in itertools.pairwise(a)), (name, values, a)
             assert a[-1] <= UPPER - LOWER
             for other in moved:
                 b, theirs = _summary(name, tuple(other), shift)

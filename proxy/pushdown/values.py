@@ -1,0 +1,50 @@
+"""How a value reaches every statistic: numeric columns normalised (NaN, ±inf, the
+declared range) and constants rendered, shared by the scope of a query, its group
+terms and the release."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlglot import exp
+
+from proxy.statistics import value_range
+
+DOUBLE = exp.DataType.build("double")
+
+
+def normalised(value: exp.Expression, lower: float | None = None,
+               upper: float | None = None) -> exp.Expression:
+    """A numeric column as every statistic sees it (``proxy.statistics.normalise``, SPEC
+    §5.3), as a DOUBLE: NaN → NULL (not counted, no rank); above the range (+inf
+    included) → its upper end, below (−inf included) → its lower end; the range is the
+    declared [lower, upper], ±MAGNITUDE_CAP where a side is undeclared. So no statistic,
+    sensitivity or answer can be NaN or infinite, and no value can overflow a sum.
+
+    Both engines sort NaN above every number (``NaN > x`` holds, ``NaN = NaN`` too), so
+    the in-range test comes first and NaN is told from +inf only among the values above
+    the range, by its text ('NaN' in PostgreSQL, 'nan' in DuckDB): no dialect-specific
+    function, and no cast of an out-of-range value (a PostgreSQL NUMERIC beyond 1e308
+    would overflow a DOUBLE). The comparisons are in the column's own type (the bounds
+    are plain numeric literals); NULL meets no branch and stays NULL. For an integer
+    column the NaN test is never true and the clamp rarely applies: harmless."""
+    low, high = value_range(lower, upper)
+    is_nan = exp.Upper(this=exp.cast(value.copy(), "text")).eq(exp.Literal.string("NAN"))
+    return (exp.Case()
+            .when(value.copy().between(literal(low), literal(high)), exp.cast(value.copy(), DOUBLE))
+            .when(exp.and_(value.copy() > literal(high), exp.not_(is_nan)),
+                  exp.cast(literal(high), DOUBLE))
+            .when(value.copy() < literal(low), exp.cast(literal(low), DOUBLE)))
+
+
+def literal(value) -> exp.Expression:
+    """A constant (from the rules or the backend, never an analyst's text) as SQL."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    if isinstance(value, float):
+        return exp.Literal.number(repr(value))
+    if isinstance(value, (int, Decimal)):
+        return exp.Literal.number(str(value))
+    return exp.Literal.string(str(value))
