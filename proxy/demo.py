@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import numpy as np
+
+if TYPE_CHECKING:
+    import numpy as np
 
 REGIONS = ("north", "south", "east", "west")
 DEPARTMENTS = ("cardiology", "dermatology", "oncology", "orthopedics", "pediatrics")
@@ -20,6 +23,8 @@ SEED = 20170601
 
 def people_columns(n: int = 20_000, seed: int = SEED) -> dict[str, np.ndarray]:
     """Ages skewed toward working years, log-normal incomes, unequal regions."""
+    import numpy as np  # here: every command imports this module, few make the demo
+
     rng = np.random.default_rng(seed)
     age = np.clip(np.round(rng.gamma(shape=4.0, scale=6.0, size=n) + 18), 18, 99).astype(np.int32)
     income = np.round(rng.lognormal(mean=10.6, sigma=0.65, size=n), 2)
@@ -35,12 +40,14 @@ def people_columns(n: int = 20_000, seed: int = SEED) -> dict[str, np.ndarray]:
 
 
 # visited_at lies in this span (rules/demo.toml declares it as the column's domain)
-VISITS_FROM, VISITS_DAYS = np.datetime64("2023-01-01T00:00:00"), 731
+VISITS_FROM, VISITS_DAYS = "2023-01-01T00:00:00", 731
 
 
 def visits_columns(people: int = 20_000, seed: int = SEED + 1) -> dict[str, np.ndarray]:
     """Zero to six visits per person; costs heavy-tailed; visits in 2023 and 2024, more
     on weekdays and in office hours."""
+    import numpy as np  # here: every command imports this module, few make the demo
+
     rng = np.random.default_rng(seed)
     per_person = np.minimum(rng.poisson(2.2, size=people), 6)
     person_id = np.repeat(np.arange(1, people + 1, dtype=np.int64), per_person)
@@ -56,12 +63,14 @@ def visits_columns(people: int = 20_000, seed: int = SEED + 1) -> dict[str, np.n
 
 
 def _visit_times(rng: np.random.Generator, count: int) -> np.ndarray:
+    import numpy as np
+
     """Drawn after the other columns, so adding it left them as they were."""
     day = rng.integers(0, VISITS_DAYS, size=count)
     weekend = (day + 6) % 7 >= 5  # 2023-01-01 was a Sunday
     day = np.where(weekend & (rng.random(count) < 0.6), day - 2, day).clip(0, VISITS_DAYS - 1)
     minute = np.clip(rng.normal(13 * 60, 150, size=count), 0, 24 * 60 - 1).astype(np.int64)
-    return (VISITS_FROM + day.astype("timedelta64[D]")
+    return (np.datetime64(VISITS_FROM) + day.astype("timedelta64[D]")
             + minute.astype("timedelta64[m]")).astype("datetime64[us]")
 
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from proxy.privacy.sampler import RandomSource, uniform
 
 
@@ -37,6 +35,8 @@ def central_mass(q: float, gamma: float) -> float:
     _check(gamma)
     if q <= 0:
         return 0.0
+    import numpy as np  # here: most answers never need it, and it costs every start
+
     points = np.linspace(0.0, q, 200_001)
     values = 1.0 / (1.0 + points ** gamma)
     step = q / (len(points) - 1)

@@ -25,13 +25,13 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from proxy.privacy.sensitivity import finite_only, require_finite
 from proxy.privacy.smooth_noise import admissible
 from proxy.statistics import Fetch, GroupStats, percentile_rank
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from proxy.analyze.plan import QueryPlan
 
 _FIRST_K = 16
@@ -103,7 +103,7 @@ def percentile_term(x: np.ndarray, reach: int, shift: int, k: int) -> float:
     width = (k + 1) * shift
     above = x[reach: reach + width + 1]  # ranks r .. r + width
     below = x[reach - width: reach + 1]  # ranks r − width .. r
-    return float(np.max(above - below))
+    return float((above - below).max())
 
 
 def max_term(top: np.ndarray, reach: int, shift: int, upper: float, k: int) -> float:
@@ -137,4 +137,6 @@ def _padded(fetch, n: int, first: int, last: int, lower: float, upper: float,
     require_finite(values, "smooth sensitivity window")
     below = [lower] * max(0, min(last, 0) - first + 1)
     above = [upper] * max(0, last - max(first, n + 1) + 1)
+    import numpy as np  # here: most answers never need it, and it costs every start
+
     return np.array(below + list(values) + above, dtype=float)
