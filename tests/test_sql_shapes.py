@@ -407,6 +407,88 @@ def test_superset_virtual_dataset_with_a_series_limit(engine):
     assert charged == [Decimal("0.25")]
 
 
+# 3b. HAVING and results computed from aggregates: post-processing of the one release.
+
+APRIL = dt.datetime(2024, 4, 1)
+HAVING = [
+    # (query, the same query without HAVING, which of its rows HAVING keeps, the columns
+    #  and values of a kept row, epsilon charged)
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 73",
+     "SELECT region, COUNT(*) FROM people GROUP BY region", lambda r: r[1] > 73,
+     (["region", "count"], lambda r: r), 0.25),
+    ("SELECT region FROM people GROUP BY region HAVING AVG(income) > 46700",
+     "SELECT region, AVG(income) FROM people GROUP BY region", lambda r: r[1] > 46700,
+     (["region"], lambda r: r[:1]), 0.25),  # the HAVING aggregate is released, charged
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING AVG(income) > 46700",
+     "SELECT region, COUNT(*), AVG(income) FROM people GROUP BY region",
+     lambda r: r[2] > 46700, (["region", "count"], lambda r: r[:2]), 0.5),
+    (("SELECT region, COUNT(*) AS n FROM people GROUP BY 1 HAVING n > 72 AND "
+      "(SUM(income) / COUNT(*) > 46000 OR region = 'west') ORDER BY n DESC, region LIMIT 2"),
+     "SELECT region, COUNT(*), SUM(income) FROM people GROUP BY 1",
+     lambda r: r[1] > 72 and (r[2] / r[1] > 46000 or r[0] == "west"),
+     (["region", "n"], lambda r: r[:2]), 0.5),
+    (("SELECT floor(age / 25) * 25 AS q, COUNT(*) AS n FROM people GROUP BY q "
+      "HAVING q >= 50 AND n > 0"),  # select aliases of a bucket and of an aggregate
+     "SELECT floor(age / 25) * 25 AS q, COUNT(*) AS n FROM people GROUP BY q",
+     lambda r: r[0] >= 50 and r[1] > 0, (["q", "n"], lambda r: r), 0.25),
+    (("SELECT COUNT(*) FROM events GROUP BY date_trunc('month', at) "
+      "HAVING date_trunc('month', at) >= '2024-04-01'"),  # a group term not selected
+     "SELECT COUNT(*), date_trunc('month', at) FROM events GROUP BY 2",
+     lambda r: r[1] >= APRIL, (["count"], lambda r: r[:1]), 0.25),
+    ("SELECT COUNT(*) FROM people WHERE age > 30 HAVING COUNT(*) > 200",  # one group
+     "SELECT COUNT(*) FROM people WHERE age > 30", lambda r: r[0] > 200,
+     (["count"], lambda r: r), 0.25),
+    (("SELECT region, COUNT(*) * 2 AS twice, COUNT(*) / 7, 'count' AS metric FROM people "
+      "GROUP BY region"),  # computed results and a constant, as Grafana sends
+     "SELECT region, COUNT(*) FROM people GROUP BY region", lambda r: True,
+     (["region", "twice", "?column?", "metric"], lambda r: (r[0], 2 * r[1], r[1] // 7,
+                                                           "count")), 0.25),
+]
+
+
+@pytest.mark.parametrize("sql,unfiltered,keep,result,charge", HAVING)
+@pytest.mark.usefixtures("no_noise")
+def test_having_filters_the_released_rows_of_one_query(engine, sql, unfiltered, keep, result,
+                                                       charge):
+    answer, charged = ask(engine, sql)
+    direct, _ = ask(engine, unfiltered, analyst="bob")
+    kept = [row for row in direct.rows if keep(row)]
+    if "ORDER BY" in sql:  # n DESC, region; LIMIT 2
+        kept = sorted(kept, key=lambda r: (-r[1], r[0]))[:2]
+    columns, values = result
+    assert answer.columns == columns
+    assert answer.rows == [values(row) for row in kept]
+    assert 0 < len(kept) < len(direct.rows) or "metric" in columns or "> 200" in sql
+    assert charged == [Decimal(str(charge))]  # one ledger row: charged once
+    assert "post-processing" in answer.notice
+
+
+def test_having_reads_the_released_values_not_the_true_ones(engine, monkeypatch):
+    """With every released count 1000 above the true one, HAVING COUNT(*) > 1000 keeps
+    every group (it filters what is released) and the kept values are the released ones;
+    a filter on the true counts would keep none."""
+    from proxy.privacy import noisy_answers
+    from proxy.privacy.mechanisms import Noisy
+
+    monkeypatch.setattr(noisy_answers, "laplace_integer",
+                        lambda true, *args, **kwargs: Noisy(true + 1000, 0.0, "none"))
+    answer, _ = ask(engine, "SELECT region, COUNT(*) FROM people GROUP BY region "
+                            "HAVING COUNT(*) > 1000")
+    expected = Counter(r for r in PEOPLE["region"] if r in REGIONS)
+    assert answer.rows == [(r, expected[r] + 1000) for r in REGIONS]
+
+
+def test_having_keeps_the_bounds_and_types_of_what_it_shows(engine):
+    answer, _ = ask(engine, "SELECT region, COUNT(*) AS n FROM people GROUP BY region "
+                            "HAVING AVG(income) > -1")
+    assert list(answer.privacy["ci95"]) == ["n"]  # the HAVING-only AVG is not shown
+    assert "HAVING ran on the released answers" in answer.notice
+    described = engine.session("zoe").describe(
+        "SELECT region, COUNT(*) * 2 AS twice, 'avg' AS metric FROM people GROUP BY 1 "
+        "HAVING SUM(income) > 0")
+    assert described == [("region", "text"), ("twice", "bigint"), ("metric", "text")]
+
+
 # 4. Refused shapes: one line, a stable SQLSTATE, nothing spent.
 
 REFUSED = [
@@ -454,6 +536,23 @@ REFUSED = [
      .replace("COUNT(*) AS mme", "MEDIAN(cost) AS mme"), "0A000", "COUNT or SUM"),
     (SERIES_BAR.replace("count(*) AS mme_inner__", "max(age) AS mme_inner__"), "0A000",
      "the chart does not ask for"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING age > 30", "0A000",
+     "neither an aggregate nor a GROUP BY key"),
+    ("SELECT COUNT(*) AS age FROM people GROUP BY region HAVING age > 3", "0A000",
+     "neither an aggregate"),  # a column of the table, not the alias, as in PostgreSQL
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING lower(region) = 'north'",
+     "0A000", "released values"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > (SELECT 1)",
+     "0A000", "subqueries"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING MEDIAN(region) > 'a'",
+     "0A000", "numeric column"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) > 1 ORDER BY AVG(age)",
+     "0A000", "not a result column"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) > 1 LIMIT 'all'",
+     "0A000", "whole number"),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY 1 HAVING COUNT(*) > 1) t",
+     "0A000", "in one query"),
+    ("SELECT 'avg' AS metric FROM people", "0A000", "next to aggregates"),
 ]
 
 

@@ -85,7 +85,7 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
     terms: list[GroupKey] = []
     where = select.args.get("where")
     for node in group.expressions:
-        term = group_term(_dereferenced(node, select, table), table, resolve,
+        term = group_term(dereferenced(node, select, table), table, resolve,
                           where.this if where else None)
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
@@ -125,7 +125,7 @@ def default_name(node: exp.Expression) -> str:
     return "?column?"
 
 
-def _dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.Expression:
+def dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.Expression:
     """``GROUP BY 2`` and ``GROUP BY alias`` name a select item (an input column of that
     name wins over an alias, as in PostgreSQL)."""
     items = select.expressions
