@@ -310,6 +310,20 @@ def test_group_key_types_reach_the_client(engine):
     assert len(answer.rows) == 6 * 12 * 3
 
 
+def _keys_in_backend(url: str, rules, term_sql: str):
+    """The GROUP BY term ``term_sql`` over table t (columns i, and the term's), and the
+    key the backend computes for each row, in the order of i."""
+    plan = analyze(parse_statements(f"SELECT {term_sql}, COUNT(*) FROM t GROUP BY 1")[0],
+                   rules, Settings())
+    (term,) = plan.group_by
+    backend = open_backend(url)
+    try:
+        sql = exp.select("i", group_value(term, rules.tables["t"])).from_("t").order_by("i")
+        return term, [row[1] for row in backend.query(sql.sql(dialect=backend.dialect))]
+    finally:
+        backend.close()
+
+
 EDGES = [None, -1e308, -5.0, 0.0, 9.999, 10.0, 19.5, 20.0, 79.999, 80.0, 99.5, 100.0, 130.0,
          1e308, float("nan"), float("inf"), float("-inf")]
 
@@ -331,15 +345,7 @@ def test_the_backend_buckets_as_the_reference_does(backend_url, term_sql):
 [tables.t.columns]
 x = {{ type = "{'int' if kind == 'INTEGER' else 'float'}", domain = [-3, 100] }}
 """)
-    plan = analyze(parse_statements(f"SELECT {term_sql}, COUNT(*) FROM t GROUP BY 1")[0],
-                   rules, Settings())
-    (term,) = plan.group_by
-    backend = open_backend(backend_url)
-    try:
-        sql = exp.select("i", group_value(term, rules.tables["t"])).from_("t").order_by("i")
-        got = [row[1] for row in backend.query(sql.sql(dialect=backend.dialect))]
-    finally:
-        backend.close()
+    term, got = _keys_in_backend(backend_url, rules, term_sql)
     assert got == [bucket_of(term, rules.tables["t"].columns["x"], v) for v in values]
     assert {g for g in got if g is not None} <= set(term.keys)
 
@@ -351,9 +357,10 @@ MOMENTS = ["-infinity", "infinity", None, "2023-12-31 23:59:59.999999", "2024-01
 
 @pytest.mark.parametrize("term_sql", ["floor(extract(epoch from at) / 86400) * 86400",
                                       "floor(extract(epoch from at) / 3600)",
-                                      "floor(date_part('epoch', at) / 604800) * 604800"])
+                                      "floor(date_part('epoch', at) / 604800) * 604800",
+                                      "date_trunc('day', at)"])
 def test_the_backend_bins_epochs_as_the_reference_does(backend_url, term_sql):
-    """Epoch bins on both engines, of moments at bin and domain bounds, a microsecond
+    """Epoch bins (and a date_trunc) on both engines, of moments at bin and domain bounds, a microsecond
     before them, beyond the domain and ±infinity, agree with tests/privacy/buckets.py;
     every bin is a listed key."""
     load_table(backend_url, "raw", {"i": list(range(len(MOMENTS))), "s": MOMENTS},
@@ -370,15 +377,7 @@ def test_the_backend_bins_epochs_as_the_reference_does(backend_url, term_sql):
             con.execute(view)
     rules = parse_rules('[tables.t]\n[tables.t.columns]\nat = { type = "timestamp", '
                         'domain = [2024-01-01T00:00:00, 2024-06-30T23:59:59] }\n')
-    plan = analyze(parse_statements(f"SELECT {term_sql}, COUNT(*) FROM t GROUP BY 1")[0],
-                   rules, Settings())
-    (term,) = plan.group_by
-    backend = open_backend(backend_url)
-    try:
-        sql = exp.select("i", group_value(term, rules.tables["t"])).from_("t").order_by("i")
-        got = [row[1] for row in backend.query(sql.sql(dialect=backend.dialect))]
-    finally:
-        backend.close()
+    term, got = _keys_in_backend(backend_url, rules, term_sql)
     column = rules.tables["t"].columns["at"]
     moments = [None if m is None else dt.datetime.min if m == "-infinity" else dt.datetime.max
                if m == "infinity" else dt.datetime.fromisoformat(m) for m in MOMENTS]
