@@ -630,6 +630,9 @@ REFUSED = [
     ("SELECT * FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY 1 HAVING COUNT(*) > 1) t",
      "0A000", "in one query"),
     ("SELECT 'avg' AS metric FROM people", "0A000", "next to aggregates"),
+    ("SELECT 'x', COUNT(*) FROM people GROUP BY 1", "0A000", "public set of keys"),
+    ("SELECT COUNT(*) FROM people GROUP BY COUNT(*) + 1 HAVING COUNT(*) + 1 > 2", "0A000",
+     "public set of keys"),
 ]
 
 

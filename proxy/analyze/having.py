@@ -66,7 +66,8 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
     plan = analyse(inner)
 
     names = [_name(item, plan, i) for i, item in enumerate(select.expressions)]
-    outer = exp.select(*[exp.alias_(value or _column(f"_idp_{i}"), name, quoted=True)
+    outer = exp.select(*[exp.alias_(_column(f"_idp_{i}") if value is None else value, name,
+                                    quoted=True)
                          for i, (value, name) in enumerate(zip(selected, names))]
                        ).from_(SOURCE)
     if filtered is not None:
@@ -136,7 +137,8 @@ class _Released:
             if isinstance(sub, (exp.Subquery, exp.Select, exp.Exists)):
                 raise NotSupported(f"subqueries in {clause} are not supported; compare "
                                    "aggregates with constants")
-            grouped = any(_comparable(g) == _comparable(sub) for g in self.groups)
+            grouped = not _computed(sub) and any(  # so the aggregate query has none
+                _comparable(g) == _comparable(sub) for g in self.groups)
             if add and (_aggregate(sub) or grouped):
                 name = f"_idp_h{len(self.columns)}"
                 self.columns.append((name, sub.copy()))
