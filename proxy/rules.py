@@ -399,16 +399,21 @@ def _time_domain(reader: _Reader, key: str, domain: Any) -> tuple[dt.datetime, d
     return bounds[0], bounds[1]
 
 
-def parse_moment(value: Any) -> dt.datetime | None:
+def parse_moment(value: Any, zone_as_utc: bool = False) -> dt.datetime | None:
     """A date or naive date-time (a ``datetime``, a ``date`` or ISO 8601 text) as a
-    naive datetime; None for anything else (a time zone included: the proxy compares
-    timestamps without one)."""
+    naive datetime; None for anything else. A time zone (``Z``, ``+02:00``) is refused,
+    as the proxy compares timestamps without one, unless ``zone_as_utc``: then the
+    moment is converted to UTC, the zone a timestamp without time zone is read in
+    (``2024-01-01T00:00:00+02:00`` is ``2023-12-31 22:00:00``). Query literals are read
+    so (BI tools send ``…Z``); the rules' domains are not."""
     if isinstance(value, str):
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
             return None
     if isinstance(value, dt.datetime):
+        if value.tzinfo is not None and zone_as_utc:
+            return value.astimezone(dt.UTC).replace(tzinfo=None)
         return value if value.tzinfo is None else None
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day)

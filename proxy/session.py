@@ -229,11 +229,11 @@ def _outer_answer(outer: OuterQuery, answer: Answer) -> Answer:
                              for origin in origins]
             for index, source in carried.items() if source in bounds}
     privacy = dict(answer.privacy, ci95=ci95,
-                   notes=[*answer.privacy["notes"], _POST_PROCESSED])
+                   notes=[*answer.privacy["notes"], _POST_PROCESSED.format(outer.what)])
     return Answer(f"SELECT {len(rows)}", columns, rows, privacy, _notice(privacy), kinds)
 
 
-_POST_PROCESSED = "the outer query ran on the released answers (post-processing, no epsilon)"
+_POST_PROCESSED = "{} ran on the released answers (post-processing, no epsilon)"
 
 
 def _cacheable(answer: Answer) -> dict[str, Any]:

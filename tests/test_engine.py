@@ -169,7 +169,7 @@ REFUSALS = [
     ("SELECT COUNT(*) FROM people WHERE age IN (SELECT age FROM people)", "0A000"),
     ("SELECT COUNT(DISTINCT age) FROM people", "0A000"),
     ("SELECT MEDIAN(income / age) FROM people", "0A000"),
-    ("SELECT COUNT(*) FROM people HAVING COUNT(*) > 3", "0A000"),
+    ("SELECT COUNT(*) FROM people GROUP BY region HAVING age > 3", "0A000"),
     ("SELECT COUNT(*) FROM secrets", "42P01"),
     ("SELECT MAX(salary) FROM people", "42703"),
     ("DELETE FROM people", "25006"),

@@ -16,6 +16,7 @@ import pytest
 from sqlglot import exp
 
 from proxy.analyze import analyze, parse_statements
+from proxy.analyze.group_keys import epoch_seconds
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
@@ -201,6 +202,16 @@ GROUPED = [
     ("SELECT date_part('hour', at), COUNT(*) FROM events GROUP BY 1",
      EVENTS["at"], lambda t: None if t is None else _clamp(t, FIRST, LAST).hour,
      list(range(24))),
+    (('SELECT floor(extract(epoch from "at")/86400)*86400 AS "time", COUNT(*) FROM events '
+     "GROUP BY time"),  # Grafana's $__timeGroupAlias(at, 1d)
+     EVENTS["at"], lambda t: None if t is None else
+     epoch_seconds(_clamp(t, FIRST, LAST)) // 86400 * 86400,
+     [epoch_seconds(FIRST) + i * 86400 for i in range(182)]),
+    ("SELECT floor(extract(epoch from day) / 604800), COUNT(*) FROM events GROUP BY 1",
+     EVENTS["day"], lambda d: None if d is None else epoch_seconds(dt.datetime.combine(
+         _clamp(d, dt.date(2024, 1, 1), dt.date(2024, 12, 31)), dt.time())) // 604800,
+     list(range(epoch_seconds(FIRST) // 604800,
+                epoch_seconds(dt.datetime(2024, 12, 31)) // 604800 + 1))),
 ]
 
 
@@ -229,6 +240,12 @@ DAY = dt.timedelta(days=1)
      [dt.datetime(2024, 6, 29), dt.datetime(2024, 6, 30)]),
     ("at > '2030-01-01'", (dt.datetime(2030, 1, 1, 0, 0, 0, 1), dt.datetime.max),
      [dt.datetime(2024, 6, 30)]),  # beyond the domain: in its last day, as without WHERE
+    ("at >= '2024-03-01T00:00:00Z' AND at < '2024-03-04T00:00:00.000Z'",  # as Grafana sends
+     (dt.datetime(2024, 3, 1), dt.datetime(2024, 3, 4) - dt.timedelta(microseconds=1)),
+     [dt.datetime(2024, 3, 1) + i * DAY for i in range(3)]),
+    ("at BETWEEN '2024-03-01T08:00:00+02:00' AND '2024-03-02T17:00:00+02:00'",  # read as UTC:
+     (dt.datetime(2024, 3, 1, 6), dt.datetime(2024, 3, 2, 15)),  # 07:00 in, 16:00 out
+     [dt.datetime(2024, 3, 1) + i * DAY for i in range(2)]),
     ("at >= '2024-01-01' OR kind = 'a'", None,  # not a range: the whole domain
      [dt.datetime(2024, 1, 1) + i * DAY for i in range(182)]),
 ])
@@ -245,6 +262,25 @@ def test_time_buckets_are_listed_within_the_where_range(engine, where, scope, ke
                   if t is not None and scope[0] <= t <= scope[1]]
         counts = Counter(dt.datetime(t.year, t.month, t.day) for t in inside)
         assert {row[0]: row[1] for row in answer.rows} == {k: counts.get(k, 0) for k in keys}
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_grafana_time_series_bins_epochs_within_its_time_range(engine):
+    """Grafana's $__timeGroupAlias and $__timeFilter as it expands them: hourly epoch
+    bins, only those of the dashboard's range (read as UTC), the constant metric name
+    carried on every row, ordered by time."""
+    answer, charged = ask(engine, (
+        'SELECT floor(extract(epoch from "at")/3600)*3600 AS "time", count(*), \'n\' as metric '
+        "FROM events WHERE \"at\" BETWEEN '2024-03-01T00:00:00Z' AND '2024-03-05T23:59:59Z' "
+        "GROUP BY 1 ORDER BY 1"))
+    start = epoch_seconds(dt.datetime(2024, 3, 1))
+    keys = [start + i * 3600 for i in range(5 * 24)]
+    inside = Counter(epoch_seconds(t) // 3600 * 3600 for t in EVENTS["at"] if t is not None
+                     and dt.datetime(2024, 3, 1) <= t <= dt.datetime(2024, 3, 5, 23, 59, 59))
+    assert answer.rows == [(k, inside.get(k, 0), "n") for k in keys]
+    assert answer.columns == ["time", "count", "metric"]
+    assert answer.kinds == ["bigint", "bigint", "text"]
+    assert charged == [Decimal("0.25")]
 
 
 def test_a_fine_grain_over_a_short_range_stays_within_max_groups(engine):
@@ -274,6 +310,20 @@ def test_group_key_types_reach_the_client(engine):
     assert len(answer.rows) == 6 * 12 * 3
 
 
+def _keys_in_backend(url: str, rules, term_sql: str):
+    """The GROUP BY term ``term_sql`` over table t (columns i, and the term's), and the
+    key the backend computes for each row, in the order of i."""
+    plan = analyze(parse_statements(f"SELECT {term_sql}, COUNT(*) FROM t GROUP BY 1")[0],
+                   rules, Settings())
+    (term,) = plan.group_by
+    backend = open_backend(url)
+    try:
+        sql = exp.select("i", group_value(term, rules.tables["t"])).from_("t").order_by("i")
+        return term, [row[1] for row in backend.query(sql.sql(dialect=backend.dialect))]
+    finally:
+        backend.close()
+
+
 EDGES = [None, -1e308, -5.0, 0.0, 9.999, 10.0, 19.5, 20.0, 79.999, 80.0, 99.5, 100.0, 130.0,
          1e308, float("nan"), float("inf"), float("-inf")]
 
@@ -295,16 +345,43 @@ def test_the_backend_buckets_as_the_reference_does(backend_url, term_sql):
 [tables.t.columns]
 x = {{ type = "{'int' if kind == 'INTEGER' else 'float'}", domain = [-3, 100] }}
 """)
-    plan = analyze(parse_statements(f"SELECT {term_sql}, COUNT(*) FROM t GROUP BY 1")[0],
-                   rules, Settings())
-    (term,) = plan.group_by
-    backend = open_backend(backend_url)
-    try:
-        sql = exp.select("i", group_value(term, rules.tables["t"])).from_("t").order_by("i")
-        got = [row[1] for row in backend.query(sql.sql(dialect=backend.dialect))]
-    finally:
-        backend.close()
+    term, got = _keys_in_backend(backend_url, rules, term_sql)
     assert got == [bucket_of(term, rules.tables["t"].columns["x"], v) for v in values]
+    assert {g for g in got if g is not None} <= set(term.keys)
+
+
+MOMENTS = ["-infinity", "infinity", None, "2023-12-31 23:59:59.999999", "2024-01-01 00:00:00",
+           "2024-01-01 23:59:59.999999", "2024-01-02 00:00:00", "2024-03-05 10:00:00",
+           "2024-06-30 23:59:59", "2024-06-30 23:59:59.5", "2031-01-01 00:00:00"]
+
+
+@pytest.mark.parametrize("term_sql", ["floor(extract(epoch from at) / 86400) * 86400",
+                                      "floor(extract(epoch from at) / 3600)",
+                                      "floor(date_part('epoch', at) / 604800) * 604800",
+                                      "date_trunc('day', at)"])
+def test_the_backend_bins_epochs_as_the_reference_does(backend_url, term_sql):
+    """Epoch bins (and a date_trunc) on both engines, of moments at bin and domain bounds, a microsecond
+    before them, beyond the domain and ±infinity, agree with tests/privacy/buckets.py;
+    every bin is a listed key."""
+    load_table(backend_url, "raw", {"i": list(range(len(MOMENTS))), "s": MOMENTS},
+               {"i": "INTEGER", "s": "TEXT"})
+    view = "CREATE VIEW t AS SELECT i, CAST(s AS TIMESTAMP) AS at FROM raw"
+    if backend_url.startswith("duckdb"):
+        con = duckdb.connect(backend_url.removeprefix("duckdb:///"))
+        con.execute(view)
+        con.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(backend_url, autocommit=True) as con:
+            con.execute(view)
+    rules = parse_rules('[tables.t]\n[tables.t.columns]\nat = { type = "timestamp", '
+                        'domain = [2024-01-01T00:00:00, 2024-06-30T23:59:59] }\n')
+    term, got = _keys_in_backend(backend_url, rules, term_sql)
+    column = rules.tables["t"].columns["at"]
+    moments = [None if m is None else dt.datetime.min if m == "-infinity" else dt.datetime.max
+               if m == "infinity" else dt.datetime.fromisoformat(m) for m in MOMENTS]
+    assert got == [bucket_of(term, column, m) for m in moments]
     assert {g for g in got if g is not None} <= set(term.keys)
 
 
@@ -407,6 +484,88 @@ def test_superset_virtual_dataset_with_a_series_limit(engine):
     assert charged == [Decimal("0.25")]
 
 
+# 3b. HAVING and results computed from aggregates: post-processing of the one release.
+
+APRIL = dt.datetime(2024, 4, 1)
+HAVING = [
+    # (query, the same query without HAVING, which of its rows HAVING keeps, the columns
+    #  and values of a kept row, epsilon charged)
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 73",
+     "SELECT region, COUNT(*) FROM people GROUP BY region", lambda r: r[1] > 73,
+     (["region", "count"], lambda r: r), 0.25),
+    ("SELECT region FROM people GROUP BY region HAVING AVG(income) > 46700",
+     "SELECT region, AVG(income) FROM people GROUP BY region", lambda r: r[1] > 46700,
+     (["region"], lambda r: r[:1]), 0.25),  # the HAVING aggregate is released, charged
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING AVG(income) > 46700",
+     "SELECT region, COUNT(*), AVG(income) FROM people GROUP BY region",
+     lambda r: r[2] > 46700, (["region", "count"], lambda r: r[:2]), 0.5),
+    (("SELECT region, COUNT(*) AS n FROM people GROUP BY 1 HAVING n > 72 AND "
+      "(SUM(income) / COUNT(*) > 46000 OR region = 'west') ORDER BY n DESC, region LIMIT 2"),
+     "SELECT region, COUNT(*), SUM(income) FROM people GROUP BY 1",
+     lambda r: r[1] > 72 and (r[2] / r[1] > 46000 or r[0] == "west"),
+     (["region", "n"], lambda r: r[:2]), 0.5),
+    (("SELECT floor(age / 25) * 25 AS q, COUNT(*) AS n FROM people GROUP BY q "
+      "HAVING q >= 50 AND n > 0"),  # select aliases of a bucket and of an aggregate
+     "SELECT floor(age / 25) * 25 AS q, COUNT(*) AS n FROM people GROUP BY q",
+     lambda r: r[0] >= 50 and r[1] > 0, (["q", "n"], lambda r: r), 0.25),
+    (("SELECT COUNT(*) FROM events GROUP BY date_trunc('month', at) "
+      "HAVING date_trunc('month', at) >= '2024-04-01'"),  # a group term not selected
+     "SELECT COUNT(*), date_trunc('month', at) FROM events GROUP BY 2",
+     lambda r: r[1] >= APRIL, (["count"], lambda r: r[:1]), 0.25),
+    ("SELECT COUNT(*) FROM people WHERE age > 30 HAVING COUNT(*) > 200",  # one group
+     "SELECT COUNT(*) FROM people WHERE age > 30", lambda r: r[0] > 200,
+     (["count"], lambda r: r), 0.25),
+    (("SELECT region, COUNT(*) * 2 AS twice, COUNT(*) / 7, 'count' AS metric FROM people "
+      "GROUP BY region"),  # computed results and a constant, as Grafana sends
+     "SELECT region, COUNT(*) FROM people GROUP BY region", lambda r: True,
+     (["region", "twice", "?column?", "metric"], lambda r: (r[0], 2 * r[1], r[1] // 7,
+                                                           "count")), 0.25),
+]
+
+
+@pytest.mark.parametrize("sql,unfiltered,keep,result,charge", HAVING)
+@pytest.mark.usefixtures("no_noise")
+def test_having_filters_the_released_rows_of_one_query(engine, sql, unfiltered, keep, result,
+                                                       charge):
+    answer, charged = ask(engine, sql)
+    direct, _ = ask(engine, unfiltered, analyst="bob")
+    kept = [row for row in direct.rows if keep(row)]
+    if "ORDER BY" in sql:  # n DESC, region; LIMIT 2
+        kept = sorted(kept, key=lambda r: (-r[1], r[0]))[:2]
+    columns, values = result
+    assert answer.columns == columns
+    assert answer.rows == [values(row) for row in kept]
+    assert 0 < len(kept) < len(direct.rows) or "metric" in columns or "> 200" in sql
+    assert charged == [Decimal(str(charge))]  # one ledger row: charged once
+    assert "post-processing" in answer.notice
+
+
+def test_having_reads_the_released_values_not_the_true_ones(engine, monkeypatch):
+    """With every released count 1000 above the true one, HAVING COUNT(*) > 1000 keeps
+    every group (it filters what is released) and the kept values are the released ones;
+    a filter on the true counts would keep none."""
+    from proxy.privacy import noisy_answers
+    from proxy.privacy.mechanisms import Noisy
+
+    monkeypatch.setattr(noisy_answers, "laplace_integer",
+                        lambda true, *args, **kwargs: Noisy(true + 1000, 0.0, "none"))
+    answer, _ = ask(engine, "SELECT region, COUNT(*) FROM people GROUP BY region "
+                            "HAVING COUNT(*) > 1000")
+    expected = Counter(r for r in PEOPLE["region"] if r in REGIONS)
+    assert answer.rows == [(r, expected[r] + 1000) for r in REGIONS]
+
+
+def test_having_keeps_the_bounds_and_types_of_what_it_shows(engine):
+    answer, _ = ask(engine, "SELECT region, COUNT(*) AS n FROM people GROUP BY region "
+                            "HAVING AVG(income) > -1")
+    assert list(answer.privacy["ci95"]) == ["n"]  # the HAVING-only AVG is not shown
+    assert "HAVING ran on the released answers" in answer.notice
+    described = engine.session("zoe").describe(
+        "SELECT region, COUNT(*) * 2 AS twice, 'avg' AS metric FROM people GROUP BY 1 "
+        "HAVING SUM(income) > 0")
+    assert described == [("region", "text"), ("twice", "bigint"), ("metric", "text")]
+
+
 # 4. Refused shapes: one line, a stable SQLSTATE, nothing spent.
 
 REFUSED = [
@@ -454,6 +613,26 @@ REFUSED = [
      .replace("COUNT(*) AS mme", "MEDIAN(cost) AS mme"), "0A000", "COUNT or SUM"),
     (SERIES_BAR.replace("count(*) AS mme_inner__", "max(age) AS mme_inner__"), "0A000",
      "the chart does not ask for"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING age > 30", "0A000",
+     "neither an aggregate nor a GROUP BY key"),
+    ("SELECT COUNT(*) AS age FROM people GROUP BY region HAVING age > 3", "0A000",
+     "neither an aggregate"),  # a column of the table, not the alias, as in PostgreSQL
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING lower(region) = 'north'",
+     "0A000", "released values"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > (SELECT 1)",
+     "0A000", "subqueries"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING MEDIAN(region) > 'a'",
+     "0A000", "numeric column"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) > 1 ORDER BY AVG(age)",
+     "0A000", "not a result column"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 HAVING COUNT(*) > 1 LIMIT 'all'",
+     "0A000", "whole number"),
+    ("SELECT * FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY 1 HAVING COUNT(*) > 1) t",
+     "0A000", "in one query"),
+    ("SELECT 'avg' AS metric FROM people", "0A000", "next to aggregates"),
+    ("SELECT 'x', COUNT(*) FROM people GROUP BY 1", "0A000", "public set of keys"),
+    ("SELECT COUNT(*) FROM people GROUP BY COUNT(*) + 1 HAVING COUNT(*) + 1 > 2", "0A000",
+     "public set of keys"),
 ]
 
 

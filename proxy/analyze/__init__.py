@@ -17,6 +17,7 @@ from sqlglot.errors import ParseError
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
+from proxy.analyze.having import having_plan
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.plan import (
@@ -102,6 +103,11 @@ def analyze(
         return outer
     _refuse_compound(select)
     table = _the_protected_table(select, rules)
+    _limit(select)
+    post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
+                                                                      hint))
+    if post_processed is not None:
+        return post_processed
     resolve = _column_resolver(table, select)
     select, table = with_expressions(select, table, resolve)  # aggregates over expressions
     resolve = _column_resolver(table, select)
@@ -272,8 +278,7 @@ def _refuse_compound(select: exp.Select) -> None:
                     "window": "window functions", "filter": "FILTER clauses"}.get(node.key, node.key)
             raise NotSupported(f"{kind} over protected tables are not supported; "
                                "query one table with aggregates, WHERE and GROUP BY")
-    for clause, what in (("having", "HAVING"), ("distinct", "SELECT DISTINCT"),
-                         ("offset", "OFFSET")):
+    for clause, what in (("distinct", "SELECT DISTINCT"), ("offset", "OFFSET")):
         if select.args.get(clause):
             raise NotSupported(f"{what} is not supported; filter with WHERE, limit with LIMIT")
 

@@ -11,6 +11,10 @@ Recognised terms, each over one declared column:
   (the domain's years for ``year``);
 - ``floor(x / w) * w`` (or ``floor(x / w)``) and, on an int column, ``x / w * w`` (or
   ``x / w``) over a declared numeric domain: every bin from L to U;
+- ``floor(extract(epoch from col) / w) * w`` on a date or timestamp column with a
+  declared domain (Grafana's ``$__timeGroup``; w in seconds): every bin, as epoch
+  seconds, from the first to the last moment of the domain (a timestamp without time
+  zone is read as UTC, as both engines compute its epoch);
 - ``width_bucket(x, lo, hi, n)``: buckets 1..n, with 0 and n + 1 where the domain reaches
   beyond ``lo`` and ``hi``;
 - ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals.
@@ -36,12 +40,12 @@ from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 
-COLUMN, TIME_TRUNC, TIME_PART = "column", "time_trunc", "time_part"
+COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
 
 ALLOWED = ("a column with declared keys, date_trunc('month', col), extract(month FROM col), "
-           "floor(col / 10) * 10, width_bucket(col, lo, hi, n) or CASE WHEN … THEN 'literal' "
-           "… END")
+           "floor(extract(epoch FROM col) / 86400) * 86400, floor(col / 10) * 10, "
+           "width_bucket(col, lo, hi, n) or CASE WHEN … THEN 'literal' … END")
 TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
 # field -> its values (None: the years of the domain)
 PART_VALUES: dict[str, range | None] = {
@@ -85,7 +89,7 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
     terms: list[GroupKey] = []
     where = select.args.get("where")
     for node in group.expressions:
-        term = group_term(_dereferenced(node, select, table), table, resolve,
+        term = group_term(dereferenced(node, select, table), table, resolve,
                           where.this if where else None)
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
@@ -125,7 +129,7 @@ def default_name(node: exp.Expression) -> str:
     return "?column?"
 
 
-def _dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.Expression:
+def dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.Expression:
     """``GROUP BY 2`` and ``GROUP BY alias`` name a select item (an input column of that
     name wins over an alias, as in PostgreSQL)."""
     items = select.expressions
@@ -177,7 +181,7 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return GroupKey(name, TIME_PART, column.name, tuple(values), "int", field)
     if isinstance(node, exp.WidthBucket):
         return _width_bucket(node, table, resolve, name)
-    binned = _bin(node, table, resolve, name)
+    binned = _bin(node, table, resolve, name, where)
     if binned is not None:
         return binned
     if isinstance(node, exp.Case):
@@ -224,9 +228,11 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
                   ) -> tuple[dt.datetime, dt.datetime]:
     """The declared [first, last] of a time column, narrowed by the conditions on it that
     every row in scope meets: top-level AND terms comparing it with a literal (``>=``,
-    ``>``, ``<``, ``<=``, BETWEEN). Text and rules only, never the data. A bound beyond
+    ``>``, ``<``, ``<=``, BETWEEN; a literal with a time zone read as UTC, as
+    ``check_predicate`` rewrites it). Text and rules only, never the data. A bound beyond
     the domain is clamped into it, as the rows beyond it are: they are grouped in the
-    first or last bucket."""
+    first or last bucket. On a date column the bounds are whole days: the engines
+    compare a date with a moment's date."""
     low, high = first, last = column.time_domain
     terms = where.flatten() if isinstance(where, exp.And) else [where] if where else []
     for term in terms:
@@ -245,8 +251,8 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
         if not (isinstance(subject, exp.Column) and subject.name.lower() == column.name):
             continue
         for kind, literal in bounds:
-            moment = parse_moment(literal.name) if isinstance(literal, exp.Literal) and \
-                literal.is_string else None
+            moment = parse_moment(literal.name, zone_as_utc=True) if isinstance(
+                literal, exp.Literal) and literal.is_string else None
             if moment is None:
                 continue
             if kind in (exp.GT, exp.GTE):
@@ -254,6 +260,8 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
             else:
                 strict = kind is exp.LT and moment > dt.datetime.min
                 last = min(last, moment - _TICK if strict else moment)
+    if column.type == "date":
+        first, last = truncate(first, "day"), truncate(last, "day")
     return min(first, high), max(last, low)
 
 
@@ -339,8 +347,10 @@ def _width(node: exp.Expression) -> int:
     return int(width)
 
 
-def _bin(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey | None:
-    """``floor(x / w) [* w]`` and, on int columns, ``x / w [* w]``; None for other shapes."""
+def _bin(node: exp.Expression, table: Table, resolve, name: str,
+         where: exp.Expression | None = None) -> GroupKey | None:
+    """``floor(x / w) [* w]`` and, on int columns, ``x / w [* w]``; the epoch bins
+    ``floor(extract(epoch from t) / w) [* w]``; None for other shapes."""
     multiplied = None
     if isinstance(node, exp.Mul):
         for inner, outer in ((node.this, node.expression), (node.expression, node.this)):
@@ -361,19 +371,44 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey | N
     width = _width(division.expression)
     if multiplied is not None and _width(multiplied) != width:
         raise NotSupported("bin by floor(x / w) * w with the same w on both sides")
+    scale = width if multiplied is not None else 1
+    if isinstance(division.this, exp.Extract) and _unit(division.this.this) == "epoch":
+        if not floor:
+            raise NotSupported("bin an epoch with floor(extract(epoch FROM col) / w) * w")
+        return _epoch_bin(division.this.expression, width, scale, table, resolve, name, where)
     what = f"floor({division.this.sql(dialect='postgres')} / {width})" if floor else \
         f"{division.this.sql(dialect='postgres')} / {width}"
     column = _numeric_column(division.this, table, resolve, what)
     if not floor and column.type != "int" and not isinstance(division, exp.IntDiv):
         raise NotSupported(f"{what} divides a float column without rounding; bin it with "
                            f"floor({column.name} / {width}) * {width}")
-    scale = width if multiplied is not None else 1
     rounding = math.floor if floor else math.trunc
     low, high = rounding(column.lower / width), rounding(column.upper / width)
     _refuse_huge(high - low + 1, "bin")
     keys = tuple(k * scale for k in range(low, high + 1))
     return GroupKey(name, FLOOR_BIN if floor else TRUNC_BIN, column.name, keys, "int",
                     numbers=(width, scale))
+
+
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def epoch_seconds(moment: dt.datetime) -> int:
+    """Whole seconds from 1970-01-01 00:00 to ``moment`` (rounded down), as
+    ``floor(extract(epoch FROM moment))`` on a timestamp without time zone."""
+    return (moment - EPOCH) // dt.timedelta(seconds=1)
+
+
+def _epoch_bin(node: exp.Expression, width: int, scale: int, table: Table, resolve, name: str,
+               where: exp.Expression | None) -> GroupKey:
+    """Bins of ``width`` seconds of a time column, listed from the first to the last
+    moment the domain and the WHERE clause's time range let in."""
+    column = _time_column(node, table, resolve, f"floor(extract(epoch FROM …) / {width})")
+    first, last = _within_where(column, where, resolve)
+    low, high = epoch_seconds(first) // width, epoch_seconds(last) // width
+    _refuse_huge(high - low + 1, f"{width}-second")
+    keys = tuple(k * scale for k in range(low, high + 1)) if first <= last else ()
+    return GroupKey(name, EPOCH_BIN, column.name, keys, "int", numbers=(width, scale))
 
 
 def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> GroupKey:

@@ -140,4 +140,4 @@ def _moment(text: str, format_: exp.Expression | None) -> dt.datetime | None:
             return dt.datetime.strptime(text, format_.name)
         except ValueError:
             return None
-    return parse_moment(text)
+    return parse_moment(text, zone_as_utc=True)

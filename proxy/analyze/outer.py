@@ -21,6 +21,9 @@ privacy):
   series ranking first by the released metric (summed over the other keys, e.g. the
   time buckets, for COUNT and SUM).
 
+HAVING and select items computed from aggregates are the first shape written inside one
+query; ``proxy.analyze.having`` answers them through ``over_release``.
+
 Everything else stays refused, each with a one-line reason naming the construct: an
 aggregate over released aggregates, a subquery that limits or deduplicates rows, joins.
 """
@@ -52,10 +55,12 @@ _ROW_LEVEL = (
 @dataclass(frozen=True)
 class OuterQuery:
     """The outer SELECT (PostgreSQL SQL) over the released rows, which it reads as the
-    table ``released`` under the subquery's alias ``alias``."""
+    table ``released`` under the subquery's alias ``alias``; ``what`` names it in the
+    answer's notes (the outer query, HAVING)."""
 
     sql: str
     alias: str
+    what: str = "the outer query"
 
 
 @dataclass(frozen=True)
@@ -98,8 +103,24 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
     if not body.find(exp.AggFunc):
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
+    return over_release(select, source, _one_release(analyse, body))
+
+
+def over_release(select: exp.Select, source: str, plan: QueryPlan,
+                 what: str = "the outer query") -> QueryPlan:
+    """``plan`` with ``select`` (reading its answers as the table ``source``) run over
+    its released rows."""
+    return replace(plan, post=_outer_query(select, source, plan, what))
+
+
+def _one_release(analyse: Analyse, body: exp.Select) -> QueryPlan:
+    """The plan of an aggregate query whose answers are post-processed; one that is
+    itself post-processed (HAVING, a series limit) is refused: write it as one query."""
     plan = analyse(body)
-    return replace(plan, post=_outer_query(select, source, plan))
+    if plan.post is not None:
+        raise NotSupported("a query over a query with HAVING, computed results or a series "
+                           "limit is not supported; filter and compute in one query")
+    return plan
 
 
 def _refuse_inner_steps(ctes: dict[str, exp.Expression]) -> None:
@@ -138,7 +159,7 @@ def _with_ctes(body: exp.Expression, ctes: dict[str, exp.Expression], own: str) 
     return statement
 
 
-def _outer_query(select: exp.Select, source: str, plan: QueryPlan) -> OuterQuery:
+def _outer_query(select: exp.Select, source: str, plan: QueryPlan, what: str) -> OuterQuery:
     if select.find(exp.Window):
         raise NotSupported("window functions are not supported; order and limit with "
                            "ORDER BY and LIMIT")
@@ -154,7 +175,7 @@ def _outer_query(select: exp.Select, source: str, plan: QueryPlan) -> OuterQuery
         raise NotSupported("name the subquery's results uniquely (AS …) so the outer query "
                            "can refer to them")
     outer.args["from_"].this.replace(exp.to_table("released").as_(source))
-    return OuterQuery(outer.sql(dialect="postgres"), source)
+    return OuterQuery(outer.sql(dialect="postgres"), source, what)
 
 
 def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) -> QueryPlan:
@@ -173,7 +194,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     main.set("with_", None)
     main = _with_ctes(main, ctes, name)
     pairs = _join_pairs(join.args.get("on"), alias)
-    main_plan, body_plan = analyse(main), analyse(body)
+    main_plan, body_plan = _one_release(analyse, main), _one_release(analyse, body)
     if (main_plan.where is None) != (body_plan.where is None) or (
             main_plan.where is not None and main_plan.where.sql() != body_plan.where.sql()):
         raise NotSupported("the series-limit subquery must filter as the outer query does")

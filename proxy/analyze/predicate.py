@@ -42,15 +42,17 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
                 f"{node.key.upper()} is not allowed in WHERE; "
                 "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT on columns"
             )
-    _refuse_mixed_types(condition, table)
+    _check_literal_types(condition, table)
     return condition
 
 
-def _refuse_mixed_types(condition: exp.Expression, table: Table) -> None:
+def _check_literal_types(condition: exp.Expression, table: Table) -> None:
     """A literal of the wrong kind would make the backend fail after the query is
-    charged; the mismatch is visible in the text, so it is refused here."""
-    for node in condition.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
-                                   exp.Between, exp.In):
+    charged; the mismatch is visible in the text, so it is refused here. A moment with
+    a time zone compared with a date or timestamp column is rewritten as the UTC moment
+    without one (``proxy.rules.parse_moment``), which both engines read alike."""
+    for node in list(condition.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
+                                        exp.Between, exp.In)):
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
                     *node.args.get("expressions", [])]
         columns = [o for o in operands if isinstance(o, exp.Column)]
@@ -63,6 +65,11 @@ def _refuse_mixed_types(condition: exp.Expression, table: Table) -> None:
                     kind = "a quoted string" if wants_string else "a number"
                     raise NotSupported(f"column {column.name} is {declared.type}; compare it "
                                        f"with {kind}")
-                if declared.type in ("date", "timestamp") and parse_moment(literal.name) is None:
+                if declared.type not in ("date", "timestamp"):
+                    continue
+                moment = parse_moment(literal.name, zone_as_utc=True)
+                if moment is None:
                     raise NotSupported(f"column {column.name} is {declared.type}; compare it "
                                        "with a date such as '2024-01-31' or '2024-01-31 08:00'")
+                if parse_moment(literal.name) is None:  # it names a time zone
+                    literal.replace(exp.Literal.string(moment.isoformat(" ")))

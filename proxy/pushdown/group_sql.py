@@ -16,6 +16,7 @@ from sqlglot import exp
 from proxy.analyze.group_keys import (
     CASE,
     COLUMN,
+    EPOCH_BIN,
     FLOOR_BIN,
     TIME_TRUNC,
     TRUNC_BIN,
@@ -27,6 +28,7 @@ from proxy.rules import Table
 
 TIMESTAMP = exp.DataType.build("timestamp")
 BIGINT = exp.DataType.build("bigint")
+DOUBLE = exp.DataType.build("double")
 
 
 def group_value(term: GroupKey, table: Table) -> exp.Expression:
@@ -45,6 +47,8 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
             return exp.cast(exp.TimestampTrunc(this=moment, unit=exp.var(term.unit.upper())),
                             TIMESTAMP)
         return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
+    if term.kind == EPOCH_BIN:
+        return _epoch_bin(term, column)
     value = normalised(exp.column(term.column, quoted=True), column.lower, column.upper)
     if term.kind == WIDTH_BUCKET:
         low, high, count = term.numbers
@@ -66,8 +70,21 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         index = exp.Case().when(quotient.copy() < literal(0),
                                 exp.Neg(this=exp.Floor(this=exp.Neg(this=quotient.copy())))
                                 ).else_(exp.Floor(this=quotient.copy()))
-    assert term.kind in (FLOOR_BIN, TRUNC_BIN)
+    assert term.kind in (FLOOR_BIN, TRUNC_BIN), term.kind
     key = exp.cast(index, BIGINT)
+    return key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
+
+
+def _epoch_bin(term: GroupKey, column) -> exp.Expression:
+    """The bin of the clamped moment's epoch: whole seconds first (exact on both
+    engines: PostgreSQL's epoch is numeric, DuckDB's a double whose error is far below a
+    microsecond), then ``floor(seconds / w)``, exact in DOUBLE for |seconds| < 2^53."""
+    width, scale = (int(number) for number in term.numbers)
+    moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
+    seconds = exp.cast(exp.Floor(this=exp.Extract(this=exp.var("EPOCH"), expression=moment)),
+                       DOUBLE)
+    key = exp.cast(exp.Floor(this=exp.Div(this=seconds, expression=literal(float(width)))),
+                   BIGINT)
     return key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
 
 

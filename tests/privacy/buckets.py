@@ -14,12 +14,14 @@ import math
 
 from proxy.analyze.group_keys import (
     COLUMN,
+    EPOCH_BIN,
     FLOOR_BIN,
     TIME_PART,
     TIME_TRUNC,
     TRUNC_BIN,
     WIDTH_BUCKET,
     GroupKey,
+    epoch_seconds,
     truncate,
 )
 from proxy.rules import Column
@@ -32,11 +34,14 @@ def bucket_of(term: GroupKey, column: Column, value):
         return None
     if term.kind == COLUMN:
         return value if value in term.keys else None
-    if term.kind in (TIME_TRUNC, TIME_PART):
+    if term.kind in (TIME_TRUNC, TIME_PART, EPOCH_BIN):
         moment = value if isinstance(value, dt.datetime) else dt.datetime(
             value.year, value.month, value.day)
         first, last = column.time_domain
         moment = min(max(moment, first), last)
+        if term.kind == EPOCH_BIN:  # whole seconds, then whole bins: exact integers
+            width, scale = (int(n) for n in term.numbers)
+            return epoch_seconds(moment) // width * scale
         return truncate(moment, term.unit) if term.kind == TIME_TRUNC else _part(moment,
                                                                                  term.unit)
     v = normalise(value, column.lower, column.upper)

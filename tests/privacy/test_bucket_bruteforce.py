@@ -36,6 +36,8 @@ MOMENTS = [None, dt.datetime.min, dt.datetime.max, dt.datetime(2023, 12, 31, 23,
            dt.datetime(2024, 2, 1), dt.datetime(2024, 2, 14, 12), dt.datetime(2024, 3, 31, 23, 59,
                                                                                59),
            dt.datetime(2025, 6, 1)]
+DATES = [None, dt.date.min, dt.date.max, dt.date(2023, 12, 31), dt.date(2024, 1, 1),
+         dt.date(2024, 1, 7), dt.date(2024, 1, 8), dt.date(2024, 3, 31), dt.date(2025, 1, 1)]
 MEASURES = [NAN, 0.0, 3.0, 10.0]  # the median's column, domain [0, 10]
 LOWER, UPPER = 0.0, 10.0
 
@@ -47,6 +49,7 @@ u = { type = "int" }
 x = { type = "float", domain = [0, 10] }
 i = { type = "int", domain = [-6, 10] }
 at = { type = "timestamp", domain = [2024-01-01T00:00:00, 2024-03-31T23:59:59] }
+d = { type = "date", domain = ["2024-01-01", "2024-03-31"] }
 m = { type = "float", domain = [0, 10] }
 """)
 TERMS = [  # (GROUP BY term, its column, the raw values records and neighbours take)
@@ -55,6 +58,9 @@ TERMS = [  # (GROUP BY term, its column, the raw values records and neighbours t
     ("i / 4 * 4", "i", INTEGERS),
     ("date_trunc('month', at)", "at", MOMENTS),
     ("extract(dow FROM at)", "at", MOMENTS),
+    ("floor(extract(epoch FROM at) / 604800) * 604800", "at", MOMENTS),  # Grafana's bins
+    ("floor(extract(epoch FROM at) / 86400)", "at", MOMENTS),
+    ("floor(extract(epoch FROM d) / 259200) * 259200", "d", DATES),
 ]
 SETTINGS = [(4, 1, 1), (3, 2, 1), (3, 1, 2)]  # (units, rows per unit, group size)
 
@@ -155,22 +161,46 @@ def test_bucketed_medians_keep_the_privacy_loss(sql, name, values, units, rows, 
             assert loss <= share + 1e-9
 
 
-@pytest.mark.parametrize("unit", ["day", "month", "hour"])
-def test_every_value_a_where_range_admits_lands_in_a_listed_key(unit):
+ZONES = ["", "Z", "+00:00", "+02:00", "-05:30"]
+
+
+def _literal(moment: dt.datetime, zone: str) -> tuple[str, dt.datetime]:
+    """``moment`` written with ``zone`` (as a client may), and the UTC moment it names."""
+    if not zone or moment in (dt.datetime.min, dt.datetime.max):
+        return moment.isoformat(" "), moment
+    offset = dt.datetime.fromisoformat(f"2024-01-01T00:00:00{zone}").utcoffset()
+    return f"{moment.isoformat('T')}{zone}", moment - offset
+
+
+@pytest.mark.parametrize("term_sql", ["date_trunc('day', at)", "date_trunc('month', at)",
+                                      "date_trunc('hour', at)",
+                                      "floor(extract(epoch FROM at) / 86400) * 86400",
+                                      "floor(extract(epoch FROM at) / 3600)",
+                                      "floor(extract(epoch FROM d) / 3600) * 3600",
+                                      "date_trunc('hour', d)"])
+def test_every_value_a_where_range_admits_lands_in_a_listed_key(term_sql):
     """Time buckets are listed only within the WHERE's literal range (narrowed by the text,
-    never the data); every raw value the range admits still lands in a listed bucket,
-    those beyond the domain too (clamped into its first or last)."""
+    never the data; a literal with a time zone read as UTC); every raw value the range
+    admits still lands in a listed bucket, those beyond the domain too (clamped into its
+    first or last). A date column is compared, as the engines do, with the moment's date."""
     rng = random.Random(33)
-    column = RULES.tables["t"].columns["at"]
+    name = "d" if "d)" in term_sql else "at"
+    column = RULES.tables["t"].columns[name]
     moments = [m for m in MOMENTS if m is not None] + [
         dt.datetime(2024, 1, 1) + dt.timedelta(minutes=rng.randrange(200_000)) for _ in range(60)]
+    values = moments if name == "at" else [
+        d for d in DATES if d is not None] + [m.date() for m in moments[3:]]
     for _ in range(60):
-        low, high = sorted(rng.sample(moments, 2))
+        low, high = sorted(rng.sample(moments[1:], 2))
+        (low_text, low), (high_text, high) = (_literal(m, rng.choice(ZONES))
+                                              for m in (low, high))
         low_op, high_op = rng.choice([">", ">="]), rng.choice(["<", "<="])
-        sql = (f"SELECT date_trunc('{unit}', at), COUNT(*) FROM t WHERE at {low_op} "
-               f"'{low.isoformat(' ')}' AND at {high_op} '{high.isoformat(' ')}' GROUP BY 1")
+        sql = (f"SELECT {term_sql}, COUNT(*) FROM t WHERE {name} {low_op} '{low_text}' AND "
+               f"{name} {high_op} '{high_text}' GROUP BY 1")
         plan = analyze(parse_statements(sql)[0], RULES, Settings())
         (term,) = plan.group_by
-        admitted = [m for m in moments if (m > low if low_op == ">" else m >= low)
-                    and (m < high if high_op == "<" else m <= high)]
-        assert {bucket_of(term, column, m) for m in admitted} <= set(term.keys)
+        if name == "d":
+            low, high = low.date(), high.date()
+        admitted = [v for v in values if (v > low if low_op == ">" else v >= low)
+                    and (v < high if high_op == "<" else v <= high)]
+        assert {bucket_of(term, column, v) for v in admitted} <= set(term.keys)

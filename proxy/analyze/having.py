@@ -1,0 +1,183 @@
+"""HAVING, and select items computed from aggregates, as post-processing of one release.
+
+``SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 10`` is the
+outer query ``SELECT … FROM (SELECT region, COUNT(*) … GROUP BY region) WHERE count > 10``
+written inside: it is answered as that outer query (``proxy.analyze.outer``), whose
+post-processor (``proxy.postprocess``) runs it over the released rows. The same holds
+for select items that compute on aggregates or are constants (``COUNT(*) * 2``,
+``'avg' AS metric``, as Grafana sends).
+
+Privacy: the filter reads only the noisy released values and the public group keys, so
+it is post-processing and costs no ε (SPEC §5.3). It does not decide which groups are
+released — every declared key is still computed and noised; HAVING only drops rows of
+the answer afterwards. An aggregate that HAVING names but the select list does not
+(``HAVING AVG(income) > 40000``) is released too — the filter must read a noisy value,
+never the true one — so it is charged like a selected aggregate, then left out of the
+result. The whole query is one release, charged once.
+
+What HAVING may name: aggregates, GROUP BY terms (as written in GROUP BY, or a select
+item computing one) and select aliases; a bare column that is neither is refused in one
+line, as it would read rows. ORDER BY and LIMIT move to the outer query, so they apply
+after the filter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from proxy.analyze.aggregates import is_aggregate
+from proxy.analyze.group_keys import default_name, dereferenced
+from proxy.analyze.outer import over_release
+from proxy.analyze.plan import QueryPlan
+from proxy.errors import NotSupported
+from proxy.rules import Table
+
+Analyse = Callable[[exp.Select], QueryPlan]
+SOURCE = "_idp_released"  # the aggregate query, as the outer query reads it
+
+
+def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan | None:
+    """The plan of an aggregate query over ``table`` with HAVING or computed select
+    items: its aggregate query, with the rest as an outer query over the release. None
+    when ``select`` has neither (an ordinary aggregate query)."""
+    items = [item.unalias() for item in select.expressions]
+    computed = [_computed(node) for node in items]
+    having = select.args.get("having")
+    if not (having or any(computed)) or not any(
+            _aggregate(n) for n in select.walk()):  # no aggregate: refused as usual
+        return None
+    groups = [dereferenced(node, select, table) for node in
+              (select.args["group"].expressions if select.args.get("group") else [])]
+    released = _Released(items, computed, groups, select, table)
+    filtered = released.map(having.this, "HAVING") if having else None
+    selected = [released.map(node, "SELECT") if computed[i] else None
+                for i, node in enumerate(items)]
+
+    inner = select.copy()
+    for clause in ("having", "order", "limit"):
+        inner.set(clause, None)
+    inner.set("expressions", [exp.alias_(node.copy(), name, quoted=True)
+                              for name, node in released.columns])
+    if groups:
+        inner.set("group", exp.Group(expressions=[g.copy() for g in groups]))
+    plan = analyse(inner)
+
+    names = [_name(item, plan, i) for i, item in enumerate(select.expressions)]
+    outer = exp.select(*[exp.alias_(_column(f"_idp_{i}") if value is None else value, name,
+                                    quoted=True)
+                         for i, (value, name) in enumerate(zip(selected, names))]
+                       ).from_(SOURCE)
+    if filtered is not None:
+        outer = outer.where(filtered)
+    if select.args.get("order"):
+        outer = outer.order_by(*[released.ordered(o, names)
+                                 for o in select.args["order"].expressions])
+    if select.args.get("limit"):
+        outer.set("limit", select.args["limit"].copy())
+    return over_release(outer, SOURCE, plan, "HAVING" if having else "the select list")
+
+
+def _aggregate(node: exp.Expression) -> bool:
+    return is_aggregate(node) or isinstance(node, exp.Filter)
+
+
+def _computed(node: exp.Expression) -> bool:
+    """A select item computed from released values: an expression over aggregates
+    (``COUNT(*) * 2``), or a constant. A plain aggregate, a group key and a raw column
+    (refused later) are not."""
+    if _aggregate(node):
+        return False
+    return any(_aggregate(n) for n in node.walk()) or not any(
+        isinstance(n, (exp.Column, exp.Star)) for n in node.walk())
+
+
+def _comparable(node: exp.Expression) -> exp.Expression:
+    """``node`` as PostgreSQL reads it: unquoted names in lower case, no table names."""
+    copy = normalize_identifiers(node.copy(), dialect="postgres")
+    for column in list(copy.find_all(exp.Column)):
+        column.replace(exp.column(column.args["this"]))
+    return copy
+
+
+def _column(name: str) -> exp.Column:
+    return exp.column(name, table=SOURCE, quoted=True)
+
+
+class _Released:
+    """The columns of the aggregate query: the select items that are not computed
+    (``_idp_<position>``), then each aggregate or group term only HAVING names
+    (``_idp_h<n>``); and the translation of HAVING, ORDER BY and computed items into
+    expressions over those columns."""
+
+    def __init__(self, items, computed, groups, select: exp.Select, table: Table) -> None:
+        self.columns: list[tuple[str, exp.Expression]] = [
+            (f"_idp_{i}", node) for i, node in enumerate(items) if not computed[i]]
+        self.groups = groups
+        self.table = table
+        self.aliases = {item.alias.lower(): f"_idp_{i}"
+                        for i, item in enumerate(select.expressions)
+                        if isinstance(item, exp.Alias) and not computed[i]}
+
+    def _find(self, node: exp.Expression) -> str | None:
+        wanted = _comparable(node)
+        return next((name for name, seen in self.columns if _comparable(seen) == wanted),
+                    None)
+
+    def map(self, node: exp.Expression, clause: str, add: bool = True) -> exp.Expression:
+        """``node`` over the released columns; with ``add``, an aggregate or group term
+        not selected becomes a column of its own (released, charged, not shown)."""
+
+        def released(sub: exp.Expression) -> exp.Expression:
+            name = self._find(sub)
+            if name is not None:
+                return _column(name)
+            if isinstance(sub, (exp.Subquery, exp.Select, exp.Exists)):
+                raise NotSupported(f"subqueries in {clause} are not supported; compare "
+                                   "aggregates with constants")
+            grouped = not _computed(sub) and any(  # so the aggregate query has none
+                _comparable(g) == _comparable(sub) for g in self.groups)
+            if add and (_aggregate(sub) or grouped):
+                name = f"_idp_h{len(self.columns)}"
+                self.columns.append((name, sub.copy()))
+                return _column(name)
+            alias = self.aliases.get(sub.name.lower()) if isinstance(sub, exp.Column) \
+                and not sub.table and sub.name.lower() not in self.table.columns else None
+            if alias is not None:  # an input column of that name wins, as in PostgreSQL
+                return _column(alias)
+            if not add and (_aggregate(sub) or isinstance(sub, exp.Column)):
+                raise NotSupported(f"ORDER BY {sub.sql(dialect='postgres')} is not a result "
+                                   "column; order by a result column's name, alias or "
+                                   "position")
+            if isinstance(sub, exp.Column):
+                raise NotSupported(f"{clause} {sub.sql(dialect='postgres')} is neither an "
+                                   "aggregate nor a GROUP BY key; filter rows with WHERE")
+            return sub
+
+        return node.copy().transform(released, copy=False)
+
+    def ordered(self, ordered: exp.Ordered, names: list[str]) -> exp.Ordered:
+        """An ORDER BY term of the outer query: a position or a result column's name as
+        written (the outer query has the same result columns), else an expression over
+        the released columns (nothing new is released to order by)."""
+        target = ordered.this
+        if (isinstance(target, exp.Literal) and not target.is_string) or (
+                isinstance(target, exp.Column) and not target.table
+                and target.name.lower() in {name.lower() for name in names}):
+            return ordered.copy()
+        copy = ordered.copy()
+        copy.set("this", self.map(target, "ORDER BY", add=False))
+        return copy
+
+
+def _name(item: exp.Expression, plan: QueryPlan, position: int) -> str:
+    """PostgreSQL's name of a result column: its alias; else the aggregate's or group
+    term's own name, as the plan gives it; else that of the expression."""
+    if isinstance(item, exp.Alias):
+        return item.alias
+    output = next((o for o in plan.outputs if o.name == f"_idp_{position}"), None)
+    if output is not None and output.aggregate is not None:
+        return plan.aggregates[output.aggregate].label
+    return default_name(item)
