@@ -25,7 +25,7 @@ from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
 pytestmark = pytest.mark.postgres
 
 RACES, SESSIONS = 8, 32
-CLIENTS, BURST, KILLS = 8, 500, 4
+CLIENTS, BURST, KILLS = 8, 500, 3
 RULES = """
 [server]
 auth = "trust"
@@ -227,7 +227,7 @@ def _burst(proxy, round_number: int, number: int, answered: set[str],
 
 @pytest.mark.slow
 def test_no_answer_without_a_committed_debit_across_kill_9(served):
-    """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 4 times;
+    """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 3 times;
     then: every answer a client received has its committed debit, and every budget
     equals the sum of its committed ledger rows."""
     chance = random.Random(20261122)

@@ -1,0 +1,58 @@
+"""Issue 16's list of analyst SQL that was refused, on the demo through ``idp-proxy serve``
+on both backends: each statement is answered with noise and its privacy notice, charged
+once (ε per aggregate), and its repeat comes from the answer cache, free and the same."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from tests.wireserver import demo_proxy
+
+pytestmark = pytest.mark.postgres
+
+EPSILON = Decimal("0.1")  # rules/demo.toml's epsilon_per_query
+
+# (statement, aggregates charged)
+ASKED = [
+    ("WITH a AS (SELECT * FROM people WHERE age > 30) SELECT COUNT(*) FROM a", 1),
+    ("SELECT COUNT(*) FROM (SELECT * FROM people WHERE income > 50000) t", 1),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1", 1),
+    ("SELECT date_trunc('month', visited_at) AS month, COUNT(*) FROM visits "
+     "GROUP BY date_trunc('month', visited_at)", 1),
+    ("SELECT age / 10 * 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 * 10", 1),
+    ("SELECT width_bucket(age, 0, 100, 10) AS bucket, COUNT(*) FROM people GROUP BY 1", 1),
+    ("SELECT SUM(CASE WHEN age > 30 THEN 1 ELSE 0 END) FROM people", 1),
+    ("SELECT COUNT(*) FILTER (WHERE age > 40) FROM people", 1),
+    ("SELECT AVG(cost * days) FROM visits", 1),
+    ("SELECT COUNT(DISTINCT person_id) FROM visits", 1),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 10", 1),
+    ("SELECT STDDEV(age), VARIANCE(income) FROM people", 2),
+]
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def proxy(request, tmp_path_factory):
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with demo_proxy(request.param, tmp_path_factory.mktemp("analyst"), url) as running:
+        yield running
+
+
+def _budget(con) -> Decimal:
+    return Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+
+
+@pytest.mark.parametrize("sql,aggregates", ASKED)
+def test_answered_with_its_notice_charged_once(proxy, sql, aggregates):
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        notices: list[str] = []
+        con.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+        before = _budget(con)
+        rows = con.execute(sql).fetchall()
+        assert rows and all(value is not None for row in rows for value in row), rows
+        assert len(notices) == 1 and notices[0].startswith("iDP"), notices
+        assert before - _budget(con) == aggregates * EPSILON
+        assert con.execute(sql).fetchall() == rows  # the cache: the same release, free
+        assert before - _budget(con) == aggregates * EPSILON
