@@ -20,8 +20,8 @@ ASKED = [
     ("WITH a AS (SELECT * FROM people WHERE age > 30) SELECT COUNT(*) FROM a", 1),
     ("SELECT COUNT(*) FROM (SELECT * FROM people WHERE income > 50000) t", 1),
     ("SELECT region, COUNT(*) FROM people GROUP BY 1", 1),
-    ("SELECT date_trunc('month', visited_at) AS month, COUNT(*) FROM visits "
-     "GROUP BY date_trunc('month', visited_at)", 1),
+    (("SELECT date_trunc('month', visited_at) AS month, COUNT(*) FROM visits "
+     "GROUP BY date_trunc('month', visited_at)"), 1),
     ("SELECT age / 10 * 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 * 10", 1),
     ("SELECT width_bucket(age, 0, 100, 10) AS bucket, COUNT(*) FROM people GROUP BY 1", 1),
     ("SELECT SUM(CASE WHEN age > 30 THEN 1 ELSE 0 END) FROM people", 1),
