@@ -329,3 +329,31 @@ def test_asyncpg_prepares_a_parameter_inside_an_aggregate(proxy):
             await con.close()
 
     asyncio.run(session())
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT SUM(income * income) FROM people WHERE {scope}",
+    "SELECT SUM(income * 1e-200 * 1e-100) FROM people WHERE {scope}",
+    "SELECT AVG(income / 1e15) FROM people WHERE {scope}",
+    ("SELECT width_bucket(income, 0, 1000000, 10) AS b, COUNT(*) FROM people WHERE {scope} "
+    "GROUP BY 1"),
+    ("SELECT floor(income / 1000000) * 1000000 AS b, COUNT(*) FROM people WHERE {scope} "
+    "GROUP BY 1"),
+])
+def test_tiny_values_never_make_the_backend_fail(backend_url, sql):
+    """PostgreSQL raises an underflow error when a product or quotient of non-zero
+    doubles rounds to 0: were it to reach the analyst, it would say whether a row with a
+    tiny value is in scope. With one (5e-324, 1e-200, 1e-310) in scope or not, the query
+    is answered alike."""
+    people = _people(20)
+    people["income"][5:8] = [5e-324, 1e-200, 1e-310]
+    load_table(backend_url, "people", people, PEOPLE_TYPES)
+    load_table(backend_url, "visits", _visits(3), VISITS_TYPES)
+    backend = open_backend(backend_url)
+    try:
+        session = Engine(parse_rules(RULES_TEXT), backend).session("zoe")
+        for scope in ("person_id BETWEEN 6 AND 8", "person_id > 8"):  # tiny rows in, out
+            (answer,) = run(session, sql.format(scope=scope))
+            assert answer.rows, (sql, scope)
+    finally:
+        backend.close()

@@ -56,7 +56,7 @@ def test_database_names_are_bounded(tmp_path, monkeypatch):
 def test_catalogs_are_copies_of_one_initdb_and_a_foreign_template_is_ignored(tmp_path,
                                                                           monkeypatch):
     """The first catalog's initdb leaves a template in the shared folder that later
-    catalogs copy; a template someone else could have written is never used."""
+    catalogs copy; a template someone else could have written, or a link, is never used."""
     shared = Path(tempfile.mkdtemp())  # the worker's TMPDIR, which PostgreSQL's user reaches
     shared.chmod(0o1777)  # as /var/tmp: the catalog's user makes its template here
     monkeypatch.setattr(shadow, "_SKELETONS", shared)
@@ -80,6 +80,13 @@ def test_catalogs_are_copies_of_one_initdb_and_a_foreign_template_is_ignored(tmp
         catalog = shadow.ShadowCatalog(rules, backend, 5)
         catalog.close()
         assert len(initdb_runs) == 2
+        template.chmod(0o700)  # a link to it in its place (to a real cluster, say): not used
+        linked = template.with_name(template.name + "-real")
+        template.rename(linked)
+        template.symlink_to(linked)
+        catalog = shadow.ShadowCatalog(rules, backend, 5)
+        catalog.close()
+        assert len(initdb_runs) == 3
     finally:
         backend.close()
         shutil.rmtree(shared, ignore_errors=True)

@@ -569,6 +569,11 @@ def test_having_keeps_the_bounds_and_types_of_what_it_shows(engine):
 # 4. Refused shapes: one line, a stable SQLSTATE, nothing spent.
 
 REFUSED = [
+    ("SELECT width_bucket(age, -1e308, 1e307, 10) AS b, COUNT(*) FROM people GROUP BY 1",
+     "0A000", "bounds must be within"),
+    ("SELECT floor(age / 1e300) * 1e300 AS b, COUNT(*) FROM people GROUP BY 1",
+     "0A000", "positive whole number up to"),
+    ('SELECT SUM(age * 2) FROM people WHERE "age * 2" > 10', "42703", "not declared"),
     ("SELECT AVG(c) FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY region) t",
      "0A000", "aggregate over the answers"),
     (("WITH t AS (SELECT region, COUNT(*) AS c FROM people GROUP BY region) "

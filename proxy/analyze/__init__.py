@@ -108,21 +108,21 @@ def analyze(
                                                                       hint))
     if post_processed is not None:
         return post_processed
-    resolve = _column_resolver(table, select)
-    select, table = with_expressions(select, table, resolve)  # aggregates over expressions
-    resolve = _column_resolver(table, select)
+    declared = _column_resolver(table, select)  # WHERE and GROUP BY see declared columns
+    select, table = with_expressions(select, table, declared)  # aggregates over expressions
+    resolve = _column_resolver(table, select)  # and the aggregates their derived ones
     epsilon = settings.resolve_epsilon(rules, hint)
-    individual = _individual_query(select, table, settings, resolve, epsilon)
+    individual = _individual_query(select, table, settings, declared, epsilon)
     if individual is not None:
         return _with_prior(individual, settings)
-    group_by = group_terms(select, table, resolve, rules.defaults.max_groups)
+    group_by = group_terms(select, table, declared, rules.defaults.max_groups)
     aggregates, outputs = _select_list(select, table, group_by, resolve)
     model = settings.resolve_model(rules)
     _check_domains(table, aggregates, model)
     where = select.args.get("where")
     plan = QueryPlan(
         table=table,
-        where=check_predicate(where.this, table, resolve) if where else None,
+        where=check_predicate(where.this, table, declared) if where else None,
         group_by=group_by,
         aggregates=aggregates,
         outputs=outputs,

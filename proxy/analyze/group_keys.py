@@ -39,6 +39,7 @@ from sqlglot import exp
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
+from proxy.statistics import MAGNITUDE_CAP
 
 COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
@@ -341,9 +342,9 @@ def _numeric_column(node: exp.Expression, table: Table, resolve, what: str) -> C
 
 def _width(node: exp.Expression) -> int:
     width = _number(node)
-    if width is None or width <= 0 or width != int(width):
-        raise NotSupported("a bin width must be a positive whole number, e.g. floor(age / 10) "
-                           "* 10")
+    if width is None or width <= 0 or width != int(width) or width > MAGNITUDE_CAP:
+        raise NotSupported("a bin width must be a positive whole number up to "
+                           f"{MAGNITUDE_CAP:.0e}, e.g. floor(age / 10) * 10")
     return int(width)
 
 
@@ -418,6 +419,8 @@ def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> Gr
     if low is None or high is None or count is None or not low < high:
         raise NotSupported("width_bucket takes literal bounds lo < hi and a count: "
                            "width_bucket(age, 0, 100, 10)")
+    if max(abs(low), abs(high)) > MAGNITUDE_CAP:  # (v - lo) * n stays far from overflow
+        raise NotSupported(f"width_bucket's bounds must be within ±{MAGNITUDE_CAP:.0e}")
     count = _width(node.args.get("num_buckets"))
     _refuse_huge(count, "width_bucket")
     keys = ([0] if column.lower < low else []) + list(range(1, count + 1)) + \

@@ -23,7 +23,7 @@ from proxy.analyze.group_keys import (
     WIDTH_BUCKET,
     GroupKey,
 )
-from proxy.pushdown.values import literal, normalised
+from proxy.pushdown.values import literal, normalised, snapped
 from proxy.rules import Table
 
 TIMESTAMP = exp.DataType.build("timestamp")
@@ -49,12 +49,12 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
     if term.kind == EPOCH_BIN:
         return _epoch_bin(term, column)
-    value = normalised(exp.column(term.column, quoted=True), column.lower, column.upper)
+    value = snapped(normalised(exp.column(term.column, quoted=True), column.lower,
+                               column.upper))  # divided below: no underflow error
     if term.kind == WIDTH_BUCKET:
         low, high, count = term.numbers
-        span = exp.Div(this=exp.Mul(this=exp.paren(exp.Sub(this=value.copy(),
-                                                           expression=literal(low))),
-                                    expression=literal(int(count))),
+        offset = snapped(exp.paren(exp.Sub(this=value.copy(), expression=literal(low))))
+        span = exp.Div(this=exp.Mul(this=offset, expression=literal(int(count))),
                        expression=literal(high - low))
         inside = exp.func("least", exp.Add(this=exp.cast(exp.Floor(this=span), BIGINT),
                                            expression=literal(1)), literal(int(count)))

@@ -14,7 +14,7 @@ from sqlglot import exp
 from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import UNITS, QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
-from proxy.pushdown.values import normalised
+from proxy.pushdown.values import normalised, snapped
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef
 
@@ -99,6 +99,11 @@ def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
     if isinstance(column, DerivedColumn):
         value = column.render(lambda name: normalised(
             exp.column(name, quoted=True), table.columns[name].lower, table.columns[name].upper))
+        # innermost first, so that no product is computed unsnapped (values.snapped)
+        for node in reversed(list(value.find_all(exp.Mul, exp.Div, bfs=True))):
+            node.set("this", snapped(node.this))
+            if isinstance(node, exp.Mul):
+                node.set("expression", snapped(node.expression))
     else:
         value = exp.column(need.column, quoted=True)
     return normalised(value, need.lower, need.upper)

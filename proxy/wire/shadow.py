@@ -18,6 +18,7 @@ import logging
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -196,10 +197,11 @@ class ShadowCatalog:
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         try:
-            owner = skeleton.stat()
+            owner = skeleton.lstat()  # a link (to a real cluster, say) is never followed
         except OSError:
             return None
-        if owner.st_uid != uid or owner.st_mode & 0o077 or not (skeleton / "PG_VERSION").exists():
+        if (owner.st_uid != uid or owner.st_mode & 0o077 or not stat.S_ISDIR(owner.st_mode)
+                or not (skeleton / "PG_VERSION").exists()):
             log.warning("not using %s as the catalog's template: not %s's alone", skeleton, uid)
             return None
         return skeleton
