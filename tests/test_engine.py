@@ -141,6 +141,61 @@ def test_empty_groups_are_answered_from_the_domain(engine):
         assert 0 <= row[2] <= 120 and 0 <= row[4] <= 120
 
 
+MANY_KEYS = [f"k{i:04d}" for i in range(1000)]
+MANY_RULES = """
+[analysts.zoe]
+budget = 100
+
+[tables.many]
+privacy_unit = "id"
+max_rows_per_unit = 1
+[tables.many.columns]
+id  = { type = "int" }
+age = { type = "int",  domain = [0, 120] }
+""" + "key = { type = \"text\", keys = [" + ", ".join(f'"{k}"' for k in MANY_KEYS) + "] }\n"
+
+
+@pytest.fixture
+def many_keys_engine(backend_url):
+    """1,000 declared keys; the data has rows for the first 990 only (3 each)."""
+    n = 2970
+    load_table(backend_url, "many",
+               {"id": list(range(n)), "age": [i % 100 for i in range(n)],
+                "key": [MANY_KEYS[i % 990] for i in range(n)]},
+               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
+    backend = open_backend(backend_url)
+    yield Engine(parse_rules(MANY_RULES), backend)
+    backend.close()
+
+
+def test_a_thousand_key_group_by_answers_every_key(many_keys_engine, no_noise):
+    """Every declared key once, in the declared order, with its own count (0 for the
+    keys without rows): releasing does not depend on listing the keys per group."""
+    (answer,) = run(many_keys_engine.session("zoe"),
+                    "SELECT key, COUNT(*) AS n FROM many GROUP BY key")
+    assert [row[0] for row in answer.rows] == MANY_KEYS
+    assert [row[1] for row in answer.rows] == [3] * 990 + [0] * 10
+
+
+def test_each_group_is_calibrated_to_the_number_of_groups(many_keys_engine, monkeypatch):
+    """The noise of every group takes its share of epsilon over all the groups one unit
+    can touch: the count handed to the calibration is the number of answered groups,
+    for one term and for the product of two."""
+    from proxy.privacy import noisy_answers
+
+    seen = []
+    touched = noisy_answers.groups_touched
+    monkeypatch.setattr(noisy_answers, "groups_touched",
+                        lambda shift, count: seen.append(count) or touched(shift, count))
+    session = many_keys_engine.session("zoe")
+    for sql in ("SELECT key, MEDIAN(age) FROM many GROUP BY key",
+                "SELECT key, floor(age / 50) * 50 AS half, MAX(age) FROM many GROUP BY 1, 2"):
+        seen.clear()
+        (answer,) = run(session, sql)
+        assert seen == [len(answer.rows)] * len(answer.rows)
+    assert len(answer.rows) == 3000  # 1,000 keys × the bins 0, 50, 100
+
+
 def test_empty_scope_is_answered_not_refused(engine):
     """SPEC §3.4: tiny scopes fall back to a data-independent sensitivity."""
     (answer,) = run(engine.session("zoe"), "SELECT MEDIAN(age) FROM people WHERE age > 200")

@@ -6,6 +6,7 @@ analyst's SQL text, so what is computed is exactly what was checked.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -85,6 +86,12 @@ class QueryPlan:
         for term in self.group_by:
             combos = [c + (k,) for c in combos for k in term.keys]
         return combos
+
+    @property
+    def group_count(self) -> int:
+        """How many groups are answered: ``len(group_keys())`` (1 without GROUP BY),
+        from the key sets' sizes, without listing the combinations."""
+        return math.prod(len(term.keys) for term in self.group_by)
 
 
 @dataclass(frozen=True)

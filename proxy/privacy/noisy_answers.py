@@ -111,7 +111,7 @@ def release_group(
     plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource
 ) -> list[Released]:
     """Noisy answers of every aggregate of the plan for one group."""
-    group_count = len(plan.group_keys()) if plan.group_by else 1
+    group_count = plan.group_count  # the key sets' sizes: never list every key per group
     return [_release_one(plan, index, group, calibration, group_count, rng)
             for index in range(len(plan.aggregates))]
 

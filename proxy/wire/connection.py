@@ -25,6 +25,7 @@ from proxy.pgtypes import TEXT, oid_of
 from proxy.session import Answer
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
+from proxy.wire.deadlines import DEADLINES
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
@@ -620,8 +621,7 @@ class Connection:
             if self._gone:  # the client left before this thread began
                 raise QueryCanceled("canceling statement: the client disconnected")
             self._worker = threading.get_ident()
-        timer = threading.Timer(self.server.limits.statement_timeout, self._time_out)
-        timer.start()
+        deadline = DEADLINES.after(self.server.limits.statement_timeout, self._time_out)
         try:
             return list(self.session.execute(sql))
         except QueryCanceled:
@@ -629,7 +629,7 @@ class Connection:
                 raise QueryCanceled("canceling statement due to statement timeout") from None
             raise
         finally:
-            timer.cancel()
+            DEADLINES.cancel(deadline)
             with self._worker_lock:
                 self._worker = None
                 self.server.engine.backend.forget_interrupt(threading.get_ident())
