@@ -148,6 +148,18 @@ class Ledger:
                 "smaller idp.epsilon") from None
         return from_micro(min(left for _, left in rows))
 
+    def served_from_cache(self, charge: Charge) -> Decimal:
+        """Record a repeat answered from the answer cache (ε 0) and return what the
+        analyst can still spend, in one transaction; before the repeat is sent."""
+        accounts = self._accounts(charge.analyst)
+        with self.backend.transaction() as tx:
+            self.append(tx, charge, 0, "served from cache", released=True)
+            rows = tx.execute(
+                "SELECT budget_micro - spent_micro FROM idp.budgets "
+                f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))})", accounts)
+        missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
+        return from_micro(min([left for left, in rows] + missing))
+
     def refund(self, charge: Charge) -> None:
         """Give ε back: only when the backend was unreachable (nothing was computed).
         While it stays unreachable the refund is owed, and paid before the next debit;

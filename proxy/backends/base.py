@@ -107,6 +107,12 @@ class Backend(ABC):
         DuckDB transactions always do). Writers keep READ COMMITTED, under which the
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
 
+    def readable(self, tx: Transaction) -> bool:
+        """Whether ``tx``, still open, can run further statements (a snapshot kept open
+        across another transaction: the engine reads the cache and the statistics in one
+        snapshot, with the ledger's debit committed in between)."""
+        return True
+
     def track_versions(self, table: str) -> None:
         """Prepare cheap data versions for ``table`` (called once at start); where the
         backend cannot, ``data_version`` returns None for it."""

@@ -91,7 +91,7 @@ class DuckDBBackend(Backend):
                 with self._running(cursor):
                     with _errors("BEGIN TRANSACTION"):
                         cursor.execute("BEGIN TRANSACTION")
-                    yield _DuckDBTransaction(self._stopped, cursor)
+                    yield _DuckDBTransaction(self._stopped, cursor, con)
                     self._commit(con, cursor)
             except BaseException:
                 try:
@@ -128,6 +128,12 @@ class DuckDBBackend(Backend):
                 log.error("duckdb: committed, but then %s; reopening the database",
                           one_line(exc))
                 self._invalid = con
+
+    def readable(self, tx: Transaction) -> bool:
+        """Not once the database was (or is to be) opened again after a fatal error:
+        the transaction's cursor belongs to the old connection."""
+        return (not isinstance(tx, _DuckDBTransaction)
+                or tx.connection is self._con and tx.connection is not self._invalid)
 
     def _stop(self, handle: duckdb.DuckDBPyConnection) -> None:
         handle.interrupt()
@@ -167,9 +173,11 @@ class DuckDBBackend(Backend):
 
 
 class _DuckDBTransaction(Transaction):
-    def __init__(self, stopped, cursor: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, stopped, cursor: duckdb.DuckDBPyConnection,
+                 connection: duckdb.DuckDBPyConnection) -> None:
         super().__init__(stopped)
         self._cursor = cursor
+        self.connection = connection  # the database connection the cursor belongs to
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         with _errors(sql):

@@ -1,0 +1,77 @@
+"""The proxy's own time per fresh private answer, in process, on DuckDB (issue 17 item 2).
+
+N fresh COUNT queries with varying literals (never answer-cache hits) through
+``Engine.session`` on a small table in a DuckDB file; prints the median and mean time
+per answer and the count of DuckDB write transactions per answer.
+
+    .venv/bin/python benchmarks/per_answer.py [N]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+
+RULES = """
+[defaults]
+model = "idp"
+epsilon_per_query = 0.001
+budget_per_analyst = 1000000
+
+[analysts.bench]
+budget = 1000000
+
+[tables.people]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.people.columns]
+person_id = { type = "int" }
+age = { type = "int", domain = [0, 120] }
+"""
+
+
+def main(n: int = 500) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "bench.duckdb"
+        with duckdb.connect(str(path)) as con:
+            con.execute("CREATE TABLE people AS SELECT range AS person_id, "
+                        "CAST(range % 90 AS INTEGER) AS age FROM range(1000)")
+        backend = open_backend(f"duckdb:///{path}")
+        engine = Engine(parse_rules(RULES), backend)
+        session = engine.session("bench")
+        for warm in range(20):
+            list(session.execute(f"SELECT COUNT(*) FROM people WHERE age > {-warm - 1}"))
+        writes = 0
+        transaction = type(backend).transaction
+
+        def counted(self, snapshot=False):
+            nonlocal writes
+            writes += not snapshot
+            return transaction(self, snapshot)
+
+        type(backend).transaction = counted
+        times = []
+        for number in range(n):
+            sql = (f"SELECT COUNT(*) FROM people WHERE age > {number % 90} "
+                   f"AND person_id > {-number - 100}")
+            start = time.perf_counter()
+            list(session.execute(sql))
+            times.append(time.perf_counter() - start)
+        type(backend).transaction = transaction
+        backend.close()
+    print(f"{n} fresh COUNT answers on DuckDB: median {statistics.median(times) * 1e3:.2f} ms, "
+          f"mean {statistics.fmean(times) * 1e3:.2f} ms, "
+          f"{writes / n:.2f} write transactions per answer")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
