@@ -2,7 +2,7 @@
 
 N fresh COUNT queries with varying literals (never answer-cache hits) through
 ``Engine.session`` on a small table in a DuckDB file; prints the median and mean time
-per answer and the count of DuckDB write transactions per answer.
+per answer, and the DuckDB transactions (write ones apart) and statements per answer.
 
     .venv/bin/python benchmarks/per_answer.py [N]
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from proxy.backends import open_backend
+from proxy.backends.base import Transaction
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 
@@ -50,15 +51,24 @@ def main(n: int = 500) -> None:
         session = engine.session("bench")
         for warm in range(20):
             list(session.execute(f"SELECT COUNT(*) FROM people WHERE age > {-warm - 1}"))
-        writes = 0
-        transaction = type(backend).transaction
+        counts = {"transactions": 0, "writes": 0, "statements": 0}
+        transaction, cursor = type(backend).transaction, type(backend)._cursor
+        execute = Transaction.execute
 
         def counted(self, snapshot=False):
-            nonlocal writes
-            writes += not snapshot
+            counts["writes"] += not snapshot
             return transaction(self, snapshot)
 
-        type(backend).transaction = counted
+        def opened(self):
+            counts["transactions"] += 1
+            return cursor(self)
+
+        def executed(self, sql, params=()):
+            counts["statements"] += 1
+            return execute(self, sql, params)
+
+        type(backend).transaction, type(backend)._cursor = counted, opened
+        Transaction.execute = executed
         times = []
         for number in range(n):
             sql = (f"SELECT COUNT(*) FROM people WHERE age > {number % 90} "
@@ -66,11 +76,13 @@ def main(n: int = 500) -> None:
             start = time.perf_counter()
             list(session.execute(sql))
             times.append(time.perf_counter() - start)
-        type(backend).transaction = transaction
+        type(backend).transaction, type(backend)._cursor = transaction, cursor
+        Transaction.execute = execute
         backend.close()
     print(f"{n} fresh COUNT answers on DuckDB: median {statistics.median(times) * 1e3:.2f} ms, "
           f"mean {statistics.fmean(times) * 1e3:.2f} ms, "
-          f"{writes / n:.2f} write transactions per answer")
+          f"{counts['transactions'] / n:.2f} transactions ({counts['writes'] / n:.2f} "
+          f"writing) and {counts['statements'] / n:.2f} statements per answer")
 
 
 if __name__ == "__main__":
