@@ -91,8 +91,12 @@ class DuckDBBackend(Backend):
                 with self._running(cursor):
                     with _errors("BEGIN TRANSACTION"):
                         cursor.execute("BEGIN TRANSACTION")
-                    yield _DuckDBTransaction(self._stopped, cursor, con)
-                    self._commit(con, cursor)
+                    tx = _DuckDBTransaction(self._stopped, cursor, con)
+                    yield tx
+                    if not snapshot or self.readable(tx):
+                        self._commit(con, cursor)
+                    # else a snapshot kept open while the database was opened again: it
+                    # wrote nothing, and its connection is closed (nothing to commit)
             except BaseException:
                 try:
                     cursor.execute("ROLLBACK")
