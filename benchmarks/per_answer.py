@@ -4,7 +4,10 @@ N fresh COUNT queries with varying literals (never answer-cache hits) through
 ``Engine.session`` on a small table in a DuckDB file; prints the median and mean time
 per answer, and the DuckDB transactions (write ones apart) and statements per answer.
 
-    .venv/bin/python benchmarks/per_answer.py [N]
+    .venv/bin/python benchmarks/per_answer.py [N [THREADS]]
+
+With THREADS > 1 the N queries are shared by that many sessions asking at once (one
+thread each, as the server runs them), and the throughput is printed too.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,7 +44,7 @@ age = { type = "int", domain = [0, 120] }
 """
 
 
-def main(n: int = 500) -> None:
+def main(n: int = 500, threads: int = 1) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.duckdb"
         with duckdb.connect(str(path)) as con:
@@ -70,20 +74,31 @@ def main(n: int = 500) -> None:
         type(backend).transaction, type(backend)._cursor = counted, opened
         Transaction.execute = executed
         times = []
-        for number in range(n):
-            sql = (f"SELECT COUNT(*) FROM people WHERE age > {number % 90} "
-                   f"AND person_id > {-number - 100}")
-            start = time.perf_counter()
-            list(session.execute(sql))
-            times.append(time.perf_counter() - start)
+
+        def ask(first: int, session) -> None:
+            for number in range(first, n, threads):
+                sql = (f"SELECT COUNT(*) FROM people WHERE age > {number % 90} "
+                       f"AND person_id > {-number - 100}")
+                start = time.perf_counter()
+                list(session.execute(sql))
+                times.append(time.perf_counter() - start)
+
+        began = time.perf_counter()
+        workers = [threading.Thread(target=ask, args=(first, engine.session("bench")))
+                   for first in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        took = time.perf_counter() - began
         type(backend).transaction, type(backend)._cursor = transaction, cursor
         Transaction.execute = execute
         backend.close()
-    print(f"{n} fresh COUNT answers on DuckDB: median {statistics.median(times) * 1e3:.2f} ms, "
+    print(f"{n} fresh COUNT answers on DuckDB, {threads} session(s): {n / took:.0f}/s, median {statistics.median(times) * 1e3:.2f} ms, "
           f"mean {statistics.fmean(times) * 1e3:.2f} ms, "
           f"{counts['transactions'] / n:.2f} transactions ({counts['writes'] / n:.2f} "
           f"writing) and {counts['statements'] / n:.2f} statements per answer")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
+    main(*(int(arg) for arg in sys.argv[1:3]))

@@ -32,6 +32,8 @@ class Backend(ABC):
     dialect: str
     name: str
     row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
+    # Concurrent debits may share one commit (Ledger): where writers take turns anyway.
+    group_commit = False
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
@@ -70,6 +72,10 @@ class Backend(ABC):
                     del self._active[owner]
                 else:
                     self._active[owner] = previous
+
+    def stopped(self) -> bool:
+        """Whether this thread's query was interrupted."""
+        return self._stopped()
 
     def _stopped(self) -> bool:
         return threading.get_ident() in self._doomed

@@ -30,6 +30,7 @@ def demo_path() -> Path:
 class DuckDBBackend(Backend):
     dialect = "duckdb"
     row_identity = "rowid"
+    group_commit = True  # its writers take turns on the proxy's lock
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:
         super().__init__()
