@@ -14,7 +14,7 @@ import datetime
 import hashlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NoReturn
 
@@ -82,6 +82,7 @@ class _Debit:
     charge: Charge
     micro: int
     accounts: list[str]
+    owner: int = field(default_factory=threading.get_ident)  # the session's thread
     done: bool = False
     rows: list[tuple] | None = None
     error: BaseException | None = None
@@ -201,7 +202,7 @@ class Ledger:
                         self._batch.notify_all()
             if debit.error is None:
                 return debit.rows
-            if isinstance(debit.error, QueryCanceled) and not self.backend.stopped():
+            if isinstance(debit.error, QueryCanceled) and not self.backend.stopped(debit.owner):
                 debit.done, debit.error = False, None  # another session's cancel: again
                 continue
             raise debit.error
@@ -213,7 +214,10 @@ class Ledger:
                 with self._batch:
                     batch, self._waiting = self._waiting, []
                 for debit in batch:
-                    debit.rows = self._take(tx, debit)
+                    if self.backend.stopped(debit.owner):  # cancelled while it waited
+                        debit.error = QueryCanceled("canceling statement due to user request")
+                    else:
+                        debit.rows = self._take(tx, debit)
         except BaseException as exc:  # noqa: BLE001 - every debit of the batch fails with it
             with self._batch:
                 if own in self._waiting:

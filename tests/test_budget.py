@@ -17,7 +17,8 @@ from proxy.analyze import parse_statements
 from proxy.answer_cache import normalised_sql
 from proxy.backends import open_backend
 from proxy.engine import Engine
-from proxy.errors import BackendUnavailable
+from proxy.errors import BackendUnavailable, QueryCanceled
+from proxy.ledger import Charge
 from proxy.rules import parse_rules
 from tests.pgserver import postgres_cluster
 from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
@@ -397,5 +398,41 @@ def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(backen
     assert sorted(outcome for _, outcome in outcomes) == ["QueryCanceled"] + ["answer"] * 15
     statuses = [e[9] for e in engine.ledger.entries()]
     assert statuses == ["charged"] * 15
+    _balanced_ledger(engine)
+    engine.backend.close()
+
+
+def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(backend_url):
+    """A session cancelled while its debit waits for the next group commit fails with
+    QueryCanceled and pays nothing; the batch's other debits commit."""
+    engine = _grouped_engine(backend_url)
+    if not engine.backend.group_commit:
+        pytest.skip("the backend commits each debit on its own")
+    ledger, outcomes, threads = engine.ledger, {}, {}
+    for analyst in "ab":
+        ledger.ensure_analyst(analyst)
+
+    def debit(analyst: str) -> None:
+        threads[analyst] = threading.get_ident()
+        try:
+            ledger.debit(Charge(analyst, f"SELECT {analyst}", "idp", "count", Decimal("0.05"),
+                                "one record"))
+            outcomes[analyst] = "debited"
+        except QueryCanceled:
+            outcomes[analyst] = "cancelled"
+
+    with engine.backend._lock:  # the writer lock: a leads the batch and waits for it
+        threading.Thread(target=debit, args=("a",)).start()
+        while not ledger._leading:
+            time.sleep(0.01)
+        threading.Thread(target=debit, args=("b",)).start()  # b waits for a's batch
+        while len(ledger._waiting) < 2:
+            time.sleep(0.01)
+        engine.backend.interrupt(threads["b"])
+    deadline = time.monotonic() + 30
+    while len(outcomes) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outcomes == {"a": "debited", "b": "cancelled"}
+    assert [(e[2], e[9]) for e in engine.ledger.entries()] == [("a", "charged")]
     _balanced_ledger(engine)
     engine.backend.close()

@@ -73,9 +73,10 @@ class Backend(ABC):
                 else:
                     self._active[owner] = previous
 
-    def stopped(self) -> bool:
-        """Whether this thread's query was interrupted."""
-        return self._stopped()
+    def stopped(self, owner: int) -> bool:
+        """Whether the query of thread ``owner`` was interrupted."""
+        with self._interrupts:
+            return owner in self._doomed
 
     def _stopped(self) -> bool:
         return threading.get_ident() in self._doomed
