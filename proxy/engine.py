@@ -2,10 +2,19 @@
 in one snapshot of the backend the per-unit bound and the pushed-down statistics, then
 the noisy release; and the answer cache. The ε is reserved before the backend runs
 anything and refunded only when the backend could not be reached (SPEC §7).
+
+A query reads the table's data version once: a session opens a ``View`` (a snapshot
+transaction and the version read in it), looks the answer up in the cache in it — a
+read, no write lock — and, on a miss, has the ledger debit the ε (its own write
+transaction, committed) and then computes the statistics in the same view, so the
+version the answer is cached under is the one of the snapshot it was computed from.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
@@ -25,6 +34,15 @@ from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
 from proxy.rules import Rules
 from proxy.statistics import GroupStats
+
+
+@dataclass
+class View:
+    """An open snapshot transaction and the table's data version read in it (None: the
+    backend has no cheap one)."""
+
+    tx: Transaction
+    version: str | None
 
 
 class Engine:
@@ -50,18 +68,38 @@ class Engine:
         self.ledger.ensure_analyst(analyst)
         return Session(self, analyst)
 
-    def statistics(self, plan: QueryPlan) -> tuple[int, dict[tuple, GroupStats], str | None]:
+    @contextmanager
+    def view(self, plan: QueryPlan) -> Iterator[View]:
+        """A snapshot of the backend with the data version of the plan's table, read
+        once for the cache lookup and the statistics."""
+        with self.backend.transaction(snapshot=True) as tx:
+            yield View(tx, self.backend.data_version(tx, plan.table.name))
+
+    @contextmanager
+    def _in(self, plan: QueryPlan, view: View | None) -> Iterator[View]:
+        """``view`` while the backend can still read in it, else a new one (DuckDB opens
+        the database again after a fatal error, e.g. a checkpoint that met a full disk
+        on the debit's commit: the old snapshot's cursor is then dead)."""
+        if view is not None and self.backend.readable(view.tx):
+            yield view
+        else:
+            with self.view(plan) as fresh:
+                yield fresh
+
+    def statistics(self, plan: QueryPlan, view: View | None = None
+                   ) -> tuple[int, dict[tuple, GroupStats], str | None]:
         """The shift s = c·g (SPEC §5.2), every group's statistics and the table's data
-        version (None: the backend has no cheap one), from one snapshot; with them,
-        where asked, the smooth sensitivities (DP) or the private levels of the local
-        sensitivities (iDP, ``report_scale = "private"``), read from windows of ranks in
-        the same snapshot."""
+        version (None: the backend has no cheap one), from one snapshot (``view``, else
+        a new one); with them, where asked, the smooth sensitivities (DP) or the private
+        levels of the local sensitivities (iDP, ``report_scale = "private"``), read from
+        windows of ranks in the same snapshot."""
         table, dialect = plan.table, self.backend.dialect
         clip = table.max_rows_per_unit if plan.model == "dp" else None
         bounded = (plan.model == "idp" and not plan.group_by
                    and self.rules.defaults.report_scale == "private")
-        with self.backend.transaction(snapshot=True) as tx:
-            shift, groups, version = self._statistics(plan, tx, clip, bounded)
+        with self._in(plan, view) as reading:
+            tx = reading.tx
+            shift, groups, version = self._statistics(plan, reading, clip, bounded)
             if plan.smooth_gamma is None and not bounded:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
@@ -77,7 +115,7 @@ class Engine:
                 groups[()].smooth = smooth_sensitivities(plan, groups[()], shift, window)
             return shift, groups, version
 
-    def _statistics(self, plan: QueryPlan, tx: Transaction, clip: int | None,
+    def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:
         """Under DP c is the declared contribution bound. Under iDP it is the table's
         largest per-unit row count, recomputed only when the table's data version
@@ -86,7 +124,7 @@ class Engine:
         (the counts and sums do not depend on s; the ranks do). ``counted``: every
         column's n is needed (the private levels read windows)."""
         table, dialect = plan.table, self.backend.dialect
-        version = self.backend.data_version(tx, table.name)
+        tx, version = view.tx, view.version
 
         def needs(shift: int):
             return column_needs(plan, shift, counted)
@@ -111,13 +149,14 @@ class Engine:
         shift = self._shift(plan, tx, version)
         return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), version
 
-    def release(self, plan: QueryPlan) -> tuple[list[tuple], list[list[Released]], str | None]:
+    def release(self, plan: QueryPlan, view: View | None = None
+                ) -> tuple[list[tuple], list[list[Released]], str | None]:
         """Every group's key and released answers, and the data version they were
-        computed at; after the debit."""
+        computed at, read in ``view`` (else a new snapshot); after the debit."""
         if plan.individual:
-            true, version = self.unit_value(plan)
+            true, version = self.unit_value(plan, view)
             return [()], [[release_refined(plan, true, self.rng)]], version
-        shift, groups, version = self.statistics(plan)
+        shift, groups, version = self.statistics(plan, view)
         if plan.prior is not None:
             return [()], [[release_refined(plan, exact_answer(plan, groups[()]), self.rng)]], \
                 version
@@ -128,7 +167,7 @@ class Engine:
         return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
                       for key in keys], version
 
-    def unit_value(self, plan: QueryPlan) -> tuple[Any, str | None]:
+    def unit_value(self, plan: QueryPlan, view: View | None = None) -> tuple[Any, str | None]:
         """One unit's value of the asked column (the mean of its rows for a number, the
         first in order otherwise; None when it has none) and the data version. Numbers
         are normalised first, as for every statistic (NaN rows skipped, the rest clamped
@@ -140,23 +179,19 @@ class Engine:
         value = (exp.Avg(this=normalised(column, declared.lower, declared.upper))
                  if declared.numeric else exp.Min(this=column))
         query = exp.select(value).from_(exp.to_table(table.name, quoted=True)).where(plan.where)
-        with self.backend.transaction(snapshot=True) as tx:
-            version = self.backend.data_version(tx, table.name)
-            return tx.execute(query.sql(dialect=self.backend.dialect))[0][0], version
+        with self._in(plan, view) as reading:
+            return (reading.tx.execute(query.sql(dialect=self.backend.dialect))[0][0],
+                    reading.version)
 
-    def cached(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
+    def cached(self, analyst: str, plan: QueryPlan, charge: Charge,
+               view: View) -> dict[str, Any] | None:
         """The answer this analyst was already given for this query over the data as it
-        is now, recorded in the ledger as served from the cache; None when there is none."""
-        if not self.rules.defaults.answer_cache:
+        is in ``view``; None when there is none. A read: the session records the repeat
+        (``Ledger.served_from_cache``) before it sends it."""
+        if not self.rules.defaults.answer_cache or view.version is None:
             return None
-        with self.backend.transaction() as tx:
-            version = self.backend.data_version(tx, plan.table.name)
-            if version is None:
-                return None
-            stored = self.cache.lookup(tx, analyst, self.cache_key(charge.sql, plan, version))
-            if stored is not None:
-                self.ledger.append(tx, charge, 0, "served from cache", released=True)
-            return stored
+        return self.cache.lookup(view.tx, analyst,
+                                 self.cache_key(charge.sql, plan, view.version))
 
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
                  answer: dict[str, Any]) -> dict[str, Any]:

@@ -14,12 +14,13 @@ import datetime
 import hashlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import NoReturn
 
 from proxy.backends.base import Backend
 from proxy.epsilon import from_micro, to_micro
-from proxy.errors import BackendUnavailable, BudgetExhausted, UnknownAnalyst
+from proxy.errors import BackendUnavailable, BudgetExhausted, QueryCanceled, UnknownAnalyst
 from proxy.rules import Rules
 
 _SCHEMA = {
@@ -65,6 +66,28 @@ class Charge:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
 
 
+def _debit_sql(micro: int, accounts: list[str]) -> tuple[str, tuple]:
+    """The one conditional UPDATE that takes ε from every account that can pay it."""
+    sql = ("UPDATE idp.budgets SET spent_micro = spent_micro + %s "
+           f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))}) "
+           "AND spent_micro + %s <= budget_micro "
+           "RETURNING analyst, budget_micro - spent_micro")
+    return sql, (micro, *accounts, micro)
+
+
+@dataclass(eq=False)
+class _Debit:
+    """One debit waiting for, or done in, a group commit."""
+
+    charge: Charge
+    micro: int
+    accounts: list[str]
+    owner: int = field(default_factory=threading.get_ident)  # the session's thread
+    done: bool = False
+    rows: list[tuple] | None = None
+    error: BaseException | None = None
+
+
 class _Unpaid(Exception):
     """Some account cannot pay: roll the debit's transaction back."""
 
@@ -75,6 +98,9 @@ class Ledger:
         self.rules = rules
         self._owed: list[Charge] = []  # refunds the backend could not take yet
         self._owed_lock = threading.Lock()
+        self._batch = threading.Condition()  # group commit: the debits waiting, the leader
+        self._waiting: list[_Debit] = []
+        self._leading = False
         with backend.transaction() as tx:
             # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
             # even when it exists, which a proxy role given only schema idp lacks.
@@ -125,28 +151,108 @@ class Ledger:
         self._settle()
         micro = to_micro(charge.epsilon)
         accounts = self._accounts(charge.analyst)
+        if self.backend.group_commit:
+            rows = self._grouped(_Debit(charge, micro, accounts))
+            if rows is None:
+                self._refused(charge, micro)
+            return from_micro(min(left for _, left in rows))
         try:
             with self.backend.transaction() as tx:
-                rows = tx.execute(
-                    "UPDATE idp.budgets SET spent_micro = spent_micro + %s "
-                    f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))}) "
-                    "AND spent_micro + %s <= budget_micro "
-                    "RETURNING analyst, budget_micro - spent_micro",
-                    (micro, *accounts, micro))
+                rows = tx.execute(*_debit_sql(micro, accounts))
                 if len(rows) < len(accounts):
                     raise _Unpaid
                 self.append(tx, charge, micro, "charged", released=True)
         except _Unpaid:
             with self.backend.transaction() as tx:
                 self.append(tx, charge, micro, "refused: budget", released=False)
-            left = self.remaining(charge.analyst)
-            whose = ("your budget" if self._left(charge.analyst) < micro
-                     else "the global budget of all analysts")
-            raise BudgetExhausted(
-                f"privacy budget exhausted ({whose}): this query needs epsilon "
-                f"{charge.epsilon} and {left} remains; ask the data owner for more or use a "
-                "smaller idp.epsilon") from None
+            self._refused(charge, micro)
         return from_micro(min(left for _, left in rows))
+
+    def _refused(self, charge: Charge, micro: int) -> NoReturn:
+        """Say whose budget is short (the refusal's row is written)."""
+        left = self.remaining(charge.analyst)
+        whose = ("your budget" if self._left(charge.analyst) < micro
+                 else "the global budget of all analysts")
+        raise BudgetExhausted(
+            f"privacy budget exhausted ({whose}): this query needs epsilon "
+            f"{charge.epsilon} and {left} remains; ask the data owner for more or use a "
+            "smaller idp.epsilon") from None
+
+    def _grouped(self, debit: _Debit) -> list[tuple] | None:
+        """Group commit (backends whose writers take turns anyway: DuckDB): the debits
+        waiting while another commits go into one transaction, each still its own
+        conditional UPDATE, run one after the other (each sees the ones before it), with
+        its own ledger row; one that cannot pay undoes its partial UPDATE and records
+        its refusal there. None: refused. A batch that fails fails every debit in it
+        (nothing of it committed), except that a cancel of the thread that ran it sends
+        the others back to wait for the next batch."""
+        while True:
+            with self._batch:
+                self._waiting.append(debit)
+                while not debit.done and self._leading:
+                    self._batch.wait()
+                if not debit.done:
+                    self._leading = True
+            if not debit.done:
+                try:
+                    self._lead(debit)
+                finally:
+                    with self._batch:
+                        self._leading = False
+                        self._batch.notify_all()
+            if debit.error is None:
+                return debit.rows
+            if isinstance(debit.error, QueryCanceled) and not self.backend.stopped(debit.owner):
+                debit.done, debit.error = False, None  # another session's cancel: again
+                continue
+            raise debit.error
+
+    def _lead(self, own: _Debit) -> None:
+        batch: list[_Debit] = []
+        try:
+            with self.backend.transaction() as tx:
+                with self._batch:
+                    batch, self._waiting = self._waiting, []
+                for debit in batch:
+                    if self.backend.stopped(debit.owner):  # cancelled while it waited
+                        debit.error = QueryCanceled("canceling statement due to user request")
+                    else:
+                        debit.rows = self._take(tx, debit)
+        except BaseException as exc:  # noqa: BLE001 - every debit of the batch fails with it
+            with self._batch:
+                if own in self._waiting:
+                    self._waiting.remove(own)
+                    batch.append(own)
+            for debit in batch:
+                debit.error = exc
+        with self._batch:
+            for debit in batch:
+                debit.done = True
+
+    def _take(self, tx, debit: _Debit) -> list[tuple] | None:
+        """One debit inside a batch's transaction."""
+        rows = tx.execute(*_debit_sql(debit.micro, debit.accounts))
+        if len(rows) < len(debit.accounts):
+            if rows:  # the accounts that could pay give it back: all or nothing
+                tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
+                           f"WHERE analyst IN ({', '.join(['%s'] * len(rows))})",
+                           (debit.micro, *(name for name, _ in rows)))
+            self.append(tx, debit.charge, debit.micro, "refused: budget", released=False)
+            return None
+        self.append(tx, debit.charge, debit.micro, "charged", released=True)
+        return rows
+
+    def served_from_cache(self, charge: Charge) -> Decimal:
+        """Record a repeat answered from the answer cache (ε 0) and return what the
+        analyst can still spend, in one transaction; before the repeat is sent."""
+        accounts = self._accounts(charge.analyst)
+        with self.backend.transaction() as tx:
+            self.append(tx, charge, 0, "served from cache", released=True)
+            rows = tx.execute(
+                "SELECT budget_micro - spent_micro FROM idp.budgets "
+                f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))})", accounts)
+        missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
+        return from_micro(min([left for left, in rows] + missing))
 
     def refund(self, charge: Charge) -> None:
         """Give ε back: only when the backend was unreachable (nothing was computed).

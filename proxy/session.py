@@ -1,14 +1,17 @@
 """One analyst's session: a message of SQL in, answers with privacy metadata out.
 
 Flow (SPEC §4): analyze every statement first (a refused statement refuses the whole
-message, nothing spent) → for each private query: debit the ledger (committed), have
-the engine compute and release it, and format the answer with the privacy metadata
-clients see.
+message, nothing spent) → for each private query, in one snapshot of the backend (the
+engine's view, the data version read once): look the answer up in the answer cache (a
+read); else debit the ledger (its own transaction, committed), have the engine compute
+and release it, cache it (one more transaction), and format the answer with the privacy
+metadata clients see.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
@@ -57,8 +60,11 @@ class Answering(Protocol):
     backend: Backend
     ledger: Ledger
 
-    def cached(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None: ...
-    def release(self, plan: QueryPlan) -> tuple[list[tuple], list[list[Released]], str | None]: ...
+    def view(self, plan: QueryPlan) -> AbstractContextManager[Any]: ...
+    def cached(self, analyst: str, plan: QueryPlan, charge: Charge,
+               view: Any) -> dict[str, Any] | None: ...
+    def release(self, plan: QueryPlan, view: Any = None
+                ) -> tuple[list[tuple], list[list[Released]], str | None]: ...
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
                  answer: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -163,16 +169,21 @@ class Session:
         engine = self.engine
         charge = Charge(self.analyst, normalised_sql(statement), plan.model,
                         _mechanism(plan), plan.cost, _neighbour(plan))
-        stored = engine.cached(self.analyst, plan, charge)
-        if stored is not None:
-            return _restored(stored, Decimal(0), engine.ledger.remaining(self.analyst),
-                             _FROM_CACHE)
-        remaining = engine.ledger.debit(charge)
+        debited = False
         try:
-            keys, released, version = engine.release(plan)
+            with engine.view(plan) as view:
+                stored = engine.cached(self.analyst, plan, charge, view)
+                if stored is None:
+                    remaining = engine.ledger.debit(charge)  # committed before any statistic
+                    debited = True
+                    keys, released, version = engine.release(plan, view)
         except BackendUnavailable:
-            engine.ledger.refund(charge)
+            if debited:
+                engine.ledger.refund(charge)
             raise
+        if stored is not None:  # the repeat's ledger row commits before it is sent
+            return _restored(stored, Decimal(0), engine.ledger.served_from_cache(charge),
+                             _FROM_CACHE)
         if isinstance(plan.post, SeriesLimit):
             keys, released = series_limited(plan.post, keys, released)
         answer = _answer(plan, keys, released, charge, remaining)

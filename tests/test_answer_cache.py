@@ -155,3 +155,49 @@ def test_the_cache_can_be_switched_off(url):
     assert first.rows != second.rows  # fresh noise: the medians differ
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
     assert engine.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 0
+
+
+def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
+    """The lookup and the statistics share one snapshot (the version read once in it);
+    a fresh answer writes twice (debit with its row, cache entry), a repeat once."""
+    engine = _engine(url)
+    zoe = engine.session("zoe")
+    versions, writes = [], []
+    data_version, transaction = engine.backend.data_version, engine.backend.transaction
+
+    def version(tx, table):
+        versions.append(table)
+        return data_version(tx, table)
+
+    def counted(snapshot=False):
+        writes.append(not snapshot)
+        return transaction(snapshot)
+
+    engine.backend.data_version, engine.backend.transaction = version, counted
+    first = run(zoe, QUERY)[0]
+    assert (len(versions), sum(writes)) == (1, 2)
+    assert run(zoe, QUERY)[0].rows == first.rows
+    assert (len(versions), sum(writes)) == (2, 3)
+    assert _statuses(engine) == [("charged", Decimal("0.6")), ("served from cache", 0)]
+
+
+def test_a_snapshot_the_debit_left_dead_is_replaced(url):
+    """DuckDB opens the database again after a commit whose checkpoint failed (a full
+    disk, tests/test_disk_full.py): the snapshot opened before the debit is then dead, so
+    the statistics are read in a new one and the paid answer is sent and cached."""
+    if not url.startswith("duckdb"):
+        pytest.skip("DuckDB reopens its database; a PostgreSQL connection stays")
+    engine = _engine(url)
+    backend, debit = engine.backend, engine.ledger.debit
+
+    def invalidating(charge):
+        left = debit(charge)
+        backend._invalid = backend._con  # as DuckDBBackend._commit does then
+        return left
+
+    engine.ledger.debit = invalidating
+    zoe = engine.session("zoe")
+    first = run(zoe, QUERY)[0]
+    engine.ledger.debit = debit
+    assert run(zoe, QUERY)[0].rows == first.rows
+    assert _statuses(engine) == [("charged", Decimal("0.6")), ("served from cache", 0)]

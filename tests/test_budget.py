@@ -17,7 +17,8 @@ from proxy.analyze import parse_statements
 from proxy.answer_cache import normalised_sql
 from proxy.backends import open_backend
 from proxy.engine import Engine
-from proxy.errors import BackendUnavailable
+from proxy.errors import BackendUnavailable, QueryCanceled
+from proxy.ledger import Charge
 from proxy.rules import parse_rules
 from tests.pgserver import postgres_cluster
 from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
@@ -297,3 +298,141 @@ def test_a_refund_the_database_cannot_take_is_paid_when_it_is_back(tmp_path):
                             ("charged", Decimal("0.05"))]
         assert engine.ledger.remaining("steady") == Decimal("999.95")
         engine.backend.close()
+
+
+GROUPED_RULES = """
+[defaults]
+epsilon_per_query = 0.05
+budget_per_analyst = 1.0
+global_budget = 1.5
+
+[analysts.a]
+budget = 1.0
+
+[analysts.b]
+budget = 1.0
+""" + PEOPLE_RULES.format()
+
+
+def _grouped_engine(backend_url):
+    load_people(backend_url, 200)
+    return Engine(parse_rules(GROUPED_RULES), open_backend(backend_url))
+
+
+def _at_once(engine, count: int, start=None) -> list[tuple[str, str]]:
+    """``count`` sessions (analysts a and b in turn) ask distinct queries at once."""
+    outcomes, barrier = [], threading.Barrier(count)
+
+    def ask(number: int) -> None:
+        analyst = "ab"[number % 2]
+        session = engine.session(analyst)
+        barrier.wait()
+        if start is not None:
+            start(number)
+        try:
+            list(session.execute(f"SELECT COUNT(*) FROM people WHERE age > {number}"))
+            outcomes.append((analyst, "answer"))
+        except Exception as exc:  # noqa: BLE001 -- the test inspects it
+            outcomes.append((analyst, type(exc).__name__))
+
+    threads = [threading.Thread(target=ask, args=(number,)) for number in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return outcomes
+
+
+def _balanced_ledger(engine) -> None:
+    entries = engine.ledger.entries()
+    spent = {name: spent for name, _, spent, _ in engine.ledger.budgets()}
+    for name in "ab":
+        assert spent[name] == sum(e[6] for e in entries
+                                  if e[2] == name and e[9] != "refused: budget")
+    assert engine.ledger.budgets("")[0][2] == sum(e[6] for e in entries
+                                                 if e[9] != "refused: budget")
+
+
+def test_debits_at_once_share_commits_and_each_is_still_conditional(backend_url):
+    """64 sessions of two analysts (1.0 each) under a global budget of 1.5, ε 0.05: exactly
+    30 answers; an analyst's debit that the global budget refuses is undone in its batch
+    (spent is the ledger's sum); on DuckDB debits waiting for a commit share the next."""
+    engine = _grouped_engine(backend_url)
+    batches, lead = [], engine.ledger._lead
+
+    def counted(own):
+        batches.append(len(engine.ledger._waiting))
+        return lead(own)
+
+    engine.ledger._lead = counted
+    outcomes = _at_once(engine, 64)
+    assert sorted({outcome for _, outcome in outcomes}) == ["BudgetExhausted", "answer"]
+    assert [outcome for _, outcome in outcomes].count("answer") == 30
+    statuses = [e[9] for e in engine.ledger.entries()]
+    assert statuses.count("charged") == 30 and statuses.count("refused: budget") == 34
+    _balanced_ledger(engine)
+    if engine.backend.group_commit:
+        assert len(batches) < 64, batches  # fewer commits than debits
+    engine.backend.close()
+
+
+def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(backend_url):
+    """The session whose thread runs a group commit is cancelled in the middle of it: its
+    query fails (QueryCanceled, nothing debited) and the other debits of the batch go
+    into the next one."""
+    engine = _grouped_engine(backend_url)
+    if not engine.backend.group_commit:
+        pytest.skip("the backend commits each debit on its own")
+    take, seen, cancelled = engine.ledger._take, [], []
+
+    def cancelling(tx, debit):
+        seen.append(tx)
+        if not cancelled and seen.count(tx) == 2:  # in a batch of two or more
+            cancelled.append(tx)
+            engine.backend.interrupt(threading.get_ident())
+        return take(tx, debit)
+
+    engine.ledger._take = cancelling
+    outcomes = _at_once(engine, 16)
+    assert cancelled
+    assert sorted(outcome for _, outcome in outcomes) == ["QueryCanceled"] + ["answer"] * 15
+    statuses = [e[9] for e in engine.ledger.entries()]
+    assert statuses == ["charged"] * 15
+    _balanced_ledger(engine)
+    engine.backend.close()
+
+
+def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(backend_url):
+    """A session cancelled while its debit waits for the next group commit fails with
+    QueryCanceled and pays nothing; the batch's other debits commit."""
+    engine = _grouped_engine(backend_url)
+    if not engine.backend.group_commit:
+        pytest.skip("the backend commits each debit on its own")
+    ledger, outcomes, threads = engine.ledger, {}, {}
+    for analyst in "ab":
+        ledger.ensure_analyst(analyst)
+
+    def debit(analyst: str) -> None:
+        threads[analyst] = threading.get_ident()
+        try:
+            ledger.debit(Charge(analyst, f"SELECT {analyst}", "idp", "count", Decimal("0.05"),
+                                "one record"))
+            outcomes[analyst] = "debited"
+        except QueryCanceled:
+            outcomes[analyst] = "cancelled"
+
+    with engine.backend._lock:  # the writer lock: a leads the batch and waits for it
+        threading.Thread(target=debit, args=("a",)).start()
+        while not ledger._leading:
+            time.sleep(0.01)
+        threading.Thread(target=debit, args=("b",)).start()  # b waits for a's batch
+        while len(ledger._waiting) < 2:
+            time.sleep(0.01)
+        engine.backend.interrupt(threads["b"])
+    deadline = time.monotonic() + 30
+    while len(outcomes) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outcomes == {"a": "debited", "b": "cancelled"}
+    assert [(e[2], e[9]) for e in engine.ledger.entries()] == [("a", "charged")]
+    _balanced_ledger(engine)
+    engine.backend.close()

@@ -32,6 +32,8 @@ class Backend(ABC):
     dialect: str
     name: str
     row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
+    # Concurrent debits may share one commit (Ledger): where writers take turns anyway.
+    group_commit = False
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
@@ -71,6 +73,11 @@ class Backend(ABC):
                 else:
                     self._active[owner] = previous
 
+    def stopped(self, owner: int) -> bool:
+        """Whether the query of thread ``owner`` was interrupted."""
+        with self._interrupts:
+            return owner in self._doomed
+
     def _stopped(self) -> bool:
         return threading.get_ident() in self._doomed
 
@@ -106,6 +113,12 @@ class Backend(ABC):
         ``snapshot``: every read sees the same snapshot (REPEATABLE READ on PostgreSQL;
         DuckDB transactions always do). Writers keep READ COMMITTED, under which the
         ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
+
+    def readable(self, tx: Transaction) -> bool:
+        """Whether ``tx``, still open, can run further statements (a snapshot kept open
+        across another transaction: the engine reads the cache and the statistics in one
+        snapshot, with the ledger's debit committed in between)."""
+        return True
 
     def track_versions(self, table: str) -> None:
         """Prepare cheap data versions for ``table`` (called once at start); where the

@@ -30,6 +30,7 @@ def demo_path() -> Path:
 class DuckDBBackend(Backend):
     dialect = "duckdb"
     row_identity = "rowid"
+    group_commit = True  # its writers take turns on the proxy's lock
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:
         super().__init__()
@@ -91,8 +92,12 @@ class DuckDBBackend(Backend):
                 with self._running(cursor):
                     with _errors("BEGIN TRANSACTION"):
                         cursor.execute("BEGIN TRANSACTION")
-                    yield _DuckDBTransaction(self._stopped, cursor)
-                    self._commit(con, cursor)
+                    tx = _DuckDBTransaction(self._stopped, cursor, con)
+                    yield tx
+                    if not snapshot or self.readable(tx):
+                        self._commit(con, cursor)
+                    # else a snapshot kept open while the database was opened again: it
+                    # wrote nothing, and its connection is closed (nothing to commit)
             except BaseException:
                 try:
                     cursor.execute("ROLLBACK")
@@ -128,6 +133,12 @@ class DuckDBBackend(Backend):
                 log.error("duckdb: committed, but then %s; reopening the database",
                           one_line(exc))
                 self._invalid = con
+
+    def readable(self, tx: Transaction) -> bool:
+        """Not once the database was (or is to be) opened again after a fatal error:
+        the transaction's cursor belongs to the old connection."""
+        return (not isinstance(tx, _DuckDBTransaction)
+                or tx.connection is self._con and tx.connection is not self._invalid)
 
     def _stop(self, handle: duckdb.DuckDBPyConnection) -> None:
         handle.interrupt()
@@ -167,9 +178,11 @@ class DuckDBBackend(Backend):
 
 
 class _DuckDBTransaction(Transaction):
-    def __init__(self, stopped, cursor: duckdb.DuckDBPyConnection) -> None:
+    def __init__(self, stopped, cursor: duckdb.DuckDBPyConnection,
+                 connection: duckdb.DuckDBPyConnection) -> None:
         super().__init__(stopped)
         self._cursor = cursor
+        self.connection = connection  # the database connection the cursor belongs to
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         with _errors(sql):
