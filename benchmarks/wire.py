@@ -53,6 +53,7 @@ RULES = f"""
 auth = "trust"
 max_connections = 300
 max_connections_per_analyst = 300
+max_pending_connections = 300
 [defaults]
 epsilon_per_query = {EPSILON}
 [analysts.bench]
@@ -145,23 +146,31 @@ def drive(connect, statements: list[str], long: str | None, clients: int, second
     clock = {}
     finished: list[float] = []
 
+    errors: list[BaseException] = []
+
     def client(index: int, mine: list[float], cycle: list[str]) -> None:
-        con = connect()
+        count = 0
         try:
-            con.execute(cycle[index % len(cycle)], _parameters(index, 0, repeated)).fetchall()
-            count = 1
-            ready.wait()
-            deadline = clock["deadline"]
-            step = 0
-            while time.perf_counter() < deadline:
-                step += 1
-                sql = cycle[(index + step) % len(cycle)]
-                started = time.perf_counter()
-                con.execute(sql, _parameters(index, step, repeated)).fetchall()
-                mine.append(time.perf_counter() - started)
-                count += 1
-        finally:
-            con.close()
+            con = connect()
+            try:
+                con.execute(cycle[index % len(cycle)],
+                            _parameters(index, 0, repeated)).fetchall()
+                count = 1
+                ready.wait()
+                deadline = clock["deadline"]
+                step = 0
+                while time.perf_counter() < deadline:
+                    step += 1
+                    sql = cycle[(index + step) % len(cycle)]
+                    started = time.perf_counter()
+                    con.execute(sql, _parameters(index, step, repeated)).fetchall()
+                    mine.append(time.perf_counter() - started)
+                    count += 1
+            finally:
+                con.close()
+        except (psycopg.Error, duckdb.Error, OSError, threading.BrokenBarrierError) as error:
+            errors.append(error)  # raised by the main thread
+            ready.abort()
         with lock:
             sent[0] += count
             if cycle is statements:
@@ -175,23 +184,21 @@ def drive(connect, statements: list[str], long: str | None, clients: int, second
     for thread in threads:
         thread.start()
     # the clock starts once every client has connected and asked its untimed statement
-    started = _open(ready, clock, seconds)
+    while ready.n_waiting < ready.parties - 1 and not errors:
+        time.sleep(0.01)
+    started = time.perf_counter()
+    clock["deadline"] = started + seconds
+    if not errors:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            ready.wait()
     for thread in threads:
         thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {len(threads)} clients failed") from errors[0]
     for share in shares:
         latencies.extend(share)
     return {"wall": max(finished) - started, "latencies": latencies,
             "long": long_latencies, "sent": sent[0]}
-
-
-def _open(ready: threading.Barrier, clock: dict, seconds: float) -> float:
-    """Wait for the clients, set the deadline, release them; return the start time."""
-    while ready.n_waiting < ready.parties - 1:
-        time.sleep(0.01)
-    started = time.perf_counter()
-    clock["deadline"] = started + seconds
-    ready.wait()
-    return started
 
 
 def _percentile(ordered: list[float], share: float) -> float:
