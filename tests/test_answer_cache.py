@@ -181,12 +181,13 @@ def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
     assert _statuses(engine) == [("charged", Decimal("0.6")), ("served from cache", 0)]
 
 
-def test_a_snapshot_the_debit_left_dead_is_replaced(url):
+def test_a_snapshot_the_debit_left_dead_is_replaced(duckdb_url):
     """DuckDB opens the database again after a commit whose checkpoint failed (a full
     disk, tests/test_disk_full.py): the snapshot opened before the debit is then dead, so
     the statistics are read in a new one and the paid answer is sent and cached."""
-    if not url.startswith("duckdb"):
-        pytest.skip("DuckDB reopens its database; a PostgreSQL connection stays")
+    url = duckdb_url  # DuckDB reopens its database; a PostgreSQL connection stays
+    load_table(url, "people", _people(), PEOPLE_TYPES)
+    load_table(url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
     engine = _engine(url)
     backend, debit = engine.backend, engine.ledger.debit
 

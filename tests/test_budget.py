@@ -376,13 +376,12 @@ def test_debits_at_once_share_commits_and_each_is_still_conditional(backend_url)
     engine.backend.close()
 
 
-def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(backend_url):
+def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(duckdb_url):  # group commit is DuckDB's
     """The session whose thread runs a group commit is cancelled in the middle of it: its
     query fails (QueryCanceled, nothing debited) and the other debits of the batch go
     into the next one."""
-    engine = _grouped_engine(backend_url)
-    if not engine.backend.group_commit:
-        pytest.skip("the backend commits each debit on its own")
+    engine = _grouped_engine(duckdb_url)
+    assert engine.backend.group_commit
     take, seen, cancelled = engine.ledger._take, [], []
 
     def cancelling(tx, debit):
@@ -402,12 +401,11 @@ def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(backen
     engine.backend.close()
 
 
-def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(backend_url):
+def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url):  # group commit is DuckDB's
     """A session cancelled while its debit waits for the next group commit fails with
     QueryCanceled and pays nothing; the batch's other debits commit."""
-    engine = _grouped_engine(backend_url)
-    if not engine.backend.group_commit:
-        pytest.skip("the backend commits each debit on its own")
+    engine = _grouped_engine(duckdb_url)
+    assert engine.backend.group_commit
     ledger, outcomes, threads = engine.ledger, {}, {}
     for analyst in "ab":
         ledger.ensure_analyst(analyst)

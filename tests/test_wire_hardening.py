@@ -51,7 +51,7 @@ def failing_after_the_debit(proxy):
     reach the client."""
     engine = proxy.server.engine
 
-    def release(plan):
+    def release(plan, view=None):
         raise RuntimeError(SECRET)
 
     engine.release = release
