@@ -184,3 +184,14 @@ def proxy(request, tmp_path_factory):
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with people_proxy(request.param, tmp_path_factory.mktemp("served"), url) as running:
         yield running
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def demo_server(request, tmp_path_factory):
+    """``idp-proxy serve`` under rules/demo.toml over the demo's tables, one per backend
+    for a test module (the BI corpus, Superset, the analyst SQL of issue 16)."""
+    from tests.wireserver import demo_proxy
+
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with demo_proxy(request.param, tmp_path_factory.mktemp("demo"), url) as running:
+        yield running

@@ -9,8 +9,6 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from tests.wireserver import demo_proxy
-
 pytestmark = pytest.mark.postgres
 
 EPSILON = Decimal("0.1")  # rules/demo.toml's epsilon_per_query
@@ -33,20 +31,13 @@ ASKED = [
 ]
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def proxy(request, tmp_path_factory):
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with demo_proxy(request.param, tmp_path_factory.mktemp("analyst"), url) as running:
-        yield running
-
-
 def _budget(con) -> Decimal:
     return Decimal(con.execute("SHOW idp.budget").fetchone()[0])
 
 
 @pytest.mark.parametrize("sql,aggregates", ASKED)
-def test_answered_with_its_notice_charged_once(proxy, sql, aggregates):
-    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+def test_answered_with_its_notice_charged_once(demo_server, sql, aggregates):
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
         notices: list[str] = []
         con.add_notice_handler(lambda notice: notices.append(notice.message_primary))
         before = _budget(con)

@@ -13,7 +13,6 @@ import psycopg
 import pytest
 
 from tests.bicorpus import CORPUS, read_entry
-from tests.wireserver import demo_proxy
 
 pytestmark = pytest.mark.postgres
 
@@ -35,21 +34,14 @@ def test_the_corpus_covers_each_tool_and_chart():
         assert path.name not in PENDING or entry.expect == "answered"
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def proxy(request, tmp_path_factory):
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with demo_proxy(request.param, tmp_path_factory.mktemp("bi"), url) as running:
-        yield running
-
-
 @pytest.mark.parametrize("path", [
     pytest.param(path, id=path.stem, marks=[pytest.mark.xfail(
         strict=True, reason=f"pending in the analyser: {PENDING[path.name]}")]
                  if path.name in PENDING else [])
     for path in ENTRIES])
-def test_each_statement_is_answered_or_refused_as_recorded(proxy, path):
+def test_each_statement_is_answered_or_refused_as_recorded(demo_server, path):
     entry = read_entry(path)
-    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
         before = con.execute("SHOW idp.budget").fetchone()
         if entry.expect == "answered":
             rows = con.execute(entry.sql).fetchall()

@@ -21,7 +21,7 @@ import pytest
 
 from tests.bicorpus import CORPUS, read_entry
 from tests.system import superset_config, superset_env
-from tests.wireserver import REGIONS, RunningProxy, demo_proxy
+from tests.wireserver import REGIONS, RunningProxy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -71,28 +71,26 @@ def superset(tmp_path_factory):
 
 @dataclass
 class Served:
-    backend: str
     proxy: RunningProxy
     database: int  # Superset's id of the proxy as a database
 
 
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def served(request, tmp_path_factory, superset):
-    """The proxy over the demo on one backend, added to Superset as a database."""
-    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with demo_proxy(request.param, tmp_path_factory.mktemp("served"), url) as proxy:
-        status, body = superset.call("POST", "/api/v1/database/", {
-            "database_name": f"idp-proxy {request.param}",
-            "sqlalchemy_uri": f"postgresql+psycopg2://alice@127.0.0.1:{proxy.port}/demo",
-            "expose_in_sqllab": True})
-        assert status == 201, body
-        yield Served(request.param, proxy, body["id"])
-        # Superset's metadata in SQLite keeps table names unique across databases: the
-        # datasets go with their database before the other backend's are made.
-        for key, dataset in list(superset.datasets.items()):
-            if key.startswith(f"{body['id']}."):
-                assert superset.call("DELETE", f"/api/v1/dataset/{dataset}")[0] == 200
-                del superset.datasets[key]
+@pytest.fixture(scope="module")
+def served(demo_server, superset):
+    """The proxy over the demo on one backend (conftest's demo_server), added to
+    Superset as a database."""
+    status, body = superset.call("POST", "/api/v1/database/", {
+        "database_name": f"idp-proxy on port {demo_server.port}",
+        "sqlalchemy_uri": f"postgresql+psycopg2://alice@127.0.0.1:{demo_server.port}/demo",
+        "expose_in_sqllab": True})
+    assert status == 201, body
+    yield Served(demo_server, body["id"])
+    # Superset's metadata in SQLite keeps table names unique across databases: the
+    # datasets go with their database before the other backend's are made.
+    for key, dataset in list(superset.datasets.items()):
+        if key.startswith(f"{body['id']}."):
+            assert superset.call("DELETE", f"/api/v1/dataset/{dataset}")[0] == 200
+            del superset.datasets[key]
 
 
 _CLIENT_IDS = itertools.count(1)
