@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from decimal import Decimal
@@ -82,6 +83,9 @@ def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None
         before = len(logged())
         failed = [_ask(con, number) for number in range(1, QUERIES + 1)]
         failed.append(_ask(con, 0))  # served from the cache: its ledger row is a write
+        deadline = time.monotonic() + 10  # a server's stderr is read by a thread: it lags
+        while len(logged()) - before < len(failed) and time.monotonic() < deadline:
+            time.sleep(0.05)
         lines = logged()[before:]
         assert con.execute("SELECT label FROM regions WHERE region = 'east'").fetchone() \
             == ("E",)  # the session stays
