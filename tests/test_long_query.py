@@ -1,7 +1,9 @@
 """One analyst's long query delays no one else's short ones (issue 17 item 1): the
 backend runs independent sessions' statistics side by side (a pool of PostgreSQL
 connections; DuckDB cursors over one database). Through ``idp-proxy serve`` with real
-clients on both backends; the assertions are about what finishes first, not how fast."""
+clients on both backends; the assertions are about what finishes first, not how fast.
+On DuckDB alone, reads do not wait for the writers' turn, and an interrupt stops only
+the statement of the thread it was meant for."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import duckdb
 import psycopg
 import pytest
 
+from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.errors import QueryCanceled
 from tests.wireserver import PEOPLE_RULES, load_people, running_proxy
 
 SESSIONS, SHORT = 4, 100
@@ -110,3 +114,50 @@ def test_a_long_query_delays_no_other_sessions_short_ones(served):
     assert len(ended) == SHORT
     assert long.get("answer") is not None, long
     assert max(ended) < long["ended"], "a short query waited for the long one"
+
+
+def test_duckdb_reads_do_not_wait_for_the_writers_turn(tmp_path):
+    """A login's, a budget's or the catalog's read runs while a write transaction holds
+    the writers' lock, and sees the data as last committed."""
+    backend = DuckDBBackend(str(tmp_path / "data.duckdb"))
+    backend.query("CREATE TABLE t (x INTEGER)")
+    seen: dict = {}
+
+    def read():
+        seen["rows"] = backend.read("SELECT count(*) FROM t")
+        seen["columns"] = backend.column_types("t")
+
+    with backend.transaction() as writing:
+        writing.execute("INSERT INTO t VALUES (1)")
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "a read waited for the writer"
+    assert seen == {"rows": [(0,)], "columns": [("x", "integer")]}
+    backend.close()
+
+
+def test_a_duckdb_interrupt_stops_only_its_own_statement(tmp_path):
+    """Two statements run at once, each on its thread's cursor; interrupting one thread
+    fails its statement with 57014 and the other answers."""
+    backend = DuckDBBackend(str(tmp_path / "data.duckdb"))
+    scan = ("SELECT count(*) FROM range(10000) a, range(10000) b "
+            "WHERE (a.range * 7919 + b.range) % 1001 > 10")
+    outcome: dict[str, object] = {}
+
+    def run(name: str):
+        try:
+            outcome[name] = backend.read(scan)[0][0]
+        except QueryCanceled as exc:
+            outcome[name] = exc.sqlstate
+
+    threads = {name: threading.Thread(target=run, args=(name,)) for name in ("hit", "spared")}
+    for thread in threads.values():
+        thread.start()
+    time.sleep(0.2)
+    backend.interrupt(threads["hit"].ident)
+    for thread in threads.values():
+        thread.join(60)
+    backend.forget_interrupt(threads["hit"].ident)
+    assert outcome == {"hit": "57014", "spared": 98_901_100}, outcome
+    backend.close()
