@@ -108,8 +108,8 @@ class Backend(ABC):
     def column_types(self, table: str) -> list[tuple[str, str]]:
         """(name, PostgreSQL type) of a table's columns: its schema, never a row."""
         rows = self.read("SELECT column_name, data_type FROM information_schema.columns "
-                          "WHERE table_name = %s AND table_schema = current_schema() "
-                          "ORDER BY ordinal_position", (table,))
+                         "WHERE table_name = %s AND table_schema = current_schema() "
+                         "ORDER BY ordinal_position", (table,))
         return [(name, postgres_type(kind)) for name, kind in rows]
 
     @abstractmethod
