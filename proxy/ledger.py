@@ -116,7 +116,10 @@ class Ledger:
 
     def open_budget(self, analyst: str) -> None:
         """Give an analyst the budget the rules name (else the default), unless open;
-        ``GLOBAL`` opens the global budget."""
+        ``GLOBAL`` opens the global budget. Read first: every login asks, and a read
+        does not wait for the writers' turn (the INSERT still settles a race)."""
+        if self.backend.read("SELECT 1 FROM idp.budgets WHERE analyst = %s", (analyst,)):
+            return
         budget = (self.rules.defaults.global_budget if analyst == GLOBAL
                   else self.rules.budget_of(analyst))
         self.backend.query(
@@ -134,7 +137,7 @@ class Ledger:
             raise UnknownAnalyst("an analyst name must not be empty")
         if analyst in self.rules.analysts:
             self.open_budget(analyst)
-        elif not self.backend.query("SELECT 1 FROM idp.budgets WHERE analyst = %s", (analyst,)):
+        elif not self.backend.read("SELECT 1 FROM idp.budgets WHERE analyst = %s", (analyst,)):
             raise UnknownAnalyst(
                 f"analyst {analyst!r} is not declared in {self.rules.path}; "
                 f"known analysts: {', '.join(sorted(self.rules.analysts)) or 'none'}")
@@ -301,7 +304,7 @@ class Ledger:
             raise UnknownAnalyst(f"{self.rules.path} sets no [defaults] global_budget")
 
     def _left(self, account: str) -> int:
-        rows = self.backend.query(
+        rows = self.backend.read(
             "SELECT budget_micro - spent_micro FROM idp.budgets WHERE analyst = %s", (account,))
         return rows[0][0] if rows else 0
 
@@ -316,7 +319,7 @@ class Ledger:
             if name != GLOBAL:
                 self.ensure_analyst(name)
         where, params = ("WHERE analyst = %s", (analyst,)) if analyst is not None else ("", ())
-        rows = self.backend.query(
+        rows = self.backend.read(
             f"SELECT analyst, budget_micro, spent_micro FROM idp.budgets {where} ORDER BY analyst",
             params)
         return [(name or "(global)", from_micro(b), from_micro(s), from_micro(b - s))
@@ -343,7 +346,7 @@ class Ledger:
         if since is not None:
             conditions.append("logged_at >= CAST(%s AS TIMESTAMPTZ)")
             params.append(since.isoformat())
-        rows = self.backend.query(
+        rows = self.backend.read(
             "SELECT id, CAST(logged_at AS TEXT), analyst, sql_hash, model, mechanism, "
             "epsilon_micro, delta, neighbour, status, released FROM idp.ledger "
             f"WHERE {' AND '.join(conditions)} ORDER BY id", params)

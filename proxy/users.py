@@ -43,11 +43,11 @@ class Users:
 
     def list(self) -> list[tuple[str, bool]]:
         return [(name, bool(disabled)) for name, disabled in
-                self.backend.query("SELECT name, disabled FROM idp.users ORDER BY name")]
+                self.backend.read("SELECT name, disabled FROM idp.users ORDER BY name")]
 
     def secret(self, name: str) -> Secret | None:
         """The login secret of an enabled user; None for unknown or disabled names."""
-        rows = self.backend.query(
+        rows = self.backend.read(
             "SELECT secret FROM idp.users WHERE name = %s AND NOT disabled", (name,))
         return Secret.parse(rows[0][0]) if rows else None
 

@@ -91,6 +91,13 @@ class Backend(ABC):
         with self.transaction() as tx:
             return tx.execute(sql, params)
 
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """Run one read-only statement in a snapshot and return all rows: on DuckDB beside
+        the writers instead of in their turn (a login, a budget shown, a release's scan
+        would otherwise queue behind the debits)."""
+        with self.transaction(snapshot=True) as tx:
+            return tx.execute(sql, params)
+
     def query_with_columns(self, sql: str) -> tuple[list[tuple[str, str]], list[tuple]]:
         """Run a read-only statement; return its (column name, PostgreSQL type) pairs
         and its rows (in a snapshot: readers run side by side where the backend can)."""
@@ -100,9 +107,9 @@ class Backend(ABC):
 
     def column_types(self, table: str) -> list[tuple[str, str]]:
         """(name, PostgreSQL type) of a table's columns: its schema, never a row."""
-        rows = self.query("SELECT column_name, data_type FROM information_schema.columns "
-                          "WHERE table_name = %s AND table_schema = current_schema() "
-                          "ORDER BY ordinal_position", (table,))
+        rows = self.read("SELECT column_name, data_type FROM information_schema.columns "
+                         "WHERE table_name = %s AND table_schema = current_schema() "
+                         "ORDER BY ordinal_position", (table,))
         return [(name, postgres_type(kind)) for name, kind in rows]
 
     @abstractmethod

@@ -139,7 +139,7 @@ class PostgresBackend(Backend):
         """As Backend's, in the schema the table's name resolves to on the search path
         (where queries find it): current_schema() is the first schema that exists, which
         is the ledger's ``idp`` when the proxy's role is named idp."""
-        rows = self.query(
+        rows = self.read(
             "SELECT column_name, data_type FROM information_schema.columns c "
             "JOIN pg_namespace n ON n.nspname = c.table_schema "
             "JOIN pg_class r ON r.relnamespace = n.oid AND r.relname = c.table_name "

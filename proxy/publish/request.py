@@ -168,7 +168,7 @@ def _domains(table: Table, names, method: str, alpha: float | None, texts, backe
 
 
 def _maxima(backend: Backend, table: str, names, stored: list[str]) -> dict[str, float]:
-    row = backend.query(render(maxima(table, stored), backend.dialect))[0]
+    row = backend.read(render(maxima(table, stored), backend.dialect))[0]
     return {name: float(value) if value is not None else None for name, value in zip(names, row)}
 
 
@@ -184,7 +184,7 @@ def _check_source(backend: Backend, table: Table) -> None:
     """A base table (its rows have an identity), with the declared columns."""
     probe = f'SELECT {backend.row_identity} FROM "{table.name}" LIMIT 0'
     try:
-        backend.query(render(probe, backend.dialect))
+        backend.read(render(probe, backend.dialect))
     except BackendFailed:
         raise NotSupported(f"{table.name} is not a base table of the backend; a release "
                            "reads a table (views have no row identity)") from None
@@ -209,7 +209,7 @@ def _check_output(backend: Backend, out: str) -> None:
         if not re.fullmatch(r"[A-Za-z_]\w*", name):
             raise BadSetting(f"--out {out!r}: a table name is letters, digits and _")
         try:
-            backend.query(f'SELECT 1 FROM "{name}" LIMIT 0')
+            backend.read(f'SELECT 1 FROM "{name}" LIMIT 0')
         except BackendFailed:
             return
         raise BadSetting(f"--out {out!r}: table {name} exists; choose a new name")

@@ -1,0 +1,163 @@
+"""One analyst's long query delays no one else's short ones (issue 17 item 1): the
+backend runs independent sessions' statistics side by side (a pool of PostgreSQL
+connections; DuckDB cursors over one database). Through ``idp-proxy serve`` with real
+clients on both backends; the assertions are about what finishes first, not how fast.
+On DuckDB alone, reads do not wait for the writers' turn, and an interrupt stops only
+the statement of the thread it was meant for."""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+
+import duckdb
+import psycopg
+import pytest
+
+from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.errors import QueryCanceled
+from tests.wireserver import PEOPLE_RULES, load_people, running_proxy
+
+SESSIONS, SHORT = 4, 100
+RULES = """
+[server]
+auth = "trust"
+
+[defaults]
+epsilon_per_query = 0.01
+
+[analysts.patient]
+budget = 10
+
+[analysts.brisk]
+budget = 10
+
+[tables.slow]
+[tables.slow.columns]
+x = { type = "int", domain = [0, 1000] }
+""" + PEOPLE_RULES.format()
+# A view made slow without storing rows: on PostgreSQL each row sleeps 10 ms (the private
+# COUNT scans it once: about 8 s); on DuckDB 400 M rows are generated and counted
+# (several seconds of both cores).
+SLOW_POSTGRES = ("CREATE VIEW slow AS SELECT g % 1001 AS x FROM generate_series(1, 800) g "
+                 "WHERE pg_sleep(0.01) IS NOT NULL")
+SLOW_DUCKDB = ("CREATE VIEW slow AS SELECT CAST((a.range * 7919 + b.range) % 1001 AS INTEGER) "
+               "AS x FROM range(40000) a, range(10000) b")
+
+
+@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+def served(request, tmp_path):
+    if request.param == "duckdb":
+        url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+        load_people(url, 500)
+        with duckdb.connect(str(tmp_path / "data.duckdb")) as con:
+            con.execute(SLOW_DUCKDB)
+    else:
+        url = request.getfixturevalue("fresh_postgres")
+        load_people(url, 500)
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(SLOW_POSTGRES)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES)
+    return rules, url, tmp_path / "home"
+
+
+def _budget(con: psycopg.Connection) -> Decimal:
+    return Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+
+
+@pytest.mark.slow
+def test_a_long_query_delays_no_other_sessions_short_ones(served):
+    """The long query is under way in the backend (its debit, which precedes the
+    statistics, is committed) before the first short one is sent; 100 short ones from
+    four other sessions are all answered before it ends, and it ends with an answer."""
+    with running_proxy(*served) as proxy:
+        long: dict = {}
+
+        def ask_long():
+            with psycopg.connect(proxy.dsn("patient"), autocommit=True) as con:
+                try:
+                    long["answer"] = con.execute(
+                        "SELECT COUNT(*) FROM slow WHERE x > 10").fetchone()[0]
+                finally:
+                    long["ended"] = time.monotonic()
+
+        with psycopg.connect(proxy.dsn("patient"), autocommit=True) as watcher:
+            before = _budget(watcher)
+            asking = threading.Thread(target=ask_long)
+            asking.start()
+            while _budget(watcher) == before:
+                assert asking.is_alive(), f"the long query ended before its debit: {long}"
+                time.sleep(0.02)
+
+        ended: list[float] = []
+        failures: list[str] = []
+
+        def ask_short(session: int):
+            with psycopg.connect(proxy.dsn("brisk"), autocommit=True) as con:
+                for number in range(session, SHORT, SESSIONS):
+                    try:
+                        con.execute("SELECT COUNT(*) FROM people WHERE income > %s",
+                                    (1000 * number,)).fetchone()
+                        ended.append(time.monotonic())
+                    except psycopg.Error as exc:
+                        failures.append(f"{exc.sqlstate} {exc}")
+
+        others = [threading.Thread(target=ask_short, args=(n,)) for n in range(SESSIONS)]
+        for thread in others:
+            thread.start()
+        for thread in others:
+            thread.join(120)
+        asking.join(120)
+    assert not failures, failures[:3]
+    assert len(ended) == SHORT
+    assert long.get("answer") is not None, long
+    assert max(ended) < long["ended"], "a short query waited for the long one"
+
+
+def test_duckdb_reads_do_not_wait_for_the_writers_turn(tmp_path):
+    """A login's, a budget's or the catalog's read runs while a write transaction holds
+    the writers' lock, and sees the data as last committed."""
+    backend = DuckDBBackend(str(tmp_path / "data.duckdb"))
+    backend.query("CREATE TABLE t (x INTEGER)")
+    seen: dict = {}
+
+    def read():
+        seen["rows"] = backend.read("SELECT count(*) FROM t")
+        seen["columns"] = backend.column_types("t")
+
+    with backend.transaction() as writing:
+        writing.execute("INSERT INTO t VALUES (1)")
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive(), "a read waited for the writer"
+    assert seen == {"rows": [(0,)], "columns": [("x", "integer")]}
+    backend.close()
+
+
+def test_a_duckdb_interrupt_stops_only_its_own_statement(tmp_path):
+    """Two statements run at once, each on its thread's cursor; interrupting one thread
+    fails its statement with 57014 and the other answers."""
+    backend = DuckDBBackend(str(tmp_path / "data.duckdb"))
+    scan = ("SELECT count(*) FROM range(10000) a, range(10000) b "
+            "WHERE (a.range * 7919 + b.range) % 1001 > 10")
+    outcome: dict[str, object] = {}
+
+    def run(name: str):
+        try:
+            outcome[name] = backend.read(scan)[0][0]
+        except QueryCanceled as exc:
+            outcome[name] = exc.sqlstate
+
+    threads = {name: threading.Thread(target=run, args=(name,)) for name in ("hit", "spared")}
+    for thread in threads.values():
+        thread.start()
+    time.sleep(0.2)
+    backend.interrupt(threads["hit"].ident)
+    for thread in threads.values():
+        thread.join(60)
+    backend.forget_interrupt(threads["hit"].ident)
+    assert outcome == {"hit": "57014", "spared": 98_901_100}, outcome
+    backend.close()
