@@ -50,6 +50,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
+from proxy.analyze import POSTGRES
 from proxy.analyze.plan import QueryPlan
 from proxy.answer_cache import normalised_sql
 from proxy.rules import Rules, parse_moment
@@ -59,6 +60,7 @@ _LITERALS = (TokenType.NUMBER, TokenType.STRING)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
 _STEPS = (exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except)
 _MARK = re.compile("'\x00([0-9]+)\x00'")  # a slot in the rendered SQL (NUL never occurs in SQL)
+_RENDER = POSTGRES.generator()  # its literal_sql: a literal as normalised_sql renders it
 
 
 @dataclass(frozen=True)
@@ -108,10 +110,11 @@ class _Template:
                 if index is not None:
                     node.replace(_literal(literals[index]))
             plan = replace(plan, where=where)
-        sql = "".join(piece if isinstance(piece, str)
-                      else _literal(literals[piece]).sql(dialect="postgres")
-                      for piece in self.sql)
-        return sql, plan
+        return self.normalised(literals), plan
+
+    def normalised(self, literals: Sequence[Token]) -> str:
+        return "".join(piece if isinstance(piece, str)
+                       else _RENDER.literal_sql(_literal(literals[piece])) for piece in self.sql)
 
 
 def _literal(token: Token) -> exp.Literal:
@@ -166,9 +169,7 @@ class ShapeCache:
                 self._shapes[evicted] -= 1
                 if not self._shapes[evicted]:
                     del self._shapes[evicted]
-        return "".join(piece if isinstance(piece, str)
-                       else _literal(shape.literals[piece]).sql(dialect="postgres")
-                       for piece in template.sql)
+        return template.normalised(shape.literals)
 
 
 def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
