@@ -128,10 +128,11 @@ class Session:
         syntax error anywhere is reported first, before any analysis refuses."""
         if not statements:
             raise SyntaxProblem("empty query; send one SELECT with aggregates")
-        if len(statements) > 1:
-            statements = [(text, tokens, tree or parse_tokens(list(tokens), text))
-                          for text, tokens, tree in statements]
         rules, shapes = self.engine.rules, self.engine.shapes
+        if len(statements) > 1:  # a known shape parsed before: it has no syntax error
+            statements = [(text, tokens, tree or (None if shapes.knows(tokens)
+                                                  else parse_tokens(list(tokens), text)))
+                          for text, tokens, tree in statements]
         settings = self.settings
         steps: list[tuple[str | None, Any]] = []
         for text, tokens, tree in statements:

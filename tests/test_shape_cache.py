@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from sqlglot.parser import Parser
 
 from proxy.analyze import parse_statements, statement_tokens
 from proxy.analyze.plan import QueryPlan
@@ -24,6 +25,8 @@ from proxy.errors import ProxyError
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
+from proxy.wire.connection import Connection
+from proxy.wire.route import Route
 from tests import test_expressions, test_sql_shapes
 from tests.bicorpus import CORPUS, read_entry
 
@@ -232,3 +235,39 @@ def test_the_cache_is_bounded_and_forgets_the_least_recently_used():
     assert len(cache._entries) == 3
     tokens = [statement_tokens(sql)[0] for sql in texts]
     assert [cache.knows(t) for t in tokens] == [False, False, True, True, True]
+
+
+def test_nul_or_a_mark_in_a_literal_kept_as_written_is_not_kept():
+    """NUL never reaches the wire, but a script may hold it; the kept SQL's marks use it.
+    In a bound literal it is only a value; in one kept as written it could be read as a
+    mark, so such a statement is analysed every time."""
+    session = _session(SHAPES_RULES)
+    bound = "SELECT COUNT(*) FROM people WHERE region = '\x0043\x00' AND age > 3"
+    assert _outcome(session, bound) == _outcome(_session(SHAPES_RULES), bound)
+    assert _outcome(session, bound)[0][0] == normalised_sql(parse_statements(bound)[0])
+    assert len(session.engine.shapes._entries) == 1
+    for label in ("'\x00'", "'\x0043\x00'", "'\x0090\x00'"):
+        sql = (f"SELECT CASE WHEN age < 30 THEN {label} ELSE 'old' END AS band, COUNT(*) "
+               "FROM people WHERE income > 3 GROUP BY band")
+        assert _outcome(session, sql) == _outcome(_session(SHAPES_RULES), sql)
+        assert len(session.engine.shapes._entries) == 1
+
+
+def test_a_message_is_parsed_once_and_a_known_shape_not_at_all(monkeypatch):
+    """What a connection does with a simple-query message (route, then check) parses
+    each statement once; a statement of a known shape is not parsed."""
+    parses = []
+    parse = Parser.parse
+    monkeypatch.setattr(Parser, "parse", lambda self, tokens, sql=None: parses.append(sql)
+                        or parse(self, tokens, sql))
+    engine = SimpleNamespace(rules=SHAPES_RULES, shapes=ShapeCache())
+    connection = SimpleNamespace(server=SimpleNamespace(rules=SHAPES_RULES, engine=engine),
+                                 session=_session(SHAPES_RULES, engine.shapes))
+    first = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 3")
+    assert len(parses) == 1 and first[0][0].route is Route.ENGINE
+    again = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 9")
+    assert len(parses) == 1 and again[0][0].route is Route.ENGINE and again[0][0].tree is None
+    assert again[0][1][1].where.sql() == '"age" > 9'
+    Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 3; "
+                                           "SELECT MAX(age) FROM people WHERE age < 50")
+    assert len(parses) == 2

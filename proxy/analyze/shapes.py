@@ -185,16 +185,15 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
     by_start = {token.start: index for index, token in enumerate(shape.literals)}
     slots = {start: by_start[start] for start, text in _slot_starts(tree, plan)
              if start in by_start and shape.literals[by_start[start]].text == text}
-    rendered = _with_marks(tree, set(slots))
-    pieces: list[str | int] = []
-    for number, piece in enumerate(_MARK.split(rendered)):
-        pieces.append(piece if number % 2 == 0 else by_start[int(piece)])
-    marked = [piece for piece in pieces if isinstance(piece, int)]
-    if sorted(marked) != sorted(slots.values()) or any(
-            "\x00" in piece for piece in pieces if isinstance(piece, str)):
+    split = _MARK.split(_with_marks(tree, set(slots)))
+    texts, marks = split[0::2], [int(start) for start in split[1::2]]
+    if sorted(marks) != sorted(slots) or any("\x00" in text for text in texts):
         return None  # a NUL in the statement itself: not kept
+    pieces: list[str | int] = [texts[0]]
+    for start, text in zip(marks, texts[1:]):
+        pieces += [slots[start], text]
     fixed = tuple((index, token.text) for index, token in enumerate(shape.literals)
-                  if index not in marked)
+                  if index not in slots.values())
     return _Template(rules, plan, slots, fixed, tuple(pieces))
 
 
@@ -213,7 +212,8 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
     doc)."""
     where = tree.args.get("where")
     if not isinstance(tree, exp.Select) or where is None or plan.where is None \
-            or tree.find(*_STEPS) is not None:
+            or tree.find(*_STEPS) is not None \
+            or any(select is not tree for select in tree.find_all(exp.Select)):
         return []
     outside = set()
     if tree.args.get("group"):
