@@ -136,7 +136,9 @@ class Session:
         settings = self.settings
         steps: list[tuple[str | None, Any]] = []
         for text, tokens, tree in statements:
-            shape, context = shape_of(tokens), (self.analyst, settings)
+            # a prior's text is no part of its equality, but plans show it
+            shape = shape_of(tokens)
+            context = (self.analyst, settings, settings.prior and settings.prior.text)
             kept = shapes.plan(shape, context, rules)
             if kept is not None:
                 steps.append(kept)

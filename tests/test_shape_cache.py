@@ -24,7 +24,7 @@ from proxy.answer_cache import normalised_sql
 from proxy.errors import ProxyError
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
-from proxy.settings import Settings
+from proxy.settings import SessionCommand, Settings, apply_command
 from proxy.wire.connection import Connection
 from proxy.wire.route import Route
 from tests import test_expressions, test_sql_shapes
@@ -141,6 +141,12 @@ def _outcome(session: Session, sql: str):
     return outcome
 
 
+def _context(session: Session, analyst: str = "zoe") -> tuple:
+    """The shape cache's context of a session's next statement (Session.check_statements)."""
+    prior = session.settings.prior
+    return (analyst, session.settings, prior and prior.text)
+
+
 def _session(rules, cache: ShapeCache | None = None, settings: Settings | None = None,
              analyst: str = "zoe") -> Session:
     engine = SimpleNamespace(rules=rules, shapes=cache or ShapeCache())
@@ -157,7 +163,7 @@ def test_a_kept_plan_bound_to_new_literals_is_the_fresh_plan(name, rules, corpus
         _outcome(warm, sql)
         for variant in _variants(sql, width):
             shape = [shape_of(tokens) for tokens in statement_tokens(variant)]
-            kept = all(warm.engine.shapes.plan(s, ("zoe", warm.settings), rules) is not None
+            kept = all(warm.engine.shapes.plan(s, _context(warm), rules) is not None
                        for s in shape) if shape else False
             cached, fresh = _outcome(warm, variant), _outcome(_session(rules), variant)
             assert cached == fresh, variant
@@ -193,7 +199,7 @@ def test_literals_that_decide_the_plan_stay_in_the_shape(sql, changed):
     warm = _session(SHAPES_RULES)
     _outcome(warm, sql)
     shape = shape_of(statement_tokens(changed)[0])
-    assert warm.engine.shapes.plan(shape, ("zoe", warm.settings), SHAPES_RULES) is None
+    assert warm.engine.shapes.plan(shape, _context(warm), SHAPES_RULES) is None
     assert _outcome(warm, changed) == _outcome(_session(SHAPES_RULES), changed)
     assert _outcome(warm, changed) != _outcome(_session(SHAPES_RULES), sql)
 
@@ -221,8 +227,17 @@ def test_settings_analyst_and_rules_are_part_of_the_key():
     other = parse_rules(test_sql_shapes.RULES_TEXT.replace("[0, 100000]", "[0, 5000]"))
     assert _outcome(_session(other, cache), sql) == _outcome(_session(other), sql) != first
     shape = shape_of(statement_tokens(sql)[0])
-    assert cache.plan(shape, ("bob", Settings()), SHAPES_RULES) is None
-    assert cache.plan(shape, ("zoe", Settings()), SHAPES_RULES) is not None
+    assert cache.plan(shape, _context(_session(SHAPES_RULES), "bob"), SHAPES_RULES) is None
+    assert cache.plan(shape, _context(_session(SHAPES_RULES)), SHAPES_RULES) is not None
+
+
+def test_a_prior_written_otherwise_is_shown_as_written():
+    cache = ShapeCache()
+    sql = "SELECT MEDIAN(income) FROM people WHERE age > 30"
+    for text in ("uniform(0, 100000)", "uniform(0,100000)"):
+        settings = apply_command(Settings(), SessionCommand("idp.prior", text))
+        [(_, plan)] = _session(SHAPES_RULES, cache, settings).check(sql)
+        assert plan.model == "refinement" and plan.prior.text == text
 
 
 def test_the_cache_is_bounded_and_forgets_the_least_recently_used():
