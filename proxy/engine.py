@@ -20,6 +20,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze import QueryPlan
+from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, RulesError
@@ -46,7 +47,7 @@ class View:
 
 
 class Engine:
-    """Shared by every session: rules, backend, ledger and the random source."""
+    """Shared by every session: rules, backend, ledger, the caches and the random source."""
 
     def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None) -> None:
         self.rules = rules
@@ -54,6 +55,7 @@ class Engine:
         _check_schema(rules, backend)
         self.ledger = Ledger(backend, rules)
         self.cache = AnswerCache(backend)
+        self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
             if not table.public:
                 backend.track_versions(table.name)

@@ -10,20 +10,27 @@ metadata clients see.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
 from sqlglot import exp
+from sqlglot.tokens import Token
 
-from proxy.analyze import PassthroughPlan, QueryPlan, analyze, parse_statements
+from proxy.analyze import (
+    PassthroughPlan,
+    QueryPlan,
+    analyze,
+    parse_tokens,
+    statement_tokens,
+)
 from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
-from proxy.answer_cache import normalised_sql
+from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
-from proxy.errors import BackendUnavailable
+from proxy.errors import BackendUnavailable, SyntaxProblem
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.postprocess import run_outer, series_limited
@@ -59,6 +66,7 @@ class Answering(Protocol):
     rules: Rules
     backend: Backend
     ledger: Ledger
+    shapes: ShapeCache
 
     def view(self, plan: QueryPlan) -> AbstractContextManager[Any]: ...
     def cached(self, analyst: str, plan: QueryPlan, charge: Charge,
@@ -107,21 +115,47 @@ class Session:
                                    None else [])]
         return columns
 
-    def check(self, sql: str) -> list[tuple[exp.Expression, Any]]:
+    def check(self, sql: str) -> list[tuple[str | None, Any]]:
+        return self.check_statements([(sql, tokens, None) for tokens in statement_tokens(sql)])
+
+    def check_statements(self, statements: Sequence[tuple[str, Sequence[Token],
+                                                          exp.Expression | None]]
+                         ) -> list[tuple[str | None, Any]]:
+        """Each statement's work (a session command or a plan) with, for a private
+        query, its normalised SQL. A statement is (text, its tokens, its tree if parsed
+        already); its plan comes from the shape cache (proxy.analyze.shapes), else from
+        parsing (unless done) and analysing it. In a message of several statements a
+        syntax error anywhere is reported first, before any analysis refuses."""
+        if not statements:
+            raise SyntaxProblem("empty query; send one SELECT with aggregates")
+        rules, shapes = self.engine.rules, self.engine.shapes
+        if len(statements) > 1:  # a known shape parsed before: it has no syntax error
+            statements = [(text, tokens, tree or (None if shapes.knows(tokens)
+                                                  else parse_tokens(list(tokens), text)))
+                          for text, tokens, tree in statements]
         settings = self.settings
-        steps = []
-        for statement in parse_statements(sql):
-            command = session_command(statement)
+        steps: list[tuple[str | None, Any]] = []
+        for text, tokens, tree in statements:
+            # a prior's text is no part of its equality, but plans show it
+            shape = shape_of(tokens)
+            context = (self.analyst, settings, settings.prior and settings.prior.text)
+            kept = shapes.plan(shape, context, rules)
+            if kept is not None:
+                steps.append(kept)
+                continue
+            tree = tree or parse_tokens(list(tokens), text)
+            command = session_command(tree)
             if command is not None:
                 settings = apply_command(settings, command)
-                steps.append((statement, command))
-            else:
-                steps.append((statement, analyze(statement, self.engine.rules, settings,
-                                                 epsilon_hint(statement))))
+                steps.append((None, command))
+                continue
+            work = analyze(tree, rules, settings, epsilon_hint(tree))
+            steps.append((shapes.remember(shape, context, rules, tree, work), work)
+                         if isinstance(work, QueryPlan) else (None, work))
         return steps
 
     def run(self, step) -> Answer:
-        statement, work = step
+        normalised, work = step
         if isinstance(work, SessionCommand):
             return self._session_command(work)
         if isinstance(work, PassthroughPlan):
@@ -129,7 +163,7 @@ class Session:
                 work.sql.sql(dialect=self.engine.backend.dialect))
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           kinds=[kind for _, kind in columns])
-        answer = self._private(statement, work)
+        answer = self._private(normalised, work)
         return _with_intervals(answer) if self.settings.intervals else answer
 
     def _session_command(self, command: SessionCommand) -> Answer:
@@ -158,16 +192,16 @@ class Session:
                 self.settings.model or rules.defaults.model]
         return dict(self.settings.other).get(name, "")
 
-    def _private(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
+    def _private(self, normalised: str, plan: QueryPlan) -> Answer:
         """A cached answer if there is one (no debit); else debit, compute, release and
         cache (a racing session's answer, stored first, wins). All of it inside the time
         quantum, if the rules set one."""
         with padded(self.engine.rules.defaults.time_quantum_ms):
-            return self._compute(statement, plan)
+            return self._compute(normalised, plan)
 
-    def _compute(self, statement: exp.Expression, plan: QueryPlan) -> Answer:
+    def _compute(self, normalised: str, plan: QueryPlan) -> Answer:
         engine = self.engine
-        charge = Charge(self.analyst, normalised_sql(statement), plan.model,
+        charge = Charge(self.analyst, normalised, plan.model,
                         _mechanism(plan), plan.cost, _neighbour(plan))
         debited = False
         try:

@@ -13,6 +13,7 @@ from decimal import Decimal
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
+from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.expressions import with_expressions
@@ -50,6 +51,8 @@ from proxy.settings import Settings
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
+POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
+
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Copy,
            exp.Merge, exp.TruncateTable, exp.Grant, exp.Command, exp.Use, exp.Attach,
            exp.Detach, exp.Pragma)
@@ -59,14 +62,31 @@ _COMPOUND = (exp.Join, exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Exc
 
 def parse_statements(sql: str) -> list[exp.Expression]:
     """Split and parse a message or script (PostgreSQL syntax, DuckDB spellings accepted)."""
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="postgres")
-                      if s is not None and not isinstance(s, exp.Semicolon)]  # "; -- note"
-    except ParseError as exc:
-        raise _syntax_problem(sql, exc) from None
+    statements = statement_tokens(sql)
     if not statements:
         raise SyntaxProblem("empty query; send one SELECT with aggregates")
-    return statements
+    return [parse_tokens(tokens, sql) for tokens in statements]
+
+
+def statement_tokens(sql: str) -> list[list[Token]]:
+    """The tokens of each statement of a message or script, split at semicolons as
+    sqlglot's parser splits them (a statement that is only a comment has none, and is
+    left out)."""
+    statements: list[list[Token]] = [[]]
+    for token in POSTGRES.tokenize(sql):
+        if token.token_type == TokenType.SEMICOLON:
+            statements.append([])
+        else:
+            statements[-1].append(token)
+    return [tokens for tokens in statements if tokens]
+
+
+def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
+    """One statement's tree from its tokens (of ``sql``, which error positions refer to)."""
+    try:
+        return POSTGRES.parser().parse(tokens, sql)[0]
+    except ParseError as exc:
+        raise _syntax_problem(sql, exc) from None
 
 
 def _syntax_problem(sql: str, error: ParseError) -> SyntaxProblem:
@@ -383,4 +403,5 @@ def _limit(select: exp.Select) -> int | None:
     raise NotSupported("LIMIT takes a whole number")
 
 
-__all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "parse_statements"]
+__all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "parse_statements",
+           "parse_tokens", "statement_tokens"]

@@ -86,6 +86,7 @@ class Portal:
     param_formats: tuple[int, ...]
     result_formats: tuple[int, ...]
     sql: str = ""  # engine statements: the text with the values bound
+    step: Any = None  # engine statements: the work checked with the message, if it was
     pending: list[bytes] | None = None  # DataRow messages not yet sent
     tag: str = ""
     notice: str | None = None
@@ -337,9 +338,9 @@ class Connection:
             self._error(exc)
             self._send(codec.ready_for_query(self.local.status))
             return
-        if statements == [] or (len(statements) == 1 and not statements[0].word):
+        if statements == [] or (len(statements) == 1 and not statements[0][0].word):
             self._send(codec.EMPTY_QUERY)
-        for statement in statements:
+        for statement, step in statements:
             if not statement.word:
                 continue
             prepared = None
@@ -349,10 +350,11 @@ class Connection:
                 # the connection's answers say their own columns and types.
                 prepared = (await self._prepare(statement, ()) if statement.route is
                             Route.SHADOW else Prepared(statement, (), None))
+                portal = Portal(prepared, (), (), (), step=step)
                 if statement.copy is not None:
-                    await self._copy_out(prepared, statement.copy)
+                    await self._copy_out(portal, statement.copy)
                     continue
-                result = await self._execute(prepared, Portal(prepared, (), (), ()), ())
+                result = await self._execute(prepared, portal, ())
                 if result.fields is not None:
                     self._send(codec.row_description(result.fields, [0] * len(result.fields)))
                 await self._emit(result)
@@ -366,26 +368,28 @@ class Connection:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
         self._send(codec.ready_for_query(self.local.status))
 
-    async def _copy_out(self, prepared: Prepared, options: CopyOptions) -> None:
+    async def _copy_out(self, portal: Portal, options: CopyOptions) -> None:
         """COPY (query) TO STDOUT: the query's answer, each row one CopyData message."""
         def line(values: list[bytes | None]) -> bytes:
             return codec.copy_data(options.line(values))
 
-        result = await self._execute(prepared, Portal(prepared, (), (), ()), (), line)
+        result = await self._execute(portal.prepared, portal, (), line)
         fields = result.fields or []
         self._send(codec.copy_out_response(len(fields)))
         if options.header:
             self._send(codec.copy_data(options.header_line([f.name for f in fields])))
         await self._emit(result, copy=True)
 
-    def _read_and_check(self, sql: str) -> list[Statement]:
-        """In a worker thread: the message's statements, routed, and the engine's
-        refusals of any of them before anything runs."""
-        statements = read_message(sql, self.server.rules)
-        engine_texts = [s.text for s in statements if s.route is Route.ENGINE]
-        if engine_texts:  # refuse the whole message before anything runs
-            self.session.check("\n;".join(engine_texts))
-        return statements
+    def _read_and_check(self, sql: str) -> list[tuple[Statement, Any]]:
+        """In a worker thread: the message's statements, routed, each with the engine's
+        work for it (None for the others). The engine refuses any of them before
+        anything runs, and runs the work checked here: each statement is read and
+        parsed once (proxy.session.Session.check_statements)."""
+        statements = read_message(sql, self.server.rules, self.server.engine.shapes.knows)
+        engine = [s for s in statements if s.route is Route.ENGINE]
+        steps = iter(self.session.check_statements([(s.text, s.tokens, s.tree) for s in engine])
+                     if engine else ())
+        return [(s, next(steps) if s.route is Route.ENGINE else None) for s in statements]
 
     def _check_transaction(self, statement: Statement) -> None:
         if self.local.status == "E" and statement.word not in ("ROLLBACK", "ABORT", "COMMIT",
@@ -423,7 +427,8 @@ class Connection:
 
     async def _extended(self, message: codec.FrontendMessage) -> None:
         if isinstance(message, codec.Parse):
-            statements = await asyncio.to_thread(read_message, message.sql, self.server.rules)
+            statements = await asyncio.to_thread(read_message, message.sql, self.server.rules,
+                                                 self.server.engine.shapes.knows)
             if len(statements) > 1:
                 raise ProxyError("cannot insert multiple commands into a prepared statement",
                                  "42601")
@@ -577,12 +582,18 @@ class Connection:
                 self.server.limits.catalog_max_rows)
             return Result("", prepared.fields, stream=rows, line=line)
         return await self._while_connected(asyncio.to_thread(
-            self._answer, portal.sql or statement.text, prepared.fields, formats, line))
+            self._answer, portal, prepared.fields, formats, line))
 
-    def _answer(self, sql: str, fields: list[codec.Field] | None, formats: tuple[int, ...],
-                line: Callable[[list[bytes | None]], bytes]) -> Result:
-        """In a worker thread: run the engine and encode its answer's rows."""
-        answer = self._run_engine(sql)[-1]
+    def _answer(self, portal: Portal, fields: list[codec.Field] | None,
+                formats: tuple[int, ...], line: Callable[[list[bytes | None]], bytes]
+                ) -> Result:
+        """In a worker thread: run the engine (the work checked with the message, else
+        the statement's text) and encode its answer's rows."""
+        if portal.step is not None:
+            answer = self._run_engine(lambda: self.session.run(portal.step))
+        else:
+            sql = portal.sql or portal.prepared.statement.text
+            answer = self._run_engine(lambda: list(self.session.execute(sql))[-1])
         fields = fields or [codec.Field(column, oid_of(kind))
                             for column, kind in zip(answer.columns, answer.kinds)]
         rows = [line(cells) for cells in
@@ -614,7 +625,7 @@ class Connection:
             reading.cancel()
             return task.result()
 
-    def _run_engine(self, sql: str) -> list[Answer]:
+    def _run_engine(self, work: Callable[[], Answer]) -> Answer:
         """In a worker thread; a cancel or the statement timeout interrupts the backend
         statement this thread runs (QueryCanceled, SQLSTATE 57014; still charged)."""
         with self._worker_lock:
@@ -623,7 +634,7 @@ class Connection:
             self._worker = threading.get_ident()
         deadline = DEADLINES.after(self.server.limits.statement_timeout, self._time_out)
         try:
-            return list(self.session.execute(sql))
+            return work()
         except QueryCanceled:
             if self._timed_out:
                 raise QueryCanceled("canceling statement due to statement timeout") from None

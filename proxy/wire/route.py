@@ -8,6 +8,7 @@ Decided from the text alone, before anything runs, so that a message is refused 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import sqlglot
@@ -63,41 +64,51 @@ class Statement:
     text: str
     route: Route
     word: str  # the leading keyword, upper case ("" for an empty statement)
-    tokens: tuple[Token, ...] = ()
+    tokens: tuple[Token, ...] = ()  # of ``text``, at its offsets
     copy: CopyOptions | None = None  # COPY (this statement) TO STDOUT with these options
     backend_pid: bool = False  # names pg_backend_pid: see with_backend_pid
+    tree: exp.Expression | None = None  # an engine statement parsed here, if it was
 
 
-def read_message(sql: str, rules: Rules) -> list[Statement]:
+def read_message(sql: str, rules: Rules,
+                 known: Callable[[Sequence[Token]], bool] | None = None) -> list[Statement]:
     """The routed statements of a query message, after the limits that keep one message
     from holding a worker for long: its length (``[server] max_statement_length``,
-    checked before any reading) and its nesting (checked on the tokens, before parsing)."""
+    checked before any reading) and its nesting (checked on the tokens, before parsing).
+    ``known``: whether tokens are those of a statement the engine has analysed (with
+    other literals, maybe); such a one goes to the engine without being parsed here."""
     limit = rules.server.max_statement_length
     if len(sql) > limit:
         raise ProxyError(f"statement too long: {len(sql)} characters, at most {limit} "
                          "([server] max_statement_length); split it into smaller "
                          "statements", "54000")
-    return [classify(text, rules) for text in split(sql)]
+    return [classify(text, rules, tokens, known) for text, tokens in split(sql)]
 
 
-def split(sql: str) -> list[str]:
-    """The statements of a message, as the client wrote them (comments kept)."""
+def split(sql: str) -> list[tuple[str, list[Token] | None]]:
+    """The statements of a message, as the client wrote them (comments kept), and for
+    the one at the start of the message its tokens (at the same offsets in the message
+    as in its text; the others' would not be)."""
     tokens = _tokens(sql)
     _check_nesting(tokens)
-    pieces, start = [], 0
+    pieces, start, first = [], 0, []
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
-            pieces.append(sql[start:token.start])
+            pieces.append((sql[start:token.start], None if start else first))
             start = token.end + 1
-    pieces.append(sql[start:])
-    return [piece for piece in pieces if piece.strip()] or [""]
+        elif not start:
+            first.append(token)
+    pieces.append((sql[start:], None if start else first))
+    return [piece for piece in pieces if piece[0].strip()] or [("", [])]
 
 
-def classify(text: str, rules: Rules) -> Statement:
-    tokens = _tokens(text)
+def classify(text: str, rules: Rules, tokens: Sequence[Token] | None = None,
+             known: Callable[[Sequence[Token]], bool] | None = None) -> Statement:
+    """Route one statement (``tokens``: its own, if read already; ``known``: see
+    read_message)."""
+    tokens = tuple(_tokens(text) if tokens is None else tokens)
     if not tokens:
         return Statement(text, Route.LOCAL, "")
-    tokens = tuple(tokens)
     word = tokens[0].text.upper()
     if word in ("SET", "RESET", "SHOW"):
         words, _ = setting_words(tokens)
@@ -108,13 +119,16 @@ def classify(text: str, rules: Rules) -> Statement:
         return Statement(text, Route.LOCAL, word, tokens)
     if word == "COPY":
         query, options = read_copy(tokens, text)
-        inner = classify(query, rules)
+        inner = classify(query, rules, known=known)
         if inner.route is Route.LOCAL:
             raise SyntaxProblem("COPY (…) TO STDOUT takes a query, e.g. COPY (SELECT COUNT(*) "
                                 "FROM people) TO STDOUT")
         return replace(inner, copy=options)
-    if word not in _QUERY_WORDS or _names_a_rules_table(text, tokens, rules):
-        return Statement(text, Route.ENGINE, word)
+    if word not in _QUERY_WORDS or (known is not None and known(tokens)):
+        return Statement(text, Route.ENGINE, word, tokens)
+    tree = _tree(text, tokens)
+    if _names_a_rules_table(tree, tokens, rules):
+        return Statement(text, Route.ENGINE, word, tokens, tree=tree)
     backend_pid = False
     for token in tokens:
         name = token.text.lower()
@@ -190,14 +204,22 @@ def setting_words(tokens: tuple[Token, ...]) -> tuple[list[str], str]:
     return words, ""
 
 
-def _names_a_rules_table(text: str, tokens: tuple[Token, ...], rules: Rules) -> bool:
+def _tree(text: str, tokens: tuple[Token, ...]) -> exp.Expression | None:
+    """The statement's tree, parsed from its tokens; None when it does not parse."""
+    try:
+        return _POSTGRES.parser().parse(list(tokens), text)[0]
+    except SqlglotError:
+        return None
+
+
+def _names_a_rules_table(tree: exp.Expression | None, tokens: tuple[Token, ...],
+                         rules: Rules) -> bool:
     """True when the statement reads a table the rules declare. When the text does not
     parse, any identifier spelled like such a table counts, so doubt goes to the
     engine, which refuses what it cannot analyse."""
-    try:
-        names = {table.name.lower() for statement in sqlglot.parse(text, read="postgres")
-                 if statement is not None for table in statement.find_all(exp.Table)}
-    except SqlglotError:
+    if tree is not None:
+        names = {table.name.lower() for table in tree.find_all(exp.Table)}
+    else:
         names = {t.text.lower() for t in tokens
                  if t.token_type in (TokenType.VAR, TokenType.IDENTIFIER)}
     return any(rules.table(name) is not None for name in names)

@@ -1,0 +1,268 @@
+"""The shape cache: a statement's analysis reused when it comes back with other literals.
+
+A dashboard sends the same few statements again and again, with new literals in their
+WHERE clauses (time ranges, thresholds, a selected region). Parsing and analysing each
+costs more CPU than everything else the proxy does per answer, so the plan of a
+statement is kept under its *shape*: its tokens with the NUMBER and STRING literals
+replaced by their class (``shape_of``). The next statement of that shape gets the
+kept plan with its own literals bound in (``ShapeCache.plan``), without sqlglot
+parsing or analysing anything.
+
+Correctness rests on which literals are bound anew (the *slots*); every other literal
+stays as written: a statement whose other literals differ is analysed afresh (and its
+plan replaces the kept one). A literal is a slot only when all of these hold:
+
+- it is in the WHERE clause of a plain SELECT (no subquery, CTE or set operation, so
+  the optimizer passes of ``proxy.analyze.normalise``, which fold and merge literals,
+  never run);
+- the plan holds it exactly once, unchanged and as the very node the parser made (its
+  source position kept in ``meta``), inside ``plan.where``, and nowhere else in the
+  plan: a literal the analysis rewrote (a time-zoned moment, ``CAST('…' AS DATE)``,
+  ``INTERVAL``, ``.5``), moved or copied is not one;
+- with GROUP BY, it is not compared with a column named outside WHERE: the time
+  buckets of a grouped column are listed within the WHERE bounds on that column
+  (``proxy.analyze.group_keys``), so those literals decide the plan's key lists.
+
+What else the analysis reads of a WHERE literal is its kind, which the shape keeps: a
+number or a string (``check_predicate`` refuses the wrong one for the column) and, for
+a string, whether it reads as a date or moment without a time zone (``check_predicate``
+refuses other strings compared with a date or timestamp column). So for a slot, a
+fresh analysis would copy the new literal to the same place and decide everything else
+as it did for the kept one. Refusals are never kept: a refused statement is analysed
+afresh every time, so a literal can neither wrongly refuse nor wrongly admit one.
+
+The key also holds what else the analysis reads: the session's settings, the analyst
+and the rules object. The normalised SQL of the answer cache and the ledger
+(``proxy.answer_cache.normalised_sql``) is kept as pieces around the slots, so it is
+the same text a fresh rendering gives. The cache is an LRU of ``SIZE`` entries, shared
+by an engine's sessions; an entry of a GROUP BY with four WHERE conditions holds about
+11 KiB (measured), so a full cache of such adds some 20 MiB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.tokens import Token, TokenType
+
+from proxy.analyze import POSTGRES
+from proxy.analyze.plan import QueryPlan
+from proxy.answer_cache import normalised_sql
+from proxy.rules import Rules, parse_moment
+
+SIZE = 2048
+_LITERALS = (TokenType.NUMBER, TokenType.STRING)
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
+_STEPS = (exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except)
+_MARK = re.compile("'\x00([0-9]+)\x00'")  # a slot in the rendered SQL (NUL never occurs in SQL)
+_RENDER = POSTGRES.generator()  # its literal_sql: a literal as normalised_sql renders it
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A statement's tokens with literals as classes (``key``), and its literal tokens."""
+
+    key: str
+    literals: tuple[Token, ...]
+
+
+def shape_of(tokens: Sequence[Token]) -> Shape:
+    """The key spells each token as its type, then its text (a literal's class
+    instead) and comments, each preceded by its length: one string (small to keep),
+    from which the tokens could be read back."""
+    parts, literals = [], []
+    for token in tokens:
+        if token.token_type in _LITERALS:
+            literals.append(token)
+            text = _class(token)
+        else:
+            text = token.text
+        parts.append(f"{token.token_type.name} {len(text)} {text} {len(token.comments)}")
+        parts.extend(f" {len(comment)} {comment}" for comment in token.comments)
+        parts.append("\n")
+    return Shape("".join(parts), tuple(literals))
+
+
+def _class(token: Token) -> str:
+    """What the analysis reads of a literal besides its place: a number, a moment
+    without a time zone, or another string."""
+    if token.token_type == TokenType.NUMBER:
+        return "number"
+    return "moment" if parse_moment(token.text) is not None else "string"
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A kept analysis: the plan and normalised SQL of the statement it was made from,
+    which slots to bind anew, and the literals that must match as written."""
+
+    rules: Rules
+    plan: QueryPlan
+    slots: dict[int, int]  # source position of a slot's node in plan.where -> literal index
+    fixed: tuple[tuple[int, str], ...]  # (literal index, text) of every other literal
+    sql: tuple[str | int, ...]  # the normalised SQL: text pieces, and slots by index
+
+    def bind(self, literals: Sequence[Token]) -> tuple[str, QueryPlan]:
+        plan = self.plan
+        if self.slots:
+            where = plan.where.copy()
+            for node in list(where.find_all(exp.Literal)):
+                index = self.slots.get(node.meta.get("start"))
+                if index is not None:
+                    node.replace(_literal(literals[index]))
+            plan = replace(plan, where=where)
+        return self.normalised(literals), plan
+
+    def normalised(self, literals: Sequence[Token]) -> str:
+        return "".join(piece if isinstance(piece, str)
+                       else _RENDER.literal_sql(_literal(literals[piece])) for piece in self.sql)
+
+
+def _literal(token: Token) -> exp.Literal:
+    """The node the parser makes of a literal token, with its position."""
+    literal = exp.Literal(this=token.text, is_string=token.token_type == TokenType.STRING)
+    return literal.update_positions(token)
+
+
+class ShapeCache:
+    """Plans by shape, shared by an engine's sessions (threads): an LRU under a lock."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple, _Template] = OrderedDict()
+        self._shapes: dict[str, int] = {}  # shape key -> how many entries have it
+        self._lock = threading.Lock()
+
+    def knows(self, tokens: Sequence[Token]) -> bool:
+        """Whether a statement of this shape was analysed to a private plan (in any
+        session): routing sends it to the engine without parsing it (proxy.wire.route)."""
+        return shape_of(tokens).key in self._shapes
+
+    def plan(self, shape: Shape, context: tuple, rules: Rules
+             ) -> tuple[str, QueryPlan] | None:
+        """The normalised SQL and plan of a statement of ``shape``, analysed under
+        ``context`` (analyst, settings) and ``rules``; None when not kept."""
+        key = (id(rules), context, shape.key)
+        with self._lock:
+            template = self._entries.get(key)
+            if template is not None:
+                self._entries.move_to_end(key)
+        if template is None or template.rules is not rules or any(
+                shape.literals[index].text != text for index, text in template.fixed):
+            return None
+        return template.bind(shape.literals)
+
+    def remember(self, shape: Shape, context: tuple, rules: Rules, tree: exp.Expression,
+                 plan: QueryPlan) -> str:
+        """Keep ``plan``, the fresh analysis of ``tree`` (of ``shape``); return the
+        statement's normalised SQL."""
+        template = _template(shape, rules, tree, plan)
+        if template is None:
+            return normalised_sql(tree)
+        key = (id(rules), context, shape.key)
+        with self._lock:
+            if key not in self._entries:
+                self._shapes[shape.key] = self._shapes.get(shape.key, 0) + 1
+            self._entries[key] = template
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                (_, _, evicted), _ = self._entries.popitem(last=False)
+                self._shapes[evicted] -= 1
+                if not self._shapes[evicted]:
+                    del self._shapes[evicted]
+        return template.normalised(shape.literals)
+
+
+def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
+              ) -> _Template | None:
+    by_start = {token.start: index for index, token in enumerate(shape.literals)}
+    slots = {start: by_start[start] for start, text in _slot_starts(tree, plan)
+             if start in by_start and shape.literals[by_start[start]].text == text}
+    split = _MARK.split(_with_marks(tree, set(slots)))
+    texts, marks = split[0::2], [int(start) for start in split[1::2]]
+    if sorted(marks) != sorted(slots) or any("\x00" in text for text in texts):
+        return None  # a NUL in the statement itself: not kept
+    pieces: list[str | int] = [texts[0]]
+    for start, text in zip(marks, texts[1:]):
+        pieces += [slots[start], text]
+    fixed = tuple((index, token.text) for index, token in enumerate(shape.literals)
+                  if index not in slots.values())
+    return _Template(rules, plan, slots, fixed, tuple(pieces))
+
+
+def _with_marks(tree: exp.Expression, starts: set[int]) -> str:
+    """``normalised_sql`` of ``tree`` with each slot a mark naming its position."""
+    marked = tree.copy()
+    for node in list(marked.find_all(exp.Literal)):
+        start = node.meta.get("start")
+        if start in starts:
+            node.replace(exp.Literal.string(f"\x00{start}\x00"))
+    return normalised_sql(marked)
+
+
+def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]:
+    """Source positions and texts of the WHERE literals that may be bound anew (module
+    doc)."""
+    where = tree.args.get("where")
+    if not isinstance(tree, exp.Select) or where is None or plan.where is None \
+            or tree.find(*_STEPS) is not None \
+            or any(select is not tree for select in tree.find_all(exp.Select)):
+        return []
+    outside = set()
+    if tree.args.get("group"):
+        outside = {column.name.lower() for column in tree.find_all(exp.Column)
+                   if not _within(column, where)}
+    candidates = []
+    for literal in where.find_all(exp.Literal):
+        comparison = literal.find_ancestor(*_COMPARISONS)
+        compared = {c.name.lower() for c in comparison.find_all(exp.Column)} \
+            if comparison is not None else set()
+        if "start" in literal.meta and not compared & outside:
+            candidates.append(literal)
+    held = _literals_by_start(plan)
+    in_where = {id(node) for node in plan.where.find_all(exp.Literal)}
+    return [(literal.meta["start"], literal.this) for literal in candidates
+            if len(nodes := held.get(literal.meta["start"], [])) == 1
+            and id(nodes[0]) in in_where
+            and (nodes[0].this, nodes[0].is_string) == (literal.this, literal.is_string)]
+
+
+def _within(node: exp.Expression, ancestor: exp.Expression) -> bool:
+    while node is not None:
+        if node is ancestor:
+            return True
+        node = node.parent
+    return False
+
+
+def _literals_by_start(plan: QueryPlan) -> dict[int, list[exp.Literal]]:
+    """Every literal node anywhere in the plan that carries a source position."""
+    held: dict[int, list[exp.Literal]] = {}
+    for tree in _trees(plan):
+        for node in tree.find_all(exp.Literal):
+            if "start" in node.meta:
+                held.setdefault(node.meta["start"], []).append(node)
+    return held
+
+
+def _trees(value: Any) -> Iterator[exp.Expression]:
+    """The sqlglot trees a plan holds, in any field, however nested; a tree held in two
+    places comes twice."""
+    if isinstance(value, exp.Expression):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _trees(getattr(value, field.name))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _trees(item)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            yield from _trees(item)
