@@ -376,7 +376,7 @@ def _order_by(select: exp.Select, outputs) -> tuple[tuple[int, bool], ...]:
         target = ordered.this
         index = None
         if isinstance(target, exp.Literal) and not target.is_string:
-            index = int(target.name) - 1
+            index = int(target.name) - 1 if target.name.isdigit() else None  # not 0.5, 1e0
         elif isinstance(target, exp.Column) and not target.table:
             names = [o.name.lower() for o in outputs]
             if target.name.lower() in names:
