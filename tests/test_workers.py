@@ -146,3 +146,15 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_everything(served):
         workers = _children(server)
     assert proxy.process.returncode == 0
     assert not any(_alive(pid) for pid in workers | {catalog})
+
+
+def test_workers_stop_when_their_supervisor_is_killed(served):
+    with running_proxy(*served) as proxy:
+        with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+            con.execute("SELECT COUNT(*) FROM people")
+        workers = _children(proxy.process.pid)
+        proxy.kill()  # SIGKILL: the workers read end-of-file on their control sockets
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in workers):
+        assert time.monotonic() < deadline, "".join(proxy.log)
+        time.sleep(0.1)

@@ -99,8 +99,11 @@ class Crew:
         reader, self._writer = await asyncio.open_unix_connection(sock=self._control)
 
         async def replies() -> None:
-            while line := await reader.readline():
-                self._replies.popleft().set_result(json.loads(line))
+            try:
+                while line := await reader.readline():
+                    self._replies.popleft().set_result(json.loads(line))
+            except ConnectionError:  # reset: it died with our last words unread
+                pass
             log.error("worker %d: the supervisor is gone; stopping", self.index)
             stop.set()
 
@@ -191,6 +194,17 @@ class Seats:
         self.pending[worker] = 0
 
 
+def _sweep() -> None:
+    """Remove the cancel sockets' folders of supervisors that were killed (SIGKILL)."""
+    for folder in Path(tempfile.gettempdir()).glob("idp-proxy-workers-*-*"):
+        try:
+            os.kill(int(folder.name.split("-")[3]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, OSError):
+            pass
+
+
 class Supervisor:
     """Forks ``size`` workers, each running ``work(crew)`` (which serves until SIGTERM),
     answers their counting, restarts one that dies, and stops them all on SIGINT or
@@ -202,7 +216,8 @@ class Supervisor:
         self.work = work
         self.ready = ready
         self.seats = Seats(limits, size)
-        self.folder = Path(tempfile.mkdtemp(prefix="idp-proxy-workers-"))  # mode 0700
+        _sweep()
+        self.folder = Path(tempfile.mkdtemp(prefix=f"idp-proxy-workers-{os.getpid()}-"))  # 0700
         self._selector = selectors.DefaultSelector()
         self._pids: dict[int, int] = {}  # worker index -> process id
         self._controls: dict[int, socket.socket] = {}
@@ -271,9 +286,16 @@ class Supervisor:
     def _read(self, index: int) -> bool:
         """Answer what worker ``index`` sent; False once it is gone (end of file)."""
         control = self._controls[index]
-        data = control.recv(65536)
-        if not data:
+        try:
+            data = control.recv(65536)
+            if not data:
+                return False
+            self._answer(index, control, data)
+        except ConnectionError:  # reset: it died with our last reply unread
             return False
+        return True
+
+    def _answer(self, index: int, control: socket.socket, data: bytes) -> None:
         lines = (self._buffers[index] + data).split(b"\n")
         self._buffers[index] = lines.pop()
         for line in lines:
@@ -291,7 +313,6 @@ class Supervisor:
                 if not self._announced and len(self._ready) == self.size:
                     self._announced = True
                     self.ready()
-        return True
 
     def _died(self, index: int) -> int:
         """Worker ``index`` exited: start another, or stop if it never became ready."""
