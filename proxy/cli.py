@@ -404,11 +404,11 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         rules = _rules(rules_path)
         engine = Engine(rules, _open(backend, rules.server.backend_connections))
         users = Users(engine.ledger)
-        shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
+        workers = _workers(rules, engine.backend)
+        # a session's connection each, and one per worker creating roles at once
+        shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
     database = getattr(engine.backend, "path", None)  # a DuckDB file
     admin = socket_path(database) if database not in (None, ":memory:") else None
-
-    workers = _workers(rules, engine.backend)
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"

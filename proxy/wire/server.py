@@ -119,7 +119,7 @@ class Server:
             # clients that never log in cannot use up the process's file descriptors.
             log.warning("refused a connection from %s: %d others are still logging in "
                         "([server] max_pending_connections)",
-                        writer.get_extra_info("peername"), self._starting)
+                        writer.get_extra_info("peername"), self.limits.max_pending_connections)
             writer.write(codec.error_response("53300", "sorry, too many clients are logging "
                                               "in at once; try again", "FATAL"))
             writer.close()
