@@ -404,20 +404,76 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         rules = _rules(rules_path)
         engine = Engine(rules, _open(backend, rules.server.backend_connections))
         users = Users(engine.ledger)
-        shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections)
+        workers = _workers(rules, engine.backend)
+        # a session's connection each, and one per worker creating roles at once
+        shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
     database = getattr(engine.backend, "path", None)  # a DuckDB file
     admin = socket_path(database) if database not in (None, ":memory:") else None
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
+        processes = f", {workers} workers" if workers > 1 else ""
         click.echo(f"idp-proxy serving {engine.backend.name} on {bound_host}:{bound_port} "
-                   f"(auth: {auth}{', TLS' if tls else ''}); Ctrl-C stops it", err=True)
+                   f"(auth: {auth}{', TLS' if tls else ''}{processes}); Ctrl-C stops it",
+                   err=True)
 
     try:
-        asyncio.run(Server(engine, users, shadow, tls, admin).serve(host, port, ready))
+        if workers == 1:
+            asyncio.run(Server(engine, users, shadow, tls, admin).serve(host, port, ready))
+        else:
+            engine.backend.close()  # each worker opens its own connections
+            if _serve_in_workers(workers, rules, backend, shadow, tls, host, port, ready):
+                raise click.ClickException("a worker could not start; see the log above")
     finally:
         shadow.close()
         engine.backend.close()
+
+
+def _workers(rules: Rules, backend: Backend) -> int:
+    """``[server] workers`` (default: one per core), or 1 on DuckDB, whose file one
+    process holds."""
+    import os
+
+    from proxy.backends.duckdb_backend import DuckDBBackend
+
+    wanted = rules.server.workers or os.cpu_count() or 1
+    if isinstance(backend, DuckDBBackend):
+        if wanted > 1:
+            logging.getLogger("idp_proxy.workers").log(
+                logging.WARNING if rules.server.workers else logging.INFO,
+                "one worker process: a DuckDB file is held by one process ([server] "
+                "workers = %d applies to PostgreSQL)", wanted)
+        return 1
+    return wanted
+
+
+def _serve_in_workers(workers, rules, backend, shadow, tls, host, port, ready) -> int:
+    """Serve PostgreSQL from ``workers`` processes (proxy/wire/workers.py) on one
+    listening socket and the one shadow catalog; the exit status."""
+    import asyncio
+
+    from proxy.backends import open_backend
+    from proxy.engine import Engine
+    from proxy.users import Users
+    from proxy.wire.server import Server
+    from proxy.wire.workers import Supervisor, listening_sockets
+
+    sockets = listening_sockets(host, port)
+    bound = sockets[0].getsockname()
+
+    def work(crew):
+        engine = Engine(rules, open_backend(backend, rules.server.backend_connections))
+        server = Server(engine, Users(engine.ledger), shadow, tls, None, crew)
+        try:
+            asyncio.run(server.serve(host, port, lambda *_: crew.ready(), sockets=sockets))
+        finally:
+            engine.backend.close()
+
+    try:
+        return Supervisor(workers, rules.server, work, lambda: ready(*bound[:2])).run()
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @main.group()

@@ -107,7 +107,8 @@ class Server:
     max_connections_per_analyst: int = 50  # sessions of one analyst at once
     catalog_max_rows: int = 100_000  # rows of one catalog (shadow) result
     catalog_timeout: int = 10  # seconds a catalog statement may run
-    backend_connections: int = 4  # PostgreSQL: transactions of all sessions at once
+    backend_connections: int = 4  # PostgreSQL: transactions at once, per worker process
+    workers: int | None = None  # PostgreSQL: processes serving the port; None: one per core
 
 
 @dataclass(frozen=True)

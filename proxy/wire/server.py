@@ -8,7 +8,9 @@ import itertools
 import logging
 import secrets
 import signal
+import socket
 import ssl
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,13 +21,15 @@ from proxy.users import Users
 from proxy.wire import codec
 from proxy.wire.connection import Connection, is_loopback
 from proxy.wire.shadow import ShadowCatalog
+from proxy.wire.workers import Crew
 
 log = logging.getLogger("idp_proxy.server")
 
 
 class Server:
     def __init__(self, engine: Engine, users: Users, shadow: ShadowCatalog,
-                 tls: ssl.SSLContext | None = None, admin: Path | None = None) -> None:
+                 tls: ssl.SSLContext | None = None, admin: Path | None = None,
+                 crew: Crew | None = None) -> None:
         self.engine = engine
         self.rules: Rules = engine.rules
         self.limits = engine.rules.server
@@ -33,7 +37,8 @@ class Server:
         self.shadow = shadow
         self.tls = tls
         self.admin = admin  # the Unix socket of proxy.admin (servers of a DuckDB file)
-        self._pids = itertools.count(1000)
+        self.crew = crew  # the other worker processes of this server, if any
+        self._pids = itertools.count(1000) if crew is None else crew.pids()
         self._live: dict[int, Connection] = {}
         self._starting = 0  # connections not yet logged in
         self._tasks: set[asyncio.Task] = set()
@@ -45,18 +50,23 @@ class Server:
         """Trust only when the rules say so, and only for clients on this machine."""
         return self.limits.auth == "trust" and is_loopback(peer)
 
-    def admit(self, connection: Connection) -> str | None:
+    async def admit(self, connection: Connection) -> str | None:
         """Give a logged-in session its slot, or say why not: every session counts
         against ``max_connections`` and its analyst's ``max_connections_per_analyst``
         (so that one analyst's tool cannot take every slot; the owner's admin socket
-        is not a session and is never refused)."""
-        if len(self._live) >= self.limits.max_connections:
+        is not a session and is never refused). Workers count with their supervisor."""
+        if self.crew is not None:
+            refusal = await self.crew.admit(connection.user)
+            if refusal is not None:
+                return refusal
+        elif len(self._live) >= self.limits.max_connections:
             return "sorry, too many clients already"
-        mine = sum(1 for other in self._live.values() if other.user == connection.user)
-        if mine >= self.limits.max_connections_per_analyst:
-            log.warning("refused a session of %s: %d open ([server] "
-                        "max_connections_per_analyst)", connection.user, mine)
-            return f'too many connections for role "{connection.user}"'
+        else:
+            mine = sum(1 for other in self._live.values() if other.user == connection.user)
+            if mine >= self.limits.max_connections_per_analyst:
+                log.warning("refused a session of %s: %d open ([server] "
+                            "max_connections_per_analyst)", connection.user, mine)
+                return f'too many connections for role "{connection.user}"'
         connection.pid = next(self._pids)
         self._live[connection.pid] = connection
         return None
@@ -64,11 +74,19 @@ class Server:
     def started(self, connection: Connection) -> None:
         """The connection's startup is over, logged in or not."""
         self._starting -= 1
+        if self.crew is not None:
+            self.crew.started()
 
     def forget(self, connection: Connection) -> None:
-        self._live.pop(connection.pid, None)
+        if self._live.pop(connection.pid, None) is not None and self.crew is not None:
+            self.crew.forget(connection.user)
 
     def cancel(self, pid: int, key: int) -> None:
+        """A CancelRequest (in a cancel thread); one for a session of another worker
+        goes there unread."""
+        if self.crew is not None and not self.crew.owns(pid):
+            self.crew.forward_cancel(pid, key)
+            return
         target = self._live.get(pid)
         if target is not None and secrets.compare_digest(target.key.to_bytes(4, "big"),
                                                          key.to_bytes(4, "big", signed=True)):
@@ -77,13 +95,31 @@ class Server:
     async def run_cancel(self, function, *args) -> None:
         await asyncio.get_running_loop().run_in_executor(self._cancels, function, *args)
 
+    async def _forwarded_cancel(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        """A CancelRequest another worker received for one of this worker's sessions;
+        closing the socket tells it the cancel was made."""
+        try:
+            length, code, pid, key = struct.unpack("!iiii", await reader.readexactly(16))
+            if length == 16 and code == codec.CANCEL_REQUEST and self.crew.owns(pid):
+                await self.run_cancel(self.cancel, pid, key)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def _may_start(self) -> bool:
+        if self.crew is not None:
+            return await self.crew.may_start()
+        return self._starting < self.limits.max_pending_connections
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._starting >= self.limits.max_pending_connections:
+        if not await self._may_start():
             # Unauthenticated connections are bounded apart from sessions, so that
             # clients that never log in cannot use up the process's file descriptors.
             log.warning("refused a connection from %s: %d others are still logging in "
                         "([server] max_pending_connections)",
-                        writer.get_extra_info("peername"), self._starting)
+                        writer.get_extra_info("peername"), self.limits.max_pending_connections)
             writer.write(codec.error_response("53300", "sorry, too many clients are logging "
                                               "in at once; try again", "FATAL"))
             writer.close()
@@ -100,21 +136,29 @@ class Server:
             self._tasks.discard(task)
 
     async def serve(self, host: str, port: int, ready=None,
-                    stop: asyncio.Event | None = None) -> None:
+                    stop: asyncio.Event | None = None,
+                    sockets: list[socket.socket] | None = None) -> None:
         """Serve until SIGINT or SIGTERM (or until ``stop`` is set: signals reach only
         the main thread, and a server in another thread is stopped so), then close the
-        listener and the sessions."""
+        listener and the sessions. A worker serves the ``sockets`` its supervisor
+        bound, and its cancel socket."""
         loop = asyncio.get_running_loop()
         # One worker thread per possible session, so a session's blocking engine call
         # never waits for a thread behind other sessions' calls.
         loop.set_default_executor(ThreadPoolExecutor(self.limits.max_connections + 4,
                                                      thread_name_prefix="session"))
-        server = await asyncio.start_server(self._handle, host, port, limit=1 << 16)
         if stop is None:
             stop = asyncio.Event()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, stop.set)
-        bound = server.sockets[0].getsockname()
+        if self.crew is not None:
+            await self.crew.join(stop)
+            await asyncio.start_unix_server(self._forwarded_cancel,
+                                            self.crew.cancel_socket(self.crew.index))
+        servers = ([await asyncio.start_server(self._handle, sock=sock, limit=1 << 16)
+                    for sock in sockets] if sockets else
+                   [await asyncio.start_server(self._handle, host, port, limit=1 << 16)])
+        bound = servers[0].sockets[0].getsockname()
         log.info("listening on %s:%d", bound[0], bound[1])
         # Admin calls are taken before "serving" is announced: a user who runs
         # `idp-proxy users add` once the server says it serves must reach it.
@@ -123,8 +167,9 @@ class Server:
                          "analyst": Analyst(self.engine)})
         if ready is not None:
             ready(bound[0], bound[1])
-        async with server:
-            await stop.wait()
+        await stop.wait()
+        for server in servers:
+            server.close()
         if admin is not None:
             admin.close()
             self.admin.unlink(missing_ok=True)

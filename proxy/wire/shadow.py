@@ -229,11 +229,18 @@ class ShadowCatalog:
                                autocommit=True)
 
     def _provide(self, user: str, database: str) -> None:
-        """Create the analyst's role and the database name the client asked for, once."""
-        if database not in self._databases and len(self._databases) >= _MAX_DATABASES:
-            raise ShadowError(f"too many database names in use; connect with one of: "
-                              f"{', '.join(sorted(self._databases))}", "53300")
+        """Create the analyst's role and the database name the client asked for, once.
+        The worker processes of one server share the catalog (proxy/wire/workers.py), so
+        the names are counted in it, under a lock held until this connection closes."""
         with self._admin("postgres") as con:
+            con.execute("SELECT pg_advisory_lock(1)")
+            if database not in self._databases:
+                made = [name for (name,) in con.execute(
+                    "SELECT datname FROM pg_database WHERE datname NOT IN "
+                    "('template0', 'template1', 'postgres') ORDER BY datname")]
+                if database not in made and len(made) >= _MAX_DATABASES:
+                    raise ShadowError(f"too many database names in use; connect with one "
+                                      f"of: {', '.join(made)}", "53300")
             if user not in self._roles:
                 if not con.execute("SELECT 1 FROM pg_roles WHERE rolname = %s",
                                    (user,)).fetchone():
