@@ -81,10 +81,10 @@ def test_a_cancel_stops_the_running_statement(backend):
     assert backend.query("SELECT 1") == [(1,)]
 
 
-def test_a_lost_connection_fails_once_and_its_idle_sibling_goes_with_it(backend,
-                                                                       fresh_postgres):
-    """The server ended both pooled connections (as a restart does): the next query
-    gets 08006, and the one after runs on a new connection, not on the dead sibling."""
+def test_connections_the_server_ended_are_never_lent(backend, fresh_postgres):
+    """The server ended both pooled connections while they were idle (as a restart
+    does): the next query runs on a new connection, not on a dead one (a worker that saw
+    no query during an outage would otherwise fail its first after it)."""
     held, done, pids = threading.Event(), threading.Event(), set()
 
     def hold():
@@ -104,9 +104,22 @@ def test_a_lost_connection_fails_once_and_its_idle_sibling_goes_with_it(backend,
                             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                             ).fetchall()
     assert len(ended) == 2
-    with pytest.raises(BackendUnavailable):
-        _pid(backend)
+    deadline = time.monotonic() + 10
+    while any(_alive(fresh_postgres, pid) for pid in pids):
+        assert time.monotonic() < deadline, "the terminated server processes stayed"
+        time.sleep(0.05)
     assert _pid(backend) not in pids
+
+
+def test_a_connection_lost_in_a_transaction_fails_it_with_08006(backend, fresh_postgres):
+    """A connection lost while a transaction runs on it fails that transaction with
+    08006 (BackendUnavailable); the next runs on a new connection."""
+    with pytest.raises(BackendUnavailable), backend.transaction() as tx:
+        pid = tx.execute(PID)[0][0]
+        with psycopg.connect(fresh_postgres, autocommit=True) as con:
+            con.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        tx.execute("SELECT 1")
+    assert _pid(backend) != pid
 
 
 def test_the_bound_makes_transactions_wait_and_nesting_does_not_deadlock(fresh_postgres):

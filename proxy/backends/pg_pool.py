@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -90,9 +91,19 @@ class ConnectionPool:
             con.close()
 
     def _take(self) -> psycopg.Connection:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
+        """An idle connection that the server has not ended, else a new one. An idle
+        connection has nothing to read unless its server process said goodbye (a
+        restart, a terminated backend): such a one is closed, not lent, or the first
+        query after an outage would fail on it (one worker may see no query during
+        the outage, so no failure cleared its pool)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                con = self._idle.pop()
+            if not select.select([con.fileno()], [], [], 0)[0]:
+                return con
+            con.close()
         return self._connect()
 
     def _give_back(self, con: psycopg.Connection) -> None:
