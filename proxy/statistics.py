@@ -12,8 +12,8 @@ PCT, BOTTOM, TOP = "pct", "bottom", "top"
 
 # The largest magnitude any statistic sees (public): a value beyond it counts as ±1e15,
 # and a declared bound must lie within it (proxy.rules). With every value in
-# [−1e15, 1e15], differences (U − L ≤ 2e15) and sums stay finite, and a backend sum in
-# DECIMAL(38, 6) (at most 32 digits before the point) cannot overflow below 10^17 rows.
+# [−1e15, 1e15], differences (U − L ≤ 2e15) and sums stay finite, and the backend's
+# exact integer sum (proxy.pushdown.scope.exact_sum) cannot overflow below 10^17 rows.
 MAGNITUDE_CAP = 1e15
 
 

@@ -4,6 +4,7 @@ the order statistics a direct computation over the rows gives."""
 from __future__ import annotations
 
 import random
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -273,3 +274,49 @@ def test_duckdb_group_statistics_from_list_aggregates(duckdb_url, monkeypatch, f
 
 def _must_not_run(*args, **kwargs):
     raise AssertionError("the window statement was used")
+
+
+HUGE_RULES = parse_rules("""
+[analysts.ann]
+budget = 100
+[tables.huge]
+[tables.huge.columns]
+g = { type = "int", keys = [0, 1] }
+w = { type = "float", domain = [-1e15, 1e15] }
+d = { type = "float", domain = [-9e12, 9e12] }
+""")
+HUGE_ROWS = 300_000
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sql", ["SELECT SUM(w), SUM(d) FROM huge",
+                                 "SELECT g, SUM(w), AVG(d) FROM huge GROUP BY g"])
+def test_sums_at_the_largest_values_do_not_overflow(backend_url, sql):
+    """The exact sum's integers (proxy.pushdown.scope.exact_sum) at the extremes: w
+    has the widest domain allowed (±10¹⁵, the split sum), d the widest domain summed as one BIGINT per
+    value (±9·10¹²); most rows at the upper end, one at the lower, one fraction of 10⁻⁶,
+    far beyond a BIGINT in total. Both engines give the exact sum."""
+    backend = open_backend(backend_url)
+    series = ("range(1, {n} + 1) AS r(i)" if backend.dialect == "duckdb"
+              else "generate_series(1, {n}) AS r(i)").format(n=HUGE_ROWS)
+    with backend.transaction() as tx:
+        tx.execute(
+            "CREATE TABLE huge AS SELECT CAST(i % 2 AS INTEGER) AS g, "
+            "CAST(CASE WHEN i = 1 THEN -1e15 WHEN i = 2 THEN 0.000001 ELSE 1e15 END AS DOUBLE PRECISION) AS w, "
+            "CAST(CASE WHEN i = 1 THEN -9e12 WHEN i = 2 THEN 0.000001 ELSE 9e12 END AS DOUBLE PRECISION) AS d "
+            f"FROM {series}")
+    try:
+        plan = analyze(parse_statements(sql)[0], HUGE_RULES, Settings())
+        _, groups, _ = Engine(HUGE_RULES, backend).statistics(plan)
+    finally:
+        backend.close()
+    tiny = Decimal("0.000001")
+    for cap, column in ((Decimal(10**15), "w"), (Decimal(9 * 10**12), "d")):
+        if plan.group_by:  # i = 1 (the lower end) in group 1, i = 2 (the fraction) in 0
+            expected = {(0,): tiny + cap * (HUGE_ROWS // 2 - 1),
+                        (1,): -cap + cap * (HUGE_ROWS // 2 - 1)}
+        else:
+            expected = {(): -cap + tiny + cap * (HUGE_ROWS - 2)}
+        assert cap * HUGE_ROWS * 10**6 > 2**63  # the scaled total is beyond a BIGINT
+        for key, total in expected.items():
+            assert groups[key].columns[column].total == float(total), (column, key)

@@ -18,6 +18,7 @@ from proxy.pushdown.scope import (
     distinct_units,
     exact_sum,
     group_keys,
+    read_sum,
     scope_select,
 )
 from proxy.statistics import BOTTOM, PCT, ColumnNeeds, ColumnStats, GroupStats, RankRef
@@ -43,8 +44,7 @@ class StatisticsQuery:
             for need in self.needs:
                 stats = ColumnStats(n=int(rest.pop(0) or 0))
                 if need.total:
-                    total = rest.pop(0)
-                    stats.total = float(total) if total is not None else 0.0
+                    stats.total = read_sum(rest.pop(0))
                 if need.spread:
                     stats.m2 = float(rest.pop(0) or 0) * stats.n
                 for ref in _ordered(need.ranks):
@@ -104,7 +104,8 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
         ranked = ranked.where(value.is_(exp.null()).not_())
     stats = exp.select(*keys, exp.alias_(exp.Count(this=exp.column("v")), f"{name}_n"))
     if need.total:
-        stats = stats.select(exp.alias_(exact_sum(exp.column("v")), f"{name}_total"))
+        stats = stats.select(exp.alias_(exact_sum(exp.column("v"), need.lower, need.upper),
+                                          f"{name}_total"))
     if need.spread:
         stats = stats.select(exp.alias_(exp.VariancePop(this=exp.column("v")), f"{name}_m2"))
     for j, ref in enumerate(_ordered(need.ranks)):

@@ -21,6 +21,7 @@ from proxy.pushdown.scope import (
     exact_sum,
     fill_extremes,
     group_keys,
+    read_sum,
     scope_select,
 )
 from proxy.pushdown.values import literal
@@ -45,9 +46,9 @@ def grouped_list_statistics(
         items.append(exp.Count(this=column))
         readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "n", int(v or 0)))
         if need.total:
-            items.append(exact_sum(column))
+            items.append(exact_sum(column, need.lower, need.upper))
             readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "total",
-                                                                  float(v or 0)))
+                                                                  read_sum(v)))
         if need.spread:
             items.append(exp.VariancePop(this=column))
             readers.append(lambda g, a, v, c=need.column: setattr(

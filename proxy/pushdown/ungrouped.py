@@ -25,6 +25,7 @@ from proxy.pushdown.scope import (
     exact_sum,
     fill_extremes,
     needed_value,
+    read_sum,
     scope_select,
 )
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
@@ -76,8 +77,8 @@ def first_pass(
             items.append(scoped(exp.Count(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
         if need.total:
-            items.append(scoped(exact_sum(column)))
-            readers.append(lambda value, s=stats: setattr(s, "total", float(value or 0)))
+            items.append(scoped(exact_sum(column, need.lower, need.upper)))
+            readers.append(lambda value, s=stats: setattr(s, "total", read_sum(value)))
         if need.spread:
             items.append(scoped(exp.VariancePop(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "m2", float(value or 0) * s.n))

@@ -1,0 +1,63 @@
+"""SUM and AVG: the statistics' time (engine.statistics: every backend pass, no noise,
+no ledger) as a ratio to the plain aggregate run directly, on DuckDB and PostgreSQL.
+
+    python benchmarks/sum_avg.py [--rows 1000000] [--backends duckdb,postgres] [--repeat 7]
+
+Uses benchmarks/pushdown.py's table and rules (x a float in [0, 1000), a an int).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.pushdown import RULES, load, timed
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.settings import Settings
+from tests.pgserver import throwaway_postgres
+
+CASES = [
+    ("SUM with WHERE", "SELECT SUM(x) FROM rows WHERE a < 30",
+     "SELECT sum(x) FROM rows WHERE a < 30"),
+    ("AVG", "SELECT AVG(x) FROM rows", "SELECT avg(x) FROM rows"),
+    ("SUM", "SELECT SUM(x) FROM rows", "SELECT sum(x) FROM rows"),
+]
+
+
+def run(url: str, rows: int, repeat: int) -> None:
+    backend = open_backend(url)
+    load(backend, rows)
+    engine = Engine(RULES, backend)
+    for name, private_sql, plain in CASES:
+        plan = analyze(parse_statements(private_sql)[0], RULES, Settings())
+        raw = timed(lambda sql=plain: backend.query(sql), repeat)
+        stats = timed(lambda plan=plan: engine.statistics(plan), repeat)
+        print(f"{backend.dialect:8} {name:16} plain {raw * 1000:7.1f} ms  statistics "
+              f"{stats * 1000:7.1f} ms  ratio {stats / raw:5.2f}x", flush=True)
+    backend.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--backends", default="duckdb,postgres")
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    for name in args.backends.split(","):
+        if name == "duckdb":
+            with tempfile.TemporaryDirectory() as tmp:
+                run(f"duckdb:///{tmp}/bench.duckdb", args.rows, args.repeat)
+        else:
+            with throwaway_postgres() as url:
+                run(url, args.rows, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
