@@ -2,7 +2,9 @@
 
 Pass 1 is one aggregate over the scope: row and non-null counts and exact sums (and,
 where the backend asks for it, the per-unit bound's fingerprint in the same scan).
-Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries.
+Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries;
+where pass 1 scans for the column anyway (SUM, AVG), they ride in it instead, beyond a
+threshold a pilot sample gives (``_pilot_thresholds``).
 Percentiles come last, when n is known: on a large scope a pilot sample brackets the
 wanted ranks, one pass counts the values below and inside the bracket, and the
 percentile of the bracket alone picks them (``_bracketed``); else, or when it misses,
@@ -123,6 +125,9 @@ def remaining_passes(
     statement of top-k subqueries, then the percentiles."""
     if not any(need.ranks for need in needs):
         return
+    if not any(r.anchor == PCT or r not in group.columns[need.column].values
+               for need in needs for r in need.ranks):
+        return  # the extremes came with the first pass, and no percentile is wanted
     scope = scope_select(plan, needs, clip_rows_per_unit)
     items, readers = [], []
     for index, need in enumerate(needs):
