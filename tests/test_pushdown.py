@@ -3,6 +3,7 @@ the order statistics a direct computation over the rows gives."""
 
 from __future__ import annotations
 
+import math
 import random
 from decimal import Decimal
 from fractions import Fraction
@@ -16,6 +17,7 @@ from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
+from proxy.statistics import BOTTOM, TOP
 from tests.conftest import load_table
 from tests.privacy.reference import order_values
 
@@ -320,3 +322,48 @@ def test_sums_at_the_largest_values_do_not_overflow(backend_url, sql):
         assert cap * HUGE_ROWS * 10**6 > 2**63  # the scaled total is beyond a BIGINT
         for key, total in expected.items():
             assert groups[key].columns[column].total == float(total), (column, key)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("seed", range(3))
+def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeypatch, seed):
+    """SUM's extremes come from the first pass, beyond a threshold from the pilot
+    (proxy.pushdown.ungrouped._pilot_thresholds): any sample of the scope gives the
+    exact ranks 1–3 and n−2..n, ties at the threshold and at the domain's ends included.
+    The pilot is replaced here by the k-th value of a random subset of the scope (what
+    a block sample can be), and no top-k scan runs."""
+    from proxy.pushdown import ungrouped
+
+    rng = random.Random(seed)
+    units = rng.randint(20, 120)  # one row per unit: s = 1, so SUM needs the extremes
+    special = [None, math.nan, math.inf, -math.inf, 1e308, -1e300, 100.0, 0.0]
+    data = {"unit": list(range(units)), "grp": ["a"] * units,
+            "x": [rng.choice([*special, rng.random() * 100]) for _ in range(units)],
+            "y": [rng.choice([None, -70, -50, 50, 60, rng.randint(-50, 50)]) for _ in range(units)]}
+    load_table(backend_url, "t", data, TYPES)
+    ys = sorted(float(min(max(y, -50), 50)) for y in data["y"] if y is not None)
+    xs = sorted(min(max(x, 0.0), 100.0) for x in data["x"] if x is not None and not math.isnan(x))
+    values = {"y": ys, "x": xs}
+
+    def pilot(plan, needs, dialect, execute):
+        thresholds = {}
+        for index, need in enumerate(needs):
+            sample = [v for v in values[need.column] if rng.random() < 0.3]
+            sample = sample if len(sample) >= 3 else values[need.column]
+            for anchor, ordered in ((TOP, sorted(sample, reverse=True)), (BOTTOM, sorted(sample))):
+                k = max(r.offset for r in need.ranks if r.anchor == anchor) + 1
+                if len(ordered) >= k:
+                    thresholds[index, anchor] = ordered[rng.randrange(k - 1, len(ordered))
+                                                        if rng.random() < 0.3 else k - 1]
+        return thresholds
+
+    monkeypatch.setattr(ungrouped, "_pilot_thresholds", pilot)
+    monkeypatch.setattr(ungrouped, "_extremes", _must_not_run)
+    monkeypatch.setattr(ungrouped, "FOLDED_EXTREMES_DIALECTS", {"postgres", "duckdb"})
+    plan, shift, groups = _statistics(backend_url, "SELECT SUM(y), AVG(x) FROM t")
+    assert shift == 1
+    for need in column_needs(plan, shift):
+        assert len(need.ranks) == 6
+        stats = groups[()].columns[need.column]
+        assert stats.values == order_values(values[need.column], need.ranks)
+        assert stats.total == pytest.approx(sum(values[need.column]))

@@ -2,7 +2,9 @@
 
 Pass 1 is one aggregate over the scope: row and non-null counts and exact sums (and,
 where the backend asks for it, the per-unit bound's fingerprint in the same scan).
-Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries.
+Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries;
+where pass 1 scans for the column anyway (SUM, AVG), they ride in it instead, beyond a
+threshold a pilot sample gives (``_pilot_thresholds``).
 Percentiles come last, when n is known: on a large scope a pilot sample brackets the
 wanted ranks, one pass counts the values below and inside the bracket, and the
 percentile of the bracket alone picks them (``_bracketed``); else, or when it misses,
@@ -17,6 +19,7 @@ import math
 
 from sqlglot import exp
 
+from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import COUNT, QueryPlan
 from proxy.pushdown.scope import (
     Execute,
@@ -28,22 +31,35 @@ from proxy.pushdown.scope import (
     read_sum,
     scope_select,
 )
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
+from proxy.pushdown.values import DOUBLE, literal
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
 
 
 def ungrouped_statistics(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
     clip_rows_per_unit: int | None, execute: Execute,
 ) -> GroupStats:
-    group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute)
+    thresholds = {}
+    if (dialect in FOLDED_EXTREMES_DIALECTS and clip_rows_per_unit is None
+            and any(_first_pass_work(need) for need in needs)):
+        thresholds = _pilot_thresholds(plan, needs, dialect, execute)
+    group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute,
+                          thresholds=thresholds)
     remaining_passes(plan, needs, group, dialect, clip_rows_per_unit, execute)
     return group
+
+
+# Where SUM's and AVG's extremes ride in the first pass. DuckDB's two top-k scans cost
+# about what the folded pass does (measured at 1 M rows), and the pilot's SQL costs
+# Python time, so DuckDB keeps them; PostgreSQL scans once (and a 1 % sample) instead of 3 times.
+FOLDED_EXTREMES_DIALECTS = frozenset({"postgres"})
 
 
 def first_pass(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
     clip_rows_per_unit: int | None, execute: Execute,
     whole_table: list[exp.Expression] = (),
+    thresholds: dict[tuple[int, str], float] | None = None,
 ) -> tuple[GroupStats, list]:
     """Counts and sums in one aggregate pass (they do not depend on the shift s).
 
@@ -51,7 +67,8 @@ def first_pass(
     under DP). ``whole_table``: more aggregates over every row of the table (the
     per-unit bound's fingerprint) in the same scan; the scope's aggregates then take
     the predicate as ``FILTER (WHERE …)``. Returns the statistics and the values of the
-    ``whole_table`` aggregates."""
+    ``whole_table`` aggregates. ``thresholds`` (from ``_pilot_thresholds``): the
+    extremes of those columns and ends ride along in the same scan (``_beyond``)."""
     group = GroupStats(columns={need.column: ColumnStats() for need in needs})
     clipped = clip_rows_per_unit is not None
     assert not (clipped and whole_table), "DP clipping needs no per-unit bound"
@@ -82,6 +99,15 @@ def first_pass(
         if need.spread:
             items.append(scoped(exp.VariancePop(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "m2", float(value or 0) * s.n))
+        for anchor in (TOP, BOTTOM):
+            if (index, anchor) in (thresholds or {}) and not whole_table:
+                offsets = _offsets(need, anchor)
+                threshold = thresholds[index, anchor]
+                raw = (None if isinstance(plan.table.columns.get(need.column), DerivedColumn)
+                       else exp.column(need.column, quoted=True))
+                items.append(_beyond(column, threshold, max(offsets) + 1, anchor, raw))
+                readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets, t=threshold:
+                               fill_extremes(n, s, a, o, _with_ties(value, t, max(o) + 1)))
     if not items and not whole_table:
         return group, []
     if clipped:
@@ -106,13 +132,16 @@ def remaining_passes(
     statement of top-k subqueries, then the percentiles."""
     if not any(need.ranks for need in needs):
         return
+    if not any(r.anchor == PCT or r not in group.columns[need.column].values
+               for need in needs for r in need.ranks):
+        return  # the extremes came with the first pass, and no percentile is wanted
     scope = scope_select(plan, needs, clip_rows_per_unit)
     items, readers = [], []
     for index, need in enumerate(needs):
         stats, column = group.columns[need.column], exp.column(f"c{index}")
         for anchor in (TOP, BOTTOM):
-            offsets = [r.offset for r in need.ranks if r.anchor == anchor]
-            if offsets:
+            offsets = _offsets(need, anchor)
+            if offsets and not all(RankRef(anchor, o) in stats.values for o in offsets):
                 items.append(_extremes(column, max(offsets) + 1, anchor, scope))
                 readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: fill_extremes(
                     n, s, a, o, value))
@@ -120,6 +149,79 @@ def remaining_passes(
         for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect))[0]):
             reader(value)
     _percentiles(plan, needs, group, scope, dialect, clip_rows_per_unit, execute)
+
+
+def _offsets(need: ColumnNeeds, anchor: str) -> list[int]:
+    return [r.offset for r in need.ranks if r.anchor == anchor]
+
+
+def _first_pass_work(need: ColumnNeeds) -> bool:
+    """Whether the first pass scans for this column anyway (a count or a sum) and it
+    needs extremes, which can then ride along (a lone MAX keeps its top-k scan)."""
+    return (need.total or need.count) and any(r.anchor in (TOP, BOTTOM) for r in need.ranks)
+
+
+def _pilot_thresholds(plan: QueryPlan, needs, dialect: str, execute: Execute
+                      ) -> dict[tuple[int, str], float]:
+    """For each column and end whose extremes can ride in the first pass: the k-th
+    largest (TOP) or smallest (BOTTOM) value of a block sample of the scope (the
+    pilot, ``PILOT_PERCENT``), k the number of extremes wanted. The sample's values are
+    some of the scope's (the same snapshot, the same WHERE; not under DP clipping,
+    which this is never used with), so the scope's k largest values are all ≥ the
+    sample's k-th largest: whatever the sample, the values beyond the threshold and
+    the threshold itself give the scope's k largest exactly (``_beyond``,
+    ``_with_ties``). An end whose sample holds fewer than k values gets no threshold
+    (its extremes come from the top-k scan)."""
+    sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
+    wanted = [(index, anchor, max(_offsets(need, anchor)) + 1)
+              for index, need in enumerate(needs) if _first_pass_work(need)
+              for anchor in (TOP, BOTTOM) if _offsets(need, anchor)]
+    if not wanted:
+        return {}
+    row = execute(exp.select(*[_extremes(exp.column(f"c{index}"), k, anchor, sampled)
+                               for index, anchor, k in wanted]).sql(dialect=dialect))[0]
+    thresholds = {}
+    for (index, anchor, k), values in zip(wanted, row):
+        values = [value for value in values or () if value is not None]
+        if len(values) >= k:
+            thresholds[index, anchor] = float(values[k - 1])
+    return thresholds
+
+
+def _beyond(column: exp.Expression, threshold: float, k: int, anchor: str,
+            raw: exp.Expression | None = None) -> exp.Expression:
+    """The (at most) k most extreme values strictly beyond the threshold, most extreme
+    first, as an aggregate of the first pass: ``(ARRAY_AGG(v ORDER BY v DESC) FILTER
+    (WHERE v > t))[1:k]`` (ascending and ``<`` for BOTTOM). Only the few values beyond
+    the pilot's k-th are sorted. The threshold is a DOUBLE parsed from its shortest
+    repr (exactly the value read; a decimal literal could round differently).
+
+    ``raw``: the stored column, tested first against a slightly looser plain literal
+    (a cheap comparison in the column's own type, no cast of the column), so the
+    normalising CASE runs only for the few rows near the end. It only narrows: the
+    normalised value v lies in [L, U] and so does t (a normalised value), and v > t
+    implies raw > t (v = raw in range; raw > U ≥ v > t above it; below, v = L ≤ t fails);
+    the literal's margin (10⁻⁹ relative) covers any rounding of a decimal literal."""
+    descending = anchor == TOP
+    bound = exp.cast(exp.Literal.string(repr(threshold)), DOUBLE)
+    beyond = column.copy() > bound if descending else column.copy() < bound
+    if raw is not None:
+        margin = abs(threshold) * 1e-9 + 1e-9
+        loose = literal(threshold - margin if descending else threshold + margin)
+        beyond = exp.and_(raw.copy() > loose if descending else raw.copy() < loose, beyond)
+    in_order = exp.Order(this=column.copy(),
+                         expressions=[exp.Ordered(this=column.copy(), desc=descending)])
+    listed = exp.Filter(this=exp.ArrayAgg(this=in_order), expression=exp.Where(this=beyond))
+    return exp.Bracket(this=exp.paren(listed), expressions=[
+        exp.Slice(this=exp.Literal.number(1), expression=exp.Literal.number(k))])
+
+
+def _with_ties(values, threshold: float, k: int) -> list:
+    """The k most extreme values from those strictly beyond the threshold (most extreme
+    first): the rest are the threshold itself, which at least k − len(values) values of
+    the scope equal (at least k are at or beyond it)."""
+    values = [value for value in values or () if value is not None][:k]
+    return values + [threshold] * (k - len(values))
 
 
 def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
