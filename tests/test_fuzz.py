@@ -1,4 +1,4 @@
-"""The server survives anything a client sends: 20,000 random and mutated protocol
+"""The server survives anything a client sends: 10,000 random and mutated protocol
 messages (garbage before and after startup, truncated and huge lengths, unknown types,
 bodies cut or flipped), while a healthy client keeps getting answers."""
 
@@ -15,12 +15,12 @@ import pytest
 from proxy.wire import codec
 from tests.wireserver import RULES, load_people, running_proxy, startup_message, typed
 
-MESSAGES = 20_000  # the chaos audit sent 100,000; this many keeps the suite short
+MESSAGES = 10_000  # the chaos audit sent 100,000; this many keeps the suite short
 SEED = 20261122
 
 
 # Mostly messages the server answers cheaply; the ones that run a private query (and
-# debit the ledger) are rarer, so that 20,000 messages take about 15 s.
+# debit the ledger) are rarer, so that 10,000 messages take about 7 s.
 VALID = [
     typed(b"Q", b"SHOW application_name; BEGIN; SELECT FROM\0"),
     typed(b"Q", b"SET extra_float_digits = 3\0"),
@@ -137,18 +137,18 @@ def fuzz_proxy(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_server_survives_20k_hostile_messages(fuzz_proxy):
+def test_the_server_survives_10k_hostile_messages(fuzz_proxy):
     rng = random.Random(SEED)
     healthy = psycopg.connect(fuzz_proxy.dsn("alice"), autocommit=True)
     sent = answered = 0
     next_check = 0
     while sent < MESSAGES:
         sent += _session(fuzz_proxy.port, rng, rng.choice([50, 500, 2000]))
-        if sent >= next_check:  # every ~1,000 hostile messages
+        if sent >= next_check:  # every ~500 hostile messages
             (count,) = healthy.execute("SELECT COUNT(*) FROM people WHERE age > 30").fetchone()
             assert count >= 0
             answered += 1
-            next_check = sent + 1000
+            next_check = sent + 500
     healthy.close()
     with psycopg.connect(fuzz_proxy.dsn("alice"), autocommit=True) as late:
         assert late.execute("SELECT MEDIAN(income) FROM people").fetchone()[0] > 0
