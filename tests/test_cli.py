@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from decimal import Decimal
@@ -18,8 +19,23 @@ SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
+@pytest.fixture(scope="session")
+def demo_file(tmp_path_factory) -> Path:
+    """The demo's tables, made once per test process by what a fresh home's first query
+    runs (proxy.demo.create_demo): each home gets a copy, as making them costs a CLI
+    run 0.35 s of CPU. test_progress and the README's walk-through still watch a fresh
+    home make them."""
+    from proxy.demo import create_demo
+
+    path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    create_demo(path)
+    return path
+
+
 @pytest.fixture
-def home(tmp_path):
+def home(tmp_path, demo_file):
+    (tmp_path / "home").mkdir()
+    shutil.copyfile(demo_file, tmp_path / "home" / "demo.duckdb")
     return {**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")}
 
 
