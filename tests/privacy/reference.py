@@ -8,11 +8,17 @@ overflow-sized numbers); the statistics are of the normalised values
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.statistics import RankRef, normalise
+from proxy.statistics import RankRef
+from proxy.statistics import normalise as _normalise
+
+# The same rule, remembered: the enumerations normalise the same few raw values millions
+# of times (it is pure; a NaN is found again only as the same object, else recomputed).
+normalise = functools.lru_cache(maxsize=None)(_normalise)
 
 # Raw values a float column can hold besides ordinary numbers (DuckDB's read_csv makes
 # NaN and ±inf from text; pandas keeps inf): in data sets and in neighbours.
@@ -65,10 +71,14 @@ def neighbours(records: list[Record], options: list[tuple[float, bool, int]], gr
     record to any (value, in_scope, group) option): user-level privacy, group size g.
     With one record per unit this is the modify-one-record neighbour of seed 000."""
     units = sorted({r.unit for r in records})
+    made = {}  # (unit, option) -> its Record: made once, shared by the neighbours
     for chosen in itertools.combinations(units, min(group_size, len(units))):
         positions = [i for i, r in enumerate(records) if r.unit in chosen]
-        for replacement in itertools.product(options, repeat=len(positions)):
+        for replacement in itertools.product(range(len(options)), repeat=len(positions)):
             changed = list(records)
-            for position, (value, in_scope, group) in zip(positions, replacement):
-                changed[position] = Record(records[position].unit, value, in_scope, group)
+            for position, option in zip(positions, replacement):
+                unit = records[position].unit
+                if (unit, option) not in made:
+                    made[unit, option] = Record(unit, *options[option])
+                changed[position] = made[unit, option]
             yield changed
