@@ -177,7 +177,10 @@ def _cancelling(proxy, stop: threading.Event, outcomes: list[str]) -> bool:
                 outcomes.append(exc.sqlstate or str(exc))
             cancel.join()
             stop.wait(0.015)
-        return con.execute("SELECT COUNT(*) FROM people WHERE age > 50").fetchone()[0] > 0
+        # answered at all is what counts: at ε 0.01 the noisy count is 0 (clamped) about
+        # one time in fifteen
+        return isinstance(con.execute("SELECT COUNT(*) FROM people WHERE age > 50")
+                          .fetchone()[0], int)
 
 
 def _steady(proxy, stop: threading.Event, answers: list[int], failures: list[str]) -> None:
@@ -235,7 +238,8 @@ def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_
             thread.join(60)
         assert not any(thread.is_alive() for thread in threads), "a client hangs"
         with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
-            assert con.execute("SELECT COUNT(*) FROM people WHERE age > 20").fetchone()[0] > 0
+            assert isinstance(con.execute("SELECT COUNT(*) FROM people WHERE age > 20")
+                              .fetchone()[0], int)  # answered (its noise is wide)
     assert not failures, failures[:5]
     assert len(answers) > 100, len(answers)
     assert alive == [True]
