@@ -16,11 +16,11 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
+from proxy.analyze import POSTGRES, parse_tokens
 from proxy.errors import ProxyError, Refused, SyntaxProblem
 from proxy.rules import Rules
 from proxy.wire.copy_out import CopyOptions, read_copy
 
-_POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
 # sqlglot reads SQL by recursion and hits Python's stack between 40 and 50 nested
 # brackets (measured): deeper statements are refused before they are parsed.
 MAX_NESTING = 32
@@ -179,7 +179,7 @@ def _check_nesting(tokens: list[Token]) -> None:
 
 def _tokens(text: str) -> list[Token]:
     try:
-        return _POSTGRES.tokenize(text)
+        return POSTGRES.tokenize(text)
     except SqlglotError:
         raise SyntaxProblem("the statement could not be read (unbalanced quotes or "
                             "brackets?)") from None
@@ -207,8 +207,8 @@ def setting_words(tokens: tuple[Token, ...]) -> tuple[list[str], str]:
 def _tree(text: str, tokens: tuple[Token, ...]) -> exp.Expression | None:
     """The statement's tree, parsed from its tokens; None when it does not parse."""
     try:
-        return _POSTGRES.parser().parse(list(tokens), text)[0]
-    except SqlglotError:
+        return parse_tokens(list(tokens), text)
+    except (SyntaxProblem, SqlglotError):
         return None
 
 
