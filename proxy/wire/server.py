@@ -21,7 +21,7 @@ from proxy.users import Users
 from proxy.wire import codec
 from proxy.wire.connection import Connection, is_loopback
 from proxy.wire.shadow import ShadowCatalog
-from proxy.wire.workers import Crew
+from proxy.wire.workers import Alone, Crew
 
 log = logging.getLogger("idp_proxy.server")
 
@@ -40,7 +40,9 @@ class Server:
         self.crew = crew  # the other worker processes of this server, if any
         self._pids = itertools.count(1000) if crew is None else crew.pids()
         self._live: dict[int, Connection] = {}
-        self._starting = 0  # connections not yet logged in
+        # Sessions and connections logging in, counted against the limits: by the
+        # supervisor for all workers, else here
+        self._seats = crew if crew is not None else Alone(self.limits)
         self._tasks: set[asyncio.Task] = set()
         # Cancels get threads of their own: the shared pool may be full of sessions
         # waiting for the very statement a cancel must stop.
@@ -55,31 +57,20 @@ class Server:
         against ``max_connections`` and its analyst's ``max_connections_per_analyst``
         (so that one analyst's tool cannot take every slot; the owner's admin socket
         is not a session and is never refused). Workers count with their supervisor."""
-        if self.crew is not None:
-            refusal = await self.crew.admit(connection.user)
-            if refusal is not None:
-                return refusal
-        elif len(self._live) >= self.limits.max_connections:
-            return "sorry, too many clients already"
-        else:
-            mine = sum(1 for other in self._live.values() if other.user == connection.user)
-            if mine >= self.limits.max_connections_per_analyst:
-                log.warning("refused a session of %s: %d open ([server] "
-                            "max_connections_per_analyst)", connection.user, mine)
-                return f'too many connections for role "{connection.user}"'
+        refusal = await self._seats.admit(connection.user)
+        if refusal is not None:
+            return refusal
         connection.pid = next(self._pids)
         self._live[connection.pid] = connection
         return None
 
     def started(self, connection: Connection) -> None:
         """The connection's startup is over, logged in or not."""
-        self._starting -= 1
-        if self.crew is not None:
-            self.crew.started()
+        self._seats.started()
 
     def forget(self, connection: Connection) -> None:
-        if self._live.pop(connection.pid, None) is not None and self.crew is not None:
-            self.crew.forget(connection.user)
+        if self._live.pop(connection.pid, None) is not None:
+            self._seats.forget(connection.user)
 
     def cancel(self, pid: int, key: int) -> None:
         """A CancelRequest (in a cancel thread); one for a session of another worker
@@ -108,13 +99,8 @@ class Server:
         finally:
             writer.close()
 
-    async def _may_start(self) -> bool:
-        if self.crew is not None:
-            return await self.crew.may_start()
-        return self._starting < self.limits.max_pending_connections
-
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not await self._may_start():
+        if not await self._seats.may_start():
             # Unauthenticated connections are bounded apart from sessions, so that
             # clients that never log in cannot use up the process's file descriptors.
             log.warning("refused a connection from %s: %d others are still logging in "
@@ -124,7 +110,6 @@ class Server:
                                               "in at once; try again", "FATAL"))
             writer.close()
             return
-        self._starting += 1
         task = asyncio.current_task()
         self._tasks.add(task)
         try:

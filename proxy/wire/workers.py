@@ -194,6 +194,26 @@ class Seats:
         self.pending[worker] = 0
 
 
+class Alone:
+    """The counting of a server of one process: the same Seats, kept in the process
+    itself (a worker's Crew asks its supervisor instead)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self._seats = Seats(limits, 1)
+
+    async def may_start(self) -> bool:
+        return self._seats.may_start(0)
+
+    def started(self) -> None:
+        self._seats.started(0)
+
+    async def admit(self, user: str) -> str | None:
+        return self._seats.admit(0, user)
+
+    def forget(self, user: str) -> None:
+        self._seats.forget(0, user)
+
+
 def _sweep() -> None:
     """Remove the cancel sockets' folders of supervisors that were killed (SIGKILL)."""
     for folder in Path(tempfile.gettempdir()).glob("idp-proxy-workers-*-*"):
