@@ -1,5 +1,6 @@
-"""The command line as a new user meets it: the installed ``idp-proxy`` script run as a
-subprocess, on the embedded demo and on PostgreSQL."""
+"""The command line as a new user meets it: ``idp-proxy`` run as a process of its own
+(forked ready-imported: tests/forked_cli.py; --help through the installed script), on
+the embedded demo and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked_cli
 from tests.conftest import load_table
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
@@ -40,8 +42,7 @@ def home(tmp_path, demo_file):
 
 
 def cli(env, *args, stdin=None):
-    return subprocess.run([SCRIPT, *args], env=env, capture_output=True, text=True, input=stdin,
-                          timeout=120, check=False)
+    return forked_cli.run(list(args), env=env, input=stdin)
 
 
 def ledger(env, *extra):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.wireserver import PEOPLE_RULES, SCRIPT, load_people, running_proxy
+from tests import forked_cli
+from tests.wireserver import PEOPLE_RULES, load_people, running_proxy
 
 pytestmark = pytest.mark.postgres  # the server's catalog runs on PostgreSQL's binaries
 
@@ -53,9 +54,8 @@ def served(tmp_path):
 
 def run(served, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     rules, url, home = served
-    return subprocess.run([SCRIPT, *args, "--rules", str(rules), "--backend", url], cwd=cwd,
-                          env={**os.environ, "IDP_PROXY_HOME": str(home)},
-                          capture_output=True, text=True, timeout=120, check=False)
+    return forked_cli.run([*args, "--rules", str(rules), "--backend", url], cwd=cwd,
+                          env={**os.environ, "IDP_PROXY_HOME": str(home)})
 
 
 def _json(out: subprocess.CompletedProcess):

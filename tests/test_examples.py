@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked_cli
 from tests.conftest import ROOT
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
@@ -26,9 +27,9 @@ def test_idp_median_beats_dp_by_orders_of_magnitude():
 
 def test_demo_sql_runs(tmp_path):
     env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path)}
-    out = subprocess.run([SCRIPT, "query", "--user", "bob", "-f",
-                          str(ROOT / "examples" / "demo.sql")],
-                         capture_output=True, text=True, check=True, env=env, timeout=300)
+    out = forked_cli.run(["query", "--user", "bob", "-f", str(ROOT / "examples" / "demo.sql")],
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.count("NOTICE: iDP") == 4
     assert "budget" in out.stdout
 

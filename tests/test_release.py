@@ -29,6 +29,7 @@ from proxy.privacy.microaggregation import Cluster, centroid, sensitivity
 from proxy.publish.request import prepare
 from proxy.publish.run import run_release
 from proxy.rules import domain_resolution, parse_rules
+from tests import forked_cli
 from tests.conftest import load_table
 from tests.privacy.test_samplers import ALPHA
 
@@ -292,19 +293,16 @@ def test_the_command_line_explains_itself_and_refuses_before_spending(tmp_path):
     for option in ("--columns", "--k", "--epsilon", "--method", "--budget-split", "--alpha",
                    "--domain", "--key", "--out", "--user", "Examples:"):
         assert option in helped
-    out = subprocess.run([script, "release", "people", "--user", "alice", "--columns",
-                          "income", "--k", "2", "--epsilon", "0.5", "--method", "idp-cbls",
-                          "--out", str(tmp_path / "p.csv")], capture_output=True, text=True,
-                         env=env, timeout=120, check=False)
+    out = forked_cli.run(["release", "people", "--user", "alice", "--columns", "income", "--k",
+                          "2", "--epsilon", "0.5", "--method", "idp-cbls", "--out",
+                          str(tmp_path / "p.csv")], env=env)
     assert out.returncode == 1 and out.stderr.startswith("ERROR [22023]: --k 2 is too small")
-    budget = subprocess.run([script, "budget", "show", "--user", "alice", "--format", "json"],
-                            capture_output=True, text=True, env=env, timeout=60, check=True)
+    budget = forked_cli.run(["budget", "show", "--user", "alice", "--format", "json"], env=env)
     assert json.loads(budget.stdout)[0]["spent"] in (0, "0", 0.0)
-    released = subprocess.run([script, "release", "people", "--user", "alice", "--columns",
+    released = forked_cli.run(["release", "people", "--user", "alice", "--columns",
                                "income,age", "--k", "10", "--epsilon", "0.5", "--method",
-                               "idp-cbls", "--out", str(tmp_path / "p.parquet")],
-                              capture_output=True, text=True, env=env, timeout=300,
-                              check=False)
+                               "idp-cbls", "--out", str(tmp_path / "p.parquet")], env=env,
+                              timeout=300)
     assert released.returncode == 0, released.stderr
     assert "released 20000 rows of people" in released.stdout
     assert math.isfinite(float(released.stdout.split("mean SSE (seed 002 eq. 4–5): ")[1]

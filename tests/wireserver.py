@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from psycopg.conninfo import make_conninfo
 
-from tests import watchdog
+from tests import forked_cli, watchdog
 from tests.conftest import load_table
 
 # The people table load_people fills (a str.format template: braces doubled).
@@ -117,10 +117,8 @@ def admin(rules: Path, backend: str, home: Path, *args: str,
           stdin: str | None = None) -> subprocess.CompletedProcess:
     """An ``idp-proxy`` admin command (users, budget, ledger) on the same rules and backend.
     On DuckDB it needs the file, so it runs while no server holds it."""
-    return subprocess.run([SCRIPT, *args, "--rules", str(rules), "--backend", backend],
-                          env={**os.environ, "IDP_PROXY_HOME": str(home)},
-                          capture_output=True, text=True, input=stdin, timeout=120,
-                          check=False)
+    return forked_cli.run([*args, "--rules", str(rules), "--backend", backend],
+                          env={**os.environ, "IDP_PROXY_HOME": str(home)}, input=stdin)
 
 
 @contextmanager
