@@ -37,24 +37,88 @@ _WARM = ("proxy.cli", "proxy.admin", "proxy.engine", "proxy.ledger", "proxy.user
 def run(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
         input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Like ``subprocess.run([SCRIPT, *args], capture_output=True, text=True, ...)``."""
-    with tempfile.TemporaryDirectory(prefix="idp-cli-") as folder:
-        streams = [str(Path(folder) / name) for name in ("in", "out", "err")]
-        Path(streams[0]).write_text(input or "")
-        request = {"args": [SCRIPT, *args], "env": dict(os.environ if env is None else env),
-                   "cwd": str(cwd or os.getcwd()), "streams": streams}
-        with socket.socket(socket.AF_UNIX) as conn:
-            conn.connect(_zygote())
-            conn.sendall(json.dumps(request).encode() + b"\n")
-            conn.settimeout(timeout)
-            replies = conn.makefile("rb")
-            pid = int(replies.readline())
-            try:
-                code = int(replies.readline())
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(request["args"], timeout) from None
-        out, err = (Path(path).read_text(errors="replace") for path in streams[1:])
-    return subprocess.CompletedProcess(request["args"], code, out, err)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.TemporaryFile() as stdin:
+        stdin.write((input or "").encode())
+        stdin.seek(0)
+        process = start(args, env=env, cwd=cwd, stdin=stdin.fileno(), stdout=out.fileno(),
+                        stderr=err.fileno())
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(process.args, code,
+                                           out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))
+
+
+def start(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+          stdin: int = 0, stdout: int = 1, stderr: int = 2) -> Forked:
+    """Like ``subprocess.Popen([SCRIPT, *args], ...)``; the streams are descriptors of this
+    process (inherited by default) or ``subprocess.PIPE`` for ``stderr`` (read as text)."""
+    piped = stderr == subprocess.PIPE
+    if piped:
+        reader, stderr = os.pipe()
+    request = {"args": [SCRIPT, *args], "env": dict(os.environ if env is None else env),
+               "cwd": str(cwd or os.getcwd())}
+    conn = socket.socket(socket.AF_UNIX)
+    try:
+        conn.connect(_zygote())
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], [stdin, stdout, stderr])
+    except BaseException:
+        conn.close()
+        raise
+    finally:
+        if piped:
+            os.close(stderr)
+    return Forked(request["args"], conn, open(reader, errors="replace") if piped else None)
+
+
+class Forked:
+    """What the tests use of ``subprocess.Popen`` for a command the zygote started: its
+    runner reports the pid, then the exit status (the runner reaps the process, so a pid
+    is signalled only while no status has come)."""
+
+    def __init__(self, args: list[str], conn: socket.socket, stderr) -> None:
+        self.args, self.stderr, self.returncode = args, stderr, None
+        self._conn, self._received = conn, b""
+        self.pid = int(self._line(None))
+
+    def _line(self, timeout: float | None) -> bytes:
+        while b"\n" not in self._received:
+            if not select.select([self._conn], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            chunk = self._conn.recv(64)
+            if not chunk:
+                raise RuntimeError("the CLI zygote's runner ended without a status")
+            self._received += chunk
+        line, _, self._received = self._received.partition(b"\n")
+        return line
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = int(self._line(timeout))
+            self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
 
 _started: dict[str, str] = {}
@@ -104,29 +168,35 @@ def _serve(path: str) -> None:
 def _runner(conn: socket.socket) -> None:
     """Forks the command's process, tells the caller its pid, then its exit status."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    request = json.loads(conn.makefile("rb").readline())
+    data, streams, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    while not data.endswith(b"\n"):
+        data += conn.recv(1 << 16)
     pid = os.fork()
     if pid == 0:
         conn.close()
-        _command(request)
-    conn.sendall(f"{pid}\n".encode())
-    _, status = os.waitpid(pid, 0)
-    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
-    os._exit(0)
+        _command(json.loads(data), streams)
+    for fd in streams:
+        os.close(fd)
+    try:
+        conn.sendall(f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:
+        os._exit(0)  # the caller may be gone (a killed test run): nothing to tell
 
 
-def _command(request: dict) -> None:
+def _command(request: dict, streams: list[int]) -> None:
     """Runs the command and ends the process as an interpreter's exit would (threads
     joined, atexit handlers, streams flushed), without tearing down the imported modules:
     that touched every page of the zygote's heap and doubled a short command's time."""
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    for fd, (path, flags) in enumerate(zip(request["streams"], (
-            os.O_RDONLY, os.O_WRONLY | os.O_CREAT, os.O_WRONLY | os.O_CREAT))):
-        opened = os.open(path, flags, 0o600)
-        os.dup2(opened, fd)
-        os.close(opened)
+    for fd, received in enumerate(streams):
+        os.dup2(received, fd)
+    for received in streams:
+        if received > 2:
+            os.close(received)
     sys.argv = request["args"]
     from proxy.cli import main
 

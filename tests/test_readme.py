@@ -36,7 +36,7 @@ def test_ci_runs_the_readme_test_command():
 def test_the_readme_psql_line_answers_from_the_demo_server(tmp_path):
     """As a new user: `idp-proxy serve` with no options, then README's psql line."""
     psql_line = _psql_line()
-    with running_proxy(None, None, tmp_path / "home") as proxy:
+    with running_proxy(None, None, tmp_path / "home", installed=True) as proxy:
         args = shlex.split(psql_line.replace("port=5433", f"port={proxy.port}"))
         out = subprocess.run([shutil.which(args[0]), "-X", *args[1:]], capture_output=True,
                              text=True, timeout=60, check=False)
@@ -71,7 +71,7 @@ def test_a_new_user_is_added_while_the_demo_is_served(tmp_path):
     bob` (it prompts for the password twice), bob's psql query, `idp-proxy ledger --user
     bob` — all while the server holds the demo's DuckDB file."""
     env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")}
-    with running_proxy(None, None, tmp_path / "home") as proxy:
+    with running_proxy(None, None, tmp_path / "home", installed=True) as proxy:
         said = _at_a_terminal([SCRIPT, "users", "add", "bob"],
                               [("Password:", "bob's pw"), ("Repeat for confirmation:",
                                                            "bob's pw")], env)

@@ -54,7 +54,7 @@ def test_readme_walkthrough_prints_what_readme_shows(tmp_path, served):
         [".venv/bin/idp-proxy", "budget"]]
     home = tmp_path / "home"
     env = {**os.environ, "IDP_PROXY_HOME": str(home)}
-    with running_proxy(None, None, home) if served else nullcontext():
+    with running_proxy(None, None, home, installed=True) if served else nullcontext():
         for command, shown in steps:
             args = [SCRIPT, *shlex.split(command)[1:]]
             out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""Start ``idp-proxy serve`` as a subprocess on a free port, as a user would, and stop it
+"""Start ``idp-proxy serve`` as a process of its own on a free port, as a user would, and stop it
 with SIGTERM; tests then talk to it with real clients over 127.0.0.1."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ _READY = re.compile(r"serving .* on 127\.0\.0\.1:(\d+)")
 class RunningProxy:
     port: int
     log: list[str]
-    process: subprocess.Popen
+    process: subprocess.Popen | forked_cli.Forked
     killed: bool = False
 
     def kill(self) -> None:
@@ -122,13 +122,17 @@ def admin(rules: Path, backend: str, home: Path, *args: str,
 
 
 @contextmanager
-def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: str):
-    """The server on a free port; ``rules``/``backend`` None serve the embedded demo."""
+def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: str,
+                  installed: bool = False):
+    """The server on a free port; ``rules``/``backend`` None serve the embedded demo. It
+    is forked ready-imported (tests/forked_cli.py), or with ``installed`` the installed
+    script started as README's reader starts it."""
     env = {**os.environ, "IDP_PROXY_HOME": str(home)}
     options = ([] if rules is None else ["--rules", str(rules)]) + (
         [] if backend is None else ["--backend", backend])
-    process = subprocess.Popen([SCRIPT, "serve", *options, "--port", "0", *extra], env=env,
-                               stderr=subprocess.PIPE, text=True)
+    args = ["serve", *options, "--port", "0", *extra]
+    process = (subprocess.Popen([SCRIPT, *args], env=env, stderr=subprocess.PIPE, text=True)
+               if installed else forked_cli.start(args, env=env, stderr=subprocess.PIPE))
     watchdog.watch_server(process.pid)  # SIGTERM from the watchdog if this process dies
     try:
         log: list[str] = []
