@@ -40,14 +40,34 @@ def grid_step(resolution: float) -> float:
 
 def grid_scale(sensitivity: float, epsilon: Fraction, step: float) -> Fraction:
     """The discrete-Laplace scale in grid steps for sensitivity S at ε: (⌈S/Λ⌉ + 1)/ε."""
-    steps = math.ceil(Fraction(sensitivity) / Fraction(step)) + 1
-    return Fraction(steps) / epsilon
+    (s_num, s_den), (l_num, l_den) = _ratio(sensitivity), _ratio(step)
+    steps = -(-s_num * l_den // (s_den * l_num)) + 1
+    return Fraction(steps * epsilon.denominator, epsilon.numerator)
+
+
+def snap(true: float, step: float) -> int:
+    """The grid cell of ``true``: true/Λ rounded to the nearest integer, ties to even,
+    computed exactly (as round(Fraction(true) / Fraction(step)) would)."""
+    (t_num, t_den), (l_num, l_den) = _ratio(true), _ratio(step)
+    cell, twice = divmod(t_num * l_den, t_den * l_num)
+    twice *= 2
+    denominator = t_den * l_num
+    return cell + (twice > denominator or (twice == denominator and cell % 2 == 1))
 
 
 def on_grid(steps: int, step: float) -> float:
     """steps·Λ as the nearest float, exactly rounded even where steps·Λ has more bits
-    than a float holds (a function of the integer alone: post-processing)."""
-    return float(steps * Fraction(step))
+    than a float holds (a function of the integer alone: post-processing). Python's
+    int / int is correctly rounded."""
+    l_num, l_den = _ratio(step)
+    return steps * l_num / l_den
+
+
+def _ratio(value: float) -> tuple[int, int]:
+    """``value`` (a float, int, Fraction or Decimal) as an exact integer ratio: building
+    Fractions cost most of a real answer's noise (a release draws one per value)."""
+    ratio = getattr(value, "as_integer_ratio", None)
+    return ratio() if ratio is not None else (int(value), 1)  # numpy integers
 
 
 def discrete_laplace_interval(scale: Fraction, confidence: float = 0.95) -> int:
@@ -79,9 +99,8 @@ def laplace_real(
     if sensitivity == 0:
         return Noisy(true, 0.0, "exact (sensitivity 0; exact_release)")
     scale = grid_scale(sensitivity, epsilon, step)
-    snapped = round(Fraction(true) / Fraction(step))
-    value = on_grid(snapped + discrete_laplace(scale, rng), step)
-    return Noisy(value, laplace_interval(sensitivity, epsilon, step, confidence),
+    value = on_grid(snap(true, step) + discrete_laplace(scale, rng), step)
+    return Noisy(value, _interval(scale, step, confidence),
                  "Laplace (sampled on the column's grid)")
 
 
@@ -89,7 +108,10 @@ def laplace_interval(sensitivity: float, epsilon: Fraction, step: float,
                      confidence: float = 0.95) -> float:
     """Half-width of ``laplace_real``'s interval at this confidence: the noise's, plus
     half a step of snapping."""
-    scale = grid_scale(sensitivity, epsilon, step)
+    return _interval(grid_scale(sensitivity, epsilon, step), step, confidence)
+
+
+def _interval(scale: Fraction, step: float, confidence: float) -> float:
     return (discrete_laplace_interval(scale, confidence) + 0.5) * step
 
 
@@ -103,7 +125,6 @@ def smooth_real(true: float, smooth_sensitivity: float, epsilon: Fraction, gamma
     its width is the data's smooth sensitivity."""
     alpha, _ = smooth_noise.admissible(float(epsilon), gamma)
     scale = (smooth_sensitivity + step) / alpha
-    snapped = round(Fraction(true) / Fraction(step))
     noise = round(scale * smooth_noise.sample(gamma, rng) / step)
-    return Noisy(on_grid(snapped + noise, step), None,
+    return Noisy(on_grid(snap(true, step) + noise, step), None,
                  f"smooth sensitivity, noise 1/(1 + |z|^{gamma:g})")

@@ -23,7 +23,9 @@ from proxy.privacy.mechanisms import (
     grid_step,
     laplace_integer,
     laplace_real,
+    on_grid,
     smooth_real,
+    snap,
 )
 from proxy.privacy.sampler import SecureSource, bernoulli_exp, discrete_laplace
 
@@ -128,6 +130,39 @@ def test_real_mechanism_grid_offsets_are_exactly_discrete_laplace():
     offsets = [round(laplace_real(true, sensitivity, epsilon, rng, step).value / step) - snapped
                for _ in range(DRAWS)]
     assert chi_square_against_pmf(offsets, float(scale)) > ALPHA
+
+
+def _floats(rng: random.Random, count: int) -> list[float]:
+    """Floats of every magnitude and sign, subnormals and ties on the grid included."""
+    special = [0.0, -0.0, 5e-324, -5e-324, 1e-310, 2.5, -2.5, 3.5, 0.5, 1.5, 1e308, -1e308,
+               float(2**53 + 1), 123456789.125]
+    return special + [rng.choice((-1, 1)) * math.ldexp(rng.random(), rng.randint(-1074, 1023))
+                      for _ in range(count)] + [rng.randint(-10**6, 10**6) / 8
+                                                for _ in range(count)]
+
+
+def test_the_grid_arithmetic_is_the_exact_rational_arithmetic():
+    """snap, grid_scale and on_grid work on integer ratios instead of Fractions (for
+    speed); they must equal the exact rational results bit for bit, ties to even."""
+    rng = random.Random(11)
+    steps = [grid_step(r) for r in (5e-324, 1e-300, 1e-6, 0.01, 1.0, 1000.0, 1e300)]
+    for value in _floats(rng, 3000):
+        step = rng.choice(steps)
+        assert snap(value, step) == round(Fraction(value) / Fraction(step)), (value, step)
+        if value >= 0:
+            epsilon = Fraction(rng.randint(1, 10**6), rng.randint(1, 10**6))
+            assert grid_scale(value, epsilon, step) == (
+                math.ceil(Fraction(value) / Fraction(step)) + 1) / epsilon
+        cells = rng.choice((rng.randint(-2**60, 2**60), rng.randint(-1000, 1000)))
+        try:
+            expected = float(cells * Fraction(step))
+        except OverflowError:
+            with pytest.raises(OverflowError):
+                on_grid(cells, step)
+            continue
+        assert on_grid(cells, step) == expected
+    assert snap(7, 0.5) == 14 and snap(np.int64(7), 2.0) == 4  # 3.5 rounds to even
+    assert snap(np.float64(2.5), 1.0) == 2 and snap(-2.5, 1.0) == -2
 
 
 @pytest.mark.parametrize("sensitivity", [5e-324, 1e-310, 0.001, 1.0, 3.0, 1000.0, 524288.0])
