@@ -2,6 +2,8 @@
 
 ``people`` has one row per person (row-level and user-level privacy coincide);
 ``visits`` has several rows per person, so queries over it exercise user-level privacy.
+``regions`` is public: one row per region ``code`` (people.region), with its ``name``; the
+rules declare ``code`` unique, so people joins it many-to-one.
 The numbers are drawn from a fixed seed, so every machine builds the same file.
 """
 
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 REGIONS = ("north", "south", "east", "west")
+REGION_NAMES = ("Northern district", "Southern district", "Eastern district",
+                "Western district")
 DEPARTMENTS = ("cardiology", "dermatology", "oncology", "orthopedics", "pediatrics")
 SEED = 20170601
 
@@ -95,6 +99,28 @@ def add_visit_times(path: Path) -> None:
         con.close()
 
 
+def name_region_columns(path: Path) -> None:
+    """A demo file made before ``regions`` was joinable names its columns as the rules
+    now declare them: ``region`` → ``code``, ``label`` → ``name`` (same rows)."""
+    con = duckdb.connect(str(path))
+    try:
+        present = {row[0] for row in con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'regions'").fetchall()}
+        for old, new in (("region", "code"), ("label", "name")):
+            if old in present and new not in present:
+                con.execute(f"ALTER TABLE regions RENAME COLUMN {old} TO {new}")
+    finally:
+        con.close()
+
+
+def upgrade_demo(path: Path) -> None:
+    """Every upgrade an older demo file needs for the current rules (each a no-op on a
+    file that has it)."""
+    add_visit_times(path)
+    name_region_columns(path)
+
+
 def create_demo(path: Path,
                 progress: Callable[[str, float], None] = lambda step, done: None) -> None:
     """Write the demo tables into a new DuckDB file (atomically: build, then rename);
@@ -110,9 +136,8 @@ def create_demo(path: Path,
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
             con.unregister("frame")
         progress("creating the demo: table regions", 2 / 3)
-        con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES "
-                    "('north', 'Northern district'), ('south', 'Southern district'), "
-                    "('east', 'Eastern district'), ('west', 'Western district')) v(region, label)")
+        rows = ", ".join(f"('{code}', '{name}')" for code, name in zip(REGIONS, REGION_NAMES))
+        con.execute(f"CREATE TABLE regions AS SELECT * FROM (VALUES {rows}) v(code, name)")
     finally:
         con.close()
     partial.rename(path)
