@@ -13,7 +13,8 @@ public table that later gains a duplicate key cannot multiply rows
 
 Allowed: ``FROM protected [AS p] [INNER | LEFT [OUTER]] JOIN public [AS r] ON p.col =
 r.key [AND p.col2 = r.col3 …]`` for one or more public tables, each matched on at
-least one unique key; with only inner joins the tables may come in any order. Public
+least one unique key; with only inner joins the tables may come in any order, and the
+other conditions of their ON clauses are filters, checked as WHERE conditions are. Public
 columns may be used in WHERE and GROUP BY (their keys then come from the public table
 itself); aggregates take columns of the protected table. Everything else is refused in
 one line naming this form: RIGHT, FULL, CROSS, NATURAL and USING joins, a public table
@@ -102,10 +103,13 @@ def split_joins(select: exp.Select, rules: Rules
     protected_alias = base.alias_or_name.lower()
     conditions: dict[str, list[tuple[str, str]]] = {name: [] for name in names
                                                    if name != protected_alias}
+    filters = []  # an inner join's other ON conditions: filters, as in WHERE
     for node, join in sources[1:]:
         own = node.alias_or_name.lower() if join.args.get("side") else None
-        for pair in _equalities(join.args.get("on"), protected_alias, names, own):
+        pairs, others = _equalities(join.args.get("on"), protected_alias, names, own)
+        for pair in pairs:
             conditions[pair[0]].append(pair[1:])
+        filters += others
     public = []
     for index, (node, join) in enumerate(sources):
         if index == first:
@@ -123,6 +127,10 @@ def split_joins(select: exp.Select, rules: Rules
     alone = select.copy()
     alone.set("joins", None)
     alone.set("from_", exp.From(this=base.copy()))
+    where = select.args.get("where")
+    if filters:
+        alone.set("where", exp.Where(this=exp.and_(*filters, *([where.this] if where else []),
+                                                   copy=True)))
     return alone, tuple(public)
 
 
@@ -153,29 +161,29 @@ def _check_kind(join: exp.Join) -> None:
 
 
 def _equalities(on: exp.Expression, protected: str, names: dict[str, Table],
-                own: str | None) -> list[tuple[str, str, str]]:
-    """(public alias, protected column, public column) of each ON equality; ``own``:
-    a LEFT join's public alias, the only public table its ON may name."""
+                own: str | None) -> tuple[list[tuple[str, str, str]], list[exp.Expression]]:
+    """(public alias, protected column, public column) of each ON equality, and the
+    other ON conditions (filters, as in WHERE: an inner join's only); ``own``: a LEFT
+    join's public alias, the only public table its ON may name."""
     while isinstance(on, exp.Paren):
         on = on.this
-    found = []
+    found, others = [], []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
             condition = condition.this
         sides = (condition.this, condition.expression) if isinstance(condition, exp.EQ) \
             else ()
-        if not (len(sides) == 2 and all(isinstance(s, exp.Column) and s.table
-                                        for s in sides)):
-            raise NotSupported("an ON condition equates a protected column with a public "
-                               "one, both qualified (p.region = r.code); filter with WHERE: "
-                               f"{ALLOWED}")
-        aliases = [s.table.lower() for s in sides]
+        aliases = [s.table.lower() for s in sides if isinstance(s, exp.Column)]
+        if not (len(aliases) == 2 and all(aliases) and aliases.count(protected) == 1):
+            if own is not None:
+                raise NotSupported("a LEFT JOIN's ON equates a protected column with a "
+                                   "public one, both qualified (p.region = r.code); filter "
+                                   f"with WHERE: {ALLOWED}")
+            others.append(condition)
+            continue
         unknown = [a for a in aliases if a not in names]
         if unknown:
             raise UnknownTable(f"no table {unknown[0]} in this query's FROM and JOIN")
-        if aliases.count(protected) != 1:
-            raise NotSupported("an ON condition equates a column of the protected table with "
-                               f"one of a public table: {ALLOWED}")
         inside, outside = (sides[0], sides[1]) if aliases[0] == protected else sides[::-1]
         alias = outside.table.lower()
         if own is not None and alias != own:
@@ -190,7 +198,7 @@ def _equalities(on: exp.Expression, protected: str, names: dict[str, Table],
             raise NotSupported(f"the join compares {protected_table.name}.{inside} "
                                f"({mine.type}) with {names[alias].name}.{outside} "
                                f"({theirs.type}); join columns of the same type")
-    return found
+    return found, others
 
 
 def _column_of(column: exp.Column, table: Table) -> str:
