@@ -258,3 +258,21 @@ def test_refused_joins_say_what_is_allowed_and_spend_nothing(duckdb_url, sql, sq
     message = str(refused.value)
     assert refused.value.sqlstate == sqlstate and fragment in message, message
     assert "\n" not in message
+
+
+def test_an_older_demo_file_names_its_region_columns_as_the_rules_do(tmp_path):
+    import duckdb
+
+    from proxy.demo import REGION_NAMES, REGIONS, upgrade_demo
+
+    path = tmp_path / "demo.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES ('north', 'Northern district')) "
+                "v(region, label)")
+    con.close()
+    upgrade_demo(path)
+    upgrade_demo(path)  # once upgraded, nothing to do
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT code, name FROM regions").fetchall() == [
+        (REGIONS[0], REGION_NAMES[0])]
+    con.close()
