@@ -1,6 +1,7 @@
 """Issue 16's list of analyst SQL that was refused, and issue 18's joins with a public
-table, on the demo through ``idp-proxy serve`` on both backends: each statement is answered with noise and its privacy notice, charged
-once (ε per aggregate), and its repeat comes from the answer cache, free and the same."""
+table, on the demo through ``idp-proxy serve`` on both backends: each statement is
+answered with noise and its privacy notice, charged once (ε per aggregate), and its
+repeat comes from the answer cache, free and the same."""
 
 from __future__ import annotations
 
