@@ -347,7 +347,7 @@ def _unique(reader: _Reader, key: str, value: Any, public: bool,
             columns: Mapping[str, Column]) -> tuple[str, ...]:
     """``unique = ["code"]``: columns of a public table whose every value occurs in one
     row at most (checked against the backend at start), so that a protected table joins
-    it many-to-one (docs/privacy.md §2.3)."""
+    it many-to-one (docs/privacy.md §3.9)."""
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
         raise reader.fail(key, 'must be a list of column names, e.g. unique = ["code"]')
     if value and not public:

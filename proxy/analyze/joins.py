@@ -7,7 +7,7 @@ protected row meets at most one public row. The join is then a row-by-row map of
 protected table: each row gains the columns of its public row (INNER JOIN: a row without
 one leaves the scope; LEFT JOIN: it stays, with NULL public columns). Such a map is what
 a WHERE clause already is, so every sensitivity of the protected table holds unchanged
-(docs/privacy.md §2.3); the backend enforces the uniqueness in every query too, so a
+(docs/privacy.md §3.9); the backend enforces the uniqueness in every query too, so a
 public table that later gains a duplicate key cannot multiply rows
 (``proxy.pushdown.scope.source_table``).
 

@@ -72,7 +72,7 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     Each public table is read as its rows whose join key occurs once in it, whatever
     the rules said at start: a protected row meets at most one public row in every
     query, so the join stays a row-by-row map of the protected table (docs/privacy.md
-    §2.3) even after a duplicate key is written to the public table."""
+    §3.9) even after a duplicate key is written to the public table."""
     table = exp.to_table(plan.table.name, quoted=True)
     if sample_percent is not None:
         table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
