@@ -245,16 +245,21 @@ REFUSED = [
 ]
 
 
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """One DuckDB engine for the refusals (decided from the text: no backend differs)."""
+    url = f"duckdb:///{tmp_path_factory.mktemp('joins') / 'data.duckdb'}"
+    _load(url)
+    with closing(open_backend(url)) as backend:
+        yield Engine(_rules(), backend)
+
+
 @pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
-def test_refused_joins_say_what_is_allowed_and_spend_nothing(duckdb_url, sql, sqlstate,
-                                                             fragment):
-    _load(duckdb_url)
-    with closing(open_backend(duckdb_url)) as backend:
-        engine = Engine(_rules(), backend)
-        before = engine.ledger.entries(), engine.ledger.budgets()
-        with pytest.raises(Refused) as refused:
-            list(engine.session("alice").execute(sql))
-        assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+def test_refused_joins_say_what_is_allowed_and_spend_nothing(engine, sql, sqlstate, fragment):
+    before = engine.ledger.entries(), engine.ledger.budgets()
+    with pytest.raises(Refused) as refused:
+        list(engine.session("alice").execute(sql))
+    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
     message = str(refused.value)
     assert refused.value.sqlstate == sqlstate and fragment in message, message
     assert "\n" not in message
