@@ -114,6 +114,19 @@ def name_region_columns(path: Path) -> None:
         con.close()
 
 
+# The columns an older demo file may lack (each added by an upgrade below).
+_CURRENT_SQL = ("SELECT table_name, column_name FROM information_schema.columns WHERE "
+                "(table_name = 'visits' AND column_name = 'visited_at') OR "
+                "(table_name = 'regions' AND column_name IN ('code', 'name'))")
+
+
+def needs_upgrade(read: Callable[[str], list]) -> bool:
+    """Whether an opened demo file predates the current rules, asked through ``read``
+    (a backend's ``read``: the file need not be opened a second time); then
+    ``upgrade_demo`` brings it up to date."""
+    return len(read(_CURRENT_SQL)) < 3
+
+
 def upgrade_demo(path: Path) -> None:
     """Every upgrade an older demo file needs for the current rules (each a no-op on a
     file that has it)."""

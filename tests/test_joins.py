@@ -268,16 +268,19 @@ def test_refused_joins_say_what_is_allowed_and_spend_nothing(engine, sql, sqlsta
 def test_an_older_demo_file_names_its_region_columns_as_the_rules_do(tmp_path):
     import duckdb
 
-    from proxy.demo import REGION_NAMES, REGIONS, upgrade_demo
+    from proxy.demo import REGION_NAMES, REGIONS, needs_upgrade, upgrade_demo
 
     path = tmp_path / "demo.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES ('north', 'Northern district')) "
                 "v(region, label)")
+    con.execute("CREATE TABLE visits (visit_id BIGINT, visited_at TIMESTAMP)")
+    assert needs_upgrade(lambda sql: con.execute(sql).fetchall())
     con.close()
     upgrade_demo(path)
     upgrade_demo(path)  # once upgraded, nothing to do
     con = duckdb.connect(str(path))
     assert con.execute("SELECT code, name FROM regions").fetchall() == [
         (REGIONS[0], REGION_NAMES[0])]
+    assert not needs_upgrade(lambda sql: con.execute(sql).fetchall())
     con.close()
