@@ -27,6 +27,7 @@ max_groups = {max_groups}
 
 [tables.people]
 privacy_unit = "person_id"
+max_rows_per_unit = 1
 [tables.people.columns]
 person_id = {{ type = "int" }}
 age       = {{ type = "int", domain = [0, 120] }}
@@ -192,6 +193,10 @@ def test_joined_answers_are_the_joins_and_pushed_down(backend_url):
         _, groups, keys, _ = _statistics(engine, grouped)
         assert ("Beta",) in keys and ("Beta",) not in groups
         assert groups[("Alpha",)].rows == _truth(lambda p, r: p[1] < 30)["Alpha"][0]
+
+        # DP: the clipped scope (a window per unit) reads the join as well
+        *_, answer = session.execute(f"SET idp.model = 'dp'; {grouped}")
+        assert answer.privacy["model"] == "DP" and len(answer.rows) == 5
 
 
 def test_public_keys_beyond_max_groups_are_refused_before_the_debit(duckdb_url):
