@@ -274,11 +274,11 @@ class Engine:
 def _check_schema(rules: Rules, backend: Backend) -> None:
     """Every protected table and declared column must exist, so that a mistake in the
     rules stops the proxy at start instead of failing (and being charged) per query.
-    Reads the schema only (``LIMIT 0``), never a row."""
+    Reads the schema only (``LIMIT 0``), never a row; of a public table that protected
+    tables may join (``unique``), its declared columns too, and that each unique column
+    holds every value once (else a join on it would multiply protected rows)."""
     for table in rules.tables.values():
-        if table.public:
-            if table.unique:
-                _check_unique(rules, table, backend)
+        if table.public and not table.unique:
             continue
         statement = exp.select("*").from_(exp.to_table(table.name, quoted=True)).limit(0)
         try:
@@ -292,32 +292,20 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         if missing:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
                              f"the declared column(s) {', '.join(missing)}")
+        for key in table.unique:
+            _check_unique(rules, table.name, key, backend)
 
 
-def _check_unique(rules: Rules, table, backend: Backend) -> None:
-    """A public table that protected tables may join: its declared columns exist, and
-    each column declared unique holds every value once (else a join on it would
-    multiply protected rows). Reads only the public table."""
-    where = f"{rules.path}: [tables.{table.name}"
-    statement = exp.select("*").from_(exp.to_table(table.name, quoted=True)).limit(0)
-    try:
-        present, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
-    except BackendFailed:
-        raise RulesError(f"{where}] the backend has no table {table.name}") from None
-    missing = sorted(set(table.columns) - {name.lower() for name, _ in present})
-    if missing:
-        raise RulesError(f"{where}.columns] the backend's table lacks the declared "
-                         f"column(s) {', '.join(missing)}")
-    for key in table.unique:
-        column = exp.column(key, quoted=True)
-        twice = (exp.select(exp.Literal.number(1)).from_(exp.to_table(table.name, quoted=True))
-                 .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
-                 .having(exp.Count(this=exp.Star()) > exp.Literal.number(1)).limit(1))
-        if backend.read(twice.sql(dialect=backend.dialect)):
-            raise RulesError(f"{where}.unique] {key} is not unique in the backend's table "
-                             f"{table.name} (a value occurs in more than one row): a join on "
-                             "it would count protected rows more than once; remove it from "
-                             "unique, or make it unique")
+def _check_unique(rules: Rules, table: str, key: str, backend: Backend) -> None:
+    column = exp.column(key, quoted=True)
+    twice = (exp.select(exp.Literal.number(1)).from_(exp.to_table(table, quoted=True))
+             .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+             .having(exp.Count(this=exp.Star()) > exp.Literal.number(1)).limit(1))
+    if backend.read(twice.sql(dialect=backend.dialect)):
+        raise RulesError(f"{rules.path}: [tables.{table}.unique] {key} is not unique in the "
+                         f"backend's table {table} (a value occurs in more than one row): a "
+                         "join on it would count protected rows more than once; remove it "
+                         "from unique, or make it unique")
 
 
 def public_keys_sql(table: str, column: str, limit: int, dialect: str) -> str:

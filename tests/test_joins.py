@@ -91,8 +91,8 @@ def test_unique_is_a_declared_column_of_a_public_table():
     with pytest.raises(RulesError, match=r"joins.toml:\d+: \[tables.people.unique\] is for "
                                          "public tables"):
         parse_rules(RULES.format(max_groups=9).replace(
-            'privacy_unit = "person_id"\n[tables.people.columns]',
-            'privacy_unit = "person_id"\nunique = ["age"]\n[tables.people.columns]', 1),
+            'max_rows_per_unit = 1\n[tables.people.columns]',
+            'max_rows_per_unit = 1\nunique = ["age"]\n[tables.people.columns]', 1),
             "joins.toml")
     with pytest.raises(RulesError, match=r"\[tables.regions.unique\] kode is not a declared"):
         parse_rules(RULES.format(max_groups=9).replace('unique = ["code"]', 'unique = ["kode"]'),
