@@ -35,7 +35,7 @@ from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
-from proxy.rules import Rules
+from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
 
 
@@ -302,7 +302,8 @@ def _check_unique(rules: Rules, table: str, key: str, backend: Backend) -> None:
              .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
              .having(exp.Count(this=exp.Star()) > exp.Literal.number(1)).limit(1))
     if backend.read(twice.sql(dialect=backend.dialect)):
-        raise RulesError(f"{rules.path}: [tables.{table}.unique] {key} is not unique in the "
+        raise RulesError(f"{where_declared(rules, f'tables.{table}.unique')}: "
+                         f"[tables.{table}.unique] {key} is not unique in the "
                          f"backend's table {table} (a value occurs in more than one row): a "
                          "join on it would count protected rows more than once; remove it "
                          "from unique, or make it unique")

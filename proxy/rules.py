@@ -211,6 +211,18 @@ class _Reader:
         return name.lower()
 
 
+def where_declared(rules: Rules, key: str) -> str:
+    """``FILE:LINE`` of a dotted key of the rules file (``FILE`` alone when the line is
+    not found or the rules were not read from a file): for problems found after
+    loading, such as a ``unique`` column the data repeats."""
+    try:
+        text = Path(rules.path).read_text(encoding="utf-8")
+    except OSError:
+        return rules.path
+    line = _Reader(rules.path, text)._line_of(key)
+    return f"{rules.path}:{line}" if line else rules.path
+
+
 def load_rules(path: str | Path) -> Rules:
     """Read and validate a rules file; raise RulesError naming file, line and reason."""
     path = str(path)

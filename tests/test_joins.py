@@ -14,7 +14,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
-from proxy.rules import parse_rules
+from proxy.rules import load_rules, parse_rules
 from proxy.settings import Settings
 from tests.conftest import load_table
 
@@ -102,14 +102,18 @@ def test_unique_is_a_declared_column_of_a_public_table():
                     "joins.toml")
 
 
-def test_start_refuses_a_unique_key_the_data_repeats(backend_url):
+def test_start_refuses_a_unique_key_the_data_repeats(backend_url, tmp_path):
     _load(backend_url, {"a": ("Alpha", 1)})
+    path = tmp_path / "joins.toml"
+    path.write_text(RULES.format(max_groups=9))
+    line = RULES.format(max_groups=9).splitlines().index('unique = ["code"]') + 1
     with closing(open_backend(backend_url)) as backend:
         backend.query("INSERT INTO regions VALUES ('a', 'Again', 3)")
         with pytest.raises(RulesError) as refused:
-            Engine(_rules(), backend)
+            Engine(load_rules(path), backend)
     message = str(refused.value)
-    assert message.startswith("joins.toml: [tables.regions.unique] code is not unique"), message
+    assert message.startswith(f"{path}:{line}: [tables.regions.unique] code is not unique"), \
+        message
     assert "\n" not in message and "Again" not in message  # one line, no data value
 
 
