@@ -52,13 +52,15 @@ def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]
     tree = _tree(text)
     found = _parameters(tree)
     count = max([len(declared), *found])
-    by_alias: dict[str, Any] = {}  # a join's tables: a qualified column is looked up in its own
-    columns: dict[str, Any] = {}  # an unqualified one in the first table that declares it
+    # a qualified column is looked up in its own table, an unqualified one in the first
+    # table that declares it
+    by_alias: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
     for table in tree.find_all(exp.Table):
-        declared = rules.table(table.name)
-        if declared is not None:
-            by_alias.setdefault(table.alias_or_name.lower(), declared.columns)
-            columns = {**declared.columns, **columns}
+        ruled = rules.table(table.name)
+        if ruled is not None:
+            by_alias.setdefault(table.alias_or_name.lower(), ruled.columns)
+            columns = {**ruled.columns, **columns}
     result = []
     for number in range(1, count + 1):
         given = declared[number - 1] if number <= len(declared) else 0
