@@ -2,6 +2,8 @@
 
 ``people`` has one row per person (row-level and user-level privacy coincide);
 ``visits`` has several rows per person, so queries over it exercise user-level privacy.
+``regions`` is public: one row per region ``code`` (people.region), with its ``name``; the
+rules declare ``code`` unique, so people joins it many-to-one.
 The numbers are drawn from a fixed seed, so every machine builds the same file.
 """
 
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 REGIONS = ("north", "south", "east", "west")
+REGION_NAMES = ("Northern district", "Southern district", "Eastern district",
+                "Western district")
 DEPARTMENTS = ("cardiology", "dermatology", "oncology", "orthopedics", "pediatrics")
 SEED = 20170601
 
@@ -95,6 +99,41 @@ def add_visit_times(path: Path) -> None:
         con.close()
 
 
+def name_region_columns(path: Path) -> None:
+    """A demo file made before ``regions`` was joinable names its columns as the rules
+    now declare them: ``region`` → ``code``, ``label`` → ``name`` (same rows)."""
+    con = duckdb.connect(str(path))
+    try:
+        present = {row[0] for row in con.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'regions'").fetchall()}
+        for old, new in (("region", "code"), ("label", "name")):
+            if old in present and new not in present:
+                con.execute(f"ALTER TABLE regions RENAME COLUMN {old} TO {new}")
+    finally:
+        con.close()
+
+
+# The columns an older demo file may lack (each added by an upgrade below).
+_CURRENT_SQL = ("SELECT table_name, column_name FROM information_schema.columns WHERE "
+                "(table_name = 'visits' AND column_name = 'visited_at') OR "
+                "(table_name = 'regions' AND column_name IN ('code', 'name'))")
+
+
+def needs_upgrade(read: Callable[[str], list]) -> bool:
+    """Whether an opened demo file predates the current rules, asked through ``read``
+    (a backend's ``read``: the file need not be opened a second time); then
+    ``upgrade_demo`` brings it up to date."""
+    return len(read(_CURRENT_SQL)) < 3
+
+
+def upgrade_demo(path: Path) -> None:
+    """Every upgrade an older demo file needs for the current rules (each a no-op on a
+    file that has it)."""
+    add_visit_times(path)
+    name_region_columns(path)
+
+
 def create_demo(path: Path,
                 progress: Callable[[str, float], None] = lambda step, done: None) -> None:
     """Write the demo tables into a new DuckDB file (atomically: build, then rename);
@@ -110,9 +149,8 @@ def create_demo(path: Path,
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM frame")
             con.unregister("frame")
         progress("creating the demo: table regions", 2 / 3)
-        con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES "
-                    "('north', 'Northern district'), ('south', 'Southern district'), "
-                    "('east', 'Eastern district'), ('west', 'Western district')) v(region, label)")
+        rows = ", ".join(f"('{code}', '{name}')" for code, name in zip(REGIONS, REGION_NAMES))
+        con.execute(f"CREATE TABLE regions AS SELECT * FROM (VALUES {rows}) v(code, name)")
     finally:
         con.close()
     partial.rename(path)

@@ -12,18 +12,20 @@ version the answer is cached under is the one of the snapshot it was computed fr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
 
 from proxy.analyze import QueryPlan
+from proxy.analyze.group_keys import PUBLIC
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
-from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, RulesError
+from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, NotSupported, RulesError
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.private_bound import private_levels
@@ -33,17 +35,19 @@ from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
-from proxy.rules import Rules
+from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
 
 
 @dataclass
 class View:
     """An open snapshot transaction and the table's data version read in it (None: the
-    backend has no cheap one)."""
+    backend has no cheap one); with public tables joined, theirs too, and ``plan`` with
+    the keys of its GROUP BY terms over public columns read in it."""
 
     tx: Transaction
     version: str | None
+    plan: QueryPlan | None = None
 
 
 class Engine:
@@ -57,10 +61,11 @@ class Engine:
         self.cache = AnswerCache(backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
-            if not table.public:
+            if not table.public or table.unique:  # a joinable public table's keys, too
                 backend.track_versions(table.name)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple[str, str], int] = {}
+        self._public_keys: dict[tuple[str, str, str], tuple] = {}
 
     def session(self, analyst: str):
         """A proxy.session.Session of ``analyst`` (that module does not import this one:
@@ -72,10 +77,49 @@ class Engine:
 
     @contextmanager
     def view(self, plan: QueryPlan) -> Iterator[View]:
-        """A snapshot of the backend with the data version of the plan's table, read
-        once for the cache lookup and the statistics."""
+        """A snapshot of the backend with the data version of the plan's table (and of
+        the public tables it joins: an answer depends on them too), read once for the
+        cache lookup and the statistics. GROUP BY terms over public columns get their
+        keys here, before anything is charged: too many of them refuse the query."""
         with self.backend.transaction(snapshot=True) as tx:
-            yield View(tx, self.backend.data_version(tx, plan.table.name))
+            version = self.backend.data_version(tx, plan.table.name)
+            versions = {}
+            for join in plan.joins:
+                versions[join.alias] = self.backend.data_version(tx, join.table.name)
+                version = None if version is None or versions[join.alias] is None else \
+                    f"{version};{join.table.name}:{versions[join.alias]}"
+            yield View(tx, version, self._with_public_keys(plan, tx, versions))
+
+    def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
+                          versions: dict[str, str | None]) -> QueryPlan:
+        """``plan`` with every GROUP BY term over a public table's column keyed by that
+        column's distinct values in the public table (public: reading them reveals
+        nothing of the protected data), read once per data version of that table."""
+        if not any(term.kind == PUBLIC for term in plan.group_by):
+            return plan
+        limit = self.rules.defaults.max_groups
+        terms = []
+        for term in plan.group_by:
+            if term.kind == PUBLIC:
+                column = plan.table.columns[term.column]
+                join = next(j for j in plan.joins if j.alias == column.join)
+                version = versions.get(join.alias)
+                cached = (join.table.name, column.source, version)
+                keys = self._public_keys.get(cached) if version is not None else None
+                if keys is None:
+                    keys = tuple(row[0] for row in tx.execute(public_keys_sql(
+                        join.table.name, column.source, limit + 1, self.backend.dialect)))
+                    if version is not None:
+                        self._public_keys[cached] = keys
+                term = replace(term, keys=keys)
+            terms.append(term)
+        count = math.prod(len(term.keys) for term in terms)
+        if count > limit:
+            raise NotSupported(f"GROUP BY would answer more than the rules' max_groups = "
+                               f"{limit:,} groups (the public table's values, in every "
+                               "combination); filter the public table's column or group "
+                               "by fewer columns")
+        return replace(plan, group_by=tuple(terms))
 
     @contextmanager
     def _in(self, plan: QueryPlan, view: View | None) -> Iterator[View]:
@@ -100,7 +144,7 @@ class Engine:
         bounded = (plan.model == "idp" and not plan.group_by
                    and self.rules.defaults.report_scale == "private")
         with self._in(plan, view) as reading:
-            tx = reading.tx
+            plan, tx = reading.plan or plan, reading.tx
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
             if plan.smooth_gamma is None and not bounded:
                 return shift, groups, version
@@ -139,7 +183,7 @@ class Engine:
             unit = table.columns.get(table.privacy_unit)
             folded = self.backend.fingerprint_aggregates(
                 table.privacy_unit, unit is not None and unit.type == "int")
-            if not plan.group_by:
+            if not plan.group_by and not plan.joins:  # a join's rows are not the table's
                 group, values = first_pass(plan, needs(1), dialect, None, tx.execute, folded)
                 shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
                 remaining_passes(plan, needs(shift), group, dialect, None, tx.execute)
@@ -158,7 +202,9 @@ class Engine:
         if plan.individual:
             true, version = self.unit_value(plan, view)
             return [()], [[release_refined(plan, true, self.rng)]], version
-        shift, groups, version = self.statistics(plan, view)
+        with self._in(plan, view) as reading:
+            plan = reading.plan or plan  # its public GROUP BY keys read
+            shift, groups, version = self.statistics(plan, reading)
         if plan.prior is not None:
             return [()], [[release_refined(plan, exact_answer(plan, groups[()]), self.rng)]], \
                 version
@@ -203,7 +249,9 @@ class Engine:
             return answer
         try:
             return self.cache.store(analyst, self.cache_key(charge.sql, plan, version),
-                                    plan.table.name, version, answer)
+                                    "+".join([plan.table.name, *(join.table.name for join
+                                                                 in plan.joins)]),
+                                    version, answer)
         except (BackendUnavailable, DiskFull):
             return answer  # paid and computed: the answer stands, uncached
 
@@ -226,9 +274,11 @@ class Engine:
 def _check_schema(rules: Rules, backend: Backend) -> None:
     """Every protected table and declared column must exist, so that a mistake in the
     rules stops the proxy at start instead of failing (and being charged) per query.
-    Reads the schema only (``LIMIT 0``), never a row."""
+    Reads the schema only (``LIMIT 0``), never a row; of a public table that protected
+    tables may join (``unique``), its declared columns too, and that each unique column
+    holds every value once (else a join on it would multiply protected rows)."""
     for table in rules.tables.values():
-        if table.public:
+        if table.public and not table.unique:
             continue
         statement = exp.select("*").from_(exp.to_table(table.name, quoted=True)).limit(0)
         try:
@@ -242,3 +292,27 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         if missing:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
                              f"the declared column(s) {', '.join(missing)}")
+        for key in table.unique:
+            _check_unique(rules, table.name, key, backend)
+
+
+def _check_unique(rules: Rules, table: str, key: str, backend: Backend) -> None:
+    column = exp.column(key, quoted=True)
+    twice = (exp.select(exp.Literal.number(1)).from_(exp.to_table(table, quoted=True))
+             .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+             .having(exp.Count(this=exp.Star()) > exp.Literal.number(1)).limit(1))
+    if backend.read(twice.sql(dialect=backend.dialect)):
+        raise RulesError(f"{where_declared(rules, f'tables.{table}.unique')}: "
+                         f"[tables.{table}.unique] {key} is not unique in the "
+                         f"backend's table {table} (a value occurs in more than one row): a "
+                         "join on it would count protected rows more than once; remove it "
+                         "from unique, or make it unique")
+
+
+def public_keys_sql(table: str, column: str, limit: int, dialect: str) -> str:
+    """The distinct non-NULL values of a public table's column, in order, at most
+    ``limit`` of them."""
+    value = exp.column(column, quoted=True)
+    return (exp.select(value.copy()).distinct().from_(exp.to_table(table, quoted=True))
+            .where(value.copy().is_(exp.null()).not_()).order_by(value.copy()).limit(limit)
+            .sql(dialect=dialect))

@@ -74,6 +74,7 @@ class Table:
     max_rows_per_unit: int | None = None
     columns: Mapping[str, Column] = field(default_factory=lambda: MappingProxyType({}))
     individual_queries: bool = False  # one unit's value, answered by knowledge refinement
+    unique: tuple[str, ...] = ()  # public tables: columns each of whose values occurs once
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,18 @@ class _Reader:
         return name.lower()
 
 
+def where_declared(rules: Rules, key: str) -> str:
+    """``FILE:LINE`` of a dotted key of the rules file (``FILE`` alone when the line is
+    not found or the rules were not read from a file): for problems found after
+    loading, such as a ``unique`` column the data repeats."""
+    try:
+        text = Path(rules.path).read_text(encoding="utf-8")
+    except OSError:
+        return rules.path
+    line = _Reader(rules.path, text)._line_of(key)
+    return f"{rules.path}:{line}" if line else rules.path
+
+
 def load_rules(path: str | Path) -> Rules:
     """Read and validate a rules file; raise RulesError naming file, line and reason."""
     path = str(path)
@@ -312,7 +325,7 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
         raise reader.fail(key, "must be a table")
     reader.only_keys(
         body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns",
-                    "individual_queries")
+                    "individual_queries", "unique")
     )
     public = reader.boolean(body.get("public", False), f"{key}.public")
     columns = {
@@ -337,8 +350,27 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
     if individual and unit is None:
         raise reader.fail(f"{key}.individual_queries", "needs privacy_unit to be set (an "
                           "individual query names one unit)")
+    unique = _unique(reader, f"{key}.unique", body.get("unique", []), public, columns)
     return Table(name.lower(), public, unit, group_size, max_rows, MappingProxyType(columns),
-                 individual)
+                 individual, unique)
+
+
+def _unique(reader: _Reader, key: str, value: Any, public: bool,
+            columns: Mapping[str, Column]) -> tuple[str, ...]:
+    """``unique = ["code"]``: columns of a public table whose every value occurs in one
+    row at most (checked against the backend at start), so that a protected table joins
+    it many-to-one (docs/privacy.md §3.9)."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise reader.fail(key, 'must be a list of column names, e.g. unique = ["code"]')
+    if value and not public:
+        raise reader.fail(key, "is for public tables (set public = true): a protected table "
+                          "is joined to public tables on their unique keys")
+    names = tuple(reader.identifier(name, key) for name in value)
+    for name in names:
+        if name not in columns:
+            raise reader.fail(key, f"{name} is not a declared column; declare it in "
+                              "[tables.<name>.columns] with its type")
+    return names
 
 
 def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:

@@ -1,6 +1,7 @@
-"""Issue 16's list of analyst SQL that was refused, on the demo through ``idp-proxy serve``
-on both backends: each statement is answered with noise and its privacy notice, charged
-once (ε per aggregate), and its repeat comes from the answer cache, free and the same."""
+"""Issue 16's list of analyst SQL that was refused, and issue 18's joins with a public
+table, on the demo through ``idp-proxy serve`` on both backends: each statement is
+answered with noise and its privacy notice, charged once (ε per aggregate), and its
+repeat comes from the answer cache, free and the same."""
 
 from __future__ import annotations
 
@@ -28,6 +29,11 @@ ASKED = [
     ("SELECT COUNT(DISTINCT person_id) FROM visits", 1),
     ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 10", 1),
     ("SELECT STDDEV(age), VARIANCE(income) FROM people", 2),
+    # issue 18: the protected table joined with the public regions table on its unique code
+    (("SELECT r.name, MEDIAN(p.income) FROM people p JOIN regions r ON p.region = r.code "
+      "GROUP BY r.name"), 1),
+    (("SELECT COUNT(*), AVG(p.age) FROM people p LEFT JOIN regions r ON p.region = r.code "
+      "WHERE r.name <> 'Western district'"), 2),
 ]
 
 

@@ -15,6 +15,14 @@ x = { type = "float", domain = [0, 1] }
 s = { type = "text" }
 ok = { type = "bool" }
 d = { type = "date" }
+
+[tables.r]
+public = true
+unique = ["code"]
+[tables.r.columns]
+code = { type = "text" }
+zone = { type = "int" }
+n = { type = "text" }
 """)
 
 
@@ -24,3 +32,9 @@ def test_each_declared_column_type_gives_its_parameter_type():
     kinds = infer(sql, (), RULES)
     assert kinds == (INT8, FLOAT8, TEXT, BOOL, DATE, INT8)
     assert "ok = FALSE" in bind(sql, kinds, dummy_values(kinds))
+
+
+def test_a_joined_public_tables_columns_give_their_parameter_types():
+    sql = ("SELECT COUNT(*) FROM t JOIN r AS g ON t.s = g.code WHERE zone > $1 AND g.n = $2 "
+           "AND n > $3")
+    assert infer(sql, (), RULES) == (INT8, TEXT, INT8)  # unqualified n: the first table's

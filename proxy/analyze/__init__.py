@@ -19,6 +19,7 @@ from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
 from proxy.analyze.having import having_plan
+from proxy.analyze.joins import PublicJoin, joined_table, protected_only, resolver, split_joins
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.plan import (
@@ -121,22 +122,27 @@ def analyze(
     outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
     if outer is not None:
         return outer
-    _refuse_compound(select)
-    table = _the_protected_table(select, rules)
+    alone, joins = split_joins(select, rules)  # public tables joined many-to-one
+    _refuse_compound(alone)
+    table = joined_table(_the_protected_table(alone, rules), joins)
     _limit(select)
     post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
                                                                       hint))
     if post_processed is not None:
         return post_processed
-    declared = _column_resolver(table, select)  # WHERE and GROUP BY see declared columns
-    select, table = with_expressions(select, table, declared)  # aggregates over expressions
-    resolve = _column_resolver(table, select)  # and the aggregates their derived ones
+    select = alone
+    declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
+    # aggregates over expressions (of the protected table's columns)
+    select, table = with_expressions(select, table, _aggregated(declared, table, joins))
+    resolve = _column_resolver(table, select, joins)  # and the aggregates their derived ones
     epsilon = settings.resolve_epsilon(rules, hint)
-    individual = _individual_query(select, table, settings, declared, epsilon)
+    individual = None if joins else _individual_query(select, table, settings, declared,
+                                                      epsilon)
     if individual is not None:
         return _with_prior(individual, settings)
     group_by = group_terms(select, table, declared, rules.defaults.max_groups)
-    aggregates, outputs = _select_list(select, table, group_by, resolve)
+    aggregates, outputs = _select_list(select, table, group_by, resolve,
+                                       _aggregated(resolve, table, joins))
     model = settings.resolve_model(rules)
     _check_domains(table, aggregates, model)
     where = select.args.get("where")
@@ -151,6 +157,7 @@ def analyze(
         model=model,
         epsilon=epsilon,
         smooth_gamma=settings.smooth_gamma(rules),
+        joins=joins,
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)
@@ -319,8 +326,10 @@ def _the_protected_table(select: exp.Select, rules: Rules) -> Table:
     return declared
 
 
-def _column_resolver(table: Table, select: exp.Select):
+def _column_resolver(table: Table, select: exp.Select, joins: tuple[PublicJoin, ...] = ()):
     alias = select.args["from_"].this.alias_or_name.lower()
+    if joins:
+        return resolver(table, alias, joins)
 
     def resolve(column: exp.Column) -> str:
         qualifier = column.table.lower()
@@ -335,7 +344,12 @@ def _column_resolver(table: Table, select: exp.Select):
     return resolve
 
 
-def _select_list(select: exp.Select, table: Table, group_by, resolve):
+def _aggregated(resolve, table: Table, joins: tuple[PublicJoin, ...]):
+    """The resolver of aggregate arguments: the protected table's columns only."""
+    return protected_only(resolve, table) if joins else resolve
+
+
+def _select_list(select: exp.Select, table: Table, group_by, resolve, aggregated):
     aggregates: list[Aggregate] = []
     outputs: list[OutputColumn] = []
     for item in select.expressions:
@@ -358,7 +372,7 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
                                    f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
-        aggregate = recognise(node, resolve, table.privacy_unit)
+        aggregate = recognise(node, aggregated, table.privacy_unit)
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

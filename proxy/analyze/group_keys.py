@@ -5,6 +5,9 @@ key is answered, and none is read from the data (SPEC §3.4).
 Recognised terms, each over one declared column:
 
 - a column with declared ``keys``;
+- a column of a public table joined to the protected one (``proxy.analyze.joins``)
+  without declared keys: its keys are that table's distinct values, read from it (it is
+  public) by the engine in the query's snapshot, at most ``max_groups`` of them;
 - ``date_trunc(unit, col)`` on a date or timestamp column with a declared domain: every
   bucket from the first to the last of the domain;
 - ``extract(field FROM col)`` / ``date_part('field', col)``: every value the field takes
@@ -36,6 +39,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.joins import JoinedColumn
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
@@ -43,8 +47,9 @@ from proxy.statistics import MAGNITUDE_CAP
 
 COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
+PUBLIC = "public"  # a public table's column, keyed by its values there (proxy.analyze.joins)
 
-ALLOWED = ("a column with declared keys, date_trunc('month', col), extract(month FROM col), "
+ALLOWED = ("a column with declared keys or of a joined public table, date_trunc('month', col), extract(month FROM col), "
            "floor(extract(epoch FROM col) / 86400) * 86400, floor(col / 10) * 10, "
            "width_bucket(col, lo, hi, n) or CASE WHEN … THEN 'literal' … END")
 TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
@@ -193,6 +198,10 @@ def group_term(node: exp.Expression, table: Table, resolve,
 
 def _plain_column(name: str, table: Table, label: str) -> GroupKey:
     column = table.columns[name]
+    if column.keys is None and isinstance(column, JoinedColumn):
+        # a public table's column: its keys are the public table's values, read by the
+        # engine in the query's snapshot (proxy.engine.Engine.view); () until then
+        return GroupKey(label, PUBLIC, name, (), column.type)
     if column.keys is None:
         hint = (f", or by a bucket such as date_trunc('month', {name})" if column.time_domain
                 else f", or by bins such as floor({name} / 10) * 10"

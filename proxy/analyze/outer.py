@@ -25,7 +25,8 @@ HAVING and select items computed from aggregates are the first shape written ins
 query; ``proxy.analyze.having`` answers them through ``over_release``.
 
 Everything else stays refused, each with a one-line reason naming the construct: an
-aggregate over released aggregates, a subquery that limits or deduplicates rows, joins.
+aggregate over released aggregates, a subquery that limits or deduplicates rows, joins
+with subqueries (a protected table joins public tables directly: ``proxy.analyze.joins``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
+from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.plan import COUNT, SUM, QueryPlan
 from proxy.errors import NotSupported, RawRowAccess
 
@@ -88,8 +90,7 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
     if len(joins) == 1 and _cte_name(joins[0].this, ctes) is not None:
         return _series_limited(select, ctes, joins[0], analyse)
     if joins:
-        raise NotSupported("joins over protected tables are not supported; query one table "
-                           "(a subquery of its own top N groups, as Superset sends, is)")
+        raise _joined_subquery()
     source = _cte_name(select.args["from_"].this, ctes)
     if source is None:
         raise NotSupported("subqueries over protected tables are supported in FROM only, as "
@@ -104,6 +105,12 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
     return over_release(select, source, _one_release(analyse, body))
+
+
+def _joined_subquery() -> NotSupported:
+    return NotSupported("a join with a subquery over a protected table is not supported; "
+                        f"join the tables themselves: {JOIN_FORM} (or a subquery of the "
+                        "query's own top N groups, as Superset sends)")
 
 
 def over_release(select: exp.Select, source: str, plan: QueryPlan,
@@ -139,8 +146,8 @@ def _refuse_inner_steps(ctes: dict[str, exp.Expression]) -> None:
         if body.find(exp.Window):
             raise NotSupported("window functions over protected tables are not supported")
         if body.args.get("joins"):
-            raise NotSupported("joins over protected tables are not supported; query one "
-                               "table")
+            raise NotSupported("a join inside a subquery that is not merged is not "
+                               f"supported; join in the query itself: {JOIN_FORM}")
 
 
 def _cte_name(node: exp.Expression, ctes: dict[str, exp.Expression]) -> str | None:
@@ -187,8 +194,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
                            "(Superset's 'group others' option is not)")
     if not (isinstance(body, exp.Select) and body.args.get("limit") and body.args.get("group")
             and body.args.get("order")):
-        raise NotSupported("joins over protected tables are not supported; query one table "
-                           "(a subquery of its own top N groups, as Superset sends, is)")
+        raise _joined_subquery()
     main = select.copy()
     main.set("joins", None)
     main.set("with_", None)

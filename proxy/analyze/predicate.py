@@ -46,6 +46,9 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
     return condition
 
 
+_KINDS = {"int": "number", "float": "number", "date": "time", "timestamp": "time"}
+
+
 def _check_literal_types(condition: exp.Expression, table: Table) -> None:
     """A literal of the wrong kind would make the backend fail after the query is
     charged; the mismatch is visible in the text, so it is refused here. A moment with
@@ -57,6 +60,11 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
                     *node.args.get("expressions", [])]
         columns = [o for o in operands if isinstance(o, exp.Column)]
         literals = [o for o in operands if isinstance(o, exp.Literal)]
+        kinds = {_KINDS.get(table.columns[c.name].type, table.columns[c.name].type)
+                 for c in columns}
+        if len(kinds) > 1:
+            raise NotSupported(f"{' and '.join(c.name for c in columns)} are of different "
+                               "types; compare columns of one type")
         for column in columns:
             declared = table.columns[column.name]
             wants_string = declared.type in ("text", "date", "timestamp")

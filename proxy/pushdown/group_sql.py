@@ -18,6 +18,7 @@ from proxy.analyze.group_keys import (
     COLUMN,
     EPOCH_BIN,
     FLOOR_BIN,
+    PUBLIC,
     TIME_TRUNC,
     TRUNC_BIN,
     WIDTH_BUCKET,
@@ -33,7 +34,7 @@ DOUBLE = exp.DataType.build("double")
 
 def group_value(term: GroupKey, table: Table) -> exp.Expression:
     """The term's key of one row (NULL: the row belongs to no group)."""
-    if term.kind == COLUMN:
+    if term.kind in (COLUMN, PUBLIC):
         return exp.column(term.column, quoted=True)
     if term.kind == CASE:
         case = exp.Case()
@@ -90,7 +91,7 @@ def _epoch_bin(term: GroupKey, column) -> exp.Expression:
 
 def group_filter(term: GroupKey, table: Table) -> exp.Expression:
     """Rows that belong to some group of this term: a declared key, or any key a bucket
-    can take (they are all listed)."""
+    can take (they are all listed, as is every value of a public table's column)."""
     if term.kind == COLUMN:
         return exp.column(term.column, quoted=True).isin(*[literal(v) for v in term.keys])
     return group_value(term, table).is_(exp.null()).not_()

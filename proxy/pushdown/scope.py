@@ -44,11 +44,7 @@ def scope_select(
         selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
     if counts_units(plan):
         selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
-    source = exp.to_table(table.name, quoted=True)
-    if sample_percent is not None:
-        source.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
-                                             percent=exp.Literal.number(sample_percent)))
-    scope = exp.select(*selected).from_(source)
+    scope = exp.select(*selected).from_(source_table(plan, sample_percent))
     if plan.where is not None:
         scope = scope.where(plan.where.copy())
     for term in plan.group_by:  # rows outside the declared keys belong to no group
@@ -66,6 +62,47 @@ def scope_select(
     columns += ["u"] if counts_units(plan) else []
     clipped = exp.select(*columns).from_(scope.subquery("u"))
     return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
+
+
+def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expression:
+    """What the plan's rows are read from: its table, or with public tables joined
+    (``proxy.analyze.joins``) the join as a subquery named as the table, whose rows are
+    the table's (its columns as they are) with each public column as ``alias.column``.
+
+    Each public table is read as its rows whose join key occurs once in it, whatever
+    the rules said at start: a protected row meets at most one public row in every
+    query, so the join stays a row-by-row map of the protected table (docs/privacy.md
+    §3.9) even after a duplicate key is written to the public table."""
+    table = exp.to_table(plan.table.name, quoted=True)
+    if sample_percent is not None:
+        table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
+                                            percent=exp.Literal.number(sample_percent)))
+    if not plan.joins:
+        return table
+    mine = "_idp_t"
+    joined = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
+                        ).from_(table.as_(mine, quoted=True))
+    for index, join in enumerate(plan.joins):
+        alias = f"_idp_j{index}"
+        joined = joined.select(*[
+            exp.alias_(exp.column(name, table=alias, quoted=True), join.column_name(name),
+                       quoted=True) for name in join.table.columns], copy=False)
+        on = exp.and_(*[exp.column(protected, table=mine, quoted=True).eq(
+            exp.column(public, table=alias, quoted=True)) for protected, public in join.pairs])
+        joined = joined.join(_unique_rows(join.table.name, join.key).subquery(alias,
+                                                                              copy=False),
+                             on=on, join_type="left" if join.left else "inner", copy=False)
+    return joined.subquery(exp.to_identifier(plan.table.name, quoted=True), copy=False)
+
+
+def _unique_rows(table: str, key: str) -> exp.Select:
+    """The rows of ``table`` whose ``key`` occurs once (NULL keys match nothing)."""
+    column = exp.column(key, quoted=True)
+    once = (exp.select(column.copy()).from_(exp.to_table(table, quoted=True))
+            .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+            .having(exp.Count(this=exp.Star()).eq(exp.Literal.number(1))))
+    return (exp.select("*").from_(exp.to_table(table, quoted=True))
+            .where(column.copy().isin(query=once)))
 
 
 def counts_units(plan: QueryPlan) -> bool:

@@ -30,6 +30,7 @@ from proxy.pushdown.scope import (
     needed_value,
     read_sum,
     scope_select,
+    source_table,
 )
 from proxy.pushdown.values import DOUBLE, literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
@@ -114,8 +115,7 @@ def first_pass(
         statement = exp.select(*items).from_(scope_select(plan, needs, clip_rows_per_unit)
                                              .subquery("s"))
     else:
-        statement = exp.select(*items, *whole_table).from_(exp.to_table(plan.table.name,
-                                                                        quoted=True))
+        statement = exp.select(*items, *whole_table).from_(source_table(plan))
         if plan.where is not None and not filtered:
             statement = statement.where(plan.where.copy())
     row = execute(statement.sql(dialect=dialect))[0]

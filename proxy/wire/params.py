@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from decimal import Decimal
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -51,21 +52,27 @@ def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]
     tree = _tree(text)
     found = _parameters(tree)
     count = max([len(declared), *found])
-    table = tree.find(exp.Table)
-    columns = rules.table(table.name).columns if table is not None and rules.table(
-        table.name) else {}
+    # a qualified column is looked up in its own table, an unqualified one in the first
+    # table that declares it
+    by_alias: dict[str, Any] = {}
+    columns: dict[str, Any] = {}
+    for table in tree.find_all(exp.Table):
+        ruled = rules.table(table.name)
+        if ruled is not None:
+            by_alias.setdefault(table.alias_or_name.lower(), ruled.columns)
+            columns = {**ruled.columns, **columns}
     result = []
     for number in range(1, count + 1):
         given = declared[number - 1] if number <= len(declared) else 0
         if given:
             result.append(given)
             continue
-        kinds = {_context_kind(node, columns) for node in found.get(number, [])}
+        kinds = {_context_kind(node, columns, by_alias) for node in found.get(number, [])}
         result.append(oid_of(RULE_TYPES[kinds.pop()]) if len(kinds) == 1 else TEXT)
     return tuple(result)
 
 
-def _context_kind(node: exp.Parameter, columns) -> str:
+def _context_kind(node: exp.Parameter, columns, by_alias) -> str:
     parent = node.parent
     if isinstance(parent, (exp.Limit, exp.Offset)) or isinstance(parent.parent, (exp.Limit,
                                                                                  exp.Offset)):
@@ -75,8 +82,10 @@ def _context_kind(node: exp.Parameter, columns) -> str:
         partner = parent.this
     elif isinstance(parent, exp.Binary):
         partner = parent.expression if parent.this is node else parent.this
-    if isinstance(partner, exp.Column) and partner.name.lower() in columns:
-        return columns[partner.name.lower()].type
+    if isinstance(partner, exp.Column):
+        named = by_alias.get(partner.table.lower(), columns) if partner.table else columns
+        if partner.name.lower() in named:
+            return named[partner.name.lower()].type
     if isinstance(parent, (exp.PercentileDisc, exp.PercentileCont, exp.Quantile,
                            exp.ApproxQuantile, exp.WithinGroup)):
         return "float"

@@ -1,0 +1,295 @@
+"""Issue 18, item 1: a protected table joined with public tables on a unique key, in
+process on both backends: the rules' ``unique`` key and its check at start, the answers
+(true statistics equal to the join's, the public GROUP BY keys read from the public
+table once per data version), the pushdown (as many backend statements as the plain
+query, none returning rows), and every refusal in one line, spending nothing."""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.errors import Refused, RulesError
+from proxy.rules import load_rules, parse_rules
+from proxy.settings import Settings
+from tests.conftest import load_table
+
+RULES = """
+[defaults]
+budget_per_analyst = 10
+max_groups = {max_groups}
+
+[analysts.alice]
+
+[tables.people]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.people.columns]
+person_id = {{ type = "int" }}
+age       = {{ type = "int", domain = [0, 120] }}
+income    = {{ type = "float", domain = [0, 1000] }}
+region    = {{ type = "text" }}
+sex       = {{ type = "text", keys = ["f", "m"] }}
+
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+person_id = {{ type = "int" }}
+cost      = {{ type = "float", domain = [0, 100] }}
+
+[tables.regions]
+public = true
+unique = ["code"]
+[tables.regions.columns]
+code = {{ type = "text" }}
+name = {{ type = "text" }}
+zone = {{ type = "int" }}
+
+[tables.districts]
+public = true
+unique = ["code"]
+[tables.districts.columns]
+code = {{ type = "text" }}
+name = {{ type = "text" }}
+
+[tables.labels]
+public = true
+[tables.labels.columns]
+code = {{ type = "text" }}
+"""
+# code -> (name, zone); "c" has no people, people of "x" have no region row
+REGIONS = {"a": ("Alpha", 1), "b": ("Beta", 2), "c": ("Gamma", 2)}
+PEOPLE = [(i, 20 + i % 50, float(i % 97) * 10, ("a", "b", "x", None, "a")[i % 5], "fm"[i % 2])
+          for i in range(1, 301)]
+
+
+def _rules(max_groups: int = 100):
+    return parse_rules(RULES.format(max_groups=max_groups), "joins.toml")
+
+
+def _load(url: str, regions=REGIONS) -> None:
+    load_table(url, "people", {"person_id": [p[0] for p in PEOPLE], "age": [p[1] for p in PEOPLE],
+                               "income": [p[2] for p in PEOPLE],
+                               "region": [p[3] for p in PEOPLE], "sex": [p[4] for p in PEOPLE]},
+               {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE PRECISION",
+                "region": "TEXT", "sex": "TEXT"})
+    load_table(url, "visits", {"person_id": [1, 1, 2], "cost": [1.0, 2.0, 3.0]},
+               {"person_id": "BIGINT", "cost": "DOUBLE PRECISION"})
+    load_table(url, "regions", {"code": list(regions), "name": [v[0] for v in regions.values()],
+                                "zone": [v[1] for v in regions.values()]},
+               {"code": "TEXT", "name": "TEXT", "zone": "INTEGER"})
+    load_table(url, "districts", {"code": ["a"], "name": ["Ay"]},
+               {"code": "TEXT", "name": "TEXT"})
+    load_table(url, "labels", {"code": ["a"]}, {"code": "TEXT"})
+
+
+def test_unique_is_a_declared_column_of_a_public_table():
+    with pytest.raises(RulesError, match=r"joins.toml:\d+: \[tables.people.unique\] is for "
+                                         "public tables"):
+        parse_rules(RULES.format(max_groups=9).replace(
+            'max_rows_per_unit = 1\n[tables.people.columns]',
+            'max_rows_per_unit = 1\nunique = ["age"]\n[tables.people.columns]', 1),
+            "joins.toml")
+    with pytest.raises(RulesError, match=r"\[tables.regions.unique\] kode is not a declared"):
+        parse_rules(RULES.format(max_groups=9).replace('unique = ["code"]', 'unique = ["kode"]'),
+                    "joins.toml")
+    with pytest.raises(RulesError, match=r"\[tables.regions.unique\] must be a list"):
+        parse_rules(RULES.format(max_groups=9).replace('unique = ["code"]', 'unique = "code"'),
+                    "joins.toml")
+
+
+def test_start_refuses_a_unique_key_the_data_repeats(backend_url, tmp_path):
+    _load(backend_url, {"a": ("Alpha", 1)})
+    path = tmp_path / "joins.toml"
+    path.write_text(RULES.format(max_groups=9))
+    line = RULES.format(max_groups=9).splitlines().index('unique = ["code"]') + 1
+    with closing(open_backend(backend_url)) as backend:
+        backend.query("INSERT INTO regions VALUES ('a', 'Again', 3)")
+        with pytest.raises(RulesError) as refused:
+            Engine(load_rules(path), backend)
+    message = str(refused.value)
+    assert message.startswith(f"{path}:{line}: [tables.regions.unique] code is not unique"), \
+        message
+    assert "\n" not in message and "Again" not in message  # one line, no data value
+
+
+def _truth(where=lambda p, r: True, left=False):
+    """(name or None) -> (rows, sum of incomes) of people joined with REGIONS."""
+    groups: dict = {}
+    for person in PEOPLE:
+        region = REGIONS.get(person[3])
+        if region is None and not left:
+            continue
+        if not where(person, region):
+            continue
+        name = region[0] if region else None
+        rows, total = groups.get(name, (0, 0.0))
+        groups[name] = (rows + 1, total + person[2])
+    return groups
+
+
+def _statistics(engine: Engine, sql: str):
+    plan = analyze(parse_statements(sql)[0], engine.rules, Settings())
+    statements: list[str] = []
+    with engine.view(plan) as view:
+        run = view.tx.execute
+
+        def recording(text, params=()):
+            rows = run(text, params)
+            statements.append((text, len(rows)))
+            return rows
+
+        view.tx.execute = recording
+        shift, groups, _ = engine.statistics(plan, view)
+        keys = view.plan.group_keys() if plan.group_by else [()]
+    return shift, groups, keys, statements
+
+
+def test_joined_answers_are_the_joins_and_pushed_down(backend_url):
+    _load(backend_url)
+    with closing(open_backend(backend_url)) as backend:
+        engine = Engine(_rules(), backend)
+        grouped = ("SELECT r.name, COUNT(*), SUM(p.income), MEDIAN(income) FROM people p "
+                   "JOIN regions r ON p.region = r.code WHERE r.zone = 2 OR age < 30 "
+                   "GROUP BY r.name")
+        shift, groups, keys, statements = _statistics(engine, grouped)
+        truth = _truth(lambda p, r: r[1] == 2 or p[1] < 30)
+        assert shift == 1 and keys == [("Alpha",), ("Beta",), ("Gamma",)]  # Gamma: no one
+        for (name,) in keys:
+            stats = groups.get((name,))
+            rows, total = truth.get(name, (0, 0.0))
+            assert (stats.rows if stats else 0) == rows
+            assert (stats.column("income").total if stats else 0.0) == pytest.approx(total)
+        # the plain query over the table computes its statistics in as many statements;
+        # none returns more rows than there are groups (no protected row leaves)
+        plain = "SELECT sex, COUNT(*), SUM(income), MEDIAN(income) FROM people GROUP BY sex"
+        *_, plain_statements = _statistics(engine, plain)
+        steps = [text for text, _ in statements if "DISTINCT" not in text]  # the keys' read
+        assert len(steps) == len(plain_statements)
+        assert all(rows <= len(keys) for text, rows in statements if "DISTINCT" not in text)
+        assert all(" JOIN " in text for text in steps if "income" in text)
+
+        # a left join keeps every protected row: its whole COUNT(*) is public
+        session = engine.session("alice")
+        (answer,) = session.execute("SELECT COUNT(*) FROM people p LEFT JOIN regions r "
+                                    "ON p.region = r.code")
+        assert answer.rows == [(len(PEOPLE),)] and answer.privacy["epsilon_spent"] == 0
+        (answer,) = session.execute("SELECT COUNT(*) FROM people p JOIN regions r "
+                                    "ON p.region = r.code")
+        assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
+        _, groups, _, _ = _statistics(engine, "SELECT COUNT(*) FROM people p LEFT JOIN "
+                                              "regions r ON p.region = r.code WHERE r.name "
+                                              "IS NULL")
+        assert groups[()].rows == _truth(lambda p, r: r is None, left=True)[None][0]
+
+        # the public keys: read once per data version of the public table
+        list(session.execute(grouped))
+        assert len(engine._public_keys) == 1
+        backend.query("INSERT INTO regions VALUES ('d', 'Delta', 2)")
+        (answer,) = session.execute(grouped)
+        assert [row[0] for row in answer.rows] == ["Alpha", "Beta", "Delta", "Gamma"]
+        # a key written twice after start matches nothing: no row is counted twice
+        backend.query("INSERT INTO regions VALUES ('b', 'Beta again', 2)")
+        _, groups, keys, _ = _statistics(engine, grouped)
+        assert ("Beta",) in keys and ("Beta",) not in groups
+        assert groups[("Alpha",)].rows == _truth(lambda p, r: p[1] < 30)["Alpha"][0]
+
+        # DP: the clipped scope (a window per unit) reads the join as well
+        *_, answer = session.execute(f"SET idp.model = 'dp'; {grouped}")
+        assert answer.privacy["model"] == "DP" and len(answer.rows) == 5
+
+
+def test_public_keys_beyond_max_groups_are_refused_before_the_debit(duckdb_url):
+    _load(duckdb_url)
+    with closing(open_backend(duckdb_url)) as backend:
+        engine = Engine(_rules(max_groups=2), backend)
+        before = engine.ledger.entries(), engine.ledger.budgets()
+        with pytest.raises(Refused) as refused:
+            list(engine.session("alice").execute(
+                "SELECT r.name, COUNT(*) FROM people p JOIN regions r ON p.region = r.code "
+                "GROUP BY r.name"))
+        assert refused.value.sqlstate == "0A000" and "max_groups = 2" in str(refused.value)
+        assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+
+
+JOIN = "FROM people p JOIN regions r ON p.region = r.code"
+REFUSED = [
+    ("SELECT COUNT(*) FROM regions r LEFT JOIN people p ON p.region = r.code", "0A000",
+     "preserving side"),
+    ("SELECT COUNT(*) FROM people p RIGHT JOIN regions r ON p.region = r.code", "0A000",
+     "RIGHT joins are not supported"),
+    ("SELECT COUNT(*) FROM people p FULL JOIN regions r ON p.region = r.code", "0A000",
+     "FULL joins"),
+    ("SELECT COUNT(*) FROM people p CROSS JOIN regions r", "0A000", "CROSS joins"),
+    ("SELECT COUNT(*) FROM people p, regions r WHERE p.region = r.code", "0A000",
+     "joins without ON"),
+    ("SELECT COUNT(*) FROM people p NATURAL JOIN regions r", "0A000", "NATURAL joins"),
+    ("SELECT COUNT(*) FROM people p JOIN regions r USING (code)", "0A000", "USING joins"),
+    ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.name", "0A000",
+     "must match its unique key code"),
+    ("SELECT COUNT(*) FROM people p JOIN labels l ON p.region = l.code", "0A000",
+     "[tables.labels] unique"),
+    ("SELECT COUNT(*) FROM people p JOIN visits v ON p.person_id = v.person_id", "0A000",
+     "joins of two protected tables"),
+    ("SELECT COUNT(*) FROM people p LEFT JOIN regions r ON p.region = r.code AND r.zone = 2",
+     "0A000", "filter with WHERE"),
+    ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.code AND r.zone = 'x'",
+     "0A000", "compare it with a number"),
+    ("SELECT COUNT(*) FROM people p JOIN regions r ON p.age = r.code", "0A000",
+     "same type"),
+    (f"SELECT COUNT(*) {JOIN} WHERE p.age > r.code", "0A000", "different types"),
+    (("SELECT COUNT(*) FROM people p JOIN (SELECT code FROM regions GROUP BY code) r "
+      "ON p.region = r.code"), "0A000", "join"),
+    (f"SELECT SUM(r.zone) {JOIN}", "0A000", "aggregates take columns of the protected"),
+    (f"SELECT r.name {JOIN}", "42501", "would return rows"),
+    (f"SELECT p.region, COUNT(*) {JOIN} GROUP BY p.region", "0A000", "public list of keys"),
+    (f"SELECT COUNT(*) {JOIN} WHERE r.nope = 1", "42703", "not declared for regions"),
+    (f"SELECT COUNT(*) {JOIN} JOIN districts d ON p.region = d.code WHERE name = 'a'",
+     "42703", "ambiguous"),
+    (f"SELECT income {JOIN} WHERE person_id = 3", "42501", "would return rows"),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    """One DuckDB engine for the refusals (decided from the text: no backend differs)."""
+    url = f"duckdb:///{tmp_path_factory.mktemp('joins') / 'data.duckdb'}"
+    _load(url)
+    with closing(open_backend(url)) as backend:
+        yield Engine(_rules(), backend)
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
+def test_refused_joins_say_what_is_allowed_and_spend_nothing(engine, sql, sqlstate, fragment):
+    before = engine.ledger.entries(), engine.ledger.budgets()
+    with pytest.raises(Refused) as refused:
+        list(engine.session("alice").execute(sql))
+    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+    message = str(refused.value)
+    assert refused.value.sqlstate == sqlstate and fragment in message, message
+    assert "\n" not in message
+
+
+def test_an_older_demo_file_names_its_region_columns_as_the_rules_do(tmp_path):
+    import duckdb
+
+    from proxy.demo import REGION_NAMES, REGIONS, needs_upgrade, upgrade_demo
+
+    path = tmp_path / "demo.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE regions AS SELECT * FROM (VALUES ('north', 'Northern district')) "
+                "v(region, label)")
+    con.execute("CREATE TABLE visits (visit_id BIGINT, visited_at TIMESTAMP)")
+    assert needs_upgrade(lambda sql: con.execute(sql).fetchall())
+    con.close()
+    upgrade_demo(path)
+    upgrade_demo(path)  # once upgraded, nothing to do
+    con = duckdb.connect(str(path))
+    assert con.execute("SELECT code, name FROM regions").fetchall() == [
+        (REGIONS[0], REGION_NAMES[0])]
+    assert not needs_upgrade(lambda sql: con.execute(sql).fetchall())
+    con.close()
