@@ -54,31 +54,26 @@ def _open(url: str | None, connections: int = 4) -> Backend:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 create_demo(path, shown.step)
         else:
+            from proxy.demo import needs_upgrade
+
             opened = open_backend(url, connections)
-            if not _lacks_visit_times(opened):
-                return opened
+            if not needs_upgrade(opened.read):  # asked of the opened file: opening it
+                return opened  # a second time cost every command 60 ms
             opened.close()
             _upgrade_demo(path)
     return open_backend(url, connections)
 
 
-def _lacks_visit_times(opened: Backend) -> bool:
-    """Whether the demo file predates ``visits.visited_at``: asked of the opened backend,
-    as opening the file a second time costs every command 60 ms."""
-    return not opened.read("SELECT 1 FROM information_schema.columns WHERE table_name = "
-                           "'visits' AND column_name = 'visited_at'")
-
-
 def _upgrade_demo(path: Path) -> None:
-    """An older demo file gains the columns the demo rules now declare."""
+    """An older demo file gains what the demo rules now declare."""
     import contextlib
 
     import duckdb
 
-    from proxy.demo import add_visit_times
+    from proxy.demo import upgrade_demo
 
     with contextlib.suppress(duckdb.Error, OSError):  # read-only: the schema check at
-        add_visit_times(path)  # start says what is missing
+        upgrade_demo(path)  # start says what is missing
 
 
 def _target(rules_path: str | None, backend: str | None, target: str) -> Any:

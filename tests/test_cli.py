@@ -195,6 +195,26 @@ def test_help_lists_every_command():
 
 
 
+def test_an_older_demo_home_is_brought_up_to_date_by_its_next_command(home):
+    """A demo file made before visits.visited_at and the joinable regions (code, name)
+    is upgraded in place by the next command, its ledger kept."""
+    import duckdb
+
+    cli(home, "query", "--user", "alice", "SELECT COUNT(*) FROM people WHERE age > 50")
+    spent = ledger(home)
+    con = duckdb.connect(str(Path(home["IDP_PROXY_HOME"]) / "demo.duckdb"))
+    con.execute("ALTER TABLE visits DROP COLUMN visited_at")
+    con.execute("ALTER TABLE regions RENAME COLUMN code TO region")
+    con.execute("ALTER TABLE regions RENAME COLUMN name TO label")
+    con.close()
+    for sql in ("SELECT COUNT(*) FROM visits WHERE visited_at >= DATE '2023-06-01'",
+                "SELECT r.name, COUNT(*) FROM people p JOIN regions r ON p.region = r.code "
+                "GROUP BY r.name"):
+        out = cli(home, "query", "--user", "alice", sql)
+        assert out.returncode == 0, out.stderr
+    assert ledger(home)[: len(spent)] == spent
+
+
 def test_a_duckdb_file_held_by_another_process_is_a_clear_error(home, tmp_path):
     path = tmp_path / "held.duckdb"
     script = (f"import duckdb, sys; con = duckdb.connect({str(path)!r}); "
