@@ -11,6 +11,11 @@ percentile of the bracket alone picks them (``_bracketed``); else, or when it mi
 the backend's own ``PERCENTILE_DISC``/``QUANTILE_DISC`` is asked for rank k as the
 fraction (k − ½)/n, which both engines map to rank ⌈q·n⌉ = k whatever the rounding of
 q. All passes run in the same snapshot.
+
+Each statement is built for one execution, so it is built in place and rendered
+without sqlglot's defensive copies (``copy=False``): copying the scope at every
+builder step, and the whole statement to render it, was most of the proxy's own
+time for a SUM (issue 17). The scope itself is shared and is copied once per use.
 """
 
 from __future__ import annotations
@@ -113,12 +118,12 @@ def first_pass(
         return group, []
     if clipped:
         statement = exp.select(*items).from_(scope_select(plan, needs, clip_rows_per_unit)
-                                             .subquery("s"))
+                                             .subquery("s", copy=False), copy=False)
     else:
-        statement = exp.select(*items, *whole_table).from_(source_table(plan))
+        statement = exp.select(*items, *whole_table).from_(source_table(plan), copy=False)
         if plan.where is not None and not filtered:
-            statement = statement.where(plan.where.copy())
-    row = execute(statement.sql(dialect=dialect))[0]
+            statement = statement.where(plan.where.copy(), copy=False)
+    row = execute(statement.sql(dialect=dialect, copy=False))[0]
     for reader, value in zip(readers, row):
         reader(value)
     return group, list(row[len(items):])
@@ -146,7 +151,7 @@ def remaining_passes(
                 readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: fill_extremes(
                     n, s, a, o, value))
     if items:
-        for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect))[0]):
+        for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect, copy=False))[0]):
             reader(value)
     _percentiles(plan, needs, group, scope, dialect, clip_rows_per_unit, execute)
 
@@ -179,7 +184,7 @@ def _pilot_thresholds(plan: QueryPlan, needs, dialect: str, execute: Execute
     if not wanted:
         return {}
     row = execute(exp.select(*[_extremes(exp.column(f"c{index}"), k, anchor, sampled)
-                               for index, anchor, k in wanted]).sql(dialect=dialect))[0]
+                               for index, anchor, k in wanted]).sql(dialect=dialect, copy=False))[0]
     thresholds = {}
     for (index, anchor, k), values in zip(wanted, row):
         values = [value for value in values or () if value is not None]
@@ -230,13 +235,15 @@ def _extremes(column, k: int, anchor: str, scope: exp.Select) -> exp.Expression:
     less (a ``WHERE … IS NOT NULL`` would cost PostgreSQL 10 %). NULLs, present only
     when fewer than k values exist, are dropped when read."""
     descending = anchor == TOP
-    top_k = (
-        exp.select(exp.alias_(column, "v")).from_(scope.subquery("s"))
-        .order_by(exp.Ordered(this=column, desc=descending, nulls_first=False)).limit(k)
+    top_k = (  # built in place (copy=False): each builder step copied the scope again
+        exp.select(exp.alias_(column, "v")).from_(scope.subquery("s"), copy=False)
+        .order_by(exp.Ordered(this=column, desc=descending, nulls_first=False), copy=False)
+        .limit(k, copy=False)
     )
     in_order = exp.Order(this=exp.column("v"),
                          expressions=[exp.Ordered(this=exp.column("v"), desc=descending)])
-    return exp.select(exp.ArrayAgg(this=in_order)).from_(top_k.subquery("t")).subquery()
+    return (exp.select(exp.ArrayAgg(this=in_order))
+            .from_(top_k.subquery("t", copy=False), copy=False).subquery(copy=False))
 
 
 
@@ -262,7 +269,8 @@ def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, d
         return
     items = [_quantiles(exp.column(f"c{index}"), [(rank - 0.5) / stats.n for _, rank in inside],
                         dialect) for index, _, stats, inside in exact]
-    row = execute(exp.select(*items).from_(scope.subquery("s")).sql(dialect=dialect))[0]
+    row = execute(exp.select(*items).from_(scope.subquery("s"), copy=False)
+                  .sql(dialect=dialect, copy=False))[0]
     for (_, need, stats, inside), values in zip(exact, row):
         for (ref, _), value in zip(inside, values):
             stats.values[ref] = need.normalise(value)
@@ -292,20 +300,22 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     fractions = [min(max(q, 0.0), 1.0) for q in ((min(ranks) - 0.5) / n - margin,
                                                 (max(ranks) - 0.5) / n + margin)]
     sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
-    pilot = exp.select(_quantiles(column, fractions, dialect)).from_(sampled.subquery("s"))
-    bounds = execute(pilot.sql(dialect=dialect))[0][0]
+    pilot = exp.select(_quantiles(column, fractions, dialect)).from_(
+        sampled.subquery("s", copy=False), copy=False)
+    bounds = execute(pilot.sql(dialect=dialect, copy=False))[0][0]
     if not bounds or None in bounds:
         return False
     low, high = (exp.Literal.number(str(value)) for value in bounds)
     in_bracket = column.between(low, high)
     counts = exp.select(exp.CountIf(this=column < low), exp.CountIf(this=in_bracket))
     below, count_inside = (int(value or 0) for value in execute(
-        counts.from_(scope.subquery("s")).sql(dialect=dialect))[0])
+        counts.from_(scope.subquery("s"), copy=False).sql(dialect=dialect, copy=False))[0])
     if not all(below < r <= below + count_inside for r in ranks):
         return False
     fractions = [(r - below - 0.5) / count_inside for r in ranks]
-    picks = exp.select(_quantiles(column, fractions, dialect)).from_(scope.subquery("s"))
-    values = execute(picks.where(in_bracket).sql(dialect=dialect))[0][0]
+    picks = exp.select(_quantiles(column, fractions, dialect)).from_(scope.subquery("s"),
+                                                                      copy=False)
+    values = execute(picks.where(in_bracket, copy=False).sql(dialect=dialect, copy=False))[0][0]
     for (ref, _), value in zip(inside, values):
         stats.values[ref] = need.normalise(value)
     return True

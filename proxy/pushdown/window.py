@@ -19,15 +19,15 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     (1-based, within 1..n; counted from the largest when ``from_top``) among the
     column's non-null values in scope."""
     scope = scope_select(plan, (need,), clip_rows_per_unit)
-    value = exp.column("c0")
 
     def fetch(first: int, last: int) -> list[float]:
         if last < first:
             return []
-        statement = (exp.select(value).from_(scope.subquery("s"))
-                     .where(value.is_(exp.null()).not_())
-                     .order_by(exp.Ordered(this=value, desc=from_top))
-                     .limit(last - first + 1).offset(first - 1))
-        return [need.normalise(row[0]) for row in execute(statement.sql(dialect=dialect))]
+        value = exp.column("c0")
+        statement = (exp.select(value).from_(scope.subquery("s"), copy=False)  # the one copy
+                     .where(value.is_(exp.null()).not_(), copy=False)
+                     .order_by(exp.Ordered(this=value, desc=from_top), copy=False)
+                     .limit(last - first + 1, copy=False).offset(first - 1, copy=False))
+        return [need.normalise(row[0]) for row in execute(statement.sql(dialect=dialect, copy=False))]
 
     return fetch
