@@ -12,13 +12,12 @@ from contextlib import closing
 
 import pytest
 
-from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
-from proxy.settings import Settings
 from tests.conftest import load_table
+from tests.test_joins import recorded_statistics, refused_for_free
 
 RULES = parse_rules("""
 [defaults]
@@ -113,23 +112,6 @@ def _largest(left: bool) -> int:
     return max(per_unit.values())
 
 
-def _statistics(engine: Engine, sql: str, model: str = "idp"):
-    plan = analyze(parse_statements(sql)[0], engine.rules, Settings(model=model))
-    statements: list[tuple[str, int]] = []
-    with engine.view(plan) as view:
-        run = view.tx.execute
-
-        def recording(text, params=()):
-            rows = run(text, params)
-            statements.append((text, len(rows)))
-            return rows
-
-        view.tx.execute = recording
-        shift, groups, _ = engine.statistics(plan, view)
-        keys = view.plan.group_keys() if plan.group_by else [()]
-    return shift, groups, keys, statements
-
-
 def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backend_url):
     _load(backend_url)
     with closing(open_backend(backend_url)) as backend:
@@ -137,7 +119,7 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
         grouped = ("SELECT p.region, COUNT(*), SUM(v.cost), MEDIAN(p.income) FROM visits v "
                    "JOIN people p ON v.person_id = p.person_id WHERE cost > 20 OR p.age < 30 "
                    "GROUP BY p.region")
-        shift, groups, keys, statements = _statistics(engine, grouped)
+        shift, groups, keys, statements = recorded_statistics(engine, grouped)
         # person 7: 3 visits x 2 rows of people; 3 visits x 1 row for 3, 11, 15, ...
         assert shift == _largest(left=False) == 6 and keys == [("a",), ("b",)]
         assert any("GROUP BY" in text and "people" in text for text, _ in statements)
@@ -148,25 +130,25 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
             assert stats.column("cost").total == pytest.approx(sum(v[1] for v, _ in scope))
             assert stats.column("p.income").n == len(scope)
         # the shift is read once per pair of data versions: the plain query's statements
-        _, _, _, again = _statistics(engine, grouped)
+        _, _, _, again = recorded_statistics(engine, grouped)
         plain = "SELECT kind, COUNT(*), SUM(cost), MEDIAN(cost) FROM visits GROUP BY kind"
-        _statistics(engine, plain)
-        *_, plain_statements = _statistics(engine, plain)
+        recorded_statistics(engine, plain)
+        *_, plain_statements = recorded_statistics(engine, plain)
         assert len(again) == len(plain_statements)
         assert all(rows <= len(keys) for _, rows in again)  # no protected row leaves
         assert all(" JOIN " in text for text, _ in again if "cost" in text)
         backend.query("INSERT INTO people VALUES (20, 99, 1.0, 'a', 'n')")  # 20: 0 visits
         backend.query("INSERT INTO visits VALUES (3, 1.0, 'x')")  # 3: 4 visits x 1 person
-        assert _statistics(engine, grouped)[0] == 6
+        assert recorded_statistics(engine, grouped)[0] == 6
         backend.query("INSERT INTO visits VALUES (7, 1.0, 'x')")  # 7: 4 visits x 2 people
-        assert _statistics(engine, grouped)[0] == 8
+        assert recorded_statistics(engine, grouped)[0] == 8
         backend.query("DELETE FROM visits WHERE cost = 1.0 AND person_id IN (3, 7)")
         backend.query("DELETE FROM people WHERE person_id = 20 AND age = 99")
 
         # LEFT: every visit stays (50, 51 and the one without a person: NULL columns)
         left = ("SELECT COUNT(*), MEDIAN(v.cost) FROM visits v LEFT JOIN people p "
                 "ON v.person_id = p.person_id WHERE p.age IS NULL OR p.age > 40")
-        shift, groups, _, _ = _statistics(engine, left)
+        shift, groups, _, _ = recorded_statistics(engine, left)
         scope = [v for v, p in _joined(left=True) if p is None or p[1] > 40]
         assert shift == _largest(left=True) and groups[()].rows == len(scope)
         assert groups[()].column("cost").n == len(scope)
@@ -175,7 +157,7 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
         three = ("SELECT r.name, COUNT(*), COUNT(DISTINCT person_id) FROM visits v "
                  "JOIN people p ON v.person_id = p.person_id "
                  "JOIN regions r ON p.region = r.code GROUP BY r.name")
-        shift, groups, keys, _ = _statistics(engine, three)
+        shift, groups, keys, _ = recorded_statistics(engine, three)
         assert shift == 6 and keys == [("Alpha",), ("Beta",)]
         for (name,) in keys:
             scope = [(v, p) for v, p in _joined() if REGIONS.get(p[3]) == name]
@@ -193,7 +175,7 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
         # DP: one unit contributes at most 2 x 1 joined rows, whatever the data (7 owns 6)
         ungrouped = ("SELECT COUNT(*) FROM visits v JOIN people p "
                      "ON v.person_id = p.person_id WHERE v.cost >= 0")
-        shift, groups, _, _ = _statistics(engine, ungrouped, model="dp")
+        shift, groups, _, _ = recorded_statistics(engine, ungrouped, model="dp")
         per_unit: dict = {}
         for visit, _ in _joined():
             per_unit[visit[0]] = per_unit.get(visit[0], 0) + 1
@@ -205,7 +187,7 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
         # afresh for each query, in the query's snapshot
         backend.data_version = lambda tx, table: None
         for _ in range(2):
-            shift, _, _, statements = _statistics(engine, left)
+            shift, _, _, statements = recorded_statistics(engine, left)
             assert shift == _largest(left=True)
             assert sum("GROUP BY" in text and "people" in text for text, _ in statements) == 1
 
@@ -247,13 +229,7 @@ def engine(tmp_path_factory):
 @pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
 def test_refused_unit_joins_say_what_is_allowed_and_spend_nothing(engine, sql, sqlstate,
                                                                   fragment):
-    before = engine.ledger.entries(), engine.ledger.budgets()
-    with pytest.raises(Refused) as refused:
-        list(engine.session("alice").execute(sql))
-    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
-    message = str(refused.value)
-    assert refused.value.sqlstate == sqlstate and fragment in message, message
-    assert "\n" not in message
+    refused_for_free(engine, sql, sqlstate, fragment)
 
 
 def test_dp_over_a_unit_join_needs_both_bounds(engine):
