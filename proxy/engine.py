@@ -163,9 +163,10 @@ class Engine:
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:
-        """Under DP c is the declared contribution bound. Under iDP it is the table's
-        largest per-unit row count, recomputed only when the table's data version
-        changes. Where the backend has no cheap version, a fingerprint of the unit column
+        """Under DP c is the declared contribution bound (of two protected tables joined
+        on the unit: the product of theirs). Under iDP it is the table's largest
+        per-unit row count (joined: the most joined rows one unit owns), recomputed only
+        when the data version changes. Where the backend has no cheap version, a fingerprint of the unit column
         serves, riding along in the statistics' first scan when there is no GROUP BY
         (the counts and sums do not depend on s; the ranks do). ``counted``: every
         column's n is needed (the private levels read windows)."""

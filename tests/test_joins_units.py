@@ -171,6 +171,8 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
         assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
         (answer,) = session.execute(grouped)
         assert [row[0] for row in answer.rows] == ["a", "b"]
+        assert engine.ledger.entries()[-1][8] == ("modify all records of one person_id in "
+                                                  "visits and people")
 
         # DP: one unit contributes at most 2 x 1 joined rows, whatever the data (7 owns 6)
         ungrouped = ("SELECT COUNT(*) FROM visits v JOIN people p "

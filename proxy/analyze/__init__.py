@@ -351,7 +351,7 @@ def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] =
 
 
 def _aggregated(resolve, table: Table, joins: tuple[Join, ...]):
-    """The resolver of aggregate arguments: the protected table's columns only."""
+    """The resolver of aggregate arguments: the protected tables' columns only."""
     return protected_only(resolve, table) if joins else resolve
 
 
