@@ -164,6 +164,17 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
             assert groups[(name,)].rows == len(scope)
             assert groups[(name,)].units == len({v[0] for v, _ in scope})
 
+        # a table joined with itself on the unit: b = a, c = the most rows squared
+        own = ("SELECT COUNT(*) FROM visits v JOIN visits w ON v.person_id = w.person_id "
+               "WHERE w.cost > 50")
+        shift, groups, _, _ = recorded_statistics(engine, own)
+        per_person: dict = {}
+        for visit in VISITS:
+            per_person[visit[0]] = per_person.get(visit[0], 0) + 1
+        assert shift == max(n * n for unit, n in per_person.items() if unit is not None)
+        assert groups[()].rows == sum(1 for v in VISITS for w in VISITS if v[0] is not None
+                                      and v[0] == w[0] and w[1] > 50)
+
         # the joined COUNT(*) is never public: charged, as every aggregate of a join
         session = engine.session("alice")
         (answer,) = session.execute("SELECT COUNT(*) FROM visits v LEFT JOIN people p "
