@@ -64,7 +64,7 @@ class Engine:
             if not table.public or table.unique:  # a joinable public table's keys, too
                 backend.track_versions(table.name)
         self.rng = rng or SecureSource()
-        self._unit_bounds: dict[tuple[str, str], int] = {}
+        self._unit_bounds: dict[tuple, int] = {}
         self._public_keys: dict[tuple[str, str, str], tuple] = {}
 
     def session(self, analyst: str):
@@ -163,9 +163,10 @@ class Engine:
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:
-        """Under DP c is the declared contribution bound. Under iDP it is the table's
-        largest per-unit row count, recomputed only when the table's data version
-        changes. Where the backend has no cheap version, a fingerprint of the unit column
+        """Under DP c is the declared contribution bound (of two protected tables joined
+        on the unit: the product of theirs). Under iDP it is the table's largest
+        per-unit row count (joined: the most joined rows one unit owns), recomputed only
+        when the data version changes. Where the backend has no cheap version, a fingerprint of the unit column
         serves, riding along in the statistics' first scan when there is no GROUP BY
         (the counts and sums do not depend on s; the ranks do). ``counted``: every
         column's n is needed (the private levels read windows)."""
@@ -179,6 +180,9 @@ class Engine:
             shift = (clip or 1) * table.group_size
             return shift, compute_statistics(plan, needs(shift), dialect, clip, tx.execute), \
                 version
+        if version is None and _partner(plan) is not None:
+            shift = self._bound(plan, tx) * table.group_size  # uncached: no version
+            return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), None
         if version is None:
             unit = table.columns.get(table.privacy_unit)
             folded = self.backend.fingerprint_aggregates(
@@ -262,13 +266,24 @@ class Engine:
         return cache_key(sql, plan, calibration, version)
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:
-        """c·g with c cached per (table, data version)."""
-        table = plan.table
-        key = (table.name, version)
+        """c·g with c cached per (table, data version); for two protected tables joined
+        on the unit, per (join, pair of data versions)."""
+        key = (plan.table.name, _partner(plan), version)
         if key not in self._unit_bounds:
-            sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect)
-            self._unit_bounds[key] = max(1, int(tx.execute(sql)[0][0]))
-        return self._unit_bounds[key] * table.group_size
+            self._unit_bounds[key] = self._bound(plan, tx)
+        return self._unit_bounds[key] * plan.table.group_size
+
+    def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
+        """c, read in the backend: the largest number of (joined) rows one unit owns."""
+        table = plan.table
+        sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect,
+                             _partner(plan))
+        return max(1, int(tx.execute(sql)[0][0]))
+
+
+def _partner(plan: QueryPlan) -> tuple[str, bool] | None:
+    """The second protected table joined on the unit, and whether the join is LEFT."""
+    return next(((join.table.name, join.left) for join in plan.joins if join.protected), None)
 
 
 def _check_schema(rules: Rules, backend: Backend) -> None:

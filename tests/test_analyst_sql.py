@@ -1,5 +1,5 @@
-"""Issue 16's list of analyst SQL that was refused, and issue 18's joins with a public
-table, on the demo through ``idp-proxy serve`` on both backends: each statement is
+"""Issue 16's list of analyst SQL that was refused, and issue 18's joins (with a public
+table, of two protected tables on the privacy unit), on the demo through ``idp-proxy serve`` on both backends: each statement is
 answered with noise and its privacy notice, charged once (ε per aggregate), and its
 repeat comes from the answer cache, free and the same."""
 
@@ -34,6 +34,11 @@ ASKED = [
       "GROUP BY r.name"), 1),
     (("SELECT COUNT(*), AVG(p.age) FROM people p LEFT JOIN regions r ON p.region = r.code "
       "WHERE r.name <> 'Western district'"), 2),
+    # issue 18, item 2: two protected tables joined on the privacy unit, and a public one
+    (("SELECT p.region, COUNT(*) FROM visits v JOIN people p ON v.person_id = p.person_id "
+      "GROUP BY p.region"), 1),
+    (("SELECT r.name, SUM(v.cost), MEDIAN(p.age) FROM visits v JOIN people p "
+      "ON v.person_id = p.person_id JOIN regions r ON p.region = r.code GROUP BY r.name"), 2),
 ]
 
 

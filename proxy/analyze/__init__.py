@@ -19,7 +19,7 @@ from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
 from proxy.analyze.having import having_plan
-from proxy.analyze.joins import PublicJoin, joined_table, protected_only, resolver, split_joins
+from proxy.analyze.joins import Join, joined_table, protected_only, resolver, split_joins
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.plan import (
@@ -122,7 +122,8 @@ def analyze(
     outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
     if outer is not None:
         return outer
-    alone, joins = split_joins(select, rules)  # public tables joined many-to-one
+    # public tables joined many-to-one, a second protected table on the privacy unit
+    alone, joins = split_joins(select, rules)
     _refuse_compound(alone)
     table = joined_table(_the_protected_table(alone, rules), joins)
     _limit(select)
@@ -144,6 +145,11 @@ def analyze(
     aggregates, outputs = _select_list(select, table, group_by, resolve,
                                        _aggregated(resolve, table, joins))
     model = settings.resolve_model(rules)
+    for join in joins:  # the joined bound is the product of both tables' bounds
+        if model == "dp" and join.protected and join.table.max_rows_per_unit is None:
+            raise NotSupported(f"the DP model on {join.table.name} needs max_rows_per_unit in "
+                               "the rules (a contribution bound per privacy unit); use "
+                               "idp.model = 'idp'")
     _check_domains(table, aggregates, model)
     where = select.args.get("where")
     plan = QueryPlan(
@@ -326,7 +332,7 @@ def _the_protected_table(select: exp.Select, rules: Rules) -> Table:
     return declared
 
 
-def _column_resolver(table: Table, select: exp.Select, joins: tuple[PublicJoin, ...] = ()):
+def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] = ()):
     alias = select.args["from_"].this.alias_or_name.lower()
     if joins:
         return resolver(table, alias, joins)
@@ -344,8 +350,8 @@ def _column_resolver(table: Table, select: exp.Select, joins: tuple[PublicJoin, 
     return resolve
 
 
-def _aggregated(resolve, table: Table, joins: tuple[PublicJoin, ...]):
-    """The resolver of aggregate arguments: the protected table's columns only."""
+def _aggregated(resolve, table: Table, joins: tuple[Join, ...]):
+    """The resolver of aggregate arguments: the protected tables' columns only."""
     return protected_only(resolve, table) if joins else resolve
 
 

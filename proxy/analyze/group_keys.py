@@ -198,7 +198,7 @@ def group_term(node: exp.Expression, table: Table, resolve,
 
 def _plain_column(name: str, table: Table, label: str) -> GroupKey:
     column = table.columns[name]
-    if column.keys is None and isinstance(column, JoinedColumn):
+    if column.keys is None and isinstance(column, JoinedColumn) and not column.protected:
         # a public table's column: its keys are the public table's values, read by the
         # engine in the query's snapshot (proxy.engine.Engine.view); () until then
         return GroupKey(label, PUBLIC, name, (), column.type)

@@ -1,4 +1,5 @@
-"""Joins of one protected table with public tables on a unique key (issue 18, item 1).
+"""Joins of one protected table with public tables on a unique key (issue 18, item 1),
+and of two protected tables on the privacy unit both declare (item 2).
 
 ``SELECT r.name, MEDIAN(p.income) FROM people p JOIN regions r ON p.region = r.code
 GROUP BY r.name``: the public table's join key is declared unique in the rules
@@ -19,8 +20,20 @@ columns may be used in WHERE and GROUP BY (their keys then come from the public 
 itself); aggregates take columns of the protected table. Everything else is refused in
 one line naming this form: RIGHT, FULL, CROSS, NATURAL and USING joins, a public table
 on the preserving side of an outer join, a join on a column not declared unique, ON
-conditions other than equalities of a protected and a public column, and joins of two
-protected tables.
+conditions other than equalities of a protected and a public column.
+
+Two protected tables (``FROM visits v [LEFT] JOIN people p ON v.person_id =
+p.person_id``) join on the privacy unit both declare, inner or LEFT (the first
+protected table preserved), alongside public tables as above (also on the second
+protected table's columns). The joined relation keeps the first table's privacy unit;
+a unit's joined rows are its rows in one table times its rows in the other (LEFT: times
+at least one), which the engine bounds per pair of data versions (``proxy.pushdown.
+scope.unit_bound_sql``) and DP bounds by the product of the declared
+``max_rows_per_unit`` (docs/privacy.md §3.10). Columns of either protected table may
+be aggregated, filtered and grouped (by declared keys); an inner join's other ON
+conditions are filters. Refused: a join of protected tables on any other column, of
+tables without the same declared privacy unit, of more than two protected tables, and
+a LEFT join whose ON is more than the unit equality.
 """
 
 from __future__ import annotations
@@ -37,17 +50,28 @@ ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the ru
            "r's key unique ([tables.r] unique = [\"key\"])")
 
 
+def unit_allowed(first: Table, second: Table) -> str:
+    """The one join of these two protected tables that is answered."""
+    unit = first.privacy_unit or second.privacy_unit or "unit"
+    return (f"FROM {first.name} a [LEFT] JOIN {second.name} b ON a.{unit} = b.{unit}, both "
+            f"tables declaring privacy_unit = \"{unit}\"")
+
+
 @dataclass(frozen=True)
-class PublicJoin:
-    """One public table joined many-to-one: ``pairs`` of (protected column, public
-    column) are equated, ``key`` (one of them) is declared unique; ``left``: protected
-    rows without a match stay, with NULL public columns."""
+class Join:
+    """One table joined to the plan's protected table. A public table, many-to-one:
+    ``pairs`` of (protected column, public column) are equated, ``key`` (one of them) is
+    declared unique; ``left``: protected rows without a match stay, with NULL public
+    columns. ``protected``: a second protected table joined on the privacy unit (the
+    one pair (unit, unit), ``key`` its unit column); ``left``: the first table's rows
+    without one stay, with NULL columns of the second."""
 
     table: Table
     alias: str
     pairs: tuple[tuple[str, str], ...]
     key: str
     left: bool
+    protected: bool = False
 
     def column_name(self, column: str) -> str:
         """The public column's name among the plan's columns (``r.name``): a dot never
@@ -57,27 +81,30 @@ class PublicJoin:
 
 @dataclass(frozen=True)
 class JoinedColumn(Column):
-    """A public table's column as a column of the joined plan's table; ``join`` is the
-    alias of its public table, ``source`` its name there."""
+    """A joined table's column as a column of the joined plan's table; ``join`` is the
+    alias of its table, ``source`` its name there; ``protected``: of the second
+    protected table (aggregated like the first's; grouped by declared keys only)."""
 
     join: str = ""
     source: str = ""
+    protected: bool = False
 
 
 def split_joins(select: exp.Select, rules: Rules
-                ) -> tuple[exp.Select, tuple[PublicJoin, ...]]:
-    """``select`` without its joins (the protected table alone in FROM) and the public
-    joins; ``select`` itself and no joins when it has none. Refused (one line naming
-    the allowed form) unless every join is a public table's, many-to-one."""
+                ) -> tuple[exp.Select, tuple[Join, ...]]:
+    """``select`` without its joins (the first protected table alone in FROM) and the
+    joins (a second protected table's first); ``select`` itself and no joins when it
+    has none. Refused (one line naming the allowed form) unless every join is a public
+    table's, many-to-one, or a second protected table's on the privacy unit."""
     joins = select.args.get("joins") or []
     if not joins:
         return select, ()
     sources = [(select.args["from_"].this, None), *[(join.this, join) for join in joins]]
     declared = [_declared(node, rules) for node, _ in sources]
     protected = [i for i, table in enumerate(declared) if not table.public]
-    if len(protected) > 1:
-        raise NotSupported("joins of two protected tables are not supported; join one "
-                           f"protected table with public tables: {ALLOWED}")
+    if len(protected) > 2:
+        raise NotSupported("a join reads at most two protected tables, on their privacy unit: "
+                           f"{unit_allowed(declared[protected[0]], declared[protected[1]])}")
     if not protected:
         raise NotSupported("this join reads public tables only through functions the proxy "
                            "does not pass through; use columns, comparisons and aggregates")
@@ -87,43 +114,54 @@ def split_joins(select: exp.Select, rules: Rules
         raise NotSupported("a public table on the preserving side of an outer join would "
                            "answer for rows that are not the protected table's; put the "
                            f"protected table first: {ALLOWED}")
+    second = protected[1] if len(protected) > 1 else None
+    allowed = ALLOWED if second is None else unit_allowed(declared[first], declared[second])
     for _, join in sources[1:]:
-        _check_kind(join)
+        _check_kind(join, allowed)
     for table in declared:
         if table.public and not table.unique:
             raise NotSupported(f"a join with the public table {table.name} needs a key the "
                                f"rules declare unique ([tables.{table.name}] unique = "
                                f"[\"key\"]), so that no protected row is counted twice: "
                                f"{ALLOWED}")
+    if second is not None:
+        _check_units(declared[first], declared[second])
     base = sources[first][0]
     names = {(node.alias_or_name.lower()): table for (node, _), table in zip(sources, declared)}
     if len(names) != len(sources):
         raise NotSupported("name each table of the join once (give the same table two "
                            "aliases)")
     protected_alias = base.alias_or_name.lower()
+    other = sources[second][0].alias_or_name.lower() if second is not None else None
     conditions: dict[str, list[tuple[str, str]]] = {name: [] for name in names
                                                    if name != protected_alias}
     filters = []  # an inner join's other ON conditions: filters, as in WHERE
     for node, join in sources[1:]:
         own = node.alias_or_name.lower() if join.args.get("side") else None
-        pairs, others = _equalities(join.args.get("on"), protected_alias, names, own)
+        pairs, others = _equalities(join.args.get("on"), protected_alias, other, names, own)
         for pair in pairs:
             conditions[pair[0]].append(pair[1:])
         filters += others
-    public = []
+    found = []
     for index, (node, join) in enumerate(sources):
         if index == first:
             continue
         alias, table = node.alias_or_name.lower(), declared[index]
         pairs = tuple(conditions[alias])
+        left = bool(join is not None and join.args.get("side"))
+        if index == second:
+            if not pairs:
+                raise NotSupported(f"two protected tables join on their privacy unit only: "
+                                   f"{unit_allowed(declared[first], table)}")
+            found.insert(0, Join(table, alias, pairs[:1], table.privacy_unit, left, True))
+            continue
         keys = [public_column for _, public_column in pairs if public_column in table.unique]
         if not keys:
             plural = "s" if len(table.unique) > 1 else ""
             raise NotSupported(f"the join with {table.name} must match its unique key{plural} "
                                f"{', '.join(table.unique)} to a column of the protected table "
                                f"(another join may count a protected row twice): {ALLOWED}")
-        left = bool(join is not None and join.args.get("side"))
-        public.append(PublicJoin(table, alias, pairs, keys[0], left))
+        found.append(Join(table, alias, pairs, keys[0], left))
     alone = select.copy()
     alone.set("joins", None)
     alone.set("from_", exp.From(this=base.copy()))
@@ -131,7 +169,22 @@ def split_joins(select: exp.Select, rules: Rules
     if filters:
         alone.set("where", exp.Where(this=exp.and_(*filters, *([where.this] if where else []),
                                                    copy=True)))
-    return alone, tuple(public)
+    return alone, tuple(found)
+
+
+def _check_units(first: Table, second: Table) -> None:
+    """Two protected tables join only when both declare the same privacy unit: its
+    values then name the same people in both, and one unit's joined rows are its own."""
+    for table in (first, second):
+        if table.privacy_unit is None:
+            raise NotSupported(f"{table.name} has no privacy_unit (row-level privacy), so it "
+                               "joins no other protected table; two protected tables join "
+                               f"on the privacy unit both declare: {unit_allowed(first, second)}")
+    if first.privacy_unit != second.privacy_unit:
+        raise NotSupported(f"{first.name} and {second.name} declare different privacy units "
+                           f"({first.privacy_unit}, {second.privacy_unit}); two protected "
+                           "tables join only on the privacy unit both declare (FROM a [LEFT] "
+                           "JOIN b ON a.unit = b.unit)")
 
 
 def _declared(node: exp.Expression, rules: Rules) -> Table:
@@ -146,27 +199,32 @@ def _declared(node: exp.Expression, rules: Rules) -> Table:
     return table
 
 
-def _check_kind(join: exp.Join) -> None:
+def _check_kind(join: exp.Join, allowed: str) -> None:
     side, kind = join.args.get("side"), (join.args.get("kind") or "").upper()
     if join.args.get("method") or join.args.get("using"):
         what = "NATURAL" if join.args.get("method") else "USING"
-        raise NotSupported(f"{what} joins are not supported; name the columns: {ALLOWED}")
+        raise NotSupported(f"{what} joins are not supported; name the columns: {allowed}")
     if side and side.upper() != "LEFT":
         raise NotSupported(f"{side.upper()} joins are not supported (they keep rows that are "
                            f"not the protected table's); use [INNER] JOIN or LEFT JOIN: "
-                           f"{ALLOWED}")
+                           f"{allowed}")
     if kind not in ("", "INNER", "OUTER") or join.args.get("on") is None:
         what = f"{kind} joins" if kind else "joins without ON (FROM a, b)"
-        raise NotSupported(f"{what} are not supported; join on equal columns: {ALLOWED}")
+        raise NotSupported(f"{what} are not supported; join on equal columns: {allowed}")
 
 
-def _equalities(on: exp.Expression, protected: str, names: dict[str, Table],
-                own: str | None) -> tuple[list[tuple[str, str, str]], list[exp.Expression]]:
-    """(public alias, protected column, public column) of each ON equality, and the
-    other ON conditions (filters, as in WHERE: an inner join's only); ``own``: a LEFT
-    join's public alias, the only public table its ON may name."""
+def _equalities(on: exp.Expression, protected: str, other: str | None,
+                names: dict[str, Table], own: str | None
+                ) -> tuple[list[tuple[str, str, str]], list[exp.Expression]]:
+    """(joined alias, protected column, its column) of each ON equality that joins a
+    table: a public column equated with a column of a protected table (the second
+    protected table's named as in the joined plan, ``alias.column``), or (``other``)
+    the second protected table's unit equated with the first's; and the other ON
+    conditions (filters, as in WHERE: an inner join's only); ``own``: an outer join's
+    own alias, the only joined table its ON may name."""
     while isinstance(on, exp.Paren):
         on = on.this
+    mine = {protected} | ({other} if other else set())
     found, others = [], []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
@@ -174,7 +232,18 @@ def _equalities(on: exp.Expression, protected: str, names: dict[str, Table],
         sides = (condition.this, condition.expression) if isinstance(condition, exp.EQ) \
             else ()
         aliases = [s.table.lower() for s in sides if isinstance(s, exp.Column)]
-        if not (len(aliases) == 2 and all(aliases) and aliases.count(protected) == 1):
+        both = len(aliases) == 2 and all(aliases) and set(aliases) == mine and other
+        if both and _unit_pair(sides, names):
+            if own is not None and own != other:
+                raise NotSupported("a LEFT JOIN's ON names its own table and the protected "
+                                   f"one: {ALLOWED}")
+            found.append((other, names[protected].privacy_unit, names[other].privacy_unit))
+            continue
+        if own is not None and own == other:
+            raise NotSupported("a LEFT JOIN of two protected tables is ON their privacy units "
+                               "only; filter with WHERE: "
+                               f"{unit_allowed(names[protected], names[other])}")
+        if not (len(aliases) == 2 and all(aliases) and len(mine & set(aliases)) == 1):
             if own is not None:
                 raise NotSupported("a LEFT JOIN's ON equates a protected column with a "
                                    "public one, both qualified (p.region = r.code); filter "
@@ -184,21 +253,26 @@ def _equalities(on: exp.Expression, protected: str, names: dict[str, Table],
         unknown = [a for a in aliases if a not in names]
         if unknown:
             raise UnknownTable(f"no table {unknown[0]} in this query's FROM and JOIN")
-        inside, outside = (sides[0], sides[1]) if aliases[0] == protected else sides[::-1]
-        alias = outside.table.lower()
+        inside, outside = (sides[0], sides[1]) if aliases[0] in mine else sides[::-1]
+        alias, inner = outside.table.lower(), inside.table.lower()
         if own is not None and alias != own:
             raise NotSupported("a LEFT JOIN's ON names its own public table and the "
                                f"protected one: {ALLOWED}")
-        found.append((alias, _column_of(inside, names[protected]),
-                      _column_of(outside, names[alias])))
-    protected_table = names[protected]
-    for alias, inside, outside in found:
-        mine, theirs = protected_table.columns[inside], names[alias].columns[outside]
-        if mine.type != theirs.type and not (mine.numeric and theirs.numeric):
-            raise NotSupported(f"the join compares {protected_table.name}.{inside} "
-                               f"({mine.type}) with {names[alias].name}.{outside} "
+        mine_name, theirs_name = _column_of(inside, names[inner]), _column_of(outside,
+                                                                                names[alias])
+        mine_column, theirs = names[inner].columns[mine_name], names[alias].columns[theirs_name]
+        if mine_column.type != theirs.type and not (mine_column.numeric and theirs.numeric):
+            raise NotSupported(f"the join compares {names[inner].name}.{mine_name} "
+                               f"({mine_column.type}) with {names[alias].name}.{theirs_name} "
                                f"({theirs.type}); join columns of the same type")
+        found.append((alias, mine_name if inner == protected else f"{inner}.{mine_name}",
+                      theirs_name))
     return found, others
+
+
+def _unit_pair(sides, names: dict[str, Table]) -> bool:
+    """Whether two qualified columns are their tables' privacy units."""
+    return all(side.name.lower() == names[side.table.lower()].privacy_unit for side in sides)
 
 
 def _column_of(column: exp.Column, table: Table) -> str:
@@ -209,31 +283,45 @@ def _column_of(column: exp.Column, table: Table) -> str:
     return name
 
 
-def joined_table(table: Table, joins: tuple[PublicJoin, ...]) -> Table:
-    """The protected table with every public table's declared columns added, named
-    ``alias.column`` (the row-by-row map the join is)."""
+def joined_table(table: Table, joins: tuple[Join, ...]) -> Table:
+    """The protected table with every joined table's declared columns added, named
+    ``alias.column`` (for public tables, the row-by-row map the join is). With a second
+    protected table joined on the unit, the joined relation is user-level on that unit:
+    group privacy covers the larger ``group_size`` of the two, and under DP one unit
+    contributes at most the product of their ``max_rows_per_unit`` (None when either
+    declares none)."""
     if not joins:
         return table
     columns = dict(table.columns)
+    group_size, max_rows = table.group_size, table.max_rows_per_unit
     for join in joins:
         for name, column in join.table.columns.items():
             columns[join.column_name(name)] = JoinedColumn(
                 join.column_name(name), column.type, column.lower, column.upper, column.keys,
-                True, column.declared_resolution, column.time_domain, join.alias, name)
-    return Table(table.name, table.public, table.privacy_unit, table.group_size,
-                 table.max_rows_per_unit, MappingProxyType(columns),
-                 table.individual_queries, table.unique)
+                column.public or not join.protected, column.declared_resolution,
+                column.time_domain, join.alias, name, join.protected)
+        if join.protected:
+            group_size = max(group_size, join.table.group_size)
+            other = join.table.max_rows_per_unit
+            max_rows = None if max_rows is None or other is None else max_rows * other
+    return Table(table.name, table.public, table.privacy_unit, group_size, max_rows,
+                 MappingProxyType(columns), table.individual_queries, table.unique)
 
 
-def resolver(table: Table, protected_alias: str, joins: tuple[PublicJoin, ...]):
-    """Column → its name among ``table``'s columns (a public one as ``alias.column``):
-    qualified by the protected table's alias or name, by a public table's, or
-    unqualified when exactly one table of the join declares it."""
+def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
+    """Column → its name among ``table``'s columns (a joined one as ``alias.column``):
+    qualified by the protected table's alias or name, by a joined table's, or
+    unqualified when exactly one table of the join declares it. The privacy unit of a
+    protected table joined on it (inner) is the first table's: the same value."""
     by_alias = {join.alias: join for join in joins}
+    same_unit = {join.alias: join.table.privacy_unit for join in joins
+                 if join.protected and not join.left}
 
     def resolve(column: exp.Column) -> str:
         qualifier = column.table.lower()
         name = column.name if column.name in table.columns else column.name.lower()
+        if qualifier in same_unit and name.lower() == same_unit[qualifier]:
+            return resolve(exp.column(name, table=protected_alias))
         if qualifier in by_alias:
             join = by_alias[qualifier]
             if name.lower() not in join.table.columns:
@@ -243,7 +331,8 @@ def resolver(table: Table, protected_alias: str, joins: tuple[PublicJoin, ...]):
         if qualifier and qualifier not in (protected_alias, table.name):
             raise UnknownColumn(f"column {column.sql()} does not belong to a table of this "
                                 "query")
-        public = [join for join in by_alias.values() if name.lower() in join.table.columns]
+        public = [join for join in by_alias.values() if name.lower() in join.table.columns
+                  and same_unit.get(join.alias) != name.lower()]
         own = name in table.columns and not isinstance(table.columns[name], JoinedColumn)
         if not qualifier and own + len(public) > 1:
             raise UnknownColumn(f"column {name} is ambiguous (more than one table of the "
@@ -261,11 +350,12 @@ def resolver(table: Table, protected_alias: str, joins: tuple[PublicJoin, ...]):
 
 
 def protected_only(resolve, table: Table):
-    """``resolve`` refusing public columns: aggregates take the protected table's."""
+    """``resolve`` refusing public columns: aggregates take the protected tables'."""
 
     def aggregated(column: exp.Column) -> str:
         name = resolve(column)
-        if isinstance(table.columns.get(name), JoinedColumn):
+        joined = table.columns.get(name)
+        if isinstance(joined, JoinedColumn) and not joined.protected:
             raise NotSupported(f"aggregates take columns of the protected table {table.name}; "
                                f"public columns ({column.sql()}) may be used in WHERE, GROUP BY "
                                "and ON")

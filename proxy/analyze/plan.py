@@ -15,7 +15,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze.group_keys import GroupKey
-from proxy.analyze.joins import PublicJoin
+from proxy.analyze.joins import Join
 from proxy.privacy.refinement import PriorSpec
 from proxy.rules import Table
 
@@ -68,7 +68,9 @@ class QueryPlan:
     individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
     smooth_gamma: float | None = None  # DP noise calibrated to the smooth sensitivity
     post: Any = None  # an outer query over the released rows (proxy.analyze.outer), or None
-    joins: tuple[PublicJoin, ...] = ()  # public tables joined many-to-one (proxy.analyze.joins)
+    # public tables joined many-to-one, a second protected table on the privacy unit
+    # (proxy.analyze.joins)
+    joins: tuple[Join, ...] = ()
 
     @property
     def cost(self) -> Decimal:
@@ -79,9 +81,11 @@ class QueryPlan:
     def public(self, aggregate: Aggregate) -> bool:
         """COUNT(*) of the whole table: every neighbour (modify one record, or all of
         one unit's) has the same number of rows, so it is not protected (SPEC §5.1). An
-        inner join with a public table keeps only the rows that match: not public."""
+        inner join with a public table keeps only the rows that match: not public; nor
+        is the row count of two protected tables joined (a unit's rows removed from one
+        of them changes it, docs/privacy.md §3.10)."""
         return (aggregate.kind == COUNT and aggregate.column is None and self.where is None
-                and all(join.left for join in self.joins)
+                and all(join.left and not join.protected for join in self.joins)
                 and not self.group_by and self.prior is None and not self.individual)
 
     def group_keys(self) -> list[tuple[Any, ...]]:

@@ -65,14 +65,16 @@ def scope_select(
 
 
 def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expression:
-    """What the plan's rows are read from: its table, or with public tables joined
+    """What the plan's rows are read from: its table, or with tables joined
     (``proxy.analyze.joins``) the join as a subquery named as the table, whose rows are
-    the table's (its columns as they are) with each public column as ``alias.column``.
+    the table's (its columns as they are) with each joined column as ``alias.column``.
 
-    Each public table is read as its rows whose join key occurs once in it, whatever
-    the rules said at start: a protected row meets at most one public row in every
-    query, so the join stays a row-by-row map of the protected table (docs/privacy.md
-    §3.9) even after a duplicate key is written to the public table."""
+    A second protected table is joined first, on the privacy unit (inner or LEFT), so
+    that public tables may match columns of either protected table. Each public table
+    is read as its rows whose join key occurs once in it, whatever the rules said at
+    start: a row of the protected tables meets at most one public row in every query,
+    so the public join stays a row-by-row map (docs/privacy.md §3.9) even after a
+    duplicate key is written to the public table."""
     table = exp.to_table(plan.table.name, quoted=True)
     if sample_percent is not None:
         table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -80,18 +82,23 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     if not plan.joins:
         return table
     mine = "_idp_t"
-    joined = exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
-                        ).from_(table.as_(mine, quoted=True))
+    star = exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
+    joined = exp.select(star).from_(table.as_(mine, quoted=True))
     for index, join in enumerate(plan.joins):
         alias = f"_idp_j{index}"
         joined = joined.select(*[
             exp.alias_(exp.column(name, table=alias, quoted=True), join.column_name(name),
                        quoted=True) for name in join.table.columns], copy=False)
         on = exp.and_(*[exp.column(protected, table=mine, quoted=True).eq(
-            exp.column(public, table=alias, quoted=True)) for protected, public in join.pairs])
-        joined = joined.join(_unique_rows(join.table.name, join.key).subquery(alias,
-                                                                              copy=False),
-                             on=on, join_type="left" if join.left else "inner", copy=False)
+            exp.column(other, table=alias, quoted=True)) for protected, other in join.pairs])
+        read = (exp.to_table(join.table.name, quoted=True).as_(alias, quoted=True)
+                if join.protected else
+                _unique_rows(join.table.name, join.key).subquery(alias, copy=False))
+        joined = joined.join(read, on=on, join_type="left" if join.left else "inner",
+                             copy=False)
+        if join.protected and index + 1 < len(plan.joins):
+            # the public tables join the pair: its columns are read as they are named
+            joined = exp.select(star.copy()).from_(joined.subquery(mine, copy=False))
     return joined.subquery(exp.to_identifier(plan.table.name, quoted=True), copy=False)
 
 
@@ -118,15 +125,38 @@ def group_keys(plan: QueryPlan) -> tuple[str, ...]:
     return tuple(f"k{i}" for i in range(len(plan.group_by)))
 
 
-def unit_bound_sql(table: str, unit: str, dialect: str) -> str:
-    """The largest number of rows one privacy unit owns in the whole table (c of §5.2)."""
-    per_unit = (
-        exp.select(exp.alias_(exp.Count(this=exp.Star()), "cnt"))
-        .from_(exp.to_table(table, quoted=True))
-        .group_by(exp.column(unit, quoted=True))
-    )
-    query = exp.select(exp.func("coalesce", exp.Max(this=exp.column("cnt")), exp.Literal.number(0)))
-    return query.from_(per_unit.subquery("per_unit")).sql(dialect=dialect)
+def unit_bound_sql(table: str, unit: str, dialect: str, joined: tuple[str, bool] | None = None
+                   ) -> str:
+    """The largest number of rows one privacy unit owns in the whole table (c of §5.2).
+
+    ``joined`` = (table, left): of the two protected tables joined on the unit, the
+    largest number of joined rows one unit owns: max over units of rows in one table ×
+    rows in the other (LEFT: × at least one, a unit without rows in the second keeping
+    its rows of the first once each; units of the second table only join nothing).
+    NULL units join nothing; LEFT keeps the first table's NULL-unit rows, counted as
+    one unit as for one table (docs/privacy.md §3.10)."""
+    def per_unit(name: str) -> exp.Select:
+        return (exp.select(exp.alias_(exp.column(unit, quoted=True), "u"),
+                           exp.alias_(exp.Count(this=exp.Star()), "cnt"))
+                .from_(exp.to_table(name, quoted=True))
+                .group_by(exp.column(unit, quoted=True)))
+
+    if joined is None:
+        rows = exp.Max(this=exp.column("cnt"))
+        source = per_unit(table).subquery("per_unit")
+        query = exp.select(exp.func("coalesce", rows, exp.Literal.number(0))).from_(source)
+        return query.sql(dialect=dialect)
+    other, left = joined
+    theirs = exp.column("cnt", table="b")
+    if left:
+        theirs = exp.func("coalesce", theirs, exp.Literal.number(1))
+    rows = exp.Max(this=exp.Mul(this=exp.column("cnt", table="a"), expression=theirs))
+    query = (exp.select(exp.func("coalesce", rows, exp.Literal.number(0)))
+             .from_(per_unit(table).subquery("a"))
+             .join(per_unit(other).subquery("b"),
+                   on=exp.column("u", table="a").eq(exp.column("u", table="b")),
+                   join_type="left" if left else "inner"))
+    return query.sql(dialect=dialect)
 
 
 def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
