@@ -134,6 +134,17 @@ def fresh_postgres(postgres_url):
         yield url
 
 
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def module_backend_url(request, tmp_path_factory):
+    """One database per backend for a whole test module, for modules whose tests share
+    one engine over tables they only read (each test looks at its own ledger entries)."""
+    if request.param == "duckdb":
+        yield f"duckdb:///{tmp_path_factory.mktemp('module') / 'data.duckdb'}"
+        return
+    with new_database(request.getfixturevalue("postgres_url")) as url:
+        yield url
+
+
 @pytest.fixture
 def second_backend_url(backend_url, tmp_path, postgres_url):
     """Another empty database of the same kind as ``backend_url`` (a neighbour's data)."""

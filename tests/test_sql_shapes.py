@@ -34,7 +34,8 @@ RULES_TEXT = """
 [defaults]
 model = "idp"
 epsilon_per_query = 0.25
-budget_per_analyst = 100
+budget_per_analyst = 100000
+answer_cache = false
 max_groups = 400
 
 [analysts.zoe]
@@ -95,8 +96,11 @@ def _events() -> dict[str, list]:
     }
 
 
-@pytest.fixture
-def engine(backend_url):
+@pytest.fixture(scope="module")
+def engine(module_backend_url):
+    """One engine per backend for the module: its tests only read the tables, compare
+    their own ledger entries (``ask``), and the answer cache is off."""
+    backend_url = module_backend_url
     load_table(backend_url, "people", _people(), {"person_id": "INTEGER", "age": "INTEGER",
                                                   "income": "DOUBLE PRECISION",
                                                   "region": "TEXT"})
