@@ -16,21 +16,18 @@ alternate, and the median and minimum of each are printed.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.sum_avg import compare, on_backends, seconds
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from tests.pgserver import throwaway_postgres
 
 RULES = parse_rules("""
 [defaults]
@@ -99,29 +96,16 @@ def load(backend, visits: int) -> None:
             backend.query(f"ANALYZE {table}")
 
 
-def _seconds(action) -> float:
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
 def run(url: str, visits: int, repeat: int) -> None:
     backend = open_backend(url)
     load(backend, visits)
     engine = Engine(RULES, backend)
     for name, private_sql, plain in CASES:
         plan = analyze(parse_statements(private_sql)[0], RULES, Settings())
-        first = _seconds(lambda plan=plan: engine.statistics(plan))
-        raws, stats = [], []
-        for _ in range(repeat):  # interleaved, so a busy moment slows both
-            raws.append(_seconds(lambda sql=plain[backend.dialect]: backend.query(sql)))
-            stats.append(_seconds(lambda plan=plan: engine.statistics(plan)))
+        first = seconds(lambda plan=plan: engine.statistics(plan))
         print(f"{backend.dialect:8} {name:34} first (bound read) {first * 1000:8.1f} ms",
               flush=True)
-        for label, pick in (("median", statistics.median), ("min", min)):
-            raw, ours = pick(raws), pick(stats)
-            print(f"{backend.dialect:8} {name:34} {label:6} plain {raw * 1000:8.1f} ms  "
-                  f"statistics {ours * 1000:8.1f} ms  ratio {ours / raw:5.2f}x", flush=True)
+        compare(engine, name, private_sql, plain[backend.dialect], repeat)
     backend.close()
 
 
@@ -131,13 +115,7 @@ def main() -> None:
     parser.add_argument("--backends", default="duckdb,postgres")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    for name in args.backends.split(","):
-        if name == "duckdb":
-            with tempfile.TemporaryDirectory() as tmp:
-                run(f"duckdb:///{tmp}/bench.duckdb", args.visits, args.repeat)
-        else:
-            with throwaway_postgres() as url:
-                run(url, args.visits, args.repeat)
+    on_backends(args.backends, lambda url: run(url, args.visits, args.repeat))
 
 
 if __name__ == "__main__":

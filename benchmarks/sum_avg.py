@@ -35,10 +35,37 @@ CASES = [
 ]
 
 
-def _seconds(action) -> float:
+def seconds(action) -> float:
     start = time.perf_counter()
     action()
     return time.perf_counter() - start
+
+
+def compare(engine: Engine, name: str, private_sql: str, plain: str, repeat: int) -> None:
+    """The statistics of ``private_sql`` (every backend pass, no noise, no ledger) against
+    ``plain`` run directly, alternating; prints the median and the minimum of each."""
+    backend = engine.backend
+    plan = analyze(parse_statements(private_sql)[0], engine.rules, Settings())
+    raws, stats = [], []
+    for _ in range(repeat):  # interleaved, so a busy moment slows both
+        raws.append(seconds(lambda: backend.query(plain)))
+        stats.append(seconds(lambda: engine.statistics(plan)))
+    for label, pick in (("median", statistics.median), ("min", min)):
+        raw, ours = pick(raws), pick(stats)
+        print(f"{backend.dialect:8} {name:34} {label:6} plain {raw * 1000:8.1f} ms  "
+              f"statistics {ours * 1000:8.1f} ms  ratio {ours / raw:5.2f}x", flush=True)
+
+
+def on_backends(names: str, run) -> None:
+    """``run(url)`` on each of the comma-separated backends: a DuckDB file in a temporary
+    folder, a throwaway PostgreSQL."""
+    for name in names.split(","):
+        if name == "duckdb":
+            with tempfile.TemporaryDirectory() as tmp:
+                run(f"duckdb:///{tmp}/bench.duckdb")
+        else:
+            with throwaway_postgres() as url:
+                run(url)
 
 
 def run(url: str, rows: int, repeat: int) -> None:
@@ -46,15 +73,7 @@ def run(url: str, rows: int, repeat: int) -> None:
     load(backend, rows)
     engine = Engine(RULES, backend)
     for name, private_sql, plain in CASES:
-        plan = analyze(parse_statements(private_sql)[0], RULES, Settings())
-        raws, stats = [], []
-        for _ in range(repeat):  # interleaved, so a busy moment slows both
-            raws.append(_seconds(lambda sql=plain: backend.query(sql)))
-            stats.append(_seconds(lambda plan=plan: engine.statistics(plan)))
-        for label, pick in (("median", statistics.median), ("min", min)):
-            raw, ours = pick(raws), pick(stats)
-            print(f"{backend.dialect:8} {name:16} {label:6} plain {raw * 1000:7.1f} ms  "
-                  f"statistics {ours * 1000:7.1f} ms  ratio {ours / raw:5.2f}x", flush=True)
+        compare(engine, name, private_sql, plain, repeat)
     backend.close()
 
 
@@ -64,13 +83,7 @@ def main() -> None:
     parser.add_argument("--backends", default="duckdb,postgres")
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
-    for name in args.backends.split(","):
-        if name == "duckdb":
-            with tempfile.TemporaryDirectory() as tmp:
-                run(f"duckdb:///{tmp}/bench.duckdb", args.rows, args.repeat)
-        else:
-            with throwaway_postgres() as url:
-                run(url, args.rows, args.repeat)
+    on_backends(args.backends, lambda url: run(url, args.rows, args.repeat))
 
 
 if __name__ == "__main__":
