@@ -359,7 +359,6 @@ def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeyp
 
     monkeypatch.setattr(ungrouped, "_pilot_thresholds", pilot)
     monkeypatch.setattr(ungrouped, "_extremes", _must_not_run)
-    monkeypatch.setattr(ungrouped, "FOLDED_EXTREMES_DIALECTS", {"postgres", "duckdb"})
     plan, shift, groups = _statistics(backend_url, "SELECT SUM(y), AVG(x) FROM t")
     assert shift == 1
     for need in column_needs(plan, shift):

@@ -46,8 +46,7 @@ def ungrouped_statistics(
     clip_rows_per_unit: int | None, execute: Execute,
 ) -> GroupStats:
     thresholds = {}
-    if (dialect in FOLDED_EXTREMES_DIALECTS and clip_rows_per_unit is None
-            and any(_first_pass_work(need) for need in needs)):
+    if clip_rows_per_unit is None and any(_first_pass_work(need) for need in needs):
         thresholds = _pilot_thresholds(plan, needs, dialect, execute)
     group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute,
                           thresholds=thresholds)
@@ -55,10 +54,12 @@ def ungrouped_statistics(
     return group
 
 
-# Where SUM's and AVG's extremes ride in the first pass. DuckDB's two top-k scans cost
-# about what the folded pass does (measured at 1 M rows), and the pilot's SQL costs
-# Python time, so DuckDB keeps them; PostgreSQL scans once (and a 1 % sample) instead of 3 times.
-FOLDED_EXTREMES_DIALECTS = frozenset({"postgres"})
+# Where the first pass reads the scope as a subquery (``scope_select``), so each
+# normalised value is computed once per row however many aggregates use it: DuckDB
+# evaluates a repeated CASE once per use (the folded extremes use it four times; at
+# 1 M rows the pass took 13-15 ms, 8-9 ms from the subquery). PostgreSQL keeps the
+# form its pass was measured in (the table read directly).
+PROJECTED_SCOPE_DIALECTS = frozenset({"duckdb"})
 
 
 def first_pass(
@@ -78,6 +79,7 @@ def first_pass(
     group = GroupStats(columns={need.column: ColumnStats() for need in needs})
     clipped = clip_rows_per_unit is not None
     assert not (clipped and whole_table), "DP clipping needs no per-unit bound"
+    projected = clipped or (dialect in PROJECTED_SCOPE_DIALECTS and not whole_table)
     filtered = bool(whole_table) and plan.where is not None
     items, readers = [], []
 
@@ -90,12 +92,12 @@ def first_pass(
         items.append(scoped(exp.Count(this=exp.Star())))
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
     if counts_units(plan):
-        unit = exp.column("u") if clipped else exp.column(plan.table.privacy_unit, quoted=True)
+        unit = exp.column("u") if projected else exp.column(plan.table.privacy_unit, quoted=True)
         items.append(scoped(distinct_units(unit)))
         readers.append(lambda value: setattr(group, "units", int(value or 0)))
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
-        column = exp.column(f"c{index}") if clipped else needed_value(plan.table, need)
+        column = exp.column(f"c{index}") if projected else needed_value(plan.table, need)
         if need.count or need.total or any(r.anchor == PCT for r in need.ranks):
             items.append(scoped(exp.Count(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "n", int(value or 0)))
@@ -109,14 +111,15 @@ def first_pass(
             if (index, anchor) in (thresholds or {}) and not whole_table:
                 offsets = _offsets(need, anchor)
                 threshold = thresholds[index, anchor]
-                raw = (None if isinstance(plan.table.columns.get(need.column), DerivedColumn)
+                raw = (None if projected or isinstance(plan.table.columns.get(need.column),
+                                                       DerivedColumn)
                        else exp.column(need.column, quoted=True))
                 items.append(_beyond(column, threshold, max(offsets) + 1, anchor, raw))
                 readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets, t=threshold:
                                fill_extremes(n, s, a, o, _with_ties(value, t, max(o) + 1)))
     if not items and not whole_table:
         return group, []
-    if clipped:
+    if projected:
         statement = exp.select(*items).from_(scope_select(plan, needs, clip_rows_per_unit)
                                              .subquery("s", copy=False), copy=False)
     else:
