@@ -26,6 +26,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from proxy import jsontags
 from proxy.analyze.plan import QueryPlan
 from proxy.backends.base import Backend, Transaction
+from proxy.errors import KeyTaken
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key TEXT NOT NULL, "
            "table_name TEXT NOT NULL, version TEXT NOT NULL, answer TEXT NOT NULL, "
@@ -61,16 +62,24 @@ class AnswerCache:
     def store(self, analyst: str, key: str, table: str, version: str,
               answer: dict[str, Any]) -> dict[str, Any]:
         """Keep ``answer`` unless a racing session stored one first; return the kept one
-        as read back, so every session sees one answer per key, in one form."""
+        as read back, so every session sees one answer per key, in one form.
+
+        A plain INSERT, the race caught as the primary key's violation: DuckDB's
+        ``ON CONFLICT DO NOTHING RETURNING`` cost twice as much (4.7 against 2.2 ms
+        with its commit), and the race is rare."""
         text = jsontags.dumps(answer)
-        with self.backend.transaction() as tx:
-            if self._pruned.get(table) != version:  # older versions can never match
-                tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
-                           (table, version))
-            kept = tx.execute(
-                "INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
-                "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (analyst, key) DO NOTHING "
-                "RETURNING key", (analyst, key, table, version, text))
-            stored = jsontags.loads(text) if kept else self.lookup(tx, analyst, key)
-        self._pruned[table] = version
-        return stored
+        try:
+            with self.backend.transaction() as tx:
+                if self._pruned.get(table) != version:  # older versions can never match
+                    tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
+                               (table, version))
+                tx.execute("INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
+                           "VALUES (%s, %s, %s, %s, %s)", (analyst, key, table, version, text))
+        except KeyTaken:
+            with self.backend.transaction(snapshot=True) as tx:
+                kept = self.lookup(tx, analyst, key)
+            if kept is not None:  # else a newer version's first answer pruned it since
+                return kept
+        else:
+            self._pruned[table] = version
+        return jsontags.loads(text)

@@ -104,6 +104,13 @@ class QueryCanceled(BackendFailed):
     sqlstate = "57014"
 
 
+class KeyTaken(BackendFailed):
+    """An INSERT met a row with the same primary key (a racing session's, committed
+    first); its transaction is rolled back. Expected, so not logged."""
+
+    sqlstate = "23505"
+
+
 class DiskFull(BackendFailed):
     """The disk under the backend's files is full: nothing that must write (a debit, a
     ledger row, a cache entry) can commit until space is freed; the session stays."""

@@ -202,3 +202,20 @@ def test_a_snapshot_the_debit_left_dead_is_replaced(duckdb_url):
     engine.ledger.debit = debit
     assert run(zoe, QUERY)[0].rows == first.rows
     assert _statuses(engine) == [("charged", Decimal("0.6")), ("served from cache", 0)]
+
+
+def test_the_answer_stored_first_is_the_one_both_racers_get(url):
+    """Two sessions that asked the same new query at once both paid; the second to
+    store meets the first's entry (the primary key, a rolled-back INSERT) and gets that
+    answer back, so there is one answer per key. Its transaction left nothing behind:
+    the cache still holds one entry, and a third store of the key is refused the same."""
+    engine = _engine(url)
+    cache = engine.cache
+    first = cache.store("zoe", "k", "people", "v1", {"rows": [[1.0]]})
+    second = cache.store("zoe", "k", "people", "v1", {"rows": [[2.0]]})
+    assert first == second == {"rows": [[1.0]]}
+    assert cache.store("zoe", "k", "people", "v1", {"rows": [[3.0]]}) == first
+    with engine.backend.transaction(snapshot=True) as tx:
+        assert tx.execute("SELECT count(*) FROM idp.answers") == [(1,)]
+        assert cache.lookup(tx, "zoe", "k") == first
+    assert cache.store("ann", "k", "people", "v1", {"rows": [[4.0]]}) == {"rows": [[4.0]]}

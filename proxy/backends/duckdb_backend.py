@@ -13,7 +13,7 @@ import duckdb
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log, one_line
-from proxy.errors import BackendFailed, DatabaseInUse, DiskFull, QueryCanceled
+from proxy.errors import BackendFailed, DatabaseInUse, DiskFull, KeyTaken, QueryCanceled
 from proxy.pgtypes import postgres_type
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
@@ -220,6 +220,10 @@ def _errors(sql: str) -> Iterator[None]:
         yield
     except duckdb.InterruptException:
         raise QueryCanceled("canceling statement due to user request") from None
+    except duckdb.ConstraintException as exc:
+        if "duplicate key" not in str(exc).lower():
+            raise BackendFailed("the backend could not run this query") from None
+        raise KeyTaken("the key is taken") from None
     except duckdb.Error as exc:
         if "No space left on device" in str(exc):
             log.error("duckdb: disk full: %s -- in: %s", one_line(exc), sql)

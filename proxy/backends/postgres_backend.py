@@ -12,7 +12,14 @@ from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log, one_line
 from proxy.backends.pg_pool import ConnectionPool
-from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, ProxyError, QueryCanceled
+from proxy.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    DiskFull,
+    KeyTaken,
+    ProxyError,
+    QueryCanceled,
+)
 from proxy.pgtypes import NAMES, postgres_type
 
 # Data versions: a statement-level trigger, always enabled (also under
@@ -199,6 +206,8 @@ class _PostgresTransaction(Transaction):
             yield
         except psycopg.OperationalError:
             raise
+        except psycopg.errors.UniqueViolation:
+            raise KeyTaken("the key is taken") from None
         except psycopg.Error as exc:
             log.error("postgres error: %s -- in: %s", exc, sql)
             raise BackendFailed(message) from None
