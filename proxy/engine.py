@@ -33,6 +33,7 @@ from proxy.privacy.refined_answers import exact_answer, release_refined
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
+from proxy.pushdown.scope import table_ref
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
 from proxy.rules import Rules, where_declared
@@ -192,7 +193,7 @@ class Engine:
                 shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
                 remaining_passes(plan, needs(shift), group, dialect, None, tx.execute)
                 return shift, {(): group}, None
-            scan = exp.select(*folded).from_(exp.to_table(table.name, quoted=True))
+            scan = exp.select(*folded).from_(table_ref(table.name))
             shift = self._shift(plan, tx, self.backend.fingerprint_text(
                 tx.execute(scan.sql(dialect=dialect))[0]))
             return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), None
@@ -230,7 +231,7 @@ class Engine:
         column, declared = exp.column(name, quoted=True), table.columns[name]
         value = (exp.Avg(this=normalised(column, declared.lower, declared.upper))
                  if declared.numeric else exp.Min(this=column))
-        query = exp.select(value).from_(exp.to_table(table.name, quoted=True)).where(plan.where)
+        query = exp.select(value).from_(table_ref(table.name)).where(plan.where)
         with self._in(plan, view) as reading:
             return (reading.tx.execute(query.sql(dialect=self.backend.dialect))[0][0],
                     reading.version)
@@ -295,7 +296,7 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
     for table in rules.tables.values():
         if table.public and not table.unique:
             continue
-        statement = exp.select("*").from_(exp.to_table(table.name, quoted=True)).limit(0)
+        statement = exp.select("*").from_(table_ref(table.name)).limit(0)
         try:
             present, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
             present = [name for name, _ in present]
@@ -313,7 +314,7 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
 
 def _check_unique(rules: Rules, table: str, key: str, backend: Backend) -> None:
     column = exp.column(key, quoted=True)
-    twice = (exp.select(exp.Literal.number(1)).from_(exp.to_table(table, quoted=True))
+    twice = (exp.select(exp.Literal.number(1)).from_(table_ref(table))
              .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
              .having(exp.Count(this=exp.Star()) > exp.Literal.number(1)).limit(1))
     if backend.read(twice.sql(dialect=backend.dialect)):
@@ -328,6 +329,6 @@ def public_keys_sql(table: str, column: str, limit: int, dialect: str) -> str:
     """The distinct non-NULL values of a public table's column, in order, at most
     ``limit`` of them."""
     value = exp.column(column, quoted=True)
-    return (exp.select(value.copy()).distinct().from_(exp.to_table(table, quoted=True))
+    return (exp.select(value.copy()).distinct().from_(table_ref(table))
             .where(value.copy().is_(exp.null()).not_()).order_by(value.copy()).limit(limit)
             .sql(dialect=dialect))

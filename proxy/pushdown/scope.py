@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
+from functools import lru_cache
 
 from sqlglot import exp
 
@@ -64,6 +65,17 @@ def scope_select(
     return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
 
 
+def table_ref(name: str) -> exp.Table:
+    """``exp.to_table(name, quoted=True)``, parsed once per name: parsing it cost 65 µs
+    at each of a query's several uses, a copy of the parsed node 9 µs."""
+    return _parsed_table(name).copy()
+
+
+@lru_cache(maxsize=1024)
+def _parsed_table(name: str) -> exp.Table:
+    return exp.to_table(name, quoted=True)
+
+
 def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expression:
     """What the plan's rows are read from: its table, or with tables joined
     (``proxy.analyze.joins``) the join as a subquery named as the table, whose rows are
@@ -75,7 +87,7 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     start: a row of the protected tables meets at most one public row in every query,
     so the public join stays a row-by-row map (docs/privacy.md §3.9) even after a
     duplicate key is written to the public table."""
-    table = exp.to_table(plan.table.name, quoted=True)
+    table = table_ref(plan.table.name)
     if sample_percent is not None:
         table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
                                             percent=exp.Literal.number(sample_percent)))
@@ -91,7 +103,7 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
                        quoted=True) for name in join.table.columns], copy=False)
         on = exp.and_(*[exp.column(protected, table=mine, quoted=True).eq(
             exp.column(other, table=alias, quoted=True)) for protected, other in join.pairs])
-        read = (exp.to_table(join.table.name, quoted=True).as_(alias, quoted=True)
+        read = (table_ref(join.table.name).as_(alias, quoted=True)
                 if join.protected else
                 _unique_rows(join.table.name, join.key).subquery(alias, copy=False))
         joined = joined.join(read, on=on, join_type="left" if join.left else "inner",
@@ -105,10 +117,10 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
 def _unique_rows(table: str, key: str) -> exp.Select:
     """The rows of ``table`` whose ``key`` occurs once (NULL keys match nothing)."""
     column = exp.column(key, quoted=True)
-    once = (exp.select(column.copy()).from_(exp.to_table(table, quoted=True))
+    once = (exp.select(column.copy()).from_(table_ref(table))
             .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
             .having(exp.Count(this=exp.Star()).eq(exp.Literal.number(1))))
-    return (exp.select("*").from_(exp.to_table(table, quoted=True))
+    return (exp.select("*").from_(table_ref(table))
             .where(column.copy().isin(query=once)))
 
 
@@ -138,7 +150,7 @@ def unit_bound_sql(table: str, unit: str, dialect: str, joined: tuple[str, bool]
     def per_unit(name: str) -> exp.Select:
         return (exp.select(exp.alias_(exp.column(unit, quoted=True), "u"),
                            exp.alias_(exp.Count(this=exp.Star()), "cnt"))
-                .from_(exp.to_table(name, quoted=True))
+                .from_(table_ref(name))
                 .group_by(exp.column(unit, quoted=True)))
 
     if joined is None:
