@@ -172,6 +172,8 @@ def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
             node.set("this", snapped(node.this))
             if isinstance(node, exp.Mul):
                 node.set("expression", snapped(node.expression))
+    elif column is not None and not column.numeric:  # only counted: nothing to clamp
+        return exp.column(need.column, quoted=True)
     else:
         value = exp.column(need.column, quoted=True)
     return normalised(value, need.lower, need.upper)
