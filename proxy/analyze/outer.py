@@ -24,6 +24,9 @@ privacy):
 HAVING and select items computed from aggregates are the first shape written inside one
 query; ``proxy.analyze.having`` answers them through ``over_release``.
 
+An aggregate over a subquery grouped by the privacy unit (per-unit aggregates) is
+``proxy.analyze.per_unit``'s, answered before this module is asked.
+
 Everything else stays refused, each with a one-line reason naming the construct: an
 aggregate over released aggregates, a subquery that limits or deduplicates rows, joins
 with subqueries (a protected table joins public tables directly: ``proxy.analyze.joins``).
@@ -37,6 +40,7 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
+from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.analyze.plan import COUNT, SUM, QueryPlan
 from proxy.errors import NotSupported, RawRowAccess
 
@@ -100,7 +104,9 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
     outside.set("with_", None)
     if outside.find(exp.AggFunc) or outside.args.get("group") or outside.args.get("having"):
         raise NotSupported("an aggregate over the answers of an aggregate query is not "
-                           "supported; ask the aggregate of the table itself (one release)")
+                           "supported; ask the aggregate of the table itself (one release), "
+                           "or over units from a subquery grouped by the privacy unit only: "
+                           f"{PER_UNIT_FORM}")
     if not body.find(exp.AggFunc):
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")

@@ -13,7 +13,7 @@ from decimal import Decimal
 from sqlglot import exp
 
 from proxy.analyze.expressions import DerivedColumn
-from proxy.analyze.plan import UNITS, QueryPlan
+from proxy.analyze.plan import UNITS, PerUnit, QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import normalised, snapped
 from proxy.rules import Table
@@ -75,6 +75,9 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     start: a row of the protected tables meets at most one public row in every query,
     so the public join stays a row-by-row map (docs/privacy.md §3.9) even after a
     duplicate key is written to the public table."""
+    if plan.per_unit is not None:
+        return per_unit_rows(plan.per_unit, sample_percent).subquery(
+            exp.to_identifier(plan.table.name, quoted=True), copy=False)
     table = exp.to_table(plan.table.name, quoted=True)
     if sample_percent is not None:
         table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -100,6 +103,30 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
             # the public tables join the pair: its columns are read as they are named
             joined = exp.select(star.copy()).from_(joined.subquery(mine, copy=False))
     return joined.subquery(exp.to_identifier(plan.table.name, quoted=True), copy=False)
+
+
+def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.Select:
+    """The relation of one row per unit (``proxy.analyze.per_unit``): the source's rows
+    in its scope (its table or join, its WHERE) grouped by the privacy unit, with the
+    unit and each per-unit count as the columns ``per_unit`` names. COUNT(col) counts
+    the normalised values (NaN is NULL), as a COUNT(col) of the rows does; the counts
+    are clamped to [0, B] where the outer aggregates read them (``needed_value``), not
+    here: the outer WHERE compares the units' true counts. A ``sample_percent`` samples
+    the rows, so a unit's count in the sample may be below its own: its values are not
+    some of the relation's (only a pilot whose result is checked exactly may read it)."""
+    source = per_unit.source
+    unit = exp.column(source.table.privacy_unit, quoted=True)
+    items = [exp.alias_(unit.copy(), per_unit.unit, quoted=True)]
+    for aggregate, name in zip(source.aggregates, per_unit.names):
+        counted = exp.Star() if aggregate.column is None else needed_value(
+            source.table, ColumnNeeds(aggregate.column, count=True,
+                                      lower=source.table.columns[aggregate.column].lower,
+                                      upper=source.table.columns[aggregate.column].upper))
+        items.append(exp.alias_(exp.Count(this=counted), name, quoted=True))
+    rows = exp.select(*items).from_(source_table(source, sample_percent), copy=False)
+    if source.where is not None:
+        rows = rows.where(source.where.copy(), copy=False)
+    return rows.group_by(unit, copy=False)
 
 
 def _unique_rows(table: str, key: str) -> exp.Select:
