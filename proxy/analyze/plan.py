@@ -113,7 +113,9 @@ class PerUnit:
     the rows of ``source`` (its protected table, joins and WHERE; its aggregates are
     the per-unit ones) grouped by the privacy unit, one row per unit: the unit as the
     column ``unit`` and each of ``source.aggregates`` as the column of the same index
-    in ``names``, clamped to its declared range (``proxy.pushdown.scope.source_table``)."""
+    in ``names`` (``proxy.pushdown.scope.per_unit_rows``); the plan's table declares
+    those columns, each count with the domain [0, max_rows_per_unit] it is clamped to
+    where it is aggregated."""
 
     source: QueryPlan
     unit: str
