@@ -38,6 +38,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy.analyze.aggregates import is_aggregate
+from proxy.analyze.normalise import step_name, steps
 from proxy.analyze.plan import COUNT, PerUnit, QueryPlan
 from proxy.errors import NotSupported
 from proxy.rules import Column, Rules, Table
@@ -58,14 +59,11 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     an ordinary aggregate query over the rows (never with a prior: they are not
     released), ``units`` the outer query under rules that name the relation of units
     as the protected table."""
-    ctes = {cte.alias_or_name: cte.this for cte in (select.args.get("with_") or exp.With()
-                                                    ).expressions}
+    ctes = steps(select)
     if not ctes or select.args.get("from_") is None:
         return None
     source = select.args["from_"].this
-    name = source.name if isinstance(source, exp.Table) and not source.args.get("db") \
-        else None
-    body = ctes.get(name)
+    body = ctes.get(step_name(source, ctes))
     outside = select.copy()
     outside.set("with_", None)
     if not isinstance(body, exp.Select) or select.args.get("joins") \
