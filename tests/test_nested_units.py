@@ -128,6 +128,18 @@ def test_averages_over_units_clamp_each_count_to_the_declared_bound(loaded):
     assert stats.column("who").n == len([unit for unit in scope if unit is not None])
 
 
+def test_a_having_in_the_subquery_is_the_outer_where(loaded):
+    """HAVING on per-unit counts picks units as the outer WHERE does; an aggregate only
+    HAVING names is a per-unit value of its own."""
+    having = ("SELECT COUNT(*), AVG(n) FROM (SELECT person_id, COUNT(*) AS n FROM visits "
+              "GROUP BY person_id HAVING COUNT(*) > 3 AND COUNT(kind) < 4) t")
+    per_person, kinds = _per_person(VISITS), _per_person(VISITS, counted=lambda v: v[2])
+    scope = [unit for unit, n in per_person.items() if n > 3 and kinds[unit] < 4]
+    _, groups, _, _ = recorded_statistics(loaded, having)
+    assert groups[()].rows == len(scope) > 0
+    assert groups[()].column("n").total == sum(min(per_person[unit], 4) for unit in scope)
+
+
 def test_units_of_a_join_on_the_unit_and_group_privacy(loaded):
     joined = ("SELECT COUNT(*), AVG(n) FROM (SELECT v.person_id, COUNT(*) AS n FROM visits v "
               "JOIN people p ON v.person_id = p.person_id WHERE p.age > 25 "
@@ -183,7 +195,7 @@ REFUSED = [
     ("SELECT AVG(s) FROM (SELECT person_id, SUM(cost) AS s FROM visits GROUP BY person_id) t",
      "0A000", "COUNT(*) and COUNT(col) are supported, not SUM(visits.cost)"),
     (("SELECT COUNT(*) FROM (SELECT person_id FROM visits GROUP BY person_id "
-     "HAVING COUNT(*) > 3) t"), "0A000", "filter the units in the outer query"),
+     "HAVING SUM(cost) > 3) t"), "0A000", "not SUM(visits.cost)"),
     (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id "
      "ORDER BY n DESC LIMIT 3) t"), "0A000", "with LIMIT"),
     ("SELECT AVG(n) FROM (SELECT kind, COUNT(*) AS n FROM visits GROUP BY kind) t", "0A000",

@@ -23,9 +23,10 @@ with COUNT(*), COUNT(DISTINCT unit), COUNT, SUM and AVG of the per-unit values, 
 WHERE on them and on the unit (per-unit conditions: a unit that fails it is not in
 scope, it does not count as 0), and whatever an aggregate query may add after the
 release (HAVING, computed items, ORDER BY, LIMIT). The subquery computes COUNT(*) and
-COUNT(col) of each unit's rows, with a WHERE over them. Refused in one line naming the
-allowed form: per-unit values other than counts, HAVING, LIMIT or ORDER BY in the
-subquery, GROUP BY in the outer query, the outer aggregates other than those above,
+COUNT(col) of each unit's rows, with a WHERE over them and a HAVING on its counts (the
+outer WHERE's condition, written inside: ``SELECT COUNT(*) FROM (SELECT person_id FROM
+visits GROUP BY person_id HAVING COUNT(*) > 3) t``). Refused in one line naming the
+allowed form: per-unit values other than counts, LIMIT or ORDER BY in the subquery, GROUP BY in the outer query, the outer aggregates other than those above,
 and AVG or SUM of per-unit counts on a table without ``max_rows_per_unit``.
 """
 
@@ -75,19 +76,21 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     if outside.args.get("group"):
         raise NotSupported("GROUP BY over per-unit values is not supported (they have no "
                            f"declared keys); ask one aggregate over units: {FORM}")
-    for clause, what in (("having", "HAVING"), ("limit", "LIMIT"), ("offset", "OFFSET"),
-                         ("order", "ORDER BY"), ("distinct", "DISTINCT")):
+    for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"), ("order", "ORDER BY"),
+                         ("distinct", "DISTINCT")):
         if body.args.get(clause):
             raise NotSupported(f"a per-unit subquery with {what} is not supported; filter the "
                                f"units in the outer query: {FORM}")
     if any(table.name in ctes for table in body.find_all(exp.Table)):
         raise NotSupported(f"a per-unit subquery reads tables, not other subqueries: {FORM}")
-    inner, unit_names, names = _per_unit_query(body, unit)
+    inner, unit_names, names, having = _per_unit_query(body, unit, source.alias_or_name)
     source_plan = rows(inner)
     _check_source(source_plan, inner, unit)
     table = source_plan.table
     relation = _units_table(source_plan, unit_names, names)
     over_units = _over_units(outside, source, table, unit_names)
+    if having is not None:  # a per-unit condition: the outer query's WHERE
+        over_units = over_units.where(having, copy=False)
     plan = units(over_units, replace(rules, tables=MappingProxyType(
         {**rules.tables, table.name: relation})))
     return replace(plan, joins=source_plan.joins,
@@ -111,11 +114,14 @@ def _unit_grouped_by(body: exp.Select, rules: Rules) -> exp.Column | None:
     return None
 
 
-def _per_unit_query(body: exp.Select, unit: exp.Column
-                    ) -> tuple[exp.Select, tuple[str, ...], tuple[str, ...]]:
+def _per_unit_query(body: exp.Select, unit: exp.Column, alias: str
+                    ) -> tuple[exp.Select, tuple[str, ...], tuple[str, ...],
+                               exp.Expression | None]:
     """The subquery's aggregates as one ungrouped aggregate query over its rows (the
     per-unit values, analysed as an ordinary query is), the names the subquery gives
-    the unit and the names of its per-unit values."""
+    the unit and the names of its per-unit values, and its HAVING as a condition on
+    them (read as ``alias``): an aggregate HAVING names that the select list does not
+    is a per-unit value of its own, ``_idp_h<n>``, which the outer query cannot name."""
     values, unit_names, names = [], [], []
     for item in body.expressions:
         node = item.unalias()
@@ -130,10 +136,25 @@ def _per_unit_query(body: exp.Select, unit: exp.Column
     everything = [*unit_names, *names]
     if len({n.lower() for n in everything}) != len(everything):
         raise NotSupported(f"name the per-unit subquery's results uniquely (AS …): {FORM}")
+    having = body.args.get("having")
+    condition = None
+    if having is not None:
+        def per_unit_value(node: exp.Expression) -> exp.Expression:
+            if not is_aggregate(node):
+                return node
+            same = [name for name, value in zip(names, values) if value.unalias() == node]
+            if not same:
+                same = [f"_idp_h{len(values)}"]
+                values.append(exp.alias_(node.copy(), same[0], quoted=True))
+                names.append(same[0])
+            return exp.column(same[0], table=alias, quoted=True)
+
+        condition = having.this.copy().transform(per_unit_value, copy=False)
     inner = body.copy()
-    inner.set("group", None)
+    for clause in ("group", "having"):
+        inner.set(clause, None)
     inner.set("expressions", values)
-    return inner, tuple(unit_names), tuple(names)
+    return inner, tuple(unit_names), tuple(names), condition
 
 
 def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:

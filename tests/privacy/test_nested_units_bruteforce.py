@@ -89,6 +89,10 @@ QUERIES = {
     "count with both WHEREs": (
         ("SELECT COUNT(*) FROM (SELECT unit, COUNT(*) AS n FROM a WHERE x < 5 GROUP BY unit) t "
         "WHERE n > 1"), lambda r, _: _lt(r[1], 5), None, lambda n: n > 1, False, False, False),
+    "HAVING": (
+        ("SELECT COUNT(*) FROM (SELECT unit FROM a WHERE x < 5 GROUP BY unit "
+         "HAVING COUNT(*) > 1) t"), lambda r, _: _lt(r[1], 5), None, lambda n: n > 1, False,
+        False, False),
     "avg of COUNT(col), distinct units": (
         ("WITH t AS (SELECT unit, COUNT(x) AS n FROM a WHERE k = 'p' OR x > 8 GROUP BY unit) "
         "SELECT AVG(n), SUM(n), COUNT(DISTINCT unit) FROM t WHERE n <> 1"),
