@@ -118,10 +118,9 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     unit = exp.column(source.table.privacy_unit, quoted=True)
     items = [exp.alias_(unit.copy(), per_unit.unit, quoted=True)]
     for aggregate, name in zip(source.aggregates, per_unit.names):
-        counted = exp.Star() if aggregate.column is None else needed_value(
-            source.table, ColumnNeeds(aggregate.column, count=True,
-                                      lower=source.table.columns[aggregate.column].lower,
-                                      upper=source.table.columns[aggregate.column].upper))
+        column = source.table.columns.get(aggregate.column)
+        counted = exp.Star() if column is None else needed_value(source.table, ColumnNeeds(
+            aggregate.column, count=True, lower=column.lower, upper=column.upper))
         items.append(exp.alias_(exp.Count(this=counted), name, quoted=True))
     rows = exp.select(*items).from_(source_table(source, sample_percent), copy=False)
     if source.where is not None:
