@@ -18,4 +18,11 @@ FROM people WHERE region IN ('north', 'east');
 SELECT department, COUNT(*) AS visits, MEDIAN(cost) AS median_cost
 FROM visits GROUP BY department;
 
+-- Aggregates over one row per person: how many people visited more than three
+-- times (a person changes it by at most one), and the visits per visitor.
+SELECT COUNT(*) AS frequent_visitors
+FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t WHERE n > 3;
+SELECT AVG(n) AS visits_per_visitor
+FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t;
+
 SHOW idp.budget;

@@ -243,6 +243,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
             for o in plan.outputs if o.aggregate is not None}
     mechanisms = sorted({r.mechanism for group in released for r in group})
     notes = sorted({r.note for group in released for r in group if r.note})
+    if plan.per_unit is not None:
+        notes.append(_per_unit_note(plan.per_unit.source.table))
     privacy = {
         "model": "iDP" if plan.model == "idp" else "DP",
         "mechanism": "; ".join(mechanisms),
@@ -256,6 +258,17 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
+
+
+def _per_unit_note(table) -> str:
+    """What an aggregate over per-unit values computed (docs/privacy.md §3.11): from
+    the rules and the query only."""
+    bound = table.max_rows_per_unit
+    clamped = (f"; a unit's counts are clamped to [0, {bound}] (max_rows_per_unit) where "
+               "aggregated" if bound is not None else "")
+    return (f"aggregated over units: one row per {table.privacy_unit} with rows of "
+            f"{table.name} in scope; a unit the outer WHERE leaves out is not counted (not "
+            f"as 0){clamped}")
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
@@ -364,6 +377,8 @@ def _mechanism(plan: QueryPlan) -> str:
 
 
 def _neighbour(plan: QueryPlan) -> str:
+    if plan.per_unit is not None:  # the units' own records (docs/privacy.md §3.11)
+        return _neighbour(plan.per_unit.source)
     table = plan.table
     if plan.individual:
         return f"any two values of one {table.privacy_unit}, or its absence (seed 001 §3)"

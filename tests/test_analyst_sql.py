@@ -1,5 +1,6 @@
 """Issue 16's list of analyst SQL that was refused, and issue 18's joins (with a public
-table, of two protected tables on the privacy unit), on the demo through ``idp-proxy serve`` on both backends: each statement is
+table, of two protected tables on the privacy unit) and aggregates over per-unit
+aggregates, on the demo through ``idp-proxy serve`` on both backends: each statement is
 answered with noise and its privacy notice, charged once (ε per aggregate), and its
 repeat comes from the answer cache, free and the same."""
 
@@ -39,6 +40,11 @@ ASKED = [
       "GROUP BY p.region"), 1),
     (("SELECT r.name, SUM(v.cost), MEDIAN(p.age) FROM visits v JOIN people p "
       "ON v.person_id = p.person_id JOIN regions r ON p.region = r.code GROUP BY r.name"), 2),
+    # issue 18, item 3: aggregates over per-unit aggregates
+    (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t "
+      "WHERE n > 3"), 1),
+    (("WITH t AS (SELECT person_id, COUNT(*) AS n FROM visits WHERE cost > 100 "
+      "GROUP BY person_id) SELECT AVG(n), COUNT(DISTINCT person_id) FROM t"), 2),
 ]
 
 

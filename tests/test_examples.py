@@ -30,7 +30,7 @@ def test_demo_sql_runs(tmp_path):
     out = forked_cli.run(["query", "--user", "bob", "-f", str(ROOT / "examples" / "demo.sql")],
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count("NOTICE: iDP") == 4
+    assert out.stdout.count("NOTICE: iDP") == 6
     assert "budget" in out.stdout
 
 

@@ -22,6 +22,7 @@ from proxy.analyze.having import having_plan
 from proxy.analyze.joins import Join, joined_table, protected_only, resolver, split_joins
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
+from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.plan import (
     AVG,
     MAX,
@@ -119,6 +120,12 @@ def analyze(
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
     _refuse_unmerged_public(select, rules)
+    # an aggregate over per-unit aggregates: over the relation of one row per unit
+    nested = per_unit_plan(
+        select, rules, lambda rows: analyze(rows, rules, replace(settings, prior=None), hint),
+        lambda units, relation: analyze(units, relation, settings, hint))
+    if nested is not None:
+        return nested
     outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
     if outer is not None:
         return outer

@@ -78,6 +78,21 @@ def normalise(select: exp.Select, rules: Rules) -> exp.Select:
     return merged
 
 
+def steps(select: exp.Select) -> dict[str, exp.Expression]:
+    """The CTEs ``normalise`` left (every subquery in FROM or JOIN is one of them):
+    the steps that are not row-level, by name."""
+    return {cte.alias_or_name: cte.this
+            for cte in (select.args.get("with_") or exp.With()).expressions}
+
+
+def step_name(node: exp.Expression, left: dict[str, exp.Expression]) -> str | None:
+    """The name of the step (of ``steps``) a FROM or JOIN source reads; None for a
+    table or anything else."""
+    if isinstance(node, exp.Table) and not node.args.get("db") and node.name in left:
+        return node.name
+    return None
+
+
 def _drop_generated_alias(select: exp.Select, index: int) -> None:
     """qualify names an unnamed output ``_col_N`` and points ORDER BY at it: the output
     goes back to its own name, ORDER BY to its position."""

@@ -24,6 +24,9 @@ privacy):
 HAVING and select items computed from aggregates are the first shape written inside one
 query; ``proxy.analyze.having`` answers them through ``over_release``.
 
+An aggregate over a subquery grouped by the privacy unit (per-unit aggregates) is
+``proxy.analyze.per_unit``'s, answered before this module is asked.
+
 Everything else stays refused, each with a one-line reason naming the construct: an
 aggregate over released aggregates, a subquery that limits or deduplicates rows, joins
 with subqueries (a protected table joins public tables directly: ``proxy.analyze.joins``).
@@ -37,6 +40,8 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
+from proxy.analyze.normalise import step_name, steps
+from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.analyze.plan import COUNT, SUM, QueryPlan
 from proxy.errors import NotSupported, RawRowAccess
 
@@ -80,18 +85,17 @@ class SeriesLimit:
 def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
     """The plan of an outer query over one aggregate query, with its post-processing;
     None when ``select`` has no CTE left (an ordinary query); refused otherwise."""
-    ctes = {cte.alias_or_name: cte.this for cte in (select.args.get("with_") or exp.With()
-                                                    ).expressions}
+    ctes = steps(select)
     if not ctes and not any(isinstance(n.parent, (exp.From, exp.Join))
                             for n in select.find_all(exp.Subquery)):
         return None
     _refuse_inner_steps(ctes)
     joins = select.args.get("joins") or []
-    if len(joins) == 1 and _cte_name(joins[0].this, ctes) is not None:
+    if len(joins) == 1 and step_name(joins[0].this, ctes) is not None:
         return _series_limited(select, ctes, joins[0], analyse)
     if joins:
         raise _joined_subquery()
-    source = _cte_name(select.args["from_"].this, ctes)
+    source = step_name(select.args["from_"].this, ctes)
     if source is None:
         raise NotSupported("subqueries over protected tables are supported in FROM only, as "
                            "row-level steps or one aggregate query; query one table")
@@ -100,7 +104,9 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
     outside.set("with_", None)
     if outside.find(exp.AggFunc) or outside.args.get("group") or outside.args.get("having"):
         raise NotSupported("an aggregate over the answers of an aggregate query is not "
-                           "supported; ask the aggregate of the table itself (one release)")
+                           "supported; ask the aggregate of the table itself (one release), "
+                           "or over units from a subquery grouped by the privacy unit only: "
+                           f"{PER_UNIT_FORM}")
     if not body.find(exp.AggFunc):
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
@@ -150,12 +156,6 @@ def _refuse_inner_steps(ctes: dict[str, exp.Expression]) -> None:
                                f"supported; join in the query itself: {JOIN_FORM}")
 
 
-def _cte_name(node: exp.Expression, ctes: dict[str, exp.Expression]) -> str | None:
-    if isinstance(node, exp.Table) and not node.args.get("db") and node.name in ctes:
-        return node.name
-    return None
-
-
 def _with_ctes(body: exp.Expression, ctes: dict[str, exp.Expression], own: str) -> exp.Select:
     """``body`` as a statement of its own, with the CTEs it may read (row-level steps
     that several parts of the query share, e.g. Superset's ``virtual_table``)."""
@@ -186,7 +186,7 @@ def _outer_query(select: exp.Select, source: str, plan: QueryPlan, what: str) ->
 
 
 def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) -> QueryPlan:
-    name = _cte_name(join.this, ctes)
+    name = step_name(join.this, ctes)
     alias = join.this.alias_or_name
     body = _with_ctes(ctes[name], ctes, name)
     if join.args.get("side") or join.args.get("kind") not in (None, "INNER", ""):

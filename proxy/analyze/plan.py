@@ -69,8 +69,11 @@ class QueryPlan:
     smooth_gamma: float | None = None  # DP noise calibrated to the smooth sensitivity
     post: Any = None  # an outer query over the released rows (proxy.analyze.outer), or None
     # public tables joined many-to-one, a second protected table on the privacy unit
-    # (proxy.analyze.joins)
+    # (proxy.analyze.joins); of a plan over units, the joins of its per-unit query
     joins: tuple[Join, ...] = ()
+    # an aggregate over per-unit aggregates (proxy.analyze.per_unit): ``table`` is then
+    # the relation of one row per unit that ``per_unit`` describes
+    per_unit: PerUnit | None = None
 
     @property
     def cost(self) -> Decimal:
@@ -83,8 +86,10 @@ class QueryPlan:
         one unit's) has the same number of rows, so it is not protected (SPEC §5.1). An
         inner join with a public table keeps only the rows that match: not public; nor
         is the row count of two protected tables joined (a unit's rows removed from one
-        of them changes it, docs/privacy.md §3.10)."""
+        of them changes it, docs/privacy.md §3.10), nor the number of units a per-unit
+        query answers for (§3.11: charged like COUNT(DISTINCT unit), §3.7)."""
         return (aggregate.kind == COUNT and aggregate.column is None and self.where is None
+                and self.per_unit is None
                 and all(join.left and not join.protected for join in self.joins)
                 and not self.group_by and self.prior is None and not self.individual)
 
@@ -100,6 +105,21 @@ class QueryPlan:
         """How many groups are answered: ``len(group_keys())`` (1 without GROUP BY),
         from the key sets' sizes, without listing the combinations."""
         return math.prod(len(term.keys) for term in self.group_by)
+
+
+@dataclass(frozen=True)
+class PerUnit:
+    """The relation an aggregate over per-unit aggregates reads (docs/privacy.md §3.11):
+    the rows of ``source`` (its protected table, joins and WHERE; its aggregates are
+    the per-unit ones) grouped by the privacy unit, one row per unit: the unit as the
+    column ``unit`` and each of ``source.aggregates`` as the column of the same index
+    in ``names`` (``proxy.pushdown.scope.per_unit_rows``); the plan's table declares
+    those columns, each count with the domain [0, max_rows_per_unit] it is clamped to
+    where it is aggregated."""
+
+    source: QueryPlan
+    unit: str
+    names: tuple[str, ...]
 
 
 @dataclass(frozen=True)

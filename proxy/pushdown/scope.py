@@ -14,7 +14,7 @@ from functools import lru_cache
 from sqlglot import exp
 
 from proxy.analyze.expressions import DerivedColumn
-from proxy.analyze.plan import UNITS, QueryPlan
+from proxy.analyze.plan import UNITS, PerUnit, QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import normalised, snapped
 from proxy.rules import Table
@@ -87,6 +87,9 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     start: a row of the protected tables meets at most one public row in every query,
     so the public join stays a row-by-row map (docs/privacy.md §3.9) even after a
     duplicate key is written to the public table."""
+    if plan.per_unit is not None:
+        return per_unit_rows(plan.per_unit, sample_percent).subquery(
+            exp.to_identifier(plan.table.name, quoted=True), copy=False)
     table = table_ref(plan.table.name)
     if sample_percent is not None:
         table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
@@ -112,6 +115,29 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
             # the public tables join the pair: its columns are read as they are named
             joined = exp.select(star.copy()).from_(joined.subquery(mine, copy=False))
     return joined.subquery(exp.to_identifier(plan.table.name, quoted=True), copy=False)
+
+
+def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.Select:
+    """The relation of one row per unit (``proxy.analyze.per_unit``): the source's rows
+    in its scope (its table or join, its WHERE) grouped by the privacy unit, with the
+    unit and each per-unit count as the columns ``per_unit`` names. COUNT(col) counts
+    the normalised values (NaN is NULL), as a COUNT(col) of the rows does; the counts
+    are clamped to [0, B] where the outer aggregates read them (``needed_value``), not
+    here: the outer WHERE compares the units' true counts. A ``sample_percent`` samples
+    the rows, so a unit's count in the sample may be below its own: its values are not
+    some of the relation's (only a pilot whose result is checked exactly may read it)."""
+    source = per_unit.source
+    unit = exp.column(source.table.privacy_unit, quoted=True)
+    items = [exp.alias_(unit.copy(), per_unit.unit, quoted=True)]
+    for aggregate, name in zip(source.aggregates, per_unit.names):
+        column = source.table.columns.get(aggregate.column)
+        counted = exp.Star() if column is None else needed_value(source.table, ColumnNeeds(
+            aggregate.column, count=True, lower=column.lower, upper=column.upper))
+        items.append(exp.alias_(exp.Count(this=counted), name, quoted=True))
+    rows = exp.select(*items).from_(source_table(source, sample_percent), copy=False)
+    if source.where is not None:
+        rows = rows.where(source.where.copy(), copy=False)
+    return rows.group_by(unit, copy=False)
 
 
 def _unique_rows(table: str, key: str) -> exp.Select:
@@ -184,6 +210,8 @@ def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
             node.set("this", snapped(node.this))
             if isinstance(node, exp.Mul):
                 node.set("expression", snapped(node.expression))
+    elif column is not None and not column.numeric:  # only counted: nothing to clamp
+        return exp.column(need.column, quoted=True)
     else:
         value = exp.column(need.column, quoted=True)
     return normalised(value, need.lower, need.upper)

@@ -46,7 +46,9 @@ def ungrouped_statistics(
     clip_rows_per_unit: int | None, execute: Execute,
 ) -> GroupStats:
     thresholds = {}
-    if clip_rows_per_unit is None and any(_first_pass_work(need) for need in needs):
+    if (clip_rows_per_unit is None
+            and plan.per_unit is None  # a sample of its rows is no sample of its units
+            and any(_first_pass_work(need) for need in needs)):
         thresholds = _pilot_thresholds(plan, needs, dialect, execute)
     group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute,
                           thresholds=thresholds)

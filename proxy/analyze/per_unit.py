@@ -1,0 +1,230 @@
+"""Aggregates over per-unit aggregates (issue 18, item 3): nested aggregation per unit.
+
+"How many people visited more than 3 times"::
+
+    SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits
+                          GROUP BY person_id) t WHERE n > 3
+
+The subquery groups one protected table (or two joined on the unit, or one joined
+with public tables: ``proxy.analyze.joins``) by its privacy unit and nothing else, so
+each of its rows is one unit and its values are functions of that unit's rows alone.
+A neighbour (all records of up to g units modified, added or removed) changes at most
+g of those rows, and each may change its values, enter or leave the scope: the
+relation of one row per unit is a row-level table whose neighbours modify g records
+(docs/privacy.md §3.11). So the outer query is answered as an ordinary aggregate query
+over that relation, with its formulas and shift s = g — a count of units with a
+per-unit condition has sensitivity g; an AVG or SUM of per-unit counts is the AVG or
+SUM of a column whose declared domain is [0, B], B the table's ``max_rows_per_unit``
+(the joined bound for two protected tables), each unit's count clamped into it as
+every column is clamped to its domain.
+
+What is answered: an outer SELECT over such a subquery (a CTE or a derived table)
+with COUNT(*), COUNT(DISTINCT unit), COUNT, SUM and AVG of the per-unit values, a
+WHERE on them and on the unit (per-unit conditions: a unit that fails it is not in
+scope, it does not count as 0), and whatever an aggregate query may add after the
+release (HAVING, computed items, ORDER BY, LIMIT). The subquery computes COUNT(*) and
+COUNT(col) of each unit's rows, with a WHERE over them and a HAVING on its counts (the
+outer WHERE's condition, written inside: ``SELECT COUNT(*) FROM (SELECT person_id FROM
+visits GROUP BY person_id HAVING COUNT(*) > 3) t``). Refused in one line naming the
+allowed form: per-unit values other than counts, LIMIT or ORDER BY in the subquery, GROUP BY in the outer query, the outer aggregates other than those above,
+and AVG or SUM of per-unit counts on a table without ``max_rows_per_unit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from types import MappingProxyType
+
+from sqlglot import exp
+
+from proxy.analyze.aggregates import is_aggregate
+from proxy.analyze.normalise import step_name, steps
+from proxy.analyze.plan import COUNT, PerUnit, QueryPlan
+from proxy.errors import NotSupported
+from proxy.rules import Column, Rules, Table
+
+Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
+Units = Callable[[exp.Select, Rules], QueryPlan]  # one over the given rules' tables
+
+FORM = ("SELECT COUNT(*) | AVG(n) | SUM(n) FROM (SELECT unit, COUNT(*) AS n FROM t "
+        "[WHERE …] GROUP BY unit) s [WHERE n > 3]")
+_OUTER = (exp.Count, exp.Sum, exp.Avg)  # what the outer query may ask of the units
+
+
+def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
+                  ) -> QueryPlan | None:
+    """The plan of an aggregate query over a subquery grouped by the privacy unit; None
+    when ``select`` (normalised: row-level steps merged) is not of that shape, refused
+    when it is but asks what is not answered. ``rows`` analyses the per-unit values as
+    an ordinary aggregate query over the rows (never with a prior: they are not
+    released), ``units`` the outer query under rules that name the relation of units
+    as the protected table."""
+    ctes = steps(select)
+    if not ctes or select.args.get("from_") is None:
+        return None
+    source = select.args["from_"].this
+    body = ctes.get(step_name(source, ctes))
+    outside = select.copy()
+    outside.set("with_", None)
+    if not isinstance(body, exp.Select) or select.args.get("joins") \
+            or not any(is_aggregate(node) for node in outside.walk()):
+        return None
+    unit = _unit_grouped_by(body, rules)
+    if unit is None:
+        return None
+    if outside.args.get("group"):
+        raise NotSupported("GROUP BY over per-unit values is not supported (they have no "
+                           f"declared keys); ask one aggregate over units: {FORM}")
+    for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"), ("order", "ORDER BY"),
+                         ("distinct", "DISTINCT")):
+        if body.args.get(clause):
+            raise NotSupported(f"a per-unit subquery with {what} is not supported; filter the "
+                               f"units in the outer query: {FORM}")
+    if any(table.name in ctes for table in body.find_all(exp.Table)):
+        raise NotSupported(f"a per-unit subquery reads tables, not other subqueries: {FORM}")
+    inner, unit_names, names, having = _per_unit_query(body, unit, source.alias_or_name)
+    source_plan = rows(inner)
+    _check_source(source_plan, inner, unit)
+    table = source_plan.table
+    relation = _units_table(source_plan, unit_names, names)
+    over_units = _over_units(outside, source, table, unit_names)
+    if having is not None:  # a per-unit condition: the outer query's WHERE
+        over_units = over_units.where(having, copy=False)
+    plan = units(over_units, replace(rules, tables=MappingProxyType(
+        {**rules.tables, table.name: relation})))
+    return replace(plan, joins=source_plan.joins,
+                   per_unit=PerUnit(source_plan, unit_names[0] if unit_names
+                                    else _hidden_unit(names), names))
+
+
+def _unit_grouped_by(body: exp.Select, rules: Rules) -> exp.Column | None:
+    """The subquery's one GROUP BY column when it is the privacy unit of a protected
+    table it reads (its columns are qualified: ``proxy.analyze.normalise``)."""
+    group = body.args.get("group")
+    terms = group.expressions if group else []
+    if len(terms) != 1 or not isinstance(terms[0], exp.Column) or not body.find(exp.AggFunc):
+        return None
+    column = terms[0]
+    for table in body.find_all(exp.Table):
+        declared = rules.table(table.name)
+        if (table.alias_or_name.lower() == column.table.lower() and declared is not None
+                and not declared.public and declared.privacy_unit == column.name.lower()):
+            return column
+    return None
+
+
+def _per_unit_query(body: exp.Select, unit: exp.Column, alias: str
+                    ) -> tuple[exp.Select, tuple[str, ...], tuple[str, ...],
+                               exp.Expression | None]:
+    """The subquery's aggregates as one ungrouped aggregate query over its rows (the
+    per-unit values, analysed as an ordinary query is), the names the subquery gives
+    the unit and the names of its per-unit values, and its HAVING as a condition on
+    them (read as ``alias``): an aggregate HAVING names that the select list does not
+    is a per-unit value of its own, ``_idp_h<n>``, which the outer query cannot name."""
+    values, unit_names, names = [], [], []
+    for item in body.expressions:
+        node = item.unalias()
+        if isinstance(node, exp.Column) and node.name.lower() == unit.name.lower():
+            unit_names.append(item.alias_or_name)
+        elif is_aggregate(node) or isinstance(node, exp.Filter):
+            values.append(item.copy())
+            names.append(item.alias_or_name)
+        else:
+            raise NotSupported(f"a per-unit subquery selects the unit and aggregates of its "
+                               f"rows, not {node.sql(dialect='postgres')}: {FORM}")
+    everything = [*unit_names, *names]
+    if len({n.lower() for n in everything}) != len(everything):
+        raise NotSupported(f"name the per-unit subquery's results uniquely (AS …): {FORM}")
+    having = body.args.get("having")
+    condition = None
+    if having is not None:
+        def per_unit_value(node: exp.Expression) -> exp.Expression:
+            if not is_aggregate(node):
+                return node
+            same = [name for name, value in zip(names, values) if value.unalias() == node]
+            if not same:
+                same = [f"_idp_h{len(values)}"]
+                values.append(exp.alias_(node.copy(), same[0], quoted=True))
+                names.append(same[0])
+            return exp.column(same[0], table=alias, quoted=True)
+
+        condition = having.this.copy().transform(per_unit_value, copy=False)
+    inner = body.copy()
+    for clause in ("group", "having"):
+        inner.set(clause, None)
+    inner.set("expressions", values)
+    return inner, tuple(unit_names), tuple(names), condition
+
+
+def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:
+    """The per-unit values are counts, and the unit grouped by is the first protected
+    table's (or that of one joined inner on it: the same value)."""
+    if plan.post is not None or plan.individual:
+        raise NotSupported(f"a per-unit subquery computes aggregates of each unit's rows; "
+                           f"compute on them in the outer query: {FORM}")
+    for aggregate, item in zip(plan.aggregates, inner.expressions):
+        if aggregate.kind != COUNT:
+            raise NotSupported(f"per unit, COUNT(*) and COUNT(col) are supported, not "
+                               f"{item.unalias().sql(dialect='postgres')}: {FORM}")
+    left = {join.alias for join in plan.joins if join.left}
+    if unit.table.lower() in left:
+        raise NotSupported("group by the privacy unit of the first table of a LEFT JOIN "
+                           f"(the second's is NULL where it has no rows): {FORM}")
+
+
+def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
+                 names: tuple[str, ...]) -> Table:
+    """The relation of one row per unit as a table of the rules: row-level (a unit is
+    one record), the group size of the source, per-unit counts as ``int`` columns of
+    domain [0, B] (B: ``max_rows_per_unit``, None when undeclared), the unit with its
+    declared type (it may be compared and counted)."""
+    table = plan.table
+    bound = table.max_rows_per_unit
+    columns: dict[str, Column] = {}
+    declared = table.columns.get(table.privacy_unit)
+    for name in unit_names:
+        if declared is not None:
+            columns[name] = replace(declared, name=name, keys=None)
+    for name in names:
+        columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound))
+    return Table(table.name, group_size=table.group_size, columns=MappingProxyType(columns))
+
+
+def _hidden_unit(names: tuple[str, ...]) -> str:
+    """A name for the unit column when the subquery does not select it."""
+    taken = {name.lower() for name in names}
+    return next(f"_idp_unit{i}" for i in range(len(taken) + 1) if f"_idp_unit{i}" not in taken)
+
+
+def _over_units(outside: exp.Select, source: exp.Table, table: Table,
+                unit_names: tuple[str, ...]) -> exp.Select:
+    """The outer query over the relation of units, which the rules given to its
+    analysis name as the protected table: COUNT(DISTINCT unit) is COUNT(unit) (one row
+    per unit); AVG and SUM need the declared bound of per-unit counts."""
+    over = outside.copy()
+    units = {name.lower() for name in unit_names}
+    for node in list(over.walk()):
+        if not is_aggregate(node):
+            continue
+        if not isinstance(node, _OUTER):
+            raise NotSupported(f"over per-unit values the outer query asks COUNT(*), "
+                               f"COUNT(DISTINCT unit), COUNT, SUM or AVG, not "
+                               f"{node.sql(dialect='postgres')}: {FORM}")
+        if isinstance(node.this, exp.Distinct):
+            values = node.this.expressions
+            if not (isinstance(node, exp.Count) and len(values) == 1
+                    and isinstance(values[0], exp.Column) and values[0].name.lower() in units):
+                raise NotSupported(f"over per-unit values DISTINCT counts the unit only: "
+                                   f"COUNT(DISTINCT {table.privacy_unit or 'unit'}) is COUNT "
+                                   f"of the units in scope: {FORM}")
+            node.set("this", values[0].copy())
+        if not isinstance(node, exp.Count) and table.max_rows_per_unit is None:
+            raise NotSupported(f"{node.key.upper()} over units needs the rules to bound one "
+                               f"unit's rows of {table.name} (max_rows_per_unit), which "
+                               f"bounds each per-unit count; without it ask COUNT(*) of the "
+                               f"units with a condition: {FORM}")
+    from_ = over.args["from_"]
+    from_.set("this", exp.to_table(table.name, quoted=True).as_(source.alias_or_name,
+                                                                 quoted=True))
+    return over

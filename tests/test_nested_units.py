@@ -1,0 +1,241 @@
+"""Issue 18, item 3: aggregates over per-unit aggregates, in process on both backends.
+
+"How many people visited more than 3 times" and the average number of visits per
+person are answered with their metadata (model, mechanism, ε, the units' neighbour
+definition, a note on what was aggregated), from statistics equal to the nested
+query's own answer in the backend; the shift is the group size (one row per unit);
+the relation of units is pushed down as one GROUP BY inside the statistics' own
+statements, none returning rows; DP uses the declared bound; and every refusal is one
+line that spends nothing."""
+
+from __future__ import annotations
+
+import math
+from contextlib import closing
+from decimal import Decimal
+
+import pytest
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+from tests.conftest import load_table
+from tests.test_joins import recorded_statistics, refused_for_free
+
+RULES = parse_rules("""
+[defaults]
+budget_per_analyst = 10
+
+[analysts.alice]
+
+[tables.visits]
+privacy_unit = "person_id"
+max_rows_per_unit = 4
+[tables.visits.columns]
+person_id = { type = "int" }
+cost      = { type = "float", domain = [0, 100] }
+kind      = { type = "text", keys = ["x", "y"] }
+
+[tables.people]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.people.columns]
+person_id = { type = "int" }
+age       = { type = "int", domain = [0, 120] }
+
+[tables.claims]
+privacy_unit = "person_id"
+group_size = 2
+[tables.claims.columns]
+person_id = { type = "int" }
+amount    = { type = "float", domain = [0, 100] }
+
+[tables.lab]
+[tables.lab.columns]
+person_id = { type = "int" }
+value     = { type = "float", domain = [0, 1] }
+""", "nested.toml")
+# person i has i % 6 visits (person 5: 5, beyond the declared 4), person 40 has three
+# visits without a row of people, and two visits have no person; kind is NULL now and
+# then, cost NaN once
+VISITS = [(i, float((i * 13 + k * 29) % 101), None if (i + k) % 7 == 0 else "xy"[k % 2])
+          for i in range(1, 31) for k in range(i % 6)]
+VISITS += [(40, 1.0, "x")] * 3 + [(None, 2.0, "x"), (None, 3.0, "y"), (2, float("nan"), "x")]
+PEOPLE = [(i, 20 + i) for i in range(1, 36)]
+CLAIMS = [(i, float(i)) for i in range(1, 11) for _ in range(i % 3)]
+MORE_THAN_3 = ("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits "
+               "GROUP BY person_id) t WHERE n > 3")
+
+
+def _load(url: str) -> None:
+    load_table(url, "visits", {"person_id": [v[0] for v in VISITS],
+                               "cost": [v[1] for v in VISITS], "kind": [v[2] for v in VISITS]},
+               {"person_id": "BIGINT", "cost": "DOUBLE PRECISION", "kind": "TEXT"})
+    load_table(url, "people", {"person_id": [p[0] for p in PEOPLE], "age": [p[1] for p in PEOPLE]},
+               {"person_id": "BIGINT", "age": "INTEGER"})
+    load_table(url, "claims", {"person_id": [c[0] for c in CLAIMS],
+                               "amount": [c[1] for c in CLAIMS]},
+               {"person_id": "BIGINT", "amount": "DOUBLE PRECISION"})
+    load_table(url, "lab", {"person_id": [1], "value": [0.5]},
+               {"person_id": "BIGINT", "value": "DOUBLE PRECISION"})
+
+
+def _over_10(visit) -> bool:
+    """``cost > 10`` as both engines read it: NaN lies above every number."""
+    return math.isnan(visit[1]) or visit[1] > 10
+
+
+def _per_person(rows, where=lambda row: True, counted=lambda row: True) -> dict:
+    """Each unit with rows in scope (None is one) -> how many of them are counted."""
+    units: dict = {}
+    for row in rows:
+        if where(row):
+            units[row[0]] = units.get(row[0], 0) + bool(counted(row))
+    return units
+
+
+@pytest.fixture(scope="module")
+def loaded(module_backend_url):
+    _load(module_backend_url)
+    with closing(open_backend(module_backend_url)) as backend:
+        yield Engine(RULES, backend)
+
+
+def test_the_units_with_more_than_3_visits_are_counted_in_the_backend(loaded):
+    per_person = _per_person(VISITS)
+    shift, groups, _, statements = recorded_statistics(loaded, MORE_THAN_3)
+    assert shift == 1  # one row per unit: g = 1, whatever a person's visits (c = 5)
+    assert groups[()].rows == sum(1 for n in per_person.values() if n > 3)
+    assert all(rows == 1 for _, rows in statements)  # counts only; no row leaves
+    assert any("GROUP BY" in text and "visits" in text for text, _ in statements)
+    direct = loaded.backend.read(MORE_THAN_3)[0][0]  # the nested query itself
+    assert groups[()].rows == direct
+
+
+def test_averages_over_units_clamp_each_count_to_the_declared_bound(loaded):
+    sql = ("WITH t AS (SELECT person_id AS who, COUNT(kind) AS n, COUNT(*) AS visits "
+           "FROM visits WHERE cost > 10 GROUP BY person_id) "
+           "SELECT AVG(n), SUM(visits), COUNT(DISTINCT who) FROM t WHERE visits >= 2")
+    per_person = _per_person(VISITS, _over_10)
+    kinds = _per_person(VISITS, _over_10, lambda v: v[2] is not None)
+    scope = [unit for unit, n in per_person.items() if n >= 2]
+    shift, groups, _, _ = recorded_statistics(loaded, sql)
+    stats = groups[()]
+    assert shift == 1
+    assert stats.column("n").n == len(scope)
+    assert stats.column("n").total == sum(min(kinds[unit], 4) for unit in scope)
+    assert stats.column("visits").total == sum(min(per_person[unit], 4) for unit in scope)
+    assert stats.column("who").n == len([unit for unit in scope if unit is not None])
+
+
+def test_a_having_in_the_subquery_is_the_outer_where(loaded):
+    """HAVING on per-unit counts picks units as the outer WHERE does; an aggregate only
+    HAVING names is a per-unit value of its own."""
+    having = ("SELECT COUNT(*), AVG(n) FROM (SELECT person_id, COUNT(*) AS n FROM visits "
+              "GROUP BY person_id HAVING COUNT(*) > 3 AND COUNT(kind) < 4) t")
+    per_person, kinds = _per_person(VISITS), _per_person(VISITS, counted=lambda v: v[2])
+    scope = [unit for unit, n in per_person.items() if n > 3 and kinds[unit] < 4]
+    _, groups, _, _ = recorded_statistics(loaded, having)
+    assert groups[()].rows == len(scope) > 0
+    assert groups[()].column("n").total == sum(min(per_person[unit], 4) for unit in scope)
+
+
+def test_units_of_a_join_on_the_unit_and_group_privacy(loaded):
+    joined = ("SELECT COUNT(*), AVG(n) FROM (SELECT v.person_id, COUNT(*) AS n FROM visits v "
+              "JOIN people p ON v.person_id = p.person_id WHERE p.age > 25 "
+              "GROUP BY v.person_id) t WHERE n BETWEEN 2 AND 4")
+    ages = dict(PEOPLE)
+    per_person = _per_person(VISITS, lambda v: ages.get(v[0], 0) > 25)
+    scope = [n for n in per_person.values() if 2 <= n <= 4]
+    shift, groups, _, statements = recorded_statistics(loaded, joined)
+    assert shift == 1 and groups[()].rows == len(scope)
+    assert groups[()].column("n").total == sum(scope)
+    assert any(" JOIN " in text for text, _ in statements)
+    # group_size = 2: g units change at once, s = 2
+    claims = ("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM claims "
+              "GROUP BY person_id) t WHERE n = 2")
+    shift, groups, _, _ = recorded_statistics(loaded, claims)
+    assert shift == 2
+    assert groups[()].rows == sum(1 for n in _per_person(CLAIMS).values() if n == 2)
+
+
+def test_answered_with_metadata_charged_once_and_cached(loaded):
+    session = loaded.session("alice")
+    before = loaded.ledger.remaining("alice")
+    (answer,) = session.execute(MORE_THAN_3)
+    assert answer.columns == ["count"] and isinstance(answer.rows[0][0], int)
+    privacy = answer.privacy
+    assert privacy["model"] == "iDP" and privacy["mechanism"] == "discrete Laplace"
+    assert privacy["epsilon_spent"] == pytest.approx(0.1)
+    assert privacy["neighbours"] == "modify all records of one person_id"
+    assert any("one row per person_id with rows of visits in scope" in note
+               and "not counted (not as 0)" in note and "[0, 4]" in note
+               for note in privacy["notes"])
+    assert loaded.ledger.entries()[-1][8] == "modify all records of one person_id"
+    (again,) = session.execute(MORE_THAN_3)
+    assert again.rows == answer.rows and again.privacy["epsilon_spent"] == 0  # the cache
+    (average,) = session.execute("SELECT AVG(n) AS visits_per_person FROM (SELECT person_id, "
+                                 "COUNT(*) AS n FROM visits GROUP BY person_id) t")
+    assert average.columns == ["visits_per_person"] and 0 <= average.rows[0][0] <= 4
+    assert before - loaded.ledger.remaining("alice") == Decimal("0.2")
+    # DP: the declared bound, the global sensitivities g and g·B; two people's visits
+    dp = list(session.execute("SET idp.model = 'dp'; SELECT AVG(n), COUNT(*) FROM (SELECT "
+                         "v.person_id, COUNT(*) AS n FROM visits v JOIN people p "
+                         "ON v.person_id = p.person_id GROUP BY v.person_id) t WHERE n > 1"))
+    assert dp[-1].privacy["model"] == "DP" and dp[-1].privacy["neighbours"] == (
+        "modify all records of one person_id in visits and people")
+    list(session.execute("SET idp.model = 'idp'"))
+
+
+PER_UNIT = "(SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t"
+REFUSED = [
+    (f"SELECT MEDIAN(n) FROM {PER_UNIT}", "0A000", "COUNT(DISTINCT unit), COUNT, SUM or AVG"),
+    (f"SELECT MAX(n) FROM {PER_UNIT} WHERE n > 1", "0A000", "not MAX(t.n)"),
+    (f"SELECT n, COUNT(*) FROM {PER_UNIT} GROUP BY n", "0A000", "GROUP BY over per-unit values"),
+    ("SELECT AVG(s) FROM (SELECT person_id, SUM(cost) AS s FROM visits GROUP BY person_id) t",
+     "0A000", "COUNT(*) and COUNT(col) are supported, not SUM(visits.cost)"),
+    (("SELECT COUNT(*) FROM (SELECT person_id FROM visits GROUP BY person_id "
+     "HAVING SUM(cost) > 3) t"), "0A000", "not SUM(visits.cost)"),
+    (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id "
+     "ORDER BY n DESC LIMIT 3) t"), "0A000", "with LIMIT"),
+    ("SELECT AVG(n) FROM (SELECT kind, COUNT(*) AS n FROM visits GROUP BY kind) t", "0A000",
+     "grouped by the privacy unit only"),
+    (("SELECT AVG(n) FROM (SELECT person_id, kind, COUNT(*) AS n FROM visits "
+     "GROUP BY person_id, kind) t"), "0A000", "grouped by the privacy unit only"),
+    ("SELECT AVG(n) FROM (SELECT person_id, COUNT(*) AS n FROM lab GROUP BY person_id) t",
+     "0A000", "grouped by the privacy unit only"),
+    ("SELECT AVG(n) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY person_id) t",
+     "0A000", "needs the rules to bound one unit's rows of claims (max_rows_per_unit)"),
+    ("SELECT SUM(n) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY person_id) t",
+     "0A000", "max_rows_per_unit"),
+    (("SELECT COUNT(*) FROM (SELECT p.person_id, COUNT(*) AS n FROM visits v LEFT JOIN people p "
+     "ON v.person_id = p.person_id GROUP BY p.person_id) t WHERE n > 1"), "0A000",
+     "first table of a LEFT JOIN"),
+    (f"SELECT COUNT(DISTINCT n) FROM {PER_UNIT}", "0A000", "DISTINCT counts the unit only"),
+    (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) * 2 AS n FROM visits "
+     "GROUP BY person_id) t"), "0A000", "not COUNT(*) * 2"),
+    (("SELECT COUNT(*) FROM (SELECT person_id, cost, COUNT(*) AS n FROM visits "
+     "GROUP BY person_id) t"), "0A000", "selects the unit and aggregates of its rows"),
+    (f"SELECT n FROM {PER_UNIT} WHERE person_id = 3", "0A000",
+     "GROUP BY person_id needs a public list of keys"),
+    (f"SELECT COUNT(*) FROM {PER_UNIT} WHERE cost > 3", "42703", "'cost' could not be resolved"),
+    (f"SELECT COUNT(*) FROM {PER_UNIT} WHERE n > 'a'", "0A000", "compare it with a number"),
+    (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits WHERE nope = 1 "
+     "GROUP BY person_id) t"), "42703", "nope"),
+]
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
+def test_refused_nested_queries_say_what_is_allowed_and_spend_nothing(loaded, sql, sqlstate,
+                                                                      fragment):
+    refused_for_free(loaded, sql, sqlstate, fragment)
+
+
+def test_dp_over_units_needs_the_declared_bound(loaded):
+    session = loaded.session("alice")
+    list(session.execute("SET idp.model = 'dp'"))
+    before = loaded.ledger.entries(), loaded.ledger.budgets()
+    with pytest.raises(Exception, match="DP model on claims needs max_rows_per_unit"):
+        list(session.execute("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n "
+                             "FROM claims GROUP BY person_id) t WHERE n > 1"))
+    assert (loaded.ledger.entries(), loaded.ledger.budgets()) == before
