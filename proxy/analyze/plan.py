@@ -71,6 +71,10 @@ class QueryPlan:
     # public tables joined many-to-one, a second protected table on the privacy unit
     # (proxy.analyze.joins)
     joins: tuple[Join, ...] = ()
+    # δ of an (ε, δ) query: its GROUP BY terms without declared keys are keyed by a
+    # partition selection (proxy.privacy.partition_selection), which spends half of
+    # ``cost``; None: an ε-query
+    delta: Decimal | None = None
 
     @property
     def cost(self) -> Decimal:
