@@ -70,12 +70,20 @@ class PartitionSelection:
         return _threshold(self.keys_per_unit * self.units_changed, self.units_changed,
                           self.scale, self.delta)
 
-    def failure(self) -> float:
-        """km·P(Z ≥ T − m): the probability that a key held only by the modified units is
-        released, for any of the km such keys; at most δ (the δ of the release)."""
-        tail = self.threshold - self.units_changed
+    def keep_probability(self, count: int) -> float:
+        """P(count + Z ≥ T), Z ~ DL(b): α^(T−count)/(1 + α) below T, else
+        1 − α^(count−T+1)/(1 + α) (P(Z ≥ t) = αᵗ/(1 + α) for t ≥ 1)."""
         alpha = math.exp(-1 / float(self.scale))
-        return self.keys_per_unit * self.units_changed * alpha ** tail / (1 + alpha)
+        gap = self.threshold - count
+        if gap >= 1:
+            return alpha ** gap / (1 + alpha)
+        return 1 - alpha ** (1 - gap) / (1 + alpha)
+
+    def failure(self) -> float:
+        """km·P(m + Z ≥ T): the probability that one of the at most km keys held only by
+        the modified units is released; at most δ, the δ of the release."""
+        return self.keys_per_unit * self.units_changed * \
+            self.keep_probability(self.units_changed)
 
     def noisy(self, count: int, rng: RandomSource) -> int:
         return count + discrete_laplace(self.scale, rng)
