@@ -383,7 +383,7 @@ def _selection_note(plan: QueryPlan) -> str:
     """What the partition selection of ``plan`` spent and what it means for the rows
     shown: public (the plan's text and the rules), never the number of keys found."""
     selection = selection_of(plan)
-    units = f"{plan.table.privacy_unit} values" if plan.table.privacy_unit else "rows"
+    units = f"distinct {plan.table.privacy_unit}" if plan.table.privacy_unit else "rows"
     return (f"the keys of {_selected_names(plan)} are chosen from the data (partition "
             f"selection, (epsilon, delta)-DP: epsilon {float(plan.cost * SELECTION_SHARE):g} "
             f"of the {float(plan.cost):g} spent, delta {float(plan.delta):g}): a key is shown "

@@ -39,7 +39,7 @@ from typing import Any
 
 from proxy.analyze.group_keys import SELECTED
 from proxy.analyze.plan import QueryPlan
-from proxy.privacy.sampler import RandomSource, discrete_laplace
+from proxy.privacy.sampler import RandomSource, bernoulli_exp_ratio, discrete_laplace
 
 SELECTION_SHARE = Decimal("0.5")  # of a query's ε, spent on choosing its keys
 
@@ -85,8 +85,9 @@ class PartitionSelection:
         return self.keys_per_unit * self.units_changed * \
             self.keep_probability(self.units_changed)
 
-    def noisy(self, count: int, rng: RandomSource) -> int:
-        return count + discrete_laplace(self.scale, rng)
+    def kept(self, count: int, rng: RandomSource) -> int | None:
+        """count + Z (Z ~ DL(b)) when it reaches T, else None (``_kept``)."""
+        return _kept(count, self.threshold, self.scale, rng)
 
     def select(self, counts: Iterable[tuple[Any, int]], cap: int, rng: RandomSource
                ) -> tuple[Any, ...]:
@@ -94,15 +95,32 @@ class PartitionSelection:
         ``cap`` of them, the ``cap`` with the largest noisy counts (ties by key). Both
         are functions of the released (key, noisy count) pairs alone, so the cap is
         post-processing. ``counts``: every key of the data with its count (≥ 1)."""
-        threshold = self.threshold
+        threshold, scale = self.threshold, self.scale
         kept = []
         for key, count in counts:
-            noisy = self.noisy(int(count), rng)
-            if noisy >= threshold:
+            noisy = _kept(int(count), threshold, scale, rng)
+            if noisy is not None:
                 kept.append((-noisy, key))
         if len(kept) > cap:
             kept = heapq.nsmallest(cap, kept)
         return tuple(sorted(key for _, key in kept))
+
+
+def _kept(count: int, threshold: int, scale: Fraction, rng: RandomSource) -> int | None:
+    """count + Z for Z ~ DL(``scale``) when it reaches ``threshold``, else None: exactly
+    that law, drawn cheaply for the many counts below the threshold. There, with
+    t = T − count ≥ 1, P(count + Z = T + g) = P(Z = t + g) = αᵗ·P(Z = g) for g ≥ 0: a
+    Bernoulli(αᵗ) (exp(−t/b), CKS Algorithm 1 on integers: about two Bernoulli(e⁻¹)
+    trials when αᵗ is small), then Z itself, kept when it is ≥ 0, at T + Z. Drawing Z
+    for every key instead cost about 20 µs a key."""
+    gap = threshold - count
+    if gap <= 0:
+        noisy = count + discrete_laplace(scale, rng)
+        return noisy if noisy >= threshold else None
+    if not bernoulli_exp_ratio(gap * scale.denominator, scale.numerator, rng):
+        return None
+    above = discrete_laplace(scale, rng)
+    return threshold + above if above >= 0 else None
 
 
 def selection_of(plan: QueryPlan) -> PartitionSelection:

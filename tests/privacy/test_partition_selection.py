@@ -85,15 +85,26 @@ def test_threshold_is_the_least_that_delta_allows():
 
 
 def test_keep_probability_matches_the_sampled_law():
-    """The decision the proxy samples (discrete Laplace from the CSPRNG, kept at ≥ T)
-    has the exact probability ``keep_probability`` at, below and above T: a two-sided
-    binomial test at significance 10⁻⁹ per count, so a wrong direction of the
-    comparison or a wrong scale fails, and a correct sampler fails once in 10⁹."""
+    """The decision the proxy samples (from the CSPRNG; below T by the Bernoulli(αᵗ)
+    shortcut) has the exact probability ``keep_probability`` at, below and above T, and
+    a kept count has the law of count + Z given count + Z ≥ T (checked on P(the lowest
+    value it can take)): two-sided binomial tests at significance 10⁻⁹ each, so a wrong
+    direction of the comparison, a wrong scale or a wrong shortcut fails, and a correct
+    sampler fails once in 10⁹."""
     selection = PartitionSelection(1, 1, Fraction(1), Decimal("0.05"))
     threshold, rng, trials = selection.threshold, SecureSource(), 4000
+    alpha = math.exp(-1 / float(selection.scale))
     for count in (1, threshold - 2, threshold, threshold + 3):
-        kept = sum(bool(selection.select([("key", count)], 1, rng)) for _ in range(trials))
-        assert binomtest(kept, trials, selection.keep_probability(count)).pvalue > 1e-9
+        noisy = [selection.kept(count, rng) for _ in range(trials)]
+        kept = [value for value in noisy if value is not None]
+        assert binomtest(len(kept), trials, selection.keep_probability(count)).pvalue > 1e-9
+        lowest = max(threshold, count)  # P(count + Z = lowest | count + Z ≥ T)
+        at_lowest = (1 - alpha) / (1 + alpha) * alpha ** (lowest - count) / \
+            selection.keep_probability(count)
+        assert all(value >= threshold for value in kept)
+        if kept:
+            hits = sum(value == lowest for value in kept)
+            assert binomtest(hits, len(kept), at_lowest).pvalue > 1e-9
 
 
 def test_a_key_of_one_unit_is_rare_and_a_common_key_is_kept():
