@@ -243,7 +243,11 @@ class Engine:
         for index in selecting:
             counts = tx.execute(key_counts_sql(plan, index, selection.keys_per_unit,
                                                self.backend.dialect))
-            terms[index] = replace(terms[index], keys=selection.select(counts, cap, self.rng))
+            keys = selection.select(counts, cap, self.rng)
+            if terms[index].type == "int":  # an int column stored as floats: 3.0 is 3
+                keys = tuple(int(key) if isinstance(key, float) and key.is_integer() else key
+                             for key in keys)
+            terms[index] = replace(terms[index], keys=keys)
         return replace(plan, group_by=tuple(terms), delta=None,
                        epsilon=plan.epsilon * (1 - SELECTION_SHARE))
 

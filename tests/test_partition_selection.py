@@ -73,8 +73,10 @@ def engine(module_backend_url):
                 "band": "TEXT", "cost": "DOUBLE PRECISION", "stay": "INTEGER"})
     load_table(module_backend_url, "claims", {"person_id": [1], "city": ["paris"]},
                {"person_id": "INTEGER", "city": "TEXT"})
-    load_table(module_backend_url, "events", {"city": VISITS["city"], "stay": VISITS["stay"]},
-               {"city": "TEXT", "stay": "INTEGER"})
+    # stay stored as floats, NaN and ±inf among them: never keys, never an error
+    stays = [float(v) for v in VISITS["stay"][:-600]] + [float("nan"), float("inf")] * 300
+    load_table(module_backend_url, "events", {"city": VISITS["city"], "stay": stays},
+               {"city": "TEXT", "stay": "DOUBLE PRECISION"})
     backend = open_backend(module_backend_url)
     yield Engine(parse_rules(RULES.format(delta=DELTA), "selection.toml"), backend)
     backend.close()
@@ -132,6 +134,9 @@ def test_dp_model_row_level_and_no_key_released(engine):
     answer, row = ask(engine, "/*+ epsilon=1 */ SELECT city, stay, COUNT(*) FROM events "
                               "GROUP BY city, stay")
     assert {city for city, *_ in answer.rows} <= set(COMMON) and row[7] == 1e-9
+    answer, _ = ask(engine, "/*+ epsilon=1 */ SELECT stay, COUNT(*) FROM events GROUP BY stay")
+    assert {stay for stay, _ in answer.rows} <= set(range(11)) and len(answer.rows) == 4
+    assert all(type(stay) is int for stay, _ in answer.rows)  # bigint, as declared
     answer, row = ask(engine, "SELECT city, COUNT(*) FROM visits WHERE person_id >= 1000 "
                               "GROUP BY city")
     assert answer.rows == [] and row[6] == Decimal("0.1") and row[7] == 1e-9 and row[9] == "charged"
@@ -140,6 +145,7 @@ def test_dp_model_row_level_and_no_key_released(engine):
 @pytest.mark.parametrize("sql,fragment", [
     ("SELECT city, COUNT(*) FROM claims GROUP BY city", "needs max_rows_per_unit"),
     ("SELECT cost, COUNT(*) FROM visits GROUP BY cost", "not float"),
+    ("SELECT day, COUNT(*) FROM visits GROUP BY day", "date_trunc('day', day)"),
 ])
 def test_refusals_spend_nothing(engine, sql, fragment):
     refused_for_free(engine, sql, "0A000", fragment)

@@ -55,7 +55,7 @@ COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", 
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
 PUBLIC = "public"  # a public table's column, keyed by its values there (proxy.analyze.joins)
 SELECTED = "selected"  # a protected column keyed by a partition selection over its values
-SELECTABLE_TYPES = ("int", "text", "bool", "date", "timestamp")
+SELECTABLE_TYPES = ("int", "text", "bool")
 
 ALLOWED = ("a column with declared keys or of a joined public table, date_trunc('month', col), extract(month FROM col), "
            "floor(extract(epoch FROM col) / 86400) * 86400, floor(col / 10) * 10, "
@@ -219,7 +219,9 @@ def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | Non
     """Why the keys of a ``SELECTED`` term cannot be selected from the data (None: they
     can): the rules declare no δ, the column holds floats (nearly every value its own
     key: bin it), or a table with a privacy unit declares no ``max_rows_per_unit`` (how
-    many keys one unit may add to the count: docs/privacy.md §3.11). Rules and text only."""
+    many keys one unit may add to the count: docs/privacy.md §3.11). Rules and text only.
+    Dates and timestamps are bucketed instead: a PostgreSQL 'infinity' read back as a
+    key would fail the query, telling that one is in scope."""
     name, column = term.column, table.columns[term.column]
     if delta is None:
         hint = (f", or by a bucket such as date_trunc('month', {name})" if column.time_domain
@@ -229,9 +231,11 @@ def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | Non
                             f"group by a column with declared keys{hint} (or the data owner "
                             "may set [defaults] delta, to select keys from the data)")
     if column.type not in SELECTABLE_TYPES:
+        bucket = (f"date_trunc('day', {name}) over a declared domain"
+                  if column.type in ("date", "timestamp") else f"floor({name} / 10) * 10")
         return NotSupported(f"GROUP BY {name}: keys are selected from the data for "
                             f"{', '.join(SELECTABLE_TYPES)} columns, not {column.type}; "
-                            f"group by bins such as floor({name} / 10) * 10")
+                            f"group by buckets such as {bucket}")
     if table.privacy_unit and table.max_rows_per_unit is None:
         return NotSupported(f"GROUP BY {name} without declared keys on {table.name} needs "
                             "max_rows_per_unit in the rules (how many keys one "

@@ -12,7 +12,9 @@ A unit keeps its K smallest keys: a choice that depends on its own records only,
 neighbour (all records of some units modified) changes the kept keys of those units
 alone. Rows without a unit (NULL) count as one unit, as everywhere (docs/privacy.md
 §3.10). Without a privacy unit every row is its own unit (K = 1): the count is the row
-count. NULL is no key. These rows reach the proxy only to be thresholded: the keys
+count. NULL is no key, nor on an int column a value beyond ±MAGNITUDE_CAP (NaN and
+±inf of a column stored as floats: they belong to no group, as everywhere), so every
+key read back renders as a literal the statistics can compare. These rows reach the proxy only to be thresholded: the keys
 that are not released go nowhere (docs/privacy.md §3.11).
 """
 
@@ -20,10 +22,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.group_keys import SELECTED
+from proxy.analyze.group_keys import SELECTED, GroupKey
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.scope import source_table
+from proxy.pushdown.values import literal
+from proxy.rules import Table
+from proxy.statistics import MAGNITUDE_CAP
 
 
 def key_counts_sql(plan: QueryPlan, index: int, keys_per_unit: int, dialect: str) -> str:
@@ -34,8 +39,7 @@ def key_counts_sql(plan: QueryPlan, index: int, keys_per_unit: int, dialect: str
     if plan.where is not None:
         scope = scope.where(plan.where.copy())
     for term in plan.group_by:  # rows in no group of another term are in no answer
-        value = group_value(term, table)
-        scope = scope.where(value.is_(exp.null()).not_() if term.kind == SELECTED
+        scope = scope.where(_is_key(term, table) if term.kind == SELECTED
                             else group_filter(term, table))
     count = exp.alias_(exp.Count(this=exp.Star()), "n")
     if table.privacy_unit is None:
@@ -49,3 +53,12 @@ def key_counts_sql(plan: QueryPlan, index: int, keys_per_unit: int, dialect: str
     query = (exp.select("k", count).from_(ranked.subquery("ranked"))
              .where(exp.column("r") <= exp.Literal.number(keys_per_unit)).group_by("k"))
     return query.sql(dialect=dialect)
+
+
+def _is_key(term: GroupKey, table: Table) -> exp.Expression:
+    """The rows whose value of a selected term can be a key: not NULL and, for numbers,
+    finite (within ±MAGNITUDE_CAP)."""
+    value = group_value(term, table)
+    if table.columns[term.column].type != "int":
+        return value.is_(exp.null()).not_()
+    return exp.Between(this=value, low=literal(-MAGNITUDE_CAP), high=literal(MAGNITUDE_CAP))
