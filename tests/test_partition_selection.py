@@ -137,6 +137,10 @@ def test_dp_model_row_level_and_no_key_released(engine):
     answer, _ = ask(engine, "/*+ epsilon=1 */ SELECT stay, COUNT(*) FROM events GROUP BY stay")
     assert {stay for stay, _ in answer.rows} <= set(range(11)) and len(answer.rows) == 4
     assert all(type(stay) is int for stay, _ in answer.rows)  # bigint, as declared
+    answer, row = ask(engine, "/*+ epsilon=1 */ SELECT w.city, COUNT(*) FROM visits v "
+                              "JOIN visits w ON v.person_id = w.person_id GROUP BY w.city")
+    assert {city for city, _ in answer.rows} == set(COMMON)  # k = 2·2: T = 345
+    assert "threshold 345" in row[5]
     answer, row = ask(engine, "SELECT city, COUNT(*) FROM visits WHERE person_id >= 1000 "
                               "GROUP BY city")
     assert answer.rows == [] and row[6] == Decimal("0.1") and row[7] == 1e-9 and row[9] == "charged"
@@ -144,6 +148,8 @@ def test_dp_model_row_level_and_no_key_released(engine):
 
 @pytest.mark.parametrize("sql,fragment", [
     ("SELECT city, COUNT(*) FROM claims GROUP BY city", "needs max_rows_per_unit"),
+    (("SELECT v.city, COUNT(*) FROM visits v JOIN claims c ON v.person_id = c.person_id "
+      "GROUP BY v.city"), "of every protected table it reads"),
     ("SELECT cost, COUNT(*) FROM visits GROUP BY cost", "not float"),
     ("SELECT day, COUNT(*) FROM visits GROUP BY day", "date_trunc('day', day)"),
 ])

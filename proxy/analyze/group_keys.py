@@ -219,7 +219,8 @@ def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | Non
     """Why the keys of a ``SELECTED`` term cannot be selected from the data (None: they
     can): the rules declare no δ, the column holds floats (nearly every value its own
     key: bin it), or a table with a privacy unit declares no ``max_rows_per_unit`` (how
-    many keys one unit may add to the count: docs/privacy.md §3.11). Rules and text only.
+    many keys one unit may add to the count: docs/privacy.md §3.11; of two protected
+    tables joined on the unit, the product of theirs, None when either has none). Rules and text only.
     Dates and timestamps are bucketed instead: a PostgreSQL 'infinity' read back as a
     key would fail the query, telling that one is in scope."""
     name, column = term.column, table.columns[term.column]
@@ -237,10 +238,10 @@ def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | Non
                             f"{', '.join(SELECTABLE_TYPES)} columns, not {column.type}; "
                             f"group by buckets such as {bucket}")
     if table.privacy_unit and table.max_rows_per_unit is None:
-        return NotSupported(f"GROUP BY {name} without declared keys on {table.name} needs "
-                            "max_rows_per_unit in the rules (how many keys one "
-                            f"{table.privacy_unit} may add to the selection); ask the data "
-                            "owner, or group by a column with declared keys")
+        return NotSupported(f"GROUP BY {name} without declared keys needs max_rows_per_unit "
+                            "in the rules of every protected table it reads (how many keys "
+                            f"one {table.privacy_unit} may add to the selection); ask the "
+                            "data owner, or group by a column with declared keys")
     return None
 
 
