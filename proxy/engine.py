@@ -21,19 +21,21 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze import QueryPlan
-from proxy.analyze.group_keys import PUBLIC
+from proxy.analyze.group_keys import PUBLIC, SELECTED
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, NotSupported, RulesError
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
+from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
 from proxy.privacy.refined_answers import exact_answer, release_refined
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.scope import table_ref
+from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.window import rank_window
 from proxy.rules import Rules, where_declared
@@ -209,6 +211,9 @@ class Engine:
             return [()], [[release_refined(plan, true, self.rng)]], version
         with self._in(plan, view) as reading:
             plan = reading.plan or plan  # its public GROUP BY keys read
+            if plan.delta is not None:  # and its keys from the data selected
+                plan = self._selected(plan, reading.tx)
+                reading = replace(reading, plan=plan)
             shift, groups, version = self.statistics(plan, reading)
         if plan.prior is not None:
             return [()], [[release_refined(plan, exact_answer(plan, groups[()]), self.rng)]], \
@@ -217,8 +222,35 @@ class Engine:
         calibration = Calibration(plan.model, shift, defaults.local_sensitivity_floor,
                                   defaults.exact_release, defaults.report_scale)
         keys = plan.group_keys() if plan.group_by else [()]
+        if not keys:  # no key released: nothing to compute
+            return [], [], version
         return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
                       for key in keys], version
+
+    def _selected(self, plan: QueryPlan, tx: Transaction) -> QueryPlan:
+        """``plan`` with the keys of its GROUP BY terms without declared keys chosen by a
+        partition selection (docs/privacy.md §3.12), answered as declared keys with the
+        rest of the ε. Each such term's selection gets an equal part of the selection's
+        share of ε and of δ; together they keep at most ``max_groups`` combinations of
+        keys (each at most the whole root of what the other terms leave: public). After
+        the debit: the selection reads the data. The counts of the keys that are not
+        released stay in this function."""
+        selecting = [i for i, term in enumerate(plan.group_by) if term.kind == SELECTED]
+        others = math.prod(len(term.keys) for term in plan.group_by if term.kind != SELECTED)
+        cap = whole_root(max(1, self.rules.defaults.max_groups // max(1, others)),
+                         len(selecting))
+        selection = selection_of(plan)
+        terms = list(plan.group_by)
+        for index in selecting:
+            counts = tx.execute(key_counts_sql(plan, index, selection.keys_per_unit,
+                                               self.backend.dialect))
+            keys = selection.select(counts, cap, self.rng)
+            if terms[index].type == "int":  # an int column stored as floats: 3.0 is 3
+                keys = tuple(int(key) if isinstance(key, float) and key.is_integer() else key
+                             for key in keys)
+            terms[index] = replace(terms[index], keys=keys)
+        return replace(plan, group_by=tuple(terms), delta=None,
+                       epsilon=plan.epsilon * (1 - SELECTION_SHARE))
 
     def unit_value(self, plan: QueryPlan, view: View | None = None) -> tuple[Any, str | None]:
         """One unit's value of the asked column (the mean of its rows for a number, the

@@ -60,6 +60,7 @@ class Charge:
     mechanism: str
     epsilon: Decimal
     neighbour: str
+    delta: Decimal = Decimal(0)  # of an (ε, δ) query: keys chosen from the data
 
     @property
     def sql_hash(self) -> str:
@@ -291,10 +292,14 @@ class Ledger:
             self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
     def append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
+        """One ledger row; its δ goes with its ε: the charge's δ on a debit (or a refused
+        one), none on a repeat from the cache, and taken back with a refund."""
+        delta = float(charge.delta if micro > 0 else -charge.delta) if micro and charge.delta \
+            else 0.0
         tx.execute(
             "INSERT INTO idp.ledger (analyst, sql_hash, model, mechanism, epsilon_micro, delta, "
             "neighbour, status, released) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (charge.analyst, charge.sql_hash, charge.model, charge.mechanism, micro, 0.0,
+            (charge.analyst, charge.sql_hash, charge.model, charge.mechanism, micro, delta,
              charge.neighbour, status, released))
 
     def _known(self, account: str) -> None:

@@ -91,6 +91,9 @@ class Defaults:
     answer_cache: bool = True  # repeats answered from idp.answers (docs/budget.md)
     time_quantum_ms: int = 0  # private answers padded to whole quanta (proxy/timing.py)
     max_groups: int = 10_000  # the most groups one GROUP BY may answer (product of key sets)
+    # (ε, δ): GROUP BY a column without declared keys answers the keys a DP partition
+    # selection releases (proxy.privacy.partition_selection); None: refused
+    delta: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,8 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
         values["time_quantum_ms"] = quantum
     if "max_groups" in body:
         values["max_groups"] = reader.positive_int(body["max_groups"], "defaults.max_groups")
+    if "delta" in body:
+        values["delta"] = _delta(reader, body["delta"], "defaults.delta")
     if "local_sensitivity_floor" in body:
         floor = reader.number(body["local_sensitivity_floor"], "defaults.local_sensitivity_floor")
         if floor < 0:
@@ -303,6 +308,16 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
             f"{defaults.max_epsilon_per_query}]",
         )
     return defaults
+
+
+def _delta(reader: _Reader, value: Any, key: str) -> Decimal:
+    """δ of partition selection: a number strictly between 0 and 1, kept as the decimal
+    it was written as (TOML reads ``1e-6`` as a float; its shortest repr is the text)."""
+    number = reader.number(value, key)
+    if not 0 < number < 1:
+        raise reader.fail(key, f"must be a number strictly between 0 and 1 (e.g. 1e-6), got "
+                          f"{value!r}")
+    return Decimal(repr(number))
 
 
 def _analysts(

@@ -26,6 +26,7 @@ from proxy.analyze import (
     parse_tokens,
     statement_tokens,
 )
+from proxy.analyze.group_keys import SELECTED
 from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
 from proxy.analyze.shapes import ShapeCache, shape_of
@@ -35,6 +36,7 @@ from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.postprocess import run_outer, series_limited
 from proxy.privacy.noisy_answers import Released
+from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
 from proxy.rules import Rules
 from proxy.settings import (
     DEFAULT_GAMMA,
@@ -202,7 +204,7 @@ class Session:
     def _compute(self, normalised: str, plan: QueryPlan) -> Answer:
         engine = self.engine
         charge = Charge(self.analyst, normalised, plan.model,
-                        _mechanism(plan), plan.cost, _neighbour(plan))
+                        _mechanism(plan), plan.cost, _neighbour(plan), plan.delta or Decimal(0))
         debited = False
         try:
             with engine.view(plan) as view:
@@ -216,8 +218,8 @@ class Session:
                 engine.ledger.refund(charge)
             raise
         if stored is not None:  # the repeat's ledger row commits before it is sent
-            return _restored(stored, Decimal(0), engine.ledger.served_from_cache(charge),
-                             _FROM_CACHE)
+            return _restored(stored, Decimal(0), Decimal(0),
+                             engine.ledger.served_from_cache(charge), _FROM_CACHE)
         if isinstance(plan.post, SeriesLimit):
             keys, released = series_limited(plan.post, keys, released)
         answer = _answer(plan, keys, released, charge, remaining)
@@ -225,7 +227,7 @@ class Session:
             answer = _outer_answer(plan.post, answer)
         answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
-        return _restored(sent, charge.epsilon, remaining)
+        return _restored(sent, charge.epsilon, charge.delta, remaining)
 
 
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
@@ -245,6 +247,9 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     notes = sorted({r.note for group in released for r in group if r.note})
     if plan.per_unit is not None:
         notes.append(_per_unit_note(plan.per_unit.source.table))
+    if plan.delta is not None:
+        mechanisms.append(SELECTION_MECHANISM)
+        notes.insert(0, _selection_note(plan))
     privacy = {
         "model": "iDP" if plan.model == "idp" else "DP",
         "mechanism": "; ".join(mechanisms),
@@ -252,6 +257,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         else "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
         "neighbours": charge.neighbour,
         "epsilon_spent": float(charge.epsilon),
+        "delta": float(charge.delta),
         "epsilon_remaining": float(remaining),
         "ci95": ci95,
         "notes": notes,
@@ -299,10 +305,10 @@ def _cacheable(answer: Answer) -> dict[str, Any]:
             "kinds": answer.kinds, "privacy": answer.privacy}
 
 
-def _restored(stored: dict[str, Any], spent: Decimal, remaining: Decimal,
+def _restored(stored: dict[str, Any], spent: Decimal, delta: Decimal, remaining: Decimal,
               note: str | None = None) -> Answer:
     """A stored answer with this request's own accounting in its metadata."""
-    privacy = dict(stored["privacy"], epsilon_spent=float(spent),
+    privacy = dict(stored["privacy"], epsilon_spent=float(spent), delta=float(delta),
                    epsilon_remaining=float(remaining))
     if note is not None:
         privacy["notes"] = [*privacy["notes"], note]
@@ -353,8 +359,9 @@ def _notice(privacy: dict[str, Any]) -> str:
     bounds = ", ".join(
         f"{name} ±{_short(values[0])}" if len(values) == 1 else f"{name} ±{_short(max(values))} (widest)"
         for name, values in privacy["ci95"].items() if values and None not in values)
+    delta = f" and delta {privacy['delta']:g}" if privacy.get("delta") else ""
     text = (f"{privacy['model']} ({privacy['mechanism']}): spent epsilon "
-            f"{privacy['epsilon_spent']:g}, {privacy['epsilon_remaining']:g} remaining")
+            f"{privacy['epsilon_spent']:g}{delta}, {privacy['epsilon_remaining']:g} remaining")
     if bounds:
         text += f"; 95% error bound {bounds}"
     for note in privacy["notes"]:
@@ -373,7 +380,28 @@ def _sort_key(value):
 def _mechanism(plan: QueryPlan) -> str:
     kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
     smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
-    return f"{plan.model}{smooth}: {kinds}"
+    selected = "" if plan.delta is None else f"; keys of {_selected_names(plan)} by " \
+        f"partition selection, threshold {selection_of(plan).threshold}"
+    return f"{plan.model}{smooth}: {kinds}{selected}"
+
+
+SELECTION_MECHANISM = "partition selection (thresholded discrete Laplace)"
+
+
+def _selected_names(plan: QueryPlan) -> str:
+    return ", ".join(term.column for term in plan.group_by if term.kind == SELECTED)
+
+
+def _selection_note(plan: QueryPlan) -> str:
+    """What the partition selection of ``plan`` spent and what it means for the rows
+    shown: public (the plan's text and the rules), never the number of keys found."""
+    selection = selection_of(plan)
+    units = f"distinct {plan.table.privacy_unit}" if plan.table.privacy_unit else "rows"
+    return (f"the keys of {_selected_names(plan)} are chosen from the data (partition "
+            f"selection, (epsilon, delta)-DP: epsilon {float(plan.cost * SELECTION_SHARE):g} "
+            f"of the {float(plan.cost):g} spent, delta {float(plan.delta):g}): a key is shown "
+            f"only when its noisy count of {units} reaches {selection.threshold}, so rare "
+            "keys are missing; the aggregates share the rest of the epsilon")
 
 
 def _neighbour(plan: QueryPlan) -> str:

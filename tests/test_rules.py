@@ -69,6 +69,14 @@ def test_shipped_rules_files_load():
     ('[tables.t]\nprivacy_unit = "id"\n', 1, "must declare its columns"),
     ('[tables.t]\n[tables.t.columns]\n"bad name" = { type = "int" }\n', 3, "not a plain SQL identifier"),
     ('[defaults\n', 1, "invalid TOML"),
+    ('[defaults]\nmodel = "idp"\ndelta = 0\n', 3,
+     "[defaults.delta] must be a number strictly between 0 and 1 (e.g. 1e-6), got 0"),
+    ('[defaults]\ndelta = 1\n', 2, "strictly between 0 and 1"),
+    ('[defaults]\ndelta = -1e-6\n', 2, "strictly between 0 and 1"),
+    ('[defaults]\ndelta = 1e-400\n', 2, "strictly between 0 and 1"),
+    ('[defaults]\ndelta = "1e-6"\n', 2, "[defaults.delta] must be a number"),
+    ('[defaults]\ndelta = true\n', 2, "[defaults.delta] must be a number"),
+    ('[defaults]\ndelta = inf\n', 2, "[defaults.delta] must be finite"),
 ])
 def test_a_bad_file_is_rejected_with_file_line_and_reason(tmp_path, text, line, fragment):
     path = tmp_path / "bad.toml"
@@ -79,6 +87,14 @@ def test_a_bad_file_is_rejected_with_file_line_and_reason(tmp_path, text, line, 
     assert message.startswith(f"{path}:{line}") or (
         "invalid TOML" in message and message.startswith(str(path)))
     assert fragment in message
+
+
+def test_delta_is_kept_as_written_and_none_by_default():
+    """δ of partition selection (docs/privacy.md §3.12): the decimal the file shows."""
+    assert parse_rules(ISSUE_EXAMPLE).defaults.delta is None
+    for text, value in (("1e-6", "0.000001"), ("0.05", "0.05"), ("1e-12", "1E-12")):
+        rules = parse_rules(ISSUE_EXAMPLE.replace("[defaults]", f"[defaults]\ndelta = {text}"))
+        assert rules.defaults.delta == Decimal(value)
 
 
 def test_missing_file():

@@ -17,7 +17,13 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.expressions import with_expressions
-from proxy.analyze.group_keys import default_name, group_terms, matching_group
+from proxy.analyze.group_keys import (
+    SELECTED,
+    default_name,
+    group_terms,
+    matching_group,
+    selection_refusal,
+)
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import Join, joined_table, protected_only, resolver, split_joins
 from proxy.analyze.normalise import normalise
@@ -149,6 +155,11 @@ def analyze(
     if individual is not None:
         return _with_prior(individual, settings)
     group_by = group_terms(select, table, declared, rules.defaults.max_groups)
+    selects = [term for term in group_by if term.kind == SELECTED]  # keys from the data
+    for term in selects:
+        refusal = selection_refusal(term, table, rules.defaults.delta)
+        if refusal is not None:
+            raise refusal
     aggregates, outputs = _select_list(select, table, group_by, resolve,
                                        _aggregated(resolve, table, joins))
     model = settings.resolve_model(rules)
@@ -171,6 +182,7 @@ def analyze(
         epsilon=epsilon,
         smooth_gamma=settings.smooth_gamma(rules),
         joins=joins,
+        delta=rules.defaults.delta if selects else None,
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)

@@ -22,6 +22,12 @@ Recognised terms, each over one declared column:
   beyond ``lo`` and ``hi``;
 - ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals.
 
+One term's keys come from the data instead: a plain protected column without declared
+keys (``SELECTED``), when the rules declare ``[defaults] delta``. Its keys are those a
+DP partition selection releases after the debit (``proxy.engine.Engine.release``,
+``proxy.privacy.partition_selection``), () until then; ``selection_refusal`` says
+whether the rules and the column allow it, and why not.
+
 Values are normalised as every statistic sees them (``proxy.pushdown.values.normalised``):
 a value outside the declared domain, ±inf included, is clamped to the nearer bound and so
 lands in the first or last bucket; NaN and NULL belong to no group, as do rows a CASE
@@ -48,6 +54,8 @@ from proxy.statistics import MAGNITUDE_CAP
 COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
 PUBLIC = "public"  # a public table's column, keyed by its values there (proxy.analyze.joins)
+SELECTED = "selected"  # a protected column keyed by a partition selection over its values
+SELECTABLE_TYPES = ("int", "text", "bool")
 
 ALLOWED = ("a column with declared keys or of a joined public table, date_trunc('month', col), extract(month FROM col), "
            "floor(extract(epoch FROM col) / 86400) * 86400, floor(col / 10) * 10, "
@@ -202,13 +210,39 @@ def _plain_column(name: str, table: Table, label: str) -> GroupKey:
         # a public table's column: its keys are the public table's values, read by the
         # engine in the query's snapshot (proxy.engine.Engine.view); () until then
         return GroupKey(label, PUBLIC, name, (), column.type)
-    if column.keys is None:
+    if column.keys is None:  # keys from the data, if the rules allow (selection_refusal)
+        return GroupKey(label, SELECTED, name, (), column.type)
+    return GroupKey(label, COLUMN, name, column.keys, column.type)
+
+
+def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | None:
+    """Why the keys of a ``SELECTED`` term cannot be selected from the data (None: they
+    can): the rules declare no δ, the column holds floats (nearly every value its own
+    key: bin it), or a table with a privacy unit declares no ``max_rows_per_unit`` (how
+    many keys one unit may add to the count: docs/privacy.md §3.12; of two protected
+    tables joined on the unit, the product of theirs, None when either has none). Rules and text only.
+    Dates and timestamps are bucketed instead: a PostgreSQL 'infinity' read back as a
+    key would fail the query, telling that one is in scope."""
+    name, column = term.column, table.columns[term.column]
+    if delta is None:
         hint = (f", or by a bucket such as date_trunc('month', {name})" if column.time_domain
                 else f", or by bins such as floor({name} / 10) * 10"
                 if column.lower is not None and column.upper is not None else "")
-        raise NotSupported(f"GROUP BY {name} needs a public list of keys in the rules; "
-                           f"group by a column with declared keys{hint}")
-    return GroupKey(label, COLUMN, name, column.keys, column.type)
+        return NotSupported(f"GROUP BY {name} needs a public list of keys in the rules; "
+                            f"group by a column with declared keys{hint} (or the data owner "
+                            "may set [defaults] delta, to select keys from the data)")
+    if column.type not in SELECTABLE_TYPES:
+        bucket = (f"date_trunc('day', {name}) over a declared domain"
+                  if column.type in ("date", "timestamp") else f"floor({name} / 10) * 10")
+        return NotSupported(f"GROUP BY {name}: keys are selected from the data for "
+                            f"{', '.join(SELECTABLE_TYPES)} columns, not {column.type}; "
+                            f"group by buckets such as {bucket}")
+    if table.privacy_unit and table.max_rows_per_unit is None:
+        return NotSupported(f"GROUP BY {name} without declared keys needs max_rows_per_unit "
+                            "in the rules of every protected table it reads (how many keys "
+                            f"one {table.privacy_unit} may add to the selection); ask the "
+                            "data owner, or group by a column with declared keys")
+    return None
 
 
 def _unit(node: exp.Expression | None) -> str:

@@ -74,6 +74,10 @@ class QueryPlan:
     # an aggregate over per-unit aggregates (proxy.analyze.per_unit): ``table`` is then
     # the relation of one row per unit that ``per_unit`` describes
     per_unit: PerUnit | None = None
+    # δ of an (ε, δ) query: its GROUP BY terms without declared keys are keyed by a
+    # partition selection (proxy.privacy.partition_selection), which spends half of
+    # ``cost``; None: an ε-query
+    delta: Decimal | None = None
 
     @property
     def cost(self) -> Decimal:

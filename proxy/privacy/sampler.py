@@ -54,6 +54,12 @@ def bernoulli_exp(gamma: Fraction, rng: RandomSource) -> bool:
     return _bernoulli_exp(gamma.numerator, gamma.denominator, rng)
 
 
+def bernoulli_exp_ratio(num: int, den: int, rng: RandomSource) -> bool:
+    """True with probability exactly exp(−num/den), for integers num ≥ 0 and den ≥ 1:
+    ``bernoulli_exp`` without building a Fraction (for draws in a loop)."""
+    return _bernoulli_exp(num, den, rng)
+
+
 def _bernoulli_exp(num: int, den: int, rng: RandomSource) -> bool:
     """exp(−num/den) on integers: Fraction arithmetic cost most of a draw's time."""
     while num > den:

@@ -19,6 +19,7 @@ from proxy.analyze.group_keys import (
     EPOCH_BIN,
     FLOOR_BIN,
     PUBLIC,
+    SELECTED,
     TIME_TRUNC,
     TRUNC_BIN,
     WIDTH_BUCKET,
@@ -34,7 +35,7 @@ DOUBLE = exp.DataType.build("double")
 
 def group_value(term: GroupKey, table: Table) -> exp.Expression:
     """The term's key of one row (NULL: the row belongs to no group)."""
-    if term.kind in (COLUMN, PUBLIC):
+    if term.kind in (COLUMN, PUBLIC, SELECTED):
         return exp.column(term.column, quoted=True)
     if term.kind == CASE:
         case = exp.Case()
@@ -91,8 +92,11 @@ def _epoch_bin(term: GroupKey, column) -> exp.Expression:
 
 def group_filter(term: GroupKey, table: Table) -> exp.Expression:
     """Rows that belong to some group of this term: a declared key, or any key a bucket
-    can take (they are all listed, as is every value of a public table's column)."""
-    if term.kind == COLUMN:
+    can take (they are all listed, as is every value of a public table's column); of a
+    column keyed by a partition selection, a released key (none: no row)."""
+    if term.kind in (COLUMN, SELECTED):
+        if not term.keys:
+            return exp.false()
         return exp.column(term.column, quoted=True).isin(*[literal(v) for v in term.keys])
     return group_value(term, table).is_(exp.null()).not_()
 
