@@ -18,6 +18,7 @@ import pytest
 
 from proxy.backends import open_backend
 from proxy.engine import Engine
+from proxy.errors import Refused
 from proxy.rules import parse_rules
 from tests.conftest import load_table
 from tests.test_joins import recorded_statistics, refused_for_free
@@ -235,7 +236,7 @@ def test_dp_over_units_needs_the_declared_bound(loaded):
     session = loaded.session("alice")
     list(session.execute("SET idp.model = 'dp'"))
     before = loaded.ledger.entries(), loaded.ledger.budgets()
-    with pytest.raises(Exception, match="DP model on claims needs max_rows_per_unit"):
+    with pytest.raises(Refused, match="DP model on claims needs max_rows_per_unit"):
         list(session.execute("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n "
                              "FROM claims GROUP BY person_id) t WHERE n > 1"))
     assert (loaded.ledger.entries(), loaded.ledger.budgets()) == before
