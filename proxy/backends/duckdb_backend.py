@@ -220,11 +220,9 @@ def _errors(sql: str) -> Iterator[None]:
         yield
     except duckdb.InterruptException:
         raise QueryCanceled("canceling statement due to user request") from None
-    except duckdb.ConstraintException as exc:
-        if "duplicate key" not in str(exc).lower():
-            raise BackendFailed("the backend could not run this query") from None
-        raise KeyTaken("the key is taken") from None
     except duckdb.Error as exc:
+        if isinstance(exc, duckdb.ConstraintException) and "duplicate key" in str(exc).lower():
+            raise KeyTaken("the key is taken") from None
         if "No space left on device" in str(exc):
             log.error("duckdb: disk full: %s -- in: %s", one_line(exc), sql)
             raise DiskFull() from None
