@@ -214,7 +214,8 @@ class _DuckDBTransaction(Transaction):
 @contextmanager
 def _errors(sql: str) -> Iterator[None]:
     """Around every DuckDB call an interrupt can reach (BEGIN and COMMIT included: a
-    cancel may land on them): 57014 for an interrupt, 53100 for a full disk, the
+    cancel may land on them): 57014 for an interrupt, 53100 for a full disk, 23505
+    (``KeyTaken``, not logged) for a primary key a racing transaction took, the
     backend's text to the log only (one line) for anything else."""
     try:
         yield
