@@ -281,15 +281,9 @@ def test_postgres_group_ranks_from_its_ordered_set_aggregate(fresh_postgres, mon
     (a counting pass, then one sort per group), never the window statement; every rank
     equals the direct computation, through ties, NULLs, groups of one value or none,
     and ranks beyond the ends (an extreme's offsets on a tiny group)."""
-    from proxy.pushdown import grouped_ranks
+    from proxy import pushdown
 
-    counting = grouped_ranks.statistics_query
-
-    def without_ranks(plan, needs, dialect, clip):
-        assert not any(need.ranks for need in needs), "the window statement was used"
-        return counting(plan, needs, dialect, clip)
-
-    monkeypatch.setattr(grouped_ranks, "statistics_query", without_ranks)
+    monkeypatch.setattr(pushdown, "statistics_query", _must_not_run)
     rng = random.Random(seed)
     data = _rows(seed=300 + seed, units=rng.randint(3, 40))
     data["unit"] += [900, 901]  # group b: one more value; c: a row whose values are NULL

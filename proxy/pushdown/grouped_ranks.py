@@ -2,8 +2,8 @@
 
 The window path (``grouped``) numbers every value of every group (a sort of the whole
 scope by key and value, two window functions over it, then a hash aggregate of every
-row): at 10 M rows a grouped MEDIAN cost 3.3 times PostgreSQL's own. Here a first pass
-reads each group's counts and sums (hash aggregates, no sort); the second asks
+row; at 10 M rows a grouped MEDIAN cost 3.3 times PostgreSQL's own). Here a first pass
+reads each group's counts and sums (one hash aggregate, no sort); the second asks
 ``PERCENTILE_DISC(ARRAY[…]) WITHIN GROUP (ORDER BY value)`` for every wanted rank at
 once, which sorts each group's values once, as the plain ``percentile_cont`` does.
 
@@ -17,12 +17,10 @@ caller's snapshot, so the counts and the ranks see the same rows.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
-from proxy.pushdown.grouped import statistics_query
+from proxy.pushdown.grouped_lists import counting_items, read_groups
 from proxy.pushdown.scope import Execute, group_keys, scope_select
 from proxy.pushdown.values import literal
 from proxy.statistics import ColumnNeeds, GroupStats
@@ -33,11 +31,12 @@ def grouped_rank_statistics(
     execute: Execute,
 ) -> dict[tuple, GroupStats]:
     """Every group's statistics, as ``statistics_query`` reads them, on PostgreSQL."""
-    counted = tuple(replace(need, ranks=frozenset()) for need in needs)
-    first = statistics_query(plan, counted, "postgres", clip_rows_per_unit)
-    groups = first.read(execute(first.sql))
-    ranked = [(index, need) for index, need in enumerate(needs) if need.ranks]
     keys = group_keys(plan)
+    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    items, readers = counting_items(plan, needs)
+    counting = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    groups, _ = read_groups(execute(counting.sql(dialect="postgres")), keys, needs, readers)
+    ranked = [(index, need) for index, need in enumerate(needs) if need.ranks]
     items, asked = [], []  # asked[i][group key]: the ranks of items[i]'s array, in order
     for index, need in ranked:
         case, ranks_of = exp.Case(), {}
@@ -57,8 +56,7 @@ def grouped_rank_statistics(
             asked.append((need, ranks_of))
     if not items:
         return groups
-    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
-    statement = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    statement = exp.select(*keys, *items).from_(scope.copy()).group_by(*keys)
     for row in execute(statement.sql(dialect="postgres")):
         key = tuple(row[: len(keys)])
         for (need, ranks_of), values in zip(asked, row[len(keys):]):
