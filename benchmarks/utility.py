@@ -26,7 +26,7 @@ a new one joins the table by itself. Peers:
 Columns: ``income`` and ``age`` are the demo's (log-normal incomes, working-age skewed
 integer ages with ties, ``proxy.demo.people_columns``; the demo rules' domains);
 ``census_income`` (PTOTVAL) and ``wine_alcohol`` are seed 002's real data sets
-(../shared/data), drawn with replacement when n exceeds their size, so large n has
+(examples/data), drawn with replacement when n exceeds their size, so large n has
 ties; ``normal`` (0, 5) and ``lognormal`` (0, 1) are synthetic.
 
 Writes ``utility.csv`` and one chart per aggregate (``utility_<aggregate>.png``,
@@ -59,7 +59,7 @@ from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.settings import FITS, Settings
 
-DATA = ROOT.parent / "shared" / "data"
+DATA = ROOT / "examples" / "data"
 AGGREGATES = {  # name: (SQL, quantile)
     "median": ("MEDIAN(v)", 0.5),
     "p90": ("PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY v)", 0.9),
