@@ -168,7 +168,8 @@ def opendp_answers(values: np.ndarray, column: Column, quantile: float, epsilon:
         return dp.m.make_noisy_max(scorer.output_domain, scorer.output_metric,
                                    dp.max_divergence(), scale, negate=True)
 
-    scale = dp.binary_search_param(lambda s: scorer >> noisy_max(s), d_in=2, d_out=epsilon)
+    scale = dp.binary_search_param(lambda s: scorer >> noisy_max(s), d_in=2, d_out=epsilon,
+                                   bounds=(0.0, 1e25))  # α = 0.9 scales scores by 2^53
     scores, release = scorer(data), noisy_max(scale)
     return [float(candidates[release(scores)]) for _ in range(trials)]
 
