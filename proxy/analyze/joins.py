@@ -57,8 +57,7 @@ from proxy.errors import NotSupported, UnknownColumn, UnknownTable
 from proxy.rules import Column, Rules, Table
 
 ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the rules declare "
-           "r's key unique ([tables.r] unique = [\"key\"]) or bound its rows per value "
-           "([tables.r] max_rows_per_key = { key = m })")
+           "r's key unique ([tables.r] unique = [\"key\"]) or bounded (max_rows_per_key)")
 
 
 def unit_allowed(first: Table, second: Table) -> str:
@@ -133,11 +132,10 @@ def split_joins(select: exp.Select, rules: Rules
         _check_kind(join, allowed)
     for table in declared:
         if table.public and not table.join_keys:
-            raise NotSupported(f"a join with the public table {table.name} needs a key the "
-                               f"rules declare unique ([tables.{table.name}] unique = "
-                               f"[\"key\"]) or bounded (max_rows_per_key = {{ key = m }}), "
-                               f"so that no protected row is counted more often than the "
-                               f"noise allows for: {ALLOWED}")
+            raise NotSupported(f"a join with the public table {table.name} needs a key "
+                               f"declared in [tables.{table.name}] unique = [\"key\"] or "
+                               f"max_rows_per_key = {{ key = m }}, so that no protected row "
+                               f"counts more often than the noise allows for: {ALLOWED}")
     if second is not None:
         _check_units(declared[first], declared[second])
     base = sources[first][0]
