@@ -23,7 +23,6 @@ unit, pushed down) changes by at most that bound whatever rows the unit is given
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import random
 from dataclasses import replace
@@ -45,6 +44,8 @@ from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, GroupStats
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
+from tests.privacy.test_join_bruteforce import _datasets as join_datasets
+from tests.privacy.test_join_bruteforce import _neighbours as join_neighbours
 
 LOWER, UPPER = 0.0, 10.0
 RULES = parse_rules(f"""
@@ -152,27 +153,13 @@ def _answers(rows, query: str, keys, shift: int) -> dict:
 
 
 def _datasets(seed: int, count: int, units: int, rows_per_unit: int):
-    rng = random.Random(seed)
-    for _ in range(count):
-        rows = []
-        for unit in range(rng.randint(1, units)):
-            for _ in range(rng.randint(1, rows_per_unit)):
-                value = rng.choice(VALUES)
-                rows.append((unit, value, rng.choice(KINDS)))
-        yield rows
+    return join_datasets(seed, count, units, rows_per_unit, VALUES, KINDS)
 
 
 def _neighbours(rows):
     """All rows of one unit set to any (value, kind) each: moving between keys of 3, 1
     and 2 public rows, the key beyond the bound and NULL."""
-    options = list(itertools.product(NEIGHBOUR_VALUES, NEIGHBOUR_KINDS))
-    for unit in sorted({row[0] for row in rows}):
-        positions = [i for i, row in enumerate(rows) if row[0] == unit]
-        for chosen in itertools.product(options, repeat=len(positions)):
-            changed = list(rows)
-            for position, (value, kind) in zip(positions, chosen):
-                changed[position] = (unit, value, kind)
-            yield changed
+    return join_neighbours(rows, NEIGHBOUR_VALUES, NEIGHBOUR_KINDS)
 
 
 @pytest.fixture(scope="module")
