@@ -22,14 +22,13 @@ at most m times, so later writes cannot exceed the bound.
 
 Allowed: ``FROM protected [AS p] [INNER | LEFT [OUTER]] JOIN public [AS r] ON p.col =
 r.key [AND p.col2 = r.col3 …]`` for one or more public tables, each matched on at
-least one unique or bounded key; with only inner joins the tables may come in any order, and the
-other conditions of their ON clauses are filters, checked as WHERE conditions are. Public
-columns may be used in WHERE and GROUP BY (their keys then come from the public table
-itself); aggregates take columns of the protected table. Everything else is refused in
-one line naming this form: RIGHT, FULL, CROSS, NATURAL and USING joins, a public table
+least one unique or bounded key; with only inner joins the tables may come in any
+order, and the other conditions of their ON clauses are filters, checked as WHERE
+conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
+from the public table itself); aggregates take columns of the protected table.
+Everything else is refused in one line naming this form: RIGHT, FULL, CROSS, NATURAL and USING joins, a public table
 on the preserving side of an outer join, a join on a column declared neither unique
-nor bounded, ON
-conditions other than equalities of a protected and a public column.
+nor bounded, ON conditions other than equalities of a protected and a public column.
 
 Two protected tables (``FROM visits v [LEFT] JOIN people p ON v.person_id =
 p.person_id``) join on the privacy unit both declare, inner or LEFT (the first
@@ -73,9 +72,10 @@ class Join:
     (protected column, public column) are equated, ``key`` (one of them) is declared
     unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
     value, so a protected row meets at most that many public rows; ``left``: protected
-    rows without a match stay, with NULL public columns. ``protected``: a second protected table joined on the privacy unit (the
-    one pair (unit, unit), ``key`` its unit column); ``left``: the first table's rows
-    without one stay, with NULL columns of the second."""
+    rows without a match stay, with NULL public columns. ``protected``: a second
+    protected table joined on the privacy unit (the one pair (unit, unit), ``key`` its
+    unit column); ``left``: the first table's rows without one stay, with NULL columns
+    of the second."""
 
     table: Table
     alias: str
