@@ -26,9 +26,10 @@ least one unique or bounded key; with only inner joins the tables may come in an
 order, and the other conditions of their ON clauses are filters, checked as WHERE
 conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
 from the public table itself); aggregates take columns of the protected table.
-Everything else is refused in one line naming this form: RIGHT, FULL, CROSS, NATURAL and USING joins, a public table
-on the preserving side of an outer join, a join on a column declared neither unique
-nor bounded, ON conditions other than equalities of a protected and a public column.
+Everything else is refused in one line naming this form: RIGHT, FULL, CROSS, NATURAL
+and USING joins, a public table on the preserving side of an outer join, a join on a
+column declared neither unique nor bounded, ON conditions other than equalities of a
+protected and a public column.
 
 Two protected tables (``FROM visits v [LEFT] JOIN people p ON v.person_id =
 p.person_id``) join on the privacy unit both declare, inner or LEFT (the first
