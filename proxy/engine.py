@@ -64,7 +64,7 @@ class Engine:
         self.cache = AnswerCache(backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
-            if not table.public or table.unique:  # a joinable public table's keys, too
+            if not table.public or table.join_keys:  # a joinable public table's keys, too
                 backend.track_versions(table.name)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple, int] = {}
@@ -142,8 +142,8 @@ class Engine:
         a new one); with them, where asked, the smooth sensitivities (DP) or the private
         levels of the local sensitivities (iDP, ``report_scale = "private"``), read from
         windows of ranks in the same snapshot."""
-        table, dialect = plan.table, self.backend.dialect
-        clip = table.max_rows_per_unit if plan.model == "dp" else None
+        dialect = self.backend.dialect
+        clip = plan.contribution_bound if plan.model == "dp" else None
         bounded = (plan.model == "idp" and not plan.group_by
                    and self.rules.defaults.report_scale == "private")
         with self._in(plan, view) as reading:
@@ -167,7 +167,9 @@ class Engine:
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:
         """Under DP c is the declared contribution bound (of two protected tables joined
-        on the unit: the product of theirs). Under iDP it is the table's largest
+        on the unit: the product of theirs; times the multiplicity of the public joins:
+        ``QueryPlan.contribution_bound``); without a privacy unit c is that multiplicity
+        (a record becomes at most that many joined rows). Under iDP it is the table's largest
         per-unit row count (joined: the most joined rows one unit owns), recomputed only
         when the data version changes. Where the backend has no cheap version, a fingerprint of the unit column
         serves, riding along in the statistics' first scan when there is no GROUP BY
@@ -180,11 +182,11 @@ class Engine:
             return column_needs(plan, shift, counted)
 
         if table.privacy_unit is None or plan.model != "idp":
-            shift = (clip or 1) * table.group_size
+            shift = (clip or plan.multiplicity) * table.group_size
             return shift, compute_statistics(plan, needs(shift), dialect, clip, tx.execute), \
                 version
         if version is None and _partner(plan) is not None:
-            shift = self._bound(plan, tx) * table.group_size  # uncached: no version
+            shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
             return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), None
         if version is None:
             unit = table.columns.get(table.privacy_unit)
@@ -299,12 +301,13 @@ class Engine:
         return cache_key(sql, plan, calibration, version)
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:
-        """c·g with c cached per (table, data version); for two protected tables joined
-        on the unit, per (join, pair of data versions)."""
+        """c·m·g with c cached per (table, data version); for two protected tables joined
+        on the unit, per (join, pair of data versions); m the multiplicity of the public
+        joins (from the rules: one protected row is at most m joined rows, §3.9)."""
         key = (plan.table.name, _partner(plan), version)
         if key not in self._unit_bounds:
             self._unit_bounds[key] = self._bound(plan, tx)
-        return self._unit_bounds[key] * plan.table.group_size
+        return self._unit_bounds[key] * plan.multiplicity * plan.table.group_size
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
@@ -323,10 +326,11 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
     """Every protected table and declared column must exist, so that a mistake in the
     rules stops the proxy at start instead of failing (and being charged) per query.
     Reads the schema only (``LIMIT 0``), never a row; of a public table that protected
-    tables may join (``unique``), its declared columns too, and that each unique column
-    holds every value once (else a join on it would multiply protected rows)."""
+    tables may join (``unique``, ``max_rows_per_key``), its declared columns too, and that
+    each such column holds every value in at most its declared number of rows (else a
+    join on it would multiply protected rows beyond what the shift allows for)."""
     for table in rules.tables.values():
-        if table.public and not table.unique:
+        if table.public and not table.join_keys:
             continue
         statement = exp.select("*").from_(table_ref(table.name)).limit(0)
         try:
@@ -340,21 +344,30 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         if missing:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
                              f"the declared column(s) {', '.join(missing)}")
-        for key in table.unique:
-            _check_unique(rules, table.name, key, backend)
+        for key, most in table.join_keys.items():
+            _check_rows_per_key(rules, table.name, key, most, backend)
 
 
-def _check_unique(rules: Rules, table: str, key: str, backend: Backend) -> None:
+def _check_rows_per_key(rules: Rules, table: str, key: str, most: int,
+                        backend: Backend) -> None:
+    """Refuse to start when a value of ``key`` occurs in more than ``most`` rows."""
     column = exp.column(key, quoted=True)
-    twice = (exp.select(exp.Literal.number(1)).from_(table_ref(table))
-             .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
-             .having(exp.Count(this=exp.Star()) > exp.Literal.number(1)).limit(1))
-    if backend.read(twice.sql(dialect=backend.dialect)):
+    beyond = (exp.select(exp.Literal.number(1)).from_(table_ref(table))
+              .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+              .having(exp.Count(this=exp.Star()) > exp.Literal.number(most)).limit(1))
+    if not backend.read(beyond.sql(dialect=backend.dialect)):
+        return
+    if key in rules.tables[table].unique:
         raise RulesError(f"{where_declared(rules, f'tables.{table}.unique')}: "
                          f"[tables.{table}.unique] {key} is not unique in the "
                          f"backend's table {table} (a value occurs in more than one row): a "
                          "join on it would count protected rows more than once; remove it "
                          "from unique, or make it unique")
+    declared = f"tables.{table}.max_rows_per_key"
+    raise RulesError(f"{where_declared(rules, declared)}: [{declared}] {key} = {most} does "
+                     f"not hold in the backend's table {table} (a value occurs in more than "
+                     f"{most} rows): a join on it would count protected rows more often than "
+                     "the shift allows for; raise the bound, or remove the extra rows")
 
 
 def public_keys_sql(table: str, column: str, limit: int, dialect: str) -> str:

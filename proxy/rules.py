@@ -75,6 +75,15 @@ class Table:
     columns: Mapping[str, Column] = field(default_factory=lambda: MappingProxyType({}))
     individual_queries: bool = False  # one unit's value, answered by knowledge refinement
     unique: tuple[str, ...] = ()  # public tables: columns each of whose values occurs once
+    # public tables: columns each of whose values occurs in at most that many rows
+    max_rows_per_key: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def join_keys(self) -> dict[str, int]:
+        """The columns a protected table may join this public table on, each with the
+        most rows one of its values occurs in: 1 for ``unique``, m for
+        ``max_rows_per_key``."""
+        return {**{name: 1 for name in self.unique}, **self.max_rows_per_key}
 
 
 @dataclass(frozen=True)
@@ -340,7 +349,7 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
         raise reader.fail(key, "must be a table")
     reader.only_keys(
         body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns",
-                    "individual_queries", "unique")
+                    "individual_queries", "unique", "max_rows_per_key")
     )
     public = reader.boolean(body.get("public", False), f"{key}.public")
     columns = {
@@ -366,8 +375,10 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
         raise reader.fail(f"{key}.individual_queries", "needs privacy_unit to be set (an "
                           "individual query names one unit)")
     unique = _unique(reader, f"{key}.unique", body.get("unique", []), public, columns)
+    per_key = _max_rows_per_key(reader, f"{key}.max_rows_per_key",
+                                body.get("max_rows_per_key", {}), public, columns, unique)
     return Table(name.lower(), public, unit, group_size, max_rows, MappingProxyType(columns),
-                 individual, unique)
+                 individual, unique, MappingProxyType(per_key))
 
 
 def _unique(reader: _Reader, key: str, value: Any, public: bool,
@@ -382,10 +393,39 @@ def _unique(reader: _Reader, key: str, value: Any, public: bool,
                           "is joined to public tables on their unique keys")
     names = tuple(reader.identifier(name, key) for name in value)
     for name in names:
-        if name not in columns:
-            raise reader.fail(key, f"{name} is not a declared column; declare it in "
-                              "[tables.<name>.columns] with its type")
+        _declared_join_key(reader, key, name, columns)
     return names
+
+
+def _max_rows_per_key(reader: _Reader, key: str, value: Any, public: bool,
+                      columns: Mapping[str, Column], unique: tuple[str, ...]
+                      ) -> dict[str, int]:
+    """``max_rows_per_key = { kind = 3 }``: columns of a public table whose every value
+    occurs in at most that many rows (checked against the backend at start), so that a
+    protected table joins it with each of its rows meeting at most m public rows; the
+    shift is then multiplied by m (docs/privacy.md §3.9). m = 1 is ``unique``."""
+    if not isinstance(value, dict):
+        raise reader.fail(key, "must be an inline table of column = most rows per value, "
+                          "e.g. max_rows_per_key = { kind = 3 }")
+    if value and not public:
+        raise reader.fail(key, "is for public tables (set public = true): a protected table "
+                          "is joined to public tables on their bounded keys")
+    bounds = {}
+    for name, most in value.items():
+        column = reader.identifier(name, f"{key}.{name}")
+        _declared_join_key(reader, key, column, columns)
+        if column in unique:
+            raise reader.fail(key, f"{column} is listed in unique too (unique is "
+                              "max_rows_per_key = 1); declare it once")
+        bounds[column] = reader.positive_int(most, f"{key}.{name}")
+    return bounds
+
+
+def _declared_join_key(reader: _Reader, key: str, name: str,
+                       columns: Mapping[str, Column]) -> None:
+    if name not in columns:
+        raise reader.fail(key, f"{name} is not a declared column; declare it in "
+                          "[tables.<name>.columns] with its type")
 
 
 def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:

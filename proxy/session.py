@@ -246,7 +246,9 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     mechanisms = sorted({r.mechanism for group in released for r in group})
     notes = sorted({r.note for group in released for r in group if r.note})
     if plan.per_unit is not None:
-        notes.append(_per_unit_note(plan.per_unit.source.table))
+        notes.append(_per_unit_note(plan.per_unit.source))
+    if plan.multiplicity > 1:
+        notes.append(_multiplicity_note(plan))
     if plan.delta is not None:
         mechanisms.append(SELECTION_MECHANISM)
         notes.insert(0, _selection_note(plan))
@@ -266,15 +268,27 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
 
 
-def _per_unit_note(table) -> str:
+def _per_unit_note(source: QueryPlan) -> str:
     """What an aggregate over per-unit values computed (docs/privacy.md §3.11): from
     the rules and the query only."""
-    bound = table.max_rows_per_unit
-    clamped = (f"; a unit's counts are clamped to [0, {bound}] (max_rows_per_unit) where "
+    table, bound = source.table, source.contribution_bound
+    rule = ("max_rows_per_unit" if source.multiplicity == 1
+            else "max_rows_per_unit times max_rows_per_key")
+    clamped = (f"; a unit's counts are clamped to [0, {bound}] ({rule}) where "
                "aggregated" if bound is not None else "")
     return (f"aggregated over units: one row per {table.privacy_unit} with rows of "
             f"{table.name} in scope; a unit the outer WHERE leaves out is not counted (not "
             f"as 0){clamped}")
+
+
+def _multiplicity_note(plan: QueryPlan) -> str:
+    """Why the noise of a join on bounded public keys is wider (docs/privacy.md §3.9):
+    from the rules and the query only."""
+    bounded = [f"{join.table.name}.{join.key} (at most {join.multiplicity} rows per value)"
+               for join in plan.joins if not join.protected and join.multiplicity > 1]
+    return (f"joined on {', '.join(bounded)} (max_rows_per_key): a row of {plan.table.name} "
+            f"may count up to {plan.multiplicity} times, so the sensitivities allow for "
+            f"{plan.multiplicity} times as many changed rows")
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]

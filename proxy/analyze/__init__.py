@@ -25,7 +25,14 @@ from proxy.analyze.group_keys import (
     selection_refusal,
 )
 from proxy.analyze.having import having_plan
-from proxy.analyze.joins import Join, joined_table, protected_only, resolver, split_joins
+from proxy.analyze.joins import (
+    Join,
+    joined_table,
+    multiplicity,
+    protected_only,
+    resolver,
+    split_joins,
+)
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
@@ -160,6 +167,13 @@ def analyze(
         refusal = selection_refusal(term, table, rules.defaults.delta)
         if refusal is not None:
             raise refusal
+        if multiplicity(joins) > 1 and not table.privacy_unit:
+            # a row's count would reach m on one key: docs/privacy.md §3.9
+            raise NotSupported(f"GROUP BY {term.column} without declared keys is not answered "
+                               f"over a join on a key with several rows per value "
+                               f"(max_rows_per_key) when {table.name} has no privacy_unit; "
+                               "group by declared keys or a public table's column, or join "
+                               "on a unique key")
     aggregates, outputs = _select_list(select, table, group_by, resolve,
                                        _aggregated(resolve, table, joins))
     model = settings.resolve_model(rules)

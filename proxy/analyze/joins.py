@@ -1,5 +1,5 @@
-"""Joins of one protected table with public tables on a unique key (issue 18, item 1),
-and of two protected tables on the privacy unit both declare (item 2).
+"""Joins of one protected table with public tables on a unique or bounded key (issue 18,
+item 1), and of two protected tables on the privacy unit both declare (item 2).
 
 ``SELECT r.name, MEDIAN(p.income) FROM people p JOIN regions r ON p.region = r.code
 GROUP BY r.name``: the public table's join key is declared unique in the rules
@@ -12,15 +12,24 @@ a WHERE clause already is, so every sensitivity of the protected table holds unc
 public table that later gains a duplicate key cannot multiply rows
 (``proxy.pushdown.scope.source_table``).
 
+A key declared with a maximum multiplicity instead (``[tables.tags] max_rows_per_key =
+{ kind = 3 }``, checked at start too) lets a protected row meet up to m public rows: the
+join maps each row to at most m joined rows, a function of that row alone, so every
+formula holds with the shift multiplied by m (by the product of the m's of several
+such joins: ``Join.multiplicity``, ``proxy.analyze.plan.QueryPlan.multiplicity``,
+docs/privacy.md §3.9); the backend reads the public table as its rows whose key occurs
+at most m times, so later writes cannot exceed the bound.
+
 Allowed: ``FROM protected [AS p] [INNER | LEFT [OUTER]] JOIN public [AS r] ON p.col =
 r.key [AND p.col2 = r.col3 …]`` for one or more public tables, each matched on at
-least one unique key; with only inner joins the tables may come in any order, and the
-other conditions of their ON clauses are filters, checked as WHERE conditions are. Public
-columns may be used in WHERE and GROUP BY (their keys then come from the public table
-itself); aggregates take columns of the protected table. Everything else is refused in
-one line naming this form: RIGHT, FULL, CROSS, NATURAL and USING joins, a public table
-on the preserving side of an outer join, a join on a column not declared unique, ON
-conditions other than equalities of a protected and a public column.
+least one unique or bounded key; with only inner joins the tables may come in any
+order, and the other conditions of their ON clauses are filters, checked as WHERE
+conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
+from the public table itself); aggregates take columns of the protected table.
+Everything else is refused in one line naming this form: RIGHT, FULL, CROSS, NATURAL
+and USING joins, a public table on the preserving side of an outer join, a join on a
+column declared neither unique nor bounded, ON conditions other than equalities of a
+protected and a public column.
 
 Two protected tables (``FROM visits v [LEFT] JOIN people p ON v.person_id =
 p.person_id``) join on the privacy unit both declare, inner or LEFT (the first
@@ -38,6 +47,7 @@ a LEFT join whose ON is more than the unit equality.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -47,7 +57,7 @@ from proxy.errors import NotSupported, UnknownColumn, UnknownTable
 from proxy.rules import Column, Rules, Table
 
 ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the rules declare "
-           "r's key unique ([tables.r] unique = [\"key\"])")
+           "r's key unique ([tables.r] unique = [\"key\"]) or bounded (max_rows_per_key)")
 
 
 def unit_allowed(first: Table, second: Table) -> str:
@@ -59,12 +69,14 @@ def unit_allowed(first: Table, second: Table) -> str:
 
 @dataclass(frozen=True)
 class Join:
-    """One table joined to the plan's protected table. A public table, many-to-one:
-    ``pairs`` of (protected column, public column) are equated, ``key`` (one of them) is
-    declared unique; ``left``: protected rows without a match stay, with NULL public
-    columns. ``protected``: a second protected table joined on the privacy unit (the
-    one pair (unit, unit), ``key`` its unit column); ``left``: the first table's rows
-    without one stay, with NULL columns of the second."""
+    """One table joined to the plan's protected table. A public table: ``pairs`` of
+    (protected column, public column) are equated, ``key`` (one of them) is declared
+    unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
+    value, so a protected row meets at most that many public rows; ``left``: protected
+    rows without a match stay, with NULL public columns. ``protected``: a second
+    protected table joined on the privacy unit (the one pair (unit, unit), ``key`` its
+    unit column); ``left``: the first table's rows without one stay, with NULL columns
+    of the second."""
 
     table: Table
     alias: str
@@ -72,6 +84,7 @@ class Join:
     key: str
     left: bool
     protected: bool = False
+    multiplicity: int = 1
 
     def column_name(self, column: str) -> str:
         """The public column's name among the plan's columns (``r.name``): a dot never
@@ -119,11 +132,11 @@ def split_joins(select: exp.Select, rules: Rules
     for _, join in sources[1:]:
         _check_kind(join, allowed)
     for table in declared:
-        if table.public and not table.unique:
-            raise NotSupported(f"a join with the public table {table.name} needs a key the "
-                               f"rules declare unique ([tables.{table.name}] unique = "
-                               f"[\"key\"]), so that no protected row is counted twice: "
-                               f"{ALLOWED}")
+        if table.public and not table.join_keys:
+            raise NotSupported(f"a join with the public table {table.name} needs a key "
+                               f"declared in [tables.{table.name}] unique = [\"key\"] or "
+                               f"max_rows_per_key = {{ key = m }}, so that no protected row "
+                               f"counts more often than the noise allows for: {ALLOWED}")
     if second is not None:
         _check_units(declared[first], declared[second])
     base = sources[first][0]
@@ -155,13 +168,17 @@ def split_joins(select: exp.Select, rules: Rules
                                    f"{unit_allowed(declared[first], table)}")
             found.insert(0, Join(table, alias, pairs[:1], table.privacy_unit, left, True))
             continue
-        keys = [public_column for _, public_column in pairs if public_column in table.unique]
+        bounded = table.join_keys
+        keys = sorted((bounded[public_column], public_column) for _, public_column in pairs
+                      if public_column in bounded)
         if not keys:
-            plural = "s" if len(table.unique) > 1 else ""
-            raise NotSupported(f"the join with {table.name} must match its unique key{plural} "
-                               f"{', '.join(table.unique)} to a column of the protected table "
-                               f"(another join may count a protected row twice): {ALLOWED}")
-        found.append(Join(table, alias, pairs, keys[0], left))
+            plural = "s" if len(bounded) > 1 else ""
+            kind = "unique" if set(bounded.values()) == {1} else "declared"
+            raise NotSupported(f"the join with {table.name} must match its {kind} key{plural} "
+                               f"{', '.join(bounded)} to a column of the protected table "
+                               f"(another join may count a protected row more often than the "
+                               f"rules bound): {ALLOWED}")
+        found.append(Join(table, alias, pairs, keys[0][1], left, multiplicity=keys[0][0]))
     alone = select.copy()
     alone.set("joins", None)
     alone.set("from_", exp.From(this=base.copy()))
@@ -281,6 +298,14 @@ def _column_of(column: exp.Column, table: Table) -> str:
         raise UnknownColumn(f"column {name} is not declared for {table.name}; declared: "
                             f"{', '.join(table.columns) or 'none'}")
     return name
+
+
+def multiplicity(joins: tuple[Join, ...]) -> int:
+    """The most joined rows one row of the protected table(s) becomes through the public
+    joins: the product of their multiplicities (1 for unique keys). Each public join
+    maps a row to at most its m rows, whatever the other joins did (docs/privacy.md
+    §3.9)."""
+    return math.prod(join.multiplicity for join in joins if not join.protected)
 
 
 def joined_table(table: Table, joins: tuple[Join, ...]) -> Table:

@@ -15,7 +15,8 @@ relation of one row per unit is a row-level table whose neighbours modify g reco
 over that relation, with its formulas and shift s = g — a count of units with a
 per-unit condition has sensitivity g; an AVG or SUM of per-unit counts is the AVG or
 SUM of a column whose declared domain is [0, B], B the table's ``max_rows_per_unit``
-(the joined bound for two protected tables), each unit's count clamped into it as
+(the joined bound for two protected tables; times the multiplicity of a public join
+on a bounded key), each unit's count clamped into it as
 every column is clamped to its domain.
 
 What is answered: an outer SELECT over such a subquery (a CTE or a derived table)
@@ -177,10 +178,11 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
                  names: tuple[str, ...]) -> Table:
     """The relation of one row per unit as a table of the rules: row-level (a unit is
     one record), the group size of the source, per-unit counts as ``int`` columns of
-    domain [0, B] (B: ``max_rows_per_unit``, None when undeclared), the unit with its
-    declared type (it may be compared and counted)."""
+    domain [0, B] (B: ``max_rows_per_unit`` times the multiplicity of public joins on
+    bounded keys, the most joined rows one unit contributes; None when undeclared), the
+    unit with its declared type (it may be compared and counted)."""
     table = plan.table
-    bound = table.max_rows_per_unit
+    bound = plan.contribution_bound
     columns: dict[str, Column] = {}
     declared = table.columns.get(table.privacy_unit)
     for name in unit_names:

@@ -15,7 +15,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze.group_keys import GroupKey
-from proxy.analyze.joins import Join
+from proxy.analyze.joins import Join, multiplicity
 from proxy.privacy.refinement import PriorSpec
 from proxy.rules import Table
 
@@ -91,11 +91,30 @@ class QueryPlan:
         inner join with a public table keeps only the rows that match: not public; nor
         is the row count of two protected tables joined (a unit's rows removed from one
         of them changes it, docs/privacy.md §3.10), nor the number of units a per-unit
-        query answers for (§3.11: charged like COUNT(DISTINCT unit), §3.7)."""
+        query answers for (§3.11: charged like COUNT(DISTINCT unit), §3.7), nor that of a
+        LEFT join on a key with several rows per value (a row becomes 1 to m rows, by
+        its own values, §3.9)."""
         return (aggregate.kind == COUNT and aggregate.column is None and self.where is None
                 and self.per_unit is None
-                and all(join.left and not join.protected for join in self.joins)
+                and all(join.left and not join.protected and join.multiplicity == 1
+                        for join in self.joins)
                 and not self.group_by and self.prior is None and not self.individual)
+
+    @property
+    def multiplicity(self) -> int:
+        """The most joined rows one row of the protected table(s) becomes: the product of
+        the public joins' declared ``max_rows_per_key`` (1 for unique keys and without
+        joins), which multiplies the shift (docs/privacy.md §3.9). 1 for a plan over
+        units: a unit is one record of that relation however many rows it joined."""
+        return 1 if self.per_unit is not None else multiplicity(self.joins)
+
+    @property
+    def contribution_bound(self) -> int | None:
+        """Under DP, the most rows in scope one unit keeps (the clip of §1): the
+        table's ``max_rows_per_unit`` (of two protected tables, the product of theirs)
+        times ``multiplicity``; None without a declared bound."""
+        bound = self.table.max_rows_per_unit
+        return None if bound is None else bound * self.multiplicity
 
     def group_keys(self) -> list[tuple[Any, ...]]:
         """All declared key combinations: every group is answered, empty or not."""

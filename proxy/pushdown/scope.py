@@ -83,10 +83,11 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
 
     A second protected table is joined first, on the privacy unit (inner or LEFT), so
     that public tables may match columns of either protected table. Each public table
-    is read as its rows whose join key occurs once in it, whatever the rules said at
-    start: a row of the protected tables meets at most one public row in every query,
-    so the public join stays a row-by-row map (docs/privacy.md §3.9) even after a
-    duplicate key is written to the public table."""
+    is read as its rows whose join key occurs at most m times in it (m = 1 for a
+    unique key, else its ``max_rows_per_key``), whatever the rules said at start: a
+    row of the protected tables meets at most m public rows in every query, so the
+    shift's multiplicity holds (docs/privacy.md §3.9) even after more rows with that key
+    are written to the public table (they then match nothing)."""
     if plan.per_unit is not None:
         return per_unit_rows(plan.per_unit, sample_percent).subquery(
             exp.to_identifier(plan.table.name, quoted=True), copy=False)
@@ -108,7 +109,8 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
             exp.column(other, table=alias, quoted=True)) for protected, other in join.pairs])
         read = (table_ref(join.table.name).as_(alias, quoted=True)
                 if join.protected else
-                _unique_rows(join.table.name, join.key).subquery(alias, copy=False))
+                _bounded_rows(join.table.name, join.key, join.multiplicity)
+                .subquery(alias, copy=False))
         joined = joined.join(read, on=on, join_type="left" if join.left else "inner",
                              copy=False)
         if join.protected and index + 1 < len(plan.joins):
@@ -140,14 +142,15 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     return rows.group_by(unit, copy=False)
 
 
-def _unique_rows(table: str, key: str) -> exp.Select:
-    """The rows of ``table`` whose ``key`` occurs once (NULL keys match nothing)."""
+def _bounded_rows(table: str, key: str, most: int) -> exp.Select:
+    """The rows of ``table`` whose ``key`` occurs in at most ``most`` rows (1: once);
+    NULL keys match nothing."""
     column = exp.column(key, quoted=True)
-    once = (exp.select(column.copy()).from_(table_ref(table))
-            .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
-            .having(exp.Count(this=exp.Star()).eq(exp.Literal.number(1))))
+    bounded = (exp.select(column.copy()).from_(table_ref(table))
+               .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+               .having(exp.Count(this=exp.Star()) <= exp.Literal.number(most)))
     return (exp.select("*").from_(table_ref(table))
-            .where(column.copy().isin(query=once)))
+            .where(column.copy().isin(query=bounded)))
 
 
 def counts_units(plan: QueryPlan) -> bool:

@@ -117,19 +117,21 @@ def _answers(rows, query: str, keys) -> dict:
     return out
 
 
-def _datasets(seed: int, count: int, units: int, rows_per_unit: int):
+def _datasets(seed: int, count: int, units: int, rows_per_unit: int, values=VALUES,
+              codes=CODES):
+    """Random tables of rows (unit, value, code): 1..units units of 1..rows_per_unit rows."""
     rng = random.Random(seed)
     for _ in range(count):
         rows = []
         for unit in range(rng.randint(1, units)):
             for _ in range(rng.randint(1, rows_per_unit)):
-                rows.append((unit, rng.choice(VALUES), rng.choice(CODES)))
+                rows.append((unit, rng.choice(values), rng.choice(codes)))
         yield rows
 
 
-def _neighbours(rows):
+def _neighbours(rows, values=NEIGHBOUR_VALUES, codes=NEIGHBOUR_CODES):
     """All rows of one unit set to any (value, code) each."""
-    options = list(itertools.product(NEIGHBOUR_VALUES, NEIGHBOUR_CODES))
+    options = list(itertools.product(values, codes))
     for unit in sorted({row[0] for row in rows}):
         positions = [i for i, row in enumerate(rows) if row[0] == unit]
         for chosen in itertools.product(options, repeat=len(positions)):
