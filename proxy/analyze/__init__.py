@@ -181,6 +181,7 @@ def analyze(
         model=model,
         epsilon=epsilon,
         smooth_gamma=settings.smooth_gamma(rules),
+        instance=settings.instance_mechanism(rules),
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )
@@ -189,7 +190,15 @@ def analyze(
     if plan.smooth_gamma is not None and group_by:
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
+    if plan.instance and group_by and _ranked(aggregates):
+        raise NotSupported("idp.sensitivity = 'instance' answers percentiles, MAX and MIN "
+                           "of queries without GROUP BY; ask per key with WHERE, or use "
+                           "idp.sensitivity = 'global'")
     return plan
+
+
+def _ranked(aggregates: tuple[Aggregate, ...]) -> bool:
+    return any(agg.kind in (PERCENTILE, MAX, MIN) for agg in aggregates)
 
 
 def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve,
@@ -241,7 +250,8 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
     if len(plan.aggregates) != 1 or plan.group_by:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
-    refined = replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None)
+    refined = replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None,
+                      instance=False)
     try:
         answer_prior(refined)
     except ValueError as exc:

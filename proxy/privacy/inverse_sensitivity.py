@@ -1,0 +1,205 @@
+"""DP percentiles, MAX and MIN by the exponential mechanism over a data-independent grid
+of candidates, with utility minus the inverse sensitivity (Asi and Duchi 2020; for
+quantiles McSherry and Talwar 2007, Smith 2011): ``SET idp.sensitivity = 'instance'``.
+docs/privacy.md §5.3 has the derivation and the proof.
+
+Candidates are the points k·Λ in the declared domain [L, U]: Λ the column's public grid
+step (``mechanisms.grid_step``; 1 on an int column, whose answers are integers). For a
+candidate y with a(y) values in scope below it and b(y) at or below it, the number of
+values that must change for y to be the value at rank r is
+    d(y) = max(0, a(y) − r + 1, r − b(y)),
+and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
+step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
+MAX and MIN are the ranks n and 1. Candidates between consecutive values in scope share
+a(y), b(y), so they are sampled as blocks: a block by count × weight, exactly
+(``exact_choice.choose``), then a candidate uniformly inside it.
+
+What is read (§5.3's pushdown): the values at ranks r − K .. r + K only. Candidates
+outside them form at most two tail blocks whose distance is only bounded from below
+(d ≥ K + 1); a tail block enters the draw with that bound's weight, and when it is
+drawn one uniform candidate of it is taken, its ranks counted in the backend, and it is
+kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
+rejection step from an envelope: the output's law is the mechanism's exactly, whatever
+K. K grows (×4) until the tails' share of the envelope is below 2^−20, so the count is
+rarely needed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from proxy.privacy.exact_choice import choose
+from proxy.privacy.mechanisms import grid_step
+from proxy.privacy.sampler import RandomSource, bernoulli_exp
+from proxy.privacy.sensitivity import SensitivityError, require_finite
+from proxy.statistics import Fetch, GroupStats, percentile_rank
+
+if TYPE_CHECKING:
+    from proxy.analyze.plan import QueryPlan
+
+# rank_of(y): (values in scope below y, values in scope at or below y)
+RankOf = Callable[[float], tuple[int, int]]
+
+_FIRST_REACH = 16
+_TAIL_SHARE = 2.0 ** -20  # the envelope's tails, at most this share of it
+_EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of two)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The candidates k·step, k = first..last; step a power of two (or 1 on an int
+    column), so every candidate is an exact float and compares exactly in SQL."""
+
+    step: Fraction
+    first: int
+    last: int
+    integers: bool = False
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    def value(self, k: int) -> float | int:
+        return k if self.integers else float(k * self.step)
+
+    def below(self, x: float) -> int:
+        """How many candidates are < x."""
+        return min(max(math.ceil(Fraction(x) / self.step) - self.first, 0), self.count)
+
+    def at_or_below(self, x: float) -> int:
+        return min(max(math.floor(Fraction(x) / self.step) - self.first + 1, 0), self.count)
+
+
+def candidate_grid(lower: float, upper: float, resolution: float, integers: bool) -> Grid:
+    """The grid of a column's declared domain: Λ = 1 on an int column, else the
+    column's grid step, doubled while some k·Λ would not be an exact float. A function of
+    the rules alone."""
+    step = Fraction(1) if integers else Fraction(grid_step(resolution))
+    while True:
+        first, last = math.ceil(Fraction(lower) / step), math.floor(Fraction(upper) / step)
+        if max(abs(first), abs(last)) < _EXACT_FLOATS or integers:
+            break
+        step *= 2
+    if first > last:
+        raise SensitivityError(f"no candidate of step {float(step)} in [{lower}, {upper}]")
+    return Grid(step, first, last, integers)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Candidates first .. first + count − 1 at distance ``distance`` (``exact``), or a
+    tail block whose candidates' distances are at least ``distance``."""
+
+    first: int
+    count: int
+    distance: int
+    exact: bool = True
+
+
+def distance(below: int, at_or_below: int, rank: int) -> int:
+    """d(y) = max(0, a − r + 1, r − b): the values to change for y to be at rank r."""
+    return max(0, below - rank + 1, rank - at_or_below)
+
+
+def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float]) -> list[Block]:
+    """The candidates in blocks of equal a(y), b(y), from the values at ranks
+    low .. low + len(values) − 1 (sorted, normalised), which hold rank r. Below the
+    lowest value read (when low > 1) b(y) ≤ low − 1, so d ≥ r − low + 1; above the
+    highest (short of rank n) a(y) ≥ high, so d ≥ high − r + 1: the two tail blocks.
+    Within the values read, a(y) and b(y) count the unread ranks as below or above:
+    exact, except a(y) at the lowest value (unread ties) and b(y) at the highest, where
+    both the counted and the true value leave their term of d at most 0 (low ≤ r ≤ high)."""
+    if n == 0:
+        return [Block(grid.first, grid.count, distance(0, 0, rank))]
+    high = low + len(values) - 1
+    found = []
+
+    def add(start: int, count: int, gap: int, exact: bool = True) -> None:
+        if count > 0:
+            found.append(Block(grid.first + start, count, gap, exact))
+
+    under = grid.below(values[0])
+    add(0, under, distance(0, 0, rank) if low == 1 else rank - low + 1, low == 1)
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        below, through = grid.below(values[i]), grid.at_or_below(values[i])
+        add(below, through - below, distance(low - 1 + i, low - 1 + j, rank))
+        end = grid.below(values[j]) if j < len(values) else grid.count
+        above = low - 1 + j
+        exact = j < len(values) or high == n
+        add(through, end - through, distance(above, above, rank) if exact else high - rank + 1,
+            exact)
+        i = j
+    return found
+
+
+def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Grid,
+                     fetch: Fetch, rank_of: RankOf, rng: RandomSource) -> float | int:
+    """One draw of the mechanism for the value at ``rank`` among n values in scope:
+    ``fetch(first, last)`` reads ranks (ascending), ``rank_of`` counts for a tail draw."""
+    scale = epsilon / (2 * shift)  # ε / (2Δu)
+    reach = _FIRST_REACH
+    while True:
+        low, high = max(1, rank - reach), min(n, rank + reach)
+        values = fetch(low, high) if n else []
+        require_finite(values, "instance window")
+        found = blocks(n, rank, grid, low, values)
+        if (low == 1 and high == n) or _tail_share(found, float(scale)) <= _TAIL_SHARE:
+            break
+        reach *= 4
+    nearest = min(block.distance for block in found)
+    weights = [(block.count, scale * (block.distance - nearest)) for block in found]
+    while True:
+        block = found[choose(weights, rng)]
+        k = block.first + rng.randbelow(block.count)
+        if block.exact:
+            return grid.value(k)
+        extra = distance(*rank_of(grid.value(k)), rank) - block.distance
+        if extra < 0:  # the tail's bound is a theorem; a count below it is a backend fault
+            raise SensitivityError("a tail candidate's ranks contradict the window")
+        if bernoulli_exp(scale * extra, rng):
+            return grid.value(k)
+
+
+def _tail_share(found: list[Block], scale: float) -> float:
+    """The tail blocks' share of the envelope's weight (floating point: it only decides
+    how far to read, never the output's law)."""
+    logs = [(math.log(b.count) - scale * b.distance, b.exact) for b in found]
+    top = max(value for value, _ in logs)
+    total = sum(math.exp(value - top) for value, _ in logs)
+    return sum(math.exp(value - top) for value, exact in logs if not exact) / total
+
+
+def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
+                      window: Callable[[str, int], Fetch], rank_of: Callable[[str], RankOf],
+                      rng: RandomSource) -> dict[int, float | int]:
+    """The released value of every percentile, MAX and MIN of the plan, by aggregate
+    index: ``window(column, n)`` reads ranks of a column in scope, ``rank_of(column)``
+    counts around one candidate. ε is each aggregate's own (sequential composition, as
+    for every aggregate of a SELECT)."""
+    # Imported here, as in smooth_sensitivity: proxy.analyze imports the release.
+    from proxy.analyze.plan import MAX, MIN, PERCENTILE
+
+    epsilon = Fraction(plan.epsilon)
+    found = {}
+    for index, agg in enumerate(plan.aggregates):
+        if agg.kind not in (PERCENTILE, MAX, MIN):
+            continue
+        column = plan.table.columns[agg.column]
+        n = group.column(agg.column).n
+        if agg.kind == PERCENTILE:
+            rank = percentile_rank(n, agg.fraction)
+        else:  # MAX is the value at rank n, MIN at rank 1 (with no value: rank 1)
+            rank = max(n, 1) if agg.kind == MAX else 1
+        grid = candidate_grid(column.lower, column.upper, column.resolution,
+                              column.type == "int")
+        found[index] = instance_release(n, rank, shift, epsilon, grid,
+                                        window(agg.column, n), rank_of(agg.column), rng)
+    return found
