@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from decimal import MAX_EMAX, MIN_EMIN, Decimal, localcontext
 from fractions import Fraction
+from functools import lru_cache
 
 from proxy.privacy.sampler import RandomSource
 
@@ -67,6 +68,7 @@ def _decided(low: Sequence[int], high: Sequence[int], u: int, bits: int) -> int 
     return None
 
 
+@lru_cache(maxsize=4096)  # a pure function; a rejection loop asks for the same ones
 def _enclosed(m: int, x: Fraction, digits: int) -> tuple[int, int]:
     """Integers lo ≤ m·e^{−x}·10^digits ≤ hi. Beyond what the precision can show
     (x over ~2·digits), lo is 0 and hi a power-of-two bound; it tightens as digits grow."""
