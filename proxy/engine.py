@@ -38,7 +38,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.scope import table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
-from proxy.pushdown.window import nearer_end_window, rank_counts, rank_window
+from proxy.pushdown.window import order_statistics, rank_counts, rank_window
 from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
 
@@ -157,8 +157,8 @@ class Engine:
             if plan.instance:
                 groups[()].instance = instance_releases(
                     plan, groups[()], shift,
-                    lambda column, n: nearer_end_window(plan, by_column[column], dialect,
-                                                        clip, tx.execute, n),
+                    lambda column, n: order_statistics(plan, by_column[column], dialect,
+                                                       clip, tx.execute, n),
                     lambda column: rank_counts(plan, by_column[column], dialect, clip,
                                                tx.execute), self.rng)
                 return shift, groups, version

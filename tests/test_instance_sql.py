@@ -84,14 +84,16 @@ def _in_scope(values, keep=None):
 
 
 def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
-    """Every window the engine reads (from the bottom for the median, from the top for
-    MAX) and every count it makes are the loaded values' (NULL, NaN out; ±inf, 250
-    clamped; ties), with and without a WHERE."""
+    """Every run of ranks the engine reads (from an end by a top-k, in the middle by the
+    percentile and a grouped scan) and every count it makes are the loaded values'
+    (NULL, NaN out; ±inf, 250 clamped; ties at 50, 0 and 100), with and without a
+    WHERE."""
     seen = []
 
     def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
         seen.append((n, rank, shift, [fetch(a, b) for a, b in
-                                      ((1, n), (1, 3), (n - 2, n), (rank, rank))],
+                                      ((1, n), (1, 3), (n - 2, n), (rank, rank), (2, n - 1),
+                                       (max(1, rank - 3), min(n, rank + 2)))],
                      [rank_of(y) for y in (0.0, 50.0, 51.5, 100.0)]))
         return grid.value(grid.first)
 
@@ -104,7 +106,8 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
             seen, (everything, everything, b_only),
             (percentile_rank(len(everything), Fraction(1, 2)), len(everything), 1)):
         assert (n, rank, shift) == (len(values), expected_rank, 1)
-        assert windows == [values, values[:3], values[-3:], [values[rank - 1]]]
+        assert windows == [values, values[:3], values[-3:], [values[rank - 1]], values[1:-1],
+                           values[max(0, rank - 4): rank + 2]]
         assert counts == [(sum(v < y for v in values), sum(v <= y for v in values))
                           for y in (0.0, 50.0, 51.5, 100.0)]
 
@@ -125,7 +128,7 @@ def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypa
         return captured[-1][-1][0]
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", drawing)
-    monkeypatch.setattr(inverse_sensitivity, "_FIRST_REACH", 1)
+    monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
     monkeypatch.setattr(inverse_sensitivity, "_TAIL_SHARE", 1.0)
     run(_instance_session(engine, "0.5"), "SELECT MEDIAN(age) FROM scores")
     ((n, rank, epsilon, grid, draws),) = captured

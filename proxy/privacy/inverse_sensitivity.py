@@ -20,8 +20,9 @@ outside them form at most two tail blocks whose distance is only bounded from be
 drawn one uniform candidate of it is taken, its ranks counted in the backend, and it is
 kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
 rejection step from an envelope: the output's law is the mechanism's exactly, whatever
-K. K grows (×4) until the tails' share of the envelope is below 2^−20, so the count is
-rarely needed.
+K. K starts where the tails weigh below 2^−20 when the data are dense around the
+target (``first_reach``) and grows (×4) until the tails' share of the envelope is below
+that, so the count is rarely needed.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
     """One draw of the mechanism for the value at ``rank`` among n values in scope:
     ``fetch(first, last)`` reads ranks (ascending), ``rank_of`` counts for a tail draw."""
     scale = epsilon / (2 * shift)  # ε / (2Δu)
-    reach = _FIRST_REACH
+    reach = first_reach(scale, grid)
     while True:
         low, high = max(1, rank - reach), min(n, rank + reach)
         values = fetch(low, high) if n else []
@@ -166,6 +167,14 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
             raise SensitivityError("a tail candidate's ranks contradict the window")
         if bernoulli_exp(scale * extra, rng):
             return grid.value(k)
+
+
+def first_reach(scale: Fraction, grid: Grid) -> int:
+    """K of the first read: where a candidate is within one rank of the target, tails
+    beyond K weigh at most count·e^{−λK} against e^{−λ}, below 2^−20 of it for
+    K ≥ (ln count + 20 ln 2)/λ + 1. From public numbers only (ε, s, the grid)."""
+    return max(_FIRST_REACH, math.ceil((math.log(grid.count) + 20 * math.log(2))
+                                       / float(scale)) + 1)
 
 
 def _tail_share(found: list[Block], scale: float) -> float:

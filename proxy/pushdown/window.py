@@ -9,7 +9,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
+from proxy.errors import BackendFailed
 from proxy.pushdown.scope import Execute, scope_select
+from proxy.pushdown.ungrouped import quantiles
 from proxy.statistics import ColumnNeeds, Fetch
 
 
@@ -34,17 +36,43 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     return fetch
 
 
-def nearer_end_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
-                      clip_rows_per_unit: int | None, execute: Execute, n: int) -> Fetch:
-    """``fetch(first, last)`` of ascending ranks, read from the nearer end of the n
-    values: OFFSET near the top would make the backend sort past most of the column."""
+def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
+                     clip_rows_per_unit: int | None, execute: Execute, n: int) -> Fetch:
+    """``fetch(first, last)`` of ascending ranks among the n values in scope, for the
+    exponential mechanism. A run that starts at rank 1 or ends at rank n is a top-k
+    from that end (``rank_window`` without OFFSET). Any other run costs about one
+    percentile: the backend's percentile gives the values at ranks first and last
+    (``ungrouped.quantiles``), and one grouped scan the values between them with their
+    multiplicities and the count below; the ranks are laid out here. (An OFFSET into the
+    middle made DuckDB sort ten times longer than its median: 13 s against 1.3 s at
+    10 M rows.)"""
     ascending = rank_window(plan, need, dialect, clip_rows_per_unit, execute)
     descending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, from_top=True)
+    scope = scope_select(plan, (need,), clip_rows_per_unit)
 
     def fetch(first: int, last: int) -> list[float]:
-        if first - 1 <= n - last:
+        if first == 1:
             return ascending(first, last)
-        return descending(n + 1 - last, n + 1 - first)[::-1]
+        if last == n:
+            return descending(1, n + 1 - first)[::-1]
+        value = exp.column("c0")
+        ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n], dialect))
+        low, high = (need.normalise(v) for v in execute(
+            ends.from_(scope.subquery("s")).sql(dialect=dialect))[0][0])
+        low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
+        bucket = exp.case().when(value < low_sql, exp.null()).else_(value)
+        grouped = (exp.select(exp.alias_(bucket, "v"), exp.Count(this=exp.Star()))
+                   .from_(scope.subquery("s")).where(value <= high_sql).group_by(bucket.copy()))
+        counts = execute(grouped.sql(dialect=dialect))
+        below = sum(int(count) for v, count in counts if v is None)
+        found, rank = [], below + 1  # the rank of the next value's first copy
+        for v, count in sorted((need.normalise(v), int(c)) for v, c in counts if v is not None):
+            take = min(rank + count - 1, last) - max(rank, first) + 1
+            found += [v] * max(take, 0)
+            rank += count
+        if len(found) != last - first + 1:
+            raise BackendFailed("a run of ranks read back with the wrong number of values")
+        return found
 
     return fetch
 

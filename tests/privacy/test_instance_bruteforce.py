@@ -124,7 +124,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, r
 def test_the_sampler_with_tails_follows_the_exact_law(grid, monkeypatch):
     """A window of one rank each side, kept however heavy the tails (the envelope's
     rejection step runs often): the draws follow the full mechanism's law."""
-    monkeypatch.setattr(inverse_sensitivity, "_FIRST_REACH", 1)
+    monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
     monkeypatch.setattr(inverse_sensitivity, "_TAIL_SHARE", 1.0)
     values = sorted([0.0, 1.0, 2.0, 2.0, 2.0, 3.5, 5.0, 5.0, 7.0, 9.0, 10.0, 10.0, 4.0])
     n, rank, epsilon = len(values), percentile_rank(len(values), Fraction(1, 2)), Fraction(1, 2)
