@@ -155,12 +155,15 @@ class Engine:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
             if plan.instance:
-                groups[()].instance = instance_releases(
-                    plan, groups[()], shift,
-                    lambda column, n: order_statistics(plan, by_column[column], dialect,
-                                                       clip, tx.execute, n),
-                    lambda column: rank_counts(plan, by_column[column], dialect, clip,
-                                               tx.execute), self.rng)
+                for key in plan.group_keys() if plan.group_by else [()]:
+                    group = groups.setdefault(key, GroupStats())
+                    group.instance = instance_releases(
+                        plan, group, shift,
+                        lambda column, n, key=key: order_statistics(
+                            plan, by_column[column], dialect, clip, tx.execute, n, key),
+                        lambda column, key=key: rank_counts(
+                            plan, by_column[column], dialect, clip, tx.execute, key),
+                        self.rng)
                 return shift, groups, version
 
             def window(column: str, from_top: bool):

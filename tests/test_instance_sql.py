@@ -87,11 +87,11 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
     """Every run of ranks the engine reads (from an end by a top-k, in the middle by the
     percentile and a grouped scan) and every count it makes are the loaded values'
     (NULL, NaN out; ±inf, 250 clamped; ties at 50, 0 and 100), with and without a
-    WHERE."""
+    WHERE, and per group of a GROUP BY."""
     seen = []
 
     def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
-        seen.append((n, rank, shift, [fetch(a, b) for a, b in
+        seen.append((n, rank, epsilon, [fetch(a, b) for a, b in
                                       ((1, n), (1, 3), (n - 2, n), (rank, rank), (2, n - 1),
                                        (max(1, rank - 3), min(n, rank + 2)))],
                      [rank_of(y) for y in (0.0, 50.0, 51.5, 100.0)]))
@@ -101,11 +101,20 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
     session = _instance_session(engine)
     run(session, "SELECT MEDIAN(score), MAX(score) FROM scores")
     run(session, "SELECT MIN(score) FROM scores WHERE kind = 'b'")
+    run(session, "SELECT kind, MEDIAN(score) FROM scores WHERE age > 3 GROUP BY kind")
     everything, b_only = _in_scope(SCORES), _in_scope(SCORES, lambda i: KINDS[i] == "b")
-    for (n, rank, shift, windows, counts), values, expected_rank in zip(
-            seen, (everything, everything, b_only),
-            (percentile_rank(len(everything), Fraction(1, 2)), len(everything), 1)):
-        assert (n, rank, shift) == (len(values), expected_rank, 1)
+    older = [_in_scope(SCORES, lambda i, kind=kind: KINDS[i] == kind and AGES[i] > 3)
+             for kind in "ab"]
+
+    def median(values):
+        return percentile_rank(len(values), Fraction(1, 2))
+    # over GROUP BY each group's ε is divided by the groups one record can touch (2)
+    assert len(seen) == 5
+    for (n, rank, epsilon, windows, counts), values, expected_rank, share in zip(
+            seen, (everything, everything, b_only, *older),
+            (median(everything), len(everything), 1, median(older[0]), median(older[1])),
+            (1, 1, 1, 2, 2)):
+        assert (n, rank, epsilon) == (len(values), expected_rank, Fraction(1, share))
         assert windows == [values, values[:3], values[-3:], [values[rank - 1]], values[1:-1],
                            values[max(0, rank - 4): rank + 2]]
         assert counts == [(sum(v < y for v in values), sum(v <= y for v in values))
@@ -171,7 +180,7 @@ def test_answers_metadata_and_user_level_bounds(engine):
 @pytest.mark.parametrize("settings,sql,error", [
     ("SET idp.sensitivity = 'instance'", "SELECT MEDIAN(score) FROM scores", BadSetting),
     ("SET idp.model = 'dp'; SET idp.sensitivity = 'instance'",
-     "SELECT kind, MEDIAN(score) FROM scores GROUP BY kind", NotSupported),
+     "SELECT MEDIAN(kind) FROM scores", NotSupported),
 ])
 def test_refusals_spend_nothing(engine, settings, sql, error):
     session = engine.session("zoe")

@@ -190,15 +190,7 @@ def analyze(
     if plan.smooth_gamma is not None and group_by:
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
-    if plan.instance and group_by and _ranked(aggregates):
-        raise NotSupported("idp.sensitivity = 'instance' answers percentiles, MAX and MIN "
-                           "of queries without GROUP BY; ask per key with WHERE, or use "
-                           "idp.sensitivity = 'global'")
     return plan
-
-
-def _ranked(aggregates: tuple[Aggregate, ...]) -> bool:
-    return any(agg.kind in (PERCENTILE, MAX, MIN) for agg in aggregates)
 
 
 def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve,

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
-from proxy.privacy.sensitivity import SensitivityError, require_finite
+from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
 from proxy.statistics import Fetch, GroupStats, percentile_rank
 
 if TYPE_CHECKING:
@@ -189,14 +189,17 @@ def _tail_share(found: list[Block], scale: float) -> float:
 def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
                       window: Callable[[str, int], Fetch], rank_of: Callable[[str], RankOf],
                       rng: RandomSource) -> dict[int, float | int]:
-    """The released value of every percentile, MAX and MIN of the plan, by aggregate
-    index: ``window(column, n)`` reads ranks of a column in scope, ``rank_of(column)``
-    counts around one candidate. ε is each aggregate's own (sequential composition, as
-    for every aggregate of a SELECT)."""
+    """The released value of every percentile, MAX and MIN of the plan in one group, by
+    aggregate index: ``window(column, n)`` reads ranks of a column in the group's scope,
+    ``rank_of(column)`` counts around one candidate. ε is each aggregate's own
+    (sequential composition, as for every aggregate of a SELECT), over GROUP BY divided
+    by the groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
     # Imported here, as in smooth_sensitivity: proxy.analyze imports the release.
     from proxy.analyze.plan import MAX, MIN, PERCENTILE
 
     epsilon = Fraction(plan.epsilon)
+    if plan.group_by:
+        epsilon /= groups_touched(shift, plan.group_count)
     found = {}
     for index, agg in enumerate(plan.aggregates):
         if agg.kind not in (PERCENTILE, MAX, MIN):

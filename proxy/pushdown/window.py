@@ -12,16 +12,17 @@ from proxy.analyze.plan import QueryPlan
 from proxy.errors import BackendFailed
 from proxy.pushdown.scope import Execute, scope_select
 from proxy.pushdown.ungrouped import quantiles
+from proxy.pushdown.values import literal
 from proxy.statistics import ColumnNeeds, Fetch
 
 
 def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                 clip_rows_per_unit: int | None, execute: Execute,
-                from_top: bool = False) -> Fetch:
+                from_top: bool = False, key: tuple = ()) -> Fetch:
     """``fetch(first, last)``: the normalised values at ranks first..last
     (1-based, within 1..n; counted from the largest when ``from_top``) among the
-    column's non-null values in scope."""
-    scope = scope_select(plan, (need,), clip_rows_per_unit)
+    column's non-null values in scope (in the group ``key`` of a GROUP BY)."""
+    scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
 
     def fetch(first: int, last: int) -> list[float]:
         if last < first:
@@ -36,8 +37,18 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     return fetch
 
 
+def _of_group(scope: exp.Select, key: tuple) -> exp.Select:
+    """The scope's rows of one group: its keys k0, k1 … equal to ``key`` (keys from the
+    rules, a public table or a partition selection; never an analyst's literal)."""
+    if not key:
+        return scope
+    conditions = [exp.column(f"k{i}").eq(literal(value)) for i, value in enumerate(key)]
+    return exp.select("*").from_(scope.subquery("g")).where(exp.and_(*conditions))
+
+
 def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
-                     clip_rows_per_unit: int | None, execute: Execute, n: int) -> Fetch:
+                     clip_rows_per_unit: int | None, execute: Execute, n: int,
+                     key: tuple = ()) -> Fetch:
     """``fetch(first, last)`` of ascending ranks among the n values in scope, for the
     exponential mechanism. A run that starts at rank 1 or ends at rank n is a top-k
     from that end (``rank_window`` without OFFSET). Any other run costs about one
@@ -46,9 +57,9 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     multiplicities and the count below; the ranks are laid out here. (An OFFSET into the
     middle made DuckDB sort ten times longer than its median: 13 s against 1.3 s at
     10 M rows.)"""
-    ascending = rank_window(plan, need, dialect, clip_rows_per_unit, execute)
-    descending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, from_top=True)
-    scope = scope_select(plan, (need,), clip_rows_per_unit)
+    ascending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, key=key)
+    descending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, True, key)
+    scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
 
     def fetch(first: int, last: int) -> list[float]:
         if first == 1:
@@ -78,11 +89,11 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
 
 
 def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
-                clip_rows_per_unit: int | None, execute: Execute):
+                clip_rows_per_unit: int | None, execute: Execute, key: tuple = ()):
     """``count(y)``: the column's values in scope below y and at or below y, one scan
     (privacy/inverse_sensitivity.py, for a candidate drawn from a tail). ``y`` is a
     candidate of the rules' grid, never an analyst's literal."""
-    scope = scope_select(plan, (need,), clip_rows_per_unit)
+    scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
 
     def count(y: float) -> tuple[int, int]:
         value, point = exp.column("c0"), exp.Literal.number(repr(y))

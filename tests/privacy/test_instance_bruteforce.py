@@ -7,6 +7,8 @@
   normalised as the backend does), the probability of every candidate, computed from
   the mechanism's own block weights, changes by at most a factor e^ε over every
   neighbour.
+- GROUP BY: each group's draw at ε divided by the groups a unit can touch composes to
+  ε over records moving between groups.
 - The sampler, reading a narrow window and resolving tail draws by counting, follows the
   exact law of the full mechanism (χ² at significance ALPHA, seeded).
 """
@@ -30,6 +32,7 @@ from proxy.privacy.inverse_sensitivity import (
     distance,
     instance_release,
 )
+from proxy.privacy.sensitivity import groups_touched
 from proxy.statistics import percentile_rank
 from tests.privacy.reference import EXTREME, neighbours
 from tests.privacy.test_samplers import ALPHA, SeededSource
@@ -172,3 +175,27 @@ def test_an_integer_column_answers_integers_and_ties_exactly():
     logs = _log_probabilities(values, 5, INTEGERS, 2.0)
     share = sum(a == 4 for a in answers) / len(answers)
     assert abs(share - math.exp(logs[4])) < 0.06  # 4.6 standard deviations at 400 draws
+
+
+@pytest.mark.parametrize("units,rows", [(4, 1), (3, 2)])
+def test_grouped_draws_compose_to_epsilon(units, rows):
+    """GROUP BY over two groups, records moving between them: each group's draw at
+    ε / groups_touched(s, 2) (as the engine spends it), and the joint law of both draws
+    (independent, so its log-ratio is at most the sum of the groups' worst ones) moves
+    by at most e^ε over every neighbour."""
+    epsilon, shift = 1.0, rows
+    scale = epsilon / groups_touched(shift, 2) / (2 * shift)
+    seed = zlib.crc32(f"instance groups {units} {rows}".encode())
+    choices = options(2, [LOWER, 5.0, UPPER, EXTREME[0]])
+    rank_of = RANKS["median"]
+    for index, records in enumerate(datasets(seed, 5, units, rows, groups=2)):
+        grid = (INTEGERS, HALVES)[index % 2]
+        base = [_log_probabilities(v, rank_of(len(v)), grid, scale)
+                for v in (in_domain([r for r in records if r.group == g]) for g in (0, 1))]
+        for other in neighbours(records, choices):
+            joint = 0.0
+            for group in (0, 1):
+                moved = in_domain([r for r in other if r.group == group])
+                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale)
+                joint += float(np.abs(base[group] - logs).max())
+            assert joint <= epsilon + 1e-9, (records, other)
