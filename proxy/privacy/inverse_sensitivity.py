@@ -22,7 +22,8 @@ kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again
 rejection step from an envelope: the output's law is the mechanism's exactly, whatever
 K. K starts where the tails weigh below 2^−20 when the data are dense around the
 target (``first_reach``) and grows (×4) until the tails' share of the envelope is below
-that, so the count is rarely needed.
+that, so the count is rarely needed — up to 2^17 ranks each side: at a tiny ε the tails
+stay heavy, and the draw then resolves more tail candidates by counts (a scan each).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 RankOf = Callable[[float], tuple[int, int]]
 
 _FIRST_REACH = 16
+_MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
 _TAIL_SHARE = 2.0 ** -20  # the envelope's tails, at most this share of it
 _EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of two)
 
@@ -152,9 +154,10 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
         values = fetch(low, high) if n else []
         require_finite(values, "instance window")
         found = blocks(n, rank, grid, low, values)
-        if (low == 1 and high == n) or _tail_share(found, float(scale)) <= _TAIL_SHARE:
+        if ((low == 1 and high == n) or reach >= _MOST_REACH
+                or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
-        reach *= 4
+        reach = min(reach * 4, _MOST_REACH)
     nearest = min(block.distance for block in found)
     weights = [(block.count, scale * (block.distance - nearest)) for block in found]
     while True:
@@ -173,8 +176,8 @@ def first_reach(scale: Fraction, grid: Grid) -> int:
     """K of the first read: where a candidate is within one rank of the target, tails
     beyond K weigh at most count·e^{−λK} against e^{−λ}, below 2^−20 of it for
     K ≥ (ln count + 20 ln 2)/λ + 1. From public numbers only (ε, s, the grid)."""
-    return max(_FIRST_REACH, math.ceil((math.log(grid.count) + 20 * math.log(2))
-                                       / float(scale)) + 1)
+    return min(_MOST_REACH, max(_FIRST_REACH, math.ceil(
+        (math.log(grid.count) + 20 * math.log(2)) / float(scale)) + 1))
 
 
 def _tail_share(found: list[Block], scale: float) -> float:
