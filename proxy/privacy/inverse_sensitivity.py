@@ -70,11 +70,20 @@ class Grid:
         return k if self.integers else float(k * self.step)
 
     def below(self, x: float) -> int:
-        """How many candidates are < x."""
-        return min(max(math.ceil(Fraction(x) / self.step) - self.first, 0), self.count)
+        """How many candidates are < x (x/step exactly, in integers: a window holds up
+        to 2^18 values)."""
+        num, den = _over_step(x, self.step)
+        return min(max(-(-num // den) - self.first, 0), self.count)
 
     def at_or_below(self, x: float) -> int:
-        return min(max(math.floor(Fraction(x) / self.step) - self.first + 1, 0), self.count)
+        num, den = _over_step(x, self.step)
+        return min(max(num // den - self.first + 1, 0), self.count)
+
+
+def _over_step(x: float, step: Fraction) -> tuple[int, int]:
+    """x / step as an integer ratio with a positive denominator."""
+    num, den = float(x).as_integer_ratio()
+    return num * step.denominator, den * step.numerator
 
 
 def candidate_grid(lower: float, upper: float, resolution: float, integers: bool) -> Grid:
@@ -158,18 +167,43 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
                 or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
         reach = min(reach * 4, _MOST_REACH)
+    return grid.value(_draw(found, rank, scale, grid, rank_of, rng))
+
+
+def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: RankOf,
+          rng: RandomSource) -> int:
+    """The candidate's k, by rejection from an envelope that is exact where it can be.
+
+    Blocks are pooled in bands of distances [d₀, d₀ + w), w = ⌊1/λ⌋ (at least 1); a band
+    weighs (its candidates)·e^{−λd₀} ≥ its true weight, and is chosen exactly
+    (``choose``); a block of it by its count, a candidate uniformly, and the candidate is
+    kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1} (d(y) counted in the backend for a
+    tail block). A round keeps y with probability e^{−λd(y)} / (the envelope's total),
+    so the kept y follows the mechanism's law; banding makes the exact choice run over
+    a few dozen bands instead of every block of a wide window."""
+    width = max(1, math.floor(1 / scale))
     nearest = min(block.distance for block in found)
-    weights = [(block.count, scale * (block.distance - nearest)) for block in found]
+    bands: dict[int, list[Block]] = {}
+    for block in found:
+        bands.setdefault((block.distance - nearest) // width, []).append(block)
+    order = sorted(bands)
+    members = [bands[band] for band in order]
+    floors = [nearest + band * width for band in order]
+    totals = [sum(block.count for block in band) for band in members]
+    weights = [(total, scale * (floor - nearest)) for total, floor in zip(totals, floors)]
     while True:
-        block = found[choose(weights, rng)]
-        k = block.first + rng.randbelow(block.count)
-        if block.exact:
-            return grid.value(k)
-        extra = distance(*rank_of(grid.value(k)), rank) - block.distance
-        if extra < 0:  # the tail's bound is a theorem; a count below it is a backend fault
+        band = choose(weights, rng)
+        k = rng.randbelow(totals[band])
+        for block in members[band]:  # the block holding the k-th candidate of the band
+            if k < block.count:
+                break
+            k -= block.count
+        k += block.first
+        gap = block.distance if block.exact else distance(*rank_of(grid.value(k)), rank)
+        if gap < block.distance:  # the tail's bound is a theorem: a backend fault
             raise SensitivityError("a tail candidate's ranks contradict the window")
-        if bernoulli_exp(scale * extra, rng):
-            return grid.value(k)
+        if bernoulli_exp(scale * (gap - floors[band]), rng):
+            return k
 
 
 def first_reach(scale: Fraction, grid: Grid) -> int:
