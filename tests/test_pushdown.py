@@ -274,6 +274,44 @@ def test_duckdb_group_statistics_from_list_aggregates(duckdb_url, monkeypatch, f
         assert stats.columns["y"].n == len(ys)
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("seed", range(3))
+def test_postgres_group_ranks_from_its_ordered_set_aggregate(fresh_postgres, monkeypatch, seed):
+    """PostgreSQL answers GROUP BY ranks with PERCENTILE_DISC over per-group fractions
+    (a counting pass, then one sort per group), never the window statement; every rank
+    equals the direct computation, through ties, NULLs, groups of one value or none,
+    and ranks beyond the ends (an extreme's offsets on a tiny group)."""
+    from proxy import pushdown
+
+    monkeypatch.setattr(pushdown, "statistics_query", _must_not_run)
+    rng = random.Random(seed)
+    data = _rows(seed=300 + seed, units=rng.randint(3, 40))
+    data["unit"] += [900, 901]  # group b: one more value; c: a row whose values are NULL
+    data["grp"] += ["b", "c"]
+    data["x"] += [rng.choice([0.0, 100.0, 50.0]), None]
+    data["y"] += [None, None]
+    load_table(fresh_postgres, "t", data, TYPES)
+    rows = list(zip(data["grp"], data["x"], data["y"]))
+    p = rng.choice(["0", "0.25", "0.5", "0.9", "1"])
+    limit = rng.randint(-60, 60)
+    sql = (f"SELECT grp, PERCENTILE_DISC({p}) WITHIN GROUP (ORDER BY x), MEDIAN(y), MAX(y), "
+           f"MIN(x), COUNT(*) FROM t WHERE y < {limit} OR y IS NULL GROUP BY grp")
+    plan, shift, groups = _statistics(fresh_postgres, sql)
+    needs = {n.column: n for n in column_needs(plan, shift)}
+    for key in ("a", "b", "c"):
+        scope = [(x, y) for g, x, y in rows if g == key and (y is None or y < limit)]
+        xs = sorted(min(max(x, 0.0), 100.0) for x, _ in scope if x is not None)
+        ys = sorted(float(min(max(y, -50), 50)) for _, y in scope if y is not None)
+        stats = groups.get((key,))
+        if stats is None:
+            assert not scope
+            continue
+        assert stats.rows == len(scope)
+        assert stats.columns["x"].n == len(xs)
+        assert stats.columns["x"].values == order_values(xs, needs["x"].ranks)
+        assert stats.columns["y"].values == order_values(ys, needs["y"].ranks)
+
+
 def _must_not_run(*args, **kwargs):
     raise AssertionError("the window statement was used")
 

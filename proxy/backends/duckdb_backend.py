@@ -42,6 +42,7 @@ class DuckDBBackend(Backend):
         self._opening = threading.Lock()
         self._invalid: duckdb.DuckDBPyConnection | None = None  # to reopen before use
         self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
+        self._base_tables: set[str] = set()  # names known to be base tables, not views
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         try:
@@ -150,16 +151,19 @@ class DuckDBBackend(Backend):
         # guards against writes through this very connection, which only tests and the
         # data owner's own tools make. Another process can only have written the file
         # before this one opened it, which the hash sees. A view has no cheap version:
-        # counting it runs it.
-        # (duckdb_tables() lists base tables only; a LIMIT 0 probe's description names
-        # the columns with DuckDB's own types: both far cheaper than information_schema)
-        if not tx.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = %s "
-                          "AND schema_name = current_schema()", (table,)):
-            return None
+        # counting it runs it; that a name is a base table is read once per process
+        # (duckdb_tables(), 0.8 ms, costs more than the probe below).
+        if table not in self._base_tables:
+            if not tx.execute("SELECT 1 FROM duckdb_tables() WHERE table_name = %s "
+                              "AND schema_name = current_schema()", (table,)):
+                return None
+            self._base_tables.add(table)
+        # One statement: the row count, and DuckDB's own names and types of the columns
+        # from the description of an empty side (two statements cost 1.6 times as much).
         quoted = exp.to_table(table, quoted=True).sql(dialect="duckdb")
-        tx.execute(f"SELECT * FROM {quoted} LIMIT 0")
-        columns = [(name, str(kind)) for name, kind, *_ in tx.description()]
-        count = tx.execute(f"SELECT count(*) FROM {quoted}")[0][0]
+        count = tx.execute(f"SELECT * FROM (SELECT count(*) FROM {quoted}) AS n "
+                           f"LEFT JOIN (SELECT * FROM {quoted} LIMIT 0) AS t ON true")[0][0]
+        columns = [(name, str(kind)) for name, kind, *_ in tx.description()[1:]]
         key = (table, tuple(columns), count)
         if key not in self._content:
             row = exp.func("hash", *(exp.column(name, quoted=True) for name, _ in columns))

@@ -3,8 +3,10 @@
 Only counts, sums and the values at a few ranks leave the backend; no row of a
 protected table is fetched. Without GROUP BY the statistics come at about the cost of
 the plain aggregate (``ungrouped``). With GROUP BY, DuckDB's list aggregates answer per
-group in two hash-aggregate passes (``grouped_lists``); elsewhere, or when those do not
-reach a rank, one statement ranks every group's values with a window (``grouped``).
+group in two hash-aggregate passes (``grouped_lists``), PostgreSQL's ordered-set
+aggregate in a counting pass and one sort per group (``grouped_ranks``); when DuckDB's
+lists do not reach a rank, one statement ranks every group's values with a window
+(``grouped``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped import statistics_query
 from proxy.pushdown.grouped_lists import grouped_list_statistics
+from proxy.pushdown.grouped_ranks import grouped_rank_statistics
 from proxy.pushdown.scope import Execute, unit_bound_sql
 from proxy.pushdown.ungrouped import ungrouped_statistics
 from proxy.statistics import ColumnNeeds, GroupStats
@@ -28,6 +31,8 @@ def compute_statistics(
         groups = grouped_list_statistics(plan, needs, clip_rows_per_unit, execute)
         if groups is not None:
             return groups
+    if dialect == "postgres":
+        return grouped_rank_statistics(plan, needs, clip_rows_per_unit, execute)
     query = statistics_query(plan, needs, dialect, clip_rows_per_unit)
     return query.read(execute(query.sql))
 

@@ -34,25 +34,10 @@ def grouped_list_statistics(
 ) -> dict[tuple, GroupStats] | None:
     keys = group_keys(plan)
     scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
-    # readers take (group statistics, that group's anchor values, the column's value)
-    items = [exp.Count(this=exp.Star())]
-    readers = [lambda g, a, v: setattr(g, "rows", int(v or 0))]
-    if counts_units(plan):
-        items.append(distinct_units(exp.column("u")))
-        readers.append(lambda g, a, v: setattr(g, "units", int(v or 0)))
+    items, readers = counting_items(plan, needs)
     anchors: list[tuple[int, ColumnNeeds, object]] = []
     for index, need in enumerate(needs):
         column = exp.column(f"c{index}")
-        items.append(exp.Count(this=column))
-        readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "n", int(v or 0)))
-        if need.total:
-            items.append(exact_sum(column, need.lower, need.upper))
-            readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "total",
-                                                                  read_sum(v)))
-        if need.spread:
-            items.append(exp.VariancePop(this=column))
-            readers.append(lambda g, a, v, c=need.column: setattr(
-                g.columns[c], "m2", float(v or 0) * g.columns[c].n))
         for anchor, kind in ((TOP, exp.Max), (BOTTOM, exp.Min)):
             offsets = [r.offset for r in need.ranks if r.anchor == anchor]
             if offsets:
@@ -65,18 +50,50 @@ def grouped_list_statistics(
             anchors.append((index, need, fraction))
             readers.append(lambda g, a, v: a.append(v))
     statement = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    groups, anchor_values = read_groups(execute(statement.sql(dialect="duckdb")), keys, needs,
+                                        readers)
+    if anchors and not _around_anchors(keys, anchors, anchor_values, groups, scope, execute):
+        return None
+    return groups
+
+
+def counting_items(plan: QueryPlan, needs: tuple[ColumnNeeds, ...]) -> tuple[list, list]:
+    """The aggregates of one hash-aggregate pass over the scope ``s`` that need no sort
+    (rows, units where counted, each column's non-null count, exact sum and spread where
+    needed), and a reader per aggregate: (group statistics, that group's anchor values,
+    the aggregate's value)."""
+    items: list[exp.Expression] = [exp.Count(this=exp.Star())]
+    readers = [lambda g, a, v: setattr(g, "rows", int(v or 0))]
+    if counts_units(plan):
+        items.append(distinct_units(exp.column("u")))
+        readers.append(lambda g, a, v: setattr(g, "units", int(v or 0)))
+    for index, need in enumerate(needs):
+        column = exp.column(f"c{index}")
+        items.append(exp.Count(this=column))
+        readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "n", int(v or 0)))
+        if need.total:
+            items.append(exact_sum(column, need.lower, need.upper))
+            readers.append(lambda g, a, v, c=need.column: setattr(g.columns[c], "total",
+                                                                  read_sum(v)))
+        if need.spread:
+            items.append(exp.VariancePop(this=column))
+            readers.append(lambda g, a, v, c=need.column: setattr(
+                g.columns[c], "m2", float(v or 0) * g.columns[c].n))
+    return items, readers
+
+
+def read_groups(rows, keys: tuple[str, ...], needs: tuple[ColumnNeeds, ...], readers
+                ) -> tuple[dict[tuple, GroupStats], dict[tuple, list]]:
+    """Each result row (the keys, then one value per reader) read into its group."""
     groups: dict[tuple, GroupStats] = {}
     anchor_values: dict[tuple, list] = {}
-    for row in execute(statement.sql(dialect="duckdb")):
+    for row in rows:
         key = tuple(row[: len(keys)])
         groups[key] = GroupStats(columns={need.column: ColumnStats() for need in needs})
         anchor_values[key] = []
         for reader, value in zip(readers, row[len(keys):]):
             reader(groups[key], anchor_values[key], value)
-    if anchors and not _around_anchors(keys, anchors, anchor_values, groups, scope, execute):
-        return None
-    return groups
-
+    return groups, anchor_values
 
 
 def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> bool:
