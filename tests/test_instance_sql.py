@@ -121,6 +121,21 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
                           for y in (0.0, 50.0, 51.5, 100.0)]
 
 
+def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
+    """max_rows_per_unit = 2: the window holds at most two rows per person (person 1's
+    3, 9, 9 become 3, 9) and the exponent's Δu is s = 2."""
+    seen = []
+
+    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+        seen.append((n, shift, fetch(1, n), rank_of(5)))
+        return grid.value(grid.first)
+
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
+    run(_instance_session(engine), "SELECT MEDIAN(stay) FROM visits")
+    clipped = [1.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 7.0, 9.0]
+    assert seen == [(9, 2, clipped, (4, 6))]
+
+
 def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypatch):
     """MEDIAN of an int column in [0, 10] with ties: the mechanism reads a window of one
     rank each side and resolves tail draws by the backend's counts (memoised: the draws
