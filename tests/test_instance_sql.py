@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import inverse_sensitivity
 from proxy.rules import parse_rules
+from proxy.settings import Settings
 from proxy.statistics import normalise, percentile_rank
 from tests.conftest import load_table
 from tests.privacy.test_instance_bruteforce import _log_probabilities
@@ -205,3 +207,20 @@ def test_refusals_spend_nothing(engine, settings, sql, error):
         run(session, sql)
     assert "\n" not in str(caught.value)
     assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+
+
+def test_a_domain_without_candidates_is_refused_at_analysis():
+    """An int column declared within (0.2, 0.8) has no integer to answer: refused in
+    one line before anything is read or charged (no backend here at all)."""
+    rules = parse_rules("""
+[analysts.zoe]
+budget = 1
+[tables.t]
+[tables.t.columns]
+x = { type = "int", domain = [0.2, 0.8] }
+""", "test rules")
+    settings = Settings(model="dp", sensitivity="instance")
+    with pytest.raises(NotSupported, match="holds no integer") as caught:
+        analyze(parse_statements("SELECT MEDIAN(x) FROM t")[0], rules, settings)
+    assert "\n" not in str(caught.value)
+    assert analyze(parse_statements("SELECT COUNT(x) FROM t")[0], rules, settings).instance

@@ -190,7 +190,27 @@ def analyze(
     if plan.smooth_gamma is not None and group_by:
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
+    if plan.instance:
+        _check_candidates(plan)
     return plan
+
+
+def _check_candidates(plan: QueryPlan) -> None:
+    """'instance' draws among the domain's grid points (docs/privacy.md §5.3): a domain
+    without one (an int column declared within (0.2, 0.8)) is refused before the debit."""
+    from proxy.privacy.inverse_sensitivity import candidate_grid
+    from proxy.privacy.sensitivity import SensitivityError
+
+    for agg in plan.aggregates:
+        if agg.kind in (PERCENTILE, MAX, MIN):
+            column = plan.table.columns[agg.column]
+            try:
+                candidate_grid(column.lower, column.upper, column.resolution,
+                               column.type == "int")
+            except SensitivityError:
+                raise NotSupported(f"{agg.label.upper()}({agg.column}): the declared domain "
+                                   "holds no integer, so idp.sensitivity = 'instance' has no "
+                                   "candidate; use idp.sensitivity = 'global'") from None
 
 
 def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve,
