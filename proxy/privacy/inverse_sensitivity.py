@@ -11,8 +11,9 @@ values that must change for y to be the value at rank r is
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
 MAX and MIN are the ranks n and 1. Candidates between consecutive values in scope share
-a(y), b(y), so they are sampled as blocks: a block by count × weight, exactly
-(``exact_choice.choose``), then a candidate uniformly inside it.
+a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
+weight, exactly (``exact_choice.choose``), a block of it by its count, a candidate
+uniformly inside it, kept with an exact Bernoulli (``_draw``).
 
 What is read (§5.3's pushdown): the values at ranks r − K .. r + K only. Candidates
 outside them form at most two tail blocks whose distance is only bounded from below
