@@ -2,6 +2,7 @@
 directly on the same backend, for DuckDB and PostgreSQL, in one run.
 
     python benchmarks/pushdown.py [--rows 10000000] [--backends duckdb,postgres] [--repeat 5]
+                                  [--only instance]
 
 The engine's time covers everything an analyst waits for: analysis, the ledger debit,
 the per-unit bound check, the statistics query and the noise. Every timed run of the
@@ -12,7 +13,9 @@ never answers. A repeated query answered from the cache is timed in its own colu
 ledger is checked after each case (every fresh run charged, every repeat served from the
 cache). The per-unit bound's first computation (once per data version) is reported on
 its own line. PostgreSQL is a throwaway server started from the system's binaries (as in
-the tests).
+the tests). The "DP instance" cases ask under ``SET idp.model = 'dp'; SET
+idp.sensitivity = 'instance'`` (the exponential mechanism, docs/privacy.md §5.3);
+``--only`` keeps the cases whose name contains a word.
 """
 
 from __future__ import annotations
@@ -53,7 +56,11 @@ x = { type = "float", domain = [0, 1000] }
 a = { type = "int", domain = [0, 100] }
 """, "benchmark rules")
 
-# (name, private SQL, plain SQL per dialect)
+INSTANCE = Settings(model="dp", sensitivity="instance")
+_MEDIAN = {"duckdb": "SELECT quantile_disc(x, 0.5) FROM rows",
+           "postgres": "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows"}
+
+# (name, private SQL, plain SQL per dialect[, the session's settings])
 CASES = [
     ("COUNT with range", "SELECT COUNT(*) FROM rows WHERE a BETWEEN 10 AND 50",
      {"duckdb": "SELECT count(*) FROM rows WHERE a BETWEEN 10 AND 50",
@@ -75,10 +82,19 @@ CASES = [
     ("MEDIAN GROUP BY (11 keys)", "SELECT b, MEDIAN(x) FROM rows GROUP BY b",
      {"duckdb": "SELECT b, quantile_disc(x, 0.5) FROM rows GROUP BY b",
       "postgres": "SELECT b, percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows GROUP BY b"}),
+    ("DP instance MEDIAN", "SELECT MEDIAN(x) FROM rows", _MEDIAN, INSTANCE),
+    ("DP instance MEDIAN with WHERE", "SELECT MEDIAN(x) FROM rows WHERE a < 30",
+     {"duckdb": "SELECT quantile_disc(x, 0.5) FROM rows WHERE a < 30",
+      "postgres": "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows WHERE a < 30"},
+     INSTANCE),
+    ("DP instance PERCENTILE 0.9 (vs median)",
+     "SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x) FROM rows", _MEDIAN, INSTANCE),
+    ("DP instance MAX (vs median)", "SELECT MAX(x) FROM rows", _MEDIAN, INSTANCE),
     ("user-level COUNT", "SELECT COUNT(*) FROM visits WHERE a BETWEEN 10 AND 50",
      {"duckdb": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50",
       "postgres": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50"}),
 ]
+_SET = {INSTANCE: "SET idp.model = 'dp'; SET idp.sensitivity = 'instance'"}
 
 
 def load(backend, rows: int) -> None:
@@ -128,7 +144,7 @@ def ledger_counts(backend) -> dict[str, int]:
     return dict(backend.query("SELECT status, count(*) FROM idp.ledger GROUP BY status"))
 
 
-def run_backend(url: str, rows: int, repeat: int) -> list[tuple]:
+def run_backend(url: str, rows: int, repeat: int, only: str | None = None) -> list[tuple]:
     backend = open_backend(url)
     print(f"[{backend.dialect}] loading {rows:,} rows ...", file=sys.stderr, flush=True)
     load(backend, rows)
@@ -139,9 +155,13 @@ def run_backend(url: str, rows: int, repeat: int) -> list[tuple]:
     start = time.perf_counter()
     list(session.execute(CASES[-1][1]))  # the first user-level query computes c
     first = time.perf_counter() - start
-    for name, private_sql, plain in CASES:
+    for name, private_sql, plain, *chosen in CASES:
+        if only is not None and only not in name:
+            continue
+        settings = chosen[0] if chosen else Settings()
+        list(session.execute(_SET.get(settings, "RESET idp.model; RESET idp.sensitivity")))
         print(f"[{backend.dialect}] {name} ...", file=sys.stderr, flush=True)
-        plan = analyze(parse_statements(private_sql)[0], RULES, Settings())
+        plan = analyze(parse_statements(private_sql)[0], RULES, settings)
         raw = timed(lambda sql=plain[backend.dialect]: backend.query(sql), repeat)
         stats = timed(lambda plan=plan: engine.statistics(plan), repeat)
         answer = lambda sql=private_sql: list(session.execute(sql))
@@ -169,15 +189,17 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--backends", default="duckdb,postgres")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--only", help="run the cases whose name contains this word")
     args = parser.parse_args()
     results = []
     for name in args.backends.split(","):
         if name == "duckdb":
             with tempfile.TemporaryDirectory() as folder:
-                results += run_backend(f"duckdb:///{folder}/bench.duckdb", args.rows, args.repeat)
+                results += run_backend(f"duckdb:///{folder}/bench.duckdb", args.rows,
+                                       args.repeat, args.only)
         elif name == "postgres":
             with throwaway_postgres({"work_mem": "256MB", "shared_buffers": "1GB"}) as url:
-                results += run_backend(url, args.rows, args.repeat)
+                results += run_backend(url, args.rows, args.repeat, args.only)
     print(f"\n{args.rows:,} rows, median of {args.repeat} runs\n")
     print("plain: the aggregate alone on the backend; statistics: the pushed-down statistics\n"
           "(incl. the per-unit bound check) in one snapshot; idp-proxy: a fresh answer, all an\n"

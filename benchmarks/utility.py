@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import sys
 import tempfile
 import time
@@ -138,12 +139,36 @@ def our_methods() -> list[tuple[str, Settings]]:
 def ours(engine: Engine, sql: str, settings: Settings, trials: int) -> list[float]:
     """``trials`` fresh answers: the statistics read once, the noise drawn each time."""
     plan = analyze(parse_statements(sql)[0], engine.rules, settings)
+    if plan.instance:
+        return instance_draws(engine, plan, trials)
     computed = engine.statistics(plan)
     engine.statistics = lambda plan, view=None: computed  # unchanged data, new noise
     try:
         return [float(engine.release(plan)[1][0][0].value) for _ in range(trials)]
     finally:
         del engine.statistics
+
+
+def instance_draws(engine: Engine, plan, trials: int) -> list[float]:
+    """'instance' draws inside the statistics, in their snapshot (it reads a window of
+    ranks and, rarely, counts): all ``trials`` draws are made there, from the same reads
+    (memoised), each with fresh randomness — the statistics read once, as above."""
+    from proxy.privacy import inverse_sensitivity
+
+    real, draws = inverse_sensitivity.instance_release, []
+
+    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+        fetch, rank_of = functools.cache(fetch), functools.cache(rank_of)
+        draws.extend(real(n, rank, shift, epsilon, grid, fetch, rank_of, rng)
+                     for _ in range(trials))
+        return draws[0]
+
+    inverse_sensitivity.instance_release = drawing
+    try:
+        engine.statistics(plan)
+    finally:
+        inverse_sensitivity.instance_release = real
+    return [float(value) for value in draws]
 
 
 def opendp_answers(values: np.ndarray, column: Column, quantile: float, epsilon: float,

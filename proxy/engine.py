@@ -27,6 +27,7 @@ from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, NotSupported, RulesError
 from proxy.ledger import Charge, Ledger
+from proxy.privacy.inverse_sensitivity import instance_releases
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
@@ -37,7 +38,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.scope import table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
-from proxy.pushdown.window import rank_window
+from proxy.pushdown.window import order_statistics, rank_counts, rank_window
 from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
 
@@ -139,9 +140,10 @@ class Engine:
                    ) -> tuple[int, dict[tuple, GroupStats], str | None]:
         """The shift s = c·g (SPEC §5.2), every group's statistics and the table's data
         version (None: the backend has no cheap one), from one snapshot (``view``, else
-        a new one); with them, where asked, the smooth sensitivities (DP) or the private
-        levels of the local sensitivities (iDP, ``report_scale = "private"``), read from
-        windows of ranks in the same snapshot."""
+        a new one); with them, where asked, the smooth sensitivities (DP), the draws of
+        the exponential mechanism (DP, 'instance': they read the data, so they are drawn
+        here, after the debit) or the private levels of the local sensitivities (iDP,
+        ``report_scale = "private"``), read from windows of ranks in the same snapshot."""
         dialect = self.backend.dialect
         clip = plan.contribution_bound if plan.model == "dp" else None
         bounded = (plan.model == "idp" and not plan.group_by
@@ -149,9 +151,20 @@ class Engine:
         with self._in(plan, view) as reading:
             plan, tx = reading.plan or plan, reading.tx
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
-            if plan.smooth_gamma is None and not bounded:
+            if plan.smooth_gamma is None and not bounded and not plan.instance:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
+            if plan.instance:
+                for key in plan.group_keys() if plan.group_by else [()]:
+                    group = groups.setdefault(key, GroupStats())
+                    group.instance = instance_releases(
+                        plan, group, shift,
+                        lambda column, n, key=key: order_statistics(
+                            plan, by_column[column], dialect, clip, tx.execute, n, key),
+                        lambda column, key=key: rank_counts(
+                            plan, by_column[column], dialect, clip, tx.execute, key),
+                        self.rng)
+                return shift, groups, version
 
             def window(column: str, from_top: bool):
                 return rank_window(plan, by_column[column], dialect, clip, tx.execute, from_top)

@@ -255,8 +255,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     privacy = {
         "model": "iDP" if plan.model == "idp" else "DP",
         "mechanism": "; ".join(mechanisms),
-        "sensitivity": _SENSITIVITY.get(plan.model, "global") if plan.smooth_gamma is None
-        else "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
+        "sensitivity": _sensitivity(plan),
         "neighbours": charge.neighbour,
         "epsilon_spent": float(charge.epsilon),
         "delta": float(charge.delta),
@@ -391,9 +390,19 @@ def _sort_key(value):
     return (value is None, value)
 
 
+def _sensitivity(plan: QueryPlan) -> str:
+    if plan.smooth_gamma is not None:
+        return "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise"
+    if plan.instance:
+        return ("instance (exponential mechanism, utility minus the rank distance) for "
+                "percentiles, MAX and MIN; global otherwise")
+    return _SENSITIVITY.get(plan.model, "global")
+
+
 def _mechanism(plan: QueryPlan) -> str:
     kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
     smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
+    smooth += " instance" if plan.instance else ""
     selected = "" if plan.delta is None else f"; keys of {_selected_names(plan)} by " \
         f"partition selection, threshold {selection_of(plan).threshold}"
     return f"{plan.model}{smooth}: {kinds}{selected}"

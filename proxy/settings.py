@@ -18,9 +18,9 @@ from proxy.errors import BadSetting, NotSupported, ReadOnly
 from proxy.privacy.refinement import PriorSpec, parse_prior
 from proxy.rules import MODELS, Rules
 
-SENSITIVITIES = ("local", "global", "smooth")
+SENSITIVITIES = ("local", "global", "smooth", "instance")
 DEFAULT_SENSITIVITY = {"idp": "local", "dp": "global"}
-FITS = {"idp": ("local",), "dp": ("global", "smooth")}
+FITS = {"idp": ("local",), "dp": ("global", "smooth", "instance")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
 
@@ -41,7 +41,7 @@ class Settings:
         if sensitivity not in FITS[model]:
             raise BadSetting(
                 f"idp.sensitivity = '{sensitivity}' does not fit idp.model = '{model}'; "
-                "use 'local' with 'idp', and 'global' or 'smooth' with 'dp'"
+                "use 'local' with 'idp', and 'global', 'smooth' or 'instance' with 'dp'"
             )
         return model
 
@@ -50,6 +50,11 @@ class Settings:
         if self.resolve_model(rules) == "dp" and self.sensitivity == "smooth":
             return self.gamma or DEFAULT_GAMMA
         return None
+
+    def instance_mechanism(self, rules: Rules) -> bool:
+        """Percentiles, MAX and MIN by the exponential mechanism over the domain's grid
+        (DP, ``idp.sensitivity = 'instance'``; docs/privacy.md §5.3)."""
+        return self.resolve_model(rules) == "dp" and self.sensitivity == "instance"
 
     def resolve_epsilon(self, rules: Rules, hint: Decimal | None) -> Decimal:
         epsilon = hint or self.epsilon or rules.defaults.epsilon_per_query

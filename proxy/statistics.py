@@ -120,6 +120,7 @@ class GroupStats:
     columns: dict[str, ColumnStats] = field(default_factory=dict)
     units: int = 0  # distinct privacy units in scope, when the plan counts them
     smooth: dict[int, float] = field(default_factory=dict)  # aggregate index -> β-smooth S
+    instance: dict[int, float] = field(default_factory=dict)  # index -> its released draw
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
 
     def column(self, name: str) -> ColumnStats:

@@ -75,7 +75,10 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
         wanted = ranks.setdefault(agg.column, set())
         totals.setdefault(agg.column, False)
         counts[agg.column] = (counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
-                              or plan.smooth_gamma is not None or counted)  # windows need n
+                              or plan.smooth_gamma is not None or plan.instance
+                              or counted)  # windows need n
+        if plan.instance and agg.kind in (PERCENTILE, MAX, MIN):
+            continue  # drawn from windows of ranks (privacy/inverse_sensitivity.py)
         if agg.kind == PERCENTILE:
             wanted.update(percentile_refs(agg.fraction, shift) if plan.model == "idp"
                           else (RankRef(PCT, 0, agg.fraction),))
@@ -150,6 +153,10 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
                              grid_step(column.resolution))
         return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
                        cal, spread_note(agg.kind, cal.model))
+    if index in group.instance:
+        return _finish(Noisy(group.instance[index], None, INSTANCE_MECHANISM), cal,
+                       _INSTANCE_NOTE if not agg.continuous else
+                       f"{_INSTANCE_NOTE}; PERCENTILE_CONT is answered as PERCENTILE_DISC")
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
     step, epsilon = grid_step(column.resolution), epsilon / share
     bound = None
@@ -204,6 +211,10 @@ def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[
 
 PUBLIC_COUNT = ("public: the row count of the whole table, which modifying records never "
                 "changes (no epsilon spent)")
+INSTANCE_MECHANISM = "exponential mechanism (inverse sensitivity) on the column's grid"
+_INSTANCE_NOTE = ("DP by the exponential mechanism over the rank distance (docs/privacy.md "
+                  "§5.3): no 95% bound is shown, its width would tell how dense the data "
+                  "are around the answer")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed noise; no 95% "
                 "bound is shown, it would reveal the smooth sensitivity of the data")
 

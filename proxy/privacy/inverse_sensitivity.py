@@ -1,0 +1,255 @@
+"""DP percentiles, MAX and MIN by the exponential mechanism over a data-independent grid
+of candidates, with utility minus the inverse sensitivity (Asi and Duchi 2020; for
+quantiles McSherry and Talwar 2007, Smith 2011): ``SET idp.sensitivity = 'instance'``.
+docs/privacy.md §5.3 has the derivation and the proof.
+
+Candidates are the points k·Λ in the declared domain [L, U]: Λ the column's public grid
+step (``mechanisms.grid_step``; 1 on an int column, whose answers are integers). For a
+candidate y with a(y) values in scope below it and b(y) at or below it, the number of
+values that must change for y to be the value at rank r is
+    d(y) = max(0, a(y) − r + 1, r − b(y)),
+and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
+step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
+MAX and MIN are the ranks n and 1. Candidates between consecutive values in scope share
+a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
+weight, exactly (``exact_choice.choose``), a block of it by its count, a candidate
+uniformly inside it, kept with an exact Bernoulli (``_draw``).
+
+What is read (§5.3's pushdown): the values at ranks r − K .. r + K only. Candidates
+outside them form at most two tail blocks whose distance is only bounded from below
+(d ≥ K + 1); a tail block enters the draw with that bound's weight, and when it is
+drawn one uniform candidate of it is taken, its ranks counted in the backend, and it is
+kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
+rejection step from an envelope: the output's law is the mechanism's exactly, whatever
+K. K starts where the tails weigh below 2^−20 when the data are dense around the
+target (``first_reach``) and grows (×4) until the tails' share of the envelope is below
+that, so the count is rarely needed — up to 2^17 ranks each side: at a tiny ε the tails
+stay heavy, and the draw then resolves more tail candidates by counts (a scan each).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from proxy.privacy.exact_choice import choose
+from proxy.privacy.mechanisms import grid_step
+from proxy.privacy.sampler import RandomSource, bernoulli_exp
+from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
+from proxy.statistics import Fetch, GroupStats, percentile_rank
+
+if TYPE_CHECKING:
+    from proxy.analyze.plan import QueryPlan
+
+# rank_of(y): (values in scope below y, values in scope at or below y)
+RankOf = Callable[[float], tuple[int, int]]
+
+_FIRST_REACH = 16
+_MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
+_TAIL_SHARE = 2.0 ** -20  # the envelope's tails, at most this share of it
+_EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of two)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The candidates k·step, k = first..last; step a power of two (or 1 on an int
+    column), so every candidate is an exact float and compares exactly in SQL."""
+
+    step: Fraction
+    first: int
+    last: int
+    integers: bool = False
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    def value(self, k: int) -> float | int:
+        return k if self.integers else float(k * self.step)
+
+    def below(self, x: float) -> int:
+        """How many candidates are < x (x/step exactly, in integers: a window holds up
+        to 2^18 values)."""
+        num, den = _over_step(x, self.step)
+        return min(max(-(-num // den) - self.first, 0), self.count)
+
+    def at_or_below(self, x: float) -> int:
+        num, den = _over_step(x, self.step)
+        return min(max(num // den - self.first + 1, 0), self.count)
+
+
+def _over_step(x: float, step: Fraction) -> tuple[int, int]:
+    """x / step as an integer ratio with a positive denominator."""
+    num, den = float(x).as_integer_ratio()
+    return num * step.denominator, den * step.numerator
+
+
+def candidate_grid(lower: float, upper: float, resolution: float, integers: bool) -> Grid:
+    """The grid of a column's declared domain: Λ = 1 on an int column, else the
+    column's grid step, doubled while some k·Λ would not be an exact float. A function of
+    the rules alone."""
+    step = Fraction(1) if integers else Fraction(grid_step(resolution))
+    while True:
+        first, last = math.ceil(Fraction(lower) / step), math.floor(Fraction(upper) / step)
+        if max(abs(first), abs(last)) < _EXACT_FLOATS or integers:
+            break
+        step *= 2
+    if first > last:
+        raise SensitivityError(f"no candidate of step {float(step)} in [{lower}, {upper}]")
+    return Grid(step, first, last, integers)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Candidates first .. first + count − 1 at distance ``distance`` (``exact``), or a
+    tail block whose candidates' distances are at least ``distance``."""
+
+    first: int
+    count: int
+    distance: int
+    exact: bool = True
+
+
+def distance(below: int, at_or_below: int, rank: int) -> int:
+    """d(y) = max(0, a − r + 1, r − b): the values to change for y to be at rank r."""
+    return max(0, below - rank + 1, rank - at_or_below)
+
+
+def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float]) -> list[Block]:
+    """The candidates in blocks of equal a(y), b(y), from the values at ranks
+    low .. low + len(values) − 1 (sorted, normalised), which hold rank r. Below the
+    lowest value read (when low > 1) b(y) ≤ low − 1, so d ≥ r − low + 1; above the
+    highest (short of rank n) a(y) ≥ high, so d ≥ high − r + 1: the two tail blocks.
+    Within the values read, a(y) and b(y) count the unread ranks as below or above:
+    exact, except a(y) at the lowest value (unread ties) and b(y) at the highest, where
+    both the counted and the true value leave their term of d at most 0 (low ≤ r ≤ high)."""
+    if n == 0:
+        return [Block(grid.first, grid.count, distance(0, 0, rank))]
+    high = low + len(values) - 1
+    found = []
+
+    def add(start: int, count: int, gap: int, exact: bool = True) -> None:
+        if count > 0:
+            found.append(Block(grid.first + start, count, gap, exact))
+
+    under = grid.below(values[0])
+    add(0, under, distance(0, 0, rank) if low == 1 else rank - low + 1, low == 1)
+    i = 0
+    while i < len(values):
+        j = i
+        while j < len(values) and values[j] == values[i]:
+            j += 1
+        below, through = grid.below(values[i]), grid.at_or_below(values[i])
+        add(below, through - below, distance(low - 1 + i, low - 1 + j, rank))
+        end = grid.below(values[j]) if j < len(values) else grid.count
+        above = low - 1 + j
+        exact = j < len(values) or high == n
+        add(through, end - through, distance(above, above, rank) if exact else high - rank + 1,
+            exact)
+        i = j
+    return found
+
+
+def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Grid,
+                     fetch: Fetch, rank_of: RankOf, rng: RandomSource) -> float | int:
+    """One draw of the mechanism for the value at ``rank`` among n values in scope:
+    ``fetch(first, last)`` reads ranks (ascending), ``rank_of`` counts for a tail draw."""
+    scale = epsilon / (2 * shift)  # ε / (2Δu)
+    reach = first_reach(scale, grid)
+    while True:
+        low, high = max(1, rank - reach), min(n, rank + reach)
+        values = fetch(low, high) if n else []
+        require_finite(values, "instance window")
+        found = blocks(n, rank, grid, low, values)
+        if ((low == 1 and high == n) or reach >= _MOST_REACH
+                or _tail_share(found, float(scale)) <= _TAIL_SHARE):
+            break
+        reach = min(reach * 4, _MOST_REACH)
+    return grid.value(_draw(found, rank, scale, grid, rank_of, rng))
+
+
+def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: RankOf,
+          rng: RandomSource) -> int:
+    """The candidate's k, by rejection from an envelope that is exact where it can be.
+
+    Blocks are pooled in bands of distances [d₀, d₀ + w), w = ⌊1/λ⌋ (at least 1); a band
+    weighs (its candidates)·e^{−λd₀} ≥ its true weight, and is chosen exactly
+    (``choose``); a block of it by its count, a candidate uniformly, and the candidate is
+    kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1} (d(y) counted in the backend for a
+    tail block). A round keeps y with probability e^{−λd(y)} / (the envelope's total),
+    so the kept y follows the mechanism's law; banding makes the exact choice run over
+    a few dozen bands instead of every block of a wide window."""
+    width = max(1, math.floor(1 / scale))
+    nearest = min(block.distance for block in found)
+    bands: dict[int, list[Block]] = {}
+    for block in found:
+        bands.setdefault((block.distance - nearest) // width, []).append(block)
+    order = sorted(bands)
+    members = [bands[band] for band in order]
+    floors = [nearest + band * width for band in order]
+    totals = [sum(block.count for block in band) for band in members]
+    weights = [(total, scale * (floor - nearest)) for total, floor in zip(totals, floors)]
+    while True:
+        band = choose(weights, rng)
+        k = rng.randbelow(totals[band])
+        for block in members[band]:  # the block holding the k-th candidate of the band
+            if k < block.count:
+                break
+            k -= block.count
+        k += block.first
+        gap = block.distance if block.exact else distance(*rank_of(grid.value(k)), rank)
+        if gap < block.distance:  # the tail's bound is a theorem: a backend fault
+            raise SensitivityError("a tail candidate's ranks contradict the window")
+        if bernoulli_exp(scale * (gap - floors[band]), rng):
+            return k
+
+
+def first_reach(scale: Fraction, grid: Grid) -> int:
+    """K of the first read: where a candidate is within one rank of the target, tails
+    beyond K weigh at most count·e^{−λK} against e^{−λ}, below 2^−20 of it for
+    K ≥ (ln count + 20 ln 2)/λ + 1. From public numbers only (ε, s, the grid)."""
+    return min(_MOST_REACH, max(_FIRST_REACH, math.ceil(
+        (math.log(grid.count) + 20 * math.log(2)) / float(scale)) + 1))
+
+
+def _tail_share(found: list[Block], scale: float) -> float:
+    """The tail blocks' share of the envelope's weight (floating point: it only decides
+    how far to read, never the output's law)."""
+    logs = [(math.log(b.count) - scale * b.distance, b.exact) for b in found]
+    top = max(value for value, _ in logs)
+    total = sum(math.exp(value - top) for value, _ in logs)
+    return sum(math.exp(value - top) for value, exact in logs if not exact) / total
+
+
+def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
+                      window: Callable[[str, int], Fetch], rank_of: Callable[[str], RankOf],
+                      rng: RandomSource) -> dict[int, float | int]:
+    """The released value of every percentile, MAX and MIN of the plan in one group, by
+    aggregate index: ``window(column, n)`` reads ranks of a column in the group's scope,
+    ``rank_of(column)`` counts around one candidate. ε is each aggregate's own
+    (sequential composition, as for every aggregate of a SELECT), over GROUP BY divided
+    by the groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
+    # Imported here, as in smooth_sensitivity: proxy.analyze imports the release.
+    from proxy.analyze.plan import MAX, MIN, PERCENTILE
+
+    epsilon = Fraction(plan.epsilon)
+    if plan.group_by:
+        epsilon /= groups_touched(shift, plan.group_count)
+    found = {}
+    for index, agg in enumerate(plan.aggregates):
+        if agg.kind not in (PERCENTILE, MAX, MIN):
+            continue
+        column = plan.table.columns[agg.column]
+        n = group.column(agg.column).n
+        if agg.kind == PERCENTILE:
+            rank = percentile_rank(n, agg.fraction)
+        else:  # MAX is the value at rank n, MIN at rank 1 (with no value: rank 1)
+            rank = max(n, 1) if agg.kind == MAX else 1
+        grid = candidate_grid(column.lower, column.upper, column.resolution,
+                              column.type == "int")
+        found[index] = instance_release(n, rank, shift, epsilon, grid,
+                                        window(agg.column, n), rank_of(agg.column), rng)
+    return found

@@ -1,0 +1,201 @@
+"""The exponential mechanism of privacy/inverse_sensitivity.py by brute force.
+
+- Its blocks, from any window of ranks holding r, give every candidate the distance a
+  direct count gives (tail blocks: a lower bound of it).
+- ε-DP: on small data sets (ties, domain bounds, records leaving the scope, several rows
+  per unit, g > 1, raw values NaN, ±inf or overflow-sized, in data and neighbours,
+  normalised as the backend does), the probability of every candidate, computed from
+  the mechanism's own block weights, changes by at most a factor e^ε over every
+  neighbour.
+- GROUP BY: each group's draw at ε divided by the groups a unit can touch composes to
+  ε over records moving between groups.
+- The sampler, reading a narrow window and resolving tail draws by counting, follows the
+  exact law of the full mechanism (χ² at significance ALPHA, seeded).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from proxy.privacy import inverse_sensitivity
+from proxy.privacy.exact_choice import choose
+from proxy.privacy.inverse_sensitivity import (
+    Grid,
+    blocks,
+    candidate_grid,
+    distance,
+    instance_release,
+)
+from proxy.privacy.sensitivity import groups_touched
+from proxy.statistics import percentile_rank
+from tests.privacy.reference import EXTREME, neighbours
+from tests.privacy.test_samplers import ALPHA, SeededSource
+from tests.privacy.test_sensitivity_bruteforce import (
+    LOWER,
+    UPPER,
+    datasets,
+    in_domain,
+    options,
+)
+
+INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
+HALVES = Grid(Fraction(1, 2), 0, 20)  # 0, 0.5 .. 10: candidates between the data's values
+# what a neighbour may set a record to: both bounds, ties with the data, NaN and ±inf
+NEIGHBOUR_VALUES = [LOWER, 3.5, 5.0, UPPER] + EXTREME[:3]
+RANKS = {
+    "median": lambda n: percentile_rank(n, Fraction(1, 2)),
+    "p90": lambda n: percentile_rank(n, Fraction(9, 10)),
+    "max": lambda n: max(n, 1),
+    "min": lambda n: 1,
+}
+
+
+def _direct(values: list[float], rank: int, grid: Grid) -> list[int]:
+    """d(y) of every candidate, by counting the values below and at or below it."""
+    found = []
+    for k in range(grid.first, grid.last + 1):
+        y = k * grid.step
+        found.append(distance(sum(v < y for v in values), sum(v <= y for v in values), rank))
+    return found
+
+
+def _expanded(found, grid: Grid) -> list[tuple[int, bool]]:
+    """(distance, exact) of every candidate, from the blocks (which must tile the grid)."""
+    out = []
+    for block in found:
+        assert block.first == grid.first + len(out) and block.count >= 1
+        out += [(block.distance, block.exact)] * block.count
+    assert len(out) == grid.count
+    return out
+
+
+def _log_probabilities(values: list[float], rank: int, grid: Grid, scale: float) -> np.ndarray:
+    """log P(candidate) from the full window's block weights m·exp(−scale·d)."""
+    found = blocks(len(values), rank, grid, 1, values)
+    logs = np.array([-scale * d for d, exact in _expanded(found, grid)])
+    assert all(block.exact for block in found)
+    return logs - np.logaddexp.reduce(logs)
+
+
+@pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
+def test_blocks_give_every_candidate_its_distance_from_any_window(grid):
+    for index, records in enumerate(datasets(zlib.crc32(b"instance windows"), 40, 8, 1)):
+        values = in_domain(records)
+        n = len(values)
+        for name, rank_of in RANKS.items():
+            rank = rank_of(n)
+            direct = _direct(values, rank, grid)
+            if n == 0:
+                assert _expanded(blocks(0, rank, grid, 1, []), grid) == [(d, True) for d in direct]
+                continue
+            for low in range(1, rank + 1):
+                for high in range(rank, n + 1):
+                    got = _expanded(blocks(n, rank, grid, low, values[low - 1: high]), grid)
+                    for (d, exact), true in zip(got, direct):
+                        assert d == true if exact else d <= true, (values, name, low, high)
+
+
+@pytest.mark.parametrize("units,rows,group_size", [(5, 1, 1), (3, 2, 1), (3, 1, 2)])
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, rows,
+                                                                        group_size, epsilon):
+    shift = rows * group_size  # DP: the declared bound c times g
+    scale = epsilon / (2 * shift)
+    seed = zlib.crc32(f"instance dp {units} {rows} {group_size} {epsilon}".encode())
+    choices = options(1, NEIGHBOUR_VALUES)
+    worst = 0.0
+    for index, records in enumerate(datasets(seed, 6, units, rows)):
+        grid = (INTEGERS, HALVES)[index % 2]
+        values = in_domain(records)
+        for name, rank_of in RANKS.items():
+            base = _log_probabilities(values, rank_of(len(values)), grid, scale)
+            for other in neighbours(records, choices, group_size):
+                moved = in_domain(other)
+                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale)
+                worst = max(worst, float(np.abs(base - logs).max()))
+                assert np.abs(base - logs).max() <= epsilon + 1e-9, (records, other, name)
+    assert worst > epsilon / 4  # the enumeration reaches neighbours that matter
+
+
+@pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
+def test_the_sampler_with_tails_follows_the_exact_law(grid, monkeypatch):
+    """A window of one rank each side, kept however heavy the tails (the envelope's
+    rejection step runs often): the draws follow the full mechanism's law."""
+    monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
+    monkeypatch.setattr(inverse_sensitivity, "_TAIL_SHARE", 1.0)
+    values = sorted([0.0, 1.0, 2.0, 2.0, 2.0, 3.5, 5.0, 5.0, 7.0, 9.0, 10.0, 10.0, 4.0])
+    n, rank, epsilon = len(values), percentile_rank(len(values), Fraction(1, 2)), Fraction(1, 2)
+    counts = []
+
+    def rank_of(y):
+        counts.append(y)
+        return sum(v < y for v in values), sum(v <= y for v in values)
+
+    rng = SeededSource(zlib.crc32(f"instance law {grid.step}".encode()))
+    draws = 1500
+    sampled = [instance_release(n, rank, 1, epsilon, grid, lambda a, b: values[a - 1: b],
+                                rank_of, rng) for _ in range(draws)]
+    assert counts  # the tails were drawn and resolved
+    expected = np.exp(_log_probabilities(values, rank, grid, float(epsilon) / 2)) * draws
+    observed = np.zeros(grid.count)
+    for value in sampled:
+        observed[int(Fraction(value) / grid.step) - grid.first] += 1
+    assert stats.chisquare(observed, expected).pvalue > ALPHA
+
+
+def test_exact_choice_follows_its_weights():
+    """Weights from e^0 to e^−200 and counts up to 2^62: the index law by χ² (the
+    negligible ones pooled with the smallest index) and none of the negligible drawn."""
+    weights = [(3, Fraction(0)), (1, Fraction(1, 3)), (2 ** 62, Fraction(44)),
+               (5, Fraction(7, 2)), (1, Fraction(200))]
+    true = np.array([m * math.exp(-float(x)) for m, x in weights])
+    rng = SeededSource(19)
+    draws = [choose(weights, rng) for _ in range(2000)]
+    observed = np.bincount(draws, minlength=len(weights)).astype(float)
+    assert observed[4] == 0
+    expected = true / true.sum() * len(draws)
+    assert stats.chisquare(observed[:4], expected[:4] * len(draws) / expected[:4].sum()
+                           ).pvalue > ALPHA
+
+
+def test_an_integer_column_answers_integers_and_ties_exactly():
+    """All values tied at 4 on an int column: 4 is the answer with the law's weight
+    (the tie is one candidate at distance 0, not an interval of width 0)."""
+    rng = SeededSource(7)
+    values = [4.0] * 9
+    answers = [instance_release(9, 5, 1, Fraction(4), INTEGERS, lambda a, b: values[a - 1: b],
+                                None, rng) for _ in range(400)]
+    assert all(isinstance(a, int) for a in answers)
+    logs = _log_probabilities(values, 5, INTEGERS, 2.0)
+    share = sum(a == 4 for a in answers) / len(answers)
+    assert abs(share - math.exp(logs[4])) < 0.06  # 4.6 standard deviations at 400 draws
+
+
+@pytest.mark.parametrize("units,rows", [(4, 1), (3, 2)])
+def test_grouped_draws_compose_to_epsilon(units, rows):
+    """GROUP BY over two groups, records moving between them: each group's draw at
+    ε / groups_touched(s, 2) (as the engine spends it), and the joint law of both draws
+    (independent, so its log-ratio is at most the sum of the groups' worst ones) moves
+    by at most e^ε over every neighbour."""
+    epsilon, shift = 1.0, rows
+    scale = epsilon / groups_touched(shift, 2) / (2 * shift)
+    seed = zlib.crc32(f"instance groups {units} {rows}".encode())
+    choices = options(2, [LOWER, 5.0, UPPER, EXTREME[0]])
+    rank_of = RANKS["median"]
+    for index, records in enumerate(datasets(seed, 5, units, rows, groups=2)):
+        grid = (INTEGERS, HALVES)[index % 2]
+        base = [_log_probabilities(v, rank_of(len(v)), grid, scale)
+                for v in (in_domain([r for r in records if r.group == g]) for g in (0, 1))]
+        for other in neighbours(records, choices):
+            joint = 0.0
+            for group in (0, 1):
+                moved = in_domain([r for r in other if r.group == group])
+                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale)
+                joint += float(np.abs(base[group] - logs).max())
+            assert joint <= epsilon + 1e-9, (records, other)
