@@ -39,7 +39,7 @@ def grouped_rank_statistics(
     ranked = [(index, need) for index, need in enumerate(needs) if need.ranks]
     items, asked = [], []  # asked[i][group key]: the ranks of items[i]'s array, in order
     for index, need in ranked:
-        case, ranks_of = exp.Case(), {}
+        branches, ranks_of = [], {}
         for key, group in groups.items():
             stats = group.columns[need.column]
             for ref in need.ranks:  # None unless the rank is one of 1..n
@@ -47,12 +47,13 @@ def grouped_rank_statistics(
             ranks = sorted({ref.rank(stats.n) for ref in need.ranks} & set(range(1, stats.n + 1)))
             if ranks:
                 fractions = [literal((rank - 0.5) / stats.n) for rank in ranks]
-                case = case.when(_is_group(keys, key),
-                                 exp.cast(exp.Array(expressions=fractions), "DOUBLE PRECISION[]"))
+                branches.append(exp.If(this=_is_group(keys, key), true=exp.cast(
+                    exp.Array(expressions=fractions), "DOUBLE PRECISION[]")))
                 ranks_of[key] = ranks
-        if ranks_of:
+        if ranks_of:  # built whole: Case.when copies every branch so far (quadratic)
             order = exp.Order(expressions=[exp.Ordered(this=exp.column(f"c{index}"))])
-            items.append(exp.WithinGroup(this=exp.PercentileDisc(this=case), expression=order))
+            items.append(exp.WithinGroup(this=exp.PercentileDisc(this=exp.Case(ifs=branches)),
+                                         expression=order))
             asked.append((need, ranks_of))
     if not items:
         return groups
