@@ -25,7 +25,7 @@ from proxy.analyze.group_keys import (
     WIDTH_BUCKET,
     GroupKey,
 )
-from proxy.pushdown.values import literal, normalised, snapped
+from proxy.pushdown.values import case_of, literal, normalised, snapped
 from proxy.rules import Table
 
 TIMESTAMP = exp.DataType.build("timestamp")
@@ -38,10 +38,8 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
     if term.kind in (COLUMN, PUBLIC, SELECTED):
         return exp.column(term.column, quoted=True)
     if term.kind == CASE:
-        case = exp.Case()
-        for condition, key in term.branches:
-            case = case.when(condition.copy(), literal(key))
-        return case.else_(literal(term.default)) if term.default is not None else case
+        return case_of(*((condition.copy(), literal(key)) for condition, key in term.branches),
+                       default=None if term.default is None else literal(term.default))
     column = table.columns[term.column]
     if term.kind in (TIME_TRUNC, "time_part"):
         moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)

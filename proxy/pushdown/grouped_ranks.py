@@ -22,7 +22,7 @@ from sqlglot import exp
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped_lists import counting_items, read_groups
 from proxy.pushdown.scope import Execute, group_keys, scope_select
-from proxy.pushdown.values import literal
+from proxy.pushdown.values import case_of, literal
 from proxy.statistics import ColumnNeeds, GroupStats
 
 
@@ -47,12 +47,12 @@ def grouped_rank_statistics(
             ranks = sorted({ref.rank(stats.n) for ref in need.ranks} & set(range(1, stats.n + 1)))
             if ranks:
                 fractions = [literal((rank - 0.5) / stats.n) for rank in ranks]
-                branches.append(exp.If(this=_is_group(keys, key), true=exp.cast(
+                branches.append((_is_group(keys, key), exp.cast(
                     exp.Array(expressions=fractions), "DOUBLE PRECISION[]")))
                 ranks_of[key] = ranks
-        if ranks_of:  # built whole: Case.when copies every branch so far (quadratic)
+        if ranks_of:  # case_of: Case.when would copy every branch so far (quadratic)
             order = exp.Order(expressions=[exp.Ordered(this=exp.column(f"c{index}"))])
-            items.append(exp.WithinGroup(this=exp.PercentileDisc(this=exp.Case(ifs=branches)),
+            items.append(exp.WithinGroup(this=exp.PercentileDisc(this=case_of(*branches)),
                                          expression=order))
             asked.append((need, ranks_of))
     if not items:

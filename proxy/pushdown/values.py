@@ -33,13 +33,13 @@ def normalised(value: exp.Expression, lower: float | None = None,
                     expression=exp.Literal.string("NAN"))
     above = exp.and_(exp.GT(this=_operand(value), expression=literal(high)),
                      exp.Not(this=is_nan), copy=False)
-    return _case((exp.Between(this=value.copy(), low=literal(low), high=literal(high)),
+    return case_of((exp.Between(this=value.copy(), low=literal(low), high=literal(high)),
                   _double(value.copy())),
                  (above, _double(literal(high))),
                  (exp.LT(this=_operand(value), expression=literal(low)), _double(literal(low))))
 
 
-def _case(*branches: tuple[exp.Expression, exp.Expression],
+def case_of(*branches: tuple[exp.Expression, exp.Expression],
           default: exp.Expression | None = None) -> exp.Case:
     """CASE WHEN … THEN … of fresh parts, built in place: sqlglot's ``Case().when()``
     copies the whole CASE and its parts at each step, which for the normalising CASE of
@@ -80,5 +80,5 @@ def snapped(value: exp.Expression) -> exp.Expression:
     operands (0 or at least 1e-150 in magnitude) and constant divisors of at most 1e15,
     no product or quotient can round to 0 (1e-300 and 1e-165 are far above the smallest
     double). NULL stays NULL."""
-    return _case((exp.LT(this=exp.Abs(this=value.copy()), expression=exp.Literal.number(TINY)),
+    return case_of((exp.LT(this=exp.Abs(this=value.copy()), expression=exp.Literal.number(TINY)),
                   _double(exp.Literal.number(0))), default=value)
