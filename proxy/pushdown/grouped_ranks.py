@@ -44,7 +44,8 @@ def grouped_rank_statistics(
             stats = group.columns[need.column]
             for ref in need.ranks:  # None unless the rank is one of 1..n
                 stats.values[ref] = None
-            ranks = sorted({ref.rank(stats.n) for ref in need.ranks} & set(range(1, stats.n + 1)))
+            ranks = sorted({rank for rank in (ref.rank(stats.n) for ref in need.ranks)
+                            if 1 <= rank <= stats.n})
             if ranks:
                 fractions = [literal((rank - 0.5) / stats.n) for rank in ranks]
                 branches.append((_is_group(keys, key), exp.cast(
