@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped_lists import counting_items, read_groups
-from proxy.pushdown.scope import Execute, group_keys, scope_select
+from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.values import case_of, literal
 from proxy.statistics import ColumnNeeds, GroupStats
 
@@ -48,7 +48,7 @@ def grouped_rank_statistics(
                             if 1 <= rank <= stats.n})
             if ranks:
                 fractions = [literal((rank - 0.5) / stats.n) for rank in ranks]
-                branches.append((_is_group(keys, key), exp.cast(
+                branches.append((is_group(key), exp.cast(
                     exp.Array(expressions=fractions), "DOUBLE PRECISION[]")))
                 ranks_of[key] = ranks
         if ranks_of:  # case_of: Case.when would copy every branch so far (quadratic)
@@ -71,10 +71,3 @@ def grouped_rank_statistics(
                 if rank in at:
                     stats.values[ref] = need.normalise(at[rank])
     return groups
-
-
-def _is_group(keys: tuple[str, ...], key: tuple) -> exp.Expression:
-    """The grouping columns equal ``key`` (a NULL key as IS NULL)."""
-    return exp.and_(*[exp.column(name).is_(exp.null()) if value is None
-                      else exp.column(name).eq(literal(value))
-                      for name, value in zip(keys, key)])

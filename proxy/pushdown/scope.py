@@ -16,7 +16,7 @@ from sqlglot import exp
 from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import UNITS, PerUnit, QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
-from proxy.pushdown.values import normalised, snapped
+from proxy.pushdown.values import literal, normalised, snapped
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 
@@ -164,6 +164,15 @@ def distinct_units(column: exp.Expression) -> exp.Expression:
 
 def group_keys(plan: QueryPlan) -> tuple[str, ...]:
     return tuple(f"k{i}" for i in range(len(plan.group_by)))
+
+
+def is_group(key: tuple) -> exp.Expression:
+    """The scope's grouping columns k0, k1 … equal to ``key`` (a NULL key as IS NULL);
+    keys come from the rules, a public table, a partition selection or the backend's own
+    GROUP BY, never an analyst's literal."""
+    return exp.and_(*[exp.column(f"k{i}").is_(exp.null()) if value is None
+                      else exp.column(f"k{i}").eq(literal(value))
+                      for i, value in enumerate(key)])
 
 
 def unit_bound_sql(table: str, unit: str, dialect: str, joined: tuple[str, bool] | None = None

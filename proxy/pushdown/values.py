@@ -34,13 +34,13 @@ def normalised(value: exp.Expression, lower: float | None = None,
     above = exp.and_(exp.GT(this=_operand(value), expression=literal(high)),
                      exp.Not(this=is_nan), copy=False)
     return case_of((exp.Between(this=value.copy(), low=literal(low), high=literal(high)),
-                  _double(value.copy())),
-                 (above, _double(literal(high))),
-                 (exp.LT(this=_operand(value), expression=literal(low)), _double(literal(low))))
+                    _double(value.copy())),
+                   (above, _double(literal(high))),
+                   (exp.LT(this=_operand(value), expression=literal(low)), _double(literal(low))))
 
 
 def case_of(*branches: tuple[exp.Expression, exp.Expression],
-          default: exp.Expression | None = None) -> exp.Case:
+            default: exp.Expression | None = None) -> exp.Case:
     """CASE WHEN … THEN … of fresh parts, built in place: sqlglot's ``Case().when()``
     copies the whole CASE and its parts at each step, which for the normalising CASE of
     every needed column was a sizeable share of an answer's time."""

@@ -10,9 +10,8 @@ from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
 from proxy.errors import BackendFailed
-from proxy.pushdown.scope import Execute, scope_select
+from proxy.pushdown.scope import Execute, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
-from proxy.pushdown.values import literal
 from proxy.statistics import ColumnNeeds, Fetch
 
 
@@ -38,12 +37,10 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
 
 
 def _of_group(scope: exp.Select, key: tuple) -> exp.Select:
-    """The scope's rows of one group: its keys k0, k1 … equal to ``key`` (keys from the
-    rules, a public table or a partition selection; never an analyst's literal)."""
+    """The scope's rows of one group (all of them for the key ``()``)."""
     if not key:
         return scope
-    conditions = [exp.column(f"k{i}").eq(literal(value)) for i, value in enumerate(key)]
-    return exp.select("*").from_(scope.subquery("g")).where(exp.and_(*conditions))
+    return exp.select("*").from_(scope.subquery("g")).where(is_group(key))
 
 
 def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
