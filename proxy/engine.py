@@ -27,7 +27,7 @@ from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, NotSupported, RulesError
 from proxy.ledger import Charge, Ledger
-from proxy.privacy.inverse_sensitivity import instance_releases
+from proxy.privacy.inverse_sensitivity import first_windows, instance_releases
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
@@ -38,7 +38,13 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.scope import table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
-from proxy.pushdown.window import order_statistics, rank_counts, rank_window
+from proxy.pushdown.window import (
+    grouped_windows,
+    near,
+    order_statistics,
+    rank_counts,
+    rank_window,
+)
 from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
 
@@ -155,12 +161,20 @@ class Engine:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
             if plan.instance:
+                # under GROUP BY every group's first windows in one read (grouped_windows)
+                first = {column: grouped_windows(plan, by_column[column], dialect, clip,
+                                                 tx.execute, spans)
+                         for column, spans in first_windows(plan, shift).items()
+                         } if plan.group_by else {}
+
+                def ranks(column: str, n: int, key: tuple):
+                    return near(first.get(column, {}).get(key, {}), order_statistics(
+                        plan, by_column[column], dialect, clip, tx.execute, n, key))
+
                 for key in plan.group_keys() if plan.group_by else [()]:
                     group = groups.setdefault(key, GroupStats())
                     group.instance = instance_releases(
-                        plan, group, shift,
-                        lambda column, n, key=key: order_statistics(
-                            plan, by_column[column], dialect, clip, tx.execute, n, key),
+                        plan, group, shift, lambda column, n, key=key: ranks(column, n, key),
                         lambda column, key=key: rank_counts(
                             plan, by_column[column], dialect, clip, tx.execute, key),
                         self.rng)

@@ -15,6 +15,7 @@ from scipy import stats
 
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
+from proxy import engine as engine_module
 from proxy.engine import Engine
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import inverse_sensitivity
@@ -121,6 +122,39 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
                            values[max(0, rank - 4): rank + 2]]
         assert counts == [(sum(v < y for v in values), sum(v <= y for v in values))
                           for y in (0.0, 50.0, 51.5, 100.0)]
+
+
+def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
+    """Under GROUP BY the first window of every group's draw comes from one ranked read
+    per column (``grouped_windows``), not a percentile and a scan per group: with the
+    per-group reads made to fail, the draws still read each group's values around its
+    own target rank (K ranks each side), equal to the loaded values'."""
+    seen = []
+
+    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+        reach = inverse_sensitivity.first_reach(epsilon / (2 * shift), grid)
+        seen.append((n, rank, fetch(max(1, rank - reach), min(n, rank + reach))))
+        return grid.value(grid.first)
+
+    def per_group(*args):
+        def fetch(first, last):
+            raise AssertionError(f"ranks {first}..{last} read for one group")
+        return fetch
+
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
+    monkeypatch.setattr(engine_module, "order_statistics", per_group)
+    monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 3)
+    run(_instance_session(engine), "SELECT kind, MEDIAN(score), MIN(age), MAX(score) "
+                                   "FROM scores WHERE age > 2 GROUP BY kind")
+    expected = []
+    for kind in "ab":
+        keep = [i for i in range(len(SCORES)) if KINDS[i] == kind and AGES[i] > 2]
+        scores, ages = _in_scope(SCORES, lambda i: i in keep), sorted(AGES[i] for i in keep)
+        for values, rank in ((scores, percentile_rank(len(scores), Fraction(1, 2))),
+                             (ages, 1), (scores, len(scores))):
+            expected.append((len(values), rank,
+                             values[max(0, rank - 4): min(len(values), rank + 3)]))
+    assert seen == expected
 
 
 def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):

@@ -39,7 +39,7 @@ from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
-from proxy.statistics import Fetch, GroupStats, percentile_rank
+from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
 
 if TYPE_CHECKING:
     from proxy.analyze.plan import QueryPlan
@@ -229,27 +229,41 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
                       rng: RandomSource) -> dict[int, float | int]:
     """The released value of every percentile, MAX and MIN of the plan in one group, by
     aggregate index: ``window(column, n)`` reads ranks of a column in the group's scope,
-    ``rank_of(column)`` counts around one candidate. ε is each aggregate's own
-    (sequential composition, as for every aggregate of a SELECT), over GROUP BY divided
-    by the groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
+    ``rank_of(column)`` counts around one candidate."""
+    found = {}
+    for index, column, target, epsilon, grid in _targets(plan, shift):
+        n = group.column(column).n
+        found[index] = instance_release(n, max(1, target.rank(n)), shift, epsilon, grid,
+                                        window(column, n), rank_of(column), rng)
+    return found
+
+
+def first_windows(plan: QueryPlan, shift: int) -> dict[str, list[tuple[RankRef, int]]]:
+    """Per column, the (target rank, K) of the first window each of its draws reads:
+    what the engine reads for every group at once under GROUP BY (``grouped_windows``)."""
+    spans: dict[str, list[tuple[RankRef, int]]] = {}
+    for _, column, target, epsilon, grid in _targets(plan, shift):
+        spans.setdefault(column, []).append((target, first_reach(epsilon / (2 * shift), grid)))
+    return spans
+
+
+def _targets(plan: QueryPlan, shift: int):
+    """(aggregate index, column, target rank, ε, candidates) of every percentile, MAX
+    and MIN: MAX is the value at rank n, MIN at rank 1 (with no value: rank 1). ε is
+    each aggregate's own (sequential composition, as for every aggregate of a SELECT),
+    over GROUP BY divided by the groups one unit's s records can touch, as every DP
+    aggregate's (§3.5)."""
     # Imported here, as in smooth_sensitivity: proxy.analyze imports the release.
     from proxy.analyze.plan import MAX, MIN, PERCENTILE
 
     epsilon = Fraction(plan.epsilon)
     if plan.group_by:
         epsilon /= groups_touched(shift, plan.group_count)
-    found = {}
     for index, agg in enumerate(plan.aggregates):
         if agg.kind not in (PERCENTILE, MAX, MIN):
             continue
         column = plan.table.columns[agg.column]
-        n = group.column(agg.column).n
-        if agg.kind == PERCENTILE:
-            rank = percentile_rank(n, agg.fraction)
-        else:  # MAX is the value at rank n, MIN at rank 1 (with no value: rank 1)
-            rank = max(n, 1) if agg.kind == MAX else 1
-        grid = candidate_grid(column.lower, column.upper, column.resolution,
-                              column.type == "int")
-        found[index] = instance_release(n, rank, shift, epsilon, grid,
-                                        window(agg.column, n), rank_of(agg.column), rng)
-    return found
+        target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
+                  else RankRef(TOP if agg.kind == MAX else BOTTOM))
+        yield index, agg.column, target, epsilon, candidate_grid(
+            column.lower, column.upper, column.resolution, column.type == "int")

@@ -109,13 +109,13 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
     if need.spread:
         stats = stats.select(exp.alias_(exp.VariancePop(this=exp.column("v")), f"{name}_m2"))
     for j, ref in enumerate(_ordered(need.ranks)):
-        hit = exp.column("rn").eq(_rank_sql(ref, exp.column("n")))
+        hit = exp.column("rn").eq(rank_sql(ref, exp.column("n")))
         pick = exp.Case().when(hit, exp.column("v"))
         stats = stats.select(exp.alias_(exp.Max(this=pick), f"{name}_r{j}"))
     return stats.from_(ranked.subquery("ranked")).group_by(*keys)
 
 
-def _rank_sql(ref: RankRef, n: exp.Expression) -> exp.Expression:
+def rank_sql(ref: RankRef, n: exp.Expression) -> exp.Expression:
     """The rank of ``ref`` as SQL over the group's non-null count n (integer arithmetic)."""
     if ref.anchor == PCT:
         p = ref.fraction

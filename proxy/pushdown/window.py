@@ -10,9 +10,10 @@ from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
 from proxy.errors import BackendFailed
-from proxy.pushdown.scope import Execute, is_group, scope_select
+from proxy.pushdown.grouped import rank_sql
+from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
-from proxy.statistics import ColumnNeeds, Fetch
+from proxy.statistics import ColumnNeeds, Fetch, RankRef
 
 
 def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
@@ -83,6 +84,46 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         return found
 
     return fetch
+
+
+def grouped_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
+                    clip_rows_per_unit: int | None, execute: Execute,
+                    spans: list[tuple[RankRef, int]]) -> dict[tuple, dict[int, float]]:
+    """Every group's values at the ranks within ``reach`` of each ``target`` (a span is
+    (target, reach)), by group key and rank, in one statement: a ROW_NUMBER over the
+    scope partitioned by the key, the targets' ranks computed from each group's n in
+    SQL's integer arithmetic. Under GROUP BY the exponential mechanism's first windows
+    then cost one sort of the scope, where ``order_statistics`` costs a percentile and
+    a scan per group (it still serves a draw that asks for a wider window: ``near``)."""
+    keys = group_keys(plan)
+    value, partition = exp.column("c0"), [exp.column(k) for k in keys]
+    ranked = exp.select(
+        *keys, exp.alias_(value, "v"),
+        exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=partition,
+                              order=exp.Order(expressions=[value])), "rn"),
+        exp.alias_(exp.Window(this=exp.Count(this=exp.Star()), partition_by=[
+            exp.column(k) for k in keys]), "n"),
+    ).from_(scope_select(plan, (need,), clip_rows_per_unit).subquery("s"))
+    ranked = ranked.where(value.is_(exp.null()).not_())
+    near = exp.or_(*[exp.column("rn").between(
+        exp.Sub(this=rank_sql(target, exp.column("n")), expression=exp.Literal.number(reach)),
+        exp.Add(this=rank_sql(target, exp.column("n")), expression=exp.Literal.number(reach)))
+        for target, reach in spans])
+    statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(near)
+    found: dict[tuple, dict[int, float]] = {}
+    for row in execute(statement.sql(dialect=dialect)):
+        found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.normalise(row[-2])
+    return found
+
+
+def near(values: dict[int, float], fetch: Fetch) -> Fetch:
+    """``fetch``, answered from ``values`` (by rank) when they hold every rank asked."""
+    def fetch_near(first: int, last: int) -> list[float]:
+        if all(rank in values for rank in range(first, last + 1)):
+            return [values[rank] for rank in range(first, last + 1)]
+        return fetch(first, last)
+
+    return fetch_near
 
 
 def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
