@@ -388,7 +388,7 @@ def main() -> None:
         job(demo, "MEDIAN(income)", None, "0.1", runs, floor, what=("floor-cost", floor))
     if not quick:
         # (b) DP and (c) smooth sensitivity, against iDP, at the demo's default ε 0.1
-        models = {"iDP": [], "DP": ["SET idp.model = 'dp'"],
+        models = {"iDP": [], "DP": ["SET idp.model = 'dp'", "SET idp.sensitivity = 'global'"],
                   "DP smooth": ["SET idp.model = 'dp'", "SET idp.sensitivity = 'smooth'"]}
         for label, settings in models.items():
             for aggregate in ("MEDIAN", "MAX", "SUM"):

@@ -19,7 +19,9 @@ from proxy.privacy.refinement import PriorSpec, parse_prior
 from proxy.rules import MODELS, Rules
 
 SENSITIVITIES = ("local", "global", "smooth", "instance")
-DEFAULT_SENSITIVITY = {"idp": "local", "dp": "global"}
+# under DP percentiles, MAX and MIN are drawn by the exponential mechanism (the best DP
+# option measured: benchmarks/README.md, utility); other aggregates are global either way
+DEFAULT_SENSITIVITY = {"idp": "local", "dp": "instance"}
 FITS = {"idp": ("local",), "dp": ("global", "smooth", "instance")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
@@ -45,16 +47,20 @@ class Settings:
             )
         return model
 
+    def resolve_sensitivity(self, rules: Rules) -> str:
+        """The sensitivity in force: the one SET, else the model's default."""
+        return self.sensitivity or DEFAULT_SENSITIVITY[self.resolve_model(rules)]
+
     def smooth_gamma(self, rules: Rules) -> float | None:
         """γ when the noise is calibrated to the smooth sensitivity, else None."""
-        if self.resolve_model(rules) == "dp" and self.sensitivity == "smooth":
+        if self.resolve_sensitivity(rules) == "smooth":
             return self.gamma or DEFAULT_GAMMA
         return None
 
     def instance_mechanism(self, rules: Rules) -> bool:
         """Percentiles, MAX and MIN by the exponential mechanism over the domain's grid
-        (DP, ``idp.sensitivity = 'instance'``; docs/privacy.md §5.3)."""
-        return self.resolve_model(rules) == "dp" and self.sensitivity == "instance"
+        (DP's default, ``idp.sensitivity = 'instance'``; docs/privacy.md §5.3)."""
+        return self.resolve_sensitivity(rules) == "instance"
 
     def resolve_epsilon(self, rules: Rules, hint: Decimal | None) -> Decimal:
         epsilon = hint or self.epsilon or rules.defaults.epsilon_per_query

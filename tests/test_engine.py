@@ -344,8 +344,8 @@ def test_idp_median_is_orders_of_magnitude_more_accurate_than_dp(engine):
     true = statistics.median_low(_people()["income"])
     session = engine.session("zoe")
     errors = {}
-    for model in ("idp", "dp"):
-        run(session, f"SET idp.model = '{model}'")
+    for model, sensitivity in (("idp", "local"), ("dp", "global")):
+        run(session, f"SET idp.model = '{model}'; SET idp.sensitivity = '{sensitivity}'")
         answers = [run(session, "/*+ epsilon=1 */ SELECT MEDIAN(income) FROM people "
                                 f"WHERE person_id > -{i}")[0].rows[0][0] for i in range(20)]
         errors[model] = statistics.mean(abs(a - true) for a in answers)

@@ -195,7 +195,8 @@ def analyze(
         model=model,
         epsilon=epsilon,
         smooth_gamma=settings.smooth_gamma(rules),
-        instance=settings.instance_mechanism(rules),
+        instance=(settings.instance_mechanism(rules)
+                  and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates)),
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )
