@@ -57,12 +57,15 @@ class View:
 class Engine:
     """Shared by every session: rules, backend, ledger, the caches and the random source."""
 
-    def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None) -> None:
+    def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None,
+                 store: Backend | None = None) -> None:
+        """``store``: where the ledger, the logins and the answer cache live, when not
+        in ``backend`` (a Spark backend has no transactions to keep them)."""
         self.rules = rules
         self.backend = backend
         _check_schema(rules, backend)
-        self.ledger = Ledger(backend, rules)
-        self.cache = AnswerCache(backend)
+        self.ledger = Ledger(store or backend, rules)
+        self.cache = AnswerCache(store or backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
             if not table.public or table.join_keys:  # a joinable public table's keys, too
@@ -290,7 +293,8 @@ class Engine:
         (``Ledger.served_from_cache``) before it sends it."""
         if not self.rules.defaults.answer_cache or view.version is None:
             return None
-        return self.cache.lookup(view.tx, analyst,
+        same = self.cache.backend is self.backend  # else the store's own snapshot
+        return self.cache.lookup(view.tx if same else None, analyst,
                                  self.cache_key(charge.sql, plan, view.version))
 
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,

@@ -34,6 +34,8 @@ class Backend(ABC):
     row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
     # Concurrent debits may share one commit (Ledger): where writers take turns anyway.
     group_commit = False
+    # Whether it can hold the ledger, the logins and the answer cache (atomic debits).
+    transactional = True
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
