@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import psycopg
 import pytest
+from sqlglot import exp
 
 from tests import pgserver, watchdog
 from tests.pgserver import throwaway_postgres
@@ -114,6 +115,20 @@ def postgres_url():
         yield url
 
 
+@pytest.fixture(scope="session")
+def sail_url(tmp_path_factory):
+    """``sc://127.0.0.1:PORT`` of a Sail server (Spark Connect) for the whole test
+    session (one per xdist worker); the tests using it skip where pysail is not
+    installed (it comes with the ``[spark]`` extra's pyspark, not with ``[test]``)."""
+    pytest.importorskip("pysail")
+    pytest.importorskip("pyspark.sql.connect.session")
+    from tests.sailserver import throwaway_sail
+
+    with throwaway_sail(tmp_path_factory.mktemp("sail")) as url:
+        yield url
+        _spark_session(url).stop()  # a session left open keeps the process from exiting
+
+
 @contextmanager
 def new_database(postgres_url: str):
     """A new empty database on the shared server, dropped afterwards."""
@@ -179,11 +194,24 @@ def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, 
         con.close()
         _DUCKDB_LOADS.remember(path, key)
         return
+    if url.startswith("sc://"):
+        schema = ", ".join(f"`{name}` {exp.DataType.build(types[name], dialect='postgres').sql('spark')}"
+                           for name in names)
+        _spark_session(url).createDataFrame(rows, schema=schema).write.saveAsTable(table)
+        return
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(ddl)
         with con.cursor() as cur, cur.copy(f'COPY "{table}" FROM STDIN') as copy:
             for row in rows:
                 copy.write_row(row)
+
+
+def _spark_session(url: str):
+    """The process's Spark Connect session (as the Spark backend's: Sail keeps tables in
+    a catalog per session)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
 
 
 class _LoadedFiles:

@@ -54,7 +54,9 @@ class SparkBackend(Backend):
         self.url = url
         self.name = url.removeprefix("sc://").split("/")[0]
         try:
-            self._session = SparkSession.builder.remote(url).create()
+            # the process's session for this server (a Sail server keeps the tables
+            # created in a session in that session's catalog)
+            self._session = SparkSession.builder.remote(url).getOrCreate()
         except Exception as exc:  # noqa: BLE001 -- pyspark raises many kinds here
             log.error("spark connect failed: %s", one_line(exc))
             raise BackendUnavailable("the database behind the proxy is unreachable") from None

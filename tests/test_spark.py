@@ -1,0 +1,104 @@
+"""The Spark backend (Spark Connect, here a Sail server started once per test session):
+the same statistics as DuckDB on the same rows, every percentile computed exactly
+(never ``percentile_approx``), and the ledger kept out of Spark."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import UnsupportedError
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.engine import Engine
+from proxy.errors import BackendFailed
+from proxy.ledger import Ledger
+from proxy.privacy.noisy_answers import column_needs
+from proxy.pushdown import compute_statistics
+from proxy.pushdown.spark_dialect import DIALECT
+from proxy.pushdown.ungrouped import _beyond, _extremes
+from proxy.settings import Settings
+from tests.conftest import load_table
+from tests.test_pushdown import QUERIES, RULES, TYPES, _rows
+
+CONTRACT = [*QUERIES,
+            "SELECT grp, MEDIAN(x), MAX(y), AVG(y), COUNT(*) FROM t WHERE y >= -20 GROUP BY grp",
+            "SELECT COUNT(*), SUM(y), AVG(x), MAX(x) FROM t WHERE grp = 'b' AND x IS NOT NULL"]
+APPROXIMATE = ("PERCENTILE_APPROX", "APPROX_PERCENTILE", "APPROX_QUANTILE")
+
+
+@pytest.fixture(scope="module")
+def engines(sail_url, tmp_path_factory):
+    """One engine over Spark (its ledger in an in-memory DuckDB) and one over DuckDB,
+    both over the same rows of ``t``."""
+    data, duckdb_url = _rows(), f"duckdb:///{tmp_path_factory.mktemp('spark') / 'd.duckdb'}"
+    load_table(sail_url, "t", data, TYPES)
+    load_table(duckdb_url, "t", data, TYPES)
+    backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
+    spark, store, duck = backends
+    try:
+        yield Engine(RULES, spark, store=store), Engine(RULES, duck)
+    finally:  # an open Spark Connect session would keep the process from exiting
+        for backend in backends:
+            backend.close()
+
+
+@pytest.mark.parametrize("sql", CONTRACT)
+def test_same_statistics_on_spark_and_duckdb(sql, engines):
+    plan = analyze(parse_statements(sql)[0], RULES, Settings())
+    on_spark, on_duckdb = (engine.statistics(plan) for engine in engines)
+    assert on_spark[0] == on_duckdb[0]  # the per-unit bound's shift
+    assert on_spark[1] == on_duckdb[1]
+    assert on_spark[2] is None  # no data version on a plain Spark table: nothing cached
+
+
+def test_no_percentile_sent_to_spark_is_approximate(engines):
+    spark = engines[0].backend
+    sent: list[str] = []
+
+    def execute(sql: str):
+        sent.append(sql)
+        return spark.query(sql)
+
+    for sql in CONTRACT:
+        plan = analyze(parse_statements(sql)[0], RULES, Settings())
+        compute_statistics(plan, column_needs(plan, 3), spark.dialect, None, execute)
+    assert any("PERCENTILE_DISC" in sql for sql in sent)
+    assert not [sql for sql in sent if any(word in sql.upper() for word in APPROXIMATE)]
+
+
+def test_the_spark_dialect_renders_percentiles_exactly_or_not_at_all():
+    ordered = "PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY x NULLS LAST)"
+    assert sqlglot.transpile("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM t",
+                             read="postgres", write=DIALECT) == [f"SELECT {ordered} FROM t"]
+    assert sqlglot.transpile("SELECT quantile_disc(x, [0.5, 0.9]) FROM t", read="duckdb",
+                             write=DIALECT) == [
+        f"SELECT ARRAY({ordered}, {ordered.replace('0.5', '0.9')}) FROM t"]
+    assert sqlglot.transpile("SELECT quantile_cont(x, 0.5) FROM t", read="duckdb",
+                             write=DIALECT) == [f"SELECT {ordered.replace('DISC', 'CONT')} FROM t"]
+    with pytest.raises(UnsupportedError):
+        sqlglot.transpile("SELECT approx_quantile(x, 0.5) FROM t", read="duckdb", write=DIALECT,
+                          unsupported_level=sqlglot.ErrorLevel.RAISE)
+
+
+def test_ordered_lists_and_slices_read_the_same_on_spark(engines):
+    """The extremes' forms (``ARRAY_AGG(v ORDER BY v)``, a slice, a FILTER on it), which
+    sqlglot's Spark would render unordered: the same values as DuckDB."""
+    x = exp.column("x")
+    items = [_beyond(x, 50.0, 3, "top"), _beyond(x, 50.0, 2, "bottom", raw=exp.column("x")),
+             _extremes(x, 3, "bottom", exp.select("x").from_("t"))]
+    statement = exp.select(*items).from_("t").where("x = x")  # NaN = NaN is true in both
+    answers = [engine.backend.query(statement.sql(dialect=engine.backend.dialect))
+               for engine in engines]
+    assert answers[0] == answers[1]
+    assert [len(values) for values in answers[0][0]] == [3, 2, 3]
+
+
+def test_the_ledger_refuses_a_spark_backend(engines):
+    with pytest.raises(BackendFailed) as refused:
+        Ledger(engines[0].backend, RULES)
+    assert refused.value.sqlstate == "0A000"
+    assert refused.value.message == ("the Spark backend cannot hold the ledger (no transactions); "
+                                     "keep the ledger in DuckDB or PostgreSQL")
