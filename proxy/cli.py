@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from proxy.backends import Backend
     from proxy.rules import Rules
 
+# Spark cannot hold the ledger (no transactions); issue 20 item 3: --ledger URL to come.
+SPARK_NEEDS_LEDGER = ("a Spark backend (sc://) cannot hold the ledger, and --ledger URL (the "
+                      "ledger in DuckDB or PostgreSQL beside it) is not available yet; use "
+                      "--backend duckdb:///... or postgresql://...")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
@@ -43,6 +47,8 @@ def _open(url: str | None, connections: int = 4) -> Backend:
     progress shown)."""
     from proxy.backends import open_backend
 
+    if url is not None and url.startswith("sc://"):
+        raise ProxyError(SPARK_NEEDS_LEDGER, "0A000")
     if url is None:
         from proxy.backends.duckdb_backend import demo_path
 

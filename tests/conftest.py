@@ -44,7 +44,7 @@ def pytest_configure(config):
 # xdist worker, which starts it once (elsewhere each worker would start its own).
 SHARED_MODULES = {"tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
                   "tests/test_clients.py", "tests/test_joins_multiplicity.py",
-                  "tests/test_nonfinite.py", "tests/test_superset.py",
+                  "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_superset.py",
                   "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
 
 

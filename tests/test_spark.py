@@ -4,6 +4,8 @@ the same statistics as DuckDB on the same rows, every percentile computed exactl
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import sqlglot
 from sqlglot import exp
@@ -12,6 +14,7 @@ from sqlglot.errors import UnsupportedError
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.cli import SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
 from proxy.errors import BackendFailed
 from proxy.ledger import Ledger
@@ -20,6 +23,7 @@ from proxy.pushdown import compute_statistics
 from proxy.pushdown.spark_dialect import DIALECT
 from proxy.pushdown.ungrouped import _beyond, _extremes
 from proxy.settings import Settings
+from tests import forked_cli
 from tests.conftest import load_table
 from tests.test_pushdown import QUERIES, RULES, TYPES, _rows
 
@@ -102,3 +106,13 @@ def test_the_ledger_refuses_a_spark_backend(engines):
     assert refused.value.sqlstate == "0A000"
     assert refused.value.message == ("the Spark backend cannot hold the ledger (no transactions); "
                                      "keep the ledger in DuckDB or PostgreSQL")
+
+
+@pytest.mark.parametrize("command", [["serve"], ["budget", "show", "--user", "alice"]])
+def test_the_cli_refuses_spark_until_a_ledger_can_live_beside_it(command, tmp_path):
+    """No server needed: refused before anything is opened, in one line."""
+    env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path)}
+    out = forked_cli.run([*command, "--backend", "sc://127.0.0.1:1"], env=env)
+    assert out.returncode == 1
+    assert out.stderr.strip() == f"ERROR [0A000]: {SPARK_NEEDS_LEDGER}"
+    assert not list(tmp_path.iterdir())  # not even the demo was created
