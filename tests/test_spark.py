@@ -11,12 +11,13 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import UnsupportedError
 
+from proxy.admin import Analyst
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
-from proxy.cli import SPARK_NEEDS_LEDGER
+from proxy.cli import LEDGER_NOT_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
-from proxy.errors import BackendFailed
+from proxy.errors import BackendFailed, Refused
 from proxy.ledger import Ledger
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
@@ -108,11 +109,38 @@ def test_the_ledger_refuses_a_spark_backend(engines):
                                      "keep the ledger in DuckDB or PostgreSQL")
 
 
-@pytest.mark.parametrize("command", [["serve"], ["budget", "show", "--user", "alice"]])
-def test_the_cli_refuses_spark_until_a_ledger_can_live_beside_it(command, tmp_path):
+def test_a_query_over_spark_is_answered_and_charged_in_the_ledger_beside_it(engines):
+    spark = engines[0]
+    ledger = spark.ledger
+    before = len(ledger.entries("ann"))
+    answers = []
+    Analyst(spark).query("ann", "SELECT MEDIAN(x), COUNT(*) FROM t WHERE y > 0", None, None, None,
+                         answers.append)
+    (answer,) = answers
+    assert answer["columns"] and len(answer["rows"]) == 1 and "spent epsilon" in answer["notice"]
+    assert len(ledger.entries("ann")) == before + 1  # the debit, in the DuckDB store
+    with pytest.raises(Refused):  # refused as on the other backends, nothing spent
+        Analyst(spark).query("ann", "SELECT * FROM t", None, None, None, answers.append)
+    assert len(ledger.entries("ann")) == before + 1
+
+
+@pytest.mark.parametrize("command", [["serve"], ["budget", "show", "--user", "ann"]])
+def test_the_cli_refuses_spark_without_a_ledger_beside_it(command, tmp_path):
     """No server needed: refused before anything is opened, in one line."""
     env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path)}
     out = forked_cli.run([*command, "--backend", "sc://127.0.0.1:1"], env=env)
-    assert out.returncode == 1
-    assert out.stderr.strip() == f"ERROR [0A000]: {SPARK_NEEDS_LEDGER}"
+    assert (out.returncode, out.stderr.strip()) == (1, f"ERROR [0A000]: {SPARK_NEEDS_LEDGER}")
+    out = forked_cli.run([*command, "--backend", "sc://127.0.0.1:1", "--ledger", "sc://h:1"],
+                         env=env)
+    assert (out.returncode, out.stderr.strip()) == (1, f"ERROR [22023]: {LEDGER_NOT_SPARK}")
     assert not list(tmp_path.iterdir())  # not even the demo was created
+
+
+def test_the_budget_commands_read_the_ledger_url_without_reaching_spark(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[analysts.ann]\nbudget = 3\n[tables.t]\npublic = true\n")
+    where = ["--rules", str(rules), "--backend", "sc://127.0.0.1:1",  # nothing listens
+             "--ledger", f"duckdb:///{tmp_path / 'ledger.duckdb'}"]
+    out = forked_cli.run(["budget", "show", *where, "--format", "json", "--user", "ann"])
+    assert out.returncode == 0, out.stderr
+    assert "ann" in out.stdout and (tmp_path / "ledger.duckdb").exists()
