@@ -17,8 +17,9 @@ from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.cli import LEDGER_NOT_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
-from proxy.errors import BackendFailed, Refused
+from proxy.errors import BackendFailed, NotSupported, Refused
 from proxy.ledger import Ledger
+from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.spark_dialect import DIALECT
@@ -122,6 +123,16 @@ def test_a_query_over_spark_is_answered_and_charged_in_the_ledger_beside_it(engi
     with pytest.raises(Refused):  # refused as on the other backends, nothing spent
         Analyst(spark).query("ann", "SELECT * FROM t", None, None, None, answers.append)
     assert len(ledger.entries("ann")) == before + 1
+
+
+def test_a_release_over_spark_is_refused_before_anything_is_spent(engines):
+    spark = engines[0]
+    before = len(spark.ledger.entries("ann"))
+    with pytest.raises(NotSupported) as refused:
+        Analyst(spark).release("ann", "t", "x", 5, "1", METHODS[0], "equal", None, [], None,
+                               "table:out", lambda step: None)
+    assert refused.value.sqlstate == "0A000" and "Spark" in refused.value.message
+    assert len(spark.ledger.entries("ann")) == before
 
 
 @pytest.mark.parametrize("command", [["serve"], ["budget", "show", "--user", "ann"]])
