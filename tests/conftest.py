@@ -118,10 +118,8 @@ def postgres_url():
 @pytest.fixture(scope="session")
 def sail_url(tmp_path_factory):
     """``sc://127.0.0.1:PORT`` of a Sail server (Spark Connect) for the whole test
-    session (one per xdist worker); the tests using it skip where pysail is not
-    installed (it comes with the ``[spark]`` extra's pyspark, not with ``[test]``)."""
-    pytest.importorskip("pysail")
-    pytest.importorskip("pyspark.sql.connect.session")
+    session (one per xdist worker: the tests using it run on one, see SHARED_MODULES);
+    pysail and the ``[spark]`` extra's pyspark come with the ``[test]`` extra."""
     from tests.sailserver import throwaway_sail
 
     with throwaway_sail(tmp_path_factory.mktemp("sail")) as url:
