@@ -539,6 +539,46 @@ def _serve_in_workers(workers, rules, urls, shadow, tls, host, port, ready) -> i
             sock.close()
 
 
+@main.command("demo")
+@click.option("--backend", required=True, metavar="sc://HOST:PORT",
+              help="The Spark Connect server to load the demo into.")
+@click.option("--location", required=True, metavar="PATH",
+              help="Where Spark writes the tables' Parquet folders: a path or URI as the "
+                   "Spark server sees it (a relative path is made absolute here).")
+@click.option("--rules-out", required=True, type=click.Path(dir_okay=False),
+              help="Write the demo rules, each table with its location, to this file.")
+def demo_command(backend, location, rules_out):
+    """Load the demo tables into Spark as Parquet files, and write rules that serve them.
+
+    \b
+    A Sail server keeps no table from one client session to the next, so the Spark
+    backend reads each table from its rules' location:
+      idp-proxy demo --backend sc://127.0.0.1:50051 --location demo-data \\
+          --rules-out demo-spark.toml
+      idp-proxy serve --backend sc://127.0.0.1:50051 --ledger duckdb:///ledger.duckdb \\
+          --rules demo-spark.toml
+    """
+    from proxy.backends import open_backend
+    from proxy.demo import located_rules, write_spark_demo
+
+    if not backend.startswith("sc://"):
+        raise ProxyError("idp-proxy demo loads the demo into Spark (--backend sc://host:port); "
+                         "the DuckDB demo is created on first use", "22023")
+    if "://" not in location:
+        location = str(Path(location).resolve())
+    spark = open_backend(backend)
+    try:
+        with progress("loading the demo into Spark", measured=True) as shown:
+            folders = write_spark_demo(spark, location, shown.step)
+    finally:
+        spark.close()
+    Path(rules_out).write_text(located_rules(DEMO_RULES.read_text(encoding="utf-8"), folders),
+                               encoding="utf-8")
+    click.echo(f"wrote the demo tables to {location}/ and their rules to {rules_out}; serve "
+               f"them with: idp-proxy serve --backend {backend} --ledger "
+               f"duckdb:///ledger.duckdb --rules {rules_out}")
+
+
 @main.group()
 def users() -> None:
     """Analyst logins for the server (SCRAM secrets; passwords are never stored)."""

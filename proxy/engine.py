@@ -63,6 +63,7 @@ class Engine:
         in ``backend`` (a Spark backend has no transactions to keep them)."""
         self.rules = rules
         self.backend = backend
+        _attach(rules, backend)
         _check_schema(rules, backend)
         self.ledger = Ledger(store or backend, rules)
         self.cache = AnswerCache(store or backend)
@@ -337,6 +338,18 @@ class Engine:
 def _partner(plan: QueryPlan) -> tuple[str, bool] | None:
     """The second protected table joined on the unit, and whether the join is LEFT."""
     return next(((join.table.name, join.left) for join in plan.joins if join.protected), None)
+
+
+def _attach(rules: Rules, backend: Backend) -> None:
+    """The tables the rules give a ``location``, read from there (backend.attach)."""
+    for table in rules.tables.values():
+        if table.location is None:
+            continue
+        try:
+            backend.attach(table.name, table.location)
+        except (NotSupported, BackendFailed) as exc:
+            raise RulesError(f"{where_declared(rules, f'tables.{table.name}.location')}: "
+                             f"[tables.{table.name}] {exc.message}") from None
 
 
 def _check_schema(rules: Rules, backend: Backend) -> None:

@@ -4,7 +4,11 @@ the same statistics as DuckDB on the same rows, every percentile computed exactl
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+from decimal import Decimal
 
 import pytest
 import sqlglot
@@ -17,17 +21,19 @@ from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.cli import LEDGER_NOT_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
-from proxy.errors import BackendFailed, NotSupported, Refused
+from proxy.errors import BackendFailed, NotSupported, Refused, RulesError
 from proxy.ledger import Ledger
 from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.spark_dialect import DIALECT
 from proxy.pushdown.ungrouped import _beyond, _extremes
+from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests import forked_cli
 from tests.conftest import load_table
 from tests.test_pushdown import QUERIES, RULES, TYPES, _rows
+from tests.wireserver import admin, running_proxy
 
 CONTRACT = [*QUERIES,
             "SELECT grp, MEDIAN(x), MAX(y), AVG(y), COUNT(*) FROM t WHERE y >= -20 GROUP BY grp",
@@ -155,3 +161,74 @@ def test_the_budget_commands_read_the_ledger_url_without_reaching_spark(tmp_path
     out = forked_cli.run(["budget", "show", *where, "--format", "json", "--user", "ann"])
     assert out.returncode == 0, out.stderr
     assert "ann" in out.stdout and (tmp_path / "ledger.duckdb").exists()
+
+
+DEMO_SCRIPT = r"""
+\dt
+\d visits
+\d regions
+SELECT COUNT(*) FROM people;
+SELECT region, MEDIAN(income) FROM people GROUP BY region ORDER BY region;
+SELECT r.name, COUNT(*) FROM people p JOIN regions r ON p.region = r.code GROUP BY r.name;
+SELECT department, AVG(cost) FROM visits WHERE visited_at >= '2024-01-01' GROUP BY department;
+SELECT * FROM people;
+SELECT code, name FROM regions ORDER BY code;
+SHOW idp.budget;
+"""
+
+
+def test_psql_through_serve_over_sail_with_the_ledger_in_duckdb(sail_url, tmp_path):
+    """The acceptance of issue 20: the demo loaded into Spark by ``idp-proxy demo``,
+    served from another process (whose Sail session reads the tables from the rules'
+    locations), psql's catalog queries answered, refusals as on the other backends, the
+    debits in the DuckDB ledger."""
+    rules, ledger = tmp_path / "demo-spark.toml", f"duckdb:///{tmp_path / 'ledger.duckdb'}"
+    loaded = forked_cli.run(["demo", "--backend", sail_url, "--location",
+                             str(tmp_path / "demo-data"), "--rules-out", str(rules)])
+    assert loaded.returncode == 0, loaded.stderr
+    with running_proxy(rules, sail_url, tmp_path / "home", ledger=ledger) as proxy:
+        out = subprocess.run([shutil.which("psql"), "-X", proxy.dsn("alice", sslmode="disable"),
+                              "-f", "-"], input=DEMO_SCRIPT, capture_output=True, text=True,
+                             timeout=120, check=False)
+    listing, notices = out.stdout, [line for line in out.stderr.splitlines() if "NOTICE" in line]
+    for table in ("people", "visits", "regions"):
+        assert f" {table} " in listing and "| table" in listing
+    described = {line.split("|")[0].strip(): line.split("|")[1].strip()
+                 for line in listing.splitlines() if line.count("|") >= 4}
+    assert described["visited_at"] == "timestamp without time zone"
+    assert described["cost"] == "double precision" and described["code"] == "text"
+    count = int(listing.split("count")[1].split()[1])  # noisy, ε 0.1: within a few dozen
+    assert abs(count - 20_000) < 500
+    assert all(f" {region} " in listing for region in ("north", "Northern district"))
+    assert len(notices) == 4 and all("spent epsilon" in line for line in notices)
+    refusals = [line for line in out.stderr.splitlines() if "ERROR" in line]
+    assert refusals == ["psql:<stdin>:9: ERROR:  SELECT * would return rows of the protected "
+                        "table people; ask for aggregates instead: " + refusals[0].split(
+                            "ask for aggregates instead: ")[1]]
+    spent = Decimal(100) - Decimal(listing.split("budget")[1].split()[1])
+    entries = json.loads(admin(rules, sail_url, tmp_path / "home", "ledger", "--format", "json",
+                               ledger=ledger).stdout, parse_float=Decimal)
+    assert sum(Decimal(e["epsilon"]) for e in entries if e["status"] == "charged") == spent > 0
+
+
+def test_a_location_is_read_by_spark_only_and_must_hold_parquet(sail_url, tmp_path):
+    text = "[tables.t]\npublic = true\nlocation = '{}'\nunique = ['x']\n" \
+           "[tables.t.columns]\nx = {{ type = 'int' }}\n"
+    rules = parse_rules(text.format(tmp_path / "nothing"), "r.toml")
+    with pytest.raises(RulesError) as refused:
+        Engine(rules, DuckDBBackend(":memory:"))
+    assert str(refused.value) == ("r.toml: [tables.t] location is read by the Spark backend "
+                                  "only; this backend reads its own tables")
+    spark = open_backend(sail_url)
+    try:
+        with pytest.raises(RulesError) as refused:
+            Engine(rules, spark, store=DuckDBBackend(":memory:"))
+        assert str(refused.value) == ("r.toml: [tables.t] the Spark backend cannot read Parquet "
+                                      f"files at {tmp_path / 'nothing'}")
+    finally:
+        spark.close()
+    out = forked_cli.run(["demo", "--backend", "duckdb:///x.duckdb", "--location", "d",
+                          "--rules-out", str(tmp_path / "r.toml")])
+    assert (out.returncode, out.stderr.strip()) == (
+        1, ("ERROR [22023]: idp-proxy demo loads the demo into Spark (--backend "
+            "sc://host:port); the DuckDB demo is created on first use"))

@@ -113,23 +113,25 @@ class RunningProxy:
 
 
 
-def admin(rules: Path, backend: str, home: Path, *args: str,
-          stdin: str | None = None) -> subprocess.CompletedProcess:
-    """An ``idp-proxy`` admin command (users, budget, ledger) on the same rules and backend.
-    On DuckDB it needs the file, so it runs while no server holds it."""
-    return forked_cli.run([*args, "--rules", str(rules), "--backend", backend],
+def admin(rules: Path, backend: str, home: Path, *args: str, stdin: str | None = None,
+          ledger: str | None = None) -> subprocess.CompletedProcess:
+    """An ``idp-proxy`` admin command (users, budget, ledger) on the same rules and backend
+    (and ``--ledger``). On DuckDB it needs the file, so it runs while no server holds it."""
+    return forked_cli.run([*args, "--rules", str(rules), "--backend", backend,
+                           *(["--ledger", ledger] if ledger else [])],
                           env={**os.environ, "IDP_PROXY_HOME": str(home)}, input=stdin)
 
 
 @contextmanager
 def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: str,
-                  installed: bool = False):
-    """The server on a free port; ``rules``/``backend`` None serve the embedded demo. It
-    is forked ready-imported (tests/forked_cli.py), or with ``installed`` the installed
-    script started as README's reader starts it."""
+                  installed: bool = False, ledger: str | None = None):
+    """The server on a free port; ``rules``/``backend`` None serve the embedded demo;
+    ``ledger``: its ``--ledger``. It is forked ready-imported (tests/forked_cli.py), or
+    with ``installed`` the installed script started as README's reader starts it."""
     env = {**os.environ, "IDP_PROXY_HOME": str(home)}
     options = ([] if rules is None else ["--rules", str(rules)]) + (
-        [] if backend is None else ["--backend", backend])
+        [] if backend is None else ["--backend", backend]) + (
+        [] if ledger is None else ["--ledger", ledger])
     args = ["serve", *options, "--port", "0", *extra]
     process = (subprocess.Popen([SCRIPT, *args], env=env, stderr=subprocess.PIPE, text=True)
                if installed else forked_cli.start(args, env=env, stderr=subprocess.PIPE))

@@ -61,6 +61,11 @@ class SparkBackend(Backend):
             log.error("spark connect failed: %s", one_line(exc))
             raise BackendUnavailable("the database behind the proxy is unreachable") from None
 
+    @property
+    def session(self) -> Any:
+        """The pyspark session (for writing the demo's files: the backend only reads)."""
+        return self._session
+
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         """A scope for one query's statements (no isolation: Spark has no transactions).
@@ -76,6 +81,20 @@ class SparkBackend(Backend):
     def _stop(self, handle: Any) -> None:
         with suppress(Exception):
             self._session.interruptTag(handle)
+
+    def attach(self, table: str, location: str) -> None:
+        """A temporary view of this session over the Parquet files: Spark creates
+        nothing in its catalog, and a Sail server, whose catalog is per session, serves
+        tables that another process wrote."""
+        try:
+            with _errors(f"attach {table} from {location}"):
+                frame = self._session.read.parquet(location)
+                if frame.schema.fields:  # Sail reads a missing path as no columns
+                    frame.createOrReplaceTempView(table)
+                    return
+        except BackendFailed:
+            pass
+        raise BackendFailed(f"the Spark backend cannot read Parquet files at {location}")
 
     def column_types(self, table: str) -> list[tuple[str, str]]:
         quoted = exp.to_table(table, quoted=True).sql(dialect=self.dialect)
