@@ -41,7 +41,10 @@ def pytest_configure(config):
 
 
 # Modules whose tests share a module-scoped server or database: their tests go to one
-# xdist worker, which starts it once (elsewhere each worker would start its own).
+# xdist worker, which starts it once (elsewhere each worker would start its own). Tests
+# of other modules run over Spark with the parameter "spark" (ids "[spark…"): they go
+# to test_spark.py's worker, whose Sail server (sail_url) they share.
+SAIL_MODULE = "tests/test_spark.py"
 SHARED_MODULES = {"tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
                   "tests/test_clients.py", "tests/test_joins_multiplicity.py",
                   "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_superset.py",
@@ -65,6 +68,8 @@ def pytest_xdist_make_scheduler(config, log):
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if "[spark" in nodeid:
+                return SAIL_MODULE
             return module if module in SHARED_MODULES else nodeid
 
     config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems set
@@ -174,8 +179,11 @@ def duckdb_url(tmp_path):
     return f"duckdb:///{tmp_path / 'data.duckdb'}"
 
 
-def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, str]) -> None:
-    """Create ``table`` with the given columns and rows in either backend."""
+def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, str],
+               location: str | None = None) -> None:
+    """Create ``table`` with the given columns and rows in any backend; on Spark with
+    ``location``, as Parquet files there instead (the rules' ``location``: another
+    process's Sail session sees no table this one creates)."""
     names = list(columns)
     rows = list(zip(*columns.values()))
     ddl = f'CREATE TABLE "{table}" (' + ", ".join(f'"{n}" {types[n]}' for n in names) + ")"
@@ -195,7 +203,11 @@ def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, 
     if url.startswith("sc://"):
         schema = ", ".join(f"`{name}` {exp.DataType.build(types[name], dialect='postgres').sql('spark')}"
                            for name in names)
-        _spark_session(url).createDataFrame(rows, schema=schema).write.saveAsTable(table)
+        frame = _spark_session(url).createDataFrame(rows, schema=schema)
+        if location is None:
+            frame.write.saveAsTable(table)
+        else:
+            frame.write.parquet(location)
         return
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(ddl)

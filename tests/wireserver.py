@@ -49,18 +49,21 @@ public = true
 REGIONS = ["north", "south", "east", "west"]
 
 
-def load_people(url: str, n: int = 3000) -> None:
-    """The people and regions tables of RULES, with n deterministic people."""
+def load_people(url: str, n: int = 3000, folder: Path | None = None) -> None:
+    """The people and regions tables of RULES, with n deterministic people; on Spark
+    with ``folder``, as Parquet files in ``folder``/people and ``folder``/regions."""
     rng = np.random.default_rng(3)
+    where = {name: None if folder is None else str(folder / name)
+             for name in ("people", "regions")}
     load_table(url, "people", {
         "person_id": list(range(n)),
         "age": [int(a) for a in rng.integers(18, 90, n)],
         "income": [float(v) for v in np.round(rng.lognormal(10.3, 0.5, n), 2)],
         "region": [REGIONS[i] for i in rng.integers(0, 4, n)],
     }, {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
-        "region": "TEXT"})
+        "region": "TEXT"}, where["people"])
     load_table(url, "regions", {"region": REGIONS, "label": ["N", "S", "E", "W"]},
-               {"region": "TEXT", "label": "TEXT"})
+               {"region": "TEXT", "label": "TEXT"}, where["regions"])
 
 
 def typed(kind: bytes, body: bytes) -> bytes:
