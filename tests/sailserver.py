@@ -1,6 +1,7 @@
 """A throwaway Sail server (pysail: a Spark Connect server in Rust) for the Spark
 backend's tests: one per test process, in its own folder (Sail writes tables under
-``spark-warehouse`` in its working directory), stopped at exit.
+``spark-warehouse`` in its working directory), stopped at exit, and by the watchdog
+(tests/watchdog.py) should the test process be killed.
 
 Started as ``sail spark server`` in a subprocess, then waited for until its port
 accepts connections. The pyspark client must be older than 4.3: Sail 0.7.2 answers a
@@ -17,6 +18,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests import watchdog
+
+# url -> pid of each Sail server this process runs (tests/killed_run.py reports them)
+live: dict[str, int] = {}
 
 
 def _free_port() -> int:
@@ -37,6 +43,9 @@ def throwaway_sail(folder: Path, timeout: float = 30.0) -> Iterator[str]:
         server = subprocess.Popen([sail, "spark", "server", "--ip", "127.0.0.1",
                                    "--port", str(port)], cwd=folder, stdout=log,
                                   stderr=subprocess.STDOUT)
+    watchdog.watch_server(server.pid)
+    url = f"sc://127.0.0.1:{port}"
+    live[url] = server.pid
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -48,7 +57,7 @@ def throwaway_sail(folder: Path, timeout: float = 30.0) -> Iterator[str]:
                     raise RuntimeError("the Sail server did not start: "
                                        f"{(folder / 'sail.log').read_text()[-500:]}") from None
                 time.sleep(0.05)
-        yield f"sc://127.0.0.1:{port}"
+        yield url
     finally:
         server.terminate()
         try:
@@ -56,3 +65,5 @@ def throwaway_sail(folder: Path, timeout: float = 30.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        watchdog.unwatch_server(server.pid)
+        del live[url]

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from decimal import Decimal
 
 import pytest
@@ -232,3 +233,18 @@ def test_a_location_is_read_by_spark_only_and_must_hold_parquet(sail_url, tmp_pa
     assert (out.returncode, out.stderr.strip()) == (
         1, ("ERROR [22023]: idp-proxy demo loads the demo into Spark (--backend "
             "sc://host:port); the DuckDB demo is created on first use"))
+
+
+def test_an_unreachable_spark_fails_in_seconds_not_minutes(tmp_path):
+    """pyspark would retry a server that does not answer for 10 minutes or more (a query,
+    or the session's release when the server stops): the backend gives up within a second."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[analysts.ann]\n[tables.t]\nprivacy_unit = 'u'\n"
+                     "[tables.t.columns]\nu = { type = 'int' }\n")
+    started = time.monotonic()
+    out = forked_cli.run(["query", "--rules", str(rules), "--backend", "sc://127.0.0.1:1",
+                          "--ledger", f"duckdb:///{tmp_path / 'ledger.duckdb'}", "--user", "ann",
+                          "SELECT COUNT(*) FROM t"], timeout=60)
+    assert (out.returncode, out.stderr.strip()) == (
+        1, "ERROR [08006]: the database behind the proxy is unreachable")
+    assert time.monotonic() - started < 20

@@ -17,6 +17,7 @@ versions would give a cheap version; not read yet.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -32,6 +33,8 @@ from proxy.pushdown.spark_dialect import DIALECT as SPARK_DIALECT
 _SPARK_TYPES = {"int": "integer", "byte": "smallint", "short": "smallint", "long": "bigint",
                 "string": "text", "timestamp": "timestamptz", "timestamp_ntz": "timestamp"}
 _tags = itertools.count()
+# Retries of a Spark Connect call the server did not answer: after 50, 200, 500 ms
+_RETRIES, _MAX_BACKOFF_MS = 3, 500
 
 
 def spark_type(name: str) -> str:
@@ -46,8 +49,12 @@ class SparkBackend(Backend):
 
     def __init__(self, url: str) -> None:
         super().__init__()
+        # pyspark warns on stderr (of pandas 3 at every start, of retries exceeded): a
+        # command's stderr keeps to its one line, the log says what failed
+        warnings.filterwarnings("ignore", module="pyspark")
         try:
             from pyspark.sql import SparkSession
+            from pyspark.sql.connect.client.retries import DefaultPolicy
         except ImportError:
             raise BackendFailed("the Spark backend needs pyspark: pip install "
                                 "'idp-proxy[spark]'", "22023") from None
@@ -57,6 +64,10 @@ class SparkBackend(Backend):
             # the process's session for this server (a Sail server keeps the tables
             # created in a session in that session's catalog)
             self._session = SparkSession.builder.remote(url).getOrCreate()
+            # pyspark retries an unreachable server for 10 minutes or more: a query (or
+            # the shutdown's session release) would hang that long instead of failing
+            self._session.client.set_retry_policies([DefaultPolicy(
+                max_retries=_RETRIES, max_backoff=_MAX_BACKOFF_MS)])
         except Exception as exc:  # noqa: BLE001 -- pyspark raises many kinds here
             log.error("spark connect failed: %s", one_line(exc))
             raise BackendUnavailable("the database behind the proxy is unreachable") from None
