@@ -161,6 +161,7 @@ def create_demo(path: Path,
 
 
 def regions_columns() -> dict[str, list[str]]:
+    """The public regions table (create_demo writes the same rows)."""
     return {"code": list(REGIONS), "name": list(REGION_NAMES)}
 
 
