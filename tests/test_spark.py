@@ -212,7 +212,7 @@ def test_psql_through_serve_over_sail_with_the_ledger_in_duckdb(sail_url, tmp_pa
     assert sum(Decimal(e["epsilon"]) for e in entries if e["status"] == "charged") == spent > 0
 
 
-def test_a_location_is_read_by_spark_only_and_must_hold_parquet(sail_url, tmp_path):
+def test_a_location_is_read_by_spark_only_and_must_hold_parquet(engines, tmp_path):
     text = "[tables.t]\npublic = true\nlocation = '{}'\nunique = ['x']\n" \
            "[tables.t.columns]\nx = {{ type = 'int' }}\n"
     rules = parse_rules(text.format(tmp_path / "nothing"), "r.toml")
@@ -220,14 +220,10 @@ def test_a_location_is_read_by_spark_only_and_must_hold_parquet(sail_url, tmp_pa
         Engine(rules, DuckDBBackend(":memory:"))
     assert str(refused.value) == ("r.toml: [tables.t] location is read by the Spark backend "
                                   "only; this backend reads its own tables")
-    spark = open_backend(sail_url)
-    try:
-        with pytest.raises(RulesError) as refused:
-            Engine(rules, spark, store=DuckDBBackend(":memory:"))
-        assert str(refused.value) == ("r.toml: [tables.t] the Spark backend cannot read Parquet "
-                                      f"files at {tmp_path / 'nothing'}")
-    finally:
-        spark.close()
+    with pytest.raises(RulesError) as refused:  # the process's one Spark session
+        Engine(rules, engines[0].backend, store=DuckDBBackend(":memory:"))
+    assert str(refused.value) == ("r.toml: [tables.t] the Spark backend cannot read Parquet "
+                                  f"files at {tmp_path / 'nothing'}")
     out = forked_cli.run(["demo", "--backend", "duckdb:///x.duckdb", "--location", "d",
                           "--rules-out", str(tmp_path / "r.toml")])
     assert (out.returncode, out.stderr.strip()) == (
