@@ -54,7 +54,11 @@ class AnswerCache:
         backend.query(_SCHEMA)
         self._pruned: dict[str, str] = {}  # table -> the version its entries were pruned to
 
-    def lookup(self, tx: Transaction, analyst: str, key: str) -> dict[str, Any] | None:
+    def lookup(self, tx: Transaction | None, analyst: str, key: str) -> dict[str, Any] | None:
+        """``tx``: a snapshot of the cache's backend (None: a read of its own)."""
+        if tx is None:
+            with self.backend.transaction(snapshot=True) as own:
+                return self.lookup(own, analyst, key)
         rows = tx.execute("SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s",
                           (analyst, key))
         return jsontags.loads(rows[0][0]) if rows else None

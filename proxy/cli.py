@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from proxy.backends import Backend
     from proxy.rules import Rules
 
+# Spark cannot hold the ledger (no transactions): --ledger puts it in DuckDB or PostgreSQL.
+SPARK_NEEDS_LEDGER = ("a Spark backend (sc://) cannot hold the ledger: add --ledger "
+                      "duckdb:///ledger.duckdb or --ledger postgresql://user@host:port/db")
+LEDGER_NOT_SPARK = ("--ledger needs a store with transactions: duckdb:///ledger.duckdb or "
+                    "postgresql://user@host:port/db, not sc://")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
@@ -76,12 +81,34 @@ def _upgrade_demo(path: Path) -> None:
         upgrade_demo(path)  # start says what is missing
 
 
+def _ledger_url(backend: str | None) -> str | None:
+    """``--ledger`` of the running command (None: the ledger lives in the backend),
+    checked against ``--backend``: a Spark backend needs one, and cannot be one."""
+    ledger = click.get_current_context().meta.get(_LEDGER)
+    if ledger is None and backend is not None and backend.startswith("sc://"):
+        raise ProxyError(SPARK_NEEDS_LEDGER, "0A000")
+    if ledger is not None and ledger.startswith("sc://"):
+        raise ProxyError(LEDGER_NOT_SPARK, "22023")
+    return ledger
+
+
+def _store(backend: str | None) -> Backend | None:
+    """The backend of ``--ledger``, opened (None: none given)."""
+    from proxy.backends import open_backend
+
+    ledger = _ledger_url(backend)
+    return None if ledger is None else open_backend(ledger)
+
+
 def _target(rules_path: str | None, backend: str | None, target: str) -> Any:
     """The ledger, the logins or the analyst's engine (``target``: proxy.admin.CALLS), or
-    those of the server that holds this DuckDB file (proxy.admin.Remote)."""
+    those of the server that holds this DuckDB file (proxy.admin.Remote). With
+    ``--ledger``, the ledger and the logins are there, and only an analyst's engine
+    opens the backend."""
     rules = _rules(rules_path)
     try:
-        opened = _open(backend)
+        store = _store(backend)
+        opened = _open(backend) if target == "analyst" or store is None else None
     except DatabaseInUse as exc:
         from proxy.admin import reach_server
 
@@ -90,10 +117,10 @@ def _target(rules_path: str | None, backend: str | None, target: str) -> Any:
         from proxy.admin import Analyst
         from proxy.engine import Engine
 
-        return Analyst(Engine(rules, opened))
+        return Analyst(Engine(rules, opened, store=store))
     from proxy.ledger import Ledger
 
-    ledger = Ledger(opened, rules)
+    ledger = Ledger(store or opened, rules)
     if target == "ledger":
         return ledger
     from proxy.users import Users
@@ -112,10 +139,26 @@ def _epsilon(ctx, param, value):
 
 rules_option = click.option("--rules", "rules_path", metavar="FILE",
                             help="Rules file (TOML). Default: rules/demo.toml.")
-backend_option = click.option(
-    "--backend", metavar="URL",
-    help="duckdb:///file.duckdb, duckdb:///:memory: or postgresql://user@host:port/db. "
-         "Default: the embedded demo DuckDB (created on first use).")
+_LEDGER = "idp_proxy.ledger"  # click context meta: the --ledger URL
+
+
+def _remember_ledger(ctx, param, value):
+    if value is not None:
+        ctx.meta[_LEDGER] = value
+
+
+def backend_option(command):
+    """``--backend URL`` (a parameter of the command) and ``--ledger URL`` (read by
+    ``_ledger_url``: every command that opens a backend takes it)."""
+    command = click.option(
+        "--ledger", metavar="URL", expose_value=False, callback=_remember_ledger,
+        help="Keep the ledger, logins and answer cache here (duckdb:///ledger.duckdb or "
+             "postgresql://...) instead of in the backend; needed with sc://.")(command)
+    return click.option(
+        "--backend", metavar="URL",
+        help="duckdb:///file.duckdb, duckdb:///:memory:, postgresql://user@host:port/db or "
+             "sc://host:port (Spark Connect, with --ledger). Default: the embedded demo "
+             "DuckDB (created on first use).")(command)
 format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
                              default="table", show_default=True)
 
@@ -407,12 +450,14 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         logging.getLogger("idp_proxy").setLevel(logging.WARNING)
     with progress("starting the server and its catalog"):
         rules = _rules(rules_path)
-        engine = Engine(rules, _open(backend, rules.server.backend_connections))
+        ledger = _ledger_url(backend)
+        store = _store(backend)
+        engine = Engine(rules, _open(backend, rules.server.backend_connections), store=store)
         users = Users(engine.ledger)
-        workers = _workers(rules, engine.backend)
+        workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
         # a session's connection each, and one per worker creating roles at once
         shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
-    database = getattr(engine.backend, "path", None)  # a DuckDB file
+    database = getattr(store or engine.backend, "path", None)  # a DuckDB file
     admin = socket_path(database) if database not in (None, ":memory:") else None
 
     def ready(bound_host, bound_port):
@@ -427,11 +472,16 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
             asyncio.run(Server(engine, users, shadow, tls, admin).serve(host, port, ready))
         else:
             engine.backend.close()  # each worker opens its own connections
-            if _serve_in_workers(workers, rules, backend, shadow, tls, host, port, ready):
+            if store is not None:
+                store.close()
+            if _serve_in_workers(workers, rules, (backend, ledger), shadow, tls, host, port,
+                                 ready):
                 raise click.ClickException("a worker could not start; see the log above")
     finally:
         shadow.close()
         engine.backend.close()
+        if store is not None:
+            store.close()
 
 
 def _workers(rules: Rules, backend: Backend) -> int:
@@ -452,9 +502,10 @@ def _workers(rules: Rules, backend: Backend) -> int:
     return wanted
 
 
-def _serve_in_workers(workers, rules, backend, shadow, tls, host, port, ready) -> int:
+def _serve_in_workers(workers, rules, urls, shadow, tls, host, port, ready) -> int:
     """Serve PostgreSQL from ``workers`` processes (proxy/wire/workers.py) on one
-    listening socket and the one shadow catalog; the exit status."""
+    listening socket and the one shadow catalog; the exit status. ``urls``: of the
+    backend and the ledger (None: in the backend)."""
     import asyncio
 
     from proxy.backends import open_backend
@@ -466,19 +517,66 @@ def _serve_in_workers(workers, rules, backend, shadow, tls, host, port, ready) -
     sockets = listening_sockets(host, port)
     bound = sockets[0].getsockname()
 
+    backend, ledger = urls
+
     def work(crew):
-        engine = Engine(rules, open_backend(backend, rules.server.backend_connections))
+        store = None if ledger is None else open_backend(ledger,
+                                                         rules.server.backend_connections)
+        engine = Engine(rules, open_backend(backend, rules.server.backend_connections),
+                        store=store)
         server = Server(engine, Users(engine.ledger), shadow, tls, None, crew)
         try:
             asyncio.run(server.serve(host, port, lambda *_: crew.ready(), sockets=sockets))
         finally:
             engine.backend.close()
+            if store is not None:
+                store.close()
 
     try:
         return Supervisor(workers, rules.server, work, lambda: ready(*bound[:2])).run()
     finally:
         for sock in sockets:
             sock.close()
+
+
+@main.command("demo")
+@click.option("--backend", required=True, metavar="sc://HOST:PORT",
+              help="The Spark Connect server to load the demo into.")
+@click.option("--location", required=True, metavar="PATH",
+              help="Where Spark writes the tables' Parquet folders: a path or URI as the "
+                   "Spark server sees it (a relative path is made absolute here).")
+@click.option("--rules-out", required=True, type=click.Path(dir_okay=False),
+              help="Write the demo rules, each table with its location, to this file.")
+def demo_command(backend, location, rules_out):
+    """Load the demo tables into Spark as Parquet files, and write rules that serve them.
+
+    \b
+    A Sail server keeps no table from one client session to the next, so the Spark
+    backend reads each table from its rules' location:
+      idp-proxy demo --backend sc://127.0.0.1:50051 --location demo-data \\
+          --rules-out demo-spark.toml
+      idp-proxy serve --backend sc://127.0.0.1:50051 --ledger duckdb:///ledger.duckdb \\
+          --rules demo-spark.toml
+    """
+    from proxy.backends import open_backend
+    from proxy.demo import located_rules, write_spark_demo
+
+    if not backend.startswith("sc://"):
+        raise ProxyError("idp-proxy demo loads the demo into Spark (--backend sc://host:port); "
+                         "the DuckDB demo is created on first use", "22023")
+    if "://" not in location:
+        location = str(Path(location).resolve())
+    spark = open_backend(backend)
+    try:
+        with progress("loading the demo into Spark", measured=True) as shown:
+            folders = write_spark_demo(spark, location, shown.step)
+    finally:
+        spark.close()
+    Path(rules_out).write_text(located_rules(DEMO_RULES.read_text(encoding="utf-8"), folders),
+                               encoding="utf-8")
+    click.echo(f"wrote the demo tables to {location}/ and their rules to {rules_out}; serve "
+               f"them with: idp-proxy serve --backend {backend} --ledger "
+               f"duckdb:///ledger.duckdb --rules {rules_out}")
 
 
 @main.group()

@@ -9,6 +9,8 @@ The numbers are drawn from a fixed seed, so every machine builds the same file.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +19,8 @@ import duckdb
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from proxy.backends.spark_backend import SparkBackend
 
 REGIONS = ("north", "south", "east", "west")
 REGION_NAMES = ("Northern district", "Southern district", "Eastern district",
@@ -154,3 +158,40 @@ def create_demo(path: Path,
     finally:
         con.close()
     partial.rename(path)
+
+
+def regions_columns() -> dict[str, list[str]]:
+    """The public regions table (create_demo writes the same rows)."""
+    return {"code": list(REGIONS), "name": list(REGION_NAMES)}
+
+
+def write_spark_demo(spark: SparkBackend, location: str,
+                     progress: Callable[[str, float], None] = lambda step, done: None
+                     ) -> dict[str, str]:
+    """Write the demo tables through Spark as Parquet folders under ``location`` (a path
+    or URI as the Spark server sees it; replaced if there) and return each table's
+    folder: the rules' ``location``, read by the Spark backend (a Sail server keeps no
+    table another session created). Same rows and column types as the DuckDB demo."""
+    import pyarrow as pa
+
+    folders = {}
+    for done, (name, columns) in enumerate((("people", people_columns),
+                                            ("visits", visits_columns),
+                                            ("regions", regions_columns))):
+        progress(f"writing the demo through Spark: table {name}", done / 3)
+        frame = spark.session.createDataFrame(pa.table(columns()))
+        if name == "visits":  # Arrow's zone-less timestamps arrive as Spark's zoned kind
+            frame = frame.withColumn("visited_at", frame["visited_at"].cast("timestamp_ntz"))
+        folders[name] = f"{location.rstrip('/')}/{name}"
+        frame.write.mode("overwrite").parquet(folders[name])
+    return folders
+
+
+def located_rules(text: str, locations: dict[str, str]) -> str:
+    """Rules ``text`` with ``location = "…"`` added under each ``[tables.NAME]`` header
+    that ``locations`` names."""
+    def header(match: re.Match) -> str:
+        where = locations.get(match.group(1))
+        return match.group(0) + ("" if where is None else f"\nlocation = {json.dumps(where)}")
+
+    return re.sub(r"^\[tables\.(\w+)\]$", header, text, flags=re.MULTILINE)

@@ -63,12 +63,16 @@ class View:
 class Engine:
     """Shared by every session: rules, backend, ledger, the caches and the random source."""
 
-    def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None) -> None:
+    def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None,
+                 store: Backend | None = None) -> None:
+        """``store``: where the ledger, the logins and the answer cache live, when not
+        in ``backend`` (a Spark backend has no transactions to keep them)."""
         self.rules = rules
         self.backend = backend
+        _attach(rules, backend)
         _check_schema(rules, backend)
-        self.ledger = Ledger(backend, rules)
-        self.cache = AnswerCache(backend)
+        self.ledger = Ledger(store or backend, rules)
+        self.cache = AnswerCache(store or backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
             if not table.public or table.join_keys:  # a joinable public table's keys, too
@@ -304,7 +308,8 @@ class Engine:
         (``Ledger.served_from_cache``) before it sends it."""
         if not self.rules.defaults.answer_cache or view.version is None:
             return None
-        return self.cache.lookup(view.tx, analyst,
+        same = self.cache.backend is self.backend  # else the store's own snapshot
+        return self.cache.lookup(view.tx if same else None, analyst,
                                  self.cache_key(charge.sql, plan, view.version))
 
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
@@ -347,6 +352,18 @@ class Engine:
 def _partner(plan: QueryPlan) -> tuple[str, bool] | None:
     """The second protected table joined on the unit, and whether the join is LEFT."""
     return next(((join.table.name, join.left) for join in plan.joins if join.protected), None)
+
+
+def _attach(rules: Rules, backend: Backend) -> None:
+    """The tables the rules give a ``location``, read from there (backend.attach)."""
+    for table in rules.tables.values():
+        if table.location is None:
+            continue
+        try:
+            backend.attach(table.name, table.location)
+        except (NotSupported, BackendFailed) as exc:
+            raise RulesError(f"{where_declared(rules, f'tables.{table.name}.location')}: "
+                             f"[tables.{table.name}] {exc.message}") from None
 
 
 def _check_schema(rules: Rules, backend: Backend) -> None:

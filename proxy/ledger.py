@@ -20,7 +20,13 @@ from typing import NoReturn
 
 from proxy.backends.base import Backend
 from proxy.epsilon import from_micro, to_micro
-from proxy.errors import BackendUnavailable, BudgetExhausted, QueryCanceled, UnknownAnalyst
+from proxy.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    BudgetExhausted,
+    QueryCanceled,
+    UnknownAnalyst,
+)
 from proxy.rules import Rules
 
 _SCHEMA = {
@@ -95,6 +101,10 @@ class _Unpaid(Exception):
 
 class Ledger:
     def __init__(self, backend: Backend, rules: Rules) -> None:
+        if not backend.transactional:
+            raise BackendFailed(f"the {type(backend).__name__.removesuffix('Backend')} backend "
+                                "cannot hold the ledger (no transactions); keep the ledger "
+                                "in DuckDB or PostgreSQL", "0A000")
         self.backend = backend
         self.rules = rules
         self._owed: list[Charge] = []  # refunds the backend could not take yet

@@ -77,6 +77,8 @@ class Table:
     unique: tuple[str, ...] = ()  # public tables: columns each of whose values occurs once
     # public tables: columns each of whose values occurs in at most that many rows
     max_rows_per_key: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Spark: the Parquet files the backend reads the table from (a view in its session)
+    location: str | None = None
 
     @property
     def join_keys(self) -> dict[str, int]:
@@ -349,7 +351,7 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
         raise reader.fail(key, "must be a table")
     reader.only_keys(
         body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns",
-                    "individual_queries", "unique", "max_rows_per_key")
+                    "individual_queries", "unique", "max_rows_per_key", "location")
     )
     public = reader.boolean(body.get("public", False), f"{key}.public")
     columns = {
@@ -377,8 +379,12 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
     unique = _unique(reader, f"{key}.unique", body.get("unique", []), public, columns)
     per_key = _max_rows_per_key(reader, f"{key}.max_rows_per_key",
                                 body.get("max_rows_per_key", {}), public, columns, unique)
+    location = body.get("location")
+    if location is not None and (not isinstance(location, str) or not location.strip()):
+        raise reader.fail(f"{key}.location", "must be the path or URI of the table's Parquet "
+                          'files, e.g. location = "/data/people"')
     return Table(name.lower(), public, unit, group_size, max_rows, MappingProxyType(columns),
-                 individual, unique, MappingProxyType(per_key))
+                 individual, unique, MappingProxyType(per_key), location)
 
 
 def _unique(reader: _Reader, key: str, value: Any, public: bool,

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import psycopg
 import pytest
+from sqlglot import exp
 
 from tests import pgserver, watchdog
 from tests.pgserver import throwaway_postgres
@@ -40,10 +41,13 @@ def pytest_configure(config):
 
 
 # Modules whose tests share a module-scoped server or database: their tests go to one
-# xdist worker, which starts it once (elsewhere each worker would start its own).
+# xdist worker, which starts it once (elsewhere each worker would start its own). Tests
+# of other modules run over Spark with the parameter "spark" (ids "[spark…"): they go
+# to test_spark.py's worker, whose Sail server (sail_url) they share.
+SAIL_MODULE = "tests/test_spark.py"
 SHARED_MODULES = {"tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
                   "tests/test_clients.py", "tests/test_joins_multiplicity.py",
-                  "tests/test_nonfinite.py", "tests/test_superset.py",
+                  "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_superset.py",
                   "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
 
 
@@ -64,6 +68,8 @@ def pytest_xdist_make_scheduler(config, log):
     class Scheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if "[spark" in nodeid:
+                return SAIL_MODULE
             return module if module in SHARED_MODULES else nodeid
 
     config.option.loadscopereorder = False  # keep the order pytest_collection_modifyitems set
@@ -114,6 +120,18 @@ def postgres_url():
         yield url
 
 
+@pytest.fixture(scope="session")
+def sail_url(tmp_path_factory):
+    """``sc://127.0.0.1:PORT`` of a Sail server (Spark Connect) for the whole test
+    session (one per xdist worker: the tests using it run on one, see SHARED_MODULES);
+    pysail and the ``[spark]`` extra's pyspark come with the ``[test]`` extra."""
+    from tests.sailserver import throwaway_sail
+
+    with throwaway_sail(tmp_path_factory.mktemp("sail")) as url:
+        yield url
+        _spark_session(url).stop()  # a session left open keeps the process from exiting
+
+
 @contextmanager
 def new_database(postgres_url: str):
     """A new empty database on the shared server, dropped afterwards."""
@@ -161,8 +179,11 @@ def duckdb_url(tmp_path):
     return f"duckdb:///{tmp_path / 'data.duckdb'}"
 
 
-def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, str]) -> None:
-    """Create ``table`` with the given columns and rows in either backend."""
+def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, str],
+               location: str | None = None) -> None:
+    """Create ``table`` with the given columns and rows in any backend; on Spark with
+    ``location``, as Parquet files there instead (the rules' ``location``: another
+    process's Sail session sees no table this one creates)."""
     names = list(columns)
     rows = list(zip(*columns.values()))
     ddl = f'CREATE TABLE "{table}" (' + ", ".join(f'"{n}" {types[n]}' for n in names) + ")"
@@ -179,11 +200,28 @@ def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, 
         con.close()
         _DUCKDB_LOADS.remember(path, key)
         return
+    if url.startswith("sc://"):
+        schema = ", ".join(f"`{name}` {exp.DataType.build(types[name], dialect='postgres').sql('spark')}"
+                           for name in names)
+        frame = _spark_session(url).createDataFrame(rows, schema=schema)
+        if location is None:
+            frame.write.saveAsTable(table)
+        else:
+            frame.write.parquet(location)
+        return
     with psycopg.connect(url, autocommit=True) as con:
         con.execute(ddl)
         with con.cursor() as cur, cur.copy(f'COPY "{table}" FROM STDIN') as copy:
             for row in rows:
                 copy.write_row(row)
+
+
+def _spark_session(url: str):
+    """The process's Spark Connect session (as the Spark backend's: Sail keeps tables in
+    a catalog per session)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
 
 
 class _LoadedFiles:

@@ -1,6 +1,7 @@
 """A test run to be killed (not collected by itself: its name does not start with
 ``test_``). tests/test_cleanup.py runs this file in a pytest of its own, waits for the
-report it writes, kills that pytest and checks that no PostgreSQL it started is left."""
+report it writes, kills that pytest and checks that no PostgreSQL it started is left
+(nor, in the split configuration, the Sail server)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,26 @@ import os
 import time
 from pathlib import Path
 
-from tests import pgserver, watchdog
+from proxy.demo import located_rules
+from tests import pgserver, sailserver, watchdog
 from tests.wireserver import RULES, load_people, running_proxy
 
 
 def _postmaster(data: Path) -> int:
     return int((data / "postmaster.pid").read_text().split()[0])
+
+
+def _catalog(server: int) -> Path:
+    """The folder of the shadow catalog of the server process ``server``."""
+    (catalog,) = [marker.parent for marker in Path(os.environ["TMPDIR"]).glob(
+        "idp-shadow-*/proxy.pid") if marker.read_text() == str(server)]
+    return catalog
+
+
+def _report_and_wait(report: dict) -> None:
+    report.update(pytest=os.getpid(), watchdog=watchdog.watchdog_pid())
+    Path(os.environ["IDP_KILLED_RUN_REPORT"]).write_text(json.dumps(report))
+    time.sleep(600)  # killed meanwhile
 
 
 def test_hold_the_suites_postgresql_and_a_server_with_its_catalog(fresh_postgres, tmp_path):
@@ -23,14 +38,24 @@ def test_hold_the_suites_postgresql_and_a_server_with_its_catalog(fresh_postgres
     rules.write_text(RULES.format(auth="trust"))
     with running_proxy(rules, fresh_postgres, tmp_path / "home") as proxy:
         (cluster,) = pgserver._live.values()  # the session's cluster (postgres_url)
-        (catalog,) = [marker.parent for marker in Path(os.environ["TMPDIR"]).glob(
-            "idp-shadow-*/proxy.pid") if marker.read_text() == str(proxy.process.pid)]
-        report = {
+        catalog = _catalog(proxy.process.pid)
+        _report_and_wait({
             "postmasters": {str(cluster.data): _postmaster(cluster.data),
                             str(catalog / "data"): _postmaster(catalog / "data")},
             "folders": [str(cluster.base), str(catalog), os.environ["TMPDIR"]],
-            "pytest": os.getpid(), "server": proxy.process.pid,
-            "watchdog": watchdog.watchdog_pid(),
-        }
-        Path(os.environ["IDP_KILLED_RUN_REPORT"]).write_text(json.dumps(report))
-        time.sleep(600)  # killed meanwhile
+            "server": proxy.process.pid})
+
+
+def test_hold_a_sail_server_and_a_server_over_it(sail_url, tmp_path):
+    """The split configuration: the proxy over Sail, its ledger in a DuckDB file."""
+    load_people(sail_url, 20, tmp_path / "tables")
+    rules = tmp_path / "rules.toml"
+    rules.write_text(located_rules(RULES.format(auth="trust"), {
+        name: str(tmp_path / "tables" / name) for name in ("people", "regions")}))
+    with running_proxy(rules, sail_url, tmp_path / "home",
+                       ledger=f"duckdb:///{tmp_path / 'ledger.duckdb'}") as proxy:
+        catalog = _catalog(proxy.process.pid)
+        _report_and_wait({
+            "postmasters": {str(catalog / "data"): _postmaster(catalog / "data")},
+            "folders": [str(catalog), os.environ["TMPDIR"]], "server": proxy.process.pid,
+            "sail": sailserver.live[sail_url]})

@@ -1,5 +1,7 @@
 """The budget under real use, through ``idp-proxy serve`` with real clients on both
-backends: racing sessions never overspend, and a dashboard pays for its queries once."""
+backends: racing sessions never overspend, and a dashboard pays for its queries once.
+The races and the kill -9 run over Spark too (a Sail server, the ledger in a DuckDB file
+or in PostgreSQL beside it: ``--ledger``)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from proxy.analyze import parse_statements
 from proxy.answer_cache import normalised_sql
 from proxy.backends import open_backend
+from proxy.demo import located_rules
 from proxy.engine import Engine
 from proxy.errors import BackendUnavailable, QueryCanceled
 from proxy.ledger import Charge
@@ -54,14 +57,40 @@ age = { type = "int", domain = [0, 120] }
 """
 
 
-@pytest.fixture
-def served(backend_url, tmp_path):
-    load_people(backend_url, 500)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(racers="\n".join(
+# The configurations a test over ``served`` runs in: the two backends, and Spark (Sail)
+# with the ledger beside it in a DuckDB file or in PostgreSQL.
+ON_SPARK = ["duckdb", "postgres", "spark", "spark-postgres"]
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def served(request, tmp_path):
+    """(rules, backend URL, home, ledger URL or None) of a server over 500 people."""
+    rules, ledger, backend, folder = tmp_path / "rules.toml", None, None, None
+    if request.param.startswith("spark"):
+        backend, folder = request.getfixturevalue("sail_url"), tmp_path / "tables"
+        ledger = (request.getfixturevalue("fresh_postgres") if request.param.endswith(
+            "postgres") else f"duckdb:///{tmp_path / 'ledger.duckdb'}")
+    elif request.param == "postgres":
+        backend = request.getfixturevalue("fresh_postgres")
+    else:
+        backend = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(backend, 500, folder)
+    text = RULES.format(racers="\n".join(
         [f"[analysts.race{r}]\nbudget = 1.0" for r in range(RACES)]
-        + [f"[analysts.crash{c}]\nbudget = 1000" for c in range(CLIENTS)])))
-    return rules, backend_url, tmp_path / "home"
+        + [f"[analysts.crash{c}]\nbudget = 1000" for c in range(CLIENTS)]))
+    rules.write_text(text if folder is None else located_rules(
+        text, {"people": str(folder / "people")}))
+    return rules, backend, tmp_path / "home", ledger
+
+
+def _serving(served):
+    rules, backend, home, ledger = served
+    return running_proxy(rules, backend, home, ledger=ledger)
+
+
+def _admin(served, *args: str):
+    rules, backend, home, ledger = served
+    return admin(rules, backend, home, *args, ledger=ledger)
 
 
 def _ledger(served, user: str) -> list[dict]:
@@ -70,7 +99,7 @@ def _ledger(served, user: str) -> list[dict]:
 
 def _ledgers(served) -> dict[str, list[dict]]:
     """Every analyst's committed ledger entries, read in one command."""
-    out = admin(*served, "ledger", "--format", "json")
+    out = _admin(served, "ledger", "--format", "json")
     assert out.returncode == 0, out.stderr
     entries: dict[str, list[dict]] = {}
     for entry in json.loads(out.stdout, parse_float=Decimal):  # exact ε
@@ -105,9 +134,10 @@ def _race(proxy, analyst: str, first: int) -> tuple[int, int]:
     return outcomes.count("answer"), outcomes.count("PB001")
 
 
+@pytest.mark.parametrize("served", ON_SPARK, indirect=True)
 def test_racing_sessions_of_one_analyst_never_overspend(served):
     """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 8 times."""
-    with running_proxy(*served) as proxy:
+    with _serving(served) as proxy:
         for r in range(RACES):
             assert _race(proxy, f"race{r}", r * 1000) == (20, 12)
             with psycopg.connect(proxy.dsn(f"race{r}"), autocommit=True) as con:
@@ -136,7 +166,7 @@ DASHBOARD = [
 
 def test_a_dashboard_refreshing_pays_for_its_queries_once(served):
     """10 queries re-run 30 times cost 10 queries, and every repeat equals the first."""
-    with running_proxy(*served) as proxy, \
+    with _serving(served) as proxy, \
             psycopg.connect(proxy.dsn("dashboard"), autocommit=True) as con:
         first = [con.execute(sql).fetchall() for sql in DASHBOARD]
         for _ in range(29):
@@ -156,11 +186,11 @@ def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_p
         load_people(cluster.url, 500)
         rules = tmp_path / "rules.toml"
         rules.write_text(RULES.format(racers=""))
-        served = (rules, cluster.url, tmp_path / "home")
+        served = (rules, cluster.url, tmp_path / "home", None)
         outcomes: list[tuple[str, str]] = []  # (phase, outcome)
         phase = ["before"]
         stop = threading.Event()
-        with running_proxy(*served) as proxy:
+        with _serving(served) as proxy:
             def client(number):
                 with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
                     query = 0
@@ -227,6 +257,7 @@ def _burst(proxy, round_number: int, number: int, answered: set[str],
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("served", ON_SPARK[:3], indirect=True)
 def test_no_answer_without_a_committed_debit_across_kill_9(served):
     """SIGKILL at a random moment of a burst of 500 queries from 8 clients, 3 times;
     then: every answer a client received has its committed debit, and every budget
@@ -236,7 +267,7 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
     failures: list[str] = []
     for round_number in range(KILLS):
         before = len(answered)
-        with running_proxy(*served) as proxy:
+        with _serving(served) as proxy:
             threads = [threading.Thread(target=_burst, args=(proxy, round_number, n, answered,
                                                                failures))
                        for n in range(CLIENTS)]
@@ -247,14 +278,14 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
             for thread in threads:
                 thread.join(60)
         assert len(answered) - before < BURST  # the kill cut the burst short
-    with running_proxy(*served) as proxy, \
+    with _serving(served) as proxy, \
             psycopg.connect(proxy.dsn("crash0"), autocommit=True) as con:
         assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0  # up again
     assert not failures
     assert len(answered) > KILLS  # the kills did not all land before the first answer
     debited = set()
     ledgers = _ledgers(served)
-    out = admin(*served, "budget", "show", "--format", "json")
+    out = _admin(served, "budget", "show", "--format", "json")
     accounts = {a["analyst"]: a for a in json.loads(out.stdout, parse_float=Decimal)}
     for number in range(CLIENTS):
         analyst = f"crash{number}"

@@ -42,9 +42,12 @@ def _gone(postmasters: dict[str, int], seconds: float = 30) -> bool:
     return True
 
 
-def _killed_run(tmp_path: Path):
-    """Start the run to be killed; return it, its report once written, and the folder it
-    uses as TMPDIR (short: PostgreSQL's socket paths are limited)."""
+HOLD_POSTGRESQL = "test_hold_the_suites_postgresql_and_a_server_with_its_catalog"
+
+
+def _killed_run(tmp_path: Path, test: str = HOLD_POSTGRESQL):
+    """Start the run to be killed (its ``test``); return it, its report once written, and
+    the folder it uses as TMPDIR (short: PostgreSQL's socket paths are limited)."""
     root = Path(tempfile.mkdtemp(prefix="k"))  # in this run's own TMPDIR
     root.chmod(0o755)
     report = tmp_path / "report.json"
@@ -54,7 +57,7 @@ def _killed_run(tmp_path: Path):
     log = (tmp_path / "run.log").open("w")
     run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "-o", "addopts=", "--basetemp", str(tmp_path / "run"),
-                            str(ROOT / "tests" / "killed_run.py")],
+                            f"{ROOT / 'tests' / 'killed_run.py'}::{test}"],
                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
     deadline = time.monotonic() + 180
@@ -66,19 +69,23 @@ def _killed_run(tmp_path: Path):
     return run, json.loads(report.read_text()), root
 
 
-@pytest.mark.parametrize("signum,group", [(signal.SIGTERM, True), (signal.SIGTERM, False),
-                                          (signal.SIGKILL, False)],
-                         ids=["timeout", "TERM", "KILL"])
-def test_a_killed_run_stops_its_postgresql_at_once(tmp_path, signum, group):
+@pytest.mark.parametrize("signum,group,test", [
+    (signal.SIGTERM, True, HOLD_POSTGRESQL), (signal.SIGTERM, False, HOLD_POSTGRESQL),
+    (signal.SIGKILL, False, HOLD_POSTGRESQL),
+    (signal.SIGKILL, False, "test_hold_a_sail_server_and_a_server_over_it")],
+    ids=["timeout", "TERM", "KILL", "KILL-over-sail"])
+def test_a_killed_run_stops_its_postgresql_at_once(tmp_path, signum, group, test):
     """SIGTERM to the run's process group (as ``timeout`` sends it): the server stops by
     itself, pytest's handler stops the cluster. SIGTERM to pytest alone: the handler
     stops the cluster, the watchdog (tests/watchdog.py) sends the server the SIGTERM the
-    test would have. SIGKILL: the watchdog does both."""
-    run, report, root = _killed_run(tmp_path)
-    assert all(_running(pid, data) for data, pid in report["postmasters"].items())
+    test would have. SIGKILL: the watchdog does both, and stops a Sail server too."""
+    run, report, root = _killed_run(tmp_path, test)
+    processes = {**report["postmasters"], **({"sail": report["sail"]} if "sail" in report
+                                             else {})}
+    assert all(_running(pid, data) for data, pid in processes.items())
     (os.killpg if group else os.kill)(run.pid, signum)
     assert run.wait(60) == -signum
-    assert _gone(report["postmasters"]), report
+    assert _gone(processes), report
     deadline = time.monotonic() + 30
     while left := [folder for folder in report["folders"] if Path(folder).exists()]:
         assert time.monotonic() < deadline, left

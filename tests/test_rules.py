@@ -57,6 +57,7 @@ def test_shipped_rules_files_load():
     ('[tables.t]\nprivacy_unit = "id"\n[tables.t.columns]\nx = { type = "int", domain = [5, 1] }\n',
      4, "lower bound 5.0 must be below upper 1.0"),
     ('[tables.t]\n[tables.t.columns]\nx = { type = "decimal" }\n', 3, "must be one of int"),
+    ('[tables.t]\npublic = true\nlocation = 3\n', 3, "must be the path or URI of the table"),
     ('[tables.t]\n[tables.t.columns]\nx = { type = "text", keys = [] }\n', 3, "non-empty list"),
     ('[tables.t]\npublic = "yes"\n', 2, "true or false"),
     ('[defaults]\nanswer_cache = 0\n', 2, "[defaults.answer_cache] must be true or false"),

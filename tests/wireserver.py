@@ -49,18 +49,21 @@ public = true
 REGIONS = ["north", "south", "east", "west"]
 
 
-def load_people(url: str, n: int = 3000) -> None:
-    """The people and regions tables of RULES, with n deterministic people."""
+def load_people(url: str, n: int = 3000, folder: Path | None = None) -> None:
+    """The people and regions tables of RULES, with n deterministic people; on Spark
+    with ``folder``, as Parquet files in ``folder``/people and ``folder``/regions."""
     rng = np.random.default_rng(3)
+    where = {name: None if folder is None else str(folder / name)
+             for name in ("people", "regions")}
     load_table(url, "people", {
         "person_id": list(range(n)),
         "age": [int(a) for a in rng.integers(18, 90, n)],
         "income": [float(v) for v in np.round(rng.lognormal(10.3, 0.5, n), 2)],
         "region": [REGIONS[i] for i in rng.integers(0, 4, n)],
     }, {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
-        "region": "TEXT"})
+        "region": "TEXT"}, where["people"])
     load_table(url, "regions", {"region": REGIONS, "label": ["N", "S", "E", "W"]},
-               {"region": "TEXT", "label": "TEXT"})
+               {"region": "TEXT", "label": "TEXT"}, where["regions"])
 
 
 def typed(kind: bytes, body: bytes) -> bytes:
@@ -113,23 +116,25 @@ class RunningProxy:
 
 
 
-def admin(rules: Path, backend: str, home: Path, *args: str,
-          stdin: str | None = None) -> subprocess.CompletedProcess:
-    """An ``idp-proxy`` admin command (users, budget, ledger) on the same rules and backend.
-    On DuckDB it needs the file, so it runs while no server holds it."""
-    return forked_cli.run([*args, "--rules", str(rules), "--backend", backend],
+def admin(rules: Path, backend: str, home: Path, *args: str, stdin: str | None = None,
+          ledger: str | None = None) -> subprocess.CompletedProcess:
+    """An ``idp-proxy`` admin command (users, budget, ledger) on the same rules and backend
+    (and ``--ledger``). On DuckDB it needs the file, so it runs while no server holds it."""
+    return forked_cli.run([*args, "--rules", str(rules), "--backend", backend,
+                           *(["--ledger", ledger] if ledger else [])],
                           env={**os.environ, "IDP_PROXY_HOME": str(home)}, input=stdin)
 
 
 @contextmanager
 def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: str,
-                  installed: bool = False):
-    """The server on a free port; ``rules``/``backend`` None serve the embedded demo. It
-    is forked ready-imported (tests/forked_cli.py), or with ``installed`` the installed
-    script started as README's reader starts it."""
+                  installed: bool = False, ledger: str | None = None):
+    """The server on a free port; ``rules``/``backend`` None serve the embedded demo;
+    ``ledger``: its ``--ledger``. It is forked ready-imported (tests/forked_cli.py), or
+    with ``installed`` the installed script started as README's reader starts it."""
     env = {**os.environ, "IDP_PROXY_HOME": str(home)}
     options = ([] if rules is None else ["--rules", str(rules)]) + (
-        [] if backend is None else ["--backend", backend])
+        [] if backend is None else ["--backend", backend]) + (
+        [] if ledger is None else ["--ledger", ledger])
     args = ["serve", *options, "--port", "0", *extra]
     process = (subprocess.Popen([SCRIPT, *args], env=env, stderr=subprocess.PIPE, text=True)
                if installed else forked_cli.start(args, env=env, stderr=subprocess.PIPE))

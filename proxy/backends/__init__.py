@@ -26,9 +26,13 @@ def open_backend(url: str | None, connections: int = 4) -> Backend:
         from proxy.backends.postgres_backend import PostgresBackend
 
         return PostgresBackend(url, connections)
+    if url.startswith("sc://"):
+        from proxy.backends.spark_backend import SparkBackend
+
+        return SparkBackend(url)
     raise ProxyError(
         f"unsupported backend URL {url!r}; use duckdb:///path/file.duckdb, duckdb:///:memory: "
-        "or postgresql://user@host:port/db",
+        "postgresql://user@host:port/db or sc://host:port (Spark Connect)",
         "22023",
     )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.errors import QueryCanceled
+from proxy.errors import NotSupported, QueryCanceled
 from proxy.pgtypes import postgres_type
 
 log = logging.getLogger("idp_proxy.backend")
@@ -34,6 +34,8 @@ class Backend(ABC):
     row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
     # Concurrent debits may share one commit (Ledger): where writers take turns anyway.
     group_commit = False
+    # Whether it can hold the ledger, the logins and the answer cache (atomic debits).
+    transactional = True
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
@@ -126,6 +128,12 @@ class Backend(ABC):
         across another transaction: the engine reads the cache and the statistics in one
         snapshot, with the ledger's debit committed in between)."""
         return True
+
+    def attach(self, table: str, location: str) -> None:
+        """Read ``table`` from the Parquet files at ``location`` (the rules' ``location``):
+        only a backend whose tables may live in files outside any catalog (Spark) can."""
+        raise NotSupported("location is read by the Spark backend only; this backend "
+                           "reads its own tables")
 
     def track_versions(self, table: str) -> None:
         """Prepare cheap data versions for ``table`` (called once at start); where the

@@ -1,0 +1,190 @@
+"""Spark backend over Spark Connect (``sc://host:port``): reads only.
+
+Statements run as Spark SQL, rendered by pushdown for ``SPARK_DIALECT`` (sqlglot's
+Spark with exact percentiles: proxy.pushdown.spark_dialect). Spark has no
+transactions, so it cannot hold the ledger, the logins or the answer cache
+(``transactional = False``: the Ledger refuses it); a transaction here is only a scope
+for the statements of one query, and a "snapshot" is whatever each statement reads.
+
+Data versions: a plain Spark table offers none that is cheap and trustworthy, so
+``data_version`` is None: the per-unit row bound c is keyed by a fingerprint of the
+unit column (its count and the sum of a 64-bit xxhash64 of each value, summed as
+DECIMAL(38,0) so that it cannot overflow), which rides along in the statistics' first
+scan where there is no GROUP BY, and no answer is cached. Delta and Iceberg table
+versions would give a cheap version; not read yet.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
+from proxy.pgtypes import postgres_type
+from proxy.pushdown.spark_dialect import DIALECT as SPARK_DIALECT
+
+# Spark's simple type names that differ from DuckDB's and PostgreSQL's.
+_SPARK_TYPES = {"int": "integer", "byte": "smallint", "short": "smallint", "long": "bigint",
+                "string": "text", "timestamp": "timestamptz", "timestamp_ntz": "timestamp"}
+_tags = itertools.count()
+# Retries of a Spark Connect call the server did not answer: after 50, 200, 500 ms
+_RETRIES, _MAX_BACKOFF_MS = 3, 500
+
+
+def spark_type(name: str) -> str:
+    """The PostgreSQL spelling of a Spark SQL type name (``decimal(10,2)`` included)."""
+    return _SPARK_TYPES.get(name.lower(), None) or postgres_type(name)
+
+
+class SparkBackend(Backend):
+    dialect = SPARK_DIALECT
+    row_identity = ""  # Spark tables have no row identity
+    transactional = False
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        # pyspark warns on stderr (of pandas 3 at every start, of retries exceeded): a
+        # command's stderr keeps to its one line, the log says what failed
+        warnings.filterwarnings("ignore", module="pyspark")
+        try:
+            from pyspark.sql import SparkSession
+            from pyspark.sql.connect.client.retries import DefaultPolicy
+        except ImportError:
+            raise BackendFailed("the Spark backend needs pyspark: pip install "
+                                "'idp-proxy[spark]'", "22023") from None
+        self.url = url
+        self.name = url.removeprefix("sc://").split("/")[0]
+        try:
+            # the process's session for this server (a Sail server keeps the tables
+            # created in a session in that session's catalog)
+            self._session = SparkSession.builder.remote(url).getOrCreate()
+            # pyspark retries an unreachable server for 10 minutes or more: a query (or
+            # the shutdown's session release) would hang that long instead of failing
+            self._session.client.set_retry_policies([DefaultPolicy(
+                max_retries=_RETRIES, max_backoff=_MAX_BACKOFF_MS)])
+        except Exception as exc:  # noqa: BLE001 -- pyspark raises many kinds here
+            log.error("spark connect failed: %s", one_line(exc))
+            raise BackendUnavailable("the database behind the proxy is unreachable") from None
+
+    @property
+    def session(self) -> Any:
+        """The pyspark session (for writing the demo's files: the backend only reads)."""
+        return self._session
+
+    @contextmanager
+    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
+        """A scope for one query's statements (no isolation: Spark has no transactions).
+        Each is tagged, so that ``interrupt`` stops it with ``interruptTag``."""
+        tag = f"idp-{next(_tags)}"
+        self._session.addTag(tag)
+        try:
+            with self._running(tag):
+                yield _SparkTransaction(self._stopped, self._session)
+        finally:
+            self._session.removeTag(tag)
+
+    def _stop(self, handle: Any) -> None:
+        with suppress(Exception):
+            self._session.interruptTag(handle)
+
+    def attach(self, table: str, location: str) -> None:
+        """A temporary view of this session over the Parquet files: Spark creates
+        nothing in its catalog, and a Sail server, whose catalog is per session, serves
+        tables that another process wrote."""
+        try:
+            with _errors(f"attach {table} from {location}"):
+                frame = self._session.read.parquet(location)
+                if frame.schema.fields:  # Sail reads a missing path as no columns
+                    frame.createOrReplaceTempView(table)
+                    return
+        except BackendFailed:
+            pass
+        raise BackendFailed(f"the Spark backend cannot read Parquet files at {location}")
+
+    def column_types(self, table: str) -> list[tuple[str, str]]:
+        quoted = exp.to_table(table, quoted=True).sql(dialect=self.dialect)
+        try:
+            rows = self.read(f"DESCRIBE TABLE {quoted}")
+        except BackendFailed:
+            return []  # no such table (the schema check names it)
+        columns = []
+        for name, kind, *_ in rows:
+            if not name or name.startswith("#"):  # partition information follows
+                break
+            columns.append((name, spark_type(kind)))
+        return columns
+
+    def data_version(self, tx: Transaction, table: str) -> str | None:
+        return None  # see the module's docstring: fingerprints instead
+
+    def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
+        column = exp.column(unit, quoted=True)
+        hashed = exp.cast(exp.func("xxhash64", column), exp.DataType.build("DECIMAL(38, 0)"))
+        return [exp.Count(this=column), exp.Sum(this=hashed)]
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self._session.stop()
+
+
+class _SparkTransaction(Transaction):
+    def __init__(self, stopped, session: Any) -> None:
+        super().__init__(stopped)
+        self._session = session
+        self._schema: Any = None
+
+    def _frame(self, sql: str, params: Sequence[Any]) -> Any:
+        with _errors(sql):
+            frame = self._session.sql(sql.replace("%s", "?"), args=list(params) or None)
+            self._schema = frame.schema
+            return frame
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
+        frame = self._frame(sql, params)
+        with _errors(sql):
+            return [tuple(row) for row in frame.collect()]
+
+    def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
+        frame = self._frame(sql, ())
+        rows = frame.toLocalIterator()
+        while True:
+            with _errors(sql):
+                batch = [tuple(row) for row in itertools.islice(rows, size)]
+            if not batch:
+                return
+            yield batch
+
+    def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
+        raise BackendFailed("the Spark backend is read-only: it cannot store rows")
+
+    def columns(self) -> list[tuple[str, str]]:
+        return [(field.name, spark_type(field.dataType.simpleString()))
+                for field in (self._schema.fields if self._schema is not None else [])]
+
+
+@contextmanager
+def _errors(sql: str) -> Iterator[None]:
+    """57014 for an interrupted statement, 08006-like BackendUnavailable for a lost
+    server, the backend's text to the log only (one line) for anything else."""
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except PySparkException as exc:
+        text = one_line(exc)
+        if "OPERATION_CANCELED" in text or "interrupted" in text.lower():
+            raise QueryCanceled("canceling statement due to user request") from None
+        if "UNAVAILABLE" in text or "Connection refused" in text:
+            log.error("spark connection lost: %s", text)
+            raise BackendUnavailable("the database behind the proxy is unreachable") from None
+        log.error("spark error: %s -- in: %s", text, sql)
+        raise BackendFailed("the backend could not run this query") from None
+
+
+__all__ = ["SPARK_DIALECT", "SparkBackend"]

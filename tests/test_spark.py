@@ -1,0 +1,246 @@
+"""The Spark backend (Spark Connect, here a Sail server started once per test session):
+the same statistics as DuckDB on the same rows, every percentile computed exactly
+(never ``percentile_approx``), and the ledger kept out of Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from decimal import Decimal
+
+import pytest
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import UnsupportedError
+
+from proxy.admin import Analyst
+from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
+from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.cli import LEDGER_NOT_SPARK, SPARK_NEEDS_LEDGER
+from proxy.engine import Engine
+from proxy.errors import BackendFailed, NotSupported, Refused, RulesError
+from proxy.ledger import Ledger
+from proxy.privacy.microaggregation import METHODS
+from proxy.privacy.noisy_answers import column_needs
+from proxy.pushdown import compute_statistics
+from proxy.pushdown.spark_dialect import DIALECT
+from proxy.pushdown.ungrouped import _beyond, _extremes
+from proxy.rules import parse_rules
+from proxy.settings import Settings
+from tests import forked_cli
+from tests.conftest import load_table
+from tests.test_pushdown import QUERIES, RULES, TYPES, _rows
+from tests.wireserver import admin, running_proxy
+
+CONTRACT = [*QUERIES,
+            "SELECT grp, MEDIAN(x), MAX(y), AVG(y), COUNT(*) FROM t WHERE y >= -20 GROUP BY grp",
+            "SELECT COUNT(*), SUM(y), AVG(x), MAX(x) FROM t WHERE grp = 'b' AND x IS NOT NULL"]
+APPROXIMATE = ("PERCENTILE_APPROX", "APPROX_PERCENTILE", "APPROX_QUANTILE")
+
+
+@pytest.fixture(scope="module")
+def engines(sail_url, tmp_path_factory):
+    """One engine over Spark (its ledger in an in-memory DuckDB) and one over DuckDB,
+    both over the same rows of ``t``."""
+    data, duckdb_url = _rows(), f"duckdb:///{tmp_path_factory.mktemp('spark') / 'd.duckdb'}"
+    load_table(sail_url, "t", data, TYPES)
+    load_table(duckdb_url, "t", data, TYPES)
+    backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
+    spark, store, duck = backends
+    try:
+        yield Engine(RULES, spark, store=store), Engine(RULES, duck)
+    finally:  # an open Spark Connect session would keep the process from exiting
+        for backend in backends:
+            backend.close()
+
+
+@pytest.mark.parametrize("sql", CONTRACT)
+def test_same_statistics_on_spark_and_duckdb(sql, engines):
+    plan = analyze(parse_statements(sql)[0], RULES, Settings())
+    on_spark, on_duckdb = (engine.statistics(plan) for engine in engines)
+    assert on_spark[0] == on_duckdb[0]  # the per-unit bound's shift
+    assert on_spark[1] == on_duckdb[1]
+    assert on_spark[2] is None  # no data version on a plain Spark table: nothing cached
+
+
+def test_no_percentile_sent_to_spark_is_approximate(engines):
+    spark = engines[0].backend
+    sent: list[str] = []
+
+    def execute(sql: str):
+        sent.append(sql)
+        return spark.query(sql)
+
+    for sql in CONTRACT:
+        plan = analyze(parse_statements(sql)[0], RULES, Settings())
+        compute_statistics(plan, column_needs(plan, 3), spark.dialect, None, execute)
+    assert any("PERCENTILE_DISC" in sql for sql in sent)
+    assert not [sql for sql in sent if any(word in sql.upper() for word in APPROXIMATE)]
+
+
+def test_the_spark_dialect_renders_percentiles_exactly_or_not_at_all():
+    ordered = "PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY x NULLS LAST)"
+    assert sqlglot.transpile("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM t",
+                             read="postgres", write=DIALECT) == [f"SELECT {ordered} FROM t"]
+    assert sqlglot.transpile("SELECT quantile_disc(x, [0.5, 0.9]) FROM t", read="duckdb",
+                             write=DIALECT) == [
+        f"SELECT ARRAY({ordered}, {ordered.replace('0.5', '0.9')}) FROM t"]
+    assert sqlglot.transpile("SELECT quantile_cont(x, 0.5) FROM t", read="duckdb",
+                             write=DIALECT) == [f"SELECT {ordered.replace('DISC', 'CONT')} FROM t"]
+    with pytest.raises(UnsupportedError):
+        sqlglot.transpile("SELECT approx_quantile(x, 0.5) FROM t", read="duckdb", write=DIALECT,
+                          unsupported_level=sqlglot.ErrorLevel.RAISE)
+
+
+def test_ordered_lists_and_slices_read_the_same_on_spark(engines):
+    """The extremes' forms (``ARRAY_AGG(v ORDER BY v)``, a slice, a FILTER on it), which
+    sqlglot's Spark would render unordered: the same values as DuckDB."""
+    x = exp.column("x")
+    items = [_beyond(x, 50.0, 3, "top"), _beyond(x, 50.0, 2, "bottom", raw=exp.column("x")),
+             _extremes(x, 3, "bottom", exp.select("x").from_("t"))]
+    statement = exp.select(*items).from_("t").where("x = x")  # NaN = NaN is true in both
+    answers = [engine.backend.query(statement.sql(dialect=engine.backend.dialect))
+               for engine in engines]
+    assert answers[0] == answers[1]
+    assert [len(values) for values in answers[0][0]] == [3, 2, 3]
+
+
+def test_the_ledger_refuses_a_spark_backend(engines):
+    with pytest.raises(BackendFailed) as refused:
+        Ledger(engines[0].backend, RULES)
+    assert refused.value.sqlstate == "0A000"
+    assert refused.value.message == ("the Spark backend cannot hold the ledger (no transactions); "
+                                     "keep the ledger in DuckDB or PostgreSQL")
+
+
+def test_a_query_over_spark_is_answered_and_charged_in_the_ledger_beside_it(engines):
+    spark = engines[0]
+    ledger = spark.ledger
+    before = len(ledger.entries("ann"))
+    answers = []
+    Analyst(spark).query("ann", "SELECT MEDIAN(x), COUNT(*) FROM t WHERE y > 0", None, None, None,
+                         answers.append)
+    (answer,) = answers
+    assert answer["columns"] and len(answer["rows"]) == 1 and "spent epsilon" in answer["notice"]
+    assert len(ledger.entries("ann")) == before + 1  # the debit, in the DuckDB store
+    with pytest.raises(Refused):  # refused as on the other backends, nothing spent
+        Analyst(spark).query("ann", "SELECT * FROM t", None, None, None, answers.append)
+    assert len(ledger.entries("ann")) == before + 1
+
+
+def test_a_release_over_spark_is_refused_before_anything_is_spent(engines):
+    spark = engines[0]
+    before = len(spark.ledger.entries("ann"))
+    with pytest.raises(NotSupported) as refused:
+        Analyst(spark).release("ann", "t", "x", 5, "1", METHODS[0], "equal", None, [], None,
+                               "table:out", lambda step: None)
+    assert refused.value.sqlstate == "0A000" and "Spark" in refused.value.message
+    assert len(spark.ledger.entries("ann")) == before
+
+
+@pytest.mark.parametrize("command", [["serve"], ["budget", "show", "--user", "ann"]])
+def test_the_cli_refuses_spark_without_a_ledger_beside_it(command, tmp_path):
+    """No server needed: refused before anything is opened, in one line."""
+    env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path)}
+    out = forked_cli.run([*command, "--backend", "sc://127.0.0.1:1"], env=env)
+    assert (out.returncode, out.stderr.strip()) == (1, f"ERROR [0A000]: {SPARK_NEEDS_LEDGER}")
+    out = forked_cli.run([*command, "--backend", "sc://127.0.0.1:1", "--ledger", "sc://h:1"],
+                         env=env)
+    assert (out.returncode, out.stderr.strip()) == (1, f"ERROR [22023]: {LEDGER_NOT_SPARK}")
+    assert not list(tmp_path.iterdir())  # not even the demo was created
+
+
+def test_the_budget_commands_read_the_ledger_url_without_reaching_spark(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[analysts.ann]\nbudget = 3\n[tables.t]\npublic = true\n")
+    where = ["--rules", str(rules), "--backend", "sc://127.0.0.1:1",  # nothing listens
+             "--ledger", f"duckdb:///{tmp_path / 'ledger.duckdb'}"]
+    out = forked_cli.run(["budget", "show", *where, "--format", "json", "--user", "ann"])
+    assert out.returncode == 0, out.stderr
+    assert "ann" in out.stdout and (tmp_path / "ledger.duckdb").exists()
+
+
+DEMO_SCRIPT = r"""
+\dt
+\d visits
+\d regions
+SELECT COUNT(*) FROM people;
+SELECT region, MEDIAN(income) FROM people GROUP BY region ORDER BY region;
+SELECT r.name, COUNT(*) FROM people p JOIN regions r ON p.region = r.code GROUP BY r.name;
+SELECT department, AVG(cost) FROM visits WHERE visited_at >= '2024-01-01' GROUP BY department;
+SELECT * FROM people;
+SELECT code, name FROM regions ORDER BY code;
+SHOW idp.budget;
+"""
+
+
+def test_psql_through_serve_over_sail_with_the_ledger_in_duckdb(sail_url, tmp_path):
+    """The acceptance of issue 20: the demo loaded into Spark by ``idp-proxy demo``,
+    served from another process (whose Sail session reads the tables from the rules'
+    locations), psql's catalog queries answered, refusals as on the other backends, the
+    debits in the DuckDB ledger."""
+    rules, ledger = tmp_path / "demo-spark.toml", f"duckdb:///{tmp_path / 'ledger.duckdb'}"
+    loaded = forked_cli.run(["demo", "--backend", sail_url, "--location",
+                             str(tmp_path / "demo-data"), "--rules-out", str(rules)])
+    assert loaded.returncode == 0, loaded.stderr
+    with running_proxy(rules, sail_url, tmp_path / "home", ledger=ledger) as proxy:
+        out = subprocess.run([shutil.which("psql"), "-X", proxy.dsn("alice", sslmode="disable"),
+                              "-f", "-"], input=DEMO_SCRIPT, capture_output=True, text=True,
+                             timeout=120, check=False)
+    listing, notices = out.stdout, [line for line in out.stderr.splitlines() if "NOTICE" in line]
+    for table in ("people", "visits", "regions"):
+        assert f" {table} " in listing and "| table" in listing
+    described = {line.split("|")[0].strip(): line.split("|")[1].strip()
+                 for line in listing.splitlines() if line.count("|") >= 4}
+    assert described["visited_at"] == "timestamp without time zone"
+    assert described["cost"] == "double precision" and described["code"] == "text"
+    count = int(listing.split("count")[1].split()[1])  # noisy, ε 0.1: within a few dozen
+    assert abs(count - 20_000) < 500
+    assert all(f" {region} " in listing for region in ("north", "Northern district"))
+    assert len(notices) == 4 and all("spent epsilon" in line for line in notices)
+    refusals = [line for line in out.stderr.splitlines() if "ERROR" in line]
+    assert refusals == ["psql:<stdin>:9: ERROR:  SELECT * would return rows of the protected "
+                        "table people; ask for aggregates instead: " + refusals[0].split(
+                            "ask for aggregates instead: ")[1]]
+    spent = Decimal(100) - Decimal(listing.split("budget")[1].split()[1])
+    entries = json.loads(admin(rules, sail_url, tmp_path / "home", "ledger", "--format", "json",
+                               ledger=ledger).stdout, parse_float=Decimal)
+    assert sum(Decimal(e["epsilon"]) for e in entries if e["status"] == "charged") == spent > 0
+
+
+def test_a_location_is_read_by_spark_only_and_must_hold_parquet(engines, tmp_path):
+    text = "[tables.t]\npublic = true\nlocation = '{}'\nunique = ['x']\n" \
+           "[tables.t.columns]\nx = {{ type = 'int' }}\n"
+    rules = parse_rules(text.format(tmp_path / "nothing"), "r.toml")
+    with pytest.raises(RulesError) as refused:
+        Engine(rules, DuckDBBackend(":memory:"))
+    assert str(refused.value) == ("r.toml: [tables.t] location is read by the Spark backend "
+                                  "only; this backend reads its own tables")
+    with pytest.raises(RulesError) as refused:  # the process's one Spark session
+        Engine(rules, engines[0].backend, store=DuckDBBackend(":memory:"))
+    assert str(refused.value) == ("r.toml: [tables.t] the Spark backend cannot read Parquet "
+                                  f"files at {tmp_path / 'nothing'}")
+    out = forked_cli.run(["demo", "--backend", "duckdb:///x.duckdb", "--location", "d",
+                          "--rules-out", str(tmp_path / "r.toml")])
+    assert (out.returncode, out.stderr.strip()) == (
+        1, ("ERROR [22023]: idp-proxy demo loads the demo into Spark (--backend "
+            "sc://host:port); the DuckDB demo is created on first use"))
+
+
+def test_an_unreachable_spark_fails_in_seconds_not_minutes(tmp_path):
+    """pyspark would retry a server that does not answer for 10 minutes or more (a query,
+    or the session's release when the server stops): the backend gives up within a second."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[analysts.ann]\n[tables.t]\nprivacy_unit = 'u'\n"
+                     "[tables.t.columns]\nu = { type = 'int' }\n")
+    started = time.monotonic()
+    out = forked_cli.run(["query", "--rules", str(rules), "--backend", "sc://127.0.0.1:1",
+                          "--ledger", f"duckdb:///{tmp_path / 'ledger.duckdb'}", "--user", "ann",
+                          "SELECT COUNT(*) FROM t"], timeout=60)
+    assert (out.returncode, out.stderr.strip()) == (
+        1, "ERROR [08006]: the database behind the proxy is unreachable")
+    assert time.monotonic() - started < 20
