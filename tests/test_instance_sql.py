@@ -134,8 +134,9 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
     own target rank (K ranks each side), equal to the loaded values'."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
-        reach = inverse_sensitivity.first_reach(epsilon / (2 * shift), grid)
+    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
+        reach = inverse_sensitivity.first_reach(inverse_sensitivity.exponent(epsilon, shift),
+                                                grid)
         seen.append((n, rank, fetch(max(1, rank - reach), min(n, rank + reach))))
         return grid.value(grid.first)
 

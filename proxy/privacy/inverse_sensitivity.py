@@ -25,9 +25,9 @@ enters with its integer floor and each candidate is kept with its own exact dist
 
 What is read (§5.3's pushdown): the values at ranks r − K .. r + K only. Candidates
 outside them form at most two tail blocks whose distance is only bounded from below
-(d ≥ K + 1); a tail block enters the draw with that bound's weight, and when it is
-drawn one uniform candidate of it is taken, its ranks counted in the backend, and it is
-kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
+(d ≥ K + 1, d > K in the piecewise form); a tail block enters the draw with that
+bound's weight, and when it is drawn one uniform candidate of it is taken, its ranks
+(and its gap's ends) counted in the backend, and it is kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
 rejection step from an envelope: the output's law is the mechanism's exactly, whatever
 K. K starts where the tails weigh below 2^−20 when the data are dense around the
 target (``first_reach``) and grows (×4) until the tails' share of the envelope is below
