@@ -150,16 +150,16 @@ def ours(engine: Engine, sql: str, settings: Settings, trials: int) -> list[floa
 
 
 def instance_draws(engine: Engine, plan, trials: int) -> list[float]:
-    """'instance' draws inside the statistics, in their snapshot (it reads a window of
+    """'instance' and 'piecewise' draws inside the statistics, in their snapshot (it reads a window of
     ranks and, rarely, counts): all ``trials`` draws are made there, from the same reads
     (memoised), each with fresh randomness — the statistics read once, as above."""
     from proxy.privacy import inverse_sensitivity
 
     real, draws = inverse_sensitivity.instance_release, []
 
-    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise=False):
         fetch, rank_of = functools.cache(fetch), functools.cache(rank_of)
-        draws.extend(real(n, rank, shift, epsilon, grid, fetch, rank_of, rng)
+        draws.extend(real(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise)
                      for _ in range(trials))
         return draws[0]
 

@@ -394,15 +394,21 @@ def _sensitivity(plan: QueryPlan) -> str:
     if plan.smooth_gamma is not None:
         return "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise"
     if plan.instance:
-        return ("instance (exponential mechanism, utility minus the rank distance) for "
+        return (f"{_exponential(plan)} (exponential mechanism, utility minus the "
+                f"{'interpolated ' if plan.piecewise else ''}rank distance) for "
                 "percentiles, MAX and MIN; global otherwise")
     return _SENSITIVITY.get(plan.model, "global")
+
+
+def _exponential(plan: QueryPlan) -> str:
+    """The setting's name of the exponential mechanism's form."""
+    return "piecewise" if plan.piecewise else "instance"
 
 
 def _mechanism(plan: QueryPlan) -> str:
     kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
     smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
-    smooth += " instance" if plan.instance else ""
+    smooth += f" {_exponential(plan)}" if plan.instance else ""
     selected = "" if plan.delta is None else f"; keys of {_selected_names(plan)} by " \
         f"partition selection, threshold {selection_of(plan).threshold}"
     return f"{plan.model}{smooth}: {kinds}{selected}"

@@ -18,11 +18,11 @@ from proxy.errors import BadSetting, NotSupported, ReadOnly
 from proxy.privacy.refinement import PriorSpec, parse_prior
 from proxy.rules import MODELS, Rules
 
-SENSITIVITIES = ("local", "global", "smooth", "instance")
+SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
 # under DP percentiles, MAX and MIN are drawn by the exponential mechanism (the best DP
 # option measured: benchmarks/README.md, utility); other aggregates are global either way
 DEFAULT_SENSITIVITY = {"idp": "local", "dp": "instance"}
-FITS = {"idp": ("local",), "dp": ("global", "smooth", "instance")}
+FITS = {"idp": ("local",), "dp": ("global", "smooth", "instance", "piecewise")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
 
@@ -43,7 +43,7 @@ class Settings:
         if sensitivity not in FITS[model]:
             raise BadSetting(
                 f"idp.sensitivity = '{sensitivity}' does not fit idp.model = '{model}'; "
-                "use 'local' with 'idp', and 'global', 'smooth' or 'instance' with 'dp'"
+                "use 'local' with 'idp', and 'global', 'smooth', 'instance' or 'piecewise' with 'dp'"
             )
         return model
 
@@ -59,8 +59,9 @@ class Settings:
 
     def instance_mechanism(self, rules: Rules) -> bool:
         """Percentiles, MAX and MIN by the exponential mechanism over the domain's grid
-        (DP's default, ``idp.sensitivity = 'instance'``; docs/privacy.md §5.3)."""
-        return self.resolve_sensitivity(rules) == "instance"
+        (DP's default, ``idp.sensitivity = 'instance'``, or its ``'piecewise'`` form;
+        docs/privacy.md §5.3)."""
+        return self.resolve_sensitivity(rules) in ("instance", "piecewise")
 
     def resolve_epsilon(self, rules: Rules, hint: Decimal | None) -> Decimal:
         epsilon = hint or self.epsilon or rules.defaults.epsilon_per_query

@@ -1,8 +1,9 @@
 """DP percentiles, MAX and MIN by the exponential mechanism (``SET idp.sensitivity =
-'instance'``) through SQL on both backends: what the backend computes for the mechanism
-(windows of ranks from either end, counts around a candidate) equals what the loaded
-values give; the law drawn from the backend's reads on an int column matches the exact
-mechanism's (χ² at significance ALPHA); WHERE, user-level bounds, the metadata, and refusals that spend
+'instance'`` and its ``'piecewise'`` form) through SQL on both backends: what the backend
+computes for the mechanism (windows of ranks from either end, counts and the nearest
+values around a candidate) equals what the loaded values give; the law drawn from the
+backend's reads on an int column matches the exact mechanism's, in both forms (χ² at
+significance ALPHA); WHERE, user-level bounds, the metadata, and refusals that spend
 nothing."""
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ def run(session, sql):
     return list(session.execute(sql))
 
 
-def _instance_session(engine, epsilon="1"):
+def _instance_session(engine, epsilon="1", form="instance"):
     session = engine.session("zoe")
-    run(session, f"SET idp.model = 'dp'; SET idp.sensitivity = 'instance'; "
+    run(session, f"SET idp.model = 'dp'; SET idp.sensitivity = '{form}'; "
                  f"SET idp.epsilon = {epsilon}")
     return session
 
@@ -93,7 +94,7 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
     WHERE, and per group of a GROUP BY."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
         seen.append((n, rank, epsilon, [fetch(a, b) for a, b in
                                       ((1, n), (1, 3), (n - 2, n), (rank, rank), (2, n - 1),
                                        (max(1, rank - 3), min(n, rank + 2)))],
@@ -120,7 +121,9 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
         assert (n, rank, epsilon) == (len(values), expected_rank, Fraction(1, share))
         assert windows == [values, values[:3], values[-3:], [values[rank - 1]], values[1:-1],
                            values[max(0, rank - 4): rank + 2]]
-        assert counts == [(sum(v < y for v in values), sum(v <= y for v in values))
+        assert counts == [(sum(v < y for v in values), sum(v <= y for v in values),
+                           max((v for v in values if v < y), default=None),
+                           min((v for v in values if v > y), default=None))
                           for y in (0.0, 50.0, 51.5, 100.0)]
 
 
@@ -131,8 +134,9 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
     own target rank (K ranks each side), equal to the loaded values'."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
-        reach = inverse_sensitivity.first_reach(epsilon / (2 * shift), grid)
+    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
+        reach = inverse_sensitivity.first_reach(inverse_sensitivity.exponent(epsilon, shift),
+                                                grid)
         seen.append((n, rank, fetch(max(1, rank - reach), min(n, rank + reach))))
         return grid.value(grid.first)
 
@@ -163,41 +167,45 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     3, 9, 9 become 3, 9) and the exponent's Δu is s = 2."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
         seen.append((n, shift, fetch(1, n), rank_of(5)))
         return grid.value(grid.first)
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
     run(_instance_session(engine), "SELECT MEDIAN(stay) FROM visits")
     clipped = [1.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 7.0, 9.0]
-    assert seen == [(9, 2, clipped, (4, 6))]
+    assert seen == [(9, 2, clipped, (4, 6, 4.0, 6.0))]
 
 
-def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypatch):
-    """MEDIAN of an int column in [0, 10] with ties: the mechanism reads a window of one
-    rank each side and resolves tail draws by the backend's counts (memoised: the draws
-    repeat the same reads); the draws' frequencies against the exact mechanism's
-    candidate probabilities."""
+@pytest.mark.parametrize("form", ["instance", "piecewise"])
+def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypatch, form):
+    """MEDIAN of an int column in [0, 10] with ties (values 2..7: in the piecewise form
+    0, 1, 8, 9 and 10 lie inside the gaps to the domain's ends): the mechanism reads a
+    window of one rank each side and resolves tail draws by the backend's counts and
+    nearest values (memoised: the draws repeat the same reads); the draws' frequencies
+    against the exact mechanism's candidate probabilities."""
     captured = []
     real = inverse_sensitivity.instance_release
 
-    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng):
+    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
         """The draws, in the query's snapshot, from the backend's (memoised) reads."""
         seeded, fetch, rank_of = SeededSource(2019), _memoised(fetch), _memoised(rank_of)
-        captured.append((n, rank, epsilon, grid, [
-            real(n, rank, shift, epsilon, grid, fetch, rank_of, seeded) for _ in range(1500)]))
+        captured.append((n, rank, epsilon, grid, piecewise, [
+            real(n, rank, shift, epsilon, grid, fetch, rank_of, seeded, piecewise)
+            for _ in range(1500)]))
         return captured[-1][-1][0]
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", drawing)
     monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
     monkeypatch.setattr(inverse_sensitivity, "_TAIL_SHARE", 1.0)
-    run(_instance_session(engine, "0.5"), "SELECT MEDIAN(age) FROM scores")
-    ((n, rank, epsilon, grid, draws),) = captured
+    run(_instance_session(engine, "0.5", form), "SELECT MEDIAN(age) FROM scores")
+    ((n, rank, epsilon, grid, piecewise, draws),) = captured
+    assert piecewise == (form == "piecewise")
     assert all(isinstance(v, int) and 0 <= v <= 10 for v in draws)
     values = sorted(float(a) for a in AGES)
     assert (n, rank, epsilon) == (len(values), percentile_rank(n, Fraction(1, 2)),
                                   Fraction(1, 2))
-    expected = np.exp(_log_probabilities(values, rank, grid, 0.25)) * len(draws)
+    expected = np.exp(_log_probabilities(values, rank, grid, 0.25, piecewise)) * len(draws)
     observed = np.bincount(draws, minlength=11).astype(float)
     big = expected >= 5  # the candidates far from the median pooled into one cell
     assert stats.chisquare(np.append(observed[big], observed[~big].sum()),
@@ -224,6 +232,12 @@ def test_answers_metadata_and_user_level_bounds(engine):
     assert "exponential mechanism" in answer.privacy["mechanism"]
     assert answer.privacy["sensitivity"].startswith("instance")
     assert engine.ledger.entries("zoe")[-1][5] == "dp instance: median,count,max"
+    (answer,) = run(_instance_session(engine, form="piecewise"),
+                    "SELECT MEDIAN(score), MIN(age) FROM scores")
+    assert 0 <= answer.rows[0][0] <= 100 and isinstance(answer.rows[0][1], int)
+    assert "piecewise Laplace" in answer.privacy["mechanism"]
+    assert answer.privacy["sensitivity"].startswith("piecewise")
+    assert engine.ledger.entries("zoe")[-1][5] == "dp piecewise: median,min"
     (answer,) = run(session, "SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY stay) "
                              "FROM visits")
     assert isinstance(answer.rows[0][0], int) and 0 <= answer.rows[0][0] <= 10

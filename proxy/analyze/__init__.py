@@ -197,6 +197,7 @@ def analyze(
         smooth_gamma=settings.smooth_gamma(rules),
         instance=(settings.instance_mechanism(rules)
                   and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates)),
+        piecewise=settings.resolve_sensitivity(rules) == "piecewise",
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )
@@ -211,7 +212,7 @@ def analyze(
 
 
 def _check_candidates(plan: QueryPlan) -> None:
-    """'instance' draws among the domain's grid points (docs/privacy.md §5.3): a domain
+    """'instance' and 'piecewise' draw among the domain's grid points (docs/privacy.md §5.3): a domain
     without one (an int column declared within (0.2, 0.8)) is refused before the debit."""
     from proxy.privacy.inverse_sensitivity import candidate_grid
     from proxy.privacy.sensitivity import SensitivityError
@@ -224,7 +225,7 @@ def _check_candidates(plan: QueryPlan) -> None:
                                column.type == "int")
             except SensitivityError:
                 raise NotSupported(f"{agg.label.upper()}({agg.column}): the declared domain "
-                                   "holds no integer, so idp.sensitivity = 'instance' has no "
+                                   "holds no integer, so the exponential mechanism has no "
                                    "candidate; use idp.sensitivity = 'global'") from None
 
 
@@ -278,7 +279,7 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
     refined = replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None,
-                      instance=False)
+                      instance=False, piecewise=False)
     try:
         answer_prior(refined)
     except ValueError as exc:

@@ -15,11 +15,19 @@ a(y), b(y), so they are sampled as blocks: a band of nearby distances by an enve
 weight, exactly (``exact_choice.choose``), a block of it by its count, a candidate
 uniformly inside it, kept with an exact Bernoulli (``_draw``).
 
+``SET idp.sensitivity = 'piecewise'`` (Durfee 2025's piecewise Laplace, as §5.3
+reconstructs it) replaces d by its interpolation: with Q the piecewise-linear map
+through (0, L), (i, x₍ᵢ₎), (n + 1, U), d(y) is the distance from r to {u : Q(u) = y}.
+At a value it is the d above; strictly between x₍ᵦ₎ and x₍ᵦ₊₁₎ it is |r − b − t|, t the
+position in that gap (an exact fraction), so inside each gap the law is a piece of a
+Laplace density whose scale is the gap's width. Same λ, same blocks: a gap's block
+enters with its integer floor and each candidate is kept with its own exact distance.
+
 What is read (§5.3's pushdown): the values at ranks r − K .. r + K only. Candidates
 outside them form at most two tail blocks whose distance is only bounded from below
-(d ≥ K + 1); a tail block enters the draw with that bound's weight, and when it is
-drawn one uniform candidate of it is taken, its ranks counted in the backend, and it is
-kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
+(d ≥ K + 1, d > K in the piecewise form); a tail block enters the draw with that
+bound's weight, and when it is drawn one uniform candidate of it is taken, its ranks
+(and its gap's ends) counted in the backend, and it is kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
 rejection step from an envelope: the output's law is the mechanism's exactly, whatever
 K. K starts where the tails weigh below 2^−20 when the data are dense around the
 target (``first_reach``) and grows (×4) until the tails' share of the envelope is below
@@ -44,8 +52,9 @@ from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
 if TYPE_CHECKING:
     from proxy.analyze.plan import QueryPlan
 
-# rank_of(y): (values in scope below y, values in scope at or below y)
-RankOf = Callable[[float], tuple[int, int]]
+# rank_of(y): (values in scope below y, at or below y, the largest below y, the smallest
+# above y; None where there is none)
+RankOf = Callable[[float], tuple[int, int, float | None, float | None]]
 
 _FIRST_REACH = 16
 _MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
@@ -56,11 +65,14 @@ _EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of 
 @dataclass(frozen=True)
 class Grid:
     """The candidates k·step, k = first..last; step a power of two (or 1 on an int
-    column), so every candidate is an exact float and compares exactly in SQL."""
+    column), so every candidate is an exact float and compares exactly in SQL; lower and
+    upper are the declared domain's ends (Q(0) and Q(n + 1) of the piecewise form)."""
 
     step: Fraction
     first: int
     last: int
+    lower: float
+    upper: float
     integers: bool = False
 
     @property
@@ -99,18 +111,20 @@ def candidate_grid(lower: float, upper: float, resolution: float, integers: bool
         step *= 2
     if first > last:
         raise SensitivityError(f"no candidate of step {float(step)} in [{lower}, {upper}]")
-    return Grid(step, first, last, integers)
+    return Grid(step, first, last, lower, upper, integers)
 
 
 @dataclass(frozen=True)
 class Block:
     """Candidates first .. first + count − 1 at distance ``distance`` (``exact``), or a
-    tail block whose candidates' distances are at least ``distance``."""
+    tail block whose candidates' distances are at least ``distance``. A gap's block of
+    the piecewise form has ``gap`` = (b, x₍ᵦ₎, x₍ᵦ₊₁₎) and ``distance`` its floor."""
 
     first: int
     count: int
     distance: int
     exact: bool = True
+    gap: tuple[int, float, float] | None = None
 
 
 def distance(below: int, at_or_below: int, rank: int) -> int:
@@ -118,68 +132,100 @@ def distance(below: int, at_or_below: int, rank: int) -> int:
     return max(0, below - rank + 1, rank - at_or_below)
 
 
-def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float]) -> list[Block]:
+def fractional_distance(below: int, at_or_below: int, rank: int, under: float, over: float,
+                        y: float) -> Fraction:
+    """The piecewise form's d(y): at a value (a < b) the step form's; strictly inside
+    the gap from x₍ᵦ₎ = under to x₍ᵦ₊₁₎ = over (L and U at the ends, where y may equal
+    them) |r − b − t| with t = (y − under)/(over − under), exactly (floats are
+    rationals)."""
+    if below < at_or_below or under == over:
+        return Fraction(distance(below, at_or_below, rank))
+    base = Fraction(under)
+    return abs(rank - below - (Fraction(y) - base) / (Fraction(over) - base))
+
+
+def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float],
+           piecewise: bool = False) -> list[Block]:
     """The candidates in blocks of equal a(y), b(y), from the values at ranks
-    low .. low + len(values) − 1 (sorted, normalised), which hold rank r. Below the
-    lowest value read (when low > 1) b(y) ≤ low − 1, so d ≥ r − low + 1; above the
-    highest (short of rank n) a(y) ≥ high, so d ≥ high − r + 1: the two tail blocks.
-    Within the values read, a(y) and b(y) count the unread ranks as below or above:
-    exact, except a(y) at the lowest value (unread ties) and b(y) at the highest, where
-    both the counted and the true value leave their term of d at most 0 (low ≤ r ≤ high)."""
-    if n == 0:
-        return [Block(grid.first, grid.count, distance(0, 0, rank))]
-    high = low + len(values) - 1
+    low .. low + len(values) − 1 (sorted, normalised), which hold rank r. The candidates
+    strictly inside the gap b (between x₍ᵦ₎ and x₍ᵦ₊₁₎, x₍₀₎ = L, x₍ₙ₊₁₎ = U) are at
+    distance distance(b, b, r), in the piecewise form within [that − 1, that]. Below
+    the lowest value read (when low > 1) b(y) ≤ low − 1 and above the highest (short of
+    rank n) a(y) ≥ high: the two tail blocks, whose distance is at least that of the
+    gap next to the window, low − 1 or high. Within the values read, a(y) and b(y) count
+    the unread ranks as below or above: exact, except a(y) at the lowest value (unread
+    ties) and b(y) at the highest, where both the counted and the true value leave their
+    term of d at most 0 (low ≤ r ≤ high)."""
     found = []
 
-    def add(start: int, count: int, gap: int, exact: bool = True) -> None:
-        if count > 0:
-            found.append(Block(grid.first + start, count, gap, exact))
+    def add(start: int, count: int, gap: int, under: float | None = None,
+            over: float | None = None) -> None:
+        """The candidates start .. start + count − 1 inside gap ``gap``; ``under`` and
+        ``over`` its ends, None for a tail (ends not read)."""
+        if count <= 0:
+            return
+        floor = distance(gap, gap, rank) - int(piecewise)
+        known = under is not None and over is not None
+        found.append(Block(grid.first + start, count, floor, known,
+                           (gap, under, over) if known and piecewise else None))
 
-    under = grid.below(values[0])
-    add(0, under, distance(0, 0, rank) if low == 1 else rank - low + 1, low == 1)
+    if n == 0:
+        add(0, grid.count, 0, grid.lower, grid.upper)
+        return found
+    high = low + len(values) - 1
+    add(0, grid.below(values[0]), low - 1, grid.lower if low == 1 else None, values[0])
     i = 0
     while i < len(values):
         j = i
         while j < len(values) and values[j] == values[i]:
             j += 1
         below, through = grid.below(values[i]), grid.at_or_below(values[i])
-        add(below, through - below, distance(low - 1 + i, low - 1 + j, rank))
+        if through > below:
+            found.append(Block(grid.first + below, through - below,
+                               distance(low - 1 + i, low - 1 + j, rank)))
         end = grid.below(values[j]) if j < len(values) else grid.count
-        above = low - 1 + j
-        exact = j < len(values) or high == n
-        add(through, end - through, distance(above, above, rank) if exact else high - rank + 1,
-            exact)
+        over = values[j] if j < len(values) else grid.upper if high == n else None
+        add(through, end - through, low - 1 + j, values[i], over)
         i = j
     return found
 
 
 def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Grid,
-                     fetch: Fetch, rank_of: RankOf, rng: RandomSource) -> float | int:
-    """One draw of the mechanism for the value at ``rank`` among n values in scope:
-    ``fetch(first, last)`` reads ranks (ascending), ``rank_of`` counts for a tail draw."""
-    scale = epsilon / (2 * shift)  # ε / (2Δu)
+                     fetch: Fetch, rank_of: RankOf, rng: RandomSource,
+                     piecewise: bool = False) -> float | int:
+    """One draw of the mechanism (its piecewise form if asked) for the value at ``rank``
+    among n values in scope: ``fetch(first, last)`` reads ranks (ascending),
+    ``rank_of`` counts for a tail draw."""
+    scale = exponent(epsilon, shift)
     reach = first_reach(scale, grid)
     while True:
         low, high = max(1, rank - reach), min(n, rank + reach)
         values = fetch(low, high) if n else []
         require_finite(values, "instance window")
-        found = blocks(n, rank, grid, low, values)
+        found = blocks(n, rank, grid, low, values, piecewise)
         if ((low == 1 and high == n) or reach >= _MOST_REACH
                 or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
         reach = min(reach * 4, _MOST_REACH)
-    return grid.value(_draw(found, rank, scale, grid, rank_of, rng))
+    return grid.value(_draw(found, rank, scale, grid, rank_of, rng, piecewise))
+
+
+def exponent(epsilon: Fraction, shift: int) -> Fraction:
+    """λ = ε/(2Δu), Δu = s: the weight of a candidate at distance d is e^{−λd} (both
+    forms: a neighbour moves every d, and so the normaliser, by at most s)."""
+    return epsilon / (2 * shift)
 
 
 def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: RankOf,
-          rng: RandomSource) -> int:
+          rng: RandomSource, piecewise: bool) -> int:
     """The candidate's k, by rejection from an envelope that is exact where it can be.
 
     Blocks are pooled in bands of distances [d₀, d₀ + w), w = ⌊1/λ⌋ (at least 1); a band
     weighs (its candidates)·e^{−λd₀} ≥ its true weight, and is chosen exactly
     (``choose``); a block of it by its count, a candidate uniformly, and the candidate is
     kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1} (d(y) counted in the backend for a
-    tail block). A round keeps y with probability e^{−λd(y)} / (the envelope's total),
+    tail block; a gap's d(y) of the piecewise form is at most its floor + 1, so
+    d(y) − d₀ ≤ w there too). A round keeps y with probability e^{−λd(y)} / (the envelope's total),
     so the kept y follows the mechanism's law; banding makes the exact choice run over
     a few dozen bands instead of every block of a wide window."""
     width = max(1, math.floor(1 / scale))
@@ -200,11 +246,28 @@ def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: R
                 break
             k -= block.count
         k += block.first
-        gap = block.distance if block.exact else distance(*rank_of(grid.value(k)), rank)
+        gap = candidate_distance(block, k, rank, grid, rank_of, piecewise)
         if gap < block.distance:  # the tail's bound is a theorem: a backend fault
             raise SensitivityError("a tail candidate's ranks contradict the window")
         if bernoulli_exp(scale * (gap - floors[band]), rng):
             return k
+
+
+def candidate_distance(block: Block, k: int, rank: int, grid: Grid, rank_of: RankOf,
+                       piecewise: bool) -> int | Fraction:
+    """d of the candidate k of the block: the block's own, from its gap's ends, or (a
+    tail) from the backend's counts around it."""
+    y = grid.value(k)
+    if block.gap is not None:
+        below, under, over = block.gap
+        return fractional_distance(below, below, rank, under, over, y)
+    if block.exact:
+        return block.distance
+    below, through, under, over = rank_of(y)
+    if not piecewise:
+        return distance(below, through, rank)
+    return fractional_distance(below, through, rank, grid.lower if under is None else under,
+                               grid.upper if over is None else over, y)
 
 
 def first_reach(scale: Fraction, grid: Grid) -> int:
@@ -234,7 +297,8 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
     for index, column, target, epsilon, grid in _targets(plan, shift):
         n = group.column(column).n
         found[index] = instance_release(n, max(1, target.rank(n)), shift, epsilon, grid,
-                                        window(column, n), rank_of(column), rng)
+                                        window(column, n), rank_of(column), rng,
+                                        plan.piecewise)
     return found
 
 
@@ -243,7 +307,7 @@ def first_windows(plan: QueryPlan, shift: int) -> dict[str, list[tuple[RankRef, 
     what the engine reads for every group at once under GROUP BY (``grouped_windows``)."""
     spans: dict[str, list[tuple[RankRef, int]]] = {}
     for _, column, target, epsilon, grid in _targets(plan, shift):
-        spans.setdefault(column, []).append((target, first_reach(epsilon / (2 * shift), grid)))
+        spans.setdefault(column, []).append((target, first_reach(exponent(epsilon, shift), grid)))
     return spans
 
 

@@ -154,7 +154,8 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
         return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
                        cal, spread_note(agg.kind, cal.model))
     if index in group.instance:
-        return _finish(Noisy(group.instance[index], None, INSTANCE_MECHANISM), cal,
+        mechanism = PIECEWISE_MECHANISM if plan.piecewise else INSTANCE_MECHANISM
+        return _finish(Noisy(group.instance[index], None, mechanism), cal,
                        _INSTANCE_NOTE if not agg.continuous else
                        f"{_INSTANCE_NOTE}; PERCENTILE_CONT is answered as PERCENTILE_DISC")
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
@@ -212,6 +213,8 @@ def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[
 PUBLIC_COUNT = ("public: the row count of the whole table, which modifying records never "
                 "changes (no epsilon spent)")
 INSTANCE_MECHANISM = "exponential mechanism (inverse sensitivity) on the column's grid"
+PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated inverse "
+                       "sensitivity) on the column's grid")
 _INSTANCE_NOTE = ("DP by the exponential mechanism over the rank distance (docs/privacy.md "
                   "§5.3): no 95% bound is shown, its width would tell how dense the data "
                   "are around the answer")

@@ -128,19 +128,24 @@ def near(values: dict[int, float], fetch: Fetch) -> Fetch:
 
 def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                 clip_rows_per_unit: int | None, execute: Execute, key: tuple = ()):
-    """``count(y)``: the column's values in scope below y and at or below y, one scan
-    (privacy/inverse_sensitivity.py, for a candidate drawn from a tail). ``y`` is a
-    candidate of the rules' grid, never an analyst's literal."""
+    """``count(y)``: the column's values in scope below y and at or below y, and the
+    largest below y and the smallest above it (None where there is none; the piecewise
+    form's gap around y), one scan (privacy/inverse_sensitivity.py, for a candidate
+    drawn from a tail). ``y`` is a candidate of the rules' grid, never an analyst's
+    literal."""
     scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
 
-    def count(y: float) -> tuple[int, int]:
+    def count(y: float) -> tuple[int, int, float | None, float | None]:
         value, point = exp.column("c0"), exp.Literal.number(repr(y))
         below = exp.Sum(this=exp.case().when(value < point, exp.Literal.number(1))
                         .else_(exp.Literal.number(0)))
         through = exp.Sum(this=exp.case().when(value <= point, exp.Literal.number(1))
                           .else_(exp.Literal.number(0)))
-        statement = exp.select(below, through).from_(scope.subquery("s"))
-        ((a, b),) = execute(statement.sql(dialect=dialect))
-        return int(a or 0), int(b or 0)
+        under = exp.Max(this=exp.case().when(value < point, value.copy()))
+        over = exp.Min(this=exp.case().when(value > point, value.copy()))
+        statement = exp.select(below, through, under, over).from_(scope.subquery("s"))
+        ((a, b, low, high),) = execute(statement.sql(dialect=dialect))
+        return (int(a or 0), int(b or 0), None if low is None else need.normalise(low),
+                None if high is None else need.normalise(high))
 
     return count

@@ -1,7 +1,10 @@
-"""The exponential mechanism of privacy/inverse_sensitivity.py by brute force.
+"""The exponential mechanism of privacy/inverse_sensitivity.py by brute force, in its
+step form ('instance') and its piecewise form ('piecewise'), each test over both.
 
 - Its blocks, from any window of ranks holding r, give every candidate the distance a
-  direct count gives (tail blocks: a lower bound of it).
+  direct count gives — in the piecewise form the distance from r to the set of u where
+  the interpolation of L, the sorted values and U equals y (tail blocks: a lower bound
+  of it).
 - ε-DP: on small data sets (ties, domain bounds, records leaving the scope, several rows
   per unit, g > 1, raw values NaN, ±inf or overflow-sized, in data and neighbours,
   normalised as the backend does), the probability of every candidate, computed from
@@ -15,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from fractions import Fraction
@@ -28,8 +32,10 @@ from proxy.privacy.exact_choice import choose
 from proxy.privacy.inverse_sensitivity import (
     Grid,
     blocks,
+    candidate_distance,
     candidate_grid,
     distance,
+    exponent,
     instance_release,
 )
 from proxy.privacy.sensitivity import groups_touched
@@ -45,7 +51,7 @@ from tests.privacy.test_sensitivity_bruteforce import (
 )
 
 INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
-HALVES = Grid(Fraction(1, 2), 0, 20)  # 0, 0.5 .. 10: candidates between the data's values
+HALVES = Grid(Fraction(1, 2), 0, 20, LOWER, UPPER)  # 0, 0.5 .. 10: candidates between values
 # what a neighbour may set a record to: both bounds, ties with the data, NaN and ±inf
 NEIGHBOUR_VALUES = [LOWER, 3.5, 5.0, UPPER] + EXTREME[:3]
 RANKS = {
@@ -56,57 +62,86 @@ RANKS = {
 }
 
 
-def _direct(values: list[float], rank: int, grid: Grid) -> list[int]:
-    """d(y) of every candidate, by counting the values below and at or below it."""
+FORMS = pytest.mark.parametrize("piecewise", [False, True], ids=["step", "piecewise"])
+
+
+def _direct(values: list[float], rank: int, grid: Grid, piecewise: bool = False) -> list:
+    """d(y) of every candidate: by counting the values below and at or below it; in the
+    piecewise form from its definition, dist(r, {u ∈ [0, n + 1] : Q(u) = y}) with Q
+    the linear interpolation of (0, L), (i, x₍ᵢ₎), (n + 1, U)."""
     found = []
+    points = [Fraction(v) for v in [LOWER, *sorted(values), UPPER]]
     for k in range(grid.first, grid.last + 1):
         y = k * grid.step
-        found.append(distance(sum(v < y for v in values), sum(v <= y for v in values), rank))
+        if not piecewise:
+            found.append(distance(sum(v < y for v in values), sum(v <= y for v in values),
+                                  rank))
+            continue
+        at = [u for u, x in enumerate(points) if x == y]
+        if at:  # G(y) = [first, last] of the ranks holding y (0 and n + 1 for L and U)
+            found.append(max(0, at[0] - rank, rank - at[-1]))
+            continue
+        u = max(u for u, x in enumerate(points) if x < y)
+        found.append(abs(rank - u - (y - points[u]) / (points[u + 1] - points[u])))
     return found
 
 
-def _expanded(found, grid: Grid) -> list[tuple[int, bool]]:
-    """(distance, exact) of every candidate, from the blocks (which must tile the grid)."""
+def _expanded(found, grid: Grid, rank: int) -> list[tuple]:
+    """(distance, exact) of every candidate, from the blocks (which must tile the grid):
+    the mechanism's own distance of each candidate, a tail's lower bound."""
     out = []
     for block in found:
         assert block.first == grid.first + len(out) and block.count >= 1
-        out += [(block.distance, block.exact)] * block.count
+        out += [(candidate_distance(block, block.first + k, rank, grid, None, False)
+                 if block.exact else block.distance, block.exact) for k in range(block.count)]
     assert len(out) == grid.count
     return out
 
 
-def _log_probabilities(values: list[float], rank: int, grid: Grid, scale: float) -> np.ndarray:
-    """log P(candidate) from the full window's block weights m·exp(−scale·d)."""
-    found = blocks(len(values), rank, grid, 1, values)
-    logs = np.array([-scale * d for d, exact in _expanded(found, grid)])
+def _log_probabilities(values: list[float], rank: int, grid: Grid, scale: float,
+                       piecewise: bool = False) -> np.ndarray:
+    """log P(candidate) from the full window's block weights exp(−scale·d)."""
+    return _law(tuple(values), rank, grid, scale, piecewise)
+
+
+@functools.lru_cache(maxsize=4096)  # the neighbours of a data set repeat its values
+def _law(values: tuple[float, ...], rank: int, grid: Grid, scale: float,
+         piecewise: bool) -> np.ndarray:
+    found = blocks(len(values), rank, grid, 1, list(values), piecewise)
+    logs = np.array([-scale * float(d) for d, exact in _expanded(found, grid, rank)])
     assert all(block.exact for block in found)
     return logs - np.logaddexp.reduce(logs)
 
 
+@FORMS
 @pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
-def test_blocks_give_every_candidate_its_distance_from_any_window(grid):
+def test_blocks_give_every_candidate_its_distance_from_any_window(grid, piecewise):
     for index, records in enumerate(datasets(zlib.crc32(b"instance windows"), 40, 8, 1)):
         values = in_domain(records)
         n = len(values)
         for name, rank_of in RANKS.items():
             rank = rank_of(n)
-            direct = _direct(values, rank, grid)
+            direct = _direct(values, rank, grid, piecewise)
             if n == 0:
-                assert _expanded(blocks(0, rank, grid, 1, []), grid) == [(d, True) for d in direct]
+                assert _expanded(blocks(0, rank, grid, 1, [], piecewise), grid, rank) == [
+                    (d, True) for d in direct]
                 continue
             for low in range(1, rank + 1):
                 for high in range(rank, n + 1):
-                    got = _expanded(blocks(n, rank, grid, low, values[low - 1: high]), grid)
+                    got = _expanded(blocks(n, rank, grid, low, values[low - 1: high],
+                                           piecewise), grid, rank)
                     for (d, exact), true in zip(got, direct):
                         assert d == true if exact else d <= true, (values, name, low, high)
 
 
+@FORMS
 @pytest.mark.parametrize("units,rows,group_size", [(5, 1, 1), (3, 2, 1), (3, 1, 2)])
 @pytest.mark.parametrize("epsilon", [0.5, 2.0])
 def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, rows,
-                                                                        group_size, epsilon):
+                                                                        group_size, epsilon,
+                                                                        piecewise):
     shift = rows * group_size  # DP: the declared bound c times g
-    scale = epsilon / (2 * shift)
+    scale = float(exponent(Fraction(epsilon), shift))  # the mechanism's own λ
     seed = zlib.crc32(f"instance dp {units} {rows} {group_size} {epsilon}".encode())
     choices = options(1, NEIGHBOUR_VALUES)
     worst = 0.0
@@ -114,17 +149,18 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, r
         grid = (INTEGERS, HALVES)[index % 2]
         values = in_domain(records)
         for name, rank_of in RANKS.items():
-            base = _log_probabilities(values, rank_of(len(values)), grid, scale)
+            base = _log_probabilities(values, rank_of(len(values)), grid, scale, piecewise)
             for other in neighbours(records, choices, group_size):
                 moved = in_domain(other)
-                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale)
+                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale, piecewise)
                 worst = max(worst, float(np.abs(base - logs).max()))
                 assert np.abs(base - logs).max() <= epsilon + 1e-9, (records, other, name)
     assert worst > epsilon / 4  # the enumeration reaches neighbours that matter
 
 
+@FORMS
 @pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
-def test_the_sampler_with_tails_follows_the_exact_law(grid, monkeypatch):
+def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypatch):
     """A window of one rank each side, kept however heavy the tails (the envelope's
     rejection step runs often): the draws follow the full mechanism's law."""
     monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
@@ -135,14 +171,17 @@ def test_the_sampler_with_tails_follows_the_exact_law(grid, monkeypatch):
 
     def rank_of(y):
         counts.append(y)
-        return sum(v < y for v in values), sum(v <= y for v in values)
+        return (sum(v < y for v in values), sum(v <= y for v in values),
+                max((v for v in values if v < y), default=None),
+                min((v for v in values if v > y), default=None))
 
-    rng = SeededSource(zlib.crc32(f"instance law {grid.step}".encode()))
+    rng = SeededSource(zlib.crc32(f"instance law {grid.step} {piecewise}".encode()))
     draws = 1500
     sampled = [instance_release(n, rank, 1, epsilon, grid, lambda a, b: values[a - 1: b],
-                                rank_of, rng) for _ in range(draws)]
+                                rank_of, rng, piecewise) for _ in range(draws)]
     assert counts  # the tails were drawn and resolved
-    expected = np.exp(_log_probabilities(values, rank, grid, float(epsilon) / 2)) * draws
+    expected = np.exp(_log_probabilities(values, rank, grid, float(epsilon) / 2,
+                                         piecewise)) * draws
     observed = np.zeros(grid.count)
     for value in sampled:
         observed[int(Fraction(value) / grid.step) - grid.first] += 1
@@ -177,25 +216,26 @@ def test_an_integer_column_answers_integers_and_ties_exactly():
     assert abs(share - math.exp(logs[4])) < 0.06  # 4.6 standard deviations at 400 draws
 
 
+@FORMS
 @pytest.mark.parametrize("units,rows", [(4, 1), (3, 2)])
-def test_grouped_draws_compose_to_epsilon(units, rows):
+def test_grouped_draws_compose_to_epsilon(units, rows, piecewise):
     """GROUP BY over two groups, records moving between them: each group's draw at
     ε / groups_touched(s, 2) (as the engine spends it), and the joint law of both draws
     (independent, so its log-ratio is at most the sum of the groups' worst ones) moves
     by at most e^ε over every neighbour."""
     epsilon, shift = 1.0, rows
-    scale = epsilon / groups_touched(shift, 2) / (2 * shift)
+    scale = float(exponent(Fraction(epsilon) / groups_touched(shift, 2), shift))
     seed = zlib.crc32(f"instance groups {units} {rows}".encode())
     choices = options(2, [LOWER, 5.0, UPPER, EXTREME[0]])
     rank_of = RANKS["median"]
     for index, records in enumerate(datasets(seed, 5, units, rows, groups=2)):
         grid = (INTEGERS, HALVES)[index % 2]
-        base = [_log_probabilities(v, rank_of(len(v)), grid, scale)
+        base = [_log_probabilities(v, rank_of(len(v)), grid, scale, piecewise)
                 for v in (in_domain([r for r in records if r.group == g]) for g in (0, 1))]
         for other in neighbours(records, choices):
             joint = 0.0
             for group in (0, 1):
                 moved = in_domain([r for r in other if r.group == group])
-                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale)
+                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale, piecewise)
                 joint += float(np.abs(base[group] - logs).max())
             assert joint <= epsilon + 1e-9, (records, other)
