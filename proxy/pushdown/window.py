@@ -6,14 +6,17 @@ answer with a bounded top-k sort instead of ranking every row."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
 from proxy.errors import BackendFailed
 from proxy.pushdown.grouped import rank_sql
+from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
-from proxy.statistics import ColumnNeeds, Fetch, RankRef
+from proxy.statistics import PCT, ColumnNeeds, Fetch, RankRef
 
 
 def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
@@ -90,11 +93,25 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                     clip_rows_per_unit: int | None, execute: Execute,
                     spans: list[tuple[RankRef, int]]) -> dict[tuple, dict[int, float]]:
     """Every group's values at the ranks within ``reach`` of each ``target`` (a span is
-    (target, reach)), by group key and rank, in one statement: a ROW_NUMBER over the
-    scope partitioned by the key, the targets' ranks computed from each group's n in
-    SQL's integer arithmetic. Under GROUP BY the exponential mechanism's first windows
-    then cost one sort of the scope, where ``order_statistics`` costs a percentile and
-    a scan per group (it still serves a draw that asks for a wider window: ``near``)."""
+    (target, reach)), by group key and rank, for all groups at once: under GROUP BY the
+    exponential mechanism's first windows then cost a pass or two over the scope, where
+    ``order_statistics`` costs a percentile and a scan per group (it still serves a draw
+    that asks for a wider window: ``near``). On DuckDB the ranks are read as order
+    statistics of the grouped lists (two hash aggregates, no sort:
+    ``grouped_list_statistics``); elsewhere, or where those lists do not reach, by a
+    ROW_NUMBER over the scope partitioned by the key (one sort), the targets' ranks
+    computed from each group's n in SQL's integer arithmetic."""
+    if dialect == "duckdb":
+        refs = {RankRef(target.anchor, offset, target.fraction) for target, reach in spans
+                for offset in (range(-reach, reach + 1) if target.anchor == PCT
+                               else range(reach + 1))}
+        groups = grouped_list_statistics(plan, (replace(need, ranks=frozenset(refs)),),
+                                         clip_rows_per_unit, execute)
+        if groups is not None:
+            return {key: {ref.rank(stats.n): value for ref, value in stats.values.items()
+                          if value is not None}
+                    for key, group in groups.items()
+                    for stats in (group.columns[need.column],)}
     keys = group_keys(plan)
     value, partition = exp.column("c0"), [exp.column(k) for k in keys]
     ranked = exp.select(
