@@ -4,7 +4,7 @@ contract on Sail: a few of its queries, covering COUNT, SUM, AVG, MEDIAN, other
 percentiles, MAX, MIN, WHERE and GROUP BY, all user-level, give the same statistics as
 DuckDB on the same rows, and no SQL sent computes a percentile approximately.
 
-One module-scoped server; the JVM's start (25–40 s here) dominates, hence the slow mark
+One module-scoped server; the JVM's start and warm-up dominate, hence the slow mark
 (the suite starts slow tests first) and SHARED_MODULES (one worker starts it)."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from tests.sparkserver import throwaway_spark
 from tests.test_pushdown import RULES
 from tests.test_spark import APPROXIMATE, CONTRACT, engines  # noqa: F401 -- the fixture
 
-pytestmark = pytest.mark.slow(seconds=90)  # measured alone: 87 s, the JVM's start 34 s
+# alone 38 s (setup: the JVM's start and a cold first write, 19 s); more in the suite
+pytestmark = pytest.mark.slow(seconds=90)
 SMOKE = [CONTRACT[0], CONTRACT[1], CONTRACT[2], CONTRACT[6]]
 
 
