@@ -1,8 +1,13 @@
 """What privacy costs: the engine's time per query as a ratio to the plain aggregate run
-directly on the same backend, for DuckDB and PostgreSQL, in one run.
+directly on the same backend, for DuckDB and PostgreSQL (and Spark), in one run.
 
     python benchmarks/pushdown.py [--rows 10000000] [--backends duckdb,postgres] [--repeat 5]
                                   [--only instance]
+
+``--backends`` also takes ``sail`` and ``spark``: the Spark backend over a throwaway
+Spark Connect server, Sail's (pysail) or a real Spark's in local mode (tests/sparkserver.py;
+needs java), with the ledger in a DuckDB file beside it. A plain Spark table has no data
+version, so nothing is cached there: every run is fresh and the cache column shows "-".
 
 The engine's time covers everything an analyst waits for: analysis, the ledger debit,
 the per-unit bound check, the statistics query and the noise. Every timed run of the
@@ -34,9 +39,12 @@ sys.path.insert(0, str(ROOT))
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
+from proxy.errors import BackendFailed
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests.pgserver import throwaway_postgres
+from tests.sailserver import throwaway_sail
+from tests.sparkserver import throwaway_spark
 
 RULES = parse_rules("""
 [defaults]
@@ -99,6 +107,9 @@ CASES = [
       "postgres": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50"}),
 ]
 _SET = {INSTANCE: "SET idp.model = 'dp'; SET idp.sensitivity = 'instance'"}
+# PostgreSQL's plain SQL is Spark SQL too (Spark 4's and Sail's percentile_disc … WITHIN
+# GROUP is exact, as the proxy's percentiles are)
+_PLAIN = {"duckdb": "duckdb", "postgres": "postgres", "sparkexact": "postgres"}
 
 
 def load(backend, rows: int) -> None:
@@ -109,15 +120,30 @@ def load(backend, rows: int) -> None:
                 "CAST(hash(range * 7) % 101 AS INTEGER) AS a, "
                 "CAST(hash(range * 7) % 101 AS INTEGER) // 10 AS b FROM range({n})")
         unit = "(range // 3 + CAST(hash(range) % 2 AS BIGINT))"
+    elif backend.dialect == "sparkexact":  # Parquet tables in the server's warehouse
+        body = ("SELECT id AS id, CAST(pmod(xxhash64(id), 1000000) AS DOUBLE) / 1000 AS x, "
+                "CAST(pmod(xxhash64(id * 7), 101) AS INT) AS a, "
+                "CAST(pmod(xxhash64(id * 7), 101) AS INT) DIV 10 AS b FROM range({n})")
+        unit = "(id DIV 3 + pmod(xxhash64(id), 2))"
     else:
         body = ("SELECT g AS id, ((hashint8(g) & 1048575) % 1000000)::float8 / 1000 AS x, "
                 "((hashint8(g * 7) & 1048575) % 101)::int AS a, "
                 "((hashint8(g * 7) & 1048575) % 101)::int / 10 AS b FROM generate_series(1, {n}) g")
         unit = "(g / 3 + (hashint8(g) & 1))"
+    tables = {"rows": body.format(n=rows),
+              "visits": body.replace("AS id", f"AS id, {unit} AS unit").format(n=rows)}
+    if backend.dialect == "sparkexact":
+        # written by the backend's own session (Sail keeps tables per session); Sail
+        # fails a CREATE TABLE … AS statement's collect (its row count is a uint64)
+        from pyspark.sql import SparkSession
+
+        session = SparkSession.builder.remote(backend.url).getOrCreate()
+        for table, select in tables.items():
+            session.sql(select).write.saveAsTable(table)
+        return
     with backend.transaction() as tx:
-        tx.execute("CREATE TABLE rows AS " + body.format(n=rows))
-        tx.execute("CREATE TABLE visits AS " + body.replace("AS id", f"AS id, {unit} AS unit")
-                   .format(n=rows))
+        for table, select in tables.items():
+            tx.execute(f"CREATE TABLE {table} AS {select}")
     if backend.dialect == "postgres":
         backend.query("ANALYZE rows")
         backend.query("ANALYZE visits")
@@ -144,15 +170,27 @@ def fresh_epsilon(session) -> None:
     list(session.execute(f"SET idp.epsilon = {0.1 + next(_MICRO_STEPS) * 1e-6:.6f}"))
 
 
-def ledger_counts(backend) -> dict[str, int]:
-    return dict(backend.query("SELECT status, count(*) FROM idp.ledger GROUP BY status"))
+def ledger_counts(store) -> dict[str, int]:
+    return dict(store.query("SELECT status, count(*) FROM idp.ledger GROUP BY status"))
 
 
-def run_backend(url: str, rows: int, repeat: int, only: str | None = None) -> list[tuple]:
+def run_backend(label: str, url: str, rows: int, repeat: int, only: str | None = None,
+                ledger: str | None = None) -> list[tuple]:
+    """``ledger``: the URL of the store beside a non-transactional backend (Spark)."""
     backend = open_backend(url)
-    print(f"[{backend.dialect}] loading {rows:,} rows ...", file=sys.stderr, flush=True)
+    store = open_backend(ledger) if ledger else backend
+    try:
+        return _run(label, backend, store, rows, repeat, only)
+    finally:  # an open Spark Connect session would keep the process from exiting
+        for opened in {backend, store}:
+            opened.close()
+
+
+def _run(label: str, backend, store, rows: int, repeat: int, only: str | None) -> list[tuple]:
+    print(f"[{label}] loading {rows:,} rows ...", file=sys.stderr, flush=True)
     load(backend, rows)
-    engine = Engine(RULES, backend)
+    engine = Engine(RULES, backend, store=store)
+    cached = backend.transactional  # Spark: no data version, so no answer is cached
     session = engine.session("bench")
     results = []
     fresh_epsilon(session)
@@ -164,28 +202,38 @@ def run_backend(url: str, rows: int, repeat: int, only: str | None = None) -> li
             continue
         settings = chosen[0] if chosen else Settings()
         list(session.execute(_SET.get(settings, "RESET idp.model; RESET idp.sensitivity")))
-        print(f"[{backend.dialect}] {name} ...", file=sys.stderr, flush=True)
-        plan = analyze(parse_statements(private_sql)[0], RULES, settings)
-        raw = timed(lambda sql=plain[backend.dialect]: backend.query(sql), repeat)
-        stats = timed(lambda plan=plan: engine.statistics(plan), repeat)
-        answer = lambda sql=private_sql: list(session.execute(sql))
-        before = ledger_counts(backend)
-        ours = timed(answer, repeat, before=lambda: fresh_epsilon(session))
+        print(f"[{label}] {name} ...", file=sys.stderr, flush=True)
+        try:
+            results.append(_case(label, name, private_sql, plain, settings, backend, store,
+                                 engine, session, repeat, cached))
+        except BackendFailed as failed:  # one line in the table; the other cases still run
+            results.append((label, name, f"failed: {failed.message}"))
+    raw = timed(lambda: backend.query(CASES[-1][2][_PLAIN[backend.dialect]]), repeat)
+    results.append((label, "user-level COUNT, first (computes c)", raw, first, first, None))
+    return results
+
+
+def _case(label, name, private_sql, plain, settings, backend, store, engine, session,
+          repeat: int, cached: bool) -> tuple:
+    """(label, name, plain, statistics, fresh answer, cache hit) seconds of one case."""
+    plan = analyze(parse_statements(private_sql)[0], RULES, settings)
+    raw = timed(lambda sql=plain[_PLAIN[backend.dialect]]: backend.query(sql), repeat)
+    stats = timed(lambda plan=plan: engine.statistics(plan), repeat)
+    answer = lambda sql=private_sql: list(session.execute(sql))
+    before = ledger_counts(store)
+    ours = timed(answer, repeat, before=lambda: fresh_epsilon(session))
+    hit = None
+    if cached:
         answer()  # the last ε once more: from the cache; timed next, ε unchanged
         hit = timed(answer, repeat)
-        after = ledger_counts(backend)
-        fresh = after.get("charged", 0) - before.get("charged", 0)
-        hits = after.get("served from cache", 0) - before.get("served from cache", 0)
-        if (fresh, hits) != (repeat, repeat + 1):
-            print(f"[{backend.dialect}] {name}: expected {repeat} fresh answers and "
-                  f"{repeat + 1} cache hits, the ledger shows {fresh} and {hits}",
-                  file=sys.stderr, flush=True)
-        results.append((backend.dialect, name, raw, stats, ours, hit))
-    raw = timed(lambda: backend.query(CASES[-1][2][backend.dialect]), repeat)
-    results.append((backend.dialect, "user-level COUNT, first (computes c)", raw, first,
-                    first, None))
-    backend.close()
-    return results
+    after = ledger_counts(store)
+    fresh = after.get("charged", 0) - before.get("charged", 0)
+    hits = after.get("served from cache", 0) - before.get("served from cache", 0)
+    if (fresh, hits) != ((repeat, repeat + 1) if cached else (repeat, 0)):
+        print(f"[{label}] {name}: expected {repeat} fresh answers and "
+              f"{repeat + 1 if cached else 0} cache hits, the ledger shows {fresh} and "
+              f"{hits}", file=sys.stderr, flush=True)
+    return label, name, raw, stats, ours, hit
 
 
 def main() -> None:
@@ -197,13 +245,19 @@ def main() -> None:
     args = parser.parse_args()
     results = []
     for name in args.backends.split(","):
-        if name == "duckdb":
-            with tempfile.TemporaryDirectory() as folder:
-                results += run_backend(f"duckdb:///{folder}/bench.duckdb", args.rows,
+        with tempfile.TemporaryDirectory() as folder:
+            if name == "duckdb":
+                results += run_backend(name, f"duckdb:///{folder}/bench.duckdb", args.rows,
                                        args.repeat, args.only)
-        elif name == "postgres":
-            with throwaway_postgres({"work_mem": "256MB", "shared_buffers": "1GB"}) as url:
-                results += run_backend(url, args.rows, args.repeat, args.only)
+            elif name == "postgres":
+                with throwaway_postgres({"work_mem": "256MB", "shared_buffers": "1GB"}) as url:
+                    results += run_backend(name, url, args.rows, args.repeat, args.only)
+            elif name in ("sail", "spark"):
+                server = (throwaway_sail(Path(folder) / name) if name == "sail" else
+                          throwaway_spark(Path(folder) / name, "4g", quick=False))
+                with server as url:
+                    results += run_backend(name, url, args.rows, args.repeat, args.only,
+                                           ledger=f"duckdb:///{folder}/ledger.duckdb")
     print(f"\n{args.rows:,} rows, median of {args.repeat} runs\n")
     print("plain: the aggregate alone on the backend; statistics: the pushed-down statistics\n"
           "(incl. the per-unit bound check) in one snapshot; idp-proxy: a fresh answer, all an\n"
@@ -211,7 +265,11 @@ def main() -> None:
           "cache entry); cache hit: the same query repeated, answered from the answer cache.\n")
     print(f"{'backend':<9} {'query':<37} {'plain':>8} {'statistics':>11} {'ratio':>7} "
           f"{'idp-proxy':>10} {'ratio':>7} {'cache hit':>10}")
-    for dialect, name, raw, stats, ours, hit in results:
+    for dialect, name, raw, *rest in results:
+        if not rest:
+            print(f"{dialect:<9} {name:<37} {raw}")
+            continue
+        stats, ours, hit = rest
         hit_text = "-" if hit is None else f"{hit:.3f}s"
         print(f"{dialect:<9} {name:<37} {raw:>7.3f}s {stats:>10.3f}s {stats / raw:>6.2f}x "
               f"{ours:>9.3f}s {ours / raw:>6.2f}x {hit_text:>10}")

@@ -47,7 +47,8 @@ def pytest_configure(config):
 SAIL_MODULE = "tests/test_spark.py"
 SHARED_MODULES = {"tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
                   "tests/test_clients.py", "tests/test_joins_multiplicity.py",
-                  "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_superset.py",
+                  "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_spark_real.py",
+                  "tests/test_superset.py",
                   "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
 
 
@@ -77,9 +78,14 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The slow tests start first, so that the short ones fill the workers' ends instead
-    of a minute-long test starting last."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+    """The slow tests start first, the longest first (``slow(seconds=…)``, else a
+    minute), so that the short ones fill the workers' ends instead of a minute-long test
+    starting last."""
+    def expected(item) -> float:
+        slow = item.get_closest_marker("slow")
+        return 0 if slow is None else slow.kwargs.get("seconds", 60)
+
+    items.sort(key=expected, reverse=True)  # stable
 
 @pytest.fixture(scope="session", autouse=True)
 def own_temporary_folder(tmp_path_factory):
