@@ -137,13 +137,12 @@ class _SparkTransaction(Transaction):
     def __init__(self, stopped, session: Any) -> None:
         super().__init__(stopped)
         self._session = session
-        self._schema: Any = None
+        self._last: Any = None  # the last statement's DataFrame, for columns()
 
     def _frame(self, sql: str, params: Sequence[Any]) -> Any:
         with _errors(sql):
-            frame = self._session.sql(sql.replace("%s", "?"), args=list(params) or None)
-            self._schema = frame.schema
-            return frame
+            self._last = self._session.sql(sql.replace("%s", "?"), args=list(params) or None)
+            return self._last
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         frame = self._frame(sql, params)
@@ -164,8 +163,13 @@ class _SparkTransaction(Transaction):
         raise BackendFailed("the Spark backend is read-only: it cannot store rows")
 
     def columns(self) -> list[tuple[str, str]]:
-        return [(field.name, spark_type(field.dataType.simpleString()))
-                for field in (self._schema.fields if self._schema is not None else [])]
+        """Asked of the last statement only when wanted: its schema is one more round
+        trip to the server (an AnalyzePlan), which the statistics do not need."""
+        if self._last is None:
+            return []
+        with _errors("(the last statement's columns)"):
+            fields = self._last.schema.fields
+        return [(field.name, spark_type(field.dataType.simpleString())) for field in fields]
 
 
 @contextmanager
