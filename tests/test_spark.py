@@ -83,17 +83,32 @@ def test_no_percentile_sent_to_spark_is_approximate(engines):
 
 
 def test_the_spark_dialect_renders_percentiles_exactly_or_not_at_all():
-    ordered = "PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY x NULLS LAST)"
+    ordered = "PERCENTILE_DISC(0.5D) WITHIN GROUP (ORDER BY x NULLS LAST)"
     assert sqlglot.transpile("SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM t",
                              read="postgres", write=DIALECT) == [f"SELECT {ordered} FROM t"]
     assert sqlglot.transpile("SELECT quantile_disc(x, [0.5, 0.9]) FROM t", read="duckdb",
                              write=DIALECT) == [
-        f"SELECT ARRAY({ordered}, {ordered.replace('0.5', '0.9')}) FROM t"]
+        f"SELECT ARRAY({ordered}, {ordered.replace('0.5D', '0.9D')}) FROM t"]
     assert sqlglot.transpile("SELECT quantile_cont(x, 0.5) FROM t", read="duckdb",
                              write=DIALECT) == [f"SELECT {ordered.replace('DISC', 'CONT')} FROM t"]
     with pytest.raises(UnsupportedError):
         sqlglot.transpile("SELECT approx_quantile(x, 0.5) FROM t", read="duckdb", write=DIALECT,
                           unsupported_level=sqlglot.ErrorLevel.RAISE)
+
+
+def test_a_fraction_compares_as_the_double_it_names(engines):
+    """Spark reads ``526.431`` as a DECIMAL(6, 3), and Sail compares a double with it
+    wrongly (the double 526.431 is not ≤ it there); ``sparkexact`` writes it as a DOUBLE,
+    so a value read back and written as a literal selects itself on Spark as on DuckDB
+    (the exponential mechanism's windows are cut at such literals)."""
+    value = exp.Div(this=exp.cast(exp.Literal.number(526431), "DOUBLE"),
+                    expression=exp.Literal.number(1000))
+    literal = exp.Literal.number(repr(526431 / 1000))
+    statement = exp.select(exp.LTE(this=value, expression=literal),
+                           exp.EQ(this=value.copy(), expression=literal.copy()))
+    answers = [engine.backend.query(statement.sql(dialect=engine.backend.dialect))
+               for engine in engines]
+    assert answers[0] == answers[1] == [(True, True)]
 
 
 def test_ordered_lists_and_slices_read_the_same_on_spark(engines):

@@ -8,7 +8,7 @@ ordered-set form exactly, so this dialect keeps it: one ``PERCENTILE_DISC(p) WIT
 GROUP (ORDER BY x)`` per fraction (an ARRAY of them for an array of fractions: Spark
 takes one fraction per call), and refuses to render an approximate quantile at all.
 It also keeps ``ARRAY_AGG(v ORDER BY v)`` ordered, which sqlglot renders as an
-unordered ``COLLECT_LIST(v)``.
+unordered ``COLLECT_LIST(v)``, and writes numbers with a fraction as DOUBLE literals.
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ def _array_agg(self: SparkGenerator, expression: exp.ArrayAgg) -> str:
     return _sorted_list(self, expression)
 
 
+def _literal(self: SparkGenerator, expression: exp.Literal) -> str:
+    """A number with a fraction or an exponent as a DOUBLE (``526.431D``): Spark reads
+    ``526.431`` as a DECIMAL(6, 3), and Sail compares a double with it wrongly (checked:
+    ``CAST(526431 AS DOUBLE) / 1000 <= 526.431`` is false there), where DuckDB and
+    PostgreSQL compare the double with the double the literal names."""
+    text = self.literal_sql(expression)
+    if expression.is_number and not expression.is_int:
+        return f"{text}D"
+    return text
+
+
 def _refused(self: SparkGenerator, expression: exp.Expression) -> str:
     raise UnsupportedError("an approximate percentile must never be computed")
 
@@ -93,6 +104,7 @@ class SparkExact(Spark):
             exp.ArrayAgg: _array_agg,
             exp.Filter: _filter,
             exp.Bracket: _bracket,
+            exp.Literal: _literal,
             exp.ApproxQuantile: _refused,
         }
 
