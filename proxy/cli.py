@@ -30,6 +30,9 @@ SPARK_NEEDS_LEDGER = ("a Spark backend (sc://) cannot hold the ledger: add --led
                       "duckdb:///ledger.duckdb or --ledger postgresql://user@host:port/db")
 LEDGER_NOT_SPARK = ("--ledger needs a store with transactions: duckdb:///ledger.duckdb or "
                     "postgresql://user@host:port/db, not sc://")
+# Elsewhere the ledger lives in the backend: a second one beside it would hold full budgets.
+LEDGER_ONLY_SPARK = ("--ledger is for a Spark backend (sc://); with DuckDB or PostgreSQL "
+                     "the ledger lives in the backend: drop --ledger")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
@@ -83,12 +86,16 @@ def _upgrade_demo(path: Path) -> None:
 
 def _ledger_url(backend: str | None) -> str | None:
     """``--ledger`` of the running command (None: the ledger lives in the backend),
-    checked against ``--backend``: a Spark backend needs one, and cannot be one."""
+    checked against ``--backend``: a Spark backend needs one and cannot be one, and no
+    other backend takes one (a run with it and a run without would keep two ledgers of
+    one data set, each with full budgets)."""
     ledger = click.get_current_context().meta.get(_LEDGER)
     if ledger is None and backend is not None and backend.startswith("sc://"):
         raise ProxyError(SPARK_NEEDS_LEDGER, "0A000")
     if ledger is not None and ledger.startswith("sc://"):
         raise ProxyError(LEDGER_NOT_SPARK, "22023")
+    if ledger is not None and not (backend or "").startswith("sc://"):
+        raise ProxyError(LEDGER_ONLY_SPARK, "22023")
     return ledger
 
 

@@ -247,6 +247,13 @@ def test_answers_metadata_and_user_level_bounds(engine):
     ("SET idp.sensitivity = 'instance'", "SELECT MEDIAN(score) FROM scores", BadSetting),
     ("SET idp.model = 'dp'; SET idp.sensitivity = 'instance'",
      "SELECT MEDIAN(kind) FROM scores", NotSupported),
+    # ranks are ⌈p·n⌉ in 64-bit integers: p's numerator times n must not overflow
+    ("SET idp.model = 'dp'",
+     "SELECT PERCENTILE_DISC(0.1234567) WITHIN GROUP (ORDER BY score) FROM scores",
+     NotSupported),
+    ("SET idp.model = 'idp'",
+     ("SELECT kind, PERCENTILE_DISC(0.123456789012345) WITHIN GROUP (ORDER BY score) "
+      "FROM scores GROUP BY kind"), NotSupported),
 ])
 def test_refusals_spend_nothing(engine, settings, sql, error):
     session = engine.session("zoe")
@@ -272,6 +279,10 @@ x = { type = "int", domain = [0.2, 0.8] }
     with pytest.raises(NotSupported, match="holds no integer") as caught:
         analyze(parse_statements("SELECT MEDIAN(x) FROM t")[0], rules, settings)
     assert "\n" not in str(caught.value)
+    six = "SELECT PERCENTILE_DISC(0.123456) WITHIN GROUP (ORDER BY x) FROM t"
+    globally = Settings(model="dp", sensitivity="global")
+    assert analyze(parse_statements(six)[0], rules, globally).aggregates[0].fraction == \
+        Fraction(123456, 10**6)  # six decimal places are taken
     # a plan without percentiles, MAX or MIN draws nothing by the mechanism
     assert not analyze(parse_statements("SELECT COUNT(x) FROM t")[0], rules,
                        settings).instance

@@ -20,13 +20,14 @@ from proxy.admin import Analyst
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
-from proxy.cli import LEDGER_NOT_SPARK, SPARK_NEEDS_LEDGER
+from proxy.cli import LEDGER_NOT_SPARK, LEDGER_ONLY_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, Refused, RulesError
 from proxy.ledger import Ledger
 from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
+from proxy.pushdown.scope import exact_sum, read_sum
 from proxy.pushdown.spark_dialect import DIALECT
 from proxy.pushdown.ungrouped import _beyond, _extremes
 from proxy.rules import parse_rules
@@ -111,6 +112,21 @@ def test_a_fraction_compares_as_the_double_it_names(engines):
     assert answers[0] == answers[1] == [(True, True)]
 
 
+def test_an_exact_sum_past_a_bigint_is_the_same_on_spark(engines):
+    """``exact_sum`` scales each value by 10⁶ into a BIGINT; three values of 4·10¹² sum
+    to 1.2·10¹⁹, past a BIGINT, which DuckDB widens and Spark does not (Sail wrapped it
+    to a negative total): on Spark the integers are summed as DECIMAL(38, 0)."""
+    rows = exp.union(*[exp.select(exp.alias_(exp.cast(exp.Literal.number(4 * 10**12),
+                                                      "DOUBLE"), "v")) for _ in range(3)],
+                     distinct=False)
+    for lower, upper in ((0, 9e12), (None, None)):  # the narrow and the wide forms
+        statement = exp.select(exact_sum(exp.column("v"), lower, upper)).from_(
+            rows.subquery("r"))
+        totals = [read_sum(engine.backend.query(statement.sql(
+            dialect=engine.backend.dialect))[0][0]) for engine in engines]
+        assert totals[0] == totals[1] == 1.2e13
+
+
 def test_ordered_lists_and_slices_read_the_same_on_spark(engines):
     """The extremes' forms (``ARRAY_AGG(v ORDER BY v)``, a slice, a FILTER on it), which
     sqlglot's Spark would render unordered: the same values as DuckDB."""
@@ -166,6 +182,11 @@ def test_the_cli_refuses_spark_without_a_ledger_beside_it(command, tmp_path):
     out = forked_cli.run([*command, "--backend", "sc://127.0.0.1:1", "--ledger", "sc://h:1"],
                          env=env)
     assert (out.returncode, out.stderr.strip()) == (1, f"ERROR [22023]: {LEDGER_NOT_SPARK}")
+    # elsewhere the ledger lives in the backend: a second one would hold full budgets
+    for backend in ([], ["--backend", f"duckdb:///{tmp_path / 'd.duckdb'}"]):
+        out = forked_cli.run([*command, *backend, "--ledger",
+                              f"duckdb:///{tmp_path / 'l.duckdb'}"], env=env)
+        assert (out.returncode, out.stderr.strip()) == (1, f"ERROR [22023]: {LEDGER_ONLY_SPARK}")
     assert not list(tmp_path.iterdir())  # not even the demo was created
 
 

@@ -197,7 +197,8 @@ def analyze(
         smooth_gamma=settings.smooth_gamma(rules),
         instance=(settings.instance_mechanism(rules)
                   and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates)),
-        piecewise=settings.resolve_sensitivity(rules) == "piecewise",
+        piecewise=(settings.resolve_sensitivity(rules) == "piecewise"
+                   and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates)),
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )

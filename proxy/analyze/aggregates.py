@@ -108,13 +108,22 @@ def _column(arg: exp.Expression, resolve_column, function: str) -> str:
     return resolve_column(arg)
 
 
+# p's decimal places at most: the backends compute ranks as ⌈p·n⌉ in 64-bit integers
+# (pushdown.grouped.rank_sql), p's numerator times n, exact below n = 9·10¹² rows; more
+# places would overflow (an error, or on Sail a wrapped rank) at a size of the data
+FRACTION_PLACES = 6
+
+
 def _fraction(arg: exp.Expression | None) -> Fraction:
-    """The percentile p, exactly as typed (0 ≤ p ≤ 1), so ranks are computed in integers."""
+    """The percentile p, exactly as typed (0 ≤ p ≤ 1, at most FRACTION_PLACES decimal
+    places), so ranks are computed in integers."""
     if isinstance(arg, exp.Literal) and not arg.is_string:
         try:
             value = Decimal(arg.name)
         except InvalidOperation:
             value = None
-        if value is not None and value.is_finite() and 0 <= value <= 1:
+        if (value is not None and value.is_finite() and 0 <= value <= 1
+                and value.normalize().as_tuple().exponent >= -FRACTION_PLACES):
             return Fraction(value)
-    raise NotSupported("the percentile must be a number between 0 and 1, e.g. 0.5")
+    raise NotSupported("the percentile must be a number between 0 and 1 with at most "
+                       f"{FRACTION_PLACES} decimal places, e.g. 0.5")

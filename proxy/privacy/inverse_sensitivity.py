@@ -224,8 +224,9 @@ def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: R
     weighs (its candidates)·e^{−λd₀} ≥ its true weight, and is chosen exactly
     (``choose``); a block of it by its count, a candidate uniformly, and the candidate is
     kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1} (d(y) counted in the backend for a
-    tail block; a gap's d(y) of the piecewise form is at most its floor + 1, so
-    d(y) − d₀ ≤ w there too). A round keeps y with probability e^{−λd(y)} / (the envelope's total),
+    tail block; a gap's d(y) of the piecewise form is at most its floor + 1, so there
+    d(y) − d₀ < w + 1 and the chance is at least e^{−1−λ}). A round keeps y with
+    probability e^{−λd(y)} / (the envelope's total),
     so the kept y follows the mechanism's law; banding makes the exact choice run over
     a few dozen bands instead of every block of a wide window."""
     width = max(1, math.floor(1 / scale))

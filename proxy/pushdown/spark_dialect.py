@@ -8,7 +8,8 @@ ordered-set form exactly, so this dialect keeps it: one ``PERCENTILE_DISC(p) WIT
 GROUP (ORDER BY x)`` per fraction (an ARRAY of them for an array of fractions: Spark
 takes one fraction per call), and refuses to render an approximate quantile at all.
 It also keeps ``ARRAY_AGG(v ORDER BY v)`` ordered, which sqlglot renders as an
-unordered ``COLLECT_LIST(v)``, and writes numbers with a fraction as DOUBLE literals.
+unordered ``COLLECT_LIST(v)``, writes numbers with a fraction as DOUBLE literals, and
+sums BIGINTs as DECIMAL(38, 0).
 """
 
 from __future__ import annotations
@@ -89,6 +90,17 @@ def _literal(self: SparkGenerator, expression: exp.Literal) -> str:
     return text
 
 
+def _sum(self: SparkGenerator, expression: exp.Sum) -> str:
+    """A sum of BIGINTs (``scope.exact_sum``'s integers) as a sum of DECIMAL(38, 0):
+    Spark sums a BIGINT into a BIGINT, which wraps on Sail and fails under ANSI mode at
+    a size of the data, where DuckDB (HUGEINT) and PostgreSQL (NUMERIC) widen."""
+    value = expression.this
+    if isinstance(value, exp.Cast) and value.to.this == exp.DataType.Type.BIGINT:
+        widened = exp.cast(value.this.copy(), exp.DataType.build("DECIMAL(38, 0)"))
+        return self.func("SUM", widened)
+    return self.function_fallback_sql(expression)
+
+
 def _refused(self: SparkGenerator, expression: exp.Expression) -> str:
     raise UnsupportedError("an approximate percentile must never be computed")
 
@@ -105,6 +117,7 @@ class SparkExact(Spark):
             exp.Filter: _filter,
             exp.Bracket: _bracket,
             exp.Literal: _literal,
+            exp.Sum: _sum,
             exp.ApproxQuantile: _refused,
         }
 

@@ -105,8 +105,8 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         refs = {RankRef(target.anchor, offset, target.fraction) for target, reach in spans
                 for offset in (range(-reach, reach + 1) if target.anchor == PCT
                                else range(reach + 1))}
-        groups = grouped_list_statistics(plan, (replace(need, ranks=frozenset(refs)),),
-                                         clip_rows_per_unit, execute)
+        ranked = replace(need, ranks=frozenset(refs), total=False, spread=False)
+        groups = grouped_list_statistics(plan, (ranked,), clip_rows_per_unit, execute)
         if groups is not None:
             return {key: {ref.rank(stats.n): value for ref, value in stats.values.items()
                           if value is not None}
