@@ -184,6 +184,9 @@ def analyze(
                                "idp.model = 'idp'")
     _check_domains(table, aggregates, model)
     where = select.args.get("where")
+    # percentiles, MAX and MIN drawn by the exponential mechanism (docs/privacy.md §5.3)
+    draws = (settings.instance_mechanism(rules)
+             and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates))
     plan = QueryPlan(
         table=table,
         where=check_predicate(where.this, table, declared) if where else None,
@@ -195,10 +198,8 @@ def analyze(
         model=model,
         epsilon=epsilon,
         smooth_gamma=settings.smooth_gamma(rules),
-        instance=(settings.instance_mechanism(rules)
-                  and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates)),
-        piecewise=(settings.resolve_sensitivity(rules) == "piecewise"
-                   and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates)),
+        instance=draws,
+        piecewise=draws and settings.resolve_sensitivity(rules) == "piecewise",
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )

@@ -91,13 +91,7 @@ def statistics_query(
 def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
     """Per group: non-null count, exact decimal sum and values at the requested ranks."""
     value = exp.column(name)
-    partition = [exp.column(k) for k in keys]
-    ranked = exp.select(
-        *keys, exp.alias_(value, "v"),
-        exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=partition,
-                              order=exp.Order(expressions=[value])), "rn"),
-        exp.alias_(exp.Window(this=exp.Count(this=exp.Star()), partition_by=partition), "n"),
-    ).from_("scope").where(value.is_(exp.null()).not_())
+    ranked = numbered(value, keys, exp.to_table("scope"))
     if not need.ranks:  # no order statistics: a plain aggregate, no sort
         ranked = exp.select(*keys, exp.alias_(value, "v"), exp.alias_(exp.Literal.number(0), "rn"),
                             exp.alias_(exp.Literal.number(0), "n")).from_("scope")
@@ -113,6 +107,19 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
         pick = exp.Case().when(hit, exp.column("v"))
         stats = stats.select(exp.alias_(exp.Max(this=pick), f"{name}_r{j}"))
     return stats.from_(ranked.subquery("ranked")).group_by(*keys)
+
+
+def numbered(value: exp.Expression, keys, source: exp.Expression) -> exp.Select:
+    """``source``'s non-null ``value`` as v with its rank rn in its group (the keys) and
+    the group's count n: one sort of the source, by key and value."""
+    partition = [exp.column(k) for k in keys]
+    return exp.select(
+        *keys, exp.alias_(value, "v"),
+        exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=partition,
+                              order=exp.Order(expressions=[value.copy()])), "rn"),
+        exp.alias_(exp.Window(this=exp.Count(this=exp.Star()),
+                              partition_by=[k.copy() for k in partition]), "n"),
+    ).from_(source).where(value.is_(exp.null()).not_())
 
 
 def rank_sql(ref: RankRef, n: exp.Expression) -> exp.Expression:

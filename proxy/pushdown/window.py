@@ -12,7 +12,7 @@ from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
 from proxy.errors import BackendFailed
-from proxy.pushdown.grouped import rank_sql
+from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
@@ -113,20 +113,13 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                     for key, group in groups.items()
                     for stats in (group.columns[need.column],)}
     keys = group_keys(plan)
-    value, partition = exp.column("c0"), [exp.column(k) for k in keys]
-    ranked = exp.select(
-        *keys, exp.alias_(value, "v"),
-        exp.alias_(exp.Window(this=exp.RowNumber(), partition_by=partition,
-                              order=exp.Order(expressions=[value])), "rn"),
-        exp.alias_(exp.Window(this=exp.Count(this=exp.Star()), partition_by=[
-            exp.column(k) for k in keys]), "n"),
-    ).from_(scope_select(plan, (need,), clip_rows_per_unit).subquery("s"))
-    ranked = ranked.where(value.is_(exp.null()).not_())
-    near = exp.or_(*[exp.column("rn").between(
+    ranked = numbered(exp.column("c0"), keys,
+                      scope_select(plan, (need,), clip_rows_per_unit).subquery("s"))
+    within = exp.or_(*[exp.column("rn").between(
         exp.Sub(this=rank_sql(target, exp.column("n")), expression=exp.Literal.number(reach)),
         exp.Add(this=rank_sql(target, exp.column("n")), expression=exp.Literal.number(reach)))
         for target, reach in spans])
-    statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(near)
+    statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(within)
     found: dict[tuple, dict[int, float]] = {}
     for row in execute(statement.sql(dialect=dialect)):
         found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.normalise(row[-2])
