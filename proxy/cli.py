@@ -99,11 +99,10 @@ def _ledger_url(backend: str | None) -> str | None:
     return ledger
 
 
-def _store(backend: str | None) -> Backend | None:
-    """The backend of ``--ledger``, opened (None: none given)."""
+def _store(ledger: str | None) -> Backend | None:
+    """The backend of ``--ledger`` (``_ledger_url``), opened (None: none given)."""
     from proxy.backends import open_backend
 
-    ledger = _ledger_url(backend)
     return None if ledger is None else open_backend(ledger)
 
 
@@ -114,7 +113,7 @@ def _target(rules_path: str | None, backend: str | None, target: str) -> Any:
     opens the backend."""
     rules = _rules(rules_path)
     try:
-        store = _store(backend)
+        store = _store(_ledger_url(backend))
         opened = _open(backend) if target == "analyst" or store is None else None
     except DatabaseInUse as exc:
         from proxy.admin import reach_server
@@ -458,7 +457,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     with progress("starting the server and its catalog"):
         rules = _rules(rules_path)
         ledger = _ledger_url(backend)
-        store = _store(backend)
+        store = _store(ledger)
         engine = Engine(rules, _open(backend, rules.server.backend_connections), store=store)
         users = Users(engine.ledger)
         workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
