@@ -156,7 +156,7 @@ class Engine:
         ``report_scale = "private"``), read from windows of ranks in the same snapshot."""
         dialect = self.backend.dialect
         clip = plan.contribution_bound if plan.model == "dp" else None
-        bounded = (plan.model == "idp" and not plan.group_by
+        bounded = (plan.local and not plan.group_by
                    and self.rules.defaults.report_scale == "private")
         with self._in(plan, view) as reading:
             plan, tx = reading.plan or plan, reading.tx
@@ -253,7 +253,7 @@ class Engine:
                 version
         defaults = self.rules.defaults
         calibration = Calibration(plan.model, shift, defaults.local_sensitivity_floor,
-                                  defaults.exact_release, defaults.report_scale)
+                                  defaults.exact_release, defaults.report_scale, plan.local)
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version
@@ -329,7 +329,7 @@ class Engine:
     def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:
         defaults = self.rules.defaults
         calibration = (defaults.local_sensitivity_floor, defaults.exact_release,
-                       defaults.report_scale)
+                       defaults.report_scale, defaults.noise_scale)
         return cache_key(sql, plan, calibration, version)
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:

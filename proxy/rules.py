@@ -24,6 +24,9 @@ from proxy.statistics import bound_problem
 
 MODELS = ("idp", "dp")
 REPORT_SCALE = ("private", "none", "rounded")
+# How iDP noise is scaled: "private" (a scale no data set's values decide: docs/privacy.md
+# §2) or "local", raw iDP (noise = LS(D)/ε, the owner's opt-in; docs/threat-model.md)
+NOISE_SCALES = ("private", "local")
 AUTH_METHODS = ("scram", "trust")
 COLUMN_TYPES = ("int", "float", "text", "bool", "date", "timestamp")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -96,6 +99,7 @@ class Defaults:
     min_epsilon_per_query: Decimal = Decimal("0.000001")  # the smallest ε written
     budget_per_analyst: Decimal = Decimal(1)
     report_scale: str = "none"
+    noise_scale: str = "private"
     local_sensitivity_floor: float = 0.0
     exact_release: bool = False  # LS = 0 released without noise (an owner's opt-in)
     global_budget: Decimal | None = None  # across all analysts; None: no global limit
@@ -286,6 +290,9 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
         values["report_scale"] = reader.choice(
             body["report_scale"], "defaults.report_scale", REPORT_SCALE
         )
+    if "noise_scale" in body:
+        values["noise_scale"] = reader.choice(body["noise_scale"], "defaults.noise_scale",
+                                              NOISE_SCALES)
     for key in ("epsilon_per_query", "max_epsilon_per_query", "min_epsilon_per_query",
                 "budget_per_analyst", "global_budget"):
         if key in body:

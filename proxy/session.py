@@ -40,10 +40,10 @@ from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
 from proxy.rules import Rules
 from proxy.settings import (
     DEFAULT_GAMMA,
-    DEFAULT_SENSITIVITY,
     SessionCommand,
     Settings,
     apply_command,
+    default_sensitivity,
     epsilon_hint,
     session_command,
 )
@@ -190,8 +190,8 @@ class Session:
         if name == "idp.prior":
             return self.settings.prior.text if self.settings.prior else ""
         if name == "idp.sensitivity":
-            return self.settings.sensitivity or DEFAULT_SENSITIVITY[
-                self.settings.model or rules.defaults.model]
+            return self.settings.sensitivity or default_sensitivity(
+                self.settings.model or rules.defaults.model, rules)
         return dict(self.settings.other).get(name, "")
 
     def _private(self, normalised: str, plan: QueryPlan) -> Answer:
@@ -291,8 +291,7 @@ def _multiplicity_note(plan: QueryPlan) -> str:
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
-_SENSITIVITY = {"idp": "local, rounded up to a power of two",
-                "refinement": "none (knowledge refinement does not depend on it)"}
+_SENSITIVITY = {"refinement": "none (knowledge refinement does not depend on it)"}
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 
 
@@ -397,6 +396,8 @@ def _sensitivity(plan: QueryPlan) -> str:
         return (f"{_exponential(plan)} (exponential mechanism, utility minus the "
                 f"{'interpolated ' if plan.piecewise else ''}rank distance) for "
                 "percentiles, MAX and MIN; global otherwise")
+    if plan.local:
+        return "local, rounded up to a power of two"
     return _SENSITIVITY.get(plan.model, "global")
 
 

@@ -19,10 +19,12 @@ from proxy.privacy.refinement import PriorSpec, parse_prior
 from proxy.rules import MODELS, Rules
 
 SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
-# under DP percentiles, MAX and MIN are drawn by the exponential mechanism (the best DP
-# option measured: benchmarks/README.md, utility); other aggregates are global either way
-DEFAULT_SENSITIVITY = {"idp": "local", "dp": "instance"}
-FITS = {"idp": ("local",), "dp": ("global", "smooth", "instance", "piecewise")}
+# Percentiles, MAX and MIN are drawn by the exponential mechanism (the best DP option
+# measured: benchmarks/README.md, utility) under both models; other aggregates take
+# the global sensitivity. Raw iDP ("local") is the owner's opt-in ([defaults]
+# noise_scale = "local"), and then iDP's default: its noise's scale is a function of
+# the data (docs/threat-model.md).
+FITS = {"idp": ("instance", "piecewise"), "dp": ("global", "smooth", "instance", "piecewise")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
 
@@ -39,17 +41,24 @@ class Settings:
 
     def resolve_model(self, rules: Rules) -> str:
         model = self.model or rules.defaults.model
-        sensitivity = self.sensitivity or DEFAULT_SENSITIVITY[model]
-        if sensitivity not in FITS[model]:
+        sensitivity = self.sensitivity or default_sensitivity(model, rules)
+        fits = _fits(model, rules)
+        if sensitivity not in fits:
+            if sensitivity == "local" and model == "idp":
+                raise BadSetting("idp.sensitivity = 'local' (noise scaled to the data's own "
+                                 "local sensitivity) is the data owner's opt-in, [defaults] "
+                                 "noise_scale = \"local\" in the rules; use 'instance' or "
+                                 "'piecewise'")
             raise BadSetting(
                 f"idp.sensitivity = '{sensitivity}' does not fit idp.model = '{model}'; "
-                "use 'local' with 'idp', and 'global', 'smooth', 'instance' or 'piecewise' with 'dp'"
+                f"use {_either(_fits('idp', rules))} with 'idp', and "
+                f"{_either(_fits('dp', rules))} with 'dp'"
             )
         return model
 
     def resolve_sensitivity(self, rules: Rules) -> str:
         """The sensitivity in force: the one SET, else the model's default."""
-        return self.sensitivity or DEFAULT_SENSITIVITY[self.resolve_model(rules)]
+        return self.sensitivity or default_sensitivity(self.resolve_model(rules), rules)
 
     def smooth_gamma(self, rules: Rules) -> float | None:
         """γ when the noise is calibrated to the smooth sensitivity, else None."""
@@ -72,6 +81,20 @@ class Settings:
                 f"choose a value from {low} to {limit}"
             )
         return epsilon
+
+
+def _fits(model: str, rules: Rules) -> tuple[str, ...]:
+    local = ("local",) if model == "idp" and rules.defaults.noise_scale == "local" else ()
+    return local + FITS[model]
+
+
+def default_sensitivity(model: str, rules: Rules) -> str:
+    return _fits(model, rules)[0] if model == "idp" else "instance"
+
+
+def _either(names: tuple[str, ...]) -> str:
+    quoted = [f"'{name}'" for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 @dataclass(frozen=True)

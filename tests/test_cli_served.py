@@ -105,8 +105,8 @@ def test_a_noisy_query_through_the_server_prints_as_alone_and_is_charged_once(se
     assert [part.strip() for part in lines[0].split("|")] == ["n", "median"]
     assert re.fullmatch(r"-+\+-+", lines[1]) and lines[3] == "(1 row)"
     assert [float(part) for part in lines[2].split("|")]
-    assert lines[4].startswith("NOTICE: iDP") and lines[4].endswith(
-        "spent epsilon 0.1, 99.9 remaining") and len(lines) == 5
+    assert lines[4].startswith("NOTICE: iDP") and (
+        "spent epsilon 0.1, 99.9 remaining; 95% error bound n ±" in lines[4]) and len(lines) == 5
     (answer,) = described
     assert answer["columns"] == ["n", "median"] and len(answer["rows"]) == 1
     assert answer["privacy"]["epsilon_spent"] == Decimal("0.2")

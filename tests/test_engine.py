@@ -21,7 +21,8 @@ RULES_TEXT = """
 model = "idp"
 epsilon_per_query = 0.3
 budget_per_analyst = 1.0
-report_scale = "rounded"  # the owner's opt-in: these tests read the bound
+report_scale = "rounded"  # the owner's opt-ins: these tests read the bound
+noise_scale = "local"  # of raw iDP (the default's own tests: tests/test_default_scale.py)
 
 [analysts.alice]
 budget = 1.0
@@ -368,13 +369,18 @@ def test_unit_bound_follows_the_data(engine):
 
 @pytest.fixture
 def no_noise(monkeypatch):
-    """The mechanisms return the true value: what remains is the answer's plumbing."""
-    from proxy.privacy import noisy_answers
+    """The mechanisms return the true value: what remains is the answer's plumbing. The
+    exponential mechanism gives the value at its target rank (its law's mode), read
+    through the same window a draw reads; an empty scope the domain's lower end."""
+    from proxy.privacy import inverse_sensitivity, noisy_answers
     from proxy.privacy.mechanisms import Noisy
 
     exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
     monkeypatch.setattr(noisy_answers, "laplace_real", exact)
     monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release",
+                        lambda n, rank, shift, epsilon, grid, fetch, *rest, **kwargs:
+                        fetch(rank, rank)[0] if n else grid.lower)
 
 
 def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):

@@ -158,8 +158,7 @@ def test_backend_statistics_of_new_forms_match_python(engine):
     stddev = by_name["stddev1"]
     assert stddev.n == len(income)
     assert stddev.m2 == pytest.approx(float(np.sum((income - income.mean()) ** 2)), rel=1e-9)
-    assert min(stddev.values.values()) == pytest.approx(float(income.min()))
-    assert max(stddev.values.values()) == pytest.approx(float(income.max()))
+    assert stddev.values == {}  # the extremes serve raw iDP's spread only
     assert by_name["count2"].n == sum(a > 30 for a in people["age"])
     tens = np.array([math.trunc(a / 10) for a in people["age"]], dtype=float)  # int / int
     assert by_name["var_pop3"].m2 == pytest.approx(float(np.sum((tens - tens.mean()) ** 2)))

@@ -244,7 +244,8 @@ def test_answers_metadata_and_user_level_bounds(engine):
 
 
 @pytest.mark.parametrize("settings,sql,error", [
-    ("SET idp.sensitivity = 'instance'", "SELECT MEDIAN(score) FROM scores", BadSetting),
+    # raw iDP is the owner's opt-in (docs/privacy.md §2), not an analyst's setting
+    ("SET idp.sensitivity = 'local'", "SELECT MEDIAN(score) FROM scores", BadSetting),
     ("SET idp.model = 'dp'; SET idp.sensitivity = 'instance'",
      "SELECT MEDIAN(kind) FROM scores", NotSupported),
     # ranks are ⌈p·n⌉ in 64-bit integers: p's numerator times n must not overflow

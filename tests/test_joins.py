@@ -20,6 +20,7 @@ from tests.conftest import load_table
 
 RULES = """
 [defaults]
+noise_scale = "local"  # raw iDP: the statistics its sensitivities read
 budget_per_analyst = 10
 max_groups = {max_groups}
 

@@ -21,6 +21,7 @@ from tests.test_joins import recorded_statistics, refused_for_free
 
 RULES = parse_rules("""
 [defaults]
+noise_scale = "local"  # raw iDP: the statistics its sensitivities read
 budget_per_analyst = 10
 
 [analysts.alice]

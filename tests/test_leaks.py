@@ -130,7 +130,7 @@ def test_whole_table_count_is_public_and_free(pair):
     assert mixed.privacy["epsilon_spent"] == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("pair", ['exact_release = true'], indirect=True)
+@pytest.mark.parametrize("pair", ['exact_release = true\nnoise_scale = "local"'], indirect=True)
 def test_exact_release_is_an_owner_opt_in(pair):
     """With ``exact_release = true`` the owner accepts that ties show: D's tied scope
     comes back exactly, labelled so (docs/privacy.md says what it reveals)."""
@@ -138,7 +138,8 @@ def test_exact_release_is_an_owner_opt_in(pair):
     assert answer.rows == [(50_000.0,)] and "exact" in answer.privacy["mechanism"]
 
 
-@pytest.mark.parametrize("pair", ['report_scale = "private"'], indirect=True)
+@pytest.mark.parametrize("pair", ['report_scale = "private"\nnoise_scale = "local"'],
+                         indirect=True)
 def test_the_private_bound_does_not_tell_in_scope_from_out_of_scope(pair):
     """Item 3, the audit's bisection: ``WHERE person_id = 42 AND income < c`` printed
     ±2.5e13 when person 42 was out of scope and ±5.0e13 when in. With "private" the
@@ -160,7 +161,8 @@ def test_the_private_bound_does_not_tell_in_scope_from_out_of_scope(pair):
     assert usual["in"] == usual["out"]
 
 
-@pytest.mark.parametrize("pair", ['report_scale = "private"'], indirect=True)
+@pytest.mark.parametrize("pair", ['report_scale = "private"\nnoise_scale = "local"'],
+                         indirect=True)
 def test_the_private_bound_covers_the_error(pair):
     """The printed bound holds: the level is at least the local sensitivity with
     probability ≥ 97.5% and the noise within its 97.5% interval, so at least 95% of
@@ -185,3 +187,60 @@ def test_a_minimum_epsilon_prices_the_noise_magnitude_test(pair):
         list(session.execute("/*+ epsilon=0.000001 */ SELECT SUM(income) FROM people"))
     assert refused.value.sqlstate == "22023" and "from 0.01 to 1" in str(refused.value)
     assert engine.ledger.remaining("eve") == before and engine.ledger.entries("eve") == []
+
+
+# Issue 29 item 2: person 70's income is 50,000 in D and 41,127.40 in D'; the CASE fires
+# for them in D only, so raw iDP's local sensitivity of the SUM is 10^6 in D and 0 (the
+# floor) in D', and the spread of one answer told which.
+STEERED = ("/*+ epsilon=0.000001 */ SELECT SUM(CASE WHEN person_id = 70 AND income > 45000 "
+           "THEN 1000000 ELSE 0 END) FROM people WHERE person_id > 0")
+
+
+def _spread(engine: Engine, sql: str, times: int) -> tuple[float, set]:
+    """The median |answer| of ``times`` rephrasings, and the 95% bounds they showed."""
+    answers = _ask(engine, sql, times)
+    values = sorted(abs(answer.rows[0][0]) for answer in answers)
+    return values[len(values) // 2], {answer.privacy["ci95"]["sum"][0] for answer in answers}
+
+
+def test_steering_the_sensitivity_with_one_value_reads_nothing_by_default(pair):
+    """By default the noise's scale is the same for D and D' (the global sensitivity of
+    the CASE's domain, 10^6·s): the answers have one law, and its 95% bound, now public,
+    is shown and equal. The median |answer| of 25 draws is within 3x across the pair
+    (Laplace medians of 25 draws stray beyond that with probability < 10^-6), against
+    10^6 x under raw iDP (next test)."""
+    (fired, fired_bounds), (quiet, quiet_bounds) = (_spread(e, STEERED, 25) for e in pair)
+    assert fired_bounds == quiet_bounds and len(fired_bounds) == 1
+    scale = 1_000_000 / 0.000001
+    assert None not in fired_bounds and fired_bounds.pop() == pytest.approx(scale * 3.0, rel=0.01)
+    assert 1 / 3 < fired / quiet < 3
+    assert 0.2 * scale < fired < 3 * scale  # Laplace(scale): median |Z| = scale·ln 2
+
+
+@pytest.mark.parametrize("pair", ['noise_scale = "local"'], indirect=True)
+def test_raw_idp_is_the_owner_opt_in_that_the_steering_reads(pair):
+    """``noise_scale = "local"`` restores raw iDP, and with it the attack the default
+    closes (docs/threat-model.md): the noise follows the person's value."""
+    (fired, _), (quiet, _) = (_spread(e, STEERED, 5) for e in pair)
+    assert fired > 1000 * quiet
+
+
+def test_a_note_carries_no_number_of_the_data(tmp_path):
+    """Item 4: raw iDP's MAX without a declared upper bound answers a value just below
+    the maximum, and its note said "the 24th largest value": c·g + 1, the busiest unit's
+    row count. The note is now one text whatever c, with no number in it. (abs() of a
+    column without a domain has a lower bound, 0, and no upper one.)"""
+    rules = parse_rules(RULES.format(extra='noise_scale = "local"').replace(
+        'domain = [0, 1000000], resolution = 0.01', 'resolution = 0.01'))
+    notes = []
+    for rows_of_busiest in (1, 23):
+        url = f"duckdb:///{tmp_path / f'c{rows_of_busiest}.duckdb'}"
+        ids = [1] * rows_of_busiest + list(range(2, 60))
+        load_table(url, "people", {"person_id": ids,
+                                   "income": [float(i) for i in range(len(ids))]}, TYPES)
+        engine = Engine(rules, open_backend(url))
+        (answer,) = engine.session("eve").execute("SELECT MAX(abs(income)) FROM people")
+        notes.append(answer.privacy["notes"])
+        engine.backend.close()
+    assert notes[0] == notes[1] and notes[0]
+    assert not any(ch.isdigit() for note in notes[0] for ch in note)

@@ -47,6 +47,7 @@ from tests.privacy.reference import order_values
 RULES = parse_rules("""
 [defaults]
 report_scale = "rounded"
+noise_scale = "local"  # raw iDP: its statistics and sensitivities over non-finite values
 epsilon_per_query = 0.5
 [analysts.ann]
 budget = 10000

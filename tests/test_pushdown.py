@@ -22,6 +22,8 @@ from tests.conftest import load_table
 from tests.privacy.reference import order_values
 
 RULES_TEXT = """
+[defaults]
+noise_scale = "local"  # raw iDP: the local sensitivities tested here
 [analysts.ann]
 budget = 100
 [tables.t]

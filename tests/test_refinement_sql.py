@@ -104,7 +104,7 @@ def test_a_median_with_a_prior_is_refined_and_says_so(engine):
                                                             *factors(0.5))]
     run(session, "RESET idp.prior")
     (answer,) = run(session, "SELECT MEDIAN(income) FROM people")
-    assert answer.privacy["model"] == "iDP" and "Laplace" in answer.privacy["mechanism"]
+    assert answer.privacy["model"] == "iDP" and "exponential" in answer.privacy["mechanism"]
     assert run(session, "SHOW idp.prior")[0].rows == [("",)]
 
 

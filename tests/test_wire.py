@@ -170,7 +170,7 @@ SHOW idp.budget;
     assert 10000 <= float(lines[1]) <= 90000 and 10000 <= float(lines[2]) <= 90000
     notices = [line for line in out.stderr.splitlines() if "NOTICE" in line]
     assert "DP (knowledge refinement of the prior uniform(10000, 90000))" in notices[0]
-    assert "iDP (Laplace" in notices[2]
+    assert "iDP (exponential mechanism" in notices[2]
     assert ("ERROR:  income of one person_id is an individual query: it needs a prior first"
             in out.stderr)
     # three answers at 0.1 (or fewer: an earlier test may have asked the same), refusal free
@@ -367,12 +367,12 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
             "region", "n", "n_ci95_low", "n_ci95_high", "median", "median_ci95_low",
             "median_ci95_high"]
         for region, n, low, high, median, median_low, median_high in cursor.fetchall():
-            # In the domain, not > 0: west's median (29,395.93) is 268.64 below the next
-            # rank, so LS rounds up to 512 and, at ε/2 per cell (scale ≈ 10,240), the
-            # noisy median is clamped to the lower bound 0 in ≈ 2.8% of runs
             assert region in REGIONS and n > 0 and 0 <= median <= 1_000_000
-            # report_scale "none" (the default): iDP bounds would reveal the data
-            assert low is high is median_low is median_high is None
+            # the count's scale is public (s = 1 on every neighbour): its interval is
+            # shown; the median's exponential mechanism has none (it would tell the
+            # data's density around the answer)
+            assert low < n < high and high - n == pytest.approx(n - low)
+            assert median_low is median_high is None
         con.execute("RESET idp.intervals")
         assert len(con.execute("SELECT COUNT(*) FROM people").description) == 1
 

@@ -182,7 +182,7 @@ def analyze(
             raise NotSupported(f"the DP model on {join.table.name} needs max_rows_per_unit in "
                                "the rules (a contribution bound per privacy unit); use "
                                "idp.model = 'idp'")
-    _check_domains(table, aggregates, model)
+    _check_domains(table, aggregates, model, settings.resolve_sensitivity(rules) == "local")
     where = select.args.get("where")
     # percentiles, MAX and MIN drawn by the exponential mechanism (docs/privacy.md §5.3)
     draws = (settings.instance_mechanism(rules)
@@ -200,6 +200,7 @@ def analyze(
         smooth_gamma=settings.smooth_gamma(rules),
         instance=draws,
         piecewise=draws and settings.resolve_sensitivity(rules) == "piecewise",
+        local=settings.resolve_sensitivity(rules) == "local",
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )
@@ -281,7 +282,7 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
     refined = replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None,
-                      instance=False, piecewise=False)
+                      instance=False, piecewise=False, local=False)
     try:
         answer_prior(refined)
     except ValueError as exc:
@@ -289,8 +290,11 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
     return refined
 
 
-def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) -> None:
-    """Model-specific needs for declared bounds: decided by the rules, never by data."""
+def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
+                   local: bool) -> None:
+    """Model-specific needs for declared bounds: decided by the rules, never by data.
+    Raw iDP (``local``) falls back to a bound for tiny scopes only; every other scale,
+    and the exponential mechanism's candidates, need the whole domain."""
     for agg in aggregates:
         if agg.column is None:
             continue
@@ -303,12 +307,18 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str) 
         if model == "dp" and needs_number and not both:
             raise NotSupported(f"the DP model needs a declared domain for {agg.column}; "
                                "ask the data owner to add domain = [lower, upper] to the rules")
-        if model == "idp" and agg.kind in (PERCENTILE, SUM, AVG, *SPREADS) and not both:
+        if model == "idp" and needs_number and not both and not local:
+            raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a declared domain "
+                               f"for {agg.column}: its noise is scaled by the domain, or "
+                               "drawn among its points; ask the data owner to add "
+                               "domain = [lower, upper] to the rules")
+        if model == "idp" and local and agg.kind in (PERCENTILE, SUM, AVG, *SPREADS) \
+                and not both:
             raise NotSupported(f"{agg.label.upper()}({agg.column}) under iDP needs a declared "
                                f"domain for {agg.column} (the fallback for tiny scopes); "
                                "ask the data owner")
         fallback = column.lower if agg.kind == MAX else column.upper
-        if model == "idp" and agg.kind in (MAX, MIN) and fallback is None:
+        if model == "idp" and local and agg.kind in (MAX, MIN) and fallback is None:
             bound = "lower" if agg.kind == MAX else "upper"
             raise NotSupported(f"{agg.kind.upper()}({agg.column}) under iDP needs a declared "
                                f"{bound} bound for {agg.column} (the fallback for tiny scopes); "

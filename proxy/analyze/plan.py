@@ -67,8 +67,11 @@ class QueryPlan:
     prior: PriorSpec | None = None
     individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
     smooth_gamma: float | None = None  # DP noise calibrated to the smooth sensitivity
-    instance: bool = False  # DP percentiles, MAX and MIN by the exponential mechanism
+    instance: bool = False  # percentiles, MAX and MIN by the exponential mechanism
     piecewise: bool = False  # ... in its piecewise form (interpolated rank distance)
+    # iDP noise scaled to the data's own local sensitivity (raw iDP: the owner's opt-in,
+    # [defaults] noise_scale = "local"); else every scale is the data's private choice
+    local: bool = False
     post: Any = None  # an outer query over the released rows (proxy.analyze.outer), or None
     # public tables joined many-to-one, a second protected table on the privacy unit
     # (proxy.analyze.joins); of a plan over units, the joins of its per-unit query

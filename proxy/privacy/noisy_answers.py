@@ -47,7 +47,10 @@ class Calibration:
     iDP, the declared bound under DP); ``floor`` the rules' minimum sensitivity, raised
     to the column's public resolution unless the owner opted into ``exact_release``
     (whether a local sensitivity is 0 is a fact about the data: ties);
-    ``report_scale`` how the 95% bound of iDP answers is shown (rules/README.md).
+    ``report_scale`` how the 95% bound of iDP answers is shown (rules/README.md);
+    ``local``: raw iDP, real answers' noise scaled to their local sensitivity (the
+    owner's opt-in); else to the global one, a function of the rules alone, so the
+    noise's law tells nothing that its value does not (docs/privacy.md §2).
     """
 
     model: str
@@ -55,6 +58,7 @@ class Calibration:
     floor: float = 0.0
     exact_release: bool = False
     report_scale: str = "none"
+    local: bool = False
 
     def floor_of(self, column) -> float:
         return self.floor if self.exact_release else max(self.floor, column.resolution)
@@ -80,21 +84,21 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
         if plan.instance and agg.kind in (PERCENTILE, MAX, MIN):
             continue  # drawn from windows of ranks (privacy/inverse_sensitivity.py)
         if agg.kind == PERCENTILE:
-            wanted.update(percentile_refs(agg.fraction, shift) if plan.model == "idp"
+            wanted.update(percentile_refs(agg.fraction, shift) if plan.local
                           else (RankRef(PCT, 0, agg.fraction),))
         elif agg.kind == MAX:
-            wanted.update(max_refs(shift, column.upper is not None) if plan.model == "idp"
+            wanted.update(max_refs(shift, column.upper is not None) if plan.local
                           else (RankRef(TOP, 0),))
         elif agg.kind == MIN:
-            wanted.update(min_refs(shift, column.lower is not None) if plan.model == "idp"
+            wanted.update(min_refs(shift, column.lower is not None) if plan.local
                           else (RankRef(BOTTOM, 0),))
         elif agg.kind in (SUM, AVG):
             totals[agg.column] = True
-            if plan.model == "idp" and shift == 1:
+            if plan.local and shift == 1:
                 wanted.update(SUM_REFS)
         elif agg.kind in SPREADS:  # n, Σx, m2 and (iDP) the extremes: proxy.privacy.variance
             totals[agg.column] = counts[agg.column] = spreads[agg.column] = True
-            if plan.model == "idp":
+            if plan.local:
                 wanted.update((RankRef(BOTTOM, 0), RankRef(TOP, 0)))
     columns = plan.table.columns
     return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col],
@@ -144,15 +148,15 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
     column = plan.table.columns[agg.column]
     if agg.kind == AVG:
         return _release_average(stats, column, cal, epsilon / share, rng)
-    if agg.kind in SPREADS and cal.model == "dp":
+    if agg.kind in SPREADS and not cal.local:
         noisy = noisy_moments(agg.kind, stats, column, cal.shift, epsilon / share, rng)
-        return _finish(noisy, cal, spread_note(agg.kind, cal.model))
+        return _finish(noisy, cal, spread_note(agg.kind, cal.local))
     if agg.kind in SPREADS:
         answer, sensitivity, largest = spread_and_sensitivity(agg.kind, stats, column, cal.shift)
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon / share, rng,
                              grid_step(column.resolution))
         return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
-                       cal, spread_note(agg.kind, cal.model))
+                       cal, spread_note(agg.kind, cal.local))
     if index in group.instance:
         mechanism = PIECEWISE_MECHANISM if plan.piecewise else INSTANCE_MECHANISM
         return _finish(Noisy(group.instance[index], None, mechanism), cal,
@@ -183,7 +187,7 @@ def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
     lower, upper, n, values = column.lower, column.upper, stats.n, stats.values
     if agg.kind == SUM:
         return _sum_and_sensitivity(stats, column, cal) + (_sum_note(cal),)
-    if cal.model == "dp":
+    if not cal.local:
         ref, fallback = {
             PERCENTILE: (RankRef(PCT, 0, agg.fraction), (lower + upper) / 2),
             MAX: (RankRef(TOP, 0), lower),
@@ -194,17 +198,19 @@ def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
         return local_sensitivity_of_percentile(n, values, agg.fraction, cal.shift, lower, upper) + (None,)
     if agg.kind == MAX:
         note = None if upper is not None else (
-            f"no upper bound is declared for {agg.column}: the {_ordinal(cal.shift + 1)} "
-            "largest value is answered instead of the maximum")
+            f"no upper bound is declared for {agg.column}: a value just below the maximum "
+            "is answered instead (the largest once the rows of the unit with the most "
+            "rows are set aside)")
         return local_sensitivity_of_max(values, cal.shift, lower, upper) + (note,)
     note = None if lower is not None else (
-        f"no lower bound is declared for {agg.column}: the {_ordinal(cal.shift + 1)} "
-        "smallest value is answered instead of the minimum")
+        f"no lower bound is declared for {agg.column}: a value just above the minimum "
+        "is answered instead (the smallest once the rows of the unit with the most rows "
+        "are set aside)")
     return local_sensitivity_of_min(values, cal.shift, lower, upper) + (note,)
 
 
 def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[float, float]:
-    if cal.model == "idp" and cal.shift == 1:
+    if cal.local and cal.shift == 1:
         return local_sensitivity_of_winsorized_sum(
             stats.n, stats.total, stats.values, column.lower, column.upper)
     return stats.total, clamped_sum_sensitivity(cal.shift, column.lower, column.upper)
@@ -215,15 +221,14 @@ PUBLIC_COUNT = ("public: the row count of the whole table, which modifying recor
 INSTANCE_MECHANISM = "exponential mechanism (inverse sensitivity) on the column's grid"
 PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated inverse "
                        "sensitivity) on the column's grid")
-_INSTANCE_NOTE = ("DP by the exponential mechanism over the rank distance (docs/privacy.md "
-                  "§5.3): no 95% bound is shown, its width would tell how dense the data "
-                  "are around the answer")
+_INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
+                  "tell how dense the data are around the answer")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed noise; no 95% "
                 "bound is shown, it would reveal the smooth sensitivity of the data")
 
 
 def _sum_note(cal: Calibration) -> str:
-    if cal.model == "idp" and cal.shift == 1:
+    if cal.local and cal.shift == 1:
         return ("SUM is winsorized: the smallest and the largest value in scope count as "
                 "their neighbours (seed 002 §3.2.2)")
     return "SUM adds values clamped to the declared domain"
@@ -247,9 +252,9 @@ def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Frac
 
 
 def _real_scale(sensitivity: float, cal: Calibration, column) -> float:
-    """DP: the global sensitivity. iDP: the local one, at least the floor, rounded up
+    """The global sensitivity as is; raw iDP's local one at least the floor, rounded up
     to a power of two (0 only under exact_release with a zero floor)."""
-    if cal.model == "dp":
+    if not cal.local:
         return sensitivity
     floored = max(sensitivity, cal.floor_of(column))
     return round_up_to_power_of_two(floored) if floored > 0 else 0.0
@@ -264,10 +269,11 @@ def _integer_scale(sensitivity: int, cal: Calibration) -> int:
 
 def _finish(noisy: Noisy, cal: Calibration, note: str | None = None,
             private: float | None = None) -> Released:
-    """The 95% bound the client sees: DP's (public), iDP's by ``report_scale``: "rounded"
-    the rounded scale's (the owner's opt-in), "private" one from a private level of
-    the local sensitivity where there is one (``private``), "none" none."""
-    if cal.model == "dp" or cal.report_scale == "rounded":
+    """The 95% bound the client sees: that of a scale the data do not decide (public);
+    raw iDP's by ``report_scale``: "rounded" the rounded scale's (the owner's opt-in),
+    "private" one from a private level of the local sensitivity where there is one
+    (``private``), "none" none."""
+    if not cal.local or cal.report_scale == "rounded":
         return Released(noisy.value, noisy.ci95, noisy.mechanism, note)
     return Released(noisy.value, private, noisy.mechanism, note)
 
@@ -282,7 +288,3 @@ def _clamp(value: float, lower: float | None, upper: float | None) -> float:
 
 def _or(value, fallback):
     return fallback if value is None else value
-
-
-def _ordinal(k: int) -> str:
-    return {2: "second", 3: "third"}.get(k, f"{k}th")

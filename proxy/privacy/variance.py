@@ -145,11 +145,12 @@ def spread_and_sensitivity(kind: str, stats, column,
     return answer, sensitivity, largest
 
 
-def spread_note(kind: str, model: str) -> str:
+def spread_note(kind: str, local: bool) -> str:
+    """``local``: raw iDP's spread, noised as a whole; else from noisy moments."""
     what = "STDDEV" if kind.startswith("stddev") else "VARIANCE"
-    if model == "dp":
-        return (f"{what} under DP: from a noisy count and noisy sums of x and x² (each a "
-                "third of the epsilon); 0 where SQL gives NULL (too few values in scope)")
+    if not local:
+        return (f"{what} from a noisy count and noisy sums of x and x² (each a third of "
+                "the epsilon); 0 where SQL gives NULL (too few values in scope)")
     return f"{what} is 0 where SQL gives NULL (too few values in scope)"
 
 

@@ -6,7 +6,9 @@ answer with a bounded top-k sort instead of ranking every row."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 
 from sqlglot import exp
 
@@ -25,13 +27,13 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     """``fetch(first, last)``: the normalised values at ranks first..last
     (1-based, within 1..n; counted from the largest when ``from_top``) among the
     column's non-null values in scope (in the group ``key`` of a GROUP BY)."""
-    scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
+    scope = _group_scope(plan, need, clip_rows_per_unit, key)
 
     def fetch(first: int, last: int) -> list[float]:
         if last < first:
             return []
         value = exp.column("c0")
-        statement = (exp.select(value).from_(scope.subquery("s"), copy=False)  # the one copy
+        statement = (exp.select(value).from_(scope().subquery("s"), copy=False)  # the one copy
                      .where(value.is_(exp.null()).not_(), copy=False)
                      .order_by(exp.Ordered(this=value, desc=from_top), copy=False)
                      .limit(last - first + 1, copy=False).offset(first - 1, copy=False))
@@ -40,11 +42,19 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     return fetch
 
 
-def _of_group(scope: exp.Select, key: tuple) -> exp.Select:
-    """The scope's rows of one group (all of them for the key ``()``)."""
-    if not key:
-        return scope
-    return exp.select("*").from_(scope.subquery("g")).where(is_group(key))
+def _group_scope(plan: QueryPlan, need: ColumnNeeds, clip_rows_per_unit: int | None,
+                 key: tuple) -> Callable[[], exp.Select]:
+    """The scope's rows of one group (all of them for the key ``()``), built when first
+    asked: a fetch per group is made for every group of a GROUP BY, most are answered
+    from the grouped first windows, and building the scope (its filter lists every key)
+    for each made a thousand-key GROUP BY quadratic."""
+    @cache
+    def scope() -> exp.Select:
+        select = scope_select(plan, (need,), clip_rows_per_unit)
+        return select if not key else \
+            exp.select("*").from_(select.subquery("g")).where(is_group(key))
+
+    return scope
 
 
 def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
@@ -60,7 +70,7 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     10 M rows.)"""
     ascending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, key=key)
     descending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, True, key)
-    scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
+    scope = _group_scope(plan, need, clip_rows_per_unit, key)
 
     def fetch(first: int, last: int) -> list[float]:
         if first == 1:
@@ -70,11 +80,12 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         value = exp.column("c0")
         ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n], dialect))
         low, high = (need.normalise(v) for v in execute(
-            ends.from_(scope.subquery("s")).sql(dialect=dialect))[0][0])
+            ends.from_(scope().subquery("s")).sql(dialect=dialect))[0][0])
         low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
         bucket = exp.case().when(value < low_sql, exp.null()).else_(value)
         grouped = (exp.select(exp.alias_(bucket, "v"), exp.Count(this=exp.Star()))
-                   .from_(scope.subquery("s")).where(value <= high_sql).group_by(bucket.copy()))
+                   .from_(scope().subquery("s")).where(value <= high_sql)
+                   .group_by(bucket.copy()))
         counts = execute(grouped.sql(dialect=dialect))
         below = sum(int(count) for v, count in counts if v is None)
         found, rank = [], below + 1  # the rank of the next value's first copy
@@ -143,7 +154,7 @@ def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     form's gap around y), one scan (privacy/inverse_sensitivity.py, for a candidate
     drawn from a tail). ``y`` is a candidate of the rules' grid, never an analyst's
     literal."""
-    scope = _of_group(scope_select(plan, (need,), clip_rows_per_unit), key)
+    scope = _group_scope(plan, need, clip_rows_per_unit, key)
 
     def count(y: float) -> tuple[int, int, float | None, float | None]:
         value, point = exp.column("c0"), exp.Literal.number(repr(y))
@@ -153,7 +164,7 @@ def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                           .else_(exp.Literal.number(0)))
         under = exp.Max(this=exp.case().when(value < point, value.copy()))
         over = exp.Min(this=exp.case().when(value > point, value.copy()))
-        statement = exp.select(below, through, under, over).from_(scope.subquery("s"))
+        statement = exp.select(below, through, under, over).from_(scope().subquery("s"))
         ((a, b, low, high),) = execute(statement.sql(dialect=dialect))
         return (int(a or 0), int(b or 0), None if low is None else need.normalise(low),
                 None if high is None else need.normalise(high))

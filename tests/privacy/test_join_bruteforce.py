@@ -39,6 +39,8 @@ from tests.privacy.reference import percentile
 
 LOWER, UPPER = 0.0, 10.0
 RULES = parse_rules(f"""
+[defaults]
+noise_scale = "local"  # raw iDP: the local sensitivities tested here
 [tables.t]
 privacy_unit = "unit"
 [tables.t.columns]
@@ -180,7 +182,7 @@ def test_join_sensitivities_bound_every_neighbour(con, query, units, rows_per_un
         keys = plan.group_keys() if plan.group_by else [()]
         if plan.group_by:
             assert keys == [("A",), ("B",), ("D",), ("E",), ("F",)]
-        calibration = Calibration("idp", shift)
+        calibration = Calibration("idp", shift, local=True)
         base = _answers(rows, query, keys)
         bounds = {}
         for key in keys:
@@ -236,7 +238,7 @@ def test_winsorized_join_sum_bounds_every_neighbour(con, query):
         for key in keys:
             answer, ls, _ = _answer_and_sensitivity(
                 plan.aggregates[1], groups.get(key, GroupStats()).column("v"),
-                plan.table.columns["v"], Calibration("idp", shift))
+                plan.table.columns["v"], Calibration("idp", shift, local=True))
             assert answer == pytest.approx(base[key])
             bounds[key] = ls
         for neighbour in _neighbours(rows):

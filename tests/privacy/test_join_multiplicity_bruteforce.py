@@ -49,6 +49,8 @@ from tests.privacy.test_join_bruteforce import _neighbours as join_neighbours
 
 LOWER, UPPER = 0.0, 10.0
 RULES = parse_rules(f"""
+[defaults]
+noise_scale = "local"  # raw iDP: the local sensitivities tested here
 [tables.t]
 privacy_unit = "unit"
 max_rows_per_unit = 2
@@ -262,7 +264,7 @@ def test_bounded_join_sensitivities_bound_every_neighbour(con, query, units, row
     for rows in _datasets(sum(map(ord, query)) + units, count, units, rows_per_unit):
         plan, shift, groups = _pushed_down(con, rows, query)
         keys = plan.group_keys() if plan.group_by else [()]
-        calibration = Calibration("idp", shift)
+        calibration = Calibration("idp", shift, local=True)
         base = _answers(rows, query, keys, shift)
         bounds = {}
         for key in keys:

@@ -40,6 +40,8 @@ from tests.privacy.reference import percentile
 
 LOWER, UPPER = 0.0, 10.0
 RULES = parse_rules(f"""
+[defaults]
+noise_scale = "local"  # raw iDP: the local sensitivities tested here
 [tables.a]
 privacy_unit = "unit"
 max_rows_per_unit = 2
@@ -242,7 +244,7 @@ def test_unit_join_sensitivities_bound_every_neighbour(con, query, units, rows_p
         plan, shift, groups = _pushed_down(con, a_rows, b_rows, query)
         keys = plan.group_keys() if plan.group_by else [()]
         base = _answers(a_rows, b_rows, query, keys, shift)
-        calibration = Calibration("idp", shift)
+        calibration = Calibration("idp", shift, local=True)
         bounds = {}
         for key in keys:
             stats = groups.get(key, GroupStats())

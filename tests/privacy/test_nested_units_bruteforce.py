@@ -42,6 +42,8 @@ BOUND = 2  # max_rows_per_unit: per-unit counts are clamped to [0, 2]
 @functools.cache
 def _rules(group_size: int):
     return parse_rules(f"""
+[defaults]
+noise_scale = "local"  # raw iDP: the local sensitivities tested here
 [tables.a]
 privacy_unit = "unit"
 max_rows_per_unit = {BOUND}
@@ -172,7 +174,7 @@ def _pushed_down(con, rows, query: str, group_size: int, model: str):
     stats = compute_statistics(plan, column_needs(plan, shift), "duckdb", None, execute)[()]
     counts = [a for a in plan.aggregates if a.kind == "count"]
     count = stats.rows if counts[0].column is None else stats.column(counts[0].column).n
-    cal = Calibration(model, shift)
+    cal = Calibration(model, shift, local=model == "idp")
     total, sum_sensitivity = (_sum_and_sensitivity(stats.column("n"), plan.table.columns["n"],
                                                    cal)
                               if QUERIES[query][5] else (0.0, 0.0))
