@@ -1,5 +1,7 @@
 """The noise-magnitude channel (issue 13, item 10): how many answers, and how much ε, an
-analyst needs to tell a local sensitivity S from 2S from the spread of iDP answers alone.
+analyst needs to tell a local sensitivity S from 2S from the spread of raw iDP answers
+alone — the owner's opt-in ``noise_scale = "local"``, which this script sets; the default
+has no such channel (docs/privacy.md §2).
 
 The threat: an analyst who knows every row of the demo's ``people`` table but one
 person's income asks an aggregate whose *value* barely depends on that income but whose
@@ -166,7 +168,8 @@ class SeededSource:
 def demo_rules(floor: float = 0.0):
     text = (ROOT / "rules" / "demo.toml").read_text()
     rules = parse_rules(text + "\n[analysts.attacker]\nbudget = 100000\n", "demo+attacker")
-    return replace(rules, defaults=replace(rules.defaults, local_sensitivity_floor=floor))
+    return replace(rules, defaults=replace(rules.defaults, local_sensitivity_floor=floor,
+                                           noise_scale="local"))
 
 
 def build_database(folder: Path, person: int | None, new: float | None) -> Path:

@@ -41,13 +41,14 @@ DISTRIBUTIONS = {
     "Exp(1)": lambda rng, n: rng.exponential(1, n),
 }
 MECHANISMS = {
-    "iDP (local sensitivity, Laplace)": "SET idp.model = 'idp'",
+    "iDP (local sensitivity, Laplace)": "SET idp.model = 'idp'; SET idp.sensitivity = 'local'",
     "DP (smooth sensitivity, gamma = 3)":
         "SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'; SET idp.gamma = 3",
 }
 RULES = """
 [defaults]
 answer_cache = false
+noise_scale = "local"  # the paper's raw iDP, the owner's opt-in
 [analysts.examples]
 budget = 1000000
 [tables.{table}]
