@@ -23,6 +23,7 @@ from proxy.analyze import (
     PassthroughPlan,
     QueryPlan,
     analyze,
+    check_size,
     parse_tokens,
     statement_tokens,
 )
@@ -130,6 +131,8 @@ class Session:
         syntax error anywhere is reported first, before any analysis refuses."""
         if not statements:
             raise SyntaxProblem("empty query; send one SELECT with aggregates")
+        for _, tokens, _ in statements:
+            check_size(tokens)
         rules, shapes = self.engine.rules, self.engine.shapes
         if len(statements) > 1:  # a known shape parsed before: it has no syntax error
             statements = [(text, tokens, tree or (None if shapes.knows(tokens)

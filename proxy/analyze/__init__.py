@@ -7,6 +7,7 @@ Whether a query is refused depends only on its text, the rules and the session s
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
 
@@ -53,6 +54,7 @@ from proxy.analyze.predicate import check_predicate
 from proxy.errors import (
     BadSetting,
     NotSupported,
+    ProxyError,
     RawRowAccess,
     ReadOnly,
     Refused,
@@ -67,6 +69,9 @@ from proxy.settings import Settings
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
+# The most tokens one statement may have (a 10,000-value IN list is about 20,000): its
+# analysis is linear, and this bounds its time to a few seconds on a small machine.
+MAX_TOKENS = 20_000
 
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Copy,
            exp.Merge, exp.TruncateTable, exp.Grant, exp.Command, exp.Use, exp.Attach,
@@ -94,6 +99,15 @@ def statement_tokens(sql: str) -> list[list[Token]]:
         else:
             statements[-1].append(token)
     return [tokens for tokens in statements if tokens]
+
+
+def check_size(tokens: Sequence[Token]) -> None:
+    """Refuse (54001, before any analysis or charge) a statement of more than
+    MAX_TOKENS tokens."""
+    if len(tokens) > MAX_TOKENS:
+        raise ProxyError(f"statement too complex: more than {MAX_TOKENS:,} words, numbers and "
+                         "signs in one statement (e.g. an IN list of over 10,000 values); "
+                         "filter on a range, or split the list over several queries", "54001")
 
 
 def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
@@ -492,5 +506,5 @@ def _limit(select: exp.Select) -> int | None:
     raise NotSupported("LIMIT takes a whole number")
 
 
-__all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "parse_statements",
-           "parse_tokens", "statement_tokens"]
+__all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "check_size",
+           "parse_statements", "parse_tokens", "statement_tokens"]

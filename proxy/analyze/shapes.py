@@ -192,8 +192,9 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
     pieces: list[str | int] = [texts[0]]
     for start, text in zip(marks, texts[1:]):
         pieces += [slots[start], text]
+    bound = set(slots.values())
     fixed = tuple((index, token.text) for index, token in enumerate(shape.literals)
-                  if index not in slots.values())
+                  if index not in bound)
     return _Template(rules, plan, slots, fixed, tuple(pieces))
 
 
@@ -202,8 +203,9 @@ def _with_marks(tree: exp.Expression, starts: set[int]) -> str:
     marked = tree.copy()
     for node in list(marked.find_all(exp.Literal)):
         start = node.meta.get("start")
-        if start in starts:
-            node.replace(exp.Literal.string(f"\x00{start}\x00"))
+        if start in starts:  # in place: replacing an item of a long IN list is linear
+            node.set("this", f"\x00{start}\x00")
+            node.set("is_string", True)
     return normalised_sql(marked)
 
 
@@ -220,10 +222,13 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
         outside = {column.name.lower() for column in tree.find_all(exp.Column)
                    if not _within(column, where)}
     candidates = []
+    columns_of: dict[int, set[str]] = {}  # per comparison: its many literals share it
     for literal in where.find_all(exp.Literal):
         comparison = literal.find_ancestor(*_COMPARISONS)
-        compared = {c.name.lower() for c in comparison.find_all(exp.Column)} \
-            if comparison is not None else set()
+        if comparison is not None and id(comparison) not in columns_of:
+            columns_of[id(comparison)] = {c.name.lower()
+                                          for c in comparison.find_all(exp.Column)}
+        compared = columns_of[id(comparison)] if comparison is not None else set()
         if "start" in literal.meta and not compared & outside:
             candidates.append(literal)
     held = _literals_by_start(plan)
