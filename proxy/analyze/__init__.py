@@ -401,6 +401,11 @@ def _refuse_compound(select: exp.Select) -> None:
 
 def _the_protected_table(select: exp.Select, rules: Rules) -> Table:
     tables = list(select.find_all(exp.Table))
+    from_ = select.args.get("from_")
+    if from_ is None or not any(table is from_.this for table in tables):
+        raise NotSupported("a protected table is read in FROM only (not in EXISTS or a "
+                           "subquery of the select list); query one table with aggregates, "
+                           "WHERE and GROUP BY")
     if len(tables) != 1:
         raise NotSupported("query exactly one table: SELECT aggregates FROM table [WHERE ...]")
     declared = rules.table(tables[0].name)

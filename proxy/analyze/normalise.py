@@ -21,6 +21,7 @@ literal as every other WHERE does.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 
 from sqlglot import exp
@@ -37,6 +38,7 @@ from proxy.rules import Rules, parse_moment
 
 SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
              "date": "DATE", "timestamp": "TIMESTAMP"}
+log = logging.getLogger("idp_proxy.analyze")
 _TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP,
                exp.DataType.Type.DATETIME)
 _GENERATED = re.compile(r"_col_\d+")
@@ -63,6 +65,13 @@ def normalise(select: exp.Select, rules: Rules) -> exp.Select:
             merged = rewrite(merged)
     except OptimizeError as exc:
         raise UnknownColumn(f"{_first_line(exc)}; use the declared columns of one table") \
+            from None
+    except (KeyError, ValueError, AttributeError, TypeError, AssertionError):
+        # sqlglot's passes assume a well-formed scope (a source named in FROM); a
+        # statement that parses to something else is not one we can merge
+        log.info("subqueries not merged", exc_info=True)
+        raise NotSupported("the subqueries or CTEs of this statement could not be merged "
+                           "into one query; write one SELECT over the table with WHERE") \
             from None
     if not isinstance(merged, exp.Select):
         raise NotSupported("the query is not one SELECT after merging its subqueries; send a "
