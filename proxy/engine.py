@@ -26,6 +26,7 @@ from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, NotSupported, RulesError
+from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.inverse_sensitivity import first_windows, instance_releases
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
@@ -176,6 +177,7 @@ class Engine:
                         plan, by_column[column], dialect, clip, tx.execute, n, key))
 
                 for key in plan.group_keys() if plan.group_by else [()]:
+                    checkpoint()
                     group = groups.setdefault(key, GroupStats())
                     group.instance = instance_releases(
                         plan, group, shift, lambda column, n, key=key: ranks(column, n, key),
@@ -257,7 +259,8 @@ class Engine:
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version
-        return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
+        return keys, [checkpoint() or release_group(plan, groups.get(key, GroupStats()),
+                                                    calibration, self.rng)
                       for key in keys], version
 
     def _selected(self, plan: QueryPlan, tx: Transaction) -> QueryPlan:

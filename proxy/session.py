@@ -33,6 +33,7 @@ from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
 from proxy.errors import BackendUnavailable, SyntaxProblem
+from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.postprocess import run_outer, series_limited
@@ -133,6 +134,7 @@ class Session:
             raise SyntaxProblem("empty query; send one SELECT with aggregates")
         for _, tokens, _ in statements:
             check_size(tokens)
+        checkpoint()
         rules, shapes = self.engine.rules, self.engine.shapes
         if len(statements) > 1:  # a known shape parsed before: it has no syntax error
             statements = [(text, tokens, tree or (None if shapes.knows(tokens)

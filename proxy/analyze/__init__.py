@@ -62,6 +62,7 @@ from proxy.errors import (
     UnknownColumn,
     UnknownTable,
 )
+from proxy.interrupts import checkpoint
 from proxy.privacy.refined_answers import answer_prior
 from proxy.rules import Rules, Table
 from proxy.settings import Settings
@@ -140,6 +141,7 @@ def analyze(
     statement: exp.Expression, rules: Rules, settings: Settings, hint: Decimal | None = None
 ) -> QueryPlan | PassthroughPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
+    checkpoint()
     select = _only_select(statement)
     if _public_only(select, rules):
         return PassthroughPlan(select.copy())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.errors import NotSupported, UnknownFunction
+from proxy.interrupts import checkpoint
 from proxy.rules import Table, parse_moment
 
 _ALLOWED = (
@@ -24,6 +25,7 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
     """Validate the WHERE condition and return it with columns unqualified."""
     condition = where.copy()
     for node in list(condition.walk()):
+        checkpoint()
         if isinstance(node, exp.Column):
             name = resolve_column(node)
             node.replace(exp.column(name, quoted=True))

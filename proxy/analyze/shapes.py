@@ -55,6 +55,7 @@ from sqlglot.tokens import Token, TokenType
 from proxy.analyze import POSTGRES
 from proxy.analyze.plan import QueryPlan
 from proxy.answer_cache import normalised_sql
+from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 
 SIZE = 2048
@@ -163,6 +164,7 @@ class ShapeCache:
                  plan: QueryPlan) -> str:
         """Keep ``plan``, the fresh analysis of ``tree`` (of ``shape``); return the
         statement's normalised SQL."""
+        checkpoint()
         template = _template(shape, rules, tree, plan)
         if template is None:
             return normalised_sql(tree)

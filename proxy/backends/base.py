@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy import interrupts
 from proxy.errors import NotSupported, QueryCanceled
 from proxy.pgtypes import postgres_type
 
@@ -39,7 +40,6 @@ class Backend(ABC):
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
-        self._doomed: set[int] = set()  # threads whose transactions must not run
         self._interrupts = threading.Lock()
 
     def interrupt(self, owner: int) -> None:
@@ -48,14 +48,14 @@ class Backend(ABC):
         between two transactions of one query, the query fails with QueryCanceled.
         Called from another thread."""
         with self._interrupts:
-            self._doomed.add(owner)
+            interrupts.doom(owner)  # the stages above the backend stop too
             if owner in self._active:
                 self._stop(self._active[owner])
 
     def forget_interrupt(self, owner: int) -> None:
         """The thread's query is over; its interrupt must not hit its next job."""
         with self._interrupts:
-            self._doomed.discard(owner)
+            interrupts.forget(owner)
 
     @contextmanager
     def _running(self, handle: Any) -> Iterator[None]:
@@ -63,7 +63,7 @@ class Backend(ABC):
         interrupt of this thread stops meanwhile."""
         owner = threading.get_ident()
         with self._interrupts:
-            if owner in self._doomed:
+            if interrupts.doomed(owner):
                 raise QueryCanceled("canceling statement due to user request")
             previous, self._active[owner] = self._active.get(owner), handle
         try:
@@ -78,10 +78,10 @@ class Backend(ABC):
     def stopped(self, owner: int) -> bool:
         """Whether the query of thread ``owner`` was interrupted."""
         with self._interrupts:
-            return owner in self._doomed
+            return interrupts.doomed(owner)
 
     def _stopped(self) -> bool:
-        return threading.get_ident() in self._doomed
+        return interrupts.doomed(threading.get_ident())
 
     @abstractmethod
     def _stop(self, handle: Any) -> None:

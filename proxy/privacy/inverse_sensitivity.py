@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
+from proxy.interrupts import checkpoint
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
@@ -199,6 +200,7 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
     scale = exponent(epsilon, shift)
     reach = first_reach(scale, grid)
     while True:
+        checkpoint()
         low, high = max(1, rank - reach), min(n, rank + reach)
         values = fetch(low, high) if n else []
         require_finite(values, "instance window")
@@ -240,6 +242,7 @@ def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: R
     totals = [sum(block.count for block in band) for band in members]
     weights = [(total, scale * (floor - nearest)) for total, floor in zip(totals, floors)]
     while True:
+        checkpoint()
         band = choose(weights, rng)
         k = rng.randbelow(totals[band])
         for block in members[band]:  # the block holding the k-th candidate of the band

@@ -14,6 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.analyze.plan import QueryPlan
+from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     Execute,
     counts_units,
@@ -123,6 +124,7 @@ def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> boo
                  .join(table, on=on).group_by(*[exp.column(k, "s") for k in keys]))
     answered = set()
     for row in execute(statement.sql(dialect="duckdb")):
+        checkpoint()  # a group's ranks at a time: thousands of groups take seconds
         key, rest = tuple(row[: len(keys)]), row[len(keys):]
         answered.add(key)
         for i, (_, need, fraction) in enumerate(anchors):

@@ -1,0 +1,85 @@
+"""A cancel stops the Python stages too (issue 30 item 3): a cancel, the statement
+timeout, a disconnect and shutdown all interrupt the thread running the statement
+(``Backend.interrupt``), and analysis, the exponential mechanism's draws and the
+release check for it (proxy/interrupts.py). Each test makes one stage long with a real
+statement, interrupts its thread as the wire's cancel does, and times the stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+
+import pytest
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.errors import QueryCanceled
+from proxy.rules import parse_rules
+from tests.conftest import load_table
+from tests.test_engine import MANY_KEYS, MANY_RULES
+
+
+@pytest.fixture
+def engine(duckdb_url):
+    """1,000 declared keys, 3 rows each for 990 of them: a GROUP BY MEDIAN draws 1,000
+    times (seconds of Python after the debit)."""
+    n = 2970
+    load_table(duckdb_url, "many", {"id": list(range(n)), "age": [i % 100 for i in range(n)],
+                                    "key": [MANY_KEYS[i % 990] for i in range(n)]},
+               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
+    backend = open_backend(duckdb_url)
+    yield Engine(parse_rules(MANY_RULES), backend)
+    backend.close()
+
+
+def _cancelled_after(engine: Engine, sql: str, delay: float) -> tuple[BaseException | None,
+                                                                      float, float]:
+    """Run ``sql`` in its own thread, interrupt that thread after ``delay`` seconds as a
+    CancelRequest does; (what it raised, seconds from the cancel to its end, seconds it
+    ran)."""
+    outcome: dict = {}
+    session = engine.session("zoe")
+
+    def run() -> None:
+        started = time.perf_counter()
+        try:
+            list(session.execute(sql))
+        except BaseException as exc:  # noqa: BLE001 — the test inspects it
+            outcome["error"] = exc
+        outcome["ran"] = time.perf_counter() - started
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(delay)
+    cancelled = time.perf_counter()
+    engine.backend.interrupt(worker.ident)
+    worker.join(60)
+    stopped = time.perf_counter() - cancelled
+    engine.backend.forget_interrupt(worker.ident)
+    return outcome.get("error"), stopped, outcome["ran"]
+
+
+def test_a_cancel_stops_analysis_before_the_debit(engine):
+    """A statement near the token limit takes seconds to analyse; cancelled in the
+    middle, it stops within a second with 57014 and nothing is charged."""
+    values = ", ".join(str(i % 100) for i in range(9_900))
+    sql = f"SELECT COUNT(*) FROM many WHERE age IN ({values}) AND key <> 'k'"
+    engine.session("zoe")  # opens zoe's budget
+    before = engine.ledger.remaining("zoe")
+    error, stopped, ran = _cancelled_after(engine, sql, 0.2)
+    assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", (error, ran)
+    assert stopped < 1.0
+    assert engine.ledger.remaining("zoe") == before and engine.ledger.entries("zoe") == []
+
+
+def test_a_cancel_stops_the_draws_after_the_debit(engine):
+    """1,000 groups' medians by the exponential mechanism: cancelled while it draws, it
+    stops within a second; the debit made before the statistics stands (docs/budget.md:
+    a cancelled query is charged)."""
+    error, stopped, ran = _cancelled_after(
+        engine, "SELECT key, MEDIAN(age) FROM many WHERE id < 2000 GROUP BY key", 1.0)
+    assert isinstance(error, QueryCanceled), (error, ran)
+    assert stopped < 1.0
+    assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]
+    assert engine.ledger.remaining("zoe") == Decimal(100) - Decimal("0.1")  # ε per aggregate
