@@ -153,6 +153,8 @@ class Server:
         if ready is not None:
             ready(bound[0], bound[1])
         await stop.wait()
+        log.warning("stopping: no new connections; the running statements of %d session(s) "
+                    "are cancelled", len(self._live))
         for server in servers:
             server.close()
         if admin is not None:
