@@ -67,8 +67,7 @@ def engine(backend_url):
     load_table(backend_url, "people", _people(), PEOPLE_TYPES)
     load_table(backend_url, "regions", {"region": ["north", "south"], "label": ["N", "S"]},
                {"region": "TEXT", "label": "TEXT"})
-    # declared as float, stored as text: a failure only the data can reveal
-    load_table(backend_url, "odd", {"x": ["0.5", "half"]}, {"x": "TEXT"})
+    load_table(backend_url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
     backend = open_backend(backend_url)
     yield Engine(parse_rules(RULES_TEXT), backend)
     backend.close()
@@ -271,7 +270,7 @@ def test_rules_naming_a_missing_table_stop_the_engine_at_start(backend_url):
     from proxy.errors import RulesError
 
     load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
-    load_table(backend_url, "odd", {"x": ["1"]}, {"x": "TEXT"})
+    load_table(backend_url, "odd", {"x": [1.0]}, {"x": "DOUBLE PRECISION"})
     ghost = "[tables.ghost]\n[tables.ghost.columns]\nx = { type = 'int' }\n"
     backend = open_backend(backend_url)
     with pytest.raises(RulesError, match=r"\[tables.ghost\] the backend has no table ghost"):
@@ -296,16 +295,26 @@ def test_unknown_analyst_is_refused(engine):
     assert refused.value.sqlstate == "28000"
 
 
-def test_backend_failure_is_charged_and_its_text_hidden(engine):
-    """A value the backend cannot read as a number fails the query after it reached the
-    backend: it is charged (SPEC §3.4), and the backend's message (which would quote the
-    value) is not shown."""
-    session = engine.session("zoe")
-    before = engine.ledger.remaining("zoe")
-    with pytest.raises(BackendFailed) as failed:
-        run(session, "SELECT SUM(x) FROM odd")
-    assert failed.value.message == "the backend could not run this query"
-    assert engine.ledger.remaining("zoe") == before - Decimal("0.3")
+def test_a_declared_type_the_backend_does_not_hold_stops_the_engine_at_start(backend_url,
+                                                                            tmp_path):
+    """Issue 30 item 7: ``x`` declared float but stored as text started fine, and every
+    query reading it was charged and failed in the backend (58000). Now the engine does
+    not start, naming the rule's line and both types; nothing was ever charged."""
+    from proxy.errors import RulesError
+    from proxy.rules import load_rules
+
+    load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
+    load_table(backend_url, "odd", {"x": ["0.5", "half"]}, {"x": "TEXT"})
+    path = tmp_path / "rules.toml"
+    path.write_text(RULES_TEXT)
+    line = RULES_TEXT.splitlines().index('x = { type = "float", domain = [0, 1] }') + 1
+    backend = open_backend(backend_url)
+    with pytest.raises(RulesError) as refused:
+        Engine(load_rules(path), backend)
+    assert str(refused.value) == (
+        f"{path}:{line}: [tables.odd.columns.x] declared float, the backend's column is "
+        "text; declare it as the column is stored, or cast it in a view")
+    backend.close()
 
 
 def test_settings_and_show(engine):
