@@ -440,7 +440,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     import asyncio
     import ssl
 
-    from proxy.admin import socket_path
+    from proxy.admin import make_socket_folder, socket_path
     from proxy.engine import Engine
     from proxy.users import Users
     from proxy.wire.server import Server
@@ -460,11 +460,13 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         store = _store(ledger)
         engine = Engine(rules, _open(backend, rules.server.backend_connections), store=store)
         users = Users(engine.ledger)
+        database = getattr(store or engine.backend, "path", None)  # a DuckDB file
+        admin = socket_path(database) if database not in (None, ":memory:") else None
+        if admin is not None:  # refused before the catalog starts
+            make_socket_folder(admin)
         workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
         # a session's connection each, and one per worker creating roles at once
         shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
-    database = getattr(store or engine.backend, "path", None)  # a DuckDB file
-    admin = socket_path(database) if database not in (None, ":memory:") else None
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
