@@ -10,7 +10,8 @@ socket grants nothing new. PostgreSQL needs none of this: the commands connect d
 The folder sits in the shared temporary directory, where another local user may make it
 first and listen in it: the server starts only in a real 0700 directory of its own, and
 a command sends only after checking that folder again and that the listener runs as its
-own OS user (the kernel's peer credentials).
+own OS user (the kernel's peer credentials). A password never crosses the socket: the
+command sends its SCRAM secret (proxy.users.secret_of).
 
 One request line, ``{"target", "method", "args"}``; replies: an ``{"event"}`` line for
 each answer or release step as it happens (the ``analyst`` calls), then one

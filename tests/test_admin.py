@@ -1,6 +1,6 @@
 """The admin socket of a served DuckDB file (proxy.admin) against another local user who
 gets to its folder first: the server refuses to start there, the command line refuses
-to send to a listener of another uid.
+to send to a listener of another uid, and a password never crosses the socket.
 
 Other users are played by uid 65534 (``nobody``), which needs the tests to run as root,
 as they do here and in CI. Each test has a temporary directory of its own (TMPDIR of
@@ -8,6 +8,7 @@ the processes it starts), so the folders it plants meet no other test's server."
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import duckdb
 import pytest
 
 from proxy.admin import socket_path
+from proxy.wire.scram import Secret, make_secret
 from tests import forked_cli
 
 NOBODY = 65534
@@ -159,3 +161,26 @@ def test_the_command_checks_its_socket_folder_before_connecting(place):
         f"ERROR [42501]: not sending to the server: its socket's folder {folder} has mode "
         "755, not 700\n"))
     assert listener.received == []
+
+
+@pytest.mark.parametrize("command", ["add", "passwd"])
+def test_a_password_never_crosses_the_socket(place, command):
+    """The command sends the SCRAM secret it made of the password, which the server
+    stores as it is."""
+    folder = _folder_of(place, 0)
+    folder.mkdir(mode=0o700)
+    listener = Listener(_socket(place, 0))
+    held = duckdb.connect(str(place / "data.duckdb"))
+    try:
+        out = _cli(place, "users", command, "carol", "--password-stdin", stdin=PASSWORD + "\n")
+    finally:
+        held.close()
+        listener.close()
+    assert out.returncode == 0, out.stderr
+    sent = b"".join(listener.received)
+    assert PASSWORD.encode() not in sent
+    request = json.loads(sent.splitlines()[-1])
+    assert (request["target"], request["method"], request["args"][0]) == (
+        "users", command, "carol")
+    secret = Secret.parse(request["args"][1])
+    assert secret == make_secret(PASSWORD, secret.salt, secret.iterations)

@@ -531,6 +531,7 @@ def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url,
         for request in [b"garbage\n", b'{"target": "ledger", "method": "backend", "args": []}\n',
                         b'{"target": "engine", "method": "session", "args": ["x"]}\n',
                         b'{"target": "users", "method": "add", "args": ["only-a-name"]}\n',
+                        b'{"target": "users", "method": "add", "args": ["eve", "a password"]}\n',
                         os.urandom(5000) + b"\n"]:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(str(path))
