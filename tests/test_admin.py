@@ -2,8 +2,8 @@
 gets to its folder first: the server refuses to start there, the command line refuses
 to send to a listener of another uid, and a password never crosses the socket.
 
-Other users are played by uid 65534 (``nobody``), which needs the tests to run as root,
-as they do here and in CI. Each test has a temporary directory of its own (TMPDIR of
+Another user is played by uid 65534 (``nobody``), which needs root, as the tests run
+here and in CI. Each test has a temporary directory of its own (TMPDIR of
 the processes it starts), so the folders it plants meet no other test's server."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from tests import forked_cli
 NOBODY = 65534
 RULES = '[server]\nauth = "scram"\n'
 PASSWORD = "correct horse battery staple"
-
-pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="plays another user: needs root")
+ME = os.getuid()
+as_root = pytest.mark.skipif(ME != 0, reason="plays another user: needs root")
 
 
 @pytest.fixture
@@ -101,14 +101,15 @@ class Listener:
         self._sock.close()
 
 
+@as_root
 def test_serve_refuses_a_folder_another_user_made_and_changes_nothing(place):
-    folder = _folder_of(place, 0)
+    folder = _folder_of(place, ME)
     folder.mkdir(mode=0o755)
     os.chown(folder, NOBODY, NOBODY)
     out = _cli(place, "serve", "--port", "0")
     assert (out.returncode, out.stderr) == (1, (
         f"ERROR [42501]: not serving: the admin socket's folder {folder} belongs to uid "
-        f"{NOBODY}, not to this user (uid 0); another local user may have made it to listen "
+        f"{NOBODY}, not to this user (uid {ME}); another local user may have made it to listen "
         "in the server's place: remove it, or set TMPDIR to a folder of your own\n"))
     assert _mode(folder) == (NOBODY, 0o755) and not any(folder.iterdir())
 
@@ -116,15 +117,16 @@ def test_serve_refuses_a_folder_another_user_made_and_changes_nothing(place):
 def test_serve_refuses_a_symlink_in_the_folders_place_and_follows_it_nowhere(place):
     elsewhere = place / "elsewhere"
     elsewhere.mkdir(mode=0o755)
-    _folder_of(place, 0).symlink_to(elsewhere)
+    _folder_of(place, ME).symlink_to(elsewhere)
     out = _cli(place, "serve", "--port", "0")
     assert out.returncode == 1
     assert out.stderr.startswith(f"ERROR [42501]: not serving: the admin socket's folder "
-                                 f"{_folder_of(place, 0)} is a symbolic link; ")
+                                 f"{_folder_of(place, ME)} is a symbolic link; ")
     assert len(out.stderr.splitlines()) == 1
-    assert _mode(elsewhere) == (0, 0o755) and not any(elsewhere.iterdir())
+    assert _mode(elsewhere) == (ME, 0o755) and not any(elsewhere.iterdir())
 
 
+@as_root
 def test_the_command_sends_nothing_to_a_listener_of_another_uid(place):
     """``users add`` run as nobody finds the file held and its own folder fit (nobody's,
     0700), but the process listening there is root's: it sends nothing, not even the
@@ -142,14 +144,14 @@ def test_the_command_sends_nothing_to_a_listener_of_another_uid(place):
         listener.close()
     assert (out.returncode, out.stdout, out.stderr) == (1, "", (
         f"ERROR [42501]: not sending to the server: the process listening on "
-        f"{_socket(place, NOBODY)} runs as uid 0, not as this user (uid {NOBODY})\n"))
+        f"{_socket(place, NOBODY)} runs as uid {ME}, not as this user (uid {NOBODY})\n"))
     assert listener.received and not any(listener.received)  # it connected, sent nothing
 
 
 def test_the_command_checks_its_socket_folder_before_connecting(place):
-    folder = _folder_of(place, 0)
+    folder = _folder_of(place, ME)
     folder.mkdir(mode=0o700)
-    listener = Listener(_socket(place, 0))
+    listener = Listener(_socket(place, ME))
     folder.chmod(0o755)  # anyone may now reach into it
     held = duckdb.connect(str(place / "data.duckdb"))
     try:
@@ -167,9 +169,9 @@ def test_the_command_checks_its_socket_folder_before_connecting(place):
 def test_a_password_never_crosses_the_socket(place, command):
     """The command sends the SCRAM secret it made of the password, which the server
     stores as it is."""
-    folder = _folder_of(place, 0)
+    folder = _folder_of(place, ME)
     folder.mkdir(mode=0o700)
-    listener = Listener(_socket(place, 0))
+    listener = Listener(_socket(place, ME))
     held = duckdb.connect(str(place / "data.duckdb"))
     try:
         out = _cli(place, "users", command, "carol", "--password-stdin", stdin=PASSWORD + "\n")

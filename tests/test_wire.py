@@ -498,7 +498,7 @@ def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
 
 def _answer_to_uid(uid: int, path: Path, request: bytes) -> bytes:
     """What the server listening on ``path`` answers ``request`` from a process of ``uid``
-    (forked from this one, which is root)."""
+    (forked from this one, which is root), after ``connected``: it reached the server."""
     reader, writer = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -506,10 +506,11 @@ def _answer_to_uid(uid: int, path: Path, request: bytes) -> bytes:
             os.setuid(uid)
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(str(path))
+                os.write(writer, b"connected ")
                 sock.sendall(request)
                 os.write(writer, sock.makefile("rb").read())
         finally:
-            os._exit(0)  # a reset (the server read nothing) answers nothing
+            os._exit(0)  # a closed or reset connection answers nothing
     os.close(writer)
     with open(reader, "rb") as answer:
         data = answer.read()
@@ -541,8 +542,8 @@ def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url,
         path.parent.chmod(0o711)
         path.chmod(0o666)
         remaining = b'{"target": "ledger", "method": "remaining", "args": ["alice"]}\n'
-        assert b'"result"' in _answer_to_uid(0, path, remaining)
-        assert _answer_to_uid(65534, path, remaining) == b""
+        assert _answer_to_uid(0, path, remaining).startswith(b'connected {"result"')
+        assert _answer_to_uid(65534, path, remaining) == b"connected "
         path.parent.chmod(0o700)
         with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
             assert con.execute("SELECT COUNT(*) FROM people WHERE age > 9").fetchone()[0] > 0
