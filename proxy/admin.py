@@ -7,6 +7,12 @@ and runs there the few calls those commands make; the commands send their call w
 they find the file locked. Whoever may use the socket may open the file itself, so the
 socket grants nothing new. PostgreSQL needs none of this: the commands connect directly.
 
+The folder sits in the shared temporary directory, where another local user may make it
+first and listen in it: the server starts only in a real 0700 directory of its own, and
+a command sends only after checking that folder again and that the listener runs as its
+own OS user (the kernel's peer credentials). A password never crosses the socket: the
+command sends its SCRAM secret (proxy.users.secret_of).
+
 One request line, ``{"target", "method", "args"}``; replies: an ``{"event"}`` line for
 each answer or release step as it happens (the ``analyst`` calls), then one
 ``{"result"}`` or ``{"error": [SQLSTATE, message]}`` line.
@@ -22,6 +28,8 @@ import itertools
 import logging
 import os
 import socket
+import stat
+import struct
 import tempfile
 from collections.abc import Callable
 from decimal import Decimal
@@ -29,7 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from proxy import jsontags
-from proxy.errors import DatabaseInUse, ProxyError, SyntaxProblem, pointing_at
+from proxy.errors import (DatabaseInUse, ProxyError, SyntaxProblem, UnsafeAdminSocket,
+                          pointing_at)
 
 if TYPE_CHECKING:
     from proxy.engine import Engine
@@ -100,15 +109,62 @@ def socket_path(database: str) -> Path:
     return Path(tempfile.gettempdir()) / f"idp-proxy-{os.getuid()}" / f"{digest}.sock"
 
 
+def make_socket_folder(path: Path) -> None:
+    """The folder of the socket ``path``, made by the server at start with mode 0700, or
+    taken as it is found only when it is fit (``_unfit``); nothing there is changed, as
+    a symlink left by another user would carry a chmod to a folder of their choosing."""
+    try:
+        path.parent.mkdir(mode=0o700)  # never follows a symlink at its own name
+    except FileExistsError:
+        pass
+    problem = _unfit(path.parent)
+    if problem is not None:
+        raise UnsafeAdminSocket(f"not serving: the admin socket's folder {path.parent} "
+                                f"{problem}; another local user may have made it to listen "
+                                "in the server's place: remove it, or set TMPDIR to a "
+                                "folder of your own")
+
+
+def _unfit(folder: Path) -> str | None:
+    """What makes ``folder`` unfit to hold the admin socket (None: nothing): it must be a
+    real directory (lstat: a symlink is not followed), of this OS user, mode 0700. A
+    missing folder raises FileNotFoundError."""
+    info = os.lstat(folder)
+    mode = stat.S_IMODE(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if info.st_uid != os.getuid():
+        return f"belongs to uid {info.st_uid}, not to this user (uid {os.getuid()})"
+    if mode != 0o700:
+        return f"has mode {mode:o}, not 700"
+    return None
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket, as the kernel
+    recorded it at connect or listen (SO_PEERCRED: the peer cannot forge it)."""
+    size = struct.calcsize("3i")
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET,
+                                                          socket.SO_PEERCRED, size))
+    return uid
+
+
 async def serve_admin(path: Path, targets: dict[str, Any]) -> asyncio.AbstractServer:
-    """Listen on ``path`` (a stale socket of a killed server is replaced: the file's lock
-    proves no other server of it runs) for calls to the server's ``ledger``, ``users``
-    and ``analyst`` (an Analyst over the server's own engine)."""
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    """Listen on ``path``, whose folder ``make_socket_folder`` checked at start (a stale
+    socket of a killed server is replaced: the file's lock proves no other server of it
+    runs), for calls to the server's ``ledger``, ``users`` and ``analyst`` (an Analyst
+    over the server's own engine). Only this OS user's processes are heard: the
+    folder's mode keeps others out, and the peer's uid is checked should it not."""
     path.unlink(missing_ok=True)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        uid = peer_uid(writer.get_extra_info("socket"))
+        if uid != os.getuid():
+            log.warning("admin socket: refused a connection of uid %d", uid)
+            writer.close()
+            return
         line = await reader.readline()
         loop = asyncio.get_running_loop()
 
@@ -172,8 +228,7 @@ class Remote:
 
     def _call(self, method: str, args: tuple, emit: Emit | None) -> Any:
         request = {"target": self.target, "method": method, "args": list(args)}
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(self.path))
+        with _connect(self.path) as sock:
             sock.sendall(jsontags.dumps(request).encode() + b"\n")
             for line in sock.makefile("rb"):
                 reply = jsontags.loads(line)
@@ -187,13 +242,35 @@ class Remote:
         raise ProxyError("the server stopped before it answered; see its log", "08006")
 
 
+def _connect(path: Path) -> socket.socket:
+    """A connection to the server listening on ``path``, made only when its folder is fit
+    and the listener runs as this OS user, whom the folder's name says it serves (a
+    server of root listens under root's name): else UnsafeAdminSocket, nothing sent.
+    OSError: no server listens there."""
+    problem = _unfit(path.parent)
+    if problem is not None:
+        raise UnsafeAdminSocket(f"not sending to the server: its socket's folder "
+                                f"{path.parent} {problem}")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.connect(str(path))
+        uid = peer_uid(sock)
+        if uid != os.getuid():
+            raise UnsafeAdminSocket(f"not sending to the server: the process listening on "
+                                    f"{path} runs as uid {uid}, not as this user "
+                                    f"(uid {os.getuid()})")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def reach_server(error: DatabaseInUse, target: str) -> Remote:
     """The ``target`` of the server that holds the locked DuckDB file, when one answers
     on its socket; else ``error`` itself."""
     remote = socket_path(error.path)
     try:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(remote))
+        _connect(remote).close()
     except OSError:
         raise error from None
     return Remote(remote, target)

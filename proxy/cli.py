@@ -440,7 +440,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
     import asyncio
     import ssl
 
-    from proxy.admin import socket_path
+    from proxy.admin import make_socket_folder, socket_path
     from proxy.engine import Engine
     from proxy.users import Users
     from proxy.wire.server import Server
@@ -460,11 +460,13 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         store = _store(ledger)
         engine = Engine(rules, _open(backend, rules.server.backend_connections), store=store)
         users = Users(engine.ledger)
+        database = getattr(store or engine.backend, "path", None)  # a DuckDB file
+        admin = socket_path(database) if database not in (None, ":memory:") else None
+        if admin is not None:  # refused before the catalog starts
+            make_socket_folder(admin)
         workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
         # a session's connection each, and one per worker creating roles at once
         shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
-    database = getattr(store or engine.backend, "path", None)  # a DuckDB file
-    admin = socket_path(database) if database not in (None, ":memory:") else None
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
@@ -590,10 +592,14 @@ def users() -> None:
     """Analyst logins for the server (SCRAM secrets; passwords are never stored)."""
 
 
-def _password(password_stdin: bool) -> str:
+def _secret(password_stdin: bool) -> str:
+    """The SCRAM secret of the password typed, made here: only the secret is sent to a
+    server holding the file, or stored."""
+    from proxy.users import secret_of
+
     if password_stdin:
-        return sys.stdin.readline().rstrip("\n")
-    return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+        return secret_of(sys.stdin.readline().rstrip("\n"))
+    return secret_of(click.prompt("Password", hide_input=True, confirmation_prompt=True))
 
 
 password_option = click.option("--password-stdin", is_flag=True,
@@ -607,9 +613,9 @@ password_option = click.option("--password-stdin", is_flag=True,
 @click.argument("name")
 def users_add(rules_path, backend, password_stdin, name):
     """Create a login; its budget comes from the rules (else the default budget)."""
-    password = _password(password_stdin)
+    secret = _secret(password_stdin)
     with progress("adding the user"):
-        _target(rules_path, backend, "users").add(name, password)
+        _target(rules_path, backend, "users").add(name, secret)
     click.echo(f"user {name} added")
 
 
@@ -620,9 +626,9 @@ def users_add(rules_path, backend, password_stdin, name):
 @click.argument("name")
 def users_passwd(rules_path, backend, password_stdin, name):
     """Set a new password (and enable the login again)."""
-    password = _password(password_stdin)
+    secret = _secret(password_stdin)
     with progress("changing the password"):
-        _target(rules_path, backend, "users").passwd(name, password)
+        _target(rules_path, backend, "users").passwd(name, secret)
     click.echo(f"password of {name} changed")
 
 

@@ -132,6 +132,14 @@ class DatabaseInUse(BackendFailed):
         self.path = path
 
 
+class UnsafeAdminSocket(ProxyError):
+    """The admin socket's folder, or the process listening on it, is not the server's OS
+    user's: another local user may be waiting there for a password or a budget command.
+    The server refuses to start, the command line to send."""
+
+    sqlstate = "42501"
+
+
 class OutputFailed(ProxyError):
     """A release's output file could not be written (the ε stays spent: the data was
     read and noised)."""

@@ -1,5 +1,7 @@
 """Analyst accounts for the network server: SCRAM secrets in ``idp.users`` beside the
-ledger, never a password. An account is a login; its budget lives in the ledger."""
+ledger, never a password. An account is a login; its budget lives in the ledger. The
+command line makes the secret where the password is typed (``secret_of``), so that the
+password reaches neither a server's admin socket nor the database."""
 
 from __future__ import annotations
 
@@ -20,20 +22,21 @@ class Users:
         self.backend.query("CREATE TABLE IF NOT EXISTS idp.users (name TEXT PRIMARY KEY, "
                            "secret TEXT NOT NULL, disabled BOOLEAN NOT NULL DEFAULT false)")
 
-    def add(self, name: str, password: str) -> None:
-        """A new login; its budget opens from the rules (or the default budget)."""
-        _check(name, password)
+    def add(self, name: str, secret: str) -> None:
+        """A new login with this SCRAM secret (``secret_of``); its budget opens from the
+        rules (or the default budget)."""
+        _check(name, secret)
         if self.backend.query("SELECT 1 FROM idp.users WHERE name = %s", (name,)):
             raise UserError(f"user {name!r} exists; use `idp-proxy users passwd {name}`")
         self.backend.query("INSERT INTO idp.users (name, secret) VALUES (%s, %s)",
-                           (name, make_secret(password).text()))
+                           (name, secret))
         self.ledger.open_budget(name)
 
-    def passwd(self, name: str, password: str) -> None:
-        _check(name, password)
+    def passwd(self, name: str, secret: str) -> None:
+        """A new SCRAM secret (``secret_of``) for a login, enabled again."""
+        _check(name, secret)
         if not self.backend.query("UPDATE idp.users SET secret = %s, disabled = false "
-                                  "WHERE name = %s RETURNING name",
-                                  (make_secret(password).text(), name)):
+                                  "WHERE name = %s RETURNING name", (secret, name)):
             raise UserError(f"no user {name!r}; add it with `idp-proxy users add {name}`")
 
     def disable(self, name: str) -> None:
@@ -52,8 +55,18 @@ class Users:
         return Secret.parse(rows[0][0]) if rows else None
 
 
-def _check(name: str, password: str) -> None:
-    if not name or not name.isprintable() or len(name) > 63:
-        raise UserError("a user name is 1 to 63 printable characters")
+def secret_of(password: str) -> str:
+    """The SCRAM secret of a new password, in the text ``idp.users`` stores."""
     if not password:
         raise UserError("the password must not be empty")
+    return make_secret(password).text()
+
+
+def _check(name: str, secret: str) -> None:
+    if not name or not name.isprintable() or len(name) > 63:
+        raise UserError("a user name is 1 to 63 printable characters")
+    try:
+        Secret.parse(secret)
+    except ValueError:
+        raise UserError("not a SCRAM-SHA-256 secret; `idp-proxy users add|passwd` makes it "
+                        "from the password") from None

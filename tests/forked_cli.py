@@ -35,14 +35,17 @@ _WARM = ("proxy.cli", "proxy.admin", "proxy.engine", "proxy.ledger", "proxy.user
 
 
 def run(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
-        input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Like ``subprocess.run([SCRIPT, *args], capture_output=True, text=True, ...)``."""
+        input: str | None = None, timeout: float = 120, user: int | None = None
+        ) -> subprocess.CompletedProcess:
+    """Like ``subprocess.run([SCRIPT, *args], capture_output=True, text=True, ...)``;
+    ``user``: the uid (and gid) to run as, from root (the interpreter's files may be out
+    of that user's reach: the zygote has imported what the commands use)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.TemporaryFile() as stdin:
         stdin.write((input or "").encode())
         stdin.seek(0)
         process = start(args, env=env, cwd=cwd, stdin=stdin.fileno(), stdout=out.fileno(),
-                        stderr=err.fileno())
+                        stderr=err.fileno(), user=user)
         try:
             code = process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -56,14 +59,15 @@ def run(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path |
 
 
 def start(args: list[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
-          stdin: int = 0, stdout: int = 1, stderr: int = 2) -> Forked:
+          stdin: int = 0, stdout: int = 1, stderr: int = 2, user: int | None = None) -> Forked:
     """Like ``subprocess.Popen([SCRIPT, *args], ...)``; the streams are descriptors of this
-    process (inherited by default) or ``subprocess.PIPE`` for ``stderr`` (read as text)."""
+    process (inherited by default) or ``subprocess.PIPE`` for ``stderr`` (read as text);
+    ``user`` as run's."""
     piped = stderr == subprocess.PIPE
     if piped:
         reader, stderr = os.pipe()
     request = {"args": [SCRIPT, *args], "env": dict(os.environ if env is None else env),
-               "cwd": str(cwd or os.getcwd())}
+               "cwd": str(cwd or os.getcwd()), "user": user}
     conn = socket.socket(socket.AF_UNIX)
     try:
         conn.connect(_zygote())
@@ -197,6 +201,10 @@ def _command(request: dict, streams: list[int]) -> None:
     for received in streams:
         if received > 2:
             os.close(received)
+    if request["user"] is not None:
+        os.setgroups([])
+        os.setgid(request["user"])
+        os.setuid(request["user"])
     sys.argv = request["args"]
     from proxy.cli import main
 

@@ -496,9 +496,32 @@ def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
         assert not orphan.exists()
 
 
+def _answer_to_uid(uid: int, path: Path, request: bytes) -> bytes:
+    """What the server listening on ``path`` answers ``request`` from a process of ``uid``
+    (forked from this one, which is root), after ``connected``: it reached the server."""
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.connect(str(path))
+                os.write(writer, b"connected ")
+                sock.sendall(request)
+                os.write(writer, sock.makefile("rb").read())
+        finally:
+            os._exit(0)  # a closed or reset connection answers nothing
+    os.close(writer)
+    with open(reader, "rb") as answer:
+        data = answer.read()
+    os.waitpid(pid, 0)
+    return data
+
+
 def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url, tmp_path):
-    """The socket beside a served DuckDB file: only its owner may open it, it runs only
-    the command line's ledger and user calls, and bad requests get an error line."""
+    """The socket beside a served DuckDB file: only its owner may open it (should its
+    folder let another user in, the server still hears only its own), it runs only the
+    command line's ledger and user calls, and bad requests get an error line."""
     load_people(duckdb_url, 100)
     rules = tmp_path / "rules.toml"
     rules.write_text(RULES.format(auth="trust"))
@@ -509,12 +532,19 @@ def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url,
         for request in [b"garbage\n", b'{"target": "ledger", "method": "backend", "args": []}\n',
                         b'{"target": "engine", "method": "session", "args": ["x"]}\n',
                         b'{"target": "users", "method": "add", "args": ["only-a-name"]}\n',
+                        b'{"target": "users", "method": "add", "args": ["eve", "a password"]}\n',
                         os.urandom(5000) + b"\n"]:
             with socket.socket(socket.AF_UNIX) as sock:
                 sock.connect(str(path))
                 sock.sendall(request)
                 reply = sock.makefile("rb").readline()
             assert b'"error"' in reply, (request, reply)
+        path.parent.chmod(0o711)
+        path.chmod(0o666)
+        remaining = b'{"target": "ledger", "method": "remaining", "args": ["alice"]}\n'
+        assert _answer_to_uid(0, path, remaining).startswith(b'connected {"result"')
+        assert _answer_to_uid(65534, path, remaining) == b"connected "
+        path.parent.chmod(0o700)
         with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
             assert con.execute("SELECT COUNT(*) FROM people WHERE age > 9").fetchone()[0] > 0
         assert Remote(path, "ledger").remaining("alice") == Decimal("99.9")

@@ -17,6 +17,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from proxy.users import secret_of
 from proxy.wire.connection import INTERNAL_ERROR
 from tests.wireserver import (
     RULES,
@@ -157,7 +158,7 @@ def test_unknown_user_wrong_password_and_disabled_login_look_the_same(duckdb_url
     rules.write_text(RULES.format(auth="scram"))
     with serving_in_process(rules, duckdb_url) as proxy:
         users = proxy.server.users
-        users.add("bob", "right")
+        users.add("bob", secret_of("right"))
         messages = {user: _login_refused(proxy, user, "wrong") for user in ("bob", "nobody")}
         # the mock salt of an unknown name is as stable as a real one
         assert _sasl_salt(proxy.port, "nobody") == _sasl_salt(proxy.port, "nobody")
