@@ -25,7 +25,14 @@ from proxy.analyze.group_keys import PUBLIC, SELECTED
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
-from proxy.errors import BackendFailed, BackendUnavailable, DiskFull, NotSupported, RulesError
+from proxy.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    DiskFull,
+    NotSupported,
+    PrivilegeMissing,
+    RulesError,
+)
 from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.inverse_sensitivity import first_windows, instance_releases
@@ -382,6 +389,11 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         statement = exp.select("*").from_(table_ref(table.name)).limit(0)
         try:
             described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
+        except PrivilegeMissing:
+            role = backend.read("SELECT current_user")[0][0]
+            raise PrivilegeMissing(f"the proxy's database role {role} may not read the table "
+                                   f"{table.name}: as its owner, run GRANT SELECT ON "
+                                   f"{table.name} TO {role}") from None
         except BackendFailed:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
                              f"{table.name}") from None

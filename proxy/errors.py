@@ -111,6 +111,14 @@ class KeyTaken(BackendFailed):
     sqlstate = "23505"
 
 
+class PrivilegeMissing(BackendFailed):
+    """The proxy's own database role may not do what a statement needs (read a table,
+    create its ``idp`` schema): the owner's setup, told at start with the GRANT to run
+    (proxy.engine, proxy.ledger); to an analyst the usual generic failure."""
+
+    sqlstate = "42501"
+
+
 class DiskFull(BackendFailed):
     """The disk under the backend's files is full: nothing that must write (a debit, a
     ledger row, a cache entry) can commit until space is freed; the session stays."""

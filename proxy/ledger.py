@@ -24,6 +24,7 @@ from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
     BudgetExhausted,
+    PrivilegeMissing,
     QueryCanceled,
     UnknownAnalyst,
 )
@@ -122,16 +123,24 @@ class Ledger:
         self._batch = threading.Condition()  # group commit: the debits waiting, the leader
         self._waiting: list[_Debit] = []
         self._leading = False
-        with backend.transaction() as tx:
-            # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
-            # even when it exists, which a proxy role given only schema idp lacks.
-            if not tx.execute("SELECT 1 FROM information_schema.schemata "
-                              "WHERE schema_name = 'idp'"):
-                tx.execute("CREATE SCHEMA idp")
-            for statement in _SCHEMA[backend.dialect]:
-                tx.execute(statement.format(columns=_LEDGER_COLUMNS))
-            for statement in _COMMON:
-                tx.execute(statement)
+        try:
+            with backend.transaction() as tx:
+                # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
+                # even when it exists, which a proxy role given only schema idp lacks.
+                if not tx.execute("SELECT 1 FROM information_schema.schemata "
+                                  "WHERE schema_name = 'idp'"):
+                    tx.execute("CREATE SCHEMA idp")
+                for statement in _SCHEMA[backend.dialect]:
+                    tx.execute(statement.format(columns=_LEDGER_COLUMNS))
+                for statement in _COMMON:
+                    tx.execute(statement)
+        except PrivilegeMissing:
+            role, database = backend.read("SELECT current_user, current_database()")[0]
+            raise PrivilegeMissing(
+                f"the proxy's database role {role} may not create or use the schema idp "
+                f"(its ledger, logins and answer cache): as the database's owner, run GRANT "
+                f"CREATE ON DATABASE {database} TO {role}, or CREATE SCHEMA idp AUTHORIZATION "
+                f"{role}") from None
         if rules.defaults.global_budget is not None:
             self.open_budget(GLOBAL)
 

@@ -6,13 +6,14 @@ import statistics
 from decimal import Decimal
 
 import numpy as np
+import psycopg
 import pytest
 
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, BudgetExhausted, Refused
 from proxy.rules import parse_rules
-from tests.conftest import load_table
+from tests.conftest import load_table, new_database
 
 pytestmark = pytest.mark.postgres
 
@@ -466,3 +467,48 @@ def test_intervals_as_columns_show_the_reported_bound(engine):
     for _, n, low, high, median, median_low, median_high in answer.rows:
         assert low < n < high and median_low < median < median_high
         assert high - n == pytest.approx(n - low)
+
+
+@pytest.mark.postgres
+def test_a_role_without_the_privileges_it_needs_stops_the_engine_naming_the_grant(
+        postgres_url):
+    """Issue 30 item 7: a proxy role without CREATE on the database got "the backend
+    could not run this query" (58000) for every query, the cause in --debug only. Now
+    the engine does not start, and says which GRANT to run: SELECT on a protected table
+    first, then the right to create the schema idp."""
+    from urllib.parse import urlsplit
+
+    from proxy.errors import PrivilegeMissing
+
+    with new_database(postgres_url) as url:
+        load_table(url, "people", _people(10), PEOPLE_TYPES)
+        load_table(url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
+        parts = urlsplit(url)
+        database = parts.path.lstrip("/")
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute("DROP ROLE IF EXISTS weak_proxy")
+            con.execute("CREATE ROLE weak_proxy LOGIN PASSWORD 'weak'")
+        weak = f"postgresql://weak_proxy:weak@{parts.hostname}:{parts.port}/{database}"
+        backend = open_backend(weak)
+        with pytest.raises(PrivilegeMissing) as refused:
+            Engine(parse_rules(RULES_TEXT), backend)
+        assert str(refused.value) == ("the proxy's database role weak_proxy may not read the "
+                                      "table people: as its owner, run GRANT SELECT ON "
+                                      "people TO weak_proxy")
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute("GRANT SELECT ON people, odd TO weak_proxy")
+        with pytest.raises(PrivilegeMissing) as refused:
+            Engine(parse_rules(RULES_TEXT), backend)
+        assert refused.value.sqlstate == "42501" and str(refused.value).endswith(
+            f"run GRANT CREATE ON DATABASE {database} TO weak_proxy, or CREATE SCHEMA idp "
+            "AUTHORIZATION weak_proxy")
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(f'GRANT CREATE ON DATABASE "{database}" TO weak_proxy')
+        engine = Engine(parse_rules(RULES_TEXT), backend)
+        assert engine.ledger.remaining("zoe") == Decimal(0)  # started: no budget opened yet
+        backend.close()
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute("DROP SCHEMA idp CASCADE")
+            con.execute(f'REVOKE ALL ON DATABASE "{database}" FROM weak_proxy')
+            con.execute("REVOKE ALL ON people, odd FROM weak_proxy")
+            con.execute("DROP ROLE weak_proxy")

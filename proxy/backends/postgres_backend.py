@@ -17,6 +17,7 @@ from proxy.errors import (
     BackendUnavailable,
     DiskFull,
     KeyTaken,
+    PrivilegeMissing,
     ProxyError,
     QueryCanceled,
 )
@@ -208,6 +209,9 @@ class _PostgresTransaction(Transaction):
             raise
         except psycopg.errors.UniqueViolation:
             raise KeyTaken("the key is taken") from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            log.error("postgres error: %s -- in: %s", exc, sql)
+            raise PrivilegeMissing(message) from None
         except psycopg.Error as exc:
             log.error("postgres error: %s -- in: %s", exc, sql)
             raise BackendFailed(message) from None
