@@ -2,8 +2,9 @@
 refinement (proxy/privacy/refinement.py).
 
 Table 5: an individual query with a uniform prior on [0, 1], f(D) = 0.5; for each ε the
-refined law's variance, the size of U_u and P(answer ∈ U_u), exactly, next to the
-paper's; and the Laplace(1/ε) columns. Boolean example: prior P(B = 1) = 0.01, ε = 1.
+refined law's variance, the size of U_u and P(answer ∈ U_u) on the prior's grid of
+2^20 cells (U_u: the cells it raises), next to the paper's; and the Laplace(1/ε)
+columns. Boolean example: prior P(B = 1) = 0.01, ε = 1.
 Writes paper_table5.csv and paper_table5.png (the refined densities) to --out.
 Usage: python examples/paper_table5.py
 """
@@ -16,11 +17,12 @@ import math
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from proxy.privacy.refinement import Uniform, discrete, refine
+from proxy.privacy.refinement import CELLS, Uniform, discrete, refine
 
 # ε -> (Laplace variance, Laplace P(answer in [0, 1]), variance, size of U_u, P(in U_u))
 PAPER = {0.1: (200, 0.476, 0.077, 0.475, 0.525), math.log(2): (4.16, 0.549, 0.046, 0.333, 0.667),
@@ -35,13 +37,24 @@ def paper_factors(epsilon: float) -> tuple[float, float]:
 
 
 def refined_columns(epsilon: float) -> tuple[float, float, float, object]:
-    """(variance, size of U_u, P(answer ∈ U_u), the refined law) at f(D) = 0.5."""
+    """(variance, size of U_u, P(answer ∈ U_u), the refined law) at f(D) = 0.5: U_u the
+    cells whose factor is raised (the α_u cells and the two edge cells of the ``else``
+    branch), so its size and mass are the paper's to within 2 cells (2·2^−20)."""
     law = refine(Uniform(0, 1), 0.5, *paper_factors(epsilon))
-    (ball,) = [s for s in law.segments if s.factor > 1]
-    # the law is symmetric about 0.5: its variance is E[(X − 0.5)²], exactly
-    variance = sum(s.factor * ((s.end - 0.5) ** 3 - (s.start - 0.5) ** 3) / 3
-                   for s in law.segments)
-    return variance, ball.end - ball.start, law.mass(ball.start, ball.end), law
+    raised = [run for run in law.runs if run.factor > paper_factors(epsilon)[1]]
+    start, end = raised[0].start, raised[-1].end
+    values, probabilities = _cells(law)
+    # the law is symmetric about 0.5: its variance is E[(X − 0.5)²]
+    variance = float(np.sum(probabilities * (values - 0.5) ** 2))
+    return variance, (end - start) / CELLS, float(law.mass(start, end)), law
+
+
+def _cells(law) -> tuple[np.ndarray, np.ndarray]:
+    """The grid's cell values (medians) and the law's probabilities, as arrays."""
+    factor = np.empty(CELLS)
+    for run in law.runs:
+        factor[run.start:run.end] = float(run.factor)
+    return (np.arange(CELLS) + 0.5) / CELLS, factor / CELLS
 
 
 def main() -> None:
@@ -68,7 +81,7 @@ def main() -> None:
           "f(D) = 0.5 (that is 1 − e^(−ε/2)); its variances 2/ε² do.")
     prior = discrete([(0, 0.99), (1, 0.01)], nominal=True)
     alpha_u, alpha_d = paper_factors(1.0)
-    given = {b: dict(refine(prior, b, alpha_u, alpha_d).atoms())[1] for b in (0, 1)}
+    given = {b: float(dict(refine(prior, b, alpha_u, alpha_d).atoms())[1]) for b in (0, 1)}
     overall = given[0] * 0.99 + given[1] * 0.01
     print("\nBoolean example (§6.1): prior P(B = 1) = 0.01, epsilon = 1")
     print(f"  P(answer = 1 | B = 0) = {given[0]:.6f}   (paper 0.003678)")
@@ -93,9 +106,9 @@ def _figure(laws: dict, path: Path) -> None:
     plt.figure(figsize=(7, 4))
     for epsilon, law in laws.items():
         xs, ys = [], []
-        for segment in law.segments:
-            xs += [segment.start, segment.end]
-            ys += [segment.factor, segment.factor]
+        for run in law.runs:
+            xs += [run.start / CELLS, run.end / CELLS]
+            ys += [float(run.factor), float(run.factor)]
         plt.plot(xs, ys, label=f"ε = {epsilon:.3g}")
     plt.xlabel("answer")
     plt.ylabel("density")

@@ -15,7 +15,15 @@ from scipy import stats
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BadSetting, BudgetExhausted, NotSupported, RawRowAccess
-from proxy.privacy.refinement import MAX_ATOMS, Uniform, discrete, error_bound, factors, refine
+from proxy.privacy.refinement import (
+    CELLS,
+    MAX_ATOMS,
+    Uniform,
+    discrete,
+    error_bound,
+    factors,
+    refine,
+)
 from proxy.rules import parse_rules
 from tests.conftest import load_table
 from tests.privacy.test_refinement import SAMPLER_ALPHA
@@ -216,26 +224,30 @@ def _fraction_inside(engine, sql, low, high, count=150):
 
 
 def _ball_of(prior, true, epsilon=1.0):
-    """The refined law's ball around ``true`` (prior quantiles) and its refined mass."""
+    """The cells of the prior's grid wholly inside the ball U_u around ``true`` (the
+    run with factor α_u): their values' range, prior mass and refined mass."""
     refined = refine(prior, true, *factors(epsilon))
-    ball = refined.segments[1]
-    return ball.start, ball.end, refined.mass(ball.start, ball.end)
+    (ball,) = [run for run in refined.runs if run.factor == factors(epsilon)[0]]
+    values = refined.prior.values
+    return (values[ball.start], values[ball.end - 1], (ball.end - ball.start) / CELLS,
+            float(refined.mass(ball.start, ball.end)))
 
 
 def test_an_individual_query_follows_the_refined_law(uncached):
     """The value of person 7 (30 000) under uniform(0, 100 000) at ε = 1: the ball U_u of
-    prior mass p_u = 0.378 around it receives α_u·p_u = 0.622 of the answers."""
-    start, end, inside_mass = _ball_of(Uniform(0, 100000), INCOME_OF_7)
+    prior mass p_u = 0.378 around it receives α_u·p_u = 0.622 of the answers (less its
+    two edge cells', the ``else`` branch's on the prior's grid)."""
+    low, high, _, inside_mass = _ball_of(Uniform(0, 100000), INCOME_OF_7)
     inside = _fraction_inside(uncached, "SELECT income FROM people WHERE person_id = 7",
-                              start * 100000, end * 100000)
+                              low, high)
     assert stats.binomtest(inside, 150, inside_mass).pvalue > SAMPLER_ALPHA
 
 
 def test_a_unit_not_in_the_data_is_answered_from_the_prior(uncached):
-    start, end, _ = _ball_of(Uniform(0, 100000), INCOME_OF_7)
+    low, high, prior_mass, _ = _ball_of(Uniform(0, 100000), INCOME_OF_7)
     inside = _fraction_inside(uncached, "SELECT income FROM people WHERE person_id = 9999",
-                              start * 100000, end * 100000)
-    assert stats.binomtest(inside, 150, end - start).pvalue > SAMPLER_ALPHA
+                              low, high)
+    assert stats.binomtest(inside, 150, prior_mass).pvalue > SAMPLER_ALPHA
 
 
 def test_a_nominal_individual_query_answers_a_key(engine):
@@ -260,7 +272,7 @@ def test_a_unit_column_the_rules_do_not_declare_is_compared_as_text(uncached):
     answers = [run(session, "SELECT balance FROM accounts WHERE acct = 7")[0]
                for _ in range(100)]
     hits = sum(answer.rows[0][0] == 500.0 for answer in answers)
-    to_500 = dict(refine(prior, 500.0, *factors(1.0)).atoms())[500.0]
+    to_500 = float(dict(refine(prior, 500.0, *factors(1.0)).atoms())[500.0])
     assert stats.binomtest(hits, 100, to_500).pvalue > SAMPLER_ALPHA
     assert answers[0].privacy["ci95"]["balance"] == [error_bound(prior, *factors(1.0))]
     for key in ("'7'", "'no such account'", "-3"):

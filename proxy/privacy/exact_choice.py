@@ -68,6 +68,12 @@ def _decided(low: Sequence[int], high: Sequence[int], u: int, bits: int) -> int 
     return None
 
 
+def exp_upper(x: Fraction, digits: int = 40) -> Fraction:
+    """A rational h ≥ e^{−x} within about 10^{−digits} of it (x ≥ 0, x ≤ 2·digits): for
+    mechanisms whose weights must be exact rationals, certified on the safe side."""
+    return Fraction(_enclosed(1, x, digits)[1], 10 ** digits)
+
+
 @lru_cache(maxsize=4096)  # a pure function; a rejection loop asks for the same ones
 def _enclosed(m: int, x: Fraction, digits: int) -> tuple[int, int]:
     """Integers lo ≤ m·e^{−x}·10^digits ≤ hi. Beyond what the precision can show

@@ -51,7 +51,7 @@ def answer_prior(plan: QueryPlan) -> Any:
         raise ValueError(f"{agg.column} is {kind}: give a prior table such as "
                          "'{\"yes\": 0.3, \"no\": 0.7}'")
     prior = plan.prior.over(low, high, nominal, _CASTS[kind])
-    error_bound(prior, *factors(float(plan.epsilon)))  # its one costly step, before the debit
+    error_bound(prior, *factors(plan.epsilon))  # its one costly step, before the debit
     return prior
 
 
@@ -81,7 +81,7 @@ def release_refined(plan: QueryPlan, true: Any, rng: RandomSource) -> Released:
     data or its value is NULL, so the prior itself is sampled; so is a NaN, which has no
     place to centre a ball and is within e^{ε/2} of every refined law)."""
     prior = answer_prior(plan)
-    alpha_u, alpha_d = factors(float(plan.epsilon))
+    alpha_u, alpha_d = factors(plan.epsilon)
     missing = true is None or (isinstance(true, Number) and math.isnan(true))
     law = unrefined(prior) if missing else refine(prior, true, alpha_u, alpha_d)
     value = law.sample(rng)

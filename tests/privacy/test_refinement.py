@@ -1,7 +1,8 @@
 """Knowledge refinement (seed 001): exact masses against the paper's numbers, the
 ``else`` branch, the fast computation against Algorithm 1 step by step, the loss between
-any two true answers (issue 13 item 6), the sampler's law, and the checks on priors
-(item 7)."""
+any two true answers computed exactly from the mechanism's own law (issue 13 item 6 and
+issue 29: no answer is impossible under another true answer), the public grid, the
+sampler's law, and the checks on priors (item 7)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ import itertools
 import json
 import math
 import re
+from bisect import bisect_left
+from decimal import Decimal, localcontext
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from proxy.privacy.refinement import (
+    CELLS,
     MAGNITUDE_CAP,
     MAX_ATOMS,
     Discrete,
+    Grid,
     TruncatedNormal,
     Uniform,
     discrete,
@@ -38,31 +44,35 @@ def seed_factors(epsilon):
     return math.exp(epsilon), math.exp(-epsilon)
 
 
+def _on_grid(law):
+    """(cell values, refined probabilities) of a law over a uniform prior's grid."""
+    grid = law.prior
+    low, high, cells = grid.law.low, grid.law.high, grid.cells
+    factor = np.empty(cells)
+    for run in law.runs:
+        factor[run.start:run.end] = float(run.factor)
+    return low + (np.arange(cells) + 0.5) / cells * (high - low), factor / cells
+
+
 # seed 001 Table 5: uniform prior on [0, 1], f(D) = 0.5, individual query:
 # ε -> (variance, size of U_u, P(answer in U_u))
 TABLE_5 = {0.1: (0.077, 0.475, 0.525), math.log(2): (0.046, 0.333, 0.667),
            1.0: (0.034, 0.269, 0.731), 2.0: (0.012, 0.119, 0.881)}
 
 
-def _ball(refined):
-    (inside,) = [s for s in refined.segments if s.factor > 1]
-    return inside
-
-
-def _second_moment(refined, centre):
-    """E[(X − centre)²] of a refined uniform-[0, 1] prior (quantile = value), exactly."""
-    return sum(s.factor * ((s.end - centre) ** 3 - (s.start - centre) ** 3) / 3
-               for s in refined.segments)
-
-
 @pytest.mark.parametrize("epsilon", TABLE_5)
 def test_table_5_of_seed_001(epsilon):
+    """On the grid of 2^20 cells U_u is whole cells plus the two cells at its edges (the
+    ``else`` branch), so its size and refined mass move by at most 2 cells' (2·2^−20)
+    and the variance by less: all three still equal the paper's to three decimals."""
     variance, size, inside = TABLE_5[epsilon]
     refined = refine(Uniform(0, 1), 0.5, *seed_factors(epsilon))
-    ball = _ball(refined)
-    assert round(ball.end - ball.start, 3) == size
-    assert round(refined.mass(ball.start, ball.end), 3) == inside
-    assert round(_second_moment(refined, 0.5), 3) == variance
+    raised = [run for run in refined.runs if run.factor > math.exp(-epsilon)]
+    start, end = raised[0].start, raised[-1].end
+    assert round((end - start) / CELLS, 3) == size
+    assert round(float(refined.mass(start, end)), 3) == inside
+    values, probabilities = _on_grid(refined)
+    assert round(float(np.sum(probabilities * (values - 0.5) ** 2)), 3) == variance
 
 
 def test_boolean_example_of_seed_001():
@@ -72,15 +82,14 @@ def test_boolean_example_of_seed_001():
     alpha_u, alpha_d = seed_factors(1.0)
     given_0 = dict(refine(prior, 0, alpha_u, alpha_d).atoms())
     given_1 = dict(refine(prior, 1, alpha_u, alpha_d).atoms())
-    assert f"{given_0[1]:.4g}" == "0.003679" and f"{given_1[1]:.4g}" == "0.02718"
-    assert given_0[0] + given_0[1] == pytest.approx(1) == given_1[0] + given_1[1]
+    assert f"{float(given_0[1]):.4g}" == "0.003679" and f"{float(given_1[1]):.4g}" == "0.02718"
+    assert given_0[0] + given_0[1] == 1 == given_1[0] + given_1[1]
 
 
 def test_the_then_branch_when_a_ball_has_exactly_the_mass():
-    alpha_u, alpha_d = factors(1.0)
-    p_u = (1 - alpha_d) / (alpha_u - alpha_d)
-    refined = refine(discrete([(0, p_u), (1, 1 - p_u)]), 0, alpha_u, alpha_d)
-    assert [s.factor for s in refined.segments] == pytest.approx([alpha_u, alpha_d])
+    """α_u = 3, α_d = 1/3: p_u = 1/4, which the atom 0 holds exactly."""
+    refined = refine(discrete([(0, 0.25), (1, 0.75)]), 0, 3, Fraction(1, 3))
+    assert [run.factor for run in refined.runs] == [3, Fraction(1, 3)]
 
 
 def test_the_else_branch_splits_at_the_group_that_crosses_p_u():
@@ -88,13 +97,14 @@ def test_the_else_branch_splits_at_the_group_that_crosses_p_u():
     prior = discrete([(0, 0.3), (1, 0.2), (2, 0.1), (3, 0.1), (4, 0.3)])
     alpha_u, alpha_d = factors(1.0)  # p_u = 0.378
     refined = refine(prior, 2, alpha_u, alpha_d)
-    by_value = {s.value: s.factor for s in refined.segments}
-    assert by_value[2] == alpha_u  # the ball {2} (0.1 < p_u)
-    assert by_value[0] == by_value[4] == alpha_d  # outside the ball {1, 2, 3} (0.4 > p_u)
-    middle = (1 - alpha_u * 0.1 - alpha_d * 0.6) / 0.3
-    assert by_value[1] == by_value[3] == pytest.approx(middle)
+    by_value = {value: probability / prior.atoms[i][1]
+                for i, (value, probability) in enumerate(refined.atoms())}
+    assert by_value[2] == pytest.approx(float(alpha_u))  # the ball {2} (0.1 < p_u)
+    assert by_value[0] == pytest.approx(float(alpha_d)) == by_value[4]  # beyond {1, 2, 3}
+    middle = (1 - alpha_u * Fraction(0.1) - alpha_d * Fraction(0.6)) / Fraction(0.3)
+    assert by_value[1] == pytest.approx(float(middle)) == by_value[3]
     assert alpha_d < middle < alpha_u
-    assert sum(p for _, p in refined.atoms()) == pytest.approx(1)
+    assert sum(p for _, p in refined.atoms()) == 1
 
 
 def _random_prior(rng, size, nominal):
@@ -104,7 +114,8 @@ def _random_prior(rng, size, nominal):
 
 def _algorithm_1(prior, answer, alpha_u, alpha_d):
     """Seed 001 Algorithm 1 as written (with SPEC §5.4's p_u), one distance group at a
-    time, O(n²): the reference the bisections must reproduce."""
+    time, O(n²), in floats: the reference the bisections must reproduce."""
+    alpha_u, alpha_d = float(alpha_u), float(alpha_d)
     p_u = (1 - alpha_d) / (alpha_u - alpha_d)
     radii = sorted({prior.distance(answer, v) for v, _ in prior.atoms})
     closed = [sum(p for v, p in prior.atoms if prior.distance(answer, v) <= r) for r in radii]
@@ -121,7 +132,7 @@ def _algorithm_1(prior, answer, alpha_u, alpha_d):
 
 
 def _coverage_radius(atoms, centre, coverage=0.95):
-    """The old error bound of one centre: atoms by distance until the coverage is held."""
+    """The error bound of one centre: atoms by distance until the coverage is held."""
     total = 0.0
     for distance, mass in sorted((abs(v - centre), m) for v, m in atoms):
         total += mass
@@ -151,12 +162,42 @@ def test_refinement_and_its_bound_follow_algorithm_1():
             assert error_bound(prior, alpha_u, alpha_d) == worst
 
 
-def _law(prior, true, epsilon):
-    """P(answer = atom) for a true answer (None: the unit is absent), as the sampler
-    draws it: refined masses over their total."""
-    refined = unrefined(prior) if true is None else refine(prior, true, *factors(epsilon))
-    masses = np.array([mass for _, mass in refined.atoms()])
-    return masses / masses.sum()
+@pytest.mark.parametrize("epsilon", [Fraction(1, 10**6), Fraction(1, 100), Fraction(1, 2),
+                                     1, 3, 30, 1000])
+def test_the_factors_are_certified_rationals(epsilon):
+    """α_u = 1/α_d and α_d lies above e^{−ε/2} (compared with e^{−ε/2} to 100 digits, which
+    is correctly rounded): so α_u ≤ e^{ε/2}, α_d ≥ e^{−ε/2} and α_u/α_d ≤ e^ε exactly; ε
+    above 30 is refined as 30."""
+    alpha_u, alpha_d = factors(epsilon)
+    assert alpha_u * alpha_d == 1 and alpha_d < 1
+    with localcontext() as context:
+        context.prec = 100
+        above_truth = (-Decimal(min(Fraction(epsilon), 30).numerator)
+                       / Decimal(min(Fraction(epsilon), 30).denominator) / 2).exp().next_plus()
+    assert alpha_d >= Fraction(above_truth)
+    assert alpha_d - Fraction(above_truth) < Fraction(1, 10**38)  # and close to it
+
+
+def _laws(prior, trues, epsilon):
+    """Every true answer's exact law over the prior's atoms (None: the unit is absent)."""
+    alpha_u, alpha_d = factors(epsilon)
+    return [[p for _, p in (unrefined(prior) if true is None
+                            else refine(prior, true, alpha_u, alpha_d)).atoms()]
+            for true in trues]
+
+
+def _assert_indistinguishable(laws, epsilon):
+    """Exactly, for every output o: P(o) > 0 under every law, and the largest P(o) is
+    at most α_u/α_d ≤ e^ε (test_the_factors_are_certified_rationals) times the smallest,
+    which is every pair's inequality at once; every law sums to 1; against the prior
+    (laws[0], the unit absent) within α_u ≤ e^{ε/2}. A set of outputs sums these
+    inequalities, so holds too."""
+    alpha_u, alpha_d = factors(epsilon)
+    for law in laws:
+        assert sum(law) == 1 and all(p > 0 for p in law)
+        assert all(alpha_d * q <= p <= alpha_u * q for p, q in zip(law, laws[0]))
+    for output in zip(*laws):
+        assert max(output) <= alpha_u / alpha_d * min(output)
 
 
 PRIORS = [  # (value, weight) tables of 2–6 atoms, equal and unequal weights
@@ -171,28 +212,59 @@ PRIORS = [  # (value, weight) tables of 2–6 atoms, equal and unequal weights
 
 @pytest.mark.parametrize("epsilon", [0.01, 0.5, 1.0, 3.0, 10.0, 30.0])
 def test_the_loss_between_any_two_true_answers_is_at_most_epsilon(epsilon):
-    """Item 6. For every prior, every pair of true answers x, y — each atom, points
-    between and beyond them, and the unit's absence (the prior itself) — and every output
-    atom o: P(o | x) ≤ e^ε P(o | y). This is the neighbour of a statistical query (any two
-    data sets, seed 001 Prop. 1) and of an individual one (the unit's value modified, or
-    removed, which loses only ε/2); both use ``factors``. A set of outputs sums these
-    inequalities, so holds too. Priors: the fixed tables above (numeric and nominal) and 40 random ones."""
+    """Item 6, exactly. For every prior table, every pair of true answers — each atom,
+    points between and beyond them, and the unit's absence (the prior itself) — and every
+    output atom. This is the neighbour of a statistical query (any two data sets, seed
+    001 Prop. 1) and of an individual one (the unit's value modified, or removed, which
+    loses only ε/2). Priors: the fixed tables above (numeric and nominal) and 40 random."""
     rng = np.random.default_rng(11)
     tables = PRIORS + [[(v, float(w)) for v, w in enumerate(rng.dirichlet(np.ones(k)))]
                        for k in rng.integers(2, 7, 40)]
-    bound = math.exp(epsilon) * (1 + 1e-9)
     for table, nominal in itertools.product(tables, (False, True)):
         prior = discrete(table, nominal)
         values = [v for v, _ in prior.atoms]
         trues = [None, *values] + ([] if nominal else
                                    [min(values) - 1, max(values) + 1,
                                     *((a + b) / 2 for a, b in itertools.pairwise(values))])
-        laws = [_law(prior, true, epsilon) for true in trues]
-        for first, second in itertools.permutations(laws, 2):
-            assert np.all(first <= bound * second), (table, nominal)
-        half = math.exp(epsilon / 2) * (1 + 1e-9)  # against absence: ε/2
-        assert all(np.all(law <= half * laws[0]) and np.all(laws[0] <= half * law)
-                   for law in laws)
+        _assert_indistinguishable(_laws(prior, trues, epsilon), epsilon)
+
+
+GRIDS = [Grid(Uniform(0, 1), 8), Grid(Uniform(-3, 5), 16), Grid(Uniform(0, 200_000), 32),
+         Grid(TruncatedNormal(0.3, 0.2, 0, 1), 16),
+         Grid(TruncatedNormal(40_000, 15_000, 0, 200_000), 32),
+         Grid(TruncatedNormal(0, 1, -MAGNITUDE_CAP, MAGNITUDE_CAP), 16)]  # SUM's range
+
+
+@pytest.mark.parametrize("prior", GRIDS, ids=lambda g: f"{type(g.law).__name__}-{g.cells}")
+@pytest.mark.parametrize("epsilon", [0.01, 0.5, 1.0, 3.0, 10.0, 30.0])
+def test_on_a_grid_every_answer_is_possible_and_within_e_to_the_epsilon(prior, epsilon):
+    """Issue 29: a continuous prior is answered on its grid; on small grids, for true
+    answers at every cell's value, every midpoint between two, the support's ends, far
+    beyond them (SUM, COUNT) and absent, every output's exact probability under each true
+    answer is positive and within α_u/α_d ≤ e^ε of its probability under every other."""
+    values = list(prior.values)
+    low, high = prior.law.quantile(0), prior.law.quantile(1)
+    trues = [None, *values, *((a + b) / 2 for a, b in itertools.pairwise(values)),
+             low, high, -1e300, 1e300, -math.inf, math.inf]
+    _assert_indistinguishable(_laws(prior, trues, epsilon), epsilon)
+
+
+def test_an_answer_under_one_true_value_is_possible_under_its_neighbour():
+    """Issue 29's finding: the answer was F⁻¹ at start + (end − start)·k/2⁵³ with the
+    ball's ends depending on the true answer, and about a quarter of the answers under
+    uniform(0, 200000) at f(D) = 41000 could not occur at 41001 (an attacker's check
+    through the old sampler found 517 of 2,000): one answer told the two apart at any ε.
+    Now every answer is a value of the prior's public grid, and has positive probability
+    under the neighbouring true value's law."""
+    prior, alpha = Uniform(0, 200_000), factors(1.0)
+    first, second = refine(prior, 41_000, *alpha), refine(prior, 41_001, *alpha)
+    cells = Grid(prior).values
+    source = SecureSource()
+    for _ in range(2000):
+        answer = first.sample(source)
+        cell = bisect_left(cells, answer)
+        assert cells[cell] == answer  # a value of the grid, which the prior alone fixes
+        assert second.mass(cell, cell + 1) > 0
 
 
 def test_the_old_individual_factors_lost_two_epsilon():
@@ -202,46 +274,27 @@ def test_the_old_individual_factors_lost_two_epsilon():
     old = [dict(refine(prior, true, *seed_factors(1.0)).atoms())[150000]
            for true in (150000, 20000)]
     assert math.log(old[0] / old[1]) == pytest.approx(1.49, abs=0.01)
-    ours = [_law(prior, true, 1.0)[1] for true in (150000, 20000)]
-    assert ours == pytest.approx([0.697, 0.303], abs=1e-3)
+    ours = [dict(refine(prior, true, *factors(1.0)).atoms())[150000]
+            for true in (150000, 20000)]
+    assert [float(p) for p in ours] == pytest.approx([0.697, 0.303], abs=1e-3)
     assert math.log(ours[0] / ours[1]) <= 1
-
-
-@pytest.mark.parametrize("prior", [Uniform(0, 1), TruncatedNormal(0.3, 0.2, 0, 1),
-                                   TruncatedNormal(0, 1, -MAGNITUDE_CAP, MAGNITUDE_CAP)])
-@pytest.mark.parametrize("epsilon", [0.1, 1.0, 3.0])
-def test_continuous_densities_stay_within_e_to_the_epsilon(prior, epsilon):
-    """Item 6 for continuous priors: the refined density (a factor on the prior's, over
-    the total) at 2,000 prior quantiles, for true answers across and beyond the support
-    and the unit's absence: the ratio between any two is at most e^ε."""
-    grid = (np.arange(2000) + 0.5) / 2000
-    support = [prior.quantile(q) for q in (0, 0.001, 0.2, 0.5, 0.77, 0.999, 1)]
-    densities = []
-    for true in [None, -1e15, 1e15, *support]:
-        refined = unrefined(prior) if true is None else refine(prior, true, *factors(epsilon))
-        total = refined.mass(0, 1)
-        assert total == pytest.approx(1)
-        density = np.zeros_like(grid)
-        for s in refined.segments:
-            density[(grid >= s.start) & (grid < s.end)] = s.factor / total
-        densities.append(density)
-    for first, second in itertools.permutations(densities, 2):
-        assert np.all(first <= math.exp(epsilon) * (1 + 1e-9) * second)
 
 
 def test_the_statistical_factors_minimise_the_expected_error_of_a_uniform_prior():
     """α_u = e^{ε/2} beats every other split of α_u/α_d = e^ε on E|X − f(D)|."""
     for epsilon in (0.1, 1.0, 2.0):
-        chosen = _absolute_error(epsilon, factors(epsilon)[0])
+        chosen = _absolute_error(*factors(epsilon))
         for t in np.linspace(0.01, 0.99, 99):
-            assert chosen <= _absolute_error(epsilon, math.exp(t * epsilon)) + 1e-12
+            alpha_u = math.exp(t * epsilon)
+            assert chosen <= _absolute_error(alpha_u, alpha_u * math.exp(-epsilon)) + 1e-12
 
 
-def _absolute_error(epsilon, alpha_u):
-    """E|X − ½| of the refined uniform-[0, 1] prior for f(D) = ½, exactly."""
-    refined = refine(Uniform(0, 1), 0.5, alpha_u, alpha_u * math.exp(-epsilon))
-    half = [(s.factor, s.start - 0.5, s.end - 0.5) for s in refined.segments]
-    return sum(f * (abs(b) * b - abs(a) * a) / 2 for f, a, b in half)
+def _absolute_error(alpha_u, alpha_d):
+    """E|X − ½| of the refined uniform-[0, 1] prior for f(D) = ½, on a grid of 2^14
+    cells (whose effect on the error, ~2^−28, is below the splits' differences)."""
+    values, probabilities = _on_grid(refine(Grid(Uniform(0, 1), 1 << 14), 0.5, alpha_u,
+                                            alpha_d))
+    return float(np.sum(probabilities * np.abs(values - 0.5)))
 
 
 @pytest.mark.parametrize("answer", [0, 2, 5])
@@ -252,23 +305,35 @@ def test_discrete_samples_follow_the_refined_masses(answer):
     source = SecureSource()
     draws = [refined.sample(source) for _ in range(20_000)]
     observed = [draws.count(v) for v, _ in refined.atoms()]
-    expected = [p * len(draws) for _, p in refined.atoms()]
+    expected = [float(p) * len(draws) for _, p in refined.atoms()]
+    assert stats.chisquare(observed, expected).pvalue > SAMPLER_ALPHA
+
+
+@pytest.mark.parametrize("prior", [Grid(Uniform(0, 1), 16),
+                                   Grid(TruncatedNormal(0.3, 0.2, 0, 1), 16)])
+def test_every_cell_of_a_small_grid_is_drawn_with_its_refined_probability(prior):
+    """χ² of 40,000 draws from the OS's source over all 16 cells (the boundary cells
+    with their α_ud included) against the law's exact probabilities."""
+    refined = refine(prior, 0.41, *factors(1.0))
+    source = SecureSource()
+    observed = np.bincount([refined.draw(source) for _ in range(40_000)], minlength=16)
+    expected = [float(p) * 40_000 for _, p in refined.atoms()]
     assert stats.chisquare(observed, expected).pvalue > SAMPLER_ALPHA
 
 
 @pytest.mark.parametrize("prior", [Uniform(0, 200_000),
                                    TruncatedNormal(40_000, 15_000, 0, 200_000)])
 def test_continuous_samples_follow_the_refined_law(prior):
-    """χ² of 20,000 draws' prior quantiles in 40 bins (split at the ball's ends)."""
+    """χ² of 20,000 draws' cells in 40 bins of the 2^20-cell grid (split at the runs'
+    ends), against the law's exact masses; every answer lies in the support."""
     refined = refine(prior, 41_000, *factors(0.5))
     source = SecureSource()
-    quantiles = np.array([prior.cdf(refined.sample(source)) for _ in range(20_000)])
-    edges = np.unique(np.concatenate([np.linspace(0, 1, 41),
-                                      [s.start for s in refined.segments]]))
-    observed, _ = np.histogram(quantiles, bins=edges)
-    expected = [refined.mass(a, b) * len(quantiles) for a, b in itertools.pairwise(edges)]
-    keep = np.array(expected) > 0
-    assert stats.chisquare(observed[keep], np.array(expected)[keep]).pvalue > SAMPLER_ALPHA
+    cells = np.array([refined.draw(source) for _ in range(20_000)])
+    edges = np.unique(np.concatenate([np.linspace(0, CELLS, 41).astype(int),
+                                      [run.start for run in refined.runs]]))
+    observed, _ = np.histogram(cells, bins=edges)
+    expected = [float(refined.mass(a, b)) * len(cells) for a, b in itertools.pairwise(edges)]
+    assert stats.chisquare(observed, expected).pvalue > SAMPLER_ALPHA
     assert all(0 <= refined.sample(source) <= 200_000 for _ in range(1000))
 
 
