@@ -1,6 +1,7 @@
-"""Utility: how far from the truth each private MEDIAN, 90th percentile and MAX lands,
-for every iDP and DP option of ours and for the peers (issue 19 item 4). A benchmark:
-it measures error, it asserts nothing.
+"""Utility: how far from the truth each private MEDIAN, 90th percentile, MAX, SUM and
+COUNT lands, for the default (iDP's private noise scale), raw iDP, every DP option of
+ours and, on the percentiles and MAX, the peers (issue 19 item 4; issue 29 item 2: what
+the default costs against raw iDP). A benchmark: it measures error, it asserts nothing.
 
     python benchmarks/utility.py [--n 100,1000,10000,100000,1000000] [--epsilon 0.1,1]
                                  [--trials 200] [--columns income,age,...] [--out DIR]
@@ -8,11 +9,16 @@ it measures error, it asserts nothing.
 For each column and n, a table of n values goes into a temporary DuckDB file; for each
 aggregate, ε and method, ``--trials`` answers are drawn and compared with the exact
 answer of the same SQL over the values (clamped to the declared domain, as every
-method clamps): mean and 95th-percentile absolute error. Our methods answer through
-the engine (analysis, pushdown, noise; no ledger): the statistics are read once per
-query and each trial draws the noise anew from them, which is what a fresh answer
-over unchanged data does. Every ``idp.sensitivity`` the DP model accepts is tried, so
-a new one joins the table by itself. Peers:
+method clamps): mean and 95th-percentile absolute error. SUM is over the whole column;
+COUNT(*) keeps the rows above the median (``WHERE v > <median>``, about half), since a
+whole table's COUNT(*) is public and exact. Our methods answer through the engine
+(analysis, pushdown, noise; no ledger): the statistics are read once per query and each
+trial draws the noise anew from them, which is what a fresh answer over unchanged data
+does. They are "iDP default" (``idp.sensitivity = 'instance'``: percentiles and MAX by
+the exponential mechanism, SUM at the domain's global sensitivity, COUNT at the shift),
+"iDP raw" (``'local'``: noise scaled to the data's local sensitivity, which the rules
+here opt into with ``noise_scale = "local"``) and every ``idp.sensitivity`` the DP model
+accepts, so a new one joins the table by itself. Peers, on the percentiles and MAX:
 
 - OpenDP ``make_private_quantile`` (exponential mechanism over a candidate grid, as
   its documentation recommends: 1,001 evenly spaced candidates over the domain, or
@@ -22,6 +28,8 @@ a new one joins the table by itself. Peers:
   once and each trial draws the noisy max anew. MAX is its quantile at α = 1.
 - SmartNoise SQL: each query is put to it once; it refuses all three (the refusal is
   recorded in the CSV).
+
+The peers' packages are the ``bench`` extra (pyproject.toml).
 
 Columns: ``income`` and ``age`` are the demo's (log-normal incomes, working-age skewed
 integer ages with ties, ``proxy.demo.people_columns``; the demo rules' domains);
@@ -61,10 +69,12 @@ from proxy.rules import parse_rules
 from proxy.settings import FITS, Settings
 
 DATA = ROOT / "examples" / "data"
-AGGREGATES = {  # name: (SQL, quantile)
+AGGREGATES = {  # name: (SQL, quantile of the order statistics the peers answer, else None)
     "median": ("MEDIAN(v)", 0.5),
     "p90": ("PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY v)", 0.9),
     "max": ("MAX(v)", 1.0),
+    "sum": ("SUM(v)", None),
+    "count": ("COUNT(*)", None),
 }
 GRID = 1001  # OpenDP's candidates over a continuous domain
 INTEGER_GRID = 10_001  # every integer of an integer domain up to this many
@@ -113,6 +123,7 @@ def _rules(column: Column) -> str:
     return f"""
 [defaults]
 max_epsilon_per_query = 10
+noise_scale = "local"
 answer_cache = false
 [analysts.bench]
 budget = 1000000
@@ -125,13 +136,23 @@ v = {{ type = "{kind}", domain = [{column.lower}, {column.upper}] }}
 """
 
 
-def exact(values: np.ndarray, quantile: float) -> float:
-    """The SQL aggregate over the values: PERCENTILE_CONT (MEDIAN is its 0.5) or MAX."""
-    return float(np.max(values)) if quantile == 1.0 else float(np.quantile(values, quantile))
+def query(aggregate: str, values: np.ndarray) -> tuple[str, float]:
+    """The aggregate's SQL over t and its exact answer over the values (PERCENTILE_CONT,
+    MEDIAN being its 0.5); COUNT's scope is the rows above the median."""
+    sql, quantile = AGGREGATES[aggregate]
+    if aggregate == "count":
+        median = float(np.quantile(values, 0.5))
+        return f"SELECT {sql} FROM t WHERE v > {median!r}", float(np.sum(values > median))
+    if aggregate == "sum":
+        return f"SELECT {sql} FROM t", float(np.sum(values))
+    true = np.max(values) if quantile == 1.0 else np.quantile(values, quantile)
+    return f"SELECT {sql} FROM t", float(true)
 
 
 def our_methods() -> list[tuple[str, Settings]]:
-    return [("iDP", Settings(model="idp"))] + [
+    """The default, raw iDP (the rules opt into it) and every DP option."""
+    return [("iDP default", Settings(model="idp", sensitivity="instance")),
+            ("iDP raw", Settings(model="idp", sensitivity="local"))] + [
         (f"DP {sensitivity}", Settings(model="dp", sensitivity=sensitivity))
         for sensitivity in FITS["dp"]]
 
@@ -244,8 +265,8 @@ def run(args) -> list[dict]:
                 engine = Engine(parse_rules(_rules(column)), open_backend(f"duckdb:///{path}"))
                 try:
                     for aggregate, (sql, quantile) in AGGREGATES.items():
-                        true = exact(values, quantile)
-                        if aggregate not in refusals:
+                        statement, true = query(aggregate, values)
+                        if quantile is not None and aggregate not in refusals:
                             refusals[aggregate] = smartnoise_refusal(sql, values[:100], column)
                         for epsilon in args.epsilon:
                             base = {"column": name, "n": n, "epsilon": epsilon,
@@ -253,9 +274,11 @@ def run(args) -> list[dict]:
                             for method, settings in our_methods():
                                 settings = replace(settings, epsilon=Decimal(str(epsilon)))
                                 started = time.perf_counter()
-                                answers = ours(engine, f"SELECT {sql} FROM t", settings,
-                                               args.trials)
+                                answers = ours(engine, statement, settings, args.trials)
                                 results.append(_row(base, method, answers, true, started))
+                            if quantile is None:
+                                _print_cell(results, base)
+                                continue
                             started = time.perf_counter()
                             answers = opendp_answers(values, column, quantile, epsilon,
                                                      args.trials)
@@ -317,27 +340,32 @@ def write(results: list[dict], out: Path) -> None:
                 axis.set(xscale="log", yscale="log", title=f"{name}, ε = {epsilon}",
                          xlabel="n", ylabel="mean |error|")
         axes[0][0].legend(fontsize="small")
-        figure.suptitle(f"{aggregate.upper()}: mean absolute error (SmartNoise SQL refuses it)")
+        figure.suptitle(f"{aggregate.upper()}: mean absolute error")
         figure.tight_layout()
         figure.savefig(out / f"utility_{aggregate}.png", dpi=80)
         plt.close(figure)
 
 
 def goals(results: list[dict]) -> None:
-    """The issue's two goals, cell by cell at n ≥ 1,000: our best DP error within 2× of
-    iDP's, and at least 5× below every peer's."""
+    """The issues' goals per aggregate, cell by cell at n ≥ 1,000: the default's error
+    within 2× of raw iDP's (issue 29), our best DP's within 2× of raw iDP's and at least
+    5× below OpenDP's (issue 19)."""
     answered = [r for r in results if "mean_error" in r]
-    cells = sorted({(r["column"], r["n"], r["epsilon"], r["aggregate"]) for r in answered
-                    if r["n"] >= 1000})
-    near, below = 0, 0
-    for cell in cells:
-        by = {r["method"]: r["mean_error"] for r in answered
-              if (r["column"], r["n"], r["epsilon"], r["aggregate"]) == cell}
-        best = min(error for method, error in by.items() if method.startswith("DP "))
-        near += best <= 2 * by["iDP"]
-        below += best * 5 <= by["OpenDP quantile"]
-    print(f"\ncells with n >= 1,000: {len(cells)}; our best DP within 2x of iDP in {near}; "
-          f"at least 5x below OpenDP in {below}; SmartNoise SQL refuses every one")
+    print()
+    for aggregate in AGGREGATES:
+        cells = sorted({(r["column"], r["n"], r["epsilon"]) for r in answered
+                        if r["n"] >= 1000 and r["aggregate"] == aggregate})
+        default = best_near = below = 0
+        for cell in cells:
+            by = {r["method"]: r["mean_error"] for r in answered
+                  if (r["column"], r["n"], r["epsilon"], r["aggregate"]) == cell + (aggregate,)}
+            best = min(error for method, error in by.items() if method.startswith("DP "))
+            default += by["iDP default"] <= 2 * by["iDP raw"]
+            best_near += best <= 2 * by["iDP raw"]
+            below += "OpenDP quantile" in by and best * 5 <= by["OpenDP quantile"]
+        peers = f"; at least 5x below OpenDP in {below}" if AGGREGATES[aggregate][1] else ""
+        print(f"{aggregate}: {len(cells)} cells with n >= 1,000; within 2x of raw iDP: the "
+              f"default in {default}, our best DP in {best_near}{peers}")
 
 
 def main() -> None:
