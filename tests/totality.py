@@ -188,7 +188,11 @@ def _snap(v):
 
 
 def _bounded(v, bound):
-    return None if v is None or math.isnan(v) or abs(v) >= bound else v
+    """v within (-bound, bound); NULL for NULL, NaN and at or above bound; -bound at or
+    below it."""
+    if v is None or math.isnan(v) or v >= bound:
+        return None
+    return max(v, -bound)
 
 
 def _half_even(v):
@@ -200,7 +204,7 @@ def _half_away(v):
 
 
 ROUND = {"postgres": _half_even, "duckdb": _half_away, "sparkexact": _half_away}
-CAST_INT = {"postgres": _half_even, "duckdb": _half_away,
+CAST_INT = {"postgres": _half_even, "duckdb": _half_even,
             "sparkexact": lambda v: float(math.trunc(v))}
 
 
@@ -239,7 +243,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         integer = left.integer and right.integer
         a, b = left.value, right.value
         if isinstance(node, exp.Mul):
-            a, b = _snap(_bounded(a, OPERAND)), _snap(_bounded(b, OPERAND))
+            a, b = _bounded(_snap(a), OPERAND), _bounded(_snap(b), OPERAND)
         if a is None or b is None:
             return _Ref(None, integer)
         if isinstance(node, exp.Add):
@@ -250,7 +254,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
     if isinstance(node, exp.Div):
         left, right = of(node.this), of(node.expression)
         integer = left.integer and right.integer
-        a = _snap(_bounded(left.value, OPERAND))
+        a = _bounded(_snap(left.value), OPERAND)
         if a is None:
             return _Ref(None, integer)
         quotient = a / right.value
