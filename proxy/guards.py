@@ -13,8 +13,8 @@ doubles, round to nearest), so the analyser's intervals and the fuzzer's referen
   most −B. Written NULLIF(LEAST(GREATEST(COALESCE(v, B), −B), B), B): GREATEST and LEAST
   skip NULL on every engine, so NULL is carried as the value B, which the NULLIF turns
   back into NULL (values at or above B go with it).
-- ``snap(v)``: (v + 2⁻⁴⁵⁰) − 2⁻⁴⁵⁰. Exactly v when |v| ≥ 2⁻³⁹⁵ (≈ 1.5·10⁻¹¹⁹); below,
-  rounded to a multiple of about 2⁻⁵⁰³, so 0 or at least 2⁻⁵⁰³ (≈ 9.5·10⁻¹⁵²) in
+- ``snap(v)``: (v + 2⁻⁴⁵⁰) − 2⁻⁴⁵⁰. Exactly v when |v| ≥ 2⁻³⁹⁵ (≈ 1.2·10⁻¹¹⁹); below,
+  rounded to a multiple of about 2⁻⁵⁰³, so 0 or at least 2⁻⁵⁰³ (≈ 3.8·10⁻¹⁵²) in
   magnitude; monotone, so an interval [a, b] becomes [snap(a), snap(b)].
 - ``operand(v)`` = within(snap(v), 2⁵⁰⁰): every operand of ``*`` and every dividend.
   A product of two is 0 or between 2⁻¹⁰⁰⁶ and 2¹⁰⁰⁰, a quotient by a constant c with

@@ -50,7 +50,7 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
     if term.kind == EPOCH_BIN:
         return _epoch_bin(term, column)
-    # divided below: snapped (proxy.guards.snap: 0 or at least ~1e-151 in magnitude, the
+    # divided below: snapped (proxy.guards.snap: 0 or at least ~4e-152 in magnitude, the
     # value written once) so no quotient underflows (PostgreSQL raises on that)
     value = snap(normalised(exp.column(term.column, quoted=True), column.lower,
                             column.upper))
