@@ -84,7 +84,7 @@ def snap_value(value: float) -> float:
 def operand(value: exp.Expression, bound: float = math.inf) -> exp.Expression:
     """within(snap(value), 2⁵⁰⁰): an operand of * or a dividend. ``bound``: what the SQL
     itself bounds |value| by (not what the declared domains say), where known; within
-    it, the NULL beyond ±2⁵⁰⁰ cannot happen and is not written."""
+    it, the guard at ±2⁵⁰⁰ cannot act and is not written."""
     snapped = snap(value)
     return snapped if bound < OPERAND_BOUND else within(snapped, OPERAND_BOUND)
 

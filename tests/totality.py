@@ -141,8 +141,9 @@ def expression(rng: random.Random, depth: int = 4) -> str:
                            f"sqrt(({inner}) * {rng.choice(['1', '1e-15', '2'])})"])
     if form in (16, 17):
         inner = sub()
-        return rng.choice([f"ln({inner})", f"ln(abs({inner}) + {rng.choice(CONSTANTS)})",
-                           f"ln({rng.choice(['p', 's', 'x + 1'])} * {rng.choice(['1', '1e-15', '0.5'])})"])
+        shifted = f"ln(abs({inner}) + {rng.choice(CONSTANTS)})"
+        positive = f"{rng.choice(['p', 's', 'x + 1'])} * {rng.choice(['1', '1e-15', '0.5'])}"
+        return rng.choice([f"ln({inner})", shifted, f"ln({positive})"])
     if form == 18:  # a chain of factors (the exponential size of issue 30)
         factors = " * ".join(rng.choice(["1", "1e15", "1e-15", "2", "0.5", "x", "p"])
                              for _ in range(rng.randint(2, 6)))

@@ -18,10 +18,10 @@ WHERE does. Integer division follows PostgreSQL (it truncates towards zero).
 Totality (docs/privacy.md §3.6): the SQL built here cannot raise, overflow or make NaN
 for any row value, whatever the intervals say, because every operation that could is
 guarded in the SQL itself (``proxy.guards``): operands of ``*`` and dividends are
-``operand(v)`` (NULL beyond ±2⁵⁰⁰, tiny values snapped), divisors are constants written
-as the analysed double (10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰), ``sqrt(abs(v))``, ``ln(nullif(abs(v), 0))``,
-rounding functions and integer casts take ``within(v, 2⁶³)`` and give a DOUBLE. Each guard
-writes its operand once, so the SQL is linear in the expression, which is capped at
+``operand(v)`` (bounded by 2⁵⁰⁰: NULL above, −2⁵⁰⁰ below; tiny values snapped), divisors
+are constants written as the analysed double (10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰), ``sqrt(abs(v))``,
+``ln(nullif(abs(v), 0))``, rounding functions and integer casts take ``within(v, 2⁶³)``
+and give a DOUBLE. Each guard writes its operand once, so the SQL is linear in the expression, which is capped at
 ``MAX_EXPRESSION_NODES`` parts. The intervals follow the guards (``snap_value`` at each
 operand's ends), so the derived domain stays a true bound of what the SQL computes.
 
@@ -330,9 +330,9 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
 
 def _operand(node: exp.Expression, value: _Value) -> _Value:
     """An operand of ``*`` or a dividend as the SQL takes it: ``guards.operand`` (NULL
-    at or beyond ±2⁵⁰⁰, refused here where the range reaches that far; tiny values
-    snapped, which the interval follows: snapping is monotone). A constant is snapped
-    here."""
+    or −2⁵⁰⁰ at or beyond ±2⁵⁰⁰, refused here where the range reaches that far; tiny
+    values snapped, which the interval follows: snapping is monotone). A constant is
+    snapped here."""
     if value.null:
         return value
     if max(abs(value.reach[0]), abs(value.reach[1])) >= guards.OPERAND_BOUND:
