@@ -7,7 +7,9 @@ debit), or
 
 - the per-row value the statistics read (``scope.needed_value``) runs without error, every
   value is NULL or finite and inside the derived domain, and equals a Python reference of
-  the guarded semantics (``reference``) within a tolerance;
+  the guarded semantics (``reference``) within a tolerance; so does the expression's value
+  before the final clamp, which must lie inside the derived domain too (the analysis's
+  bounds are true bounds of what the SQL computes);
 - the engine's own statistics statements for SUM, MAX, MIN, MEDIAN and COUNT of it
   (``Engine.statistics``) run without error and every number they return is finite, the
   order statistics inside the derived domain.
@@ -30,6 +32,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.analyze.expressions import DerivedColumn
 from proxy.errors import NotSupported, ProxyError
 from proxy.pushdown.scope import needed_value
+from proxy.pushdown.values import normalised
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, ColumnNeeds, normalise
@@ -368,26 +371,38 @@ def check(text: str, table_rows: list[dict], engine, dialect: str,
     high = MAGNITUDE_CAP if column.upper is None else column.upper
     value = needed_value(plan.table, ColumnNeeds(column.name, lower=column.lower,
                                                  upper=column.upper))
-    select = exp.select(exp.column("id"), exp.alias_(value, "v")).from_(TABLE).order_by("id")
+    columns = plan.table.columns
+    raw = column.render(lambda name: normalised(exp.column(name, quoted=True),
+                                                columns[name].lower, columns[name].upper))
+    select = exp.select(exp.column("id"), exp.alias_(value, "v"), exp.alias_(raw, "r")
+                        ).from_(TABLE).order_by("id")
     try:
-        got = dict(engine.backend.read(select.sql(dialect=dialect)))
+        got = {key: (v, r) for key, v, r in engine.backend.read(select.sql(dialect=dialect))}
     except ProxyError as exc:
         outcome.failures.append(("error", text, f"per-row values: {exc}"))
         return outcome
     tree = sqlglot.parse_one(text, read="postgres")
+    # The analysis's bounds, which must hold for what the SQL computes before the final
+    # clamp (an end clamped to ±MAGNITUDE_CAP bounds nothing beyond it)
+    proven = (-math.inf if column.lower in (None, -MAGNITUDE_CAP) else column.lower,
+              math.inf if column.upper in (None, MAGNITUDE_CAP) else column.upper)
     for row in table_rows:
-        value = got[row["id"]]
-        value = None if value is None else float(value)
+        value, computed = (None if v is None else float(v) for v in got[row["id"]])
         if value is not None and not (math.isfinite(value) and low <= value <= high):
             outcome.failures.append(("domain", text, f"row {row}: {value} not in "
                                      f"[{low}, {high}]"))
             break
-        expected = normalise(reference(tree, row, dialect), column.lower, column.upper)
-        if (expected is None) != (value is None) or (
-                value is not None and not math.isclose(value, expected, rel_tol=close,
-                                                       abs_tol=1e-300)):
-            outcome.failures.append(("differential", text, f"row {row}: backend {value}, "
-                                     f"reference {expected}"))
+        if computed is not None and not (math.isfinite(computed)
+                                         and proven[0] <= computed <= proven[1]):
+            outcome.failures.append(("bound", text, f"row {row}: the SQL computes "
+                                     f"{computed}, outside the derived domain {proven}"))
+            break
+        unclamped = reference(tree, row, dialect)
+        expected = normalise(unclamped, column.lower, column.upper)
+        if not (_same(value, expected, close) and _same(computed, unclamped, close)):
+            outcome.failures.append(("differential", text, f"row {row}: backend {value} "
+                                     f"({computed} unclamped), reference {expected} "
+                                     f"({unclamped} unclamped)"))
             break
     try:
         _, groups, _ = engine.statistics(plan)
@@ -403,6 +418,12 @@ def check(text: str, table_rows: list[dict], engine, dialect: str,
                     low <= v <= high for v in ranked):
                 outcome.failures.append(("statistics", text, f"{stats}"))
     return outcome
+
+
+def _same(got: float | None, expected: float | None, close: float) -> bool:
+    if got is None or expected is None:
+        return got is None and expected is None
+    return math.isclose(got, expected, rel_tol=close, abs_tol=1e-300)
 
 
 def run(engine, dialect: str, table_rows: list[dict], seed: int, count: int,
