@@ -97,6 +97,12 @@ class BackendFailed(ProxyError):
     sqlstate = "58000"
 
 
+class BackendLost(BackendFailed):
+    """An operational failure of the backend in the middle of a statement (the server
+    ended the session, ran out of memory...): not the statement's doing, so not a
+    totality failure (``proxy.session``)."""
+
+
 class QueryCanceled(BackendFailed):
     """The statement was interrupted (a client's cancel or the statement timeout); it
     reached the backend, so it is charged like any other failure."""

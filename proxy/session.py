@@ -10,6 +10,9 @@ metadata clients see.
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -32,7 +35,7 @@ from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
-from proxy.errors import BackendUnavailable, SyntaxProblem
+from proxy.errors import BackendFailed, BackendUnavailable, SyntaxProblem
 from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
@@ -50,6 +53,8 @@ from proxy.settings import (
     session_command,
 )
 from proxy.timing import padded
+
+log = logging.getLogger("idp_proxy.session")
 
 
 @dataclass
@@ -222,6 +227,10 @@ class Session:
             if debited:
                 engine.ledger.refund(charge)
             raise
+        except BackendFailed as exc:
+            if debited and type(exc) is BackendFailed:
+                _totality_failure(normalised)
+            raise
         if stored is not None:  # the repeat's ledger row commits before it is sent
             return _restored(stored, Decimal(0), Decimal(0),
                              engine.ledger.served_from_cache(charge), _FROM_CACHE)
@@ -233,6 +242,29 @@ class Session:
         answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.epsilon, charge.delta, remaining)
+
+
+# Statements whose statistics failed in the backend after the debit, other than by an
+# outage, a cancel, a full disk or a lost session: the statistics SQL is total
+# (docs/privacy.md §3.6), so each one is a bug and, on values that only some rows
+# hold, possibly an oracle. Counted per process (each worker's own), logged as they
+# happen and in the server's shutdown line (``proxy.wire.server``).
+TOTALITY_FAILURES = 0
+_counting = threading.Lock()
+
+
+def _totality_failure(statement: str) -> None:
+    global TOTALITY_FAILURES
+    with _counting:
+        TOTALITY_FAILURES += 1
+        count = TOTALITY_FAILURES
+    log.error("totality: the backend failed on the statistics of a charged statement "
+              "(%d since start; see the backend error above): %s", count, statement)
+
+
+def totality_failures() -> int:
+    """How many charged statements failed in the backend (``TOTALITY_FAILURES``)."""
+    return TOTALITY_FAILURES
 
 
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,

@@ -11,10 +11,19 @@ to anything inside the derived domain, or to NULL, exactly as it would a column'
 How the backend computes it (``DerivedColumn.render``): every column the expression
 reads as a value is normalised first, as for a plain column (NaN as NULL, ±inf and
 out-of-range values to the declared bound or ±MAGNITUDE_CAP); the arithmetic is done in
-DOUBLE on those finite values, whose magnitudes the intervals bound, so it can neither
-overflow nor divide by zero; pushdown then normalises the result to the derived
-domain like any column value. CASE conditions and FILTER clauses read the raw columns,
-as WHERE does. Integer division follows PostgreSQL (it truncates towards zero).
+DOUBLE on those finite values; pushdown then clamps the result to the derived domain
+(``proxy.guards.clamp``). CASE conditions and FILTER clauses read the raw columns, as
+WHERE does. Integer division follows PostgreSQL (it truncates towards zero).
+
+Totality (docs/privacy.md §3.6): the SQL built here cannot raise, overflow or make NaN
+for any row value, whatever the intervals say, because every operation that could is
+guarded in the SQL itself (``proxy.guards``): operands of ``*`` and dividends are
+``operand(v)`` (bounded by 2⁵⁰⁰: NULL above, −2⁵⁰⁰ below; tiny values snapped), divisors
+are constants written as the analysed double (10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰), ``sqrt(abs(v))``,
+``ln(nullif(abs(v), 0))``, rounding functions and integer casts take ``within(v, 2⁶³)``
+and give a DOUBLE. Each guard writes its operand once, so the SQL is linear in the expression, which is capped at
+``MAX_EXPRESSION_NODES`` parts. The intervals follow the guards (``snap_value`` at each
+operand's ends), so the derived domain stays a true bound of what the SQL computes.
 
 Everything here depends on the text and the rules only (SPEC §3.4): a refusal happens
 before anything runs, and the derived domain, type and resolution are public.
@@ -31,6 +40,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy import guards
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported
 from proxy.rules import Column, Table
@@ -41,6 +51,14 @@ ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END
            "value that cannot be negative, ln of a value that is always positive")
 # Intermediate values the backend may meet stay well inside DOUBLE's range.
 _SAFE_MAGNITUDE = 1e300
+# The most parts (sqlglot nodes: operators, functions, columns, constants) one
+# aggregate's expression may have: the backend SQL grows linearly with it, by a
+# constant factor for the guards (docs/sqlstate.md).
+MAX_EXPRESSION_NODES = 400
+# The deepest guarded SQL one expression may make (the backends' parsers and planners
+# recurse: DuckDB stops at 1,000 levels of a whole statement; sqlglot's generator too).
+MAX_SQL_DEPTH = 200
+_LN_BOUND = 745.0  # |ln v| for every positive double v
 _INTEGER_TYPES = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
                   exp.DataType.Type.BIGINT}
 _REAL_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE, exp.DataType.Type.DECIMAL,
@@ -62,6 +80,8 @@ class DerivedColumn(Column):
         ``value_of(name)`` (its normalised value); columns inside CASE conditions stay
         raw, as WHERE reads them."""
         tree = self.expression.copy()
+        if isinstance(tree, exp.Column):  # replacing the root would leave it raw
+            return value_of(tree.name)
         for column in list(tree.find_all(exp.Column)):
             if not _in_condition(column):
                 column.replace(value_of(column.name))
@@ -90,6 +110,7 @@ class _Value:
     integer: bool
     nullable: bool
     constant: bool = False
+    bound: float = 0.0  # the SQL's own bound on |value|, whatever the data (proxy.guards)
 
     @property
     def null(self) -> bool:
@@ -140,7 +161,14 @@ def derive(node: exp.Expression, table: Table, resolve,
            counted: bool = False) -> DerivedColumn | None:
     """The derived column of one aggregate argument (None: under COUNT, a constant that
     is never NULL); refuse what could fail in the backend or is not a number."""
+    parts = sum(1 for _ in node.walk())
+    if parts > MAX_EXPRESSION_NODES:
+        raise NotSupported(f"an expression inside an aggregate has {parts} parts; at most "
+                           f"{MAX_EXPRESSION_NODES} are supported")
     value = _evaluate(node, table, resolve)
+    if guards.depth(value.sql) > MAX_SQL_DEPTH:
+        raise NotSupported("an expression inside an aggregate is nested too deeply; "
+                           "split it, or nest fewer operations")
     name = _name(node, resolve)
     if value.null:
         raise NotSupported(f"{name} is always NULL; aggregate a column or an expression of "
@@ -232,7 +260,8 @@ def _as_count(node: exp.Expression) -> exp.Expression:
 def _evaluate(node: exp.Expression, table: Table, resolve) -> _Value:
     """Interval arithmetic over the tree (docs/privacy.md lists the rules)."""
     value = _operator(node, table, resolve)
-    if not value.null and max(abs(value.reach[0]), abs(value.reach[1])) > _SAFE_MAGNITUDE:
+    if not value.null and (max(abs(value.reach[0]), abs(value.reach[1])) > _SAFE_MAGNITUDE
+                           or value.bound >= guards.MAGNITUDE_LIMIT):
         raise NotSupported(f"{_text(node)} can reach magnitudes the backend "
                            "cannot compute; use smaller constants or narrower domains")
     return value
@@ -264,10 +293,11 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         if isinstance(node, exp.Neg):
             return _Value(exp.Neg(this=inner.sql), -inner.high, -inner.low,
                           (-inner.reach[1], -inner.reach[0]), inner.integer, inner.nullable,
-                          inner.constant)
+                          inner.constant, inner.bound)
         if isinstance(node, exp.Abs):
             return _Value(exp.Abs(this=inner.sql), *_abs((inner.low, inner.high)),
-                          _abs(inner.reach), inner.integer, inner.nullable, inner.constant)
+                          _abs(inner.reach), inner.integer, inner.nullable, inner.constant,
+                          inner.bound)
         if isinstance(node, exp.Cast):
             return _cast(node, inner)
         if isinstance(node, (exp.Sqrt, exp.Ln)):
@@ -275,14 +305,18 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         return _rounding(node, inner)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
         left, right = of(node.this), of(node.expression)
+        if isinstance(node, exp.Mul):
+            left, right = _operand(node, left), _operand(node, right)
         sql = type(node)(this=left.sql, expression=right.sql)
         if left.null or right.null:
             return _always_null(sql, left.constant and right.constant)
         combine = {exp.Add: _add, exp.Sub: _sub, exp.Mul: _mul}[type(node)]
         low, high = combine((left.low, left.high), (right.low, right.high))
+        bound = (left.bound * right.bound if isinstance(node, exp.Mul)
+                 else left.bound + right.bound)
         return _Value(sql, low, high, combine(left.reach, right.reach),
                       left.integer and right.integer, left.nullable or right.nullable,
-                      left.constant and right.constant)
+                      left.constant and right.constant, bound)
     if isinstance(node, exp.Div):
         return _divide(node, table, resolve)
     if isinstance(node, (exp.Least, exp.Greatest)):
@@ -292,6 +326,27 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
     if isinstance(node, exp.Case):
         return _case(node, table, resolve)
     raise _refuse(node)
+
+
+def _operand(node: exp.Expression, value: _Value) -> _Value:
+    """An operand of ``*`` or a dividend as the SQL takes it: ``guards.operand`` (NULL
+    or −2⁵⁰⁰ at or beyond ±2⁵⁰⁰, refused here where the range reaches that far; tiny
+    values snapped, which the interval follows: snapping is monotone). A constant is
+    snapped here."""
+    if value.null:
+        return value
+    if max(abs(value.reach[0]), abs(value.reach[1])) >= guards.OPERAND_BOUND:
+        raise NotSupported(f"{_text(node)}: an operand of * or / can reach magnitudes the "
+                           "backend cannot compute; use smaller constants or narrower "
+                           "domains")
+    snap = guards.snap_value
+    if value.constant and not value.nullable and value.low == value.high:
+        sql = guards.number(snap(value.low))
+    else:
+        sql = guards.operand(value.sql, value.bound)
+    return replace(value, sql=sql, low=snap(value.low), high=snap(value.high),
+                   reach=(snap(value.reach[0]), snap(value.reach[1])),
+                   bound=min(value.bound, guards.OPERAND_BOUND))
 
 
 def _number(node: exp.Literal) -> _Value:
@@ -307,8 +362,8 @@ def _number(node: exp.Literal) -> _Value:
         raise NotSupported(f"the constant {text} is out of range; use numbers within "
                            f"±{MAGNITUDE_CAP:.0e}")
     integral = number.is_integer() and not any(c in node.name for c in ".eE")
-    return _Value(exp.cast(node.copy(), _DOUBLE.copy()), number, number, (number, number),
-                  integral, False, True)
+    return _Value(guards.number(number), number, number, (number, number), integral, False,
+                  True, abs(number))
 
 
 def _leaf(node: exp.Column, table: Table, resolve) -> _Value:
@@ -320,7 +375,8 @@ def _leaf(node: exp.Column, table: Table, resolve) -> _Value:
     low = -math.inf if column.lower is None else column.lower
     high = math.inf if column.upper is None else column.upper
     reach = (max(low, -MAGNITUDE_CAP), min(high, MAGNITUDE_CAP))
-    return _Value(exp.column(name), low, high, reach, column.type == "int", True)
+    return _Value(exp.column(name), low, high, reach, column.type == "int", True,
+                  bound=MAGNITUDE_CAP)
 
 
 def _times(a: float, b: float) -> float:
@@ -352,33 +408,35 @@ def _abs(a):
 
 def _divide(node: exp.Div, table: Table, resolve) -> _Value:
     """Division by a non-zero constant c: the ends divided by c (swapped when c < 0);
-    integer by integer truncates towards zero, as PostgreSQL does."""
+    integer by integer truncates towards zero, as PostgreSQL does. The divisor is sent
+    as the double analysed here, within 10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰ (so the quotient of a
+    guarded dividend can neither underflow nor overflow)."""
     text = _text(node)
     if any(isinstance(n, exp.Column) for n in node.expression.walk()):
         raise NotSupported(f"{text} divides by a column, which can fail in the backend "
                            "(division by zero); divide by a non-zero constant")
-    left = _evaluate(node.this, table, resolve)
+    left = _operand(node, _evaluate(node.this, table, resolve))
     right = _evaluate(node.expression, table, resolve)
     if right.nullable or right.low != right.high:
         raise NotSupported(f"{text}: divide by a non-zero numeric constant")
     divisor = right.low
     if divisor == 0:
         raise NotSupported(f"{text} divides by zero; divide by a non-zero constant")
-    sql: exp.Expression = exp.Div(this=left.sql, expression=right.sql)
+    least, most = guards.DIVISOR_RANGE
+    if not least <= abs(divisor) <= most:
+        raise NotSupported(f"{text}: divide by a constant between {least:.0e} and "
+                           f"{most:.0e} in magnitude")
+    sql: exp.Expression = exp.Div(this=left.sql, expression=guards.number(divisor))
     integer = left.integer and right.integer
-    if integer:
-        sql = exp.Trunc(this=sql)
     if left.null:
-        return _always_null(sql, left.constant)
+        return _always_null(exp.Trunc(this=sql) if integer else sql, left.constant)
     low, high = sorted((left.low / divisor, left.high / divisor))
     reach = sorted((left.reach[0] / divisor, left.reach[1] / divisor))
+    value = _Value(sql, low, high, (reach[0], reach[1]), integer, left.nullable,
+                   left.constant, left.bound / abs(divisor))
     if integer:
-        low, high, reach = _truncate(low), _truncate(high), [_truncate(r) for r in reach]
-    return _Value(sql, low, high, (reach[0], reach[1]), integer, left.nullable, left.constant)
-
-
-def _truncate(value: float) -> float:
-    return value if math.isinf(value) else float(math.trunc(value))
+        return _rounding(node, value, exp.Trunc)
+    return value
 
 
 def _extreme(node: exp.Expression, values: list[_Value]) -> _Value:
@@ -407,7 +465,7 @@ def _extreme(node: exp.Expression, values: list[_Value]) -> _Value:
     low, high = ends(lambda v: v.low, lambda v: v.high)
     reach = ends(lambda v: v.reach[0], lambda v: v.reach[1])
     return _Value(sql, low, high, reach, all(v.integer for v in present), certain is None,
-                  all(v.constant for v in values))
+                  all(v.constant for v in values), max(v.bound for v in values))
 
 
 def _coalesce(values: list[_Value]) -> _Value:
@@ -429,7 +487,8 @@ def _hull(sql: exp.Expression, values: list[_Value], nullable: bool) -> _Value:
         return _always_null(sql, constant)
     return _Value(sql, min(v.low for v in present), max(v.high for v in present),
                   (min(v.reach[0] for v in present), max(v.reach[1] for v in present)),
-                  all(v.integer for v in present), nullable, constant)
+                  all(v.integer for v in present), nullable, constant,
+                  max(v.bound for v in values))
 
 
 def _case(node: exp.Case, table: Table, resolve) -> _Value:
@@ -460,15 +519,29 @@ def _cast(node: exp.Cast, inner: _Value) -> _Value:
     if kind in _REAL_TYPES:
         return replace(inner, integer=False)
     if kind in _INTEGER_TYPES:
-        if max(abs(inner.reach[0]), abs(inner.reach[1])) > 9e18:
-            raise NotSupported(f"{_text(node)} can be out of the integer "
-                               "range; cast a narrower value")
-        sql = exp.cast(exp.cast(inner.sql, "bigint"), _DOUBLE.copy())
+        _whole(node, inner)
+        sql = exp.cast(exp.cast(_whole_sql(inner), "bigint"), _DOUBLE.copy())
         return _Value(sql, *_integral(inner.low, inner.high, math.floor, math.ceil),
                       _integral(*inner.reach, math.floor, math.ceil), True, inner.nullable,
-                      inner.constant)
+                      inner.constant, guards.WHOLE_BOUND)
     raise NotSupported(f"{_text(node)}: inside an aggregate, CAST to a "
                        "number (int, bigint, numeric, double precision)")
+
+
+def _whole(node: exp.Expression, inner: _Value) -> None:
+    """Rounding and integer casts take values within ±9·10¹⁸ (the SQL makes anything at
+    or beyond 2⁶³ NULL: a BIGINT cannot hold it, and Spark computes them as BIGINTs)."""
+    if max(abs(inner.reach[0]), abs(inner.reach[1])) > 9e18:
+        raise NotSupported(f"{_text(node)} can be out of the integer "
+                           "range; round or cast a narrower value")
+
+
+def _whole_sql(inner: _Value) -> exp.Expression:
+    """The argument of a rounding function or integer cast: ``within(v, 2⁶³)``, unless
+    the SQL itself keeps |v| below 2⁶³ (its ``bound``)."""
+    if inner.bound < guards.WHOLE_BOUND:
+        return inner.sql
+    return guards.within(inner.sql, guards.WHOLE_BOUND)
 
 
 def _integral(low: float, high: float, down, up) -> tuple[float, float]:
@@ -476,17 +549,23 @@ def _integral(low: float, high: float, down, up) -> tuple[float, float]:
             high if math.isinf(high) else float(up(high)))
 
 
-def _rounding(node: exp.Expression, inner: _Value) -> _Value:
-    """floor, ceil, trunc and round to a whole number: monotone, so the ends of the
-    range map to the ends (round within floor..ceil, whatever its tie rule)."""
+def _rounding(node: exp.Expression, inner: _Value, kind: type | None = None) -> _Value:
+    """floor, ceil, trunc and round to a whole number (``kind``, else the node's own):
+    monotone, so the ends of the range map to the ends (round within floor..ceil,
+    whatever its tie rule). Computed on ``within(v, 2⁶³)`` and given as a DOUBLE (Spark's
+    floor and ceil give a BIGINT, its trunc is a cast to one)."""
+    kind = kind or type(node)
     if node.args.get("decimals") is not None or node.args.get("to") is not None:
         raise NotSupported(f"{_text(node)}: round to a whole number inside "
                            "an aggregate (no digits argument)")
     down, up = {exp.Floor: (math.floor, math.floor), exp.Ceil: (math.ceil, math.ceil),
                 exp.Trunc: (math.trunc, math.trunc),
-                exp.Round: (math.floor, math.ceil)}[type(node)]
-    return _Value(type(node)(this=inner.sql), *_integral(inner.low, inner.high, down, up),
-                  _integral(*inner.reach, down, up), True, inner.nullable, inner.constant)
+                exp.Round: (math.floor, math.ceil)}[kind]
+    _whole(node, inner)
+    sql = exp.cast(kind(this=_whole_sql(inner)), _DOUBLE.copy())
+    return _Value(sql, *_integral(inner.low, inner.high, down, up),
+                  _integral(*inner.reach, down, up), True, inner.nullable, inner.constant,
+                  guards.WHOLE_BOUND)
 
 
 def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
@@ -496,11 +575,16 @@ def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
             raise NotSupported(f"{text} can take a negative value, which fails in the "
                                "backend; its argument's declared domain must be ≥ 0")
         function = math.sqrt
+        sql: exp.Expression = exp.Sqrt(this=exp.Abs(this=inner.sql))  # total: |v|
+        bound = math.sqrt(inner.bound)
     else:
         if inner.low <= 0:
             raise NotSupported(f"{text} can take a value ≤ 0, which fails in the backend; "
                                "its argument's declared domain must be > 0")
         function = math.log
-    return _Value(type(node)(this=inner.sql), *(function(v) for v in (inner.low, inner.high)),
+        sql = exp.Ln(this=exp.Nullif(this=exp.Abs(this=inner.sql),  # total: 0 is NULL
+                                     expression=guards.number(0.0)))
+        bound = _LN_BOUND
+    return _Value(sql, *(function(v) for v in (inner.low, inner.high)),
                   (function(inner.reach[0]), function(inner.reach[1])), False, inner.nullable,
-                  inner.constant)
+                  inner.constant, bound)

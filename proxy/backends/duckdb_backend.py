@@ -13,7 +13,14 @@ import duckdb
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log, one_line
-from proxy.errors import BackendFailed, DatabaseInUse, DiskFull, KeyTaken, QueryCanceled
+from proxy.errors import (
+    BackendFailed,
+    BackendLost,
+    DatabaseInUse,
+    DiskFull,
+    KeyTaken,
+    QueryCanceled,
+)
 from proxy.pgtypes import postgres_type
 
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
@@ -225,6 +232,9 @@ def _errors(sql: str) -> Iterator[None]:
         yield
     except duckdb.InterruptException:
         raise QueryCanceled("canceling statement due to user request") from None
+    except duckdb.OutOfMemoryException as exc:
+        log.error("duckdb: out of memory: %s -- in: %s", one_line(exc), sql)
+        raise BackendLost("the backend could not run this query") from None
     except duckdb.Error as exc:
         if isinstance(exc, duckdb.ConstraintException) and "duplicate key" in str(exc).lower():
             raise KeyTaken("the key is taken") from None

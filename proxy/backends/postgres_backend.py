@@ -14,6 +14,7 @@ from proxy.backends.base import Backend, Transaction, log, one_line
 from proxy.backends.pg_pool import ConnectionPool
 from proxy.errors import (
     BackendFailed,
+    BackendLost,
     BackendUnavailable,
     DiskFull,
     KeyTaken,
@@ -118,7 +119,7 @@ class PostgresBackend(Backend):
         if con.closed:  # broken: the idle connections went with the server
             self._pool.clear()
             return BackendUnavailable("the database behind the proxy is unreachable")
-        return BackendFailed("the backend could not run this query")
+        return BackendLost("the backend could not run this query")
 
     def _stop(self, handle: psycopg.Connection) -> None:
         self._pool.discard(handle)

@@ -25,7 +25,8 @@ from proxy.analyze.group_keys import (
     WIDTH_BUCKET,
     GroupKey,
 )
-from proxy.pushdown.values import case_of, literal, normalised, snapped
+from proxy.guards import snap
+from proxy.pushdown.values import case_of, literal, normalised
 from proxy.rules import Table
 
 TIMESTAMP = exp.DataType.build("timestamp")
@@ -49,11 +50,13 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
     if term.kind == EPOCH_BIN:
         return _epoch_bin(term, column)
-    value = snapped(normalised(exp.column(term.column, quoted=True), column.lower,
-                               column.upper))  # divided below: no underflow error
+    # divided below: snapped (proxy.guards.snap: 0 or at least ~4e-152 in magnitude, the
+    # value written once) so no quotient underflows (PostgreSQL raises on that)
+    value = snap(normalised(exp.column(term.column, quoted=True), column.lower,
+                            column.upper))
     if term.kind == WIDTH_BUCKET:
         low, high, count = term.numbers
-        offset = snapped(exp.paren(exp.Sub(this=value.copy(), expression=literal(low))))
+        offset = snap(exp.paren(exp.Sub(this=value.copy(), expression=literal(low))))
         span = exp.Div(this=exp.Mul(this=offset, expression=literal(int(count))),
                        expression=literal(high - low))
         inside = exp.func("least", exp.Add(this=exp.cast(exp.Floor(this=span), BIGINT),

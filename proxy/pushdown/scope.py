@@ -16,7 +16,8 @@ from sqlglot import exp
 from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import UNITS, PerUnit, QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
-from proxy.pushdown.values import literal, normalised, snapped
+from proxy.guards import clamp
+from proxy.pushdown.values import literal, normalised
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 
@@ -212,21 +213,17 @@ def unit_bound_sql(table: str, unit: str, dialect: str, joined: tuple[str, bool]
 def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
     """The normalised value of a needed column, or of a derived one (an aggregate's
     expression, proxy.analyze.expressions): its columns normalised as for a plain
-    column, the expression computed on them, the result normalised to its derived domain."""
+    column, the guarded expression computed on them (total: finite or NULL for any row,
+    ``proxy.guards``), the result clamped to its derived domain by ``guards.clamp``,
+    which writes it once (the statement stays linear in the expression)."""
     column = table.columns.get(need.column)
     if isinstance(column, DerivedColumn):
         value = column.render(lambda name: normalised(
             exp.column(name, quoted=True), table.columns[name].lower, table.columns[name].upper))
-        # innermost first, so that no product is computed unsnapped (values.snapped)
-        for node in reversed(list(value.find_all(exp.Mul, exp.Div, bfs=True))):
-            node.set("this", snapped(node.this))
-            if isinstance(node, exp.Mul):
-                node.set("expression", snapped(node.expression))
-    elif column is not None and not column.numeric:  # only counted: nothing to clamp
+        return clamp(value, *value_range(need.lower, need.upper))
+    if column is not None and not column.numeric:  # only counted: nothing to clamp
         return exp.column(need.column, quoted=True)
-    else:
-        value = exp.column(need.column, quoted=True)
-    return normalised(value, need.lower, need.upper)
+    return normalised(exp.column(need.column, quoted=True), need.lower, need.upper)
 
 
 # Sums are of each normalised value rounded to SUM_DECIMALS places, as integers.

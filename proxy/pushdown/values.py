@@ -68,17 +68,3 @@ def literal(value) -> exp.Expression:
     if isinstance(value, (int, Decimal)):
         return exp.Literal.number(str(value))
     return exp.Literal.string(str(value))
-
-
-TINY = "1e-150"
-
-
-def snapped(value: exp.Expression) -> exp.Expression:
-    """The value, or 0 where |value| < 1e-150. PostgreSQL raises "value out of range:
-    underflow" when a product or quotient of non-zero doubles rounds to 0, and an error
-    that only some rows provoke tells whether such a row is in scope. Between snapped
-    operands (0 or at least 1e-150 in magnitude) and constant divisors of at most 1e15,
-    no product or quotient can round to 0 (1e-300 and 1e-165 are far above the smallest
-    double). NULL stays NULL."""
-    return case_of((exp.LT(this=exp.Abs(this=value.copy()), expression=exp.Literal.number(TINY)),
-                  _double(exp.Literal.number(0))), default=value)

@@ -17,6 +17,7 @@ from pathlib import Path
 from proxy.admin import Analyst, serve_admin
 from proxy.engine import Engine
 from proxy.rules import Rules
+from proxy.session import totality_failures
 from proxy.users import Users
 from proxy.wire import codec
 from proxy.wire.connection import Connection, is_loopback
@@ -165,3 +166,7 @@ class Server:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        failures = totality_failures()
+        (log.error if failures else log.info)(
+            "stopped; totality failures (charged statements the backend failed on): %d",
+            failures)
