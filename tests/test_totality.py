@@ -188,14 +188,16 @@ x = { type = "float", domain = [0, 10] }
 
 
 def test_a_backend_failure_after_the_debit_is_logged_and_counted(duckdb_url, caplog):
-    """Defence in depth: should the statistics SQL ever fail on the data (here rules that
-    call a text column a float, so comparing it with a number fails in DuckDB), the
-    failure is charged, logged loudly with the statement, and counted for the owner
-    (the server's shutdown line)."""
-    load_table(duckdb_url, "t", {"id": [1, 2], "x": ["1.5", "not a number"]},
-               {"id": "INTEGER", "x": "TEXT"})
+    """Defence in depth: should the statistics SQL ever fail on the data (here the float
+    column is turned into text after the engine started — the start refuses such rules —
+    so comparing it with a number fails in DuckDB), the failure is charged, logged
+    loudly with the statement, and counted for the owner (the server's shutdown line)."""
+    load_table(duckdb_url, "t", {"id": [1, 2], "x": [1.5, 2.0]},
+               {"id": "INTEGER", "x": "DOUBLE PRECISION"})
     backend = open_backend(duckdb_url)
     engine = Engine(parse_rules(BROKEN_RULES), backend)
+    backend.query("ALTER TABLE t ALTER COLUMN x SET DATA TYPE VARCHAR")
+    backend.query("UPDATE t SET x = 'not a number' WHERE id = 2")
     try:
         session = engine.session("zoe")
         before = session_module.totality_failures()
