@@ -9,20 +9,21 @@ The rules, with Python mirrors that compute exactly what the engines compute (IE
 doubles, round to nearest), so the analyser's intervals and the fuzzer's reference
 (tests/totality.py) follow the SQL:
 
-- ``within(v, B)``: v when |v| < B; NULL when v is NULL, NaN or at least B; −B when at
-  most −B. Written NULLIF(LEAST(GREATEST(COALESCE(v, B), −B), B), B): GREATEST and LEAST
-  skip NULL on every engine, so NULL is carried as the value B, which the NULLIF turns
-  back into NULL (values at or above B go with it).
 - ``snap(v)``: (v + 2⁻⁴⁵⁰) − 2⁻⁴⁵⁰. Exactly v when |v| ≥ 2⁻³⁹⁵ (≈ 1.2·10⁻¹¹⁹); below,
   rounded to a multiple of about 2⁻⁵⁰³, so 0 or at least 2⁻⁵⁰³ (≈ 3.8·10⁻¹⁵²) in
   magnitude; monotone, so an interval [a, b] becomes [snap(a), snap(b)].
-- ``operand(v)`` = within(snap(v), 2⁵⁰⁰): every operand of ``*`` and every dividend.
-  A product of two is 0 or between 2⁻¹⁰⁰⁶ and 2¹⁰⁰⁰, a quotient by a constant c with
-  10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰ between 10⁻³⁰² and 10³⁰¹: PostgreSQL's underflow error (a product
-  or quotient of non-zero doubles that rounds to 0) and overflow cannot happen.
+  Every operand of ``*`` and every dividend is snapped, and the analysis refuses an
+  operand that the SQL itself does not keep below 2⁵⁰⁰ (the ``bound`` it tracks from
+  the guards alone, not from the declared domains' intervals). A product of two is then
+  0 or between 2⁻¹⁰⁰⁶ and 2¹⁰⁰⁰, a quotient by a constant c with 10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰
+  between 10⁻³⁰² and 10³⁰¹: PostgreSQL's underflow error (a product or quotient of
+  non-zero doubles that rounds to 0) and overflow cannot happen.
+- ``log_argument(v)``: abs(v) + 2⁻¹⁰²², what ``ln`` takes.
 - ``clamp(v, lo, hi)``: v clamped to [lo, hi], NULL kept, v written once (NULL is
-  carried as ∓2¹⁰²³ through each side's LEAST/GREATEST; every guarded value is far
-  smaller, see ``MAGNITUDE_LIMIT``).
+  carried as ∓2¹⁰²³ through each side's LEAST/GREATEST, which skip NULL on every
+  engine, and back by NULLIF; every guarded value is far smaller, see
+  ``MAGNITUDE_LIMIT``). Only at the top of an expression: DuckDB expands NULLIF into a
+  CASE that writes its operand twice, so NULLIFs must not nest.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ DOUBLE = exp.DataType.build("double")
 SNAP = 2.0 ** -450
 OPERAND_BOUND = 2.0 ** 500
 WHOLE_BOUND = 2.0 ** 63  # arguments of rounding functions and integer casts
+LOG_FLOOR = 2.0 ** -1022
 DIVISOR_RANGE = (1e-150, 1e150)
 # Every guarded expression's value stays below this in magnitude (checked structurally
 # by the analyser), so the clamp's sentinel 2^1023 is never a value.
@@ -55,21 +57,6 @@ def constant(value: float) -> exp.Expression:
     return exp.paren(literal, copy=False) if value < 0 else literal
 
 
-def within(value: exp.Expression, bound: float) -> exp.Expression:
-    """value when |value| < bound; NULL when NULL, NaN or at least bound; −bound when at
-    most −bound. ``value`` is used, not copied."""
-    carried = exp.Coalesce(this=value, expressions=[constant(bound)])
-    low = exp.Greatest(this=carried, expressions=[constant(-bound)], ignore_nulls=True)
-    high = exp.Least(this=low, expressions=[constant(bound)], ignore_nulls=True)
-    return exp.Nullif(this=high, expression=constant(bound))
-
-
-def within_value(value: float | None, bound: float) -> float | None:
-    if value is None or math.isnan(value) or value >= bound:
-        return None
-    return max(value, -bound)
-
-
 def snap(value: exp.Expression) -> exp.Expression:
     """((value) + 2⁻⁴⁵⁰ − 2⁻⁴⁵⁰), parenthesised; ``value`` is used, not copied (and not
     parenthesised again: + and − are left-associative and bind loosest)."""
@@ -81,12 +68,16 @@ def snap_value(value: float) -> float:
     return (value + SNAP) - SNAP
 
 
-def operand(value: exp.Expression, bound: float = math.inf) -> exp.Expression:
-    """within(snap(value), 2⁵⁰⁰): an operand of * or a dividend. ``bound``: what the SQL
-    itself bounds |value| by (not what the declared domains say), where known; within
-    it, the guard at ±2⁵⁰⁰ cannot act and is not written."""
-    snapped = snap(value)
-    return snapped if bound < OPERAND_BOUND else within(snapped, OPERAND_BOUND)
+def log_argument(value: exp.Expression) -> exp.Expression:
+    """abs(value) + 2⁻¹⁰²²: the argument ``ln`` takes, never 0 nor negative (and exactly
+    |value| for |value| ≥ 2⁻⁹⁶⁸, about 4·10⁻²⁹²). Not NULLIF(abs(v), 0): DuckDB expands
+    NULLIF into a CASE that writes its operand twice, so nested guards grew
+    exponentially in its planner."""
+    return exp.Add(this=exp.Abs(this=value), expression=constant(LOG_FLOOR))
+
+
+def log_value(value: float) -> float:
+    return math.log(abs(value) + LOG_FLOOR)
 
 
 def clamp(value: exp.Expression, low: float, high: float) -> exp.Expression:

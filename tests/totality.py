@@ -180,23 +180,14 @@ def _condition(rng: random.Random) -> str:
 # ---------------------------------------------------------------- the reference
 
 # The guards of docs/privacy.md §3.6 (proxy.analyze.expressions), restated here.
-SNAP = 2.0 ** -450      # t(v) = (v + SNAP) - SNAP
-OPERAND = 2.0 ** 500    # operands of * and / beyond are NULL
-WHOLE = 2.0 ** 63       # arguments of casts to integers and of rounding beyond are NULL
+SNAP = 2.0 ** -450      # operands of * and dividends: (v + SNAP) - SNAP
+LOG_FLOOR = 2.0 ** -1022  # ln(v) is ln(|v| + LOG_FLOOR)
 _INTEGERS = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
              exp.DataType.Type.BIGINT}
 
 
 def _snap(v):
     return None if v is None else (v + SNAP) - SNAP
-
-
-def _bounded(v, bound):
-    """v within (-bound, bound); NULL for NULL, NaN and at or above bound; -bound at or
-    below it."""
-    if v is None or math.isnan(v) or v >= bound:
-        return None
-    return max(v, -bound)
 
 
 def _half_even(v):
@@ -247,7 +238,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         integer = left.integer and right.integer
         a, b = left.value, right.value
         if isinstance(node, exp.Mul):
-            a, b = _bounded(_snap(a), OPERAND), _bounded(_snap(b), OPERAND)
+            a, b = _snap(a), _snap(b)
         if a is None or b is None:
             return _Ref(None, integer)
         if isinstance(node, exp.Add):
@@ -258,7 +249,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
     if isinstance(node, exp.Div):
         left, right = of(node.this), of(node.expression)
         integer = left.integer and right.integer
-        a = _bounded(_snap(left.value), OPERAND)
+        a = _snap(left.value)
         if a is None:
             return _Ref(None, integer)
         quotient = a / right.value
@@ -271,7 +262,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
     if isinstance(node, exp.Ln):
         inner = of(node.this)
         value = inner.value
-        return _Ref(None if value is None or value == 0 else math.log(abs(value)), False)
+        return _Ref(None if value is None else math.log(abs(value) + LOG_FLOOR), False)
     if isinstance(node, exp.Cast):
         inner = of(node.this)
         if node.to.this in _INTEGERS:
@@ -306,7 +297,6 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
 
 
 def _whole(value, function):
-    value = _bounded(value, WHOLE)
     return None if value is None else function(value)
 
 

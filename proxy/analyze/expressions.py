@@ -18,10 +18,10 @@ WHERE does. Integer division follows PostgreSQL (it truncates towards zero).
 Totality (docs/privacy.md §3.6): the SQL built here cannot raise, overflow or make NaN
 for any row value, whatever the intervals say, because every operation that could is
 guarded in the SQL itself (``proxy.guards``): operands of ``*`` and dividends are
-``operand(v)`` (bounded by 2⁵⁰⁰: NULL above, −2⁵⁰⁰ below; tiny values snapped), divisors
-are constants written as the analysed double (10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰), ``sqrt(abs(v))``,
-``ln(nullif(abs(v), 0))``, rounding functions and integer casts take ``within(v, 2⁶³)``
-and give a DOUBLE. Each guard writes its operand once, so the SQL is linear in the expression, which is capped at
+snapped (tiny values to 0, ``guards.snap``) and below 2⁵⁰⁰ by the SQL's own bound,
+divisors are constants written as the analysed double (10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰),
+``sqrt(abs(v))``, ``ln(abs(v) + 2⁻¹⁰²²)``, rounding functions and integer casts take values
+the SQL keeps below 2⁶³ and give a DOUBLE. Each guard writes its operand once, so the SQL is linear in the expression, which is capped at
 ``MAX_EXPRESSION_NODES`` parts. The intervals follow the guards (``snap_value`` at each
 operand's ends), so the derived domain stays a true bound of what the SQL computes.
 
@@ -44,7 +44,7 @@ from proxy import guards
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported
 from proxy.rules import Column, Table
-from proxy.statistics import MAGNITUDE_CAP
+from proxy.statistics import MAGNITUDE_CAP, value_range
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
            "CAST to a number, abs, least, greatest, floor, ceil, round, trunc, sqrt of a "
@@ -58,6 +58,7 @@ MAX_EXPRESSION_NODES = 400
 # The deepest guarded SQL one expression may make (the backends' parsers and planners
 # recurse: DuckDB stops at 1,000 levels of a whole statement; sqlglot's generator too).
 MAX_SQL_DEPTH = 200
+MAX_HEAVY_NESTING = 3  # ln and integer casts inside one another (``_check_nesting``)
 _LN_BOUND = 745.0  # |ln v| for every positive double v
 _INTEGER_TYPES = {exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
                   exp.DataType.Type.BIGINT}
@@ -165,6 +166,7 @@ def derive(node: exp.Expression, table: Table, resolve,
     if parts > MAX_EXPRESSION_NODES:
         raise NotSupported(f"an expression inside an aggregate has {parts} parts; at most "
                            f"{MAX_EXPRESSION_NODES} are supported")
+    _check_nesting(node)
     value = _evaluate(node, table, resolve)
     if guards.depth(value.sql) > MAX_SQL_DEPTH:
         raise NotSupported("an expression inside an aggregate is nested too deeply; "
@@ -180,6 +182,28 @@ def derive(node: exp.Expression, table: Table, resolve,
     resolution = 1.0 if lower is not None and lower == upper else None  # a constant
     return DerivedColumn(name, "int" if value.integer else "float", lower, upper,
                          declared_resolution=resolution, expression=value.sql)
+
+
+def _heavy(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Ln) or (
+        isinstance(node, exp.Cast) and isinstance(node.to, exp.DataType)
+        and node.to.this in _INTEGER_TYPES)
+
+
+def _check_nesting(node: exp.Expression) -> None:
+    """At most ``MAX_HEAVY_NESTING`` of ``ln`` and integer casts inside one another: Sail
+    (Spark Connect) plans each nested level of them in about four times the time of the
+    one inside (8 levels of ``ln``: minutes), so deeper nests would hold a worker."""
+    for inner in node.find_all(exp.Ln, exp.Cast):
+        if not _heavy(inner):
+            continue
+        levels, parent = 1, inner.parent
+        while parent is not None and parent is not node.parent:
+            levels += _heavy(parent)
+            parent = parent.parent
+        if levels > MAX_HEAVY_NESTING:
+            raise NotSupported(f"{_text(node)} nests ln or casts to an integer more than "
+                               f"{MAX_HEAVY_NESTING} deep; nest fewer")
 
 
 def _name(node: exp.Expression, resolve) -> str:
@@ -329,13 +353,13 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
 
 
 def _operand(node: exp.Expression, value: _Value) -> _Value:
-    """An operand of ``*`` or a dividend as the SQL takes it: ``guards.operand`` (NULL
-    or −2⁵⁰⁰ at or beyond ±2⁵⁰⁰, refused here where the range reaches that far; tiny
-    values snapped, which the interval follows: snapping is monotone). A constant is
-    snapped here."""
+    """An operand of ``*`` or a dividend as the SQL takes it: snapped (``guards.snap``),
+    which the interval follows (snapping is monotone); refused where its range or the
+    SQL's own bound reaches 2⁵⁰⁰. A constant is snapped here."""
     if value.null:
         return value
-    if max(abs(value.reach[0]), abs(value.reach[1])) >= guards.OPERAND_BOUND:
+    if (max(abs(value.reach[0]), abs(value.reach[1])) >= guards.OPERAND_BOUND
+            or value.bound >= guards.OPERAND_BOUND):
         raise NotSupported(f"{_text(node)}: an operand of * or / can reach magnitudes the "
                            "backend cannot compute; use smaller constants or narrower "
                            "domains")
@@ -343,10 +367,9 @@ def _operand(node: exp.Expression, value: _Value) -> _Value:
     if value.constant and not value.nullable and value.low == value.high:
         sql = guards.number(snap(value.low))
     else:
-        sql = guards.operand(value.sql, value.bound)
+        sql = guards.snap(value.sql)
     return replace(value, sql=sql, low=snap(value.low), high=snap(value.high),
-                   reach=(snap(value.reach[0]), snap(value.reach[1])),
-                   bound=min(value.bound, guards.OPERAND_BOUND))
+                   reach=(snap(value.reach[0]), snap(value.reach[1])))
 
 
 def _number(node: exp.Literal) -> _Value:
@@ -376,7 +399,7 @@ def _leaf(node: exp.Column, table: Table, resolve) -> _Value:
     high = math.inf if column.upper is None else column.upper
     reach = (max(low, -MAGNITUDE_CAP), min(high, MAGNITUDE_CAP))
     return _Value(exp.column(name), low, high, reach, column.type == "int", True,
-                  bound=MAGNITUDE_CAP)
+                  bound=max(abs(end) for end in value_range(column.lower, column.upper)))
 
 
 def _times(a: float, b: float) -> float:
@@ -520,28 +543,21 @@ def _cast(node: exp.Cast, inner: _Value) -> _Value:
         return replace(inner, integer=False)
     if kind in _INTEGER_TYPES:
         _whole(node, inner)
-        sql = exp.cast(exp.cast(_whole_sql(inner), "bigint"), _DOUBLE.copy())
+        sql = exp.cast(exp.cast(inner.sql, "bigint"), _DOUBLE.copy())
         return _Value(sql, *_integral(inner.low, inner.high, math.floor, math.ceil),
                       _integral(*inner.reach, math.floor, math.ceil), True, inner.nullable,
-                      inner.constant, guards.WHOLE_BOUND)
+                      inner.constant, inner.bound + 1)
     raise NotSupported(f"{_text(node)}: inside an aggregate, CAST to a "
                        "number (int, bigint, numeric, double precision)")
 
 
 def _whole(node: exp.Expression, inner: _Value) -> None:
-    """Rounding and integer casts take values within ±9·10¹⁸ (the SQL makes anything at
-    or beyond 2⁶³ NULL: a BIGINT cannot hold it, and Spark computes them as BIGINTs)."""
-    if max(abs(inner.reach[0]), abs(inner.reach[1])) > 9e18:
+    """Rounding and integer casts take values within ±9·10¹⁸, which the SQL itself must
+    keep below 2⁶³ (a BIGINT cannot hold more, and Spark computes them as BIGINTs)."""
+    if (max(abs(inner.reach[0]), abs(inner.reach[1])) > 9e18
+            or inner.bound >= guards.WHOLE_BOUND - 1):
         raise NotSupported(f"{_text(node)} can be out of the integer "
                            "range; round or cast a narrower value")
-
-
-def _whole_sql(inner: _Value) -> exp.Expression:
-    """The argument of a rounding function or integer cast: ``within(v, 2⁶³)``, unless
-    the SQL itself keeps |v| below 2⁶³ (its ``bound``)."""
-    if inner.bound < guards.WHOLE_BOUND:
-        return inner.sql
-    return guards.within(inner.sql, guards.WHOLE_BOUND)
 
 
 def _integral(low: float, high: float, down, up) -> tuple[float, float]:
@@ -552,8 +568,8 @@ def _integral(low: float, high: float, down, up) -> tuple[float, float]:
 def _rounding(node: exp.Expression, inner: _Value, kind: type | None = None) -> _Value:
     """floor, ceil, trunc and round to a whole number (``kind``, else the node's own):
     monotone, so the ends of the range map to the ends (round within floor..ceil,
-    whatever its tie rule). Computed on ``within(v, 2⁶³)`` and given as a DOUBLE (Spark's
-    floor and ceil give a BIGINT, its trunc is a cast to one)."""
+    whatever its tie rule). Given as a DOUBLE (Spark's floor and ceil give a BIGINT, its
+    trunc is a cast to one)."""
     kind = kind or type(node)
     if node.args.get("decimals") is not None or node.args.get("to") is not None:
         raise NotSupported(f"{_text(node)}: round to a whole number inside "
@@ -562,10 +578,10 @@ def _rounding(node: exp.Expression, inner: _Value, kind: type | None = None) -> 
                 exp.Trunc: (math.trunc, math.trunc),
                 exp.Round: (math.floor, math.ceil)}[kind]
     _whole(node, inner)
-    sql = exp.cast(kind(this=_whole_sql(inner)), _DOUBLE.copy())
+    sql = exp.cast(kind(this=inner.sql), _DOUBLE.copy())
     return _Value(sql, *_integral(inner.low, inner.high, down, up),
                   _integral(*inner.reach, down, up), True, inner.nullable, inner.constant,
-                  guards.WHOLE_BOUND)
+                  inner.bound + 1)
 
 
 def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
@@ -581,9 +597,8 @@ def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
         if inner.low <= 0:
             raise NotSupported(f"{text} can take a value ≤ 0, which fails in the backend; "
                                "its argument's declared domain must be > 0")
-        function = math.log
-        sql = exp.Ln(this=exp.Nullif(this=exp.Abs(this=inner.sql),  # total: 0 is NULL
-                                     expression=guards.number(0.0)))
+        function = guards.log_value  # ln(|v| + 2⁻¹⁰²²), as the SQL computes it
+        sql = exp.Ln(this=guards.log_argument(inner.sql))
         bound = _LN_BOUND
     return _Value(sql, *(function(v) for v in (inner.low, inner.high)),
                   (function(inner.reach[0]), function(inner.reach[1])), False, inner.nullable,
