@@ -12,27 +12,39 @@ import threading
 
 from proxy.errors import QueryCanceled
 
-_doomed: set[int] = set()
+# thread id -> the Thread cancelled under it: an id is reused once its thread ends, and
+# a cancel never forgotten must not doom the next thread that gets the id
+_doomed: dict[int, threading.Thread | None] = {}
 _lock = threading.Lock()
+
+
+def _thread(owner: int) -> threading.Thread | None:
+    if owner == threading.get_ident():
+        return threading.current_thread()
+    return next((thread for thread in threading.enumerate() if thread.ident == owner), None)
 
 
 def doom(owner: int) -> None:
     """Thread ``owner``'s query is cancelled: its next checkpoint raises."""
+    thread = _thread(owner)
     with _lock:
-        _doomed.add(owner)
+        _doomed[owner] = thread
 
 
 def forget(owner: int) -> None:
     """Thread ``owner``'s query is over: its next job starts clean."""
     with _lock:
-        _doomed.discard(owner)
+        _doomed.pop(owner, None)
 
 
 def doomed(owner: int) -> bool:
-    return owner in _doomed
+    if owner not in _doomed:  # the usual case: one lookup
+        return False
+    thread = _doomed.get(owner)
+    return thread is not None and thread is _thread(owner)
 
 
 def checkpoint() -> None:
     """Raise QueryCanceled if this thread's query was cancelled."""
-    if threading.get_ident() in _doomed:
+    if doomed(threading.get_ident()):
         raise QueryCanceled("canceling statement due to user request")

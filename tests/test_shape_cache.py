@@ -286,13 +286,13 @@ def test_a_message_is_parsed_once_and_a_known_shape_not_at_all(monkeypatch):
     assert len(parses) == 2
 
 
-LONG_FORMS = {  # a statement with k repeats of one construct
+# a statement with k repeats of one construct (a CASE inside an aggregate is capped at
+# 400 parts instead: tests/test_totality.py)
+LONG_FORMS = {
     "IN list": lambda k: "SELECT COUNT(*) FROM people WHERE age IN ({})".format(
         ", ".join(str(i % 120) for i in range(4 * k))),
     "OR chain": lambda k: "SELECT COUNT(*) FROM people WHERE " + " OR ".join(
         f"age = {i % 120}" for i in range(k)),
-    "CASE branches": lambda k: "SELECT SUM(CASE {} ELSE 0 END) FROM people".format(
-        " ".join(f"WHEN age = {i} THEN {i}" for i in range(k))),
     "GROUP BY keys": lambda k: "SELECT CASE {} END AS b, COUNT(*) FROM people GROUP BY b"
     .format(" ".join(f"WHEN age = {i} THEN 'k{i}'" for i in range(k))),
 }
@@ -303,16 +303,20 @@ def test_analysis_is_linear_in_every_long_construct(form):
     """Issue 30 item 2: analysing ``age IN (...)`` was quadratic in the list (4,000
     values 22 s; 80,000 held a thread for over 11 minutes), in the shape cache's
     template; the other constructs that grow a statement are timed alike. Four times
-    the construct takes at most 3x as long per repeat (quadratic work: 4x and more)."""
+    the construct takes at most 3x as long per repeat (quadratic work: 4x and more),
+    in this thread's CPU time (other processes' load does not count), best of two."""
     import time
 
     per_repeat = []
     for size in (250, 1_000):
-        session = _session(DEMO)
-        started = time.perf_counter()
-        (_, plan), = session.check(LONG_FORMS[form](size))
-        per_repeat.append((time.perf_counter() - started) / size)
-        assert isinstance(plan, QueryPlan)
+        spent = []
+        for _ in range(2):
+            session = _session(DEMO)
+            started = time.thread_time()
+            (_, plan), = session.check(LONG_FORMS[form](size))
+            spent.append(time.thread_time() - started)
+            assert isinstance(plan, QueryPlan)
+        per_repeat.append(min(spent) / size)
     assert per_repeat[1] < 3 * per_repeat[0], per_repeat
 
 
