@@ -356,3 +356,13 @@ def test_tiny_values_never_make_the_backend_fail(backend_url, sql):
             assert answer.rows, (sql, scope)
     finally:
         backend.close()
+
+
+def test_coalesce_takes_the_type_of_all_its_arguments():
+    """PostgreSQL types COALESCE(1, income) as a float, so dividing it by 2 is 0.5; the
+    analysis read it as an integer (its first argument is never NULL) and sent an integer
+    division, 0 (found by benchmarks/totality_fuzz.py)."""
+    plan = _plan("SELECT SUM(coalesce(1, income) / 2), SUM(coalesce(1, age) / 2) FROM people")
+    columns = [plan.table.columns[a.column] for a in plan.aggregates]
+    assert [(c.lower, c.upper, c.type) for c in columns] == [(0.5, 0.5, "float"),
+                                                               (0, 0, "int")]

@@ -500,7 +500,10 @@ def _coalesce(values: list[_Value]) -> _Value:
         if not value.nullable:
             break
     sql = exp.Coalesce(this=values[0].sql, expressions=[v.sql for v in values[1:]])
-    return _hull(sql, reached, all(v.nullable for v in reached))
+    hull = _hull(sql, reached, all(v.nullable for v in reached))
+    # its type is that of all the arguments, as PostgreSQL resolves it: COALESCE(1, x)
+    # of a float x is a float, so COALESCE(1, x) / 2 is 0.5, not an integer division
+    return replace(hull, integer=hull.integer and all(v.integer for v in values if not v.null))
 
 
 def _hull(sql: exp.Expression, values: list[_Value], nullable: bool) -> _Value:
