@@ -84,11 +84,13 @@ class Settings:
 
 
 def _fits(model: str, rules: Rules) -> tuple[str, ...]:
+    """The sensitivities a model takes: raw iDP's 'local' only where the owner opted in."""
     local = ("local",) if model == "idp" and rules.defaults.noise_scale == "local" else ()
     return local + FITS[model]
 
 
 def default_sensitivity(model: str, rules: Rules) -> str:
+    """'local' where the owner opted into raw iDP, else the exponential mechanism."""
     return _fits(model, rules)[0] if model == "idp" else "instance"
 
 
