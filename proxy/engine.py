@@ -33,7 +33,6 @@ from proxy.errors import (
     PrivilegeMissing,
     RulesError,
 )
-from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.inverse_sensitivity import first_windows, instance_releases
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
@@ -184,7 +183,6 @@ class Engine:
                         plan, by_column[column], dialect, clip, tx.execute, n, key))
 
                 for key in plan.group_keys() if plan.group_by else [()]:
-                    checkpoint()
                     group = groups.setdefault(key, GroupStats())
                     group.instance = instance_releases(
                         plan, group, shift, lambda column, n, key=key: ranks(column, n, key),
@@ -266,8 +264,7 @@ class Engine:
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version
-        return keys, [checkpoint() or release_group(plan, groups.get(key, GroupStats()),
-                                                    calibration, self.rng)
+        return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
                       for key in keys], version
 
     def _selected(self, plan: QueryPlan, tx: Transaction) -> QueryPlan:

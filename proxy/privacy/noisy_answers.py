@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SPREADS, SUM, UNITS, QueryPlan
+from proxy.interrupts import checkpoint
 from proxy.privacy.mechanisms import (
     Noisy,
     grid_step,
@@ -117,7 +118,9 @@ class Released:
 def release_group(
     plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource
 ) -> list[Released]:
-    """Noisy answers of every aggregate of the plan for one group."""
+    """Noisy answers of every aggregate of the plan for one group (a cancel stops a
+    release of thousands of groups between two of them: proxy.interrupts)."""
+    checkpoint()
     group_count = plan.group_count  # the key sets' sizes: never list every key per group
     return [_release_one(plan, index, group, calibration, group_count, rng)
             for index in range(len(plan.aggregates))]
