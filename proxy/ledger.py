@@ -74,10 +74,15 @@ class Charge:
         return hashlib.sha256(self.sql.encode()).hexdigest()[:16]
 
 
+def _placeholders(count: int) -> str:
+    """``%s, %s, …``: one parameter per account of an ``IN (…)`` list."""
+    return ", ".join(["%s"] * count)
+
+
 def _debit_sql(micro: int, accounts: list[str]) -> tuple[str, tuple]:
     """The one conditional UPDATE that takes ε from every account that can pay it."""
     sql = ("UPDATE idp.budgets SET spent_micro = spent_micro + %s "
-           f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))}) "
+           f"WHERE analyst IN ({_placeholders(len(accounts))}) "
            "AND spent_micro + %s <= budget_micro "
            "RETURNING analyst, budget_micro - spent_micro")
     return sql, (micro, *accounts, micro)
@@ -88,8 +93,8 @@ def _lock_sql(accounts: list[str]) -> tuple[str, tuple]:
     in its scan's order, which differs between plans, and two debits of one analyst
     under the global budget locked them in opposite orders (PostgreSQL: deadlock
     detected, 40P01)."""
-    sql = (f"SELECT analyst FROM idp.budgets WHERE analyst IN ({', '.join(['%s'] * len(accounts))}) "
-           "ORDER BY analyst FOR UPDATE")
+    sql = (f"SELECT analyst FROM idp.budgets WHERE analyst IN "
+           f"({_placeholders(len(accounts))}) ORDER BY analyst FOR UPDATE")
     return sql, tuple(accounts)
 
 
@@ -270,7 +275,7 @@ class Ledger:
         if len(rows) < len(debit.accounts):
             if rows:  # the accounts that could pay give it back: all or nothing
                 tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
-                           f"WHERE analyst IN ({', '.join(['%s'] * len(rows))})",
+                           f"WHERE analyst IN ({_placeholders(len(rows))})",
                            (debit.micro, *(name for name, _ in rows)))
             self.append(tx, debit.charge, debit.micro, "refused: budget", released=False)
             return None
@@ -285,7 +290,7 @@ class Ledger:
             self.append(tx, charge, 0, "served from cache", released=True)
             rows = tx.execute(
                 "SELECT budget_micro - spent_micro FROM idp.budgets "
-                f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))})", accounts)
+                f"WHERE analyst IN ({_placeholders(len(accounts))})", accounts)
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
         return from_micro(min([left for left, in rows] + missing))
 
@@ -318,7 +323,7 @@ class Ledger:
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
             tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
-                       f"WHERE analyst IN ({', '.join(['%s'] * len(accounts))})",
+                       f"WHERE analyst IN ({_placeholders(len(accounts))})",
                        (micro, *accounts))
             self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
