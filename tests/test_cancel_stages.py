@@ -18,8 +18,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import QueryCanceled
 from proxy.rules import parse_rules
-from tests.conftest import load_table
-from tests.test_engine import MANY_KEYS, MANY_RULES
+from tests.test_engine import MANY_RULES, load_many
 from tests.wireserver import running_proxy
 
 
@@ -27,10 +26,7 @@ from tests.wireserver import running_proxy
 def engine(duckdb_url):
     """1,000 declared keys, 3 rows each for 990 of them: a GROUP BY MEDIAN draws 1,000
     times (seconds of Python after the debit)."""
-    n = 2970
-    load_table(duckdb_url, "many", {"id": list(range(n)), "age": [i % 100 for i in range(n)],
-                                    "key": [MANY_KEYS[i % 990] for i in range(n)]},
-               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
+    load_many(duckdb_url)
     backend = open_backend(duckdb_url)
     yield Engine(parse_rules(MANY_RULES), backend)
     backend.close()
@@ -95,10 +91,7 @@ def test_a_signal_stops_the_server_with_a_statement_in_its_draws(duckdb_url, tmp
     statement draws 1,000 groups' percentiles: the statement is cancelled (57014 to its
     client), the process exits 0 and says so in its log, and the ledger holds the
     statement's charge."""
-    n = 2970
-    load_table(duckdb_url, "many", {"id": list(range(n)), "age": [i % 100 for i in range(n)],
-                                    "key": [MANY_KEYS[i % 990] for i in range(n)]},
-               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
+    load_many(duckdb_url)
     rules = tmp_path / "rules.toml"
     rules.write_text('[server]\nauth = "trust"\n' + MANY_RULES)
     sql = ("SELECT key, MEDIAN(age), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY age), "

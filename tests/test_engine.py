@@ -156,14 +156,19 @@ age = { type = "int",  domain = [0, 120] }
 """ + "key = { type = \"text\", keys = [" + ", ".join(f'"{k}"' for k in MANY_KEYS) + "] }\n"
 
 
+def load_many(url: str) -> None:
+    """The table of MANY_RULES: 1,000 declared keys, rows for the first 990 only (3
+    each)."""
+    n = 2970
+    load_table(url, "many", {"id": list(range(n)), "age": [i % 100 for i in range(n)],
+                             "key": [MANY_KEYS[i % 990] for i in range(n)]},
+               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
+
+
 @pytest.fixture
 def many_keys_engine(backend_url):
     """1,000 declared keys; the data has rows for the first 990 only (3 each)."""
-    n = 2970
-    load_table(backend_url, "many",
-               {"id": list(range(n)), "age": [i % 100 for i in range(n)],
-                "key": [MANY_KEYS[i % 990] for i in range(n)]},
-               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
+    load_many(backend_url)
     backend = open_backend(backend_url)
     yield Engine(parse_rules(MANY_RULES), backend)
     backend.close()
