@@ -24,7 +24,8 @@ SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
 # the global sensitivity. Raw iDP ("local") is the owner's opt-in ([defaults]
 # noise_scale = "local"), and then iDP's default: its noise's scale is a function of
 # the data (docs/threat-model.md).
-FITS = {"idp": ("instance", "piecewise"), "dp": ("global", "smooth", "instance", "piecewise")}
+# each model's sensitivities, its default first
+FITS = {"idp": ("instance", "piecewise"), "dp": ("instance", "piecewise", "global", "smooth")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
 
@@ -91,7 +92,7 @@ def _fits(model: str, rules: Rules) -> tuple[str, ...]:
 
 def default_sensitivity(model: str, rules: Rules) -> str:
     """'local' where the owner opted into raw iDP, else the exponential mechanism."""
-    return _fits(model, rules)[0] if model == "idp" else "instance"
+    return _fits(model, rules)[0]
 
 
 def _either(names: tuple[str, ...]) -> str:
