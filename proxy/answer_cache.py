@@ -24,9 +24,9 @@ from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from proxy import jsontags
-from proxy.analyze.plan import QueryPlan
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import KeyTaken
+from proxy.vocabulary import QueryPlan
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key TEXT NOT NULL, "
            "table_name TEXT NOT NULL, version TEXT NOT NULL, answer TEXT NOT NULL, "

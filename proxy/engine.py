@@ -20,8 +20,6 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze import QueryPlan
-from proxy.analyze.group_keys import PUBLIC, SELECTED
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction
@@ -54,6 +52,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
+from proxy.vocabulary import PUBLIC, SELECTED, QueryPlan
 
 
 @dataclass

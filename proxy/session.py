@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -22,17 +21,8 @@ from typing import Any, Protocol
 from sqlglot import exp
 from sqlglot.tokens import Token
 
-from proxy.analyze import (
-    PassthroughPlan,
-    QueryPlan,
-    analyze,
-    check_size,
-    parse_tokens,
-    statement_tokens,
-)
-from proxy.analyze.group_keys import SELECTED
+from proxy.analyze import analyze, check_size, parse_tokens, statement_tokens
 from proxy.analyze.outer import OuterQuery, SeriesLimit
-from proxy.analyze.plan import AVG, COUNT, SPREADS, UNITS
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
 from proxy.errors import BackendFailed, BackendUnavailable, SyntaxProblem
@@ -53,6 +43,7 @@ from proxy.settings import (
     session_command,
 )
 from proxy.timing import padded
+from proxy.vocabulary import AVG, COUNT, SELECTED, SPREADS, UNITS, PassthroughPlan, QueryPlan
 
 log = logging.getLogger("idp_proxy.session")
 

@@ -15,8 +15,8 @@ from sqlglot import exp
 
 from proxy.epsilon import parse_epsilon
 from proxy.errors import BadSetting, NotSupported, ReadOnly
-from proxy.privacy.refinement import PriorSpec, parse_prior
 from proxy.rules import MODELS, Rules
+from proxy.vocabulary import PriorSpec, parse_prior
 
 SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
 # Percentiles, MAX and MIN are drawn by the exponential mechanism (the best DP option

@@ -1,28 +1,57 @@
-"""The validated, immutable description of one private query.
+"""The ground floor every stage shares: the plain, immutable values that describe one
+private query (``QueryPlan`` and its parts), the aggregate kinds and the analyst's prior.
 
-Everything downstream (pushdown, privacy, ledger) reads only this value, never the
-analyst's SQL text, so what is computed is exactly what was checked.
+Everything downstream of analysis (pushdown, privacy, ledger) reads only these values,
+never the analyst's SQL text, so what is computed is exactly what was checked. This
+module imports no other stage (only the owner's rules and shared constants), so every
+stage may import it.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from enum import StrEnum
 from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.group_keys import GroupKey
-from proxy.analyze.joins import Join, multiplicity
-from proxy.privacy.refinement import PriorSpec
-from proxy.rules import Table
+from proxy.rules import Column, Table
+from proxy.statistics import MAGNITUDE_CAP
 
-COUNT, PERCENTILE, MAX, MIN, SUM, AVG = "count", "percentile", "max", "min", "sum", "avg"
-VALUE = "value"  # one unit's value of a column: an individual query (seed 001)
-UNITS = "units"  # COUNT(DISTINCT privacy unit): how many units are in scope
-VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = "var_samp", "var_pop", "stddev_samp", "stddev_pop"
+
+class Kind(StrEnum):
+    """What an aggregate computes. The values are the names the ledger, notes and cache
+    keys have always used."""
+
+    COUNT = "count"
+    PERCENTILE = "percentile"
+    MAX = "max"
+    MIN = "min"
+    SUM = "sum"
+    AVG = "avg"
+    VALUE = "value"  # one unit's value of a column: an individual query (seed 001)
+    UNITS = "units"  # COUNT(DISTINCT privacy unit): how many units are in scope
+    VAR_SAMP = "var_samp"
+    VAR_POP = "var_pop"
+    STDDEV_SAMP = "stddev_samp"
+    STDDEV_POP = "stddev_pop"
+
+    def __repr__(self) -> str:  # as the plain name: cache keys hash a plan's repr
+        return repr(self.value)
+
+
+# the kinds by their short names
+COUNT, PERCENTILE, MAX, MIN, SUM, AVG = (Kind.COUNT, Kind.PERCENTILE, Kind.MAX, Kind.MIN,
+                                         Kind.SUM, Kind.AVG)
+VALUE, UNITS = Kind.VALUE, Kind.UNITS
+VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = (Kind.VAR_SAMP, Kind.VAR_POP, Kind.STDDEV_SAMP,
+                                              Kind.STDDEV_POP)
 SPREADS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)  # proxy.privacy.variance
 
 
@@ -35,7 +64,7 @@ class Aggregate:
     discrete percentile (said in the notice).
     """
 
-    kind: str
+    kind: Kind
     column: str | None
     label: str
     fraction: Fraction | None = None
@@ -155,3 +184,176 @@ class PassthroughPlan:
     """A query touching only tables the rules mark public: run as written."""
 
     sql: str
+
+
+# What a GROUP BY term computes (proxy.analyze.group_keys builds them, proxy.pushdown.
+# group_sql renders them)
+COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
+FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
+PUBLIC = "public"  # a public table's column, keyed by its values there (proxy.analyze.joins)
+SELECTED = "selected"  # a protected column keyed by a partition selection over its values
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One GROUP BY term: what the backend computes per row (``kind`` over ``column``
+    with ``unit``/``numbers``/``branches``) and the public list of its ``keys``, of the
+    rule type ``type``. ``name`` is the result column's default name."""
+
+    name: str
+    kind: str
+    column: str | None
+    keys: tuple[Any, ...]
+    type: str
+    unit: str | None = None
+    numbers: tuple[float, ...] = ()  # bins: (w,) or (w, 1) when multiplied back; width_bucket: (lo, hi, n)
+    branches: tuple[tuple[exp.Expression, Any], ...] = ()  # CASE: (condition, key)
+    default: Any = None
+
+    def same_term(self, other: GroupKey) -> bool:
+        """The same computation (its keys follow from it and the query's WHERE)."""
+        return replace(self, name="", keys=()) == replace(other, name="", keys=())
+
+
+@dataclass(frozen=True)
+class Join:
+    """One table joined to the plan's protected table. A public table: ``pairs`` of
+    (protected column, public column) are equated, ``key`` (one of them) is declared
+    unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
+    value, so a protected row meets at most that many public rows; ``left``: protected
+    rows without a match stay, with NULL public columns. ``protected``: a second
+    protected table joined on the privacy unit (the one pair (unit, unit), ``key`` its
+    unit column); ``left``: the first table's rows without one stay, with NULL columns
+    of the second."""
+
+    table: Table
+    alias: str
+    pairs: tuple[tuple[str, str], ...]
+    key: str
+    left: bool
+    protected: bool = False
+    multiplicity: int = 1
+
+    def column_name(self, column: str) -> str:
+        """The public column's name among the plan's columns (``r.name``): a dot never
+        occurs in a declared column's name."""
+        return f"{self.alias}.{column}"
+
+
+@dataclass(frozen=True)
+class JoinedColumn(Column):
+    """A joined table's column as a column of the joined plan's table; ``join`` is the
+    alias of its table, ``source`` its name there; ``protected``: of the second
+    protected table (aggregated like the first's; grouped by declared keys only)."""
+
+    join: str = ""
+    source: str = ""
+    protected: bool = False
+
+
+def multiplicity(joins: tuple[Join, ...]) -> int:
+    """The most joined rows one row of the protected table(s) becomes through the public
+    joins: the product of their multiplicities (1 for unique keys). Each public join
+    maps a row to at most its m rows, whatever the other joins did (docs/privacy.md
+    §3.9)."""
+    return math.prod(join.multiplicity for join in joins if not join.protected)
+
+
+@dataclass(frozen=True)
+class DerivedColumn(Column):
+    """An aggregate's expression as a column of the plan's table. ``name`` is the
+    expression's SQL; ``expression`` its tree over resolved column names, rendered for
+    the backend by ``render``."""
+
+    expression: Any = None
+
+    def render(self, value_of: Callable[[str], exp.Expression]) -> exp.Expression:
+        """The expression as backend SQL: every column read as a value is replaced by
+        ``value_of(name)`` (its normalised value); columns inside CASE conditions stay
+        raw, as WHERE reads them."""
+        tree = self.expression.copy()
+        if isinstance(tree, exp.Column):  # replacing the root would leave it raw
+            return value_of(tree.name)
+        for column in list(tree.find_all(exp.Column)):
+            if not _in_condition(column):
+                column.replace(value_of(column.name))
+        return tree
+
+
+def _in_condition(node: exp.Expression) -> bool:
+    while node.parent is not None:
+        if isinstance(node.parent, exp.If) and node.arg_key == "this":
+            return True
+        node = node.parent
+    return False
+
+
+MAX_ATOMS = 1000  # the most values a prior table may list
+
+
+@dataclass(frozen=True)
+class PriorSpec:
+    """A prior as an analyst writes it (``SET idp.prior = '...'``), before the column's
+    domain and type give it its range: ``uniform(a, b)``, ``normal(mu, sigma)`` or a
+    JSON table ``{"0": 0.99, "1": 0.01}``."""
+
+    kind: str  # "uniform" | "normal" | "table"
+    parameters: tuple = ()
+    text: str = field(default="", compare=False, repr=False)  # as the analyst wrote it
+
+
+_CALL = re.compile(r"^\s*(uniform|normal)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$",
+                   re.IGNORECASE)
+
+
+def parse_prior(text: str) -> PriorSpec:
+    """Read a prior; a ValueError says what was wrong and what is allowed."""
+    allowed = ("use uniform(a, b), normal(mu, sigma) or a table such as "
+               "'{\"0\": 0.99, \"1\": 0.01}'")
+    if text.strip().startswith("{"):
+        try:
+            table = json.loads(text)
+        except (ValueError, RecursionError):  # incl. integers beyond Python's digit limit
+            raise ValueError(f"the prior table is not valid JSON; {allowed}") from None
+        if not table or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
+                                for p in table.values()):
+            raise ValueError(f"a prior table maps values to probabilities; {allowed}")
+        pairs = prior_atoms(list(table.items()), nominal=True)
+        return PriorSpec("table", pairs, text.strip())
+    match = _CALL.match(text)
+    if match is None:
+        raise ValueError(f"unknown prior {text!r}; {allowed}")
+    try:
+        first, second = float(match.group(2)), float(match.group(3))
+    except ValueError:
+        raise ValueError(f"the parameters of {text!r} must be numbers; {allowed}") from None
+    if not (abs(first) <= MAGNITUDE_CAP and abs(second) <= MAGNITUDE_CAP):  # NaN fails too
+        raise ValueError(f"the parameters of {text!r} must be finite, within "
+                         f"±{MAGNITUDE_CAP:g}")
+    kind = match.group(1).lower()
+    if kind == "uniform" and not first < second:
+        raise ValueError(f"uniform(a, b) needs a < b, got {text!r}")
+    if kind == "normal" and not second > 0:
+        raise ValueError(f"normal(mu, sigma) needs sigma > 0, got {text!r}")
+    return PriorSpec(kind, (first, second), text.strip())
+
+
+def prior_atoms(table: Sequence[tuple[Any, Any]], nominal: bool = False
+                ) -> tuple[tuple[Any, float], ...]:
+    """A discrete prior's atoms from (value, probability) pairs: at most MAX_ATOMS of them
+    (the error bound's cost grows with their number), probabilities in (0, 1] (NaN and
+    ±inf fail the comparison) summing to 1 within 1e-9; equal values merged, sorted by
+    value unless nominal, and scaled to sum to 1 as closely as floats allow."""
+    if len(table) > MAX_ATOMS:
+        raise ValueError(f"a prior table lists at most {MAX_ATOMS} values, got {len(table)}; "
+                         "merge neighbouring values, or use uniform(a, b) or normal(mu, sigma)")
+    if not all(0 < p <= 1 for _, p in table):
+        raise ValueError("a prior table's probabilities must be finite, positive and sum to 1")
+    merged: dict[Any, float] = {}
+    for value, probability in table:
+        merged[value] = merged.get(value, 0.0) + float(probability)
+    total = math.fsum(merged.values())
+    if abs(total - 1) > 1e-9:
+        raise ValueError("a discrete prior needs positive probabilities that sum to 1")
+    atoms = [(value, probability / total) for value, probability in merged.items()]
+    return tuple(atoms if nominal else sorted(atoms, key=lambda pair: pair[0]))

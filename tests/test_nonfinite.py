@@ -24,7 +24,6 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.privacy.noisy_answers import column_needs
-from proxy.privacy.refinement import parse_prior
 from proxy.privacy.sensitivity import (
     local_sensitivity_of_max,
     local_sensitivity_of_percentile,
@@ -41,6 +40,7 @@ from proxy.publish.run import run_release
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank
+from proxy.vocabulary import parse_prior
 from tests.conftest import load_table
 from tests.privacy.reference import order_values
 

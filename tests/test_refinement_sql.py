@@ -15,16 +15,9 @@ from scipy import stats
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BadSetting, BudgetExhausted, NotSupported, RawRowAccess
-from proxy.privacy.refinement import (
-    CELLS,
-    MAX_ATOMS,
-    Uniform,
-    discrete,
-    error_bound,
-    factors,
-    refine,
-)
+from proxy.privacy.refinement import CELLS, Uniform, discrete, error_bound, factors, refine
 from proxy.rules import parse_rules
+from proxy.vocabulary import MAX_ATOMS
 from tests.conftest import load_table
 from tests.privacy.test_refinement import SAMPLER_ALPHA
 

@@ -18,13 +18,13 @@ import pytest
 from sqlglot.parser import Parser
 
 from proxy.analyze import parse_statements, statement_tokens
-from proxy.analyze.plan import QueryPlan
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.answer_cache import normalised_sql
 from proxy.errors import ProxyError
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
 from proxy.settings import SessionCommand, Settings, apply_command
+from proxy.vocabulary import QueryPlan
 from proxy.wire.connection import Connection
 from proxy.wire.route import Route
 from tests import test_expressions, test_sql_shapes

@@ -658,7 +658,7 @@ def test_refused_shapes_say_why_in_one_line_and_spend_nothing(engine, sql, sqlst
 def test_steps_over_public_tables_pass_through_merged():
     """A CTE over a public table whose columns the rules declare merges away and passes
     through; one whose name shadows a protected table reads that table and is refused."""
-    from proxy.analyze import PassthroughPlan
+    from proxy.vocabulary import PassthroughPlan
 
     rules = parse_rules(RULES_TEXT.replace("[tables.regions]\npublic = true",
                                            "[tables.regions]\npublic = true\n"

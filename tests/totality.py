@@ -29,13 +29,13 @@ import sqlglot
 from sqlglot import exp
 
 from proxy.analyze import analyze, parse_statements
-from proxy.analyze.expressions import DerivedColumn
 from proxy.errors import NotSupported, ProxyError
 from proxy.pushdown.scope import needed_value
 from proxy.pushdown.values import normalised
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, ColumnNeeds, normalise
+from proxy.vocabulary import DerivedColumn
 
 TABLE = "totality"
 RULES_TEXT = f"""

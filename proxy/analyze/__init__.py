@@ -18,38 +18,12 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.expressions import with_expressions
-from proxy.analyze.group_keys import (
-    SELECTED,
-    default_name,
-    group_terms,
-    matching_group,
-    selection_refusal,
-)
+from proxy.analyze.group_keys import default_name, group_terms, matching_group, selection_refusal
 from proxy.analyze.having import having_plan
-from proxy.analyze.joins import (
-    Join,
-    joined_table,
-    multiplicity,
-    protected_only,
-    resolver,
-    split_joins,
-)
+from proxy.analyze.joins import joined_table, protected_only, resolver, split_joins
 from proxy.analyze.normalise import normalise
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
-from proxy.analyze.plan import (
-    AVG,
-    MAX,
-    MIN,
-    PERCENTILE,
-    SPREADS,
-    SUM,
-    VALUE,
-    Aggregate,
-    OutputColumn,
-    PassthroughPlan,
-    QueryPlan,
-)
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import (
     BadSetting,
@@ -66,6 +40,22 @@ from proxy.interrupts import checkpoint
 from proxy.privacy.refined_answers import answer_prior
 from proxy.rules import Rules, Table
 from proxy.settings import Settings
+from proxy.vocabulary import (
+    AVG,
+    MAX,
+    MIN,
+    PERCENTILE,
+    SELECTED,
+    SPREADS,
+    SUM,
+    VALUE,
+    Aggregate,
+    Join,
+    OutputColumn,
+    PassthroughPlan,
+    QueryPlan,
+    multiplicity,
+)
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 

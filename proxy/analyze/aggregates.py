@@ -7,7 +7,8 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from proxy.analyze.plan import (
+from proxy.errors import NotSupported
+from proxy.vocabulary import (
     AVG,
     COUNT,
     MAX,
@@ -21,7 +22,6 @@ from proxy.analyze.plan import (
     VAR_SAMP,
     Aggregate,
 )
-from proxy.errors import NotSupported
 
 SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT unit), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
              "GROUP (ORDER BY col), PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, "

@@ -32,19 +32,18 @@ before anything runs, and the derived domain, type and resolution are public.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
-from typing import Any
 
 from sqlglot import exp
 
 from proxy import guards
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported
-from proxy.rules import Column, Table
+from proxy.rules import Table
 from proxy.statistics import MAGNITUDE_CAP, value_range
+from proxy.vocabulary import DerivedColumn
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
            "CAST to a number, abs, least, greatest, floor, ceil, round, trunc, sqrt of a "
@@ -66,35 +65,6 @@ _REAL_TYPES = {exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE, exp.DataType.T
                exp.DataType.Type.BIGDECIMAL}
 _DOUBLE = exp.DataType.build("double")
 _QUANTILES = ("quantile_disc", "quantile")
-
-
-@dataclass(frozen=True)
-class DerivedColumn(Column):
-    """An aggregate's expression as a column of the plan's table. ``name`` is the
-    expression's SQL; ``expression`` its tree over resolved column names, rendered for
-    the backend by ``render``."""
-
-    expression: Any = None
-
-    def render(self, value_of: Callable[[str], exp.Expression]) -> exp.Expression:
-        """The expression as backend SQL: every column read as a value is replaced by
-        ``value_of(name)`` (its normalised value); columns inside CASE conditions stay
-        raw, as WHERE reads them."""
-        tree = self.expression.copy()
-        if isinstance(tree, exp.Column):  # replacing the root would leave it raw
-            return value_of(tree.name)
-        for column in list(tree.find_all(exp.Column)):
-            if not _in_condition(column):
-                column.replace(value_of(column.name))
-        return tree
-
-
-def _in_condition(node: exp.Expression) -> bool:
-    while node.parent is not None:
-        if isinstance(node.parent, exp.If) and node.arg_key == "this":
-            return True
-        node = node.parent
-    return False
 
 
 @dataclass(frozen=True)

@@ -40,21 +40,29 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.joins import JoinedColumn
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
+from proxy.vocabulary import (
+    CASE,
+    COLUMN,
+    EPOCH_BIN,
+    FLOOR_BIN,
+    PUBLIC,
+    SELECTED,
+    TIME_PART,
+    TIME_TRUNC,
+    TRUNC_BIN,
+    WIDTH_BUCKET,
+    GroupKey,
+    JoinedColumn,
+)
 
-COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
-FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
-PUBLIC = "public"  # a public table's column, keyed by its values there (proxy.analyze.joins)
-SELECTED = "selected"  # a protected column keyed by a partition selection over its values
 SELECTABLE_TYPES = ("int", "text", "bool")
 
 ALLOWED = ("a column with declared keys or of a joined public table, date_trunc('month', col), extract(month FROM col), "
@@ -70,27 +78,6 @@ PART_VALUES: dict[str, range | None] = {
 _PART_SPELLINGS = {"dayofweek": "dow", "dayofyear": "doy", "days": "day", "months": "month",
                    "years": "year", "hours": "hour", "minutes": "minute", "weeks": "week",
                    "quarters": "quarter", "isodayofweek": "isodow", "dayofweekiso": "isodow"}
-
-
-@dataclass(frozen=True)
-class GroupKey:
-    """One GROUP BY term: what the backend computes per row (``kind`` over ``column``
-    with ``unit``/``numbers``/``branches``) and the public list of its ``keys``, of the
-    rule type ``type``. ``name`` is the result column's default name."""
-
-    name: str
-    kind: str
-    column: str | None
-    keys: tuple[Any, ...]
-    type: str
-    unit: str | None = None
-    numbers: tuple[float, ...] = ()  # bins: (w,) or (w, 1) when multiplied back; width_bucket: (lo, hi, n)
-    branches: tuple[tuple[exp.Expression, Any], ...] = ()  # CASE: (condition, key)
-    default: Any = None
-
-    def same_term(self, other: GroupKey) -> bool:
-        """The same computation (its keys follow from it and the query's WHERE)."""
-        return replace(self, name="", keys=()) == replace(other, name="", keys=())
 
 
 def group_terms(select: exp.Select, table: Table, resolve, max_groups: int

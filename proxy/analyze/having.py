@@ -31,9 +31,9 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, dereferenced
 from proxy.analyze.outer import over_release
-from proxy.analyze.plan import QueryPlan
 from proxy.errors import NotSupported
 from proxy.rules import Table
+from proxy.vocabulary import QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 SOURCE = "_idp_released"  # the aggregate query, as the outer query reads it

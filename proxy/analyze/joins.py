@@ -16,7 +16,7 @@ A key declared with a maximum multiplicity instead (``[tables.tags] max_rows_per
 { kind = 3 }``, checked at start too) lets a protected row meet up to m public rows: the
 join maps each row to at most m joined rows, a function of that row alone, so every
 formula holds with the shift multiplied by m (by the product of the m's of several
-such joins: ``Join.multiplicity``, ``proxy.analyze.plan.QueryPlan.multiplicity``,
+such joins: ``Join.multiplicity``, ``proxy.vocabulary.QueryPlan.multiplicity``,
 docs/privacy.md §3.9); the backend reads the public table as its rows whose key occurs
 at most m times, so later writes cannot exceed the bound.
 
@@ -47,14 +47,13 @@ a LEFT join whose ON is more than the unit equality.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from types import MappingProxyType
 
 from sqlglot import exp
 
 from proxy.errors import NotSupported, UnknownColumn, UnknownTable
-from proxy.rules import Column, Rules, Table
+from proxy.rules import Rules, Table
+from proxy.vocabulary import Join, JoinedColumn
 
 ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the rules declare "
            "r's key unique ([tables.r] unique = [\"key\"]) or bounded (max_rows_per_key)")
@@ -65,42 +64,6 @@ def unit_allowed(first: Table, second: Table) -> str:
     unit = first.privacy_unit or second.privacy_unit or "unit"
     return (f"FROM {first.name} a [LEFT] JOIN {second.name} b ON a.{unit} = b.{unit}, both "
             f"tables declaring privacy_unit = \"{unit}\"")
-
-
-@dataclass(frozen=True)
-class Join:
-    """One table joined to the plan's protected table. A public table: ``pairs`` of
-    (protected column, public column) are equated, ``key`` (one of them) is declared
-    unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
-    value, so a protected row meets at most that many public rows; ``left``: protected
-    rows without a match stay, with NULL public columns. ``protected``: a second
-    protected table joined on the privacy unit (the one pair (unit, unit), ``key`` its
-    unit column); ``left``: the first table's rows without one stay, with NULL columns
-    of the second."""
-
-    table: Table
-    alias: str
-    pairs: tuple[tuple[str, str], ...]
-    key: str
-    left: bool
-    protected: bool = False
-    multiplicity: int = 1
-
-    def column_name(self, column: str) -> str:
-        """The public column's name among the plan's columns (``r.name``): a dot never
-        occurs in a declared column's name."""
-        return f"{self.alias}.{column}"
-
-
-@dataclass(frozen=True)
-class JoinedColumn(Column):
-    """A joined table's column as a column of the joined plan's table; ``join`` is the
-    alias of its table, ``source`` its name there; ``protected``: of the second
-    protected table (aggregated like the first's; grouped by declared keys only)."""
-
-    join: str = ""
-    source: str = ""
-    protected: bool = False
 
 
 def split_joins(select: exp.Select, rules: Rules
@@ -298,14 +261,6 @@ def _column_of(column: exp.Column, table: Table) -> str:
         raise UnknownColumn(f"column {name} is not declared for {table.name}; declared: "
                             f"{', '.join(table.columns) or 'none'}")
     return name
-
-
-def multiplicity(joins: tuple[Join, ...]) -> int:
-    """The most joined rows one row of the protected table(s) becomes through the public
-    joins: the product of their multiplicities (1 for unique keys). Each public join
-    maps a row to at most its m rows, whatever the other joins did (docs/privacy.md
-    §3.9)."""
-    return math.prod(join.multiplicity for join in joins if not join.protected)
 
 
 def joined_table(table: Table, joins: tuple[Join, ...]) -> Table:

@@ -42,8 +42,8 @@ from sqlglot import exp
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.normalise import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
-from proxy.analyze.plan import COUNT, SUM, QueryPlan
 from proxy.errors import NotSupported, RawRowAccess
+from proxy.vocabulary import COUNT, SUM, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 

@@ -41,9 +41,9 @@ from sqlglot import exp
 
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.normalise import step_name, steps
-from proxy.analyze.plan import COUNT, PerUnit, QueryPlan
 from proxy.errors import NotSupported
 from proxy.rules import Column, Rules, Table
+from proxy.vocabulary import COUNT, PerUnit, QueryPlan
 
 Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
 Units = Callable[[exp.Select, Rules], QueryPlan]  # one over the given rules' tables

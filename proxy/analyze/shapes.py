@@ -53,10 +53,10 @@ from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
-from proxy.analyze.plan import QueryPlan
 from proxy.answer_cache import normalised_sql
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
+from proxy.vocabulary import QueryPlan
 
 SIZE = 2048
 _LITERALS = (TokenType.NUMBER, TokenType.STRING)

@@ -51,7 +51,7 @@ from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_
 from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
 
 if TYPE_CHECKING:
-    from proxy.analyze.plan import QueryPlan
+    from proxy.vocabulary import QueryPlan
 
 # rank_of(y): (values in scope below y, at or below y, the largest below y, the smallest
 # above y; None where there is none)
@@ -322,7 +322,7 @@ def _targets(plan: QueryPlan, shift: int):
     over GROUP BY divided by the groups one unit's s records can touch, as every DP
     aggregate's (§3.5)."""
     # Imported here, as in smooth_sensitivity: proxy.analyze imports the release.
-    from proxy.analyze.plan import MAX, MIN, PERCENTILE
+    from proxy.vocabulary import MAX, MIN, PERCENTILE
 
     epsilon = Fraction(plan.epsilon)
     if plan.group_by:

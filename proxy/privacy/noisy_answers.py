@@ -10,7 +10,6 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SPREADS, SUM, UNITS, QueryPlan
 from proxy.interrupts import checkpoint
 from proxy.privacy.mechanisms import (
     Noisy,
@@ -38,6 +37,7 @@ from proxy.privacy.sensitivity import (
 )
 from proxy.privacy.variance import noisy_moments, spread_and_sensitivity, spread_note
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
+from proxy.vocabulary import AVG, COUNT, MAX, MIN, PERCENTILE, SPREADS, SUM, UNITS, QueryPlan
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,8 @@ from decimal import ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-from proxy.analyze.group_keys import SELECTED
-from proxy.analyze.plan import QueryPlan
 from proxy.privacy.sampler import RandomSource, bernoulli_exp_ratio, discrete_laplace
+from proxy.vocabulary import SELECTED, QueryPlan
 
 SELECTION_SHARE = Decimal("0.5")  # of a query's ε, spent on choosing its keys
 

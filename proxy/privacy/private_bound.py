@@ -50,7 +50,7 @@ from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
 from proxy.statistics import Fetch, GroupStats, percentile_rank
 
 if TYPE_CHECKING:
-    from proxy.analyze.plan import QueryPlan
+    from proxy.vocabulary import QueryPlan
 
 K_CAP = 1 << 17
 # The share of each bounded aggregate's ε that pays for its bound, and the bound's
@@ -74,7 +74,7 @@ def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
     column's public resolution; ``window(column, from_top)`` reads ranks in scope."""
     # Imported here, as in smooth_sensitivity: proxy.analyze imports the release, which
     # imports this module (a cycle at import time).
-    from proxy.analyze.plan import MAX, MIN, PERCENTILE
+    from proxy.vocabulary import MAX, MIN, PERCENTILE
 
     epsilon_b = Fraction(plan.epsilon) * BOUND_SHARE
     found = {}

@@ -14,11 +14,11 @@ import math
 from numbers import Number
 from typing import Any
 
-from proxy.analyze.plan import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, VALUE, QueryPlan
 from proxy.privacy.noisy_answers import Released
-from proxy.privacy.refinement import error_bound, factors, refine, unrefined
+from proxy.privacy.refinement import error_bound, factors, prior_over, refine, unrefined
 from proxy.privacy.sampler import RandomSource
 from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
+from proxy.vocabulary import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, VALUE, QueryPlan
 
 _CASTS = {"int": int, "float": float, "text": str,
           "bool": lambda key: key.strip().lower() in ("true", "t", "1", "yes")}
@@ -50,7 +50,7 @@ def answer_prior(plan: QueryPlan) -> Any:
     if nominal and plan.prior.kind != "table":
         raise ValueError(f"{agg.column} is {kind}: give a prior table such as "
                          "'{\"yes\": 0.3, \"no\": 0.7}'")
-    prior = plan.prior.over(low, high, nominal, _CASTS[kind])
+    prior = prior_over(plan.prior, low, high, nominal, _CASTS[kind])
     error_bound(prior, *factors(plan.epsilon))  # its one costly step, before the debit
     return prior
 

@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import math
-import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
 from typing import Any
@@ -46,8 +44,8 @@ from typing import Any
 from proxy.privacy.exact_choice import exp_upper
 from proxy.privacy.sampler import RandomSource
 from proxy.statistics import MAGNITUDE_CAP  # the largest |number| a prior may name
+from proxy.vocabulary import PriorSpec, prior_atoms
 
-MAX_ATOMS = 1000  # the most values a prior table may list
 CELLS = 1 << 20  # a continuous prior's public grid: cells of prior mass 2^−20 each
 _MIN_NORMAL_MASS = 1e-6  # less on the answer's range: a mistaken prior, short of digits
 _MAX_REFINED_EPSILON = 30  # see factors
@@ -347,101 +345,40 @@ def _split(atoms: _Atoms, centre: Any, alpha_u: Fraction, alpha_d: Fraction) -> 
 
 
 def discrete(table: Sequence[tuple[Any, Any]], nominal: bool = False) -> Discrete:
-    """A discrete prior from (value, probability) pairs: at most MAX_ATOMS of them (the
-    bound's cost grows with their number), probabilities in (0, 1] (NaN and ±inf fail
-    the comparison) summing to 1 within 1e-9; equal values merged, sorted by value unless
-    nominal, and scaled to sum to 1 as closely as floats allow."""
-    if len(table) > MAX_ATOMS:
-        raise ValueError(f"a prior table lists at most {MAX_ATOMS} values, got {len(table)}; "
-                         "merge neighbouring values, or use uniform(a, b) or normal(mu, sigma)")
-    if not all(0 < p <= 1 for _, p in table):
-        raise ValueError("a prior table's probabilities must be finite, positive and sum to 1")
-    merged: dict[Any, float] = {}
-    for value, probability in table:
-        merged[value] = merged.get(value, 0.0) + float(probability)
-    total = math.fsum(merged.values())
-    if abs(total - 1) > 1e-9:
-        raise ValueError("a discrete prior needs positive probabilities that sum to 1")
-    atoms = [(value, probability / total) for value, probability in merged.items()]
-    return Discrete(tuple(atoms if nominal else sorted(atoms, key=lambda pair: pair[0])),
-                    nominal)
+    """A discrete prior from (value, probability) pairs, checked and merged as
+    ``proxy.vocabulary.prior_atoms`` says."""
+    return Discrete(prior_atoms(table, nominal), nominal)
 
 
-_CALL = re.compile(r"^\s*(uniform|normal)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$",
-                   re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class PriorSpec:
-    """A prior as an analyst writes it (``SET idp.prior = '...'``), before the column's
-    domain and type give it its range: ``uniform(a, b)``, ``normal(mu, sigma)`` or a
-    JSON table ``{"0": 0.99, "1": 0.01}``."""
-
-    kind: str  # "uniform" | "normal" | "table"
-    parameters: tuple = ()
-    text: str = field(default="", compare=False, repr=False)  # as the analyst wrote it
-
-    def over(self, low: float | None, high: float | None, nominal: bool = False,
-             cast=float) -> Any:
-        """The prior for an answer in [low, high] (None: unbounded; a normal is
-        truncated to it, and to ±MAGNITUDE_CAP; a table's keys are read with ``cast``).
-        A ValueError when the range leaves the prior (almost) nothing, or a key is not
-        a number of the answer's type within ±MAGNITUDE_CAP."""
-        if self.kind == "uniform":
-            return Uniform(*self.parameters)
-        if self.kind == "normal":
-            prior = TruncatedNormal(*self.parameters,
-                                    -MAGNITUDE_CAP if low is None else max(low, -MAGNITUDE_CAP),
-                                    MAGNITUDE_CAP if high is None else min(high, MAGNITUDE_CAP))
-            if not prior.mass >= _MIN_NORMAL_MASS:
-                raise ValueError(f"{self.text} puts less than {_MIN_NORMAL_MASS:g} of its mass "
-                                 f"on the answer's range [{prior.low:g}, {prior.high:g}]; "
-                                 "choose mu inside it and sigma no wider than it")
-            return prior
-        atoms = []
-        for key, probability in self.parameters:
-            try:
-                value = cast(key)
-            except ValueError:
-                raise ValueError(f"the prior table's key {key!r} is not a value of this "
-                                 f"answer ({cast.__name__})") from None
-            if not nominal and not abs(value) <= MAGNITUDE_CAP:  # NaN fails too
-                raise ValueError(f"the prior table's key {key!r} is not a finite number "
-                                 f"within ±{MAGNITUDE_CAP:g}")
-            atoms.append((value, probability))
-        return discrete(atoms, nominal)
-
-
-def parse_prior(text: str) -> PriorSpec:
-    """Read a prior; a ValueError says what was wrong and what is allowed."""
-    allowed = ("use uniform(a, b), normal(mu, sigma) or a table such as "
-               "'{\"0\": 0.99, \"1\": 0.01}'")
-    if text.strip().startswith("{"):
+def prior_over(spec: PriorSpec, low: float | None, high: float | None, nominal: bool = False,
+               cast=float) -> Any:
+    """The analyst's prior for an answer in [low, high] (None: unbounded; a normal is
+    truncated to it, and to ±MAGNITUDE_CAP; a table's keys are read with ``cast``).
+    A ValueError when the range leaves the prior (almost) nothing, or a key is not
+    a number of the answer's type within ±MAGNITUDE_CAP."""
+    if spec.kind == "uniform":
+        return Uniform(*spec.parameters)
+    if spec.kind == "normal":
+        prior = TruncatedNormal(*spec.parameters,
+                                -MAGNITUDE_CAP if low is None else max(low, -MAGNITUDE_CAP),
+                                MAGNITUDE_CAP if high is None else min(high, MAGNITUDE_CAP))
+        if not prior.mass >= _MIN_NORMAL_MASS:
+            raise ValueError(f"{spec.text} puts less than {_MIN_NORMAL_MASS:g} of its mass "
+                             f"on the answer's range [{prior.low:g}, {prior.high:g}]; "
+                             "choose mu inside it and sigma no wider than it")
+        return prior
+    atoms = []
+    for key, probability in spec.parameters:
         try:
-            table = json.loads(text)
-        except (ValueError, RecursionError):  # incl. integers beyond Python's digit limit
-            raise ValueError(f"the prior table is not valid JSON; {allowed}") from None
-        if not table or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
-                                for p in table.values()):
-            raise ValueError(f"a prior table maps values to probabilities; {allowed}")
-        pairs = tuple(discrete(list(table.items()), nominal=True).atoms)
-        return PriorSpec("table", pairs, text.strip())
-    match = _CALL.match(text)
-    if match is None:
-        raise ValueError(f"unknown prior {text!r}; {allowed}")
-    try:
-        first, second = float(match.group(2)), float(match.group(3))
-    except ValueError:
-        raise ValueError(f"the parameters of {text!r} must be numbers; {allowed}") from None
-    if not (abs(first) <= MAGNITUDE_CAP and abs(second) <= MAGNITUDE_CAP):  # NaN fails too
-        raise ValueError(f"the parameters of {text!r} must be finite, within "
-                         f"±{MAGNITUDE_CAP:g}")
-    kind = match.group(1).lower()
-    if kind == "uniform" and not first < second:
-        raise ValueError(f"uniform(a, b) needs a < b, got {text!r}")
-    if kind == "normal" and not second > 0:
-        raise ValueError(f"normal(mu, sigma) needs sigma > 0, got {text!r}")
-    return PriorSpec(kind, (first, second), text.strip())
+            value = cast(key)
+        except ValueError:
+            raise ValueError(f"the prior table's key {key!r} is not a value of this "
+                             f"answer ({cast.__name__})") from None
+        if not nominal and not abs(value) <= MAGNITUDE_CAP:  # NaN fails too
+            raise ValueError(f"the prior table's key {key!r} is not a finite number "
+                             f"within ±{MAGNITUDE_CAP:g}")
+        atoms.append((value, probability))
+    return discrete(atoms, nominal)
 
 
 def unrefined(prior: Any) -> Refined:

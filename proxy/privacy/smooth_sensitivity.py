@@ -32,7 +32,7 @@ from proxy.statistics import Fetch, GroupStats, percentile_rank
 if TYPE_CHECKING:
     import numpy as np
 
-    from proxy.analyze.plan import QueryPlan
+    from proxy.vocabulary import QueryPlan
 
 _FIRST_K = 16
 
@@ -43,7 +43,7 @@ def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
     β = ε/γ; ``window(column, from_top)`` reads ranks of a column in scope."""
     # Imported here, not with the module: proxy.analyze imports the release, whose
     # private bound imports this module's terms (a cycle at import time).
-    from proxy.analyze.plan import MAX, MIN, PERCENTILE
+    from proxy.vocabulary import MAX, MIN, PERCENTILE
 
     beta = admissible(float(plan.epsilon), plan.smooth_gamma)[1]
     found = {}

@@ -130,7 +130,7 @@ def global_sensitivity_of_variance(lower: float, upper: float, form: str, root: 
 def spread_and_sensitivity(kind: str, stats, column,
                            shift: int) -> tuple[float, float, float]:
     """(answer, local sensitivity, largest possible answer) of one STDDEV_*/VAR_*
-    aggregate under iDP (``kind``: proxy.analyze.plan's VAR_SAMP, VAR_POP, STDDEV_SAMP
+    aggregate under iDP (``kind``: proxy.vocabulary's VAR_SAMP, VAR_POP, STDDEV_SAMP
     or STDDEV_POP) from the backend's statistics of its column."""
     form = POPULATION if kind.endswith("_pop") else SAMPLE
     root = kind.startswith("stddev")

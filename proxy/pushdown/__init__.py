@@ -11,13 +11,13 @@ lists do not reach a rank, one statement ranks every group's values with a windo
 
 from __future__ import annotations
 
-from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped import statistics_query
 from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.grouped_ranks import grouped_rank_statistics
 from proxy.pushdown.scope import Execute, unit_bound_sql
 from proxy.pushdown.ungrouped import ungrouped_statistics
 from proxy.statistics import ColumnNeeds, GroupStats
+from proxy.vocabulary import QueryPlan
 
 
 def compute_statistics(

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.group_keys import (
+from proxy.guards import snap
+from proxy.pushdown.values import case_of, literal, normalised
+from proxy.rules import Table
+from proxy.vocabulary import (
     CASE,
     COLUMN,
     EPOCH_BIN,
@@ -25,9 +28,6 @@ from proxy.analyze.group_keys import (
     WIDTH_BUCKET,
     GroupKey,
 )
-from proxy.guards import snap
-from proxy.pushdown.values import case_of, literal, normalised
-from proxy.rules import Table
 
 TIMESTAMP = exp.DataType.build("timestamp")
 BIGINT = exp.DataType.build("bigint")

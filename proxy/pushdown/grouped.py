@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.scope import (
     counts_units,
     distinct_units,
@@ -22,6 +21,7 @@ from proxy.pushdown.scope import (
     scope_select,
 )
 from proxy.statistics import BOTTOM, PCT, ColumnNeeds, ColumnStats, GroupStats, RankRef
+from proxy.vocabulary import QueryPlan
 
 
 @dataclass(frozen=True)

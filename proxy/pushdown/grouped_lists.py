@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.plan import QueryPlan
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     Execute,
@@ -27,6 +26,7 @@ from proxy.pushdown.scope import (
 )
 from proxy.pushdown.values import literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
+from proxy.vocabulary import QueryPlan
 
 
 def grouped_list_statistics(

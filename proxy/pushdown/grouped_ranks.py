@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.grouped_lists import counting_items, read_groups
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.values import case_of, literal
 from proxy.statistics import ColumnNeeds, GroupStats
+from proxy.vocabulary import QueryPlan
 
 
 def grouped_rank_statistics(

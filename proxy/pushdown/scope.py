@@ -13,13 +13,12 @@ from functools import lru_cache
 
 from sqlglot import exp
 
-from proxy.analyze.expressions import DerivedColumn
-from proxy.analyze.plan import UNITS, PerUnit, QueryPlan
-from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.guards import clamp
+from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import literal, normalised
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
+from proxy.vocabulary import UNITS, DerivedColumn, PerUnit, QueryPlan
 
 Execute = Callable[[str], list[tuple]]
 

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.group_keys import SELECTED, GroupKey
-from proxy.analyze.plan import QueryPlan
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.scope import source_table
 from proxy.pushdown.values import literal
 from proxy.rules import Table
 from proxy.statistics import MAGNITUDE_CAP
+from proxy.vocabulary import SELECTED, GroupKey, QueryPlan
 
 
 def key_counts_sql(plan: QueryPlan, index: int, keys_per_unit: int, dialect: str) -> str:

@@ -24,8 +24,6 @@ import math
 
 from sqlglot import exp
 
-from proxy.analyze.expressions import DerivedColumn
-from proxy.analyze.plan import COUNT, QueryPlan
 from proxy.pushdown.scope import (
     Execute,
     counts_units,
@@ -39,6 +37,7 @@ from proxy.pushdown.scope import (
 )
 from proxy.pushdown.values import DOUBLE, literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
+from proxy.vocabulary import COUNT, DerivedColumn, QueryPlan
 
 
 def ungrouped_statistics(

@@ -12,13 +12,13 @@ from functools import cache
 
 from sqlglot import exp
 
-from proxy.analyze.plan import QueryPlan
 from proxy.errors import BackendFailed
 from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
 from proxy.statistics import PCT, ColumnNeeds, Fetch, RankRef
+from proxy.vocabulary import QueryPlan
 
 
 def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,

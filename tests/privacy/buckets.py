@@ -12,7 +12,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from proxy.analyze.group_keys import (
+from proxy.analyze.group_keys import epoch_seconds, truncate
+from proxy.rules import Column
+from proxy.statistics import normalise
+from proxy.vocabulary import (
     COLUMN,
     EPOCH_BIN,
     FLOOR_BIN,
@@ -21,11 +24,7 @@ from proxy.analyze.group_keys import (
     TRUNC_BIN,
     WIDTH_BUCKET,
     GroupKey,
-    epoch_seconds,
-    truncate,
 )
-from proxy.rules import Column
-from proxy.statistics import normalise
 
 
 def bucket_of(term: GroupKey, column: Column, value):

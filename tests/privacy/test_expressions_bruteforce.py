@@ -23,7 +23,6 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.analyze.expressions import DerivedColumn
 from proxy.privacy.sensitivity import (
     SUM_REFS,
     count_sensitivity,
@@ -40,6 +39,7 @@ from proxy.pushdown.scope import needed_value
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds, normalise
+from proxy.vocabulary import DerivedColumn
 from tests.privacy.reference import order_values
 
 RULES = parse_rules("""

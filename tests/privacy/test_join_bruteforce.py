@@ -26,7 +26,6 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.analyze.group_keys import PUBLIC
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched
@@ -34,6 +33,7 @@ from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
+from proxy.vocabulary import PUBLIC
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
 

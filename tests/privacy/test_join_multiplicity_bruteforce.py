@@ -32,8 +32,6 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.analyze.group_keys import PUBLIC
-from proxy.analyze.plan import COUNT, MAX, MIN, PERCENTILE, SPREADS, SUM, UNITS
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched
@@ -42,6 +40,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, GroupStats
+from proxy.vocabulary import COUNT, MAX, MIN, PERCENTILE, PUBLIC, SPREADS, SUM, UNITS
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
 from tests.privacy.test_join_bruteforce import _datasets as join_datasets

@@ -28,12 +28,12 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.analyze.plan import QueryPlan
 from proxy.privacy.noisy_answers import Calibration, _sum_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, winsorized_sum
 from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
+from proxy.vocabulary import QueryPlan
 from tests.privacy.reference import normalise as normalise_value
 
 BOUND = 2  # max_rows_per_unit: per-unit counts are clamped to [0, 2]

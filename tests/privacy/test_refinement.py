@@ -21,7 +21,6 @@ from scipy import stats
 from proxy.privacy.refinement import (
     CELLS,
     MAGNITUDE_CAP,
-    MAX_ATOMS,
     Discrete,
     Grid,
     TruncatedNormal,
@@ -29,11 +28,12 @@ from proxy.privacy.refinement import (
     discrete,
     error_bound,
     factors,
-    parse_prior,
+    prior_over,
     refine,
     unrefined,
 )
 from proxy.privacy.sampler import SecureSource
+from proxy.vocabulary import MAX_ATOMS, parse_prior
 
 SAMPLER_ALPHA = 1e-6  # the OS's source, unseeded: a correct sampler fails once in 10⁶ runs
 
@@ -349,13 +349,13 @@ def test_a_discrete_prior_must_be_a_distribution():
     ("normal(40000, 15000)", TruncatedNormal(40000.0, 15000.0, 0.0, 200000.0)),
 ])
 def test_priors_as_analysts_write_them(text, built):
-    assert parse_prior(text).over(0.0, 200000.0) == built
+    assert prior_over(parse_prior(text), 0.0, 200000.0) == built
 
 
 def test_a_prior_table():
-    prior = parse_prior('{"0": 0.99, "1": 0.01}').over(0, 1, cast=int)
+    prior = prior_over(parse_prior('{"0": 0.99, "1": 0.01}'), 0, 1, cast=int)
     assert prior.atoms == ((0, 0.99), (1, 0.01))
-    nominal = parse_prior('{"north": 0.5, "south": 0.5}').over(None, None, nominal=True,
+    nominal = prior_over(parse_prior('{"north": 0.5, "south": 0.5}'), None, None, nominal=True,
                                                                  cast=str)
     assert nominal.nominal and nominal.distance("north", "south") == 1
 
@@ -394,21 +394,21 @@ def test_a_table_key_is_a_finite_number_within_the_cap(key, cast):
     """Keys become numbers only when the answer's type is known (before the debit)."""
     spec = parse_prior(json.dumps({key: 0.5, "0": 0.5}))
     with pytest.raises(ValueError, match="not a finite number within"):
-        spec.over(None, None, cast=cast)
-    assert spec.over(None, None, nominal=True, cast=str).atoms[0] == (key, 0.5)
+        prior_over(spec, None, None, cast=cast)
+    assert prior_over(spec, None, None, nominal=True, cast=str).atoms[0] == (key, 0.5)
 
 
 def test_the_atom_limit_and_merged_values():
     table = {str(v): 1 / MAX_ATOMS for v in range(MAX_ATOMS)}
-    assert len(parse_prior(json.dumps(table)).over(None, None).atoms) == MAX_ATOMS
-    merged = parse_prior('{"1": 0.25, "1.0": 0.25, "2": 0.5}').over(None, None)
+    assert len(prior_over(parse_prior(json.dumps(table)), None, None).atoms) == MAX_ATOMS
+    merged = prior_over(parse_prior('{"1": 0.25, "1.0": 0.25, "2": 0.5}'), None, None)
     assert merged.atoms == ((1.0, 0.5), (2.0, 0.5))
 
 
 def test_a_normal_that_leaves_the_range_almost_nothing_is_refused():
     with pytest.raises(ValueError, match="less than 1e-06 of its mass"):
-        parse_prior("normal(1000000, 1000)").over(0.0, 100000.0)
-    assert parse_prior("normal(0, 1)").over(-1e308, None) == TruncatedNormal(
+        prior_over(parse_prior("normal(1000000, 1000)"), 0.0, 100000.0)
+    assert prior_over(parse_prior("normal(0, 1)"), -1e308, None) == TruncatedNormal(
         0.0, 1.0, -MAGNITUDE_CAP, MAGNITUDE_CAP)
 
 
@@ -422,7 +422,7 @@ def test_a_normal_that_leaves_the_range_almost_nothing_is_refused():
 def test_the_widest_priors_allowed_answer_finite_numbers(text, low, high, epsilon):
     """Item 7: at the edges of what is allowed, for true answers far beyond it, every
     answer and every bound is finite."""
-    prior = parse_prior(text).over(low, high)
+    prior = prior_over(parse_prior(text), low, high)
     alpha_u, alpha_d = factors(epsilon)
     assert math.isfinite(error_bound(prior, alpha_u, alpha_d))
     source = SecureSource()
