@@ -8,7 +8,7 @@ from __future__ import annotations
 from proxy.backends.base import Backend
 from proxy.errors import ProxyError
 from proxy.ledger import Ledger
-from proxy.wire.scram import Secret, make_secret
+from proxy.passwords import Secret, make_secret
 
 
 class UserError(ProxyError):

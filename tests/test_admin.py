@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 from proxy.admin import socket_path
-from proxy.wire.scram import Secret, make_secret
+from proxy.passwords import Secret, make_secret
 from tests import forked_cli
 
 NOBODY = 65534

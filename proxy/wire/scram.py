@@ -1,9 +1,8 @@
 """SCRAM-SHA-256 (RFC 5802/7677), the server side, sans-IO.
 
 Our own because libpq sends an empty user name inside the exchange (``n=,``), which
-the library we tried rejects; the name comes from the StartupMessage instead. Secrets
-are stored as PostgreSQL stores them (``SCRAM-SHA-256$iter:salt$StoredKey:ServerKey``),
-never the password.
+the library we tried rejects; the name comes from the StartupMessage instead. The secrets
+it checks against are proxy.passwords'.
 """
 
 from __future__ import annotations
@@ -12,49 +11,12 @@ import base64
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
 
-MECHANISM = "SCRAM-SHA-256"
-ITERATIONS = 4096
+from proxy.passwords import ITERATIONS, MECHANISM, Secret, hmac_sha256
 
 
 class AuthFailed(Exception):
     """Wrong password or a malformed exchange (SQLSTATE 28P01 either way)."""
-
-
-@dataclass(frozen=True)
-class Secret:
-    iterations: int
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-
-    def text(self) -> str:
-        b64 = lambda raw: base64.b64encode(raw).decode()
-        return (f"{MECHANISM}${self.iterations}:{b64(self.salt)}$"
-                f"{b64(self.stored_key)}:{b64(self.server_key)}")
-
-    @classmethod
-    def parse(cls, text: str) -> Secret:
-        mechanism, params, keys = text.split("$")
-        iterations, salt = params.split(":")
-        stored, server = keys.split(":")
-        if mechanism != MECHANISM:
-            raise ValueError(f"not a {MECHANISM} secret")
-        return cls(int(iterations), base64.b64decode(salt), base64.b64decode(stored),
-                   base64.b64decode(server))
-
-
-def make_secret(password: str, salt: bytes | None = None, iterations: int = ITERATIONS) -> Secret:
-    salt = salt if salt is not None else secrets.token_bytes(16)
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client_key = _hmac(salted, b"Client Key")
-    return Secret(iterations, salt, hashlib.sha256(client_key).digest(),
-                  _hmac(salted, b"Server Key"))
-
-
-def _hmac(key: bytes, data: bytes) -> bytes:
-    return hmac.new(key, data, hashlib.sha256).digest()
 
 
 # Keys the mock salts of this process's unknown names (PostgreSQL keeps its in pg_control).
@@ -65,7 +27,7 @@ def _mock_secret(user: str) -> Secret:
     """What an unknown or disabled name is offered, as PostgreSQL does: the same salt on
     every attempt with that name (a real login's salt does not change either), keys that
     are never checked, and no PBKDF2 (none runs for a real login at the server)."""
-    salt = _hmac(_MOCK_KEY, user.encode())[:16]
+    salt = hmac_sha256(_MOCK_KEY, user.encode())[:16]
     return Secret(ITERATIONS, salt, secrets.token_bytes(32), secrets.token_bytes(32))
 
 
@@ -108,7 +70,7 @@ class Exchange:
                 or attributes.get("c") != base64.b64encode(self._gs2.encode()).decode()):
             raise AuthFailed("malformed SCRAM client-final message")
         message = f"{self._first_bare},{self._server_first},{without_proof}".encode()
-        signature = _hmac(self._secret.stored_key, message)
+        signature = hmac_sha256(self._secret.stored_key, message)
         try:
             client_key = bytes(a ^ b for a, b in zip(base64.b64decode(proof, validate=True),
                                                      signature, strict=True))
@@ -120,7 +82,7 @@ class Exchange:
             raise AuthFailed("no enabled login of this name (unknown or disabled user)")
         if not matches:
             raise AuthFailed("wrong password")
-        verifier = base64.b64encode(_hmac(self._secret.server_key, message)).decode()
+        verifier = base64.b64encode(hmac_sha256(self._secret.server_key, message)).decode()
         return f"v={verifier}".encode()
 
 
