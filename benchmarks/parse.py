@@ -58,6 +58,7 @@ import proxy.wire.connection
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.wire.connection import Connection
 
 try:
@@ -84,10 +85,10 @@ STAGES = {
     "route": [(proxy.wire.connection, "read_message")],
     "parse+analyze": [(proxy.session, "parse_statements"), (proxy.session, "parse_tokens"),
                       (proxy.wire.route, "_tree"), (proxy.session, "analyze")],
-    "cache key": [(proxy.session, "normalised_sql"), (proxy.engine, "cache_key")],
+    "cache key": [(proxy.session, "canonical_sql"), (proxy.engine, "cache_key")],
 }
 if SHAPES is not None:
-    STAGES["cache key"].append((SHAPES, "normalised_sql"))
+    STAGES["cache key"].append((SHAPES, "canonical_sql"))
     STAGES["shape cache"] = [(proxy.session, "shape_of"), (SHAPES.ShapeCache, "plan"),
                              (SHAPES.ShapeCache, "remember")]
 
@@ -158,7 +159,7 @@ def main(n: int = 400, shapes: int | None = None) -> None:
         engine = Engine(parse_rules(RULES), backend)
         if shapes is not None:  # 0: every statement parsed and analysed, once
             engine.shapes = SHAPES.ShapeCache(shapes)
-        session = engine.session("bench")
+        session = Session.open(engine, "bench")
         for warm in range(40):
             handle(engine, session, _message(100000 + warm))
         totals: dict[str, list[float]] = defaultdict(list)

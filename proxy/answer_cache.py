@@ -20,9 +20,6 @@ import hashlib
 from dataclasses import replace
 from typing import Any
 
-from sqlglot import exp
-from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
-
 from proxy import jsontags
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import KeyTaken
@@ -33,15 +30,8 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key T
            "PRIMARY KEY (analyst, key))")
 
 
-def normalised_sql(statement: exp.Expression) -> str:
-    """The statement as sqlglot renders it for PostgreSQL, without comments and with
-    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
-    folded = normalize_identifiers(statement.copy(), dialect="postgres")
-    return folded.sql(dialect="postgres", comments=False)
-
-
 def cache_key(sql: str, plan: QueryPlan, calibration: tuple, version: str) -> str:
-    """``sql``: the statement's ``normalised_sql``."""
+    """``sql``: the statement's ``proxy.analyze.shapes.canonical_sql``."""
     # The plan's WHERE keeps the text's identifier case; the normalised SQL has the scope.
     decided = replace(plan, where=None)
     material = "\n".join((sql, repr(decided), repr(calibration), version))

@@ -16,13 +16,14 @@ import psycopg
 import pytest
 
 from proxy.analyze import parse_statements
-from proxy.answer_cache import normalised_sql
+from proxy.analyze.shapes import canonical_sql
 from proxy.backends import open_backend
 from proxy.demo import located_rules
 from proxy.engine import Engine
 from proxy.errors import BackendUnavailable, QueryCanceled
 from proxy.ledger import Charge
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.conftest import new_database
 from tests.pgserver import postgres_cluster
 from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
@@ -238,7 +239,7 @@ def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_p
 
 def _sql_hash(sql: str) -> str:
     """The ledger's key of a query: the hash of its normalised text."""
-    return hashlib.sha256(normalised_sql(parse_statements(sql)[0]).encode()).hexdigest()[:16]
+    return hashlib.sha256(canonical_sql(parse_statements(sql)[0]).encode()).hexdigest()[:16]
 
 
 def _burst(proxy, round_number: int, number: int, answered: set[str],
@@ -307,7 +308,7 @@ def test_a_refund_the_database_cannot_take_is_paid_when_it_is_back(tmp_path):
                         "generate_series(1, 1000) g WHERE pg_sleep(0.01) IS NOT NULL")
         rules = parse_rules(RULES.format(racers="") + SLOW)
         engine = Engine(rules, open_backend(cluster.url))
-        session = engine.session("steady")
+        session = Session.open(engine, "steady")
         failed: list[Exception] = []
 
         def slow_query():
@@ -359,7 +360,7 @@ def _at_once(engine, count: int, start=None, offset: int = 0,
 
     def ask(number: int) -> None:
         analyst = analysts[number % len(analysts)]
-        session = engine.session(analyst)
+        session = Session.open(engine, analyst)
         barrier.wait()
         if start is not None:
             start(number)

@@ -18,8 +18,7 @@ import pytest
 from sqlglot.parser import Parser
 
 from proxy.analyze import parse_statements, statement_tokens
-from proxy.analyze.shapes import ShapeCache, shape_of
-from proxy.answer_cache import normalised_sql
+from proxy.analyze.shapes import ShapeCache, canonical_sql, shape_of
 from proxy.errors import ProxyError
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
@@ -167,7 +166,7 @@ def test_a_kept_plan_bound_to_new_literals_is_the_fresh_plan(name, rules, corpus
             assert cached == fresh, variant
             if fresh[0] != "refused":
                 assert [n for n, _, _ in fresh if n is not None] == [
-                    normalised_sql(tree) for tree, (n, _, _) in
+                    canonical_sql(tree) for tree, (n, _, _) in
                     zip(parse_statements(variant), fresh) if n is not None], variant
             hits += kept
             checks += 1
@@ -257,7 +256,7 @@ def test_nul_or_a_mark_in_a_literal_kept_as_written_is_not_kept():
     session = _session(SHAPES_RULES)
     bound = "SELECT COUNT(*) FROM people WHERE region = '\x0043\x00' AND age > 3"
     assert _outcome(session, bound) == _outcome(_session(SHAPES_RULES), bound)
-    assert _outcome(session, bound)[0][0] == normalised_sql(parse_statements(bound)[0])
+    assert _outcome(session, bound)[0][0] == canonical_sql(parse_statements(bound)[0])
     assert len(session.engine.shapes._entries) == 1
     for label in ("'\x00'", "'\x0043\x00'", "'\x0090\x00'"):
         sql = (f"SELECT CASE WHEN age < 30 THEN {label} ELSE 'old' END AS band, COUNT(*) "

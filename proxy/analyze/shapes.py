@@ -33,7 +33,7 @@ afresh every time, so a literal can neither wrongly refuse nor wrongly admit one
 
 The key also holds what else the analysis reads: the session's settings, the analyst
 and the rules object. The normalised SQL of the answer cache and the ledger
-(``proxy.answer_cache.normalised_sql``) is kept as pieces around the slots, so it is
+(``canonical_sql``) is kept as pieces around the slots, so it is
 the same text a fresh rendering gives. The cache is an LRU of ``SIZE`` entries, shared
 by an engine's sessions; an entry of a GROUP BY with four WHERE conditions holds about
 11 KiB (measured), so a full cache of such adds some 20 MiB.
@@ -50,10 +50,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
-from proxy.answer_cache import normalised_sql
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 from proxy.vocabulary import QueryPlan
@@ -63,7 +63,14 @@ _LITERALS = (TokenType.NUMBER, TokenType.STRING)
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
 _STEPS = (exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except)
 _MARK = re.compile("'\x00([0-9]+)\x00'")  # a slot in the rendered SQL (NUL never occurs in SQL)
-_RENDER = POSTGRES.generator()  # its literal_sql: a literal as normalised_sql renders it
+_RENDER = POSTGRES.generator()  # its literal_sql: a literal as canonical_sql renders it
+
+
+def canonical_sql(statement: exp.Expression) -> str:
+    """The statement as sqlglot renders it for PostgreSQL, without comments and with
+    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
+    folded = normalize_identifiers(statement.copy(), dialect="postgres")
+    return folded.sql(dialect="postgres", comments=False)
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,7 @@ class ShapeCache:
         checkpoint()
         template = _template(shape, rules, tree, plan)
         if template is None:
-            return normalised_sql(tree)
+            return canonical_sql(tree)
         key = (id(rules), context, shape.key)
         with self._lock:
             if key not in self._entries:
@@ -201,14 +208,14 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
 
 
 def _with_marks(tree: exp.Expression, starts: set[int]) -> str:
-    """``normalised_sql`` of ``tree`` with each slot a mark naming its position."""
+    """``canonical_sql`` of ``tree`` with each slot a mark naming its position."""
     marked = tree.copy()
     for node in list(marked.find_all(exp.Literal)):
         start = node.meta.get("start")
         if start in starts:  # in place: replacing an item of a long IN list is linear
             node.set("this", f"\x00{start}\x00")
             node.set("is_string", True)
-    return normalised_sql(marked)
+    return canonical_sql(marked)
 
 
 def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]:
