@@ -1,5 +1,15 @@
-"""The module layout (issue 15 item 7): data flows one way through SPEC §4's stages, so
-no module imports, however late or only for type checking, a module that imports it."""
+"""The module layout (issue 15 item 7, issue 31 item 1): data flows one way through SPEC
+§4's stages, so no module imports, however late or only for type checking, a module that
+imports it; and each stage imports only the stages below it:
+
+    command line (cli, demo)
+      -> wire (wire/, users, admin)
+        -> session (session, postprocess)
+          -> engine (engine, answer_cache, publish/)
+            -> analyze/ | pushdown/ | privacy/ | ledger   (siblings: none imports another)
+              -> backends/
+                -> vocabulary (vocabulary, rules, settings, statistics, errors, ...)
+"""
 
 from __future__ import annotations
 
@@ -9,15 +19,49 @@ from graphlib import CycleError, TopologicalSorter
 from tests.conftest import ROOT
 
 
-def _imports() -> dict[str, set[str]]:
-    """proxy.* module -> the proxy.* modules it imports anywhere in its text."""
+# stage -> (its rank, the modules and packages in it); a module imports its own stage's
+# modules and those of lower ranks only
+STAGES = {
+    "command line": (6, ("proxy.cli", "proxy.demo")),
+    "wire": (5, ("proxy.wire", "proxy.users", "proxy.admin")),
+    "session": (4, ("proxy.session", "proxy.postprocess")),
+    "engine": (3, ("proxy.engine", "proxy.answer_cache", "proxy.publish")),
+    "analyze": (2, ("proxy.analyze",)),
+    "pushdown": (2, ("proxy.pushdown",)),
+    "privacy": (2, ("proxy.privacy",)),
+    "ledger": (2, ("proxy.ledger",)),
+    "backends": (1, ("proxy.backends",)),
+    "vocabulary": (0, ("proxy", "proxy.vocabulary", "proxy.rules", "proxy.settings",
+                       "proxy.statistics", "proxy.errors", "proxy.epsilon", "proxy.interrupts",
+                       "proxy.guards", "proxy.pgtypes", "proxy.jsontags", "proxy.timing",
+                       "proxy.progress", "proxy.passwords")),
+}
+# the lazy imports allowed: the command line's (a fast --help) and the optional
+# backends', imported when a URL asks for one
+LAZY = ("proxy.cli", "proxy.backends")
+
+
+def stage_of(module: str) -> str:
+    found = [(len(prefix), stage) for stage, (_, members) in STAGES.items()
+             for prefix in members if module == prefix or module.startswith(prefix + ".")
+             and prefix != "proxy"]
+    assert found, f"{module} belongs to no stage: add it to STAGES"
+    return max(found)[1]
+
+
+def _imports(lazy_only: bool = False) -> dict[str, set[str]]:
+    """proxy.* module -> the proxy.* modules it imports anywhere in its text (only those
+    imported inside a function or an ``if`` when ``lazy_only``)."""
     modules = {}
     for path in (ROOT / "proxy").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if lazy_only and node in tree.body:
+                continue
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules
                            else node.module for a in node.names]
@@ -36,3 +80,21 @@ def test_no_module_imports_one_that_imports_it():
         tuple(TopologicalSorter(graph).static_order())
     except CycleError as cycle:
         raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None
+
+
+def test_each_stage_imports_only_the_stages_below_it():
+    graph = _imports()
+    upward = sorted(f"{name} ({stage_of(name)}) imports {target} ({stage_of(target)})"
+                    for name, targets in graph.items() for target in targets
+                    if stage_of(target) != stage_of(name)
+                    and STAGES[stage_of(target)][0] >= STAGES[stage_of(name)][0])
+    assert not upward, "\n".join(upward)
+
+
+def test_no_late_or_type_checking_imports_between_modules():
+    """An import inside a function or under ``if TYPE_CHECKING`` hides a dependency the
+    stage order would refuse; only the command line and the optional backends wait."""
+    late = sorted(f"{name} imports {target} late" for name, targets in
+                  _imports(lazy_only=True).items() for target in targets
+                  if not name.startswith(LAZY))
+    assert not late, "\n".join(late)
