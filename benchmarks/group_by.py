@@ -26,6 +26,7 @@ import proxy.engine as engine_module
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 
 SQL = "SELECT g, COUNT(*) FROM t GROUP BY g"
 
@@ -65,7 +66,7 @@ def run(keys: int, rows: int, repeat: int, profile: bool) -> None:
         con.execute(f"CREATE TABLE t AS SELECT i::INTEGER AS uid, 'k' || (i % {keys}) AS g "
                     "FROM range(?) r(i)", [rows])
     backend = open_backend(f"duckdb:///{path}")
-    session = Engine(parse_rules(_rules(keys)), backend).session("owner")
+    session = Session.open(Engine(parse_rules(_rules(keys)), backend), "owner")
     engine_module.release_group = _timed_release_group
     _noise.clear()
     totals = []

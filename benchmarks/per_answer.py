@@ -36,6 +36,7 @@ from proxy.backends import open_backend
 from proxy.backends.base import Transaction
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 
 RULES = """
 [defaults]
@@ -63,7 +64,7 @@ def main(n: int = 500, threads: int = 1) -> None:
                         "CAST(range % 90 AS INTEGER) AS age FROM range(1000)")
         backend = open_backend(f"duckdb:///{path}")
         engine = Engine(parse_rules(RULES), backend)
-        session = engine.session("bench")
+        session = Session.open(engine, "bench")
         for warm in range(20):
             list(session.execute(f"SELECT COUNT(*) FROM people WHERE age > {-warm - 1}"))
         counts = {"transactions": 0, "writes": 0, "statements": 0}
@@ -95,7 +96,7 @@ def main(n: int = 500, threads: int = 1) -> None:
                 times.append(time.perf_counter() - start)
 
         began = time.perf_counter()
-        workers = [threading.Thread(target=ask, args=(first, engine.session("bench")))
+        workers = [threading.Thread(target=ask, args=(first, Session.open(engine, "bench")))
                    for first in range(threads)]
         for worker in workers:
             worker.start()

@@ -41,6 +41,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from tests.pgserver import throwaway_postgres
 from tests.sailserver import throwaway_sail
@@ -191,7 +192,7 @@ def _run(label: str, backend, store, rows: int, repeat: int, only: str | None) -
     load(backend, rows)
     engine = Engine(RULES, backend, store=store)
     cached = backend.transactional  # Spark: no data version, so no answer is cached
-    session = engine.session("bench")
+    session = Session.open(engine, "bench")
     results = []
     fresh_epsilon(session)
     start = time.perf_counter()

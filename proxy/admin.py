@@ -34,14 +34,14 @@ import tempfile
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proxy import jsontags
-from proxy.errors import (DatabaseInUse, ProxyError, SyntaxProblem, UnsafeAdminSocket,
-                          pointing_at)
-
-if TYPE_CHECKING:
-    from proxy.engine import Engine
+from proxy.engine import Engine
+from proxy.errors import DatabaseInUse, ProxyError, SyntaxProblem, UnsafeAdminSocket, pointing_at
+from proxy.publish.request import prepare
+from proxy.publish.run import run_release
+from proxy.session import Session
 
 log = logging.getLogger("idp_proxy.admin")
 
@@ -64,7 +64,7 @@ class Analyst:
     def query(self, user: str, sql: str, epsilon: Decimal | None, model: str | None,
               prior: str | None, emit: Emit) -> None:
         """Run a script as ``user`` after the session settings the options ask for."""
-        session = self.engine.session(user)
+        session = Session.open(self.engine, user)
         statements = []
         for name, value in (("epsilon", epsilon), ("model", model), ("prior", prior)):
             if value is not None:
@@ -89,9 +89,6 @@ class Analyst:
                 out: str, emit: Emit) -> dict[str, Any]:
         """``idp-proxy release`` (``out`` an absolute path or table:NAME); emits
         [step, fraction done] and returns what the command reports."""
-        from proxy.publish.request import prepare
-        from proxy.publish.run import run_release
-
         engine = self.engine
         engine.ledger.ensure_analyst(user)
         job = prepare(engine.rules, engine.backend, table, columns, k, epsilon, method, split,

@@ -43,6 +43,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.scope import table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
+from proxy.pushdown.values import normalised  # the one normalisation rule
 from proxy.pushdown.window import (
     grouped_windows,
     near,
@@ -86,14 +87,6 @@ class Engine:
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple, int] = {}
         self._public_keys: dict[tuple[str, str, str], tuple] = {}
-
-    def session(self, analyst: str):
-        """A proxy.session.Session of ``analyst`` (that module does not import this one:
-        a session sees the engine only as proxy.session.Answering)."""
-        from proxy.session import Session
-
-        self.ledger.ensure_analyst(analyst)
-        return Session(self, analyst)
 
     @contextmanager
     def view(self, plan: QueryPlan) -> Iterator[View]:
@@ -296,8 +289,6 @@ class Engine:
         first in order otherwise; None when it has none) and the data version. Numbers
         are normalised first, as for every statistic (NaN rows skipped, the rest clamped
         to the declared domain or ±MAGNITUDE_CAP), so the value is finite or None."""
-        from proxy.pushdown.values import normalised  # the one normalisation rule
-
         table, name = plan.table, plan.aggregates[0].column
         column, declared = exp.column(name, quoted=True), table.columns[name]
         value = (exp.Avg(this=normalised(column, declared.lower, declared.upper))

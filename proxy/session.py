@@ -30,6 +30,7 @@ from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.pgtypes import RULE_TYPES
 from proxy.postprocess import run_outer, series_limited
+from proxy.privacy import refuse_unanswerable
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
 from proxy.rules import Rules
@@ -84,6 +85,12 @@ class Session:
         self.engine = engine
         self.analyst = analyst
         self.settings = Settings()
+
+    @classmethod
+    def open(cls, engine: Answering, analyst: str) -> Session:
+        """The session of an analyst who connects: their budget row exists from now on."""
+        engine.ledger.ensure_analyst(analyst)
+        return cls(engine, analyst)
 
     def execute(self, sql: str) -> Iterator[Answer]:
         """Run a message or script; every statement is checked before the first runs,
@@ -153,6 +160,8 @@ class Session:
                 steps.append((None, command))
                 continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))
+            if isinstance(work, QueryPlan):
+                refuse_unanswerable(work)
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps

@@ -13,6 +13,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from tests.conftest import load_table
 from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
@@ -47,7 +48,7 @@ def _statuses(engine):
 
 def test_a_repeated_query_returns_the_first_answer_without_a_debit(url):
     engine = _engine(url)
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     first = run(zoe, QUERY)[0]
     assert first.privacy["epsilon_spent"] == pytest.approx(0.6)
     for text in SAME_QUERY * 3:
@@ -70,7 +71,7 @@ def test_a_repeated_query_returns_the_first_answer_without_a_debit(url):
 ])
 def test_anything_that_changes_the_answer_is_charged_again(url, change):
     engine = _engine(url)
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     run(zoe, QUERY)
     run(zoe, change)
     if change.startswith("SET"):
@@ -80,18 +81,18 @@ def test_anything_that_changes_the_answer_is_charged_again(url, change):
 
 def test_each_analyst_has_their_own_answers(url):
     engine = _engine(url)
-    run(engine.session("zoe"), QUERY)
-    run(engine.session("alice"), "SELECT COUNT(*) FROM people WHERE age > 40")
-    run(engine.session("zoe"), "SELECT COUNT(*) FROM people WHERE age > 40")
+    run(Session.open(engine, "zoe"), QUERY)
+    run(Session.open(engine, "alice"), "SELECT COUNT(*) FROM people WHERE age > 40")
+    run(Session.open(engine, "zoe"), "SELECT COUNT(*) FROM people WHERE age > 40")
     assert [status for status, _ in _statuses(engine)] == ["charged"] * 3
 
 
 def test_the_cache_survives_a_restart(url):
     engine = _engine(url)
-    first = run(engine.session("zoe"), QUERY)[0]
+    first = run(Session.open(engine, "zoe"), QUERY)[0]
     engine.backend.close()
     engine = _engine(url)
-    assert run(engine.session("zoe"), QUERY)[0].rows == first.rows
+    assert run(Session.open(engine, "zoe"), QUERY)[0].rows == first.rows
     assert [status for status, _ in _statuses(engine)] == ["charged", "served from cache"]
 
 
@@ -113,13 +114,13 @@ def test_a_change_of_the_data_is_charged_again_and_drops_the_old_entries(url, ch
     """DuckDB: the file is written by another process while the proxy is stopped (the
     proxy holds its lock while it runs); PostgreSQL: while the proxy runs."""
     engine = _engine(url)
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     run(zoe, QUERY)
     if url.startswith("duckdb"):
         engine.backend.close()
         _write(url, change)
         engine = _engine(url)
-        zoe = engine.session("zoe")
+        zoe = Session.open(engine, "zoe")
     else:
         _write(url, change)
     run(zoe, QUERY)
@@ -140,7 +141,7 @@ person_id = { type = "int" }
 age = { type = "int", domain = [0, 120] }
 ''')
     engine = Engine(rules, open_backend(url))
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     for _ in range(2):
         run(zoe, "SELECT COUNT(*) FROM adults WHERE age > 40")
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
@@ -150,7 +151,7 @@ age = { type = "int", domain = [0, 120] }
 def test_the_cache_can_be_switched_off(url):
     rules = parse_rules(RULES_TEXT.replace('model = "idp"', 'model = "idp"\nanswer_cache = false'))
     engine = Engine(rules, open_backend(url))
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     first, second = run(zoe, QUERY)[0], run(zoe, QUERY)[0]
     assert first.rows != second.rows  # fresh noise: the medians differ
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
@@ -161,7 +162,7 @@ def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
     """The lookup and the statistics share one snapshot (the version read once in it);
     a fresh answer writes twice (debit with its row, cache entry), a repeat once."""
     engine = _engine(url)
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     versions, writes = [], []
     data_version, transaction = engine.backend.data_version, engine.backend.transaction
 
@@ -197,7 +198,7 @@ def test_a_snapshot_the_debit_left_dead_is_replaced(duckdb_url):
         return left
 
     engine.ledger.debit = invalidating
-    zoe = engine.session("zoe")
+    zoe = Session.open(engine, "zoe")
     first = run(zoe, QUERY)[0]
     engine.ledger.debit = debit
     assert run(zoe, QUERY)[0].rows == first.rows

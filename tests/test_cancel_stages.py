@@ -18,6 +18,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import QueryCanceled
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.test_engine import MANY_RULES, load_many
 from tests.wireserver import running_proxy
 
@@ -38,7 +39,7 @@ def _cancelled_after(engine: Engine, sql: str, delay: float) -> tuple[BaseExcept
     CancelRequest does; (what it raised, seconds from the cancel to its end, seconds it
     ran)."""
     outcome: dict = {}
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
 
     def run() -> None:
         started = time.perf_counter()
@@ -64,7 +65,7 @@ def test_a_cancel_stops_analysis_before_the_debit(engine):
     middle, it stops within a second with 57014 and nothing is charged."""
     values = ", ".join(str(i % 100) for i in range(9_900))
     sql = f"SELECT COUNT(*) FROM many WHERE age IN ({values}) AND key <> 'k'"
-    engine.session("zoe")  # opens zoe's budget
+    Session.open(engine, "zoe")  # opens zoe's budget
     before = engine.ledger.remaining("zoe")
     error, stopped, ran = _cancelled_after(engine, sql, 0.2)
     assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", (error, ran)

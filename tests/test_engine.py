@@ -13,6 +13,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, BudgetExhausted, Refused
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.conftest import load_table, new_database
 
 pytestmark = pytest.mark.postgres
@@ -83,7 +84,7 @@ def ledger_state(engine):
 
 
 def test_fourth_query_is_refused_at_budget_one_and_epsilon_point_three(engine):
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     for sql in ("SELECT MEDIAN(income) FROM people", "SELECT COUNT(*) FROM people WHERE age > 30",
                 "SELECT MAX(age) FROM people"):
         (answer,) = run(session, sql)
@@ -98,7 +99,7 @@ def test_fourth_query_is_refused_at_budget_one_and_epsilon_point_three(engine):
 
 
 def test_answer_carries_privacy_metadata(engine):
-    (answer,) = run(engine.session("zoe"), "SELECT MEDIAN(income) AS m FROM people")
+    (answer,) = run(Session.open(engine, "zoe"), "SELECT MEDIAN(income) AS m FROM people")
     privacy = answer.privacy
     assert answer.columns == ["m"]
     assert privacy["model"] == "iDP" and "Laplace" in privacy["mechanism"]
@@ -110,7 +111,7 @@ def test_answer_carries_privacy_metadata(engine):
 
 def test_local_sensitivity_is_never_reported_exactly(engine):
     """The bound comes from the power-of-two sensitivity: it is ln(20)-ish × 2^k/ε."""
-    (answer,) = run(engine.session("zoe"), "/*+ epsilon=1 */ SELECT MEDIAN(income) FROM people")
+    (answer,) = run(Session.open(engine, "zoe"), "/*+ epsilon=1 */ SELECT MEDIAN(income) FROM people")
     (half_width,) = answer.privacy["ci95"]["median"]
     ratios = [half_width / 2.0 ** k for k in range(-10, 30)]
     assert any(2.9 < r < 3.1 for r in ratios)  # ≈ ln(20)·2^k
@@ -118,13 +119,13 @@ def test_local_sensitivity_is_never_reported_exactly(engine):
 
 def test_whole_table_count_is_public(engine):
     """Modifying records never changes the number of rows: it is public, exact and free."""
-    (answer,) = run(engine.session("zoe"), "SELECT COUNT(*) FROM people")
+    (answer,) = run(Session.open(engine, "zoe"), "SELECT COUNT(*) FROM people")
     assert answer.rows == [(2000,)]
     assert answer.privacy["ci95"]["count"] == [0.0] and answer.privacy["epsilon_spent"] == 0
 
 
 def test_group_by_answers_every_declared_key_in_order(engine):
-    (answer,) = run(engine.session("zoe"),
+    (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT region, COUNT(*) AS n FROM people GROUP BY region ORDER BY n DESC LIMIT 3")
     assert len(answer.rows) == 3
     counts = [row[1] for row in answer.rows]
@@ -134,7 +135,7 @@ def test_group_by_answers_every_declared_key_in_order(engine):
 
 def test_empty_groups_are_answered_from_the_domain(engine):
     """A declared key with no row in scope still gets every aggregate (SPEC §3.4)."""
-    (answer,) = run(engine.session("zoe"),
+    (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT region, COUNT(age), MEDIAN(age), AVG(income), MAX(age) FROM people "
                     "WHERE region = 'north' GROUP BY region")
     assert [row[0] for row in answer.rows] == ["north", "south", "east", "west"]
@@ -177,7 +178,7 @@ def many_keys_engine(backend_url):
 def test_a_thousand_key_group_by_answers_every_key(many_keys_engine, no_noise):
     """Every declared key once, in the declared order, with its own count (0 for the
     keys without rows): releasing does not depend on listing the keys per group."""
-    (answer,) = run(many_keys_engine.session("zoe"),
+    (answer,) = run(Session.open(many_keys_engine, "zoe"),
                     "SELECT key, COUNT(*) AS n FROM many GROUP BY key")
     assert [row[0] for row in answer.rows] == MANY_KEYS
     assert [row[1] for row in answer.rows] == [3] * 990 + [0] * 10
@@ -193,7 +194,7 @@ def test_each_group_is_calibrated_to_the_number_of_groups(many_keys_engine, monk
     touched = noisy_answers.groups_touched
     monkeypatch.setattr(noisy_answers, "groups_touched",
                         lambda shift, count: seen.append(count) or touched(shift, count))
-    session = many_keys_engine.session("zoe")
+    session = Session.open(many_keys_engine, "zoe")
     for sql in ("SELECT key, MEDIAN(age) FROM many GROUP BY key",
                 "SELECT key, floor(age / 50) * 50 AS half, MAX(age) FROM many GROUP BY 1, 2"):
         seen.clear()
@@ -204,12 +205,12 @@ def test_each_group_is_calibrated_to_the_number_of_groups(many_keys_engine, monk
 
 def test_empty_scope_is_answered_not_refused(engine):
     """SPEC §3.4: tiny scopes fall back to a data-independent sensitivity."""
-    (answer,) = run(engine.session("zoe"), "SELECT MEDIAN(age) FROM people WHERE age > 200")
+    (answer,) = run(Session.open(engine, "zoe"), "SELECT MEDIAN(age) FROM people WHERE age > 200")
     assert 0 <= answer.rows[0][0] <= 120
 
 
 def test_public_table_passes_through_unchanged_and_free(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     before = engine.ledger.remaining("zoe")
     (answer,) = run(session, "SELECT * FROM regions ORDER BY region")
     assert answer.rows == [("north", "N"), ("south", "S")]
@@ -255,7 +256,7 @@ REFUSALS = [
 
 @pytest.mark.parametrize("sql,sqlstate", REFUSALS)
 def test_refusals_spend_nothing_and_say_what_is_allowed(engine, sql, sqlstate):
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     before = ledger_state(engine)
     with pytest.raises(Refused) as refused:
         run(session, sql)
@@ -268,7 +269,7 @@ def test_refusals_spend_nothing_and_say_what_is_allowed(engine, sql, sqlstate):
 def test_refused_second_statement_refuses_the_first_too(engine):
     before = ledger_state(engine)
     with pytest.raises(Refused):
-        run(engine.session("alice"), "SELECT COUNT(*) FROM people WHERE age > 3; SELECT * FROM people")
+        run(Session.open(engine, "alice"), "SELECT COUNT(*) FROM people WHERE age > 3; SELECT * FROM people")
     assert ledger_state(engine) == before
 
 
@@ -297,7 +298,7 @@ def test_rules_naming_a_missing_column_stop_the_engine_at_start(backend_url):
 
 def test_unknown_analyst_is_refused(engine):
     with pytest.raises(Refused) as refused:
-        engine.session("mallory")
+        Session.open(engine, "mallory")
     assert refused.value.sqlstate == "28000"
 
 
@@ -324,7 +325,7 @@ def test_a_declared_type_the_backend_does_not_hold_stops_the_engine_at_start(bac
 
 
 def test_settings_and_show(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, "SET idp.epsilon = 0.05")
     (answer,) = run(session, "SELECT COUNT(*) FROM people WHERE age < 50")
     assert answer.privacy["epsilon_spent"] == 0.05
@@ -336,7 +337,7 @@ def test_settings_and_show(engine):
 
 
 def test_several_aggregates_cost_the_sum_of_their_epsilon(engine):
-    (answer,) = run(engine.session("zoe"),
+    (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT COUNT(*), MEDIAN(age), MAX(income) FROM people WHERE age > 20")
     assert answer.privacy["epsilon_spent"] == pytest.approx(0.9)
 
@@ -344,7 +345,7 @@ def test_several_aggregates_cost_the_sum_of_their_epsilon(engine):
 def test_a_grouped_query_is_charged_once_per_aggregate_not_per_group(engine):
     """docs/privacy.md §3.5: the cells share the query's ε (their noise is widened by
     the cells a neighbour can touch), so four groups cost what one does."""
-    (answer,) = run(engine.session("zoe"), "SELECT region, COUNT(*), MEDIAN(age) FROM people "
+    (answer,) = run(Session.open(engine, "zoe"), "SELECT region, COUNT(*), MEDIAN(age) FROM people "
                     "WHERE income > 30000 GROUP BY region")
     assert len(answer.rows) == 4
     entries = engine.ledger.entries()
@@ -358,7 +359,7 @@ def test_idp_median_is_orders_of_magnitude_more_accurate_than_dp(engine):
     (each text differs, so the answer cache does not repeat one draw; every row has
     person_id ≥ 1, so the scope is the whole table)."""
     true = statistics.median_low(_people()["income"])
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     errors = {}
     for model, sensitivity in (("idp", "local"), ("dp", "global")):
         run(session, f"SET idp.model = '{model}'; SET idp.sensitivity = '{sensitivity}'")
@@ -371,7 +372,7 @@ def test_idp_median_is_orders_of_magnitude_more_accurate_than_dp(engine):
 def test_unit_bound_follows_the_data(engine):
     """c is cached per fingerprint of the unit column and recomputed when it changes:
     a person who gains rows widens every later answer's sensitivity at once."""
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     plan_sql = "SELECT COUNT(*) FROM people WHERE age > 40"
     run(session, plan_sql)
     assert list(engine._unit_bounds.values()) == [1]
@@ -404,7 +405,7 @@ def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):
     scope = [(a, i, r) for a, i, r in zip(data["age"], data["income"], data["region"]) if a > 25]
     ages = sorted(a for a, _, _ in scope)
     incomes = sorted(i for _, i, _ in scope)
-    (answer,) = run(engine.session("zoe"),
+    (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT COUNT(*), MEDIAN(income), PERCENTILE_DISC(0.9) WITHIN GROUP "
                     "(ORDER BY income), MAX(age), MIN(age), SUM(age), AVG(income) "
                     "FROM people WHERE age > 25")
@@ -422,13 +423,13 @@ def test_count_of_a_text_column_counts_its_values(engine, no_noise):
     normalised (a text column compared with numeric bounds failed in the backend,
     after the debit)."""
     data = _people()
-    (answer,) = run(engine.session("zoe"), "SELECT COUNT(region) FROM people WHERE age > 40")
+    (answer,) = run(Session.open(engine, "zoe"), "SELECT COUNT(region) FROM people WHERE age > 40")
     assert answer.rows == [(sum(1 for a in data["age"] if a > 40),)]
 
 
 def test_without_noise_group_by_answers_each_group(engine, no_noise):
     data = _people()
-    (answer,) = run(engine.session("zoe"),
+    (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT region, MEDIAN(age), MAX(income) FROM people GROUP BY region")
     for region, median, largest in answer.rows:
         ages = sorted(a for a, r in zip(data["age"], data["region"]) if r == region)
@@ -442,7 +443,7 @@ def test_a_global_budget_is_debited_with_the_analysts_all_or_nothing(engine):
                                            "budget_per_analyst = 1.0\nglobal_budget = 0.5")
                         .replace("[analysts.zoe]\nbudget = 100", "[analysts.zoe]\nbudget = 0.2"))
     engine = Engine(rules, engine.backend)
-    alice, zoe = engine.session("alice"), engine.session("zoe")
+    alice, zoe = Session.open(engine, "alice"), Session.open(engine, "zoe")
     run(alice, "SELECT COUNT(*) FROM people WHERE age > 0")  # 0.3 of the global 0.5
     assert engine.ledger.remaining("alice") == Decimal("0.2")  # the global is the smaller
     with pytest.raises(BudgetExhausted) as refused:  # zoe's own 0.2 < 0.3
@@ -463,7 +464,7 @@ def test_a_global_budget_is_debited_with_the_analysts_all_or_nothing(engine):
 def test_intervals_as_columns_show_the_reported_bound(engine):
     """``SET idp.intervals = on``: each answer followed by the ends of its 95% interval
     (here the owner opted into report_scale "rounded")."""
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, "SET idp.intervals = on")
     (answer,) = run(session, "SELECT region, COUNT(*) AS n, MEDIAN(income) FROM people "
                              "WHERE age > 0 GROUP BY region")

@@ -16,6 +16,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import normalise
 from tests.conftest import load_table
@@ -116,7 +117,7 @@ NEW_FORMS = [
 
 @pytest.mark.parametrize("model", ["idp", "dp"])
 def test_each_new_form_is_answered_with_noise_and_metadata_and_charged_once(engine, model):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, f"SET idp.model = '{model}'")
     for sql, aggregates in NEW_FORMS:
         before = [e for e in engine.ledger.entries("zoe") if e[9] == "charged"]
@@ -190,7 +191,7 @@ def test_grouped_statistics_of_new_forms_match_python(engine):
 def test_dp_model_clips_and_counts_units(engine):
     """DP reads the clipped scope (max_rows_per_unit rows per unit): the unit is carried
     through the clipping, and the clipping never changes how many units there are."""
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, "SET idp.model = 'dp'")
     (answer,) = run(session, "SELECT COUNT(DISTINCT person_id), STDDEV(cost * 2) FROM visits")
     assert answer.privacy["model"] == "DP"
@@ -239,7 +240,7 @@ REFUSALS = [
 def test_refusals_spend_nothing_and_say_what_is_allowed(engine, sql, sqlstate, says):
     before = (engine.ledger.entries(), engine.ledger.budgets())
     with pytest.raises(Refused) as refused:
-        run(engine.session("zoe"), sql)
+        run(Session.open(engine, "zoe"), sql)
     assert refused.value.sqlstate == sqlstate, refused.value.message
     message = refused.value.message
     assert says in message and "\n" not in message and len(message) < 400, message
@@ -247,7 +248,7 @@ def test_refusals_spend_nothing_and_say_what_is_allowed(engine, sql, sqlstate, s
 
 
 def test_a_prior_is_refused_for_the_new_aggregates(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, "SET idp.prior = 'uniform(0, 100)'")
     for sql in ("SELECT STDDEV(age) FROM people", "SELECT COUNT(DISTINCT person_id) FROM people"):
         with pytest.raises(Refused, match="RESET idp.prior"):
@@ -350,7 +351,7 @@ def test_tiny_values_never_make_the_backend_fail(backend_url, sql):
     load_table(backend_url, "visits", _visits(3), VISITS_TYPES)
     backend = open_backend(backend_url)
     try:
-        session = Engine(parse_rules(RULES_TEXT), backend).session("zoe")
+        session = Session.open(Engine(parse_rules(RULES_TEXT), backend), "zoe")
         for scope in ("person_id BETWEEN 6 AND 8", "person_id > 8"):  # tiny rows in, out
             (answer,) = run(session, sql.format(scope=scope))
             assert answer.rows, (sql, scope)

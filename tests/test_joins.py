@@ -15,6 +15,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
 from proxy.rules import load_rules, parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from tests.conftest import load_table
 
@@ -177,7 +178,7 @@ def test_joined_answers_are_the_joins_and_pushed_down(backend_url):
         assert all(" JOIN " in text for text in steps if "income" in text)
 
         # a left join keeps every protected row: its whole COUNT(*) is public
-        session = engine.session("alice")
+        session = Session.open(engine, "alice")
         (answer,) = session.execute("SELECT COUNT(*) FROM people p LEFT JOIN regions r "
                                     "ON p.region = r.code")
         assert answer.rows == [(len(PEOPLE),)] and answer.privacy["epsilon_spent"] == 0
@@ -212,7 +213,7 @@ def test_public_keys_beyond_max_groups_are_refused_before_the_debit(duckdb_url):
         engine = Engine(_rules(max_groups=2), backend)
         before = engine.ledger.entries(), engine.ledger.budgets()
         with pytest.raises(Refused) as refused:
-            list(engine.session("alice").execute(
+            list(Session.open(engine, "alice").execute(
                 "SELECT r.name, COUNT(*) FROM people p JOIN regions r ON p.region = r.code "
                 "GROUP BY r.name"))
         assert refused.value.sqlstate == "0A000" and "max_groups = 2" in str(refused.value)
@@ -276,7 +277,7 @@ def refused_for_free(engine: Engine, sql: str, sqlstate: str, fragment: str) -> 
     ledger (entries and budgets) is unchanged."""
     before = engine.ledger.entries(), engine.ledger.budgets()
     with pytest.raises(Refused) as refused:
-        list(engine.session("alice").execute(sql))
+        list(Session.open(engine, "alice").execute(sql))
     assert (engine.ledger.entries(), engine.ledger.budgets()) == before
     message = str(refused.value)
     assert refused.value.sqlstate == sqlstate and fragment in message, message

@@ -18,6 +18,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import RulesError
 from proxy.rules import load_rules, parse_rules
+from proxy.session import Session
 from tests.conftest import load_table
 from tests.test_joins import recorded_statistics, refused_for_free
 
@@ -130,7 +131,7 @@ def test_a_bounded_join_is_answered_with_the_shift_times_the_bound(engine):
 
 
 def test_the_answer_says_why_its_noise_is_wider(engine):
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     (answer,) = session.execute(GROUPED)
     assert [row[0] for row in answer.rows] == ["blue", "green", "red"]
     privacy = answer.privacy

@@ -16,6 +16,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.conftest import load_table
 from tests.test_joins import recorded_statistics, refused_for_free
 
@@ -177,7 +178,7 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
                                       and v[0] == w[0] and w[1] > 50)
 
         # the joined COUNT(*) is never public: charged, as every aggregate of a join
-        session = engine.session("alice")
+        session = Session.open(engine, "alice")
         (answer,) = session.execute("SELECT COUNT(*) FROM visits v LEFT JOIN people p "
                                     "ON v.person_id = p.person_id")
         assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
@@ -247,7 +248,7 @@ def test_refused_unit_joins_say_what_is_allowed_and_spend_nothing(engine, sql, s
 
 
 def test_dp_over_a_unit_join_needs_both_bounds(engine):
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     list(session.execute("SET idp.model = 'dp'"))
     before = engine.ledger.entries(), engine.ledger.budgets()
     with pytest.raises(Refused, match="DP model on claims needs max_rows_per_unit"):

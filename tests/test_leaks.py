@@ -15,6 +15,7 @@ from proxy.engine import Engine
 from proxy.errors import BadSetting
 from proxy.privacy.mechanisms import grid_step
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.conftest import load_table
 
 pytestmark = pytest.mark.postgres
@@ -65,7 +66,7 @@ def pair(backend_url, second_backend_url, request):
 def _ask(engine: Engine, sql: str, times: int = 1):
     """``times`` answers to rephrasings of one query (the answer cache returns a repeat's
     first answer, so each asks with a different no-op predicate)."""
-    session = engine.session("eve")
+    session = Session.open(engine, "eve")
     answers = []
     for k in range(times):
         (answer,) = session.execute(sql.replace("WHERE", f"WHERE income > -{k + 1} AND"))
@@ -117,7 +118,7 @@ def test_whole_table_count_is_public_and_free(pair):
     """Item 5: COUNT(*) of the whole table is the same for every neighbour, so it is
     answered exactly and charged nothing; the ledger says so with an ε of 0."""
     engine = pair[0]
-    session = engine.session("eve")
+    session = Session.open(engine, "eve")
     before = engine.ledger.remaining("eve")
     (answer,) = session.execute("SELECT COUNT(*) FROM people")
     assert answer.rows == [(100,)]
@@ -181,7 +182,7 @@ def test_a_minimum_epsilon_prices_the_noise_magnitude_test(pair):
     cheapest attack asks at the smallest ε accepted; ``min_epsilon_per_query`` puts a
     price on it. A smaller ε is refused in one line, before anything is spent."""
     engine = pair[0]
-    session = engine.session("eve")
+    session = Session.open(engine, "eve")
     before = engine.ledger.remaining("eve")
     with pytest.raises(BadSetting) as refused:
         list(session.execute("/*+ epsilon=0.000001 */ SELECT SUM(income) FROM people"))
@@ -239,7 +240,7 @@ def test_a_note_carries_no_number_of_the_data(tmp_path):
         load_table(url, "people", {"person_id": ids,
                                    "income": [float(i) for i in range(len(ids))]}, TYPES)
         engine = Engine(rules, open_backend(url))
-        (answer,) = engine.session("eve").execute("SELECT MAX(abs(income)) FROM people")
+        (answer,) = Session.open(engine, "eve").execute("SELECT MAX(abs(income)) FROM people")
         notes.append(answer.privacy["notes"])
         engine.backend.close()
     assert notes[0] == notes[1] and notes[0]

@@ -20,6 +20,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.conftest import load_table
 from tests.test_joins import recorded_statistics, refused_for_free
 
@@ -161,7 +162,7 @@ def test_units_of_a_join_on_the_unit_and_group_privacy(loaded):
 
 
 def test_answered_with_metadata_charged_once_and_cached(loaded):
-    session = loaded.session("alice")
+    session = Session.open(loaded, "alice")
     before = loaded.ledger.remaining("alice")
     (answer,) = session.execute(MORE_THAN_3)
     assert answer.columns == ["count"] and isinstance(answer.rows[0][0], int)
@@ -233,7 +234,7 @@ def test_refused_nested_queries_say_what_is_allowed_and_spend_nothing(loaded, sq
 
 
 def test_dp_over_units_needs_the_declared_bound(loaded):
-    session = loaded.session("alice")
+    session = Session.open(loaded, "alice")
     list(session.execute("SET idp.model = 'dp'"))
     before = loaded.ledger.entries(), loaded.ledger.budgets()
     with pytest.raises(Refused, match="DP model on claims needs max_rows_per_unit"):

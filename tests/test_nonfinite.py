@@ -38,6 +38,7 @@ from proxy.privacy.smooth_sensitivity import (
 from proxy.publish.request import prepare
 from proxy.publish.run import run_release
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank
 from proxy.vocabulary import parse_prior
@@ -282,7 +283,7 @@ SESSIONS = {
 
 @pytest.mark.parametrize("model", SESSIONS)
 def test_every_released_value_and_bound_is_finite(engine, model):
-    session = engine.session("ann")
+    session = Session.open(engine, "ann")
     settings, queries = SESSIONS[model]
     for statement in settings:
         list(session.execute(statement))
@@ -319,7 +320,7 @@ def test_a_nan_in_scope_does_not_shrink_the_median_sensitivity(engine):
     answer, ls = local_sensitivity_of_percentile(stats.n, stats.values, Fraction(1, 2), shift,
                                                  0.0, 1e6)
     assert (answer, ls) == (30000.0, 30000.0)  # max(52000 − 30000, 30000 − L)
-    (released,) = engine.session("ann").execute(sql)
+    (released,) = Session.open(engine, "ann").execute(sql)
     ((bound,),) = released.privacy["ci95"].values()
     assert bound >= ls
 
@@ -331,7 +332,7 @@ def test_max_without_upper_over_nan_or_inf_has_sensitivity_at_least_100(engine, 
     _, shift, group = _statistics(engine, sql)
     _, ls = local_sensitivity_of_max(group.column("m").values, shift, 0.0, None)
     assert 100 <= ls <= MAGNITUDE_CAP
-    (released,) = engine.session("ann").execute(sql)
+    (released,) = Session.open(engine, "ann").execute(sql)
     ((bound,),) = released.privacy["ci95"].values()
     assert bound >= ls
 
@@ -346,7 +347,7 @@ def test_sum_and_avg_over_a_nan_are_finite_and_noisy(engine):
     total, ls = local_sensitivity_of_winsorized_sum(stats.n, stats.total, stats.values,
                                                     0.0, 1e6)
     assert math.isfinite(total) and math.isfinite(ls) and ls > 0
-    (released,) = engine.session("ann").execute(sql)
+    (released,) = Session.open(engine, "ann").execute(sql)
     _assert_finite([released.rows, released.privacy["ci95"]])
     assert all(bound is not None and bound > 0 for (bound,) in released.privacy["ci95"].values())
     assert "exact" not in released.privacy["mechanism"]
@@ -354,7 +355,7 @@ def test_sum_and_avg_over_a_nan_are_finite_and_noisy(engine):
 
 def test_max_over_a_nan_is_answered(engine):
     """Issue 13: 'cannot convert NaN to integer ratio' after the debit."""
-    (released,) = engine.session("ann").execute("SELECT MAX(income) FROM p")
+    (released,) = Session.open(engine, "ann").execute("SELECT MAX(income) FROM p")
     _assert_finite(released.rows)
     assert 0 <= released.rows[0][0] <= 1e6
 

@@ -14,6 +14,7 @@ import pytest
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests.conftest import load_table
 from tests.test_joins import refused_for_free
 
@@ -83,7 +84,7 @@ def engine(module_backend_url):
 
 
 def ask(engine, sql, session=None):
-    session = session or engine.session("alice")
+    session = session or Session.open(engine, "alice")
     (answer,) = list(session.execute(sql))
     return answer, engine.ledger.entries("alice")[-1]
 
@@ -126,7 +127,7 @@ def test_the_cap_keeps_the_largest_counts(engine):
 
 
 def test_dp_model_row_level_and_no_key_released(engine):
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     list(session.execute("SET idp.model = 'dp'"))
     answer, row = ask(engine, "/*+ epsilon=1 */ SELECT city, AVG(cost) FROM visits "
                               "GROUP BY city", session)

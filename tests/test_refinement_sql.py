@@ -17,6 +17,7 @@ from proxy.engine import Engine
 from proxy.errors import BadSetting, BudgetExhausted, NotSupported, RawRowAccess
 from proxy.privacy.refinement import CELLS, Uniform, discrete, error_bound, factors, refine
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.vocabulary import MAX_ATOMS
 from tests.conftest import load_table
 from tests.privacy.test_refinement import SAMPLER_ALPHA
@@ -90,7 +91,7 @@ def run(session, sql):
 
 
 def test_a_median_with_a_prior_is_refined_and_says_so(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, "SET idp.prior = 'uniform(20000, 60000)'")
     assert run(session, "SHOW idp.prior")[0].rows == [("uniform(20000, 60000)",)]
     (answer,) = run(session, "SELECT MEDIAN(income) FROM people")
@@ -113,7 +114,7 @@ def test_the_reported_bound_does_not_depend_on_the_data(backend_url):
     bounds = []
     for shift in (0.0, 5000.0):
         engine = _engine(backend_url, cache=True, shift=shift)
-        session = engine.session("zoe")
+        session = Session.open(engine, "zoe")
         run(session, "SET idp.prior = 'normal(45000, 20000)'")
         (answer,) = run(session, "SELECT AVG(income) FROM people")
         bounds.append(answer.privacy["ci95"]["avg"])
@@ -125,7 +126,7 @@ def test_the_reported_bound_does_not_depend_on_the_data(backend_url):
 
 
 def test_count_with_a_prior_table_answers_one_of_its_values(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, """SET idp.prior = '{"200": 0.25, "250": 0.5, "300": 0.25}'""")
     (answer,) = run(session, "SELECT COUNT(*) FROM people WHERE region = 'north'")
     assert answer.rows[0][0] in (200, 250, 300)
@@ -159,7 +160,7 @@ def _ledger_and_budgets(engine):
      BadSetting, "22023"),
 ])
 def test_refusals_spend_nothing(engine, setup, sql, error, sqlstate):
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     if setup:
         run(session, setup)
     before = _ledger_and_budgets(engine)
@@ -179,7 +180,7 @@ def test_refusals_spend_nothing(engine, setup, sql, error, sqlstate):
 ])
 def test_a_bad_prior_is_refused_when_set(engine, text):
     """One line, 22023, nothing spent: SHOW idp.budget and the ledger are unchanged."""
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     before = _ledger_and_budgets(engine), run(session, "SHOW idp.budget")[0].rows
     with pytest.raises(BadSetting) as refused:
         run(session, f"SET idp.prior = '{text}'")
@@ -199,7 +200,7 @@ def test_a_bad_prior_is_refused_when_set(engine, text):
 def test_the_largest_priors_allowed_answer_finite_numbers(engine, prior, sql):
     """Item 7: a table of MAX_ATOMS values, and the widest ranges, answer finite values
     with finite bounds."""
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, f"SET idp.prior = '{prior}'")
     (answer,) = run(session, sql)
     assert math.isfinite(answer.rows[0][0])
@@ -207,7 +208,7 @@ def test_the_largest_priors_allowed_answer_finite_numbers(engine, prior, sql):
 
 
 def _fraction_inside(engine, sql, low, high, count=150):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, "SET idp.prior = 'uniform(0, 100000)'; SET idp.epsilon = 1")
     inside = 0
     for _ in range(count):
@@ -244,7 +245,7 @@ def test_a_unit_not_in_the_data_is_answered_from_the_prior(uncached):
 
 
 def test_a_nominal_individual_query_answers_a_key(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, """SET idp.prior = '{"north": 0.5, "south": 0.5}'""")
     (answer,) = run(session, "SELECT region AS r FROM people WHERE person_id = 7")
     assert answer.columns == ["r"] and answer.rows[0][0] in ("north", "south")
@@ -259,7 +260,7 @@ def test_a_unit_column_the_rules_do_not_declare_is_compared_as_text(uncached):
     0.697 (the seed's individual factors gave 0.816, and 0.184 for a true 20: a loss of
     1.49; tests/privacy/test_refinement.py checks every pair of true values), and reports
     the bound of the same factors."""
-    session = uncached.session("zoe")
+    session = Session.open(uncached, "zoe")
     run(session, """SET idp.prior = '{"500": 0.5, "20": 0.5}'; SET idp.epsilon = 1""")
     prior = discrete([(500.0, 0.5), (20.0, 0.5)])
     answers = [run(session, "SELECT balance FROM accounts WHERE acct = 7")[0]
@@ -275,7 +276,7 @@ def test_a_unit_column_the_rules_do_not_declare_is_compared_as_text(uncached):
 
 def test_protocol_2_refuses_once_the_sum_would_pass_the_budget(engine):
     """Each query names its ε; the ledger refuses the one that would pass the budget."""
-    session = engine.session("alice")
+    session = Session.open(engine, "alice")
     run(session, "SET idp.prior = 'uniform(0, 100000)'")
     run(session, "/*+ epsilon=0.4 */ SELECT income FROM people WHERE person_id = 7")
     run(session, "/*+ epsilon=0.5 */ SELECT MEDIAN(income) FROM people")

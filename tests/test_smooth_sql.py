@@ -19,6 +19,7 @@ from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_percentile,
 )
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.statistics import percentile_rank
 from tests.conftest import load_table
 from tests.privacy.test_samplers import ALPHA
@@ -59,7 +60,7 @@ def run(session, sql):
 
 
 def _noise_law_check(engine, sql, true, sensitivity, epsilon, gamma, count=120):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, f"SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'; "
                  f"SET idp.epsilon = {epsilon}; SET idp.gamma = {gamma}")
     scale = sensitivity / smooth_noise.admissible(epsilon, gamma)[0]
@@ -108,7 +109,7 @@ def test_the_maximum_follows_the_smooth_law(engine):
      "SELECT kind, MEDIAN(score) FROM scores GROUP BY kind", NotSupported),
 ])
 def test_refusals_spend_nothing(engine, settings, sql, error):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     run(session, settings)
     before = engine.ledger.entries(), engine.ledger.budgets()
     with pytest.raises(error):
@@ -119,11 +120,11 @@ def test_refusals_spend_nothing(engine, settings, sql, error):
 @pytest.mark.parametrize("value", ["1", "0.5", "abc", "1000"])
 def test_gamma_must_be_above_one(engine, value):
     with pytest.raises(BadSetting):
-        run(engine.session("zoe"), f"SET idp.gamma = {value!r}")
+        run(Session.open(engine, "zoe"), f"SET idp.gamma = {value!r}")
 
 
 def test_show_gamma_and_the_ledger_names_the_mechanism(engine):
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     assert run(session, "SHOW idp.gamma")[0].rows == [("3",)]
     run(session, "SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'; SET idp.gamma = 2.5")
     (answer,) = run(session, "SELECT MIN(score), COUNT(*) FROM scores")

@@ -22,6 +22,7 @@ from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
 from proxy.pushdown.group_sql import group_value
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from tests.conftest import load_table
 from tests.privacy.buckets import bucket_of
@@ -118,7 +119,7 @@ def engine(module_backend_url):
 def ask(engine, sql, analyst="zoe"):
     """One statement's answer, and the ε its ledger entries charged."""
     before = len(engine.ledger.entries(analyst))
-    (answer,) = list(engine.session(analyst).execute(sql))
+    (answer,) = list(Session.open(engine, analyst).execute(sql))
     return answer, [entry[6] for entry in engine.ledger.entries(analyst)[before:]]
 
 
@@ -433,7 +434,7 @@ def test_an_outer_query_keeps_the_bounds_of_the_values_it_passes_on(engine):
     answer, _ = ask(engine, "SELECT * FROM (SELECT region, COUNT(*) FROM people GROUP BY 1) t "
                             "ORDER BY count DESC")
     assert list(answer.privacy["ci95"]) == ["count"] and len(answer.privacy["ci95"]["count"]) == 4
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     described = session.describe("SELECT region, count + 1 AS more FROM (SELECT region, COUNT(*) "
                                  "FROM people GROUP BY 1) t")
     assert described == [("region", "text"), ("more", "bigint")]
@@ -564,7 +565,7 @@ def test_having_keeps_the_bounds_and_types_of_what_it_shows(engine):
                             "HAVING AVG(income) > -1")
     assert list(answer.privacy["ci95"]) == ["n"]  # the HAVING-only AVG is not shown
     assert "HAVING ran on the released answers" in answer.notice
-    described = engine.session("zoe").describe(
+    described = Session.open(engine, "zoe").describe(
         "SELECT region, COUNT(*) * 2 AS twice, 'avg' AS metric FROM people GROUP BY 1 "
         "HAVING SUM(income) > 0")
     assert described == [("region", "text"), ("twice", "bigint"), ("metric", "text")]
@@ -649,7 +650,7 @@ REFUSED = [
 def test_refused_shapes_say_why_in_one_line_and_spend_nothing(engine, sql, sqlstate, fragment):
     before = engine.ledger.entries(), engine.ledger.budgets()
     with pytest.raises(Refused) as refused:
-        list(engine.session("alice").execute(sql))
+        list(Session.open(engine, "alice").execute(sql))
     assert refused.value.sqlstate == sqlstate
     assert fragment in refused.value.message and "\n" not in refused.value.message
     assert (engine.ledger.entries(), engine.ledger.budgets()) == before

@@ -12,6 +12,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BudgetExhausted
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.timing import padded
 from tests.conftest import load_table
 from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
@@ -44,7 +45,7 @@ def _session(url: str, analyst: str, rules_text: str = RULES_TEXT):
     load_table(url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
     rules = parse_rules(rules_text.replace('model = "idp"', 'model = "idp"\ntime_quantum_ms = 300'))
     assert rules.defaults.time_quantum_ms == 300
-    return Engine(rules, open_backend(url)).session(analyst)
+    return Session.open(Engine(rules, open_backend(url)), analyst)
 
 
 def test_private_answers_fresh_and_cached_wait_for_the_quantum(backend_url):

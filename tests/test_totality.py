@@ -26,6 +26,7 @@ from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported
 from proxy.pushdown.scope import needed_value
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds
 from tests import totality
@@ -219,7 +220,7 @@ def test_a_backend_failure_after_the_debit_is_logged_and_counted(duckdb_url, cap
     backend.query("ALTER TABLE t ALTER COLUMN x SET DATA TYPE VARCHAR")
     backend.query("UPDATE t SET x = 'not a number' WHERE id = 2")
     try:
-        session = engine.session("zoe")
+        session = Session.open(engine, "zoe")
         before = session_module.totality_failures()
         with caplog.at_level(logging.ERROR, logger="idp_proxy"), \
                 pytest.raises(BackendFailed):

@@ -30,6 +30,7 @@ from sqlglot import exp
 
 from proxy.analyze import analyze, parse_statements
 from proxy.errors import NotSupported, ProxyError
+from proxy.privacy import refuse_unanswerable
 from proxy.pushdown.scope import needed_value
 from proxy.pushdown.values import normalised
 from proxy.rules import parse_rules
@@ -347,6 +348,7 @@ def check(text: str, table_rows: list[dict], engine, dialect: str,
     sql = "SELECT " + ", ".join(f"{a}({text})" for a in AGGREGATES) + f" FROM {TABLE}"
     try:
         plan = analyze(parse_statements(sql)[0], RULES, Settings())
+        refuse_unanswerable(plan)  # as the session does before any debit
     except NotSupported:
         outcome.refused += 1
         return outcome

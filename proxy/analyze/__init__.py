@@ -26,7 +26,6 @@ from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import (
-    BadSetting,
     NotSupported,
     ProxyError,
     RawRowAccess,
@@ -37,7 +36,6 @@ from proxy.errors import (
     UnknownTable,
 )
 from proxy.interrupts import checkpoint
-from proxy.privacy.refined_answers import answer_prior
 from proxy.rules import Rules, Table
 from proxy.settings import Settings
 from proxy.vocabulary import (
@@ -215,27 +213,7 @@ def analyze(
     if plan.smooth_gamma is not None and group_by:
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
-    if plan.instance:
-        _check_candidates(plan)
     return plan
-
-
-def _check_candidates(plan: QueryPlan) -> None:
-    """'instance' and 'piecewise' draw among the domain's grid points (docs/privacy.md §5.3): a domain
-    without one (an int column declared within (0.2, 0.8)) is refused before the debit."""
-    from proxy.privacy.inverse_sensitivity import candidate_grid
-    from proxy.privacy.sensitivity import SensitivityError
-
-    for agg in plan.aggregates:
-        if agg.kind in (PERCENTILE, MAX, MIN):
-            column = plan.table.columns[agg.column]
-            try:
-                candidate_grid(column.lower, column.upper, column.resolution,
-                               column.type == "int")
-            except SensitivityError:
-                raise NotSupported(f"{agg.label.upper()}({agg.column}): the declared domain "
-                                   "holds no integer, so the exponential mechanism has no "
-                                   "candidate; use idp.sensitivity = 'global'") from None
 
 
 def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve,
@@ -287,13 +265,8 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
     if len(plan.aggregates) != 1 or plan.group_by:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
-    refined = replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None,
-                      instance=False, piecewise=False, local=False)
-    try:
-        answer_prior(refined)
-    except ValueError as exc:
-        raise BadSetting(f"idp.prior: {exc}") from None
-    return refined
+    return replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None,
+                   instance=False, piecewise=False, local=False)
 
 
 def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,

@@ -1,1 +1,35 @@
 """Sensitivities, samplers and mechanisms: pure functions of statistics, ε and a sampler."""
+
+from __future__ import annotations
+
+from proxy.errors import BadSetting, NotSupported
+from proxy.privacy.inverse_sensitivity import candidate_grid
+from proxy.privacy.refined_answers import answer_prior
+from proxy.privacy.sensitivity import SensitivityError
+from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
+
+
+def refuse_unanswerable(plan: QueryPlan) -> None:
+    """Refuse, before any debit, a plan its mechanism cannot answer: a prior that cannot
+    describe the answer (22023), or percentiles, MAX and MIN for the exponential
+    mechanism over a domain without a candidate (docs/privacy.md §5.3). Its per-unit
+    source is checked too."""
+    if plan.per_unit is not None:
+        refuse_unanswerable(plan.per_unit.source)
+    if plan.prior is not None:
+        try:
+            answer_prior(plan)  # also computes (and caches) its error bound, before the debit
+        except ValueError as exc:
+            raise BadSetting(f"idp.prior: {exc}") from None
+    if not plan.instance:
+        return
+    for agg in plan.aggregates:
+        if agg.kind in (PERCENTILE, MAX, MIN):
+            column = plan.table.columns[agg.column]
+            try:
+                candidate_grid(column.lower, column.upper, column.resolution,
+                               column.type == "int")
+            except SensitivityError:
+                raise NotSupported(f"{agg.label.upper()}({agg.column}): the declared domain "
+                                   "holds no integer, so the exponential mechanism has no "
+                                   "candidate; use idp.sensitivity = 'global'") from None

@@ -41,7 +41,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING
 
 from proxy.interrupts import checkpoint
 from proxy.privacy.exact_choice import choose
@@ -49,9 +48,7 @@ from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
 from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
-
-if TYPE_CHECKING:
-    from proxy.vocabulary import QueryPlan
+from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
 
 # rank_of(y): (values in scope below y, at or below y, the largest below y, the smallest
 # above y; None where there is none)
@@ -321,9 +318,6 @@ def _targets(plan: QueryPlan, shift: int):
     each aggregate's own (sequential composition, as for every aggregate of a SELECT),
     over GROUP BY divided by the groups one unit's s records can touch, as every DP
     aggregate's (§3.5)."""
-    # Imported here, as in smooth_sensitivity: proxy.analyze imports the release.
-    from proxy.vocabulary import MAX, MIN, PERCENTILE
-
     epsilon = Fraction(plan.epsilon)
     if plan.group_by:
         epsilon /= groups_touched(shift, plan.group_count)

@@ -42,15 +42,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 from proxy.privacy.sensitivity import round_up_to_power_of_two
 from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
 from proxy.statistics import Fetch, GroupStats, percentile_rank
-
-if TYPE_CHECKING:
-    from proxy.vocabulary import QueryPlan
+from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
 
 K_CAP = 1 << 17
 # The share of each bounded aggregate's ε that pays for its bound, and the bound's
@@ -72,10 +70,6 @@ def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
     MIN of a column with both bounds declared), by aggregate index, each paid with
     BOUND_SHARE of that aggregate's ε. ``floor``: the rules' floor, raised to the
     column's public resolution; ``window(column, from_top)`` reads ranks in scope."""
-    # Imported here, as in smooth_sensitivity: proxy.analyze imports the release, which
-    # imports this module (a cycle at import time).
-    from proxy.vocabulary import MAX, MIN, PERCENTILE
-
     epsilon_b = Fraction(plan.epsilon) * BOUND_SHARE
     found = {}
     for index, agg in enumerate(plan.aggregates):

@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from proxy.privacy.sensitivity import finite_only, require_finite
 from proxy.privacy.smooth_noise import admissible
 from proxy.statistics import Fetch, GroupStats, percentile_rank
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from proxy.vocabulary import QueryPlan
+from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
 
 _FIRST_K = 16
 
@@ -41,10 +38,6 @@ def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
                          window: Callable[[str, bool], Fetch]) -> dict[int, float]:
     """S of every percentile, MAX and MIN of the plan, by aggregate index, at
     β = ε/γ; ``window(column, from_top)`` reads ranks of a column in scope."""
-    # Imported here, not with the module: proxy.analyze imports the release, whose
-    # private bound imports this module's terms (a cycle at import time).
-    from proxy.vocabulary import MAX, MIN, PERCENTILE
-
     beta = admissible(float(plan.epsilon), plan.smooth_gamma)[1]
     found = {}
     for index, agg in enumerate(plan.aggregates):

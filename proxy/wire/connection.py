@@ -14,31 +14,27 @@ import ipaddress
 import itertools
 import logging
 import secrets
+import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from proxy.engine import Engine
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
-from proxy.session import Answer
+from proxy.rules import Rules
+from proxy.rules import Server as Limits
+from proxy.session import Answer, Session
+from proxy.users import Users
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
 from proxy.wire.deadlines import DEADLINES
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
-from proxy.wire.shadow import Column, ShadowSession
-
-if TYPE_CHECKING:
-    import ssl
-
-    from proxy.engine import Engine
-    from proxy.rules import Rules
-    from proxy.rules import Server as Limits
-    from proxy.users import Users
-    from proxy.wire.shadow import ShadowCatalog
+from proxy.wire.shadow import Column, ShadowCatalog, ShadowSession
 
 log = logging.getLogger("idp_proxy.wire")
 INTERNAL_ERROR = ("internal error; the query was charged if it reached the data; see the "
@@ -224,7 +220,7 @@ class Connection:
             self._send(codec.error_response("53300", refusal, "FATAL"))
             return False
         try:
-            self.session = await asyncio.to_thread(self.server.engine.session, self.user)
+            self.session = await asyncio.to_thread(Session.open, self.server.engine, self.user)
             self.local = LocalState(self.server.shadow.version, self.user)
             for name, value in startup.items():
                 if name.lower() in ("user", "database", "options", "replication"):
