@@ -112,7 +112,7 @@ class Defaults:
 
 
 @dataclass(frozen=True)
-class Server:
+class ServerLimits:
     """``[server]``: how ``idp-proxy serve`` admits clients."""
 
     auth: str = "scram"  # "trust" is honoured for loopback clients only
@@ -136,7 +136,7 @@ class Rules:
     defaults: Defaults
     analysts: Mapping[str, Decimal]
     tables: Mapping[str, Table]
-    server: Server = Server()
+    server: ServerLimits = ServerLimits()
 
     def budget_of(self, analyst: str) -> Decimal:
         return self.analysts.get(analyst, self.defaults.budget_per_analyst)
@@ -268,15 +268,15 @@ def parse_rules(text: str, path: str = "<rules>") -> Rules:
                  _server(reader, data.get("server", {})))
 
 
-def _server(reader: _Reader, body: Mapping[str, Any]) -> Server:
-    reader.only_keys(body, "server", tuple(Server.__dataclass_fields__))
+def _server(reader: _Reader, body: Mapping[str, Any]) -> ServerLimits:
+    reader.only_keys(body, "server", tuple(ServerLimits.__dataclass_fields__))
     values: dict[str, Any] = {}
     if "auth" in body:
         values["auth"] = reader.choice(body["auth"], "server.auth", AUTH_METHODS)
-    for key in Server.__dataclass_fields__:
+    for key in ServerLimits.__dataclass_fields__:
         if key != "auth" and key in body:
             values[key] = reader.positive_int(body[key], f"server.{key}")
-    return Server(**values)
+    return ServerLimits(**values)
 
 
 def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:

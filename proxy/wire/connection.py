@@ -24,8 +24,7 @@ from typing import Any, Protocol
 from proxy.engine import Engine
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.pgtypes import TEXT, oid_of
-from proxy.rules import Rules
-from proxy.rules import Server as Limits
+from proxy.rules import Rules, ServerLimits
 from proxy.session import Answer, Session
 from proxy.users import Users
 from proxy.wire import codec, params, types
@@ -54,7 +53,7 @@ class Host(Protocol):
 
     engine: Engine
     rules: Rules
-    limits: Limits
+    limits: ServerLimits
     users: Users
     shadow: ShadowCatalog
     tls: ssl.SSLContext | None

@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from proxy.rules import Server as Limits
+from proxy.rules import ServerLimits
 from proxy.wire import codec
 
 log = logging.getLogger("idp_proxy.workers")
@@ -156,7 +156,7 @@ class Seats:
     """The supervisor's counts of sessions and of connections logging in, per worker,
     checked against the whole server's limits."""
 
-    def __init__(self, limits: Limits, size: int) -> None:
+    def __init__(self, limits: ServerLimits, size: int) -> None:
         self.limits = limits
         self.pending = [0] * size
         self.live = [collections.Counter() for _ in range(size)]
@@ -198,7 +198,7 @@ class Alone:
     """The counting of a server of one process: the same Seats, kept in the process
     itself (a worker's Crew asks its supervisor instead)."""
 
-    def __init__(self, limits: Limits) -> None:
+    def __init__(self, limits: ServerLimits) -> None:
         self._seats = Seats(limits, 1)
 
     async def may_start(self) -> bool:
@@ -230,7 +230,7 @@ class Supervisor:
     answers their counting, restarts one that dies, and stops them all on SIGINT or
     SIGTERM. ``ready`` is called once, when every worker serves."""
 
-    def __init__(self, size: int, limits: Limits, work: Callable[[Crew], None],
+    def __init__(self, size: int, limits: ServerLimits, work: Callable[[Crew], None],
                  ready: Callable[[], None]) -> None:
         self.size = size
         self.work = work
