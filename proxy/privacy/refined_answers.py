@@ -27,8 +27,8 @@ _CASTS = {"int": int, "float": float, "text": str,
 def answer_prior(plan: QueryPlan) -> Any:
     """The prior of the plan's one answer over that answer's range (a normal is
     truncated to the declared domain); ValueError when the prior cannot describe it.
-    Called when the query is analysed, so its error bound is computed (and cached) then,
-    before the debit: the release after it only samples."""
+    Called when the session checks the plan (proxy.privacy.refuse_unanswerable), so its
+    error bound is computed (and cached) before the debit: the release only samples."""
     agg = plan.aggregates[0]
     if agg.kind not in (COUNT, SUM, AVG, PERCENTILE, MAX, MIN, VALUE):
         raise ValueError(f"a prior describes COUNT, SUM, AVG, percentiles, MAX, MIN or one "
