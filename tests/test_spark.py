@@ -20,6 +20,7 @@ from proxy.admin import Analyst
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.backends.spark_dialect import DIALECT
 from proxy.cli import LEDGER_NOT_SPARK, LEDGER_ONLY_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, Refused, RulesError
@@ -28,7 +29,6 @@ from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.scope import exact_sum, read_sum
-from proxy.pushdown.spark_dialect import DIALECT
 from proxy.pushdown.ungrouped import _beyond, _extremes
 from proxy.rules import parse_rules
 from proxy.settings import Settings

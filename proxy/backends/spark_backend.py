@@ -1,7 +1,7 @@
 """Spark backend over Spark Connect (``sc://host:port``): reads only.
 
 Statements run as Spark SQL, rendered by pushdown for ``SPARK_DIALECT`` (sqlglot's
-Spark with exact percentiles: proxy.pushdown.spark_dialect). Spark has no
+Spark with exact percentiles: proxy.backends.spark_dialect). Spark has no
 transactions, so it cannot hold the ledger, the logins or the answer cache
 (``transactional = False``: the Ledger refuses it); a transaction here is only a scope
 for the statements of one query, and a "snapshot" is whatever each statement reads.
@@ -25,9 +25,9 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.spark_dialect import DIALECT as SPARK_DIALECT
 from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
 from proxy.pgtypes import postgres_type
-from proxy.pushdown.spark_dialect import DIALECT as SPARK_DIALECT
 
 # Spark's simple type names that differ from DuckDB's and PostgreSQL's.
 _SPARK_TYPES = {"int": "integer", "byte": "smallint", "short": "smallint", "long": "bigint",
