@@ -272,8 +272,8 @@ def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, d
         exact.append((index, need, stats, inside))
     if not exact:
         return
-    items = [quantiles(exp.column(f"c{index}"), [(rank - 0.5) / stats.n for _, rank in inside],
-                        dialect) for index, _, stats, inside in exact]
+    items = [quantiles(exp.column(f"c{index}"), [(rank - 0.5) / stats.n for _, rank in inside])
+             for index, _, stats, inside in exact]
     row = execute(exp.select(*items).from_(scope.subquery("s"), copy=False)
                   .sql(dialect=dialect, copy=False))[0]
     for (_, need, stats, inside), values in zip(exact, row):
@@ -305,7 +305,7 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     fractions = [min(max(q, 0.0), 1.0) for q in ((min(ranks) - 0.5) / n - margin,
                                                 (max(ranks) - 0.5) / n + margin)]
     sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
-    pilot = exp.select(quantiles(column, fractions, dialect)).from_(
+    pilot = exp.select(quantiles(column, fractions)).from_(
         sampled.subquery("s", copy=False), copy=False)
     bounds = execute(pilot.sql(dialect=dialect, copy=False))[0][0]
     if not bounds or None in bounds:
@@ -318,18 +318,17 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     if not all(below < r <= below + count_inside for r in ranks):
         return False
     fractions = [(r - below - 0.5) / count_inside for r in ranks]
-    picks = exp.select(quantiles(column, fractions, dialect)).from_(scope.subquery("s"),
-                                                                      copy=False)
+    picks = exp.select(quantiles(column, fractions)).from_(scope.subquery("s"), copy=False)
     values = execute(picks.where(in_bracket, copy=False).sql(dialect=dialect, copy=False))[0][0]
     for (ref, _), value in zip(inside, values):
         stats.values[ref] = need.normalise(value)
     return True
 
 
-def quantiles(column: exp.Expression, fractions: list[float], dialect: str) -> exp.Expression:
-    """PERCENTILE_DISC at several fractions, as an array (rank ⌈q·n⌉ for each q)."""
+def quantiles(column: exp.Expression, fractions: list[float]) -> exp.Expression:
+    """PERCENTILE_DISC at several fractions, as an array (rank ⌈q·n⌉ for each q). sqlglot
+    renders the one node in each backend's form: DuckDB's ``QUANTILE_DISC(x, [q, …])``,
+    PostgreSQL's ``PERCENTILE_DISC(ARRAY[q, …]) WITHIN GROUP (ORDER BY x)``, Spark's
+    array of ordered-set percentiles (``sparkexact``)."""
     array = exp.Array(expressions=[exp.Literal.number(repr(q)) for q in fractions])
-    if dialect == "duckdb":
-        return exp.PercentileDisc(this=column, expression=array)
-    return exp.WithinGroup(this=exp.PercentileDisc(this=array),
-                           expression=exp.Order(expressions=[exp.Ordered(this=column)]))
+    return exp.PercentileDisc(this=column, expression=array)

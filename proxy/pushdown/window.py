@@ -78,7 +78,7 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         if last == n:
             return descending(1, n + 1 - first)[::-1]
         value = exp.column("c0")
-        ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n], dialect))
+        ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n]))
         low, high = (need.normalise(v) for v in execute(
             ends.from_(scope().subquery("s")).sql(dialect=dialect))[0][0])
         low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
