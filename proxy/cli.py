@@ -493,14 +493,12 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
 
 
 def _workers(rules: Rules, backend: Backend) -> int:
-    """``[server] workers`` (default: one per core), or 1 on DuckDB, whose file one
-    process holds."""
+    """``[server] workers`` (default: one per core), or 1 where one process holds the
+    database (DuckDB's file)."""
     import os
 
-    from proxy.backends.duckdb_backend import DuckDBBackend
-
     wanted = rules.server.workers or os.cpu_count() or 1
-    if isinstance(backend, DuckDBBackend):
+    if backend.capabilities.one_process:
         if wanted > 1:
             logging.getLogger("idp_proxy.workers").log(
                 logging.WARNING if rules.server.workers else logging.INFO,

@@ -78,7 +78,7 @@ def test_no_percentile_sent_to_spark_is_approximate(engines):
 
     for sql in CONTRACT:
         plan = analyze(parse_statements(sql)[0], RULES, Settings())
-        compute_statistics(plan, column_needs(plan, 3), spark.dialect, None, execute)
+        compute_statistics(plan, column_needs(plan, 3), spark.capabilities, None, execute)
     assert any("PERCENTILE_DISC" in sql for sql in sent)
     assert not [sql for sql in sent if any(word in sql.upper() for word in APPROXIMATE)]
 

@@ -12,7 +12,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
 from proxy.errors import (
     BackendFailed,
     BackendLost,
@@ -35,9 +35,12 @@ def demo_path() -> Path:
 
 
 class DuckDBBackend(Backend):
-    dialect = "duckdb"
+    capabilities = Capabilities(
+        dialect="duckdb", transactional=True,
+        group_commit=True,  # its writers take turns on the proxy's lock
+        identity_columns=False, one_process=True,  # one process holds the file
+        grouped_ranks=GroupedRanks.LISTS, projected_scope=True)
     row_identity = "rowid"
-    group_commit = True  # its writers take turns on the proxy's lock
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:
         super().__init__()

@@ -2,9 +2,10 @@
 
 Statements run as Spark SQL, rendered by pushdown for ``SPARK_DIALECT`` (sqlglot's
 Spark with exact percentiles: proxy.backends.spark_dialect). Spark has no
-transactions, so it cannot hold the ledger, the logins or the answer cache
-(``transactional = False``: the Ledger refuses it); a transaction here is only a scope
-for the statements of one query, and a "snapshot" is whatever each statement reads.
+transactions, so it cannot hold the ledger, the logins or the answer cache (its
+capabilities say ``transactional=False``: the Ledger refuses it); a transaction here is
+only a scope for the statements of one query, and a "snapshot" is whatever each
+statement reads.
 
 Data versions: a plain Spark table offers none that is cheap and trustworthy, so
 ``data_version`` is None: the per-unit row bound c is keyed by a fingerprint of the
@@ -24,7 +25,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
 from proxy.backends.spark_dialect import DIALECT as SPARK_DIALECT
 from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
 from proxy.pgtypes import postgres_type
@@ -43,9 +44,10 @@ def spark_type(name: str) -> str:
 
 
 class SparkBackend(Backend):
-    dialect = SPARK_DIALECT
+    capabilities = Capabilities(
+        dialect=SPARK_DIALECT, transactional=False, group_commit=False, identity_columns=False,
+        one_process=False, grouped_ranks=GroupedRanks.WINDOW, projected_scope=False)
     row_identity = ""  # Spark tables have no row identity
-    transactional = False
 
     def __init__(self, url: str) -> None:
         super().__init__()

@@ -26,6 +26,7 @@ from sqlglot import exp
 
 from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import COUNT, QueryPlan
+from proxy.backends.base import Capabilities
 from proxy.pushdown.scope import (
     Execute,
     counts_units,
@@ -42,30 +43,22 @@ from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupSt
 
 
 def ungrouped_statistics(
-    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], capabilities: Capabilities,
     clip_rows_per_unit: int | None, execute: Execute,
 ) -> GroupStats:
-    thresholds = {}
+    dialect, thresholds = capabilities.dialect, {}
     if (clip_rows_per_unit is None
             and plan.per_unit is None  # a sample of its rows is no sample of its units
             and any(_first_pass_work(need) for need in needs)):
         thresholds = _pilot_thresholds(plan, needs, dialect, execute)
-    group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute,
+    group, _ = first_pass(plan, needs, capabilities, clip_rows_per_unit, execute,
                           thresholds=thresholds)
     remaining_passes(plan, needs, group, dialect, clip_rows_per_unit, execute)
     return group
 
 
-# Where the first pass reads the scope as a subquery (``scope_select``), so each
-# normalised value is computed once per row however many aggregates use it: DuckDB
-# evaluates a repeated CASE once per use (the folded extremes use it four times; at
-# 1 M rows the pass took 13-15 ms, 8-9 ms from the subquery). PostgreSQL keeps the
-# form its pass was measured in (the table read directly).
-PROJECTED_SCOPE_DIALECTS = frozenset({"duckdb"})
-
-
 def first_pass(
-    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], capabilities: Capabilities,
     clip_rows_per_unit: int | None, execute: Execute,
     whole_table: list[exp.Expression] = (),
     thresholds: dict[tuple[int, str], float] | None = None,
@@ -77,11 +70,18 @@ def first_pass(
     per-unit bound's fingerprint) in the same scan; the scope's aggregates then take
     the predicate as ``FILTER (WHERE …)``. Returns the statistics and the values of the
     ``whole_table`` aggregates. ``thresholds`` (from ``_pilot_thresholds``): the
-    extremes of those columns and ends ride along in the same scan (``_beyond``)."""
+    extremes of those columns and ends ride along in the same scan (``_beyond``).
+
+    Where the backend's capabilities ask for a ``projected_scope``, the pass reads the
+    scope as a subquery (``scope_select``), so each normalised value is computed once
+    per row however many aggregates use it: DuckDB evaluates a repeated CASE once per
+    use (the folded extremes use it four times; at 1 M rows the pass took 13-15 ms,
+    8-9 ms from the subquery). PostgreSQL keeps the form its pass was measured in (the
+    table read directly)."""
     group = GroupStats(columns={need.column: ColumnStats() for need in needs})
     clipped = clip_rows_per_unit is not None
     assert not (clipped and whole_table), "DP clipping needs no per-unit bound"
-    projected = clipped or (dialect in PROJECTED_SCOPE_DIALECTS and not whole_table)
+    projected = clipped or (capabilities.projected_scope and not whole_table)
     filtered = bool(whole_table) and plan.where is not None
     items, readers = [], []
 
@@ -128,7 +128,7 @@ def first_pass(
         statement = exp.select(*items, *whole_table).from_(source_table(plan), copy=False)
         if plan.where is not None and not filtered:
             statement = statement.where(plan.where.copy(), copy=False)
-    row = execute(statement.sql(dialect=dialect, copy=False))[0]
+    row = execute(statement.sql(dialect=capabilities.dialect, copy=False))[0]
     for reader, value in zip(readers, row):
         reader(value)
     return group, list(row[len(items):])
