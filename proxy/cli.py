@@ -49,27 +49,22 @@ def _rules(path: str | None) -> Rules:
 def _open(url: str | None, connections: int = 4) -> Backend:
     """The backend of ``--backend`` (None: the demo, created on first use with its
     progress shown)."""
-    from proxy.backends import open_backend
+    if url is not None:
+        from proxy.backends import open_backend
 
-    if url is None:
-        from proxy.backends.duckdb_backend import demo_path
+        return open_backend(url, connections)
+    from proxy.demo import demo_path, needs_upgrade, open_demo
 
-        path = demo_path()
-        if not path.exists():
-            from proxy.demo import create_demo
-
-            with progress("creating the demo database (once)", measured=True) as shown:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                create_demo(path, shown.step)
-        else:
-            from proxy.demo import needs_upgrade
-
-            opened = open_backend(url, connections)
-            if not needs_upgrade(opened.read):  # asked of the opened file: opening it
-                return opened  # a second time cost every command 60 ms
-            opened.close()
-            _upgrade_demo(path)
-    return open_backend(url, connections)
+    path = demo_path()
+    if not path.exists():
+        with progress("creating the demo database (once)", measured=True) as shown:
+            return open_demo(shown.step)
+    opened = open_demo()
+    if not needs_upgrade(opened.read):  # asked of the opened file: opening it
+        return opened  # a second time cost every command 60 ms
+    opened.close()
+    _upgrade_demo(path)
+    return open_demo()
 
 
 def _upgrade_demo(path: Path) -> None:

@@ -10,12 +10,15 @@ The numbers are drawn from a fixed seed, so every machine builds the same file.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
+
+from proxy.backends.duckdb_backend import DuckDBBackend
 
 if TYPE_CHECKING:
     import numpy as np
@@ -136,6 +139,23 @@ def upgrade_demo(path: Path) -> None:
     file that has it)."""
     add_visit_times(path)
     name_region_columns(path)
+
+
+def demo_path() -> Path:
+    """Where the embedded demo database lives (``IDP_PROXY_HOME`` overrides)."""
+    home = os.environ.get("IDP_PROXY_HOME") or Path.home() / ".local" / "share" / "idp-proxy"
+    return Path(home) / "demo.duckdb"
+
+
+def open_demo(progress: Callable[[str, float], None] = lambda step, done: None
+              ) -> DuckDBBackend:
+    """The embedded demo database, created deterministically on first use (``progress``
+    hears of each table then)."""
+    path = demo_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        create_demo(path, progress)
+    return DuckDBBackend(str(path))
 
 
 def create_demo(path: Path,

@@ -11,13 +11,9 @@ from proxy.backends.base import Backend
 from proxy.errors import ProxyError
 
 
-def open_backend(url: str | None, connections: int = 4) -> Backend:
-    """Open a backend from a URL of SPEC §3.1 (``None``: the embedded demo); a
-    PostgreSQL backend runs up to ``connections`` transactions at once."""
-    if url is None:
-        from proxy.backends.duckdb_backend import DuckDBBackend
-
-        return DuckDBBackend.demo()
+def open_backend(url: str, connections: int = 4) -> Backend:
+    """Open a backend from a URL of SPEC §3.1 (the embedded demo: proxy.demo.open_demo);
+    a PostgreSQL backend runs up to ``connections`` transactions at once."""
     if url.startswith("duckdb://"):
         from proxy.backends.duckdb_backend import DuckDBBackend
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -28,12 +27,6 @@ from proxy.pgtypes import postgres_type
 _HARDENED = {"enable_external_access": False, "lock_configuration": True}
 
 
-def demo_path() -> Path:
-    """Where the embedded demo database lives (``IDP_PROXY_HOME`` overrides)."""
-    home = os.environ.get("IDP_PROXY_HOME") or Path.home() / ".local" / "share" / "idp-proxy"
-    return Path(home) / "demo.duckdb"
-
-
 class DuckDBBackend(Backend):
     capabilities = Capabilities(
         dialect="duckdb", transactional=True,
@@ -44,7 +37,7 @@ class DuckDBBackend(Backend):
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:
         super().__init__()
-        self.name = "demo" if path == str(demo_path()) else Path(path).stem or "memory"
+        self.name = Path(path).stem or "memory"  # the demo's file is demo.duckdb
         self.path = path
         self._config = dict(_HARDENED) | ({"memory_limit": memory_limit} if memory_limit else {})
         self._con = self._open()
@@ -80,17 +73,6 @@ class DuckDBBackend(Backend):
             raise BackendFailed("a duckdb URL takes only ?memory_limit=..., e.g. "
                                 "duckdb:///data.duckdb?memory_limit=2GB", "22023")
         return cls(path, options.get("memory_limit"))
-
-    @classmethod
-    def demo(cls) -> DuckDBBackend:
-        """The embedded demo database, created deterministically on first use."""
-        from proxy.demo import create_demo
-
-        path = demo_path()
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            create_demo(path)
-        return cls(str(path))
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
