@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from proxy.backends import Backend
     from proxy.rules import Rules
 
-# Spark cannot hold the ledger (no transactions): --ledger puts it in DuckDB or PostgreSQL.
+# A backend without transactions (Spark, the only one) cannot hold the ledger: --ledger
+# puts it in one that can (Capabilities.transactional: DuckDB or PostgreSQL).
 SPARK_NEEDS_LEDGER = ("a Spark backend (sc://) cannot hold the ledger: add --ledger "
                       "duckdb:///ledger.duckdb or --ledger postgresql://user@host:port/db")
 LEDGER_NOT_SPARK = ("--ledger needs a store with transactions: duckdb:///ledger.duckdb or "
                     "postgresql://user@host:port/db, not sc://")
-# Elsewhere the ledger lives in the backend: a second one beside it would hold full budgets.
+# A backend with transactions holds its ledger: a second one beside it would hold full
+# budgets.
 LEDGER_ONLY_SPARK = ("--ledger is for a Spark backend (sc://); with DuckDB or PostgreSQL "
                      "the ledger lives in the backend: drop --ledger")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
@@ -84,12 +86,16 @@ def _ledger_url(backend: str | None) -> str | None:
     checked against ``--backend``: a Spark backend needs one and cannot be one, and no
     other backend takes one (a run with it and a run without would keep two ledgers of
     one data set, each with full budgets)."""
+    from proxy.backends import backend_class
+
     ledger = click.get_current_context().meta.get(_LEDGER)
-    if ledger is None and backend is not None and backend.startswith("sc://"):
+    # asked of the URLs' backends, none opened (None: the demo, a DuckDB file)
+    holds_ledger = backend is None or backend_class(backend).capabilities.transactional
+    if ledger is None and not holds_ledger:
         raise ProxyError(SPARK_NEEDS_LEDGER, "0A000")
-    if ledger is not None and ledger.startswith("sc://"):
+    if ledger is not None and not backend_class(ledger).capabilities.transactional:
         raise ProxyError(LEDGER_NOT_SPARK, "22023")
-    if ledger is not None and not (backend or "").startswith("sc://"):
+    if ledger is not None and holds_ledger:
         raise ProxyError(LEDGER_ONLY_SPARK, "22023")
     return ledger
 
@@ -559,10 +565,10 @@ def demo_command(backend, location, rules_out):
       idp-proxy serve --backend sc://127.0.0.1:50051 --ledger duckdb:///ledger.duckdb \\
           --rules demo-spark.toml
     """
-    from proxy.backends import open_backend
+    from proxy.backends import backend_class, open_backend
     from proxy.demo import located_rules, write_spark_demo
 
-    if not backend.startswith("sc://"):
+    if not backend_class(backend).capabilities.located_tables:
         raise ProxyError("idp-proxy demo loads the demo into Spark (--backend sc://host:port); "
                          "the DuckDB demo is created on first use", "22023")
     if "://" not in location:

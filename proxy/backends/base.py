@@ -55,6 +55,9 @@ class Capabilities:
     identity_columns: bool
     # The database is held by one process (a file): the server runs one worker.
     one_process: bool
+    # It reads a table from the Parquet files at the rules' ``location`` (``attach``):
+    # ``idp-proxy demo`` writes the demo's tables there as files.
+    located_tables: bool
     grouped_ranks: GroupedRanks  # how each group's ranks are read under GROUP BY
     # The first pass without GROUP BY reads the scope as a subquery, each normalised
     # value computed once per row (pushdown/ungrouped.py), not the table directly.
@@ -75,6 +78,12 @@ class Backend(ABC):
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
         self._interrupts = threading.Lock()
+
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str, connections: int) -> Backend:
+        """The backend at ``url``, a URL of its scheme (SPEC §3.1); ``connections``: the
+        transactions it may run at once, where it runs them side by side."""
 
     @property
     def dialect(self) -> str:

@@ -32,7 +32,7 @@ class DuckDBBackend(Backend):
         dialect="duckdb", transactional=True,
         group_commit=True,  # its writers take turns on the proxy's lock
         identity_columns=False, one_process=True,  # one process holds the file
-        grouped_ranks=GroupedRanks.LISTS, projected_scope=True)
+        located_tables=False, grouped_ranks=GroupedRanks.LISTS, projected_scope=True)
     row_identity = "rowid"
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:
@@ -61,10 +61,11 @@ class DuckDBBackend(Backend):
                                 "or stop it first", self.path) from None
 
     @classmethod
-    def from_url(cls, url: str) -> DuckDBBackend:
+    def from_url(cls, url: str, connections: int) -> DuckDBBackend:
         """``duckdb:///:memory:``, ``duckdb:///relative.duckdb``, ``duckdb:////abs.duckdb``,
         optionally ``?memory_limit=2GB``: DuckDB then spills to disk beyond it (sorts,
-        temporary tables) instead of growing with the data."""
+        temporary tables) instead of growing with the data. ``connections`` is not
+        used: writers take turns on one connection, readers each have a cursor."""
         path, _, query = url.removeprefix("duckdb://").removeprefix("/").partition("?")
         if not path:
             raise BackendFailed("duckdb URL needs a path, e.g. duckdb:///data.duckdb", "22023")

@@ -46,7 +46,8 @@ def spark_type(name: str) -> str:
 class SparkBackend(Backend):
     capabilities = Capabilities(
         dialect=SPARK_DIALECT, transactional=False, group_commit=False, identity_columns=False,
-        one_process=False, grouped_ranks=GroupedRanks.WINDOW, projected_scope=False)
+        one_process=False, located_tables=True, grouped_ranks=GroupedRanks.WINDOW,
+        projected_scope=False)
     row_identity = ""  # Spark tables have no row identity
 
     def __init__(self, url: str) -> None:
@@ -73,6 +74,11 @@ class SparkBackend(Backend):
         except Exception as exc:  # noqa: BLE001 -- pyspark raises many kinds here
             log.error("spark connect failed: %s", one_line(exc))
             raise BackendUnavailable("the database behind the proxy is unreachable") from None
+
+    @classmethod
+    def from_url(cls, url: str, connections: int) -> SparkBackend:
+        """``sc://host:port``; one Spark Connect session, whatever ``connections``."""
+        return cls(url)
 
     @property
     def session(self) -> Any:
