@@ -576,7 +576,7 @@ def demo_command(backend, location, rules_out):
     spark = open_backend(backend)
     try:
         with progress("loading the demo into Spark", measured=True) as shown:
-            folders = write_spark_demo(spark, location, shown.step)
+            folders = write_spark_demo(spark.session, location, shown.step)
     finally:
         spark.close()
     Path(rules_out).write_text(located_rules(DEMO_RULES.read_text(encoding="utf-8"), folders),

@@ -14,7 +14,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -22,8 +22,6 @@ from proxy.backends.duckdb_backend import DuckDBBackend
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from proxy.backends.spark_backend import SparkBackend
 
 REGIONS = ("north", "south", "east", "west")
 REGION_NAMES = ("Northern district", "Southern district", "Eastern district",
@@ -185,13 +183,14 @@ def regions_columns() -> dict[str, list[str]]:
     return {"code": list(REGIONS), "name": list(REGION_NAMES)}
 
 
-def write_spark_demo(spark: SparkBackend, location: str,
+def write_spark_demo(session: Any, location: str,
                      progress: Callable[[str, float], None] = lambda step, done: None
                      ) -> dict[str, str]:
-    """Write the demo tables through Spark as Parquet folders under ``location`` (a path
-    or URI as the Spark server sees it; replaced if there) and return each table's
-    folder: the rules' ``location``, read by the Spark backend (a Sail server keeps no
-    table another session created). Same rows and column types as the DuckDB demo."""
+    """Write the demo tables through a pyspark ``session`` (the Spark backend's) as
+    Parquet folders under ``location`` (a path or URI as the Spark server sees it;
+    replaced if there) and return each table's folder: the rules' ``location``, read by
+    the Spark backend (a Sail server keeps no table another session created). Same rows
+    and column types as the DuckDB demo."""
     import pyarrow as pa
 
     folders = {}
@@ -199,7 +198,7 @@ def write_spark_demo(spark: SparkBackend, location: str,
                                             ("visits", visits_columns),
                                             ("regions", regions_columns))):
         progress(f"writing the demo through Spark: table {name}", done / 3)
-        frame = spark.session.createDataFrame(pa.table(columns()))
+        frame = session.createDataFrame(pa.table(columns()))
         if name == "visits":  # Arrow's zone-less timestamps arrive as Spark's zoned kind
             frame = frame.withColumn("visited_at", frame["visited_at"].cast("timestamp_ntz"))
         folders[name] = f"{location.rstrip('/')}/{name}"
