@@ -18,8 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 os.environ["IDP_PROXY_HOME"] = tempfile.mkdtemp(prefix="idp-example-")
 
-from proxy.backends import open_backend
-from proxy.demo import people_columns
+from proxy.demo import open_demo, people_columns
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 
@@ -34,7 +33,7 @@ def main() -> None:
     # raw iDP allowed, so that it can be compared (the default stays the one measured first)
     rules = replace(rules, defaults=replace(rules.defaults, answer_cache=False,
                                             report_scale="rounded", noise_scale="local"))
-    engine = Engine(rules, open_backend(None))
+    engine = Engine(rules, open_demo())
     session = engine.session("examples")
     true = statistics.median_low(sorted(people_columns()["income"]))
     print(f"true median income: {true:,.2f} ({len(people_columns()['income']):,} people)")

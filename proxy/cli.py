@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from proxy.backends import Backend
     from proxy.rules import Rules
 
-# Spark cannot hold the ledger (no transactions): --ledger puts it in DuckDB or PostgreSQL.
+# A backend without transactions (Spark, the only one) cannot hold the ledger: --ledger
+# puts it in one that can (Capabilities.transactional: DuckDB or PostgreSQL).
 SPARK_NEEDS_LEDGER = ("a Spark backend (sc://) cannot hold the ledger: add --ledger "
                       "duckdb:///ledger.duckdb or --ledger postgresql://user@host:port/db")
 LEDGER_NOT_SPARK = ("--ledger needs a store with transactions: duckdb:///ledger.duckdb or "
                     "postgresql://user@host:port/db, not sc://")
-# Elsewhere the ledger lives in the backend: a second one beside it would hold full budgets.
+# A backend with transactions holds its ledger: a second one beside it would hold full
+# budgets.
 LEDGER_ONLY_SPARK = ("--ledger is for a Spark backend (sc://); with DuckDB or PostgreSQL "
                      "the ledger lives in the backend: drop --ledger")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
@@ -49,27 +51,22 @@ def _rules(path: str | None) -> Rules:
 def _open(url: str | None, connections: int = 4) -> Backend:
     """The backend of ``--backend`` (None: the demo, created on first use with its
     progress shown)."""
-    from proxy.backends import open_backend
+    if url is not None:
+        from proxy.backends import open_backend
 
-    if url is None:
-        from proxy.backends.duckdb_backend import demo_path
+        return open_backend(url, connections)
+    from proxy.demo import demo_path, needs_upgrade, open_demo
 
-        path = demo_path()
-        if not path.exists():
-            from proxy.demo import create_demo
-
-            with progress("creating the demo database (once)", measured=True) as shown:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                create_demo(path, shown.step)
-        else:
-            from proxy.demo import needs_upgrade
-
-            opened = open_backend(url, connections)
-            if not needs_upgrade(opened.read):  # asked of the opened file: opening it
-                return opened  # a second time cost every command 60 ms
-            opened.close()
-            _upgrade_demo(path)
-    return open_backend(url, connections)
+    path = demo_path()
+    if not path.exists():
+        with progress("creating the demo database (once)", measured=True) as shown:
+            return open_demo(shown.step)
+    opened = open_demo()
+    if not needs_upgrade(opened.read):  # asked of the opened file: opening it
+        return opened  # a second time cost every command 60 ms
+    opened.close()
+    _upgrade_demo(path)
+    return open_demo()
 
 
 def _upgrade_demo(path: Path) -> None:
@@ -89,12 +86,16 @@ def _ledger_url(backend: str | None) -> str | None:
     checked against ``--backend``: a Spark backend needs one and cannot be one, and no
     other backend takes one (a run with it and a run without would keep two ledgers of
     one data set, each with full budgets)."""
+    from proxy.backends import backend_class
+
     ledger = click.get_current_context().meta.get(_LEDGER)
-    if ledger is None and backend is not None and backend.startswith("sc://"):
+    # asked of the URLs' backends, none opened (None: the demo, a DuckDB file)
+    holds_ledger = backend is None or backend_class(backend).capabilities.transactional
+    if ledger is None and not holds_ledger:
         raise ProxyError(SPARK_NEEDS_LEDGER, "0A000")
-    if ledger is not None and ledger.startswith("sc://"):
+    if ledger is not None and not backend_class(ledger).capabilities.transactional:
         raise ProxyError(LEDGER_NOT_SPARK, "22023")
-    if ledger is not None and not (backend or "").startswith("sc://"):
+    if ledger is not None and holds_ledger:
         raise ProxyError(LEDGER_ONLY_SPARK, "22023")
     return ledger
 
@@ -493,14 +494,12 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
 
 
 def _workers(rules: Rules, backend: Backend) -> int:
-    """``[server] workers`` (default: one per core), or 1 on DuckDB, whose file one
-    process holds."""
+    """``[server] workers`` (default: one per core), or 1 where one process holds the
+    database (DuckDB's file)."""
     import os
 
-    from proxy.backends.duckdb_backend import DuckDBBackend
-
     wanted = rules.server.workers or os.cpu_count() or 1
-    if isinstance(backend, DuckDBBackend):
+    if backend.capabilities.one_process:
         if wanted > 1:
             logging.getLogger("idp_proxy.workers").log(
                 logging.WARNING if rules.server.workers else logging.INFO,
@@ -566,10 +565,10 @@ def demo_command(backend, location, rules_out):
       idp-proxy serve --backend sc://127.0.0.1:50051 --ledger duckdb:///ledger.duckdb \\
           --rules demo-spark.toml
     """
-    from proxy.backends import open_backend
+    from proxy.backends import backend_class, open_backend
     from proxy.demo import located_rules, write_spark_demo
 
-    if not backend.startswith("sc://"):
+    if not backend_class(backend).capabilities.located_tables:
         raise ProxyError("idp-proxy demo loads the demo into Spark (--backend sc://host:port); "
                          "the DuckDB demo is created on first use", "22023")
     if "://" not in location:
@@ -577,7 +576,7 @@ def demo_command(backend, location, rules_out):
     spark = open_backend(backend)
     try:
         with progress("loading the demo into Spark", measured=True) as shown:
-            folders = write_spark_demo(spark, location, shown.step)
+            folders = write_spark_demo(spark.session, location, shown.step)
     finally:
         spark.close()
     Path(rules_out).write_text(located_rules(DEMO_RULES.read_text(encoding="utf-8"), folders),

@@ -10,17 +10,18 @@ The numbers are drawn from a fixed seed, so every machine builds the same file.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from proxy.backends.duckdb_backend import DuckDBBackend
+
 if TYPE_CHECKING:
     import numpy as np
-
-    from proxy.backends.spark_backend import SparkBackend
 
 REGIONS = ("north", "south", "east", "west")
 REGION_NAMES = ("Northern district", "Southern district", "Eastern district",
@@ -138,6 +139,23 @@ def upgrade_demo(path: Path) -> None:
     name_region_columns(path)
 
 
+def demo_path() -> Path:
+    """Where the embedded demo database lives (``IDP_PROXY_HOME`` overrides)."""
+    home = os.environ.get("IDP_PROXY_HOME") or Path.home() / ".local" / "share" / "idp-proxy"
+    return Path(home) / "demo.duckdb"
+
+
+def open_demo(progress: Callable[[str, float], None] = lambda step, done: None
+              ) -> DuckDBBackend:
+    """The embedded demo database, created deterministically on first use (``progress``
+    hears of each table then)."""
+    path = demo_path()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        create_demo(path, progress)
+    return DuckDBBackend(str(path))
+
+
 def create_demo(path: Path,
                 progress: Callable[[str, float], None] = lambda step, done: None) -> None:
     """Write the demo tables into a new DuckDB file (atomically: build, then rename);
@@ -165,13 +183,14 @@ def regions_columns() -> dict[str, list[str]]:
     return {"code": list(REGIONS), "name": list(REGION_NAMES)}
 
 
-def write_spark_demo(spark: SparkBackend, location: str,
+def write_spark_demo(session: Any, location: str,
                      progress: Callable[[str, float], None] = lambda step, done: None
                      ) -> dict[str, str]:
-    """Write the demo tables through Spark as Parquet folders under ``location`` (a path
-    or URI as the Spark server sees it; replaced if there) and return each table's
-    folder: the rules' ``location``, read by the Spark backend (a Sail server keeps no
-    table another session created). Same rows and column types as the DuckDB demo."""
+    """Write the demo tables through a pyspark ``session`` (the Spark backend's) as
+    Parquet folders under ``location`` (a path or URI as the Spark server sees it;
+    replaced if there) and return each table's folder: the rules' ``location``, read by
+    the Spark backend (a Sail server keeps no table another session created). Same rows
+    and column types as the DuckDB demo."""
     import pyarrow as pa
 
     folders = {}
@@ -179,7 +198,7 @@ def write_spark_demo(spark: SparkBackend, location: str,
                                             ("visits", visits_columns),
                                             ("regions", regions_columns))):
         progress(f"writing the demo through Spark: table {name}", done / 3)
-        frame = spark.session.createDataFrame(pa.table(columns()))
+        frame = session.createDataFrame(pa.table(columns()))
         if name == "visits":  # Arrow's zone-less timestamps arrive as Spark's zoned kind
             frame = frame.withColumn("visited_at", frame["visited_at"].cast("timestamp_ntz"))
         folders[name] = f"{location.rstrip('/')}/{name}"

@@ -165,8 +165,9 @@ class Engine:
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
             if plan.instance:
                 # under GROUP BY every group's first windows in one read (grouped_windows)
-                first = {column: grouped_windows(plan, by_column[column], dialect, clip,
-                                                 tx.execute, spans)
+                first = {column: grouped_windows(plan, by_column[column],
+                                                 self.backend.capabilities, clip, tx.execute,
+                                                 spans)
                          for column, spans in first_windows(plan, shift).items()
                          } if plan.group_by else {}
 
@@ -205,7 +206,7 @@ class Engine:
         serves, riding along in the statistics' first scan when there is no GROUP BY
         (the counts and sums do not depend on s; the ranks do). ``counted``: every
         column's n is needed (the private levels read windows)."""
-        table, dialect = plan.table, self.backend.dialect
+        table, capabilities = plan.table, self.backend.capabilities
         tx, version = view.tx, view.version
 
         def needs(shift: int):
@@ -213,26 +214,31 @@ class Engine:
 
         if table.privacy_unit is None or plan.model != "idp":
             shift = (clip or plan.multiplicity) * table.group_size
-            return shift, compute_statistics(plan, needs(shift), dialect, clip, tx.execute), \
-                version
+            return shift, compute_statistics(plan, needs(shift), capabilities, clip,
+                                             tx.execute), version
         if version is None and _partner(plan) is not None:
             shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
-            return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), None
+            return shift, compute_statistics(plan, needs(shift), capabilities, None,
+                                             tx.execute), None
         if version is None:
             unit = table.columns.get(table.privacy_unit)
             folded = self.backend.fingerprint_aggregates(
                 table.privacy_unit, unit is not None and unit.type == "int")
             if not plan.group_by and not plan.joins:  # a join's rows are not the table's
-                group, values = first_pass(plan, needs(1), dialect, None, tx.execute, folded)
+                group, values = first_pass(plan, needs(1), capabilities, None, tx.execute,
+                                           folded)
                 shift = self._shift(plan, tx, self.backend.fingerprint_text(values))
-                remaining_passes(plan, needs(shift), group, dialect, None, tx.execute)
+                remaining_passes(plan, needs(shift), group, capabilities.dialect, None,
+                                 tx.execute)
                 return shift, {(): group}, None
             scan = exp.select(*folded).from_(table_ref(table.name))
             shift = self._shift(plan, tx, self.backend.fingerprint_text(
-                tx.execute(scan.sql(dialect=dialect))[0]))
-            return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), None
+                tx.execute(scan.sql(dialect=capabilities.dialect))[0]))
+            return shift, compute_statistics(plan, needs(shift), capabilities, None,
+                                             tx.execute), None
         shift = self._shift(plan, tx, version)
-        return shift, compute_statistics(plan, needs(shift), dialect, None, tx.execute), version
+        return shift, compute_statistics(plan, needs(shift), capabilities, None,
+                                         tx.execute), version
 
     def release(self, plan: QueryPlan, view: View | None = None
                 ) -> tuple[list[tuple], list[list[Released]], str | None]:

@@ -30,12 +30,14 @@ from proxy.errors import (
 )
 from proxy.rules import Rules
 
+# idp.ledger, by whether the backend has identity columns (Capabilities.identity_columns):
+# an identity column numbers the rows, else a sequence.
 _SCHEMA = {
-    "postgres": [
+    True: [
         ("CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT GENERATED ALWAYS AS IDENTITY "
          "PRIMARY KEY, logged_at TIMESTAMPTZ NOT NULL DEFAULT now(), {columns})"),
     ],
-    "duckdb": [
+    False: [
         "CREATE SEQUENCE IF NOT EXISTS idp.ledger_id",
         ("CREATE TABLE IF NOT EXISTS idp.ledger (id BIGINT PRIMARY KEY DEFAULT "
          "nextval('idp.ledger_id'), logged_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp, "
@@ -117,7 +119,7 @@ class _Unpaid(Exception):
 
 class Ledger:
     def __init__(self, backend: Backend, rules: Rules) -> None:
-        if not backend.transactional:
+        if not backend.capabilities.transactional:
             raise BackendFailed(f"the {type(backend).__name__.removesuffix('Backend')} backend "
                                 "cannot hold the ledger (no transactions); keep the ledger "
                                 "in DuckDB or PostgreSQL", "0A000")
@@ -135,7 +137,7 @@ class Ledger:
                 if not tx.execute("SELECT 1 FROM information_schema.schemata "
                                   "WHERE schema_name = 'idp'"):
                     tx.execute("CREATE SCHEMA idp")
-                for statement in _SCHEMA[backend.dialect]:
+                for statement in _SCHEMA[backend.capabilities.identity_columns]:
                     tx.execute(statement.format(columns=_LEDGER_COLUMNS))
                 for statement in _COMMON:
                     tx.execute(statement)
@@ -189,7 +191,7 @@ class Ledger:
         self._settle()
         micro = to_micro(charge.epsilon)
         accounts = self._accounts(charge.analyst)
-        if self.backend.group_commit:
+        if self.backend.capabilities.group_commit:
             rows = self._grouped(_Debit(charge, micro, accounts))
             if rows is None:
                 self._refused(charge, micro)

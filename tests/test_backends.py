@@ -4,9 +4,10 @@ backend's own error text never reaches the analyst."""
 from __future__ import annotations
 
 import pytest
+from sqlglot import exp
 
 from proxy.analyze import analyze, parse_statements
-from proxy.backends import open_backend
+from proxy.backends import SCHEMES, Backend, Capabilities, backend_class, open_backend
 from proxy.errors import BackendFailed, ProxyError, Refused
 from proxy.rules import parse_rules
 from proxy.settings import Settings
@@ -48,6 +49,15 @@ def test_unsupported_backend_url():
     with pytest.raises(ProxyError) as error:
         open_backend("mysql://x")
     assert "duckdb:///" in error.value.message
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_each_scheme_names_a_backend_that_says_what_it_can_do_unopened(scheme):
+    """The command line reads a URL's capabilities before anything is opened (nothing
+    listens at port 1), and pushdown renders its SQL in their dialect."""
+    backend = backend_class(f"{scheme}://127.0.0.1:1/x")
+    assert issubclass(backend, Backend) and isinstance(backend.capabilities, Capabilities)
+    assert exp.select("1").sql(dialect=backend.capabilities.dialect) == "SELECT 1"
 
 
 RULES = parse_rules("[tables.regions]\npublic = true\n")

@@ -3,18 +3,20 @@ the order statistics a direct computation over the rows gives."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
+from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.backends import open_backend
+from proxy.backends import GroupedRanks, open_backend
 from proxy.engine import Engine
 from proxy.privacy.noisy_answers import column_needs
-from proxy.pushdown import unit_bound_sql
+from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import BOTTOM, TOP
@@ -274,6 +276,40 @@ def test_duckdb_group_statistics_from_list_aggregates(duckdb_url, monkeypatch, f
         assert stats.columns["y"].values == order_values(ys, needs["y"].ranks)
         assert stats.columns["x"].total == pytest.approx(sum(xs))
         assert stats.columns["y"].n == len(ys)
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_the_declared_capabilities_choose_the_sql_not_the_numbers(duckdb_url, sql):
+    """Pushdown reads what a backend declares, not which backend it is: on DuckDB, its
+    list aggregates or the window under GROUP BY, the projected scope or the table read
+    directly in the first pass, each as its capabilities say, read the same statistics."""
+    load_table(duckdb_url, "t", _rows(seed=11), TYPES)
+    plan = analyze(parse_statements(sql)[0], RULES, Settings())
+    needs = column_needs(plan, 3)
+    backend = open_backend(duckdb_url)
+    statistics, sent = {}, {}
+    try:
+        for grouped, projected in itertools.product(
+                (GroupedRanks.LISTS, GroupedRanks.WINDOW), (True, False)):
+            declared = replace(backend.capabilities, grouped_ranks=grouped,
+                               projected_scope=projected)
+            sent[grouped, projected] = statements = []
+
+            def execute(statement: str, statements=statements) -> list[tuple]:
+                statements.append(statement)
+                return backend.query(statement)
+
+            statistics[grouped, projected] = compute_statistics(plan, needs, declared, None,
+                                                                execute)
+    finally:
+        backend.close()
+    first = statistics[GroupedRanks.LISTS, True]
+    assert all(groups == first for groups in statistics.values())
+    for (grouped, projected), statements in sent.items():
+        if plan.group_by:  # the window numbers the rows; the lists do not
+            assert ("ROW_NUMBER" in statements[0]) == (grouped is GroupedRanks.WINDOW)
+        else:  # the first pass counts the projected scope's c0, or the table's own values
+            assert projected == any("COUNT(c0)" in statement for statement in statements)
 
 
 @pytest.mark.postgres

@@ -20,6 +20,7 @@ from proxy.admin import Analyst
 from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.backends.spark_dialect import DIALECT
 from proxy.cli import LEDGER_NOT_SPARK, LEDGER_ONLY_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, Refused, RulesError
@@ -28,7 +29,6 @@ from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.scope import exact_sum, read_sum
-from proxy.pushdown.spark_dialect import DIALECT
 from proxy.pushdown.ungrouped import _beyond, _extremes
 from proxy.rules import parse_rules
 from proxy.settings import Settings
@@ -78,7 +78,7 @@ def test_no_percentile_sent_to_spark_is_approximate(engines):
 
     for sql in CONTRACT:
         plan = analyze(parse_statements(sql)[0], RULES, Settings())
-        compute_statistics(plan, column_needs(plan, 3), spark.dialect, None, execute)
+        compute_statistics(plan, column_needs(plan, 3), spark.capabilities, None, execute)
     assert any("PERCENTILE_DISC" in sql for sql in sent)
     assert not [sql for sql in sent if any(word in sql.upper() for word in APPROXIMATE)]
 

@@ -1,13 +1,15 @@
-"""What every backend offers the engine and the ledger."""
+"""What every backend offers the engine and the ledger, and what each declares it can do."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from sqlglot import exp
 
@@ -23,24 +25,70 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+class GroupedRanks(enum.Enum):
+    """How pushdown reads every group's values at the wanted ranks under GROUP BY."""
+
+    # Two hash-aggregate passes of list aggregates, written in DuckDB's SQL
+    # (pushdown/grouped_lists.py); the window where the lists do not reach a rank.
+    LISTS = "lists"
+    # A counting pass, then PERCENTILE_DISC(ARRAY[…]) WITHIN GROUP with per-group
+    # fractions, written in PostgreSQL's SQL (pushdown/grouped_ranks.py).
+    ORDERED_SET = "ordered set"
+    # ROW_NUMBER over the scope partitioned by the key, one sort (pushdown/grouped.py):
+    # rendered for any dialect.
+    WINDOW = "window"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared by its class: pushdown, the ledger and the command
+    line read these rather than ask which database it is. Each field names the choice
+    it makes."""
+
+    dialect: str  # the sqlglot dialect its SQL is rendered in
+    # Atomic transactions: it can hold the ledger, the logins and the answer cache;
+    # otherwise they live in another backend (--ledger), and a release cannot run in it.
+    transactional: bool
+    # Its writers take turns anyway, so concurrent debits may share one commit (Ledger).
+    group_commit: bool
+    # GENERATED ALWAYS AS IDENTITY numbers the ledger's rows; otherwise a sequence does.
+    identity_columns: bool
+    # The database is held by one process (a file): the server runs one worker.
+    one_process: bool
+    # It reads a table from the Parquet files at the rules' ``location`` (``attach``):
+    # ``idp-proxy demo`` writes the demo's tables there as files.
+    located_tables: bool
+    grouped_ranks: GroupedRanks  # how each group's ranks are read under GROUP BY
+    # The first pass without GROUP BY reads the scope as a subquery, each normalised
+    # value computed once per row (pushdown/ungrouped.py), not the table directly.
+    projected_scope: bool
+
+
 class Backend(ABC):
     """A database that holds the protected tables and the ``idp`` side tables.
 
-    ``dialect`` is the sqlglot dialect pushdown renders for. SQL passed to ``query``
-    and ``transaction`` uses ``%s`` placeholders; each backend adapts them.
+    Each backend class declares its ``capabilities``. SQL passed to ``query`` and
+    ``transaction`` uses ``%s`` placeholders; each backend adapts them.
     """
 
-    dialect: str
+    capabilities: ClassVar[Capabilities]
     name: str
     row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
-    # Concurrent debits may share one commit (Ledger): where writers take turns anyway.
-    group_commit = False
-    # Whether it can hold the ledger, the logins and the answer cache (atomic debits).
-    transactional = True
 
     def __init__(self) -> None:
         self._active: dict[int, Any] = {}  # thread -> what ``_stop`` interrupts
         self._interrupts = threading.Lock()
+
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str, connections: int) -> Backend:
+        """The backend at ``url``, a URL of its scheme (SPEC §3.1); ``connections``: the
+        transactions it may run at once, where it runs them side by side."""
+
+    @property
+    def dialect(self) -> str:
+        """The sqlglot dialect pushdown renders for (its capabilities')."""
+        return self.capabilities.dialect
 
     def interrupt(self, owner: int) -> None:
         """Stop what the thread ``owner`` runs now and refuse its further transactions

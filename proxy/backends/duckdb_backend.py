@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -12,7 +11,7 @@ from typing import Any
 import duckdb
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
 from proxy.errors import (
     BackendFailed,
     BackendLost,
@@ -28,20 +27,17 @@ from proxy.pgtypes import postgres_type
 _HARDENED = {"enable_external_access": False, "lock_configuration": True}
 
 
-def demo_path() -> Path:
-    """Where the embedded demo database lives (``IDP_PROXY_HOME`` overrides)."""
-    home = os.environ.get("IDP_PROXY_HOME") or Path.home() / ".local" / "share" / "idp-proxy"
-    return Path(home) / "demo.duckdb"
-
-
 class DuckDBBackend(Backend):
-    dialect = "duckdb"
+    capabilities = Capabilities(
+        dialect="duckdb", transactional=True,
+        group_commit=True,  # its writers take turns on the proxy's lock
+        identity_columns=False, one_process=True,  # one process holds the file
+        located_tables=False, grouped_ranks=GroupedRanks.LISTS, projected_scope=True)
     row_identity = "rowid"
-    group_commit = True  # its writers take turns on the proxy's lock
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:
         super().__init__()
-        self.name = "demo" if path == str(demo_path()) else Path(path).stem or "memory"
+        self.name = Path(path).stem or "memory"  # the demo's file is demo.duckdb
         self.path = path
         self._config = dict(_HARDENED) | ({"memory_limit": memory_limit} if memory_limit else {})
         self._con = self._open()
@@ -65,10 +61,11 @@ class DuckDBBackend(Backend):
                                 "or stop it first", self.path) from None
 
     @classmethod
-    def from_url(cls, url: str) -> DuckDBBackend:
+    def from_url(cls, url: str, connections: int) -> DuckDBBackend:
         """``duckdb:///:memory:``, ``duckdb:///relative.duckdb``, ``duckdb:////abs.duckdb``,
         optionally ``?memory_limit=2GB``: DuckDB then spills to disk beyond it (sorts,
-        temporary tables) instead of growing with the data."""
+        temporary tables) instead of growing with the data. ``connections`` is not
+        used: writers take turns on one connection, readers each have a cursor."""
         path, _, query = url.removeprefix("duckdb://").removeprefix("/").partition("?")
         if not path:
             raise BackendFailed("duckdb URL needs a path, e.g. duckdb:///data.duckdb", "22023")
@@ -77,17 +74,6 @@ class DuckDBBackend(Backend):
             raise BackendFailed("a duckdb URL takes only ?memory_limit=..., e.g. "
                                 "duckdb:///data.duckdb?memory_limit=2GB", "22023")
         return cls(path, options.get("memory_limit"))
-
-    @classmethod
-    def demo(cls) -> DuckDBBackend:
-        """The embedded demo database, created deterministically on first use."""
-        from proxy.demo import create_demo
-
-        path = demo_path()
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            create_demo(path)
-        return cls(str(path))
 
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:

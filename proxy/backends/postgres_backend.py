@@ -10,7 +10,7 @@ import psycopg
 from psycopg import pq
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
 from proxy.backends.pg_pool import ConnectionPool
 from proxy.errors import (
     BackendFailed,
@@ -65,7 +65,10 @@ WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
 
 
 class PostgresBackend(Backend):
-    dialect = "postgres"
+    capabilities = Capabilities(
+        dialect="postgres", transactional=True, group_commit=False, identity_columns=True,
+        one_process=False, located_tables=False, grouped_ranks=GroupedRanks.ORDERED_SET,
+        projected_scope=False)
     row_identity = "ctid"
 
     def __init__(self, url: str, pool_size: int = 4) -> None:
@@ -74,6 +77,12 @@ class PostgresBackend(Backend):
         self.url = url
         self.name = url.rsplit("/", 1)[-1].split("?")[0] or "postgres"
         self._pool = ConnectionPool(self._connect, pool_size)
+
+    @classmethod
+    def from_url(cls, url: str, connections: int) -> PostgresBackend:
+        """``postgresql://user@host:port/db`` (or ``postgres://``), with a pool of
+        ``connections``."""
+        return cls(url, connections)
 
     def _connect(self) -> psycopg.Connection:
         try:

@@ -1,10 +1,11 @@
 """Spark backend over Spark Connect (``sc://host:port``): reads only.
 
 Statements run as Spark SQL, rendered by pushdown for ``SPARK_DIALECT`` (sqlglot's
-Spark with exact percentiles: proxy.pushdown.spark_dialect). Spark has no
-transactions, so it cannot hold the ledger, the logins or the answer cache
-(``transactional = False``: the Ledger refuses it); a transaction here is only a scope
-for the statements of one query, and a "snapshot" is whatever each statement reads.
+Spark with exact percentiles: proxy.backends.spark_dialect). Spark has no
+transactions, so it cannot hold the ledger, the logins or the answer cache (its
+capabilities say ``transactional=False``: the Ledger refuses it); a transaction here is
+only a scope for the statements of one query, and a "snapshot" is whatever each
+statement reads.
 
 Data versions: a plain Spark table offers none that is cheap and trustworthy, so
 ``data_version`` is None: the per-unit row bound c is keyed by a fingerprint of the
@@ -24,10 +25,10 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Transaction, log, one_line
+from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
+from proxy.backends.spark_dialect import DIALECT as SPARK_DIALECT
 from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
 from proxy.pgtypes import postgres_type
-from proxy.pushdown.spark_dialect import DIALECT as SPARK_DIALECT
 
 # Spark's simple type names that differ from DuckDB's and PostgreSQL's.
 _SPARK_TYPES = {"int": "integer", "byte": "smallint", "short": "smallint", "long": "bigint",
@@ -43,9 +44,11 @@ def spark_type(name: str) -> str:
 
 
 class SparkBackend(Backend):
-    dialect = SPARK_DIALECT
+    capabilities = Capabilities(
+        dialect=SPARK_DIALECT, transactional=False, group_commit=False, identity_columns=False,
+        one_process=False, located_tables=True, grouped_ranks=GroupedRanks.WINDOW,
+        projected_scope=False)
     row_identity = ""  # Spark tables have no row identity
-    transactional = False
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -71,6 +74,11 @@ class SparkBackend(Backend):
         except Exception as exc:  # noqa: BLE001 -- pyspark raises many kinds here
             log.error("spark connect failed: %s", one_line(exc))
             raise BackendUnavailable("the database behind the proxy is unreachable") from None
+
+    @classmethod
+    def from_url(cls, url: str, connections: int) -> SparkBackend:
+        """``sc://host:port``; one Spark Connect session, whatever ``connections``."""
+        return cls(url)
 
     @property
     def session(self) -> Any:

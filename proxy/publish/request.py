@@ -55,7 +55,7 @@ def prepare(rules: Rules, backend: Backend, table: str, columns: str, k: int, ep
             method: str, split: str, alpha: float | None, domains: tuple[str, ...],
             key: str | None, out: str) -> Release:
     """Check every argument; raise a Refused error that says what is allowed instead."""
-    if not backend.transactional:  # a release writes its work tables into the backend
+    if not backend.capabilities.transactional:  # a release writes its work tables into the backend
         raise NotSupported("a release does not run over a Spark backend yet (it writes work "
                            "tables into the backend); release from DuckDB or PostgreSQL")
     declared = _table(rules, table)

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from proxy.pushdown.values import normalised
 
+WRITTEN_IN = "duckdb"  # the dialect the statements here are written in
 ROWS = "idp_release_rows"
 # The integer types by their PostgreSQL names, with their largest value (bigint holds
 # every value: the released ones are within ±MAGNITUDE_CAP).
@@ -40,12 +41,13 @@ def noisy_table(j: int) -> str:
 
 
 def _q(name: str) -> str:
-    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")
+    return exp.to_identifier(name, quoted=True).sql(dialect=WRITTEN_IN)
 
 
 def render(sql: str, dialect: str) -> str:
-    return sql if dialect == "duckdb" else sqlglot.transpile(sql, read="duckdb",
-                                                             write=dialect)[0]
+    """``sql`` for the backend's ``dialect`` (as written where it is the same)."""
+    return sql if dialect == WRITTEN_IN else sqlglot.transpile(sql, read=WRITTEN_IN,
+                                                               write=dialect)[0]
 
 
 def rows_table(table: str, columns: list[str], key: str | None, row_identity: str) -> str:
@@ -66,7 +68,8 @@ def rows_table(table: str, columns: list[str], key: str | None, row_identity: st
 def _normalised(value: str, lower: float | None = None, upper: float | None = None
                 ) -> str:
     """``proxy.pushdown.values.normalised`` as DuckDB SQL text."""
-    return normalised(sqlglot.parse_one(value, read="duckdb"), lower, upper).sql(dialect="duckdb")
+    return normalised(sqlglot.parse_one(value, read=WRITTEN_IN), lower, upper).sql(
+        dialect=WRITTEN_IN)
 
 
 def maxima(table: str, columns: list[str]) -> str:

@@ -24,6 +24,7 @@ import math
 
 from sqlglot import exp
 
+from proxy.backends.base import Capabilities
 from proxy.pushdown.scope import (
     Execute,
     counts_units,
@@ -41,30 +42,22 @@ from proxy.vocabulary import COUNT, DerivedColumn, QueryPlan
 
 
 def ungrouped_statistics(
-    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], capabilities: Capabilities,
     clip_rows_per_unit: int | None, execute: Execute,
 ) -> GroupStats:
-    thresholds = {}
+    dialect, thresholds = capabilities.dialect, {}
     if (clip_rows_per_unit is None
             and plan.per_unit is None  # a sample of its rows is no sample of its units
             and any(_first_pass_work(need) for need in needs)):
         thresholds = _pilot_thresholds(plan, needs, dialect, execute)
-    group, _ = first_pass(plan, needs, dialect, clip_rows_per_unit, execute,
+    group, _ = first_pass(plan, needs, capabilities, clip_rows_per_unit, execute,
                           thresholds=thresholds)
     remaining_passes(plan, needs, group, dialect, clip_rows_per_unit, execute)
     return group
 
 
-# Where the first pass reads the scope as a subquery (``scope_select``), so each
-# normalised value is computed once per row however many aggregates use it: DuckDB
-# evaluates a repeated CASE once per use (the folded extremes use it four times; at
-# 1 M rows the pass took 13-15 ms, 8-9 ms from the subquery). PostgreSQL keeps the
-# form its pass was measured in (the table read directly).
-PROJECTED_SCOPE_DIALECTS = frozenset({"duckdb"})
-
-
 def first_pass(
-    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], dialect: str,
+    plan: QueryPlan, needs: tuple[ColumnNeeds, ...], capabilities: Capabilities,
     clip_rows_per_unit: int | None, execute: Execute,
     whole_table: list[exp.Expression] = (),
     thresholds: dict[tuple[int, str], float] | None = None,
@@ -76,11 +69,18 @@ def first_pass(
     per-unit bound's fingerprint) in the same scan; the scope's aggregates then take
     the predicate as ``FILTER (WHERE …)``. Returns the statistics and the values of the
     ``whole_table`` aggregates. ``thresholds`` (from ``_pilot_thresholds``): the
-    extremes of those columns and ends ride along in the same scan (``_beyond``)."""
+    extremes of those columns and ends ride along in the same scan (``_beyond``).
+
+    Where the backend's capabilities ask for a ``projected_scope``, the pass reads the
+    scope as a subquery (``scope_select``), so each normalised value is computed once
+    per row however many aggregates use it: DuckDB evaluates a repeated CASE once per
+    use (the folded extremes use it four times; at 1 M rows the pass took 13-15 ms,
+    8-9 ms from the subquery). PostgreSQL keeps the form its pass was measured in (the
+    table read directly)."""
     group = GroupStats(columns={need.column: ColumnStats() for need in needs})
     clipped = clip_rows_per_unit is not None
     assert not (clipped and whole_table), "DP clipping needs no per-unit bound"
-    projected = clipped or (dialect in PROJECTED_SCOPE_DIALECTS and not whole_table)
+    projected = clipped or (capabilities.projected_scope and not whole_table)
     filtered = bool(whole_table) and plan.where is not None
     items, readers = [], []
 
@@ -127,7 +127,7 @@ def first_pass(
         statement = exp.select(*items, *whole_table).from_(source_table(plan), copy=False)
         if plan.where is not None and not filtered:
             statement = statement.where(plan.where.copy(), copy=False)
-    row = execute(statement.sql(dialect=dialect, copy=False))[0]
+    row = execute(statement.sql(dialect=capabilities.dialect, copy=False))[0]
     for reader, value in zip(readers, row):
         reader(value)
     return group, list(row[len(items):])
@@ -271,8 +271,8 @@ def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, d
         exact.append((index, need, stats, inside))
     if not exact:
         return
-    items = [quantiles(exp.column(f"c{index}"), [(rank - 0.5) / stats.n for _, rank in inside],
-                        dialect) for index, _, stats, inside in exact]
+    items = [quantiles(exp.column(f"c{index}"), [(rank - 0.5) / stats.n for _, rank in inside])
+             for index, _, stats, inside in exact]
     row = execute(exp.select(*items).from_(scope.subquery("s"), copy=False)
                   .sql(dialect=dialect, copy=False))[0]
     for (_, need, stats, inside), values in zip(exact, row):
@@ -304,7 +304,7 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     fractions = [min(max(q, 0.0), 1.0) for q in ((min(ranks) - 0.5) / n - margin,
                                                 (max(ranks) - 0.5) / n + margin)]
     sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
-    pilot = exp.select(quantiles(column, fractions, dialect)).from_(
+    pilot = exp.select(quantiles(column, fractions)).from_(
         sampled.subquery("s", copy=False), copy=False)
     bounds = execute(pilot.sql(dialect=dialect, copy=False))[0][0]
     if not bounds or None in bounds:
@@ -317,18 +317,17 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     if not all(below < r <= below + count_inside for r in ranks):
         return False
     fractions = [(r - below - 0.5) / count_inside for r in ranks]
-    picks = exp.select(quantiles(column, fractions, dialect)).from_(scope.subquery("s"),
-                                                                      copy=False)
+    picks = exp.select(quantiles(column, fractions)).from_(scope.subquery("s"), copy=False)
     values = execute(picks.where(in_bracket, copy=False).sql(dialect=dialect, copy=False))[0][0]
     for (ref, _), value in zip(inside, values):
         stats.values[ref] = need.normalise(value)
     return True
 
 
-def quantiles(column: exp.Expression, fractions: list[float], dialect: str) -> exp.Expression:
-    """PERCENTILE_DISC at several fractions, as an array (rank ⌈q·n⌉ for each q)."""
+def quantiles(column: exp.Expression, fractions: list[float]) -> exp.Expression:
+    """PERCENTILE_DISC at several fractions, as an array (rank ⌈q·n⌉ for each q). sqlglot
+    renders the one node in each backend's form: DuckDB's ``QUANTILE_DISC(x, [q, …])``,
+    PostgreSQL's ``PERCENTILE_DISC(ARRAY[q, …]) WITHIN GROUP (ORDER BY x)``, Spark's
+    array of ordered-set percentiles (``sparkexact``)."""
     array = exp.Array(expressions=[exp.Literal.number(repr(q)) for q in fractions])
-    if dialect == "duckdb":
-        return exp.PercentileDisc(this=column, expression=array)
-    return exp.WithinGroup(this=exp.PercentileDisc(this=array),
-                           expression=exp.Order(expressions=[exp.Ordered(this=column)]))
+    return exp.PercentileDisc(this=column, expression=array)

@@ -12,6 +12,7 @@ from functools import cache
 
 from sqlglot import exp
 
+from proxy.backends.base import Capabilities, GroupedRanks
 from proxy.errors import BackendFailed
 from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
@@ -78,7 +79,7 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         if last == n:
             return descending(1, n + 1 - first)[::-1]
         value = exp.column("c0")
-        ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n], dialect))
+        ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n]))
         low, high = (need.normalise(v) for v in execute(
             ends.from_(scope().subquery("s")).sql(dialect=dialect))[0][0])
         low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
@@ -100,19 +101,19 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     return fetch
 
 
-def grouped_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
+def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabilities,
                     clip_rows_per_unit: int | None, execute: Execute,
                     spans: list[tuple[RankRef, int]]) -> dict[tuple, dict[int, float]]:
     """Every group's values at the ranks within ``reach`` of each ``target`` (a span is
     (target, reach)), by group key and rank, for all groups at once: under GROUP BY the
     exponential mechanism's first windows then cost a pass or two over the scope, where
     ``order_statistics`` costs a percentile and a scan per group (it still serves a draw
-    that asks for a wider window: ``near``). On DuckDB the ranks are read as order
-    statistics of the grouped lists (two hash aggregates, no sort:
-    ``grouped_list_statistics``); elsewhere, or where those lists do not reach, by a
-    ROW_NUMBER over the scope partitioned by the key (one sort), the targets' ranks
-    computed from each group's n in SQL's integer arithmetic."""
-    if dialect == "duckdb":
+    that asks for a wider window: ``near``). Where the backend has list aggregates
+    (``GroupedRanks.LISTS``) the ranks are read as order statistics of the grouped lists
+    (two hash aggregates, no sort: ``grouped_list_statistics``); elsewhere, or where
+    those lists do not reach, by a ROW_NUMBER over the scope partitioned by the key (one
+    sort), the targets' ranks computed from each group's n in SQL's integer arithmetic."""
+    if capabilities.grouped_ranks is GroupedRanks.LISTS:
         refs = {RankRef(target.anchor, offset, target.fraction) for target, reach in spans
                 for offset in (range(-reach, reach + 1) if target.anchor == PCT
                                else range(reach + 1))}
@@ -132,7 +133,7 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         for target, reach in spans])
     statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(within)
     found: dict[tuple, dict[int, float]] = {}
-    for row in execute(statement.sql(dialect=dialect)):
+    for row in execute(statement.sql(dialect=capabilities.dialect)):
         found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.normalise(row[-2])
     return found
 

@@ -26,6 +26,7 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
+from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched
@@ -170,7 +171,8 @@ def _pushed_down(con, rows, query: str):
     for row in rows:
         counts[row[0]] = counts.get(row[0], 0) + 1
     shift = max(counts.values())
-    groups = compute_statistics(plan, column_needs(plan, shift), "duckdb", None, execute)
+    groups = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,
+                                None, execute)
     return plan, shift, groups
 
 

@@ -32,6 +32,7 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
+from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched
@@ -205,7 +206,8 @@ def _pushed_down(con, rows, query: str, model: str = "idp"):
     else:
         c = max(1, execute(unit_bound_sql("t", "unit", "duckdb"))[0][0])
         shift = c * plan.multiplicity * plan.table.group_size
-    groups = compute_statistics(plan, column_needs(plan, shift), "duckdb", clip, execute)
+    groups = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,
+                                clip, execute)
     return plan, shift, groups
 
 

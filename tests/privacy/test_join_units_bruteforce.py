@@ -28,6 +28,7 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
+from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import _partner
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
@@ -224,7 +225,8 @@ def _pushed_down(con, a_rows, b_rows, query: str, model: str = "idp"):
         bound = execute(unit_bound_sql("a", "unit", "duckdb", _partner(plan)))[0][0]
         assert bound == _largest(a_rows, b_rows, QUERIES[query][1]), (a_rows, b_rows)
         shift = max(1, bound)
-    groups = compute_statistics(plan, column_needs(plan, shift), "duckdb", clip, execute)
+    groups = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,
+                                clip, execute)
     return plan, shift, groups
 
 

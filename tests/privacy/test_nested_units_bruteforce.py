@@ -28,6 +28,7 @@ import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
+from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.privacy.noisy_answers import Calibration, _sum_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, winsorized_sum
 from proxy.pushdown import compute_statistics
@@ -171,7 +172,8 @@ def _pushed_down(con, rows, query: str, group_size: int, model: str):
     def execute(sql):
         return con.execute(sql).fetchall()
 
-    stats = compute_statistics(plan, column_needs(plan, shift), "duckdb", None, execute)[()]
+    stats = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,
+                               None, execute)[()]
     counts = [a for a in plan.aggregates if a.kind == "count"]
     count = stats.rows if counts[0].column is None else stats.column(counts[0].column).n
     cal = Calibration(model, shift, local=model == "idp")
