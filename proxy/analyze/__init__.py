@@ -21,7 +21,7 @@ from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group, selection_refusal
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, protected_only, resolver, split_joins
-from proxy.analyze.normalise import normalise
+from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
@@ -133,7 +133,7 @@ def analyze(
     select = _only_select(statement)
     if _public_only(select, rules):
         return PassthroughPlan(select.copy())
-    select = normalise(select, rules)
+    select = merge_steps(select, rules)
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
     _refuse_unmerged_public(select, rules)

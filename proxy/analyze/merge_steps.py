@@ -1,4 +1,4 @@
-"""Normalisation before analysis: row-level subqueries and CTEs merged into one SELECT.
+"""Row-level steps merged before analysis: subqueries and CTEs become one SELECT.
 
 Analysts and BI tools wrap the table in row-level steps — a CTE that filters, a derived
 table that renames or picks columns (Superset's ``virtual_table``), nested any number of
@@ -45,7 +45,7 @@ _GENERATED = re.compile(r"_col_\d+")
 PASSES = (eliminate_subqueries, merge_subqueries, eliminate_ctes, simplify)
 
 
-def normalise(select: exp.Select, rules: Rules) -> exp.Select:
+def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     """``select`` with its time constants folded and, when it has CTEs or subqueries in
     FROM, its row-level steps merged (a new tree; the argument is not changed)."""
     select = fold_time_constants(select.copy())

@@ -1,6 +1,6 @@
 """Outer queries over one private aggregate query: post-processing of one release.
 
-After normalisation (``proxy.analyze.normalise``) a CTE or subquery is left only where it
+After the steps are merged (``proxy.analyze.merge_steps``) a CTE or subquery is left only where it
 is not row-level. Two shapes of such queries only reshape the answers of one aggregate
 query, so they are answered from one release, charged once (post-processing costs no
 privacy):
@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
-from proxy.analyze.normalise import step_name, steps
+from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.errors import NotSupported, RawRowAccess
 from proxy.vocabulary import COUNT, SUM, QueryPlan

@@ -40,7 +40,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy.analyze.aggregates import is_aggregate
-from proxy.analyze.normalise import step_name, steps
+from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported
 from proxy.rules import Column, Rules, Table
 from proxy.vocabulary import COUNT, PerUnit, QueryPlan
@@ -101,7 +101,7 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
 
 def _unit_grouped_by(body: exp.Select, rules: Rules) -> exp.Column | None:
     """The subquery's one GROUP BY column when it is the privacy unit of a protected
-    table it reads (its columns are qualified: ``proxy.analyze.normalise``)."""
+    table it reads (its columns are qualified: ``proxy.analyze.merge_steps``)."""
     group = body.args.get("group")
     terms = group.expressions if group else []
     if len(terms) != 1 or not isinstance(terms[0], exp.Column) or not body.find(exp.AggFunc):

@@ -13,7 +13,7 @@ stays as written: a statement whose other literals differ is analysed afresh (an
 plan replaces the kept one). A literal is a slot only when all of these hold:
 
 - it is in the WHERE clause of a plain SELECT (no subquery, CTE or set operation, so
-  the optimizer passes of ``proxy.analyze.normalise``, which fold and merge literals,
+  the optimizer passes of ``proxy.analyze.merge_steps``, which fold and merge literals,
   never run);
 - the plan holds it exactly once, unchanged and as the very node the parser made (its
   source position kept in ``meta``), inside ``plan.where``, and nowhere else in the
