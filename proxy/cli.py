@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from proxy.epsilon import parse_epsilon
 from proxy.errors import DatabaseInUse, ProxyError, RulesError
+from proxy.loss import parse_epsilon
 from proxy.progress import progress
 
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ from decimal import Decimal
 from typing import NoReturn
 
 from proxy.backends.base import Backend
-from proxy.epsilon import from_micro, to_micro
 from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -28,6 +27,7 @@ from proxy.errors import (
     QueryCanceled,
     UnknownAnalyst,
 )
+from proxy.loss import Loss, from_micro, to_micro
 from proxy.rules import Rules
 
 # idp.ledger, by whether the backend has identity columns (Capabilities.identity_columns):
@@ -67,9 +67,8 @@ class Charge:
     sql: str
     model: str
     mechanism: str
-    epsilon: Decimal
+    loss: Loss  # its δ > 0 for an (ε, δ) query: keys chosen from the data
     neighbour: str
-    delta: Decimal = Decimal(0)  # of an (ε, δ) query: keys chosen from the data
 
     @property
     def sql_hash(self) -> str:
@@ -189,7 +188,7 @@ class Ledger:
         and raise BudgetExhausted.
         """
         self._settle()
-        micro = to_micro(charge.epsilon)
+        micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         if self.backend.capabilities.group_commit:
             rows = self._grouped(_Debit(charge, micro, accounts))
@@ -217,7 +216,7 @@ class Ledger:
                  else "the global budget of all analysts")
         raise BudgetExhausted(
             f"privacy budget exhausted ({whose}): this query needs epsilon "
-            f"{charge.epsilon} and {left} remains; ask the data owner for more or use a "
+            f"{charge.loss.spent} and {left} remains; ask the data owner for more or use a "
             "smaller idp.epsilon") from None
 
     def _grouped(self, debit: _Debit) -> list[tuple] | None:
@@ -306,7 +305,7 @@ class Ledger:
             with self._owed_lock:
                 self._owed.append(charge)
             log.warning("refund of epsilon %s to %s owed until the backend is back",
-                        charge.epsilon, charge.analyst)
+                        charge.loss.spent, charge.analyst)
 
     def _settle(self) -> None:
         """Pay the refunds owed since the backend last went away, oldest first."""
@@ -321,7 +320,7 @@ class Ledger:
                 raise
 
     def _refund(self, charge: Charge) -> None:
-        micro = to_micro(charge.epsilon)
+        micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
             tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
@@ -332,8 +331,9 @@ class Ledger:
     def append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
         """One ledger row; its δ goes with its ε: the charge's δ on a debit (or a refused
         one), none on a repeat from the cache, and taken back with a refund."""
-        delta = float(charge.delta if micro > 0 else -charge.delta) if micro and charge.delta \
-            else 0.0
+        delta = 0.0
+        if micro and charge.loss.delta:
+            delta = float(charge.loss.spent_delta) * (1 if micro > 0 else -1)
         tx.execute(
             "INSERT INTO idp.ledger (analyst, sql_hash, model, mechanism, epsilon_micro, delta, "
             "neighbour, status, released) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",

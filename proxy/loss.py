@@ -1,4 +1,8 @@
-"""Strict parsing of ε and budgets, kept in exact integer micro-units.
+"""Privacy loss as a value, and strict parsing of ε and budgets in exact micro-units.
+
+A ``Loss`` is what one release costs: ε, and δ for an (ε, δ) part. It is exact (rational),
+so a query's loss splits into the parts its mechanisms spend and they add back to it
+(sequential composition) without rounding; there is room beside ε and δ for ρ (zCDP).
 
 Budgets are sums of many small ε: adding floats drifts, so the ledger stores integers of
 one millionth of ε (SPEC §9), and every ε an analyst types is parsed as a plain ASCII
@@ -9,10 +13,49 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 MICRO = 1_000_000
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(\.[0-9]{1,6})?|\.[0-9]{1,6}")
+
+
+@dataclass(frozen=True)
+class Loss:
+    """ε (pure DP) and δ of one release or of one part of it, as exact rationals."""
+
+    epsilon: Fraction
+    delta: Fraction = Fraction(0)
+
+    @classmethod
+    def of(cls, epsilon: Decimal | Fraction | int, delta: Decimal | Fraction | int = 0) -> Loss:
+        return cls(Fraction(epsilon), Fraction(delta))
+
+    def __add__(self, other: Loss) -> Loss:
+        """Sequential composition: both releases, of the same data."""
+        return Loss(self.epsilon + other.epsilon, self.delta + other.delta)
+
+    def __mul__(self, share: int | Fraction) -> Loss:
+        """``share`` times this loss: k releases of it (an int), or a part of it."""
+        return Loss(self.epsilon * share, self.delta * share)
+
+    def split(self, *weights: int | Fraction) -> tuple[Loss, ...]:
+        """Parts in proportion to ``weights`` that add back to this loss exactly: what
+        a mechanism made of several draws spends on each (the one place a loss is
+        divided)."""
+        total = sum(weights)
+        return tuple(self * (Fraction(weight) / total) for weight in weights)
+
+    @property
+    def spent(self) -> Decimal:
+        """ε as the ledger and the analyst see it (exact: a charged loss is a whole number
+        of micro-units, ``to_micro``)."""
+        return Decimal(self.epsilon.numerator) / Decimal(self.epsilon.denominator)
+
+    @property
+    def spent_delta(self) -> Decimal:
+        return Decimal(self.delta.numerator) / Decimal(self.delta.denominator)
 
 
 def parse_epsilon(text: str | float | Decimal, what: str = "epsilon") -> Decimal:

@@ -18,8 +18,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from proxy.epsilon import parse_epsilon
 from proxy.errors import RulesError
+from proxy.loss import parse_epsilon
 from proxy.statistics import bound_problem
 
 MODELS = ("idp", "dp")

@@ -213,8 +213,8 @@ class Session:
 
     def _compute(self, normalised: str, plan: QueryPlan) -> Answer:
         engine = self.engine
-        charge = Charge(self.analyst, normalised, plan.model,
-                        _mechanism(plan), plan.cost, _neighbour(plan), plan.delta or Decimal(0))
+        charge = Charge(self.analyst, normalised, plan.model, _mechanism(plan), plan.loss,
+                        _neighbour(plan))
         debited = False
         try:
             with engine.view(plan) as view:
@@ -241,7 +241,7 @@ class Session:
             answer = _outer_answer(plan.post, answer)
         answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
-        return _restored(sent, charge.epsilon, charge.delta, remaining)
+        return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining)
 
 
 # Statements whose statistics failed in the backend after the debit, other than by an
@@ -294,8 +294,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         "mechanism": "; ".join(mechanisms),
         "sensitivity": _sensitivity(plan),
         "neighbours": charge.neighbour,
-        "epsilon_spent": float(charge.epsilon),
-        "delta": float(charge.delta),
+        "epsilon_spent": float(charge.loss.spent),
+        "delta": float(charge.loss.spent_delta),
         "epsilon_remaining": float(remaining),
         "ci95": ci95,
         "notes": notes,
@@ -462,11 +462,11 @@ def _selected_names(plan: QueryPlan) -> str:
 def _selection_note(plan: QueryPlan) -> str:
     """What the partition selection of ``plan`` spent and what it means for the rows
     shown: public (the plan's text and the rules), never the number of keys found."""
-    selection = selection_of(plan)
+    selection, spent = selection_of(plan), plan.loss.spent
     units = f"distinct {plan.table.privacy_unit}" if plan.table.privacy_unit else "rows"
     return (f"the keys of {_selected_names(plan)} are chosen from the data (partition "
-            f"selection, (epsilon, delta)-DP: epsilon {float(plan.cost * SELECTION_SHARE):g} "
-            f"of the {float(plan.cost):g} spent, delta {float(plan.delta):g}): a key is shown "
+            f"selection, (epsilon, delta)-DP: epsilon {float(spent * SELECTION_SHARE):g} "
+            f"of the {float(spent):g} spent, delta {float(plan.delta):g}): a key is shown "
             f"only when its noisy count of {units} reaches {selection.threshold}, so rare "
             "keys are missing; the aggregates share the rest of the epsilon")
 

@@ -13,8 +13,8 @@ from decimal import Decimal
 
 from sqlglot import exp
 
-from proxy.epsilon import parse_epsilon
 from proxy.errors import BadSetting, NotSupported, ReadOnly
+from proxy.loss import parse_epsilon
 from proxy.rules import MODELS, Rules
 from proxy.vocabulary import PriorSpec, parse_prior
 

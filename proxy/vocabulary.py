@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.loss import Loss
 from proxy.rules import Column, Table
 from proxy.statistics import MAGNITUDE_CAP
 
@@ -114,10 +115,17 @@ class QueryPlan:
     delta: Decimal | None = None
 
     @property
-    def cost(self) -> Decimal:
-        """Sequential composition over the aggregates of one SELECT (SPEC §3.2); a
-        public aggregate costs nothing."""
-        return self.epsilon * sum(not self.public(a) for a in self.aggregates)
+    def aggregate_loss(self) -> Loss:
+        """What each protected aggregate spends: ``epsilon``."""
+        return Loss.of(self.epsilon)
+
+    @property
+    def loss(self) -> Loss:
+        """What the query costs: sequential composition over the aggregates of one
+        SELECT (SPEC §3.2), a public aggregate costing nothing, and the δ of its
+        partition selection."""
+        protected = sum(not self.public(a) for a in self.aggregates)
+        return self.aggregate_loss * protected + Loss.of(0, self.delta or 0)
 
     def public(self, aggregate: Aggregate) -> bool:
         """COUNT(*) of the whole table: every neighbour (modify one record, or all of

@@ -22,6 +22,7 @@ from proxy.demo import located_rules
 from proxy.engine import Engine
 from proxy.errors import BackendUnavailable, QueryCanceled
 from proxy.ledger import Charge
+from proxy.loss import Loss
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.conftest import new_database
@@ -448,7 +449,7 @@ def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url): 
     def debit(analyst: str) -> None:
         threads[analyst] = threading.get_ident()
         try:
-            ledger.debit(Charge(analyst, f"SELECT {analyst}", "idp", "count", Decimal("0.05"),
+            ledger.debit(Charge(analyst, f"SELECT {analyst}", "idp", "count", Loss.of(Decimal("0.05")),
                                 "one record"))
             outcomes[analyst] = "debited"
         except QueryCanceled:

@@ -303,7 +303,7 @@ def test_rewrites_keep_postgresql_names_and_meaning():
     assert plan.aggregates[0].kind == "sum"
     plan = _plan("SELECT COUNT(*) FILTER (WHERE age > 30) FROM people")
     assert plan.aggregates[0].kind == "count" and not plan.public(plan.aggregates[0])
-    assert plan.cost == plan.epsilon
+    assert plan.loss == plan.aggregate_loss
 
 
 def test_asyncpg_prepares_a_parameter_inside_an_aggregate(proxy):

@@ -318,14 +318,13 @@ def _targets(plan: QueryPlan, shift: int):
     each aggregate's own (sequential composition, as for every aggregate of a SELECT),
     over GROUP BY divided by the groups one unit's s records can touch, as every DP
     aggregate's (§3.5)."""
-    epsilon = Fraction(plan.epsilon)
-    if plan.group_by:
-        epsilon /= groups_touched(shift, plan.group_count)
+    part = plan.aggregate_loss * Fraction(1, groups_touched(shift, plan.group_count)
+                                          if plan.group_by else 1)
     for index, agg in enumerate(plan.aggregates):
         if agg.kind not in (PERCENTILE, MAX, MIN):
             continue
         column = plan.table.columns[agg.column]
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
                   else RankRef(TOP if agg.kind == MAX else BOTTOM))
-        yield index, agg.column, target, epsilon, candidate_grid(
+        yield index, agg.column, target, part.epsilon, candidate_grid(
             column.lower, column.upper, column.resolution, column.type == "int")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.interrupts import checkpoint
+from proxy.loss import Loss
 from proxy.privacy.mechanisms import (
     Noisy,
     grid_step,
@@ -128,35 +129,36 @@ def release_group(
 
 def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_count, rng):
     agg = plan.aggregates[index]
-    epsilon = Fraction(plan.epsilon)
     grouped = bool(plan.group_by)
     if agg.kind == COUNT:
         true = group.rows if agg.column is None else group.column(agg.column).n
         if plan.public(agg):
             return Released(true, 0.0, PUBLIC_COUNT)
         # Counts: one unit's s records each leave one cell and join another: L1 ≤ 2s.
-        share = min(2, group_count) if grouped else 1
+        part = plan.aggregate_loss * Fraction(1, min(2, group_count) if grouped else 1)
         sensitivity = count_sensitivity(cal.shift)
-        noisy = laplace_integer(true, _integer_scale(sensitivity, cal), epsilon / share, rng)
+        noisy = laplace_integer(true, _integer_scale(sensitivity, cal), part.epsilon, rng)
         # its bound depends on s alone, the same for every neighbour (c counts rows)
         return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                        noisy.ci95 if cal.report_scale == "private" else None)
-    share = groups_touched(cal.shift, group_count) if grouped else 1
+    # each group's part: of the groups one unit's s records can touch (§3.5)
+    part = plan.aggregate_loss * Fraction(1, groups_touched(cal.shift, group_count)
+                                          if grouped else 1)
     if agg.kind == UNITS:  # one unit's change: g units leave or join each cell it touches
         noisy = laplace_integer(group.units, _integer_scale(plan.table.group_size, cal),
-                                epsilon / share, rng)
+                                part.epsilon, rng)
         return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                        noisy.ci95 if cal.report_scale == "private" else None)
     stats = group.column(agg.column)
     column = plan.table.columns[agg.column]
     if agg.kind == AVG:
-        return _release_average(stats, column, cal, epsilon / share, rng)
+        return _release_average(stats, column, cal, part, rng)
     if agg.kind in SPREADS and not cal.local:
-        noisy = noisy_moments(agg.kind, stats, column, cal.shift, epsilon / share, rng)
+        noisy = noisy_moments(agg.kind, stats, column, cal.shift, part, rng)
         return _finish(noisy, cal, spread_note(agg.kind, cal.local))
     if agg.kind in SPREADS:
         answer, sensitivity, largest = spread_and_sensitivity(agg.kind, stats, column, cal.shift)
-        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon / share, rng,
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), part.epsilon, rng,
                              grid_step(column.resolution))
         return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
                        cal, spread_note(agg.kind, cal.local))
@@ -166,13 +168,13 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
                        _INSTANCE_NOTE if not agg.continuous else
                        f"{_INSTANCE_NOTE}; PERCENTILE_CONT is answered as PERCENTILE_DISC")
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
-    step, epsilon = grid_step(column.resolution), epsilon / share
+    step, epsilon = grid_step(column.resolution), part.epsilon
     bound = None
     if index in group.smooth:
         noisy = smooth_real(answer, group.smooth[index], epsilon, plan.smooth_gamma, rng, step)
         note = _SMOOTH_NOTE
     elif index in group.bounds:  # report_scale "private": the bound took its share of ε
-        epsilon *= 1 - BOUND_SHARE
+        epsilon = part.split(BOUND_SHARE, 1 - BOUND_SHARE)[1].epsilon
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, rng, step)
         bound = laplace_interval(group.bounds[index], epsilon, step, 1 - FAILURE)
     else:
@@ -237,13 +239,15 @@ def _sum_note(cal: Calibration) -> str:
     return "SUM adds values clamped to the declared domain"
 
 
-def _release_average(stats: ColumnStats, column, cal: Calibration, epsilon: Fraction, rng):
-    """AVG = noisy SUM / noisy COUNT, each with half the ε (post-processing of both)."""
+def _release_average(stats: ColumnStats, column, cal: Calibration, loss: Loss, rng):
+    """AVG = noisy SUM / noisy COUNT, each with half the loss (post-processing of both)."""
     total, sum_sensitivity = _sum_and_sensitivity(stats, column, cal)
+    of_sum, of_count = loss.split(1, 1)
     # Each part inside its 97.5% interval: both at once with probability ≥ 95%.
-    noisy_sum = laplace_real(total, _real_scale(sum_sensitivity, cal, column), epsilon / 2, rng,
-                             grid_step(column.resolution), 0.975)
-    noisy_count = laplace_integer(stats.n, _integer_scale(cal.shift, cal), epsilon / 2, rng, 0.975)
+    noisy_sum = laplace_real(total, _real_scale(sum_sensitivity, cal, column), of_sum.epsilon,
+                             rng, grid_step(column.resolution), 0.975)
+    noisy_count = laplace_integer(stats.n, _integer_scale(cal.shift, cal), of_count.epsilon,
+                                  rng, 0.975)
     count = max(1, noisy_count.value)
     value = _clamp(noisy_sum.value / count, column.lower, column.upper)
     low_count = max(1.0, count - noisy_count.ci95)

@@ -131,7 +131,7 @@ def selection_of(plan: QueryPlan) -> PartitionSelection:
     count = sum(term.kind == SELECTED for term in plan.group_by)
     per_unit = table.max_rows_per_unit if table.privacy_unit else 1
     return PartitionSelection(per_unit, table.group_size,
-                              Fraction(plan.cost * SELECTION_SHARE) / count,
+                              plan.loss.epsilon * Fraction(SELECTION_SHARE) / count,
                               plan.delta / count)
 
 

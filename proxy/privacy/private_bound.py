@@ -70,7 +70,7 @@ def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
     MIN of a column with both bounds declared), by aggregate index, each paid with
     BOUND_SHARE of that aggregate's ε. ``floor``: the rules' floor, raised to the
     column's public resolution; ``window(column, from_top)`` reads ranks in scope."""
-    epsilon_b = Fraction(plan.epsilon) * BOUND_SHARE
+    epsilon_b = plan.aggregate_loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[0].epsilon
     found = {}
     for index, agg in enumerate(plan.aggregates):
         column = plan.table.columns.get(agg.column) if agg.column else None

@@ -42,8 +42,8 @@ global sensitivity (U − L)²/2, every answer lying in [0, (U − L)²/2], what
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
+from proxy.loss import Loss
 from proxy.privacy.mechanisms import Noisy, grid_step, laplace_integer, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import clamped_sum_sensitivity, finite_only
@@ -165,7 +165,7 @@ def moment_sums(n: int, total: float, m2: float, lower: float,
     return first, second
 
 
-def noisy_moments(kind: str, stats, column, shift: int, epsilon: Fraction,
+def noisy_moments(kind: str, stats, column, shift: int, loss: Loss,
                   rng: RandomSource) -> Noisy:
     """STDDEV/VARIANCE under DP from three noisy sums over the (clipped) scope, each with
     ε/3 — the count N (sensitivity s), S1 = Σ(x − c) (values in [−h, h]: 2h·s) and
@@ -182,14 +182,14 @@ def noisy_moments(kind: str, stats, column, shift: int, epsilon: Fraction,
     lower, upper = column.lower, column.upper
     half = (upper - lower) / 2
     first, second = moment_sums(stats.n, stats.total, stats.m2, lower, upper)
-    third = epsilon / 3
+    of_count, of_linear, of_square = loss.split(1, 1, 1)
     confidence = 1 - 0.05 / 3
     step = grid_step(column.resolution)
-    count = laplace_integer(stats.n, shift, third, rng, confidence)
-    linear = laplace_real(first, clamped_sum_sensitivity(shift, -half, half), third, rng, step,
-                          confidence)
-    square = laplace_real(second, clamped_sum_sensitivity(shift, 0.0, half * half), third, rng,
-                          step, confidence)
+    count = laplace_integer(stats.n, shift, of_count.epsilon, rng, confidence)
+    linear = laplace_real(first, clamped_sum_sensitivity(shift, -half, half), of_linear.epsilon,
+                          rng, step, confidence)
+    square = laplace_real(second, clamped_sum_sensitivity(shift, 0.0, half * half),
+                          of_square.epsilon, rng, step, confidence)
     largest = largest_variance(form, lower, upper)
 
     def combined(n: float, s1: float, s2: float) -> float:

@@ -11,8 +11,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from proxy.backends.base import Backend
-from proxy.epsilon import parse_epsilon
 from proxy.errors import BackendFailed, BadSetting, NotSupported, UnknownColumn, UnknownTable
+from proxy.loss import parse_epsilon
 from proxy.privacy.microaggregation import METHODS, MIN_K, NEEDS_DOMAIN
 from proxy.publish.sql import maxima, render
 from proxy.rules import Rules, Table

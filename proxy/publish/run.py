@@ -24,6 +24,7 @@ import duckdb
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import BackendUnavailable, OutputFailed
 from proxy.ledger import Charge, Ledger
+from proxy.loss import Loss
 from proxy.privacy.microaggregation import IDP_CBLS, Cluster, release
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.publish import sql
@@ -47,7 +48,7 @@ def run_release(backend: Backend, ledger: Ledger, job: Release, analyst: str,
     rng = rng or SecureSource()
     model = "dp" if job.method.startswith("dp") else "idp"
     charge = Charge(analyst, job.describe(), model, f"release {job.method} k={job.k}",
-                    job.epsilon, "modify one record (clusters held fixed, seed 002)")
+                    Loss.of(job.epsilon), "modify one record (clusters held fixed, seed 002)")
     remaining = ledger.debit(charge)
     try:
         with backend.transaction(snapshot=True) as tx:

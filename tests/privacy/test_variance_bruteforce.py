@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import random
-from fractions import Fraction
 
 import pytest
 
+from proxy.loss import Loss
 from proxy.privacy.sensitivity import clamped_sum_sensitivity, groups_touched
 from proxy.privacy.variance import (
     POPULATION,
@@ -194,7 +194,7 @@ def test_noisy_moments_bound_covers_95_percent(kind):
     truth = math.sqrt(truth) if kind.startswith("stddev") else truth
     source, inside, runs = SeededSource(38), 0, 400
     for _ in range(runs):
-        noisy = noisy_moments(kind, stats, column, 1, Fraction(1), source)
+        noisy = noisy_moments(kind, stats, column, 1, Loss.of(1), source)
         inside += abs(noisy.value - truth) <= noisy.ci95
         assert 0 <= noisy.value <= (100 if kind.startswith("stddev") else 100 ** 2 / 2)
     assert inside / runs >= 0.95
