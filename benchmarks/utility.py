@@ -160,7 +160,7 @@ def our_methods() -> list[tuple[str, Settings]]:
 def ours(engine: Engine, sql: str, settings: Settings, trials: int) -> list[float]:
     """``trials`` fresh answers: the statistics read once, the noise drawn each time."""
     plan = analyze(parse_statements(sql)[0], engine.rules, settings)
-    if plan.instance:
+    if plan.mechanism.exponential:
         return instance_draws(engine, plan, trials)
     computed = engine.statistics(plan)
     engine.statistics = lambda plan, view=None: computed  # unchanged data, new noise

@@ -53,7 +53,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
-from proxy.vocabulary import PUBLIC, SELECTED, QueryPlan
+from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
 
 @dataclass
@@ -154,16 +154,16 @@ class Engine:
         here, after the debit) or the private levels of the local sensitivities (iDP,
         ``report_scale = "private"``), read from windows of ranks in the same snapshot."""
         dialect = self.backend.dialect
-        clip = plan.contribution_bound if plan.model == "dp" else None
-        bounded = (plan.local and not plan.group_by
+        clip = plan.contribution_bound if plan.mechanism.model == "dp" else None
+        bounded = (plan.mechanism.local and not plan.group_by
                    and self.rules.defaults.report_scale == "private")
         with self._in(plan, view) as reading:
             plan, tx = reading.plan or plan, reading.tx
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
-            if plan.smooth_gamma is None and not bounded and not plan.instance:
+            if plan.mechanism.scale != SMOOTH and not bounded and not plan.mechanism.exponential:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
-            if plan.instance:
+            if plan.mechanism.exponential:
                 # under GROUP BY every group's first windows in one read (grouped_windows)
                 first = {column: grouped_windows(plan, by_column[column],
                                                  self.backend.capabilities, clip, tx.execute,
@@ -212,7 +212,7 @@ class Engine:
         def needs(shift: int):
             return column_needs(plan, shift, counted)
 
-        if table.privacy_unit is None or plan.model != "idp":
+        if table.privacy_unit is None or plan.mechanism.model != "idp":
             shift = (clip or plan.multiplicity) * table.group_size
             return shift, compute_statistics(plan, needs(shift), capabilities, clip,
                                              tx.execute), version
@@ -244,7 +244,7 @@ class Engine:
                 ) -> tuple[list[tuple], list[list[Released]], str | None]:
         """Every group's key and released answers, and the data version they were
         computed at, read in ``view`` (else a new snapshot); after the debit."""
-        if plan.individual:
+        if plan.mechanism.individual:
             true, version = self.unit_value(plan, view)
             return [()], [[release_refined(plan, true, self.rng)]], version
         with self._in(plan, view) as reading:
@@ -253,12 +253,12 @@ class Engine:
                 plan = self._selected(plan, reading.tx)
                 reading = replace(reading, plan=plan)
             shift, groups, version = self.statistics(plan, reading)
-        if plan.prior is not None:
+        if plan.mechanism.prior is not None:
             return [()], [[release_refined(plan, exact_answer(plan, groups[()]), self.rng)]], \
                 version
         defaults = self.rules.defaults
-        calibration = Calibration(plan.model, shift, defaults.local_sensitivity_floor,
-                                  defaults.exact_release, defaults.report_scale, plan.local)
+        calibration = Calibration(plan.mechanism.model, shift, defaults.local_sensitivity_floor,
+                                  defaults.exact_release, defaults.report_scale, plan.mechanism.local)
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version

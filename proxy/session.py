@@ -213,7 +213,7 @@ class Session:
 
     def _compute(self, normalised: str, plan: QueryPlan) -> Answer:
         engine = self.engine
-        charge = Charge(self.analyst, normalised, plan.model, _mechanism(plan), plan.loss,
+        charge = Charge(self.analyst, normalised, plan.mechanism.model, _mechanism(plan), plan.loss,
                         _neighbour(plan))
         debited = False
         try:
@@ -290,9 +290,9 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         mechanisms.append(SELECTION_MECHANISM)
         notes.insert(0, _selection_note(plan))
     privacy = {
-        "model": "iDP" if plan.model == "idp" else "DP",
+        "model": "iDP" if plan.mechanism.model == "idp" else "DP",
         "mechanism": "; ".join(mechanisms),
-        "sensitivity": _sensitivity(plan),
+        "sensitivity": plan.mechanism.sensitivity,
         "neighbours": charge.neighbour,
         "epsilon_spent": float(charge.loss.spent),
         "delta": float(charge.loss.spent_delta),
@@ -328,7 +328,6 @@ def _multiplicity_note(plan: QueryPlan) -> str:
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
-_SENSITIVITY = {"refinement": "none (knowledge refinement does not depend on it)"}
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 
 
@@ -426,30 +425,12 @@ def _sort_key(value):
     return (value is None, value)
 
 
-def _sensitivity(plan: QueryPlan) -> str:
-    if plan.smooth_gamma is not None:
-        return "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise"
-    if plan.instance:
-        return (f"{_exponential(plan)} (exponential mechanism, utility minus the "
-                f"{'interpolated ' if plan.piecewise else ''}rank distance) for "
-                "percentiles, MAX and MIN; global otherwise")
-    if plan.local:
-        return "local, rounded up to a power of two"
-    return _SENSITIVITY.get(plan.model, "global")
-
-
-def _exponential(plan: QueryPlan) -> str:
-    """The setting's name of the exponential mechanism's form."""
-    return "piecewise" if plan.piecewise else "instance"
-
-
 def _mechanism(plan: QueryPlan) -> str:
+    """What the ledger records of the plan's mechanism and aggregates."""
     kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
-    smooth = "" if plan.smooth_gamma is None else f" smooth gamma={plan.smooth_gamma:g}"
-    smooth += f" {_exponential(plan)}" if plan.instance else ""
     selected = "" if plan.delta is None else f"; keys of {_selected_names(plan)} by " \
         f"partition selection, threshold {selection_of(plan).threshold}"
-    return f"{plan.model}{smooth}: {kinds}{selected}"
+    return f"{plan.mechanism.label}: {kinds}{selected}"
 
 
 SELECTION_MECHANISM = "partition selection (thresholded discrete Laplace)"
@@ -475,9 +456,9 @@ def _neighbour(plan: QueryPlan) -> str:
     if plan.per_unit is not None:  # the units' own records (docs/privacy.md §3.11)
         return _neighbour(plan.per_unit.source)
     table = plan.table
-    if plan.individual:
+    if plan.mechanism.individual:
         return f"any two values of one {table.privacy_unit}, or its absence (seed 001 §3)"
-    if plan.prior is not None:
+    if plan.mechanism.prior is not None:
         return "any two data sets (seed 001 Prop. 1)"
     both = [join.table.name for join in plan.joins if join.protected]
     where = f" in {table.name} and {both[0]}" if both else ""

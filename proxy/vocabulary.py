@@ -81,6 +81,62 @@ class OutputColumn:
     aggregate: int | None = None
 
 
+# How real answers' noise is scaled (Mechanism.scale)
+GLOBAL = "global"  # the declared domain's global sensitivity (and s for counts)
+LOCAL = "local"  # raw iDP: the data's own local sensitivity (the owner's opt-in)
+SMOOTH = "smooth"  # DP: the smooth sensitivity of percentiles, MAX and MIN
+EXPONENTIAL = "exponential"  # percentiles, MAX and MIN by the exponential mechanism
+PIECEWISE = "piecewise"  # ... in its piecewise form (interpolated rank distance)
+_SENSITIVITY = {
+    SMOOTH: "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
+    LOCAL: "local, rounded up to a power of two",
+}
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """How the answers of one plan are drawn, chosen at analysis from the session's
+    settings and the rules: whose neighbours (``model``), how the noise is scaled and
+    percentiles, MAX and MIN are drawn (``scale``), or the prior that knowledge
+    refinement refines. It names itself for the ledger and the answer's metadata."""
+
+    model: str = "idp"  # "idp" | "dp" | "refinement" (a prior is set: seed 001)
+    scale: str = GLOBAL
+    gamma: float | None = None  # of the smooth sensitivity (``scale`` SMOOTH)
+    prior: PriorSpec | None = None
+    individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
+
+    @property
+    def exponential(self) -> bool:
+        """Percentiles, MAX and MIN drawn by the exponential mechanism (either form)."""
+        return self.scale in (EXPONENTIAL, PIECEWISE)
+
+    @property
+    def local(self) -> bool:
+        return self.scale == LOCAL
+
+    @property
+    def label(self) -> str:
+        """The model and the form of its draws, as the ledger records them."""
+        if self.scale == SMOOTH:
+            return f"{self.model} smooth gamma={self.gamma:g}"
+        if self.exponential:  # named as the setting that chose it
+            return f"{self.model} {'piecewise' if self.scale == PIECEWISE else 'instance'}"
+        return self.model
+
+    @property
+    def sensitivity(self) -> str:
+        """What the noise is calibrated to, as the answer's metadata says."""
+        if self.exponential:
+            interpolated = "interpolated " if self.scale == PIECEWISE else ""
+            form = "piecewise" if self.scale == PIECEWISE else "instance"
+            return (f"{form} (exponential mechanism, utility minus the {interpolated}rank "
+                    "distance) for percentiles, MAX and MIN; global otherwise")
+        if self.model == "refinement":
+            return "none (knowledge refinement does not depend on it)"
+        return _SENSITIVITY.get(self.scale, "global")
+
+
 @dataclass(frozen=True)
 class QueryPlan:
     """A private aggregate query over one protected table."""
@@ -92,16 +148,8 @@ class QueryPlan:
     outputs: tuple[OutputColumn, ...]
     order_by: tuple[tuple[int, bool], ...]  # (output index, descending)
     limit: int | None
-    model: str  # "idp" | "dp" | "refinement" (a prior is set: seed 001)
     epsilon: Decimal  # per aggregate
-    prior: PriorSpec | None = None
-    individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
-    smooth_gamma: float | None = None  # DP noise calibrated to the smooth sensitivity
-    instance: bool = False  # percentiles, MAX and MIN by the exponential mechanism
-    piecewise: bool = False  # ... in its piecewise form (interpolated rank distance)
-    # iDP noise scaled to the data's own local sensitivity (raw iDP: the owner's opt-in,
-    # [defaults] noise_scale = "local"); else every scale is the data's private choice
-    local: bool = False
+    mechanism: Mechanism = Mechanism()
     post: Any = None  # an outer query over the released rows (proxy.analyze.outer), or None
     # public tables joined many-to-one, a second protected table on the privacy unit
     # (proxy.analyze.joins); of a plan over units, the joins of its per-unit query
@@ -140,7 +188,8 @@ class QueryPlan:
                 and self.per_unit is None
                 and all(join.left and not join.protected and join.multiplicity == 1
                         for join in self.joins)
-                and not self.group_by and self.prior is None and not self.individual)
+                and not self.group_by and self.mechanism.prior is None
+                and not self.mechanism.individual)
 
     @property
     def multiplicity(self) -> int:

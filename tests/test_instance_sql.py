@@ -288,4 +288,4 @@ x = { type = "int", domain = [0.2, 0.8] }
         Fraction(123456, 10**6)  # six decimal places are taken
     # a plan without percentiles, MAX or MIN draws nothing by the mechanism
     assert not analyze(parse_statements("SELECT COUNT(x) FROM t")[0], rules,
-                       settings).instance
+                       settings).mechanism.exponential

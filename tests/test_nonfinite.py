@@ -246,7 +246,7 @@ def test_smooth_sensitivity_window_reads_normalised_values(engine):
                  model="dp", sensitivity="smooth")
     shift, groups, _ = engine.statistics(plan)
     values = _normalised("u", "x", lambda r: r["unit"] < 25)
-    n, beta = len(values), admissible(float(plan.epsilon), plan.smooth_gamma)[1]
+    n, beta = len(values), admissible(float(plan.epsilon), plan.mechanism.gamma)[1]
     ascending = lambda first, last: values[first - 1: last]
     descending = lambda first, last: values[::-1][first - 1: last]
     assert groups[()].smooth == pytest.approx({

@@ -234,7 +234,7 @@ def test_a_prior_written_otherwise_is_shown_as_written():
     for text in ("uniform(0, 100000)", "uniform(0,100000)"):
         settings = apply_command(Settings(), SessionCommand("idp.prior", text))
         [(_, plan)] = _session(SHAPES_RULES, cache, settings).check(sql)
-        assert plan.model == "refinement" and plan.prior.text == text
+        assert plan.mechanism.model == "refinement" and plan.mechanism.prior.text == text
 
 
 def test_the_cache_is_bounded_and_forgets_the_least_recently_used():

@@ -40,15 +40,21 @@ from proxy.rules import Rules, Table
 from proxy.settings import Settings
 from proxy.vocabulary import (
     AVG,
+    EXPONENTIAL,
+    GLOBAL,
+    LOCAL,
     MAX,
     MIN,
     PERCENTILE,
+    PIECEWISE,
     SELECTED,
+    SMOOTH,
     SPREADS,
     SUM,
     VALUE,
     Aggregate,
     Join,
+    Mechanism,
     OutputColumn,
     PassthroughPlan,
     QueryPlan,
@@ -188,9 +194,6 @@ def analyze(
                                "idp.model = 'idp'")
     _check_domains(table, aggregates, model, settings.resolve_sensitivity(rules) == "local")
     where = select.args.get("where")
-    # percentiles, MAX and MIN drawn by the exponential mechanism (docs/privacy.md §5.3)
-    draws = (settings.instance_mechanism(rules)
-             and any(a.kind in (PERCENTILE, MAX, MIN) for a in aggregates))
     plan = QueryPlan(
         table=table,
         where=check_predicate(where.this, table, declared) if where else None,
@@ -199,18 +202,14 @@ def analyze(
         outputs=outputs,
         order_by=_order_by(select, outputs),
         limit=_limit(select),
-        model=model,
         epsilon=epsilon,
-        smooth_gamma=settings.smooth_gamma(rules),
-        instance=draws,
-        piecewise=draws and settings.resolve_sensitivity(rules) == "piecewise",
-        local=settings.resolve_sensitivity(rules) == "local",
+        mechanism=_mechanism(settings, rules, model, aggregates),
         joins=joins,
         delta=rules.defaults.delta if selects else None,
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)
-    if plan.smooth_gamma is not None and group_by:
+    if plan.mechanism.scale == SMOOTH and group_by:
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
     return plan
@@ -251,8 +250,23 @@ def _individual_query(select: exp.Select, table: Table, settings: Settings, reso
     return QueryPlan(table=table, where=condition, group_by=(),
                      aggregates=(Aggregate(VALUE, column, column),),
                      outputs=(OutputColumn(items[0].alias_or_name, aggregate=0),),
-                     order_by=(), limit=None, model="refinement", epsilon=epsilon,
-                     individual=True)
+                     order_by=(), limit=None, epsilon=epsilon,
+                     mechanism=Mechanism("refinement", individual=True))
+
+
+def _mechanism(settings: Settings, rules: Rules, model: str,
+               aggregates: tuple[Aggregate, ...]) -> Mechanism:
+    """The model's mechanism as the settings and the rules choose it; percentiles, MAX
+    and MIN drawn by the exponential mechanism only where the plan has one of them
+    (docs/privacy.md §5.3)."""
+    sensitivity = settings.resolve_sensitivity(rules)
+    gamma = settings.smooth_gamma(rules)
+    if gamma is not None:
+        return Mechanism(model, SMOOTH, gamma)
+    if settings.instance_mechanism(rules) and any(a.kind in (PERCENTILE, MAX, MIN)
+                                                 for a in aggregates):
+        return Mechanism(model, PIECEWISE if sensitivity == "piecewise" else EXPONENTIAL)
+    return Mechanism(model, LOCAL if sensitivity == "local" else GLOBAL)
 
 
 def _literal_text(literal: exp.Expression) -> str:
@@ -265,8 +279,8 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
     if len(plan.aggregates) != 1 or plan.group_by:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
-    return replace(plan, model="refinement", prior=settings.prior, smooth_gamma=None,
-                   instance=False, piecewise=False, local=False)
+    return replace(plan, mechanism=Mechanism("refinement", prior=settings.prior,
+                                             individual=plan.mechanism.individual))
 
 
 def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,

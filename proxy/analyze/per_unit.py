@@ -161,7 +161,7 @@ def _per_unit_query(body: exp.Select, unit: exp.Column, alias: str
 def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:
     """The per-unit values are counts, and the unit grouped by is the first protected
     table's (or that of one joined inner on it: the same value)."""
-    if plan.post is not None or plan.individual:
+    if plan.post is not None or plan.mechanism.individual:
         raise NotSupported(f"a per-unit subquery computes aggregates of each unit's rows; "
                            f"compute on them in the outer query: {FORM}")
     for aggregate, item in zip(plan.aggregates, inner.expressions):

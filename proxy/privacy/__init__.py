@@ -16,12 +16,12 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
     source is checked too."""
     if plan.per_unit is not None:
         refuse_unanswerable(plan.per_unit.source)
-    if plan.prior is not None:
+    if plan.mechanism.prior is not None:
         try:
             answer_prior(plan)  # also computes (and caches) its error bound, before the debit
         except ValueError as exc:
             raise BadSetting(f"idp.prior: {exc}") from None
-    if not plan.instance:
+    if not plan.mechanism.exponential:
         return
     for agg in plan.aggregates:
         if agg.kind in (PERCENTILE, MAX, MIN):

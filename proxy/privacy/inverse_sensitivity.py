@@ -48,7 +48,7 @@ from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
 from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
-from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
+from proxy.vocabulary import MAX, MIN, PERCENTILE, PIECEWISE, QueryPlan
 
 # rank_of(y): (values in scope below y, at or below y, the largest below y, the smallest
 # above y; None where there is none)
@@ -299,7 +299,7 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
         n = group.column(column).n
         found[index] = instance_release(n, max(1, target.rank(n)), shift, epsilon, grid,
                                         window(column, n), rank_of(column), rng,
-                                        plan.piecewise)
+                                        plan.mechanism.scale == PIECEWISE)
     return found
 
 

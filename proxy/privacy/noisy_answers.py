@@ -38,7 +38,19 @@ from proxy.privacy.sensitivity import (
 )
 from proxy.privacy.variance import noisy_moments, spread_and_sensitivity, spread_note
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
-from proxy.vocabulary import AVG, COUNT, MAX, MIN, PERCENTILE, SPREADS, SUM, UNITS, QueryPlan
+from proxy.vocabulary import (
+    AVG,
+    COUNT,
+    MAX,
+    MIN,
+    PERCENTILE,
+    PIECEWISE,
+    SMOOTH,
+    SPREADS,
+    SUM,
+    UNITS,
+    QueryPlan,
+)
 
 
 @dataclass(frozen=True)
@@ -81,26 +93,26 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
         wanted = ranks.setdefault(agg.column, set())
         totals.setdefault(agg.column, False)
         counts[agg.column] = (counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
-                              or plan.smooth_gamma is not None or plan.instance
+                              or plan.mechanism.scale == SMOOTH or plan.mechanism.exponential
                               or counted)  # windows need n
-        if plan.instance and agg.kind in (PERCENTILE, MAX, MIN):
+        if plan.mechanism.exponential and agg.kind in (PERCENTILE, MAX, MIN):
             continue  # drawn from windows of ranks (privacy/inverse_sensitivity.py)
         if agg.kind == PERCENTILE:
-            wanted.update(percentile_refs(agg.fraction, shift) if plan.local
+            wanted.update(percentile_refs(agg.fraction, shift) if plan.mechanism.local
                           else (RankRef(PCT, 0, agg.fraction),))
         elif agg.kind == MAX:
-            wanted.update(max_refs(shift, column.upper is not None) if plan.local
+            wanted.update(max_refs(shift, column.upper is not None) if plan.mechanism.local
                           else (RankRef(TOP, 0),))
         elif agg.kind == MIN:
-            wanted.update(min_refs(shift, column.lower is not None) if plan.local
+            wanted.update(min_refs(shift, column.lower is not None) if plan.mechanism.local
                           else (RankRef(BOTTOM, 0),))
         elif agg.kind in (SUM, AVG):
             totals[agg.column] = True
-            if plan.local and shift == 1:
+            if plan.mechanism.local and shift == 1:
                 wanted.update(SUM_REFS)
         elif agg.kind in SPREADS:  # n, Σx, m2 and (iDP) the extremes: proxy.privacy.variance
             totals[agg.column] = counts[agg.column] = spreads[agg.column] = True
-            if plan.local:
+            if plan.mechanism.local:
                 wanted.update((RankRef(BOTTOM, 0), RankRef(TOP, 0)))
     columns = plan.table.columns
     return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col],
@@ -163,7 +175,7 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
         return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
                        cal, spread_note(agg.kind, cal.local))
     if index in group.instance:
-        mechanism = PIECEWISE_MECHANISM if plan.piecewise else INSTANCE_MECHANISM
+        mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
         return _finish(Noisy(group.instance[index], None, mechanism), cal,
                        _INSTANCE_NOTE if not agg.continuous else
                        f"{_INSTANCE_NOTE}; PERCENTILE_CONT is answered as PERCENTILE_DISC")
@@ -171,7 +183,7 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
     step, epsilon = grid_step(column.resolution), part.epsilon
     bound = None
     if index in group.smooth:
-        noisy = smooth_real(answer, group.smooth[index], epsilon, plan.smooth_gamma, rng, step)
+        noisy = smooth_real(answer, group.smooth[index], epsilon, plan.mechanism.gamma, rng, step)
         note = _SMOOTH_NOTE
     elif index in group.bounds:  # report_scale "private": the bound took its share of ε
         epsilon = part.split(BOUND_SHARE, 1 - BOUND_SHARE)[1].epsilon

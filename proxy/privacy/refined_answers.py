@@ -47,10 +47,10 @@ def answer_prior(plan: QueryPlan) -> Any:
         raise ValueError(f"a prior over the dates of {agg.column} is not supported; "
                          "ask about a numeric or text column")
     nominal = kind in ("text", "bool")
-    if nominal and plan.prior.kind != "table":
+    if nominal and plan.mechanism.prior.kind != "table":
         raise ValueError(f"{agg.column} is {kind}: give a prior table such as "
                          "'{\"yes\": 0.3, \"no\": 0.7}'")
-    prior = prior_over(plan.prior, low, high, nominal, _CASTS[kind])
+    prior = prior_over(plan.mechanism.prior, low, high, nominal, _CASTS[kind])
     error_bound(prior, *factors(plan.epsilon))  # its one costly step, before the debit
     return prior
 
@@ -93,7 +93,7 @@ def release_refined(plan: QueryPlan, true: Any, rng: RandomSource) -> Released:
     # priors are checked before the debit so that nothing here can be non-finite
     assert (isinstance(value, (str, bool)) or math.isfinite(value)) and (
         bound is None or math.isfinite(bound)), "refinement produced a non-finite number"
-    return Released(value, bound, f"knowledge refinement of the prior {plan.prior.text}", _NOTE)
+    return Released(value, bound, f"knowledge refinement of the prior {plan.mechanism.prior.text}", _NOTE)
 
 
 _NOTE = ("answered by knowledge refinement (seed 001): one sample of the prior reweighted "

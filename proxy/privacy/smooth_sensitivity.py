@@ -38,7 +38,7 @@ def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
                          window: Callable[[str, bool], Fetch]) -> dict[int, float]:
     """S of every percentile, MAX and MIN of the plan, by aggregate index, at
     β = ε/γ; ``window(column, from_top)`` reads ranks of a column in scope."""
-    beta = admissible(float(plan.epsilon), plan.smooth_gamma)[1]
+    beta = admissible(float(plan.epsilon), plan.mechanism.gamma)[1]
     found = {}
     for index, agg in enumerate(plan.aggregates):
         if agg.kind not in (PERCENTILE, MAX, MIN):
