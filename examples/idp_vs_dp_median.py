@@ -21,6 +21,7 @@ os.environ["IDP_PROXY_HOME"] = tempfile.mkdtemp(prefix="idp-example-")
 from proxy.demo import open_demo, people_columns
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 
 RUNS = 50
 
@@ -34,7 +35,7 @@ def main() -> None:
     rules = replace(rules, defaults=replace(rules.defaults, answer_cache=False,
                                             report_scale="rounded", noise_scale="local"))
     engine = Engine(rules, open_demo())
-    session = engine.session("examples")
+    session = Session.open(engine, "examples")
     true = statistics.median_low(sorted(people_columns()["income"]))
     print(f"true median income: {true:,.2f} ({len(people_columns()['income']):,} people)")
     print(f"{'setting':<24} {'epsilon':>7} {'mean abs error':>16} {'95% bound':>14}")

@@ -60,6 +60,7 @@ from proxy.demo import create_demo, people_columns
 from proxy.engine import Engine
 from proxy.privacy import sensitivity as sens
 from proxy.rules import parse_rules
+from proxy.session import Session
 
 ROOT = Path(__file__).resolve().parent.parent
 LOWER, UPPER = 0.0, 10_000_000.0  # income's declared domain (rules/demo.toml)
@@ -196,7 +197,7 @@ def collect(job: dict) -> list[float]:
     shutil.copy(job["database"], copy)
     rng = SeededSource(job["seed"]) if job["seed"] is not None else None
     engine = Engine(demo_rules(job["floor"]), open_backend(f"duckdb:///{copy}"), rng)
-    session = engine.session("attacker")
+    session = Session.open(engine, "attacker")
     for setting in job["settings"]:
         list(session.execute(setting))
     hint = f"/*+ epsilon={job['epsilon']} */ "
@@ -565,7 +566,7 @@ def main() -> None:
     shutil.copy(demo, cache_copy)
     engine = Engine(demo_rules(), open_backend(f"duckdb:///{cache_copy}"),
                     SeededSource(args.seed) if args.seed is not None else None)
-    session = engine.session("attacker")
+    session = Session.open(engine, "attacker")
     same = "/*+ epsilon=0.02 */ SELECT MEDIAN(income) FROM people WHERE age >= 60"
     repeats = [next(session.execute(same)) for _ in range(3)]
     rephrased = [next(session.execute(same + f" AND age >= -{i}")) for i in (1, 2, 3)]

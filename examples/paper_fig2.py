@@ -32,6 +32,7 @@ import numpy as np
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
+from proxy.session import Session
 
 SIZES = (10, 100, 1000)
 EPSILONS = (0.5, 0.625, 0.75, 0.875, 1.0)
@@ -75,7 +76,7 @@ def main() -> None:
             table = f"fig2_{len(results)}"
             engine = _engine(args.backend, table, values)
             true = sorted(values)[(n + 1) // 2 - 1]  # PERCENTILE_DISC(0.5): rank ⌈n/2⌉
-            session = engine.session("examples")
+            session = Session.open(engine, "examples")
             for mechanism, settings in MECHANISMS.items():
                 list(session.execute(settings))
                 for epsilon in epsilons:

@@ -44,7 +44,7 @@ from proxy.settings import (
     session_command,
 )
 from proxy.timing import padded
-from proxy.vocabulary import AVG, COUNT, SELECTED, SPREADS, UNITS, PassthroughPlan, QueryPlan
+from proxy.vocabulary import SELECTED, PassthroughPlan, QueryPlan
 
 log = logging.getLogger("idp_proxy.session")
 
@@ -396,11 +396,10 @@ def _output_kind(plan: QueryPlan, output) -> str:
     if output.group is not None:
         return RULE_TYPES[plan.group_by[output.group].type]
     aggregate = plan.aggregates[output.aggregate]
-    if aggregate.kind in (COUNT, UNITS):
-        return RULE_TYPES["int"]
-    if aggregate.kind in (AVG, *SPREADS):
-        return _FLOAT
-    return RULE_TYPES[plan.table.columns[aggregate.column].type]
+    output_type = aggregate.kind.row.output
+    if output_type == "column":
+        return RULE_TYPES[plan.table.columns[aggregate.column].type]
+    return RULE_TYPES[output_type]
 
 
 def _notice(privacy: dict[str, Any]) -> str:

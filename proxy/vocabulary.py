@@ -46,6 +46,10 @@ class Kind(StrEnum):
     def __repr__(self) -> str:  # as the plain name: cache keys hash a plan's repr
         return repr(self.value)
 
+    @property
+    def row(self) -> KindRow:
+        return KINDS[self]
+
 
 # the kinds by their short names
 COUNT, PERCENTILE, MAX, MIN, SUM, AVG = (Kind.COUNT, Kind.PERCENTILE, Kind.MAX, Kind.MIN,
@@ -54,6 +58,34 @@ VALUE, UNITS = Kind.VALUE, Kind.UNITS
 VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = (Kind.VAR_SAMP, Kind.VAR_POP, Kind.STDDEV_SAMP,
                                               Kind.STDDEV_POP)
 SPREADS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)  # proxy.privacy.variance
+
+
+@dataclass(frozen=True)
+class KindRow:
+    """What the stages need to know of one aggregate kind: one row per kind in
+    ``KINDS``, read by analysis (which columns it takes, which mechanisms may draw it),
+    by privacy and by the session (its answers' type)."""
+
+    output: str  # its answers' rule type: "int", "float" or "column" (the column's own)
+    numeric: bool = False  # of a numeric column only, whose domain scales its noise
+    ranked: bool = False  # an order statistic: drawn by the exponential mechanism, or
+    # with the smooth sensitivity and a private bound (docs/privacy.md §5)
+    refinable: bool = False  # answered by knowledge refinement of a prior (seed 001)
+
+
+_SPREAD = KindRow("float", numeric=True)
+KINDS = {
+    Kind.COUNT: KindRow("int", refinable=True),
+    Kind.UNITS: KindRow("int"),
+    Kind.SUM: KindRow("column", numeric=True, refinable=True),
+    Kind.AVG: KindRow("float", numeric=True, refinable=True),
+    Kind.PERCENTILE: KindRow("column", numeric=True, ranked=True, refinable=True),
+    Kind.MAX: KindRow("column", numeric=True, ranked=True, refinable=True),
+    Kind.MIN: KindRow("column", numeric=True, ranked=True, refinable=True),
+    Kind.VALUE: KindRow("column", refinable=True),
+    Kind.VAR_SAMP: _SPREAD, Kind.VAR_POP: _SPREAD,
+    Kind.STDDEV_SAMP: _SPREAD, Kind.STDDEV_POP: _SPREAD,
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +102,9 @@ class Aggregate:
     label: str
     fraction: Fraction | None = None
     continuous: bool = False
+
+    def __post_init__(self) -> None:  # a kind given by its name is the Kind of that name
+        object.__setattr__(self, "kind", Kind(self.kind))
 
 
 @dataclass(frozen=True)

@@ -263,8 +263,7 @@ def _mechanism(settings: Settings, rules: Rules, model: str,
     gamma = settings.smooth_gamma(rules)
     if gamma is not None:
         return Mechanism(model, SMOOTH, gamma)
-    if settings.instance_mechanism(rules) and any(a.kind in (PERCENTILE, MAX, MIN)
-                                                 for a in aggregates):
+    if settings.instance_mechanism(rules) and any(a.kind.row.ranked for a in aggregates):
         return Mechanism(model, PIECEWISE if sensitivity == "piecewise" else EXPONENTIAL)
     return Mechanism(model, LOCAL if sensitivity == "local" else GLOBAL)
 
@@ -292,7 +291,7 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
         if agg.column is None:
             continue
         column = table.columns[agg.column]
-        needs_number = agg.kind in (PERCENTILE, MAX, MIN, SUM, AVG, *SPREADS)
+        needs_number = agg.kind.row.numeric
         if needs_number and not column.numeric:
             raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a numeric column; "
                                f"{agg.column} is {column.type}")

@@ -6,7 +6,7 @@ from proxy.errors import BadSetting, NotSupported
 from proxy.privacy.inverse_sensitivity import candidate_grid
 from proxy.privacy.refined_answers import answer_prior
 from proxy.privacy.sensitivity import SensitivityError
-from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
+from proxy.vocabulary import QueryPlan
 
 
 def refuse_unanswerable(plan: QueryPlan) -> None:
@@ -24,7 +24,7 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
     if not plan.mechanism.exponential:
         return
     for agg in plan.aggregates:
-        if agg.kind in (PERCENTILE, MAX, MIN):
+        if agg.kind.row.ranked:
             column = plan.table.columns[agg.column]
             try:
                 candidate_grid(column.lower, column.upper, column.resolution,

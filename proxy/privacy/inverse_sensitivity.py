@@ -48,7 +48,7 @@ from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
 from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
-from proxy.vocabulary import MAX, MIN, PERCENTILE, PIECEWISE, QueryPlan
+from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
 
 # rank_of(y): (values in scope below y, at or below y, the largest below y, the smallest
 # above y; None where there is none)
@@ -321,7 +321,7 @@ def _targets(plan: QueryPlan, shift: int):
     part = plan.aggregate_loss * Fraction(1, groups_touched(shift, plan.group_count)
                                           if plan.group_by else 1)
     for index, agg in enumerate(plan.aggregates):
-        if agg.kind not in (PERCENTILE, MAX, MIN):
+        if not agg.kind.row.ranked:
             continue
         column = plan.table.columns[agg.column]
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE

@@ -95,7 +95,7 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
         counts[agg.column] = (counts.get(agg.column, False) or agg.kind in (COUNT, AVG)
                               or plan.mechanism.scale == SMOOTH or plan.mechanism.exponential
                               or counted)  # windows need n
-        if plan.mechanism.exponential and agg.kind in (PERCENTILE, MAX, MIN):
+        if plan.mechanism.exponential and agg.kind.row.ranked:
             continue  # drawn from windows of ranks (privacy/inverse_sensitivity.py)
         if agg.kind == PERCENTILE:
             wanted.update(percentile_refs(agg.fraction, shift) if plan.mechanism.local

@@ -48,7 +48,7 @@ from proxy.privacy.sampler import RandomSource, discrete_laplace
 from proxy.privacy.sensitivity import round_up_to_power_of_two
 from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
 from proxy.statistics import Fetch, GroupStats, percentile_rank
-from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
+from proxy.vocabulary import MAX, PERCENTILE, QueryPlan
 
 K_CAP = 1 << 17
 # The share of each bounded aggregate's ε that pays for its bound, and the bound's
@@ -74,7 +74,7 @@ def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
     found = {}
     for index, agg in enumerate(plan.aggregates):
         column = plan.table.columns.get(agg.column) if agg.column else None
-        if (agg.kind not in (PERCENTILE, MAX, MIN) or column.lower is None
+        if (not agg.kind.row.ranked or column.lower is None
                 or column.upper is None):
             continue
         lower, upper = column.lower, column.upper

@@ -18,7 +18,7 @@ from proxy.privacy.noisy_answers import Released
 from proxy.privacy.refinement import error_bound, factors, prior_over, refine, unrefined
 from proxy.privacy.sampler import RandomSource
 from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
-from proxy.vocabulary import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, VALUE, QueryPlan
+from proxy.vocabulary import AVG, COUNT, MAX, MIN, PERCENTILE, SUM, QueryPlan
 
 _CASTS = {"int": int, "float": float, "text": str,
           "bool": lambda key: key.strip().lower() in ("true", "t", "1", "yes")}
@@ -30,7 +30,7 @@ def answer_prior(plan: QueryPlan) -> Any:
     Called when the session checks the plan (proxy.privacy.refuse_unanswerable), so its
     error bound is computed (and cached) before the debit: the release only samples."""
     agg = plan.aggregates[0]
-    if agg.kind not in (COUNT, SUM, AVG, PERCENTILE, MAX, MIN, VALUE):
+    if not agg.kind.row.refinable:
         raise ValueError(f"a prior describes COUNT, SUM, AVG, percentiles, MAX, MIN or one "
                          f"unit's value; for "
                          f"{agg.label.upper()} RESET idp.prior")

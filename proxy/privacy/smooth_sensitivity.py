@@ -29,7 +29,7 @@ import numpy as np
 from proxy.privacy.sensitivity import finite_only, require_finite
 from proxy.privacy.smooth_noise import admissible
 from proxy.statistics import Fetch, GroupStats, percentile_rank
-from proxy.vocabulary import MAX, MIN, PERCENTILE, QueryPlan
+from proxy.vocabulary import MAX, PERCENTILE, QueryPlan
 
 _FIRST_K = 16
 
@@ -41,7 +41,7 @@ def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
     beta = admissible(float(plan.epsilon), plan.mechanism.gamma)[1]
     found = {}
     for index, agg in enumerate(plan.aggregates):
-        if agg.kind not in (PERCENTILE, MAX, MIN):
+        if not agg.kind.row.ranked:
             continue
         column = plan.table.columns[agg.column]
         n, lower, upper = group.column(agg.column).n, column.lower, column.upper
