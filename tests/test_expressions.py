@@ -19,7 +19,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import normalise
 from tests.conftest import load_table
-from tests.privacy.test_expressions_bruteforce import (
+from tests.privacy.expressions import (
     EXPRESSIONS,
     agrees,
     backend_values,

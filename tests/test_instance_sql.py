@@ -24,8 +24,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import normalise, percentile_rank
 from tests.conftest import load_table
-from tests.privacy.test_instance_bruteforce import _log_probabilities
-from tests.privacy.test_samplers import ALPHA, SeededSource
+from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
 
 pytestmark = pytest.mark.postgres
 
@@ -205,7 +204,7 @@ def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypa
     values = sorted(float(a) for a in AGES)
     assert (n, rank, epsilon) == (len(values), percentile_rank(n, Fraction(1, 2)),
                                   Fraction(1, 2))
-    expected = np.exp(_log_probabilities(values, rank, grid, 0.25, piecewise)) * len(draws)
+    expected = np.exp(log_probabilities(values, rank, grid, 0.25, piecewise)) * len(draws)
     observed = np.bincount(draws, minlength=11).astype(float)
     big = expected >= 5  # the candidates far from the median pooled into one cell
     assert stats.chisquare(np.append(observed[big], observed[~big].sum()),

@@ -26,7 +26,7 @@ from proxy.privacy.refinement import (
 )
 from proxy.rules import parse_rules
 from tests.conftest import load_table
-from tests.privacy.test_refinement import SAMPLER_ALPHA
+from tests.privacy.laws import SAMPLER_ALPHA
 
 pytestmark = pytest.mark.postgres
 

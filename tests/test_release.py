@@ -31,7 +31,7 @@ from proxy.publish.run import run_release
 from proxy.rules import domain_resolution, parse_rules
 from tests import forked_cli
 from tests.conftest import load_table
-from tests.privacy.test_samplers import ALPHA
+from tests.privacy.laws import ALPHA
 
 pytestmark = pytest.mark.postgres
 

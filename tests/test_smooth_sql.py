@@ -21,8 +21,7 @@ from proxy.privacy.smooth_sensitivity import (
 from proxy.rules import parse_rules
 from proxy.statistics import percentile_rank
 from tests.conftest import load_table
-from tests.privacy.test_samplers import ALPHA
-from tests.privacy.test_smooth import smooth_cdf
+from tests.privacy.laws import ALPHA, smooth_cdf
 
 pytestmark = pytest.mark.postgres
 
