@@ -14,7 +14,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
 
 pytestmark = pytest.mark.postgres

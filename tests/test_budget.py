@@ -23,7 +23,7 @@ from proxy.engine import Engine
 from proxy.errors import BackendUnavailable, QueryCanceled
 from proxy.ledger import Charge
 from proxy.rules import parse_rules
-from tests.conftest import new_database
+from tests.databases import new_database
 from tests.pgserver import postgres_cluster
 from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
 

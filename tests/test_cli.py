@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import forked_cli
-from tests.conftest import load_table
+from tests.databases import load_table
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"

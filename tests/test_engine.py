@@ -13,7 +13,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, BudgetExhausted, Refused
 from proxy.rules import parse_rules
-from tests.conftest import load_table, new_database
+from tests.databases import load_table, new_database
 
 pytestmark = pytest.mark.postgres
 

@@ -18,7 +18,7 @@ from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import normalise
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.expressions import (
     EXPRESSIONS,
     agrees,

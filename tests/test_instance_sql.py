@@ -23,7 +23,7 @@ from proxy.privacy import inverse_sensitivity
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import normalise, percentile_rank
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
 
 pytestmark = pytest.mark.postgres

@@ -16,7 +16,7 @@ from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
 from proxy.rules import load_rules, parse_rules
 from proxy.settings import Settings
-from tests.conftest import load_table
+from tests.databases import load_table
 
 RULES = """
 [defaults]

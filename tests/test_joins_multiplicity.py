@@ -18,7 +18,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import RulesError
 from proxy.rules import load_rules, parse_rules
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.test_joins import recorded_statistics, refused_for_free
 
 RULES = """

@@ -15,7 +15,7 @@ from proxy.engine import Engine
 from proxy.errors import BadSetting
 from proxy.privacy.mechanisms import grid_step
 from proxy.rules import parse_rules
-from tests.conftest import load_table
+from tests.databases import load_table
 
 pytestmark = pytest.mark.postgres
 

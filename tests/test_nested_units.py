@@ -20,7 +20,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.test_joins import recorded_statistics, refused_for_free
 
 RULES = parse_rules("""

@@ -41,7 +41,7 @@ from proxy.publish.run import run_release
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.reference import order_values
 
 RULES = parse_rules("""

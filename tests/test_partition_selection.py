@@ -14,7 +14,7 @@ import pytest
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.test_joins import refused_for_free
 
 pytestmark = pytest.mark.postgres

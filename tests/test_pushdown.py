@@ -18,7 +18,7 @@ from proxy.pushdown import unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import BOTTOM, TOP
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.reference import order_values
 
 RULES_TEXT = """

@@ -25,7 +25,7 @@ from proxy.privacy.refinement import (
     refine,
 )
 from proxy.rules import parse_rules
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.laws import SAMPLER_ALPHA
 
 pytestmark = pytest.mark.postgres

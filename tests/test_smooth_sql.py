@@ -20,7 +20,7 @@ from proxy.privacy.smooth_sensitivity import (
 )
 from proxy.rules import parse_rules
 from proxy.statistics import percentile_rank
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.laws import ALPHA, smooth_cdf
 
 pytestmark = pytest.mark.postgres

@@ -33,7 +33,7 @@ from proxy.pushdown.ungrouped import _beyond, _extremes
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests import forked_cli
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.test_pushdown import QUERIES, RULES, TYPES, _rows
 from tests.wireserver import admin, running_proxy
 

@@ -15,7 +15,7 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.settings import Settings
-from tests.conftest import _spark_session
+from tests.databases import spark_session
 from tests.sparkserver import throwaway_spark
 from tests.test_pushdown import RULES
 from tests.test_spark import APPROXIMATE, CONTRACT, engines  # noqa: F401 -- the fixture
@@ -30,7 +30,7 @@ def sail_url(tmp_path_factory):
     """Overrides the Sail server under test_spark's ``engines``: a real Spark server."""
     with throwaway_spark(tmp_path_factory.mktemp("spark")) as url:
         yield url
-        _spark_session(url).stop()  # a session left open keeps the process from exiting
+        spark_session(url).stop()  # a session left open keeps the process from exiting
 
 
 @pytest.fixture

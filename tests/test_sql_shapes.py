@@ -23,7 +23,7 @@ from proxy.errors import Refused, RulesError
 from proxy.pushdown.group_sql import group_value
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.privacy.buckets import bucket_of
 from tests.test_engine import no_noise  # noqa: F401 - a fixture: true values, no noise
 

@@ -13,7 +13,7 @@ from proxy.engine import Engine
 from proxy.errors import BudgetExhausted
 from proxy.rules import parse_rules
 from proxy.timing import padded
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
 
 pytestmark = pytest.mark.postgres

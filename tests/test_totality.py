@@ -29,7 +29,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds
 from tests import totality
-from tests.conftest import _spark_session, load_table, new_database
+from tests.databases import load_table, new_database, spark_session
 
 ROWS = totality.rows()
 
@@ -54,7 +54,7 @@ def engine(request, tmp_path_factory):
             backend.close()
     else:
         url = request.getfixturevalue("sail_url")
-        _spark_session(url).sql(f"DROP TABLE IF EXISTS {totality.TABLE}")
+        spark_session(url).sql(f"DROP TABLE IF EXISTS {totality.TABLE}")
         load_table(url, totality.TABLE, ROWS, totality.TYPES)
         backend, store = open_backend(url), DuckDBBackend(":memory:")
         yield Engine(totality.RULES, backend, store=store)

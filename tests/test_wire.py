@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
-from tests.conftest import load_table
+from tests.databases import load_table
 from tests.system import apt_install
 from tests.wireserver import (
     REGIONS,

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import new_database
+from tests.databases import new_database
 from tests.wireserver import (
     RULES,
     backend_messages,

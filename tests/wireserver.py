@@ -20,7 +20,7 @@ import numpy as np
 from psycopg.conninfo import make_conninfo
 
 from tests import forked_cli, watchdog
-from tests.conftest import load_table
+from tests.databases import load_table
 
 # The people table load_people fills (a str.format template: braces doubled).
 PEOPLE_RULES = """
@@ -257,7 +257,7 @@ def _backend_database(backend: str, folder: Path, postgres_url: str | None):
     if backend == "duckdb":
         yield f"duckdb:///{folder / 'data.duckdb'}"
         return
-    from tests.conftest import new_database
+    from tests.databases import new_database
 
     with new_database(postgres_url) as url:
         yield url
