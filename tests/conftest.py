@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import pgserver, watchdog
-from tests.databases import new_database, spark_session
+from tests.databases import load_table, new_database, spark_session
 from tests.pgserver import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +181,7 @@ def proxy(request, tmp_path_factory):
     backend for a test module, as a deployment's clients share one server: a test
     compares budgets before and after its own queries, and a question an earlier test
     asked may come from the answer cache."""
-    from tests.wireserver import people_proxy
+    from tests.factories import people_proxy
 
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with people_proxy(request.param, tmp_path_factory.mktemp("served"), url) as running:
@@ -192,8 +192,47 @@ def proxy(request, tmp_path_factory):
 def demo_server(request, tmp_path_factory):
     """``idp-proxy serve`` under rules/demo.toml over the demo's tables, one per backend
     for a test module (the BI corpus, Superset, the analyst SQL of issue 16)."""
-    from tests.wireserver import demo_proxy
+    from tests.factories import demo_proxy
 
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with demo_proxy(request.param, tmp_path_factory.mktemp("demo"), url) as running:
         yield running
+
+
+@pytest.fixture
+def no_noise(monkeypatch):
+    """The mechanisms return the true value: what remains is the answer's plumbing. The
+    exponential mechanism gives the value at its target rank (its law's mode), read
+    through the same window a draw reads; an empty scope the domain's lower end."""
+    from proxy.privacy import inverse_sensitivity, noisy_answers
+    from proxy.privacy.mechanisms import Noisy
+
+    exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
+    monkeypatch.setattr(noisy_answers, "laplace_real", exact)
+    monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release",
+                        lambda n, rank, shift, epsilon, grid, fetch, *rest, **kwargs:
+                        fetch(rank, rank)[0] if n else grid.lower)
+
+
+@pytest.fixture(scope="module")
+def engines(sail_url, tmp_path_factory):
+    """One engine over Spark (its ledger in an in-memory DuckDB) and one over DuckDB,
+    both over the same rows of the contract's ``t`` (tests/contract.py); the Spark
+    server is ``sail_url``'s (a module may override it: tests/test_spark_real.py)."""
+    from proxy.backends import open_backend
+    from proxy.backends.duckdb_backend import DuckDBBackend
+    from proxy.engine import Engine
+    from tests.contract import RULES, TYPES, table_rows
+
+    data = table_rows()
+    duckdb_url = f"duckdb:///{tmp_path_factory.mktemp('spark') / 'd.duckdb'}"
+    load_table(sail_url, "t", data, TYPES)
+    load_table(duckdb_url, "t", data, TYPES)
+    backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
+    spark, store, duck = backends
+    try:
+        yield Engine(RULES, spark, store=store), Engine(RULES, duck)
+    finally:  # an open Spark Connect session would keep the process from exiting
+        for backend in backends:
+            backend.close()
