@@ -25,7 +25,6 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests.databases import load_table
 from tests.privacy.buckets import bucket_of
-from tests.test_engine import no_noise  # noqa: F401 - a fixture: true values, no noise
 
 pytestmark = pytest.mark.postgres
 
