@@ -16,15 +16,14 @@ from scipy import stats
 
 from proxy import engine as engine_module
 from proxy.analyze import analyze, parse_statements
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import inverse_sensitivity
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import normalise, percentile_rank
-from tests.databases import load_table
+from tests.factories import Table, engine_fixture
 from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
@@ -58,20 +57,11 @@ KINDS = ["a", "b"] * (len(SCORES) // 2) + ["a"] * (len(SCORES) % 2)
 VISITS = {"person": [1, 1, 1, 2, 2, 3, 4, 4, 5, 6], "stay": [3, 9, 9, 4, 4, 5, 6, 1, 7, 5]}
 
 
-@pytest.fixture(scope="module")
-def engine(module_backend_url):
-    load_table(module_backend_url, "scores",
-               {"id": list(range(len(SCORES))), "score": SCORES, "age": AGES, "kind": KINDS},
-               {"id": "INTEGER", "score": "DOUBLE PRECISION", "age": "INTEGER",
-                "kind": "TEXT"})
-    load_table(module_backend_url, "visits", VISITS, {"person": "INTEGER", "stay": "INTEGER"})
-    engine = Engine(parse_rules(RULES), open_backend(module_backend_url))
-    yield engine
-    engine.backend.close()
-
-
-def run(session, sql):
-    return list(session.execute(sql))
+engine = engine_fixture(RULES, {
+    "scores": Table({"id": list(range(len(SCORES))), "score": SCORES, "age": AGES, "kind": KINDS},
+                    {"id": "INTEGER", "score": "DOUBLE PRECISION", "age": "INTEGER",
+                     "kind": "TEXT"}),
+    "visits": Table(VISITS, {"person": "INTEGER", "stay": "INTEGER"})}, shared=True)
 
 
 def _instance_session(engine, epsilon="1", form="instance"):
