@@ -29,10 +29,10 @@ REGIONS = ["north", "south", "east", "west"]
 
 def people_table(*, max_rows_per_unit: int | None = None, individual_queries: bool = True,
                  age: int | None = 120, income: int | None = 1_000_000,
-                 regions: list[str] | None = REGIONS, more: str = "") -> str:
+                 regions: list[str] | None = REGIONS) -> str:
     """The rules of the people table: person_id its unit, age in [0, ``age``], income in
-    [0, ``income``], region with the keys ``regions`` (None leaves a column out), then
-    the column lines ``more``; individual queries allowed unless told otherwise."""
+    [0, ``income``], region with the keys ``regions`` (None leaves a column out);
+    individual queries allowed unless told otherwise."""
     lines = ["[tables.people]", 'privacy_unit = "person_id"']
     if max_rows_per_unit is not None:
         lines.append(f"max_rows_per_unit = {max_rows_per_unit}")
@@ -46,7 +46,7 @@ def people_table(*, max_rows_per_unit: int | None = None, individual_queries: bo
     if regions is not None:
         keys = ", ".join(f'"{region}"' for region in regions)
         lines.append(f'region = {{ type = "text",  keys = [{keys}] }}')
-    return "\n".join(lines) + "\n" + more
+    return "\n".join(lines) + "\n"
 
 
 def served_rules(auth: str = "trust") -> str:
