@@ -30,9 +30,10 @@ pytestmark = pytest.mark.postgres
 
 # A new engine for each test on each backend: its tests compare budgets.
 engine = engine_fixture(ENGINE_RULES, lambda: {
-    "people": people(), "odd": ODD,
+    "people": people(),
     "regions": Table({"region": ["north", "south"], "label": ["N", "S"]},
-                     {"region": "TEXT", "label": "TEXT"})})
+                     {"region": "TEXT", "label": "TEXT"}),
+    "odd": ODD})
 
 
 def ledger_state(engine):
