@@ -29,7 +29,7 @@ from proxy.backends import open_backend  # noqa: E402
 from proxy.backends.duckdb_backend import DuckDBBackend  # noqa: E402
 from proxy.engine import Engine  # noqa: E402
 from tests import totality  # noqa: E402
-from tests.conftest import load_table  # noqa: E402
+from tests.databases import load_table  # noqa: E402
 
 
 def _engine(stack: ExitStack, name: str, folder: Path) -> tuple[Engine, str]:
@@ -41,12 +41,12 @@ def _engine(stack: ExitStack, name: str, folder: Path) -> tuple[Engine, str]:
 
         url = stack.enter_context(throwaway_postgres())
     else:
-        from tests.conftest import _spark_session
+        from tests.databases import spark_session
         from tests.sailserver import throwaway_sail
 
         url = stack.enter_context(throwaway_sail(folder / "sail"))
-        stack.callback(lambda: _spark_session(url).stop())
-        _spark_session(url).sql(f"DROP TABLE IF EXISTS {totality.TABLE}")
+        stack.callback(lambda: spark_session(url).stop())
+        spark_session(url).sql(f"DROP TABLE IF EXISTS {totality.TABLE}")
     load_table(url, totality.TABLE, columns, totality.TYPES)
     backend = open_backend(url)
     stack.callback(backend.close)

@@ -1,24 +1,20 @@
 """Shared fixtures: a throwaway PostgreSQL server started from the system's binaries,
-DuckDB databases in temporary folders, and loaders that put the same rows into both."""
+DuckDB databases in temporary folders (tests/databases.py puts the same rows into
+both), and served proxies (tests/factories.py)."""
 
 from __future__ import annotations
 
 import compileall
-import hashlib
 import os
 import shutil
 import sys
 import tempfile
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
-import duckdb
-import psycopg
 import pytest
-from sqlglot import exp
 
 from tests import pgserver, watchdog
+from tests.databases import load_table, new_database, spark_session
 from tests.pgserver import throwaway_postgres
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,21 +131,7 @@ def sail_url(tmp_path_factory):
 
     with throwaway_sail(tmp_path_factory.mktemp("sail")) as url:
         yield url
-        _spark_session(url).stop()  # a session left open keeps the process from exiting
-
-
-@contextmanager
-def new_database(postgres_url: str):
-    """A new empty database on the shared server, dropped afterwards."""
-    name = f"t{os.getpid()}_{time.monotonic_ns()}"
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        # FILE_COPY (PostgreSQL 15) copies the template's files: 11 ms against 23 ms for
-        # the default, which writes them through the WAL (the suite makes hundreds).
-        copy = " STRATEGY FILE_COPY" if con.info.server_version >= 150000 else ""
-        con.execute(f'CREATE DATABASE "{name}"{copy}')
-    yield postgres_url.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(postgres_url, autocommit=True) as con:
-        con.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        spark_session(url).stop()  # a session left open keeps the process from exiting
 
 
 @pytest.fixture
@@ -185,94 +167,6 @@ def duckdb_url(tmp_path):
     return f"duckdb:///{tmp_path / 'data.duckdb'}"
 
 
-def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, str],
-               location: str | None = None) -> None:
-    """Create ``table`` with the given columns and rows in any backend; on Spark with
-    ``location``, as Parquet files there instead (the rules' ``location``: another
-    process's Sail session sees no table this one creates)."""
-    names = list(columns)
-    rows = list(zip(*columns.values()))
-    ddl = f'CREATE TABLE "{table}" (' + ", ".join(f'"{n}" {types[n]}' for n in names) + ")"
-    if url.startswith("duckdb"):
-        path = Path(url.removeprefix("duckdb:///"))
-        key = _DUCKDB_LOADS.restore(path, repr((table, columns, types)))
-        if key == "":
-            return
-        con = duckdb.connect(str(path))
-        con.execute(ddl)
-        if rows:  # one statement: the columns travel as list parameters and are unnested
-            unnest = ", ".join(f"unnest(${i + 1}::{types[n]}[])" for i, n in enumerate(names))
-            con.execute(f'INSERT INTO "{table}" SELECT {unnest}', list(columns.values()))
-        con.close()
-        _DUCKDB_LOADS.remember(path, key)
-        return
-    if url.startswith("sc://"):
-        schema = ", ".join(f"`{name}` {exp.DataType.build(types[name], dialect='postgres').sql('spark')}"
-                           for name in names)
-        frame = _spark_session(url).createDataFrame(rows, schema=schema)
-        if location is None:
-            frame.write.saveAsTable(table)
-        else:
-            frame.write.parquet(location)
-        return
-    with psycopg.connect(url, autocommit=True) as con:
-        con.execute(ddl)
-        with con.cursor() as cur, cur.copy(f'COPY "{table}" FROM STDIN') as copy:
-            for row in rows:
-                copy.write_row(row)
-
-
-def _spark_session(url: str):
-    """The process's Spark Connect session (as the Spark backend's: Sail keeps tables in
-    a catalog per session)."""
-    from pyspark.sql import SparkSession
-
-    return SparkSession.builder.remote(url).getOrCreate()
-
-
-class _LoadedFiles:
-    """DuckDB files as load_table left them, by the loads that made them: opening and
-    closing a DuckDB file costs about 25 ms, copying a loaded one 0.4 ms, and most tests
-    load the same few tables into a fresh file. A file is known only while it is as the
-    last load left it (same size and mtime); once anything else wrote it, loads into it
-    are made for real again."""
-
-    def __init__(self) -> None:
-        self._state: dict[Path, tuple[str, tuple[int, int]]] = {}  # path -> (key, stat)
-
-    def restore(self, path: Path, load: str) -> str | None:
-        """Make ``path`` what ``load`` would make of it from a copy and return "", or
-        return the key to remember the caller's own load by (None: do not remember)."""
-        known = self._state.pop(path, None)
-        if path.exists() and (known is None or known[1] != _stamp(path)):
-            return None  # written by someone else since: not ours to predict
-        before = known[0] if known and path.exists() else ""
-        key = hashlib.sha256((before + "\0" + load).encode()).hexdigest()
-        if not self._copy(key).exists():
-            return key
-        shutil.copyfile(self._copy(key), path)
-        self._state[path] = (key, _stamp(path))
-        return ""
-
-    def remember(self, path: Path, key: str | None) -> None:
-        if key is not None:
-            self._copy(key).parent.mkdir(exist_ok=True)
-            shutil.copyfile(path, self._copy(key))
-            self._state[path] = (key, _stamp(path))
-
-    @staticmethod
-    def _copy(key: str) -> Path:
-        return Path(tempfile.gettempdir()) / "idp-loaded" / f"{key}.duckdb"
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    status = path.stat()
-    return status.st_size, status.st_mtime_ns
-
-
-_DUCKDB_LOADS = _LoadedFiles()
-
-
 @pytest.fixture(params=["duckdb", "postgres"])
 def backend_url(request, tmp_path):
     """Each test using this runs once per backend."""
@@ -287,7 +181,7 @@ def proxy(request, tmp_path_factory):
     backend for a test module, as a deployment's clients share one server: a test
     compares budgets before and after its own queries, and a question an earlier test
     asked may come from the answer cache."""
-    from tests.wireserver import people_proxy
+    from tests.factories import people_proxy
 
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with people_proxy(request.param, tmp_path_factory.mktemp("served"), url) as running:
@@ -298,8 +192,47 @@ def proxy(request, tmp_path_factory):
 def demo_server(request, tmp_path_factory):
     """``idp-proxy serve`` under rules/demo.toml over the demo's tables, one per backend
     for a test module (the BI corpus, Superset, the analyst SQL of issue 16)."""
-    from tests.wireserver import demo_proxy
+    from tests.factories import demo_proxy
 
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with demo_proxy(request.param, tmp_path_factory.mktemp("demo"), url) as running:
         yield running
+
+
+@pytest.fixture
+def no_noise(monkeypatch):
+    """The mechanisms return the true value: what remains is the answer's plumbing. The
+    exponential mechanism gives the value at its target rank (its law's mode), read
+    through the same window a draw reads; an empty scope the domain's lower end."""
+    from proxy.privacy import inverse_sensitivity, noisy_answers
+    from proxy.privacy.mechanisms import Noisy
+
+    exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
+    monkeypatch.setattr(noisy_answers, "laplace_real", exact)
+    monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release",
+                        lambda n, rank, shift, epsilon, grid, fetch, *rest, **kwargs:
+                        fetch(rank, rank)[0] if n else grid.lower)
+
+
+@pytest.fixture(scope="module")
+def engines(sail_url, tmp_path_factory):
+    """One engine over Spark (its ledger in an in-memory DuckDB) and one over DuckDB,
+    both over the same rows of the contract's ``t`` (tests/contract.py); the Spark
+    server is ``sail_url``'s (a module may override it: tests/test_spark_real.py)."""
+    from proxy.backends import open_backend
+    from proxy.backends.duckdb_backend import DuckDBBackend
+    from proxy.engine import Engine
+    from tests.contract import RULES, TYPES, table_rows
+
+    data = table_rows()
+    duckdb_url = f"duckdb:///{tmp_path_factory.mktemp('spark') / 'd.duckdb'}"
+    load_table(sail_url, "t", data, TYPES)
+    load_table(duckdb_url, "t", data, TYPES)
+    backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
+    spark, store, duck = backends
+    try:
+        yield Engine(RULES, spark, store=store), Engine(RULES, duck)
+    finally:  # an open Spark Connect session would keep the process from exiting
+        for backend in backends:
+            backend.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from proxy.demo import located_rules
 from tests import pgserver, sailserver, watchdog
-from tests.wireserver import RULES, load_people, running_proxy
+from tests.factories import Served, served_rules
 
 
 def _postmaster(data: Path) -> int:
@@ -33,10 +33,7 @@ def _report_and_wait(report: dict) -> None:
 
 
 def test_hold_the_suites_postgresql_and_a_server_with_its_catalog(fresh_postgres, tmp_path):
-    load_people(fresh_postgres, 20)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
-    with running_proxy(rules, fresh_postgres, tmp_path / "home") as proxy:
+    with Served.prepare(tmp_path, served_rules(), fresh_postgres, 20).serve() as proxy:
         (cluster,) = pgserver._live.values()  # the session's cluster (postgres_url)
         catalog = _catalog(proxy.process.pid)
         _report_and_wait({
@@ -48,12 +45,10 @@ def test_hold_the_suites_postgresql_and_a_server_with_its_catalog(fresh_postgres
 
 def test_hold_a_sail_server_and_a_server_over_it(sail_url, tmp_path):
     """The split configuration: the proxy over Sail, its ledger in a DuckDB file."""
-    load_people(sail_url, 20, tmp_path / "tables")
-    rules = tmp_path / "rules.toml"
-    rules.write_text(located_rules(RULES.format(auth="trust"), {
-        name: str(tmp_path / "tables" / name) for name in ("people", "regions")}))
-    with running_proxy(rules, sail_url, tmp_path / "home",
-                       ledger=f"duckdb:///{tmp_path / 'ledger.duckdb'}") as proxy:
+    rules = located_rules(served_rules(), {
+        name: str(tmp_path / "tables" / name) for name in ("people", "regions")})
+    with Served.prepare(tmp_path, rules, sail_url, 20, tables=tmp_path / "tables",
+                        ledger=f"duckdb:///{tmp_path / 'ledger.duckdb'}").serve() as proxy:
         catalog = _catalog(proxy.process.pid)
         _report_and_wait({
             "postmasters": {str(catalog / "data"): _postmaster(catalog / "data")},

@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from proxy.analyze import parse_statements
 from proxy.errors import ProxyError
-from tests.test_shape_cache import CORPORA, DEMO, _session
+from tests.corpora import CORPORA, DEMO, checking_session
 
 STATEMENTS = int(os.environ.get("FUZZ_STATEMENTS", "1500"))
 
@@ -61,7 +61,7 @@ def test_no_statement_grown_from_the_grammar_meets_an_internal_error():
         except Exception:  # sqlglot cannot render the graft: not a statement anyone sends
             continue
         try:
-            _session(DEMO).check(sql)
+            checking_session(DEMO).check(sql)
             outcomes["plan"] += 1
         except ProxyError as exc:
             if exc.sqlstate == "XX000" or len(exc.message.splitlines()) > 1:

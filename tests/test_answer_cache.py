@@ -15,8 +15,8 @@ from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
-from tests.conftest import load_table
-from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
+from tests.factories import ENGINE_RULES, ODD, load, people
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
@@ -29,13 +29,12 @@ SAME_QUERY = [("select region, median(INCOME) as m, count(*) AS n\n  from people
 
 @pytest.fixture
 def url(backend_url):
-    load_table(backend_url, "people", _people(), PEOPLE_TYPES)
-    load_table(backend_url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
+    load(backend_url, {"people": people(), "odd": ODD})
     return backend_url
 
 
 def _engine(url):
-    return Engine(parse_rules(RULES_TEXT), open_backend(url))
+    return Engine(parse_rules(ENGINE_RULES), open_backend(url))
 
 
 def _plan(engine, sql):
@@ -133,7 +132,7 @@ def test_a_view_is_answered_but_not_cached(url):
     its per-unit bound c comes from reading its unit column."""
     _write(url, "CREATE VIEW adults AS SELECT person_id, age FROM people WHERE age >= 18 "
                 "UNION ALL SELECT person_id, age FROM people WHERE person_id <= 3")
-    rules = parse_rules(RULES_TEXT + '''
+    rules = parse_rules(ENGINE_RULES + '''
 [tables.adults]
 privacy_unit = "person_id"
 [tables.adults.columns]
@@ -149,7 +148,7 @@ age = { type = "int", domain = [0, 120] }
 
 
 def test_the_cache_can_be_switched_off(url):
-    rules = parse_rules(RULES_TEXT.replace('model = "idp"', 'model = "idp"\nanswer_cache = false'))
+    rules = parse_rules(ENGINE_RULES.replace('model = "idp"', 'model = "idp"\nanswer_cache = false'))
     engine = Engine(rules, open_backend(url))
     zoe = Session.open(engine, "zoe")
     first, second = run(zoe, QUERY)[0], run(zoe, QUERY)[0]
@@ -187,8 +186,7 @@ def test_a_snapshot_the_debit_left_dead_is_replaced(duckdb_url):
     disk, tests/test_disk_full.py): the snapshot opened before the debit is then dead, so
     the statistics are read in a new one and the paid answer is sent and cached."""
     url = duckdb_url  # DuckDB reopens its database; a PostgreSQL connection stays
-    load_table(url, "people", _people(), PEOPLE_TYPES)
-    load_table(url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
+    load(url, {"people": people(), "odd": ODD})
     engine = _engine(url)
     backend, debit = engine.backend, engine.ledger.debit
 

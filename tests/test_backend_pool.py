@@ -16,7 +16,7 @@ import pytest
 
 from proxy.backends.postgres_backend import PostgresBackend
 from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled
-from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
+from tests.factories import Served, people_table
 
 pytestmark = pytest.mark.postgres
 
@@ -154,7 +154,7 @@ budget = 100000
 
 [analysts.steady]
 budget = 100000
-""" + PEOPLE_RULES.format()  # the template's doubled braces
+""" + people_table()
 
 
 def _cancelling(proxy, stop: threading.Event, outcomes: list[str]) -> bool:
@@ -203,11 +203,11 @@ def _steady(proxy, stop: threading.Event, answers: list[int], failures: list[str
             time.sleep(0.1)
 
 
-def _balanced(served, analyst: str) -> list[dict]:
-    entries = json.loads(admin(*served, "ledger", "--user", analyst, "--format", "json").stdout,
+def _balanced(storm: Served, analyst: str) -> list[dict]:
+    entries = json.loads(storm.admin("ledger", "--user", analyst, "--format", "json").stdout,
                          parse_float=Decimal)
-    (account,) = json.loads(admin(*served, "budget", "show", "--user", analyst,
-                                  "--format", "json").stdout, parse_float=Decimal)
+    (account,) = json.loads(storm.admin("budget", "show", "--user", analyst,
+                                         "--format", "json").stdout, parse_float=Decimal)
     assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries
                                             if e["status"] != "refused: budget")
     return entries
@@ -218,16 +218,13 @@ def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_
     """One analyst cancels their own queries at random moments for a minute; another
     analyst's queries all succeed meanwhile, the canceller's session and new logins
     still work at the end, and both budgets equal their ledgers."""
-    load_people(fresh_postgres, 500)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(STORM_RULES)
-    served = (rules, fresh_postgres, tmp_path / "home")
+    storm = Served.prepare(tmp_path, STORM_RULES, fresh_postgres)
     stop = threading.Event()
     outcomes: list[str] = []
     answers: list[int] = []
     failures: list[str] = []
     alive: list[bool] = []
-    with running_proxy(*served) as proxy:
+    with storm.serve() as proxy:
         threads = [threading.Thread(target=lambda: alive.append(
                        _cancelling(proxy, stop, outcomes))),
                    threading.Thread(target=_steady, args=(proxy, stop, answers, failures))]
@@ -246,6 +243,6 @@ def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_
     assert alive == [True]
     assert set(outcomes) <= {"answer", "57014"}, sorted(set(outcomes))
     assert outcomes.count("57014") > 50 and outcomes.count("answer") > 50
-    steady = _balanced(served, "steady")
+    steady = _balanced(storm, "steady")
     assert sum(e["status"] == "charged" for e in steady) >= len(answers)
-    _balanced(served, "canceller")
+    _balanced(storm, "canceller")

@@ -25,15 +25,21 @@ from proxy.ledger import Charge
 from proxy.loss import Loss
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.conftest import new_database
+from tests.databases import new_database
+from tests.factories import Served, load_people, people_table
 from tests.pgserver import postgres_cluster
-from tests.wireserver import PEOPLE_RULES, admin, load_people, running_proxy
+from tests.wireserver import race
 
 pytestmark = pytest.mark.postgres
 
 RACES, SESSIONS = 8, 32
 CLIENTS, BURST, KILLS = 8, 500, 3
-RULES = """
+
+
+def _rules(racers: str = "") -> str:
+    """The served rules: the dashboard, steady and ``racers`` (their [analysts.…]
+    sections) over load_people's people."""
+    return f"""
 [server]
 auth = "trust"
 max_connections = 64
@@ -50,7 +56,9 @@ budget = 1000
 
 {racers}
 
-""" + PEOPLE_RULES
+{people_table()}"""
+
+
 SLOW = """
 [tables.slow]
 privacy_unit = "person_id"
@@ -67,8 +75,8 @@ ON_SPARK = ["duckdb", "postgres", "spark", "spark-postgres"]
 
 @pytest.fixture(params=["duckdb", "postgres"])
 def served(request, tmp_path):
-    """(rules, backend URL, home, ledger URL or None) of a server over 500 people."""
-    rules, ledger, backend, folder = tmp_path / "rules.toml", None, None, None
+    """A server over 500 people, its ledger beside them or (Spark) apart."""
+    ledger, backend, folder = None, None, None
     if request.param.startswith("spark"):
         backend, folder = request.getfixturevalue("sail_url"), tmp_path / "tables"
         ledger = (request.getfixturevalue("fresh_postgres") if request.param.endswith(
@@ -77,23 +85,11 @@ def served(request, tmp_path):
         backend = request.getfixturevalue("fresh_postgres")
     else:
         backend = f"duckdb:///{tmp_path / 'data.duckdb'}"
-    load_people(backend, 500, folder)
-    text = RULES.format(racers="\n".join(
+    text = _rules("\n".join(
         [f"[analysts.race{r}]\nbudget = 1.0" for r in range(RACES)]
         + [f"[analysts.crash{c}]\nbudget = 1000" for c in range(CLIENTS)]))
-    rules.write_text(text if folder is None else located_rules(
-        text, {"people": str(folder / "people")}))
-    return rules, backend, tmp_path / "home", ledger
-
-
-def _serving(served):
-    rules, backend, home, ledger = served
-    return running_proxy(rules, backend, home, ledger=ledger)
-
-
-def _admin(served, *args: str):
-    rules, backend, home, ledger = served
-    return admin(rules, backend, home, *args, ledger=ledger)
+    return Served.prepare(tmp_path, text if folder is None else located_rules(
+        text, {"people": str(folder / "people")}), backend, tables=folder, ledger=ledger)
 
 
 def _ledger(served, user: str) -> list[dict]:
@@ -102,7 +98,7 @@ def _ledger(served, user: str) -> list[dict]:
 
 def _ledgers(served) -> dict[str, list[dict]]:
     """Every analyst's committed ledger entries, read in one command."""
-    out = _admin(served, "ledger", "--format", "json")
+    out = served.admin("ledger", "--format", "json")
     assert out.returncode == 0, out.stderr
     entries: dict[str, list[dict]] = {}
     for entry in json.loads(out.stdout, parse_float=Decimal):  # exact ε
@@ -110,39 +106,12 @@ def _ledgers(served) -> dict[str, list[dict]]:
     return entries
 
 
-def _race(proxy, analyst: str, first: int) -> tuple[int, int]:
-    """SESSIONS sessions of one analyst, each with its own query, all released at once;
-    returns (answers, budget refusals)."""
-    connections = [psycopg.connect(proxy.dsn(analyst), autocommit=True) for _ in range(SESSIONS)]
-    start = threading.Barrier(SESSIONS)
-    outcomes: list[str] = []
-
-    def ask(con, number):
-        start.wait()
-        try:
-            con.execute(f"SELECT COUNT(*) FROM people WHERE income > {number}").fetchone()
-            outcomes.append("answer")
-        except psycopg.Error as exc:
-            outcomes.append(exc.sqlstate)
-
-    threads = [threading.Thread(target=ask, args=(con, first + i))
-               for i, con in enumerate(connections)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    for con in connections:
-        con.close()
-    assert len(outcomes) == SESSIONS and set(outcomes) <= {"answer", "PB001"}, outcomes
-    return outcomes.count("answer"), outcomes.count("PB001")
-
-
 @pytest.mark.parametrize("served", ON_SPARK, indirect=True)
 def test_racing_sessions_of_one_analyst_never_overspend(served):
     """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 8 times."""
-    with _serving(served) as proxy:
+    with served.serve() as proxy:
         for r in range(RACES):
-            assert _race(proxy, f"race{r}", r * 1000) == (20, 12)
+            assert race(proxy, f"race{r}", r * 1000, SESSIONS) == (20, 12)
             with psycopg.connect(proxy.dsn(f"race{r}"), autocommit=True) as con:
                 assert Decimal(con.execute("SHOW idp.budget").fetchone()[0]) == 0
     ledgers = _ledgers(served)  # the committed ledger, read after the server stopped
@@ -169,7 +138,7 @@ DASHBOARD = [
 
 def test_a_dashboard_refreshing_pays_for_its_queries_once(served):
     """10 queries re-run 30 times cost 10 queries, and every repeat equals the first."""
-    with _serving(served) as proxy, \
+    with served.serve() as proxy, \
             psycopg.connect(proxy.dsn("dashboard"), autocommit=True) as con:
         first = [con.execute(sql).fetchall() for sql in DASHBOARD]
         for _ in range(29):
@@ -186,14 +155,11 @@ def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_p
     or 57 meanwhile, answers after, no proxy restart, and the budget pays only for
     answers (owed refunds are paid once the database is back)."""
     with postgres_cluster() as cluster:
-        load_people(cluster.url, 500)
-        rules = tmp_path / "rules.toml"
-        rules.write_text(RULES.format(racers=""))
-        served = (rules, cluster.url, tmp_path / "home", None)
+        served = Served.prepare(tmp_path, _rules(), cluster.url)
         outcomes: list[tuple[str, str]] = []  # (phase, outcome)
         phase = ["before"]
         stop = threading.Event()
-        with _serving(served) as proxy:
+        with served.serve() as proxy:
             def client(number):
                 with psycopg.connect(proxy.dsn("steady"), autocommit=True) as con:
                     query = 0
@@ -270,7 +236,7 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
     failures: list[str] = []
     for round_number in range(KILLS):
         before = len(answered)
-        with _serving(served) as proxy:
+        with served.serve() as proxy:
             threads = [threading.Thread(target=_burst, args=(proxy, round_number, n, answered,
                                                                failures))
                        for n in range(CLIENTS)]
@@ -281,14 +247,14 @@ def test_no_answer_without_a_committed_debit_across_kill_9(served):
             for thread in threads:
                 thread.join(60)
         assert len(answered) - before < BURST  # the kill cut the burst short
-    with _serving(served) as proxy, \
+    with served.serve() as proxy, \
             psycopg.connect(proxy.dsn("crash0"), autocommit=True) as con:
         assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0  # up again
     assert not failures
     assert len(answered) > KILLS  # the kills did not all land before the first answer
     debited = set()
     ledgers = _ledgers(served)
-    out = _admin(served, "budget", "show", "--format", "json")
+    out = served.admin("budget", "show", "--format", "json")
     accounts = {a["analyst"]: a for a in json.loads(out.stdout, parse_float=Decimal)}
     for number in range(CLIENTS):
         analyst = f"crash{number}"
@@ -307,7 +273,7 @@ def test_a_refund_the_database_cannot_take_is_paid_when_it_is_back(tmp_path):
         with psycopg.connect(cluster.url, autocommit=True) as con:
             con.execute("CREATE VIEW slow AS SELECT g AS person_id, g % 100 AS age FROM "
                         "generate_series(1, 1000) g WHERE pg_sleep(0.01) IS NOT NULL")
-        rules = parse_rules(RULES.format(racers="") + SLOW)
+        rules = parse_rules(_rules() + SLOW)
         engine = Engine(rules, open_backend(cluster.url))
         session = Session.open(engine, "steady")
         failed: list[Exception] = []
@@ -345,7 +311,7 @@ budget = 1.0
 
 [analysts.b]
 budget = 1.0
-""" + PEOPLE_RULES.format()
+""" + people_table()
 
 
 def _grouped_engine(backend_url):

@@ -19,7 +19,7 @@ from proxy.engine import Engine
 from proxy.errors import QueryCanceled
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.test_engine import MANY_RULES, load_many
+from tests.factories import MANY_RULES, load, many, open_engine
 from tests.wireserver import running_proxy
 
 
@@ -27,10 +27,8 @@ from tests.wireserver import running_proxy
 def engine(duckdb_url):
     """1,000 declared keys, 3 rows each for 990 of them: a GROUP BY MEDIAN draws 1,000
     times (seconds of Python after the debit)."""
-    load_many(duckdb_url)
-    backend = open_backend(duckdb_url)
-    yield Engine(parse_rules(MANY_RULES), backend)
-    backend.close()
+    with open_engine(duckdb_url, MANY_RULES, {"many": many()}) as engine:
+        yield engine
 
 
 def _cancelled_after(engine: Engine, sql: str, delay: float) -> tuple[BaseException | None,
@@ -92,7 +90,7 @@ def test_a_signal_stops_the_server_with_a_statement_in_its_draws(duckdb_url, tmp
     statement draws 1,000 groups' percentiles: the statement is cancelled (57014 to its
     client), the process exits 0 and says so in its log, and the ledger holds the
     statement's charge."""
-    load_many(duckdb_url)
+    load(duckdb_url, {"many": many()})
     rules = tmp_path / "rules.toml"
     rules.write_text('[server]\nauth = "trust"\n' + MANY_RULES)
     sql = ("SELECT key, MEDIAN(age), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY age), "

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests import forked_cli
-from tests.conftest import load_table
+from tests.databases import load_table
+from tests.factories import people_table
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
 DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
@@ -177,8 +178,7 @@ def test_budget_runs_out_on_the_fourth_query_on_postgres(home, fresh_postgres, t
                {"person_id": "INTEGER", "age": "INTEGER"})
     rules = tmp_path / "r.toml"
     rules.write_text("[defaults]\nepsilon_per_query = 0.3\n[analysts.alice]\nbudget = 1.0\n"
-                     "[tables.people]\nprivacy_unit = 'person_id'\n[tables.people.columns]\n"
-                     "person_id = { type = 'int' }\nage = { type = 'int', domain = [0, 120] }\n")
+                     + people_table(individual_queries=False, income=None, regions=None))
     common = ["--rules", str(rules), "--backend", fresh_postgres]
     codes = [cli(home, "query", *common, "--user", "alice", f"SELECT MEDIAN(age) FROM people "
                  f"WHERE age > {i}").returncode for i in range(4)]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import forked_cli
-from tests.wireserver import PEOPLE_RULES, load_people, running_proxy
+from tests.factories import Served, people_table
 
 pytestmark = pytest.mark.postgres  # the server's catalog runs on PostgreSQL's binaries
 
@@ -31,8 +31,8 @@ budget = 100
 
 [analysts.poor]
 budget = 0.15
-""" + PEOPLE_RULES.format().replace(  # one row per person, so that a release may mask it
-    "individual_queries = true", "max_rows_per_unit = 1") + """
+""" + people_table(  # one row per person, so that a release may mask it
+    max_rows_per_unit=1, individual_queries=False) + """
 [tables.regions]
 public = true
 """
@@ -45,17 +45,12 @@ PEOPLE = 500
 
 @pytest.fixture
 def served(tmp_path):
-    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
-    load_people(url, PEOPLE)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES)
-    return rules, url, tmp_path / "home"
+    return Served.prepare(tmp_path, RULES, f"duckdb:///{tmp_path / 'data.duckdb'}", PEOPLE)
 
 
-def run(served, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    rules, url, home = served
-    return forked_cli.run([*args, "--rules", str(rules), "--backend", url], cwd=cwd,
-                          env={**os.environ, "IDP_PROXY_HOME": str(home)})
+def run(served: Served, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return forked_cli.run([*args, "--rules", str(served.rules), "--backend", served.backend],
+                          cwd=cwd, env={**os.environ, "IDP_PROXY_HOME": str(served.home)})
 
 
 def _json(out: subprocess.CompletedProcess):
@@ -78,7 +73,7 @@ def test_answers_and_refusals_print_the_same_alone_and_through_the_server(served
         ("release", "people", "--user", "alice", "--columns", "region", "--k", "10",
          "--epsilon", "0.5", "--method", "idp-cbls", "--out", str(tmp_path / "x.csv"))]
     alone = [run(served, *command) for command in commands]
-    with running_proxy(*served) as proxy:
+    with served.serve() as proxy:
         through = [run(served, *command) for command in commands]
         assert not any("admin call" in line and "failed" in line for line in proxy.log)
     for command, first, second in zip(commands, alone, through):
@@ -95,7 +90,7 @@ def test_answers_and_refusals_print_the_same_alone_and_through_the_server(served
 
 def test_a_noisy_query_through_the_server_prints_as_alone_and_is_charged_once(served):
     sql = "SELECT COUNT(*) AS n, MEDIAN(age) FROM people WHERE age > 30"
-    with running_proxy(*served):
+    with served.serve():
         table = run(served, "query", "--user", "alice", "--epsilon", "0.05", sql)
         described = _json(run(served, "query", "--user", "alice", "--format", "json", sql))
         ledger = _json(run(served, "ledger", "--format", "json"))
@@ -122,7 +117,7 @@ def test_a_release_through_the_server_writes_where_the_command_runs(served, tmp_
     work.mkdir()
     release = ("release", "people", "--user", "alice", "--columns", "income,age", "--k", "10",
                "--epsilon", "0.5", "--method", "idp-cbls", "--out", "masked.csv")
-    with running_proxy(*served):
+    with served.serve():
         out = run(served, *release, cwd=work)
         again = run(served, *release, cwd=work)
         ledger = _json(run(served, "ledger", "--format", "json"))

@@ -17,8 +17,8 @@ import psycopg2
 import pytest
 import sqlalchemy
 
+from tests.factories import REGIONS
 from tests.system import jdbc_classpath, node_client
-from tests.wireserver import REGIONS
 
 pytestmark = pytest.mark.postgres
 

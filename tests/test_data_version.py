@@ -12,7 +12,7 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from tests.conftest import load_table
+from tests.databases import load_table
 
 pytestmark = pytest.mark.postgres
 

@@ -23,7 +23,8 @@ import pytest
 from proxy.backends import duckdb_backend
 from proxy.backends.postgres_backend import PostgresBackend
 from proxy.errors import DiskFull
-from tests.wireserver import RULES, admin, load_people, running_proxy, serving_in_process
+from tests.factories import Served, served_rules
+from tests.wireserver import serving_in_process
 
 QUERIES = 6
 
@@ -65,12 +66,8 @@ def _ask(con, number: int) -> str:
         return f"{exc.sqlstate} {exc}"
 
 
-def _served(tmp_path: Path, disk: Path) -> tuple[Path, str, Path]:
-    url = f"duckdb:///{disk / 'data.duckdb'}"
-    load_people(url, 500)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
-    return rules, url, tmp_path / "home"
+def _served(tmp_path: Path, disk: Path) -> Served:
+    return Served.prepare(tmp_path, served_rules(), f"duckdb:///{disk / 'data.duckdb'}")
 
 
 def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None:
@@ -103,14 +100,14 @@ def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None
     assert resumed == ["answer"] * QUERIES
 
 
-def _balanced(served) -> None:
+def _balanced(served: Served) -> None:
     """docs/budget.md: spent is the sum of the ledger rows whose debit took effect. A
     failed query's debit may have committed before a later write (its cache entry) met
     the full disk: it is charged, like any failure after the debit."""
-    entries = json.loads(admin(*served, "ledger", "--user", "alice", "--format", "json")
+    entries = json.loads(served.admin("ledger", "--user", "alice", "--format", "json")
                          .stdout, parse_float=Decimal)
-    (account,) = json.loads(admin(*served, "budget", "show", "--user", "alice",
-                                  "--format", "json").stdout, parse_float=Decimal)
+    (account,) = json.loads(served.admin("budget", "show", "--user", "alice",
+                                         "--format", "json").stdout, parse_float=Decimal)
     assert {e["status"] for e in entries} == {"charged"}
     assert 1 + QUERIES <= len(entries) <= 1 + 2 * QUERIES
     assert Decimal(account["spent"]) == sum(Decimal(e["epsilon"]) for e in entries)
@@ -119,7 +116,7 @@ def _balanced(served) -> None:
 def test_a_wal_that_cannot_grow_is_one_error_53100_per_query(tmp_path):
     with small_disk(tmp_path / "disk") as disk:
         served = _served(tmp_path, disk)
-        with running_proxy(*served) as proxy:
+        with served.serve() as proxy:
             _full_then_freed(proxy, disk, lambda: list(proxy.log))
         _balanced(served)
 

@@ -5,78 +5,36 @@ from __future__ import annotations
 import statistics
 from decimal import Decimal
 
-import numpy as np
 import psycopg
 import pytest
 
 from proxy.backends import open_backend
 from proxy.engine import Engine
-from proxy.errors import BackendFailed, BudgetExhausted, Refused
+from proxy.errors import BudgetExhausted, Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.conftest import load_table, new_database
+from tests.databases import load_table, new_database
+from tests.factories import (
+    ENGINE_RULES,
+    MANY_KEYS,
+    MANY_RULES,
+    ODD,
+    Table,
+    engine_fixture,
+    load,
+    many,
+    people,
+)
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
-RULES_TEXT = """
-[defaults]
-model = "idp"
-epsilon_per_query = 0.3
-budget_per_analyst = 1.0
-report_scale = "rounded"  # the owner's opt-ins: these tests read the bound
-noise_scale = "local"  # of raw iDP (the default's own tests: tests/test_default_scale.py)
-
-[analysts.alice]
-budget = 1.0
-
-[analysts.zoe]
-budget = 100
-
-[tables.people]
-privacy_unit = "person_id"
-max_rows_per_unit = 1
-[tables.people.columns]
-person_id = { type = "int" }
-age    = { type = "int",   domain = [0, 120] }
-income = { type = "float", domain = [0, 10000000] }
-region = { type = "text",  keys = ["north", "south", "east", "west"] }
-
-[tables.odd]
-[tables.odd.columns]
-x = { type = "float", domain = [0, 1] }
-
-[tables.regions]
-public = true
-"""
-
-
-def _people(n: int = 2000, seed: int = 7) -> dict[str, list]:
-    rng = np.random.default_rng(seed)
-    return {
-        "person_id": list(range(1, n + 1)),
-        "age": [int(a) for a in rng.integers(18, 90, n)],
-        "income": [float(v) for v in np.round(rng.lognormal(10.5, 0.6, n), 2)],
-        "region": [str(r) for r in rng.choice(["north", "south", "east", "west"], n)],
-    }
-
-
-PEOPLE_TYPES = {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
-                "region": "TEXT"}
-
-
-@pytest.fixture
-def engine(backend_url):
-    load_table(backend_url, "people", _people(), PEOPLE_TYPES)
-    load_table(backend_url, "regions", {"region": ["north", "south"], "label": ["N", "S"]},
-               {"region": "TEXT", "label": "TEXT"})
-    load_table(backend_url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
-    backend = open_backend(backend_url)
-    yield Engine(parse_rules(RULES_TEXT), backend)
-    backend.close()
-
-
-def run(session, sql):
-    return list(session.execute(sql))
+# A new engine for each test on each backend: its tests compare budgets.
+engine = engine_fixture(ENGINE_RULES, lambda: {
+    "people": people(),
+    "regions": Table({"region": ["north", "south"], "label": ["N", "S"]},
+                     {"region": "TEXT", "label": "TEXT"}),
+    "odd": ODD})
 
 
 def ledger_state(engine):
@@ -143,36 +101,8 @@ def test_empty_groups_are_answered_from_the_domain(engine):
         assert 0 <= row[2] <= 120 and 0 <= row[4] <= 120
 
 
-MANY_KEYS = [f"k{i:04d}" for i in range(1000)]
-MANY_RULES = """
-[analysts.zoe]
-budget = 100
-
-[tables.many]
-privacy_unit = "id"
-max_rows_per_unit = 1
-[tables.many.columns]
-id  = { type = "int" }
-age = { type = "int",  domain = [0, 120] }
-""" + "key = { type = \"text\", keys = [" + ", ".join(f'"{k}"' for k in MANY_KEYS) + "] }\n"
-
-
-def load_many(url: str) -> None:
-    """The table of MANY_RULES: 1,000 declared keys, rows for the first 990 only (3
-    each)."""
-    n = 2970
-    load_table(url, "many", {"id": list(range(n)), "age": [i % 100 for i in range(n)],
-                             "key": [MANY_KEYS[i % 990] for i in range(n)]},
-               {"id": "INTEGER", "age": "INTEGER", "key": "TEXT"})
-
-
-@pytest.fixture
-def many_keys_engine(backend_url):
-    """1,000 declared keys; the data has rows for the first 990 only (3 each)."""
-    load_many(backend_url)
-    backend = open_backend(backend_url)
-    yield Engine(parse_rules(MANY_RULES), backend)
-    backend.close()
+# 1,000 declared keys; the data has rows for the first 990 only (3 each).
+many_keys_engine = engine_fixture(MANY_RULES, lambda: {"many": many()}, name="many_keys_engine")
 
 
 def test_a_thousand_key_group_by_answers_every_key(many_keys_engine, no_noise):
@@ -276,23 +206,23 @@ def test_refused_second_statement_refuses_the_first_too(engine):
 def test_rules_naming_a_missing_table_stop_the_engine_at_start(backend_url):
     from proxy.errors import RulesError
 
-    load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
+    load(backend_url, {"people": people(10)})
     load_table(backend_url, "odd", {"x": [1.0]}, {"x": "DOUBLE PRECISION"})
     ghost = "[tables.ghost]\n[tables.ghost.columns]\nx = { type = 'int' }\n"
     backend = open_backend(backend_url)
     with pytest.raises(RulesError, match=r"\[tables.ghost\] the backend has no table ghost"):
-        Engine(parse_rules(RULES_TEXT + ghost), backend)
+        Engine(parse_rules(ENGINE_RULES + ghost), backend)
     backend.close()
 
 
 def test_rules_naming_a_missing_column_stop_the_engine_at_start(backend_url):
     from proxy.errors import RulesError
 
-    load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
+    load(backend_url, {"people": people(10)})
     load_table(backend_url, "odd", {"y": ["1"]}, {"y": "TEXT"})
     backend = open_backend(backend_url)
     with pytest.raises(RulesError, match=r"\[tables.odd\].*lacks the declared column\(s\) x"):
-        Engine(parse_rules(RULES_TEXT), backend)
+        Engine(parse_rules(ENGINE_RULES), backend)
     backend.close()
 
 
@@ -310,11 +240,11 @@ def test_a_declared_type_the_backend_does_not_hold_stops_the_engine_at_start(bac
     from proxy.errors import RulesError
     from proxy.rules import load_rules
 
-    load_table(backend_url, "people", _people(10), PEOPLE_TYPES)
+    load(backend_url, {"people": people(10)})
     load_table(backend_url, "odd", {"x": ["0.5", "half"]}, {"x": "TEXT"})
     path = tmp_path / "rules.toml"
-    path.write_text(RULES_TEXT)
-    line = RULES_TEXT.splitlines().index('x = { type = "float", domain = [0, 1] }') + 1
+    path.write_text(ENGINE_RULES)
+    line = ENGINE_RULES.splitlines().index('x = { type = "float", domain = [0, 1] }') + 1
     backend = open_backend(backend_url)
     with pytest.raises(RulesError) as refused:
         Engine(load_rules(path), backend)
@@ -358,7 +288,7 @@ def test_idp_median_is_orders_of_magnitude_more_accurate_than_dp(engine):
     median by orders of magnitude in mean absolute error, over 20 fresh releases each
     (each text differs, so the answer cache does not repeat one draw; every row has
     person_id ≥ 1, so the scope is the whole table)."""
-    true = statistics.median_low(_people()["income"])
+    true = statistics.median_low(people().columns["income"])
     session = Session.open(engine, "zoe")
     errors = {}
     for model, sensitivity in (("idp", "local"), ("dp", "global")):
@@ -383,25 +313,9 @@ def test_unit_bound_follows_the_data(engine):
     assert answer.privacy["ci95"]["count"][0] > 20  # scale 4/0.3 rather than 1/0.3
 
 
-@pytest.fixture
-def no_noise(monkeypatch):
-    """The mechanisms return the true value: what remains is the answer's plumbing. The
-    exponential mechanism gives the value at its target rank (its law's mode), read
-    through the same window a draw reads; an empty scope the domain's lower end."""
-    from proxy.privacy import inverse_sensitivity, noisy_answers
-    from proxy.privacy.mechanisms import Noisy
-
-    exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
-    monkeypatch.setattr(noisy_answers, "laplace_real", exact)
-    monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
-    monkeypatch.setattr(inverse_sensitivity, "instance_release",
-                        lambda n, rank, shift, epsilon, grid, fetch, *rest, **kwargs:
-                        fetch(rank, rank)[0] if n else grid.lower)
-
-
 def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):
     """The pushed-down statistics and the release agree with a direct computation."""
-    data = _people()
+    data = people().columns
     scope = [(a, i, r) for a, i, r in zip(data["age"], data["income"], data["region"]) if a > 25]
     ages = sorted(a for a, _, _ in scope)
     incomes = sorted(i for _, i, _ in scope)
@@ -422,13 +336,13 @@ def test_count_of_a_text_column_counts_its_values(engine, no_noise):
     """COUNT(col) of a text column counts its non-NULL values: only numbers are
     normalised (a text column compared with numeric bounds failed in the backend,
     after the debit)."""
-    data = _people()
+    data = people().columns
     (answer,) = run(Session.open(engine, "zoe"), "SELECT COUNT(region) FROM people WHERE age > 40")
     assert answer.rows == [(sum(1 for a in data["age"] if a > 40),)]
 
 
 def test_without_noise_group_by_answers_each_group(engine, no_noise):
-    data = _people()
+    data = people().columns
     (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT region, MEDIAN(age), MAX(income) FROM people GROUP BY region")
     for region, median, largest in answer.rows:
@@ -439,7 +353,7 @@ def test_without_noise_group_by_answers_each_group(engine, no_noise):
 
 
 def test_a_global_budget_is_debited_with_the_analysts_all_or_nothing(engine):
-    rules = parse_rules(RULES_TEXT.replace("budget_per_analyst = 1.0",
+    rules = parse_rules(ENGINE_RULES.replace("budget_per_analyst = 1.0",
                                            "budget_per_analyst = 1.0\nglobal_budget = 0.5")
                         .replace("[analysts.zoe]\nbudget = 100", "[analysts.zoe]\nbudget = 0.2"))
     engine = Engine(rules, engine.backend)
@@ -487,7 +401,7 @@ def test_a_role_without_the_privileges_it_needs_stops_the_engine_naming_the_gran
     from proxy.errors import PrivilegeMissing
 
     with new_database(postgres_url) as url:
-        load_table(url, "people", _people(10), PEOPLE_TYPES)
+        load(url, {"people": people(10)})
         load_table(url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
         parts = urlsplit(url)
         database = parts.path.lstrip("/")
@@ -497,20 +411,20 @@ def test_a_role_without_the_privileges_it_needs_stops_the_engine_naming_the_gran
         weak = f"postgresql://weak_proxy:weak@{parts.hostname}:{parts.port}/{database}"
         backend = open_backend(weak)
         with pytest.raises(PrivilegeMissing) as refused:
-            Engine(parse_rules(RULES_TEXT), backend)
+            Engine(parse_rules(ENGINE_RULES), backend)
         assert str(refused.value) == ("the proxy's database role weak_proxy may not read the "
                                       "table people: as its owner, run GRANT SELECT ON "
                                       "people TO weak_proxy")
         with psycopg.connect(url, autocommit=True) as con:
             con.execute("GRANT SELECT ON people, odd TO weak_proxy")
         with pytest.raises(PrivilegeMissing) as refused:
-            Engine(parse_rules(RULES_TEXT), backend)
+            Engine(parse_rules(ENGINE_RULES), backend)
         assert refused.value.sqlstate == "42501" and str(refused.value).endswith(
             f"run GRANT CREATE ON DATABASE {database} TO weak_proxy, or CREATE SCHEMA idp "
             "AUTHORIZATION weak_proxy")
         with psycopg.connect(url, autocommit=True) as con:
             con.execute(f'GRANT CREATE ON DATABASE "{database}" TO weak_proxy')
-        engine = Engine(parse_rules(RULES_TEXT), backend)
+        engine = Engine(parse_rules(ENGINE_RULES), backend)
         assert engine.ledger.remaining("zoe") == Decimal(0)  # started: no budget opened yet
         backend.close()
         with psycopg.connect(url, autocommit=True) as con:

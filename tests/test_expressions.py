@@ -19,13 +19,15 @@ from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import normalise
-from tests.conftest import load_table
-from tests.privacy.test_expressions_bruteforce import (
+from tests.databases import load_table
+from tests.factories import PEOPLE_TYPES, Table, engine_fixture
+from tests.privacy.expressions import (
     EXPRESSIONS,
     agrees,
     backend_values,
     combinations,
 )
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
@@ -76,22 +78,9 @@ def _visits(units: int = 150, seed: int = 4) -> dict[str, list]:
     return {"person_id": person, "cost": cost, "days": days}
 
 
-PEOPLE_TYPES = {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
-                "region": "TEXT"}
 VISITS_TYPES = {"person_id": "INTEGER", "cost": "DOUBLE PRECISION", "days": "INTEGER"}
-
-
-@pytest.fixture
-def engine(backend_url):
-    load_table(backend_url, "people", _people(), PEOPLE_TYPES)
-    load_table(backend_url, "visits", _visits(), VISITS_TYPES)
-    backend = open_backend(backend_url)
-    yield Engine(parse_rules(RULES_TEXT), backend)
-    backend.close()
-
-
-def run(session, sql):
-    return list(session.execute(sql))
+engine = engine_fixture(RULES_TEXT, lambda: {"people": Table(_people(), PEOPLE_TYPES),
+                                             "visits": Table(_visits(), VISITS_TYPES)})
 
 
 NEW_FORMS = [

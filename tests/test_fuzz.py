@@ -13,7 +13,8 @@ import psycopg
 import pytest
 
 from proxy.wire import codec
-from tests.wireserver import RULES, load_people, running_proxy, startup_message, typed
+from tests.factories import Served, served_rules
+from tests.wireserver import startup_message, typed
 
 MESSAGES = 10_000  # the chaos audit sent 100,000; this many keeps the suite short
 SEED = 20261122
@@ -128,11 +129,9 @@ def _session(port: int, rng: random.Random, count: int) -> int:
 
 @pytest.fixture
 def fuzz_proxy(tmp_path):
+    rules = served_rules().replace("budget = 100", "budget = 1000000")
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
-    load_people(url, 500)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust").replace("budget = 100", "budget = 1000000"))
-    with running_proxy(rules, url, tmp_path / "home") as running:
+    with Served.prepare(tmp_path, rules, url).serve() as running:
         yield running
 
 

@@ -16,17 +16,15 @@ from scipy import stats
 
 from proxy import engine as engine_module
 from proxy.analyze import analyze, parse_statements
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import inverse_sensitivity, refuse_unanswerable
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import normalise, percentile_rank
-from tests.conftest import load_table
-from tests.privacy.test_instance_bruteforce import _log_probabilities
-from tests.privacy.test_samplers import ALPHA, SeededSource
+from tests.factories import Table, engine_fixture
+from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
@@ -60,20 +58,11 @@ KINDS = ["a", "b"] * (len(SCORES) // 2) + ["a"] * (len(SCORES) % 2)
 VISITS = {"person": [1, 1, 1, 2, 2, 3, 4, 4, 5, 6], "stay": [3, 9, 9, 4, 4, 5, 6, 1, 7, 5]}
 
 
-@pytest.fixture(scope="module")
-def engine(module_backend_url):
-    load_table(module_backend_url, "scores",
-               {"id": list(range(len(SCORES))), "score": SCORES, "age": AGES, "kind": KINDS},
-               {"id": "INTEGER", "score": "DOUBLE PRECISION", "age": "INTEGER",
-                "kind": "TEXT"})
-    load_table(module_backend_url, "visits", VISITS, {"person": "INTEGER", "stay": "INTEGER"})
-    engine = Engine(parse_rules(RULES), open_backend(module_backend_url))
-    yield engine
-    engine.backend.close()
-
-
-def run(session, sql):
-    return list(session.execute(sql))
+engine = engine_fixture(RULES, {
+    "scores": Table({"id": list(range(len(SCORES))), "score": SCORES, "age": AGES, "kind": KINDS},
+                    {"id": "INTEGER", "score": "DOUBLE PRECISION", "age": "INTEGER",
+                     "kind": "TEXT"}),
+    "visits": Table(VISITS, {"person": "INTEGER", "stay": "INTEGER"})}, shared=True)
 
 
 def _instance_session(engine, epsilon="1", form="instance"):
@@ -206,7 +195,7 @@ def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypa
     values = sorted(float(a) for a in AGES)
     assert (n, rank, epsilon) == (len(values), percentile_rank(n, Fraction(1, 2)),
                                   Fraction(1, 2))
-    expected = np.exp(_log_probabilities(values, rank, grid, 0.25, piecewise)) * len(draws)
+    expected = np.exp(log_probabilities(values, rank, grid, 0.25, piecewise)) * len(draws)
     observed = np.bincount(draws, minlength=11).astype(float)
     big = expected >= 5  # the candidates far from the median pooled into one cell
     assert stats.chisquare(np.append(observed[big], observed[~big].sum()),

@@ -10,14 +10,13 @@ from contextlib import closing
 
 import pytest
 
-from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
-from proxy.settings import Settings
-from tests.conftest import load_table
+from tests.factories import Table, load, open_engine, table_of_rows
+from tests.probes import recorded_statistics, refused_for_free
 
 RULES = """
 [defaults]
@@ -73,20 +72,18 @@ def _rules(max_groups: int = 100):
     return parse_rules(RULES.format(max_groups=max_groups), "joins.toml")
 
 
-def _load(url: str, regions=REGIONS) -> None:
-    load_table(url, "people", {"person_id": [p[0] for p in PEOPLE], "age": [p[1] for p in PEOPLE],
-                               "income": [p[2] for p in PEOPLE],
-                               "region": [p[3] for p in PEOPLE], "sex": [p[4] for p in PEOPLE]},
-               {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE PRECISION",
-                "region": "TEXT", "sex": "TEXT"})
-    load_table(url, "visits", {"person_id": [1, 1, 2], "cost": [1.0, 2.0, 3.0]},
-               {"person_id": "BIGINT", "cost": "DOUBLE PRECISION"})
-    load_table(url, "regions", {"code": list(regions), "name": [v[0] for v in regions.values()],
-                                "zone": [v[1] for v in regions.values()]},
-               {"code": "TEXT", "name": "TEXT", "zone": "INTEGER"})
-    load_table(url, "districts", {"code": ["a"], "name": ["Ay"]},
-               {"code": "TEXT", "name": "TEXT"})
-    load_table(url, "labels", {"code": ["a"]}, {"code": "TEXT"})
+def _tables(regions=REGIONS) -> dict[str, Table]:
+    return {
+        "people": table_of_rows(PEOPLE, {"person_id": "BIGINT", "age": "INTEGER",
+                                         "income": "DOUBLE PRECISION", "region": "TEXT",
+                                         "sex": "TEXT"}),
+        "visits": Table({"person_id": [1, 1, 2], "cost": [1.0, 2.0, 3.0]},
+                        {"person_id": "BIGINT", "cost": "DOUBLE PRECISION"}),
+        "regions": table_of_rows([(code, *row) for code, row in regions.items()],
+                                 {"code": "TEXT", "name": "TEXT", "zone": "INTEGER"}),
+        "districts": Table({"code": ["a"], "name": ["Ay"]}, {"code": "TEXT", "name": "TEXT"}),
+        "labels": Table({"code": ["a"]}, {"code": "TEXT"}),
+    }
 
 
 def test_unique_is_a_declared_column_of_a_public_table():
@@ -105,7 +102,7 @@ def test_unique_is_a_declared_column_of_a_public_table():
 
 
 def test_start_refuses_a_unique_key_the_data_repeats(backend_url, tmp_path):
-    _load(backend_url, {"a": ("Alpha", 1)})
+    load(backend_url, _tables({"a": ("Alpha", 1)}))
     path = tmp_path / "joins.toml"
     path.write_text(RULES.format(max_groups=9))
     line = RULES.format(max_groups=9).splitlines().index('unique = ["code"]') + 1
@@ -134,29 +131,8 @@ def _truth(where=lambda p, r: True, left=False):
     return groups
 
 
-def recorded_statistics(engine: Engine, sql: str, model: str = "idp"):
-    """The shift, the groups' statistics and keys of ``sql`` through the engine, and
-    each backend statement it ran with the number of rows it returned."""
-    plan = analyze(parse_statements(sql)[0], engine.rules, Settings(model=model))
-    statements: list[tuple[str, int]] = []
-    with engine.view(plan) as view:
-        run = view.tx.execute
-
-        def recording(text, params=()):
-            rows = run(text, params)
-            statements.append((text, len(rows)))
-            return rows
-
-        view.tx.execute = recording
-        shift, groups, _ = engine.statistics(plan, view)
-        keys = view.plan.group_keys() if plan.group_by else [()]
-    return shift, groups, keys, statements
-
-
 def test_joined_answers_are_the_joins_and_pushed_down(backend_url):
-    _load(backend_url)
-    with closing(open_backend(backend_url)) as backend:
-        engine = Engine(_rules(), backend)
+    with open_engine(backend_url, _rules(), _tables) as engine:
         grouped = ("SELECT r.name, COUNT(*), SUM(p.income), MEDIAN(income) FROM people p "
                    "JOIN regions r ON p.region = r.code WHERE r.zone = 2 OR age < 30 "
                    "GROUP BY r.name")
@@ -193,11 +169,11 @@ def test_joined_answers_are_the_joins_and_pushed_down(backend_url):
         # the public keys: read once per data version of the public table
         list(session.execute(grouped))
         assert len(engine._public_keys) == 1
-        backend.query("INSERT INTO regions VALUES ('d', 'Delta', 2)")
+        engine.backend.query("INSERT INTO regions VALUES ('d', 'Delta', 2)")
         (answer,) = session.execute(grouped)
         assert [row[0] for row in answer.rows] == ["Alpha", "Beta", "Delta", "Gamma"]
         # a key written twice after start matches nothing: no row is counted twice
-        backend.query("INSERT INTO regions VALUES ('b', 'Beta again', 2)")
+        engine.backend.query("INSERT INTO regions VALUES ('b', 'Beta again', 2)")
         _, groups, keys, _ = recorded_statistics(engine, grouped)
         assert ("Beta",) in keys and ("Beta",) not in groups
         assert groups[("Alpha",)].rows == _truth(lambda p, r: p[1] < 30)["Alpha"][0]
@@ -208,9 +184,7 @@ def test_joined_answers_are_the_joins_and_pushed_down(backend_url):
 
 
 def test_public_keys_beyond_max_groups_are_refused_before_the_debit(duckdb_url):
-    _load(duckdb_url)
-    with closing(open_backend(duckdb_url)) as backend:
-        engine = Engine(_rules(max_groups=2), backend)
+    with open_engine(duckdb_url, _rules(max_groups=2), _tables) as engine:
         before = engine.ledger.entries(), engine.ledger.budgets()
         with pytest.raises(Refused) as refused:
             list(Session.open(engine, "alice").execute(
@@ -262,26 +236,13 @@ REFUSED = [
 def engine(tmp_path_factory):
     """One DuckDB engine for the refusals (decided from the text: no backend differs)."""
     url = f"duckdb:///{tmp_path_factory.mktemp('joins') / 'data.duckdb'}"
-    _load(url)
-    with closing(open_backend(url)) as backend:
-        yield Engine(_rules(), backend)
+    with open_engine(url, _rules(), _tables) as engine:
+        yield engine
 
 
 @pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
 def test_refused_joins_say_what_is_allowed_and_spend_nothing(engine, sql, sqlstate, fragment):
     refused_for_free(engine, sql, sqlstate, fragment)
-
-
-def refused_for_free(engine: Engine, sql: str, sqlstate: str, fragment: str) -> None:
-    """``sql`` is refused with ``sqlstate`` in one line holding ``fragment``, and the
-    ledger (entries and budgets) is unchanged."""
-    before = engine.ledger.entries(), engine.ledger.budgets()
-    with pytest.raises(Refused) as refused:
-        list(Session.open(engine, "alice").execute(sql))
-    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
-    message = str(refused.value)
-    assert refused.value.sqlstate == sqlstate and fragment in message, message
-    assert "\n" not in message
 
 
 def test_an_older_demo_file_names_its_region_columns_as_the_rules_do(tmp_path):

@@ -19,8 +19,8 @@ from proxy.engine import Engine
 from proxy.errors import RulesError
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
-from tests.conftest import load_table
-from tests.test_joins import recorded_statistics, refused_for_free
+from tests.factories import Table, engine_fixture, load, table_of_rows
+from tests.probes import recorded_statistics, refused_for_free
 
 RULES = """
 [defaults]
@@ -77,26 +77,22 @@ def _rules():
     return parse_rules(RULES, "multiplicity.toml")
 
 
-def _load(url: str) -> None:
-    load_table(url, "people", {"person_id": [p[0] for p in PEOPLE], "age": [p[1] for p in PEOPLE],
-                               "income": [p[2] for p in PEOPLE], "kind": [p[3] for p in PEOPLE]},
-               {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE PRECISION",
-                "kind": "TEXT"})
-    load_table(url, "visits", {"person_id": [v[0] for v in VISITS], "cost": [v[1] for v in VISITS]},
-               {"person_id": "BIGINT", "cost": "DOUBLE PRECISION"})
-    load_table(url, "events", {"kind": ["a", "b", "c"], "size": [1, 2, 3]},
-               {"kind": "TEXT", "size": "INTEGER"})
+def _tables() -> dict[str, Table]:
+    tables = {
+        "people": table_of_rows(PEOPLE, {"person_id": "BIGINT", "age": "INTEGER",
+                                         "income": "DOUBLE PRECISION", "kind": "TEXT"}),
+        "visits": table_of_rows(VISITS, {"person_id": "BIGINT", "cost": "DOUBLE PRECISION"}),
+        "events": Table({"kind": ["a", "b", "c"], "size": [1, 2, 3]},
+                        {"kind": "TEXT", "size": "INTEGER"}),
+    }
     for name, column, rows in (("tags", "tag", TAGS), ("moods", "mood", MOODS)):
         pairs = [(kind, value) for kind, values in rows.items() for value in values]
-        load_table(url, name, {"kind": [k for k, _ in pairs], column: [v for _, v in pairs]},
-                   {"kind": "TEXT", column: "TEXT"})
+        tables[name] = table_of_rows(pairs, {"kind": "TEXT", column: "TEXT"})
+    return tables
 
 
-@pytest.fixture(scope="module")
-def engine(module_backend_url):
-    _load(module_backend_url)
-    with closing(open_backend(module_backend_url)) as backend:
-        yield Engine(_rules(), backend)
+# one engine per backend for the module (its tests read the tables)
+engine = engine_fixture(_rules(), _tables, shared=True)
 
 
 GROUPED = ("SELECT t.tag, COUNT(*), SUM(p.income), AVG(income), MEDIAN(p.income), MAX(age) "
@@ -195,7 +191,7 @@ def test_the_bound_is_a_positive_whole_number_for_declared_columns_of_public_tab
 
 
 def test_start_refuses_a_table_beyond_its_bound_and_queries_enforce_it(backend_url, tmp_path):
-    _load(backend_url)
+    load(backend_url, _tables())
     path = tmp_path / "multiplicity.toml"
     path.write_text(RULES)
     with closing(open_backend(backend_url)) as backend:

@@ -8,17 +8,13 @@ nothing."""
 
 from __future__ import annotations
 
-from contextlib import closing
-
 import pytest
 
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.conftest import load_table
-from tests.test_joins import recorded_statistics, refused_for_free
+from tests.factories import Table, open_engine, table_of_rows
+from tests.probes import recorded_statistics, refused_for_free
 
 RULES = parse_rules("""
 [defaults]
@@ -79,24 +75,22 @@ VISITS += [(50, 9.0, "x"), (51, 1.0, "y"), (None, 2.0, "x")]
 REGIONS = {"a": "Alpha", "b": "Beta"}
 
 
-def _load(url: str) -> None:
-    load_table(url, "people", {"person_id": [p[0] for p in PEOPLE], "age": [p[1] for p in PEOPLE],
-                               "income": [p[2] for p in PEOPLE], "region": [p[3] for p in PEOPLE],
-                               "note": ["n"] * len(PEOPLE)},
-               {"person_id": "BIGINT", "age": "INTEGER", "income": "DOUBLE PRECISION",
-                "region": "TEXT", "note": "TEXT"})
-    load_table(url, "visits", {"person_id": [v[0] for v in VISITS], "cost": [v[1] for v in VISITS],
-                               "kind": [v[2] for v in VISITS]},
-               {"person_id": "BIGINT", "cost": "DOUBLE PRECISION", "kind": "TEXT"})
-    for name in ("claims", "lab"):
-        load_table(url, name, {"person_id": [1], **({"amount": [1.0]} if name == "claims"
-                                                     else {})},
-                   {"person_id": "BIGINT", **({"amount": "DOUBLE PRECISION"} if name == "claims"
-                                              else {})})
-    load_table(url, "accounts", {"account_id": [1], "person_id": [1]},
-               {"account_id": "BIGINT", "person_id": "BIGINT"})
-    load_table(url, "regions", {"code": list(REGIONS), "name": list(REGIONS.values())},
-               {"code": "TEXT", "name": "TEXT"})
+def _tables() -> dict[str, Table]:
+    return {
+        "people": table_of_rows([(*p, "n") for p in PEOPLE],
+                                {"person_id": "BIGINT", "age": "INTEGER",
+                                 "income": "DOUBLE PRECISION", "region": "TEXT",
+                                 "note": "TEXT"}),
+        "visits": table_of_rows(VISITS, {"person_id": "BIGINT", "cost": "DOUBLE PRECISION",
+                                         "kind": "TEXT"}),
+        "claims": Table({"person_id": [1], "amount": [1.0]},
+                        {"person_id": "BIGINT", "amount": "DOUBLE PRECISION"}),
+        "lab": Table({"person_id": [1]}, {"person_id": "BIGINT"}),
+        "accounts": Table({"account_id": [1], "person_id": [1]},
+                          {"account_id": "BIGINT", "person_id": "BIGINT"}),
+        "regions": Table({"code": list(REGIONS), "name": list(REGIONS.values())},
+                         {"code": "TEXT", "name": "TEXT"}),
+    }
 
 
 def _joined(left: bool = False):
@@ -115,9 +109,7 @@ def _largest(left: bool) -> int:
 
 
 def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backend_url):
-    _load(backend_url)
-    with closing(open_backend(backend_url)) as backend:
-        engine = Engine(RULES, backend)
+    with open_engine(backend_url, RULES, _tables) as engine:
         grouped = ("SELECT p.region, COUNT(*), SUM(v.cost), MEDIAN(p.income) FROM visits v "
                    "JOIN people p ON v.person_id = p.person_id WHERE cost > 20 OR p.age < 30 "
                    "GROUP BY p.region")
@@ -139,13 +131,13 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
         assert len(again) == len(plain_statements)
         assert all(rows <= len(keys) for _, rows in again)  # no protected row leaves
         assert all(" JOIN " in text for text, _ in again if "cost" in text)
-        backend.query("INSERT INTO people VALUES (20, 99, 1.0, 'a', 'n')")  # 20: 0 visits
-        backend.query("INSERT INTO visits VALUES (3, 1.0, 'x')")  # 3: 4 visits x 1 person
+        engine.backend.query("INSERT INTO people VALUES (20, 99, 1.0, 'a', 'n')")  # 20: 0 visits
+        engine.backend.query("INSERT INTO visits VALUES (3, 1.0, 'x')")  # 3: 4 visits x 1 person
         assert recorded_statistics(engine, grouped)[0] == 6
-        backend.query("INSERT INTO visits VALUES (7, 1.0, 'x')")  # 7: 4 visits x 2 people
+        engine.backend.query("INSERT INTO visits VALUES (7, 1.0, 'x')")  # 7: 4 visits x 2 people
         assert recorded_statistics(engine, grouped)[0] == 8
-        backend.query("DELETE FROM visits WHERE cost = 1.0 AND person_id IN (3, 7)")
-        backend.query("DELETE FROM people WHERE person_id = 20 AND age = 99")
+        engine.backend.query("DELETE FROM visits WHERE cost = 1.0 AND person_id IN (3, 7)")
+        engine.backend.query("DELETE FROM people WHERE person_id = 20 AND age = 99")
 
         # LEFT: every visit stays (50, 51 and the one without a person: NULL columns)
         left = ("SELECT COUNT(*), MEDIAN(v.cost) FROM visits v LEFT JOIN people p "
@@ -200,7 +192,7 @@ def test_unit_joins_answer_the_join_with_the_largest_joined_rows_per_unit(backen
 
         # without a cheap data version (a table the proxy's role does not own) c is read
         # afresh for each query, in the query's snapshot
-        backend.data_version = lambda tx, table: None
+        engine.backend.data_version = lambda tx, table: None
         for _ in range(2):
             shift, _, _, statements = recorded_statistics(engine, left)
             assert shift == _largest(left=True)
@@ -236,9 +228,8 @@ REFUSED = [
 def engine(tmp_path_factory):
     """One DuckDB engine for the refusals (decided from the text: no backend differs)."""
     url = f"duckdb:///{tmp_path_factory.mktemp('units') / 'data.duckdb'}"
-    _load(url)
-    with closing(open_backend(url)) as backend:
-        yield Engine(RULES, backend)
+    with open_engine(url, RULES, _tables) as engine:
+        yield engine
 
 
 @pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)

@@ -18,7 +18,6 @@ from graphlib import CycleError, TopologicalSorter
 
 from tests.conftest import ROOT
 
-
 # stage -> (its rank, the modules and packages in it); a module imports its own stage's
 # modules and those of lower ranks only
 STAGES = {

@@ -16,7 +16,7 @@ from proxy.errors import BadSetting
 from proxy.privacy.mechanisms import grid_step
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.conftest import load_table
+from tests.databases import load_table
 
 pytestmark = pytest.mark.postgres
 

@@ -17,7 +17,7 @@ import pytest
 
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.errors import QueryCanceled
-from tests.wireserver import PEOPLE_RULES, load_people, running_proxy
+from tests.factories import Served, people_table
 
 SESSIONS, SHORT = 4, 100
 RULES = """
@@ -36,7 +36,7 @@ budget = 10
 [tables.slow]
 [tables.slow.columns]
 x = { type = "int", domain = [0, 1000] }
-""" + PEOPLE_RULES.format()
+""" + people_table()
 # A view made slow without storing rows: on PostgreSQL each row sleeps 10 ms (the private
 # COUNT scans it once: about 8 s); on DuckDB a recursive CTE counts to a million one row at
 # a time (about 6 s of one core: generating as many rows in bulk keeps both cores busy,
@@ -50,18 +50,14 @@ SLOW_DUCKDB = ("CREATE VIEW slow AS WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL S
 @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
 def served(request, tmp_path):
     if request.param == "duckdb":
-        url = f"duckdb:///{tmp_path / 'data.duckdb'}"
-        load_people(url, 500)
+        served = Served.prepare(tmp_path, RULES, f"duckdb:///{tmp_path / 'data.duckdb'}")
         with duckdb.connect(str(tmp_path / "data.duckdb")) as con:
             con.execute(SLOW_DUCKDB)
     else:
-        url = request.getfixturevalue("fresh_postgres")
-        load_people(url, 500)
-        with psycopg.connect(url, autocommit=True) as con:
+        served = Served.prepare(tmp_path, RULES, request.getfixturevalue("fresh_postgres"))
+        with psycopg.connect(served.backend, autocommit=True) as con:
             con.execute(SLOW_POSTGRES)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES)
-    return rules, url, tmp_path / "home"
+    return served
 
 
 def _budget(con: psycopg.Connection) -> Decimal:
@@ -73,7 +69,7 @@ def test_a_long_query_delays_no_other_sessions_short_ones(served):
     """The long query is under way in the backend (its debit, which precedes the
     statistics, is committed) before the first short one is sent; 100 short ones from
     four other sessions are all answered before it ends, and it ends with an answer."""
-    with running_proxy(*served) as proxy:
+    with served.serve() as proxy:
         long: dict = {}
 
         def ask_long():

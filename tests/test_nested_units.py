@@ -11,18 +11,15 @@ line that spends nothing."""
 from __future__ import annotations
 
 import math
-from contextlib import closing
 from decimal import Decimal
 
 import pytest
 
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.conftest import load_table
-from tests.test_joins import recorded_statistics, refused_for_free
+from tests.factories import Table, engine_fixture, table_of_rows
+from tests.probes import recorded_statistics, refused_for_free
 
 RULES = parse_rules("""
 [defaults]
@@ -69,17 +66,15 @@ MORE_THAN_3 = ("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visit
                "GROUP BY person_id) t WHERE n > 3")
 
 
-def _load(url: str) -> None:
-    load_table(url, "visits", {"person_id": [v[0] for v in VISITS],
-                               "cost": [v[1] for v in VISITS], "kind": [v[2] for v in VISITS]},
-               {"person_id": "BIGINT", "cost": "DOUBLE PRECISION", "kind": "TEXT"})
-    load_table(url, "people", {"person_id": [p[0] for p in PEOPLE], "age": [p[1] for p in PEOPLE]},
-               {"person_id": "BIGINT", "age": "INTEGER"})
-    load_table(url, "claims", {"person_id": [c[0] for c in CLAIMS],
-                               "amount": [c[1] for c in CLAIMS]},
-               {"person_id": "BIGINT", "amount": "DOUBLE PRECISION"})
-    load_table(url, "lab", {"person_id": [1], "value": [0.5]},
-               {"person_id": "BIGINT", "value": "DOUBLE PRECISION"})
+def _tables() -> dict[str, Table]:
+    return {
+        "visits": table_of_rows(VISITS, {"person_id": "BIGINT", "cost": "DOUBLE PRECISION",
+                                         "kind": "TEXT"}),
+        "people": table_of_rows(PEOPLE, {"person_id": "BIGINT", "age": "INTEGER"}),
+        "claims": table_of_rows(CLAIMS, {"person_id": "BIGINT", "amount": "DOUBLE PRECISION"}),
+        "lab": Table({"person_id": [1], "value": [0.5]},
+                     {"person_id": "BIGINT", "value": "DOUBLE PRECISION"}),
+    }
 
 
 def _over_10(visit) -> bool:
@@ -96,11 +91,7 @@ def _per_person(rows, where=lambda row: True, counted=lambda row: True) -> dict:
     return units
 
 
-@pytest.fixture(scope="module")
-def loaded(module_backend_url):
-    _load(module_backend_url)
-    with closing(open_backend(module_backend_url)) as backend:
-        yield Engine(RULES, backend)
+loaded = engine_fixture(RULES, _tables, shared=True, name="loaded")
 
 
 def test_the_units_with_more_than_3_visits_are_counted_in_the_backend(loaded):

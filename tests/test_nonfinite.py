@@ -21,8 +21,6 @@ import psycopg
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.privacy.noisy_answers import column_needs
 from proxy.privacy.sensitivity import (
     local_sensitivity_of_max,
@@ -42,7 +40,9 @@ from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank
 from proxy.vocabulary import parse_prior
-from tests.conftest import load_table
+from tests.databases import load_table
+from tests.factories import open_engine
+from tests.privacy.laws import SeededSource
 from tests.privacy.reference import order_values
 
 RULES = parse_rules("""
@@ -158,20 +158,10 @@ NUM_REAL = [NAN, INF, -INF, 5.0, 150.0]
 
 @pytest.fixture(scope="module")
 def engine(url):
-    backend = open_backend(url)
-    yield Engine(RULES, backend, rng=Seeded(5))
-    backend.close()
-
-
-class Seeded:
-    """A reproducible random source (the laws are tested elsewhere; here only that
-    every answer is finite)."""
-
-    def __init__(self, seed: int) -> None:
-        self.random = random.Random(seed)
-
-    def randbelow(self, n: int) -> int:
-        return self.random.randrange(n)
+    """Drawing from a seeded source: the laws are tested elsewhere; here only that
+    every answer is finite."""
+    with open_engine(url, RULES, rng=SeededSource(5)) as engine:
+        yield engine
 
 
 def _plan(sql: str, **settings):
@@ -373,7 +363,7 @@ def test_a_release_masks_only_normalised_values(engine, tmp_path, method, column
     assert all(bound is None or math.isfinite(bound) for domain in job.domains
                for bound in domain)
     engine.ledger.ensure_analyst("ann")
-    report = run_release(engine.backend, engine.ledger, job, "ann", rng=Seeded(3))
+    report = run_release(engine.backend, engine.ledger, job, "ann", rng=SeededSource(3))
     assert math.isfinite(report.mean_sse)
     raw = dict(zip(TABLES["t"]["id"], TABLES["t"]["x"]))
     with out.open() as handle:

@@ -11,12 +11,11 @@ from decimal import Decimal
 
 import pytest
 
-from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.conftest import load_table
-from tests.test_joins import refused_for_free
+from tests.factories import Table, engine_fixture
+from tests.probes import refused_for_free
 
 pytestmark = pytest.mark.postgres
 
@@ -65,22 +64,22 @@ VISITS = {"person_id": [p for p, _ in PEOPLE for _ in (0, 1)],
 COMMON = ("lyon", "paris")
 
 
-@pytest.fixture(scope="module")
-def engine(module_backend_url):
-    """One engine per backend for the module (its tests read the tables and look at
-    their own ledger rows)."""
-    load_table(module_backend_url, "visits", VISITS,
-               {"person_id": "INTEGER", "city": "TEXT", "day": "DATE", "kind": "TEXT",
-                "band": "TEXT", "cost": "DOUBLE PRECISION", "stay": "INTEGER"})
-    load_table(module_backend_url, "claims", {"person_id": [1], "city": ["paris"]},
-               {"person_id": "INTEGER", "city": "TEXT"})
-    # stay stored as floats, NaN and ±inf among them: never keys, never an error
+def _tables() -> dict[str, Table]:
+    # stay stored as floats in events, NaN and ±inf among them: never keys, never an error
     stays = [float(v) for v in VISITS["stay"][:-600]] + [float("nan"), float("inf")] * 300
-    load_table(module_backend_url, "events", {"city": VISITS["city"], "stay": stays},
-               {"city": "TEXT", "stay": "DOUBLE PRECISION"})
-    backend = open_backend(module_backend_url)
-    yield Engine(parse_rules(RULES.format(delta=DELTA), "selection.toml"), backend)
-    backend.close()
+    return {"visits": Table(VISITS, {"person_id": "INTEGER", "city": "TEXT", "day": "DATE",
+                                     "kind": "TEXT", "band": "TEXT",
+                                     "cost": "DOUBLE PRECISION", "stay": "INTEGER"}),
+            "claims": Table({"person_id": [1], "city": ["paris"]},
+                            {"person_id": "INTEGER", "city": "TEXT"}),
+            "events": Table({"city": VISITS["city"], "stay": stays},
+                            {"city": "TEXT", "stay": "DOUBLE PRECISION"})}
+
+
+# One engine per backend for the module (its tests read the tables and look at their
+# own ledger rows).
+engine = engine_fixture(parse_rules(RULES.format(delta=DELTA), "selection.toml"), _tables,
+                        shared=True)
 
 
 def ask(engine, sql, session=None):

@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.wireserver import SCRIPT, load_people, running_proxy
+from tests.factories import Served
+from tests.wireserver import SCRIPT
 
 HEAVY = {"sqlglot", "duckdb", "psycopg", "numpy", "tqdm"}
 
@@ -90,12 +91,11 @@ def test_a_release_shows_its_steps_on_a_terminal(tmp_path):
 def test_a_release_through_the_server_shows_its_steps_too(tmp_path):
     """The server reports each step over its admin socket as it runs."""
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
-    load_people(url, 2000)
-    rules = tmp_path / "rules.toml"
-    rules.write_text("[analysts.alice]\nbudget = 10\n[tables.people]\n"
-                     "[tables.people.columns]\nincome = { type = 'float' }\n"
-                     "age = { type = 'int' }\n")
-    with running_proxy(rules, url, tmp_path / "home"):
+    served = Served.prepare(tmp_path, "[analysts.alice]\nbudget = 10\n[tables.people]\n"
+                            "[tables.people.columns]\nincome = { type = 'float' }\n"
+                            "age = { type = 'int' }\n", url, 2000)
+    rules = served.rules
+    with served.serve():
         code, stdout, shown = _on_a_terminal(
             [SCRIPT, *RELEASE, "--rules", str(rules), "--backend", url], _home(tmp_path),
             cwd=tmp_path)

@@ -20,46 +20,9 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import BOTTOM, TOP
-from tests.conftest import load_table
+from tests.contract import QUERIES, RULES, RULES_TEXT, TYPES, table_rows
+from tests.databases import load_table
 from tests.privacy.reference import order_values
-
-RULES_TEXT = """
-[defaults]
-noise_scale = "local"  # raw iDP: the local sensitivities tested here
-[analysts.ann]
-budget = 100
-[tables.t]
-privacy_unit = "unit"
-[tables.t.columns]
-unit = { type = "int" }
-grp  = { type = "text", keys = ["a", "b", "c"] }
-x    = { type = "float", domain = [0, 100] }
-y    = { type = "int", domain = [-50, 50] }
-"""
-RULES = parse_rules(RULES_TEXT)
-
-QUERIES = [
-    "SELECT MEDIAN(x) FROM t",
-    "SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), MAX(y), MIN(y) FROM t WHERE y > 3",
-    "SELECT grp, COUNT(*), QUANTILE_DISC(x, 0.25), SUM(y) FROM t WHERE x BETWEEN 10 AND 90 GROUP BY grp",
-    "SELECT MAX(x), MIN(x), AVG(x), COUNT(x) FROM t WHERE grp IN ('a', 'c') OR y IS NULL",
-    "SELECT MEDIAN(y) FROM t WHERE x > 1000",
-]
-
-
-def _rows(seed: int = 3, units: int = 60):
-    rng = random.Random(seed)
-    data = {"unit": [], "grp": [], "x": [], "y": []}
-    for unit in range(units):
-        for _ in range(rng.randint(1, 3)):
-            data["unit"].append(unit)
-            data["grp"].append(rng.choice(["a", "b", "c", "zzz"]))
-            data["x"].append(rng.choice([None, rng.randint(0, 40) * 2.5, 100.0, 150.0]))
-            data["y"].append(rng.choice([None, rng.randint(-60, 60)]))
-    return data
-
-
-TYPES = {"unit": "INTEGER", "grp": "TEXT", "x": "DOUBLE PRECISION", "y": "INTEGER"}
 
 
 def _statistics(url: str, sql: str):
@@ -75,7 +38,7 @@ def _statistics(url: str, sql: str):
 @pytest.mark.postgres
 @pytest.mark.parametrize("sql", QUERIES)
 def test_same_statistics_on_duckdb_and_postgres(sql, duckdb_url, fresh_postgres):
-    data = _rows()
+    data = table_rows()
     load_table(duckdb_url, "t", data, TYPES)
     load_table(fresh_postgres, "t", data, TYPES)
     assert _statistics(duckdb_url, sql)[2] == _statistics(fresh_postgres, sql)[2]
@@ -83,7 +46,7 @@ def test_same_statistics_on_duckdb_and_postgres(sql, duckdb_url, fresh_postgres)
 
 @pytest.mark.postgres
 def test_statistics_equal_a_direct_computation(backend_url):
-    data = _rows(seed=5)
+    data = table_rows(seed=5)
     load_table(backend_url, "t", data, TYPES)
     sql = "SELECT grp, MEDIAN(x), MAX(y), SUM(x) FROM t WHERE y >= -20 GROUP BY grp"
     plan, shift, groups = _statistics(backend_url, sql)
@@ -136,7 +99,7 @@ def test_percentile_rank_matches_the_backends_percentile_disc(duckdb_url):
 def test_ungrouped_statistics_equal_a_direct_computation(backend_url, sql):
     """The fast path (counts, top-k lists, backend percentiles at (k − ½)/n) returns the
     exact order statistics, for scopes from empty to a few dozen values."""
-    data = _rows(seed=9, units=30)
+    data = table_rows(seed=9, units=30)
     load_table(backend_url, "t", data, TYPES)
     rows = list(zip(data["unit"], data["x"], data["y"]))
     for k in (0, 1, 2, 3, 5, 8, 13, 30):
@@ -160,7 +123,7 @@ def test_ungrouped_statistics_equal_a_direct_computation(backend_url, sql):
 def test_dp_clipping_keeps_at_most_the_declared_rows_per_unit(backend_url):
     """Under DP a unit's in-scope rows beyond max_rows_per_unit are dropped before any
     statistic, so the declared bound really bounds its contribution (SPEC §5.2)."""
-    data = _rows(seed=11, units=40)
+    data = table_rows(seed=11, units=40)
     load_table(backend_url, "t", data, TYPES)
     rules = parse_rules(RULES_TEXT.replace('privacy_unit = "unit"',
                                            'privacy_unit = "unit"\nmax_rows_per_unit = 2'))
@@ -189,7 +152,7 @@ def test_bracketed_percentiles_are_exact_or_fall_back(backend_url, monkeypatch, 
     monkeypatch.setattr(ungrouped, "BRACKET_SIGMAS", sigmas)
     outcomes = []
     monkeypatch.setattr(ungrouped, "_bracketed", _recording(ungrouped._bracketed, outcomes))
-    data = _rows(seed=13, units=80)
+    data = table_rows(seed=13, units=80)
     load_table(backend_url, "t", data, TYPES)
     sql = ("SELECT MEDIAN(x), PERCENTILE_DISC(0.95) WITHIN GROUP (ORDER BY y) FROM t "
            "WHERE unit < 70")
@@ -221,7 +184,7 @@ def test_random_queries_match_a_direct_computation(backend_url, monkeypatch, see
     rng = random.Random(seed)
     monkeypatch.setattr(ungrouped, "PILOT_PERCENT", 100)
     monkeypatch.setattr(ungrouped, "PILOT_MIN_VALUES", rng.choice([1, 10**9]))
-    data = _rows(seed=100 + seed, units=rng.randint(5, 60))
+    data = table_rows(seed=100 + seed, units=rng.randint(5, 60))
     load_table(backend_url, "t", data, TYPES)
     rows = list(zip(data["unit"], data["grp"], data["x"], data["y"]))
     for _ in range(4):
@@ -259,7 +222,7 @@ def test_duckdb_group_statistics_from_list_aggregates(duckdb_url, monkeypatch, f
         monkeypatch.setattr(grouped_lists, "_value_at", lambda *args: False)
     else:
         monkeypatch.setattr(pushdown, "statistics_query", _must_not_run)
-    data = _rows(seed=21, units=70)
+    data = table_rows(seed=21, units=70)
     load_table(duckdb_url, "t", data, TYPES)
     rows = list(zip(data["grp"], data["x"], data["y"]))
     sql = ("SELECT grp, MEDIAN(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY y), "
@@ -283,7 +246,7 @@ def test_the_declared_capabilities_choose_the_sql_not_the_numbers(duckdb_url, sq
     """Pushdown reads what a backend declares, not which backend it is: on DuckDB, its
     list aggregates or the window under GROUP BY, the projected scope or the table read
     directly in the first pass, each as its capabilities say, read the same statistics."""
-    load_table(duckdb_url, "t", _rows(seed=11), TYPES)
+    load_table(duckdb_url, "t", table_rows(seed=11), TYPES)
     plan = analyze(parse_statements(sql)[0], RULES, Settings())
     needs = column_needs(plan, 3)
     backend = open_backend(duckdb_url)
@@ -323,7 +286,7 @@ def test_postgres_group_ranks_from_its_ordered_set_aggregate(fresh_postgres, mon
 
     monkeypatch.setattr(pushdown, "statistics_query", _must_not_run)
     rng = random.Random(seed)
-    data = _rows(seed=300 + seed, units=rng.randint(3, 40))
+    data = table_rows(seed=300 + seed, units=rng.randint(3, 40))
     data["unit"] += [900, 901]  # group b: one more value; c: a row whose values are NULL
     data["grp"] += ["b", "c"]
     data["x"] += [rng.choice([0.0, 100.0, 50.0]), None]

@@ -12,22 +12,21 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import BadSetting, BudgetExhausted, NotSupported, RawRowAccess
 from proxy.privacy.refinement import CELLS, Uniform, discrete, error_bound, factors, refine
-from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.vocabulary import MAX_ATOMS
-from tests.conftest import load_table
-from tests.privacy.test_refinement import SAMPLER_ALPHA
+from tests.factories import Table, engine_fixture, open_engine, people_table
+from tests.privacy.laws import SAMPLER_ALPHA
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
-RULES = """
+def _rules(cache: bool) -> str:
+    return f"""
 [defaults]
 epsilon_per_query = 0.5
-answer_cache = {cache}
+answer_cache = {str(cache).lower()}
 
 [analysts.alice]
 budget = 1.0
@@ -35,59 +34,39 @@ budget = 1.0
 [analysts.zoe]
 budget = 1000
 
-[tables.people]
-privacy_unit = "person_id"
-individual_queries = true
-[tables.people.columns]
-person_id = {{ type = "int" }}
-income = {{ type = "float", domain = [0, 100000] }}
-region = {{ type = "text", keys = ["north", "south"] }}
-
+""" + people_table(age=None, income=100_000, regions=["north", "south"]) + """
 [tables.accounts]
 privacy_unit = "acct"
 individual_queries = true
 [tables.accounts.columns]
-balance = {{ type = "float", domain = [0, 1000] }}
+balance = { type = "float", domain = [0, 1000] }
 
 [tables.visits]
 privacy_unit = "person_id"
 [tables.visits.columns]
-cost = {{ type = "float", domain = [0, 1000] }}
+cost = { type = "float", domain = [0, 1000] }
 """
+
 
 INCOME_OF_7 = 30000.0
 
 
-def _engine(url: str, cache: bool, shift: float = 0.0) -> Engine:
+def _tables(shift: float = 0.0) -> dict[str, Table]:
     rng = np.random.default_rng(3)
     incomes = [float(v) + shift for v in rng.uniform(0, 90000, 500)]
     incomes[6] = INCOME_OF_7
-    load_table(url, "people", {"person_id": list(range(1, 501)), "income": incomes,
-                               "region": ["north", "south"] * 250},
-               {"person_id": "INTEGER", "income": "DOUBLE PRECISION", "region": "TEXT"})
-    load_table(url, "visits", {"person_id": [1, 2], "cost": [10.0, 20.0]},
-               {"person_id": "INTEGER", "cost": "DOUBLE PRECISION"})
-    load_table(url, "accounts", {"acct": [7, 8], "balance": [500.0, 600.0]},
-               {"acct": "INTEGER", "balance": "DOUBLE PRECISION"})
-    return Engine(parse_rules(RULES.format(cache=str(cache).lower())), open_backend(url))
+    return {"people": Table({"person_id": list(range(1, 501)), "income": incomes,
+                             "region": ["north", "south"] * 250},
+                            {"person_id": "INTEGER", "income": "DOUBLE PRECISION",
+                             "region": "TEXT"}),
+            "visits": Table({"person_id": [1, 2], "cost": [10.0, 20.0]},
+                            {"person_id": "INTEGER", "cost": "DOUBLE PRECISION"}),
+            "accounts": Table({"acct": [7, 8], "balance": [500.0, 600.0]},
+                              {"acct": "INTEGER", "balance": "DOUBLE PRECISION"})}
 
 
-@pytest.fixture
-def engine(backend_url):
-    engine = _engine(backend_url, cache=True)
-    yield engine
-    engine.backend.close()
-
-
-@pytest.fixture
-def uncached(backend_url):
-    engine = _engine(backend_url, cache=False)
-    yield engine
-    engine.backend.close()
-
-
-def run(session, sql):
-    return list(session.execute(sql))
+engine = engine_fixture(_rules(cache=True), _tables)
+uncached = engine_fixture(_rules(cache=False), _tables, name="uncached")
 
 
 def test_a_median_with_a_prior_is_refined_and_says_so(engine):
@@ -113,15 +92,14 @@ def test_a_median_with_a_prior_is_refined_and_says_so(engine):
 def test_the_reported_bound_does_not_depend_on_the_data(backend_url):
     bounds = []
     for shift in (0.0, 5000.0):
-        engine = _engine(backend_url, cache=True, shift=shift)
-        session = Session.open(engine, "zoe")
-        run(session, "SET idp.prior = 'normal(45000, 20000)'")
-        (answer,) = run(session, "SELECT AVG(income) FROM people")
-        bounds.append(answer.privacy["ci95"]["avg"])
-        engine.backend.query('DROP TABLE "people"')
-        engine.backend.query('DROP TABLE "visits"')
-        engine.backend.query('DROP TABLE "accounts"')
-        engine.backend.close()
+        with open_engine(backend_url, _rules(cache=True), _tables(shift)) as engine:
+            session = Session.open(engine, "zoe")
+            run(session, "SET idp.prior = 'normal(45000, 20000)'")
+            (answer,) = run(session, "SELECT AVG(income) FROM people")
+            bounds.append(answer.privacy["ci95"]["avg"])
+            engine.backend.query('DROP TABLE "people"')
+            engine.backend.query('DROP TABLE "visits"')
+            engine.backend.query('DROP TABLE "accounts"')
     assert bounds[0] == bounds[1]
 
 

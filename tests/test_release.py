@@ -30,8 +30,8 @@ from proxy.publish.request import prepare
 from proxy.publish.run import run_release
 from proxy.rules import domain_resolution, parse_rules
 from tests import forked_cli
-from tests.conftest import load_table
-from tests.privacy.test_samplers import ALPHA
+from tests.databases import load_table
+from tests.privacy.laws import ALPHA
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ import pytest
 from proxy.backends import open_backend
 from proxy.rules import parse_rules
 from proxy.wire import shadow
-from tests.wireserver import RULES, load_people
+from tests.factories import load_people, served_rules
 
 
 def test_the_catalog_runs_on_the_bundled_binaries(tmp_path, monkeypatch):
@@ -22,7 +22,7 @@ def test_the_catalog_runs_on_the_bundled_binaries(tmp_path, monkeypatch):
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
     load_people(url, 10)
     backend = open_backend(url)
-    catalog = shadow.ShadowCatalog(parse_rules(RULES.format(auth="trust")), backend, 5)
+    catalog = shadow.ShadowCatalog(parse_rules(served_rules()), backend, 5)
     try:
         with catalog.connect("alice", "demo") as con:
             assert "PostgreSQL 16" in con.execute("SELECT version()").fetchone()[0]
@@ -41,7 +41,7 @@ def test_database_names_are_bounded(tmp_path, monkeypatch):
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
     load_people(url, 10)
     backend = open_backend(url)
-    catalog = shadow.ShadowCatalog(parse_rules(RULES.format(auth="trust")), backend, 5)
+    catalog = shadow.ShadowCatalog(parse_rules(served_rules()), backend, 5)
     try:
         for name in ("demo", "other", "demo"):
             catalog.connect("alice", name).close()
@@ -60,7 +60,7 @@ def test_catalogs_are_copies_of_one_initdb_and_a_foreign_template_is_ignored(tmp
     shared = Path(tempfile.mkdtemp())  # the worker's TMPDIR, which PostgreSQL's user reaches
     shared.chmod(0o1777)  # as /var/tmp: the catalog's user makes its template here
     monkeypatch.setattr(shadow, "_SKELETONS", shared)
-    rules = parse_rules(RULES.format(auth="trust"))
+    rules = parse_rules(served_rules())
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
     load_people(url, 10)
     backend = open_backend(url)

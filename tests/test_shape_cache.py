@@ -1,7 +1,7 @@
 """The shape cache (proxy.analyze.shapes) gives exactly what a fresh analysis gives.
 
-For every statement of the SQL corpora of other tests (and some written here for the
-literals that decide a plan), each literal is varied, one at a time and all at once;
+For every statement of the SQL corpora of other tests (tests/corpora.py, and some written
+for the literals that decide a plan), each literal is varied, one at a time and all at once;
 every variant is checked by a session whose cache was warmed with other literals of
 its shape and by one with an empty cache, and both must agree: the same plan (every
 field, the WHERE tree included), the same normalised SQL (as sqlglot renders it
@@ -11,7 +11,6 @@ afresh), or the same refusal. In process, no backend: checking never reads data.
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,78 +19,13 @@ from sqlglot.parser import Parser
 from proxy.analyze import parse_statements, statement_tokens
 from proxy.analyze.shapes import ShapeCache, canonical_sql, shape_of
 from proxy.errors import ProxyError
-from proxy.rules import load_rules, parse_rules
+from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import SessionCommand, Settings, apply_command
 from proxy.vocabulary import QueryPlan
 from proxy.wire.connection import Connection
 from proxy.wire.route import Route
-from tests import test_expressions, test_sql_shapes
-from tests.bicorpus import CORPUS, read_entry
-
-DEMO = load_rules(Path(__file__).resolve().parents[1] / "rules" / "demo.toml")
-SHAPES_RULES = test_sql_shapes.RULES
-EXPRESSIONS_RULES = parse_rules(test_expressions.RULES_TEXT)
-
-# Literals that decide a plan, or whose value decides a refusal (SHAPES_RULES).
-WRITTEN = [
-    "SELECT COUNT(*) FROM people WHERE age >= 30 AND age < 40",
-    "SELECT COUNT(*) FROM people WHERE age BETWEEN -5 AND 7 OR income > 1.5e3",
-    "SELECT MEDIAN(income) FROM people WHERE region IN ('north', 'south')",
-    ("SELECT region, COUNT(*) FROM people WHERE income > 1000 GROUP BY region ORDER BY 2 "
-    "DESC LIMIT 2"),
-    "SELECT SUM(income) FROM people WHERE region = 'north' AND age > 30",
-    "/*+ epsilon=0.5 */ SELECT AVG(income) FROM people WHERE age > 30",
-    "SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY income) FROM people WHERE age < 50",
-    "SELECT QUANTILE_DISC(income, 0.25) FROM people WHERE age < 50",
-    "SELECT COUNT(*) FROM people WHERE age > '30'",
-    "SELECT COUNT(*) FROM people WHERE region > 3",
-    "SELECT COUNT(*) FROM events WHERE at >= '2024-02-01' AND at < '2024-03-01 12:00:00'",
-    "SELECT COUNT(*) FROM events WHERE at >= '2024-02-01T00:00:00Z'",
-    "SELECT COUNT(*) FROM events WHERE at >= 'yesterday'",
-    "SELECT COUNT(*) FROM events WHERE day BETWEEN '2024-02-01' AND '2024-02-29'",
-    "SELECT COUNT(*) FROM events WHERE at > CAST('2024-02-01' AS DATE)",
-    ("SELECT date_trunc('month', at), COUNT(*) FROM events WHERE at >= '2024-02-01' "
-    "AND at < '2024-04-01' GROUP BY 1"),
-    ("SELECT date_trunc('week', day) AS w, COUNT(*) FROM events WHERE day >= '2024-03-01' "
-    "AND kind = 'a' GROUP BY w"),
-    ("SELECT kind, COUNT(*) FROM events WHERE at BETWEEN '2024-02-01' AND '2024-03-01' "
-    "GROUP BY kind"),
-    "SELECT width_bucket(age, 0, 100, 5), COUNT(*) FROM people WHERE age > 10 GROUP BY 1",
-    ("SELECT CASE WHEN age < 30 THEN 'young' ELSE 'old' END AS band, COUNT(*) FROM people "
-    "WHERE age < 60 GROUP BY band"),
-    "SELECT COUNT(*) FILTER (WHERE age > 30), SUM(income * 2) FROM people WHERE age < 80",
-    "SELECT region, COUNT(*) FROM people WHERE age > 20 GROUP BY region HAVING COUNT(*) > 5",
-    "SELECT COUNT(*) FROM people WHERE age > 30 LIMIT 1",
-    "SELECT COUNT(*) FROM (SELECT * FROM people WHERE age > 30) AS p WHERE age < 50",
-    "WITH p AS (SELECT * FROM people WHERE age > 30) SELECT COUNT(*) FROM p WHERE age > 40",
-    "SELECT income FROM people WHERE person_id = 17",
-    "SELECT COUNT(*) FROM people WHERE age > 30; SELECT MAX(age) FROM people WHERE age < 9",
-    "SELECT COUNT(*) FROM people WHERE region = 'it''s'",
-]
-
-
-def _corpus(value) -> list[str]:
-    """Every SQL statement a test module's tables hold (parametrize lists)."""
-    if isinstance(value, str):
-        head = value.lstrip().split(None, 1)[0].upper() if value.strip() else ""
-        return [value] if head in ("SELECT", "WITH") else []
-    if isinstance(value, (list, tuple)):
-        return [sql for item in value for sql in _corpus(item)]
-    return []
-
-
-def _module_corpus(module) -> list[str]:
-    return list(dict.fromkeys(sql for name, value in vars(module).items()
-                              if name.isupper() for sql in _corpus(value)))
-
-
-CORPORA = [  # (name, rules, statements, how many other literals each literal takes)
-    ("written", SHAPES_RULES, WRITTEN, 5),
-    ("test_sql_shapes", SHAPES_RULES, _module_corpus(test_sql_shapes), 1),
-    ("test_expressions", EXPRESSIONS_RULES, _module_corpus(test_expressions), 3),
-    ("bi", DEMO, [read_entry(path).sql for path in sorted(CORPUS.glob("*.sql"))], 3),
-]
+from tests.corpora import CORPORA, DEMO, SHAPES_RULES, SQL_SHAPES, WRITTEN, checking_session
 
 
 def _variants(sql: str, width: int = 5) -> list[str]:
@@ -144,25 +78,17 @@ def _context(session: Session, analyst: str = "zoe") -> tuple:
     return (analyst, session.settings, prior and prior.text)
 
 
-def _session(rules, cache: ShapeCache | None = None, settings: Settings | None = None,
-             analyst: str = "zoe") -> Session:
-    engine = SimpleNamespace(rules=rules, shapes=cache or ShapeCache())
-    session = Session(engine, analyst)  # type: ignore[arg-type]
-    session.settings = settings or Settings()
-    return session
-
-
 @pytest.mark.parametrize("name, rules, corpus, width", CORPORA, ids=[c[0] for c in CORPORA])
 def test_a_kept_plan_bound_to_new_literals_is_the_fresh_plan(name, rules, corpus, width):
     hits = checks = 0
     for sql in corpus:
-        warm = _session(rules)
+        warm = checking_session(rules)
         _outcome(warm, sql)
         for variant in _variants(sql, width):
             shape = [shape_of(tokens) for tokens in statement_tokens(variant)]
             kept = all(warm.engine.shapes.plan(s, _context(warm), rules) is not None
                        for s in shape) if shape else False
-            cached, fresh = _outcome(warm, variant), _outcome(_session(rules), variant)
+            cached, fresh = _outcome(warm, variant), _outcome(checking_session(rules), variant)
             assert cached == fresh, variant
             if fresh[0] != "refused":
                 assert [n for n, _, _ in fresh if n is not None] == [
@@ -175,10 +101,10 @@ def test_a_kept_plan_bound_to_new_literals_is_the_fresh_plan(name, rules, corpus
 
 def test_each_variant_of_the_written_statements_is_decided_as_a_fresh_one():
     """Refused and accepted literals alternate under one warm cache, both ways."""
-    warm = _session(SHAPES_RULES)
+    warm = checking_session(SHAPES_RULES)
     variants = [v for sql in WRITTEN for v in [sql, *_variants(sql, 2)]]
     for variant in itertools.chain(variants, reversed(variants)):
-        assert _outcome(warm, variant) == _outcome(_session(SHAPES_RULES), variant), variant
+        assert _outcome(warm, variant) == _outcome(checking_session(SHAPES_RULES), variant), variant
 
 
 @pytest.mark.parametrize("sql, changed", [
@@ -193,16 +119,16 @@ def test_each_variant_of_the_written_statements_is_decided_as_a_fresh_one():
      "SELECT COUNT(*) FROM events WHERE at >= '2024-02-01T00:00:00+05:00'"),
 ])
 def test_literals_that_decide_the_plan_stay_in_the_shape(sql, changed):
-    warm = _session(SHAPES_RULES)
+    warm = checking_session(SHAPES_RULES)
     _outcome(warm, sql)
     shape = shape_of(statement_tokens(changed)[0])
     assert warm.engine.shapes.plan(shape, _context(warm), SHAPES_RULES) is None
-    assert _outcome(warm, changed) == _outcome(_session(SHAPES_RULES), changed)
-    assert _outcome(warm, changed) != _outcome(_session(SHAPES_RULES), sql)
+    assert _outcome(warm, changed) == _outcome(checking_session(SHAPES_RULES), changed)
+    assert _outcome(warm, changed) != _outcome(checking_session(SHAPES_RULES), sql)
 
 
 def test_a_refusal_is_never_kept():
-    warm = _session(SHAPES_RULES)
+    warm = checking_session(SHAPES_RULES)
     refused = "SELECT COUNT(*) FROM events WHERE at >= 'not a date'"
     assert _outcome(warm, refused)[0] == "refused"
     assert len(warm.engine.shapes._entries) == 0
@@ -214,18 +140,18 @@ def test_a_refusal_is_never_kept():
 def test_settings_analyst_and_rules_are_part_of_the_key():
     cache = ShapeCache()
     sql = "SELECT MEDIAN(income) FROM people WHERE age > 30"
-    first = _outcome(_session(SHAPES_RULES, cache), sql)
+    first = _outcome(checking_session(SHAPES_RULES, cache), sql)
     dp = Settings(model="dp")
-    assert _outcome(_session(SHAPES_RULES, cache, dp), sql) == \
-        _outcome(_session(SHAPES_RULES, settings=dp), sql) != first
-    hinted = Settings(epsilon=test_sql_shapes.EPSILON * 2)
-    assert _outcome(_session(SHAPES_RULES, cache, hinted), sql) == \
-        _outcome(_session(SHAPES_RULES, settings=hinted), sql) != first
-    other = parse_rules(test_sql_shapes.RULES_TEXT.replace("[0, 100000]", "[0, 5000]"))
-    assert _outcome(_session(other, cache), sql) == _outcome(_session(other), sql) != first
+    assert _outcome(checking_session(SHAPES_RULES, cache, dp), sql) == \
+        _outcome(checking_session(SHAPES_RULES, settings=dp), sql) != first
+    hinted = Settings(epsilon=SQL_SHAPES["EPSILON"] * 2)
+    assert _outcome(checking_session(SHAPES_RULES, cache, hinted), sql) == \
+        _outcome(checking_session(SHAPES_RULES, settings=hinted), sql) != first
+    other = parse_rules(SQL_SHAPES["RULES_TEXT"].replace("[0, 100000]", "[0, 5000]"))
+    assert _outcome(checking_session(other, cache), sql) == _outcome(checking_session(other), sql) != first
     shape = shape_of(statement_tokens(sql)[0])
-    assert cache.plan(shape, _context(_session(SHAPES_RULES), "bob"), SHAPES_RULES) is None
-    assert cache.plan(shape, _context(_session(SHAPES_RULES)), SHAPES_RULES) is not None
+    assert cache.plan(shape, _context(checking_session(SHAPES_RULES), "bob"), SHAPES_RULES) is None
+    assert cache.plan(shape, _context(checking_session(SHAPES_RULES)), SHAPES_RULES) is not None
 
 
 def test_a_prior_written_otherwise_is_shown_as_written():
@@ -233,13 +159,13 @@ def test_a_prior_written_otherwise_is_shown_as_written():
     sql = "SELECT MEDIAN(income) FROM people WHERE age > 30"
     for text in ("uniform(0, 100000)", "uniform(0,100000)"):
         settings = apply_command(Settings(), SessionCommand("idp.prior", text))
-        [(_, plan)] = _session(SHAPES_RULES, cache, settings).check(sql)
+        [(_, plan)] = checking_session(SHAPES_RULES, cache, settings).check(sql)
         assert plan.mechanism.model == "refinement" and plan.mechanism.prior.text == text
 
 
 def test_the_cache_is_bounded_and_forgets_the_least_recently_used():
     cache = ShapeCache(size=3)
-    session = _session(SHAPES_RULES, cache)
+    session = checking_session(SHAPES_RULES, cache)
     texts = [f"SELECT COUNT(*) FROM people WHERE age > 30 {'AND age > 1 ' * n}"
              for n in range(5)]
     for sql in texts:
@@ -253,15 +179,15 @@ def test_nul_or_a_mark_in_a_literal_kept_as_written_is_not_kept():
     """NUL never reaches the wire, but a script may hold it; the kept SQL's marks use it.
     In a bound literal it is only a value; in one kept as written it could be read as a
     mark, so such a statement is analysed every time."""
-    session = _session(SHAPES_RULES)
+    session = checking_session(SHAPES_RULES)
     bound = "SELECT COUNT(*) FROM people WHERE region = '\x0043\x00' AND age > 3"
-    assert _outcome(session, bound) == _outcome(_session(SHAPES_RULES), bound)
+    assert _outcome(session, bound) == _outcome(checking_session(SHAPES_RULES), bound)
     assert _outcome(session, bound)[0][0] == canonical_sql(parse_statements(bound)[0])
     assert len(session.engine.shapes._entries) == 1
     for label in ("'\x00'", "'\x0043\x00'", "'\x0090\x00'"):
         sql = (f"SELECT CASE WHEN age < 30 THEN {label} ELSE 'old' END AS band, COUNT(*) "
                "FROM people WHERE income > 3 GROUP BY band")
-        assert _outcome(session, sql) == _outcome(_session(SHAPES_RULES), sql)
+        assert _outcome(session, sql) == _outcome(checking_session(SHAPES_RULES), sql)
         assert len(session.engine.shapes._entries) == 1
 
 
@@ -274,7 +200,7 @@ def test_a_message_is_parsed_once_and_a_known_shape_not_at_all(monkeypatch):
                         or parse(self, tokens, sql))
     engine = SimpleNamespace(rules=SHAPES_RULES, shapes=ShapeCache())
     connection = SimpleNamespace(server=SimpleNamespace(rules=SHAPES_RULES, engine=engine),
-                                 session=_session(SHAPES_RULES, engine.shapes))
+                                 session=checking_session(SHAPES_RULES, engine.shapes))
     first = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 3")
     assert len(parses) == 1 and first[0][0].route is Route.ENGINE
     again = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 9")
@@ -310,7 +236,7 @@ def test_analysis_is_linear_in_every_long_construct(form):
     for size in (250, 1_000):
         spent = []
         for _ in range(2):
-            session = _session(DEMO)
+            session = checking_session(DEMO)
             started = time.thread_time()
             (_, plan), = session.check(LONG_FORMS[form](size))
             spent.append(time.thread_time() - started)
@@ -326,5 +252,5 @@ def test_a_statement_above_the_token_limit_is_refused_before_analysis():
 
     values = ", ".join("1" for _ in range(MAX_TOKENS // 2 + 1))
     with pytest.raises(ProxyError) as refused:
-        _session(DEMO).check(f"SELECT COUNT(*) FROM people WHERE age IN ({values})")
+        checking_session(DEMO).check(f"SELECT COUNT(*) FROM people WHERE age IN ({values})")
     assert refused.value.sqlstate == "54001" and "IN list" in str(refused.value)

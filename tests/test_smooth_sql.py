@@ -10,20 +10,17 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import smooth_noise
 from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_max,
     smooth_sensitivity_of_percentile,
 )
-from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.statistics import percentile_rank
-from tests.conftest import load_table
-from tests.privacy.test_samplers import ALPHA
-from tests.privacy.test_smooth import smooth_cdf
+from tests.factories import Table, engine_fixture
+from tests.privacy.laws import ALPHA, smooth_cdf
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
@@ -45,18 +42,9 @@ kind = { type = "text", keys = ["a", "b"] }
 SCORES = [float(v) for v in np.round(np.random.default_rng(5).normal(50, 10, 301), 3)]
 
 
-@pytest.fixture
-def engine(backend_url):
-    load_table(backend_url, "scores", {"id": list(range(301)), "score": SCORES,
-                                       "kind": ["a", "b"] * 150 + ["a"]},
-               {"id": "INTEGER", "score": "DOUBLE PRECISION", "kind": "TEXT"})
-    engine = Engine(parse_rules(RULES), open_backend(backend_url))
-    yield engine
-    engine.backend.close()
-
-
-def run(session, sql):
-    return list(session.execute(sql))
+engine = engine_fixture(RULES, {"scores": Table(
+    {"id": list(range(301)), "score": SCORES, "kind": ["a", "b"] * 150 + ["a"]},
+    {"id": "INTEGER", "score": "DOUBLE PRECISION", "kind": "TEXT"})})
 
 
 def _noise_law_check(engine, sql, true, sensitivity, epsilon, gamma, count=120):

@@ -18,7 +18,6 @@ from sqlglot.errors import UnsupportedError
 
 from proxy.admin import Analyst
 from proxy.analyze import analyze, parse_statements
-from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.backends.spark_dialect import DIALECT
 from proxy.cli import LEDGER_NOT_SPARK, LEDGER_ONLY_SPARK, SPARK_NEEDS_LEDGER
@@ -33,30 +32,8 @@ from proxy.pushdown.ungrouped import _beyond, _extremes
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests import forked_cli
-from tests.conftest import load_table
-from tests.test_pushdown import QUERIES, RULES, TYPES, _rows
+from tests.contract import APPROXIMATE, CONTRACT, RULES
 from tests.wireserver import admin, running_proxy
-
-CONTRACT = [*QUERIES,
-            "SELECT grp, MEDIAN(x), MAX(y), AVG(y), COUNT(*) FROM t WHERE y >= -20 GROUP BY grp",
-            "SELECT COUNT(*), SUM(y), AVG(x), MAX(x) FROM t WHERE grp = 'b' AND x IS NOT NULL"]
-APPROXIMATE = ("PERCENTILE_APPROX", "APPROX_PERCENTILE", "APPROX_QUANTILE")
-
-
-@pytest.fixture(scope="module")
-def engines(sail_url, tmp_path_factory):
-    """One engine over Spark (its ledger in an in-memory DuckDB) and one over DuckDB,
-    both over the same rows of ``t``."""
-    data, duckdb_url = _rows(), f"duckdb:///{tmp_path_factory.mktemp('spark') / 'd.duckdb'}"
-    load_table(sail_url, "t", data, TYPES)
-    load_table(duckdb_url, "t", data, TYPES)
-    backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
-    spark, store, duck = backends
-    try:
-        yield Engine(RULES, spark, store=store), Engine(RULES, duck)
-    finally:  # an open Spark Connect session would keep the process from exiting
-        for backend in backends:
-            backend.close()
 
 
 @pytest.mark.parametrize("sql", CONTRACT)

@@ -15,10 +15,9 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.settings import Settings
-from tests.conftest import _spark_session
+from tests.contract import APPROXIMATE, CONTRACT, RULES
+from tests.databases import spark_session
 from tests.sparkserver import throwaway_spark
-from tests.test_pushdown import RULES
-from tests.test_spark import APPROXIMATE, CONTRACT, engines  # noqa: F401 -- the fixture
 
 # alone 38 s (setup: the JVM's start and a cold first write, 19 s); more in the suite
 pytestmark = pytest.mark.slow(seconds=90)
@@ -27,14 +26,14 @@ SMOKE = [CONTRACT[0], CONTRACT[1], CONTRACT[2], CONTRACT[6]]
 
 @pytest.fixture(scope="module")
 def sail_url(tmp_path_factory):
-    """Overrides the Sail server under test_spark's ``engines``: a real Spark server."""
+    """Overrides the Sail server under conftest's ``engines``: a real Spark server."""
     with throwaway_spark(tmp_path_factory.mktemp("spark")) as url:
         yield url
-        _spark_session(url).stop()  # a session left open keeps the process from exiting
+        spark_session(url).stop()  # a session left open keeps the process from exiting
 
 
 @pytest.fixture
-def sent(engines, monkeypatch) -> list[str]:  # noqa: F811
+def sent(engines, monkeypatch) -> list[str]:
     """Every statement the Spark engine sends, as Spark received it."""
     backend, statements = engines[0].backend, []
     opened = backend.transaction
@@ -51,7 +50,7 @@ def sent(engines, monkeypatch) -> list[str]:  # noqa: F811
 
 
 @pytest.mark.parametrize("sql", SMOKE)
-def test_real_spark_gives_the_statistics_duckdb_gives(sql, engines, sent):  # noqa: F811
+def test_real_spark_gives_the_statistics_duckdb_gives(sql, engines, sent):
     plan = analyze(parse_statements(sql)[0], RULES, Settings())
     on_spark, on_duckdb = (engine.statistics(plan) for engine in engines)
     assert on_spark[:2] == on_duckdb[:2]  # the per-unit bound's shift, every statistic

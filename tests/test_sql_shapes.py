@@ -18,15 +18,14 @@ from sqlglot import exp
 from proxy.analyze import analyze, parse_statements
 from proxy.analyze.group_keys import epoch_seconds
 from proxy.backends import open_backend
-from proxy.engine import Engine
 from proxy.errors import Refused, RulesError
 from proxy.pushdown.group_sql import group_value
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
-from tests.conftest import load_table
+from tests.databases import load_table
+from tests.factories import PEOPLE_TYPES, Table, engine_fixture
 from tests.privacy.buckets import bucket_of
-from tests.test_engine import no_noise  # noqa: F401 - a fixture: true values, no noise
 
 pytestmark = pytest.mark.postgres
 
@@ -97,23 +96,14 @@ def _events() -> dict[str, list]:
     }
 
 
-@pytest.fixture(scope="module")
-def engine(module_backend_url):
-    """One engine per backend for the module: its tests only read the tables, compare
-    their own ledger entries (``ask``), and the answer cache is off."""
-    backend_url = module_backend_url
-    load_table(backend_url, "people", _people(), {"person_id": "INTEGER", "age": "INTEGER",
-                                                  "income": "DOUBLE PRECISION",
-                                                  "region": "TEXT"})
-    load_table(backend_url, "events", _events(), {"person_id": "INTEGER", "kind": "TEXT",
-                                                  "at": "TIMESTAMP", "day": "DATE",
-                                                  "seen": "TIMESTAMP",
-                                                  "cost": "DOUBLE PRECISION"})
-    load_table(backend_url, "regions", {"region": ["north"], "label": ["N"]},
-               {"region": "TEXT", "label": "TEXT"})
-    backend = open_backend(backend_url)
-    yield Engine(RULES, backend)
-    backend.close()
+# One engine per backend for the module: its tests only read the tables, compare their
+# own ledger entries (``ask``), and the answer cache is off.
+engine = engine_fixture(RULES, lambda: {
+    "people": Table(_people(), PEOPLE_TYPES),
+    "events": Table(_events(), {"person_id": "INTEGER", "kind": "TEXT", "at": "TIMESTAMP",
+                                "day": "DATE", "seen": "TIMESTAMP", "cost": "DOUBLE PRECISION"}),
+    "regions": Table({"region": ["north"], "label": ["N"]}, {"region": "TEXT", "label": "TEXT"})},
+    shared=True)
 
 
 def ask(engine, sql, analyst="zoe"):

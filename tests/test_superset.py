@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.bicorpus import CORPUS, read_entry
+from tests.factories import REGIONS
 from tests.system import superset_config, superset_env
-from tests.wireserver import REGIONS, RunningProxy
+from tests.wireserver import RunningProxy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

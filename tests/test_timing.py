@@ -14,8 +14,8 @@ from proxy.errors import BudgetExhausted
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.timing import padded
-from tests.conftest import load_table
-from tests.test_engine import PEOPLE_TYPES, RULES_TEXT, _people, run
+from tests.factories import ENGINE_RULES, ODD, load, people
+from tests.probes import run
 
 pytestmark = pytest.mark.postgres
 
@@ -40,9 +40,8 @@ def test_a_block_that_raises_is_padded_and_still_raises():
     assert _took(work) >= 0.3
 
 
-def _session(url: str, analyst: str, rules_text: str = RULES_TEXT):
-    load_table(url, "people", _people(), PEOPLE_TYPES)
-    load_table(url, "odd", {"x": [0.5]}, {"x": "DOUBLE PRECISION"})
+def _session(url: str, analyst: str, rules_text: str = ENGINE_RULES):
+    load(url, {"people": people(), "odd": ODD})
     rules = parse_rules(rules_text.replace('model = "idp"', 'model = "idp"\ntime_quantum_ms = 300'))
     assert rules.defaults.time_quantum_ms == 300
     return Session.open(Engine(rules, open_backend(url)), analyst)
@@ -59,7 +58,7 @@ def test_private_answers_fresh_and_cached_wait_for_the_quantum(backend_url):
 
 
 def test_a_refusal_from_the_ledger_waits_too(backend_url):
-    alice = _session(backend_url, "alice", RULES_TEXT.replace("[analysts.alice]\nbudget = 1.0",
+    alice = _session(backend_url, "alice", ENGINE_RULES.replace("[analysts.alice]\nbudget = 1.0",
                                                               "[analysts.alice]\nbudget = 0.1"))
 
     def refused():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import closing
 
 import pytest
 
@@ -30,7 +31,8 @@ from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds
 from tests import totality
-from tests.conftest import _spark_session, load_table, new_database
+from tests.databases import load_table, spark_session
+from tests.factories import Table, backend_database, open_engine
 
 ROWS = totality.rows()
 
@@ -41,26 +43,18 @@ ROWS = totality.rows()
 def engine(request, tmp_path_factory):
     """An engine over the adversarial table on each backend (Spark: Sail, the ledger in
     an in-memory DuckDB)."""
-    if request.param == "duckdb":
-        url = f"duckdb:///{tmp_path_factory.mktemp('totality') / 'data.duckdb'}"
-        load_table(url, totality.TABLE, ROWS, totality.TYPES)
-        backend = open_backend(url)
-        yield Engine(totality.RULES, backend)
-        backend.close()
-    elif request.param == "postgres":
-        with new_database(request.getfixturevalue("postgres_url")) as url:
-            load_table(url, totality.TABLE, ROWS, totality.TYPES)
-            backend = open_backend(url)
-            yield Engine(totality.RULES, backend)
-            backend.close()
-    else:
+    tables = {totality.TABLE: Table(ROWS, totality.TYPES)}
+    if request.param == "spark":
         url = request.getfixturevalue("sail_url")
-        _spark_session(url).sql(f"DROP TABLE IF EXISTS {totality.TABLE}")
-        load_table(url, totality.TABLE, ROWS, totality.TYPES)
-        backend, store = open_backend(url), DuckDBBackend(":memory:")
-        yield Engine(totality.RULES, backend, store=store)
-        backend.close()
-        store.close()
+        spark_session(url).sql(f"DROP TABLE IF EXISTS {totality.TABLE}")
+        with closing(DuckDBBackend(":memory:")) as store, \
+                open_engine(url, totality.RULES, tables, store=store) as engine:
+            yield engine
+        return
+    postgres = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with backend_database(request.param, tmp_path_factory.mktemp("totality"), postgres) as url, \
+            open_engine(url, totality.RULES, tables) as engine:
+        yield engine
 
 
 # Expressions per backend in the suite (benchmarks/totality_fuzz.py runs more): about

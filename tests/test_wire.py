@@ -22,15 +22,12 @@ import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
-from tests.conftest import load_table
+from tests.databases import load_table
+from tests.factories import REGIONS, SLOW_TABLE, Served, served_rules, slow_table
 from tests.system import apt_install
 from tests.wireserver import (
-    REGIONS,
-    RULES,
     SCRIPT,
-    admin,
     backend_messages,
-    load_people,
     running_proxy,
     startup_message,
     typed,
@@ -178,13 +175,10 @@ SHOW idp.budget;
 
 
 def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
-    load_people(backend_url, 200)
-    rules, home = tmp_path / "rules.toml", tmp_path / "home"
-    rules.write_text(RULES.format(auth="scram"))
-    with running_proxy(rules, backend_url, home) as proxy:
+    served = Served.prepare(tmp_path, served_rules("scram"), backend_url, 200)
+    with served.serve() as proxy:
         # added while the server runs (on DuckDB through the server's admin socket)
-        added = admin(rules, backend_url, home, "users", "add", "bob", "--password-stdin",
-                      stdin="s3cret pass\n")
+        added = served.admin("users", "add", "bob", "--password-stdin", stdin="s3cret pass\n")
         assert added.returncode == 0, added.stderr
         with psycopg.connect(proxy.dsn("bob", password="s3cret pass"), autocommit=True) as con:
             before = _budget(con)
@@ -196,48 +190,27 @@ def test_scram_login_and_a_wrong_password(backend_url, tmp_path):
             assert "password authentication failed" in str(failed.value)
         with psycopg.connect(proxy.dsn("bob", password="s3cret pass"), autocommit=True) as con:
             assert float(_budget(con)) == float(before) - 0.1
-        listed = admin(rules, backend_url, home, "users", "list", "--format", "csv")
+        listed = served.admin("users", "list", "--format", "csv")
         assert listed.stdout.splitlines() == ["user,disabled", "bob,False"]
-        ledger = admin(rules, backend_url, home, "ledger", "--format", "json").stdout
+        ledger = served.admin("ledger", "--format", "json").stdout
         assert '"analyst": "bob"' in ledger and "s3cret" not in ledger
-        assert admin(rules, backend_url, home, "users", "disable", "bob").returncode == 0
+        assert served.admin("users", "disable", "bob").returncode == 0
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             psycopg.connect(proxy.dsn("bob", password="s3cret pass"))
 
 
-SLOW_RULES = RULES + """
-[tables.slow]
-[tables.slow.columns]
-x = {{ type = "int", domain = [0, 1000000] }}
-"""
-
-
-def _slow_table(url: str) -> None:
-    """A table whose every aggregate takes minutes: a view over a huge or sleepy product."""
-    if url.startswith("duckdb"):
-        import duckdb
-
-        con = duckdb.connect(url.removeprefix("duckdb:///"))
-        con.execute("CREATE VIEW slow AS SELECT (a.range * b.range) % 1000 AS x "
-                    "FROM range(1000000) a, range(1000000) b")
-        con.close()
-        return
-    with psycopg.connect(url, autocommit=True) as con:
-        con.execute("CREATE VIEW slow AS SELECT g + 0 * length(pg_sleep(0.01)::text) AS x "
-                    "FROM generate_series(1, 100000) g")
+SLOW_RULES = served_rules() + SLOW_TABLE
 
 
 @pytest.mark.parametrize("timeout", [None, 1])
 def test_a_long_query_is_cancelled_by_the_client_or_the_timeout(backend_url, tmp_path,
                                                                  timeout):
-    load_people(backend_url, 100)
-    _slow_table(backend_url)
-    rules = tmp_path / "rules.toml"
-    text = SLOW_RULES.format(auth="trust")
+    text = SLOW_RULES
     if timeout:
         text = text.replace('auth = "trust"', f'auth = "trust"\nstatement_timeout = {timeout}')
-    rules.write_text(text)
-    with (running_proxy(rules, backend_url, tmp_path / "home") as proxy,
+    served = Served.prepare(tmp_path, text, backend_url, 100)
+    slow_table(backend_url)
+    with (served.serve() as proxy,
           psycopg.connect(proxy.dsn("alice"), autocommit=True) as con):
         before = float(_budget(con))
         cancelled_at = []
@@ -280,27 +253,22 @@ def test_without_tls_ssl_is_declined_and_require_fails(proxy):
 
 @pytest.fixture
 def proxy_with_tls(backend_url, tmp_path):
-    url = backend_url
-    load_people(url, 300)
     if not shutil.which("openssl"):
         apt_install("openssl")
     cert, key = tmp_path / "server.crt", tmp_path / "server.key"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
-    with running_proxy(rules, url, tmp_path / "home", "--tls-cert", str(cert),
-                       "--tls-key", str(key)) as running:
+    served = Served.prepare(tmp_path, served_rules(), backend_url, 300)
+    with served.serve("--tls-cert", str(cert), "--tls-key", str(key)) as running:
         yield running
 
 
 def test_fifty_concurrent_sessions_and_clients_killed_mid_query(backend_url, tmp_path):
-    load_people(backend_url, 1000)
-    _slow_table(backend_url)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(SLOW_RULES.format(auth="trust").replace("budget = 100", "budget = 1000")
-                     .replace("[server]", "[server]\nmax_connections_per_analyst = 53"))
+    served = Served.prepare(tmp_path, SLOW_RULES.replace("budget = 100", "budget = 1000")
+                            .replace("[server]", "[server]\nmax_connections_per_analyst = 53"),
+                            backend_url, 1000)
+    slow_table(backend_url)
 
     async def worker(port: int, index: int) -> int:
         con = await asyncpg.connect(host="127.0.0.1", port=port, user="alice",
@@ -336,7 +304,7 @@ def test_fifty_concurrent_sessions_and_clients_killed_mid_query(backend_url, tmp
         await asyncio.gather(*victims)
         return results
 
-    with running_proxy(rules, backend_url, tmp_path / "home") as proxy:
+    with served.serve() as proxy:
         assert asyncio.run(scenario(proxy.port)) == [8] * 50
         with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
             assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
@@ -378,7 +346,6 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
 
 
 def test_public_tables_keep_their_column_types(backend_url, tmp_path):
-    load_people(backend_url, 100)
     load_table(backend_url, "rates", {
         "n": [1, 2], "x": [0.5, -2.25], "price": [Decimal("12.34"), Decimal("-0.05")],
         "day": [dt.date(2024, 1, 2), dt.date(1999, 12, 31)], "ok": [True, False],
@@ -386,13 +353,13 @@ def test_public_tables_keep_their_column_types(backend_url, tmp_path):
         "label": ["a", "b"],
     }, {"n": "INTEGER", "x": "DOUBLE PRECISION", "price": "NUMERIC(10,2)", "day": "DATE",
         "ok": "BOOLEAN", "at": "TIMESTAMP", "label": "TEXT"})
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust") + "\n[tables.rates]\npublic = true\n")
+    served = Served.prepare(tmp_path, served_rules() + "\n[tables.rates]\npublic = true\n",
+                            backend_url, 100)
     expected = [(1, 0.5, Decimal("12.34"), dt.date(2024, 1, 2), True,
                  dt.datetime(2024, 1, 2, 3, 4, 5, 600000), "a"),
                 (2, -2.25, Decimal("-0.05"), dt.date(1999, 12, 31), False,
                  dt.datetime(2000, 1, 1), "b")]
-    with (running_proxy(rules, backend_url, tmp_path / "home") as proxy,
+    with (served.serve() as proxy,
           psycopg.connect(proxy.dsn("alice"), autocommit=True) as con):
         for binary in (False, True):
             rows = con.execute("SELECT n, x, price, day, ok, at, label FROM rates "
@@ -459,12 +426,9 @@ def test_gssenc_is_declined_and_startup_goes_on(proxy):
 
 
 def test_connections_beyond_the_limit_are_refused(tmp_path):
-    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
-    load_people(url, 50)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust").replace('auth = "trust"',
-                                                       'auth = "trust"\nmax_connections = 2'))
-    with running_proxy(rules, url, tmp_path / "home") as proxy:
+    rules = served_rules().replace('auth = "trust"', 'auth = "trust"\nmax_connections = 2')
+    served = Served.prepare(tmp_path, rules, f"duckdb:///{tmp_path / 'data.duckdb'}", 50)
+    with served.serve() as proxy:
         first = psycopg.connect(proxy.dsn("alice"))
         second = psycopg.connect(proxy.dsn("alice"))
         with pytest.raises(psycopg.OperationalError) as refused:
@@ -479,9 +443,7 @@ def test_connections_beyond_the_limit_are_refused(tmp_path):
 
 def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
-    load_people(url, 20)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
+    rules = Served.prepare(tmp_path, served_rules(), url, 20).rules
     process = subprocess.Popen([SCRIPT, "serve", "--rules", str(rules), "--backend", url,
                                 "--port", "0"], stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")})
@@ -522,11 +484,9 @@ def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url,
     """The socket beside a served DuckDB file: only its owner may open it (should its
     folder let another user in, the server still hears only its own), it runs only the
     command line's ledger and user calls, and bad requests get an error line."""
-    load_people(duckdb_url, 100)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
+    served = Served.prepare(tmp_path, served_rules(), duckdb_url, 100)
     path = socket_path(duckdb_url.removeprefix("duckdb:///"))
-    with running_proxy(rules, duckdb_url, tmp_path / "home") as proxy:
+    with served.serve() as proxy:
         assert path.stat().st_mode & 0o777 == 0o600
         assert path.parent.stat().st_mode & 0o777 == 0o700
         for request in [b"garbage\n", b'{"target": "ledger", "method": "backend", "args": []}\n',
@@ -554,11 +514,9 @@ def test_the_admin_socket_runs_only_admin_calls_and_survives_garbage(duckdb_url,
 def test_duckdb_answers_others_while_one_long_query_runs(duckdb_url, tmp_path):
     """Statistics are snapshot reads on their own cursors: a query that runs for minutes
     holds up neither another analyst's debit nor their answer."""
-    load_people(duckdb_url, 100)
-    _slow_table(duckdb_url)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(SLOW_RULES.format(auth="trust"))
-    with (running_proxy(rules, duckdb_url, tmp_path / "home") as proxy,
+    served = Served.prepare(tmp_path, SLOW_RULES, duckdb_url, 100)
+    slow_table(duckdb_url)
+    with (served.serve() as proxy,
           psycopg.connect(proxy.dsn("alice"), autocommit=True) as slow,
           psycopg.connect(proxy.dsn("alice"), autocommit=True) as quick):
         outcome = []

@@ -19,14 +19,8 @@ import pytest
 
 from proxy.users import secret_of
 from proxy.wire.connection import INTERNAL_ERROR
-from tests.wireserver import (
-    RULES,
-    backend_messages,
-    load_people,
-    serving_in_process,
-    startup_message,
-    typed,
-)
+from tests.factories import Served, served_rules
+from tests.wireserver import backend_messages, serving_in_process, startup_message, typed
 
 pytestmark = pytest.mark.postgres
 
@@ -38,11 +32,9 @@ def served(tmp_path_factory):
     """One in-process server (trust auth, DuckDB) for the tests that reach into it;
     bob's budget pays for two queries at ε 0.1."""
     folder = tmp_path_factory.mktemp("served")
-    url = f"duckdb:///{folder / 'data.duckdb'}"
-    load_people(url, 200)
-    rules = folder / "rules.toml"
-    rules.write_text(RULES.format(auth="trust") + "\n[analysts.bob]\nbudget = 0.25\n")
-    with serving_in_process(rules, url) as proxy:
+    served = Served.prepare(folder, served_rules() + "\n[analysts.bob]\nbudget = 0.25\n",
+                            f"duckdb:///{folder / 'data.duckdb'}", 200)
+    with serving_in_process(served.rules, served.backend) as proxy:
         yield proxy
 
 
@@ -153,10 +145,8 @@ def _sasl_salt(port: int, user: str) -> bytes:
 
 def test_unknown_user_wrong_password_and_disabled_login_look_the_same(duckdb_url, tmp_path,
                                                                       caplog):
-    load_people(duckdb_url, 50)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES.format(auth="scram"))
-    with serving_in_process(rules, duckdb_url) as proxy:
+    served = Served.prepare(tmp_path, served_rules("scram"), duckdb_url, 50)
+    with serving_in_process(served.rules, duckdb_url) as proxy:
         users = proxy.server.users
         users.add("bob", secret_of("right"))
         messages = {user: _login_refused(proxy, user, "wrong") for user in ("bob", "nobody")}

@@ -16,15 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.conftest import new_database
-from tests.wireserver import (
-    RULES,
-    backend_messages,
-    load_people,
-    running_proxy,
-    startup_message,
-    typed,
-)
+from tests.factories import Served, backend_database, served_rules
+from tests.wireserver import backend_messages, startup_message, typed
 
 LIMITS = """
 authentication_timeout = 2
@@ -39,19 +32,12 @@ catalog_max_rows = 100000
 def server(request, tmp_path_factory):
     """``idp-proxy serve`` with tight limits over the people table; alice and bob."""
     folder = tmp_path_factory.mktemp("limits")
-    rules = folder / "rules.toml"
-    rules.write_text(RULES.format(auth="trust").replace("[server]", "[server]" + LIMITS)
-                     + "\n[analysts.bob]\nbudget = 100\n")
-    if request.param == "duckdb":
-        url = f"duckdb:///{folder / 'data.duckdb'}"
-        load_people(url, 500)
-        with running_proxy(rules, url, folder / "home") as proxy:
-            yield proxy
-        return
-    with new_database(request.getfixturevalue("postgres_url")) as url:
-        load_people(url, 500)
-        with running_proxy(rules, url, folder / "home") as proxy:
-            yield proxy
+    rules = (served_rules().replace("[server]", "[server]" + LIMITS)
+             + "\n[analysts.bob]\nbudget = 100\n")
+    postgres = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with backend_database(request.param, folder, postgres) as url, \
+            Served.prepare(folder, rules, url).serve() as proxy:
+        yield proxy
 
 
 def raw(proxy, user: str = "alice") -> socket.socket:

@@ -15,9 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_budget import _race
-from tests.test_wire import _slow_table
-from tests.wireserver import PEOPLE_RULES, load_people, running_proxy
+from tests.factories import Served, people_table, slow_table
+from tests.wireserver import race
 
 pytestmark = pytest.mark.postgres
 
@@ -39,16 +38,14 @@ budget = 1.0
 [tables.slow]
 [tables.slow.columns]
 x = { type = "int", domain = [0, 1000000] }
-""" + PEOPLE_RULES.replace("{{", "{").replace("}}", "}")
+""" + people_table()
 
 
 @pytest.fixture
 def served(fresh_postgres, tmp_path):
-    load_people(fresh_postgres, 200)
-    _slow_table(fresh_postgres)
-    rules = tmp_path / "rules.toml"
-    rules.write_text(RULES)
-    return rules, fresh_postgres, tmp_path / "home"
+    served = Served.prepare(tmp_path, RULES, fresh_postgres, 200)
+    slow_table(fresh_postgres)
+    return served
 
 
 def _children(pid: int) -> set[int]:
@@ -73,9 +70,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_two_workers_serve_and_count_sessions_together(served):
-    rules = served[0]
+    rules = served.rules
     rules.write_text(rules.read_text().replace("per_analyst = 40", "per_analyst = 3"))
-    with running_proxy(*served) as proxy:
+    with served.serve() as proxy:
         assert "2 workers" in "".join(proxy.log)
         assert len(_children(proxy.process.pid)) == 2
         owners = set()
@@ -102,7 +99,7 @@ def test_two_workers_serve_and_count_sessions_together(served):
 def test_a_cancel_reaches_its_session_whichever_worker_receives_it(served):
     """Ten long queries, each in a new session, each cancelled by psycopg's own cancel
     (a new connection, accepted by either worker): every one ends with 57014."""
-    with running_proxy(*served) as proxy:
+    with served.serve() as proxy:
         for _ in range(10):
             with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
                 outcome: list[str] = []
@@ -125,12 +122,12 @@ def test_a_cancel_reaches_its_session_whichever_worker_receives_it(served):
 
 def test_racing_sessions_on_two_workers_never_overspend(served):
     """32 sessions of one analyst (budget 1.0, ε 0.05) over both workers: 20 answers."""
-    with running_proxy(*served) as proxy:
-        assert _race(proxy, "racer", 0) == (20, 12)
+    with served.serve() as proxy:
+        assert race(proxy, "racer", 0) == (20, 12)
 
 
 def test_a_dead_worker_is_replaced_and_sigterm_stops_everything(served):
-    with running_proxy(*served) as proxy:
+    with served.serve() as proxy:
         server = proxy.process.pid
         workers = _children(server)
         catalog = _shadow_postmaster(server)
@@ -149,7 +146,7 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_everything(served):
 
 
 def test_workers_stop_when_their_supervisor_is_killed(served):
-    with running_proxy(*served) as proxy:
+    with served.serve() as proxy:
         with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
             con.execute("SELECT COUNT(*) FROM people")
         workers = _children(proxy.process.pid)

@@ -1,5 +1,6 @@
 """Start ``idp-proxy serve`` as a process of its own on a free port, as a user would, and stop it
-with SIGTERM; tests then talk to it with real clients over 127.0.0.1."""
+with SIGTERM; tests then talk to it with real clients over 127.0.0.1. What it serves is
+built in tests/factories.py."""
 
 from __future__ import annotations
 
@@ -16,54 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+import psycopg
 from psycopg.conninfo import make_conninfo
 
 from tests import forked_cli, watchdog
-from tests.conftest import load_table
-
-# The people table load_people fills (a str.format template: braces doubled).
-PEOPLE_RULES = """
-[tables.people]
-privacy_unit = "person_id"
-individual_queries = true
-[tables.people.columns]
-person_id = {{ type = "int" }}
-age    = {{ type = "int",   domain = [0, 120] }}
-income = {{ type = "float", domain = [0, 1000000] }}
-region = {{ type = "text",  keys = ["north", "south", "east", "west"] }}
-"""
-RULES = """
-[server]
-auth = "{auth}"
-
-[defaults]
-epsilon_per_query = 0.1
-
-[analysts.alice]
-budget = 100
-""" + PEOPLE_RULES + """
-[tables.regions]
-public = true
-"""
-REGIONS = ["north", "south", "east", "west"]
-
-
-def load_people(url: str, n: int = 3000, folder: Path | None = None) -> None:
-    """The people and regions tables of RULES, with n deterministic people; on Spark
-    with ``folder``, as Parquet files in ``folder``/people and ``folder``/regions."""
-    rng = np.random.default_rng(3)
-    where = {name: None if folder is None else str(folder / name)
-             for name in ("people", "regions")}
-    load_table(url, "people", {
-        "person_id": list(range(n)),
-        "age": [int(a) for a in rng.integers(18, 90, n)],
-        "income": [float(v) for v in np.round(rng.lognormal(10.3, 0.5, n), 2)],
-        "region": [REGIONS[i] for i in rng.integers(0, 4, n)],
-    }, {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
-        "region": "TEXT"}, where["people"])
-    load_table(url, "regions", {"region": REGIONS, "label": ["N", "S", "E", "W"]},
-               {"region": "TEXT", "label": "TEXT"}, where["regions"])
 
 
 def typed(kind: bytes, body: bytes) -> bytes:
@@ -210,54 +167,29 @@ def serving_in_process(rules: Path, backend: str):
         engine.backend.close()
 
 
-@contextmanager
-def people_proxy(backend: str, folder: Path, postgres_url: str | None = None):
-    """``idp-proxy serve`` (trust auth on loopback) over load_people's tables on
-    ``backend`` ("duckdb" or "postgres": a new database on ``postgres_url``), for
-    tests that share one server (module-scoped fixtures)."""
-    rules = folder / "rules.toml"
-    rules.write_text(RULES.format(auth="trust"))
-    with _backend_database(backend, folder, postgres_url) as url:
-        load_people(url)
-        with running_proxy(rules, url, folder / "home") as running:
-            yield running
+def race(proxy, analyst: str, first: int, sessions: int = 32) -> tuple[int, int]:
+    """``sessions`` sessions of one analyst, each with its own query (``income > first``,
+    ``first + 1`` …), all released at once; returns (answers, budget refusals)."""
+    connections = [psycopg.connect(proxy.dsn(analyst), autocommit=True)
+                   for _ in range(sessions)]
+    start = threading.Barrier(sessions)
+    outcomes: list[str] = []
 
+    def ask(con, number):
+        start.wait()
+        try:
+            con.execute(f"SELECT COUNT(*) FROM people WHERE income > {number}").fetchone()
+            outcomes.append("answer")
+        except psycopg.Error as exc:
+            outcomes.append(exc.sqlstate)
 
-@contextmanager
-def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
-    """``idp-proxy serve`` under rules/demo.toml over the demo's tables (as
-    ``idp-proxy serve`` with no options creates them), in DuckDB or copied into a new
-    PostgreSQL database, column types kept."""
-    import duckdb
-
-    from proxy.demo import create_demo
-    from proxy.pgtypes import postgres_type
-
-    demo = folder / "demo.duckdb"
-    create_demo(demo)
-    rules = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
-    with _backend_database(backend, folder, postgres_url) as url:
-        if backend == "postgres":
-            con = duckdb.connect(str(demo), read_only=True)
-            for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
-                                        "ORDER BY table_name").fetchall():
-                described = con.execute(f'DESCRIBE "{table}"').fetchall()
-                columns = con.execute(f'SELECT * FROM "{table}"').fetchnumpy()
-                load_table(url, table, {name: columns[name].tolist() for name, *_ in described},
-                           {name: postgres_type(kind) for name, kind, *_ in described})
-            con.close()
-        else:
-            demo.rename(url.removeprefix("duckdb:///"))
-        with running_proxy(rules, url, folder / "home") as running:
-            yield running
-
-
-@contextmanager
-def _backend_database(backend: str, folder: Path, postgres_url: str | None):
-    if backend == "duckdb":
-        yield f"duckdb:///{folder / 'data.duckdb'}"
-        return
-    from tests.conftest import new_database
-
-    with new_database(postgres_url) as url:
-        yield url
+    threads = [threading.Thread(target=ask, args=(con, first + i))
+               for i, con in enumerate(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for con in connections:
+        con.close()
+    assert len(outcomes) == sessions and set(outcomes) <= {"answer", "PB001"}, outcomes
+    return outcomes.count("answer"), outcomes.count("PB001")

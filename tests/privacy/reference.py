@@ -1,36 +1,23 @@
 """Reference implementations for the brute-force tests: the released statistics and
 their order statistics computed directly from Python lists (what the backend computes
-in SQL), and enumeration of neighbouring data sets.
+in SQL), and the window of ranks the backend serves.
 
-Raw values may be anything a float column holds (``EXTREME``: NaN, ±inf and
-overflow-sized numbers); the statistics are of the normalised values
-(``proxy.statistics.normalise``), as the backend computes them."""
+Raw values may be anything a float column holds (tests/privacy/harness.py's
+``EXTREME``: NaN, ±inf and overflow-sized numbers); the statistics are of the normalised
+values (``proxy.statistics.normalise``), as the backend computes them."""
 
 from __future__ import annotations
 
 import functools
-import itertools
-from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.statistics import RankRef
 from proxy.statistics import normalise as _normalise
+from tests.privacy.harness import LOWER, UPPER
 
 # The same rule, remembered: the enumerations normalise the same few raw values millions
 # of times (it is pure; a NaN is found again only as the same object, else recomputed).
 normalise = functools.lru_cache(maxsize=None)(_normalise)
-
-# Raw values a float column can hold besides ordinary numbers (DuckDB's read_csv makes
-# NaN and ±inf from text; pandas keeps inf): in data sets and in neighbours.
-EXTREME = [float("nan"), float("inf"), float("-inf"), 1e308, -1e308, 1e300, -1e300]
-
-
-@dataclass(frozen=True)
-class Record:
-    unit: int
-    value: float
-    in_scope: bool = True
-    group: int = 0
 
 
 def order_values(sorted_values: list[float], refs) -> dict[RankRef, float | None]:
@@ -52,6 +39,10 @@ def scope_values(records, group: int | None = None, lower: float | None = None,
     return sorted(v for v in values if v is not None)
 
 
+# The values in scope as the backend sees them with both bounds declared.
+in_domain = functools.partial(scope_values, lower=LOWER, upper=UPPER)
+
+
 def percentile(values: list[float], fraction: Fraction, lower: float, upper: float) -> float:
     from proxy.statistics import percentile_rank
     if not values:
@@ -66,19 +57,12 @@ def contribution_bound(records) -> int:
     return max(counts.values(), default=1)
 
 
-def neighbours(records: list[Record], options: list[tuple[float, bool, int]], group_size: int = 1):
-    """Every data set that modifies all records of at most ``group_size`` units (each
-    record to any (value, in_scope, group) option): user-level privacy, group size g.
-    With one record per unit this is the modify-one-record neighbour of seed 000."""
-    units = sorted({r.unit for r in records})
-    made = {}  # (unit, option) -> its Record: made once, shared by the neighbours
-    for chosen in itertools.combinations(units, min(group_size, len(units))):
-        positions = [i for i, r in enumerate(records) if r.unit in chosen]
-        for replacement in itertools.product(range(len(options)), repeat=len(positions)):
-            changed = list(records)
-            for position, option in zip(positions, replacement):
-                unit = records[position].unit
-                if (unit, option) not in made:
-                    made[unit, option] = Record(unit, *options[option])
-                changed[position] = made[unit, option]
-            yield changed
+def window(values: list[float]):
+    """The ``fetch(first, last)`` the backend serves: the sorted values at those ranks."""
+    return lambda first, last: values[first - 1: last]
+
+
+def window_from_top(values: list[float]):
+    """``fetch`` of the ranks counted from the largest value down."""
+    descending = values[::-1]
+    return lambda first, last: descending[first - 1: last]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from collections import defaultdict
 from fractions import Fraction
 
 import pytest
@@ -25,8 +26,16 @@ from proxy.privacy.sensitivity import (
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import normalise
+from tests.factories import random_datasets, rows_of
 from tests.privacy.buckets import bucket_of
-from tests.privacy.reference import Record, contribution_bound, neighbours, order_values, percentile
+from tests.privacy.harness import (
+    Record,
+    assert_loss_within,
+    assert_sound,
+    histogram,
+    neighbours,
+)
+from tests.privacy.reference import contribution_bound, order_values, percentile
 
 INF, NAN = float("inf"), float("nan")
 NUMBERS = [None, NAN, INF, -INF, -7.0, 0.0, 1.9, 2.0, 4.0, 5.5, 8.0, 10.0, 25.0]
@@ -73,11 +82,11 @@ def _term(sql: str):
 
 
 def _datasets(seed: int, count: int, units: int, rows: int, values):
-    rng = random.Random(seed)
-    for _ in range(count):
-        size = rng.randint(0, units)
-        yield [Record(unit, rng.choice(MEASURES), rng.random() < 0.8, rng.choice(values))
-               for unit in range(size) for _ in range(rng.randint(1, rows))]
+    """0..units units of 1..rows records: a measure, in scope or not, and the raw value
+    of the bucketed column (in ``Record.group``)."""
+    def record(rng, unit):
+        return Record(unit, rng.choice(MEASURES), rng.random() < 0.8, rng.choice(values))
+    return random_datasets(seed, count, rows_of(record, (1, rows)), units=(0, units))
 
 
 def _buckets(records, term, column):
@@ -118,22 +127,22 @@ def test_every_raw_value_lands_in_a_listed_key(sql, name, values):
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
 def test_bucketed_counts_move_within_the_sensitivity_used(sql, name, values, units, rows,
                                                          group_size):
+    """Each group's count moves by at most s (the noise each gets), all of them by at
+    most min(2, G)·s (the ε split over the groups); a record moving between two buckets
+    reaches that bound."""
     term, column = _term(sql), RULES.tables["t"].columns[name]
     groups = len(term.keys)
     options = [(m, s, v) for v in values for m in (0.0,) for s in (True, False)]
-    tight = 0
-    for records in _datasets(31, 40, units, rows, values):
+
+    def bounds(records):
         shift = contribution_bound(records) * group_size
-        base = _counts(records, term, column)
-        worst_total = 0
-        for other in neighbours(records, options, group_size):
-            counts = _counts(other, term, column)
-            changes = [abs(counts[k] - base[k]) for k in term.keys]
-            assert max(changes) <= count_sensitivity(shift)  # each group's noise
-            worst_total = max(worst_total, sum(changes))
-        assert worst_total <= min(2, groups) * shift  # the ε split over the groups
-        tight += worst_total == min(2, groups) * shift
-    assert tight  # a record moving between two buckets reaches the bound
+        return {"each group": count_sensitivity(shift), "all groups": min(2, groups) * shift}
+
+    outcomes = assert_sound(lambda rs: _counts(rs, term, column), bounds,
+                            _datasets(31, 40, units, rows, values),
+                            lambda records: neighbours(records, options, group_size),
+                            change=histogram)
+    assert any(o.worst["all groups"] == o.bound["all groups"] for o in outcomes)
 
 
 @pytest.mark.parametrize("sql,name,values", TERMS)
@@ -145,27 +154,29 @@ def test_bucketed_medians_keep_the_privacy_loss(sql, name, values, units, rows, 
     fraction = Fraction(1, 2)
     options = [(m, s, v) for v in values[::2] + values[-1:] for m in MEASURES
                for s in (True,)]
-    for records in _datasets(32, 25, units, rows, values):
-        shift = contribution_bound(records) * group_size
-        share = groups_touched(shift, len(term.keys))
-        base, ls = {}, {}
-        held = _medians(records, term, column)
+
+    empty = percentile([], fraction, LOWER, UPPER)  # the domain's midpoint
+
+    def medians(records):  # a key without values in scope answers ``empty``
+        return defaultdict(lambda: empty, {
+            key: percentile(values, fraction, LOWER, UPPER)
+            for key, values in _medians(records, term, column).items()})
+
+    def ls(records):
+        shift, held, out = contribution_bound(records) * group_size, _medians(
+            records, term, column), {}
         for key in term.keys:
             sorted_values = held.get(key, [])
             stats = order_values(sorted_values, percentile_refs(fraction, shift))
-            base[key], ls[key] = local_sensitivity_of_percentile(
-                len(sorted_values), stats, fraction, shift, LOWER, UPPER)
-        for other in neighbours(records, options, group_size):
-            loss = 0.0
-            medians = _medians(other, term, column)
-            for key in medians.keys() | held.keys():  # empty in both: the same answer
-                sorted_values = medians.get(key, [])
-                change = abs(percentile(sorted_values, fraction, LOWER, UPPER) - base[key])
-                if ls[key] == 0:
-                    assert change == 0
-                else:
-                    loss += change / ls[key]
-            assert loss <= share + 1e-9
+            out[key] = local_sensitivity_of_percentile(len(sorted_values), stats, fraction,
+                                                       shift, LOWER, UPPER)[1]
+        return out
+
+    assert_loss_within(medians, ls,
+                       lambda rs: groups_touched(contribution_bound(rs) * group_size,
+                                                 len(term.keys)),
+                       _datasets(32, 25, units, rows, values),
+                       lambda records: neighbours(records, options, group_size))
 
 
 ZONES = ["", "Z", "+00:00", "+02:00", "-05:30"]

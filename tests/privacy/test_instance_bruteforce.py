@@ -18,7 +18,6 @@ step form ('instance') and its piecewise form ('piecewise'), each test over both
 
 from __future__ import annotations
 
-import functools
 import math
 import zlib
 from fractions import Fraction
@@ -32,7 +31,6 @@ from proxy.privacy.exact_choice import choose
 from proxy.privacy.inverse_sensitivity import (
     Grid,
     blocks,
-    candidate_distance,
     candidate_grid,
     distance,
     exponent,
@@ -40,15 +38,9 @@ from proxy.privacy.inverse_sensitivity import (
 )
 from proxy.privacy.sensitivity import groups_touched
 from proxy.statistics import percentile_rank
-from tests.privacy.reference import EXTREME, neighbours
-from tests.privacy.test_samplers import ALPHA, SeededSource
-from tests.privacy.test_sensitivity_bruteforce import (
-    LOWER,
-    UPPER,
-    datasets,
-    in_domain,
-    options,
-)
+from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, modifying
+from tests.privacy.laws import ALPHA, SeededSource, expanded, log_probabilities
+from tests.privacy.reference import in_domain
 
 INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
 HALVES = Grid(Fraction(1, 2), 0, 20, LOWER, UPPER)  # 0, 0.5 .. 10: candidates between values
@@ -86,33 +78,6 @@ def _direct(values: list[float], rank: int, grid: Grid, piecewise: bool = False)
     return found
 
 
-def _expanded(found, grid: Grid, rank: int) -> list[tuple]:
-    """(distance, exact) of every candidate, from the blocks (which must tile the grid):
-    the mechanism's own distance of each candidate, a tail's lower bound."""
-    out = []
-    for block in found:
-        assert block.first == grid.first + len(out) and block.count >= 1
-        out += [(candidate_distance(block, block.first + k, rank, grid, None, False)
-                 if block.exact else block.distance, block.exact) for k in range(block.count)]
-    assert len(out) == grid.count
-    return out
-
-
-def _log_probabilities(values: list[float], rank: int, grid: Grid, scale: float,
-                       piecewise: bool = False) -> np.ndarray:
-    """log P(candidate) from the full window's block weights exp(−scale·d)."""
-    return _law(tuple(values), rank, grid, scale, piecewise)
-
-
-@functools.lru_cache(maxsize=4096)  # the neighbours of a data set repeat its values
-def _law(values: tuple[float, ...], rank: int, grid: Grid, scale: float,
-         piecewise: bool) -> np.ndarray:
-    found = blocks(len(values), rank, grid, 1, list(values), piecewise)
-    logs = np.array([-scale * float(d) for d, exact in _expanded(found, grid, rank)])
-    assert all(block.exact for block in found)
-    return logs - np.logaddexp.reduce(logs)
-
-
 @FORMS
 @pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
 def test_blocks_give_every_candidate_its_distance_from_any_window(grid, piecewise):
@@ -123,12 +88,12 @@ def test_blocks_give_every_candidate_its_distance_from_any_window(grid, piecewis
             rank = rank_of(n)
             direct = _direct(values, rank, grid, piecewise)
             if n == 0:
-                assert _expanded(blocks(0, rank, grid, 1, [], piecewise), grid, rank) == [
+                assert expanded(blocks(0, rank, grid, 1, [], piecewise), grid, rank) == [
                     (d, True) for d in direct]
                 continue
             for low in range(1, rank + 1):
                 for high in range(rank, n + 1):
-                    got = _expanded(blocks(n, rank, grid, low, values[low - 1: high],
+                    got = expanded(blocks(n, rank, grid, low, values[low - 1: high],
                                            piecewise), grid, rank)
                     for (d, exact), true in zip(got, direct):
                         assert d == true if exact else d <= true, (values, name, low, high)
@@ -140,21 +105,26 @@ def test_blocks_give_every_candidate_its_distance_from_any_window(grid, piecewis
 def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, rows,
                                                                         group_size, epsilon,
                                                                         piecewise):
+    """The largest change of log P(candidate), over every candidate and every rank
+    (median, p90, max, min), is at most ε."""
     shift = rows * group_size  # DP: the declared bound c times g
     scale = float(exponent(Fraction(epsilon), shift))  # the mechanism's own λ
     seed = zlib.crc32(f"instance dp {units} {rows} {group_size} {epsilon}".encode())
-    choices = options(1, NEIGHBOUR_VALUES)
     worst = 0.0
     for index, records in enumerate(datasets(seed, 6, units, rows)):
         grid = (INTEGERS, HALVES)[index % 2]
-        values = in_domain(records)
-        for name, rank_of in RANKS.items():
-            base = _log_probabilities(values, rank_of(len(values)), grid, scale, piecewise)
-            for other in neighbours(records, choices, group_size):
-                moved = in_domain(other)
-                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale, piecewise)
-                worst = max(worst, float(np.abs(base - logs).max()))
-                assert np.abs(base - logs).max() <= epsilon + 1e-9, (records, other, name)
+
+        def laws(records, grid=grid):
+            values = in_domain(records)
+            return {name: log_probabilities(values, rank_of(len(values)), grid, scale,
+                                            piecewise) for name, rank_of in RANKS.items()}
+
+        (outcome,) = assert_sound(laws, lambda _: dict.fromkeys(RANKS, epsilon), [records],
+                                  modifying(NEIGHBOUR_VALUES, group_size),
+                                  change=lambda before, after: {
+                                      name: float(np.abs(before[name] - after[name]).max())
+                                      for name in before})
+        worst = max(worst, *outcome.worst.values())
     assert worst > epsilon / 4  # the enumeration reaches neighbours that matter
 
 
@@ -180,7 +150,7 @@ def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypat
     sampled = [instance_release(n, rank, 1, epsilon, grid, lambda a, b: values[a - 1: b],
                                 rank_of, rng, piecewise) for _ in range(draws)]
     assert counts  # the tails were drawn and resolved
-    expected = np.exp(_log_probabilities(values, rank, grid, float(epsilon) / 2,
+    expected = np.exp(log_probabilities(values, rank, grid, float(epsilon) / 2,
                                          piecewise)) * draws
     observed = np.zeros(grid.count)
     for value in sampled:
@@ -211,7 +181,7 @@ def test_an_integer_column_answers_integers_and_ties_exactly():
     answers = [instance_release(9, 5, 1, Fraction(4), INTEGERS, lambda a, b: values[a - 1: b],
                                 None, rng) for _ in range(400)]
     assert all(isinstance(a, int) for a in answers)
-    logs = _log_probabilities(values, 5, INTEGERS, 2.0)
+    logs = log_probabilities(values, 5, INTEGERS, 2.0)
     share = sum(a == 4 for a in answers) / len(answers)
     assert abs(share - math.exp(logs[4])) < 0.06  # 4.6 standard deviations at 400 draws
 
@@ -226,16 +196,16 @@ def test_grouped_draws_compose_to_epsilon(units, rows, piecewise):
     epsilon, shift = 1.0, rows
     scale = float(exponent(Fraction(epsilon) / groups_touched(shift, 2), shift))
     seed = zlib.crc32(f"instance groups {units} {rows}".encode())
-    choices = options(2, [LOWER, 5.0, UPPER, EXTREME[0]])
     rank_of = RANKS["median"]
     for index, records in enumerate(datasets(seed, 5, units, rows, groups=2)):
         grid = (INTEGERS, HALVES)[index % 2]
-        base = [_log_probabilities(v, rank_of(len(v)), grid, scale, piecewise)
-                for v in (in_domain([r for r in records if r.group == g]) for g in (0, 1))]
-        for other in neighbours(records, choices):
-            joint = 0.0
-            for group in (0, 1):
-                moved = in_domain([r for r in other if r.group == group])
-                logs = _log_probabilities(moved, rank_of(len(moved)), grid, scale, piecewise)
-                joint += float(np.abs(base[group] - logs).max())
-            assert joint <= epsilon + 1e-9, (records, other)
+
+        def laws(records, grid=grid):
+            groups = (in_domain([r for r in records if r.group == g]) for g in (0, 1))
+            return [log_probabilities(v, rank_of(len(v)), grid, scale, piecewise)
+                    for v in groups]
+
+        assert_sound(laws, lambda _: epsilon, [records],
+                     modifying([LOWER, 5.0, UPPER, EXTREME[0]], groups=2),
+                     change=lambda before, after: sum(float(np.abs(b - a).max())
+                                                      for b, a in zip(before, after)))

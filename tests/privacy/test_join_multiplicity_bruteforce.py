@@ -42,10 +42,15 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, GroupStats
 from proxy.vocabulary import COUNT, MAX, MIN, PERCENTILE, PUBLIC, SPREADS, SUM, UNITS
+from tests.factories import random_datasets, rows_of
+from tests.privacy.harness import (
+    assert_sound,
+    group_changes,
+    neighbours,
+    pushed_down_changes,
+)
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
-from tests.privacy.test_join_bruteforce import _datasets as join_datasets
-from tests.privacy.test_join_bruteforce import _neighbours as join_neighbours
 
 LOWER, UPPER = 0.0, 10.0
 RULES = parse_rules(f"""
@@ -155,13 +160,15 @@ def _answers(rows, query: str, keys, shift: int) -> dict:
 
 
 def _datasets(seed: int, count: int, units: int, rows_per_unit: int):
-    return join_datasets(seed, count, units, rows_per_unit, VALUES, KINDS)
+    """Random tables of rows (unit, value, kind): 1..units units of 1..rows_per_unit rows."""
+    row = lambda rng, unit: (unit, rng.choice(VALUES), rng.choice(KINDS))
+    return random_datasets(seed, count, rows_of(row, (1, rows_per_unit)), units=(1, units))
 
 
 def _neighbours(rows):
     """All rows of one unit set to any (value, kind) each: moving between keys of 3, 1
     and 2 public rows, the key beyond the bound and NULL."""
-    return join_neighbours(rows, NEIGHBOUR_VALUES, NEIGHBOUR_KINDS)
+    return neighbours(rows, [(v, k) for v in NEIGHBOUR_VALUES for k in NEIGHBOUR_KINDS])
 
 
 @pytest.fixture(scope="module")
@@ -242,20 +249,10 @@ def _released(plan, stats: GroupStats, calibration: Calibration) -> tuple[list, 
     return answers, bounds
 
 
-def _changes(before, after) -> list[float]:
-    """Per aggregate the change, AVG's parts flattened after the others."""
-    flat = []
-    for old, new in zip(before, after):
-        if isinstance(old, tuple):
-            flat += [abs(a - b) for a, b in zip(old, new)]
-        else:
-            flat.append(abs(old - new))
-    return flat
-
-
-def _flat(bounds) -> list[float]:
-    return [part for bound in bounds
-            for part in (bound if isinstance(bound, tuple) else (bound,))]
+def _flat(values) -> list:
+    """Per aggregate its answer or sensitivity, AVG's two parts (SUM, COUNT) in its place."""
+    return [part for value in values
+            for part in (value if isinstance(value, tuple) else (value,))]
 
 
 @pytest.mark.parametrize("query", list(QUERIES))
@@ -269,26 +266,21 @@ def test_bounded_join_sensitivities_bound_every_neighbour(con, query, units, row
         base = _answers(rows, query, keys, shift)
         bounds = {}
         for key in keys:
-            answers, bounds[key] = _released(plan, groups.get(key, GroupStats()), calibration)
+            answers, sensitivities = _released(plan, groups.get(key, GroupStats()),
+                                               calibration)
             for index, (answer, truth) in enumerate(zip(answers, base[key])):
                 assert answer == pytest.approx(truth, rel=1e-9, abs=1e-9), (
                     query, key, index, rows)
-        share = groups_touched(shift, len(keys)) if plan.group_by else 1
-        histogram = (min(2, len(keys)) if plan.group_by else 1) * shift
-        for neighbour in _neighbours(rows):
-            changed = _answers(neighbour, query, keys, shift)
-            moved, count_l1 = set(), 0
-            for key in keys:
-                changes = _changes(base[key], changed[key])
-                for index, (change, bound) in enumerate(zip(changes, _flat(bounds[key]))):
-                    assert change <= bound * (1 + 1e-12) + TOLERANCE, (
-                        f"unsound: {query} {key} aggregate {index}: change {change} > "
-                        f"{bound} (s = {shift}) on {rows} -> {neighbour}")
-                if any(changes):
-                    moved.add(key)
-                count_l1 += changes[0]
-            assert count_l1 <= histogram, (rows, neighbour)
-            assert len(moved) <= share, (rows, neighbour)
+            # float rounding relative to the bound, besides the absolute TOLERANCE
+            bounds.update(((key, index), bound * (1 + 1e-12))
+                          for index, bound in enumerate(_flat(sensitivities)))
+        bounds["counts"] = (min(2, len(keys)) if plan.group_by else 1) * shift
+        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        assert_sound(lambda data, keys=keys, shift=shift: {
+                         key: _flat(answers)
+                         for key, answers in _answers(data, query, keys, shift).items()},
+                     lambda _, bounds=bounds: bounds, [rows], _neighbours,
+                     change=group_changes, tolerance=TOLERANCE)
 
 
 @pytest.mark.parametrize("query", ["inner, by tag"])
@@ -299,25 +291,27 @@ def test_dp_clips_a_units_joined_rows_to_its_bound_times_the_multiplicity(con, q
     at most 6·(U − L), the count of units by at most 1."""
     rng = random.Random(18)
     for rows in _datasets(9, 2, 3, 3):
-        plan, shift, groups = _pushed_down(con, rows, query, model="dp")
+        plan, shift, _ = _pushed_down(con, rows, query, model="dp")
         assert shift == 6
         keys = plan.group_keys() if plan.group_by else [()]
-        base = {key: groups.get(key, GroupStats()) for key in keys}
-        for _ in range(4):
-            unit = rng.choice([*sorted({row[0] for row in rows}), 99])
-            given = [(unit, rng.choice(VALUES), rng.choice(["a", "a", "c", "b", None]))
-                     for _ in range(rng.randint(0, 4))]
-            _, _, changed = _pushed_down(
-                con, [row for row in rows if row[0] != unit] + given, query, model="dp")
-            l1 = 0
-            for key in keys:
-                before, after = base[key], changed.get(key, GroupStats())
-                l1 += abs(after.rows - before.rows)
-                assert abs(after.rows - before.rows) <= shift
-                assert abs(after.units - before.units) <= 1
-                total = abs(after.column("v").total - before.column("v").total)
-                assert total <= shift * (UPPER - LOWER) + TOLERANCE
-            assert l1 <= 2 * shift
+
+        def given_rows(rows):
+            """Four neighbours: a unit (or a new one) given 0..4 rows of any keys."""
+            for _ in range(4):
+                unit = rng.choice([*sorted({row[0] for row in rows}), 99])
+                given = [(unit, rng.choice(VALUES), rng.choice(["a", "a", "c", "b", None]))
+                         for _ in range(rng.randint(0, 4))]
+                yield [row for row in rows if row[0] != unit] + given
+
+        def statistics(rows, keys=keys):
+            groups = _pushed_down(con, rows, query, model="dp")[2]
+            return {key: groups.get(key, GroupStats()) for key in keys}
+
+        bounds = {"rows": 2 * shift, **{(key, "rows"): shift for key in keys},
+                  **{(key, "units"): 1 for key in keys},
+                  **{(key, "v"): shift * (UPPER - LOWER) for key in keys}}
+        assert_sound(statistics, lambda _, bounds=bounds: bounds, [rows], given_rows,
+                     change=pushed_down_changes("v"))
 
 
 def test_the_reference_normalises_as_the_backend():

@@ -23,6 +23,7 @@ import math
 import random
 from collections import Counter
 from fractions import Fraction
+from operator import itemgetter
 
 import duckdb
 import pytest
@@ -36,6 +37,13 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
+from tests.factories import random_datasets, rows_of
+from tests.privacy.harness import (
+    assert_sound,
+    group_changes,
+    neighbours,
+    pushed_down_changes,
+)
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
 
@@ -146,38 +154,47 @@ def _answers(a_rows, b_rows, query: str, keys, shift: int) -> dict:
     return out
 
 
-def _rows(rng: random.Random, unit, count: int, keys) -> list:
-    return [(unit, rng.choice(VALUES), rng.choice(keys)) for _ in range(count)]
+def _table_rows(most: int):
+    """A unit's 0..``most`` rows (unit, value, key) of one table."""
+    row = lambda rng, unit: (unit, rng.choice(VALUES), rng.choice(["p", "q", None]))
+    return rows_of(row, (0, most))
 
 
 def _datasets(seed: int, count: int, units: int, rows_per_unit: int):
     """Pairs of tables: each unit owns 0..rows_per_unit rows in each (so some own rows
     in one table only); sometimes rows of the NULL unit."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        a_rows, b_rows = [], []
-        for unit in [*range(rng.randint(1, units)), *([None] if rng.random() < 0.3 else [])]:
-            a_rows += _rows(rng, unit, rng.randint(0, rows_per_unit), ["p", "q", None])
-            b_rows += _rows(rng, unit, rng.randint(0, rows_per_unit), ["p", "q", None])
-        yield a_rows, b_rows
+    table_rows = _table_rows(rows_per_unit)
+
+    def unit_rows(rng, unit):  # its rows of a, then of b
+        return [("a", *row) for row in table_rows(rng, unit)] + \
+            [("b", *row) for row in table_rows(rng, unit)]
+
+    for rows in random_datasets(seed, count, unit_rows, units=(1, units), null_unit=0.3):
+        yield _split(rows)
+
+
+def _split(tagged) -> tuple[list, list]:
+    """Rows tagged with their table -> (rows of a, rows of b)."""
+    return ([row[1:] for row in tagged if row[0] == "a"],
+            [row[1:] for row in tagged if row[0] == "b"])
 
 
 def _with(rows, unit, replaced) -> list:
     return [row for row in rows if row[0] != unit] + list(replaced)
 
 
-def _neighbours(a_rows, b_rows, left: bool, shift: int):
+def _neighbours(a_rows, b_rows, shift: int):
     """Every neighbour of one unit: its rows in both tables set to any options (their
     numbers kept); removed from a, b or both; rows added to a unit of one table only
     while its joined rows stay within c (a unit of that size); a new unit in both."""
+    tagged = [("a", *row) for row in a_rows] + [("b", *row) for row in b_rows]
+    for changed in neighbours(tagged, lambda row: A_OPTIONS if row[0] == "a" else B_OPTIONS,
+                              unit=itemgetter(1), make=lambda row, option: (*row[:2], *option)):
+        yield _split(changed)
     units = sorted({row[0] for row in a_rows + b_rows}, key=lambda u: (u is None, u or 0))
     for unit in units:
         mine_a = [row for row in a_rows if row[0] == unit]
         mine_b = [row for row in b_rows if row[0] == unit]
-        for chosen in itertools.product(A_OPTIONS, repeat=len(mine_a)):
-            changed_a = _with(a_rows, unit, [(unit, *option) for option in chosen])
-            for chosen_b in itertools.product(B_OPTIONS, repeat=len(mine_b)):
-                yield changed_a, _with(b_rows, unit, [(unit, *option) for option in chosen_b])
         yield _with(a_rows, unit, []), b_rows
         yield a_rows, _with(b_rows, unit, [])
         yield _with(a_rows, unit, []), _with(b_rows, unit, [])
@@ -257,28 +274,24 @@ def test_unit_join_sensitivities_bound_every_neighbour(con, query, units, rows_p
             assert released[0][0] == pytest.approx(base[key][1]), (a_rows, b_rows, key)
             assert released[1][0] == base[key][2], (a_rows, b_rows, key)
             bounds[key] = (count_sensitivity(shift), released[0][1], released[1][1])
-        share = groups_touched(shift, len(keys)) if plan.group_by else 1
-        joined = _joined(a_rows, b_rows, left)
-        widest = 0
-        for neighbour in _neighbours(a_rows, b_rows, left, shift):
-            moved_rows = _changed_rows(joined, _joined(*neighbour, left))
-            assert moved_rows <= shift, (a_rows, b_rows, neighbour)
-            widest = max(widest, moved_rows)
-            changed = _answers(*neighbour, query, keys, shift)
-            moved, count_l1 = set(), 0
-            for key in keys:
-                for index in range(3):
-                    change = abs(changed[key][index] - base[key][index])
-                    assert change <= bounds[key][index] + TOLERANCE, (
-                        f"unsound: {query} {key} aggregate {index}: change {change} > "
-                        f"{bounds[key][index]} (s = {shift}) on {a_rows} {b_rows} -> "
-                        f"{neighbour}")
-                    if change > 0:
-                        moved.add(key)
-                count_l1 += abs(changed[key][0] - base[key][0])
-            assert count_l1 <= min(2, len(keys)) * shift
-            assert len(moved) <= share, (a_rows, b_rows, neighbour)
-        assert widest == max(1, _largest(a_rows, b_rows, left))  # c is tight
+        bounds = {(key, index): bound for key in keys
+                  for index, bound in enumerate(bounds[key])}
+        bounds["counts"] = min(2, len(keys)) * shift
+        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        bounds["joined rows"] = shift  # that differ: never more than c
+
+        def answers_and_join(tables, keys=keys, shift=shift):
+            return _answers(*tables, query, keys, shift), _joined(*tables, left)
+
+        def change(before, after):
+            return {**group_changes(before[0], after[0]),
+                    "joined rows": _changed_rows(before[1], after[1])}
+
+        (outcome,) = assert_sound(answers_and_join, lambda _, bounds=bounds: bounds,
+                                  [(a_rows, b_rows)],
+                                  lambda tables, shift=shift: _neighbours(*tables, shift),
+                                  change=change)
+        assert outcome.worst["joined rows"] == max(1, _largest(a_rows, b_rows, left))  # c is tight
 
 
 @pytest.mark.parametrize("query", ["inner", "left, grouped"])
@@ -287,26 +300,26 @@ def test_dp_clips_a_units_joined_rows_to_the_product_of_the_bounds(con, query):
     joined rows in scope, whatever it owns; a neighbour may give it any number of rows
     in either table. Every group's count (pushed down, clipped) moves by at most 2, the
     histogram by at most 4, the clamped sum by at most 2 (U − L)."""
-    rng = random.Random(18)
+    rng, given = random.Random(18), _table_rows(3)
     for a_rows, b_rows in _datasets(5, 2, 3, 3):
-        plan, shift, groups = _pushed_down(con, a_rows, b_rows, query, model="dp")
+        plan, shift, _ = _pushed_down(con, a_rows, b_rows, query, model="dp")
         assert shift == 2
         keys = plan.group_keys() if plan.group_by else [()]
         summed = QUERIES[query][6]
-        base = {key: groups.get(key, GroupStats()) for key in keys}
         units = sorted({row[0] for row in a_rows + b_rows if row[0] is not None}) + [99]
-        for _ in range(10):
-            unit = rng.choice(units)
-            neighbour = (_with(a_rows, unit, _rows(rng, unit, rng.randint(0, 3),
-                                                   ["p", "q", None])),
-                         _with(b_rows, unit, _rows(rng, unit, rng.randint(0, 3),
-                                                   ["p", "q", None])))
-            _, _, changed = _pushed_down(con, *neighbour, query, model="dp")
-            l1 = 0
-            for key in keys:
-                before, after = base[key], changed.get(key, GroupStats())
-                l1 += abs(after.rows - before.rows)
-                assert abs(after.rows - before.rows) <= shift
-                total = abs(after.column(summed).total - before.column(summed).total)
-                assert total <= shift * (UPPER - LOWER) + TOLERANCE
-            assert l1 <= 2 * shift
+
+        def given_rows(tables, units=units):
+            """Ten neighbours: a unit (or a new one) given 0..3 rows in each table."""
+            for _ in range(10):
+                unit = rng.choice(units)
+                yield (_with(tables[0], unit, given(rng, unit)),
+                       _with(tables[1], unit, given(rng, unit)))
+
+        def statistics(tables, keys=keys):
+            groups = _pushed_down(con, *tables, query, model="dp")[2]
+            return {key: groups.get(key, GroupStats()) for key in keys}
+
+        bounds = {"rows": 2 * shift, **{(key, "rows"): shift for key in keys},
+                  **{(key, summed): shift * (UPPER - LOWER) for key in keys}}
+        assert_sound(statistics, lambda _, bounds=bounds: bounds, [(a_rows, b_rows)],
+                     given_rows, change=pushed_down_changes(summed))

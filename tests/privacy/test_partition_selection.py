@@ -32,6 +32,7 @@ from proxy.privacy.sampler import SecureSource
 from proxy.pushdown.selection import key_counts_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings, epsilon_hint
+from tests.privacy.harness import assert_sound, neighbours
 
 KEYS = ("a", "b", "c", "d", None)
 SCOPES = (1, 7)  # x < 5 is the WHERE: 1 in scope, 7 out
@@ -182,22 +183,6 @@ def _divergence(selection: PartitionSelection, ours: Counter, theirs: Counter) -
     return total
 
 
-def _neighbours(rows, units: list, rng: random.Random, limit: int):
-    """``rows`` with every record of ``units`` set to any key and side of the WHERE:
-    every combination, or ``limit`` random ones when there are more."""
-    mine = [i for i, row in enumerate(rows) if row[0] in units]
-    options = list(itertools.product(KEYS, SCOPES))
-    if len(options) ** len(mine) <= limit:
-        choices = itertools.product(options, repeat=len(mine))
-    else:
-        choices = (tuple(rng.choice(options) for _ in mine) for _ in range(limit))
-    for choice in choices:
-        changed = list(rows)
-        for index, (key, x) in zip(mine, choice):
-            changed[index] = (rows[index][0], key, x)
-        yield changed
-
-
 DATA = [  # unit, city, x: units of 1–3 rows (unit 3 beyond k = 2), a NULL unit
     (1, "a", 1), (1, "b", 1), (2, "a", 1), (3, "a", 1), (3, "c", 1), (3, "b", 7),
     (4, "d", 1), (5, None, 1), (5, "b", 1), (None, "c", 1),
@@ -213,21 +198,31 @@ def test_every_neighbour_moves_the_counts_within_the_bound_and_delta_holds(table
     assert selection.epsilon == 1 and selection.delta == Decimal("0.1")
     counts, rng = _Counts(plan), random.Random(18)
     rows = DATA if table == "v" else [(i, key, x) for i, (_, key, x) in enumerate(DATA)]
-    base = counts(rows)
-    assert base == _reference(rows, k, table == "v")
-    units = sorted({row[0] for row in rows}, key=lambda u: (u is None, u))
-    groups = [list(pair) for pair in itertools.combinations(units, m)]
-    largest = 0
-    for group in groups:
-        for neighbour in _neighbours(rows, group, rng, 120 if m == 1 else 25):
-            moved = counts(neighbour)
-            assert moved == _reference(neighbour, k, table == "v")
-            shared = set(base) & set(moved)
-            change = sum(abs(base[key] - moved[key]) for key in shared)
-            assert change <= selection.sensitivity
-            largest = max(largest, change)
-            for ours, theirs in ((base, moved), (moved, base)):
-                alone = set(ours) - set(theirs)
-                assert len(alone) <= k * m and all(ours[key] <= m for key in alone)
-                assert _divergence(selection, ours, theirs) <= float(selection.delta) + 1e-12
+
+    def key_counts(rows):  # from the SQL, as the Python reference counts them
+        found = counts(rows)
+        assert found == _reference(rows, k, table == "v")
+        return found
+
+    def change(base, moved):
+        shared = set(base) & set(moved)
+        alone = [(ours, set(ours) - set(theirs)) for ours, theirs in ((base, moved),
+                                                                       (moved, base))]
+        return {"shared keys' counts": sum(abs(base[key] - moved[key]) for key in shared),
+                "keys in one only": max(len(keys) for _, keys in alone),
+                "units of such a key": max((ours[key] for ours, keys in alone for key in keys),
+                                           default=0),
+                "divergence": max(_divergence(selection, base, moved),
+                                  _divergence(selection, moved, base))}
+
+    # every record of m units set to any key and side of the WHERE: every combination,
+    # or 120 (m = 2: 25) random ones when there are more
+    (outcome,) = assert_sound(
+        key_counts, lambda _: {"shared keys' counts": selection.sensitivity,
+                               "keys in one only": k * m, "units of such a key": m,
+                               "divergence": float(selection.delta)},
+        [rows], lambda rows: neighbours(rows, list(itertools.product(KEYS, SCOPES)), m,
+                                        limit=120 if m == 1 else 25, rng=rng),
+        change=change, tolerance=1e-12)
+    largest = outcome.worst["shared keys' counts"]
     assert largest == selection.sensitivity or (table == "v" and m == 2)  # attained

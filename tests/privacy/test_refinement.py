@@ -34,8 +34,7 @@ from proxy.privacy.refinement import (
 )
 from proxy.privacy.sampler import SecureSource
 from proxy.vocabulary import MAX_ATOMS, parse_prior
-
-SAMPLER_ALPHA = 1e-6  # the OS's source, unseeded: a correct sampler fails once in 10⁶ runs
+from tests.privacy.laws import SAMPLER_ALPHA
 
 
 def seed_factors(epsilon):

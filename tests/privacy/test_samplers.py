@@ -1,10 +1,5 @@
-"""Distribution tests of the samplers and mechanisms.
-
-Each statistical test rejects at significance 1e-4: with the fixed seeds below a
-correct sampler fails a run with probability 1e-4 per test (documented false-failure
-rate). The tests draw from a seeded source so that a failure can be reproduced; the
-product draws from ``secrets``.
-"""
+"""Distribution tests of the samplers and mechanisms, at significance ALPHA from a
+seeded source (tests/privacy/laws.py)."""
 
 from __future__ import annotations
 
@@ -28,19 +23,7 @@ from proxy.privacy.mechanisms import (
     snap,
 )
 from proxy.privacy.sampler import SecureSource, bernoulli_exp, discrete_laplace
-
-ALPHA = 1e-4
-DRAWS = 20_000
-
-
-class SeededSource:
-    """A reproducible stand-in for ``secrets`` with the same interface."""
-
-    def __init__(self, seed: int) -> None:
-        self._random = random.Random(seed)
-
-    def randbelow(self, n: int) -> int:
-        return self._random.randrange(n)
+from tests.privacy.laws import ALPHA, DRAWS, SeededSource
 
 
 def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:

@@ -1,35 +1,15 @@
 """The smooth-sensitivity noise law h(z) ∝ 1/(1 + |z|^γ): its sampler against an
-independent CDF (rejection at significance 1e-4, as in test_samplers), its quantiles,
+independent CDF (tests/privacy/laws.py; rejection at significance ALPHA), its quantiles,
 and seed 000's Table I."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import integrate, stats
+from scipy import stats
 
 from proxy.privacy.smooth_noise import admissible, central_mass, half_width, sample
-from tests.privacy.test_samplers import ALPHA, DRAWS, SeededSource
-
-
-def smooth_cdf(gamma):
-    """P(Z ≤ z) by scipy's quadrature (independent of the code under test)."""
-    def beyond(z):
-        """∫ from |z| to ∞ of dt/(1 + t^γ); past 1 as ∫ from 0 to 1/|z| of
-        u^(γ−2)/(1 + u^γ) du (t = 1/u), so that quad never integrates to infinity."""
-        z = abs(z)
-        tail = integrate.quad(lambda u: u ** (gamma - 2) / (1 + u ** gamma), 0,
-                              1 / max(z, 1))[0]
-        if z < 1:
-            tail += integrate.quad(lambda t: 1 / (1 + t ** gamma), z, 1)[0]
-        return tail
-
-    half = beyond(0.0)
-
-    def cdf(z):
-        tail = beyond(z) / (2 * half)  # P(Z > |z|)
-        return 1 - tail if z >= 0 else tail
-    return cdf
+from tests.privacy.laws import ALPHA, DRAWS, SeededSource, smooth_cdf
 
 
 @pytest.mark.parametrize("gamma", [1.5, 2.0, 3.0, 5.0])

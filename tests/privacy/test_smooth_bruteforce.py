@@ -20,25 +20,16 @@ from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_percentile,
 )
 from proxy.statistics import percentile_rank
-from tests.privacy.reference import EXTREME, neighbours, percentile
-from tests.privacy.test_sensitivity_bruteforce import (
+from tests.privacy.harness import (
+    EXTREME,
     GRID,
     LOWER,
-    TOLERANCE,
     UPPER,
+    assert_sound,
     datasets,
-    in_domain,
-    options,
+    modifying,
 )
-
-
-def _fetch(values):
-    return lambda first, last: values[first - 1: last]
-
-
-def _from_top(values):
-    descending = values[::-1]
-    return lambda first, last: descending[first - 1: last]
+from tests.privacy.reference import in_domain, percentile, window, window_from_top
 
 
 def _percentile_case(fraction):
@@ -48,7 +39,7 @@ def _percentile_case(fraction):
     def smooth(values, shift, beta):
         rank = percentile_rank(len(values), fraction)
         return smooth_sensitivity_of_percentile(len(values), rank, shift, beta, LOWER, UPPER,
-                                                _fetch(values))
+                                                window(values))
     return statistic, smooth
 
 
@@ -57,10 +48,10 @@ CASES = {
     "p90": _percentile_case(Fraction(9, 10)),
     "max": (lambda values: values[-1] if values else LOWER,
             lambda values, shift, beta: smooth_sensitivity_of_max(
-                len(values), shift, beta, LOWER, UPPER, _from_top(values))),
+                len(values), shift, beta, LOWER, UPPER, window_from_top(values))),
     "min": (lambda values: values[0] if values else UPPER,
             lambda values, shift, beta: smooth_sensitivity_of_min(
-                len(values), shift, beta, LOWER, UPPER, _fetch(values))),
+                len(values), shift, beta, LOWER, UPPER, window(values))),
 }
 
 
@@ -75,19 +66,25 @@ def _neighbour_values(index: int) -> list[float]:
 @pytest.mark.parametrize("beta", [0.1, 1.0])
 def test_smooth_sensitivity_bounds_the_change_and_is_smooth(case, units, rows, group_size,
                                                             beta):
+    """Two measures of each neighbour D': the change of the answer, within S(D), and
+    S(D) − e^β·S(D'), within 0 (S(D) ≤ e^β·S(D'))."""
     statistic, smooth = CASES[case]
     shift = rows * group_size  # DP: the declared bound c times g
+
+    def answer_and_smooth(records):
+        values = in_domain(records)
+        return statistic(values), smooth(values, shift, beta)
+
+    def change(before, after):
+        return {"answer": abs(after[0] - before[0]),
+                "smoothness": before[1] - math.exp(beta) * after[1]}
+
     seed = zlib.crc32(f"{case} {units} {rows} {group_size} {beta}".encode())
     for index, records in enumerate(datasets(seed, 25, units, rows)):
-        values = in_domain(records)
-        bound = smooth(values, shift, beta)
-        base = statistic(values)
-        for other in neighbours(records, options(1, _neighbour_values(index)), group_size):
-            moved = in_domain(other)
-            assert math.isfinite(bound)
-            assert abs(statistic(moved) - base) <= bound + TOLERANCE, (records, other)
-            assert bound <= math.exp(beta) * smooth(moved, shift, beta) + TOLERANCE, \
-                (records, other)
+        assert_sound(answer_and_smooth,
+                     lambda rs: {"answer": answer_and_smooth(rs)[1], "smoothness": 0.0},
+                     [records], modifying(_neighbour_values(index), group_size),
+                     change=change)
 
 
 def test_a_wide_window_is_read_only_as_far_as_needed():

@@ -22,19 +22,21 @@ from proxy.privacy.variance import (
     moment_sums,
     variance_of,
 )
-from tests.privacy.reference import Record, contribution_bound, neighbours
-from tests.privacy.test_sensitivity_bruteforce import (
+from tests.factories import random_datasets, rows_of
+from tests.privacy.harness import (
     EXTREME,
-    GRID,
     LOWER,
     SETTINGS,
     UPPER,
+    Record,
+    assert_loss_within,
+    assert_sound,
     datasets,
-    in_domain,
-    options,
+    grid_or_extreme,
+    modifying,
 )
+from tests.privacy.reference import contribution_bound, in_domain
 
-TOLERANCE = 1e-9
 FORMS = [(SAMPLE, False), (SAMPLE, True), (POPULATION, False), (POPULATION, True)]
 
 
@@ -59,34 +61,27 @@ def _product_ls(records, shift: int, form: str, root: bool) -> tuple[float, floa
         values[-1] if values else None, shift, LOWER, UPPER, form, root)
 
 
-def _worst(records, statistic, group_size, values=None):
-    base = statistic(records)
-    choices = options(1) if values is None else options(1, values)
-    return max((abs(statistic(n) - base) for n in neighbours(records, choices, group_size)),
-               default=0.0)
-
-
 @pytest.mark.parametrize("form,root", FORMS)
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
 def test_local_sensitivity_of_variance_is_sound(units, rows, group_size, form, root):
     """Every neighbour's STDDEV/VARIANCE is within the LS of proxy.privacy.variance."""
-    ratios = []
-    for records in datasets(31, 40, units, rows):
-        shift = contribution_bound(records) * group_size
-        answer, ls = _product_ls(records, shift, form, root)
+    def ls(records):
+        answer, ls = _product_ls(records, contribution_bound(records) * group_size, form, root)
         assert answer == pytest.approx(_spread(records, form, root), abs=1e-12)
-        worst = _worst(records, lambda rs: _spread(rs, form, root), group_size)
-        assert worst <= ls + TOLERANCE, f"unsound: change {worst} > LS {ls} on {records}"
-        if worst > 0:
-            ratios.append(ls / worst)
-    assert ratios, "no data set had a neighbour that changes the answer"
+        return ls
+
+    outcomes = assert_sound(lambda rs: _spread(rs, form, root), ls,
+                            datasets(31, 40, units, rows), modifying(group_size=group_size))
+    assert any(o.worst > 0 for o in outcomes), \
+        "no data set had a neighbour that changes the answer"
 
 
 def _larger_scopes(seed: int, size: int, count: int):
-    rng = random.Random(seed)
-    for _ in range(count):
-        yield [Record(i, rng.choice(GRID) if rng.random() < 0.9 else rng.choice(EXTREME),
-                      rng.random() < 0.8) for i in range(size)]
+    """One record a unit, ``size`` units; one value in ten NaN, ±inf or overflow-sized,
+    one record in five out of scope."""
+    def record(rng, unit):
+        return Record(unit, grid_or_extreme(rng, share=0.9), rng.random() < 0.8)
+    return random_datasets(seed, count, rows_of(record), units=size)
 
 
 @pytest.mark.parametrize("form,root", FORMS)
@@ -97,13 +92,10 @@ def test_local_sensitivity_of_variance_is_close_row_level(form, root, size, wors
     """Row-level, the bound approaches the exact LS as the scope grows (it lacks only the
     value nearest the mean and the mean's drift): measured here, at most 2× on scopes of
     a handful of values, 1.25× at 16, 1.1× at 32."""
-    ratios = []
-    for records in _larger_scopes(32 + size, size, 12):
-        _, ls = _product_ls(records, 1, form, root)
-        worst = _worst(records, lambda rs: _spread(rs, form, root), 1)
-        assert worst <= ls + TOLERANCE
-        if worst > 0:
-            ratios.append(ls / worst)
+    outcomes = assert_sound(lambda rs: _spread(rs, form, root),
+                            lambda rs: _product_ls(rs, 1, form, root)[1],
+                            _larger_scopes(32 + size, size, 12))
+    ratios = [o.bound / o.worst for o in outcomes if o.worst > 0]
     assert len(ratios) >= 10
     assert max(ratios) < worst_ratio, max(ratios)
     assert sum(ratios) / len(ratios) < mean_ratio, sum(ratios) / len(ratios)
@@ -115,10 +107,9 @@ def test_global_sensitivity_of_variance(units, rows, group_size, form, root):
     """DP: no neighbour moves the answer by more than the domain's widest spread,
     whatever s; and the widest spread is reached (n = 2 at both ends)."""
     gs = global_sensitivity_of_variance(LOWER, UPPER, form, root)
-    for records in datasets(33, 15, units, rows):
-        worst = _worst(records, lambda rs: _spread(rs, form, root), group_size,
-                       [LOWER, UPPER, 5.0, *EXTREME])
-        assert worst <= gs + TOLERANCE
+    assert_sound(lambda rs: _spread(rs, form, root), lambda _: gs,
+                 datasets(33, 15, units, rows),
+                 modifying([LOWER, UPPER, 5.0, *EXTREME], group_size))
     widest = variance_of(2, _m2([LOWER, UPPER]), form)  # n = 2, one value at each end
     largest = largest_variance(form, LOWER, UPPER)
     assert (math.sqrt(widest) if root else widest) == pytest.approx(
@@ -133,11 +124,9 @@ def _units_in_scope(records, group: int | None = None) -> int:
 def test_distinct_units_change_by_at_most_g(units, rows, group_size):
     """COUNT(DISTINCT unit): modifying every record of g units moves each unit in or
     out of scope, nothing else: |Δ| ≤ g, attained when a unit can leave or join."""
-    for records in datasets(34, 40, units, rows):
-        worst = _worst(records, _units_in_scope, group_size, [1.0, float("nan")])
-        assert worst <= group_size
-        if records and group_size == 1:  # one unit can always leave or join
-            assert worst == 1
+    assert_sound(_units_in_scope, lambda _: group_size, datasets(34, 40, units, rows),
+                 modifying([1.0, float("nan")], group_size),
+                 tight=lambda rs: bool(rs) and group_size == 1)  # one can always leave or join
 
 
 @pytest.mark.parametrize("units,rows,group_size,groups", [(4, 1, 1, 3), (3, 2, 1, 3),
@@ -146,13 +135,11 @@ def test_distinct_units_per_group_privacy_loss(units, rows, group_size, groups):
     """Per cell the noise is g·groups_touched(s, G)/ε: the loss Σ_cells |Δ|/g stays
     within groups_touched(s, G) for every neighbour (a unit's rows may leave one cell
     and join another)."""
-    for records in datasets(35, 25, units, rows, groups):
-        shift = contribution_bound(records) * group_size
-        share = groups_touched(shift, groups)
-        base = [_units_in_scope(records, g) for g in range(groups)]
-        for other in neighbours(records, options(groups, [1.0]), group_size):
-            loss = sum(abs(_units_in_scope(other, g) - b) for g, b in enumerate(base))
-            assert loss / group_size <= share
+    assert_loss_within(lambda rs: {g: _units_in_scope(rs, g) for g in range(groups)},
+                       lambda _: dict.fromkeys(range(groups), group_size),
+                       lambda rs: groups_touched(contribution_bound(rs) * group_size, groups),
+                       datasets(35, 25, units, rows, groups),
+                       modifying([1.0], group_size, groups))
 
 
 @pytest.mark.parametrize("units,rows,group_size", [(4, 2, 1), (4, 1, 2), (3, 3, 1)])
@@ -164,18 +151,19 @@ def test_moment_sums_under_dp(units, rows, group_size):
 
     def sums(rs):
         values = in_domain(rs)
-        return (sum(v - centre for v in values), sum((v - centre) ** 2 for v in values))
+        return {"Σ(x − c)": sum(v - centre for v in values),
+                "Σ(x − c)²": sum((v - centre) ** 2 for v in values)}
 
-    for records in datasets(36, 15, units, rows):
-        shift = contribution_bound(records) * group_size
+    def bounds(records):
         values = in_domain(records)
         assert moment_sums(len(values), sum(values), _m2(values), LOWER, UPPER) == \
-            pytest.approx(sums(records), abs=1e-9)
-        for index, bound in ((0, clamped_sum_sensitivity(shift, -half, half)),
-                             (1, clamped_sum_sensitivity(shift, 0.0, half * half))):
-            worst = _worst(records, lambda rs, i=index: sums(rs)[i], group_size,
-                           [LOWER, UPPER, 5.0, *EXTREME])
-            assert worst <= bound + TOLERANCE
+            pytest.approx(tuple(sums(records).values()), abs=1e-9)
+        shift = contribution_bound(records) * group_size
+        return {"Σ(x − c)": clamped_sum_sensitivity(shift, -half, half),
+                "Σ(x − c)²": clamped_sum_sensitivity(shift, 0.0, half * half)}
+
+    assert_sound(sums, bounds, datasets(36, 15, units, rows),
+                 modifying([LOWER, UPPER, 5.0, *EXTREME], group_size))
 
 
 @pytest.mark.parametrize("kind", ["var_samp", "var_pop", "stddev_samp", "stddev_pop"])
@@ -184,7 +172,7 @@ def test_noisy_moments_bound_covers_95_percent(kind):
     from proxy.privacy.variance import noisy_moments
     from proxy.rules import Column
     from proxy.statistics import ColumnStats
-    from tests.privacy.test_samplers import SeededSource
+    from tests.privacy.laws import SeededSource
 
     rng = random.Random(37)
     values = [rng.uniform(20, 60) for _ in range(300)]

@@ -1,0 +1,82 @@
+"""What the distribution tests compare samples with, and how strictly: the
+significance they reject at, a seeded stand-in for the product's random source, and
+laws computed independently of the code under test (the smooth-sensitivity noise by
+quadrature, the exponential mechanism's from its own block weights).
+
+Each statistical test rejects at significance ALPHA: with the fixed seeds a correct
+sampler fails a run with probability 1e-4 per test (documented false-failure rate).
+The tests draw from a seeded source so that a failure can be reproduced; the product
+draws from ``secrets``."""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import numpy as np
+from scipy import integrate
+
+from proxy.privacy.inverse_sensitivity import Grid, blocks, candidate_distance
+
+ALPHA = 1e-4
+DRAWS = 20_000
+SAMPLER_ALPHA = 1e-6  # the OS's source, unseeded: a correct sampler fails once in 10⁶ runs
+
+
+class SeededSource:
+    """A reproducible stand-in for ``secrets`` with the same interface."""
+
+    def __init__(self, seed: int) -> None:
+        self._random = random.Random(seed)
+
+    def randbelow(self, n: int) -> int:
+        return self._random.randrange(n)
+
+
+def smooth_cdf(gamma):
+    """P(Z ≤ z) by scipy's quadrature (independent of the code under test)."""
+    def beyond(z):
+        """∫ from |z| to ∞ of dt/(1 + t^γ); past 1 as ∫ from 0 to 1/|z| of
+        u^(γ−2)/(1 + u^γ) du (t = 1/u), so that quad never integrates to infinity."""
+        z = abs(z)
+        tail = integrate.quad(lambda u: u ** (gamma - 2) / (1 + u ** gamma), 0,
+                              1 / max(z, 1))[0]
+        if z < 1:
+            tail += integrate.quad(lambda t: 1 / (1 + t ** gamma), z, 1)[0]
+        return tail
+
+    half = beyond(0.0)
+
+    def cdf(z):
+        tail = beyond(z) / (2 * half)  # P(Z > |z|)
+        return 1 - tail if z >= 0 else tail
+    return cdf
+
+
+def expanded(found, grid: Grid, rank: int) -> list[tuple]:
+    """(distance, exact) of every candidate, from the exponential mechanism's blocks
+    (which must tile the grid): the mechanism's own distance of each candidate, a
+    tail's lower bound."""
+    out = []
+    for block in found:
+        assert block.first == grid.first + len(out) and block.count >= 1
+        out += [(candidate_distance(block, block.first + k, rank, grid, None, False)
+                 if block.exact else block.distance, block.exact) for k in range(block.count)]
+    assert len(out) == grid.count
+    return out
+
+
+def log_probabilities(values: list[float], rank: int, grid: Grid, scale: float,
+                      piecewise: bool = False) -> np.ndarray:
+    """log P(candidate) of the exponential mechanism from the full window's block
+    weights exp(−scale·d)."""
+    return _law(tuple(values), rank, grid, scale, piecewise)
+
+
+@functools.lru_cache(maxsize=4096)  # the neighbours of a data set repeat its values
+def _law(values: tuple[float, ...], rank: int, grid: Grid, scale: float,
+         piecewise: bool) -> np.ndarray:
+    found = blocks(len(values), rank, grid, 1, list(values), piecewise)
+    logs = np.array([-scale * float(d) for d, exact in expanded(found, grid, rank)])
+    assert all(block.exact for block in found)
+    return logs - np.logaddexp.reduce(logs)
