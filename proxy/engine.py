@@ -199,15 +199,18 @@ class Engine:
                         instance_releases(plan, group, shift, self.rng, key), draws_read)
                 return shift, groups, version
 
-            def window(column: str, from_top: bool):
-                return rank_window(plan, by_column[column], dialect, clip, tx.execute, from_top)
+            def window_read(request: RankRequest):
+                return rank_window(plan, by_column[request.column], dialect, clip, tx.execute,
+                                   request.from_top)(request.first, request.last)
 
             if bounded:
-                groups[()].bounds = private_levels(plan, groups[()], shift,
-                                                   self.rules.defaults.local_sensitivity_floor,
-                                                   window, self.rng)
+                groups[()].bounds = answered(
+                    private_levels(plan, groups[()], shift,
+                                   self.rules.defaults.local_sensitivity_floor, self.rng),
+                    window_read)
             else:
-                groups[()].smooth = smooth_sensitivities(plan, groups[()], shift, window)
+                groups[()].smooth = answered(smooth_sensitivities(plan, groups[()], shift),
+                                             window_read)
             return shift, groups, version
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,

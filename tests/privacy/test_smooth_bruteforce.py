@@ -3,7 +3,7 @@
 g > 1, raw values NaN, ±inf or overflow-sized, in data and neighbours, normalised as
 the backend does) S(D) is at least the largest change of the statistic over every neighbour, and
 S(D) ≤ e^β·S(D') for every neighbour D'. The window is read through the same
-``fetch`` interface the backend serves."""
+requests the engine answers (privacy/requests.py), answered here from the list."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import pytest
 
+from proxy.engine import answered
 from proxy.privacy.sensitivity import SensitivityError
 from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_max,
@@ -20,7 +21,7 @@ from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_percentile,
 )
 from proxy.statistics import percentile_rank
-from tests.privacy.reference import EXTREME, neighbours, percentile
+from tests.privacy.reference import EXTREME, by_hand, neighbours, percentile
 from tests.privacy.test_sensitivity_bruteforce import (
     GRID,
     LOWER,
@@ -32,23 +33,14 @@ from tests.privacy.test_sensitivity_bruteforce import (
 )
 
 
-def _fetch(values):
-    return lambda first, last: values[first - 1: last]
-
-
-def _from_top(values):
-    descending = values[::-1]
-    return lambda first, last: descending[first - 1: last]
-
-
 def _percentile_case(fraction):
     def statistic(values):
         return percentile(values, fraction, LOWER, UPPER)
 
     def smooth(values, shift, beta):
         rank = percentile_rank(len(values), fraction)
-        return smooth_sensitivity_of_percentile(len(values), rank, shift, beta, LOWER, UPPER,
-                                                _fetch(values))
+        return by_hand(smooth_sensitivity_of_percentile(len(values), rank, shift, beta,
+                                                        LOWER, UPPER), values)
     return statistic, smooth
 
 
@@ -56,11 +48,11 @@ CASES = {
     "median": _percentile_case(Fraction(1, 2)),
     "p90": _percentile_case(Fraction(9, 10)),
     "max": (lambda values: values[-1] if values else LOWER,
-            lambda values, shift, beta: smooth_sensitivity_of_max(
-                len(values), shift, beta, LOWER, UPPER, _from_top(values))),
+            lambda values, shift, beta: by_hand(smooth_sensitivity_of_max(
+                len(values), shift, beta, LOWER, UPPER), values)),
     "min": (lambda values: values[0] if values else UPPER,
-            lambda values, shift, beta: smooth_sensitivity_of_min(
-                len(values), shift, beta, LOWER, UPPER, _fetch(values))),
+            lambda values, shift, beta: by_hand(smooth_sensitivity_of_min(
+                len(values), shift, beta, LOWER, UPPER), values)),
 }
 
 
@@ -96,18 +88,19 @@ def test_a_wide_window_is_read_only_as_far_as_needed():
     reads = []
 
     def counting(values):
-        def fetch(first, last):
-            reads.append(last - first + 1)
-            return values[first - 1: last]
-        return fetch
+        def read(request):
+            reads.append(request.last - request.first + 1)
+            return values[request.first - 1: request.last]
+        return read
 
     spread = [i / 10_000 * UPPER for i in range(10_000)]
-    smooth_sensitivity_of_percentile(10_000, 5_000, 1, 1.0, LOWER, UPPER, counting(spread))
+    answered(smooth_sensitivity_of_percentile(10_000, 5_000, 1, 1.0, LOWER, UPPER),
+             counting(spread))
     assert sum(reads) < 100
     reads.clear()
     equal = [5.0] * 10_000
-    assert smooth_sensitivity_of_percentile(10_000, 5_000, 1, 0.01, LOWER, UPPER,
-                                            counting(equal)) > 0
+    assert answered(smooth_sensitivity_of_percentile(10_000, 5_000, 1, 0.01, LOWER, UPPER),
+                    counting(equal)) > 0
     assert sum(reads) < 10_000 * 3
 
 
