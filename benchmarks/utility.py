@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import functools
 import sys
 import tempfile
 import time
@@ -175,13 +174,15 @@ def instance_draws(engine: Engine, plan, trials: int) -> list[float]:
     ranks and, rarely, counts): all ``trials`` draws are made there, from the same reads
     (memoised), each with fresh randomness — the statistics read once, as above."""
     from proxy.privacy import inverse_sensitivity
+    from tests.privacy.reference import remembered
 
     real, draws = inverse_sensitivity.instance_release, []
 
-    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise=False):
-        fetch, rank_of = functools.cache(fetch), functools.cache(rank_of)
-        draws.extend(real(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise)
-                     for _ in range(trials))
+    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        found = {}  # the reads of the first draw, answered again to the others
+        for _ in range(trials):
+            draws.append((yield from remembered(
+                real(n, rank, shift, epsilon, grid, rng, piecewise, column, key), found)))
         return draws[0]
 
     inverse_sensitivity.instance_release = drawing

@@ -13,10 +13,10 @@ version the answer is cached under is the one of the snapshot it was computed fr
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlglot import exp
 
@@ -37,6 +37,7 @@ from proxy.privacy.noisy_answers import Calibration, Released, column_needs, rel
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
 from proxy.privacy.refined_answers import exact_answer, release_refined
+from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
@@ -54,6 +55,8 @@ from proxy.pushdown.window import (
 from proxy.rules import Rules, where_declared
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -171,28 +174,36 @@ class Engine:
                          for column, spans in first_windows(plan, shift).items()
                          } if plan.group_by else {}
 
-                def ranks(column: str, n: int, key: tuple):
-                    return near(first.get(column, {}).get(key, {}), order_statistics(
-                        plan, by_column[column], dialect, clip, tx.execute, n, key))
+                def draws_read(request: RankRequest | CountRequest):
+                    """A draw's counts around a candidate, or its window of ascending
+                    ranks (under GROUP BY the first one from ``first``), in its group."""
+                    need, key = by_column[request.column], request.group
+                    if isinstance(request, CountRequest):
+                        count = rank_counts(plan, need, dialect, clip, tx.execute, key)
+                        return count(request.point)
+                    n = groups[key].column(request.column).n
+                    fetch = near(first.get(request.column, {}).get(key, {}), order_statistics(
+                        plan, need, dialect, clip, tx.execute, n, key))
+                    return fetch(request.first, request.last)
 
                 for key in plan.group_keys() if plan.group_by else [()]:
                     group = groups.setdefault(key, GroupStats())
-                    group.instance = instance_releases(
-                        plan, group, shift, lambda column, n, key=key: ranks(column, n, key),
-                        lambda column, key=key: rank_counts(
-                            plan, by_column[column], dialect, clip, tx.execute, key),
-                        self.rng)
+                    group.instance = answered(
+                        instance_releases(plan, group, shift, self.rng, key), draws_read)
                 return shift, groups, version
 
-            def window(column: str, from_top: bool):
-                return rank_window(plan, by_column[column], dialect, clip, tx.execute, from_top)
+            def window_read(request: RankRequest):
+                return rank_window(plan, by_column[request.column], dialect, clip, tx.execute,
+                                   request.from_top)(request.first, request.last)
 
             if bounded:
-                groups[()].bounds = private_levels(plan, groups[()], shift,
-                                                   self.rules.defaults.local_sensitivity_floor,
-                                                   window, self.rng)
+                groups[()].bounds = answered(
+                    private_levels(plan, groups[()], shift,
+                                   self.rules.defaults.local_sensitivity_floor, self.rng),
+                    window_read)
             else:
-                groups[()].smooth = smooth_sensitivities(plan, groups[()], shift, window)
+                groups[()].smooth = answered(smooth_sensitivities(plan, groups[()], shift),
+                                             window_read)
             return shift, groups, version
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
@@ -350,6 +361,19 @@ class Engine:
         sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect,
                              _partner(plan))
         return max(1, int(tx.execute(sql)[0][0]))
+
+
+def answered(asking: Asking[T], read: Callable[[RankRequest | CountRequest], Any]) -> T:
+    """Run a mechanism that asks for data as it goes (privacy/requests.py) to its
+    result, sending it ``read(request)`` for each request it yields: the reads happen
+    here, in the engine, between the mechanism's steps (psycopg's generators and their
+    waiting loop, with the data in place of the socket)."""
+    answer = None
+    try:
+        while True:
+            answer = read(asking.send(answer))
+    except StopIteration as done:
+        return done.value
 
 
 def _partner(plan: QueryPlan) -> tuple[str, bool] | None:

@@ -206,13 +206,15 @@ def no_noise(monkeypatch):
     through the same window a draw reads; an empty scope the domain's lower end."""
     from proxy.privacy import inverse_sensitivity, noisy_answers
     from proxy.privacy.mechanisms import Noisy
+    from proxy.privacy.requests import RankRequest
+
+    def at_target(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        return (yield RankRequest(column, rank, rank, group=key))[0] if n else grid.lower
 
     exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
     monkeypatch.setattr(noisy_answers, "laplace_real", exact)
     monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
-    monkeypatch.setattr(inverse_sensitivity, "instance_release",
-                        lambda n, rank, shift, epsilon, grid, fetch, *rest, **kwargs:
-                        fetch(rank, rank)[0] if n else grid.lower)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,14 @@ from proxy import engine as engine_module
 from proxy.analyze import analyze, parse_statements
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import inverse_sensitivity, refuse_unanswerable
+from proxy.privacy.requests import CountRequest, RankRequest
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import normalise, percentile_rank
 from tests.factories import Table, engine_fixture
 from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
+from tests.privacy.reference import remembered
 from tests.probes import run
 
 pytestmark = pytest.mark.postgres
@@ -84,11 +86,14 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
     WHERE, and per group of a GROUP BY."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
-        seen.append((n, rank, epsilon, [fetch(a, b) for a, b in
-                                      ((1, n), (1, 3), (n - 2, n), (rank, rank), (2, n - 1),
-                                       (max(1, rank - 3), min(n, rank + 2)))],
-                     [rank_of(y) for y in (0.0, 50.0, 51.5, 100.0)]))
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        windows, counts = [], []
+        for a, b in ((1, n), (1, 3), (n - 2, n), (rank, rank), (2, n - 1),
+                     (max(1, rank - 3), min(n, rank + 2))):
+            windows.append((yield RankRequest(column, a, b, group=key)))
+        for y in (0.0, 50.0, 51.5, 100.0):
+            counts.append((yield CountRequest(column, y, key)))
+        seen.append((n, rank, epsilon, windows, counts))
         return grid.value(grid.first)
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
@@ -124,10 +129,11 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
     own target rank (K ranks each side), equal to the loaded values'."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
         reach = inverse_sensitivity.first_reach(inverse_sensitivity.exponent(epsilon, shift),
                                                 grid)
-        seen.append((n, rank, fetch(max(1, rank - reach), min(n, rank + reach))))
+        seen.append((n, rank, (yield RankRequest(column, max(1, rank - reach),
+                                                 min(n, rank + reach), group=key))))
         return grid.value(grid.first)
 
     def per_group(*args):
@@ -157,8 +163,9 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     3, 9, 9 become 3, 9) and the exponent's Δu is s = 2."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
-        seen.append((n, shift, fetch(1, n), rank_of(5)))
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        seen.append((n, shift, (yield RankRequest(column, 1, n, group=key)),
+                     (yield CountRequest(column, 5, key))))
         return grid.value(grid.first)
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
@@ -177,13 +184,14 @@ def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypa
     captured = []
     real = inverse_sensitivity.instance_release
 
-    def drawing(n, rank, shift, epsilon, grid, fetch, rank_of, rng, piecewise):
+    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
         """The draws, in the query's snapshot, from the backend's (memoised) reads."""
-        seeded, fetch, rank_of = SeededSource(2019), _memoised(fetch), _memoised(rank_of)
-        captured.append((n, rank, epsilon, grid, piecewise, [
-            real(n, rank, shift, epsilon, grid, fetch, rank_of, seeded, piecewise)
-            for _ in range(1500)]))
-        return captured[-1][-1][0]
+        seeded, found, draws = SeededSource(2019), {}, []
+        for _ in range(1500):
+            draws.append((yield from remembered(
+                real(n, rank, shift, epsilon, grid, seeded, piecewise, column, key), found)))
+        captured.append((n, rank, epsilon, grid, piecewise, draws))
+        return draws[0]
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", drawing)
     monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
@@ -200,16 +208,6 @@ def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypa
     big = expected >= 5  # the candidates far from the median pooled into one cell
     assert stats.chisquare(np.append(observed[big], observed[~big].sum()),
                            np.append(expected[big], expected[~big].sum())).pvalue > ALPHA
-
-
-def _memoised(function):
-    found = {}
-
-    def memoised(*args):
-        if args not in found:
-            found[args] = function(*args)
-        return found[args]
-    return memoised
 
 
 def test_answers_metadata_and_user_level_bounds(engine):

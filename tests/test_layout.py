@@ -97,3 +97,23 @@ def test_no_late_or_type_checking_imports_between_modules():
                   _imports(lazy_only=True).items() for target in targets
                   if not name.startswith(LAZY))
     assert not late, "\n".join(late)
+
+
+def test_privacy_asks_for_data_and_reads_none_itself():
+    """SPEC §4: mechanisms are pure; one that needs more of the data asks for it
+    (proxy/privacy/requests.py) and the engine reads it. No module of privacy/ imports
+    the pushdown or a backend, directly or through the modules it imports, and none
+    takes a function that reads ranks (``proxy.statistics.Fetch``, the type the
+    pushdown's windows have)."""
+    graph = _imports()
+    for name in (name for name in graph if name.startswith("proxy.privacy")):
+        reached, frontier = set(), {name}
+        while frontier:
+            frontier = set().union(*(graph[module] for module in frontier)) - reached
+            reached |= frontier
+        below = sorted(m for m in reached if m.startswith(("proxy.pushdown", "proxy.backends")))
+        assert not below, f"{name} imports {below}"
+    for path in (ROOT / "proxy" / "privacy").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "proxy.statistics":
+                assert "Fetch" not in {a.name for a in node.names}, path.name

@@ -43,7 +43,7 @@ from proxy.vocabulary import parse_prior
 from tests.databases import load_table
 from tests.factories import open_engine
 from tests.privacy.laws import SeededSource
-from tests.privacy.reference import order_values
+from tests.privacy.reference import by_hand, order_values
 
 RULES = parse_rules("""
 [defaults]
@@ -237,13 +237,11 @@ def test_smooth_sensitivity_window_reads_normalised_values(engine):
     shift, groups, _ = engine.statistics(plan)
     values = _normalised("u", "x", lambda r: r["unit"] < 25)
     n, beta = len(values), admissible(float(plan.epsilon), plan.mechanism.gamma)[1]
-    ascending = lambda first, last: values[first - 1: last]
-    descending = lambda first, last: values[::-1][first - 1: last]
     assert groups[()].smooth == pytest.approx({
-        0: smooth_sensitivity_of_percentile(n, percentile_rank(n, Fraction(1, 2)), shift, beta,
-                                            0.0, 100.0, ascending),
-        1: smooth_sensitivity_of_max(n, shift, beta, 0.0, 100.0, descending),
-        2: smooth_sensitivity_of_min(n, shift, beta, 0.0, 100.0, ascending),
+        0: by_hand(smooth_sensitivity_of_percentile(n, percentile_rank(n, Fraction(1, 2)),
+                                                    shift, beta, 0.0, 100.0), values),
+        1: by_hand(smooth_sensitivity_of_max(n, shift, beta, 0.0, 100.0), values),
+        2: by_hand(smooth_sensitivity_of_min(n, shift, beta, 0.0, 100.0), values),
     })
 
 

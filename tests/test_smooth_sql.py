@@ -20,6 +20,7 @@ from proxy.session import Session
 from proxy.statistics import percentile_rank
 from tests.factories import Table, engine_fixture
 from tests.privacy.laws import ALPHA, smooth_cdf
+from tests.privacy.reference import by_hand
 from tests.probes import run
 
 pytestmark = pytest.mark.postgres
@@ -74,8 +75,8 @@ def test_the_median_follows_the_smooth_law(engine):
     rank = percentile_rank(len(values), Fraction(1, 2))
     epsilon, gamma = 1.0, 3.0
     beta = smooth_noise.admissible(epsilon, gamma)[1]
-    sensitivity = smooth_sensitivity_of_percentile(len(values), rank, 1, beta, 0, 100,
-                                                   lambda a, b: values[a - 1: b])
+    sensitivity = by_hand(smooth_sensitivity_of_percentile(len(values), rank, 1, beta, 0, 100),
+                          values)
     _noise_law_check(engine, "SELECT MEDIAN(score) FROM scores", values[rank - 1],
                      sensitivity, epsilon, gamma)
 
@@ -84,9 +85,7 @@ def test_the_maximum_follows_the_smooth_law(engine):
     values = sorted(SCORES)
     epsilon, gamma = 1.0, 2.0
     beta = smooth_noise.admissible(epsilon, gamma)[1]
-    descending = values[::-1]
-    sensitivity = smooth_sensitivity_of_max(len(values), 1, beta, 0, 100,
-                                            lambda a, b: descending[a - 1: b])
+    sensitivity = by_hand(smooth_sensitivity_of_max(len(values), 1, beta, 0, 100), values)
     _noise_law_check(engine, "SELECT MAX(score) FROM scores", values[-1], sensitivity,
                      epsilon, gamma)
 

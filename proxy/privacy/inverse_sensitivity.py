@@ -27,7 +27,9 @@ What is read (§5.3's pushdown): the values at ranks r − K .. r + K only. Cand
 outside them form at most two tail blocks whose distance is only bounded from below
 (d ≥ K + 1, d > K in the piecewise form); a tail block enters the draw with that
 bound's weight, and when it is drawn one uniform candidate of it is taken, its ranks
-(and its gap's ends) counted in the backend, and it is kept with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
+(and its gap's ends) counted in the backend (the draw is a generator that asks for
+them, a ``CountRequest`` of privacy/requests.py, and the engine reads), and it is kept
+with probability exp(−ε·(d − bound)/(2s)), else the draw starts again. That is a
 rejection step from an envelope: the output's law is the mechanism's exactly, whatever
 K. K starts where the tails weigh below 2^−20 when the data are dense around the
 target (``first_reach``) and grows (×4) until the tails' share of the envelope is below
@@ -38,21 +40,17 @@ stay heavy, and the draw then resolves more tail candidates by counts (a scan ea
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.interrupts import checkpoint
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
+from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
-from proxy.statistics import BOTTOM, PCT, TOP, Fetch, GroupStats, RankRef
+from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
 from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
-
-# rank_of(y): (values in scope below y, at or below y, the largest below y, the smallest
-# above y; None where there is none)
-RankOf = Callable[[float], tuple[int, int, float | None, float | None]]
 
 _FIRST_REACH = 16
 _MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
@@ -189,24 +187,24 @@ def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float],
 
 
 def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Grid,
-                     fetch: Fetch, rank_of: RankOf, rng: RandomSource,
-                     piecewise: bool = False) -> float | int:
+                     rng: RandomSource, piecewise: bool = False, column: str = "",
+                     key: tuple = ()) -> Asking[float | int]:
     """One draw of the mechanism (its piecewise form if asked) for the value at ``rank``
-    among n values in scope: ``fetch(first, last)`` reads ranks (ascending),
-    ``rank_of`` counts for a tail draw."""
+    among n values of ``column`` in scope (in the group ``key``): it asks for windows of
+    ranks (ascending) and, for a tail draw, the counts around a candidate."""
     scale = exponent(epsilon, shift)
     reach = first_reach(scale, grid)
     while True:
         checkpoint()
         low, high = max(1, rank - reach), min(n, rank + reach)
-        values = fetch(low, high) if n else []
+        values = (yield RankRequest(column, low, high, group=key)) if n else []
         require_finite(values, "instance window")
         found = blocks(n, rank, grid, low, values, piecewise)
         if ((low == 1 and high == n) or reach >= _MOST_REACH
                 or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
         reach = min(reach * 4, _MOST_REACH)
-    return grid.value(_draw(found, rank, scale, grid, rank_of, rng, piecewise))
+    return grid.value((yield from _draw(found, rank, scale, grid, rng, piecewise, column, key)))
 
 
 def exponent(epsilon: Fraction, shift: int) -> Fraction:
@@ -215,18 +213,18 @@ def exponent(epsilon: Fraction, shift: int) -> Fraction:
     return epsilon / (2 * shift)
 
 
-def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: RankOf,
-          rng: RandomSource, piecewise: bool) -> int:
+def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rng: RandomSource,
+          piecewise: bool, column: str, key: tuple) -> Asking[int]:
     """The candidate's k, by rejection from an envelope that is exact where it can be.
 
     Blocks are pooled in bands of distances [d₀, d₀ + w), w = ⌊1/λ⌋ (at least 1); a band
     weighs (its candidates)·e^{−λd₀} ≥ its true weight, and is chosen exactly
     (``choose``); a block of it by its count, a candidate uniformly, and the candidate is
     kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1} (d(y) counted in the backend for a
-    tail block; a gap's d(y) of the piecewise form is at most its floor + 1, so there
-    d(y) − d₀ < w + 1 and the chance is at least e^{−1−λ}). A round keeps y with
-    probability e^{−λd(y)} / (the envelope's total),
-    so the kept y follows the mechanism's law; banding makes the exact choice run over
+    tail block, asked for between two uses of ``rng``; a gap's d(y) of the piecewise
+    form is at most its floor + 1, so there d(y) − d₀ < w + 1 and the chance is at
+    least e^{−1−λ}). A round keeps y with probability e^{−λd(y)} / (the envelope's
+    total), so the kept y follows the mechanism's law; banding makes the exact choice run over
     a few dozen bands instead of every block of a wide window."""
     width = max(1, math.floor(1 / scale))
     nearest = min(block.distance for block in found)
@@ -247,24 +245,29 @@ def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rank_of: R
                 break
             k -= block.count
         k += block.first
-        gap = candidate_distance(block, k, rank, grid, rank_of, piecewise)
+        around = None
+        if not block.exact:  # a tail block: its candidate's counts, read by the engine
+            around = yield CountRequest(column, grid.value(k), key)
+        gap = candidate_distance(block, k, rank, grid, around, piecewise)
         if gap < block.distance:  # the tail's bound is a theorem: a backend fault
             raise SensitivityError("a tail candidate's ranks contradict the window")
         if bernoulli_exp(scale * (gap - floors[band]), rng):
             return k
 
 
-def candidate_distance(block: Block, k: int, rank: int, grid: Grid, rank_of: RankOf,
+def candidate_distance(block: Block, k: int, rank: int, grid: Grid,
+                       around: tuple[int, int, float | None, float | None] | None,
                        piecewise: bool) -> int | Fraction:
     """d of the candidate k of the block: the block's own, from its gap's ends, or (a
-    tail) from the backend's counts around it."""
+    tail) from ``around``, the answer to its ``CountRequest`` (values below y, at or
+    below y, the largest below y, the smallest above y)."""
     y = grid.value(k)
     if block.gap is not None:
         below, under, over = block.gap
         return fractional_distance(below, below, rank, under, over, y)
     if block.exact:
         return block.distance
-    below, through, under, over = rank_of(y)
+    below, through, under, over = around
     if not piecewise:
         return distance(below, through, rank)
     return fractional_distance(below, through, rank, grid.lower if under is None else under,
@@ -288,18 +291,17 @@ def _tail_share(found: list[Block], scale: float) -> float:
     return sum(math.exp(value - top) for value, exact in logs if not exact) / total
 
 
-def instance_releases(plan: QueryPlan, group: GroupStats, shift: int,
-                      window: Callable[[str, int], Fetch], rank_of: Callable[[str], RankOf],
-                      rng: RandomSource) -> dict[int, float | int]:
-    """The released value of every percentile, MAX and MIN of the plan in one group, by
-    aggregate index: ``window(column, n)`` reads ranks of a column in the group's scope,
-    ``rank_of(column)`` counts around one candidate."""
+def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: RandomSource,
+                      key: tuple = ()) -> Asking[dict[int, float | int]]:
+    """The released value of every percentile, MAX and MIN of the plan in the group
+    ``key`` (whose statistics are ``group``), by aggregate index; the draws ask for the
+    ranks and counts they need, of that group's scope."""
     found = {}
     for index, column, target, epsilon, grid in _targets(plan, shift):
         n = group.column(column).n
-        found[index] = instance_release(n, max(1, target.rank(n)), shift, epsilon, grid,
-                                        window(column, n), rank_of(column), rng,
-                                        plan.mechanism.scale == PIECEWISE)
+        found[index] = yield from instance_release(n, max(1, target.rank(n)), shift, epsilon,
+                                                   grid, rng, plan.mechanism.scale == PIECEWISE,
+                                                   column, key)
     return found
 
 

@@ -33,8 +33,8 @@ distance reaches K passes with probability ≥ 1 − f, as it would uncapped, so
 distances need not be read. Any public K is private and sound (capping only lowers
 distances, so levels pass less often and the answer can only go up); K_CAP bounds
 the window, 2·K·s + 1 ranks around the percentile rank or K·s + 1 from the top, read
-once. d_j is found by binary search in k (A is monotone), O(J·log K) terms of
-O(K·s) each.
+once (asked for: a ``RankRequest`` of privacy/requests.py, which the engine reads). d_j
+is found by binary search in k (A is monotone), O(J·log K) terms of O(K·s) each.
 """
 
 from __future__ import annotations
@@ -44,10 +44,11 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import NamedTuple
 
+from proxy.privacy.requests import Asking
 from proxy.privacy.sampler import RandomSource, discrete_laplace
 from proxy.privacy.sensitivity import round_up_to_power_of_two
 from proxy.privacy.smooth_sensitivity import _padded, max_term, percentile_term
-from proxy.statistics import Fetch, GroupStats, percentile_rank
+from proxy.statistics import GroupStats, percentile_rank
 from proxy.vocabulary import MAX, PERCENTILE, QueryPlan
 
 K_CAP = 1 << 17
@@ -65,11 +66,11 @@ class Terms(NamedTuple):
 
 
 def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
-                   window: Callable[[str, bool], Fetch], rng: RandomSource) -> dict[int, float]:
+                   rng: RandomSource) -> Asking[dict[int, float]]:
     """The private level of every aggregate that can have one (a percentile, MAX or
     MIN of a column with both bounds declared), by aggregate index, each paid with
     BOUND_SHARE of that aggregate's ε. ``floor``: the rules' floor, raised to the
-    column's public resolution; ``window(column, from_top)`` reads ranks in scope."""
+    column's public resolution; each asks for the window of ranks in scope it needs."""
     epsilon_b = plan.aggregate_loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[0].epsilon
     found = {}
     for index, agg in enumerate(plan.aggregates):
@@ -82,12 +83,12 @@ def private_levels(plan: QueryPlan, group: GroupStats, shift: int, floor: float,
         reach = horizon(epsilon_b, levels, FAILURE)
         n = group.column(agg.column).n
         if agg.kind == PERCENTILE:
-            terms = percentile_terms(n, percentile_rank(n, agg.fraction), shift, lower, upper,
-                                     window(agg.column, False), reach)
+            terms = yield from percentile_terms(n, percentile_rank(n, agg.fraction), shift,
+                                                lower, upper, reach, agg.column)
         elif agg.kind == MAX:
-            terms = max_terms(n, shift, lower, upper, window(agg.column, True), reach)
+            terms = yield from max_terms(n, shift, lower, upper, reach, agg.column)
         else:
-            terms = min_terms(n, shift, lower, upper, window(agg.column, False), reach)
+            terms = yield from min_terms(n, shift, lower, upper, reach, agg.column)
         found[index] = private_level(terms, levels, epsilon_b, rng, FAILURE)
     return found
 
@@ -123,28 +124,28 @@ def horizon(epsilon_b: float, levels: list[float], failure: float) -> int:
 
 
 def percentile_terms(n: int, rank: int, shift: int, lower: float, upper: float,
-                     fetch: Fetch, horizon: int) -> Terms:
-    """A(k) of the percentile at ``rank``; ``fetch(first, last)`` reads ranks in scope."""
+                     horizon: int, column: str = "") -> Asking[Terms]:
+    """A(k) of the percentile at ``rank``; asks for ascending ranks of ``column``."""
     reach = horizon * shift
-    x = _padded(fetch, n, rank - reach, rank + reach, lower, upper)
+    x = yield from _padded(column, n, rank - reach, rank + reach, lower, upper)
     return Terms(_checked(lambda k: percentile_term(x, reach, shift, k), horizon), horizon)
 
 
-def max_terms(n: int, shift: int, lower: float, upper: float, fetch_from_top: Fetch,
-              horizon: int) -> Terms:
-    """A(k) of MAX with declared U; ``fetch_from_top(first, last)``: 1 is the maximum."""
+def max_terms(n: int, shift: int, lower: float, upper: float, horizon: int,
+              column: str = "", negated: bool = False) -> Asking[Terms]:
+    """A(k) of MAX with declared U; asks for the ranks of ``column`` from the top (1 is
+    the maximum), of −x when ``negated`` (``min_terms``)."""
     reach = horizon * shift
-    top = _padded(lambda a, b: fetch_from_top(a, b)[::-1], n, n - reach, n, lower, upper,
-                  from_top=True)
+    top = yield from _padded(column, n, n - reach, n, lower, upper, from_top=True,
+                             negated=negated)
     return Terms(_checked(lambda k: float(max_term(top, reach, shift, upper, k)), horizon),
                  horizon)
 
 
-def min_terms(n: int, shift: int, lower: float, upper: float, fetch: Fetch,
-              horizon: int) -> Terms:
+def min_terms(n: int, shift: int, lower: float, upper: float, horizon: int,
+              column: str = "") -> Asking[Terms]:
     """MIN(x) = −MAX(−x) with declared L."""
-    return max_terms(n, shift, -upper, -lower, lambda a, b: [-v for v in fetch(a, b)],
-                     horizon)
+    return (yield from max_terms(n, shift, -upper, -lower, horizon, column, negated=True))
 
 
 def distances(terms: Terms, levels: list[float]) -> list[int]:

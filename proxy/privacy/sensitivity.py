@@ -15,6 +15,7 @@ enumeration in tests/privacy/test_sensitivity_bruteforce.py checks each of them.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from fractions import Fraction
@@ -42,18 +43,30 @@ def require_finite(numbers, what: str) -> None:
 def finite_only(function: Callable) -> Callable:
     """Wrap a sensitivity helper: its numeric arguments (and the values of mapping or
     list arguments) must be finite, and so must what it returns — a sensitivity, or an
-    (answer, sensitivity) pair — with the sensitivity not negative."""
+    (answer, sensitivity) pair — with the sensitivity not negative. A helper that asks
+    for data as it goes (a generator, privacy/requests.py) has its arguments checked
+    when called and its result when it returns."""
+    name = function.__name__
+
     @functools.wraps(function)
     def checked(*args, **kwargs):
-        name = function.__name__
         require_finite(_numbers((*args, *kwargs.values())), f"{name} input")
-        result = function(*args, **kwargs)
-        sensitivity = result[-1] if isinstance(result, tuple) else result
-        require_finite(_numbers((result,)), f"{name} result")
-        if sensitivity < 0:
-            raise SensitivityError(f"{name} result: negative sensitivity {sensitivity!r}")
-        return result
+        if inspect.isgeneratorfunction(function):
+            return _checked_when_done(function(*args, **kwargs), name)
+        return _checked_result(function(*args, **kwargs), name)
     return checked
+
+
+def _checked_when_done(asking, name: str):
+    return _checked_result((yield from asking), name)
+
+
+def _checked_result(result, name: str):
+    sensitivity = result[-1] if isinstance(result, tuple) else result
+    require_finite(_numbers((result,)), f"{name} result")
+    if sensitivity < 0:
+        raise SensitivityError(f"{name} result: negative sensitivity {sensitivity!r}")
+    return result
 
 
 def _numbers(arguments) -> list:

@@ -16,28 +16,30 @@ window covers all n values. The seed calls the full maximum O(n²); this reads
 O(K·s) values and does O(K²·s) arithmetic. tests/privacy/test_smooth_bruteforce.py
 checks S ≥ LS and S(D) ≤ e^β·S(D') over every neighbour D' of small data sets.
 The window's values are normalised in the backend (finite, within the domain); each
-read and each S is checked finite (``finite_only``, ``require_finite``).
+read and each S is checked finite (``finite_only``, ``require_finite``). Each S is a
+generator that asks for its windows (``RankRequest``, privacy/requests.py): the engine
+reads them, a test answers them from a list.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 
+from proxy.privacy.requests import Asking, RankRequest
 from proxy.privacy.sensitivity import finite_only, require_finite
 from proxy.privacy.smooth_noise import admissible
-from proxy.statistics import Fetch, GroupStats, percentile_rank
+from proxy.statistics import GroupStats, percentile_rank
 from proxy.vocabulary import MAX, PERCENTILE, QueryPlan
 
 _FIRST_K = 16
 
 
-def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
-                         window: Callable[[str, bool], Fetch]) -> dict[int, float]:
+def smooth_sensitivities(plan: QueryPlan, group: GroupStats,
+                         shift: int) -> Asking[dict[int, float]]:
     """S of every percentile, MAX and MIN of the plan, by aggregate index, at
-    β = ε/γ; ``window(column, from_top)`` reads ranks of a column in scope."""
+    β = ε/γ; each asks for the ranks of its column in scope that it needs."""
     beta = admissible(float(plan.epsilon), plan.mechanism.gamma)[1]
     found = {}
     for index, agg in enumerate(plan.aggregates):
@@ -46,48 +48,50 @@ def smooth_sensitivities(plan: QueryPlan, group: GroupStats, shift: int,
         column = plan.table.columns[agg.column]
         n, lower, upper = group.column(agg.column).n, column.lower, column.upper
         if agg.kind == PERCENTILE:
-            found[index] = smooth_sensitivity_of_percentile(
-                n, percentile_rank(n, agg.fraction), shift, beta, lower, upper,
-                window(agg.column, False))
+            found[index] = yield from smooth_sensitivity_of_percentile(
+                n, percentile_rank(n, agg.fraction), shift, beta, lower, upper, agg.column)
         elif agg.kind == MAX:
-            found[index] = smooth_sensitivity_of_max(n, shift, beta, lower, upper,
-                                                     window(agg.column, True))
+            found[index] = yield from smooth_sensitivity_of_max(n, shift, beta, lower, upper,
+                                                                agg.column)
         else:
-            found[index] = smooth_sensitivity_of_min(n, shift, beta, lower, upper,
-                                                     window(agg.column, False))
+            found[index] = yield from smooth_sensitivity_of_min(n, shift, beta, lower, upper,
+                                                                agg.column)
     return found
 
 
 @finite_only
 def smooth_sensitivity_of_percentile(n: int, rank: int, shift: int, beta: float,
-                                     lower: float, upper: float, fetch: Fetch) -> float:
-    def terms(k_max: int) -> list[float]:
+                                     lower: float, upper: float,
+                                     column: str = "") -> Asking[float]:
+    """Asks for ascending ranks of ``column`` around ``rank``."""
+    def terms(k_max: int) -> Asking[list[float]]:
         reach = (k_max + 1) * shift
-        x = _padded(fetch, n, rank - reach, rank + reach, lower, upper)
+        x = yield from _padded(column, n, rank - reach, rank + reach, lower, upper)
         return [percentile_term(x, reach, shift, k) for k in range(k_max + 1)]
 
-    return _smooth(terms, beta, upper - lower)
+    return (yield from _smooth(terms, beta, upper - lower))
 
 
 @finite_only
 def smooth_sensitivity_of_max(n: int, shift: int, beta: float, lower: float, upper: float,
-                              fetch_from_top: Fetch) -> float:
-    """``fetch_from_top(first, last)``: ranks counted from the top (1 is the maximum)."""
-    def terms(k_max: int) -> list[float]:
+                              column: str = "", negated: bool = False) -> Asking[float]:
+    """Asks for the ranks of ``column`` counted from the top (1 is the maximum); of −x
+    when ``negated`` (``smooth_sensitivity_of_min``)."""
+    def terms(k_max: int) -> Asking[list[float]]:
         reach = (k_max + 1) * shift
-        top = _padded(lambda a, b: fetch_from_top(a, b)[::-1], n, n - reach, n, lower, upper,
-                      from_top=True)
+        top = yield from _padded(column, n, n - reach, n, lower, upper, from_top=True,
+                                 negated=negated)
         return [max_term(top, reach, shift, upper, k) for k in range(k_max + 1)]
 
-    return _smooth(terms, beta, upper - lower)
+    return (yield from _smooth(terms, beta, upper - lower))
 
 
 @finite_only
 def smooth_sensitivity_of_min(n: int, shift: int, beta: float, lower: float, upper: float,
-                              fetch_from_bottom: Fetch) -> float:
+                              column: str = "") -> Asking[float]:
     """MIN(x) = −MAX(−x): the bottom ranks of x are the top ranks of −x."""
-    return smooth_sensitivity_of_max(n, shift, beta, -upper, -lower,
-                                     lambda a, b: [-v for v in fetch_from_bottom(a, b)])
+    return (yield from smooth_sensitivity_of_max(n, shift, beta, -upper, -lower, column,
+                                                 negated=True))
 
 
 def percentile_term(x: np.ndarray, reach: int, shift: int, k: int) -> float:
@@ -106,27 +110,36 @@ def max_term(top: np.ndarray, reach: int, shift: int, upper: float, k: int) -> f
                upper - top[reach - (k + 1) * shift + 1] if k else 0.0)
 
 
-def _smooth(terms, beta: float, span: float) -> float:
+def _smooth(terms, beta: float, span: float) -> Asking[float]:
     """max_k e^{−kβ}·A(k), widening the window until no further k can matter: a term
     e^{−(K+1)β}(U − L) below the maximum, or A(K) = U − L (the window reached past
-    both ends of the data, and A never exceeds U − L)."""
+    both ends of the data, and A never exceeds U − L). ``terms(K)`` asks for the window
+    that A(0..K) need."""
     k_max = _FIRST_K
     while True:
-        found = terms(k_max)
+        found = yield from terms(k_max)
         best = max(math.exp(-k * beta) * a for k, a in enumerate(found))
         if math.exp(-(k_max + 1) * beta) * span <= best or found[-1] >= span:
             return best
         k_max *= 4
 
 
-def _padded(fetch, n: int, first: int, last: int, lower: float, upper: float,
-            from_top: bool = False) -> np.ndarray:
-    """Values at ranks first..last, L below rank 1 and U above rank n."""
+def _padded(column: str, n: int, first: int, last: int, lower: float, upper: float,
+            from_top: bool = False, negated: bool = False) -> Asking[np.ndarray]:
+    """Values at ranks first..last (ascending), L below rank 1 and U above rank n: asked
+    for from the top when ``from_top`` (ranks n+1−b .. n+1−a from the top are a..b), of
+    −x when ``negated`` (its top ranks are the bottom ranks of x, negated)."""
     inside_first, inside_last = max(first, 1), min(last, n)
-    if from_top:  # ranks n+1−b .. n+1−a from the top are a..b
-        values = fetch(n + 1 - inside_last, n + 1 - inside_first)
-    else:
-        values = fetch(inside_first, inside_last)
+    values = []
+    if inside_first <= inside_last:
+        if from_top and not negated:
+            values = (yield RankRequest(column, n + 1 - inside_last, n + 1 - inside_first,
+                                        from_top=True))[::-1]
+        elif from_top:
+            values = [-v for v in (yield RankRequest(column, n + 1 - inside_last,
+                                                     n + 1 - inside_first))][::-1]
+        else:
+            values = yield RankRequest(column, inside_first, inside_last)
     require_finite(values, "smooth sensitivity window")
     below = [lower] * max(0, min(last, 0) - first + 1)
     above = [upper] * max(0, last - max(first, n + 1) + 1)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 from fractions import Fraction
 
+from proxy.engine import answered
+from proxy.privacy.requests import CountRequest, RankRequest
 from proxy.statistics import RankRef
 from proxy.statistics import normalise as _normalise
 from tests.privacy.harness import LOWER, UPPER
@@ -28,6 +30,40 @@ def order_values(sorted_values: list[float], refs) -> dict[RankRef, float | None
         rank = ref.rank(n)
         out[ref] = sorted_values[rank - 1] if 1 <= rank <= n else None
     return out
+
+
+def answer(sorted_values: list[float], request: RankRequest | CountRequest):
+    """What the engine answers a mechanism's request with (privacy/requests.py), from
+    the sorted values in scope: the values at a run of ranks (from the largest when
+    ``from_top``), or the counts and nearest values around a point."""
+    if isinstance(request, CountRequest):
+        y = request.point
+        return (sum(v < y for v in sorted_values), sum(v <= y for v in sorted_values),
+                max((v for v in sorted_values if v < y), default=None),
+                min((v for v in sorted_values if v > y), default=None))
+    ordered = sorted_values[::-1] if request.from_top else sorted_values
+    return ordered[request.first - 1: request.last]
+
+
+def by_hand(asking, sorted_values: list[float]):
+    """The result of a mechanism that asks for data as it goes, its requests answered
+    here from the sorted values in scope (no backend): ``answer`` through the engine's
+    loop."""
+    return answered(asking, lambda request: answer(sorted_values, request))
+
+
+def remembered(asking, found: dict):
+    """``asking``, its requests passed on (yielded) once and answered again from
+    ``found`` when repeated: many draws from the reads of one."""
+    reply = None
+    try:
+        while True:
+            request = asking.send(reply)
+            if request not in found:
+                found[request] = yield request
+            reply = found[request]
+    except StopIteration as done:
+        return done.value
 
 
 def scope_values(records, group: int | None = None, lower: float | None = None,
@@ -55,14 +91,3 @@ def contribution_bound(records) -> int:
     for r in records:
         counts[r.unit] = counts.get(r.unit, 0) + 1
     return max(counts.values(), default=1)
-
-
-def window(values: list[float]):
-    """The ``fetch(first, last)`` the backend serves: the sorted values at those ranks."""
-    return lambda first, last: values[first - 1: last]
-
-
-def window_from_top(values: list[float]):
-    """``fetch`` of the ranks counted from the largest value down."""
-    descending = values[::-1]
-    return lambda first, last: descending[first - 1: last]

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from proxy.engine import answered
 from proxy.privacy import inverse_sensitivity
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.inverse_sensitivity import (
@@ -36,11 +37,12 @@ from proxy.privacy.inverse_sensitivity import (
     exponent,
     instance_release,
 )
+from proxy.privacy.requests import CountRequest
 from proxy.privacy.sensitivity import groups_touched
 from proxy.statistics import percentile_rank
 from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, modifying
 from tests.privacy.laws import ALPHA, SeededSource, expanded, log_probabilities
-from tests.privacy.reference import in_domain
+from tests.privacy.reference import answer, by_hand, in_domain
 
 INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
 HALVES = Grid(Fraction(1, 2), 0, 20, LOWER, UPPER)  # 0, 0.5 .. 10: candidates between values
@@ -139,16 +141,15 @@ def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypat
     n, rank, epsilon = len(values), percentile_rank(len(values), Fraction(1, 2)), Fraction(1, 2)
     counts = []
 
-    def rank_of(y):
-        counts.append(y)
-        return (sum(v < y for v in values), sum(v <= y for v in values),
-                max((v for v in values if v < y), default=None),
-                min((v for v in values if v > y), default=None))
+    def read(request):
+        if isinstance(request, CountRequest):
+            counts.append(request.point)
+        return answer(values, request)
 
     rng = SeededSource(zlib.crc32(f"instance law {grid.step} {piecewise}".encode()))
     draws = 1500
-    sampled = [instance_release(n, rank, 1, epsilon, grid, lambda a, b: values[a - 1: b],
-                                rank_of, rng, piecewise) for _ in range(draws)]
+    sampled = [answered(instance_release(n, rank, 1, epsilon, grid, rng, piecewise), read)
+               for _ in range(draws)]
     assert counts  # the tails were drawn and resolved
     expected = np.exp(log_probabilities(values, rank, grid, float(epsilon) / 2,
                                          piecewise)) * draws
@@ -178,8 +179,8 @@ def test_an_integer_column_answers_integers_and_ties_exactly():
     (the tie is one candidate at distance 0, not an interval of width 0)."""
     rng = SeededSource(7)
     values = [4.0] * 9
-    answers = [instance_release(9, 5, 1, Fraction(4), INTEGERS, lambda a, b: values[a - 1: b],
-                                None, rng) for _ in range(400)]
+    answers = [by_hand(instance_release(9, 5, 1, Fraction(4), INTEGERS, rng), values)
+               for _ in range(400)]
     assert all(isinstance(a, int) for a in answers)
     logs = log_probabilities(values, 5, INTEGERS, 2.0)
     share = sum(a == 4 for a in answers) / len(answers)

@@ -50,11 +50,10 @@ from proxy.statistics import percentile_rank
 from tests.privacy.harness import LOWER, TOLERANCE, UPPER, datasets, neighbours, options
 from tests.privacy.laws import SeededSource
 from tests.privacy.reference import (
+    by_hand,
     contribution_bound,
     order_values,
     scope_values,
-    window,
-    window_from_top,
 )
 
 HORIZON = 6
@@ -68,8 +67,8 @@ def _percentile(fraction):
                                                LOWER, UPPER)[1]
 
     def terms(values, shift, k=HORIZON):
-        return percentile_terms(len(values), percentile_rank(len(values), fraction), shift,
-                                LOWER, UPPER, window(values), k)
+        return by_hand(percentile_terms(len(values), percentile_rank(len(values), fraction),
+                                        shift, LOWER, UPPER, k), values)
     return ls, terms
 
 
@@ -80,12 +79,12 @@ CASES = {
     "p0": _percentile(Fraction(0)),
     "max": (lambda values, shift: local_sensitivity_of_max(
                 order_values(values, max_refs(shift, True)), shift, LOWER, UPPER)[1],
-            lambda values, shift, k=HORIZON: max_terms(len(values), shift, LOWER, UPPER,
-                                                       window_from_top(values), k)),
+            lambda values, shift, k=HORIZON: by_hand(max_terms(len(values), shift, LOWER,
+                                                               UPPER, k), values)),
     "min": (lambda values, shift: local_sensitivity_of_min(
                 order_values(values, min_refs(shift, True)), shift, LOWER, UPPER)[1],
-            lambda values, shift, k=HORIZON: min_terms(len(values), shift, LOWER, UPPER,
-                                                       window(values), k)),
+            lambda values, shift, k=HORIZON: by_hand(min_terms(len(values), shift, LOWER,
+                                                               UPPER, k), values)),
 }
 
 
@@ -172,7 +171,7 @@ def test_ladder_threshold_and_horizon():
     assert horizon(1e-6, levels, 0.05) == 1 << 17
     assert private_level(Terms(lambda k: 0.0, 1), [4.0], 1.0, SeededSource(0)) == 4.0
     with pytest.raises(ValueError):
-        percentile_terms(3, 2, 1, 0.0, 1.0, window([0.1, 0.2, 0.3]), 4).term(4)
+        by_hand(percentile_terms(3, 2, 1, 0.0, 1.0, 4), [0.1, 0.2, 0.3]).term(4)
 
 
 # -- the exact law of AboveThreshold --------------------------------------------------
@@ -289,7 +288,7 @@ def test_private_level_on_a_data_set():
     levels = ladder(0.01, upper - lower)
     cap = horizon(epsilon, levels, 0.05)
     rank = percentile_rank(len(values), Fraction(1, 2))
-    terms = percentile_terms(len(values), rank, 1, lower, upper, window(values), cap)
+    terms = by_hand(percentile_terms(len(values), rank, 1, lower, upper, cap), values)
     ls = local_sensitivity_of_percentile(
         len(values), order_values(values, percentile_refs(Fraction(1, 2), 1)),
         Fraction(1, 2), 1, lower, upper)[1]

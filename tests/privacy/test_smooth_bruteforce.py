@@ -3,7 +3,7 @@
 g > 1, raw values NaN, ±inf or overflow-sized, in data and neighbours, normalised as
 the backend does) S(D) is at least the largest change of the statistic over every neighbour, and
 S(D) ≤ e^β·S(D') for every neighbour D'. The window is read through the same
-``fetch`` interface the backend serves."""
+requests the engine answers (privacy/requests.py), answered here from the list."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import pytest
 
+from proxy.engine import answered
 from proxy.privacy.sensitivity import SensitivityError
 from proxy.privacy.smooth_sensitivity import (
     smooth_sensitivity_of_max,
@@ -29,7 +30,7 @@ from tests.privacy.harness import (
     datasets,
     modifying,
 )
-from tests.privacy.reference import in_domain, percentile, window, window_from_top
+from tests.privacy.reference import by_hand, in_domain, percentile
 
 
 def _percentile_case(fraction):
@@ -38,8 +39,8 @@ def _percentile_case(fraction):
 
     def smooth(values, shift, beta):
         rank = percentile_rank(len(values), fraction)
-        return smooth_sensitivity_of_percentile(len(values), rank, shift, beta, LOWER, UPPER,
-                                                window(values))
+        return by_hand(smooth_sensitivity_of_percentile(len(values), rank, shift, beta,
+                                                        LOWER, UPPER), values)
     return statistic, smooth
 
 
@@ -47,11 +48,11 @@ CASES = {
     "median": _percentile_case(Fraction(1, 2)),
     "p90": _percentile_case(Fraction(9, 10)),
     "max": (lambda values: values[-1] if values else LOWER,
-            lambda values, shift, beta: smooth_sensitivity_of_max(
-                len(values), shift, beta, LOWER, UPPER, window_from_top(values))),
+            lambda values, shift, beta: by_hand(smooth_sensitivity_of_max(
+                len(values), shift, beta, LOWER, UPPER), values)),
     "min": (lambda values: values[0] if values else UPPER,
-            lambda values, shift, beta: smooth_sensitivity_of_min(
-                len(values), shift, beta, LOWER, UPPER, window(values))),
+            lambda values, shift, beta: by_hand(smooth_sensitivity_of_min(
+                len(values), shift, beta, LOWER, UPPER), values)),
 }
 
 
@@ -93,18 +94,19 @@ def test_a_wide_window_is_read_only_as_far_as_needed():
     reads = []
 
     def counting(values):
-        def fetch(first, last):
-            reads.append(last - first + 1)
-            return values[first - 1: last]
-        return fetch
+        def read(request):
+            reads.append(request.last - request.first + 1)
+            return values[request.first - 1: request.last]
+        return read
 
     spread = [i / 10_000 * UPPER for i in range(10_000)]
-    smooth_sensitivity_of_percentile(10_000, 5_000, 1, 1.0, LOWER, UPPER, counting(spread))
+    answered(smooth_sensitivity_of_percentile(10_000, 5_000, 1, 1.0, LOWER, UPPER),
+             counting(spread))
     assert sum(reads) < 100
     reads.clear()
     equal = [5.0] * 10_000
-    assert smooth_sensitivity_of_percentile(10_000, 5_000, 1, 0.01, LOWER, UPPER,
-                                            counting(equal)) > 0
+    assert answered(smooth_sensitivity_of_percentile(10_000, 5_000, 1, 0.01, LOWER, UPPER),
+                    counting(equal)) > 0
     assert sum(reads) < 10_000 * 3
 
 
