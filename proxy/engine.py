@@ -251,8 +251,8 @@ class Engine:
         return shift, compute_statistics(plan, needs(shift), capabilities, None,
                                          tx.execute), version
 
-    def release(self, plan: QueryPlan, view: View | None = None
-                ) -> tuple[list[tuple], list[list[Released]], str | None]:
+    def answer(self, plan: QueryPlan, view: View | None = None
+               ) -> tuple[list[tuple], list[list[Released]], str | None]:
         """Every group's key and released answers, and the data version they were
         computed at, read in ``view`` (else a new snapshot); after the debit."""
         if plan.mechanism.individual:

@@ -72,8 +72,8 @@ class Answering(Protocol):
     def view(self, plan: QueryPlan) -> AbstractContextManager[Any]: ...
     def cached(self, analyst: str, plan: QueryPlan, charge: Charge,
                view: Any) -> dict[str, Any] | None: ...
-    def release(self, plan: QueryPlan, view: Any = None
-                ) -> tuple[list[tuple], list[list[Released]], str | None]: ...
+    def answer(self, plan: QueryPlan, view: Any = None
+               ) -> tuple[list[tuple], list[list[Released]], str | None]: ...
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
                  answer: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -222,7 +222,7 @@ class Session:
                 if stored is None:
                     remaining = engine.ledger.debit(charge)  # committed before any statistic
                     debited = True
-                    keys, released, version = engine.release(plan, view)
+                    keys, released, version = engine.answer(plan, view)
         except BackendUnavailable:
             if debited:
                 engine.ledger.refund(charge)

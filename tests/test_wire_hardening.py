@@ -44,14 +44,14 @@ def failing_after_the_debit(proxy):
     reach the client."""
     engine = proxy.server.engine
 
-    def release(plan, view=None):
+    def answer(plan, view=None):
         raise RuntimeError(SECRET)
 
-    engine.release = release
+    engine.answer = answer
     try:
         yield
     finally:
-        del engine.release
+        del engine.answer
 
 
 def _budget(con) -> Decimal:

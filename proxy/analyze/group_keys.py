@@ -24,7 +24,7 @@ Recognised terms, each over one declared column:
 
 One term's keys come from the data instead: a plain protected column without declared
 keys (``SELECTED``), when the rules declare ``[defaults] delta``. Its keys are those a
-DP partition selection releases after the debit (``proxy.engine.Engine.release``,
+DP partition selection releases after the debit (``proxy.engine.Engine.answer``,
 ``proxy.privacy.partition_selection``), () until then; ``selection_refusal`` says
 whether the rules and the column allow it, and why not.
 
