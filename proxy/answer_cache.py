@@ -5,7 +5,7 @@ by the same analyst over the same data gets the same noisy answer back without a
 debit. That saves the budget of dashboards that refresh, and it defeats averaging by
 repetition: without it, n repeats would shrink the noise by √n for n·ε.
 
-The key is what decides the answer: the normalised SQL (sqlglot's rendering, so
+The key is what decides the answer: the canonical SQL (sqlglot's rendering, so
 whitespace, keyword case and comments do not matter; the ε hint enters through the
 plan), the whole plan (table rules, model, ε, scope, aggregates), the calibration
 settings, and the table's data version (``Backend.data_version``). An entry lives as
@@ -32,7 +32,7 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key T
 
 def cache_key(sql: str, plan: QueryPlan, calibration: tuple, version: str) -> str:
     """``sql``: the statement's ``proxy.analyze.shapes.canonical_sql``."""
-    # The plan's WHERE keeps the text's identifier case; the normalised SQL has the scope.
+    # The plan's WHERE keeps the text's identifier case; the canonical SQL has the scope.
     decided = replace(plan, where=None)
     material = "\n".join((sql, repr(decided), repr(calibration), version))
     return hashlib.sha256(material.encode()).hexdigest()

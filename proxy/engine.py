@@ -44,7 +44,7 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.pushdown.scope import table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
-from proxy.pushdown.values import normalised  # the one normalisation rule
+from proxy.pushdown.values import clamped_to_domain  # the one normalisation rule
 from proxy.pushdown.window import (
     grouped_windows,
     near,
@@ -308,7 +308,7 @@ class Engine:
         to the declared domain or ±MAGNITUDE_CAP), so the value is finite or None."""
         table, name = plan.table, plan.aggregates[0].column
         column, declared = exp.column(name, quoted=True), table.columns[name]
-        value = (exp.Avg(this=normalised(column, declared.lower, declared.upper))
+        value = (exp.Avg(this=clamped_to_domain(column, declared.lower, declared.upper))
                  if declared.numeric else exp.Min(this=column))
         query = exp.select(value).from_(table_ref(table.name)).where(plan.where)
         with self._in(plan, view) as reading:

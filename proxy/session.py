@@ -129,7 +129,7 @@ class Session:
                                                           exp.Expression | None]]
                          ) -> list[tuple[str | None, Any]]:
         """Each statement's work (a session command or a plan) with, for a private
-        query, its normalised SQL. A statement is (text, its tokens, its tree if parsed
+        query, its canonical SQL. A statement is (text, its tokens, its tree if parsed
         already); its plan comes from the shape cache (proxy.analyze.shapes), else from
         parsing (unless done) and analysing it. In a message of several statements a
         syntax error anywhere is reported first, before any analysis refuses."""
@@ -167,7 +167,7 @@ class Session:
         return steps
 
     def run(self, step) -> Answer:
-        normalised, work = step
+        canonical, work = step
         if isinstance(work, SessionCommand):
             return self._session_command(work)
         if isinstance(work, PassthroughPlan):
@@ -175,7 +175,7 @@ class Session:
                 work.sql.sql(dialect=self.engine.backend.dialect))
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           kinds=[kind for _, kind in columns])
-        answer = self._private(normalised, work)
+        answer = self._private(canonical, work)
         return _with_intervals(answer) if self.settings.intervals else answer
 
     def _session_command(self, command: SessionCommand) -> Answer:
@@ -204,16 +204,16 @@ class Session:
                 self.settings.model or rules.defaults.model, rules)
         return dict(self.settings.other).get(name, "")
 
-    def _private(self, normalised: str, plan: QueryPlan) -> Answer:
+    def _private(self, canonical: str, plan: QueryPlan) -> Answer:
         """A cached answer if there is one (no debit); else debit, compute, release and
         cache (a racing session's answer, stored first, wins). All of it inside the time
         quantum, if the rules set one."""
         with padded(self.engine.rules.defaults.time_quantum_ms):
-            return self._compute(normalised, plan)
+            return self._compute(canonical, plan)
 
-    def _compute(self, normalised: str, plan: QueryPlan) -> Answer:
+    def _compute(self, canonical: str, plan: QueryPlan) -> Answer:
         engine = self.engine
-        charge = Charge(self.analyst, normalised, plan.mechanism.model, _mechanism(plan), plan.loss,
+        charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan), plan.loss,
                         _neighbour(plan))
         debited = False
         try:
@@ -229,7 +229,7 @@ class Session:
             raise
         except BackendFailed as exc:
             if debited and type(exc) is BackendFailed:
-                _totality_failure(normalised)
+                _totality_failure(canonical)
             raise
         if stored is not None:  # the repeat's ledger row commits before it is sent
             return _restored(stored, Decimal(0), Decimal(0),

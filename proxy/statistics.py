@@ -24,12 +24,12 @@ def value_range(lower: float | None, upper: float | None) -> tuple[float, float]
             MAGNITUDE_CAP if upper is None else upper)
 
 
-def normalise(value, lower: float | None, upper: float | None) -> float | None:
+def clamp_to_domain(value, lower: float | None, upper: float | None) -> float | None:
     """One value as every statistic sees it (SPEC §5.3): NaN is NULL (it is not counted
     and takes no rank); anything else, ±inf included, is clamped to ``value_range``.
 
     The backend applies this rule to every column before any statistic
-    (``proxy.pushdown.values.normalised``, its SQL form); this is the same rule in
+    (``proxy.pushdown.values.clamped_to_domain``, its SQL form); this is the same rule in
     Python, for values read back (idempotent there) and for the tests' reference."""
     if value is None:
         return None
@@ -94,10 +94,10 @@ class ColumnNeeds:
     upper: float | None = None
     spread: bool = False  # m2, the sum of squared deviations from the mean (VAR_POP · n)
 
-    def normalise(self, value) -> float | None:
+    def clamp_to_domain(self, value) -> float | None:
         """A value read back from the backend, as a float (already normalised there;
         normalising again changes nothing)."""
-        return normalise(value, self.lower, self.upper)
+        return clamp_to_domain(value, self.lower, self.upper)
 
 
 @dataclass

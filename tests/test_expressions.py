@@ -18,7 +18,7 @@ from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
-from proxy.statistics import normalise
+from proxy.statistics import clamp_to_domain
 from tests.databases import load_table
 from tests.factories import PEOPLE_TYPES, Table, engine_fixture
 from tests.privacy.expressions import (
@@ -132,7 +132,7 @@ def _statistics(engine, sql):
 
 
 def _normalised(values, lower, upper):
-    return [v for v in (normalise(x, lower, upper) for x in values) if v is not None]
+    return [v for v in (clamp_to_domain(x, lower, upper) for x in values) if v is not None]
 
 
 def test_backend_statistics_of_new_forms_match_python(engine):

@@ -22,7 +22,7 @@ from proxy.privacy.requests import CountRequest, RankRequest
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
-from proxy.statistics import normalise, percentile_rank
+from proxy.statistics import clamp_to_domain, percentile_rank
 from tests.factories import Table, engine_fixture
 from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
 from tests.privacy.reference import remembered
@@ -75,7 +75,7 @@ def _instance_session(engine, epsilon="1", form="instance"):
 
 
 def _in_scope(values, keep=None):
-    return sorted(v for v in (normalise(x, 0, 100) for i, x in enumerate(values)
+    return sorted(v for v in (clamp_to_domain(x, 0, 100) for i, x in enumerate(values)
                               if keep is None or keep(i)) if v is not None)
 
 

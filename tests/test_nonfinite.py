@@ -38,7 +38,7 @@ from proxy.publish.run import run_release
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
-from proxy.statistics import MAGNITUDE_CAP, normalise, percentile_rank
+from proxy.statistics import MAGNITUDE_CAP, clamp_to_domain, percentile_rank
 from proxy.vocabulary import parse_prior
 from tests.databases import load_table
 from tests.factories import open_engine
@@ -172,7 +172,7 @@ def _normalised(table: str, column: str, keep) -> list[float]:
     """The sorted normalised values of the rows ``keep(row)`` selects."""
     declared = RULES.tables[table].columns[column]
     rows = [dict(zip(TABLES[table], values)) for values in zip(*TABLES[table].values())]
-    values = (normalise(row[column], declared.lower, declared.upper) for row in rows
+    values = (clamp_to_domain(row[column], declared.lower, declared.upper) for row in rows
               if keep(row))
     return sorted(v for v in values if v is not None)
 

@@ -32,10 +32,10 @@ from proxy.analyze import analyze, parse_statements
 from proxy.errors import NotSupported, ProxyError
 from proxy.privacy import refuse_unanswerable
 from proxy.pushdown.scope import needed_value
-from proxy.pushdown.values import normalised
+from proxy.pushdown.values import clamped_to_domain
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import MAGNITUDE_CAP, ColumnNeeds, normalise
+from proxy.statistics import MAGNITUDE_CAP, ColumnNeeds, clamp_to_domain
 from proxy.vocabulary import DerivedColumn
 
 TABLE = "totality"
@@ -222,7 +222,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         return of(node.this)
     if isinstance(node, exp.Column):
         column = columns[node.name]
-        value = normalise(row[node.name], column.lower, column.upper)
+        value = clamp_to_domain(row[node.name], column.lower, column.upper)
         return _Ref(value, column.type == "int")
     if isinstance(node, exp.Literal):
         return _Ref(float(Decimal(node.name)), not any(c in node.name for c in ".eE"))
@@ -364,7 +364,7 @@ def check(text: str, table_rows: list[dict], engine, dialect: str,
     value = needed_value(plan.table, ColumnNeeds(column.name, lower=column.lower,
                                                  upper=column.upper))
     columns = plan.table.columns
-    raw = column.render(lambda name: normalised(exp.column(name, quoted=True),
+    raw = column.render(lambda name: clamped_to_domain(exp.column(name, quoted=True),
                                                 columns[name].lower, columns[name].upper))
     select = exp.select(exp.column("id"), exp.alias_(value, "v"), exp.alias_(raw, "r")
                         ).from_(TABLE).order_by("id")
@@ -390,7 +390,7 @@ def check(text: str, table_rows: list[dict], engine, dialect: str,
                                      f"{computed}, outside the derived domain {proven}"))
             break
         unclamped = reference(tree, row, dialect)
-        expected = normalise(unclamped, column.lower, column.upper)
+        expected = clamp_to_domain(unclamped, column.lower, column.upper)
         if not (_same(value, expected, close) and _same(computed, unclamped, close)):
             outcome.failures.append(("differential", text, f"row {row}: backend {value} "
                                      f"({computed} unclamped), reference {expected} "

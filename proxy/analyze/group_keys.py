@@ -28,7 +28,7 @@ DP partition selection releases after the debit (``proxy.engine.Engine.answer``,
 ``proxy.privacy.partition_selection``), () until then; ``selection_refusal`` says
 whether the rules and the column allow it, and why not.
 
-Values are normalised as every statistic sees them (``proxy.pushdown.values.normalised``):
+Values are normalised as every statistic sees them (``proxy.pushdown.values.clamped_to_domain``):
 a value outside the declared domain, ±inf included, is clamped to the nearer bound and so
 lands in the first or last bucket; NaN and NULL belong to no group, as do rows a CASE
 without ELSE leaves unmatched. Positions (``GROUP BY 1``) and select aliases name a term

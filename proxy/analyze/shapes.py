@@ -32,7 +32,7 @@ as it did for the kept one. Refusals are never kept: a refused statement is anal
 afresh every time, so a literal can neither wrongly refuse nor wrongly admit one.
 
 The key also holds what else the analysis reads: the session's settings, the analyst
-and the rules object. The normalised SQL of the answer cache and the ledger
+and the rules object. The canonical SQL of the answer cache and the ledger
 (``canonical_sql``) is kept as pieces around the slots, so it is
 the same text a fresh rendering gives. The cache is an LRU of ``SIZE`` entries, shared
 by an engine's sessions; an entry of a GROUP BY with four WHERE conditions holds about
@@ -108,14 +108,14 @@ def _class(token: Token) -> str:
 
 @dataclass(frozen=True)
 class _Template:
-    """A kept analysis: the plan and normalised SQL of the statement it was made from,
+    """A kept analysis: the plan and canonical SQL of the statement it was made from,
     which slots to bind anew, and the literals that must match as written."""
 
     rules: Rules
     plan: QueryPlan
     slots: dict[int, int]  # source position of a slot's node in plan.where -> literal index
     fixed: tuple[tuple[int, str], ...]  # (literal index, text) of every other literal
-    sql: tuple[str | int, ...]  # the normalised SQL: text pieces, and slots by index
+    sql: tuple[str | int, ...]  # the canonical SQL: text pieces, and slots by index
 
     def bind(self, literals: Sequence[Token]) -> tuple[str, QueryPlan]:
         plan = self.plan
@@ -126,9 +126,9 @@ class _Template:
                 if index is not None:
                     node.replace(_literal(literals[index]))
             plan = replace(plan, where=where)
-        return self.normalised(literals), plan
+        return self.canonical(literals), plan
 
-    def normalised(self, literals: Sequence[Token]) -> str:
+    def canonical(self, literals: Sequence[Token]) -> str:
         return "".join(piece if isinstance(piece, str)
                        else _RENDER.literal_sql(_literal(literals[piece])) for piece in self.sql)
 
@@ -155,7 +155,7 @@ class ShapeCache:
 
     def plan(self, shape: Shape, context: tuple, rules: Rules
              ) -> tuple[str, QueryPlan] | None:
-        """The normalised SQL and plan of a statement of ``shape``, analysed under
+        """The canonical SQL and plan of a statement of ``shape``, analysed under
         ``context`` (analyst, settings) and ``rules``; None when not kept."""
         key = (id(rules), context, shape.key)
         with self._lock:
@@ -170,7 +170,7 @@ class ShapeCache:
     def remember(self, shape: Shape, context: tuple, rules: Rules, tree: exp.Expression,
                  plan: QueryPlan) -> str:
         """Keep ``plan``, the fresh analysis of ``tree`` (of ``shape``); return the
-        statement's normalised SQL."""
+        statement's canonical SQL."""
         checkpoint()
         template = _template(shape, rules, tree, plan)
         if template is None:
@@ -186,7 +186,7 @@ class ShapeCache:
                 self._shapes[evicted] -= 1
                 if not self._shapes[evicted]:
                     del self._shapes[evicted]
-        return template.normalised(shape.literals)
+        return template.canonical(shape.literals)
 
 
 def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan

@@ -6,7 +6,7 @@ sorted values in scope. A rank outside 1..n has value None (a "missing neighbour
 replaced by the declared domain bound. Every function returns (answer, sensitivity),
 so the statistic released is exactly the one whose sensitivity was computed.
 Every value reaching here is normalised (NaN as NULL, the rest clamped to the domain or
-±MAGNITUDE_CAP: ``proxy.pushdown.values.normalised``), so every input and result is a
+±MAGNITUDE_CAP: ``proxy.pushdown.values.clamped_to_domain``), so every input and result is a
 finite number; ``finite_only`` checks it on each call and refuses otherwise.
 Derivations and the seed equations are in docs/privacy.md; brute-force neighbour
 enumeration in tests/privacy/test_sensitivity_bruteforce.py checks each of them.

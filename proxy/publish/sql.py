@@ -23,7 +23,7 @@ from decimal import Decimal
 import sqlglot
 from sqlglot import exp
 
-from proxy.pushdown.values import normalised
+from proxy.pushdown.values import clamped_to_domain
 
 WRITTEN_IN = "duckdb"  # the dialect the statements here are written in
 ROWS = "idp_release_rows"
@@ -52,7 +52,7 @@ def render(sql: str, dialect: str) -> str:
 
 def rows_table(table: str, columns: list[str], key: str | None, row_identity: str) -> str:
     """Each row's identity, key and per column j its value o_j — normalised without a
-    domain (NaN as NULL, ±inf and beyond to ±MAGNITUDE_CAP: ``normalised``), so ranks,
+    domain (NaN as NULL, ±inf and beyond to ±MAGNITUDE_CAP: ``clamped_to_domain``), so ranks,
     summaries and the information loss are finite — and its rank r_j among the non-null
     o_j (the domain clamps inside ``summaries``: the ranking is the raw values' order)."""
     inner = [f"{row_identity} AS rid"] + ([f"{_q(key)} AS k"] if key else [])
@@ -67,8 +67,8 @@ def rows_table(table: str, columns: list[str], key: str | None, row_identity: st
 
 def _normalised(value: str, lower: float | None = None, upper: float | None = None
                 ) -> str:
-    """``proxy.pushdown.values.normalised`` as DuckDB SQL text."""
-    return normalised(sqlglot.parse_one(value, read=WRITTEN_IN), lower, upper).sql(
+    """``proxy.pushdown.values.clamped_to_domain`` as DuckDB SQL text."""
+    return clamped_to_domain(sqlglot.parse_one(value, read=WRITTEN_IN), lower, upper).sql(
         dialect=WRITTEN_IN)
 
 

@@ -2,7 +2,7 @@
 which rows belong to some group.
 
 A bucket is computed from the value as every statistic sees it: numbers normalised
-(``normalised``: NaN as NULL, clamped to the declared domain), dates and timestamps
+(``clamped_to_domain``: NaN as NULL, clamped to the declared domain), dates and timestamps
 clamped to the declared [first, last]. So a row outside the domain lands in the first or
 last bucket, and every key the backend returns is one of the public keys. Keys come back
 as the same Python values on both engines (timestamps cast to TIMESTAMP, numbers to
@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.guards import snap
-from proxy.pushdown.values import case_of, literal, normalised
+from proxy.pushdown.values import case_of, clamped_to_domain, literal
 from proxy.rules import Table
 from proxy.vocabulary import (
     CASE,
@@ -52,7 +52,7 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return _epoch_bin(term, column)
     # divided below: snapped (proxy.guards.snap: 0 or at least ~4e-152 in magnitude, the
     # value written once) so no quotient underflows (PostgreSQL raises on that)
-    value = snap(normalised(exp.column(term.column, quoted=True), column.lower,
+    value = snap(clamped_to_domain(exp.column(term.column, quoted=True), column.lower,
                             column.upper))
     if term.kind == WIDTH_BUCKET:
         low, high, count = term.numbers

@@ -48,7 +48,7 @@ class StatisticsQuery:
                 if need.spread:
                     stats.m2 = float(rest.pop(0) or 0) * stats.n
                 for ref in _ordered(need.ranks):
-                    stats.values[ref] = need.normalise(rest.pop(0))
+                    stats.values[ref] = need.clamp_to_domain(rest.pop(0))
                 group.columns[need.column] = stats
             result[key] = group
         return result

@@ -138,7 +138,7 @@ def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> boo
                                   list(under or ()))
                 if found is False:
                     return False
-                stats.values[ref] = need.normalise(found)
+                stats.values[ref] = need.clamp_to_domain(found)
     return answered == set(groups)  # a group missing here would lack its ranks
 
 

@@ -69,5 +69,5 @@ def grouped_rank_statistics(
             for ref in need.ranks:
                 rank = ref.rank(stats.n)
                 if rank in at:
-                    stats.values[ref] = need.normalise(at[rank])
+                    stats.values[ref] = need.clamp_to_domain(at[rank])
     return groups

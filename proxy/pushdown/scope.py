@@ -1,7 +1,7 @@
 """The rows in scope, as a sqlglot SELECT shared by every statistics query.
 
 Group keys become ``k0, k1 ...``, the needed columns ``c0, c1 ...`` normalised
-(``normalised``: NaN as NULL, values clamped to the declared domain or ±MAGNITUDE_CAP),
+(``clamped_to_domain``: NaN as NULL, values clamped to the declared domain or ±MAGNITUDE_CAP),
 so every count, sum and order statistic computed from the scope is of normalised values.
 """
 
@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from proxy.guards import clamp
 from proxy.pushdown.group_sql import group_filter, group_value
-from proxy.pushdown.values import literal, normalised
+from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 from proxy.vocabulary import UNITS, DerivedColumn, PerUnit, QueryPlan
@@ -217,12 +217,12 @@ def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:
     which writes it once (the statement stays linear in the expression)."""
     column = table.columns.get(need.column)
     if isinstance(column, DerivedColumn):
-        value = column.render(lambda name: normalised(
+        value = column.render(lambda name: clamped_to_domain(
             exp.column(name, quoted=True), table.columns[name].lower, table.columns[name].upper))
         return clamp(value, *value_range(need.lower, need.upper))
     if column is not None and not column.numeric:  # only counted: nothing to clamp
         return exp.column(need.column, quoted=True)
-    return normalised(exp.column(need.column, quoted=True), need.lower, need.upper)
+    return clamped_to_domain(exp.column(need.column, quoted=True), need.lower, need.upper)
 
 
 # Sums are of each normalised value rounded to SUM_DECIMALS places, as integers.
@@ -286,4 +286,4 @@ def fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, v
     values = [value for value in values or () if value is not None]
     for offset in offsets:
         stats.values[RankRef(anchor, offset)] = (
-            need.normalise(values[offset]) if offset < len(values) else None)
+            need.clamp_to_domain(values[offset]) if offset < len(values) else None)

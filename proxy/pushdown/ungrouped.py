@@ -277,7 +277,7 @@ def _percentiles(plan: QueryPlan, needs, group: GroupStats, scope: exp.Select, d
                   .sql(dialect=dialect, copy=False))[0]
     for (_, need, stats, inside), values in zip(exact, row):
         for (ref, _), value in zip(inside, values):
-            stats.values[ref] = need.normalise(value)
+            stats.values[ref] = need.clamp_to_domain(value)
 
 
 # The pilot reads a 1% block sample; it is used only when that holds enough values to
@@ -320,7 +320,7 @@ def _bracketed(plan, needs, index: int, need: ColumnNeeds, stats: ColumnStats, i
     picks = exp.select(quantiles(column, fractions)).from_(scope.subquery("s"), copy=False)
     values = execute(picks.where(in_bracket, copy=False).sql(dialect=dialect, copy=False))[0][0]
     for (ref, _), value in zip(inside, values):
-        stats.values[ref] = need.normalise(value)
+        stats.values[ref] = need.clamp_to_domain(value)
     return True
 
 

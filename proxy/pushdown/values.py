@@ -13,7 +13,7 @@ from proxy.statistics import value_range
 DOUBLE = exp.DataType.build("double")
 
 
-def normalised(value: exp.Expression, lower: float | None = None,
+def clamped_to_domain(value: exp.Expression, lower: float | None = None,
                upper: float | None = None) -> exp.Expression:
     """A numeric column as every statistic sees it (``proxy.statistics.normalise``, SPEC
     §5.3), as a DOUBLE: NaN → NULL (not counted, no rank); above the range (+inf

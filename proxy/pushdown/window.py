@@ -38,7 +38,7 @@ def rank_window(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                      .where(value.is_(exp.null()).not_(), copy=False)
                      .order_by(exp.Ordered(this=value, desc=from_top), copy=False)
                      .limit(last - first + 1, copy=False).offset(first - 1, copy=False))
-        return [need.normalise(row[0]) for row in execute(statement.sql(dialect=dialect, copy=False))]
+        return [need.clamp_to_domain(row[0]) for row in execute(statement.sql(dialect=dialect, copy=False))]
 
     return fetch
 
@@ -80,7 +80,7 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
             return descending(1, n + 1 - first)[::-1]
         value = exp.column("c0")
         ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n]))
-        low, high = (need.normalise(v) for v in execute(
+        low, high = (need.clamp_to_domain(v) for v in execute(
             ends.from_(scope().subquery("s")).sql(dialect=dialect))[0][0])
         low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
         bucket = exp.case().when(value < low_sql, exp.null()).else_(value)
@@ -90,7 +90,7 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         counts = execute(grouped.sql(dialect=dialect))
         below = sum(int(count) for v, count in counts if v is None)
         found, rank = [], below + 1  # the rank of the next value's first copy
-        for v, count in sorted((need.normalise(v), int(c)) for v, c in counts if v is not None):
+        for v, count in sorted((need.clamp_to_domain(v), int(c)) for v, c in counts if v is not None):
             take = min(rank + count - 1, last) - max(rank, first) + 1
             found += [v] * max(take, 0)
             rank += count
@@ -134,7 +134,7 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
     statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(within)
     found: dict[tuple, dict[int, float]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect)):
-        found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.normalise(row[-2])
+        found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.clamp_to_domain(row[-2])
     return found
 
 
@@ -167,7 +167,7 @@ def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         over = exp.Min(this=exp.case().when(value > point, value.copy()))
         statement = exp.select(below, through, under, over).from_(scope().subquery("s"))
         ((a, b, low, high),) = execute(statement.sql(dialect=dialect))
-        return (int(a or 0), int(b or 0), None if low is None else need.normalise(low),
-                None if high is None else need.normalise(high))
+        return (int(a or 0), int(b or 0), None if low is None else need.clamp_to_domain(low),
+                None if high is None else need.clamp_to_domain(high))
 
     return count

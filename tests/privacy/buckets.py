@@ -14,7 +14,7 @@ import math
 
 from proxy.analyze.group_keys import epoch_seconds, truncate
 from proxy.rules import Column
-from proxy.statistics import normalise
+from proxy.statistics import clamp_to_domain
 from proxy.vocabulary import (
     COLUMN,
     EPOCH_BIN,
@@ -43,7 +43,7 @@ def bucket_of(term: GroupKey, column: Column, value):
             return epoch_seconds(moment) // width * scale
         return truncate(moment, term.unit) if term.kind == TIME_TRUNC else _part(moment,
                                                                                  term.unit)
-    v = normalise(value, column.lower, column.upper)
+    v = clamp_to_domain(value, column.lower, column.upper)
     if v is None:
         return None
     if term.kind == WIDTH_BUCKET:

@@ -18,7 +18,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.pushdown.scope import needed_value
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import ColumnNeeds, normalise
+from proxy.statistics import ColumnNeeds, clamp_to_domain
 from proxy.vocabulary import DerivedColumn
 
 RULES = parse_rules("""
@@ -37,7 +37,7 @@ W = [-1e20, -3.0, 0.0, 4.5, 1e20, NAN, INF, None]
 
 def _value(raw, name):
     column = COLUMNS[name]
-    return normalise(raw, column.lower, column.upper)
+    return clamp_to_domain(raw, column.lower, column.upper)
 
 
 def _gt(raw, limit) -> bool:
@@ -133,7 +133,7 @@ def backend_values(execute, sql: str, dialect: str) -> tuple[DerivedColumn, list
 def agrees(sql, function, rows, column):
     for rx, ry, rw, got in rows:
         expected = reference(function, rx, ry, rw)
-        expected = normalise(expected, column.lower, column.upper)
+        expected = clamp_to_domain(expected, column.lower, column.upper)
         if expected is None or got is None:
             assert expected is None and got is None, (sql, rx, ry, rw, expected, got)
         elif sql in ROUNDING:

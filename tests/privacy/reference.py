@@ -14,7 +14,7 @@ from fractions import Fraction
 from proxy.engine import answered
 from proxy.privacy.requests import CountRequest, RankRequest
 from proxy.statistics import RankRef
-from proxy.statistics import normalise as _normalise
+from proxy.statistics import clamp_to_domain as _normalise
 from tests.privacy.harness import LOWER, UPPER
 
 # The same rule, remembered: the enumerations normalise the same few raw values millions

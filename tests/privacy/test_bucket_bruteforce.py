@@ -25,7 +25,7 @@ from proxy.privacy.sensitivity import (
 )
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import normalise
+from proxy.statistics import clamp_to_domain
 from tests.factories import random_datasets, rows_of
 from tests.privacy.buckets import bucket_of
 from tests.privacy.harness import (
@@ -107,7 +107,7 @@ def _medians(records, term, column):
     """The sorted in-scope values per listed key, for the keys that have any."""
     values: dict = {}
     for record, key in zip(records, _buckets(records, term, column)):
-        value = normalise(record.value, LOWER, UPPER)
+        value = clamp_to_domain(record.value, LOWER, UPPER)
         if key is not None and record.in_scope and value is not None:
             values.setdefault(key, []).append(value)
     return {k: sorted(v) for k, v in values.items()}

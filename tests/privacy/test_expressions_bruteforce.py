@@ -32,7 +32,7 @@ from proxy.privacy.sensitivity import (
     percentile_refs,
     winsorized_sum,
 )
-from proxy.statistics import normalise
+from proxy.statistics import clamp_to_domain
 from tests.factories import random_datasets, rows_of
 from tests.privacy.expressions import (
     EXPRESSIONS,
@@ -113,7 +113,7 @@ def _neighbours(records):
 
 
 def _scope(records, function, column) -> list[float]:
-    values = (normalise(reference(function, rx, ry, 0.0), column.lower, column.upper)
+    values = (clamp_to_domain(reference(function, rx, ry, 0.0), column.lower, column.upper)
               for rx, ry, in_scope in records if in_scope)
     return sorted(v for v in values if v is not None)
 

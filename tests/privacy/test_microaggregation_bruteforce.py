@@ -20,7 +20,7 @@ from proxy.privacy.microaggregation import (
     centroid,
     sensitivity,
 )
-from proxy.statistics import normalise
+from proxy.statistics import clamp_to_domain
 from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import EXTREME, assert_sound, grid_or_extreme, neighbours
 
@@ -34,7 +34,7 @@ def summarise(values: list[float], method: str = IDP_CBLS) -> Cluster:
     """The backend's summary of a cluster of raw values: normalised to the domain (to
     ±MAGNITUDE_CAP for CBLS, which has none here), then sorted."""
     domain = (None, None) if method == IDP_CBLS else (LOWER, UPPER)
-    ordered = sorted(normalise(v, *domain) for v in values)
+    ordered = sorted(clamp_to_domain(v, *domain) for v in values)
     return Cluster(len(ordered), sum(ordered), tuple(ordered[:3]), tuple(ordered[-3:]))
 
 
