@@ -6,6 +6,7 @@ statement, interrupts its thread as the wire's cancel does, and times the stop."
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -121,3 +122,65 @@ def test_a_signal_stops_the_server_with_a_statement_in_its_draws(duckdb_url, tmp
     engine = Engine(parse_rules(MANY_RULES), open_backend(duckdb_url))
     assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]
     engine.backend.close()
+
+
+def _analysis_heavy_message() -> str:
+    """Seven statements that each take over a second to analyse (near-limit IN lists of
+    different lengths: no two share a shape, so none is analysed from the cache)."""
+    return "; ".join("SELECT COUNT(*) FROM many WHERE age IN ({})".format(
+        ", ".join(str(i % 100) for i in range(9_000 + k))) for k in range(7))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture
+def analysing_proxy(duckdb_url, tmp_path):
+    """``serve`` over the many table, with a statement timeout of 2 s."""
+    load_many(duckdb_url)
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[server]\nauth = "trust"\nstatement_timeout = 2\n' + MANY_RULES)
+    with running_proxy(rules, duckdb_url, tmp_path / "home") as proxy:
+        yield proxy
+
+
+def test_a_cancel_and_the_timeout_stop_the_analysis_of_a_message_over_the_wire(
+        analysing_proxy):
+    """Over the wire, a message's statements were read and analysed in a thread that no
+    cancel, timeout or disconnect reached (only running them was): a cancel sent after
+    1 s of an 11-second analysis changed nothing, and the statements then ran. Now a
+    cancel stops the analysis within a second (57014), the statement timeout (2 s) stops
+    it too, and nothing is charged."""
+    message = _analysis_heavy_message()
+    with psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True) as con:
+        before = con.execute("SHOW idp.budget").fetchone()[0]
+        threading.Timer(0.5, con.cancel).start()
+        started = time.perf_counter()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+            con.execute(message)
+        assert time.perf_counter() - started < 1.5
+        started = time.perf_counter()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            con.execute(message)
+        assert time.perf_counter() - started < 3.0
+        assert con.execute("SHOW idp.budget").fetchone()[0] == before
+
+
+def test_a_disconnect_stops_the_analysis_of_a_message(analysing_proxy):
+    """A client that sends an 11-second analysis and leaves after half a second frees
+    the server at once: a second later the server process is idle (it kept analysing
+    for the departed client before)."""
+    con = psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True)
+    sender = threading.Thread(target=lambda: pytest.raises(psycopg.Error, con.execute,
+                                                           _analysis_heavy_message()))
+    sender.start()
+    time.sleep(0.5)
+    os.close(con.pgconn.socket)  # the client goes away mid-statement (no Terminate)
+    sender.join(30)
+    time.sleep(1.0)
+    pid = analysing_proxy.process.pid
+    spent = _cpu_seconds(pid)
+    time.sleep(1.0)
+    assert _cpu_seconds(pid) - spent < 0.2, "the server still works for a departed client"
