@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -132,7 +133,7 @@ def _analysis_heavy_message() -> str:
 
 
 def _cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
