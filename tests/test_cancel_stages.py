@@ -185,3 +185,36 @@ def test_a_disconnect_stops_the_analysis_of_a_message(analysing_proxy):
     spent = _cpu_seconds(pid)
     time.sleep(1.0)
     assert _cpu_seconds(pid) - spent < 0.2, "the server still works for a departed client"
+
+
+def test_an_interrupt_that_lands_while_duckdb_reads_a_statement_still_stops_it(tmp_path):
+    """DuckDB drops an interrupt that lands while it parses and plans a statement: a
+    cancel 5 to 50 ms into a statement with a 5,000-value list was lost, and the
+    statement ran to its end (seconds to minutes over a big table). The backend
+    interrupts again until the statement stops: each is stopped within a second."""
+    backend = open_backend(f"duckdb:///{tmp_path / 'range.duckdb'}")
+    values = ", ".join(str(-i) for i in range(1, 5_001))
+    sql = f"SELECT count(*) FROM range(1000000000) t(x) WHERE x % 7 = 3 AND x NOT IN ({values})"
+    try:
+        for delay in (0.005, 0.01, 0.05):
+            outcome: dict = {}
+
+            def run(outcome: dict = outcome) -> None:
+                try:
+                    with backend.transaction(snapshot=True) as tx:
+                        tx.execute(sql)
+                except BaseException as exc:  # noqa: BLE001 — the test inspects it
+                    outcome["error"] = exc
+
+            worker = threading.Thread(target=run)
+            worker.start()
+            time.sleep(delay)
+            interrupted = time.perf_counter()
+            backend.interrupt(worker.ident)
+            worker.join(60)
+            stopped = time.perf_counter() - interrupted
+            backend.forget_interrupt(worker.ident)
+            assert isinstance(outcome.get("error"), QueryCanceled), (delay, outcome)
+            assert stopped < 1.0, (delay, stopped)
+    finally:
+        backend.close()
