@@ -295,6 +295,12 @@ LONG_FORMS = {
         f"age = {i % 120}" for i in range(k)),
     "GROUP BY keys": lambda k: "SELECT CASE {} END AS b, COUNT(*) FROM people GROUP BY b"
     .format(" ".join(f"WHEN age = {i} THEN 'k{i}'" for i in range(k))),
+    # through sqlglot's passes (normalise): simplify compared every two terms, qualify
+    # and merge_subqueries walked up an n-deep chain from each of its n columns
+    "AND chain in a virtual table": lambda k: "SELECT COUNT(*) FROM (SELECT * FROM people) "
+    "AS virtual_table WHERE " + " AND ".join(f"age <> {i}" for i in range(k)),
+    "OR chain over a release": lambda k: "SELECT * FROM (SELECT region, COUNT(*) AS n FROM "
+    "people GROUP BY region) AS t WHERE " + " OR ".join(f"n = {i}" for i in range(k)),
 }
 
 
@@ -318,6 +324,16 @@ def test_analysis_is_linear_in_every_long_construct(form):
             assert isinstance(plan, QueryPlan)
         per_repeat.append(min(spent) / size)
     assert per_repeat[1] < 3 * per_repeat[0], per_repeat
+
+
+def test_a_statement_too_deep_for_sqlglots_passes_is_refused():
+    """A statement with subqueries goes through sqlglot's passes, whose time is its
+    columns times its depth: after AND and OR chains are balanced, anything still
+    nested more than 200 deep (here 300 additions) is refused (54001) before them."""
+    deep = "SELECT SUM(income" + " + 1" * 300 + ") FROM (SELECT * FROM people) AS t"
+    with pytest.raises(ProxyError) as refused:
+        _session(DEMO).check(deep)
+    assert refused.value.sqlstate == "54001" and "200 deep" in str(refused.value)
 
 
 def test_a_statement_above_the_token_limit_is_refused_before_analysis():
