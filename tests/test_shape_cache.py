@@ -336,6 +336,29 @@ def test_a_statement_too_deep_for_sqlglots_passes_is_refused():
     assert refused.value.sqlstate == "54001" and "200 deep" in str(refused.value)
 
 
+def test_aggregates_whose_sql_would_plan_for_seconds_are_refused_before_anything_runs():
+    """DuckDB plans a statement in time that grows faster than its size, in steps a
+    cancel does not reach: 200 × SUM(income * income + i) took 9 s to plan, 400 ×
+    SUM(income + i) 35 s, within the token limit. Aggregates whose SQL would pass
+    MAX_STATEMENT_PARTS are refused at analysis (54001, nothing run or spent); a
+    dashboard's 30 of them are not."""
+    from proxy.analyze.expressions import MAX_STATEMENT_PARTS
+
+    def sums(count: int) -> str:
+        return "SELECT " + ", ".join(f"SUM(income * income + {i})" for i in range(count)) + \
+            " FROM people"
+
+    with pytest.raises(ProxyError) as refused:
+        _session(DEMO).check(sums(200))
+    assert refused.value.sqlstate == "54001"
+    assert f"{MAX_STATEMENT_PARTS:,} parts" in str(refused.value)
+    wide = "SELECT SUM(" + " + ".join(["income * age"] * 60) + ") FROM people"  # 359 parts
+    with pytest.raises(ProxyError, match="statement too complex"):
+        _session(DEMO).check(wide)
+    (_, plan), = _session(DEMO).check(sums(30))
+    assert isinstance(plan, QueryPlan) and len(plan.aggregates) == 30
+
+
 def test_a_statement_above_the_token_limit_is_refused_before_analysis():
     """Past MAX_TOKENS a statement is refused (54001) in ``check``, which runs before
     any analysis or debit."""
