@@ -367,12 +367,13 @@ class DerivedColumn(Column):
         if isinstance(tree, exp.Column):  # replacing the root would leave it raw
             return value_of(tree.name)
         for column in list(tree.find_all(exp.Column)):
-            if not _in_condition(column):
+            if not in_condition(column):
                 column.replace(value_of(column.name))
         return tree
 
 
-def _in_condition(node: exp.Expression) -> bool:
+def in_condition(node: exp.Expression) -> bool:
+    """Inside a CASE condition: read raw, as WHERE reads it."""
     while node.parent is not None:
         if isinstance(node.parent, exp.If) and node.arg_key == "this":
             return True

@@ -6,10 +6,12 @@ statement, interrupts its thread as the wire's cancel does, and times the stop."
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -120,3 +122,98 @@ def test_a_signal_stops_the_server_with_a_statement_in_its_draws(duckdb_url, tmp
     engine = Engine(parse_rules(MANY_RULES), open_backend(duckdb_url))
     assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]
     engine.backend.close()
+
+
+def _analysis_heavy_message() -> str:
+    """Seven statements that each take over a second to analyse (near-limit IN lists of
+    different lengths: no two share a shape, so none is analysed from the cache)."""
+    return "; ".join("SELECT COUNT(*) FROM many WHERE age IN ({})".format(
+        ", ".join(str(i % 100) for i in range(9_000 + k))) for k in range(7))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.fixture
+def analysing_proxy(duckdb_url, tmp_path):
+    """``serve`` over the many table, with a statement timeout of 2 s."""
+    load(duckdb_url, {"many": many()})
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[server]\nauth = "trust"\nstatement_timeout = 2\n' + MANY_RULES)
+    with running_proxy(rules, duckdb_url, tmp_path / "home") as proxy:
+        yield proxy
+
+
+def test_a_cancel_and_the_timeout_stop_the_analysis_of_a_message_over_the_wire(
+        analysing_proxy):
+    """Over the wire, a message's statements were read and analysed in a thread that no
+    cancel, timeout or disconnect reached (only running them was): a cancel sent after
+    1 s of an 11-second analysis changed nothing, and the statements then ran. Now a
+    cancel stops the analysis within a second (57014), the statement timeout (2 s) stops
+    it too, and nothing is charged."""
+    message = _analysis_heavy_message()
+    with psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True) as con:
+        before = con.execute("SHOW idp.budget").fetchone()[0]
+        threading.Timer(0.5, con.cancel).start()
+        started = time.perf_counter()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+            con.execute(message)
+        assert time.perf_counter() - started < 1.5
+        started = time.perf_counter()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            con.execute(message)
+        assert time.perf_counter() - started < 3.0
+        assert con.execute("SHOW idp.budget").fetchone()[0] == before
+
+
+def test_a_disconnect_stops_the_analysis_of_a_message(analysing_proxy):
+    """A client that sends an 11-second analysis and leaves after half a second frees
+    the server at once: a second later the server process is idle (it kept analysing
+    for the departed client before)."""
+    con = psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True)
+    sender = threading.Thread(target=lambda: pytest.raises(psycopg.Error, con.execute,
+                                                           _analysis_heavy_message()))
+    sender.start()
+    time.sleep(0.5)
+    os.close(con.pgconn.socket)  # the client goes away mid-statement (no Terminate)
+    sender.join(30)
+    time.sleep(1.0)
+    pid = analysing_proxy.process.pid
+    spent = _cpu_seconds(pid)
+    time.sleep(1.0)
+    assert _cpu_seconds(pid) - spent < 0.2, "the server still works for a departed client"
+
+
+def test_an_interrupt_that_lands_while_duckdb_reads_a_statement_still_stops_it(tmp_path):
+    """DuckDB drops an interrupt that lands while it parses and plans a statement: a
+    cancel 5 to 50 ms into a statement with a 5,000-value list was lost, and the
+    statement ran to its end (seconds to minutes over a big table). The backend
+    interrupts again until the statement stops: each is stopped within a second."""
+    backend = open_backend(f"duckdb:///{tmp_path / 'range.duckdb'}")
+    values = ", ".join(str(-i) for i in range(1, 5_001))
+    sql = f"SELECT count(*) FROM range(1000000000) t(x) WHERE x % 7 = 3 AND x NOT IN ({values})"
+    try:
+        for delay in (0.005, 0.01, 0.05):
+            outcome: dict = {}
+
+            def run(outcome: dict = outcome) -> None:
+                try:
+                    with backend.transaction(snapshot=True) as tx:
+                        tx.execute(sql)
+                except BaseException as exc:  # noqa: BLE001 — the test inspects it
+                    outcome["error"] = exc
+
+            worker = threading.Thread(target=run)
+            worker.start()
+            time.sleep(delay)
+            interrupted = time.perf_counter()
+            backend.interrupt(worker.ident)
+            worker.join(60)
+            stopped = time.perf_counter() - interrupted
+            backend.forget_interrupt(worker.ident)
+            assert isinstance(outcome.get("error"), QueryCanceled), (delay, outcome)
+            assert stopped < 1.0, (delay, stopped)
+    finally:
+        backend.close()

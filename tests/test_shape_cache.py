@@ -220,6 +220,12 @@ LONG_FORMS = {
         f"age = {i % 120}" for i in range(k)),
     "GROUP BY keys": lambda k: "SELECT CASE {} END AS b, COUNT(*) FROM people GROUP BY b"
     .format(" ".join(f"WHEN age = {i} THEN 'k{i}'" for i in range(k))),
+    # through sqlglot's passes (normalise): simplify compared every two terms, qualify
+    # and merge_subqueries walked up an n-deep chain from each of its n columns
+    "AND chain in a virtual table": lambda k: "SELECT COUNT(*) FROM (SELECT * FROM people) "
+    "AS virtual_table WHERE " + " AND ".join(f"age <> {i}" for i in range(k)),
+    "OR chain over a release": lambda k: "SELECT * FROM (SELECT region, COUNT(*) AS n FROM "
+    "people GROUP BY region) AS t WHERE " + " OR ".join(f"n = {i}" for i in range(k)),
 }
 
 
@@ -243,6 +249,39 @@ def test_analysis_is_linear_in_every_long_construct(form):
             assert isinstance(plan, QueryPlan)
         per_repeat.append(min(spent) / size)
     assert per_repeat[1] < 3 * per_repeat[0], per_repeat
+
+
+def test_a_statement_too_deep_for_sqlglots_passes_is_refused():
+    """A statement with subqueries goes through sqlglot's passes, whose time is its
+    columns times its depth: after AND and OR chains are balanced, anything still
+    nested more than 200 deep (here 300 additions) is refused (54001) before them."""
+    deep = "SELECT SUM(income" + " + 1" * 300 + ") FROM (SELECT * FROM people) AS t"
+    with pytest.raises(ProxyError) as refused:
+        checking_session(DEMO).check(deep)
+    assert refused.value.sqlstate == "54001" and "200 deep" in str(refused.value)
+
+
+def test_aggregates_whose_sql_would_plan_for_seconds_are_refused_before_anything_runs():
+    """DuckDB plans a statement in time that grows faster than its size, in steps a
+    cancel does not reach: 200 × SUM(income * income + i) took 9 s to plan, 400 ×
+    SUM(income + i) 35 s, within the token limit. Aggregates whose SQL would pass
+    MAX_STATEMENT_PARTS are refused at analysis (54001, nothing run or spent); a
+    dashboard's 30 of them are not."""
+    from proxy.analyze.expressions import MAX_STATEMENT_PARTS
+
+    def sums(count: int) -> str:
+        return "SELECT " + ", ".join(f"SUM(income * income + {i})" for i in range(count)) + \
+            " FROM people"
+
+    with pytest.raises(ProxyError) as refused:
+        checking_session(DEMO).check(sums(200))
+    assert refused.value.sqlstate == "54001"
+    assert f"{MAX_STATEMENT_PARTS:,} parts" in str(refused.value)
+    wide = "SELECT SUM(" + " + ".join(["income * age"] * 60) + ") FROM people"  # 359 parts
+    with pytest.raises(ProxyError, match="statement too complex"):
+        checking_session(DEMO).check(wide)
+    (_, plan), = checking_session(DEMO).check(sums(30))
+    assert isinstance(plan, QueryPlan) and len(plan.aggregates) == 30
 
 
 def test_a_statement_above_the_token_limit_is_refused_before_analysis():

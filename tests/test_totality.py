@@ -24,7 +24,7 @@ from proxy.analyze.expressions import MAX_EXPRESSION_NODES
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import Engine
-from proxy.errors import BackendFailed, NotSupported
+from proxy.errors import BackendFailed, NotSupported, ProxyError
 from proxy.pushdown.scope import needed_value
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -225,3 +225,27 @@ def test_a_backend_failure_after_the_debit_is_logged_and_counted(duckdb_url, cap
         assert engine.ledger.remaining("zoe") == 10 - 0.5  # charged: it reached the data
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1e-400", "0." + "0" * 400 + "1"])
+def test_a_number_a_double_cannot_hold_is_refused_before_the_debit(engine, number):
+    """Issue 30: PostgreSQL reads a number compared with a float column as a double and
+    fails on one out of its range ("out of range for type double precision"): in WHERE,
+    IN, BETWEEN, a CASE condition, a FILTER and a CASE group key, after the debit, so
+    the failure was charged (58000). Such a number is refused at analysis (22003), also
+    where the statement's shape was analysed before with a number in range, and
+    nothing is spent."""
+    session = Session.open(engine, "zoe")
+    list(session.execute(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE x < 5"))  # the shape
+    before = engine.ledger.remaining("zoe"), len(engine.ledger.entries("zoe"))
+    for sql in [f"SELECT COUNT(*) FROM {totality.TABLE} WHERE x < {number}",
+                f"SELECT COUNT(*) FROM {totality.TABLE} WHERE x IN (2, {number})",
+                f"SELECT COUNT(*) FROM {totality.TABLE} WHERE x BETWEEN 0 AND {number}",
+                f"SELECT SUM(CASE WHEN x > {number} THEN 1 ELSE 0 END) FROM {totality.TABLE}",
+                f"SELECT COUNT(*) FILTER (WHERE x < {number}) FROM {totality.TABLE}",
+                (f"SELECT CASE WHEN x > {number} THEN 'a' ELSE 'b' END AS k, COUNT(*) "
+                 f"FROM {totality.TABLE} GROUP BY 1")]:
+        with pytest.raises(ProxyError) as refused:
+            list(session.execute(sql))
+        assert refused.value.sqlstate == "22003", (sql, refused.value)
+    assert (engine.ledger.remaining("zoe"), len(engine.ledger.entries("zoe"))) == before

@@ -6,11 +6,20 @@ times. Such steps never look across records, so the query they build is one aggr
 query over the table, and is analysed as that query. The rewriting is sqlglot's own
 optimizer passes, applied in order as in ``sqlglot.optimizer.optimizer``:
 
-    qualify → eliminate_subqueries → merge_subqueries → eliminate_ctes → simplify
+    qualify → eliminate_subqueries → merge_subqueries → eliminate_ctes
 
 ``merge_subqueries`` merges exactly the derived tables and CTEs that are row-level (no
 aggregate, DISTINCT, LIMIT, window or join inside); whatever is left over is analysed
 by ``proxy.analyze.outer`` (post-processing of one release) or refused there.
+
+The passes must stay linear in the statement (issue 30): ``qualify`` and
+``merge_subqueries`` look up each column's ancestors, so their time is the columns
+times the tree's depth, and a chain of 4,900 ANDs in a virtual table took 20 s. Chains
+of AND and of OR are balanced first (AND and OR are associative, NULL included: the
+same condition, log n deep), and a tree still deeper than ``MAX_DEPTH`` (arithmetic
+nested hundreds deep) is refused (54001). sqlglot's ``simplify``, which compares every
+two comparisons of a chain (5,000 terms: minutes), is not run: the analysis reads the
+merged tree as the analyst wrote it.
 
 Before the passes, constants the backend would cast (``TIMESTAMP '…'``, ``CAST('…' AS
 DATE)``, Superset's ``TO_TIMESTAMP('…', 'YYYY-MM-DD HH24:MI:SS.US')``) become plain
@@ -30,10 +39,11 @@ from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
-from sqlglot.optimizer.simplify import simplify
 
 from proxy.analyze.group_keys import default_name
-from proxy.errors import NotSupported, RawRowAccess, UnknownColumn
+from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
+from proxy.guards import depth
+from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 
 SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
@@ -42,7 +52,9 @@ log = logging.getLogger("idp_proxy.analyze")
 _TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP,
                exp.DataType.Type.DATETIME)
 _GENERATED = re.compile(r"_col_\d+")
-PASSES = (eliminate_subqueries, merge_subqueries, eliminate_ctes, simplify)
+PASSES = (eliminate_subqueries, merge_subqueries, eliminate_ctes)
+# The deepest tree given to the passes, after balancing (31 nested subqueries: 97).
+MAX_DEPTH = 200
 
 
 def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
@@ -51,6 +63,11 @@ def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     select = fold_time_constants(select.copy())
     if not _has_steps(select):
         return select
+    _balance_connectors(select)
+    if depth(select) > MAX_DEPTH:
+        raise ProxyError(f"statement too complex: its expressions nest more than {MAX_DEPTH} "
+                         "deep (operators inside operators); write it with fewer nested "
+                         "operations", "54001")
     _name_inner_outputs(select)
     unnamed = [i for i, item in enumerate(select.expressions)
                if not isinstance(item, (exp.Alias, exp.Column, exp.Star))]
@@ -62,6 +79,7 @@ def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
         merged = qualify(select, schema=schema, dialect="postgres",
                          quote_identifiers=True, identify=False)
         for rewrite in PASSES:
+            checkpoint()  # each pass is linear: under a second for the largest statement
             merged = rewrite(merged)
     except OptimizeError as exc:
         raise UnknownColumn(f"{_first_line(exc)}; use the declared columns of one table") \
@@ -87,8 +105,28 @@ def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     return merged
 
 
+def _balance_connectors(tree: exp.Expression) -> None:
+    """Every chain of three or more ANDs (ORs) as a balanced tree of them, in place:
+    ``a AND b AND c AND d`` parses as ((a AND b) AND c) AND d, n deep; it becomes
+    (a AND b) AND (c AND d), which reads as the same SQL."""
+    for node in list(tree.find_all(exp.And, exp.Or)):
+        if type(node.parent) is type(node):
+            continue  # inside a chain: its root rebuilds it
+        operands = list(node.flatten(unnest=False))
+        if len(operands) > 2:
+            node.replace(_balanced(type(node), operands))
+
+
+def _balanced(kind: type[exp.Connector], operands: list[exp.Expression]) -> exp.Expression:
+    if len(operands) == 1:
+        return operands[0]
+    middle = len(operands) // 2
+    return kind(this=_balanced(kind, operands[:middle]),
+                expression=_balanced(kind, operands[middle:]))
+
+
 def steps(select: exp.Select) -> dict[str, exp.Expression]:
-    """The CTEs ``normalise`` left (every subquery in FROM or JOIN is one of them):
+    """The CTEs ``merge_steps`` left (every subquery in FROM or JOIN is one of them):
     the steps that are not row-level, by name."""
     return {cte.alias_or_name: cte.this
             for cte in (select.args.get("with_") or exp.With()).expressions}

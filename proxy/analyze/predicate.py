@@ -7,9 +7,12 @@ subqueries and anything else that could look across records are refused.
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal, InvalidOperation
+
 from sqlglot import exp
 
-from proxy.errors import NotSupported, UnknownFunction
+from proxy.errors import NotSupported, Refused, UnknownFunction
 from proxy.interrupts import checkpoint
 from proxy.rules import Table, parse_moment
 
@@ -31,6 +34,11 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
             node.replace(exp.column(name, quoted=True))
         elif isinstance(node, (exp.Identifier, exp.Star)):
             continue
+        elif isinstance(node, exp.Literal) and not node.is_string and beyond_double(node.name):
+            shown = node.name if len(node.name) <= 24 else node.name[:20] + "…"
+            raise Refused(f"the number {shown} is out of range for type double precision "
+                          "(beyond ±1.8e308, or too small to tell from 0); write a number "
+                          "within that range", "22003")
         elif isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
             raise NotSupported("subqueries in WHERE are not supported; "
                                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT")
@@ -46,6 +54,19 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
             )
     _check_literal_types(condition, table)
     return condition
+
+
+def beyond_double(text: str) -> bool:
+    """Whether a number literal is out of a double's range: beyond about 1.8·10³⁰⁸ in
+    magnitude, or not 0 but closer to 0 than the smallest double. PostgreSQL fails
+    ("out of range for type double precision") when it reads such a number as a double,
+    which it does to compare it with a float column, after the query is charged."""
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return False
+    as_double = float(value)
+    return math.isinf(as_double) or (as_double == 0 and value != 0)
 
 
 _KINDS = {"int": "number", "float": "number", "date": "time", "timestamp": "time"}

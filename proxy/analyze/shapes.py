@@ -24,7 +24,8 @@ plan replaces the kept one). A literal is a slot only when all of these hold:
   (``proxy.analyze.group_keys``), so those literals decide the plan's key lists.
 
 What else the analysis reads of a WHERE literal is its kind, which the shape keeps: a
-number or a string (``check_predicate`` refuses the wrong one for the column) and, for
+number or a string (``check_predicate`` refuses the wrong one for the column, and a
+number a double cannot hold) and, for
 a string, whether it reads as a date or moment without a time zone (``check_predicate``
 refuses other strings compared with a date or timestamp column). So for a slot, a
 fresh analysis would copy the new literal to the same place and decide everything else
@@ -54,6 +55,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
+from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 from proxy.vocabulary import QueryPlan
@@ -99,10 +101,11 @@ def shape_of(tokens: Sequence[Token]) -> Shape:
 
 
 def _class(token: Token) -> str:
-    """What the analysis reads of a literal besides its place: a number, a moment
-    without a time zone, or another string."""
+    """What the analysis reads of a literal besides its place: a number (one a double
+    cannot hold is refused: ``check_predicate``), a moment without a time zone, or
+    another string."""
     if token.token_type == TokenType.NUMBER:
-        return "number"
+        return "beyond a double" if beyond_double(token.text) else "number"
     return "moment" if parse_moment(token.text) is not None else "string"
 
 

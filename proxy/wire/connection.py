@@ -19,7 +19,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
@@ -41,6 +41,7 @@ INTERNAL_ERROR = ("internal error; the query was charged if it reached the data;
 TOO_COMPLEX = ("statement too complex: it nests deeper than the proxy can read; write "
                "it with fewer nested brackets, CASEs or NOTs")
 _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
+T = TypeVar("T")
 
 
 class ConnectionClosed(Exception):
@@ -328,7 +329,9 @@ class Connection:
 
     async def _simple(self, sql: str) -> None:
         try:
-            statements = await asyncio.to_thread(self._read_and_check, sql)
+            statements = await self._engine_work(lambda: self._read_and_check(sql))
+        except ConnectionClosed:
+            raise
         except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
             self._error(exc)
             self._send(codec.ready_for_query(self.local.status))
@@ -422,8 +425,8 @@ class Connection:
 
     async def _extended(self, message: codec.FrontendMessage) -> None:
         if isinstance(message, codec.Parse):
-            statements = await asyncio.to_thread(read_message, message.sql, self.server.rules,
-                                                 self.server.engine.shapes.knows)
+            statements = await self._engine_work(lambda: read_message(
+                message.sql, self.server.rules, self.server.engine.shapes.knows))
             if len(statements) > 1:
                 raise ProxyError("cannot insert multiple commands into a prepared statement",
                                  "42601")
@@ -549,7 +552,7 @@ class Connection:
                 outcome = self.local.execute(statement)  # SHOW changes nothing
                 fields = [codec.Field(name, TEXT) for name in outcome.columns]
             return Prepared(statement, declared, fields)
-        return await asyncio.to_thread(self._prepare_engine, statement, declared)
+        return await self._engine_work(lambda: self._prepare_engine(statement, declared))
 
     def _prepare_engine(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
         """In a worker thread: the parameters' types and the result's columns."""
@@ -595,6 +598,13 @@ class Connection:
                 _encode_rows(answer, fields, formats, self._float_digits())]
         return Result(answer.command, fields if answer.columns else None, rows, answer.notice)
 
+    async def _engine_work(self, work: Callable[[], T]) -> T:
+        """``work`` (reading, checking or describing a statement: analysis, seconds
+        for the largest) in a worker thread that a cancel, the statement timeout and
+        the client's disconnect interrupt, as they interrupt running it
+        (``_run_engine``)."""
+        return await self._while_connected(asyncio.to_thread(self._run_engine, work))
+
     async def _while_connected(self, work):
         """Await the engine while reading ahead what the client sends (kept for later,
         up to a bound); if the client goes away meanwhile, cancel its statement so that
@@ -620,9 +630,10 @@ class Connection:
             reading.cancel()
             return task.result()
 
-    def _run_engine(self, work: Callable[[], Answer]) -> Answer:
+    def _run_engine(self, work: Callable[[], T]) -> T:
         """In a worker thread; a cancel or the statement timeout interrupts the backend
-        statement this thread runs (QueryCanceled, SQLSTATE 57014; still charged)."""
+        statement this thread runs and every stage above it (QueryCanceled, SQLSTATE
+        57014; still charged after the debit)."""
         with self._worker_lock:
             if self._gone:  # the client left before this thread began
                 raise QueryCanceled("canceling statement: the client disconnected")

@@ -18,6 +18,7 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES, parse_tokens
 from proxy.errors import ProxyError, Refused, SyntaxProblem
+from proxy.interrupts import checkpoint
 from proxy.rules import Rules
 from proxy.wire.copy_out import CopyOptions, read_copy
 
@@ -82,7 +83,11 @@ def read_message(sql: str, rules: Rules,
         raise ProxyError(f"statement too long: {len(sql)} characters, at most {limit} "
                          "([server] max_statement_length); split it into smaller "
                          "statements", "54000")
-    return [classify(text, rules, tokens, known) for text, tokens in split(sql)]
+    statements = []
+    for text, tokens in split(sql):
+        checkpoint()  # each statement is read (tokenised, parsed) in up to a second
+        statements.append(classify(text, rules, tokens, known))
+    return statements
 
 
 def split(sql: str) -> list[tuple[str, list[Token] | None]]:
