@@ -15,8 +15,9 @@ from sqlglot import exp
 
 from proxy.analyze.expressions import DerivedColumn
 from proxy.analyze.plan import UNITS, PerUnit, QueryPlan
-from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.guards import clamp
+from proxy.interrupts import checkpoint
+from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import literal, normalised
 from proxy.rules import Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
@@ -40,17 +41,22 @@ def scope_select(
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
-    selected += [exp.alias_(group_value(term, table), key)
-                 for term, key in zip(plan.group_by, keys)]
+    for term, key in zip(plan.group_by, keys):
+        checkpoint()  # each part is built (and copied) in a fraction of a second
+        selected.append(exp.alias_(group_value(term, table), key))
     for index, need in enumerate(needs):
+        checkpoint()
         selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
     if counts_units(plan):
         selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
     scope = exp.select(*selected).from_(source_table(plan, sample_percent))
     if plan.where is not None:
+        checkpoint()
         scope = scope.where(plan.where.copy())
     for term in plan.group_by:  # rows outside the declared keys belong to no group
+        checkpoint()
         scope = scope.where(group_filter(term, table))
+    checkpoint()
     if clip_rows_per_unit is None:
         return scope
     unit = exp.column(table.privacy_unit, quoted=True)
