@@ -18,6 +18,8 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
 from proxy.analyze.outer import OuterQuery, SeriesLimit
+from proxy.errors import QueryCanceled
+from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
 
 DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "DOUBLE",
@@ -49,7 +51,9 @@ def run_outer(outer: OuterQuery, columns: list[str], kinds: list[str], rows: lis
               ) -> tuple[list[str], list[str], list[tuple], list[int | None], dict[int, str]]:
     """The outer query's result over ``rows``: its columns, their PostgreSQL types, its
     rows, the released row each came from (None when rows were merged by DISTINCT) and,
-    per result column that is a released column unchanged, that column's name."""
+    per result column that is a released column unchanged, that column's name. A cancel
+    stops it (QueryCanceled): between its steps, and in its DuckDB by an interrupt."""
+    checkpoint()
     tree = sqlglot.parse_one(outer.sql, read="postgres")
     traced = not tree.args.get("distinct")
     carried = {}
@@ -62,23 +66,28 @@ def run_outer(outer: OuterQuery, columns: list[str], kinds: list[str], rows: lis
         tree = tree.select(exp.column(ROW, table=outer.alias, quoted=True))
     schema = {"released": {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
                               for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}}
+    checkpoint()
     sql = annotate_types(tree, schema=schema).sql(dialect="duckdb")
     con = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:
-        table = exp.Schema(this=exp.to_table("released"), expressions=[
-            exp.ColumnDef(this=exp.to_identifier(name, quoted=True),
-                          kind=exp.DataType.build(kind))
-            for name, kind in schema["released"].items()])
-        con.execute(exp.Create(this=table, kind="TABLE").sql(dialect="duckdb"))
-        if rows:
-            marks = ", ".join("?" for _ in range(len(columns) + 1))
-            con.executemany(f"INSERT INTO released VALUES ({marks})",
-                            [(*row, number) for number, row in enumerate(rows)])
-        cursor = con.execute(sql)
-        result = cursor.fetchall()
-        described = cursor.description[:width]
+        with stopping(con.interrupt):
+            table = exp.Schema(this=exp.to_table("released"), expressions=[
+                exp.ColumnDef(this=exp.to_identifier(name, quoted=True),
+                              kind=exp.DataType.build(kind))
+                for name, kind in schema["released"].items()])
+            con.execute(exp.Create(this=table, kind="TABLE").sql(dialect="duckdb"))
+            if rows:
+                marks = ", ".join("?" for _ in range(len(columns) + 1))
+                con.executemany(f"INSERT INTO released VALUES ({marks})",
+                                [(*row, number) for number, row in enumerate(rows)])
+            cursor = con.execute(sql)
+            result = cursor.fetchall()
+            described = cursor.description[:width]
+    except duckdb.InterruptException:
+        raise QueryCanceled("canceling statement due to user request") from None
     finally:
         con.close()
+    checkpoint()
     names = [column[0] for column in described]
     types = [postgres_type(str(column[1])) for column in described]
     origins = [row[width] for row in result] if traced else [None] * len(result)

@@ -284,6 +284,37 @@ def test_aggregates_whose_sql_would_plan_for_seconds_are_refused_before_anything
     assert isinstance(plan, QueryPlan) and len(plan.aggregates) == 30
 
 
+def test_answers_too_wide_or_too_large_for_memory_are_refused_before_anything_runs():
+    """Within the token limit a statement could ask 10,000 columns (each a released
+    value per group, kept, cached and encoded: an outer query's 2.9 million values grew
+    the server by 370 MB) or make the outer query's DuckDB plan for seconds. More than
+    1,664 columns is refused as PostgreSQL refuses it (54011), and more than
+    MAX_ANSWER_VALUES values (groups × columns; a public table's column counts as
+    max_groups keys) with 54000, at analysis."""
+    from proxy.analyze import MAX_ANSWER_VALUES, MAX_COLUMNS
+
+    session = checking_session(DEMO)
+    counts = ", ".join(f"COUNT(*) FILTER (WHERE age > {i % 100})" for i in range(MAX_COLUMNS + 1))
+    outer = ", ".join(f"n + {i}" for i in range(MAX_COLUMNS + 1))
+    for sql in (f"SELECT {counts} FROM people",
+                f"SELECT {outer} FROM (SELECT COUNT(*) AS n FROM people) AS t"):
+        with pytest.raises(ProxyError) as refused:
+            session.check(sql)
+        assert refused.value.sqlstate == "54011", refused.value
+    bins = "floor(age / 1) * 1 AS a, floor(income / 2000000) * 2000000 AS b"  # 121 × 6
+    wide = ", ".join(["COUNT(*)"] * (MAX_ANSWER_VALUES // 5_808))  # 5,808 groups
+    public = ", ".join(["COUNT(*)"] * 30)  # 10,000 groups (max_groups) × 31 columns
+    for sql in (f"SELECT region, sex, {bins}, {wide} FROM people GROUP BY 1, 2, 3, 4",
+                (f"SELECT r.name, {public} FROM people AS p JOIN regions AS r ON p.region = "
+                 "r.code GROUP BY r.name")):
+        with pytest.raises(ProxyError) as refused:
+            session.check(sql)
+        assert refused.value.sqlstate == "54000", refused.value
+    (_, plan), = session.check(f"SELECT region, sex, {bins}, COUNT(*), SUM(income) FROM people "
+                               "GROUP BY 1, 2, 3, 4")
+    assert plan.group_count == 4 * 2 * 121 * 6
+
+
 def test_a_statement_above_the_token_limit_is_refused_before_analysis():
     """Past MAX_TOKENS a statement is refused (54001) in ``check``, which runs before
     any analysis or debit."""

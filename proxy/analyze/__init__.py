@@ -7,6 +7,7 @@ Whether a query is refused depends only on its text, the rules and the session s
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
@@ -53,6 +54,7 @@ from proxy.vocabulary import (
     SUM,
     VALUE,
     Aggregate,
+    GroupKey,
     Join,
     Mechanism,
     OutputColumn,
@@ -67,6 +69,15 @@ POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
 # The most tokens one statement may have (a 10,000-value IN list is about 20,000): its
 # analysis is linear, and this bounds its time to a few seconds on a small machine.
 MAX_TOKENS = 20_000
+# The most columns an answer may have: PostgreSQL's own limit on a target list (54011).
+# DuckDB, which runs an outer query's post-processing, plans 1,664 computed columns in
+# 2 s and 5,000 in 15 s (2 cores), in steps a cancel does not reach.
+MAX_COLUMNS = 1_664
+# The most values (rows × columns) one answer may hold. Each is a released value, a
+# row cell, an entry of the cached JSON and an encoded cell, about 170 bytes in all
+# (measured: an outer query's 2.9 million cells grew the server by 370 MB), so this
+# keeps an answer within some 40 MB (docs/clients.md, limits).
+MAX_ANSWER_VALUES = 250_000
 
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Create, exp.Drop, exp.Alter, exp.Copy,
            exp.Merge, exp.TruncateTable, exp.Grant, exp.Command, exp.Use, exp.Attach,
@@ -151,6 +162,7 @@ def analyze(
         return nested
     outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
     if outer is not None:
+        _check_answer_size(outer.group_by, _columns(select, outer), rules)
         return outer
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
@@ -160,6 +172,7 @@ def analyze(
     post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
                                                                       hint))
     if post_processed is not None:
+        _check_answer_size(post_processed.group_by, _columns(select, post_processed), rules)
         return post_processed
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
@@ -186,6 +199,8 @@ def analyze(
                                "on a unique key")
     aggregates, outputs = _select_list(select, table, group_by, resolve,
                                        _aggregated(resolve, table, joins))
+    _check_answer_size(group_by, len(outputs) + 2 * settings.intervals * sum(
+        output.aggregate is not None for output in outputs), rules)
     model = settings.resolve_model(rules)
     for join in joins:  # the joined bound is the product of both tables' bounds
         if model == "dp" and join.protected and join.table.max_rows_per_unit is None:
@@ -213,6 +228,28 @@ def analyze(
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
     return plan
+
+
+def _columns(select: exp.Select, plan: QueryPlan) -> int:
+    """The columns of an outer query's answer (``*`` stands for the inner ones)."""
+    return sum(len(plan.outputs) if isinstance(item, exp.Star) else 1
+               for item in select.expressions)
+
+
+def _check_answer_size(group_by: tuple[GroupKey, ...], columns: int, rules: Rules) -> None:
+    """Refuse an answer of more than MAX_COLUMNS columns (54011, as PostgreSQL) or
+    more than MAX_ANSWER_VALUES values (54000). Its rows are its groups; a term whose
+    keys are read later (a public table's column, keys from the data) counts as
+    ``max_groups`` of them."""
+    if columns > MAX_COLUMNS:
+        raise ProxyError(f"target lists can have at most {MAX_COLUMNS:,} entries; this one "
+                         f"has {columns:,}: ask fewer columns per statement", "54011")
+    rows = math.prod(len(term.keys) if term.keys else rules.defaults.max_groups
+                     for term in group_by)
+    if rows * columns > MAX_ANSWER_VALUES:
+        raise ProxyError(f"the answer would hold up to {rows:,} rows of {columns:,} columns, "
+                         f"more than {MAX_ANSWER_VALUES:,} values; ask fewer groups or fewer "
+                         "columns per statement", "54000")
 
 
 def _individual_query(select: exp.Select, table: Table, settings: Settings, resolve,

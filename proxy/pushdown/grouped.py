@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     counts_units,
     distinct_units,
@@ -72,6 +73,7 @@ def statistics_query(
         final = final.select(exp.column("n_units", "base"))
     final = final.from_("base")
     for index, need in enumerate(needs):
+        checkpoint()  # with many group keys, each step copies seconds' worth in all
         name = f"c{index}"
         ctes.append((f"s{index}", _column_statistics(name, need, keys)))
         final = final.select(exp.column(f"{name}_n", f"s{index}"))
@@ -84,7 +86,9 @@ def statistics_query(
         on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys])
         final = final.join(f"s{index}", on=on, join_type="left")
     for alias, cte in ctes:
+        checkpoint()
         final = final.with_(alias, as_=cte)
+    checkpoint()
     return StatisticsQuery(final.sql(dialect=dialect), keys, needs, units)
 
 

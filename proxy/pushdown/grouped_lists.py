@@ -35,6 +35,7 @@ def grouped_list_statistics(
 ) -> dict[tuple, GroupStats] | None:
     keys = group_keys(plan)
     scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    checkpoint()  # each copy of a scope with many group keys takes a fraction of a second
     items, readers = counting_items(plan, needs)
     anchors: list[tuple[int, ColumnNeeds, object]] = []
     for index, need in enumerate(needs):
@@ -51,6 +52,7 @@ def grouped_list_statistics(
             anchors.append((index, need, fraction))
             readers.append(lambda g, a, v: a.append(v))
     statement = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    checkpoint()
     groups, anchor_values = read_groups(execute(statement.sql(dialect="duckdb")), keys, needs,
                                         readers)
     if anchors and not _around_anchors(keys, anchors, anchor_values, groups, scope, execute):

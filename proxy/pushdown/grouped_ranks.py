@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from proxy.interrupts import checkpoint
 from proxy.pushdown.grouped_lists import counting_items, read_groups
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.values import case_of, literal
@@ -33,8 +34,10 @@ def grouped_rank_statistics(
     """Every group's statistics, as ``statistics_query`` reads them, on PostgreSQL."""
     keys = group_keys(plan)
     scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    checkpoint()  # each copy of a scope with many group keys takes a fraction of a second
     items, readers = counting_items(plan, needs)
     counting = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    checkpoint()
     groups, _ = read_groups(execute(counting.sql(dialect="postgres")), keys, needs, readers)
     ranked = [(index, need) for index, need in enumerate(needs) if need.ranks]
     items, asked = [], []  # asked[i][group key]: the ranks of items[i]'s array, in order

@@ -14,6 +14,7 @@ from functools import lru_cache
 from sqlglot import exp
 
 from proxy.guards import clamp
+from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import Table
@@ -39,17 +40,22 @@ def scope_select(
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
-    selected += [exp.alias_(group_value(term, table), key)
-                 for term, key in zip(plan.group_by, keys)]
+    for term, key in zip(plan.group_by, keys):
+        checkpoint()  # each part is built (and copied) in a fraction of a second
+        selected.append(exp.alias_(group_value(term, table), key))
     for index, need in enumerate(needs):
+        checkpoint()
         selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
     if counts_units(plan):
         selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
     scope = exp.select(*selected).from_(source_table(plan, sample_percent))
     if plan.where is not None:
+        checkpoint()
         scope = scope.where(plan.where.copy())
     for term in plan.group_by:  # rows outside the declared keys belong to no group
+        checkpoint()
         scope = scope.where(group_filter(term, table))
+    checkpoint()
     if clip_rows_per_unit is None:
         return scope
     unit = exp.column(table.privacy_unit, quoted=True)
