@@ -66,7 +66,7 @@ def _cpu_after_cancel(engine: Engine, sql: str, delay: float) -> tuple[BaseExcep
     the CPU seconds its thread spent from the cancel to its end (what a stage does
     before it looks; unlike the wall time, the same on a loaded machine)."""
     outcome: dict = {}
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     steps = session.check(sql)
 
     def run() -> None:
