@@ -582,7 +582,7 @@ class Connection:
                 prepared.shadow_name, portal.values,
                 tuple(_formats(portal.param_formats, len(portal.values))),
                 _formats(formats, len(prepared.fields or ())),
-                self.server.limits.catalog_max_rows)
+                self.server.limits.catalog_max_rows, self.server.limits.max_message)
             return Result("", prepared.fields, stream=rows, line=line)
         return await self._while_connected(asyncio.to_thread(
             self._answer, portal, prepared.fields, formats, line))
