@@ -21,3 +21,13 @@ def replace_all(replacements: Iterable[tuple[exp.Expression, exp.Expression]]) -
             node.replace(new)
     for parent, key, news in lists.values():
         parent.set(key, [news.get(id(item), item) for item in parent.args[key]])
+
+
+def balanced(kind: type[exp.Connector], operands: list[exp.Expression]) -> exp.Expression:
+    """``operands`` joined by ``kind`` (AND, OR) as a balanced tree, log n deep; it reads
+    as the same SQL as the chain ``a AND b AND c …``."""
+    if len(operands) == 1:
+        return operands[0]
+    middle = len(operands) // 2
+    return kind(this=balanced(kind, operands[:middle]),
+                expression=balanced(kind, operands[middle:]))
