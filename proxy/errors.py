@@ -103,6 +103,17 @@ class BackendLost(BackendFailed):
     totality failure (``proxy.session``)."""
 
 
+class RolledBack(BackendFailed):
+    """The backend rolled the transaction back to end a conflict with another one
+    (deadlock detected 40P01, serialization failure 40001): nothing it wrote stands (a
+    debit that met one charged nothing); the statement may be sent again."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__("the database behind the proxy rolled this statement back to end "
+                         "a conflict with another session (nothing it wrote stands); send "
+                         "it again", sqlstate)
+
+
 class QueryCanceled(BackendFailed):
     """The statement was interrupted (a client's cancel or the statement timeout); it
     reached the backend, so it is charged like any other failure."""

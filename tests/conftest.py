@@ -41,7 +41,7 @@ def pytest_configure(config):
 # of other modules run over Spark with the parameter "spark" (ids "[spark…"): they go
 # to test_spark.py's worker, whose Sail server (sail_url) they share.
 SAIL_MODULE = "tests/test_spark.py"
-SHARED_MODULES = {"tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
+SHARED_MODULES = {"tests/test_attacks.py", "tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
                   "tests/test_clients.py", "tests/test_joins_multiplicity.py",
                   "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_spark_real.py",
                   "tests/test_superset.py",

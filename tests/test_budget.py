@@ -20,7 +20,7 @@ from proxy.analyze.shapes import canonical_sql
 from proxy.backends import open_backend
 from proxy.demo import located_rules
 from proxy.engine import Engine
-from proxy.errors import BackendUnavailable, QueryCanceled
+from proxy.errors import BackendUnavailable, QueryCanceled, RolledBack
 from proxy.ledger import Charge
 from proxy.loss import Loss
 from proxy.rules import parse_rules
@@ -436,6 +436,43 @@ def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url): 
     assert [(e[2], e[9]) for e in engine.ledger.entries()] == [("a", "charged")]
     _balanced_ledger(engine)
     engine.backend.close()
+
+
+@pytest.mark.postgres
+def test_a_deadlock_is_told_as_one_not_as_a_lost_connection(fresh_postgres, caplog):
+    """Issue 30 item 5: a deadlock came to the client as 58000 and to the log as
+    "postgres connection lost". Two transactions locking two rows in opposite orders:
+    the one PostgreSQL rolls back fails with its own SQLSTATE (40P01), logged as a
+    rollback; the other commits."""
+    import logging
+
+    backend = open_backend(fresh_postgres)
+    backend.query("CREATE TABLE pair (k int PRIMARY KEY)")
+    backend.query("INSERT INTO pair VALUES (1), (2)")
+    both = threading.Barrier(2)
+    outcomes: dict[int, object] = {}
+
+    def lock(first: int, second: int) -> None:
+        try:
+            with backend.transaction() as tx:
+                tx.execute("SELECT k FROM pair WHERE k = %s FOR UPDATE", (first,))
+                both.wait(10)
+                tx.execute("SELECT k FROM pair WHERE k = %s FOR UPDATE", (second,))
+            outcomes[first] = "committed"
+        except Exception as exc:  # noqa: BLE001 — the test inspects it
+            outcomes[first] = exc
+
+    with caplog.at_level(logging.WARNING, logger="idp_proxy"):
+        racers = [threading.Thread(target=lock, args=pair) for pair in ((1, 2), (2, 1))]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join(30)
+    backend.close()
+    failed = [o for o in outcomes.values() if o != "committed"]
+    assert len(failed) == 1 and sorted(outcomes) == [1, 2], outcomes
+    assert isinstance(failed[0], RolledBack) and failed[0].sqlstate == "40P01", failed
+    assert "connection lost" not in caplog.text and "rolled a transaction back" in caplog.text
 
 
 @pytest.mark.postgres

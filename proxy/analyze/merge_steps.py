@@ -45,6 +45,7 @@ from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
 from proxy.guards import depth
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
+from proxy.trees import balanced
 
 SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
              "date": "DATE", "timestamp": "TIMESTAMP"}
@@ -114,15 +115,7 @@ def _balance_connectors(tree: exp.Expression) -> None:
             continue  # inside a chain: its root rebuilds it
         operands = list(node.flatten(unnest=False))
         if len(operands) > 2:
-            node.replace(_balanced(type(node), operands))
-
-
-def _balanced(kind: type[exp.Connector], operands: list[exp.Expression]) -> exp.Expression:
-    if len(operands) == 1:
-        return operands[0]
-    middle = len(operands) // 2
-    return kind(this=_balanced(kind, operands[:middle]),
-                expression=_balanced(kind, operands[middle:]))
+            node.replace(balanced(type(node), operands))
 
 
 def steps(select: exp.Select) -> dict[str, exp.Expression]:

@@ -15,6 +15,7 @@ from sqlglot import exp
 from proxy.errors import NotSupported, Refused, UnknownFunction
 from proxy.interrupts import checkpoint
 from proxy.rules import Table, parse_moment
+from proxy.trees import balanced
 
 _ALLOWED = (
     exp.And, exp.Or, exp.Not, exp.Paren,
@@ -53,7 +54,66 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
                 "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT on columns"
             )
     _check_literal_types(condition, table)
+    return _merged_exclusions(condition)
+
+
+def _merged_exclusions(condition: exp.Expression) -> exp.Expression:
+    """Each AND chain's terms that exclude constants from one column (``col <> 1``,
+    ``NOT col = 2``, ``col NOT IN (3, 4)``) as one ``NOT col IN (1, 2, 3, 4)``, the same
+    condition (NULLs included). DuckDB plans a chain of such terms in time and memory
+    that grow with their square (1,000 ``age <> i``: 570 MB; 4,900, within the token
+    limit: 12 GB); one list it plans at once."""
+    for node in list(condition.find_all(exp.And)):
+        if isinstance(node.parent, exp.And):
+            continue  # inside a chain: its root merges it
+        operands = list(node.flatten(unnest=False))
+        excluded: dict[str, list[exp.Expression]] = {}
+        terms: dict[str, int] = {}
+        kept: list[exp.Expression] = []
+        for operand in operands:
+            column, values = _exclusion(operand)
+            if column is None:
+                kept.append(operand)
+            else:
+                excluded.setdefault(column, []).extend(values)
+                terms[column] = terms.get(column, 0) + 1
+        if all(count < 2 for count in terms.values()):
+            continue
+        kept += [exp.Not(this=exp.In(this=exp.column(column, quoted=True), expressions=values))
+                 for column, values in excluded.items()]
+        merged = balanced(exp.And, kept)
+        if node is condition:
+            condition = merged
+        else:
+            node.replace(merged)
     return condition
+
+
+def _exclusion(term: exp.Expression) -> tuple[str | None, list[exp.Expression]]:
+    """(column, constants) of a term that excludes constants from a column, else
+    (None, [])."""
+    term = term.unnest()
+    if isinstance(term, exp.NEQ):
+        column, value = term.this, term.expression
+        if isinstance(value, exp.Column):
+            column, value = value, column
+        if isinstance(column, exp.Column) and _constant(value):
+            return column.name, [value]
+        return None, []
+    if isinstance(term, exp.Not):
+        inner = term.this.unnest()
+        if isinstance(inner, exp.EQ):
+            return _exclusion(exp.NEQ(this=inner.this, expression=inner.expression))
+        if (isinstance(inner, exp.In) and isinstance(inner.this, exp.Column)
+                and not inner.args.get("query") and inner.expressions
+                and all(_constant(value) for value in inner.expressions)):
+            return inner.this.name, list(inner.expressions)
+    return None, []
+
+
+def _constant(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Literal) or (isinstance(node, exp.Neg)
+                                             and isinstance(node.this, exp.Literal))
 
 
 def beyond_double(text: str) -> bool:

@@ -58,6 +58,7 @@ from proxy.analyze import POSTGRES
 from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
+from proxy.trees import replace_all
 from proxy.vocabulary import QueryPlan
 
 SIZE = 2048
@@ -124,10 +125,8 @@ class _Template:
         plan = self.plan
         if self.slots:
             where = plan.where.copy()
-            for node in list(where.find_all(exp.Literal)):
-                index = self.slots.get(node.meta.get("start"))
-                if index is not None:
-                    node.replace(_literal(literals[index]))
+            replace_all((node, _literal(literals[index])) for node in list(where.find_all(
+                exp.Literal)) if (index := self.slots.get(node.meta.get("start"))) is not None)
             plan = replace(plan, where=where)
         return self.canonical(literals), plan
 

@@ -21,6 +21,7 @@ from proxy.errors import (
     PrivilegeMissing,
     ProxyError,
     QueryCanceled,
+    RolledBack,
 )
 from proxy.pgtypes import NAMES, postgres_type
 
@@ -124,6 +125,9 @@ class PostgresBackend(Backend):
         if isinstance(exc, psycopg.errors.DiskFull):
             log.error("postgres: disk full: %s", one_line(exc))
             return DiskFull()
+        if exc.sqlstate is not None and exc.sqlstate.startswith("40") and not con.closed:
+            log.warning("postgres rolled a transaction back: %s", one_line(exc))
+            return RolledBack(exc.sqlstate)  # 40P01 deadlock, 40001 serialization
         log.error("postgres connection lost: %s", one_line(exc))
         if con.closed:  # broken: the idle connections went with the server
             self._pool.clear()

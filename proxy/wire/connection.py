@@ -18,11 +18,13 @@ import ssl
 import struct
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
 from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
+from proxy.interrupts import checkpoint
 from proxy.pgtypes import TEXT, oid_of
 from proxy.rules import Rules, ServerLimits
 from proxy.session import Answer, Session
@@ -124,6 +126,8 @@ class Connection:
         self._worker_lock = threading.Lock()
         self._gone = False  # the client disconnected while its statement waited
         self._timed_out = False
+        self._in_message = False  # a message is being answered (a Query: all its statements)
+        self._cancel_pending = False  # a cancel came while none of its engine work ran
 
     # I/O ---------------------------------------------------------------------------------
 
@@ -295,18 +299,34 @@ class Connection:
                 else:
                     self.failed = True
             elif isinstance(message, codec.Query):
-                await self._simple(message.sql)
+                with self._answering():
+                    await self._simple(message.sql)
             elif isinstance(message, codec.Flush):
                 pass
             else:
                 try:
-                    await self._extended(message)
+                    with self._answering():
+                        await self._extended(message)
                 except (codec.ProtocolViolation, ConnectionClosed):
                     raise
                 except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
                     self._error(exc)
                     self.failed = True
             await self._flush()
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """While a message is answered, a cancel that comes between two of its engine
+        calls (a statement checked, not yet run; one statement done, the next not begun)
+        stops the next one; one that comes between messages is ignored, as PostgreSQL
+        ignores it."""
+        with self._worker_lock:
+            self._in_message = True
+        try:
+            yield
+        finally:
+            with self._worker_lock:
+                self._in_message = self._cancel_pending = False
 
     def _error(self, exc: BaseException) -> None:
         """One ErrorResponse. A refusal says what it is; anything else is a bug, which
@@ -452,7 +472,8 @@ class Connection:
             portal = Portal(prepared, message.params, message.param_formats,
                             message.result_formats)
             if prepared.statement.route is Route.ENGINE and prepared.param_types:
-                portal.sql = await asyncio.to_thread(self._bound_text, prepared, message)
+                portal.sql = await self._engine_work(lambda: self._bound_text(prepared,
+                                                                              message))
             self.portals[message.portal] = portal
             self._send(codec.BIND_COMPLETE)
         elif isinstance(message, codec.Describe):
@@ -577,7 +598,7 @@ class Connection:
                 prepared.shadow_name, portal.values,
                 tuple(_formats(portal.param_formats, len(portal.values))),
                 _formats(formats, len(prepared.fields or ())),
-                self.server.limits.catalog_max_rows)
+                self.server.limits.catalog_max_rows, self.server.limits.max_message)
             return Result("", prepared.fields, stream=rows, line=line)
         return await self._while_connected(asyncio.to_thread(
             self._answer, portal, prepared.fields, formats, line))
@@ -637,10 +658,15 @@ class Connection:
         with self._worker_lock:
             if self._gone:  # the client left before this thread began
                 raise QueryCanceled("canceling statement: the client disconnected")
+            if self._cancel_pending:
+                self._cancel_pending = False
+                raise QueryCanceled("canceling statement due to user request")
             self._worker = threading.get_ident()
         deadline = DEADLINES.after(self.server.limits.statement_timeout, self._time_out)
         try:
-            return work()
+            done = work()
+            checkpoint()  # a cancel during work that looks no more (binding parameters)
+            return done
         except QueryCanceled:
             if self._timed_out:
                 raise QueryCanceled("canceling statement due to statement timeout") from None
@@ -663,6 +689,8 @@ class Connection:
         with self._worker_lock:
             if self._worker is not None:
                 self.server.engine.backend.interrupt(self._worker)
+            elif self._in_message:
+                self._cancel_pending = True
         if self.shadow is not None:
             self.shadow.cancel()
 

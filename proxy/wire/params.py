@@ -18,6 +18,7 @@ from sqlglot.errors import SqlglotError
 from proxy.errors import ProxyError, SyntaxProblem
 from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, TIMESTAMP, oid_of
 from proxy.rules import Rules
+from proxy.trees import replace_all
 from proxy.wire import types
 
 # Stand-ins are never 0: a parameter may be the divisor of an aggregate's expression
@@ -95,12 +96,13 @@ def _context_kind(node: exp.Parameter, columns, by_alias) -> str:
 def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) -> str:
     """The statement with each parameter replaced by its value as a literal."""
     tree = _tree(text)
+    replacements = []
     for number, nodes in _parameters(tree).items():
         if number > len(values):
             raise BadParameter(f"the statement uses ${number} but {len(values)} "
                                "parameter value(s) were bound")
-        for node in nodes:
-            node.replace(_literal(values[number - 1]))
+        replacements += [(node, _literal(values[number - 1])) for node in nodes]
+    replace_all(replacements)
     return tree.sql(dialect="postgres")
 
 

@@ -17,6 +17,7 @@ import importlib.util
 import logging
 import os
 import pwd
+import select
 import shutil
 import stat
 import subprocess
@@ -41,6 +42,11 @@ log = logging.getLogger("idp_proxy.shadow")
 _TEMPLATE = "template1"
 _MAX_DATABASES = 32  # distinct database names clients may use (each is a copy of the template)
 _OWNER = "idp"
+# The private memory each process of the catalog may take (its RLIMIT_DATA; shared
+# buffers are not counted): a value that a catalog statement builds beyond some 30 MB
+# (``SELECT repeat('x', 500000000)``) fails there with 53200, instead of coming to the
+# server whole (that one grew it by 2.7 GB). Catalog queries of tools take a few MB.
+CATALOG_MEMORY = 128 * 2**20
 _SKELETONS = Path("/var/tmp")  # shared by the servers of the machine; made again if cleaned away
 
 
@@ -158,8 +164,10 @@ class ShadowCatalog:
                    f"-c max_connections={max_connections + 5} -c autovacuum=off "
                    "-c shared_buffers=16MB "
                    f"-c statement_timeout={rules.server.catalog_timeout}s")
-        self._run("pg_ctl", "-D", str(data), "-l", str(self._folder / "log"), "-w", "-o",
-                  options, "start")
+        limited = f'ulimit -d {CATALOG_MEMORY // 1024} && exec "$@"'  # children inherit it
+        subprocess.run([*self._run_as, "sh", "-c", limited, "sh", str(self._bin / "pg_ctl"),
+                        "-D", str(data), "-l", str(self._folder / "log"), "-w", "-o", options,
+                        "start"], check=True, capture_output=True, text=True)
         for database in (_TEMPLATE, "postgres"):  # postgres exists already: it needs them too
             with self._admin(database) as con:
                 for statement in _ddl(rules, backend):
@@ -297,38 +305,41 @@ class ShadowSession:
     def prepare(self, text: str, param_types: tuple[int, ...]) -> tuple[bytes, Description]:
         self._names += 1
         name = f"s{self._names}".encode()
-        _check(self._pgconn.prepare(name, text.encode(), list(param_types) or None))
-        described = _check(self._pgconn.describe_prepared(name))
+        self._pgconn.send_prepare(name, text.encode(), list(param_types) or None)
+        _check(self._last_result())
+        self._pgconn.send_describe_prepared(name)
+        described = _check(self._last_result())
         params = tuple(described.param_type(i) for i in range(described.nparams))
         return name, Description(params, _columns(described))
 
     def execute(self, name: bytes, params: tuple[bytes | None, ...],
                 param_formats: tuple[int, ...], result_formats: list[int],
-                limit: int) -> Iterator[list[bytes | None]]:
+                limit: int, row_bytes: int) -> Iterator[list[bytes | None]]:
         """Run a prepared catalog statement and yield its rows as PostgreSQL sends them
         (libpq's single-row mode: memory stays bounded, and a slow client slows only its
         own session); ``tag`` holds the command tag once the rows are read. More than
-        ``limit`` rows is refused (54000). Each column comes in the format the client
-        asked for; libpq takes one format per result, so a mix runs twice and is held
-        (within the limit: the shadow never changes under a session)."""
+        ``limit`` rows, or a row of more than ``row_bytes``, is refused (54000). Each
+        column comes in the format the client asked for; libpq takes one format per
+        result, so a mix runs twice and is held (within the limit: the shadow never
+        changes under a session)."""
         formats = sorted(set(result_formats) or {0})
         if len(formats) == 1:
-            yield from self._rows(name, params, param_formats, formats[0], limit)
+            yield from self._rows(name, params, param_formats, formats[0], limit, row_bytes)
             return
-        runs = {fmt: list(self._rows(name, params, param_formats, fmt, limit))
+        runs = {fmt: list(self._rows(name, params, param_formats, fmt, limit, row_bytes))
                 for fmt in formats}
         for index, row in enumerate(runs[formats[0]]):
             yield [runs[fmt][index][column] for column, fmt in enumerate(result_formats)]
 
     def _rows(self, name: bytes, params, param_formats, result_format: int,
-              limit: int) -> Iterator[list[bytes | None]]:
+              limit: int, row_bytes: int) -> Iterator[list[bytes | None]]:
         pgconn = self._pgconn
         pgconn.send_query_prepared(name, list(params), list(param_formats) or None,
                                    result_format)
         pgconn.set_single_row_mode()
         count, done = 0, False
         try:
-            while (result := pgconn.get_result()) is not None:
+            while (result := _next_result(pgconn)) is not None:
                 if result.status != pq.ExecStatus.SINGLE_TUPLE:
                     self.tag = (_check(result).command_status or b"").decode()
                     continue
@@ -337,19 +348,34 @@ class ShadowSession:
                     raise ShadowError(f"a catalog result may hold at most {limit} rows "
                                       "([server] catalog_max_rows); add a WHERE or a LIMIT",
                                       "54000")
-                yield [result.get_value(0, c) for c in range(result.nfields)]
+                row = [result.get_value(0, c) for c in range(result.nfields)]
+                size = sum(len(value) for value in row if value is not None)
+                if size > row_bytes:
+                    raise ShadowError(f"a catalog row may hold at most {row_bytes:,} bytes "
+                                      f"([server] max_message); this one holds {size:,}",
+                                      "54000")
+                yield row
             done = True
         finally:
             if not done:  # refused, failed or abandoned mid-result: stop it, then drain
                 try:
                     self._connection.cancel_safe()
-                    while pgconn.get_result() is not None:
+                    while _next_result(pgconn) is not None:
                         pass
                 except psycopg.Error:
                     self._connection.close()  # the session's next catalog query reconnects
 
     def release(self, name: bytes) -> None:
-        _check(self._pgconn.exec_(b"DEALLOCATE " + name))
+        self._pgconn.send_query(b"DEALLOCATE " + name)
+        _check(self._last_result())
+
+    def _last_result(self) -> pq.abc.PGresult:
+        """The result of the command just sent (its only one), read as ``_next_result``
+        reads."""
+        result = last = _next_result(self._pgconn)
+        while last is not None:
+            last = _next_result(self._pgconn)
+        return result
 
     def cancel(self) -> None:
         """Interrupt the catalog statement running on this session's connection, if any."""
@@ -357,6 +383,17 @@ class ShadowSession:
 
     def close(self) -> None:
         self._connection.close()
+
+
+def _next_result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult | None:
+    """libpq's next result, waited for outside libpq: psycopg's C implementation holds
+    the GIL in a ``get_result`` that blocks, so a catalog statement that ran for its
+    whole timeout (``SELECT count(*) FROM generate_series(1, 1e9)``: 10 s) froze every
+    session of the process, and the cancel meant to stop it."""
+    while pgconn.is_busy():
+        select.select([pgconn.socket], [], [], 1.0)  # the GIL is free meanwhile
+        pgconn.consume_input()
+    return pgconn.get_result()
 
 
 def _columns(result: pq.abc.PGresult) -> tuple[Column, ...]:
