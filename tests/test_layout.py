@@ -33,7 +33,7 @@ STAGES = {
     "vocabulary": (0, ("proxy", "proxy.vocabulary", "proxy.rules", "proxy.settings",
                        "proxy.statistics", "proxy.errors", "proxy.loss", "proxy.interrupts",
                        "proxy.guards", "proxy.pgtypes", "proxy.jsontags", "proxy.timing",
-                       "proxy.progress", "proxy.passwords")),
+                       "proxy.progress", "proxy.passwords", "proxy.trees")),
 }
 # the lazy imports allowed: the command line's (a fast --help) and the optional
 # backends', imported when a URL asks for one

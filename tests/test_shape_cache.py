@@ -11,6 +11,7 @@ afresh), or the same refusal. In process, no backend: checking never reads data.
 from __future__ import annotations
 
 import itertools
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +24,7 @@ from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import SessionCommand, Settings, apply_command
 from proxy.vocabulary import QueryPlan
+from proxy.wire import params
 from proxy.wire.connection import Connection
 from proxy.wire.route import Route
 from tests.corpora import CORPORA, DEMO, SHAPES_RULES, SQL_SHAPES, WRITTEN, checking_session
@@ -258,10 +260,6 @@ def test_binding_literals_and_parameters_is_linear_in_their_number():
     of 9,900 values took 20 s to bind (a fresh analysis: 3 s), and 9,000 parameters
     19 s, holding a thread no cancel reached. Four times the values take at most 2.5x
     as long per value (this thread's CPU, best of two)."""
-    import time
-
-    from proxy.wire import params
-
     def per_value(size: int, bind) -> float:
         spent = []
         for attempt in range(2):
@@ -270,7 +268,7 @@ def test_binding_literals_and_parameters_is_linear_in_their_number():
             spent.append(time.thread_time() - started)
         return min(spent) / size
 
-    session = _session(DEMO)
+    session = checking_session(DEMO)
 
     def kept(size: int, attempt: int) -> None:
         values = ", ".join(str((i + attempt) % 120) for i in range(size))
