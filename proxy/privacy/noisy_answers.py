@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from proxy.interrupts import checkpoint
 from proxy.loss import Loss
+from proxy.privacy.inverse_sensitivity import extreme_offsets
 from proxy.privacy.mechanisms import (
     Noisy,
     grid_step,
@@ -176,9 +177,12 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
                        cal, spread_note(agg.kind, cal.local))
     if index in group.instance:
         mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
-        return _finish(Noisy(group.instance[index], None, mechanism), cal,
-                       _INSTANCE_NOTE if not agg.continuous else
-                       f"{_INSTANCE_NOTE}; PERCENTILE_CONT is answered as PERCENTILE_DISC")
+        note = _INSTANCE_NOTE
+        if agg.continuous:
+            note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
+        if agg.kind in (MAX, MIN):
+            note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[index])
+        return _finish(Noisy(group.instance[index], None, mechanism), cal, note)
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
     step, epsilon = grid_step(column.resolution), part.epsilon
     bound = None
@@ -242,6 +246,16 @@ _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §
                   "tell how dense the data are around the answer")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed noise; no 95% "
                 "bound is shown, it would reveal the smooth sensitivity of the data")
+
+
+def _extreme_note(kind, aside: int) -> str:
+    """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset)."""
+    if not aside:
+        return ""
+    end = "largest" if kind == MAX else "smallest"
+    return (f"; {kind.upper()} is drawn around the value {aside} ranks from the {end} "
+            f"(the {end} itself would be drawn almost anywhere between it and the "
+            "domain's end, docs/privacy.md §5.3)")
 
 
 def _sum_note(cal: Calibration) -> str:
