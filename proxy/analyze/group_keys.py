@@ -44,6 +44,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.key_restriction import restricted
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
@@ -90,8 +91,9 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
     terms: list[GroupKey] = []
     where = select.args.get("where")
     for node in group.expressions:
-        term = group_term(dereferenced(node, select, table), table, resolve,
-                          where.this if where else None)
+        term = restricted(group_term(dereferenced(node, select, table), table, resolve,
+                                     where.this if where else None),
+                          where.this if where else None, table, resolve)
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
     count = math.prod(len(term.keys) for term in terms)
