@@ -34,9 +34,14 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.predicate import beyond_double
 from proxy.errors import Refused
 from proxy.rules import Table, parse_moment
 from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
+
+# the most (condition nodes × keys) one term's restriction evaluates; beyond it the
+# condition leaves the keys alone (a long OR chain over thousands of declared keys)
+_WORK = 1_000_000
 
 
 class _Unknown(Exception):
@@ -51,7 +56,8 @@ def restricted(term: GroupKey, where: exp.Expression | None, table: Table, resol
                                                                    TRUNC_BIN):
         return term
     column = table.columns[term.column]
-    conditions = [c for c in conjuncts(where) if _reads_only(c, term.column, resolve)]
+    conditions = [c for c in conjuncts(where) if _reads_only(c, term.column, resolve)
+                  and sum(1 for _ in c.walk()) * len(term.keys) <= _WORK]
     if not conditions:
         return term
     if term.kind == COLUMN:
@@ -94,7 +100,7 @@ def _may_hold(condition: exp.Expression, key: Any, kind: str) -> bool:
     """False when a row whose column holds ``key`` fails ``condition`` for certain."""
     try:
         return _truth(condition, key, kind) is True
-    except _Unknown:
+    except (_Unknown, RecursionError):
         return True
 
 
@@ -103,11 +109,11 @@ def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
     node = node.unnest()
     if node.args.get("negate") and not isinstance(node, exp.Is):
         raise _Unknown
-    if isinstance(node, exp.And):
-        sides = [_truth(node.this, key, kind), _truth(node.expression, key, kind)]
+    if isinstance(node, exp.And):  # flattened: a long chain is no deep recursion
+        sides = [_truth(side, key, kind) for side in node.flatten()]
         return False if False in sides else None if None in sides else True
     if isinstance(node, exp.Or):
-        sides = [_truth(node.this, key, kind), _truth(node.expression, key, kind)]
+        sides = [_truth(side, key, kind) for side in node.flatten()]
         return True if True in sides else None if None in sides else False
     if isinstance(node, exp.Not):
         inner = _truth(node.this, key, kind)
@@ -203,6 +209,8 @@ def _literal(node: exp.Expression, kind: str) -> Any:
     if not isinstance(node, exp.Literal):
         raise _Unknown
     if kind in ("int", "float") and not node.is_string:
+        if beyond_double(node.name):  # refused by check_predicate; never a huge Fraction
+            raise _Unknown
         try:
             return sign * _exact(Decimal(node.name), kind)
         except (InvalidOperation, ValueError, OverflowError):
@@ -228,7 +236,7 @@ def _intervals(node: exp.Expression, kind: str) -> list[Interval]:
     true, as a union of intervals; every value when it cannot be told."""
     try:
         return _as_intervals(node, kind)
-    except _Unknown:
+    except (_Unknown, RecursionError):
         return _EVERYTHING
 
 
@@ -237,9 +245,12 @@ def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
     if node.args.get("negate"):  # IS NOT NULL and the like
         raise _Unknown
     if isinstance(node, exp.And):
-        return _intersection(_intervals(node.this, kind), _intervals(node.expression, kind))
+        found = _EVERYTHING
+        for side in node.flatten():
+            found = _intersection(found, _intervals(side, kind))
+        return found
     if isinstance(node, exp.Or):
-        return _intervals(node.this, kind) + _intervals(node.expression, kind)
+        return [interval for side in node.flatten() for interval in _intervals(side, kind)]
     if isinstance(node, exp.Boolean):
         return _EVERYTHING if node.this else []
     if isinstance(node, exp.Null):
