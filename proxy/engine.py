@@ -32,6 +32,7 @@ from proxy.errors import (
     RulesError,
 )
 from proxy.ledger import Charge, Ledger
+from proxy.privacy.contribution_bounds import laddered, rungs
 from proxy.privacy.inverse_sensitivity import first_windows, instance_releases
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
@@ -41,6 +42,7 @@ from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics, unit_bound_sql
+from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.scope import table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
@@ -53,7 +55,7 @@ from proxy.pushdown.window import (
     rank_window,
 )
 from proxy.rules import Rules, where_declared
-from proxy.statistics import GroupStats
+from proxy.statistics import ColumnNeeds, GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
 T = TypeVar("T")
@@ -163,6 +165,8 @@ class Engine:
         with self._in(plan, view) as reading:
             plan, tx = reading.plan or plan, reading.tx
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
+            if laddered(plan):
+                self._ladders(plan, tx, clip, shift, groups)
             if plan.mechanism.scale != SMOOTH and not bounded and not plan.mechanism.exponential:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
@@ -205,6 +209,21 @@ class Engine:
                 groups[()].smooth = answered(smooth_sensitivities(plan, groups[()], shift),
                                              window_read)
             return shift, groups, version
+
+    def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
+                 groups: dict[tuple, GroupStats]) -> None:
+        """Each group's per-unit contributions against the ladders of the plan's SUM and
+        AVG columns (privacy/contribution_bounds.py), in one more statement."""
+        table = plan.table
+        columns = laddered(plan)
+        needs = tuple(ColumnNeeds(name, lower=table.columns[name].lower,
+                                  upper=table.columns[name].upper) for name in columns)
+        ladders = tuple(rungs(table.columns[name], shift // table.group_size)
+                        for name in columns)
+        for key, by_column in contribution_ladders(plan, needs, ladders,
+                                                   self.backend.capabilities, clip,
+                                                   tx.execute).items():
+            groups.setdefault(key, GroupStats()).ladders = by_column
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:

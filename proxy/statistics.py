@@ -112,6 +112,18 @@ class ColumnStats:
     m2: float = 0.0  # Σ(x − mean)², when ``spread`` was asked
 
 
+@dataclass(frozen=True)
+class Ladder:
+    """Per-unit contributions of one column in one group, measured against a public
+    ladder of bounds B₀ < B₁ < …: how many units' contributions (the sum of their
+    normalised values in scope) lie beyond ±B_k, and the sum of the contributions
+    clipped to [−B_k, B_k] (proxy.privacy.contribution_bounds)."""
+
+    rungs: tuple[float, ...]
+    beyond: tuple[int, ...]
+    clipped: tuple[float, ...]
+
+
 @dataclass
 class GroupStats:
     """All statistics of one group (or of the whole scope without GROUP BY)."""
@@ -122,6 +134,7 @@ class GroupStats:
     smooth: dict[int, float] = field(default_factory=dict)  # aggregate index -> β-smooth S
     instance: dict[int, float] = field(default_factory=dict)  # index -> its released draw
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
+    ladders: dict[str, Ladder] = field(default_factory=dict)  # column -> its contributions
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

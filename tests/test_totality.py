@@ -17,6 +17,7 @@ import time
 from contextlib import closing
 
 import pytest
+from sqlglot import exp
 
 from proxy import session as session_module
 from proxy.analyze import analyze, parse_statements
@@ -25,7 +26,7 @@ from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, ProxyError
-from proxy.pushdown.scope import needed_value
+from proxy.pushdown.scope import needed_value, scope_select
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
@@ -255,12 +256,13 @@ def test_a_chain_of_exclusions_is_planned_as_one_list(engine):
     """DuckDB plans an AND chain of ``col <> constant`` terms in time and memory that
     grow with their square (1,000 terms: 570 MB; 4,900, within the token limit, grew the
     server by 12 GB). The analysis merges a chain's exclusions of one column into one
-    ``NOT col IN (...)``, the same condition: 2,500 of them are answered in seconds."""
+    ``NOT col IN (...)``, the same condition: 2,500 of them are answered in seconds (a
+    bound here far above that, for a loaded machine, and far below the quadratic plan)."""
     chain = " AND ".join(f"y <> {i}" for i in range(2_500))
-    session = engine.session("zoe")
+    session = Session.open(engine, "zoe")
     started = time.perf_counter()
     list(session.execute(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain} AND x < 9"))
-    assert time.perf_counter() - started < 3.0
+    assert time.perf_counter() - started < 30.0
     (_, plan), = session.check(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain}")
     assert plan.where.sql().startswith('NOT "y" IN (0, 1, 2')
 
@@ -273,6 +275,10 @@ def test_a_long_where_is_planned_as_one_expression(engine):
     (Sail is sent 60: it plans the long chain for minutes, also wrapped; issue 30.)"""
     terms = 1_900 if engine.backend.dialect in ("duckdb", "postgres") else 60
     chain = " AND ".join(f"(y <> {i} OR x > 5)" for i in range(terms))
+    session = Session.open(engine, "zoe")
+    sql = f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain}"
+    (_, plan), = session.check(sql)
+    assert isinstance(scope_select(plan, (), None).args["where"].this, exp.Coalesce)
     started = time.perf_counter()
-    list(engine.session("zoe").execute(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain}"))
-    assert time.perf_counter() - started < 4.0
+    list(session.execute(sql))
+    assert time.perf_counter() - started < 30.0

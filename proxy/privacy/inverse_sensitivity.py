@@ -299,7 +299,8 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: Rando
     found = {}
     for index, column, target, epsilon, grid in _targets(plan, shift):
         n = group.column(column).n
-        found[index] = yield from instance_release(n, max(1, target.rank(n)), shift, epsilon,
+        found[index] = yield from instance_release(n, min(max(1, target.rank(n)), max(n, 1)),
+                                                   shift, epsilon,
                                                    grid, rng, plan.mechanism.scale == PIECEWISE,
                                                    column, key)
     return found
@@ -314,19 +315,39 @@ def first_windows(plan: QueryPlan, shift: int) -> dict[str, list[tuple[RankRef, 
     return spans
 
 
+def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
+    """K of MAX's target rank n − K (MIN's 1 + K): the least K for which the candidates
+    beyond the largest value, each at distance K + 1, weigh together at most a
+    twentieth of one candidate at the target, |grid|·e^{−λ(K+1)} ≤ 1/20, so that a draw
+    lands beyond the data rarely (under 5 %). Aimed at the largest value
+    itself (K = 0), the draw falls almost surely in the empty stretch between it and the
+    domain's end, every candidate of which is one change away (MAX(age) at ε 0.1: 120,
+    120, 71, 0 against 99); aimed K values down, it lands among the top values: at ε 1,
+    the 15th largest age (of 0..120), the 61st largest income (of 0..10⁷ by cents). A function of ε, s and the rules."""
+    return max(0, math.ceil(math.log(20 * grid.count) / exponent(epsilon, shift)) - 1)
+
+
 def _targets(plan: QueryPlan, shift: int):
     """(aggregate index, column, target rank, ε, candidates) of every percentile, MAX
-    and MIN: MAX is the value at rank n, MIN at rank 1 (with no value: rank 1). ε is
-    each aggregate's own (sequential composition, as for every aggregate of a SELECT),
-    over GROUP BY divided by the groups one unit's s records can touch, as every DP
-    aggregate's (§3.5)."""
+    and MIN: MAX is the value at rank n − K, MIN at rank 1 + K (``extreme_offset``;
+    ranks outside 1..n are taken as the nearest). ε is each aggregate's own (sequential
+    composition, as for every aggregate of a SELECT), over GROUP BY divided by the
+    groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
     part = plan.aggregate_loss * Fraction(1, groups_touched(shift, plan.group_count)
                                           if plan.group_by else 1)
     for index, agg in enumerate(plan.aggregates):
         if not agg.kind.row.ranked:
             continue
         column = plan.table.columns[agg.column]
+        grid = candidate_grid(column.lower, column.upper, column.resolution,
+                              column.type == "int")
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
-                  else RankRef(TOP if agg.kind == MAX else BOTTOM))
-        yield index, agg.column, target, part.epsilon, candidate_grid(
-            column.lower, column.upper, column.resolution, column.type == "int")
+                  else RankRef(TOP if agg.kind == MAX else BOTTOM,
+                               extreme_offset(part.epsilon, shift, grid)))
+        yield index, agg.column, target, part.epsilon, grid
+
+
+def extreme_offsets(plan: QueryPlan, shift: int) -> dict[int, int]:
+    """K of each MAX and MIN of the plan, by aggregate index (for its note)."""
+    return {index: target.offset for index, _, target, _, _ in _targets(plan, shift)
+            if target.anchor != PCT}

@@ -12,6 +12,8 @@ from fractions import Fraction
 
 from proxy.interrupts import checkpoint
 from proxy.loss import Loss
+from proxy.privacy.contribution_bounds import bound_note, clipped_sum, empty_ladder, laddered, rungs
+from proxy.privacy.inverse_sensitivity import extreme_offsets
 from proxy.privacy.mechanisms import (
     Noisy,
     grid_step,
@@ -163,6 +165,8 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
                        noisy.ci95 if cal.report_scale == "private" else None)
     stats = group.column(agg.column)
     column = plan.table.columns[agg.column]
+    if agg.kind in (SUM, AVG) and agg.column in laddered(plan):
+        return _release_clipped(plan, agg, group, column, cal, part, rng)
     if agg.kind == AVG:
         return _release_average(stats, column, cal, part, rng)
     if agg.kind in SPREADS and not cal.local:
@@ -176,9 +180,12 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
                        cal, spread_note(agg.kind, cal.local))
     if index in group.instance:
         mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
-        return _finish(Noisy(group.instance[index], None, mechanism), cal,
-                       _INSTANCE_NOTE if not agg.continuous else
-                       f"{_INSTANCE_NOTE}; PERCENTILE_CONT is answered as PERCENTILE_DISC")
+        note = _INSTANCE_NOTE
+        if agg.continuous:
+            note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
+        if agg.kind in (MAX, MIN):
+            note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[index])
+        return _finish(Noisy(group.instance[index], None, mechanism), cal, note)
     answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
     step, epsilon = grid_step(column.resolution), part.epsilon
     bound = None
@@ -244,11 +251,44 @@ _SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed no
                 "bound is shown, it would reveal the smooth sensitivity of the data")
 
 
+def _extreme_note(kind, aside: int) -> str:
+    """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset)."""
+    if not aside:
+        return ""
+    end = "largest" if kind == MAX else "smallest"
+    return (f"; {kind.upper()} is drawn around the value {aside} ranks from the {end} "
+            f"(the {end} itself would be drawn almost anywhere between it and the "
+            "domain's end, docs/privacy.md §5.3)")
+
+
 def _sum_note(cal: Calibration) -> str:
     if cal.local and cal.shift == 1:
         return ("SUM is winsorized: the smallest and the largest value in scope count as "
                 "their neighbours (seed 002 §3.2.2)")
     return "SUM adds values clamped to the declared domain"
+
+
+def _release_clipped(plan: QueryPlan, agg, group: GroupStats, column, cal: Calibration,
+                     loss: Loss, rng) -> Released:
+    """SUM, or AVG's sum, of contributions clipped to a bound drawn per group
+    (privacy/contribution_bounds.py); AVG's count takes a quarter of the loss."""
+    group_size = plan.table.group_size
+    rows_per_unit = cal.shift // group_size
+    ladder = group.ladders.get(agg.column) or empty_ladder(rungs(column, rows_per_unit))
+    of_count, of_sum = loss.split(1, 3) if agg.kind == AVG else (None, loss)
+    confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
+    noisy_sum, bound = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
+                                   column.resolution, rng, confidence)
+    note = bound_note(bound, rows_per_unit, plan.table.privacy_unit is not None)
+    mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
+    if agg.kind == SUM:
+        value = round(noisy_sum.value) if column.type == "int" else noisy_sum.value
+        return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
+    noisy_count = laplace_integer(group.column(agg.column).n, _integer_scale(cal.shift, cal),
+                                  of_count.epsilon, rng, confidence)
+    return _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count, column,
+                    cal, f"AVG is a noisy SUM (three quarters of the epsilon) over a noisy "
+                         f"COUNT (a quarter); {note}")
 
 
 def _release_average(stats: ColumnStats, column, cal: Calibration, loss: Loss, rng):
@@ -260,14 +300,21 @@ def _release_average(stats: ColumnStats, column, cal: Calibration, loss: Loss, r
                              rng, grid_step(column.resolution), 0.975)
     noisy_count = laplace_integer(stats.n, _integer_scale(cal.shift, cal), of_count.epsilon,
                                   rng, 0.975)
+    return _average(noisy_sum, noisy_count, column, cal,
+                    f"AVG is a noisy SUM over a noisy COUNT, each with half the epsilon; "
+                    f"{_sum_note(cal)}")
+
+
+def _average(noisy_sum: Noisy, noisy_count: Noisy, column, cal: Calibration,
+             note: str) -> Released:
+    """SUM / COUNT of the two noisy parts, clamped to the domain, with the widest ratio
+    over the corners of their intervals as its 95 % bound."""
     count = max(1, noisy_count.value)
     value = _clamp(noisy_sum.value / count, column.lower, column.upper)
     low_count = max(1.0, count - noisy_count.ci95)
     spread = max(abs((noisy_sum.value + sign * noisy_sum.ci95) / divisor - value)
                  for sign in (-1, 1) for divisor in (low_count, count + noisy_count.ci95))
-    noisy = Noisy(value, spread, f"{noisy_sum.mechanism} / discrete Laplace")
-    return _finish(noisy, cal, f"AVG is a noisy SUM over a noisy COUNT, each with half the "
-                               f"epsilon; {_sum_note(cal)}")
+    return _finish(Noisy(value, spread, f"{noisy_sum.mechanism} / discrete Laplace"), cal, note)
 
 
 def _real_scale(sensitivity: float, cal: Calibration, column) -> float:

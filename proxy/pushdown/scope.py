@@ -28,7 +28,7 @@ BIGINT = exp.DataType.build("bigint")
 
 def scope_select(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], clip_rows_per_unit: int | None,
-    sample_percent: int | None = None,
+    sample_percent: int | None = None, unit: bool = False,
 ) -> exp.Select:
     """The rows in scope: group keys and needed columns, after WHERE (and clipping).
 
@@ -36,7 +36,9 @@ def scope_select(
     rows per unit, chosen by the unit's own values, so one unit's contribution is
     bounded whatever the data (SPEC §5.2, global sensitivity). ``sample_percent`` reads
     a block sample of the table instead (a pilot; never for released statistics).
+    ``unit``: the privacy unit rides along as ``u`` (as it does for COUNT(DISTINCT unit)).
     """
+    unit = (unit or counts_units(plan)) and plan.table.privacy_unit is not None
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
@@ -46,7 +48,7 @@ def scope_select(
     for index, need in enumerate(needs):
         checkpoint()
         selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
-    if counts_units(plan):
+    if unit:
         selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
     scope = exp.select(*selected).from_(source_table(plan, sample_percent))
     if plan.where is not None:
@@ -58,15 +60,15 @@ def scope_select(
     checkpoint()
     if clip_rows_per_unit is None:
         return scope
-    unit = exp.column(table.privacy_unit, quoted=True)
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
              if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
     row_in_unit = exp.Window(
-        this=exp.RowNumber(), partition_by=[unit], order=exp.Order(expressions=order)
+        this=exp.RowNumber(), partition_by=[exp.column(table.privacy_unit, quoted=True)],
+        order=exp.Order(expressions=order)
     )
     scope = scope.select(exp.alias_(row_in_unit, "row_in_unit"))
     columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))]]
-    columns += ["u"] if counts_units(plan) else []
+    columns += ["u"] if unit else []
     clipped = exp.select(*columns).from_(scope.subquery("u"))
     return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
 

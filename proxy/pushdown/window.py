@@ -18,7 +18,7 @@ from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
-from proxy.statistics import PCT, ColumnNeeds, Fetch, RankRef
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, Fetch, RankRef
 from proxy.vocabulary import QueryPlan
 
 
@@ -115,8 +115,13 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
     sort), the targets' ranks computed from each group's n in SQL's integer arithmetic."""
     if capabilities.grouped_ranks is GroupedRanks.LISTS:
         refs = {RankRef(target.anchor, offset, target.fraction) for target, reach in spans
-                for offset in (range(-reach, reach + 1) if target.anchor == PCT
-                               else range(reach + 1))}
+                for offset in range(target.offset - reach if target.anchor == PCT
+                                    else max(0, target.offset - reach),
+                                    target.offset + reach + 1)}
+        # a MAX or MIN aimed beyond a small group's other end is drawn at that end
+        refs |= {RankRef(BOTTOM if target.anchor == TOP else TOP, offset)
+                 for target, reach in spans if target.anchor != PCT and target.offset
+                 for offset in range(reach + 1)}
         ranked = replace(need, ranks=frozenset(refs), total=False, spread=False)
         groups = grouped_list_statistics(plan, (ranked,), clip_rows_per_unit, execute)
         if groups is not None:
@@ -128,14 +133,20 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
     ranked = numbered(exp.column("c0"), keys,
                       scope_select(plan, (need,), clip_rows_per_unit).subquery("s"))
     within = exp.or_(*[exp.column("rn").between(
-        exp.Sub(this=rank_sql(target, exp.column("n")), expression=exp.Literal.number(reach)),
-        exp.Add(this=rank_sql(target, exp.column("n")), expression=exp.Literal.number(reach)))
+        exp.Sub(this=_target_sql(target), expression=exp.Literal.number(reach)),
+        exp.Add(this=_target_sql(target), expression=exp.Literal.number(reach)))
         for target, reach in spans])
     statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(within)
     found: dict[tuple, dict[int, float]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect)):
         found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.clamp_to_domain(row[-2])
     return found
+
+
+def _target_sql(target: RankRef) -> exp.Expression:
+    """A draw's target rank over the group's n, kept in 1..n as the draw keeps it."""
+    n = exp.column("n")
+    return exp.func("greatest", exp.Literal.number(1), exp.func("least", n, rank_sql(target, n)))
 
 
 def near(values: dict[int, float], fetch: Fetch) -> Fetch:

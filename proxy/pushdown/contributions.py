@@ -1,0 +1,67 @@
+"""Per-unit contributions against a ladder of bounds: the statement behind the automatic
+clipping bound of SUM and AVG (proxy.privacy.contribution_bounds).
+
+One statement for every laddered column and every group: the scope's rows summed per
+unit (per group), then per group and rung k the count of units beyond ±B_k and the sum
+of the contributions clipped to [−B_k, B_k]. Only counts and sums leave the backend.
+A table without a privacy unit has one record per unit: its rows are the contributions.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.backends.base import Capabilities
+from proxy.guards import clamp
+from proxy.interrupts import checkpoint
+from proxy.pushdown.scope import Execute, exact_sum, group_keys, read_sum, scope_select
+from proxy.pushdown.values import literal
+from proxy.statistics import ColumnNeeds, Ladder
+from proxy.vocabulary import QueryPlan
+
+
+def contribution_sql(plan: QueryPlan, needs: tuple[ColumnNeeds, ...],
+                     ladders: tuple[tuple[float, ...], ...],
+                     clip_rows_per_unit: int | None) -> exp.Select:
+    """The statement: keys, then per need i and rung k ``b_i_k`` (units beyond ±B_k) and
+    ``s_i_k`` (their clipped sum, an ``exact_sum``)."""
+    keys = group_keys(plan)
+    scope = scope_select(plan, needs, clip_rows_per_unit, unit=True)
+    values = [f"c{i}" for i in range(len(needs))]
+    if plan.table.privacy_unit is None:
+        per_unit = scope
+    else:  # a unit's contribution: the sum of its values in scope (none: 0)
+        per_unit = exp.select(*keys, *[exp.alias_(exp.Coalesce(
+            this=exp.Sum(this=exp.column(name)), expressions=[exp.Literal.number(0)]), name)
+            for name in values]).from_(scope.subquery("r")).group_by(*keys, "u")
+    outer = exp.select(*keys).from_(per_unit.subquery("p"))
+    for i, rungs in enumerate(ladders):
+        checkpoint()
+        value = exp.column(values[i])
+        for k, bound in enumerate(rungs):
+            beyond = exp.or_(value.copy() > literal(bound), value.copy() < literal(-bound))
+            outer = outer.select(
+                exp.alias_(exp.Sum(this=exp.Case().when(beyond, exp.Literal.number(1))
+                                   .else_(exp.Literal.number(0))), f"b_{i}_{k}"),
+                exp.alias_(exact_sum(clamp(value.copy(), -bound, bound), -bound, bound),
+                           f"s_{i}_{k}"))
+    return outer.group_by(*keys) if keys else outer
+
+
+def contribution_ladders(plan: QueryPlan, needs: tuple[ColumnNeeds, ...],
+                         ladders: tuple[tuple[float, ...], ...], capabilities: Capabilities,
+                         clip_rows_per_unit: int | None, execute: Execute
+                         ) -> dict[tuple, dict[str, Ladder]]:
+    """Every group's ladders (key ``()`` without GROUP BY), by column."""
+    statement = contribution_sql(plan, needs, ladders, clip_rows_per_unit)
+    width = len(plan.group_by)
+    found: dict[tuple, dict[str, Ladder]] = {}
+    for row in execute(statement.sql(dialect=capabilities.dialect)):
+        rest, at = row[width:], 0
+        for need, rungs in zip(needs, ladders):
+            pairs = rest[at: at + 2 * len(rungs)]
+            at += 2 * len(rungs)
+            found.setdefault(tuple(row[:width]), {})[need.column] = Ladder(
+                rungs, tuple(int(b or 0) for b in pairs[0::2]),
+                tuple(read_sum(s) for s in pairs[1::2]))
+    return found

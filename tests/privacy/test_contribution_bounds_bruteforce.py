@@ -1,0 +1,89 @@
+"""The automatic clipping bound of SUM and AVG (proxy/privacy/contribution_bounds.py),
+by brute force: for small data sets (units of several records, ties, bounds, NaN, ±inf,
+overflow-sized values, records leaving the scope and moving between groups, group size
+g > 1) and every neighbour, no rung's count of units beyond ±B_k moves by more than g
+(the exponential mechanism's utility sensitivity) and no rung's clipped sum by more
+than g·w_k (the Laplace noise's scale numerator); both reached. The backend's statement
+computes the reference's numbers (tests/test_contribution_bounds.py); the counts'
+bound is reached."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.privacy.contribution_bounds import rungs
+from proxy.rules import Column
+from tests.privacy.harness import (
+    EXTREME,
+    GRID,
+    LOWER,
+    SETTINGS,
+    UPPER,
+    Record,
+    assert_sound,
+    datasets,
+    modifying,
+)
+from tests.privacy.reference import normalise
+
+TWO_SIDED = (-5.0, 5.0)
+SIGNED_GRID = [-5.0, -2.0, 0.0, 1.5, 5.0]
+
+
+def ladder_of(records: list[Record], lower: float, upper: float, ladder: tuple[float, ...],
+              groups: int) -> dict:
+    """(group, k, "beyond" | "clipped") -> the number, as the backend computes it: each
+    unit's normalised values in scope summed per group (none: 0), then counted beyond
+    ±B_k and clipped to [−B_k, B_k]."""
+    sums: dict[tuple[int, object], float] = {}
+    for record in records:
+        value = normalise(record.value, lower, upper)
+        if record.in_scope and value is not None:
+            key = (record.group, record.unit)
+            sums[key] = sums.get(key, 0.0) + value
+    out = {}
+    for group in range(groups):
+        mine = [total for (g, _), total in sums.items() if g == group]
+        for k, bound in enumerate(ladder):
+            out[group, k, "beyond"] = sum(1 for x in mine if abs(x) > bound)
+            out[group, k, "clipped"] = sum(min(max(x, -bound), bound) for x in mine)
+    return out
+
+
+def changes(before: dict, after: dict) -> dict:
+    return {key: abs(after[key] - before[key]) for key in before}
+
+
+@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
+@pytest.mark.parametrize("domain", [(LOWER, UPPER), TWO_SIDED])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_each_rung_moves_within_its_sensitivity(units, rows, group_size, domain, groups):
+    lower, upper = domain
+    ladder = rungs(Column("x", "float", lower, upper, declared_resolution=0.5), rows)
+    grid = GRID if lower >= 0 else SIGNED_GRID
+    width = {k: bound if lower >= 0 else 2 * bound for k, bound in enumerate(ladder)}
+    data = [[r._replace(value=(r.value if r.value not in GRID else
+                               grid[GRID.index(r.value) % len(grid)]))
+             for r in records] for records in datasets(11 + rows, 12, units, rows, groups)]
+    bounds = {(group, k, part): group_size * (1 if part == "beyond" else width[k])
+              for group in range(groups) for k in range(len(ladder))
+              for part in ("beyond", "clipped")}
+    outcomes = assert_sound(lambda records: ladder_of(records, lower, upper, ladder, groups),
+                            lambda records: bounds, data,
+                            modifying(grid + EXTREME, group_size, groups), change=changes)
+    # the counts' bound is reached (but the top rung's: no contribution lies beyond the
+    # largest one); a clipped sum's is where a unit goes from one clip to the other
+    for (group, k, part), bound in bounds.items():
+        if part == "beyond" and k < len(ladder) - 1:
+            reached = max(outcome.worst[group, k, part] for outcome in outcomes)
+            assert reached >= bound - 1e-9, ((group, k, part), reached, bound)
+
+
+def test_the_ladder_is_public_and_spans_the_largest_contribution():
+    """From the largest contribution c·max(|L|, |U|) down by halves, at most 20 times,
+    never below the resolution: a function of the rules and c alone."""
+    column = Column("cost", "float", 0.0, 100_000.0, declared_resolution=0.01)
+    ladder = rungs(column, 6)
+    assert ladder[-1] == 600_000 and len(ladder) == 21 and ladder[0] == 600_000 / 2 ** 20
+    assert all(b == 2 * a for a, b in zip(ladder, ladder[1:]))
+    assert rungs(Column("age", "int", 0.0, 120.0), 1) == tuple(120 / 2 ** j for j in range(6, -1, -1))

@@ -1,0 +1,129 @@
+"""SUM and AVG with the automatic clipping bound (proxy/privacy/contribution_bounds.py),
+on the real backends: the statement computes each group's per-unit contributions
+against the ladder exactly as the reference does, and the answers are useful — issue
+32 measured AVG(cost) per department at ε 1 off by 100 % (every answer 0 or thousands
+against about 660) and SUM(cost) with noise of 10⁷ against 5.8·10⁶."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from proxy.privacy.contribution_bounds import laddered, rungs
+from proxy.pushdown.contributions import contribution_ladders
+from proxy.session import Session
+from proxy.statistics import ColumnNeeds
+from tests.factories import Table, engine_fixture
+from tests.probes import run
+
+DEPARTMENTS = ["a", "b", "c", "d", "e"]
+
+
+def visits(people: int = 3_000, seed: int = 5) -> Table:
+    """Up to 6 visits a person, lognormal costs about 660 each, a few raw values
+    (NaN, ±inf, beyond the domain) and NULLs."""
+    rng = np.random.default_rng(seed)
+    person, department, cost = [], [], []
+    for p in range(people):
+        for _ in range(int(rng.integers(1, 7))):
+            person.append(p)
+            department.append(str(rng.choice(DEPARTMENTS)))
+            cost.append(float(np.round(rng.lognormal(6.2, 0.8), 2)))
+    for i, raw in enumerate([math.nan, math.inf, -math.inf, 1e300, -5.0, None]):
+        cost[i * 7] = raw
+    return Table({"person": person, "department": department, "cost": cost},
+                 {"person": "INTEGER", "department": "TEXT", "cost": "DOUBLE PRECISION"})
+
+
+VISITS = visits(10_000)
+RULES = f"""
+[defaults]
+model = "idp"
+epsilon_per_query = 1
+budget_per_analyst = 100000
+
+[analysts.zoe]
+
+[tables.visits]
+privacy_unit = "person"
+max_rows_per_unit = 6
+[tables.visits.columns]
+person = {{ type = "int" }}
+department = {{ type = "text", keys = {DEPARTMENTS!r} }}
+cost = {{ type = "float", domain = [0, 100000], resolution = 0.01 }}
+""".replace("'", '"')
+
+engine = engine_fixture(RULES, {"visits": VISITS}, shared=True)
+
+
+def truth(where=lambda cost: True) -> dict[str, tuple[float, float]]:
+    """(SUM, AVG) per department of the normalised costs (NaN dropped, clamped)."""
+    sums: dict[str, list[float]] = {d: [] for d in DEPARTMENTS}
+    for department, cost in zip(VISITS.columns["department"], VISITS.columns["cost"]):
+        if cost is None or math.isnan(cost):
+            continue
+        cost = min(max(cost, 0.0), 100_000.0)
+        if where(cost):
+            sums[department].append(cost)
+    return {d: (sum(v), sum(v) / len(v)) for d, v in sums.items()}
+
+
+def contributions(bound: float, where=lambda cost: True) -> dict[str, tuple[int, float]]:
+    """(units beyond ±bound, their clipped sum) per department, by hand."""
+    per_unit: dict[tuple[str, int], float] = {}
+    for person, department, cost in zip(*(VISITS.columns[c] for c in ("person", "department",
+                                                                      "cost"))):
+        if cost is None or math.isnan(cost):
+            continue
+        cost = min(max(cost, 0.0), 100_000.0)
+        if where(cost):
+            per_unit[department, person] = per_unit.get((department, person), 0.0) + cost
+    return {d: (sum(1 for (e, _), x in per_unit.items() if e == d and x > bound),
+                sum(min(x, bound) for (e, _), x in per_unit.items() if e == d))
+            for d in DEPARTMENTS}
+
+
+def test_the_statement_computes_each_units_contribution(engine):
+    """Every rung of every group: the count of units beyond it and the clipped sum,
+    with a WHERE (a unit's rows out of scope do not count) and under GROUP BY."""
+    session = Session.open(engine, "zoe")
+    (_, plan), = session.check(
+        "SELECT department, SUM(cost) FROM visits WHERE cost > 100 GROUP BY department")
+    assert laddered(plan) == ("cost",)
+    column = plan.table.columns["cost"]
+    ladder = rungs(column, 6)
+    with engine.view(plan) as view:
+        groups = contribution_ladders(plan, (ColumnNeeds("cost", lower=0.0, upper=100_000.0),),
+                                      (ladder,), engine.backend.capabilities, None,
+                                      view.tx.execute)
+    assert sorted(groups) == [(d,) for d in DEPARTMENTS]
+    for k, bound in enumerate(ladder):
+        expected = contributions(bound, lambda cost: cost > 100)
+        for department in DEPARTMENTS:
+            got = groups[department,]["cost"]
+            assert got.beyond[k] == expected[department][0], (k, department)
+            # each clipped contribution is summed rounded to 10⁻⁶ (scope.exact_sum)
+            assert got.clipped[k] == pytest.approx(expected[department][1],
+                                                   abs=1e-6 * len(VISITS.columns["cost"]))
+
+
+def test_sum_and_avg_per_group_are_useful_at_epsilon_one(engine):
+    """Over 15 fresh releases of 5 departments (some 6,000 units each) the median
+    relative error of SUM and of AVG is within 5 %, issue 32's goal (with the domain's
+    100,000 a visit they were off by 100 %; measured here about 2 % and 3 %; a pooled
+    median above 5 % has probability below 10⁻⁶); each answer's note names its bound."""
+    session = Session.open(engine, "zoe")
+    true = truth()
+    errors: dict[str, list[float]] = {"sum": [], "avg": []}
+    for i in range(15):
+        answer, = run(session, f"SELECT department, SUM(cost), AVG(cost) FROM visits "
+                               f"WHERE cost > {-1 - i} GROUP BY department")
+        assert sorted(row[0] for row in answer.rows) == DEPARTMENTS
+        for department, total, average in answer.rows:
+            errors["sum"].append(abs(total / true[department][0] - 1))
+            errors["avg"].append(abs(average / true[department][1] - 1))
+        assert any("clipped to ±" in note for note in answer.privacy["notes"])
+    for which, relative in errors.items():
+        assert np.median(relative) < 0.05, (which, sorted(relative))
