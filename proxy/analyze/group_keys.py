@@ -46,6 +46,7 @@ from sqlglot import exp
 
 from proxy.analyze.key_restriction import restricted
 from proxy.analyze.predicate import check_predicate
+from proxy.analyze.substrings import substring_case
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
@@ -189,6 +190,8 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return binned
     if isinstance(node, exp.Case):
         return _case(node, table, resolve, name)
+    if isinstance(node, exp.Substring):  # the CASE over the declared keys it stands for
+        return _case(substring_case(node, table, resolve), table, resolve, name)
     raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
                        f"group by {ALLOWED}")
 
