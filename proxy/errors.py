@@ -69,6 +69,13 @@ class UnknownColumn(Refused):
     sqlstate = "42703"
 
 
+class AmbiguousColumn(Refused):
+    """An unqualified column that more than one table of the query has (PostgreSQL's
+    ``column reference "x" is ambiguous``)."""
+
+    sqlstate = "42702"
+
+
 class UnknownFunction(Refused):
     sqlstate = "42883"
 

@@ -28,6 +28,7 @@ from proxy.backends.base import Backend
 from proxy.errors import BackendFailed, BackendUnavailable, SyntaxProblem
 from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
+from proxy.loss import Loss
 from proxy.pgtypes import RULE_TYPES
 from proxy.postprocess import run_outer, series_limited
 from proxy.privacy import refuse_unanswerable
@@ -44,7 +45,7 @@ from proxy.settings import (
     session_command,
 )
 from proxy.timing import padded
-from proxy.vocabulary import SELECTED, PassthroughPlan, QueryPlan
+from proxy.vocabulary import PUBLIC, SELECTED, PassthroughPlan, QueryPlan
 
 log = logging.getLogger("idp_proxy.session")
 
@@ -213,6 +214,8 @@ class Session:
 
     def _compute(self, canonical: str, plan: QueryPlan) -> Answer:
         engine = self.engine
+        if no_groups(plan):
+            return self._no_groups(canonical, plan)
         charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan), plan.loss,
                         _neighbour(plan))
         debited = False
@@ -242,6 +245,33 @@ class Session:
         answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining)
+
+
+    def _no_groups(self, canonical: str, plan: QueryPlan) -> Answer:
+        """The answer of a GROUP BY whose WHERE leaves none of the public keys (decided
+        by the text: ``proxy.analyze.key_restriction``): no row, and nothing read, charged
+        or recorded."""
+        charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan),
+                        Loss.of(0), _neighbour(plan))
+        answer = _answer(plan, [], [], charge, self.engine.ledger.remaining(self.analyst))
+        answer.privacy["mechanism"] = "none"
+        answer.privacy["notes"] = [NO_GROUPS, *answer.privacy["notes"]]
+        answer.notice = _notice(answer.privacy)
+        if isinstance(plan.post, OuterQuery):
+            answer = _outer_answer(plan.post, answer)
+        return answer
+
+
+NO_GROUPS = ("the WHERE clause admits none of the GROUP BY keys the rules declare: no group "
+             "is answered, nothing was computed and no epsilon spent")
+
+
+def no_groups(plan: QueryPlan) -> bool:
+    """Whether a GROUP BY answers no group by its text: a term's public keys, restricted
+    by the WHERE, are none (terms keyed later, from a public table or by a partition
+    selection, are not decided yet)."""
+    return bool(plan.group_by) and plan.group_count == 0 and all(
+        term.kind not in (PUBLIC, SELECTED) for term in plan.group_by)
 
 
 # Statements whose statistics failed in the backend after the debit, other than by an

@@ -64,3 +64,23 @@ def test_answered_with_its_notice_charged_once(demo_server, sql, aggregates):
         assert before - _budget(con) == aggregates * EPSILON
         assert con.execute(sql).fetchall() == rows  # the cache: the same release, free
         assert before - _budget(con) == aggregates * EPSILON
+
+
+def test_a_where_on_the_group_column_answers_only_its_keys(demo_server):
+    """issue 32 item 4 over the wire: no phantom groups. The two departments asked for,
+    one ε; a WHERE no declared key meets answers no row, for free, with a notice."""
+    with psycopg.connect(demo_server.dsn("bob"), autocommit=True) as con:
+        notices: list[str] = []
+        con.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+        before = _budget(con)
+        rows = con.execute("SELECT department, COUNT(*) FROM visits WHERE department IN "
+                           "('cardiology', 'oncology') GROUP BY department").fetchall()
+        assert [row[0] for row in rows] == ["cardiology", "oncology"]
+        assert all(row[1] > 5000 for row in rows)  # about 8,800 visits each
+        assert before - _budget(con) == EPSILON
+        cursor = con.execute("SELECT department, MEDIAN(cost) FROM visits WHERE department "
+                             "= 'neurology' GROUP BY 1")
+        assert cursor.fetchall() == [] and [c.name for c in cursor.description] == \
+            ["department", "median"]
+        assert before - _budget(con) == EPSILON
+        assert "admits none of the GROUP BY keys" in notices[-1]

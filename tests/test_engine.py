@@ -23,6 +23,7 @@ from tests.factories import (
     engine_fixture,
     load,
     many,
+    open_engine,
     people,
 )
 from tests.probes import run
@@ -92,13 +93,80 @@ def test_group_by_answers_every_declared_key_in_order(engine):
 
 
 def test_empty_groups_are_answered_from_the_domain(engine):
-    """A declared key with no row in scope still gets every aggregate (SPEC §3.4)."""
+    """A declared key with no row in scope still gets every aggregate (SPEC §3.4): a
+    WHERE on another column (ages are 18 to 89) leaves every key, whose values stay
+    within the declared domains."""
     (answer,) = run(Session.open(engine, "zoe"),
                     "SELECT region, COUNT(age), MEDIAN(age), AVG(income), MAX(age) FROM people "
-                    "WHERE region = 'north' GROUP BY region")
+                    "WHERE age > 100 GROUP BY region")
     assert [row[0] for row in answer.rows] == ["north", "south", "east", "west"]
     for row in answer.rows:
-        assert 0 <= row[2] <= 120 and 0 <= row[4] <= 120
+        assert 0 <= row[2] <= 120 and 0 <= row[4] <= 120 and 0 <= row[3] <= 10_000_000
+
+
+def test_an_empty_groups_median_is_drawn_over_the_domain_not_pinned_to_its_end(engine):
+    """docs/privacy.md §3.3: under the default mechanism for percentiles, MAX and MIN
+    (the exponential mechanism), an empty group's value is a draw over the column's
+    grid, as any group's: inside the domain, not its top or bottom every time."""
+    session = Session.open(engine, "zoe")
+    run(session, "SET idp.sensitivity = 'instance'")
+    values = [row[1] for i in range(12) for row in run(
+        session, f"SELECT region, MEDIAN(income), MAX(age) FROM people WHERE age > 100 "
+                 f"AND person_id > -{i} GROUP BY region")[0].rows]
+    assert all(0 <= value <= 10_000_000 for value in values)
+    assert len(set(values)) > len(values) // 2  # draws, not one fixed fallback
+    assert sum(value in (0, 10_000_000) for value in values) < len(values) // 4
+
+
+def test_a_where_on_the_key_column_answers_its_keys_with_their_share_of_epsilon(engine):
+    """issue 32 item 4: WHERE region IN (…) answers those keys only (no phantom groups),
+    and each group's noise is widened by the groups one person can touch among the keys
+    answered (docs/privacy.md §3.5): one key, a count's noise is the ungrouped count's;
+    two keys or four, min(2, G) times that. Charged ε per aggregate, as always."""
+    session = Session.open(engine, "zoe")
+
+    def bound(sql):
+        (answer,) = run(session, sql)
+        return answer, answer.privacy["ci95"]["count"][0]
+
+    _, alone = bound("SELECT COUNT(*) FROM people WHERE region = 'north'")
+    one, one_bound = bound("SELECT region, COUNT(*) FROM people WHERE region = 'north' "
+                           "GROUP BY region")
+    two, two_bound = bound("SELECT region, COUNT(*) FROM people WHERE region IN "
+                           "('east', 'north') GROUP BY region")
+    _, four_bound = bound("SELECT region, COUNT(*) FROM people GROUP BY region")
+    assert [row[0] for row in one.rows] == ["north"]
+    assert [row[0] for row in two.rows] == ["north", "east"]  # the declared order
+    assert one_bound == alone and two_bound == four_bound > one_bound
+    assert [e[6] for e in engine.ledger.entries("zoe")] == [Decimal("0.3")] * 4
+
+
+def _regions_of(region_of_one: str) -> Table:
+    """Twenty people in the north and one, person 21, in ``region_of_one``."""
+    return Table({"person_id": list(range(1, 22)), "age": [30 + i for i in range(21)],
+                  "income": [1000.0 * i for i in range(21)],
+                  "region": ["north"] * 20 + [region_of_one]},
+                 {"person_id": "INTEGER", "age": "INTEGER", "income": "DOUBLE PRECISION",
+                  "region": "TEXT"})
+
+
+def test_neighbouring_data_release_the_same_keys(backend_url, second_backend_url):
+    """The released keys depend on the rules and the text only: on two data sets that
+    differ in one person's region (east, the only one there, or south) the same
+    keys are answered, the emptied one included."""
+    released = []
+    for url, region in ((backend_url, "east"), (second_backend_url, "south")):
+        tables = {"people": _regions_of(region), "odd": ODD, "regions": Table(
+            {"region": ["north"], "label": ["N"]}, {"region": "TEXT", "label": "TEXT"})}
+        with open_engine(url, ENGINE_RULES, tables) as engine_here:
+            session = Session.open(engine_here, "zoe")
+            released.append([[row[0] for row in run(session, sql)[0].rows] for sql in (
+                "SELECT region, COUNT(*), MEDIAN(age) FROM people WHERE region IN "
+                "('north', 'east') GROUP BY region",
+                "SELECT region, MAX(income) FROM people WHERE region <> 'south' GROUP BY 1",
+                "SELECT region, COUNT(*) FROM people WHERE age > 45 GROUP BY 1")])
+    assert released[0] == released[1] == [["north", "east"], ["north", "east", "west"],
+                                          ["north", "south", "east", "west"]]
 
 
 # 1,000 declared keys; the data has rows for the first 990 only (3 each).

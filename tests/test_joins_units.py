@@ -209,7 +209,7 @@ REFUSED = [
       "AND p.age > 3"), "0A000", "ON their privacy units only"),
     ("SELECT COUNT(*) FROM visits v RIGHT JOIN people p ON v.person_id = p.person_id",
      "0A000", "RIGHT joins are not supported"),
-    ("SELECT COUNT(*) FROM visits v, people p WHERE v.person_id = p.person_id", "0A000",
+    ("SELECT COUNT(*) FROM visits v, people p WHERE v.cost > 3", "0A000",
      "joins without ON"),
     (f"SELECT COUNT(*) {JOIN} JOIN claims c ON c.person_id = v.person_id", "0A000",
      "at most two protected tables"),

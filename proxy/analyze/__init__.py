@@ -48,6 +48,7 @@ from proxy.vocabulary import (
     MIN,
     PERCENTILE,
     PIECEWISE,
+    PUBLIC,
     SELECTED,
     SMOOTH,
     SPREADS,
@@ -244,8 +245,8 @@ def _check_answer_size(group_by: tuple[GroupKey, ...], columns: int, rules: Rule
     if columns > MAX_COLUMNS:
         raise ProxyError(f"target lists can have at most {MAX_COLUMNS:,} entries; this one "
                          f"has {columns:,}: ask fewer columns per statement", "54011")
-    rows = math.prod(len(term.keys) if term.keys else rules.defaults.max_groups
-                     for term in group_by)
+    rows = math.prod(rules.defaults.max_groups if term.kind in (PUBLIC, SELECTED)
+                     else len(term.keys) for term in group_by)
     if rows * columns > MAX_ANSWER_VALUES:
         raise ProxyError(f"the answer would hold up to {rows:,} rows of {columns:,} columns, "
                          f"more than {MAX_ANSWER_VALUES:,} values; ask fewer groups or fewer "

@@ -44,7 +44,9 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.key_restriction import restricted
 from proxy.analyze.predicate import check_predicate
+from proxy.analyze.substrings import substring_case
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
@@ -90,8 +92,9 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
     terms: list[GroupKey] = []
     where = select.args.get("where")
     for node in group.expressions:
-        term = group_term(dereferenced(node, select, table), table, resolve,
-                          where.this if where else None)
+        term = restricted(group_term(dereferenced(node, select, table), table, resolve,
+                                     where.this if where else None),
+                          where.this if where else None, table, resolve)
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
     count = math.prod(len(term.keys) for term in terms)
@@ -187,6 +190,8 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return binned
     if isinstance(node, exp.Case):
         return _case(node, table, resolve, name)
+    if isinstance(node, exp.Substring):  # the CASE over the declared keys it stands for
+        return _case(substring_case(node, table, resolve), table, resolve, name)
     raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
                        f"group by {ALLOWED}")
 

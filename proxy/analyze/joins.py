@@ -51,7 +51,8 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from proxy.errors import NotSupported, UnknownColumn, UnknownTable
+from proxy.analyze.explicit_joins import explicit_joins
+from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn, UnknownTable
 from proxy.rules import Rules, Table
 from proxy.vocabulary import Join, JoinedColumn
 
@@ -71,7 +72,9 @@ def split_joins(select: exp.Select, rules: Rules
     """``select`` without its joins (the first protected table alone in FROM) and the
     joins (a second protected table's first); ``select`` itself and no joins when it
     has none. Refused (one line naming the allowed form) unless every join is a public
-    table's, many-to-one, or a second protected table's on the privacy unit."""
+    table's, many-to-one, or a second protected table's on the privacy unit. Comma
+    joins and unqualified columns are first written out (``explicit_joins``)."""
+    select = explicit_joins(select, rules)
     joins = select.args.get("joins") or []
     if not joins:
         return select, ()
@@ -315,8 +318,9 @@ def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
                   and same_unit.get(join.alias) != name.lower()]
         own = name in table.columns and not isinstance(table.columns[name], JoinedColumn)
         if not qualifier and own + len(public) > 1:
-            raise UnknownColumn(f"column {name} is ambiguous (more than one table of the "
-                                "join has it); qualify it with its table's alias")
+            raise AmbiguousColumn(f'column reference "{name}" is ambiguous (more than one '
+                                  "table of the join has it); qualify it with its table's "
+                                  "alias")
         if not qualifier and public and not own:
             return public[0].column_name(name.lower())
         if not own:

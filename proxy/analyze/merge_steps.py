@@ -21,7 +21,9 @@ nested hundreds deep) is refused (54001). sqlglot's ``simplify``, which compares
 two comparisons of a chain (5,000 terms: minutes), is not run: the analysis reads the
 merged tree as the analyst wrote it.
 
-Before the passes, constants the backend would cast (``TIMESTAMP '…'``, ``CAST('…' AS
+Before the passes, constant arithmetic in WHERE and ON is folded
+(``proxy.analyze.constants``: ``1 + 10``, ``date '…' + interval '1' year``), and
+constants the backend would cast (``TIMESTAMP '…'``, ``CAST('…' AS
 DATE)``, Superset's ``TO_TIMESTAMP('…', 'YYYY-MM-DD HH24:MI:SS.US')``) become plain
 quoted literals, checked to be dates, so that time filters compare a column with a
 literal as every other WHERE does.
@@ -40,6 +42,7 @@ from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
 from sqlglot.optimizer.merge_subqueries import merge_subqueries
 from sqlglot.optimizer.qualify import qualify
 
+from proxy.analyze.constants import fold_constants
 from proxy.analyze.group_keys import default_name
 from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
 from proxy.guards import depth
@@ -61,7 +64,7 @@ MAX_DEPTH = 200
 def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     """``select`` with its time constants folded and, when it has CTEs or subqueries in
     FROM, its row-level steps merged (a new tree; the argument is not changed)."""
-    select = fold_time_constants(select.copy())
+    select = fold_time_constants(fold_constants(select.copy()))
     if not _has_steps(select):
         return select
     _balance_connectors(select)

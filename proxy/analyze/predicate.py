@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
+from proxy.analyze.patterns import canonical_patterns
 from proxy.errors import NotSupported, Refused, UnknownFunction
 from proxy.interrupts import checkpoint
 from proxy.rules import Table, parse_moment
@@ -22,12 +23,13 @@ _ALLOWED = (
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
     exp.Between, exp.In, exp.Is,
     exp.Literal, exp.Boolean, exp.Null, exp.Neg, exp.Tuple,
+    exp.Like, exp.ILike, exp.Escape,  # as canonical_patterns writes them
 )
 
 
 def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.Expression:
     """Validate the WHERE condition and return it with columns unqualified."""
-    condition = where.copy()
+    condition = canonical_patterns(where.copy(), table, resolve_column)
     for node in list(condition.walk()):
         checkpoint()
         if isinstance(node, exp.Column):
@@ -46,12 +48,12 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
         elif isinstance(node, exp.Func) and not isinstance(node, _ALLOWED):
             raise UnknownFunction(
                 f"function {node.sql(dialect='postgres').split('(')[0]} is not allowed in WHERE; "
-                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT on columns"
+                "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
         elif not isinstance(node, _ALLOWED):
             raise NotSupported(
                 f"{node.key.upper()} is not allowed in WHERE; "
-                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT on columns"
+                "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
     _check_literal_types(condition, table)
     return _merged_exclusions(condition)

@@ -1,0 +1,81 @@
+"""Constant arithmetic in WHERE and ON folded to one constant before analysis:
+``l_quantity <= 1 + 10`` (TPC-H Q19), ``l_discount BETWEEN 0.06 - 0.01 AND 0.06 +
+0.01``, ``o_orderdate < date '1994-01-01' + interval '1' year``.
+
+Each *maximal* subtree made only of literals, ``+``, ``-``, ``*``, unary minus,
+brackets, casts and intervals is given to sqlglot's ``simplify`` on its own, and
+replaced by what it returns when that is one constant (a number, a string, or a date
+or timestamp cast that ``merge_steps.fold_time_constants`` then reads as every other
+time literal); otherwise it is left as written and the WHERE checks refuse it as
+before. Division is not folded (PostgreSQL divides integers as integers, DuckDB
+not). ``simplify`` is never run on the whole tree: it compares every two terms of a
+chain, which made long WHEREs quadratic (issue 30); here it sees subtrees of at most
+``MAX_NODES`` nodes, so the pass is linear in the statement. A folded number is an
+exact decimal (``0.06 - 0.01`` is ``0.05``); one a double cannot hold is refused by
+the WHERE checks (22003) as a written one is.
+
+The folded constant is what PostgreSQL computes for the constant expression, so the
+condition keeps the same rows (where PostgreSQL would fail on it, an integer sum
+beyond 64 bits, the folded number is read as a numeric and nothing fails); it is a
+per-record condition as before, and no sensitivity changes.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.simplify import simplify
+
+_PARTS = (exp.Literal, exp.Neg, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Cast,
+          exp.Interval, exp.Var, exp.DataType, exp.DataTypeParam)
+_OPERATIONS = (exp.Add, exp.Sub, exp.Mul)
+MAX_NODES = 64
+
+
+def fold_constants(tree: exp.Expression) -> exp.Expression:
+    """``tree`` (changed in place) with the constant arithmetic of its WHERE, FILTER
+    and ON clauses folded."""
+    clauses = [node for node in tree.find_all(exp.Where, exp.Join)]
+    for clause in clauses:
+        root = clause.args.get("on") if isinstance(clause, exp.Join) else clause.this
+        if root is None:
+            continue
+        found = list(root.walk(prune=_foldable))
+        for node in found:
+            if not _foldable(node):
+                continue
+            folded = _folded(node)
+            if folded is None:
+                continue
+            while isinstance(node.parent, exp.Paren):  # (1 + 10) is 11, compared as one
+                node = node.parent
+            if node is root and isinstance(clause, exp.Join):
+                clause.set("on", folded)
+            elif node is root:
+                clause.set("this", folded)
+            else:
+                node.replace(folded)
+    return tree
+
+
+def _foldable(node: exp.Expression) -> bool:
+    """An arithmetic operation of constants only, of at most MAX_NODES nodes."""
+    if not isinstance(node, _OPERATIONS):
+        return False
+    for count, part in enumerate(node.walk(), 1):
+        if count > MAX_NODES or not isinstance(part, _PARTS):
+            return False
+    return True
+
+
+def _folded(node: exp.Expression) -> exp.Expression | None:
+    try:
+        result = simplify(node.copy(), dialect="postgres")
+    except Exception:  # sqlglot could not compute it: left as written, refused later
+        return None
+    constant = result.this if isinstance(result, exp.Neg) else result
+    if isinstance(constant, exp.Literal):
+        return result
+    if isinstance(result, exp.Cast) and isinstance(result.this, exp.Literal) \
+            and result.this.is_string:
+        return result
+    return None

@@ -1,0 +1,339 @@
+"""The WHERE restricts the keys a GROUP BY answers (issue 32 item 4; docs/privacy.md
+§3.4): a key whose group no row can reach, by the text alone, is not answered.
+
+A top-level AND term of the WHERE that reads only a GROUP BY term's column, compared
+with literals, decides for each of the term's public keys whether a row of that key can
+meet it:
+
+- a column with declared keys: the term is evaluated on each key value, as SQL would on
+  a row holding it (three-valued: NULL is not true); ``=``, ``<>``, ``IN``, ``NOT IN``,
+  ``BETWEEN``, ``<``, ``<=``, ``>``, ``>=`` (on numbers, dates and timestamps; text is
+  compared for equality only, its order is the backend's collation), ``IS [NOT] NULL``,
+  ``NOT``, ``AND`` and ``OR`` of these;
+- numeric bins (``floor(x / w) * w``, ``x / w``): the term, read as a union of
+  intervals of x (comparisons, ``BETWEEN``, ``=``, ``IN``, ``AND``, ``OR``, ``IS NULL``;
+  anything else lets every value in), keeps the bins whose values meet it; the first
+  and the last bin also hold every value beyond the domain (a value is clamped into it
+  before it is binned: ``proxy.pushdown.group_sql``);
+- time buckets are narrowed by ``group_keys._within_where`` (time ranges).
+
+Terms over other columns, or over two GROUP BY columns, leave the keys alone, as does a
+term that cannot be decided for a key (a literal of another type, a function): keeping
+a key only answers an empty group, dropping one would hide rows. Everything here reads
+the rules and the query text, never the data, so the released keys are the same on
+every neighbouring data set (SPEC §3.4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.analyze.predicate import beyond_double
+from proxy.errors import Refused
+from proxy.rules import Table, parse_moment
+from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
+
+# the most (condition nodes × keys) one term's restriction evaluates; beyond it the
+# condition leaves the keys alone (a long OR chain over thousands of declared keys)
+_WORK = 1_000_000
+
+
+class _Unknown(Exception):
+    """The term cannot be decided from the key alone: the key is kept."""
+
+
+def restricted(term: GroupKey, where: exp.Expression | None, table: Table, resolve
+               ) -> GroupKey:
+    """``term`` with only the keys some row meeting ``where`` can have (text and rules
+    only)."""
+    if where is None or term.column is None or term.kind not in (COLUMN, FLOOR_BIN,
+                                                                   TRUNC_BIN):
+        return term
+    column = table.columns[term.column]
+    conditions = [c for c in conjuncts(where) if _reads_only(c, term.column, resolve)
+                  and sum(1 for _ in c.walk()) * len(term.keys) <= _WORK]
+    if not conditions:
+        return term
+    if term.kind == COLUMN:
+        keys = tuple(key for key in term.keys
+                     if all(_may_hold(c, key, column.type) for c in conditions))
+    else:
+        allowed = [(-math.inf, True, math.inf, True)]
+        for condition in conditions:
+            allowed = _intersection(allowed, _intervals(condition, column.type))
+        keys = tuple(key for key in term.keys
+                     if _meets(_bin_values(term, key, column), allowed))
+    return term if len(keys) == len(term.keys) else replace(term, keys=keys)
+
+
+def conjuncts(where: exp.Expression) -> list[exp.Expression]:
+    """The top-level AND terms of a condition, parentheses removed."""
+    where = where.unnest()
+    if isinstance(where, exp.And):
+        return [term.unnest() for term in where.flatten()]
+    return [where]
+
+
+def _reads_only(condition: exp.Expression, name: str, resolve) -> bool:
+    """Whether ``condition`` reads a column, and every column it reads is ``name``. (A
+    condition on no column is left alone: the shape cache binds its literals anew,
+    ``proxy.analyze.shapes``, where those compared with a GROUP BY column are not.)"""
+    columns = list(condition.find_all(exp.Column))
+    for node in columns:
+        try:
+            if resolve(node) != name:
+                return False
+        except Refused:
+            return False
+    return bool(columns)
+
+
+# -- declared keys: the condition on each key value --------------------------------------
+
+def _may_hold(condition: exp.Expression, key: Any, kind: str) -> bool:
+    """False when a row whose column holds ``key`` fails ``condition`` for certain."""
+    try:
+        return _truth(condition, key, kind) is True
+    except (_Unknown, RecursionError):
+        return True
+
+
+def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
+    """SQL's three-valued truth of ``node`` on a row holding ``key`` (None: NULL)."""
+    node = node.unnest()
+    if node.args.get("negate") and not isinstance(node, exp.Is):
+        raise _Unknown
+    if isinstance(node, exp.And):  # flattened: a long chain is no deep recursion
+        sides = [_truth(side, key, kind) for side in node.flatten()]
+        return False if False in sides else None if None in sides else True
+    if isinstance(node, exp.Or):
+        sides = [_truth(side, key, kind) for side in node.flatten()]
+        return True if True in sides else None if None in sides else False
+    if isinstance(node, exp.Not):
+        inner = _truth(node.this, key, kind)
+        return None if inner is None else not inner
+    if isinstance(node, exp.Boolean):
+        return node.this
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Is):
+        if not isinstance(node.expression, exp.Null):
+            raise _Unknown
+        return (_value(node.this, key, kind) is None) != bool(node.args.get("negate"))
+    if isinstance(node, exp.In):
+        if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+            raise _Unknown
+        subject = _value(node.this, key, kind)
+        values = [_value(v, key, kind) for v in node.expressions]
+        if subject is None:
+            return None
+        if any(v is not None and _compare(exp.EQ, subject, v, kind) for v in values):
+            return True
+        return None if None in values else False
+    if isinstance(node, exp.Between):
+        if node.args.get("symmetric"):
+            raise _Unknown
+        return _truth(exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
+                              expression=exp.LTE(this=node.this,
+                                                 expression=node.args["high"])), key, kind)
+    if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        left, right = _value(node.this, key, kind), _value(node.expression, key, kind)
+        if left is None or right is None:
+            return None
+        return _compare(type(node), left, right, kind)
+    raise _Unknown
+
+
+def _compare(operator, left, right, kind: str) -> bool:
+    if operator in (exp.EQ, exp.NEQ):
+        return (left == right) == (operator is exp.EQ)
+    if kind not in ("int", "float", "date", "timestamp"):
+        raise _Unknown  # text: the backend's collation orders it; bool: unordered here
+    return {exp.GT: left > right, exp.GTE: left >= right, exp.LT: left < right,
+            exp.LTE: left <= right}[operator]
+
+
+def _value(node: exp.Expression, key: Any, kind: str) -> Any:
+    """An operand as a comparable Python value: the column is the key; a literal is
+    read as the backend reads it against a column of ``kind``; None is NULL."""
+    node = node.unnest()
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Column):
+        return _typed(key, kind)
+    return _literal(node, kind)
+
+
+def _typed(key: Any, kind: str) -> Any:
+    if kind in ("int", "float"):
+        if isinstance(key, bool) or not isinstance(key, (int, float)):
+            raise _Unknown
+        return _exact(key, kind)
+    if kind == "text":
+        if not isinstance(key, str):
+            raise _Unknown
+        return key
+    if kind in ("date", "timestamp"):
+        moment = parse_moment(key)
+        if moment is None:
+            raise _Unknown
+        return moment
+    if kind == "bool" and isinstance(key, bool):
+        return key
+    raise _Unknown
+
+
+def _exact(number: int | float | Decimal, kind: str) -> Fraction:
+    """A number as the comparison sees it: exact for an int column, as a double for a
+    float column (the backend reads the literal as one)."""
+    if kind == "float":
+        as_float = float(number)
+        if not math.isfinite(as_float):
+            raise _Unknown
+        return Fraction(as_float)
+    return Fraction(number)
+
+
+def _literal(node: exp.Expression, kind: str) -> Any:
+    sign = 1
+    while isinstance(node, exp.Neg):
+        sign, node = -sign, node.this.unnest()
+    if isinstance(node, exp.Boolean) and kind == "bool" and sign == 1:
+        return node.this
+    if not isinstance(node, exp.Literal):
+        raise _Unknown
+    if kind in ("int", "float") and not node.is_string:
+        if beyond_double(node.name):  # refused by check_predicate; never a huge Fraction
+            raise _Unknown
+        try:
+            return sign * _exact(Decimal(node.name), kind)
+        except (InvalidOperation, ValueError, OverflowError):
+            raise _Unknown from None
+    if kind == "text" and node.is_string and sign == 1:
+        return node.name
+    if kind in ("date", "timestamp") and node.is_string and sign == 1:
+        moment = parse_moment(node.name, zone_as_utc=True)
+        if moment is None or (kind == "date" and moment.time() != moment.min.time()):
+            raise _Unknown  # a date compared with a moment within a day: left alone
+        return moment
+    raise _Unknown
+
+
+# -- numeric bins: the condition as intervals of the column's values --------------------
+
+Interval = tuple[Any, bool, Any, bool]  # (low, low included, high, high included)
+_EVERYTHING: list[Interval] = [(-math.inf, True, math.inf, True)]
+
+
+def _intervals(node: exp.Expression, kind: str) -> list[Interval]:
+    """The values of the column (one compared with literals) for which ``node`` can be
+    true, as a union of intervals; every value when it cannot be told."""
+    try:
+        return _as_intervals(node, kind)
+    except (_Unknown, RecursionError):
+        return _EVERYTHING
+
+
+def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
+    node = node.unnest()
+    if node.args.get("negate"):  # IS NOT NULL and the like
+        raise _Unknown
+    if isinstance(node, exp.And):
+        found = _EVERYTHING
+        for side in node.flatten():
+            found = _intersection(found, _intervals(side, kind))
+        return found
+    if isinstance(node, exp.Or):
+        return [interval for side in node.flatten() for interval in _intervals(side, kind)]
+    if isinstance(node, exp.Boolean):
+        return _EVERYTHING if node.this else []
+    if isinstance(node, exp.Null):
+        return []
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        if not isinstance(node.this.unnest(), exp.Column):
+            raise _Unknown
+        return []  # NULL (and NaN, read as NULL) is in no bin
+    if isinstance(node, exp.In) and isinstance(node.this.unnest(), exp.Column):
+        if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
+            raise _Unknown
+        points = [_literal(v, kind) for v in node.expressions if not isinstance(v, exp.Null)]
+        return [(p, True, p, True) for p in points]
+    if isinstance(node, exp.Between) and isinstance(node.this.unnest(), exp.Column):
+        if node.args.get("symmetric"):
+            raise _Unknown
+        low, high = _literal(node.args["low"], kind), _literal(node.args["high"], kind)
+        return [(low, True, high, True)] if low <= high else []
+    comparisons = (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+    if isinstance(node, comparisons):
+        operator, subject, other = type(node), node.this.unnest(), node.expression
+        if not isinstance(subject, exp.Column):
+            subject, other = other.unnest(), subject
+            operator = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
+                        exp.LTE: exp.GTE}.get(operator, operator)
+        if not isinstance(subject, exp.Column):
+            raise _Unknown
+        if isinstance(other.unnest(), exp.Null):
+            return []
+        value = _literal(other, kind)
+        return [{exp.EQ: (value, True, value, True),
+                 exp.GT: (value, False, math.inf, True),
+                 exp.GTE: (value, True, math.inf, True),
+                 exp.LT: (-math.inf, True, value, False),
+                 exp.LTE: (-math.inf, True, value, True)}[operator]]
+    raise _Unknown
+
+
+def _intersection(ones: list[Interval], others: list[Interval]) -> list[Interval]:
+    found = []
+    for low, low_in, high, high_in in ones:
+        for other_low, other_low_in, other_high, other_high_in in others:
+            if other_low > low or (other_low == low and not other_low_in):
+                start = (other_low, other_low_in)
+            else:
+                start = (low, low_in)
+            if other_high < high or (other_high == high and not other_high_in):
+                end = (other_high, other_high_in)
+            else:
+                end = (high, high_in)
+            if _nonempty(start[0], start[1], end[0], end[1]):
+                found.append((*start, *end))
+    return found
+
+
+def _nonempty(low, low_in: bool, high, high_in: bool) -> bool:
+    return low < high or (low == high and low_in and high_in)
+
+
+def _meets(values: Interval, allowed: list[Interval]) -> bool:
+    return bool(_intersection([values], allowed))
+
+
+def _bin_values(term: GroupKey, key: int, column) -> Interval:
+    """The values of the column (before clamping) that land in the bin of ``key``:
+    ``floor`` bins [k·w, (k+1)·w), truncating bins toward zero; the first and the last
+    bin reach beyond the domain, whose values are clamped into them."""
+    width, scale = (int(number) for number in term.numbers)
+    index = key // scale
+    if term.kind == FLOOR_BIN:
+        interval: Interval = (index * width, True, (index + 1) * width, False)
+        first, last = math.floor(column.lower / width), math.floor(column.upper / width)
+    else:
+        if index > 0:
+            interval = (index * width, True, (index + 1) * width, False)
+        elif index == 0:
+            interval = (-width, False, width, False)
+        else:
+            interval = ((index - 1) * width, False, index * width, True)
+        first, last = math.trunc(column.lower / width), math.trunc(column.upper / width)
+    low, low_in, high, high_in = interval
+    if index <= first:
+        low, low_in = -math.inf, True
+    if index >= last:
+        high, high_in = math.inf, True
+    return low, low_in, high, high_in

@@ -1,0 +1,97 @@
+"""``LIKE``, ``NOT LIKE``, ``ILIKE`` and ``NOT ILIKE`` in WHERE: a text column against a
+constant pattern, read as PostgreSQL reads it and sent in one spelling every backend
+reads alike.
+
+A pattern is a per-record condition like a comparison (a record's own value against
+a constant), so it keeps every sensitivity (docs/privacy.md §1, §3). What needs care
+is totality and agreement between the backends:
+
+- PostgreSQL's LIKE escapes with a backslash by default, DuckDB's with nothing unless
+  ``ESCAPE`` is given, and Spark fails on a backslash before an ordinary character; a
+  pattern ending in its escape character fails in PostgreSQL (22025). The pattern is a
+  constant, so it is read here, with PostgreSQL's rules (backslash, or the one
+  character of ``ESCAPE 'c'``, none with ``ESCAPE ''``): a literal character, ``%`` or
+  ``_``; a trailing escape is refused (22025) before anything is spent. It is then
+  written again with only ``%``, ``_`` and ``\\`` escaped, by a backslash, with
+  ``ESCAPE '\\'`` spelled out: the same condition in PostgreSQL, DuckDB and Spark, and
+  one none of them can fail on.
+- Only columns declared ``text`` (of the protected tables or of public tables joined):
+  LIKE on a number or a date fails in PostgreSQL, after the debit.
+- A NULL value gives NULL (the row is out of scope), in every backend.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.errors import NotSupported, Refused
+from proxy.rules import Table
+
+PATTERNS = (exp.Like, exp.ILike)
+ESCAPE = "\\"
+
+
+def canonical_patterns(condition: exp.Expression, table: Table, resolve_column
+                       ) -> exp.Expression:
+    """``condition`` with each LIKE/ILIKE written in the one spelling (module doc); a
+    pattern that is not a string constant, a column that is not declared text, or an
+    escape that is not one character is refused."""
+    for node in list(condition.find_all(exp.Escape, *PATTERNS)):
+        if isinstance(node, PATTERNS) and isinstance(node.parent, exp.Escape):
+            continue  # its Escape rewrites it
+        escape = ESCAPE
+        if isinstance(node, exp.Escape):
+            given = node.expression
+            if not (isinstance(node.this, PATTERNS) and isinstance(given, exp.Literal)
+                    and given.is_string and len(given.name) <= 1):
+                raise NotSupported("ESCAPE takes one character in quotes, after LIKE or "
+                                   "ILIKE: col LIKE 'a!%' ESCAPE '!'")
+            escape, like = given.name, node.this
+        else:
+            like = node
+        rewritten = _canonical(like, escape, table, resolve_column)
+        if node is condition:
+            condition = rewritten
+        else:
+            node.replace(rewritten)
+    return condition
+
+
+def _canonical(like: exp.Expression, escape: str, table: Table, resolve_column
+               ) -> exp.Expression:
+    word = "ILIKE" if isinstance(like, exp.ILike) else "LIKE"
+    column, pattern = like.this, like.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise NotSupported(f"{word} takes a constant pattern in quotes: col {word} 'abc%'")
+    if not isinstance(column, exp.Column):
+        raise NotSupported(f"{word} applies to a text column: col {word} 'abc%'")
+    name = resolve_column(column)
+    declared = table.columns[name]
+    if declared.type != "text":
+        raise NotSupported(f"{word} applies to text columns; {name} is {declared.type}: "
+                           "compare it with =, <, BETWEEN or IN")
+    return exp.Escape(this=like.__class__(this=column.copy(), expression=exp.Literal.string(
+        _respelled(pattern.name, escape)), negate=like.args.get("negate")),
+        expression=exp.Literal.string(ESCAPE))
+
+
+def _respelled(pattern: str, escape: str) -> str:
+    """``pattern`` read with ``escape`` as PostgreSQL does, written with a backslash
+    escaping exactly ``%``, ``_`` and the backslash."""
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if escape and char == escape:
+            if i + 1 == len(pattern):
+                raise Refused("LIKE pattern must not end with escape character; escape it "
+                              "too to match it", "22025")
+            out.append(_literal(pattern[i + 1]))
+            i += 2
+            continue
+        out.append(char if char in "%_" else _literal(char))
+        i += 1
+    return "".join(out)
+
+
+def _literal(char: str) -> str:
+    return ESCAPE + char if char in "%_" + ESCAPE else char
