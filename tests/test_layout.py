@@ -117,3 +117,15 @@ def test_privacy_asks_for_data_and_reads_none_itself():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "proxy.statistics":
                 assert "Fetch" not in {a.name for a in node.names}, path.name
+
+
+def test_every_aggregate_kind_has_one_row_in_each_table():
+    """A new aggregate is one row of ``vocabulary.KINDS`` (what analysis and the session
+    need) and one of ``noisy_answers.RELEASES`` (how it is released) plus its pushdown
+    and its brute-force test; VALUE, one unit's value, is released only by knowledge
+    refinement."""
+    from proxy.privacy.noisy_answers import RELEASES
+    from proxy.vocabulary import KINDS, Kind
+
+    assert set(KINDS) == set(Kind)
+    assert set(RELEASES) == set(Kind) - {Kind.VALUE}

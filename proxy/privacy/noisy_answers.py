@@ -7,6 +7,7 @@ Pure: no I/O. The random source is injected so tests can check distributions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -65,7 +66,7 @@ from proxy.vocabulary import (
     SMOOTH,
     SPREADS,
     SUM,
-    UNITS,
+    Kind,
     QueryPlan,
 )
 
@@ -149,11 +150,49 @@ def release_group(
     plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource
 ) -> list[Released]:
     """Noisy answers of every aggregate of the plan for one group (a cancel stops a
-    release of thousands of groups between two of them: proxy.interrupts)."""
+    release of thousands of groups between two of them: proxy.interrupts), each by its
+    kind's row of ``RELEASES``."""
     checkpoint()
     group_count = plan.group_count  # the key sets' sizes: never list every key per group
-    return in_order(plan, [_release_one(plan, index, group, calibration, group_count, rng)
-                           for index in range(len(plan.aggregates))])
+    return in_order(plan, [
+        RELEASES[agg.kind](Asked(plan, index, group, calibration,
+                                 _part(plan, agg, calibration, group_count), rng))
+        for index, agg in enumerate(plan.aggregates)])
+
+
+def _part(plan: QueryPlan, agg, cal: Calibration, group_count: int) -> Loss:
+    """The aggregate's loss in one group (§3.5): a count's histogram moves by at most
+    2s over all its cells, so each gets 1/min(2, G); any other aggregate's share is of
+    the groups one unit's s records can touch."""
+    if not plan.group_by:
+        return plan.aggregate_loss
+    if agg.kind == COUNT:
+        return plan.aggregate_loss * Fraction(1, min(2, group_count))
+    return plan.aggregate_loss * Fraction(1, groups_touched(cal.shift, group_count))
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One aggregate to release in one group: what every release function reads."""
+
+    plan: QueryPlan
+    index: int
+    group: GroupStats
+    cal: Calibration
+    part: Loss  # the aggregate's part of the loss in this group
+    rng: RandomSource
+
+    @property
+    def agg(self):
+        return self.plan.aggregates[self.index]
+
+    @property
+    def column(self):
+        return self.plan.table.columns[self.agg.column]
+
+    @property
+    def stats(self) -> ColumnStats:
+        return self.group.column(self.agg.column)
 
 
 def in_order(plan: QueryPlan, released: list[Released]) -> list[Released]:
@@ -178,72 +217,106 @@ def in_order(plan: QueryPlan, released: list[Released]) -> list[Released]:
     return out
 
 
-def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_count, rng):
-    agg = plan.aggregates[index]
-    grouped = bool(plan.group_by)
-    if agg.kind == COUNT:
-        true = group.rows if agg.column is None else group.column(agg.column).n
-        if plan.public(agg):
-            return Released(true, 0.0, PUBLIC_COUNT)
-        # Counts: one unit's s records each leave one cell and join another: L1 ≤ 2s.
-        part = plan.aggregate_loss * Fraction(1, min(2, group_count) if grouped else 1)
-        sensitivity = count_sensitivity(cal.shift)
-        noisy = laplace_integer(true, _integer_scale(sensitivity, cal), part.epsilon, rng)
-        # its bound depends on s alone, the same for every neighbour (c counts rows)
-        return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
-                       noisy.ci95 if cal.report_scale == "private" else None)
-    # each group's part: of the groups one unit's s records can touch (§3.5)
-    part = plan.aggregate_loss * Fraction(1, groups_touched(cal.shift, group_count)
-                                          if grouped else 1)
-    if agg.kind == UNITS:  # one unit's change: g units leave or join each cell it touches
-        noisy = laplace_integer(group.units, _integer_scale(plan.table.group_size, cal),
-                                part.epsilon, rng)
-        return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
-                       noisy.ci95 if cal.report_scale == "private" else None)
-    stats = group.column(agg.column)
-    column = plan.table.columns[agg.column]
-    wanted = laddered(plan)
-    if agg.kind in (SUM, AVG) and Contribution(agg.column) in wanted:
-        return _release_clipped(plan, agg, group, column, cal, part, rng)
-    if agg.kind in SPREADS and Contribution(agg.column, column.lower, 2) in wanted:
-        return _release_clipped_moments(plan, agg, group, column, cal, part, rng)
-    if agg.kind == AVG:
-        return _release_average(stats, column, cal, part, rng)
-    if agg.kind in SPREADS and not cal.local:
-        noisy = noisy_moments(agg.kind, stats, column, cal.shift, part, rng)
+def _count(a: Asked) -> Released:
+    """COUNT: public without a WHERE (§3.3), else discrete Laplace of scale s."""
+    agg, group, cal = a.agg, a.group, a.cal
+    true = group.rows if agg.column is None else group.column(agg.column).n
+    if a.plan.public(agg):
+        return Released(true, 0.0, PUBLIC_COUNT)
+    noisy = laplace_integer(true, _integer_scale(count_sensitivity(cal.shift), cal),
+                            a.part.epsilon, a.rng)
+    # its bound depends on s alone, the same for every neighbour (c counts rows)
+    return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
+                   noisy.ci95 if cal.report_scale == "private" else None)
+
+
+def _units(a: Asked) -> Released:
+    """COUNT(DISTINCT unit): one unit's change makes g units leave or join each cell it
+    touches."""
+    noisy = laplace_integer(a.group.units, _integer_scale(a.plan.table.group_size, a.cal),
+                            a.part.epsilon, a.rng)
+    return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), a.cal, None,
+                   noisy.ci95 if a.cal.report_scale == "private" else None)
+
+
+def _sum(a: Asked) -> Released:
+    """SUM: of contributions clipped to a drawn bound (§3.14), else §3.4's."""
+    if Contribution(a.agg.column) in laddered(a.plan):
+        return _release_clipped(a.plan, a.agg, a.group, a.column, a.cal, a.part, a.rng)
+    return _laplace_release(a)
+
+
+def _average(a: Asked) -> Released:
+    """AVG: a noisy SUM over a noisy COUNT."""
+    if Contribution(a.agg.column) in laddered(a.plan):
+        return _release_clipped(a.plan, a.agg, a.group, a.column, a.cal, a.part, a.rng)
+    return _release_average(a.stats, a.column, a.cal, a.part, a.rng)
+
+
+def _spread(a: Asked) -> Released:
+    """STDDEV and VARIANCE: from clipped moments (§3.14), DP's noisy moments (§3.8), or
+    raw iDP's local sensitivity."""
+    agg, column, cal = a.agg, a.column, a.cal
+    if Contribution(agg.column, column.lower, 2) in laddered(a.plan):
+        return _release_clipped_moments(a.plan, agg, a.group, column, cal, a.part, a.rng)
+    if not cal.local:
+        noisy = noisy_moments(agg.kind, a.stats, column, cal.shift, a.part, a.rng)
         return _finish(noisy, cal, spread_note(agg.kind, cal.local))
-    if agg.kind in SPREADS:
-        answer, sensitivity, largest = spread_and_sensitivity(agg.kind, stats, column, cal.shift)
-        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), part.epsilon, rng,
-                             grid_step(column.resolution))
-        return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
-                       cal, spread_note(agg.kind, cal.local))
-    if index in group.instance:
-        mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
-        note = _INSTANCE_NOTE
-        if agg.continuous:
-            note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
-        if agg.kind in (MAX, MIN):
-            note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[index])
-        return _finish(Noisy(group.instance[index], None, mechanism), cal, note)
-    answer, sensitivity, note = _answer_and_sensitivity(agg, stats, column, cal)
-    step, epsilon = grid_step(column.resolution), part.epsilon
+    answer, sensitivity, largest = spread_and_sensitivity(agg.kind, a.stats, column, cal.shift)
+    noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), a.part.epsilon, a.rng,
+                         grid_step(column.resolution))
+    return _finish(Noisy(_clamp(noisy.value, 0.0, largest), noisy.ci95, noisy.mechanism),
+                   cal, spread_note(agg.kind, cal.local))
+
+
+def _ranked(a: Asked) -> Released:
+    """Percentiles, MAX and MIN: the exponential mechanism's draw where the plan made
+    one (privacy/inverse_sensitivity.py), else Laplace noise."""
+    agg, plan, cal = a.agg, a.plan, a.cal
+    if a.index not in a.group.instance:
+        return _laplace_release(a)
+    mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
+    note = _INSTANCE_NOTE
+    if agg.continuous:
+        note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
+    if agg.kind in (MAX, MIN):
+        note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[a.index])
+    return _finish(Noisy(a.group.instance[a.index], None, mechanism), cal, note)
+
+
+def _laplace_release(a: Asked) -> Released:
+    """A real-valued aggregate with Laplace noise at its (global or local) sensitivity,
+    or the smooth sensitivity's, or with a private bound's share of ε taken."""
+    agg, column, cal, index = a.agg, a.column, a.cal, a.index
+    answer, sensitivity, note = _answer_and_sensitivity(agg, a.stats, column, cal)
+    step, epsilon = grid_step(column.resolution), a.part.epsilon
     bound = None
-    if index in group.smooth:
-        noisy = smooth_real(answer, group.smooth[index], epsilon, plan.mechanism.gamma, rng, step)
+    if index in a.group.smooth:
+        noisy = smooth_real(answer, a.group.smooth[index], epsilon, a.plan.mechanism.gamma,
+                            a.rng, step)
         note = _SMOOTH_NOTE
-    elif index in group.bounds:  # report_scale "private": the bound took its share of ε
-        epsilon = part.split(BOUND_SHARE, 1 - BOUND_SHARE)[1].epsilon
-        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, rng, step)
-        bound = laplace_interval(group.bounds[index], epsilon, step, 1 - FAILURE)
+    elif index in a.group.bounds:  # report_scale "private": the bound took its share of ε
+        epsilon = a.part.split(BOUND_SHARE, 1 - BOUND_SHARE)[1].epsilon
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, a.rng, step)
+        bound = laplace_interval(a.group.bounds[index], epsilon, step, 1 - FAILURE)
     else:
-        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, rng, step)
+        noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, a.rng, step)
     value = _clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM else noisy.value
     if column.type == "int":
         value = round(value)
     if agg.continuous:
         note = "PERCENTILE_CONT is answered as the discrete percentile (PERCENTILE_DISC)"
     return _finish(Noisy(value, noisy.ci95, noisy.mechanism), cal, note, bound)
+
+
+# One row per aggregate kind: how its answer is released (VALUE, one unit's value, is
+# only ever answered by knowledge refinement: privacy/refined_answers.py).
+RELEASES: dict[Kind, Callable[[Asked], Released]] = {
+    Kind.COUNT: _count, Kind.UNITS: _units, Kind.SUM: _sum, Kind.AVG: _average,
+    Kind.PERCENTILE: _ranked, Kind.MAX: _ranked, Kind.MIN: _ranked,
+    Kind.VAR_SAMP: _spread, Kind.VAR_POP: _spread,
+    Kind.STDDEV_SAMP: _spread, Kind.STDDEV_POP: _spread,
+}
 
 
 def _answer_and_sensitivity(agg, stats: ColumnStats, column, cal: Calibration):
