@@ -64,6 +64,7 @@ c_comment    = { type = "text" }
 
 [tables.orders]
 privacy_unit = "o_custkey"
+unit_of = "customer.c_custkey"
 [tables.orders.columns]
 o_orderkey      = { type = "int" }
 o_custkey       = { type = "int" }
@@ -77,6 +78,7 @@ o_shippriority  = { type = "int", keys = [0] }
 o_comment       = { type = "text" }
 
 [tables.lineitem]
+unit_via = { l_orderkey = "orders.o_orderkey" }
 [tables.lineitem.columns]
 l_orderkey      = { type = "int" }
 l_partkey       = { type = "int" }
