@@ -55,7 +55,7 @@ from proxy.pushdown.window import (
     rank_window,
 )
 from proxy.rules import LINKED_UNIT, Rules, where_declared
-from proxy.statistics import ColumnNeeds, GroupStats
+from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
 T = TypeVar("T")
@@ -216,18 +216,15 @@ class Engine:
 
     def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
                  groups: dict[tuple, GroupStats]) -> None:
-        """Each group's per-unit contributions against the ladders of the plan's SUM and
-        AVG columns (privacy/contribution_bounds.py), in one more statement."""
+        """Each group's per-unit contributions against the ladders of the plan's SUM,
+        AVG, STDDEV and VARIANCE (privacy/contribution_bounds.py), in one more statement."""
         table = plan.table
-        columns = laddered(plan)
-        needs = tuple(ColumnNeeds(name, lower=table.columns[name].lower,
-                                  upper=table.columns[name].upper) for name in columns)
-        ladders = tuple(rungs(table.columns[name], shift // table.group_size)
-                        for name in columns)
-        for key, by_column in contribution_ladders(plan, needs, ladders,
-                                                   self.backend.capabilities, clip,
-                                                   tx.execute).items():
-            groups.setdefault(key, GroupStats()).ladders = by_column
+        wanted = laddered(plan)
+        ladders = tuple(rungs(contribution, table.columns[contribution.column],
+                              shift // table.group_size) for contribution in wanted)
+        for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
+                                               clip, tx.execute).items():
+            groups.setdefault(key, GroupStats()).ladders = found
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:

@@ -113,6 +113,17 @@ class ColumnStats:
 
 
 @dataclass(frozen=True)
+class Contribution:
+    """What one unit contributes to a sum, per group: Σ (x − origin)^power over its
+    normalised values x of ``column`` in scope (SUM: origin 0, power 1; the moments of
+    STDDEV and VARIANCE: origin L, powers 1 and 2)."""
+
+    column: str
+    origin: float = 0.0
+    power: int = 1
+
+
+@dataclass(frozen=True)
 class Ladder:
     """Per-unit contributions of one column in one group, measured against a public
     ladder of bounds B₀ < B₁ < …: how many units' contributions (the sum of their
@@ -134,7 +145,7 @@ class GroupStats:
     smooth: dict[int, float] = field(default_factory=dict)  # aggregate index -> β-smooth S
     instance: dict[int, float] = field(default_factory=dict)  # index -> its released draw
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
-    ladders: dict[str, Ladder] = field(default_factory=dict)  # column -> its contributions
+    ladders: dict[Contribution, Ladder] = field(default_factory=dict)
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

@@ -203,7 +203,8 @@ def demo_server(request, tmp_path_factory):
 def no_noise(monkeypatch):
     """The mechanisms return the true value: what remains is the answer's plumbing. The
     exponential mechanism gives the value at its target rank (its law's mode), read
-    through the same window a draw reads; an empty scope the domain's lower end."""
+    through the same window a draw reads; an empty scope the domain's lower end. A
+    clipped sum takes the ladder's top rung, which clips nothing (the true sum)."""
     from proxy.privacy import inverse_sensitivity, noisy_answers
     from proxy.privacy.mechanisms import Noisy
     from proxy.privacy.requests import RankRequest
@@ -211,9 +212,13 @@ def no_noise(monkeypatch):
     def at_target(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
         return (yield RankRequest(column, rank, rank, group=key))[0] if n else grid.lower
 
+    def unclipped(ladder, *args, **kwargs):
+        return Noisy(ladder.clipped[-1], 0.0, "none"), ladder.rungs[-1]
+
     exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
     monkeypatch.setattr(noisy_answers, "laplace_real", exact)
     monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
+    monkeypatch.setattr(noisy_answers, "clipped_sum", unclipped)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
 
 

@@ -1,4 +1,4 @@
-"""SUM and AVG with a clipping bound chosen per query, privately (docs/privacy.md §3.13).
+"""SUM and AVG with a clipping bound chosen per query, privately (docs/privacy.md §3.14).
 
 Why: calibrated to the declared domain, a SUM's noise is the domain's scale, not the
 data's — cost declared [0, 100,000] with 6 visits a person made the noise of a
@@ -33,7 +33,6 @@ function of the private draw. An empty group draws its bound from the prior alon
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from proxy.loss import Loss
@@ -41,39 +40,47 @@ from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import Noisy, grid_step, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.rules import Column
-from proxy.statistics import Ladder
-from proxy.vocabulary import AVG, EXPONENTIAL, GLOBAL, PIECEWISE, SUM, QueryPlan
+from proxy.statistics import Contribution, Ladder
+from proxy.vocabulary import AVG, EXPONENTIAL, GLOBAL, PIECEWISE, SPREADS, SUM, QueryPlan
 
 BOUND_SHARE = Fraction(1, 3)  # of a SUM's loss, for its bound (AVG: of its sum's half)
 HALVINGS = 20  # rungs below the top: a contribution 10⁶ times below it is still seen
+_SQUARABLE = 1e150  # a domain's width whose square, times any rows per unit, is finite
 
 
-def laddered(plan: QueryPlan) -> tuple[str, ...]:
-    """The columns whose SUM or AVG the plan answers with an automatic bound: under DP
-    or iDP with the global scale (the exponential mechanism's plans included, which
-    draw only their percentiles, MAX and MIN), over one table without per-unit
-    subqueries or joins, on a column with a declared domain."""
+def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
+    """The contributions the plan's SUM, AVG, STDDEV and VARIANCE are answered from with
+    an automatic bound: under DP or iDP with the global scale (the exponential
+    mechanism's plans included, which draw only their percentiles, MAX and MIN), over
+    one table without per-unit subqueries or joins, on a column with a declared domain
+    (spreads: one whose squared width a double holds)."""
     mechanism = plan.mechanism
     if (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
             or mechanism.individual or mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE)
             or plan.per_unit is not None or plan.joins):
         return ()
-    columns = []
+    wanted: dict[Contribution, None] = {}
     for agg in plan.aggregates:
         column = plan.table.columns.get(agg.column) if agg.column else None
-        if (agg.kind in (SUM, AVG) and column is not None and column.lower is not None
-                and column.upper is not None and agg.column not in columns):
-            columns.append(agg.column)
-    return tuple(columns)
+        if column is None or column.lower is None or column.upper is None:
+            continue
+        if agg.kind in (SUM, AVG):
+            wanted[Contribution(agg.column)] = None
+        elif agg.kind in SPREADS and (column.upper - column.lower) < _SQUARABLE:
+            wanted[Contribution(agg.column, column.lower, 1)] = None
+            wanted[Contribution(agg.column, column.lower, 2)] = None
+    return tuple(wanted)
 
 
-def rungs(column: Column, rows_per_unit: int) -> tuple[float, ...]:
-    """The public ladder of ``column`` (its declared lower, upper and resolution) for
-    units of at most ``rows_per_unit`` rows, ascending."""
-    top = rows_per_unit * max(abs(column.lower), abs(column.upper))
+def rungs(contribution: Contribution, column: Column, rows_per_unit: int
+          ) -> tuple[float, ...]:
+    """The public ladder of ``contribution`` of ``column`` (its declared domain and
+    resolution) for units of at most ``rows_per_unit`` rows, ascending."""
+    reach = max(abs(column.lower - contribution.origin), abs(column.upper - contribution.origin))
+    top = rows_per_unit * reach ** contribution.power
     if top <= 0:
         return (0.0,)
-    floor = column.resolution
+    floor = column.resolution ** contribution.power
     ladder = [top]
     while len(ladder) <= HALVINGS and ladder[-1] / 2 >= floor and ladder[-1] / 2 > 0:
         ladder.append(ladder[-1] / 2)
@@ -99,10 +106,10 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
     return noisy, bound
 
 
-def bound_note(bound: float, rows_per_unit: int, table_has_unit: bool) -> str:
-    """What the release says of its bound (a function of the private draw)."""
-    whose = "each unit's values in scope summed" if table_has_unit and rows_per_unit > 1 \
+def bound_note(rows_per_unit: int, table_has_unit: bool) -> str:
+    """What a release says of its bound: the same text in every group (the bound drawn
+    follows from the 95 % bound)."""
+    whose = "each unit's values in scope, summed," if table_has_unit and rows_per_unit > 1 \
         else "each value"
-    shown = f"{bound:.6g}" if math.isfinite(bound) else str(bound)
-    return (f"{whose} clipped to ±{shown}, a bound drawn privately from a public ladder "
-            "with a third of the epsilon (docs/privacy.md §3.13)")
+    return (f"{whose} clipped to a bound drawn privately per group from a public ladder "
+            "with a third of the epsilon (docs/privacy.md §3.14)")

@@ -7,7 +7,7 @@ Pure: no I/O. The random source is injected so tests can check distributions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from proxy.interrupts import checkpoint
@@ -38,8 +38,23 @@ from proxy.privacy.sensitivity import (
     percentile_refs,
     round_up_to_power_of_two,
 )
-from proxy.privacy.variance import noisy_moments, spread_and_sensitivity, spread_note
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
+from proxy.privacy.variance import (
+    MOMENTS_CONFIDENCE,
+    noisy_moments,
+    spread_and_sensitivity,
+    spread_note,
+    spread_of_moments,
+)
+from proxy.statistics import (
+    BOTTOM,
+    PCT,
+    TOP,
+    ColumnNeeds,
+    ColumnStats,
+    Contribution,
+    GroupStats,
+    RankRef,
+)
 from proxy.vocabulary import (
     AVG,
     COUNT,
@@ -137,8 +152,30 @@ def release_group(
     release of thousands of groups between two of them: proxy.interrupts)."""
     checkpoint()
     group_count = plan.group_count  # the key sets' sizes: never list every key per group
-    return [_release_one(plan, index, group, calibration, group_count, rng)
-            for index in range(len(plan.aggregates))]
+    return in_order(plan, [_release_one(plan, index, group, calibration, group_count, rng)
+                           for index in range(len(plan.aggregates))])
+
+
+def in_order(plan: QueryPlan, released: list[Released]) -> list[Released]:
+    """The order statistics of one column kept in their order: MIN ≤ percentiles (by
+    their fraction) ≤ MAX, as the true answers are. Sorting the released values and
+    handing them out in that order is post-processing of the releases, so it costs
+    nothing and can only bring each nearer the truth (the true values are sorted in
+    the same order)."""
+    ranked: dict[str, list[tuple[Fraction, int]]] = {}
+    for index, agg in enumerate(plan.aggregates):
+        if agg.kind.row.ranked and released[index].value is not None:
+            place = {MIN: Fraction(0), MAX: Fraction(1)}.get(agg.kind, agg.fraction)
+            ranked.setdefault(agg.column, []).append((place, index))
+    out = list(released)
+    for members in ranked.values():
+        if len(members) < 2:
+            continue
+        members.sort()
+        values = sorted(released[index].value for _, index in members)
+        for (_, index), value in zip(members, values):
+            out[index] = replace(released[index], value=value)
+    return out
 
 
 def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_count, rng):
@@ -165,8 +202,11 @@ def _release_one(plan, index: int, group: GroupStats, cal: Calibration, group_co
                        noisy.ci95 if cal.report_scale == "private" else None)
     stats = group.column(agg.column)
     column = plan.table.columns[agg.column]
-    if agg.kind in (SUM, AVG) and agg.column in laddered(plan):
+    wanted = laddered(plan)
+    if agg.kind in (SUM, AVG) and Contribution(agg.column) in wanted:
         return _release_clipped(plan, agg, group, column, cal, part, rng)
+    if agg.kind in SPREADS and Contribution(agg.column, column.lower, 2) in wanted:
+        return _release_clipped_moments(plan, agg, group, column, cal, part, rng)
     if agg.kind == AVG:
         return _release_average(stats, column, cal, part, rng)
     if agg.kind in SPREADS and not cal.local:
@@ -274,12 +314,12 @@ def _release_clipped(plan: QueryPlan, agg, group: GroupStats, column, cal: Calib
     (privacy/contribution_bounds.py); AVG's count takes a quarter of the loss."""
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
-    ladder = group.ladders.get(agg.column) or empty_ladder(rungs(column, rows_per_unit))
+    ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit)
     of_count, of_sum = loss.split(1, 3) if agg.kind == AVG else (None, loss)
     confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
-    noisy_sum, bound = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
+    noisy_sum, _ = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
                                    column.resolution, rng, confidence)
-    note = bound_note(bound, rows_per_unit, plan.table.privacy_unit is not None)
+    note = bound_note(rows_per_unit, plan.table.privacy_unit is not None)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
         value = round(noisy_sum.value) if column.type == "int" else noisy_sum.value
@@ -289,6 +329,39 @@ def _release_clipped(plan: QueryPlan, agg, group: GroupStats, column, cal: Calib
     return _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count, column,
                     cal, f"AVG is a noisy SUM (three quarters of the epsilon) over a noisy "
                          f"COUNT (a quarter); {note}")
+
+
+def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit: int):
+    """The group's ladder of ``contribution``; an empty group's is of no units."""
+    return group.ladders.get(contribution) or empty_ladder(
+        rungs(contribution, column, rows_per_unit))
+
+
+def _release_clipped_moments(plan: QueryPlan, agg, group: GroupStats, column,
+                             cal: Calibration, loss: Loss, rng) -> Released:
+    """STDDEV/VARIANCE from a noisy count (a fifth of the loss) and the sums of each
+    unit's Σ(x − L) and Σ(x − L)², each clipped to a bound drawn per group (two fifths
+    each, privacy/contribution_bounds.py)."""
+    group_size = plan.table.group_size
+    rows_per_unit = cal.shift // group_size
+    of_count, of_first, of_second = loss.split(1, 2, 2)
+    count = laplace_integer(group.column(agg.column).n, _integer_scale(cal.shift, cal),
+                            of_count.epsilon, rng, MOMENTS_CONFIDENCE)
+    sums = []
+    for power, part in ((1, of_first), (2, of_second)):
+        contribution = Contribution(agg.column, column.lower, power)
+        noisy, _ = clipped_sum(_ladder(group, contribution, column, rows_per_unit), part,
+                               group_size, 0.0, 1.0, column.resolution ** power, rng,
+                               MOMENTS_CONFIDENCE)
+        sums.append(noisy)
+    noisy = spread_of_moments(agg.kind, count, sums[0], sums[1], column.lower, column.upper,
+                              "discrete Laplace / Laplace: noisy count and moment sums, "
+                              "their bounds by the exponential mechanism")
+    what = "STDDEV" if agg.kind.startswith("stddev") else "VARIANCE"
+    return _finish(noisy, cal, (
+        f"{what} from a noisy count (a fifth of the epsilon) and the sums of each unit's "
+        "Σ(x − L) and Σ(x − L)², each clipped to a bound drawn privately per group (two "
+        "fifths each, docs/privacy.md §3.14); heavy tails clipped make it low"))
 
 
 def _release_average(stats: ColumnStats, column, cal: Calibration, loss: Loss, rng):

@@ -146,12 +146,14 @@ def spread_and_sensitivity(kind: str, stats, column,
 
 
 def spread_note(kind: str, local: bool) -> str:
-    """``local``: raw iDP's spread, noised as a whole; else from noisy moments."""
+    """``local``: raw iDP's spread, noised as a whole; else from noisy moments. (Where
+    SQL gives NULL, too few values in scope, the answer is 0: docs/privacy.md §3.8 says
+    so once; a note on every answer would say it also of 20,000 values.)"""
     what = "STDDEV" if kind.startswith("stddev") else "VARIANCE"
     if not local:
         return (f"{what} from a noisy count and noisy sums of x and x² (each a third of "
-                "the epsilon); 0 where SQL gives NULL (too few values in scope)")
-    return f"{what} is 0 where SQL gives NULL (too few values in scope)"
+                "the epsilon)")
+    return f"{what} with noise scaled to its local sensitivity"
 
 
 def moment_sums(n: int, total: float, m2: float, lower: float,
@@ -177,19 +179,33 @@ def noisy_moments(kind: str, stats, column, shift: int, loss: Loss,
     The 95 % bound: each sum inside its 1 − 5 %/3 interval (union bound), the answer's
     largest distance to the variance at the corners of that box (and at S1 = 0 when the
     box holds it, where S1² is least)."""
-    form = POPULATION if kind.endswith("_pop") else SAMPLE
-    root = kind.startswith("stddev")
     lower, upper = column.lower, column.upper
     half = (upper - lower) / 2
     first, second = moment_sums(stats.n, stats.total, stats.m2, lower, upper)
     of_count, of_linear, of_square = loss.split(1, 1, 1)
-    confidence = 1 - 0.05 / 3
     step = grid_step(column.resolution)
-    count = laplace_integer(stats.n, shift, of_count.epsilon, rng, confidence)
+    count = laplace_integer(stats.n, shift, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
     linear = laplace_real(first, clamped_sum_sensitivity(shift, -half, half), of_linear.epsilon,
-                          rng, step, confidence)
+                          rng, step, MOMENTS_CONFIDENCE)
     square = laplace_real(second, clamped_sum_sensitivity(shift, 0.0, half * half),
-                          of_square.epsilon, rng, step, confidence)
+                          of_square.epsilon, rng, step, MOMENTS_CONFIDENCE)
+    return spread_of_moments(kind, count, linear, square, lower, upper,
+                             "discrete Laplace / Laplace (sampled on the column's grid): "
+                             "noisy count and moment sums")
+
+
+MOMENTS_CONFIDENCE = 1 - 0.05 / 3  # each of three noisy sums: all three at once ≥ 95 %
+
+
+def spread_of_moments(kind: str, count: Noisy, linear: Noisy, square: Noisy, lower: float,
+                      upper: float, mechanism: str) -> Noisy:
+    """STDDEV/VARIANCE from a noisy count N and noisy sums S1 = Σ(x − o), S2 = Σ(x − o)²
+    about any origin o (the variance does not depend on it): (S2 − S1²/N)/(N − 1) (÷ N
+    for the population form), clamped to [0, largest]; post-processing of the three.
+    The 95 % bound: the answer's largest distance at the corners of the three sums'
+    intervals (and at S1 = 0 when that box holds it, where S1² is least)."""
+    form = POPULATION if kind.endswith("_pop") else SAMPLE
+    root = kind.startswith("stddev")
     largest = largest_variance(form, lower, upper)
 
     def combined(n: float, s1: float, s2: float) -> float:
@@ -207,5 +223,4 @@ def noisy_moments(kind: str, stats, column, shift: int, loss: Loss,
                  for n in (count.value - count.ci95, count.value + count.ci95)
                  for s1 in s1_values
                  for s2 in (square.value - square.ci95, square.value + square.ci95))
-    return Noisy(value, spread, "discrete Laplace / Laplace (sampled on the column's grid): "
-                                "noisy count and moment sums")
+    return Noisy(value, spread, mechanism)

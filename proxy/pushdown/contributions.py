@@ -1,9 +1,10 @@
 """Per-unit contributions against a ladder of bounds: the statement behind the automatic
 clipping bound of SUM and AVG (proxy.privacy.contribution_bounds).
 
-One statement for every laddered column and every group: the scope's rows summed per
-unit (per group), then per group and rung k the count of units beyond ±B_k and the sum
-of the contributions clipped to [−B_k, B_k]. Only counts and sums leave the backend.
+One statement for every contribution (``statistics.Contribution``: Σ (x − origin)^power
+of a column's normalised values) and every group: the scope's rows summed per unit (per
+group), then per group and rung k the count of units beyond ±B_k and the sum of the
+contributions clipped to [−B_k, B_k]. Only counts and sums leave the backend.
 A table without a privacy unit has one record per unit: its rows are the contributions.
 """
 
@@ -16,28 +17,39 @@ from proxy.guards import clamp
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import Execute, exact_sum, group_keys, read_sum, scope_select
 from proxy.pushdown.values import literal
-from proxy.statistics import ColumnNeeds, Ladder
+from proxy.statistics import ColumnNeeds, Contribution, Ladder
 from proxy.vocabulary import QueryPlan
 
 
-def contribution_sql(plan: QueryPlan, needs: tuple[ColumnNeeds, ...],
+def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                      ladders: tuple[tuple[float, ...], ...],
                      clip_rows_per_unit: int | None) -> exp.Select:
-    """The statement: keys, then per need i and rung k ``b_i_k`` (units beyond ±B_k) and
-    ``s_i_k`` (their clipped sum, an ``exact_sum``)."""
+    """The statement: keys, then per contribution i and rung k ``b_i_k`` (units beyond
+    ±B_k) and ``s_i_k`` (their clipped sum, an ``exact_sum``)."""
     keys = group_keys(plan)
+    columns = list(dict.fromkeys(c.column for c in wanted))
+    needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
+                              upper=plan.table.columns[name].upper) for name in columns)
     scope = scope_select(plan, needs, clip_rows_per_unit, unit=True)
-    values = [f"c{i}" for i in range(len(needs))]
+    terms = []
+    for contribution in wanted:  # (x − origin)^power of the normalised value c_j
+        value: exp.Expression = exp.column(f"c{columns.index(contribution.column)}")
+        if contribution.origin:
+            value = exp.paren(exp.Sub(this=value, expression=literal(contribution.origin)))
+        if contribution.power == 2:
+            value = exp.Mul(this=value, expression=value.copy())
+        terms.append(value)
     if plan.table.privacy_unit is None:
-        per_unit = scope
-    else:  # a unit's contribution: the sum of its values in scope (none: 0)
+        per_unit = exp.select(*keys, *[exp.alias_(term, f"t{i}") for i, term in enumerate(terms)]
+                              ).from_(scope.subquery("r"))
+    else:  # a unit's contribution: the sum over its rows in scope (none: 0)
         per_unit = exp.select(*keys, *[exp.alias_(exp.Coalesce(
-            this=exp.Sum(this=exp.column(name)), expressions=[exp.Literal.number(0)]), name)
-            for name in values]).from_(scope.subquery("r")).group_by(*keys, "u")
+            this=exp.Sum(this=term), expressions=[exp.Literal.number(0)]), f"t{i}")
+            for i, term in enumerate(terms)]).from_(scope.subquery("r")).group_by(*keys, "u")
     outer = exp.select(*keys).from_(per_unit.subquery("p"))
     for i, rungs in enumerate(ladders):
         checkpoint()
-        value = exp.column(values[i])
+        value = exp.column(f"t{i}")
         for k, bound in enumerate(rungs):
             beyond = exp.or_(value.copy() > literal(bound), value.copy() < literal(-bound))
             outer = outer.select(
@@ -48,20 +60,20 @@ def contribution_sql(plan: QueryPlan, needs: tuple[ColumnNeeds, ...],
     return outer.group_by(*keys) if keys else outer
 
 
-def contribution_ladders(plan: QueryPlan, needs: tuple[ColumnNeeds, ...],
+def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                          ladders: tuple[tuple[float, ...], ...], capabilities: Capabilities,
                          clip_rows_per_unit: int | None, execute: Execute
-                         ) -> dict[tuple, dict[str, Ladder]]:
-    """Every group's ladders (key ``()`` without GROUP BY), by column."""
-    statement = contribution_sql(plan, needs, ladders, clip_rows_per_unit)
+                         ) -> dict[tuple, dict[Contribution, Ladder]]:
+    """Every group's ladders (key ``()`` without GROUP BY), by contribution."""
+    statement = contribution_sql(plan, wanted, ladders, clip_rows_per_unit)
     width = len(plan.group_by)
-    found: dict[tuple, dict[str, Ladder]] = {}
+    found: dict[tuple, dict[Contribution, Ladder]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect)):
         rest, at = row[width:], 0
-        for need, rungs in zip(needs, ladders):
+        for contribution, rungs in zip(wanted, ladders):
             pairs = rest[at: at + 2 * len(rungs)]
             at += 2 * len(rungs)
-            found.setdefault(tuple(row[:width]), {})[need.column] = Ladder(
+            found.setdefault(tuple(row[:width]), {})[contribution] = Ladder(
                 rungs, tuple(int(b or 0) for b in pairs[0::2]),
                 tuple(read_sum(s) for s in pairs[1::2]))
     return found

@@ -13,6 +13,7 @@ import pytest
 
 from proxy.privacy.contribution_bounds import rungs
 from proxy.rules import Column
+from proxy.statistics import Contribution
 from tests.privacy.harness import (
     EXTREME,
     GRID,
@@ -31,16 +32,17 @@ SIGNED_GRID = [-5.0, -2.0, 0.0, 1.5, 5.0]
 
 
 def ladder_of(records: list[Record], lower: float, upper: float, ladder: tuple[float, ...],
-              groups: int) -> dict:
+              groups: int, contribution: Contribution) -> dict:
     """(group, k, "beyond" | "clipped") -> the number, as the backend computes it: each
-    unit's normalised values in scope summed per group (none: 0), then counted beyond
-    ±B_k and clipped to [−B_k, B_k]."""
+    unit's (x − origin)^power of its normalised values x in scope summed per group
+    (none: 0), then counted beyond ±B_k and clipped to [−B_k, B_k]."""
     sums: dict[tuple[int, object], float] = {}
     for record in records:
         value = normalise(record.value, lower, upper)
         if record.in_scope and value is not None:
             key = (record.group, record.unit)
-            sums[key] = sums.get(key, 0.0) + value
+            term = (value - contribution.origin) ** contribution.power
+            sums[key] = sums.get(key, 0.0) + term
     out = {}
     for group in range(groups):
         mine = [total for (g, _), total in sums.items() if g == group]
@@ -55,20 +57,28 @@ def changes(before: dict, after: dict) -> dict:
 
 
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
-@pytest.mark.parametrize("domain", [(LOWER, UPPER), TWO_SIDED])
+@pytest.mark.parametrize("domain,origin,power", [((LOWER, UPPER), 0.0, 1), (TWO_SIDED, 0.0, 1),
+                                                 (TWO_SIDED, -5.0, 1), (TWO_SIDED, -5.0, 2)])
 @pytest.mark.parametrize("groups", [1, 2])
-def test_each_rung_moves_within_its_sensitivity(units, rows, group_size, domain, groups):
+def test_each_rung_moves_within_its_sensitivity(units, rows, group_size, domain, origin, power,
+                                                groups):
+    """SUM's contributions (origin 0) on a one- and a two-sided domain, and the moments'
+    (origin L, x − L and (x − L)², one-sided by construction)."""
     lower, upper = domain
-    ladder = rungs(Column("x", "float", lower, upper, declared_resolution=0.5), rows)
+    contribution = Contribution("x", origin, power)
+    ladder = rungs(contribution, Column("x", "float", lower, upper, declared_resolution=0.5),
+                   rows)
     grid = GRID if lower >= 0 else SIGNED_GRID
-    width = {k: bound if lower >= 0 else 2 * bound for k, bound in enumerate(ladder)}
+    one_sided = lower >= origin or upper <= origin
+    width = {k: bound if one_sided else 2 * bound for k, bound in enumerate(ladder)}
     data = [[r._replace(value=(r.value if r.value not in GRID else
                                grid[GRID.index(r.value) % len(grid)]))
              for r in records] for records in datasets(11 + rows, 12, units, rows, groups)]
     bounds = {(group, k, part): group_size * (1 if part == "beyond" else width[k])
               for group in range(groups) for k in range(len(ladder))
               for part in ("beyond", "clipped")}
-    outcomes = assert_sound(lambda records: ladder_of(records, lower, upper, ladder, groups),
+    outcomes = assert_sound(lambda records: ladder_of(records, lower, upper, ladder, groups,
+                                                      contribution),
                             lambda records: bounds, data,
                             modifying(grid + EXTREME, group_size, groups), change=changes)
     # the counts' bound is reached (but the top rung's: no contribution lies beyond the
@@ -83,7 +93,9 @@ def test_the_ladder_is_public_and_spans_the_largest_contribution():
     """From the largest contribution c·max(|L|, |U|) down by halves, at most 20 times,
     never below the resolution: a function of the rules and c alone."""
     column = Column("cost", "float", 0.0, 100_000.0, declared_resolution=0.01)
-    ladder = rungs(column, 6)
+    ladder = rungs(Contribution("cost"), column, 6)
     assert ladder[-1] == 600_000 and len(ladder) == 21 and ladder[0] == 600_000 / 2 ** 20
     assert all(b == 2 * a for a, b in zip(ladder, ladder[1:]))
-    assert rungs(Column("age", "int", 0.0, 120.0), 1) == tuple(120 / 2 ** j for j in range(6, -1, -1))
+    age = Column("age", "int", 0.0, 120.0)
+    assert rungs(Contribution("age"), age, 1) == tuple(120 / 2 ** j for j in range(6, -1, -1))
+    assert rungs(Contribution("age", 0.0, 2), age, 2)[-1] == 2 * 120 ** 2

@@ -18,6 +18,7 @@ from proxy.privacy import inverse_sensitivity
 from proxy.privacy.inverse_sensitivity import (
     Grid,
     candidate_grid,
+    extreme_offset,
     instance_release,
     instance_releases,
 )
@@ -120,11 +121,14 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     epsilon = Fraction(1, 2)  # ε over the two groups a record can touch
     scores = candidate_grid(0, 10, RULES.tables["t"].columns["score"].resolution, False)
     rng = SeededSource(3)
+    years = candidate_grid(0, 10, 1.0, True)
+    # MAX aims K ranks below the top, MIN K above the bottom, within 1..n
+    top = max(1, len(ages) - extreme_offset(epsilon, 1, years))
+    bottom = min(len(VALUES), 1 + extreme_offset(epsilon, 1, scores))
     one_by_one = [
         by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng), values)
         for values, rank, grid in ((VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), scores),
-                                   (ages, len(ages), candidate_grid(0, 10, 1.0, True)),
-                                   (VALUES, 1, scores))]
+                                   (ages, top, years), (VALUES, bottom, scores))]
     assert [released[0], released[1], released[3]] == one_by_one
 
 
