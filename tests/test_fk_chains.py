@@ -12,6 +12,7 @@ import pytest
 from proxy.errors import RulesError
 from proxy.rules import parse_rules
 from proxy.session import Session
+from proxy.wire import shadow
 from tests.factories import open_engine, table_of_rows
 from tests.probes import recorded_statistics, refused_for_free
 
@@ -207,3 +208,13 @@ def test_bad_links_stop_the_proxy_with_the_file_and_line(rules, message):
     with pytest.raises(RulesError) as stopped:
         parse_rules(rules, "chains.toml")
     assert str(stopped.value).startswith("chains.toml:") and message in str(stopped.value)
+
+
+def test_the_catalog_shows_a_linked_table_without_a_unit_column(backend_url):
+    """Clients' catalog lists a table's declared columns (and its undeclared unit
+    column); a linked table's unit is derived through its link, so no column of it is
+    listed: lineitem shows l_orderkey, not ``_idp_unit``."""
+    with open_engine(backend_url, RULES, _tables) as engine:
+        statements = [s.as_string(None) for s in shadow._ddl(engine.rules, engine.backend)]
+    lineitem, = [s for s in statements if s.startswith('CREATE TABLE "lineitem"')]
+    assert "_idp_unit" not in lineitem and '"l_orderkey"' in lineitem
