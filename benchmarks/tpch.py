@@ -12,17 +12,21 @@ partsupp, nation, region. They are loaded into a temporary DuckDB file.
 read from DuckDB itself (``SELECT query FROM tpch_queries()``), which needs the tpch
 extension installed or downloadable.
 
-The rules (``RULES``): customer and orders protected with the customer as the unit
-(``c_custkey``, ``o_custkey``); lineitem protected row-level, since a table's unit is
-one of its own columns (a line item is protected, not a customer: issue 34's item 1
-changes this); nation, region, part and supplier public with their unique keys, and
-partsupp public. Each query is asked once through a session (analysis, pushdown,
-noise), and the line says ``answered`` or the refusal's SQLSTATE and message.
+The rules (``RULES``): customer, orders and lineitem protected with the customer as the
+unit: customer's ``c_custkey``, orders' ``o_custkey`` (``unit_of``), and lineitem
+through its order (``unit_via = { l_orderkey = "orders.o_orderkey" }``, docs/privacy.md
+§3.13); nation, region, part and supplier public with their unique keys, and partsupp
+public. ε is 1 per aggregate. Each query is asked once through a session (analysis,
+pushdown, noise), and the line says ``answered`` with the median relative error of its
+aggregate cells against the true answer (the same query run on DuckDB directly; rows
+matched on the other select items), or the refusal's SQLSTATE and message; the last
+line gives the median of the answered queries' medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import duckdb
+import sqlglot
+from sqlglot import exp
 
 from proxy.backends import open_backend
 from proxy.engine import Engine
@@ -41,9 +47,10 @@ from proxy.session import Session
 TABLES = ("customer", "orders", "lineitem", "supplier", "part", "partsupp", "nation",
           "region")
 
+EPSILON = 1  # per aggregate, as CWI's figures (issue 34)
 RULES = """
 [defaults]
-epsilon_per_query = 0.1
+epsilon_per_query = 1
 budget_per_analyst = 1000000
 max_groups = 100000
 
@@ -64,6 +71,7 @@ c_comment    = { type = "text" }
 
 [tables.orders]
 privacy_unit = "o_custkey"
+unit_of = "customer.c_custkey"
 [tables.orders.columns]
 o_orderkey      = { type = "int" }
 o_custkey       = { type = "int" }
@@ -77,6 +85,7 @@ o_shippriority  = { type = "int", keys = [0] }
 o_comment       = { type = "text" }
 
 [tables.lineitem]
+unit_via = { l_orderkey = "orders.o_orderkey" }
 [tables.lineitem.columns]
 l_orderkey      = { type = "int" }
 l_partkey       = { type = "int" }
@@ -175,14 +184,35 @@ def load(data: Path, database: Path) -> None:
                                f"FROM read_parquet('{source}')")
 
 
-def ask(engine: Engine, sql: str) -> str:
-    """``answered`` (with the number of rows), or the refusal's SQLSTATE and message."""
+def ask(engine: Engine, sql: str) -> tuple[str, list[tuple] | None]:
+    """``answered`` (with the number of rows) and the rows, or the refusal's SQLSTATE
+    and message and None."""
     try:
         answers = list(Session.open(engine, "bench").execute(sql))
     except ProxyError as error:
-        return f"{error.sqlstate} {error.message}"
-    rows = sum(len(answer.rows) for answer in answers if getattr(answer, "rows", None))
-    return f"answered ({rows} rows)"
+        return f"{error.sqlstate} {error.message}", None
+    rows = [tuple(row) for answer in answers for row in (getattr(answer, "rows", None) or ())]
+    return f"answered ({len(rows)} rows)", rows
+
+
+def relative_errors(sql: str, noisy: list[tuple], true: list[tuple]) -> list[float]:
+    """|noisy − true| / |true| of every aggregate cell of the answer (the select items
+    holding an aggregate function), rows matched on the other items (the group keys);
+    cells whose true value is 0 or NULL, and rows of groups the true answer lacks, are
+    left out."""
+    items = sqlglot.parse_one(sql, read="duckdb").selects
+    aggregated = [bool(item.find(exp.AggFunc)) for item in items]
+    keys = [i for i, flag in enumerate(aggregated) if not flag]
+    truth = {tuple(row[i] for i in keys): row for row in true}
+    errors = []
+    for row in noisy:
+        expected = truth.get(tuple(row[i] for i in keys))
+        if expected is None:
+            continue
+        for i, flag in enumerate(aggregated):
+            if flag and expected[i] not in (None, 0) and row[i] is not None:
+                errors.append(abs(float(row[i]) - float(expected[i])) / abs(float(expected[i])))
+    return errors
 
 
 def main() -> None:
@@ -196,15 +226,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         database = Path(folder) / "tpch.duckdb"
         load(args.data, database)
+        with duckdb.connect(str(database), read_only=True) as plain:
+            true = {number: plain.execute(texts[number]).fetchall() for number in numbers}
         backend = open_backend(f"duckdb:///{database}")
         try:
             engine = Engine(parse_rules(RULES, "tpch.toml"), backend)
-            answered = 0
+            answered, medians = 0, []
             for number in numbers:
-                outcome = ask(engine, texts[number])
-                answered += outcome.startswith("answered")
+                outcome, rows = ask(engine, texts[number])
+                if rows is not None:
+                    answered += 1
+                    errors = relative_errors(texts[number], rows, true[number])
+                    if errors:
+                        medians.append(statistics.median(errors))
+                        outcome += f", median relative error {medians[-1]:.3%}"
                 print(f"Q{number:02d}  {outcome}", flush=True)
             print(f"{answered} of {len(numbers)} answered")
+            if medians:
+                print(f"median relative error of the answered queries at epsilon "
+                      f"{EPSILON} per aggregate: {statistics.median(medians):.3%} (median of "
+                      f"the {len(medians)} queries' medians over their cells)")
         finally:
             backend.close()
 

@@ -41,9 +41,9 @@ from proxy.privacy.refined_answers import exact_answer, release_refined
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
-from proxy.pushdown import compute_statistics, unit_bound_sql
+from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
-from proxy.pushdown.scope import table_ref
+from proxy.pushdown.scope import chain_tables, joined_units, plan_unit_bound_sql, table_ref
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.values import clamped_to_domain  # the one normalisation rule
@@ -54,7 +54,7 @@ from proxy.pushdown.window import (
     rank_counts,
     rank_window,
 )
-from proxy.rules import Rules, where_declared
+from proxy.rules import LINKED_UNIT, Rules, where_declared
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
@@ -106,6 +106,10 @@ class Engine:
                 versions[join.alias] = self.backend.data_version(tx, join.table.name)
                 version = None if version is None or versions[join.alias] is None else \
                     f"{version};{join.table.name}:{versions[join.alias]}"
+            for name in chain_tables(plan):  # units derived through them (unit_via)
+                linked = self.backend.data_version(tx, name)
+                version = None if version is None or linked is None else \
+                    f"{version};{name}:{linked}"
             yield View(tx, version, self._with_public_keys(plan, tx, versions))
 
     def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
@@ -243,7 +247,7 @@ class Engine:
             shift = (clip or plan.multiplicity) * table.group_size
             return shift, compute_statistics(plan, needs(shift), capabilities, clip,
                                              tx.execute), version
-        if version is None and _partner(plan) is not None:
+        if version is None and joined_units(plan) is not None:
             shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
             return shift, compute_statistics(plan, needs(shift), capabilities, None,
                                              tx.execute), None
@@ -366,17 +370,14 @@ class Engine:
         """c·m·g with c cached per (table, data version); for two protected tables joined
         on the unit, per (join, pair of data versions); m the multiplicity of the public
         joins (from the rules: one protected row is at most m joined rows, §3.9)."""
-        key = (plan.table.name, _partner(plan), version)
+        key = (plan.table.name, joined_units(plan), version)
         if key not in self._unit_bounds:
             self._unit_bounds[key] = self._bound(plan, tx)
         return self._unit_bounds[key] * plan.multiplicity * plan.table.group_size
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
-        table = plan.table
-        sql = unit_bound_sql(table.name, table.privacy_unit, self.backend.dialect,
-                             _partner(plan))
-        return max(1, int(tx.execute(sql)[0][0]))
+        return max(1, int(tx.execute(plan_unit_bound_sql(plan, self.backend.dialect))[0][0]))
 
 
 def answered(asking: Asking[T], read: Callable[[RankRequest | CountRequest], Any]) -> T:
@@ -390,11 +391,6 @@ def answered(asking: Asking[T], read: Callable[[RankRequest | CountRequest], Any
             answer = read(asking.send(answer))
     except StopIteration as done:
         return done.value
-
-
-def _partner(plan: QueryPlan) -> tuple[str, bool] | None:
-    """The second protected table joined on the unit, and whether the join is LEFT."""
-    return next(((join.table.name, join.left) for join in plan.joins if join.protected), None)
 
 
 def _attach(rules: Rules, backend: Backend) -> None:
@@ -431,7 +427,7 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
                              f"{table.name}") from None
         present = {name.lower(): kind for name, kind in described}
-        declared = set(table.columns) | ({table.privacy_unit} - {None})
+        declared = set(table.columns) | ({table.privacy_unit} - {None, LINKED_UNIT})
         missing = sorted(declared - set(present))
         if missing:
             raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
@@ -440,6 +436,9 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
             _check_type(rules, table.name, name, column.type, present[name])
         for key, most in table.join_keys.items():
             _check_rows_per_key(rules, table.name, key, most, backend)
+        if table.link is not None:  # the key a unit_via names: unique in its table
+            _check_rows_per_key(rules, table.link.table, table.link.key, 1, backend,
+                                linked_from=table.name)
 
 
 _NUMBERS = {"smallint", "integer", "bigint", "real", "double precision", "numeric"}
@@ -463,14 +462,21 @@ def _check_type(rules: Rules, table: str, name: str, declared: str, stored: str)
 
 
 def _check_rows_per_key(rules: Rules, table: str, key: str, most: int,
-                        backend: Backend) -> None:
-    """Refuse to start when a value of ``key`` occurs in more than ``most`` rows."""
+                        backend: Backend, linked_from: str | None = None) -> None:
+    """Refuse to start when a value of ``key`` occurs in more than ``most`` rows
+    (``linked_from``: the table whose ``unit_via`` names ``key``)."""
     column = exp.column(key, quoted=True)
     beyond = (exp.select(exp.Literal.number(1)).from_(table_ref(table))
               .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
               .having(exp.Count(this=exp.Star()) > exp.Literal.number(most)).limit(1))
     if not backend.read(beyond.sql(dialect=backend.dialect)):
         return
+    if linked_from is not None:
+        declared = f"tables.{linked_from}.unit_via"
+        raise RulesError(f"{where_declared(rules, declared)}: [{declared}] {table}.{key} is "
+                         f"not unique in the backend's table {table} (a value occurs in more "
+                         f"than one row): a row of {linked_from} would have no one unit; "
+                         "link to a unique key, or make it unique")
     if key in rules.tables[table].unique:
         raise RulesError(f"{where_declared(rules, f'tables.{table}.unique')}: "
                          f"[tables.{table}.unique] {key} is not unique in the "

@@ -12,7 +12,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +30,30 @@ NOISE_SCALES = ("private", "local")
 AUTH_METHODS = ("scram", "trust")
 COLUMN_TYPES = ("int", "float", "text", "bool", "date", "timestamp")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The column of a linked table's derived unit (``unit_via``) in the SQL sent: computed
+# by the join along the chain (proxy.pushdown.scope.table_rows), never a stored column,
+# never one an analyst may name
+LINKED_UNIT = "_idp_unit"
+
+
+@dataclass(frozen=True)
+class Link:
+    """``unit_via = { column = "table.key" }``: a row belongs to the unit of the one row
+    of ``table`` whose ``key`` equals its ``column`` (``key`` unique in ``table``, checked
+    at start and enforced in every statement); ``unit`` is that table's unit column in
+    the SQL sent (its own column, or ``LINKED_UNIT`` when ``then``, its own link, goes
+    on along the chain)."""
+
+    column: str
+    table: str
+    key: str
+    unit: str
+    then: Link | None = None
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """Every table the chain reads, nearest first."""
+        return (self.table, *(self.then.tables if self.then else ()))
 
 
 @dataclass(frozen=True)
@@ -82,6 +106,13 @@ class Table:
     max_rows_per_key: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # Spark: the Parquet files the backend reads the table from (a view in its session)
     location: str | None = None
+    # the unit's identity: tables whose identities are equal name the same people and
+    # join on their units whatever the columns are called (``unit_of``); by default the
+    # unit column's name, as before ``unit_of`` existed
+    unit_identity: str | None = None
+    # ``unit_via``: the unit is derived through a foreign key (privacy_unit is then
+    # LINKED_UNIT, a column of the SQL sent only)
+    link: Link | None = None
 
     @property
     def join_keys(self) -> dict[str, int]:
@@ -264,6 +295,7 @@ def parse_rules(text: str, path: str = "<rules>") -> Rules:
         reader.identifier(name, f"tables.{name}"): _table(reader, name, body)
         for name, body in data.get("tables", {}).items()
     }
+    tables = _units(reader, tables, data.get("tables", {}))
     return Rules(path, defaults, MappingProxyType(analysts), MappingProxyType(tables),
                  _server(reader, data.get("server", {})))
 
@@ -358,7 +390,8 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
         raise reader.fail(key, "must be a table")
     reader.only_keys(
         body, key, ("public", "privacy_unit", "group_size", "max_rows_per_unit", "columns",
-                    "individual_queries", "unique", "max_rows_per_key", "location")
+                    "individual_queries", "unique", "max_rows_per_key", "location",
+                    "unit_of", "unit_via", "max_rows_per_link")
     )
     public = reader.boolean(body.get("public", False), f"{key}.public")
     columns = {
@@ -374,8 +407,9 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
     max_rows = body.get("max_rows_per_unit")
     if max_rows is not None:
         max_rows = reader.positive_int(max_rows, f"{key}.max_rows_per_unit")
-        if unit is None:
-            raise reader.fail(f"{key}.max_rows_per_unit", "needs privacy_unit to be set")
+        if unit is None and "unit_via" not in body:
+            raise reader.fail(f"{key}.max_rows_per_unit", "needs privacy_unit (or "
+                              "unit_via) to be set")
     if not public and not columns:
         raise reader.fail(key, "a protected table must declare its columns")
     individual = reader.boolean(body.get("individual_queries", False),
@@ -519,3 +553,107 @@ def parse_moment(value: Any, zone_as_utc: bool = False) -> dt.datetime | None:
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day)
     return None
+
+
+def _units(reader: _Reader, tables: dict[str, Table], bodies: Mapping[str, Any]
+           ) -> dict[str, Table]:
+    """``unit_of`` and ``unit_via`` resolved across tables (docs/privacy.md §3.13): each
+    protected table's unit identity, and each linked table's chain to a unit column
+    (``Link``) with its DP bound, the product of the bounds along the chain. A link to
+    an undeclared column, to a public table or to one without a unit, a cycle, and a
+    ``max_rows_per_link`` without a link stop the proxy here, with the file and line."""
+    raw = {name.lower(): body for name, body in bodies.items() if isinstance(body, dict)}
+    done: dict[str, Table] = {}
+
+    def target(name: str, key: str, value: Any) -> tuple[Table, str]:
+        if not isinstance(value, str) or value.count(".") != 1:
+            raise reader.fail(key, f'must name a table\'s column as "table.column", got '
+                              f"{value!r}")
+        table_name, column = (reader.identifier(part, key) for part in value.split("."))
+        other = tables.get(table_name)
+        if other is None or other.public:
+            raise reader.fail(key, f"{table_name} is not a protected table of these rules")
+        if column not in other.columns and column != other.privacy_unit:
+            raise reader.fail(key, f"{column} is not a declared column of {table_name}")
+        return resolve(table_name, (*seen_stack, name)), column
+
+    seen_stack: tuple[str, ...] = ()
+
+    def resolve(name: str, stack: tuple[str, ...]) -> Table:
+        nonlocal seen_stack
+        if name in done:
+            return done[name]
+        if name in stack:
+            raise reader.fail(f"tables.{name}", "the units' links form a cycle: "
+                              f"{' -> '.join((*stack, name))}; a chain must end at a table "
+                              "with its own privacy_unit")
+        table, body, key = tables[name], raw.get(name, {}), f"tables.{name}"
+        saved, seen_stack = seen_stack, stack
+        try:
+            table = _unit_of(reader, table, body, key, target)
+        finally:
+            seen_stack = saved
+        done[name] = table
+        return table
+
+    for name in tables:
+        resolve(name, ())
+    return done
+
+
+def _unit_of(reader: _Reader, table: Table, body: Mapping[str, Any], key: str,
+             target) -> Table:
+    """``table`` with its unit identity, link and DP bound resolved (``_units``)."""
+    of, via, per_link = body.get("unit_of"), body.get("unit_via"), body.get("max_rows_per_link")
+    if table.public:
+        for name in ("unit_of", "unit_via", "max_rows_per_link"):
+            if name in body:
+                raise reader.fail(f"{key}.{name}", "is for protected tables")
+        return table
+    if per_link is not None:
+        per_link = reader.positive_int(per_link, f"{key}.max_rows_per_link")
+        if via is None:
+            raise reader.fail(f"{key}.max_rows_per_link", "needs unit_via (it bounds the "
+                              "rows per row of the linked table)")
+    if of is not None:
+        if table.privacy_unit is None:
+            raise reader.fail(f"{key}.unit_of", "needs privacy_unit: the column whose "
+                              "values are the other table's units")
+        if via is not None:
+            raise reader.fail(f"{key}.unit_via", "a table has its own unit column "
+                              "(privacy_unit, unit_of) or a link to one (unit_via), not both")
+        other, column = target(table.name, f"{key}.unit_of", of)
+        if other.link is not None or column != other.privacy_unit:
+            raise reader.fail(f"{key}.unit_of", f"{of} is not {other.name}'s privacy_unit; "
+                              "unit_of names the privacy_unit of a table that has its own")
+        return replace(table, unit_identity=other.unit_identity)
+    if via is None:
+        return replace(table, unit_identity=table.privacy_unit)
+    if table.privacy_unit is not None:
+        raise reader.fail(f"{key}.unit_via", "a table has its own unit column (privacy_unit) "
+                          "or a link to one (unit_via), not both")
+    if not isinstance(via, dict) or len(via) != 1:
+        raise reader.fail(f"{key}.unit_via", 'must be one link, e.g. unit_via = { l_orderkey '
+                          '= "orders.o_orderkey" }')
+    ((column, reference),) = via.items()
+    column = reader.identifier(column, f"{key}.unit_via")
+    if column not in table.columns:
+        raise reader.fail(f"{key}.unit_via", f"{column} is not a declared column of "
+                          f"{table.name}; declare it in [{key}.columns]")
+    other, referenced = target(table.name, f"{key}.unit_via", reference)
+    if other.name == table.name:
+        raise reader.fail(f"{key}.unit_via", "a table cannot link to itself")
+    if other.privacy_unit is None:
+        raise reader.fail(f"{key}.unit_via", f"{other.name} has no privacy_unit nor unit_via: "
+                          "the chain reaches no unit")
+    if table.individual_queries:
+        raise reader.fail(f"{key}.individual_queries", "is not available on a table whose "
+                          "unit comes through unit_via")
+    link = Link(column, other.name, referenced, other.privacy_unit, other.link)
+    bound = table.max_rows_per_unit
+    if per_link is not None and other.max_rows_per_unit is not None:
+        chained = per_link * other.max_rows_per_unit
+        bound = chained if bound is None else min(bound, chained)
+    return replace(table, privacy_unit=LINKED_UNIT, unit_identity=other.unit_identity,
+                   link=link, max_rows_per_unit=bound)
+

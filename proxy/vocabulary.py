@@ -314,9 +314,9 @@ class Join:
     unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
     value, so a protected row meets at most that many public rows; ``left``: protected
     rows without a match stay, with NULL public columns. ``protected``: a second
-    protected table joined on the privacy unit (the one pair (unit, unit), ``key`` its
-    unit column); ``left``: the first table's rows without one stay, with NULL columns
-    of the second."""
+    protected table joined on the privacy unit (the pair (unit, unit), ``key`` its
+    unit column; along a link, the link's pair too); ``left``: the earlier rows without
+    one stay, with NULL columns of this one."""
 
     table: Table
     alias: str
@@ -325,6 +325,12 @@ class Join:
     left: bool
     protected: bool = False
     multiplicity: int = 1
+    # a protected table joined along a declared link (docs/privacy.md §3.13), its pairs
+    # (units, then the link): "referenced", the earlier row names this table's row (one
+    # at most); "referencing", this row names the earlier one, the protected source
+    # ``determines`` (0: the plan's own table, k: its k-th protected join); "": on the unit
+    link: str = ""
+    determines: int | None = None
 
     def column_name(self, column: str) -> str:
         """The public column's name among the plan's columns (``r.name``): a dot never
@@ -349,6 +355,21 @@ def multiplicity(joins: tuple[Join, ...]) -> int:
     maps a row to at most its m rows, whatever the other joins did (docs/privacy.md
     §3.9)."""
     return math.prod(join.multiplicity for join in joins if not join.protected)
+
+
+def unit_sources(table: Table, joins: tuple[Join, ...]) -> tuple[tuple[Table, bool], ...]:
+    """The protected tables whose rows per unit multiply into a unit's joined rows, each
+    with whether it is LEFT joined (docs/privacy.md §3.10, §3.13): the plan's own table
+    and its protected joins, less those a link makes one row at most per earlier row
+    (a table joined as the "referenced" side, or one a "referencing" join
+    ``determines``). Every joined row holds records of one unit, and it is determined
+    by its rows of these tables, so a unit owns at most the product of its rows in them
+    (LEFT: at least one each)."""
+    protected = [join for join in joins if join.protected]
+    absorbed = {number for number, join in enumerate(protected, 1) if join.link == "referenced"}
+    absorbed |= {join.determines for join in protected if join.link == "referencing"}
+    sources = [(table, False), *((join.table, join.left) for join in protected)]
+    return tuple(source for number, source in enumerate(sources) if number not in absorbed)
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ REFUSED = [
      "ON zone_id = zone WHERE name = 'x'", "42702", "ambiguous"),
     # the rewritten join is checked by the join rules as if written so
     ("SELECT COUNT(*) FROM people p, visits v WHERE p.age = v.cost", "0A000",
-     "two protected tables join on their privacy unit only"),
+     "join on their privacy unit or along a declared link only"),
     ("SELECT COUNT(*) FROM people p, regions r WHERE p.region = r.name", "0A000",
      "must match its unique key code"),
 ]

@@ -212,7 +212,7 @@ REFUSED = [
     ("SELECT COUNT(*) FROM people p JOIN labels l ON p.region = l.code", "0A000",
      "[tables.labels] unique"),
     ("SELECT COUNT(*) FROM people p JOIN visits v ON p.age = v.cost", "0A000",
-     "two protected tables join on their privacy unit only"),
+     "join on their privacy unit or along a declared link only"),
     ("SELECT COUNT(*) FROM people p LEFT JOIN regions r ON p.region = r.code AND r.zone = 2",
      "0A000", "filter with WHERE"),
     ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.code AND r.zone = 'x'",

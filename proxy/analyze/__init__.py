@@ -482,7 +482,8 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve, aggregated
                                    f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
-        aggregate = recognise(node, aggregated, table.privacy_unit)
+        unit = None if table.link is not None else table.privacy_unit  # derived: unnamed
+        aggregate = recognise(node, aggregated, unit)
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

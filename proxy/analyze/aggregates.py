@@ -92,7 +92,8 @@ def _distinct_unit(distinct: exp.Distinct, unit: str | None) -> None:
         else None
     if unit is None:
         raise NotSupported("COUNT(DISTINCT ...) counts privacy units, and this table has no "
-                           "privacy_unit; ask COUNT(*), or COUNT(*) ... GROUP BY a declared key")
+                           "privacy_unit column (none, or one derived through unit_via); ask "
+                           "COUNT(*), or COUNT(*) ... GROUP BY a declared key")
     if named != unit:
         shown = ", ".join(v.sql(dialect="postgres") for v in values)
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "

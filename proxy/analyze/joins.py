@@ -47,6 +47,8 @@ a LEFT join whose ON is more than the unit equality.
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from types import MappingProxyType
 
 from sqlglot import exp
@@ -54,26 +56,41 @@ from sqlglot import exp
 from proxy.analyze.explicit_joins import explicit_joins
 from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn, UnknownTable
 from proxy.rules import Rules, Table
-from proxy.vocabulary import Join, JoinedColumn
+from proxy.vocabulary import Join, JoinedColumn, unit_sources
 
 ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the rules declare "
            "r's key unique ([tables.r] unique = [\"key\"]) or bounded (max_rows_per_key)")
 
 
 def unit_allowed(first: Table, second: Table) -> str:
-    """The one join of these two protected tables that is answered."""
-    unit = first.privacy_unit or second.privacy_unit or "unit"
-    return (f"FROM {first.name} a [LEFT] JOIN {second.name} b ON a.{unit} = b.{unit}, both "
-            f"tables declaring privacy_unit = \"{unit}\"")
+    """The joins of these two protected tables that are answered."""
+    if first.link is not None and first.link.table == second.name:
+        return (f"FROM {first.name} a [LEFT] JOIN {second.name} b ON a.{first.link.column} = "
+                f"b.{first.link.key} (the link unit_via declares)")
+    if second.link is not None and second.link.table == first.name:
+        return (f"FROM {first.name} a JOIN {second.name} b ON b.{second.link.column} = "
+                f"a.{second.link.key} (the link unit_via declares)")
+    if first.link is None and second.link is None:
+        mine = first.privacy_unit or second.privacy_unit or "unit"
+        theirs = second.privacy_unit or mine
+        return (f"FROM {first.name} a [LEFT] JOIN {second.name} b ON a.{mine} = b.{theirs}, "
+                "both tables declaring the same privacy unit (privacy_unit, unit_of)")
+    linked = first if first.link is not None else second
+    return (f"join {linked.name} through the table its unit_via names "
+            f"({linked.link.table}: ON {linked.name}.{linked.link.column} = "
+            f"{linked.link.table}.{linked.link.key}), protected tables joining on their "
+            "privacy units or along the links the rules declare")
 
 
 def split_joins(select: exp.Select, rules: Rules
                 ) -> tuple[exp.Select, tuple[Join, ...]]:
     """``select`` without its joins (the first protected table alone in FROM) and the
-    joins (a second protected table's first); ``select`` itself and no joins when it
-    has none. Refused (one line naming the allowed form) unless every join is a public
-    table's, many-to-one, or a second protected table's on the privacy unit. Comma
-    joins and unqualified columns are first written out (``explicit_joins``)."""
+    joins (the other protected tables' first, in FROM order, then the public tables');
+    ``select`` itself and no joins when it has none. Refused (one line naming the
+    allowed form) unless every join is a public table's, many-to-one, or another
+    protected table's on the privacy unit or along a declared link (docs/privacy.md
+    §3.10, §3.13). Comma joins and unqualified columns are first written out
+    (``explicit_joins``)."""
     select = explicit_joins(select, rules)
     joins = select.args.get("joins") or []
     if not joins:
@@ -81,9 +98,6 @@ def split_joins(select: exp.Select, rules: Rules
     sources = [(select.args["from_"].this, None), *[(join.this, join) for join in joins]]
     declared = [_declared(node, rules) for node, _ in sources]
     protected = [i for i, table in enumerate(declared) if not table.public]
-    if len(protected) > 2:
-        raise NotSupported("a join reads at most two protected tables, on their privacy unit: "
-                           f"{unit_allowed(declared[protected[0]], declared[protected[1]])}")
     if not protected:
         raise NotSupported("this join reads public tables only through functions the proxy "
                            "does not pass through; use columns, comparisons and aggregates")
@@ -104,36 +118,37 @@ def split_joins(select: exp.Select, rules: Rules
                                f"max_rows_per_key = {{ key = m }}, so that no protected row "
                                f"counts more often than the noise allows for: {ALLOWED}")
     if second is not None:
-        _check_units(declared[first], declared[second])
+        _check_units([declared[i] for i in protected])
     base = sources[first][0]
     names = {(node.alias_or_name.lower()): table for (node, _), table in zip(sources, declared)}
     if len(names) != len(sources):
         raise NotSupported("name each table of the join once (give the same table two "
                            "aliases)")
     protected_alias = base.alias_or_name.lower()
-    other = sources[second][0].alias_or_name.lower() if second is not None else None
+    order = [sources[i][0].alias_or_name.lower() for i in protected]
     conditions: dict[str, list[tuple[str, str]]] = {name: [] for name in names
                                                    if name != protected_alias}
+    links: dict[str, list[tuple[str, str, str, str]]] = {name: [] for name in order}
     filters = []  # an inner join's other ON conditions: filters, as in WHERE
     for node, join in sources[1:]:
         own = node.alias_or_name.lower() if join.args.get("side") else None
-        pairs, others = _equalities(join.args.get("on"), protected_alias, other, names, own)
+        pairs, between, others = _equalities(join.args.get("on"), protected_alias, order,
+                                             names, own)
         for pair in pairs:
             conditions[pair[0]].append(pair[1:])
+        for pair in between:  # on the later of the two protected tables
+            later = max(pair[0], pair[2], key=order.index)
+            links[later].append(pair if pair[0] == later else (*pair[2:], *pair[:2]))
         filters += others
-    found = []
+    found = [_protected_join(alias, names, order, links[alias],
+                             bool(join is not None and join.args.get("side")))
+             for alias, (_, join) in zip(order[1:], [sources[i] for i in protected[1:]])]
     for index, (node, join) in enumerate(sources):
-        if index == first:
+        if index in protected:
             continue
         alias, table = node.alias_or_name.lower(), declared[index]
         pairs = tuple(conditions[alias])
         left = bool(join is not None and join.args.get("side"))
-        if index == second:
-            if not pairs:
-                raise NotSupported(f"two protected tables join on their privacy unit only: "
-                                   f"{unit_allowed(declared[first], table)}")
-            found.insert(0, Join(table, alias, pairs[:1], table.privacy_unit, left, True))
-            continue
         bounded = table.join_keys
         keys = sorted((bounded[public_column], public_column) for _, public_column in pairs
                       if public_column in bounded)
@@ -155,19 +170,71 @@ def split_joins(select: exp.Select, rules: Rules
     return alone, tuple(found)
 
 
-def _check_units(first: Table, second: Table) -> None:
-    """Two protected tables join only when both declare the same privacy unit: its
-    values then name the same people in both, and one unit's joined rows are its own."""
-    for table in (first, second):
+def _protected_join(alias: str, names: dict[str, Table], order: list[str],
+                    equalities: list[tuple[str, str, str, str]], left: bool) -> Join:
+    """The join of the protected table ``alias`` with those before it in ``order``:
+    along a declared link when one of ``equalities`` (its column, the earlier alias,
+    that one's column) is one, else on the unit. Every such join also equates the two
+    tables' units (derived ones included), so each joined row holds records of one
+    unit (docs/privacy.md §3.13); a link makes one side's row determine the other's:
+    ``link`` says which ("referenced": this table's row is the one the earlier row
+    names; "referencing": this row names the earlier one, ``determines`` its index)."""
+    table = names[alias]
+    base = order[0]
+
+    def named(other: str, column: str) -> str:  # a column of the joined relation
+        return column if other == base else f"{other}.{column}"
+
+    kinds = [(_link_kind(table, mine, names[other], theirs), mine, other, theirs)
+             for _, mine, other, theirs in equalities]
+    chosen = next((found for found in kinds if found[0] is not None),
+                  kinds[0] if kinds else None)
+    if chosen is None:
+        earlier = names[order[0]]
+        raise NotSupported(f"protected tables join on their privacy unit or along a "
+                           f"declared link only: {unit_allowed(earlier, table)}")
+    kind, mine, other, theirs = chosen
+    if left and (len(equalities) > 1 or kind == "referencing"):
+        raise NotSupported("a LEFT JOIN of two protected tables is ON their privacy units, or "
+                           "on the link from the first to the second, only; filter with "
+                           f"WHERE: {unit_allowed(names[other], table)}")
+    unit_pair = (named(other, names[other].privacy_unit), table.privacy_unit)
+    if kind is None:
+        return Join(table, alias, (unit_pair,), table.privacy_unit, left, True)
+    return Join(table, alias, (unit_pair, (named(other, theirs), mine)), table.privacy_unit,
+                left, True, link=kind,
+                determines=order.index(other) if kind == "referencing" else None)
+
+
+def _link_kind(table: Table, column: str, other: Table, theirs: str) -> str | None:
+    """"referencing" when ``table.column = other.theirs`` is ``table``'s declared link to
+    ``other``, "referenced" when it is ``other``'s to ``table``, else None (an equality
+    of the two units)."""
+    if table.link and (table.link.column, table.link.table, table.link.key) == (
+            column, other.name, theirs):
+        return "referencing"
+    if other.link and (other.link.column, other.link.table, other.link.key) == (
+            theirs, table.name, column):
+        return "referenced"
+    return None
+
+
+def _check_units(tables: list[Table]) -> None:
+    """Protected tables join only when all have a unit (their own column, or one through
+    a link) of the same identity: its values then name the same people in all, and one
+    unit's joined rows are its own."""
+    for table in tables:
         if table.privacy_unit is None:
+            other = next(t for t in tables if t is not table)
             raise NotSupported(f"{table.name} has no privacy_unit (row-level privacy), so it "
-                               "joins no other protected table; two protected tables join "
-                               f"on the privacy unit both declare: {unit_allowed(first, second)}")
-    if first.privacy_unit != second.privacy_unit:
-        raise NotSupported(f"{first.name} and {second.name} declare different privacy units "
-                           f"({first.privacy_unit}, {second.privacy_unit}); two protected "
-                           "tables join only on the privacy unit both declare (FROM a [LEFT] "
-                           "JOIN b ON a.unit = b.unit)")
+                               "joins no other protected table; protected tables join "
+                               f"on the privacy unit they share: {unit_allowed(other, table)}")
+    for table in tables[1:]:
+        if table.unit_identity != tables[0].unit_identity:
+            raise NotSupported(f"{tables[0].name} and {table.name} have different privacy "
+                               f"units ({tables[0].unit_identity}, {table.unit_identity}); "
+                               "protected tables join only when their units name the same "
+                               "people (the same privacy_unit, or unit_of, or unit_via)")
 
 
 def _declared(node: exp.Expression, rules: Rules) -> Table:
@@ -196,36 +263,42 @@ def _check_kind(join: exp.Join, allowed: str) -> None:
         raise NotSupported(f"{what} are not supported; join on equal columns: {allowed}")
 
 
-def _equalities(on: exp.Expression, protected: str, other: str | None,
+def _equalities(on: exp.Expression, protected: str, order: list[str],
                 names: dict[str, Table], own: str | None
-                ) -> tuple[list[tuple[str, str, str]], list[exp.Expression]]:
+                ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]],
+                           list[exp.Expression]]:
     """(joined alias, protected column, its column) of each ON equality that joins a
-    table: a public column equated with a column of a protected table (the second
-    protected table's named as in the joined plan, ``alias.column``), or (``other``)
-    the second protected table's unit equated with the first's; and the other ON
-    conditions (filters, as in WHERE: an inner join's only); ``own``: an outer join's
-    own alias, the only joined table its ON may name."""
+    public table to a column of a protected table (a joined protected table's named as
+    in the joined plan, ``alias.column``); (alias, column, alias, column) of each
+    equality of two protected tables' units or declared link; and the other ON
+    conditions (filters, as in WHERE: an inner join's only). ``own``: an outer join's
+    own alias, the only joined table its ON may name besides the earlier ones."""
     while isinstance(on, exp.Paren):
         on = on.this
-    mine = {protected} | ({other} if other else set())
-    found, others = [], []
+    mine = set(order)
+    found, between, others = [], [], []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
             condition = condition.this
         sides = (condition.this, condition.expression) if isinstance(condition, exp.EQ) \
             else ()
         aliases = [s.table.lower() for s in sides if isinstance(s, exp.Column)]
-        both = len(aliases) == 2 and all(aliases) and set(aliases) == mine and other
-        if both and _unit_pair(sides, names):
-            if own is not None and own != other:
-                raise NotSupported("a LEFT JOIN's ON names its own table and the protected "
+        both = (len(aliases) == 2 and all(aliases) and set(aliases) <= mine
+                and aliases[0] != aliases[1])
+        if both and (_unit_pair(sides, names) or _link_kind(
+                names[aliases[0]], sides[0].name.lower(), names[aliases[1]],
+                sides[1].name.lower())):
+            if own is not None and own not in aliases:
+                raise NotSupported("a LEFT JOIN's ON names its own table and an earlier "
                                    f"one: {ALLOWED}")
-            found.append((other, names[protected].privacy_unit, names[other].privacy_unit))
+            between.append((aliases[0], sides[0].name.lower(), aliases[1],
+                            sides[1].name.lower()))
             continue
-        if own is not None and own == other:
+        if own is not None and own in mine:
+            first = names[order[0]]
             raise NotSupported("a LEFT JOIN of two protected tables is ON their privacy units "
-                               "only; filter with WHERE: "
-                               f"{unit_allowed(names[protected], names[other])}")
+                               "or their declared link only; filter with WHERE: "
+                               f"{unit_allowed(first, names[own])}")
         if not (len(aliases) == 2 and all(aliases) and len(mine & set(aliases)) == 1):
             if own is not None:
                 raise NotSupported("a LEFT JOIN's ON equates a protected column with a "
@@ -250,12 +323,15 @@ def _equalities(on: exp.Expression, protected: str, other: str | None,
                                f"({theirs.type}); join columns of the same type")
         found.append((alias, mine_name if inner == protected else f"{inner}.{mine_name}",
                       theirs_name))
-    return found, others
+    return found, between, others
 
 
 def _unit_pair(sides, names: dict[str, Table]) -> bool:
-    """Whether two qualified columns are their tables' privacy units."""
-    return all(side.name.lower() == names[side.table.lower()].privacy_unit for side in sides)
+    """Whether two qualified columns are their tables' own privacy units (a unit
+    derived through a link is no column an analyst can name)."""
+    return all(names[side.table.lower()].link is None
+               and side.name.lower() == names[side.table.lower()].privacy_unit
+               for side in sides)
 
 
 def _column_of(column: exp.Column, table: Table) -> str:
@@ -268,15 +344,15 @@ def _column_of(column: exp.Column, table: Table) -> str:
 
 def joined_table(table: Table, joins: tuple[Join, ...]) -> Table:
     """The protected table with every joined table's declared columns added, named
-    ``alias.column`` (for public tables, the row-by-row map the join is). With a second
-    protected table joined on the unit, the joined relation is user-level on that unit:
-    group privacy covers the larger ``group_size`` of the two, and under DP one unit
-    contributes at most the product of their ``max_rows_per_unit`` (None when either
-    declares none)."""
+    ``alias.column`` (for public tables, the row-by-row map the join is). With other
+    protected tables joined on the unit or along links, the joined relation is
+    user-level on that unit: group privacy covers the largest ``group_size`` of them,
+    and under DP one unit contributes at most the product of the ``max_rows_per_unit``
+    of the tables whose rows multiply (``unit_sources``; None when one declares none)."""
     if not joins:
         return table
     columns = dict(table.columns)
-    group_size, max_rows = table.group_size, table.max_rows_per_unit
+    group_size = table.group_size
     for join in joins:
         for name, column in join.table.columns.items():
             columns[join.column_name(name)] = JoinedColumn(
@@ -285,10 +361,10 @@ def joined_table(table: Table, joins: tuple[Join, ...]) -> Table:
                 column.time_domain, join.alias, name, join.protected)
         if join.protected:
             group_size = max(group_size, join.table.group_size)
-            other = join.table.max_rows_per_unit
-            max_rows = None if max_rows is None or other is None else max_rows * other
-    return Table(table.name, table.public, table.privacy_unit, group_size, max_rows,
-                 MappingProxyType(columns), table.individual_queries, table.unique)
+    bounds = [source.max_rows_per_unit for source, _ in unit_sources(table, joins)]
+    max_rows = None if None in bounds else math.prod(bounds)
+    return replace(table, group_size=group_size, max_rows_per_unit=max_rows,
+                   columns=MappingProxyType(columns))
 
 
 def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
@@ -304,7 +380,10 @@ def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
         qualifier = column.table.lower()
         name = column.name if column.name in table.columns else column.name.lower()
         if qualifier in same_unit and name.lower() == same_unit[qualifier]:
-            return resolve(exp.column(name, table=protected_alias))
+            if table.privacy_unit in table.columns:  # the same value, named as the first's
+                return table.privacy_unit
+            if name.lower() == table.privacy_unit:
+                return resolve(exp.column(name, table=protected_alias))
         if qualifier in by_alias:
             join = by_alias[qualifier]
             if name.lower() not in join.table.columns:

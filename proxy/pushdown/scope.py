@@ -17,9 +17,9 @@ from proxy.guards import clamp
 from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
-from proxy.rules import Table
+from proxy.rules import LINKED_UNIT, Link, Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
-from proxy.vocabulary import UNITS, DerivedColumn, PerUnit, QueryPlan
+from proxy.vocabulary import UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
 
 Execute = Callable[[str], list[tuple]]
 
@@ -116,23 +116,24 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     if plan.per_unit is not None:
         return per_unit_rows(plan.per_unit, sample_percent).subquery(
             exp.to_identifier(plan.table.name, quoted=True), copy=False)
-    table = table_ref(plan.table.name)
-    if sample_percent is not None:
-        table.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
-                                            percent=exp.Literal.number(sample_percent)))
+    table = table_rows(plan.table, sample_percent)
     if not plan.joins:
-        return table
+        return table if isinstance(table, exp.Table) else table.subquery(
+            exp.to_identifier(plan.table.name, quoted=True), copy=False)
     mine = "_idp_t"
     star = exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
-    joined = exp.select(star).from_(table.as_(mine, quoted=True))
+    joined = exp.select(star).from_(_named(table, mine))
     for index, join in enumerate(plan.joins):
         alias = f"_idp_j{index}"
+        columns = list(join.table.columns)
+        if join.protected and join.table.privacy_unit not in join.table.columns:
+            columns.append(join.table.privacy_unit)  # later joins equate units with it
         joined = joined.select(*[
             exp.alias_(exp.column(name, table=alias, quoted=True), join.column_name(name),
-                       quoted=True) for name in join.table.columns], copy=False)
+                       quoted=True) for name in columns], copy=False)
         on = exp.and_(*[exp.column(protected, table=mine, quoted=True).eq(
             exp.column(other, table=alias, quoted=True)) for protected, other in join.pairs])
-        read = (table_ref(join.table.name).as_(alias, quoted=True)
+        read = (_named(table_rows(join.table), alias)
                 if join.protected else
                 _bounded_rows(join.table.name, join.key, join.multiplicity)
                 .subquery(alias, copy=False))
@@ -167,15 +168,72 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     return rows.group_by(unit, copy=False)
 
 
-def _bounded_rows(table: str, key: str, most: int) -> exp.Select:
-    """The rows of ``table`` whose ``key`` occurs in at most ``most`` rows (1: once);
-    NULL keys match nothing."""
+def _bounded_rows(table: str, key: str, most: int,
+                  rows: exp.Expression | None = None) -> exp.Select:
+    """The rows of ``table`` (read as ``rows``, by default the table itself) whose
+    ``key`` occurs in at most ``most`` rows of the table (1: once); NULL keys match
+    nothing."""
     column = exp.column(key, quoted=True)
     bounded = (exp.select(column.copy()).from_(table_ref(table))
                .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
                .having(exp.Count(this=exp.Star()) <= exp.Literal.number(most)))
-    return (exp.select("*").from_(table_ref(table))
+    source = table_ref(table) if rows is None else _named(rows, "_idp_r")
+    return (exp.select("*").from_(source)
             .where(column.copy().isin(query=bounded)))
+
+
+def _named(rows: exp.Expression, alias: str) -> exp.Expression:
+    """A table or a derived relation, under ``alias``."""
+    if isinstance(rows, exp.Table):
+        return rows.as_(alias, quoted=True)
+    return rows.subquery(exp.to_identifier(alias, quoted=True), copy=False)
+
+
+def table_rows(table: Table, sample_percent: int | None = None) -> exp.Expression:
+    """The rows of a protected (or public) table as the statistics read them: the table
+    itself, or for a table whose unit comes through a foreign key (``unit_via``,
+    docs/privacy.md §3.13) its rows with the derived unit as the column
+    ``LINKED_UNIT``: the unit of the one row of the linked table whose key equals the
+    row's link column, NULL when no such row, or more than one, exists (the key is read
+    as unique in every statement, whatever was written after start), along the chain
+    when that table is linked in turn. A left join: every row of the table, once."""
+    base = table_ref(table.name)
+    if sample_percent is not None:
+        base.set("sample", exp.TableSample(method=exp.var("SYSTEM"),
+                                           percent=exp.Literal.number(sample_percent)))
+    if table.link is None:
+        return base
+    return _linked_rows(base, table.link)
+
+
+def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
+    target = table_ref(link.table)
+    if link.then is not None:
+        target = _linked_rows(target, link.then)
+    key, unit = exp.column(link.key, quoted=True), exp.column(link.unit, quoted=True)
+    unique = _bounded_rows(link.table, link.key, 1, target)
+    owners = (exp.select(exp.alias_(key, "k", quoted=True), exp.alias_(unit, "u", quoted=True))
+              .from_(unique.subquery("_idp_o", copy=False)))
+    mine = exp.Column(this=exp.Star(), table=exp.to_identifier("_idp_b", quoted=True))
+    return (exp.select(mine, exp.alias_(exp.column("u", table="_idp_l", quoted=True),
+                                        LINKED_UNIT, quoted=True))
+            .from_(base.as_("_idp_b", quoted=True))
+            .join(owners.subquery("_idp_l", copy=False), join_type="left",
+                  on=exp.column(link.column, table="_idp_b", quoted=True).eq(
+                      exp.column("k", table="_idp_l", quoted=True))))
+
+
+def chain_tables(plan: QueryPlan) -> tuple[str, ...]:
+    """The tables a plan's units are derived through (``unit_via`` chains of its
+    protected tables), beyond the tables it names: its answers depend on them too."""
+    tables = [plan.table, *(join.table for join in plan.joins if join.protected)]
+    named = {plan.table.name, *(join.table.name for join in plan.joins)}
+    out: list[str] = []
+    for table in tables:
+        for name in (table.link.tables if table.link else ()):
+            if name not in named and name not in out:
+                out.append(name)
+    return tuple(out)
 
 
 def counts_units(plan: QueryPlan) -> bool:
@@ -232,6 +290,53 @@ def unit_bound_sql(table: str, unit: str, dialect: str, joined: tuple[str, bool]
                    on=exp.column("u", table="a").eq(exp.column("u", table="b")),
                    join_type="left" if left else "inner"))
     return query.sql(dialect=dialect)
+
+
+def joined_units(plan: QueryPlan) -> tuple | None:
+    """None for a plan over one table with its own unit column (``unit_bound_sql`` of
+    that table); else what c depends on besides the data versions: the tables whose rows
+    per unit multiply (``unit_sources``), with their LEFT flags and links."""
+    protected = [join for join in plan.joins if join.protected]
+    if not protected and plan.table.link is None:
+        return None
+    return (tuple((table.name, left, table.link) for table, left in
+                  unit_sources(plan.table, plan.joins)),
+            all(join.left for join in protected))
+
+
+def plan_unit_bound_sql(plan: QueryPlan, dialect: str) -> str:
+    """c of a plan: the largest number of (joined) rows one unit owns, through links and
+    across protected tables (docs/privacy.md §3.10, §3.13): per unit, the product of its
+    rows in each table of ``unit_sources`` (LEFT: at least one), each table read with
+    its derived unit (``table_rows``). Rows of no unit (a NULL unit, a dangling link)
+    count as one unit when they can be in the join (every protected join LEFT, so the
+    first table's rows all stay), and not otherwise (an equality of units never holds
+    for them)."""
+    sources = unit_sources(plan.table, plan.joins)
+    if joined_units(plan) is None:
+        return unit_bound_sql(plan.table.name, plan.table.privacy_unit, dialect)
+
+    def per_unit(table: Table) -> exp.Select:
+        unit = exp.column(table.privacy_unit, quoted=True)
+        return (exp.select(exp.alias_(unit, "u"), exp.alias_(exp.Count(this=exp.Star()), "cnt"))
+                .from_(_named(table_rows(table), "_idp_s")).group_by(unit.copy()))
+
+    first = per_unit(sources[0][0])
+    if not all(join.left for join in plan.joins if join.protected):
+        first = first.having(exp.column(sources[0][0].privacy_unit, quoted=True)
+                             .is_(exp.null()).not_())
+    query = exp.select().from_(first.subquery("p0"))
+    product: exp.Expression = exp.column("cnt", table="p0")
+    for index, (table, left) in enumerate(sources[1:], 1):
+        name = f"p{index}"
+        factor: exp.Expression = exp.column("cnt", table=name)
+        if left:
+            factor = exp.func("coalesce", factor, exp.Literal.number(1))
+        product = exp.Mul(this=product, expression=factor)
+        query = query.join(per_unit(table).subquery(name), join_type="left" if left else "inner",
+                           on=exp.column("u", table="p0").eq(exp.column("u", table=name)))
+    largest = exp.func("coalesce", exp.Max(this=product), exp.Literal.number(0))
+    return query.select(largest).sql(dialect=dialect)
 
 
 def needed_value(table: Table, need: ColumnNeeds) -> exp.Expression:

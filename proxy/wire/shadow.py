@@ -283,7 +283,7 @@ def _ddl(rules: Rules, backend: Backend) -> list[sql.Composable]:
             columns = backend.column_types(table.name)
         else:
             columns = [(name, RULE_TYPES[column.type]) for name, column in table.columns.items()]
-            if table.privacy_unit and table.privacy_unit not in table.columns:
+            if table.privacy_unit and table.privacy_unit not in table.columns and not table.link:
                 columns.insert(0, (table.privacy_unit, "text"))
         statements.append(sql.SQL("CREATE TABLE {} ({})").format(
             sql.Identifier(table.name),

@@ -30,10 +30,10 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
-from proxy.engine import _partner
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
-from proxy.pushdown import compute_statistics, unit_bound_sql
+from proxy.pushdown import compute_statistics
+from proxy.pushdown.scope import plan_unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
@@ -239,7 +239,7 @@ def _pushed_down(con, a_rows, b_rows, query: str, model: str = "idp"):
     if model == "dp":
         shift = clip
     else:
-        bound = execute(unit_bound_sql("a", "unit", "duckdb", _partner(plan)))[0][0]
+        bound = execute(plan_unit_bound_sql(plan, "duckdb"))[0][0]
         assert bound == _largest(a_rows, b_rows, QUERIES[query][1]), (a_rows, b_rows)
         shift = max(1, bound)
     groups = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,

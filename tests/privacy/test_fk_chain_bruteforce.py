@@ -1,0 +1,410 @@
+"""Brute-force neighbours of units through foreign keys and joins of three protected
+tables (issue 34, docs/privacy.md §3.13): a customer table ``c`` whose unit is ``ck``,
+orders ``o`` whose ``oc`` names the same units (``unit_of``), and line items ``l``
+whose unit is the unit of the one order their ``lk`` names (``unit_via = { lk =
+"o.ok" }``).
+
+Small random data sets hold units with 0–2 rows in each table (so some in one or two
+tables only), rows of the NULL unit, orders whose key is written twice (their line
+items then have no unit), dangling and NULL links, and orders with 0–2 line items.
+Every neighbour of one unit — all its records in all three tables set to any values
+(NULL, NaN, ±inf, the bounds, ties; in and out of every WHERE and between groups), the
+link columns kept (they are not protected) — and the removal of all its records are
+enumerated against a Python reference of the chain. For each query (line items alone,
+line items joined to their orders inner and LEFT, orders joined to their line items,
+customers joined to orders on units of different names, customers twice with orders
+(three tables on the unit: c is the product of all three counts), and all three tables
+along the chain) c, the
+statistics and the local sensitivities come from the real pushed-down SQL on DuckDB;
+the joined rows a neighbour changes never exceed c (and reach it), and no group's
+COUNT, SUM (winsorized at s = 1, clamped above) or MEDIAN changes by more than its
+sensitivity, nor do more groups change than the share ε is divided by. Under DP the
+clipped scope changes by at most the product of the declared bounds along the chain.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from fractions import Fraction
+
+import duckdb
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
+from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
+from proxy.pushdown import compute_statistics
+from proxy.pushdown.scope import plan_unit_bound_sql
+from proxy.rules import parse_rules
+from proxy.settings import Settings
+from proxy.statistics import GroupStats
+from tests.privacy.harness import assert_sound, group_changes, neighbours, pushed_down_changes
+from tests.privacy.reference import normalise as normalise_value
+from tests.privacy.reference import percentile
+
+LOWER, UPPER = 0.0, 10.0
+RULES = parse_rules(f"""
+[defaults]
+noise_scale = "local"  # raw iDP: the local sensitivities tested here
+[tables.c]
+privacy_unit = "ck"
+max_rows_per_unit = 1
+[tables.c.columns]
+ck = {{ type = "int" }}
+x  = {{ type = "float", domain = [{LOWER}, {UPPER}] }}
+k  = {{ type = "text", keys = ["p", "q"] }}
+
+[tables.o]
+privacy_unit = "oc"
+unit_of = "c.ck"
+max_rows_per_unit = 2
+[tables.o.columns]
+ok = {{ type = "int" }}
+oc = {{ type = "int" }}
+y  = {{ type = "float", domain = [{LOWER}, {UPPER}] }}
+
+[tables.l]
+unit_via = {{ lk = "o.ok" }}
+max_rows_per_link = 2
+[tables.l.columns]
+lk = {{ type = "int" }}
+z  = {{ type = "float", domain = [{LOWER}, {UPPER}] }}
+g  = {{ type = "text", keys = ["p", "q"] }}
+""")
+NAN, INF = float("nan"), float("inf")  # one NaN object: equal to itself in row multisets
+C_OPTIONS = [(0.0, "p"), (10.0, "q"), (NAN, None)]
+O_OPTIONS = [(2.5,), (10.0,), (None,)]
+L_OPTIONS = [(0.0, "q"), (7.0, "p"), (INF, "p"), (None, None)]
+VALUES = [0.0, 2.5, 5.0, 10.0, NAN, INF, -INF, None]
+
+
+def _lt(value, bound) -> bool:
+    """``value < bound`` in SQL: NULL is unknown, NaN above every number."""
+    return value is not None and not math.isnan(value) and value < bound
+
+
+def _gt(value, bound) -> bool:
+    return value is not None and (math.isnan(value) or value > bound)
+
+
+def _keys(value):
+    return (value,) if value in ("p", "q") else None
+
+
+# name -> (SQL, the join's rows (a function of the tables), WHERE, group key, the SUM's
+# and the MEDIAN's value of a joined row and their names in the plan). A joined row is
+# a dict of table -> record (None: a LEFT join's missing row).
+QUERIES = {
+    "lines alone": (
+        "SELECT l.g, COUNT(*), SUM(z), MEDIAN(z) FROM l WHERE z < 5 OR g = 'q' GROUP BY l.g",
+        "l", lambda r: _lt(r["l"][1], 5) or r["l"][2] == "q", lambda r: _keys(r["l"][2]),
+        lambda r: r["l"][1], lambda r: r["l"][1], "z", "z"),
+    "lines to orders": (
+        "SELECT COUNT(*), SUM(l.z), MEDIAN(o.y) FROM l JOIN o ON l.lk = o.ok WHERE o.y > 2",
+        "lo", lambda r: _gt(r["o"][2], 2), lambda r: (),
+        lambda r: r["l"][1], lambda r: r["o"][2], "z", "o.y"),
+    "lines left orders": (
+        "SELECT COUNT(*), SUM(l.z), MEDIAN(l.z) FROM l LEFT JOIN o ON l.lk = o.ok "
+        "WHERE o.y IS NULL OR o.y < 5",
+        "lo left", lambda r: r["o"] is None or r["o"][2] is None or _lt(r["o"][2], 5),
+        lambda r: (), lambda r: r["l"][1], lambda r: r["l"][1], "z", "z"),
+    "orders to lines": (
+        "SELECT COUNT(*), SUM(o.y), MEDIAN(l.z) FROM o JOIN l ON o.ok = l.lk WHERE l.z < 5",
+        "ol", lambda r: _lt(r["l"][1], 5), lambda r: (),
+        lambda r: r["o"][2], lambda r: r["l"][1], "y", "l.z"),
+    "customers to orders": (
+        "SELECT c.k, COUNT(*), SUM(o.y), MEDIAN(c.x) FROM c JOIN o ON c.ck = o.oc "
+        "GROUP BY c.k",
+        "co", lambda r: True, lambda r: _keys(r["c"][2]),
+        lambda r: r["o"][2], lambda r: r["c"][1], "o.y", "x"),
+    "three on the unit": (
+        "SELECT COUNT(*), SUM(o.y), MEDIAN(d.x) FROM c JOIN o ON c.ck = o.oc "
+        "JOIN c AS d ON d.ck = o.oc WHERE c.k = 'p'",
+        "coc", lambda r: r["c"][2] == "p", lambda r: (),
+        lambda r: r["o"][2], lambda r: r["d"][1], "o.y", "d.x"),
+    "all three": (
+        "SELECT l.g, COUNT(*), SUM(l.z), MEDIAN(o.y) FROM c, o, l "
+        "WHERE c.ck = o.oc AND l.lk = o.ok AND c.x < 8 GROUP BY l.g",
+        "col", lambda r: _lt(r["c"][1], 8), lambda r: _keys(r["l"][2]),
+        lambda r: r["l"][1], lambda r: r["o"][2], "l.z", "o.y"),
+}
+
+
+def _owner(orders) -> dict:
+    """Line items' link -> the unit of the one order holding that key (keys written
+    twice own nothing)."""
+    times = Counter(row[0] for row in orders if row[0] is not None)
+    return {row[0]: row for row in orders if row[0] is not None and times[row[0]] == 1}
+
+
+def _unit_of_line(line, owners):
+    order = owners.get(line[0]) if line[0] is not None else None
+    return None if order is None else order[1]
+
+
+def _joined(tables, shape: str) -> list[dict]:
+    """The join's rows as the proxy defines them: every protected join equates units
+    (a NULL unit meets nothing), a line item meets the one order its link names."""
+    cust, orders, lines = tables
+    owners = _owner(orders)
+    if shape == "l":
+        return [{"l": line} for line in lines]
+    if shape in ("lo", "ol", "lo left"):
+        out = []
+        for line in lines:
+            unit = _unit_of_line(line, owners)
+            if unit is not None:
+                out.append({"l": line, "o": owners[line[0]]})
+            elif shape == "lo left":
+                out.append({"l": line, "o": None})
+        return out
+    if shape == "co":
+        return [{"c": c, "o": o} for c in cust for o in orders
+                if c[0] is not None and c[0] == o[1]]
+    if shape == "coc":
+        return [{"c": c, "o": o, "d": d} for c in cust for o in orders for d in cust
+                if c[0] is not None and c[0] == o[1] == d[0]]
+    return [{"c": c, "o": owners[line[0]], "l": line} for c in cust for line in lines
+            if c[0] is not None and _unit_of_line(line, owners) == c[0]]
+
+
+def _unit_of_row(row: dict, owners):
+    if "c" in row:
+        return row["c"][0]
+    return _unit_of_line(row["l"], owners)
+
+
+def _largest(tables, shape: str) -> int:
+    """c: the most joined rows one unit owns (rows of no unit together as one)."""
+    owners = _owner(tables[1])
+    owned = Counter(_unit_of_row(row, owners) for row in _joined(tables, shape))
+    return max(owned.values(), default=0)
+
+
+def _answers(tables, query: str, keys, shift: int) -> dict:
+    """Each group's (COUNT(*), SUM as released, MEDIAN) before noise."""
+    _, shape, where, group, summed, ranked, _, _ = QUERIES[query]
+    scopes: dict = {}
+    for row in _joined(tables, shape):
+        if not where(row):
+            continue
+        key = group(row)
+        if key is None:
+            continue
+        scope = scopes.setdefault(key, [0, [], []])
+        scope[0] += 1
+        for values, value in ((scope[1], summed(row)), (scope[2], ranked(row))):
+            if value is not None:
+                values.append(normalise_value(value, LOWER, UPPER))
+    out = {}
+    for key in keys:
+        count, sums, ranks = scopes.get(key, (0, [], []))
+        sums = sorted(v for v in sums if v is not None)
+        ranks = sorted(v for v in ranks if v is not None)
+        total = (winsorized_sum(sum(sums), sums[:2], sums[-2:], len(sums)) if shift == 1
+                 else sum(sums))
+        out[key] = (count, total, percentile(ranks, Fraction(1, 2), LOWER, UPPER))
+    return out
+
+
+def _datasets(seed: int, count: int):
+    """Three tables: 1–3 units and sometimes the NULL unit, each with 0–2 customers and
+    0–2 orders (one key in eight written twice), each order with 0–2 line items; line
+    items with a dangling or a NULL link now and then."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        cust, orders, lines, keys = [], [], [], []
+        units = [*range(1, rng.randint(1, 3) + 1), *([None] if rng.random() < 0.3 else [])]
+        for unit in units:
+            for _ in range(rng.randint(0, 2 if unit is not None else 1)):
+                cust.append((unit, rng.choice(VALUES), rng.choice(["p", "q", None])))
+            for _ in range(rng.randint(0, 2)):
+                key = rng.choice(keys) if keys and rng.random() < 0.125 else len(keys) + 1
+                keys.append(key)
+                orders.append((key, unit, rng.choice(VALUES)))
+        for key in [*sorted(set(keys)), 99, None]:
+            for _ in range(rng.randint(0, 2) if key in keys else int(rng.random() < 0.3)):
+                lines.append((key, rng.choice(VALUES), rng.choice(["p", "q", None])))
+        yield cust, orders, lines
+
+
+def _neighbours(tables, rng):
+    """Every unit's records in all three tables set to any options (keys and links kept:
+    they are not protected), a sample where the combinations are many; and each unit's
+    records removed from all three tables (unless one of its orders shares its key with
+    another's: removing it would hand that key's line items to the other unit, which
+    changes records the neighbour does not own)."""
+    cust, orders, lines = tables
+    owners = _owner(orders)
+    tagged = ([("c", *row) for row in cust] + [("o", *row) for row in orders]
+              + [("l", *row) for row in lines])
+
+    def unit(row):
+        return {"c": lambda: row[1], "o": lambda: row[2],
+                "l": lambda: _unit_of_line(row[1:], owners)}[row[0]]()
+
+    def options(row):
+        return {"c": C_OPTIONS, "o": O_OPTIONS, "l": L_OPTIONS}[row[0]]
+
+    def make(row, option):
+        kept = 3 if row[0] == "o" else 2  # tag and key (orders: key and unit)
+        return (*row[:kept], *option)
+
+    for changed in neighbours(tagged, options, unit=unit, make=make, limit=2000, rng=rng):
+        yield _split(changed)
+    twice = {key for key, times in Counter(row[0] for row in orders).items() if times > 1}
+    for owner in {unit(row) for row in tagged}:
+        if any(row[1] == owner and row[0] in twice for row in orders):
+            continue  # removing its order would give another's line items a unit
+        yield _split([row for row in tagged if unit(row) != owner])
+
+
+def _split(tagged):
+    return tuple([row[1:] for row in tagged if row[0] == name] for name in "col")
+
+
+@pytest.fixture(scope="module")
+def con():
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE c (ck BIGINT, x DOUBLE, k TEXT)")
+    connection.execute("CREATE TABLE o (ok BIGINT, oc BIGINT, y DOUBLE)")
+    connection.execute("CREATE TABLE l (lk BIGINT, z DOUBLE, g TEXT)")
+    yield connection
+    connection.close()
+
+
+def _load(con, tables) -> None:
+    for name, rows in zip("col", tables):
+        con.execute(f"DELETE FROM {name}")
+        if rows:
+            con.executemany(f"INSERT INTO {name} VALUES (?, ?, ?)", rows)
+
+
+def _pushed_down(con, tables, query: str, model: str = "idp"):
+    """The plan, the shift (c read by the engine's SQL; DP: the declared bounds' product)
+    and every group's statistics from the pushdown."""
+    _load(con, tables)
+    plan = analyze(parse_statements(QUERIES[query][0])[0], RULES, Settings(model=model))
+
+    def execute(sql):
+        return con.execute(sql).fetchall()
+
+    clip = plan.contribution_bound if model == "dp" else None
+    if model == "dp":
+        shift = clip
+    else:
+        bound = execute(plan_unit_bound_sql(plan, "duckdb"))[0][0]
+        assert bound == _largest(tables, QUERIES[query][1]), tables
+        shift = max(1, bound)
+    groups = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,
+                                clip, execute)
+    return plan, shift, groups
+
+
+def _changed_rows(before, after) -> int:
+    """How many joined rows one data set has that the other lacks (the larger side)."""
+    def frozen(rows):
+        return Counter(tuple(sorted(row.items())) for row in rows)
+    old, new = frozen(before), frozen(after)
+    return max(sum((old - new).values()), sum((new - old).values()))
+
+
+@pytest.mark.parametrize("query", list(QUERIES))
+def test_chain_sensitivities_bound_every_neighbour(con, query):
+    _, shape, *_, summed_name, ranked_name = QUERIES[query]
+    rng = random.Random(34)
+    for tables in _datasets(sum(map(ord, query)), 6):
+        plan, shift, groups = _pushed_down(con, tables, query)
+        keys = plan.group_keys() if plan.group_by else [()]
+        base = _answers(tables, query, keys, shift)
+        calibration = Calibration("idp", shift, local=True)
+        bounds = {}
+        for key in keys:
+            stats = groups.get(key, GroupStats())
+            assert stats.rows == base[key][0], (tables, key)
+            released = [_answer_and_sensitivity(plan.aggregates[i], stats.column(name),
+                                                plan.table.columns[name], calibration)
+                        for i, name in ((1, summed_name), (2, ranked_name))]
+            assert released[0][0] == pytest.approx(base[key][1]), (tables, key)
+            assert released[1][0] == base[key][2], (tables, key)
+            bounds[key] = (count_sensitivity(shift), released[0][1], released[1][1])
+        bounds = {(key, index): bound for key in keys
+                  for index, bound in enumerate(bounds[key])}
+        bounds["counts"] = min(2, len(keys)) * shift
+        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        bounds["joined rows"] = shift
+
+        def answers_and_join(tables, keys=keys, shift=shift):
+            return _answers(tables, query, keys, shift), _joined(tables, shape)
+
+        def change(before, after):
+            return {**group_changes(before[0], after[0]),
+                    "joined rows": _changed_rows(before[1], after[1])}
+
+        (outcome,) = assert_sound(answers_and_join, lambda _, bounds=bounds: bounds,
+                                  [tables], lambda t: _neighbours(t, rng), change=change)
+        largest = _largest(tables, shape)
+        if largest:  # c is reached: some unit's every joined row changes
+            assert outcome.worst["joined rows"] == largest, tables
+
+
+def test_c_multiplies_along_the_chain_and_across_tables(con):
+    """One unit with 2 customers, 2 orders of 3 and 1 line items, another with one
+    order of 2: lines alone c = 4 (not 3, the rows of one order), lines with their
+    orders 4, customers with orders 2 x 2 = 4, customers twice with orders 2 x 2 x 2 =
+    8, all three 2 x 4 = 8 (not 2 x 2 x 4: an order is one per line item); a key written twice
+    and a dangling link give line items of no unit, which join nothing."""
+    tables = ([(1, 1.0, "p"), (1, 2.0, "q"), (2, 3.0, "p")],
+              [(10, 1, 1.0), (11, 1, 2.0), (12, 2, 3.0), (13, 2, 1.0), (13, 3, 1.0)],
+              [(10, 1.0, "p")] * 3 + [(11, 2.0, "q"), (12, 1.0, "p"), (12, 2.0, "p"),
+                                      (13, 5.0, "q"), (13, 6.0, "q"), (77, 1.0, "p")])
+    expected = {"lines alone": 4, "lines to orders": 4, "lines left orders": 4,
+                "orders to lines": 4, "customers to orders": 4, "three on the unit": 8,
+                "all three": 8}
+    for query, c in expected.items():
+        plan, shift, _ = _pushed_down(con, tables, query)
+        assert shift == c, query
+    # the NULL-unit line items (a key written twice, a dangling link) are 3: beyond 4
+    # only if counted as one unit with more rows
+    tables[2].extend([(77, 1.0, "p")] * 3)
+    assert _pushed_down(con, tables, "lines alone")[1] == 6
+    assert _pushed_down(con, tables, "lines left orders")[1] == 6
+    assert _pushed_down(con, tables, "lines to orders")[1] == 4  # they join nothing
+
+
+@pytest.mark.parametrize("query", ["lines alone", "all three"])
+def test_dp_clips_to_the_bounds_multiplied_along_the_chain(con, query):
+    """DP: a line item's unit owns at most max_rows_per_link (2) x the orders' bound (2)
+    = 4 of them, and a customer 1: the clipped scope of line items alone, and of all
+    three tables (1 x 4), moves by at most 4 rows (8 over two groups) and 4 (U − L) of
+    the sum under neighbours giving a unit's orders any number of line items."""
+    rng = random.Random(35)
+    for tables in _datasets(7, 3):
+        plan, shift, _ = _pushed_down(con, tables, query, model="dp")
+        assert shift == 4
+        keys = plan.group_keys() if plan.group_by else [()]
+        summed = QUERIES[query][6]
+        owners = _owner(tables[1])
+
+        def given_rows(tables, owners=owners):
+            """Ten neighbours: one unit's orders given 0..3 line items of any values."""
+            units = sorted({o[1] for o in owners.values() if o[1] is not None})
+            for _ in range(10 if units else 0):
+                unit = rng.choice(units)
+                mine = [k for k, o in owners.items() if o[1] == unit]
+                kept = [line for line in tables[2] if line[0] not in mine]
+                given = [(k, rng.choice(VALUES), rng.choice(["p", "q"]))
+                         for k in mine for _ in range(rng.randint(0, 3))]
+                yield tables[0], tables[1], kept + given
+
+        def statistics(tables, keys=keys):
+            groups = _pushed_down(con, tables, query, model="dp")[2]
+            return {key: groups.get(key, GroupStats()) for key in keys}
+
+        bounds = {"rows": 2 * shift, **{(key, "rows"): shift for key in keys},
+                  **{(key, summed): shift * (UPPER - LOWER) for key in keys}}
+        assert_sound(statistics, lambda _, bounds=bounds: bounds, [tables], given_rows,
+                     change=pushed_down_changes(summed))

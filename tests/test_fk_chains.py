@@ -1,0 +1,220 @@
+"""Issue 34, item 1: units through foreign keys, on both backends. Customers are the
+unit; orders name theirs in ``o_custkey`` (``unit_of``); line items reach theirs through
+their order (``unit_via``). The shift (c through the chain, across joined tables), the
+answers (true statistics equal to the join's), its recomputation when the linking table
+changes, DP's bound multiplied along the chain, the start-up refusals with the file and
+line, and every refused query in one line with the ledger unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.errors import RulesError
+from proxy.rules import parse_rules
+from proxy.session import Session
+from proxy.wire import shadow
+from tests.factories import open_engine, table_of_rows
+from tests.probes import recorded_statistics, refused_for_free
+
+RULES = """
+[defaults]
+noise_scale = "local"  # raw iDP: the statistics its sensitivities read
+budget_per_analyst = 10
+
+[analysts.alice]
+
+[tables.customer]
+privacy_unit = "c_custkey"
+max_rows_per_unit = 1
+[tables.customer.columns]
+c_custkey   = { type = "int" }
+c_segment   = { type = "text", keys = ["a", "b"] }
+
+[tables.orders]
+privacy_unit = "o_custkey"
+unit_of = "customer.c_custkey"
+max_rows_per_unit = 3
+[tables.orders.columns]
+o_orderkey  = { type = "int" }
+o_custkey   = { type = "int" }
+o_price     = { type = "float", domain = [0, 100] }
+
+[tables.lineitem]
+unit_via = { l_orderkey = "orders.o_orderkey" }
+max_rows_per_link = 2
+[tables.lineitem.columns]
+l_orderkey  = { type = "int" }
+l_quantity  = { type = "float", domain = [0, 50] }
+l_mode      = { type = "text", keys = ["air", "sea"] }
+
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+person_id = { type = "int" }
+"""
+CUSTOMERS = [(c, "ab"[c % 2]) for c in range(1, 9)]
+# customer c has c % 3 orders (0, 1 or 2); one order of nobody (NULL), one of 99
+ORDERS = [(10 * c + k, c, float(c + k)) for c in range(1, 9) for k in range(c % 3)]
+ORDERS += [(500, None, 1.0), (600, 99, 2.0)]
+# order o has o % 4 line items; 777 dangles, one has no order
+LINES = [(o, float(o % 7 + i), "air" if (o + i) % 3 else "sea")
+         for o, _, _ in ORDERS for i in range(o % 4)]
+LINES += [(777, 3.0, "air"), (None, 4.0, "sea")]
+
+
+def _tables():
+    return {
+        "customer": table_of_rows(CUSTOMERS, {"c_custkey": "BIGINT", "c_segment": "TEXT"}),
+        "orders": table_of_rows(ORDERS, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT",
+                                         "o_price": "DOUBLE PRECISION"}),
+        "lineitem": table_of_rows(LINES, {"l_orderkey": "BIGINT",
+                                          "l_quantity": "DOUBLE PRECISION",
+                                          "l_mode": "TEXT"}),
+        "visits": table_of_rows([(1,)], {"person_id": "BIGINT"}),
+    }
+
+
+def _unit(line):
+    owner = [o for o in ORDERS if o[0] == line[0]]
+    return owner[0][1] if len(owner) == 1 else None
+
+
+def _per_unit(rows) -> int:
+    counts: dict = {}
+    for unit in rows:
+        counts[unit] = counts.get(unit, 0) + 1
+    return max(counts.values())
+
+
+def test_line_items_carry_their_orders_customer(backend_url):
+    with open_engine(backend_url, RULES, _tables) as engine:
+        alone = "SELECT l_mode, COUNT(*), SUM(l_quantity) FROM lineitem GROUP BY l_mode"
+        shift, groups, keys, statements = recorded_statistics(engine, alone)
+        assert shift == _per_unit(_unit(line) for line in LINES)
+        for (mode,) in keys:
+            mine = [line for line in LINES if line[2] == mode]
+            assert groups[(mode,)].rows == len(mine)
+            assert groups[(mode,)].column("l_quantity").total == pytest.approx(
+                sum(line[1] for line in mine))
+        assert all("orders" in text for text, _ in statements)  # the unit, in the SQL sent
+
+        joined = ("SELECT COUNT(*), SUM(l.l_quantity), MEDIAN(o.o_price) FROM lineitem l "
+                  "JOIN orders o ON l.l_orderkey = o.o_orderkey WHERE o.o_price > 2")
+        shift, groups, _, _ = recorded_statistics(engine, joined)
+        scope = [(line, order) for line in LINES for order in ORDERS
+                 if line[0] == order[0] and _unit(line) is not None and order[2] > 2]
+        assert shift == _per_unit(_unit(line) for line in LINES if _unit(line) is not None)
+        assert groups[()].rows == len(scope)
+
+        three = ("SELECT c.c_segment, COUNT(*), SUM(l_quantity) FROM customer c, orders o, "
+                 "lineitem l WHERE c.c_custkey = o.o_custkey AND l.l_orderkey = o.o_orderkey "
+                 "GROUP BY c.c_segment")
+        shift, groups, keys, _ = recorded_statistics(engine, three)
+        rows = [(c, line) for c in CUSTOMERS for line in LINES if _unit(line) == c[0]]
+        assert shift == _per_unit(c[0] for c, _ in rows)  # one customer row each
+        for (segment,) in keys:
+            assert groups[(segment,)].rows == sum(1 for c, _ in rows if c[1] == segment)
+
+        different_names = ("SELECT COUNT(*), COUNT(DISTINCT c.c_custkey) FROM customer c "
+                           "JOIN orders o ON c.c_custkey = o.o_custkey WHERE o.o_price < 50")
+        shift, groups, _, _ = recorded_statistics(engine, different_names)
+        assert shift == max(c % 3 for c in range(1, 9))
+        assert groups[()].units == len({o[1] for o in ORDERS if o[1] in range(1, 9)})
+
+        # c follows the linking table: two more orders for customer 1, with line items
+        engine.backend.query("INSERT INTO orders VALUES (901, 1, 1.0), (902, 1, 1.0)")
+        engine.backend.query("INSERT INTO lineitem VALUES " + ", ".join(
+            f"({order}, 1.0, 'air')" for order in (901, 902) for _ in range(3)))
+        assert recorded_statistics(engine, alone)[0] == 6 + sum(
+            1 for line in LINES if _unit(line) == 1)
+        # an order key written twice after start: its line items have no unit
+        engine.backend.query("INSERT INTO orders VALUES (901, 2, 1.0)")
+        assert recorded_statistics(engine, alone)[0] == 3 + sum(
+            1 for line in LINES if _unit(line) == 1)
+
+        # answered through a session, charged once per aggregate
+        session = Session.open(engine, "alice")
+        (answer,) = session.execute(three)
+        assert [row[0] for row in answer.rows] == ["a", "b"]
+        assert answer.privacy["epsilon_spent"] == pytest.approx(0.2)
+
+        # DP: a line item's customer owns at most 2 per order x 3 orders = 6 of them
+        shift, _, _, _ = recorded_statistics(engine, alone, model="dp")
+        assert shift == 6
+        assert recorded_statistics(engine, three, model="dp")[0] == 6  # 1 x 6
+
+
+REFUSED = [
+    ("SELECT COUNT(*) FROM lineitem l JOIN customer c ON l.l_orderkey = c.c_custkey",
+     "0A000", "join lineitem through the table its unit_via names (orders"),
+    ("SELECT COUNT(*) FROM lineitem l JOIN orders o ON l.l_quantity = o.o_price",
+     "0A000", "FROM lineitem a [LEFT] JOIN orders b ON a.l_orderkey = b.o_orderkey"),
+    ("SELECT COUNT(*) FROM orders o LEFT JOIN lineitem l ON l.l_orderkey = o.o_orderkey",
+     "0A000", "a LEFT JOIN of two protected tables"),
+    ("SELECT COUNT(*) FROM lineitem l JOIN visits v ON l.l_orderkey = v.person_id",
+     "0A000", "different privacy units (c_custkey, person_id)"),
+    ("SELECT COUNT(DISTINCT _idp_unit) FROM lineitem", "0A000",
+     "no privacy_unit column (none, or one derived through unit_via)"),
+]
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    url = f"duckdb:///{tmp_path_factory.mktemp('chains') / 'data.duckdb'}"
+    with open_engine(url, RULES, _tables) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
+def test_refused_chain_joins_say_what_is_allowed_and_spend_nothing(engine, sql, sqlstate,
+                                                                   fragment):
+    refused_for_free(engine, sql, sqlstate, fragment)
+
+
+@pytest.mark.parametrize("change,fragment", [
+    ('unit_via = { l_orderkey = "orders.o_orderkey" }',
+     'unit_via = { l_orderkey = "orders.o_price" }'),
+])
+def test_a_link_to_a_key_that_repeats_stops_the_proxy_at_start(tmp_path, change, fragment):
+    """The key a unit_via names must be unique in the backend's table."""
+    path = tmp_path / "chains.toml"
+    path.write_text(RULES.replace(change, fragment))
+    orders = [*ORDERS, (700, 1, 1.0)]  # o_price 1.0 now repeats
+    tables = {**_tables(), "orders": table_of_rows(orders, {
+        "o_orderkey": "BIGINT", "o_custkey": "BIGINT", "o_price": "DOUBLE PRECISION"})}
+    with pytest.raises(RulesError) as stopped:
+        with open_engine(f"duckdb:///{tmp_path / 'data.duckdb'}",
+                         parse_rules(path.read_text(), str(path)), tables):
+            pass
+    line = path.read_text().splitlines().index(fragment) + 1
+    assert str(stopped.value).startswith(f"{path}:{line}: [tables.lineitem.unit_via] "
+                                         "orders.o_price is not unique"), stopped.value
+
+
+@pytest.mark.parametrize("rules,message", [
+    (RULES.replace('"orders.o_orderkey"', '"orders.nope"'),
+     "[tables.lineitem.unit_via] nope is not a declared column of orders"),
+    (RULES.replace('unit_of = "customer.c_custkey"', 'unit_via = { o_custkey = '
+                   '"lineitem.l_orderkey" }').replace('privacy_unit = "o_custkey"\n', ''),
+     "the units' links form a cycle"),
+    (RULES.replace('max_rows_per_link = 2', 'max_rows_per_link = 2\nprivacy_unit = "x"'),
+     "not both"),
+    (RULES.replace('"customer.c_custkey"', '"visits.person_id"'), None),
+])
+def test_bad_links_stop_the_proxy_with_the_file_and_line(rules, message):
+    if message is None:  # unit_of another table: the identities follow it
+        assert parse_rules(rules, "r.toml").tables["lineitem"].unit_identity == "person_id"
+        return
+    with pytest.raises(RulesError) as stopped:
+        parse_rules(rules, "chains.toml")
+    assert str(stopped.value).startswith("chains.toml:") and message in str(stopped.value)
+
+
+def test_the_catalog_shows_a_linked_table_without_a_unit_column(backend_url):
+    """Clients' catalog lists a table's declared columns (and its undeclared unit
+    column); a linked table's unit is derived through its link, so no column of it is
+    listed: lineitem shows l_orderkey, not ``_idp_unit``."""
+    with open_engine(backend_url, RULES, _tables) as engine:
+        statements = [s.as_string(None) for s in shadow._ddl(engine.rules, engine.backend)]
+    lineitem, = [s for s in statements if s.startswith('CREATE TABLE "lineitem"')]
+    assert "_idp_unit" not in lineitem and '"l_orderkey"' in lineitem
