@@ -47,6 +47,7 @@ from sqlglot import exp
 from proxy.analyze.key_restriction import restricted
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
+from proxy.analyze.time_keys import canonical, time_term, tool_time_term
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
@@ -56,6 +57,7 @@ from proxy.vocabulary import (
     EPOCH_BIN,
     FLOOR_BIN,
     PUBLIC,
+    RANGES,
     SELECTED,
     TIME_PART,
     TIME_TRUNC,
@@ -110,6 +112,13 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
     """The index of the GROUP BY term a select item computes; None when it is none."""
     if not terms:
         return None
+    bare = node
+    while isinstance(bare, exp.Paren):
+        bare = bare.this
+    if tool_time_term(bare) and _reads_time(bare, table, resolve):  # by its text: its
+        text = canonical(bare, resolve)  # ranges are those the WHERE leaves
+        return next((i for i, seen in enumerate(terms)
+                     if seen.kind == RANGES and seen.unit == text), None)
     try:
         term = group_term(node, table, resolve)
     except Refused:
@@ -165,6 +174,9 @@ def group_term(node: exp.Expression, table: Table, resolve,
     name = default_name(node)
     if isinstance(node, exp.Column):
         return _plain_column(resolve(node), table, name)
+    if tool_time_term(node) and _reads_time(node, table, resolve):
+        return time_term(node, table, resolve, name,
+                         lambda column: _within_where(column, where, resolve))
     if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         unit = _unit(node.args.get("unit"))
         column = _time_column(node.this, table, resolve, f"date_trunc('{unit}', …)")
@@ -194,6 +206,12 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return _case(substring_case(node, table, resolve), table, resolve, name)
     raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
                        f"group by {ALLOWED}")
+
+
+def _reads_time(node: exp.Expression, table: Table, resolve) -> bool:
+    """Whether a time column is what ``node`` reads (``time_term`` refuses a second)."""
+    return any(table.columns[resolve(column)].type in ("date", "timestamp")
+               for column in node.find_all(exp.Column))
 
 
 def _plain_column(name: str, table: Table, label: str) -> GroupKey:
