@@ -154,6 +154,33 @@ def test_the_keys_are_as_postgresql_types_them(engine):
                              "2023-01") for d in (1, 2)}
 
 
+# numbers and CASE (a NULL key of a CASE is a group; a NULL number is in none, as for
+# every bucket): (term, WHERE, whether PostgreSQL's NULL group is answered)
+OTHER_TERMS = [
+    ('((floor(("events"."age" - 10.0) / 10.0)) * 10.0) + 10.0', "", False),  # Metabase
+    ("((floor((cost - 50.0) / 125.0)) * 125.0) + 50.0", "", False),
+    ("floor((days - 3) / 5) * 5 + 3", "WHERE kind = 'a'", False),
+    ("age % 10", "", False),
+    ("MOD(days, 4)", "", False),  # negative days: negative remainders, as PostgreSQL's
+    ("days % -3", "", False),
+    ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE NULL END", "", True),
+    ("CASE WHEN cost > 500 THEN 1 WHEN cost IS NULL THEN NULL ELSE 0 END", "", True),
+    ("CASE kind WHEN 'a' THEN 'first' ELSE NULL END", "WHERE age > 20", True),
+]
+
+
+@pytest.mark.parametrize("term,where,null_group", OTHER_TERMS)
+@pytest.mark.usefixtures("no_noise")
+def test_each_number_bin_and_case_is_postgresql_s_own(engine, truth, term, where,
+                                                      null_group):
+    sql = f"SELECT {term} AS k, COUNT(*) FROM events {where} GROUP BY 1"
+    answered = _answered(engine, sql)
+    wanted = {key: count for key, count in truth(sql) if null_group or key is not None}
+    assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
+    assert answered == {key: wanted.get(key, 0) for key in answered}
+    assert (None in answered) == null_group
+
+
 REFUSED = [
     ("SELECT date_trunc('day', at + days * INTERVAL '1 day'), COUNT(*) FROM events GROUP BY 1",
      "one date or timestamp column"),
@@ -167,6 +194,11 @@ REFUSED = [
     ("SELECT CAST(at AS text), COUNT(*) FROM events GROUP BY 1", "casts to timestamp"),
     ("SELECT date_trunc('minute', at AT TIME ZONE 'UTC'), COUNT(*) FROM events GROUP BY 1",
      "more than"),
+    ("SELECT cost % 10, COUNT(*) FROM events GROUP BY 1", "takes an int column"),
+    ("SELECT age % 0, COUNT(*) FROM events GROUP BY 1", "other than 0"),
+    ("SELECT age % days, COUNT(*) FROM events GROUP BY 1", "other than 0"),
+    ("SELECT CASE WHEN age % 2 = 0 THEN 'even' END, COUNT(*) FROM events GROUP BY 1",
+     "MOD is not allowed in a CASE condition"),
     ("SELECT EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin'), COUNT(*) "
      "FROM events GROUP BY 1", "more than 2,000 ranges"),
 ]

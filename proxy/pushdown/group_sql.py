@@ -44,9 +44,12 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
     if term.kind == CASE:
         return case_of(*((condition.copy(), literal(key)) for condition, key in term.branches),
                        default=None if term.default is None else literal(term.default))
-    if term.kind == RANGES:
-        return ranged(exp.column(term.column, quoted=True), term.bounds, term.ranges)
     column = table.columns[term.column]
+    if term.kind == RANGES:  # NaN is in no range, as in no group
+        raw = exp.column(term.column, quoted=True)
+        missing = clamped_to_domain(raw, column.lower, column.upper) if column.numeric \
+            else raw
+        return ranged(raw, term.bounds, term.ranges, missing)
     if term.kind in (TIME_TRUNC, "time_part"):
         moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
         if term.kind == TIME_TRUNC:
@@ -83,11 +86,13 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
     return key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
 
 
-def ranged(value: exp.Expression, bounds: tuple, ranges: tuple[int, ...]) -> exp.Expression:
+def ranged(value: exp.Expression, bounds: tuple, ranges: tuple[int, ...],
+           missing: exp.Expression) -> exp.Expression:
     """The index of the label of the range the value lies in (range i from
     ``bounds[i]`` to the next bound; the first and the last reach beyond the domain, as
     a value clamped into it would): a binary search by comparisons, log2(ranges) per
-    row, that no value can make fail; NULL (and NaN, which the caller tests) in none."""
+    row, that no value can make fail; a row whose ``missing`` is NULL (NULL, and NaN once
+    normalised) in none."""
     if not bounds:
         return exp.null()
 
@@ -98,7 +103,7 @@ def ranged(value: exp.Expression, bounds: tuple, ranges: tuple[int, ...]) -> exp
         return case_of((exp.LT(this=value.copy(), expression=_bound(bounds[middle])),
                         search(low, middle)), default=search(middle, high))
 
-    return case_of((value.copy().is_(exp.null()), exp.null()),
+    return case_of((missing.copy().is_(exp.null()), exp.null()),
                    default=search(0, len(bounds)))
 
 
