@@ -16,7 +16,8 @@ BY_NAME = {name: oid for oid, name in NAMES.items()}
 
 # The rules' column types (rules.COLUMN_TYPES) as PostgreSQL stores and sends them.
 RULE_TYPES = {"int": "bigint", "float": "double precision", "text": "text",
-              "bool": "boolean", "date": "date", "timestamp": "timestamp"}
+              "bool": "boolean", "date": "date", "timestamp": "timestamp",
+              "timestamptz": "timestamptz"}  # the last only of a GROUP BY key
 
 _POSTGRES_TYPES = {
     "boolean": "boolean", "tinyint": "smallint", "smallint": "smallint",

@@ -301,8 +301,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
             remaining: Decimal) -> Answer:
     rows = []
     for key, values in zip(keys, released):
-        rows.append(tuple(key[o.group] if o.group is not None else values[o.aggregate].value
-                          for o in plan.outputs))
+        rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
+                          else values[o.aggregate].value for o in plan.outputs))
     order = list(range(len(rows)))
     for index, descending in reversed(plan.order_by):
         order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)

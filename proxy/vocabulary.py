@@ -282,6 +282,8 @@ class PassthroughPlan:
 # group_sql renders them)
 COLUMN, TIME_TRUNC, TIME_PART, EPOCH_BIN = "column", "time_trunc", "time_part", "epoch_bin"
 FLOOR_BIN, TRUNC_BIN, WIDTH_BUCKET, CASE = "floor_bin", "trunc_bin", "width_bucket", "case"
+RANGES, MODULO = "ranges", "modulo"  # keys by ranges of one column (proxy.analyze.time_keys,
+# proxy.analyze.number_keys): the backend gives a label's index; x % w of an int column
 PUBLIC = "public"  # a public table's column, keyed by its values there (proxy.analyze.joins)
 SELECTED = "selected"  # a protected column keyed by a partition selection over its values
 
@@ -301,10 +303,21 @@ class GroupKey:
     numbers: tuple[float, ...] = ()  # bins: (w,) or (w, 1) when multiplied back; width_bucket: (lo, hi, n)
     branches: tuple[tuple[exp.Expression, Any], ...] = ()  # CASE: (condition, key)
     default: Any = None
+    # keys that are indices of ``labels``, the values shown (a NULL group, a timestamptz
+    # or a text of several ranges); RANGES: ``bounds[i]`` starts the column's range i,
+    # whose label index is ``ranges[i]``
+    labels: tuple[Any, ...] | None = None
+    bounds: tuple[Any, ...] = ()
+    ranges: tuple[int, ...] = ()
 
     def same_term(self, other: GroupKey) -> bool:
         """The same computation (its keys follow from it and the query's WHERE)."""
-        return replace(self, name="", keys=()) == replace(other, name="", keys=())
+        plain = {"name": "", "keys": (), "labels": None, "bounds": (), "ranges": ()}
+        return replace(self, **plain) == replace(other, **plain)
+
+    def shown(self, key: Any) -> Any:
+        """The value a key is answered as."""
+        return key if self.labels is None else self.labels[key]
 
 
 @dataclass(frozen=True)

@@ -249,7 +249,7 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
     if argument is None:
         raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
                            "and STDDEV/VARIANCE; move the condition to WHERE")
-    condition = check_predicate(where.this, table, resolve)
+    condition = check_predicate(where.this, table, resolve, "FILTER")
     value = exp.Literal.number(1) if isinstance(argument, exp.Star) else argument.copy()
     argument.replace(exp.Case().when(condition, value))
     node.replace(aggregate)
@@ -523,7 +523,7 @@ def _case(node: exp.Case, table: Table, resolve) -> _Value:
         raise NotSupported("write CASE WHEN col = value THEN ... END (the searched form)")
     case, branches = exp.Case(), []
     for when in node.args.get("ifs", []):
-        condition = check_predicate(when.this, table, resolve)
+        condition = check_predicate(when.this, table, resolve, "a CASE condition")
         branches.append(_evaluate(when.args["true"], table, resolve))
         case = case.when(condition, branches[-1].sql, copy=False)
     default = node.args.get("default")

@@ -45,8 +45,10 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze.key_restriction import restricted
+from proxy.analyze.number_keys import number_term
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
+from proxy.analyze.time_keys import canonical, time_term, tool_time_term
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
@@ -56,6 +58,7 @@ from proxy.vocabulary import (
     EPOCH_BIN,
     FLOOR_BIN,
     PUBLIC,
+    RANGES,
     SELECTED,
     TIME_PART,
     TIME_TRUNC,
@@ -110,6 +113,13 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
     """The index of the GROUP BY term a select item computes; None when it is none."""
     if not terms:
         return None
+    bare = node
+    while isinstance(bare, exp.Paren):
+        bare = bare.this
+    if tool_time_term(bare) and _reads_time(bare, table, resolve):  # by its text: its
+        text = canonical(bare, resolve)  # ranges are those the WHERE leaves
+        return next((i for i, seen in enumerate(terms)
+                     if seen.kind == RANGES and seen.unit == text), None)
     try:
         term = group_term(node, table, resolve)
     except Refused:
@@ -165,6 +175,9 @@ def group_term(node: exp.Expression, table: Table, resolve,
     name = default_name(node)
     if isinstance(node, exp.Column):
         return _plain_column(resolve(node), table, name)
+    if tool_time_term(node) and _reads_time(node, table, resolve):
+        return time_term(node, table, resolve, name,
+                         lambda column: _within_where(column, where, resolve))
     if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         unit = _unit(node.args.get("unit"))
         column = _time_column(node.this, table, resolve, f"date_trunc('{unit}', …)")
@@ -185,6 +198,9 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return GroupKey(name, TIME_PART, column.name, tuple(values), "int", field)
     if isinstance(node, exp.WidthBucket):
         return _width_bucket(node, table, resolve, name)
+    numbered = number_term(node, table, resolve, name)
+    if numbered is not None:
+        return numbered
     binned = _bin(node, table, resolve, name, where)
     if binned is not None:
         return binned
@@ -194,6 +210,12 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return _case(substring_case(node, table, resolve), table, resolve, name)
     raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
                        f"group by {ALLOWED}")
+
+
+def _reads_time(node: exp.Expression, table: Table, resolve) -> bool:
+    """Whether a time column is what ``node`` reads (``time_term`` refuses a second)."""
+    return any(table.columns[resolve(column)].type in ("date", "timestamp")
+               for column in node.find_all(exp.Column))
 
 
 def _plain_column(name: str, table: Table, label: str) -> GroupKey:
@@ -466,7 +488,10 @@ def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> Gr
 
 def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
     """CASE with literal outputs: its keys are those literals (strings, or whole numbers);
-    the conditions are checked as WHERE conditions are (one record at a time)."""
+    the conditions are checked as WHERE conditions are (one record at a time). A NULL
+    output (``ELSE NULL``, ``THEN NULL``) is a key too, as SQL groups NULLs: the rows no
+    branch takes then form the NULL group (the keys are then indices of the labels);
+    without one they belong to no group."""
     subject = node.this
     branches = []
     outputs = []
@@ -474,28 +499,37 @@ def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
         condition = branch.this
         if subject is not None:
             condition = exp.EQ(this=subject.copy(), expression=condition.copy())
-        branches.append((check_predicate(condition, table, resolve),
+        branches.append((check_predicate(condition, table, resolve, "a CASE condition"),
                          _case_output(branch.args.get("true"))))
         outputs.append(branches[-1][1])
     default = node.args.get("default")
     default = _case_output(default) if default is not None else None
-    if default is not None:
-        outputs.append(default)
-    kinds = {type(value) for value in outputs}
-    if not outputs or len(kinds) > 1:
+    outputs.append(default)
+    kinds = {type(value) for value in outputs if value is not None}
+    if not kinds or len(kinds) > 1:
         raise NotSupported("a CASE in GROUP BY returns literals of one kind: all quoted "
                            "strings, or all whole numbers")
-    keys = tuple(dict.fromkeys(outputs))
-    return GroupKey(name, CASE, None, keys, "text" if str in kinds else "int",
-                    branches=tuple(branches), default=default)
+    kind = "text" if str in kinds else "int"
+    if not any(value is None for _, value in branches) and not isinstance(
+            node.args.get("default"), exp.Null):
+        outputs = outputs if default is not None else outputs[:-1]
+        return GroupKey(name, CASE, None, tuple(dict.fromkeys(outputs)), kind,
+                        branches=tuple(branches), default=default)
+    labels = tuple(dict.fromkeys(value for value in outputs if value is not None)) + (None,)
+    index = {label: i for i, label in enumerate(labels)}
+    return GroupKey(name, CASE, None, tuple(range(len(labels))), kind,
+                    branches=tuple((condition, index[value]) for condition, value in branches),
+                    default=index[default], labels=labels)
 
 
 def _case_output(node: exp.Expression | None) -> Any:
+    if isinstance(node, exp.Null):
+        return None
     if isinstance(node, exp.Literal) and node.is_string:
         return node.name
     value = _number(node)
     if value is not None and value == int(value) and not (
             isinstance(node, exp.Literal) and "." in node.name):
         return int(value)
-    raise NotSupported("a CASE in GROUP BY must return literals (THEN 'label' or THEN 3), "
-                       "so its keys are public; NULL is not a key")
+    raise NotSupported("a CASE in GROUP BY must return literals (THEN 'label', THEN 3 "
+                       "or NULL), so its keys are public")

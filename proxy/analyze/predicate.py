@@ -27,8 +27,10 @@ _ALLOWED = (
 )
 
 
-def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.Expression:
-    """Validate the WHERE condition and return it with columns unqualified."""
+def check_predicate(where: exp.Expression, table: Table, resolve_column,
+                    place: str = "WHERE") -> exp.Expression:
+    """Validate the WHERE condition (or another condition: ``place`` says where it
+    stands, for the refusals) and return it with columns unqualified."""
     condition = canonical_patterns(where.copy(), table, resolve_column)
     for node in list(condition.walk()):
         checkpoint()
@@ -43,16 +45,17 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column) -> exp.
                           "(beyond ±1.8e308, or too small to tell from 0); write a number "
                           "within that range", "22003")
         elif isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
-            raise NotSupported("subqueries in WHERE are not supported; "
+            raise NotSupported(f"subqueries in {place} are not supported; "
                                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT")
         elif isinstance(node, exp.Func) and not isinstance(node, _ALLOWED):
             raise UnknownFunction(
-                f"function {node.sql(dialect='postgres').split('(')[0]} is not allowed in WHERE; "
+                f"function {node.sql(dialect='postgres').split('(')[0]} is not allowed in "
+                f"{place}; "
                 "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
         elif not isinstance(node, _ALLOWED):
             raise NotSupported(
-                f"{node.key.upper()} is not allowed in WHERE; "
+                f"{node.key.upper()} is not allowed in {place}; "
                 "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
     _check_literal_types(condition, table)

@@ -11,6 +11,8 @@ BIGINT), so they match the keys listed from the rules.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sqlglot import exp
 
 from proxy.guards import snap
@@ -22,6 +24,7 @@ from proxy.vocabulary import (
     EPOCH_BIN,
     FLOOR_BIN,
     PUBLIC,
+    RANGES,
     SELECTED,
     TIME_TRUNC,
     TRUNC_BIN,
@@ -42,6 +45,11 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return case_of(*((condition.copy(), literal(key)) for condition, key in term.branches),
                        default=None if term.default is None else literal(term.default))
     column = table.columns[term.column]
+    if term.kind == RANGES:  # NaN is in no range, as in no group
+        raw = exp.column(term.column, quoted=True)
+        missing = clamped_to_domain(raw, column.lower, column.upper) if column.numeric \
+            else raw
+        return ranged(raw, term.bounds, term.ranges, missing)
     if term.kind in (TIME_TRUNC, "time_part"):
         moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
         if term.kind == TIME_TRUNC:
@@ -76,6 +84,33 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
     assert term.kind in (FLOOR_BIN, TRUNC_BIN), term.kind
     key = exp.cast(index, BIGINT)
     return key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
+
+
+def ranged(value: exp.Expression, bounds: tuple, ranges: tuple[int, ...],
+           missing: exp.Expression) -> exp.Expression:
+    """The index of the label of the range the value lies in (range i from
+    ``bounds[i]`` to the next bound; the first and the last reach beyond the domain, as
+    a value clamped into it would): a binary search by comparisons, log2(ranges) per
+    row, that no value can make fail; a row whose ``missing`` is NULL (NULL, and NaN once
+    normalised) in none."""
+    if not bounds:
+        return exp.null()
+
+    def search(low: int, high: int) -> exp.Expression:
+        if high - low == 1:
+            return literal(ranges[low])
+        middle = (low + high) // 2
+        return case_of((exp.LT(this=value.copy(), expression=_bound(bounds[middle])),
+                        search(low, middle)), default=search(middle, high))
+
+    return case_of((missing.copy().is_(exp.null()), exp.null()),
+                   default=search(0, len(bounds)))
+
+
+def _bound(bound) -> exp.Expression:
+    if isinstance(bound, dt.datetime):
+        return exp.cast(exp.Literal.string(bound.isoformat(" ")), TIMESTAMP)
+    return literal(bound)
 
 
 def _epoch_bin(term: GroupKey, column) -> exp.Expression:

@@ -1,0 +1,670 @@
+"""GROUP BY time buckets as BI tools write them (issue 33 item 1): ``CAST(ts AS date)``,
+Sunday weeks ``date_trunc('week', ts + INTERVAL '1 day') + INTERVAL '-1 day'``,
+``date_trunc`` over ``CAST(ts AS timestamp)``, over ``ts::timestamptz AT TIME ZONE 'UTC'``
+or ``ts AT TIME ZONE 'Europe/Berlin'`` (and that bucket ``AT TIME ZONE`` back),
+``to_char(ts, 'YYYY-MM')`` / ``'FMMonth'``, ``extract`` of a converted moment,
+``CAST(extract(year FROM ts) AS INTEGER)``.
+
+Such a term is a function f of one date or timestamp column t with a declared domain,
+built from these steps (PostgreSQL's semantics, the session's TimeZone taken as UTC,
+the zone the proxy reads ``timestamp`` columns in):
+
+- moments: the column, ``CAST``/``::`` to ``timestamp``, ``timestamptz`` (a
+  ``timestamp`` read as UTC), ``x AT TIME ZONE 'zone'`` (a ``timestamp`` read as a wall
+  clock of the zone: a moment; a moment shown as the zone's wall clock), ``x ± INTERVAL
+  '…'`` of days, hours, minutes, seconds (a fixed shift);
+- one bucket over a moment: ``date_trunc(unit, x[, 'zone'])``, ``CAST(x AS date)``,
+  ``to_char(x, 'format')``, ``extract(field FROM x)``/``date_part``;
+- after the bucket, any of these steps on the bucket's value (``+ INTERVAL '1 month'``
+  too, as PostgreSQL adds months), and ``CAST(… AS integer)`` of an extract.
+
+Over the domain [first, last] (narrowed by the WHERE's time range as for ``date_trunc``)
+a moment is t plus a shift that changes only at the zones' transitions (the IANA
+database's, found here from Python's ``zoneinfo``), so a bucket changes only where
+some unit starts in the shifted clock, or at a transition. f is evaluated at each such
+point: the domain is cut into ranges of t, each with its key (a label), adjacent
+ranges with one label merged. Text and rules only: the labels are the same on every
+data set. The backend computes no function of a row's value: the term is a search
+over the ranges' starts by comparisons (``proxy.pushdown.group_sql``), so it cannot
+fail, and every backend gives the same keys whatever its time-zone database.
+
+A wall clock that a transition skips is read with the offset before it, one it
+repeats with the offset after it, as PostgreSQL reads them.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import functools
+import re
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.errors import NotSupported
+from proxy.rules import Column, Table
+from proxy.vocabulary import RANGES, GroupKey
+
+UTC = dt.UTC
+_DAY = dt.timedelta(days=1)
+_MAX_BREAKS = 100_000  # the most points where one term's key may change
+# the most ranges of one term's key: the backend's search over them grows with them
+# (DuckDB plans 17,000 in about a minute)
+MAX_RANGES = 2_000
+_MAX_SHIFT = dt.timedelta(days=366)
+_MARGIN = dt.timedelta(days=800)
+TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
+FIELDS = ("year", "quarter", "month", "week", "day", "dow", "isodow", "doy", "hour",
+          "minute", "isoyear")
+_FIELD_SPELLINGS = {"dayofweek": "dow", "dayofyear": "doy", "days": "day", "months": "month",
+                    "years": "year", "hours": "hour", "minutes": "minute", "weeks": "week",
+                    "quarters": "quarter", "isodayofweek": "isodow", "dayofweekiso": "isodow"}
+_TYPES = {"ts": "timestamp", "tstz": "timestamptz", "date": "date", "text": "text",
+          "int": "int"}
+
+
+def tool_time_term(node: exp.Expression) -> bool:
+    """Whether ``node`` is a time bucket of the shapes above (not the plain
+    ``date_trunc(unit, col)`` and ``extract(field FROM col)``, which
+    ``proxy.analyze.group_keys`` answers itself)."""
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc, exp.Extract)):
+        inner = node.this if not isinstance(node, exp.Extract) else node.expression
+        return not isinstance(inner, exp.Column) or bool(node.args.get("zone"))
+    return isinstance(node, (exp.Cast, exp.AtTimeZone, exp.TimeToStr, exp.Add, exp.Sub)) and \
+        any(isinstance(part, (exp.TimestampTrunc, exp.DateTrunc, exp.Extract, exp.AtTimeZone,
+                              exp.TimeToStr, exp.Cast, exp.Interval)) for part in node.walk())
+
+
+def canonical(node: exp.Expression, resolve) -> str:
+    """The term's text with its column named as the rules name it (``"events"."at"``
+    and ``at`` are one term)."""
+    copy = node.copy()
+    for column in list(copy.find_all(exp.Column)):
+        column.replace(exp.column(resolve(column)))
+    return copy.sql(dialect="postgres")
+
+
+def time_term(node: exp.Expression, table: Table, resolve, name: str,
+              within: Callable[[Column], tuple[dt.datetime, dt.datetime]]) -> GroupKey:
+    """The term's key ranges and labels; refused (one line) outside the shapes above.
+    ``within`` gives a time column's [first, last], narrowed by the WHERE."""
+    columns = [part for part in node.find_all(exp.Column)]
+    if len(columns) != 1:
+        raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} must read one date or "
+                           "timestamp column (its buckets follow from its declared domain)")
+    column = table.columns[resolve(columns[0])]
+    if column.type not in ("date", "timestamp"):
+        raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} buckets a date or "
+                           f"timestamp column; {column.name} is {column.type}")
+    if column.time_domain is None:
+        raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} on {column.name} needs a "
+                           "declared domain [first, last] in the rules (the public list of "
+                           "buckets); ask the data owner")
+    first, last = within(column)
+    term = _Compiler(column, first, last).term(node)
+    if not isinstance(term, _Stepped):
+        raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} groups by every moment; "
+                           "bucket it, e.g. date_trunc('day', …) or CAST(… AS date)")
+    starts, labels = _ranges(term, first, last) if first <= last else ([], [])
+    shown = list(dict.fromkeys(labels))
+    index = {label: i for i, label in enumerate(shown)}
+    return GroupKey(name, RANGES, column.name, tuple(range(len(shown))), _TYPES[term.kind],
+                    unit=canonical(node, resolve), labels=tuple(shown),
+                    bounds=tuple(starts), ranges=tuple(index[label] for label in labels))
+
+
+def _ranges(term: _Stepped, first: dt.datetime, last: dt.datetime
+            ) -> tuple[list[dt.datetime], list[Any]]:
+    """The starts of the ranges of [first, last] with one label each, and their labels
+    (adjacent equal labels merged)."""
+    starts, labels = [], []
+    for start in [first] + sorted(b for b in term.breaks(first, last) if first < b <= last):
+        label = term.value(start)
+        if labels and _same(labels[-1], label):
+            continue
+        starts.append(start)
+        labels.append(label)
+        if len(starts) > MAX_RANGES:
+            raise NotSupported(f"GROUP BY this time bucket cuts the time range into more "
+                               f"than {MAX_RANGES:,} ranges (its keys repeat, or are many); "
+                               "narrow the time range in WHERE or use a coarser bucket")
+    return starts, labels
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and a == b
+
+
+# -- zones ------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def zone_named(name: str) -> zoneinfo.ZoneInfo:
+    """An IANA zone, its name matched as PostgreSQL matches it (any case); refused
+    otherwise (abbreviations and POSIX offsets mean other things in each engine)."""
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        pass
+    for known in _zone_names():
+        if known.lower() == name.lower():
+            return zoneinfo.ZoneInfo(known)
+    raise NotSupported(f"time zone {name!r} is not a zone name of the IANA database "
+                       "(e.g. 'Europe/Berlin', 'UTC')")
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_names() -> tuple[str, ...]:
+    return tuple(sorted(zoneinfo.available_timezones()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _year_transitions(zone: zoneinfo.ZoneInfo, year: int
+                      ) -> tuple[tuple[dt.datetime, dt.timedelta, dt.timedelta], ...]:
+    """(UTC moment, offset before, offset after) of each change of the zone's offset
+    in the UTC year ``year`` (found day by day, then to the second)."""
+    found = []
+    day = dt.datetime(year, 1, 1)
+    end = dt.datetime(year + 1, 1, 1)
+    before = _offset(zone, day)
+    while day < end:
+        following = min(day + _DAY, end)
+        after = _offset(zone, following)
+        if after != before:
+            low, high = day, following  # offset(low) == before, offset(high) != before
+            while high - low > dt.timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                middle = middle.replace(microsecond=0)
+                if middle <= low:
+                    break
+                if _offset(zone, middle) == before:
+                    low = middle
+                else:
+                    high = middle
+            found.append((high, before, _offset(zone, high)))
+            before = _offset(zone, high)
+            if _offset(zone, following) != before:  # two changes in one day: look again
+                day = high
+                continue
+        day = following
+    return tuple(found)
+
+
+def _offset(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.timedelta:
+    """The zone's offset at a moment (naive, UTC)."""
+    return utc.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+
+
+def _transitions(zone: zoneinfo.ZoneInfo, low: dt.datetime, high: dt.datetime):
+    return [t for year in range(max(1, low.year - 1), min(9998, high.year + 1) + 1)
+            for t in _year_transitions(zone, year) if low <= t[0] <= high]
+
+
+def to_wall(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.datetime:
+    """A moment (naive, UTC) as the zone's wall clock."""
+    return utc + _offset(zone, utc)
+
+
+def local_offset(zone: zoneinfo.ZoneInfo, wall: dt.datetime) -> dt.timedelta:
+    """The offset PostgreSQL reads a wall clock of the zone with: after the last
+    transition T (from offset b to a) with T + a <= wall, a; before the first, b. A
+    skipped clock (in [T + b, T + a)) gets b, a repeated one (in [T + a, T + b)) gets a."""
+    moments = _transitions(zone, wall - dt.timedelta(days=2), wall + dt.timedelta(days=2))
+    offset = _offset(zone, wall - dt.timedelta(days=2))
+    for moment, _, after in moments:
+        if moment + after <= wall:
+            offset = after
+    return offset
+
+
+def from_wall(zone: zoneinfo.ZoneInfo, wall: dt.datetime) -> dt.datetime:
+    """A wall clock of the zone as a moment (naive, UTC)."""
+    return wall - local_offset(zone, wall)
+
+
+# -- the compiled term ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Moment:
+    """A moment-valued step: value(t) = t + the shift of the last piece starting at or
+    before t. ``kind``: "ts" (a wall clock), "tstz" (a moment, kept as its UTC clock) or
+    "date" (the column itself, a date)."""
+
+    kind: str
+    pieces: tuple[tuple[dt.datetime, dt.timedelta], ...]
+
+    def shift(self, t: dt.datetime) -> dt.timedelta:
+        shift = self.pieces[0][1]
+        for start, piece_shift in self.pieces:
+            if start > t:
+                break
+            shift = piece_shift
+        return shift
+
+    def value(self, t: dt.datetime) -> dt.datetime:
+        return t + self.shift(t)
+
+    def spans(self, first: dt.datetime, last: dt.datetime):
+        """(from, to, shift) of each piece within [first, last]."""
+        starts = [max(start, first) for start, _ in self.pieces]
+        for i, (_, shift) in enumerate(self.pieces):
+            end = self.pieces[i + 1][0] if i + 1 < len(self.pieces) else last
+            if starts[i] <= min(end, last):
+                yield starts[i], min(end, last), shift
+
+
+@dataclass(frozen=True)
+class _Stepped:
+    """A bucket: ``value(t)`` (a Python value as PostgreSQL gives it), constant between
+    the points ``breaks(first, last)`` gives."""
+
+    kind: str
+    breaks: Callable[[dt.datetime, dt.datetime], list[dt.datetime]]
+    value: Callable[[dt.datetime], Any]
+
+
+class _Compiler:
+    def __init__(self, column: Column, first: dt.datetime, last: dt.datetime):
+        self.column, self.first, self.last = column, first, last
+
+    def term(self, node: exp.Expression) -> _Moment | _Stepped:
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.Column):
+            kind = "date" if self.column.type == "date" else "ts"
+            return _Moment(kind, ((dt.datetime.min, dt.timedelta(0)),))
+        if isinstance(node, exp.Cast):
+            return self._cast(self.term(node.this), node.to)
+        if isinstance(node, exp.AtTimeZone):
+            return self._at_zone(self.term(node.this), _zone(node.args.get("zone")))
+        if isinstance(node, (exp.Add, exp.Sub)):
+            left, right = node.this, node.expression
+            while isinstance(right, exp.Paren):
+                right = right.this
+            if isinstance(node, exp.Add) and isinstance(left, exp.Interval):
+                left, right = right, left
+            if not isinstance(right, exp.Interval):
+                raise NotSupported("a time bucket adds or subtracts a constant INTERVAL "
+                                   "'…' only")
+            months, delta = _interval(right)
+            if isinstance(node, exp.Sub):
+                months, delta = -months, -delta
+            return self._plus(self.term(left), months, delta)
+        if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+            unit = _word(node.args.get("unit"))
+            if unit not in TRUNC_UNITS:
+                raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
+            inner = self.term(node.this)
+            zone = node.args.get("zone")
+            if zone is not None:  # date_trunc(unit, moment, zone): truncated in that zone
+                zone = _zone(zone)
+                if inner.kind == "ts":
+                    inner = self._cast(inner, exp.DataType.build("timestamptz"))
+                return self._at_zone(self._trunc(self._at_zone(inner, zone), unit), zone)
+            return self._trunc(inner, unit)
+        if isinstance(node, exp.Extract):
+            field = _word(node.this)
+            field = _FIELD_SPELLINGS.get(field, field)
+            if field not in FIELDS:
+                raise NotSupported(f"extract/date_part groups by one of {', '.join(FIELDS)}; "
+                                   f"got {field}")
+            return self._map(self.term(node.expression), "int", _UNIT_OF_FIELD[field],
+                             lambda v: _extract(field, v))
+        if isinstance(node, exp.TimeToStr):
+            pattern = _to_char_pattern(node)
+            unit, format_ = _formatter(pattern)
+            return self._map(self.term(node.this), "text", unit, format_)
+        raise NotSupported(f"{node.sql(dialect='postgres')} is not a step of a time bucket "
+                           "(casts, AT TIME ZONE, ± INTERVAL, date_trunc, to_char, extract)")
+
+    # moments and buckets
+
+    def _cast(self, inner, to: exp.DataType):
+        target = to.this
+        T = exp.DataType.Type
+        if target in (T.TIMESTAMP, T.DATETIME):
+            kind = "ts"
+        elif target in (T.TIMESTAMPTZ, T.TIMESTAMPLTZ):
+            kind = "tstz"
+        elif target == T.DATE:
+            kind = "date"
+        elif target in (T.INT, T.BIGINT, T.SMALLINT) and isinstance(inner, _Stepped) \
+                and inner.kind == "int":
+            return inner
+        else:
+            raise NotSupported(f"a time bucket casts to timestamp, timestamptz or date "
+                               f"(an extract to integer); not {to.sql(dialect='postgres')}")
+        if isinstance(inner, _Moment):
+            if kind == "date":
+                return self._map(inner, "date", "day", _as_date)
+            # the session's zone is UTC: a wall clock and its moment are written alike
+            return _Moment(kind, inner.pieces)
+        if inner.kind in ("text", "int"):
+            raise NotSupported(f"a time bucket does not cast {_TYPES[inner.kind]} to "
+                               f"{to.sql(dialect='postgres')}")
+        return _Stepped(kind, inner.breaks, lambda t: _retyped(inner.value(t), kind))
+
+    def _at_zone(self, inner, zone: zoneinfo.ZoneInfo):
+        if inner.kind == "date":
+            raise NotSupported("AT TIME ZONE takes a timestamp or timestamptz; cast the "
+                               "date first")
+        if inner.kind not in ("ts", "tstz"):
+            raise NotSupported("AT TIME ZONE takes a timestamp or timestamptz")
+        if isinstance(inner, _Stepped):
+            if inner.kind == "ts":  # a wall clock of the zone, as a moment
+                return _Stepped("tstz", inner.breaks,
+                                lambda t: _aware(from_wall(zone, inner.value(t))))
+            return _Stepped("ts", inner.breaks,
+                            lambda t: to_wall(zone, _naive(inner.value(t))))
+        pieces = []
+        low, high = self.first - _MARGIN, self.last + _MARGIN
+        for start, shift in inner.pieces:
+            pieces.append((start, shift))
+        cuts = []
+        for moment, _before, after in _transitions(zone, low, high):
+            # the value's clock at which the offset changes: the moment itself (tstz),
+            # or the first wall clock read with the new offset (ts)
+            cuts.append(moment if inner.kind == "tstz" else moment + after)
+        refined = []
+        for i, (start, shift) in enumerate(pieces):
+            end = pieces[i + 1][0] if i + 1 < len(pieces) else dt.datetime.max
+            points = [start] + sorted(c - shift for c in cuts
+                                      if _inside(c - shift, start, end))
+            for point in points:
+                value = point + shift if point > dt.datetime.min else self.first + shift
+                offset = _offset(zone, value) if inner.kind == "tstz" else \
+                    local_offset(zone, value)
+                refined.append((point, shift + offset if inner.kind == "tstz"
+                                else shift - offset))
+        return _Moment("ts" if inner.kind == "tstz" else "tstz", tuple(refined))
+
+    def _plus(self, inner, months: int, delta: dt.timedelta):
+        if isinstance(inner, _Moment):
+            if months:
+                raise NotSupported("a moment plus months or years has no fixed length; add "
+                                   "them after the bucket (date_trunc(…) + INTERVAL '1 month')")
+            if abs(delta) > _MAX_SHIFT:
+                raise NotSupported("a time bucket shifts a moment by at most a year")
+            kind = "ts" if inner.kind == "date" else inner.kind
+            return _Moment(kind, tuple((start, shift + delta) for start, shift in inner.pieces))
+        if inner.kind not in ("ts", "tstz", "date"):
+            raise NotSupported("only a timestamp or date bucket takes an INTERVAL")
+        kind = "ts" if inner.kind == "date" else inner.kind
+        return _Stepped(kind, inner.breaks,
+                        lambda t: _added(_retyped(inner.value(t), kind), months, delta))
+
+    def _trunc(self, inner, unit: str):
+        kind = "tstz" if inner.kind in ("tstz", "date") else "ts"
+        return self._map(inner, kind, unit, lambda v: _retyped(_truncated(_naive(v), unit), kind))
+
+    def _map(self, inner, kind: str, unit: str, function: Callable[[Any], Any]) -> _Stepped:
+        """A bucket of ``inner``: ``function`` of its value, which changes only where a
+        ``unit`` starts on its clock (a moment's clock: UTC, the session's zone)."""
+        if isinstance(inner, _Stepped):
+            return _Stepped(kind, inner.breaks, lambda t: function(inner.value(t)))
+        moment = inner
+
+        def breaks(first: dt.datetime, last: dt.datetime) -> list[dt.datetime]:
+            found: list[dt.datetime] = []
+            for start, end, shift in moment.spans(first, last):
+                found.append(start)
+                for boundary in _unit_starts(start + shift, end + shift, unit):
+                    found.append(boundary - shift)
+                    if len(found) > _MAX_BREAKS:
+                        raise NotSupported(f"GROUP BY a {unit} bucket would cut the time "
+                                           f"range into more than {_MAX_BREAKS:,} ranges; use "
+                                           "a coarser bucket or a shorter time range")
+            return found
+
+        wrapped = (lambda t: function(_as_date(moment.value(t)))) if moment.kind == "date" \
+            else (lambda t: function(moment.value(t)))
+        return _Stepped(kind, breaks, wrapped)
+
+
+def _inside(point: dt.datetime, start: dt.datetime, end: dt.datetime) -> bool:
+    return start < point < end
+
+
+# -- values -----------------------------------------------------------------------------
+
+def _naive(value) -> dt.datetime:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+    return dt.datetime(value.year, value.month, value.day)
+
+
+def _aware(value: dt.datetime) -> dt.datetime:
+    return value.replace(tzinfo=UTC)
+
+
+def _as_date(value) -> dt.date:
+    return _naive(value).date() if isinstance(value, dt.datetime) else value
+
+
+def _retyped(value, kind: str):
+    """A time value as ``kind`` (the session's zone: UTC)."""
+    if kind == "date":
+        return _as_date(value)
+    naive = _naive(value)
+    return _aware(naive) if kind == "tstz" else naive
+
+
+def _added(value, months: int, delta: dt.timedelta):
+    """``value + INTERVAL``: months first (the day clamped to the month's last), then
+    the rest, as PostgreSQL adds them."""
+    naive = _naive(value)
+    if months:
+        total = naive.year * 12 + naive.month - 1 + months
+        year, month = divmod(total, 12)
+        month += 1
+        if not 1 <= year <= 9999:
+            raise NotSupported("a time bucket's interval leaves the calendar")
+        naive = naive.replace(year=year, month=month,
+                              day=min(naive.day, calendar.monthrange(year, month)[1]))
+    naive = naive + delta
+    return _aware(naive) if isinstance(value, dt.datetime) and value.tzinfo else naive
+
+
+def _truncated(moment: dt.datetime, unit: str) -> dt.datetime:
+    if unit == "year":
+        return dt.datetime(moment.year, 1, 1)
+    if unit == "quarter":
+        return dt.datetime(moment.year, 3 * ((moment.month - 1) // 3) + 1, 1)
+    if unit == "month":
+        return dt.datetime(moment.year, moment.month, 1)
+    day = dt.datetime(moment.year, moment.month, moment.day)
+    if unit == "week":
+        return day - dt.timedelta(days=moment.weekday())
+    if unit == "day":
+        return day
+    if unit == "hour":
+        return day.replace(hour=moment.hour)
+    return day.replace(hour=moment.hour, minute=moment.minute)
+
+
+def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
+    """Every start of a ``unit`` in (low, high]."""
+    step = {"week": dt.timedelta(weeks=1), "day": _DAY, "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1),
+            "second": dt.timedelta(seconds=1)}.get(unit)
+    if step is not None:
+        point = _truncated(low, unit) if unit != "second" else low.replace(microsecond=0)
+        point += step
+        count = 0
+        while point <= high:
+            yield point
+            point += step
+            count += 1
+            if count > _MAX_BREAKS:
+                return
+        return
+    months = {"year": 12, "quarter": 3, "month": 1}[unit]
+    point = _truncated(low, unit)
+    while True:
+        point = _added(point, months, dt.timedelta(0))
+        if point > high:
+            return
+        yield point
+
+
+_UNIT_OF_FIELD = {"year": "year", "isoyear": "day", "quarter": "quarter", "month": "month",
+                  "week": "day", "day": "day", "dow": "day", "isodow": "day", "doy": "day",
+                  "hour": "hour", "minute": "minute"}
+
+
+def _extract(field: str, value) -> int:
+    moment = _naive(value)
+    return {"year": lambda m: m.year, "quarter": lambda m: (m.month - 1) // 3 + 1,
+            "month": lambda m: m.month, "day": lambda m: m.day,
+            "dow": lambda m: (m.weekday() + 1) % 7, "isodow": lambda m: m.isoweekday(),
+            "doy": lambda m: m.timetuple().tm_yday, "week": lambda m: m.isocalendar()[1],
+            "isoyear": lambda m: m.isocalendar()[0], "hour": lambda m: m.hour,
+            "minute": lambda m: m.minute}[field](moment)
+
+
+# -- to_char ------------------------------------------------------------------------------
+
+def _to_char_pattern(node: exp.TimeToStr) -> str:
+    """The format as written (sqlglot keeps it in strftime form, and writes it back)."""
+    text = exp.TimeToStr(this=exp.column("x"), format=node.args["format"].copy()).sql(
+        dialect="postgres")
+    match = re.fullmatch(r"TO_CHAR\(x, '(.*)'\)", text, re.S)
+    if not match:
+        raise NotSupported("to_char in GROUP BY takes a constant format, e.g. 'YYYY-MM'")
+    return match.group(1).replace("''", "'")
+
+
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December"]
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+_RANK = {"minute": 0, "hour": 1, "day": 2, "month": 3, "quarter": 4, "year": 5}
+# token -> (finest unit it shows, its text for a moment, zero-padded width or None)
+_TOKENS: dict[str, tuple[str, Callable[[dt.datetime], str]]] = {
+    "YYYY": ("year", lambda m: f"{m.year:04d}"),
+    "IYYY": ("day", lambda m: f"{m.isocalendar()[0]:04d}"),
+    "YY": ("year", lambda m: f"{m.year % 100:02d}"),
+    "MONTH": ("month", lambda m: _MONTHS[m.month - 1].upper().ljust(9)),
+    "Month": ("month", lambda m: _MONTHS[m.month - 1].ljust(9)),
+    "month": ("month", lambda m: _MONTHS[m.month - 1].lower().ljust(9)),
+    "MON": ("month", lambda m: _MONTHS[m.month - 1][:3].upper()),
+    "Mon": ("month", lambda m: _MONTHS[m.month - 1][:3]),
+    "mon": ("month", lambda m: _MONTHS[m.month - 1][:3].lower()),
+    "MM": ("month", lambda m: f"{m.month:02d}"),
+    "DAY": ("day", lambda m: _DAYS[m.weekday()].upper().ljust(9)),
+    "Day": ("day", lambda m: _DAYS[m.weekday()].ljust(9)),
+    "day": ("day", lambda m: _DAYS[m.weekday()].lower().ljust(9)),
+    "DY": ("day", lambda m: _DAYS[m.weekday()][:3].upper()),
+    "Dy": ("day", lambda m: _DAYS[m.weekday()][:3]),
+    "dy": ("day", lambda m: _DAYS[m.weekday()][:3].lower()),
+    "DDD": ("day", lambda m: f"{m.timetuple().tm_yday:03d}"),
+    "DD": ("day", lambda m: f"{m.day:02d}"),
+    "D": ("day", lambda m: str((m.weekday() + 1) % 7 + 1)),
+    "IW": ("day", lambda m: f"{m.isocalendar()[1]:02d}"),
+    "WW": ("day", lambda m: f"{(m.timetuple().tm_yday - 1) // 7 + 1:02d}"),
+    "HH24": ("hour", lambda m: f"{m.hour:02d}"),
+    "HH12": ("hour", lambda m: f"{(m.hour - 1) % 12 + 1:02d}"),
+    "HH": ("hour", lambda m: f"{(m.hour - 1) % 12 + 1:02d}"),
+    "MI": ("minute", lambda m: f"{m.minute:02d}"),
+    "Q": ("quarter", lambda m: str((m.month - 1) // 3 + 1)),
+    "AM": ("hour", lambda m: "AM" if m.hour < 12 else "PM"),
+    "PM": ("hour", lambda m: "AM" if m.hour < 12 else "PM"),
+}
+_TOKEN_ORDER = sorted(_TOKENS, key=len, reverse=True)
+
+
+def _formatter(pattern: str) -> tuple[str, Callable[[Any], str]]:
+    """PostgreSQL's to_char for the tokens above (``FM`` drops a token's padding,
+    ``"text"`` is literal); the finest unit the format shows."""
+    parts: list[tuple[str, bool] | str] = []
+    finest = "year"
+    i = 0
+    while i < len(pattern):
+        fill = True
+        if pattern.startswith("FM", i):
+            fill, i = False, i + 2
+        if i < len(pattern) and pattern[i] == '"':
+            end = pattern.find('"', i + 1)
+            if end < 0:
+                raise NotSupported("to_char's format has an unclosed quote")
+            parts.append(pattern[i + 1:end])
+            i = end + 1
+            continue
+        token = next((t for t in _TOKEN_ORDER if pattern.startswith(t, i)), None)
+        if token is None:
+            if pattern[i].isalpha():
+                raise NotSupported(f"to_char in GROUP BY takes the format fields YYYY, MM, "
+                                   f"Mon, Month, DD, Day, HH24, MI, Q, IW …; not {pattern[i:]!r}")
+            parts.append(pattern[i])
+            i += 1
+            continue
+        parts.append((token, fill))
+        unit = _TOKENS[token][0]
+        finest = unit if _RANK[unit] < _RANK[finest] else finest
+        i += len(token)
+
+    def format_(value) -> str:
+        moment = _naive(value)
+        out = []
+        for part in parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            token, fill = part
+            text = _TOKENS[token][1](moment)
+            out.append(text if fill else (text.rstrip() if not text.isdigit()
+                                          else str(int(text))))
+        return "".join(out)
+
+    return finest, format_
+
+
+# -- literals -----------------------------------------------------------------------------
+
+def _word(node: exp.Expression | None) -> str:
+    if isinstance(node, (exp.Var, exp.Literal, exp.Column)):
+        return node.name.lower()
+    raise NotSupported("date_trunc and extract take a literal unit, e.g. 'month'")
+
+
+def _zone(node: exp.Expression | None) -> zoneinfo.ZoneInfo:
+    if not (isinstance(node, exp.Literal) and node.is_string):
+        raise NotSupported("AT TIME ZONE takes a zone name literal, e.g. 'Europe/Berlin'")
+    return zone_named(node.name)
+
+
+_INTERVAL_UNITS = {"microsecond": dt.timedelta(microseconds=1),
+                   "millisecond": dt.timedelta(milliseconds=1),
+                   "second": dt.timedelta(seconds=1), "minute": dt.timedelta(minutes=1),
+                   "hour": dt.timedelta(hours=1), "day": _DAY, "week": dt.timedelta(weeks=1)}
+
+
+def _interval(node: exp.Interval) -> tuple[int, dt.timedelta]:
+    """(months, the rest) of a constant interval: ``INTERVAL '1 day'``, ``INTERVAL '-1'
+    DAY``, ``INTERVAL '1 day 2 hours'``."""
+    text = node.this.name if isinstance(node.this, exp.Literal) else None
+    if text is None:
+        raise NotSupported("a time bucket's INTERVAL is a constant: INTERVAL '1 day'")
+    unit = node.args.get("unit")
+    words = text.split() + ([unit.name] if unit is not None else [])
+    if len(words) % 2:
+        raise NotSupported(f"INTERVAL '{text}' is not a count and a unit per part")
+    months, delta = 0, dt.timedelta(0)
+    for count, word in zip(words[::2], words[1::2]):
+        try:
+            number = Decimal(count)
+        except ArithmeticError:
+            raise NotSupported(f"INTERVAL '{text}': {count} is not a number") from None
+        word = word.lower().rstrip("s") if word.lower() != "s" else "second"
+        if word in ("month", "mon", "year", "yr"):
+            if number != int(number):
+                raise NotSupported("INTERVAL takes whole months and years")
+            months += int(number) * (12 if word in ("year", "yr") else 1)
+        elif word in _INTERVAL_UNITS and abs(number) <= 10**6:
+            delta += _INTERVAL_UNITS[word] * float(number)
+        else:
+            raise NotSupported(f"INTERVAL '{text}': unit {word} is not one of "
+                               "microseconds … weeks, months, years")
+    return months, delta

@@ -1,0 +1,209 @@
+"""GROUP BY buckets as BI tools write them (issue 33 item 1): time buckets through casts,
+shifts and time zones (``proxy.analyze.time_keys``), Metabase's offset bins and
+``x % w`` (``proxy.analyze.number_keys``), ``CASE … ELSE NULL`` (a NULL group). Each
+answer, noise off, is compared with PostgreSQL's own answer to the same statement
+over the same rows (its session in UTC); the proxy answers every key the rules and
+the WHERE give, so a key PostgreSQL lacks must be an empty group. Forms outside
+these shapes are refused in one line for free."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import psycopg
+import pytest
+
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.databases import load_table, new_database
+from tests.factories import Table, engine_fixture
+from tests.probes import refused_for_free
+
+pytestmark = pytest.mark.postgres
+
+RULES = parse_rules("""
+[defaults]
+model = "idp"
+epsilon_per_query = 0.25
+budget_per_analyst = 100000
+answer_cache = false
+max_groups = 2000
+
+[analysts.alice]
+
+[tables.events]
+privacy_unit = "person_id"
+[tables.events.columns]
+person_id = { type = "int" }
+at   = { type = "timestamp", domain = [2023-01-01T00:00:00, 2024-12-31T23:59:59] }
+day  = { type = "date", domain = ["2023-01-01", "2024-12-31"] }
+days = { type = "int", domain = [-7, 60] }
+age  = { type = "int", domain = [0, 120] }
+cost = { type = "float", domain = [0, 1000] }
+kind = { type = "text", keys = ["a", "b"] }
+""", "tool_buckets.toml")
+
+TYPES = {"person_id": "INTEGER", "at": "TIMESTAMP", "day": "DATE", "days": "INTEGER",
+         "age": "INTEGER", "cost": "DOUBLE PRECISION", "kind": "TEXT"}
+
+
+def _times() -> list[dt.datetime | None]:
+    """Moments around what decides a bucket: Berlin's transitions (2023-03-26 01:00 and
+    2023-10-29 01:00 UTC, 2024-03-31, 2024-10-27), Berlin's month and year starts
+    (an hour or two before UTC's), Saturday and Sunday midnights, the domain's ends,
+    and a spread over the two years; NULL."""
+    special = [dt.datetime(2023, 3, 26, 0, 59, 59), dt.datetime(2023, 3, 26, 1),
+               dt.datetime(2023, 10, 29, 0, 30), dt.datetime(2023, 10, 29, 1, 30),
+               dt.datetime(2024, 3, 31, 0, 59), dt.datetime(2024, 10, 27, 1),
+               dt.datetime(2023, 3, 31, 22, 30), dt.datetime(2023, 3, 31, 21, 59),
+               dt.datetime(2023, 12, 31, 23, 30), dt.datetime(2023, 12, 31, 22, 59),
+               dt.datetime(2024, 6, 30, 22), dt.datetime(2024, 2, 29, 23, 59),
+               dt.datetime(2023, 1, 7, 23, 59), dt.datetime(2023, 1, 8), dt.datetime(2023, 1, 1),
+               dt.datetime(2024, 12, 31, 23, 59, 59), dt.datetime(2024, 12, 31, 23, 30), None]
+    spread = [dt.datetime(2023, 1, 1) + dt.timedelta(hours=97 * i + (i % 7) * 5)
+              for i in range(180)]
+    return special + spread
+
+
+TIMES = _times()
+ROWS = {
+    "person_id": [1 + i // 2 for i in range(len(TIMES))],
+    "at": TIMES,
+    "day": [t.date() if t is not None else None for t in TIMES],
+    "days": [(i * 7) % 68 - 7 for i in range(len(TIMES))],
+    "age": [None if i % 31 == 3 else (i * 13) % 121 for i in range(len(TIMES))],
+    "cost": [None if i % 29 == 5 else float((i * 37) % 1000) + 0.5 * (i % 2)
+             for i in range(len(TIMES))],
+    "kind": ["ab"[i % 2] for i in range(len(TIMES))],
+}
+
+engine = engine_fixture(RULES, lambda: {"events": Table(ROWS, TYPES)}, shared=True)
+
+
+@pytest.fixture(scope="module")
+def truth(postgres_url):
+    """PostgreSQL's own answer (its session in UTC) to a statement over the rows."""
+    with new_database(postgres_url) as url:
+        load_table(url, "events", ROWS, TYPES)
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute("SET TIME ZONE 'UTC'")
+            yield lambda sql: con.execute(sql).fetchall()
+
+
+# (the term as the tool writes it, a WHERE or "")
+TERMS = [
+    ("CAST(at AS date)", "WHERE at >= '2023-03-01' AND at < '2023-05-01'"),
+    ("CAST(day AS date)", "WHERE day BETWEEN '2023-03-20' AND '2023-04-02'"),
+    ("DATE_TRUNC('week', at + INTERVAL '1 day') + INTERVAL '-1 day'", ""),  # Sunday weeks
+    ("(DATE_TRUNC('week', (\"events\".\"at\" + INTERVAL '1 day')) + INTERVAL '-1 day')", ""),
+    ("date_trunc('month', CAST(at AS timestamp))", ""),
+    ("date_trunc('month', at::timestamptz AT TIME ZONE 'UTC')", ""),
+    ("date_trunc('month', at AT TIME ZONE 'Europe/Berlin')", ""),  # timestamptz keys
+    ("(date_trunc('month', at AT TIME ZONE 'Europe/Berlin')) AT TIME ZONE 'Europe/Berlin'",
+     ""),
+    ("date_trunc('month', at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')", ""),
+    ("date_trunc('day', at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')",
+     "WHERE at >= '2023-03-20' AND at < '2023-04-05'"),
+    ("date_trunc('hour', at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')",
+     "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),  # the repeated hour
+    ("date_trunc('hour', at AT TIME ZONE 'America/New_York')",
+     "WHERE at >= '2023-03-11' AND at < '2023-03-13'"),  # the skipped hour, as moments
+    ("date_trunc('month', at::timestamptz, 'Europe/Berlin')", ""),
+    ("CAST(at AT TIME ZONE 'UTC' AT TIME ZONE 'Asia/Kolkata' AS date)",
+     "WHERE at < '2023-02-01'"),
+    ("TO_CHAR(at, 'YYYY-MM')", ""),
+    ("to_char(at, 'FMMonth')", ""),
+    ("to_char(at, 'Mon YYYY')", ""),
+    ("to_char(at, 'YYYY \"Q\"Q')", ""),
+    ("to_char(at, 'Day')", ""),
+    ("to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'YYYY-MM-DD')",
+     "WHERE at >= '2023-03-25' AND at < '2023-04-03'"),
+    ("CAST(EXTRACT(YEAR FROM at) AS INTEGER)", ""),
+    ("EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')",
+     "WHERE at BETWEEN '2023-10-01' AND '2023-11-15'"),
+    ("date_trunc('month', at) + INTERVAL '1 month'", ""),
+]
+
+
+def _answered(engine, sql: str) -> dict:
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    keys = [row[0] for row in answer.rows]
+    assert len(keys) == len(set(keys))
+    return dict(answer.rows)
+
+
+@pytest.mark.parametrize("term,where", TERMS)
+@pytest.mark.usefixtures("no_noise")
+def test_each_time_bucket_is_postgresql_s_own(engine, truth, term, where):
+    sql = f"SELECT {term} AS k, COUNT(*) FROM events {where} GROUP BY 1"
+    answered = _answered(engine, sql)
+    wanted = {key: count for key, count in truth(sql) if key is not None}
+    assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
+    assert answered == {key: wanted.get(key, 0) for key in answered}
+
+
+def test_the_keys_are_as_postgresql_types_them(engine):
+    (answer,) = list(Session.open(engine, "alice").execute(
+        "SELECT CAST(at AS date) AS d, date_trunc('month', at AT TIME ZONE 'Europe/Berlin') "
+        "AS m, to_char(at, 'YYYY-MM') AS t, COUNT(*) FROM events WHERE at < '2023-01-03' "
+        "GROUP BY 1, 2, 3"))
+    assert answer.kinds[:3] == ["date", "timestamptz", "text"]
+    assert {row[:3] for row in answer.rows} == {
+        (dt.date(2023, 1, d), dt.datetime(2022, 12, 1, tzinfo=dt.UTC), "2023-01")
+        for d in (1, 2)} | {(dt.date(2023, 1, d), dt.datetime(2023, 1, 1, tzinfo=dt.UTC),
+                             "2023-01") for d in (1, 2)}
+
+
+# numbers and CASE (a NULL key of a CASE is a group; a NULL number is in none, as for
+# every bucket): (term, WHERE, whether PostgreSQL's NULL group is answered)
+OTHER_TERMS = [
+    ('((floor(("events"."age" - 10.0) / 10.0)) * 10.0) + 10.0', "", False),  # Metabase
+    ("((floor((cost - 50.0) / 125.0)) * 125.0) + 50.0", "", False),
+    ("floor((days - 3) / 5) * 5 + 3", "WHERE kind = 'a'", False),
+    ("age % 10", "", False),
+    ("MOD(days, 4)", "", False),  # negative days: negative remainders, as PostgreSQL's
+    ("days % -3", "", False),
+    ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE NULL END", "", True),
+    ("CASE WHEN cost > 500 THEN 1 WHEN cost IS NULL THEN NULL ELSE 0 END", "", True),
+    ("CASE kind WHEN 'a' THEN 'first' ELSE NULL END", "WHERE age > 20", True),
+]
+
+
+@pytest.mark.parametrize("term,where,null_group", OTHER_TERMS)
+@pytest.mark.usefixtures("no_noise")
+def test_each_number_bin_and_case_is_postgresql_s_own(engine, truth, term, where,
+                                                      null_group):
+    sql = f"SELECT {term} AS k, COUNT(*) FROM events {where} GROUP BY 1"
+    answered = _answered(engine, sql)
+    wanted = {key: count for key, count in truth(sql) if null_group or key is not None}
+    assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
+    assert answered == {key: wanted.get(key, 0) for key in answered}
+    assert (None in answered) == null_group
+
+
+REFUSED = [
+    ("SELECT date_trunc('day', at + days * INTERVAL '1 day'), COUNT(*) FROM events GROUP BY 1",
+     "one date or timestamp column"),
+    ("SELECT date_trunc('day', at + INTERVAL '1 month'), COUNT(*) FROM events GROUP BY 1",
+     "no fixed length"),
+    ("SELECT date_trunc('day', at AT TIME ZONE 'Mars/Olympus'), COUNT(*) FROM events "
+     "GROUP BY 1", "IANA"),
+    ("SELECT to_char(at, 'YYYY-MM-DD HH24:MI:SS'), COUNT(*) FROM events GROUP BY 1",
+     "to_char in GROUP BY"),
+    ("SELECT CAST(at AS timestamp), COUNT(*) FROM events GROUP BY 1", "every moment"),
+    ("SELECT CAST(at AS text), COUNT(*) FROM events GROUP BY 1", "casts to timestamp"),
+    ("SELECT date_trunc('minute', at AT TIME ZONE 'UTC'), COUNT(*) FROM events GROUP BY 1",
+     "more than"),
+    ("SELECT cost % 10, COUNT(*) FROM events GROUP BY 1", "takes an int column"),
+    ("SELECT age % 0, COUNT(*) FROM events GROUP BY 1", "other than 0"),
+    ("SELECT age % days, COUNT(*) FROM events GROUP BY 1", "other than 0"),
+    ("SELECT CASE WHEN age % 2 = 0 THEN 'even' END, COUNT(*) FROM events GROUP BY 1",
+     "MOD is not allowed in a CASE condition"),
+    ("SELECT EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin'), COUNT(*) "
+     "FROM events GROUP BY 1", "more than 2,000 ranges"),
+]
+
+
+@pytest.mark.parametrize("sql,fragment", REFUSED)
+def test_other_time_forms_are_refused_for_free(engine, sql, fragment):
+    refused_for_free(engine, sql, "0A000", fragment)
