@@ -84,6 +84,24 @@ def test_rounding_goes_the_safe_way():
     assert top ** 2 / 2 <= left < (top + Decimal("0.000001")) ** 2 / 2
 
 
+@pytest.mark.parametrize("k", [30, 50, 100, 1000])
+def test_k_answers_get_more_epsilon_each_under_zcdp_from_30_on(k):
+    """k equal answers sharing ε 1 at δ 10⁻⁶: the filter admits each at √(2ρ_B/k)
+    (rounded down to a micro-ε), more than the pure sum's 1/k from k = 30 on; at k = 100
+    2.2 times as much (issue 35's table: 141 against 64.1 of noise)."""
+    budget = rho_budget(Decimal(1), DELTA)
+    each = largest_epsilon(budget / k)
+    assert each ** 2 / 2 * k <= budget
+    assert each > Decimal(1) / k
+    if k == 100:
+        assert each * 100 == pytest.approx(Decimal("2.207"), abs=Decimal("0.001"))
+
+
+def test_below_20_answers_the_pure_sum_is_better():
+    budget = rho_budget(Decimal(1), DELTA)
+    assert all(largest_epsilon(budget / k) < Decimal(1) / k for k in (1, 5, 10, 19))
+
+
 # -- rules -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("accounting, problem", [
