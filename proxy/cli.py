@@ -338,12 +338,17 @@ name_argument = click.argument("name", required=False)
 @name_argument
 def budget_show(rules_path, backend, user, whole, fmt, name):
     """Budget, spent and remaining epsilon of the analyst NAME, or of all (the global
-    budget is listed as "(global)"; --global shows it alone)."""
+    budget is listed as "(global)"; --global shows it alone). Under the zcdp accountant
+    budget and spent are epsilon at the rules' delta, remaining the largest epsilon of
+    one more answer, with delta, rho_budget and rho_spent beside them."""
     words = [name] if name else []
     account = _account(user, whole, words)[0] if user or whole or words else None
+    from proxy.ledger import BUDGET_FIELDS
+
     with progress("reading the budgets"):
         rows = _target(rules_path, backend, "ledger").budgets(account)
-    _print_rows(["analyst", "budget", "spent", "remaining"], rows, fmt)
+    # under the zcdp accountant each row also has the δ and the ρ behind its ε
+    _print_rows(list(BUDGET_FIELDS[:len(rows[0]) if rows else 4]), rows, fmt)
 
 
 @budget.command("grant")

@@ -6,6 +6,13 @@ under the empty name for the optional global budget;
 conditional UPDATE in the same transaction as its ledger row, committed before any
 answer is computed: two sessions racing cannot overspend, and a crash after the
 commit loses budget, never privacy.
+
+Every debit also adds the answer's ρ (``Loss.rho``) to ``spent_rho``, whichever the
+accountant, so the owner can switch from ``pure`` to ``zcdp`` with the answers already
+given counted exactly (docs/budget.md, "Accountants"). Under ``zcdp`` the condition of
+the debit is on ρ: ``spent_rho + ρ <= budget_rho``, where ``budget_rho`` is the largest
+ρ whose ε at the rules' δ is within the budget (proxy/accounting.py: the privacy
+filter), kept beside ``budget_micro`` and recomputed when either changes.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NoReturn
 
+from proxy.accounting import RHO_SQL, epsilon_decimal, largest_epsilon, rho_budget
 from proxy.backends.base import Backend
 from proxy.errors import (
     BackendFailed,
@@ -56,7 +64,13 @@ _COMMON = [
 log = logging.getLogger("idp_proxy.ledger")
 GLOBAL = ""  # the idp.budgets row of the global budget (no analyst has an empty name)
 LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism", "epsilon",
-                 "delta", "neighbour", "status", "released")
+                 "delta", "neighbour", "status", "released", "rho")
+# ``budget show``: the first four under ``pure``; under ``zcdp`` the budget and what was
+# spent and remains are ε at ``delta``, with the ρ behind them
+BUDGET_FIELDS = ("analyst", "budget", "spent", "remaining", "delta", "rho_budget", "rho_spent")
+# columns added since the first ledgers (ρ, for the zcdp accountant): (table, column)
+_ADDED = (("budgets", "budget_rho"), ("budgets", "spent_rho"), ("ledger", "rho"))
+_RHO = f"CAST(%s AS {RHO_SQL})"
 
 
 @dataclass(frozen=True)
@@ -80,13 +94,18 @@ def _placeholders(count: int) -> str:
     return ", ".join(["%s"] * count)
 
 
-def _debit_sql(micro: int, accounts: list[str]) -> tuple[str, tuple]:
-    """The one conditional UPDATE that takes ε from every account that can pay it."""
-    sql = ("UPDATE idp.budgets SET spent_micro = spent_micro + %s "
+def _debit_sql(micro: int, rho: Decimal, accounts: list[str], zcdp: bool) -> tuple[str, tuple]:
+    """The one conditional UPDATE that takes ε (and ρ) from every account that can pay
+    it: the condition on ε under the pure accountant, on ρ under zcdp (the filter)."""
+    if zcdp:
+        condition, left, paid = (f"spent_rho + {_RHO} <= budget_rho",
+                                 "budget_rho - spent_rho", rho)
+    else:
+        condition, left, paid = "spent_micro + %s <= budget_micro", "budget_micro - spent_micro", micro
+    sql = (f"UPDATE idp.budgets SET spent_micro = spent_micro + %s, spent_rho = spent_rho + {_RHO} "
            f"WHERE analyst IN ({_placeholders(len(accounts))}) "
-           "AND spent_micro + %s <= budget_micro "
-           "RETURNING analyst, budget_micro - spent_micro")
-    return sql, (micro, *accounts, micro)
+           f"AND {condition} RETURNING analyst, {left}")
+    return sql, (micro, rho, *accounts, paid)
 
 
 def _lock_sql(accounts: list[str]) -> tuple[str, tuple]:
@@ -105,6 +124,7 @@ class _Debit:
 
     charge: Charge
     micro: int
+    rho: Decimal
     accounts: list[str]
     owner: int = field(default_factory=threading.get_ident)  # the session's thread
     done: bool = False
@@ -140,6 +160,7 @@ class Ledger:
                     tx.execute(statement.format(columns=_LEDGER_COLUMNS))
                 for statement in _COMMON:
                     tx.execute(statement)
+                self._migrate(tx)
         except PrivilegeMissing:
             role, database = backend.read("SELECT current_user, current_database()")[0]
             raise PrivilegeMissing(
@@ -149,6 +170,58 @@ class Ledger:
                 f"{role}") from None
         if rules.defaults.global_budget is not None:
             self.open_budget(GLOBAL)
+        if self.zcdp:
+            self._filter_budgets()
+
+    @property
+    def zcdp(self) -> bool:
+        return self.rules.defaults.accounting == "zcdp"
+
+    def _migrate(self, tx) -> None:
+        """Add the ρ columns to a ledger made before them. An account's ``spent_rho``
+        starts at what its answers since the last reset can have cost, bounded above
+        twice: (Σε)²/2 ≥ Σε²/2 over its rows since the reset (no ledger row marks a
+        reset), and Σ±ε²/2 over all its rows, charged minus refunded (every refund
+        follows its charge, so the rows before the reset add up to ≥ 0); the smaller of
+        the two (an exponential-mechanism answer counted as ε²/2, above its ε²/8). The
+        old ledger rows keep ρ NULL: it was not recorded then."""
+        present = {(table, column) for table, column in tx.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = 'idp' AND table_name IN ('budgets', 'ledger')")}
+        missing = [added for added in _ADDED if added not in present]
+        for table, column in missing:
+            tx.execute(f"ALTER TABLE idp.{table} ADD COLUMN IF NOT EXISTS {column} {RHO_SQL}")
+        if ("budgets", "spent_rho") not in missing:
+            return
+        squares = dict(tx.execute(
+            "SELECT analyst, SUM(CAST(epsilon_micro AS DECIMAL(38, 0)) * ABS(epsilon_micro)) "
+            "FROM idp.ledger WHERE status <> 'refused: budget' GROUP BY analyst"))
+        everyone = sum(squares.values(), Decimal(0))
+        for account, spent in tx.execute("SELECT analyst, spent_micro FROM idp.budgets"):
+            rows = everyone if account == GLOBAL else squares.get(account, Decimal(0))
+            square = min(Decimal(spent) ** 2, max(Decimal(rows), Decimal(0)))
+            tx.execute(f"UPDATE idp.budgets SET spent_rho = {_RHO} "
+                       "WHERE analyst = %s AND spent_rho IS NULL",  # once, if workers race
+                       (square / 2_000_000_000_000, account))
+
+    def _filter_budgets(self) -> None:
+        """``budget_rho`` of every account for the rules' δ, where it differs (a ledger
+        kept under the pure accountant, or a δ changed): each written only if its ε
+        budget is still the one read (a grant meanwhile sets its own)."""
+        for account, micro, rho in self.backend.read(
+                "SELECT analyst, budget_micro, budget_rho FROM idp.budgets"):
+            wanted = self._rho_budget(micro)
+            if rho is None or Decimal(rho) != wanted:
+                self.backend.query(f"UPDATE idp.budgets SET budget_rho = {_RHO} "
+                                   "WHERE analyst = %s AND budget_micro = %s",
+                                   (wanted, account, micro))
+
+    def _rho_budget(self, micro: int) -> Decimal | None:
+        """The filter's ρ for a budget of ``micro`` micro-ε at the rules' δ (None under
+        the pure accountant)."""
+        if not self.zcdp:
+            return None
+        return rho_budget(from_micro(micro), self.rules.defaults.accounting_delta)
 
     def open_budget(self, analyst: str) -> None:
         """Give an analyst the budget the rules name (else the default), unless open;
@@ -159,8 +232,9 @@ class Ledger:
         budget = (self.rules.defaults.global_budget if analyst == GLOBAL
                   else self.rules.budget_of(analyst))
         self.backend.query(
-            "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro) VALUES (%s, %s, 0) "
-            "ON CONFLICT (analyst) DO NOTHING", (analyst, to_micro(budget)))
+            "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro, budget_rho, spent_rho) "
+            f"VALUES (%s, %s, 0, {_RHO}, 0) ON CONFLICT (analyst) DO NOTHING",
+            (analyst, to_micro(budget), self._rho_budget(to_micro(budget))))
 
     def _accounts(self, analyst: str) -> list[str]:
         """The budgets a query of this analyst draws on."""
@@ -188,18 +262,18 @@ class Ledger:
         and raise BudgetExhausted.
         """
         self._settle()
-        micro = to_micro(charge.loss.spent)
+        micro, rho = to_micro(charge.loss.spent), charge.loss.spent_rho
         accounts = self._accounts(charge.analyst)
         if self.backend.capabilities.group_commit:
-            rows = self._grouped(_Debit(charge, micro, accounts))
+            rows = self._grouped(_Debit(charge, micro, rho, accounts))
             if rows is None:
                 self._refused(charge, micro)
-            return from_micro(min(left for _, left in rows))
+            return self._as_epsilon(min(left for _, left in rows))
         try:
             with self.backend.transaction() as tx:
                 if len(accounts) > 1:  # the rows locked in one order by every debit
                     tx.execute(*_lock_sql(accounts))
-                rows = tx.execute(*_debit_sql(micro, accounts))
+                rows = tx.execute(*_debit_sql(micro, rho, accounts, self.zcdp))
                 if len(rows) < len(accounts):
                     raise _Unpaid
                 self.append(tx, charge, micro, "charged", released=True)
@@ -207,17 +281,28 @@ class Ledger:
             with self.backend.transaction() as tx:
                 self.append(tx, charge, micro, "refused: budget", released=False)
             self._refused(charge, micro)
-        return from_micro(min(left for _, left in rows))
+        return self._as_epsilon(min(left for _, left in rows))
+
+    def _as_epsilon(self, left: int | Decimal) -> Decimal:
+        """What remains, as people see it: ε (pure), or under zcdp the largest ε one more
+        ε-DP answer may take (ρ left = ε²/2); never negative."""
+        if self.zcdp:
+            return largest_epsilon(Decimal(left))
+        return from_micro(max(left, 0))
 
     def _refused(self, charge: Charge, micro: int) -> NoReturn:
         """Say whose budget is short (the refusal's row is written)."""
         left = self.remaining(charge.analyst)
-        whose = ("your budget" if self._left(charge.analyst) < micro
+        needed = Decimal(charge.loss.spent_rho) if self.zcdp else micro
+        whose = ("your budget" if self._left(charge.analyst) < needed
                  else "the global budget of all analysts")
+        cost = (f"rho {charge.loss.spent_rho.normalize():f} (epsilon {charge.loss.spent})"
+                if self.zcdp else f"epsilon {charge.loss.spent}")
+        remains = (f"one more answer may take at most epsilon {left}" if self.zcdp
+                   else f"{left} remains")
         raise BudgetExhausted(
-            f"privacy budget exhausted ({whose}): this query needs epsilon "
-            f"{charge.loss.spent} and {left} remains; ask the data owner for more or use a "
-            "smaller idp.epsilon") from None
+            f"privacy budget exhausted ({whose}): this query needs {cost} and {remains}; "
+            "ask the data owner for more or use a smaller idp.epsilon") from None
 
     def _grouped(self, debit: _Debit) -> list[tuple] | None:
         """Group commit (backends whose writers take turns anyway: DuckDB): the debits
@@ -272,12 +357,13 @@ class Ledger:
 
     def _take(self, tx, debit: _Debit) -> list[tuple] | None:
         """One debit inside a batch's transaction."""
-        rows = tx.execute(*_debit_sql(debit.micro, debit.accounts))
+        rows = tx.execute(*_debit_sql(debit.micro, debit.rho, debit.accounts, self.zcdp))
         if len(rows) < len(debit.accounts):
             if rows:  # the accounts that could pay give it back: all or nothing
-                tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
+                tx.execute(f"UPDATE idp.budgets SET spent_micro = spent_micro - %s, "
+                           f"spent_rho = spent_rho - {_RHO} "
                            f"WHERE analyst IN ({_placeholders(len(rows))})",
-                           (debit.micro, *(name for name, _ in rows)))
+                           (debit.micro, debit.rho, *(name for name, _ in rows)))
             self.append(tx, debit.charge, debit.micro, "refused: budget", released=False)
             return None
         self.append(tx, debit.charge, debit.micro, "charged", released=True)
@@ -290,10 +376,15 @@ class Ledger:
         with self.backend.transaction() as tx:
             self.append(tx, charge, 0, "served from cache", released=True)
             rows = tx.execute(
-                "SELECT budget_micro - spent_micro FROM idp.budgets "
+                f"SELECT {self._left_sql} FROM idp.budgets "
                 f"WHERE analyst IN ({_placeholders(len(accounts))})", accounts)
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
-        return from_micro(min([left for left, in rows] + missing))
+        return self._as_epsilon(min([left for left, in rows] + missing))
+
+    @property
+    def _left_sql(self) -> str:
+        """What an account has left, in the accountant's unit (micro-ε, or ρ)."""
+        return "budget_rho - spent_rho" if self.zcdp else "budget_micro - spent_micro"
 
     def refund(self, charge: Charge) -> None:
         """Give ε back: only when the backend was unreachable (nothing was computed).
@@ -323,22 +414,22 @@ class Ledger:
         micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
-            tx.execute("UPDATE idp.budgets SET spent_micro = spent_micro - %s "
+            tx.execute(f"UPDATE idp.budgets SET spent_micro = spent_micro - %s, "
+                       f"spent_rho = spent_rho - {_RHO} "
                        f"WHERE analyst IN ({_placeholders(len(accounts))})",
-                       (micro, *accounts))
+                       (micro, charge.loss.spent_rho, *accounts))
             self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
     def append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
-        """One ledger row; its δ goes with its ε: the charge's δ on a debit (or a refused
-        one), none on a repeat from the cache, and taken back with a refund."""
-        delta = 0.0
-        if micro and charge.loss.delta:
-            delta = float(charge.loss.spent_delta) * (1 if micro > 0 else -1)
+        """One ledger row; its δ and ρ go with its ε: the charge's on a debit (or a
+        refused one), none on a repeat from the cache, and taken back with a refund."""
+        sign = (micro > 0) - (micro < 0)
+        delta = float(charge.loss.spent_delta) * sign if charge.loss.delta else 0.0
         tx.execute(
             "INSERT INTO idp.ledger (analyst, sql_hash, model, mechanism, epsilon_micro, delta, "
-            "neighbour, status, released) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            f"neighbour, status, released, rho) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, {_RHO})",
             (charge.analyst, charge.sql_hash, charge.model, charge.mechanism, micro, delta,
-             charge.neighbour, status, released))
+             charge.neighbour, status, released, charge.loss.spent_rho * sign))
 
     def _known(self, account: str) -> None:
         if account != GLOBAL:
@@ -346,14 +437,17 @@ class Ledger:
         elif self.rules.defaults.global_budget is None:
             raise UnknownAnalyst(f"{self.rules.path} sets no [defaults] global_budget")
 
-    def _left(self, account: str) -> int:
+    def _left(self, account: str) -> int | Decimal:
+        """What the account has left, in the accountant's unit (no row: nothing; a ρ
+        budget not computed yet: nothing)."""
         rows = self.backend.read(
-            "SELECT budget_micro - spent_micro FROM idp.budgets WHERE analyst = %s", (account,))
-        return rows[0][0] if rows else 0
+            f"SELECT {self._left_sql} FROM idp.budgets WHERE analyst = %s", (account,))
+        return rows[0][0] if rows and rows[0][0] is not None else 0
 
     def remaining(self, analyst: str) -> Decimal:
-        """What the analyst can still spend: the smaller of their and the global budget."""
-        return from_micro(min(self._left(account) for account in self._accounts(analyst)))
+        """What the analyst can still spend: the smaller of their and the global budget
+        (under zcdp: the largest ε one more ε-DP answer may take)."""
+        return self._as_epsilon(min(self._left(account) for account in self._accounts(analyst)))
 
     def budgets(self, analyst: str | None = None) -> list[tuple[str, Decimal, Decimal, Decimal]]:
         """(analyst, budget, spent, remaining) for one analyst, the global budget
@@ -363,21 +457,32 @@ class Ledger:
                 self.ensure_analyst(name)
         where, params = ("WHERE analyst = %s", (analyst,)) if analyst is not None else ("", ())
         rows = self.backend.read(
-            f"SELECT analyst, budget_micro, spent_micro FROM idp.budgets {where} ORDER BY analyst",
-            params)
-        return [(name or "(global)", from_micro(b), from_micro(s), from_micro(b - s))
-                for name, b, s in rows]
+            "SELECT analyst, budget_micro, spent_micro, budget_rho, spent_rho FROM idp.budgets "
+            f"{where} ORDER BY analyst", params)
+        if not self.zcdp:
+            return [(name or "(global)", from_micro(b), from_micro(s), from_micro(b - s))
+                    for name, b, s, _, _ in rows]
+        delta = self.rules.defaults.accounting_delta
+        return [(name or "(global)", from_micro(b), epsilon_decimal(Decimal(spent), delta),
+                 self._as_epsilon(Decimal(budget) - Decimal(spent)), delta,
+                 _plain(budget), _plain(spent)) for name, b, _, budget, spent in rows]
 
     def grant(self, analyst: str, epsilon: Decimal) -> None:
         """Add ε to an analyst's budget, or to the global one (``GLOBAL``)."""
         self._known(analyst)
-        self.backend.query("UPDATE idp.budgets SET budget_micro = budget_micro + %s "
-                           "WHERE analyst = %s", (to_micro(epsilon), analyst))
+        with self.backend.transaction() as tx:
+            rows = tx.execute("UPDATE idp.budgets SET budget_micro = budget_micro + %s "
+                              "WHERE analyst = %s RETURNING budget_micro",
+                              (to_micro(epsilon), analyst))
+            if rows and self.zcdp:
+                tx.execute(f"UPDATE idp.budgets SET budget_rho = {_RHO} WHERE analyst = %s",
+                           (self._rho_budget(rows[0][0]), analyst))
 
     def reset(self, analyst: str) -> None:
         """Spent back to zero (the ledger keeps the history)."""
         self._known(analyst)
-        self.backend.query("UPDATE idp.budgets SET spent_micro = 0 WHERE analyst = %s", (analyst,))
+        self.backend.query("UPDATE idp.budgets SET spent_micro = 0, spent_rho = 0 "
+                           "WHERE analyst = %s", (analyst,))
 
     def entries(self, analyst: str | None = None,
                 since: datetime.datetime | None = None) -> list[tuple]:
@@ -391,6 +496,12 @@ class Ledger:
             params.append(since.isoformat())
         rows = self.backend.read(
             "SELECT id, CAST(logged_at AS TEXT), analyst, sql_hash, model, mechanism, "
-            "epsilon_micro, delta, neighbour, status, released FROM idp.ledger "
+            "epsilon_micro, delta, neighbour, status, released, rho FROM idp.ledger "
             f"WHERE {' AND '.join(conditions)} ORDER BY id", params)
-        return [row[:6] + (from_micro(row[6]),) + row[7:] for row in rows]
+        return [row[:6] + (from_micro(row[6]),) + row[7:11]
+                + (None if row[11] is None else _plain(row[11]),) for row in rows]
+
+
+def _plain(value) -> Decimal:
+    """A DECIMAL without its trailing zeros, positional (``0.0002``, not ``2E-4``)."""
+    return Decimal(format(Decimal(value).normalize(), "f"))

@@ -2,7 +2,9 @@
 
 A ``Loss`` is what one release costs: ε, and δ for an (ε, δ) part. It is exact (rational),
 so a query's loss splits into the parts its mechanisms spend and they add back to it
-(sequential composition) without rounding; there is room beside ε and δ for ρ (zCDP).
+(sequential composition) without rounding. Beside ε and δ it carries ρ, what the release
+costs under zero-concentrated DP (the ``zcdp`` accountant, proxy/accounting.py): ε²/2
+for an ε-DP release unless the mechanism states less (the exponential mechanism: ε²/8).
 
 Budgets are sums of many small ε: adding floats drifts, so the ledger stores integers of
 one millionth of ε (SPEC §9), and every ε an analyst types is parsed as a plain ASCII
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
+from proxy.accounting import rho_decimal
+
 MICRO = 1_000_000
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(\.[0-9]{1,6})?|\.[0-9]{1,6}")
 
@@ -27,18 +31,28 @@ class Loss:
 
     epsilon: Fraction
     delta: Fraction = Fraction(0)
+    rho: Fraction | None = None  # None: ε²/2, that of any ε-DP release (``__post_init__``)
+
+    def __post_init__(self) -> None:
+        if self.rho is None:
+            object.__setattr__(self, "rho", self.epsilon * self.epsilon / 2)
 
     @classmethod
-    def of(cls, epsilon: Decimal | Fraction | int, delta: Decimal | Fraction | int = 0) -> Loss:
-        return cls(Fraction(epsilon), Fraction(delta))
+    def of(cls, epsilon: Decimal | Fraction | int, delta: Decimal | Fraction | int = 0,
+           rho: Fraction | None = None) -> Loss:
+        return cls(Fraction(epsilon), Fraction(delta), rho)
 
     def __add__(self, other: Loss) -> Loss:
-        """Sequential composition: both releases, of the same data."""
-        return Loss(self.epsilon + other.epsilon, self.delta + other.delta)
+        """Sequential composition: both releases, of the same data (ρ adds too: zCDP
+        composes additively, Bun–Steinke Lemma 2.3)."""
+        return Loss(self.epsilon + other.epsilon, self.delta + other.delta,
+                    self.rho + other.rho)
 
     def __mul__(self, share: int | Fraction) -> Loss:
-        """``share`` times this loss: k releases of it (an int), or a part of it."""
-        return Loss(self.epsilon * share, self.delta * share)
+        """``share`` times this loss: k releases of it (an int: ρ times k), or a part of
+        it (a Fraction: the same mechanism at share·ε, ρ times share²)."""
+        rho = self.rho * share if isinstance(share, int) else self.rho * share * share
+        return Loss(self.epsilon * share, self.delta * share, rho)
 
     def split(self, *weights: int | Fraction) -> tuple[Loss, ...]:
         """Parts in proportion to ``weights`` that add back to this loss exactly: what
@@ -52,6 +66,11 @@ class Loss:
         """ε as the ledger and the analyst see it (exact: a charged loss is a whole number
         of micro-units, ``to_micro``)."""
         return Decimal(self.epsilon.numerator) / Decimal(self.epsilon.denominator)
+
+    @property
+    def spent_rho(self) -> Decimal:
+        """ρ as the ledger records it (15 places, rounded up: ``accounting.rho_decimal``)."""
+        return rho_decimal(self.rho)
 
     @property
     def spent_delta(self) -> Decimal:

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from proxy.accounting import ACCOUNTANTS
 from proxy.errors import RulesError
 from proxy.loss import parse_epsilon
 from proxy.statistics import bound_problem
@@ -140,6 +141,10 @@ class Defaults:
     # (ε, δ): GROUP BY a column without declared keys answers the keys a DP partition
     # selection releases (proxy.privacy.partition_selection); None: refused
     delta: Decimal | None = None
+    # the accountant (docs/budget.md): "pure" sums ε; "zcdp" records each answer's ρ and
+    # a privacy filter keeps every budget's ε at ``accounting_delta`` (proxy.accounting)
+    accounting: str = "pure"
+    accounting_delta: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -343,12 +348,19 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
         values["max_groups"] = reader.positive_int(body["max_groups"], "defaults.max_groups")
     if "delta" in body:
         values["delta"] = _delta(reader, body["delta"], "defaults.delta")
+    if "accounting" in body:
+        values["accounting"] = reader.choice(body["accounting"], "defaults.accounting",
+                                             ACCOUNTANTS)
+    if "accounting_delta" in body:
+        values["accounting_delta"] = _delta(reader, body["accounting_delta"],
+                                            "defaults.accounting_delta")
     if "local_sensitivity_floor" in body:
         floor = reader.number(body["local_sensitivity_floor"], "defaults.local_sensitivity_floor")
         if floor < 0:
             raise reader.fail("defaults.local_sensitivity_floor", "must not be negative")
         values["local_sensitivity_floor"] = floor
     defaults = Defaults(**{**base.__dict__, **values})
+    _accountant(reader, defaults)
     if not (defaults.min_epsilon_per_query <= defaults.epsilon_per_query
             <= defaults.max_epsilon_per_query):
         raise reader.fail(
@@ -358,6 +370,24 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
             f"{defaults.max_epsilon_per_query}]",
         )
     return defaults
+
+
+def _accountant(reader: _Reader, defaults: Defaults) -> None:
+    """zCDP needs its δ (and only zCDP takes one); the (ε, δ) answers of a partition
+    selection (``delta``) are not accounted in ρ yet, so the two are not combined."""
+    if defaults.accounting == "zcdp":
+        if defaults.accounting_delta is None:
+            raise reader.fail("defaults.accounting",
+                              "\"zcdp\" needs accounting_delta, the δ at which budgets are "
+                              "stated as ε (e.g. accounting_delta = 1e-6)")
+        if defaults.delta is not None:
+            raise reader.fail("defaults.delta",
+                              "groups from the data (delta) are (ε, δ) answers, which the "
+                              "zcdp accountant does not take yet; use accounting = \"pure\" "
+                              "or declare the GROUP BY keys")
+    elif defaults.accounting_delta is not None:
+        raise reader.fail("defaults.accounting_delta",
+                          "is the δ of accounting = \"zcdp\"; the pure accountant takes none")
 
 
 def _delta(reader: _Reader, value: Any, key: str) -> Decimal:

@@ -236,7 +236,8 @@ class Session:
             raise
         if stored is not None:  # the repeat's ledger row commits before it is sent
             return _restored(stored, Decimal(0), Decimal(0),
-                             engine.ledger.served_from_cache(charge), _FROM_CACHE)
+                             engine.ledger.served_from_cache(charge), _FROM_CACHE,
+                             rho=self._rho(Decimal(0)))
         if isinstance(plan.post, SeriesLimit):
             keys, released = series_limited(plan.post, keys, released)
         answer = _answer(plan, keys, released, charge, remaining)
@@ -244,7 +245,13 @@ class Session:
             answer = _outer_answer(plan.post, answer)
         answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
-        return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining)
+        return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining,
+                         rho=self._rho(charge.loss.spent_rho))
+
+    def _rho(self, spent: Decimal) -> tuple[Decimal, Decimal] | None:
+        """Under the zcdp accountant, (ρ spent, δ) for the answer's metadata."""
+        defaults = self.engine.rules.defaults
+        return (spent, defaults.accounting_delta) if defaults.accounting == "zcdp" else None
 
 
     def _no_groups(self, canonical: str, plan: QueryPlan) -> Answer:
@@ -384,10 +391,14 @@ def _cacheable(answer: Answer) -> dict[str, Any]:
 
 
 def _restored(stored: dict[str, Any], spent: Decimal, delta: Decimal, remaining: Decimal,
-              note: str | None = None) -> Answer:
-    """A stored answer with this request's own accounting in its metadata."""
+              note: str | None = None, rho: tuple[Decimal, Decimal] | None = None) -> Answer:
+    """A stored answer with this request's own accounting in its metadata (under the
+    zcdp accountant ``rho``: the ρ spent and the δ budgets are stated at; remaining is
+    then the largest ε of one more answer)."""
     privacy = dict(stored["privacy"], epsilon_spent=float(spent), delta=float(delta),
                    epsilon_remaining=float(remaining))
+    if rho is not None:
+        privacy["rho_spent"], privacy["accounting_delta"] = float(rho[0]), float(rho[1])
     if note is not None:
         privacy["notes"] = [*privacy["notes"], note]
     return Answer(stored["command"], stored["columns"], [tuple(row) for row in stored["rows"]],
@@ -439,6 +450,11 @@ def _notice(privacy: dict[str, Any]) -> str:
     delta = f" and delta {privacy['delta']:g}" if privacy.get("delta") else ""
     text = (f"{privacy['model']} ({privacy['mechanism']}): spent epsilon "
             f"{privacy['epsilon_spent']:g}{delta}, {privacy['epsilon_remaining']:g} remaining")
+    if "rho_spent" in privacy:  # the zcdp accountant (docs/budget.md)
+        text = (f"{privacy['model']} ({privacy['mechanism']}): spent epsilon "
+                f"{privacy['epsilon_spent']:g}{delta} (zCDP rho {privacy['rho_spent']:g}); "
+                f"one more answer may take epsilon {privacy['epsilon_remaining']:g} "
+                f"(budgets are epsilon at delta {privacy['accounting_delta']:g})")
     if bounds:
         text += f"; 95% error bound {bounds}"
     for note in privacy["notes"]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.accounting import exponential_rho
 from proxy.loss import Loss
 from proxy.rules import Column, Table
 from proxy.statistics import MAGNITUDE_CAP
@@ -202,13 +203,27 @@ class QueryPlan:
         """What each protected aggregate spends: ``epsilon``."""
         return Loss.of(self.epsilon)
 
+    def drawn_by_exponential(self, aggregate: Aggregate) -> bool:
+        """Whether the aggregate is one draw of the exponential mechanism per group (a
+        percentile, MAX or MIN under 'instance' or 'piecewise', not refined from a
+        prior): ε-bounded-range, so ε²/8-zCDP (proxy/accounting.py)."""
+        return (aggregate.kind.row.ranked and self.mechanism.exponential
+                and self.mechanism.model in ("idp", "dp") and not self.mechanism.individual)
+
     @property
     def loss(self) -> Loss:
         """What the query costs: sequential composition over the aggregates of one
         SELECT (SPEC §3.2), a public aggregate costing nothing, and the δ of its
-        partition selection."""
-        protected = sum(not self.public(a) for a in self.aggregates)
-        return self.aggregate_loss * protected + Loss.of(0, self.delta or 0)
+        partition selection. Its ρ: each aggregate's, ε²/2 (ε-DP), or ε²/8 for a draw of
+        the exponential mechanism; under GROUP BY a unit touches m groups at ε/m each,
+        whose m·(ε/m)²/8 is below ε²/8, so the aggregate's ε is charged whole."""
+        loss = Loss.of(0, self.delta or 0)
+        for aggregate in self.aggregates:
+            if not self.public(aggregate):
+                epsilon = self.aggregate_loss.epsilon
+                loss += Loss.of(epsilon, 0, exponential_rho(epsilon)
+                                if self.drawn_by_exponential(aggregate) else None)
+        return loss
 
     def public(self, aggregate: Aggregate) -> bool:
         """COUNT(*) of the whole table: every neighbour (modify one record, or all of

@@ -31,7 +31,8 @@ STAGES = {
     "ledger": (2, ("proxy.ledger",)),
     "backends": (1, ("proxy.backends",)),
     "vocabulary": (0, ("proxy", "proxy.vocabulary", "proxy.rules", "proxy.settings",
-                       "proxy.statistics", "proxy.errors", "proxy.loss", "proxy.interrupts",
+                       "proxy.statistics", "proxy.errors", "proxy.loss", "proxy.accounting",
+                       "proxy.interrupts",
                        "proxy.guards", "proxy.pgtypes", "proxy.jsontags", "proxy.timing",
                        "proxy.progress", "proxy.passwords", "proxy.trees")),
 }

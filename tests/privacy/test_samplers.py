@@ -13,7 +13,9 @@ import pytest
 from scipy import stats
 
 from proxy.privacy.mechanisms import (
+    discrete_gaussian,
     discrete_laplace_interval,
+    gaussian_rho,
     grid_scale,
     grid_step,
     laplace_integer,
@@ -214,3 +216,29 @@ def test_interval_of_a_scale_so_small_that_alpha_underflows():
     assert discrete_laplace_interval(Fraction(1, 1000)) == 0
     noisy = laplace_real(12.5, 1.0, Fraction(10**9), SeededSource(3), grid_step(1.0))
     assert noisy.value == 12.5 and noisy.ci95 == 0.5 * grid_step(1.0)
+
+
+def discrete_gaussian_pmf(z: np.ndarray, sigma2: float) -> np.ndarray:
+    support = np.arange(-400, 401)
+    return np.exp(-z.astype(float) ** 2 / (2 * sigma2)) / np.exp(
+        -support.astype(float) ** 2 / (2 * sigma2)).sum()
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 2), Fraction(9), Fraction(200, 3)])
+def test_discrete_gaussian_matches_its_law(sigma2):
+    """CKS Algorithm 3 against exp(−z²/(2σ²)) normalised over the integers: χ² with the
+    tails pooled, at the suite's fixed failure probability ALPHA."""
+    rng = SeededSource(11)
+    samples = np.array([discrete_gaussian(sigma2, rng) for _ in range(DRAWS)])
+    reach = max(1, int(4 * math.sqrt(float(sigma2))))
+    values = np.arange(-reach, reach + 1)
+    probabilities = discrete_gaussian_pmf(values, float(sigma2))
+    observed = [np.sum(samples < -reach)] + [np.sum(samples == v) for v in values] + [
+        np.sum(samples > reach)]
+    tail = (1 - probabilities.sum()) / 2
+    expected = np.array([tail, *probabilities, tail]) * DRAWS
+    keep = expected >= 5
+    observed, expected = np.array(observed)[keep], expected[keep]
+    expected *= observed.sum() / expected.sum()
+    assert stats.chisquare(observed, expected).pvalue > ALPHA
+    assert gaussian_rho(1, sigma2) == 1 / (2 * sigma2)
