@@ -405,6 +405,26 @@ def _attach(rules: Rules, backend: Backend) -> None:
                              f"[tables.{table.name}] {exc.message}") from None
 
 
+def _check_unit_attribute(rules: Rules, table: str, unit: str, name: str,
+                          backend: Backend) -> None:
+    """A column declared ``unit_attribute`` holds one value (or only NULL) on all the
+    rows of each unit, else a unit's rows would sit in several groups, each of which
+    would spend the whole ε on it: the proxy does not start (the owner's mistake, caught
+    before any analyst is billed for it)."""
+    column, key = exp.column(name, quoted=True), exp.column(unit, quoted=True)
+    mixed = exp.or_(exp.Count(this=exp.Distinct(expressions=[column])) > 1,
+                    exp.and_(exp.Count(this=column.copy()) > 0,
+                             exp.Count(this=column.copy()) < exp.Count(this=exp.Star())))
+    units = exp.select(key).from_(table_ref(table)).group_by(key.copy()).having(mixed)
+    statement = exp.select(exp.Count(this=exp.Star())).from_(units.subquery("u"))
+    (count,), = backend.read(statement.sql(dialect=backend.dialect))
+    if count:
+        raise RulesError(f"{rules.path}: [tables.{table}.columns.{name}] unit_attribute: "
+                         f"{count} unit(s) of {unit} have rows with different values of "
+                         f"{name} (or some NULL); declare it only for a property of the unit "
+                         "itself, or remove unit_attribute")
+
+
 def _check_schema(rules: Rules, backend: Backend) -> None:
     """Every protected table and declared column must exist, so that a mistake in the
     rules stops the proxy at start instead of failing (and being charged) per query.
@@ -436,6 +456,9 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
             _check_type(rules, table.name, name, column.type, present[name])
         for key, most in table.join_keys.items():
             _check_rows_per_key(rules, table.name, key, most, backend)
+        for name, column in table.columns.items():
+            if column.unit_attribute:
+                _check_unit_attribute(rules, table.name, table.privacy_unit, name, backend)
         if table.link is not None:  # the key a unit_via names: unique in its table
             _check_rows_per_key(rules, table.link.table, table.link.key, 1, backend,
                                 linked_from=table.name)

@@ -67,6 +67,9 @@ class Column:
     public: bool = False  # not sensitive: may be copied into a release (--key)
     declared_resolution: float | None = None
     time_domain: tuple[dt.datetime, dt.datetime] | None = None  # date and timestamp columns
+    # a property of the unit, the same on all its rows and not protected: neighbours keep
+    # it, so GROUP BY over it composes in parallel (docs/privacy.md §3.5)
+    unit_attribute: bool = False
 
     @property
     def numeric(self) -> bool:
@@ -442,6 +445,11 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
                               "unit_via) to be set")
     if not public and not columns:
         raise reader.fail(key, "a protected table must declare its columns")
+    for column in columns.values():
+        if column.unit_attribute and (unit is None or column.name == unit):
+            raise reader.fail(f"{key}.columns.{column.name}.unit_attribute",
+                              "is for a column of a table with privacy_unit other than the "
+                              "unit itself: a property of the unit, the same on all its rows")
     individual = reader.boolean(body.get("individual_queries", False),
                                 f"{key}.individual_queries")
     if individual and unit is None:
@@ -510,7 +518,7 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
     if not isinstance(spec, dict):
         raise reader.fail(key, 'must be an inline table, e.g. { type = "int", domain = [0, 120] }')
     reader.only_keys(spec, key, ("type", "domain", "lower", "upper", "keys", "public",
-                                    "resolution"))
+                                    "resolution", "unit_attribute"))
     col_type = reader.choice(spec.get("type"), f"{key}.type", COLUMN_TYPES)
     lower = upper = time_domain = None
     if "domain" in spec and col_type in ("date", "timestamp"):
@@ -544,7 +552,9 @@ def _column(reader: _Reader, table_key: str, name: str, spec: Any) -> Column:
         if col_type not in ("int", "float") or resolution <= 0:
             raise reader.fail(f"{key}.resolution", "must be a positive number, for an int or "
                               "float column")
-    return Column(name.lower(), col_type, lower, upper, keys, public, resolution, time_domain)
+    attribute = reader.boolean(spec.get("unit_attribute", False), f"{key}.unit_attribute")
+    return Column(name.lower(), col_type, lower, upper, keys, public, resolution, time_domain,
+                  attribute)
 
 
 def _time_domain(reader: _Reader, key: str, domain: Any) -> tuple[dt.datetime, dt.datetime]:

@@ -265,6 +265,23 @@ class QueryPlan:
         return combos
 
     @property
+    def groups_fixed(self) -> bool:
+        """Every GROUP BY term of the one table reads only its unit attributes (rules
+        ``unit_attribute``): a neighbour keeps every unit's rows in their group, so one
+        unit's change touches one group and the groups compose in parallel
+        (docs/privacy.md §3.5)."""
+        if not self.group_by or self.joins or self.per_unit is not None:
+            return False
+        columns = self.table.columns
+        for term in self.group_by:
+            read = {term.column} | {column.name for condition, _ in term.branches
+                                    for column in condition.find_all(exp.Column)}
+            if not all(name in columns and getattr(columns[name], "unit_attribute", False)
+                       for name in read):
+                return False
+        return True
+
+    @property
     def group_count(self) -> int:
         """How many groups are answered: ``len(group_keys())`` (1 without GROUP BY),
         from the key sets' sizes, without listing the combinations."""

@@ -48,7 +48,7 @@ from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
-from proxy.privacy.sensitivity import SensitivityError, groups_touched, require_finite
+from proxy.privacy.sensitivity import SensitivityError, group_share, require_finite
 from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
 from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
 
@@ -333,8 +333,7 @@ def _targets(plan: QueryPlan, shift: int):
     ranks outside 1..n are taken as the nearest). ε is each aggregate's own (sequential
     composition, as for every aggregate of a SELECT), over GROUP BY divided by the
     groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
-    part = plan.aggregate_loss * Fraction(1, groups_touched(shift, plan.group_count)
-                                          if plan.group_by else 1)
+    part = plan.aggregate_loss * Fraction(1, group_share(plan, shift))
     for index, agg in enumerate(plan.aggregates):
         if not agg.kind.row.ranked:
             continue

@@ -29,7 +29,7 @@ from proxy.privacy.sensitivity import (
     SUM_REFS,
     clamped_sum_sensitivity,
     count_sensitivity,
-    groups_touched,
+    group_share,
     local_sensitivity_of_max,
     local_sensitivity_of_min,
     local_sensitivity_of_percentile,
@@ -153,22 +153,15 @@ def release_group(
     release of thousands of groups between two of them: proxy.interrupts), each by its
     kind's row of ``RELEASES``."""
     checkpoint()
-    group_count = plan.group_count  # the key sets' sizes: never list every key per group
     return in_order(plan, [
         RELEASES[agg.kind](Asked(plan, index, group, calibration,
-                                 _part(plan, agg, calibration, group_count), rng))
+                                 _part(plan, agg, calibration), rng))
         for index, agg in enumerate(plan.aggregates)])
 
 
-def _part(plan: QueryPlan, agg, cal: Calibration, group_count: int) -> Loss:
-    """The aggregate's loss in one group (§3.5): a count's histogram moves by at most
-    2s over all its cells, so each gets 1/min(2, G); any other aggregate's share is of
-    the groups one unit's s records can touch."""
-    if not plan.group_by:
-        return plan.aggregate_loss
-    if agg.kind == COUNT:
-        return plan.aggregate_loss * Fraction(1, min(2, group_count))
-    return plan.aggregate_loss * Fraction(1, groups_touched(cal.shift, group_count))
+def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
+    """The aggregate's loss in one group (sensitivity.group_share)."""
+    return plan.aggregate_loss * Fraction(1, group_share(plan, cal.shift, agg.kind == COUNT))
 
 
 @dataclass(frozen=True)

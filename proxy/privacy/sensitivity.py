@@ -226,6 +226,19 @@ def groups_touched(shift: int, group_count: int) -> int:
     return min(2 * shift, group_count)
 
 
+def group_share(plan, shift: int, counting: bool = False) -> int:
+    """What each group's part of an aggregate's loss is divided by (§3.5): 1 without
+    GROUP BY, or when the groups are the unit's own attributes (one unit's change stays
+    in its one group: ``QueryPlan.groups_fixed``); a COUNT's histogram moves by at most
+    2s over all its cells of scale s, so min(2, G); any other aggregate the groups one
+    unit's s records can touch."""
+    if not plan.group_by or plan.groups_fixed:
+        return 1
+    if counting:
+        return min(2, plan.group_count)
+    return groups_touched(shift, plan.group_count)
+
+
 def round_up_to_power_of_two(value: float) -> float:
     """The coarse grid of SPEC §3.3: hides the exact local sensitivity, only adds noise.
     A NaN or infinite value is refused (frexp would make it 1.0)."""
