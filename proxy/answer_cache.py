@@ -31,7 +31,7 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key T
 
 
 def cache_key(sql: str, plan: QueryPlan, calibration: tuple, version: str) -> str:
-    """``sql``: the statement's ``proxy.analyze.shapes.canonical_sql``."""
+    """``sql``: the statement's ``proxy.analyze.shapes.canonical.canonical_sql``."""
     # The plan's WHERE keeps the text's identifier case; the canonical SQL has the scope.
     decided = replace(plan, where=None)
     material = "\n".join((sql, repr(decided), repr(calibration), version))

@@ -45,7 +45,7 @@ from proxy.settings import (
     session_command,
 )
 from proxy.timing import padded
-from proxy.vocabulary import PUBLIC, SELECTED, PassthroughPlan, QueryPlan
+from proxy.vocabulary import PUBLIC, SELECTED, GroupingSetsPlan, PassthroughPlan, QueryPlan
 
 log = logging.getLogger("idp_proxy.session")
 
@@ -107,6 +107,8 @@ class Session:
         _, work = self.check(sql)[-1]
         if isinstance(work, SessionCommand):
             return [(work.name.split(".")[-1], "text")] if work.show else None
+        if isinstance(work, GroupingSetsPlan):  # the first set groups by the most
+            work = work.parts[0][1]
         if isinstance(work, PassthroughPlan):
             probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
             columns, _ = self.engine.backend.query_with_columns(
@@ -163,6 +165,8 @@ class Session:
             work = analyze(tree, rules, settings, epsilon_hint(tree))
             if isinstance(work, QueryPlan):
                 refuse_unanswerable(work)
+            for _, part in work.parts if isinstance(work, GroupingSetsPlan) else ():
+                refuse_unanswerable(part)
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps
@@ -176,8 +180,36 @@ class Session:
                 work.sql.sql(dialect=self.engine.backend.dialect))
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           kinds=[kind for _, kind in columns])
-        answer = self._private(canonical, work)
+        if isinstance(work, GroupingSetsPlan):
+            answer = self._grouping_sets(work)
+        else:
+            answer = self._private(canonical, work)
         return _with_intervals(answer) if self.settings.intervals else answer
+
+    def _grouping_sets(self, work: GroupingSetsPlan) -> Answer:
+        """Each grouping set's query answered (and charged) as it would be on its own,
+        their rows one set after another, then ORDER BY and LIMIT over all of them; the
+        metadata: the sets' ε added up, their bounds row by row, their notes."""
+        answers = [self._private(canonical, plan) for canonical, plan in work.parts]
+        rows = [row for answer in answers for row in answer.rows]
+        bounds = {name: [b for answer in answers for b in answer.privacy["ci95"][name]]
+                  for name in answers[0].privacy["ci95"]}
+        order = list(range(len(rows)))
+        for index, descending in reversed(work.order):
+            order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)
+        order = order[: work.limit] if work.limit is not None else order
+        kinds = [next((answer.kinds[j] for answer in answers  # a set grouping by it
+                       if any(row[j] is not None for row in answer.rows)), answers[0].kinds[j])
+                 for j in range(len(answers[0].columns))]
+        last = answers[-1].privacy
+        privacy = dict(last, epsilon_spent=sum(a.privacy["epsilon_spent"] for a in answers),
+                       ci95={name: [values[i] for i in order] for name, values in bounds.items()},
+                       mechanism="; ".join(dict.fromkeys(
+                           m for a in answers for m in a.privacy["mechanism"].split("; "))),
+                       notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"]),
+                              _GROUPING_SETS.format(len(answers))])
+        return Answer(f"SELECT {len(order)}", answers[0].columns, [rows[i] for i in order],
+                      privacy, _notice(privacy), kinds)
 
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
@@ -464,6 +496,10 @@ def _notice(privacy: dict[str, Any]) -> str:
 
 def _short(value: float) -> str:
     return f"{value:.4g}"
+
+
+_GROUPING_SETS = ("GROUPING SETS, ROLLUP or CUBE: {} grouped queries, each released and "
+                  "charged on its own; a column outside a set's grouping is NULL")
 
 
 def _sort_key(value):

@@ -304,6 +304,17 @@ class PerUnit:
 
 
 @dataclass(frozen=True)
+class GroupingSetsPlan:
+    """GROUP BY GROUPING SETS, ROLLUP or CUBE: one plan per grouping set, each with its
+    canonical SQL (a release of its own), their rows answered in order, then sorted by
+    ``order`` ((output position, descending) pairs) and cut at ``limit``."""
+
+    parts: tuple[tuple[str, QueryPlan], ...]
+    order: tuple[tuple[int, bool], ...] = ()
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
 class PassthroughPlan:
     """A query touching only tables the rules mark public: run as written."""
 

@@ -18,8 +18,10 @@ from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group, selection_refusal
+from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, protected_only, resolver, split_joins
 from proxy.analyze.merge_steps import merge_steps
@@ -55,6 +57,7 @@ from proxy.vocabulary import (
     SUM,
     VALUE,
     Aggregate,
+    GroupingSetsPlan,
     GroupKey,
     Join,
     Mechanism,
@@ -145,12 +148,16 @@ def _syntax_problem(sql: str, error: ParseError) -> SyntaxProblem:
 
 def analyze(
     statement: exp.Expression, rules: Rules, settings: Settings, hint: Decimal | None = None
-) -> QueryPlan | PassthroughPlan:
+) -> QueryPlan | PassthroughPlan | GroupingSetsPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     checkpoint()
     select = _only_select(statement)
     if _public_only(select, rules):
         return PassthroughPlan(select.copy())
+    sets = grouping_sets_plan(select, lambda part: analyze(part, rules, settings, hint),
+                              canonical_sql)
+    if sets is not None:
+        return sets
     select = merge_steps(select, rules)
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())

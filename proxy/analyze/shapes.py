@@ -51,10 +51,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlglot import exp
-from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
+from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
@@ -67,13 +67,6 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, 
 _STEPS = (exp.Subquery, exp.With, exp.Union, exp.Intersect, exp.Except)
 _MARK = re.compile("'\x00([0-9]+)\x00'")  # a slot in the rendered SQL (NUL never occurs in SQL)
 _RENDER = POSTGRES.generator()  # its literal_sql: a literal as canonical_sql renders it
-
-
-def canonical_sql(statement: exp.Expression) -> str:
-    """The statement as sqlglot renders it for PostgreSQL, without comments and with
-    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
-    folded = normalize_identifiers(statement.copy(), dialect="postgres")
-    return folded.sql(dialect="postgres", comments=False)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,14 @@
+"""The canonical text of a statement: the key of the answer cache and what the ledger
+records (a module of its own so that analysis and the shape cache both use it)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+
+def canonical_sql(statement: exp.Expression) -> str:
+    """The statement as sqlglot renders it for PostgreSQL, without comments and with
+    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
+    folded = normalize_identifiers(statement.copy(), dialect="postgres")
+    return folded.sql(dialect="postgres", comments=False)

@@ -1,0 +1,81 @@
+"""GROUP BY GROUPING SETS, ROLLUP and CUBE (issue 33: Metabase's pivot tables,
+analysts' subtotals): answered as one grouped query per set, with PostgreSQL's NULLs
+and GROUPING() masks, each set charged as the query written with it alone; with the
+noise off the rows are the backend's own answer to the same SQL."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from proxy.errors import NotSupported
+from proxy.session import Session
+from tests.factories import Table, engine_fixture
+
+REGIONS, SEXES = ["north", "south", "east", "west"], ["f", "m"]
+RULES = f"""
+[defaults]
+epsilon_per_query = 0.5
+budget_per_analyst = 1000
+
+[analysts.zoe]
+
+[tables.people]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.people.columns]
+person_id = {{ type = "int" }}
+age = {{ type = "int", domain = [0, 120] }}
+region = {{ type = "text", keys = {REGIONS!r} }}
+sex = {{ type = "text", keys = {SEXES!r} }}
+""".replace("'", '"')
+
+
+def _people() -> Table:
+    rng = np.random.default_rng(3)
+    n = 300
+    return Table({"person_id": list(range(n)), "age": [int(a) for a in rng.integers(0, 100, n)],
+                  "region": [str(r) for r in rng.choice(REGIONS, n)],
+                  "sex": [str(s) for s in rng.choice(SEXES, n)]},
+                 {"person_id": "INTEGER", "age": "INTEGER", "region": "TEXT", "sex": "TEXT"})
+
+
+engine = engine_fixture(RULES, {"people": _people()})
+
+STATEMENTS = [
+    ("SELECT region, sex, COUNT(*) AS n, GROUPING(region, sex) AS g FROM people "
+     "WHERE age > 30 GROUP BY ROLLUP(region, sex) ORDER BY 1, 2", 3),
+    ("SELECT region, sex, COUNT(*) FROM people WHERE age > 30 GROUP BY CUBE(region, sex) "
+     "ORDER BY 3 DESC, 1, 2", 4),
+    ("SELECT region, SUM(age) FROM people GROUP BY GROUPING SETS ((region), ()) ORDER BY 1", 2),
+    ("SELECT region, sex, COUNT(*) FROM people WHERE age > 30 GROUP BY region, ROLLUP(sex) "
+     "ORDER BY 1, 2", 2),
+]
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("sql,sets", STATEMENTS)
+def test_each_form_answers_what_the_backend_answers(engine, sql, sets):
+    """The rows (ordered as the statement orders them, NULLs last ascending) and the
+    charge: one release per set, each at ε 0.5 per aggregate."""
+    before = len(engine.ledger.entries("zoe"))
+    answer, = Session.open(engine, "zoe").execute(sql)
+    direct = [tuple(row) for row in engine.backend.read(sql)]
+    normal = [tuple(int(v) if isinstance(v, Decimal) else v for v in row) for row in direct]
+    assert [tuple(row) for row in answer.rows] == normal
+    charged = engine.ledger.entries("zoe")[before:]
+    assert len(charged) == sets and answer.privacy["epsilon_spent"] == pytest.approx(
+        sum(float(entry[6]) for entry in charged))
+
+
+def test_too_many_sets_are_refused_for_free(engine):
+    """A CUBE of five terms is 32 releases: refused in one line, nothing spent."""
+    session = Session.open(engine, "zoe")
+    before = engine.ledger.remaining("zoe")
+    with pytest.raises(NotSupported) as refused:
+        list(session.execute("SELECT COUNT(*) FROM people GROUP BY CUBE(region, sex, "
+                             "floor(age / 10) * 10, age % 2, age % 3)"))
+    assert refused.value.sqlstate == "0A000" and "16 grouping sets" in str(refused.value)
+    assert engine.ledger.remaining("zoe") == before
