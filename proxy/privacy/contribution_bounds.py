@@ -14,12 +14,14 @@ The mechanism, per group, with the aggregate's part ε of the loss:
    largest, which no neighbour changes: records are modified, not added), halved up to
    20 times while at least the column's resolution: B₀ < … < B_K.
 2. **The bound** (exponential mechanism, ε_b = ε/3): rung k with probability
-   ∝ exp(−ε_b·β_k/(2g) − k), β_k the units whose contribution lies beyond ±B_k, g the
+   ∝ exp(−ε_b·β_k/(2g) − k/2), β_k the units whose contribution lies beyond ±B_k, g the
    units protected together (``group_size``). A neighbour changes g units'
-   contributions, so each β_k by at most g: the utility's sensitivity. The −k is a
-   public prior: a rung twice as high must spare about 2g/ε_b clipped units to be as
-   likely, so the draw settles where halving the bound would clip that many more units
-   — the trade between clipping bias and noise that a larger bound buys.
+   contributions, so each β_k by at most g: the utility's sensitivity. The −k/2 is a
+   public prior: a rung twice as high must spare about g/ε_b = 2g/ε_s clipped units to
+   be as likely — about where halving the bound starts to cost more in clipping than it
+   saves in noise (Laplace of scale B/ε_s) — so the draw does not spread over the empty
+   rungs above the largest contribution; and a prior of a whole e per rung would pull
+   small groups (hundreds of units at ε 0.1) to the lowest rungs, answering SUMs near 0.
 3. **The sum** (Laplace, ε_s = 2ε/3): the contributions clipped to [−B_k, B_k], summed,
    plus Laplace noise of scale g·w_k/ε_s, w_k = B_k when the domain lies on one side of
    0 (contributions in [0, B_k] or [−B_k, 0]), else 2B_k: a neighbour moves g clipped
@@ -98,7 +100,8 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
     """(the noisy clipped sum, the bound drawn) for one group: steps 2 and 3 above."""
     of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)
     lam = of_bound.epsilon / (2 * group_size)
-    k = choose([(1, lam * beyond + index) for index, beyond in enumerate(ladder.beyond)], rng)
+    k = choose([(1, lam * beyond + Fraction(index, 2))
+                for index, beyond in enumerate(ladder.beyond)], rng)
     bound = ladder.rungs[k]
     width = bound if lower >= 0 or upper <= 0 else 2 * bound
     noisy = laplace_real(ladder.clipped[k], group_size * width, of_sum.epsilon, rng,
