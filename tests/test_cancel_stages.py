@@ -100,6 +100,65 @@ def test_a_cancel_stops_analysis_before_the_debit(engine):
     assert engine.ledger.remaining("zoe") == before and engine.ledger.entries("zoe") == []
 
 
+def _cpu_after_cancel_in_analysis(engine: Engine, sql: str, at: float) -> tuple[
+        BaseException | None, float]:
+    """Analyse ``sql`` (Session.check: parsing, analysis, the shape kept) in its own
+    thread and interrupt it once that thread has spent ``at`` seconds of CPU: what it
+    raised, and the CPU seconds it spent from the cancel to its end (both in its own
+    CPU time: the same on a loaded machine)."""
+    outcome: dict = {}
+    session = Session.open(engine, "zoe")
+
+    def run() -> None:
+        try:
+            session.check(sql)
+        except BaseException as exc:  # noqa: BLE001 — the test inspects it
+            outcome["error"] = exc
+        outcome["cpu"] = time.thread_time()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    clock = time.pthread_getcpuclockid(worker.ident)
+    at_cancel = None
+    while worker.is_alive():
+        try:
+            spent = time.clock_gettime(clock)
+        except OSError:  # it ended between the two looks
+            break
+        if spent >= at:
+            at_cancel = spent
+            engine.backend.interrupt(worker.ident)
+            break
+        time.sleep(0.002)
+    worker.join(60)
+    engine.backend.forget_interrupt(worker.ident)
+    return outcome.get("error"), (outcome["cpu"] - at_cancel) if at_cancel else 0.0
+
+
+def test_a_cancel_anywhere_in_the_analysis_of_a_long_chain_stops_it(engine):
+    """An OR chain of 1,600 comparisons (a third of the token limit's): its analysis
+    copies and renders the whole tree several times (merge_steps, the aggregates' pass,
+    the WHERE's check, the shape's marked SQL, its canonical SQL) with no cancel checked
+    in between, up to 0.4 s of CPU (the attacker benchmark's 4,900: 1.1 s of CPU, a
+    cancel took 2.5 s on a loaded machine). Cancelled at each tenth of a second of the
+    analysis's own CPU, it stops within a fifth of a second of it with 57014; nothing is
+    charged."""
+    sql = "SELECT COUNT(*) FROM many WHERE " + " OR ".join(f"age = {i % 120}"
+                                                           for i in range(1_600))
+    Session.open(engine, "zoe")
+    before = engine.ledger.remaining("zoe")
+    spent_at = {}
+    for tenth in range(1, 30):
+        error, spent = _cpu_after_cancel_in_analysis(engine, sql.replace(
+            "age = 0 ", f"age = {200 + tenth} "), tenth / 10)  # a new shape each time
+        if error is None:
+            break  # analysed before the cancel came
+        assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", error
+        spent_at[tenth / 10] = round(spent, 2)
+    assert len(spent_at) >= 3 and max(spent_at.values()) < 0.2, spent_at
+    assert engine.ledger.remaining("zoe") == before and engine.ledger.entries("zoe") == []
+
+
 def test_a_cancel_stops_the_draws_after_the_debit(engine):
     """1,000 groups' medians by the exponential mechanism: cancelled while it draws, it
     stops within a second; the debit made before the statistics stands (docs/budget.md:

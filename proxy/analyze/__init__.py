@@ -151,6 +151,7 @@ def analyze(
     if _public_only(select, rules):
         return PassthroughPlan(select.copy())
     select = merge_steps(select, rules)
+    checkpoint()  # between the whole-tree passes, each tenths of a second near the token limit
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
     _refuse_unmerged_public(select, rules)
@@ -176,9 +177,11 @@ def analyze(
         return post_processed
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
+    checkpoint()
     # aggregates over expressions (of the protected table's columns)
     select, table = with_expressions(select, table, _aggregated(declared, table, joins))
     resolve = _column_resolver(table, select, joins)  # and the aggregates their derived ones
+    checkpoint()
     epsilon = settings.resolve_epsilon(rules, hint)
     individual = None if joins else _individual_query(select, table, settings, declared,
                                                       epsilon)
@@ -209,6 +212,7 @@ def analyze(
                                "idp.model = 'idp'")
     _check_domains(table, aggregates, model, settings.resolve_sensitivity(rules) == "local")
     where = select.args.get("where")
+    checkpoint()
     plan = QueryPlan(
         table=table,
         where=check_predicate(where.this, table, declared) if where else None,

@@ -71,8 +71,13 @@ _RENDER = POSTGRES.generator()  # its literal_sql: a literal as canonical_sql re
 
 def canonical_sql(statement: exp.Expression) -> str:
     """The statement as sqlglot renders it for PostgreSQL, without comments and with
-    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
-    folded = normalize_identifiers(statement.copy(), dialect="postgres")
+    unquoted identifiers folded to lower case (as PostgreSQL folds them). A cancel is
+    checked between its passes, each a few tenths of a second of a statement near the
+    token limit."""
+    copied = statement.copy()
+    checkpoint()
+    folded = normalize_identifiers(copied, dialect="postgres")
+    checkpoint()
     return folded.sql(dialect="postgres", comments=False)
 
 
@@ -196,6 +201,7 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
     by_start = {token.start: index for index, token in enumerate(shape.literals)}
     slots = {start: by_start[start] for start, text in _slot_starts(tree, plan)
              if start in by_start and shape.literals[by_start[start]].text == text}
+    checkpoint()
     split = _MARK.split(_with_marks(tree, set(slots)))
     texts, marks = split[0::2], [int(start) for start in split[1::2]]
     if sorted(marks) != sorted(slots) or any("\x00" in text for text in texts):
@@ -212,6 +218,7 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
 def _with_marks(tree: exp.Expression, starts: set[int]) -> str:
     """``canonical_sql`` of ``tree`` with each slot a mark naming its position."""
     marked = tree.copy()
+    checkpoint()
     for node in list(marked.find_all(exp.Literal)):
         start = node.meta.get("start")
         if start in starts:  # in place: replacing an item of a long IN list is linear
