@@ -207,14 +207,14 @@ def run_backend(backend: str, attacks: list[tuple[str, object, str]], timeout: i
 
     from proxy.demo import create_demo
     from proxy.pgtypes import postgres_type
-    from tests.conftest import load_table
-    from tests.wireserver import _backend_database
+    from tests.databases import load_table
+    from tests.factories import backend_database
 
     rules = folder / "rules.toml"
     rules.write_text(rules_text(timeout))
     demo = folder / "demo.duckdb"
     create_demo(demo)
-    with _backend_database(backend, folder, postgres_url) as url:
+    with backend_database(backend, folder, postgres_url) as url:
         if backend == "postgres":
             con = duckdb.connect(str(demo), read_only=True)
             for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
