@@ -21,7 +21,13 @@ from typing import Any, Protocol
 from sqlglot import exp
 from sqlglot.tokens import Token
 
-from proxy.analyze import analyze, check_size, parse_tokens, statement_tokens
+from proxy.analyze import (
+    analyze,
+    check_size,
+    parse_tokens,
+    refuse_beyond_backend,
+    statement_tokens,
+)
 from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
@@ -162,6 +168,7 @@ class Session:
             work = analyze(tree, rules, settings, epsilon_hint(tree))
             if isinstance(work, QueryPlan):
                 refuse_unanswerable(work)
+            refuse_beyond_backend(work, self.engine.backend.capabilities)
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps
