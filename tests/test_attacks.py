@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from tests.attacks import BY_NAME
-from tests.wireserver import demo_proxy
+from tests.factories import demo_proxy
 
 # attack -> the SQLSTATE it gets, before anything is spent
 REFUSED = {
