@@ -55,6 +55,7 @@ def run_outer(outer: OuterQuery, columns: list[str], kinds: list[str], rows: lis
     stops it (QueryCanceled): between its steps, and in its DuckDB by an interrupt."""
     checkpoint()
     tree = sqlglot.parse_one(outer.sql, read="postgres")
+    checkpoint()  # each whole-tree step: tenths of a second near the token limit
     traced = not tree.args.get("distinct")
     carried = {}
     for index, item in enumerate(tree.expressions):
@@ -67,7 +68,9 @@ def run_outer(outer: OuterQuery, columns: list[str], kinds: list[str], rows: lis
     schema = {"released": {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
                               for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}}
     checkpoint()
-    sql = annotate_types(tree, schema=schema).sql(dialect="duckdb")
+    annotated = annotate_types(tree, schema=schema)
+    checkpoint()
+    sql = annotated.sql(dialect="duckdb")
     con = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:
         with stopping(con.interrupt):

@@ -21,7 +21,13 @@ from typing import Any, Protocol
 from sqlglot import exp
 from sqlglot.tokens import Token
 
-from proxy.analyze import analyze, check_size, parse_tokens, statement_tokens
+from proxy.analyze import (
+    analyze,
+    check_size,
+    parse_tokens,
+    refuse_beyond_backend,
+    statement_tokens,
+)
 from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
@@ -163,10 +169,12 @@ class Session:
                 steps.append((None, command))
                 continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))
-            if isinstance(work, QueryPlan):
-                refuse_unanswerable(work)
-            for _, part in work.parts if isinstance(work, GroupingSetsPlan) else ():
-                refuse_unanswerable(part)
+            plans = [part for _, part in work.parts] if isinstance(work, GroupingSetsPlan) \
+                else [work]
+            for plan in plans:
+                if isinstance(plan, QueryPlan):
+                    refuse_unanswerable(plan)
+                refuse_beyond_backend(plan, self.engine.backend.capabilities)
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps

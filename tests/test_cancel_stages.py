@@ -100,6 +100,65 @@ def test_a_cancel_stops_analysis_before_the_debit(engine):
     assert engine.ledger.remaining("zoe") == before and engine.ledger.entries("zoe") == []
 
 
+def _cpu_after_cancel_in_analysis(engine: Engine, sql: str, at: float) -> tuple[
+        BaseException | None, float]:
+    """Analyse ``sql`` (Session.check: parsing, analysis, the shape kept) in its own
+    thread and interrupt it once that thread has spent ``at`` seconds of CPU: what it
+    raised, and the CPU seconds it spent from the cancel to its end (both in its own
+    CPU time: the same on a loaded machine)."""
+    outcome: dict = {}
+    session = Session.open(engine, "zoe")
+
+    def run() -> None:
+        try:
+            session.check(sql)
+        except BaseException as exc:  # noqa: BLE001 — the test inspects it
+            outcome["error"] = exc
+        outcome["cpu"] = time.thread_time()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    clock = time.pthread_getcpuclockid(worker.ident)
+    at_cancel = None
+    while worker.is_alive():
+        try:
+            spent = time.clock_gettime(clock)
+        except OSError:  # it ended between the two looks
+            break
+        if spent >= at:
+            at_cancel = spent
+            engine.backend.interrupt(worker.ident)
+            break
+        time.sleep(0.002)
+    worker.join(60)
+    engine.backend.forget_interrupt(worker.ident)
+    return outcome.get("error"), (outcome["cpu"] - at_cancel) if at_cancel else 0.0
+
+
+def test_a_cancel_anywhere_in_the_analysis_of_a_long_chain_stops_it(engine):
+    """An OR chain of 1,600 comparisons (a third of the token limit's): its analysis
+    copies and renders the whole tree several times (merge_steps, the aggregates' pass,
+    the WHERE's check, the shape's marked SQL, its canonical SQL) with no cancel checked
+    in between, up to 0.4 s of CPU (the attacker benchmark's 4,900: 1.1 s of CPU, a
+    cancel took 2.5 s on a loaded machine). Cancelled at each tenth of a second of the
+    analysis's own CPU, it stops within a fifth of a second of it with 57014; nothing is
+    charged."""
+    sql = "SELECT COUNT(*) FROM many WHERE " + " OR ".join(f"age = {i % 120}"
+                                                           for i in range(1_600))
+    Session.open(engine, "zoe")
+    before = engine.ledger.remaining("zoe")
+    spent_at = {}
+    for tenth in range(1, 30):
+        error, spent = _cpu_after_cancel_in_analysis(engine, sql.replace(
+            "age = 0 ", f"age = {200 + tenth} "), tenth / 10)  # a new shape each time
+        if error is None:
+            break  # analysed before the cancel came
+        assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", error
+        spent_at[tenth / 10] = round(spent, 2)
+    assert len(spent_at) >= 3 and max(spent_at.values()) < 0.2, spent_at
+    assert engine.ledger.remaining("zoe") == before and engine.ledger.entries("zoe") == []
+
+
 def test_a_cancel_stops_the_draws_after_the_debit(engine):
     """1,000 groups' medians by the exponential mechanism: cancelled while it draws, it
     stops within a second; the debit made before the statistics stands (docs/budget.md:
@@ -223,22 +282,48 @@ def test_a_cancel_and_the_timeout_stop_the_analysis_of_a_message_over_the_wire(
         assert con.execute("SHOW idp.budget").fetchone()[0] == before
 
 
+def test_the_statement_timeout_counts_the_analysis_of_a_statement(analysing_proxy):
+    """A statement's analysis and its run were each given the whole statement timeout,
+    so one statement could hold its worker for twice it (the attacker benchmark: 37.7 s
+    to a 57014 with a 30 s timeout). A near-limit IN list (seconds of analysis) with a
+    GROUP BY MEDIAN over 1,000 keys (seconds of draws) now stops at the 3 s timeout,
+    counted from the message's check, as PostgreSQL counts parsing and planning."""
+    values = ", ".join(str(i % 100) for i in range(9_000))
+    sql = f"SELECT key, MEDIAN(age) FROM many WHERE age IN ({values}) GROUP BY key"
+    with psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True) as con:
+        started = time.perf_counter()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            con.execute(sql)
+        assert time.perf_counter() - started < 4.5  # before: 5.7 s at load 15
+
+
 def test_a_disconnect_stops_the_analysis_of_a_message(analysing_proxy):
-    """A client that sends an 11-second analysis and leaves after half a second frees
-    the server at once: a second later the server process is idle (it kept analysing
-    for the departed client before)."""
+    """A client that sends an 11-second analysis and leaves once it has begun frees the
+    server: from the disconnect until the server is idle it spends under a second of
+    CPU (it kept analysing for the departed client before: about 10 s). Timed in the
+    server's own CPU, and the disconnect waits for the analysis to begin (its CPU to
+    grow), so that a loaded machine (load 4 on 2 cores) changes neither."""
+    pid = analysing_proxy.process.pid
     con = psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True)
+    idle = _cpu_seconds(pid)
     sender = threading.Thread(target=lambda: pytest.raises(psycopg.Error, con.execute,
                                                            _analysis_heavy_message()))
     sender.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while _cpu_seconds(pid) - idle < 0.5 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the analysis has begun: half a second of it spent
+    left = _cpu_seconds(pid)
+    assert left - idle >= 0.5, "the analysis did not begin"
     os.close(con.pgconn.socket)  # the client goes away mid-statement (no Terminate)
     sender.join(30)
-    time.sleep(1.0)
-    pid = analysing_proxy.process.pid
-    spent = _cpu_seconds(pid)
-    time.sleep(1.0)
-    assert _cpu_seconds(pid) - spent < 0.2, "the server still works for a departed client"
+    while True:  # until a second passes in which the server spends under 0.05 s
+        before = _cpu_seconds(pid)
+        time.sleep(1.0)
+        now = _cpu_seconds(pid)
+        if now - before < 0.05 or time.monotonic() > deadline + 30:
+            break
+    assert now - before < 0.05, "the server still works for a departed client"
+    assert before - left < 1.0, f"{before - left:.2f} s of CPU after the client left"
 
 
 def test_an_interrupt_that_lands_while_duckdb_reads_a_statement_still_stops_it(tmp_path):

@@ -257,3 +257,32 @@ def test_an_unreachable_spark_fails_in_seconds_not_minutes(tmp_path):
     assert (out.returncode, out.stderr.strip()) == (
         1, "ERROR [08006]: the database behind the proxy is unreachable")
     assert time.monotonic() - started < 20
+
+
+def test_a_condition_of_more_ands_and_ors_than_sail_plans_quickly_is_refused_for_free(engines):
+    """Sail plans a chain of ANDs in time growing faster than its length, and a chain of
+    500 crashed the server (issue 30): on Spark a statement whose conditions (WHERE,
+    FILTER) hold more than max_connectors ANDs and ORs is refused at analysis with
+    54001, nothing charged; one under the limit is answered, as fast as DuckDB's."""
+    from proxy.session import Session
+
+    spark = engines[0]
+    limit = spark.backend.capabilities.max_connectors
+    assert limit == 256 and engines[1].backend.capabilities.max_connectors is None
+    session = Session.open(spark, "ann")
+    before = spark.ledger.remaining("ann")
+    chain = " AND ".join(f"(y <> {i} OR x > 5)" for i in range(1_900))
+    for sql in (f"SELECT COUNT(*) FROM t WHERE {chain}",
+                "SELECT " + ", ".join("COUNT(*) FILTER (WHERE " + " AND ".join(
+                    f"(y <> {i} OR x > {k})" for i in range(30)) + ")" for k in range(6))
+                + " FROM t",  # 6 FILTERs of 59 ANDs and ORs
+                "SELECT COUNT(*) FROM t WHERE " + " OR ".join(
+                    f"x > {i}.5" for i in range(limit + 2))):  # 257 ORs
+        with pytest.raises(Refused) as refused:
+            list(session.execute(sql))
+        assert refused.value.sqlstate == "54001" and "more than 256" in str(refused.value)
+    assert spark.ledger.remaining("ann") == before and spark.ledger.entries("ann") == []
+    started = time.perf_counter()
+    (answer,) = session.execute("SELECT COUNT(*) FROM t WHERE " + " OR ".join(
+        f"x > {i}.5" for i in range(limit + 1)))  # 256 ORs: at the limit
+    assert answer.rows and time.perf_counter() - started < 3.0

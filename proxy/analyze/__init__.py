@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
@@ -57,6 +58,7 @@ from proxy.vocabulary import (
     SUM,
     VALUE,
     Aggregate,
+    DerivedColumn,
     GroupingSetsPlan,
     GroupKey,
     Join,
@@ -66,6 +68,9 @@ from proxy.vocabulary import (
     QueryPlan,
     multiplicity,
 )
+
+if TYPE_CHECKING:
+    from proxy.backends.base import Capabilities
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -159,6 +164,7 @@ def analyze(
     if sets is not None:
         return sets
     select = merge_steps(select, rules)
+    checkpoint()  # between the whole-tree passes, each tenths of a second near the token limit
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
     _refuse_unmerged_public(select, rules)
@@ -184,9 +190,11 @@ def analyze(
         return post_processed
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
+    checkpoint()
     # aggregates over expressions (of the protected table's columns)
     select, table = with_expressions(select, table, _aggregated(declared, table, joins))
     resolve = _column_resolver(table, select, joins)  # and the aggregates their derived ones
+    checkpoint()
     epsilon = settings.resolve_epsilon(rules, hint)
     individual = None if joins else _individual_query(select, table, settings, declared,
                                                       epsilon)
@@ -217,6 +225,7 @@ def analyze(
                                "idp.model = 'idp'")
     _check_domains(table, aggregates, model, settings.resolve_sensitivity(rules) == "local")
     where = select.args.get("where")
+    checkpoint()
     plan = QueryPlan(
         table=table,
         where=check_predicate(where.this, table, declared) if where else None,
@@ -242,6 +251,30 @@ def _columns(select: exp.Select, plan: QueryPlan) -> int:
     """The columns of an outer query's answer (``*`` stands for the inner ones)."""
     return sum(len(plan.outputs) if isinstance(item, exp.Star) else 1
                for item in select.expressions)
+
+
+def refuse_beyond_backend(work: QueryPlan | PassthroughPlan, capabilities: Capabilities
+                          ) -> None:
+    """Refuse (54001, before any debit) a statement whose conditions hold more ANDs and
+    ORs than its backend's ``max_connectors``: the WHERE as sent (after merging), each
+    aggregate's FILTER and CASE conditions, a per-unit source's, a public query's."""
+    limit = capabilities.max_connectors
+    if limit is None:
+        return
+    if isinstance(work, PassthroughPlan):
+        trees = [work.sql] if isinstance(work.sql, exp.Expression) else []
+    else:
+        trees = [work.where] if work.where is not None else []
+        trees += [column.expression for column in work.table.columns.values()
+                  if isinstance(column, DerivedColumn) and column.expression is not None]
+    connectors = sum(1 for tree in trees for _ in tree.find_all(exp.And, exp.Or))
+    if connectors > limit:
+        raise Refused("statement too complex for this backend: its "
+                         f"conditions hold {connectors:,} ANDs and ORs, more than "
+                         f"{limit:,}; ask with fewer terms (an IN list counts as none)",
+                         "54001")
+    if isinstance(work, QueryPlan) and work.per_unit is not None:
+        refuse_beyond_backend(work.per_unit.source, capabilities)
 
 
 def _check_answer_size(group_by: tuple[GroupKey, ...], columns: int, rules: Rules) -> None:
@@ -536,4 +569,4 @@ def _limit(select: exp.Select) -> int | None:
 
 
 __all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "check_size",
-           "parse_statements", "parse_tokens", "statement_tokens"]
+           "parse_statements", "parse_tokens", "refuse_beyond_backend", "statement_tokens"]

@@ -6,9 +6,16 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from proxy.interrupts import checkpoint
+
 
 def canonical_sql(statement: exp.Expression) -> str:
     """The statement as sqlglot renders it for PostgreSQL, without comments and with
-    unquoted identifiers folded to lower case (as PostgreSQL folds them)."""
-    folded = normalize_identifiers(statement.copy(), dialect="postgres")
+    unquoted identifiers folded to lower case (as PostgreSQL folds them). A cancel is
+    checked between its passes, each a few tenths of a second of a statement near the
+    token limit."""
+    copied = statement.copy()
+    checkpoint()
+    folded = normalize_identifiers(copied, dialect="postgres")
+    checkpoint()
     return folded.sql(dialect="postgres", comments=False)

@@ -64,7 +64,10 @@ MAX_DEPTH = 200
 def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     """``select`` with its time constants folded and, when it has CTEs or subqueries in
     FROM, its row-level steps merged (a new tree; the argument is not changed)."""
-    select = fold_time_constants(fold_constants(select.copy()))
+    select = select.copy()
+    checkpoint()  # each whole-tree pass of a long statement takes a few tenths of a second
+    select = fold_time_constants(fold_constants(select))
+    checkpoint()
     if not _has_steps(select):
         return select
     _balance_connectors(select)

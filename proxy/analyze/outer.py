@@ -43,6 +43,7 @@ from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.errors import NotSupported, RawRowAccess
+from proxy.interrupts import checkpoint
 from proxy.vocabulary import COUNT, SUM, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
@@ -100,7 +101,9 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
         raise NotSupported("subqueries over protected tables are supported in FROM only, as "
                            "row-level steps or one aggregate query; query one table")
     body = _with_ctes(ctes[source], ctes, source)
+    checkpoint()
     outside = select.copy()
+    checkpoint()
     outside.set("with_", None)
     if outside.find(exp.AggFunc) or outside.args.get("group") or outside.args.get("having"):
         raise NotSupported("an aggregate over the answers of an aggregate query is not "
@@ -173,6 +176,7 @@ def _outer_query(select: exp.Select, source: str, plan: QueryPlan, what: str) ->
     outer = select.copy()
     outer.set("with_", None)
     for node in outer.walk():
+        checkpoint()
         if not isinstance(node, _ROW_LEVEL):
             raise NotSupported(f"{node.key.upper()} is not supported on released values; an "
                                "outer query may filter, rename, order, limit and compute "
@@ -182,6 +186,7 @@ def _outer_query(select: exp.Select, source: str, plan: QueryPlan, what: str) ->
         raise NotSupported("name the subquery's results uniquely (AS …) so the outer query "
                            "can refer to them")
     outer.args["from_"].this.replace(exp.to_table("released").as_(source))
+    checkpoint()
     return OuterQuery(outer.sql(dialect="postgres"), source, what)
 
 

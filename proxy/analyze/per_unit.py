@@ -42,6 +42,7 @@ from sqlglot import exp
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported
+from proxy.interrupts import checkpoint
 from proxy.rules import Column, Rules, Table
 from proxy.vocabulary import COUNT, PerUnit, QueryPlan
 
@@ -66,7 +67,9 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
         return None
     source = select.args["from_"].this
     body = ctes.get(step_name(source, ctes))
+    checkpoint()
     outside = select.copy()
+    checkpoint()
     outside.set("with_", None)
     if not isinstance(body, exp.Select) or select.args.get("joins") \
             or not any(is_aggregate(node) for node in outside.walk()):

@@ -189,6 +189,7 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
     by_start = {token.start: index for index, token in enumerate(shape.literals)}
     slots = {start: by_start[start] for start, text in _slot_starts(tree, plan)
              if start in by_start and shape.literals[by_start[start]].text == text}
+    checkpoint()
     split = _MARK.split(_with_marks(tree, set(slots)))
     texts, marks = split[0::2], [int(start) for start in split[1::2]]
     if sorted(marks) != sorted(slots) or any("\x00" in text for text in texts):
@@ -205,6 +206,7 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
 def _with_marks(tree: exp.Expression, starts: set[int]) -> str:
     """``canonical_sql`` of ``tree`` with each slot a mark naming its position."""
     marked = tree.copy()
+    checkpoint()
     for node in list(marked.find_all(exp.Literal)):
         start = node.meta.get("start")
         if start in starts:  # in place: replacing an item of a long IN list is linear

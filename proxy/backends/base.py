@@ -63,6 +63,10 @@ class Capabilities:
     # The first pass without GROUP BY reads the scope as a subquery, each normalised
     # value computed once per row (pushdown/ungrouped.py), not the table directly.
     projected_scope: bool
+    # The most ANDs and ORs the conditions of one statement may hold (its WHERE, its
+    # FILTERs and CASE conditions): more are refused at analysis with 54001
+    # (proxy.analyze.refuse_beyond_backend). None: the token limit bounds them.
+    max_connectors: int | None = None
 
 
 class Backend(ABC):

@@ -53,10 +53,12 @@ def scope_select(
     scope = exp.select(*selected).from_(source_table(plan, sample_percent))
     if plan.where is not None:
         checkpoint()
-        scope = scope.where(opaque_if_long(plan.where.copy()))
+        where = plan.where.copy()  # once, then added in place (4,900 terms: 0.3 s a copy)
+        checkpoint()
+        scope = scope.where(opaque_if_long(where), copy=False)
     for term in plan.group_by:  # rows outside the declared keys belong to no group
         checkpoint()
-        scope = scope.where(group_filter(term, table))
+        scope = scope.where(group_filter(term, table).copy(), copy=False)
     checkpoint()
     if clip_rows_per_unit is None:
         return scope

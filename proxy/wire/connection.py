@@ -17,6 +17,7 @@ import secrets
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -126,6 +127,9 @@ class Connection:
         self._worker_lock = threading.Lock()
         self._gone = False  # the client disconnected while its statement waited
         self._timed_out = False
+        # when the check of the message whose first statement runs next began: that
+        # statement's timeout counts its analysis too (as PostgreSQL counts parsing)
+        self._checked_since: float | None = None
         self._in_message = False  # a message is being answered (a Query: all its statements)
         self._cancel_pending = False  # a cancel came while none of its engine work ran
 
@@ -349,7 +353,9 @@ class Connection:
 
     async def _simple(self, sql: str) -> None:
         try:
+            began = time.monotonic()
             statements = await self._engine_work(lambda: self._read_and_check(sql))
+            self._checked_since = began
         except ConnectionClosed:
             raise
         except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
@@ -384,6 +390,7 @@ class Connection:
             finally:
                 if prepared is not None and prepared.shadow_name is not None:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
+        self._checked_since = None  # no engine statement ran (a catalog one, an error)
         self._send(codec.ready_for_query(self.local.status))
 
     async def _copy_out(self, portal: Portal, options: CopyOptions) -> None:
@@ -662,7 +669,11 @@ class Connection:
                 self._cancel_pending = False
                 raise QueryCanceled("canceling statement due to user request")
             self._worker = threading.get_ident()
-        deadline = DEADLINES.after(self.server.limits.statement_timeout, self._time_out)
+            began, self._checked_since = self._checked_since, None
+        timeout = self.server.limits.statement_timeout
+        if began is not None:  # the first statement of a checked message: from its check
+            timeout = max(0.0, timeout - (time.monotonic() - began))
+        deadline = DEADLINES.after(timeout, self._time_out)
         try:
             done = work()
             checkpoint()  # a cancel during work that looks no more (binding parameters)
