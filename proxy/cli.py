@@ -551,6 +551,49 @@ def _serve_in_workers(workers, rules, urls, shadow, tls, host, port, ready) -> i
             sock.close()
 
 
+@main.group("rules")
+def rules_group() -> None:
+    """Draft a rules file from the data (the owner's side: it reads the data, and prints
+    only here)."""
+
+
+@rules_group.command("draft")
+@backend_option
+@click.option("--table", "tables", multiple=True, metavar="NAME",
+              help="A table to draft (repeat it; default: every table).")
+@click.option("--from-data/--schema-only", default=True, show_default=True,
+              help="Suggest domains, keys and max_rows_per_unit from the data (each "
+                   "labelled as drawn from it), or write the types and TODOs only.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False),
+              help="Write the rules here (default: standard output).")
+def rules_draft(backend, tables, from_data, out):
+    """Draft a commented rules file from the tables' schema (and data).
+
+    \b
+    Examples:
+      idp-proxy rules draft --backend duckdb:///hr.duckdb --out rules.toml
+      idp-proxy rules draft --backend postgresql://owner@db/hr --table employees
+    """
+    from proxy.owner import draft
+
+    if backend is None:
+        raise click.UsageError("give --backend: the data to draft rules for")
+    opened = _open(backend)
+    try:
+        with progress("drafting the rules"):
+            text = draft(opened, list(tables) or None, from_data, source=backend)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    finally:
+        opened.close()
+    if out is None:
+        click.echo(text)
+        return
+    Path(out).write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out}: read every TODO and GUESS, widen each value drawn from the "
+               f"data, then: idp-proxy serve --rules {out} --backend ...", err=True)
+
+
 @main.command("demo")
 @click.option("--backend", required=True, metavar="sc://HOST:PORT",
               help="The Spark Connect server to load the demo into.")

@@ -1,0 +1,185 @@
+"""The data owner's side (issue 36): rules drafted from a table.
+
+It reads the data itself, for the owner only: it runs in ``idp-proxy rules draft``, on
+the owner's terminal, never through the analyst's path (no session, no wire, no
+ledger). Nothing it prints is sent to a client."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+from proxy.backends import Backend
+
+_NUMBERS = {"smallint": "int", "integer": "int", "bigint": "int", "real": "float",
+            "double precision": "float", "numeric": "float"}
+_MOMENTS = {"date": "date", "timestamp": "timestamp", "timestamptz": "timestamp"}
+MAX_KEYS = 50  # a text column with at most this many distinct values gets keys
+_UNIT_WORDS = ("person", "user", "customer", "patient", "employee", "emp", "member",
+               "client", "account", "student", "subject", "participant")
+DATA_WARNING = ("drawn from the data: widen it to what you'd accept without looking; "
+                "a domain fitted to the data leaks its extremes")
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _toml_key(name: str) -> str:
+    return name if name.replace("_", "a").isalnum() and name.isascii() else '"' + name + '"'
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def data_tables(backend: Backend) -> list[str]:
+    """The backend's tables and views in its current schema (the proxy's ``idp`` schema
+    is another one)."""
+    rows = backend.read("SELECT table_name FROM information_schema.tables "
+                        "WHERE table_schema = current_schema() ORDER BY table_name")
+    return [name for (name,) in rows]
+
+
+def rule_type(stored: str) -> str:
+    """The rules' type of a column the backend stores as ``stored`` (PostgreSQL names)."""
+    base = stored.split("(")[0]
+    if base in _NUMBERS:
+        return _NUMBERS[base]
+    if base in _MOMENTS:
+        return _MOMENTS[base]
+    return "bool" if base == "boolean" else "text"
+
+
+def round_outward(low: float, high: float, integer: bool) -> tuple[float, float]:
+    """[low, high] widened to round numbers: to a multiple of one significant figure of
+    the larger magnitude (ages 18–70 → [10, 70]; salaries 20,000–2,450,000 →
+    [0, 3,000,000]); a lower bound within one step of 0 goes to 0."""
+    largest = max(abs(low), abs(high))
+    if largest == 0:
+        return 0, 1
+    step = 10.0 ** math.floor(math.log10(largest))
+    lower, upper = math.floor(low / step) * step, math.ceil(high / step) * step
+    if 0 <= low < step:
+        lower = 0
+    if upper == lower:
+        upper = lower + step
+    if integer or step >= 1:
+        return int(lower), int(upper)
+    digits = max(0, -math.floor(math.log10(step)))
+    return round(lower, digits), round(upper, digits)
+
+
+def _moment_domain(low: Any, high: Any, kind: str) -> tuple[str, str]:
+    """Whole years around [low, high], as TOML dates or date-times."""
+    first, last = dt.date(low.year, 1, 1), dt.date(high.year, 12, 31)
+    if kind == "date":
+        return first.isoformat(), last.isoformat()
+    return f"{first.isoformat()}T00:00:00", f"{last.isoformat()}T23:59:59"
+
+
+def _guess_unit(table: str, columns: list[tuple[str, str]]) -> str | None:
+    """An id-like column: one named after a person (``emp_id``, ``customer_id``), else
+    the first ``*_id`` or ``id``."""
+    ids = [name for name, stored in columns
+           if (name.lower() == "id" or name.lower().endswith(("_id", "id")))
+           and rule_type(stored) in ("int", "text")]
+    for name in ids:
+        if any(word in name.lower() for word in _UNIT_WORDS):
+            return name
+    return ids[0] if ids else None
+
+
+def _number(value: float | int) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[str]:
+    """The TOML lines of one table's rules, commented."""
+    columns = backend.column_types(table)
+    if not columns:
+        raise ValueError(f"no table {table} in the backend")
+    unit = _guess_unit(table, columns)
+    lines = [f"[tables.{_toml_key(table)}]",
+             "# TODO: protected (the safe default). If nothing in this table is about a "
+             "person, write public = true."]
+    rows = None
+    if unit is not None:
+        lines.append(f"privacy_unit = {_toml_str(unit)}   # a GUESS from its name: confirm "
+                     "it names the person each row is about (or delete it for row-level "
+                     "privacy)")
+        if from_data:
+            (rows, units, p99, most), = backend.read(
+                f"SELECT sum(n), count(*), quantile_disc(n, 0.99), max(n) FROM (SELECT "
+                f"count(*) AS n FROM {_q(table)} GROUP BY {_q(unit)}) t"
+                if backend.capabilities.dialect == "duckdb" else
+                f"SELECT sum(n), count(*), percentile_disc(0.99) WITHIN GROUP (ORDER BY n), "
+                f"max(n) FROM (SELECT count(*) AS n FROM {_q(table)} GROUP BY {_q(unit)}) t")
+            if units:
+                lines.append(f"max_rows_per_unit = {int(p99)}   # drawn from the data: the 99th "
+                             f"percentile of rows per {unit} ({units} units, the most "
+                             f"{int(most)} rows); under DP a unit's rows beyond it are "
+                             "dropped. Set what you'd accept without looking")
+    lines.append(f"[tables.{_toml_key(table)}.columns]")
+    width = max(len(_toml_key(name)) for name, _ in columns)
+    for name, stored in columns:
+        kind = rule_type(stored)
+        spec = f'type = "{kind}"'
+        note = ""
+        column = _q(name)
+        if name != unit and from_data and kind in ("int", "float", "date", "timestamp"):
+            where = (f" WHERE NOT isnan({column})" if kind == "float"
+                     and backend.capabilities.dialect == "duckdb" else
+                     f" WHERE {column} <> 'NaN'::float8" if kind == "float" else "")
+            low, high = backend.read(
+                f"SELECT min({column}), max({column}) FROM {_q(table)}{where}")[0]
+            if low is not None and kind in ("int", "float"):
+                if math.isfinite(float(low)) and math.isfinite(float(high)):
+                    lower, upper = round_outward(float(low), float(high), kind == "int")
+                    spec += f", domain = [{_number(lower)}, {_number(upper)}]"
+                    note = f"  # {DATA_WARNING}"
+            elif low is not None:
+                first, last = _moment_domain(low, high, kind)
+                spec += f", domain = [{first}, {last}]"
+                note = f"  # {DATA_WARNING}"
+        elif name != unit and from_data and kind == "text":
+            keys = backend.read(f"SELECT DISTINCT {column} FROM {_q(table)} WHERE {column} IS "
+                                f"NOT NULL ORDER BY 1 LIMIT {MAX_KEYS + 1}")
+            if len(keys) <= MAX_KEYS:
+                spec += ", keys = [" + ", ".join(_toml_str(str(k)) for (k,) in keys) + "]"
+                note = ("  # drawn from the data: list every value you'd accept without "
+                        "looking; a key missing here drops its rows from GROUP BY")
+            else:
+                note = (f"  # more than {MAX_KEYS} distinct values: no keys (GROUP BY on it "
+                        "needs [defaults] delta)")
+        elif kind in ("int", "float") and name != unit:
+            note = "  # TODO: domain = [L, U] (needed by every aggregate but COUNT)"
+        lines.append(f"{_toml_key(name).ljust(width)} = {{ {spec} }}{note}")
+    return lines
+
+
+def draft(backend: Backend, tables: list[str] | None = None, from_data: bool = True,
+          source: str = "") -> str:
+    """A rules file for ``tables`` (default: every table), as TOML text that loads."""
+    tables = tables or data_tables(backend)
+    out = [f"# Rules drafted by `idp-proxy rules draft`{' from ' + source if source else ''} "
+           f"on {dt.date.today().isoformat()}.",
+           "# Every key is documented in rules/README.md. Lines marked TODO or GUESS are "
+           "yours to decide;",
+           "# every value \"drawn from the data\" is a fact about the data: replace it with "
+           "one you'd",
+           "# accept without looking (public knowledge, a standard, a contract). Then run",
+           "# `idp-proxy rules check` and `idp-proxy serve`.",
+           "",
+           "[defaults]",
+           'model = "idp"',
+           "epsilon_per_query = 0.1",
+           "budget_per_analyst = 1.0      # TODO: the total epsilon one analyst may spend",
+           "",
+           "# [analysts.alice]            # or: idp-proxy users add alice",
+           "# budget = 1.0",
+           ""]
+    for table in tables:
+        out += draft_table(backend, table, from_data) + [""]
+    return "\n".join(out)

@@ -1,0 +1,123 @@
+"""The owner's side (issue 36): rules drafted from the data (``idp-proxy rules draft``),
+on real DuckDB and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.owner import DATA_WARNING, draft, round_outward
+from proxy.rules import parse_rules
+from tests import forked_cli
+from tests.databases import load_table
+
+
+def cli(home: Path, *args: str, stdin: str | None = None):
+    return forked_cli.run(list(args), env={**os.environ, "IDP_PROXY_HOME": str(home)},
+                          input=stdin)
+
+
+def employees(n: int = 600, seed: int = 3) -> dict[str, list]:
+    """Employees, a few with two rows (a second contract), one top earner far above
+    the rest."""
+    rng = random.Random(seed)
+    ids = list(range(n)) + [1, 2, 3]
+    return {"emp_id": ids,
+            "dept": [rng.choice(["sales", "ops", "it", "legal"]) for _ in ids],
+            "age": [rng.randint(18, 67) for _ in ids],
+            "salary": [2_450_000.0 if i == 0 else rng.uniform(20_000, 240_000) for i in ids],
+            "hired": [dt.date(2010, 1, 1) + dt.timedelta(days=rng.randint(0, 5000))
+                      for _ in ids]}
+
+
+TYPES = {"emp_id": "integer", "dept": "text", "age": "integer", "salary": "double precision",
+         "hired": "date"}
+
+
+@contextmanager
+def engine_of(rules, url: str):
+    """An engine on ``url``: its start-up checks (tables, columns, types) passed."""
+    engine = Engine(rules, open_backend(url))
+    try:
+        yield engine
+    finally:
+        engine.backend.close()
+
+
+def write_csv(path: Path, columns: dict[str, list]) -> None:
+    names = list(columns)
+    rows = zip(*columns.values())
+    path.write_text(",".join(names) + "\n" + "".join(
+        ",".join(str(v) for v in row) + "\n" for row in rows), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("low", "high", "integer", "expected"), [
+    (18, 67, True, (10, 70)),
+    (20_000, 2_450_000, False, (0, 3_000_000)),
+    (-3.2, 7.9, False, (-4, 8)),
+    (0.012, 0.48, False, (0, 0.5)),
+    (5, 5, True, (5, 6)),
+    (0, 0, True, (0, 1)),
+])
+def test_round_outward_holds_the_data_in_round_numbers(low, high, integer, expected):
+    lower, upper = round_outward(low, high, integer)
+    assert (lower, upper) == expected
+    assert lower <= low and upper >= high
+
+
+def test_draft_on_postgres_loads_starts_an_engine_and_passes_its_own_check(fresh_postgres):
+    load_table(fresh_postgres, "employees", employees(), TYPES)
+    backend = open_backend(fresh_postgres)
+    try:
+        text = draft(backend, ["employees"])
+    finally:
+        backend.close()
+    rules = parse_rules(text)
+    table = rules.tables["employees"]
+    assert table.privacy_unit == "emp_id"
+    assert "GUESS" in text and "TODO" in text
+    assert table.max_rows_per_unit == 1  # 3 of 603 units have 2 rows: above the 99th pct
+    assert (table.columns["age"].lower, table.columns["age"].upper) == (10, 70)
+    assert (table.columns["salary"].lower, table.columns["salary"].upper) == (0, 3_000_000)
+    assert table.columns["dept"].keys == ("it", "legal", "ops", "sales")
+    assert table.columns["hired"].time_domain == (dt.datetime(2010, 1, 1),
+                                                  dt.datetime(2023, 12, 31))
+    # every value drawn from the data says so on its own line
+    for name in ("age", "salary", "hired"):
+        line = next(row for row in text.splitlines() if row.startswith(name))
+        assert DATA_WARNING in line
+    with engine_of(rules, fresh_postgres) as engine:  # the start-up checks pass
+        assert engine.rules is rules
+
+
+def test_schema_only_draft_reads_no_values(fresh_postgres):
+    load_table(fresh_postgres, "employees", employees(50), TYPES)
+    backend = open_backend(fresh_postgres)
+    try:
+        text = draft(backend, None, from_data=False)
+    finally:
+        backend.close()
+    assert "domain = [" not in text.replace("domain = [L, U]", "") and "keys =" not in text and "max_rows_per_unit" not in text
+    assert "TODO: domain" in text
+    assert parse_rules(text).tables["employees"].privacy_unit == "emp_id"
+
+
+def test_draft_command_on_a_duckdb_file_writes_rules_that_answer(tmp_path):
+    url = f"duckdb:///{tmp_path / 'hr.duckdb'}"
+    load_table(url, "employees", employees(), TYPES)
+    out = cli(tmp_path, "rules", "draft", "--backend", url, "--out", str(tmp_path / "r.toml"))
+    assert out.returncode == 0, out.stderr
+    common = ("--rules", str(tmp_path / "r.toml"), "--backend", url)
+    assert cli(tmp_path, "users", "add", *common, "--password-stdin", "alice",
+               stdin="pw\n").returncode == 0
+    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
+              "SELECT COUNT(*) FROM employees WHERE age > 40")
+    assert out.returncode == 0, out.stderr
+    assert 200 < float(out.stdout.splitlines()[1]) < 450
