@@ -154,6 +154,21 @@ def _remember_ledger(ctx, param, value):
         ctx.meta[_LEDGER] = value
 
 
+def _backend_url(ctx, param, value):
+    """``--backend data.csv``, ``file.parquet`` or a folder of them: their copy in an
+    embedded DuckDB file beside them (proxy/backends/files.py), made or refreshed now."""
+    if value is None:
+        return None
+    from proxy.backends.files import import_files, is_file_backend
+
+    if not is_file_backend(value):
+        return value
+    try:
+        return import_files(value)
+    except ProxyError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
 def backend_option(command):
     """``--backend URL`` (a parameter of the command) and ``--ledger URL`` (read by
     ``_ledger_url``: every command that opens a backend takes it)."""
@@ -162,10 +177,11 @@ def backend_option(command):
         help="Keep the ledger, logins and answer cache here (duckdb:///ledger.duckdb or "
              "postgresql://...) instead of in the backend; needed with sc://.")(command)
     return click.option(
-        "--backend", metavar="URL",
-        help="duckdb:///file.duckdb, duckdb:///:memory:, postgresql://user@host:port/db or "
-             "sc://host:port (Spark Connect, with --ledger). Default: the embedded demo "
-             "DuckDB (created on first use).")(command)
+        "--backend", metavar="URL", callback=_backend_url,
+        help="duckdb:///file.duckdb, duckdb:///:memory:, postgresql://user@host:port/db, "
+             "sc://host:port (Spark Connect, with --ledger), or data files: data.csv, "
+             "file.parquet or a folder of them (copied into FILE.idp-proxy.duckdb beside "
+             "them). Default: the embedded demo DuckDB (created on first use).")(command)
 format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
                              default="table", show_default=True)
 
@@ -571,7 +587,7 @@ def rules_draft(backend, tables, from_data, out):
 
     \b
     Examples:
-      idp-proxy rules draft --backend duckdb:///hr.duckdb --out rules.toml
+      idp-proxy rules draft --backend employees.csv --out rules.toml
       idp-proxy rules draft --backend postgresql://owner@db/hr --table employees
     """
     from proxy.owner import draft
