@@ -489,6 +489,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
         # a session's connection each, and one per worker creating roles at once
         shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
+        _check_at_start(rules, engine.backend)
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
@@ -512,6 +513,23 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         engine.backend.close()
         if store is not None:
             store.close()
+
+
+def _check_at_start(rules: Rules, backend: Backend) -> None:
+    """The rules against the data (proxy.owner.check), one warning per problem in the
+    owner's log (stderr of ``serve``), never to analysts; a check that fails is logged
+    and the server starts."""
+    from proxy.owner import check
+
+    log = logging.getLogger("idp_proxy.rules_check")
+    try:
+        problems = check(rules, backend)
+    except Exception as exc:  # the check is advice: it never stops the server
+        log.warning("rules check: could not compare the rules with the data (%s: %s)",
+                    type(exc).__name__, exc)
+        return
+    for problem in problems:
+        log.warning("%s", problem)
 
 
 def _workers(rules: Rules, backend: Backend) -> int:
@@ -569,8 +587,8 @@ def _serve_in_workers(workers, rules, urls, shadow, tls, host, port, ready) -> i
 
 @main.group("rules")
 def rules_group() -> None:
-    """Draft a rules file from the data (the owner's side: it reads the data, and prints
-    only here)."""
+    """Draft a rules file from the data, and check rules against it (the owner's side:
+    these read the data, and print only here)."""
 
 
 @rules_group.command("draft")
@@ -607,7 +625,29 @@ def rules_draft(backend, tables, from_data, out):
         return
     Path(out).write_text(text, encoding="utf-8")
     click.echo(f"wrote {out}: read every TODO and GUESS, widen each value drawn from the "
-               f"data, then: idp-proxy serve --rules {out} --backend ...", err=True)
+               f"data, then: idp-proxy rules check --rules {out} --backend ...", err=True)
+
+
+@rules_group.command("check")
+@rules_option
+@backend_option
+def rules_check(rules_path, backend):
+    """Compare the rules with the data: values outside a domain, values missing from
+    keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
+    Exit status 0 whatever it finds: these are warnings."""
+    from proxy.engine import Engine
+    from proxy.owner import check
+
+    rules = _rules(rules_path)
+    with progress("checking the rules against the data"):
+        engine = Engine(rules, _open(backend))  # its start-up checks: schema and types
+        try:
+            problems = check(rules, engine.backend)
+        finally:
+            engine.backend.close()
+    for problem in problems:
+        click.echo(str(problem))
+    click.echo(f"{len(problems)} warning{'s' if len(problems) != 1 else ''}", err=True)
 
 
 @main.command("demo")

@@ -1,16 +1,20 @@
-"""The data owner's side (issue 36): rules drafted from a table.
+"""The data owner's side (issue 36): rules drafted from a table, and the declared rules
+compared with the data.
 
-It reads the data itself, for the owner only: it runs in ``idp-proxy rules draft``, on
-the owner's terminal, never through the analyst's path (no session, no wire, no
-ledger). Nothing it prints is sent to a client."""
+Both read the data itself, for the owner only: they run in ``idp-proxy rules draft``,
+``idp-proxy rules check`` and at ``idp-proxy serve``'s start, on the owner's terminal
+and in the server's log, never through the analyst's path (no session, no wire, no
+ledger). Nothing they print is sent to a client."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from proxy.backends import Backend
+from proxy.rules import Rules
 
 _NUMBERS = {"smallint": "int", "integer": "int", "bigint": "int", "real": "float",
             "double precision": "float", "numeric": "float"}
@@ -24,6 +28,11 @@ DATA_WARNING = ("drawn from the data: widen it to what you'd accept without look
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _finite(column: str) -> str:
+    """A float column's finite values (NaN sorts above +inf in DuckDB and PostgreSQL)."""
+    return f"{column} BETWEEN -1.7e308 AND 1.7e308"
 
 
 def _toml_key(name: str) -> str:
@@ -129,9 +138,7 @@ def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[st
         note = ""
         column = _q(name)
         if name != unit and from_data and kind in ("int", "float", "date", "timestamp"):
-            where = (f" WHERE NOT isnan({column})" if kind == "float"
-                     and backend.capabilities.dialect == "duckdb" else
-                     f" WHERE {column} <> 'NaN'::float8" if kind == "float" else "")
+            where = f" WHERE {_finite(column)}" if kind == "float" else ""
             low, high = backend.read(
                 f"SELECT min({column}), max({column}) FROM {_q(table)}{where}")[0]
             if low is not None and kind in ("int", "float"):
@@ -183,3 +190,97 @@ def draft(backend: Backend, tables: list[str] | None = None, from_data: bool = T
     for table in tables:
         out += draft_table(backend, table, from_data) + [""]
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Warning_:
+    table: str
+    column: str | None
+    text: str
+
+    def __str__(self) -> str:
+        where = f"{self.table}.{self.column}" if self.column else self.table
+        return f"rules check: [tables.{where}] {self.text}"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return f"'{value.isoformat(sep=' ')}'"
+    return repr(float(value))
+
+
+def check(rules: Rules, backend: Backend) -> list[Warning_]:
+    """The declared rules against the data, for the owner: values outside a declared
+    domain, text values missing from ``keys``, units with more rows than
+    ``max_rows_per_unit``. Warnings: the owner may mean a rule (a domain narrower than
+    the data clamps outliers on purpose)."""
+    found = []
+    for table in rules.tables.values():
+        if table.public:
+            continue
+        source = _q(table.name)
+        for name, column in table.columns.items():
+            col = _q(name)
+            if column.numeric or column.type in ("date", "timestamp"):
+                lower, upper = ((column.lower, column.upper) if column.numeric
+                                else column.time_domain or (None, None))
+                bounds = [(op, bound) for op, bound in (("<", lower), (">", upper))
+                          if bound is not None]
+                if not bounds:
+                    continue
+                outside = " OR ".join(f"{col} {op} {_literal(bound)}" for op, bound in bounds)
+                # NaN counts as NULL (it sorts above +inf); ±inf are clamped like others
+                if column.type == "float":
+                    outside = f"({outside}) AND {col} <= CAST('Infinity' AS FLOAT8)"
+                finite = f" FILTER (WHERE {_finite(col)})" if column.type == "float" else ""
+                count, low, high = backend.read(
+                    f"SELECT count(*) FILTER (WHERE {outside}), min({col}){finite}, "
+                    f"max({col}){finite} FROM {source}")[0]
+                if count and low is not None:
+                    if column.numeric:
+                        least = min(float(low), lower) if lower is not None else float(low)
+                        most = max(float(high), upper) if upper is not None else float(high)
+                        wider = round_outward(least, most, column.type == "int")
+                        hint = f"; a domain holding them: [{_number(wider[0])}, " \
+                               f"{_number(wider[1])}]"
+                    else:
+                        first, last = _moment_domain(low or high, high or low, column.type)
+                        hint = f"; the data runs from {first[:4]} to {last[:4]}"
+                    found.append(Warning_(table.name, name, (
+                        f"{count} rows lie outside the declared domain "
+                        f"[{_shown(lower)}, {_shown(upper)}]: every aggregate clamps them to "
+                        f"its bounds{hint} (widen it, or keep it to clip on purpose)")))
+            if column.keys:
+                keys = ", ".join("'" + str(k).replace("'", "''") + "'" for k in column.keys)
+                count, values = backend.read(
+                    f"SELECT count(*), count(DISTINCT {col}) FROM {source} WHERE {col} IS "
+                    f"NOT NULL AND CAST({col} AS TEXT) NOT IN ({keys})")[0]
+                if count:
+                    found.append(Warning_(table.name, name, (
+                        f"{count} rows hold {values} values missing from keys: they belong "
+                        "to no group of a GROUP BY on it (add the values you'd accept to "
+                        "keys)")))
+        if table.privacy_unit is not None and table.max_rows_per_unit is not None \
+                and table.privacy_unit in _columns(backend, table.name):
+            unit = _q(table.privacy_unit)
+            units, most = backend.read(
+                f"SELECT count(*), max(n) FROM (SELECT count(*) AS n FROM {source} "
+                f"GROUP BY {unit} HAVING count(*) > {int(table.max_rows_per_unit)}) t")[0]
+            if units:
+                found.append(Warning_(table.name, None, (
+                    f"{units} units of {table.privacy_unit} have more rows than max_rows_per_unit = "
+                    f"{table.max_rows_per_unit} (the most: {most}): under DP their rows "
+                    "beyond it are dropped")))
+    return found
+
+
+def _shown(bound: Any) -> str:
+    if isinstance(bound, dt.datetime) and bound.time() == dt.time():
+        return bound.date().isoformat()
+    if isinstance(bound, (dt.date, dt.datetime)):
+        return bound.isoformat()
+    return "none" if bound is None else _number(bound)
+
+
+def _columns(backend: Backend, table: str) -> set[str]:
+    return {name for name, _ in backend.column_types(table)}

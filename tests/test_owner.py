@@ -1,5 +1,6 @@
 """The owner's side (issue 36): rules drafted from the data (``idp-proxy rules draft``),
-and CSV and Parquet files served directly, on real DuckDB and PostgreSQL."""
+CSV and Parquet files served directly, and the rules compared with the data
+(``idp-proxy rules check`` and at ``serve``'s start), on real DuckDB and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from proxy.backends import open_backend
 from proxy.engine import Engine
-from proxy.owner import DATA_WARNING, draft, round_outward
+from proxy.owner import DATA_WARNING, check, draft, round_outward
 from proxy.rules import parse_rules
 from tests import forked_cli
 from tests.databases import load_table
@@ -95,7 +96,9 @@ def test_draft_on_postgres_loads_starts_an_engine_and_passes_its_own_check(fresh
         line = next(row for row in text.splitlines() if row.startswith(name))
         assert DATA_WARNING in line
     with engine_of(rules, fresh_postgres) as engine:  # the start-up checks pass
-        assert engine.rules is rules
+        assert [str(w) for w in check(rules, engine.backend)] == [
+            "rules check: [tables.employees] 3 units of emp_id have more rows than "
+            "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
 
 
 def test_schema_only_draft_reads_no_values(fresh_postgres):
@@ -124,8 +127,50 @@ def test_draft_command_on_a_duckdb_file_writes_rules_that_answer(tmp_path):
     assert 200 < float(out.stdout.splitlines()[1]) < 450
 
 
+def test_check_reports_a_narrow_domain_a_missing_key_and_clipped_units(fresh_postgres):
+    load_table(fresh_postgres, "employees", employees(), TYPES)
+    rules = parse_rules("""
+[tables.employees]
+privacy_unit = "emp_id"
+max_rows_per_unit = 1
+[tables.employees.columns]
+emp_id = { type = "int" }
+dept   = { type = "text", keys = ["sales", "ops", "it"] }
+age    = { type = "int", domain = [16, 60] }
+salary = { type = "float", domain = [0, 300000] }
+hired  = { type = "date", domain = [2000-01-01, 2010-12-31] }
+""")
+    with engine_of(rules, fresh_postgres) as engine:
+        found = {(w.column): w.text for w in check(rules, engine.backend)}
+    assert set(found) == {"dept", "age", "salary", "hired", None}
+    assert "values missing from keys" in found["dept"] and "1 values" in found["dept"]
+    assert "outside the declared domain [16, 60]" in found["age"]
+    assert "[10, 70]" in found["age"]
+    assert found["salary"].startswith("1 rows lie outside the declared domain [0, 300000]")
+    assert "[0, 3000000]" in found["salary"]
+    assert "[2000-01-01, 2010-12-31]" in found["hired"]
+    assert "from 2010 to 2023" in found["hired"]
+    assert "3 units of emp_id" in found[None]
+
+
+def test_check_counts_nan_as_null_and_infinities_as_outside(duckdb_url):
+    load_table(duckdb_url, "m", {"v": [1.0, 2.0, float("nan"), float("inf"), 900.0]},
+               {"v": "double"})
+    rules = parse_rules("[tables.m]\n[tables.m.columns]\nv = { type = \"float\", "
+                        "domain = [0, 10] }\n")
+    with engine_of(rules, duckdb_url) as engine:
+        (found,) = check(rules, engine.backend)
+    assert found.text.startswith("2 rows lie outside the declared domain [0, 10]")
+    assert "[0, 900]" in found.text
+    backend = open_backend(duckdb_url)
+    try:
+        assert "domain = [0, 900]" in draft(backend)
+    finally:
+        backend.close()
+
+
 def test_a_csv_from_an_empty_folder_to_a_private_answer(tmp_path):
-    """The owner's ten minutes: draft from the CSV, add a login, query."""
+    """The owner's ten minutes: draft from the CSV, check, add a login, query."""
     data = tmp_path / "data"
     data.mkdir()
     write_csv(data / "employees.csv", employees())
@@ -134,6 +179,9 @@ def test_a_csv_from_an_empty_folder_to_a_private_answer(tmp_path):
     assert out.returncode == 0, out.stderr
     rules = str(tmp_path / "rules.toml")
     common = ("--rules", rules, "--backend", str(data / "employees.csv"))
+    out = cli(tmp_path, "rules", "check", *common)
+    assert out.returncode == 0, out.stderr
+    assert "3 units of emp_id" in out.stdout and "outside" not in out.stdout
     out = cli(tmp_path, "users", "add", *common, "--password-stdin", "alice", stdin="pw\n")
     assert out.returncode == 0, out.stderr
     out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
@@ -182,3 +230,23 @@ age = { type = "int", domain = [0, 100] }
     assert "30 units" in out.stdout
     out = cli(tmp_path, "users", "list", *common, "--format", "csv")
     assert "bob" in out.stdout
+
+
+def test_serve_starts_on_a_drafted_file_and_logs_the_rules_check(tmp_path):
+    from tests.wireserver import running_proxy
+
+    path = tmp_path / "emp.csv"
+    write_csv(path, employees(200))
+    out = cli(tmp_path, "rules", "draft", "--backend", str(path))
+    text = out.stdout.replace("domain = [10, 70]", "domain = [16, 60]")
+    text = text.replace('keys = ["it", "legal", "ops", "sales"]', 'keys = ["it", "ops"]')
+    text = text.replace('[defaults]', '[server]\nauth = "trust"\n\n[analysts.alice]\n\n[defaults]')
+    (tmp_path / "rules.toml").write_text(text)
+    with running_proxy(tmp_path / "rules.toml", str(path), tmp_path) as proxy:
+        import psycopg
+
+        with psycopg.connect(proxy.dsn("alice", "emp"), autocommit=True) as con:
+            assert con.execute("SELECT COUNT(*) FROM emp").fetchone()[0] > 0
+    log = "".join(proxy.log)
+    assert "[tables.emp.age]" in log and "outside the declared domain [16, 60]" in log
+    assert "[tables.emp.dept]" in log and "values missing from keys" in log
