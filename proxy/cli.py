@@ -54,7 +54,13 @@ def _open(url: str | None, connections: int = 4) -> Backend:
     if url is not None:
         from proxy.backends import open_backend
 
-        return open_backend(url, connections)
+        opened = open_backend(url, connections)
+        try:
+            opened.probe()  # the owner's setup errors, said with what to run
+        except ProxyError:
+            opened.close()
+            raise
+        return opened
     from proxy.demo import demo_path, needs_upgrade, open_demo
 
     path = demo_path()

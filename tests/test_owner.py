@@ -250,3 +250,34 @@ def test_serve_starts_on_a_drafted_file_and_logs_the_rules_check(tmp_path):
     log = "".join(proxy.log)
     assert "[tables.emp.age]" in log and "outside the declared domain [16, 60]" in log
     assert "[tables.emp.dept]" in log and "values missing from keys" in log
+
+
+def test_start_up_connection_errors_say_what_to_run(postgres_url, tmp_path):
+    """Issue 36 item 4: the owner's setup errors name the cause and the fix (the cause
+    reached only the --debug log before)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    info = conninfo_to_dict(postgres_url)
+    cases = [
+        (make_conninfo(postgres_url, dbname="no_such_db"),
+         ['database "no_such_db" does not exist', "CREATE DATABASE no_such_db"]),
+        (make_conninfo(postgres_url, user="no_such_role"),
+         ['role "no_such_role" does not exist', "CREATE ROLE no_such_role LOGIN",
+          "GRANT CREATE ON DATABASE"]),
+        (make_conninfo(postgres_url, port="1"),
+         [f"is PostgreSQL running and listening on {info.get('host')}:1?"]),
+    ]
+    for url, expected in cases:
+        out = cli(tmp_path, "rules", "draft", "--backend", _as_url(url))
+        assert out.returncode == 1
+        assert out.stderr.startswith("ERROR [08006]: could not connect to the database")
+        for text in expected:
+            assert text in out.stderr, out.stderr
+
+
+def _as_url(conninfo: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(conninfo)
+    return (f"postgresql://{info['user']}@{info.get('host', '127.0.0.1')}:"
+            f"{info.get('port', 5432)}/{info['dbname']}")
