@@ -656,6 +656,86 @@ def rules_check(rules_path, backend):
     click.echo(f"{len(problems)} warning{'s' if len(problems) != 1 else ''}", err=True)
 
 
+@main.command("console")
+@rules_option
+@backend_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any but loopback needs a token.")
+@click.option("--port", default=8433, show_default=True, type=int,
+              help="TCP port (0: any free port).")
+@click.option("--token", envvar="IDP_PROXY_CONSOLE_TOKEN",
+              help="Required in the URL (?token=) once; default: none on loopback, a "
+                   "random one printed otherwise.")
+def console_command(rules_path, backend, host, port, token):
+    """The owner console in the browser: budgets, spend over time, the ledger with
+    filters and the start-up check's warnings (read-only; no protected values)."""
+    import secrets
+
+    from proxy.console import LOOPBACK, Console
+
+    if host not in LOOPBACK and not token:
+        token = secrets.token_urlsafe(24)
+    ledger_url = _ledger_url(backend)
+    _rules(rules_path)  # a mistake in the rules stops it now
+    warnings = _console_warnings(rules_path, backend)
+    console = Console(lambda what: _console_read(rules_path, backend, ledger_url, what),
+                      warnings, token)
+
+    def ready(bound_host, bound_port):
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        query = f"/?token={token}" if token else "/"
+        click.echo(f"idp-proxy console on http://{shown}:{bound_port}{query} (read-only); "
+                   "Ctrl-C stops it", err=True)
+
+    try:
+        console.serve(host, port, ready)
+    except KeyboardInterrupt:
+        pass
+
+
+def _console_warnings(rules_path: str | None, backend: str | None) -> list[str]:
+    """The start-up check's warnings without the values they suggest (proxy.owner)."""
+    from proxy.owner import check
+
+    rules = _rules(rules_path)
+    try:
+        opened = _open(backend)
+    except DatabaseInUse:
+        return ["the running server holds the DuckDB file: its start-up check is in its log"]
+    try:
+        return [str(w) for w in check(rules, opened, values=False)]
+    except Exception as exc:  # advice only
+        return [f"the rules could not be compared with the data ({type(exc).__name__})"]
+    finally:
+        opened.close()
+
+
+def _console_read(rules_path, backend, ledger_url, what) -> tuple[list[str], list[tuple]]:
+    """(columns, rows) of the budgets or the ledger, read afresh and let go (no lock kept
+    between requests: a DuckDB file stays free for serve and the command line)."""
+    from proxy.ledger import BUDGET_FIELDS, LEDGER_FIELDS, Ledger
+
+    rules = _rules(rules_path)
+    store = _store(ledger_url)
+    try:
+        opened = _open(backend) if store is None else None
+    except DatabaseInUse as exc:
+        from proxy.admin import reach_server
+
+        target, held = reach_server(exc, "ledger"), None
+    else:
+        held = store or opened
+        target = Ledger(held, rules)
+    try:
+        if what == "budgets":
+            rows = target.budgets(None)
+            return list(BUDGET_FIELDS[:len(rows[0]) if rows else 4]), rows
+        return list(LEDGER_FIELDS), target.entries(None, None)
+    finally:
+        if held is not None:
+            held.close()
+
+
 @main.command("demo")
 @click.option("--backend", required=True, metavar="sc://HOST:PORT",
               help="The Spark Connect server to load the demo into.")

@@ -209,11 +209,12 @@ def _literal(value: Any) -> str:
     return repr(float(value))
 
 
-def check(rules: Rules, backend: Backend) -> list[Warning_]:
+def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]:
     """The declared rules against the data, for the owner: values outside a declared
     domain, text values missing from ``keys``, units with more rows than
     ``max_rows_per_unit``. Warnings: the owner may mean a rule (a domain narrower than
-    the data clamps outliers on purpose)."""
+    the data clamps outliers on purpose). ``values``: with the domains that would hold
+    the data and the most rows of a unit (the console leaves them out: counts only)."""
     found = []
     for table in rules.tables.values():
         if table.public:
@@ -249,15 +250,16 @@ def check(rules: Rules, backend: Backend) -> list[Warning_]:
                     found.append(Warning_(table.name, name, (
                         f"{count} rows lie outside the declared domain "
                         f"[{_shown(lower)}, {_shown(upper)}]: every aggregate clamps them to "
-                        f"its bounds{hint} (widen it, or keep it to clip on purpose)")))
+                        f"its bounds{hint if values else ''} (widen it, or keep it to clip on "
+                        "purpose)")))
             if column.keys:
                 keys = ", ".join("'" + str(k).replace("'", "''") + "'" for k in column.keys)
-                count, values = backend.read(
+                count, distinct = backend.read(
                     f"SELECT count(*), count(DISTINCT {col}) FROM {source} WHERE {col} IS "
                     f"NOT NULL AND CAST({col} AS TEXT) NOT IN ({keys})")[0]
                 if count:
                     found.append(Warning_(table.name, name, (
-                        f"{count} rows hold {values} values missing from keys: they belong "
+                        f"{count} rows hold {distinct} values missing from keys: they belong "
                         "to no group of a GROUP BY on it (add the values you'd accept to "
                         "keys)")))
         if table.privacy_unit is not None and table.max_rows_per_unit is not None \
@@ -268,8 +270,9 @@ def check(rules: Rules, backend: Backend) -> list[Warning_]:
                 f"GROUP BY {unit} HAVING count(*) > {int(table.max_rows_per_unit)}) t")[0]
             if units:
                 found.append(Warning_(table.name, None, (
-                    f"{units} units of {table.privacy_unit} have more rows than max_rows_per_unit = "
-                    f"{table.max_rows_per_unit} (the most: {most}): under DP their rows "
+                    f"{units} units of {table.privacy_unit} have more rows than "
+                    f"max_rows_per_unit = {table.max_rows_per_unit}"
+                    f"{f' (the most: {most})' if values else ''}: under DP their rows "
                     "beyond it are dropped")))
     return found
 
