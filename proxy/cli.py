@@ -153,6 +153,7 @@ def _epsilon(ctx, param, value):
 rules_option = click.option("--rules", "rules_path", metavar="FILE",
                             help="Rules file (TOML). Default: rules/demo.toml.")
 _LEDGER = "idp_proxy.ledger"  # click context meta: the --ledger URL
+_SOURCE = "idp_proxy.source"  # click context meta: --backend's data files, as given
 
 
 def _remember_ledger(ctx, param, value):
@@ -169,6 +170,7 @@ def _backend_url(ctx, param, value):
 
     if not is_file_backend(value):
         return value
+    ctx.meta[_SOURCE] = value  # as the owner typed it (rules draft's header)
     try:
         return import_files(value)
     except ProxyError as exc:
@@ -621,7 +623,8 @@ def rules_draft(backend, tables, from_data, out):
     opened = _open(backend)
     try:
         with progress("drafting the rules"):
-            text = draft(opened, list(tables) or None, from_data, source=backend)
+            text = draft(opened, list(tables) or None, from_data,
+                         source=click.get_current_context().meta.get(_SOURCE, backend))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,7 @@ def draft(backend: Backend, tables: list[str] | None = None, from_data: bool = T
           source: str = "") -> str:
     """A rules file for ``tables`` (default: every table), as TOML text that loads."""
     tables = tables or data_tables(backend)
+    source = re.sub(r"://([^:/@]*):[^@/]*@", r"://\1@", source)  # never a password
     out = [f"# Rules drafted by `idp-proxy rules draft`{' from ' + source if source else ''} "
            f"on {dt.date.today().isoformat()}.",
            "# Every key is documented in rules/README.md. Lines marked TODO or GUESS are "
@@ -220,6 +222,9 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
         if table.public:
             continue
         source = _q(table.name)
+        # one scan of the table: per column, its counts (and the range of a domain's)
+        items: list[str] = []
+        asked: list[tuple[str, Any, Any, Any]] = []  # (column, kind, lower, upper)
         for name, column in table.columns.items():
             col = _q(name)
             if column.numeric or column.type in ("date", "timestamp"):
@@ -227,41 +232,53 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
                                 else column.time_domain or (None, None))
                 bounds = [(op, bound) for op, bound in (("<", lower), (">", upper))
                           if bound is not None]
-                if not bounds:
-                    continue
-                outside = " OR ".join(f"{col} {op} {_literal(bound)}" for op, bound in bounds)
-                # NaN counts as NULL (it sorts above +inf); ±inf are clamped like others
-                if column.type == "float":
-                    outside = f"({outside}) AND {col} <= CAST('Infinity' AS FLOAT8)"
-                finite = f" FILTER (WHERE {_finite(col)})" if column.type == "float" else ""
-                count, low, high = backend.read(
-                    f"SELECT count(*) FILTER (WHERE {outside}), min({col}){finite}, "
-                    f"max({col}){finite} FROM {source}")[0]
-                if count and low is not None:
-                    if column.numeric:
-                        least = min(float(low), lower) if lower is not None else float(low)
-                        most = max(float(high), upper) if upper is not None else float(high)
-                        wider = round_outward(least, most, column.type == "int")
-                        hint = f"; a domain holding them: [{_number(wider[0])}, " \
-                               f"{_number(wider[1])}]"
-                    else:
-                        first, last = _moment_domain(low or high, high or low, column.type)
-                        hint = f"; the data runs from {first[:4]} to {last[:4]}"
-                    found.append(Warning_(table.name, name, (
-                        f"{count} rows lie outside the declared domain "
-                        f"[{_shown(lower)}, {_shown(upper)}]: every aggregate clamps them to "
-                        f"its bounds{hint if values else ''} (widen it, or keep it to clip on "
-                        "purpose)")))
+                if bounds:
+                    outside = " OR ".join(f"{col} {op} {_literal(bound)}"
+                                          for op, bound in bounds)
+                    # NaN counts as NULL (it sorts above +inf); ±inf are clamped like others
+                    if column.type == "float":
+                        outside = f"({outside}) AND {col} <= CAST('Infinity' AS FLOAT8)"
+                    finite = (f" FILTER (WHERE {_finite(col)})" if column.type == "float"
+                              else "")
+                    items += [f"count(*) FILTER (WHERE {outside})", f"min({col}){finite}",
+                              f"max({col}){finite}"]
+                    asked.append((name, "domain", lower, upper))
             if column.keys:
                 keys = ", ".join("'" + str(k).replace("'", "''") + "'" for k in column.keys)
-                count, distinct = backend.read(
-                    f"SELECT count(*), count(DISTINCT {col}) FROM {source} WHERE {col} IS "
-                    f"NOT NULL AND CAST({col} AS TEXT) NOT IN ({keys})")[0]
+                missing = f"{col} IS NOT NULL AND CAST({col} AS TEXT) NOT IN ({keys})"
+                items += [f"count(*) FILTER (WHERE {missing})",
+                          f"count(DISTINCT {col}) FILTER (WHERE {missing})"]
+                asked.append((name, "keys", None, None))
+        answers = list(backend.read(f"SELECT {', '.join(items)} FROM {source}")[0]) \
+            if items else []
+        for name, kind, lower, upper in asked:
+            column = table.columns[name]
+            if kind == "keys":
+                count, distinct = answers[:2]
+                del answers[:2]
                 if count:
                     found.append(Warning_(table.name, name, (
                         f"{count} rows hold {distinct} values missing from keys: they belong "
                         "to no group of a GROUP BY on it (add the values you'd accept to "
                         "keys)")))
+                continue
+            count, low, high = answers[:3]
+            del answers[:3]
+            if count and low is not None:
+                if column.numeric:
+                    least = min(float(low), lower) if lower is not None else float(low)
+                    most = max(float(high), upper) if upper is not None else float(high)
+                    wider = round_outward(least, most, column.type == "int")
+                    hint = f"; a domain holding them: [{_number(wider[0])}, " \
+                           f"{_number(wider[1])}]"
+                else:
+                    first, last = _moment_domain(low or high, high or low, column.type)
+                    hint = f"; the data runs from {first[:4]} to {last[:4]}"
+                found.append(Warning_(table.name, name, (
+                    f"{count} rows lie outside the declared domain "
+                    f"[{_shown(lower)}, {_shown(upper)}]: every aggregate clamps them to "
+                    f"its bounds{hint if values else ''} (widen it, or keep it to clip on "
+                    "purpose)")))
         if table.privacy_unit is not None and table.max_rows_per_unit is not None \
                 and table.privacy_unit in _columns(backend, table.name):
             unit = _q(table.privacy_unit)

@@ -101,6 +101,15 @@ def test_draft_on_postgres_loads_starts_an_engine_and_passes_its_own_check(fresh
             "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
 
 
+def test_the_draft_names_its_source_without_a_password():
+    empty = open_backend("duckdb:///:memory:")
+    try:
+        text = draft(empty, None, source="postgresql://owner:hunter2@db:5432/hr")
+    finally:
+        empty.close()
+    assert "postgresql://owner@db:5432/hr" in text and "hunter2" not in text
+
+
 def test_schema_only_draft_reads_no_values(fresh_postgres):
     load_table(fresh_postgres, "employees", employees(50), TYPES)
     backend = open_backend(fresh_postgres)
