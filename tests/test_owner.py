@@ -220,6 +220,10 @@ def test_parquet_and_a_folder_are_tables_named_after_their_files(tmp_path):
     out = cli(tmp_path, "rules", "draft", "--backend", str(data / "visits.parquet"))
     assert out.returncode == 0, out.stderr
     assert set(parse_rules(out.stdout).tables) == {"visits"}
+    (data / "Staff 2024.csv").unlink()  # a file removed from the folder: its table goes
+    out = cli(tmp_path, "rules", "draft", "--backend", str(data))
+    assert out.returncode == 0, out.stderr
+    assert set(parse_rules(out.stdout).tables) == {"visits"}
 
 
 def test_a_changed_csv_is_copied_again_and_the_ledger_kept(tmp_path):

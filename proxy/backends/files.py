@@ -6,9 +6,11 @@ it, and the proxy's ledger.
 A copy, not views over ``read_csv``/``read_parquet``: the DuckDB backend is opened with
 external access switched off and its configuration locked (SPEC §9, duckdb_backend's
 ``_HARDENED``), so a view reading a file would fail inside the proxy; and the ledger
-needs a database file to live in anyway. The copy is refreshed when a file's size or
-modification time changes (the table is replaced; the ledger, logins and answer cache in
-schema ``idp`` are kept), so budgets survive restarts and edits of the data."""
+needs a database file to live in anyway. The copy is refreshed by the next command or
+start after a file's size or modification time changes (the table is replaced; a file
+removed from a folder drops its table; the ledger, logins and answer cache in schema
+``idp`` are kept), so budgets survive restarts and edits of the data. A running server
+keeps serving the copy it started with."""
 
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ def import_files(value: str) -> str:
     wanted = {name: [path.stat().st_size, path.stat().st_mtime_ns]
               for name, path in names.items()}
     changed = [name for name in names if stamps.get(name) != wanted[name]]
-    if changed or not database.exists():
+    gone = [name for name in stamps if name not in names]  # files removed from a folder
+    if changed or gone or not database.exists():
         try:
             con = duckdb.connect(str(database))
         except duckdb.IOException as exc:
@@ -100,6 +103,9 @@ def import_files(value: str) -> str:
                     raise ProxyError(f"could not read {names[name]}: {str(exc).splitlines()[0]}",
                                      "22P04") from None
                 stamps[name] = wanted[name]
+            for name in gone:
+                con.execute(f'DROP TABLE IF EXISTS "{name}"')
+                del stamps[name]
         finally:
             con.close()
         stamps_path.write_text(json.dumps(stamps), encoding="utf-8")
