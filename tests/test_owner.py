@@ -294,3 +294,27 @@ def _as_url(conninfo: str) -> str:
     info = conninfo_to_dict(conninfo)
     return (f"postgresql://{info['user']}@{info.get('host', '127.0.0.1')}:"
             f"{info.get('port', 5432)}/{info['dbname']}")
+
+
+def test_postgres_from_draft_to_a_private_answer_through_the_command_line(fresh_postgres,
+                                                                        tmp_path):
+    """Issue 36's acceptance on PostgreSQL: rules draft, rules check, users add, query,
+    with no hand-edited line."""
+    load_table(fresh_postgres, "employees", employees(), TYPES)
+    rules = str(tmp_path / "rules.toml")
+    out = cli(tmp_path, "rules", "draft", "--backend", fresh_postgres, "--out", rules)
+    assert out.returncode == 0, out.stderr
+    common = ("--rules", rules, "--backend", fresh_postgres)
+    out = cli(tmp_path, "rules", "check", *common)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "rules check: [tables.employees] 3 units of emp_id have more rows than "
+        "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
+    assert cli(tmp_path, "users", "add", *common, "--password-stdin", "alice",
+               stdin="pw\n").returncode == 0
+    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
+              "SELECT dept, COUNT(*) FROM employees GROUP BY dept")
+    assert out.returncode == 0, out.stderr
+    counts = dict(line.split(",") for line in out.stdout.splitlines()[1:])
+    assert set(counts) == {"it", "legal", "ops", "sales"}
+    assert all(60 < float(n) < 260 for n in counts.values())
