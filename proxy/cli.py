@@ -54,7 +54,13 @@ def _open(url: str | None, connections: int = 4) -> Backend:
     if url is not None:
         from proxy.backends import open_backend
 
-        return open_backend(url, connections)
+        opened = open_backend(url, connections)
+        try:
+            opened.probe()  # the owner's setup errors, said with what to run
+        except ProxyError:
+            opened.close()
+            raise
+        return opened
     from proxy.demo import demo_path, needs_upgrade, open_demo
 
     path = demo_path()
@@ -147,11 +153,28 @@ def _epsilon(ctx, param, value):
 rules_option = click.option("--rules", "rules_path", metavar="FILE",
                             help="Rules file (TOML). Default: rules/demo.toml.")
 _LEDGER = "idp_proxy.ledger"  # click context meta: the --ledger URL
+_SOURCE = "idp_proxy.source"  # click context meta: --backend's data files, as given
 
 
 def _remember_ledger(ctx, param, value):
     if value is not None:
         ctx.meta[_LEDGER] = value
+
+
+def _backend_url(ctx, param, value):
+    """``--backend data.csv``, ``file.parquet`` or a folder of them: their copy in an
+    embedded DuckDB file beside them (proxy/backends/files.py), made or refreshed now."""
+    if value is None:
+        return None
+    from proxy.backends.files import import_files, is_file_backend
+
+    if not is_file_backend(value):
+        return value
+    ctx.meta[_SOURCE] = value  # as the owner typed it (rules draft's header)
+    try:
+        return import_files(value)
+    except ProxyError as exc:
+        raise click.BadParameter(exc.message) from None
 
 
 def backend_option(command):
@@ -162,10 +185,11 @@ def backend_option(command):
         help="Keep the ledger, logins and answer cache here (duckdb:///ledger.duckdb or "
              "postgresql://...) instead of in the backend; needed with sc://.")(command)
     return click.option(
-        "--backend", metavar="URL",
-        help="duckdb:///file.duckdb, duckdb:///:memory:, postgresql://user@host:port/db or "
-             "sc://host:port (Spark Connect, with --ledger). Default: the embedded demo "
-             "DuckDB (created on first use).")(command)
+        "--backend", metavar="URL", callback=_backend_url,
+        help="duckdb:///file.duckdb, duckdb:///:memory:, postgresql://user@host:port/db, "
+             "sc://host:port (Spark Connect, with --ledger), or data files: data.csv, "
+             "file.parquet or a folder of them (copied into FILE.idp-proxy.duckdb beside "
+             "them). Default: the embedded demo DuckDB (created on first use).")(command)
 format_option = click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]),
                              default="table", show_default=True)
 
@@ -473,6 +497,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
         # a session's connection each, and one per worker creating roles at once
         shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
+        _check_at_start(rules, engine.backend)
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
@@ -496,6 +521,23 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         engine.backend.close()
         if store is not None:
             store.close()
+
+
+def _check_at_start(rules: Rules, backend: Backend) -> None:
+    """The rules against the data (proxy.owner.check), one warning per problem in the
+    owner's log (stderr of ``serve``), never to analysts; a check that fails is logged
+    and the server starts."""
+    from proxy.owner import check
+
+    log = logging.getLogger("idp_proxy.rules_check")
+    try:
+        problems = check(rules, backend)
+    except Exception as exc:  # the check is advice: it never stops the server
+        log.warning("rules check: could not compare the rules with the data (%s: %s)",
+                    type(exc).__name__, exc)
+        return
+    for problem in problems:
+        log.warning("%s", problem)
 
 
 def _workers(rules: Rules, backend: Backend) -> int:
@@ -549,6 +591,152 @@ def _serve_in_workers(workers, rules, urls, shadow, tls, host, port, ready) -> i
     finally:
         for sock in sockets:
             sock.close()
+
+
+@main.group("rules")
+def rules_group() -> None:
+    """Draft a rules file from the data, and check rules against it (the owner's side:
+    these read the data, and print only here)."""
+
+
+@rules_group.command("draft")
+@backend_option
+@click.option("--table", "tables", multiple=True, metavar="NAME",
+              help="A table to draft (repeat it; default: every table).")
+@click.option("--from-data/--schema-only", default=True, show_default=True,
+              help="Suggest domains, keys and max_rows_per_unit from the data (each "
+                   "labelled as drawn from it), or write the types and TODOs only.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False),
+              help="Write the rules here (default: standard output).")
+def rules_draft(backend, tables, from_data, out):
+    """Draft a commented rules file from the tables' schema (and data).
+
+    \b
+    Examples:
+      idp-proxy rules draft --backend employees.csv --out rules.toml
+      idp-proxy rules draft --backend postgresql://owner@db/hr --table employees
+    """
+    from proxy.owner import draft
+
+    if backend is None:
+        raise click.UsageError("give --backend: the data to draft rules for")
+    opened = _open(backend)
+    try:
+        with progress("drafting the rules"):
+            text = draft(opened, list(tables) or None, from_data,
+                         source=click.get_current_context().meta.get(_SOURCE, backend))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    finally:
+        opened.close()
+    if out is None:
+        click.echo(text)
+        return
+    Path(out).write_text(text, encoding="utf-8")
+    click.echo(f"wrote {out}: read every TODO and GUESS, widen each value drawn from the "
+               f"data, then: idp-proxy rules check --rules {out} --backend ...", err=True)
+
+
+@rules_group.command("check")
+@rules_option
+@backend_option
+def rules_check(rules_path, backend):
+    """Compare the rules with the data: values outside a domain, values missing from
+    keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
+    Exit status 0 whatever it finds: these are warnings."""
+    from proxy.engine import Engine
+    from proxy.owner import check
+
+    rules = _rules(rules_path)
+    with progress("checking the rules against the data"):
+        engine = Engine(rules, _open(backend))  # its start-up checks: schema and types
+        try:
+            problems = check(rules, engine.backend)
+        finally:
+            engine.backend.close()
+    for problem in problems:
+        click.echo(str(problem))
+    click.echo(f"{len(problems)} warning{'s' if len(problems) != 1 else ''}", err=True)
+
+
+@main.command("console")
+@rules_option
+@backend_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; any but loopback needs a token.")
+@click.option("--port", default=8433, show_default=True, type=int,
+              help="TCP port (0: any free port).")
+@click.option("--token", envvar="IDP_PROXY_CONSOLE_TOKEN",
+              help="Required in the URL (?token=) once; default: none on loopback, a "
+                   "random one printed otherwise.")
+def console_command(rules_path, backend, host, port, token):
+    """The owner console in the browser: budgets, spend over time, the ledger with
+    filters and the start-up check's warnings (read-only; no protected values)."""
+    import secrets
+
+    from proxy.console import LOOPBACK, Console
+
+    if host not in LOOPBACK and not token:
+        token = secrets.token_urlsafe(24)
+    ledger_url = _ledger_url(backend)
+    _rules(rules_path)  # a mistake in the rules stops it now
+    warnings = _console_warnings(rules_path, backend)
+    console = Console(lambda what: _console_read(rules_path, backend, ledger_url, what),
+                      warnings, token)
+
+    def ready(bound_host, bound_port):
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        query = f"/?token={token}" if token else "/"
+        click.echo(f"idp-proxy console on http://{shown}:{bound_port}{query} (read-only); "
+                   "Ctrl-C stops it", err=True)
+
+    try:
+        console.serve(host, port, ready)
+    except KeyboardInterrupt:
+        pass
+
+
+def _console_warnings(rules_path: str | None, backend: str | None) -> list[str]:
+    """The start-up check's warnings without the values they suggest (proxy.owner)."""
+    from proxy.owner import check
+
+    rules = _rules(rules_path)
+    try:
+        opened = _open(backend)
+    except DatabaseInUse:
+        return ["the running server holds the DuckDB file: its start-up check is in its log"]
+    try:
+        return [str(w) for w in check(rules, opened, values=False)]
+    except Exception as exc:  # advice only
+        return [f"the rules could not be compared with the data ({type(exc).__name__})"]
+    finally:
+        opened.close()
+
+
+def _console_read(rules_path, backend, ledger_url, what) -> tuple[list[str], list[tuple]]:
+    """(columns, rows) of the budgets or the ledger, read afresh and let go (no lock kept
+    between requests: a DuckDB file stays free for serve and the command line)."""
+    from proxy.ledger import BUDGET_FIELDS, LEDGER_FIELDS, Ledger
+
+    rules = _rules(rules_path)
+    store = _store(ledger_url)
+    try:
+        opened = _open(backend) if store is None else None
+    except DatabaseInUse as exc:
+        from proxy.admin import reach_server
+
+        target, held = reach_server(exc, "ledger"), None
+    else:
+        held = store or opened
+        target = Ledger(held, rules)
+    try:
+        if what == "budgets":
+            rows = target.budgets(None)
+            return list(BUDGET_FIELDS[:len(rows[0]) if rows else 4]), rows
+        return list(LEDGER_FIELDS), target.entries(None, None)
+    finally:
+        if held is not None:
+            held.close()
 
 
 @main.command("demo")

@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 # stage -> (its rank, the modules and packages in it); a module imports its own stage's
 # modules and those of lower ranks only
 STAGES = {
-    "command line": (6, ("proxy.cli", "proxy.demo")),
+    "command line": (6, ("proxy.cli", "proxy.demo", "proxy.owner", "proxy.console")),
     "wire": (5, ("proxy.wire", "proxy.users", "proxy.admin")),
     "session": (4, ("proxy.session", "proxy.postprocess")),
     "engine": (3, ("proxy.engine", "proxy.answer_cache", "proxy.publish")),

@@ -225,6 +225,10 @@ class Backend(ABC):
     def fingerprint_text(values: Sequence[Any]) -> str:
         return ":".join(str(value) for value in values)
 
+    def probe(self) -> None:
+        """Connect once at start, for the owner (the command line), and say what stops
+        it and what to run; nothing by default (an embedded backend opened already)."""
+
     @abstractmethod
     def close(self) -> None: ...
 

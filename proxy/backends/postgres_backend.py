@@ -92,6 +92,41 @@ class PostgresBackend(Backend):
             log.error("postgres connect failed: %s", exc)
             raise BackendUnavailable("the database behind the proxy is unreachable") from None
 
+    def probe(self) -> None:
+        """One connection, for the owner at start: a failure says why, with the server's
+        own words (never shown to an analyst: the command line's owner typed the URL) and
+        what to run."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            psycopg.connect(self.url, autocommit=True, connect_timeout=10).close()
+            return
+        except psycopg.OperationalError as exc:
+            cause = " ".join(str(exc).split())
+        info = conninfo_to_dict(self.url)
+        role, database = info.get("user", "(your login)"), info.get("dbname", "(default)")
+        where = f"{info.get('host', 'localhost')}:{info.get('port', 5432)}"
+        lowered = cause.lower()
+        if f'database "{database}" does not exist' in lowered:
+            hint = f"create it (CREATE DATABASE {database}) or name another in the URL"
+        elif f'role "{role}" does not exist' in lowered:
+            hint = (f"as a superuser, run CREATE ROLE {role} LOGIN PASSWORD '...', then "
+                    f"GRANT SELECT on the protected tables and GRANT CREATE ON DATABASE "
+                    f"{database} TO {role} (the proxy keeps its ledger in a schema idp)")
+        elif "password" in lowered:
+            hint = ("put the password in the URL (postgresql://user:PASSWORD@host/db), "
+                    "PGPASSWORD or ~/.pgpass")
+        elif "not permitted to log in" in lowered:
+            hint = f"run ALTER ROLE {role} LOGIN"
+        elif "permission denied for database" in lowered:
+            hint = f"run GRANT CONNECT ON DATABASE {database} TO {role}"
+        elif "refused" in lowered or "timeout" in lowered or "could not translate" in lowered:
+            hint = f"is PostgreSQL running and listening on {where}?"
+        else:
+            hint = "check the URL, the server and pg_hba.conf"
+        raise BackendUnavailable(f"could not connect to the database {database} on {where} "
+                                 f"as {role}: {cause}; {hint}") from None
+
     @contextmanager
     def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
         """On a connection of its own from the pool (see ConnectionPool for which are

@@ -1,0 +1,306 @@
+"""The data owner's side (issue 36): rules drafted from a table, and the declared rules
+compared with the data.
+
+Both read the data itself, for the owner only: they run in ``idp-proxy rules draft``,
+``idp-proxy rules check`` and at ``idp-proxy serve``'s start, on the owner's terminal
+and in the server's log, never through the analyst's path (no session, no wire, no
+ledger). Nothing they print is sent to a client."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from proxy.backends import Backend
+from proxy.rules import Rules
+
+_NUMBERS = {"smallint": "int", "integer": "int", "bigint": "int", "real": "float",
+            "double precision": "float", "numeric": "float"}
+_MOMENTS = {"date": "date", "timestamp": "timestamp", "timestamptz": "timestamp"}
+MAX_KEYS = 50  # a text column with at most this many distinct values gets keys
+_UNIT_WORDS = ("person", "user", "customer", "patient", "employee", "emp", "member",
+               "client", "account", "student", "subject", "participant")
+DATA_WARNING = ("drawn from the data: widen it to what you'd accept without looking; "
+                "a domain fitted to the data leaks its extremes")
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _finite(column: str) -> str:
+    """A float column's finite values (NaN sorts above +inf in DuckDB and PostgreSQL)."""
+    return f"{column} BETWEEN -1.7e308 AND 1.7e308"
+
+
+def _toml_key(name: str) -> str:
+    return name if name.replace("_", "a").isalnum() and name.isascii() else '"' + name + '"'
+
+
+def _toml_str(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def data_tables(backend: Backend) -> list[str]:
+    """The backend's tables and views in its current schema (the proxy's ``idp`` schema
+    is another one)."""
+    rows = backend.read("SELECT table_name FROM information_schema.tables "
+                        "WHERE table_schema = current_schema() ORDER BY table_name")
+    return [name for (name,) in rows]
+
+
+def rule_type(stored: str) -> str:
+    """The rules' type of a column the backend stores as ``stored`` (PostgreSQL names)."""
+    base = stored.split("(")[0]
+    if base in _NUMBERS:
+        return _NUMBERS[base]
+    if base in _MOMENTS:
+        return _MOMENTS[base]
+    return "bool" if base == "boolean" else "text"
+
+
+def round_outward(low: float, high: float, integer: bool) -> tuple[float, float]:
+    """[low, high] widened to round numbers: to a multiple of one significant figure of
+    the larger magnitude (ages 18–70 → [10, 70]; salaries 20,000–2,450,000 →
+    [0, 3,000,000]); a lower bound within one step of 0 goes to 0."""
+    largest = max(abs(low), abs(high))
+    if largest == 0:
+        return 0, 1
+    step = 10.0 ** math.floor(math.log10(largest))
+    lower, upper = math.floor(low / step) * step, math.ceil(high / step) * step
+    if 0 <= low < step:
+        lower = 0
+    if upper == lower:
+        upper = lower + step
+    if integer or step >= 1:
+        return int(lower), int(upper)
+    digits = max(0, -math.floor(math.log10(step)))
+    return round(lower, digits), round(upper, digits)
+
+
+def _moment_domain(low: Any, high: Any, kind: str) -> tuple[str, str]:
+    """Whole years around [low, high], as TOML dates or date-times."""
+    first, last = dt.date(low.year, 1, 1), dt.date(high.year, 12, 31)
+    if kind == "date":
+        return first.isoformat(), last.isoformat()
+    return f"{first.isoformat()}T00:00:00", f"{last.isoformat()}T23:59:59"
+
+
+def _guess_unit(table: str, columns: list[tuple[str, str]]) -> str | None:
+    """An id-like column: one named after a person (``emp_id``, ``customer_id``), else
+    the first ``*_id`` or ``id``."""
+    ids = [name for name, stored in columns
+           if (name.lower() == "id" or name.lower().endswith(("_id", "id")))
+           and rule_type(stored) in ("int", "text")]
+    for name in ids:
+        if any(word in name.lower() for word in _UNIT_WORDS):
+            return name
+    return ids[0] if ids else None
+
+
+def _number(value: float | int) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[str]:
+    """The TOML lines of one table's rules, commented."""
+    columns = backend.column_types(table)
+    if not columns:
+        raise ValueError(f"no table {table} in the backend")
+    unit = _guess_unit(table, columns)
+    lines = [f"[tables.{_toml_key(table)}]",
+             "# TODO: protected (the safe default). If nothing in this table is about a "
+             "person, write public = true."]
+    rows = None
+    if unit is not None:
+        lines.append(f"privacy_unit = {_toml_str(unit)}   # a GUESS from its name: confirm "
+                     "it names the person each row is about (or delete it for row-level "
+                     "privacy)")
+        if from_data:
+            (rows, units, p99, most), = backend.read(
+                f"SELECT sum(n), count(*), quantile_disc(n, 0.99), max(n) FROM (SELECT "
+                f"count(*) AS n FROM {_q(table)} GROUP BY {_q(unit)}) t"
+                if backend.capabilities.dialect == "duckdb" else
+                f"SELECT sum(n), count(*), percentile_disc(0.99) WITHIN GROUP (ORDER BY n), "
+                f"max(n) FROM (SELECT count(*) AS n FROM {_q(table)} GROUP BY {_q(unit)}) t")
+            if units:
+                lines.append(f"max_rows_per_unit = {int(p99)}   # drawn from the data: the 99th "
+                             f"percentile of rows per {unit} ({units} units, the most "
+                             f"{int(most)} rows); under DP a unit's rows beyond it are "
+                             "dropped. Set what you'd accept without looking")
+    lines.append(f"[tables.{_toml_key(table)}.columns]")
+    width = max(len(_toml_key(name)) for name, _ in columns)
+    for name, stored in columns:
+        kind = rule_type(stored)
+        spec = f'type = "{kind}"'
+        note = ""
+        column = _q(name)
+        if name != unit and from_data and kind in ("int", "float", "date", "timestamp"):
+            where = f" WHERE {_finite(column)}" if kind == "float" else ""
+            low, high = backend.read(
+                f"SELECT min({column}), max({column}) FROM {_q(table)}{where}")[0]
+            if low is not None and kind in ("int", "float"):
+                if math.isfinite(float(low)) and math.isfinite(float(high)):
+                    lower, upper = round_outward(float(low), float(high), kind == "int")
+                    spec += f", domain = [{_number(lower)}, {_number(upper)}]"
+                    note = f"  # {DATA_WARNING}"
+            elif low is not None:
+                first, last = _moment_domain(low, high, kind)
+                spec += f", domain = [{first}, {last}]"
+                note = f"  # {DATA_WARNING}"
+        elif name != unit and from_data and kind == "text":
+            keys = backend.read(f"SELECT DISTINCT {column} FROM {_q(table)} WHERE {column} IS "
+                                f"NOT NULL ORDER BY 1 LIMIT {MAX_KEYS + 1}")
+            if len(keys) <= MAX_KEYS:
+                spec += ", keys = [" + ", ".join(_toml_str(str(k)) for (k,) in keys) + "]"
+                note = ("  # drawn from the data: list every value you'd accept without "
+                        "looking; a key missing here drops its rows from GROUP BY")
+            else:
+                note = (f"  # more than {MAX_KEYS} distinct values: no keys (GROUP BY on it "
+                        "needs [defaults] delta)")
+        elif kind in ("int", "float") and name != unit:
+            note = "  # TODO: domain = [L, U] (needed by every aggregate but COUNT)"
+        lines.append(f"{_toml_key(name).ljust(width)} = {{ {spec} }}{note}")
+    return lines
+
+
+def draft(backend: Backend, tables: list[str] | None = None, from_data: bool = True,
+          source: str = "") -> str:
+    """A rules file for ``tables`` (default: every table), as TOML text that loads."""
+    tables = tables or data_tables(backend)
+    source = re.sub(r"://([^:/@]*):[^@/]*@", r"://\1@", source)  # never a password
+    out = [f"# Rules drafted by `idp-proxy rules draft`{' from ' + source if source else ''} "
+           f"on {dt.date.today().isoformat()}.",
+           "# Every key is documented in rules/README.md. Lines marked TODO or GUESS are "
+           "yours to decide;",
+           "# every value \"drawn from the data\" is a fact about the data: replace it with "
+           "one you'd",
+           "# accept without looking (public knowledge, a standard, a contract). Then run",
+           "# `idp-proxy rules check` and `idp-proxy serve`.",
+           "",
+           "[defaults]",
+           'model = "idp"',
+           "epsilon_per_query = 0.1",
+           "budget_per_analyst = 1.0      # TODO: the total epsilon one analyst may spend",
+           "",
+           "# [analysts.alice]            # or: idp-proxy users add alice",
+           "# budget = 1.0",
+           ""]
+    for table in tables:
+        out += draft_table(backend, table, from_data) + [""]
+    return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class Warning_:
+    table: str
+    column: str | None
+    text: str
+
+    def __str__(self) -> str:
+        where = f"{self.table}.{self.column}" if self.column else self.table
+        return f"rules check: [tables.{where}] {self.text}"
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, (dt.date, dt.datetime)):
+        return f"'{value.isoformat(sep=' ')}'"
+    return repr(float(value))
+
+
+def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]:
+    """The declared rules against the data, for the owner: values outside a declared
+    domain, text values missing from ``keys``, units with more rows than
+    ``max_rows_per_unit``. Warnings: the owner may mean a rule (a domain narrower than
+    the data clamps outliers on purpose). ``values``: with the domains that would hold
+    the data and the most rows of a unit (the console leaves them out: counts only)."""
+    found = []
+    for table in rules.tables.values():
+        if table.public:
+            continue
+        source = _q(table.name)
+        # one scan of the table: per column, its counts (and the range of a domain's)
+        items: list[str] = []
+        asked: list[tuple[str, Any, Any, Any]] = []  # (column, kind, lower, upper)
+        for name, column in table.columns.items():
+            col = _q(name)
+            if column.numeric or column.type in ("date", "timestamp"):
+                lower, upper = ((column.lower, column.upper) if column.numeric
+                                else column.time_domain or (None, None))
+                bounds = [(op, bound) for op, bound in (("<", lower), (">", upper))
+                          if bound is not None]
+                if bounds:
+                    outside = " OR ".join(f"{col} {op} {_literal(bound)}"
+                                          for op, bound in bounds)
+                    # NaN counts as NULL (it sorts above +inf); ±inf are clamped like others
+                    if column.type == "float":
+                        outside = f"({outside}) AND {col} <= CAST('Infinity' AS FLOAT8)"
+                    finite = (f" FILTER (WHERE {_finite(col)})" if column.type == "float"
+                              else "")
+                    items += [f"count(*) FILTER (WHERE {outside})", f"min({col}){finite}",
+                              f"max({col}){finite}"]
+                    asked.append((name, "domain", lower, upper))
+            if column.keys:
+                keys = ", ".join("'" + str(k).replace("'", "''") + "'" for k in column.keys)
+                missing = f"{col} IS NOT NULL AND CAST({col} AS TEXT) NOT IN ({keys})"
+                items += [f"count(*) FILTER (WHERE {missing})",
+                          f"count(DISTINCT {col}) FILTER (WHERE {missing})"]
+                asked.append((name, "keys", None, None))
+        answers = list(backend.read(f"SELECT {', '.join(items)} FROM {source}")[0]) \
+            if items else []
+        for name, kind, lower, upper in asked:
+            column = table.columns[name]
+            if kind == "keys":
+                count, distinct = answers[:2]
+                del answers[:2]
+                if count:
+                    found.append(Warning_(table.name, name, (
+                        f"{count} rows hold {distinct} values missing from keys: they belong "
+                        "to no group of a GROUP BY on it (add the values you'd accept to "
+                        "keys)")))
+                continue
+            count, low, high = answers[:3]
+            del answers[:3]
+            if count and low is not None:
+                if column.numeric:
+                    least = min(float(low), lower) if lower is not None else float(low)
+                    most = max(float(high), upper) if upper is not None else float(high)
+                    wider = round_outward(least, most, column.type == "int")
+                    hint = f"; a domain holding them: [{_number(wider[0])}, " \
+                           f"{_number(wider[1])}]"
+                else:
+                    first, last = _moment_domain(low or high, high or low, column.type)
+                    hint = f"; the data runs from {first[:4]} to {last[:4]}"
+                found.append(Warning_(table.name, name, (
+                    f"{count} rows lie outside the declared domain "
+                    f"[{_shown(lower)}, {_shown(upper)}]: every aggregate clamps them to "
+                    f"its bounds{hint if values else ''} (widen it, or keep it to clip on "
+                    "purpose)")))
+        if table.privacy_unit is not None and table.max_rows_per_unit is not None \
+                and table.privacy_unit in _columns(backend, table.name):
+            unit = _q(table.privacy_unit)
+            units, most = backend.read(
+                f"SELECT count(*), max(n) FROM (SELECT count(*) AS n FROM {source} "
+                f"GROUP BY {unit} HAVING count(*) > {int(table.max_rows_per_unit)}) t")[0]
+            if units:
+                found.append(Warning_(table.name, None, (
+                    f"{units} units of {table.privacy_unit} have more rows than "
+                    f"max_rows_per_unit = {table.max_rows_per_unit}"
+                    f"{f' (the most: {most})' if values else ''}: under DP their rows "
+                    "beyond it are dropped")))
+    return found
+
+
+def _shown(bound: Any) -> str:
+    if isinstance(bound, dt.datetime) and bound.time() == dt.time():
+        return bound.date().isoformat()
+    if isinstance(bound, (dt.date, dt.datetime)):
+        return bound.isoformat()
+    return "none" if bound is None else _number(bound)
+
+
+def _columns(backend: Backend, table: str) -> set[str]:
+    return {name for name, _ in backend.column_types(table)}

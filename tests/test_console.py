@@ -1,0 +1,117 @@
+"""The owner console (issue 36 item 7) in a real headless Chromium (Debian's
+``chromium``, run with ``--dump-dom`` after its scripts ran): the page loads, the chart
+renders, the filters work (from the URL, as the page keeps them), an analyst's spend
+appears after a query, the start-up check's warnings show without the data's values,
+and a token guards it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests import forked_cli, watchdog
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium")
+_READY = re.compile(r"console on http://127\.0\.0\.1:(\d+)/")
+
+
+def cli(home: Path, *args: str, stdin: str | None = None):
+    return forked_cli.run(list(args), env={**os.environ, "IDP_PROXY_HOME": str(home)},
+                          input=stdin)
+
+
+@contextmanager
+def console(home: Path, *args: str):
+    process = forked_cli.start(["console", *args, "--port", "0"],
+                               env={**os.environ, "IDP_PROXY_HOME": str(home)},
+                               stderr=subprocess.PIPE)
+    watchdog.watch_server(process.pid)
+    try:
+        seen = []
+        for line in process.stderr:
+            seen.append(line)
+            if match := _READY.search(line):
+                break
+        else:
+            raise RuntimeError("the console did not start:\n" + "".join(seen))
+        yield f"http://127.0.0.1:{match.group(1)}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+        watchdog.unwatch_server(process.pid)
+
+
+def dom(url: str) -> str:
+    """The page's DOM once its scripts have run, as headless Chromium sees it."""
+    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--virtual-time-budget=10000", "--dump-dom", url],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert 'data-loaded="yes"' in out.stdout, out.stderr[-2000:]
+    return out.stdout
+
+
+def ledger_rows(page: str) -> list[str]:
+    body = page.split('id="ledger"', 1)[1].split("</table>", 1)[0]
+    return re.findall(r'<tr class="[^"]*" data-analyst="([^"]*)"', body)
+
+
+@pytest.fixture
+def owner(tmp_path):
+    """A CSV served with drafted rules, one domain narrowed, alice and bob listed."""
+    path = tmp_path / "emp.csv"
+    path.write_text("emp_id,age,salary\n" + "".join(
+        f"{i},{20 + i % 50},{30000 + 97 * i}\n" for i in range(400)), encoding="utf-8")
+    out = cli(tmp_path, "rules", "draft", "--backend", str(path))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.replace("domain = [20, 70]", "domain = [20, 60]")
+    text = text.replace("[defaults]", "[analysts.alice]\n[analysts.bob]\n\n[defaults]")
+    (tmp_path / "rules.toml").write_text(text, encoding="utf-8")
+    return ("--rules", str(tmp_path / "rules.toml"), "--backend", str(path))
+
+
+def ask(home: Path, common, user: str, sql: str) -> None:
+    out = cli(home, "query", *common, "--user", user, sql)
+    assert out.returncode == 0, out.stderr
+
+
+def test_console_shows_budgets_chart_ledger_filters_and_warnings(tmp_path, owner):
+    ask(tmp_path, owner, "alice", "SELECT AVG(age) FROM emp")
+    ask(tmp_path, owner, "alice", "SELECT COUNT(*) FROM emp WHERE age > 30")
+    with console(tmp_path, *owner) as url:
+        page = dom(url + "/")
+        assert ledger_rows(page) == ["alice", "alice"]
+        (points,) = re.findall(r'<polyline points="([^"]+)"[^>]*data-analyst="alice"', page)
+        assert "NaN" not in points and len(points.split()) == 3  # 0, then two answers
+        assert "outside the declared domain [20, 60]" in page
+        assert "a domain holding them" not in page  # counts only, no value of the data
+        assert re.search(r"<td>alice</td><td>1(\.0)?</td><td>0\.2", page)
+
+        ask(tmp_path, owner, "bob", "SELECT MEDIAN(salary) FROM emp")  # while it runs
+        page = dom(url + "/")
+        assert ledger_rows(page) == ["alice", "alice", "bob"]
+        assert 'data-analyst="bob"' in page.split('id="chart"', 1)[1]
+        page = dom(url + "/?analyst=bob")
+        assert ledger_rows(page) == ["bob"]
+        assert 'polyline' in page and 'stroke-width="2" data-analyst="alice"' not in page
+        assert ledger_rows(dom(url + "/?status=refused")) == []
+        assert len(ledger_rows(dom(url + "/?mechanism=idp%3A%20count"))) == 1
+
+
+def test_console_with_a_token_refuses_requests_without_it(tmp_path, owner):
+    with console(tmp_path, *owner, "--token", "s3cret") as url:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url + "/api/budgets", timeout=30)
+        assert refused.value.code == 403
+        with urllib.request.urlopen(url + "/api/budgets?token=s3cret", timeout=30) as answer:
+            assert answer.status == 200 and b'"analyst"' in answer.read()
+        assert ledger_rows(dom(url + "/?token=s3cret")) == []

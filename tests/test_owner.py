@@ -1,0 +1,320 @@
+"""The owner's side (issue 36): rules drafted from the data (``idp-proxy rules draft``),
+CSV and Parquet files served directly, and the rules compared with the data
+(``idp-proxy rules check`` and at ``serve``'s start), on real DuckDB and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.owner import DATA_WARNING, check, draft, round_outward
+from proxy.rules import parse_rules
+from tests import forked_cli
+from tests.databases import load_table
+
+
+def cli(home: Path, *args: str, stdin: str | None = None):
+    return forked_cli.run(list(args), env={**os.environ, "IDP_PROXY_HOME": str(home)},
+                          input=stdin)
+
+
+def employees(n: int = 600, seed: int = 3) -> dict[str, list]:
+    """Employees, a few with two rows (a second contract), one top earner far above
+    the rest."""
+    rng = random.Random(seed)
+    ids = list(range(n)) + [1, 2, 3]
+    return {"emp_id": ids,
+            "dept": [rng.choice(["sales", "ops", "it", "legal"]) for _ in ids],
+            "age": [rng.randint(18, 67) for _ in ids],
+            "salary": [2_450_000.0 if i == 0 else rng.uniform(20_000, 240_000) for i in ids],
+            "hired": [dt.date(2010, 1, 1) + dt.timedelta(days=rng.randint(0, 5000))
+                      for _ in ids]}
+
+
+TYPES = {"emp_id": "integer", "dept": "text", "age": "integer", "salary": "double precision",
+         "hired": "date"}
+
+
+@contextmanager
+def engine_of(rules, url: str):
+    """An engine on ``url``: its start-up checks (tables, columns, types) passed."""
+    engine = Engine(rules, open_backend(url))
+    try:
+        yield engine
+    finally:
+        engine.backend.close()
+
+
+def write_csv(path: Path, columns: dict[str, list]) -> None:
+    names = list(columns)
+    rows = zip(*columns.values())
+    path.write_text(",".join(names) + "\n" + "".join(
+        ",".join(str(v) for v in row) + "\n" for row in rows), encoding="utf-8")
+
+
+@pytest.mark.parametrize(("low", "high", "integer", "expected"), [
+    (18, 67, True, (10, 70)),
+    (20_000, 2_450_000, False, (0, 3_000_000)),
+    (-3.2, 7.9, False, (-4, 8)),
+    (0.012, 0.48, False, (0, 0.5)),
+    (5, 5, True, (5, 6)),
+    (0, 0, True, (0, 1)),
+])
+def test_round_outward_holds_the_data_in_round_numbers(low, high, integer, expected):
+    lower, upper = round_outward(low, high, integer)
+    assert (lower, upper) == expected
+    assert lower <= low and upper >= high
+
+
+def test_draft_on_postgres_loads_starts_an_engine_and_passes_its_own_check(fresh_postgres):
+    load_table(fresh_postgres, "employees", employees(), TYPES)
+    backend = open_backend(fresh_postgres)
+    try:
+        text = draft(backend, ["employees"])
+    finally:
+        backend.close()
+    rules = parse_rules(text)
+    table = rules.tables["employees"]
+    assert table.privacy_unit == "emp_id"
+    assert "GUESS" in text and "TODO" in text
+    assert table.max_rows_per_unit == 1  # 3 of 603 units have 2 rows: above the 99th pct
+    assert (table.columns["age"].lower, table.columns["age"].upper) == (10, 70)
+    assert (table.columns["salary"].lower, table.columns["salary"].upper) == (0, 3_000_000)
+    assert table.columns["dept"].keys == ("it", "legal", "ops", "sales")
+    assert table.columns["hired"].time_domain == (dt.datetime(2010, 1, 1),
+                                                  dt.datetime(2023, 12, 31))
+    # every value drawn from the data says so on its own line
+    for name in ("age", "salary", "hired"):
+        line = next(row for row in text.splitlines() if row.startswith(name))
+        assert DATA_WARNING in line
+    with engine_of(rules, fresh_postgres) as engine:  # the start-up checks pass
+        assert [str(w) for w in check(rules, engine.backend)] == [
+            "rules check: [tables.employees] 3 units of emp_id have more rows than "
+            "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
+
+
+def test_the_draft_names_its_source_without_a_password():
+    empty = open_backend("duckdb:///:memory:")
+    try:
+        text = draft(empty, None, source="postgresql://owner:hunter2@db:5432/hr")
+    finally:
+        empty.close()
+    assert "postgresql://owner@db:5432/hr" in text and "hunter2" not in text
+
+
+def test_schema_only_draft_reads_no_values(fresh_postgres):
+    load_table(fresh_postgres, "employees", employees(50), TYPES)
+    backend = open_backend(fresh_postgres)
+    try:
+        text = draft(backend, None, from_data=False)
+    finally:
+        backend.close()
+    assert "domain = [" not in text.replace("domain = [L, U]", "") and "keys =" not in text and "max_rows_per_unit" not in text
+    assert "TODO: domain" in text
+    assert parse_rules(text).tables["employees"].privacy_unit == "emp_id"
+
+
+def test_draft_command_on_a_duckdb_file_writes_rules_that_answer(tmp_path):
+    url = f"duckdb:///{tmp_path / 'hr.duckdb'}"
+    load_table(url, "employees", employees(), TYPES)
+    out = cli(tmp_path, "rules", "draft", "--backend", url, "--out", str(tmp_path / "r.toml"))
+    assert out.returncode == 0, out.stderr
+    common = ("--rules", str(tmp_path / "r.toml"), "--backend", url)
+    assert cli(tmp_path, "users", "add", *common, "--password-stdin", "alice",
+               stdin="pw\n").returncode == 0
+    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
+              "SELECT COUNT(*) FROM employees WHERE age > 40")
+    assert out.returncode == 0, out.stderr
+    assert 200 < float(out.stdout.splitlines()[1]) < 450
+
+
+def test_check_reports_a_narrow_domain_a_missing_key_and_clipped_units(fresh_postgres):
+    load_table(fresh_postgres, "employees", employees(), TYPES)
+    rules = parse_rules("""
+[tables.employees]
+privacy_unit = "emp_id"
+max_rows_per_unit = 1
+[tables.employees.columns]
+emp_id = { type = "int" }
+dept   = { type = "text", keys = ["sales", "ops", "it"] }
+age    = { type = "int", domain = [16, 60] }
+salary = { type = "float", domain = [0, 300000] }
+hired  = { type = "date", domain = [2000-01-01, 2010-12-31] }
+""")
+    with engine_of(rules, fresh_postgres) as engine:
+        found = {(w.column): w.text for w in check(rules, engine.backend)}
+    assert set(found) == {"dept", "age", "salary", "hired", None}
+    assert "values missing from keys" in found["dept"] and "1 values" in found["dept"]
+    assert "outside the declared domain [16, 60]" in found["age"]
+    assert "[10, 70]" in found["age"]
+    assert found["salary"].startswith("1 rows lie outside the declared domain [0, 300000]")
+    assert "[0, 3000000]" in found["salary"]
+    assert "[2000-01-01, 2010-12-31]" in found["hired"]
+    assert "from 2010 to 2023" in found["hired"]
+    assert "3 units of emp_id" in found[None]
+
+
+def test_check_counts_nan_as_null_and_infinities_as_outside(duckdb_url):
+    load_table(duckdb_url, "m", {"v": [1.0, 2.0, float("nan"), float("inf"), 900.0]},
+               {"v": "double"})
+    rules = parse_rules("[tables.m]\n[tables.m.columns]\nv = { type = \"float\", "
+                        "domain = [0, 10] }\n")
+    with engine_of(rules, duckdb_url) as engine:
+        (found,) = check(rules, engine.backend)
+    assert found.text.startswith("2 rows lie outside the declared domain [0, 10]")
+    assert "[0, 900]" in found.text
+    backend = open_backend(duckdb_url)
+    try:
+        assert "domain = [0, 900]" in draft(backend)
+    finally:
+        backend.close()
+
+
+def test_a_csv_from_an_empty_folder_to_a_private_answer(tmp_path):
+    """The owner's ten minutes: draft from the CSV, check, add a login, query."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_csv(data / "employees.csv", employees())
+    out = cli(tmp_path, "rules", "draft", "--backend", str(data / "employees.csv"),
+              "--out", str(tmp_path / "rules.toml"))
+    assert out.returncode == 0, out.stderr
+    rules = str(tmp_path / "rules.toml")
+    common = ("--rules", rules, "--backend", str(data / "employees.csv"))
+    out = cli(tmp_path, "rules", "check", *common)
+    assert out.returncode == 0, out.stderr
+    assert "3 units of emp_id" in out.stdout and "outside" not in out.stdout
+    out = cli(tmp_path, "users", "add", *common, "--password-stdin", "alice", stdin="pw\n")
+    assert out.returncode == 0, out.stderr
+    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
+              "SELECT COUNT(*) FROM employees WHERE age > 40")
+    assert out.returncode == 0, out.stderr
+    assert 200 < float(out.stdout.splitlines()[1]) < 450
+    assert (data / "employees.csv.idp-proxy.duckdb").exists()
+    # the budget is kept beside the data: a second run sees the first's spending
+    out = cli(tmp_path, "budget", "show", *common, "alice", "--format", "csv")
+    assert out.stdout.splitlines()[1].startswith("alice,1,0.1,0.9")
+
+
+def test_parquet_and_a_folder_are_tables_named_after_their_files(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_csv(data / "Staff 2024.csv", employees(100))
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT range AS visit_id, range % 40 AS emp_id, range * 1.5 AS cost "
+                f"FROM range(300)) TO '{data / 'visits.parquet'}' (FORMAT parquet)")
+    con.close()
+    out = cli(tmp_path, "rules", "draft", "--backend", str(data))
+    assert out.returncode == 0, out.stderr
+    rules = parse_rules(out.stdout)
+    assert set(rules.tables) == {"staff_2024", "visits"}
+    assert rules.tables["visits"].privacy_unit == "emp_id"
+    assert rules.tables["visits"].columns["cost"].upper == 500
+    out = cli(tmp_path, "rules", "draft", "--backend", str(data / "visits.parquet"))
+    assert out.returncode == 0, out.stderr
+    assert set(parse_rules(out.stdout).tables) == {"visits"}
+    (data / "Staff 2024.csv").unlink()  # a file removed from the folder: its table goes
+    out = cli(tmp_path, "rules", "draft", "--backend", str(data))
+    assert out.returncode == 0, out.stderr
+    assert set(parse_rules(out.stdout).tables) == {"visits"}
+
+
+def test_a_changed_csv_is_copied_again_and_the_ledger_kept(tmp_path):
+    path = tmp_path / "emp.csv"
+    write_csv(path, employees(100))
+    (tmp_path / "rules.toml").write_text("""
+[tables.emp]
+[tables.emp.columns]
+age = { type = "int", domain = [0, 100] }
+""")
+    common = ("--rules", str(tmp_path / "rules.toml"), "--backend", str(path))
+    assert cli(tmp_path, "users", "add", *common, "--password-stdin", "bob",
+               stdin="pw\n").returncode == 0
+    write_csv(path, employees(30))
+    os.utime(path, ns=(1, 1))  # a different modification time, whatever the clock
+    out = cli(tmp_path, "rules", "draft", "--backend", str(path))
+    assert "30 units" in out.stdout
+    out = cli(tmp_path, "users", "list", *common, "--format", "csv")
+    assert "bob" in out.stdout
+
+
+def test_serve_starts_on_a_drafted_file_and_logs_the_rules_check(tmp_path):
+    from tests.wireserver import running_proxy
+
+    path = tmp_path / "emp.csv"
+    write_csv(path, employees(200))
+    out = cli(tmp_path, "rules", "draft", "--backend", str(path))
+    text = out.stdout.replace("domain = [10, 70]", "domain = [16, 60]")
+    text = text.replace('keys = ["it", "legal", "ops", "sales"]', 'keys = ["it", "ops"]')
+    text = text.replace('[defaults]', '[server]\nauth = "trust"\n\n[analysts.alice]\n\n[defaults]')
+    (tmp_path / "rules.toml").write_text(text)
+    with running_proxy(tmp_path / "rules.toml", str(path), tmp_path) as proxy:
+        import psycopg
+
+        with psycopg.connect(proxy.dsn("alice", "emp"), autocommit=True) as con:
+            assert con.execute("SELECT COUNT(*) FROM emp").fetchone()[0] > 0
+    log = "".join(proxy.log)
+    assert "[tables.emp.age]" in log and "outside the declared domain [16, 60]" in log
+    assert "[tables.emp.dept]" in log and "values missing from keys" in log
+
+
+def test_start_up_connection_errors_say_what_to_run(postgres_url, tmp_path):
+    """Issue 36 item 4: the owner's setup errors name the cause and the fix (the cause
+    reached only the --debug log before)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    info = conninfo_to_dict(postgres_url)
+    cases = [
+        (make_conninfo(postgres_url, dbname="no_such_db"),
+         ['database "no_such_db" does not exist', "CREATE DATABASE no_such_db"]),
+        (make_conninfo(postgres_url, user="no_such_role"),
+         ['role "no_such_role" does not exist', "CREATE ROLE no_such_role LOGIN",
+          "GRANT CREATE ON DATABASE"]),
+        (make_conninfo(postgres_url, port="1"),
+         [f"is PostgreSQL running and listening on {info.get('host')}:1?"]),
+    ]
+    for url, expected in cases:
+        out = cli(tmp_path, "rules", "draft", "--backend", _as_url(url))
+        assert out.returncode == 1
+        assert out.stderr.startswith("ERROR [08006]: could not connect to the database")
+        for text in expected:
+            assert text in out.stderr, out.stderr
+
+
+def _as_url(conninfo: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(conninfo)
+    return (f"postgresql://{info['user']}@{info.get('host', '127.0.0.1')}:"
+            f"{info.get('port', 5432)}/{info['dbname']}")
+
+
+def test_postgres_from_draft_to_a_private_answer_through_the_command_line(fresh_postgres,
+                                                                        tmp_path):
+    """Issue 36's acceptance on PostgreSQL: rules draft, rules check, users add, query,
+    with no hand-edited line."""
+    load_table(fresh_postgres, "employees", employees(), TYPES)
+    rules = str(tmp_path / "rules.toml")
+    out = cli(tmp_path, "rules", "draft", "--backend", fresh_postgres, "--out", rules)
+    assert out.returncode == 0, out.stderr
+    common = ("--rules", rules, "--backend", fresh_postgres)
+    out = cli(tmp_path, "rules", "check", *common)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "rules check: [tables.employees] 3 units of emp_id have more rows than "
+        "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
+    assert cli(tmp_path, "users", "add", *common, "--password-stdin", "alice",
+               stdin="pw\n").returncode == 0
+    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
+              "SELECT dept, COUNT(*) FROM employees GROUP BY dept")
+    assert out.returncode == 0, out.stderr
+    counts = dict(line.split(",") for line in out.stdout.splitlines()[1:])
+    assert set(counts) == {"it", "legal", "ops", "sales"}
+    assert all(60 < float(n) < 260 for n in counts.values())
