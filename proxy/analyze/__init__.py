@@ -151,7 +151,7 @@ def analyze(
 ) -> QueryPlan | PassthroughPlan | GroupingSetsPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     checkpoint()
-    select = _only_select(statement)
+    select = _distinct_unwrapped(_only_select(statement))
     if _public_only(select, rules):
         return PassthroughPlan(select.copy())
     sets = grouping_sets_plan(select, lambda part: analyze(part, rules, settings, hint),
@@ -363,6 +363,21 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
     if model == "dp" and table.privacy_unit and table.max_rows_per_unit is None:
         raise NotSupported(f"the DP model on {table.name} needs max_rows_per_unit in the rules "
                            "(a contribution bound per privacy unit); use idp.model = 'idp'")
+
+
+def _distinct_unwrapped(select: exp.Select) -> exp.Select:
+    """``select`` with the brackets around DISTINCT's values dropped (a copy when there
+    are any): Power BI writes ``COUNT(DISTINCT ("t"."person_id"))``, the same value as
+    ``COUNT(DISTINCT "t"."person_id")``."""
+    if not any(isinstance(value, exp.Paren) for distinct in select.find_all(exp.Distinct)
+               for value in distinct.expressions):
+        return select
+    select = select.copy()
+    for distinct in list(select.find_all(exp.Distinct)):
+        for value in list(distinct.expressions):
+            if isinstance(value, exp.Paren):
+                value.replace(value.unnest())
+    return select
 
 
 def _only_select(statement: exp.Expression) -> exp.Select:

@@ -26,8 +26,8 @@ least one unique or bounded key; with only inner joins the tables may come in an
 order, and the other conditions of their ON clauses are filters, checked as WHERE
 conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
 from the public table itself); aggregates take columns of the protected table.
-Everything else is refused in one line naming this form: RIGHT, FULL, CROSS, NATURAL
-and USING joins, a public table on the preserving side of an outer join, a join on a
+Everything else is refused in one line naming this form: RIGHT, FULL, CROSS and
+NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``), a public table on the preserving side of an outer join, a join on a
 column declared neither unique nor bounded, ON conditions other than equalities of a
 protected and a public column.
 

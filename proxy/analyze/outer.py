@@ -43,7 +43,7 @@ from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.errors import NotSupported, RawRowAccess
-from proxy.vocabulary import COUNT, SUM, QueryPlan
+from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, GroupKey, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 
@@ -215,7 +215,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
         raise NotSupported("the series limit ranks by a metric the chart does not ask for; "
                            "rank by one of the chart's metrics")
     terms = []
-    for main_side, body_column in pairs:
+    for main_side, body_column, null_safe in pairs:
         body_output = [o for o in body_plan.outputs if o.name == body_column]
         main_output = [o for o, item in zip(main_plan.outputs, main.expressions)
                        if item.unalias() == main_side or item == main_side]
@@ -226,6 +226,10 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
         term = main_plan.group_by[main_output[0].group]
         if not term.same_term(body_plan.group_by[body_output[0].group]):
             raise NotSupported("the series-limit join pairs two different group columns")
+        if null_safe and _may_be_null(term):
+            raise NotSupported(f"the top-N join ON … IS NOT DISTINCT FROM … over "
+                               f"{term.name}, which can be NULL, is not supported: write "
+                               "the join with = (or group by a column with declared keys)")
         terms.append(main_output[0].group)
     if len(terms) != len(body_plan.group_by):
         raise NotSupported("the series-limit join must pair every group column of the "
@@ -240,18 +244,33 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     return replace(main_plan, post=limit)
 
 
-def _join_pairs(on: exp.Expression | None, alias: str) -> list[tuple[exp.Expression, str]]:
-    """(outer expression, subquery column) of each equality of the ON condition."""
+def _may_be_null(term: GroupKey) -> bool:
+    """Whether a group of ``term`` can have the key NULL: one of its public keys is (a
+    CASE … ELSE NULL), or its keys are read from data later (a public table's column,
+    a partition selection), which may hold NULL."""
+    if term.kind in (PUBLIC, SELECTED):
+        return True
+    return any(key is None for key in (term.labels if term.labels is not None
+                                       else term.keys))
+
+
+def _join_pairs(on: exp.Expression | None, alias: str
+                ) -> list[tuple[exp.Expression, str, bool]]:
+    """(outer expression, subquery column, whether NULL-safe) of each equality of the ON
+    condition: ``=``, or Tableau's ``IS NOT DISTINCT FROM``, which is the same join
+    where the group cannot be NULL (``_series_limited`` checks that)."""
     if on is None:
         raise NotSupported("a join needs an ON condition")
+    on = on.unnest()
     pairs = []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
-        if not isinstance(condition, exp.EQ):
+        condition = condition.unnest()
+        if not isinstance(condition, (exp.EQ, exp.NullSafeEQ)):
             raise NotSupported("the series-limit join takes equalities of group columns")
         sides = [condition.this, condition.expression]
         inner = [s for s in sides if isinstance(s, exp.Column) and s.table == alias]
         if len(inner) != 1:
             raise NotSupported("the series-limit join takes equalities of group columns")
         other = sides[1] if sides[0] is inner[0] else sides[0]
-        pairs.append((other, inner[0].name))
+        pairs.append((other, inner[0].name, isinstance(condition, exp.NullSafeEQ)))
     return pairs
