@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.factories import Table, engine_fixture, table_of_rows
@@ -108,6 +109,20 @@ REFUSED = [
      "does not exist in right table"),
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (person_id) JOIN visits w "
      "USING (person_id)", "42702", 'common column name "person_id" appears more than once'),
+    # Tableau's IS NOT DISTINCT FROM between two tables: a NULL would join every NULL
+    ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id IS NOT DISTINCT FROM "
+     "p.person_id", "0A000", "write ON v.person_id = p.person_id"),
+    # refusals that name what the statement has: no WHERE where there is none, no tool's
+    # name for another's SQL (issue 33 item 5)
+    ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id = p.person_id AND "
+     "p.age % 2 = 0", "0A000", "MOD is not allowed in ON;"),
+    ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id = p.person_id AND "
+     "p.age > 3 WHERE p.age % 2 = 0", "0A000", "MOD is not allowed in WHERE or ON;"),
+    ("SELECT COUNT(*) FROM visits v, people p WHERE v.person_id = p.person_id AND "
+     "p.age % 2 = 0", "0A000", "MOD is not allowed in WHERE;"),
+    ("SELECT a.n / b.m FROM (SELECT COUNT(*) AS n FROM people) a CROSS JOIN (SELECT "
+     "COUNT(*) AS m FROM visits) b", "0A000", "a CROSS JOIN with a subquery over a "
+     "protected table is not supported"),
     # USING merges the unit; the join rules then decide on its ON form
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
      "join on their privacy unit or along a declared link only"),
@@ -118,3 +133,8 @@ REFUSED = [
 def test_forms_that_differ_or_postgresql_refuses_are_refused_for_free(engine, sql, sqlstate,
                                                                      fragment):
     refused_for_free(engine, sql, sqlstate, fragment)
+    with pytest.raises(Refused) as refused:
+        list(Session.open(engine, "alice").execute(sql))
+    what = str(refused.value).split(";")[0]  # what is refused; the advice may name WHERE
+    assert "WHERE" in sql or "WHERE" not in what
+    assert "Superset" not in str(refused.value)

@@ -280,6 +280,12 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
             condition = condition.this
+        if isinstance(condition, exp.NullSafeEQ) and all(
+                isinstance(side, exp.Column) and side.table
+                for side in (condition.this, condition.expression)):
+            raise NotSupported(f"IS NOT DISTINCT FROM joining two tables is not supported (a "
+                               f"NULL would join every NULL, which no key does); write "
+                               f"ON {condition.this.sql()} = {condition.expression.sql()}")
         sides = (condition.this, condition.expression) if isinstance(condition, exp.EQ) \
             else ()
         aliases = [s.table.lower() for s in sides if isinstance(s, exp.Column)]

@@ -115,8 +115,9 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
 
 def _joined_subquery() -> NotSupported:
     return NotSupported("a join with a subquery over a protected table is not supported; "
-                        f"join the tables themselves: {JOIN_FORM} (or a subquery of the "
-                        "query's own top N groups, as Superset sends)")
+                        f"join the tables themselves: {JOIN_FORM} (or inner-join the "
+                        "subquery of the query's own top N groups: JOIN (SELECT k, COUNT(*) "
+                        "AS n FROM t GROUP BY k ORDER BY n DESC LIMIT 5) s ON k = s.k)")
 
 
 def over_release(select: exp.Select, source: str, plan: QueryPlan,
@@ -190,8 +191,10 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     alias = join.this.alias_or_name
     body = _with_ctes(ctes[name], ctes, name)
     if join.args.get("side") or join.args.get("kind") not in (None, "INNER", ""):
-        raise NotSupported("only an inner join with a series-limit subquery is supported "
-                           "(Superset's 'group others' option is not)")
+        what = (join.args.get("side") or join.args.get("kind") or "").upper()
+        raise NotSupported(f"a {what} JOIN with a subquery over a protected table is not "
+                           "supported; only an inner join with the subquery of the query's "
+                           "own top N groups is (a top-N or series limit)")
     if not (isinstance(body, exp.Select) and body.args.get("limit") and body.args.get("group")
             and body.args.get("order")):
         raise _joined_subquery()
