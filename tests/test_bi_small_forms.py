@@ -138,3 +138,18 @@ def test_forms_that_differ_or_postgresql_refuses_are_refused_for_free(engine, sq
     what = str(refused.value).split(";")[0]  # what is refused; the advice may name WHERE
     assert "WHERE" in sql or "WHERE" not in what
     assert "Superset" not in str(refused.value)
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_null_series_ranks_in_the_top_n_but_joins_nothing_with_equals(engine, limit):
+    """``ON k = t0.k``: the subquery's top N may hold the NULL group, which = joins to no
+    row, so the answer lacks it, as PostgreSQL's."""
+    case = "CASE WHEN age > 60 THEN 'old' ELSE NULL END"
+    sql = (f"SELECT {case} AS k, COUNT(*) AS n FROM people JOIN (SELECT {case} AS k, "
+           f"COUNT(*) AS x FROM people GROUP BY 1 ORDER BY 2 DESC LIMIT {limit}) t0 "
+           f"ON {case} = t0.k GROUP BY 1")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    old = sum(1 for row in PEOPLE if row[1] > 60)
+    assert old < len(PEOPLE) - old  # the NULL group ranks first
+    assert sorted(answer.rows) == ([] if limit == 1 else [("old", old)])

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlglot import exp
 
@@ -80,6 +81,9 @@ class SeriesLimit:
     aggregate: int
     limit: int
     descending: bool
+    # (term, its key that is NULL) of each term the join compares with =: the NULL
+    # series ranks in the subquery but joins nothing, so its groups are dropped
+    unmatched: tuple[tuple[int, Any], ...] = ()
 
 
 def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
@@ -217,7 +221,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     if metric not in main_plan.aggregates:
         raise NotSupported("the series limit ranks by a metric the chart does not ask for; "
                            "rank by one of the chart's metrics")
-    terms = []
+    terms, unmatched = [], []
     for main_side, body_column, null_safe in pairs:
         body_output = [o for o in body_plan.outputs if o.name == body_column]
         main_output = [o for o, item in zip(main_plan.outputs, main.expressions)
@@ -234,6 +238,9 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
                                f"{term.name}, which can be NULL, is not supported: write "
                                "the join with = (or group by a column with declared keys)")
         terms.append(main_output[0].group)
+        if not null_safe:
+            unmatched.append((main_output[0].group, None if term.labels is None or None
+                              not in term.labels else term.labels.index(None)))
     if len(terms) != len(body_plan.group_by):
         raise NotSupported("the series-limit join must pair every group column of the "
                            "subquery")
@@ -243,7 +250,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
                            f"not for {metric.label.upper()}: remove the series limit or "
                            "rank by COUNT or SUM")
     limit = SeriesLimit(tuple(terms), main_plan.aggregates.index(metric), body_plan.limit,
-                        descending)
+                        descending, tuple(unmatched))
     return replace(main_plan, post=limit)
 
 
