@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from proxy.analyze import analyze, parse_statements
 from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
+from proxy.settings import Settings
 from tests.factories import Table, engine_fixture, table_of_rows
 from tests.probes import recorded_statistics, refused_for_free
 
@@ -65,6 +67,12 @@ SAME = [
      "USING (person_id) WHERE p.age < 60 GROUP BY region",
      "SELECT p.region, COUNT(DISTINCT p.person_id) FROM people p LEFT JOIN visits v "
      "ON p.person_id = v.person_id WHERE p.age < 60 GROUP BY p.region"),
+    # ORDER BY an output column named like the merged one orders by the output column
+    ("SELECT region, COUNT(*) AS person_id FROM visits JOIN people USING (person_id) "
+     "WHERE person_id > 20 GROUP BY region ORDER BY person_id DESC",
+     "SELECT p.region, COUNT(*) AS person_id FROM visits v JOIN people p "
+     "ON v.person_id = p.person_id WHERE v.person_id > 20 GROUP BY p.region "
+     "ORDER BY person_id DESC"),
     ('SELECT "_"."region", COUNT(DISTINCT ("_"."person_id")) AS "a0" FROM "public"."people" '
      '"_" GROUP BY "_"."region"',
      "SELECT region, COUNT(DISTINCT person_id) FROM people GROUP BY region"),
@@ -76,6 +84,11 @@ def test_the_tools_forms_are_answered_as_the_form_they_mean(engine, written, ans
     shift, groups, keys, _ = recorded_statistics(engine, written)
     assert (shift, groups, keys) == recorded_statistics(engine, answered)[:3]
     assert keys and groups
+
+
+def test_order_by_the_output_named_like_the_merged_column_orders_by_the_output():
+    plan = analyze(parse_statements(SAME[2][0])[0], RULES, Settings())
+    assert plan.order_by == ((1, True),)
 
 
 TOP_N = ('SELECT "people"."region" AS "region", COUNT(1) AS "cnt" FROM "public"."people" '

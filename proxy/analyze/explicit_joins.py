@@ -99,10 +99,13 @@ def _using_as_on(select: exp.Select, index: int, columns: dict[str, frozenset[st
                                  expression=exp.column(name, table=right)))
     join.set("using", None)
     join.set("on", exp.and_(*equalities) if len(equalities) > 1 else equalities[0])
+    aliases = {item.alias.lower() for item in select.expressions if item.alias}
     for node in list(select.walk(prune=lambda n: n is not select and isinstance(
             n, (exp.Select, exp.Subquery)))):
         if isinstance(node, exp.Column) and not node.table and not isinstance(
-                node.this, exp.Star) and node.name.lower() in merged:
+                node.this, exp.Star) and node.name.lower() in merged and not (
+                node.name.lower() in aliases and node.find_ancestor(exp.Order)):
+            # (an output column's name in ORDER BY names that column, as PostgreSQL reads it)
             node.set("table", exp.to_identifier(merged[node.name.lower()]))
 
 
