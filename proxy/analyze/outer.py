@@ -210,17 +210,17 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     main_plan, body_plan = _one_release(analyse, main), _one_release(analyse, body)
     if (main_plan.where is None) != (body_plan.where is None) or (
             main_plan.where is not None and main_plan.where.sql() != body_plan.where.sql()):
-        raise NotSupported("the series-limit subquery must filter as the outer query does")
+        raise NotSupported("the top-N subquery must filter as the outer query does")
     if len(body_plan.order_by) != 1 or body_plan.limit is None:
-        raise NotSupported("the series-limit subquery orders by one metric and has a LIMIT")
+        raise NotSupported("the top-N subquery orders by one metric and has a LIMIT")
     index, descending = body_plan.order_by[0]
     ranked = body_plan.outputs[index].aggregate
     if ranked is None:
-        raise NotSupported("the series-limit subquery must rank by a metric")
+        raise NotSupported("the top-N subquery must rank by a metric")
     metric = body_plan.aggregates[ranked]
     if metric not in main_plan.aggregates:
-        raise NotSupported("the series limit ranks by a metric the chart does not ask for; "
-                           "rank by one of the chart's metrics")
+        raise NotSupported("the top-N subquery ranks by a metric the query does not ask for; "
+                           "rank by one of the query's aggregates")
     terms, unmatched = [], []
     for main_side, body_column, null_safe in pairs:
         body_output = [o for o in body_plan.outputs if o.name == body_column]
@@ -228,11 +228,11 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
                        if item.unalias() == main_side or item == main_side]
         if len(body_output) != 1 or body_output[0].group is None or len(main_output) != 1 \
                 or main_output[0].group is None:
-            raise NotSupported("the series-limit join must pair each group column with the "
+            raise NotSupported("the top-N join must pair each group column with the "
                                "subquery's column of the same group")
         term = main_plan.group_by[main_output[0].group]
         if not term.same_term(body_plan.group_by[body_output[0].group]):
-            raise NotSupported("the series-limit join pairs two different group columns")
+            raise NotSupported("the top-N join pairs two different group columns")
         if null_safe and _may_be_null(term):
             raise NotSupported(f"the top-N join ON … IS NOT DISTINCT FROM … over "
                                f"{term.name}, which can be NULL, is not supported: write "
@@ -242,12 +242,12 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
             unmatched.append((main_output[0].group, None if term.labels is None or None
                               not in term.labels else term.labels.index(None)))
     if len(terms) != len(body_plan.group_by):
-        raise NotSupported("the series-limit join must pair every group column of the "
+        raise NotSupported("the top-N join must pair every group column of the "
                            "subquery")
     if len(set(terms)) < len(main_plan.group_by) and metric.kind not in (COUNT, SUM):
-        raise NotSupported(f"a series limit over time buckets ranks the series by their "
+        raise NotSupported(f"a top-N join over time buckets ranks the series by their "
                            f"total; that total is known from the release for COUNT and SUM, "
-                           f"not for {metric.label.upper()}: remove the series limit or "
+                           f"not for {metric.label.upper()}: remove the top-N join or "
                            "rank by COUNT or SUM")
     limit = SeriesLimit(tuple(terms), main_plan.aggregates.index(metric), body_plan.limit,
                         descending, tuple(unmatched))
@@ -276,11 +276,11 @@ def _join_pairs(on: exp.Expression | None, alias: str
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         condition = condition.unnest()
         if not isinstance(condition, (exp.EQ, exp.NullSafeEQ)):
-            raise NotSupported("the series-limit join takes equalities of group columns")
+            raise NotSupported("the top-N join takes equalities (=, IS NOT DISTINCT FROM) of group columns")
         sides = [condition.this, condition.expression]
         inner = [s for s in sides if isinstance(s, exp.Column) and s.table == alias]
         if len(inner) != 1:
-            raise NotSupported("the series-limit join takes equalities of group columns")
+            raise NotSupported("the top-N join takes equalities (=, IS NOT DISTINCT FROM) of group columns")
         other = sides[1] if sides[0] is inner[0] else sides[0]
         pairs.append((other, inner[0].name, isinstance(condition, exp.NullSafeEQ)))
     return pairs
