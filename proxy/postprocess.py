@@ -32,7 +32,8 @@ def series_limited(limit: SeriesLimit, keys: list[tuple], released: list[list[An
                    ) -> tuple[list[tuple], list[list[Any]]]:
     """The groups whose series (the keys of ``limit.terms``) are among the first
     ``limit.limit`` by the released metric, summed over the other keys; ties broken by
-    the order of the keys in the rules (public), as every ordering of released values."""
+    the order of the keys in the rules (public), as every ordering of released values.
+    A NULL series of a term joined with ``=`` ranks, but joins nothing: dropped."""
     totals: dict[tuple, float] = defaultdict(float)
     order: list[tuple] = []
     for key, values in zip(keys, released):
@@ -43,7 +44,9 @@ def series_limited(limit: SeriesLimit, keys: list[tuple], released: list[list[An
     ranked = sorted(order, key=lambda s: totals[s], reverse=limit.descending)
     kept = set(ranked[: limit.limit])
     pairs = [(key, values) for key, values in zip(keys, released)
-             if tuple(key[i] for i in limit.terms) in kept]
+             if tuple(key[i] for i in limit.terms) in kept
+             and not any(key[i] is null if null is None else key[i] == null
+                         for i, null in limit.unmatched)]
     return [key for key, _ in pairs], [values for _, values in pairs]
 
 

@@ -56,6 +56,18 @@ from proxy.vocabulary import PUBLIC, SELECTED, GroupingSetsPlan, PassthroughPlan
 log = logging.getLogger("idp_proxy.session")
 
 
+# the idp.* settings SHOW ALL lists, each with what it does (docs/clients.md)
+IDP_SETTINGS = {
+    "idp.budget": "the ε left of your budget (read only)",
+    "idp.epsilon": "ε spent by each query (SET idp.epsilon = 0.05)",
+    "idp.model": "privacy model: 'idp' (individual DP) or 'dp'",
+    "idp.sensitivity": "DP's noise scale: 'global', 'smooth', 'instance' or 'piecewise'",
+    "idp.gamma": "the smooth sensitivity's γ (with idp.sensitivity = 'smooth')",
+    "idp.intervals": "on: each aggregate gets its 95 % error bounds as two more columns",
+    "idp.prior": "the prior of an individual query, e.g. 'uniform(0, 200000)'",
+}
+
+
 @dataclass
 class Answer:
     """One statement's result: rows for the client, and the privacy metadata."""
@@ -225,6 +237,12 @@ class Session:
             return Answer("RESET" if command.value is None else "SET")
         value = self._show(command.name)
         return Answer("SHOW", [command.name.split(".")[-1]], [(value,)], kinds=[_TEXT])
+
+    def show_all(self) -> list[tuple[str, str, str]]:
+        """The idp.* settings (name, current value, description), as SHOW ALL lists
+        them beside the ordinary ones."""
+        return [(name, self._show(name), description)
+                for name, description in IDP_SETTINGS.items()]
 
     def _show(self, name: str) -> str:
         rules = self.engine.rules

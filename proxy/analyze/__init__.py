@@ -156,7 +156,7 @@ def analyze(
 ) -> QueryPlan | PassthroughPlan | GroupingSetsPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     checkpoint()
-    select = _only_select(statement)
+    select = _distinct_unwrapped(_only_select(statement))
     if _public_only(select, rules):
         return PassthroughPlan(select.copy())
     sets = grouping_sets_plan(select, lambda part: analyze(part, rules, settings, hint),
@@ -178,6 +178,7 @@ def analyze(
     if outer is not None:
         _check_answer_size(outer.group_by, _columns(select, outer), rules)
         return outer
+    place = _conditions_place(select)
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
     _refuse_compound(alone)
@@ -228,7 +229,7 @@ def analyze(
     checkpoint()
     plan = QueryPlan(
         table=table,
-        where=check_predicate(where.this, table, declared) if where else None,
+        where=check_predicate(where.this, table, declared, place) if where else None,
         group_by=group_by,
         aggregates=aggregates,
         outputs=outputs,
@@ -396,6 +397,31 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
     if model == "dp" and table.privacy_unit and table.max_rows_per_unit is None:
         raise NotSupported(f"the DP model on {table.name} needs max_rows_per_unit in the rules "
                            "(a contribution bound per privacy unit); use idp.model = 'idp'")
+
+
+def _conditions_place(select: exp.Select) -> str:
+    """Where the statement's row conditions are written, for refusals: an inner join's
+    ON conditions other than one equality are checked with the WHERE's."""
+    ons = [join.args.get("on") for join in select.args.get("joins") or []]
+    conditions = any(on is not None and not isinstance(on.unnest(), exp.EQ) for on in ons)
+    if not conditions:
+        return "WHERE"
+    return "WHERE or ON" if select.args.get("where") is not None else "ON"
+
+
+def _distinct_unwrapped(select: exp.Select) -> exp.Select:
+    """``select`` with the brackets around DISTINCT's values dropped (a copy when there
+    are any): Power BI writes ``COUNT(DISTINCT ("t"."person_id"))``, the same value as
+    ``COUNT(DISTINCT "t"."person_id")``."""
+    if not any(isinstance(value, exp.Paren) for distinct in select.find_all(exp.Distinct)
+               for value in distinct.expressions):
+        return select
+    select = select.copy()
+    for distinct in list(select.find_all(exp.Distinct)):
+        for value in list(distinct.expressions):
+            if isinstance(value, exp.Paren):
+                value.replace(value.unnest())
+    return select
 
 
 def _only_select(statement: exp.Expression) -> exp.Select:

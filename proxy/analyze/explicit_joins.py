@@ -16,6 +16,13 @@ privacy question of its own.
   it; two tables holding it is PostgreSQL's 42702 (ambiguous column), none leaves it
   as it is (the checks after say it is undeclared). Subqueries keep their own scope
   and are not looked into.
+- **USING.** ``a JOIN b USING (c)`` is ``a JOIN b ON a.c = b.c`` (each column of the
+  list one equality), the left side being the one earlier table whose declared
+  columns hold ``c`` (none: PostgreSQL's 42703; two: its 42702). USING merges the two
+  columns into one, which an unqualified ``c`` anywhere in the query names: it is the
+  left table's (an inner join's two are equal, a LEFT join's merged column is the
+  left one), so unqualified ``c`` is qualified by the left table throughout the query
+  (outside subqueries). The join rules then decide on the ON form.
 - **Comma joins.** When every join of the FROM is a comma join or an inner ``JOIN …
   ON`` (no outer, CROSS, NATURAL or USING join among them), the conjuncts of the WHERE
   and of the ON clauses are pooled; an equality of two columns of different tables
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.errors import AmbiguousColumn
+from proxy.errors import AmbiguousColumn, UnknownColumn
 from proxy.rules import Rules
 
 
@@ -52,6 +59,9 @@ def explicit_joins(select: exp.Select, rules: Rules) -> exp.Select:
         return select  # a name used twice: refused by the join checks
     select = select.copy()
     joins = select.args["joins"]
+    for index, join in enumerate(joins):
+        if join.args.get("using") and not join.args.get("method"):
+            _using_as_on(select, index, columns)
     where = select.args.get("where")
     for clause in [where, *(join.args.get("on") for join in joins)]:
         if clause is not None:
@@ -60,6 +70,43 @@ def explicit_joins(select: exp.Select, rules: Rules) -> exp.Select:
                                                   for join in joins):
         return _joined_explicitly(select, columns)
     return select
+
+
+def _using_as_on(select: exp.Select, index: int, columns: dict[str, frozenset[str]]
+                 ) -> None:
+    """Rewrite the USING of ``select``'s join ``index`` into its ON equalities, in place,
+    and qualify the merged columns' unqualified references by the left table."""
+    join = select.args["joins"][index]
+    earlier = [select.args["from_"].this, *(j.this for j in select.args["joins"][:index])]
+    right = join.this.alias_or_name.lower()
+    equalities, merged = [], {}
+    for identifier in join.args["using"]:
+        name = identifier.name.lower()
+        if name not in columns[right]:
+            raise UnknownColumn(f'column "{name}" specified in USING clause does not exist '
+                                f"in right table {right}")
+        holders = [t.alias_or_name.lower() for t in earlier
+                   if name in columns[t.alias_or_name.lower()]]
+        if not holders:
+            raise UnknownColumn(f'column "{name}" specified in USING clause does not exist '
+                                "in left table")
+        if len(holders) > 1:
+            raise AmbiguousColumn(f'common column name "{name}" appears more than once in '
+                                  f"left table ({' and '.join(holders)}); join with ON "
+                                  f"{holders[0]}.{name} = {right}.{name}")
+        merged[name] = holders[0]
+        equalities.append(exp.EQ(this=exp.column(name, table=holders[0]),
+                                 expression=exp.column(name, table=right)))
+    join.set("using", None)
+    join.set("on", exp.and_(*equalities) if len(equalities) > 1 else equalities[0])
+    aliases = {item.alias.lower() for item in select.expressions if item.alias}
+    for node in list(select.walk(prune=lambda n: n is not select and isinstance(
+            n, (exp.Select, exp.Subquery)))):
+        if isinstance(node, exp.Column) and not node.table and not isinstance(
+                node.this, exp.Star) and node.name.lower() in merged and not (
+                node.name.lower() in aliases and node.find_ancestor(exp.Order)):
+            # (an output column's name in ORDER BY names that column, as PostgreSQL reads it)
+            node.set("table", exp.to_identifier(merged[node.name.lower()]))
 
 
 def _declared_columns(source: exp.Table, rules: Rules) -> frozenset[str]:

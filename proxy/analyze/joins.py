@@ -26,8 +26,8 @@ least one unique or bounded key; with only inner joins the tables may come in an
 order, and the other conditions of their ON clauses are filters, checked as WHERE
 conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
 from the public table itself); aggregates take columns of the protected table.
-Everything else is refused in one line naming this form: RIGHT, FULL, CROSS, NATURAL
-and USING joins, a public table on the preserving side of an outer join, a join on a
+Everything else is refused in one line naming this form: RIGHT, FULL, CROSS and
+NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``), a public table on the preserving side of an outer join, a join on a
 column declared neither unique nor bounded, ON conditions other than equalities of a
 protected and a public column.
 
@@ -280,6 +280,12 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
             condition = condition.this
+        if isinstance(condition, exp.NullSafeEQ) and all(
+                isinstance(side, exp.Column) and side.table
+                for side in (condition.this, condition.expression)):
+            raise NotSupported(f"IS NOT DISTINCT FROM joining two tables is not supported (a "
+                               f"NULL would join every NULL, which no key does); write "
+                               f"ON {condition.this.sql()} = {condition.expression.sql()}")
         sides = (condition.this, condition.expression) if isinstance(condition, exp.EQ) \
             else ()
         aliases = [s.table.lower() for s in sides if isinstance(s, exp.Column)]

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlglot import exp
 
@@ -44,7 +45,7 @@ from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.errors import NotSupported, RawRowAccess
 from proxy.interrupts import checkpoint
-from proxy.vocabulary import COUNT, SUM, QueryPlan
+from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, GroupKey, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 
@@ -81,6 +82,9 @@ class SeriesLimit:
     aggregate: int
     limit: int
     descending: bool
+    # (term, its key that is NULL) of each term the join compares with =: the NULL
+    # series ranks in the subquery but joins nothing, so its groups are dropped
+    unmatched: tuple[tuple[int, Any], ...] = ()
 
 
 def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
@@ -118,8 +122,9 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
 
 def _joined_subquery() -> NotSupported:
     return NotSupported("a join with a subquery over a protected table is not supported; "
-                        f"join the tables themselves: {JOIN_FORM} (or a subquery of the "
-                        "query's own top N groups, as Superset sends)")
+                        f"join the tables themselves: {JOIN_FORM} (or inner-join the "
+                        "subquery of the query's own top N groups: JOIN (SELECT k, COUNT(*) "
+                        "AS n FROM t GROUP BY k ORDER BY n DESC LIMIT 5) s ON k = s.k)")
 
 
 def over_release(select: exp.Select, source: str, plan: QueryPlan,
@@ -195,8 +200,10 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     alias = join.this.alias_or_name
     body = _with_ctes(ctes[name], ctes, name)
     if join.args.get("side") or join.args.get("kind") not in (None, "INNER", ""):
-        raise NotSupported("only an inner join with a series-limit subquery is supported "
-                           "(Superset's 'group others' option is not)")
+        what = (join.args.get("side") or join.args.get("kind") or "").upper()
+        raise NotSupported(f"a {what} JOIN with a subquery over a protected table is not "
+                           "supported; only an inner join with the subquery of the query's "
+                           "own top N groups is (a top-N or series limit)")
     if not (isinstance(body, exp.Select) and body.args.get("limit") and body.args.get("group")
             and body.args.get("order")):
         raise _joined_subquery()
@@ -208,55 +215,77 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     main_plan, body_plan = _one_release(analyse, main), _one_release(analyse, body)
     if (main_plan.where is None) != (body_plan.where is None) or (
             main_plan.where is not None and main_plan.where.sql() != body_plan.where.sql()):
-        raise NotSupported("the series-limit subquery must filter as the outer query does")
+        raise NotSupported("the top-N subquery must filter as the outer query does")
     if len(body_plan.order_by) != 1 or body_plan.limit is None:
-        raise NotSupported("the series-limit subquery orders by one metric and has a LIMIT")
+        raise NotSupported("the top-N subquery orders by one metric and has a LIMIT")
     index, descending = body_plan.order_by[0]
     ranked = body_plan.outputs[index].aggregate
     if ranked is None:
-        raise NotSupported("the series-limit subquery must rank by a metric")
+        raise NotSupported("the top-N subquery must rank by a metric")
     metric = body_plan.aggregates[ranked]
     if metric not in main_plan.aggregates:
-        raise NotSupported("the series limit ranks by a metric the chart does not ask for; "
-                           "rank by one of the chart's metrics")
-    terms = []
-    for main_side, body_column in pairs:
+        raise NotSupported("the top-N subquery ranks by a metric the query does not ask for; "
+                           "rank by one of the query's aggregates")
+    terms, unmatched = [], []
+    for main_side, body_column, null_safe in pairs:
         body_output = [o for o in body_plan.outputs if o.name == body_column]
         main_output = [o for o, item in zip(main_plan.outputs, main.expressions)
                        if item.unalias() == main_side or item == main_side]
         if len(body_output) != 1 or body_output[0].group is None or len(main_output) != 1 \
                 or main_output[0].group is None:
-            raise NotSupported("the series-limit join must pair each group column with the "
+            raise NotSupported("the top-N join must pair each group column with the "
                                "subquery's column of the same group")
         term = main_plan.group_by[main_output[0].group]
         if not term.same_term(body_plan.group_by[body_output[0].group]):
-            raise NotSupported("the series-limit join pairs two different group columns")
+            raise NotSupported("the top-N join pairs two different group columns")
+        if null_safe and _may_be_null(term):
+            raise NotSupported(f"the top-N join ON … IS NOT DISTINCT FROM … over "
+                               f"{term.name}, which can be NULL, is not supported: write "
+                               "the join with = (or group by a column with declared keys)")
         terms.append(main_output[0].group)
+        if not null_safe:
+            unmatched.append((main_output[0].group, None if term.labels is None or None
+                              not in term.labels else term.labels.index(None)))
     if len(terms) != len(body_plan.group_by):
-        raise NotSupported("the series-limit join must pair every group column of the "
+        raise NotSupported("the top-N join must pair every group column of the "
                            "subquery")
     if len(set(terms)) < len(main_plan.group_by) and metric.kind not in (COUNT, SUM):
-        raise NotSupported(f"a series limit over time buckets ranks the series by their "
+        raise NotSupported(f"a top-N join over time buckets ranks the series by their "
                            f"total; that total is known from the release for COUNT and SUM, "
-                           f"not for {metric.label.upper()}: remove the series limit or "
+                           f"not for {metric.label.upper()}: remove the top-N join or "
                            "rank by COUNT or SUM")
     limit = SeriesLimit(tuple(terms), main_plan.aggregates.index(metric), body_plan.limit,
-                        descending)
+                        descending, tuple(unmatched))
     return replace(main_plan, post=limit)
 
 
-def _join_pairs(on: exp.Expression | None, alias: str) -> list[tuple[exp.Expression, str]]:
-    """(outer expression, subquery column) of each equality of the ON condition."""
+def _may_be_null(term: GroupKey) -> bool:
+    """Whether a group of ``term`` can have the key NULL: one of its public keys is (a
+    CASE … ELSE NULL), or its keys are read from data later (a public table's column,
+    a partition selection), which may hold NULL."""
+    if term.kind in (PUBLIC, SELECTED):
+        return True
+    return any(key is None for key in (term.labels if term.labels is not None
+                                       else term.keys))
+
+
+def _join_pairs(on: exp.Expression | None, alias: str
+                ) -> list[tuple[exp.Expression, str, bool]]:
+    """(outer expression, subquery column, whether NULL-safe) of each equality of the ON
+    condition: ``=``, or Tableau's ``IS NOT DISTINCT FROM``, which is the same join
+    where the group cannot be NULL (``_series_limited`` checks that)."""
     if on is None:
         raise NotSupported("a join needs an ON condition")
+    on = on.unnest()
     pairs = []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
-        if not isinstance(condition, exp.EQ):
-            raise NotSupported("the series-limit join takes equalities of group columns")
+        condition = condition.unnest()
+        if not isinstance(condition, (exp.EQ, exp.NullSafeEQ)):
+            raise NotSupported("the top-N join takes equalities (=, IS NOT DISTINCT FROM) of group columns")
         sides = [condition.this, condition.expression]
         inner = [s for s in sides if isinstance(s, exp.Column) and s.table == alias]
         if len(inner) != 1:
-            raise NotSupported("the series-limit join takes equalities of group columns")
+            raise NotSupported("the top-N join takes equalities (=, IS NOT DISTINCT FROM) of group columns")
         other = sides[1] if sides[0] is inner[0] else sides[0]
-        pairs.append((other, inner[0].name))
+        pairs.append((other, inner[0].name, isinstance(condition, exp.NullSafeEQ)))
     return pairs

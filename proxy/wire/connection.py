@@ -597,6 +597,11 @@ class Connection:
         statement = prepared.statement
         if statement.route is Route.LOCAL:
             outcome = self.local.execute(statement)
+            if statement.word == "SHOW" and outcome.columns == ["name", "setting",
+                                                                "description"]:
+                # SHOW ALL: the idp.* settings too (idp.budget reads the ledger)
+                outcome.rows = sorted([*outcome.rows, *await asyncio.to_thread(
+                    self.session.show_all)])
             if statement.word in ("DEALLOCATE", "DISCARD"):
                 self._housekeeping(statement)
             return _local_result(outcome, prepared.fields, formats)

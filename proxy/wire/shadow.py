@@ -33,7 +33,7 @@ from psycopg import pq, sql
 from proxy.backends.base import Backend
 from proxy.errors import ProxyError
 from proxy.pgtypes import RULE_TYPES
-from proxy.rules import Rules
+from proxy.rules import Rules, Table
 
 log = logging.getLogger("idp_proxy.shadow")
 
@@ -289,7 +289,81 @@ def _ddl(rules: Rules, backend: Backend) -> list[sql.Composable]:
             sql.Identifier(table.name),
             sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(name), sql.SQL(kind))
                                for name, kind in columns)))
+        statements += _comments(table, [name for name, _ in columns])
     return statements
+
+
+MAX_KEYS_SHOWN = 50  # a column's comment lists this many of its declared keys, then a count
+
+
+def _comments(table: Table, columns: list[str]) -> list[sql.Composable]:
+    """COMMENT ON the table and its columns: what the rules declare (public, as the
+    rules are), so that an analyst sees what may be asked (psql ``\\d+``, and
+    ``pg_description``/``col_description``, which BI tools read)."""
+    def comment(kind: str, target: sql.Composable, text: str) -> sql.Composable:
+        return sql.SQL("COMMENT ON {} {} IS {}").format(sql.SQL(kind), target,
+                                                         sql.Literal(text))
+
+    if table.public:
+        joined = ", ".join(f"{name} (at most {m} rows per value)" if m > 1 else f"{name} "
+                           "(unique)" for name, m in table.join_keys.items())
+        text = "idp-proxy: public table, answered as written" + (
+            f"; joins protected tables on {joined}" if joined else "")
+        return [comment("TABLE", sql.Identifier(table.name), text)]
+    if table.link is not None:
+        unit = (f"privacy unit: that of {table.link.table}, through {table.link.column} = "
+                f"{table.link.table}.{table.link.key}")
+    elif table.privacy_unit:
+        unit = f"privacy unit: {table.privacy_unit}"
+    else:
+        unit = "privacy unit: one row"
+    rows = "row" if table.max_rows_per_unit == 1 else "rows"
+    bound = (f"; at most {table.max_rows_per_unit} {rows} per unit"
+             if table.max_rows_per_unit and table.privacy_unit else "")
+    statements = [comment("TABLE", sql.Identifier(table.name),
+                          f"idp-proxy: protected table, aggregates only (differentially "
+                          f"private); {unit}{bound}")]
+    for name in columns:
+        text = _column_comment(table, name)
+        if text:
+            statements.append(comment("COLUMN", sql.Identifier(table.name, name), text))
+    return statements
+
+
+def _column_comment(table: Table, name: str) -> str:
+    """What the rules declare for one column of a protected table."""
+    if name == table.privacy_unit:
+        return "privacy unit: COUNT(DISTINCT " + name + ") counts units; not a group key"
+    column = table.columns.get(name)
+    if column is None:
+        return ""
+    parts = []
+    if column.keys is not None:
+        shown = ", ".join("NULL" if key is None else str(key)
+                          for key in column.keys[:MAX_KEYS_SHOWN])
+        more = (f", … ({len(column.keys)} keys)" if len(column.keys) > MAX_KEYS_SHOWN
+                else "")
+        parts.append(f"keys: {shown}{more}")
+    if column.time_domain is not None:
+        low, high = column.time_domain
+        parts.append(f"domain: [{low.isoformat(sep=' ')}, {high.isoformat(sep=' ')}]")
+    elif column.lower is not None and column.upper is not None:
+        parts.append(f"domain: [{_number(column.lower)}, {_number(column.upper)}]")
+    if column.numeric:
+        declared = "" if column.declared_resolution is not None else " (default)"
+        parts.append(f"resolution: {_number(column.resolution)}{declared}")
+    if column.unit_attribute:
+        parts.append("a property of the unit (unit_attribute)")
+    if column.public:
+        parts.append("declared public (not sensitive)")
+    if not parts:
+        parts.append("no declared keys or domain: filter on it; group by it only where "
+                     "the rules select keys")
+    return "; ".join(parts)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
 
 
 class ShadowSession:

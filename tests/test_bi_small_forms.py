@@ -1,0 +1,170 @@
+"""Small forms BI tools write (issue 33): ``JOIN … USING (col)`` (rewritten to its ON
+equalities, the merged column the left table's), Power BI's ``COUNT(DISTINCT ("t".
+"person_id"))`` and Tableau's top-N join ``ON a.k IS NOT DISTINCT FROM t0.k``, where
+NULL cannot be a key. Each is answered, on both backends, exactly as the form the
+rules already answer; the forms whose NULLs would match differently, and USING
+columns PostgreSQL would not accept, are refused in one line for free."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.errors import Refused
+from proxy.rules import parse_rules
+from proxy.session import Session
+from proxy.settings import Settings
+from tests.factories import Table, engine_fixture, table_of_rows
+from tests.probes import recorded_statistics, refused_for_free
+
+pytestmark = pytest.mark.postgres
+
+RULES = parse_rules("""
+[defaults]
+model = "idp"
+epsilon_per_query = 0.25
+budget_per_analyst = 100000
+answer_cache = false
+
+[analysts.alice]
+
+[tables.people]
+privacy_unit = "person_id"
+[tables.people.columns]
+person_id = { type = "int" }
+age       = { type = "int", domain = [0, 120] }
+region    = { type = "text", keys = ["a", "b", "c"] }
+
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+person_id = { type = "int" }
+age       = { type = "int", domain = [0, 120] }
+cost      = { type = "float", domain = [0, 100] }
+""", "small.toml")
+PEOPLE = [(i, 20 + i % 50, ("a", "b", None, "c", "a", "a")[i % 6]) for i in range(1, 301)]
+VISITS = [(i, i % 90, float((i * 13 + k) % 101)) for i in range(1, 200) for k in range(i % 4)]
+
+
+def _tables() -> dict[str, Table]:
+    return {
+        "people": table_of_rows(PEOPLE, {"person_id": "BIGINT", "age": "INTEGER",
+                                         "region": "TEXT"}),
+        "visits": table_of_rows(VISITS, {"person_id": "BIGINT", "age": "INTEGER",
+                                         "cost": "DOUBLE PRECISION"}),
+    }
+
+
+engine = engine_fixture(RULES, _tables, shared=True)
+
+# (the tool's form, the form the rules answered before)
+SAME = [
+    ("SELECT COUNT(*), SUM(cost) FROM visits JOIN people USING (person_id) "
+     "WHERE person_id > 50 AND region = 'a'",
+     "SELECT COUNT(*), SUM(v.cost) FROM visits v JOIN people p ON v.person_id = p.person_id "
+     "WHERE v.person_id > 50 AND p.region = 'a'"),
+    ("SELECT region, COUNT(DISTINCT person_id) FROM people p LEFT JOIN visits v "
+     "USING (person_id) WHERE p.age < 60 GROUP BY region",
+     "SELECT p.region, COUNT(DISTINCT p.person_id) FROM people p LEFT JOIN visits v "
+     "ON p.person_id = v.person_id WHERE p.age < 60 GROUP BY p.region"),
+    # ORDER BY an output column named like the merged one orders by the output column
+    ("SELECT region, COUNT(*) AS person_id FROM visits JOIN people USING (person_id) "
+     "WHERE person_id > 20 GROUP BY region ORDER BY person_id DESC",
+     "SELECT p.region, COUNT(*) AS person_id FROM visits v JOIN people p "
+     "ON v.person_id = p.person_id WHERE v.person_id > 20 GROUP BY p.region "
+     "ORDER BY person_id DESC"),
+    ('SELECT "_"."region", COUNT(DISTINCT ("_"."person_id")) AS "a0" FROM "public"."people" '
+     '"_" GROUP BY "_"."region"',
+     "SELECT region, COUNT(DISTINCT person_id) FROM people GROUP BY region"),
+]
+
+
+@pytest.mark.parametrize("written,answered", SAME)
+def test_the_tools_forms_are_answered_as_the_form_they_mean(engine, written, answered):
+    shift, groups, keys, _ = recorded_statistics(engine, written)
+    assert (shift, groups, keys) == recorded_statistics(engine, answered)[:3]
+    assert keys and groups
+
+
+def test_order_by_the_output_named_like_the_merged_column_orders_by_the_output():
+    plan = analyze(parse_statements(SAME[2][0])[0], RULES, Settings())
+    assert plan.order_by == ((1, True),)
+
+
+TOP_N = ('SELECT "people"."region" AS "region", COUNT(1) AS "cnt" FROM "public"."people" '
+         '"people" INNER JOIN ( SELECT "people"."region" AS "region", COUNT(1) AS "x" FROM '
+         '"public"."people" "people" GROUP BY 1 ORDER BY 2 DESC LIMIT 2 ) "t0" ON '
+         '("people"."region" {} "t0"."region") GROUP BY 1')
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_tableau_s_top_n_join_is_the_series_limit_where_null_is_no_key(engine):
+    def rows(sql):
+        (answer,) = list(Session.open(engine, "alice").execute(sql))
+        return sorted(answer.rows)
+
+    answered = rows(TOP_N.format("IS NOT DISTINCT FROM"))
+    assert answered == rows(TOP_N.format("="))
+    counts = {key: sum(1 for row in PEOPLE if row[2] == key) for key in ("a", "b", "c")}
+    assert answered == sorted(sorted(counts.items(), key=lambda kv: -kv[1])[:2])
+
+
+REFUSED = [
+    # a group that can be NULL: IS NOT DISTINCT FROM would keep it where = drops it
+    ("SELECT CASE WHEN people.age > 40 THEN 'old' ELSE NULL END AS k, COUNT(1) AS cnt "
+     "FROM people INNER JOIN (SELECT CASE WHEN people.age > 40 THEN 'old' ELSE NULL END "
+     "AS k, COUNT(1) AS x FROM people GROUP BY 1 ORDER BY 2 DESC LIMIT 1) t0 ON (CASE WHEN "
+     "people.age > 40 THEN 'old' ELSE NULL END IS NOT DISTINCT FROM t0.k) GROUP BY 1",
+     "0A000", "can be NULL"),
+    ("SELECT COUNT(*) FROM people p JOIN visits v USING (cost)", "42703",
+     'column "cost" specified in USING clause does not exist in left table'),
+    ("SELECT COUNT(*) FROM people p JOIN visits v USING (region)", "42703",
+     "does not exist in right table"),
+    ("SELECT COUNT(*) FROM people p JOIN visits v USING (person_id) JOIN visits w "
+     "USING (person_id)", "42702", 'common column name "person_id" appears more than once'),
+    # Tableau's IS NOT DISTINCT FROM between two tables: a NULL would join every NULL
+    ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id IS NOT DISTINCT FROM "
+     "p.person_id", "0A000", "write ON v.person_id = p.person_id"),
+    # refusals that name what the statement has: no WHERE where there is none, no tool's
+    # name for another's SQL (issue 33 item 5)
+    ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id = p.person_id AND "
+     "p.age % 2 = 0", "0A000", "MOD is not allowed in ON;"),
+    ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id = p.person_id AND "
+     "p.age > 3 WHERE p.age % 2 = 0", "0A000", "MOD is not allowed in WHERE or ON;"),
+    ("SELECT COUNT(*) FROM visits v, people p WHERE v.person_id = p.person_id AND "
+     "p.age % 2 = 0", "0A000", "MOD is not allowed in WHERE;"),
+    ("SELECT a.n / b.m FROM (SELECT COUNT(*) AS n FROM people) a CROSS JOIN (SELECT "
+     "COUNT(*) AS m FROM visits) b", "0A000", "a CROSS JOIN with a subquery over a "
+     "protected table is not supported"),
+    (TOP_N.format("IS NOT DISTINCT FROM").replace('COUNT(1) AS "x"', 'SUM(age) AS "x"'),
+     "0A000", "the top-N subquery ranks by a metric the query does not ask for"),
+    # USING merges the unit; the join rules then decide on its ON form
+    ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
+     "join on their privacy unit or along a declared link only"),
+]
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", REFUSED)
+def test_forms_that_differ_or_postgresql_refuses_are_refused_for_free(engine, sql, sqlstate,
+                                                                     fragment):
+    refused_for_free(engine, sql, sqlstate, fragment)
+    with pytest.raises(Refused) as refused:
+        list(Session.open(engine, "alice").execute(sql))
+    what = str(refused.value).split(";")[0]  # what is refused; the advice may name WHERE
+    assert "WHERE" in sql or "WHERE" not in what
+    assert "Superset" not in str(refused.value) and "chart" not in str(refused.value)
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_null_series_ranks_in_the_top_n_but_joins_nothing_with_equals(engine, limit):
+    """``ON k = t0.k``: the subquery's top N may hold the NULL group, which = joins to no
+    row, so the answer lacks it, as PostgreSQL's."""
+    case = "CASE WHEN age > 60 THEN 'old' ELSE NULL END"
+    sql = (f"SELECT {case} AS k, COUNT(*) AS n FROM people JOIN (SELECT {case} AS k, "
+           f"COUNT(*) AS x FROM people GROUP BY 1 ORDER BY 2 DESC LIMIT {limit}) t0 "
+           f"ON {case} = t0.k GROUP BY 1")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    old = sum(1 for row in PEOPLE if row[1] > 60)
+    assert old < len(PEOPLE) - old  # the NULL group ranks first
+    assert sorted(answer.rows) == ([] if limit == 1 else [("old", old)])
