@@ -201,7 +201,7 @@ def test_spent_is_the_sum_of_the_ledger_rows_whose_debit_took_effect(served):
             except psycopg.Error as exc:
                 assert exc.sqlstate == "PB001"
     ledger = served.server.engine.ledger
-    rows = [(status, epsilon) for *_, epsilon, _, _, status, _ in ledger.entries("bob")]
+    rows = [(entry[9], entry[6]) for entry in ledger.entries("bob")]  # status, ε
     assert [status for status, _ in rows] == [
         "charged", "charged", "served from cache", "refused: budget"]
     ((_, _, spent, _),) = ledger.budgets("bob")
