@@ -393,8 +393,13 @@ class Ledger:
         return what the analyst can still spend (read in ``tx``, a snapshot of the
         ledger's backend, else in one of its own); before the repeat is sent. The row is
         kept in memory and written with others (``flush``): no write waits for it."""
+        accounts = self._accounts(charge.analyst)
+        query = (f"SELECT {self._left_sql} FROM idp.budgets "
+                 f"WHERE analyst IN ({_placeholders(len(accounts))})")
+        rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
+                                                                                    accounts)
         served = datetime.datetime.now(datetime.timezone.utc)
-        with self._replayed:
+        with self._replayed:  # once nothing can stop the repeat from being sent
             self._replays.append((charge, served))
             if self._writer is None and not self._closed:
                 self._writer = threading.Thread(target=self._write_replays, daemon=True,
@@ -402,10 +407,6 @@ class Ledger:
                 self._writer.start()
             if len(self._replays) == 1 or len(self._replays) >= REPLAY_ROWS:
                 self._replayed.notify_all()
-        accounts = self._accounts(charge.analyst)
-        left = (f"SELECT {self._left_sql} FROM idp.budgets "
-                f"WHERE analyst IN ({_placeholders(len(accounts))})")
-        rows = tx.execute(left, accounts) if tx is not None else self.backend.read(left, accounts)
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
         return self._as_epsilon(min([0 if left is None else left for left, in rows]
                                     + missing))
