@@ -419,6 +419,7 @@ class Ledger:
     def _write_replays(self) -> None:
         """The writer thread: a batch once ``REPLAY_ROWS`` wait or ``REPLAY_SECONDS``
         after the oldest was served; until ``close``."""
+        pause = REPLAY_SECONDS
         while True:
             with self._replayed:
                 while not self._replays and not self._closed:
@@ -431,10 +432,13 @@ class Ledger:
                     self._replayed.wait(left)
             try:
                 self.flush()
+                pause = REPLAY_SECONDS
             except Exception as exc:  # noqa: BLE001 - kept, tried again after a pause
-                log.warning("replays' ledger rows not written yet (%d kept): %s",
-                            self.pending_replays(), exc)
-                time.sleep(REPLAY_SECONDS)
+                log.warning("replays' ledger rows not written yet (%d kept; next try in "
+                            "%g s): %s", self.pending_replays(), pause, exc)
+                with self._replayed:  # doubling up to a minute while the store is away
+                    self._replayed.wait_for(lambda: self._closed, pause)
+                pause = min(2 * pause, 60.0)
 
     def flush(self) -> int:
         """Write the replays' rows kept in memory, in one transaction, in the order they
