@@ -5,7 +5,7 @@ asking the backend directly for the plain aggregate, in one run.
     python benchmarks/wire.py [--backend postgres|duckdb] [--rows 1000000]
                               [--long-rows 4000000] [--seconds 10]
                               [--clients 1,8,32,128] [--cases count,median,mixed]
-                              [--workers N]
+                              [--workers N] [--replay-window-ms MS]
 
 The proxy serves a throwaway PostgreSQL (started from the system's binaries, as in the
 tests) holding the same tables the direct clients read, or a DuckDB file whose copy the
@@ -239,6 +239,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=["postgres", "duckdb"], default="postgres")
     parser.add_argument("--workers", type=int, default=None,
                         help="the server's [server] workers (default: one per core)")
+    parser.add_argument("--replay-window-ms", type=int, default=None,
+                        help="the rules' [defaults] replay_window_ms (default: theirs, 0)")
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",")]
     long_rows = args.long_rows or 4 * args.rows
@@ -257,14 +259,19 @@ def main() -> None:
             database = stack.enter_context(duckdb.connect(str(folder / "direct.duckdb")))
             direct = lambda: _DuckDBClient(database)
         rules = folder / "rules.toml"
-        rules.write_text(RULES if args.workers is None else
-                         RULES.replace("[server]", f"[server]\nworkers = {args.workers}"))
+        text = RULES if args.workers is None else \
+            RULES.replace("[server]", f"[server]\nworkers = {args.workers}")
+        if args.replay_window_ms is not None:
+            text = text.replace("[defaults]",
+                                f"[defaults]\nreplay_window_ms = {args.replay_window_ms}")
+        rules.write_text(text)
         proxy = stack.enter_context(running_proxy(rules, url, folder / "home"))
         dsn = proxy.dsn("bench")
         via_proxy = lambda: psycopg.connect(dsn, autocommit=True)
         raw = "PostgreSQL" if args.backend == "postgres" else "DuckDB"
         print(f"{args.backend}: {args.rows:,} rows (long query: {long_rows:,}), "
               f"{args.workers or 'default'} workers, "
+              f"replay_window_ms {args.replay_window_ms or 0}, "
               f"{args.seconds:g} s per line; load average at start "
               f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}")
         print("ratios: proxy q/s / direct q/s, proxy p50 / direct p50; long: runs x median "

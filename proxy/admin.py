@@ -79,10 +79,13 @@ class Analyst:
             if exc.position is None:
                 raise
             raise SyntaxProblem(f"{exc.message}\n{pointing_at(sql, exc.position)}") from None
-        for answer in () if first is None else itertools.chain([first], answers):
-            emit({"command": answer.command, "columns": answer.columns,
-                  "rows": [list(row) for row in answer.rows], "privacy": answer.privacy,
-                  "notice": answer.notice})
+        try:
+            for answer in () if first is None else itertools.chain([first], answers):
+                emit({"command": answer.command, "columns": answer.columns,
+                      "rows": [list(row) for row in answer.rows], "privacy": answer.privacy,
+                      "notice": answer.notice})
+        finally:  # a command's own engine ends with the process: its replays' rows now
+            self.engine.ledger.flush()
 
     def release(self, user: str, table: str, columns: str, k: int, epsilon: str, method: str,
                 split: str, alpha: float | None, domains: list[str], key: str | None,

@@ -13,6 +13,9 @@ version the answer is cached under is the one of the snapshot it was computed fr
 from __future__ import annotations
 
 import math
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -59,6 +62,7 @@ from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
 T = TypeVar("T")
+ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
 
 
 @dataclass
@@ -92,6 +96,12 @@ class Engine:
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple, int] = {}
         self._public_keys: dict[tuple[str, str, str], tuple] = {}
+        # idp.answers' entries met or stored by this process, by (analyst, key): a repeat
+        # reads no entry from the backend
+        self._answers: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._answers_lock = threading.Lock()
+        # the tables a plan's version is made of -> (that version, when it was read)
+        self._versions: dict[tuple[str, ...], tuple[str, float]] = {}
 
     @contextmanager
     def view(self, plan: QueryPlan) -> Iterator[View]:
@@ -110,6 +120,8 @@ class Engine:
                 linked = self.backend.data_version(tx, name)
                 version = None if version is None or linked is None else \
                     f"{version};{name}:{linked}"
+            if version is not None:
+                self._versions[_tables_of(plan)] = (version, time.monotonic())
             yield View(tx, version, self._with_public_keys(plan, tx, versions))
 
     def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
@@ -342,9 +354,42 @@ class Engine:
         (``Ledger.served_from_cache``) before it sends it."""
         if not self.rules.defaults.answer_cache or view.version is None:
             return None
+        key = self.cache_key(charge.sql, plan, view.version)
+        kept = self._kept(analyst, key)
+        if kept is not None:
+            return kept
         same = self.cache.backend is self.backend  # else the store's own snapshot
-        return self.cache.lookup(view.tx if same else None, analyst,
-                                 self.cache_key(charge.sql, plan, view.version))
+        found = self.cache.lookup(view.tx if same else None, analyst, key)
+        if found is not None:
+            self._keep(analyst, key, found)
+        return found
+
+    def replay(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
+        """The answer this analyst was already given for this query, without reading the
+        backend: when the data version of the plan's tables was read less than the
+        rules' ``replay_window_ms`` ago and the answer under it is kept in memory. None:
+        ask through ``view`` and ``cached``. Such a repeat may be of data up to that
+        window older than the backend's: an answer already released and paid for."""
+        window = self.rules.defaults.replay_window_ms
+        if not window or not self.rules.defaults.answer_cache:
+            return None
+        recent = self._versions.get(_tables_of(plan))
+        if recent is None or time.monotonic() - recent[1] > window / 1000:
+            return None
+        return self._kept(analyst, self.cache_key(charge.sql, plan, recent[0]))
+
+    def _kept(self, analyst: str, key: str) -> dict[str, Any] | None:
+        with self._answers_lock:
+            found = self._answers.get((analyst, key))
+            if found is not None:
+                self._answers.move_to_end((analyst, key))
+            return found
+
+    def _keep(self, analyst: str, key: str, answer: dict[str, Any]) -> None:
+        with self._answers_lock:
+            self._answers[(analyst, key)] = answer
+            if len(self._answers) > ANSWERS_KEPT:
+                self._answers.popitem(last=False)
 
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
                  answer: dict[str, Any]) -> dict[str, Any]:
@@ -352,13 +397,16 @@ class Engine:
         (a racing session's, when it was stored first)."""
         if version is None or not self.rules.defaults.answer_cache:
             return answer
+        key = self.cache_key(charge.sql, plan, version)
         try:
-            return self.cache.store(analyst, self.cache_key(charge.sql, plan, version),
+            kept = self.cache.store(analyst, key,
                                     "+".join([plan.table.name, *(join.table.name for join
                                                                  in plan.joins)]),
                                     version, answer)
         except (BackendUnavailable, DiskFull):
             return answer  # paid and computed: the answer stands, uncached
+        self._keep(analyst, key, kept)  # as stored: the one answer of its key
+        return kept
 
     def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:
         defaults = self.rules.defaults
@@ -378,6 +426,11 @@ class Engine:
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
         return max(1, int(tx.execute(plan_unit_bound_sql(plan, self.backend.dialect))[0][0]))
+
+
+def _tables_of(plan: QueryPlan) -> tuple[str, ...]:
+    """The tables whose data versions make up the plan's (``Engine.view``), in order."""
+    return (plan.table.name, *(join.table.name for join in plan.joins), *chain_tables(plan))
 
 
 def answered(asking: Asking[T], read: Callable[[RankRequest | CountRequest], Any]) -> T:

@@ -13,6 +13,12 @@ given counted exactly (docs/budget.md, "Accountants"). Under ``zcdp`` the condit
 the debit is on ρ: ``spent_rho + ρ <= budget_rho``, where ``budget_rho`` is the largest
 ρ whose ε at the rules' δ is within the budget (proxy/accounting.py: the privacy
 filter), kept beside ``budget_micro`` and recomputed when either changes.
+
+A repeat served from the answer cache spends nothing, so its ``served from cache`` row
+is an audit record, not a debit: it is kept in memory when the repeat is sent and
+written in batches (``REPLAY_ROWS`` rows, or ``REPLAY_SECONDS`` after the oldest, before
+the next debit of this process, when the ledger is read here, and at shutdown). A crash
+loses at most the rows of the replays of that last moment; no budget changes with them.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import datetime
 import hashlib
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NoReturn
@@ -71,6 +78,11 @@ BUDGET_FIELDS = ("analyst", "budget", "spent", "remaining", "delta", "rho_budget
 # columns added since the first ledgers (ρ, for the zcdp accountant): (table, column)
 _ADDED = (("budgets", "budget_rho"), ("budgets", "spent_rho"), ("ledger", "rho"))
 _RHO = f"CAST(%s AS {RHO_SQL})"
+# Replays' rows (docs/budget.md, "The answer cache"): written when this many wait, or
+# this long after the oldest of them was served, whichever comes first.
+REPLAY_ROWS = 200
+REPLAY_SECONDS = 0.5
+_REPLAYS_KEPT = 100_000  # rows kept to retry while the store cannot take them
 
 
 @dataclass(frozen=True)
@@ -149,6 +161,12 @@ class Ledger:
         self._batch = threading.Condition()  # group commit: the debits waiting, the leader
         self._waiting: list[_Debit] = []
         self._leading = False
+        # replays' rows not written yet: (charge, when it was served); one writer at a time
+        self._replays: list[tuple[Charge, datetime.datetime]] = []
+        self._replayed = threading.Condition()
+        self._writing = threading.Lock()
+        self._writer: threading.Thread | None = None
+        self._closed = False
         try:
             with backend.transaction() as tx:
                 # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
@@ -262,6 +280,7 @@ class Ledger:
         and raise BudgetExhausted.
         """
         self._settle()
+        self._flush_before()
         micro, rho = to_micro(charge.loss.spent), charge.loss.spent_rho
         accounts = self._accounts(charge.analyst)
         if self.backend.capabilities.group_commit:
@@ -369,17 +388,115 @@ class Ledger:
         self.append(tx, debit.charge, debit.micro, "charged", released=True)
         return rows
 
-    def served_from_cache(self, charge: Charge) -> Decimal:
-        """Record a repeat answered from the answer cache (ε 0) and return what the
-        analyst can still spend, in one transaction; before the repeat is sent."""
+    def served_from_cache(self, charge: Charge, tx=None) -> Decimal:
+        """Record a repeat answered from the answer cache (ε 0, nothing debited) and
+        return what the analyst can still spend (read in ``tx``, a snapshot of the
+        ledger's backend, else in one of its own); before the repeat is sent. The row is
+        kept in memory and written with others (``flush``): no write waits for it."""
         accounts = self._accounts(charge.analyst)
-        with self.backend.transaction() as tx:
-            self.append(tx, charge, 0, "served from cache", released=True)
-            rows = tx.execute(
-                f"SELECT {self._left_sql} FROM idp.budgets "
-                f"WHERE analyst IN ({_placeholders(len(accounts))})", accounts)
+        query = (f"SELECT {self._left_sql} FROM idp.budgets "
+                 f"WHERE analyst IN ({_placeholders(len(accounts))})")
+        rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
+                                                                                    accounts)
+        served = datetime.datetime.now(datetime.timezone.utc)
+        with self._replayed:  # once nothing can stop the repeat from being sent
+            self._replays.append((charge, served))
+            if self._writer is None and not self._closed:
+                self._writer = threading.Thread(target=self._write_replays, daemon=True,
+                                                name="ledger-replays")
+                self._writer.start()
+            if len(self._replays) == 1 or len(self._replays) >= REPLAY_ROWS:
+                self._replayed.notify_all()
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
-        return self._as_epsilon(min([left for left, in rows] + missing))
+        return self._as_epsilon(min([0 if left is None else left for left, in rows]
+                                    + missing))
+
+    def pending_replays(self) -> int:
+        """Replays' rows kept in memory, not written yet."""
+        with self._replayed:
+            return len(self._replays)
+
+    def _write_replays(self) -> None:
+        """The writer thread: a batch once ``REPLAY_ROWS`` wait or ``REPLAY_SECONDS``
+        after the oldest was served; until ``close``."""
+        pause = REPLAY_SECONDS
+        while True:
+            with self._replayed:
+                while not self._replays and not self._closed:
+                    self._replayed.wait()
+                if self._closed:
+                    return
+                due = time.monotonic() + REPLAY_SECONDS
+                while (len(self._replays) < REPLAY_ROWS and not self._closed
+                       and (left := due - time.monotonic()) > 0):
+                    self._replayed.wait(left)
+            try:
+                self.flush()
+                pause = REPLAY_SECONDS
+            except Exception as exc:  # noqa: BLE001 - kept, tried again after a pause
+                log.warning("replays' ledger rows not written yet (%d kept; next try in "
+                            "%g s): %s", self.pending_replays(), pause, exc)
+                with self._replayed:  # doubling up to a minute while the store is away
+                    self._replayed.wait_for(lambda: self._closed, pause)
+                pause = min(2 * pause, 60.0)
+
+    def flush(self) -> int:
+        """Write the replays' rows kept in memory, in one transaction, in the order they
+        were served, each with the moment it was served; how many. A failure keeps them
+        for the next try (at most ``_REPLAYS_KEPT``: beyond, the oldest are dropped and
+        logged; a replay spends nothing, so only its record is lost)."""
+        with self._writing:  # a debit waits for a batch under way: its row comes after
+            with self._replayed:
+                batch, self._replays = self._replays, []
+            if not batch:
+                return 0
+            try:
+                with self.backend.transaction() as tx:
+                    for start in range(0, len(batch), 100):
+                        self._append_replays(tx, batch[start:start + 100])
+            except BaseException:
+                with self._replayed:
+                    self._replays[:0] = batch
+                    dropped = len(self._replays) - _REPLAYS_KEPT
+                    if dropped > 0:
+                        del self._replays[:dropped]
+                        log.error("dropped the ledger rows of %d replays (the store did "
+                                  "not take them; they spent nothing)", dropped)
+                raise
+            return len(batch)
+
+    def _append_replays(self, tx, batch: list[tuple[Charge, datetime.datetime]]) -> None:
+        """One INSERT of several replays' rows (ε, δ and ρ 0)."""
+        values = ", ".join(["(CAST(%s AS TIMESTAMPTZ), %s, %s, %s, %s, 0, 0, %s, "
+                            f"'served from cache', TRUE, {_RHO})"] * len(batch))
+        params: list = []
+        for charge, served in batch:
+            params += [served.isoformat(), charge.analyst, charge.sql_hash, charge.model,
+                       charge.mechanism, charge.neighbour, Decimal(0)]
+        tx.execute("INSERT INTO idp.ledger (logged_at, analyst, sql_hash, model, mechanism, "
+                   "epsilon_micro, delta, neighbour, status, released, rho) VALUES " + values,
+                   params)
+
+    def close(self) -> None:
+        """Stop the writer thread and write every replay's row kept (at shutdown)."""
+        with self._replayed:
+            self._closed = True
+            self._replayed.notify_all()
+            writer = self._writer
+        if writer is not None:
+            writer.join(30)
+        self.flush()
+
+    def _flush_before(self) -> None:
+        """Before a debit: the replays served before it are written first, so the
+        ledger's order is the order of events in this process. A failure here does not
+        stop the debit (the rows are kept)."""
+        if not self._replays and not self._writing.locked():
+            return
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - the debit goes on; the rows are kept
+            log.warning("replays' ledger rows not written before a debit: %s", exc)
 
     @property
     def _left_sql(self) -> str:
@@ -486,7 +603,9 @@ class Ledger:
 
     def entries(self, analyst: str | None = None,
                 since: datetime.datetime | None = None) -> list[tuple]:
-        """Ledger rows, oldest first: one analyst's or all, from a moment on or all."""
+        """Ledger rows, oldest first: one analyst's or all, from a moment on or all
+        (the replays' rows kept in memory are written first)."""
+        self.flush()
         conditions, params = ["TRUE"], []
         if analyst:
             conditions.append("analyst = %s")

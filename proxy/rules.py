@@ -140,6 +140,9 @@ class Defaults:
     global_budget: Decimal | None = None  # across all analysts; None: no global limit
     answer_cache: bool = True  # repeats answered from idp.answers (docs/budget.md)
     time_quantum_ms: int = 0  # private answers padded to whole quanta (proxy/timing.py)
+    # a repeat within this many ms of the last read of its tables' data version is
+    # answered from memory without reading it again (docs/budget.md); 0: read every time
+    replay_window_ms: int = 0
     max_groups: int = 10_000  # the most groups one GROUP BY may answer (product of key sets)
     # (ε, δ): GROUP BY a column without declared keys answers the keys a DP partition
     # selection releases (proxy.privacy.partition_selection); None: refused
@@ -340,13 +343,15 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
     for key in ("answer_cache", "exact_release"):
         if key in body:
             values[key] = reader.boolean(body[key], f"defaults.{key}")
-    if "time_quantum_ms" in body:
-        quantum = body["time_quantum_ms"]
-        if isinstance(quantum, bool) or not isinstance(quantum, int) or not 0 <= quantum <= 60_000:
-            raise reader.fail("defaults.time_quantum_ms",
-                              f"must be a whole number of milliseconds from 0 (off) to 60000, "
-                              f"got {quantum!r}")
-        values["time_quantum_ms"] = quantum
+    for key in ("time_quantum_ms", "replay_window_ms"):
+        if key in body:
+            quantum = body[key]
+            if isinstance(quantum, bool) or not isinstance(quantum, int) or \
+                    not 0 <= quantum <= 60_000:
+                raise reader.fail(f"defaults.{key}",
+                                  f"must be a whole number of milliseconds from 0 (off) to "
+                                  f"60000, got {quantum!r}")
+            values[key] = quantum
     if "max_groups" in body:
         values["max_groups"] = reader.positive_int(body["max_groups"], "defaults.max_groups")
     if "delta" in body:

@@ -91,6 +91,8 @@ class Answering(Protocol):
     def view(self, plan: QueryPlan) -> AbstractContextManager[Any]: ...
     def cached(self, analyst: str, plan: QueryPlan, charge: Charge,
                view: Any) -> dict[str, Any] | None: ...
+    def replay(self, analyst: str, plan: QueryPlan,
+               charge: Charge) -> dict[str, Any] | None: ...
     def answer(self, plan: QueryPlan, view: Any = None
                ) -> tuple[list[tuple], list[list[Released]], str | None]: ...
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
@@ -277,13 +279,18 @@ class Session:
         charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan), plan.loss,
                         _neighbour(plan))
         debited = False
+        stored = engine.replay(self.analyst, plan, charge)  # memory, version read just now
+        if stored is not None:
+            return self._repeated(stored, charge, None)
         try:
             with engine.view(plan) as view:
                 stored = engine.cached(self.analyst, plan, charge, view)
-                if stored is None:
-                    remaining = engine.ledger.debit(charge)  # committed before any statistic
-                    debited = True
-                    keys, released, version = engine.answer(plan, view)
+                if stored is not None:  # its row kept for the ledger before it is sent
+                    same = engine.ledger.backend is engine.backend
+                    return self._repeated(stored, charge, view.tx if same else None)
+                remaining = engine.ledger.debit(charge)  # committed before any statistic
+                debited = True
+                keys, released, version = engine.answer(plan, view)
         except BackendUnavailable:
             if debited:
                 engine.ledger.refund(charge)
@@ -292,10 +299,6 @@ class Session:
             if debited and type(exc) is BackendFailed:
                 _totality_failure(canonical)
             raise
-        if stored is not None:  # the repeat's ledger row commits before it is sent
-            return _restored(stored, Decimal(0), Decimal(0),
-                             engine.ledger.served_from_cache(charge), _FROM_CACHE,
-                             rho=self._rho(Decimal(0)))
         if isinstance(plan.post, SeriesLimit):
             keys, released = series_limited(plan.post, keys, released)
         answer = _answer(plan, keys, released, charge, remaining)
@@ -305,6 +308,13 @@ class Session:
         sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining,
                          rho=self._rho(charge.loss.spent_rho))
+
+    def _repeated(self, stored: dict[str, Any], charge: Charge, tx: Any) -> Answer:
+        """A repeat from the answer cache: its ledger row kept (written in a batch,
+        ``Ledger.served_from_cache``), what remains read in ``tx`` if given."""
+        remaining = self.engine.ledger.served_from_cache(charge, tx)
+        return _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
+                         rho=self._rho(Decimal(0)))
 
     def _rho(self, spent: Decimal) -> tuple[Decimal, Decimal] | None:
         """Under the zcdp accountant, (ρ spent, δ) for the answer's metadata."""

@@ -166,6 +166,11 @@ class Server:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:  # the replays' rows kept in memory (docs/budget.md)
+            self.engine.ledger.close()
+        except Exception as exc:  # noqa: BLE001 - a replay spent nothing: only its record
+            log.error("the ledger rows of %d replays were not written at shutdown: %s",
+                      self.engine.ledger.pending_replays(), exc)
         failures = totality_failures()
         (log.error if failures else log.info)(
             "stopped; totality failures (charged statements the backend failed on): %d",

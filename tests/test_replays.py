@@ -1,0 +1,176 @@
+"""Replays without a durable write (issue 37, docs/budget.md "The answer cache"): a repeat
+served from the answer cache writes nothing when it is answered; its `served from cache`
+row is kept in memory and written in a batch (by the writer thread, before the next
+debit, when the ledger is read here, at shutdown). A kill -9 loses at most the rows of
+the last batch's span, never a debit, and never changes a budget."""
+
+from __future__ import annotations
+
+import json
+import time
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from proxy import ledger as ledger_module
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.factories import ENGINE_RULES, ODD, Served, load, people, people_table
+from tests.probes import run
+
+pytestmark = pytest.mark.postgres
+
+QUERY = "SELECT COUNT(*) FROM people WHERE age > 40"
+OTHER = "SELECT COUNT(*) FROM people WHERE age > 50"
+
+
+@pytest.fixture
+def engine(backend_url):
+    load(backend_url, {"people": people(), "odd": ODD})
+    return Engine(parse_rules(ENGINE_RULES), open_backend(backend_url))
+
+
+def _written(engine) -> list[tuple]:
+    """The ledger's committed rows (status, ε, ρ), read past Ledger.entries (which
+    writes the kept rows first)."""
+    return engine.backend.read("SELECT status, epsilon_micro, rho FROM idp.ledger ORDER BY id")
+
+
+def _spent(engine, analyst: str = "zoe") -> tuple:
+    return tuple(engine.backend.read("SELECT spent_micro, spent_rho FROM idp.budgets "
+                                     "WHERE analyst = %s", (analyst,))[0])
+
+
+def test_a_replay_writes_nothing_until_its_batch_and_spends_nothing(engine):
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    spent = _spent(engine)
+    writes = []
+    transaction = engine.backend.transaction
+
+    def counted(snapshot=False):
+        writes.append(not snapshot)
+        return transaction(snapshot)
+
+    engine.backend.transaction = counted
+    for _ in range(5):
+        again = run(zoe, QUERY)[0]
+        assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
+        assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
+    assert sum(writes) == 0  # snapshots only: the version and what remains
+    engine.backend.transaction = transaction
+    assert engine.ledger.pending_replays() == 5
+    assert [status for status, _, _ in _written(engine)] == ["charged"]
+    assert _spent(engine) == spent
+    assert engine.ledger.flush() == 5
+    rows = _written(engine)
+    assert [status for status, _, _ in rows] == ["charged"] + ["served from cache"] * 5
+    assert all(micro == 0 and rho == 0 for _, micro, rho in rows[1:])
+    assert _spent(engine) == spent  # written rows change no budget either
+    entries = engine.ledger.entries("zoe")  # oldest first, each at the moment served
+    assert [entry[1] for entry in entries] == sorted(entry[1] for entry in entries)
+
+
+def test_a_debit_writes_the_replays_served_before_it_first(engine):
+    zoe = Session.open(engine, "zoe")
+    run(zoe, QUERY)
+    run(zoe, QUERY)
+    run(zoe, OTHER)
+    assert [status for status, _, _ in _written(engine)] == [
+        "charged", "served from cache", "charged"]
+
+
+def test_the_writer_thread_writes_a_batch_without_being_asked(engine, monkeypatch):
+    monkeypatch.setattr(ledger_module, "REPLAY_SECONDS", 0.05)
+    zoe = Session.open(engine, "zoe")
+    run(zoe, QUERY)
+    run(zoe, QUERY)
+    deadline = time.monotonic() + 30
+    while len(_written(engine)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [status for status, _, _ in _written(engine)] == ["charged", "served from cache"]
+    assert engine.ledger.pending_replays() == 0
+
+
+def test_within_the_replay_window_a_repeat_does_not_read_the_version(backend_url):
+    """``replay_window_ms``: a repeat within the window of the version's last read is
+    answered from memory, with no snapshot of the data at all; past it, read again."""
+    load(backend_url, {"people": people(), "odd": ODD})
+    rules = ENGINE_RULES.replace("[defaults]", "[defaults]\nreplay_window_ms = 60000")
+    engine = Engine(parse_rules(rules), open_backend(backend_url))
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    versions = []
+    data_version = engine.backend.data_version
+    engine.backend.data_version = lambda tx, table: versions.append(table) or \
+        data_version(tx, table)
+    assert [run(zoe, QUERY)[0].rows for _ in range(3)] == [first.rows] * 3
+    assert versions == []
+    engine._versions.clear()  # as when the window has passed
+    assert run(zoe, QUERY)[0].rows == first.rows and versions == ["people"]
+    assert [status for status, _ in ((e[9], e[6]) for e in engine.ledger.entries())] == \
+        ["charged"] + ["served from cache"] * 4
+
+
+# Through the server, killed -----------------------------------------------------------
+
+RULES = f"""
+[server]
+auth = "trust"
+
+[defaults]
+epsilon_per_query = 0.05
+
+[analysts.viewer]
+budget = 10
+
+{people_table()}"""
+REPLAYS = 60
+
+
+def _accounts(served) -> tuple[dict, list[dict]]:
+    out = served.admin("budget", "show", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    (account,) = [a for a in json.loads(out.stdout, parse_float=Decimal)
+                  if a["analyst"] == "viewer"]
+    out = served.admin("ledger", "--user", "viewer", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    return account, json.loads(out.stdout, parse_float=Decimal)
+
+
+@pytest.mark.parametrize("killed", [True, False], ids=["kill-9", "sigterm"])
+def test_a_killed_server_loses_at_most_the_last_batch_of_replay_rows(backend_url, tmp_path,
+                                                                     killed):
+    """One answer, 60 repeats, a pause past the batch interval, 20 more repeats, then
+    SIGKILL at once: the first 60 rows were written by the writer thread, at most the
+    last 20 are lost; the budget is the one answer's ε and equals its ledger. Stopped
+    cleanly (SIGTERM) instead, every row is there. Restarted, the repeat is still
+    answered free with the same answer (the cache entry is durable)."""
+    served = Served.prepare(tmp_path, RULES, backend_url)
+    with served.serve() as proxy:
+        with psycopg.connect(proxy.dsn("viewer"), autocommit=True) as con:
+            first = con.execute(QUERY).fetchall()
+            for _ in range(REPLAYS):
+                assert con.execute(QUERY).fetchall() == first
+            time.sleep(3 * ledger_module.REPLAY_SECONDS + 2)  # the writer's batch is in
+            for _ in range(20):
+                assert con.execute(QUERY).fetchall() == first
+        if killed:
+            proxy.kill()
+    account, entries = _accounts(served)
+    statuses = [e["status"] for e in entries]
+    assert statuses[0] == "charged" and set(statuses[1:]) == {"served from cache"}
+    replays = len(statuses) - 1
+    assert (REPLAYS <= replays <= REPLAYS + 20) if killed else replays == REPLAYS + 20
+    assert Decimal(account["spent"]) == Decimal("0.05") == sum(
+        Decimal(e["epsilon"]) for e in entries)
+    with served.serve() as proxy, \
+            psycopg.connect(proxy.dsn("viewer"), autocommit=True) as con:
+        assert con.execute(QUERY).fetchall() == first
+        assert Decimal(con.execute("SHOW idp.budget").fetchone()[0]) == Decimal("9.95")
+    account, entries = _accounts(served)
+    assert Decimal(account["spent"]) == Decimal("0.05")
+    assert [e["status"] for e in entries].count("charged") == 1
