@@ -16,9 +16,15 @@ groupings are public buckets the demo rules already allow (rules/README.md, "Buc
   under 20 and 68 and over).
 - visits: ``WHERE days >= 1``; 5 keys ``department``; 53 keys
   ``extract(week FROM visited_at)``.
+- census (seed 002's CASC census, examples/data/census_casc.csv: 1,080 real people, one
+  row each, over ``ptotval``, total person income, declared [0, 10⁷] like the demo's
+  incomes; expert bound 10⁶): ``WHERE agi > 60000``; 5 keys
+  ``width_bucket(afnlwgt, 100000, 400000, 3)``; 50 keys
+  ``width_bucket(afnlwgt, 20000, 500000, 48)`` (bands of the survey weight). Its rules
+  are appended to the benchmark's copy of the demo rules (``CENSUS_RULES``).
 
-Data: the demo's own tables (``proxy.demo.create_demo``, deterministic) in a temporary
-DuckDB file. True answers: the same SQL run by DuckDB directly (width_bucket, which
+Data: the demo's own tables (``proxy.demo.create_demo``, deterministic) and the census
+table in a temporary DuckDB file. True answers: the same SQL run by DuckDB directly (width_bucket, which
 DuckDB lacks, written as the equivalent CASE).
 
 Systems, each asked for ``--releases`` fresh answers per cell (default 20):
@@ -30,9 +36,10 @@ Systems, each asked for ``--releases`` fresh answers per cell (default 20):
   of the same rows) and PipelineDP (``LocalBackend``), pure ε-DP, unbounded neighbours
   (one person added or removed), each given what a careful user would give it: the
   declared domains of rules/demo.toml (income [0, 10⁷], cost [0, 10⁵]) and the
-  contribution bounds (people: 1 row per person; visits: 6 rows per person, at most 5
-  departments or 6 weeks per person), the group keys as public. Then the same peers
-  again with "expert bounds" (income ≤ 10⁶, cost per visit ≤ 10⁴): columns marked *.
+  contribution bounds (people and census: 1 row per person; visits: 6 rows per person,
+  at most 5 departments or 6 weeks per person), the group keys as public. Then the same
+  peers again with "expert bounds" (income ≤ 10⁶, cost per visit ≤ 10⁴): columns
+  marked *.
   The peers' grouping and WHERE columns are computed from the same DuckDB rows.
 
 Error: each released value's relative error |answer − true| / |true|; a group missing
@@ -107,13 +114,35 @@ TABLES = {
     "visits": Table("visits", "cost", (0, 100_000), (0, 10_000), 6, "days >= 1", {
         "group5": ("department", "department", 5),
         "group50": ("extract(week FROM visited_at)", "extract(week FROM visited_at)", 6)}),
+    # seed 002's real data (examples/data/census_casc.csv, ../shared/data): 1,080 people,
+    # one row each; its rules are added to the benchmark's copy of the demo rules
+    "census": Table("census", "ptotval", (0, 10_000_000), (0, 1_000_000), 1,
+                    "agi > 60000", {
+        "group5": ("width_bucket(afnlwgt, 100000, 400000, 3)",
+                   _width_bucket("afnlwgt", 100000, 400000, 3), 1),
+        "group50": ("width_bucket(afnlwgt, 20000, 500000, 48)",
+                    _width_bucket("afnlwgt", 20000, 500000, 48), 1)}),
 }
+CENSUS_RULES = """
+# benchmarks/utility_demo.py only: seed 002's census table, one row per person
+[tables.census]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.census.columns]
+person_id = { type = "int" }
+ptotval   = { type = "int", domain = [0, 10000000] }
+agi       = { type = "int", domain = [0, 1000000] }
+afnlwgt   = { type = "int", domain = [0, 1000000] }
+"""
 SCOPE_LABELS = {("people", "whole"): "people", ("people", "where"): "people, age > 60",
                 ("people", "group5"): "people, 5 age bands",
                 ("people", "group50"): "people, 50 age bands",
                 ("visits", "whole"): "visits", ("visits", "where"): "visits, days >= 1",
                 ("visits", "group5"): "visits, 5 departments",
-                ("visits", "group50"): "visits, 53 weeks"}
+                ("visits", "group50"): "visits, 53 weeks",
+                ("census", "whole"): "census", ("census", "where"): "census, agi > 60000",
+                ("census", "group5"): "census, 5 weight bands",
+                ("census", "group50"): "census, 50 weight bands"}
 
 
 def statement(table: Table, scope: str, aggregate: str, plain: bool) -> str:
@@ -142,7 +171,19 @@ def _proxy_rules() -> str:
     text = (ROOT / "rules" / "demo.toml").read_text()
     # only what running 20 releases per cell needs: no answer cache, a budget for them
     return text.replace("budget_per_analyst = 100",
-                        "budget_per_analyst = 1000000000\nanswer_cache = false")
+                        "budget_per_analyst = 1000000000\nanswer_cache = false") + CENSUS_RULES
+
+
+def add_census(path: Path) -> None:
+    """Seed 002's census table into the benchmark's copy of the demo file."""
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("CREATE TABLE census AS SELECT CAST(row_number() OVER () AS BIGINT) "
+                    "AS person_id, CAST(PTOTVAL AS BIGINT) AS ptotval, CAST(AGI AS BIGINT) "
+                    "AS agi, CAST(AFNLWGT AS BIGINT) AS afnlwgt FROM read_csv(?)",
+                    [str(ROOT / "examples" / "data" / "census_casc.csv")])
+    finally:
+        con.close()
 
 
 class Proxy:
@@ -479,6 +520,7 @@ def run(args) -> list[Result]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "demo.duckdb"
         create_demo(path)
+        add_census(path)
         plain = duckdb.connect(str(path), read_only=False)
         frames = {(t, s): frame(plain, TABLES[t], s) for t in args.tables for s in args.scopes}
         truths = {(t, s, a): truth(plain, TABLES[t], s, a)
@@ -611,7 +653,9 @@ def tables(results: list[Result]) -> tuple[str, dict]:
 def headline(results: list[Result], epsilon: float = 1.0) -> str:
     """Per aggregate at ε = 1: idp-proxy's median over the cells against the best peer's."""
     lines = [(f"| aggregate (ε = {epsilon:g}, median over its cells) | idp-proxy | "
-              "best peer, declared domains | best peer, expert bounds |"), "|---|---|---|---|"]
+              "best peer, declared domains | best peer, expert bounds | idp-proxy best | "
+              "within 1.5× of the best expert peer |"), "|---|---|---|---|---|---|"]
+    _, counts = tables([r for r in results if r.epsilon == epsilon])
     for aggregate in dict.fromkeys(r.aggregate for r in results):
         rows = [r for r in results if r.aggregate == aggregate and r.epsilon == epsilon]
         if not rows:
@@ -629,7 +673,9 @@ def headline(results: list[Result], epsilon: float = 1.0) -> str:
         lines.append(f"| {LABELS[aggregate]} | "
                      f"{_pct(float(np.median(ours)) if ours else None)} | "
                      f"{_pct(best({'OpenDP', 'SmartNoise', 'PipelineDP'}))} | "
-                     f"{_pct(best({'OpenDP*', 'SmartNoise*', 'PipelineDP*'}))} |")
+                     f"{_pct(best({'OpenDP*', 'SmartNoise*', 'PipelineDP*'}))} | "
+                     f"{counts[aggregate][1]} of {counts[aggregate][0]} | "
+                     f"{counts[aggregate][2]} of {counts[aggregate][0]} |")
     return "\n".join(lines)
 
 
@@ -646,7 +692,7 @@ def write(results: list[Result], out: Path, text: str) -> list[str]:
     for aggregate in dict.fromkeys(r.aggregate for r in results):
         rows = [r for r in results if r.aggregate == aggregate]
         cells = list(dict.fromkeys((r.table, r.scope, r.epsilon) for r in rows))
-        figure, axis = plt.subplots(figsize=(max(8, 1.1 * len(cells)), 4.5))
+        figure, axis = plt.subplots(figsize=(max(8, 0.6 * len(cells)), 6))
         width = 0.8 / len(SYSTEMS)
         for i, system in enumerate(SYSTEMS):
             values = []
@@ -663,7 +709,8 @@ def write(results: list[Result], out: Path, text: str) -> list[str]:
         axis.set(yscale="log", ylabel="median relative error, %",
                  title=f"{LABELS[aggregate]} on the demo (* = expert bounds; "
                        "missing bar = cannot answer)")
-        axis.legend(fontsize=7, ncol=4)
+        axis.legend(fontsize=7, ncol=len(SYSTEMS), loc="upper center",
+                    bbox_to_anchor=(0.5, -0.3))
         figure.tight_layout()
         name = f"demo_{aggregate}.png"
         figure.savefig(out / name, dpi=80)
@@ -684,7 +731,8 @@ def main(argv: list[str]) -> None:
         return text.split(",")
     parser.add_argument("--aggregates", default=AGGREGATES, type=split)
     parser.add_argument("--scopes", default=None, type=split)
-    parser.add_argument("--tables", default=list(TABLES), type=split)
+    parser.add_argument("--tables", default=list(TABLES), type=split,
+                        help="people, visits, census (default: all three)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "utility")
     parser.add_argument("--report", type=Path, default=None, metavar="CSV",
                         help="measure nothing: the tables and charts of a demo.csv")
