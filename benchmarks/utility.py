@@ -5,6 +5,11 @@ the default costs against raw iDP). A benchmark: it measures error, it asserts n
 
     python benchmarks/utility.py [--n 100,1000,10000,100000,1000000] [--epsilon 0.1,1]
                                  [--trials 200] [--columns income,age,...] [--out DIR]
+    python benchmarks/utility.py demo [--quick] ...
+
+The ``demo`` form (benchmarks/utility_demo.py, issue 32 item 7) is a different table:
+every everyday aggregate, scope and ε on the demo data, idp-proxy against OpenDP,
+SmartNoise SQL and PipelineDP; what follows describes the first form.
 
 For each column and n, a table of n values goes into a temporary DuckDB file; for each
 aggregate, ε and method, ``--trials`` answers are drawn and compared with the exact
@@ -370,6 +375,9 @@ def goals(results: list[dict]) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["demo"]:  # every aggregate on the demo against the peers
+        from utility_demo import main as demo
+        return demo(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", default="100,1000,10000,100000,1000000",
                         type=lambda text: [int(v) for v in text.split(",")])
