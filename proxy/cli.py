@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import sys
+import threading
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -523,19 +524,37 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
             store.close()
 
 
+START_CHECK_SECONDS = 10  # the start-time check's scans, at most; beyond, `rules check`
+
+
 def _check_at_start(rules: Rules, backend: Backend) -> None:
     """The rules against the data (proxy.owner.check), one warning per problem in the
     owner's log (stderr of ``serve``), never to analysts; a check that fails is logged
-    and the server starts."""
+    and the server starts. Its scans are interrupted after START_CHECK_SECONDS (a table
+    of billions of rows, or a view over a product, would hold the start for minutes):
+    the owner is told to run ``idp-proxy rules check`` instead."""
     from proxy.owner import check
 
     log = logging.getLogger("idp_proxy.rules_check")
+    owner = threading.get_ident()
+    timer = threading.Timer(START_CHECK_SECONDS, backend.interrupt, (owner,))
+    timer.daemon = True
+    timer.start()
     try:
         problems = check(rules, backend)
     except Exception as exc:  # the check is advice: it never stops the server
-        log.warning("rules check: could not compare the rules with the data (%s: %s)",
-                    type(exc).__name__, exc)
+        if backend.stopped(owner):
+            log.warning("rules check: the data took more than %d s to scan at start; "
+                        "run `idp-proxy rules check` to compare the rules with it",
+                        START_CHECK_SECONDS)
+        else:
+            log.warning("rules check: could not compare the rules with the data (%s: %s)",
+                        type(exc).__name__, exc)
         return
+    finally:
+        timer.cancel()
+        timer.join()  # an interrupt firing just now lands before it is forgotten
+        backend.forget_interrupt(owner)
     for problem in problems:
         log.warning("%s", problem)
 
