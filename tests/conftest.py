@@ -213,12 +213,16 @@ def no_noise(monkeypatch):
         return (yield RankRequest(column, rank, rank, group=key))[0] if n else grid.lower
 
     def unclipped(ladder, *args, **kwargs):
-        return Noisy(ladder.clipped[-1], 0.0, "none"), ladder.rungs[-1]
+        return Noisy(ladder.clipped[-1], 0.0, "none"), len(ladder.rungs) - 1
+
+    def exact_at(ladder, k, *args, **kwargs):
+        return Noisy(ladder.clipped[k], 0.0, "none")
 
     exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
     monkeypatch.setattr(noisy_answers, "laplace_real", exact)
     monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
     monkeypatch.setattr(noisy_answers, "clipped_sum", unclipped)
+    monkeypatch.setattr(noisy_answers, "sum_at", exact_at)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from proxy.analyze.shapes import ShapeCache
+from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.rules import load_rules, parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
@@ -127,8 +128,10 @@ CORPORA = [  # (name, rules, statements, how many other literals each literal ta
 def checking_session(rules, cache: ShapeCache | None = None,
                      settings: Settings | None = None, analyst: str = "zoe") -> Session:
     """A session that checks statements against ``rules`` (its shape cache ``cache``),
-    without a backend: checking never reads data."""
-    engine = SimpleNamespace(rules=rules, shapes=cache or ShapeCache())
+    without a backend: checking never reads data (it reads DuckDB's capabilities, a
+    class attribute: what the backend can plan)."""
+    engine = SimpleNamespace(rules=rules, shapes=cache or ShapeCache(),
+                             backend=SimpleNamespace(capabilities=DuckDBBackend.capabilities))
     session = Session(engine, analyst)  # type: ignore[arg-type]
     session.settings = settings or Settings()
     return session

@@ -186,18 +186,18 @@ def test_each_group_is_calibrated_to_the_number_of_groups(many_keys_engine, monk
     """The noise of every group takes its share of epsilon over all the groups one unit
     can touch: the count handed to the calibration is the number of answered groups,
     for one term and for the product of two."""
-    from proxy.privacy import noisy_answers
+    from proxy.privacy import sensitivity
 
     seen = []
-    touched = noisy_answers.groups_touched
-    monkeypatch.setattr(noisy_answers, "groups_touched",
+    touched = sensitivity.groups_touched
+    monkeypatch.setattr(sensitivity, "groups_touched",
                         lambda shift, count: seen.append(count) or touched(shift, count))
     session = Session.open(many_keys_engine, "zoe")
     for sql in ("SELECT key, MEDIAN(age) FROM many GROUP BY key",
                 "SELECT key, floor(age / 50) * 50 AS half, MAX(age) FROM many GROUP BY 1, 2"):
         seen.clear()
         (answer,) = run(session, sql)
-        assert seen == [len(answer.rows)] * len(answer.rows)
+        assert seen and set(seen) == {len(answer.rows)}
     assert len(answer.rows) == 3000  # 1,000 keys × the bins 0, 50, 100
 
 

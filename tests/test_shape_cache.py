@@ -19,6 +19,7 @@ from sqlglot.parser import Parser
 
 from proxy.analyze import parse_statements, statement_tokens
 from proxy.analyze.shapes import ShapeCache, canonical_sql, shape_of
+from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.errors import ProxyError
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -200,7 +201,8 @@ def test_a_message_is_parsed_once_and_a_known_shape_not_at_all(monkeypatch):
     parse = Parser.parse
     monkeypatch.setattr(Parser, "parse", lambda self, tokens, sql=None: parses.append(sql)
                         or parse(self, tokens, sql))
-    engine = SimpleNamespace(rules=SHAPES_RULES, shapes=ShapeCache())
+    engine = SimpleNamespace(rules=SHAPES_RULES, shapes=ShapeCache(),
+                             backend=SimpleNamespace(capabilities=DuckDBBackend.capabilities))
     connection = SimpleNamespace(server=SimpleNamespace(rules=SHAPES_RULES, engine=engine),
                                  session=checking_session(SHAPES_RULES, engine.shapes))
     first = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 3")

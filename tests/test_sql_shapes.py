@@ -703,7 +703,7 @@ REFUSED = [
     (SERIES_TIME.replace("COUNT(*) AS count FROM", "MEDIAN(cost) AS count FROM")
      .replace("COUNT(*) AS mme", "MEDIAN(cost) AS mme"), "0A000", "COUNT or SUM"),
     (SERIES_BAR.replace("count(*) AS mme_inner__", "max(age) AS mme_inner__"), "0A000",
-     "the chart does not ask for"),
+     "the query does not ask for"),
     ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING age > 30", "0A000",
      "neither an aggregate nor a GROUP BY key"),
     ("SELECT COUNT(*) AS age FROM people GROUP BY region HAVING age > 3", "0A000",

@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 import sqlglot
 from sqlglot import exp
@@ -29,6 +28,7 @@ from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
+from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
     ProxyError,
@@ -68,9 +68,6 @@ from proxy.vocabulary import (
     QueryPlan,
     multiplicity,
 )
-
-if TYPE_CHECKING:
-    from proxy.backends.base import Capabilities
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 

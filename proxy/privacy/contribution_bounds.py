@@ -78,11 +78,14 @@ def rungs(contribution: Contribution, column: Column, rows_per_unit: int
           ) -> tuple[float, ...]:
     """The public ladder of ``contribution`` of ``column`` (its declared domain and
     resolution) for units of at most ``rows_per_unit`` rows, ascending."""
+    if contribution.power == 2:  # the squares of the first power's rungs (moments)
+        return tuple(bound * bound for bound in rungs(
+            Contribution(contribution.column, contribution.origin), column, rows_per_unit))
     reach = max(abs(column.lower - contribution.origin), abs(column.upper - contribution.origin))
-    top = rows_per_unit * reach ** contribution.power
+    top = rows_per_unit * reach
     if top <= 0:
         return (0.0,)
-    floor = column.resolution ** contribution.power
+    floor = column.resolution
     ladder = [top]
     while len(ladder) <= HALVINGS and ladder[-1] / 2 >= floor and ladder[-1] / 2 > 0:
         ladder.append(ladder[-1] / 2)
@@ -96,17 +99,24 @@ def empty_ladder(ladder_rungs: tuple[float, ...]) -> Ladder:
 
 def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper: float,
                 resolution: float, rng: RandomSource, confidence: float = 0.95
-                ) -> tuple[Noisy, float]:
-    """(the noisy clipped sum, the bound drawn) for one group: steps 2 and 3 above."""
+                ) -> tuple[Noisy, int]:
+    """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above."""
     of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)
     lam = of_bound.epsilon / (2 * group_size)
     k = choose([(1, lam * beyond + Fraction(index, 2))
                 for index, beyond in enumerate(ladder.beyond)], rng)
+    return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
+                  confidence), k
+
+
+def sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, lower: float, upper: float,
+           resolution: float, rng: RandomSource, confidence: float = 0.95) -> Noisy:
+    """The contributions clipped to rung k (a public or already drawn choice) with
+    Laplace noise of scale g·w_k/ε (step 3)."""
     bound = ladder.rungs[k]
     width = bound if lower >= 0 or upper <= 0 else 2 * bound
-    noisy = laplace_real(ladder.clipped[k], group_size * width, of_sum.epsilon, rng,
-                         grid_step(resolution), confidence)
-    return noisy, bound
+    return laplace_real(ladder.clipped[k], group_size * width, loss.epsilon, rng,
+                        grid_step(resolution), confidence)
 
 
 def bound_note(rows_per_unit: int, table_has_unit: bool) -> str:

@@ -13,7 +13,14 @@ from fractions import Fraction
 
 from proxy.interrupts import checkpoint
 from proxy.loss import Loss
-from proxy.privacy.contribution_bounds import bound_note, clipped_sum, empty_ladder, laddered, rungs
+from proxy.privacy.contribution_bounds import (
+    bound_note,
+    clipped_sum,
+    empty_ladder,
+    laddered,
+    rungs,
+    sum_at,
+)
 from proxy.privacy.inverse_sensitivity import extreme_offsets
 from proxy.privacy.mechanisms import (
     Noisy,
@@ -405,29 +412,31 @@ def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit
 
 def _release_clipped_moments(plan: QueryPlan, agg, group: GroupStats, column,
                              cal: Calibration, loss: Loss, rng) -> Released:
-    """STDDEV/VARIANCE from a noisy count (a fifth of the loss) and the sums of each
-    unit's Σ(x − L) and Σ(x − L)², each clipped to a bound drawn per group (two fifths
-    each, privacy/contribution_bounds.py)."""
+    """STDDEV/VARIANCE from a noisy count (a fifth of the loss), the sum of each unit's
+    Σ(x − L) clipped to a bound B drawn per group (two fifths, a third of it the draw's),
+    and the sum of each unit's Σ(x − L)² clipped to B² (two fifths): a unit whose
+    Σ(x − L) is within B has Σ(x − L)² within B², so the two sums clip the same units
+    and S2 − S1²/N stays what the data make it (two bounds drawn apart made it negative:
+    STDDEV 0)."""
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
     of_count, of_first, of_second = loss.split(1, 2, 2)
     count = laplace_integer(group.column(agg.column).n, _integer_scale(cal.shift, cal),
                             of_count.epsilon, rng, MOMENTS_CONFIDENCE)
-    sums = []
-    for power, part in ((1, of_first), (2, of_second)):
-        contribution = Contribution(agg.column, column.lower, power)
-        noisy, _ = clipped_sum(_ladder(group, contribution, column, rows_per_unit), part,
-                               group_size, 0.0, 1.0, column.resolution ** power, rng,
-                               MOMENTS_CONFIDENCE)
-        sums.append(noisy)
-    noisy = spread_of_moments(agg.kind, count, sums[0], sums[1], column.lower, column.upper,
+    first, second = (_ladder(group, Contribution(agg.column, column.lower, power), column,
+                             rows_per_unit) for power in (1, 2))
+    linear, k = clipped_sum(first, of_first, group_size, 0.0, 1.0, column.resolution, rng,
+                            MOMENTS_CONFIDENCE)
+    square = sum_at(second, k, of_second, group_size, 0.0, 1.0, column.resolution ** 2, rng,
+                    MOMENTS_CONFIDENCE)
+    noisy = spread_of_moments(agg.kind, count, linear, square, column.lower, column.upper,
                               "discrete Laplace / Laplace: noisy count and moment sums, "
-                              "their bounds by the exponential mechanism")
+                              "their bound by the exponential mechanism")
     what = "STDDEV" if agg.kind.startswith("stddev") else "VARIANCE"
     return _finish(noisy, cal, (
         f"{what} from a noisy count (a fifth of the epsilon) and the sums of each unit's "
-        "Σ(x − L) and Σ(x − L)², each clipped to a bound drawn privately per group (two "
-        "fifths each, docs/privacy.md §3.14); heavy tails clipped make it low"))
+        "Σ(x − L), clipped to a bound B drawn privately per group, and Σ(x − L)², clipped "
+        "to B² (two fifths each, docs/privacy.md §3.14); heavy tails clipped make it low"))
 
 
 def _release_average(stats: ColumnStats, column, cal: Calibration, loss: Loss, rng):

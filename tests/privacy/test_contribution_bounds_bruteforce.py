@@ -98,4 +98,4 @@ def test_the_ladder_is_public_and_spans_the_largest_contribution():
     assert all(b == 2 * a for a, b in zip(ladder, ladder[1:]))
     age = Column("age", "int", 0.0, 120.0)
     assert rungs(Contribution("age"), age, 1) == tuple(120 / 2 ** j for j in range(6, -1, -1))
-    assert rungs(Contribution("age", 0.0, 2), age, 2)[-1] == 2 * 120 ** 2
+    assert rungs(Contribution("age", 0.0, 2), age, 2)[-1] == (2 * 120) ** 2
