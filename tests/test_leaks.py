@@ -209,14 +209,16 @@ def test_steering_the_sensitivity_with_one_value_reads_nothing_by_default(pair):
     bound drawn from a public ladder by a DP mechanism (docs/privacy.md §3.14), whose
     law moves by at most e^ε between them (here ε 10⁻⁶: not at all). The answers have
     one law, each 95 % bound shown is that of a rung of the public ladder (the CASE's
-    largest contribution 10^6, halved), and the median |answer| of 25 draws is within 3x
-    across the pair, against 10^6 x under raw iDP (next test)."""
+    largest contribution 10^6, halved), and the median |answer| of 25 draws is within 10x
+    across the pair (the law mixes the rungs' scales: log₂ of a median of 25 strays by
+    about 0.65, of two medians' ratio by 0.9, so 10x is 3.6 of those), against 10^6 x
+    under raw iDP (next test)."""
     (fired, fired_bounds), (quiet, quiet_bounds) = (_spread(e, STEERED, 25) for e in pair)
     rungs = {1_000_000 / 2 ** j for j in range(21)}
     for bound in fired_bounds | quiet_bounds:  # Laplace's 95 % bound: 3·B/ε (ε two thirds)
         assert any(bound == pytest.approx(3.0 * rung / (0.000001 * 2 / 3), rel=0.01)
                    for rung in rungs), bound
-    assert 1 / 3 < fired / quiet < 3
+    assert 1 / 10 < fired / quiet < 10
 
 
 @pytest.mark.parametrize("pair", ['noise_scale = "local"'], indirect=True)

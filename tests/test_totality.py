@@ -121,7 +121,7 @@ def test_the_sql_grows_linearly_with_the_expression():
     twenty, _ = _pushed("x" + " * 1" * 20)
     forty, seconds = _pushed("x" + " * 1" * 40)
     assert len(forty) < 2.2 * len(twenty)
-    assert seconds < 0.5
+    assert seconds < 2.0  # the doubling took 27 s at 8 factors; under load 0.6 s at 40
     mixed = "sqrt(abs(coalesce(CASE WHEN y > 0 THEN x ELSE -x END, 1) / 3)) * ln(x + 1)"
     assert len(_pushed(" + ".join([mixed] * 8))[0]) < 2.2 * len(
         _pushed(" + ".join([mixed] * 4))[0])
