@@ -48,7 +48,7 @@ from proxy.analyze.key_restriction import restricted
 from proxy.analyze.number_keys import number_term
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
-from proxy.analyze.time_keys import canonical, time_term, tool_time_term
+from proxy.analyze.time_keys import canonical, time_term, tool_time_term, truncate
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
@@ -321,25 +321,6 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
     if column.type == "date":
         first, last = truncate(first, "day"), truncate(last, "day")
     return min(first, high), max(last, low)
-
-
-def truncate(moment: dt.datetime, unit: str) -> dt.datetime:
-    """``date_trunc(unit, moment)`` as PostgreSQL and DuckDB compute it (weeks start on
-    Monday)."""
-    if unit == "year":
-        return dt.datetime(moment.year, 1, 1)
-    if unit == "quarter":
-        return dt.datetime(moment.year, 3 * ((moment.month - 1) // 3) + 1, 1)
-    if unit == "month":
-        return dt.datetime(moment.year, moment.month, 1)
-    day = dt.datetime(moment.year, moment.month, moment.day)
-    if unit == "week":
-        return day - dt.timedelta(days=moment.weekday())
-    if unit == "day":
-        return day
-    if unit == "hour":
-        return day.replace(hour=moment.hour)
-    return day.replace(hour=moment.hour, minute=moment.minute)
 
 
 _FIXED = {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),

@@ -399,7 +399,7 @@ class _Compiler:
 
     def _trunc(self, inner, unit: str):
         kind = "tstz" if inner.kind in ("tstz", "date") else "ts"
-        return self._map(inner, kind, unit, lambda v: _retyped(_truncated(_naive(v), unit), kind))
+        return self._map(inner, kind, unit, lambda v: _retyped(truncate(_naive(v), unit), kind))
 
     def _map(self, inner, kind: str, unit: str, function: Callable[[Any], Any]) -> _Stepped:
         """A bucket of ``inner``: ``function`` of its value, which changes only where a
@@ -469,7 +469,9 @@ def _added(value, months: int, delta: dt.timedelta):
     return _aware(naive) if isinstance(value, dt.datetime) and value.tzinfo else naive
 
 
-def _truncated(moment: dt.datetime, unit: str) -> dt.datetime:
+def truncate(moment: dt.datetime, unit: str) -> dt.datetime:
+    """``date_trunc(unit, moment)`` as PostgreSQL and DuckDB compute it (weeks start on
+    Monday)."""
     if unit == "year":
         return dt.datetime(moment.year, 1, 1)
     if unit == "quarter":
@@ -491,7 +493,7 @@ def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
     step = {"week": dt.timedelta(weeks=1), "day": _DAY, "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1),
             "second": dt.timedelta(seconds=1)}.get(unit)
     if step is not None:
-        point = _truncated(low, unit) if unit != "second" else low.replace(microsecond=0)
+        point = truncate(low, unit) if unit != "second" else low.replace(microsecond=0)
         point += step
         count = 0
         while point <= high:
@@ -502,7 +504,7 @@ def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
                 return
         return
     months = {"year": 12, "quarter": 3, "month": 1}[unit]
-    point = _truncated(low, unit)
+    point = truncate(low, unit)
     while True:
         point = _added(point, months, dt.timedelta(0))
         if point > high:
