@@ -45,7 +45,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze.key_restriction import restricted
-from proxy.analyze.number_keys import number_term
+from proxy.analyze.number_keys import number_term, numeric_column
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import canonical, time_term, tool_time_term, truncate
@@ -365,19 +365,6 @@ def _number(node: exp.Expression | None) -> float | None:
     return None
 
 
-def _numeric_column(node: exp.Expression, table: Table, resolve, what: str) -> Column:
-    if not isinstance(node, exp.Column):
-        raise NotSupported(f"{what} bins a plain numeric column")
-    column = table.columns[resolve(node)]
-    if not column.numeric:
-        raise NotSupported(f"{what} needs an int or float column; {column.name} is "
-                           f"{column.type}")
-    if column.lower is None or column.upper is None:
-        raise NotSupported(f"{what} on {column.name} needs a declared domain [L, U] in the "
-                           "rules (the public list of bins); ask the data owner")
-    return column
-
-
 def _width(node: exp.Expression) -> int:
     width = _number(node)
     if width is None or width <= 0 or width != int(width) or width > MAGNITUDE_CAP:
@@ -417,7 +404,7 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
         return _epoch_bin(division.this.expression, width, scale, table, resolve, name, where)
     what = f"floor({division.this.sql(dialect='postgres')} / {width})" if floor else \
         f"{division.this.sql(dialect='postgres')} / {width}"
-    column = _numeric_column(division.this, table, resolve, what)
+    column = numeric_column(division.this, table, resolve, what)
     if not floor and column.type != "int" and not isinstance(division, exp.IntDiv):
         raise NotSupported(f"{what} divides a float column without rounding; bin it with "
                            f"floor({column.name} / {width}) * {width}")
@@ -451,7 +438,7 @@ def _epoch_bin(node: exp.Expression, width: int, scale: int, table: Table, resol
 
 
 def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> GroupKey:
-    column = _numeric_column(node.this, table, resolve, "width_bucket")
+    column = numeric_column(node.this, table, resolve, "width_bucket")
     low, high = _number(node.args.get("min_value")), _number(node.args.get("max_value"))
     count = _number(node.args.get("num_buckets"))
     if low is None or high is None or count is None or not low < high:

@@ -55,7 +55,8 @@ def _constant(node: exp.Expression | None) -> Decimal | None:
     return None
 
 
-def _numeric(node: exp.Expression, table: Table, resolve, what: str) -> Column:
+def numeric_column(node: exp.Expression, table: Table, resolve, what: str) -> Column:
+    """The plain numeric column with a declared domain that a bin term reads."""
     if not isinstance(node, exp.Column):
         raise NotSupported(f"{what} bins a plain numeric column")
     column = table.columns[resolve(node)]
@@ -87,7 +88,7 @@ def _offset_bins(node: exp.Expression, table: Table, resolve, name: str) -> Grou
     if width <= 0:
         raise NotSupported("a bin width must be positive")
     what = f"floor(({_bare(shifted.this).sql(dialect='postgres')} - {offset}) / {width})"
-    column = _numeric(_bare(shifted.this), table, resolve, what)
+    column = numeric_column(_bare(shifted.this), table, resolve, what)
     if column.type == "int" and all(_whole_literal(part) for part in (
             shifted.expression, division.expression, scaled.expression, node.expression)):
         # integers throughout: PostgreSQL divides them rounding toward zero
@@ -145,7 +146,7 @@ def _remainder(node: exp.Mod, table: Table, resolve, name: str) -> GroupKey:
     if divisor is None or divisor != int(divisor) or divisor == 0:
         raise NotSupported(f"GROUP BY {what}: the divisor must be a whole constant other "
                            "than 0")
-    column = _numeric(_bare(node.this), table, resolve, what)
+    column = numeric_column(_bare(node.this), table, resolve, what)
     if column.type != "int":
         raise NotSupported(f"GROUP BY {what}: % takes an int column ({column.name} is "
                            f"{column.type}); bin it with floor({column.name} / w) * w")
