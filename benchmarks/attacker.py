@@ -203,29 +203,11 @@ def sigterm_time(proxy, dsn: str, statements: list[str]) -> tuple[float, int | N
 
 def run_backend(backend: str, attacks: list[tuple[str, object, str]], timeout: int,
                 folder: Path, postgres_url: str | None) -> None:
-    import duckdb
-
-    from proxy.demo import create_demo
-    from proxy.pgtypes import postgres_type
-    from tests.databases import load_table
-    from tests.factories import backend_database
+    from tests.factories import demo_database
 
     rules = folder / "rules.toml"
     rules.write_text(rules_text(timeout))
-    demo = folder / "demo.duckdb"
-    create_demo(demo)
-    with backend_database(backend, folder, postgres_url) as url:
-        if backend == "postgres":
-            con = duckdb.connect(str(demo), read_only=True)
-            for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
-                                        "ORDER BY table_name").fetchall():
-                described = con.execute(f'DESCRIBE "{table}"').fetchall()
-                columns = con.execute(f'SELECT * FROM "{table}"').fetchnumpy()
-                load_table(url, table, {n: columns[n].tolist() for n, *_ in described},
-                           {n: postgres_type(k) for n, k, *_ in described})
-            con.close()
-        else:
-            demo.rename(url.removeprefix("duckdb:///"))
+    with demo_database(backend, folder, postgres_url) as url:
         with running_proxy(rules, url, folder / "home") as proxy:
             dsn = proxy.dsn("alice")
             ask(dsn, "SELECT COUNT(*) FROM people")  # warm: the per-unit bound, the caches

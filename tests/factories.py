@@ -285,10 +285,9 @@ def people_proxy(backend: str, folder: Path, postgres_url: str | None = None):
 
 
 @contextmanager
-def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
-    """``idp-proxy serve`` under rules/demo.toml over the demo's tables (as
-    ``idp-proxy serve`` with no options creates them), in DuckDB or copied into a new
-    PostgreSQL database, column types kept."""
+def demo_database(backend: str, folder: Path, postgres_url: str | None = None):
+    """The URL of the demo's tables (as ``idp-proxy serve`` with no options creates
+    them), in a DuckDB file or copied into a new PostgreSQL database, column types kept."""
     import duckdb
 
     from proxy.demo import create_demo
@@ -296,7 +295,6 @@ def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
 
     demo = folder / "demo.duckdb"
     create_demo(demo)
-    rules = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
     with backend_database(backend, folder, postgres_url) as url:
         if backend == "postgres":
             con = duckdb.connect(str(demo), read_only=True)
@@ -309,6 +307,14 @@ def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
             con.close()
         else:
             demo.rename(url.removeprefix("duckdb:///"))
+        yield url
+
+
+@contextmanager
+def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
+    """``idp-proxy serve`` under rules/demo.toml over the demo's tables (demo_database)."""
+    rules = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+    with demo_database(backend, folder, postgres_url) as url:
         with wireserver.running_proxy(rules, url, folder / "home") as running:
             yield running
 
