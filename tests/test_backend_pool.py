@@ -141,7 +141,7 @@ def test_the_bound_makes_transactions_wait_and_nesting_does_not_deadlock(fresh_p
 
 # The storm ---------------------------------------------------------------------------------
 
-STORM_SECONDS = 60
+STORM_SECONDS = 20
 STORM_RULES = """
 [server]
 auth = "trust"
@@ -159,8 +159,8 @@ budget = 100000
 
 def _cancelling(proxy, stop: threading.Event, outcomes: list[str]) -> bool:
     """Queries, each with a cancel sent 0–30 ms after it starts, 15 ms apart: about
-    1,600 a minute, 650 of them cancelled (back to back: 3,000 and 740, for a third
-    more CPU); True when the session still answers at the end."""
+    530 in the storm's 20 s, 215 of them cancelled (back to back: 1,000 and 250, for
+    a third more CPU); True when the session still answers at the end."""
     chance = random.Random(14)
     with psycopg.connect(proxy.dsn("canceller"), autocommit=True) as con:
         number = 0
@@ -186,8 +186,8 @@ def _cancelling(proxy, stop: threading.Event, outcomes: list[str]) -> bool:
 def _steady(proxy, stop: threading.Event, answers: list[int], failures: list[str]) -> None:
     """Distinct private counts (each charged and computed), one per 200 ms, as a
     dashboard's would come (flat out they would only take the suite's cores from the
-    canceller: 2,100 answers a minute at 20 ms apart; about 200 a minute on a loaded
-    machine at this pace); a new login every 50."""
+    canceller: 2,100 answers a minute at 20 ms apart; about 70 in the storm's 20 s on
+    a loaded machine at this pace); a new login every 50."""
     number = 0
     while not stop.is_set():
         try:
@@ -213,9 +213,9 @@ def _balanced(storm: Served, analyst: str) -> list[dict]:
     return entries
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_path):
-    """One analyst cancels their own queries at random moments for a minute; another
+    """One analyst cancels their own queries at random moments for 20 s; another
     analyst's queries all succeed meanwhile, the canceller's session and new logins
     still work at the end, and both budgets equal their ledgers."""
     storm = Served.prepare(tmp_path, STORM_RULES, fresh_postgres)
@@ -239,7 +239,7 @@ def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_
             assert isinstance(con.execute("SELECT COUNT(*) FROM people WHERE age > 20")
                               .fetchone()[0], int)  # answered (its noise is wide)
     assert not failures, failures[:5]
-    assert len(answers) > 100, len(answers)
+    assert len(answers) > 30, len(answers)
     assert alive == [True]
     assert set(outcomes) <= {"answer", "57014"}, sorted(set(outcomes))
     assert outcomes.count("57014") > 50 and outcomes.count("answer") > 50

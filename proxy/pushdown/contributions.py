@@ -46,18 +46,19 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
         per_unit = exp.select(*keys, *[exp.alias_(exp.Coalesce(
             this=exp.Sum(this=term), expressions=[exp.Literal.number(0)]), f"t{i}")
             for i, term in enumerate(terms)]).from_(scope.subquery("r")).group_by(*keys, "u")
-    outer = exp.select(*keys).from_(per_unit.subquery("p"))
-    for i, rungs in enumerate(ladders):
+    columns_out: list[exp.Expression] = []  # one select() at the end: each call copies
+    for i, rungs in enumerate(ladders):  # the whole statement (quadratic in the rungs)
         checkpoint()
         value = exp.column(f"t{i}")
         for k, bound in enumerate(rungs):
             beyond = exp.or_(value.copy() > literal(bound), value.copy() < literal(-bound))
-            outer = outer.select(
+            columns_out += [
                 exp.alias_(exp.Sum(this=exp.Case().when(beyond, exp.Literal.number(1))
-                                   .else_(exp.Literal.number(0))), f"b_{i}_{k}"),
+                                   .else_(exp.Literal.number(0))), f"b_{i}_{k}", copy=False),
                 exp.alias_(exact_sum(clamp(value.copy(), -bound, bound), -bound, bound),
-                           f"s_{i}_{k}"))
-    return outer.group_by(*keys) if keys else outer
+                           f"s_{i}_{k}", copy=False)]
+    outer = exp.select(*keys, *columns_out).from_(per_unit.subquery("p"), copy=False)
+    return outer.group_by(*keys, copy=False) if keys else outer
 
 
 def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
@@ -68,7 +69,7 @@ def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     statement = contribution_sql(plan, wanted, ladders, clip_rows_per_unit)
     width = len(plan.group_by)
     found: dict[tuple, dict[Contribution, Ladder]] = {}
-    for row in execute(statement.sql(dialect=capabilities.dialect)):
+    for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):
         rest, at = row[width:], 0
         for contribution, rungs in zip(wanted, ladders):
             pairs = rest[at: at + 2 * len(rungs)]

@@ -393,7 +393,7 @@ def exact_sum(value: exp.Expression, lower: float | None = None,
     fraction = exp.Mul(this=exp.paren(exp.Sub(this=value.copy(), expression=whole.copy())),
                        expression=scale)
     return exp.Add(
-        this=exp.Mul(this=exp.Sum(this=exp.cast(whole, BIGINT)), expression=scale.copy()),
+        this=exp.Mul(this=exp.Sum(this=exp.cast(whole, BIGINT, copy=False)), expression=scale.copy()),
         expression=exp.Sum(this=_rounded(fraction)))
 
 
@@ -401,7 +401,7 @@ def _rounded(value: exp.Expression) -> exp.Expression:
     """⌊value + ½⌋ as a BIGINT: round half up, the same in both engines (their ROUND
     and casts differ on ties: PostgreSQL rounds a float half to even)."""
     half = exp.Add(this=value, expression=exp.Literal.number("0.5"))
-    return exp.cast(exp.Floor(this=half), BIGINT)
+    return exp.cast(exp.Floor(this=half), BIGINT, copy=False)
 
 
 def read_sum(value) -> float:
