@@ -69,6 +69,14 @@ class RankRef:
     offset: int = 0
     fraction: Fraction | None = None
 
+    def __hash__(self) -> int:  # kept: a grouped statement fills millions of dict slots,
+        try:                    # and hashing the Fraction each time took seconds
+            return self.__dict__["_hash"]
+        except KeyError:
+            value = hash((self.anchor, self.offset, self.fraction))
+            self.__dict__["_hash"] = value
+            return value
+
     def rank(self, n: int) -> int:
         if self.anchor == PCT:
             return percentile_rank(n, self.fraction) + self.offset

@@ -66,28 +66,28 @@ def statistics_query(
     outer = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n_rows")).from_("scope")
     units = counts_units(plan)
     if units:
-        outer = outer.select(exp.alias_(distinct_units(exp.column("u")), "n_units"))
+        outer = outer.select(exp.alias_(distinct_units(exp.column("u")), "n_units"), copy=False)
     ctes.append(("base", outer.group_by(*keys)))
     final = exp.select(*[exp.column(k, "base") for k in keys], exp.column("n_rows", "base"))
     if units:
-        final = final.select(exp.column("n_units", "base"))
-    final = final.from_("base")
+        final = final.select(exp.column("n_units", "base"), copy=False)
+    final = final.from_("base", copy=False)
     for index, need in enumerate(needs):
-        checkpoint()  # with many group keys, each step copies seconds' worth in all
+        checkpoint()
         name = f"c{index}"
         ctes.append((f"s{index}", _column_statistics(name, need, keys)))
-        final = final.select(exp.column(f"{name}_n", f"s{index}"))
+        final = final.select(exp.column(f"{name}_n", f"s{index}"), copy=False)
         if need.total:
-            final = final.select(exp.column(f"{name}_total", f"s{index}"))
+            final = final.select(exp.column(f"{name}_total", f"s{index}"), copy=False)
         if need.spread:
-            final = final.select(exp.column(f"{name}_m2", f"s{index}"))
+            final = final.select(exp.column(f"{name}_m2", f"s{index}"), copy=False)
         for j, _ in enumerate(_ordered(need.ranks)):
-            final = final.select(exp.column(f"{name}_r{j}", f"s{index}"))
+            final = final.select(exp.column(f"{name}_r{j}", f"s{index}"), copy=False)
         on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys])
-        final = final.join(f"s{index}", on=on, join_type="left")
+        final = final.join(f"s{index}", on=on, join_type="left", copy=False)
     for alias, cte in ctes:
         checkpoint()
-        final = final.with_(alias, as_=cte)
+        final = final.with_(alias, as_=cte, copy=False)
     checkpoint()
     return StatisticsQuery(final.sql(dialect=dialect), keys, needs, units)
 
@@ -103,13 +103,14 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
     stats = exp.select(*keys, exp.alias_(exp.Count(this=exp.column("v")), f"{name}_n"))
     if need.total:
         stats = stats.select(exp.alias_(exact_sum(exp.column("v"), need.lower, need.upper),
-                                          f"{name}_total"))
+                                          f"{name}_total"), copy=False)
     if need.spread:
-        stats = stats.select(exp.alias_(exp.VariancePop(this=exp.column("v")), f"{name}_m2"))
+        stats = stats.select(exp.alias_(exp.VariancePop(this=exp.column("v")), f"{name}_m2"),
+                             copy=False)
     for j, ref in enumerate(_ordered(need.ranks)):
         hit = exp.column("rn").eq(rank_sql(ref, exp.column("n")))
         pick = exp.Case().when(hit, exp.column("v"))
-        stats = stats.select(exp.alias_(exp.Max(this=pick), f"{name}_r{j}"))
+        stats = stats.select(exp.alias_(exp.Max(this=pick), f"{name}_r{j}"), copy=False)
     return stats.from_(ranked.subquery("ranked")).group_by(*keys)
 
 

@@ -19,13 +19,22 @@ from proxy.pushdown.scope import (
     counts_units,
     distinct_units,
     exact_sum,
+    extreme_refs,
     fill_extremes,
     group_keys,
     read_sum,
     scope_select,
 )
 from proxy.pushdown.values import literal
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
+from proxy.statistics import (
+    BOTTOM,
+    PCT,
+    TOP,
+    ColumnNeeds,
+    ColumnStats,
+    GroupStats,
+    percentile_rank,
+)
 from proxy.vocabulary import QueryPlan
 
 
@@ -41,11 +50,12 @@ def grouped_list_statistics(
     for index, need in enumerate(needs):
         column = exp.column(f"c{index}")
         for anchor, kind in ((TOP, exp.Max), (BOTTOM, exp.Min)):
-            offsets = [r.offset for r in need.ranks if r.anchor == anchor]
-            if offsets:
-                items.append(kind(this=column, expression=exp.Literal.number(max(offsets) + 1)))
-                readers.append(lambda g, a, v, n=need, end=anchor, o=offsets: fill_extremes(
-                    n, g.columns[n.column], end, o, v))
+            refs = extreme_refs(need, anchor)
+            if refs:
+                deepest = max(r.offset for r in refs)
+                items.append(kind(this=column, expression=exp.Literal.number(deepest + 1)))
+                readers.append(lambda g, a, v, n=need, r=refs: fill_extremes(
+                    n, g.columns[n.column], r, v))
         for fraction in sorted({r.fraction for r in need.ranks if r.anchor == PCT}):
             items.append(exp.PercentileDisc(this=column,
                                             expression=exp.Literal.number(repr(float(fraction)))))
@@ -124,23 +134,25 @@ def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> boo
     on = exp.and_(*[exp.column(k, "s").eq(exp.column(k, "a")) for k in keys])
     statement = (exp.select(*[exp.column(k, "s") for k in keys], *items).from_(scope)
                  .join(table, on=on).group_by(*[exp.column(k, "s") for k in keys]))
+    around = [[r for r in need.ranks if r.anchor == PCT and r.fraction == fraction]
+              for _, need, fraction in anchors]  # each anchor's ranks, sorted out once
     answered = set()
-    for row in execute(statement.sql(dialect="duckdb")):
+    for row in execute(statement.sql(dialect="duckdb", copy=False)):
         checkpoint()  # a group's ranks at a time: thousands of groups take seconds
         key, rest = tuple(row[: len(keys)]), row[len(keys):]
         answered.add(key)
         for i, (_, need, fraction) in enumerate(anchors):
             below, upto, above, under = rest[4 * i: 4 * i + 4]
             stats = groups[key].columns[need.column]
-            for ref in need.ranks:
-                if ref.anchor != PCT or ref.fraction != fraction:
-                    continue
-                found = _value_at(ref.rank(stats.n), stats.n, anchor_values[key][i],
-                                  int(below or 0), int(upto or 0), list(above or ()),
-                                  list(under or ()))
+            at = percentile_rank(stats.n, fraction)  # RankRef.rank of each, once
+            below, upto = int(below or 0), int(upto or 0)
+            above, under = list(above or ()), list(under or ())
+            for ref in around[i]:
+                found = _value_at(at + ref.offset, stats.n, anchor_values[key][i],
+                                  below, upto, above, under)
                 if found is False:
                     return False
-                stats.values[ref] = need.clamp_to_domain(found)
+                stats.values[ref] = None if found is None else need.clamp_to_domain(found)
     return answered == set(groups)  # a group missing here would lack its ranks
 
 

@@ -411,11 +411,16 @@ def read_sum(value) -> float:
     return float(Decimal(int(value)).scaleb(-SUM_DECIMALS))
 
 
-def fill_extremes(need: ColumnNeeds, stats: ColumnStats, anchor: str, offsets, values) -> None:
-    """From a list of the largest (TOP) or smallest (BOTTOM) values, most extreme first:
-    TOP+j is the (j+1)-th largest; None when there are not that many. NULLs, which a
-    top-k query lists only when fewer than k values exist, are dropped."""
-    values = [value for value in values or () if value is not None]
-    for offset in offsets:
-        stats.values[RankRef(anchor, offset)] = (
-            need.clamp_to_domain(values[offset]) if offset < len(values) else None)
+def extreme_refs(need: ColumnNeeds, anchor: str) -> list[RankRef]:
+    """The ranks ``need`` wants counted from one end (TOP or BOTTOM)."""
+    return [r for r in need.ranks if r.anchor == anchor]
+
+
+def fill_extremes(need: ColumnNeeds, stats: ColumnStats, refs: list[RankRef], values) -> None:
+    """From a list of the largest (TOP) or smallest (BOTTOM) values, most extreme first,
+    the values at ``refs`` (of that end): TOP+j is the (j+1)-th largest; None when there
+    are not that many. NULLs, which a top-k query lists only when fewer than k values
+    exist, are dropped."""
+    values = [need.clamp_to_domain(value) for value in values or () if value is not None]
+    for ref in refs:
+        stats.values[ref] = values[ref.offset] if ref.offset < len(values) else None

@@ -30,6 +30,7 @@ from proxy.pushdown.scope import (
     counts_units,
     distinct_units,
     exact_sum,
+    extreme_refs,
     fill_extremes,
     needed_value,
     read_sum,
@@ -37,7 +38,7 @@ from proxy.pushdown.scope import (
     source_table,
 )
 from proxy.pushdown.values import DOUBLE, literal
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats, RankRef
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
 from proxy.vocabulary import COUNT, DerivedColumn, QueryPlan
 
 
@@ -110,14 +111,14 @@ def first_pass(
             readers.append(lambda value, s=stats: setattr(s, "m2", float(value or 0) * s.n))
         for anchor in (TOP, BOTTOM):
             if (index, anchor) in (thresholds or {}) and not whole_table:
-                offsets = _offsets(need, anchor)
-                threshold = thresholds[index, anchor]
+                refs = extreme_refs(need, anchor)
+                threshold, deepest = thresholds[index, anchor], max(r.offset for r in refs)
                 raw = (None if projected or isinstance(plan.table.columns.get(need.column),
                                                        DerivedColumn)
                        else exp.column(need.column, quoted=True))
-                items.append(_beyond(column, threshold, max(offsets) + 1, anchor, raw))
-                readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets, t=threshold:
-                               fill_extremes(n, s, a, o, _with_ties(value, t, max(o) + 1)))
+                items.append(_beyond(column, threshold, deepest + 1, anchor, raw))
+                readers.append(lambda value, n=need, s=stats, r=refs, t=threshold, k=deepest + 1:
+                               fill_extremes(n, s, r, _with_ties(value, t, k)))
     if not items and not whole_table:
         return group, []
     if projected:
@@ -149,19 +150,15 @@ def remaining_passes(
     for index, need in enumerate(needs):
         stats, column = group.columns[need.column], exp.column(f"c{index}")
         for anchor in (TOP, BOTTOM):
-            offsets = _offsets(need, anchor)
-            if offsets and not all(RankRef(anchor, o) in stats.values for o in offsets):
-                items.append(_extremes(column, max(offsets) + 1, anchor, scope))
-                readers.append(lambda value, n=need, s=stats, a=anchor, o=offsets: fill_extremes(
-                    n, s, a, o, value))
+            refs = extreme_refs(need, anchor)
+            if refs and not all(r in stats.values for r in refs):
+                items.append(_extremes(column, max(r.offset for r in refs) + 1, anchor, scope))
+                readers.append(lambda value, n=need, s=stats, r=refs: fill_extremes(
+                    n, s, r, value))
     if items:
         for reader, value in zip(readers, execute(exp.select(*items).sql(dialect=dialect, copy=False))[0]):
             reader(value)
     _percentiles(plan, needs, group, scope, dialect, clip_rows_per_unit, execute)
-
-
-def _offsets(need: ColumnNeeds, anchor: str) -> list[int]:
-    return [r.offset for r in need.ranks if r.anchor == anchor]
 
 
 def _first_pass_work(need: ColumnNeeds) -> bool:
@@ -182,9 +179,9 @@ def _pilot_thresholds(plan: QueryPlan, needs, dialect: str, execute: Execute
     ``_with_ties``). An end whose sample holds fewer than k values gets no threshold
     (its extremes come from the top-k scan)."""
     sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
-    wanted = [(index, anchor, max(_offsets(need, anchor)) + 1)
+    wanted = [(index, anchor, max(r.offset for r in refs) + 1)
               for index, need in enumerate(needs) if _first_pass_work(need)
-              for anchor in (TOP, BOTTOM) if _offsets(need, anchor)]
+              for anchor in (TOP, BOTTOM) if (refs := extreme_refs(need, anchor))]
     if not wanted:
         return {}
     row = execute(exp.select(*[_extremes(exp.column(f"c{index}"), k, anchor, sampled)
