@@ -658,8 +658,8 @@ def rules_draft(backend, tables, from_data, out):
 @rules_option
 @backend_option
 def rules_check(rules_path, backend):
-    """Compare the rules with the data: values outside a domain, values missing from
-    keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
+    """Compare the rules with the data: NULL and NaN counts, values outside a domain,
+    values missing from keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
     Exit status 0 whatever it finds: these are warnings."""
     from proxy.engine import Engine
     from proxy.owner import check
