@@ -259,13 +259,16 @@ def query(rules_path, backend, user, epsilon, model, prior, fmt, script, sql):
         raise click.UsageError("give either SQL or -f FILE")
     text = script.read() if script else sql
     answers = []
+    headers: list[list[str]] = []  # CSV: a header only where the columns change
     try:
         with progress("answering") as shown:
             def show(answer: dict[str, Any]) -> None:
                 answers.append(answer)
                 if fmt != "json":
                     with shown.hidden():
-                        _print_answer(answer, fmt)
+                        _print_answer(answer, fmt, answer["columns"] not in headers[-1:])
+                if answer["columns"]:
+                    headers.append(answer["columns"])
 
             _target(rules_path, backend, "analyst").query(user, text, epsilon, model, prior,
                                                           emit=show)
@@ -275,15 +278,19 @@ def query(rules_path, backend, user, epsilon, model, prior, fmt, script, sql):
                               for a in answers]))
 
 
-def _print_answer(answer: dict[str, Any], fmt: str) -> None:
-    """One answer of proxy.admin.Analyst.query as a table or CSV, its notice after it."""
+def _print_answer(answer: dict[str, Any], fmt: str, header: bool = True) -> None:
+    """One answer of proxy.admin.Analyst.query as a table or CSV, its notice after it.
+    CSV is data alone: no command tag (``SET``), and ``header`` False continues the
+    previous statement's rows under its header."""
     if not answer["columns"]:
-        click.echo(answer["command"])
+        if fmt != "csv":
+            click.echo(answer["command"])
         return
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(answer["columns"])
+        if header:
+            writer.writerow(answer["columns"])
         writer.writerows(answer["rows"])
         click.echo(buffer.getvalue(), nl=False)
     else:
