@@ -911,7 +911,7 @@ def release_command(rules_path, backend, table, user, columns, k, epsilon, metho
     """
     if alpha is not None:
         click.echo("note: --alpha reads the maximum of each column; the domain it gives is "
-                   "not protected (seed 002's evaluation protocol)", err=True)
+                   "not protected (docs/release.md)", err=True)
     # a server holding the file writes it, so it gets the path as meant here
     target = out if out.startswith("table:") else str(Path(out).resolve())
     with progress(f"releasing {table}", measured=True) as shown:
@@ -920,7 +920,7 @@ def release_command(rules_path, backend, table, user, columns, k, epsilon, metho
             emit=lambda step: shown.step(*step))
     clusters = ", ".join(f"{c}: {n} clusters" for c, n in zip(done["columns"], done["clusters"]))
     click.echo(f"released {done['rows']} rows of {done['table']} to {out} ({clusters})")
-    click.echo(f"mean SSE (seed 002 eq. 4–5): {done['mean_sse']:.6g}")
+    click.echo(f"mean SSE (docs/release.md): {done['mean_sse']:.6g}")
     click.echo(f"epsilon spent {done['epsilon']}, {done['remaining']} remaining")
 
 
