@@ -13,11 +13,12 @@ from tests.wireserver import SCRIPT, running_proxy
 
 
 def _readme_commands() -> list[str]:
-    """The two commands README opens with (its first two code blocks)."""
+    """README's two commands: the demo's (its first code block) and the test suite's
+    (the first of its section "Running the tests")."""
     text = (ROOT / "README.md").read_text()
-    blocks = text.split("```")[1::2]
-    return [line for block in blocks[:2] for line in block.splitlines()
-            if line.strip()]
+    tests = text.split("\n## Running the tests\n", 1)[1]
+    return [line for block in (text.split("```")[1], tests.split("```")[1])
+            for line in block.splitlines() if line.strip()]
 
 
 def _psql_line() -> str:
