@@ -93,11 +93,15 @@ def test_a_new_user_is_added_while_the_demo_is_served(tmp_path):
 
 
 def _readme_sql() -> list[str]:
-    """Every statement of README's "Supported SQL" block."""
+    """Every statement of README's "Supported SQL" block, and the SELECTs "Using it"
+    gives inline before what it refuses."""
     text = (ROOT / "README.md").read_text()
     block = text.split("```sql\n", 1)[1].split("```", 1)[0]
     lines = [line.split("--", 1)[0] for line in block.splitlines()]
-    return [sql.strip() for sql in " ".join(lines).split(";") if sql.strip()]
+    inline = text.split("\n## Using it\n", 1)[1].split("Refused, each in one line", 1)[0]
+    return [sql.strip() for sql in " ".join(lines).split(";") if sql.strip()] + [
+        " ".join(piece.split()) for piece in inline.split("`")[1::2]
+        if piece.startswith("SELECT ")]
 
 
 def test_every_supported_sql_example_is_answered_on_the_demo(tmp_path):
@@ -111,7 +115,7 @@ def test_every_supported_sql_example_is_answered_on_the_demo(tmp_path):
     from proxy.session import Session
 
     statements = _readme_sql()
-    assert len(statements) > 20 and any("JOIN regions" in sql for sql in statements)
+    assert len(statements) > 30 and any("JOIN regions" in sql for sql in statements)
     create_demo(tmp_path / "demo.duckdb")
     backend = open_backend(f"duckdb:///{tmp_path / 'demo.duckdb'}")
     try:
