@@ -36,17 +36,15 @@ LEDGER_NOT_SPARK = ("--ledger needs a store with transactions: duckdb:///ledger.
 # budgets.
 LEDGER_ONLY_SPARK = ("--ledger is for a Spark backend (sc://); with DuckDB or PostgreSQL "
                      "the ledger lives in the backend: drop --ledger")
-DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+# Shipped inside the package (proxy/demo.toml links to rules/demo.toml, which the docs
+# cite): a wheel or a non-editable install serves the demo as a clone does.
+DEMO_RULES = Path(__file__).resolve().parent / "demo.toml"
 
 
 def _rules(path: str | None) -> Rules:
     from proxy.rules import load_rules
 
-    if path is None:
-        if not DEMO_RULES.exists():
-            raise click.UsageError("no --rules given and the demo rules are not installed here")
-        path = str(DEMO_RULES)
-    return load_rules(path)
+    return load_rules(str(DEMO_RULES) if path is None else path)
 
 
 def _open(url: str | None, connections: int = 4) -> Backend:
@@ -261,13 +259,16 @@ def query(rules_path, backend, user, epsilon, model, prior, fmt, script, sql):
         raise click.UsageError("give either SQL or -f FILE")
     text = script.read() if script else sql
     answers = []
+    headers: list[list[str]] = []  # CSV: a header only where the columns change
     try:
         with progress("answering") as shown:
             def show(answer: dict[str, Any]) -> None:
                 answers.append(answer)
                 if fmt != "json":
                     with shown.hidden():
-                        _print_answer(answer, fmt)
+                        _print_answer(answer, fmt, answer["columns"] not in headers[-1:])
+                if answer["columns"]:
+                    headers.append(answer["columns"])
 
             _target(rules_path, backend, "analyst").query(user, text, epsilon, model, prior,
                                                           emit=show)
@@ -277,15 +278,19 @@ def query(rules_path, backend, user, epsilon, model, prior, fmt, script, sql):
                               for a in answers]))
 
 
-def _print_answer(answer: dict[str, Any], fmt: str) -> None:
-    """One answer of proxy.admin.Analyst.query as a table or CSV, its notice after it."""
+def _print_answer(answer: dict[str, Any], fmt: str, header: bool = True) -> None:
+    """One answer of proxy.admin.Analyst.query as a table or CSV, its notice after it.
+    CSV is data alone: no command tag (``SET``), and ``header`` False continues the
+    previous statement's rows under its header."""
     if not answer["columns"]:
-        click.echo(answer["command"])
+        if fmt != "csv":
+            click.echo(answer["command"])
         return
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(answer["columns"])
+        if header:
+            writer.writerow(answer["columns"])
         writer.writerows(answer["rows"])
         click.echo(buffer.getvalue(), nl=False)
     else:
@@ -660,8 +665,8 @@ def rules_draft(backend, tables, from_data, out):
 @rules_option
 @backend_option
 def rules_check(rules_path, backend):
-    """Compare the rules with the data: values outside a domain, values missing from
-    keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
+    """Compare the rules with the data: NULL and NaN counts, values outside a domain,
+    values missing from keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
     Exit status 0 whatever it finds: these are warnings."""
     from proxy.engine import Engine
     from proxy.owner import check
@@ -906,7 +911,7 @@ def release_command(rules_path, backend, table, user, columns, k, epsilon, metho
     """
     if alpha is not None:
         click.echo("note: --alpha reads the maximum of each column; the domain it gives is "
-                   "not protected (seed 002's evaluation protocol)", err=True)
+                   "not protected (docs/release.md)", err=True)
     # a server holding the file writes it, so it gets the path as meant here
     target = out if out.startswith("table:") else str(Path(out).resolve())
     with progress(f"releasing {table}", measured=True) as shown:
@@ -915,7 +920,7 @@ def release_command(rules_path, backend, table, user, columns, k, epsilon, metho
             emit=lambda step: shown.step(*step))
     clusters = ", ".join(f"{c}: {n} clusters" for c, n in zip(done["columns"], done["clusters"]))
     click.echo(f"released {done['rows']} rows of {done['table']} to {out} ({clusters})")
-    click.echo(f"mean SSE (seed 002 eq. 4–5): {done['mean_sse']:.6g}")
+    click.echo(f"mean SSE (docs/release.md): {done['mean_sse']:.6g}")
     click.echo(f"epsilon spent {done['epsilon']}, {done['remaining']} remaining")
 
 

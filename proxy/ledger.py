@@ -39,6 +39,7 @@ from proxy.errors import (
     BackendUnavailable,
     BudgetExhausted,
     PrivilegeMissing,
+    ProxyError,
     QueryCanceled,
     UnknownAnalyst,
 )
@@ -552,7 +553,10 @@ class Ledger:
         if account != GLOBAL:
             self.ensure_analyst(account)
         elif self.rules.defaults.global_budget is None:
-            raise UnknownAnalyst(f"{self.rules.path} sets no [defaults] global_budget")
+            # the rules lack it, not the caller a right: 55000, not an authorization code
+            raise ProxyError(f"{self.rules.path} sets no global budget: add global_budget = "
+                             "EPSILON under [defaults] (and restart serve) to cap all analysts "
+                             "together", "55000")
 
     def _left(self, account: str) -> int | Decimal:
         """What the account has left, in the accountant's unit (no row: nothing; a ρ

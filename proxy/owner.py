@@ -212,9 +212,9 @@ def _literal(value: Any) -> str:
 
 
 def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]:
-    """The declared rules against the data, for the owner: values outside a declared
-    domain, text values missing from ``keys``, units with more rows than
-    ``max_rows_per_unit``. Warnings: the owner may mean a rule (a domain narrower than
+    """The declared rules against the data, for the owner: NULL (and NaN) counts,
+    values outside a declared domain, text values missing from ``keys``, units with more
+    rows than ``max_rows_per_unit``. Warnings: the owner may mean a rule (a domain narrower than
     the data clamps outliers on purpose). ``values``: with the domains that would hold
     the data and the most rows of a unit (the console leaves them out: counts only)."""
     found = []
@@ -227,6 +227,11 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
         asked: list[tuple[str, Any, Any, Any]] = []  # (column, kind, lower, upper)
         for name, column in table.columns.items():
             col = _q(name)
+            # NaN (above +inf in both engines' order) is read as NULL, so counted with it
+            nan = (f"count(*) FILTER (WHERE {col} > CAST('Infinity' AS FLOAT8))"
+                   if column.type == "float" else "0")
+            items += [f"count(*) FILTER (WHERE {col} IS NULL)", nan]
+            asked.append((name, "nulls", None, None))
             if column.numeric or column.type in ("date", "timestamp"):
                 lower, upper = ((column.lower, column.upper) if column.numeric
                                 else column.time_domain or (None, None))
@@ -253,6 +258,13 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
             if items else []
         for name, kind, lower, upper in asked:
             column = table.columns[name]
+            if kind == "nulls":
+                nulls, nans = answers[:2]
+                del answers[:2]
+                if nulls or nans:
+                    found.append(Warning_(table.name, name, _missing_values(
+                        nulls + nans, nans, name == table.privacy_unit)))
+                continue
             if kind == "keys":
                 count, distinct = answers[:2]
                 del answers[:2]
@@ -292,6 +304,14 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
                     f"{f' (the most: {most})' if values else ''}: under DP their rows "
                     "beyond it are dropped")))
     return found
+
+
+def _missing_values(count: int, nans: int, unit: bool) -> str:
+    """What the owner is told of a column's NULLs (NaN read as NULL), and what follows."""
+    what = f"{count} rows are NULL" + (f" or NaN ({nans} NaN, read as NULL)" if nans else "")
+    if unit:
+        return f"{what}: together they count as one unit, one person's share of an answer"
+    return f"{what}: aggregates of the column skip them (COUNT(*) counts them)"
 
 
 def _shown(bound: Any) -> str:

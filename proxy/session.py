@@ -574,9 +574,9 @@ def _neighbour(plan: QueryPlan) -> str:
         return _neighbour(plan.per_unit.source)
     table = plan.table
     if plan.mechanism.individual:
-        return f"any two values of one {table.privacy_unit}, or its absence (seed 001 §3)"
+        return f"any two values of one {table.privacy_unit}, or its absence (docs/privacy.md §5.1)"
     if plan.mechanism.prior is not None:
-        return "any two data sets (seed 001 Prop. 1)"
+        return "any two data sets (docs/privacy.md §5.1)"
     both = [join.table.name for join in plan.joins if join.protected]
     where = f" in {table.name} and {both[0]}" if both else ""
     who = (f"all records of one {table.privacy_unit}{where}" if table.privacy_unit

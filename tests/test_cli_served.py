@@ -126,7 +126,7 @@ def test_a_release_through_the_server_writes_where_the_command_runs(served, tmp_
     lines = out.stdout.splitlines()
     assert lines[0] == (f"released {PEOPLE} rows of people to masked.csv "
                         "(income: 50 clusters, age: 50 clusters)")
-    assert lines[1].startswith("mean SSE (seed 002 eq. 4–5): ")
+    assert lines[1].startswith("mean SSE (docs/release.md): ")
     assert lines[2] == "epsilon spent 0.5, 99.5 remaining"
     with (work / "masked.csv").open() as handle:
         rows = list(csv.DictReader(handle))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import random
+import shutil
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from proxy.owner import DATA_WARNING, check, draft, round_outward
 from proxy.rules import parse_rules
 from tests import forked_cli
 from tests.databases import load_table
+from tests.wireserver import running_proxy
 
 
 def cli(home: Path, *args: str, stdin: str | None = None):
@@ -51,6 +54,30 @@ def engine_of(rules, url: str):
         yield engine
     finally:
         engine.backend.close()
+
+
+def psql(proxy, sql: str, password: str = "pw") -> list[list[str]]:
+    """README's psql line against a served proxy, as alice: the rows it prints."""
+    out = subprocess.run([shutil.which("psql"), "-X", "-A", "-t", "-F", ",", "-c", sql,
+                          proxy.dsn("alice", "employees")], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "PGPASSWORD": password}, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "NOTICE:  iDP" in out.stderr and "spent epsilon" in out.stderr
+    return [line.split(",") for line in out.stdout.splitlines()]
+
+
+def mistaken(rules: Path) -> None:
+    """The owner's two mistakes of issue 36 made in a drafted file: an age domain
+    narrower than the data, and a department left out of keys."""
+    text = rules.read_text()
+    assert "domain = [10, 70]" in text and 'keys = ["it", "legal", "ops", "sales"]' in text
+    rules.write_text(text.replace("domain = [10, 70]", "domain = [16, 60]").replace(
+        'keys = ["it", "legal", "ops", "sales"]', 'keys = ["it", "ops", "sales"]'))
+
+
+def reports_the_mistakes(said: str, table: str) -> None:
+    assert f"[tables.{table}.age]" in said and "outside the declared domain [16, 60]" in said
+    assert f"[tables.{table}.dept]" in said and "1 values missing from keys" in said
 
 
 def write_csv(path: Path, columns: dict[str, list]) -> None:
@@ -137,7 +164,9 @@ def test_draft_command_on_a_duckdb_file_writes_rules_that_answer(tmp_path):
 
 
 def test_check_reports_a_narrow_domain_a_missing_key_and_clipped_units(fresh_postgres):
-    load_table(fresh_postgres, "employees", employees(), TYPES)
+    data = employees()
+    data["emp_id"][5], data["salary"][6] = None, float("nan")
+    load_table(fresh_postgres, "employees", data, TYPES)
     rules = parse_rules("""
 [tables.employees]
 privacy_unit = "emp_id"
@@ -150,7 +179,14 @@ salary = { type = "float", domain = [0, 300000] }
 hired  = { type = "date", domain = [2000-01-01, 2010-12-31] }
 """)
     with engine_of(rules, fresh_postgres) as engine:
-        found = {(w.column): w.text for w in check(rules, engine.backend)}
+        said = [(w.column, w.text) for w in check(rules, engine.backend)]
+    nulls = {column: text for column, text in said if " are NULL" in text}
+    assert nulls == {
+        "emp_id": "1 rows are NULL: together they count as one unit, one person's share "
+                  "of an answer",
+        "salary": "1 rows are NULL or NaN (1 NaN, read as NULL): aggregates of the column "
+                  "skip them (COUNT(*) counts them)"}
+    found = {column: text for column, text in said if " are NULL" not in text}
     assert set(found) == {"dept", "age", "salary", "hired", None}
     assert "values missing from keys" in found["dept"] and "1 values" in found["dept"]
     assert "outside the declared domain [16, 60]" in found["age"]
@@ -163,12 +199,14 @@ hired  = { type = "date", domain = [2000-01-01, 2010-12-31] }
 
 
 def test_check_counts_nan_as_null_and_infinities_as_outside(duckdb_url):
-    load_table(duckdb_url, "m", {"v": [1.0, 2.0, float("nan"), float("inf"), 900.0]},
+    load_table(duckdb_url, "m", {"v": [1.0, 2.0, float("nan"), float("inf"), 900.0, None]},
                {"v": "double"})
     rules = parse_rules("[tables.m]\n[tables.m.columns]\nv = { type = \"float\", "
                         "domain = [0, 10] }\n")
     with engine_of(rules, duckdb_url) as engine:
-        (found,) = check(rules, engine.backend)
+        nulls, found = check(rules, engine.backend)
+    assert str(nulls) == ("rules check: [tables.m.v] 2 rows are NULL or NaN (1 NaN, read as "
+                          "NULL): aggregates of the column skip them (COUNT(*) counts them)")
     assert found.text.startswith("2 rows lie outside the declared domain [0, 10]")
     assert "[0, 900]" in found.text
     backend = open_backend(duckdb_url)
@@ -179,7 +217,8 @@ def test_check_counts_nan_as_null_and_infinities_as_outside(duckdb_url):
 
 
 def test_a_csv_from_an_empty_folder_to_a_private_answer(tmp_path):
-    """The owner's ten minutes: draft from the CSV, check, add a login, query."""
+    """Issue 36's acceptance on a CSV: the owner's ten minutes, rules draft, rules
+    check, users add, serve and psql, with no hand-edited line."""
     data = tmp_path / "data"
     data.mkdir()
     write_csv(data / "employees.csv", employees())
@@ -193,10 +232,9 @@ def test_a_csv_from_an_empty_folder_to_a_private_answer(tmp_path):
     assert "3 units of emp_id" in out.stdout and "outside" not in out.stdout
     out = cli(tmp_path, "users", "add", *common, "--password-stdin", "alice", stdin="pw\n")
     assert out.returncode == 0, out.stderr
-    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
-              "SELECT COUNT(*) FROM employees WHERE age > 40")
-    assert out.returncode == 0, out.stderr
-    assert 200 < float(out.stdout.splitlines()[1]) < 450
+    with running_proxy(Path(rules), str(data / "employees.csv"), tmp_path) as proxy:
+        ((count,),) = psql(proxy, "SELECT COUNT(*) FROM employees WHERE age > 40")
+    assert 200 < float(count) < 450
     assert (data / "employees.csv.idp-proxy.duckdb").exists()
     # the budget is kept beside the data: a second run sees the first's spending
     out = cli(tmp_path, "budget", "show", *common, "alice", "--format", "csv")
@@ -245,24 +283,25 @@ age = { type = "int", domain = [0, 100] }
     assert "bob" in out.stdout
 
 
-def test_serve_starts_on_a_drafted_file_and_logs_the_rules_check(tmp_path):
-    from tests.wireserver import running_proxy
-
+def test_a_csvs_wrong_domain_and_missing_key_are_reported_by_check_and_at_start(tmp_path):
     path = tmp_path / "emp.csv"
     write_csv(path, employees(200))
-    out = cli(tmp_path, "rules", "draft", "--backend", str(path))
-    text = out.stdout.replace("domain = [10, 70]", "domain = [16, 60]")
-    text = text.replace('keys = ["it", "legal", "ops", "sales"]', 'keys = ["it", "ops"]')
-    text = text.replace('[defaults]', '[server]\nauth = "trust"\n\n[analysts.alice]\n\n[defaults]')
-    (tmp_path / "rules.toml").write_text(text)
-    with running_proxy(tmp_path / "rules.toml", str(path), tmp_path) as proxy:
+    rules = tmp_path / "rules.toml"
+    assert cli(tmp_path, "rules", "draft", "--backend", str(path), "--out",
+               str(rules)).returncode == 0
+    mistaken(rules)
+    text = rules.read_text().replace(
+        '[defaults]', '[server]\nauth = "trust"\n\n[analysts.alice]\n\n[defaults]')
+    rules.write_text(text)
+    out = cli(tmp_path, "rules", "check", "--rules", str(rules), "--backend", str(path))
+    assert out.returncode == 0, out.stderr
+    reports_the_mistakes(out.stdout, "emp")
+    with running_proxy(rules, str(path), tmp_path) as proxy:
         import psycopg
 
         with psycopg.connect(proxy.dsn("alice", "emp"), autocommit=True) as con:
             assert con.execute("SELECT COUNT(*) FROM emp").fetchone()[0] > 0
-    log = "".join(proxy.log)
-    assert "[tables.emp.age]" in log and "outside the declared domain [16, 60]" in log
-    assert "[tables.emp.dept]" in log and "values missing from keys" in log
+    reports_the_mistakes("".join(proxy.log), "emp")
 
 
 def test_start_up_connection_errors_say_what_to_run(postgres_url, tmp_path):
@@ -296,10 +335,10 @@ def _as_url(conninfo: str) -> str:
             f"{info.get('port', 5432)}/{info['dbname']}")
 
 
-def test_postgres_from_draft_to_a_private_answer_through_the_command_line(fresh_postgres,
-                                                                        tmp_path):
-    """Issue 36's acceptance on PostgreSQL: rules draft, rules check, users add, query,
-    with no hand-edited line."""
+def test_postgres_from_draft_to_psql_and_its_mistakes_reported(fresh_postgres, tmp_path):
+    """Issue 36's acceptance on PostgreSQL: rules draft, rules check, users add, serve
+    and psql, with no hand-edited line; then the owner's two mistakes, reported by
+    rules check and at start."""
     load_table(fresh_postgres, "employees", employees(), TYPES)
     rules = str(tmp_path / "rules.toml")
     out = cli(tmp_path, "rules", "draft", "--backend", fresh_postgres, "--out", rules)
@@ -312,9 +351,14 @@ def test_postgres_from_draft_to_a_private_answer_through_the_command_line(fresh_
         "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
     assert cli(tmp_path, "users", "add", *common, "--password-stdin", "alice",
                stdin="pw\n").returncode == 0
-    out = cli(tmp_path, "query", *common, "--user", "alice", "--format", "csv",
-              "SELECT dept, COUNT(*) FROM employees GROUP BY dept")
-    assert out.returncode == 0, out.stderr
-    counts = dict(line.split(",") for line in out.stdout.splitlines()[1:])
+    with running_proxy(Path(rules), fresh_postgres, tmp_path) as proxy:
+        counts = dict(psql(proxy, "SELECT dept, COUNT(*) FROM employees GROUP BY dept"))
     assert set(counts) == {"it", "legal", "ops", "sales"}
     assert all(60 < float(n) < 260 for n in counts.values())
+    mistaken(Path(rules))
+    out = cli(tmp_path, "rules", "check", *common)
+    assert out.returncode == 0, out.stderr
+    reports_the_mistakes(out.stdout, "employees")
+    with running_proxy(Path(rules), fresh_postgres, tmp_path) as proxy:
+        assert psql(proxy, "SELECT COUNT(*) FROM employees")
+    reports_the_mistakes("".join(proxy.log), "employees")

@@ -1,14 +1,20 @@
 """README's "What you get" as a new user meets it: every `$ .venv/bin/idp-proxy ...` line
-run in order on a fresh demo, alone and while `idp-proxy serve` holds the demo's file,
-printing what README shows (the noisy answer's digits aside)."""
+run in order on a fresh demo, alone, while `idp-proxy serve` holds the demo's file, and
+from a wheel installed in a fresh virtual environment (`pip install .` without -e and
+pipx install one: the demo rules ship inside the package), printing what README shows
+(the noisy answer's digits aside)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import shutil
+import site
 import subprocess
+import sys
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +50,43 @@ def _matches(shown: str, printed: str, noisy: bool) -> bool:
     return printed == shown
 
 
+def _installed_wheel(folder: Path, env: dict[str, str]) -> str:
+    """``idp-proxy`` of a wheel built from this clone and installed, without its
+    dependencies, in a new virtual environment that reads them from this one: offline,
+    and a few seconds."""
+    pytest.importorskip("setuptools.command.bdist_wheel",
+                        reason="setuptools >= 70.1 builds wheels (pip install -e '.[test]')")
+    source = folder / "source"  # a copy: building in place leaves build/ in the clone
+    for part in ("proxy", "rules"):  # proxy/demo.toml links to ../rules/demo.toml
+        shutil.copytree(ROOT / part, source / part, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copyfile(ROOT / part, source / part)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                            "--no-build-isolation", "--no-index", "-w", str(folder / "dist"),
+                            str(source)], capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (folder / "dist").glob("idp_proxy-*.whl")
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (purelib,) = venv.glob("lib/python3*/site-packages")
+    # the dependencies (and pip) as path lines: the .pth files there, one of which puts
+    # a clone's proxy/ on the path, are not read from a path line
+    (purelib / "dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    python = str(venv / "bin" / "python")
+    installed = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                                "--ignore-installed", str(wheel)], capture_output=True,
+                               text=True, env=env, cwd=folder, check=False)
+    assert installed.returncode == 0, installed.stderr
+    where = subprocess.run([python, "-c", "import proxy; print(proxy.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=folder, check=True)
+    assert where.stdout.startswith(str(purelib))
+    return str(venv / "bin" / "idp-proxy")
+
+
 @pytest.mark.postgres
-@pytest.mark.parametrize("served", [False, True], ids=["alone", "while-serving"])
-def test_readme_walkthrough_prints_what_readme_shows(tmp_path, served):
+@pytest.mark.parametrize("how", ["alone", "while-serving", "from-a-wheel"])
+def test_readme_walkthrough_prints_what_readme_shows(tmp_path, how):
     steps = _walkthrough()
     assert [command.split()[:2] for command, _ in steps] == [
         [".venv/bin/idp-proxy", "query"], [".venv/bin/idp-proxy", "query"],
@@ -54,9 +94,14 @@ def test_readme_walkthrough_prints_what_readme_shows(tmp_path, served):
         [".venv/bin/idp-proxy", "budget"]]
     home = tmp_path / "home"
     env = {**os.environ, "IDP_PROXY_HOME": str(home)}
+    script = SCRIPT
+    if how == "from-a-wheel":  # nothing of the clone on the path
+        env.pop("PYTHONPATH", None)
+        script = _installed_wheel(tmp_path, env)
+    served = how == "while-serving"
     with running_proxy(None, None, home, installed=True) if served else nullcontext():
         for command, shown in steps:
-            args = [SCRIPT, *shlex.split(command)[1:]]
+            args = [script, *shlex.split(command)[1:]]
             out = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True,
                                  timeout=120, check=False)
             printed = (out.stdout + out.stderr).splitlines()

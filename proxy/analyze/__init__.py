@@ -127,16 +127,23 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
     try:
         return POSTGRES.parser().parse(tokens, sql)[0]
     except ParseError as exc:
-        raise _syntax_problem(sql, exc) from None
+        raise _syntax_problem(sql, exc, tokens[0]) from None
 
 
-def _syntax_problem(sql: str, error: ParseError) -> SyntaxProblem:
+def _syntax_problem(sql: str, error: ParseError, start: Token) -> SyntaxProblem:
     """PostgreSQL's wording and position, not the parser's: sqlglot gives the line, the
-    column where the offending token ends, and the token."""
-    if not error.errors:
+    column where the offending token ends, and the token. A statement that starts with a
+    name (``SELEC COUNT(*)``) is wrong at its first word, as PostgreSQL says, though
+    sqlglot reads on to a later token."""
+    if start.token_type == TokenType.VAR:
+        token, line, column = start.text, start.line, start.col
+        first = {}
+    elif not error.errors:
         return SyntaxProblem("syntax error; check the statement's SQL")
-    first = error.errors[0]
-    token, line, column = first.get("highlight") or "", first.get("line"), first.get("col")
+    else:
+        first = error.errors[0]
+        token, line, column = (first.get("highlight") or "", first.get("line"),
+                               first.get("col"))
     if not token or not line or not column:
         return SyntaxProblem("syntax error; check the statement's SQL")
     lines = sql.split("\n")

@@ -360,8 +360,8 @@ PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated i
                        "sensitivity) on the column's grid")
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
                   "tell how dense the data are around the answer")
-_SMOOTH_NOTE = ("DP with the smooth sensitivity (seed 000 §VI): heavy-tailed noise; no 95% "
-                "bound is shown, it would reveal the smooth sensitivity of the data")
+_SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "
+                "95% bound is shown, it would reveal the smooth sensitivity of the data")
 
 
 def _extreme_note(kind, aside: int) -> str:
@@ -377,7 +377,7 @@ def _extreme_note(kind, aside: int) -> str:
 def _sum_note(cal: Calibration) -> str:
     if cal.local and cal.shift == 1:
         return ("SUM is winsorized: the smallest and the largest value in scope count as "
-                "their neighbours (seed 002 §3.2.2)")
+                "their neighbours (docs/privacy.md §3.4)")
     return "SUM adds values clamped to the declared domain"
 
 

@@ -96,5 +96,5 @@ def release_refined(plan: QueryPlan, true: Any, rng: RandomSource) -> Released:
     return Released(value, bound, f"knowledge refinement of the prior {plan.mechanism.prior.text}", _NOTE)
 
 
-_NOTE = ("answered by knowledge refinement (seed 001): one sample of the prior reweighted "
-         "towards the true answer; the 95% bound holds whatever the true answer is")
+_NOTE = ("answered by knowledge refinement (docs/privacy.md §5.1): one sample of the prior "
+         "reweighted towards the true answer; the 95% bound holds whatever the true answer is")

@@ -48,7 +48,7 @@ def run_release(backend: Backend, ledger: Ledger, job: Release, analyst: str,
     rng = rng or SecureSource()
     model = "dp" if job.method.startswith("dp") else "idp"
     charge = Charge(analyst, job.describe(), model, f"release {job.method} k={job.k}",
-                    Loss.of(job.epsilon), "modify one record (clusters held fixed, seed 002)")
+                    Loss.of(job.epsilon), "modify one record (clusters held fixed, docs/release.md)")
     remaining = ledger.debit(charge)
     try:
         with backend.transaction(snapshot=True) as tx:
