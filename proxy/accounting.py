@@ -45,6 +45,11 @@ RHO_PLACES = 15
 RHO_QUANTUM = Decimal(1).scaleb(-RHO_PLACES)
 RHO_SQL = "DECIMAL(38, 15)"
 ACCOUNTANTS = ("pure", "zcdp")
+# The noise of COUNT, SUM and AVG under DP (``SET idp.noise``, ``[defaults] noise``):
+# Laplace (ε-DP), or the discrete Gaussian (ρ-zCDP: under the zcdp accountant only, the
+# pure one has no δ to state it at)
+LAPLACE, GAUSSIAN = "laplace", "gaussian"
+NOISES = (LAPLACE, GAUSSIAN)
 
 
 def pure_rho(epsilon: Fraction) -> Fraction:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from proxy.accounting import ACCOUNTANTS
+from proxy.accounting import ACCOUNTANTS, GAUSSIAN, NOISES
 from proxy.errors import RulesError
 from proxy.loss import parse_epsilon
 from proxy.statistics import bound_problem
@@ -151,6 +151,7 @@ class Defaults:
     # a privacy filter keeps every budget's ε at ``accounting_delta`` (proxy.accounting)
     accounting: str = "pure"
     accounting_delta: Decimal | None = None
+    noise: str = "laplace"  # of DP's COUNT, SUM and AVG; "gaussian" needs zcdp
 
 
 @dataclass(frozen=True)
@@ -359,6 +360,8 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
     if "accounting" in body:
         values["accounting"] = reader.choice(body["accounting"], "defaults.accounting",
                                              ACCOUNTANTS)
+    if "noise" in body:
+        values["noise"] = reader.choice(body["noise"], "defaults.noise", NOISES)
     if "accounting_delta" in body:
         values["accounting_delta"] = _delta(reader, body["accounting_delta"],
                                             "defaults.accounting_delta")
@@ -396,6 +399,10 @@ def _accountant(reader: _Reader, defaults: Defaults) -> None:
     elif defaults.accounting_delta is not None:
         raise reader.fail("defaults.accounting_delta",
                           "is the δ of accounting = \"zcdp\"; the pure accountant takes none")
+    if defaults.noise == GAUSSIAN and defaults.accounting != "zcdp":
+        raise reader.fail("defaults.noise",
+                          "\"gaussian\" is charged by its ρ and needs accounting = \"zcdp\" "
+                          "(the pure accountant sums ε, which Gaussian noise has none of)")
 
 
 def _delta(reader: _Reader, value: Any, key: str) -> Decimal:
