@@ -311,8 +311,10 @@ def parse_rules(text: str, path: str = "<rules>") -> Rules:
     reader.only_keys(data, "", ("defaults", "analysts", "tables", "server"))
     defaults = _defaults(reader, data.get("defaults", {}))
     analysts = _analysts(reader, data.get("analysts", {}), defaults.budget_per_analyst)
-    refreshes = {name: _refresh(reader, entry["budget_refresh"], f"analysts.{name}.budget_refresh")
-                 for name, entry in data.get("analysts", {}).items() if "budget_refresh" in entry}
+    refreshes = {name: _refresh(reader, entry["budget_refresh"],
+                                f"analysts.{name}.budget_refresh")
+                 for name, entry in data.get("analysts", {}).items()
+                 if "budget_refresh" in entry}
     tables = {
         reader.identifier(name, f"tables.{name}"): _table(reader, name, body)
         for name, body in data.get("tables", {}).items()
