@@ -46,6 +46,7 @@ from proxy.settings import (
     SessionCommand,
     Settings,
     apply_command,
+    default_noise,
     default_sensitivity,
     epsilon_hint,
     session_command,
@@ -262,7 +263,7 @@ class Session:
         if name == "idp.prior":
             return self.settings.prior.text if self.settings.prior else ""
         if name == "idp.noise":
-            return self.settings.noise or rules.defaults.noise
+            return self.settings.noise or default_noise(self.settings.resolve_model(rules), rules)
         if name == "idp.sensitivity":
             return self.settings.sensitivity or default_sensitivity(
                 self.settings.model or rules.defaults.model, rules)

@@ -80,7 +80,7 @@ class Settings:
         where it fits (DP). Gaussian noise is charged by its ρ, so only the zcdp
         accountant takes it; iDP answers stay on their pure ε (docs/budget.md)."""
         if self.noise != GAUSSIAN:
-            return self.noise or (rules.defaults.noise if model == "dp" else LAPLACE)
+            return self.noise or default_noise(model, rules)
         if rules.defaults.accounting != "zcdp":
             raise BadSetting("idp.noise = 'gaussian' needs the zcdp accountant ([defaults] "
                              "accounting = \"zcdp\" in the rules); this proxy sums pure ε")
@@ -109,6 +109,11 @@ def _fits(model: str, rules: Rules) -> tuple[str, ...]:
 def default_sensitivity(model: str, rules: Rules) -> str:
     """'local' where the owner opted into raw iDP, else the exponential mechanism."""
     return _fits(model, rules)[0]
+
+
+def default_noise(model: str, rules: Rules) -> str:
+    """The owner's ``[defaults] noise`` where it applies (DP), else Laplace."""
+    return rules.defaults.noise if model == "dp" else LAPLACE
 
 
 def _either(names: tuple[str, ...]) -> str:

@@ -84,7 +84,7 @@ def _session(url: str, rules: str) -> Session:
 def test_the_owner_default_applies_to_dp_and_histograms_take_half_the_rho(duckdb_url):
     """``[defaults] noise = "gaussian"``: a COUNT at ε 0.1 has σ = 10 (bound ⌈19.6⌉ = 20),
     each cell of a GROUP BY histogram ρ/2 (σ = 10√2: bound 28), a SUM and an AVG are
-    Gaussian too; an iDP session keeps Laplace; the ledger's ρ is ε²/2 per aggregate."""
+    Gaussian too; an iDP session keeps Laplace (and SHOW says so); the ledger's ρ is ε²/2 per aggregate."""
     session = _session(duckdb_url, _rules(extra='noise = "gaussian"'))
     list(session.execute("SET idp.epsilon = 0.1"))
     count = list(session.execute("SELECT COUNT(*) FROM people WHERE age > 30"))[0]
@@ -95,7 +95,9 @@ def test_the_owner_default_applies_to_dp_and_histograms_take_half_the_rho(duckdb
     both = list(session.execute("SELECT SUM(income), AVG(age) FROM people"))[0]
     assert both.privacy["mechanism"].count("discrete Gaussian") == 3
     assert both.privacy["rho_spent"] == 0.01
+    assert list(session.execute("SHOW idp.noise"))[0].rows == [("gaussian",)]
     list(session.execute("SET idp.model = 'idp'"))
+    assert list(session.execute("SHOW idp.noise"))[0].rows == [("laplace",)]
     idp = list(session.execute("SELECT COUNT(*) FROM people WHERE age > 31"))[0]
     assert idp.privacy["mechanism"] == "discrete Laplace"
     labels = [entry[5].split(":")[0] for entry in session.engine.ledger.entries("alice")]
