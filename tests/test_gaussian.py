@@ -81,11 +81,11 @@ def _session(url: str, rules: str) -> Session:
     return Session.open(Engine(parse_rules(rules), open_backend(url)), "alice")
 
 
-def test_the_owner_default_applies_to_dp_and_histograms_take_half_the_rho(duckdb_url):
+def test_the_owner_default_applies_to_dp_and_histograms_take_half_the_rho(backend_url):
     """``[defaults] noise = "gaussian"``: a COUNT at ε 0.1 has σ = 10 (bound ⌈19.6⌉ = 20),
     each cell of a GROUP BY histogram ρ/2 (σ = 10√2: bound 28), a SUM and an AVG are
     Gaussian too; an iDP session keeps Laplace (and SHOW says so); the ledger's ρ is ε²/2 per aggregate."""
-    session = _session(duckdb_url, _rules(extra='noise = "gaussian"'))
+    session = _session(backend_url, _rules(extra='noise = "gaussian"'))
     list(session.execute("SET idp.epsilon = 0.1"))
     count = list(session.execute("SELECT COUNT(*) FROM people WHERE age > 30"))[0]
     assert count.privacy["mechanism"] == "discrete Gaussian"
