@@ -34,8 +34,11 @@ pure answer may take.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import math
+import re
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 from fractions import Fraction
 
@@ -45,6 +48,11 @@ RHO_PLACES = 15
 RHO_QUANTUM = Decimal(1).scaleb(-RHO_PLACES)
 RHO_SQL = "DECIMAL(38, 15)"
 ACCOUNTANTS = ("pure", "zcdp")
+# The noise of COUNT, SUM and AVG under DP (``SET idp.noise``, ``[defaults] noise``):
+# Laplace (ε-DP), or the discrete Gaussian (ρ-zCDP: under the zcdp accountant only, the
+# pure one has no δ to state it at)
+LAPLACE, GAUSSIAN = "laplace", "gaussian"
+NOISES = (LAPLACE, GAUSSIAN)
 
 
 def pure_rho(epsilon: Fraction) -> Fraction:
@@ -132,3 +140,44 @@ def largest_epsilon(rho_left: Decimal) -> Decimal:
         while Decimal((micro + 1) ** 2) / 2_000_000_000_000 <= rho_left:
             micro += 1
     return Decimal(micro) / 1_000_000
+
+
+_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86_400, "week": 7 * 86_400}
+_REFRESH = re.compile(r"\s*([1-9][0-9]{0,5})\s+(second|minute|hour|day|week|month)s?\s*")
+
+
+@dataclass(frozen=True)
+class Refresh:
+    """A budget refresh window (``budget_refresh = "30 days"``, docs/budget.md): calendar
+    windows, fixed in UTC and the same for every proxy and restart — ``count`` units from
+    1970-01-01T00:00Z on (months: calendar months, so "1 month" is each UTC month).
+    Only the spending inside the current window counts against a budget; chosen over a
+    rolling window because it keeps the debit one conditional UPDATE on a row (a rolling
+    window would sum the ledger's rows of the last 30 days on every debit)."""
+
+    count: int
+    unit: str
+
+    @classmethod
+    def parse(cls, text: str) -> Refresh:
+        match = _REFRESH.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            raise ValueError(f"must be a whole number of seconds, minutes, hours, days, weeks "
+                             f"or months, e.g. \"30 days\", got {text!r}")
+        return cls(int(match.group(1)), match.group(2))
+
+    def window_end(self, now: int) -> int:
+        """When the window holding ``now`` (seconds since the epoch) ends: the start of
+        the next one, in seconds since the epoch."""
+        if self.unit != "month":
+            length = self.count * _UNITS[self.unit]
+            return (now // length + 1) * length
+        moment = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+        month = (moment.year - 1970) * 12 + moment.month - 1
+        following = (month // self.count + 1) * self.count
+        start = datetime.datetime(1970 + following // 12, following % 12 + 1, 1,
+                                  tzinfo=datetime.timezone.utc)
+        return int(start.timestamp())
+
+    def __str__(self) -> str:
+        return f"{self.count} {self.unit}{'s' if self.count > 1 else ''}"

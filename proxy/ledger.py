@@ -14,6 +14,10 @@ the debit is on ρ: ``spent_rho + ρ <= budget_rho``, where ``budget_rho`` is th
 ρ whose ε at the rules' δ is within the budget (proxy/accounting.py: the privacy
 filter), kept beside ``budget_micro`` and recomputed when either changes.
 
+With ``budget_refresh`` (docs/budget.md, "Refresh windows") each row keeps when its
+calendar window ends; a debit first starts the current window of an account whose window
+has ended (spent back to 0), in its own transaction.
+
 A repeat served from the answer cache spends nothing, so its ``served from cache`` row
 is an audit record, not a debit: it is kept in memory when the repeat is sent and
 written in batches (``REPLAY_ROWS`` rows, or ``REPLAY_SECONDS`` after the oldest, before
@@ -77,7 +81,9 @@ LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism",
 # spent and remains are ε at ``delta``, with the ρ behind them
 BUDGET_FIELDS = ("analyst", "budget", "spent", "remaining", "delta", "rho_budget", "rho_spent")
 # columns added since the first ledgers (ρ, for the zcdp accountant): (table, column)
-_ADDED = (("budgets", "budget_rho"), ("budgets", "spent_rho"), ("ledger", "rho"))
+# and the end of each account's refresh window (seconds since the epoch; NULL: none)
+_ADDED = {("budgets", "budget_rho"): RHO_SQL, ("budgets", "spent_rho"): RHO_SQL,
+          ("ledger", "rho"): RHO_SQL, ("budgets", "window_end"): "BIGINT"}
 _RHO = f"CAST(%s AS {RHO_SQL})"
 # Replays' rows (docs/budget.md, "The answer cache"): written when this many wait, or
 # this long after the oldest of them was served, whichever comes first.
@@ -96,6 +102,9 @@ class Charge:
     mechanism: str
     loss: Loss  # its δ > 0 for an (ε, δ) query: keys chosen from the data
     neighbour: str
+    # when it was made (seconds since the epoch): a refund goes back to its refresh
+    # window only (``Ledger._refund``)
+    made: int = field(default_factory=lambda: _now(), compare=False)
 
     @property
     def sql_hash(self) -> str:
@@ -191,6 +200,7 @@ class Ledger:
             self.open_budget(GLOBAL)
         if self.zcdp:
             self._filter_budgets()
+        self._windows()
 
     @property
     def zcdp(self) -> bool:
@@ -209,7 +219,8 @@ class Ledger:
             "WHERE table_schema = 'idp' AND table_name IN ('budgets', 'ledger')")}
         missing = [added for added in _ADDED if added not in present]
         for table, column in missing:
-            tx.execute(f"ALTER TABLE idp.{table} ADD COLUMN IF NOT EXISTS {column} {RHO_SQL}")
+            tx.execute(f"ALTER TABLE idp.{table} ADD COLUMN IF NOT EXISTS {column} "
+                       f"{_ADDED[table, column]}")
         if ("budgets", "spent_rho") not in missing:
             return
         squares = dict(tx.execute(
@@ -235,6 +246,31 @@ class Ledger:
                                    "WHERE analyst = %s AND budget_micro = %s",
                                    (wanted, account, micro))
 
+    def _windows(self) -> None:
+        """Each account's refresh window as the rules say: a window opened (ending where
+        the current one ends, what was spent so far counted in it) where the rules set
+        one and the row has none, closed (NULL) where they set none. A changed length
+        takes effect when the window in force ends."""
+        now = _now()
+        for account, end in self.backend.read("SELECT analyst, window_end FROM idp.budgets"):
+            refresh = self.rules.refresh_of(account)
+            if (refresh is None) != (end is None):
+                self.backend.query(
+                    "UPDATE idp.budgets SET window_end = %s WHERE analyst = %s",
+                    (None if refresh is None else refresh.window_end(now), account))
+
+    def _roll(self, tx, accounts: list[str]) -> None:
+        """Start the current window of every account whose window has ended: spent (ε
+        and ρ) back to 0, in the debit's transaction before its conditional UPDATE. Two
+        racing debits both compute the same end, and the second finds the row rolled."""
+        now = _now()
+        for account in accounts:
+            refresh = self.rules.refresh_of(account)
+            if refresh is not None:
+                tx.execute("UPDATE idp.budgets SET spent_micro = 0, spent_rho = 0, "
+                           "window_end = %s WHERE analyst = %s AND window_end <= %s",
+                           (refresh.window_end(now), account, now))
+
     def _rho_budget(self, micro: int) -> Decimal | None:
         """The filter's ρ for a budget of ``micro`` micro-ε at the rules' δ (None under
         the pure accountant)."""
@@ -250,10 +286,12 @@ class Ledger:
             return
         budget = (self.rules.defaults.global_budget if analyst == GLOBAL
                   else self.rules.budget_of(analyst))
+        refresh = self.rules.refresh_of(analyst)
         self.backend.query(
-            "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro, budget_rho, spent_rho) "
-            f"VALUES (%s, %s, 0, {_RHO}, 0) ON CONFLICT (analyst) DO NOTHING",
-            (analyst, to_micro(budget), self._rho_budget(to_micro(budget))))
+            "INSERT INTO idp.budgets (analyst, budget_micro, spent_micro, budget_rho, spent_rho, "
+            f"window_end) VALUES (%s, %s, 0, {_RHO}, 0, %s) ON CONFLICT (analyst) DO NOTHING",
+            (analyst, to_micro(budget), self._rho_budget(to_micro(budget)),
+             None if refresh is None else refresh.window_end(_now())))
 
     def _accounts(self, analyst: str) -> list[str]:
         """The budgets a query of this analyst draws on."""
@@ -293,6 +331,7 @@ class Ledger:
             with self.backend.transaction() as tx:
                 if len(accounts) > 1:  # the rows locked in one order by every debit
                     tx.execute(*_lock_sql(accounts))
+                self._roll(tx, accounts)
                 rows = tx.execute(*_debit_sql(micro, rho, accounts, self.zcdp))
                 if len(rows) < len(accounts):
                     raise _Unpaid
@@ -377,6 +416,7 @@ class Ledger:
 
     def _take(self, tx, debit: _Debit) -> list[tuple] | None:
         """One debit inside a batch's transaction."""
+        self._roll(tx, debit.accounts)
         rows = tx.execute(*_debit_sql(debit.micro, debit.rho, debit.accounts, self.zcdp))
         if len(rows) < len(debit.accounts):
             if rows:  # the accounts that could pay give it back: all or nothing
@@ -395,7 +435,7 @@ class Ledger:
         ledger's backend, else in one of its own); before the repeat is sent. The row is
         kept in memory and written with others (``flush``): no write waits for it."""
         accounts = self._accounts(charge.analyst)
-        query = (f"SELECT {self._left_sql} FROM idp.budgets "
+        query = (f"SELECT {self._left_sql()} FROM idp.budgets "
                  f"WHERE analyst IN ({_placeholders(len(accounts))})")
         rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
                                                                                     accounts)
@@ -499,10 +539,12 @@ class Ledger:
         except Exception as exc:  # noqa: BLE001 - the debit goes on; the rows are kept
             log.warning("replays' ledger rows not written before a debit: %s", exc)
 
-    @property
     def _left_sql(self) -> str:
-        """What an account has left, in the accountant's unit (micro-ε, or ρ)."""
-        return "budget_rho - spent_rho" if self.zcdp else "budget_micro - spent_micro"
+        """What an account has left, in the accountant's unit (micro-ε, or ρ): all of it
+        once its refresh window has ended (read, not written: the next debit rolls it)."""
+        budget, spent = ("budget_rho", "spent_rho") if self.zcdp else ("budget_micro",
+                                                                       "spent_micro")
+        return f"{budget} - {_in_window(spent)}"
 
     def refund(self, charge: Charge) -> None:
         """Give ε back: only when the backend was unreachable (nothing was computed).
@@ -532,10 +574,13 @@ class Ledger:
         micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
-            tx.execute(f"UPDATE idp.budgets SET spent_micro = spent_micro - %s, "
-                       f"spent_rho = spent_rho - {_RHO} "
-                       f"WHERE analyst IN ({_placeholders(len(accounts))})",
-                       (micro, charge.loss.spent_rho, *accounts))
+            for account in accounts:  # into the window it was charged in, if still current
+                refresh = self.rules.refresh_of(account)
+                window = "" if refresh is None else " AND window_end = %s"
+                tx.execute(f"UPDATE idp.budgets SET spent_micro = spent_micro - %s, "
+                           f"spent_rho = spent_rho - {_RHO} WHERE analyst = %s{window}",
+                           (micro, charge.loss.spent_rho, account)
+                           + (() if refresh is None else (refresh.window_end(charge.made),)))
             self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
     def append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
@@ -562,7 +607,7 @@ class Ledger:
         """What the account has left, in the accountant's unit (no row: nothing; a ρ
         budget not computed yet: nothing)."""
         rows = self.backend.read(
-            f"SELECT {self._left_sql} FROM idp.budgets WHERE analyst = %s", (account,))
+            f"SELECT {self._left_sql()} FROM idp.budgets WHERE analyst = %s", (account,))
         return rows[0][0] if rows and rows[0][0] is not None else 0
 
     def remaining(self, analyst: str) -> Decimal:
@@ -578,8 +623,8 @@ class Ledger:
                 self.ensure_analyst(name)
         where, params = ("WHERE analyst = %s", (analyst,)) if analyst is not None else ("", ())
         rows = self.backend.read(
-            "SELECT analyst, budget_micro, spent_micro, budget_rho, spent_rho FROM idp.budgets "
-            f"{where} ORDER BY analyst", params)
+            f"SELECT analyst, budget_micro, {_in_window('spent_micro')}, budget_rho, "
+            f"{_in_window('spent_rho')} FROM idp.budgets {where} ORDER BY analyst", params)
         if not self.zcdp:
             return [(name or "(global)", from_micro(b), from_micro(s), from_micro(b - s))
                     for name, b, s, _, _ in rows]
@@ -623,6 +668,17 @@ class Ledger:
             f"WHERE {' AND '.join(conditions)} ORDER BY id", params)
         return [row[:6] + (from_micro(row[6]),) + row[7:11]
                 + (None if row[11] is None else _plain(row[11]),) for row in rows]
+
+
+def _now() -> int:
+    """Seconds since the epoch, by this machine's clock: what refresh windows follow."""
+    return int(time.time())
+
+
+def _in_window(spent: str) -> str:
+    """``spent`` as it counts now: 0 once the account's refresh window has ended (the
+    moment written into the SQL, a whole number)."""
+    return f"CASE WHEN window_end <= {_now()} THEN 0 ELSE {spent} END"
 
 
 def _plain(value) -> Decimal:

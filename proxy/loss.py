@@ -5,6 +5,8 @@ so a query's loss splits into the parts its mechanisms spend and they add back t
 (sequential composition) without rounding. Beside ε and δ it carries ρ, what the release
 costs under zero-concentrated DP (the ``zcdp`` accountant, proxy/accounting.py): ε²/2
 for an ε-DP release unless the mechanism states less (the exponential mechanism: ε²/8).
+A Gaussian answer is charged the same ρ = ε²/2 of its ε share, and its noise is set from
+that ρ (``rho_part``): ε is then the share of the budget whose ε²/2 is its ρ.
 
 Budgets are sums of many small ε: adding floats drifts, so the ledger stores integers of
 one millionth of ε (SPEC §9), and every ε an analyst types is parsed as a plain ASCII
@@ -60,6 +62,14 @@ class Loss:
         divided)."""
         total = sum(weights)
         return tuple(self * (Fraction(weight) / total) for weight in weights)
+
+    def rho_part(self, share: Fraction) -> Loss:
+        """``share`` of this loss for noise set from its ρ (Gaussian noise): zCDP parts
+        add up exactly (ρ times ``share``, where a part of an ε-DP mechanism is ε times
+        it and ρ times its square), so k parts of 1/k spend this ρ and no more. The part's
+        ε is its share of the budget's ε, not an ε-DP guarantee (Gaussian noise has
+        none): only its ρ sets the noise."""
+        return Loss(self.epsilon * share, self.delta * share, self.rho * share)
 
     @property
     def spent(self) -> Decimal:

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from proxy.accounting import ACCOUNTANTS
+from proxy.accounting import ACCOUNTANTS, GAUSSIAN, NOISES, Refresh
 from proxy.errors import RulesError
 from proxy.loss import parse_epsilon
 from proxy.statistics import bound_problem
@@ -151,6 +151,9 @@ class Defaults:
     # a privacy filter keeps every budget's ε at ``accounting_delta`` (proxy.accounting)
     accounting: str = "pure"
     accounting_delta: Decimal | None = None
+    noise: str = "laplace"  # of DP's COUNT, SUM and AVG; "gaussian" needs zcdp
+    # every budget counts only what was spent in its current window (docs/budget.md)
+    budget_refresh: Refresh | None = None
 
 
 @dataclass(frozen=True)
@@ -179,9 +182,15 @@ class Rules:
     analysts: Mapping[str, Decimal]
     tables: Mapping[str, Table]
     server: ServerLimits = ServerLimits()
+    # analysts' own ``budget_refresh`` (``[analysts.NAME]``), over the defaults'
+    refreshes: Mapping[str, Refresh] = field(default_factory=lambda: MappingProxyType({}))
 
     def budget_of(self, analyst: str) -> Decimal:
         return self.analysts.get(analyst, self.defaults.budget_per_analyst)
+
+    def refresh_of(self, account: str) -> Refresh | None:
+        """The refresh window of an analyst's budget (the global one's: the defaults')."""
+        return self.refreshes.get(account, self.defaults.budget_refresh)
 
     def table(self, name: str) -> Table | None:
         return self.tables.get(name.lower())
@@ -302,13 +311,24 @@ def parse_rules(text: str, path: str = "<rules>") -> Rules:
     reader.only_keys(data, "", ("defaults", "analysts", "tables", "server"))
     defaults = _defaults(reader, data.get("defaults", {}))
     analysts = _analysts(reader, data.get("analysts", {}), defaults.budget_per_analyst)
+    refreshes = {name: _refresh(reader, entry["budget_refresh"],
+                                f"analysts.{name}.budget_refresh")
+                 for name, entry in data.get("analysts", {}).items()
+                 if "budget_refresh" in entry}
     tables = {
         reader.identifier(name, f"tables.{name}"): _table(reader, name, body)
         for name, body in data.get("tables", {}).items()
     }
     tables = _units(reader, tables, data.get("tables", {}))
     return Rules(path, defaults, MappingProxyType(analysts), MappingProxyType(tables),
-                 _server(reader, data.get("server", {})))
+                 _server(reader, data.get("server", {})), MappingProxyType(refreshes))
+
+
+def _refresh(reader: _Reader, value: Any, key: str) -> Refresh:
+    try:
+        return Refresh.parse(value)
+    except ValueError as exc:
+        raise reader.fail(key, str(exc)) from None
 
 
 def _server(reader: _Reader, body: Mapping[str, Any]) -> ServerLimits:
@@ -359,6 +379,11 @@ def _defaults(reader: _Reader, body: Mapping[str, Any]) -> Defaults:
     if "accounting" in body:
         values["accounting"] = reader.choice(body["accounting"], "defaults.accounting",
                                              ACCOUNTANTS)
+    if "noise" in body:
+        values["noise"] = reader.choice(body["noise"], "defaults.noise", NOISES)
+    if "budget_refresh" in body:
+        values["budget_refresh"] = _refresh(reader, body["budget_refresh"],
+                                            "defaults.budget_refresh")
     if "accounting_delta" in body:
         values["accounting_delta"] = _delta(reader, body["accounting_delta"],
                                             "defaults.accounting_delta")
@@ -396,6 +421,10 @@ def _accountant(reader: _Reader, defaults: Defaults) -> None:
     elif defaults.accounting_delta is not None:
         raise reader.fail("defaults.accounting_delta",
                           "is the δ of accounting = \"zcdp\"; the pure accountant takes none")
+    if defaults.noise == GAUSSIAN and defaults.accounting != "zcdp":
+        raise reader.fail("defaults.noise",
+                          "\"gaussian\" is charged by its ρ and needs accounting = \"zcdp\" "
+                          "(the pure accountant sums ε, which Gaussian noise has none of)")
 
 
 def _delta(reader: _Reader, value: Any, key: str) -> Decimal:
@@ -416,7 +445,7 @@ def _analysts(
         key = f"analysts.{name}"
         if not isinstance(entry, dict):
             raise reader.fail(key, "must be a table, e.g. [analysts.alice] budget = 1.0")
-        reader.only_keys(entry, key, ("budget",))
+        reader.only_keys(entry, key, ("budget", "budget_refresh"))
         budget = entry.get("budget")
         analysts[name] = default_budget if budget is None else reader.epsilon(budget, f"{key}.budget")
     return analysts

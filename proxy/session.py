@@ -46,6 +46,7 @@ from proxy.settings import (
     SessionCommand,
     Settings,
     apply_command,
+    default_noise,
     default_sensitivity,
     epsilon_hint,
     session_command,
@@ -65,6 +66,7 @@ IDP_SETTINGS = {
     "idp.gamma": "the smooth sensitivity's γ (with idp.sensitivity = 'smooth')",
     "idp.intervals": "on: each aggregate gets its 95 % error bounds as two more columns",
     "idp.prior": "the prior of an individual query, e.g. 'uniform(0, 200000)'",
+    "idp.noise": "DP's noise of COUNT, SUM and AVG: 'laplace' or 'gaussian' (zcdp only)",
 }
 
 
@@ -260,6 +262,8 @@ class Session:
             return f"{self.settings.gamma or DEFAULT_GAMMA:g}"
         if name == "idp.prior":
             return self.settings.prior.text if self.settings.prior else ""
+        if name == "idp.noise":
+            return self.settings.noise or default_noise(self.settings.resolve_model(rules), rules)
         if name == "idp.sensitivity":
             return self.settings.sensitivity or default_sensitivity(
                 self.settings.model or rules.defaults.model, rules)

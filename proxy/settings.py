@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
+from proxy.accounting import GAUSSIAN, LAPLACE, NOISES
 from proxy.errors import BadSetting, NotSupported, ReadOnly
 from proxy.loss import parse_epsilon
 from proxy.rules import MODELS, Rules
@@ -38,6 +39,7 @@ class Settings:
     intervals: bool = False  # add <col>_ci95_low/high columns for tools without notices
     prior: PriorSpec | None = None  # answer by knowledge refinement (seed 001)
     gamma: float | None = None  # tail of the smooth-sensitivity noise, 1/(1 + |z|^γ)
+    noise: str | None = None  # of COUNT, SUM and AVG under DP: 'laplace' or 'gaussian'
     other: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     def resolve_model(self, rules: Rules) -> str:
@@ -73,6 +75,20 @@ class Settings:
         docs/privacy.md §5.3)."""
         return self.resolve_sensitivity(rules) in ("instance", "piecewise")
 
+    def resolve_noise(self, rules: Rules, model: str) -> str:
+        """The noise of DP's COUNT, SUM and AVG: the one SET, else the owner's default
+        where it fits (DP). Gaussian noise is charged by its ρ, so only the zcdp
+        accountant takes it; iDP answers stay on their pure ε (docs/budget.md)."""
+        if self.noise != GAUSSIAN:
+            return self.noise or default_noise(model, rules)
+        if rules.defaults.accounting != "zcdp":
+            raise BadSetting("idp.noise = 'gaussian' needs the zcdp accountant ([defaults] "
+                             "accounting = \"zcdp\" in the rules); this proxy sums pure ε")
+        if model != "dp":
+            raise BadSetting("idp.noise = 'gaussian' is for idp.model = 'dp'; iDP answers "
+                             "take Laplace noise at their pure epsilon")
+        return GAUSSIAN
+
     def resolve_epsilon(self, rules: Rules, hint: Decimal | None) -> Decimal:
         epsilon = hint or self.epsilon or rules.defaults.epsilon_per_query
         low, limit = rules.defaults.min_epsilon_per_query, rules.defaults.max_epsilon_per_query
@@ -93,6 +109,11 @@ def _fits(model: str, rules: Rules) -> tuple[str, ...]:
 def default_sensitivity(model: str, rules: Rules) -> str:
     """'local' where the owner opted into raw iDP, else the exponential mechanism."""
     return _fits(model, rules)[0]
+
+
+def default_noise(model: str, rules: Rules) -> str:
+    """The owner's ``[defaults] noise`` where it applies (DP), else Laplace."""
+    return rules.defaults.noise if model == "dp" else LAPLACE
 
 
 def _either(names: tuple[str, ...]) -> str:
@@ -151,9 +172,11 @@ def apply_command(settings: Settings, command: SessionCommand) -> Settings:
         return replace(settings, gamma=None if value is None else _gamma(value))
     if name == "idp.prior":
         return replace(settings, prior=None if value is None else _prior(value))
+    if name == "idp.noise":
+        return replace(settings, noise=None if value is None else _choice(name, value, NOISES))
     if name.startswith("idp."):
         raise BadSetting(f"unknown setting {name}; the idp settings are idp.epsilon, "
-                         "idp.model, idp.sensitivity, idp.gamma, idp.intervals, idp.prior "
+                         "idp.model, idp.sensitivity, idp.gamma, idp.intervals, idp.prior, idp.noise "
                          "(and SHOW idp.budget)")
     other = dict(settings.other)
     if value is None:

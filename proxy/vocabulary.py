@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.accounting import exponential_rho
+from proxy.accounting import GAUSSIAN, LAPLACE, exponential_rho
 from proxy.loss import Loss
 from proxy.rules import Column, Table
 from proxy.statistics import MAGNITUDE_CAP
@@ -123,6 +123,8 @@ LOCAL = "local"  # raw iDP: the data's own local sensitivity (the owner's opt-in
 SMOOTH = "smooth"  # DP: the smooth sensitivity of percentiles, MAX and MIN
 EXPONENTIAL = "exponential"  # percentiles, MAX and MIN by the exponential mechanism
 PIECEWISE = "piecewise"  # ... in its piecewise form (interpolated rank distance)
+# the aggregates Mechanism.noise = GAUSSIAN draws with the discrete Gaussian
+GAUSSIAN_KINDS = (Kind.COUNT, Kind.UNITS, Kind.SUM, Kind.AVG)
 _SENSITIVITY = {
     SMOOTH: "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
     LOCAL: "local, rounded up to a power of two",
@@ -141,6 +143,7 @@ class Mechanism:
     gamma: float | None = None  # of the smooth sensitivity (``scale`` SMOOTH)
     prior: PriorSpec | None = None
     individual: bool = False  # one unit's value (WHERE unit = k), not a statistic
+    noise: str = LAPLACE  # or GAUSSIAN: COUNT, SUM and AVG under DP with zcdp (QueryPlan.gaussian)
 
     @property
     def exponential(self) -> bool:
@@ -157,8 +160,13 @@ class Mechanism:
         if self.scale == SMOOTH:
             return f"{self.model} smooth gamma={self.gamma:g}"
         if self.exponential:  # named as the setting that chose it
-            return f"{self.model} {'piecewise' if self.scale == PIECEWISE else 'instance'}"
-        return self.model
+            return f"{self.model} {'piecewise' if self.scale == PIECEWISE else 'instance'}" \
+                + self._noise
+        return self.model + self._noise
+
+    @property
+    def _noise(self) -> str:
+        return " gaussian" if self.noise == GAUSSIAN else ""
 
     @property
     def sensitivity(self) -> str:
@@ -209,6 +217,13 @@ class QueryPlan:
         prior): ε-bounded-range, so ε²/8-zCDP (proxy/accounting.py)."""
         return (aggregate.kind.row.ranked and self.mechanism.exponential
                 and self.mechanism.model in ("idp", "dp") and not self.mechanism.individual)
+
+    def gaussian(self, aggregate: Aggregate) -> bool:
+        """Whether the aggregate's noise is the discrete Gaussian: COUNT, COUNT(DISTINCT
+        unit), SUM and AVG of a plan whose mechanism chose it (DP under zcdp only:
+        analysis). Its ρ is that of its ε share, ε²/2, and sets σ = Δ/ε."""
+        return (self.mechanism.noise == GAUSSIAN and aggregate.kind in GAUSSIAN_KINDS
+                and not self.public(aggregate))
 
     @property
     def loss(self) -> Loss:

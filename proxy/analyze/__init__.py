@@ -343,12 +343,13 @@ def _mechanism(settings: Settings, rules: Rules, model: str,
     and MIN drawn by the exponential mechanism only where the plan has one of them
     (docs/privacy.md §5.3)."""
     sensitivity = settings.resolve_sensitivity(rules)
-    gamma = settings.smooth_gamma(rules)
+    gamma, noise = settings.smooth_gamma(rules), settings.resolve_noise(rules, model)
     if gamma is not None:
-        return Mechanism(model, SMOOTH, gamma)
+        return Mechanism(model, SMOOTH, gamma, noise=noise)
     if settings.instance_mechanism(rules) and any(a.kind.row.ranked for a in aggregates):
-        return Mechanism(model, PIECEWISE if sensitivity == "piecewise" else EXPONENTIAL)
-    return Mechanism(model, LOCAL if sensitivity == "local" else GLOBAL)
+        return Mechanism(model, PIECEWISE if sensitivity == "piecewise" else EXPONENTIAL,
+                         noise=noise)
+    return Mechanism(model, LOCAL if sensitivity == "local" else GLOBAL, noise=noise)
 
 
 def _literal_text(literal: exp.Expression) -> str:

@@ -55,7 +55,9 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     an automatic bound: under DP or iDP with the global scale (the exponential
     mechanism's plans included, which draw only their percentiles, MAX and MIN), over
     one table without per-unit subqueries or joins, on a column with a declared domain
-    (spreads: one whose squared width a double holds)."""
+    (spreads: one whose squared width a double holds). SUM and AVG with Gaussian noise
+    keep the domain's sensitivity: the bound's draw is ε-DP and would need its own share
+    of the ρ (not built)."""
     mechanism = plan.mechanism
     if (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
             or mechanism.individual or mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE)
@@ -66,7 +68,7 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
         column = plan.table.columns.get(agg.column) if agg.column else None
         if column is None or column.lower is None or column.upper is None:
             continue
-        if agg.kind in (SUM, AVG):
+        if agg.kind in (SUM, AVG) and not plan.gaussian(agg):
             wanted[Contribution(agg.column)] = None
         elif agg.kind in SPREADS and (column.upper - column.lower) < _SQUARABLE:
             wanted[Contribution(agg.column, column.lower, 1)] = None

@@ -1,4 +1,5 @@
-"""Noise mechanisms: each states the ε it spends and the 95% bound of its error.
+"""Noise mechanisms: each states the ε (or, Gaussian noise, the ρ) it spends and the 95%
+bound of its error.
 
 Real answers are snapped to a power-of-two grid Λ and moved by Λ·Z with Z exactly
 discrete-Laplace; integer answers get Z directly. Λ comes from the column's public
@@ -15,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from statistics import NormalDist
 
 from proxy.privacy import smooth_noise
 from proxy.privacy.sampler import RandomSource, bernoulli_exp, discrete_laplace
@@ -40,9 +42,14 @@ def grid_step(resolution: float) -> float:
 
 def grid_scale(sensitivity: float, epsilon: Fraction, step: float) -> Fraction:
     """The discrete-Laplace scale in grid steps for sensitivity S at ε: (⌈S/Λ⌉ + 1)/ε."""
-    (s_num, s_den), (l_num, l_den) = _ratio(sensitivity), _ratio(step)
-    steps = -(-s_num * l_den // (s_den * l_num)) + 1
+    steps = grid_steps(sensitivity, step)
     return Fraction(steps * epsilon.denominator, epsilon.numerator)
+
+
+def grid_steps(sensitivity: float, step: float) -> int:
+    """How many grid steps two snapped neighbouring answers can be apart: ⌈S/Λ⌉ + 1."""
+    (s_num, s_den), (l_num, l_den) = _ratio(sensitivity), _ratio(step)
+    return -(-s_num * l_den // (s_den * l_num)) + 1
 
 
 def snap(true: float, step: float) -> int:
@@ -134,8 +141,7 @@ def discrete_gaussian(sigma2: Fraction, rng: RandomSource) -> int:
     """An integer Z with P(Z = z) ∝ exp(−z²/(2σ²)), exactly (Canonne, Kamath and Steinke
     2020, Algorithm 3: discrete Laplace of scale t = ⌊σ⌋ + 1, kept with probability
     exp(−(|Y| − σ²/t)²/(2σ²))). Adding it to an integer answer of sensitivity Δ is
-    Δ²/(2σ²)-zCDP (their Thm. 4). Not yet offered as an answer's noise (issue 35 item 2:
-    ``SET idp.noise = 'gaussian'`` is still to be dispatched)."""
+    Δ²/(2σ²)-zCDP (their Thm. 4)."""
     if sigma2 <= 0:
         raise ValueError("sigma2 must be positive")
     t = math.isqrt(sigma2.numerator // sigma2.denominator) + 1  # ⌊σ⌋ + 1
@@ -149,3 +155,38 @@ def discrete_gaussian(sigma2: Fraction, rng: RandomSource) -> int:
 def gaussian_rho(sensitivity: int, sigma2: Fraction) -> Fraction:
     """ρ of the discrete Gaussian of variance parameter σ² at sensitivity Δ: Δ²/(2σ²)."""
     return Fraction(sensitivity * sensitivity) / (2 * sigma2)
+
+
+def gaussian_sigma2(sensitivity: int, rho: Fraction) -> Fraction:
+    """σ² = Δ²/(2ρ): the discrete Gaussian whose ρ is the answer's share, exactly."""
+    return Fraction(sensitivity * sensitivity) / (2 * rho)
+
+
+def discrete_gaussian_interval(sigma2: Fraction, confidence: float = 0.95) -> int:
+    """A k with P(|Z| > k) ≤ 1 − confidence for the discrete Gaussian of σ²: that of the
+    continuous normal N(0, σ²), rounded up. Valid: the tail Σ_{z>k} e^{−z²/2σ²} is at
+    most ∫_k^∞ e^{−x²/2σ²} dx (decreasing terms), and the normaliser Σ_z e^{−z²/2σ²} is
+    at least σ√(2π) (Poisson summation: σ√(2π)·Σ_k e^{−2π²σ²k²})."""
+    sigma = math.sqrt(sigma2.numerator / sigma2.denominator)
+    return math.ceil(NormalDist().inv_cdf(1 - (1 - confidence) / 2) * sigma * (1 + 1e-12))
+
+
+def gaussian_integer(true: int, sensitivity: int, rho: Fraction, rng: RandomSource,
+                     confidence: float = 0.95) -> Noisy:
+    """The discrete Gaussian on an integer answer of sensitivity Δ ≥ 1, ρ-zCDP."""
+    sigma2 = gaussian_sigma2(sensitivity, rho)
+    return Noisy(true + discrete_gaussian(sigma2, rng),
+                 float(discrete_gaussian_interval(sigma2, confidence)), "discrete Gaussian")
+
+
+def gaussian_real(true: float, sensitivity: float, rho: Fraction, rng: RandomSource,
+                  step: float, confidence: float = 0.95) -> Noisy:
+    """The discrete Gaussian on the public grid Λ = ``step``, as ``laplace_real`` does
+    Laplace: snapped neighbours are at most ⌈S/Λ⌉ + 1 steps apart, so that is Δ and the
+    release is ρ-zCDP; its output is a function of one integer."""
+    if sensitivity == 0:
+        return Noisy(true, 0.0, "exact (sensitivity 0; exact_release)")
+    sigma2 = gaussian_sigma2(grid_steps(sensitivity, step), rho)
+    value = on_grid(snap(true, step) + discrete_gaussian(sigma2, rng), step)
+    return Noisy(value, (discrete_gaussian_interval(sigma2, confidence) + 0.5) * step,
+                 "discrete Gaussian (sampled on the column's grid)")

@@ -24,6 +24,8 @@ from proxy.privacy.contribution_bounds import (
 from proxy.privacy.inverse_sensitivity import extreme_offsets
 from proxy.privacy.mechanisms import (
     Noisy,
+    gaussian_integer,
+    gaussian_real,
     grid_step,
     laplace_integer,
     laplace_interval,
@@ -167,8 +169,12 @@ def release_group(
 
 
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
-    """The aggregate's loss in one group (sensitivity.group_share)."""
-    return plan.aggregate_loss * Fraction(1, group_share(plan, cal.shift, agg.kind == COUNT))
+    """The aggregate's loss in one group (sensitivity.group_share). Gaussian noise takes
+    ρ/m in each: a unit moves m cells by at most Δ each (a COUNT's histogram: by at most
+    2s in all, s in one, so Σ xᵢ² ≤ 2s²), so the cells' ρ add up to at most the ρ."""
+    share = Fraction(1, group_share(plan, cal.shift, agg.kind == COUNT))
+    return plan.aggregate_loss.rho_part(share) if plan.gaussian(agg) \
+        else plan.aggregate_loss * share
 
 
 @dataclass(frozen=True)
@@ -223,8 +229,8 @@ def _count(a: Asked) -> Released:
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
-    noisy = laplace_integer(true, _integer_scale(count_sensitivity(cal.shift), cal),
-                            a.part.epsilon, a.rng)
+    noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
+                           a.part)
     # its bound depends on s alone, the same for every neighbour (c counts rows)
     return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                    noisy.ci95 if cal.report_scale == "private" else None)
@@ -233,8 +239,8 @@ def _count(a: Asked) -> Released:
 def _units(a: Asked) -> Released:
     """COUNT(DISTINCT unit): one unit's change makes g units leave or join each cell it
     touches."""
-    noisy = laplace_integer(a.group.units, _integer_scale(a.plan.table.group_size, a.cal),
-                            a.part.epsilon, a.rng)
+    noisy = _integer_noise(a, a.group.units, _integer_scale(a.plan.table.group_size, a.cal),
+                           a.part)
     return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), a.cal, None,
                    noisy.ci95 if a.cal.report_scale == "private" else None)
 
@@ -250,7 +256,7 @@ def _average(a: Asked) -> Released:
     """AVG: a noisy SUM over a noisy COUNT."""
     if Contribution(a.agg.column) in laddered(a.plan):
         return _release_clipped(a.plan, a.agg, a.group, a.column, a.cal, a.part, a.rng)
-    return _release_average(a.stats, a.column, a.cal, a.part, a.rng)
+    return _release_average(a, a.stats, a.column, a.cal, a.part, a.rng)
 
 
 def _spread(a: Asked) -> Released:
@@ -299,6 +305,9 @@ def _laplace_release(a: Asked) -> Released:
         epsilon = a.part.split(BOUND_SHARE, 1 - BOUND_SHARE)[1].epsilon
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, a.rng, step)
         bound = laplace_interval(a.group.bounds[index], epsilon, step, 1 - FAILURE)
+    elif a.plan.gaussian(agg):
+        noisy = gaussian_real(answer, _real_scale(sensitivity, cal, column), a.part.rho, a.rng,
+                              step)
     else:
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, a.rng, step)
     value = _clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM else noisy.value
@@ -439,18 +448,31 @@ def _release_clipped_moments(plan: QueryPlan, agg, group: GroupStats, column,
         "to B² (two fifths each, docs/privacy.md §3.14); heavy tails clipped make it low"))
 
 
-def _release_average(stats: ColumnStats, column, cal: Calibration, loss: Loss, rng):
-    """AVG = noisy SUM / noisy COUNT, each with half the loss (post-processing of both)."""
+def _release_average(a: Asked, stats: ColumnStats, column, cal: Calibration, loss: Loss,
+                     rng):
+    """AVG = noisy SUM / noisy COUNT, each with half the loss (post-processing of both;
+    Gaussian noise: half the ρ each)."""
     total, sum_sensitivity = _sum_and_sensitivity(stats, column, cal)
-    of_sum, of_count = loss.split(1, 1)
+    gaussian = a.plan.gaussian(a.agg)
+    of_sum, of_count = (loss.rho_part(Fraction(1, 2)),) * 2 if gaussian else loss.split(1, 1)
     # Each part inside its 97.5% interval: both at once with probability ≥ 95%.
-    noisy_sum = laplace_real(total, _real_scale(sum_sensitivity, cal, column), of_sum.epsilon,
-                             rng, grid_step(column.resolution), 0.975)
-    noisy_count = laplace_integer(stats.n, _integer_scale(cal.shift, cal), of_count.epsilon,
-                                  rng, 0.975)
+    scale, step = _real_scale(sum_sensitivity, cal, column), grid_step(column.resolution)
+    noisy_sum = (gaussian_real(total, scale, of_sum.rho, rng, step, 0.975) if gaussian
+                 else laplace_real(total, scale, of_sum.epsilon, rng, step, 0.975))
+    noisy_count = _integer_noise(a, stats.n, _integer_scale(cal.shift, cal), of_count, 0.975)
+    half = "half the rho" if gaussian else "half the epsilon"
     return _average(noisy_sum, noisy_count, column, cal,
-                    f"AVG is a noisy SUM over a noisy COUNT, each with half the epsilon; "
+                    f"AVG is a noisy SUM over a noisy COUNT, each with {half}; "
                     f"{_sum_note(cal)}")
+
+
+def _integer_noise(a: Asked, true: int, sensitivity: int, part: Loss,
+                   confidence: float = 0.95) -> Noisy:
+    """Discrete Laplace at the part's ε, or the discrete Gaussian at its ρ where the plan
+    chose Gaussian noise for this aggregate."""
+    if a.plan.gaussian(a.agg):
+        return gaussian_integer(true, sensitivity, part.rho, a.rng, confidence)
+    return laplace_integer(true, sensitivity, part.epsilon, a.rng, confidence)
 
 
 def _average(noisy_sum: Noisy, noisy_count: Noisy, column, cal: Calibration,
@@ -462,7 +484,8 @@ def _average(noisy_sum: Noisy, noisy_count: Noisy, column, cal: Calibration,
     low_count = max(1.0, count - noisy_count.ci95)
     spread = max(abs((noisy_sum.value + sign * noisy_sum.ci95) / divisor - value)
                  for sign in (-1, 1) for divisor in (low_count, count + noisy_count.ci95))
-    return _finish(Noisy(value, spread, f"{noisy_sum.mechanism} / discrete Laplace"), cal, note)
+    return _finish(Noisy(value, spread, f"{noisy_sum.mechanism} / {noisy_count.mechanism}"),
+                   cal, note)
 
 
 def _real_scale(sensitivity: float, cal: Calibration, column) -> float:

@@ -130,6 +130,12 @@ def total(before: Mapping, after: Mapping) -> float:
     return sum(abs(after[key] - before[key]) for key in before)
 
 
+def squares(before: Mapping, after: Mapping) -> float:
+    """Σ_k Δ_k²: the squared L2 change of answers per key (what Gaussian noise's ρ adds
+    up over the groups)."""
+    return sum((after[key] - before[key]) ** 2 for key in before)
+
+
 def histogram(before: Mapping, after: Mapping) -> dict:
     """A histogram's change: each count's largest (the noise each group gets) and the
     L1 over all groups (what the groups' share of ε is divided by)."""

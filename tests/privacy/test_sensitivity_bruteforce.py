@@ -44,6 +44,7 @@ from tests.privacy.harness import (
     datasets,
     modifying,
     neighbours,
+    squares,
     total,
 )
 from tests.privacy.reference import (
@@ -231,6 +232,30 @@ def test_group_by_medians_privacy_loss(units, rows, group_size, groups):
     assert_loss_within(medians, ls, lambda rs: groups_touched(_shift(rs, group_size), groups),
                        datasets(21, 25, units, rows, groups),
                        modifying(group_size=group_size, groups=groups))
+
+
+@pytest.mark.parametrize("units,rows,group_size,groups", [(4, 1, 1, 3), (3, 2, 1, 3),
+                                                          (3, 1, 2, 2), (4, 1, 1, 1)])
+def test_group_by_counts_l2(units, rows, group_size, groups):
+    """Gaussian noise on a histogram (noisy_answers._part): each cell at ρ/min(2, G) for
+    sensitivity s keeps the total ρ because the squared L2 change is ≤ min(2, G)·s²."""
+    assert_sound(lambda rs: {g: len(scope_values(rs, g)) for g in range(groups)},
+                 lambda rs: min(2, groups) * _shift(rs, group_size) ** 2,
+                 datasets(22, 30, units, rows, groups),
+                 modifying(group_size=group_size, groups=groups), change=squares,
+                 tight=lambda rs: (_shift(rs, group_size) == 1 and groups > 1
+                                   and any(r.in_scope for r in rs)))
+
+
+@pytest.mark.parametrize("units,rows,group_size,groups", [(3, 2, 1, 3), (3, 1, 2, 2)])
+def test_group_by_sums_l2(units, rows, group_size, groups):
+    """Gaussian SUM per group: each group at ρ/groups_touched(s, G) for the clamped sum's
+    sensitivity S: the squared L2 change over the groups is ≤ groups_touched(s, G)·S²."""
+    assert_sound(lambda rs: {g: sum(in_domain(rs, g)) for g in range(groups)},
+                 lambda rs: groups_touched(_shift(rs, group_size), groups)
+                 * clamped_sum_sensitivity(_shift(rs, group_size), LOWER, UPPER) ** 2,
+                 datasets(23, 15, units, rows, groups),
+                 modifying([LOWER, UPPER, *EXTREME], group_size, groups), change=squares)
 
 
 NON_FINITE = [float("nan"), float("inf"), float("-inf")]
