@@ -1,0 +1,5 @@
+-- tool: analyst, psql
+-- chart: correlation
+-- why: CORR over two bounded columns
+-- expect: answered
+SELECT CORR(age, income) AS r FROM people
