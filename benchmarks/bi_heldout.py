@@ -131,7 +131,16 @@ def bounds_of(notices: list[str]) -> dict[str, float]:
 
 def judge(statement: Statement, columns: list[str], answer: list[tuple], truth: list[tuple],
           bounds: dict[str, float]) -> tuple[bool, str]:
-    """(correct, why) under the tolerance in the module's docstring."""
+    """(correct, why) under the tolerance in the module's docstring; "correct" answers
+    that pass only thanks to B are marked "(by B)" in the why."""
+    ok, why = _judge(statement, columns, answer, truth, bounds)
+    if ok and bounds and not _judge(statement, columns, answer, truth, {})[0]:
+        why += " (by B: outside 10 % / 1 % without the bound)"
+    return ok, why
+
+
+def _judge(statement: Statement, columns: list[str], answer: list[tuple], truth: list[tuple],
+           bounds: dict[str, float]) -> tuple[bool, str]:
     width = len(truth[0]) if truth else len(columns)
     if answer and len(answer[0]) != width:
         return False, f"{len(answer[0])} columns, truth has {width}"
@@ -194,8 +203,13 @@ def truth_runner(backend: str, url: str, folder: Path):
 
         copy = folder / "truth.duckdb"
         shutil.copy(url.removeprefix("duckdb:///"), copy)
-        con = duckdb.connect(str(copy), read_only=True)
+        con = duckdb.connect(str(copy))
         con.execute("SET TimeZone = 'UTC'")
+        # the tools qualify tables with PostgreSQL's "public" schema; DuckDB's is "main"
+        con.execute("CREATE SCHEMA IF NOT EXISTS public")
+        for (table,) in con.execute("SELECT table_name FROM information_schema.tables "
+                                    "WHERE table_schema = 'main'").fetchall():
+            con.execute(f'CREATE VIEW public."{table}" AS SELECT * FROM main."{table}"')
 
         def run(sql: str):
             cursor = con.execute(sql.rstrip().rstrip(";"))
@@ -355,8 +369,9 @@ def main() -> None:
     print(f"totals ({args.backend}, epsilon {args.epsilon}, load "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}): "
           + ", ".join(f"{c} {n}" for c, n in counts.items()))
-    print(f"correct {counts['correct']}/{answerable} answerable; "
-          f"leaks {counts['answered-but-must-refuse']}")
+    by_bound = sum(1 for _, k, why in results if k == "correct" and "(by B" in why)
+    print(f"correct {counts['correct']}/{answerable} answerable ({by_bound} of them only "
+          f"within the proxy's own 95 % bound B); leaks {counts['answered-but-must-refuse']}")
     by_tool: dict[str, list[int]] = {}
     for st, kind, _ in results:
         tool = st.name.split("-")[0]
