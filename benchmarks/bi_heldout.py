@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 CORPUS = Path(__file__).resolve().parent / "bi_heldout"
 RELATIVE, FLOOR = 0.10, 0.01
+SHOW = False  # --show: print each answer, truth and NOTICE
 
 
 @dataclass(frozen=True)
@@ -167,25 +168,29 @@ def _judge(statement: Statement, columns: list[str], answer: list[tuple], truth:
         if len(answer) != len(truth):
             return False, f"{len(answer)} rows, truth has {len(truth)}"
         pairs = [(a, t, i) for i, (a, t) in enumerate(zip(answer, truth))]
-    worst = 0.0
+    worst, cells, off = 0.0, 0, []
     for got, true, where in pairs:
         for i in range(width):
             if i in keys:
                 continue
+            cells += 1
             a, t = got[i], true[i]
             if a is None or t is None:
-                if a is None and t is None:
-                    continue
-                return False, f"{columns[i]} at {where}: {a!r}, truth {t!r}"
+                if not (a is None and t is None):
+                    off.append(f"{columns[i]} at {where}: {a!r}, truth {t!r}")
+                continue
             na, nt = _number(a), _number(t)
             if na is None or nt is None:
                 if _key(a) != _key(t):
-                    return False, f"{columns[i]} at {where}: {a!r}, truth {t!r}"
+                    off.append(f"{columns[i]} at {where}: {a!r}, truth {t!r}")
                 continue
             if math.isnan(na) or abs(na - nt) > tolerance(i, nt):
-                return False, f"{columns[i]} at {where}: {na:.6g}, truth {nt:.6g} (tol {tolerance(i, nt):.3g})"
-            if nt:
+                off.append(f"{columns[i]} at {where}: {na:.6g}, truth {nt:.6g} "
+                           f"(tol {tolerance(i, nt):.3g})")
+            elif nt:
                 worst = max(worst, abs(na - nt) / abs(nt))
+    if off:  # every cell must be within; how many were not is told
+        return False, f"{len(off)} of {cells} values outside; {off[0]}"
     return True, f"{len(pairs)} rows, worst rel. err {100 * worst:.1f} %"
 
 
@@ -271,6 +276,9 @@ def run_all(backend: str, statements: list[Statement], epsilon: str, folder: Pat
                     else:
                         ok, why = judge(st, columns, rows, true_rows, bounds_of(notices))
                         results.append((st, "correct" if ok else "wrong", why))
+                        if SHOW:
+                            print("   answer:", rows[:40], "\n   truth: ", true_rows[:40],
+                                  "\n   bounds:", bounds_of(notices), notices)
                 print(f"{st.name:46} {results[-1][1]:25} {seconds:6.2f}s  {results[-1][2][:150]}",
                       flush=True)
             con.close()
@@ -342,7 +350,10 @@ def main() -> None:
     parser.add_argument("--epsilon", default="1")
     parser.add_argument("--only", default="", help="statement names, comma-separated")
     parser.add_argument("--write-ibis", action="store_true")
+    parser.add_argument("--show", action="store_true", help="print answers, truths, notices")
     args = parser.parse_args()
+    global SHOW
+    SHOW = args.show
     if args.write_ibis:
         write_ibis()
         return
