@@ -1,13 +1,22 @@
-"""Outer queries over one private aggregate query: post-processing of one release.
+"""Outer queries over private aggregate queries: post-processing of their releases.
 
 After the steps are merged (``proxy.analyze.merge_steps``) a CTE or subquery is left only where it
-is not row-level. Two shapes of such queries only reshape the answers of one aggregate
-query, so they are answered from one release, charged once (post-processing costs no
-privacy):
+is not row-level. Three shapes of such queries only compute on the answers of aggregate
+queries, so they are answered from releases, each charged as if sent alone
+(post-processing costs no privacy):
 
 - an outer SELECT over the aggregate query that filters (WHERE on released values, as a
-  HAVING would), renames, computes on released values (arithmetic, CASE, ROUND …),
-  orders and limits — run by ``proxy.postprocess`` over the released rows;
+  HAVING would), renames, computes on released values (arithmetic, CASE, NULLIF, SQRT …,
+  window functions over its rows), orders and limits — run by ``proxy.postprocess`` over
+  the released rows;
+- a CROSS JOIN (or comma) of aggregate queries without GROUP BY, one row each, as dbt
+  MetricFlow writes a ratio of two metrics::
+
+      SELECT a.x / NULLIF(b.y, 0) FROM (SELECT SUM(cost) AS x FROM visits WHERE …) a
+      CROSS JOIN (SELECT COUNT(*) AS y FROM visits) b
+
+  each subquery a release of its own (a ``CombinedPlan``), the outer query run over
+  their rows;
 - the join of a grouped query with its own top-N subquery, as Superset sends for a
   chart's *series limit* (``models/helpers.py``, ``get_sqla_query``)::
 
@@ -21,8 +30,13 @@ privacy):
   series ranking first by the released metric (summed over the other keys, e.g. the
   time buckets, for COUNT and SUM).
 
-HAVING and select items computed from aggregates are the first shape written inside one
-query; ``proxy.analyze.having`` answers them through ``over_release``.
+HAVING, select items computed from aggregates and windows over the groups are the first
+shape written inside one query; ``proxy.analyze.having`` answers them through
+``over_release``.
+
+The sandbox: the outer query reads only the released tables, and may call only the
+functions of ``_ROW_LEVEL`` and ``WINDOW_FUNCTIONS`` — none reads a file, the network,
+a setting, the clock or randomness; anything else is refused before any debit.
 
 An aggregate over a subquery grouped by the privacy unit (per-unit aggregates) is
 ``proxy.analyze.per_unit``'s, answered before this module is asked.
@@ -45,30 +59,49 @@ from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.errors import NotSupported, RawRowAccess
 from proxy.interrupts import checkpoint
-from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, GroupKey, QueryPlan
+from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, CombinedPlan, GroupKey, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 
-# what an outer query may compute from released values, row by row
+# what an outer query may compute from released values, row by row: no function that
+# reads anything but its arguments (files, settings, the clock, randomness)
 _ROW_LEVEL = (
     exp.Select, exp.From, exp.Where, exp.Order, exp.Ordered, exp.Limit, exp.Offset,
     exp.Table, exp.TableAlias, exp.Identifier, exp.Column, exp.Alias, exp.Star,
-    exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Neg, exp.DataType, exp.Distinct,
-    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.And, exp.Or, exp.Not,
-    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In, exp.Between,
-    exp.Case, exp.If, exp.Cast, exp.Round, exp.Abs, exp.Coalesce, exp.Floor, exp.Ceil,
-    exp.Greatest, exp.Least, exp.Tuple, exp.Var,
+    exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Neg, exp.DataType,
+    exp.DataTypeParam, exp.Distinct, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.And,
+    exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In,
+    exp.Between, exp.Case, exp.If, exp.Cast, exp.Round, exp.Abs, exp.Coalesce, exp.Floor,
+    exp.Ceil, exp.Greatest, exp.Least, exp.Tuple, exp.Var, exp.Nullif, exp.Sqrt, exp.Cbrt,
+    exp.Pow, exp.Exp, exp.Ln, exp.Log, exp.Sign, exp.Trunc, exp.DPipe,
+    exp.Window, exp.WindowSpec,
 )
+# what a window may compute over the released rows (only as the function of an OVER)
+WINDOW_FUNCTIONS = (
+    exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max, exp.Lag, exp.Lead, exp.Ntile,
+    exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.FirstValue,
+    exp.LastValue, exp.NthValue,
+)
+ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
+           "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
+           "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
+
+
+def windowed(node: exp.Expression) -> bool:
+    """Whether ``node`` is the function of a window (``SUM(…)`` in ``SUM(…) OVER (…)``),
+    which reads the rows of the query's result, not of the table."""
+    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
 
 
 @dataclass(frozen=True)
 class OuterQuery:
     """The outer SELECT (PostgreSQL SQL) over the released rows, which it reads as the
-    table ``released`` under the subquery's alias ``alias``; ``what`` names it in the
+    table ``released`` under the subquery's alias, the first of ``aliases`` (the further
+    one-row releases of a CROSS JOIN as ``released_1`` …); ``what`` names it in the
     answer's notes (the outer query, HAVING)."""
 
     sql: str
-    alias: str
+    aliases: tuple[str, ...]
     what: str = "the outer query"
 
 
@@ -87,15 +120,19 @@ class SeriesLimit:
     unmatched: tuple[tuple[int, Any], ...] = ()
 
 
-def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
-    """The plan of an outer query over one aggregate query, with its post-processing;
-    None when ``select`` has no CTE left (an ordinary query); refused otherwise."""
+def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Expression], str]
+               ) -> QueryPlan | CombinedPlan | None:
+    """The plan of an outer query over one aggregate query, with its post-processing, or
+    over a CROSS JOIN of one-row aggregate queries; None when ``select`` has no CTE left
+    (an ordinary query); refused otherwise."""
     ctes = steps(select)
     if not ctes and not any(isinstance(n.parent, (exp.From, exp.Join))
                             for n in select.find_all(exp.Subquery)):
         return None
     _refuse_inner_steps(ctes)
     joins = select.args.get("joins") or []
+    if joins and all(_crossed(join) for join in joins):
+        return _cross_joined(select, ctes, joins, analyse, canonical)
     if len(joins) == 1 and step_name(joins[0].this, ctes) is not None:
         return _series_limited(select, ctes, joins[0], analyse)
     if joins:
@@ -106,18 +143,64 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
                            "row-level steps or one aggregate query; query one table")
     body = _with_ctes(ctes[source], ctes, source)
     checkpoint()
-    outside = select.copy()
-    checkpoint()
-    outside.set("with_", None)
-    if outside.find(exp.AggFunc) or outside.args.get("group") or outside.args.get("having"):
-        raise NotSupported("an aggregate over the answers of an aggregate query is not "
-                           "supported; ask the aggregate of the table itself (one release), "
-                           "or over units from a subquery grouped by the privacy unit only: "
-                           f"{PER_UNIT_FORM}")
+    _refuse_aggregates(select)
     if not body.find(exp.AggFunc):
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
     return over_release(select, source, _one_release(analyse, body))
+
+
+def _refuse_aggregates(select: exp.Select) -> None:
+    """An aggregate over released rows (other than a window's) is refused: the
+    aggregate of the table itself is one release, and more accurate."""
+    outside = select.copy()
+    checkpoint()
+    outside.set("with_", None)
+    if any(not windowed(node) for node in outside.find_all(exp.AggFunc)) \
+            or outside.args.get("group") or outside.args.get("having"):
+        raise NotSupported("an aggregate over the answers of an aggregate query is not "
+                           "supported; ask the aggregate of the table itself (one release), "
+                           "or over units from a subquery grouped by the privacy unit only: "
+                           f"{PER_UNIT_FORM}")
+
+
+CROSS_JOINED = "the query over the CROSS JOIN"
+_CROSS_FORM = ("SELECT a.x / NULLIF(b.y, 0) FROM (SELECT SUM(v) AS x FROM t WHERE …) a "
+               "CROSS JOIN (SELECT COUNT(*) AS y FROM t) b")
+
+
+def _crossed(join: exp.Join) -> bool:
+    """A CROSS JOIN, or a comma in FROM."""
+    if join.args.get("on") or join.args.get("using") or join.args.get("side"):
+        return False
+    return (join.args.get("kind") or "CROSS").upper() == "CROSS"
+
+
+def _cross_joined(select: exp.Select, ctes: dict[str, exp.Expression], joins: list[exp.Join],
+                  analyse: Analyse, canonical: Callable[[exp.Expression], str]
+                  ) -> CombinedPlan:
+    """Aggregate queries without GROUP BY side by side, as dbt MetricFlow writes a ratio
+    of two metrics: each one row, a release of its own (charged as if sent alone); the
+    outer query computes on their values (post-processing)."""
+    names = [step_name(source, ctes) for source in
+             (select.args["from_"].this, *(join.this for join in joins))]
+    if None in names:  # a table beside a subquery
+        raise _joined_subquery()
+    parts = []
+    for name in names:
+        body = _with_ctes(ctes[name], ctes, name)
+        if not body.find(exp.AggFunc):
+            raise RawRowAccess("this query would return rows of a protected table; ask for "
+                               "aggregates instead")
+        plan = analyse(body)
+        if not isinstance(plan, QueryPlan) or plan.group_by:
+            raise NotSupported("a CROSS JOIN of aggregate subqueries is answered when none "
+                               "has GROUP BY (one row each); ask for grouped values in one "
+                               f"query, and ratios of totals as {_CROSS_FORM}")
+        parts.append((canonical(body), plan))
+    _refuse_aggregates(select)
+    post = _outer_query(select, names, [plan for _, plan in parts], CROSS_JOINED)
+    return CombinedPlan(tuple(parts), post)
 
 
 def _joined_subquery() -> NotSupported:
@@ -131,7 +214,7 @@ def over_release(select: exp.Select, source: str, plan: QueryPlan,
                  what: str = "the outer query") -> QueryPlan:
     """``plan`` with ``select`` (reading its answers as the table ``source``) run over
     its released rows."""
-    return replace(plan, post=_outer_query(select, source, plan, what))
+    return replace(plan, post=_outer_query(select, [source], [plan], what))
 
 
 def _one_release(analyse: Analyse, body: exp.Select) -> QueryPlan:
@@ -174,25 +257,48 @@ def _with_ctes(body: exp.Expression, ctes: dict[str, exp.Expression], own: str) 
     return statement
 
 
-def _outer_query(select: exp.Select, source: str, plan: QueryPlan, what: str) -> OuterQuery:
-    if select.find(exp.Window):
-        raise NotSupported("window functions are not supported; order and limit with "
-                           "ORDER BY and LIMIT")
+def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
+                 what: str) -> OuterQuery:
+    """``select`` over the released rows of ``plans``, each read where ``select`` reads
+    the step of the same index in ``sources``."""
     outer = select.copy()
     outer.set("with_", None)
     for node in outer.walk():
         checkpoint()
-        if not isinstance(node, _ROW_LEVEL):
-            raise NotSupported(f"{node.key.upper()} is not supported on released values; an "
-                               "outer query may filter, rename, order, limit and compute "
-                               "with arithmetic, CASE, ROUND, ABS, COALESCE")
-    names = [output.name for output in plan.outputs]
-    if len(set(names)) != len(names):
-        raise NotSupported("name the subquery's results uniquely (AS …) so the outer query "
-                           "can refer to them")
-    outer.args["from_"].this.replace(exp.to_table("released").as_(source))
+        if isinstance(node, exp.Join) and what == CROSS_JOINED:
+            continue
+        if not (isinstance(node, _ROW_LEVEL) or (isinstance(node, WINDOW_FUNCTIONS)
+                                                  and windowed(node))):
+            raise NotSupported(f"{_construct(node)} is not supported on released values; "
+                               f"{what} may filter, rename, order, limit and compute with "
+                               f"{ALLOWED}")
+    for plan in plans:
+        names = [output.name for output in plan.outputs]
+        if len(set(names)) != len(names):
+            raise NotSupported("name the subquery's results uniquely (AS …) so the outer "
+                               "query can refer to them")
+    aliases = list(sources)
+    for table in list(outer.find_all(exp.Table)):
+        if table.name in sources:
+            index = sources.index(table.name)
+            aliases[index] = table.alias_or_name
+            table.replace(exp.to_table(release_table(index)).as_(aliases[index]))
     checkpoint()
-    return OuterQuery(outer.sql(dialect="postgres"), source, what)
+    return OuterQuery(outer.sql(dialect="postgres"), tuple(aliases), what)
+
+
+def _construct(node: exp.Expression) -> str:
+    """The SQL name of a node a refusal names: a function's as written, else its kind."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.upper()
+    if isinstance(node, exp.Func):
+        return node.sql_name()
+    return node.key.upper()
+
+
+def release_table(index: int) -> str:
+    """The name the post-processing engine gives the ``index``-th release it reads."""
+    return "released" if index == 0 else f"released_{index}"
 
 
 def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) -> QueryPlan:
