@@ -1,8 +1,8 @@
 """Post-processing of releases (proxy.analyze.outer): it reads only released values and
 public keys, so it costs no privacy (SPEC §5.3).
 
-An outer query runs in a private in-memory DuckDB (no file or network access) over the
-released rows, loaded as the table ``released`` (further one-row releases of a CROSS
+An outer query runs in an in-memory DuckDB (no file or network access), on a connection
+of its own, over the released rows, loaded as its TEMP table ``released`` (further one-row releases of a CROSS
 JOIN as ``released_1`` …); the outer query can name nothing else, as its analysis lets
 only value functions and windows through (``proxy.analyze.outer``); PostgreSQL's semantics are kept by
 typing the outer query before it is rendered for DuckDB (integer division stays
@@ -11,7 +11,9 @@ integer division). A series limit keeps the groups of the top-N series.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -60,6 +62,23 @@ def series_limited(limit: SeriesLimit, keys: list[tuple], released: list[list[An
     return [key for key, _ in pairs], [values for _, values in pairs]
 
 
+_ENGINE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+_STARTING = threading.Lock()
+
+
+def _engine() -> duckdb.DuckDBPyConnection:
+    """This process's post-processing database: in memory, no file or network access.
+    Each run opens a connection of its own (a cursor: a millisecond, where a new
+    database takes tens) whose TEMP tables no other connection sees and which go
+    with it. A forked worker opens its own."""
+    global _ENGINE
+    with _STARTING:
+        if _ENGINE is None or _ENGINE[0] != os.getpid():
+            _ENGINE = (os.getpid(), duckdb.connect(
+                ":memory:", config={"enable_external_access": False}))
+        return _ENGINE[1]
+
+
 def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]]
               ) -> tuple[list[str], list[str], list[tuple], list[tuple[int, ...] | None],
                          dict[int, tuple[int, str]]]:
@@ -98,7 +117,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     annotated = annotate_types(tree, schema=schema)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
-    con = duckdb.connect(":memory:", config={"enable_external_access": False})
+    con = _engine().cursor()
     try:
         with stopping(con.interrupt):
             for (name, types), (columns, _, rows) in zip(schema.items(), releases):
@@ -106,7 +125,8 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                     exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
                                   kind=exp.DataType.build(kind))
                     for column, kind in types.items()])
-                con.execute(exp.Create(this=table, kind="TABLE").sql(dialect="duckdb"))
+                con.execute(exp.Create(this=table, kind="TABLE", properties=exp.Properties(
+                    expressions=[exp.TemporaryProperty()])).sql(dialect="duckdb"))
                 if rows:
                     marks = ", ".join("?" for _ in range(len(columns) + 1))
                     con.executemany(f"INSERT INTO {name} VALUES ({marks})",
