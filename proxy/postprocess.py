@@ -23,7 +23,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
 from proxy.analyze.group_keys import default_name
-from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table
+from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
 from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
@@ -85,7 +85,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     """The outer query's result over the released rows: ``releases`` holds, for each
     table it reads (``outer.aliases``), its columns, their PostgreSQL types and rows.
     Returned: its columns, their PostgreSQL types, its rows, the row of each release
-    each came from (None when rows were merged by DISTINCT) and, per result column that
+    each came from (None when rows were merged: DISTINCT, MAX(…) of one row) and, per result column that
     is a released column unchanged, (its release, its name). A cancel stops it
     (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
     SQL cannot compute (an integer overflow, x % 0) fails the statement in one line
@@ -93,7 +93,8 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     tree = sqlglot.parse_one(outer.sql, read="postgres")
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
-    traced = not tree.args.get("distinct")
+    traced = not tree.args.get("distinct") and all(  # rows not merged
+        windowed(node) for node in tree.find_all(exp.AggFunc))
     carried = {}
     for index, item in enumerate(tree.expressions):
         node = item.unalias()

@@ -82,6 +82,12 @@ ANSWERED = [
      "FROM (SELECT SUM(days) AS stays FROM visits WHERE department = 'pediatrics') subq_1, "
      "(SELECT COUNT(*) AS people, AVG(age) AS age FROM people WHERE age > 40) subq_2", 2,
      "0.3"),
+    # MetricFlow without dimensions: MAX() of each one-row subquery
+    ("SELECT MAX(subq_23.visit_cost) AS visit_cost, CAST(MAX(subq_23.visit_cost) AS DOUBLE "
+     "PRECISION) / CAST(NULLIF(MAX(subq_30.people), 0) AS DOUBLE PRECISION) AS per_person "
+     "FROM (SELECT SUM(cost) AS visit_cost FROM public.visits visits_src WHERE department = "
+     "'cardiology') subq_23 CROSS JOIN (SELECT SUM(1) AS people FROM public.people "
+     "people_src WHERE age >= 18) subq_30", 2, "0.2"),
 ]
 
 
@@ -94,7 +100,8 @@ def test_post_processing_answers_the_true_answer_for_the_releases_only(
     with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
         cursor = con.execute(sql)
         names, rows = [column.name for column in cursor.description], cursor.fetchall()
-    direct = sql if engine.backend.dialect == "postgres" else sql.replace('"public".', "")
+    direct = sql if engine.backend.dialect == "postgres" else sql.replace(
+        '"public".', "").replace("public.", "")
     columns, truth = engine.backend.query_with_columns(direct)
     assert names == [name for name, _ in columns]
     assert len(rows) == len(truth) > 0

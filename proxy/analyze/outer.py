@@ -82,6 +82,8 @@ WINDOW_FUNCTIONS = (
     exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.FirstValue,
     exp.LastValue, exp.NthValue,
 )
+# what the query over a CROSS JOIN of one-row releases may aggregate (its one row)
+_ONE_ROW = (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)
 ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
            "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
            "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
@@ -180,8 +182,10 @@ def _cross_joined(select: exp.Select, ctes: dict[str, exp.Expression], joins: li
                   analyse: Analyse, canonical: Callable[[exp.Expression], str]
                   ) -> CombinedPlan:
     """Aggregate queries without GROUP BY side by side, as dbt MetricFlow writes a ratio
-    of two metrics: each one row, a release of its own (charged as if sent alone); the
-    outer query computes on their values (post-processing)."""
+    of two metrics (``CAST(MAX(a.x) AS DOUBLE PRECISION) / CAST(NULLIF(MAX(b.y), 0) AS
+    DOUBLE PRECISION)``: MAX, MIN, SUM, AVG of the one row are its value): each one row,
+    a release of its own (charged as if sent alone); the outer query computes on their
+    values (post-processing)."""
     names = [step_name(source, ctes) for source in
              (select.args["from_"].this, *(join.this for join in joins))]
     if None in names:  # a table beside a subquery
@@ -198,7 +202,9 @@ def _cross_joined(select: exp.Select, ctes: dict[str, exp.Expression], joins: li
                                "has GROUP BY (one row each); ask for grouped values in one "
                                f"query, and ratios of totals as {_CROSS_FORM}")
         parts.append((canonical(body), plan))
-    _refuse_aggregates(select)
+    if select.args.get("group") or select.args.get("having"):
+        raise NotSupported("GROUP BY and HAVING over the one row of a CROSS JOIN of "
+                           "aggregate subqueries are not supported; compute on its values")
     post = _outer_query(select, names, [plan for _, plan in parts], CROSS_JOINED)
     return CombinedPlan(tuple(parts), post)
 
@@ -265,8 +271,9 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
     outer.set("with_", None)
     for node in outer.walk():
         checkpoint()
-        if isinstance(node, exp.Join) and what == CROSS_JOINED:
-            continue
+        if what == CROSS_JOINED and (isinstance(node, exp.Join) or (
+                isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
+            continue  # MetricFlow's MAX(subq.x): the value of the one row
         if not (isinstance(node, _ROW_LEVEL) or (isinstance(node, WINDOW_FUNCTIONS)
                                                   and windowed(node))):
             raise NotSupported(f"{_construct(node)} is not supported on released values; "
