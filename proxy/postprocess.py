@@ -88,8 +88,9 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     each came from (None when rows were merged: DISTINCT, MAX(…) of one row) and, per result column that
     is a released column unchanged, (its release, its name). A cancel stops it
     (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
-    SQL cannot compute (an integer overflow, x % 0) fails the statement in one line
-    (22000); the noise was drawn, so the ε stays spent (docs/clients.md)."""
+    SQL cannot compute (an integer overflow 22000, an integer division by a released 0
+    22012) fails the statement in one line; the noise was drawn, so the ε stays spent
+    (docs/clients.md)."""
     checkpoint()
     tree = sqlglot.parse_one(outer.sql, read="postgres")
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
@@ -141,7 +142,8 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         reason = re.sub(r"^[\w ]*Error: | in expression .*$", "",
                         str(exc).split("\n")[0].split(". ")[0])
         raise NotComputed(f"{outer.what} could not be computed on the released values: "
-                          f"{reason}") from None
+                          f"{reason}", "22012" if reason == "Division by zero" else None
+                          ) from None
     finally:
         con.close()
     checkpoint()

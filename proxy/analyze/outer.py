@@ -57,7 +57,7 @@ from sqlglot import exp
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
-from proxy.errors import NotSupported, RawRowAccess
+from proxy.errors import NotSupported, RawRowAccess, Refused
 from proxy.interrupts import checkpoint
 from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, CombinedPlan, GroupKey, QueryPlan
 
@@ -274,6 +274,8 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
         if what == CROSS_JOINED and (isinstance(node, exp.Join) or (
                 isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
             continue  # MetricFlow's MAX(subq.x): the value of the one row
+        if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and _zero(node.expression):
+            raise Refused("division by zero", "22012")  # as PostgreSQL, before any debit
         if not (isinstance(node, _ROW_LEVEL) or (isinstance(node, WINDOW_FUNCTIONS)
                                                   and windowed(node))):
             raise NotSupported(f"{_construct(node)} is not supported on released values; "
@@ -292,6 +294,13 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
             table.replace(exp.to_table(release_table(index)).as_(aliases[index]))
     checkpoint()
     return OuterQuery(outer.sql(dialect="postgres"), tuple(aliases), what)
+
+
+def _zero(node: exp.Expression) -> bool:
+    """Whether ``node`` is the constant 0 (in brackets or a cast)."""
+    while isinstance(node, (exp.Paren, exp.Cast)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string and float(node.name) == 0
 
 
 def _construct(node: exp.Expression) -> str:
@@ -315,8 +324,9 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     if join.args.get("side") or join.args.get("kind") not in (None, "INNER", ""):
         what = (join.args.get("side") or join.args.get("kind") or "").upper()
         raise NotSupported(f"a {what} JOIN with a subquery over a protected table is not "
-                           "supported; only an inner join with the subquery of the query's "
-                           "own top N groups is (a top-N or series limit)")
+                           "supported; subqueries join as a CROSS JOIN of aggregate queries "
+                           "without GROUP BY, or as an inner join with the subquery of the "
+                           "query's own top N groups")
     if not (isinstance(body, exp.Select) and body.args.get("limit") and body.args.get("group")
             and body.args.get("order")):
         raise _joined_subquery()
