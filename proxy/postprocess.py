@@ -32,6 +32,7 @@ DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "D
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
                 "timestamp": "TIMESTAMP", "numeric": "DOUBLE"}
 ROW = "__idp_row"
+MAX_ROWS = 250_000  # of an outer query's result: joined releases can multiply their rows
 
 
 class NotComputed(ProxyError):
@@ -94,8 +95,11 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     tree = sqlglot.parse_one(outer.sql, read="postgres")
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
-    traced = not tree.args.get("distinct") and all(  # rows not merged
-        windowed(node) for node in tree.find_all(exp.AggFunc))
+    sources = [tree.args["from_"].this, *(join.this for join in tree.args.get("joins") or [])
+               ] if tree.args.get("from_") else []
+    traced = not tree.args.get("distinct") and all(  # rows not merged, releases read here
+        windowed(node) for node in tree.find_all(exp.AggFunc)) and {
+        alias for alias in outer.aliases} <= {source.alias_or_name for source in sources}
     carried = {}
     for index, item in enumerate(tree.expressions):
         node = item.unalias()
@@ -134,7 +138,10 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                     con.executemany(f"INSERT INTO {name} VALUES ({marks})",
                                     [(*row, number) for number, row in enumerate(rows)])
             cursor = con.execute(sql)
-            result = cursor.fetchall()
+            result = cursor.fetchmany(MAX_ROWS + 1)
+            if len(result) > MAX_ROWS:
+                raise NotComputed(f"{outer.what} gives more than {MAX_ROWS:,} rows; join the "
+                                  "subqueries on their keys", "54000")
             described = cursor.description[:width]
     except duckdb.InterruptException:
         raise QueryCanceled("canceling statement due to user request") from None

@@ -88,6 +88,24 @@ ANSWERED = [
      "FROM (SELECT SUM(cost) AS visit_cost FROM public.visits visits_src WHERE department = "
      "'cardiology') subq_23 CROSS JOIN (SELECT SUM(1) AS people FROM public.people "
      "people_src WHERE age >= 18) subq_30", 2, "0.2"),
+    # MetricFlow by a dimension: grouped subqueries FULL OUTER JOINed on their keys, MAX()
+    # per key, the ratio above
+    ("SELECT metric_time__month AS metric_time__month, CAST(cost AS DOUBLE PRECISION) / "
+     "CAST(NULLIF(visits, 0) AS DOUBLE PRECISION) AS cost_per_visit FROM (SELECT "
+     "COALESCE(subq_1.metric_time__month, subq_2.metric_time__month) AS metric_time__month, "
+     "MAX(subq_1.cost) AS cost, MAX(subq_2.visits) AS visits FROM (SELECT "
+     "DATE_TRUNC('month', visited_at) AS metric_time__month, SUM(cost) AS cost FROM (SELECT "
+     "visited_at, cost FROM public.visits visits_src) subq_0 GROUP BY DATE_TRUNC('month', "
+     "visited_at)) subq_1 FULL OUTER JOIN (SELECT DATE_TRUNC('month', visited_at) AS "
+     "metric_time__month, SUM(1) AS visits FROM public.visits visits_src WHERE department = "
+     "'oncology' GROUP BY DATE_TRUNC('month', visited_at)) subq_2 ON "
+     "subq_1.metric_time__month = subq_2.metric_time__month GROUP BY "
+     "COALESCE(subq_1.metric_time__month, subq_2.metric_time__month)) subq_3 ORDER BY 1",
+     2, "0.2"),
+    # two grouped releases joined on their key
+    ("SELECT a.region AS region, a.n * 1.0 / b.m AS older FROM (SELECT region, COUNT(*) AS n "
+     "FROM people WHERE age > 50 GROUP BY region) a JOIN (SELECT region, COUNT(*) AS m FROM "
+     "people WHERE age > 20 GROUP BY region) b ON a.region = b.region ORDER BY 1", 2, "0.2"),
 ]
 
 

@@ -1,7 +1,7 @@
 """Outer queries over private aggregate queries: post-processing of their releases.
 
 After the steps are merged (``proxy.analyze.merge_steps``) a CTE or subquery is left only where it
-is not row-level. Three shapes of such queries only compute on the answers of aggregate
+is not row-level. Four shapes of such queries only compute on the answers of aggregate
 queries, so they are answered from releases, each charged as if sent alone
 (post-processing costs no privacy):
 
@@ -17,6 +17,17 @@ queries, so they are answered from releases, each charged as if sent alone
 
   each subquery a release of its own (a ``CombinedPlan``), the outer query run over
   their rows;
+- aggregate queries joined once released (``JOIN … ON``, ``FULL OUTER JOIN``, steps that
+  read only such queries), as MetricFlow combines metrics by their dimensions::
+
+      SELECT COALESCE(a.m, b.m) AS m, MAX(a.x) / NULLIF(MAX(b.y), 0) AS ratio
+      FROM (SELECT date_trunc('month', ts) AS m, SUM(v) AS x FROM t GROUP BY 1) a
+      FULL OUTER JOIN (SELECT date_trunc('month', ts) AS m, COUNT(*) AS y FROM t
+                       GROUP BY 1) b ON a.m = b.m
+      GROUP BY COALESCE(a.m, b.m)
+
+  each aggregate query a release of its own, the rest post-processing (its result held
+  to 250,000 rows, ``proxy.postprocess``);
 - the join of a grouped query with its own top-N subquery, as Superset sends for a
   chart's *series limit* (``models/helpers.py``, ``get_sqla_query``)::
 
@@ -82,8 +93,11 @@ WINDOW_FUNCTIONS = (
     exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.FirstValue,
     exp.LastValue, exp.NthValue,
 )
-# what the query over a CROSS JOIN of one-row releases may aggregate (its one row)
+# what the query over a CROSS JOIN of one-row releases may aggregate (its one row), and
+# over joined releases
 _ONE_ROW = (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)
+# what may combine joined releases: joins, its steps, grouping
+_JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having)
 ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
            "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
            "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
@@ -131,8 +145,13 @@ def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Ex
     if not ctes and not any(isinstance(n.parent, (exp.From, exp.Join))
                             for n in select.find_all(exp.Subquery)):
         return None
-    _refuse_inner_steps(ctes)
+    posts = _post_steps(ctes)
+    _refuse_inner_steps({name: body for name, body in ctes.items() if name not in posts})
     joins = select.args.get("joins") or []
+    first = step_name(select.args["from_"].this, ctes) if select.args.get("from_") else None
+    if posts or (joins and first is not None and ctes[first].find(exp.AggFunc)
+                 and not all(_crossed(join) for join in joins)):
+        return _joined_releases(select, ctes, posts, analyse, canonical)
     if joins and all(_crossed(join) for join in joins):
         return _cross_joined(select, ctes, joins, analyse, canonical)
     if len(joins) == 1 and step_name(joins[0].this, ctes) is not None:
@@ -167,6 +186,46 @@ def _refuse_aggregates(select: exp.Select) -> None:
 
 
 CROSS_JOINED = "the query over the CROSS JOIN"
+JOINED = "the query over the joined subqueries"
+
+
+def _post_steps(ctes: dict[str, exp.Expression]) -> list[str]:
+    """The steps that read only aggregate steps or other such steps: post-processing,
+    as dbt MetricFlow's step that joins its metrics' subqueries. A step that reads a
+    table or a row-level step (no aggregate), or holds a UNION, is not one. (The steps
+    come in the order they are written, each after those it reads.)"""
+    posts: list[str] = []
+    for name, body in ctes.items():
+        read = [step_name(table, ctes) for table in body.find_all(exp.Table)] \
+            if isinstance(body, exp.Select) else [None]
+        if read and None not in read and all(
+                step in posts or ctes[step].find(exp.AggFunc) for step in read):
+            posts.append(name)
+    return posts
+
+
+def _joined_releases(select: exp.Select, ctes: dict[str, exp.Expression], posts: list[str],
+                     analyse: Analyse, canonical: Callable[[exp.Expression], str]
+                     ) -> CombinedPlan:
+    """Aggregate queries joined once released, as dbt MetricFlow combines the metrics of
+    a ratio by their dimensions (``FULL OUTER JOIN`` of grouped subqueries on the keys,
+    ``MAX(…)`` per key, the ratio above): each aggregate query a release of its own
+    (charged as if sent alone); the joins, aggregates and expressions over them are
+    post-processing."""
+    names = [name for name in ctes if name not in posts and ctes[name].find(exp.AggFunc)]
+    parts = []
+    for name in names:
+        body = _with_ctes(ctes[name], ctes, name)
+        plan = analyse(body)
+        if not isinstance(plan, QueryPlan) or isinstance(plan.post, SeriesLimit):
+            raise NotSupported("each joined subquery must be one aggregate query over a "
+                               "protected table (no top-N join or GROUPING SETS inside)")
+        parts.append((canonical(body), plan))
+    if not parts:
+        raise RawRowAccess("this query would return rows of a protected table; ask for "
+                           "aggregates instead")
+    post = _outer_query(select, names, [plan for _, plan in parts], JOINED, posts)
+    return CombinedPlan(tuple(parts), post)
 _CROSS_FORM = ("SELECT a.x / NULLIF(b.y, 0) FROM (SELECT SUM(v) AS x FROM t WHERE …) a "
                "CROSS JOIN (SELECT COUNT(*) AS y FROM t) b")
 
@@ -264,16 +323,22 @@ def _with_ctes(body: exp.Expression, ctes: dict[str, exp.Expression], own: str) 
 
 
 def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
-                 what: str) -> OuterQuery:
+                 what: str, posts: list[str] = ()) -> OuterQuery:
     """``select`` over the released rows of ``plans``, each read where ``select`` reads
-    the step of the same index in ``sources``."""
+    the step of the same index in ``sources``; of its steps, only ``posts`` (those that
+    read released steps only) are kept."""
     outer = select.copy()
-    outer.set("with_", None)
+    kept = [cte for cte in (outer.args.get("with_") or exp.With()).expressions
+            if cte.alias_or_name in posts]
+    outer.set("with_", exp.With(expressions=kept) if kept else None)
     for node in outer.walk():
         checkpoint()
         if what == CROSS_JOINED and (isinstance(node, exp.Join) or (
                 isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
             continue  # MetricFlow's MAX(subq.x): the value of the one row
+        if what == JOINED and (isinstance(node, _JOINING) or (
+                isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
+            continue
         if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and _zero(node.expression):
             raise Refused("division by zero", "22012")  # as PostgreSQL, before any debit
         if not (isinstance(node, _ROW_LEVEL) or (isinstance(node, WINDOW_FUNCTIONS)
