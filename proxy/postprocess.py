@@ -67,17 +67,17 @@ _ENGINE: tuple[int, duckdb.DuckDBPyConnection] | None = None
 _STARTING = threading.Lock()
 
 
-def _engine() -> duckdb.DuckDBPyConnection:
-    """This process's post-processing database: in memory, no file or network access.
-    Each run opens a connection of its own (a cursor: a millisecond, where a new
-    database takes tens) whose TEMP tables no other connection sees and which go
-    with it. A forked worker opens its own."""
+def _connection() -> duckdb.DuckDBPyConnection:
+    """A connection of its own to this process's post-processing database (in memory,
+    no file or network access): a cursor takes a millisecond where a new database takes
+    tens; its TEMP tables no other connection sees, and they go with it. Made under a
+    lock (sessions run in threads); a forked worker opens its own database."""
     global _ENGINE
     with _STARTING:
         if _ENGINE is None or _ENGINE[0] != os.getpid():
             _ENGINE = (os.getpid(), duckdb.connect(
                 ":memory:", config={"enable_external_access": False}))
-        return _ENGINE[1]
+        return _ENGINE[1].cursor()
 
 
 def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]]
@@ -123,7 +123,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     annotated = annotate_types(tree, schema=schema)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
-    con = _engine().cursor()
+    con = _connection()
     try:
         with stopping(con.interrupt):
             for (name, types), (columns, _, rows) in zip(schema.items(), releases):
