@@ -91,6 +91,18 @@ def clamp(value: exp.Expression, low: float, high: float) -> exp.Expression:
     return exp.Nullif(this=bottom, expression=constant(_SENTINEL))
 
 
+def divisor(value: exp.Expression, least: float, negative: bool) -> exp.Expression:
+    """A divisor of columns held at least ``least`` away from 0 on its side (below 0 if
+    ``negative``), NULL staying NULL, ``value`` (a DOUBLE) written once: the analysis
+    proves it is so, the SQL makes it so whatever the proof. Its upper magnitude is the
+    SQL's own bound, which the analysis keeps within 10¹⁵⁰."""
+    side = exp.Least if negative else exp.Greatest
+    marker = -_SENTINEL if negative else _SENTINEL
+    held = side(this=exp.Coalesce(this=value, expressions=[constant(marker)]),
+                expressions=[constant(-least if negative else least)], ignore_nulls=True)
+    return exp.Nullif(this=held, expression=constant(marker))
+
+
 def depth(tree: exp.Expression) -> int:
     """The nesting depth of a tree (without recursion: the trees checked are deep)."""
     deepest, stack = 0, [(tree, 1)]

@@ -1,14 +1,19 @@
-"""Post-processing of one release (proxy.analyze.outer): it reads only released values
-and public keys, so it costs no privacy (SPEC §5.3).
+"""Post-processing of releases (proxy.analyze.outer): it reads only released values and
+public keys, so it costs no privacy (SPEC §5.3).
 
-An outer query runs in a private in-memory DuckDB (no file or network access) over the
-released rows, loaded as the table ``released``; PostgreSQL's semantics are kept by
+An outer query runs in an in-memory DuckDB (no file or network access), on a connection
+of its own, over the released rows, loaded as its TEMP table ``released`` (further one-row releases of a CROSS
+JOIN as ``released_1`` …); the outer query can name nothing else, as its analysis lets
+only value functions and windows through (``proxy.analyze.outer``); PostgreSQL's semantics are kept by
 typing the outer query before it is rendered for DuckDB (integer division stays
 integer division). A series limit keeps the groups of the top-N series.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -17,8 +22,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 
-from proxy.analyze.outer import OuterQuery, SeriesLimit
-from proxy.errors import QueryCanceled
+from proxy.analyze.group_keys import default_name
+from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
+from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
 
@@ -26,6 +32,13 @@ DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "D
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
                 "timestamp": "TIMESTAMP", "numeric": "DOUBLE"}
 ROW = "__idp_row"
+MAX_ROWS = 250_000  # of an outer query's result: joined releases can multiply their rows
+
+
+class NotComputed(ProxyError):
+    """The outer query failed in the post-processing engine (one line, 22000)."""
+
+    sqlstate = "22000"
 
 
 def series_limited(limit: SeriesLimit, keys: list[tuple], released: list[list[Any]]
@@ -50,51 +63,98 @@ def series_limited(limit: SeriesLimit, keys: list[tuple], released: list[list[An
     return [key for key, _ in pairs], [values for _, values in pairs]
 
 
-def run_outer(outer: OuterQuery, columns: list[str], kinds: list[str], rows: list[tuple]
-              ) -> tuple[list[str], list[str], list[tuple], list[int | None], dict[int, str]]:
-    """The outer query's result over ``rows``: its columns, their PostgreSQL types, its
-    rows, the released row each came from (None when rows were merged by DISTINCT) and,
-    per result column that is a released column unchanged, that column's name. A cancel
-    stops it (QueryCanceled): between its steps, and in its DuckDB by an interrupt."""
+_ENGINE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+_STARTING = threading.Lock()
+
+
+def _connection() -> duckdb.DuckDBPyConnection:
+    """A connection of its own to this process's post-processing database (in memory,
+    no file or network access): a cursor takes a millisecond where a new database takes
+    tens; its TEMP tables no other connection sees, and they go with it. Made under a
+    lock (sessions run in threads); a forked worker opens its own database."""
+    global _ENGINE
+    with _STARTING:
+        if _ENGINE is None or _ENGINE[0] != os.getpid():
+            _ENGINE = (os.getpid(), duckdb.connect(
+                ":memory:", config={"enable_external_access": False}))
+        return _ENGINE[1].cursor()
+
+
+def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]]
+              ) -> tuple[list[str], list[str], list[tuple], list[tuple[int, ...] | None],
+                         dict[int, tuple[int, str]]]:
+    """The outer query's result over the released rows: ``releases`` holds, for each
+    table it reads (``outer.aliases``), its columns, their PostgreSQL types and rows.
+    Returned: its columns, their PostgreSQL types, its rows, the row of each release
+    each came from (None when rows were merged: DISTINCT, MAX(…) of one row) and, per result column that
+    is a released column unchanged, (its release, its name). A cancel stops it
+    (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
+    SQL cannot compute (an integer overflow 22000, an integer division by a released 0
+    22012) fails the statement in one line; the noise was drawn, so the ε stays spent
+    (docs/clients.md)."""
     checkpoint()
     tree = sqlglot.parse_one(outer.sql, read="postgres")
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
-    traced = not tree.args.get("distinct")
+    sources = [tree.args["from_"].this, *(join.this for join in tree.args.get("joins") or [])
+               ] if tree.args.get("from_") else []
+    traced = not tree.args.get("distinct") and all(  # rows not merged, releases read here
+        windowed(node) for node in tree.find_all(exp.AggFunc)) and {
+        alias for alias in outer.aliases} <= {source.alias_or_name for source in sources}
     carried = {}
     for index, item in enumerate(tree.expressions):
         node = item.unalias()
-        if isinstance(node, exp.Column) and node.table in ("", outer.alias):
-            carried[index] = node.name
+        if not isinstance(node, exp.Column):
+            continue
+        owners = [i for i, (alias, (columns, *_)) in enumerate(zip(outer.aliases, releases))
+                  if node.table == alias or (not node.table and node.name in columns)]
+        if len(owners) == 1:
+            carried[index] = (owners[0], node.name)
+    for item in tree.expressions:  # PostgreSQL's names, not the engine's
+        if not isinstance(item, (exp.Alias, exp.Column)):
+            item.replace(exp.alias_(item.copy(), default_name(item), quoted=True))
     width = len(tree.expressions)
     if traced:
-        tree = tree.select(exp.column(ROW, table=outer.alias, quoted=True))
-    schema = {"released": {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
-                              for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}}
+        tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
+                             for alias in outer.aliases])
+    schema = {release_table(i): {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
+                                    for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}
+              for i, (columns, kinds, _) in enumerate(releases)}
     checkpoint()
     annotated = annotate_types(tree, schema=schema)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
-    con = duckdb.connect(":memory:", config={"enable_external_access": False})
+    con = _connection()
     try:
         with stopping(con.interrupt):
-            table = exp.Schema(this=exp.to_table("released"), expressions=[
-                exp.ColumnDef(this=exp.to_identifier(name, quoted=True),
-                              kind=exp.DataType.build(kind))
-                for name, kind in schema["released"].items()])
-            con.execute(exp.Create(this=table, kind="TABLE").sql(dialect="duckdb"))
-            if rows:
-                marks = ", ".join("?" for _ in range(len(columns) + 1))
-                con.executemany(f"INSERT INTO released VALUES ({marks})",
-                                [(*row, number) for number, row in enumerate(rows)])
+            for (name, types), (columns, _, rows) in zip(schema.items(), releases):
+                table = exp.Schema(this=exp.to_table(name), expressions=[
+                    exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
+                                  kind=exp.DataType.build(kind))
+                    for column, kind in types.items()])
+                con.execute(exp.Create(this=table, kind="TABLE", properties=exp.Properties(
+                    expressions=[exp.TemporaryProperty()])).sql(dialect="duckdb"))
+                if rows:
+                    marks = ", ".join("?" for _ in range(len(columns) + 1))
+                    con.executemany(f"INSERT INTO {name} VALUES ({marks})",
+                                    [(*row, number) for number, row in enumerate(rows)])
             cursor = con.execute(sql)
-            result = cursor.fetchall()
+            result = cursor.fetchmany(MAX_ROWS + 1)
+            if len(result) > MAX_ROWS:
+                raise NotComputed(f"{outer.what} gives more than {MAX_ROWS:,} rows; join the "
+                                  "subqueries on their keys", "54000")
             described = cursor.description[:width]
     except duckdb.InterruptException:
         raise QueryCanceled("canceling statement due to user request") from None
+    except duckdb.Error as exc:
+        reason = re.sub(r"^[\w ]*Error: | in expression .*$", "",
+                        str(exc).split("\n")[0].split(". ")[0])
+        raise NotComputed(f"{outer.what} could not be computed on the released values: "
+                          f"{reason}", "22012" if reason == "Division by zero" else None
+                          ) from None
     finally:
         con.close()
     checkpoint()
     names = [column[0] for column in described]
     types = [postgres_type(str(column[1])) for column in described]
-    origins = [row[width] for row in result] if traced else [None] * len(result)
+    origins = [tuple(row[width:]) for row in result] if traced else [None] * len(result)
     return names, types, [tuple(row[:width]) for row in result], origins, carried

@@ -31,12 +31,12 @@ from proxy.analyze import (
 from proxy.analyze.outer import OuterQuery, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
-from proxy.errors import BackendFailed, BackendUnavailable, SyntaxProblem
+from proxy.errors import BackendFailed, BackendUnavailable, NotSupported, SyntaxProblem
 from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.loss import Loss
 from proxy.pgtypes import RULE_TYPES
-from proxy.postprocess import run_outer, series_limited
+from proxy.postprocess import NotComputed, run_outer, series_limited
 from proxy.privacy import refuse_unanswerable
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
@@ -52,7 +52,14 @@ from proxy.settings import (
     session_command,
 )
 from proxy.timing import padded
-from proxy.vocabulary import PUBLIC, SELECTED, GroupingSetsPlan, PassthroughPlan, QueryPlan
+from proxy.vocabulary import (
+    PUBLIC,
+    SELECTED,
+    CombinedPlan,
+    GroupingSetsPlan,
+    PassthroughPlan,
+    QueryPlan,
+)
 
 log = logging.getLogger("idp_proxy.session")
 
@@ -136,11 +143,9 @@ class Session:
             columns, _ = self.engine.backend.query_with_columns(
                 probe.sql(dialect=self.engine.backend.dialect))
             return columns
-        columns = [(o.name, _output_kind(work, o)) for o in work.outputs]
-        if isinstance(work.post, OuterQuery):
-            names, kinds, *_ = run_outer(work.post, *map(list, zip(*columns)), [])
-            return list(zip(names, kinds))
-        if self.settings.intervals:
+        columns = _post_columns(work)
+        if self.settings.intervals and isinstance(work, QueryPlan) and not isinstance(
+                work.post, OuterQuery):
             columns = [pair for o, column in zip(work.outputs, columns) for pair in
                        [column] + ([(f"{o.name}_ci95_low", _FLOAT),
                                     (f"{o.name}_ci95_high", _FLOAT)] if o.aggregate is not
@@ -185,12 +190,14 @@ class Session:
                 steps.append((None, command))
                 continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))
-            plans = [part for _, part in work.parts] if isinstance(work, GroupingSetsPlan) \
-                else [work]
+            plans = [part for _, part in work.parts] if isinstance(
+                work, (GroupingSetsPlan, CombinedPlan)) else [work]
             for plan in plans:
                 if isinstance(plan, QueryPlan):
                     refuse_unanswerable(plan)
                 refuse_beyond_backend(plan, self.engine.backend.capabilities)
+            if isinstance(work, (QueryPlan, CombinedPlan)):
+                _post_columns(work)  # before any debit: what its engine cannot bind
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps
@@ -206,6 +213,8 @@ class Session:
                           kinds=[kind for _, kind in columns])
         if isinstance(work, GroupingSetsPlan):
             answer = self._grouping_sets(work)
+        elif isinstance(work, CombinedPlan):
+            answer = self._combined(work)
         else:
             answer = self._private(canonical, work)
         return _with_intervals(answer) if self.settings.intervals else answer
@@ -234,6 +243,17 @@ class Session:
                               _GROUPING_SETS.format(len(answers))])
         return Answer(f"SELECT {len(order)}", answers[0].columns, [rows[i] for i in order],
                       privacy, _notice(privacy), kinds)
+
+    def _combined(self, work: CombinedPlan) -> Answer:
+        """Each one-row release answered (and charged) as it would be on its own, then
+        the outer query over them; the metadata: their ε added up, their notes."""
+        answers = [self._private(canonical, plan) for canonical, plan in work.parts]
+        last = answers[-1].privacy
+        privacy = dict(last, epsilon_spent=sum(a.privacy["epsilon_spent"] for a in answers),
+                       mechanism="; ".join(dict.fromkeys(
+                           m for a in answers for m in a.privacy["mechanism"].split("; "))),
+                       notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"])])
+        return _outer_answer(work.post, answers, privacy)
 
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
@@ -307,7 +327,7 @@ class Session:
             keys, released = series_limited(plan.post, keys, released)
         answer = _answer(plan, keys, released, charge, remaining)
         if isinstance(plan.post, OuterQuery):
-            answer = _outer_answer(plan.post, answer)
+            answer = _outer_answer(plan.post, [answer], answer.privacy)
         answer = _cacheable(answer)
         sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining,
@@ -337,7 +357,7 @@ class Session:
         answer.privacy["notes"] = [NO_GROUPS, *answer.privacy["notes"]]
         answer.notice = _notice(answer.privacy)
         if isinstance(plan.post, OuterQuery):
-            answer = _outer_answer(plan.post, answer)
+            answer = _outer_answer(plan.post, [answer], answer.privacy)
         return answer
 
 
@@ -413,6 +433,30 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
 
 
+def _post_columns(work: QueryPlan | CombinedPlan) -> list[tuple[str, str]]:
+    """The (name, PostgreSQL type) of each column of ``work``'s answer, its
+    post-processing run over a row of NULLs; what the post-processing engine cannot bind
+    or cast (a named window it lacks, text added to a number) is refused here, before
+    any debit."""
+    plans = [plan for _, plan in work.parts] if isinstance(work, CombinedPlan) else [work]
+    columns = [[(o.name, _output_kind(plan, o)) for o in plan.outputs] for plan in plans]
+    post = work.post if isinstance(work, CombinedPlan) else None
+    for index, plan in enumerate(plans):
+        if isinstance(plan.post, OuterQuery):
+            columns[index] = _outer_columns(plan.post, [columns[index]])
+    return columns[0] if post is None else _outer_columns(post, columns)
+
+
+def _outer_columns(outer: OuterQuery, columns: list[list[tuple[str, str]]]
+                   ) -> list[tuple[str, str]]:
+    try:
+        names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c],
+                                              [(None,) * len(c)]) for c in columns])
+    except NotComputed as exc:
+        raise NotSupported(exc.message) from None
+    return list(zip(names, kinds))
+
+
 def _per_unit_note(source: QueryPlan) -> str:
     """What an aggregate over per-unit values computed (docs/privacy.md §3.11): from
     the rules and the query only."""
@@ -440,17 +484,21 @@ _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 
 
-def _outer_answer(outer: OuterQuery, answer: Answer) -> Answer:
-    """The outer query's result over the released rows; a released column it passes on
-    unchanged keeps its 95% bounds."""
-    columns, kinds, rows, origins, carried = run_outer(outer, answer.columns, answer.kinds,
-                                                       answer.rows)
-    bounds = answer.privacy["ci95"]
-    ci95 = {columns[index]: [None if origin is None else bounds[source][origin]
-                             for origin in origins]
-            for index, source in carried.items() if source in bounds}
-    privacy = dict(answer.privacy, ci95=ci95,
-                   notes=[*answer.privacy["notes"], _POST_PROCESSED.format(outer.what)])
+def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, Any]
+                  ) -> Answer:
+    """The outer query's result over the released rows of ``answers``; a released
+    column it passes on unchanged keeps its 95% bounds. ``privacy``: the metadata of
+    the releases together."""
+    columns, kinds, rows, origins, carried = run_outer(
+        outer, [(answer.columns, answer.kinds, answer.rows) for answer in answers])
+    ci95 = {}
+    for index, (release, source) in carried.items():
+        bounds = answers[release].privacy["ci95"]
+        if source in bounds:
+            ci95[columns[index]] = [None if origin is None else bounds[source][origin[release]]
+                                    for origin in origins]
+    privacy = dict(privacy, ci95=ci95,
+                   notes=[*privacy["notes"], _POST_PROCESSED.format(outer.what)])
     return Answer(f"SELECT {len(rows)}", columns, rows, privacy, _notice(privacy), kinds)
 
 

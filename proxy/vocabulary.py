@@ -330,6 +330,16 @@ class GroupingSetsPlan:
 
 
 @dataclass(frozen=True)
+class CombinedPlan:
+    """Several one-row releases read together (a CROSS JOIN of aggregate queries without
+    GROUP BY): each part with its canonical SQL, a release of its own, and ``post``
+    (``proxy.analyze.outer.OuterQuery``) computing the answer from their rows."""
+
+    parts: tuple[tuple[str, QueryPlan], ...]
+    post: Any
+
+
+@dataclass(frozen=True)
 class PassthroughPlan:
     """A query touching only tables the rules mark public: run as written."""
 

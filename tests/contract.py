@@ -52,6 +52,9 @@ TYPES = {"unit": "INTEGER", "grp": "TEXT", "x": "DOUBLE PRECISION", "y": "INTEGE
 # QUERIES and two more that Spark's dialect writes differently
 CONTRACT = [*QUERIES,
             "SELECT grp, MEDIAN(x), MAX(y), AVG(y), COUNT(*) FROM t WHERE y >= -20 GROUP BY grp",
-            "SELECT COUNT(*), SUM(y), AVG(x), MAX(x) FROM t WHERE grp = 'b' AND x IS NOT NULL"]
+            "SELECT COUNT(*), SUM(y), AVG(x), MAX(x) FROM t WHERE grp = 'b' AND x IS NOT NULL",
+            # division by columns whose domains keep the divisor from 0 (issue 33)
+            "SELECT grp, AVG(x / (y + 51)), SUM(y / (x + 1)), MAX(y / (y - 60)) FROM t "
+            "GROUP BY grp"]
 # what no statement sent to a backend may compute
 APPROXIMATE = ("PERCENTILE_APPROX", "APPROX_PERCENTILE", "APPROX_QUANTILE")

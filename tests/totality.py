@@ -168,7 +168,10 @@ def _leaf(rng: random.Random) -> str:
 
 def _divisor(rng: random.Random) -> str:
     return rng.choice(["2", "3", "-4", "0.5", "1e15", "1e-15", "1e150", "1e-150", "1e200",
-                       "1e-200", "7", "(1e15 * 1e15)", "0.001", "1e-310", "0"])
+                       "1e-200", "7", "(1e15 * 1e15)", "0.001", "1e-310", "0",
+                       # columns whose domains keep the divisor from 0, or not
+                       "(x + 1)", "(y + 6)", "(y - 6)", "s", "p", "(x + 1e-151)", "(b + 1)",
+                       "(s * 1e-60)", "(abs(y) + 0.5)", "(s * 1e250)"])
 
 
 def _condition(rng: random.Random) -> str:
@@ -251,7 +254,7 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         left, right = of(node.this), of(node.expression)
         integer = left.integer and right.integer
         a = _snap(left.value)
-        if a is None:
+        if a is None or right.value is None:
             return _Ref(None, integer)
         quotient = a / right.value
         if integer:

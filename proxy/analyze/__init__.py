@@ -25,7 +25,7 @@ from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, protected_only, resolver, split_joins
 from proxy.analyze.merge_steps import merge_steps
-from proxy.analyze.outer import outer_plan
+from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.backends.base import Capabilities
@@ -58,6 +58,7 @@ from proxy.vocabulary import (
     SUM,
     VALUE,
     Aggregate,
+    CombinedPlan,
     DerivedColumn,
     GroupingSetsPlan,
     GroupKey,
@@ -157,7 +158,7 @@ def _syntax_problem(sql: str, error: ParseError, start: Token) -> SyntaxProblem:
 
 def analyze(
     statement: exp.Expression, rules: Rules, settings: Settings, hint: Decimal | None = None
-) -> QueryPlan | PassthroughPlan | GroupingSetsPlan:
+) -> QueryPlan | PassthroughPlan | GroupingSetsPlan | CombinedPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     checkpoint()
     select = _distinct_unwrapped(_only_select(statement))
@@ -178,9 +179,11 @@ def analyze(
         lambda units, relation: analyze(units, relation, settings, hint))
     if nested is not None:
         return nested
-    outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint))
-    if outer is not None:
+    outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint),
+                       canonical_sql)
+    if isinstance(outer, QueryPlan):
         _check_answer_size(outer.group_by, _columns(select, outer), rules)
+    if outer is not None:
         return outer
     place = _conditions_place(select)
     # public tables joined many-to-one, a second protected table on the privacy unit
@@ -475,10 +478,21 @@ def _names_functions(select: exp.Select) -> bool:
 
 
 def _refuse_compound(select: exp.Select) -> None:
+    """Joins, subqueries and set operations left after the other stages are refused; a
+    window is too unless the query aggregates (then it reads the released rows:
+    post-processing, ``proxy.analyze.having``)."""
+    aggregated = select.args.get("group") is not None or any(
+        is_aggregate(node) and not windowed(node) for node in select.walk())
     for node in select.walk():
+        if isinstance(node, exp.Window):
+            if aggregated:
+                continue
+            raise NotSupported("window functions over rows of protected tables are not "
+                               "supported; a window over an aggregate query's groups is: "
+                               "SELECT k, COUNT(*), SUM(COUNT(*)) OVER () FROM t GROUP BY k")
         if isinstance(node, _COMPOUND):
             kind = {"subquery": "subqueries", "with": "CTEs", "join": "joins",
-                    "window": "window functions", "filter": "FILTER clauses"}.get(node.key, node.key)
+                    "filter": "FILTER clauses"}.get(node.key, node.key)
             raise NotSupported(f"{kind} over protected tables are not supported; "
                                "query one table with aggregates, WHERE and GROUP BY")
     for clause, what in (("distinct", "SELECT DISTINCT"), ("offset", "OFFSET")):

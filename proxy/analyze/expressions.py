@@ -428,36 +428,56 @@ def _abs(a):
 
 
 def _divide(node: exp.Div, table: Table, resolve) -> _Value:
-    """Division by a non-zero constant c: the ends divided by c (swapped when c < 0);
-    integer by integer truncates towards zero, as PostgreSQL does. The divisor is sent
-    as the double analysed here, within 10⁻¹⁵⁰ ≤ |c| ≤ 10¹⁵⁰ (so the quotient of a
+    """Division by a non-zero constant c, or by an expression of columns whose derived
+    domain excludes 0 (``cost / (days + 1)`` with days in [0, 60]: the column's values
+    are clamped to their domain, so the divisor stays in [1, 61] for every row; the SQL
+    holds it there too, ``guards.divisor``). The quotient's ends are the ends'
+    quotients; integer by integer truncates towards zero, as PostgreSQL does. The
+    divisor is sent as a double within 10⁻¹⁵⁰ ≤ |d| ≤ 10¹⁵⁰ (so the quotient of a
     guarded dividend can neither underflow nor overflow)."""
     text = _text(node)
-    if any(isinstance(n, exp.Column) for n in node.expression.walk()):
-        raise NotSupported(f"{text} divides by a column, which can fail in the backend "
-                           "(division by zero); divide by a non-zero constant")
     left = _operand(node, _evaluate(node.this, table, resolve))
     right = _evaluate(node.expression, table, resolve)
-    if right.nullable or right.low != right.high:
-        raise NotSupported(f"{text}: divide by a non-zero numeric constant")
-    divisor = right.low
-    if divisor == 0:
-        raise NotSupported(f"{text} divides by zero; divide by a non-zero constant")
     least, most = guards.DIVISOR_RANGE
-    if not least <= abs(divisor) <= most:
-        raise NotSupported(f"{text}: divide by a constant between {least:.0e} and "
-                           f"{most:.0e} in magnitude")
-    sql: exp.Expression = exp.Div(this=left.sql, expression=guards.number(divisor))
+    if not right.null and right.constant and not right.nullable and right.low == right.high:
+        if right.low == 0:
+            raise NotSupported(f"{text} divides by zero; divide by a non-zero constant")
+        if not least <= abs(right.low) <= most:
+            raise NotSupported(f"{text}: divide by a constant between {least:.0e} and "
+                               f"{most:.0e} in magnitude")
+        divisor: exp.Expression = guards.number(right.low)
+    elif right.null or right.bound > most or not (
+            least <= right.low <= right.high or right.low <= right.high <= -least):
+        raise NotSupported(f"{text} divides by a value that can be 0 (or beyond "
+                           f"{least:.0e} to {most:.0e} in magnitude), which can fail in the "
+                           "backend; divide by a non-zero constant or by columns whose "
+                           "declared domains keep the divisor from 0")
+    elif any(isinstance(n, exp.Nullif) for n in right.sql.walk()):
+        raise NotSupported(f"{text} divides by a quotient of columns; divide by columns "
+                           "once (each guard of such a divisor doubles its SQL)")
+    else:
+        negative = right.high < 0
+        divisor = guards.divisor(exp.cast(right.sql, guards.DOUBLE.copy()),
+                                 -right.high if negative else right.low, negative)
+    sql: exp.Expression = exp.Div(this=left.sql, expression=divisor)
     integer = left.integer and right.integer
     if left.null:
         return _always_null(exp.Trunc(this=sql) if integer else sql, left.constant)
-    low, high = sorted((left.low / divisor, left.high / divisor))
-    reach = sorted((left.reach[0] / divisor, left.reach[1] / divisor))
-    value = _Value(sql, low, high, (reach[0], reach[1]), integer, left.nullable,
-                   left.constant, left.bound / abs(divisor))
+    ends = (right.low, right.high)
+    low, high = _quotient((left.low, left.high), ends)
+    reach = _quotient(left.reach, ends)
+    value = _Value(sql, low, high, reach, integer, left.nullable or right.nullable,
+                   left.constant and right.constant,
+                   left.bound / min(abs(right.low), abs(right.high)))
     if integer:
         return _rounding(node, value, exp.Trunc)
     return value
+
+
+def _quotient(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """The range of x / y for x in ``a`` and y in ``b`` (which excludes 0)."""
+    quotients = [x / y for x in a for y in b]
+    return min(quotients), max(quotients)
 
 
 def _extreme(node: exp.Expression, values: list[_Value]) -> _Value:

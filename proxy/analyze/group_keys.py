@@ -136,6 +136,8 @@ def default_name(node: exp.Expression) -> str:
         return "case"
     if isinstance(node, exp.Extract):
         return "extract"
+    if isinstance(node, exp.Window):  # SUM(…) OVER (…): the function's
+        return default_name(node.this)
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
     if isinstance(node, exp.Func):

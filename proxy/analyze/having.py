@@ -5,7 +5,10 @@ outer query ``SELECT … FROM (SELECT region, COUNT(*) … GROUP BY region) WHER
 written inside: it is answered as that outer query (``proxy.analyze.outer``), whose
 post-processor (``proxy.postprocess``) runs it over the released rows. The same holds
 for select items that compute on aggregates or are constants (``COUNT(*) * 2``,
-``'avg' AS metric``, as Grafana sends).
+``'avg' AS metric``, as Grafana sends, ``SUM(x) / NULLIF(COUNT(*), 0)``), window
+functions over the groups (``COUNT(*) / SUM(COUNT(*)) OVER ()``, ``LAG(COUNT(*)) OVER
+(ORDER BY month)``): a window of an aggregate query reads its result rows, the
+released ones.
 
 Privacy: the filter reads only the noisy released values and the public group keys, so
 it is post-processing and costs no ε (SPEC §5.3). It does not decide which groups are
@@ -30,7 +33,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, dereferenced
-from proxy.analyze.outer import over_release
+from proxy.analyze.outer import over_release, windowed
 from proxy.errors import NotSupported
 from proxy.rules import Table
 from proxy.vocabulary import QueryPlan
@@ -137,6 +140,8 @@ class _Released:
             if isinstance(sub, (exp.Subquery, exp.Select, exp.Exists)):
                 raise NotSupported(f"subqueries in {clause} are not supported; compare "
                                    "aggregates with constants")
+            if windowed(sub):  # SUM(…) OVER (…): over the released rows, its arguments too
+                return sub
             grouped = not _computed(sub) and any(  # so the aggregate query has none
                 _comparable(g) == _comparable(sub) for g in self.groups)
             if add and (_aggregate(sub) or grouped):

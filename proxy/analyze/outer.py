@@ -1,13 +1,33 @@
-"""Outer queries over one private aggregate query: post-processing of one release.
+"""Outer queries over private aggregate queries: post-processing of their releases.
 
 After the steps are merged (``proxy.analyze.merge_steps``) a CTE or subquery is left only where it
-is not row-level. Two shapes of such queries only reshape the answers of one aggregate
-query, so they are answered from one release, charged once (post-processing costs no
-privacy):
+is not row-level. Four shapes of such queries only compute on the answers of aggregate
+queries, so they are answered from releases, each charged as if sent alone
+(post-processing costs no privacy):
 
 - an outer SELECT over the aggregate query that filters (WHERE on released values, as a
-  HAVING would), renames, computes on released values (arithmetic, CASE, ROUND …),
-  orders and limits — run by ``proxy.postprocess`` over the released rows;
+  HAVING would), renames, computes on released values (arithmetic, CASE, NULLIF, SQRT …,
+  window functions over its rows), orders and limits — run by ``proxy.postprocess`` over
+  the released rows;
+- a CROSS JOIN (or comma) of aggregate queries without GROUP BY, one row each, as dbt
+  MetricFlow writes a ratio of two metrics::
+
+      SELECT a.x / NULLIF(b.y, 0) FROM (SELECT SUM(cost) AS x FROM visits WHERE …) a
+      CROSS JOIN (SELECT COUNT(*) AS y FROM visits) b
+
+  each subquery a release of its own (a ``CombinedPlan``), the outer query run over
+  their rows;
+- aggregate queries joined once released (``JOIN … ON``, ``FULL OUTER JOIN``, steps that
+  read only such queries), as MetricFlow combines metrics by their dimensions::
+
+      SELECT COALESCE(a.m, b.m) AS m, MAX(a.x) / NULLIF(MAX(b.y), 0) AS ratio
+      FROM (SELECT date_trunc('month', ts) AS m, SUM(v) AS x FROM t GROUP BY 1) a
+      FULL OUTER JOIN (SELECT date_trunc('month', ts) AS m, COUNT(*) AS y FROM t
+                       GROUP BY 1) b ON a.m = b.m
+      GROUP BY COALESCE(a.m, b.m)
+
+  each aggregate query a release of its own, the rest post-processing (its result held
+  to 250,000 rows, ``proxy.postprocess``);
 - the join of a grouped query with its own top-N subquery, as Superset sends for a
   chart's *series limit* (``models/helpers.py``, ``get_sqla_query``)::
 
@@ -21,8 +41,13 @@ privacy):
   series ranking first by the released metric (summed over the other keys, e.g. the
   time buckets, for COUNT and SUM).
 
-HAVING and select items computed from aggregates are the first shape written inside one
-query; ``proxy.analyze.having`` answers them through ``over_release``.
+HAVING, select items computed from aggregates and windows over the groups are the first
+shape written inside one query; ``proxy.analyze.having`` answers them through
+``over_release``.
+
+The sandbox: the outer query reads only the released tables, and may call only the
+functions of ``_ROW_LEVEL`` and ``WINDOW_FUNCTIONS`` — none reads a file, the network,
+a setting, the clock or randomness; anything else is refused before any debit.
 
 An aggregate over a subquery grouped by the privacy unit (per-unit aggregates) is
 ``proxy.analyze.per_unit``'s, answered before this module is asked.
@@ -43,32 +68,56 @@ from sqlglot import exp
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
-from proxy.errors import NotSupported, RawRowAccess
+from proxy.errors import NotSupported, RawRowAccess, Refused
 from proxy.interrupts import checkpoint
-from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, GroupKey, QueryPlan
+from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, CombinedPlan, GroupKey, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 
-# what an outer query may compute from released values, row by row
+# what an outer query may compute from released values, row by row: no function that
+# reads anything but its arguments (files, settings, the clock, randomness)
 _ROW_LEVEL = (
     exp.Select, exp.From, exp.Where, exp.Order, exp.Ordered, exp.Limit, exp.Offset,
     exp.Table, exp.TableAlias, exp.Identifier, exp.Column, exp.Alias, exp.Star,
-    exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Neg, exp.DataType, exp.Distinct,
-    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.And, exp.Or, exp.Not,
-    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In, exp.Between,
-    exp.Case, exp.If, exp.Cast, exp.Round, exp.Abs, exp.Coalesce, exp.Floor, exp.Ceil,
-    exp.Greatest, exp.Least, exp.Tuple, exp.Var,
+    exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Neg, exp.DataType,
+    exp.DataTypeParam, exp.Distinct, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.And,
+    exp.Or, exp.Not, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.In,
+    exp.Between, exp.Case, exp.If, exp.Cast, exp.Round, exp.Abs, exp.Coalesce, exp.Floor,
+    exp.Ceil, exp.Greatest, exp.Least, exp.Tuple, exp.Var, exp.Nullif, exp.Sqrt, exp.Cbrt,
+    exp.Pow, exp.Exp, exp.Ln, exp.Log, exp.Sign, exp.Trunc, exp.DPipe,
+    exp.Window, exp.WindowSpec,
 )
+# what a window may compute over the released rows (only as the function of an OVER)
+WINDOW_FUNCTIONS = (
+    exp.Sum, exp.Count, exp.Avg, exp.Min, exp.Max, exp.Lag, exp.Lead, exp.Ntile,
+    exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.FirstValue,
+    exp.LastValue, exp.NthValue,
+)
+# what the query over a CROSS JOIN of one-row releases may aggregate (its one row), and
+# over joined releases
+_ONE_ROW = (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)
+# what may combine joined releases: joins, its steps, grouping
+_JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having)
+ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
+           "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
+           "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
+
+
+def windowed(node: exp.Expression) -> bool:
+    """Whether ``node`` is the function of a window (``SUM(…)`` in ``SUM(…) OVER (…)``),
+    which reads the rows of the query's result, not of the table."""
+    return isinstance(node.parent, exp.Window) and node.arg_key == "this"
 
 
 @dataclass(frozen=True)
 class OuterQuery:
     """The outer SELECT (PostgreSQL SQL) over the released rows, which it reads as the
-    table ``released`` under the subquery's alias ``alias``; ``what`` names it in the
+    table ``released`` under the subquery's alias, the first of ``aliases`` (the further
+    one-row releases of a CROSS JOIN as ``released_1`` …); ``what`` names it in the
     answer's notes (the outer query, HAVING)."""
 
     sql: str
-    alias: str
+    aliases: tuple[str, ...]
     what: str = "the outer query"
 
 
@@ -87,15 +136,24 @@ class SeriesLimit:
     unmatched: tuple[tuple[int, Any], ...] = ()
 
 
-def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
-    """The plan of an outer query over one aggregate query, with its post-processing;
-    None when ``select`` has no CTE left (an ordinary query); refused otherwise."""
+def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Expression], str]
+               ) -> QueryPlan | CombinedPlan | None:
+    """The plan of an outer query over one aggregate query, with its post-processing, or
+    over a CROSS JOIN of one-row aggregate queries; None when ``select`` has no CTE left
+    (an ordinary query); refused otherwise."""
     ctes = steps(select)
     if not ctes and not any(isinstance(n.parent, (exp.From, exp.Join))
                             for n in select.find_all(exp.Subquery)):
         return None
-    _refuse_inner_steps(ctes)
+    posts = _post_steps(ctes)
+    _refuse_inner_steps({name: body for name, body in ctes.items() if name not in posts})
     joins = select.args.get("joins") or []
+    first = step_name(select.args["from_"].this, ctes) if select.args.get("from_") else None
+    if posts or (joins and first is not None and ctes[first].find(exp.AggFunc)
+                 and not all(_crossed(join) for join in joins)):
+        return _joined_releases(select, ctes, posts, analyse, canonical)
+    if joins and all(_crossed(join) for join in joins):
+        return _cross_joined(select, ctes, joins, analyse, canonical)
     if len(joins) == 1 and step_name(joins[0].this, ctes) is not None:
         return _series_limited(select, ctes, joins[0], analyse)
     if joins:
@@ -106,18 +164,108 @@ def outer_plan(select: exp.Select, analyse: Analyse) -> QueryPlan | None:
                            "row-level steps or one aggregate query; query one table")
     body = _with_ctes(ctes[source], ctes, source)
     checkpoint()
-    outside = select.copy()
-    checkpoint()
-    outside.set("with_", None)
-    if outside.find(exp.AggFunc) or outside.args.get("group") or outside.args.get("having"):
-        raise NotSupported("an aggregate over the answers of an aggregate query is not "
-                           "supported; ask the aggregate of the table itself (one release), "
-                           "or over units from a subquery grouped by the privacy unit only: "
-                           f"{PER_UNIT_FORM}")
+    _refuse_aggregates(select)
     if not body.find(exp.AggFunc):
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
     return over_release(select, source, _one_release(analyse, body))
+
+
+def _refuse_aggregates(select: exp.Select) -> None:
+    """An aggregate over released rows (other than a window's) is refused: the
+    aggregate of the table itself is one release, and more accurate."""
+    outside = select.copy()
+    checkpoint()
+    outside.set("with_", None)
+    if any(not windowed(node) for node in outside.find_all(exp.AggFunc)) \
+            or outside.args.get("group") or outside.args.get("having"):
+        raise NotSupported("an aggregate over the answers of an aggregate query is not "
+                           "supported; ask the aggregate of the table itself (one release), "
+                           "or over units from a subquery grouped by the privacy unit only: "
+                           f"{PER_UNIT_FORM}")
+
+
+CROSS_JOINED = "the query over the CROSS JOIN"
+JOINED = "the query over the joined subqueries"
+
+
+def _post_steps(ctes: dict[str, exp.Expression]) -> list[str]:
+    """The steps that read only aggregate steps or other such steps: post-processing,
+    as dbt MetricFlow's step that joins its metrics' subqueries. A step that reads a
+    table or a row-level step (no aggregate), or holds a UNION, is not one. (The steps
+    come in the order they are written, each after those it reads.)"""
+    posts: list[str] = []
+    for name, body in ctes.items():
+        read = [step_name(table, ctes) for table in body.find_all(exp.Table)] \
+            if isinstance(body, exp.Select) else [None]
+        if read and None not in read and all(
+                step in posts or ctes[step].find(exp.AggFunc) for step in read):
+            posts.append(name)
+    return posts
+
+
+def _joined_releases(select: exp.Select, ctes: dict[str, exp.Expression], posts: list[str],
+                     analyse: Analyse, canonical: Callable[[exp.Expression], str]
+                     ) -> CombinedPlan:
+    """Aggregate queries joined once released, as dbt MetricFlow combines the metrics of
+    a ratio by their dimensions (``FULL OUTER JOIN`` of grouped subqueries on the keys,
+    ``MAX(…)`` per key, the ratio above): each aggregate query a release of its own
+    (charged as if sent alone); the joins, aggregates and expressions over them are
+    post-processing."""
+    names = [name for name in ctes if name not in posts and ctes[name].find(exp.AggFunc)]
+    parts = []
+    for name in names:
+        body = _with_ctes(ctes[name], ctes, name)
+        plan = analyse(body)
+        if not isinstance(plan, QueryPlan) or isinstance(plan.post, SeriesLimit):
+            raise NotSupported("each joined subquery must be one aggregate query over a "
+                               "protected table (no top-N join or GROUPING SETS inside)")
+        parts.append((canonical(body), plan))
+    if not parts:
+        raise RawRowAccess("this query would return rows of a protected table; ask for "
+                           "aggregates instead")
+    post = _outer_query(select, names, [plan for _, plan in parts], JOINED, posts)
+    return CombinedPlan(tuple(parts), post)
+_CROSS_FORM = ("SELECT a.x / NULLIF(b.y, 0) FROM (SELECT SUM(v) AS x FROM t WHERE …) a "
+               "CROSS JOIN (SELECT COUNT(*) AS y FROM t) b")
+
+
+def _crossed(join: exp.Join) -> bool:
+    """A CROSS JOIN, or a comma in FROM."""
+    if join.args.get("on") or join.args.get("using") or join.args.get("side"):
+        return False
+    return (join.args.get("kind") or "CROSS").upper() == "CROSS"
+
+
+def _cross_joined(select: exp.Select, ctes: dict[str, exp.Expression], joins: list[exp.Join],
+                  analyse: Analyse, canonical: Callable[[exp.Expression], str]
+                  ) -> CombinedPlan:
+    """Aggregate queries without GROUP BY side by side, as dbt MetricFlow writes a ratio
+    of two metrics (``CAST(MAX(a.x) AS DOUBLE PRECISION) / CAST(NULLIF(MAX(b.y), 0) AS
+    DOUBLE PRECISION)``: MAX, MIN, SUM, AVG of the one row are its value): each one row,
+    a release of its own (charged as if sent alone); the outer query computes on their
+    values (post-processing)."""
+    names = [step_name(source, ctes) for source in
+             (select.args["from_"].this, *(join.this for join in joins))]
+    if None in names:  # a table beside a subquery
+        raise _joined_subquery()
+    parts = []
+    for name in names:
+        body = _with_ctes(ctes[name], ctes, name)
+        if not body.find(exp.AggFunc):
+            raise RawRowAccess("this query would return rows of a protected table; ask for "
+                               "aggregates instead")
+        plan = analyse(body)
+        if not isinstance(plan, QueryPlan) or plan.group_by:
+            raise NotSupported("a CROSS JOIN of aggregate subqueries is answered when none "
+                               "has GROUP BY (one row each); ask for grouped values in one "
+                               f"query, and ratios of totals as {_CROSS_FORM}")
+        parts.append((canonical(body), plan))
+    if select.args.get("group") or select.args.get("having"):
+        raise NotSupported("GROUP BY and HAVING over the one row of a CROSS JOIN of "
+                           "aggregate subqueries are not supported; compute on its values")
+    post = _outer_query(select, names, [plan for _, plan in parts], CROSS_JOINED)
+    return CombinedPlan(tuple(parts), post)
 
 
 def _joined_subquery() -> NotSupported:
@@ -131,7 +279,7 @@ def over_release(select: exp.Select, source: str, plan: QueryPlan,
                  what: str = "the outer query") -> QueryPlan:
     """``plan`` with ``select`` (reading its answers as the table ``source``) run over
     its released rows."""
-    return replace(plan, post=_outer_query(select, source, plan, what))
+    return replace(plan, post=_outer_query(select, [source], [plan], what))
 
 
 def _one_release(analyse: Analyse, body: exp.Select) -> QueryPlan:
@@ -174,25 +322,64 @@ def _with_ctes(body: exp.Expression, ctes: dict[str, exp.Expression], own: str) 
     return statement
 
 
-def _outer_query(select: exp.Select, source: str, plan: QueryPlan, what: str) -> OuterQuery:
-    if select.find(exp.Window):
-        raise NotSupported("window functions are not supported; order and limit with "
-                           "ORDER BY and LIMIT")
+def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
+                 what: str, posts: list[str] = ()) -> OuterQuery:
+    """``select`` over the released rows of ``plans``, each read where ``select`` reads
+    the step of the same index in ``sources``; of its steps, only ``posts`` (those that
+    read released steps only) are kept."""
     outer = select.copy()
-    outer.set("with_", None)
+    kept = [cte for cte in (outer.args.get("with_") or exp.With()).expressions
+            if cte.alias_or_name in posts]
+    outer.set("with_", exp.With(expressions=kept) if kept else None)
     for node in outer.walk():
         checkpoint()
-        if not isinstance(node, _ROW_LEVEL):
-            raise NotSupported(f"{node.key.upper()} is not supported on released values; an "
-                               "outer query may filter, rename, order, limit and compute "
-                               "with arithmetic, CASE, ROUND, ABS, COALESCE")
-    names = [output.name for output in plan.outputs]
-    if len(set(names)) != len(names):
-        raise NotSupported("name the subquery's results uniquely (AS …) so the outer query "
-                           "can refer to them")
-    outer.args["from_"].this.replace(exp.to_table("released").as_(source))
+        if what == CROSS_JOINED and (isinstance(node, exp.Join) or (
+                isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
+            continue  # MetricFlow's MAX(subq.x): the value of the one row
+        if what == JOINED and (isinstance(node, _JOINING) or (
+                isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
+            continue
+        if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and _zero(node.expression):
+            raise Refused("division by zero", "22012")  # as PostgreSQL, before any debit
+        if not (isinstance(node, _ROW_LEVEL) or (isinstance(node, WINDOW_FUNCTIONS)
+                                                  and windowed(node))):
+            raise NotSupported(f"{_construct(node)} is not supported on released values; "
+                               f"{what} may filter, rename, order, limit and compute with "
+                               f"{ALLOWED}")
+    for plan in plans:
+        names = [output.name for output in plan.outputs]
+        if len(set(names)) != len(names):
+            raise NotSupported("name the subquery's results uniquely (AS …) so the outer "
+                               "query can refer to them")
+    aliases = list(sources)
+    for table in list(outer.find_all(exp.Table)):
+        if table.name in sources:
+            index = sources.index(table.name)
+            aliases[index] = table.alias_or_name
+            table.replace(exp.to_table(release_table(index)).as_(aliases[index]))
     checkpoint()
-    return OuterQuery(outer.sql(dialect="postgres"), source, what)
+    return OuterQuery(outer.sql(dialect="postgres"), tuple(aliases), what)
+
+
+def _zero(node: exp.Expression) -> bool:
+    """Whether ``node`` is the constant 0 (in brackets or a cast)."""
+    while isinstance(node, (exp.Paren, exp.Cast)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string and float(node.name) == 0
+
+
+def _construct(node: exp.Expression) -> str:
+    """The SQL name of a node a refusal names: a function's as written, else its kind."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.upper()
+    if isinstance(node, exp.Func):
+        return node.sql_name()
+    return node.key.upper()
+
+
+def release_table(index: int) -> str:
+    """The name the post-processing engine gives the ``index``-th release it reads."""
+    return "released" if index == 0 else f"released_{index}"
 
 
 def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) -> QueryPlan:
@@ -202,8 +389,9 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     if join.args.get("side") or join.args.get("kind") not in (None, "INNER", ""):
         what = (join.args.get("side") or join.args.get("kind") or "").upper()
         raise NotSupported(f"a {what} JOIN with a subquery over a protected table is not "
-                           "supported; only an inner join with the subquery of the query's "
-                           "own top N groups is (a top-N or series limit)")
+                           "supported; subqueries join as a CROSS JOIN of aggregate queries "
+                           "without GROUP BY, or as an inner join with the subquery of the "
+                           "query's own top N groups")
     if not (isinstance(body, exp.Select) and body.args.get("limit") and body.args.get("group")
             and body.args.get("order")):
         raise _joined_subquery()

@@ -98,6 +98,10 @@ EXPRESSIONS = [
      False),
     ("x * w", lambda x, y, w, rx, ry: _arith(lambda a, b: a * b, x, w), False),
     ("w / 1000 + 1", lambda x, y, w, rx, ry: _arith(lambda a: a / 1000 + 1, w), False),
+    # a divisor whose declared domain excludes 0 (issue 33)
+    ("x / (y + 6)", lambda x, y, w, rx, ry: _arith(lambda a, b: a / (b + 6), x, y), True),
+    ("y / (y - 6)", lambda x, y, w, rx, ry: _arith(lambda a: _trunc(a / (a - 6)), y), False),
+    ("x / (0.5 + x)", lambda x, y, w, rx, ry: _arith(lambda a: a / (0.5 + a), x), False),
 ]
 # The engines round halves differently (PostgreSQL's rint: to even; DuckDB: away from
 # zero); both stay within floor..ceil, which is what the derived domain assumes.

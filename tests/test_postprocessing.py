@@ -1,0 +1,210 @@
+"""Post-processing as a general stage (issue 33 item 2): what BI tools compute from
+aggregates — ratios with ``NULLIF`` (Metabase, Superset, Lightdash), Tableau's STDEVP as
+``SQRT(VAR_POP(x))``, shares and running totals with ``SUM(COUNT(*)) OVER (…)``, month
+over month with ``LAG``, ``NTILE``, and dbt MetricFlow's ratio of two metrics as a CROSS
+JOIN of one-row subqueries — answered over the wire on the demo, on both backends.
+
+With the noise off each answer equals the backend's own answer to the same SQL over the
+raw rows, and the ledger holds exactly the releases: one per aggregate query (one per
+subquery of a CROSS JOIN), each charged ε per aggregate it releases, nothing for what is
+computed after. What could reach beyond the released rows is refused for free."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.factories import demo_database
+from tests.wireserver import serving_in_process
+
+pytestmark = pytest.mark.postgres
+
+DEMO = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def served(request, tmp_path_factory):
+    """The demo served in this process (so that no_noise reaches its mechanisms), with
+    the answer cache off so that every statement is charged."""
+    folder = tmp_path_factory.mktemp("postprocessing")
+    rules = folder / "demo.toml"
+    rules.write_text(DEMO.read_text().replace("[defaults]\n",
+                                              "[defaults]\nanswer_cache = false\n", 1))
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with demo_database(request.param, folder, url) as backend, \
+            serving_in_process(rules, backend) as proxy:
+        yield proxy
+
+
+# (the statement as the tool writes it, its releases, the ε they cost: 0.1 per aggregate,
+# none for a COUNT(*) of a whole table, whose size is public)
+ANSWERED = [
+    # Metabase's and Superset's ratio of a conditional count to the count
+    ("SELECT CAST(SUM(CASE WHEN sex = 'f' THEN 1 ELSE 0 END) AS FLOAT) / NULLIF(COUNT(*), 0)"
+     " AS share FROM people", 1, "0.1"),
+    ("SELECT region AS region, CAST(SUM(CASE WHEN sex = 'f' THEN 1 ELSE 0 END) AS DOUBLE "
+     "PRECISION) / NULLIF(COUNT(*), 0) AS share FROM people GROUP BY region ORDER BY region",
+     1, "0.2"),
+    # Tableau's STDEVP, and a coefficient of variation
+    ('SELECT "people"."region" AS "region", SQRT(VAR_POP("people"."age")) AS "sd", '
+     'SQRT(VAR_POP("people"."age")) / NULLIF(AVG("people"."age"), 0) AS "cv" FROM '
+     '"public"."people" "people" GROUP BY 1 ORDER BY 1', 1, "0.2"),
+    # shares of the total, and within a partition
+    ("SELECT region AS region, COUNT(*) AS n, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS "
+     "share FROM people GROUP BY region ORDER BY region", 1, "0.1"),
+    ("SELECT region AS region, sex AS sex, 100.0 * COUNT(*) / SUM(COUNT(*)) OVER "
+     "(PARTITION BY region) AS pct FROM people WHERE age >= 30 GROUP BY region, sex "
+     "ORDER BY region, sex", 1, "0.1"),
+    # a running total, month over month, as analysts and Grafana write them
+    ("SELECT date_trunc('month', visited_at) AS month, COUNT(*) AS visits, SUM(COUNT(*)) "
+     "OVER (ORDER BY date_trunc('month', visited_at)) AS running FROM visits GROUP BY 1 "
+     "ORDER BY 1", 1, "0.1"),
+    ("SELECT date_trunc('month', visited_at) AS month, SUM(cost) - LAG(SUM(cost)) OVER "
+     "(ORDER BY date_trunc('month', visited_at)) AS change, SUM(cost) / LAG(SUM(cost), 12) "
+     "OVER (ORDER BY date_trunc('month', visited_at)) AS year_on_year FROM visits "
+     "GROUP BY 1 ORDER BY 1", 1, "0.1"),
+    ("SELECT department AS department, SUM(cost) AS total, NTILE(2) OVER (ORDER BY "
+     "SUM(cost)) AS half, RANK() OVER (ORDER BY SUM(cost) DESC) AS place FROM visits "
+     "GROUP BY department ORDER BY department", 1, "0.1"),
+    # windows in an outer query over the aggregate query
+    ("SELECT m AS m, n AS n, SUM(n) OVER (ORDER BY m ROWS BETWEEN 2 PRECEDING AND CURRENT "
+     "ROW) AS last3, ROW_NUMBER() OVER (ORDER BY m DESC) AS back FROM (SELECT "
+     "date_trunc('quarter', visited_at) AS m, COUNT(*) AS n FROM visits WHERE days > 3 "
+     "GROUP BY 1) s ORDER BY m", 1, "0.1"),
+    # dbt MetricFlow's ratio metric: one release per subquery
+    ("SELECT a.x / b.y AS ratio FROM (SELECT SUM(cost) AS x FROM visits WHERE department = "
+     "'oncology') a CROSS JOIN (SELECT COUNT(*) AS y FROM visits) b", 2, "0.1"),
+    ("SELECT CAST(subq_1.stays AS DOUBLE PRECISION) / CAST(NULLIF(subq_2.people, 0) AS "
+     "DOUBLE PRECISION) AS stays_per_person, subq_1.stays AS stays, subq_2.people AS people "
+     "FROM (SELECT SUM(days) AS stays FROM visits WHERE department = 'pediatrics') subq_1, "
+     "(SELECT COUNT(*) AS people, AVG(age) AS age FROM people WHERE age > 40) subq_2", 2,
+     "0.3"),
+    # MetricFlow without dimensions: MAX() of each one-row subquery
+    ("SELECT MAX(subq_23.visit_cost) AS visit_cost, CAST(MAX(subq_23.visit_cost) AS DOUBLE "
+     "PRECISION) / CAST(NULLIF(MAX(subq_30.people), 0) AS DOUBLE PRECISION) AS per_person "
+     "FROM (SELECT SUM(cost) AS visit_cost FROM public.visits visits_src WHERE department = "
+     "'cardiology') subq_23 CROSS JOIN (SELECT SUM(1) AS people FROM public.people "
+     "people_src WHERE age >= 18) subq_30", 2, "0.2"),
+    # MetricFlow by a dimension: grouped subqueries FULL OUTER JOINed on their keys, MAX()
+    # per key, the ratio above
+    ("SELECT metric_time__month AS metric_time__month, CAST(cost AS DOUBLE PRECISION) / "
+     "CAST(NULLIF(visits, 0) AS DOUBLE PRECISION) AS cost_per_visit FROM (SELECT "
+     "COALESCE(subq_1.metric_time__month, subq_2.metric_time__month) AS metric_time__month, "
+     "MAX(subq_1.cost) AS cost, MAX(subq_2.visits) AS visits FROM (SELECT "
+     "DATE_TRUNC('month', visited_at) AS metric_time__month, SUM(cost) AS cost FROM (SELECT "
+     "visited_at, cost FROM public.visits visits_src) subq_0 GROUP BY DATE_TRUNC('month', "
+     "visited_at)) subq_1 FULL OUTER JOIN (SELECT DATE_TRUNC('month', visited_at) AS "
+     "metric_time__month, SUM(1) AS visits FROM public.visits visits_src WHERE department = "
+     "'oncology' GROUP BY DATE_TRUNC('month', visited_at)) subq_2 ON "
+     "subq_1.metric_time__month = subq_2.metric_time__month GROUP BY "
+     "COALESCE(subq_1.metric_time__month, subq_2.metric_time__month)) subq_3 ORDER BY 1",
+     2, "0.2"),
+    # two grouped releases joined on their key
+    ("SELECT a.region AS region, a.n * 1.0 / b.m AS older FROM (SELECT region, COUNT(*) AS n "
+     "FROM people WHERE age > 50 GROUP BY region) a JOIN (SELECT region, COUNT(*) AS m FROM "
+     "people WHERE age > 20 GROUP BY region) b ON a.region = b.region ORDER BY 1", 2, "0.2"),
+]
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("sql,releases,epsilon", ANSWERED)
+def test_post_processing_answers_the_true_answer_for_the_releases_only(
+        served, sql, releases, epsilon):
+    engine = served.server.engine
+    before = len(engine.ledger.entries("alice"))
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        cursor = con.execute(sql)
+        names, rows = [column.name for column in cursor.description], cursor.fetchall()
+    direct = sql if engine.backend.dialect == "postgres" else sql.replace(
+        '"public".', "").replace("public.", "")
+    columns, truth = engine.backend.query_with_columns(direct)
+    assert names == [name for name, _ in columns]
+    assert len(rows) == len(truth) > 0
+    for got, want in zip(rows, truth):
+        assert len(got) == len(want)
+        for value, true in zip(got, want):
+            if isinstance(true, (float, Decimal)):
+                assert float(value) == pytest.approx(float(true), rel=1e-6), (got, want)
+            else:
+                assert value == true, (got, want)
+    charged = engine.ledger.entries("alice")[before:]
+    assert len(charged) == releases, charged
+    assert sum(entry[6] for entry in charged) == Decimal(epsilon), charged
+
+
+def test_an_unnamed_window_is_named_as_postgresql_names_it(served):
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        cursor = con.execute("SELECT n, SUM(n) OVER (ORDER BY r), n * 2, CAST(n AS float) / "
+                             "NULLIF(SUM(n) OVER (), 0) FROM (SELECT region AS r, COUNT(*) "
+                             "AS n FROM people GROUP BY 1) s")
+        assert [c.name for c in cursor.description] == ["n", "sum", "?column?", "?column?"]
+        cursor = con.execute("SELECT region, LAG(COUNT(*)) OVER (ORDER BY region), "
+                             "SQRT(VARIANCE(age)) FROM people GROUP BY region")
+        assert [c.name for c in cursor.description] == ["region", "lag", "sqrt"]
+        assert len(cursor.fetchall()) == 4
+
+
+REFUSED = [
+    # windows over rows, aggregates over released rows: not post-processing
+    ("SELECT SUM(age) OVER () FROM people", "window functions over rows of protected tables"),
+    ("SELECT age, RANK() OVER (ORDER BY income) FROM people", "window functions over rows"),
+    ("SELECT SUM(n) FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region) s",
+     "an aggregate over the answers of an aggregate query"),
+    ("SELECT a.n / b.m FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY region) a "
+     "CROSS JOIN (SELECT COUNT(*) AS m FROM visits) b",
+     "a CROSS JOIN of aggregate subqueries is answered when none has GROUP BY"),
+    ("SELECT a.n FROM (SELECT COUNT(*) AS n FROM people) a CROSS JOIN visits b",
+     "a join with a subquery over a protected table"),
+    # the sandbox: no function that reads beyond the released values
+    ("SELECT region, COUNT(*), current_setting('server_version') FROM people GROUP BY "
+     "region", "CURRENT_SETTING is not supported on released values"),
+    ("SELECT n, pg_read_file('/etc/passwd') FROM (SELECT COUNT(*) AS n FROM people) s",
+     "PG_READ_FILE is not supported on released values"),
+    ("SELECT a.n + length(read_text('/etc/passwd')) FROM (SELECT COUNT(*) AS n FROM people) a "
+     "CROSS JOIN (SELECT COUNT(*) AS m FROM visits) b", "not supported on released values"),
+    ("SELECT n * random() FROM (SELECT COUNT(*) AS n FROM people) s",
+     "is not supported on released values"),
+    ("SELECT region, COUNT(*), now() FROM people GROUP BY region",
+     "is not supported on released values"),
+    # what the post-processing engine cannot bind or cast: refused before the debit
+    ("SELECT region, COUNT(*), LAG(COUNT(*)) OVER w FROM people GROUP BY region "
+     "WINDOW w AS (ORDER BY region)", 'window "w" does not exist'),
+    ("SELECT region, COUNT(*) + 'abc' FROM people GROUP BY region",
+     "could not be computed on the released values"),
+]
+
+
+@pytest.mark.parametrize("sql,fragment", REFUSED)
+def test_what_reaches_beyond_the_released_values_is_refused_for_free(served, sql, fragment):
+    ledger = served.server.engine.ledger
+    before = ledger.entries(), ledger.budgets()
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute(sql)
+    message = refused.value.diag.message_primary
+    assert refused.value.sqlstate == "0A000" and fragment in message, message
+    assert "\n" not in message and "Superset" not in message
+    assert (ledger.entries(), ledger.budgets()) == before
+
+
+def test_a_value_the_released_numbers_cannot_give_fails_in_one_line(served):
+    """A division by the constant 0 is refused for free (22012, as PostgreSQL); an
+    integer overflow on the released values fails after the noise was drawn: one line
+    (22000), the release charged."""
+    ledger = served.server.engine.ledger
+    before = ledger.entries("alice"), ledger.budgets()
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute("SELECT region, COUNT(*) % (0) FROM people GROUP BY region")
+        assert refused.value.sqlstate == "22012"
+        assert (ledger.entries("alice"), ledger.budgets()) == before
+        with pytest.raises(psycopg.Error) as failed:
+            con.execute("SELECT 9223372036854775807 * COUNT(*) FROM people WHERE age > 17")
+    assert failed.value.sqlstate == "22000"
+    message = failed.value.diag.message_primary
+    assert message.startswith("the select list could not be computed on the released "
+                              "values: Overflow in multiplication of INT64") and "\n" not in message
+    assert len(ledger.entries("alice")) == len(before[0]) + 1
