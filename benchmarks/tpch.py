@@ -111,7 +111,11 @@ public = true
 unique = ["n_nationkey"]
 [tables.nation.columns]
 n_nationkey = { type = "int" }
-n_name      = { type = "text" }
+n_name      = { type = "text", keys = ["ALGERIA", "ARGENTINA", "BRAZIL", "CANADA", "EGYPT",
+                                      "ETHIOPIA", "FRANCE", "GERMANY", "INDIA", "INDONESIA",
+                                      "IRAN", "IRAQ", "JAPAN", "JORDAN", "KENYA", "MOROCCO",
+                                      "MOZAMBIQUE", "PERU", "CHINA", "ROMANIA", "SAUDI ARABIA",
+                                      "VIETNAM", "RUSSIA", "UNITED KINGDOM", "UNITED STATES"] }
 n_regionkey = { type = "int" }
 n_comment   = { type = "text" }
 
@@ -120,7 +124,7 @@ public = true
 unique = ["r_regionkey"]
 [tables.region.columns]
 r_regionkey = { type = "int" }
-r_name      = { type = "text" }
+r_name      = { type = "text", keys = ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"] }
 r_comment   = { type = "text" }
 
 [tables.part]

@@ -577,8 +577,9 @@ def _neighbour(plan: QueryPlan) -> str:
         return f"any two values of one {table.privacy_unit}, or its absence (seed 001 §3)"
     if plan.mechanism.prior is not None:
         return "any two data sets (seed 001 Prop. 1)"
-    both = [join.table.name for join in plan.joins if join.protected]
-    where = f" in {table.name} and {both[0]}" if both else ""
+    others = [join.table.name for join in plan.joins if join.protected]
+    where = (f" in {', '.join([table.name, *others[:-1]])} and {others[-1]}" if others
+             else "")
     who = (f"all records of one {table.privacy_unit}{where}" if table.privacy_unit
            else "one record")
     group = f", groups of {table.group_size}" if table.group_size > 1 else ""

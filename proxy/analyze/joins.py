@@ -20,16 +20,26 @@ such joins: ``Join.multiplicity``, ``proxy.vocabulary.QueryPlan.multiplicity``,
 docs/privacy.md §3.9); the backend reads the public table as its rows whose key occurs
 at most m times, so later writes cannot exceed the bound.
 
+A public table may also be matched on its key to a column of a public table joined
+before it (a chain: ``JOIN supplier s ON l.l_suppkey = s.s_suppkey JOIN nation n ON
+s.s_nationkey = n.n_nationkey``): each joined row still meets at most m rows of it, a
+function of the protected row alone, so the chain is one more such map (the m's
+multiply as for any public joins; the pushdown reads the later table through the
+earlier one's alias, ``proxy.pushdown.scope.source_table``).
+
 Allowed: ``FROM protected [AS p] [INNER | LEFT [OUTER]] JOIN public [AS r] ON p.col =
 r.key [AND p.col2 = r.col3 …]`` for one or more public tables, each matched on at
-least one unique or bounded key; with only inner joins the tables may come in any
-order, and the other conditions of their ON clauses are filters, checked as WHERE
-conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
-from the public table itself); aggregates take columns of the protected table.
+least one unique or bounded key (to a protected column or, in a chain, an earlier
+public table's); with only inner joins the tables may come in any order, and the other
+conditions of their ON clauses are filters, checked as WHERE conditions are. Public
+columns may be used in WHERE, GROUP BY (their keys then come from the public table
+itself) and inside aggregates: a value of the joined row, normalised to its declared
+domain like any column (docs/privacy.md §3.9).
 Everything else is refused in one line naming this form: RIGHT, FULL, CROSS and
-NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``), a public table on the preserving side of an outer join, a join on a
-column declared neither unique nor bounded, ON conditions other than equalities of a
-protected and a public column.
+NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``),
+a public table on the preserving side of an outer join, a join on a column declared
+neither unique nor bounded, an outer join's ON conditions other than equalities of a
+protected and a public column or of two public ones.
 
 Two protected tables (``FROM visits v [LEFT] JOIN people p ON v.person_id =
 p.person_id``) join on the privacy unit both declare, inner or LEFT (the first
@@ -130,12 +140,16 @@ def split_joins(select: exp.Select, rules: Rules
                                                    if name != protected_alias}
     links: dict[str, list[tuple[str, str, str, str]]] = {name: [] for name in order}
     filters = []  # an inner join's other ON conditions: filters, as in WHERE
+    position = {node.alias_or_name.lower(): i for i, (node, _) in enumerate(sources)}
     for node, join in sources[1:]:
         own = node.alias_or_name.lower() if join.args.get("side") else None
-        pairs, between, others = _equalities(join.args.get("on"), protected_alias, order,
-                                             names, own)
+        pairs, between, chained, others = _equalities(join.args.get("on"), protected_alias,
+                                                      order, names, own)
         for pair in pairs:
             conditions[pair[0]].append(pair[1:])
+        for pair in chained:  # on the later public table, the earlier's column as joined
+            early, late = sorted((pair[:2], pair[2:]), key=lambda side: position[side[0]])
+            conditions[late[0]].append((f"{early[0]}.{early[1]}", late[1]))
         for pair in between:  # on the later of the two protected tables
             later = max(pair[0], pair[2], key=order.index)
             links[later].append(pair if pair[0] == later else (*pair[2:], *pair[:2]))
@@ -156,9 +170,9 @@ def split_joins(select: exp.Select, rules: Rules
             plural = "s" if len(bounded) > 1 else ""
             kind = "unique" if set(bounded.values()) == {1} else "declared"
             raise NotSupported(f"the join with {table.name} must match its {kind} key{plural} "
-                               f"{', '.join(bounded)} to a column of the protected table "
-                               f"(another join may count a protected row more often than the "
-                               f"rules bound): {ALLOWED}")
+                               f"{', '.join(bounded)} to a column of a protected table or of a "
+                               f"public table joined before it (another join may count a "
+                               f"protected row more often than the rules bound): {ALLOWED}")
         found.append(Join(table, alias, pairs, keys[0][1], left, multiplicity=keys[0][0]))
     alone = select.copy()
     alone.set("joins", None)
@@ -266,17 +280,18 @@ def _check_kind(join: exp.Join, allowed: str) -> None:
 def _equalities(on: exp.Expression, protected: str, order: list[str],
                 names: dict[str, Table], own: str | None
                 ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]],
-                           list[exp.Expression]]:
+                           list[tuple[str, str, str, str]], list[exp.Expression]]:
     """(joined alias, protected column, its column) of each ON equality that joins a
     public table to a column of a protected table (a joined protected table's named as
     in the joined plan, ``alias.column``); (alias, column, alias, column) of each
-    equality of two protected tables' units or declared link; and the other ON
-    conditions (filters, as in WHERE: an inner join's only). ``own``: an outer join's
-    own alias, the only joined table its ON may name besides the earlier ones."""
+    equality of two protected tables' units or declared link; the same of each equality
+    of two public tables' columns (a chain: ``s.s_nationkey = n.n_nationkey``); and the
+    other ON conditions (filters, as in WHERE: an inner join's only). ``own``: an outer
+    join's own alias, the only joined table its ON may name besides the earlier ones."""
     while isinstance(on, exp.Paren):
         on = on.this
     mine = set(order)
-    found, between, others = [], [], []
+    found, between, chained, others = [], [], [], []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
             condition = condition.this
@@ -300,6 +315,16 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
             between.append((aliases[0], sides[0].name.lower(), aliases[1],
                             sides[1].name.lower()))
             continue
+        if (len(aliases) == 2 and all(aliases) and aliases[0] != aliases[1]
+                and set(aliases) <= names.keys() and not mine & set(aliases)):
+            if own is not None and own not in aliases:
+                raise NotSupported("a LEFT JOIN's ON names its own public table and one "
+                                   f"joined before it: {ALLOWED}")
+            pair = (aliases[0], _column_of(sides[0], names[aliases[0]]), aliases[1],
+                    _column_of(sides[1], names[aliases[1]]))
+            _check_types(names[pair[0]], pair[1], names[pair[2]], pair[3])
+            chained.append(pair)
+            continue
         if own is not None and own in mine:
             first = names[order[0]]
             raise NotSupported("a LEFT JOIN of two protected tables is ON their privacy units "
@@ -322,14 +347,18 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
                                f"protected one: {ALLOWED}")
         mine_name, theirs_name = _column_of(inside, names[inner]), _column_of(outside,
                                                                                 names[alias])
-        mine_column, theirs = names[inner].columns[mine_name], names[alias].columns[theirs_name]
-        if mine_column.type != theirs.type and not (mine_column.numeric and theirs.numeric):
-            raise NotSupported(f"the join compares {names[inner].name}.{mine_name} "
-                               f"({mine_column.type}) with {names[alias].name}.{theirs_name} "
-                               f"({theirs.type}); join columns of the same type")
+        _check_types(names[inner], mine_name, names[alias], theirs_name)
         found.append((alias, mine_name if inner == protected else f"{inner}.{mine_name}",
                       theirs_name))
-    return found, between, others
+    return found, between, chained, others
+
+
+def _check_types(one: Table, mine: str, other: Table, theirs: str) -> None:
+    first, second = one.columns[mine], other.columns[theirs]
+    if first.type != second.type and not (first.numeric and second.numeric):
+        raise NotSupported(f"the join compares {one.name}.{mine} ({first.type}) with "
+                           f"{other.name}.{theirs} ({second.type}); join columns of the "
+                           "same type")
 
 
 def _unit_pair(sides, names: dict[str, Table]) -> bool:
@@ -417,17 +446,3 @@ def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
 
     return resolve
 
-
-def protected_only(resolve, table: Table):
-    """``resolve`` refusing public columns: aggregates take the protected tables'."""
-
-    def aggregated(column: exp.Column) -> str:
-        name = resolve(column)
-        joined = table.columns.get(name)
-        if isinstance(joined, JoinedColumn) and not joined.protected:
-            raise NotSupported(f"aggregates take columns of the protected table {table.name}; "
-                               f"public columns ({column.sql()}) may be used in WHERE, GROUP BY "
-                               "and ON")
-        return name
-
-    return aggregated

@@ -125,6 +125,17 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     mine = "_idp_t"
     star = exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
     joined = exp.select(star).from_(_named(table, mine))
+    public = {join.alias: f"_idp_j{index}" for index, join in enumerate(plan.joins)
+              if not join.protected}
+
+    def value(name: str) -> exp.Column:
+        """A joined row's column: a public table's chained after it (``n.n_nationkey``
+        after ``s``) from that table's own alias, the others from the rows so far."""
+        owner, _, column = name.partition(".")
+        if column and owner in public:
+            return exp.column(column, table=public[owner], quoted=True)
+        return exp.column(name, table=mine, quoted=True)
+
     for index, join in enumerate(plan.joins):
         alias = f"_idp_j{index}"
         columns = list(join.table.columns)
@@ -133,8 +144,8 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
         joined = joined.select(*[
             exp.alias_(exp.column(name, table=alias, quoted=True), join.column_name(name),
                        quoted=True) for name in columns], copy=False)
-        on = exp.and_(*[exp.column(protected, table=mine, quoted=True).eq(
-            exp.column(other, table=alias, quoted=True)) for protected, other in join.pairs])
+        on = exp.and_(*[value(protected).eq(exp.column(other, table=alias, quoted=True))
+                        for protected, other in join.pairs])
         read = (_named(table_rows(join.table), alias)
                 if join.protected else
                 _bounded_rows(join.table.name, join.key, join.multiplicity)
