@@ -16,7 +16,7 @@ The rules (``RULES``): customer, orders and lineitem protected with the customer
 unit: customer's ``c_custkey``, orders' ``o_custkey`` (``unit_of``), and lineitem
 through its order (``unit_via = { l_orderkey = "orders.o_orderkey" }``, docs/privacy.md
 §3.13); nation, region, part and supplier public with their unique keys, and partsupp
-public. ε is 1 per aggregate. Each query is asked once through a session (analysis,
+public, unique on (ps_partkey, ps_suppkey) together. ε is 1 per aggregate. Each query is asked once through a session (analysis,
 pushdown, noise), and the line says ``answered`` with the median relative error of its
 aggregate cells against the true answer (the same query run on DuckDB directly; rows
 matched on the other select items), or the refusal's SQLSTATE and message; the last
@@ -155,11 +155,12 @@ s_comment   = { type = "text" }
 
 [tables.partsupp]
 public = true
+unique = [["ps_partkey", "ps_suppkey"]]
 [tables.partsupp.columns]
 ps_partkey    = { type = "int" }
 ps_suppkey    = { type = "int" }
 ps_availqty   = { type = "int" }
-ps_supplycost = { type = "float" }
+ps_supplycost = { type = "float", domain = [1, 1000] }
 ps_comment    = { type = "text" }
 """.replace("NATIONS", ", ".join(str(n) for n in range(25)))
 

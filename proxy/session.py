@@ -40,7 +40,7 @@ from proxy.postprocess import run_outer, series_limited
 from proxy.privacy import refuse_unanswerable
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
-from proxy.rules import Rules
+from proxy.rules import Rules, key_text
 from proxy.settings import (
     DEFAULT_GAMMA,
     SessionCommand,
@@ -425,7 +425,8 @@ def _per_unit_note(source: QueryPlan) -> str:
 def _multiplicity_note(plan: QueryPlan) -> str:
     """Why the noise of a join on bounded public keys is wider (docs/privacy.md §3.9):
     from the rules and the query only."""
-    bounded = [f"{join.table.name}.{join.key} (at most {join.multiplicity} rows per value)"
+    bounded = [f"{join.table.name}.{key_text(join.key)} (at most {join.multiplicity} rows "
+               "per value)"
                for join in plan.joins if not join.protected and join.multiplicity > 1]
     return (f"joined on {', '.join(bounded)} (max_rows_per_key): a row of {plan.table.name} "
             f"may count up to {plan.multiplicity} times, so the sensitivities allow for "

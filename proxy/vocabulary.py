@@ -366,8 +366,8 @@ class GroupKey:
 @dataclass(frozen=True)
 class Join:
     """One table joined to the plan's protected table. A public table: ``pairs`` of
-    (protected column, public column) are equated, ``key`` (one of them) is declared
-    unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
+    (protected column, public column) are equated, ``key`` (the public columns of one
+    or several of them) is declared unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
     value, so a protected row meets at most that many public rows; ``left``: protected
     rows without a match stay, with NULL public columns. ``protected``: a second
     protected table joined on the privacy unit (the pair (unit, unit), ``key`` its
@@ -377,7 +377,7 @@ class Join:
     table: Table
     alias: str
     pairs: tuple[tuple[str, str], ...]
-    key: str
+    key: tuple[str, ...]
     left: bool
     protected: bool = False
     multiplicity: int = 1

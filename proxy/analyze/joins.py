@@ -65,7 +65,7 @@ from sqlglot import exp
 
 from proxy.analyze.explicit_joins import explicit_joins
 from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn, UnknownTable
-from proxy.rules import Rules, Table
+from proxy.rules import Rules, Table, key_text
 from proxy.vocabulary import Join, JoinedColumn, unit_sources
 
 ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the rules declare "
@@ -164,15 +164,17 @@ def split_joins(select: exp.Select, rules: Rules
         pairs = tuple(conditions[alias])
         left = bool(join is not None and join.args.get("side"))
         bounded = table.join_keys
-        keys = sorted((bounded[public_column], public_column) for _, public_column in pairs
-                      if public_column in bounded)
+        matched = {public_column for _, public_column in pairs}
+        keys = sorted((most, key) for key, most in bounded.items() if set(key) <= matched)
         if not keys:
             plural = "s" if len(bounded) > 1 else ""
             kind = "unique" if set(bounded.values()) == {1} else "declared"
+            every = " (each of its columns)" if any(len(key) > 1 for key in bounded) else ""
             raise NotSupported(f"the join with {table.name} must match its {kind} key{plural} "
-                               f"{', '.join(bounded)} to a column of a protected table or of a "
-                               f"public table joined before it (another join may count a "
-                               f"protected row more often than the rules bound): {ALLOWED}")
+                               f"{', '.join(map(key_text, bounded))}{every} to a column of a "
+                               f"protected table or of a public table joined before it "
+                               f"(another join may count a protected row more often than the "
+                               f"rules bound): {ALLOWED}")
         found.append(Join(table, alias, pairs, keys[0][1], left, multiplicity=keys[0][0]))
     alone = select.copy()
     alone.set("joins", None)
@@ -214,8 +216,8 @@ def _protected_join(alias: str, names: dict[str, Table], order: list[str],
                            f"WHERE: {unit_allowed(names[other], table)}")
     unit_pair = (named(other, names[other].privacy_unit), table.privacy_unit)
     if kind is None:
-        return Join(table, alias, (unit_pair,), table.privacy_unit, left, True)
-    return Join(table, alias, (unit_pair, (named(other, theirs), mine)), table.privacy_unit,
+        return Join(table, alias, (unit_pair,), (table.privacy_unit,), left, True)
+    return Join(table, alias, (unit_pair, (named(other, theirs), mine)), (table.privacy_unit,),
                 left, True, link=kind,
                 determines=order.index(other) if kind == "referencing" else None)
 

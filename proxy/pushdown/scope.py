@@ -181,18 +181,20 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     return rows.group_by(unit, copy=False)
 
 
-def _bounded_rows(table: str, key: str, most: int,
+def _bounded_rows(table: str, key: tuple[str, ...], most: int,
                   rows: exp.Expression | None = None) -> exp.Select:
     """The rows of ``table`` (read as ``rows``, by default the table itself) whose
-    ``key`` occurs in at most ``most`` rows of the table (1: once); NULL keys match
-    nothing."""
-    column = exp.column(key, quoted=True)
-    bounded = (exp.select(column.copy()).from_(table_ref(table))
-               .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+    ``key`` (one column, or several together) occurs in at most ``most`` rows of the
+    table (1: once); a key with a NULL matches nothing."""
+    columns = [exp.column(column, quoted=True) for column in key]
+    bounded = (exp.select(*(column.copy() for column in columns)).from_(table_ref(table))
+               .where(exp.and_(*(column.copy().is_(exp.null()).not_() for column in columns)))
+               .group_by(*(column.copy() for column in columns))
                .having(exp.Count(this=exp.Star()) <= exp.Literal.number(most)))
     source = table_ref(table) if rows is None else _named(rows, "_idp_r")
+    value = columns[0] if len(columns) == 1 else exp.Tuple(expressions=columns)
     return (exp.select("*").from_(source)
-            .where(column.copy().isin(query=bounded)))
+            .where(exp.In(this=value, query=bounded.subquery(copy=False))))
 
 
 def _named(rows: exp.Expression, alias: str) -> exp.Expression:
@@ -224,7 +226,7 @@ def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
     if link.then is not None:
         target = _linked_rows(target, link.then)
     key, unit = exp.column(link.key, quoted=True), exp.column(link.unit, quoted=True)
-    unique = _bounded_rows(link.table, link.key, 1, target)
+    unique = _bounded_rows(link.table, (link.key,), 1, target)
     owners = (exp.select(exp.alias_(key, "k", quoted=True), exp.alias_(unit, "u", quoted=True))
               .from_(unique.subquery("_idp_o", copy=False)))
     mine = exp.Column(this=exp.Star(), table=exp.to_identifier("_idp_b", quoted=True))

@@ -2,7 +2,9 @@
 a second public table on the second's unique key (a chain, TPC-H's ``l_suppkey =
 s_suppkey AND s_nationkey = n_nationkey``), with public columns inside the aggregates
 (TPC-H Q14's ``SUM(CASE WHEN p_type LIKE 'PROMO%' THEN … END)``, and a public column
-as a value, ``v * r.price``).
+as a value, ``v * r.price``), and a table unique on two columns together matched on one
+protected column and one of the chain (TPC-H Q09's partsupp, ``ps_partkey = l_partkey
+AND ps_suppkey = l_suppkey``).
 
 Each public key is unique (a code or zone the public table repeats matches nothing, as
 the pushdown enforces), so a protected row meets at most one ``pub`` row and that one
@@ -64,6 +66,14 @@ unique = ["zone"]
 [tables.zones.columns]
 zone  = { type = "int" }
 label = { type = "text" }
+
+[tables.costs]
+public = true
+unique = [["code", "zone"]]
+[tables.costs.columns]
+code = { type = "text" }
+zone = { type = "int" }
+cost = { type = "float", domain = [0, 4] }
 """)
 # "d" is repeated (matches nothing); "c"'s zone 3 is repeated in zones (so c's rows have
 # no zone); "f" has a NULL zone; "g" a NULL price; "h" a price beyond the domain
@@ -73,13 +83,21 @@ ZONES = [(1, "x"), (2, "y"), (3, "z"), (3, "w"), (4, "v")]
 CODES = {code: row[1:] for row in PUB if sum(r[0] == row[0] for r in PUB) == 1
          for code in [row[0]]}
 LABELS = {zone: label for zone, label in ZONES if sum(z == zone for z, _ in ZONES) == 1}
+# unique on (code, zone) together: ("b", 2) is repeated (matches nothing), "a" has two
+# zones (one matching a's), a NULL zone matches nothing
+COSTS = [("a", 1, 2.0), ("a", 2, 3.0), ("b", 2, 1.0), ("b", 2, 5.0), ("c", 3, 9.0),
+         ("g", 2, 0.5), ("h", 1, None), ("f", None, 1.0)]
+COST = {(code, zone): cost for code, zone, cost in COSTS
+        if sum((c, z) == (code, zone) for c, z, _ in COSTS) == 1}
 VALUES = [0.0, 2.5, 10.0, 2.5, float("nan"), float("inf"), -1.0, None]
 KEYS = ["a", "b", "c", "d", "e", "f", "g", "h", None]
 NEIGHBOUR_VALUES = [0.0, 2.5, 10.0, float("nan"), float("inf"), None]
 
 AGGREGATES = ("COUNT(*), SUM(t.v), SUM(CASE WHEN r.name LIKE 'A%' THEN v ELSE 0 END), "
               "SUM(v * r.price)")
-# name -> (SQL, LEFT joins, WHERE(v, pub, label), grouped by the label)
+# name -> (SQL, LEFT joins, WHERE(v, pub, label), grouped by the label); the last
+# aggregate multiplies v by pub's price, or in "composite key" by the cost of the costs
+# row matched on (t.code, pub's zone)
 QUERIES = {
     "chain, by label": (f"SELECT z.label, {AGGREGATES} FROM t JOIN pub r ON t.code = r.code "
                         "JOIN zones z ON r.zone = z.zone GROUP BY z.label",
@@ -91,15 +109,23 @@ QUERIES = {
     "left, by label": (f"SELECT z.label, {AGGREGATES} FROM t LEFT JOIN pub r ON t.code = "
                        "r.code LEFT JOIN zones z ON r.zone = z.zone GROUP BY z.label",
                        True, lambda v, pub, label: True, True),
+    "composite key": ("SELECT COUNT(*), SUM(t.v), SUM(CASE WHEN r.name LIKE 'A%' THEN v "
+                      "ELSE 0 END), SUM(v * k.cost) FROM t JOIN pub r ON t.code = r.code "
+                      "JOIN costs k ON k.code = t.code AND k.zone = r.zone",
+                      False, lambda v, pub, label: True, False),
 }
 
 
-def _joined(row, left: bool):
+def _joined(row, query: str):
     """The joined row of ``row`` (v, pub's (name, zone, price), zones' label), or None
-    when an inner join drops it."""
+    when an inner join drops it; in "composite key", pub's price is the cost matched."""
+    left = QUERIES[query][1]
     pub = CODES.get(row[2])
     if pub is None and not left:
         return None
+    if query == "composite key":
+        cost = COST.get((row[2], pub[1]), "none") if pub[1] is not None else "none"
+        return None if cost == "none" else (row[1], (*pub[:2], cost), None)
     label = LABELS.get(pub[1]) if pub is not None else None
     if label is None and not left:
         return None
@@ -110,10 +136,10 @@ def _answers(rows, query: str, keys) -> dict:
     """Each group's COUNT(*) and the three clamped sums (as released before noise for a
     shift above 1): v, v when the name starts with A (else 0), v times the price, each
     read at its normalised value and the product clamped to its domain [0, 40]."""
-    _, left, where, grouped = QUERIES[query]
+    _, _, where, grouped = QUERIES[query]
     out = {key: [0, 0.0, 0.0, 0.0] for key in keys}
     for row in rows:
-        joined = _joined(row, left)
+        joined = _joined(row, query)
         if joined is None or not where(*joined):
             continue
         raw, pub, label = joined
@@ -150,6 +176,8 @@ def con():
     connection.executemany("INSERT INTO pub VALUES (?, ?, ?, ?)", PUB)
     connection.execute("CREATE TABLE zones (zone INTEGER, label TEXT)")
     connection.executemany("INSERT INTO zones VALUES (?, ?)", ZONES)
+    connection.execute("CREATE TABLE costs (code TEXT, zone INTEGER, cost DOUBLE)")
+    connection.executemany("INSERT INTO costs VALUES (?, ?, ?)", COSTS)
     connection.execute("CREATE TABLE t (unit BIGINT, v DOUBLE, code TEXT)")
     yield connection
     connection.close()
