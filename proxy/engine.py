@@ -116,7 +116,8 @@ class Engine:
                 versions[join.alias] = self.backend.data_version(tx, join.table.name)
                 version = None if version is None or versions[join.alias] is None else \
                     f"{version};{join.table.name}:{versions[join.alias]}"
-            for name in chain_tables(plan):  # units derived through them (unit_via)
+            # the tables EXISTS reads, and those units are derived through (unit_via)
+            for name in (*(semi.table.name for semi in plan.semi_joins), *chain_tables(plan)):
                 linked = self.backend.data_version(tx, name)
                 version = None if version is None or linked is None else \
                     f"{version};{name}:{linked}"
@@ -430,7 +431,8 @@ class Engine:
 
 def _tables_of(plan: QueryPlan) -> tuple[str, ...]:
     """The tables whose data versions make up the plan's (``Engine.view``), in order."""
-    return (plan.table.name, *(join.table.name for join in plan.joins), *chain_tables(plan))
+    return (plan.table.name, *(join.table.name for join in plan.joins),
+            *(semi.table.name for semi in plan.semi_joins), *chain_tables(plan))
 
 
 def answered(asking: Asking[T], read: Callable[[RankRequest | CountRequest], Any]) -> T:

@@ -197,6 +197,8 @@ class QueryPlan:
     # partition selection (proxy.privacy.partition_selection), which spends half of
     # ``cost``; None: an ε-query
     delta: Decimal | None = None
+    # EXISTS over protected tables of the unit, each a boolean column of the scope
+    semi_joins: tuple[SemiJoin, ...] = ()
 
     @property
     def aggregate_loss(self) -> Loss:
@@ -392,6 +394,18 @@ class Join:
         """The public column's name among the plan's columns (``r.name``): a dot never
         occurs in a declared column's name."""
         return f"{self.alias}.{column}"
+
+
+@dataclass(frozen=True)
+class SemiJoin:
+    """An EXISTS of the plan's WHERE over a protected table of the plan's unit
+    (``proxy.analyze.semi_joins``): the scope's boolean column ``name``, true when a row
+    of ``table`` of the same unit meets ``condition`` (its columns read as ``_idp_y.col``,
+    the scope's as ``_idp_x.col``; None: any row of that unit)."""
+
+    table: Table
+    name: str
+    condition: Any = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Issue 34: public tables joined to public tables (a chain along unique keys, TPC-H's
 ``l_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_regionkey = r_regionkey``)
-in a query over protected tables, and public columns inside aggregates (TPC-H Q14), on
-both backends. The statistics pushed down equal the true join's (a Python reference),
-the answers come through a session, and the refusals say which key a chain misses,
+in a query over protected tables, public columns inside aggregates (TPC-H Q14), keys of
+two columns (Q09) and EXISTS / NOT EXISTS over a table of the same unit (Q04, Q21), on
+both backends. The statistics pushed down equal the true answer's (a Python
+reference), the answers come through a session, and the refusals say what is missing,
 with the ledger unchanged."""
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ unique = [["ps_partkey", "ps_suppkey"]]
 ps_partkey = { type = "int" }
 ps_suppkey = { type = "int" }
 ps_cost    = { type = "float", domain = [0, 10] }
+
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+person_id = { type = "int" }
 """
 REGIONS = [(1, "east"), (2, "west")]
 NATIONS = [(10, "ab", 1), (11, "cd", 1), (12, "ef", 2), (13, "gh", None)]
@@ -115,6 +121,7 @@ def _tables():
                                       "p_weight": "DOUBLE PRECISION"}),
         "partsupp": table_of_rows(PARTSUPP, {"ps_partkey": "BIGINT", "ps_suppkey": "BIGINT",
                                              "ps_cost": "DOUBLE PRECISION"}),
+        "visits": table_of_rows([(1,)], {"person_id": "BIGINT"}),
     }
 
 
@@ -262,7 +269,53 @@ def test_a_key_unique_together_is_checked_at_start(tmp_path):
         parse_rules(RULES.replace('[["ps_partkey", "ps_suppkey"]]', '[["ps_partkey", 1]]'))
 
 
+def test_exists_over_a_table_of_the_same_unit(backend_url):
+    """TPC-H Q04 (orders with a line item over 60) and Q21 (line items whose order has
+    another supplier's line item and no other one over 60): EXISTS and NOT EXISTS read
+    rows of the outer row's own unit; the shift is c of the outer tables alone."""
+    with open_engine(backend_url, RULES, _tables) as engine:
+        q04 = ("SELECT COUNT(*) FROM orders WHERE o_orderkey > 100 AND EXISTS (SELECT * "
+               "FROM lineitem WHERE l_orderkey = o_orderkey AND l_price > 60)")
+        owned = [line for line, _, _ in _lines()]
+        late = [order for order in ORDERS if order[1] is not None and order[0] > 100 and any(
+            line[0] == order[0] and line[3] > 60 for line in owned)]
+        shift, found = _statistics(engine, q04)
+        assert found == {(): (len(late), [])} and len(late) > 2
+        assert shift == max(sum(o[1] == c for o in ORDERS) for c, _ in CUSTOMERS)
+
+        q21 = ("SELECT n_name, COUNT(*) FROM supplier, lineitem l1, orders, nation WHERE "
+               "s_suppkey = l1.l_suppkey AND o_orderkey = l1.l_orderkey AND EXISTS (SELECT * "
+               "FROM lineitem l2 WHERE l2.l_orderkey = l1.l_orderkey AND l2.l_suppkey <> "
+               "l1.l_suppkey) AND NOT EXISTS (SELECT * FROM lineitem l3 WHERE l3.l_orderkey "
+               "= l1.l_orderkey AND l3.l_suppkey <> l1.l_suppkey AND l3.l_price > 60) AND "
+               "s_nationkey = n_nationkey GROUP BY n_name")
+        expected: dict = {}
+        for line, order, _ in _lines():
+            others = [o for o in owned if o[0] == line[0] and o[2] != line[2]]
+            supplier = _one(SUPPLIERS, 0, line[2])
+            nation = _one(NATIONS, 0, supplier[1]) if supplier else None
+            if nation and others and not any(o[3] > 60 for o in others):
+                key = (nation[1],)
+                expected[key] = (expected.get(key, (0, []))[0] + 1, [])
+        assert _statistics(engine, q21)[1] == expected and expected
+        (answer,) = Session.open(engine, "alice").execute(q21)
+        assert [row[0] for row in answer.rows] == ["ab", "cd", "ef", "gh"]
+        assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
+
+
 REFUSED = [
+    ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM part WHERE p_partkey = "
+     "o_orderkey)", "0A000", "EXISTS over part (public) is not supported"),
+    ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM visits WHERE person_id = "
+     "o_custkey)", "0A000", "its privacy unit (person_id) is not orders's"),
+    ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT l_orderkey FROM lineitem WHERE "
+     "l_orderkey = o_orderkey GROUP BY l_orderkey)", "0A000", "GROUP inside EXISTS"),
+    ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem JOIN part ON "
+     "l_partkey = p_partkey WHERE l_orderkey = o_orderkey)", "0A000", "JOINS inside EXISTS"),
+    ("SELECT COUNT(*) FROM orders o WHERE EXISTS (SELECT * FROM lineitem o WHERE "
+     "l_orderkey = 1)", "0A000", "name the EXISTS's table other than"),
+    ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_nope = 1)",
+     "42703", "column l_nope is not declared for orders"),
     ("SELECT COUNT(*) FROM lineitem l JOIN partsupp ps ON ps.ps_partkey = l.l_partkey",
      "0A000", "must match its unique key (ps_partkey, ps_suppkey) (each of its columns)"),
     ("SELECT COUNT(*) FROM lineitem l JOIN supplier s ON l.l_suppkey = s.s_suppkey "

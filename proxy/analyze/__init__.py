@@ -28,6 +28,7 @@ from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
+from proxy.analyze.semi_joins import exists_out, semi_joins
 from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
@@ -178,6 +179,7 @@ def analyze(
     place = _conditions_place(select)
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
+    alone, exists = exists_out(alone)  # EXISTS over the unit's tables: proxy.analyze.semi_joins
     _refuse_compound(alone)
     table = joined_table(_the_protected_table(alone, rules), joins)
     _limit(select)
@@ -188,6 +190,10 @@ def analyze(
         return post_processed
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
+    aliases = {select.args["from_"].this.alias_or_name.lower(), *(j.alias for j in joins)}
+    table, semi = semi_joins(exists, table, aliases, declared, rules)
+    if semi:
+        declared = _column_resolver(table, select, joins)  # and the EXISTS's columns
     checkpoint()
     # aggregates over expressions (of the joined row's columns, docs/privacy.md §3.9)
     select, table = with_expressions(select, table, declared)
@@ -235,6 +241,7 @@ def analyze(
         mechanism=_mechanism(settings, rules, model, aggregates),
         joins=joins,
         delta=rules.defaults.delta if selects else None,
+        semi_joins=semi,
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)

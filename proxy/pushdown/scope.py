@@ -114,14 +114,41 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     unique key, else its ``max_rows_per_key``), whatever the rules said at start: a
     row of the protected tables meets at most m public rows in every query, so the
     shift's multiplicity holds (docs/privacy.md §3.9) even after more rows with that key
-    are written to the public table (they then match nothing)."""
+    are written to the public table (they then match nothing). Each EXISTS of the plan
+    (``plan.semi_joins``) is then a boolean column of these rows."""
     if plan.per_unit is not None:
         return per_unit_rows(plan.per_unit, sample_percent).subquery(
             exp.to_identifier(plan.table.name, quoted=True), copy=False)
+    rows = _with_semi_joins(_joined_rows(plan, sample_percent), plan)
+    return rows if isinstance(rows, exp.Table) else rows.subquery(
+        exp.to_identifier(plan.table.name, quoted=True), copy=False)
+
+
+def _with_semi_joins(rows: exp.Expression, plan: QueryPlan) -> exp.Expression:
+    """``rows`` with a boolean column per EXISTS of the plan: whether a row of its table
+    whose unit is the row's own meets its condition (docs/privacy.md §3.15). The
+    equality of the units makes each row's value a function of its unit's records."""
+    if not plan.semi_joins:
+        return rows
+    outer = "_idp_x"
+    items: list[exp.Expression] = [
+        exp.Column(this=exp.Star(), table=exp.to_identifier(outer, quoted=True))]
+    for semi in plan.semi_joins:
+        same_unit = exp.column(semi.table.privacy_unit, table="_idp_y", quoted=True).eq(
+            exp.column(plan.table.privacy_unit, table=outer, quoted=True))
+        condition = same_unit if semi.condition is None else exp.and_(
+            same_unit, semi.condition.copy())
+        found = (exp.select(exp.Literal.number(1)).from_(_named(table_rows(semi.table), "_idp_y"))
+                 .where(condition, copy=False))
+        items.append(exp.alias_(exp.Exists(this=found), semi.name, quoted=True))
+    return exp.select(*items).from_(_named(rows, outer))
+
+
+def _joined_rows(plan: QueryPlan, sample_percent: int | None) -> exp.Expression:
+    """The plan's table with its joins (``source_table``), unnamed."""
     table = table_rows(plan.table, sample_percent)
     if not plan.joins:
-        return table if isinstance(table, exp.Table) else table.subquery(
-            exp.to_identifier(plan.table.name, quoted=True), copy=False)
+        return table
     mine = "_idp_t"
     star = exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
     joined = exp.select(star).from_(_named(table, mine))
@@ -155,7 +182,7 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
         if join.protected and index + 1 < len(plan.joins):
             # the public tables join the pair: its columns are read as they are named
             joined = exp.select(star.copy()).from_(joined.subquery(mine, copy=False))
-    return joined.subquery(exp.to_identifier(plan.table.name, quoted=True), copy=False)
+    return joined
 
 
 def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.Select:
@@ -241,8 +268,10 @@ def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
 def chain_tables(plan: QueryPlan) -> tuple[str, ...]:
     """The tables a plan's units are derived through (``unit_via`` chains of its
     protected tables), beyond the tables it names: its answers depend on them too."""
-    tables = [plan.table, *(join.table for join in plan.joins if join.protected)]
-    named = {plan.table.name, *(join.table.name for join in plan.joins)}
+    tables = [plan.table, *(join.table for join in plan.joins if join.protected),
+              *(semi.table for semi in plan.semi_joins)]
+    named = {plan.table.name, *(join.table.name for join in plan.joins),
+             *(semi.table.name for semi in plan.semi_joins)}
     out: list[str] = []
     for table in tables:
         for name in (table.link.tables if table.link else ()):
