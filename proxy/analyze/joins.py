@@ -106,7 +106,7 @@ def split_joins(select: exp.Select, rules: Rules
     if not joins:
         return select, ()
     sources = [(select.args["from_"].this, None), *[(join.this, join) for join in joins]]
-    declared = [_declared(node, rules) for node, _ in sources]
+    declared = [declared_table(node, rules) for node, _ in sources]
     protected = [i for i, table in enumerate(declared) if not table.public]
     if not protected:
         raise NotSupported("this join reads public tables only through functions the proxy "
@@ -253,7 +253,9 @@ def _check_units(tables: list[Table]) -> None:
                                "people (the same privacy_unit, or unit_of, or unit_via)")
 
 
-def _declared(node: exp.Expression, rules: Rules) -> Table:
+def declared_table(node: exp.Expression, rules: Rules) -> Table:
+    """The rules' table a FROM, JOIN or EXISTS names; refused when it names none (or a
+    schema other than the default)."""
     if not isinstance(node, exp.Table) or not node.name:
         raise NotSupported(f"a join takes tables, not subqueries or functions: {ALLOWED}")
     table = rules.table(node.name)

@@ -30,8 +30,9 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
+from proxy.analyze.joins import declared_table
 from proxy.analyze.predicate import check_predicate
-from proxy.errors import NotSupported, UnknownColumn, UnknownTable
+from proxy.errors import NotSupported, UnknownColumn
 from proxy.rules import Column, Rules, Table
 from proxy.vocabulary import JoinedColumn, SemiJoin
 
@@ -111,13 +112,7 @@ def _inner_table(node: exp.Exists, rules: Rules) -> tuple[Table, str]:
     source = query.args["from_"].this
     if not isinstance(source, exp.Table) or not source.name:
         raise NotSupported(f"EXISTS takes a SELECT over one table: {ALLOWED}")
-    declared = rules.table(source.name)
-    if declared is None:
-        raise UnknownTable(f"table {source.name} is not available; the rules declare: "
-                           f"{', '.join(sorted(rules.tables)) or 'no tables'}")
-    if source.args.get("db") and source.text("db").lower() not in ("public", "main"):
-        raise UnknownTable(f"schema {source.text('db')} is not available; use {declared.name}")
-    return declared, source.alias_or_name.lower()
+    return declared_table(source, rules), source.alias_or_name.lower()
 
 
 def _condition(where: exp.Expression, inner: Table, alias: str, table: Table,
