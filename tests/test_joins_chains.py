@@ -316,6 +316,18 @@ REFUSED = [
      "l_orderkey = 1)", "0A000", "name the EXISTS's table other than"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_nope = 1)",
      "42703", "column l_nope is not declared for orders"),
+    # TPC-H Q17, Q18, Q20, Q10: what stays refused, said precisely
+    ("SELECT SUM(l_price) FROM lineitem, part WHERE p_partkey = l_partkey AND l_price < "
+     "(SELECT AVG(l_price) FROM lineitem WHERE l_partkey = p_partkey)", "0A000",
+     "a scalar subquery over lineitem compared with each row is not supported"),
+    ("SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem "
+     "GROUP BY l_orderkey HAVING SUM(l_price) > 300)", "0A000",
+     "IN (SELECT … FROM lineitem) is not supported"),
+    ("SELECT COUNT(*) FROM supplier WHERE s_suppkey IN (SELECT s_suppkey FROM supplier "
+     "WHERE s_nationkey > (SELECT AVG(l_price) FROM lineitem))", "0A000",
+     "reads the protected table lineitem"),
+    ("SELECT c_custkey, COUNT(*) FROM customer, orders WHERE c_custkey = o_custkey "
+     "GROUP BY c_custkey", "0A000", "c_custkey is the privacy unit"),
     ("SELECT COUNT(*) FROM lineitem l JOIN partsupp ps ON ps.ps_partkey = l.l_partkey",
      "0A000", "must match its unique key (ps_partkey, ps_suppkey) (each of its columns)"),
     ("SELECT COUNT(*) FROM lineitem l JOIN supplier s ON l.l_suppkey = s.s_suppkey "

@@ -28,7 +28,7 @@ from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.outer import outer_plan
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
-from proxy.analyze.semi_joins import exists_out, semi_joins
+from proxy.analyze.semi_joins import exists_out, refuse_subqueries, semi_joins
 from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
@@ -177,6 +177,7 @@ def analyze(
         _check_answer_size(outer.group_by, _columns(select, outer), rules)
         return outer
     place = _conditions_place(select)
+    refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
     alone, exists = exists_out(alone)  # EXISTS over the unit's tables: proxy.analyze.semi_joins

@@ -59,6 +59,34 @@ def exists_out(select: exp.Select) -> tuple[exp.Select, tuple[exp.Exists, ...]]:
     return select, tuple(found)
 
 
+def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
+    """Refuse, in one line naming its form and its table, a subquery outside FROM and
+    EXISTS (``IN (SELECT …)``, a scalar subquery) that reads a protected table: it
+    filters each row by a list or an aggregate of other people's rows, which would need
+    a release of its own (TPC-H Q17, Q18, Q20, Q22)."""
+    for node in select.find_all(exp.Subquery):
+        query = node.this
+        if isinstance(node.parent, (exp.From, exp.Join)) or not isinstance(query, exp.Select):
+            continue
+        sources = [clause.this for clause in (query.args.get("from_"),
+                                              *(query.args.get("joins") or [])) if clause]
+        protected = [source.name for source in sources if isinstance(source, exp.Table)
+                     and (declared := rules.table(source.name)) is not None
+                     and not declared.public]
+        if not protected:
+            continue
+        if isinstance(node.parent, exp.In):
+            form = f"IN (SELECT … FROM {protected[0]})"
+        elif isinstance(node.parent, (exp.Binary, exp.Between)):
+            form = f"a scalar subquery over {protected[0]} compared with each row"
+        else:
+            form = f"a subquery over {protected[0]}"
+        raise NotSupported(f"{form} is not supported: it reads the protected table "
+                           f"{protected[0]} to filter or compute each row (a list or an "
+                           "aggregate of other people's rows would need a release of its own); "
+                           f"supported: {ALLOWED}, joins along declared keys")
+
+
 def semi_joins(found: tuple[exp.Exists, ...], table: Table, aliases: set[str], resolve,
                rules: Rules) -> tuple[Table, tuple[SemiJoin, ...]]:
     """``table`` with a boolean column for each EXISTS of ``found`` (its placeholder's
