@@ -8,10 +8,14 @@ with the ledger unchanged."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from proxy.analyze import analyze, parse_statements
-from proxy.errors import RulesError
+from proxy.analyze import analyze, parse_statements, refuse_beyond_backend
+from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.backends.spark_backend import SparkBackend
+from proxy.errors import NotSupported, Refused, RulesError
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
@@ -301,6 +305,22 @@ def test_exists_over_a_table_of_the_same_unit(backend_url):
         (answer,) = Session.open(engine, "alice").execute(q21)
         assert [row[0] for row in answer.rows] == ["ab", "cd", "ef", "gh"]
         assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
+
+
+def test_exists_is_refused_before_the_debit_where_the_backend_cannot_compute_it():
+    """Spark plans EXISTS subqueries in filters only, not in the SELECT list that
+    computes them: refused at analysis (0A000), not failed after the debit; a huge
+    condition inside an EXISTS counts toward the backend's limit of ANDs and ORs."""
+    rules = parse_rules(RULES)
+    plan = analyze(parse_statements(
+        "SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey "
+        "= o_orderkey AND (" + " OR ".join(f"l_price = {i}" for i in range(300)) + "))")[0],
+        rules, Settings())
+    refuse_beyond_backend(plan, DuckDBBackend.capabilities)
+    with pytest.raises(NotSupported, match="not on this backend"):
+        refuse_beyond_backend(plan, SparkBackend.capabilities)
+    with pytest.raises(Refused, match="300 ANDs and ORs"):
+        refuse_beyond_backend(plan, replace(SparkBackend.capabilities, exists_in_select=True))
 
 
 REFUSED = [

@@ -262,7 +262,12 @@ def refuse_beyond_backend(work: QueryPlan | PassthroughPlan, capabilities: Capab
                           ) -> None:
     """Refuse (54001, before any debit) a statement whose conditions hold more ANDs and
     ORs than its backend's ``max_connectors``: the WHERE as sent (after merging), each
-    aggregate's FILTER and CASE conditions, a per-unit source's, a public query's."""
+    aggregate's FILTER and CASE conditions, each EXISTS's, a per-unit source's, a public
+    query's. An EXISTS on a backend that cannot compute it (``exists_in_select``) is
+    refused too (0A000)."""
+    if isinstance(work, QueryPlan) and work.semi_joins and not capabilities.exists_in_select:
+        raise NotSupported("EXISTS over protected tables is answered on DuckDB and "
+                           "PostgreSQL, not on this backend; ask without it")
     limit = capabilities.max_connectors
     if limit is None:
         return
@@ -272,6 +277,7 @@ def refuse_beyond_backend(work: QueryPlan | PassthroughPlan, capabilities: Capab
         trees = [work.where] if work.where is not None else []
         trees += [column.expression for column in work.table.columns.values()
                   if isinstance(column, DerivedColumn) and column.expression is not None]
+        trees += [semi.condition for semi in work.semi_joins if semi.condition is not None]
     connectors = sum(1 for tree in trees for _ in tree.find_all(exp.And, exp.Or))
     if connectors > limit:
         raise Refused("statement too complex for this backend: its "
