@@ -58,6 +58,7 @@ max_groups = 100000
 
 [tables.customer]
 privacy_unit = "c_custkey"
+max_rows_per_unit = 1
 [tables.customer.columns]
 c_custkey    = { type = "int" }
 c_name       = { type = "text" }
@@ -72,6 +73,7 @@ c_comment    = { type = "text" }
 [tables.orders]
 privacy_unit = "o_custkey"
 unit_of = "customer.c_custkey"
+max_rows_per_unit = 60  # TPC-H: about 22 orders per ordering customer; 32 at most at SF 0.01
 [tables.orders.columns]
 o_orderkey      = { type = "int" }
 o_custkey       = { type = "int" }

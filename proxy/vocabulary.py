@@ -389,6 +389,9 @@ class Join:
     # ``determines`` (0: the plan's own table, k: its k-th protected join); "": on the unit
     link: str = ""
     determines: int | None = None
+    # a LEFT-joined protected table: the condition on its own columns its rows are read
+    # with (the ON's other conditions; None: all its rows)
+    read: Any = None
 
     def column_name(self, column: str) -> str:
         """The public column's name among the plan's columns (``r.name``): a dot never

@@ -31,6 +31,7 @@ budget_per_analyst = 10
 
 [tables.customer]
 privacy_unit = "c_custkey"
+max_rows_per_unit = 1
 [tables.customer.columns]
 c_custkey   = { type = "int" }
 c_nationkey = { type = "int" }
@@ -38,9 +39,11 @@ c_nationkey = { type = "int" }
 [tables.orders]
 privacy_unit = "o_custkey"
 unit_of = "customer.c_custkey"
+max_rows_per_unit = 3
 [tables.orders.columns]
 o_orderkey = { type = "int" }
 o_custkey  = { type = "int" }
+o_comment  = { type = "text" }
 
 [tables.lineitem]
 unit_via = { l_orderkey = "orders.o_orderkey" }
@@ -102,18 +105,21 @@ PARTS = [(1, "PROMO tin", 2.0), (2, "plain", 7.5), (3, "PROMOTED", None), (4, No
 PARTSUPP = [(p, s, p + s / 10) for p in range(1, 6) for s in range(1, 8) if (p + s) % 3]
 PARTSUPP += [(None, 1, 1.0), (1, None, 1.0)]
 CUSTOMERS = [(c, 10 + c % 4) for c in range(1, 8)]
-ORDERS = [(100 * c + k, c) for c in range(1, 8) for k in range(c % 3 + 1)]
-ORDERS += [(900, None)]
+# customer c has c % 3 + 1 orders; every third one has "special requests" in its comment
+ORDERS = [(100 * c + k, c, "special requests" if (c + k) % 3 == 0 else "sealed")
+          for c in range(1, 8) for k in range(c % 3 + 1)]
+ORDERS += [(900, None, "sealed")]
 # every other line item from a supplier of its customer's nation (4: one that dangles)
 LINES = [(o, (o + i) % 5 + 1, o // 100 % 4 + 1 if i % 2 else (o + 2 * i) % 7 + 1,
-          float((o * 7 + i) % 120)) for o, _ in ORDERS for i in range(o % 4 + 1)]
+          float((o * 7 + i) % 120)) for o, *_ in ORDERS for i in range(o % 4 + 1)]
 LINES += [(777, 1, 1, 5.0)]
 
 
 def _tables():
     return {
         "customer": table_of_rows(CUSTOMERS, {"c_custkey": "BIGINT", "c_nationkey": "BIGINT"}),
-        "orders": table_of_rows(ORDERS, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT"}),
+        "orders": table_of_rows(ORDERS, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT",
+                                         "o_comment": "TEXT"}),
         "lineitem": table_of_rows(LINES, {"l_orderkey": "BIGINT", "l_partkey": "BIGINT",
                                           "l_suppkey": "BIGINT",
                                           "l_price": "DOUBLE PRECISION"}),
@@ -321,6 +327,25 @@ def test_exists_is_refused_before_the_debit_where_the_backend_cannot_compute_it(
         refuse_beyond_backend(plan, SparkBackend.capabilities)
     with pytest.raises(Refused, match="300 ANDs and ORs"):
         refuse_beyond_backend(plan, replace(SparkBackend.capabilities, exists_in_select=True))
+
+
+def test_customers_by_their_number_of_orders(backend_url):
+    """TPC-H Q13: a LEFT join of customer and orders whose ON also filters the orders
+    (``NOT LIKE '%special%requests%'``, a pattern holding "%s"), counted per customer,
+    then customers counted per count: the counts 0 … B (1 · 3) are the keys."""
+    with open_engine(backend_url, RULES, _tables) as engine:
+        q13 = ("SELECT c_count, COUNT(*) AS custdist FROM (SELECT c_custkey, COUNT(o_orderkey) "
+               "FROM customer LEFT OUTER JOIN orders ON c_custkey = o_custkey AND o_comment "
+               "NOT LIKE '%special%requests%' GROUP BY c_custkey) AS c_orders (c_custkey, "
+               "c_count) GROUP BY c_count ORDER BY custdist DESC, c_count DESC")
+        counts = [sum(1 for o in ORDERS if o[1] == c and "special" not in o[2])
+                  for c, _ in CUSTOMERS]
+        expected = {(n,): (counts.count(n), []) for n in range(4) if counts.count(n)}
+        shift, found = _statistics(engine, q13)
+        assert found == expected and len(expected) >= 2 and shift == 1
+        (answer,) = Session.open(engine, "alice").execute(q13)
+        assert sorted(row[0] for row in answer.rows) == [0, 1, 2, 3]
+        assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
 
 
 REFUSED = [

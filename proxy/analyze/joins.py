@@ -50,9 +50,10 @@ at least one), which the engine bounds per pair of data versions (``proxy.pushdo
 scope.unit_bound_sql``) and DP bounds by the product of the declared
 ``max_rows_per_unit`` (docs/privacy.md §3.10). Columns of either protected table may
 be aggregated, filtered and grouped (by declared keys); an inner join's other ON
-conditions are filters. Refused: a join of protected tables on any other column, of
-tables without the same declared privacy unit, of more than two protected tables, and
-a LEFT join whose ON is more than the unit equality.
+conditions are filters; a LEFT join's conditions on its own table's columns read that
+table's rows that meet them (``Join.read``, docs/privacy.md §3.10). Refused: a join of
+protected tables on any other column, of tables without the same declared privacy
+unit, and a LEFT join whose ON holds anything else.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy.analyze.explicit_joins import explicit_joins
+from proxy.analyze.predicate import check_predicate
 from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn, UnknownTable
 from proxy.rules import Rules, Table, key_text
 from proxy.vocabulary import Join, JoinedColumn, unit_sources
@@ -140,6 +142,7 @@ def split_joins(select: exp.Select, rules: Rules
                                                    if name != protected_alias}
     links: dict[str, list[tuple[str, str, str, str]]] = {name: [] for name in order}
     filters = []  # an inner join's other ON conditions: filters, as in WHERE
+    own_filters: dict[str, list[exp.Expression]] = {}  # a LEFT-joined protected table's
     position = {node.alias_or_name.lower(): i for i, (node, _) in enumerate(sources)}
     for node, join in sources[1:]:
         own = node.alias_or_name.lower() if join.args.get("side") else None
@@ -153,9 +156,13 @@ def split_joins(select: exp.Select, rules: Rules
         for pair in between:  # on the later of the two protected tables
             later = max(pair[0], pair[2], key=order.index)
             links[later].append(pair if pair[0] == later else (*pair[2:], *pair[:2]))
-        filters += others
+        if own in order:  # a LEFT join's conditions on its own protected table's columns
+            own_filters[own] = others
+        else:
+            filters += others
     found = [_protected_join(alias, names, order, links[alias],
-                             bool(join is not None and join.args.get("side")))
+                             bool(join is not None and join.args.get("side")),
+                             own_filters.get(alias, []))
              for alias, (_, join) in zip(order[1:], [sources[i] for i in protected[1:]])]
     for index, (node, join) in enumerate(sources):
         if index in protected:
@@ -187,14 +194,17 @@ def split_joins(select: exp.Select, rules: Rules
 
 
 def _protected_join(alias: str, names: dict[str, Table], order: list[str],
-                    equalities: list[tuple[str, str, str, str]], left: bool) -> Join:
+                    equalities: list[tuple[str, str, str, str]], left: bool,
+                    own: list[exp.Expression]) -> Join:
     """The join of the protected table ``alias`` with those before it in ``order``:
     along a declared link when one of ``equalities`` (its column, the earlier alias,
     that one's column) is one, else on the unit. Every such join also equates the two
     tables' units (derived ones included), so each joined row holds records of one
     unit (docs/privacy.md §3.13); a link makes one side's row determine the other's:
     ``link`` says which ("referenced": this table's row is the one the earlier row
-    names; "referencing": this row names the earlier one, ``determines`` its index)."""
+    names; "referencing": this row names the earlier one, ``determines`` its index).
+    ``own``: a LEFT join's ON conditions on this table's columns alone (TPC-H Q13's
+    ``o_comment NOT LIKE …``), checked as a WHERE is: the rows it reads."""
     table = names[alias]
     base = order[0]
 
@@ -215,11 +225,17 @@ def _protected_join(alias: str, names: dict[str, Table], order: list[str],
                            "on the link from the first to the second, only; filter with "
                            f"WHERE: {unit_allowed(names[other], table)}")
     unit_pair = (named(other, names[other].privacy_unit), table.privacy_unit)
+    read = None
+    if own:
+        def column_of(column: exp.Column) -> str:
+            return _column_of(column, table)
+
+        read = check_predicate(exp.and_(*own, copy=True), table, column_of, "the LEFT JOIN's ON")
     if kind is None:
-        return Join(table, alias, (unit_pair,), (table.privacy_unit,), left, True)
+        return Join(table, alias, (unit_pair,), (table.privacy_unit,), left, True, read=read)
     return Join(table, alias, (unit_pair, (named(other, theirs), mine)), (table.privacy_unit,),
                 left, True, link=kind,
-                determines=order.index(other) if kind == "referencing" else None)
+                determines=order.index(other) if kind == "referencing" else None, read=read)
 
 
 def _link_kind(table: Table, column: str, other: Table, theirs: str) -> str | None:
@@ -330,9 +346,13 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
             chained.append(pair)
             continue
         if own is not None and own in mine:
+            if all(column.table.lower() == own for column in condition.find_all(exp.Column)):
+                others.append(condition)  # the rows of the LEFT-joined table it reads
+                continue
             first = names[order[0]]
             raise NotSupported("a LEFT JOIN of two protected tables is ON their privacy units "
-                               "or their declared link only; filter with WHERE: "
+                               "or their declared link, and conditions on the joined table's "
+                               "own columns, only; filter with WHERE: "
                                f"{unit_allowed(first, names[own])}")
         if not (len(aliases) == 2 and all(aliases) and len(mine & set(aliases)) == 1):
             if own is not None:

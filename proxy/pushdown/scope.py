@@ -173,8 +173,9 @@ def _joined_rows(plan: QueryPlan, sample_percent: int | None) -> exp.Expression:
                        quoted=True) for name in columns], copy=False)
         on = exp.and_(*[value(protected).eq(exp.column(other, table=alias, quoted=True))
                         for protected, other in join.pairs])
-        read = (_named(table_rows(join.table), alias)
-                if join.protected else
+        read = (_named(table_rows(join.table), alias) if join.protected and join.read is None
+                else exp.select("*").from_(_named(table_rows(join.table), "_idp_f"))
+                .where(join.read.copy()).subquery(alias, copy=False) if join.protected else
                 _bounded_rows(join.table.name, join.key, join.multiplicity)
                 .subquery(alias, copy=False))
         joined = joined.join(read, on=on, join_type="left" if join.left else "inner",
