@@ -579,6 +579,8 @@ def _neighbour(plan: QueryPlan) -> str:
     if plan.mechanism.prior is not None:
         return "any two data sets (seed 001 Prop. 1)"
     others = [join.table.name for join in plan.joins if join.protected]
+    others += [semi.table.name for semi in plan.semi_joins
+               if semi.table.name not in (table.name, *others)]  # read by EXISTS
     where = (f" in {', '.join([table.name, *others[:-1]])} and {others[-1]}" if others
              else "")
     who = (f"all records of one {table.privacy_unit}{where}" if table.privacy_unit

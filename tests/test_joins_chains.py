@@ -311,6 +311,9 @@ def test_exists_over_a_table_of_the_same_unit(backend_url):
         (answer,) = Session.open(engine, "alice").execute(q21)
         assert [row[0] for row in answer.rows] == ["ab", "cd", "ef", "gh"]
         assert answer.privacy["epsilon_spent"] == pytest.approx(0.1)
+        (answer,) = Session.open(engine, "alice").execute(q04)
+        assert answer.privacy["neighbours"] == ("modify all records of one o_custkey in "
+                                                "orders and lineitem")
 
 
 def test_exists_is_refused_before_the_debit_where_the_backend_cannot_compute_it():
