@@ -209,6 +209,14 @@ def test_chains_of_public_tables_count_the_true_join(backend_url):
         assert _statistics(engine, left)[1] == {(): (len(LINES), [pytest.approx(
             sum(min(line[3], 100.0) for line in named))])}
 
+        # an equality of two earlier public tables in a later inner ON is a filter
+        region = ("SELECT COUNT(*) FROM lineitem l JOIN supplier s ON l.l_suppkey = "
+                  "s.s_suppkey JOIN nation n ON n.n_nationkey = s.s_nationkey JOIN region r "
+                  "ON r.r_regionkey = n.n_regionkey AND s.s_nationkey = n.n_nationkey")
+        regional = [line for line in LINES if (supplier := _one(SUPPLIERS, 0, line[2]))
+                    and (nation := _one(NATIONS, 0, supplier[1])) and _one(REGIONS, 0, nation[2])]
+        assert _statistics(engine, region)[1] == {(): (len(regional), [])} and regional
+
         (answer,) = Session.open(engine, "alice").execute(q05)
         assert [row[0] for row in answer.rows] == ["ab", "cd", "ef", "gh"]  # nation's names
         assert "customer, orders and lineitem" in answer.privacy["neighbours"]
@@ -352,6 +360,13 @@ def test_customers_by_their_number_of_orders(backend_url):
 
 
 REFUSED = [
+    ("SELECT COUNT(*) FROM lineitem l JOIN supplier s ON l.l_suppkey = s.s_suppkey JOIN "
+     "nation n ON n.n_nationkey = s.s_nationkey LEFT JOIN region r ON r.r_regionkey = "
+     "n.n_regionkey AND s.s_nationkey = n.n_nationkey", "0A000",
+     "a LEFT JOIN's ON names its own public table and one joined before it"),
+    ("SELECT COUNT(*) FROM lineitem l LEFT JOIN nation n ON l.l_suppkey = n.n_nationkey AND "
+     "s.s_nationkey = n.n_nationkey JOIN supplier s ON l.l_suppkey = s.s_suppkey", "0A000",
+     "a LEFT JOIN's ON names its own table and ones joined before it, not s"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM part WHERE p_partkey = "
      "o_orderkey)", "0A000", "EXISTS over part (public) is not supported"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM visits WHERE person_id = "

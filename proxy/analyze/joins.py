@@ -152,7 +152,14 @@ def split_joins(select: exp.Select, rules: Rules
             conditions[pair[0]].append(pair[1:])
         for pair in chained:  # on the later public table, the earlier's column as joined
             early, late = sorted((pair[:2], pair[2:]), key=lambda side: position[side[0]])
-            conditions[late[0]].append((f"{early[0]}.{early[1]}", late[1]))
+            if late[0] == node.alias_or_name.lower():
+                conditions[late[0]].append((f"{early[0]}.{early[1]}", late[1]))
+            elif own is None:  # in another table's inner ON: a filter, as in WHERE
+                filters.append(exp.column(early[1], table=early[0]).eq(
+                    exp.column(late[1], table=late[0])))
+            else:
+                raise NotSupported(f"a LEFT JOIN's ON names its own table and ones joined "
+                                   f"before it, not {late[0]}: {ALLOWED}")
         for pair in between:  # on the later of the two protected tables
             later = max(pair[0], pair[2], key=order.index)
             links[later].append(pair if pair[0] == later else (*pair[2:], *pair[:2]))
