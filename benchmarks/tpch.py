@@ -16,7 +16,7 @@ The rules (``RULES``): customer, orders and lineitem protected with the customer
 unit: customer's ``c_custkey``, orders' ``o_custkey`` (``unit_of``), and lineitem
 through its order (``unit_via = { l_orderkey = "orders.o_orderkey" }``, docs/privacy.md
 §3.13); nation, region, part and supplier public with their unique keys, and partsupp
-public. ε is 1 per aggregate. Each query is asked once through a session (analysis,
+public, unique on (ps_partkey, ps_suppkey) together. ε is 1 per aggregate. Each query is asked once through a session (analysis,
 pushdown, noise), and the line says ``answered`` with the median relative error of its
 aggregate cells against the true answer (the same query run on DuckDB directly; rows
 matched on the other select items), or the refusal's SQLSTATE and message; the last
@@ -58,6 +58,7 @@ max_groups = 100000
 
 [tables.customer]
 privacy_unit = "c_custkey"
+max_rows_per_unit = 1
 [tables.customer.columns]
 c_custkey    = { type = "int" }
 c_name       = { type = "text" }
@@ -72,6 +73,7 @@ c_comment    = { type = "text" }
 [tables.orders]
 privacy_unit = "o_custkey"
 unit_of = "customer.c_custkey"
+max_rows_per_unit = 60  # TPC-H: about 22 orders per ordering customer; 32 at most at SF 0.01
 [tables.orders.columns]
 o_orderkey      = { type = "int" }
 o_custkey       = { type = "int" }
@@ -111,7 +113,11 @@ public = true
 unique = ["n_nationkey"]
 [tables.nation.columns]
 n_nationkey = { type = "int" }
-n_name      = { type = "text" }
+n_name      = { type = "text", keys = ["ALGERIA", "ARGENTINA", "BRAZIL", "CANADA", "EGYPT",
+                                      "ETHIOPIA", "FRANCE", "GERMANY", "INDIA", "INDONESIA",
+                                      "IRAN", "IRAQ", "JAPAN", "JORDAN", "KENYA", "MOROCCO",
+                                      "MOZAMBIQUE", "PERU", "CHINA", "ROMANIA", "SAUDI ARABIA",
+                                      "VIETNAM", "RUSSIA", "UNITED KINGDOM", "UNITED STATES"] }
 n_regionkey = { type = "int" }
 n_comment   = { type = "text" }
 
@@ -120,7 +126,7 @@ public = true
 unique = ["r_regionkey"]
 [tables.region.columns]
 r_regionkey = { type = "int" }
-r_name      = { type = "text" }
+r_name      = { type = "text", keys = ["AFRICA", "AMERICA", "ASIA", "EUROPE", "MIDDLE EAST"] }
 r_comment   = { type = "text" }
 
 [tables.part]
@@ -151,11 +157,12 @@ s_comment   = { type = "text" }
 
 [tables.partsupp]
 public = true
+unique = [["ps_partkey", "ps_suppkey"]]
 [tables.partsupp.columns]
 ps_partkey    = { type = "int" }
 ps_suppkey    = { type = "int" }
 ps_availqty   = { type = "int" }
-ps_supplycost = { type = "float" }
+ps_supplycost = { type = "float", domain = [1, 1000] }
 ps_comment    = { type = "text" }
 """.replace("NATIONS", ", ".join(str(n) for n in range(25)))
 

@@ -57,7 +57,7 @@ from proxy.pushdown.window import (
     rank_counts,
     rank_window,
 )
-from proxy.rules import LINKED_UNIT, Rules, where_declared
+from proxy.rules import LINKED_UNIT, Rules, key_text, where_declared
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
@@ -116,7 +116,8 @@ class Engine:
                 versions[join.alias] = self.backend.data_version(tx, join.table.name)
                 version = None if version is None or versions[join.alias] is None else \
                     f"{version};{join.table.name}:{versions[join.alias]}"
-            for name in chain_tables(plan):  # units derived through them (unit_via)
+            # the tables EXISTS reads, and those units are derived through (unit_via)
+            for name in (*(semi.table.name for semi in plan.semi_joins), *chain_tables(plan)):
                 linked = self.backend.data_version(tx, name)
                 version = None if version is None or linked is None else \
                     f"{version};{name}:{linked}"
@@ -430,7 +431,8 @@ class Engine:
 
 def _tables_of(plan: QueryPlan) -> tuple[str, ...]:
     """The tables whose data versions make up the plan's (``Engine.view``), in order."""
-    return (plan.table.name, *(join.table.name for join in plan.joins), *chain_tables(plan))
+    return (plan.table.name, *(join.table.name for join in plan.joins),
+            *(semi.table.name for semi in plan.semi_joins), *chain_tables(plan))
 
 
 def answered(asking: Asking[T], read: Callable[[RankRequest | CountRequest], Any]) -> T:
@@ -513,7 +515,7 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
             if column.unit_attribute:
                 _check_unit_attribute(rules, table.name, table.privacy_unit, name, backend)
         if table.link is not None:  # the key a unit_via names: unique in its table
-            _check_rows_per_key(rules, table.link.table, table.link.key, 1, backend,
+            _check_rows_per_key(rules, table.link.table, (table.link.key,), 1, backend,
                                 linked_from=table.name)
 
 
@@ -537,23 +539,26 @@ def _check_type(rules: Rules, table: str, name: str, declared: str, stored: str)
                          "or cast it in a view")
 
 
-def _check_rows_per_key(rules: Rules, table: str, key: str, most: int,
+def _check_rows_per_key(rules: Rules, table: str, columns: tuple[str, ...], most: int,
                         backend: Backend, linked_from: str | None = None) -> None:
-    """Refuse to start when a value of ``key`` occurs in more than ``most`` rows
-    (``linked_from``: the table whose ``unit_via`` names ``key``)."""
-    column = exp.column(key, quoted=True)
+    """Refuse to start when a value of the key ``columns`` (one, or several together)
+    occurs in more than ``most`` rows (``linked_from``: the table whose ``unit_via``
+    names the key)."""
+    named = [exp.column(column, quoted=True) for column in columns]
     beyond = (exp.select(exp.Literal.number(1)).from_(table_ref(table))
-              .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+              .where(exp.and_(*(column.is_(exp.null()).not_() for column in named)))
+              .group_by(*(column.copy() for column in named))
               .having(exp.Count(this=exp.Star()) > exp.Literal.number(most)).limit(1))
     if not backend.read(beyond.sql(dialect=backend.dialect)):
         return
+    key = key_text(columns)
     if linked_from is not None:
         declared = f"tables.{linked_from}.unit_via"
         raise RulesError(f"{where_declared(rules, declared)}: [{declared}] {table}.{key} is "
                          f"not unique in the backend's table {table} (a value occurs in more "
                          f"than one row): a row of {linked_from} would have no one unit; "
                          "link to a unique key, or make it unique")
-    if key in rules.tables[table].unique:
+    if columns in rules.tables[table].unique:
         raise RulesError(f"{where_declared(rules, f'tables.{table}.unique')}: "
                          f"[tables.{table}.unique] {key} is not unique in the "
                          f"backend's table {table} (a value occurs in more than one row): a "

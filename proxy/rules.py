@@ -105,7 +105,9 @@ class Table:
     max_rows_per_unit: int | None = None
     columns: Mapping[str, Column] = field(default_factory=lambda: MappingProxyType({}))
     individual_queries: bool = False  # one unit's value, answered by knowledge refinement
-    unique: tuple[str, ...] = ()  # public tables: columns each of whose values occurs once
+    # public tables: keys (one column, or several together) each of whose values occurs
+    # in one row at most
+    unique: tuple[tuple[str, ...], ...] = ()
     # public tables: columns each of whose values occurs in at most that many rows
     max_rows_per_key: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     # Spark: the Parquet files the backend reads the table from (a view in its session)
@@ -119,11 +121,18 @@ class Table:
     link: Link | None = None
 
     @property
-    def join_keys(self) -> dict[str, int]:
-        """The columns a protected table may join this public table on, each with the
-        most rows one of its values occurs in: 1 for ``unique``, m for
-        ``max_rows_per_key``."""
-        return {**{name: 1 for name in self.unique}, **self.max_rows_per_key}
+    def join_keys(self) -> dict[tuple[str, ...], int]:
+        """The keys (one column, or several matched together) a protected table may join
+        this public table on, each with the most rows one of its values occurs in: 1 for
+        ``unique``, m for ``max_rows_per_key``."""
+        return {**dict.fromkeys(self.unique, 1),
+                **{(name,): most for name, most in self.max_rows_per_key.items()}}
+
+
+def key_text(columns: tuple[str, ...]) -> str:
+    """A join key as the rules and messages name it: ``code``, or ``(part, supplier)``
+    for columns unique together."""
+    return columns[0] if len(columns) == 1 else f"({', '.join(columns)})"
 
 
 @dataclass(frozen=True)
@@ -501,23 +510,32 @@ def _table(reader: _Reader, name: str, body: Any) -> Table:
 
 
 def _unique(reader: _Reader, key: str, value: Any, public: bool,
-            columns: Mapping[str, Column]) -> tuple[str, ...]:
-    """``unique = ["code"]``: columns of a public table whose every value occurs in one
-    row at most (checked against the backend at start), so that a protected table joins
-    it many-to-one (docs/privacy.md §3.9)."""
-    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise reader.fail(key, 'must be a list of column names, e.g. unique = ["code"]')
+            columns: Mapping[str, Column]) -> tuple[tuple[str, ...], ...]:
+    """``unique = ["code"]``: keys of a public table whose every value occurs in one row
+    at most (checked against the backend at start), so that a protected table joins it
+    many-to-one (docs/privacy.md §3.9); a key of several columns, unique together, is a
+    list of them (``unique = [["ps_partkey", "ps_suppkey"]]``), matched by a join on
+    all of them."""
+    if not isinstance(value, list) or not all(
+            isinstance(entry, str) or (isinstance(entry, list) and entry and all(
+                isinstance(name, str) for name in entry)) for entry in value):
+        raise reader.fail(key, 'must be a list of column names (a list of columns for a key '
+                          'unique together), e.g. unique = ["code"] or unique = '
+                          '[["part", "supplier"]]')
     if value and not public:
         raise reader.fail(key, "is for public tables (set public = true): a protected table "
                           "is joined to public tables on their unique keys")
-    names = tuple(reader.identifier(name, key) for name in value)
-    for name in names:
-        _declared_join_key(reader, key, name, columns)
-    return names
+    keys = tuple(tuple(reader.identifier(name, key)
+                       for name in ([entry] if isinstance(entry, str) else entry))
+                 for entry in value)
+    for names in keys:
+        for name in names:
+            _declared_join_key(reader, key, name, columns)
+    return keys
 
 
 def _max_rows_per_key(reader: _Reader, key: str, value: Any, public: bool,
-                      columns: Mapping[str, Column], unique: tuple[str, ...]
+                      columns: Mapping[str, Column], unique: tuple[tuple[str, ...], ...]
                       ) -> dict[str, int]:
     """``max_rows_per_key = { kind = 3 }``: columns of a public table whose every value
     occurs in at most that many rows (checked against the backend at start), so that a
@@ -533,7 +551,7 @@ def _max_rows_per_key(reader: _Reader, key: str, value: Any, public: bool,
     for name, most in value.items():
         column = reader.identifier(name, f"{key}.{name}")
         _declared_join_key(reader, key, column, columns)
-        if column in unique:
+        if (column,) in unique:
             raise reader.fail(key, f"{column} is listed in unique too (unique is "
                               "max_rows_per_key = 1); declare it once")
         bounds[column] = reader.positive_int(most, f"{key}.{name}")

@@ -40,7 +40,7 @@ from proxy.postprocess import NotComputed, run_outer, series_limited
 from proxy.privacy import refuse_unanswerable
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
-from proxy.rules import Rules
+from proxy.rules import Rules, key_text
 from proxy.settings import (
     DEFAULT_GAMMA,
     SessionCommand,
@@ -473,7 +473,8 @@ def _per_unit_note(source: QueryPlan) -> str:
 def _multiplicity_note(plan: QueryPlan) -> str:
     """Why the noise of a join on bounded public keys is wider (docs/privacy.md §3.9):
     from the rules and the query only."""
-    bounded = [f"{join.table.name}.{join.key} (at most {join.multiplicity} rows per value)"
+    bounded = [f"{join.table.name}.{key_text(join.key)} (at most {join.multiplicity} rows "
+               "per value)"
                for join in plan.joins if not join.protected and join.multiplicity > 1]
     return (f"joined on {', '.join(bounded)} (max_rows_per_key): a row of {plan.table.name} "
             f"may count up to {plan.multiplicity} times, so the sensitivities allow for "
@@ -629,8 +630,11 @@ def _neighbour(plan: QueryPlan) -> str:
         return f"any two values of one {table.privacy_unit}, or its absence (docs/privacy.md §5.1)"
     if plan.mechanism.prior is not None:
         return "any two data sets (docs/privacy.md §5.1)"
-    both = [join.table.name for join in plan.joins if join.protected]
-    where = f" in {table.name} and {both[0]}" if both else ""
+    others = [join.table.name for join in plan.joins if join.protected]
+    others += [semi.table.name for semi in plan.semi_joins
+               if semi.table.name not in (table.name, *others)]  # read by EXISTS
+    where = (f" in {', '.join([table.name, *others[:-1]])} and {others[-1]}" if others
+             else "")
     who = (f"all records of one {table.privacy_unit}{where}" if table.privacy_unit
            else "one record")
     group = f", groups of {table.group_size}" if table.group_size > 1 else ""

@@ -205,6 +205,8 @@ class QueryPlan:
     # partition selection (proxy.privacy.partition_selection), which spends half of
     # ``cost``; None: an ε-query
     delta: Decimal | None = None
+    # EXISTS over protected tables of the unit, each a boolean column of the scope
+    semi_joins: tuple[SemiJoin, ...] = ()
 
     @property
     def aggregate_loss(self) -> Loss:
@@ -391,8 +393,8 @@ class GroupKey:
 @dataclass(frozen=True)
 class Join:
     """One table joined to the plan's protected table. A public table: ``pairs`` of
-    (protected column, public column) are equated, ``key`` (one of them) is declared
-    unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
+    (protected column, public column) are equated, ``key`` (the public columns of one
+    or several of them) is declared unique (``multiplicity`` 1: many-to-one) or with at most ``multiplicity`` rows per
     value, so a protected row meets at most that many public rows; ``left``: protected
     rows without a match stay, with NULL public columns. ``protected``: a second
     protected table joined on the privacy unit (the pair (unit, unit), ``key`` its
@@ -402,7 +404,7 @@ class Join:
     table: Table
     alias: str
     pairs: tuple[tuple[str, str], ...]
-    key: str
+    key: tuple[str, ...]
     left: bool
     protected: bool = False
     multiplicity: int = 1
@@ -412,11 +414,26 @@ class Join:
     # ``determines`` (0: the plan's own table, k: its k-th protected join); "": on the unit
     link: str = ""
     determines: int | None = None
+    # a LEFT-joined protected table: the condition on its own columns its rows are read
+    # with (the ON's other conditions; None: all its rows)
+    read: Any = None
 
     def column_name(self, column: str) -> str:
         """The public column's name among the plan's columns (``r.name``): a dot never
         occurs in a declared column's name."""
         return f"{self.alias}.{column}"
+
+
+@dataclass(frozen=True)
+class SemiJoin:
+    """An EXISTS of the plan's WHERE over a protected table of the plan's unit
+    (``proxy.analyze.semi_joins``): the scope's boolean column ``name``, true when a row
+    of ``table`` of the same unit meets ``condition`` (its columns read as ``_idp_y.col``,
+    the scope's as ``_idp_x.col``; None: any row of that unit)."""
+
+    table: Table
+    name: str
+    condition: Any = None
 
 
 @dataclass(frozen=True)

@@ -206,7 +206,9 @@ REFUSED = [
     ("SELECT COUNT(*) FROM visits v JOIN people p ON v.person_id = p.age", "0A000",
      "on their privacy unit or along a declared link only"),
     (("SELECT COUNT(*) FROM visits v LEFT JOIN people p ON v.person_id = p.person_id "
-      "AND p.age > 3"), "0A000", "ON their privacy units or their declared link only"),
+      "AND p.age > v.cost"), "0A000",
+     "ON their privacy units or their declared link, and conditions on the joined table's "
+     "own columns, only"),
     ("SELECT COUNT(*) FROM visits v RIGHT JOIN people p ON v.person_id = p.person_id",
      "0A000", "RIGHT joins are not supported"),
     ("SELECT COUNT(*) FROM visits v, people p WHERE v.cost > 3", "0A000",

@@ -105,6 +105,19 @@ def test_the_units_with_more_than_3_visits_are_counted_in_the_backend(loaded):
     assert groups[()].rows == direct
 
 
+def test_units_grouped_by_their_count_take_0_to_the_bound_as_keys(loaded):
+    """GROUP BY a per-unit count (TPC-H Q13): keys 0 … 4 (max_rows_per_unit), one row per
+    unit in one group; person 5's five visits are beyond the bound: in no group."""
+    per_person = _per_person(VISITS)
+    shift, groups, keys, _ = recorded_statistics(
+        loaded, "SELECT n, COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits "
+                "GROUP BY person_id) t GROUP BY n")
+    assert shift == 1 and keys == [(n,) for n in range(5)]
+    counts = list(per_person.values())
+    assert {key: groups[key].rows for key in keys if key in groups} == {
+        (n,): counts.count(n) for n in range(5) if counts.count(n)}
+
+
 def test_averages_over_units_clamp_each_count_to_the_declared_bound(loaded):
     sql = ("WITH t AS (SELECT person_id AS who, COUNT(kind) AS n, COUNT(*) AS visits "
            "FROM visits WHERE cost > 10 GROUP BY person_id) "
@@ -184,7 +197,9 @@ PER_UNIT = "(SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t"
 REFUSED = [
     (f"SELECT MEDIAN(n) FROM {PER_UNIT}", "0A000", "COUNT(DISTINCT unit), COUNT, SUM or AVG"),
     (f"SELECT MAX(n) FROM {PER_UNIT} WHERE n > 1", "0A000", "not MAX(t.n)"),
-    (f"SELECT n, COUNT(*) FROM {PER_UNIT} GROUP BY n", "0A000", "GROUP BY over per-unit values"),
+    (("SELECT n, COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY "
+      "person_id) t GROUP BY n"), "0A000",
+     "GROUP BY over per-unit counts needs the rules to bound one unit's rows of claims"),
     ("SELECT AVG(s) FROM (SELECT person_id, SUM(cost) AS s FROM visits GROUP BY person_id) t",
      "0A000", "COUNT(*) and COUNT(col) are supported, not SUM(visits.cost)"),
     (("SELECT COUNT(*) FROM (SELECT person_id FROM visits GROUP BY person_id "

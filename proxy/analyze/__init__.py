@@ -23,11 +23,12 @@ from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import default_name, group_terms, matching_group, selection_refusal
 from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
-from proxy.analyze.joins import joined_table, protected_only, resolver, split_joins
+from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
+from proxy.analyze.semi_joins import exists_out, refuse_subqueries, semi_joins
 from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
@@ -186,8 +187,10 @@ def analyze(
     if outer is not None:
         return outer
     place = _conditions_place(select)
+    refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
+    alone, exists = exists_out(alone)  # EXISTS over the unit's tables: proxy.analyze.semi_joins
     _refuse_compound(alone)
     table = joined_table(_the_protected_table(alone, rules), joins)
     _limit(select)
@@ -198,9 +201,13 @@ def analyze(
         return post_processed
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
+    aliases = {select.args["from_"].this.alias_or_name.lower(), *(j.alias for j in joins)}
+    table, semi = semi_joins(exists, table, aliases, declared, rules)
+    if semi:
+        declared = _column_resolver(table, select, joins)  # and the EXISTS's columns
     checkpoint()
-    # aggregates over expressions (of the protected table's columns)
-    select, table = with_expressions(select, table, _aggregated(declared, table, joins))
+    # aggregates over expressions (of the joined row's columns, docs/privacy.md §3.9)
+    select, table = with_expressions(select, table, declared)
     resolve = _column_resolver(table, select, joins)  # and the aggregates their derived ones
     checkpoint()
     epsilon = settings.resolve_epsilon(rules, hint)
@@ -221,8 +228,7 @@ def analyze(
                                f"(max_rows_per_key) when {table.name} has no privacy_unit; "
                                "group by declared keys or a public table's column, or join "
                                "on a unique key")
-    aggregates, outputs = _select_list(select, table, group_by, resolve,
-                                       _aggregated(resolve, table, joins))
+    aggregates, outputs = _select_list(select, table, group_by, resolve)
     _check_answer_size(group_by, len(outputs) + 2 * settings.intervals * sum(
         output.aggregate is not None for output in outputs), rules)
     model = settings.resolve_model(rules)
@@ -246,6 +252,7 @@ def analyze(
         mechanism=_mechanism(settings, rules, model, aggregates),
         joins=joins,
         delta=rules.defaults.delta if selects else None,
+        semi_joins=semi,
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)
@@ -265,7 +272,12 @@ def refuse_beyond_backend(work: QueryPlan | PassthroughPlan, capabilities: Capab
                           ) -> None:
     """Refuse (54001, before any debit) a statement whose conditions hold more ANDs and
     ORs than its backend's ``max_connectors``: the WHERE as sent (after merging), each
-    aggregate's FILTER and CASE conditions, a per-unit source's, a public query's."""
+    aggregate's FILTER and CASE conditions, each EXISTS's, a per-unit source's, a public
+    query's. An EXISTS on a backend that cannot compute it (``exists_in_select``) is
+    refused too (0A000)."""
+    if isinstance(work, QueryPlan) and work.semi_joins and not capabilities.exists_in_select:
+        raise NotSupported("EXISTS over protected tables is answered on DuckDB and "
+                           "PostgreSQL, not on this backend; ask without it")
     limit = capabilities.max_connectors
     if limit is None:
         return
@@ -275,6 +287,7 @@ def refuse_beyond_backend(work: QueryPlan | PassthroughPlan, capabilities: Capab
         trees = [work.where] if work.where is not None else []
         trees += [column.expression for column in work.table.columns.values()
                   if isinstance(column, DerivedColumn) and column.expression is not None]
+        trees += [semi.condition for semi in work.semi_joins if semi.condition is not None]
     connectors = sum(1 for tree in trees for _ in tree.find_all(exp.And, exp.Or))
     if connectors > limit:
         raise Refused("statement too complex for this backend: its "
@@ -289,12 +302,15 @@ def _check_answer_size(group_by: tuple[GroupKey, ...], columns: int, rules: Rule
     """Refuse an answer of more than MAX_COLUMNS columns (54011, as PostgreSQL) or
     more than MAX_ANSWER_VALUES values (54000). Its rows are its groups; a term whose
     keys are read later (a public table's column, keys from the data) counts as
-    ``max_groups`` of them."""
+    ``max_groups`` of them, and all terms together as at most ``max_groups``: the engine
+    keeps to that once the keys are read (``Engine._with_public_keys``, ``_selected``),
+    as ``group_terms`` does for declared keys."""
     if columns > MAX_COLUMNS:
         raise ProxyError(f"target lists can have at most {MAX_COLUMNS:,} entries; this one "
                          f"has {columns:,}: ask fewer columns per statement", "54011")
-    rows = math.prod(rules.defaults.max_groups if term.kind in (PUBLIC, SELECTED)
-                     else len(term.keys) for term in group_by)
+    rows = min(rules.defaults.max_groups, math.prod(
+        rules.defaults.max_groups if term.kind in (PUBLIC, SELECTED) else len(term.keys)
+        for term in group_by))
     if rows * columns > MAX_ANSWER_VALUES:
         raise ProxyError(f"the answer would hold up to {rows:,} rows of {columns:,} columns, "
                          f"more than {MAX_ANSWER_VALUES:,} values; ask fewer groups or fewer "
@@ -539,12 +555,7 @@ def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] =
     return resolve
 
 
-def _aggregated(resolve, table: Table, joins: tuple[Join, ...]):
-    """The resolver of aggregate arguments: the protected tables' columns only."""
-    return protected_only(resolve, table) if joins else resolve
-
-
-def _select_list(select: exp.Select, table: Table, group_by, resolve, aggregated):
+def _select_list(select: exp.Select, table: Table, group_by, resolve):
     aggregates: list[Aggregate] = []
     outputs: list[OutputColumn] = []
     for item in select.expressions:
@@ -568,7 +579,7 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve, aggregated
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
         unit = None if table.link is not None else table.privacy_unit  # derived: unnamed
-        aggregate = recognise(node, aggregated, unit)
+        aggregate = recognise(node, resolve, unit)
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

@@ -240,6 +240,12 @@ def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | Non
     Dates and timestamps are bucketed instead: a PostgreSQL 'infinity' read back as a
     key would fail the query, telling that one is in scope."""
     name, column = term.column, table.columns[term.column]
+    if delta is None and name == table.privacy_unit:
+        return NotSupported(f"GROUP BY {name} needs a public list of keys in the rules, and "
+                            f"{name} is the privacy unit: a group per unit would answer for "
+                            "one person at a time; ask over units instead: "
+                            f"COUNT(DISTINCT {name}), or AVG or SUM of a per-unit count from "
+                            f"a subquery grouped by {name}")
     if delta is None:
         hint = (f", or by a bucket such as date_trunc('month', {name})" if column.time_domain
                 else f", or by bins such as floor({name} / 10) * 10"

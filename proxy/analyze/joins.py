@@ -20,16 +20,26 @@ such joins: ``Join.multiplicity``, ``proxy.vocabulary.QueryPlan.multiplicity``,
 docs/privacy.md §3.9); the backend reads the public table as its rows whose key occurs
 at most m times, so later writes cannot exceed the bound.
 
+A public table may also be matched on its key to a column of a public table joined
+before it (a chain: ``JOIN supplier s ON l.l_suppkey = s.s_suppkey JOIN nation n ON
+s.s_nationkey = n.n_nationkey``): each joined row still meets at most m rows of it, a
+function of the protected row alone, so the chain is one more such map (the m's
+multiply as for any public joins; the pushdown reads the later table through the
+earlier one's alias, ``proxy.pushdown.scope.source_table``).
+
 Allowed: ``FROM protected [AS p] [INNER | LEFT [OUTER]] JOIN public [AS r] ON p.col =
 r.key [AND p.col2 = r.col3 …]`` for one or more public tables, each matched on at
-least one unique or bounded key; with only inner joins the tables may come in any
-order, and the other conditions of their ON clauses are filters, checked as WHERE
-conditions are. Public columns may be used in WHERE and GROUP BY (their keys then come
-from the public table itself); aggregates take columns of the protected table.
+least one unique or bounded key (to a protected column or, in a chain, an earlier
+public table's); with only inner joins the tables may come in any order, and the other
+conditions of their ON clauses are filters, checked as WHERE conditions are. Public
+columns may be used in WHERE, GROUP BY (their keys then come from the public table
+itself) and inside aggregates: a value of the joined row, normalised to its declared
+domain like any column (docs/privacy.md §3.9).
 Everything else is refused in one line naming this form: RIGHT, FULL, CROSS and
-NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``), a public table on the preserving side of an outer join, a join on a
-column declared neither unique nor bounded, ON conditions other than equalities of a
-protected and a public column.
+NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``),
+a public table on the preserving side of an outer join, a join on a column declared
+neither unique nor bounded, an outer join's ON conditions other than equalities of a
+protected and a public column or of two public ones.
 
 Two protected tables (``FROM visits v [LEFT] JOIN people p ON v.person_id =
 p.person_id``) join on the privacy unit both declare, inner or LEFT (the first
@@ -40,9 +50,10 @@ at least one), which the engine bounds per pair of data versions (``proxy.pushdo
 scope.unit_bound_sql``) and DP bounds by the product of the declared
 ``max_rows_per_unit`` (docs/privacy.md §3.10). Columns of either protected table may
 be aggregated, filtered and grouped (by declared keys); an inner join's other ON
-conditions are filters. Refused: a join of protected tables on any other column, of
-tables without the same declared privacy unit, of more than two protected tables, and
-a LEFT join whose ON is more than the unit equality.
+conditions are filters; a LEFT join's conditions on its own table's columns read that
+table's rows that meet them (``Join.read``, docs/privacy.md §3.10). Refused: a join of
+protected tables on any other column, of tables without the same declared privacy
+unit, and a LEFT join whose ON holds anything else.
 """
 
 from __future__ import annotations
@@ -54,8 +65,9 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy.analyze.explicit_joins import explicit_joins
+from proxy.analyze.predicate import check_predicate
 from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn, UnknownTable
-from proxy.rules import Rules, Table
+from proxy.rules import Rules, Table, key_text
 from proxy.vocabulary import Join, JoinedColumn, unit_sources
 
 ALLOWED = ("FROM protected p [LEFT] JOIN public r ON p.col = r.key, where the rules declare "
@@ -96,7 +108,7 @@ def split_joins(select: exp.Select, rules: Rules
     if not joins:
         return select, ()
     sources = [(select.args["from_"].this, None), *[(join.this, join) for join in joins]]
-    declared = [_declared(node, rules) for node, _ in sources]
+    declared = [declared_table(node, rules) for node, _ in sources]
     protected = [i for i, table in enumerate(declared) if not table.public]
     if not protected:
         raise NotSupported("this join reads public tables only through functions the proxy "
@@ -130,18 +142,34 @@ def split_joins(select: exp.Select, rules: Rules
                                                    if name != protected_alias}
     links: dict[str, list[tuple[str, str, str, str]]] = {name: [] for name in order}
     filters = []  # an inner join's other ON conditions: filters, as in WHERE
+    own_filters: dict[str, list[exp.Expression]] = {}  # a LEFT-joined protected table's
+    position = {node.alias_or_name.lower(): i for i, (node, _) in enumerate(sources)}
     for node, join in sources[1:]:
         own = node.alias_or_name.lower() if join.args.get("side") else None
-        pairs, between, others = _equalities(join.args.get("on"), protected_alias, order,
-                                             names, own)
+        pairs, between, chained, others = _equalities(join.args.get("on"), protected_alias,
+                                                      order, names, own)
         for pair in pairs:
             conditions[pair[0]].append(pair[1:])
+        for pair in chained:  # on the later public table, the earlier's column as joined
+            early, late = sorted((pair[:2], pair[2:]), key=lambda side: position[side[0]])
+            if late[0] == node.alias_or_name.lower():
+                conditions[late[0]].append((f"{early[0]}.{early[1]}", late[1]))
+            elif own is None:  # in another table's inner ON: a filter, as in WHERE
+                filters.append(exp.column(early[1], table=early[0]).eq(
+                    exp.column(late[1], table=late[0])))
+            else:
+                raise NotSupported(f"a LEFT JOIN's ON names its own table and ones joined "
+                                   f"before it, not {late[0]}: {ALLOWED}")
         for pair in between:  # on the later of the two protected tables
             later = max(pair[0], pair[2], key=order.index)
             links[later].append(pair if pair[0] == later else (*pair[2:], *pair[:2]))
-        filters += others
+        if own in order:  # a LEFT join's conditions on its own protected table's columns
+            own_filters[own] = others
+        else:
+            filters += others
     found = [_protected_join(alias, names, order, links[alias],
-                             bool(join is not None and join.args.get("side")))
+                             bool(join is not None and join.args.get("side")),
+                             own_filters.get(alias, []))
              for alias, (_, join) in zip(order[1:], [sources[i] for i in protected[1:]])]
     for index, (node, join) in enumerate(sources):
         if index in protected:
@@ -150,13 +178,15 @@ def split_joins(select: exp.Select, rules: Rules
         pairs = tuple(conditions[alias])
         left = bool(join is not None and join.args.get("side"))
         bounded = table.join_keys
-        keys = sorted((bounded[public_column], public_column) for _, public_column in pairs
-                      if public_column in bounded)
+        matched = {public_column for _, public_column in pairs}
+        keys = sorted((most, key) for key, most in bounded.items() if set(key) <= matched)
         if not keys:
             plural = "s" if len(bounded) > 1 else ""
             kind = "unique" if set(bounded.values()) == {1} else "declared"
+            every = " (each of its columns)" if any(len(key) > 1 for key in bounded) else ""
             raise NotSupported(f"the join with {table.name} must match its {kind} key{plural} "
-                               f"{', '.join(bounded)} to a column of the protected table "
+                               f"{', '.join(map(key_text, bounded))}{every} to a column of a "
+                               f"protected table or of a public table joined before it "
                                f"(another join may count a protected row more often than the "
                                f"rules bound): {ALLOWED}")
         found.append(Join(table, alias, pairs, keys[0][1], left, multiplicity=keys[0][0]))
@@ -171,14 +201,17 @@ def split_joins(select: exp.Select, rules: Rules
 
 
 def _protected_join(alias: str, names: dict[str, Table], order: list[str],
-                    equalities: list[tuple[str, str, str, str]], left: bool) -> Join:
+                    equalities: list[tuple[str, str, str, str]], left: bool,
+                    own: list[exp.Expression]) -> Join:
     """The join of the protected table ``alias`` with those before it in ``order``:
     along a declared link when one of ``equalities`` (its column, the earlier alias,
     that one's column) is one, else on the unit. Every such join also equates the two
     tables' units (derived ones included), so each joined row holds records of one
     unit (docs/privacy.md §3.13); a link makes one side's row determine the other's:
     ``link`` says which ("referenced": this table's row is the one the earlier row
-    names; "referencing": this row names the earlier one, ``determines`` its index)."""
+    names; "referencing": this row names the earlier one, ``determines`` its index).
+    ``own``: a LEFT join's ON conditions on this table's columns alone (TPC-H Q13's
+    ``o_comment NOT LIKE …``), checked as a WHERE is: the rows it reads."""
     table = names[alias]
     base = order[0]
 
@@ -199,11 +232,17 @@ def _protected_join(alias: str, names: dict[str, Table], order: list[str],
                            "on the link from the first to the second, only; filter with "
                            f"WHERE: {unit_allowed(names[other], table)}")
     unit_pair = (named(other, names[other].privacy_unit), table.privacy_unit)
+    read = None
+    if own:
+        def column_of(column: exp.Column) -> str:
+            return _column_of(column, table)
+
+        read = check_predicate(exp.and_(*own, copy=True), table, column_of, "the LEFT JOIN's ON")
     if kind is None:
-        return Join(table, alias, (unit_pair,), table.privacy_unit, left, True)
-    return Join(table, alias, (unit_pair, (named(other, theirs), mine)), table.privacy_unit,
+        return Join(table, alias, (unit_pair,), (table.privacy_unit,), left, True, read=read)
+    return Join(table, alias, (unit_pair, (named(other, theirs), mine)), (table.privacy_unit,),
                 left, True, link=kind,
-                determines=order.index(other) if kind == "referencing" else None)
+                determines=order.index(other) if kind == "referencing" else None, read=read)
 
 
 def _link_kind(table: Table, column: str, other: Table, theirs: str) -> str | None:
@@ -237,7 +276,9 @@ def _check_units(tables: list[Table]) -> None:
                                "people (the same privacy_unit, or unit_of, or unit_via)")
 
 
-def _declared(node: exp.Expression, rules: Rules) -> Table:
+def declared_table(node: exp.Expression, rules: Rules) -> Table:
+    """The rules' table a FROM, JOIN or EXISTS names; refused when it names none (or a
+    schema other than the default)."""
     if not isinstance(node, exp.Table) or not node.name:
         raise NotSupported(f"a join takes tables, not subqueries or functions: {ALLOWED}")
     table = rules.table(node.name)
@@ -266,17 +307,18 @@ def _check_kind(join: exp.Join, allowed: str) -> None:
 def _equalities(on: exp.Expression, protected: str, order: list[str],
                 names: dict[str, Table], own: str | None
                 ) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str, str]],
-                           list[exp.Expression]]:
+                           list[tuple[str, str, str, str]], list[exp.Expression]]:
     """(joined alias, protected column, its column) of each ON equality that joins a
     public table to a column of a protected table (a joined protected table's named as
     in the joined plan, ``alias.column``); (alias, column, alias, column) of each
-    equality of two protected tables' units or declared link; and the other ON
-    conditions (filters, as in WHERE: an inner join's only). ``own``: an outer join's
-    own alias, the only joined table its ON may name besides the earlier ones."""
+    equality of two protected tables' units or declared link; the same of each equality
+    of two public tables' columns (a chain: ``s.s_nationkey = n.n_nationkey``); and the
+    other ON conditions (filters, as in WHERE: an inner join's only). ``own``: an outer
+    join's own alias, the only joined table its ON may name besides the earlier ones."""
     while isinstance(on, exp.Paren):
         on = on.this
     mine = set(order)
-    found, between, others = [], [], []
+    found, between, chained, others = [], [], [], []
     for condition in on.flatten() if isinstance(on, exp.And) else [on]:
         while isinstance(condition, exp.Paren):
             condition = condition.this
@@ -300,10 +342,24 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
             between.append((aliases[0], sides[0].name.lower(), aliases[1],
                             sides[1].name.lower()))
             continue
+        if (len(aliases) == 2 and all(aliases) and aliases[0] != aliases[1]
+                and set(aliases) <= names.keys() and not mine & set(aliases)):
+            if own is not None and own not in aliases:
+                raise NotSupported("a LEFT JOIN's ON names its own public table and one "
+                                   f"joined before it: {ALLOWED}")
+            pair = (aliases[0], _column_of(sides[0], names[aliases[0]]), aliases[1],
+                    _column_of(sides[1], names[aliases[1]]))
+            _check_types(names[pair[0]], pair[1], names[pair[2]], pair[3])
+            chained.append(pair)
+            continue
         if own is not None and own in mine:
+            if all(column.table.lower() == own for column in condition.find_all(exp.Column)):
+                others.append(condition)  # the rows of the LEFT-joined table it reads
+                continue
             first = names[order[0]]
             raise NotSupported("a LEFT JOIN of two protected tables is ON their privacy units "
-                               "or their declared link only; filter with WHERE: "
+                               "or their declared link, and conditions on the joined table's "
+                               "own columns, only; filter with WHERE: "
                                f"{unit_allowed(first, names[own])}")
         if not (len(aliases) == 2 and all(aliases) and len(mine & set(aliases)) == 1):
             if own is not None:
@@ -322,14 +378,18 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
                                f"protected one: {ALLOWED}")
         mine_name, theirs_name = _column_of(inside, names[inner]), _column_of(outside,
                                                                                 names[alias])
-        mine_column, theirs = names[inner].columns[mine_name], names[alias].columns[theirs_name]
-        if mine_column.type != theirs.type and not (mine_column.numeric and theirs.numeric):
-            raise NotSupported(f"the join compares {names[inner].name}.{mine_name} "
-                               f"({mine_column.type}) with {names[alias].name}.{theirs_name} "
-                               f"({theirs.type}); join columns of the same type")
+        _check_types(names[inner], mine_name, names[alias], theirs_name)
         found.append((alias, mine_name if inner == protected else f"{inner}.{mine_name}",
                       theirs_name))
-    return found, between, others
+    return found, between, chained, others
+
+
+def _check_types(one: Table, mine: str, other: Table, theirs: str) -> None:
+    first, second = one.columns[mine], other.columns[theirs]
+    if first.type != second.type and not (first.numeric and second.numeric):
+        raise NotSupported(f"the join compares {one.name}.{mine} ({first.type}) with "
+                           f"{other.name}.{theirs} ({second.type}); join columns of the "
+                           "same type")
 
 
 def _unit_pair(sides, names: dict[str, Table]) -> bool:
@@ -417,17 +477,3 @@ def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
 
     return resolve
 
-
-def protected_only(resolve, table: Table):
-    """``resolve`` refusing public columns: aggregates take the protected tables'."""
-
-    def aggregated(column: exp.Column) -> str:
-        name = resolve(column)
-        joined = table.columns.get(name)
-        if isinstance(joined, JoinedColumn) and not joined.protected:
-            raise NotSupported(f"aggregates take columns of the protected table {table.name}; "
-                               f"public columns ({column.sql()}) may be used in WHERE, GROUP BY "
-                               "and ON")
-        return name
-
-    return aggregated

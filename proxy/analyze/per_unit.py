@@ -27,8 +27,11 @@ release (HAVING, computed items, ORDER BY, LIMIT). The subquery computes COUNT(*
 COUNT(col) of each unit's rows, with a WHERE over them and a HAVING on its counts (the
 outer WHERE's condition, written inside: ``SELECT COUNT(*) FROM (SELECT person_id FROM
 visits GROUP BY person_id HAVING COUNT(*) > 3) t``). Refused in one line naming the
-allowed form: per-unit values other than counts, LIMIT or ORDER BY in the subquery, GROUP BY in the outer query, the outer aggregates other than those above,
-and AVG or SUM of per-unit counts on a table without ``max_rows_per_unit``.
+allowed form: per-unit values other than counts, LIMIT or ORDER BY in the subquery, the
+outer aggregates other than those above, and AVG or SUM of, or GROUP BY, per-unit counts
+on a table without ``max_rows_per_unit``. GROUP BY a per-unit count (TPC-H Q13: how
+many customers have n orders) takes the counts 0 … B as its keys: each unit is one row
+of the relation in one group, a histogram of row-level records (§3.3 with s = g).
 """
 
 from __future__ import annotations
@@ -77,9 +80,6 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     unit = _unit_grouped_by(body, rules)
     if unit is None:
         return None
-    if outside.args.get("group"):
-        raise NotSupported("GROUP BY over per-unit values is not supported (they have no "
-                           f"declared keys); ask one aggregate over units: {FORM}")
     for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"), ("order", "ORDER BY"),
                          ("distinct", "DISTINCT")):
         if body.args.get(clause):
@@ -91,6 +91,11 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     source_plan = rows(inner)
     _check_source(source_plan, inner, unit)
     table = source_plan.table
+    if outside.args.get("group") and source_plan.contribution_bound is None:
+        raise NotSupported(f"GROUP BY over per-unit counts needs the rules to bound one unit's "
+                           f"rows of {table.name} (max_rows_per_unit): the counts 0 to that "
+                           f"bound are its keys; without it ask one aggregate over units: "
+                           f"{FORM}")
     relation = _units_table(source_plan, unit_names, names)
     over_units = _over_units(outside, source, table, unit_names)
     if having is not None:  # a per-unit condition: the outer query's WHERE
@@ -183,7 +188,9 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
     one record), the group size of the source, per-unit counts as ``int`` columns of
     domain [0, B] (B: ``max_rows_per_unit`` times the multiplicity of public joins on
     bounded keys, the most joined rows one unit contributes; None when undeclared), the
-    unit with its declared type (it may be compared and counted)."""
+    unit with its declared type (it may be compared and counted). With B declared the
+    counts' keys are 0 … B (GROUP BY n: a histogram of units by their counts; a unit
+    with more rows than B is in no group)."""
     table = plan.table
     bound = plan.contribution_bound
     columns: dict[str, Column] = {}
@@ -192,7 +199,8 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
         if declared is not None:
             columns[name] = replace(declared, name=name, keys=None)
     for name in names:
-        columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound))
+        columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound),
+                               None if bound is None else tuple(range(bound + 1)))
     return Table(table.name, group_size=table.group_size, columns=MappingProxyType(columns))
 
 

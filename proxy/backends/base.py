@@ -67,6 +67,9 @@ class Capabilities:
     # FILTERs and CASE conditions): more are refused at analysis with 54001
     # (proxy.analyze.refuse_beyond_backend). None: the token limit bounds them.
     max_connectors: int | None = None
+    # A correlated EXISTS may stand in a SELECT list (how an EXISTS of the WHERE is
+    # computed, proxy.analyze.semi_joins); without it such queries are refused at analysis.
+    exists_in_select: bool = True
 
 
 class Backend(ABC):

@@ -183,7 +183,9 @@ class _DuckDBTransaction(Transaction):
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         with _errors(sql):
-            self._cursor.execute(sql.replace("%s", "?"), list(params))
+            # placeholders only where there are parameters: the statistics' SQL carries
+            # its literals inline, and a pattern such as '%special%' holds "%s"
+            self._cursor.execute(sql.replace("%s", "?") if params else sql, list(params))
             return self._cursor.fetchall() if self._cursor.description else []
 
     def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:

@@ -114,17 +114,55 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
     unique key, else its ``max_rows_per_key``), whatever the rules said at start: a
     row of the protected tables meets at most m public rows in every query, so the
     shift's multiplicity holds (docs/privacy.md §3.9) even after more rows with that key
-    are written to the public table (they then match nothing)."""
+    are written to the public table (they then match nothing). Each EXISTS of the plan
+    (``plan.semi_joins``) is then a boolean column of these rows."""
     if plan.per_unit is not None:
         return per_unit_rows(plan.per_unit, sample_percent).subquery(
             exp.to_identifier(plan.table.name, quoted=True), copy=False)
+    rows = _with_semi_joins(_joined_rows(plan, sample_percent), plan)
+    return rows if isinstance(rows, exp.Table) else rows.subquery(
+        exp.to_identifier(plan.table.name, quoted=True), copy=False)
+
+
+def _with_semi_joins(rows: exp.Expression, plan: QueryPlan) -> exp.Expression:
+    """``rows`` with a boolean column per EXISTS of the plan: whether a row of its table
+    whose unit is the row's own meets its condition (docs/privacy.md §3.15). The
+    equality of the units makes each row's value a function of its unit's records."""
+    if not plan.semi_joins:
+        return rows
+    outer = "_idp_x"
+    items: list[exp.Expression] = [
+        exp.Column(this=exp.Star(), table=exp.to_identifier(outer, quoted=True))]
+    for semi in plan.semi_joins:
+        same_unit = exp.column(semi.table.privacy_unit, table="_idp_y", quoted=True).eq(
+            exp.column(plan.table.privacy_unit, table=outer, quoted=True))
+        condition = same_unit if semi.condition is None else exp.and_(
+            same_unit, semi.condition.copy())
+        found = (exp.select(exp.Literal.number(1)).from_(_named(table_rows(semi.table), "_idp_y"))
+                 .where(condition, copy=False))
+        items.append(exp.alias_(exp.Exists(this=found), semi.name, quoted=True))
+    return exp.select(*items).from_(_named(rows, outer))
+
+
+def _joined_rows(plan: QueryPlan, sample_percent: int | None) -> exp.Expression:
+    """The plan's table with its joins (``source_table``), unnamed."""
     table = table_rows(plan.table, sample_percent)
     if not plan.joins:
-        return table if isinstance(table, exp.Table) else table.subquery(
-            exp.to_identifier(plan.table.name, quoted=True), copy=False)
+        return table
     mine = "_idp_t"
     star = exp.Column(this=exp.Star(), table=exp.to_identifier(mine, quoted=True))
     joined = exp.select(star).from_(_named(table, mine))
+    public = {join.alias: f"_idp_j{index}" for index, join in enumerate(plan.joins)
+              if not join.protected}
+
+    def value(name: str) -> exp.Column:
+        """A joined row's column: a public table's chained after it (``n.n_nationkey``
+        after ``s``) from that table's own alias, the others from the rows so far."""
+        owner, _, column = name.partition(".")
+        if column and owner in public:
+            return exp.column(column, table=public[owner], quoted=True)
+        return exp.column(name, table=mine, quoted=True)
+
     for index, join in enumerate(plan.joins):
         alias = f"_idp_j{index}"
         columns = list(join.table.columns)
@@ -133,10 +171,11 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
         joined = joined.select(*[
             exp.alias_(exp.column(name, table=alias, quoted=True), join.column_name(name),
                        quoted=True) for name in columns], copy=False)
-        on = exp.and_(*[exp.column(protected, table=mine, quoted=True).eq(
-            exp.column(other, table=alias, quoted=True)) for protected, other in join.pairs])
-        read = (_named(table_rows(join.table), alias)
-                if join.protected else
+        on = exp.and_(*[value(protected).eq(exp.column(other, table=alias, quoted=True))
+                        for protected, other in join.pairs])
+        read = (_named(table_rows(join.table), alias) if join.protected and join.read is None
+                else exp.select("*").from_(_named(table_rows(join.table), "_idp_f"))
+                .where(join.read.copy()).subquery(alias, copy=False) if join.protected else
                 _bounded_rows(join.table.name, join.key, join.multiplicity)
                 .subquery(alias, copy=False))
         joined = joined.join(read, on=on, join_type="left" if join.left else "inner",
@@ -144,7 +183,7 @@ def source_table(plan: QueryPlan, sample_percent: int | None = None) -> exp.Expr
         if join.protected and index + 1 < len(plan.joins):
             # the public tables join the pair: its columns are read as they are named
             joined = exp.select(star.copy()).from_(joined.subquery(mine, copy=False))
-    return joined.subquery(exp.to_identifier(plan.table.name, quoted=True), copy=False)
+    return joined
 
 
 def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.Select:
@@ -170,18 +209,20 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     return rows.group_by(unit, copy=False)
 
 
-def _bounded_rows(table: str, key: str, most: int,
+def _bounded_rows(table: str, key: tuple[str, ...], most: int,
                   rows: exp.Expression | None = None) -> exp.Select:
     """The rows of ``table`` (read as ``rows``, by default the table itself) whose
-    ``key`` occurs in at most ``most`` rows of the table (1: once); NULL keys match
-    nothing."""
-    column = exp.column(key, quoted=True)
-    bounded = (exp.select(column.copy()).from_(table_ref(table))
-               .where(column.copy().is_(exp.null()).not_()).group_by(column.copy())
+    ``key`` (one column, or several together) occurs in at most ``most`` rows of the
+    table (1: once); a key with a NULL matches nothing."""
+    columns = [exp.column(column, quoted=True) for column in key]
+    bounded = (exp.select(*(column.copy() for column in columns)).from_(table_ref(table))
+               .where(exp.and_(*(column.copy().is_(exp.null()).not_() for column in columns)))
+               .group_by(*(column.copy() for column in columns))
                .having(exp.Count(this=exp.Star()) <= exp.Literal.number(most)))
     source = table_ref(table) if rows is None else _named(rows, "_idp_r")
+    value = columns[0] if len(columns) == 1 else exp.Tuple(expressions=columns)
     return (exp.select("*").from_(source)
-            .where(column.copy().isin(query=bounded)))
+            .where(exp.In(this=value, query=bounded.subquery(copy=False))))
 
 
 def _named(rows: exp.Expression, alias: str) -> exp.Expression:
@@ -213,7 +254,7 @@ def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
     if link.then is not None:
         target = _linked_rows(target, link.then)
     key, unit = exp.column(link.key, quoted=True), exp.column(link.unit, quoted=True)
-    unique = _bounded_rows(link.table, link.key, 1, target)
+    unique = _bounded_rows(link.table, (link.key,), 1, target)
     owners = (exp.select(exp.alias_(key, "k", quoted=True), exp.alias_(unit, "u", quoted=True))
               .from_(unique.subquery("_idp_o", copy=False)))
     mine = exp.Column(this=exp.Star(), table=exp.to_identifier("_idp_b", quoted=True))
@@ -228,8 +269,10 @@ def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
 def chain_tables(plan: QueryPlan) -> tuple[str, ...]:
     """The tables a plan's units are derived through (``unit_via`` chains of its
     protected tables), beyond the tables it names: its answers depend on them too."""
-    tables = [plan.table, *(join.table for join in plan.joins if join.protected)]
-    named = {plan.table.name, *(join.table.name for join in plan.joins)}
+    tables = [plan.table, *(join.table for join in plan.joins if join.protected),
+              *(semi.table for semi in plan.semi_joins)]
+    named = {plan.table.name, *(join.table.name for join in plan.joins),
+             *(semi.table.name for semi in plan.semi_joins)}
     out: list[str] = []
     for table in tables:
         for name in (table.link.tables if table.link else ()):

@@ -33,7 +33,7 @@ from psycopg import pq, sql
 from proxy.backends.base import Backend
 from proxy.errors import ProxyError
 from proxy.pgtypes import RULE_TYPES
-from proxy.rules import Rules, Table
+from proxy.rules import Rules, Table, key_text
 
 log = logging.getLogger("idp_proxy.shadow")
 
@@ -305,8 +305,9 @@ def _comments(table: Table, columns: list[str]) -> list[sql.Composable]:
                                                          sql.Literal(text))
 
     if table.public:
-        joined = ", ".join(f"{name} (at most {m} rows per value)" if m > 1 else f"{name} "
-                           "(unique)" for name, m in table.join_keys.items())
+        joined = ", ".join(f"{key_text(key)} (at most {m} rows per value)" if m > 1
+                           else f"{key_text(key)} (unique)"
+                           for key, m in table.join_keys.items())
         text = "idp-proxy: public table, answered as written" + (
             f"; joins protected tables on {joined}" if joined else "")
         return [comment("TABLE", sql.Identifier(table.name), text)]

@@ -1,0 +1,178 @@
+"""EXISTS and NOT EXISTS over a protected table of the query's own privacy unit (TPC-H
+Q04: orders that have a late line item; Q21: line items of orders with another
+supplier's line item and no other late one).
+
+``WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey = o_orderkey AND l_commitdate
+< l_receiptdate)`` over orders is answered as a condition on each row of the scope,
+computed by the backend with one more equality than the analyst wrote: the inner row's
+unit equals the outer row's (``_idp_y.unit = _idp_x.unit``, units derived through
+``unit_via`` included). The condition of an outer row then reads records of its own
+unit only, so it is a function of that unit's records; a neighbour (all records of one
+unit modified) changes which of that unit's rows are in scope and no other unit's
+rows, and a unit has no more rows in scope than in its table: every sensitivity of the
+scope holds with the same shift (docs/privacy.md §3.15). Along a declared link the
+equality changes no answer (an order's line items are its customer's); it removes only
+inner rows without a unit (a dangling key) from what an EXISTS may find.
+
+Allowed: ``[NOT] EXISTS (SELECT … FROM t [AS a] WHERE condition)`` anywhere in the
+WHERE of a query over protected tables with a privacy unit, ``t`` protected with a
+unit of the same identity (``privacy_unit``, ``unit_of``, ``unit_via``); the
+condition is checked as a WHERE is (comparisons, IN, LIKE, IS NULL, AND/OR/NOT) over
+``t``'s columns and the outer query's (an unqualified column is ``t``'s when ``t``
+declares it, as PostgreSQL resolves it). Refused in one line: joins, GROUP BY,
+aggregates, LIMIT or subqueries inside it, a public or row-level table, another unit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from sqlglot import exp
+
+from proxy.analyze.joins import declared_table
+from proxy.analyze.predicate import check_predicate
+from proxy.errors import NotSupported, UnknownColumn
+from proxy.rules import Column, Rules, Table
+from proxy.vocabulary import JoinedColumn, SemiJoin
+
+INNER, OUTER = "_idp_y", "_idp_x"  # the EXISTS's row and the scope's, as the SQL names them
+ALLOWED = ("[NOT] EXISTS (SELECT * FROM t WHERE t.col = outer.col [AND …]) over a protected "
+           "table t of the query's privacy unit")
+
+
+def exists_out(select: exp.Select) -> tuple[exp.Select, tuple[exp.Exists, ...]]:
+    """``select`` with each EXISTS of its WHERE replaced by a placeholder, the boolean
+    column ``_idp_eK = TRUE`` (a copy), and the EXISTS nodes in that order; ``select``
+    itself and none when its WHERE has no EXISTS."""
+    where = select.args.get("where")
+    if where is None or not where.find(exp.Exists):
+        return select, ()
+    select = select.copy()
+    found = []
+    for node in list(select.args["where"].find_all(exp.Exists)):
+        if node.find_ancestor(exp.Select) is not select:
+            continue  # inside another EXISTS: refused with it
+        placeholder = exp.EQ(this=exp.column(f"_idp_e{len(found)}"), expression=exp.true())
+        node.replace(placeholder)
+        found.append(node)
+    return select, tuple(found)
+
+
+def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
+    """Refuse, in one line naming its form and its table, a subquery outside FROM and
+    EXISTS (``IN (SELECT …)``, a scalar subquery) that reads a protected table: it
+    filters each row by a list or an aggregate of other people's rows, which would need
+    a release of its own (TPC-H Q17, Q18, Q20, Q22)."""
+    for node in select.find_all(exp.Subquery):
+        query = node.this
+        if isinstance(node.parent, (exp.From, exp.Join)) or not isinstance(query, exp.Select):
+            continue
+        sources = [clause.this for clause in (query.args.get("from_"),
+                                              *(query.args.get("joins") or [])) if clause]
+        protected = [source.name for source in sources if isinstance(source, exp.Table)
+                     and (declared := rules.table(source.name)) is not None
+                     and not declared.public]
+        if not protected:
+            continue
+        if isinstance(node.parent, exp.In):
+            form = f"IN (SELECT … FROM {protected[0]})"
+        elif isinstance(node.parent, (exp.Binary, exp.Between)):
+            form = f"a scalar subquery over {protected[0]} compared with each row"
+        else:
+            form = f"a subquery over {protected[0]}"
+        raise NotSupported(f"{form} is not supported: it reads the protected table "
+                           f"{protected[0]} to filter or compute each row (a list or an "
+                           "aggregate of other people's rows would need a release of its own); "
+                           f"supported: {ALLOWED}, joins along declared keys")
+
+
+def semi_joins(found: tuple[exp.Exists, ...], table: Table, aliases: set[str], resolve,
+               rules: Rules) -> tuple[Table, tuple[SemiJoin, ...]]:
+    """``table`` with a boolean column for each EXISTS of ``found`` (its placeholder's
+    name), and what the backend computes each from; ``aliases`` are the names the outer
+    query gives its tables, ``resolve`` its column resolver. Refused (one line naming
+    the allowed form) unless each is over a protected table of ``table``'s unit."""
+    if not found:
+        return table, ()
+    if table.privacy_unit is None:
+        raise NotSupported(f"EXISTS over a protected table needs a privacy unit: {table.name} "
+                           "has none (row-level privacy), so an EXISTS could read other "
+                           f"people's rows; {ALLOWED}")
+    columns = dict(table.columns)
+    made = []
+    for index, node in enumerate(found):
+        name = f"_idp_e{index}"
+        inner, alias = _inner_table(node, rules)
+        if alias in aliases:
+            raise NotSupported(f"name the EXISTS's table other than the outer query's tables "
+                               f"({alias}); {ALLOWED}")
+        if inner.public or inner.privacy_unit is None:
+            kind = "public" if inner.public else "without a privacy unit"
+            raise NotSupported(f"EXISTS over {inner.name} ({kind}) is not supported; "
+                               f"{ALLOWED}")
+        if inner.unit_identity != table.unit_identity:
+            raise NotSupported(f"EXISTS over {inner.name} reads other people's rows: its "
+                               f"privacy unit ({inner.unit_identity}) is not {table.name}'s "
+                               f"({table.unit_identity}); {ALLOWED}")
+        where = node.this.args.get("where")
+        condition = None
+        if where is not None:
+            condition = _condition(where.this, inner, alias, table, resolve)
+        columns[name] = Column(name, "bool")
+        made.append(SemiJoin(inner, name, condition))
+    return replace(table, columns=MappingProxyType(columns)), tuple(made)
+
+
+def _inner_table(node: exp.Exists, rules: Rules) -> tuple[Table, str]:
+    """The EXISTS's one table and its alias; refused unless it is a plain SELECT over
+    one declared table with a WHERE at most."""
+    query = node.this
+    if not isinstance(query, exp.Select) or query.args.get("from_") is None:
+        raise NotSupported(f"EXISTS takes a SELECT over one table: {ALLOWED}")
+    extra = [clause for clause in ("joins", "group", "having", "limit", "offset", "order",
+                                   "distinct", "with", "qualify", "laterals")
+             if query.args.get(clause)]
+    if extra or any(isinstance(n, (exp.AggFunc, exp.Subquery, exp.Exists))
+                    or (isinstance(n, exp.Select) and n is not query) for n in query.walk()):
+        what = extra[0].upper() if extra else "aggregates or subqueries"
+        raise NotSupported(f"{what} inside EXISTS are not supported; {ALLOWED}")
+    source = query.args["from_"].this
+    if not isinstance(source, exp.Table) or not source.name:
+        raise NotSupported(f"EXISTS takes a SELECT over one table: {ALLOWED}")
+    return declared_table(source, rules), source.alias_or_name.lower()
+
+
+def _condition(where: exp.Expression, inner: Table, alias: str, table: Table,
+               resolve) -> exp.Expression:
+    """The EXISTS's WHERE checked as a WHERE is, over the outer table's columns and the
+    inner table's (named ``alias.column`` while checked), with the inner columns read
+    from ``INNER`` and the outer ones from ``OUTER``."""
+    mine = {f"{alias}.{name}": name for name in inner.columns}
+    both = dict(table.columns)
+    both.update((joined, JoinedColumn(joined, column.type, column.lower, column.upper,
+                                      column.keys, column.public, column.declared_resolution,
+                                      column.time_domain, join=alias, source=name,
+                                      protected=True))
+                for joined, name, column in ((f"{alias}.{n}", n, c)
+                                             for n, c in inner.columns.items()))
+    checked_over = replace(table, columns=MappingProxyType(both))
+
+    def resolving(column: exp.Column) -> str:
+        qualifier, name = column.table.lower(), column.name.lower()
+        if qualifier == alias or (not qualifier and name in inner.columns):
+            if name not in inner.columns:
+                raise UnknownColumn(f"column {name} is not declared for {inner.name}; "
+                                    f"declared: {', '.join(inner.columns)}")
+            return f"{alias}.{name}"
+        return resolve(column)
+
+    condition = check_predicate(where, checked_over, resolving, "EXISTS")
+    if isinstance(condition, exp.Column):  # a bare boolean column: the root replaced below
+        condition = exp.EQ(this=condition, expression=exp.true())
+    for column in list(condition.find_all(exp.Column)):
+        if column.name in mine:
+            column.replace(exp.column(mine[column.name], table=INNER, quoted=True))
+        else:
+            column.replace(exp.column(column.name, table=OUTER, quoted=True))
+    return condition
