@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.bicorpus import CORPUS as TESTS_BI, read_entry
+from tests.bicorpus import CORPUS as TESTS_BI
+from tests.bicorpus import read_entry
 
 HELD_OUT = Path(__file__).resolve().parent.parent / "benchmarks" / "bi_heldout"
 
