@@ -62,7 +62,10 @@ class RankRef:
     """Rank ``anchor + offset`` among the sorted non-null values in scope.
 
     Anchors: PCT (the percentile rank r of ``fraction``), BOTTOM (rank 1) and TOP
-    (rank n, the offset counting down: TOP+2 is rank n − 2).
+    (rank n, the offset counting down: TOP+2 is rank n − 2). A BOTTOM or TOP with a
+    ``fraction`` f keeps its offset within ⌊f·n⌋: a drawn MAX or MIN's target, which in a
+    small scope stays among its largest (smallest) values instead of crossing to the
+    other end.
     """
 
     anchor: str
@@ -80,9 +83,9 @@ class RankRef:
     def rank(self, n: int) -> int:
         if self.anchor == PCT:
             return percentile_rank(n, self.fraction) + self.offset
-        if self.anchor == BOTTOM:
-            return 1 + self.offset
-        return n - self.offset
+        aside = self.offset if self.fraction is None else min(
+            self.offset, self.fraction.numerator * n // self.fraction.denominator)
+        return 1 + aside if self.anchor == BOTTOM else n - aside
 
 
 @dataclass(frozen=True)

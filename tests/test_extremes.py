@@ -60,3 +60,20 @@ def test_order_statistics_of_one_statement_keep_their_order(engine):
                                f"FROM people WHERE age > {-1 - i}")
         high, p90, median, low, p10 = answer.rows[0]
         assert low <= p10 <= median <= p90 <= high, answer.rows
+
+
+def test_a_small_scope_is_drawn_near_its_own_end_not_the_other(engine):
+    """Held-out corpus: at a small ε per scope, K exceeds a small scope's size (here
+    K = 155 for ages at ε 0.1, over 120 people), and aimed at rank n − K the MAX fell to
+    the scope's other end (MAX(days) per 30-day bucket: 0–1 against 10–20). Aimed at most
+    a tenth of the values from the end, the median of 11 draws lies above the scope's
+    median for MAX and below it for MIN: a draw lands below (above) it with probability
+    about 5 %, so the median misses with probability under 10⁻⁵."""
+    ages = PEOPLE.columns["age"][:120]
+    middle = np.median(ages)
+    session = Session.open(engine, "zoe")
+    run(session, "SET idp.epsilon = 0.1")
+    for kind in ("max", "min"):
+        draws = [run(session, f"SELECT {kind}(age) FROM people WHERE person_id <= 120 "
+                              f"AND age > {-1 - i}")[0].rows[0][0] for i in range(11)]
+        assert (np.median(draws) > middle) == (kind == "max"), (kind, middle, sorted(draws))

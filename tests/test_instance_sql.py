@@ -107,14 +107,15 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
 
     def median(values):
         return percentile_rank(len(values), Fraction(1, 2))
-    # MAX aims K values below the top, MIN K above the bottom (ranks kept in 1..n)
+    # MAX aims K values below the top, MIN K above the bottom, at most a tenth of n
     aside = inverse_sensitivity.extreme_offset(Fraction(1), 1, inverse_sensitivity.candidate_grid(
         0, 100, engine.rules.tables["scores"].columns["score"].resolution, False))
     # over GROUP BY each group's ε is divided by the groups one record can touch (2)
     assert len(seen) == 5
     for (n, rank, epsilon, windows, counts), values, expected_rank, share in zip(
             seen, (everything, everything, b_only, *older),
-            (median(everything), max(1, len(everything) - aside), min(1 + aside, len(b_only)),
+            (median(everything), len(everything) - min(aside, len(everything) // 10),
+             1 + min(aside, len(b_only) // 10),
              median(older[0]), median(older[1])),
             (1, 1, 1, 2, 2)):
         assert (n, rank, epsilon) == (len(values), expected_rank, Fraction(1, share))
@@ -159,8 +160,8 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
         scores = _in_scope(SCORES, lambda i, keep=keep: i in keep)
         ages = sorted(AGES[i] for i in keep)
         for values, rank in ((scores, percentile_rank(len(scores), Fraction(1, 2))),
-                             (ages, min(1 + aside["age"], len(ages))),
-                             (scores, max(1, len(scores) - aside["score"]))):
+                             (ages, 1 + min(aside["age"], len(ages) // 10)),
+                             (scores, len(scores) - min(aside["score"], len(scores) // 10))):
             expected.append((len(values), rank,
                              values[max(0, rank - 4): min(len(values), rank + 3)]))
     assert seen == expected

@@ -315,6 +315,14 @@ def first_windows(plan: QueryPlan, shift: int) -> dict[str, list[tuple[RankRef, 
     return spans
 
 
+# A MAX's target rank is n − min(K, ⌊n/10⌋) (MIN's 1 + min(K, ⌊n/10⌋)): in a scope of
+# fewer than 10·K values n − K would cross to the other end (a per-bucket MAX of 15
+# values came back as their minimum); the tenth keeps it among the largest. Like the
+# percentile's ⌈p·n⌉, the target is nondecreasing in n by steps of 0 or 1, so a
+# candidate's distance still moves by at most one per row (docs/privacy.md §5.3).
+EXTREME_SHARE = Fraction(1, 10)
+
+
 def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
     """K of MAX's target rank n − K (MIN's 1 + K): the least K for which the candidates
     beyond the largest value, each at distance K + 1, weigh together at most a
@@ -329,8 +337,9 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
 
 def _targets(plan: QueryPlan, shift: int):
     """(aggregate index, column, target rank, ε, candidates) of every percentile, MAX
-    and MIN: MAX is the value at rank n − K, MIN at rank 1 + K (``extreme_offset``;
-    ranks outside 1..n are taken as the nearest). ε is each aggregate's own (sequential
+    and MIN: MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K,
+    ⌊n/10⌋) (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are taken as the
+    nearest). ε is each aggregate's own (sequential
     composition, as for every aggregate of a SELECT), over GROUP BY divided by the
     groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
     part = plan.aggregate_loss * Fraction(1, group_share(plan, shift))
@@ -342,7 +351,7 @@ def _targets(plan: QueryPlan, shift: int):
                               column.type == "int")
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
                   else RankRef(TOP if agg.kind == MAX else BOTTOM,
-                               extreme_offset(part.epsilon, shift, grid)))
+                               extreme_offset(part.epsilon, shift, grid), EXTREME_SHARE))
         yield index, agg.column, target, part.epsilon, grid
 
 

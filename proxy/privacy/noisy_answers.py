@@ -310,7 +310,8 @@ def _laplace_release(a: Asked) -> Released:
                               step)
     else:
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, a.rng, step)
-    value = _clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM else noisy.value
+    value = (_clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM
+             else _signed_sum(noisy.value, column))
     if column.type == "int":
         value = round(value)
     if agg.continuous:
@@ -378,9 +379,10 @@ def _extreme_note(kind, aside: int) -> str:
     if not aside:
         return ""
     end = "largest" if kind == MAX else "smallest"
-    return (f"; {kind.upper()} is drawn around the value {aside} ranks from the {end} "
-            f"(the {end} itself would be drawn almost anywhere between it and the "
-            "domain's end, docs/privacy.md §5.3)")
+    return (f"; {kind.upper()} is drawn around the value {aside} ranks from the {end}, "
+            f"or a tenth of the values from it in a smaller scope (the {end} itself would "
+            "be drawn almost anywhere between it and the domain's end, docs/privacy.md "
+            "§5.3)")
 
 
 def _sum_note(cal: Calibration) -> str:
@@ -404,7 +406,8 @@ def _release_clipped(plan: QueryPlan, agg, group: GroupStats, column, cal: Calib
     note = bound_note(rows_per_unit, plan.table.privacy_unit is not None)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
-        value = round(noisy_sum.value) if column.type == "int" else noisy_sum.value
+        value = _signed_sum(noisy_sum.value, column)
+        value = round(value) if column.type == "int" else value
         return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
     noisy_count = laplace_integer(group.column(agg.column).n, _integer_scale(cal.shift, cal),
                                   of_count.epsilon, rng, confidence)
@@ -513,6 +516,16 @@ def _finish(noisy: Noisy, cal: Calibration, note: str | None = None,
     if not cal.local or cal.report_scale == "rounded":
         return Released(noisy.value, noisy.ci95, noisy.mechanism, note)
     return Released(noisy.value, private, noisy.mechanism, note)
+
+
+def _signed_sum(value: float, column) -> float:
+    """A SUM kept to the sign its domain allows (≥ 0 over a domain of no negative value,
+    ≤ 0 over one of no positive value): post-processing of the released sum alone."""
+    if column.lower is not None and column.lower >= 0:
+        value = max(0.0, value)
+    if column.upper is not None and column.upper <= 0:
+        value = min(0.0, value)
+    return value
 
 
 def _clamp(value: float, lower: float | None, upper: float | None) -> float:

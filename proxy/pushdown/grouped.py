@@ -138,9 +138,15 @@ def rank_sql(ref: RankRef, n: exp.Expression) -> exp.Expression:
         )
         rank = exp.func("greatest", exp.Literal.number(1), ceiling)
         return exp.Add(this=rank, expression=exp.Literal.number(ref.offset))
+    aside: exp.Expression = exp.Literal.number(ref.offset)
+    if ref.fraction is not None:  # the offset kept within ⌊f·n⌋ (RankRef.rank)
+        share = exp.IntDiv(this=exp.Mul(this=exp.Literal.number(ref.fraction.numerator),
+                                        expression=n.copy()),
+                           expression=exp.Literal.number(ref.fraction.denominator))
+        aside = exp.func("least", aside, share)
     if ref.anchor == BOTTOM:
-        return exp.Literal.number(1 + ref.offset)
-    return exp.Sub(this=n, expression=exp.Literal.number(ref.offset))
+        return exp.Add(this=exp.Literal.number(1), expression=aside)
+    return exp.Sub(this=n, expression=aside)
 
 
 def _ordered(refs) -> list[RankRef]:

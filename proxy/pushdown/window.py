@@ -114,8 +114,11 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
     those lists do not reach, by a ROW_NUMBER over the scope partitioned by the key (one
     sort), the targets' ranks computed from each group's n in SQL's integer arithmetic."""
     if capabilities.grouped_ranks is GroupedRanks.LISTS:
-        refs = {RankRef(target.anchor, offset, target.fraction) for target, reach in spans
+        refs = {RankRef(target.anchor, offset, target.fraction if target.anchor == PCT
+                        else None)
+                for target, reach in spans
                 for offset in range(target.offset - reach if target.anchor == PCT
+                                    else 0 if target.fraction is not None  # kept nearer
                                     else max(0, target.offset - reach),
                                     target.offset + reach + 1)}
         # a MAX or MIN aimed beyond a small group's other end is drawn at that end

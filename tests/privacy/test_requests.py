@@ -122,9 +122,9 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     scores = candidate_grid(0, 10, RULES.tables["t"].columns["score"].resolution, False)
     rng = SeededSource(3)
     years = candidate_grid(0, 10, 1.0, True)
-    # MAX aims K ranks below the top, MIN K above the bottom, within 1..n
-    top = max(1, len(ages) - extreme_offset(epsilon, 1, years))
-    bottom = min(len(VALUES), 1 + extreme_offset(epsilon, 1, scores))
+    # MAX aims K ranks below the top, MIN K above the bottom, at most a tenth of n
+    top = len(ages) - min(extreme_offset(epsilon, 1, years), len(ages) // 10)
+    bottom = 1 + min(extreme_offset(epsilon, 1, scores), len(VALUES) // 10)
     one_by_one = [
         by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng), values)
         for values, rank, grid in ((VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), scores),
