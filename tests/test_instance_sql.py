@@ -8,6 +8,7 @@ nothing."""
 
 from __future__ import annotations
 
+import hashlib
 from fractions import Fraction
 
 import numpy as np
@@ -167,8 +168,9 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
 
 
 def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
-    """max_rows_per_unit = 2: the window holds at most two rows per person (person 1's
-    3, 9, 9 become 3, 9) and the exponent's Δu is s = 2."""
+    """max_rows_per_unit = 2: MAX's window holds at most two rows per person (person
+    1's 3, 9, 9 become 3, 9) and its exponent's Δu is s = 2; MEDIAN's holds one row per
+    person, the one whose values' MD5 is least (docs/privacy.md §5.3), with Δu = 1."""
     seen = []
 
     def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
@@ -177,9 +179,18 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
         return grid.value(grid.first)
 
     monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
-    run(_instance_session(engine), "SELECT MEDIAN(stay) FROM visits")
+    run(_instance_session(engine), "SELECT MEDIAN(stay), MAX(stay) FROM visits")
     clipped = [1.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 7.0, 9.0]
-    assert seen == [(9, 2, clipped, (4, 6, 4.0, 6.0))]
+
+    def hashed(value):
+        return hashlib.md5(f"{value}|".encode()).hexdigest()
+
+    people: dict[int, list[int]] = {}
+    for person, stay in zip(VISITS["person"], VISITS["stay"]):
+        people.setdefault(person, []).append(stay)
+    sampled = sorted(float(min(stays, key=lambda v: (hashed(v), v))) for stays in people.values())
+    assert sampled == [1.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # person 1 keeps a 9, person 4 its 1
+    assert seen == [(9, 2, clipped, (4, 6, 4.0, 6.0)), (6, 1, sampled, (2, 4, 4.0, 7.0))]
 
 
 @pytest.mark.parametrize("form", ["instance", "piecewise"])
