@@ -294,10 +294,14 @@ def _tail_share(found: list[Block], scale: float) -> float:
 def one_row_per_unit(plan: QueryPlan) -> bool:
     """Whether the plan's percentiles are drawn over one row per unit (docs/privacy.md
     §5.3, "Percentiles of user-level tables"): the table has a privacy unit that may own
-    several rows (``max_rows_per_unit`` other than 1, or joins that multiply rows).
-    A function of the rules and the query alone."""
+    several rows (``max_rows_per_unit`` other than 1, or joins that multiply rows) and
+    the GROUP BY has groups one unit may span, where the exponent's c·min(2c, G) over
+    all rows falls to min(2, G). Without such groups all rows are drawn over (Δu = c·g:
+    no sampling error, which dominates at a few thousand rows). A function of the rules
+    and the query alone."""
     return (plan.per_unit is None and plan.table.privacy_unit is not None
-            and plan.contribution_bound != 1)
+            and plan.contribution_bound != 1 and bool(plan.group_by)
+            and not plan.groups_fixed and plan.group_count > 1)
 
 
 def sampled_shift(plan: QueryPlan) -> int:
