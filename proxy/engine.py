@@ -36,7 +36,12 @@ from proxy.errors import (
 )
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.contribution_bounds import laddered, rungs
-from proxy.privacy.inverse_sensitivity import first_windows, instance_releases
+from proxy.privacy.inverse_sensitivity import (
+    first_windows,
+    instance_releases,
+    one_row_per_unit,
+    sampled_shift,
+)
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
@@ -46,7 +51,13 @@ from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
-from proxy.pushdown.scope import chain_tables, joined_units, plan_unit_bound_sql, table_ref
+from proxy.pushdown.scope import (
+    HashedClip,
+    chain_tables,
+    joined_units,
+    plan_unit_bound_sql,
+    table_ref,
+)
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.values import clamped_to_domain  # the one normalisation rule
@@ -58,7 +69,7 @@ from proxy.pushdown.window import (
     rank_window,
 )
 from proxy.rules import LINKED_UNIT, Rules, key_text, where_declared
-from proxy.statistics import GroupStats
+from proxy.statistics import ColumnNeeds, GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
 T = TypeVar("T")
@@ -188,29 +199,10 @@ class Engine:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
             if plan.mechanism.exponential:
-                # under GROUP BY every group's first windows in one read (grouped_windows)
-                first = {column: grouped_windows(plan, by_column[column],
-                                                 self.backend.capabilities, clip, tx.execute,
-                                                 spans)
-                         for column, spans in first_windows(plan, shift).items()
-                         } if plan.group_by else {}
-
-                def draws_read(request: RankRequest | CountRequest):
-                    """A draw's counts around a candidate, or its window of ascending
-                    ranks (under GROUP BY the first one from ``first``), in its group."""
-                    need, key = by_column[request.column], request.group
-                    if isinstance(request, CountRequest):
-                        count = rank_counts(plan, need, dialect, clip, tx.execute, key)
-                        return count(request.point)
-                    n = groups[key].column(request.column).n
-                    fetch = near(first.get(request.column, {}).get(key, {}), order_statistics(
-                        plan, need, dialect, clip, tx.execute, n, key))
-                    return fetch(request.first, request.last)
-
-                for key in plan.group_keys() if plan.group_by else [()]:
-                    group = groups.setdefault(key, GroupStats())
-                    group.instance = answered(
-                        instance_releases(plan, group, shift, self.rng, key), draws_read)
+                self._draws(plan, tx, groups, by_column, clip, shift, False)
+                if one_row_per_unit(plan):  # percentiles over one row per unit (§5.3)
+                    self._draws(plan, tx, groups, by_column, HashedClip(1),
+                                sampled_shift(plan), True)
                 return shift, groups, version
 
             def window_read(request: RankRequest):
@@ -226,6 +218,42 @@ class Engine:
                 groups[()].smooth = answered(smooth_sensitivities(plan, groups[()], shift),
                                              window_read)
             return shift, groups, version
+
+    def _draws(self, plan: QueryPlan, tx: Transaction, groups: dict[tuple, GroupStats],
+               by_column: dict, clip: int | None, shift: int, sampled: bool) -> None:
+        """The exponential mechanism's draws into each group's ``instance``: those over
+        the scope the other aggregates read, or (``sampled``) the percentiles over one
+        row per unit, whose n are read here from that scope (``HashedClip``)."""
+        dialect, execute = self.backend.dialect, tx.execute
+        spans_of = first_windows(plan, shift, sampled)
+        if not spans_of:
+            return
+        counts = groups
+        if sampled:
+            needs = tuple(ColumnNeeds(column, count=True, lower=by_column[column].lower,
+                                      upper=by_column[column].upper) for column in spans_of)
+            counts = compute_statistics(plan, needs, self.backend.capabilities, clip, execute)
+        # under GROUP BY every group's first windows in one read (grouped_windows)
+        first = {column: grouped_windows(plan, by_column[column], self.backend.capabilities,
+                                         clip, execute, spans)
+                 for column, spans in spans_of.items()} if plan.group_by else {}
+
+        def draws_read(request: RankRequest | CountRequest):
+            """A draw's counts around a candidate, or its window of ascending ranks
+            (under GROUP BY the first one from ``first``), in its group."""
+            need, key = by_column[request.column], request.group
+            if isinstance(request, CountRequest):
+                return rank_counts(plan, need, dialect, clip, execute, key)(request.point)
+            n = counts.get(key, GroupStats()).column(request.column).n
+            fetch = near(first.get(request.column, {}).get(key, {}), order_statistics(
+                plan, need, dialect, clip, execute, n, key))
+            return fetch(request.first, request.last)
+
+        for key in plan.group_keys() if plan.group_by else [()]:
+            group = groups.setdefault(key, GroupStats())
+            group.instance = {**group.instance, **answered(instance_releases(
+                plan, counts.get(key, GroupStats()), shift, self.rng, key, sampled),
+                draws_read)}
 
     def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
                  groups: dict[tuple, GroupStats]) -> None:

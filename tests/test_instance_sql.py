@@ -8,6 +8,7 @@ nothing."""
 
 from __future__ import annotations
 
+import hashlib
 from fractions import Fraction
 
 import numpy as np
@@ -50,6 +51,7 @@ privacy_unit = "person"
 max_rows_per_unit = 2
 [tables.visits.columns]
 stay = { type = "int", domain = [0, 10] }
+ward = { type = "text", keys = ["a", "b"] }
 """
 
 _RAW = [float(v) for v in np.round(np.random.default_rng(19).normal(50, 10, 40), 2)]
@@ -57,14 +59,16 @@ SCORES = _RAW + [50.0, 50.0, 0.0, 100.0, float("nan"), float("inf"), float("-inf
                  None]
 AGES = [int(v) for v in np.random.default_rng(3).integers(2, 8, len(SCORES))]
 KINDS = ["a", "b"] * (len(SCORES) // 2) + ["a"] * (len(SCORES) % 2)
-VISITS = {"person": [1, 1, 1, 2, 2, 3, 4, 4, 5, 6], "stay": [3, 9, 9, 4, 4, 5, 6, 1, 7, 5]}
+VISITS = {"person": [1, 1, 1, 2, 2, 3, 4, 4, 5, 6], "stay": [3, 9, 9, 4, 4, 5, 6, 1, 7, 5],
+          "ward": ["a"] * 10}
 
 
 engine = engine_fixture(RULES, {
     "scores": Table({"id": list(range(len(SCORES))), "score": SCORES, "age": AGES, "kind": KINDS},
                     {"id": "INTEGER", "score": "DOUBLE PRECISION", "age": "INTEGER",
                      "kind": "TEXT"}),
-    "visits": Table(VISITS, {"person": "INTEGER", "stay": "INTEGER"})}, shared=True)
+    "visits": Table(VISITS, {"person": "INTEGER", "stay": "INTEGER", "ward": "TEXT"})},
+    shared=True)
 
 
 def _instance_session(engine, epsilon="1", form="instance"):
@@ -169,7 +173,9 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
 
 def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     """max_rows_per_unit = 2: the window holds at most two rows per person (person 1's
-    3, 9, 9 become 3, 9) and the exponent's Δu is s = 2."""
+    3, 9, 9 become 3, 9) and the exponent's Δu is s = 2; under a GROUP BY a person may
+    span, a percentile's holds one row per person, the one whose values' MD5 is least
+    (docs/privacy.md §5.3), with Δu = 1."""
     seen = []
 
     def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
@@ -181,6 +187,18 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     run(_instance_session(engine), "SELECT MEDIAN(stay) FROM visits")
     clipped = [1.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 7.0, 9.0]
     assert seen == [(9, 2, clipped, (4, 6, 4.0, 6.0))]
+    seen.clear()
+    run(_instance_session(engine), "SELECT ward, MEDIAN(stay) FROM visits GROUP BY ward")
+
+    def hashed(value):
+        return hashlib.md5(f"{value}|a|".encode()).hexdigest()  # stay, ward
+
+    people: dict[int, list[int]] = {}
+    for person, stay in zip(VISITS["person"], VISITS["stay"]):
+        people.setdefault(person, []).append(stay)
+    sampled = sorted(float(min(stays, key=lambda v: (hashed(v), v))) for stays in people.values())
+    assert sampled == [1.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # person 1 keeps a 9, person 4 its 1
+    assert seen == [(6, 1, sampled, (2, 4, 4.0, 7.0)), (0, 1, [], (0, 0, None, None))]
 
 
 @pytest.mark.parametrize("form", ["instance", "piecewise"])

@@ -291,13 +291,34 @@ def _tail_share(found: list[Block], scale: float) -> float:
     return sum(math.exp(value - top) for value, exact in logs if not exact) / total
 
 
+def one_row_per_unit(plan: QueryPlan) -> bool:
+    """Whether the plan's percentiles are drawn over one row per unit (docs/privacy.md
+    §5.3, "Percentiles of user-level tables"): the table has a privacy unit that may own
+    several rows (``max_rows_per_unit`` other than 1, or joins that multiply rows) and
+    the GROUP BY has groups one unit may span, where the exponent's c·min(2c, G) over
+    all rows falls to min(2, G). Without such groups all rows are drawn over (Δu = c·g:
+    no sampling error, which dominates at a few thousand rows). A function of the rules
+    and the query alone."""
+    return (plan.per_unit is None and plan.table.privacy_unit is not None
+            and plan.contribution_bound != 1 and bool(plan.group_by)
+            and not plan.groups_fixed and plan.group_count > 1)
+
+
+def sampled_shift(plan: QueryPlan) -> int:
+    """s of a draw over one row per unit: the g units a neighbour changes, one row each."""
+    return plan.table.group_size
+
+
 def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: RandomSource,
-                      key: tuple = ()) -> Asking[dict[int, float | int]]:
+                      key: tuple = (), sampled: bool = False
+                      ) -> Asking[dict[int, float | int]]:
     """The released value of every percentile, MAX and MIN of the plan in the group
     ``key`` (whose statistics are ``group``), by aggregate index; the draws ask for the
-    ranks and counts they need, of that group's scope."""
+    ranks and counts they need, of that group's scope. ``sampled``: only the
+    percentiles drawn over one row per unit (``one_row_per_unit``; ``group`` and the
+    requests are then of that scope, ``shift`` its ``sampled_shift``), else the others."""
     found = {}
-    for index, column, target, epsilon, grid in _targets(plan, shift):
+    for index, column, target, epsilon, grid in _targets(plan, shift, sampled):
         n = group.column(column).n
         found[index] = yield from instance_release(n, min(max(1, target.rank(n)), max(n, 1)),
                                                    shift, epsilon,
@@ -306,11 +327,13 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: Rando
     return found
 
 
-def first_windows(plan: QueryPlan, shift: int) -> dict[str, list[tuple[RankRef, int]]]:
+def first_windows(plan: QueryPlan, shift: int, sampled: bool = False
+                  ) -> dict[str, list[tuple[RankRef, int]]]:
     """Per column, the (target rank, K) of the first window each of its draws reads:
-    what the engine reads for every group at once under GROUP BY (``grouped_windows``)."""
+    what the engine reads for every group at once under GROUP BY (``grouped_windows``);
+    ``sampled`` as in ``instance_releases``."""
     spans: dict[str, list[tuple[RankRef, int]]] = {}
-    for _, column, target, epsilon, grid in _targets(plan, shift):
+    for _, column, target, epsilon, grid in _targets(plan, shift, sampled):
         spans.setdefault(column, []).append((target, first_reach(exponent(epsilon, shift), grid)))
     return spans
 
@@ -335,16 +358,18 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
     return max(0, math.ceil(math.log(20 * grid.count) / exponent(epsilon, shift)) - 1)
 
 
-def _targets(plan: QueryPlan, shift: int):
+def _targets(plan: QueryPlan, shift: int, sampled: bool = False):
     """(aggregate index, column, target rank, ε, candidates) of every percentile, MAX
-    and MIN: MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K,
+    and MIN (``sampled``: of the percentiles over one row per unit only, else of the
+    others): MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K,
     ⌊n/10⌋) (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are taken as the
     nearest). ε is each aggregate's own (sequential
     composition, as for every aggregate of a SELECT), over GROUP BY divided by the
     groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
     part = plan.aggregate_loss * Fraction(1, group_share(plan, shift))
+    per_unit = one_row_per_unit(plan)
     for index, agg in enumerate(plan.aggregates):
-        if not agg.kind.row.ranked:
+        if not agg.kind.row.ranked or (per_unit and agg.kind == PERCENTILE) != sampled:
             continue
         column = plan.table.columns[agg.column]
         grid = candidate_grid(column.lower, column.upper, column.resolution,

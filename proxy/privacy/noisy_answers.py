@@ -21,7 +21,7 @@ from proxy.privacy.contribution_bounds import (
     rungs,
     sum_at,
 )
-from proxy.privacy.inverse_sensitivity import extreme_offsets
+from proxy.privacy.inverse_sensitivity import extreme_offsets, one_row_per_unit
 from proxy.privacy.mechanisms import (
     Noisy,
     gaussian_integer,
@@ -285,6 +285,8 @@ def _ranked(a: Asked) -> Released:
     note = _INSTANCE_NOTE
     if agg.continuous:
         note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
+    if agg.kind == PERCENTILE and one_row_per_unit(plan):
+        note += _PER_UNIT_NOTE
     if agg.kind in (MAX, MIN):
         note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[a.index])
     return _finish(Noisy(a.group.instance[a.index], None, mechanism), cal, note)
@@ -370,6 +372,8 @@ PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated i
                        "sensitivity) on the column's grid")
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
                   "tell how dense the data are around the answer")
+_PER_UNIT_NOTE = ("; the percentile of one row per privacy unit, each unit's row chosen by a "
+                  "hash of its values (each unit counts once: docs/privacy.md §5.3)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "
                 "95% bound is shown, it would reveal the smooth sensitivity of the data")
 

@@ -64,6 +64,8 @@ def scope_select(
         return scope
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
              if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
+    if isinstance(clip_rows_per_unit, HashedClip):
+        order.insert(0, row_hash(order))
     row_in_unit = exp.Window(
         this=exp.RowNumber(), partition_by=[exp.column(table.privacy_unit, quoted=True)],
         order=exp.Order(expressions=order)
@@ -73,6 +75,24 @@ def scope_select(
     columns += ["u"] if unit else []
     clipped = exp.select(*columns).from_(scope.subquery("u"))
     return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
+
+
+class HashedClip(int):
+    """A clip of rows per unit whose rows are kept by a hash of each row's own values (a
+    pseudo-random sample of the unit's rows, ties broken by the values), not by the
+    values' order, which keeps a unit's smallest values: the one row per unit that
+    user-level percentiles are drawn over (privacy/inverse_sensitivity.py)."""
+
+
+def row_hash(columns: list[exp.Expression]) -> exp.Expression:
+    """MD5 of the row's values as text, NULL as empty: a function of the row alone,
+    total on every engine (a cast to text and a hash cannot fail)."""
+    parts: list[exp.Expression] = []
+    for column in columns:
+        text = exp.Coalesce(this=exp.cast(column.copy(), "text"),
+                            expressions=[exp.Literal.string("")])
+        parts += [text, exp.Literal.string("|")]
+    return exp.MD5(this=exp.Concat(expressions=parts or [exp.Literal.string("")]))
 
 
 # A WHERE with more AND and OR than this is sent as COALESCE(condition, FALSE).
