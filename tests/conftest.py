@@ -40,12 +40,12 @@ def pytest_configure(config):
 # xdist worker, which starts it once (elsewhere each worker would start its own). Tests
 # of other modules run over Spark with the parameter "spark" (ids "[spark…"): they go
 # to test_spark.py's worker, whose Sail server (sail_url) they share.
-SAIL_MODULE = "tests/test_spark.py"
-SHARED_MODULES = {"tests/test_attacks.py", "tests/test_bi_corpus.py", "tests/test_catalog_tools.py",
-                  "tests/test_clients.py", "tests/test_joins_multiplicity.py",
-                  "tests/test_nonfinite.py", "tests/test_spark.py", "tests/test_spark_real.py",
+SAIL_MODULE = "tests/backends/test_spark.py"
+SHARED_MODULES = {"tests/test_attacks.py", "tests/test_bi_corpus.py", "tests/wire/test_catalog_tools.py",
+                  "tests/wire/test_clients.py", "tests/analyze/test_joins_multiplicity.py",
+                  "tests/pushdown/test_nonfinite.py", "tests/backends/test_spark.py", "tests/backends/test_spark_real.py",
                   "tests/test_superset.py",
-                  "tests/test_wire_hardening.py", "tests/test_wire_limits.py"}
+                  "tests/wire/test_wire_hardening.py", "tests/wire/test_wire_limits.py"}
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -230,7 +230,7 @@ def no_noise(monkeypatch):
 def engines(sail_url, tmp_path_factory):
     """One engine over Spark (its ledger in an in-memory DuckDB) and one over DuckDB,
     both over the same rows of the contract's ``t`` (tests/contract.py); the Spark
-    server is ``sail_url``'s (a module may override it: tests/test_spark_real.py)."""
+    server is ``sail_url``'s (a module may override it: tests/backends/test_spark_real.py)."""
     from proxy.backends import open_backend
     from proxy.backends.duckdb_backend import DuckDBBackend
     from proxy.engine import Engine

@@ -1,6 +1,6 @@
 """The backend contract: the table t and the queries whose statistics every backend
-computes the same (tests/test_pushdown.py: DuckDB and PostgreSQL against a direct
-computation; tests/test_spark.py and tests/test_spark_real.py: Spark against DuckDB),
+computes the same (tests/pushdown/test_pushdown.py: DuckDB and PostgreSQL against a direct
+computation; tests/backends/test_spark.py and tests/backends/test_spark_real.py: Spark against DuckDB),
 none of them approximately."""
 
 from __future__ import annotations

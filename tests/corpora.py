@@ -59,8 +59,8 @@ def module_constants(path: Path) -> dict:
 
 
 DEMO = load_rules(TESTS.parent / "rules" / "demo.toml")
-SQL_SHAPES = module_constants(TESTS / "test_sql_shapes.py")
-EXPRESSIONS = module_constants(TESTS / "test_expressions.py")
+SQL_SHAPES = module_constants(TESTS / "analyze" / "test_sql_shapes.py")
+EXPRESSIONS = module_constants(TESTS / "analyze" / "test_expressions.py")
 SHAPES_RULES = parse_rules(SQL_SHAPES["RULES_TEXT"])
 EXPRESSIONS_RULES = parse_rules(EXPRESSIONS["RULES_TEXT"])
 

@@ -14,7 +14,7 @@ debit), or
   (``Engine.statistics``) run without error and every number they return is finite, the
   order statistics inside the derived domain.
 
-Used by tests/test_totality.py (a fixed seed set, bounded) and benchmarks/totality_fuzz.py
+Used by tests/pushdown/test_totality.py (a fixed seed set, bounded) and benchmarks/totality_fuzz.py
 (a longer run). Nothing is mocked: DuckDB, PostgreSQL and Sail run the SQL.
 """
 

@@ -1,6 +1,6 @@
 """The GROUP BY bucket of one raw value, in Python: the reference for the brute-force
 tests of binned and time-bucketed groups, checked against the backend's SQL of the same
-term on both engines (tests/test_sql_shapes.py).
+term on both engines (tests/analyze/test_sql_shapes.py).
 
 Numbers are normalised first (``proxy.statistics.normalise``: NaN and NULL belong to no
 group, ±inf and values beyond the declared domain are clamped to it); dates and

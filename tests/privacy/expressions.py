@@ -1,7 +1,7 @@
 """Expressions over columns, in Python: the reference for the brute-force tests of
 aggregates over expressions (proxy/analyze/expressions.py), checked against the
 backend's SQL of the same expressions on DuckDB (tests/privacy/
-test_expressions_bruteforce.py) and PostgreSQL (tests/test_expressions.py).
+test_expressions_bruteforce.py) and PostgreSQL (tests/analyze/test_expressions.py).
 
 Each expression's reference reads the normalised columns (``proxy.statistics.
 normalise``: NULL and NaN are no value, ±inf and values beyond the declared domain are

@@ -4,7 +4,7 @@ overflow-sized values, records leaving the scope and moving between groups, grou
 g > 1) and every neighbour, no rung's count of units beyond ±B_k moves by more than g
 (the exponential mechanism's utility sensitivity) and no rung's clipped sum by more
 than g·w_k (the Laplace noise's scale numerator); both reached. The backend's statement
-computes the reference's numbers (tests/test_contribution_bounds.py); the counts'
+computes the reference's numbers (tests/privacy/test_contribution_bounds.py); the counts'
 bound is reached."""
 
 from __future__ import annotations

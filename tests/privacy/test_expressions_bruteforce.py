@@ -6,7 +6,7 @@
    derived domain, and for expressions that read each column once the domain is tight.
 2. The backend computes exactly that: DuckDB evaluates the pushed-down value of every
    expression over all the combinations and agrees with the Python reference
-   (tests/test_expressions.py does the same on PostgreSQL).
+   (tests/analyze/test_expressions.py does the same on PostgreSQL).
 3. The sensitivities of SPEC §5.2 hold for the expression's value: neighbours modify a
    record's columns (or move it in or out of scope) and the released statistic never
    moves by more than the sensitivity computed with the derived domain.

@@ -216,7 +216,7 @@ def test_a_message_is_parsed_once_and_a_known_shape_not_at_all(monkeypatch):
 
 
 # a statement with k repeats of one construct (a CASE inside an aggregate is capped at
-# 400 parts instead: tests/test_totality.py)
+# 400 parts instead: tests/pushdown/test_totality.py)
 LONG_FORMS = {
     "IN list": lambda k: "SELECT COUNT(*) FROM people WHERE age IN ({})".format(
         ", ".join(str(i % 120) for i in range(4 * k))),

@@ -185,7 +185,7 @@ def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
 
 def test_a_snapshot_the_debit_left_dead_is_replaced(duckdb_url):
     """DuckDB opens the database again after a commit whose checkpoint failed (a full
-    disk, tests/test_disk_full.py): the snapshot opened before the debit is then dead, so
+    disk, tests/ledger/test_disk_full.py): the snapshot opened before the debit is then dead, so
     the statistics are read in a new one and the paid answer is sent and cached."""
     url = duckdb_url  # DuckDB reopens its database; a PostgreSQL connection stays
     load(url, {"people": people(), "odd": ODD})

@@ -19,7 +19,7 @@ from tests.databases import load_table
 from tests.factories import people_table
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
-DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+DEMO_RULES = Path(__file__).resolve().parents[2] / "rules" / "demo.toml"
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """The smoke test on a real Spark (Apache Spark in local mode behind its own Spark
-Connect server, tests/sparkserver.py), where tests/test_spark.py runs the whole backend
+Connect server, tests/sparkserver.py), where tests/backends/test_spark.py runs the whole backend
 contract on Sail: a few of its queries, covering COUNT, SUM, AVG, MEDIAN, other
 percentiles, MAX, MIN, WHERE and GROUP BY, all user-level, give the same statistics as
 DuckDB on the same rows, and no SQL sent computes a percentile approximately.
