@@ -1,5 +1,5 @@
 """The totality fuzzer's long run (tests/totality.py; the suite runs a fixed seed set in
-tests/test_totality.py): random admitted expressions × adversarial rows on each backend.
+tests/pushdown/test_totality.py): random admitted expressions × adversarial rows on each backend.
 
     python benchmarks/totality_fuzz.py [--n 20000] [--backends duckdb,postgres,sail]
                                        [--seed 1] [--depth 4] [--show 10]

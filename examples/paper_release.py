@@ -6,7 +6,7 @@ test suite).
 Every cluster is released by the engine's own code (proxy/privacy/microaggregation.py:
 centroid, sensitivity, secure Laplace, clamping to [0, α·max]); the clusters are the
 individual-ranking ones `idp-proxy release` computes in the backend (sort, k
-consecutive values, the last cluster absorbing the remainder — tests/test_release.py
+consecutive values, the last cluster absorbing the remainder — tests/publish/test_release.py
 checks the backend against this same construction), built here once per k so that the
 ~4,000 releases fit in minutes. One real `idp-proxy release` per data set (iDP-CBLS,
 ε = 1) closes the loop and prints its SSE beside ours. Writes paper_release.csv and
