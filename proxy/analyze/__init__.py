@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
@@ -107,7 +107,14 @@ def statement_tokens(sql: str) -> list[list[Token]]:
     sqlglot's parser splits them (a statement that is only a comment has none, and is
     left out)."""
     statements: list[list[Token]] = [[]]
-    for token in POSTGRES.tokenize(sql):
+    try:
+        tokens = POSTGRES.tokenize(sql)
+    except TokenError as exc:  # an unclosed quote or comment: as PostgreSQL, 42601
+        start = getattr(exc, "start", None)
+        raise SyntaxProblem("syntax error: a quoted string, quoted name or comment is not "
+                            "closed; check the statement's quotes",
+                            start + 1 if isinstance(start, int) else None) from None
+    for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
             statements.append([])
         else:

@@ -66,7 +66,13 @@ from sqlglot import exp
 
 from proxy.analyze.explicit_joins import explicit_joins
 from proxy.analyze.predicate import check_predicate
-from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn, UnknownTable
+from proxy.errors import (
+    AmbiguousColumn,
+    NotSupported,
+    SyntaxProblem,
+    UnknownColumn,
+    UnknownTable,
+)
 from proxy.rules import Rules, Table, key_text
 from proxy.vocabulary import Join, JoinedColumn, unit_sources
 
@@ -107,6 +113,8 @@ def split_joins(select: exp.Select, rules: Rules
     joins = select.args.get("joins") or []
     if not joins:
         return select, ()
+    if not select.args.get("from_"):
+        raise SyntaxProblem('syntax error at or near "JOIN": a JOIN follows a FROM')
     sources = [(select.args["from_"].this, None), *[(join.this, join) for join in joins]]
     declared = [declared_table(node, rules) for node, _ in sources]
     protected = [i for i, table in enumerate(declared) if not table.public]

@@ -158,7 +158,7 @@ def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Ex
         return _series_limited(select, ctes, joins[0], analyse)
     if joins:
         raise _joined_subquery()
-    source = step_name(select.args["from_"].this, ctes)
+    source = step_name(select.args["from_"].this, ctes) if select.args.get("from_") else None
     if source is None:
         raise NotSupported("subqueries over protected tables are supported in FROM only, as "
                            "row-level steps or one aggregate query; query one table")

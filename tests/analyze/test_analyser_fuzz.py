@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 
+import pytest
 from sqlglot import exp
 
 from proxy.analyze import parse_statements
@@ -71,3 +72,16 @@ def test_no_statement_grown_from_the_grammar_meets_an_internal_error():
             internal.append((sql, type(exc).__name__, str(exc)))
     assert internal == [], internal[:5]
     assert outcomes["plan"] > STATEMENTS // 20 and outcomes["refused"] > STATEMENTS // 4
+
+
+@pytest.mark.parametrize("sql, sqlstate", [
+    ("SELECT region, COUNT(*) JOIN people USING (person_id) GROUP BY 1", "42601"),
+    ("SELECT EXISTS(SELECT 1 FROM (SELECT region FROM people) AS v)", "0A000"),
+    ("SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (north') FROM people", "42601"),
+])
+def test_the_fuzzer_s_finds_are_refused_in_one_line(sql, sqlstate):
+    """What the fuzzer grew once met a KeyError (a JOIN with no FROM; a subquery in a
+    FROM-less SELECT) or sqlglot's TokenError (an unclosed quote): now a refusal."""
+    with pytest.raises(ProxyError) as refused:
+        checking_session(DEMO).check(sql)
+    assert refused.value.sqlstate == sqlstate and "\n" not in refused.value.message

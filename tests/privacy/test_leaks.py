@@ -192,9 +192,11 @@ def test_a_minimum_epsilon_prices_the_noise_magnitude_test(pair):
 
 # Issue 29 item 2: person 70's income is 50,000 in D and 41,127.40 in D'; the CASE fires
 # for them in D only, so raw iDP's local sensitivity of the SUM is 10^6 in D and 0 (the
-# floor) in D', and the spread of one answer told which.
+# floor) in D', and the spread of one answer told which. (ELSE −1, not the attack's ELSE
+# 0: over a domain of no negative value a SUM is kept ≥ 0, and half these wide draws would
+# read 0, leaving no spread to compare.)
 STEERED = ("/*+ epsilon=0.000001 */ SELECT SUM(CASE WHEN person_id = 70 AND income > 45000 "
-           "THEN 1000000 ELSE 0 END) FROM people WHERE person_id > 0")
+           "THEN 1000000 ELSE -1 END) FROM people WHERE person_id > 0")
 
 
 def _spread(engine: Engine, sql: str, times: int) -> tuple[float, set]:
