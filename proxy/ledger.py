@@ -37,7 +37,7 @@ from decimal import Decimal
 from typing import NoReturn
 
 from proxy.accounting import RHO_SQL, epsilon_decimal, largest_epsilon, rho_budget
-from proxy.backends.base import Backend
+from proxy.backends.base import Backend, still_current
 from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -177,6 +177,10 @@ class Ledger:
         self._writing = threading.Lock()
         self._writer: threading.Thread | None = None
         self._closed = False
+        # what a replay's accounts have left, from a read of its own: accounts ->
+        # (the smaller left, read at, the backend's quiet mark before, earliest window end)
+        self._lefts: dict[tuple[str, ...], tuple[int | Decimal, float, int | None,
+                                                 int | None]] = {}
         try:
             with backend.transaction() as tx:
                 # Checked first: CREATE SCHEMA IF NOT EXISTS needs the right to create one
@@ -432,13 +436,10 @@ class Ledger:
     def served_from_cache(self, charge: Charge, tx=None) -> Decimal:
         """Record a repeat answered from the answer cache (ε 0, nothing debited) and
         return what the analyst can still spend (read in ``tx``, a snapshot of the
-        ledger's backend, else in one of its own); before the repeat is sent. The row is
-        kept in memory and written with others (``flush``): no write waits for it."""
-        accounts = self._accounts(charge.analyst)
-        query = (f"SELECT {self._left_sql()} FROM idp.budgets "
-                 f"WHERE analyst IN ({_placeholders(len(accounts))})")
-        rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
-                                                                                    accounts)
+        ledger's backend, else as ``_replay_left`` keeps it); before the repeat is sent.
+        The row is kept in memory and written with others (``flush``): no write waits
+        for it."""
+        left = self._replay_left(self._accounts(charge.analyst), tx)
         served = datetime.datetime.now(datetime.timezone.utc)
         with self._replayed:  # once nothing can stop the repeat from being sent
             self._replays.append((charge, served))
@@ -448,9 +449,30 @@ class Ledger:
                 self._writer.start()
             if len(self._replays) == 1 or len(self._replays) >= REPLAY_ROWS:
                 self._replayed.notify_all()
+        return self._as_epsilon(left)
+
+    def _replay_left(self, accounts: list[str], tx) -> int | Decimal:
+        """The smaller of what ``accounts`` have left: read in ``tx`` if given; else
+        kept from this method's last read of its own while that is still current
+        (``still_current``) and no account's refresh window has ended since. Within the
+        rules' ``replay_window_ms`` it may miss other processes' debits: only the
+        replay's ``epsilon_remaining`` is that old; a debit always reads the row."""
+        key = tuple(accounts)
+        kept = self._lefts.get(key) if tx is None else None
+        if kept is not None and (kept[3] is None or _now() < kept[3]) and still_current(
+                self.backend, kept[2], kept[1], self.rules.defaults.replay_window_ms):
+            return kept[0]
+        mark, read_at = self.backend.quiet_mark(), time.monotonic()
+        query = (f"SELECT {self._left_sql()}, window_end FROM idp.budgets "
+                 f"WHERE analyst IN ({_placeholders(len(accounts))})")
+        rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
+                                                                                    accounts)
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
-        return self._as_epsilon(min([0 if left is None else left for left, in rows]
-                                    + missing))
+        left = min([0 if left is None else left for left, _ in rows] + missing)
+        if tx is None:  # a snapshot opened before ``mark`` may miss a write made since
+            ends = [end for _, end in rows if end is not None]
+            self._lefts[key] = (left, read_at, mark, min(ends, default=None))
+        return left
 
     def pending_replays(self) -> int:
         """Replays' rows kept in memory, not written yet."""
