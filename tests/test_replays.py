@@ -118,6 +118,41 @@ def test_within_the_replay_window_a_repeat_does_not_read_the_version(backend_url
         ["charged"] + ["served from cache"] * 4
 
 
+def test_on_duckdb_a_repeat_reads_nothing_until_something_is_written(duckdb_url,
+                                                                      monkeypatch):
+    """The proxy holds the DuckDB file, so while no write transaction has ended since the
+    version and what remains were read, a repeat opens no transaction at all; a grant
+    (what remains changes) or a change of the data through the proxy's own connection
+    is seen by the next repeat, which reads again (and a new version is charged)."""
+    monkeypatch.setattr(ledger_module, "REPLAY_SECONDS", 600)  # no batch written meanwhile
+    load(duckdb_url, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), open_backend(duckdb_url))
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    # the debit and the entry wrote: the first repeat reads the version and what remains
+    # in the view's snapshot, the second what remains in a read of its own (kept)
+    assert [run(zoe, QUERY)[0].rows for _ in range(2)] == [first.rows] * 2
+    opened = []
+    transaction = engine.backend.transaction
+    engine.backend.transaction = lambda snapshot=False: opened.append(snapshot) or \
+        transaction(snapshot)
+    for _ in range(5):
+        again = run(zoe, QUERY)[0]
+        assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
+        assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
+    assert opened == []
+    engine.ledger.grant("zoe", Decimal(1))
+    again = run(zoe, QUERY)[0]
+    assert again.rows == first.rows
+    assert again.privacy["epsilon_remaining"] == pytest.approx(
+        first.privacy["epsilon_remaining"] + 1)
+    assert True in opened and False in opened  # the grant wrote, the repeat read
+    engine.backend.query("DELETE FROM people WHERE person_id = 1")
+    assert run(zoe, QUERY)[0].privacy["epsilon_spent"] > 0
+    assert [e[9] for e in engine.ledger.entries("zoe")] == \
+        ["charged"] + ["served from cache"] * 8 + ["charged"]
+
+
 # Through the server, killed -----------------------------------------------------------
 
 RULES = f"""
