@@ -4,10 +4,12 @@ N fresh COUNT queries with varying literals (never answer-cache hits) through
 ``Engine.session`` on a small table in a DuckDB file; prints the median and mean time
 per answer, and the DuckDB transactions (write ones apart) and statements per answer.
 
-    .venv/bin/python benchmarks/per_answer.py [N [THREADS]]
+    .venv/bin/python benchmarks/per_answer.py [N [THREADS [REPEAT]]]
 
-With THREADS > 1 the N queries are shared by that many sessions asking at once (one
-thread each, as the server runs them), and the throughput is printed too.
+With REPEAT = 1 the N queries are one statement, answered once before (replays from
+the answer cache). With THREADS > 1 the N queries are shared by that many sessions
+asking at once (one thread each, as the server runs them), and the throughput is
+printed too.
 
 Measured 2026-11-23 on the shared 2-core machine (load average 3.4-4.5 from other
 work, so absolute times are rough; before = main at c5b53f1, after = branch onewrite,
@@ -54,9 +56,11 @@ max_rows_per_unit = 1
 person_id = { type = "int" }
 age = { type = "int", domain = [0, 120] }
 """
+REPEATED = "SELECT COUNT(*) FROM people WHERE age > 40"
 
 
-def main(n: int = 500, threads: int = 1) -> None:
+def main(n: int = 500, threads: int = 1, repeat: int = 0) -> None:
+    """``repeat`` 1: one statement, answered once untimed, then asked N times (replays)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.duckdb"
         with duckdb.connect(str(path)) as con:
@@ -67,6 +71,8 @@ def main(n: int = 500, threads: int = 1) -> None:
         session = Session.open(engine, "bench")
         for warm in range(20):
             list(session.execute(f"SELECT COUNT(*) FROM people WHERE age > {-warm - 1}"))
+        if repeat:
+            list(session.execute(REPEATED))
         counts = {"transactions": 0, "writes": 0, "statements": 0}
         transaction, cursor = type(backend).transaction, type(backend)._cursor
         execute = Transaction.execute
@@ -90,7 +96,7 @@ def main(n: int = 500, threads: int = 1) -> None:
         def ask(first: int, session) -> None:
             for number in range(first, n, threads):
                 sql = (f"SELECT COUNT(*) FROM people WHERE age > {number % 90} "
-                       f"AND person_id > {-number - 100}")
+                       f"AND person_id > {-number - 100}") if not repeat else REPEATED
                 start = time.perf_counter()
                 list(session.execute(sql))
                 times.append(time.perf_counter() - start)
@@ -106,11 +112,11 @@ def main(n: int = 500, threads: int = 1) -> None:
         type(backend).transaction, type(backend)._cursor = transaction, cursor
         Transaction.execute = execute
         backend.close()
-    print(f"{n} fresh COUNT answers on DuckDB, {threads} session(s): {n / took:.0f}/s, median {statistics.median(times) * 1e3:.2f} ms, "
+    print(f"{n} {'repeated' if repeat else 'fresh'} COUNT answers on DuckDB, {threads} session(s): {n / took:.0f}/s, median {statistics.median(times) * 1e3:.2f} ms, "
           f"mean {statistics.fmean(times) * 1e3:.2f} ms, "
           f"{counts['transactions'] / n:.2f} transactions ({counts['writes'] / n:.2f} "
           f"writing) and {counts['statements'] / n:.2f} statements per answer")
 
 
 if __name__ == "__main__":
-    main(*(int(arg) for arg in sys.argv[1:3]))
+    main(*(int(arg) for arg in sys.argv[1:4]))

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
-from proxy.backends.base import Backend, Transaction
+from proxy.backends.base import Backend, Transaction, still_current
 from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -111,8 +111,9 @@ class Engine:
         # reads no entry from the backend
         self._answers: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._answers_lock = threading.Lock()
-        # the tables a plan's version is made of -> (that version, when it was read)
-        self._versions: dict[tuple[str, ...], tuple[str, float]] = {}
+        # the tables a plan's version is made of -> (that version, when it was read, the
+        # backend's quiet mark before it was read)
+        self._versions: dict[tuple[str, ...], tuple[str, float, int | None]] = {}
 
     @contextmanager
     def view(self, plan: QueryPlan) -> Iterator[View]:
@@ -120,6 +121,7 @@ class Engine:
         the public tables it joins: an answer depends on them too), read once for the
         cache lookup and the statistics. GROUP BY terms over public columns get their
         keys here, before anything is charged: too many of them refuse the query."""
+        mark, read_at = self.backend.quiet_mark(), time.monotonic()
         with self.backend.transaction(snapshot=True) as tx:
             version = self.backend.data_version(tx, plan.table.name)
             versions = {}
@@ -133,7 +135,7 @@ class Engine:
                 version = None if version is None or linked is None else \
                     f"{version};{name}:{linked}"
             if version is not None:
-                self._versions[_tables_of(plan)] = (version, time.monotonic())
+                self._versions[_tables_of(plan)] = (version, read_at, mark)
             yield View(tx, version, self._with_public_keys(plan, tx, versions))
 
     def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
@@ -395,15 +397,17 @@ class Engine:
 
     def replay(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
         """The answer this analyst was already given for this query, without reading the
-        backend: when the data version of the plan's tables was read less than the
-        rules' ``replay_window_ms`` ago and the answer under it is kept in memory. None:
-        ask through ``view`` and ``cached``. Such a repeat may be of data up to that
-        window older than the backend's: an answer already released and paid for."""
-        window = self.rules.defaults.replay_window_ms
-        if not window or not self.rules.defaults.answer_cache:
+        backend: when the data version last read for the plan's tables is still current
+        (``still_current``: nothing was written to the backend since, or it was read less
+        than the rules' ``replay_window_ms`` ago) and the answer under it is kept in
+        memory. None: ask through ``view`` and ``cached``. Within the window a repeat
+        may be of data up to that window older than the backend's: an answer already
+        released and paid for."""
+        if not self.rules.defaults.answer_cache:
             return None
         recent = self._versions.get(_tables_of(plan))
-        if recent is None or time.monotonic() - recent[1] > window / 1000:
+        if recent is None or not still_current(self.backend, recent[2], recent[1],
+                                               self.rules.defaults.replay_window_ms):
             return None
         return self._kept(analyst, self.cache_key(charge.sql, plan, recent[0]))
 

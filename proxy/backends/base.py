@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -219,6 +220,14 @@ class Backend(ABC):
         answer cache are keyed by it. None when only a scan can tell: then c is keyed
         by ``fingerprint_aggregates`` read over the whole table, and nothing is cached."""
 
+    def quiet_mark(self) -> int | None:
+        """A mark that stays the same while nothing can have changed what the backend
+        holds (data, ledger, answer cache): what was read under an unchanged mark is
+        still current (``still_current``). None (the default): others may write it
+        at any moment (other processes, other servers), so only the backend itself,
+        asked again, can tell."""
+        return None
+
     @abstractmethod
     def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
         """Aggregates over every row that change whenever the multiset of unit values
@@ -262,3 +271,13 @@ class Transaction(ABC):
     @abstractmethod
     def columns(self) -> list[tuple[str, str]]:
         """(name, PostgreSQL type name) of each column of the last statement's result."""
+
+
+def still_current(backend: Backend, mark: int | None, read_at: float, window_ms: int) -> bool:
+    """Whether a value read from ``backend`` at ``time.monotonic()`` ``read_at``, under
+    its ``quiet_mark`` ``mark`` (taken before the read began), may be used instead of
+    reading it again: nothing can have been written since, or the rules'
+    ``replay_window_ms`` allows that much staleness."""
+    if mark is not None and mark == backend.quiet_mark():
+        return True
+    return window_ms > 0 and time.monotonic() - read_at <= window_ms / 1000

@@ -46,6 +46,7 @@ class DuckDBBackend(Backend):
         self._invalid: duckdb.DuckDBPyConnection | None = None  # to reopen before use
         self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
         self._base_tables: set[str] = set()  # names known to be base tables, not views
+        self._writes = 0  # write transactions ended (``quiet_mark``)
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         try:
@@ -102,6 +103,8 @@ class DuckDBBackend(Backend):
                 raise
             finally:
                 cursor.close()
+                if not snapshot:  # after its end: a mark read before it differs then
+                    self._writes += 1
 
     def _cursor(self) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
         """A cursor of the open database. After a fatal error (an automatic checkpoint
@@ -136,6 +139,13 @@ class DuckDBBackend(Backend):
 
     def _stop(self, handle: duckdb.DuckDBPyConnection) -> None:
         handle.interrupt()
+
+    def quiet_mark(self) -> int:
+        """The write transactions ended through this object: this process holds the
+        file's lock, and every write of the proxy and the owner's commands run in it goes
+        through ``transaction`` (a second connection of this process to the file is the
+        one way around it, which only tests take, and they close the proxy first)."""
+        return self._writes
 
     def data_version(self, tx: Transaction, table: str) -> str | None:
         # The proxy holds the file's write lock while it runs and never writes a data

@@ -144,6 +144,23 @@ class PostgresBackend(Backend):
                 self._roll_back(con)
                 raise
 
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._alone(sql, params)
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        return self._alone(sql, params)
+
+    def _alone(self, sql: str, params: Sequence[Any]) -> list[tuple]:
+        """One statement alone: PostgreSQL runs a statement outside BEGIN as a
+        transaction of its own, atomic and in one snapshot, so BEGIN and COMMIT (two of a
+        debit's or a cache entry's three round trips) are not sent."""
+        with self._pool.connection() as con, self._running(con):
+            try:
+                return _PostgresTransaction(self._stopped, con).execute(sql, params)
+            except psycopg.OperationalError as exc:
+                self._roll_back(con)
+                raise self._failure(con, exc) from None
+
     def _roll_back(self, con: psycopg.Connection) -> None:
         """After a failure, make a healthy connection idle again for the next
         transaction; the pool closes one this leaves in a transaction."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import threading
+from collections import OrderedDict
 from decimal import Decimal
 from typing import Any
 
@@ -104,6 +106,35 @@ def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) ->
         replacements += [(node, _literal(values[number - 1])) for node in nodes]
     replace_all(replacements)
     return tree.sql(dialect="postgres")
+
+
+class BoundTexts:
+    """Statements with their parameters bound, by (text, parameter types, the values as
+    the client sent them, their formats): binding parses and renders the statement
+    (sqlglot, about a millisecond), and a dashboard's viewers bind the same values again
+    and again. The least recently used go beyond ``size``; long texts are not kept."""
+
+    LONGEST = 20_000  # characters of a statement kept
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._texts: OrderedDict[tuple, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> str | None:
+        with self._lock:
+            text = self._texts.get(key)
+            if text is not None:
+                self._texts.move_to_end(key)
+            return text
+
+    def put(self, key: tuple, text: str) -> None:
+        if len(key[0]) > self.LONGEST:
+            return
+        with self._lock:
+            self._texts[key] = text
+            if len(self._texts) > self.size:
+                self._texts.popitem(last=False)
 
 
 def dummy_values(param_types: tuple[int, ...]) -> tuple[object, ...]:

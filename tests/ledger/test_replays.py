@@ -7,6 +7,9 @@ the last batch's span, never a debit, and never changes a budget."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 from decimal import Decimal
 
@@ -115,6 +118,41 @@ def test_within_the_replay_window_a_repeat_does_not_read_the_version(backend_url
         ["charged"] + ["served from cache"] * 4
 
 
+def test_on_duckdb_a_repeat_reads_nothing_until_something_is_written(duckdb_url,
+                                                                      monkeypatch):
+    """The proxy holds the DuckDB file, so while no write transaction has ended since the
+    version and what remains were read, a repeat opens no transaction at all; a grant
+    (what remains changes) or a change of the data through the proxy's own connection
+    is seen by the next repeat, which reads again (and a new version is charged)."""
+    monkeypatch.setattr(ledger_module, "REPLAY_SECONDS", 600)  # no batch written meanwhile
+    load(duckdb_url, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), open_backend(duckdb_url))
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    # the debit and the entry wrote: the first repeat reads the version and what remains
+    # in the view's snapshot, the second what remains in a read of its own (kept)
+    assert [run(zoe, QUERY)[0].rows for _ in range(2)] == [first.rows] * 2
+    opened = []
+    transaction = engine.backend.transaction
+    engine.backend.transaction = lambda snapshot=False: opened.append(snapshot) or \
+        transaction(snapshot)
+    for _ in range(5):
+        again = run(zoe, QUERY)[0]
+        assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
+        assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
+    assert opened == []
+    engine.ledger.grant("zoe", Decimal(1))
+    again = run(zoe, QUERY)[0]
+    assert again.rows == first.rows
+    assert again.privacy["epsilon_remaining"] == pytest.approx(
+        first.privacy["epsilon_remaining"] + 1)
+    assert True in opened and False in opened  # the grant wrote, the repeat read
+    engine.backend.query("DELETE FROM people WHERE person_id = 1")
+    assert run(zoe, QUERY)[0].privacy["epsilon_spent"] > 0
+    assert [e[9] for e in engine.ledger.entries("zoe")] == \
+        ["charged"] + ["served from cache"] * 8 + ["charged"]
+
+
 # Through the server, killed -----------------------------------------------------------
 
 RULES = f"""
@@ -174,3 +212,46 @@ def test_a_killed_server_loses_at_most_the_last_batch_of_replay_rows(backend_url
     account, entries = _accounts(served)
     assert Decimal(account["spent"]) == Decimal("0.05")
     assert [e["status"] for e in entries].count("charged") == 1
+
+
+# Killed between a debit and its cache entry ---------------------------------------------
+
+_KILLED_AFTER_THE_DEBIT = """
+import os, signal, sys
+from proxy.answer_cache import AnswerCache
+from proxy.backends import open_backend
+from proxy.engine import Engine
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.factories import ENGINE_RULES
+
+def killed(*args, **kwargs):  # paid and computed, the entry not yet written: kill -9
+    os.kill(os.getpid(), signal.SIGKILL)
+
+AnswerCache.store = killed
+engine = Engine(parse_rules(ENGINE_RULES), open_backend(sys.argv[1]))
+list(Session.open(engine, "zoe").execute(sys.argv[2]))
+"""
+
+
+def test_killed_between_the_debit_and_its_cache_entry_the_repeat_is_charged_again(
+        backend_url):
+    """A process killed (SIGKILL) after a debit committed and before its answer's cache
+    entry: that answer was never sent nor kept, so the same query asked again is a new
+    answer, charged again (never a free replay of an answer nobody holds, nor a different
+    one); from then on it is replayed as the second answer, free."""
+    load(backend_url, {"people": people(), "odd": ODD})
+    done = subprocess.run([sys.executable, "-c", _KILLED_AFTER_THE_DEBIT, backend_url, QUERY],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    engine = Engine(parse_rules(ENGINE_RULES), open_backend(backend_url))
+    assert [status for status, _, _ in _written(engine)] == ["charged"]
+    assert engine.backend.read("SELECT count(*) FROM idp.answers") == [(0,)]
+    zoe = Session.open(engine, "zoe")
+    second = run(zoe, QUERY)[0]
+    assert second.privacy["epsilon_spent"] > 0
+    again = run(zoe, QUERY)[0]
+    assert again.rows == second.rows and again.privacy["epsilon_spent"] == 0
+    assert [e[9] for e in engine.ledger.entries("zoe")] == [
+        "charged", "charged", "served from cache"]
+    assert _spent(engine)[0] == 2 * engine.ledger.entries("zoe")[0][6] * 10**6
