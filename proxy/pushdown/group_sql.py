@@ -55,7 +55,12 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         if term.kind == TIME_TRUNC:
             return exp.cast(exp.TimestampTrunc(this=moment, unit=exp.var(term.unit.upper())),
                             TIMESTAMP)
-        return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
+        part = exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
+        if not term.numbers:
+            return part
+        scale, offset = term.numbers  # a·v + b: a, b and every key within ±2^31
+        return exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
+                       expression=literal(offset))
     if term.kind == EPOCH_BIN:
         return _epoch_bin(term, column)
     # divided below: snapped (proxy.guards.snap: 0 or at least ~4e-152 in magnitude, the
