@@ -129,6 +129,10 @@ TERMS = [
     ("EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')",
      "WHERE at BETWEEN '2023-10-01' AND '2023-11-15'"),
     ("date_trunc('month', at) + INTERVAL '1 month'", ""),
+    # a moment shifted by an int column (days in [-7, 60]): the keys widen by its domain
+    ("date_trunc('day', at + days * INTERVAL '1 day')",
+     "WHERE at >= '2023-03-01' AND at < '2023-04-01'"),
+    ("date_trunc('month', (at - INTERVAL '1 hour' * days))", ""),
 ]
 
 
@@ -208,8 +212,16 @@ def test_a_condition_cast_to_integer_is_postgresql_s_own(engine, truth):
 
 
 REFUSED = [
-    ("SELECT date_trunc('day', at + days * INTERVAL '1 day'), COUNT(*) FROM events GROUP BY 1",
-     "one date or timestamp column"),
+    ("SELECT date_trunc('day', at + days * INTERVAL '1 month'), COUNT(*) FROM events "
+     "GROUP BY 1", "no months"),
+    ("SELECT date_trunc('day', at + cost * INTERVAL '1 day'), COUNT(*) FROM events "
+     "GROUP BY 1", "an int column"),
+    ("SELECT date_trunc('day', at + age * INTERVAL '1 year'), COUNT(*) FROM events "
+     "GROUP BY 1", "no months"),
+    ("SELECT date_trunc('day', at + age * INTERVAL '365 days'), COUNT(*) FROM events "
+     "GROUP BY 1", "more than a century"),
+    ("SELECT date_trunc('day', at + day * INTERVAL '1 day'), COUNT(*) FROM events GROUP BY 1",
+     "needs an int or float column"),
     ("SELECT date_trunc('day', at + INTERVAL '1 month'), COUNT(*) FROM events GROUP BY 1",
      "no fixed length"),
     ("SELECT date_trunc('day', at AT TIME ZONE 'Mars/Olympus'), COUNT(*) FROM events "

@@ -9,7 +9,8 @@ Recognised terms, each over one declared column:
   without declared keys: its keys are that table's distinct values, read from it (it is
   public) by the engine in the query's snapshot, at most ``max_groups`` of them;
 - ``date_trunc(unit, col)`` on a date or timestamp column with a declared domain: every
-  bucket from the first to the last of the domain;
+  bucket from the first to the last of the domain; ``date_trunc(unit, col + n * INTERVAL
+  'c')`` with n an int column of a declared domain: that range widened by n's shifts;
 - ``extract(field FROM col)`` / ``date_part('field', col)``: every value the field takes
   over the domain narrowed by the WHERE (its years for ``year``), also within whole-number
   arithmetic (``CAST(extract(dow FROM col) AS integer) + 1``);
@@ -53,6 +54,7 @@ from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,
     field_values,
+    interval_parts,
     part_field,
     time_term,
     tool_time_term,
@@ -117,8 +119,7 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
     bare = node
     while isinstance(bare, exp.Paren):
         bare = bare.this
-    if _affine_part(bare) is None and tool_time_term(bare) and _reads_time(bare, table,
-                                                                            resolve):  # by its text: its
+    if not _own_shape(bare) and tool_time_term(bare) and _reads_time(bare, table, resolve):  # by its text: its
         text = canonical(bare, resolve)  # ranges are those the WHERE leaves
         return next((i for i, seen in enumerate(terms)
                      if seen.kind == RANGES and seen.unit == text), None)
@@ -182,6 +183,8 @@ def group_term(node: exp.Expression, table: Table, resolve,
     part = _time_part(node, table, resolve, name, where)
     if part is not None:
         return part
+    if _shifted_trunc(node) is not None:
+        return _shifted_buckets(node, table, resolve, name, where)
     if tool_time_term(node) and _reads_time(node, table, resolve):
         return time_term(node, table, resolve, name,
                          lambda column: _within_where(column, where, resolve))
@@ -234,6 +237,73 @@ def _time_part(node: exp.Expression, table: Table, resolve, name: str,
                            "integer range")
     return GroupKey(name, TIME_PART, column.name, keys, "int", field,
                     numbers=() if (scale, offset) == (1, 0) else (scale, offset))
+
+
+def _own_shape(node: exp.Expression) -> bool:
+    """Whether ``node`` is a time term answered here, not by ``time_keys`` (which reads
+    one column, cutting its range where the key changes)."""
+    return _affine_part(node) is not None or _shifted_trunc(node) is not None
+
+
+def _shifted_trunc(node: exp.Expression) -> tuple[exp.Column, exp.Column, exp.Interval,
+                                                   int] | None:
+    """(t, n, the interval, its sign) of ``date_trunc(unit, t ± n * INTERVAL '…')`` (or
+    ``INTERVAL '…' * n``): a time column shifted by an int column times a constant
+    interval; None for other shapes."""
+    if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or node.args.get("zone"):
+        return None
+    shifted = node.this.unnest()
+    if not isinstance(shifted, (exp.Add, exp.Sub)):
+        return None
+    moment, scaled = shifted.this.unnest(), shifted.expression.unnest()
+    if isinstance(shifted, exp.Add) and isinstance(moment, exp.Mul):
+        moment, scaled = scaled, moment
+    if not (isinstance(moment, exp.Column) and isinstance(scaled, exp.Mul)):
+        return None
+    count, interval = scaled.this.unnest(), scaled.expression.unnest()
+    if isinstance(count, exp.Interval):
+        count, interval = interval, count
+    if not (isinstance(count, exp.Column) and isinstance(interval, exp.Interval)):
+        return None
+    return moment, count, interval, -1 if isinstance(shifted, exp.Sub) else 1
+
+
+_MAX_SHIFT = dt.timedelta(days=36_525)  # a century: every moment stays in the calendar
+
+
+def _shifted_buckets(node: exp.Expression, table: Table, resolve, name: str,
+                     where: exp.Expression | None) -> GroupKey:
+    """``date_trunc(unit, t + n * INTERVAL 'c')`` (an analyst's day after a stay of n
+    days): t is in its time range (the domain narrowed by the WHERE), n in its declared
+    domain [L, U], so the moment is in [first + min(L·c, U·c), last + max(L·c, U·c)]:
+    every bucket of that range is a key, from the rules and the literals alone. The
+    backend truncates the clamped moment plus the clamped n times c (whole seconds),
+    within a century of the domain, so it cannot fail."""
+    moment, count, interval, sign = _shifted_trunc(node)
+    unit = _unit(node.args.get("unit"))
+    if unit not in TRUNC_UNITS:
+        raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
+    column = _time_column(moment, table, resolve, f"date_trunc('{unit}', …)")
+    scale = numeric_column(count, table, resolve, "a time shift by a column")
+    months, step = interval_parts(interval)
+    step *= sign
+    if scale.type != "int" or months or step != dt.timedelta(seconds=round(
+            step.total_seconds())):
+        raise NotSupported(f"{node.sql(dialect='postgres')}: a moment is shifted by an int "
+                           "column times a constant INTERVAL of whole seconds, days or "
+                           "weeks (no months)")
+    low, high = sorted((math.ceil(scale.lower) * step, math.floor(scale.upper) * step))
+    if max(abs(low), abs(high)) > _MAX_SHIFT:
+        raise NotSupported(f"{node.sql(dialect='postgres')} shifts a moment by more than a "
+                           f"century ({scale.name} in [{scale.lower:g}, {scale.upper:g}])")
+    first, last = _within_where(column, where, resolve)
+    try:
+        keys = _truncations(first + low, last + high, unit) if first <= last else ()
+    except OverflowError:
+        raise NotSupported(f"{node.sql(dialect='postgres')} shifts a moment out of the "
+                           "calendar") from None
+    return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamp", unit,
+                    numbers=(step.total_seconds(),), by=scale.name)
 
 
 def _affine_part(node: exp.Expression) -> tuple[exp.Extract, int, int] | None:

@@ -290,7 +290,7 @@ class _Compiler:
             if not isinstance(right, exp.Interval):
                 raise NotSupported("a time bucket adds or subtracts a constant INTERVAL "
                                    "'…' only")
-            months, delta = _interval(right)
+            months, delta = interval_parts(right)
             if isinstance(node, exp.Sub):
                 months, delta = -months, -delta
             return self._plus(self.term(left), months, delta)
@@ -673,7 +673,7 @@ _INTERVAL_UNITS = {"microsecond": dt.timedelta(microseconds=1),
                    "hour": dt.timedelta(hours=1), "day": _DAY, "week": dt.timedelta(weeks=1)}
 
 
-def _interval(node: exp.Interval) -> tuple[int, dt.timedelta]:
+def interval_parts(node: exp.Interval) -> tuple[int, dt.timedelta]:
     """(months, the rest) of a constant interval: ``INTERVAL '1 day'``, ``INTERVAL '-1'
     DAY``, ``INTERVAL '1 day 2 hours'``."""
     text = node.this.name if isinstance(node.this, exp.Literal) else None
