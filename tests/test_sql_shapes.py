@@ -444,7 +444,8 @@ MOMENTS = ["-infinity", "infinity", None, "2023-12-31 23:59:59.999999", "2024-01
 @pytest.mark.parametrize("term_sql", ["floor(extract(epoch from at) / 86400) * 86400",
                                       "floor(extract(epoch from at) / 3600)",
                                       "floor(date_part('epoch', at) / 604800) * 604800",
-                                      "date_trunc('day', at)"])
+                                      "date_trunc('day', at)",
+                                      "(CAST(EXTRACT(dow FROM at) AS integer) + 1) * -3"])
 def test_the_backend_bins_epochs_as_the_reference_does(backend_url, term_sql):
     """Epoch bins (and a date_trunc) on both engines, of moments at bin and domain bounds, a microsecond
     before them, beyond the domain and ±infinity, agree with tests/privacy/buckets.py;
