@@ -202,6 +202,12 @@ def test_the_keys_of_an_extract_are_those_the_where_lets_in(engine, truth):
 
 
 @pytest.mark.usefixtures("no_noise")
+def test_a_bracketed_position_is_a_position_not_a_constant_key(engine, truth):
+    sql = "SELECT kind, COUNT(*) FROM events GROUP BY (1)"
+    assert _answered(engine, sql) == dict(truth(sql)) and len(truth(sql)) == 2
+
+
+@pytest.mark.usefixtures("no_noise")
 def test_a_condition_cast_to_integer_is_postgresql_s_own(engine, truth):
     """Ibis's mean of a boolean: 1, 0, or NULL where the condition is NULL."""
     sql = ("SELECT kind, AVG(CAST(cost > 500 AS INT)), SUM(CAST(NOT (cost > 500 OR age < 20) "

@@ -152,7 +152,8 @@ def dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.
     """``GROUP BY 2`` and ``GROUP BY alias`` name a select item (an input column of that
     name wins over an alias, as in PostgreSQL)."""
     items = select.expressions
-    if isinstance(node, exp.Literal) and not node.is_string:
+    if isinstance(node.unnest(), exp.Literal) and not node.unnest().is_string:
+        node = node.unnest()  # GROUP BY (2) is a position too, as PostgreSQL parses it
         if not node.name.isdigit() or not 1 <= int(node.name) <= len(items):
             raise NotSupported(f"GROUP BY position {node.name} is not in the select list "
                                f"(1 to {len(items)})")
