@@ -119,8 +119,8 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
     bare = node
     while isinstance(bare, exp.Paren):
         bare = bare.this
-    if not _own_shape(bare) and tool_time_term(bare) and _reads_time(bare, table, resolve):  # by its text: its
-        text = canonical(bare, resolve)  # ranges are those the WHERE leaves
+    if not _own_shape(bare) and tool_time_term(bare) and _reads_time(bare, table, resolve):
+        text = canonical(bare, resolve)  # by its text: its ranges are those the WHERE leaves
         return next((i for i, seen in enumerate(terms)
                      if seen.kind == RANGES and seen.unit == text), None)
     try:
@@ -426,8 +426,8 @@ _TICK = dt.timedelta(microseconds=1)
 def _within_where(column: Column, where: exp.Expression | None, resolve
                   ) -> tuple[dt.datetime, dt.datetime]:
     """The declared [first, last] of a time column, narrowed by the conditions on it that
-    every row in scope meets: top-level AND terms (in brackets or not) comparing it with a literal (``>=``,
-    ``>``, ``<``, ``<=``, BETWEEN; a literal with a time zone read as UTC, as
+    every row in scope meets: top-level AND terms (in brackets or not) comparing it with
+    a literal (``>=``, ``>``, ``<``, ``<=``, BETWEEN; a literal with a time zone read as UTC, as
     ``check_predicate`` rewrites it). Text and rules only, never the data. A bound beyond
     the domain is clamped into it, as the rows beyond it are: they are grouped in the
     first or last bucket. On a date column the bounds are whole days: the engines
