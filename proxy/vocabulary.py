@@ -293,6 +293,7 @@ class QueryPlan:
         for term in self.group_by:
             read = {term.column} | {column.name for condition, _ in term.branches
                                     for column in condition.find_all(exp.Column)}
+            read |= {term.by} if term.by else set()
             if not all(name in columns and getattr(columns[name], "unit_attribute", False)
                        for name in read):
                 return False
@@ -379,6 +380,8 @@ class GroupKey:
     labels: tuple[Any, ...] | None = None
     bounds: tuple[Any, ...] = ()
     ranges: tuple[int, ...] = ()
+    # TIME_TRUNC of ``column + by * numbers[0] seconds``: the int column that scales it
+    by: str | None = None
 
     def same_term(self, other: GroupKey) -> bool:
         """The same computation (its keys follow from it and the query's WHERE)."""

@@ -157,6 +157,8 @@ def expression(rng: random.Random, depth: int = 4) -> str:
         return f"sqrt((({sub()} + 1) / ({big})) * 1 - 1 / ({big}))"
     if form == 20:
         return f"({sub()} * {sub()} * {sub()})"
+    if form == 21:  # a condition as 1, 0 or NULL (Ibis's mean of a boolean)
+        return f"CAST({_condition(rng)} AS int)"
     return _leaf(rng)
 
 
@@ -267,6 +269,11 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         inner = of(node.this)
         value = inner.value
         return _Ref(None if value is None else math.log(abs(value) + LOG_FLOOR), False)
+    if isinstance(node, exp.Cast) and isinstance(node.this, exp.Predicate):
+        condition = node.this
+        if not isinstance(condition, exp.Is) and row[condition.this.name] is None:
+            return _Ref(None, True)
+        return _Ref(1.0 if _holds(condition, row) else 0.0, True)
     if isinstance(node, exp.Cast):
         inner = of(node.this)
         if node.to.this in _INTEGERS:

@@ -46,7 +46,7 @@ from proxy.statistics import MAGNITUDE_CAP, value_range
 from proxy.vocabulary import DerivedColumn, in_condition
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
-           "CAST to a number, abs, least, greatest, floor, ceil, round, trunc, sqrt of a "
+           "CAST to a number (of a condition: to integer), abs, least, greatest, floor, ceil, round, trunc, sqrt of a "
            "value that cannot be negative, ln of a value that is always positive")
 # Intermediate values the backend may meet stay well inside DOUBLE's range.
 _SAFE_MAGNITUDE = 1e300
@@ -307,6 +307,9 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         return _number(node)
     if isinstance(node, exp.Null):
         return _always_null(exp.Null())
+    if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.INT) and isinstance(
+            node.this.unnest(), (exp.Predicate, exp.Connector, exp.Not)):
+        return _boolean(node.this, table, resolve)
     if isinstance(node, (exp.Neg, exp.Abs, exp.Cast, exp.Floor, exp.Ceil, exp.Round,
                          exp.Trunc, exp.Sqrt, exp.Ln)) and not isinstance(node, exp.TryCast):
         inner = of(node.this)
@@ -552,6 +555,14 @@ def _case(node: exp.Case, table: Table, resolve) -> _Value:
         case = case.else_(branches[-1].sql, copy=False)
     nullable = default is None or any(b.nullable for b in branches)
     return replace(_hull(case, branches, nullable), constant=False)
+
+
+def _boolean(condition: exp.Expression, table: Table, resolve) -> _Value:
+    """``CAST(condition AS integer)`` (Ibis's mean of a boolean, ``AVG(CAST(x > 7 AS
+    INT))``): 1 where it holds, 0 where it fails, NULL where it is NULL, as PostgreSQL
+    casts a boolean; so the CASE WHEN c THEN 1 WHEN NOT (c) THEN 0 END it stands for."""
+    return _case(exp.Case().when(condition.copy(), exp.Literal.number(1)).when(
+        exp.not_(exp.paren(condition.copy())), exp.Literal.number(0)), table, resolve)
 
 
 def _cast(node: exp.Cast, inner: _Value) -> _Value:

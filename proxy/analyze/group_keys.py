@@ -9,9 +9,11 @@ Recognised terms, each over one declared column:
   without declared keys: its keys are that table's distinct values, read from it (it is
   public) by the engine in the query's snapshot, at most ``max_groups`` of them;
 - ``date_trunc(unit, col)`` on a date or timestamp column with a declared domain: every
-  bucket from the first to the last of the domain;
+  bucket from the first to the last of the domain; ``date_trunc(unit, col + n * INTERVAL
+  'c')`` with n an int column of a declared domain: that range widened by n's shifts;
 - ``extract(field FROM col)`` / ``date_part('field', col)``: every value the field takes
-  (the domain's years for ``year``);
+  over the domain narrowed by the WHERE (its years for ``year``), also within whole-number
+  arithmetic (``CAST(extract(dow FROM col) AS integer) + 1``);
 - ``floor(x / w) * w`` (or ``floor(x / w)``) and, on an int column, ``x / w * w`` (or
   ``x / w``) over a declared numeric domain: every bin from L to U;
 - ``floor(extract(epoch from col) / w) * w`` on a date or timestamp column with a
@@ -20,7 +22,8 @@ Recognised terms, each over one declared column:
   zone is read as UTC, as both engines compute its epoch);
 - ``width_bucket(x, lo, hi, n)``: buckets 1..n, with 0 and n + 1 where the domain reaches
   beyond ``lo`` and ``hi``;
-- ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals.
+- ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals;
+- a constant (``ABS(1)``, a quoted string, a whole number): one group of every row.
 
 One term's keys come from the data instead: a plain protected column without declared
 keys (``SELECTED``), when the rules declare ``[defaults] delta``. Its keys are those a
@@ -44,11 +47,19 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.key_restriction import restricted
+from proxy.analyze.key_restriction import conjuncts, restricted
 from proxy.analyze.number_keys import number_term, numeric_column
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
-from proxy.analyze.time_keys import canonical, time_term, tool_time_term, truncate
+from proxy.analyze.time_keys import (
+    canonical,
+    field_values,
+    interval_parts,
+    part_field,
+    time_term,
+    tool_time_term,
+    truncate,
+)
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
@@ -74,15 +85,7 @@ ALLOWED = ("a column with declared keys or of a joined public table, date_trunc(
            "floor(extract(epoch FROM col) / 86400) * 86400, floor(col / 10) * 10, "
            "width_bucket(col, lo, hi, n) or CASE WHEN … THEN 'literal' … END")
 TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
-# field -> its values (None: the years of the domain)
-PART_VALUES: dict[str, range | None] = {
-    "year": None, "quarter": range(1, 5), "month": range(1, 13), "week": range(1, 54),
-    "day": range(1, 32), "dow": range(7), "isodow": range(1, 8), "doy": range(1, 367),
-    "hour": range(24), "minute": range(60),
-}
-_PART_SPELLINGS = {"dayofweek": "dow", "dayofyear": "doy", "days": "day", "months": "month",
-                   "years": "year", "hours": "hour", "minutes": "minute", "weeks": "week",
-                   "quarters": "quarter", "isodayofweek": "isodow", "dayofweekiso": "isodow"}
+_INT4 = 2**31 - 1  # PostgreSQL's integer: the tools cast an extract to it
 
 
 def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
@@ -116,8 +119,8 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
     bare = node
     while isinstance(bare, exp.Paren):
         bare = bare.this
-    if tool_time_term(bare) and _reads_time(bare, table, resolve):  # by its text: its
-        text = canonical(bare, resolve)  # ranges are those the WHERE leaves
+    if not _own_shape(bare) and tool_time_term(bare) and _reads_time(bare, table, resolve):
+        text = canonical(bare, resolve)  # by its text: its ranges are those the WHERE leaves
         return next((i for i, seen in enumerate(terms)
                      if seen.kind == RANGES and seen.unit == text), None)
     try:
@@ -149,7 +152,8 @@ def dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.
     """``GROUP BY 2`` and ``GROUP BY alias`` name a select item (an input column of that
     name wins over an alias, as in PostgreSQL)."""
     items = select.expressions
-    if isinstance(node, exp.Literal) and not node.is_string:
+    if isinstance(node.unnest(), exp.Literal) and not node.unnest().is_string:
+        node = node.unnest()  # GROUP BY (2) is a position too, as PostgreSQL parses it
         if not node.name.isdigit() or not 1 <= int(node.name) <= len(items):
             raise NotSupported(f"GROUP BY position {node.name} is not in the select list "
                                f"(1 to {len(items)})")
@@ -177,6 +181,11 @@ def group_term(node: exp.Expression, table: Table, resolve,
     name = default_name(node)
     if isinstance(node, exp.Column):
         return _plain_column(resolve(node), table, name)
+    part = _time_part(node, table, resolve, name, where)
+    if part is not None:
+        return part
+    if _shifted_trunc(node) is not None:
+        return _shifted_buckets(node, table, resolve, name, where)
     if tool_time_term(node) and _reads_time(node, table, resolve):
         return time_term(node, table, resolve, name,
                          lambda column: _within_where(column, where, resolve))
@@ -188,16 +197,6 @@ def group_term(node: exp.Expression, table: Table, resolve,
         first, last = _within_where(column, where, resolve)
         keys = _truncations(first, last, unit) if first <= last else ()
         return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamp", unit)
-    if isinstance(node, exp.Extract):
-        field = _unit(node.this)
-        field = _PART_SPELLINGS.get(field, field)
-        column = _time_column(node.expression, table, resolve, f"extract({field} FROM …)")
-        if field not in PART_VALUES:
-            raise NotSupported(f"extract/date_part groups by one of {', '.join(PART_VALUES)}; "
-                               f"got {field}")
-        first, last = column.time_domain
-        values = PART_VALUES[field] or range(first.year, last.year + 1)
-        return GroupKey(name, TIME_PART, column.name, tuple(values), "int", field)
     if isinstance(node, exp.WidthBucket):
         return _width_bucket(node, table, resolve, name)
     numbered = number_term(node, table, resolve, name)
@@ -210,8 +209,142 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return _case(node, table, resolve, name)
     if isinstance(node, exp.Substring):  # the CASE over the declared keys it stands for
         return _case(substring_case(node, table, resolve), table, resolve, name)
+    value = None if node.find(exp.Column) else _constant_value(node)
+    if value is not None:  # every row's key: one group (Metabase's ABS(1) "pivot-grouping")
+        return GroupKey(name, CASE, None, (value,), "text" if isinstance(value, str) else "int",
+                        branches=((exp.true(), value),))
     raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
                        f"group by {ALLOWED}")
+
+
+def _time_part(node: exp.Expression, table: Table, resolve, name: str,
+               where: exp.Expression | None) -> GroupKey | None:
+    """``extract(field FROM col)``, and whole-number arithmetic over it as the tools
+    write it (Metabase's day of week ``CAST(extract(dow FROM col) AS integer) + 1``):
+    the values the field takes over the column's time range (the domain narrowed by the
+    WHERE), each mapped by a·v + b; None for other shapes. The backend extracts the
+    field from the clamped moment and computes a·v + b (``proxy.pushdown.group_sql``):
+    whole numbers far from overflow, so it cannot fail."""
+    shape = _affine_part(node)
+    if shape is None:
+        return None
+    extract, scale, offset = shape
+    field = part_field(extract.this)
+    column = _time_column(extract.expression, table, resolve, f"extract({field} FROM …)")
+    first, last = _within_where(column, where, resolve)
+    keys = tuple(dict.fromkeys(scale * v + offset for v in field_values(field, first, last)))
+    if any(abs(key) > _INT4 for key in keys):
+        raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} reaches beyond the "
+                           "integer range")
+    return GroupKey(name, TIME_PART, column.name, keys, "int", field,
+                    numbers=() if (scale, offset) == (1, 0) else (scale, offset))
+
+
+def _own_shape(node: exp.Expression) -> bool:
+    """Whether ``node`` is a time term answered here, not by ``time_keys`` (which reads
+    one column, cutting its range where the key changes)."""
+    return _affine_part(node) is not None or _shifted_trunc(node) is not None
+
+
+def _shifted_trunc(node: exp.Expression) -> tuple[exp.Column, exp.Column, exp.Interval,
+                                                   int] | None:
+    """(t, n, the interval, its sign) of ``date_trunc(unit, t ± n * INTERVAL '…')`` (or
+    ``INTERVAL '…' * n``): a time column shifted by an int column times a constant
+    interval; None for other shapes."""
+    if not isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)) or node.args.get("zone"):
+        return None
+    shifted = node.this.unnest()
+    if not isinstance(shifted, (exp.Add, exp.Sub)):
+        return None
+    moment, scaled = shifted.this.unnest(), shifted.expression.unnest()
+    if isinstance(shifted, exp.Add) and isinstance(moment, exp.Mul):
+        moment, scaled = scaled, moment
+    if not (isinstance(moment, exp.Column) and isinstance(scaled, exp.Mul)):
+        return None
+    count, interval = scaled.this.unnest(), scaled.expression.unnest()
+    if isinstance(count, exp.Interval):
+        count, interval = interval, count
+    if not (isinstance(count, exp.Column) and isinstance(interval, exp.Interval)):
+        return None
+    return moment, count, interval, -1 if isinstance(shifted, exp.Sub) else 1
+
+
+_MAX_SHIFT = dt.timedelta(days=36_525)  # a century: every moment stays in the calendar
+
+
+def _shifted_buckets(node: exp.Expression, table: Table, resolve, name: str,
+                     where: exp.Expression | None) -> GroupKey:
+    """``date_trunc(unit, t + n * INTERVAL 'c')`` (an analyst's day after a stay of n
+    days): t is in its time range (the domain narrowed by the WHERE), n in its declared
+    domain [L, U], so the moment is in [first + min(L·c, U·c), last + max(L·c, U·c)]:
+    every bucket of that range is a key, from the rules and the literals alone. The
+    backend truncates the clamped moment plus the clamped n times c (whole seconds),
+    within a century of the domain, so it cannot fail."""
+    moment, count, interval, sign = _shifted_trunc(node)
+    unit = _unit(node.args.get("unit"))
+    if unit not in TRUNC_UNITS:
+        raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
+    column = _time_column(moment, table, resolve, f"date_trunc('{unit}', …)")
+    scale = numeric_column(count, table, resolve, "a time shift by a column")
+    months, step = interval_parts(interval)
+    step *= sign
+    if scale.type != "int" or months or step != dt.timedelta(seconds=round(
+            step.total_seconds())):
+        raise NotSupported(f"{node.sql(dialect='postgres')}: a moment is shifted by an int "
+                           "column times a constant INTERVAL of whole seconds, days or "
+                           "weeks (no months)")
+    low, high = sorted((math.ceil(scale.lower) * step, math.floor(scale.upper) * step))
+    if max(abs(low), abs(high)) > _MAX_SHIFT:
+        raise NotSupported(f"{node.sql(dialect='postgres')} shifts a moment by more than a "
+                           f"century ({scale.name} in [{scale.lower:g}, {scale.upper:g}])")
+    first, last = _within_where(column, where, resolve)
+    try:
+        keys = _truncations(first + low, last + high, unit) if first <= last else ()
+    except OverflowError:
+        raise NotSupported(f"{node.sql(dialect='postgres')} shifts a moment out of the "
+                           "calendar") from None
+    return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamp", unit,
+                    numbers=(step.total_seconds(),), by=scale.name)
+
+
+def _affine_part(node: exp.Expression) -> tuple[exp.Extract, int, int] | None:
+    """(the extract, a, b) when ``node`` is a·extract(field FROM col) + b written with
+    whole constants, ``+``, ``-``, ``*``, unary minus, brackets and casts to an integer
+    type; None otherwise. Each constant is at most PostgreSQL's integer."""
+    while isinstance(node, exp.Paren) or (isinstance(node, exp.Cast) and node.to.is_type(
+            *exp.DataType.INTEGER_TYPES)):
+        node = node.this
+    if isinstance(node, exp.Extract):
+        plain = isinstance(node.expression, exp.Column) and not node.args.get("zone")
+        return (node, 1, 0) if plain else None
+    if isinstance(node, exp.Neg):
+        inner = _affine_part(node.this)
+        return None if inner is None else (inner[0], -inner[1], -inner[2])
+    if not isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        return None
+    for inner, other, left in ((node.this, node.expression, True),
+                               (node.expression, node.this, False)):
+        constant = _number(other)
+        if constant is None or constant != int(constant) or abs(constant) > _INT4 or \
+                "." in other.sql():
+            continue
+        shape = _affine_part(inner)
+        if shape is None:
+            return None
+        extract, scale, offset = shape
+        k = int(constant)
+        if isinstance(node, exp.Mul):
+            scale, offset = k * scale, k * offset
+        elif isinstance(node, exp.Add):
+            offset += k
+        elif left:
+            offset -= k
+        else:
+            scale, offset = -scale, k - offset
+        if max(abs(scale), abs(offset)) > _INT4:
+            return None
+        return extract, scale, offset
+    return None
 
 
 def _reads_time(node: exp.Expression, table: Table, resolve) -> bool:
@@ -293,15 +426,14 @@ _TICK = dt.timedelta(microseconds=1)
 def _within_where(column: Column, where: exp.Expression | None, resolve
                   ) -> tuple[dt.datetime, dt.datetime]:
     """The declared [first, last] of a time column, narrowed by the conditions on it that
-    every row in scope meets: top-level AND terms comparing it with a literal (``>=``,
-    ``>``, ``<``, ``<=``, BETWEEN; a literal with a time zone read as UTC, as
+    every row in scope meets: top-level AND terms (in brackets or not) comparing it with
+    a literal (``>=``, ``>``, ``<``, ``<=``, BETWEEN; a literal with a time zone read as UTC, as
     ``check_predicate`` rewrites it). Text and rules only, never the data. A bound beyond
     the domain is clamped into it, as the rows beyond it are: they are grouped in the
     first or last bucket. On a date column the bounds are whole days: the engines
     compare a date with a moment's date."""
     low, high = first, last = column.time_domain
-    terms = where.flatten() if isinstance(where, exp.And) else [where] if where else []
-    for term in terms:
+    for term in conjuncts(where) if where is not None else []:
         if isinstance(term, exp.Between):
             bounds = [(exp.GTE, term.args.get("low")), (exp.LTE, term.args.get("high"))]
             subject = term.this
@@ -496,6 +628,22 @@ def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
     return GroupKey(name, CASE, None, tuple(range(len(labels))), kind,
                     branches=tuple((condition, index[value]) for condition, value in branches),
                     default=index[default], labels=labels)
+
+
+def _constant_value(node: exp.Expression) -> str | int | None:
+    """A constant's value, a quoted string or a whole number, through brackets and abs;
+    None for other terms."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Abs):
+        value = _constant_value(node.this)
+        return abs(value) if isinstance(value, int) else None
+    if isinstance(node, exp.Null):
+        return None
+    try:
+        return _case_output(node)
+    except NotSupported:
+        return None
 
 
 def _case_output(node: exp.Expression | None) -> Any:

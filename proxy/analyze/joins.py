@@ -336,8 +336,8 @@ def _equalities(on: exp.Expression, protected: str, order: list[str],
             raise NotSupported(f"IS NOT DISTINCT FROM joining two tables is not supported (a "
                                f"NULL would join every NULL, which no key does); write "
                                f"ON {condition.this.sql()} = {condition.expression.sql()}")
-        sides = (condition.this, condition.expression) if isinstance(condition, exp.EQ) \
-            else ()
+        sides = (condition.this.unnest(), condition.expression.unnest()) if isinstance(
+            condition, exp.EQ) else ()  # ("people".person_id) = ("visits".person_id): Lightdash
         aliases = [s.table.lower() for s in sides if isinstance(s, exp.Column)]
         both = (len(aliases) == 2 and all(aliases) and set(aliases) <= mine
                 and aliases[0] != aliases[1])

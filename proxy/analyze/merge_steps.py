@@ -53,8 +53,10 @@ from proxy.trees import balanced
 SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
              "date": "DATE", "timestamp": "TIMESTAMP"}
 log = logging.getLogger("idp_proxy.analyze")
+# a timestamptz constant ('…Z'::timestamptz, as Cube writes it) is read in UTC, the
+# session's zone
 _TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP,
-               exp.DataType.Type.DATETIME)
+               exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMPTZ)
 _GENERATED = re.compile(r"_col_\d+")
 PASSES = (eliminate_subqueries, merge_subqueries, eliminate_ctes)
 # The deepest tree given to the passes, after balancing (31 nested subqueries: 97).

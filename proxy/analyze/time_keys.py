@@ -290,7 +290,7 @@ class _Compiler:
             if not isinstance(right, exp.Interval):
                 raise NotSupported("a time bucket adds or subtracts a constant INTERVAL "
                                    "'…' only")
-            months, delta = _interval(right)
+            months, delta = interval_parts(right)
             if isinstance(node, exp.Sub):
                 months, delta = -months, -delta
             return self._plus(self.term(left), months, delta)
@@ -512,6 +512,36 @@ def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
         yield point
 
 
+# the fields the backend extracts from a plain column (``group_keys``), and how many
+# values each takes in its cycle (None: the years of the range)
+PART_CYCLES = {"year": None, "quarter": 4, "month": 12, "week": 53, "day": 31, "dow": 7,
+               "isodow": 7, "doy": 366, "hour": 24, "minute": 60}
+
+
+def part_field(node: exp.Expression | None) -> str:
+    """The field of ``extract(field FROM …)`` as one of PART_CYCLES; refused otherwise."""
+    field = _word(node)
+    field = _FIELD_SPELLINGS.get(field, field)
+    if field not in PART_CYCLES:
+        raise NotSupported(f"extract/date_part groups by one of {', '.join(PART_CYCLES)}; "
+                           f"got {field}")
+    return field
+
+
+def field_values(field: str, first: dt.datetime, last: dt.datetime) -> tuple[int, ...]:
+    """The values ``extract(field FROM t)`` takes for t in [first, last], in order: it
+    changes only where the field's unit starts, and once a whole cycle is seen every
+    value is (a leap year's day 366 and a 53-week year's week 53 within a few years)."""
+    if first > last:
+        return ()
+    seen = {_extract(field, first)}
+    for start in _unit_starts(first, last, _UNIT_OF_FIELD[field]):
+        seen.add(_extract(field, start))
+        if len(seen) == PART_CYCLES[field]:
+            break
+    return tuple(sorted(seen))
+
+
 _UNIT_OF_FIELD = {"year": "year", "isoyear": "day", "quarter": "quarter", "month": "month",
                   "week": "day", "day": "day", "dow": "day", "isodow": "day", "doy": "day",
                   "hour": "hour", "minute": "minute"}
@@ -643,7 +673,7 @@ _INTERVAL_UNITS = {"microsecond": dt.timedelta(microseconds=1),
                    "hour": dt.timedelta(hours=1), "day": _DAY, "week": dt.timedelta(weeks=1)}
 
 
-def _interval(node: exp.Interval) -> tuple[int, dt.timedelta]:
+def interval_parts(node: exp.Interval) -> tuple[int, dt.timedelta]:
     """(months, the rest) of a constant interval: ``INTERVAL '1 day'``, ``INTERVAL '-1'
     DAY``, ``INTERVAL '1 day 2 hours'``."""
     text = node.this.name if isinstance(node.this, exp.Literal) else None

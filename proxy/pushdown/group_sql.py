@@ -52,10 +52,22 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return ranged(raw, term.bounds, term.ranges, missing)
     if term.kind in (TIME_TRUNC, "time_part"):
         moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
+        if term.by is not None:  # + n × c seconds, n clamped to its domain (within a century)
+            scale = table.columns[term.by]
+            count = exp.cast(clamped_to_domain(exp.column(term.by, quoted=True), scale.lower,
+                                               scale.upper), BIGINT)
+            step = exp.Interval(this=exp.Literal.string(str(int(term.numbers[0]))),
+                                unit=exp.var("SECOND"))
+            moment = exp.Add(this=moment, expression=exp.Mul(this=count, expression=step))
         if term.kind == TIME_TRUNC:
             return exp.cast(exp.TimestampTrunc(this=moment, unit=exp.var(term.unit.upper())),
                             TIMESTAMP)
-        return exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
+        part = exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
+        if not term.numbers:
+            return part
+        scale, offset = term.numbers  # a·v + b: a, b and every key within ±2^31
+        return exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
+                       expression=literal(offset))
     if term.kind == EPOCH_BIN:
         return _epoch_bin(term, column)
     # divided below: snapped (proxy.guards.snap: 0 or at least ~4e-152 in magnitude, the

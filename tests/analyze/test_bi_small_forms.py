@@ -1,7 +1,8 @@
 """Small forms BI tools write (issue 33): ``JOIN … USING (col)`` (rewritten to its ON
 equalities, the merged column the left table's), Power BI's ``COUNT(DISTINCT ("t".
-"person_id"))`` and Tableau's top-N join ``ON a.k IS NOT DISTINCT FROM t0.k``, where
-NULL cannot be a key. Each is answered, on both backends, exactly as the form the
+"person_id"))``, Tableau's top-N join ``ON a.k IS NOT DISTINCT FROM t0.k``, where
+NULL cannot be a key, and Lightdash's bracketed ``ON ("people".person_id) = ("visits".
+person_id)``. Each is answered, on both backends, exactly as the form the
 rules already answer; the forms whose NULLs would match differently, and USING
 columns PostgreSQL would not accept, are refused in one line for free."""
 
@@ -107,6 +108,18 @@ def test_tableau_s_top_n_join_is_the_series_limit_where_null_is_no_key(engine):
     assert answered == rows(TOP_N.format("="))
     counts = {key: sum(1 for row in PEOPLE if row[2] == key) for key in ("a", "b", "c")}
     assert answered == sorted(sorted(counts.items(), key=lambda kv: -kv[1])[:2])
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_lightdash_s_bracketed_join_columns_join_on_the_unit(engine):
+    sql = ('SELECT "people".region AS "people_region", SUM("visits".cost) AS "total" FROM '
+           '"public"."visits" AS "visits" LEFT OUTER JOIN "public"."people" AS "people" ON '
+           '("people".person_id) = ("visits".person_id) GROUP BY 1')
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    region = {person: key for person, _, key in PEOPLE}
+    totals = {key: sum(cost for person, _, cost in VISITS if region[person] == key)
+              for key in ("a", "b", "c")}
+    assert dict(answer.rows) == pytest.approx(totals)
 
 
 REFUSED = [

@@ -393,7 +393,7 @@ def test_group_key_types_reach_the_client(engine):
                             "COUNT(*) FROM events GROUP BY 1, 2, 3")
     assert answer.columns == ["date_trunc", "extract", "kind", "count"]
     assert answer.kinds == ["timestamp", "bigint", "text", "bigint"]
-    assert len(answer.rows) == 6 * 12 * 3
+    assert len(answer.rows) == 6 * 6 * 3  # the months the domain (January to June) holds
 
 
 def _keys_in_backend(url: str, rules, term_sql: str):
@@ -444,7 +444,8 @@ MOMENTS = ["-infinity", "infinity", None, "2023-12-31 23:59:59.999999", "2024-01
 @pytest.mark.parametrize("term_sql", ["floor(extract(epoch from at) / 86400) * 86400",
                                       "floor(extract(epoch from at) / 3600)",
                                       "floor(date_part('epoch', at) / 604800) * 604800",
-                                      "date_trunc('day', at)"])
+                                      "date_trunc('day', at)",
+                                      "(CAST(EXTRACT(dow FROM at) AS integer) + 1) * -3"])
 def test_the_backend_bins_epochs_as_the_reference_does(backend_url, term_sql):
     """Epoch bins (and a date_trunc) on both engines, of moments at bin and domain bounds, a microsecond
     before them, beyond the domain and ±infinity, agree with tests/privacy/buckets.py;
@@ -721,7 +722,6 @@ REFUSED = [
     ("SELECT * FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY 1 HAVING COUNT(*) > 1) t",
      "0A000", "in one query"),
     ("SELECT 'avg' AS metric FROM people", "0A000", "next to aggregates"),
-    ("SELECT 'x', COUNT(*) FROM people GROUP BY 1", "0A000", "public set of keys"),
     ("SELECT COUNT(*) FROM people GROUP BY COUNT(*) + 1 HAVING COUNT(*) + 1 > 2", "0A000",
      "public set of keys"),
 ]

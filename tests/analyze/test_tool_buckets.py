@@ -119,9 +119,20 @@ TERMS = [
     ("to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'YYYY-MM-DD')",
      "WHERE at >= '2023-03-25' AND at < '2023-04-03'"),
     ("CAST(EXTRACT(YEAR FROM at) AS INTEGER)", ""),
+    ("CAST(EXTRACT(hour FROM at) AS integer)", ""),  # 24 keys, not 17,520 ranges
+    ('(CAST(EXTRACT(dow FROM "events"."at") AS integer) + 1)', ""),  # Sunday 1
+    ("10 - 2 * (date_part('isodow', day) - 1)", "WHERE day < '2023-01-04'"),
+    ("EXTRACT(month FROM at)", "WHERE (at >= '2023-02-10T00:00:00.000Z'::timestamptz AND "
+     "at <= '2023-03-31T23:59:59.999Z'::timestamptz)"),  # Cube's typed literals
+    ("date_trunc('day', at)", "WHERE at BETWEEN '2023-03-26T00:30:00+01:00'::timestamptz "
+     "AND '2023-03-28'::timestamptz + INTERVAL '1 day'"),
     ("EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')",
      "WHERE at BETWEEN '2023-10-01' AND '2023-11-15'"),
     ("date_trunc('month', at) + INTERVAL '1 month'", ""),
+    # a moment shifted by an int column (days in [-7, 60]): the keys widen by its domain
+    ("date_trunc('day', at + days * INTERVAL '1 day')",
+     "WHERE at >= '2023-03-01' AND at < '2023-04-01'"),
+    ("date_trunc('month', (at - INTERVAL '1 hour' * days))", ""),
 ]
 
 
@@ -166,6 +177,8 @@ OTHER_TERMS = [
     ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE NULL END", "", True),
     ("CASE WHEN cost > 500 THEN 1 WHEN cost IS NULL THEN NULL ELSE 0 END", "", True),
     ("CASE kind WHEN 'a' THEN 'first' ELSE NULL END", "WHERE age > 20", True),
+    ("ABS(1)", "", False),  # Metabase's "pivot-grouping": one group, every row's
+    ("'all'", "WHERE age > 20", False),
 ]
 
 
@@ -181,9 +194,40 @@ def test_each_number_bin_and_case_is_postgresql_s_own(engine, truth, term, where
     assert (None in answered) == null_group
 
 
+@pytest.mark.usefixtures("no_noise")
+def test_the_keys_of_an_extract_are_those_the_where_lets_in(engine, truth):
+    sql = ("SELECT EXTRACT(month FROM at) AS m, COUNT(*) FROM events WHERE at >= "
+           "'2023-02-10' AND at < '2023-04-01' GROUP BY 1")
+    assert _answered(engine, sql) == dict(truth(sql)) == {2: 5, 3: 12}
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_bracketed_position_is_a_position_not_a_constant_key(engine, truth):
+    sql = "SELECT kind, COUNT(*) FROM events GROUP BY (1)"
+    assert _answered(engine, sql) == dict(truth(sql)) and len(truth(sql)) == 2
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_condition_cast_to_integer_is_postgresql_s_own(engine, truth):
+    """Ibis's mean of a boolean: 1, 0, or NULL where the condition is NULL."""
+    sql = ("SELECT kind, AVG(CAST(cost > 500 AS INT)), SUM(CAST(NOT (cost > 500 OR age < 20) "
+           "AS INTEGER)) FROM events GROUP BY 1")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    wanted = {kind: (float(mean), total) for kind, mean, total in truth(sql)}
+    assert {kind: (pytest.approx(mean), total) for kind, mean, total in answer.rows} == wanted
+
+
 REFUSED = [
-    ("SELECT date_trunc('day', at + days * INTERVAL '1 day'), COUNT(*) FROM events GROUP BY 1",
-     "one date or timestamp column"),
+    ("SELECT date_trunc('day', at + days * INTERVAL '1 month'), COUNT(*) FROM events "
+     "GROUP BY 1", "no months"),
+    ("SELECT date_trunc('day', at + cost * INTERVAL '1 day'), COUNT(*) FROM events "
+     "GROUP BY 1", "an int column"),
+    ("SELECT date_trunc('day', at + age * INTERVAL '1 year'), COUNT(*) FROM events "
+     "GROUP BY 1", "no months"),
+    ("SELECT date_trunc('day', at + age * INTERVAL '365 days'), COUNT(*) FROM events "
+     "GROUP BY 1", "more than a century"),
+    ("SELECT date_trunc('day', at + day * INTERVAL '1 day'), COUNT(*) FROM events GROUP BY 1",
+     "needs an int or float column"),
     ("SELECT date_trunc('day', at + INTERVAL '1 month'), COUNT(*) FROM events GROUP BY 1",
      "no fixed length"),
     ("SELECT date_trunc('day', at AT TIME ZONE 'Mars/Olympus'), COUNT(*) FROM events "

@@ -41,8 +41,10 @@ def bucket_of(term: GroupKey, column: Column, value):
         if term.kind == EPOCH_BIN:  # whole seconds, then whole bins: exact integers
             width, scale = (int(n) for n in term.numbers)
             return epoch_seconds(moment) // width * scale
-        return truncate(moment, term.unit) if term.kind == TIME_TRUNC else _part(moment,
-                                                                                 term.unit)
+        if term.kind == TIME_TRUNC:
+            return truncate(moment, term.unit)
+        scale, offset = term.numbers or (1, 0)  # a·extract + b
+        return _part(moment, term.unit) * scale + offset
     v = clamp_to_domain(value, column.lower, column.upper)
     if v is None:
         return None

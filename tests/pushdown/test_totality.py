@@ -92,6 +92,8 @@ ORACLES = [
     # clamp alone would make it the upper end)
     "CAST(p AS numeric)",
     "CAST(w AS double precision)",
+    # a condition as 1, 0 or NULL (issue 33: Ibis's mean of a boolean), NaN and NULL rows
+    "CAST(w > 1 AS int) * 2 - CAST(y IS NULL AS int)",
 ]
 
 
