@@ -76,7 +76,7 @@ model = "idp"
 epsilon_per_query = 0.3
 budget_per_analyst = 1.0
 report_scale = "rounded"  # the owner's opt-ins: these tests read the bound
-noise_scale = "local"  # of raw iDP (the default's own tests: tests/test_default_scale.py)
+noise_scale = "local"  # of raw iDP (the default's own tests: tests/privacy/test_leaks.py)
 
 [analysts.alice]
 budget = 1.0

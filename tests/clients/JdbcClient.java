@@ -1,5 +1,5 @@
 // The proxy through pgJDBC, as DBeaver, Metabase and Tableau use it. Prints one
-// "key=value" line per check; tests/test_clients.py reads them.
+// "key=value" line per check; tests/wire/test_clients.py reads them.
 import java.sql.*;
 
 public class JdbcClient {

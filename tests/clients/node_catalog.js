@@ -1,7 +1,7 @@
 // The catalog queries node scripts send through node-postgres (npm "pg") to list tables
 // and columns, verbatim: the common information_schema idiom, and knex's hasTable and
 // columnInfo for PostgreSQL as knex hands them to pg ("?" numbered "$1"). Prints one
-// JSON object; tests/test_catalog_tools.py reads it.
+// JSON object; tests/wire/test_catalog_tools.py reads it.
 const { Client } = require("pg");
 
 async function main() {

@@ -1,5 +1,5 @@
 // The proxy through node-postgres (npm "pg"), as Grafana-style tools use it. Prints one
-// JSON object; tests/test_clients.py reads it.
+// JSON object; tests/wire/test_clients.py reads it.
 const { Client } = require("pg");
 
 async function main() {
