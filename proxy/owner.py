@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.backends import Backend
+from proxy.backends import Backend, open_backend
 from proxy.engine import Engine, schema_problems
 from proxy.errors import BackendFailed, BackendUnavailable, ProxyError, QueryCanceled, RulesError
 from proxy.rules import LINKED_UNIT, Rules
@@ -407,10 +407,24 @@ def review(rules: Rules, backend: Backend) -> list[Finding]:
     usable = replace(rules, tables=MappingProxyType(
         {name: table for name, table in rules.tables.items() if name not in unreadable}))
     found += check(usable, backend)
-    return found + (dry_run(Engine(usable, backend)) if startable else [])
+    if not startable:
+        return found
+    # a backend without transactions (Spark) keeps no ledger: the dry run, charging
+    # nothing, needs only a throwaway one
+    store = None if backend.capabilities.transactional else open_backend("duckdb:///:memory:")
+    try:
+        try:
+            engine = Engine(usable, backend, store=store)
+        except (ProxyError, RulesError) as exc:  # what the checks above did not foresee
+            return found + [Finding(None, None, f"the proxy could not start, so no dry run: "
+                                    f"{exc}", error=True)]
+        return found + dry_run(engine)
+    finally:
+        if store is not None:
+            store.close()
 
 
-DRY_RUN_ANALYST = "(rules check)"  # no login has parentheses: no budget is touched
+DRY_RUN_ANALYST = "(rules check)"  # the session's name only: no budget is read or debited
 
 
 def dry_run(engine: Engine) -> list[Finding]:
