@@ -23,7 +23,7 @@ from sqlglot import exp
 from proxy.backends import Backend, open_backend
 from proxy.engine import Engine, schema_problems
 from proxy.errors import BackendFailed, BackendUnavailable, ProxyError, QueryCanceled, RulesError
-from proxy.rules import LINKED_UNIT, Rules
+from proxy.rules import LINKED_UNIT, Rules, Table
 from proxy.session import Session
 from proxy.vocabulary import QueryPlan
 
@@ -473,7 +473,7 @@ def dry_run(engine: Engine) -> list[Finding]:
     return found
 
 
-def _families(table: Any) -> list[tuple[str | None, str, bool]]:
+def _families(table: Table) -> list[tuple[str | None, str, bool]]:
     """(column, aggregate, grouped by the column) of every aggregate family: COUNT,
     COUNT(DISTINCT unit), SUM, AVG, a percentile, MAX and MIN of each numeric column
     with a domain (without one they are refused by design: the draft marks it TODO),
