@@ -24,6 +24,7 @@ from proxy.progress import progress
 
 if TYPE_CHECKING:
     from proxy.backends import Backend
+    from proxy.engine import Engine
     from proxy.rules import Rules
 
 # A backend without transactions (Spark, the only one) cannot hold the ledger: --ledger
@@ -503,7 +504,7 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
         workers = min(_workers(rules, where) for where in (engine.backend, store) if where)
         # a session's connection each, and one per worker creating roles at once
         shadow = ShadowCatalog(rules, engine.backend, rules.server.max_connections + workers)
-        _check_at_start(rules, engine.backend)
+        _check_at_start(engine)
 
     def ready(bound_host, bound_port):
         auth = "trust (loopback clients)" if rules.server.auth == "trust" else "SCRAM-SHA-256"
@@ -529,33 +530,36 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
             store.close()
 
 
-START_CHECK_SECONDS = 10  # the start-time check's scans, at most; beyond, `rules check`
+START_CHECK_SECONDS = 10  # the start-time check and dry run, at most; beyond, `rules check`
 
 
-def _check_at_start(rules: Rules, backend: Backend) -> None:
-    """The rules against the data (proxy.owner.check), one warning per problem in the
-    owner's log (stderr of ``serve``), never to analysts; a check that fails is logged
-    and the server starts. Its scans are interrupted after START_CHECK_SECONDS (a table
-    of billions of rows, or a view over a product, would hold the start for minutes):
-    the owner is told to run ``idp-proxy rules check`` instead."""
-    from proxy.owner import check
+def _check_at_start(engine: Engine) -> None:
+    """The rules against the data (proxy.owner.check), then the dry run of every
+    aggregate family (proxy.owner.dry_run: nothing charged), one line per problem in
+    the owner's log (stderr of ``serve``), never to analysts; a check that fails is
+    logged and the server starts. Both together are interrupted after
+    START_CHECK_SECONDS (a table of billions of rows, or a view over a product, would
+    hold the start for minutes): the owner is told to run ``idp-proxy rules check``."""
+    from proxy.owner import check, dry_run
 
     log = logging.getLogger("idp_proxy.rules_check")
+    backend = engine.backend
     owner = threading.get_ident()
     timer = threading.Timer(START_CHECK_SECONDS, backend.interrupt, (owner,))
     timer.daemon = True
     timer.start()
+    problems = []
     try:
-        problems = check(rules, backend)
+        problems += check(engine.rules, backend)
+        problems += dry_run(engine)
     except Exception as exc:  # the check is advice: it never stops the server
         if backend.stopped(owner):
-            log.warning("rules check: the data took more than %d s to scan at start; "
+            log.warning("rules check: the data took more than %d s to check at start; "
                         "run `idp-proxy rules check` to compare the rules with it",
                         START_CHECK_SECONDS)
         else:
             log.warning("rules check: could not compare the rules with the data (%s: %s)",
                         type(exc).__name__, exc)
-        return
     finally:
         timer.cancel()
         timer.join()  # an interrupt firing just now lands before it is forgotten
@@ -665,22 +669,28 @@ def rules_draft(backend, tables, from_data, out):
 @rules_option
 @backend_option
 def rules_check(rules_path, backend):
-    """Compare the rules with the data: NULL and NaN counts, values outside a domain,
-    values missing from keys, units with more rows than max_rows_per_unit (``serve`` logs the same at start).
-    Exit status 0 whatever it finds: these are warnings."""
-    from proxy.engine import Engine
-    from proxy.owner import check
+    """Compare the rules with the data and the backend, one line per problem: the
+    privileges the proxy lacks, declared tables and columns the backend lacks or stores
+    otherwise, NULL and NaN counts, values outside a domain, values missing from keys,
+    units with more rows than max_rows_per_unit, and a dry run of every aggregate family
+    on each table (nothing charged). Exit status 1 if the proxy would not start or an
+    aggregate fails, else 0 (the rest are warnings)."""
+    from proxy.owner import review
 
     rules = _rules(rules_path)
-    with progress("checking the rules against the data"):
-        engine = Engine(rules, _open(backend))  # its start-up checks: schema and types
-        try:
-            problems = check(rules, engine.backend)
-        finally:
-            engine.backend.close()
-    for problem in problems:
+    opened = _open(backend)
+    try:
+        with progress("checking the rules against the data"):
+            found = review(rules, opened)
+    finally:
+        opened.close()
+    for problem in found:
         click.echo(str(problem))
-    click.echo(f"{len(problems)} warning{'s' if len(problems) != 1 else ''}", err=True)
+    errors = sum(problem.error for problem in found)
+    click.echo(f"{errors} error{'s' if errors != 1 else ''}, {len(found) - errors} "
+               f"warning{'s' if len(found) - errors != 1 else ''}", err=True)
+    if errors:
+        click.get_current_context().exit(1)
 
 
 @main.command("console")

@@ -68,7 +68,7 @@ from proxy.pushdown.window import (
     rank_counts,
     rank_window,
 )
-from proxy.rules import LINKED_UNIT, Rules, key_text, where_declared
+from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
 from proxy.statistics import ColumnNeeds, GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
@@ -514,33 +514,47 @@ def _check_unit_attribute(rules: Rules, table: str, unit: str, name: str,
 
 def _check_schema(rules: Rules, backend: Backend) -> None:
     """Every protected table and declared column must exist, so that a mistake in the
-    rules stops the proxy at start instead of failing (and being charged) per query.
-    Reads the schema only (``LIMIT 0``), never a row; of a public table that protected
-    tables may join (``unique``, ``max_rows_per_key``), its declared columns too, and that
-    each such column holds every value in at most its declared number of rows (else a
-    join on it would multiply protected rows beyond what the shift allows for)."""
+    rules stops the proxy at start instead of failing (and being charged) per query:
+    the first of ``schema_problems`` stops it."""
     for table in rules.tables.values():
-        if table.public and not table.join_keys:
-            continue
-        statement = exp.select("*").from_(table_ref(table.name)).limit(0)
-        try:
-            described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
-        except PrivilegeMissing:
-            role = backend.read("SELECT current_user")[0][0]
-            raise PrivilegeMissing(f"the proxy's database role {role} may not read the table "
-                                   f"{table.name}: as its owner, run GRANT SELECT ON "
-                                   f"{table.name} TO {role}") from None
-        except BackendFailed:
-            raise RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
-                             f"{table.name}") from None
-        present = {name.lower(): kind for name, kind in described}
-        declared = set(table.columns) | ({table.privacy_unit} - {None, LINKED_UNIT})
-        missing = sorted(declared - set(present))
-        if missing:
-            raise RulesError(f"{rules.path}: [tables.{table.name}] the backend's table lacks "
-                             f"the declared column(s) {', '.join(missing)}")
-        for name, column in table.columns.items():
-            _check_type(rules, table.name, name, column.type, present[name])
+        problems = schema_problems(rules, table, backend)
+        if problems:
+            raise problems[0]
+
+
+def schema_problems(rules: Rules, table: Table, backend: Backend
+                    ) -> list[PrivilegeMissing | RulesError]:
+    """What in the backend keeps ``table``'s rules from starting the proxy, each with
+    what to run or change (``idp-proxy rules check`` shows them all). Reads the schema
+    only (``LIMIT 0``), never a row; of a public table that protected tables may join
+    (``unique``, ``max_rows_per_key``), its declared columns too, and that each such
+    column holds every value in at most its declared number of rows (else a join on it
+    would multiply protected rows beyond what the shift allows for)."""
+    if table.public and not table.join_keys:
+        return []
+    statement = exp.select("*").from_(table_ref(table.name)).limit(0)
+    try:
+        described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
+    except PrivilegeMissing:
+        role = backend.read("SELECT current_user")[0][0]
+        return [PrivilegeMissing(f"the proxy's database role {role} may not read the table "
+                                 f"{table.name}: as its owner, run GRANT SELECT ON "
+                                 f"{table.name} TO {role}")]
+    except BackendFailed:
+        return [RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
+                           f"{table.name}")]
+    present = {name.lower(): kind for name, kind in described}
+    declared = set(table.columns) | ({table.privacy_unit} - {None, LINKED_UNIT})
+    missing = sorted(declared - set(present))
+    problems: list[PrivilegeMissing | RulesError] = [RulesError(
+        f"{rules.path}: [tables.{table.name}] the backend's table lacks the declared "
+        f"column(s) {', '.join(missing)}")] if missing else []
+    problems += [problem for name, column in table.columns.items() if name in present
+                 and (problem := _type_problem(rules, table.name, name, column.type,
+                                               present[name]))]
+    if problems:
+        return problems
+    try:
         for key, most in table.join_keys.items():
             _check_rows_per_key(rules, table.name, key, most, backend)
         for name, column in table.columns.items():
@@ -549,6 +563,9 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         if table.link is not None:  # the key a unit_via names: unique in its table
             _check_rows_per_key(rules, table.link.table, (table.link.key,), 1, backend,
                                 linked_from=table.name)
+    except RulesError as problem:
+        return [problem]
+    return []
 
 
 _NUMBERS = {"smallint", "integer", "bigint", "real", "double precision", "numeric"}
@@ -557,18 +574,20 @@ _STORED_AS = {"int": _NUMBERS, "float": _NUMBERS, "date": _MOMENTS, "timestamp":
               "bool": {"boolean"}}
 
 
-def _check_type(rules: Rules, table: str, name: str, declared: str, stored: str) -> None:
+def _type_problem(rules: Rules, table: str, name: str, declared: str, stored: str
+                  ) -> RulesError | None:
     """A declared type the backend's column cannot hold fails every query that reads it,
     after the debit: refused at start instead, naming the rule's line. ``text`` takes
     any column but a number, a moment or a boolean (its keys compare as strings)."""
     base = stored.split("(")[0]
     fits = (base in _STORED_AS[declared] if declared in _STORED_AS
             else base not in _NUMBERS | _MOMENTS | {"boolean"})
-    if not fits:
-        key = f"tables.{table}.columns.{name}"
-        raise RulesError(f"{where_declared(rules, key)}: [{key}] declared {declared}, the "
-                         f"backend's column is {stored}; declare it as the column is stored, "
-                         "or cast it in a view")
+    if fits:
+        return None
+    key = f"tables.{table}.columns.{name}"
+    return RulesError(f"{where_declared(rules, key)}: [{key}] declared {declared}, the "
+                      f"backend's column is {stored}; declare it as the column is stored, "
+                      "or cast it in a view")
 
 
 def _check_rows_per_key(rules: Rules, table: str, columns: tuple[str, ...], most: int,

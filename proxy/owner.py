@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import pwd
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from proxy.backends import Backend
-from proxy.rules import Rules
+from sqlglot import exp
+
+from proxy.backends import Backend, open_backend
+from proxy.engine import Engine, schema_problems
+from proxy.errors import BackendFailed, BackendUnavailable, ProxyError, QueryCanceled, RulesError
+from proxy.rules import LINKED_UNIT, Rules, Table
+from proxy.session import Session
+from proxy.vocabulary import QueryPlan
 
 _NUMBERS = {"smallint": "int", "integer": "int", "bigint": "int", "real": "float",
             "double precision": "float", "numeric": "float"}
@@ -195,14 +205,19 @@ def draft(backend: Backend, tables: list[str] | None = None, from_data: bool = T
 
 
 @dataclass(frozen=True)
-class Warning_:
-    table: str
+class Finding:
+    """One line of ``rules check`` (and of ``serve``'s log at start). ``error``: the
+    proxy would not start, or an analyst's query would fail; else a warning (a narrow
+    domain may clip on purpose). ``table`` None: the line names its place itself."""
+
+    table: str | None
     column: str | None
     text: str
+    error: bool = False
 
     def __str__(self) -> str:
         where = f"{self.table}.{self.column}" if self.column else self.table
-        return f"rules check: [tables.{where}] {self.text}"
+        return f"rules check: {f'[tables.{where}] ' if where else ''}{self.text}"
 
 
 def _literal(value: Any) -> str:
@@ -211,7 +226,7 @@ def _literal(value: Any) -> str:
     return repr(float(value))
 
 
-def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]:
+def check(rules: Rules, backend: Backend, values: bool = True) -> list[Finding]:
     """The declared rules against the data, for the owner: NULL (and NaN) counts,
     values outside a declared domain, text values missing from ``keys``, units with more
     rows than ``max_rows_per_unit``. Warnings: the owner may mean a rule (a domain narrower than
@@ -262,14 +277,14 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
                 nulls, nans = answers[:2]
                 del answers[:2]
                 if nulls or nans:
-                    found.append(Warning_(table.name, name, _missing_values(
+                    found.append(Finding(table.name, name, _missing_values(
                         nulls + nans, nans, name == table.privacy_unit)))
                 continue
             if kind == "keys":
                 count, distinct = answers[:2]
                 del answers[:2]
                 if count:
-                    found.append(Warning_(table.name, name, (
+                    found.append(Finding(table.name, name, (
                         f"{count} rows hold {distinct} values missing from keys: they belong "
                         "to no group of a GROUP BY on it (add the values you'd accept to "
                         "keys)")))
@@ -286,7 +301,7 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
                 else:
                     first, last = _moment_domain(low or high, high or low, column.type)
                     hint = f"; the data runs from {first[:4]} to {last[:4]}"
-                found.append(Warning_(table.name, name, (
+                found.append(Finding(table.name, name, (
                     f"{count} rows lie outside the declared domain "
                     f"[{_shown(lower)}, {_shown(upper)}]: every aggregate clamps them to "
                     f"its bounds{hint if values else ''} (widen it, or keep it to clip on "
@@ -298,7 +313,7 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Warning_]
                 f"SELECT count(*), max(n) FROM (SELECT count(*) AS n FROM {source} "
                 f"GROUP BY {unit} HAVING count(*) > {int(table.max_rows_per_unit)}) t")[0]
             if units:
-                found.append(Warning_(table.name, None, (
+                found.append(Finding(table.name, None, (
                     f"{units} units of {table.privacy_unit} have more rows than "
                     f"max_rows_per_unit = {table.max_rows_per_unit}"
                     f"{f' (the most: {most})' if values else ''}: under DP their rows "
@@ -324,3 +339,186 @@ def _shown(bound: Any) -> str:
 
 def _columns(backend: Backend, table: str) -> set[str]:
     return {name for name, _ in backend.column_types(table)}
+
+
+def privileges(rules: Rules, backend: Backend) -> list[Finding]:
+    """What the proxy must be allowed that the role or user it runs as is not, each
+    with the GRANT or command that fixes it: on PostgreSQL SELECT on every declared
+    table and the schema ``idp`` (its ledger, logins and answer cache) usable, or the
+    right to create it; on DuckDB a folder it may write its journal in (a file it may
+    not write does not open: ``DuckDBBackend``). Asked of the catalog: nothing runs."""
+    if backend.capabilities.dialect == "duckdb":
+        return _duckdb_privileges(getattr(backend, "path", ":memory:"))
+    if backend.capabilities.dialect != "postgres":
+        return []
+    (role, database), = backend.read("SELECT current_user, current_database()")
+    names = [exp.to_table(name, quoted=True).sql(dialect="postgres") for name in rules.tables]
+    refused = {name for (name,) in backend.read(
+        "SELECT name FROM unnest(%s::text[]) AS name "
+        "WHERE NOT has_table_privilege(to_regclass(name), 'SELECT')", (names,))}
+    found = [Finding(table, None, f"the proxy's database role {role} may not read the "
+                     f"table {table}: as its owner, run GRANT SELECT ON {table} TO {role}",
+                     error=True)
+             for table, name in zip(rules.tables, names) if name in refused]
+    (present, usable, creatable), = backend.read(
+        "SELECT n.oid IS NOT NULL, has_schema_privilege(n.oid, 'USAGE') AND "
+        "has_schema_privilege(n.oid, 'CREATE'), has_database_privilege(current_database(), "
+        "'CREATE') FROM (SELECT 1) AS one LEFT JOIN pg_namespace n ON n.nspname = 'idp'")
+    if present and not usable:
+        found.append(Finding(None, None, f"the proxy's database role {role} may not use the "
+                             "schema idp (its ledger, logins and answer cache): as the "
+                             f"schema's owner, run GRANT USAGE, CREATE ON SCHEMA idp TO {role}",
+                             error=True))
+    elif not present and not creatable:
+        found.append(Finding(None, None, f"the proxy's database role {role} may not create "
+                             "the schema idp (its ledger, logins and answer cache): as the "
+                             f"database's owner, run GRANT CREATE ON DATABASE {database} TO "
+                             f"{role}, or CREATE SCHEMA idp AUTHORIZATION {role}", error=True))
+    return found
+
+
+def _duckdb_privileges(path: str) -> list[Finding]:
+    if path == ":memory:":
+        return []
+    folder = Path(path).resolve().parent
+    if os.access(folder, os.W_OK | os.X_OK):
+        return []
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    return [Finding(None, None, f"DuckDB writes its journal {path}.wal beside the file and "
+                    f"the user {user} may not write the folder {folder}: the ledger's writes "
+                    f"would fail; as the folder's owner, let {user} write it (chown {user} "
+                    f"{folder}), or move the file to a folder {user} may write", error=True)]
+
+
+def review(rules: Rules, backend: Backend) -> list[Finding]:
+    """Everything ``idp-proxy rules check`` tells the owner: the privileges the proxy
+    lacks, what in the schema keeps each table's rules from starting it, the rules
+    against the data (``check``) and the dry run (``dry_run``) of the tables with no
+    such problem; the dry run only if the proxy could start (it opens the ledger)."""
+    found = privileges(rules, backend)
+    unreadable = {finding.table for finding in found}
+    startable = None not in unreadable  # else the proxy could not open its ledger
+    for table in rules.tables.values():
+        if table.name not in unreadable:
+            problems = schema_problems(rules, table, backend)
+            found += [Finding(None, None, str(problem), error=True) for problem in problems]
+            if problems:
+                unreadable.add(table.name)
+    usable = replace(rules, tables=MappingProxyType(
+        {name: table for name, table in rules.tables.items() if name not in unreadable}))
+    found += check(usable, backend)
+    if not startable:
+        return found
+    # a backend without transactions (Spark) keeps no ledger: the dry run, charging
+    # nothing, needs only a throwaway one
+    store = None if backend.capabilities.transactional else open_backend("duckdb:///:memory:")
+    try:
+        try:
+            engine = Engine(usable, backend, store=store)
+        except (ProxyError, RulesError) as exc:  # what the checks above did not foresee
+            return found + [Finding(None, None, f"the proxy could not start, so no dry run: "
+                                    f"{exc}", error=True)]
+        return found + dry_run(engine)
+    finally:
+        if store is not None:
+            store.close()
+
+
+DRY_RUN_ANALYST = "(rules check)"  # the session's name only: no budget is read or debited
+
+
+def dry_run(engine: Engine) -> list[Finding]:
+    """Every aggregate family on each protected table, planned and pushed down as an
+    analyst's query is (the session's analysis, the engine's snapshot, statistics and
+    release), with no debit and no answer cache, the answers dropped: nothing charged,
+    nothing shown. It finds the rules an analyst would be refused or the backend cannot
+    run (a column's stored type the rules' SQL does not fit) before an analyst does.
+    Each table's ungrouped aggregates go in one statement, one each only if it fails."""
+    session = Session(engine, DRY_RUN_ANALYST)
+    found = []
+    for table in engine.rules.tables.values():
+        if table.public:
+            continue
+        source = _q(table.name)
+        families = _families(table)
+        ungrouped = [(column, sql) for column, sql, grouped in families if not grouped]
+        together = f"SELECT {', '.join(sql for _, sql in ungrouped)} FROM {source}"
+        runs = [] if _failure(session, together) is None else [
+            (column, sql, f"SELECT {sql} FROM {source}") for column, sql in ungrouped]
+        runs += [(column, f"GROUP BY {_q(column)}", f"SELECT {_q(column)}, {sql} FROM "
+                  f"{source} GROUP BY {_q(column)}") for column, sql, grouped in families
+                 if grouped]
+        # a column's failures of one kind in one line: (column, refused) -> [(what, why)]
+        failed: dict[tuple[str | None, bool], list[tuple[str, str]]] = {}
+        for column, what, sql in runs:
+            failure = _failure(session, sql)
+            if failure is not None:
+                shown = what.replace('"', '')  # the names as the rules write them
+                failed.setdefault((column, failure[0]), []).append((shown, failure[1]))
+        for (column, refused), whats in failed.items():
+            named = ", ".join(what for what, _ in whats)
+            cause = whats[0][1]
+            if refused:
+                found.append(Finding(table.name, column, f"dry run: {named} "
+                                     f"{'is' if len(whats) == 1 else 'are'} refused to "
+                                     f"analysts: {cause}"))
+                continue
+            declared = table.columns.get(column) if column is not None else None
+            fix = (f"; make its declared type ({declared.type})"
+                   f"{' and keys' if declared.keys else ''} fit how the backend stores the "
+                   "column, or cast the column in a view" if declared is not None else "")
+            found.append(Finding(table.name, column, f"dry run: {named} "
+                                 f"{'fails' if len(whats) == 1 else 'fail'} in the backend "
+                                 f"({cause}){fix}", error=True))
+    return found
+
+
+def _families(table: Table) -> list[tuple[str | None, str, bool]]:
+    """(column, aggregate, grouped by the column) of every aggregate family: COUNT,
+    COUNT(DISTINCT unit), SUM, AVG, a percentile, MAX and MIN of each numeric column
+    with a domain (without one they are refused by design: the draft marks it TODO),
+    a GROUP BY on each column with keys."""
+    families: list[tuple[str | None, str, bool]] = [(None, "COUNT(*)", False)]
+    unit = table.privacy_unit if table.privacy_unit not in (None, LINKED_UNIT) else None
+    if unit is not None:
+        families.append((unit, f"COUNT(DISTINCT {_q(unit)})", False))
+    for name, column in table.columns.items():
+        col = _q(name)
+        if column.numeric and column.lower is not None and column.upper is not None:
+            families += [(name, f"{kind}({col})", False) for kind in ("SUM", "AVG", "MAX", "MIN")]
+            families.append((name, f"PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY {col})", False))
+        if column.keys:
+            families.append((name, "COUNT(*)", True))
+    return families
+
+
+def _failure(session: Session, sql: str) -> tuple[bool, str] | None:
+    """Why ``sql`` fails as an analyst's query, answered but not charged: (refused to the
+    analyst, the reason; else the backend's own error), or None. A cancel and a backend
+    out of reach go up: they say nothing of the rules."""
+    engine = session.engine
+    try:
+        for _, plan in session.check(sql):
+            if isinstance(plan, QueryPlan):
+                with engine.view(plan) as view:
+                    engine.answer(plan, view)
+    except (QueryCanceled, BackendUnavailable):
+        raise
+    except BackendFailed as exc:
+        return False, _backend_text(exc)
+    except ProxyError as exc:
+        return True, exc.message
+    except RulesError as exc:
+        return True, str(exc)
+    return None
+
+
+def _backend_text(exc: BackendFailed) -> str:
+    """The backend's own error under ``exc`` (kept from analysts: it is the exception
+    the backend's error turned into; the owner may read it), in one line."""
+    cause = exc.__context__
+    while isinstance(cause, ProxyError):
+        cause = cause.__context__
+    if cause is None:
+        return exc.message
+    return " ".join(str(cause).split("\n")[0].split())

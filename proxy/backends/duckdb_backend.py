@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -18,6 +20,7 @@ from proxy.errors import (
     DatabaseInUse,
     DiskFull,
     KeyTaken,
+    PrivilegeMissing,
     QueryCanceled,
 )
 from proxy.pgtypes import postgres_type
@@ -55,6 +58,13 @@ class DuckDBBackend(Backend):
             raise BackendFailed(f"the DuckDB URL's memory_limit is not valid ({exc}); write "
                                 "e.g. ?memory_limit=2GB", "22023") from None
         except duckdb.IOException as exc:
+            if "permission denied" in str(exc).lower():  # the owner's setup, said at start
+                user = pwd.getpwuid(os.geteuid()).pw_name
+                held = self.path if os.path.exists(self.path) else str(Path(self.path).parent)
+                raise PrivilegeMissing(f"the user {user} may not read and write {held} (the "
+                                       "DuckDB file keeps the ledger too): as its owner, run "
+                                       f"chown {user} {held}, or run the proxy as its "
+                                       "owner") from None
             if "lock" not in str(exc).lower():
                 raise
             raise DatabaseInUse(f"the DuckDB file {self.path} is in use by another process "

@@ -42,6 +42,7 @@ def employees(n: int = 600, seed: int = 3) -> dict[str, list]:
                       for _ in ids]}
 
 
+NOBODY = 65534
 TYPES = {"emp_id": "integer", "dept": "text", "age": "integer", "salary": "double precision",
          "hired": "date"}
 
@@ -354,7 +355,7 @@ def test_postgres_from_draft_to_psql_and_its_mistakes_reported(fresh_postgres, t
     with running_proxy(Path(rules), fresh_postgres, tmp_path) as proxy:
         counts = dict(psql(proxy, "SELECT dept, COUNT(*) FROM employees GROUP BY dept"))
     assert set(counts) == {"it", "legal", "ops", "sales"}
-    assert all(60 < float(n) < 260 for n in counts.values())
+    assert all(60 < float(n) < 260 for n in counts.values()), counts
     mistaken(Path(rules))
     out = cli(tmp_path, "rules", "check", *common)
     assert out.returncode == 0, out.stderr
@@ -362,3 +363,158 @@ def test_postgres_from_draft_to_psql_and_its_mistakes_reported(fresh_postgres, t
     with running_proxy(Path(rules), fresh_postgres, tmp_path) as proxy:
         assert psql(proxy, "SELECT COUNT(*) FROM employees")
     reports_the_mistakes("".join(proxy.log), "employees")
+
+
+BADGES = """
+[defaults]
+max_groups = 2
+[tables.badges]
+privacy_unit = "emp_id"
+[tables.badges.columns]
+emp_id = { type = "int" }
+badge  = { type = "text", keys = ["gold", "silver"] }
+tier   = { type = "text", keys = ["a", "b", "c"] }
+points = { type = "float", domain = [0, 100] }
+"""
+
+
+def test_check_names_each_schema_mistake_and_dry_runs_every_aggregate(backend_url, tmp_path):
+    """A column of the wrong type and a missing column, each on its own line, stop
+    the proxy (exit 1); a rule the backend cannot run (text keys of a uuid column) is
+    found by the dry run of every aggregate family, and an aggregate refused to analysts
+    (no domain) is a warning. ``serve`` logs the dry run's findings at start."""
+    load_table(backend_url, "employees", employees(50), TYPES)
+    load_table(backend_url, "badges", {
+        "emp_id": list(range(40)), "points": [float(i) for i in range(40)],
+        "badge": ["6f1c2a4e-0d6b-4a57-9b7e-2b8f5d1e9c3a"] * 40, "tier": ["a"] * 40},
+        {"emp_id": "integer", "points": "double precision", "badge": "uuid", "tier": "text"})
+    rules = tmp_path / "rules.toml"
+    rules.write_text("""
+[tables.employees]
+privacy_unit = "emp_id"
+[tables.employees.columns]
+emp_id = { type = "int" }
+dept   = { type = "int", domain = [0, 10] }
+bonus  = { type = "float", domain = [0, 1000] }
+age    = { type = "int", domain = [0, 100] }
+""" + BADGES)
+    common = ("--rules", str(rules), "--backend", backend_url)
+    out = cli(tmp_path, "rules", "check", *common)
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == (f"rules check: {rules}: [tables.employees] the backend's table lacks "
+                        "the declared column(s) bonus")
+    assert lines[1].startswith(f"rules check: {rules}:6: [tables.employees.columns.dept] "
+                               "declared int, the backend's column is text")
+    assert lines[2].startswith("rules check: [tables.badges.badge] 40 rows hold 1 values "
+                               "missing from keys")
+    badge, tier = lines[3:]
+    assert badge.startswith("rules check: [tables.badges.badge] dry run: GROUP BY badge fails "
+                            "in the backend (")
+    assert "gold" in badge and "uuid" in badge.lower()
+    assert badge.endswith("; make its declared type (text) and keys fit how the backend "
+                          "stores the column, or cast the column in a view")
+    assert tier == ("rules check: [tables.badges.tier] dry run: GROUP BY tier is refused "
+                    "to analysts: GROUP BY would answer 3 groups (every combination of keys), "
+                    "more than the rules' max_groups = 2; use coarser buckets or fewer group "
+                    "columns")
+    assert out.stderr.splitlines()[-1] == "3 errors, 2 warnings"
+    rules.write_text("[server]\nauth = \"trust\"\n[analysts.alice]\n" + BADGES)
+    with running_proxy(rules, backend_url, tmp_path) as proxy:
+        import psycopg
+
+        with psycopg.connect(proxy.dsn("alice", "x"), autocommit=True) as con:
+            assert con.execute("SELECT COUNT(*) FROM badges").fetchone()[0] > 0
+    said = "".join(proxy.log)
+    assert badge in said and tier in said
+    ledger = cli(tmp_path, "ledger", *common, "--format", "csv").stdout.splitlines()
+    assert [row.split(",")[2] for row in ledger[1:]] == ["alice"]  # the dry runs: no row
+
+
+def test_check_names_each_privilege_the_proxy_lacks_with_its_grant(fresh_postgres, tmp_path):
+    """A PostgreSQL role without SELECT on one table and without the right to create
+    the schema idp: each named with its GRANT (exit 1), the other table still checked;
+    granted CREATE, the dry run runs on the readable table, and the ledger is made."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    load_table(fresh_postgres, "employees", employees(50), TYPES)
+    load_table(fresh_postgres, "badges", {"emp_id": [1, 2], "badge": ["gold", "gold"],
+                                          "tier": ["a", "b"], "points": [1.0, 2.0]},
+               {"emp_id": "integer", "badge": "text", "tier": "text",
+                "points": "double precision"})
+    parts = urlsplit(fresh_postgres)
+    database = parts.path.lstrip("/")
+    role = f"check_{database}"[:60]
+    with psycopg.connect(fresh_postgres, autocommit=True) as con:
+        con.execute(f'CREATE ROLE "{role}" LOGIN')
+        con.execute(f'GRANT SELECT ON badges TO "{role}"')
+    rules = tmp_path / "rules.toml"
+    rules.write_text("""
+[tables.employees]
+[tables.employees.columns]
+age = { type = "int", domain = [0, 100] }
+""" + BADGES)
+    weak = f"postgresql://{role}@{parts.hostname}:{parts.port}/{database}"
+    common = ("--rules", str(rules), "--backend", weak)
+    try:
+        out = cli(tmp_path, "rules", "check", *common)
+        assert out.returncode == 1, out.stderr
+        assert out.stdout.splitlines() == [
+            f"rules check: [tables.employees] the proxy's database role {role} may not read "
+            f"the table employees: as its owner, run GRANT SELECT ON employees TO {role}",
+            f"rules check: the proxy's database role {role} may not create the schema idp "
+            "(its ledger, logins and answer cache): as the database's owner, run GRANT "
+            f"CREATE ON DATABASE {database} TO {role}, or CREATE SCHEMA idp AUTHORIZATION "
+            f"{role}"]
+        with psycopg.connect(fresh_postgres, autocommit=True) as con:
+            con.execute(f'GRANT CREATE ON DATABASE "{database}" TO "{role}"')
+        out = cli(tmp_path, "rules", "check", *common)
+        assert out.returncode == 1, out.stderr
+        said = out.stdout.splitlines()
+        assert said[0].startswith("rules check: [tables.employees] the proxy's database role")
+        assert said[1:] == [  # the dry run ran: nothing but the refusal of too many keys
+            "rules check: [tables.badges.tier] dry run: GROUP BY tier is refused to analysts: "
+            "GROUP BY would answer 3 groups (every combination of keys), more than the "
+            "rules' max_groups = 2; use coarser buckets or fewer group columns"]
+    finally:
+        with psycopg.connect(fresh_postgres, autocommit=True) as con:
+            con.execute("DROP SCHEMA IF EXISTS idp CASCADE")
+            con.execute(f'REVOKE ALL ON DATABASE "{database}" FROM "{role}"')
+            con.execute(f'REVOKE ALL ON badges FROM "{role}"')
+            con.execute(f'DROP ROLE "{role}"')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="plays another user: needs root")
+def test_check_names_a_duckdb_file_or_folder_the_user_may_not_write(tmp_path):
+    """As a user who may write the DuckDB file but not its folder (DuckDB's journal goes
+    there), and then not the file either: each said with the command that fixes it."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ro", dir=tempfile.gettempdir()))
+    try:
+        folder.chmod(0o755)  # nobody may enter it, not write it
+        data = folder / "hr.duckdb"
+        load_table(f"duckdb:///{data}", "employees", employees(30), TYPES)
+        data.chmod(0o666)
+        rules = folder / "rules.toml"
+        rules.write_text("[tables.employees]\n[tables.employees.columns]\n"
+                         "age = { type = \"int\", domain = [0, 100] }\n")
+        common = ["rules", "check", "--rules", str(rules), "--backend", f"duckdb:///{data}"]
+        env = {**os.environ, "IDP_PROXY_HOME": str(folder / "home")}
+        out = forked_cli.run(common, env=env, user=NOBODY)
+        assert out.returncode == 1, out.stderr
+        assert out.stdout.splitlines() == [
+            f"rules check: DuckDB writes its journal {data}.wal beside the file and the user "
+            f"nobody may not write the folder {folder}: the ledger's writes would fail; as "
+            f"the folder's owner, let nobody write it (chown nobody {folder}), or move the "
+            "file to a folder nobody may write"]
+        data.chmod(0o644)
+        out = forked_cli.run(common, env=env, user=NOBODY)
+        assert out.returncode == 1
+        assert out.stderr == (f"ERROR [42501]: the user nobody may not read and write {data} "
+                              "(the DuckDB file keeps the ledger too): as its owner, run chown "
+                              f"nobody {data}, or run the proxy as its owner\n")
+    finally:
+        shutil.rmtree(folder)
