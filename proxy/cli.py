@@ -530,22 +530,23 @@ def serve(rules_path, backend, host, port, tls_cert, tls_key):
             store.close()
 
 
-START_CHECK_SECONDS = 10  # the start-time check and dry run, at most; beyond, `rules check`
-
-
 def _check_at_start(engine: Engine) -> None:
     """The rules against the data (proxy.owner.check), then the dry run of every
     aggregate family (proxy.owner.dry_run: nothing charged), one line per problem in
     the owner's log (stderr of ``serve``), never to analysts; a check that fails is
-    logged and the server starts. Both together are interrupted after
-    START_CHECK_SECONDS (a table of billions of rows, or a view over a product, would
-    hold the start for minutes): the owner is told to run ``idp-proxy rules check``."""
+    logged and the server starts. Both together are interrupted after ``[server]
+    start_check_seconds`` (a table of billions of rows, or a view over a product, would
+    hold the start for minutes): the owner is told to run ``idp-proxy rules check``.
+    0 skips it (an owner who runs ``rules check`` on their own schedule)."""
     from proxy.owner import check, dry_run
 
+    seconds = engine.rules.server.start_check_seconds
+    if not seconds:
+        return
     log = logging.getLogger("idp_proxy.rules_check")
     backend = engine.backend
     owner = threading.get_ident()
-    timer = threading.Timer(START_CHECK_SECONDS, backend.interrupt, (owner,))
+    timer = threading.Timer(seconds, backend.interrupt, (owner,))
     timer.daemon = True
     timer.start()
     problems = []
@@ -556,7 +557,7 @@ def _check_at_start(engine: Engine) -> None:
         if backend.stopped(owner):
             log.warning("rules check: the data took more than %d s to check at start; "
                         "run `idp-proxy rules check` to compare the rules with it",
-                        START_CHECK_SECONDS)
+                        seconds)
         else:
             log.warning("rules check: could not compare the rules with the data (%s: %s)",
                         type(exc).__name__, exc)

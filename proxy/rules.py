@@ -182,6 +182,7 @@ class ServerLimits:
     catalog_timeout: int = 10  # seconds a catalog statement may run
     backend_connections: int = 4  # PostgreSQL: transactions at once, per worker process
     workers: int | None = None  # PostgreSQL: processes serving the port; None: one per core
+    start_check_seconds: int = 10  # the start-time rules check's time box; 0: no check
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,9 @@ def _server(reader: _Reader, body: Mapping[str, Any]) -> ServerLimits:
     if "auth" in body:
         values["auth"] = reader.choice(body["auth"], "server.auth", AUTH_METHODS)
     for key in ServerLimits.__dataclass_fields__:
-        if key != "auth" and key in body:
+        if key == "start_check_seconds" and body.get(key) == 0:
+            values[key] = 0  # the one limit that may be 0: no start-time check
+        elif key != "auth" and key in body:
             values[key] = reader.positive_int(body[key], f"server.{key}")
     return ServerLimits(**values)
 
