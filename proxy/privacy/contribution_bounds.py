@@ -54,14 +54,19 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     """The contributions the plan's SUM, AVG, STDDEV and VARIANCE are answered from with
     an automatic bound: under DP or iDP with the global scale (the exponential
     mechanism's plans included, which draw only their percentiles, MAX and MIN), over
-    one table without per-unit subqueries or joins, on a column with a declared domain
-    (spreads: one whose squared width a double holds). SUM and AVG with Gaussian noise
-    keep the domain's sensitivity: the bound's draw is ε-DP and would need its own share
-    of the ρ (not built)."""
+    one table or a join (each joined row belongs to the unit of the first table's row:
+    the protected joins equate units, §3.13; a unit's contribution is the sum over its
+    joined rows), without per-unit subqueries, on a column with a declared domain
+    (spreads: one whose squared width a double holds). Not over a table without a
+    privacy unit joined to public rows several times (a record's rows would count as
+    separate contributions). SUM and AVG with Gaussian noise keep the domain's
+    sensitivity: the bound's draw is ε-DP and would need its own share of the ρ (not
+    built)."""
     mechanism = plan.mechanism
     if (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
             or mechanism.individual or mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE)
-            or plan.per_unit is not None or plan.joins):
+            or plan.per_unit is not None
+            or (plan.table.privacy_unit is None and plan.multiplicity > 1)):
         return ()
     wanted: dict[Contribution, None] = {}
     for agg in plan.aggregates:
