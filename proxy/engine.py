@@ -263,7 +263,7 @@ class Engine:
         AVG, STDDEV and VARIANCE (privacy/contribution_bounds.py), in one more statement."""
         table = plan.table
         wanted = laddered(plan)
-        ladders = tuple(rungs(contribution, table.columns[contribution.column],
+        ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
                               shift // table.group_size) for contribution in wanted)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
                                                clip, tx.execute).items():

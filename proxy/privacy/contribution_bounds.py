@@ -43,7 +43,16 @@ from proxy.privacy.mechanisms import Noisy, grid_step, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.rules import Column
 from proxy.statistics import Contribution, Ladder
-from proxy.vocabulary import AVG, EXPONENTIAL, GLOBAL, PIECEWISE, SPREADS, SUM, QueryPlan
+from proxy.vocabulary import (
+    AVG,
+    COUNT,
+    EXPONENTIAL,
+    GLOBAL,
+    PIECEWISE,
+    SPREADS,
+    SUM,
+    QueryPlan,
+)
 
 BOUND_SHARE = Fraction(1, 3)  # of a SUM's loss, for its bound (AVG: of its sum's half)
 HALVINGS = 20  # rungs below the top: a contribution 10⁶ times below it is still seen
@@ -51,20 +60,32 @@ _SQUARABLE = 1e150  # a domain's width whose square, times any rows per unit, is
 
 
 def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
-    """The contributions the plan's SUM, AVG, STDDEV and VARIANCE are answered from with
+    """The contributions the plan's SUM, AVG, STDDEV and VARIANCE (and, over a
+    ``unit_via`` chain or a join of protected tables, COUNT: power 0, a unit's rows in
+    scope, ``column`` "" for COUNT(*)) are answered from with
     an automatic bound: under DP or iDP with the global scale (the exponential
     mechanism's plans included, which draw only their percentiles, MAX and MIN), over
-    one table without per-unit subqueries or joins, on a column with a declared domain
-    (spreads: one whose squared width a double holds). SUM and AVG with Gaussian noise
-    keep the domain's sensitivity: the bound's draw is ε-DP and would need its own share
-    of the ρ (not built)."""
+    one table or a join (each joined row belongs to the unit of the first table's row:
+    the protected joins equate units, §3.13; a unit's contribution is the sum over its
+    joined rows), without per-unit subqueries, on a column with a declared domain
+    (spreads: one whose squared width a double holds). Not over a table without a
+    privacy unit joined to public rows several times (a record's rows would count as
+    separate contributions). SUM and AVG with Gaussian noise keep the domain's
+    sensitivity: the bound's draw is ε-DP and would need its own share of the ρ (not
+    built)."""
     mechanism = plan.mechanism
     if (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
             or mechanism.individual or mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE)
-            or plan.per_unit is not None or plan.joins):
+            or plan.per_unit is not None
+            or (plan.table.privacy_unit is None and plan.multiplicity > 1)):
         return ()
     wanted: dict[Contribution, None] = {}
+    chained = plan.table.link is not None or any(join.protected for join in plan.joins)
     for agg in plan.aggregates:
+        if agg.kind == COUNT:  # over a chain or a join: a unit's rows in scope, clipped
+            if chained and not plan.public(agg) and not plan.gaussian(agg):
+                wanted[Contribution(agg.column or "", power=0)] = None
+            continue
         column = plan.table.columns.get(agg.column) if agg.column else None
         if column is None or column.lower is None or column.upper is None:
             continue
@@ -76,18 +97,22 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     return tuple(wanted)
 
 
-def rungs(contribution: Contribution, column: Column, rows_per_unit: int
+def rungs(contribution: Contribution, column: Column | None, rows_per_unit: int
           ) -> tuple[float, ...]:
     """The public ladder of ``contribution`` of ``column`` (its declared domain and
-    resolution) for units of at most ``rows_per_unit`` rows, ascending."""
+    resolution; a count's: none, its rungs rows_per_unit down to 1) for units of at
+    most ``rows_per_unit`` rows, ascending."""
     if contribution.power == 2:  # the squares of the first power's rungs (moments)
         return tuple(bound * bound for bound in rungs(
             Contribution(contribution.column, contribution.origin), column, rows_per_unit))
-    reach = max(abs(column.lower - contribution.origin), abs(column.upper - contribution.origin))
-    top = rows_per_unit * reach
+    if contribution.power == 0 or column is None:
+        top, floor = float(rows_per_unit), 1.0
+    else:
+        reach = max(abs(column.lower - contribution.origin),
+                    abs(column.upper - contribution.origin))
+        top, floor = rows_per_unit * reach, column.resolution
     if top <= 0:
         return (0.0,)
-    floor = column.resolution
     ladder = [top]
     while len(ladder) <= HALVINGS and ladder[-1] / 2 >= floor and ladder[-1] / 2 > 0:
         ladder.append(ladder[-1] / 2)

@@ -27,13 +27,20 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     """The statement: keys, then per contribution i and rung k ``b_i_k`` (units beyond
     ±B_k) and ``s_i_k`` (their clipped sum, an ``exact_sum``)."""
     keys = group_keys(plan)
-    columns = list(dict.fromkeys(c.column for c in wanted))
+    columns = list(dict.fromkeys(c.column for c in wanted if c.column))
     needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
                               upper=plan.table.columns[name].upper) for name in columns)
     scope = scope_select(plan, needs, clip_rows_per_unit, unit=True)
     terms = []
     for contribution in wanted:  # (x − origin)^power of the normalised value c_j
+        if not contribution.column:  # COUNT(*): each row once
+            terms.append(exp.Literal.number(1))
+            continue
         value: exp.Expression = exp.column(f"c{columns.index(contribution.column)}")
+        if contribution.power == 0:  # COUNT(col): each normalised value that is not NULL
+            terms.append(exp.Case().when(value.is_(exp.null()), exp.Literal.number(0))
+                         .else_(exp.Literal.number(1)))
+            continue
         if contribution.origin:
             value = exp.paren(exp.Sub(this=value, expression=literal(contribution.origin)))
         if contribution.power == 2:

@@ -34,21 +34,24 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.privacy.contribution_bounds import laddered, rungs
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
 from proxy.pushdown import compute_statistics
+from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.scope import plan_unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import GroupStats
+from proxy.statistics import Contribution, GroupStats
 from tests.privacy.harness import assert_sound, group_changes, neighbours, pushed_down_changes
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
 
 LOWER, UPPER = 0.0, 10.0
-RULES = parse_rules(f"""
+RAW = 'noise_scale = "local"  # raw iDP: the local sensitivities tested here'
+RULES_TEXT = f"""
 [defaults]
-noise_scale = "local"  # raw iDP: the local sensitivities tested here
+{RAW}
 [tables.c]
 privacy_unit = "ck"
 max_rows_per_unit = 1
@@ -73,7 +76,8 @@ max_rows_per_link = 2
 lk = {{ type = "int" }}
 z  = {{ type = "float", domain = [{LOWER}, {UPPER}] }}
 g  = {{ type = "text", keys = ["p", "q"] }}
-""")
+"""
+RULES = parse_rules(RULES_TEXT)
 NAN, INF = float("nan"), float("inf")  # one NaN object: equal to itself in row multisets
 C_OPTIONS = [(0.0, "p"), (10.0, "q"), (NAN, None)]
 O_OPTIONS = [(2.5,), (10.0,), (None,)]
@@ -408,3 +412,71 @@ def test_dp_clips_to_the_bounds_multiplied_along_the_chain(con, query):
                   **{(key, summed): shift * (UPPER - LOWER) for key in keys}}
         assert_sound(statistics, lambda _, bounds=bounds: bounds, [tables], given_rows,
                      change=pushed_down_changes(summed))
+
+
+def _ladders(tables, query: str, keys, ladder, counted: bool) -> dict:
+    """(group, k, "beyond" | "clipped") -> the number (docs/privacy.md §3.14 along the
+    chain): each unit's joined rows in scope per group (``counted``: COUNT(*)), or the
+    sum of their normalised summed values (no value: 0), the rows of no unit together
+    as one; counted beyond ±B_k and clipped to [0, B_k] (the domain is [0, 10])."""
+    _, shape, where, group, summed, *_ = QUERIES[query]
+    owners = _owner(tables[1])
+    sums: dict = {}
+    for row in _joined(tables, shape):
+        key = group(row)
+        if not where(row) or key is None:
+            continue
+        value = 1.0 if counted else (
+            normalise_value(summed(row), LOWER, UPPER) if summed(row) is not None else None)
+        unit = (key, _unit_of_row(row, owners))
+        sums[unit] = sums.get(unit, 0.0) + (value or 0.0)
+    out = {}
+    for key in keys:
+        mine = [total for (group_key, _), total in sums.items() if group_key == key]
+        for k, bound in enumerate(ladder):
+            out[key, k, "beyond"] = sum(1 for x in mine if abs(x) > bound)
+            out[key, k, "clipped"] = sum(min(x, bound) for x in mine)
+    return out
+
+
+@pytest.mark.parametrize("counted", [False, True])
+@pytest.mark.parametrize("query", ["lines alone", "lines left orders", "orders to lines",
+                                   "customers to orders", "all three"])
+def test_clipped_contributions_along_the_chain_move_within_their_bounds(con, query, counted):
+    """SUM's and COUNT's automatic bound over a linked table and over joins (issue 34):
+    a unit's contribution is the sum (the number) of its joined rows in scope, from the
+    real statement on DuckDB (equal to the reference), and no neighbour moves any
+    group's count of units beyond a rung by more than g = 1 nor its clipped sum by more
+    than the rung (both one-sided); the counts' bound is reached. The ladder's top is
+    c·U (a count's: c)."""
+    plan = analyze(parse_statements(QUERIES[query][0])[0],
+                   parse_rules(RULES_TEXT.replace(RAW, "")), Settings(model="idp"))
+    summed_name = QUERIES[query][6]
+    contribution = Contribution("", power=0) if counted else Contribution(summed_name)
+    assert laddered(plan) == (Contribution("", power=0), Contribution(summed_name))
+    keys = plan.group_keys() if plan.group_by else [()]
+    rng, reached = random.Random(36), set()
+    for tables in _datasets(sum(map(ord, query)) + 1, 5):
+        _load(con, tables)
+        shift = max(1, con.execute(plan_unit_bound_sql(plan, "duckdb")).fetchall()[0][0])
+        ladder = rungs(contribution, plan.table.columns.get(contribution.column), shift)
+        assert ladder[-1] == shift * (1 if counted else UPPER)
+        found = contribution_ladders(plan, (contribution,), (ladder,),
+                                     DuckDBBackend.capabilities, None,
+                                     lambda sql: con.execute(sql).fetchall())
+        expected = _ladders(tables, query, keys, ladder, counted)
+        for (key, k, part), number in expected.items():
+            got = found.get(key, {}).get(contribution)
+            got = (0 if got is None else
+                   got.beyond[k] if part == "beyond" else got.clipped[k])
+            assert got == pytest.approx(number, abs=1e-3), (tables, key, k, part)  # exact_sum's grid
+        bounds = {(key, k, part): 1 if part == "beyond" else bound for key in keys
+                  for k, bound in enumerate(ladder) for part in ("beyond", "clipped")}
+        (outcome,) = assert_sound(
+            lambda t, keys=keys, ladder=ladder: _ladders(t, query, keys, ladder, counted),
+            lambda _, bounds=bounds: bounds, [tables], lambda t: _neighbours(t, rng),
+            change=lambda before, after: {key: abs(after[key] - before[key])
+                                          for key in before})
+        reached |= {key for key, change in outcome.worst.items()
+                    if key[2] == "beyond" and change >= 1}
+    assert any(k == 0 for _, k, _ in reached), query  # some unit crossed the lowest rung
