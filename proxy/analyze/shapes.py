@@ -204,15 +204,23 @@ def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
 
 
 def _with_marks(tree: exp.Expression, starts: set[int]) -> str:
-    """``canonical_sql`` of ``tree`` with each slot a mark naming its position."""
-    marked = tree.copy()
-    checkpoint()
-    for node in list(marked.find_all(exp.Literal)):
-        start = node.meta.get("start")
-        if start in starts:  # in place: replacing an item of a long IN list is linear
-            node.set("this", f"\x00{start}\x00")
-            node.set("is_string", True)
-    return canonical_sql(marked)
+    """``canonical_sql`` of ``tree`` with each slot a mark naming its position. The
+    marks are set in ``tree`` itself and taken back after (canonical_sql renders a copy):
+    a copy of its own cost a statement near the token limit a tenth of a second that no
+    cancel reached."""
+    marked = []
+    try:
+        for node in list(tree.find_all(exp.Literal)):
+            start = node.meta.get("start")
+            if start in starts:  # in place: replacing an item of a long IN list is linear
+                marked.append((node, node.this, node.args.get("is_string")))
+                node.set("this", f"\x00{start}\x00")
+                node.set("is_string", True)
+        return canonical_sql(tree)
+    finally:
+        for node, this, is_string in marked:
+            node.set("this", this)
+            node.set("is_string", is_string)
 
 
 def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]:
@@ -229,7 +237,9 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
                    if not _within(column, where)}
     candidates = []
     columns_of: dict[int, set[str]] = {}  # per comparison: its many literals share it
-    for literal in where.find_all(exp.Literal):
+    for count, literal in enumerate(where.find_all(exp.Literal)):
+        if count % 512 == 0:
+            checkpoint()  # a WHERE of thousands of comparisons: tenths of a second
         comparison = literal.find_ancestor(*_COMPARISONS)
         if comparison is not None and id(comparison) not in columns_of:
             columns_of[id(comparison)] = {c.name.lower()
@@ -237,6 +247,7 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
         compared = columns_of[id(comparison)] if comparison is not None else set()
         if "start" in literal.meta and not compared & outside:
             candidates.append(literal)
+    checkpoint()
     held = _literals_by_start(plan)
     in_where = {id(node) for node in plan.where.find_all(exp.Literal)}
     return [(literal.meta["start"], literal.this) for literal in candidates

@@ -1,8 +1,8 @@
 """Post-processing reads nothing but the released values (issue 33 item 2, SPEC §5.3):
-on every neighbour of a small data set (one person's rows changed to each other value)
-whose releases come out the same, every post-processed answer — windows over the
-groups, NULLIF ratios, HAVING, an outer query, a CROSS JOIN of one-row releases — is the
-same, row for row, and charged the same ε.
+on every neighbour of a small data set (tests/privacy/harness.py: one person's rows, each
+changed to any other value) whose releases come out the same, every post-processed
+answer — windows over the groups, NULLIF ratios, HAVING, an outer query, a CROSS JOIN of
+one-row releases — is the same, row for row, and charged the same ε.
 
 The releases are pinned: each count's draw is replaced by the next of a fixed list, which
 no row can move, so that any difference left would come from post-processing reading the
@@ -16,6 +16,7 @@ from proxy.privacy import noisy_answers
 from proxy.privacy.mechanisms import Noisy
 from proxy.session import Session
 from tests.factories import Table, open_engine
+from tests.privacy.harness import neighbours
 
 RULES = """
 [defaults]
@@ -57,15 +58,6 @@ STATEMENTS = [
 PINNED = [5, 9, 2, 7, 0, 4, 6]
 
 
-def _neighbours() -> list[list[tuple]]:
-    """The data set, then each neighbour: one person's rows all set to one other value."""
-    sets = [BASE]
-    for person in sorted({row[0] for row in BASE}):
-        for age, region in OTHERS:
-            sets.append([(p, age, region) if p == person else (p, a, r) for p, a, r in BASE])
-    return sets
-
-
 def _answers(url: str, rows: list[tuple], monkeypatch) -> list[tuple]:
     table = Table({name: [row[i] for row in rows] for i, name in enumerate(TYPES)}, TYPES)
     outcomes = []
@@ -80,7 +72,7 @@ def _answers(url: str, rows: list[tuple], monkeypatch) -> list[tuple]:
 
 
 def test_post_processing_gives_every_neighbour_the_same_answer(tmp_path, monkeypatch):
-    datasets = _neighbours()
+    datasets = [BASE, *neighbours(BASE, OTHERS)]  # each of one person's rows to any other
     outcomes = [_answers(f"duckdb:///{tmp_path}/d{i}.duckdb", rows, monkeypatch)
                 for i, rows in enumerate(datasets)]
     for sql, *each in zip(STATEMENTS, *outcomes):
