@@ -279,9 +279,9 @@ class _Reader:
             raise self.fail(key, problem)
         return number
 
-    def positive_int(self, value: Any, key: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(key, f"must be a whole number of at least 1, got {value!r}")
+    def positive_int(self, value: Any, key: str, least: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise self.fail(key, f"must be a whole number of at least {least}, got {value!r}")
         return value
 
     def identifier(self, name: str, key: str) -> str:
@@ -347,10 +347,9 @@ def _server(reader: _Reader, body: Mapping[str, Any]) -> ServerLimits:
     if "auth" in body:
         values["auth"] = reader.choice(body["auth"], "server.auth", AUTH_METHODS)
     for key in ServerLimits.__dataclass_fields__:
-        if key == "start_check_seconds" and body.get(key) == 0:
-            values[key] = 0  # the one limit that may be 0: no start-time check
-        elif key != "auth" and key in body:
-            values[key] = reader.positive_int(body[key], f"server.{key}")
+        if key != "auth" and key in body:  # start_check_seconds = 0: no start-time check
+            values[key] = reader.positive_int(body[key], f"server.{key}",
+                                              0 if key == "start_check_seconds" else 1)
     return ServerLimits(**values)
 
 

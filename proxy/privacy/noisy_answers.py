@@ -542,11 +542,8 @@ def _finish(noisy: Noisy, cal: Calibration, note: str | None = None,
 def _signed_sum(value: float, column) -> float:
     """A SUM kept to the sign its domain allows (≥ 0 over a domain of no negative value,
     ≤ 0 over one of no positive value): post-processing of the released sum alone."""
-    if column.lower is not None and column.lower >= 0:
-        value = max(0.0, value)
-    if column.upper is not None and column.upper <= 0:
-        value = min(0.0, value)
-    return value
+    return _clamp(value, 0.0 if column.lower is not None and column.lower >= 0 else None,
+                  0.0 if column.upper is not None and column.upper <= 0 else None)
 
 
 def _clamp(value: float, lower: float | None, upper: float | None) -> float:
