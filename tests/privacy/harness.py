@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from proxy.privacy.sensitivity import count_sensitivity, groups_touched
 from tests.factories import random_datasets, rows_of
 
 LOWER, UPPER = 0.0, 10.0
@@ -156,6 +157,14 @@ def group_changes(before: Mapping, after: Mapping) -> dict:
         groups += any(moved)
     out["counts"], out["groups"] = counts, groups
     return out
+
+
+def group_totals(grouped: bool, groups: int, shift: int) -> dict:
+    """The bounds of ``group_changes``' two totals for ``groups`` groups (one when not
+    ``grouped``): a unit's s records move the counts of two groups at most (leaving one,
+    entering another), and touch ``groups_touched`` groups."""
+    return {"counts": (min(2, groups) if grouped else 1) * count_sensitivity(shift),
+            "groups": groups_touched(shift, groups) if grouped else 1}
 
 
 def pushed_down_changes(column: str) -> Callable:

@@ -27,14 +27,14 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
-from proxy.privacy.sensitivity import count_sensitivity, groups_touched
+from proxy.privacy.sensitivity import count_sensitivity
 from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC
 from tests.factories import random_datasets, rows_of
-from tests.privacy.harness import assert_sound, group_changes, neighbours
+from tests.privacy.harness import assert_sound, group_changes, group_totals, neighbours
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
 
@@ -186,8 +186,7 @@ def test_join_sensitivities_bound_every_neighbour(con, query, units, rows_per_un
             assert released[1][0] == median, (rows, key)
             sensitivities = (count_sensitivity(shift), released[0][1], released[1][1])
             bounds.update(((key, j), sensitivities[i]) for j, i in enumerate(checked))
-        bounds["counts"] = (min(2, len(keys)) if plan.group_by else 1) * count_sensitivity(shift)
-        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        bounds.update(group_totals(bool(plan.group_by), len(keys), shift))
 
         def released_answers(data, keys=keys, checked=checked):
             answers = _answers(data, query, keys)

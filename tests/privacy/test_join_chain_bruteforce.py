@@ -31,14 +31,14 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
-from proxy.privacy.sensitivity import count_sensitivity, groups_touched
+from proxy.privacy.sensitivity import count_sensitivity
 from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC
 from tests.factories import random_datasets, rows_of
-from tests.privacy.harness import assert_sound, group_changes, neighbours
+from tests.privacy.harness import assert_sound, group_changes, group_totals, neighbours
 from tests.privacy.reference import normalise
 
 RULES = parse_rules("""
@@ -217,8 +217,7 @@ def test_chain_sensitivities_bound_every_neighbour(con, query, units, rows_per_u
                     assert answer == pytest.approx(base[key][i]), (rows, key, i)
                 sensitivities.append(sensitivity)
             bounds.update(((key, j), sensitivities[i]) for j, i in enumerate(checked))
-        bounds["counts"] = (min(2, len(keys)) if plan.group_by else 1) * count_sensitivity(shift)
-        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        bounds.update(group_totals(bool(plan.group_by), len(keys), shift))
 
         def released(data, keys=keys, checked=checked):
             answers = _answers(data, query, keys)

@@ -35,7 +35,7 @@ from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import public_keys_sql
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
-from proxy.privacy.sensitivity import count_sensitivity, groups_touched
+from proxy.privacy.sensitivity import count_sensitivity
 from proxy.privacy.variance import spread_and_sensitivity
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
@@ -46,6 +46,7 @@ from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import (
     assert_sound,
     group_changes,
+    group_totals,
     neighbours,
     pushed_down_changes,
 )
@@ -274,8 +275,7 @@ def test_bounded_join_sensitivities_bound_every_neighbour(con, query, units, row
             # float rounding relative to the bound, besides the absolute TOLERANCE
             bounds.update(((key, index), bound * (1 + 1e-12))
                           for index, bound in enumerate(_flat(sensitivities)))
-        bounds["counts"] = (min(2, len(keys)) if plan.group_by else 1) * shift
-        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        bounds.update(group_totals(bool(plan.group_by), len(keys), shift))
         assert_sound(lambda data, keys=keys, shift=shift: {
                          key: _flat(answers)
                          for key, answers in _answers(data, query, keys, shift).items()},

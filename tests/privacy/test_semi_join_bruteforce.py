@@ -26,12 +26,12 @@ import pytest
 from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
-from proxy.privacy.sensitivity import count_sensitivity, groups_touched
+from proxy.privacy.sensitivity import count_sensitivity
 from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
-from tests.privacy.harness import assert_sound, group_changes, neighbours
+from tests.privacy.harness import assert_sound, group_changes, group_totals, neighbours
 from tests.privacy.reference import normalise
 
 RULES = parse_rules("""
@@ -171,8 +171,7 @@ def test_semi_join_sensitivities_bound_every_neighbour(con, query):
                 checked_sums += 1
             sensitivities = (count_sensitivity(shift), sum_bound)
             bounds.update(((key, j), sensitivities[i]) for j, i in enumerate(checked))
-        bounds["counts"] = (min(2, len(keys)) if plan.group_by else 1) * count_sensitivity(shift)
-        bounds["groups"] = groups_touched(shift, len(keys)) if plan.group_by else 1
+        bounds.update(group_totals(bool(plan.group_by), len(keys), shift))
 
         def released(data, keys=keys, checked=checked):
             answers = _answers(data, query, keys)
