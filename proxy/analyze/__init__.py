@@ -74,6 +74,19 @@ from proxy.vocabulary import (
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
+
+
+class _CheckedParser(POSTGRES.parser_class):  # type: ignore[name-defined,misc]
+    """PostgreSQL's parser with a checkpoint every 1,024 tokens: parsing a statement near
+    MAX_TOKENS takes about a second on a loaded machine, and it is parsed at Parse, at
+    Bind and again to run it, each a span no cancel or timeout reached."""
+
+    def _advance(self, times: int = 1) -> None:
+        super()._advance(times)
+        if not self._index & 1023:
+            checkpoint()
+
+
 # The most tokens one statement may have (a 10,000-value IN list is about 20,000): its
 # analysis is linear, and this bounds its time to a few seconds on a small machine.
 MAX_TOKENS = 20_000
@@ -134,7 +147,7 @@ def check_size(tokens: Sequence[Token]) -> None:
 def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
     """One statement's tree from its tokens (of ``sql``, which error positions refer to)."""
     try:
-        return POSTGRES.parser().parse(tokens, sql)[0]
+        return _CheckedParser(dialect=POSTGRES).parse(tokens, sql)[0]
     except ParseError as exc:
         raise _syntax_problem(sql, exc, tokens[0]) from None
 

@@ -13,10 +13,10 @@ from collections import OrderedDict
 from decimal import Decimal
 from typing import Any
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from proxy.analyze import POSTGRES, parse_tokens
 from proxy.errors import ProxyError, SyntaxProblem
 from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, TIMESTAMP, oid_of
 from proxy.rules import Rules
@@ -35,10 +35,9 @@ class BadParameter(ProxyError):
 
 def _tree(text: str) -> exp.Expression:
     try:
-        tree = sqlglot.parse_one(text, read="postgres")
+        return parse_tokens(POSTGRES.tokenize(text), text)
     except SqlglotError:
         raise SyntaxProblem("the statement could not be parsed; check its syntax") from None
-    return tree
 
 
 def _parameters(tree: exp.Expression) -> dict[int, list[exp.Parameter]]:
