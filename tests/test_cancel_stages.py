@@ -101,11 +101,11 @@ def test_a_cancel_stops_analysis_before_the_debit(engine):
 
 
 def _cpu_after_cancel_in_analysis(engine: Engine, sql: str, at: float) -> tuple[
-        BaseException | None, float]:
+        BaseException | None, float, float]:
     """Analyse ``sql`` (Session.check: parsing, analysis, the shape kept) in its own
     thread and interrupt it once that thread has spent ``at`` seconds of CPU: what it
-    raised, and the CPU seconds it spent from the cancel to its end (both in its own
-    CPU time: the same on a loaded machine)."""
+    raised, the CPU seconds it spent in all and those from the cancel to its end (in its
+    own CPU time)."""
     outcome: dict = {}
     session = Session.open(engine, "zoe")
 
@@ -132,7 +132,7 @@ def _cpu_after_cancel_in_analysis(engine: Engine, sql: str, at: float) -> tuple[
         time.sleep(0.002)
     worker.join(60)
     engine.backend.forget_interrupt(worker.ident)
-    return outcome.get("error"), (outcome["cpu"] - at_cancel) if at_cancel else 0.0
+    return outcome.get("error"), outcome["cpu"], outcome["cpu"] - (at_cancel or 0.0)
 
 
 def test_a_cancel_anywhere_in_the_analysis_of_a_long_chain_stops_it(engine):
@@ -141,22 +141,23 @@ def test_a_cancel_anywhere_in_the_analysis_of_a_long_chain_stops_it(engine):
     the WHERE's check, the shape's marked SQL, its canonical SQL) with no cancel checked
     in between, up to 0.4 s of CPU (the attacker benchmark's 4,900: 1.1 s of CPU, a
     cancel took 2.5 s on a loaded machine). Cancelled at each tenth of a second of the
-    analysis's own CPU, it stops within 0.4 s of it with 57014 (the longest stretch
-    between two checks is 0.1 s of CPU on a quiet machine; CPU seconds stretch to 0.37
-    when three test workers share two cores); nothing is charged."""
+    analysis's own CPU, it stops with 57014 within 45 % of the CPU a whole analysis
+    takes (the longest stretch between two checks: 0.1 of 0.4 s on a quiet machine; a
+    thread's CPU seconds stretch 1.5–3× when three test workers share two cores, and the
+    whole analysis's with them); nothing is charged."""
     sql = "SELECT COUNT(*) FROM many WHERE " + " OR ".join(f"age = {i % 120}"
                                                            for i in range(1_600))
     Session.open(engine, "zoe")
     before = engine.ledger.remaining("zoe")
     spent_at = {}
     for tenth in range(1, 30):
-        error, spent = _cpu_after_cancel_in_analysis(engine, sql.replace(
+        error, whole, after = _cpu_after_cancel_in_analysis(engine, sql.replace(
             "age = 0 ", f"age = {200 + tenth} "), tenth / 10)  # a new shape each time
         if error is None:
             break  # analysed before the cancel came
         assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", error
-        spent_at[tenth / 10] = round(spent, 2)
-    assert len(spent_at) >= 3 and max(spent_at.values()) < 0.4, spent_at
+        spent_at[tenth / 10] = round(after, 2)
+    assert len(spent_at) >= 3 and max(spent_at.values()) < 0.45 * whole, (spent_at, whole)
     assert engine.ledger.remaining("zoe") == before and engine.ledger.entries("zoe") == []
 
 
