@@ -64,7 +64,9 @@ def _cpu_after_cancel(engine: Engine, sql: str, delay: float) -> tuple[BaseExcep
                                                                         float]:
     """As ``_cancelled_after`` with the statement analysed first: what it raised, and
     the CPU seconds its thread spent from the cancel to its end (what a stage does
-    before it looks; unlike the wall time, the same on a loaded machine)."""
+    before it looks; unlike the wall time, stretched by a loaded machine only 1.5–3×,
+    as a hyperthread's sibling slows it: the bounds below are 0.9 s, the same work took
+    1.7 s and more before the stages looked)."""
     outcome: dict = {}
     session = Session.open(engine, "zoe")
     steps = session.check(sql)
@@ -186,7 +188,7 @@ def test_a_cancel_stops_the_sql_building_after_the_debit(engine):
            + " END AS b, COUNT(*) FROM many GROUP BY 1")
     error, spent = _cpu_after_cancel(engine, sql, 0.3)
     assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", error
-    assert spent < 0.6, spent
+    assert spent < 0.9, spent
     assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]
 
 
@@ -200,7 +202,7 @@ def test_a_cancel_stops_the_post_processing_after_the_debit(engine):
            "FROM many GROUP BY 1, 2) AS t")
     error, spent = _cpu_after_cancel(engine, sql, 2.0)
     assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", error
-    assert spent < 0.6, spent
+    assert spent < 0.9, spent
     assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]
 
 
