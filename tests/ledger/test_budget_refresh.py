@@ -4,7 +4,13 @@ spending inside the current window counts, across restarts, and the ledger keeps
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import itertools
+import multiprocessing
+import os
+import random
+import signal
 import time
 from decimal import Decimal
 
@@ -120,3 +126,60 @@ def test_a_window_limits_spending_and_the_next_starts_afresh_across_restarts(
     rows = ledger.entries()
     assert len(rows) == len(entries) + answered + 2
     ledger.backend.close()
+
+
+KILLED = """
+[defaults]
+budget_per_analyst = 0.1
+budget_refresh = "{window} seconds"
+[analysts.a]
+"""
+
+
+def _debit_until_killed(url: str, rules_text: str, first: int) -> None:
+    """In a process of its own: a's debits of ε 0.01, one every 20 ms, until killed."""
+    ledger = Ledger(open_backend(url), parse_rules(rules_text))
+    ledger.ensure_analyst("a")
+    for number in itertools.count(first):
+        with contextlib.suppress(BudgetExhausted):
+            ledger.debit(_charge("a", number, "0.01"))
+        time.sleep(0.02)
+
+
+@pytest.mark.slow(seconds=12)
+@pytest.mark.parametrize("backend_url", ["duckdb", "postgres"], indirect=True)
+def test_kill_9_across_windows_loses_no_debit_and_overspends_no_window(backend_url):
+    """Issue 35 item 5: a process debiting a's 0.1 per window at ε 0.01 is killed with
+    SIGKILL at a random moment, twice, across two windows or more. Each window's
+    charged rows add up to at most its 0.1 (a row logged within 0.1 s after a window
+    began may have been debited in the one before, by whole seconds); the window a
+    restart finds counts exactly its rows; and a new window gives a her 0.1 again."""
+    rules_text = KILLED.format(window=WINDOW)
+    spawn = multiprocessing.get_context("spawn")
+    chance = random.Random(35)
+    for kill in range(2):
+        debiting = spawn.Process(target=_debit_until_killed,
+                                 args=(backend_url, rules_text, 1000 * kill))
+        debiting.start()
+        time.sleep(chance.uniform(1.5, 1.5 + WINDOW))  # a spawned process starts in ~1 s
+        os.kill(debiting.pid, signal.SIGKILL)
+        debiting.join(30)
+    ledger = Ledger(open_backend(backend_url), parse_rules(rules_text))
+    try:
+        rows = [(datetime.datetime.fromisoformat(row[1]).timestamp(), row[6])
+                for row in ledger.entries("a") if row[9] == "charged"]
+        spent, end = ledger.budgets("a")[0][2], time.time()
+        windows = {int(at) // WINDOW for at, _ in rows}
+        assert len(windows) >= 2, windows
+        for window in windows:
+            start = window * WINDOW
+            assert sum(e for at, e in rows if start + 0.1 <= at < start + WINDOW) <= Decimal(
+                "0.1"), (window, rows)
+        current = int(end) // WINDOW * WINDOW
+        mine = sum((e for at, e in rows if at >= current), Decimal(0))
+        near_start = sum((e for at, e in rows if current <= at < current + 0.1), Decimal(0))
+        assert mine - near_start <= spent <= mine, (spent, mine, rows)
+        time.sleep(current + WINDOW - time.time() + 0.05)
+        assert ledger.budgets("a")[0][2] == 0 and _spend(ledger, "a", 9000, "0.05") == 2
+    finally:
+        ledger.backend.close()
