@@ -62,11 +62,11 @@ def _cancelled_after(engine: Engine, sql: str, delay: float) -> tuple[BaseExcept
 
 def _cpu_after_cancel(engine: Engine, sql: str, delay: float) -> tuple[BaseException | None,
                                                                         float]:
-    """As ``_cancelled_after`` with the statement analysed first: what it raised, and
-    the CPU seconds its thread spent from the cancel to its end (what a stage does
-    before it looks; unlike the wall time, stretched by a loaded machine only 1.5–3×,
-    as a hyperthread's sibling slows it: the bounds below are 0.9 s, the same work took
-    1.7 s and more before the stages looked)."""
+    """As ``_cancelled_after`` with the statement analysed first and the cancel ``delay``
+    seconds after its debit: what it raised, and the CPU seconds its thread spent from
+    the cancel to its end (what a stage does before it looks; unlike the wall time,
+    stretched by a loaded machine only 1.5–3×, as a hyperthread's sibling slows it: the
+    bounds below are 0.9 s, the same work took 1.7 s and more before the stages looked)."""
     outcome: dict = {}
     session = Session.open(engine, "zoe")
     steps = session.check(sql)
@@ -79,8 +79,11 @@ def _cpu_after_cancel(engine: Engine, sql: str, delay: float) -> tuple[BaseExcep
             outcome["error"] = exc
         outcome["cpu"] = time.thread_time()
 
+    before = engine.ledger.remaining("zoe")
     worker = threading.Thread(target=run)
     worker.start()
+    while engine.ledger.remaining("zoe") == before and worker.is_alive():
+        time.sleep(0.01)  # a loaded machine may take longer than ``delay`` to the debit
     time.sleep(delay)
     at_cancel = time.clock_gettime(time.pthread_getcpuclockid(worker.ident))
     engine.backend.interrupt(worker.ident)
