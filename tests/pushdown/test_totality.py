@@ -263,10 +263,13 @@ def test_a_chain_of_exclusions_is_planned_as_one_list(engine):
     chain = " AND ".join(f"y <> {i}" for i in range(2_500))
     session = Session.open(engine, "zoe")
     started = time.perf_counter()
-    list(session.execute(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain} AND x < 9"))
+    # what session.execute does (check, then run), keeping the checked plan to look at:
+    # the chain is analysed once, not again in a second statement without ``x < 9``
+    (step,) = session.check(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain} AND x < 9")
+    session.run(step)
     assert time.perf_counter() - started < 30.0
-    (_, plan), = session.check(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain}")
-    assert plan.where.sql().startswith('NOT "y" IN (0, 1, 2')
+    merged = "NOT \"y\" IN (" + ", ".join(str(i) for i in range(2_500)) + ")"
+    assert {term.sql() for term in step[1].where.flatten()} == {merged, '"x" < 9'}
 
 
 def test_a_long_where_is_planned_as_one_expression(engine):
