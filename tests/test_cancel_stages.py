@@ -248,12 +248,11 @@ def test_a_signal_stops_the_server_with_a_statement_in_its_draws(duckdb_url, tmp
     engine.backend.close()
 
 
-def _analysis_heavy_message(first: int = 9_000) -> str:
+def _analysis_heavy_message() -> str:
     """Seven statements that each take over a second to analyse (near-limit IN lists of
-    different lengths from ``first`` on: no two share a shape, so none is analysed from
-    the cache; a test on the shared server gives its own ``first``)."""
+    different lengths: no two share a shape, so none is analysed from the cache)."""
     return "; ".join("SELECT COUNT(*) FROM many WHERE age IN ({})".format(
-        ", ".join(str(i % 100) for i in range(first + k))) for k in range(7))
+        ", ".join(str(i % 100) for i in range(9_000 + k))) for k in range(7))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -261,28 +260,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _idle_second(pid: int, deadline: float) -> tuple[float, float]:
-    """The process's CPU seconds at the start and end of the first second in which it
-    spends under 0.05 s of CPU (or of the last before ``deadline``)."""
-    while True:
-        before = _cpu_seconds(pid)
-        time.sleep(1.0)
-        now = _cpu_seconds(pid)
-        if now - before < 0.05 or time.monotonic() > deadline:
-            return before, now
-
-
-@pytest.fixture(scope="module")
-def analysing_proxy(tmp_path_factory):
-    """``serve`` over the many table, with a statement timeout of 3 s, shared by the
-    module's tests (one start instead of four): each sends statements of its own shapes
-    and compares zoe's budget only before and after its own."""
-    folder = tmp_path_factory.mktemp("analysing")
-    url = f"duckdb:///{folder / 'data.duckdb'}"
-    load(url, {"many": many()})
-    rules = folder / "rules.toml"
+@pytest.fixture
+def analysing_proxy(duckdb_url, tmp_path):
+    """``serve`` over the many table, with a statement timeout of 3 s."""
+    load(duckdb_url, {"many": many()})
+    rules = tmp_path / "rules.toml"
     rules.write_text('[server]\nauth = "trust"\nstatement_timeout = 3\n' + MANY_RULES)
-    with running_proxy(rules, url, folder / "home") as proxy:
+    with running_proxy(rules, duckdb_url, tmp_path / "home") as proxy:
         yield proxy
 
 
@@ -335,10 +319,9 @@ def test_a_disconnect_stops_the_analysis_of_a_message(analysing_proxy):
     grow), so that a loaded machine (load 4 on 2 cores) changes neither."""
     pid = analysing_proxy.process.pid
     con = psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True)
-    _idle_second(pid, time.monotonic() + 30)  # what an earlier test left the server is done
     idle = _cpu_seconds(pid)
     sender = threading.Thread(target=lambda: pytest.raises(psycopg.Error, con.execute,
-                                                           _analysis_heavy_message(9_007)))
+                                                           _analysis_heavy_message()))
     sender.start()
     deadline = time.monotonic() + 30
     while _cpu_seconds(pid) - idle < 0.5 and time.monotonic() < deadline:
@@ -347,7 +330,12 @@ def test_a_disconnect_stops_the_analysis_of_a_message(analysing_proxy):
     assert left - idle >= 0.5, "the analysis did not begin"
     os.close(con.pgconn.socket)  # the client goes away mid-statement (no Terminate)
     sender.join(30)
-    before, now = _idle_second(pid, deadline + 30)
+    while True:  # until a second passes in which the server spends under 0.05 s
+        before = _cpu_seconds(pid)
+        time.sleep(1.0)
+        now = _cpu_seconds(pid)
+        if now - before < 0.05 or time.monotonic() > deadline + 30:
+            break
     assert now - before < 0.05, "the server still works for a departed client"
     assert before - left < 1.0, f"{before - left:.2f} s of CPU after the client left"
 
