@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from decimal import Decimal
+from typing import NamedTuple
 
 import duckdb
 import psycopg
@@ -23,7 +26,7 @@ SESSIONS, SHORT = 4, 100
 RULES = """
 [server]
 auth = "trust"
-start_check_seconds = 0  # the slow view would hold the start-time check for its whole box
+start_check_seconds = 0  # the slow view would hold the start-time check until let go
 
 [defaults]
 epsilon_per_query = 0.01
@@ -38,27 +41,55 @@ budget = 10
 [tables.slow.columns]
 x = { type = "int", domain = [0, 1000] }
 """ + people_table()
-# A view made slow without storing rows: on PostgreSQL each row sleeps 10 ms (the private
-# COUNT scans it once: about 8 s); on DuckDB a recursive CTE counts to a million one row at
-# a time (about 6 s of one core: generating as many rows in bulk keeps both cores busy,
-# which the short queries then wait for, and costs the suite three times the CPU).
+# A view made slow without storing rows. On PostgreSQL each row takes a shared advisory
+# lock the test holds exclusively until every short query is answered (or given up on):
+# long by exactly as much as the short ones need, so a loaded machine cannot end it
+# before them, with no time spent meanwhile (it was 800 rows of pg_sleep(0.01), 8 s).
+# DuckDB runs no sleep or lock in SQL, and serve's DuckDB reads no file the test could
+# hold: a recursive CTE counts to 500,000 one row at a time (about 3 s of one core; the
+# 100 short queries took 2.6–3.3 s while it ran 6.3–9.7 s at load 11 on two cores; the
+# million it counted before ran 16 s there; generating as many rows in bulk keeps both
+# cores busy, which the short queries then wait for, and costs the suite three times
+# the CPU).
+LOCK = 1717
 SLOW_POSTGRES = ("CREATE VIEW slow AS SELECT g % 1001 AS x FROM generate_series(1, 800) g "
-                 "WHERE pg_sleep(0.01) IS NOT NULL")
+                 f"WHERE pg_advisory_xact_lock_shared({LOCK}) IS NOT NULL")
 SLOW_DUCKDB = ("CREATE VIEW slow AS WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
-               "FROM r WHERE i < 1000000) SELECT CAST(i % 1001 AS INTEGER) AS x FROM r")
+               "FROM r WHERE i < 500000) SELECT CAST(i % 1001 AS INTEGER) AS x FROM r")
+WAIT_FOR_SHORT = 120  # seconds the short queries get before the long one is let go
+
+
+class Slow(NamedTuple):
+    served: Served
+    hold: Callable[[], Callable[[], None]]  # holds the view's scan; returns its release
+
+
+def _hold_postgres(url: str) -> Callable[[], None]:
+    holder = psycopg.connect(url, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (LOCK,))
+    return holder.close  # the session's lock goes with it (closing twice does nothing)
 
 
 @pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
-def served(request, tmp_path):
+def served(request, tmp_path) -> Slow:
     if request.param == "duckdb":
         served = Served.prepare(tmp_path, RULES, f"duckdb:///{tmp_path / 'data.duckdb'}")
         with duckdb.connect(str(tmp_path / "data.duckdb")) as con:
             con.execute(SLOW_DUCKDB)
-    else:
-        served = Served.prepare(tmp_path, RULES, request.getfixturevalue("fresh_postgres"))
-        with psycopg.connect(served.backend, autocommit=True) as con:
-            con.execute(SLOW_POSTGRES)
-    return served
+        return Slow(served, lambda: lambda: None)  # it ends on its own
+    served = Served.prepare(tmp_path, RULES, request.getfixturevalue("fresh_postgres"))
+    with psycopg.connect(served.backend, autocommit=True) as con:
+        con.execute(SLOW_POSTGRES)
+    return Slow(served, lambda: _hold_postgres(served.backend))
+
+
+@contextmanager
+def _finally(release: Callable[[], None]):
+    """``release`` on the way out too (a failed test leaves no scan waiting)."""
+    try:
+        yield
+    finally:
+        release()
 
 
 def _budget(con: psycopg.Connection) -> Decimal:
@@ -69,8 +100,12 @@ def _budget(con: psycopg.Connection) -> Decimal:
 def test_a_long_query_delays_no_other_sessions_short_ones(served):
     """The long query is under way in the backend (its debit, which precedes the
     statistics, is committed) before the first short one is sent; 100 short ones from
-    four other sessions are all answered before it ends, and it ends with an answer."""
-    with served.serve() as proxy:
+    four other sessions are all answered before it ends, and it ends with an answer. It
+    ends on its own (DuckDB) or when the test lets it go (PostgreSQL): once all short
+    ones are answered, or after WAIT_FOR_SHORT seconds (short ones waiting for it then
+    end after it: the test fails)."""
+    release = served.hold()
+    with served.served.serve() as proxy, _finally(release):
         long: dict = {}
 
         def ask_long():
@@ -105,9 +140,13 @@ def test_a_long_query_delays_no_other_sessions_short_ones(served):
         others = [threading.Thread(target=ask_short, args=(n,)) for n in range(SESSIONS)]
         for thread in others:
             thread.start()
+        deadline = time.monotonic() + WAIT_FOR_SHORT
+        for thread in others:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        release()
+        asking.join(120)
         for thread in others:
             thread.join(120)
-        asking.join(120)
     assert not failures, failures[:3]
     assert len(ended) == SHORT
     assert long.get("answer") is not None, long

@@ -22,11 +22,11 @@ import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
+from tests import forked_cli
 from tests.databases import load_table
 from tests.factories import REGIONS, SLOW_TABLE, Served, served_rules, slow_table
 from tests.system import apt_install
 from tests.wireserver import (
-    SCRIPT,
     backend_messages,
     running_proxy,
     startup_message,
@@ -446,8 +446,9 @@ def test_connections_beyond_the_limit_are_refused(tmp_path):
 def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
     rules = Served.prepare(tmp_path, served_rules(), url, 20).rules
-    process = subprocess.Popen([SCRIPT, "serve", "--rules", str(rules), "--backend", url,
-                                "--port", "0"], stderr=subprocess.PIPE, text=True,
+    # forked ready-imported (tests/forked_cli.py): a process of its own, SIGKILLed below
+    process = forked_cli.start(["serve", "--rules", str(rules), "--backend", url,
+                                "--port", "0"], stderr=subprocess.PIPE,
                                env={**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")})
     assert "serving" in process.stderr.readline()
     # its catalog's folder names it (other servers, of tests running beside, have theirs)
