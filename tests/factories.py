@@ -312,8 +312,11 @@ def demo_database(backend: str, folder: Path, postgres_url: str | None = None):
 
 @contextmanager
 def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
-    """``idp-proxy serve`` under rules/demo.toml over the demo's tables (demo_database)."""
-    rules = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+    """``idp-proxy serve`` under rules/demo.toml over the demo's tables (demo_database),
+    a copy of it in ``folder`` (which running_proxy may change)."""
+    rules = folder / "demo.toml"
+    rules.write_text((Path(__file__).resolve().parent.parent / "rules" / "demo.toml")
+                     .read_text())
     with demo_database(backend, folder, postgres_url) as url:
         with wireserver.running_proxy(rules, url, folder / "home") as running:
             yield running
