@@ -123,10 +123,12 @@ def test_noise_magnitude_attack_tells_s_from_2s_and_the_floor_hides_it(tmp_path)
     local sensitivity S from 2S on neighbouring data sets, after about as many answers as
     the analytic Laplace b-vs-2b test needs (23); a local_sensitivity_floor of 2S makes it
     a coin toss; the answer cache stops a repeated text but not a rephrased one. (Over
-    40 simulated pools of this size the engine-pool estimate of k ranged 16-36.)"""
+    40 simulated pools of this size the engine-pool estimate of k ranged 16-36.) One
+    worker: the jobs run in the script's own process, not in two freshly spawned ones
+    that import everything again; seeded per job, the answers are the same."""
     report_path = tmp_path / "attack.json"
     subprocess.run([sys.executable, str(ROOT / "examples" / "noise_magnitude_attack.py"),
-                    "--quick", "--seed", "13", "--json", str(report_path)],
+                    "--quick", "--seed", "13", "--workers", "1", "--json", str(report_path)],
                    capture_output=True, text=True, check=True, timeout=300)
     report = json.loads(report_path.read_text())
     analytic = report["analytic_k95"]
