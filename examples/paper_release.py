@@ -92,11 +92,17 @@ def mask(data: np.ndarray, method: str, k: int, epsilon: float, alpha: float, rn
     masked = np.empty_like(data)
     for j, column in enumerate(data.T):
         upper = float(alpha * column.max())
-        for members in clusters(column, 1 if method == DP else k):
-            values = column[members].tolist()  # ascending; Python floats, as a backend's
-            summary = Cluster(len(values), math.fsum(values), tuple(values[:3]),
-                              tuple(values[-3:]))
-            masked[members, j] = release(method, summary, 0.0, upper, share, rng)
+        parts = clusters(column, 1 if method == DP else k)
+        # each cluster's values as Python floats (as a backend returns them), ascending;
+        # one conversion per column and one write back, not one per cluster
+        ordered = column[np.concatenate(parts)].tolist()
+        released, at = [], 0
+        for size in map(len, parts):
+            values = ordered[at:at + size]
+            at += size
+            summary = Cluster(size, math.fsum(values), tuple(values[:3]), tuple(values[-3:]))
+            released.extend([release(method, summary, 0.0, upper, share, rng)] * size)
+        masked[np.concatenate(parts), j] = released
     return masked
 
 
