@@ -5,10 +5,12 @@ and by DP with the global sensitivity, at the same ε.
 Runs 50 queries per setting through the engine on the embedded demo DuckDB (a private
 copy in a temporary folder, so no one's budget is spent) and prints the mean absolute
 error of each against the true median. Usage: python examples/idp_vs_dp_median.py
+[--runs 50]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import tempfile
@@ -27,9 +29,12 @@ RUNS = 50
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=RUNS, help="queries per setting")
+    runs = parser.parse_args().runs
     rules_text = (ROOT / "rules" / "demo.toml").read_text()
     rules = parse_rules(rules_text + "\n[analysts.examples]\nbudget = 1000\n", "demo+examples")
-    # 50 fresh answers, not the first one 50 times from the answer cache
+    # fresh answers, not the first one over and over from the answer cache
     # and the bound of the noise actually used (the owner's view: report_scale "rounded");
     # raw iDP allowed, so that it can be compared (the default stays the one measured first)
     rules = replace(rules, defaults=replace(rules.defaults, answer_cache=False,
@@ -43,7 +48,7 @@ def main() -> None:
     for model, sensitivity in (("idp", "instance"), ("idp", "local"), ("dp", "global")):
         list(session.execute(f"SET idp.model = '{model}'; SET idp.sensitivity = '{sensitivity}'"))
         answers, bounds = [], []
-        for _ in range(RUNS):
+        for _ in range(runs):
             (answer,) = session.execute("/*+ epsilon=1 */ SELECT MEDIAN(income) FROM people")
             answers.append(answer.rows[0][0])
             bounds.append(answer.privacy["ci95"]["median"][0])

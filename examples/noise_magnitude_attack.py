@@ -214,6 +214,11 @@ def collect(job: dict) -> list[float]:
 
 
 def run_jobs(jobs: list[dict], workers: int) -> list[list[float]]:
+    """Each job's answers (``collect``), in ``workers`` fresh processes; one worker: in
+    this process, without a fresh interpreter to import everything again (each job has its
+    own engine, database copy and seed, so the answers are the same either way)."""
+    if workers <= 1:
+        return [collect(job) for job in jobs]
     order = sorted(range(len(jobs)), key=lambda j: -jobs[j]["answers"])
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         results = pool.map(collect, [jobs[j] for j in order], chunksize=1)

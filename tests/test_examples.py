@@ -18,8 +18,15 @@ SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
 
 
 def test_idp_median_beats_dp_by_orders_of_magnitude():
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / "idp_vs_dp_median.py")],
-                         capture_output=True, text=True, check=True, timeout=300)
+    """20 queries per setting instead of the script's 50. DP's answers are Laplace with
+    b = 10⁷ (the domain) clamped to [0, 10⁷]: an answer errs by less than 36,000 with
+    probability 0.0036, and by more than 720,000 (noise above it) with probability 0.47.
+    A ratio below 1,000 with iDP's mean error under 36 (12 measured over 50 runs) needs
+    the 20 DP errors to sum below 720,000: one of them under 36,000 and none of the other
+    19 above 720,000, probability < 20 · 0.0036 · 0.535¹⁹ ≈ 5e-7."""
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "idp_vs_dp_median.py"),
+                          "--runs", "20"], capture_output=True, text=True, check=True,
+                         timeout=300)
     ratio = float(re.search(r"DP error / iDP error: ([\d,]+)x", out.stdout).group(1)
                   .replace(",", ""))
     assert ratio > 1000
@@ -45,7 +52,9 @@ def _example(name: str, *args: str, tmp_path: Path) -> str:
 
 
 def test_paper_table_1_intervals_agree_within_one(tmp_path):
-    stdout = _example("paper_table1.py", tmp_path=tmp_path)
+    """The agreement is of the exact half-widths; the sampled column (the script's 20,000
+    draws per mechanism) is shown, not checked: 2,000 draws here."""
+    stdout = _example("paper_table1.py", "--draws", "2000", tmp_path=tmp_path)
     assert stdout.count("agrees (within ±1)") == 3, stdout
 
 
@@ -59,14 +68,17 @@ def test_paper_table_5_and_the_boolean_example(tmp_path):
 @pytest.mark.postgres
 def test_paper_figure_2_orders_idp_below_dp_smooth(tmp_path, fresh_postgres):
     """Fewer runs than the script's default (100) and only ε 0.5 and 1 (--quick) keep
-    the suite short: 25 runs per point. The closest panels are those of n = 10
-    (DP-smooth's error 2–4 times iDP's); resampling 150 answers per point of each
-    mechanism there, the chance that 25 runs leave some point of the 45 unordered is
-    about 3e-5 (of the 18 points --quick keeps: less). On PostgreSQL, where each answer
-    costs a third of DuckDB's (the script's default backend; its smooth-sensitivity
-    answers are tested in test_smooth_sql.py on both)."""
-    stdout = _example("paper_fig2.py", "--quick", "--runs", "25", "--backend", fresh_postgres,
-                      tmp_path=tmp_path)
+    the suite short: 25 runs per point of n = 10, 10 per point of n = 100 and 1000. The
+    closest panels are those of n = 10 (DP-smooth's error 2–4 times iDP's); resampling
+    150 answers per point of each mechanism there, the chance that 25 runs leave some
+    point of the 45 unordered is about 3e-5 (of the 18 points --quick keeps: less). At
+    n = 100 and 1000 DP-smooth's mean error is 8–490 times iDP's (150 answers per point
+    and mechanism, both ε); resampling those, the chance that 10 runs leave one of
+    those 12 points unordered is about 5e-6 (5 runs: 5e-4). On PostgreSQL, where each
+    answer costs a third of DuckDB's (the script's default backend; its
+    smooth-sensitivity answers are tested in test_smooth_sql.py on both)."""
+    stdout = _example("paper_fig2.py", "--quick", "--runs", "25", "--runs-large", "10",
+                      "--backend", fresh_postgres, tmp_path=tmp_path)
     assert "iDP below DP-smooth in every panel and at every epsilon: yes" in stdout, stdout
 
 
@@ -113,10 +125,12 @@ def test_noise_magnitude_attack_tells_s_from_2s_and_the_floor_hides_it(tmp_path)
     local sensitivity S from 2S on neighbouring data sets, after about as many answers as
     the analytic Laplace b-vs-2b test needs (23); a local_sensitivity_floor of 2S makes it
     a coin toss; the answer cache stops a repeated text but not a rephrased one. (Over
-    40 simulated pools of this size the engine-pool estimate of k ranged 16-36.)"""
+    40 simulated pools of this size the engine-pool estimate of k ranged 16-36.) One
+    worker: the jobs run in the script's own process, not in two freshly spawned ones
+    that import everything again; seeded per job, the answers are the same."""
     report_path = tmp_path / "attack.json"
     subprocess.run([sys.executable, str(ROOT / "examples" / "noise_magnitude_attack.py"),
-                    "--quick", "--seed", "13", "--json", str(report_path)],
+                    "--quick", "--seed", "13", "--workers", "1", "--json", str(report_path)],
                    capture_output=True, text=True, check=True, timeout=300)
     report = json.loads(report_path.read_text())
     analytic = report["analytic_k95"]

@@ -27,6 +27,16 @@ def _psql_line() -> str:
     return next(piece for piece in text.split("`") if piece.startswith("psql "))
 
 
+@pytest.fixture(scope="module")
+def demo_served(tmp_path_factory):
+    """`idp-proxy serve` with no options, as README starts it, and its home: one for the
+    module (each of its tests starts from what a new user's first server shows: alice
+    answered from the demo; bob added, and then only bob's own ledger read)."""
+    home = tmp_path_factory.mktemp("readme") / "home"
+    with running_proxy(None, None, home, installed=True) as proxy:
+        yield proxy, home
+
+
 def test_ci_runs_the_readme_test_command():
     demo, tests = _readme_commands()
     assert demo.endswith("idp-proxy serve")
@@ -34,13 +44,13 @@ def test_ci_runs_the_readme_test_command():
 
 
 @pytest.mark.postgres
-def test_the_readme_psql_line_answers_from_the_demo_server(tmp_path):
+def test_the_readme_psql_line_answers_from_the_demo_server(demo_served):
     """As a new user: `idp-proxy serve` with no options, then README's psql line."""
     psql_line = _psql_line()
-    with running_proxy(None, None, tmp_path / "home", installed=True) as proxy:
-        args = shlex.split(psql_line.replace("port=5433", f"port={proxy.port}"))
-        out = subprocess.run([shutil.which(args[0]), "-X", *args[1:]], capture_output=True,
-                             text=True, timeout=60, check=False)
+    proxy, _ = demo_served
+    args = shlex.split(psql_line.replace("port=5433", f"port={proxy.port}"))
+    out = subprocess.run([shutil.which(args[0]), "-X", *args[1:]], capture_output=True,
+                         text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "median" and 10_000 < float(out.stdout.split()[2]) < 100_000
     assert "NOTICE:  iDP" in out.stderr and "spent epsilon 0.1" in out.stderr
@@ -67,24 +77,24 @@ def _at_a_terminal(args: list[str], answers: list[tuple[str, str]], env: dict) -
 
 
 @pytest.mark.postgres
-def test_a_new_user_is_added_while_the_demo_is_served(tmp_path):
+def test_a_new_user_is_added_while_the_demo_is_served(demo_served):
     """As a new user: `idp-proxy serve`, then in another terminal `idp-proxy users add
     bob` (it prompts for the password twice), bob's psql query, `idp-proxy ledger --user
     bob` — all while the server holds the demo's DuckDB file."""
-    env = {**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")}
-    with running_proxy(None, None, tmp_path / "home", installed=True) as proxy:
-        said = _at_a_terminal([SCRIPT, "users", "add", "bob"],
-                              [("Password:", "bob's pw"), ("Repeat for confirmation:",
-                                                           "bob's pw")], env)
-        assert "user bob added" in said and "bob's pw" not in said
-        args = shlex.split(_psql_line().replace("port=5433", f"port={proxy.port}")
-                           .replace("user=alice", "user=bob"))
-        out = subprocess.run([shutil.which(args[0]), "-X", *args[1:]], capture_output=True,
-                             text=True, timeout=60, env={**env, "PGPASSWORD": "bob's pw"},
-                             check=False)
-        assert out.returncode == 0, out.stderr
-        ledger = subprocess.run([SCRIPT, "ledger", "--user", "bob", "--format", "csv"],
-                                capture_output=True, text=True, env=env, check=False)
+    proxy, home = demo_served
+    env = {**os.environ, "IDP_PROXY_HOME": str(home)}
+    said = _at_a_terminal([SCRIPT, "users", "add", "bob"],
+                          [("Password:", "bob's pw"), ("Repeat for confirmation:",
+                                                       "bob's pw")], env)
+    assert "user bob added" in said and "bob's pw" not in said
+    args = shlex.split(_psql_line().replace("port=5433", f"port={proxy.port}")
+                       .replace("user=alice", "user=bob"))
+    out = subprocess.run([shutil.which(args[0]), "-X", *args[1:]], capture_output=True,
+                         text=True, timeout=60, env={**env, "PGPASSWORD": "bob's pw"},
+                         check=False)
+    assert out.returncode == 0, out.stderr
+    ledger = subprocess.run([SCRIPT, "ledger", "--user", "bob", "--format", "csv"],
+                            capture_output=True, text=True, env=env, check=False)
     assert ledger.returncode == 0, ledger.stderr
     (header, row) = ledger.stdout.splitlines()
     entry = dict(zip(header.split(","), row.split(",")))
