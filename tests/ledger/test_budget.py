@@ -307,7 +307,15 @@ def test_a_refund_the_database_cannot_take_is_paid_when_it_is_back(tmp_path):
 
         query = threading.Thread(target=slow_query)
         query.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30  # the debit is committed, the computation runs
+        with psycopg.connect(cluster.url, autocommit=True) as watch:
+            while not (watch.execute("SELECT count(*) FROM idp.ledger WHERE status = "
+                                     "'charged'").fetchone()[0] and watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND "
+                    "query LIKE '%slow%' AND pid <> pg_backend_pid()").fetchone()[0]):
+                assert time.monotonic() < deadline and not failed, failed
+                time.sleep(0.02)
+        time.sleep(0.2)  # well into its 10 s
         cluster.stop("immediate")
         query.join(30)
         assert [type(exc) for exc in failed] == [BackendUnavailable]
