@@ -38,7 +38,7 @@ def _gone(postmasters: dict[str, int], seconds: float = 30) -> bool:
     while any(_running(pid, data) for data, pid in postmasters.items()):
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.1)
+        time.sleep(0.05)
     return True
 
 
@@ -61,12 +61,14 @@ def _killed_run(tmp_path: Path, test: str = HOLD_POSTGRESQL):
                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
     deadline = time.monotonic() + 180
-    while not report.exists() or not report.read_text():
-        assert run.poll() is None, (tmp_path / "run.log").read_text()
-        assert time.monotonic() < deadline, (tmp_path / "run.log").read_text()
-        time.sleep(0.2)
-    time.sleep(0.2)  # the report is written in one call; let it land whole
-    return run, json.loads(report.read_text()), root
+    while True:
+        try:
+            # written in one call: read until it has landed whole
+            return run, json.loads(report.read_text()), root
+        except (OSError, ValueError):
+            assert run.poll() is None, (tmp_path / "run.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "run.log").read_text()
+            time.sleep(0.05)
 
 
 @pytest.mark.parametrize("signum,group,test", [
@@ -89,7 +91,7 @@ def test_a_killed_run_stops_its_postgresql_at_once(tmp_path, signum, group, test
     deadline = time.monotonic() + 30
     while left := [folder for folder in report["folders"] if Path(folder).exists()]:
         assert time.monotonic() < deadline, left
-        time.sleep(0.1)
+        time.sleep(0.05)
     assert not any(root.iterdir())
     root.rmdir()
 
