@@ -8,7 +8,7 @@ It is forked from a "zygote" (one per test process) that imported those modules 
 opened, started and drew nothing: no file, connection, thread or random pool is shared.
 What a fork cannot show, a fresh interpreter's start-up and lazy imports, the tests that
 run the installed script itself check (test_cli's --help, test_progress, test_readme,
-test_walkthrough).
+test_walkthrough from a wheel).
 """
 
 from __future__ import annotations
