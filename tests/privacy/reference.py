@@ -70,9 +70,24 @@ def scope_values(records, group: int | None = None, lower: float | None = None,
                  upper: float | None = None) -> list[float]:
     """The sorted normalised values in scope (NaN dropped, the rest clamped to the
     declared [lower, upper] or ±MAGNITUDE_CAP)."""
-    values = (normalise(r.value, lower, upper) for r in records
-              if r.in_scope and (group is None or r.group == group))
-    return sorted(v for v in values if v is not None)
+    # one dictionary look-up a record (the enumerations call this millions of times):
+    # the same rule remembered as ``normalise`` does, keyed the same way
+    known = _normalised.setdefault((lower, upper), {})
+    values = []
+    for r in records:
+        if r.in_scope and (group is None or r.group == group):
+            raw = r.value
+            try:
+                v = known[raw]
+            except KeyError:
+                v = known[raw] = _normalise(raw, lower, upper)
+            if v is not None:
+                values.append(v)
+    values.sort()
+    return values
+
+
+_normalised: dict = {}  # (lower, upper) -> raw value -> normalised (scope_values)
 
 
 # The values in scope as the backend sees them with both bounds declared.
