@@ -19,7 +19,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -143,6 +142,7 @@ class Connection:
             if self._queued:
                 return self._queued.pop(0)
             self._write_out()
+            self._waiting()
             try:
                 data = await asyncio.wait_for(self.reader.read(65536),
                                               self.server.limits.idle_timeout)
@@ -315,14 +315,14 @@ class Connection:
                 else:
                     self.failed = True
             elif isinstance(message, codec.Query):
-                with self._answering():
-                    await self._simple(message.sql)
+                self._answering()
+                await self._simple(message.sql)
             elif isinstance(message, codec.Flush):
                 pass
             else:
                 try:
-                    with self._answering():
-                        await self._extended(message)
+                    self._answering()
+                    await self._extended(message)
                 except (codec.ProtocolViolation, ConnectionClosed):
                     raise
                 except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
@@ -331,19 +331,20 @@ class Connection:
             if not self._queued:  # the client's next messages are answered in this write
                 await self._flush()
 
-    @contextmanager
-    def _answering(self) -> Iterator[None]:
-        """While a message is answered, a cancel that comes between two of its engine
-        calls (a statement checked, not yet run; one statement done, the next not begun)
-        stops the next one; one that comes between messages is ignored, as PostgreSQL
-        ignores it."""
+    def _answering(self) -> None:
+        """A message is answered from here until the server next waits for the client:
+        a cancel that comes meanwhile — between two engine calls of a message, or between
+        two messages of a batch the client sent at once (Parse answered, Bind not yet
+        read) — stops the next engine call, as PostgreSQL's pending cancel stops the next
+        message it reads from its buffer."""
         with self._worker_lock:
             self._in_message = True
-        try:
-            yield
-        finally:
-            with self._worker_lock:
-                self._in_message = self._cancel_pending = False
+
+    def _waiting(self) -> None:
+        """The server waits for the client: a cancel now stops nothing, as PostgreSQL
+        ignores one that comes while it waits for a command."""
+        with self._worker_lock:
+            self._in_message = self._cancel_pending = False
 
     def _error(self, exc: BaseException) -> None:
         """One ErrorResponse. A refusal says what it is; anything else is a bug, which
@@ -698,9 +699,11 @@ class Connection:
         if began is not None:  # the first statement of a checked message: from its check
             timeout = max(0.0, timeout - (time.monotonic() - began))
         deadline = DEADLINES.after(timeout, self._time_out)
+        finished = False
         try:
             done = work()
             checkpoint()  # a cancel during work that looks no more (binding parameters)
+            finished = True
             return done
         except QueryCanceled:
             if self._timed_out:
@@ -708,9 +711,13 @@ class Connection:
             raise
         finally:
             DEADLINES.cancel(deadline)
+            backend, owner = self.server.engine.backend, threading.get_ident()
             with self._worker_lock:
                 self._worker = None
-                self.server.engine.backend.forget_interrupt(threading.get_ident())
+                if finished and backend.stopped(owner):
+                    # the cancel came after the last checkpoint: it stops the next call
+                    self._cancel_pending = self._in_message
+                backend.forget_interrupt(owner)
             self._timed_out = False
 
     def _time_out(self) -> None:
