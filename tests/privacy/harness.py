@@ -96,32 +96,16 @@ def neighbours(records: list, options, group_size: int = 1, *,
     for chosen in itertools.combinations(units, min(group_size, len(units))):
         positions = sorted(p for u in chosen for p in owners[u])
         choices = [options(records[p]) if callable(options) else options for p in positions]
-        ranges = [range(len(c)) for c in choices]
-        if limit is not None and math.prod(map(len, ranges)) > limit:
-            picks: Iterable = (tuple(rng.choice(r) for r in ranges) for _ in range(limit))
-            for pick in picks:
-                changed = list(records)
-                for position, offered, index in zip(positions, choices, pick):
-                    if (position, index) not in made:
-                        made[position, index] = make(records[position], offered[index])
-                    changed[position] = made[position, index]
-                yield changed
-            continue
-        # every combination: each position's modified records made once, up front (the
-        # same records, in the same order, as made one by one above)
-        remade = []
+        remade = []  # each position's modified records, made once and shared
         for position, offered in zip(positions, choices):
             for index, option in enumerate(offered):
                 if (position, index) not in made:
                     made[position, index] = make(records[position], option)
             remade.append([made[position, index] for index in range(len(offered))])
-        if len(positions) == 1:
-            (position,), (column,) = positions, remade
-            before, after = records[:position], records[position + 1:]
-            for record in column:
-                yield [*before, record, *after]
-            continue
-        for combination in itertools.product(*remade):
+        combinations: Iterable = itertools.product(*remade)
+        if limit is not None and math.prod(map(len, remade)) > limit:
+            combinations = (tuple(rng.choice(c) for c in remade) for _ in range(limit))
+        for combination in combinations:
             changed = list(records)
             for position, record in zip(positions, combination):
                 changed[position] = record

@@ -19,7 +19,15 @@ from tests.privacy.harness import LOWER, UPPER
 
 # The same rule, remembered: the enumerations normalise the same few raw values millions
 # of times (it is pure; a NaN is found again only as the same object, else recomputed).
-normalise = functools.lru_cache(maxsize=None)(_normalise)
+# (lower, upper) -> raw value -> normalised; scope_values reads it inline (its hot loop).
+_normalised: dict = {}
+
+
+def normalise(value, lower: float | None, upper: float | None) -> float | None:
+    known = _normalised.setdefault((lower, upper), {})
+    if value not in known:
+        known[value] = _normalise(value, lower, upper)
+    return known[value]
 
 
 def order_values(sorted_values: list[float], refs) -> dict[RankRef, float | None]:
@@ -70,24 +78,18 @@ def scope_values(records, group: int | None = None, lower: float | None = None,
                  upper: float | None = None) -> list[float]:
     """The sorted normalised values in scope (NaN dropped, the rest clamped to the
     declared [lower, upper] or ±MAGNITUDE_CAP)."""
-    # one dictionary look-up a record (the enumerations call this millions of times):
-    # the same rule remembered as ``normalise`` does, keyed the same way
+    # one dictionary look-up a record (the enumerations call this millions of times),
+    # in ``normalise``'s memory
     known = _normalised.setdefault((lower, upper), {})
     values = []
     for r in records:
         if r.in_scope and (group is None or r.group == group):
             raw = r.value
-            try:
-                v = known[raw]
-            except KeyError:
-                v = known[raw] = _normalise(raw, lower, upper)
+            v = known[raw] if raw in known else normalise(raw, lower, upper)
             if v is not None:
                 values.append(v)
     values.sort()
     return values
-
-
-_normalised: dict = {}  # (lower, upper) -> raw value -> normalised (scope_values)
 
 
 # The values in scope as the backend sees them with both bounds declared.
