@@ -146,7 +146,6 @@ CANCELLERS = 2  # two sessions side by side: the old single session's 20 s of ca
 STORM_RULES = """
 [server]
 auth = "trust"
-start_check_seconds = 0  # the start-time rules check (advice in the log) is not the subject
 
 [defaults]
 epsilon_per_query = 0.01
