@@ -39,9 +39,13 @@ def node_client(script: str = "node_client.js") -> list[str]:
     """The command that runs a script of tests/clients/ with npm's ``pg`` installed."""
     if not shutil.which("node") or not shutil.which("npm"):
         apt_install("nodejs", "npm")
-    if not (CLIENTS / "node_modules" / "pg").exists():
-        subprocess.run(["npm", "install", "--silent", "--no-save", "--prefix", str(CLIENTS),
-                        "pg@8"], check=True, capture_output=True)
+    # under a lock: npm makes node_modules/pg before the packages pg needs, and another
+    # test worker seeing it half installed ran node into "Cannot find module 'pg-pool'"
+    with open(CLIENTS / ".npm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (CLIENTS / "node_modules" / "pg").exists():
+            subprocess.run(["npm", "install", "--silent", "--no-save", "--prefix",
+                            str(CLIENTS), "pg@8"], check=True, capture_output=True)
     return ["node", str(CLIENTS / script)]
 
 
