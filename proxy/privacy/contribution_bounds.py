@@ -31,15 +31,21 @@ Sequential composition: ε_b + ε_s = ε, in each group; the groups share ε as 
 aggregate's do (one unit's change touches at most so many groups, §3.5). Whether a
 unit was clipped is never shown; the bound is (the 95 % interval tells it), as a
 function of the private draw. An empty group draws its bound from the prior alone.
+
+With Gaussian noise (the zcdp accountant) the parts are of the answer's ρ instead: the
+draw takes a third, as the exponential mechanism at the largest ε_b (of six places) with
+ε_b²/8 within it (an ε-bounded-range mechanism is ε²/8-zCDP: Cesar and Rogers 2021), the
+sum two thirds, as the discrete Gaussian of sensitivity g·w_k; zCDP parts add up.
 """
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from proxy.loss import Loss
 from proxy.privacy.exact_choice import choose
-from proxy.privacy.mechanisms import Noisy, grid_step, laplace_real
+from proxy.privacy.mechanisms import Noisy, gaussian_real, grid_step, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.rules import Column
 from proxy.statistics import Contribution, Ladder
@@ -70,9 +76,7 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     joined rows), without per-unit subqueries, on a column with a declared domain
     (spreads: one whose squared width a double holds). Not over a table without a
     privacy unit joined to public rows several times (a record's rows would count as
-    separate contributions). SUM and AVG with Gaussian noise keep the domain's
-    sensitivity: the bound's draw is ε-DP and would need its own share of the ρ (not
-    built)."""
+    separate contributions)."""
     mechanism = plan.mechanism
     if (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
             or mechanism.individual or mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE)
@@ -89,7 +93,7 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
         column = plan.table.columns.get(agg.column) if agg.column else None
         if column is None or column.lower is None or column.upper is None:
             continue
-        if agg.kind in (SUM, AVG) and not plan.gaussian(agg):
+        if agg.kind in (SUM, AVG):
             wanted[Contribution(agg.column)] = None
         elif agg.kind in SPREADS and (column.upper - column.lower) < _SQUARABLE:
             wanted[Contribution(agg.column, column.lower, 1)] = None
@@ -125,31 +129,47 @@ def empty_ladder(ladder_rungs: tuple[float, ...]) -> Ladder:
 
 
 def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper: float,
-                resolution: float, rng: RandomSource, confidence: float = 0.95
-                ) -> tuple[Noisy, int]:
-    """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above."""
-    of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)
-    lam = of_bound.epsilon / (2 * group_size)
+                resolution: float, rng: RandomSource, confidence: float = 0.95,
+                gaussian: bool = False) -> tuple[Noisy, int]:
+    """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above, of the
+    loss's ε, or of its ρ where the sum's noise is Gaussian."""
+    if gaussian:
+        of_bound, of_sum = (loss.rho_part(BOUND_SHARE), loss.rho_part(1 - BOUND_SHARE))
+        epsilon = bounded_range_epsilon(of_bound.rho)
+    else:
+        of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)
+        epsilon = of_bound.epsilon
+    lam = epsilon / (2 * group_size)
     k = choose([(1, lam * beyond + Fraction(index, 2))
                 for index, beyond in enumerate(ladder.beyond)], rng)
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
-                  confidence), k
+                  confidence, gaussian), k
+
+
+def bounded_range_epsilon(rho: Fraction) -> Fraction:
+    """The largest ε of six places whose exponential mechanism is within ρ-zCDP
+    (ε²/8 ≤ ρ: ε ≤ √(8ρ), rounded down)."""
+    return Fraction(math.isqrt(math.floor(8 * rho * 10 ** 12)), 10 ** 6)
 
 
 def sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, lower: float, upper: float,
-           resolution: float, rng: RandomSource, confidence: float = 0.95) -> Noisy:
+           resolution: float, rng: RandomSource, confidence: float = 0.95,
+           gaussian: bool = False) -> Noisy:
     """The contributions clipped to rung k (a public or already drawn choice) with
-    Laplace noise of scale g·w_k/ε (step 3)."""
+    Laplace noise of scale g·w_k/ε (step 3), or the discrete Gaussian at the loss's ρ."""
     bound = ladder.rungs[k]
     width = bound if lower >= 0 or upper <= 0 else 2 * bound
+    if gaussian:
+        return gaussian_real(ladder.clipped[k], group_size * width, loss.rho, rng,
+                             grid_step(resolution), confidence)
     return laplace_real(ladder.clipped[k], group_size * width, loss.epsilon, rng,
                         grid_step(resolution), confidence)
 
 
-def bound_note(rows_per_unit: int, table_has_unit: bool) -> str:
+def bound_note(rows_per_unit: int, table_has_unit: bool, gaussian: bool = False) -> str:
     """What a release says of its bound: the same text in every group (the bound drawn
     follows from the 95 % bound)."""
     whose = "each unit's values in scope, summed," if table_has_unit and rows_per_unit > 1 \
         else "each value"
     return (f"{whose} clipped to a bound drawn privately per group from a public ladder "
-            "with a third of the epsilon (docs/privacy.md §3.14)")
+            f"with a third of the {'rho' if gaussian else 'epsilon'} (docs/privacy.md §3.14)")

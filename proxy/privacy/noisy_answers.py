@@ -265,14 +265,14 @@ def _units(a: Asked) -> Released:
 def _sum(a: Asked) -> Released:
     """SUM: of contributions clipped to a drawn bound (§3.14), else §3.4's."""
     if Contribution(a.agg.column) in laddered(a.plan):
-        return _release_clipped(a.plan, a.agg, a.group, a.column, a.cal, a.part, a.rng)
+        return _release_clipped(a)
     return _laplace_release(a)
 
 
 def _average(a: Asked) -> Released:
     """AVG: a noisy SUM over a noisy COUNT."""
     if Contribution(a.agg.column) in laddered(a.plan):
-        return _release_clipped(a.plan, a.agg, a.group, a.column, a.cal, a.part, a.rng)
+        return _release_clipped(a)
     return _release_average(a, a.stats, a.column, a.cal, a.part, a.rng)
 
 
@@ -413,27 +413,34 @@ def _sum_note(cal: Calibration) -> str:
     return "SUM adds values clamped to the declared domain"
 
 
-def _release_clipped(plan: QueryPlan, agg, group: GroupStats, column, cal: Calibration,
-                     loss: Loss, rng) -> Released:
+def _release_clipped(a: Asked) -> Released:
     """SUM, or AVG's sum, of contributions clipped to a bound drawn per group
-    (privacy/contribution_bounds.py); AVG's count takes a quarter of the loss."""
+    (privacy/contribution_bounds.py); AVG's count takes a quarter of the loss (Gaussian
+    noise: of its ρ)."""
+    plan, agg, group, column, cal, loss, rng = (a.plan, a.agg, a.group, a.column, a.cal,
+                                                a.part, a.rng)
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
     ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit)
-    of_count, of_sum = loss.split(1, 3) if agg.kind == AVG else (None, loss)
+    gaussian = plan.gaussian(agg)
+    of_count, of_sum = (None, loss) if agg.kind != AVG else (
+        (loss.rho_part(Fraction(1, 4)), loss.rho_part(Fraction(3, 4))) if gaussian
+        else loss.split(1, 3))
     confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
     noisy_sum, _ = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
-                                   column.resolution, rng, confidence)
-    note = bound_note(rows_per_unit, plan.table.privacy_unit is not None)
+                               column.resolution, rng, confidence, gaussian)
+    note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
         value = _signed_sum(noisy_sum.value, column)
         value = round(value) if column.type == "int" else value
         return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
-    noisy_count = laplace_integer(group.column(agg.column).n, _integer_scale(cal.shift, cal),
-                                  of_count.epsilon, rng, confidence)
+    count = group.column(agg.column).n
+    sensitivity = _integer_scale(cal.shift, cal)
+    noisy_count = _integer_noise(a, count, sensitivity, of_count, confidence)
+    which = "rho" if gaussian else "epsilon"
     return _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count, column,
-                    cal, f"AVG is a noisy SUM (three quarters of the epsilon) over a noisy "
+                    cal, f"AVG is a noisy SUM (three quarters of the {which}) over a noisy "
                          f"COUNT (a quarter); {note}")
 
 

@@ -16,6 +16,7 @@ import pytest
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BadSetting, RulesError
+from proxy.privacy.contribution_bounds import bounded_range_epsilon
 from proxy.privacy.mechanisms import discrete_gaussian_interval
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -127,3 +128,44 @@ def test_gaussian_is_refused_where_it_cannot_be_accounted(duckdb_url, accounting
 def test_the_rules_refuse_a_gaussian_default_without_zcdp():
     with pytest.raises(RulesError, match="needs accounting"):
         parse_rules(_rules("", extra='noise = "gaussian"'))
+
+
+def test_gaussian_sums_are_clipped_to_a_drawn_bound_at_the_datas_scale(duckdb_url):
+    """SUM and AVG with Gaussian noise clip each unit to a bound drawn from a third of
+    the ρ (privacy/contribution_bounds.py): over 300 people of incomes near 30,000 at
+    ε 1, SUM(income)'s 95 % bound is mostly that of a rung of 500,000 or below, not the
+    domain's 1,000,000 per person (±1.96·10⁶), AVG's a few thousand, both land within
+    their bounds, and the ledger's ρ is still ε²/2 per aggregate."""
+    load_people(duckdb_url, 300)
+    with duckdb.connect(duckdb_url.removeprefix("duckdb:///")) as raw:
+        incomes = [row[0] for row in raw.execute("SELECT income FROM people").fetchall()]
+    session = Session.open(Engine(parse_rules(_rules(extra='noise = "gaussian"')),
+                                  open_backend(duckdb_url)), "alice")
+    true_sum, true_avg = sum(incomes), sum(incomes) / len(incomes)
+    list(session.execute("SET idp.epsilon = 1"))
+    bounds, within = [], []
+    for i in range(20):  # a new text each time: a repeated one is answered from the cache
+        answer = list(session.execute(
+            f"SELECT SUM(income), AVG(income) FROM people WHERE age >= -{i}"))[0]
+        (noisy_sum, noisy_avg), = answer.rows
+        assert answer.privacy["mechanism"].count("its bound by the exponential mechanism") == 2
+        assert answer.privacy["rho_spent"] == 1.0, answer.privacy
+        bound, avg_bound = answer.privacy["ci95"]["sum"][0], answer.privacy["ci95"]["avg"][0]
+        bounds.append((bound, avg_bound))
+        within.append((abs(noisy_sum - true_sum) <= bound, abs(noisy_avg - true_avg) <= avg_bound))
+    # The top rung (±2.4·10⁶ with a third of ρ gone) is drawn with probability about
+    # 0.1, so in more than half of 20 with one below 10⁻⁵; each bound holds with
+    # probability ≥ 95 % (clipping only near the largest incomes), 14 of 20 fail below 10⁻⁴.
+    assert sorted(bounds)[10][0] < 1.3e6 and sorted(b for _, b in bounds)[10] < 5_000, bounds
+    assert sum(s for s, _ in within) >= 14 and sum(a for _, a in within) >= 14, within
+    session.engine.backend.close()
+
+
+@pytest.mark.parametrize("rho", [Fraction(1, 6), Fraction(1, 600), Fraction(2, 3) * Fraction(
+    1, 10**6), Fraction(50), Fraction(1, 8 * 10**12)])
+def test_a_gaussian_sums_bound_draw_stays_within_its_share_of_rho(rho):
+    """The exponential mechanism at ε is ε²/8-zCDP: the bound's ε is the largest of six
+    places with ε²/8 ≤ its ρ (rounded down, never up), and one more millionth would not fit."""
+    epsilon = bounded_range_epsilon(rho)
+    assert epsilon * epsilon / 8 <= rho < (epsilon + Fraction(1, 10**6)) ** 2 / 8
+    assert 10**6 % epsilon.denominator == 0
