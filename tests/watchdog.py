@@ -5,8 +5,9 @@ signal to the test's process group does not reach it) holding the read end of a 
 whose only write end this process keeps. The test process tells it, one line at a
 time, which servers (``idp-proxy serve``) and which folders (a PostgreSQL cluster's,
 the run's TMPDIR) it has. When the pipe reaches end of file, the test process is gone:
-the watchdog gives each server still running a few seconds to stop by itself (a signal
-to the whole group may have reached it too), then SIGTERM, which makes it stop its
+the watchdog gives each server still running a second to stop by itself (a signal
+to the whole group may have reached it too; one that is still stopping takes the second
+SIGTERM as it took the first, and what it leaves is stopped below), then SIGTERM, which makes it stop its
 catalog's PostgreSQL, then stops every PostgreSQL still running in the folders and
 deletes them. A test process that ends normally removes everything itself first.
 """
@@ -67,7 +68,7 @@ while True:
         else:
             folders.discard(what)
 left = [(pid, started) for pid, started in servers.items() if running(pid, started)]
-wait(left, 5)  # a signal to the whole group may have reached them too
+wait(left, 1)  # a signal to the whole group may have reached them too
 for signum in (signal.SIGTERM, signal.SIGKILL):
     for pid, started in left:
         if running(pid, started):
