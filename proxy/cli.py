@@ -570,8 +570,8 @@ def _check_at_start(engine: Engine) -> None:
 
 
 def _workers(rules: Rules, backend: Backend) -> int:
-    """``[server] workers`` (default: one per core), or 1 where one process holds the
-    database (DuckDB's file)."""
+    """``[server] workers`` (default: one per core), or 1 where one process serves the
+    backend (DuckDB's file; Spark Connect, whose gRPC client does not survive a fork)."""
     import os
 
     wanted = rules.server.workers or os.cpu_count() or 1
@@ -579,8 +579,9 @@ def _workers(rules: Rules, backend: Backend) -> int:
         if wanted > 1:
             logging.getLogger("idp_proxy.workers").log(
                 logging.WARNING if rules.server.workers else logging.INFO,
-                "one worker process: a DuckDB file is held by one process ([server] "
-                "workers = %d applies to PostgreSQL)", wanted)
+                "one worker process: a DuckDB file is held by one process, and Spark "
+                "Connect's client does not survive a fork ([server] workers = %d applies "
+                "to PostgreSQL)", wanted)
         return 1
     return wanted
 

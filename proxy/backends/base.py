@@ -55,7 +55,9 @@ class Capabilities:
     group_commit: bool
     # GENERATED ALWAYS AS IDENTITY numbers the ledger's rows; otherwise a sequence does.
     identity_columns: bool
-    # The database is held by one process (a file): the server runs one worker.
+    # One process serves it (the server runs one worker): a DuckDB file is held by one
+    # process; Spark Connect's gRPC client may hang in a process forked after the
+    # supervisor opened a channel (grpc is not fork-safe), and its work is Spark's.
     one_process: bool
     # It reads a table from the Parquet files at the rules' ``location`` (``attach``):
     # ``idp-proxy demo`` writes the demo's tables there as files.

@@ -46,7 +46,7 @@ def spark_type(name: str) -> str:
 class SparkBackend(Backend):
     capabilities = Capabilities(
         dialect=SPARK_DIALECT, transactional=False, group_commit=False, identity_columns=False,
-        one_process=False, located_tables=True, grouped_ranks=GroupedRanks.WINDOW,
+        one_process=True, located_tables=True, grouped_ranks=GroupedRanks.WINDOW,
         projected_scope=False,
         # Sail 0.7 plans a chain of ANDs in time growing faster than its length and its
         # planner recurses once per term: 360 terms '(y <> i OR x > 5)' (1,079 ANDs and
