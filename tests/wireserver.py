@@ -53,6 +53,7 @@ def backend_messages(sock: socket.socket, until: bytes = b"Z") -> list[tuple[byt
 
 SCRIPT = str(Path(sys.executable).parent / "idp-proxy")
 _READY = re.compile(r"serving .* on 127\.0\.0\.1:(\d+)")
+START_SECONDS = 180  # a start check, a catalog and workers under a loaded machine's CI
 
 
 @dataclass
@@ -119,18 +120,27 @@ def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: s
     watchdog.watch_server(process.pid)  # SIGTERM from the watchdog if this process dies
     try:
         log: list[str] = []
-        port = None
-        for line in process.stderr:
-            log.append(line)
-            match = _READY.search(line)
-            if match:
-                port = int(match.group(1))
-                break
-        if port is None:
+        ports: list[int] = []
+        announced = threading.Event()
+
+        def drain() -> None:  # the whole log, its "serving" line announced when it comes
+            for line in process.stderr:
+                log.append(line)
+                match = _READY.search(line)
+                if match and not ports:
+                    ports.append(int(match.group(1)))
+                    announced.set()
+            announced.set()  # the end of the log: it stopped without serving
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        # a server that hangs while starting fails its test instead of the whole run
+        if not announced.wait(START_SECONDS) or not ports:
+            process.kill()
             process.wait(10)
-            raise RuntimeError("idp-proxy serve did not start:\n" + "".join(log))
-        drain = threading.Thread(target=lambda: log.extend(process.stderr), daemon=True)
-        drain.start()
+            raise RuntimeError(f"idp-proxy serve did not start within {START_SECONDS} s:\n"
+                               + "".join(log))
+        port = ports[0]
         running = RunningProxy(port, log, process)
         try:
             yield running
@@ -142,7 +152,7 @@ def running_proxy(rules: Path | None, backend: str | None, home: Path, *extra: s
                 except subprocess.TimeoutExpired:
                     process.kill()
                     raise
-                drain.join(5)
+                reader.join(5)
                 assert code == 0, "".join(log)
     finally:
         watchdog.unwatch_server(process.pid)
