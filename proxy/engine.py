@@ -35,7 +35,7 @@ from proxy.errors import (
     RulesError,
 )
 from proxy.ledger import Charge, Ledger
-from proxy.privacy.contribution_bounds import laddered, rungs
+from proxy.privacy.contribution_bounds import draw_joint_bounds, joint_clipped, laddered, rungs
 from proxy.privacy.inverse_sensitivity import (
     first_windows,
     instance_releases,
@@ -69,7 +69,7 @@ from proxy.pushdown.window import (
     rank_window,
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
-from proxy.statistics import ColumnNeeds, GroupStats
+from proxy.statistics import ColumnNeeds, Contribution, GroupStats
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
 
 T = TypeVar("T")
@@ -260,14 +260,18 @@ class Engine:
     def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
                  groups: dict[tuple, GroupStats]) -> None:
         """Each group's per-unit contributions against the ladders of the plan's SUM,
-        AVG, STDDEV and VARIANCE (privacy/contribution_bounds.py), in one more statement."""
+        AVG, STDDEV and VARIANCE (privacy/contribution_bounds.py), in one more statement;
+        the bounds of those clipped across groups drawn from them (after the debit)."""
         table = plan.table
         wanted = laddered(plan)
         ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
                               shift // table.group_size) for contribution in wanted)
+        joint = frozenset(Contribution(plan.aggregates[index].column)
+                          for index in joint_clipped(plan, shift))
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
-                                               clip, tx.execute).items():
+                                               clip, tx.execute, joint).items():
             groups.setdefault(key, GroupStats()).ladders = found
+        draw_joint_bounds(plan, shift, groups, self.rng)
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:

@@ -157,6 +157,7 @@ class GroupStats:
     instance: dict[int, float] = field(default_factory=dict)  # index -> its released draw
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
     ladders: dict[Contribution, Ladder] = field(default_factory=dict)
+    joint: dict[int, int] = field(default_factory=dict)  # index -> rung drawn for all groups
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

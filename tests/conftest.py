@@ -204,7 +204,8 @@ def no_noise(monkeypatch):
     """The mechanisms return the true value: what remains is the answer's plumbing. The
     exponential mechanism gives the value at its target rank (its law's mode), read
     through the same window a draw reads; an empty scope the domain's lower end. A
-    clipped sum takes the ladder's top rung, which clips nothing (the true sum)."""
+    clipped sum takes the ladder's top rung, which clips nothing (the true sum), also
+    where one rung was drawn for all groups (``joint_sum_at``)."""
     from proxy.privacy import inverse_sensitivity, noisy_answers
     from proxy.privacy.mechanisms import Noisy
     from proxy.privacy.requests import RankRequest
@@ -218,11 +219,15 @@ def no_noise(monkeypatch):
     def exact_at(ladder, k, *args, **kwargs):
         return Noisy(ladder.clipped[k], 0.0, "none")
 
+    def unclipped_at(ladder, k, *args, **kwargs):
+        return Noisy(ladder.clipped[-1], 0.0, "none")
+
     exact = lambda true, *args, **kwargs: Noisy(true, 0.0, "none")
     monkeypatch.setattr(noisy_answers, "laplace_real", exact)
     monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
     monkeypatch.setattr(noisy_answers, "clipped_sum", unclipped)
     monkeypatch.setattr(noisy_answers, "sum_at", exact_at)
+    monkeypatch.setattr(noisy_answers, "joint_sum_at", unclipped_at)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
 
 

@@ -32,6 +32,16 @@ aggregate's do (one unit's change touches at most so many groups, §3.5). Whethe
 unit was clipped is never shown; the bound is (the 95 % interval tells it), as a
 function of the private draw. An empty group draws its bound from the prior alone.
 
+**Across groups** (``joint_clipped``): where one unit's rows may fall in m > 2 groups
+(m = min(2s, G), §3.5), each group's part would be ε/m. Instead each unit's vector of
+contributions over the groups is clipped in L1 norm: scaled by min(1, B/T_u), T_u the
+sum of its |contributions| in every group. The rung is drawn once for the query, as in
+step 2 with β_k the units whose T_u lies beyond B_k (a neighbour changes g of them)
+and a stronger public prior (``joint_prior``), and every group's sum gets Laplace noise of scale g·2B/ε_s: a unit's clipped vector,
+before and after, has L1 norm at most B each, so the vector of group sums moves by at
+most g·2B in L1 (plus the sums' rounding to 10⁻⁶, G·10⁻⁶ a unit). The whole ε goes to
+one draw and one vector instead of m parts: about m/2 times less noise.
+
 With Gaussian noise (the zcdp accountant) the parts are of the answer's ρ instead: the
 draw takes a third, as the exponential mechanism at the largest ε_b (of six places) with
 ε_b²/8 within it (an ε-bounded-range mechanism is ε²/8-zCDP: Cesar and Rogers 2021), the
@@ -47,8 +57,9 @@ from proxy.loss import Loss
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import Noisy, gaussian_real, grid_step, laplace_real
 from proxy.privacy.sampler import RandomSource
+from proxy.privacy.sensitivity import group_share
 from proxy.rules import Column
-from proxy.statistics import Contribution, Ladder
+from proxy.statistics import Contribution, GroupStats, Ladder
 from proxy.vocabulary import (
     AVG,
     COUNT,
@@ -63,6 +74,9 @@ from proxy.vocabulary import (
 BOUND_SHARE = Fraction(1, 3)  # of a SUM's loss, for its bound (AVG: of its sum's half)
 HALVINGS = 20  # rungs below the top: a contribution 10⁶ times below it is still seen
 _SQUARABLE = 1e150  # a domain's width whose square, times any rows per unit, is finite
+# A sum's rounding (exact_sum: each value to 10⁻⁶) and the doubles' relative error in a
+# unit's scaled contributions, allowed for in the joint sensitivity.
+_ROUNDING, _RELATIVE = 1e-6, 1e-9
 
 
 def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
@@ -139,11 +153,82 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
     else:
         of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)
         epsilon = of_bound.epsilon
-    lam = epsilon / (2 * group_size)
-    k = choose([(1, lam * beyond + Fraction(index, 2))
-                for index, beyond in enumerate(ladder.beyond)], rng)
+    k = _draw_rung(ladder.beyond, epsilon, group_size, rng)
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
                   confidence, gaussian), k
+
+
+def _draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
+               rng: RandomSource, prior: Fraction = Fraction(1, 2)) -> int:
+    """Step 2: rung k with probability ∝ exp(−ε·β_k/(2g) − prior·k)."""
+    lam = epsilon / (2 * group_size)
+    return choose([(1, lam * count + prior * index) for index, count in enumerate(beyond)],
+                  rng)
+
+
+def joint_prior(group_count: int) -> Fraction:
+    """The public prior per rung of a bound drawn for G groups at once: min(G/2, 4).
+    A rung twice as high doubles the noise in each of G groups, while a clipped unit's
+    loss is spread over its groups, so the draw should need about G times as many
+    spared units to go up as for one sum (where the prior is 1/2); capped at 4 so that
+    a query of few units over many groups is not pulled to the lowest rungs (answers
+    near 0). Simulated on the demo's costs (200 draws): SUM per department at ε 1
+    1.9 % → 0.8 %, at ε 0.1 11 % → 4 %; per week 45 % → 15 %, 100 % → 78 %."""
+    return min(Fraction(group_count, 2), Fraction(4))
+
+
+def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
+    """The indexes of the plan's SUM and AVG whose units are clipped across groups (L1,
+    above): clipped (``laddered``), under GROUP BY with a privacy unit, Laplace noise,
+    where one unit's change may touch more than 2 groups (below that, per group is
+    cheaper: a one-signed sum moves by B in each of m ≤ 2 groups, the joint one by 2B).
+    A function of the plan and of s, which no neighbour changes."""
+    if (not plan.group_by or plan.table.privacy_unit is None
+            or group_share(plan, shift) <= 2):
+        return ()
+    clipped = laddered(plan)
+    return tuple(index for index, agg in enumerate(plan.aggregates)
+                 if agg.kind in (SUM, AVG) and not plan.gaussian(agg)
+                 and Contribution(agg.column) in clipped)
+
+
+def sum_loss(plan: QueryPlan, agg) -> tuple[Loss | None, Loss]:
+    """(the count's part, the clipped sum's part) of a jointly clipped aggregate's whole
+    loss: SUM (none, all of it); AVG a quarter and three quarters."""
+    loss = plan.aggregate_loss
+    return (None, loss) if agg.kind == SUM else loss.split(1, 3)
+
+
+def draw_joint_bounds(plan: QueryPlan, shift: int, groups: dict[tuple, GroupStats],
+                      rng: RandomSource) -> None:
+    """Step 2 once for all groups, for each aggregate of ``joint_clipped``: β_k summed
+    over the groups (the statement counts each unit in one group, ``first``), the rung
+    recorded in every group's ``joint``."""
+    for index in joint_clipped(plan, shift):
+        agg = plan.aggregates[index]
+        contribution = Contribution(agg.column)
+        ladder_rungs = rungs(contribution, plan.table.columns[agg.column],
+                             shift // plan.table.group_size)
+        beyond = [0] * len(ladder_rungs)
+        for group in groups.values():
+            if contribution in group.ladders:
+                beyond = [a + b for a, b in zip(beyond, group.ladders[contribution].beyond)]
+        of_bound = sum_loss(plan, agg)[1].split(BOUND_SHARE, 1 - BOUND_SHARE)[0]
+        k = _draw_rung(tuple(beyond), of_bound.epsilon, plan.table.group_size, rng,
+                       joint_prior(plan.group_count))
+        for key in plan.group_keys():
+            groups.setdefault(key, GroupStats()).joint[index] = k
+
+
+def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,
+                 resolution: float, rng: RandomSource, confidence: float = 0.95) -> Noisy:
+    """Step 3 of a jointly clipped sum, in one group: Laplace of scale Δ/ε_s, Δ the L1
+    sensitivity of the vector of group sums (above), ε_s two thirds of the sum's loss."""
+    of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[1]
+    bound = ladder.rungs[k]
+    sensitivity = group_size * (2 * bound * (1 + _RELATIVE) + group_count * _ROUNDING)
+    return laplace_real(ladder.clipped[k], sensitivity, of_sum.epsilon, rng,
+                        grid_step(resolution), confidence)
 
 
 def bounded_range_epsilon(rho: Fraction) -> Fraction:
@@ -173,3 +258,12 @@ def bound_note(rows_per_unit: int, table_has_unit: bool, gaussian: bool = False)
         else "each value"
     return (f"{whose} clipped to a bound drawn privately per group from a public ladder "
             f"with a third of the {'rho' if gaussian else 'epsilon'} (docs/privacy.md §3.14)")
+
+
+def joint_note(rows_per_unit: int) -> str:
+    """What a jointly clipped release says of its bound (the same in every group)."""
+    whose = "each unit's values in scope, summed per group," if rows_per_unit > 1 \
+        else "each unit's value"
+    return (f"{whose} clipped to a bound drawn privately once for the query from a public "
+            "ladder with a third of the epsilon, as their total over the groups "
+            "(docs/privacy.md §3.14)")

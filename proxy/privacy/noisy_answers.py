@@ -17,9 +17,12 @@ from proxy.privacy.contribution_bounds import (
     bound_note,
     clipped_sum,
     empty_ladder,
+    joint_note,
+    joint_sum_at,
     laddered,
     rungs,
     sum_at,
+    sum_loss,
 )
 from proxy.privacy.inverse_sensitivity import extreme_offsets, one_row_per_unit
 from proxy.privacy.mechanisms import (
@@ -423,13 +426,21 @@ def _release_clipped(a: Asked) -> Released:
     rows_per_unit = cal.shift // group_size
     ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit)
     gaussian = plan.gaussian(agg)
-    of_count, of_sum = (None, loss) if agg.kind != AVG else (
-        (loss.rho_part(Fraction(1, 4)), loss.rho_part(Fraction(3, 4))) if gaussian
-        else loss.split(1, 3))
     confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
-    noisy_sum, _ = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
-                               column.resolution, rng, confidence, gaussian)
-    note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
+    if a.index in group.joint:  # clipped across groups: the whole loss, drawn once
+        of_count, of_sum = sum_loss(plan, agg)
+        if of_count is not None:  # a histogram of counts (§3.5)
+            of_count = of_count * Fraction(1, group_share(plan, cal.shift, True))
+        noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
+                                 plan.group_count, column.resolution, rng, confidence)
+        note = joint_note(rows_per_unit)
+    else:
+        of_count, of_sum = (None, loss) if agg.kind != AVG else (
+            (loss.rho_part(Fraction(1, 4)), loss.rho_part(Fraction(3, 4))) if gaussian
+            else loss.split(1, 3))
+        noisy_sum, _ = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
+                                   column.resolution, rng, confidence, gaussian)
+        note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
         value = _signed_sum(noisy_sum.value, column)

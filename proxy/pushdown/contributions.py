@@ -23,7 +23,8 @@ from proxy.vocabulary import QueryPlan
 
 def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                      ladders: tuple[tuple[float, ...], ...],
-                     clip_rows_per_unit: int | None) -> exp.Select:
+                     clip_rows_per_unit: int | None,
+                     joint: frozenset[Contribution] = frozenset()) -> exp.Select:
     """The statement: keys, then per contribution i and rung k ``b_i_k`` (units beyond
     ±B_k) and ``s_i_k`` (their clipped sum, an ``exact_sum``)."""
     keys = group_keys(plan)
@@ -52,28 +53,52 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     else:  # a unit's contribution: the sum over its rows in scope (none: 0)
         per_unit = exp.select(*keys, *[exp.alias_(exp.Coalesce(
             this=exp.Sum(this=term), expressions=[exp.Literal.number(0)]), f"t{i}")
-            for i, term in enumerate(terms)]).from_(scope.subquery("r")).group_by(*keys, "u")
+            for i, term in enumerate(terms)], *(["u"] if joint else [])
+        ).from_(scope.subquery("r")).group_by(*keys, "u")
+    if joint:
+        per_unit = _unit_totals(per_unit, keys, [i for i, c in enumerate(wanted) if c in joint])
     columns_out: list[exp.Expression] = []  # one select() at the end: each call copies
     for i, rungs in enumerate(ladders):  # the whole statement (quadratic in the rungs)
         checkpoint()
-        value = exp.column(f"t{i}")
+        value, total = exp.column(f"t{i}"), exp.column(f"n{i}")
         for k, bound in enumerate(rungs):
-            beyond = exp.or_(value.copy() > literal(bound), value.copy() < literal(-bound))
+            if wanted[i] in joint:  # scaled by min(1, B/T_u); beyond counted once a unit
+                over = total.copy() > literal(bound)
+                beyond = exp.and_(exp.column("f").eq(1), over.copy())
+                value_k = exp.Case().when(over, exp.Mul(this=value.copy(), expression=exp.paren(
+                    exp.Div(this=literal(bound), expression=total.copy())))).else_(value.copy())
+            else:
+                beyond = exp.or_(value.copy() > literal(bound), value.copy() < literal(-bound))
+                value_k = value.copy()
             columns_out += [
                 exp.alias_(exp.Sum(this=exp.Case().when(beyond, exp.Literal.number(1))
                                    .else_(exp.Literal.number(0))), f"b_{i}_{k}", copy=False),
-                exp.alias_(exact_sum(clamp(value.copy(), -bound, bound), -bound, bound),
+                exp.alias_(exact_sum(clamp(value_k, -bound, bound), -bound, bound),
                            f"s_{i}_{k}", copy=False)]
     outer = exp.select(*keys, *columns_out).from_(per_unit.subquery("p"), copy=False)
     return outer.group_by(*keys, copy=False) if keys else outer
 
 
+def _unit_totals(per_unit: exp.Select, keys: tuple[str, ...], indexes: list[int]
+                 ) -> exp.Select:
+    """``per_unit`` with, per unit, ``n{i}`` = T_u, the sum of |t{i}| over its groups,
+    and ``f`` = 1 in one group of each unit (its first by the keys)."""
+    first = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
+                       order=exp.Order(expressions=[exp.Ordered(this=exp.column(key))
+                                                    for key in keys]))
+    totals = [exp.alias_(exp.Window(this=exp.Sum(this=exp.Abs(this=exp.column(f"t{i}"))),
+                                    partition_by=[exp.column("u")]), f"n{i}")
+              for i in indexes]
+    return exp.select("*", *totals, exp.alias_(first, "f")).from_(per_unit.subquery("j"))
+
+
 def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                          ladders: tuple[tuple[float, ...], ...], capabilities: Capabilities,
-                         clip_rows_per_unit: int | None, execute: Execute
+                         clip_rows_per_unit: int | None, execute: Execute,
+                         joint: frozenset[Contribution] = frozenset()
                          ) -> dict[tuple, dict[Contribution, Ladder]]:
     """Every group's ladders (key ``()`` without GROUP BY), by contribution."""
-    statement = contribution_sql(plan, wanted, ladders, clip_rows_per_unit)
+    statement = contribution_sql(plan, wanted, ladders, clip_rows_per_unit, joint)
     width = len(plan.group_by)
     found: dict[tuple, dict[Contribution, Ladder]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):

@@ -3,9 +3,11 @@ by brute force: for small data sets (units of several records, ties, bounds, NaN
 overflow-sized values, records leaving the scope and moving between groups, group size
 g > 1) and every neighbour, no rung's count of units beyond ±B_k moves by more than g
 (the exponential mechanism's utility sensitivity) and no rung's clipped sum by more
-than g·w_k (the Laplace noise's scale numerator); both reached. The backend's statement
-computes the reference's numbers (tests/privacy/test_contribution_bounds.py); the counts'
-bound is reached."""
+than g·w_k (the Laplace noise's scale numerator); both reached. Clipped across groups
+(L1), no rung's count of units whose total lies beyond B_k moves by more than g, nor
+its vector of group sums by more than g·2B_k in L1; both reached. The backend's
+statement computes the reference's numbers (tests/privacy/test_contribution_bounds.py);
+the counts' bound is reached."""
 
 from __future__ import annotations
 
@@ -87,6 +89,64 @@ def test_each_rung_moves_within_its_sensitivity(units, rows, group_size, domain,
         if part == "beyond" and k < len(ladder) - 1:
             reached = max(outcome.worst[group, k, part] for outcome in outcomes)
             assert reached >= bound - 1e-9, ((group, k, part), reached, bound)
+
+
+def joint_ladder_of(records: list[Record], lower: float, upper: float,
+                    ladder: tuple[float, ...], groups: int) -> dict:
+    """(k, "beyond") -> the units whose total |contribution| T over the groups exceeds
+    B_k; (k, "clipped") -> each group's sum of contributions scaled by min(1, B_k/T):
+    SUM's contributions clipped across groups, as the backend computes them."""
+    sums: dict[tuple[int, object], float] = {}
+    for record in records:
+        value = normalise(record.value, lower, upper)
+        if record.in_scope and value is not None:
+            sums[record.group, record.unit] = sums.get((record.group, record.unit), 0.0) + value
+    totals: dict[object, float] = {}
+    for (_, unit), value in sums.items():
+        totals[unit] = totals.get(unit, 0.0) + abs(value)
+    out: dict = {}
+    for k, bound in enumerate(ladder):
+        out[k, "beyond"] = sum(1 for total in totals.values() if total > bound)
+        out[k, "clipped"] = tuple(
+            sum(value * (bound / totals[unit] if totals[unit] > bound else 1.0)
+                for (g, unit), value in sums.items() if g == group)
+            for group in range(groups))
+    return out
+
+
+def l1_changes(before: dict, after: dict) -> dict:
+    """A count's |Δ|, a vector's L1 change."""
+    return {key: abs(after[key] - before[key]) if key[1] == "beyond" else
+            sum(abs(a - b) for a, b in zip(after[key], before[key])) for key in before}
+
+
+@pytest.mark.parametrize("units,rows,group_size", SETTINGS)
+@pytest.mark.parametrize("domain", [(LOWER, UPPER), TWO_SIDED])
+@pytest.mark.parametrize("groups", [3])
+def test_contributions_clipped_across_groups_move_within_2b(units, rows, group_size, domain,
+                                                           groups):
+    """A unit's vector of contributions, scaled to a total of at most B before and
+    after, moves the groups' clipped sums by at most 2B in L1 (g units: 2gB), whatever
+    the domain's sign: all of it may leave one group for another."""
+    lower, upper = domain
+    ladder = rungs(Contribution("x"), Column("x", "float", lower, upper,
+                                             declared_resolution=0.5), rows)
+    grid = GRID if lower >= 0 else SIGNED_GRID
+    data = [[r._replace(value=(r.value if r.value not in GRID else
+                               grid[GRID.index(r.value) % len(grid)]))
+             for r in records] for records in datasets(31 + rows, 10, units, rows, groups)]
+    bounds = {(k, part): group_size * (1 if part == "beyond" else 2 * bound)
+              for k, bound in enumerate(ladder) for part in ("beyond", "clipped")}
+    outcomes = assert_sound(lambda records: joint_ladder_of(records, lower, upper, ladder,
+                                                            groups),
+                            lambda records: bounds, data,
+                            modifying(grid + EXTREME, group_size, groups), change=l1_changes)
+    reached = {key: max(outcome.worst[key] for outcome in outcomes) for key in bounds}
+    for k in range(len(ladder) - 1):  # the top rung clips nothing: its count never moves
+        assert reached[k, "beyond"] >= group_size - 1e-9, (k, reached)
+    # 2gB where the data sets hold g units whose totals reach B (at some rung, at least)
+    assert any(reached[k, "clipped"] >= bounds[k, "clipped"] - 1e-9
+               for k in range(len(ladder))), reached
 
 
 def test_the_ladder_is_public_and_spans_the_largest_contribution():
