@@ -13,7 +13,6 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.backends.base import Capabilities
-from proxy.guards import clamp
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import Execute, exact_sum, group_keys, read_sum, scope_select
 from proxy.pushdown.values import literal
@@ -47,34 +46,23 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
         if contribution.power == 2:
             value = exp.Mul(this=value, expression=value.copy())
         terms.append(value)
-    if plan.table.privacy_unit is None:
-        per_unit = exp.select(*keys, *[exp.alias_(term, f"t{i}") for i, term in enumerate(terms)]
-                              ).from_(scope.subquery("r"))
+    zero = exp.Literal.number(0)
+    if plan.table.privacy_unit is None:  # a NULL (or NaN) value contributes 0
+        per_unit = exp.select(*keys, *[exp.alias_(exp.Coalesce(
+            this=term, expressions=[zero.copy()]), f"t{i}") for i, term in enumerate(terms)]
+        ).from_(scope.subquery("r", copy=False), copy=False)
     else:  # a unit's contribution: the sum over its rows in scope (none: 0)
         per_unit = exp.select(*keys, *[exp.alias_(exp.Coalesce(
-            this=exp.Sum(this=term), expressions=[exp.Literal.number(0)]), f"t{i}")
+            this=exp.Sum(this=term), expressions=[zero.copy()]), f"t{i}")
             for i, term in enumerate(terms)], *(["u"] if joint else [])
-        ).from_(scope.subquery("r")).group_by(*keys, "u")
+        ).from_(scope.subquery("r", copy=False), copy=False).group_by(*keys, "u", copy=False)
     if joint:
         per_unit = _unit_totals(per_unit, keys, [i for i, c in enumerate(wanted) if c in joint])
     columns_out: list[exp.Expression] = []  # one select() at the end: each call copies
     for i, rungs in enumerate(ladders):  # the whole statement (quadratic in the rungs)
         checkpoint()
-        value, total = exp.column(f"t{i}"), exp.column(f"n{i}")
-        for k, bound in enumerate(rungs):
-            if wanted[i] in joint:  # scaled by min(1, B/T_u); beyond counted once a unit
-                over = total.copy() > literal(bound)
-                beyond = exp.and_(exp.column("f").eq(1), over.copy())
-                value_k = exp.Case().when(over, exp.Mul(this=value.copy(), expression=exp.paren(
-                    exp.Div(this=literal(bound), expression=total.copy())))).else_(value.copy())
-            else:
-                beyond = exp.or_(value.copy() > literal(bound), value.copy() < literal(-bound))
-                value_k = value.copy()
-            columns_out += [
-                exp.alias_(exp.Sum(this=exp.Case().when(beyond, exp.Literal.number(1))
-                                   .else_(exp.Literal.number(0))), f"b_{i}_{k}", copy=False),
-                exp.alias_(exact_sum(clamp(value_k, -bound, bound), -bound, bound),
-                           f"s_{i}_{k}", copy=False)]
+        columns_out += [column for k, bound in enumerate(rungs)
+                        for column in _rung(i, k, bound, wanted[i] in joint)]
     outer = exp.select(*keys, *columns_out).from_(per_unit.subquery("p"), copy=False)
     return outer.group_by(*keys, copy=False) if keys else outer
 
@@ -89,7 +77,39 @@ def _unit_totals(per_unit: exp.Select, keys: tuple[str, ...], indexes: list[int]
     totals = [exp.alias_(exp.Window(this=exp.Sum(this=exp.Abs(this=exp.column(f"t{i}"))),
                                     partition_by=[exp.column("u")]), f"n{i}")
               for i in indexes]
-    return exp.select("*", *totals, exp.alias_(first, "f")).from_(per_unit.subquery("j"))
+    return exp.select("*", *totals, exp.alias_(first, "f")).from_(
+        per_unit.subquery("j", copy=False), copy=False)
+
+
+def _rung(i: int, k: int, bound: float, joint: bool) -> tuple[exp.Expression, exp.Expression]:
+    """``b_i_k`` and ``s_i_k`` of contribution i (``t{i}``, never NULL, finite) at rung k,
+    built from fresh nodes (a statement has hundreds: copying shared ones cost more than
+    the rest of its building). t is clamped by LEAST and GREATEST: no NULL to guard."""
+    def value() -> exp.Expression:
+        return exp.column(f"t{i}")
+
+    def total() -> exp.Expression:
+        return exp.column(f"n{i}")
+
+    if joint:  # scaled by min(1, B/T_u); a unit counted beyond in its first group only
+        beyond = exp.and_(exp.EQ(this=exp.column("f"), expression=exp.Literal.number(1)),
+                          exp.GT(this=total(), expression=literal(bound)), copy=False)
+        scaled = exp.Case(ifs=[exp.If(this=exp.GT(this=total(), expression=literal(bound)),
+                                      true=exp.Mul(
+            this=value(), expression=exp.paren(exp.Div(this=literal(bound),
+                                                        expression=total()), copy=False)))],
+                          default=value())
+    else:
+        beyond = exp.or_(exp.GT(this=value(), expression=literal(bound)),
+                         exp.LT(this=value(), expression=literal(-bound)), copy=False)
+        scaled = value()
+    clipped = exp.Least(this=exp.Greatest(this=scaled, expressions=[literal(-bound)],
+                                          ignore_nulls=True),
+                        expressions=[literal(bound)], ignore_nulls=True)
+    count = exp.Case(ifs=[exp.If(this=beyond, true=exp.Literal.number(1))],
+                     default=exp.Literal.number(0))
+    return (exp.alias_(exp.Sum(this=count), f"b_{i}_{k}", copy=False),
+            exp.alias_(exact_sum(clipped, -bound, bound, copy=False), f"s_{i}_{k}", copy=False))
 
 
 def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],

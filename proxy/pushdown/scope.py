@@ -428,7 +428,7 @@ _SCALED_LIMIT = 9 * 10**18
 
 
 def exact_sum(value: exp.Expression, lower: float | None = None,
-              upper: float | None = None) -> exp.Expression:
+              upper: float | None = None, copy: bool = True) -> exp.Expression:
     """SUM of normalised values in exact integer arithmetic (so both engines give the
     same number): Σ round(v·10⁶), an integer (read it with ``read_sum``).
 
@@ -447,13 +447,16 @@ def exact_sum(value: exp.Expression, lower: float | None = None,
     each summed as above, and the result is Σ⌊v⌋·10⁶ + Σfrac: |Σ⌊v⌋·10⁶| ≤ 10²¹·n,
     within a HUGEINT below n = 1.7·10¹⁷ rows (PostgreSQL: unbounded). The cost is that
     of a plain float sum plus a few arithmetic operations per value (the DECIMAL(38, 6)
-    cast it replaces cost PostgreSQL 5× the plain sum)."""
+    cast it replaces cost PostgreSQL 5× the plain sum). ``copy`` False: ``value`` is a
+    tree of the caller's that it gives up (built per call: copying costs more)."""
     low, high = value_range(lower, upper)
     scale = exp.Literal.number(SUM_SCALE)
     if max(abs(low), abs(high)) * SUM_SCALE <= _SCALED_LIMIT:
-        return exp.Sum(this=_rounded(exp.Mul(this=value.copy(), expression=scale)))
+        return exp.Sum(this=_rounded(exp.Mul(this=value.copy() if copy else value,
+                                             expression=scale)))
     whole = exp.Floor(this=value.copy())
-    fraction = exp.Mul(this=exp.paren(exp.Sub(this=value.copy(), expression=whole.copy())),
+    fraction = exp.Mul(this=exp.paren(exp.Sub(this=value if not copy else value.copy(),
+                                              expression=whole.copy())),
                        expression=scale)
     return exp.Add(
         this=exp.Mul(this=exp.Sum(this=exp.cast(whole, BIGINT, copy=False)), expression=scale.copy()),

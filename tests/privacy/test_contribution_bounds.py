@@ -131,16 +131,17 @@ def test_a_units_contributions_are_clipped_as_their_total_over_the_groups(engine
         if cost is not None and not math.isnan(cost) and min(cost, 100_000.0) > 100:
             per_unit[week, person] = per_unit.get((week, person), 0.0) + min(cost, 100_000.0)
     totals: dict[int, float] = {}
-    for (_, person), value in per_unit.items():
+    by_week: dict[int, list[tuple[float, int]]] = {week: [] for week in WEEKS}
+    for (week, person), value in per_unit.items():
         totals[person] = totals.get(person, 0.0) + value
+        by_week[week].append((value, person))
     for k, bound in enumerate(ladder):
         beyond = sum(groups[week,][Contribution("cost")].beyond[k] for week in WEEKS)
         assert beyond == sum(1 for total in totals.values() if total > bound), k
-        for week in WEEKS:
-            expected = sum(value * min(1.0, bound / totals[person])
-                           for (w, person), value in per_unit.items() if w == week)
+        for week, values in by_week.items():
+            expected = sum(value * min(1.0, bound / totals[person]) for value, person in values)
             assert groups[week,][Contribution("cost")].clipped[k] == pytest.approx(
-                expected, rel=1e-9, abs=1e-6 * len(per_unit)), (k, week)
+                expected, rel=1e-9, abs=1e-6 * len(values)), (k, week)
 
 
 def test_sums_over_many_groups_are_useful(engine):
