@@ -67,7 +67,7 @@ def statistics_query(
     units = counts_units(plan)
     if units:
         outer = outer.select(exp.alias_(distinct_units(exp.column("u")), "n_units"), copy=False)
-    ctes.append(("base", outer.group_by(*keys)))
+    ctes.append(("base", outer.group_by(*keys, copy=False)))
     final = exp.select(*[exp.column(k, "base") for k in keys], exp.column("n_rows", "base"))
     if units:
         final = final.select(exp.column("n_units", "base"), copy=False)

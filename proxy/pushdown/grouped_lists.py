@@ -43,7 +43,7 @@ def grouped_list_statistics(
     execute: Execute,
 ) -> dict[tuple, GroupStats] | None:
     keys = group_keys(plan)
-    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s", copy=False)
     checkpoint()  # each copy of a scope with many group keys takes a fraction of a second
     items, readers = counting_items(plan, needs)
     anchors: list[tuple[int, ColumnNeeds, object]] = []
@@ -61,7 +61,8 @@ def grouped_list_statistics(
                                             expression=exp.Literal.number(repr(float(fraction)))))
             anchors.append((index, need, fraction))
             readers.append(lambda g, a, v: a.append(v))
-    statement = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    statement = exp.select(*keys, *items).from_(scope.copy(), copy=False).group_by(
+        *keys, copy=False)
     checkpoint()
     groups, anchor_values = read_groups(execute(statement.sql(dialect="duckdb")), keys, needs,
                                         readers)
@@ -132,8 +133,9 @@ def _around_anchors(keys, anchors, anchor_values, groups, scope, execute) -> boo
                        expression=exp.Where(this=column < value)),
         ]
     on = exp.and_(*[exp.column(k, "s").eq(exp.column(k, "a")) for k in keys])
-    statement = (exp.select(*[exp.column(k, "s") for k in keys], *items).from_(scope)
-                 .join(table, on=on).group_by(*[exp.column(k, "s") for k in keys]))
+    statement = (exp.select(*[exp.column(k, "s") for k in keys], *items).from_(scope, copy=False)
+                 .join(table, on=on, copy=False)
+                 .group_by(*[exp.column(k, "s") for k in keys], copy=False))
     around = [[r for r in need.ranks if r.anchor == PCT and r.fraction == fraction]
               for _, need, fraction in anchors]  # each anchor's ranks, sorted out once
     answered = set()

@@ -33,10 +33,11 @@ def grouped_rank_statistics(
 ) -> dict[tuple, GroupStats]:
     """Every group's statistics, as ``statistics_query`` reads them, on PostgreSQL."""
     keys = group_keys(plan)
-    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s")
+    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s", copy=False)
     checkpoint()  # each copy of a scope with many group keys takes a fraction of a second
     items, readers = counting_items(plan, needs)
-    counting = exp.select(*keys, *items).from_(scope).group_by(*keys)
+    counting = exp.select(*keys, *items).from_(scope.copy(), copy=False).group_by(*keys,
+                                                                              copy=False)
     checkpoint()
     groups, _ = read_groups(execute(counting.sql(dialect="postgres")), keys, needs, readers)
     ranked = [(index, need) for index, need in enumerate(needs) if need.ranks]
@@ -61,7 +62,7 @@ def grouped_rank_statistics(
             asked.append((need, ranks_of))
     if not items:
         return groups
-    statement = exp.select(*keys, *items).from_(scope.copy()).group_by(*keys)
+    statement = exp.select(*keys, *items).from_(scope, copy=False).group_by(*keys, copy=False)
     for row in execute(statement.sql(dialect="postgres")):
         key = tuple(row[: len(keys)])
         for (need, ranks_of), values in zip(asked, row[len(keys):]):

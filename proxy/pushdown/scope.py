@@ -44,13 +44,15 @@ def scope_select(
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
     for term, key in zip(plan.group_by, keys):
         checkpoint()  # each part is built (and copied) in a fraction of a second
-        selected.append(exp.alias_(group_value(term, table), key))
+        selected.append(exp.alias_(group_value(term, table), key, copy=False))
     for index, need in enumerate(needs):
         checkpoint()
-        selected.append(exp.alias_(needed_value(table, need), f"c{index}"))
+        selected.append(exp.alias_(needed_value(table, need), f"c{index}", copy=False))
     if unit:
         selected.append(exp.alias_(exp.column(table.privacy_unit, quoted=True), "u"))
-    scope = exp.select(*selected).from_(source_table(plan, sample_percent))
+    # every part is built fresh for this statement: nothing is copied (a copy of the
+    # select at each step was a fifth of the statistics' building)
+    scope = exp.select(*selected).from_(source_table(plan, sample_percent), copy=False)
     if plan.where is not None:
         checkpoint()
         where = plan.where.copy()  # once, then added in place (4,900 terms: 0.3 s a copy)
@@ -58,7 +60,7 @@ def scope_select(
         scope = scope.where(opaque_if_long(where), copy=False)
     for term in plan.group_by:  # rows outside the declared keys belong to no group
         checkpoint()
-        scope = scope.where(group_filter(term, table).copy(), copy=False)
+        scope = scope.where(group_filter(term, table), copy=False)
     checkpoint()
     if clip_rows_per_unit is None:
         return scope
@@ -70,11 +72,12 @@ def scope_select(
         this=exp.RowNumber(), partition_by=[exp.column(table.privacy_unit, quoted=True)],
         order=exp.Order(expressions=order)
     )
-    scope = scope.select(exp.alias_(row_in_unit, "row_in_unit"))
+    scope = scope.select(exp.alias_(row_in_unit, "row_in_unit", copy=False), copy=False)
     columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))]]
     columns += ["u"] if unit else []
-    clipped = exp.select(*columns).from_(scope.subquery("u"))
-    return clipped.where(exp.column("row_in_unit") <= clip_rows_per_unit)
+    clipped = exp.select(*columns).from_(scope.subquery("u", copy=False), copy=False)
+    return clipped.where(exp.LTE(this=exp.column("row_in_unit"),
+                                 expression=exp.Literal.number(clip_rows_per_unit)), copy=False)
 
 
 class HashedClip(int):

@@ -53,7 +53,8 @@ def _group_scope(plan: QueryPlan, need: ColumnNeeds, clip_rows_per_unit: int | N
     def scope() -> exp.Select:
         select = scope_select(plan, (need,), clip_rows_per_unit)
         return select if not key else \
-            exp.select("*").from_(select.subquery("g")).where(is_group(key))
+            exp.select("*").from_(select.subquery("g", copy=False), copy=False).where(
+                is_group(key), copy=False)
 
     return scope
 
@@ -134,7 +135,7 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
                     for stats in (group.columns[need.column],)}
     keys = group_keys(plan)
     ranked = numbered(exp.column("c0"), keys,
-                      scope_select(plan, (need,), clip_rows_per_unit).subquery("s"))
+                      scope_select(plan, (need,), clip_rows_per_unit).subquery("s", copy=False))
     within = exp.or_(*[exp.column("rn").between(
         exp.Sub(this=_target_sql(target), expression=exp.Literal.number(reach)),
         exp.Add(this=_target_sql(target), expression=exp.Literal.number(reach)))
