@@ -28,7 +28,7 @@ from proxy.analyze import (
     refuse_beyond_backend,
     statement_tokens,
 )
-from proxy.analyze.outer import OuterQuery, SeriesLimit
+from proxy.analyze.outer import OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.base import Backend
 from proxy.errors import BackendFailed, BackendUnavailable, NotSupported, SyntaxProblem
@@ -253,6 +253,8 @@ class Session:
                        mechanism="; ".join(dict.fromkeys(
                            m for a in answers for m in a.privacy["mechanism"].split("; "))),
                        notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"])])
+        if isinstance(work.post, RankedSeries):
+            return _ranked_series(work.post, *answers, privacy)
         return _outer_answer(work.post, answers, privacy)
 
     def _session_command(self, command: SessionCommand) -> Answer:
@@ -444,6 +446,8 @@ def _post_columns(work: QueryPlan | CombinedPlan) -> list[tuple[str, str]]:
     for index, plan in enumerate(plans):
         if isinstance(plan.post, OuterQuery):
             columns[index] = _outer_columns(plan.post, [columns[index]])
+    if isinstance(post, RankedSeries):  # the query's own release, its rows filtered
+        return columns[0]
     return columns[0] if post is None else _outer_columns(post, columns)
 
 
@@ -504,6 +508,24 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
 
 
 _POST_PROCESSED = "{} ran on the released answers (post-processing, no epsilon)"
+_RANKED = ("the series kept are the top-N subquery's, ranked by its own release (charged "
+           "beside the query's); the join ran on the released answers (no epsilon)")
+
+
+def _ranked_series(limit: RankedSeries, answer: Answer, ranking: Answer,
+                   privacy: dict[str, Any]) -> Answer:
+    """The rows of ``answer`` whose series are among ``ranking``'s rows (its top N),
+    compared as the inner join's = does (a NULL matches nothing), in ``answer``'s order,
+    then the query's LIMIT; each column's 95 % bounds follow its rows."""
+    kept_series = {tuple(row[i] for i in limit.ranked) for row in ranking.rows}
+    kept = [index for index, row in enumerate(answer.rows)
+            if None not in (series := tuple(row[i] for i in limit.columns))
+            and series in kept_series][: limit.limit]
+    bounds = {name: [values[i] for i in kept]
+              for name, values in answer.privacy["ci95"].items()}
+    privacy = dict(privacy, ci95=bounds, notes=[*privacy["notes"], _RANKED])
+    return Answer(f"SELECT {len(kept)}", answer.columns, [answer.rows[i] for i in kept],
+                  privacy, _notice(privacy), answer.kinds)
 
 
 def _cacheable(answer: Answer) -> dict[str, Any]:

@@ -136,6 +136,20 @@ class SeriesLimit:
     unmatched: tuple[tuple[int, Any], ...] = ()
 
 
+@dataclass(frozen=True)
+class RankedSeries:
+    """A series limit ranked by a metric whose series total no release holds (AVG,
+    MEDIAN … over time buckets): the top-N subquery is a release of its own (charged as
+    if sent alone, its ORDER BY and LIMIT applied to its noisy values), and the rows of
+    the query's release are kept whose ``columns`` (output indexes) equal the key
+    columns ``ranked`` of one of its rows, as the inner join compares them (= : a NULL
+    matches nothing)."""
+
+    columns: tuple[int, ...]
+    ranked: tuple[int, ...]
+    limit: int | None = None  # the query's own, applied to the rows kept
+
+
 def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Expression], str]
                ) -> QueryPlan | CombinedPlan | None:
     """The plan of an outer query over one aggregate query, with its post-processing, or
@@ -155,7 +169,7 @@ def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Ex
     if joins and all(_crossed(join) for join in joins):
         return _cross_joined(select, ctes, joins, analyse, canonical)
     if len(joins) == 1 and step_name(joins[0].this, ctes) is not None:
-        return _series_limited(select, ctes, joins[0], analyse)
+        return _series_limited(select, ctes, joins[0], analyse, canonical)
     if joins:
         raise _joined_subquery()
     source = step_name(select.args["from_"].this, ctes) if select.args.get("from_") else None
@@ -382,7 +396,8 @@ def release_table(index: int) -> str:
     return "released" if index == 0 else f"released_{index}"
 
 
-def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) -> QueryPlan:
+def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse,
+                    canonical: Callable[[exp.Expression], str]) -> QueryPlan | CombinedPlan:
     name = step_name(join.this, ctes)
     alias = join.this.alias_or_name
     body = _with_ctes(ctes[name], ctes, name)
@@ -414,7 +429,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
     if metric not in main_plan.aggregates:
         raise NotSupported("the top-N subquery ranks by a metric the query does not ask for; "
                            "rank by one of the query's aggregates")
-    terms, unmatched = [], []
+    terms, unmatched, columns, ranked_columns = [], [], [], []
     for main_side, body_column, null_safe in pairs:
         body_output = [o for o in body_plan.outputs if o.name == body_column]
         main_output = [o for o, item in zip(main_plan.outputs, main.expressions)
@@ -431,6 +446,8 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
                                f"{term.name}, which can be NULL, is not supported: write "
                                "the join with = (or group by a column with declared keys)")
         terms.append(main_output[0].group)
+        columns.append(main_plan.outputs.index(main_output[0]))
+        ranked_columns.append(body_plan.outputs.index(body_output[0]))
         if not null_safe:
             unmatched.append((main_output[0].group, None if term.labels is None or None
                               not in term.labels else term.labels.index(None)))
@@ -438,10 +455,15 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse) 
         raise NotSupported("the top-N join must pair every group column of the "
                            "subquery")
     if len(set(terms)) < len(main_plan.group_by) and metric.kind not in (COUNT, SUM):
-        raise NotSupported(f"a top-N join over time buckets ranks the series by their "
-                           f"total; that total is known from the release for COUNT and SUM, "
-                           f"not for {metric.label.upper()}: remove the top-N join or "
-                           "rank by COUNT or SUM")
+        # a series' AVG (MEDIAN …) over all its buckets is in no release: the ranking
+        # subquery is answered (and charged) as a release of its own; the query's LIMIT
+        # applies after the join, so its release is asked without it
+        unlimited = main.copy()
+        unlimited.set("limit", None)
+        return CombinedPlan(
+            ((canonical(unlimited), _one_release(analyse, unlimited)),
+             (canonical(body), body_plan)),
+            RankedSeries(tuple(columns), tuple(ranked_columns), main_plan.limit))
     limit = SeriesLimit(tuple(terms), main_plan.aggregates.index(metric), body_plan.limit,
                         descending, tuple(unmatched))
     return replace(main_plan, post=limit)

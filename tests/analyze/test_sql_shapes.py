@@ -556,6 +556,33 @@ def test_superset_time_series_limit_ranks_series_by_their_released_total(engine)
     assert charged == [Decimal("0.25")]
 
 
+SERIES_AVG = (f"SELECT DATE_TRUNC('month', at) AS at, kind AS kind, AVG(cost) AS \"AVG(cost)\" "
+              f"FROM public.events JOIN (SELECT kind AS kind__, AVG(cost) AS mme_inner__ "
+              f"FROM public.events WHERE at >= {_SINCE} GROUP BY kind ORDER BY mme_inner__ "
+              f"DESC LIMIT 2) AS series_limit ON kind = kind__ WHERE at >= {_SINCE} "
+              f"GROUP BY DATE_TRUNC('month', at), kind ORDER BY \"AVG(cost)\" DESC LIMIT 5")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_superset_time_series_limit_by_avg_ranks_series_by_a_release_of_its_own(engine):
+    """A series' AVG over all its months is in no release of the chart's query: the
+    top-N subquery is answered (and charged) beside it, and the join keeps the chart's
+    rows of its top 2 kinds, then the chart's ORDER BY and LIMIT 5 (after the join)."""
+    answer, charged = ask(engine, SERIES_AVG)
+    ranking, _ = ask(engine, "SELECT kind, AVG(cost) FROM events WHERE at >= '2024-02-01' "
+                             "GROUP BY 1 ORDER BY 2 DESC LIMIT 2", analyst="bob")
+    direct, _ = ask(engine, "SELECT date_trunc('month', at), kind, AVG(cost) FROM events "
+                            "WHERE at >= '2024-02-01' GROUP BY 1, 2 ORDER BY 3 DESC",
+                    analyst="bob")
+    top = {kind for kind, _ in ranking.rows}
+    assert len(top) == 2
+    assert answer.rows == [row for row in direct.rows if row[1] in top][:5]
+    assert answer.columns == ["at", "kind", "AVG(cost)"]
+    assert len(answer.privacy["ci95"]["AVG(cost)"]) == 5
+    assert sorted(charged) == [Decimal("0.25"), Decimal("0.25")]  # two releases
+    assert "ranked by its own release" in answer.notice
+
+
 @pytest.mark.usefixtures("no_noise")
 def test_superset_virtual_dataset_with_a_series_limit(engine):
     virtual = "(SELECT region, income FROM people WHERE age > 20) AS virtual_table"
