@@ -23,11 +23,13 @@ What is answered: an outer SELECT over such a subquery (a CTE or a derived table
 with COUNT(*), COUNT(DISTINCT unit), COUNT, SUM and AVG of the per-unit values, a
 WHERE on them and on the unit (per-unit conditions: a unit that fails it is not in
 scope, it does not count as 0), and whatever an aggregate query may add after the
-release (HAVING, computed items, ORDER BY, LIMIT). The subquery computes COUNT(*) and
-COUNT(col) of each unit's rows, with a WHERE over them and a HAVING on its counts (the
+release (HAVING, computed items, ORDER BY, LIMIT). The subquery computes COUNT(*),
+COUNT(col) and SUM(col) of each unit's rows (a sum: of the normalised values, its
+column's domain [min(0, B·L), max(0, B·U)], B as above: "the average person's total
+spend"), with a WHERE over them and a HAVING on its values (the
 outer WHERE's condition, written inside: ``SELECT COUNT(*) FROM (SELECT person_id FROM
 visits GROUP BY person_id HAVING COUNT(*) > 3) t``). Refused in one line naming the
-allowed form: per-unit values other than counts, LIMIT or ORDER BY in the subquery, the
+allowed form: per-unit values other than counts and sums, LIMIT or ORDER BY in the subquery, the
 outer aggregates other than those above, and AVG or SUM of, or GROUP BY, per-unit counts
 on a table without ``max_rows_per_unit``. GROUP BY a per-unit count (TPC-H Q13: how
 many customers have n orders) takes the counts 0 … B as its keys: each unit is one row
@@ -47,13 +49,13 @@ from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported
 from proxy.interrupts import checkpoint
 from proxy.rules import Column, Rules, Table
-from proxy.vocabulary import COUNT, PerUnit, QueryPlan
+from proxy.vocabulary import COUNT, SUM, PerUnit, QueryPlan
 
 Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
 Units = Callable[[exp.Select, Rules], QueryPlan]  # one over the given rules' tables
 
 FORM = ("SELECT COUNT(*) | AVG(n) | SUM(n) FROM (SELECT unit, COUNT(*) AS n FROM t "
-        "[WHERE …] GROUP BY unit) s [WHERE n > 3]")
+        "[WHERE …] GROUP BY unit) s [WHERE n > 3] (per unit also SUM(col))")
 _OUTER = (exp.Count, exp.Sum, exp.Avg)  # what the outer query may ask of the units
 
 
@@ -173,8 +175,15 @@ def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:
         raise NotSupported(f"a per-unit subquery computes aggregates of each unit's rows; "
                            f"compute on them in the outer query: {FORM}")
     for aggregate, item in zip(plan.aggregates, inner.expressions):
+        column = plan.table.columns.get(aggregate.column) if aggregate.column else None
+        if aggregate.kind == SUM and column is not None and column.numeric \
+                and column.lower is not None and column.upper is not None \
+                and plan.contribution_bound is not None:
+            continue
         if aggregate.kind != COUNT:
-            raise NotSupported(f"per unit, COUNT(*) and COUNT(col) are supported, not "
+            raise NotSupported(f"per unit, COUNT(*), COUNT(col) and SUM(col) (of a column "
+                               f"with a declared domain, on a table with max_rows_per_unit) "
+                               f"are supported, not "
                                f"{item.unalias().sql(dialect='postgres')}: {FORM}")
     left = {join.alias for join in plan.joins if join.left}
     if unit.table.lower() in left:
@@ -198,7 +207,13 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
     for name in unit_names:
         if declared is not None:
             columns[name] = replace(declared, name=name, keys=None)
-    for name in names:
+    for name, aggregate in zip(names, plan.aggregates):
+        if aggregate.kind == SUM:  # B values of the domain at most, summed (or NULL)
+            summed = table.columns[aggregate.column]
+            columns[name] = replace(summed, name=name, keys=None,
+                                    lower=min(0.0, bound * summed.lower),
+                                    upper=max(0.0, bound * summed.upper))
+            continue
         columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound),
                                None if bound is None else tuple(range(bound + 1)))
     return Table(table.name, group_size=table.group_size, columns=MappingProxyType(columns))

@@ -19,7 +19,7 @@ from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import LINKED_UNIT, Link, Table
 from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
-from proxy.vocabulary import UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
+from proxy.vocabulary import SUM, UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
 
 Execute = Callable[[str], list[tuple]]
 
@@ -212,10 +212,11 @@ def _joined_rows(plan: QueryPlan, sample_percent: int | None) -> exp.Expression:
 def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.Select:
     """The relation of one row per unit (``proxy.analyze.per_unit``): the source's rows
     in its scope (its table or join, its WHERE) grouped by the privacy unit, with the
-    unit and each per-unit count as the columns ``per_unit`` names. COUNT(col) counts
-    the normalised values (NaN is NULL), as a COUNT(col) of the rows does; the counts
-    are clamped to [0, B] where the outer aggregates read them (``needed_value``), not
-    here: the outer WHERE compares the units' true counts. A ``sample_percent`` samples
+    unit and each per-unit count (or sum) as the columns ``per_unit`` names. COUNT(col)
+    counts the normalised values (NaN is NULL), as a COUNT(col) of the rows does, SUM(col)
+    adds them; the counts are clamped to [0, B] (the sums to B times the domain) where
+    the outer aggregates read them (``needed_value``), not here: the outer WHERE
+    compares the units' true values. A ``sample_percent`` samples
     the rows, so a unit's count in the sample may be below its own: its values are not
     some of the relation's (only a pilot whose result is checked exactly may read it)."""
     source = per_unit.source
@@ -225,7 +226,8 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
         column = source.table.columns.get(aggregate.column)
         counted = exp.Star() if column is None else needed_value(source.table, ColumnNeeds(
             aggregate.column, count=True, lower=column.lower, upper=column.upper))
-        items.append(exp.alias_(exp.Count(this=counted), name, quoted=True))
+        value = exp.Sum(this=counted) if aggregate.kind == SUM else exp.Count(this=counted)
+        items.append(exp.alias_(value, name, quoted=True))
     rows = exp.select(*items).from_(source_table(source, sample_percent), copy=False)
     if source.where is not None:
         rows = rows.where(source.where.copy(), copy=False)

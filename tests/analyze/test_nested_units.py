@@ -134,6 +134,27 @@ def test_averages_over_units_clamp_each_count_to_the_declared_bound(loaded):
     assert stats.column("who").n == len([unit for unit in scope if unit is not None])
 
 
+def test_sums_per_unit_are_clamped_to_the_bound_times_the_domain(loaded):
+    """SUM(cost) per person (of the normalised costs: NaN out, as SUM skips NULL) is a
+    per-unit value of domain [0, 4 × 100]: person 5's five visits sum beyond the
+    declared 4 rows' reach only if their total passes 400; the outer AVG and SUM read
+    each unit's total clamped into it, the outer WHERE the true total."""
+    sql = ("SELECT AVG(total), SUM(total), COUNT(*) FROM (SELECT person_id, SUM(cost) AS "
+           "total FROM visits GROUP BY person_id) t WHERE total > 50")
+    totals: dict = {}
+    for unit, cost, _ in VISITS:
+        if not math.isnan(cost):
+            totals[unit] = totals.get(unit, 0.0) + cost
+    scope = [total for total in totals.values() if total > 50]
+    shift, groups, _, statements = recorded_statistics(loaded, sql)
+    stats = groups[()]
+    assert shift == 1 and groups[()].rows == len(scope) > 0
+    assert stats.column("total").n == len(scope)
+    assert stats.column("total").total == pytest.approx(sum(min(t, 400.0) for t in scope))
+    assert all(rows == 1 for _, rows in statements)  # sums only; no row leaves
+    assert loaded.backend.read(sql.replace("AVG(total), SUM(total), ", ""))[0][0] == len(scope)
+
+
 def test_a_having_in_the_subquery_is_the_outer_where(loaded):
     """HAVING on per-unit counts picks units as the outer WHERE does; an aggregate only
     HAVING names is a per-unit value of its own."""
@@ -200,10 +221,11 @@ REFUSED = [
     (("SELECT n, COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY "
       "person_id) t GROUP BY n"), "0A000",
      "GROUP BY over per-unit counts needs the rules to bound one unit's rows of claims"),
-    ("SELECT AVG(s) FROM (SELECT person_id, SUM(cost) AS s FROM visits GROUP BY person_id) t",
-     "0A000", "COUNT(*) and COUNT(col) are supported, not SUM(visits.cost)"),
-    (("SELECT COUNT(*) FROM (SELECT person_id FROM visits GROUP BY person_id "
-     "HAVING SUM(cost) > 3) t"), "0A000", "not SUM(visits.cost)"),
+    ("SELECT AVG(s) FROM (SELECT person_id, AVG(cost) AS s FROM visits GROUP BY person_id) t",
+     "0A000", "COUNT(col) and SUM(col) (of a column with a declared domain, on a table "
+     "with max_rows_per_unit) are supported, not AVG(visits.cost)"),
+    (("SELECT COUNT(*) FROM (SELECT person_id FROM claims GROUP BY person_id "
+     "HAVING SUM(amount) > 3) t"), "0A000", "not SUM(claims.amount)"),
     (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id "
      "ORDER BY n DESC LIMIT 3) t"), "0A000", "with LIMIT"),
     ("SELECT AVG(n) FROM (SELECT kind, COUNT(*) AS n FROM visits GROUP BY kind) t", "0A000",

@@ -1,11 +1,11 @@
 """Brute-force neighbours of aggregates over per-unit aggregates (issue 18, item 3):
 ``SELECT COUNT(*) | SUM(n) | AVG(n) | COUNT(DISTINCT unit) FROM (SELECT unit, COUNT(*) AS
-n FROM a [WHERE …] GROUP BY unit) t [WHERE n …]``.
+n FROM a [WHERE …] GROUP BY unit) t [WHERE n …]``, and ``SUM(x) AS n`` per unit.
 
 The subquery's rows are the units, each a function of that unit's rows alone, so a
 neighbour changes at most g of them (docs/privacy.md §3.11): the outer query is an
 ordinary aggregate of a row-level relation with shift g, per-unit counts clamped to
-[0, B] (B = max_rows_per_unit). Checked end to end: the relation, its scope and the
+[0, B] (B = max_rows_per_unit), per-unit sums to [0, B·U]. Checked end to end: the relation, its scope and the
 statistics come from the real pushed-down SQL over DuckDB (equal to a Python reference
 of the nested query, on the data and on a sample of its neighbours), the sensitivities
 from the code; every neighbour of one unit (or of two, for group_size 2) is enumerated:
@@ -85,6 +85,18 @@ def _counted_x(row) -> bool:
     return normalise_value(row[1], 0.0, 10.0) is not None
 
 
+def _summed_x(row) -> float:
+    """SUM(x) adds the normalised value (the subquery's WHERE x < 5 leaves no NULL or
+    NaN: -inf is clamped to 0)."""
+    return normalise_value(row[1], 0.0, 10.0)
+
+
+def _reach(query: str) -> float:
+    """What a per-unit value is clamped to where the outer SUM and AVG read it: a count
+    to [0, B], a sum of x to [0, B·10]."""
+    return BOUND * 10.0 if QUERIES[query][2] is _summed_x else float(BOUND)
+
+
 # name -> (SQL, the subquery's WHERE on a row of a (and its row of b, joined), what a
 # unit counts (None: every row), the outer WHERE on a unit's true count, whether the
 # outer count excludes the NULL unit (COUNT(DISTINCT unit)), whether SUM(n) and AVG(n)
@@ -108,6 +120,10 @@ QUERIES = {
     "more than B": (
         ("SELECT COUNT(*), AVG(n) FROM (SELECT unit, COUNT(*) AS n FROM a GROUP BY unit) t "
         "WHERE n >= 3"), lambda r, _: True, None, lambda n: n >= 3, False, True, False),
+    "sum per unit": (
+        ("SELECT COUNT(*), SUM(n), AVG(n) FROM (SELECT unit, SUM(x) AS n FROM a WHERE x < 5 "
+         "GROUP BY unit) t WHERE n > 1"), lambda r, _: _lt(r[1], 5), _summed_x,
+        lambda n: n > 1, False, True, False),
     "joined on the unit": (
         ("SELECT COUNT(*), AVG(n) FROM (SELECT a.unit, COUNT(*) AS n FROM a JOIN b "
          "ON a.unit = b.unit WHERE b.y > 1 OR a.x = 0 GROUP BY a.unit) t WHERE n > 1"),
@@ -130,7 +146,7 @@ def _units(rows, query: str) -> dict:
         for other in ([o for o in of_b if row[0] is not None and o[0] == row[0]] if joined
                       else [None]):
             if where(row, other):
-                units[row[0]] = units.get(row[0], 0) + (counted is None or counted(row))
+                units[row[0]] = units.get(row[0], 0) + (1 if counted is None else counted(row))
     return units
 
 
@@ -142,7 +158,7 @@ def _answers(rows, query: str, shift: int, model: str) -> tuple:
     count = sum(1 for unit, _ in scope if unit is not None or not distinct)
     if not summed:
         return count, 0.0
-    values = sorted(float(min(max(n, 0), BOUND)) for _, n in scope)
+    values = sorted(float(min(max(n, 0), _reach(query))) for _, n in scope)
     total = sum(values)
     if model == "idp" and shift == 1:
         total = winsorized_sum(total, values[:2], values[-2:], len(values))
