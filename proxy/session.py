@@ -28,10 +28,18 @@ from proxy.analyze import (
     refuse_beyond_backend,
     statement_tokens,
 )
+from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.outer import OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
+from proxy.analyze.staged import with_values
 from proxy.backends.base import Backend
-from proxy.errors import BackendFailed, BackendUnavailable, NotSupported, SyntaxProblem
+from proxy.errors import (
+    BackendFailed,
+    BackendUnavailable,
+    BudgetExhausted,
+    NotSupported,
+    SyntaxProblem,
+)
 from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.loss import Loss
@@ -59,6 +67,7 @@ from proxy.vocabulary import (
     GroupingSetsPlan,
     PassthroughPlan,
     QueryPlan,
+    StagedPlan,
 )
 
 log = logging.getLogger("idp_proxy.session")
@@ -191,12 +200,14 @@ class Session:
                 continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))
             plans = [part for _, part in work.parts] if isinstance(
-                work, (GroupingSetsPlan, CombinedPlan)) else [work]
+                work, (GroupingSetsPlan, CombinedPlan)) else [
+                    *(part for _, part in work.stages), work.held] if isinstance(
+                work, StagedPlan) else [work]
             for plan in plans:
                 if isinstance(plan, QueryPlan):
                     refuse_unanswerable(plan)
                 refuse_beyond_backend(plan, self.engine.backend.capabilities)
-            if isinstance(work, (QueryPlan, CombinedPlan)):
+            if isinstance(work, (QueryPlan, CombinedPlan, StagedPlan)):
                 _post_columns(work)  # before any debit: what its engine cannot bind
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
@@ -215,6 +226,8 @@ class Session:
             answer = self._grouping_sets(work)
         elif isinstance(work, CombinedPlan):
             answer = self._combined(work)
+        elif isinstance(work, StagedPlan):
+            answer = self._staged(work)
         else:
             answer = self._private(canonical, work)
         return _with_intervals(answer) if self.settings.intervals else answer
@@ -256,6 +269,40 @@ class Session:
         if isinstance(work.post, RankedSeries):
             return _ranked_series(work.post, *answers, privacy)
         return _outer_answer(work.post, answers, privacy)
+
+    def _staged(self, work: StagedPlan) -> Answer:
+        """Each scalar subquery answered (and charged) as it would be on its own, then
+        the statement with their released values in their places (proxy.analyze.staged);
+        the metadata: their ε added up, what each subquery released. Under the pure
+        accountant a budget that cannot pay for all of them is refused first, so no
+        subquery's answer is spent for nothing."""
+        ledger = self.engine.ledger
+        if not ledger.zcdp:
+            needed = sum((plan.loss.spent for plan in (*(p for _, p in work.stages),
+                                                       work.held)), Decimal(0))
+            if needed > ledger.remaining(self.analyst):
+                raise BudgetExhausted(
+                    f"privacy budget exhausted: this query and its subqueries need epsilon "
+                    f"{needed} together and {ledger.remaining(self.analyst)} remains; ask "
+                    "the data owner for more or use a smaller idp.epsilon")
+        answers = [self._private(canonical, plan) for canonical, plan in work.stages]
+        values = [answer.rows[0][0] if answer.rows else None for answer in answers]
+        statement = with_values(work, values, self.engine.rules)
+        plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement))
+        if not isinstance(plan, QueryPlan):  # 0 in their places analysed as a QueryPlan
+            raise NotSupported("the statement with its subqueries' values is not one "
+                               "aggregate query")
+        final = self._private(canonical_sql(statement), plan)
+        spent = [*answers, final]
+        released = "; ".join(_stage_note(canonical, value, answer) for (canonical, _), value,
+                             answer in zip(work.stages, values, answers))
+        privacy = dict(final.privacy,
+                       epsilon_spent=sum(a.privacy["epsilon_spent"] for a in spent),
+                       mechanism="; ".join(dict.fromkeys(
+                           m for a in spent for m in a.privacy["mechanism"].split("; "))),
+                       notes=[*final.privacy["notes"], _STAGED.format(released)])
+        return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
+                      final.kinds)
 
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
@@ -435,11 +482,13 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
 
 
-def _post_columns(work: QueryPlan | CombinedPlan) -> list[tuple[str, str]]:
+def _post_columns(work: QueryPlan | CombinedPlan | StagedPlan) -> list[tuple[str, str]]:
     """The (name, PostgreSQL type) of each column of ``work``'s answer, its
     post-processing run over a row of NULLs; what the post-processing engine cannot bind
     or cast (a named window it lacks, text added to a number) is refused here, before
     any debit."""
+    if isinstance(work, StagedPlan):
+        return _post_columns(work.held)
     plans = [plan for _, plan in work.parts] if isinstance(work, CombinedPlan) else [work]
     columns = [[(o.name, _output_kind(plan, o)) for o in plan.outputs] for plan in plans]
     post = work.post if isinstance(work, CombinedPlan) else None
@@ -508,6 +557,14 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
 
 
 _POST_PROCESSED = "{} ran on the released answers (post-processing, no epsilon)"
+def _stage_note(canonical: str, value: Any, answer: Answer) -> str:
+    """A subquery's released value, as the note of the statement it stood in states it."""
+    bounds = [b for values in answer.privacy["ci95"].values() for b in values if b is not None]
+    return f"({canonical}) = {value}" + (f" ±{_short(bounds[0])}" if bounds else "")
+
+
+_STAGED = ("each scalar subquery was answered first, as a release of its own (charged), and "
+           "its value put in its place: {}")
 _RANKED = ("the series kept are the top-N subquery's, ranked by its own release (charged "
            "beside the query's); the join ran on the released answers (no epsilon)")
 

@@ -343,6 +343,19 @@ class CombinedPlan:
 
 
 @dataclass(frozen=True)
+class StagedPlan:
+    """A statement whose scalar subqueries over protected tables are releases of their
+    own, answered first (``stages``: canonical SQL and plan of each, in the order they
+    stand in the WHERE); ``statement`` is then answered with their values in their
+    places; ``held`` is its plan with 0 there (what is refused before any debit, and
+    its answer's columns)."""
+
+    stages: tuple[tuple[str, QueryPlan], ...]
+    statement: Any
+    held: QueryPlan
+
+
+@dataclass(frozen=True)
 class PassthroughPlan:
     """A query touching only tables the rules mark public: run as written."""
 

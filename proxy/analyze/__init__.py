@@ -29,6 +29,7 @@ from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.semi_joins import exists_out, refuse_subqueries, semi_joins
+from proxy.analyze.staged import staged_plan
 from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
@@ -68,6 +69,7 @@ from proxy.vocabulary import (
     OutputColumn,
     PassthroughPlan,
     QueryPlan,
+    StagedPlan,
     multiplicity,
 )
 
@@ -179,7 +181,7 @@ def _syntax_problem(sql: str, error: ParseError, start: Token) -> SyntaxProblem:
 
 def analyze(
     statement: exp.Expression, rules: Rules, settings: Settings, hint: Decimal | None = None
-) -> QueryPlan | PassthroughPlan | GroupingSetsPlan | CombinedPlan:
+) -> QueryPlan | PassthroughPlan | GroupingSetsPlan | CombinedPlan | StagedPlan:
     """Check one statement and describe what to compute; raise Refused otherwise."""
     checkpoint()
     select = _distinct_unwrapped(_only_select(statement))
@@ -207,6 +209,11 @@ def analyze(
     if outer is not None:
         return outer
     place = _conditions_place(select)
+    # a scalar subquery over a protected table compared in the WHERE: a release first
+    staged = staged_plan(select, rules, lambda tree: analyze(tree, rules, settings, hint),
+                         canonical_sql)
+    if staged is not None:
+        return staged
     refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
@@ -583,7 +590,8 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
         if isinstance(node, exp.Star) or isinstance(item, exp.Star):
             raise RawRowAccess(f"SELECT * would return rows of the protected table {table.name}; "
                                f"ask for aggregates instead: {SUPPORTED}")
-        group = None if is_aggregate(node) else matching_group(node, group_by, table, resolve)
+        group = None if is_aggregate(node) else matching_group(
+            node, group_by, table, resolve, select.args.get("where"))
         if group is not None:
             name = item.alias if isinstance(item, exp.Alias) else default_name(node)
             outputs.append(OutputColumn(name, group=group))

@@ -112,8 +112,9 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
 
 
 def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Table,
-                   resolve) -> int | None:
-    """The index of the GROUP BY term a select item computes; None when it is none."""
+                   resolve, where: exp.Where | None = None) -> int | None:
+    """The index of the GROUP BY term a select item computes; None when it is none
+    (``where``: the statement's, whose lists may give a term its keys)."""
     if not terms:
         return None
     bare = node
@@ -124,7 +125,7 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
         return next((i for i, seen in enumerate(terms)
                      if seen.kind == RANGES and seen.unit == text), None)
     try:
-        term = group_term(node, table, resolve)
+        term = group_term(node, table, resolve, where.this if where is not None else None)
     except Refused:
         return None
     return next((i for i, seen in enumerate(terms) if seen.same_term(term)), None)
@@ -208,7 +209,7 @@ def group_term(node: exp.Expression, table: Table, resolve,
     if isinstance(node, exp.Case):
         return _case(node, table, resolve, name)
     if isinstance(node, exp.Substring):  # the CASE over the declared keys it stands for
-        return _case(substring_case(node, table, resolve), table, resolve, name)
+        return _case(substring_case(node, table, resolve, where), table, resolve, name)
     value = None if node.find(exp.Column) else _constant_value(node)
     if value is not None:  # every row's key: one group (Metabase's ABS(1) "pivot-grouping")
         return GroupKey(name, CASE, None, (value,), "text" if isinstance(value, str) else "int",

@@ -47,6 +47,8 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
         elif isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
             raise NotSupported(f"subqueries in {place} are not supported; "
                                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT")
+        elif isinstance(node, exp.Substring) and _fixed_substring(node, table, resolve_column):
+            continue  # SUBSTRING(text column, start ≥ 1, length ≥ 0): a function of the row
         elif isinstance(node, exp.Func) and not isinstance(node, _ALLOWED):
             raise UnknownFunction(
                 f"function {node.sql(dialect='postgres').split('(')[0]} is not allowed in "
@@ -60,6 +62,21 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
             )
     _check_literal_types(condition, table)
     return _merged_exclusions(condition)
+
+
+def _fixed_substring(node: exp.Substring, table: Table, resolve_column) -> bool:
+    """``SUBSTRING(col FROM start FOR length)`` of a text column with integer constants,
+    start ≥ 1 and length ≥ 0 (TPC-H's country codes, ``SUBSTRING(c_phone, 1, 2)``): the
+    same string on every backend, and it cannot fail (PostgreSQL refuses a negative
+    length). The shape cache never rebinds these constants (proxy.analyze.shapes)."""
+    column, start, length = node.this, node.args.get("start"), node.args.get("length")
+    if not isinstance(column, exp.Column) or length is None:
+        return False
+    declared = table.columns.get(resolve_column(column))
+    if declared is None or declared.type != "text":
+        return False
+    return all(isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit()
+               for value in (start, length)) and int(start.name) >= 1
 
 
 def _merged_exclusions(condition: exp.Expression) -> exp.Expression:

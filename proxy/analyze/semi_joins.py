@@ -82,9 +82,10 @@ def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
         else:
             form = f"a subquery over {protected[0]}"
         raise NotSupported(f"{form} is not supported: it reads the protected table "
-                           f"{protected[0]} to filter or compute each row (a list or an "
-                           "aggregate of other people's rows would need a release of its own); "
-                           f"supported: {ALLOWED}, joins along declared keys")
+                           f"{protected[0]} to filter or compute each row; supported: "
+                           f"{ALLOWED}, joins along declared keys, and an uncorrelated "
+                           "scalar subquery of one aggregate compared in the WHERE (a "
+                           "release of its own)")
 
 
 def semi_joins(found: tuple[exp.Exists, ...], table: Table, aliases: set[str], resolve,

@@ -245,7 +245,8 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
             columns_of[id(comparison)] = {c.name.lower()
                                           for c in comparison.find_all(exp.Column)}
         compared = columns_of[id(comparison)] if comparison is not None else set()
-        if "start" in literal.meta and not compared & outside:
+        if "start" in literal.meta and not compared & outside \
+                and literal.find_ancestor(exp.Substring) is None:  # its bounds are checked
             candidates.append(literal)
     checkpoint()
     held = _literals_by_start(plan)

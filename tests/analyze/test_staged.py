@@ -1,0 +1,134 @@
+"""Scalar subqueries over protected tables answered as releases of their own
+(proxy/analyze/staged.py), and substrings of a text column in the WHERE, whose listed
+values may be a GROUP BY's keys (TPC-H Q22), on both backends: the answers are those of
+the statement with the subquery's released value in its place, each release is
+charged on its own, and what cannot be answered is refused before anything is spent."""
+
+from __future__ import annotations
+
+import hashlib
+from decimal import Decimal
+
+import pytest
+
+from proxy.analyze import parse_statements
+from proxy.analyze.canonical import canonical_sql
+from proxy.errors import BudgetExhausted
+from proxy.session import Session
+from tests.factories import Table, engine_fixture
+from tests.probes import refused_for_free
+
+RULES = """
+[defaults]
+model = "dp"
+epsilon_per_query = 0.5
+budget_per_analyst = 100
+
+[analysts.alice]
+
+[analysts.poor]
+budget = 0.6
+
+[tables.accounts]
+privacy_unit = "id"
+max_rows_per_unit = 1
+[tables.accounts.columns]
+id      = { type = "int" }
+phone   = { type = "text" }
+region  = { type = "text", keys = ["n", "s"] }
+balance = { type = "float", domain = [-1000, 10000], resolution = 0.01 }
+"""
+PHONES = ["13-555", "31-777", "13-111", "29-000", "31-222", "17-999"]
+ACCOUNTS = Table(
+    {"id": list(range(600)), "phone": [PHONES[i % 6] for i in range(600)],
+     "region": ["ns"[i % 2] for i in range(600)],
+     "balance": [float((i * 37) % 5000) - 500.0 for i in range(600)]},
+    {"id": "INTEGER", "phone": "TEXT", "region": "TEXT", "balance": "DOUBLE PRECISION"})
+
+engine = engine_fixture(RULES, {"accounts": ACCOUNTS})
+
+
+def _ask(engine, sql: str, analyst: str = "alice"):
+    before = len(engine.ledger.entries(analyst))
+    (answer,) = list(Session.open(engine, analyst).execute(sql))
+    return answer, engine.ledger.entries(analyst)[before:]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_subquerys_released_value_stands_in_its_place(engine):
+    """The AVG is answered first (its ledger row the subquery's own), then the count of
+    balances above it, each charged 0.5: the answer is the statement's with the AVG."""
+    answer, entries = _ask(engine, "SELECT region, COUNT(*) FROM accounts WHERE balance > "
+                                   "(SELECT AVG(balance) FROM accounts WHERE balance > 0) "
+                                   "GROUP BY region")
+    balances = ACCOUNTS.columns["balance"]
+    positive = [b for b in balances if b > 0]
+    mean = sum(positive) / len(positive)
+    expected = {r: sum(1 for b, g in zip(balances, ACCOUNTS.columns["region"])
+                       if g == r and b > mean) for r in "ns"}
+    assert dict(answer.rows) == expected
+    assert [entry[6] for entry in entries] == [Decimal("0.5"), Decimal("0.5")]
+    subquery = canonical_sql(parse_statements(
+        "SELECT AVG(balance) FROM accounts WHERE balance > 0")[0])
+    assert entries[0][3] == hashlib.sha256(subquery.encode()).hexdigest()[:16]  # its own
+    assert answer.privacy["epsilon_spent"] == 1.0
+    assert any("answered first, as a release of its own" in note
+               for note in answer.privacy["notes"])
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
+    """TPC-H Q22's shape: substring(phone, 1, 2) grouped, its keys the codes the WHERE
+    lists (phone has no declared keys), a subquery as a BETWEEN bound."""
+    answer, entries = _ask(engine, (
+        "SELECT SUBSTRING(phone FROM 1 FOR 2) AS code, COUNT(*) AS n FROM accounts "
+        "WHERE SUBSTRING(phone, 1, 2) IN ('13', '31', '99') AND balance BETWEEN "
+        "(SELECT AVG(balance) FROM accounts WHERE region = 'n') AND 3000 GROUP BY 1"))
+    north = [b for b, r in zip(ACCOUNTS.columns["balance"], ACCOUNTS.columns["region"])
+             if r == "n"]
+    low = sum(north) / len(north)
+    expected = {code: sum(1 for p, b in zip(ACCOUNTS.columns["phone"],
+                                            ACCOUNTS.columns["balance"])
+                          if p[:2] == code and low <= b <= 3000) for code in ("13", "31", "99")}
+    assert dict(answer.rows) == expected and len(entries) == 2
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", [
+    ("SELECT COUNT(*) FROM accounts a WHERE balance > (SELECT AVG(balance) FROM accounts b "
+     "WHERE b.region = a.region)", "0A000", "a scalar subquery over accounts"),
+    ("SELECT COUNT(*) FROM accounts WHERE balance > (SELECT AVG(balance) FROM accounts "
+     "GROUP BY region)", "0A000", "a scalar subquery over accounts"),
+    ("SELECT COUNT(*) FROM accounts WHERE region = (SELECT MAX(phone) FROM accounts)",
+     "0A000", "a scalar subquery over accounts"),
+    ("SELECT COUNT(*) FROM accounts WHERE balance / (SELECT AVG(balance) FROM accounts) > 1",
+     "0A000", "a scalar subquery over accounts"),
+    ("SELECT COUNT(*) FROM accounts WHERE SUBSTRING(phone, 0, 2) = '1'", "42883",
+     "function SUBSTRING is not allowed in WHERE"),
+    ("SELECT COUNT(*) FROM accounts WHERE SUBSTRING(balance, 1, 2) = '1'", "42883",
+     "function SUBSTRING is not allowed in WHERE"),
+    ("SELECT SUBSTRING(phone, 1, 2), COUNT(*) FROM accounts GROUP BY 1", "0A000",
+     "needs declared keys on the text column phone"),
+])
+def test_what_cannot_be_staged_is_refused_for_free(engine, sql, sqlstate, fragment):
+    refused_for_free(engine, sql, sqlstate, fragment)
+
+
+def test_a_budget_short_of_both_releases_refuses_before_the_first(engine):
+    """Budget 0.6, two releases of 0.5: refused before the subquery is answered (under
+    the pure accountant), nothing spent."""
+    before = engine.ledger.entries("poor"), engine.ledger.budgets("poor")
+    with pytest.raises(BudgetExhausted, match="need epsilon 1.0 together"):
+        list(Session.open(engine, "poor").execute(
+            "SELECT COUNT(*) FROM accounts WHERE balance > (SELECT AVG(balance) FROM accounts)"))
+    assert (engine.ledger.entries("poor"), engine.ledger.budgets("poor")) == before
+
+
+def test_the_shape_cache_never_rebinds_a_substrings_bounds(engine):
+    """A statement kept in the shape cache comes back with other literals bound into its
+    plan; a substring's start and count are checked, so they are never bound anew."""
+    session = Session.open(engine, "alice")
+    list(session.execute("SELECT COUNT(*) FROM accounts WHERE SUBSTRING(phone, 1, 2) = '13'"))
+    before = engine.ledger.entries(), engine.ledger.budgets()
+    with pytest.raises(Exception, match="SUBSTRING is not allowed in WHERE"):
+        list(session.execute("SELECT COUNT(*) FROM accounts WHERE SUBSTRING(phone, 0, 2) = '1'"))
+    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
