@@ -246,7 +246,7 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
                                           for c in comparison.find_all(exp.Column)}
         compared = columns_of[id(comparison)] if comparison is not None else set()
         if "start" in literal.meta and not compared & outside \
-                and literal.find_ancestor(exp.Substring) is None:  # its bounds are checked
+                and not _in_substring(literal, comparison):  # its bounds are checked
             candidates.append(literal)
     checkpoint()
     held = _literals_by_start(plan)
@@ -255,6 +255,17 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
             if len(nodes := held.get(literal.meta["start"], [])) == 1
             and id(nodes[0]) in in_where
             and (nodes[0].this, nodes[0].is_string) == (literal.this, literal.is_string)]
+
+
+def _in_substring(literal: exp.Literal, comparison: exp.Expression | None) -> bool:
+    """Whether ``literal`` is a SUBSTRING's argument, looking up to its comparison only
+    (walking a long OR chain to its root for each literal was quadratic)."""
+    node = literal.parent
+    while node is not None and node is not comparison:
+        if isinstance(node, exp.Substring):
+            return True
+        node = node.parent
+    return False
 
 
 def _within(node: exp.Expression, ancestor: exp.Expression) -> bool:
