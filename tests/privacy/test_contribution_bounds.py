@@ -6,6 +6,7 @@ against about 660) and SUM(cost) with noise of 10⁷ against 5.8·10⁶."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -40,7 +41,13 @@ def visits(people: int = 3_000, seed: int = 5) -> Table:
                   "cost": "DOUBLE PRECISION"})
 
 
-VISITS = visits(10_000)
+@functools.cache
+def visits_table() -> Table:
+    """The 10,000 people's visits, made once a test process asks (about 0.6 s: not at
+    import, which every test worker does)."""
+    return visits(10_000)
+
+
 RULES = f"""
 [defaults]
 model = "idp"
@@ -59,14 +66,14 @@ week = {{ type = "int", keys = {WEEKS!r} }}
 cost = {{ type = "float", domain = [0, 100000], resolution = 0.01 }}
 """.replace("'", '"')
 
-engine = engine_fixture(RULES, {"visits": VISITS}, shared=True)
+engine = engine_fixture(RULES, lambda: {"visits": visits_table()}, shared=True)
 
 
 def truth(where=lambda cost: True, by: str = "department") -> dict[str, tuple[float, float]]:
     """(SUM, AVG) per department (or week) of the normalised costs (NaN dropped,
     clamped)."""
     sums: dict[str, list[float]] = {}
-    for key, cost in zip(VISITS.columns[by], VISITS.columns["cost"]):
+    for key, cost in zip(visits_table().columns[by], visits_table().columns["cost"]):
         if cost is None or math.isnan(cost):
             continue
         cost = min(max(cost, 0.0), 100_000.0)
@@ -78,7 +85,7 @@ def truth(where=lambda cost: True, by: str = "department") -> dict[str, tuple[fl
 def contributions(bound: float, where=lambda cost: True) -> dict[str, tuple[int, float]]:
     """(units beyond ±bound, their clipped sum) per department, by hand."""
     per_unit: dict[tuple[str, int], float] = {}
-    for person, department, cost in zip(*(VISITS.columns[c] for c in ("person", "department",
+    for person, department, cost in zip(*(visits_table().columns[c] for c in ("person", "department",
                                                                       "cost"))):
         if cost is None or math.isnan(cost):
             continue
@@ -109,7 +116,7 @@ def test_the_statement_computes_each_units_contribution(engine):
             assert got.beyond[k] == expected[department][0], (k, department)
             # each clipped contribution is summed rounded to 10⁻⁶ (scope.exact_sum)
             assert got.clipped[k] == pytest.approx(expected[department][1],
-                                                   abs=1e-6 * len(VISITS.columns["cost"]))
+                                                   abs=1e-6 * len(visits_table().columns["cost"]))
 
 
 def test_a_units_contributions_are_clipped_as_their_total_over_the_groups(engine):
@@ -127,7 +134,7 @@ def test_a_units_contributions_are_clipped_as_their_total_over_the_groups(engine
                                       engine.backend.capabilities, None, view.tx.execute,
                                       frozenset({Contribution("cost")}))
     per_unit: dict[tuple[int, int], float] = {}
-    for person, week, cost in zip(*(VISITS.columns[c] for c in ("person", "week", "cost"))):
+    for person, week, cost in zip(*(visits_table().columns[c] for c in ("person", "week", "cost"))):
         if cost is not None and not math.isnan(cost) and min(cost, 100_000.0) > 100:
             per_unit[week, person] = per_unit.get((week, person), 0.0) + min(cost, 100_000.0)
     totals: dict[int, float] = {}
@@ -197,7 +204,7 @@ def test_stddev_follows_the_data_not_the_domain(engine):
     biased low, wide noise). So of 15 releases at least 7 lie within [σ/2, 2σ] (fewer:
     p ≈ 10⁻⁴) and their median within [σ/2, 1.5σ]; no note claims "too few values"."""
     session = Session.open(engine, "zoe")
-    costs = [min(max(c, 0.0), 100_000.0) for c in VISITS.columns["cost"]
+    costs = [min(max(c, 0.0), 100_000.0) for c in visits_table().columns["cost"]
              if c is not None and not math.isnan(c)]
     true = float(np.std(costs, ddof=1))
     spreads = []

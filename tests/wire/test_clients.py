@@ -10,12 +10,7 @@ import asyncio
 import json
 import subprocess
 
-import asyncpg
-import pandas as pd
-import pg8000.native
-import psycopg2
 import pytest
-import sqlalchemy
 
 from tests.factories import REGIONS
 from tests.system import jdbc_classpath, node_client
@@ -32,7 +27,12 @@ def _check(median, groups, count):
     assert 500 < count < 1500
 
 
+# Each client library is imported by its own test: every test worker collects this
+# module, and pandas and SQLAlchemy alone take most of a second to import.
+
 def test_psycopg2(proxy):
+    import psycopg2
+
     con = psycopg2.connect(proxy.dsn("alice"))  # simple protocol, client-side parameters
     cur = con.cursor()
     cur.execute(MEDIAN)
@@ -50,6 +50,8 @@ def test_psycopg2(proxy):
 
 
 def test_asyncpg(proxy):
+    import asyncpg
+
     async def session():
         con = await asyncpg.connect(host="127.0.0.1", port=proxy.port, user="alice",
                                     database="demo")
@@ -73,6 +75,8 @@ def test_asyncpg(proxy):
 
 
 def test_pg8000(proxy):
+    import pg8000.native
+
     con = pg8000.native.Connection("alice", host="127.0.0.1", port=proxy.port,
                                    database="demo")
     ((median,),) = con.run(MEDIAN)
@@ -87,6 +91,9 @@ def test_pg8000(proxy):
 
 
 def test_sqlalchemy_and_pandas(proxy):
+    import pandas as pd
+    import sqlalchemy
+
     engine = sqlalchemy.create_engine(
         f"postgresql+psycopg://alice@127.0.0.1:{proxy.port}/demo")
     inspector = sqlalchemy.inspect(engine)
