@@ -75,16 +75,11 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     """The slow tests start first, the longest first (``slow(seconds=…)``, else a
-    minute), then the modules that go to one worker whole (SHARED_MODULES, the Sail
-    tests), so that the short ones fill the workers' ends instead of a minute-long test
-    or a whole module starting last (test_wire_limits.py, 16 s on one worker, was
-    collected last of all)."""
+    minute), so that the short ones fill the workers' ends instead of a minute-long test
+    starting last."""
     def expected(item) -> float:
         slow = item.get_closest_marker("slow")
-        if slow is not None:
-            return slow.kwargs.get("seconds", 60)
-        module = item.nodeid.split("::", 1)[0]
-        return 1 if module in SHARED_MODULES or "[spark" in item.nodeid else 0
+        return 0 if slow is None else slow.kwargs.get("seconds", 60)
 
     items.sort(key=expected, reverse=True)  # stable
 
