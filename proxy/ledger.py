@@ -649,6 +649,14 @@ class Ledger:
             f"SELECT {self._left_sql()} FROM idp.budgets WHERE analyst = %s", (account,))
         return rows[0][0] if rows and rows[0][0] is not None else 0
 
+    def affords(self, analyst: str, loss: Loss) -> bool:
+        """Whether the analyst's budget and the global one could pay ``loss`` now, in the
+        accountant's unit (micro-ε, or ρ under zcdp): the check before a statement of
+        several releases, so that none is spent for nothing (each debit still decides
+        for itself, atomically)."""
+        needed = Decimal(loss.spent_rho) if self.zcdp else to_micro(loss.spent)
+        return min(self._left(account) for account in self._accounts(analyst)) >= needed
+
     def remaining(self, analyst: str) -> Decimal:
         """What the analyst can still spend: the smaller of their and the global budget
         (under zcdp: the largest ε one more ε-DP answer may take)."""

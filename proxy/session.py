@@ -273,18 +273,18 @@ class Session:
     def _staged(self, work: StagedPlan) -> Answer:
         """Each scalar subquery answered (and charged) as it would be on its own, then
         the statement with their released values in their places (proxy.analyze.staged);
-        the metadata: their ε added up, what each subquery released. Under the pure
-        accountant a budget that cannot pay for all of them is refused first, so no
-        subquery's answer is spent for nothing."""
+        the metadata: their ε added up, what each subquery released. A budget that
+        cannot pay for all of them is refused first, so no subquery's answer is spent
+        for nothing."""
         ledger = self.engine.ledger
-        if not ledger.zcdp:
-            needed = sum((plan.loss.spent for plan in (*(p for _, p in work.stages),
-                                                       work.held)), Decimal(0))
-            if needed > ledger.remaining(self.analyst):
-                raise BudgetExhausted(
-                    f"privacy budget exhausted: this query and its subqueries need epsilon "
-                    f"{needed} together and {ledger.remaining(self.analyst)} remains; ask "
-                    "the data owner for more or use a smaller idp.epsilon")
+        plans = [*(plan for _, plan in work.stages), work.held]
+        needed = sum((plan.loss for plan in plans[1:]), plans[0].loss)
+        if not ledger.affords(self.analyst, needed):
+            raise BudgetExhausted(
+                f"privacy budget exhausted: this query and its subqueries need epsilon "
+                f"{needed.spent} together and one more answer may take at most "
+                f"{ledger.remaining(self.analyst)}; ask the data owner for more or use a "
+                "smaller idp.epsilon")
         answers = [self._private(canonical, plan) for canonical, plan in work.stages]
         values = [answer.rows[0][0] if answer.rows else None for answer in answers]
         statement = with_values(work, values, self.engine.rules)

@@ -15,7 +15,7 @@ from proxy.analyze import parse_statements
 from proxy.analyze.canonical import canonical_sql
 from proxy.errors import BudgetExhausted
 from proxy.session import Session
-from tests.factories import Table, engine_fixture
+from tests.factories import Table, engine_fixture, open_engine
 from tests.probes import refused_for_free
 
 RULES = """
@@ -114,10 +114,23 @@ def test_what_cannot_be_staged_is_refused_for_free(engine, sql, sqlstate, fragme
 
 
 def test_a_budget_short_of_both_releases_refuses_before_the_first(engine):
-    """Budget 0.6, two releases of 0.5: refused before the subquery is answered (under
-    the pure accountant), nothing spent."""
+    """Budget 0.6, two releases of 0.5: refused before the subquery is answered, nothing
+    spent."""
+    _refused_before_the_first(engine)
+
+
+@pytest.mark.parametrize("accounting", ['accounting = "zcdp"\naccounting_delta = 1e-6'])
+def test_under_zcdp_the_check_is_of_the_releases_rho(duckdb_url, accounting):
+    """Under zcdp the budget 0.6 at δ 10⁻⁶ is a ρ of about 0.0088, two releases at ε 0.5
+    need 0.25: refused the same way."""
+    with open_engine(duckdb_url, RULES.replace("[defaults]", f"[defaults]\n{accounting}"),
+                     {"accounts": ACCOUNTS}) as zcdp:
+        _refused_before_the_first(zcdp)
+
+
+def _refused_before_the_first(engine) -> None:
     before = engine.ledger.entries("poor"), engine.ledger.budgets("poor")
-    with pytest.raises(BudgetExhausted, match="need epsilon 1.0 together"):
+    with pytest.raises(BudgetExhausted, match="need epsilon 1 together"):
         list(Session.open(engine, "poor").execute(
             "SELECT COUNT(*) FROM accounts WHERE balance > (SELECT AVG(balance) FROM accounts)"))
     assert (engine.ledger.entries("poor"), engine.ledger.budgets("poor")) == before
