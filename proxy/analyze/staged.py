@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from proxy.errors import ProxyError
+from proxy.errors import ProxyError, QueryCanceled
 from proxy.rules import Rules
 from proxy.vocabulary import QueryPlan, StagedPlan
 
@@ -49,6 +49,8 @@ def staged_plan(select: exp.Select, rules: Rules, analyse: Callable[[exp.Express
     for node in found:
         try:
             plan = analyse(node.this.copy())
+        except QueryCanceled:
+            raise  # a cancel during the analysis stops it (57014), whatever it analysed
         except ProxyError:
             return None  # refused as a subquery of the statement, as before
         if not _one_number(plan):
@@ -71,8 +73,14 @@ def with_values(staged: StagedPlan, values: list[float | int | None], rules: Rul
     found = [node for node in statement.args["where"].find_all(exp.Subquery)
              if _protected(node, rules)]
     for node, value in zip(found, values):
-        node.replace(exp.Null() if value is None else exp.Literal.number(repr(value)))
+        node.replace(exp.Null() if value is None else _number(value))
     return statement
+
+
+def _number(value: float | int) -> exp.Expression:
+    """A released number as the parser writes one (a negative as a minus sign before it)."""
+    literal = exp.Literal.number(repr(abs(value)))
+    return exp.Neg(this=literal) if value < 0 else literal
 
 
 def _protected(node: exp.Subquery, rules: Rules) -> bool:

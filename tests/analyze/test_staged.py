@@ -145,3 +145,15 @@ def test_the_shape_cache_never_rebinds_a_substrings_bounds(engine):
     with pytest.raises(Exception, match="SUBSTRING is not allowed in WHERE"):
         list(session.execute("SELECT COUNT(*) FROM accounts WHERE SUBSTRING(phone, 0, 2) = '1'"))
     assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_negative_released_value_stands_in_as_a_negative_number(engine):
+    """MIN(balance) is released below 0 (balances from −500): the statement compares with
+    that negative number as written, answered exactly with it."""
+    answer, _ = _ask(engine, "SELECT COUNT(*) FROM accounts WHERE balance > "
+                             "(SELECT MIN(balance) FROM accounts)")
+    (note,) = [n for n in answer.privacy["notes"] if "answered first" in n]
+    value = float(note.split(") = ")[1].split()[0])
+    assert value < 0
+    assert answer.rows == [(sum(1 for b in ACCOUNTS.columns["balance"] if b > value),)]
