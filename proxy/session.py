@@ -557,6 +557,8 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
 
 
 _POST_PROCESSED = "{} ran on the released answers (post-processing, no epsilon)"
+
+
 def _stage_note(canonical: str, value: Any, answer: Answer) -> str:
     """A subquery's released value, as the note of the statement it stood in states it."""
     bounds = [b for values in answer.privacy["ci95"].values() for b in values if b is not None]
