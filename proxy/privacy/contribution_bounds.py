@@ -37,10 +37,11 @@ function of the private draw. An empty group draws its bound from the prior alon
 contributions over the groups is clipped in L1 norm: scaled by min(1, B/T_u), T_u the
 sum of its |contributions| in every group. The rung is drawn once for the query, as in
 step 2 with β_k the units whose T_u lies beyond B_k (a neighbour changes g of them)
-and a stronger public prior (``joint_prior``), and every group's sum gets Laplace noise of scale g·2B/ε_s: a unit's clipped vector,
-before and after, has L1 norm at most B each, so the vector of group sums moves by at
-most g·2B in L1 (plus the sums' rounding to 10⁻⁶, G·10⁻⁶ a unit). The whole ε goes to
-one draw and one vector instead of m parts: about m/2 times less noise.
+and a stronger public prior (``joint_prior``), and every group's sum gets Laplace
+noise of scale g·2B/ε_s: a unit's clipped vector, before and after, has L1 norm at
+most B each, so the vector of group sums moves by at most g·2B in L1 (plus the sums'
+rounding to 10⁻⁶, G·10⁻⁶ a unit). The whole ε goes to one draw and one vector instead
+of m parts: about m/2 times less noise.
 
 With Gaussian noise (the zcdp accountant) the parts are of the answer's ρ instead: the
 draw takes a third, as the exponential mechanism at the largest ε_b (of six places) with
