@@ -56,12 +56,14 @@ class Loss:
         rho = self.rho * share if isinstance(share, int) else self.rho * share * share
         return Loss(self.epsilon * share, self.delta * share, rho)
 
-    def split(self, *weights: int | Fraction) -> tuple[Loss, ...]:
+    def split(self, *weights: int | Fraction, by_rho: bool = False) -> tuple[Loss, ...]:
         """Parts in proportion to ``weights`` that add back to this loss exactly: what
         a mechanism made of several draws spends on each (the one place a loss is
-        divided)."""
+        divided); ``by_rho``: parts of its ρ (``rho_part``), for draws whose noise is
+        set from their ρ (Gaussian)."""
         total = sum(weights)
-        return tuple(self * (Fraction(weight) / total) for weight in weights)
+        shares = [Fraction(weight) / total for weight in weights]
+        return tuple(self.rho_part(share) if by_rho else self * share for share in shares)
 
     def rho_part(self, share: Fraction) -> Loss:
         """``share`` of this loss for noise set from its ρ (Gaussian noise): zCDP parts

@@ -148,12 +148,8 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
                 gaussian: bool = False) -> tuple[Noisy, int]:
     """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above, of the
     loss's ε, or of its ρ where the sum's noise is Gaussian."""
-    if gaussian:
-        of_bound, of_sum = (loss.rho_part(BOUND_SHARE), loss.rho_part(1 - BOUND_SHARE))
-        epsilon = bounded_range_epsilon(of_bound.rho)
-    else:
-        of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)
-        epsilon = of_bound.epsilon
+    of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
+    epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
     k = _draw_rung(ladder.beyond, epsilon, group_size, rng)
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
                   confidence, gaussian), k

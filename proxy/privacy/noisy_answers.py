@@ -435,9 +435,8 @@ def _release_clipped(a: Asked) -> Released:
                                  plan.group_count, column.resolution, rng, confidence)
         note = joint_note(rows_per_unit)
     else:
-        of_count, of_sum = (None, loss) if agg.kind != AVG else (
-            (loss.rho_part(Fraction(1, 4)), loss.rho_part(Fraction(3, 4))) if gaussian
-            else loss.split(1, 3))
+        of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
+                                                                           by_rho=gaussian)
         noisy_sum, _ = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
                                    column.resolution, rng, confidence, gaussian)
         note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
@@ -496,7 +495,7 @@ def _release_average(a: Asked, stats: ColumnStats, column, cal: Calibration, los
     Gaussian noise: half the ρ each)."""
     total, sum_sensitivity = _sum_and_sensitivity(stats, column, cal)
     gaussian = a.plan.gaussian(a.agg)
-    of_sum, of_count = (loss.rho_part(Fraction(1, 2)),) * 2 if gaussian else loss.split(1, 1)
+    of_sum, of_count = loss.split(1, 1, by_rho=gaussian)
     # Each part inside its 97.5% interval: both at once with probability ≥ 95%.
     scale, step = _real_scale(sum_sensitivity, cal, column), grid_step(column.resolution)
     noisy_sum = (gaussian_real(total, scale, of_sum.rho, rng, step, 0.975) if gaussian
