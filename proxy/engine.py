@@ -266,12 +266,12 @@ class Engine:
         wanted = laddered(plan)
         ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
                               shift // table.group_size) for contribution in wanted)
-        joint = frozenset(Contribution(plan.aggregates[index].column)
-                          for index in joint_clipped(plan, shift))
+        indexes = joint_clipped(plan, shift)
+        joint = frozenset(Contribution(plan.aggregates[index].column) for index in indexes)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
                                                clip, tx.execute, joint).items():
             groups.setdefault(key, GroupStats()).ladders = found
-        draw_joint_bounds(plan, shift, groups, self.rng)
+        draw_joint_bounds(plan, indexes, shift, groups, self.rng)
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:

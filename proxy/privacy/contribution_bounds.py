@@ -196,12 +196,12 @@ def sum_loss(plan: QueryPlan, agg) -> tuple[Loss | None, Loss]:
     return (None, loss) if agg.kind == SUM else loss.split(1, 3)
 
 
-def draw_joint_bounds(plan: QueryPlan, shift: int, groups: dict[tuple, GroupStats],
-                      rng: RandomSource) -> None:
-    """Step 2 once for all groups, for each aggregate of ``joint_clipped``: β_k summed
-    over the groups (the statement counts each unit in one group, ``first``), the rung
-    recorded in every group's ``joint``."""
-    for index in joint_clipped(plan, shift):
+def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
+                      groups: dict[tuple, GroupStats], rng: RandomSource) -> None:
+    """Step 2 once for all groups, for each aggregate of ``indexes`` (``joint_clipped``):
+    β_k summed over the groups (the statement counts each unit in one group,
+    ``first``), the rung recorded in every group's ``joint``."""
+    for index in indexes:
         agg = plan.aggregates[index]
         contribution = Contribution(agg.column)
         ladder_rungs = rungs(contribution, plan.table.columns[agg.column],
