@@ -56,20 +56,24 @@ def staged_plan(select: exp.Select, rules: Rules, analyse: Callable[[exp.Express
         if not _one_number(plan):
             return None
         stages.append((canonical(node.this), plan))
-    held = select.copy()
-    for node in [n for n in held.args["where"].find_all(exp.Subquery) if _protected(n, rules)]:
-        node.replace(exp.Literal.number(0))
-    statement = select.copy()
+    held = _with_values(select, [0] * len(found), rules)
     outer = analyse(held)  # refused here, before any debit, for what 0 shows
     if not isinstance(outer, QueryPlan):
         return None
-    return StagedPlan(tuple(stages), statement, outer)
+    return StagedPlan(tuple(stages), select.copy(), outer)
 
 
 def with_values(staged: StagedPlan, values: list[float | int | None], rules: Rules
                 ) -> exp.Select:
     """The statement with each subquery replaced by its released value, in order."""
-    statement = staged.statement.copy()
+    return _with_values(staged.statement, values, rules)
+
+
+def _with_values(select: exp.Select, values: list[float | int | None], rules: Rules
+                 ) -> exp.Select:
+    """A copy of ``select`` with its WHERE's subqueries over protected tables replaced
+    by ``values``, in order."""
+    statement = select.copy()
     found = [node for node in statement.args["where"].find_all(exp.Subquery)
              if _protected(node, rules)]
     for node, value in zip(found, values):
