@@ -47,10 +47,18 @@ def ladder_of(records: list[Record], lower: float, upper: float, ladder: tuple[f
             sums[key] = sums.get(key, 0.0) + term
     out = {}
     for group in range(groups):
-        mine = [total for (g, _), total in sums.items() if g == group]
+        # by |x|, each rung taking in the values up to it (the ladder rises): those
+        # beyond count, and clip to ±B_k by their sign
+        mine = sorted((total for (g, _), total in sums.items() if g == group), key=abs)
+        within, inside, signs = 0, 0.0, sum(1 if x > 0 else -1 if x < 0 else 0 for x in mine)
         for k, bound in enumerate(ladder):
-            out[group, k, "beyond"] = sum(1 for x in mine if abs(x) > bound)
-            out[group, k, "clipped"] = sum(min(max(x, -bound), bound) for x in mine)
+            while within < len(mine) and abs(mine[within]) <= bound:
+                x = mine[within]
+                inside += x
+                signs -= 1 if x > 0 else -1 if x < 0 else 0
+                within += 1
+            out[group, k, "beyond"] = len(mine) - within
+            out[group, k, "clipped"] = inside + signs * bound
     return out
 
 
@@ -104,13 +112,15 @@ def joint_ladder_of(records: list[Record], lower: float, upper: float,
     totals: dict[object, float] = {}
     for (_, unit), value in sums.items():
         totals[unit] = totals.get(unit, 0.0) + abs(value)
+    parts: list[list[tuple[float, float]]] = [[] for _ in range(groups)]
+    for (group, unit), value in sums.items():
+        parts[group].append((value, totals[unit]))
     out: dict = {}
     for k, bound in enumerate(ladder):
         out[k, "beyond"] = sum(1 for total in totals.values() if total > bound)
         out[k, "clipped"] = tuple(
-            sum(value * (bound / totals[unit] if totals[unit] > bound else 1.0)
-                for (g, unit), value in sums.items() if g == group)
-            for group in range(groups))
+            sum(value * (bound / total if total > bound else 1.0) for value, total in part)
+            for part in parts)
     return out
 
 
