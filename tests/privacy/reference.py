@@ -15,6 +15,7 @@ from proxy.engine import answered
 from proxy.privacy.requests import CountRequest, RankRequest
 from proxy.statistics import RankRef
 from proxy.statistics import clamp_to_domain as _normalise
+from proxy.statistics import percentile_rank
 from tests.privacy.harness import LOWER, UPPER
 
 # The same rule, remembered: the enumerations normalise the same few raw values millions
@@ -97,10 +98,14 @@ in_domain = functools.partial(scope_values, lower=LOWER, upper=UPPER)
 
 
 def percentile(values: list[float], fraction: Fraction, lower: float, upper: float) -> float:
-    from proxy.statistics import percentile_rank
     if not values:
         return (lower + upper) / 2
-    return values[percentile_rank(len(values), fraction) - 1]
+    return values[_rank(len(values), fraction) - 1]
+
+
+# The rank of a few sizes and fractions, asked millions of times (Fraction's arithmetic
+# is slow)
+_rank = functools.lru_cache(maxsize=None)(percentile_rank)
 
 
 def contribution_bound(records) -> int:
