@@ -70,7 +70,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
 from proxy.statistics import ColumnNeeds, Contribution, GroupStats
-from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
+from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, QueryPlan
 
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
@@ -106,7 +106,7 @@ class Engine:
                 backend.track_versions(table.name)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple, int] = {}
-        self._public_keys: dict[tuple[str, str, str], tuple] = {}
+        self._public_keys: dict[tuple[str, str], tuple] = {}
         # idp.answers' entries met or stored by this process, by (analyst, key): a repeat
         # reads no entry from the backend
         self._answers: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
@@ -141,22 +141,22 @@ class Engine:
     def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
                           versions: dict[str, str | None]) -> QueryPlan:
         """``plan`` with every GROUP BY term over a public table's column keyed by that
-        column's distinct values in the public table (public: reading them reveals
-        nothing of the protected data), read once per data version of that table."""
+        column's distinct values in the public table among its rows the WHERE's
+        conditions on that table alone keep (public: reading them reveals nothing of the
+        protected data; a key they drop has no row in the answer, so no group is
+        answered for it), read once per data version of that table and conditions."""
         if not any(term.kind == PUBLIC for term in plan.group_by):
             return plan
         limit = self.rules.defaults.max_groups
         terms = []
         for term in plan.group_by:
             if term.kind == PUBLIC:
-                column = plan.table.columns[term.column]
-                join = next(j for j in plan.joins if j.alias == column.join)
-                version = versions.get(join.alias)
-                cached = (join.table.name, column.source, version)
+                sql = public_keys_sql(plan, term, limit + 1, self.backend.dialect)
+                version = versions.get(plan.table.columns[term.column].join)
+                cached = (sql, version)
                 keys = self._public_keys.get(cached) if version is not None else None
                 if keys is None:
-                    keys = tuple(row[0] for row in tx.execute(public_keys_sql(
-                        join.table.name, column.source, limit + 1, self.backend.dialect)))
+                    keys = tuple(row[0] for row in tx.execute(sql))
                     if version is not None:
                         self._public_keys[cached] = keys
                 term = replace(term, keys=keys)
@@ -626,10 +626,34 @@ def _check_rows_per_key(rules: Rules, table: str, columns: tuple[str, ...], most
                      "the shift allows for; raise the bound, or remove the extra rows")
 
 
-def public_keys_sql(table: str, column: str, limit: int, dialect: str) -> str:
-    """The distinct non-NULL values of a public table's column, in order, at most
+def public_keys_sql(plan: QueryPlan, term: GroupKey, limit: int, dialect: str) -> str:
+    """The keys of a GROUP BY term over a public table's column: its distinct non-NULL
+    values among the table's rows that meet the WHERE's conditions on that table alone
+    (``_conditions_on``, over its columns as the plan names them), in order, at most
     ``limit`` of them."""
-    value = exp.column(column, quoted=True)
-    return (exp.select(value.copy()).distinct().from_(table_ref(table))
-            .where(value.copy().is_(exp.null()).not_()).order_by(value.copy()).limit(limit)
-            .sql(dialect=dialect))
+    column = plan.table.columns[term.column]
+    join = next(j for j in plan.joins if j.alias == column.join)
+    value = exp.column(term.column, quoted=True)
+    rows = exp.select(*(exp.alias_(exp.column(name, quoted=True), join.column_name(name),
+                                   quoted=True) for name in join.table.columns)
+                      ).from_(table_ref(join.table.name))
+    return (exp.select(value.copy()).distinct().from_(rows.subquery("_idp_p"))
+            .where(exp.and_(value.copy().is_(exp.null()).not_(),
+                            *(c.copy() for c in _conditions_on(plan, join.alias))))
+            .order_by(value.copy()).limit(limit).sql(dialect=dialect))
+
+
+def _conditions_on(plan: QueryPlan, alias: str) -> list[exp.Expression]:
+    """The conjuncts of the plan's WHERE over columns of the public table ``alias`` alone
+    (no subquery): what they keep of its rows is public."""
+    where = plan.where
+    if where is None:
+        return []
+    found = []
+    for condition in (where.flatten() if isinstance(where, exp.And) else [where]):
+        columns = list(condition.find_all(exp.Column))
+        if columns and not condition.find(exp.Subquery, exp.Select) and all(
+                getattr(plan.table.columns.get(c.name), "join", None) == alias and not c.table
+                for c in columns):
+            found.append(condition)
+    return found

@@ -194,6 +194,19 @@ def test_public_keys_beyond_max_groups_are_refused_before_the_debit(duckdb_url):
         assert (engine.ledger.entries(), engine.ledger.budgets()) == before
 
 
+
+def test_the_wheres_conditions_on_the_public_table_alone_restrict_its_keys(backend_url):
+    """Keys of a public column are read among the public rows the WHERE's conditions
+    on that table alone keep (zone 2: Beta and Gamma; max_groups 2 now holds), not
+    where a condition reads the protected table too (zone 2 OR age < 30: every name)."""
+    with open_engine(backend_url, _rules(max_groups=2), _tables) as engine:
+        session = Session.open(engine, "alice")
+        (answer,) = session.execute(f"SELECT r.name, COUNT(*) {JOIN} WHERE r.zone = 2 "
+                                    "AND r.name <> 'Alpha' AND age >= 0 GROUP BY r.name")
+        assert [row[0] for row in answer.rows] == ["Beta", "Gamma"]
+        with pytest.raises(Refused, match="max_groups = 2"):
+            list(session.execute(f"SELECT r.name, COUNT(*) {JOIN} WHERE r.zone = 2 "
+                                 "OR age < 30 GROUP BY r.name"))
 JOIN = "FROM people p JOIN regions r ON p.region = r.code"
 REFUSED = [
     ("SELECT COUNT(*) FROM regions r LEFT JOIN people p ON p.region = r.code", "0A000",

@@ -150,8 +150,8 @@ def _pushed_down(con, rows, query: str):
         return con.execute(sql).fetchall()
 
     plan = replace(plan, group_by=tuple(
-        replace(term, keys=tuple(r[0] for r in execute(public_keys_sql(
-            "pub", term.column.split(".", 1)[1], 100, "duckdb"))))
+        replace(term, keys=tuple(r[0] for r in execute(
+            public_keys_sql(plan, term, 100, "duckdb"))))
         if term.kind == PUBLIC else term for term in plan.group_by))
     counts: dict[int, int] = {}
     for row in rows:

@@ -192,8 +192,8 @@ def test_chain_sensitivities_bound_every_neighbour(con, query, units, rows_per_u
         plan = analyze(parse_statements(QUERIES[query][0])[0], RULES, Settings())
         execute = lambda sql: con.execute(sql).fetchall()
         plan = replace(plan, group_by=tuple(
-            replace(term, keys=tuple(r[0] for r in execute(public_keys_sql(
-                "zones", "label", 100, "duckdb")))) if term.kind == PUBLIC else term
+            replace(term, keys=tuple(r[0] for r in execute(
+                public_keys_sql(plan, term, 100, "duckdb")))) if term.kind == PUBLIC else term
             for term in plan.group_by))
         shift = max(sum(r[0] == unit for r in rows) for unit, *_ in rows)
         groups = compute_statistics(plan, column_needs(plan, shift),

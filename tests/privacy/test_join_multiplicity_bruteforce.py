@@ -190,8 +190,8 @@ def _plan(con, query: str, model: str):
     plan = analyze(parse_statements(sql)[0], RULES, Settings(model=model))
     assert plan.multiplicity == 3
     return replace(plan, group_by=tuple(
-        replace(term, keys=tuple(r[0] for r in con.execute(public_keys_sql(
-            "pub", term.column.split(".", 1)[1], 100, "duckdb")).fetchall()))
+        replace(term, keys=tuple(r[0] for r in con.execute(
+            public_keys_sql(plan, term, 100, "duckdb")).fetchall()))
         if term.kind == PUBLIC else term for term in plan.group_by))
 
 
