@@ -146,6 +146,23 @@ class Ladder:
     clipped: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class PairSums:
+    """What the backend returned for one paired aggregate (CORR(y, x) and its kin) in one
+    group, at the bounds ``bx``, ``by`` drawn for the query: over the rows where neither
+    value is NULL, their count ``n`` and the exact sums of x̃, x̃², ỹ, ỹ² and x̃·ỹ, where
+    x̃ = min(x − Lx, bx) and ỹ = min(y − Ly, by) (proxy.privacy.correlation)."""
+
+    bx: float
+    by: float
+    n: int = 0
+    sx: Fraction = Fraction(0)
+    sxx: Fraction = Fraction(0)
+    sy: Fraction = Fraction(0)
+    syy: Fraction = Fraction(0)
+    sxy: Fraction = Fraction(0)
+
+
 @dataclass
 class GroupStats:
     """All statistics of one group (or of the whole scope without GROUP BY)."""
@@ -158,6 +175,7 @@ class GroupStats:
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
     ladders: dict[Contribution, Ladder] = field(default_factory=dict)
     joint: dict[int, int] = field(default_factory=dict)  # index -> rung drawn for all groups
+    pairs: dict[int, PairSums] = field(default_factory=dict)  # index -> CORR's sums
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)
