@@ -115,6 +115,33 @@ def _slack(*bounds: float) -> float:
     return 2.0 ** -50 * largest * largest + 1e-5 * (1 + largest) * max(1.0, largest / 1e15)
 
 
+def centres(n: int, sx: float, sy: float, bx: float, by: float) -> tuple[float, float]:
+    """cx, cy from the released N, Sx and Sy: each mean within [0, b]."""
+    count = max(n, 1)
+    return min(max(sx / count, 0.0), bx), min(max(sy / count, 0.0), by)
+
+
+def centred_moments(sums: PairSums, cx: float, cy: float) -> tuple[Fraction, Fraction,
+                                                                    Fraction]:
+    """Txx, Tyy, Txy about the public centres, exactly, from the backend's exact sums:
+    Σ(x̃ − c)² = Σx̃² − 2c·Σx̃ + N·c², Σ(x̃ − cx)(ỹ − cy) = Σx̃ỹ − cy·Σx̃ − cx·Σỹ + N·cx·cy."""
+    fx, fy, n = Fraction(cx), Fraction(cy), sums.n
+    return (sums.sxx - 2 * fx * sums.sx + n * fx * fx,
+            sums.syy - 2 * fy * sums.sy + n * fy * fy,
+            sums.sxy - fy * sums.sx - fx * sums.sy + n * fx * fy)
+
+
+def sensitivities(bx: float, by: float, cx: float, cy: float, shift: int) -> dict[str, float]:
+    """What a neighbour (s rows of g units modified) moves each statistic by, at most:
+    Sx and Sy (each row in [0, b]), Txx, Tyy (each row's term in [0, h²]) and Txy (in
+    [−hx·hy, hx·hy]), h = max(c, b − c); each with the rounding ``_slack``."""
+    hx, hy = max(cx, bx - cx), max(cy, by - cy)
+    return {"sx": shift * (bx + _slack(bx)), "sy": shift * (by + _slack(by)),
+            "txx": shift * (hx * hx + _slack(bx, bx * bx)),
+            "tyy": shift * (hy * hy + _slack(by, by * by)),
+            "txy": shift * (2 * hx * hy + _slack(bx, by, bx * by))}
+
+
 def noisy_pair(kind: Kind, sums: PairSums, shift: int, count_scale: int, part: Loss,
                low_x: float, low_y: float, widths: tuple[float, float],
                resolutions: tuple[float, float], rng: RandomSource) -> tuple[Noisy, str]:
@@ -125,24 +152,20 @@ def noisy_pair(kind: Kind, sums: PairSums, shift: int, count_scale: int, part: L
     bx, by = sums.bx, sums.by
     res_x, res_y = resolutions
     n = laplace_integer(sums.n, count_scale, of_n.epsilon, rng, CONFIDENCE)
-    sx = laplace_real(float(sums.sx), shift * (bx + _slack(bx)), of_sx.epsilon, rng,
-                      grid_step(res_x), CONFIDENCE)
-    sy = laplace_real(float(sums.sy), shift * (by + _slack(by)), of_sy.epsilon, rng,
-                      grid_step(res_y), CONFIDENCE)
-    count = max(int(n.value), 1)
-    cx = min(max(sx.value / count, 0.0), bx)
-    cy = min(max(sy.value / count, 0.0), by)
-    hx, hy = max(cx, bx - cx), max(cy, by - cy)
-    fx, fy = Fraction(cx), Fraction(cy)
-    txx = sums.sxx - 2 * fx * sums.sx + sums.n * fx * fx
-    tyy = sums.syy - 2 * fy * sums.sy + sums.n * fy * fy
-    txy = sums.sxy - fy * sums.sx - fx * sums.sy + sums.n * fx * fy
-    txx = laplace_real(float(txx), shift * (hx * hx + _slack(bx, bx * bx)), of_txx.epsilon,
-                       rng, grid_step(res_x * res_x), CONFIDENCE)
-    tyy = laplace_real(float(tyy), shift * (hy * hy + _slack(by, by * by)), of_tyy.epsilon,
-                       rng, grid_step(res_y * res_y), CONFIDENCE)
-    txy = laplace_real(float(txy), shift * (2 * hx * hy + _slack(bx, by, bx * by)),
-                       of_txy.epsilon, rng, grid_step(res_x * res_y), CONFIDENCE)
+    first = sensitivities(bx, by, 0.0, 0.0, shift)
+    sx = laplace_real(float(sums.sx), first["sx"], of_sx.epsilon, rng, grid_step(res_x),
+                      CONFIDENCE)
+    sy = laplace_real(float(sums.sy), first["sy"], of_sy.epsilon, rng, grid_step(res_y),
+                      CONFIDENCE)
+    cx, cy = centres(int(n.value), sx.value, sy.value, bx, by)
+    scale = sensitivities(bx, by, cx, cy, shift)
+    txx, tyy, txy = centred_moments(sums, cx, cy)
+    txx = laplace_real(float(txx), scale["txx"], of_txx.epsilon, rng,
+                       grid_step(res_x * res_x), CONFIDENCE)
+    tyy = laplace_real(float(tyy), scale["tyy"], of_tyy.epsilon, rng,
+                       grid_step(res_y * res_y), CONFIDENCE)
+    txy = laplace_real(float(txy), scale["txy"], of_txy.epsilon, rng,
+                       grid_step(res_x * res_y), CONFIDENCE)
     released = (n, sx, sy, txx, tyy, txy)
     answer = ANSWERS[kind]
     context = (low_x, low_y, widths)

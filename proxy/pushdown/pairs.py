@@ -11,6 +11,8 @@ paired aggregate of a plan (by its index): y = its ``column``, x = its ``other``
 Both read the normalised values (NaN as NULL, everything clamped into the declared
 domain: ``scope_select``), so x − Lx lies in [0, Ux − Lx] and every product within
 (2·10¹⁵)²: finite for every row value, and summed by ``exact_sum`` after ``sum_shrink``.
+x̃ is snapped (``guards.snap``: below 2⁻⁵⁰³ it is 0), so no product of two underflows
+(PostgreSQL raises an error where a product of non-zero doubles is 0).
 Only counts and sums leave the backend.
 """
 
@@ -20,6 +22,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
+from proxy import guards
 from proxy.backends.base import Capabilities
 from proxy.pushdown.scope import (
     Execute,
@@ -51,8 +54,8 @@ def _paired_values(plan: QueryPlan, needs: tuple[ColumnNeeds, ...], index: int,
     for side, name in enumerate((agg.other, agg.column)):
         value: exp.Expression = exp.Sub(this=exp.column(f"c{names.index(name)}"),
                                         expression=literal(plan.table.columns[name].lower))
-        if bounds is not None:
-            value = exp.Least(this=value, expressions=[literal(bounds[side])])
+        if bounds is not None:  # snapped: no product of two of them underflows
+            value = exp.Least(this=guards.snap(value), expressions=[literal(bounds[side])])
         values.append(value)
     absent = exp.or_(exp.column(f"c{names.index(agg.other)}").is_(exp.null()),
                      exp.column(f"c{names.index(agg.column)}").is_(exp.null()), copy=False)
