@@ -456,7 +456,7 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
 def _check_pair(table: Table, agg: Aggregate) -> None:
     """CORR and its kin, under every model: two numeric columns, each with a declared
     domain (their sums are clipped from the domain's lower end, docs/privacy.md
-    §3.15)."""
+    §3.17)."""
     what = f"{agg.kind.upper()}({agg.column}, {agg.other})"
     for name in (agg.column, agg.other):
         column = table.columns[name]

@@ -20,7 +20,7 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
     paired = [agg for agg in plan.aggregates if agg.kind.row.paired]
     if paired and not clippable(plan):
         raise NotSupported(f"{paired[0].kind.upper()} is answered from clipped sums over the "
-                           "rows of one table or a join (docs/privacy.md §3.15): not with a "
+                           "rows of one table or a join (docs/privacy.md §3.17): not with a "
                            "prior, over per-unit subqueries, nor over a table without a "
                            "privacy unit joined to several rows per key; ask it of the "
                            "table's rows directly")

@@ -1,5 +1,5 @@
 """CORR, COVAR_POP, COVAR_SAMP, REGR_SLOPE and REGR_INTERCEPT from noisy sufficient
-statistics about private centres (docs/privacy.md §3.15).
+statistics about private centres (docs/privacy.md §3.17).
 
 The rows. Those in scope where neither y (the first argument) nor x (the second) is NULL
 (NaN is NULL, every value normalised into its declared domain, as for every statistic),
@@ -27,13 +27,13 @@ The mechanism, with the aggregate's ε split publicly 1 : 1 : 19 (``WEIGHTS``):
 
 Sequential composition: 2/21 + 19/21 = ε (per group: parallel within the aggregate's
 group share). Centring on a private mean matters: about Lx the second moments cancel
-(N·Σx̃² − (Σx̃)²), whose noise is of scale bx² against N²·var; measured on the demo
-(benchmarks/README.md, "CORR") it cut the median error 3 to 5 times.
+(N·Σx̃² − (Σx̃)²), whose noise is of scale bx² against N²·var; with the prior, measured on
+the demo (benchmarks/README.md, ``correlation.py``) it cut the median error 2 to 7 times.
 
 The answers (0 where SQL gives NULL: too few rows, no spread, so every data set has a
 finite answer): CORR = Txy/√(Txx·Tyy) in [−1, 1]; COVAR_POP = Txy/N;
-COVAR_SAMP = Txy/(N − 1); REGR_SLOPE = Txy/Txx; REGR_INTERCEPT = (Ly + cy) −
-slope·(Lx + cx). Under raw iDP they are answered so too (DP implies iDP): no local
+COVAR_SAMP = Txy/(N − 1); REGR_SLOPE = Txy/Txx; REGR_INTERCEPT = ȳ − slope·x̄ with the
+noisy means x̄ = Lx + Sx/N, ȳ = Ly + Sy/N. Under raw iDP they are answered so too (DP implies iDP): no local
 sensitivity is used, so the 95 % bound is a function of released numbers and is shown.
 
 The 95 % bound: each released statistic inside its 1 − 5 %/6 interval (union bound: all
@@ -73,7 +73,7 @@ CONFIDENCE = 1 - 0.05 / 6  # each of six statistics: all at once ≥ 95 %
 MECHANISM = ("discrete Laplace / Laplace: noisy count, sums and centred moments, the "
              "bounds by the exponential mechanism")
 NOTE = ("{what} from a noisy count, the noisy means of x and y and their noisy centred "
-        "moments over the rows where both are present (docs/privacy.md §3.15), each value "
+        "moments over the rows where both are present (docs/privacy.md §3.17), each value "
         "winsorized at a bound drawn privately for the query; the 95% bound covers the "
         "noise, not the winsorizing (heavy tails pull it toward 0)")
 NO_BOUND = ("; no 95% bound: within it the noise could hide all of the spread of x (or "
