@@ -40,6 +40,18 @@ def clamp_to_domain(value, lower: float | None, upper: float | None) -> float | 
     return min(max(value, low), high)
 
 
+def sum_shrink(bound: float) -> float:
+    """The power of two values within ±``bound`` are divided by before the backend's exact sum (``proxy.pushdown.scope.exact_sum``) (and
+    the sum multiplied by after): 1 up to MAGNITUDE_CAP, else the least that brings the
+    bound within it. A squared or multiplied value reaches (2·10¹⁵)² (times a unit's
+    rows), whose whole part no BIGINT holds (the sum failed in the backend: STDDEV of a
+    domain 10¹² wide, under DP); divided by a power of two the values are exact, and the
+    sum's rounding (10⁻⁶ of the shrunk values) stays 10⁻²¹ of the bound."""
+    if bound <= MAGNITUDE_CAP:
+        return 1.0
+    return 2.0 ** math.ceil(math.log2(bound / MAGNITUDE_CAP))
+
+
 def bound_problem(value: float) -> str | None:
     """Why ``value`` cannot be a declared domain bound (None when it can): it must be
     finite and within ±MAGNITUDE_CAP, so that U − L and every sum stay finite."""

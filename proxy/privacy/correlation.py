@@ -23,7 +23,7 @@ The mechanism, with the aggregate's ε split publicly 1 : 1 : 19 (``WEIGHTS``):
    Laplace noise of sensitivity s·(hx² + slack), s·(hy² + slack) and s·(2·hx·hy +
    slack), h = max(c, b − c): each row's term lies in [0, hx²] or [−hx·hy, hx·hy]. The
    slack covers what the backend's doubles and the sums' rounding add per row
-   (``_slack``).
+   (``_rounding``).
 
 Sequential composition: 2/21 + 19/21 = ε (per group: parallel within the aggregate's
 group share). Centring on a private mean matters: about Lx the second moments cancel
@@ -55,7 +55,7 @@ from proxy.privacy.contribution_bounds import draw_rung, rungs
 from proxy.privacy.mechanisms import Noisy, grid_step, laplace_integer, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.rules import Column
-from proxy.statistics import Contribution, PairSums
+from proxy.statistics import Contribution, PairSums, sum_shrink
 from proxy.vocabulary import (
     CORR,
     COVAR_POP,
@@ -107,12 +107,11 @@ def group_part(part: Loss) -> Loss:
     return part.split(*WEIGHTS)[2]
 
 
-def _slack(*bounds: float) -> float:
-    """The most one row's computed term can differ from its exact value: products in
-    doubles (2⁻⁵² of the bound's square) and each sum's rounding to 10⁻⁶ of its shrunk
-    value (10⁻⁶, and the centres times it)."""
-    largest = max(bounds)
-    return 2.0 ** -50 * largest * largest + 1e-5 * (1 + largest) * max(1.0, largest / 1e15)
+def _rounding(bound: float) -> float:
+    """The most one row's summed value within [0, ``bound``] can differ from its exact
+    value: the doubles' products (a few 2⁻⁵³ of it) and the sum's rounding to 10⁻⁶ of its
+    value shrunk by ``sum_shrink`` (proxy.pushdown.scope.exact_sum)."""
+    return 2.0 ** -50 * bound + 1e-6 * sum_shrink(bound)
 
 
 def centres(n: int, sx: float, sy: float, bx: float, by: float) -> tuple[float, float]:
@@ -134,12 +133,15 @@ def centred_moments(sums: PairSums, cx: float, cy: float) -> tuple[Fraction, Fra
 def sensitivities(bx: float, by: float, cx: float, cy: float, shift: int) -> dict[str, float]:
     """What a neighbour (s rows of g units modified) moves each statistic by, at most:
     Sx and Sy (each row in [0, b]), Txx, Tyy (each row's term in [0, h²]) and Txy (in
-    [−hx·hy, hx·hy]), h = max(c, b − c); each with the rounding ``_slack``."""
+    [−hx·hy, hx·hy]), h = max(c, b − c); each with the rounding of its terms
+    (``_rounding``)."""
     hx, hy = max(cx, bx - cx), max(cy, by - cy)
-    return {"sx": shift * (bx + _slack(bx)), "sy": shift * (by + _slack(by)),
-            "txx": shift * (hx * hx + _slack(bx, bx * bx)),
-            "tyy": shift * (hy * hy + _slack(by, by * by)),
-            "txy": shift * (2 * hx * hy + _slack(bx, by, bx * by))}
+    # a row's term Σx̃² − 2c·Σx̃ (+ N·c², exact) errs by that of x̃² and 2c times x̃'s
+    return {"sx": shift * (bx + _rounding(bx)), "sy": shift * (by + _rounding(by)),
+            "txx": shift * (hx * hx + _rounding(bx * bx) + 2 * bx * _rounding(bx)),
+            "tyy": shift * (hy * hy + _rounding(by * by) + 2 * by * _rounding(by)),
+            "txy": shift * (2 * hx * hy + _rounding(bx * by) + by * _rounding(bx)
+                            + bx * _rounding(by))}
 
 
 def noisy_pair(kind: Kind, sums: PairSums, shift: int, count_scale: int, part: Loss,

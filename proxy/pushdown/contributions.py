@@ -20,10 +20,9 @@ from proxy.pushdown.scope import (
     group_keys,
     read_sum,
     scope_select,
-    sum_shrink,
 )
 from proxy.pushdown.values import literal
-from proxy.statistics import ColumnNeeds, Contribution, Ladder
+from proxy.statistics import ColumnNeeds, Contribution, Ladder, sum_shrink
 from proxy.vocabulary import QueryPlan
 
 

@@ -30,10 +30,9 @@ from proxy.pushdown.scope import (
     group_keys,
     read_exact,
     scope_select,
-    sum_shrink,
 )
 from proxy.pushdown.values import literal
-from proxy.statistics import ColumnNeeds, PairSums
+from proxy.statistics import ColumnNeeds, PairSums, sum_shrink
 from proxy.vocabulary import QueryPlan
 
 

@@ -7,7 +7,6 @@ so every count, sum and order statistic computed from the scope is of normalised
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
@@ -20,7 +19,7 @@ from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import LINKED_UNIT, Link, Table
-from proxy.statistics import MAGNITUDE_CAP, ColumnNeeds, ColumnStats, RankRef, value_range
+from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
 from proxy.vocabulary import SUM, UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
 
 Execute = Callable[[str], list[tuple]]
@@ -475,18 +474,6 @@ def _rounded(value: exp.Expression) -> exp.Expression:
     and casts differ on ties: PostgreSQL rounds a float half to even)."""
     half = exp.Add(this=value, expression=exp.Literal.number("0.5"))
     return exp.cast(exp.Floor(this=half), BIGINT, copy=False)
-
-
-def sum_shrink(bound: float) -> float:
-    """The power of two values within ±``bound`` are divided by before ``exact_sum`` (and
-    the sum multiplied by after): 1 up to MAGNITUDE_CAP, else the least that brings the
-    bound within it. A squared or multiplied value reaches (2·10¹⁵)² (times a unit's
-    rows), whose whole part no BIGINT holds (the sum failed in the backend: STDDEV of a
-    domain 10¹² wide, under DP); divided by a power of two the values are exact, and the
-    sum's rounding (10⁻⁶ of the shrunk values) stays 10⁻²¹ of the bound."""
-    if bound <= MAGNITUDE_CAP:
-        return 1.0
-    return 2.0 ** math.ceil(math.log2(bound / MAGNITUDE_CAP))
 
 
 def read_exact(value) -> Fraction:
