@@ -168,6 +168,9 @@ def noisy_pair(kind: Kind, sums: PairSums, shift: int, count_scale: int, part: L
                        grid_step(res_y * res_y), CONFIDENCE)
     txy = laplace_real(float(txy), scale["txy"], of_txy.epsilon, rng,
                        grid_step(res_x * res_y), CONFIDENCE)
+    if bx == 0 or by == 0:  # a constant column (a domain of one point): every x̃ is 0
+        flat = Noisy(0.0, 0.0, MECHANISM)
+        txx, tyy, txy = (flat if bx == 0 else txx), (flat if by == 0 else tyy), flat
     released = (n, sx, sy, txx, tyy, txy)
     answer = ANSWERS[kind]
     context = (low_x, low_y, widths)

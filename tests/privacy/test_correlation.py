@@ -183,3 +183,12 @@ def test_the_loss_charged_is_the_aggregates_epsilon(engine):
     answer, = session.execute("/*+ epsilon=0.5 */ SELECT grp, CORR(y, x) FROM pairs "
                               f"WHERE person <> {random.randrange(-10**9, -100)} GROUP BY grp")
     assert answer.privacy["epsilon_spent"] == Decimal("0.5")
+
+
+def test_a_column_of_one_value_has_no_spread_and_answers_0(engine):
+    """x * 0 + 5 has the domain [5, 5]: its bound is 0, every x̃ is 0, and CORR and
+    REGR_SLOPE answer 0 where SQL gives NULL (DuckDB: NaN), COVAR_POP 0 as SQL does."""
+    session = Session.open(engine, "zoe")
+    answer, = session.execute("SELECT CORR(y, x * 0 + 5), REGR_SLOPE(y, x * 0 + 5), "
+                              "COVAR_POP(y, x * 0 + 5) FROM pairs")
+    assert answer.rows == [(0.0, 0.0, 0.0)]
