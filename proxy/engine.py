@@ -36,6 +36,7 @@ from proxy.errors import (
 )
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.contribution_bounds import draw_joint_bounds, joint_clipped, laddered, rungs
+from proxy.privacy.correlation import draw_bounds, row_rungs
 from proxy.privacy.inverse_sensitivity import (
     first_windows,
     instance_releases,
@@ -51,6 +52,7 @@ from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
+from proxy.pushdown.pairs import bound_counts, pair_sums
 from proxy.pushdown.scope import (
     HashedClip,
     chain_tables,
@@ -69,7 +71,7 @@ from proxy.pushdown.window import (
     rank_window,
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
-from proxy.statistics import ColumnNeeds, Contribution, GroupStats
+from proxy.statistics import ColumnNeeds, Contribution, GroupStats, PairSums
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, QueryPlan
 
 T = TypeVar("T")
@@ -197,6 +199,8 @@ class Engine:
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
             if laddered(plan):
                 self._ladders(plan, tx, clip, shift, groups)
+            if any(agg.kind.row.paired for agg in plan.aggregates):
+                self._pairs(plan, tx, clip, groups)
             if plan.mechanism.scale != SMOOTH and not bounded and not plan.mechanism.exponential:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
@@ -272,6 +276,26 @@ class Engine:
                                                clip, tx.execute, joint).items():
             groups.setdefault(key, GroupStats()).ladders = found
         draw_joint_bounds(plan, indexes, shift, groups, self.rng)
+
+    def _pairs(self, plan: QueryPlan, tx: Transaction, clip: int | None,
+               groups: dict[tuple, GroupStats]) -> None:
+        """CORR and its kin (privacy/correlation.py): the units beyond each rung over the
+        whole scope, the bounds drawn from them (after the debit), then every group's
+        sums at those bounds, in two more statements; each group's ``pairs``."""
+        indexes = tuple(index for index, agg in enumerate(plan.aggregates)
+                        if agg.kind.row.paired)
+        columns, capabilities = plan.table.columns, self.backend.capabilities
+        ladders = {index: (row_rungs(columns[plan.aggregates[index].other]),
+                           row_rungs(columns[plan.aggregates[index].column]))
+                   for index in indexes}
+        beyond = bound_counts(plan, indexes, ladders, capabilities, clip, tx.execute)
+        bounds = {index: draw_bounds(plan, index, beyond[index], self.rng)
+                  for index in indexes}
+        found = pair_sums(plan, bounds, capabilities, clip, tx.execute)
+        for key in plan.group_keys() if plan.group_by else [()]:
+            sums = found.get(key, {})
+            groups.setdefault(key, GroupStats()).pairs = {
+                index: sums.get(index) or PairSums(*bounds[index]) for index in indexes}
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,
                     counted: bool) -> tuple[int, dict[tuple, GroupStats], str | None]:

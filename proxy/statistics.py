@@ -40,6 +40,18 @@ def clamp_to_domain(value, lower: float | None, upper: float | None) -> float | 
     return min(max(value, low), high)
 
 
+def sum_shrink(bound: float) -> float:
+    """The power of two values within ±``bound`` are divided by before the backend's exact sum (``proxy.pushdown.scope.exact_sum``) (and
+    the sum multiplied by after): 1 up to MAGNITUDE_CAP, else the least that brings the
+    bound within it. A squared or multiplied value reaches (2·10¹⁵)² (times a unit's
+    rows), whose whole part no BIGINT holds (the sum failed in the backend: STDDEV of a
+    domain 10¹² wide, under DP); divided by a power of two the values are exact, and the
+    sum's rounding (10⁻⁶ of the shrunk values) stays 10⁻²¹ of the bound."""
+    if bound <= MAGNITUDE_CAP:
+        return 1.0
+    return 2.0 ** math.ceil(math.log2(bound / MAGNITUDE_CAP))
+
+
 def bound_problem(value: float) -> str | None:
     """Why ``value`` cannot be a declared domain bound (None when it can): it must be
     finite and within ±MAGNITUDE_CAP, so that U − L and every sum stay finite."""
@@ -146,6 +158,23 @@ class Ladder:
     clipped: tuple[float, ...]
 
 
+@dataclass(frozen=True)
+class PairSums:
+    """What the backend returned for one paired aggregate (CORR(y, x) and its kin) in one
+    group, at the bounds ``bx``, ``by`` drawn for the query: over the rows where neither
+    value is NULL, their count ``n`` and the exact sums of x̃, x̃², ỹ, ỹ² and x̃·ỹ, where
+    x̃ = min(x − Lx, bx) and ỹ = min(y − Ly, by) (proxy.privacy.correlation)."""
+
+    bx: float
+    by: float
+    n: int = 0
+    sx: Fraction = Fraction(0)
+    sxx: Fraction = Fraction(0)
+    sy: Fraction = Fraction(0)
+    syy: Fraction = Fraction(0)
+    sxy: Fraction = Fraction(0)
+
+
 @dataclass
 class GroupStats:
     """All statistics of one group (or of the whole scope without GROUP BY)."""
@@ -158,6 +187,7 @@ class GroupStats:
     bounds: dict[int, float] = field(default_factory=dict)  # index -> private level of LS
     ladders: dict[Contribution, Ladder] = field(default_factory=dict)
     joint: dict[int, int] = field(default_factory=dict)  # index -> rung drawn for all groups
+    pairs: dict[int, PairSums] = field(default_factory=dict)  # index -> CORR's sums
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

@@ -43,6 +43,11 @@ class Kind(StrEnum):
     VAR_POP = "var_pop"
     STDDEV_SAMP = "stddev_samp"
     STDDEV_POP = "stddev_pop"
+    CORR = "corr"  # of two columns (Aggregate.other): proxy.privacy.correlation
+    COVAR_POP = "covar_pop"
+    COVAR_SAMP = "covar_samp"
+    REGR_SLOPE = "regr_slope"
+    REGR_INTERCEPT = "regr_intercept"
 
     def __repr__(self) -> str:  # as the plain name: cache keys hash a plan's repr
         return repr(self.value)
@@ -59,6 +64,8 @@ VALUE, UNITS = Kind.VALUE, Kind.UNITS
 VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = (Kind.VAR_SAMP, Kind.VAR_POP, Kind.STDDEV_SAMP,
                                               Kind.STDDEV_POP)
 SPREADS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)  # proxy.privacy.variance
+CORR, COVAR_POP, COVAR_SAMP = Kind.CORR, Kind.COVAR_POP, Kind.COVAR_SAMP
+REGR_SLOPE, REGR_INTERCEPT = Kind.REGR_SLOPE, Kind.REGR_INTERCEPT
 
 
 @dataclass(frozen=True)
@@ -72,9 +79,11 @@ class KindRow:
     ranked: bool = False  # an order statistic: drawn by the exponential mechanism, or
     # with the smooth sensitivity and a private bound (docs/privacy.md §5)
     refinable: bool = False  # answered by knowledge refinement of a prior (seed 001)
+    paired: bool = False  # of two numeric columns, over the rows where neither is NULL
 
 
 _SPREAD = KindRow("float", numeric=True)
+_PAIRED = KindRow("float", numeric=True, paired=True)
 KINDS = {
     Kind.COUNT: KindRow("int", refinable=True),
     Kind.UNITS: KindRow("int"),
@@ -86,6 +95,8 @@ KINDS = {
     Kind.VALUE: KindRow("column", refinable=True),
     Kind.VAR_SAMP: _SPREAD, Kind.VAR_POP: _SPREAD,
     Kind.STDDEV_SAMP: _SPREAD, Kind.STDDEV_POP: _SPREAD,
+    Kind.CORR: _PAIRED, Kind.COVAR_POP: _PAIRED, Kind.COVAR_SAMP: _PAIRED,
+    Kind.REGR_SLOPE: _PAIRED, Kind.REGR_INTERCEPT: _PAIRED,
 }
 
 
@@ -95,7 +106,8 @@ class Aggregate:
 
     ``column`` is None for COUNT(*); ``fraction`` is the percentile p as an exact
     fraction (MEDIAN: 1/2); ``continuous`` marks PERCENTILE_CONT, answered as the
-    discrete percentile (said in the notice).
+    discrete percentile (said in the notice). A paired kind (CORR(y, x), REGR_SLOPE(y,
+    x), ...) reads ``column`` as its first argument y and ``other`` as its second x.
     """
 
     kind: Kind
@@ -103,6 +115,7 @@ class Aggregate:
     label: str
     fraction: Fraction | None = None
     continuous: bool = False
+    other: str | None = None
 
     def __post_init__(self) -> None:  # a kind given by its name is the Kind of that name
         object.__setattr__(self, "kind", Kind(self.kind))

@@ -420,6 +420,9 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
     for agg in aggregates:
         if agg.column is None:
             continue
+        if agg.kind.row.paired:
+            _check_pair(table, agg)
+            continue
         column = table.columns[agg.column]
         needs_number = agg.kind.row.numeric
         if needs_number and not column.numeric:
@@ -448,6 +451,21 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
     if model == "dp" and table.privacy_unit and table.max_rows_per_unit is None:
         raise NotSupported(f"the DP model on {table.name} needs max_rows_per_unit in the rules "
                            "(a contribution bound per privacy unit); use idp.model = 'idp'")
+
+
+def _check_pair(table: Table, agg: Aggregate) -> None:
+    """CORR and its kin, under every model: two numeric columns, each with a declared
+    domain (their sums are clipped from the domain's lower end, docs/privacy.md
+    §3.17)."""
+    what = f"{agg.kind.upper()}({agg.column}, {agg.other})"
+    for name in (agg.column, agg.other):
+        column = table.columns[name]
+        if not column.numeric:
+            raise NotSupported(f"{what} needs numeric columns; {name} is {column.type}")
+        if column.lower is None or column.upper is None:
+            raise NotSupported(f"{what} needs a declared domain for {name} (its sums are "
+                               "clipped from the domain's lower end); ask the data owner to "
+                               "add domain = [lower, upper] to the rules")
 
 
 def _conditions_place(select: exp.Select) -> str:

@@ -10,10 +10,15 @@ from sqlglot import exp
 from proxy.errors import NotSupported
 from proxy.vocabulary import (
     AVG,
+    CORR,
     COUNT,
+    COVAR_POP,
+    COVAR_SAMP,
     MAX,
     MIN,
     PERCENTILE,
+    REGR_INTERCEPT,
+    REGR_SLOPE,
     STDDEV_POP,
     STDDEV_SAMP,
     SUM,
@@ -25,10 +30,14 @@ from proxy.vocabulary import (
 
 SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT unit), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
              "GROUP (ORDER BY col), PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, "
-             "AVG, STDDEV, VARIANCE (_SAMP, _POP)")
+             "AVG, STDDEV, VARIANCE (_SAMP, _POP), CORR(y, x), COVAR_POP, COVAR_SAMP, "
+             "REGR_SLOPE, REGR_INTERCEPT")
 _SIMPLE = {exp.Max: MAX, exp.Min: MIN, exp.Sum: SUM, exp.Avg: AVG,
            exp.Stddev: STDDEV_SAMP, exp.StddevSamp: STDDEV_SAMP, exp.StddevPop: STDDEV_POP,
            exp.Variance: VAR_SAMP, exp.VariancePop: VAR_POP}
+# of two columns, y then x (proxy.privacy.correlation)
+PAIRED = {exp.Corr: CORR, exp.CovarPop: COVAR_POP, exp.CovarSamp: COVAR_SAMP,
+          exp.RegrSlope: REGR_SLOPE, exp.RegrIntercept: REGR_INTERCEPT}
 # the column name PostgreSQL gives each (STDDEV is STDDEV_SAMP, VARIANCE is VAR_SAMP)
 _LABELS = {exp.Stddev: "stddev", exp.Variance: "variance"}
 
@@ -72,6 +81,12 @@ def recognise(node: exp.Expression, resolve_column, unit: str | None = None) -> 
         column, p = node.expressions
         return Aggregate(PERCENTILE, _column(column, resolve_column, "QUANTILE_DISC"),
                          "quantile_disc", _fraction(p))
+    if type(node) in PAIRED:
+        kind = PAIRED[type(node)]
+        if isinstance(node.this, exp.Distinct) or node.expression is None:
+            raise NotSupported(f"{kind.upper()} takes two columns: {kind.upper()}(y, x)")
+        return Aggregate(kind, _column(node.this, resolve_column, kind.upper()), kind.value,
+                         other=_column(node.expression, resolve_column, kind.upper()))
     for kind_type, kind in _SIMPLE.items():
         if type(node) is kind_type:
             if isinstance(node.this, exp.Distinct):

@@ -39,6 +39,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy import guards
+from proxy.analyze.aggregates import PAIRED
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, ProxyError
 from proxy.rules import Table
@@ -130,26 +131,26 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
             else:
                 node.replace(count)
             node = count
-        argument = _argument(node)
-        if argument is None or isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
-            continue
-        if any(_is_aggregate(inner) for inner in argument.walk()):
-            raise NotSupported("an aggregate inside an aggregate is not supported; "
-                               "aggregate columns or expressions of columns")
-        column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
-        if column is None:  # COUNT of a value that is never NULL counts rows
-            argument.replace(exp.Star())
-            continue
-        if column.name not in derived:
-            derived[column.name] = column
-            parts += backend_parts(column)
-            if parts > MAX_STATEMENT_PARTS:
-                raise ProxyError(f"statement too complex: its aggregates' expressions would "
-                                 f"take more than {MAX_STATEMENT_PARTS:,} parts of backend SQL "
-                                 "(each column they read counts about 35, an operator or "
-                                 "constant 1 to 5); ask fewer or simpler aggregates per "
-                                 "statement", "54001")
-        argument.replace(exp.column(column.name))
+        for argument in _arguments(node):
+            if isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
+                continue
+            if any(_is_aggregate(inner) for inner in argument.walk()):
+                raise NotSupported("an aggregate inside an aggregate is not supported; "
+                                   "aggregate columns or expressions of columns")
+            column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
+            if column is None:  # COUNT of a value that is never NULL counts rows
+                argument.replace(exp.Star())
+                continue
+            if column.name not in derived:
+                derived[column.name] = column
+                parts += backend_parts(column)
+                if parts > MAX_STATEMENT_PARTS:
+                    raise ProxyError(f"statement too complex: its aggregates' expressions "
+                                     f"would take more than {MAX_STATEMENT_PARTS:,} parts of "
+                                     "backend SQL (each column they read counts about 35, an "
+                                     "operator or constant 1 to 5); ask fewer or simpler "
+                                     "aggregates per statement", "54001")
+            argument.replace(exp.column(column.name))
     if not derived:
         return select, table
     columns = MappingProxyType({**table.columns, **derived})
@@ -222,6 +223,15 @@ def _text(node: exp.Expression) -> str:
 def _is_aggregate(node: exp.Expression) -> bool:
     return isinstance(node, (exp.AggFunc, exp.WithinGroup)) or (
         isinstance(node, exp.Anonymous) and node.name.lower() in _QUANTILES)
+
+
+def _arguments(node: exp.Expression) -> list[exp.Expression]:
+    """The values an aggregate reads: CORR and its kin (``aggregates.PAIRED``) two, y
+    and x; every other one its ``_argument``, if any."""
+    if type(node) in PAIRED:
+        return [value for value in (node.this, node.expression) if value is not None]
+    argument = _argument(node)
+    return [] if argument is None else [argument]
 
 
 def _argument(node: exp.Expression) -> exp.Expression | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from proxy.errors import BadSetting, NotSupported
+from proxy.privacy.contribution_bounds import clippable
 from proxy.privacy.inverse_sensitivity import candidate_grid
 from proxy.privacy.refined_answers import answer_prior
 from proxy.privacy.sensitivity import SensitivityError
@@ -16,6 +17,13 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
     source is checked too."""
     if plan.per_unit is not None:
         refuse_unanswerable(plan.per_unit.source)
+    paired = [agg for agg in plan.aggregates if agg.kind.row.paired]
+    if paired and not clippable(plan):
+        raise NotSupported(f"{paired[0].kind.upper()} is answered from clipped sums over the "
+                           "rows of one table or a join (docs/privacy.md §3.17): not with a "
+                           "prior, over per-unit subqueries, nor over a table without a "
+                           "privacy unit joined to several rows per key; ask it of the "
+                           "table's rows directly")
     if plan.mechanism.prior is not None:
         try:
             answer_prior(plan)  # also computes (and caches) its error bound, before the debit

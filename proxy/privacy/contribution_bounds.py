@@ -92,11 +92,7 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     (spreads: one whose squared width a double holds). Not over a table without a
     privacy unit joined to public rows several times (a record's rows would count as
     separate contributions)."""
-    mechanism = plan.mechanism
-    if (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
-            or mechanism.individual or mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE)
-            or plan.per_unit is not None
-            or (plan.table.privacy_unit is None and plan.multiplicity > 1)):
+    if not clippable(plan) or plan.mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE):
         return ()
     wanted: dict[Contribution, None] = {}
     chained = plan.table.link is not None or any(join.protected for join in plan.joins)
@@ -114,6 +110,18 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
             wanted[Contribution(agg.column, column.lower, 1)] = None
             wanted[Contribution(agg.column, column.lower, 2)] = None
     return tuple(wanted)
+
+
+def clippable(plan: QueryPlan) -> bool:
+    """Whether the plan's contributions may be clipped to a privately drawn bound: DP or
+    iDP (not a prior's refinement, nor one unit's value), without per-unit subqueries,
+    and not over a table without a privacy unit joined to public rows several times (a
+    record's rows would count as separate contributions). ``laddered`` asks this and the
+    global scale; CORR and its kin (privacy/correlation.py) this alone."""
+    mechanism = plan.mechanism
+    return not (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
+                or mechanism.individual or plan.per_unit is not None
+                or (plan.table.privacy_unit is None and plan.multiplicity > 1))
 
 
 def rungs(contribution: Contribution, column: Column | None, rows_per_unit: int
@@ -150,12 +158,12 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
     loss's ε, or of its ρ where the sum's noise is Gaussian."""
     of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
     epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
-    k = _draw_rung(ladder.beyond, epsilon, group_size, rng)
+    k = draw_rung(ladder.beyond, epsilon, group_size, rng)
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
                   confidence, gaussian), k
 
 
-def _draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
+def draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
                rng: RandomSource, prior: Fraction = Fraction(1, 2)) -> int:
     """Step 2: rung k with probability ∝ exp(−ε·β_k/(2g) − prior·k)."""
     lam = epsilon / (2 * group_size)
@@ -211,7 +219,7 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
             if contribution in group.ladders:
                 beyond = [a + b for a, b in zip(beyond, group.ladders[contribution].beyond)]
         of_bound = sum_loss(plan, agg)[1].split(BOUND_SHARE, 1 - BOUND_SHARE)[0]
-        k = _draw_rung(tuple(beyond), of_bound.epsilon, plan.table.group_size, rng,
+        k = draw_rung(tuple(beyond), of_bound.epsilon, plan.table.group_size, rng,
                        joint_prior(plan.group_count))
         for key in plan.group_keys():
             groups.setdefault(key, GroupStats()).joint[index] = k

@@ -24,6 +24,7 @@ from proxy.privacy.contribution_bounds import (
     sum_at,
     sum_loss,
 )
+from proxy.privacy.correlation import group_part, noisy_pair
 from proxy.privacy.inverse_sensitivity import extreme_offsets, one_row_per_unit
 from proxy.privacy.mechanisms import (
     Noisy,
@@ -117,7 +118,7 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
     counts: dict[str, bool] = {}
     spreads: dict[str, bool] = {}
     for agg in plan.aggregates:
-        if agg.column is None:
+        if agg.column is None or agg.kind.row.paired:  # paired: from ladders alone
             continue
         column = plan.table.columns[agg.column]
         wanted = ranks.setdefault(agg.column, set())
@@ -295,6 +296,22 @@ def _spread(a: Asked) -> Released:
                    cal, spread_note(agg.kind, cal.local))
 
 
+def _pair(a: Asked) -> Released:
+    """CORR, COVAR_* and REGR_*: from a noisy count, noisy means and noisy centred moments
+    (privacy/correlation.py), under every model and scale. Its 95 % bound is a function
+    of released numbers alone (no local sensitivity), so raw iDP shows it too."""
+    plan, agg, cal = a.plan, a.agg, a.cal
+    x, y = plan.table.columns[agg.other], plan.table.columns[agg.column]
+    sums = a.group.pairs[a.index]  # every group's, drawn bounds included (Engine._pairs)
+    noisy, note = noisy_pair(agg.kind, sums, cal.shift, _integer_scale(cal.shift, cal),
+                             group_part(a.part), x.lower, y.lower,
+                             (x.upper - x.lower, y.upper - y.lower),
+                             (x.resolution, y.resolution), a.rng)
+    if cal.local:
+        note += "; under iDP answered as under DP (no local sensitivity)"
+    return Released(noisy.value, noisy.ci95, noisy.mechanism, note)
+
+
 def _ranked(a: Asked) -> Released:
     """Percentiles, MAX and MIN: the exponential mechanism's draw where the plan made
     one (privacy/inverse_sensitivity.py), else Laplace noise."""
@@ -348,6 +365,8 @@ RELEASES: dict[Kind, Callable[[Asked], Released]] = {
     Kind.PERCENTILE: _ranked, Kind.MAX: _ranked, Kind.MIN: _ranked,
     Kind.VAR_SAMP: _spread, Kind.VAR_POP: _spread,
     Kind.STDDEV_SAMP: _spread, Kind.STDDEV_POP: _spread,
+    Kind.CORR: _pair, Kind.COVAR_POP: _pair, Kind.COVAR_SAMP: _pair,
+    Kind.REGR_SLOPE: _pair, Kind.REGR_INTERCEPT: _pair,
 }
 
 

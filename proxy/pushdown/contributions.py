@@ -14,9 +14,15 @@ from sqlglot import exp
 
 from proxy.backends.base import Capabilities
 from proxy.interrupts import checkpoint
-from proxy.pushdown.scope import Execute, exact_sum, group_keys, read_sum, scope_select
+from proxy.pushdown.scope import (
+    Execute,
+    exact_sum,
+    group_keys,
+    read_sum,
+    scope_select,
+)
 from proxy.pushdown.values import literal
-from proxy.statistics import ColumnNeeds, Contribution, Ladder
+from proxy.statistics import ColumnNeeds, Contribution, Ladder, sum_shrink
 from proxy.vocabulary import QueryPlan
 
 
@@ -108,8 +114,12 @@ def _rung(i: int, k: int, bound: float, joint: bool) -> tuple[exp.Expression, ex
                         expressions=[literal(bound)], ignore_nulls=True)
     count = exp.Case(ifs=[exp.If(this=beyond, true=exp.Literal.number(1))],
                      default=exp.Literal.number(0))
+    shrink = sum_shrink(bound)
+    if shrink != 1:
+        clipped = exp.Mul(this=clipped, expression=literal(1 / shrink))
     return (exp.alias_(exp.Sum(this=count), f"b_{i}_{k}", copy=False),
-            exp.alias_(exact_sum(clipped, -bound, bound, copy=False), f"s_{i}_{k}", copy=False))
+            exp.alias_(exact_sum(clipped, -bound / shrink, bound / shrink, copy=False),
+                       f"s_{i}_{k}", copy=False))
 
 
 def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
@@ -128,5 +138,5 @@ def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
             at += 2 * len(rungs)
             found.setdefault(tuple(row[:width]), {})[contribution] = Ladder(
                 rungs, tuple(int(b or 0) for b in pairs[0::2]),
-                tuple(read_sum(s) for s in pairs[1::2]))
+                tuple(read_sum(s) * sum_shrink(bound) for s, bound in zip(pairs[1::2], rungs)))
     return found

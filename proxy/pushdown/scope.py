@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
+from fractions import Fraction
 from functools import lru_cache
 
 from sqlglot import exp
@@ -473,6 +474,11 @@ def _rounded(value: exp.Expression) -> exp.Expression:
     and casts differ on ties: PostgreSQL rounds a float half to even)."""
     half = exp.Add(this=value, expression=exp.Literal.number("0.5"))
     return exp.cast(exp.Floor(this=half), BIGINT, copy=False)
+
+
+def read_exact(value) -> Fraction:
+    """An ``exact_sum`` as read back, exactly (0 for no values)."""
+    return Fraction(0) if value is None else Fraction(int(value), SUM_SCALE)
 
 
 def read_sum(value) -> float:

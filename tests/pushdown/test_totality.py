@@ -1,5 +1,5 @@
 """The statistics SQL of an admitted aggregate is total and linear (issues 29 and 30;
-docs/privacy.md §3.6 "Totality"):
+docs/privacy.md §3.6 "Totality"), CORR's included (issue 33):
 
 - the differential fuzzer (tests/totality.py) on DuckDB, PostgreSQL and Sail: random
   expressions of every admitted form over adversarial rows are refused at analysis or
@@ -13,6 +13,7 @@ docs/privacy.md §3.6 "Totality"):
 from __future__ import annotations
 
 import logging
+import math
 import time
 from contextlib import closing
 
@@ -101,6 +102,29 @@ ORACLES = [
 def test_issue_29_oracles_are_refused_or_total(engine, text):
     outcome = totality.check(text, totality.as_rows(ROWS), engine, engine.backend.dialect)
     assert outcome.failures == []
+
+
+@pytest.mark.parametrize("text", ["s", "p", "b", "y", "p * s", "b * 1e15 / 1e15",
+                                  "sqrt(p * 1)"])
+def test_paired_aggregates_over_adversarial_rows_are_total(engine, text):
+    """CORR and REGR_SLOPE (their two statements and their release) over the adversarial
+    rows: tiny domains (whose products underflowed on PostgreSQL before the values were
+    snapped), ±10¹⁵ (products near 10³⁰, summed shrunk), NULL, NaN and ±inf in either
+    argument."""
+    outcome = totality.check_paired(text, engine)
+    assert outcome.failures == [] and outcome.refused == 0
+
+
+def test_a_clipped_stddev_of_a_wide_domain_runs(engine):
+    """STDDEV under DP over ±10¹⁵ (issue 33 found it): its squared contributions' rungs
+    reach 4·10³⁰, whose whole part no BIGINT holds, and the backend failed after the
+    debit; each rung's values are now summed divided by a power of two (sum_shrink)."""
+    plan = analyze(parse_statements(f"SELECT STDDEV(b) FROM {totality.TABLE}")[0],
+                   totality.RULES, Settings(model="dp"))
+    _, groups, _ = engine.statistics(plan)
+    assert all(math.isfinite(value) for ladder in groups[()].ladders.values()
+               for value in ladder.clipped)
+    assert max(ladder.rungs[-1] for ladder in groups[()].ladders.values()) > 1e30
 
 
 def _pushed(text: str) -> tuple[str, float]:
