@@ -286,7 +286,8 @@ class Session:
                 f"{ledger.remaining(self.analyst)}; ask the data owner for more or use a "
                 "smaller idp.epsilon")
         answers = [self._private(canonical, plan) for canonical, plan in work.stages]
-        values = [answer.rows[0][0] if answer.rows else None for answer in answers]
+        values = [answer.rows if keyed else answer.rows[0][0] if answer.rows else None
+                  for answer, keyed in zip(answers, work.keyed)]
         statement = with_values(work, values, self.engine.rules)
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement))
         if not isinstance(plan, QueryPlan):  # 0 in their places analysed as a QueryPlan
@@ -294,8 +295,9 @@ class Session:
                                "aggregate query")
         final = self._private(canonical_sql(statement), plan)
         spent = [*answers, final]
-        released = "; ".join(_stage_note(canonical, value, answer) for (canonical, _), value,
-                             answer in zip(work.stages, values, answers))
+        released = "; ".join(_stage_note(canonical, value, answer, keyed)
+                             for (canonical, _), value, answer, keyed
+                             in zip(work.stages, values, answers, work.keyed))
         privacy = dict(final.privacy,
                        epsilon_spent=sum(a.privacy["epsilon_spent"] for a in spent),
                        mechanism="; ".join(dict.fromkeys(
@@ -559,8 +561,12 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
 _POST_PROCESSED = "{} ran on the released answers (post-processing, no epsilon)"
 
 
-def _stage_note(canonical: str, value: Any, answer: Answer) -> str:
-    """A subquery's released value, as the note of the statement it stood in states it."""
+def _stage_note(canonical: str, value: Any, answer: Answer, keyed: tuple) -> str:
+    """A subquery's released value, as the note of the statement it stood in states it
+    (a correlated one's: how many keys it released a value for, each with its own
+    bound)."""
+    if keyed:
+        return f"({canonical}) a value for each of {len(value)} keys"
     bounds = [b for values in answer.privacy["ci95"].values() for b in values if b is not None]
     return f"({canonical}) = {value}" + (f" ±{_short(bounds[0])}" if bounds else "")
 

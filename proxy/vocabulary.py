@@ -361,11 +361,14 @@ class StagedPlan:
     own, answered first (``stages``: canonical SQL and plan of each, in the order they
     stand in the WHERE); ``statement`` is then answered with their values in their
     places; ``held`` is its plan with 0 there (what is refused before any debit, and
-    its answer's columns)."""
+    its answer's columns). ``keyed``: per stage, the outer public columns a correlated
+    subquery is grouped by (its released rows are then a value per key; empty: one
+    value)."""
 
     stages: tuple[tuple[str, QueryPlan], ...]
     statement: Any
     held: QueryPlan
+    keyed: tuple[tuple[Any, ...], ...] = ()
 
 
 @dataclass(frozen=True)

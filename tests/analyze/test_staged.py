@@ -37,6 +37,13 @@ id      = { type = "int" }
 phone   = { type = "text" }
 region  = { type = "text", keys = ["n", "s"] }
 balance = { type = "float", domain = [-1000, 10000], resolution = 0.01 }
+
+[tables.regions]
+public = true
+unique = ["code"]
+[tables.regions.columns]
+code = { type = "text" }
+kind = { type = "text" }
 """
 PHONES = ["13-555", "31-777", "13-111", "29-000", "31-222", "17-999"]
 ACCOUNTS = Table(
@@ -45,7 +52,10 @@ ACCOUNTS = Table(
      "balance": [float((i * 37) % 5000) - 500.0 for i in range(600)]},
     {"id": "INTEGER", "phone": "TEXT", "region": "TEXT", "balance": "DOUBLE PRECISION"})
 
-engine = engine_fixture(RULES, {"accounts": ACCOUNTS})
+REGIONS = Table({"code": ["n", "s", "w"], "kind": ["x", "y", "x"]},
+                {"code": "TEXT", "kind": "TEXT"})
+
+engine = engine_fixture(RULES, {"accounts": ACCOUNTS, "regions": REGIONS})
 
 
 def _ask(engine, sql: str, analyst: str = "alice"):
@@ -98,6 +108,13 @@ def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
      "WHERE b.region = a.region)", "0A000", "a scalar subquery over accounts"),
     ("SELECT COUNT(*) FROM accounts WHERE balance > (SELECT AVG(balance) FROM accounts "
      "GROUP BY region)", "0A000", "a scalar subquery over accounts"),
+    # correlated with a public table otherwise than by equal columns
+    ("SELECT COUNT(*) FROM accounts, regions WHERE region = code AND balance > (SELECT "
+     "AVG(balance) FROM accounts WHERE region <> code)", "0A000",
+     "a scalar subquery over accounts"),
+    ("SELECT COUNT(*) FROM accounts, regions WHERE region = code AND balance > (SELECT "
+     "AVG(balance) FROM accounts WHERE region = code AND kind = 'x')", "0A000",
+     "a scalar subquery over accounts"),
     ("SELECT COUNT(*) FROM accounts WHERE region = (SELECT MAX(phone) FROM accounts)",
      "0A000", "a scalar subquery over accounts"),
     ("SELECT COUNT(*) FROM accounts WHERE balance / (SELECT AVG(balance) FROM accounts) > 1",
@@ -124,7 +141,7 @@ def test_under_zcdp_the_check_is_of_the_releases_rho(duckdb_url, accounting):
     """Under zcdp the budget 0.6 at δ 10⁻⁶ is a ρ of about 0.0088, two releases at ε 0.5
     need 0.25: refused the same way."""
     with open_engine(duckdb_url, RULES.replace("[defaults]", f"[defaults]\n{accounting}"),
-                     {"accounts": ACCOUNTS}) as zcdp:
+                     {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
         _refused_before_the_first(zcdp)
 
 
@@ -157,3 +174,19 @@ def test_a_negative_released_value_stands_in_as_a_negative_number(engine):
     value = float(note.split(") = ")[1].split()[0])
     assert value < 0
     assert answer.rows == [(sum(1 for b in ACCOUNTS.columns["balance"] if b > value),)]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_subquery_correlated_with_a_public_table_is_released_per_key(engine):
+    """TPC-H Q17's shape: the subquery's AVG per region code of the public table (its
+    keys those the outer WHERE's kind = 'x' keeps: n and w, w without accounts) is
+    released first, then each account is compared with its own region's value."""
+    answer, entries = _ask(engine, (
+        "SELECT COUNT(*) FROM accounts, regions WHERE region = code AND kind = 'x' AND "
+        "balance > (SELECT AVG(balance) FROM accounts WHERE region = code)"))
+    north = [b for b, r in zip(ACCOUNTS.columns["balance"], ACCOUNTS.columns["region"])
+             if r == "n"]
+    mean = sum(north) / len(north)
+    assert answer.rows == [(sum(1 for b in north if b > mean),)]
+    assert [entry[6] for entry in entries] == [Decimal("0.5"), Decimal("0.5")]
+    assert any("a value for each of 2 keys" in note for note in answer.privacy["notes"])
