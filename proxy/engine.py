@@ -49,6 +49,7 @@ from proxy.privacy.refined_answers import exact_answer, release_refined
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
+from proxy.privacy.top_choice import top_release
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.scope import (
@@ -70,7 +71,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
 from proxy.statistics import ColumnNeeds, Contribution, GroupStats
-from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan
+from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, QueryPlan, TopChoice
 
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
@@ -269,7 +270,8 @@ class Engine:
         indexes = joint_clipped(plan, shift)
         joint = frozenset(Contribution(plan.aggregates[index].column) for index in indexes)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
-                                               clip, tx.execute, joint).items():
+                                               clip, tx.execute, joint,
+                                               isinstance(plan.post, TopChoice)).items():
             groups.setdefault(key, GroupStats()).ladders = found
         draw_joint_bounds(plan, indexes, shift, groups, self.rng)
 
@@ -337,6 +339,8 @@ class Engine:
         defaults = self.rules.defaults
         calibration = Calibration(plan.mechanism.model, shift, defaults.local_sensitivity_floor,
                                   defaults.exact_release, defaults.report_scale, plan.mechanism.local)
+        if isinstance(plan.post, TopChoice):  # one group, chosen privately
+            return *top_release(plan, groups, shift, self.rng), version
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version

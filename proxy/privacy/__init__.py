@@ -6,7 +6,8 @@ from proxy.errors import BadSetting, NotSupported
 from proxy.privacy.inverse_sensitivity import candidate_grid
 from proxy.privacy.refined_answers import answer_prior
 from proxy.privacy.sensitivity import SensitivityError
-from proxy.vocabulary import QueryPlan
+from proxy.privacy.top_choice import refuse_top_choice
+from proxy.vocabulary import QueryPlan, TopChoice
 
 
 def refuse_unanswerable(plan: QueryPlan) -> None:
@@ -16,6 +17,8 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
     source is checked too."""
     if plan.per_unit is not None:
         refuse_unanswerable(plan.per_unit.source)
+    if isinstance(plan.post, TopChoice):  # the largest group, chosen privately
+        refuse_top_choice(plan)
     if plan.mechanism.prior is not None:
         try:
             answer_prior(plan)  # also computes (and caches) its error bound, before the debit
