@@ -78,7 +78,7 @@ HALVINGS = 20  # rungs below the top: a contribution 10⁶ times below it is sti
 _SQUARABLE = 1e150  # a domain's width whose square, times any rows per unit, is finite
 # A sum's rounding (exact_sum: each value to 10⁻⁶) and the doubles' relative error in a
 # unit's scaled contributions, allowed for in the joint sensitivity.
-_ROUNDING, _RELATIVE = 1e-6, 1e-9
+ROUNDING, RELATIVE = 1e-6, 1e-9
 
 
 def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
@@ -235,7 +235,7 @@ def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_coun
     sensitivity of the vector of group sums (above), ε_s two thirds of the sum's loss."""
     of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[1]
     bound = ladder.rungs[k]
-    sensitivity = group_size * (2 * bound * (1 + _RELATIVE) + group_count * _ROUNDING)
+    sensitivity = group_size * (2 * bound * (1 + RELATIVE) + group_count * ROUNDING)
     return laplace_real(ladder.clipped[k], sensitivity, of_sum.epsilon, rng,
                         grid_step(resolution), confidence)
 

@@ -18,9 +18,10 @@ Instead the query's ε is split in three public thirds:
    the contributions each clipped to ±B in its own group (its negative for the least).
    A neighbour modifies g units; each moves every group's sum by at most w·B (w = 1
    when the domain lies on one side of 0, else 2), plus 10⁻⁶ of the sums' rounding
-   (``exact_sum``): Δ = g·(w·B + 10⁻⁶), the L∞ sensitivity, however many groups a unit
-   touches. Weight of group j: exp(−ε_c·(u* − u_j)/(2Δ)) — ε_c-DP (McSherry–Talwar),
-   sampled exactly (``exact_choice``: no floating-point rounding in the probabilities).
+   (``exact_sum``), and 10⁻⁹·w·B of the doubles the sums are read as: Δ = g·(w·B·(1 +
+   10⁻⁹) + 10⁻⁶), the L∞ sensitivity, however many groups a unit touches. Weight of
+   group j: exp(−ε_c·(u* − u_j)/(2Δ)) — ε_c-DP (McSherry–Talwar), sampled exactly
+   (``exact_choice``: no floating-point rounding in the probabilities).
 3. **The value** (ε/3): the chosen group's clipped sum with Laplace noise of scale
    Δ/ε_v on the column's grid (``laplace_real``).
 
@@ -37,6 +38,8 @@ from proxy.errors import NotSupported
 from proxy.loss import Loss
 from proxy.privacy.contribution_bounds import (
     BOUND_SHARE,
+    RELATIVE,
+    ROUNDING,
     empty_ladder,
     joint_clipped,
     rungs,
@@ -48,7 +51,6 @@ from proxy.privacy.sampler import RandomSource
 from proxy.statistics import Contribution, GroupStats
 from proxy.vocabulary import QueryPlan
 
-_ROUNDING = Fraction(1, 10 ** 6)  # exact_sum rounds each clipped contribution to 10⁻⁶
 MECHANISM = ("exponential mechanism (the group), Laplace (sampled on the column's grid: "
              "its value), the bound by the exponential mechanism")
 
@@ -71,9 +73,12 @@ def shares(loss: Loss) -> tuple[Loss, Loss, Loss]:
 
 
 def choice_sensitivity(bound: float, lower: float, upper: float, group_size: int) -> Fraction:
-    """Δ = g·(w·B + 10⁻⁶): what a neighbour moves any one group's clipped sum by."""
+    """Δ = g·(w·B·(1 + 10⁻⁹) + 10⁻⁶): what a neighbour moves any one group's clipped sum
+    by (10⁻⁶ of ``exact_sum``'s rounding, 10⁻⁹ of the doubles the sums are read as:
+    §3.14's allowances)."""
     width = 1 if lower >= 0 or upper <= 0 else 2
-    return group_size * (width * Fraction(bound) + _ROUNDING)
+    return group_size * (width * Fraction(bound) * (1 + Fraction(RELATIVE))
+                         + Fraction(ROUNDING))
 
 
 def choice_weights(utilities: list[float], sensitivity: Fraction, epsilon: Fraction
