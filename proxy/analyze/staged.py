@@ -195,13 +195,13 @@ def top_choice_plan(select: exp.Select, rules: Rules,
             or joins[0].args.get("side") or joins[0].args.get("using") \
             or (joins[0].args.get("kind") or "INNER").upper() not in ("INNER", "CROSS"):
         raise _top_refusal("the step inner-joined with one public table")
-    condition, (column, smallest) = extremes[0]
+    condition, (column, smallest, read) = extremes[0]
     key = [c for c in conditions if c is not condition]
     outputs = {item.alias_or_name: item.unalias() for item in body.expressions}
     group = body.args.get("group")
     pair = _key_pair(key[0], step_alias[0], tables[0].alias_or_name) if len(key) == 1 else None
     if pair is None or group is None or len(group.expressions) != 1 or len(outputs) != 2 \
-            or column not in outputs or pair[1] not in outputs \
+            or column not in outputs or read not in ("", step_alias[0]) or pair[1] not in outputs \
             or outputs[pair[1]] != group.expressions[0] or (pair[0],) not in declared.unique:
         raise _top_refusal("the step grouped by one column, joined on it to the public "
                            "table's unique key, its other column the SUM compared")
@@ -226,9 +226,10 @@ def _top_refusal(what: str) -> NotSupported:
                         f"{TOP_FORM}")
 
 
-def _extreme(condition: exp.Expression, step: str) -> tuple[str, bool] | None:
-    """(the step's column, whether MIN) when ``condition`` is ``r.v = (SELECT MAX(v)
-    FROM step)`` (either side; MIN: the least)."""
+def _extreme(condition: exp.Expression, step: str) -> tuple[str, bool, str] | None:
+    """(the step's column, whether MIN, the table ``r`` it is read from: "" when not
+    qualified) when ``condition`` is ``r.v = (SELECT MAX(v) FROM step)`` (either side;
+    MIN: the least)."""
     if not isinstance(condition, exp.EQ):
         return None
     for side, other in ((condition.this, condition.expression),
@@ -248,7 +249,7 @@ def _extreme(condition: exp.Expression, step: str) -> tuple[str, bool] | None:
         extreme = items[0].unalias()
         if isinstance(extreme, (exp.Max, exp.Min)) and isinstance(extreme.this, exp.Column) \
                 and extreme.this.name == side.name:
-            return side.name, isinstance(extreme, exp.Min)
+            return side.name, isinstance(extreme, exp.Min), side.table
     return None
 
 
