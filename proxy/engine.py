@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
+from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction, still_current
@@ -50,6 +51,7 @@ from proxy.privacy.refined_answers import exact_answer, release_refined
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
+from proxy.privacy.top_choice import top_release
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.pairs import bound_counts, pair_sums
@@ -72,7 +74,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
 from proxy.statistics import ColumnNeeds, Contribution, GroupStats, PairSums
-from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, QueryPlan
+from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, QueryPlan, TopChoice
 
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
@@ -273,7 +275,8 @@ class Engine:
         indexes = joint_clipped(plan, shift)
         joint = frozenset(Contribution(plan.aggregates[index].column) for index in indexes)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
-                                               clip, tx.execute, joint).items():
+                                               clip, tx.execute, joint,
+                                               isinstance(plan.post, TopChoice)).items():
             groups.setdefault(key, GroupStats()).ladders = found
         draw_joint_bounds(plan, indexes, shift, groups, self.rng)
 
@@ -361,6 +364,8 @@ class Engine:
         defaults = self.rules.defaults
         calibration = Calibration(plan.mechanism.model, shift, defaults.local_sensitivity_floor,
                                   defaults.exact_release, defaults.report_scale, plan.mechanism.local)
+        if isinstance(plan.post, TopChoice):  # one group, chosen privately
+            return *top_release(plan, groups, shift, self.rng), version
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version
@@ -674,7 +679,7 @@ def _conditions_on(plan: QueryPlan, alias: str) -> list[exp.Expression]:
     if where is None:
         return []
     found = []
-    for condition in (where.flatten() if isinstance(where, exp.And) else [where]):
+    for condition in conjuncts(where):
         columns = list(condition.find_all(exp.Column))
         if columns and not condition.find(exp.Subquery, exp.Select) and all(
                 getattr(plan.table.columns.get(c.name), "join", None) == alias and not c.table

@@ -68,6 +68,7 @@ from proxy.vocabulary import (
     PassthroughPlan,
     QueryPlan,
     StagedPlan,
+    TopChoice,
 )
 
 log = logging.getLogger("idp_proxy.session")
@@ -147,6 +148,8 @@ class Session:
             return [(work.name.split(".")[-1], "text")] if work.show else None
         if isinstance(work, GroupingSetsPlan):  # the first set groups by the most
             work = work.parts[0][1]
+        if isinstance(work, StagedPlan) and isinstance(work.held, PassthroughPlan):
+            work = work.held  # a TopChoice's statement: over public tables and a row
         if isinstance(work, PassthroughPlan):
             probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
             columns, _ = self.engine.backend.query_with_columns(
@@ -207,7 +210,8 @@ class Session:
                 if isinstance(plan, QueryPlan):
                     refuse_unanswerable(plan)
                 refuse_beyond_backend(plan, self.engine.backend.capabilities)
-            if isinstance(work, (QueryPlan, CombinedPlan, StagedPlan)):
+            if isinstance(work, (QueryPlan, CombinedPlan)) or (
+                    isinstance(work, StagedPlan) and isinstance(work.held, QueryPlan)):
                 _post_columns(work)  # before any debit: what its engine cannot bind
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
@@ -278,7 +282,8 @@ class Session:
         for nothing."""
         ledger = self.engine.ledger
         plans = [*(plan for _, plan in work.stages), work.held]
-        needed = sum((plan.loss for plan in plans[1:]), plans[0].loss)
+        needed = sum((plan.loss for plan in plans[1:] if isinstance(plan, QueryPlan)),
+                     plans[0].loss)
         if not ledger.affords(self.analyst, needed):
             raise BudgetExhausted(
                 f"privacy budget exhausted: this query and its subqueries need epsilon "
@@ -286,18 +291,18 @@ class Session:
                 f"{ledger.remaining(self.analyst)}; ask the data owner for more or use a "
                 "smaller idp.epsilon")
         answers = [self._private(canonical, plan) for canonical, plan in work.stages]
-        values = [answer.rows if keyed else answer.rows[0][0] if answer.rows else None
-                  for answer, keyed in zip(answers, work.keyed)]
-        statement = with_values(work, values, self.engine.rules)
+        statement = with_values(work, [answer.rows for answer in answers], self.engine.rules)
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement))
+        if isinstance(work.held, PassthroughPlan) and isinstance(plan, PassthroughPlan):
+            return self._top_choice(plan, answers[0])
         if not isinstance(plan, QueryPlan):  # 0 in their places analysed as a QueryPlan
             raise NotSupported("the statement with its subqueries' values is not one "
                                "aggregate query")
         final = self._private(canonical_sql(statement), plan)
         spent = [*answers, final]
-        released = "; ".join(_stage_note(canonical, value, answer, keyed)
-                             for (canonical, _), value, answer, keyed
-                             in zip(work.stages, values, answers, work.keyed))
+        released = "; ".join(_stage_note(canonical, answer, keyed)
+                             for (canonical, _), answer, keyed in zip(work.stages, answers,
+                                                                      work.keyed))
         privacy = dict(final.privacy,
                        epsilon_spent=sum(a.privacy["epsilon_spent"] for a in spent),
                        mechanism="; ".join(dict.fromkeys(
@@ -305,6 +310,22 @@ class Session:
                        notes=[*final.privacy["notes"], _STAGED.format(released)])
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
                       final.kinds)
+
+    def _top_choice(self, plan: PassthroughPlan, release: Answer) -> Answer:
+        """The statement over public tables and the released row of its step's largest
+        group (``proxy.analyze.staged.top_choice_plan``), run as written (it reads
+        nothing private but the release); the metadata: the release's, its 95 % bound
+        on the column of the released value's name."""
+        columns, rows = self.engine.backend.query_with_columns(
+            plan.sql.sql(dialect=self.engine.backend.dialect))
+        names = [name for name, _ in columns]
+        bounds = release.privacy["ci95"]
+        privacy = dict(release.privacy, ci95={
+            name: [bound for bound in bounds[name][:1] for _ in rows]
+            for name in names if name in bounds},
+            notes=[*release.privacy["notes"], _TOP_CHOICE])
+        return Answer(f"SELECT {len(rows)}", names, rows, privacy, _notice(privacy),
+                      [kind for _, kind in columns])
 
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
@@ -561,18 +582,21 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
 _POST_PROCESSED = "{} ran on the released answers (post-processing, no epsilon)"
 
 
-def _stage_note(canonical: str, value: Any, answer: Answer, keyed: tuple) -> str:
+def _stage_note(canonical: str, answer: Answer, keyed: tuple) -> str:
     """A subquery's released value, as the note of the statement it stood in states it
     (a correlated one's: how many keys it released a value for, each with its own
     bound)."""
     if keyed:
-        return f"({canonical}) a value for each of {len(value)} keys"
+        return f"({canonical}) a value for each of {len(answer.rows)} keys"
+    value = answer.rows[0][0] if answer.rows else None
     bounds = [b for values in answer.privacy["ci95"].values() for b in values if b is not None]
     return f"({canonical}) = {value}" + (f" ±{_short(bounds[0])}" if bounds else "")
 
 
 _STAGED = ("each scalar subquery was answered first, as a release of its own (charged), and "
            "its value put in its place: {}")
+_TOP_CHOICE = ("the query ran on the released row and the public tables (post-processing, "
+               "no epsilon)")
 _RANKED = ("the series kept are the top-N subquery's, ranked by its own release (charged "
            "beside the query's); the join ran on the released answers (no epsilon)")
 
@@ -687,6 +711,9 @@ def _mechanism(plan: QueryPlan) -> str:
     kinds = ",".join(("public " if plan.public(a) else "") + a.label for a in plan.aggregates)
     selected = "" if plan.delta is None else f"; keys of {_selected_names(plan)} by " \
         f"partition selection, threshold {selection_of(plan).threshold}"
+    if isinstance(plan.post, TopChoice):
+        least = "least" if plan.post.smallest else "largest"
+        selected += f"; the group of the {least} by the exponential mechanism"
     return f"{plan.mechanism.label}: {kinds}{selected}"
 
 

@@ -361,14 +361,30 @@ class StagedPlan:
     own, answered first (``stages``: canonical SQL and plan of each, in the order they
     stand in the WHERE); ``statement`` is then answered with their values in their
     places; ``held`` is its plan with 0 there (what is refused before any debit, and
-    its answer's columns). ``keyed``: per stage, the outer public columns a correlated
+    its answer's columns); ``keyed``: per stage, the outer public columns a correlated
     subquery is grouped by (its released rows are then a value per key; empty: one
-    value)."""
+    value; no stage keyed: ``()``). Or a statement over a step and a public table
+    keeping the step's largest group (TPC-H Q15): one stage whose plan's ``post`` is a
+    ``TopChoice``, its released row then read in the step's place, by a statement over
+    public tables only (``held``: a ``PassthroughPlan``)."""
 
     stages: tuple[tuple[str, QueryPlan], ...]
     statement: Any
-    held: QueryPlan
+    held: QueryPlan | PassthroughPlan  # a step released by a TopChoice: over public tables
     keyed: tuple[tuple[Any, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class TopChoice:
+    """A grouped SUM of which only the group of the largest (``smallest``: least) value
+    is released: the group chosen by the exponential mechanism, then its value with
+    noise (``proxy.privacy.top_choice``). The release stands for the step ``step`` of a
+    ``StagedPlan``'s statement, its group key and value as the step's columns
+    ``columns`` (TPC-H Q15's ``revenue``: supplier_no, total_revenue)."""
+
+    step: str
+    columns: tuple[str, str]
+    smallest: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.semi_joins import exists_out, refuse_subqueries, semi_joins
-from proxy.analyze.staged import staged_plan
+from proxy.analyze.staged import staged_plan, top_choice_plan
 from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
@@ -202,6 +202,11 @@ def analyze(
         lambda units, relation: analyze(units, relation, settings, hint))
     if nested is not None:
         return nested
+    # a step's largest group, kept by comparing with its MAX (TPC-H Q15): a release first
+    top = top_choice_plan(select, rules, lambda tree: analyze(tree, rules, settings, hint),
+                          canonical_sql)
+    if top is not None:
+        return top
     outer = outer_plan(select, lambda inner: analyze(inner, rules, settings, hint),
                        canonical_sql)
     if isinstance(outer, QueryPlan):

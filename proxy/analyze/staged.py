@@ -20,6 +20,22 @@ by 0: a comparison with a number analyses alike whatever the number (the release
 value is a finite double), so the statement answered with the value is refused for no
 reason that 0 did not show.
 
+**The largest group of a step** (TPC-H Q15, ``top_choice_plan``)::
+
+    WITH revenue AS (SELECT l_suppkey AS supplier_no, SUM(…) AS total_revenue
+                     FROM lineitem WHERE … GROUP BY l_suppkey)
+    SELECT s_suppkey, s_name, total_revenue FROM supplier, revenue
+    WHERE s_suppkey = supplier_no
+      AND total_revenue = (SELECT MAX(total_revenue) FROM revenue)
+
+The step's sums are released only as its one group chosen privately (a ``TopChoice``
+stage, ``proxy.privacy.top_choice``: the group among the public table's keys, and its
+sum): the step grouped by the public table's unique key instead, which the join keeps
+anyway. Its released row then stands in the step's place, and the statement, over
+public tables and that row only, runs as written (a ``PassthroughPlan``): the MAX of one
+row is its value, the join reads the public columns. The candidates are the public
+table's keys: a group of the step whose key the public table lacks (in Q15 it would
+join nothing) is no candidate.
 A subquery correlated with a public table of the outer query (TPC-H Q17: "line items
 below a fifth of their part's average quantity")::
 
@@ -41,12 +57,16 @@ comparison as one disjunct per key, ``(p_partkey = k AND l_quantity < v_k) OR �
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from sqlglot import exp
 
-from proxy.errors import ProxyError, QueryCanceled
+from proxy.analyze.key_restriction import conjuncts
+from proxy.analyze.merge_steps import step_name, steps
+from proxy.errors import NotSupported, ProxyError, QueryCanceled
+from proxy.pgtypes import RULE_TYPES
 from proxy.rules import Rules, Table
-from proxy.vocabulary import QueryPlan, StagedPlan
+from proxy.vocabulary import PUBLIC, SUM, PassthroughPlan, QueryPlan, StagedPlan, TopChoice
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
 
@@ -90,10 +110,21 @@ def staged_plan(select: exp.Select, rules: Rules, analyse: Callable[[exp.Express
 HELD = object()
 
 
-def with_values(staged: StagedPlan, values: list, rules: Rules) -> exp.Select:
-    """The statement with each subquery replaced by its released value, in order (a
-    correlated one's value: its released rows, keys first)."""
-    return _with_values(staged.statement, values, staged.keyed, rules)
+def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules) -> exp.Select:
+    """The statement with each stage's release in its place, in order: a subquery's
+    value (the first cell of its row; none: NULL), a correlated one's rows (keys first),
+    or a ``TopChoice``'s rows."""
+    plan = staged.stages[0][1]
+    if isinstance(plan.post, TopChoice):  # (key, value) from the release's columns
+        key, value = (next(i for i, o in enumerate(plan.outputs) if test(o))
+                      for test in (lambda o: o.group is not None,
+                                   lambda o: o.aggregate is not None))
+        return _with_rows(staged.statement, plan.post, plan,
+                          [(row[key], row[value]) for row in rows[0]])
+    keyed = staged.keyed or ((),) * len(rows)
+    return _with_values(staged.statement, [found if columns else found[0][0] if found else None
+                                           for found, columns in zip(rows, keyed)],
+                        keyed, rules)
 
 
 def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: Rules
@@ -115,7 +146,7 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
             cases = [exp.and_(*(c.copy().is_(exp.null()).not_() for c in columns),
                               _at(template, 0, rules))]
         else:
-            cases = [exp.and_(*(c.copy().eq(_key(k)) for c, k in zip(columns, row)),
+            cases = [exp.and_(*(c.copy().eq(_literal(k)) for c, k in zip(columns, row)),
                               _at(template, row[len(columns)], rules)) for row in value]
         comparison.replace(exp.paren(exp.or_(*cases)) if cases else exp.false())
     return statement
@@ -138,8 +169,13 @@ def _comparison(node: exp.Subquery) -> exp.Expression:
     return parent
 
 
-def _key(value: int | float | str) -> exp.Expression:
-    return exp.Literal.string(value) if isinstance(value, str) else _number(value)
+def _literal(value) -> exp.Expression:
+    """A released key or value (a number, text, date or time; None) as SQL, for a CAST."""
+    if value is None:
+        return exp.Null()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _number(value)
+    return exp.Literal.string(str(value))
 
 
 def _number(value: float | int | None) -> exp.Expression:
@@ -234,7 +270,7 @@ def _correlation(node: exp.Subquery, outer: dict[str, Table] | None, rules: Rule
     if not public.public or alias in own:
         return None
     where = query.args.get("where")
-    terms = _conjuncts(where.this) if where is not None else []
+    terms = conjuncts(where.this) if where is not None else []
     columns: dict[str, exp.Column] = {}
     for column, owner in named:
         if owner is None:
@@ -265,12 +301,6 @@ def _owner(column: exp.Column, own: dict[str, Table], outer: dict[str, Table]) -
     return owners[0] if len(owners) == 1 else "?" if owners else None
 
 
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
-    while isinstance(condition, exp.Paren):
-        condition = condition.this
-    return list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
-
-
 def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
              outer: dict[str, Table], rules: Rules) -> exp.Select:
     """The correlated subquery as a query of its own: joined with the public table it
@@ -282,8 +312,8 @@ def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
                   if s.this.alias_or_name.lower() == alias)
     query = query.join(source.copy(), copy=False)
     inner = query.args.get("where")
-    terms = _conjuncts(inner.this) if inner is not None else []
-    for condition in _conjuncts(select.args["where"].this):
+    terms = conjuncts(inner.this) if inner is not None else []
+    for condition in conjuncts(select.args["where"].this):
         owners = {_owner(c, {}, outer) for c in condition.find_all(exp.Column)}
         if owners == {alias} and condition.find(exp.Subquery) is None:
             qualified = condition.copy()
@@ -294,3 +324,143 @@ def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
     value = query.selects[-1].copy()
     query.set("expressions", [*(c.copy() for c in columns), value])
     return query.group_by(*(c.copy() for c in columns), copy=False)
+
+
+TOP_FORM = ("WITH r AS (SELECT t.k AS k, SUM(t.x) AS v FROM t WHERE … GROUP BY t.k) "
+            "SELECT p.key, p.name, r.v FROM p, r WHERE p.key = r.k AND r.v = "
+            "(SELECT MAX(v) FROM r), p a public table whose key the rules declare unique")
+
+
+def top_choice_plan(select: exp.Select, rules: Rules,
+                    analyse: Callable[[exp.Expression], object],
+                    canonical: Callable[[exp.Expression], str]) -> StagedPlan | None:
+    """The staged plan of a statement keeping the group of its step's largest (least)
+    SUM by comparing with the step's MAX (MIN) (module docstring); None when it does
+    not compare a step with its own extreme; refused, before any debit, when it does in
+    another form than ``TOP_FORM``."""
+    ctes = steps(select)
+    where = select.args.get("where")
+    if len(ctes) != 1 or where is None:
+        return None
+    (name, body), = ctes.items()
+    joins = select.args.get("joins") or []
+    conditions = conjuncts(where.this) + [part for join in joins if join.args.get("on")
+                                          for part in conjuncts(join.args["on"])]
+    extremes = [(c, found) for c in conditions if (found := _extreme(c, name)) is not None]
+    if not extremes:
+        return None
+    if len(extremes) > 1 or len(joins) != 1 or not isinstance(body, exp.Select):
+        raise _top_refusal("one comparison with the step's MAX, one public table beside it")
+    sources = [select.args["from_"].this, joins[0].this]
+    step_alias = [s.alias_or_name for s in sources if step_name(s, ctes) == name]
+    tables = [s for s in sources if step_name(s, ctes) is None and isinstance(s, exp.Table)]
+    declared = rules.table(tables[0].name) if tables else None
+    if len(step_alias) != 1 or not tables or declared is None or not declared.public \
+            or joins[0].args.get("side") or joins[0].args.get("using") \
+            or (joins[0].args.get("kind") or "INNER").upper() not in ("INNER", "CROSS"):
+        raise _top_refusal("the step inner-joined with one public table")
+    condition, (column, smallest, read) = extremes[0]
+    key = [c for c in conditions if c is not condition]
+    outputs = {item.alias_or_name: item.unalias() for item in body.expressions}
+    group = body.args.get("group")
+    pair = _key_pair(key[0], step_alias[0], tables[0].alias_or_name) if len(key) == 1 else None
+    if pair is None or group is None or len(group.expressions) != 1 or len(outputs) != 2 \
+            or column not in outputs or read not in ("", step_alias[0]) or pair[1] not in outputs \
+            or outputs[pair[1]] != group.expressions[0] or (pair[0],) not in declared.unique:
+        raise _top_refusal("the step grouped by one column, joined on it to the public "
+                           "table's unique key, its other column the SUM compared")
+    release = _release(body, group.expressions[0], tables[0].name, pair[0], pair[1])
+    plan = analyse(release)
+    if not isinstance(plan, QueryPlan) or len(plan.group_by) != 1 \
+            or plan.group_by[0].kind != PUBLIC or len(plan.aggregates) != 1 \
+            or plan.aggregates[0].kind != SUM or plan.post is not None \
+            or plan.order_by or plan.limit is not None or plan.table.privacy_unit is None:
+        raise _top_refusal("a SUM over a table with a privacy unit (its noise: "
+                           "top_choice.refuse_top_choice, before any debit)")
+    stage = replace(plan, post=TopChoice(name, (pair[1], column), smallest))
+    held = analyse(_with_rows(select, stage.post, stage, [(None, 0)]))
+    if not isinstance(held, PassthroughPlan):
+        raise _top_refusal("the query over the step may read only the public table and "
+                           "call only plain SQL functions")
+    return StagedPlan(((canonical(select), stage),), select.copy(), held)
+
+
+def _top_refusal(what: str) -> NotSupported:
+    return NotSupported(f"keeping the largest group of a step is answered for {what}: "
+                        f"{TOP_FORM}")
+
+
+def _extreme(condition: exp.Expression, step: str) -> tuple[str, bool, str] | None:
+    """(the step's column, whether MIN, the table ``r`` it is read from: "" when not
+    qualified) when ``condition`` is ``r.v = (SELECT MAX(v) FROM step)`` (either side;
+    MIN: the least)."""
+    if not isinstance(condition, exp.EQ):
+        return None
+    for side, other in ((condition.this, condition.expression),
+                        (condition.expression, condition.this)):
+        while isinstance(other, exp.Paren):
+            other = other.this
+        query = other.this if isinstance(other, exp.Subquery) else None
+        if not (isinstance(side, exp.Column) and isinstance(query, exp.Select)):
+            continue
+        source = query.args.get("from_")
+        items = query.expressions
+        if (source is None or not isinstance(source.this, exp.Table)
+                or source.this.name != step or len(items) != 1
+                or any(query.args.get(clause) for clause in
+                       ("joins", "where", "group", "having", "limit", "with_"))):
+            continue
+        extreme = items[0].unalias()
+        if isinstance(extreme, (exp.Max, exp.Min)) and isinstance(extreme.this, exp.Column) \
+                and extreme.this.name == side.name:
+            return side.name, isinstance(extreme, exp.Min), side.table
+    return None
+
+
+def _key_pair(condition: exp.Expression, step: str, table: str) -> tuple[str, str] | None:
+    """(the public table's column, the step's) of ``p.key = r.k``."""
+    if not isinstance(condition, exp.EQ):
+        return None
+    sides = {getattr(side, "table", None): side for side in (condition.this,
+                                                               condition.expression)}
+    public, stepped = sides.get(table), sides.get(step)
+    if isinstance(public, exp.Column) and isinstance(stepped, exp.Column):
+        return public.name, stepped.name
+    return None
+
+
+def _release(body: exp.Select, grouped: exp.Expression, table: str, key: str,
+             name: str) -> exp.Select:
+    """The step grouped by the public table's key: joined to it on its group column."""
+    release = body.copy()
+    aliases = {source.alias_or_name for source in release.find_all(exp.Table)}
+    alias = next(f"{table}{n or ''}" for n in range(len(aliases) + 1)
+                 if f"{table}{n or ''}" not in aliases)
+    joined = exp.column(key, table=alias)
+    release = release.join(exp.to_table(table).as_(alias),
+                           on=exp.EQ(this=grouped.copy(), expression=joined.copy()))
+    release.set("group", exp.Group(expressions=[joined.copy()]))
+    release.set("expressions", [exp.alias_(joined.copy(), name) if item.alias_or_name == name
+                                else item.copy() for item in release.expressions])
+    return release
+
+
+def _with_rows(select: exp.Select, top: TopChoice, plan: QueryPlan, rows: list[tuple]
+               ) -> exp.Select:
+    """``select`` with the step read from ``rows`` (key, value) instead, typed as the
+    release's columns; no row: an empty one."""
+    key_type = RULE_TYPES[plan.group_by[0].type]
+    agg = plan.aggregates[0]
+    value_type = RULE_TYPES[plan.table.columns[agg.column].type]
+    statement = select.copy()
+    statement.set("with_", None)
+    for table in list(statement.find_all(exp.Table)):
+        if table.name != top.step or table.args.get("db"):
+            continue
+        key, value = rows[0] if rows else (None, None)
+        found = exp.select(exp.alias_(exp.cast(_literal(key), key_type), top.columns[0]),
+                           exp.alias_(exp.cast(_literal(value), value_type), top.columns[1]))
+        if not rows:
+            found = found.where(exp.false())
+        table.replace(found.subquery(table.alias_or_name))
+    return statement

@@ -7,7 +7,8 @@ from proxy.privacy.contribution_bounds import clippable
 from proxy.privacy.inverse_sensitivity import candidate_grid
 from proxy.privacy.refined_answers import answer_prior
 from proxy.privacy.sensitivity import SensitivityError
-from proxy.vocabulary import QueryPlan
+from proxy.privacy.top_choice import refuse_top_choice
+from proxy.vocabulary import QueryPlan, TopChoice
 
 
 def refuse_unanswerable(plan: QueryPlan) -> None:
@@ -24,6 +25,8 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
                            "prior, over per-unit subqueries, nor over a table without a "
                            "privacy unit joined to several rows per key; ask it of the "
                            "table's rows directly")
+    if isinstance(plan.post, TopChoice):  # the largest group, chosen privately
+        refuse_top_choice(plan)
     if plan.mechanism.prior is not None:
         try:
             answer_prior(plan)  # also computes (and caches) its error bound, before the debit

@@ -70,6 +70,7 @@ from proxy.vocabulary import (
     SPREADS,
     SUM,
     QueryPlan,
+    TopChoice,
 )
 
 BOUND_SHARE = Fraction(1, 3)  # of a SUM's loss, for its bound (AVG: of its sum's half)
@@ -77,7 +78,7 @@ HALVINGS = 20  # rungs below the top: a contribution 10⁶ times below it is sti
 _SQUARABLE = 1e150  # a domain's width whose square, times any rows per unit, is finite
 # A sum's rounding (exact_sum: each value to 10⁻⁶) and the doubles' relative error in a
 # unit's scaled contributions, allowed for in the joint sensitivity.
-_ROUNDING, _RELATIVE = 1e-6, 1e-9
+ROUNDING, RELATIVE = 1e-6, 1e-9
 
 
 def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
@@ -166,9 +167,14 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
 def draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
                rng: RandomSource, prior: Fraction = Fraction(1, 2)) -> int:
     """Step 2: rung k with probability ∝ exp(−ε·β_k/(2g) − prior·k)."""
+    return choose(rung_weights(beyond, epsilon, group_size, prior), rng)
+
+
+def rung_weights(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
+                 prior: Fraction = Fraction(1, 2)) -> list[tuple[int, Fraction]]:
+    """Step 2's weights e^{−x_k} (``exact_choice.choose``): x_k = ε·β_k/(2g) + prior·k."""
     lam = epsilon / (2 * group_size)
-    return choose([(1, lam * count + prior * index) for index, count in enumerate(beyond)],
-                  rng)
+    return [(1, lam * count + prior * index) for index, count in enumerate(beyond)]
 
 
 def joint_prior(group_count: int) -> Fraction:
@@ -187,7 +193,13 @@ def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
     above): clipped (``laddered``), under GROUP BY with a privacy unit, Laplace noise,
     where one unit's change may touch more than 2 groups (below that, per group is
     cheaper: a one-signed sum moves by B in each of m ≤ 2 groups, the joint one by 2B).
-    A function of the plan and of s, which no neighbour changes."""
+    A function of the plan and of s, which no neighbour changes. Under a ``TopChoice``
+    (one group chosen, its sum alone released: ``top_choice.py``) each group's part is
+    clipped on its own, its bound drawn once from each unit's largest part (L∞)."""
+    if isinstance(plan.post, TopChoice):
+        clipped = laddered(plan)
+        return tuple(index for index, agg in enumerate(plan.aggregates)
+                     if agg.kind == SUM and Contribution(agg.column) in clipped)
     if (not plan.group_by or plan.table.privacy_unit is None
             or group_share(plan, shift) <= 2):
         return ()
@@ -231,7 +243,7 @@ def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_coun
     sensitivity of the vector of group sums (above), ε_s two thirds of the sum's loss."""
     of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[1]
     bound = ladder.rungs[k]
-    sensitivity = group_size * (2 * bound * (1 + _RELATIVE) + group_count * _ROUNDING)
+    sensitivity = group_size * (2 * bound * (1 + RELATIVE) + group_count * ROUNDING)
     return laplace_real(ladder.clipped[k], sensitivity, of_sum.epsilon, rng,
                         grid_step(resolution), confidence)
 

@@ -350,7 +350,7 @@ def _laplace_release(a: Asked) -> Released:
     else:
         noisy = laplace_real(answer, _real_scale(sensitivity, cal, column), epsilon, a.rng, step)
     value = (_clamp(noisy.value, column.lower, column.upper) if agg.kind != SUM
-             else _signed_sum(noisy.value, column))
+             else signed_sum(noisy.value, column))
     if column.type == "int":
         value = round(value)
     if agg.continuous:
@@ -461,7 +461,7 @@ def _release_clipped(a: Asked) -> Released:
         note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
-        value = _signed_sum(noisy_sum.value, column)
+        value = signed_sum(noisy_sum.value, column)
         value = round(value) if column.type == "int" else value
         return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
     count = group.column(agg.column).n
@@ -575,7 +575,7 @@ def _finish(noisy: Noisy, cal: Calibration, note: str | None = None,
     return Released(noisy.value, private, noisy.mechanism, note)
 
 
-def _signed_sum(value: float, column) -> float:
+def signed_sum(value: float, column) -> float:
     """A SUM kept to the sign its domain allows (≥ 0 over a domain of no negative value,
     ≤ 0 over one of no positive value): post-processing of the released sum alone."""
     return _clamp(value, 0.0 if column.lower is not None and column.lower >= 0 else None,

@@ -29,9 +29,12 @@ from proxy.vocabulary import QueryPlan
 def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                      ladders: tuple[tuple[float, ...], ...],
                      clip_rows_per_unit: int | None,
-                     joint: frozenset[Contribution] = frozenset()) -> exp.Select:
+                     joint: frozenset[Contribution] = frozenset(),
+                     largest: bool = False) -> exp.Select:
     """The statement: keys, then per contribution i and rung k ``b_i_k`` (units beyond
-    ±B_k) and ``s_i_k`` (their clipped sum, an ``exact_sum``)."""
+    ±B_k) and ``s_i_k`` (their clipped sum, an ``exact_sum``). ``joint`` contributions
+    are clipped across groups: by their total over the groups (L1), or, ``largest``,
+    each group's to ±B_k with a unit counted beyond by its largest (L∞)."""
     keys = group_keys(plan)
     columns = list(dict.fromkeys(c.column for c in wanted if c.column))
     needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
@@ -63,31 +66,35 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
             for i, term in enumerate(terms)], *(["u"] if joint else [])
         ).from_(scope.subquery("r", copy=False), copy=False).group_by(*keys, "u", copy=False)
     if joint:
-        per_unit = _unit_totals(per_unit, keys, [i for i, c in enumerate(wanted) if c in joint])
+        per_unit = _unit_totals(per_unit, keys, [i for i, c in enumerate(wanted) if c in joint],
+                                largest)
     columns_out: list[exp.Expression] = []  # one select() at the end: each call copies
     for i, rungs in enumerate(ladders):  # the whole statement (quadratic in the rungs)
         checkpoint()
         columns_out += [column for k, bound in enumerate(rungs)
-                        for column in _rung(i, k, bound, wanted[i] in joint)]
+                        for column in _rung(i, k, bound, wanted[i] in joint, largest)]
     outer = exp.select(*keys, *columns_out).from_(per_unit.subquery("p"), copy=False)
     return outer.group_by(*keys, copy=False) if keys else outer
 
 
-def _unit_totals(per_unit: exp.Select, keys: tuple[str, ...], indexes: list[int]
-                 ) -> exp.Select:
-    """``per_unit`` with, per unit, ``n{i}`` = T_u, the sum of |t{i}| over its groups,
-    and ``f`` = 1 in one group of each unit (its first by the keys)."""
+def _unit_totals(per_unit: exp.Select, keys: tuple[str, ...], indexes: list[int],
+                 largest: bool = False) -> exp.Select:
+    """``per_unit`` with, per unit, ``n{i}`` = T_u, the sum of |t{i}| over its groups
+    (``largest``: the largest), and ``f`` = 1 in one group of each unit (its first by
+    the keys)."""
+    norm = exp.Max if largest else exp.Sum
     first = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
                        order=exp.Order(expressions=[exp.Ordered(this=exp.column(key))
                                                     for key in keys]))
-    totals = [exp.alias_(exp.Window(this=exp.Sum(this=exp.Abs(this=exp.column(f"t{i}"))),
+    totals = [exp.alias_(exp.Window(this=norm(this=exp.Abs(this=exp.column(f"t{i}"))),
                                     partition_by=[exp.column("u")]), f"n{i}")
               for i in indexes]
     return exp.select("*", *totals, exp.alias_(first, "f")).from_(
         per_unit.subquery("j", copy=False), copy=False)
 
 
-def _rung(i: int, k: int, bound: float, joint: bool) -> tuple[exp.Expression, exp.Expression]:
+def _rung(i: int, k: int, bound: float, joint: bool, largest: bool = False
+          ) -> tuple[exp.Expression, exp.Expression]:
     """``b_i_k`` and ``s_i_k`` of contribution i (``t{i}``, never NULL, finite) at rung k,
     built from fresh nodes (a statement has hundreds: copying shared ones cost more than
     the rest of its building). t is clamped by LEAST and GREATEST: no NULL to guard."""
@@ -97,9 +104,12 @@ def _rung(i: int, k: int, bound: float, joint: bool) -> tuple[exp.Expression, ex
     def total() -> exp.Expression:
         return exp.column(f"n{i}")
 
-    if joint:  # scaled by min(1, B/T_u); a unit counted beyond in its first group only
+    if joint:  # a unit counted beyond in its first group only
         beyond = exp.and_(exp.EQ(this=exp.column("f"), expression=exp.Literal.number(1)),
                           exp.GT(this=total(), expression=literal(bound)), copy=False)
+    if joint and largest:  # L∞: each group's contribution clipped to ±B alone
+        scaled = value()
+    elif joint:  # L1: scaled by min(1, B/T_u)
         scaled = exp.Case(ifs=[exp.If(this=exp.GT(this=total(), expression=literal(bound)),
                                       true=exp.Mul(
             this=value(), expression=exp.paren(exp.Div(this=literal(bound),
@@ -125,10 +135,10 @@ def _rung(i: int, k: int, bound: float, joint: bool) -> tuple[exp.Expression, ex
 def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                          ladders: tuple[tuple[float, ...], ...], capabilities: Capabilities,
                          clip_rows_per_unit: int | None, execute: Execute,
-                         joint: frozenset[Contribution] = frozenset()
+                         joint: frozenset[Contribution] = frozenset(), largest: bool = False
                          ) -> dict[tuple, dict[Contribution, Ladder]]:
     """Every group's ladders (key ``()`` without GROUP BY), by contribution."""
-    statement = contribution_sql(plan, wanted, ladders, clip_rows_per_unit, joint)
+    statement = contribution_sql(plan, wanted, ladders, clip_rows_per_unit, joint, largest)
     width = len(plan.group_by)
     found: dict[tuple, dict[Contribution, Ladder]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):

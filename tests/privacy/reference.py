@@ -13,9 +13,8 @@ from fractions import Fraction
 
 from proxy.engine import answered
 from proxy.privacy.requests import CountRequest, RankRequest
-from proxy.statistics import RankRef
+from proxy.statistics import RankRef, percentile_rank
 from proxy.statistics import clamp_to_domain as _normalise
-from proxy.statistics import percentile_rank
 from tests.privacy.harness import LOWER, UPPER
 
 # The same rule, remembered: the enumerations normalise the same few raw values millions
