@@ -379,9 +379,10 @@ REFUSED = [
      "l_orderkey = 1)", "0A000", "name the EXISTS's table other than"),
     ("SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_nope = 1)",
      "42703", "column l_nope is not declared for orders"),
-    # TPC-H Q17, Q18, Q20, Q10: what stays refused, said precisely
+    # TPC-H Q18, Q20, Q10: what stays refused, said precisely (Q17's form is answered,
+    # tests/analyze/test_staged.py; correlated otherwise than by equal columns it is not)
     ("SELECT SUM(l_price) FROM lineitem, part WHERE p_partkey = l_partkey AND l_price < "
-     "(SELECT AVG(l_price) FROM lineitem WHERE l_partkey = p_partkey)", "0A000",
+     "(SELECT AVG(l_price) FROM lineitem WHERE l_partkey > p_partkey)", "0A000",
      "a scalar subquery over lineitem compared with each row is not supported"),
     ("SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem "
      "GROUP BY l_orderkey HAVING SUM(l_price) > 300)", "0A000",

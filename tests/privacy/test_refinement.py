@@ -34,7 +34,7 @@ from proxy.privacy.refinement import (
 )
 from proxy.privacy.sampler import SecureSource
 from proxy.vocabulary import MAX_ATOMS, parse_prior
-from tests.privacy.laws import SAMPLER_ALPHA
+from tests.privacy.laws import SAMPLER_ALPHA, pooled
 
 
 def seed_factors(epsilon):
@@ -324,7 +324,9 @@ def test_every_cell_of_a_small_grid_is_drawn_with_its_refined_probability(prior)
                                    TruncatedNormal(40_000, 15_000, 0, 200_000)])
 def test_continuous_samples_follow_the_refined_law(prior):
     """χ² of 20,000 draws' cells in 40 bins of the 2^20-cell grid (split at the runs'
-    ends), against the law's exact masses; every answer lies in the support."""
+    ends; a split that leaves a bin expecting under 5 draws pooled with its neighbour:
+    one expected 0.017 draws, so one draw in it failed the test once in 60 runs),
+    against the law's exact masses; every answer lies in the support."""
     refined = refine(prior, 41_000, *factors(0.5))
     source = SecureSource()
     cells = np.array([refined.draw(source) for _ in range(20_000)])
@@ -332,7 +334,7 @@ def test_continuous_samples_follow_the_refined_law(prior):
                                       [run.start for run in refined.runs]]))
     observed, _ = np.histogram(cells, bins=edges)
     expected = [float(refined.mass(a, b)) * len(cells) for a, b in itertools.pairwise(edges)]
-    assert stats.chisquare(observed, expected).pvalue > SAMPLER_ALPHA
+    assert stats.chisquare(*pooled(observed, expected)).pvalue > SAMPLER_ALPHA
     assert all(0 <= refined.sample(source) <= 200_000 for _ in range(1000))
 
 
