@@ -8,6 +8,7 @@ so every count, sum and order statistic computed from the scope is of normalised
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
@@ -38,7 +39,9 @@ def scope_select(
     a block sample of the table instead (a pilot; never for released statistics).
     ``unit``: the privacy unit rides along as ``u`` (as it does for COUNT(DISTINCT unit)).
     """
-    unit = (unit or counts_units(plan)) and plan.table.privacy_unit is not None
+    asked = (unit or counts_units(plan)) and plan.table.privacy_unit is not None
+    extremes = isinstance(clip_rows_per_unit, UnitExtremes)
+    unit = asked or extremes
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
@@ -64,6 +67,8 @@ def scope_select(
     checkpoint()
     if clip_rows_per_unit is None:
         return scope
+    if extremes:
+        return unit_extremes(scope, clip_rows_per_unit, needs, keys, asked)
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
              if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
     if isinstance(clip_rows_per_unit, HashedClip):
@@ -85,6 +90,54 @@ class HashedClip(int):
     pseudo-random sample of the unit's rows, ties broken by the values), not by the
     values' order, which keeps a unit's smallest values: the one row per unit that
     user-level percentiles are drawn over (privacy/inverse_sensitivity.py)."""
+
+
+@dataclass(frozen=True)
+class UnitExtremes:
+    """A scope of one value per unit, per group and unit under GROUP BY: the least (or,
+    ``largest``, the largest) normalised value of ``column`` among the unit's rows in
+    scope (of that group), NULL where it has none: the values a user-level MAX or MIN
+    is drawn over (privacy/inverse_sensitivity.py, ``UnitExtreme``). Under GROUP BY
+    at most ``cap`` of each unit's groups are kept (the DP clip c: one unit then
+    touches at most c groups, as over its c rows), those of its most extreme values;
+    None keeps all (iDP, whose s counts the unit's rows)."""
+
+    column: str
+    largest: bool
+    cap: int | None = None
+
+
+def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeeds, ...],
+                  keys: list[str], unit: bool) -> exp.Select:
+    """``scope`` (with ``u``) reduced to each unit's most extreme row of ``clip.column``
+    per group, by ``ROW_NUMBER()`` over (unit, keys), NULLs last: the row is a function
+    of the unit's own rows in that group, and its value their MIN (MAX) exactly; then,
+    with a ``cap`` under GROUP BY, a unit's first ``cap`` groups by that value. Total
+    SQL: a window and comparisons of integers. ``unit``: ``u`` stays in the output."""
+    value = exp.column(f"c{next(i for i, need in enumerate(needs) if need.column == clip.column)}")
+    columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))], "u"]
+    order = [exp.Is(this=value.copy(), expression=exp.Null()),
+             exp.Ordered(this=value.copy(), desc=clip.largest)]
+
+    def first(select: exp.Select, partition: list[str], most: int,
+              ties: tuple[exp.Expression, ...] = ()) -> exp.Select:
+        window = exp.Window(this=exp.RowNumber(),
+                            partition_by=[exp.column(name) for name in partition],
+                            order=exp.Order(expressions=[o.copy() for o in order] + list(ties)))
+        numbered = exp.select(*columns, exp.alias_(window, "row_in_unit"), copy=False) \
+            .from_(select.subquery("e", copy=False), copy=False)
+        return exp.select(*columns).from_(numbered.subquery("e", copy=False), copy=False) \
+            .where(exp.LTE(this=exp.column("row_in_unit"),
+                           expression=exp.Literal.number(most)), copy=False)
+
+    reduced = first(scope, ["u", *keys], 1)
+    if keys and clip.cap is not None:
+        reduced = first(reduced, ["u"], clip.cap,
+                        [part for key in keys for part in (
+                            exp.Is(this=exp.column(key), expression=exp.Null()),
+                            exp.Ordered(this=exp.column(key)))])
+    return reduced if unit else exp.select(*columns[:-1]).from_(
+        reduced.subquery("e", copy=False), copy=False)
 
 
 def row_hash(columns: list[exp.Expression]) -> exp.Expression:
