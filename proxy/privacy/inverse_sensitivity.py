@@ -10,7 +10,9 @@ values that must change for y to be the value at rank r is
     d(y) = max(0, a(y) − r + 1, r − b(y)),
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
-MAX and MIN are the ranks n and 1. Candidates between consecutive values in scope share
+MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
+table whose unit may own several rows they are drawn over each unit's own MAX or MIN
+(per group and unit), where s is g (``draw_scope``). Candidates between consecutive values in scope share
 a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
 weight, exactly (``exact_choice.choose``), a block of it by its count, a candidate
 uniformly inside it, kept with an exact Bernoulli (``_draw``).
