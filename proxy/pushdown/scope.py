@@ -109,33 +109,33 @@ class UnitExtremes:
 
 def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeeds, ...],
                   keys: list[str], unit: bool) -> exp.Select:
-    """``scope`` (with ``u``) reduced to each unit's most extreme row of ``clip.column``
-    per group, by ``ROW_NUMBER()`` over (unit, keys), NULLs last: the row is a function
-    of the unit's own rows in that group, and its value their MIN (MAX) exactly; then,
-    with a ``cap`` under GROUP BY, a unit's first ``cap`` groups by that value. Total
-    SQL: a window and comparisons of integers. ``unit``: ``u`` stays in the output."""
+    """``scope`` (with ``u``) reduced to one row per unit and group: ``GROUP BY u, keys``
+    with each column's MIN (``largest``: MAX), which skips NULLs and is NULL where all
+    are, a function of the unit's own rows in that group, their MIN (MAX) exactly; then,
+    with a ``cap`` under GROUP BY, a unit's first ``cap`` groups by ``clip.column``'s
+    value (NULLs last, ties by the keys), by ``ROW_NUMBER()`` over the unit. Total SQL:
+    MIN/MAX of normalised doubles, a window, comparisons of integers. ``unit``: ``u``
+    stays in the output."""
     value = exp.column(f"c{next(i for i, need in enumerate(needs) if need.column == clip.column)}")
+    extreme = exp.Max if clip.largest else exp.Min
     columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))], "u"]
-    order = [exp.Is(this=value.copy(), expression=exp.Null()),
-             exp.Ordered(this=value.copy(), desc=clip.largest)]
-
-    def first(select: exp.Select, partition: list[str], most: int,
-              ties: tuple[exp.Expression, ...] = ()) -> exp.Select:
-        window = exp.Window(this=exp.RowNumber(),
-                            partition_by=[exp.column(name) for name in partition],
-                            order=exp.Order(expressions=[o.copy() for o in order] + list(ties)))
-        numbered = exp.select(*columns, exp.alias_(window, "row_in_unit"), copy=False) \
-            .from_(select.subquery("e", copy=False), copy=False)
-        return exp.select(*columns).from_(numbered.subquery("e", copy=False), copy=False) \
-            .where(exp.LTE(this=exp.column("row_in_unit"),
-                           expression=exp.Literal.number(most)), copy=False)
-
-    reduced = first(scope, ["u", *keys], 1)
+    reduced = exp.select(
+        exp.alias_(exp.Literal.number(1), "one"), *keys,
+        *[exp.alias_(extreme(this=exp.column(f"c{i}")), f"c{i}") for i in range(len(needs))],
+        "u", copy=False).from_(scope.subquery("e", copy=False), copy=False) \
+        .group_by("u", *keys, copy=False)
     if keys and clip.cap is not None:
-        reduced = first(reduced, ["u"], clip.cap,
-                        [part for key in keys for part in (
-                            exp.Is(this=exp.column(key), expression=exp.Null()),
-                            exp.Ordered(this=exp.column(key)))])
+        order = [exp.Is(this=value.copy(), expression=exp.Null()),
+                 exp.Ordered(this=value.copy(), desc=clip.largest)]
+        order += [part for key in keys for part in (
+            exp.Is(this=exp.column(key), expression=exp.Null()), exp.Ordered(this=exp.column(key)))]
+        window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
+                            order=exp.Order(expressions=order))
+        numbered = exp.select(*columns, exp.alias_(window, "group_in_unit"), copy=False) \
+            .from_(reduced.subquery("e", copy=False), copy=False)
+        reduced = exp.select(*columns).from_(numbered.subquery("e", copy=False), copy=False) \
+            .where(exp.LTE(this=exp.column("group_in_unit"),
+                           expression=exp.Literal.number(clip.cap)), copy=False)
     return reduced if unit else exp.select(*columns[:-1]).from_(
         reduced.subquery("e", copy=False), copy=False)
 
