@@ -3,7 +3,7 @@
 
     python benchmarks/utility.py demo [--quick] [--releases 20] [--epsilon 0.1,1]
                                       [--aggregates count,sum,...] [--scopes whole,...]
-                                      [--tables people,visits] [--out DIR]
+                                      [--tables people,visits] [--peers none] [--out DIR]
 
 Cells: aggregate (COUNT, SUM, AVG, STDDEV, MEDIAN, p90 = percentile_disc(0.9), MAX, MIN,
 COUNT(DISTINCT person_id)) × table (``people``: row-level, one row per person, over
