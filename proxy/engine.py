@@ -55,7 +55,6 @@ from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.scope import (
     HashedClip,
-    UnitExtremes,
     chain_tables,
     joined_units,
     plan_unit_bound_sql,
@@ -234,8 +233,7 @@ class Engine:
             return
         counts = groups
         if scope is not ALL_ROWS:
-            clip = HashedClip(1) if scope == ONE_ROW else UnitExtremes(
-                scope.column, scope.largest, clip)
+            clip = HashedClip(1) if scope == ONE_ROW else replace(scope, cap=clip)
             needs = tuple(ColumnNeeds(column, count=True, lower=by_column[column].lower,
                                       upper=by_column[column].upper) for column in spans_of)
             counts = compute_statistics(plan, needs, self.backend.capabilities, clip, execute)

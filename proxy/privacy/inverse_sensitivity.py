@@ -12,8 +12,8 @@ and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records on
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
 MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
 table whose unit may own several rows they are drawn over each unit's own MAX or MIN
-(per group and unit), where s is g (``draw_scope``). Candidates between consecutive values in scope share
-a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
+(per group and unit), where s is g (``draw_scope``). Candidates between consecutive
+values in scope share a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
 weight, exactly (``exact_choice.choose``), a block of it by its count, a candidate
 uniformly inside it, kept with an exact Bernoulli (``_draw``).
 
@@ -51,7 +51,7 @@ from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, group_share, require_finite
-from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
+from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef, UnitExtremes
 from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
 
 _FIRST_REACH = 16
@@ -318,19 +318,9 @@ def sampled_shift(plan: QueryPlan) -> int:
     return plan.table.group_size
 
 
-@dataclass(frozen=True)
-class UnitExtreme:
-    """The scope of a MAX (``largest``) or MIN of ``column`` drawn over each unit's own
-    largest (least) value in scope, one per group and unit under GROUP BY
-    (docs/privacy.md §5.3, "MAX and MIN of user-level tables")."""
-
-    column: str
-    largest: bool
-
-
 ALL_ROWS = None  # a draw over every row in scope (clipped to c per unit under DP)
 ONE_ROW = "one row per unit"  # a percentile over one row per unit (``one_row_per_unit``)
-DrawScope = UnitExtreme | str | None
+DrawScope = UnitExtremes | str | None
 
 
 def draw_scope(plan: QueryPlan, agg) -> DrawScope:
@@ -342,7 +332,7 @@ def draw_scope(plan: QueryPlan, agg) -> DrawScope:
     query alone."""
     if agg.kind == PERCENTILE:
         return ONE_ROW if one_row_per_unit(plan) else ALL_ROWS
-    return UnitExtreme(agg.column, agg.kind == MAX) if several_rows_per_unit(plan) \
+    return UnitExtremes(agg.column, agg.kind == MAX) if several_rows_per_unit(plan) \
         else ALL_ROWS
 
 

@@ -8,7 +8,6 @@ so every count, sum and order statistic computed from the scope is of normalised
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
@@ -19,7 +18,7 @@ from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import LINKED_UNIT, Link, Table
-from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
+from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, UnitExtremes, value_range
 from proxy.vocabulary import SUM, UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
 
 Execute = Callable[[str], list[tuple]]
@@ -92,21 +91,6 @@ class HashedClip(int):
     user-level percentiles are drawn over (privacy/inverse_sensitivity.py)."""
 
 
-@dataclass(frozen=True)
-class UnitExtremes:
-    """A scope of one value per unit, per group and unit under GROUP BY: the least (or,
-    ``largest``, the largest) normalised value of ``column`` among the unit's rows in
-    scope (of that group), NULL where it has none: the values a user-level MAX or MIN
-    is drawn over (privacy/inverse_sensitivity.py, ``UnitExtreme``). Under GROUP BY
-    at most ``cap`` of each unit's groups are kept (the DP clip c: one unit then
-    touches at most c groups, as over its c rows), those of its most extreme values;
-    None keeps all (iDP, whose s counts the unit's rows)."""
-
-    column: str
-    largest: bool
-    cap: int | None = None
-
-
 def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeeds, ...],
                   keys: list[str], unit: bool) -> exp.Select:
     """``scope`` (with ``u``) reduced to one row per unit and group: ``GROUP BY u, keys``
@@ -116,7 +100,8 @@ def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeed
     value (NULLs last, ties by the keys), by ``ROW_NUMBER()`` over the unit. Total SQL:
     MIN/MAX of normalised doubles, a window, comparisons of integers. ``unit``: ``u``
     stays in the output."""
-    value = exp.column(f"c{next(i for i, need in enumerate(needs) if need.column == clip.column)}")
+    index = next(i for i, need in enumerate(needs) if need.column == clip.column)
+    value = exp.column(f"c{index}")
     extreme = exp.Max if clip.largest else exp.Min
     columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))], "u"]
     reduced = exp.select(
@@ -128,7 +113,8 @@ def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeed
         order = [exp.Is(this=value.copy(), expression=exp.Null()),
                  exp.Ordered(this=value.copy(), desc=clip.largest)]
         order += [part for key in keys for part in (
-            exp.Is(this=exp.column(key), expression=exp.Null()), exp.Ordered(this=exp.column(key)))]
+            exp.Is(this=exp.column(key), expression=exp.Null()),
+            exp.Ordered(this=exp.column(key)))]
         window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
                             order=exp.Order(expressions=order))
         numbered = exp.select(*columns, exp.alias_(window, "group_in_unit"), copy=False) \

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 
 from proxy.analyze import analyze, parse_statements
-from proxy.privacy.inverse_sensitivity import UnitExtreme, _targets, draw_scopes, exponent
-from proxy.pushdown.scope import UnitExtremes, scope_select
+from proxy.privacy.inverse_sensitivity import _targets, draw_scopes, exponent
+from proxy.pushdown.scope import scope_select
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import ColumnNeeds
+from proxy.statistics import ColumnNeeds, UnitExtremes
 from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, neighbours, options
 from tests.privacy.laws import log_probabilities
 from tests.privacy.reference import unit_extremes
@@ -64,10 +64,10 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
     statement, largest, groups = QUERIES[query]
     plan = analyze(parse_statements(statement)[0], RULES,
                    Settings(model=model, epsilon=epsilon))
-    assert draw_scopes(plan) == [UnitExtreme("v", largest)]
+    assert draw_scopes(plan) == [UnitExtremes("v", largest)]
     # s over all rows: c·g = 2 under DP; under iDP the data's most rows per unit (3 here)
     shift = 2 if model == "dp" else 3
-    ((_, _, target, part, grid, draw),) = _targets(plan, shift, UnitExtreme("v", largest))
+    ((_, _, target, part, grid, draw),) = _targets(plan, shift, UnitExtremes("v", largest))
     assert draw == 1  # one value per unit (and group): Δu = g
     # a unit's rows (at most 2 groups under DP's cap, 3 under iDP) leave groups and join
     # others: ε/3 each over 3 groups
