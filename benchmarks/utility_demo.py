@@ -3,7 +3,7 @@
 
     python benchmarks/utility.py demo [--quick] [--releases 20] [--epsilon 0.1,1]
                                       [--aggregates count,sum,...] [--scopes whole,...]
-                                      [--tables people,visits] [--out DIR]
+                                      [--tables people,visits] [--peers none] [--out DIR]
 
 Cells: aggregate (COUNT, SUM, AVG, STDDEV, MEDIAN, p90 = percentile_disc(0.9), MAX, MIN,
 COUNT(DISTINCT person_id)) × table (``people``: row-level, one row per person, over
@@ -539,7 +539,7 @@ def run(args) -> list[Result]:
                             results.append(_measure(
                                 cell, proxy.name, true, proxy.releases,
                                 table, scope, aggregate, epsilon, args.releases))
-                            for peer in PEERS:
+                            for peer in (p for p in PEERS if p.name in args.peers):
                                 for label, bounds in ((peer.name, table.domain),
                                                       (peer.name + "*", table.expert)):
                                     if label.endswith("*") and aggregate in BOUNDLESS:
@@ -733,6 +733,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--scopes", default=None, type=split)
     parser.add_argument("--tables", default=list(TABLES), type=split,
                         help="people, visits, census (default: all three)")
+    parser.add_argument("--peers", default=[p.name for p in PEERS],
+                        type=lambda text: [] if text == "none" else text.split(","),
+                        help="OpenDP, SmartNoise, PipelineDP (default: all); 'none' "
+                             "measures idp-proxy alone (a before/after of its own)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "utility")
     parser.add_argument("--report", type=Path, default=None, metavar="CSV",
                         help="measure nothing: the tables and charts of a demo.csv")

@@ -39,10 +39,12 @@ from proxy.ledger import Charge, Ledger
 from proxy.privacy.contribution_bounds import draw_joint_bounds, joint_clipped, laddered, rungs
 from proxy.privacy.correlation import draw_bounds, row_rungs
 from proxy.privacy.inverse_sensitivity import (
+    ALL_ROWS,
+    ONE_ROW,
+    DrawScope,
+    draw_scopes,
     first_windows,
     instance_releases,
-    one_row_per_unit,
-    sampled_shift,
 )
 from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
@@ -207,10 +209,8 @@ class Engine:
                 return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
             if plan.mechanism.exponential:
-                self._draws(plan, tx, groups, by_column, clip, shift, False)
-                if one_row_per_unit(plan):  # percentiles over one row per unit (§5.3)
-                    self._draws(plan, tx, groups, by_column, HashedClip(1),
-                                sampled_shift(plan), True)
+                for scope in draw_scopes(plan):
+                    self._draws(plan, tx, groups, by_column, clip, shift, scope)
                 return shift, groups, version
 
             def window_read(request: RankRequest):
@@ -228,16 +228,18 @@ class Engine:
             return shift, groups, version
 
     def _draws(self, plan: QueryPlan, tx: Transaction, groups: dict[tuple, GroupStats],
-               by_column: dict, clip: int | None, shift: int, sampled: bool) -> None:
-        """The exponential mechanism's draws into each group's ``instance``: those over
-        the scope the other aggregates read, or (``sampled``) the percentiles over one
-        row per unit, whose n are read here from that scope (``HashedClip``)."""
+               by_column: dict, clip: int | None, shift: int, scope: DrawScope) -> None:
+        """The exponential mechanism's draws over ``scope`` (``draw_scope``) into each
+        group's ``instance``: over the scope the other aggregates read (``clip`` rows
+        per unit under DP), or over one row per unit (percentiles, ``HashedClip``) or
+        one value per unit (MAX and MIN, ``UnitExtremes``), whose n are read here."""
         dialect, execute = self.backend.dialect, tx.execute
-        spans_of = first_windows(plan, shift, sampled)
+        spans_of = first_windows(plan, shift, scope)
         if not spans_of:
             return
         counts = groups
-        if sampled:
+        if scope is not ALL_ROWS:
+            clip = HashedClip(1) if scope == ONE_ROW else replace(scope, cap=clip)
             needs = tuple(ColumnNeeds(column, count=True, lower=by_column[column].lower,
                                       upper=by_column[column].upper) for column in spans_of)
             counts = compute_statistics(plan, needs, self.backend.capabilities, clip, execute)
@@ -260,7 +262,7 @@ class Engine:
         for key in plan.group_keys() if plan.group_by else [()]:
             group = groups.setdefault(key, GroupStats())
             group.instance = {**group.instance, **answered(instance_releases(
-                plan, counts.get(key, GroupStats()), shift, self.rng, key, sampled),
+                plan, counts.get(key, GroupStats()), shift, self.rng, key, scope),
                 draws_read)}
 
     def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,

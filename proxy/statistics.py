@@ -123,6 +123,21 @@ class ColumnNeeds:
         return clamp_to_domain(value, self.lower, self.upper)
 
 
+@dataclass(frozen=True)
+class UnitExtremes:
+    """A scope of one value per unit, per group and unit under GROUP BY: the least (or,
+    ``largest``, the largest) normalised value of ``column`` among the unit's rows in
+    scope (of that group), NULL where it has none: what a user-level MAX or MIN is drawn
+    over (privacy/inverse_sensitivity.draw_scope; the SQL: pushdown/scope.unit_extremes,
+    docs/privacy.md §5.3). Under GROUP BY at most ``cap`` of each unit's groups are kept
+    (the DP clip c: one unit then touches at most c groups, as over its c rows), those
+    of its most extreme values; None keeps all (iDP, whose s counts the unit's rows)."""
+
+    column: str
+    largest: bool
+    cap: int | None = None
+
+
 @dataclass
 class ColumnStats:
     """What the backend returned for one column in one group: n non-null values in

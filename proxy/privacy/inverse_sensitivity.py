@@ -10,8 +10,10 @@ values that must change for y to be the value at rank r is
     d(y) = max(0, a(y) − r + 1, r − b(y)),
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
-MAX and MIN are the ranks n and 1. Candidates between consecutive values in scope share
-a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
+MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
+table whose unit may own several rows they are drawn over each unit's own MAX or MIN
+(per group and unit), where s is g (``draw_scope``). Candidates between consecutive
+values in scope share a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
 weight, exactly (``exact_choice.choose``), a block of it by its count, a candidate
 uniformly inside it, kept with an exact Bernoulli (``_draw``).
 
@@ -49,7 +51,7 @@ from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, group_share, require_finite
-from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef
+from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef, UnitExtremes
 from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
 
 _FIRST_REACH = 16
@@ -299,42 +301,76 @@ def one_row_per_unit(plan: QueryPlan) -> bool:
     all rows falls to min(2, G). Without such groups all rows are drawn over (Δu = c·g:
     no sampling error, which dominates at a few thousand rows). A function of the rules
     and the query alone."""
+    return several_rows_per_unit(plan) and bool(plan.group_by) and not plan.groups_fixed \
+        and plan.group_count > 1
+
+
+def several_rows_per_unit(plan: QueryPlan) -> bool:
+    """The table has a privacy unit that may own several rows in scope (its
+    ``max_rows_per_unit`` is not 1, or joins multiply rows): from the rules alone."""
     return (plan.per_unit is None and plan.table.privacy_unit is not None
-            and plan.contribution_bound != 1 and bool(plan.group_by)
-            and not plan.groups_fixed and plan.group_count > 1)
+            and plan.contribution_bound != 1)
 
 
 def sampled_shift(plan: QueryPlan) -> int:
-    """s of a draw over one row per unit: the g units a neighbour changes, one row each."""
+    """s of a draw over one value per unit: the g units a neighbour changes, one row
+    (one value per group) each."""
     return plan.table.group_size
 
 
+ALL_ROWS = None  # a draw over every row in scope (clipped to c per unit under DP)
+ONE_ROW = "one row per unit"  # a percentile over one row per unit (``one_row_per_unit``)
+DrawScope = UnitExtremes | str | None
+
+
+def draw_scope(plan: QueryPlan, agg) -> DrawScope:
+    """What a percentile, MAX or MIN of the plan is drawn over. MAX over rows is MAX
+    over the units' own maxima, exactly (MIN likewise), and a neighbour changes one
+    value per unit and group instead of c, so the draw's s falls from c·g to g wherever
+    a unit may own several rows (``several_rows_per_unit``); with one row per unit the
+    two scopes are the same and all rows are kept. A function of the rules and the
+    query alone."""
+    if agg.kind == PERCENTILE:
+        return ONE_ROW if one_row_per_unit(plan) else ALL_ROWS
+    return UnitExtremes(agg.column, agg.kind == MAX) if several_rows_per_unit(plan) \
+        else ALL_ROWS
+
+
+def draw_scopes(plan: QueryPlan) -> list[DrawScope]:
+    """The scopes of the plan's draws, each once, in the order of its aggregates."""
+    found: list[DrawScope] = []
+    for agg in plan.aggregates:
+        if agg.kind.row.ranked and (scope := draw_scope(plan, agg)) not in found:
+            found.append(scope)
+    return found
+
+
 def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: RandomSource,
-                      key: tuple = (), sampled: bool = False
+                      key: tuple = (), scope: DrawScope = ALL_ROWS
                       ) -> Asking[dict[int, float | int]]:
-    """The released value of every percentile, MAX and MIN of the plan in the group
-    ``key`` (whose statistics are ``group``), by aggregate index; the draws ask for the
-    ranks and counts they need, of that group's scope. ``sampled``: only the
-    percentiles drawn over one row per unit (``one_row_per_unit``; ``group`` and the
-    requests are then of that scope, ``shift`` its ``sampled_shift``), else the others."""
+    """The released value of every percentile, MAX and MIN of the plan drawn over
+    ``scope`` (``draw_scope``) in the group ``key``, by aggregate index; ``group`` holds
+    that scope's statistics in that group, ``shift`` is the plan's s over all rows. The
+    draws ask for the ranks and counts they need, of that group's scope."""
     found = {}
-    for index, column, target, epsilon, grid in _targets(plan, shift, sampled):
+    for index, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
         n = group.column(column).n
         found[index] = yield from instance_release(n, min(max(1, target.rank(n)), max(n, 1)),
-                                                   shift, epsilon,
+                                                   draw_shift, epsilon,
                                                    grid, rng, plan.mechanism.scale == PIECEWISE,
                                                    column, key)
     return found
 
 
-def first_windows(plan: QueryPlan, shift: int, sampled: bool = False
+def first_windows(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS
                   ) -> dict[str, list[tuple[RankRef, int]]]:
-    """Per column, the (target rank, K) of the first window each of its draws reads:
-    what the engine reads for every group at once under GROUP BY (``grouped_windows``);
-    ``sampled`` as in ``instance_releases``."""
+    """Per column, the (target rank, K) of the first window each of its draws over
+    ``scope`` reads: what the engine reads for every group at once under GROUP BY
+    (``grouped_windows``); ``shift`` as in ``instance_releases``."""
     spans: dict[str, list[tuple[RankRef, int]]] = {}
-    for _, column, target, epsilon, grid in _targets(plan, shift, sampled):
-        spans.setdefault(column, []).append((target, first_reach(exponent(epsilon, shift), grid)))
+    for _, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
+        spans.setdefault(column, []).append(
+            (target, first_reach(exponent(epsilon, draw_shift), grid)))
     return spans
 
 
@@ -358,29 +394,33 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
     return max(0, math.ceil(math.log(20 * grid.count) / exponent(epsilon, shift)) - 1)
 
 
-def _targets(plan: QueryPlan, shift: int, sampled: bool = False):
-    """(aggregate index, column, target rank, ε, candidates) of every percentile, MAX
-    and MIN (``sampled``: of the percentiles over one row per unit only, else of the
-    others): MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K,
-    ⌊n/10⌋) (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are taken as the
-    nearest). ε is each aggregate's own (sequential
-    composition, as for every aggregate of a SELECT), over GROUP BY divided by the
-    groups one unit's s records can touch, as every DP aggregate's (§3.5)."""
-    part = plan.aggregate_loss * Fraction(1, group_share(plan, shift))
-    per_unit = one_row_per_unit(plan)
+def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
+    """(aggregate index, column, target rank, ε, candidates, s of the draw) of every
+    percentile, MAX and MIN drawn over ``scope``, ``shift`` the plan's s over all rows:
+    MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K, ⌊n/10⌋)
+    (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are taken as the
+    nearest). ε is each aggregate's own (sequential composition, as for every aggregate
+    of a SELECT), over GROUP BY divided by the groups one unit can touch, as every DP
+    aggregate's (§3.5): with one row per unit those of its g rows; with one value per
+    unit and group those of its rows (at most c under DP: ``UnitExtremes``' cap), as
+    over all rows. The draw's s is g over one value per unit (``sampled_shift``)."""
+    draw = shift if scope is ALL_ROWS else sampled_shift(plan)
+    part = plan.aggregate_loss * Fraction(1, group_share(plan, draw if scope == ONE_ROW
+                                                         else shift))
     for index, agg in enumerate(plan.aggregates):
-        if not agg.kind.row.ranked or (per_unit and agg.kind == PERCENTILE) != sampled:
+        if not agg.kind.row.ranked or draw_scope(plan, agg) != scope:
             continue
         column = plan.table.columns[agg.column]
         grid = candidate_grid(column.lower, column.upper, column.resolution,
                               column.type == "int")
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
                   else RankRef(TOP if agg.kind == MAX else BOTTOM,
-                               extreme_offset(part.epsilon, shift, grid), EXTREME_SHARE))
-        yield index, agg.column, target, part.epsilon, grid
+                               extreme_offset(part.epsilon, draw, grid), EXTREME_SHARE))
+        yield index, agg.column, target, part.epsilon, grid, draw
 
 
 def extreme_offsets(plan: QueryPlan, shift: int) -> dict[int, int]:
     """K of each MAX and MIN of the plan, by aggregate index (for its note)."""
-    return {index: target.offset for index, _, target, _, _ in _targets(plan, shift)
+    return {index: target.offset for scope in draw_scopes(plan)
+            for index, _, target, _, _, _ in _targets(plan, shift, scope)
             if target.anchor != PCT}

@@ -25,7 +25,11 @@ from proxy.privacy.contribution_bounds import (
     sum_loss,
 )
 from proxy.privacy.correlation import group_part, noisy_pair
-from proxy.privacy.inverse_sensitivity import extreme_offsets, one_row_per_unit
+from proxy.privacy.inverse_sensitivity import (
+    extreme_offsets,
+    one_row_per_unit,
+    several_rows_per_unit,
+)
 from proxy.privacy.mechanisms import (
     Noisy,
     gaussian_integer,
@@ -325,7 +329,8 @@ def _ranked(a: Asked) -> Released:
     if agg.kind == PERCENTILE and one_row_per_unit(plan):
         note += _PER_UNIT_NOTE
     if agg.kind in (MAX, MIN):
-        note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[a.index])
+        note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[a.index],
+                              several_rows_per_unit(plan))
     return _finish(Noisy(a.group.instance[a.index], None, mechanism), cal, note)
 
 
@@ -417,15 +422,20 @@ _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-t
                 "95% bound is shown, it would reveal the smooth sensitivity of the data")
 
 
-def _extreme_note(kind, aside: int) -> str:
-    """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset)."""
-    if not aside:
-        return ""
+def _extreme_note(kind, aside: int, per_unit: bool) -> str:
+    """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset), and
+    over what: each unit's own extreme where a unit may own several rows."""
     end = "largest" if kind == MAX else "smallest"
-    return (f"; {kind.upper()} is drawn around the value {aside} ranks from the {end}, "
-            f"or a tenth of the values from it in a smaller scope (the {end} itself would "
-            "be drawn almost anywhere between it and the domain's end, docs/privacy.md "
-            "§5.3)")
+    over = (f"; drawn over each privacy unit's own {kind.upper()} (one value per unit "
+            "and group: the same extreme, each unit counted once, docs/privacy.md §5.3)"
+            ) if per_unit else ""
+    if not aside:
+        return over
+    values = "units' values" if per_unit else "values"
+    return (f"{over}; {kind.upper()} is drawn around the value {aside} ranks from the "
+            f"{end}, or a tenth of the {values} from it in a smaller scope (the {end} "
+            "itself would be drawn almost anywhere between it and the domain's end, "
+            "docs/privacy.md §5.3)")
 
 
 def _sum_note(cal: Calibration) -> str:

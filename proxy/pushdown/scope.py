@@ -19,7 +19,7 @@ from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import LINKED_UNIT, Link, Table
-from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, value_range
+from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, UnitExtremes, value_range
 from proxy.vocabulary import SUM, UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
 
 Execute = Callable[[str], list[tuple]]
@@ -39,7 +39,9 @@ def scope_select(
     a block sample of the table instead (a pilot; never for released statistics).
     ``unit``: the privacy unit rides along as ``u`` (as it does for COUNT(DISTINCT unit)).
     """
-    unit = (unit or counts_units(plan)) and plan.table.privacy_unit is not None
+    asked = (unit or counts_units(plan)) and plan.table.privacy_unit is not None
+    extremes = isinstance(clip_rows_per_unit, UnitExtremes)
+    unit = asked or extremes
     table = plan.table
     keys = group_keys(plan)
     selected = [exp.alias_(exp.Literal.number(1), "one")]  # a scope may need no column
@@ -65,6 +67,8 @@ def scope_select(
     checkpoint()
     if clip_rows_per_unit is None:
         return scope
+    if extremes:
+        return unit_extremes(scope, clip_rows_per_unit, needs, keys, asked)
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
              if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
     if isinstance(clip_rows_per_unit, HashedClip):
@@ -86,6 +90,41 @@ class HashedClip(int):
     pseudo-random sample of the unit's rows, ties broken by the values), not by the
     values' order, which keeps a unit's smallest values: the one row per unit that
     user-level percentiles are drawn over (privacy/inverse_sensitivity.py)."""
+
+
+def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeeds, ...],
+                  keys: list[str], unit: bool) -> exp.Select:
+    """``scope`` (with ``u``) reduced to one row per unit and group: ``GROUP BY u, keys``
+    with each column's MIN (``largest``: MAX), which skips NULLs and is NULL where all
+    are, a function of the unit's own rows in that group, their MIN (MAX) exactly; then,
+    with a ``cap`` under GROUP BY, a unit's first ``cap`` groups by ``clip.column``'s
+    value (NULLs last, ties by the keys), by ``ROW_NUMBER()`` over the unit. Total SQL:
+    MIN/MAX of normalised doubles, a window, comparisons of integers. ``unit``: ``u``
+    stays in the output."""
+    index = next(i for i, need in enumerate(needs) if need.column == clip.column)
+    value = exp.column(f"c{index}")
+    extreme = exp.Max if clip.largest else exp.Min
+    columns = ["one", *keys, *[f"c{i}" for i in range(len(needs))], "u"]
+    reduced = exp.select(
+        exp.alias_(exp.Literal.number(1), "one"), *keys,
+        *[exp.alias_(extreme(this=exp.column(f"c{i}")), f"c{i}") for i in range(len(needs))],
+        "u", copy=False).from_(scope.subquery("e", copy=False), copy=False) \
+        .group_by("u", *keys, copy=False)
+    if keys and clip.cap is not None:
+        order = [exp.Is(this=value.copy(), expression=exp.Null()),
+                 exp.Ordered(this=value.copy(), desc=clip.largest)]
+        order += [part for key in keys for part in (
+            exp.Is(this=exp.column(key), expression=exp.Null()),
+            exp.Ordered(this=exp.column(key)))]
+        window = exp.Window(this=exp.RowNumber(), partition_by=[exp.column("u")],
+                            order=exp.Order(expressions=order))
+        numbered = exp.select(*columns, exp.alias_(window, "group_in_unit"), copy=False) \
+            .from_(reduced.subquery("e", copy=False), copy=False)
+        reduced = exp.select(*columns).from_(numbered.subquery("e", copy=False), copy=False) \
+            .where(exp.LTE(this=exp.column("group_in_unit"),
+                           expression=exp.Literal.number(clip.cap)), copy=False)
+    return reduced if unit else exp.select(*columns[:-1]).from_(
+        reduced.subquery("e", copy=False), copy=False)
 
 
 def row_hash(columns: list[exp.Expression]) -> exp.Expression:

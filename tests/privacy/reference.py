@@ -112,3 +112,30 @@ def contribution_bound(records) -> int:
     for r in records:
         counts[r.unit] = counts.get(r.unit, 0) + 1
     return max(counts.values(), default=1)
+
+
+def unit_extremes(records, largest: bool, cap: int | None, groups: int = 1,
+                  lower: float = LOWER, upper: float = UPPER) -> list[list[float]]:
+    """Each group's sorted values of a user-level MAX (``largest``) or MIN drawn over
+    one value per unit (docs/privacy.md §5.3): per unit and group its most extreme
+    normalised value in scope (None where all are NaN or NULL), then at most ``cap`` of
+    a unit's groups (None: all), its most extreme values first, ties by group."""
+    extremes: dict = {}
+    for r in records:
+        if r.in_scope:
+            v = normalise(r.value, lower, upper)
+            slot = (r.unit, r.group)
+            old = extremes.get(slot)
+            if slot not in extremes or (v is not None and (
+                    old is None or (v > old if largest else v < old))):
+                extremes[slot] = v
+    by_unit: dict = {}
+    for (unit, group), v in extremes.items():
+        by_unit.setdefault(unit, []).append((v is None, -v if largest and v is not None
+                                             else v or 0.0, group, v))
+    found: list[list[float]] = [[] for _ in range(groups)]
+    for kept in by_unit.values():
+        for _, _, group, v in sorted(kept)[:cap]:
+            if v is not None:
+                found[group].append(v)
+    return [sorted(values) for values in found]

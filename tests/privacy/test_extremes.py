@@ -21,7 +21,7 @@ budget_per_analyst = 100000
 
 [analysts.zoe]
 
-{people_table()}
+{people_table(max_rows_per_unit=1)}
 """
 
 engine = engine_fixture(RULES, {"people": PEOPLE}, shared=True)

@@ -25,8 +25,9 @@ from proxy.session import Session
 from proxy.settings import Settings
 from proxy.statistics import clamp_to_domain, percentile_rank
 from tests.factories import Table, engine_fixture
+from tests.privacy.harness import Record
 from tests.privacy.laws import ALPHA, SeededSource, log_probabilities
-from tests.privacy.reference import remembered
+from tests.privacy.reference import remembered, unit_extremes
 from tests.probes import run
 
 pytestmark = pytest.mark.postgres
@@ -52,6 +53,14 @@ max_rows_per_unit = 2
 [tables.visits.columns]
 stay = { type = "int", domain = [0, 10] }
 ward = { type = "text", keys = ["a", "b"] }
+
+[tables.trips]
+privacy_unit = "person"
+max_rows_per_unit = 2
+[tables.trips.columns]
+cost = { type = "float", domain = [0, 100] }
+zone = { type = "text", keys = ["a", "b", "c"] }
+paid = { type = "int" }
 """
 
 _RAW = [float(v) for v in np.round(np.random.default_rng(19).normal(50, 10, 40), 2)]
@@ -61,13 +70,24 @@ AGES = [int(v) for v in np.random.default_rng(3).integers(2, 8, len(SCORES))]
 KINDS = ["a", "b"] * (len(SCORES) // 2) + ["a"] * (len(SCORES) % 2)
 VISITS = {"person": [1, 1, 1, 2, 2, 3, 4, 4, 5, 6], "stay": [3, 9, 9, 4, 4, 5, 6, 1, 7, 5],
           "ward": ["a"] * 10}
+# (person, cost, zone, paid): several rows a person (beyond the bound of 2, across 3
+# zones), NULL, NaN, ±inf, values beyond the domain, ties, rows outside the WHERE
+TRIPS = [(1, 5.0, "a", 1), (1, 2.0, "a", 1), (1, 70.0, "b", 1), (1, 250.0, "c", 1),
+         (2, float("nan"), "a", 1), (2, None, "b", 1), (2, 40.0, "b", 0),
+         (3, float("-inf"), "c", 1), (3, 30.0, "c", 1), (3, 30.0, "a", 1),
+         (4, 60.0, "a", 0), (4, 55.0, "b", 1), (4, float("inf"), "b", 1), (4, 8.0, "c", 1),
+         (5, 30.0, "a", 1), (6, None, "c", 1), (7, 99.5, "b", 1), (7, -3.0, "a", 1)]
 
 
 engine = engine_fixture(RULES, {
     "scores": Table({"id": list(range(len(SCORES))), "score": SCORES, "age": AGES, "kind": KINDS},
                     {"id": "INTEGER", "score": "DOUBLE PRECISION", "age": "INTEGER",
                      "kind": "TEXT"}),
-    "visits": Table(VISITS, {"person": "INTEGER", "stay": "INTEGER", "ward": "TEXT"})},
+    "visits": Table(VISITS, {"person": "INTEGER", "stay": "INTEGER", "ward": "TEXT"}),
+    "trips": Table({name: [row[i] for row in TRIPS] for i, name in
+                    enumerate(("person", "cost", "zone", "paid"))},
+                   {"person": "INTEGER", "cost": "DOUBLE PRECISION", "zone": "TEXT",
+                    "paid": "INTEGER"})},
     shared=True)
 
 
@@ -199,6 +219,48 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     sampled = sorted(float(min(stays, key=lambda v: (hashed(v), v))) for stays in people.values())
     assert sampled == [1.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # person 1 keeps a 9, person 4 its 1
     assert seen == [(6, 1, sampled, (2, 4, 4.0, 7.0)), (0, 1, [], (0, 0, None, None))]
+
+
+@pytest.mark.parametrize("model", ["dp", "idp"])
+def test_user_level_max_and_min_read_each_units_own_extreme(engine, monkeypatch, model):
+    """A user-level MAX or MIN is drawn over one value per person (per person and zone
+    under GROUP BY): the person's largest (least) cost in scope, NaN and NULL out, ±inf
+    and 250 clamped to the domain, a person whose costs are all NULL or NaN absent; under
+    DP at most 2 zones a person (the bound), those of its most extreme values; Δu = g = 1.
+    The windows and counts both backends return equal the reference's (tests/privacy/
+    reference.unit_extremes) for every group."""
+    seen = []
+
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        seen.append((key, n, shift, (yield RankRequest(column, 1, n, group=key)),
+                     (yield CountRequest(column, 30.0, key))))
+        return grid.value(grid.first)
+
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
+    session = _instance_session(engine)
+    run(session, f"SET idp.model = '{model}'")
+    records = [Record(person, cost, paid == 1, "abc".index(zone))
+               for person, cost, zone, paid in TRIPS]
+    everywhere = [r._replace(group=0) for r in records]
+    cap = 2 if model == "dp" else None
+    for sql, largest, grouped, where in (
+            ("SELECT MIN(cost) FROM trips", False, False, False),
+            ("SELECT MAX(cost) FROM trips WHERE paid = 1", True, False, True),
+            ("SELECT zone, MIN(cost) FROM trips GROUP BY zone", False, True, False),
+            ("SELECT zone, MAX(cost) FROM trips WHERE paid = 1 GROUP BY zone", True, True,
+             True)):
+        seen.clear()
+        run(session, sql)
+        scoped = [r._replace(in_scope=r.in_scope or not where)
+                  for r in (records if grouped else everywhere)]
+        expected = unit_extremes(scoped, largest, cap, 3 if grouped else 1, 0, 100)
+        keys = [(zone,) for zone in "abc"] if grouped else [()]
+        assert [(key, n, shift, window) for key, n, shift, window, _ in seen] == [
+            (key, len(values), 1, values) for key, values in zip(keys, expected)], sql
+        assert [count for *_, count in seen] == [
+            (sum(v < 30 for v in values), sum(v <= 30 for v in values),
+             max((v for v in values if v < 30), default=None),
+             min((v for v in values if v > 30), default=None)) for values in expected]
 
 
 @pytest.mark.parametrize("form", ["instance", "piecewise"])

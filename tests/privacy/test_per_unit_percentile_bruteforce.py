@@ -22,6 +22,7 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.privacy.inverse_sensitivity import (
+    ONE_ROW,
     _targets,
     exponent,
     one_row_per_unit,
@@ -67,7 +68,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
     plan = analyze(parse_statements(QUERIES[query])[0], RULES,
                    Settings(model="dp", epsilon=epsilon))
     assert one_row_per_unit(plan) and sampled_shift(plan) == 1
-    ((_, _, target, part, grid),) = _targets(plan, 1, sampled=True)
+    ((_, _, target, part, grid, _),) = _targets(plan, 3, ONE_ROW)
     # the unit's one row may leave one group and join the other: ε/2 each
     assert part == Fraction(epsilon) / 2
     scale = float(exponent(part, 1))

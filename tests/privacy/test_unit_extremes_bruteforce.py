@@ -1,0 +1,109 @@
+"""MAX and MIN of a user-level table over one value per unit (docs/privacy.md §5.3, "MAX
+and MIN of user-level tables"), by brute force: each unit's (per group: each unit and
+group's) MAX or MIN is computed in DuckDB by the pushdown's own SQL (``scope_select``
+with ``UnitExtremes``), and the groups' joint law of the exponential mechanism over
+those values — with the ε, target rank, candidates and Δu = g the engine uses
+(``_targets``) — changes no candidate's probability by more than e^ε over the
+neighbours of small data sets: units of up to three rows (beyond DP's bound of two,
+which caps a unit at two groups), every row of one unit set to values with ties, both
+bounds, NULL, NaN and ±inf, in or out of the WHERE and in any of three groups, under
+both models. A unit's neighbours are a seeded sample of its modifications.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from fractions import Fraction
+
+import duckdb
+import numpy as np
+import pytest
+
+from proxy.analyze import analyze, parse_statements
+from proxy.privacy.inverse_sensitivity import _targets, draw_scopes, exponent
+from proxy.pushdown.scope import scope_select
+from proxy.rules import parse_rules
+from proxy.settings import Settings
+from proxy.statistics import ColumnNeeds, UnitExtremes
+from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, neighbours, options
+from tests.privacy.laws import log_probabilities
+from tests.privacy.reference import unit_extremes
+
+RULES = parse_rules(f"""
+[tables.t]
+privacy_unit = "unit"
+max_rows_per_unit = 2
+[tables.t.columns]
+unit = {{ type = "int" }}
+v = {{ type = "float", domain = [{LOWER}, {UPPER}], resolution = 512 }}  # candidates k/2
+w = {{ type = "int" }}
+k = {{ type = "text", keys = ["a", "b", "c"] }}
+""")
+NEIGHBOUR_VALUES = [LOWER, 3.5, 5.0, UPPER, None] + EXTREME[:3]
+QUERIES = {  # (statement, largest, groups)
+    "min per group": ("SELECT k, MIN(v) FROM t WHERE w = 1 GROUP BY k", False, 3),
+    "max per group": ("SELECT k, MAX(v) FROM t GROUP BY k", True, 3),
+    "min": ("SELECT MIN(v) FROM t WHERE w = 1", False, 1),
+    "max": ("SELECT MAX(v) FROM t", True, 1),
+}
+
+
+@pytest.fixture(scope="module")
+def con():
+    connection = duckdb.connect()
+    connection.execute("CREATE TABLE t (unit BIGINT, v DOUBLE, w INTEGER, k TEXT)")
+    yield connection
+    connection.close()
+
+
+@pytest.mark.parametrize("model", ["dp", "idp"])
+@pytest.mark.parametrize("query", list(QUERIES))
+def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, query, model):
+    epsilon = 1.0
+    statement, largest, groups = QUERIES[query]
+    plan = analyze(parse_statements(statement)[0], RULES,
+                   Settings(model=model, epsilon=epsilon))
+    assert draw_scopes(plan) == [UnitExtremes("v", largest)]
+    # s over all rows: c·g = 2 under DP; under iDP the data's most rows per unit (3 here)
+    shift = 2 if model == "dp" else 3
+    ((_, _, target, part, grid, draw),) = _targets(plan, shift, UnitExtremes("v", largest))
+    assert draw == 1  # one value per unit (and group): Δu = g
+    # a unit's rows (at most 2 groups under DP's cap, 3 under iDP) leave groups and join
+    # others: ε/3 each over 3 groups
+    assert part == Fraction(epsilon) / groups
+    scale = float(exponent(part, draw))
+    cap = 2 if model == "dp" else None
+    needs = (ColumnNeeds("v", count=True, lower=LOWER, upper=UPPER),)
+    sql = scope_select(plan, needs, UnitExtremes("v", largest, cap), unit=True
+                       ).sql(dialect="duckdb")
+
+    def laws(records):
+        con.execute("DELETE FROM t")
+        if records:
+            con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
+                            [(r.unit, r.value, int(r.in_scope), "abc"[r.group])
+                             for r in records])
+        rows = con.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
+        found = [sorted(row[-2] for row in rows if row[-2] is not None
+                        and (groups == 1 or row[1] == "abc"[key])) for key in range(groups)]
+        # the backend's values are the reference's: each unit's extreme per group, capped
+        seen = [r._replace(group=r.group if groups > 1 else 0,
+                           in_scope=r.in_scope or "WHERE" not in statement) for r in records]
+        assert found == unit_extremes(seen, largest, cap, groups), (records, rows)
+        laws = []
+        for values in found:
+            n = len(values)  # the rank as instance_releases keeps it within 1..n
+            laws.append(log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)),
+                                          grid, scale))
+        return laws
+
+    rng = random.Random(zlib.crc32(f"unit extremes {query} {model}".encode()))
+    outcomes = assert_sound(
+        laws, lambda _: epsilon,
+        datasets(zlib.crc32(query.encode()), 4, 4, 3, groups=groups),
+        lambda records: neighbours(records, options(groups, NEIGHBOUR_VALUES), limit=8,
+                                   rng=rng),
+        change=lambda before, after: sum(float(np.abs(b - a).max())
+                                         for b, a in zip(before, after)))
+    assert max(outcome.worst for outcome in outcomes) > epsilon / 4  # neighbours that matter
