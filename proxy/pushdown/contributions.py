@@ -59,9 +59,11 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
 
 
 def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
-              clip_rows_per_unit: int | None, with_unit: bool) -> exp.Select:
+              clip_rows_per_unit: int | None, with_unit: bool, fenced: bool = False
+              ) -> exp.Select:
     """Per unit (per group) its contributions ``t{i}``, never NULL (``with_unit``: and
-    the unit, ``u``); without a privacy unit, per row."""
+    the unit, ``u``); without a privacy unit, per row (``fenced``: behind OFFSET 0,
+    ``Capabilities.fenced_rows``; a unit's GROUP BY is a fence already)."""
     keys = group_keys(plan)
     columns = list(dict.fromkeys(c.column for c in wanted if c.column))
     needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
@@ -84,9 +86,10 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
         terms.append(value)
     zero = exp.Literal.number(0)
     if plan.table.privacy_unit is None:  # a NULL (or NaN) value contributes 0
-        return exp.select(*keys, *[exp.alias_(exp.Coalesce(
+        rows = exp.select(*keys, *[exp.alias_(exp.Coalesce(
             this=term, expressions=[zero.copy()]), f"t{i}") for i, term in enumerate(terms)]
         ).from_(scope.subquery("r", copy=False), copy=False)
+        return rows.offset(0, copy=False) if fenced else rows
     # a unit's contribution: the sum over its rows in scope (none: 0)
     return exp.select(*keys, *[exp.alias_(exp.Coalesce(
         this=exp.Sum(this=term), expressions=[zero.copy()]), f"t{i}")
@@ -122,13 +125,13 @@ def _bucket(value: exp.Expression, rungs: tuple[float, ...], low: int, high: int
 
 def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                ladders: tuple[tuple[float, ...], ...],
-               clip_rows_per_unit: int | None) -> exp.Select:
+               clip_rows_per_unit: int | None, fenced: bool = False) -> exp.Select:
     """The bucketed statement (above): keys, then per contribution i its bucket ``j{i}``
     (several contributions: one grouping set each, the others' buckets NULL), then the
     units ``n``, and per contribution its positive units ``p{i}`` (where it can be
     negative) and Σ round(T_u·10⁶) in each form its rungs' sums take (``e{i}_{form}``)."""
     keys = group_keys(plan)
-    per_unit = _per_unit(plan, wanted, clip_rows_per_unit, False)
+    per_unit = _per_unit(plan, wanted, clip_rows_per_unit, False, fenced)
     buckets = [exp.alias_(_bucket(exp.Abs(this=exp.column(f"t{i}")), rungs, 0, len(rungs)),
                           f"j{i}") for i, rungs in enumerate(ladders)]
     inner = exp.select(*keys, *[f"t{i}" for i in range(len(wanted))], *buckets).from_(
@@ -259,7 +262,8 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                       ) -> dict[tuple, dict[Contribution, Ladder]]:
     """``contribution_ladders`` from ``bucket_sql``'s rows; without GROUP BY an empty
     scope's ladders (no rows come back) are of no units, as the per-rung columns say."""
-    statement = bucket_sql(plan, wanted, ladders, clip_rows_per_unit)
+    statement = bucket_sql(plan, wanted, ladders, clip_rows_per_unit,
+                           capabilities.fenced_rows)
     width, count = len(plan.group_by), len(wanted)
     signed = [_signed(contribution, plan) for contribution in wanted]
     # (key, i) -> (units, positive units, sums by form) per bucket
