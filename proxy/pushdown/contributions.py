@@ -132,14 +132,16 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     negative) and Σ round(T_u·10⁶) in each form its rungs' sums take (``e{i}_{form}``)."""
     keys = group_keys(plan)
     per_unit = _per_unit(plan, wanted, clip_rows_per_unit, False, fenced)
-    buckets = [exp.alias_(_bucket(exp.Abs(this=exp.column(f"t{i}")), rungs, 0, len(rungs)),
-                          f"j{i}") for i, rungs in enumerate(ladders)]
+    signed = [_signed(contribution, plan) for contribution in wanted]
+    buckets = [exp.alias_(_bucket(exp.Abs(this=exp.column(f"t{i}")) if signed[i] else
+                                  exp.column(f"t{i}"), rungs, 0, len(rungs)), f"j{i}")
+               for i, rungs in enumerate(ladders)]  # |t| is t where t ≥ 0
     inner = exp.select(*keys, *[f"t{i}" for i in range(len(wanted))], *buckets).from_(
         per_unit.subquery("p", copy=False), copy=False)
     columns_out: list[exp.Expression] = [exp.alias_(exp.Count(this=exp.Star()), "n")]
-    for i, (contribution, rungs) in enumerate(zip(wanted, ladders)):
+    for i, rungs in enumerate(ladders):
         value = exp.column(f"t{i}")
-        if _signed(contribution, plan):
+        if signed[i]:
             columns_out.append(exp.alias_(exp.Sum(this=exp.Case(ifs=[exp.If(
                 this=exp.GT(this=value.copy(), expression=exp.Literal.number(0)),
                 true=exp.Literal.number(1))], default=exp.Literal.number(0))), f"p{i}"))
