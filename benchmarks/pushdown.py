@@ -218,6 +218,7 @@ def _run(label: str, backend, store, rows: int, repeat: int, only: str | None) -
             results.append((label, name, f"failed: {failed.message}"))
     raw = timed(lambda: backend.query(CASES[-1][2][_PLAIN[backend.dialect]]), repeat)
     results.append((label, "user-level COUNT, first (computes c)", raw, first, first, None))
+    engine.ledger.close()  # its writer thread, before the backend closes
     return results
 
 
@@ -234,6 +235,7 @@ def _case(label, name, private_sql, plain, settings, backend, store, engine, ses
     if cached:
         answer()  # the last ε once more: from the cache; timed next, ε unchanged
         hit = timed(answer, repeat)
+    engine.ledger.flush()  # replays' rows are written in batches, off the answer's path
     after = ledger_counts(store)
     fresh = after.get("charged", 0) - before.get("charged", 0)
     hits = after.get("served from cache", 0) - before.get("served from cache", 0)
