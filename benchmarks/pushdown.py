@@ -2,7 +2,7 @@
 directly on the same backend, for DuckDB and PostgreSQL (and Spark), in one run.
 
     python benchmarks/pushdown.py [--rows 10000000] [--backends duckdb,postgres] [--repeat 5]
-                                  [--only instance]
+                                  [--only instance] [--pg jit=off]
 
 ``--backends`` also takes ``sail`` and ``spark``: the Spark backend over a throwaway
 Spark Connect server, Sail's (pysail) or a real Spark's in local mode (tests/sparkserver.py;
@@ -19,7 +19,9 @@ ledger is checked after each case (every fresh run charged, every repeat served 
 cache). The per-unit bound's first computation (once per data version) is reported on
 its own line. PostgreSQL is a throwaway server started from the system's binaries (as in
 the tests). The "DP instance" cases ask under ``SET idp.model = 'dp'; SET
-idp.sensitivity = 'instance'`` (the exponential mechanism, docs/privacy.md §5.3);
+idp.sensitivity = 'instance'`` (the exponential mechanism, docs/privacy.md §5.3); the
+"clipped" cases are SUM, AVG and STDDEV with their automatic clipping bound (§3.14: the
+statistics include the per-unit contributions against the bound's ladder);
 ``--only`` keeps the cases whose name contains a word.
 """
 
@@ -103,6 +105,11 @@ CASES = [
      {"duckdb": "SELECT b, quantile_disc(x, 0.5) FROM rows GROUP BY b",
       "postgres": "SELECT b, percentile_disc(0.5) WITHIN GROUP (ORDER BY x) FROM rows GROUP BY b"},
      INSTANCE),
+    *[(f"clipped {level}{kind}", f"SELECT {kind}(x) FROM {table}",
+       {"duckdb": f"SELECT {kind.lower()}(x) FROM {table}",
+        "postgres": f"SELECT {kind.lower()}(x) FROM {table}"})
+      for level, table in (("", "rows"), ("user-level ", "visits"))
+      for kind in ("SUM", "AVG", "STDDEV")],
     ("user-level COUNT", "SELECT COUNT(*) FROM visits WHERE a BETWEEN 10 AND 50",
      {"duckdb": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50",
       "postgres": "SELECT count(*) FROM visits WHERE a BETWEEN 10 AND 50"}),
@@ -191,7 +198,7 @@ def _run(label: str, backend, store, rows: int, repeat: int, only: str | None) -
     print(f"[{label}] loading {rows:,} rows ...", file=sys.stderr, flush=True)
     load(backend, rows)
     engine = Engine(RULES, backend, store=store)
-    cached = backend.transactional  # Spark: no data version, so no answer is cached
+    cached = backend.capabilities.transactional  # Spark: no data version, so no answer is cached
     session = Session.open(engine, "bench")
     results = []
     fresh_epsilon(session)
@@ -211,6 +218,7 @@ def _run(label: str, backend, store, rows: int, repeat: int, only: str | None) -
             results.append((label, name, f"failed: {failed.message}"))
     raw = timed(lambda: backend.query(CASES[-1][2][_PLAIN[backend.dialect]]), repeat)
     results.append((label, "user-level COUNT, first (computes c)", raw, first, first, None))
+    engine.ledger.close()  # its writer thread, before the backend closes
     return results
 
 
@@ -227,6 +235,7 @@ def _case(label, name, private_sql, plain, settings, backend, store, engine, ses
     if cached:
         answer()  # the last ε once more: from the cache; timed next, ε unchanged
         hit = timed(answer, repeat)
+    engine.ledger.flush()  # replays' rows are written in batches, off the answer's path
     after = ledger_counts(store)
     fresh = after.get("charged", 0) - before.get("charged", 0)
     hits = after.get("served from cache", 0) - before.get("served from cache", 0)
@@ -243,7 +252,11 @@ def main() -> None:
     parser.add_argument("--backends", default="duckdb,postgres")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", help="run the cases whose name contains this word")
+    parser.add_argument("--pg", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the throwaway PostgreSQL, e.g. jit=off (repeatable)")
     args = parser.parse_args()
+    pg_settings = {"work_mem": "256MB", "shared_buffers": "1GB",
+                   **dict(setting.split("=", 1) for setting in args.pg)}
     results = []
     for name in args.backends.split(","):
         with tempfile.TemporaryDirectory() as folder:
@@ -251,7 +264,7 @@ def main() -> None:
                 results += run_backend(name, f"duckdb:///{folder}/bench.duckdb", args.rows,
                                        args.repeat, args.only)
             elif name == "postgres":
-                with throwaway_postgres({"work_mem": "256MB", "shared_buffers": "1GB"}) as url:
+                with throwaway_postgres(pg_settings) as url:
                     results += run_backend(name, url, args.rows, args.repeat, args.only)
             elif name in ("sail", "spark"):
                 server = (throwaway_sail(Path(folder) / name) if name == "sail" else

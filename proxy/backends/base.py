@@ -66,6 +66,10 @@ class Capabilities:
     # The first pass without GROUP BY reads the scope as a subquery, each normalised
     # value computed once per row (pushdown/ungrouped.py), not the table directly.
     projected_scope: bool
+    # A subquery's value used several times is computed once only behind OFFSET 0:
+    # PostgreSQL pulls a plain subquery up and evaluates (and JIT-compiles) its
+    # expressions at each use (pushdown/contributions.py, ``bucket_sql``).
+    fenced_rows: bool = False
     # The most ANDs and ORs the conditions of one statement may hold (its WHERE, its
     # FILTERs and CASE conditions): more are refused at analysis with 54001
     # (proxy.analyze.refuse_beyond_backend). None: the token limit bounds them.

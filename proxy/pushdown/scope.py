@@ -7,6 +7,7 @@ so every count, sum and order statistic computed from the scope is of normalised
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
@@ -494,9 +495,8 @@ def exact_sum(value: exp.Expression, lower: float | None = None,
     of a plain float sum plus a few arithmetic operations per value (the DECIMAL(38, 6)
     cast it replaces cost PostgreSQL 5× the plain sum). ``copy`` False: ``value`` is a
     tree of the caller's that it gives up (built per call: copying costs more)."""
-    low, high = value_range(lower, upper)
     scale = exp.Literal.number(SUM_SCALE)
-    if max(abs(low), abs(high)) * SUM_SCALE <= _SCALED_LIMIT:
+    if not wide_sum(lower, upper):
         return exp.Sum(this=_rounded(exp.Mul(this=value.copy() if copy else value,
                                              expression=scale)))
     whole = exp.Floor(this=value.copy())
@@ -506,6 +506,21 @@ def exact_sum(value: exp.Expression, lower: float | None = None,
     return exp.Add(
         this=exp.Mul(this=exp.Sum(this=exp.cast(whole, BIGINT, copy=False)), expression=scale.copy()),
         expression=exp.Sum(this=_rounded(fraction)))
+
+
+def wide_sum(lower: float | None, upper: float | None) -> bool:
+    """Whether ``exact_sum`` of values in [lower, upper] splits each value (above)."""
+    low, high = value_range(lower, upper)
+    return max(abs(low), abs(high)) * SUM_SCALE > _SCALED_LIMIT
+
+
+def rounded_scaled(value: float, wide: bool) -> int:
+    """The integer ``exact_sum`` adds for one double ``value`` (``wide``: split into
+    ⌊v⌋·10⁶ and its fraction rounded), by the same IEEE operations as the backends."""
+    if not wide:
+        return math.floor(value * SUM_SCALE + 0.5)
+    whole = math.floor(value)
+    return whole * SUM_SCALE + math.floor((value - whole) * SUM_SCALE + 0.5)
 
 
 def _rounded(value: exp.Expression) -> exp.Expression:
