@@ -110,9 +110,16 @@ def _signed(contribution: Contribution, plan: QueryPlan) -> bool:
     return lower is None or lower < contribution.origin
 
 
-def _forms(rungs: tuple[float, ...]) -> tuple[bool, ...]:
-    """The ``exact_sum`` forms (``wide_sum``) the rungs' clipped sums take, each once."""
-    return tuple(dict.fromkeys(wide_sum(-bound, bound) for bound in rungs))
+def _form(bound: float) -> tuple[bool, float]:
+    """How the per-rung statement sums a rung's clipped values (``_rung``): divided by
+    ``sum_shrink(bound)``, in the ``exact_sum`` form (``wide_sum``) of the shrunk bound."""
+    shrink = sum_shrink(bound)
+    return wide_sum(-bound / shrink, bound / shrink), shrink
+
+
+def _forms(rungs: tuple[float, ...]) -> tuple[tuple[bool, float], ...]:
+    """The forms (``_form``) the rungs' clipped sums take, each once."""
+    return tuple(dict.fromkeys(_form(bound) for bound in rungs))
 
 
 def _bucket(value: exp.Expression, rungs: tuple[float, ...], low: int, high: int
@@ -149,11 +156,15 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
             columns_out.append(exp.alias_(exp.Sum(this=exp.Case(ifs=[exp.If(
                 this=exp.GT(this=value.copy(), expression=exp.Literal.number(0)),
                 true=exp.Literal.number(1))], default=exp.Literal.number(0))), f"p{i}"))
-        for wide in _forms(rungs):  # clipped to the form's top rung: within it the
-            # bucket's values as they are (those above it are read at other rungs)
-            bound = max(b for b in rungs if wide_sum(-b, b) == wide)
-            columns_out.append(exp.alias_(exact_sum(_clipped(value, bound), -bound, bound,
-                                                    copy=False), f"e{i}_{int(wide)}"))
+        for index, form in enumerate(_forms(rungs)):  # clipped to the form's top rung:
+            # within it the bucket's values as they are (those above: read at other rungs)
+            bound = max(b for b in rungs if _form(b) == form)
+            shrink = form[1]
+            clipped = _clipped(value.copy(), bound)
+            if shrink != 1:
+                clipped = exp.Mul(this=clipped, expression=literal(1 / shrink))
+            columns_out.append(exp.alias_(exact_sum(clipped, -bound / shrink, bound / shrink,
+                                                    copy=False), f"e{i}_{index}"))
     outer = exp.select(*keys, *[f"j{i}" for i in range(len(wanted))], *columns_out).from_(
         inner.subquery("q", copy=False), copy=False)
     if len(wanted) == 1:
@@ -164,18 +175,21 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
 
 
 def _ladder(rungs: tuple[float, ...], units: list[int], positive: list[int],
-            sums: dict[bool, list[int]]) -> Ladder:
+            sums: dict[tuple[bool, float], list[int]]) -> Ladder:
     """A ladder from its buckets' units, positive units and sums by form: beyond B_k
     the units above bucket k; clipped at B_k the sums of the buckets up to k plus
-    round(±B_k·10⁶) for each unit above (its clipped value is ±B_k exactly)."""
+    round(±B_k/S·10⁶) for each unit above (its clipped value is ±B_k exactly, divided
+    by the form's S as the backend divides it), read back times S."""
     beyond, clipped = [], []
     for k, bound in enumerate(rungs):
-        wide = wide_sum(-bound, bound)
+        form = _form(bound)
+        wide, shrink = form
+        scaled = bound * (1 / shrink)
         above, up = sum(units[k + 1:]), sum(positive[k + 1:])
-        total = (sum(sums[wide][:k + 1]) + up * rounded_scaled(bound, wide)
-                 + (above - up) * rounded_scaled(-bound, wide))
+        total = (sum(sums[form][:k + 1]) + up * rounded_scaled(scaled, wide)
+                 + (above - up) * rounded_scaled(-scaled, wide))
         beyond.append(above)
-        clipped.append(read_sum(total))
+        clipped.append(read_sum(total) * shrink)
     return Ladder(rungs, tuple(beyond), tuple(clipped))
 
 
@@ -283,7 +297,7 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     width, count = len(plan.group_by), len(wanted)
     signed = [_signed(contribution, plan) for contribution in wanted]
     # (key, i) -> (units, positive units, sums by form) per bucket
-    tallies: dict[tuple, tuple[list[int], list[int], dict[bool, list[int]]]] = {}
+    tallies: dict[tuple, tuple[list[int], list[int], dict[tuple[bool, float], list[int]]]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):
         key, buckets, rest = tuple(row[:width]), row[width:width + count], row[width + count:]
         units, at = int(rest[0]), 1
@@ -297,18 +311,18 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                 continue
             tally = tallies.setdefault((key, i), ([0] * (len(rungs) + 1),
                                                   [0] * (len(rungs) + 1),
-                                                  {wide: [0] * (len(rungs) + 1)
-                                                   for wide in forms}))
+                                                  {form: [0] * (len(rungs) + 1)
+                                                   for form in forms}))
             j = int(buckets[i])
             tally[0][j] += units
             tally[1][j] += positive
-            for wide, total in zip(forms, sums):
-                tally[2][wide][j] += int(total or 0)
+            for form, total in zip(forms, sums):
+                tally[2][form][j] += int(total or 0)
     if not width:
         for i, rungs in enumerate(ladders):
             tallies.setdefault(((), i), ([0] * (len(rungs) + 1), [0] * (len(rungs) + 1),
-                                         {wide: [0] * (len(rungs) + 1)
-                                          for wide in _forms(rungs)}))
+                                         {form: [0] * (len(rungs) + 1)
+                                          for form in _forms(rungs)}))
     found: dict[tuple, dict[Contribution, Ladder]] = {}
     for (key, i), (units, positive, sums) in tallies.items():
         found.setdefault(key, {})[wanted[i]] = _ladder(ladders[i], units, positive, sums)

@@ -5,7 +5,7 @@ each rung (integers of 10⁻⁶ before reading), over random units of a signed d
 NULL, NaN, ±inf, values beyond the domain and at its ends, unit totals exactly on rungs,
 a domain wide enough that the top rungs' sums split each value (``exact_sum``), several
 contributions at once (grouping sets), GROUP BY, a table without a privacy unit, an empty
-scope and a one-rung ladder of 0."""
+scope, a one-rung ladder of 0, and squared rungs beyond 10¹⁵ (summed shrunk)."""
 
 from __future__ import annotations
 
@@ -99,6 +99,8 @@ def _reference(plan, wanted, ladders) -> dict[tuple, dict[Contribution, tuple]]:
     "SELECT SUM(x), VARIANCE(x) FROM r",
     "SELECT g, SUM(w) FROM r GROUP BY g",
     "SELECT SUM(x), SUM(w) FROM t WHERE x BETWEEN 100 AND 200",
+    # the moments' squared rungs beyond 10¹⁵: summed divided by a power of two (sum_shrink)
+    "SELECT g, STDDEV(w) FROM t GROUP BY g",
 ])
 def test_the_buckets_give_every_rungs_numbers(engine, query):
     plan = analyze(parse_statements(query)[0], parse_rules(RULES), Settings())
