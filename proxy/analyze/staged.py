@@ -86,7 +86,8 @@ def staged_plan(select: exp.Select, rules: Rules, analyse: Callable[[exp.Express
     stages, keyed = [], []
     for node in found:
         columns = _correlation(node, outer, rules)
-        if columns is None:
+        if columns is None or (columns and sum(  # its comparison is rewritten per key
+                _protected(n, rules) for n in _comparison(node).find_all(exp.Subquery)) > 1):
             return None
         query = _grouped(node, columns, select, outer, rules) if columns else node.this.copy()
         try:
@@ -163,6 +164,7 @@ def _at(comparison: exp.Expression, value: float | int | None, rules: Rules
 
 
 def _comparison(node: exp.Subquery) -> exp.Expression:
+    """What a subquery is an operand of, through parentheses."""
     parent = node.parent
     while isinstance(parent, exp.Paren):
         parent = parent.parent
@@ -198,10 +200,7 @@ def _protected(node: exp.Subquery, rules: Rules) -> bool:
 def _answerable_place(node: exp.Subquery) -> bool:
     """An operand of a comparison or a BETWEEN bound, nothing else (a divisor or an IN
     list would analyse differently for some values)."""
-    parent = node.parent
-    while isinstance(parent, exp.Paren):
-        parent = parent.parent
-    return isinstance(parent, _COMPARISONS)
+    return isinstance(_comparison(node), _COMPARISONS)
 
 
 def _numbers(plan: object, query: exp.Select, keys: int) -> bool:

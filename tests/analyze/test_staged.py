@@ -115,6 +115,9 @@ def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
     ("SELECT COUNT(*) FROM accounts, regions WHERE region = code AND balance > (SELECT "
      "AVG(balance) FROM accounts WHERE region = code AND kind = 'x')", "0A000",
      "a scalar subquery over accounts"),
+    ("SELECT COUNT(*) FROM accounts, regions WHERE region = code AND balance BETWEEN (SELECT "
+     "MIN(balance) FROM accounts WHERE region = code) AND (SELECT AVG(balance) FROM accounts)",
+     "0A000", "a scalar subquery over accounts"),
     ("SELECT COUNT(*) FROM accounts WHERE region = (SELECT MAX(phone) FROM accounts)",
      "0A000", "a scalar subquery over accounts"),
     ("SELECT COUNT(*) FROM accounts WHERE balance / (SELECT AVG(balance) FROM accounts) > 1",
