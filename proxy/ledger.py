@@ -263,17 +263,22 @@ class Ledger:
                     "UPDATE idp.budgets SET window_end = %s WHERE analyst = %s",
                     (None if refresh is None else refresh.window_end(now), account))
 
-    def _roll(self, tx, accounts: list[str]) -> None:
+    def _roll(self, tx, accounts: list[str]) -> float:
         """Start the current window of every account whose window has ended: spent (ε
         and ρ) back to 0, in the debit's transaction before its conditional UPDATE. Two
-        racing debits both compute the same end, and the second finds the row rolled."""
-        now = _now()
+        racing debits both compute the same end, and the second finds the row rolled.
+        Returns the moment it read: the debit's row is logged at it, so a row's time
+        lies in the window it was charged in (the transaction's start, the column's
+        default, can lie in the window before)."""
+        moment = time.time()
+        now = int(moment)
         for account in accounts:
             refresh = self.rules.refresh_of(account)
             if refresh is not None:
                 tx.execute("UPDATE idp.budgets SET spent_micro = 0, spent_rho = 0, "
                            "window_end = %s WHERE analyst = %s AND window_end <= %s",
                            (refresh.window_end(now), account, now))
+        return moment
 
     def _rho_budget(self, micro: int) -> Decimal | None:
         """The filter's ρ for a budget of ``micro`` micro-ε at the rules' δ (None under
@@ -340,11 +345,11 @@ class Ledger:
             with self.backend.transaction() as tx:
                 if len(accounts) > 1:  # the rows locked in one order by every debit
                     tx.execute(*_lock_sql(accounts))
-                self._roll(tx, accounts)
+                moment = self._roll(tx, accounts)
                 rows = tx.execute(*_debit_sql(micro, rho, accounts, self.zcdp))
                 if len(rows) < len(accounts):
                     raise _Unpaid
-                self.append(tx, charge, micro, "charged", released=True)
+                self.append(tx, charge, micro, "charged", released=True, at=moment)
         except _Unpaid:
             self._refused_row(charge, micro)
         return self._as_epsilon(min(left for _, left in rows))
@@ -442,7 +447,7 @@ class Ledger:
 
     def _take(self, tx, debit: _Debit) -> list[tuple] | None:
         """One debit inside a batch's transaction."""
-        self._roll(tx, debit.accounts)
+        moment = self._roll(tx, debit.accounts)
         rows = tx.execute(*_debit_sql(debit.micro, debit.rho, debit.accounts, self.zcdp))
         if len(rows) < len(debit.accounts):
             if rows:  # the accounts that could pay give it back: all or nothing
@@ -450,9 +455,10 @@ class Ledger:
                            f"spent_rho = spent_rho - {_RHO} "
                            f"WHERE analyst IN ({_placeholders(len(rows))})",
                            (debit.micro, debit.rho, *(name for name, _ in rows)))
-            self.append(tx, debit.charge, debit.micro, "refused: budget", released=False)
+            self.append(tx, debit.charge, debit.micro, "refused: budget", released=False,
+                        at=moment)
             return None
-        self.append(tx, debit.charge, debit.micro, "charged", released=True)
+        self.append(tx, debit.charge, debit.micro, "charged", released=True, at=moment)
         return rows
 
     def served_from_cache(self, charge: Charge, tx=None) -> Decimal:
@@ -627,10 +633,15 @@ class Ledger:
                            + (() if refresh is None else (refresh.window_end(charge.made),)))
             self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
 
-    def append(self, tx, charge: Charge, micro: int, status: str, released: bool) -> None:
+    def append(self, tx, charge: Charge, micro: int, status: str, released: bool,
+               at: float | None = None) -> None:
         """One ledger row; its δ and ρ go with its ε: the charge's on a debit (or a
-        refused one), none on a repeat from the cache, and taken back with a refund."""
+        refused one), none on a repeat from the cache, and taken back with a refund.
+        ``at``: when it is logged (seconds since the epoch; else the transaction's start)."""
         columns, values, row = _ledger_row(charge, micro, status, released)
+        if at is not None:
+            columns, values = f"{columns}, logged_at", f"{values}, %s"
+            row = (*row, datetime.datetime.fromtimestamp(at, datetime.timezone.utc))
         tx.execute(f"INSERT INTO idp.ledger ({columns}) VALUES ({values})", row)
 
     def _known(self, account: str) -> None:
