@@ -92,6 +92,19 @@ def log_probabilities(values: list[float], rank: int, grid: Grid, scale: float,
     return _law(tuple(values), rank, grid, scale, piecewise)
 
 
+def law_at_target(values: list[float], target, grid: Grid, scale: float) -> np.ndarray:
+    """``log_probabilities`` of a draw aimed at ``target`` (a ``RankRef``) among the
+    sorted ``values``, its rank kept within 1..n as ``instance_releases`` keeps it."""
+    n = len(values)
+    return log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)), grid, scale)
+
+
+def groups_loss(before: list[np.ndarray], after: list[np.ndarray]) -> float:
+    """The privacy loss of the groups' draws together (the ``change`` of a brute-force
+    test over per-group laws): Σ over groups of max |Δ log P|."""
+    return sum(float(np.abs(b - a).max()) for b, a in zip(before, after))
+
+
 @functools.lru_cache(maxsize=4096)  # the neighbours of a data set repeat its values
 def _law(values: tuple[float, ...], rank: int, grid: Grid, scale: float,
          piecewise: bool) -> np.ndarray:

@@ -17,7 +17,6 @@ import zlib
 from fractions import Fraction
 
 import duckdb
-import numpy as np
 import pytest
 
 from proxy.analyze import analyze, parse_statements
@@ -27,7 +26,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds, UnitExtremes
 from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, neighbours, options
-from tests.privacy.laws import log_probabilities
+from tests.privacy.laws import groups_loss, law_at_target
 from tests.privacy.reference import unit_extremes
 
 RULES = parse_rules(f"""
@@ -91,12 +90,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
         seen = [r._replace(group=r.group if groups > 1 else 0,
                            in_scope=r.in_scope or "WHERE" not in statement) for r in records]
         assert found == unit_extremes(seen, largest, cap, groups), (records, rows)
-        laws = []
-        for values in found:
-            n = len(values)  # the rank as instance_releases keeps it within 1..n
-            laws.append(log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)),
-                                          grid, scale))
-        return laws
+        return [law_at_target(values, target, grid, scale) for values in found]
 
     rng = random.Random(zlib.crc32(f"unit extremes {query} {model}".encode()))
     outcomes = assert_sound(
@@ -104,6 +98,5 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
         datasets(zlib.crc32(query.encode()), 4, 4, 3, groups=groups),
         lambda records: neighbours(records, options(groups, NEIGHBOUR_VALUES), limit=8,
                                    rng=rng),
-        change=lambda before, after: sum(float(np.abs(b - a).max())
-                                         for b, a in zip(before, after)))
+        change=groups_loss)
     assert max(outcome.worst for outcome in outcomes) > epsilon / 4  # neighbours that matter
