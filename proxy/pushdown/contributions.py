@@ -27,11 +27,11 @@ from proxy.backends.base import Capabilities
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     Execute,
-    exact_sum,
     group_keys,
     read_sum,
     rounded_scaled,
     scope_select,
+    shrunk_sum,
     wide_sum,
 )
 from proxy.pushdown.values import literal
@@ -159,12 +159,8 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
         for index, form in enumerate(_forms(rungs)):  # clipped to the form's top rung:
             # within it the bucket's values as they are (those above: read at other rungs)
             bound = max(b for b in rungs if _form(b) == form)
-            shrink = form[1]
-            clipped = _clipped(value.copy(), bound)
-            if shrink != 1:
-                clipped = exp.Mul(this=clipped, expression=literal(1 / shrink))
-            columns_out.append(exp.alias_(exact_sum(clipped, -bound / shrink, bound / shrink,
-                                                    copy=False), f"e{i}_{index}"))
+            columns_out.append(exp.alias_(shrunk_sum(_clipped(value.copy(), bound), -bound,
+                                                     bound), f"e{i}_{index}"))
     outer = exp.select(*keys, *[f"j{i}" for i in range(len(wanted))], *columns_out).from_(
         inner.subquery("q", copy=False), copy=False)
     if len(wanted) == 1:
@@ -238,12 +234,8 @@ def _rung(i: int, k: int, bound: float, joint: bool, largest: bool = False
     clipped = _clipped(scaled, bound)
     count = exp.Case(ifs=[exp.If(this=beyond, true=exp.Literal.number(1))],
                      default=exp.Literal.number(0))
-    shrink = sum_shrink(bound)
-    if shrink != 1:
-        clipped = exp.Mul(this=clipped, expression=literal(1 / shrink))
     return (exp.alias_(exp.Sum(this=count), f"b_{i}_{k}", copy=False),
-            exp.alias_(exact_sum(clipped, -bound / shrink, bound / shrink, copy=False),
-                       f"s_{i}_{k}", copy=False))
+            exp.alias_(shrunk_sum(clipped, -bound, bound), f"s_{i}_{k}", copy=False))
 
 
 def _clipped(value: exp.Expression, bound: float) -> exp.Expression:

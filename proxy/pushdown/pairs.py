@@ -10,7 +10,7 @@ paired aggregate of a plan (by its index): y = its ``column``, x = its ``other``
 
 Both read the normalised values (NaN as NULL, everything clamped into the declared
 domain: ``scope_select``), so x − Lx lies in [0, Ux − Lx] and every product within
-(2·10¹⁵)²: finite for every row value, and summed by ``exact_sum`` after ``sum_shrink``.
+(2·10¹⁵)²: finite for every row value, and summed by ``shrunk_sum``.
 x̃ is snapped (``guards.snap``: below 2⁻⁵⁰³ it is 0), so no product of two underflows
 (PostgreSQL raises an error where a product of non-zero doubles is 0).
 Only counts and sums leave the backend.
@@ -26,10 +26,10 @@ from proxy import guards
 from proxy.backends.base import Capabilities
 from proxy.pushdown.scope import (
     Execute,
-    exact_sum,
     group_keys,
     read_exact,
     scope_select,
+    shrunk_sum,
 )
 from proxy.pushdown.values import literal
 from proxy.statistics import ColumnNeeds, PairSums, sum_shrink
@@ -123,10 +123,7 @@ def pair_sums(plan: QueryPlan, bounds: dict[int, tuple[float, float]],
         for value, bound in ((x, bx), (exp.Mul(this=x.copy(), expression=x.copy()), bx * bx),
                              (y, by), (exp.Mul(this=y.copy(), expression=y.copy()), by * by),
                              (exp.Mul(this=x.copy(), expression=y.copy()), bx * by)):
-            shrink = sum_shrink(bound)
-            if shrink != 1:
-                value = exp.Mul(this=value, expression=literal(1 / shrink))
-            sums.append(exact_sum(value, 0.0, bound / shrink, copy=False))
+            sums.append(shrunk_sum(value, 0.0, bound))
     statement = exp.select(*keys, *sums).from_(rows.subquery("s", copy=False), copy=False)
     if keys:
         statement = statement.group_by(*keys, copy=False)

@@ -20,7 +20,14 @@ from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
 from proxy.rules import LINKED_UNIT, Link, Table
-from proxy.statistics import ColumnNeeds, ColumnStats, RankRef, UnitExtremes, value_range
+from proxy.statistics import (
+    ColumnNeeds,
+    ColumnStats,
+    RankRef,
+    UnitExtremes,
+    sum_shrink,
+    value_range,
+)
 from proxy.vocabulary import SUM, UNITS, DerivedColumn, PerUnit, QueryPlan, unit_sources
 
 Execute = Callable[[str], list[tuple]]
@@ -506,6 +513,17 @@ def exact_sum(value: exp.Expression, lower: float | None = None,
     return exp.Add(
         this=exp.Mul(this=exp.Sum(this=exp.cast(whole, BIGINT, copy=False)), expression=scale.copy()),
         expression=exp.Sum(this=_rounded(fraction)))
+
+
+def shrunk_sum(value: exp.Expression, lower: float, upper: float) -> exp.Expression:
+    """``exact_sum`` of ``value`` (within [lower, upper], a tree the caller gives up)
+    divided by ``statistics.sum_shrink`` of the wider end: a squared or multiplied
+    value beyond 10¹⁵ would overflow the BIGINT each value is rounded into. Read it back
+    times that power of two."""
+    shrink = sum_shrink(max(abs(lower), abs(upper)))
+    if shrink != 1:
+        value = exp.Mul(this=value, expression=literal(1 / shrink))
+    return exact_sum(value, lower / shrink, upper / shrink, copy=False)
 
 
 def wide_sum(lower: float | None, upper: float | None) -> bool:
