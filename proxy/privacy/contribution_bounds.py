@@ -254,13 +254,18 @@ def bounded_range_epsilon(rho: Fraction) -> Fraction:
     return Fraction(math.isqrt(math.floor(8 * rho * 10 ** 12)), 10 ** 6)
 
 
+def clip_width(bound: float, lower: float, upper: float) -> float:
+    """w_k: how far one unit's contribution clipped to ±B moves a sum: B where the
+    domain lies on one side of 0 (its contributions share a sign), else 2B."""
+    return bound if lower >= 0 or upper <= 0 else 2 * bound
+
+
 def sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, lower: float, upper: float,
            resolution: float, rng: RandomSource, confidence: float = 0.95,
            gaussian: bool = False) -> Noisy:
     """The contributions clipped to rung k (a public or already drawn choice) with
     Laplace noise of scale g·w_k/ε (step 3), or the discrete Gaussian at the loss's ρ."""
-    bound = ladder.rungs[k]
-    width = bound if lower >= 0 or upper <= 0 else 2 * bound
+    width = clip_width(ladder.rungs[k], lower, upper)
     if gaussian:
         return gaussian_real(ladder.clipped[k], group_size * width, loss.rho, rng,
                              grid_step(resolution), confidence)

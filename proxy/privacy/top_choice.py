@@ -40,6 +40,7 @@ from proxy.privacy.contribution_bounds import (
     BOUND_SHARE,
     RELATIVE,
     ROUNDING,
+    clip_width,
     empty_ladder,
     joint_clipped,
     rungs,
@@ -76,8 +77,7 @@ def choice_sensitivity(bound: float, lower: float, upper: float, group_size: int
     """Δ = g·(w·B·(1 + 10⁻⁹) + 10⁻⁶): what a neighbour moves any one group's clipped sum
     by (10⁻⁶ of ``exact_sum``'s rounding, 10⁻⁹ of the doubles the sums are read as:
     §3.14's allowances)."""
-    width = 1 if lower >= 0 or upper <= 0 else 2
-    return group_size * (width * Fraction(bound) * (1 + Fraction(RELATIVE))
+    return group_size * (Fraction(clip_width(bound, lower, upper)) * (1 + Fraction(RELATIVE))
                          + Fraction(ROUNDING))
 
 
