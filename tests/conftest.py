@@ -44,7 +44,7 @@ SAIL_MODULE = "tests/backends/test_spark.py"
 SHARED_MODULES = {"tests/test_attacks.py", "tests/test_bi_corpus.py", "tests/wire/test_catalog_tools.py",
                   "tests/wire/test_clients.py", "tests/analyze/test_joins_multiplicity.py",
                   "tests/pushdown/test_nonfinite.py", "tests/backends/test_spark.py", "tests/backends/test_spark_real.py",
-                  "tests/test_superset.py",
+                  "tests/test_superset.py", "tests/cli/test_console.py",
                   "tests/wire/test_wire_hardening.py", "tests/wire/test_wire_limits.py"}
 
 

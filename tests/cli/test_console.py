@@ -1,5 +1,5 @@
 """The owner console (issue 36 item 7) in a real headless Chromium (Debian's
-``chromium``, run with ``--dump-dom`` after its scripts ran): the page loads, the chart
+``chromium``, one for the module, a fresh tab per page: tests/browser.py): the page loads, the chart
 renders, the filters work (from the URL, as the page keeps them), an analyst's spend
 appears after a query, the start-up check's warnings show without the data's values,
 and a token guards it."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import urllib.error
@@ -19,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests import forked_cli, watchdog
+from tests.browser import CHROMIUM, Browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium")
 _READY = re.compile(r"console on http://127\.0\.0\.1:(\d+)/")
 
@@ -51,13 +50,16 @@ def console(home: Path, *args: str):
         watchdog.unwatch_server(process.pid)
 
 
-def dom(url: str) -> str:
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module's pages (tests/browser.py: a fresh tab per page)."""
+    with Browser() as opened:
+        yield opened
+
+
+def dom(browser: Browser, url: str) -> str:
     """The page's DOM once its scripts have run, as headless Chromium sees it."""
-    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-                          "--virtual-time-budget=10000", "--dump-dom", url],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert 'data-loaded="yes"' in out.stdout, out.stderr[-2000:]
-    return out.stdout
+    return browser.dom(url, '[data-loaded="yes"]')
 
 
 def ledger_rows(page: str) -> list[str]:
@@ -84,11 +86,11 @@ def ask(home: Path, common, user: str, sql: str) -> None:
     assert out.returncode == 0, out.stderr
 
 
-def test_console_shows_budgets_chart_ledger_filters_and_warnings(tmp_path, owner):
+def test_console_shows_budgets_chart_ledger_filters_and_warnings(tmp_path, owner, browser):
     ask(tmp_path, owner, "alice", "SELECT AVG(age) FROM emp")
     ask(tmp_path, owner, "alice", "SELECT COUNT(*) FROM emp WHERE age > 30")
     with console(tmp_path, *owner) as url:
-        page = dom(url + "/")
+        page = dom(browser, url + "/")
         assert ledger_rows(page) == ["alice", "alice"]
         (points,) = re.findall(r'<polyline points="([^"]+)"[^>]*data-analyst="alice"', page)
         assert "NaN" not in points and len(points.split()) == 3  # 0, then two answers
@@ -97,21 +99,21 @@ def test_console_shows_budgets_chart_ledger_filters_and_warnings(tmp_path, owner
         assert re.search(r"<td>alice</td><td>1(\.0)?</td><td>0\.2", page)
 
         ask(tmp_path, owner, "bob", "SELECT MEDIAN(salary) FROM emp")  # while it runs
-        page = dom(url + "/")
+        page = dom(browser, url + "/")
         assert ledger_rows(page) == ["alice", "alice", "bob"]
         assert 'data-analyst="bob"' in page.split('id="chart"', 1)[1]
-        page = dom(url + "/?analyst=bob")
+        page = dom(browser, url + "/?analyst=bob")
         assert ledger_rows(page) == ["bob"]
         assert 'polyline' in page and 'stroke-width="2" data-analyst="alice"' not in page
-        assert ledger_rows(dom(url + "/?status=refused")) == []
-        assert len(ledger_rows(dom(url + "/?mechanism=idp%3A%20count"))) == 1
+        assert ledger_rows(dom(browser, url + "/?status=refused")) == []
+        assert len(ledger_rows(dom(browser, url + "/?mechanism=idp%3A%20count"))) == 1
 
 
-def test_console_with_a_token_refuses_requests_without_it(tmp_path, owner):
+def test_console_with_a_token_refuses_requests_without_it(tmp_path, owner, browser):
     with console(tmp_path, *owner, "--token", "s3cret") as url:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + "/api/budgets", timeout=30)
         assert refused.value.code == 403
         with urllib.request.urlopen(url + "/api/budgets?token=s3cret", timeout=30) as answer:
             assert answer.status == 200 and b'"analyst"' in answer.read()
-        assert ledger_rows(dom(url + "/?token=s3cret")) == []
+        assert ledger_rows(dom(browser, url + "/?token=s3cret")) == []
