@@ -42,7 +42,6 @@ stay heavy, and the draw then resolves more tail candidates by counts (a scan ea
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -416,31 +415,14 @@ def extreme_release(n: int, rank: int, largest: bool, shift: int, epsilon: Fract
                                         key)
     beyond = 0
     if n:
-        beyond = yield from _beyond(n, largest, grid.value(count_point(grid, found, largest)),
-                                    first_reach(exponent(epsilon * EDGE_SHARE, shift), grid),
-                                    column, key)
+        point = count_point(grid, found, largest)
+        below, through, _, _ = yield CountRequest(column, grid.value(point), key)
+        beyond = n - through if largest else below
     noisy = beyond + discrete_laplace(Fraction(shift) / (epsilon * TEST_SHARE), rng)
     if noisy <= extreme_offset(guard, shift, grid) * TEST_THRESHOLD:
         return found
     return (yield from instance_release(n, n if largest else 1, shift, epsilon * EDGE_SHARE,
                                         grid, rng, piecewise, column, key))
-
-
-def _beyond(n: int, largest: bool, point: float | int, reach: int, column: str,
-            key: tuple) -> Asking[int]:
-    """How many of the n values lie beyond ``point`` (MAX: above it; MIN: below it): from
-    the window of the ``reach`` values at that end, the one the draw at the end reads
-    first (under GROUP BY read for every group at once), when it reaches past the point;
-    else counted in the backend (a ``CountRequest``). The same number either way."""
-    low, high = (max(1, n - reach + 1), n) if largest else (1, min(n, reach))
-    window = yield RankRequest(column, low, high, group=key)
-    require_finite(window, "extreme window")
-    if largest and (low == 1 or window[0] <= point):
-        return len(window) - bisect.bisect_right(window, point)
-    if not largest and (high == n or window[-1] >= point):
-        return bisect.bisect_left(window, point)
-    below, through, _, _ = yield CountRequest(column, point, key)
-    return n - through if largest else below
 
 
 def count_point(grid: Grid, found: float | int, largest: bool) -> int:
@@ -460,16 +442,9 @@ def first_windows(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS
     (``grouped_windows``); ``shift`` as in ``instance_releases``."""
     spans: dict[str, list[tuple[RankRef, int]]] = {}
     for _, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
-        if target.anchor == PCT:
-            spans.setdefault(column, []).append(
-                (target, first_reach(exponent(epsilon, draw_shift), grid)))
-            continue
-        # MAX and MIN: the guarded draw's window, and the end's (extreme_release's count
-        # and its draw at the end itself)
-        spans.setdefault(column, []).extend((
-            (target, first_reach(exponent(epsilon * GUARD_SHARE, draw_shift), grid)),
-            (RankRef(target.anchor, 0, target.fraction),
-             first_reach(exponent(epsilon * EDGE_SHARE, draw_shift), grid))))
+        drawn = epsilon if target.anchor == PCT else epsilon * GUARD_SHARE
+        spans.setdefault(column, []).append(
+            (target, first_reach(exponent(drawn, draw_shift), grid)))
     return spans
 
 
