@@ -203,8 +203,7 @@ def demo_server(request, tmp_path_factory):
 def no_noise(monkeypatch):
     """The mechanisms return the true value: what remains is the answer's plumbing. The
     exponential mechanism gives the value at its target rank (its law's mode), read
-    through the same window a draw reads (MAX and MIN: their guarded draw's target); an
-    empty scope the domain's lower end. A
+    through the same window a draw reads; an empty scope the domain's lower end. A
     clipped sum takes the ladder's top rung, which clips nothing (the true sum), also
     where one rung was drawn for all groups (``joint_sum_at``)."""
     from proxy.privacy import inverse_sensitivity, noisy_answers
@@ -230,10 +229,6 @@ def no_noise(monkeypatch):
     monkeypatch.setattr(noisy_answers, "sum_at", exact_at)
     monkeypatch.setattr(noisy_answers, "joint_sum_at", unclipped_at)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
-    monkeypatch.setattr(inverse_sensitivity, "extreme_release",  # its guarded draw's mode
-                        lambda n, rank, largest, shift, epsilon, grid, rng, piecewise, column,
-                        key: at_target(n, rank, shift, epsilon, grid, rng, piecewise, column,
-                                       key))
 
 
 @pytest.fixture(scope="module")

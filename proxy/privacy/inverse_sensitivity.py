@@ -10,8 +10,7 @@ values that must change for y to be the value at rank r is
     d(y) = max(0, a(y) − r + 1, r − b(y)),
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
-MAX and MIN are the ranks n and 1, drawn in three steps (``extreme_release``: a draw
-aimed K ranks inside, ``extreme_offset``; a noisy count; a draw at the end itself); on a
+MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
 table whose unit may own several rows they are drawn over each unit's own MAX or MIN
 (per group and unit), where s is g (``draw_scope``). Candidates between consecutive
 values in scope share a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope
@@ -50,7 +49,7 @@ from proxy.interrupts import checkpoint
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
 from proxy.privacy.requests import Asking, CountRequest, RankRequest
-from proxy.privacy.sampler import RandomSource, bernoulli_exp, discrete_laplace
+from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, group_share, require_finite
 from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef, UnitExtremes
 from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
@@ -368,71 +367,13 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: Rando
     that scope's statistics in that group, ``shift`` is the plan's s over all rows. The
     draws ask for the ranks and counts they need, of that group's scope."""
     found = {}
-    piecewise = plan.mechanism.scale == PIECEWISE
     for index, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
         n = group.column(column).n
-        rank = min(max(1, target.rank(n)), max(n, 1))
-        found[index] = yield from (
-            instance_release(n, rank, draw_shift, epsilon, grid, rng, piecewise, column, key)
-            if target.anchor == PCT else
-            extreme_release(n, rank, target.anchor == TOP, draw_shift, epsilon, grid, rng,
-                            piecewise, column, key))
+        found[index] = yield from instance_release(n, min(max(1, target.rank(n)), max(n, 1)),
+                                                   draw_shift, epsilon,
+                                                   grid, rng, plan.mechanism.scale == PIECEWISE,
+                                                   column, key)
     return found
-
-
-# MAX and MIN (docs/privacy.md §5.3, "MAX and MIN choose their target with a noisy
-# count"): the shares of the aggregate's ε of the guarded draw, the count and the draw at
-# the end itself; the count's point, a fraction of the way from the domain's end to the
-# guarded answer; and its threshold, a fraction of the guarded draw's offset K.
-GUARD_SHARE, TEST_SHARE, EDGE_SHARE = Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)
-TEST_POINT = Fraction(3, 4)
-TEST_THRESHOLD = Fraction(1, 5)
-
-
-def extreme_release(n: int, rank: int, largest: bool, shift: int, epsilon: Fraction,
-                    grid: Grid, rng: RandomSource, piecewise: bool = False, column: str = "",
-                    key: tuple = ()) -> Asking[float | int]:
-    """MAX (``largest``) or MIN at ε, three mechanisms in sequence (adaptive sequential
-    composition: GUARD_SHARE + TEST_SHARE + EDGE_SHARE = 1 of ε):
-
-    1. y, the exponential mechanism at ε·GUARD_SHARE aimed at ``rank`` (K ranks inside
-       the data, ``extreme_offset`` of that ε, capped at a tenth of n: ``_targets``);
-    2. c, the values beyond the point p a quarter of the way back from y to the domain's
-       end (MIN: below L + ¾(y − L), on the grid; MAX: above U − ¾(U − y)), with
-       discrete Laplace noise of scale s/(ε·TEST_SHARE) (a neighbour moves c by ≤ s);
-    3. if c ≤ K·TEST_THRESHOLD, y: the data end in a block close to y, seen from the
-       domain's end (ages tied at 19, years from 1920 on a [0, 3000] domain), and y is
-       near the extreme. Otherwise the data's last K values are spread over more than a
-       quarter of the way from the domain's end, so the empty stretch beyond the extreme
-       is short beside y's bias (the demo's least per-person cost 4.98, its 96th about
-       20): the exponential mechanism at ε·EDGE_SHARE aimed at the extreme itself (rank
-       1 or n), whose draws land near it or in that stretch.
-
-    K, p's rule and the threshold are public; y and c are released values (only
-    post-processed), so the output is ε-DP (ε-iDP alike) whatever the branch."""
-    guard = epsilon * GUARD_SHARE
-    found = yield from instance_release(n, rank, shift, guard, grid, rng, piecewise, column,
-                                        key)
-    beyond = 0
-    if n:
-        point = count_point(grid, found, largest)
-        below, through, _, _ = yield CountRequest(column, grid.value(point), key)
-        beyond = n - through if largest else below
-    noisy = beyond + discrete_laplace(Fraction(shift) / (epsilon * TEST_SHARE), rng)
-    if noisy <= extreme_offset(guard, shift, grid) * TEST_THRESHOLD:
-        return found
-    return (yield from instance_release(n, n if largest else 1, shift, epsilon * EDGE_SHARE,
-                                        grid, rng, piecewise, column, key))
-
-
-def count_point(grid: Grid, found: float | int, largest: bool) -> int:
-    """The k of the count's point: TEST_POINT of the way from the grid's first (MIN) or
-    last (MAX) candidate to the drawn candidate, rounded towards the domain's end (a
-    candidate, so it compares exactly in SQL; a function of the released value)."""
-    drawn = grid.at_or_below(found) - 1  # the drawn candidate's index
-    if largest:
-        return grid.last - math.floor(TEST_POINT * (grid.count - 1 - drawn))
-    return grid.first + math.floor(TEST_POINT * drawn)
 
 
 def first_windows(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS
@@ -442,9 +383,8 @@ def first_windows(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS
     (``grouped_windows``); ``shift`` as in ``instance_releases``."""
     spans: dict[str, list[tuple[RankRef, int]]] = {}
     for _, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
-        drawn = epsilon if target.anchor == PCT else epsilon * GUARD_SHARE
         spans.setdefault(column, []).append(
-            (target, first_reach(exponent(drawn, draw_shift), grid)))
+            (target, first_reach(exponent(epsilon, draw_shift), grid)))
     return spans
 
 
@@ -471,8 +411,7 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
 def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
     """(aggregate index, column, target rank, ε, candidates, s of the draw) of every
     percentile, MAX and MIN drawn over ``scope``, ``shift`` the plan's s over all rows:
-    MAX's guarded draw (``extreme_release``) aims at rank n − min(K, ⌊n/10⌋), MIN's at
-    1 + min(K, ⌊n/10⌋), K of ε·GUARD_SHARE
+    MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K, ⌊n/10⌋)
     (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are taken as the
     nearest). ε is each aggregate's own (sequential composition, as for every aggregate
     of a SELECT), over GROUP BY divided by the groups one unit can touch, as every DP
@@ -490,8 +429,7 @@ def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
                               column.type == "int")
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
                   else RankRef(TOP if agg.kind == MAX else BOTTOM,
-                               extreme_offset(part.epsilon * GUARD_SHARE, draw, grid),
-                               EXTREME_SHARE))
+                               extreme_offset(part.epsilon, draw, grid), EXTREME_SHARE))
         yield index, agg.column, target, part.epsilon, grid, draw
 
 

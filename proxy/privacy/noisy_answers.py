@@ -429,14 +429,13 @@ def _extreme_note(kind, aside: int, per_unit: bool) -> str:
     over = (f"; drawn over each privacy unit's own {kind.upper()} (one value per unit "
             "and group: the same extreme, each unit counted once, docs/privacy.md §5.3)"
             ) if per_unit else ""
+    if not aside:
+        return over
     values = "units' values" if per_unit else "values"
     return (f"{over}; {kind.upper()} is drawn around the value {aside} ranks from the "
-            f"{end} (half the epsilon; a tenth of the {values} from it in a smaller "
-            f"scope), then a noisy count of the {values} beyond a point between that draw "
-            "and the domain's end (a quarter) decides whether it stands or a draw aimed at "
-            f"the {end} itself (a quarter) replaces it: that one may land between the "
-            f"{end} and the domain's end, taken only when the last {values} are spread "
-            "wide beside that stretch (docs/privacy.md §5.3)")
+            f"{end}, or a tenth of the {values} from it in a smaller scope (the {end} "
+            "itself would be drawn almost anywhere between it and the domain's end, "
+            "docs/privacy.md §5.3)")
 
 
 def _sum_note(cal: Calibration) -> str:

@@ -11,24 +11,12 @@ draws from ``secrets``."""
 from __future__ import annotations
 
 import functools
-import math
 import random
 
 import numpy as np
 from scipy import integrate
 
-from proxy.privacy.inverse_sensitivity import (
-    EDGE_SHARE,
-    GUARD_SHARE,
-    TEST_SHARE,
-    TEST_THRESHOLD,
-    Grid,
-    blocks,
-    candidate_distance,
-    count_point,
-    exponent,
-    extreme_offset,
-)
+from proxy.privacy.inverse_sensitivity import Grid, blocks, candidate_distance
 
 ALPHA = 1e-4
 DRAWS = 20_000
@@ -109,33 +97,6 @@ def law_at_target(values: list[float], target, grid: Grid, scale: float) -> np.n
     sorted ``values``, its rank kept within 1..n as ``instance_releases`` keeps it."""
     n = len(values)
     return log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)), grid, scale)
-
-
-def extreme_law(values: list[float], target, largest: bool, grid: Grid, epsilon,
-                shift: int) -> np.ndarray:
-    """log P(candidate) of ``extreme_release`` (MAX if ``largest``, else MIN) over the
-    sorted ``values``, written out from its three steps: the guarded draw's law at
-    ``target`` (ε·GUARD_SHARE), for each of its candidates y the chance that the count
-    beyond y's point (counted here directly) plus discrete Laplace noise of scale
-    s/(ε·TEST_SHARE) stays at or below K·TEST_THRESHOLD (the closed-form CDF of the
-    two-sided geometric law), and otherwise the law of the draw at the end itself
-    (ε·EDGE_SHARE): P(y) = P_guard(y)·keep(y) + (Σ_z P_guard(z)·(1 − keep(z)))·P_edge(y)."""
-    n = len(values)
-    guard = epsilon * GUARD_SHARE
-    guarded = law_at_target(values, target, grid, float(exponent(guard, shift)))
-    edge = log_probabilities(values, max(n, 1) if largest else 1, grid,
-                             float(exponent(epsilon * EDGE_SHARE, shift)))
-    p = math.exp(-float(epsilon * TEST_SHARE) / shift)  # P(Z = z) ∝ p^|z|
-    threshold = extreme_offset(guard, shift, grid) * TEST_THRESHOLD
-    keep = []
-    for k in range(grid.first, grid.last + 1):
-        point = grid.value(count_point(grid, grid.value(k), largest))
-        beyond = sum(v > point for v in values) if largest else sum(v < point for v in values)
-        t = math.floor(threshold - beyond)  # kept when Z ≤ t
-        keep.append(1 - p ** (t + 1) / (1 + p) if t >= 0 else p ** (-t) / (1 + p))
-    keep = np.array(keep)
-    switched = float(np.sum(np.exp(guarded) * (1 - keep)))
-    return np.log(np.exp(guarded) * keep + switched * np.exp(edge))
 
 
 def groups_loss(before: list[np.ndarray], after: list[np.ndarray]) -> float:

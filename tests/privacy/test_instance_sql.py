@@ -98,16 +98,6 @@ def _instance_session(engine, epsilon="1", form="instance"):
     return session
 
 
-def _guarded_only(monkeypatch, recording):
-    """``recording`` in place of every draw, MAX's and MIN's as their guarded draw alone
-    (``extreme_release``'s first: its target, the aggregate's ε)."""
-    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
-    monkeypatch.setattr(inverse_sensitivity, "extreme_release",
-                        lambda n, rank, largest, shift, epsilon, grid, rng, piecewise, column,
-                        key: recording(n, rank, shift, epsilon, grid, rng, piecewise, column,
-                                       key))
-
-
 def _in_scope(values, keep=None):
     return sorted(v for v in (clamp_to_domain(x, 0, 100) for i, x in enumerate(values)
                               if keep is None or keep(i)) if v is not None)
@@ -130,7 +120,7 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
         seen.append((n, rank, epsilon, windows, counts))
         return grid.value(grid.first)
 
-    _guarded_only(monkeypatch, recording)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
     session = _instance_session(engine)
     run(session, "SELECT MEDIAN(score), MAX(score) FROM scores")
     run(session, "SELECT MIN(score) FROM scores WHERE kind = 'b'")
@@ -142,8 +132,7 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
     def median(values):
         return percentile_rank(len(values), Fraction(1, 2))
     # MAX aims K values below the top, MIN K above the bottom, at most a tenth of n
-    aside = inverse_sensitivity.extreme_offset(
-        inverse_sensitivity.GUARD_SHARE, 1, inverse_sensitivity.candidate_grid(
+    aside = inverse_sensitivity.extreme_offset(Fraction(1), 1, inverse_sensitivity.candidate_grid(
         0, 100, engine.rules.tables["scores"].columns["score"].resolution, False))
     # over GROUP BY each group's ε is divided by the groups one record can touch (2)
     assert len(seen) == 5
@@ -181,15 +170,14 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
             raise AssertionError(f"ranks {first}..{last} read for one group")
         return fetch
 
-    _guarded_only(monkeypatch, recording)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
     monkeypatch.setattr(engine_module, "order_statistics", per_group)
     monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 3)
     run(_instance_session(engine), "SELECT kind, MEDIAN(score), MIN(age), MAX(score) "
                                    "FROM scores WHERE age > 2 GROUP BY kind")
     expected = []
     columns = engine.rules.tables["scores"].columns
-    aside = {name: inverse_sensitivity.extreme_offset(
-        Fraction(1, 2) * inverse_sensitivity.GUARD_SHARE, 1, inverse_sensitivity.candidate_grid(
+    aside = {name: inverse_sensitivity.extreme_offset(Fraction(1, 2), 1, inverse_sensitivity.candidate_grid(
         0, columns[name].upper, columns[name].resolution, name == "age")) for name in ("age", "score")}
     for kind in "ab":
         keep = [i for i in range(len(SCORES)) if KINDS[i] == kind and AGES[i] > 2]
@@ -215,7 +203,7 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
                      (yield CountRequest(column, 5, key))))
         return grid.value(grid.first)
 
-    _guarded_only(monkeypatch, recording)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
     run(_instance_session(engine), "SELECT MEDIAN(stay) FROM visits")
     clipped = [1.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 7.0, 9.0]
     assert seen == [(9, 2, clipped, (4, 6, 4.0, 6.0))]
@@ -248,7 +236,7 @@ def test_user_level_max_and_min_read_each_units_own_extreme(engine, monkeypatch,
                      (yield CountRequest(column, 30.0, key))))
         return grid.value(grid.first)
 
-    _guarded_only(monkeypatch, recording)
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
     session = _instance_session(engine)
     run(session, f"SET idp.model = '{model}'")
     records = [Record(person, cost, paid == 1, "abc".index(zone))

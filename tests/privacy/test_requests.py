@@ -16,11 +16,9 @@ from proxy.analyze import analyze, parse_statements
 from proxy.engine import answered
 from proxy.privacy import inverse_sensitivity
 from proxy.privacy.inverse_sensitivity import (
-    GUARD_SHARE,
     Grid,
     candidate_grid,
     extreme_offset,
-    extreme_release,
     instance_release,
     instance_releases,
 )
@@ -125,14 +123,12 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     rng = SeededSource(3)
     years = candidate_grid(0, 10, 1.0, True)
     # MAX aims K ranks below the top, MIN K above the bottom, at most a tenth of n
-    # (the guarded draw's K, of its share of ε: extreme_release)
-    top = len(ages) - min(extreme_offset(epsilon * GUARD_SHARE, 1, years), len(ages) // 10)
-    bottom = 1 + min(extreme_offset(epsilon * GUARD_SHARE, 1, scores), len(VALUES) // 10)
+    top = len(ages) - min(extreme_offset(epsilon, 1, years), len(ages) // 10)
+    bottom = 1 + min(extreme_offset(epsilon, 1, scores), len(VALUES) // 10)
     one_by_one = [
-        by_hand(instance_release(len(VALUES), percentile_rank(len(VALUES), Fraction(1, 2)), 1,
-                                 epsilon, scores, rng), VALUES),
-        by_hand(extreme_release(len(ages), top, True, 1, epsilon, years, rng), ages),
-        by_hand(extreme_release(len(VALUES), bottom, False, 1, epsilon, scores, rng), VALUES)]
+        by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng), values)
+        for values, rank, grid in ((VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), scores),
+                                   (ages, top, years), (VALUES, bottom, scores))]
     assert [released[0], released[1], released[3]] == one_by_one
 
 
