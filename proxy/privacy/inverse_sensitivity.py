@@ -404,7 +404,8 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
     itself (K = 0), the draw falls almost surely in the empty stretch between it and the
     domain's end, every candidate of which is one change away (MAX(age) at ε 0.1: 120,
     120, 71, 0 against 99); aimed K values down, it lands among the top values: at ε 1,
-    the 15th largest age (of 0..120), the 61st largest income (of 0..10⁷ by cents). A function of ε, s and the rules."""
+    the 15th largest age (of 0..120), the 48th largest income (of 0..10⁷ by cents,
+    candidates 2⁻⁷ apart). A function of ε, s and the rules."""
     return max(0, math.ceil(math.log(20 * grid.count) / exponent(epsilon, shift)) - 1)
 
 
