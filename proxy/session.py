@@ -46,6 +46,7 @@ from proxy.loss import Loss
 from proxy.pgtypes import RULE_TYPES
 from proxy.postprocess import NotComputed, run_outer, series_limited
 from proxy.privacy import refuse_unanswerable
+from proxy.privacy.consistency import consistent_rows
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
 from proxy.rules import Rules, key_text
@@ -241,7 +242,12 @@ class Session:
         their rows one set after another, then ORDER BY and LIMIT over all of them; the
         metadata: the sets' ε added up, their bounds row by row, their notes."""
         answers = [self._private(canonical, plan) for canonical, plan in work.parts]
-        rows = [row for answer in answers for row in answer.rows]
+        consistent = consistent_rows([plan for _, plan in work.parts],
+                                     [answer.rows for answer in answers],
+                                     [answer.privacy["ci95"] for answer in answers],
+                                     answers[0].columns)
+        rows = [row for set_rows in (consistent or [a.rows for a in answers])
+                for row in set_rows]
         bounds = {name: [b for answer in answers for b in answer.privacy["ci95"][name]]
                   for name in answers[0].privacy["ci95"]}
         order = list(range(len(rows)))
@@ -257,7 +263,8 @@ class Session:
                        mechanism="; ".join(dict.fromkeys(
                            m for a in answers for m in a.privacy["mechanism"].split("; "))),
                        notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"]),
-                              _GROUPING_SETS.format(len(answers))])
+                              _GROUPING_SETS.format(len(answers)),
+                              *([_CONSISTENT_COUNTS] if consistent else [])])
         return Answer(f"SELECT {len(order)}", answers[0].columns, [rows[i] for i in order],
                       privacy, _notice(privacy), kinds)
 
@@ -700,6 +707,10 @@ def _short(value: float) -> str:
 
 _GROUPING_SETS = ("GROUPING SETS, ROLLUP or CUBE: {} grouped queries, each released and "
                   "charged on its own; a column outside a set's grouping is NULL")
+_CONSISTENT_COUNTS = ("COUNTs made consistent: each subtotal is the sum of the groups it "
+                      "covers, by weighted least squares over the released counts "
+                      "(post-processing, no epsilon; docs/privacy.md §3.19); the bounds "
+                      "are those of the released counts")
 
 
 def _sort_key(value):

@@ -5,9 +5,12 @@ bottom values, not in the empty stretch between the data's end and the domain's 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
+from proxy.privacy.inverse_sensitivity import candidate_grid, extreme_offset
 from proxy.session import Session
 from tests.factories import engine_fixture, people, people_table
 from tests.probes import run
@@ -77,3 +80,18 @@ def test_a_small_scope_is_drawn_near_its_own_end_not_the_other(engine):
         draws = [run(session, f"SELECT {kind}(age) FROM people WHERE person_id <= 120 "
                               f"AND age > {-1 - i}")[0].rows[0][0] for i in range(11)]
         assert (np.median(draws) > middle) == (kind == "max"), (kind, middle, sorted(draws))
+
+
+def test_candidates_are_no_finer_than_the_resolution():
+    """Issue 32 (MIN 3–8× the best peer's error): the candidates were the noise grid's
+    ρ/1024, 1.3·10¹⁰ of them on cost's [0, 100,000] by cents, and MAX's and MIN's offset
+    K grows with ln |grid|. The largest power of two ≤ ρ (and ≤ (U − L)/1024, so a
+    narrow domain keeps 1,024 candidates) cuts |grid| 1024-fold and K by ln 1024/λ."""
+    cost = candidate_grid(0, 100_000, 0.01, False)
+    assert (cost.step, cost.count) == (Fraction(1, 128), 12_800_001)
+    assert extreme_offset(Fraction(1), 1, cost) == 38  # 52 on the noise grid
+    narrow = candidate_grid(0, 10, 0.25, False)
+    assert (narrow.step, narrow.count) == (Fraction(1, 128), 1_281)
+    coarse = candidate_grid(0, 10, 512, False)  # ρ beyond the domain: the noise grid's ρ/1024
+    assert (coarse.step, coarse.count) == (Fraction(1, 2), 21)
+    assert candidate_grid(0, 120, 1.0, True).count == 121
