@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from proxy.vocabulary import COUNT
+
 
 @dataclass
 class Node:
@@ -114,7 +116,6 @@ def consistent_rows(plans: list, rows: list[list[tuple]], bounds: list[dict[str,
     """The grouping sets' rows (``rows[i]`` of ``plans[i]``, the statement's columns,
     ``bounds[i]`` their released 95 % bounds by column) with every COUNT column made
     consistent along the sets' tree; None where the sets do not form one (above)."""
-    from proxy.vocabulary import COUNT
 
     finest = plans[0]
     # no partition selection; the finest set's rows are its aggregates themselves (no
