@@ -90,7 +90,8 @@ def staged_plan(select: exp.Select, rules: Rules,
         enclosing = node.parent_select  # the statement, or a subquery over public tables
         outer = _tables_of(enclosing, rules)
         if enclosing is not select and (outer is None or not all(
-                table.public for table in outer.values())):
+                table.public for table in outer.values())
+                or node.find_ancestor(exp.Where) is not enclosing.args.get("where")):
             return None
         columns = _correlation(node, outer, rules)
         if columns is None or (columns and sum(  # its comparison is rewritten per key

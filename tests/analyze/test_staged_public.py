@@ -147,6 +147,9 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
     # correlated otherwise than by equal columns
     ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock WHERE avail > "
      "(SELECT SUM(qty) FROM lines WHERE l_part < ps_part))", "a scalar subquery over lines"),
+    # in the HAVING of the subquery around it, not its WHERE
+    ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock GROUP BY ps_supp "
+     "HAVING SUM(avail) > (SELECT SUM(qty) FROM lines))", "a scalar subquery over lines"),
     # the subquery around it reads a protected table
     ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT l_supp FROM lines WHERE qty > "
      "(SELECT AVG(qty) FROM lines))", "IN (SELECT … FROM lines)"),
