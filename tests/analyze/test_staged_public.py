@@ -136,6 +136,18 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
     assert answer.rows == _chosen(values) and len(entries) == 1
 
 
+@pytest.mark.usefixtures("no_noise")
+def test_an_uncorrelated_subquery_inside_a_public_subquery(engine):
+    """The AVG is released, then the public statement runs with it: one ledger row."""
+    answer, entries = _ask(engine, "SELECT s_name FROM suppliers WHERE s_key IN (SELECT "
+                                   "ps_supp FROM stock WHERE avail > (SELECT AVG(qty) FROM "
+                                   "lines)) ORDER BY s_name")
+    mean = sum(LINES.columns["qty"]) / len(LINES.columns["qty"])  # 14.6
+    assert answer.rows == sorted({(f"s{supp}",) for supp, avail in zip(
+        STOCK.columns["ps_supp"], STOCK.columns["avail"]) if avail > mean}) == [("s2",), ("s3",)]
+    assert len(entries) == 1
+
+
 @pytest.mark.parametrize("sql,fragment", [
     # a protected statement reading a public subquery once the release stands in it
     ("SELECT COUNT(*) FROM lines WHERE l_supp IN (SELECT ps_supp FROM stock WHERE avail > "
