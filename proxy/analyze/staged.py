@@ -68,8 +68,10 @@ in its place reads public tables only: it runs as written (a ``PassthroughPlan``
 ``held``), post-processing. A term ``c IN (SELECT k FROM p WHERE …)`` of the outer
 WHERE, ``k`` unique in the public ``p``, restricts the release as the inner join with
 ``p`` on ``k`` does (a semi-join on a unique key), and a correlation column ``c`` is
-then grouped by ``p.k``, whose keys that WHERE's terms on ``p`` restrict: 16 forest
-parts × 100 suppliers at SF 0.01 rather than 2,000 × 100.
+then grouped by ``p.k``, whose keys that WHERE's terms on ``p`` restrict; with the
+other columns of the outer table they are keyed by the combinations the public rows
+hold (``QueryPlan.joint``): the 64 (part, supplier) pairs partsupp holds of the 16
+forest parts at SF 0.01, not 2,000 × 100.
 """
 
 from __future__ import annotations
