@@ -414,7 +414,7 @@ def _public_semi_join(condition: exp.Expression, alias: str, outer: dict[str, Ta
     kept = [term.copy() for term in conjuncts(where.this)] if where is not None else []
     own = {table.alias_or_name.lower()}
     if any(c.name.lower() not in declared.columns or (c.table and c.table.lower() not in own)
-           for term in kept for c in term.find_all(exp.Column)):
+           for c in [key, *(c for term in kept for c in term.find_all(exp.Column))]):
         return None
     return column.name.lower(), exp.to_table(table.name), key.name.lower(), kept
 

@@ -137,6 +137,17 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
 
 
 @pytest.mark.usefixtures("no_noise")
+def test_a_public_in_on_a_column_not_unique_leaves_the_keys_alone(engine):
+    """``ps_part IN (SELECT ps_part FROM stock …)`` is no semi-join on a unique key: the
+    release is over every pair stock holds, the statement keeps its IN as written."""
+    answer, _ = _ask(engine, Q20.replace("SELECT p_key FROM parts WHERE p_name LIKE "
+                                         "'forest%'", "SELECT ps_part FROM stock s2 WHERE "
+                                         "s2.avail > 20"))
+    assert answer.rows == [("s2",), ("s3",)]  # (1, 2): 30 > 20; (3, 3): 100 > 50
+    assert any("a value for each of 5 keys" in note for note in answer.privacy["notes"])
+
+
+@pytest.mark.usefixtures("no_noise")
 def test_an_uncorrelated_subquery_inside_a_public_subquery(engine):
     """The AVG is released, then the public statement runs with it: one ledger row."""
     answer, entries = _ask(engine, "SELECT s_name FROM suppliers WHERE s_key IN (SELECT "
