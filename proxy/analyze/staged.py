@@ -156,15 +156,17 @@ def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules) -> ex
     keyed = staged.keyed or ((),) * len(rows)
     return _with_values(staged.statement, [found if columns else found[0][0] if found else None
                                            for found, columns in zip(rows, keyed)],
-                        keyed, rules)
+                        keyed, rules, isinstance(staged.held, PassthroughPlan))
 
 
-def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: Rules
-                 ) -> exp.Select:
+def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: Rules,
+                 public: bool = False) -> exp.Select:
     """A copy of ``select`` with its WHERE's subqueries over protected tables replaced
     by ``values``, in order; a correlated one's (``keyed``: its outer columns) by the
     disjunction of its comparison per released key, or the comparison with 0 under
-    those columns' IS NOT NULL (``HELD``)."""
+    those columns' IS NOT NULL (``HELD``). ``public``: the statement then reads public
+    tables only and runs as written: the disjunction as the same condition over the
+    released rows, which the backend joins instead of testing each key in turn."""
     statement = select.copy()
     found = [node for node in statement.args["where"].find_all(exp.Subquery)
              if _protected(node, rules)]
@@ -179,6 +181,9 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
         if value is HELD:
             cases = [balanced(exp.And, [*(c.copy().is_(exp.null()).not_() for c in columns),
                                         _at(template, 0)])]
+        elif public and value:
+            comparison.replace(_released(template, columns, value))
+            continue
         else:
             cases = []
             for row in value:  # up to max_groups keys: a cancel is heard between them
@@ -188,6 +193,27 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
                     _at(template, row[len(columns)])]))
         comparison.replace(exp.paren(balanced(exp.Or, cases)) if cases else exp.false())
     return statement
+
+
+def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tuple]
+              ) -> exp.Exists:
+    """The disjunction per released key as ``EXISTS (SELECT 1 FROM (VALUES (k…, v), …)
+    AS _idp_r WHERE _idp_r.k = c … AND comparison with _idp_r.v)``: true exactly when
+    one disjunct is (each key is released once), false otherwise (a NULL comparison
+    too, which only NOT could tell from the disjunction's NULL)."""
+    names = [f"_idp_k{i}" for i in range(len(columns))] + ["_idp_v"]
+    table = exp.Values(expressions=[exp.Tuple(expressions=[  # typed: a NULL value too
+        *(_literal(k) for k in row[:len(columns)]),
+        exp.cast(_number(row[len(columns)]), exp.DataType.build("double"))])
+        for row in rows], alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
+            exp.to_identifier(name) for name in names]))
+    compared = template.copy()
+    next(n for n in compared.find_all(exp.Placeholder) if n.this == _VALUE).replace(
+        exp.column(names[-1], table="_idp_r"))
+    condition = balanced(exp.And, [*(exp.EQ(this=exp.column(name, table="_idp_r"),
+                                            expression=c.copy())
+                                     for name, c in zip(names, columns)), compared])
+    return exp.Exists(this=exp.select("1").from_(table).where(condition))
 
 
 def _at(template: exp.Expression, value: float | int | None) -> exp.Expression:

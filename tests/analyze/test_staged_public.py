@@ -136,6 +136,17 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
     assert answer.rows == _chosen(values) and len(entries) == 1
 
 
+def test_the_statement_with_any_released_values_runs_on_the_backend(engine):
+    """Total: the released rows read as a typed list (a NULL value, a negative one, an
+    integer, a tiny float), compared as the disjunction per key would."""
+    work = Session.open(engine, "alice").check(Q20)[0][1]
+    rows = [(1, 1, None), (1, 2, -0.5), (2, 2, 7), (4, 3, 1e-300)]
+    sql = session_module.with_values(work, [rows], engine.rules).sql(
+        dialect=engine.backend.dialect)
+    _, found = engine.backend.query_with_columns(sql)
+    assert found == _chosen({(1, 2): -0.5, (2, 2): 7, (4, 3): 1e-300})  # s2, s3
+
+
 @pytest.mark.usefixtures("no_noise")
 def test_a_public_in_on_a_column_not_unique_leaves_the_keys_alone(engine):
     """``ps_part IN (SELECT ps_part FROM stock …)`` is no semi-join on a unique key: the
