@@ -202,10 +202,11 @@ def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tu
     one disjunct is (each key is released once), false otherwise (a NULL comparison
     too, which only NOT could tell from the disjunction's NULL)."""
     names = [f"_idp_k{i}" for i in range(len(columns))] + ["_idp_v"]
-    table = exp.Values(expressions=[exp.Tuple(expressions=[  # typed: a NULL value too
-        *(_literal(k) for k in row[:len(columns)]),
-        exp.cast(_number(row[len(columns)]), exp.DataType.build("double"))])
-        for row in rows], alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
+    double = exp.DataType.build("double")
+    table = exp.Values(expressions=[exp.Tuple(expressions=[  # the first value typed, so
+        *(_literal(k) for k in row[:len(columns)]),  # every one is a double (NULL too)
+        exp.cast(_number(row[len(columns)]), double) if not at else _number(row[len(columns)])])
+        for at, row in enumerate(rows)], alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
             exp.to_identifier(name) for name in names]))
     compared = template.copy()
     next(n for n in compared.find_all(exp.Placeholder) if n.this == _VALUE).replace(
