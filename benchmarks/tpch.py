@@ -22,7 +22,8 @@ session (analysis, pushdown, noise), and the line says ``answered`` with the med
 the answers of the median relative error of its aggregate cells against the true answer (the same query run on DuckDB directly; rows
 matched on the other select items; a one-row answer against the one true row, whatever
 its keys, saying in how many answers they were the true answer's: Q15's supplier is
-chosen privately), or the refusal's SQLSTATE and message; the last line gives the
+chosen privately; an answer without aggregates, Q20's suppliers: how many of its rows
+the true answer holds), or the refusal's SQLSTATE and message; the last line gives the
 median of the answered queries' medians.
 """
 
@@ -224,6 +225,13 @@ def keys_found(sql: str, noisy: list[tuple], true: list[tuple]) -> bool:
     return all(tuple(row[i] for i in keys) in truth for row in noisy)
 
 
+def rows_found(noisy: list[tuple], true: list[tuple]) -> str:
+    """Of an answer without aggregates (public rows chosen by released values, Q20):
+    how many of its rows the true answer holds, of how many it has."""
+    truth = set(true)
+    return f"{sum(row in truth for row in noisy)}/{len(noisy)}"
+
+
 def relative_errors(sql: str, noisy: list[tuple], true: list[tuple]) -> list[float]:
     """|noisy − true| / |true| of every aggregate cell of the answer (the select items
     holding an aggregate function), rows matched on the other items (the group keys);
@@ -276,6 +284,10 @@ def main() -> None:
                     if each:
                         medians.append(statistics.median(each))
                         outcome += f", median relative error {medians[-1]:.3%}"
+                    if not any(_aggregated(texts[number])):  # rows only (Q20's suppliers)
+                        outcome += (f"; rows also in the true answer (of its "
+                                    f"{len(set(true[number]))}): " + ", ".join(
+                                        rows_found(rows, true[number]) for _, rows in asked))
                     found = sum(keys_found(texts[number], rows, true[number])
                                 for _, rows in asked)
                     if found < len(asked) and all(len(rows) == 1 for _, rows in asked):

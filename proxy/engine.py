@@ -167,13 +167,31 @@ class Engine:
                         self._public_keys[cached] = keys
                 term = replace(term, keys=keys)
             terms.append(term)
-        count = math.prod(len(term.keys) for term in terms)
-        if count > limit:
+        keyed = replace(plan, group_by=tuple(terms))
+        joint = []
+        for indices in _joined_terms(keyed):
+            sql = joint_keys_sql(keyed, indices, limit + 1, self.backend.dialect)
+            read = tuple(sorted({plan.table.columns[keyed.group_by[i].column].join
+                                 for i in indices}))
+            version = None if any(versions.get(alias) is None for alias in read) else \
+                ";".join(str(versions[alias]) for alias in read)
+            combos = self._public_keys.get((sql, version)) if version is not None else None
+            if combos is None:
+                combos = tuple(tuple(row) for row in tx.execute(sql))
+                if version is not None:
+                    self._public_keys[(sql, version)] = combos
+            joint.append((indices, combos))
+            for at, index in enumerate(indices):  # each term's keys: those combined
+                held = {combo[at] for combo in combos}
+                terms[index] = replace(terms[index], keys=tuple(
+                    key for key in terms[index].keys if key in held))
+        keyed = replace(plan, group_by=tuple(terms), joint=tuple(joint))
+        if keyed.group_count > limit:
             raise NotSupported(f"GROUP BY would answer more than the rules' max_groups = "
                                f"{limit:,} groups (the public table's values, in every "
                                "combination); filter the public table's column or group "
                                "by fewer columns")
-        return replace(plan, group_by=tuple(terms))
+        return keyed
 
     @contextmanager
     def _in(self, plan: QueryPlan, view: View | None) -> Iterator[View]:
@@ -672,6 +690,73 @@ def public_keys_sql(plan: QueryPlan, term: GroupKey, limit: int, dialect: str) -
             .where(exp.and_(value.copy().is_(exp.null()).not_(),
                             *(c.copy() for c in _conditions_on(plan, join.alias))))
             .order_by(value.copy()).limit(limit).sql(dialect=dialect))
+
+
+def _joined_terms(plan: QueryPlan) -> list[tuple[int, ...]]:
+    """The GROUP BY terms over public columns keyed together (``QueryPlan.joint``):
+    per set of public tables inner-joined to one another (a table joined on another's
+    column, not the protected table's), the indices of their terms when two or more.
+    A protected row's key of these terms is the values of the public rows it joined,
+    which are joined to one another in the same way: the combinations the public rows
+    alone form are the only ones a group can hold. None with keys from the data."""
+    if any(term.kind == SELECTED for term in plan.group_by):
+        return []
+    public = {join.alias: join for join in plan.joins if not join.protected}
+    linked = {alias: alias for alias in public}
+
+    def root(alias: str) -> str:
+        while linked[alias] != alias:
+            alias = linked[alias]
+        return alias
+
+    for alias, join in public.items():
+        for protected, _ in join.pairs:
+            other = getattr(plan.table.columns.get(protected), "join", None)
+            if not join.left and other in public and not public[other].left:
+                linked[root(alias)] = root(other)
+    sets: dict[str, list[int]] = {}
+    for index, term in enumerate(plan.group_by):
+        if term.kind == PUBLIC:
+            sets.setdefault(root(plan.table.columns[term.column].join), []).append(index)
+    return [tuple(indices) for indices in sets.values() if len(indices) > 1]
+
+
+def joint_keys_sql(plan: QueryPlan, indices: tuple[int, ...], limit: int, dialect: str
+                   ) -> str:
+    """The combinations of the keys of the GROUP BY terms ``indices``, over public
+    tables inner-joined to one another (``_joined_terms``): the distinct non-NULL
+    values of their columns among the rows of those tables joined as the plan joins
+    them, each table's rows those the WHERE's conditions on it alone keep, in order, at
+    most ``limit``."""
+    columns = [plan.group_by[index].column for index in indices]
+    aliases = {plan.table.columns[column].join for column in columns}
+    public = [join for join in plan.joins if not join.protected]
+    for _ in public:  # the tables linking them, to a fixed point
+        aliases |= {getattr(plan.table.columns.get(protected), "join", None)
+                    for join in public if join.alias in aliases
+                    for protected, _ in join.pairs} - {None}
+    joins = [join for join in public if join.alias in aliases]
+    rows = None
+    for index, join in enumerate(joins):
+        read = exp.select(*(exp.alias_(exp.column(name, quoted=True), join.column_name(name),
+                                       quoted=True) for name in join.table.columns)
+                          ).from_(table_ref(join.table.name))
+        read = exp.select("*").from_(read.subquery("_idp_p")).where(
+            exp.and_(exp.true(), *(c.copy() for c in _conditions_on(plan, join.alias))))
+        named = read.subquery(f"_idp_k{index}")
+        if rows is None:
+            rows = exp.select(*(exp.column(c, quoted=True) for c in columns)).distinct() \
+                .from_(named)
+            continue
+        on = [exp.column(protected, quoted=True).eq(exp.column(join.column_name(other),
+                                                                quoted=True))
+              for protected, other in join.pairs  # those on the protected table: left out
+              if getattr(plan.table.columns.get(protected), "join", None) in aliases]
+        rows = rows.join(named, on=exp.and_(exp.true(), *on), join_type="inner")
+    return (rows.where(exp.and_(*(exp.column(c, quoted=True).is_(exp.null()).not_()
+                                  for c in columns)))
+            .order_by(*(exp.column(c, quoted=True) for c in columns))
+            .limit(limit).sql(dialect=dialect))
 
 
 def _conditions_on(plan: QueryPlan, alias: str) -> list[exp.Expression]:

@@ -300,16 +300,18 @@ class Session:
         answers = [self._private(canonical, plan) for canonical, plan in work.stages]
         statement = with_values(work, [answer.rows for answer in answers], self.engine.rules)
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement))
+        released = "; ".join(_stage_note(canonical, answer, keyed)
+                             for (canonical, _), answer, keyed in zip(work.stages, answers,
+                                                                      work.keyed))
         if isinstance(work.held, PassthroughPlan) and isinstance(plan, PassthroughPlan):
-            return self._top_choice(plan, answers[0])
+            if isinstance(work.stages[0][1].post, TopChoice):
+                return self._top_choice(plan, answers[0])
+            return self._public_after(plan, answers, released)
         if not isinstance(plan, QueryPlan):  # 0 in their places analysed as a QueryPlan
             raise NotSupported("the statement with its subqueries' values is not one "
                                "aggregate query")
         final = self._private(canonical_sql(statement), plan)
         spent = [*answers, final]
-        released = "; ".join(_stage_note(canonical, answer, keyed)
-                             for (canonical, _), answer, keyed in zip(work.stages, answers,
-                                                                      work.keyed))
         privacy = dict(final.privacy,
                        epsilon_spent=sum(a.privacy["epsilon_spent"] for a in spent),
                        mechanism="; ".join(dict.fromkeys(
@@ -317,6 +319,25 @@ class Session:
                        notes=[*final.privacy["notes"], _STAGED.format(released)])
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
                       final.kinds)
+
+    def _public_after(self, plan: PassthroughPlan, answers: list[Answer], released: str
+                      ) -> Answer:
+        """A statement over public tables once its subqueries' releases stand in their
+        places (TPC-H Q20: suppliers of the parts whose stock exceeds half a year's noisy
+        shipments), run as written: post-processing of the releases, charged nothing
+        more; the metadata: theirs, ε added up, no bounds (its columns are public)."""
+        columns, rows = self.engine.backend.query_with_columns(
+            plan.sql.sql(dialect=self.engine.backend.dialect))
+        names = [name for name, _ in columns]
+        last = answers[-1].privacy
+        privacy = dict(last, epsilon_spent=sum(a.privacy["epsilon_spent"] for a in answers),
+                       ci95={},
+                       mechanism="; ".join(dict.fromkeys(
+                           m for a in answers for m in a.privacy["mechanism"].split("; "))),
+                       notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"]),
+                              _STAGED.format(released), _PUBLIC_AFTER])
+        return Answer(f"SELECT {len(rows)}", names, rows, privacy, _notice(privacy),
+                      [kind for _, kind in columns])
 
     def _top_choice(self, plan: PassthroughPlan, release: Answer) -> Answer:
         """The statement over public tables and the released row of its step's largest
@@ -602,6 +623,8 @@ def _stage_note(canonical: str, answer: Answer, keyed: tuple) -> str:
 
 _STAGED = ("each scalar subquery was answered first, as a release of its own (charged), and "
            "its value put in its place: {}")
+_PUBLIC_AFTER = ("the statement then read public tables only: it ran as written "
+                 "(post-processing, no epsilon)")
 _TOP_CHOICE = ("the query ran on the released row and the public tables (post-processing, "
                "no epsilon)")
 _RANKED = ("the series kept are the top-N subquery's, ranked by its own release (charged "

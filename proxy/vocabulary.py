@@ -220,6 +220,10 @@ class QueryPlan:
     delta: Decimal | None = None
     # EXISTS over protected tables of the unit, each a boolean column of the scope
     semi_joins: tuple[SemiJoin, ...] = ()
+    # GROUP BY terms over columns of public tables inner-joined to one another, keyed
+    # together: (their indices in group_by, the combinations of their keys the public
+    # tables' joined rows hold) (proxy.engine.Engine._with_public_keys)
+    joint: tuple[tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]], ...] = ()
 
     @property
     def aggregate_loss(self) -> Loss:
@@ -288,11 +292,25 @@ class QueryPlan:
         return None if bound is None else bound * self.multiplicity
 
     def group_keys(self) -> list[tuple[Any, ...]]:
-        """All declared key combinations: every group is answered, empty or not."""
+        """All declared key combinations: every group is answered, empty or not (terms
+        keyed ``joint``ly: in the combinations their public rows hold)."""
+        blocks = self._key_blocks()
         combos: list[tuple[Any, ...]] = [()]
-        for term in self.group_by:
-            combos = [c + (k,) for c in combos for k in term.keys]
-        return combos
+        for _, keys in blocks:
+            combos = [c + k for c in combos for k in keys]
+        place = {index: at for at, index in enumerate(i for indices, _ in blocks
+                                                      for i in indices)}
+        if all(place[index] == index for index in place):
+            return combos
+        return [tuple(combo[place[index]] for index in range(len(place))) for combo in combos]
+
+    def _key_blocks(self) -> list[tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]]]:
+        """The key sets whose product is the groups: the joint ones, then each other
+        term's keys, with the term indices they give keys for."""
+        joint = [(indices, keys) for indices, keys in self.joint]
+        together = {index for indices, _ in joint for index in indices}
+        return joint + [((index,), tuple((key,) for key in term.keys))
+                        for index, term in enumerate(self.group_by) if index not in together]
 
     @property
     def groups_fixed(self) -> bool:
@@ -316,7 +334,7 @@ class QueryPlan:
     def group_count(self) -> int:
         """How many groups are answered: ``len(group_keys())`` (1 without GROUP BY),
         from the key sets' sizes, without listing the combinations."""
-        return math.prod(len(term.keys) for term in self.group_by)
+        return math.prod(len(keys) for _, keys in self._key_blocks())
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,26 @@ comparison as one disjunct per key, ``(p_partkey = k AND l_quantity < v_k) OR �
 (no key: FALSE); held, before any debit, as ``(p_partkey IS NOT NULL AND l_quantity <
 0)``. Correlated only through equalities of its own columns with the public table's
 (top-level AND terms of its WHERE), of an int, float or text key.
+
+Such a subquery may also stand in the WHERE of a subquery over public tables (TPC-H
+Q20)::
+
+    SELECT s_name FROM supplier, nation WHERE s_suppkey IN (
+        SELECT ps_suppkey FROM partsupp
+        WHERE ps_partkey IN (SELECT p_partkey FROM part WHERE p_name LIKE 'forest%')
+          AND ps_availqty > (SELECT 0.5 * SUM(l_quantity) FROM lineitem
+                             WHERE l_partkey = ps_partkey AND l_suppkey = ps_suppkey …))
+      AND s_nationkey = n_nationkey AND n_name = 'CANADA'
+
+Its outer table is then that subquery's (partsupp), and the statement with the release
+in its place reads public tables only: it runs as written (a ``PassthroughPlan``
+``held``), post-processing. A term ``c IN (SELECT k FROM p WHERE …)`` of the outer
+WHERE, ``k`` unique in the public ``p``, restricts the release as the inner join with
+``p`` on ``k`` does (a semi-join on a unique key), and a correlation column ``c`` is
+then grouped by ``p.k``, whose keys that WHERE's terms on ``p`` restrict; with the
+other columns of the outer table they are keyed by the combinations the public rows
+hold (``QueryPlan.joint``): the 64 (part, supplier) pairs partsupp holds of the 16
+forest parts at SF 0.01, not 2,000 × 100.
 """
 
 from __future__ import annotations
@@ -64,34 +84,44 @@ from sqlglot import exp
 from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported, ProxyError, QueryCanceled
+from proxy.interrupts import checkpoint
 from proxy.pgtypes import RULE_TYPES
 from proxy.rules import Rules, Table
+from proxy.trees import balanced
 from proxy.vocabulary import PUBLIC, SUM, PassthroughPlan, QueryPlan, StagedPlan, TopChoice
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)
 
 
-def staged_plan(select: exp.Select, rules: Rules, analyse: Callable[[exp.Expression], object],
+def staged_plan(select: exp.Select, rules: Rules,
+                analyse: Callable[[exp.Expression, bool], object],
                 canonical: Callable[[exp.Expression], str]) -> StagedPlan | None:
     """The staged plan of ``select`` when its WHERE compares with scalar subqueries over
     protected tables that can be answered first; None otherwise (the caller refuses
-    them as before). ``analyse`` analyses a statement."""
+    them as before). ``analyse`` analyses a statement (False: a stage, whose rows the
+    proxy reads; True: the statement answered)."""
     where = select.args.get("where")
     if where is None:
         return None
     found = [node for node in where.find_all(exp.Subquery) if _protected(node, rules)]
     if not found or not all(_answerable_place(node) for node in found):
         return None
-    outer = _tables_of(select, rules)
     stages, keyed = [], []
     for node in found:
+        enclosing = node.parent_select  # the statement, or a subquery over public tables
+        outer = _tables_of(enclosing, rules)
+        if enclosing is not select and (outer is None or not all(
+                table.public for table in outer.values())
+                or node.find_ancestor(exp.Where) is not enclosing.args.get("where")):
+            return None
         columns = _correlation(node, outer, rules)
         if columns is None or (columns and sum(  # its comparison is rewritten per key
                 _protected(n, rules) for n in _comparison(node).find_all(exp.Subquery)) > 1):
             return None
-        query = _grouped(node, columns, select, outer, rules) if columns else node.this.copy()
+        query = _grouped(node, columns, enclosing, outer, rules) if columns \
+            else node.this.copy()
         try:
-            plan = analyse(query)
+            plan = analyse(query, False)
         except QueryCanceled:
             raise  # a cancel during the analysis stops it (57014), whatever it analysed
         except ProxyError:
@@ -101,14 +131,15 @@ def staged_plan(select: exp.Select, rules: Rules, analyse: Callable[[exp.Express
         stages.append((canonical(query), plan))
         keyed.append(tuple(columns))
     held = _with_values(select, [HELD] * len(found), keyed, rules)
-    outer_plan = analyse(held)  # refused here, before any debit, for what 0 shows
-    if not isinstance(outer_plan, QueryPlan):
+    outer_plan = analyse(held, True)  # refused here, before any debit, for what 0 shows
+    if not isinstance(outer_plan, (QueryPlan, PassthroughPlan)):
         return None
     return StagedPlan(tuple(stages), select.copy(), outer_plan, tuple(keyed))
 
 
 # A correlated stage's place before its release: its comparison with 0, for any key
 HELD = object()
+_VALUE = "_idp_value"  # a released value's place in the comparison copied per key
 
 
 def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules) -> exp.Select:
@@ -125,15 +156,17 @@ def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules) -> ex
     keyed = staged.keyed or ((),) * len(rows)
     return _with_values(staged.statement, [found if columns else found[0][0] if found else None
                                            for found, columns in zip(rows, keyed)],
-                        keyed, rules)
+                        keyed, rules, isinstance(staged.held, PassthroughPlan))
 
 
-def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: Rules
-                 ) -> exp.Select:
+def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: Rules,
+                 public: bool = False) -> exp.Select:
     """A copy of ``select`` with its WHERE's subqueries over protected tables replaced
     by ``values``, in order; a correlated one's (``keyed``: its outer columns) by the
     disjunction of its comparison per released key, or the comparison with 0 under
-    those columns' IS NOT NULL (``HELD``)."""
+    those columns' IS NOT NULL (``HELD``). ``public``: the statement then reads public
+    tables only and runs as written: the disjunction as the same condition over the
+    released rows, which the backend joins instead of testing each key in turn."""
     statement = select.copy()
     found = [node for node in statement.args["where"].find_all(exp.Subquery)
              if _protected(node, rules)]
@@ -142,24 +175,52 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
             node.replace(_number(0 if value is HELD else value))
             continue
         comparison = _comparison(node)
-        template = comparison.copy()
+        template = comparison.copy()  # its subquery a placeholder, copied once per key
+        next(n for n in template.find_all(exp.Subquery) if _protected(n, rules)).replace(
+            exp.Placeholder(this=_VALUE))
         if value is HELD:
-            cases = [exp.and_(*(c.copy().is_(exp.null()).not_() for c in columns),
-                              _at(template, 0, rules))]
+            cases = [balanced(exp.And, [*(c.copy().is_(exp.null()).not_() for c in columns),
+                                        _at(template, 0)])]
+        elif public and value:
+            comparison.replace(_released(template, columns, value))
+            continue
         else:
-            cases = [exp.and_(*(c.copy().eq(_literal(k)) for c, k in zip(columns, row)),
-                              _at(template, row[len(columns)], rules)) for row in value]
-        comparison.replace(exp.paren(exp.or_(*cases)) if cases else exp.false())
+            cases = []
+            for row in value:  # up to max_groups keys: a cancel is heard between them
+                checkpoint()
+                cases.append(balanced(exp.And, [
+                    *(exp.EQ(this=c.copy(), expression=_literal(k)) for c, k in zip(columns, row)),
+                    _at(template, row[len(columns)])]))
+        comparison.replace(exp.paren(balanced(exp.Or, cases)) if cases else exp.false())
     return statement
 
 
-def _at(comparison: exp.Expression, value: float | int | None, rules: Rules
-        ) -> exp.Expression:
-    """A copy of a comparison with its one subquery over protected tables replaced by
-    ``value``."""
-    done = comparison.copy()
-    for node in [n for n in done.find_all(exp.Subquery) if _protected(n, rules)]:
-        node.replace(_number(value))
+def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tuple]
+              ) -> exp.Exists:
+    """The disjunction per released key as ``EXISTS (SELECT 1 FROM (VALUES (k…, v), …)
+    AS _idp_r WHERE _idp_r.k = c … AND comparison with _idp_r.v)``: true exactly when
+    one disjunct is (each key is released once), false otherwise (a NULL comparison
+    too, which only NOT could tell from the disjunction's NULL)."""
+    names = [f"_idp_k{i}" for i in range(len(columns))] + ["_idp_v"]
+    double = exp.DataType.build("double")
+    table = exp.Values(expressions=[exp.Tuple(expressions=[  # the first value typed, so
+        *(_literal(k) for k in row[:len(columns)]),  # every one is a double (NULL too)
+        exp.cast(_number(row[len(columns)]), double) if not at else _number(row[len(columns)])])
+        for at, row in enumerate(rows)], alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
+            exp.to_identifier(name) for name in names]))
+    compared = template.copy()
+    next(n for n in compared.find_all(exp.Placeholder) if n.this == _VALUE).replace(
+        exp.column(names[-1], table="_idp_r"))
+    condition = balanced(exp.And, [*(exp.EQ(this=exp.column(name, table="_idp_r"),
+                                            expression=c.copy())
+                                     for name, c in zip(names, columns)), compared])
+    return exp.Exists(this=exp.select("1").from_(table).where(condition))
+
+
+def _at(template: exp.Expression, value: float | int | None) -> exp.Expression:
+    """A copy of a comparison whose subquery is a placeholder, ``value`` in its place."""
+    done = template.copy()
+    next(n for n in done.find_all(exp.Placeholder) if n.this == _VALUE).replace(_number(value))
     return exp.paren(done)
 
 
@@ -190,11 +251,25 @@ def _number(value: float | int | None) -> exp.Expression:
 
 
 def _protected(node: exp.Subquery, rules: Rules) -> bool:
-    """Whether the subquery reads a protected table (outside FROM and EXISTS)."""
-    if isinstance(node.parent, (exp.From, exp.Join)) or not isinstance(node.this, exp.Select):
+    """Whether the subquery (outside FROM and EXISTS) reads a protected table in a FROM
+    or JOIN of its own; one over public tables that holds such a subquery is not one: it
+    is public once that subquery's release stands in its place."""
+    if _in_from(node) or not isinstance(node.this, exp.Select):
         return False
     return any((declared := rules.table(table.name)) is not None and not declared.public
-               for table in node.this.find_all(exp.Table))
+               and _innermost(table) is node for table in node.this.find_all(exp.Table))
+
+
+def _in_from(node: exp.Subquery) -> bool:
+    return isinstance(node.parent, (exp.From, exp.Join))
+
+
+def _innermost(table: exp.Table) -> exp.Subquery | None:
+    """The innermost subquery outside FROM and JOIN that a table is read in."""
+    node = table.parent
+    while node is not None and not (isinstance(node, exp.Subquery) and not _in_from(node)):
+        node = node.parent
+    return node
 
 
 def _answerable_place(node: exp.Subquery) -> bool:
@@ -312,7 +387,22 @@ def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
     query = query.join(source.copy(), copy=False)
     inner = query.args.get("where")
     terms = conjuncts(inner.this) if inner is not None else []
+    keys = {c.name.lower(): c.copy() for c in columns}
     for condition in conjuncts(select.args["where"].this):
+        semi = _public_semi_join(condition, alias, outer, rules)
+        if semi is not None:  # the public table joined on its unique key instead
+            column, table, key, kept = semi
+            name = f"_idp_s{len(query.args.get('joins', []))}"
+            query = query.join(table.as_(name), copy=False)
+            joined = exp.column(key, table=name)
+            terms.append(exp.column(column, table=alias).eq(joined.copy()))
+            for term in kept:
+                for read in term.find_all(exp.Column):
+                    read.set("table", exp.to_identifier(name))
+                terms.append(term)
+            if column in keys:  # its keys: those of the public table's rows kept
+                keys[column] = joined
+            continue
         owners = {_owner(c, {}, outer) for c in condition.find_all(exp.Column)}
         if owners == {alias} and condition.find(exp.Subquery) is None:
             qualified = condition.copy()
@@ -321,8 +411,39 @@ def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
             terms.append(qualified)
     query.set("where", exp.Where(this=exp.and_(*terms, copy=False)))  # one flat AND
     value = query.selects[-1].copy()
-    query.set("expressions", [*(c.copy() for c in columns), value])
-    return query.group_by(*(c.copy() for c in columns), copy=False)
+    query.set("expressions", [*(c.copy() for c in keys.values()), value])
+    return query.group_by(*(c.copy() for c in keys.values()), copy=False)
+
+
+def _public_semi_join(condition: exp.Expression, alias: str, outer: dict[str, Table],
+                      rules: Rules) -> tuple[str, exp.Table, str, list[exp.Expression]] | None:
+    """(the column, the public table, its key, the subquery's WHERE terms, copied) of
+    ``alias.column IN (SELECT key FROM public_table WHERE …)``, the key declared
+    ``unique`` in that table and the subquery reading its columns alone (no join,
+    grouping, limit or subquery): a semi-join on a unique key, which is the inner join
+    on it with those terms; None for any other condition."""
+    query = condition.args.get("query") if isinstance(condition, exp.In) else None
+    query = query.this if isinstance(query, exp.Subquery) else query
+    column = condition.this if query is not None else None
+    if not (isinstance(query, exp.Select) and isinstance(column, exp.Column)
+            and _owner(column, {}, outer) == alias and len(query.selects) == 1):
+        return None
+    source = query.args.get("from_")
+    table = source.this if source is not None else None
+    declared = rules.table(table.name) if isinstance(table, exp.Table) else None
+    key = query.selects[0]
+    if (declared is None or not declared.public or not isinstance(key, exp.Column)
+            or (key.name.lower(),) not in declared.unique or query.find(exp.Subquery)
+            or any(query.args.get(clause) for clause in
+                   ("joins", "group", "having", "limit", "offset", "with_", "qualify"))):
+        return None
+    where = query.args.get("where")
+    kept = [term.copy() for term in conjuncts(where.this)] if where is not None else []
+    own = {table.alias_or_name.lower()}
+    if any(c.name.lower() not in declared.columns or (c.table and c.table.lower() not in own)
+           for c in [key, *(c for term in kept for c in term.find_all(exp.Column))]):
+        return None
+    return column.name.lower(), exp.to_table(table.name), key.name.lower(), kept
 
 
 TOP_FORM = ("WITH r AS (SELECT t.k AS k, SUM(t.x) AS v FROM t WHERE … GROUP BY t.k) "

@@ -67,7 +67,7 @@ def bound_counts(plan: QueryPlan, indexes: tuple[int, ...],
                  execute: Execute) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
     """Statement 1: per aggregate index, the units beyond each rung of x's ladder and of
     y's (``ladders[index]``: x's rungs, y's rungs)."""
-    whole = replace(plan, group_by=())
+    whole = replace(plan, group_by=(), joint=())
     needs = _needs(plan, indexes)
     scope = scope_select(whole, needs, clip_rows_per_unit, unit=True)
     largest = []  # per index and side: the unit's largest x − Lx (a row: its own)

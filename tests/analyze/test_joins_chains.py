@@ -387,9 +387,11 @@ REFUSED = [
     ("SELECT COUNT(*) FROM orders WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem "
      "GROUP BY l_orderkey HAVING SUM(l_price) > 300)", "0A000",
      "IN (SELECT … FROM lineitem) is not supported"),
-    ("SELECT COUNT(*) FROM supplier WHERE s_suppkey IN (SELECT s_suppkey FROM supplier "
+    # (over public tables the statement is answered once the subquery's release stands
+    # in it: tests/analyze/test_staged_public.py; over a protected one it is not)
+    ("SELECT COUNT(*) FROM orders WHERE o_custkey IN (SELECT s_suppkey FROM supplier "
      "WHERE s_nationkey > (SELECT AVG(l_price) FROM lineitem))", "0A000",
-     "reads the protected table lineitem"),
+     "subqueries over protected tables are not supported"),
     ("SELECT c_custkey, COUNT(*) FROM customer, orders WHERE c_custkey = o_custkey "
      "GROUP BY c_custkey", "0A000", "c_custkey is the privacy unit"),
     ("SELECT COUNT(*) FROM lineitem l JOIN partsupp ps ON ps.ps_partkey = l.l_partkey",

@@ -1,0 +1,200 @@
+"""A correlated subquery over a protected table inside a subquery over public tables
+(TPC-H Q20's shape, proxy/analyze/staged.py, docs/privacy.md §3.16), on both backends:
+the subquery is released first per key of the public table it names, then the statement,
+which reads public tables only, runs with those values in its place (post-processing,
+nothing more charged); refusals spend nothing."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from proxy import session as session_module
+from proxy.errors import BudgetExhausted
+from proxy.session import Session
+from tests.factories import Table, engine_fixture
+from tests.probes import refused_for_free
+
+RULES = """
+[defaults]
+model = "dp"
+epsilon_per_query = 0.5
+budget_per_analyst = 100
+max_groups = 100000  # a stage of two keys and a value is not an answer of 300,000 values
+
+[analysts.alice]
+
+[analysts.poor]
+budget = 0.4
+
+[tables.lines]
+privacy_unit = "cust"
+max_rows_per_unit = 2
+[tables.lines.columns]
+cust   = { type = "int" }
+l_part = { type = "int" }
+l_supp = { type = "int" }
+qty    = { type = "float", domain = [0, 50] }
+
+[tables.stock]
+public = true
+unique = [["ps_part", "ps_supp"]]
+[tables.stock.columns]
+ps_part = { type = "int" }
+ps_supp = { type = "int" }
+avail   = { type = "int" }
+
+[tables.parts]
+public = true
+unique = ["p_key"]
+[tables.parts.columns]
+p_key  = { type = "int" }
+p_name = { type = "text" }
+
+[tables.suppliers]
+public = true
+unique = ["s_key"]
+[tables.suppliers.columns]
+s_key  = { type = "int" }
+s_name = { type = "text" }
+"""
+# (part, supplier) pairs stocked and their line items' quantities: (1, 1) ships 30 (half:
+# 15 > 10 in stock), (1, 2) 40 (20 < 30), (2, 2) 20 (10 > 5), (3, 3) is no forest part,
+# (4, 3) ships nothing: its value is released like any other's (0 without noise: 1 > 0)
+STOCK = Table({"ps_part": [1, 1, 2, 3, 4], "ps_supp": [1, 2, 2, 3, 3],
+               "avail": [10, 30, 5, 100, 1]},
+              {"ps_part": "INTEGER", "ps_supp": "INTEGER", "avail": "INTEGER"})
+SHIPPED = {(1, 1): [10.0] * 3, (1, 2): [10.0] * 4, (2, 2): [5.0] * 4, (3, 3): [50.0] * 2}
+ITEMS = [(pair, qty) for pair, quantities in SHIPPED.items() for qty in quantities]
+LINES = Table({"cust": [i // 2 for i in range(len(ITEMS))],
+               "l_part": [part for (part, _), _ in ITEMS],
+               "l_supp": [supp for (_, supp), _ in ITEMS], "qty": [q for _, q in ITEMS]},
+              {"cust": "INTEGER", "l_part": "INTEGER", "l_supp": "INTEGER",
+               "qty": "DOUBLE PRECISION"})
+PARTS = Table({"p_key": [1, 2, 3, 4], "p_name": ["forest a", "forest b", "oak", "forest c"]},
+              {"p_key": "INTEGER", "p_name": "TEXT"})
+SUPPLIERS = Table({"s_key": [1, 2, 3], "s_name": ["s1", "s2", "s3"]},
+                  {"s_key": "INTEGER", "s_name": "TEXT"})
+
+engine = engine_fixture(RULES, {"lines": LINES, "stock": STOCK, "parts": PARTS,
+                                "suppliers": SUPPLIERS})
+
+Q20 = ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock WHERE ps_part "
+       "IN (SELECT p_key FROM parts WHERE p_name LIKE 'forest%') AND avail > (SELECT 0.5 * "
+       "SUM(qty) FROM lines WHERE l_part = ps_part AND l_supp = ps_supp)) ORDER BY s_name")
+
+
+def _ask(engine, sql: str, analyst: str = "alice"):
+    before = len(engine.ledger.entries(analyst))
+    (answer,) = list(Session.open(engine, analyst).execute(sql))
+    return answer, engine.ledger.entries(analyst)[before:]
+
+
+def _chosen(values: dict[tuple[int, int], float]) -> list[tuple[str]]:
+    """The statement's answer with ``values`` (per forest part and supplier) in the
+    subquery's place, computed here from the tables."""
+    forest = {k for k, name in zip(PARTS.columns["p_key"], PARTS.columns["p_name"])
+              if name.startswith("forest")}
+    kept = {supp for part, supp, avail in zip(*STOCK.columns.values())
+            if part in forest and (part, supp) in values and avail > values[(part, supp)]}
+    return [(f"s{supp}",) for supp in sorted(kept)]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_subquery_inside_a_public_subquery_is_released_per_pair(engine):
+    """The half-sums per (forest part, supplier) are released first (one ledger row,
+    0.5), then the statement over public tables runs with them (nothing more): s2 for
+    (1, 2), and s3 for (4, 3), which shipped nothing and is compared with its released
+    value like any other pair (the plain statement compares with NULL and drops it)."""
+    answer, entries = _ask(engine, Q20)
+    assert answer.rows == [("s2",), ("s3",)] == _chosen(
+        {(1, 1): 15.0, (1, 2): 20.0, (2, 2): 10.0, (4, 3): 0.0})
+    assert [entry[6] for entry in entries] == [Decimal("0.5")]
+    assert answer.privacy["epsilon_spent"] == 0.5
+    notes = " ".join(answer.privacy["notes"])
+    # keys: the pairs stock holds of a forest part, not every forest part by supplier
+    assert "a value for each of 4 keys" in notes and "read public tables only" in notes
+
+
+def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
+                                                                         monkeypatch):
+    """Noisy: every key, the empty pair (4, 3) too, is released a number, and the answer
+    is the statement's with those numbers in the subquery's place."""
+    released = []
+
+    def kept(work, rows, rules):
+        released.append(rows[0])
+        return with_values(work, rows, rules)
+
+    with_values = session_module.with_values
+    monkeypatch.setattr(session_module, "with_values", kept)
+    answer, entries = _ask(engine, Q20)
+    values = {(part, supp): value for part, supp, value in released[0]}
+    assert sorted(values) == [(1, 1), (1, 2), (2, 2), (4, 3)]
+    assert all(isinstance(value, float) for value in values.values())
+    assert answer.rows == _chosen(values) and len(entries) == 1
+
+
+def test_the_statement_with_any_released_values_runs_on_the_backend(engine):
+    """Total: the released rows read as a typed list (a NULL value, a negative one, an
+    integer, a tiny float), compared as the disjunction per key would."""
+    work = Session.open(engine, "alice").check(Q20)[0][1]
+    rows = [(1, 1, None), (1, 2, -0.5), (2, 2, 7), (4, 3, 1e-300)]
+    sql = session_module.with_values(work, [rows], engine.rules).sql(
+        dialect=engine.backend.dialect)
+    _, found = engine.backend.query_with_columns(sql)
+    assert found == _chosen({(1, 2): -0.5, (2, 2): 7, (4, 3): 1e-300})  # s2, s3
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_public_in_on_a_column_not_unique_leaves_the_keys_alone(engine):
+    """``ps_part IN (SELECT ps_part FROM stock …)`` is no semi-join on a unique key: the
+    release is over every pair stock holds, the statement keeps its IN as written."""
+    answer, _ = _ask(engine, Q20.replace("SELECT p_key FROM parts WHERE p_name LIKE "
+                                         "'forest%'", "SELECT ps_part FROM stock s2 WHERE "
+                                         "s2.avail > 20"))
+    assert answer.rows == [("s2",), ("s3",)]  # (1, 2): 30 > 20; (3, 3): 100 > 50
+    assert any("a value for each of 5 keys" in note for note in answer.privacy["notes"])
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_an_uncorrelated_subquery_inside_a_public_subquery(engine):
+    """The AVG is released, then the public statement runs with it: one ledger row."""
+    answer, entries = _ask(engine, "SELECT s_name FROM suppliers WHERE s_key IN (SELECT "
+                                   "ps_supp FROM stock WHERE avail > (SELECT AVG(qty) FROM "
+                                   "lines)) ORDER BY s_name")
+    mean = sum(LINES.columns["qty"]) / len(LINES.columns["qty"])  # 14.6
+    assert answer.rows == sorted({(f"s{supp}",) for supp, avail in zip(
+        STOCK.columns["ps_supp"], STOCK.columns["avail"]) if avail > mean}) == [("s2",), ("s3",)]
+    assert len(entries) == 1
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    # a protected statement reading a public subquery once the release stands in it
+    ("SELECT COUNT(*) FROM lines WHERE l_supp IN (SELECT ps_supp FROM stock WHERE avail > "
+     "(SELECT SUM(qty) FROM lines l2 WHERE l2.l_part = ps_part AND l2.l_supp = ps_supp))",
+     "subqueries over protected tables are not supported"),
+    # joined with stock on part of its unique key
+    ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock WHERE avail > "
+     "(SELECT SUM(qty) FROM lines WHERE l_part = ps_part))", "a scalar subquery over lines"),
+    # correlated otherwise than by equal columns
+    ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock WHERE avail > "
+     "(SELECT SUM(qty) FROM lines WHERE l_part < ps_part))", "a scalar subquery over lines"),
+    # in the HAVING of the subquery around it, not its WHERE
+    ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock GROUP BY ps_supp "
+     "HAVING SUM(avail) > (SELECT SUM(qty) FROM lines))", "a scalar subquery over lines"),
+    # the subquery around it reads a protected table
+    ("SELECT s_name FROM suppliers WHERE s_key IN (SELECT l_supp FROM lines WHERE qty > "
+     "(SELECT AVG(qty) FROM lines))", "IN (SELECT … FROM lines)"),
+])
+def test_what_cannot_be_staged_inside_a_public_subquery_is_refused_for_free(engine, sql,
+                                                                           fragment):
+    refused_for_free(engine, sql, "0A000", fragment)
+
+
+def test_a_budget_short_of_the_release_refuses_before_it(engine):
+    before = engine.ledger.entries("poor"), engine.ledger.budgets("poor")
+    with pytest.raises(BudgetExhausted):
+        list(Session.open(engine, "poor").execute(Q20))
+    assert (engine.ledger.entries("poor"), engine.ledger.budgets("poor")) == before
