@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from proxy.session import Session
-from tests.analyze.test_staged_public import LINES, PARTS, STOCK, SUPPLIERS
-from tests.analyze.test_staged_public import RULES as STAGED
+from tests.analyze.partsupp import LINES, PARTS, STOCK, SUPPLIERS
+from tests.analyze.partsupp import RULES as STAGED
 from tests.factories import Table, engine_fixture, open_engine
 
 RULES = STAGED.replace("max_groups = 100000", "max_groups = 1000")  # answers of 3 columns

@@ -9,11 +9,11 @@ import pytest
 
 from proxy.privacy.consistency import Node, make_consistent
 from proxy.session import Session
-from tests.analyze.test_grouping_sets import RULES, _people
+from tests.analyze.grouped_people import RULES, people
 from tests.factories import engine_fixture
 from tests.probes import run
 
-engine = engine_fixture(RULES, {"people": _people()})
+engine = engine_fixture(RULES, {"people": people()})
 
 
 def _tree(rng):
