@@ -181,7 +181,7 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
         if value is HELD:
             cases = [balanced(exp.And, [*(c.copy().is_(exp.null()).not_() for c in columns),
                                         _at(template, 0)])]
-        elif public and value:
+        elif public and value and not _negated(comparison):
             comparison.replace(_released(template, columns, value))
             continue
         else:
@@ -215,6 +215,18 @@ def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tu
                                             expression=c.copy())
                                      for name, c in zip(names, columns)), compared])
     return exp.Exists(this=exp.select("1").from_(table).where(condition))
+
+
+def _negated(node: exp.Expression) -> bool:
+    """Whether a NOT stands above ``node`` in its WHERE: there NOT of the disjunction's
+    NULL (an outer operand that is NULL) keeps no row, NOT of EXISTS's false would keep
+    it, so the disjunction is written out."""
+    above = node.parent
+    while above is not None and not isinstance(above, exp.Where):
+        if isinstance(above, exp.Not):
+            return True
+        above = above.parent
+    return False
 
 
 def _at(template: exp.Expression, value: float | int | None) -> exp.Expression:

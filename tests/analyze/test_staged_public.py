@@ -72,6 +72,25 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
     assert answer.rows == _chosen(values) and len(entries) == 1
 
 
+@pytest.mark.usefixtures("no_noise")
+def test_a_negated_comparison_keeps_sqls_null(engine):
+    """Under NOT, a comparison whose outer operand is NULL keeps no row in SQL (NOT of
+    NULL); the released rows' EXISTS would be false there and NOT would keep the row, so
+    the comparison is written out per key: (1, 2)'s stock 30 is NULL here and s2 drops
+    (EXISTS kept it), (4, 3)'s 1 ≤ 0 is false and s3 stays, as the plain statement over the
+    released values says."""
+    negated = Q20.replace("AND avail > (", "AND NOT (CASE WHEN avail <> 30 THEN avail END <= (")
+    negated = negated.replace("l_supp = ps_supp))", "l_supp = ps_supp)))")
+    answer, _ = _ask(engine, negated)
+    values = "(VALUES (1, 1, 15.0), (1, 2, 20.0), (2, 2, 10.0), (4, 3, 0.0)) AS r(p, s, v)"
+    truth = engine.backend.query(
+        f"SELECT s_name FROM suppliers WHERE s_key IN (SELECT ps_supp FROM stock, {values} "
+        "WHERE ps_part IN (SELECT p_key FROM parts WHERE p_name LIKE 'forest%') AND ps_part = "
+        "r.p AND ps_supp = r.s AND NOT (CASE WHEN avail <> 30 THEN avail END <= r.v)) "
+        "ORDER BY s_name")
+    assert answer.rows == [tuple(row) for row in truth] == [("s3",)]
+
+
 def test_the_statement_with_any_released_values_runs_on_the_backend(engine):
     """Total: the released rows read as a typed list (a NULL value, a negative one, an
     integer, a tiny float), compared as the disjunction per key would."""
