@@ -29,8 +29,8 @@ median of the answered queries' medians.
 Slowdown (issue 34): per answered query, the median time of ``--repeat`` (default 3; 0
 skips it) more fresh answers through a session against the median of as many runs of the
 plain query on the backend's own database (the same process and DuckDB instance), both
-warm (the answers above ran first; the plain query once untimed). The line gives the two
-times and their ratio; a fresh answer is everything an analyst waits for (analysis,
+warm (the answers above ran first; the plain query once untimed), the two taking turns.
+The line gives the two times and their ratio; a fresh answer is everything an analyst waits for (analysis,
 ledger debit, the pushed-down statements, noise).
 """
 
@@ -214,21 +214,20 @@ def ask(engine: Engine, sql: str) -> tuple[str, list[tuple] | None]:
     return f"answered ({len(rows)} rows)", rows
 
 
-def median_time(action, repeat: int) -> float:
-    """The median wall time of ``repeat`` runs of ``action``."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed(action) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
 
 
 def slowdown(engine: Engine, backend, sql: str, repeat: int) -> str:
-    """``private s / plain s = ratio×``: fresh answers against the plain query, warm."""
+    """``private s / plain s = ratio×``: fresh answers against the plain query, warm,
+    the two taking turns (a load that comes and goes weighs on both alike)."""
     backend.read(sql)  # warm: the answers ran first, the plain query once here
-    plain = median_time(lambda: backend.read(sql), repeat)
-    private = median_time(lambda: ask(engine, sql), repeat)
+    runs = [(timed(lambda: backend.read(sql)), timed(lambda: ask(engine, sql)))
+            for _ in range(repeat)]
+    plain = statistics.median(run[0] for run in runs)
+    private = statistics.median(run[1] for run in runs)
     return f"{private:.3f} s / plain {plain:.3f} s = {private / plain:.2f}x"
 
 
