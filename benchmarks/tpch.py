@@ -2,6 +2,7 @@
 the proxy answers, unchanged, and what refuses each of the others.
 
     python benchmarks/tpch.py --data DIR [--queries DIR] [--only 1,5,19] [--answers 5]
+                              [--repeat 3]
 
 ``--data``: the Parquet files ``tpchgen-cli`` writes (``pip install tpchgen-cli``, then
 ``tpchgen-cli parquet -s 0.01 -o DIR``): customer, orders, lineitem, supplier, part,
@@ -25,6 +26,13 @@ its keys, saying in how many answers they were the true answer's: Q15's supplier
 chosen privately; an answer without aggregates, Q20's suppliers: how many of its rows
 the true answer holds), or the refusal's SQLSTATE and message; the last line gives the
 median of the answered queries' medians.
+
+Slowdown (issue 34): per answered query, the median time of ``--repeat`` (default 3; 0
+skips it) more fresh answers through a session against the median of as many runs of the
+plain query on the backend's own database (the same process and DuckDB instance), both
+warm (the answers above ran first; the plain query once untimed), the two taking turns.
+The line gives the two times and their ratio; a fresh answer is everything an analyst waits for (analysis,
+ledger debit, the pushed-down statements, noise).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,6 +215,23 @@ def ask(engine: Engine, sql: str) -> tuple[str, list[tuple] | None]:
     return f"answered ({len(rows)} rows)", rows
 
 
+def timed(action) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def slowdown(engine: Engine, backend, sql: str, repeat: int) -> str:
+    """``private s / plain s = ratio×``: fresh answers against the plain query, warm,
+    the two taking turns (a load that comes and goes weighs on both alike)."""
+    backend.read(sql)  # warm: the answers ran first, the plain query once here
+    runs = [(timed(lambda: backend.read(sql)), timed(lambda: ask(engine, sql)))
+            for _ in range(repeat)]
+    plain = statistics.median(run[0] for run in runs)
+    private = statistics.median(run[1] for run in runs)
+    return f"{private:.3f} s / plain {plain:.3f} s = {private / plain:.2f}x"
+
+
 def _aggregated(sql: str) -> list[bool]:
     """Whether each select item holds an aggregate function, or is a column a CTE
     aggregates (Q15's total_revenue); else it is a group key."""
@@ -260,6 +286,8 @@ def main() -> None:
     parser.add_argument("--queries", type=Path)
     parser.add_argument("--only", help="query numbers, comma-separated")
     parser.add_argument("--answers", type=int, default=1, help="fresh answers per query")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="timed runs of the slowdown (0: not measured)")
     args = parser.parse_args()
     texts = queries(args.queries)
     numbers = [int(n) for n in args.only.split(",")] if args.only else sorted(texts)
@@ -293,6 +321,8 @@ def main() -> None:
                     if found < len(asked) and all(len(rows) == 1 for _, rows in asked):
                         outcome += (f"; the true answer's keys in {found} of {len(asked)} "
                                     "answers")
+                    if args.repeat > 0:
+                        outcome += "; " + slowdown(engine, backend, texts[number], args.repeat)
                 print(f"Q{number:02d}  {outcome}", flush=True)
             print(f"{answered} of {len(numbers)} answered")
             if medians:

@@ -32,10 +32,12 @@ from proxy.pushdown.scope import (
     exact_sum,
     extreme_refs,
     fill_extremes,
+    names_unit,
     needed_value,
     read_sum,
     scope_select,
     source_table,
+    unlinked,
 )
 from proxy.pushdown.values import DOUBLE, literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
@@ -125,9 +127,13 @@ def first_pass(
         statement = exp.select(*items).from_(scope_select(plan, needs, clip_rows_per_unit)
                                              .subquery("s", copy=False), copy=False)
     else:
-        statement = exp.select(*items, *whole_table).from_(source_table(plan), copy=False)
+        unit = counts_units(plan) or bool(whole_table)
+        statement = exp.select(*items, *whole_table).from_(source_table(plan, None, unit),
+                                                           copy=False)
         if plan.where is not None and not filtered:
             statement = statement.where(plan.where.copy(), copy=False)
+        if not unit and unlinked(plan) and names_unit(statement):  # read linked after all
+            statement.set("from", exp.From(this=source_table(plan)))
     row = execute(statement.sql(dialect=capabilities.dialect, copy=False))[0]
     for reader, value in zip(readers, row):
         reader(value)

@@ -96,7 +96,12 @@ def test_line_items_carry_their_orders_customer(backend_url):
             assert groups[(mode,)].rows == len(mine)
             assert groups[(mode,)].column("l_quantity").total == pytest.approx(
                 sum(line[1] for line in mine))
-        assert all("orders" in text for text, _ in statements)  # the unit, in the SQL sent
+        # the unit through orders in the SQL sent wherever a statement reads one (c, the
+        # per-unit sums of the clipping); the rows' counts and sums read no unit, and
+        # line items alone (pushdown/scope.py, ``unlinked``)
+        assert all("orders" in text for text, _ in statements if "_idp_unit" in text)
+        assert any("orders" in text and "GROUP BY" in text for text, _ in statements)
+        assert any("orders" not in text for text, _ in statements)  # the first pass
 
         joined = ("SELECT COUNT(*), SUM(l.l_quantity), MEDIAN(o.o_price) FROM lineitem l "
                   "JOIN orders o ON l.l_orderkey = o.o_orderkey WHERE o.o_price > 2")
