@@ -2,11 +2,13 @@
 the proxy answers, unchanged, and what refuses each of the others.
 
     python benchmarks/tpch.py --data DIR [--queries DIR] [--only 1,5,19] [--answers 5]
-                              [--repeat 3]
+                              [--repeat 3] [--backend duckdb|postgres]
 
 ``--data``: the Parquet files ``tpchgen-cli`` writes (``pip install tpchgen-cli``, then
 ``tpchgen-cli parquet -s 0.01 -o DIR``): customer, orders, lineitem, supplier, part,
-partsupp, nation, region. They are loaded into a temporary DuckDB file.
+partsupp, nation, region. They are loaded into a temporary DuckDB file, and with
+``--backend postgres`` from there into a throwaway PostgreSQL cluster (tests/pgserver.py,
+the system's binaries), where the proxy and the plain queries then run.
 
 ``--queries``: a folder of ``q01.sql`` … ``q22.sql``, the text of DuckDB's tpch extension
 (``extension/tpch/dbgen/queries`` in DuckDB's source tree). Without it the queries are
@@ -38,6 +40,7 @@ ledger debit, the pushed-down statements, noise).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -48,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import duckdb
+import psycopg
 import sqlglot
 from sqlglot import exp
 
@@ -56,6 +60,7 @@ from proxy.engine import Engine
 from proxy.errors import ProxyError
 from proxy.rules import parse_rules
 from proxy.session import Session
+from tests.pgserver import throwaway_postgres
 
 TABLES = ("customer", "orders", "lineitem", "supplier", "part", "partsupp", "nation",
           "region")
@@ -204,6 +209,22 @@ def load(data: Path, database: Path) -> None:
                                f"FROM read_parquet('{source}')")
 
 
+def copy_to_postgres(database: Path, url: str) -> None:
+    """The DuckDB file's tables into PostgreSQL, typed alike (doubles, dates, text)."""
+    kinds = {"BIGINT": "bigint", "INTEGER": "integer", "DOUBLE": "double precision",
+             "DATE": "date", "VARCHAR": "text"}
+    with duckdb.connect(str(database), read_only=True) as source, \
+            psycopg.connect(url, autocommit=True) as target:
+        for table in TABLES:
+            columns = source.execute(f"DESCRIBE {table}").fetchall()
+            target.execute(f"CREATE TABLE {table} (" + ", ".join(
+                f"{name} {kinds[kind]}" for name, kind, *_ in columns) + ")")
+            with target.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+                for row in source.execute(f"SELECT * FROM {table}").fetchall():
+                    copy.write_row(row)
+            target.execute(f"ANALYZE {table}")
+
+
 def ask(engine: Engine, sql: str) -> tuple[str, list[tuple] | None]:
     """``answered`` (with the number of rows) and the rows, or the refusal's SQLSTATE
     and message and None."""
@@ -288,15 +309,20 @@ def main() -> None:
     parser.add_argument("--answers", type=int, default=1, help="fresh answers per query")
     parser.add_argument("--repeat", type=int, default=3,
                         help="timed runs of the slowdown (0: not measured)")
+    parser.add_argument("--backend", choices=("duckdb", "postgres"), default="duckdb")
     args = parser.parse_args()
     texts = queries(args.queries)
     numbers = [int(n) for n in args.only.split(",")] if args.only else sorted(texts)
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory() as folder, contextlib.ExitStack() as stack:
         database = Path(folder) / "tpch.duckdb"
         load(args.data, database)
-        with duckdb.connect(str(database), read_only=True) as plain:
-            true = {number: plain.execute(texts[number]).fetchall() for number in numbers}
-        backend = open_backend(f"duckdb:///{database}")
+        url = f"duckdb:///{database}"
+        if args.backend == "postgres":
+            url = stack.enter_context(throwaway_postgres())
+            copy_to_postgres(database, url)
+        backend = open_backend(url)
+        true = {number: [tuple(row) for row in backend.read(texts[number])]
+                for number in numbers}
         try:
             rules = RULES.replace("[defaults]", "[defaults]\nanswer_cache = false")
             engine = Engine(parse_rules(rules, "tpch.toml"), backend)
