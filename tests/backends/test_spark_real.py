@@ -5,7 +5,7 @@ percentiles, MAX, MIN, WHERE and GROUP BY, all user-level, give the same statist
 DuckDB on the same rows, and no SQL sent computes a percentile approximately.
 
 One module-scoped server; the JVM's start and warm-up dominate, hence the slow mark
-(the suite starts slow tests first) and SHARED_MODULES (one worker starts it)."""
+(the suite starts the longest modules first; one worker runs the module)."""
 
 from __future__ import annotations
 
