@@ -20,6 +20,7 @@ from typing import Any
 import duckdb
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer.annotate_types import annotate_types
 
 from proxy.analyze.group_keys import default_name
@@ -32,6 +33,21 @@ DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "D
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
                 "timestamp": "TIMESTAMP", "numeric": "DOUBLE"}
 ROW = "__idp_row"
+
+
+def _postgres_sum(annotator, node: exp.Sum) -> exp.Sum:
+    """SUM typed as PostgreSQL types it: numeric over bigint (sqlglot keeps bigint, so a
+    released count divided by the counts' SUM(…) OVER () was rendered as DuckDB's
+    integer division and every share came back 0); bigint over smallint and integer."""
+    annotator._annotate_by_args(node, "this", "expressions", promote=True)
+    if node.this.is_type(exp.DataType.Type.BIGINT):
+        annotator._set_type(node, exp.DataType.Type.DECIMAL)
+    return node
+
+
+# sqlglot's own type rules (its default dialect's), SUM's as PostgreSQL's
+_TYPING = {**Dialect.get_or_raise(None).EXPRESSION_METADATA,
+           exp.Sum: {"annotator": _postgres_sum}}
 MAX_ROWS = 250_000  # of an outer query's result: joined releases can multiply their rows
 
 
@@ -120,7 +136,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                                     for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}
               for i, (columns, kinds, _) in enumerate(releases)}
     checkpoint()
-    annotated = annotate_types(tree, schema=schema)
+    annotated = annotate_types(tree, schema=schema, expression_metadata=_TYPING)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
     con = _connection()

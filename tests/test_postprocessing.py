@@ -55,6 +55,13 @@ ANSWERED = [
     # shares of the total, and within a partition
     ("SELECT region AS region, COUNT(*) AS n, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS "
      "share FROM people GROUP BY region ORDER BY region", 1, "0.1"),
+    # without a factor of 1.0: SUM of a bigint is numeric in PostgreSQL, so the share is
+    # not an integer division (Lightdash's percent of total over a metrics CTE)
+    ("SELECT region AS region, COUNT(*) / SUM(COUNT(*)) OVER () AS share FROM people "
+     "GROUP BY region ORDER BY region", 1, "0.1"),
+    ("WITH metrics AS (SELECT region AS r, COUNT(DISTINCT person_id) AS n FROM people GROUP "
+     "BY 1) SELECT r, n / SUM(n) OVER () AS percent_of_total FROM metrics ORDER BY r", 1,
+     "0.1"),
     ("SELECT region AS region, sex AS sex, 100.0 * COUNT(*) / SUM(COUNT(*)) OVER "
      "(PARTITION BY region) AS pct FROM people WHERE age >= 30 GROUP BY region, sex "
      "ORDER BY region, sex", 1, "0.1"),
