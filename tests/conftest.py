@@ -46,8 +46,8 @@ SAIL_MODULE = "tests/backends/test_spark.py"
 
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker more than the cores, because the tests spend much of their
-    time waiting for the servers and programs they start (on 2 cores: 281 s with 3
-    workers, 305 s with 2)."""
+    time waiting for the servers and programs they start (2 cores, 2026-11-27, modules
+    whole: 330 s with 2 workers, 296–298 s with 3, 302 s with 4)."""
     return (os.cpu_count() or 1) + 1
 
 
