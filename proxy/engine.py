@@ -76,7 +76,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
 from proxy.statistics import ColumnNeeds, Contribution, GroupStats, PairSums
-from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, QueryPlan, TopChoice
+from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan, TopChoice
 
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
@@ -691,13 +691,18 @@ def public_keys_sql(plan: QueryPlan, term: GroupKey, limit: int, dialect: str) -
     column = plan.table.columns[term.column]
     join = next(j for j in plan.joins if j.alias == column.join)
     value = exp.column(term.column, quoted=True)
-    rows = exp.select(*(exp.alias_(exp.column(name, quoted=True), join.column_name(name),
-                                   quoted=True) for name in join.table.columns)
-                      ).from_(table_ref(join.table.name))
-    return (exp.select(value.copy()).distinct().from_(rows.subquery("_idp_p"))
+    return (exp.select(value.copy()).distinct().from_(_public_rows(join).subquery("_idp_p"))
             .where(exp.and_(value.copy().is_(exp.null()).not_(),
                             *(c.copy() for c in _conditions_on(plan, join.alias))))
             .order_by(value.copy()).limit(limit).sql(dialect=dialect))
+
+
+def _public_rows(join: Join) -> exp.Select:
+    """A public table's rows, each column named as the plan names it (``column_name``),
+    for the WHERE's conditions on that table to read."""
+    return exp.select(*(exp.alias_(exp.column(name, quoted=True), join.column_name(name),
+                                   quoted=True) for name in join.table.columns)
+                      ).from_(table_ref(join.table.name))
 
 
 def _joined_terms(plan: QueryPlan) -> list[tuple[int, ...]]:
@@ -746,10 +751,7 @@ def joint_keys_sql(plan: QueryPlan, indices: tuple[int, ...], limit: int, dialec
     joins = [join for join in public if join.alias in aliases]
     rows = None
     for index, join in enumerate(joins):
-        read = exp.select(*(exp.alias_(exp.column(name, quoted=True), join.column_name(name),
-                                       quoted=True) for name in join.table.columns)
-                          ).from_(table_ref(join.table.name))
-        read = exp.select("*").from_(read.subquery("_idp_p")).where(
+        read = exp.select("*").from_(_public_rows(join).subquery("_idp_p")).where(
             exp.and_(exp.true(), *(c.copy() for c in _conditions_on(plan, join.alias))))
         named = read.subquery(f"_idp_k{index}")
         if rows is None:
