@@ -75,8 +75,8 @@ def scope_select(
         checkpoint()
         scope = scope.where(group_filter(term, table), copy=False)
     checkpoint()
-    if not linked and unlinked(plan) and names_unit(scope):
-        scope.set("from", exp.From(this=source_table(plan, sample_percent)))
+    if not linked:
+        linked_if_named(scope, plan, sample_percent)
     if clip_rows_per_unit is None:
         return scope
     if extremes:
@@ -247,15 +247,19 @@ def unlinked(plan: QueryPlan) -> bool:
     values: without it the statement's rows, and so its result, are the same; it
     skips the linked table's scan and the per-key count of its uniqueness, most of a
     linked table's statistics (TPC-H's lineitem through orders: 1.1 s of 1.2 s). A
-    statement that names the unit anyway is read linked (``names_unit``)."""
+    statement that names the unit anyway is read linked (``linked_if_named``)."""
     return not (plan.table.link is None or plan.semi_joins
                 or any(join.protected for join in plan.joins))
 
 
-def names_unit(statement: exp.Select) -> bool:
-    """Whether a statement read from the unlinked rows (``unlinked``) names the derived
-    unit, which only the link gives it: it is then read from the linked rows."""
-    return any(column.name == LINKED_UNIT for column in statement.find_all(exp.Column))
+def linked_if_named(statement: exp.Select, plan: QueryPlan,
+                    sample_percent: int | None = None) -> None:
+    """A statement built over the rows a statement reading no unit reads
+    (``source_table(…, unit=False)``) read from the linked rows instead where it names
+    the derived unit after all, which only the link gives it."""
+    if unlinked(plan) and any(column.name == LINKED_UNIT
+                              for column in statement.find_all(exp.Column)):
+        statement.set("from", exp.From(this=source_table(plan, sample_percent)))
 
 
 def _joined_rows(plan: QueryPlan, sample_percent: int | None, linked: bool = True

@@ -32,12 +32,11 @@ from proxy.pushdown.scope import (
     exact_sum,
     extreme_refs,
     fill_extremes,
-    names_unit,
+    linked_if_named,
     needed_value,
     read_sum,
     scope_select,
     source_table,
-    unlinked,
 )
 from proxy.pushdown.values import DOUBLE, literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, GroupStats
@@ -132,8 +131,8 @@ def first_pass(
                                                            copy=False)
         if plan.where is not None and not filtered:
             statement = statement.where(plan.where.copy(), copy=False)
-        if not unit and unlinked(plan) and names_unit(statement):  # read linked after all
-            statement.set("from", exp.From(this=source_table(plan)))
+        if not unit:
+            linked_if_named(statement, plan)
     row = execute(statement.sql(dialect=capabilities.dialect, copy=False))[0]
     for reader, value in zip(readers, row):
         reader(value)
