@@ -208,9 +208,7 @@ def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tu
         exp.cast(_number(row[len(columns)]), double) if not at else _number(row[len(columns)])])
         for at, row in enumerate(rows)], alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
             exp.to_identifier(name) for name in names]))
-    compared = template.copy()
-    next(n for n in compared.find_all(exp.Placeholder) if n.this == _VALUE).replace(
-        exp.column(names[-1], table="_idp_r"))
+    compared = _filled(template, exp.column(names[-1], table="_idp_r"))
     condition = balanced(exp.And, [*(exp.EQ(this=exp.column(name, table="_idp_r"),
                                             expression=c.copy())
                                      for name, c in zip(names, columns)), compared])
@@ -231,9 +229,14 @@ def _negated(node: exp.Expression) -> bool:
 
 def _at(template: exp.Expression, value: float | int | None) -> exp.Expression:
     """A copy of a comparison whose subquery is a placeholder, ``value`` in its place."""
+    return exp.paren(_filled(template, _number(value)))
+
+
+def _filled(template: exp.Expression, value: exp.Expression) -> exp.Expression:
+    """A copy of ``template`` with ``value`` in its placeholder's place."""
     done = template.copy()
-    next(n for n in done.find_all(exp.Placeholder) if n.this == _VALUE).replace(_number(value))
-    return exp.paren(done)
+    next(n for n in done.find_all(exp.Placeholder) if n.this == _VALUE).replace(value)
+    return done
 
 
 def _comparison(node: exp.Subquery) -> exp.Expression:
