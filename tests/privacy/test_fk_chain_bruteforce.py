@@ -43,6 +43,7 @@ from proxy.pushdown.scope import plan_unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import Contribution, GroupStats
+from tests.databases import refill
 from tests.privacy.harness import assert_sound, group_changes, neighbours, pushed_down_changes
 from tests.privacy.reference import normalise as normalise_value
 from tests.privacy.reference import percentile
@@ -282,9 +283,7 @@ def con():
 
 def _load(con, tables) -> None:
     for name, rows in zip("col", tables):
-        con.execute(f"DELETE FROM {name}")
-        if rows:
-            con.executemany(f"INSERT INTO {name} VALUES (?, ?, ?)", rows)
+        refill(con, name, rows)
 
 
 def _pushed_down(con, tables, query: str, model: str = "idp"):

@@ -33,6 +33,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC
+from tests.databases import refill
 from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import assert_sound, group_changes, group_totals, neighbours
 from tests.privacy.reference import normalise as normalise_value
@@ -142,8 +143,7 @@ def con():
 
 def _pushed_down(con, rows, query: str):
     """The shift, the public keys and every group's statistics from the pushdown."""
-    con.execute("DELETE FROM t")
-    con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    refill(con, "t", rows)
     plan = analyze(parse_statements(query)[0], RULES, Settings())
 
     def execute(sql):

@@ -37,6 +37,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
 from proxy.vocabulary import PUBLIC
+from tests.databases import refill
 from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import assert_sound, group_changes, group_totals, neighbours
 from tests.privacy.reference import normalise
@@ -187,8 +188,7 @@ def con():
 @pytest.mark.parametrize("units,rows_per_unit,count", [(5, 1, 8), (3, 2, 5)])
 def test_chain_sensitivities_bound_every_neighbour(con, query, units, rows_per_unit, count):
     for rows in _datasets(sum(map(ord, query)) + units, count, units, rows_per_unit):
-        con.execute("DELETE FROM t")
-        con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+        refill(con, "t", rows)
         plan = analyze(parse_statements(QUERIES[query][0])[0], RULES, Settings())
         execute = lambda sql: con.execute(sql).fetchall()
         plan = replace(plan, group_by=tuple(

@@ -42,6 +42,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import MAGNITUDE_CAP, GroupStats
 from proxy.vocabulary import COUNT, MAX, MIN, PERCENTILE, PUBLIC, SPREADS, SUM, UNITS
+from tests.databases import refill
 from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import (
     assert_sound,
@@ -199,10 +200,7 @@ def _pushed_down(con, rows, query: str, model: str = "idp"):
     """The plan, the shift as the engine computes it (iDP: c read by its SQL times the
     plan's multiplicity and g; DP: the plan's contribution bound times g) and every
     group's statistics from the pushdown (DP: clipped to the contribution bound)."""
-    con.execute("DELETE FROM t")
-    if rows:
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
-                        [(unit, value, value, kind) for unit, value, kind in rows])
+    refill(con, "t", [(unit, value, value, kind) for unit, value, kind in rows])
     plan = _plan(con, query, model)
 
     def execute(sql):

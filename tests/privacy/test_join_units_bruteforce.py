@@ -37,6 +37,7 @@ from proxy.pushdown.scope import plan_unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
+from tests.databases import refill
 from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import (
     assert_sound,
@@ -221,9 +222,7 @@ def con():
 
 def _load(con, a_rows, b_rows) -> None:
     for name, rows in (("a", a_rows), ("b", b_rows)):
-        con.execute(f"DELETE FROM {name}")
-        if rows:
-            con.executemany(f"INSERT INTO {name} VALUES (?, ?, ?)", rows)
+        refill(con, name, rows)
 
 
 def _pushed_down(con, a_rows, b_rows, query: str, model: str = "idp"):

@@ -35,6 +35,7 @@ from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.vocabulary import QueryPlan
+from tests.databases import refill
 from tests.factories import random_datasets, rows_of
 from tests.privacy.harness import assert_sound
 from tests.privacy.reference import normalise as normalise_value
@@ -178,10 +179,7 @@ def _pushed_down(con, rows, query: str, group_size: int, model: str):
     """The plan, the shift the engine uses for it and the released answers with their
     sensitivities, from the pushdown."""
     for table, width in (("a", 3), ("b", 2)):
-        con.execute(f"DELETE FROM {table}")
-        mine = [row for row in rows if len(row) == width]
-        if mine:
-            con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * width)})", mine)
+        refill(con, table, [row for row in rows if len(row) == width])
     plan = _plan(query, group_size, model)
     assert plan.table.privacy_unit is None  # a row-level relation: the engine's s = 1·g
     shift = plan.table.group_size

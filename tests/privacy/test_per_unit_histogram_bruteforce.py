@@ -30,6 +30,7 @@ from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
+from tests.databases import refill
 from tests.privacy.harness import assert_sound, group_changes, neighbours
 
 RULES = parse_rules("""
@@ -111,10 +112,8 @@ def test_histogram_of_per_unit_counts_bounds_every_neighbour(con):
     assert shift == 1 and plan.joins[0].read is not None
     execute = lambda sql: con.execute(sql).fetchall()
     for records in _datasets(13, 25):
-        con.execute("DELETE FROM p")
-        con.execute("DELETE FROM o")
-        con.executemany("INSERT INTO p VALUES (?, ?)", [r[1:] for r in records if r[0] == "p"])
-        con.executemany("INSERT INTO o VALUES (?, ?)", [r[1:] for r in records if r[0] == "o"])
+        for table in ("p", "o"):
+            refill(con, table, [r[1:] for r in records if r[0] == table])
         groups = compute_statistics(plan, column_needs(plan, shift), DuckDBBackend.capabilities,
                                     None, execute)
         expected = _answers(records, keys)

@@ -31,6 +31,7 @@ from proxy.pushdown.scope import HashedClip, scope_select
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds
+from tests.databases import refill
 from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, neighbours, options
 from tests.privacy.laws import groups_loss, law_at_target
 
@@ -75,11 +76,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
     sql = scope_select(plan, needs, HashedClip(1), unit=True).sql(dialect="duckdb")
 
     def laws(records):
-        con.execute("DELETE FROM t")
-        if records:
-            con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
-                            [(r.unit, r.value, int(r.in_scope), "ab"[r.group])
-                             for r in records])
+        refill(con, "t", [(r.unit, r.value, int(r.in_scope), "ab"[r.group]) for r in records])
         rows = con.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
         assert len({row[-1] for row in rows}) == len(rows)  # one row a unit
         found = []

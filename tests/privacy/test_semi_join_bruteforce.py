@@ -31,6 +31,7 @@ from proxy.pushdown import compute_statistics
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import GroupStats
+from tests.databases import refill
 from tests.privacy.harness import assert_sound, group_changes, group_totals, neighbours
 from tests.privacy.reference import normalise
 
@@ -144,11 +145,8 @@ def con():
 def test_semi_join_sensitivities_bound_every_neighbour(con, query):
     checked_sums = 0
     for records in _datasets(sum(map(ord, query)), 6):
-        con.execute("DELETE FROM t")
-        con.execute("DELETE FROM e")
-        con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
-                        [r[1:] for r in records if r[0] == "t"])
-        con.executemany("INSERT INTO e VALUES (?, ?, ?)", [r[1:] for r in records if r[0] == "e"])
+        for table in ("t", "e"):
+            refill(con, table, [r[1:] for r in records if r[0] == table])
         plan = analyze(parse_statements(QUERIES[query][0])[0], RULES, Settings())
         assert [semi.table.name for semi in plan.semi_joins] == ["e"]
         units = [r[1] for r in records if r[0] == "t"]

@@ -25,6 +25,7 @@ from proxy.pushdown.scope import scope_select
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds, UnitExtremes
+from tests.databases import refill
 from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, neighbours, options
 from tests.privacy.laws import groups_loss, law_at_target
 from tests.privacy.reference import unit_extremes
@@ -78,11 +79,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
                        ).sql(dialect="duckdb")
 
     def laws(records):
-        con.execute("DELETE FROM t")
-        if records:
-            con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
-                            [(r.unit, r.value, int(r.in_scope), "abc"[r.group])
-                             for r in records])
+        refill(con, "t", [(r.unit, r.value, int(r.in_scope), "abc"[r.group]) for r in records])
         rows = con.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
         found = [sorted(row[-2] for row in rows if row[-2] is not None
                         and (groups == 1 or row[1] == "abc"[key])) for key in range(groups)]
