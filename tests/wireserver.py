@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,17 @@ class RunningProxy:
         self.killed = True
         self.process.kill()
         self.process.wait(20)
+
+    def logged(self, text: str, since: int = 0, seconds: float = 30.0) -> bool:
+        """Whether a line of the log after the first ``since`` says ``text``, waiting up
+        to ``seconds`` for it: the server may write it after the socket the test reads
+        has closed, and a thread of this process reads the log."""
+        deadline = time.monotonic() + seconds
+        while not any(text in line for line in self.log[since:]):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def dsn(self, user: str, database: str = "demo", **extra: str) -> str:
         parts = {"host": "127.0.0.1", "port": str(self.port), "user": user,
