@@ -96,8 +96,9 @@ def draw_bounds(plan: QueryPlan, index: int, beyond: tuple[tuple[int, ...], tupl
     for column, counts, loss in ((columns[agg.other], beyond[0], of_x),
                                  (columns[agg.column], beyond[1], of_y)):
         ladder = row_rungs(column)
+        # its own prior, no evidence term (§3.14 is tuned for sums, §3.17 for winsorizing)
         drawn.append(ladder[draw_rung(counts, loss.epsilon, plan.table.group_size, rng,
-                                      PRIOR)])
+                                      PRIOR, evidence=False)])
     return drawn[0], drawn[1]
 
 

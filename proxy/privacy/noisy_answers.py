@@ -14,6 +14,7 @@ from fractions import Fraction
 from proxy.interrupts import checkpoint
 from proxy.loss import Loss
 from proxy.privacy.contribution_bounds import (
+    COUNT_PRIOR,
     bound_note,
     clipped_sum,
     empty_ladder,
@@ -253,7 +254,8 @@ def _clipped_count(a: Asked) -> Released:
     group_size = a.plan.table.group_size
     rows_per_unit = a.cal.shift // group_size
     ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None, rows_per_unit)
-    noisy, _ = clipped_sum(ladder, a.part, group_size, 0.0, 1.0, 1.0, a.rng)
+    noisy, _ = clipped_sum(ladder, a.part, group_size, 0.0, 1.0, 1.0, a.rng,
+                           prior=COUNT_PRIOR)
     return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "

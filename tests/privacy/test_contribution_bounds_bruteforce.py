@@ -5,15 +5,27 @@ g > 1) and every neighbour, no rung's count of units beyond ±B_k moves by more 
 (the exponential mechanism's utility sensitivity) and no rung's clipped sum by more
 than g·w_k (the Laplace noise's scale numerator); both reached. Clipped across groups
 (L1), no rung's count of units whose total lies beyond B_k moves by more than g, nor
-its vector of group sums by more than g·2B_k in L1; both reached. The backend's
-statement computes the reference's numbers (tests/privacy/test_contribution_bounds.py);
-the counts' bound is reached."""
+its vector of group sums by more than g·2B_k in L1; both reached. The draw's utility
+−(β_k + max(0, t − β_{k−SLACK})) moves by at most g per rung, per group and across
+groups, reached, and the draw's log-probability of every rung by at most ε_b. The
+backend's statement computes the reference's numbers
+(tests/privacy/test_contribution_bounds.py); the counts' bound is reached."""
 
 from __future__ import annotations
 
+import functools
+import math
+from fractions import Fraction
+
 import pytest
 
-from proxy.privacy.contribution_bounds import rungs
+from proxy.privacy.contribution_bounds import (
+    PRIOR,
+    SHORTFALL,
+    joint_prior,
+    rung_weights,
+    rungs,
+)
 from proxy.rules import Column
 from proxy.statistics import Contribution
 from tests.privacy.harness import (
@@ -157,6 +169,90 @@ def test_contributions_clipped_across_groups_move_within_2b(units, rows, group_s
     # 2gB where the data sets hold g units whose totals reach B (at some rung, at least)
     assert any(reached[k, "clipped"] >= bounds[k, "clipped"] - 1e-9
                for k in range(len(ladder))), reached
+
+
+@functools.cache
+def engine_utilities(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
+                     prior: Fraction) -> tuple[Fraction, ...]:
+    """The utility the engine's weights e^{−x_k} (``rung_weights``) draw with, negated:
+    (x_k − prior·k)/λ, λ = ε/(2g) — β_k + max(0, t − β_{max(k − SLACK, 0)}), t =
+    2g·SHORTFALL/ε."""
+    lam = epsilon / (2 * group_size)
+    return tuple(float((x - prior * k) / lam)
+                 for k, (_, x) in enumerate(rung_weights(beyond, epsilon, group_size, prior)))
+
+
+@functools.cache
+def log_odds(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
+             prior: Fraction) -> tuple[float, ...]:
+    """log P(rung k) of the engine's weights (``rung_weights``), for each k."""
+    x = [float(weight) for _, weight in rung_weights(beyond, epsilon, group_size, prior)]
+    low = min(x)
+    total = math.log(sum(math.exp(low - v) for v in x))
+    return tuple(low - v - total for v in x)
+
+
+# what a neighbour's records may hold here: both bounds, a value between, NaN, ±inf and
+# an overflow-sized one (the counts depend on a unit's clamped total alone)
+DRAW_VALUES = [0.0, 3.5, 10.0, float("nan"), float("inf"), float("-inf"), 1e308]
+
+
+@pytest.mark.parametrize("units,rows,group_size", [*SETTINGS, (3, 3, 1)])
+@pytest.mark.parametrize("domain", [(LOWER, UPPER), TWO_SIDED])
+@pytest.mark.parametrize("joint", [False, True])
+def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint):
+    """Per group and across groups (each unit's total over the two groups), units of up
+    to three records: β_k and
+    β_{k−SLACK} move the same way for each unit (a contribution that crosses the higher
+    rung crosses the lower one too, or lay between them), and t − β is 1-Lipschitz and
+    non-increasing, so the utility moves by at most one per unit: g, reached; read from
+    the engine's weights at ε_b = 2g·7/t for evidence counts t of 1 to 3 (which bite on
+    these data sets), with the per-group prior or the joint one. Their log-probabilities
+    then move by at most ε_b."""
+    lower, upper = domain
+    groups = 2
+    ladder = rungs(Contribution("x"), Column("x", "float", lower, upper,
+                                             declared_resolution=0.5), rows)
+    grid = GRID if lower >= 0 else SIGNED_GRID
+    values = DRAW_VALUES if lower >= 0 else [-5.0, 0.0, 1.5, 5.0, *DRAW_VALUES[3:]]
+    if rows > 2:  # units of three records: a bound, a value between, NaN and +inf each
+        values = [values[0], values[1], math.nan, math.inf]
+    data = [[r._replace(value=(r.value if r.value not in GRID else
+                               grid[GRID.index(r.value) % len(grid)]))
+             for r in records]
+            for records in datasets(53 + rows, 5 if rows <= 2 else 3, units, rows, groups)]
+    keys = [None] if joint else list(range(groups))
+    rungs_ = range(len(ladder))
+    # ε_b = 2g·SHORTFALL/t: evidence counts t of 1, 2 and 3 units, which bite here
+    epsilons = {t: 2 * group_size * SHORTFALL / t for t in (1, 2, 3)}
+    prior = joint_prior(groups) if joint else PRIOR
+
+    def counts(records) -> dict:
+        if joint:
+            found = joint_ladder_of(records, lower, upper, ladder, groups)
+            return {(None, k): found[k, "beyond"] for k in rungs_}
+        found = ladder_of(records, lower, upper, ladder, groups, Contribution("x"))
+        return {(group, k): found[group, k, "beyond"] for group in keys for k in rungs_}
+
+    def statistic(records) -> dict:
+        found, out = counts(records), {}
+        for key in keys:
+            beyond = tuple(found[key, k] for k in rungs_)
+            for t, epsilon in epsilons.items():
+                utility = engine_utilities(beyond, epsilon, group_size, prior)
+                odds = log_odds(beyond, epsilon, group_size, prior)
+                out.update({(key, k, t): u for k, u in enumerate(utility)})
+                out.update({(key, k, t, "log P"): p for k, p in enumerate(odds)})
+        return out
+
+    bound = {(key, k, t): group_size for key in keys for k in rungs_ for t in epsilons}
+    bound.update({(key, k, t, "log P"): float(epsilon) for key in keys for k in rungs_
+                  for t, epsilon in epsilons.items()})
+    outcomes = assert_sound(statistic, lambda records: bound, data,
+                            modifying(values, group_size, groups), tolerance=1e-9)
+    for t in epsilons:
+        assert max(outcome.worst[key, k, t] for outcome in outcomes for key in keys
+                   for k in rungs_) >= group_size, t
 
 
 def test_the_ladder_is_public_and_spans_the_largest_contribution():
