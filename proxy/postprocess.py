@@ -11,6 +11,7 @@ integer division). A series limit keeps the groups of the top-N series.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -28,6 +29,7 @@ from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
 from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
+from proxy.postbounds import Bounds, ReleasedTable
 
 DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "DOUBLE",
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
@@ -96,14 +98,18 @@ def _connection() -> duckdb.DuckDBPyConnection:
         return _ENGINE[1].cursor()
 
 
-def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]]
+def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]],
+              bounds: list[tuple[dict[str, list[float | None]], frozenset[str]]] | None = None
               ) -> tuple[list[str], list[str], list[tuple], list[tuple[int, ...] | None],
-                         dict[int, tuple[int, str]]]:
+                         dict[int, tuple[int, str]], dict[int, list[float | None]]]:
     """The outer query's result over the released rows: ``releases`` holds, for each
     table it reads (``outer.aliases``), its columns, their PostgreSQL types and rows.
     Returned: its columns, their PostgreSQL types, its rows, the row of each release
-    each came from (None when rows were merged: DISTINCT, MAX(…) of one row) and, per result column that
-    is a released column unchanged, (its release, its name). A cancel stops it
+    each came from (None when rows were merged: DISTINCT, MAX(…) of one row), per result column that
+    is a released column unchanged, (its release, its name), and, given the releases'
+    ``bounds`` (per release its 95 % bounds by column, row by row, and the columns of
+    additive noise), the 95 % bounds of the other columns where a sound rule gives one
+    (``proxy.postbounds``), row by row. A cancel stops it
     (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
     SQL cannot compute (an integer overflow 22000, an integer division by a released 0
     22012) fails the statement in one line; the noise was drawn, so the ε stays spent
@@ -132,17 +138,23 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     if traced:
         tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
                              for alias in outer.aliases])
+    bounded = [[j for j, name in enumerate(columns) if name in bounds[i][0]]
+               if bounds else [] for i, (columns, *_) in enumerate(releases)]
     schema = {release_table(i): {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
-                                    for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}
+                                    for name, kind in zip(columns, kinds)}, ROW: "BIGINT",
+                                 **{_bound_column(j): "DOUBLE" for j in bounded[i]}}
               for i, (columns, kinds, _) in enumerate(releases)}
     checkpoint()
     annotated = annotate_types(tree, schema=schema, expression_metadata=_TYPING)
+    checkpoint()
+    intervals = _intervals(annotated, width, outer.aliases, releases, bounds, bounded)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
     con = _connection()
     try:
         with stopping(con.interrupt):
-            for (name, types), (columns, _, rows) in zip(schema.items(), releases):
+            for index, ((name, types), (columns, _, rows)) in enumerate(
+                    zip(schema.items(), releases)):
                 table = exp.Schema(this=exp.to_table(name), expressions=[
                     exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
                                   kind=exp.DataType.build(kind))
@@ -150,9 +162,12 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                 con.execute(exp.Create(this=table, kind="TABLE", properties=exp.Properties(
                     expressions=[exp.TemporaryProperty()])).sql(dialect="duckdb"))
                 if rows:
-                    marks = ", ".join("?" for _ in range(len(columns) + 1))
+                    marks = ", ".join("?" for _ in types)
+                    spreads = [bounds[index][0][columns[j]] for j in bounded[index]] \
+                        if bounds else []
                     con.executemany(f"INSERT INTO {name} VALUES ({marks})",
-                                    [(*row, number) for number, row in enumerate(rows)])
+                                    [(*row, number, *(spread[number] for spread in spreads))
+                                     for number, row in enumerate(rows)])
             cursor = con.execute(sql)
             result = cursor.fetchmany(MAX_ROWS + 1)
             if len(result) > MAX_ROWS:
@@ -172,5 +187,52 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     names = [column[0] for column in described]
     types = [postgres_type(str(column[1])) for column in described]
-    origins = [tuple(row[width:]) for row in result] if traced else [None] * len(result)
-    return names, types, [tuple(row[:width]) for row in result], origins, carried
+    traces = len(outer.aliases) if traced else 0
+    origins = [tuple(row[width:width + traces]) for row in result] if traced \
+        else [None] * len(result)
+    derived = {index: [_spread(row[index], row[width + traces + 2 * k],
+                               row[width + traces + 2 * k + 1]) for row in result]
+               for k, index in enumerate(intervals)}
+    return names, types, [tuple(row[:width]) for row in result], origins, carried, derived
+
+
+def _bound_column(index: int) -> str:
+    """The column of a release table holding the 95 % bounds of its ``index``-th."""
+    return f"__idp_b{index}"
+
+
+def _intervals(tree: exp.Select, width: int, aliases: tuple[str, ...], releases, bounds,
+               bounded: list[list[int]]) -> list[int]:
+    """The select items of ``tree`` (its first ``width``) that get a derived bound: their
+    intervals' ends are appended to its select list, two columns each, in this order."""
+    if not bounds or tree.args.get("distinct"):
+        return []
+    rule = Bounds(tree, [ReleasedTable(alias, tuple(columns),
+                                       {columns[j]: _bound_column(j) for j in bounded[i]},
+                                       frozenset(bounds[i][1]))
+                         for i, (alias, (columns, *_)) in enumerate(zip(aliases, releases))])
+    found, ends = [], []
+    for index, item in enumerate(tree.expressions[:width]):
+        node = item.unalias()
+        if isinstance(node, (exp.Column, exp.Star)):
+            continue  # carried unchanged, or all of them
+        interval = rule.interval(node)
+        if interval is not None:
+            found.append(index)
+            ends += [exp.alias_(interval.lo, f"__idp_lo{index}", quoted=True),
+                     exp.alias_(interval.hi, f"__idp_hi{index}", quoted=True)]
+    if ends:
+        tree.set("expressions", [*tree.expressions, *ends])
+    return found
+
+
+def _spread(value: Any, lo: Any, hi: Any) -> float | None:
+    """The half-width of a symmetric interval around ``value`` holding [lo, hi]; a NULL
+    (no number to bound) 0."""
+    if value is None:
+        return 0.0
+    try:
+        below, above = float(value) - float(lo), float(hi) - float(value)
+    except (TypeError, ValueError):  # no end (no bound), or not a number
+        return None
+    return max(below, above, 0.0) if math.isfinite(below) and math.isfinite(above) else None

@@ -1,0 +1,353 @@
+"""95 % error bounds of post-processed columns (docs/privacy.md §5.3, "bounds of derived
+columns"): an outer query's select item that computes on released values gets a bound
+by interval arithmetic over their released intervals [v − B, v + B], where a rule is
+sound at 95 %; anywhere else, none.
+
+The rules (each an extension of the expression to intervals, written as SQL that runs
+beside the outer query in its engine):
+
+- a released value: [v − B, v + B], its own bound (a key, a literal: exact);
+- a *linear form* — sums, differences, multiples by exact values, ``SUM``/``AVG (…) OVER``,
+  ``LAG``/``LEAD``/``FIRST_VALUE`` of one value, ``SUM``/``AVG``/``MAX``/``MIN`` of one
+  row per key — gets Σ|cᵢ|·Bᵢ. One term needs nothing but its own bound. Two or more
+  need independent noise that is symmetric and log-concave (discrete Laplace, discrete
+  Gaussian, on a grid or not, as ``ADDITIVE`` names; clamped into a range holding the
+  truth): then P(|Σ cᵢeᵢ| > Σ|cᵢ|Bᵢ) ≤ 5 % (Gaussian: exactly, as √Σσᵢ² ≤ Σσᵢ;
+  Laplace: Proschan's peakedness theorem; checked numerically for the discrete laws
+  with the bounds the mechanisms compute, tests/test_postprocessing_bounds.py). Any
+  other released value (an AVG, a VARIANCE, a drawn clipping bound …) enters a linear
+  form only alone;
+- a function of one linear form — SQRT, ROUND, TRUNC, FLOOR, CEIL, SIGN, ABS, CAST, a
+  GREATEST/LEAST with exact values, a multiple — maps its interval (monotone ends, or
+  ABS's), so it holds whenever the form's does: with 95 %;
+- CASE, COALESCE and NULLIF pick per row among intervals by exact conditions.
+
+What falls outside gets no bound: a product or ratio of two noisy values (their 95 %
+intervals hold together only with 90 %: a union bound), a window or aggregate over rows
+that a noisy value filters, groups or orders (LAG over rows ordered by a count), RANK or
+NTILE of noisy values, a column of a further step. All of it reads released values and
+their released bounds only: post-processing, no ε, nothing about the data beyond them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sqlglot import exp
+
+from proxy.analyze.outer import windowed
+
+# the noise of these mechanisms is added, independent, symmetric and log-concave
+ADDITIVE = frozenset({
+    "discrete Laplace", "Laplace (sampled on the column's grid)", "discrete Gaussian",
+    "discrete Gaussian (sampled on the column's grid)", "exact (sensitivity 0; exact_release)",
+})
+_NUMERIC = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL,
+            *exp.DataType.INTEGER_TYPES}
+_MONOTONE = (exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Trunc)
+_ONE_VALUE = (exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue)
+_PLACES = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.Ntile)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An expression's enclosure [lo, hi] as SQL; ``terms`` released values in it (2:
+    two or more), ``additive`` whether each has ADDITIVE noise, ``linear`` whether it
+    is a linear form of them (else a function of one)."""
+
+    lo: exp.Expression
+    hi: exp.Expression
+    terms: int = 0
+    additive: bool = True
+    linear: bool = True
+
+    @property
+    def exact(self) -> bool:
+        return self.terms == 0
+
+    @property
+    def sound(self) -> bool:
+        return self.terms <= 1 or self.additive
+
+
+@dataclass(frozen=True)
+class ReleasedTable:
+    """A released table as the outer query reads it: its alias, its columns, and for
+    each noisy one the column holding its bounds and whether its noise is additive."""
+
+    alias: str
+    columns: tuple[str, ...]
+    bounds: dict[str, str]  # noisy column -> the column of its bounds
+    additive: frozenset[str]
+
+
+class Bounds:
+    """The intervals of one outer query's select items (``interval``)."""
+
+    def __init__(self, tree: exp.Select, releases: list[ReleasedTable]):
+        self.releases = releases
+        self.tree = tree
+        self.grouped = bool(tree.args.get("group"))
+        # rows kept, joined or grouped by a noisy value: what reads across rows is unsound
+        self.rows_noisy = any(
+            not self._exact_refs(tree.args.get(clause))
+            for clause in ("where", "group", "having", "qualify")) or any(
+            not self._exact_refs(join.args.get("on")) for join in tree.args.get("joins") or [])
+        self.named_windows = bool(tree.args.get("windows"))
+        self._inside = 0  # aggregates the node being read is inside of
+
+    def interval(self, node: exp.Expression) -> Interval | None:
+        """``node``'s interval, or None where no sound rule applies."""
+        found = self._interval(node)
+        return found if found is not None and found.sound and not found.exact else None
+
+    # -- columns ---------------------------------------------------------------------
+
+    def _owner(self, column: exp.Column) -> ReleasedTable | None:
+        owners = [r for r in self.releases if column.table == r.alias
+                  or (not column.table and column.name in r.columns)]
+        return owners[0] if len(owners) == 1 and column.name in owners[0].columns else None
+
+    def _exact_refs(self, node: exp.Expression | None) -> bool:
+        """Whether ``node`` reads keys only (no noisy column, none it cannot place)."""
+        if node is None:
+            return True
+        for column in node.find_all(exp.Column):
+            owner = self._owner(column)
+            if owner is None or column.name in owner.bounds:
+                return False
+        return True
+
+    # -- the rules -------------------------------------------------------------------
+
+    def _interval(self, node: exp.Expression) -> Interval | None:
+        if isinstance(node, (exp.Paren, exp.Alias)):
+            return self._interval(node.this)
+        if isinstance(node, exp.Window):
+            return self._window(node)
+        if isinstance(node, exp.AggFunc):
+            return self._aggregate(node)
+        if self._exact_refs(node) and not node.find(exp.Window, exp.AggFunc):
+            return Interval(node.copy(), node.copy())
+        if isinstance(node, exp.Column):
+            owner = self._owner(node)
+            if owner is None or node.name not in owner.bounds or (
+                    self.grouped and not self._inside):  # a noisy GROUP BY key
+                return None
+            bound = exp.column(owner.bounds[node.name], table=owner.alias, quoted=True)
+            return Interval(exp.Sub(this=node.copy(), expression=bound),
+                            exp.Add(this=node.copy(), expression=bound.copy()),
+                            1, node.name in owner.additive)
+        if isinstance(node, exp.Neg):
+            a = self._interval(node.this)
+            return a and replace(a, lo=exp.Neg(this=_p(a.hi)), hi=exp.Neg(this=_p(a.lo)))
+        if isinstance(node, (exp.Add, exp.Sub)):
+            return self._sum(node)
+        if isinstance(node, (exp.Mul, exp.Div)):
+            return self._scaled(node)
+        if isinstance(node, exp.Cast):
+            return self._cast(node)
+        if isinstance(node, (*_MONOTONE, exp.Sqrt, exp.Cbrt)):
+            return self._monotone(node)
+        if isinstance(node, exp.Abs):
+            a = self._of_one(node.this)
+            if a is None:
+                return None
+            lo = exp.Case(ifs=[exp.If(this=exp.GTE(this=_p(a.lo), expression=_zero()),
+                                      true=a.lo.copy()),
+                               exp.If(this=exp.LTE(this=_p(a.hi), expression=_zero()),
+                                      true=exp.Neg(this=_p(a.hi)))], default=_zero())
+            hi = exp.Greatest(this=exp.Abs(this=a.lo.copy()),
+                              expressions=[exp.Abs(this=a.hi.copy())])
+            return replace(a, lo=lo, hi=hi, linear=False)
+        if isinstance(node, (exp.Greatest, exp.Least)):
+            return self._extreme(node)
+        if isinstance(node, (exp.Coalesce, exp.Case, exp.Nullif)):
+            return self._picked(node)
+        return None
+
+    def _sum(self, node: exp.Add | exp.Sub) -> Interval | None:
+        a, b = self._interval(node.this), self._interval(node.expression)
+        if a is None or b is None:
+            return None
+        if not (a.linear and b.linear) and not (a.exact or b.exact):
+            return None  # two functions of noisy values: no linear form
+        if isinstance(node, exp.Add):
+            lo, hi = exp.Add(this=_p(a.lo), expression=_p(b.lo)), \
+                exp.Add(this=_p(a.hi), expression=_p(b.hi))
+        else:
+            lo, hi = exp.Sub(this=_p(a.lo), expression=_p(b.hi)), \
+                exp.Sub(this=_p(a.hi), expression=_p(b.lo))
+        return Interval(lo, hi, min(2, a.terms + b.terms), a.additive and b.additive,
+                        a.linear and b.linear)
+
+    def _scaled(self, node: exp.Mul | exp.Div) -> Interval | None:
+        """A multiple (or a quotient by an exact value): the ends' products, ordered."""
+        a, b = self._interval(node.this), self._interval(node.expression)
+        if a is None or b is None:
+            return None
+        if isinstance(node, exp.Div) or not a.exact:
+            if not b.exact:
+                return None  # a product or ratio of noisy values
+            noisy, factor = a, b.lo
+        else:
+            noisy, factor = b, a.lo
+        kind = type(node)
+        ends = [kind(this=_p(end), expression=_p(factor.copy())) if noisy is a
+                else kind(this=_p(factor.copy()), expression=_p(end))
+                for end in (noisy.lo, noisy.hi)]
+        lo = exp.Least(this=ends[0], expressions=[ends[1].copy()])
+        hi = exp.Greatest(this=ends[0].copy(), expressions=[ends[1]])
+        if isinstance(node, exp.Div) and node.args.get("typed") and not noisy.exact and all(
+                side.type is not None and side.type.this in exp.DataType.INTEGER_TYPES
+                for side in (node.this, node.expression)):
+            # PostgreSQL's integer division truncates: between the real quotient's
+            # FLOOR and CEIL
+            return replace(noisy, lo=exp.Floor(this=lo), hi=exp.Ceil(this=hi), linear=False)
+        return replace(noisy, lo=lo, hi=hi)
+
+    def _of_one(self, node: exp.Expression) -> Interval | None:
+        """The interval of the argument of a function of one linear form."""
+        a = self._interval(node)
+        return a if a is not None and a.sound and not a.exact else None
+
+    def _monotone(self, node: exp.Expression) -> Interval | None:
+        """A nondecreasing function of one argument (the others exact) maps its ends;
+        SQRT of an end below 0 (the truth is not: its SQRT exists) is SQRT(0)."""
+        a = self._of_one(node.this)
+        rest = [value for key, value in node.args.items() if key != "this" and value is not None]
+        if a is None or not all(isinstance(v, exp.Expression) and self._exact_refs(v)
+                                and not v.find(exp.Window, exp.AggFunc) for v in rest):
+            return None
+        ends = []
+        for end in (a.lo, a.hi):
+            if isinstance(node, exp.Sqrt):
+                end = exp.Greatest(this=_p(end), expressions=[_zero()])
+            copied = node.copy()
+            copied.set("this", _p(end))
+            ends.append(copied)
+        return replace(a, lo=ends[0], hi=ends[1], linear=False)
+
+    def _cast(self, node: exp.Cast) -> Interval | None:
+        """A cast to a number: to an integer its ends' FLOOR and CEIL (the cast rounds,
+        and a double end cannot overflow the integer type), else unchanged."""
+        to = node.args["to"]
+        if to.this not in _NUMERIC:
+            return None
+        a = self._interval(node.this)
+        if a is None or a.exact:
+            return a
+        if to.this not in exp.DataType.INTEGER_TYPES:
+            return a
+        if not a.sound:
+            return None
+        return replace(a, lo=exp.Floor(this=a.lo), hi=exp.Ceil(this=a.hi), linear=False)
+
+    def _extreme(self, node: exp.Greatest | exp.Least) -> Interval | None:
+        """GREATEST/LEAST of one noisy value and exact ones: monotone in it."""
+        parts = [self._interval(arg) for arg in (node.this, *node.expressions)]
+        noisy = [p for p in parts if p is not None and not p.exact]
+        if None in parts or len(noisy) != 1 or not noisy[0].sound:
+            return None
+        ends = [type(node)(this=_p(getattr(parts[0], end)),
+                           expressions=[_p(getattr(p, end)) for p in parts[1:]])
+                for end in ("lo", "hi")]
+        return replace(noisy[0], lo=ends[0], hi=ends[1], linear=False)
+
+    def _picked(self, node: exp.Expression) -> Interval | None:
+        """CASE with exact conditions, COALESCE, NULLIF: per row the interval of the
+        branch taken (NULLIF's NULL has no number to bound)."""
+        if isinstance(node, exp.Nullif):
+            return self._interval(node.this)
+        if isinstance(node, exp.Coalesce):
+            branches = [(exp.Not(this=exp.Is(this=_p(arg.copy()), expression=exp.Null())), arg)
+                        for arg in (node.this, *node.expressions)]
+            default = None
+        else:
+            if node.this is not None or not all(self._exact_refs(case.this)
+                                                 for case in node.args["ifs"]):
+                return None
+            branches = [(case.this, case.args["true"]) for case in node.args["ifs"]]
+            default = node.args.get("default")
+        parts = [self._interval(value) for _, value in branches] + (
+            [self._interval(default)] if default is not None else [])
+        if None in parts:
+            return None
+        ends = [exp.Case(ifs=[exp.If(this=condition.copy(), true=getattr(part, end))
+                              for (condition, _), part in zip(branches, parts)],
+                         default=getattr(parts[-1], end) if default is not None else None)
+                for end in ("lo", "hi")]
+        return Interval(ends[0], ends[1], max(p.terms for p in parts),
+                        all(p.additive for p in parts), all(p.linear for p in parts))
+
+    # -- across rows -----------------------------------------------------------------
+
+    def _window(self, node: exp.Window) -> Interval | None:
+        """A window whose rows and order are the keys' (PARTITION BY, ORDER BY exact,
+        no noisy filter): places (ROW_NUMBER …) exact; LAG, LEAD, FIRST_VALUE … of one
+        value keep its interval; SUM and AVG of the frame add the bounds."""
+        function = node.this
+        spec = [node.args.get("partition_by") or [], node.args.get("order")]
+        if self.rows_noisy or self.named_windows or node.args.get("alias") or not all(
+                self._exact_refs(part) for part in [*spec[0], spec[1]]):
+            return None
+        if isinstance(function, (exp.Count, *_PLACES)) and self._exact_refs(function):
+            return Interval(node.copy(), node.copy())
+        if isinstance(function, _ONE_VALUE):
+            a = self._interval(function.this)
+            rest = [v for k, v in function.args.items() if k != "this" and v is not None]
+            if a is None or not all(self._exact_refs(v) for v in rest if isinstance(v, exp.Expression)):
+                return None
+            return replace(a, lo=_windowed(node, function, a.lo), hi=_windowed(node, function, a.hi))
+        if isinstance(function, (exp.Sum, exp.Avg)):
+            a = self._interval(function.this)
+            if a is None or not a.linear:
+                return None
+            return replace(a, lo=_windowed(node, function, a.lo),
+                           hi=_windowed(node, function, a.hi), terms=max(a.terms, 2 * a.terms))
+        return None
+
+    def _aggregate(self, node: exp.AggFunc) -> Interval | None:
+        """MAX, MIN, SUM, AVG of the rows of a group of the query over joined or
+        cross-joined releases (MetricFlow's ``MAX(subq.x)`` per key): of one row, its
+        value's interval; SUM and AVG of several, the linear form's."""
+        if windowed(node) or self.rows_noisy or not isinstance(
+                node, (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)):
+            return None
+        if isinstance(node, exp.Count):
+            return Interval(node.copy(), node.copy()) if self._exact_refs(node) else None
+        self._inside += 1
+        try:
+            a = self._interval(node.this)
+        finally:
+            self._inside -= 1
+        if a is None or a.exact:
+            return a and Interval(node.copy(), node.copy())
+        one_row = exp.LTE(this=exp.Count(this=node.this.copy()), expression=exp.Literal.number(1))
+        ends = []
+        for end in (a.lo, a.hi):
+            aggregate = type(node)(this=end)
+            many = aggregate.copy() if isinstance(node, (exp.Sum, exp.Avg)) and a.linear \
+                and a.additive else exp.Null()
+            ends.append(exp.Case(ifs=[exp.If(this=one_row.copy(), true=aggregate)], default=many))
+        several = isinstance(node, (exp.Sum, exp.Avg)) and a.linear and a.additive
+        return replace(a, lo=ends[0], hi=ends[1], terms=max(a.terms, 2) if several else a.terms)
+
+
+def _windowed(window: exp.Window, function: exp.Expression, argument: exp.Expression
+              ) -> exp.Window:
+    """``window`` with its function's argument replaced by ``argument``."""
+    copied = window.copy()
+    inner = function.copy()
+    inner.set("this", argument)
+    copied.set("this", inner)
+    return copied
+
+
+def _p(node: exp.Expression) -> exp.Expression:
+    return node if isinstance(node, (exp.Column, exp.Literal, exp.Paren, exp.Func)) \
+        else exp.Paren(this=node)
+
+
+def _zero() -> exp.Literal:
+    return exp.Literal.number(0)

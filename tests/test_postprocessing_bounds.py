@@ -1,0 +1,200 @@
+"""The 95 % bounds of post-processed columns (proxy.postbounds), over the wire on the
+demo: a derived column's bound is the interval rule's, row by row (a difference of two
+counts: the sum of their bounds; SQRT, ROUND and a multiple: the image of the count's
+interval; MetricFlow's MAX(subq.x) of one row per key: the count's own), a column no
+sound rule covers gets none, and the bound of a difference of counts holds for at least
+95 % of fresh answers. The rule for sums of several noisy values rests on the noise being
+symmetric and log-concave: checked here for the discrete laws and bounds the mechanisms
+use."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from proxy.privacy.mechanisms import discrete_gaussian_interval, discrete_laplace_interval
+from tests.factories import demo_database
+from tests.wireserver import serving_in_process
+
+pytestmark = pytest.mark.postgres
+
+DEMO = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+MONTHLY = ("SELECT month, visits, visits - LAG(visits) OVER (ORDER BY month) AS change FROM "
+           "(SELECT date_trunc('{}', visited_at) AS month, COUNT(*) AS visits FROM visits "
+           "GROUP BY 1) m ORDER BY month")
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def served(request, tmp_path_factory):
+    """The demo served in this process, the answer cache off (every answer fresh)."""
+    folder = tmp_path_factory.mktemp("postbounds")
+    rules = folder / "demo.toml"
+    rules.write_text(DEMO.read_text().replace("[defaults]\n",
+                                              "[defaults]\nanswer_cache = false\n", 1))
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with demo_database(request.param, folder, url) as backend, \
+            serving_in_process(rules, backend) as proxy:
+        yield proxy
+
+
+def ask(served, sql: str, intervals: bool = True) -> tuple[list[str], list[tuple], str]:
+    """(columns, rows, the NOTICE) of ``sql`` with ``idp.intervals`` on: each bounded
+    column followed by its interval's ends."""
+    notices: list[str] = []
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        con.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        con.execute(f"SET idp.intervals = {'on' if intervals else 'off'}")
+        cursor = con.execute(sql)
+        return [c.name for c in cursor.description], cursor.fetchall(), notices[-1]
+
+
+def spreads(columns: list[str], rows: list[tuple], name: str) -> list[float | None]:
+    """Each row's half-width of ``name``'s interval, from its ``_ci95_low/high`` columns."""
+    value, low, high = (columns.index(n) for n in (name, f"{name}_ci95_low",
+                                                   f"{name}_ci95_high"))
+    return [None if row[value] is None else max(float(row[value]) - row[low],
+                                                row[high] - float(row[value]))
+            for row in rows]
+
+
+def test_a_difference_of_counts_gets_the_sum_of_their_bounds(served):
+    columns, rows, notice = ask(served, MONTHLY.format("month"))
+    counts, changes = spreads(columns, rows, "visits"), spreads(columns, rows, "change")
+    assert rows[0][columns.index("change")] is None and len(rows) == 24
+    for before, now, change in zip(counts, counts[1:], changes[1:]):
+        assert change == pytest.approx(before + now)
+    widest = re.search(r"change ±(\S+)", notice).group(1)
+    assert float(widest) == pytest.approx(max(changes[1:]), rel=1e-3)
+
+
+def test_a_function_of_one_count_maps_its_interval(served):
+    """SQRT, ROUND and a multiple: the image of [v − B, v + B] (its wider side)."""
+    columns, rows, _ = ask(served, "SELECT region, COUNT(*) AS n, SQRT(COUNT(*)) AS root, "
+                                   "ROUND(COUNT(*) / 10.0) AS tens, 5 - 2 * COUNT(*) AS affine "
+                                   "FROM people WHERE age > 30 GROUP BY region")
+    for row, bound in zip(rows, spreads(columns, rows, "n")):
+        v = row[columns.index("n")]
+        low, high = max(v - bound, 0), v + bound
+        by = dict(zip(["root", "tens", "affine"], (
+            max(math.sqrt(v) - math.sqrt(low), math.sqrt(high) - math.sqrt(v)),
+            max(math.floor(v / 10 + .5) - math.floor(low / 10 + .5),
+                math.floor(high / 10 + .5) - math.floor(v / 10 + .5)),
+            2 * bound)))
+        for name, expected in by.items():
+            assert spreads(columns, [row], name)[0] == pytest.approx(expected), name
+
+
+def test_a_joined_metric_of_one_row_per_key_keeps_its_bound(served):
+    """MetricFlow's MAX(subq.x) over a FULL OUTER JOIN on the key: the count's own
+    bound; their ratio (two noisy values) none."""
+    columns, rows, notice = ask(served, (
+        "SELECT COALESCE(a.k, b.k) AS k, MAX(a.x) AS long_stays, MAX(b.y) AS visits, "
+        "MAX(a.x) / NULLIF(MAX(b.y), 0) AS ratio FROM (SELECT department AS k, "
+        "SUM(CASE WHEN days > 7 THEN 1 ELSE 0 END) AS x FROM visits GROUP BY 1) a FULL "
+        "OUTER JOIN (SELECT department AS k, COUNT(*) AS y FROM visits WHERE days > 0 GROUP "
+        "BY 1) b ON a.k = b.k GROUP BY COALESCE(a.k, b.k)"), intervals=False)
+    assert "long_stays ±" in notice and "visits ±" in notice and "ratio ±" not in notice
+    *_, alone = ask(served, "SELECT department AS k, COUNT(*) AS y FROM visits WHERE "
+                            "days > 0 GROUP BY 1", intervals=False)
+    assert re.search(r"visits ±(\S+)", notice).group(1) == \
+        re.search(r"y ±(\S+)", alone).group(1)
+
+
+@pytest.mark.parametrize("sql,bounded,unbounded", [
+    # a share: a ratio of two noisy values (their intervals hold together with 90 %)
+    ("SELECT region, COUNT(*) AS n, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS share FROM "
+     "people WHERE age > 30 GROUP BY region", ["n"], ["share"]),
+    # a product; LAG over rows ordered by a noisy count; RANK of noisy counts
+    ("SELECT region, COUNT(*) * COUNT(*) AS sq, LAG(COUNT(*)) OVER (ORDER BY COUNT(*)) AS "
+     "prev, RANK() OVER (ORDER BY COUNT(*)) AS place, COUNT(*) - LAG(COUNT(*)) OVER "
+     "(ORDER BY region) AS step FROM people WHERE age > 30 GROUP BY region", ["step"],
+     ["sq", "prev", "place"]),
+    # AVGs are not of additive noise: alone (and rounded) bounded, their difference not
+    ("SELECT region, AVG(age) AS a, ROUND(AVG(age)) AS r, AVG(age) - LAG(AVG(age)) OVER "
+     "(ORDER BY region) AS d FROM people GROUP BY region", ["a", "r"], ["d"]),
+    # a window over rows a noisy value filters
+    ("SELECT r, n, SUM(n) OVER () AS total, n + 1 AS more FROM (SELECT region AS r, "
+     "COUNT(*) AS n FROM people WHERE age > 30 GROUP BY 1) s WHERE n > 100", ["n", "more"],
+     ["total"]),
+])
+def test_a_column_without_a_sound_rule_gets_no_bound(served, sql, bounded, unbounded):
+    columns, rows, notice = ask(served, sql)
+    assert rows
+    for name in bounded:
+        assert f"{name}_ci95_low" in columns and f"{name} ±" in notice, name
+    for name in unbounded:
+        assert f"{name}_ci95_low" not in columns and f"{name} ±" not in notice, name
+
+
+def test_the_bound_of_a_difference_holds_for_95_percent_of_fresh_answers(served):
+    """Day over day: ~730 differences of two fresh noisy counts, each against the truth
+    (neighbouring rows share a count: the margin allows twice a binomial's variance)."""
+    sql = MONTHLY.format("day")
+    columns, rows, _ = ask(served, sql)
+    truth = {day: change for day, _, change in
+             served.server.engine.backend.query_with_columns(sql)[1]}
+    changes = spreads(columns, rows, "change")
+    at, change = columns.index("month"), columns.index("change")
+    judged = [(row[change], truth[row[at]], bound) for row, bound in zip(rows, changes)
+              if row[change] is not None]
+    outside = sum(abs(value - true) > bound for value, true, bound in judged)
+    n = len(judged)
+    assert n > 700
+    assert outside / n <= 0.05 + 3 * math.sqrt(2 * 0.05 * 0.95 / n), (outside, n)
+
+
+def _law(kind: str, scale: float, width: int) -> tuple[np.ndarray, int]:
+    """(P(Z = z) for |z| ≤ width, the mechanism's 95 % bound) of the discrete Laplace of
+    this scale or the discrete Gaussian of this σ."""
+    z = np.arange(-width, width + 1)
+    if kind == "laplace":
+        p = math.exp(-1 / scale) ** np.abs(z)
+        bound = discrete_laplace_interval(Fraction(scale).limit_denominator(100))
+    else:
+        p = np.exp(-z * z / (2 * scale * scale))
+        bound = discrete_gaussian_interval(Fraction(scale * scale).limit_denominator(100))
+    return p / p.sum(), bound
+
+
+def test_the_bounds_of_the_discrete_laws_add_up_at_95_percent():
+    """P(|e₁ ± e₂| > B₁ + B₂) ≤ 5 % for two independent draws of the discrete Laplace and
+    Gaussian laws at the bounds the mechanisms give, over a grid of scales, also where a
+    count is clamped at 0 (e = max(Z, −t)), and for sums of up to 12 draws: the rule for
+    sums in proxy.postbounds, checked exactly by convolution."""
+    scales = [0.4, 1, 2.5, 6, 15, 40]
+    worst = 0.0
+    for (k1, s1), (k2, s2) in itertools.combinations_with_replacement(
+            itertools.product(("laplace", "gaussian"), scales), 2):
+        width = int(30 * max(s1, s2)) + 20
+        (p1, b1), (p2, b2) = _law(k1, s1, width), _law(k2, s2, width)
+        for t in (None, 0, b1 // 2) if k1 == "laplace" else (None,):
+            q1 = p1 if t is None else _clamped(p1, t, width)
+            total = np.convolve(q1, p2)
+            z = np.arange(-2 * width, 2 * width + 1)
+            worst = max(worst, total[np.abs(z) > b1 + b2].sum())
+    rng = np.random.default_rng(7)
+    for n in (3, 5, 12):
+        for _ in range(4):
+            laws = [_law(str(rng.choice(["laplace", "gaussian"])), float(rng.choice(scales)),
+                         300) for _ in range(n)]
+            total, bound = laws[0]
+            for p, b in laws[1:]:
+                total, bound = np.convolve(total, p), bound + b
+            z = np.arange(len(total)) - len(total) // 2
+            worst = max(worst, total[np.abs(z) > bound].sum())
+    assert worst <= 0.05
+
+
+def _clamped(p: np.ndarray, t: int, width: int) -> np.ndarray:
+    """The law of max(Z, −t): a count of true value t released as max(t + Z, 0)."""
+    out = p.copy()
+    out[: width - t] = 0
+    out[width - t] = p[: width - t + 1].sum()
+    return out
