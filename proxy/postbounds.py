@@ -36,11 +36,14 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from proxy.analyze.outer import windowed
+from proxy.privacy.noisy_answers import PUBLIC_COUNT
 
-# the noise of these mechanisms is added, independent, symmetric and log-concave
+# the noise of these mechanisms is added, independent, symmetric and log-concave (or
+# none: an exact release, a table's public row count)
 ADDITIVE = frozenset({
     "discrete Laplace", "Laplace (sampled on the column's grid)", "discrete Gaussian",
     "discrete Gaussian (sampled on the column's grid)", "exact (sensitivity 0; exact_release)",
+    PUBLIC_COUNT,
 })
 _NUMERIC = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL,
             *exp.DataType.INTEGER_TYPES}

@@ -63,8 +63,11 @@ from proxy.settings import (
 )
 from proxy.timing import padded
 from proxy.vocabulary import (
+    COUNT,
     PUBLIC,
     SELECTED,
+    SUM,
+    UNITS,
     CombinedPlan,
     GroupingSetsPlan,
     PassthroughPlan,
@@ -510,11 +513,11 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     columns = [o.name for o in plan.outputs]
     ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
             for o in plan.outputs if o.aggregate is not None}
-    # the columns whose noise is added, symmetric and log-concave: their bounds add up
-    # in sums of them (proxy.postbounds)
-    additive = [o.name for o in plan.outputs if o.aggregate is not None and all(
-        group[o.aggregate].mechanism in ADDITIVE or group[o.aggregate].ci95 == 0
-        for group in released)]
+    # the counts and sums whose noise is added, symmetric and log-concave: their bounds
+    # add up in sums of them (proxy.postbounds); the mechanisms are the plan's choice
+    additive = [o.name for o in plan.outputs if o.aggregate is not None
+                and plan.aggregates[o.aggregate].kind in (COUNT, UNITS, SUM) and all(
+                    group[o.aggregate].mechanism in ADDITIVE for group in released)]
     mechanisms = sorted({r.mechanism for group in released for r in group})
     notes = sorted({r.note for group in released for r in group if r.note})
     if plan.per_unit is not None:
