@@ -47,6 +47,8 @@ ADDITIVE = frozenset({
 })
 _NUMERIC = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DECIMAL,
             *exp.DataType.INTEGER_TYPES}
+MAX_NODES = 4_000  # of one select item's two ends
+TOTAL_NODES = 200_000  # of a statement's: the engine renders and runs them
 _MONOTONE = (exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Trunc)
 _ONE_VALUE = (exp.Lag, exp.Lead, exp.FirstValue, exp.LastValue, exp.NthValue)
 _PLACES = (exp.RowNumber, exp.Rank, exp.DenseRank, exp.PercentRank, exp.CumeDist, exp.Ntile)
@@ -98,11 +100,16 @@ class Bounds:
             not self._exact_refs(join.args.get("on")) for join in tree.args.get("joins") or [])
         self.named_windows = bool(tree.args.get("windows"))
         self._inside = 0  # aggregates the node being read is inside of
+        self.spent = 0  # nodes of the ends handed out
 
     def interval(self, node: exp.Expression) -> Interval | None:
-        """``node``'s interval, or None where no sound rule applies."""
+        """``node``'s interval, or None where no sound rule applies (or its ends would
+        pass the statement's share of ``TOTAL_NODES``)."""
         found = self._interval(node)
-        return found if found is not None and found.sound and not found.exact else None
+        if found is None or not found.sound or found.exact:
+            return None
+        self.spent += _size(found)
+        return found if self.spent <= TOTAL_NODES else None
 
     # -- columns ---------------------------------------------------------------------
 
@@ -124,6 +131,13 @@ class Bounds:
     # -- the rules -------------------------------------------------------------------
 
     def _interval(self, node: exp.Expression) -> Interval | None:
+        """The rule's interval, none where its ends grow past ``MAX_NODES`` (each
+        product's ends hold both of its factor's: nested ones double them)."""
+        found = self._rule(node)
+        return None if found is not None and not found.exact and _size(found) > MAX_NODES \
+            else found
+
+    def _rule(self, node: exp.Expression) -> Interval | None:
         if isinstance(node, (exp.Paren, exp.Alias)):
             return self._interval(node.this)
         if isinstance(node, exp.Window):
@@ -199,8 +213,12 @@ class Bounds:
         ends = [kind(this=_p(end), expression=_p(factor.copy())) if noisy is a
                 else kind(this=_p(factor.copy()), expression=_p(end))
                 for end in (noisy.lo, noisy.hi)]
-        lo = exp.Least(this=ends[0], expressions=[ends[1].copy()])
-        hi = exp.Greatest(this=ends[0].copy(), expressions=[ends[1]])
+        sign = _sign(factor)
+        if sign is None:  # the factor's sign known only when the query runs
+            lo = exp.Least(this=ends[0], expressions=[ends[1].copy()])
+            hi = exp.Greatest(this=ends[0].copy(), expressions=[ends[1]])
+        else:
+            lo, hi = ends if sign >= 0 else ends[::-1]
         if isinstance(node, exp.Div) and node.args.get("typed") and not noisy.exact and all(
                 side.type is not None and side.type.this in exp.DataType.INTEGER_TYPES
                 for side in (node.this, node.expression)):
@@ -335,6 +353,21 @@ class Bounds:
             ends.append(exp.Case(ifs=[exp.If(this=one_row.copy(), true=aggregate)], default=many))
         several = isinstance(node, (exp.Sum, exp.Avg)) and a.linear and a.additive
         return replace(a, lo=ends[0], hi=ends[1], terms=max(a.terms, 2) if several else a.terms)
+
+
+def _sign(node: exp.Expression) -> int | None:
+    """The sign of a constant number (in brackets, a cast, negated), else None."""
+    sign = 1
+    while isinstance(node, (exp.Paren, exp.Cast, exp.Neg)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return sign if float(node.name) >= 0 else -sign
+    return None
+
+
+def _size(interval: Interval) -> int:
+    return sum(1 for _ in interval.lo.walk()) + sum(1 for _ in interval.hi.walk())
 
 
 def _windowed(window: exp.Window, function: exp.Expression, argument: exp.Expression
