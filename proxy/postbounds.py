@@ -78,12 +78,15 @@ class Interval:
 @dataclass(frozen=True)
 class ReleasedTable:
     """A released table as the outer query reads it: its alias, its columns, and for
-    each noisy one the column holding its bounds and whether its noise is additive."""
+    each noisy one the column holding its bounds and whether its noise is additive, and
+    whether its rows are those of the public keys (not chosen by noise: a partition
+    selection, a LIMIT over noisy values)."""
 
     alias: str
     columns: tuple[str, ...]
     bounds: dict[str, str]  # noisy column -> the column of its bounds
     additive: frozenset[str]
+    rows_public: bool = True
 
 
 class Bounds:
@@ -93,8 +96,9 @@ class Bounds:
         self.releases = releases
         self.tree = tree
         self.grouped = bool(tree.args.get("group"))
-        # rows kept, joined or grouped by a noisy value: what reads across rows is unsound
-        self.rows_noisy = any(
+        # rows chosen, kept, joined or grouped by a noisy value: what reads across rows
+        # (a window, an aggregate) may not read the truth's rows
+        self.rows_noisy = not all(r.rows_public for r in releases) or any(
             not self._exact_refs(tree.args.get(clause))
             for clause in ("where", "group", "having", "qualify")) or any(
             not self._exact_refs(join.args.get("on")) for join in tree.args.get("joins") or [])

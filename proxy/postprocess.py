@@ -99,7 +99,8 @@ def _connection() -> duckdb.DuckDBPyConnection:
 
 
 def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]],
-              bounds: list[tuple[dict[str, list[float | None]], frozenset[str]]] | None = None
+              bounds: list[tuple[dict[str, list[float | None]], frozenset[str], bool]] | None
+              = None
               ) -> tuple[list[str], list[str], list[tuple], list[tuple[int, ...] | None],
                          dict[int, tuple[int, str]], dict[int, list[float | None]]]:
     """The outer query's result over the released rows: ``releases`` holds, for each
@@ -107,8 +108,8 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     Returned: its columns, their PostgreSQL types, its rows, the row of each release
     each came from (None when rows were merged: DISTINCT, MAX(…) of one row), per result column that
     is a released column unchanged, (its release, its name), and, given the releases'
-    ``bounds`` (per release its 95 % bounds by column, row by row, and the columns of
-    additive noise), the 95 % bounds of the other columns where a sound rule gives one
+    ``bounds`` (per release its 95 % bounds by column, row by row, the columns of
+    additive noise, and whether its rows are the public keys'), the 95 % bounds of the other columns where a sound rule gives one
     (``proxy.postbounds``), row by row. A cancel stops it
     (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
     SQL cannot compute (an integer overflow 22000, an integer division by a released 0
@@ -209,7 +210,7 @@ def _intervals(tree: exp.Select, width: int, aliases: tuple[str, ...], releases,
         return []
     rule = Bounds(tree, [ReleasedTable(alias, tuple(columns),
                                        {columns[j]: _bound_column(j) for j in bounded[i]},
-                                       frozenset(bounds[i][1]))
+                                       frozenset(bounds[i][1]), bounds[i][2])
                          for i, (alias, (columns, *_)) in enumerate(zip(aliases, releases))])
     found, ends = [], []
     for index, item in enumerate(tree.expressions[:width]):

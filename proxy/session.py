@@ -537,6 +537,9 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         "epsilon_remaining": float(remaining),
         "ci95": ci95,
         "additive": additive,
+        # which rows there are is the keys' alone: no partition selection, no LIMIT
+        # (which keeps the rows of the largest noisy values)
+        "rows_public": plan.delta is None and plan.limit is None,
         "notes": notes,
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
@@ -607,8 +610,8 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
     the releases together."""
     columns, kinds, rows, origins, carried, derived = run_outer(
         outer, [(answer.columns, answer.kinds, answer.rows) for answer in answers],
-        [(answer.privacy["ci95"], frozenset(answer.privacy.get("additive", ())))
-         for answer in answers])
+        [(answer.privacy["ci95"], frozenset(answer.privacy.get("additive", ())),
+          answer.privacy.get("rows_public", False)) for answer in answers])
     ci95 = {columns[index]: spreads for index, spreads in derived.items()}
     for index, (release, source) in carried.items():
         bounds = answers[release].privacy["ci95"]

@@ -217,3 +217,14 @@ def test_ends_that_would_grow_past_their_budget_give_no_bound_and_cost_little():
     found = [rule.interval(item.unalias()) for item in tree.expressions]
     assert found[0] is None and found[1] is not None
     assert time.monotonic() - started < 0.5
+
+
+def test_a_window_over_rows_a_limit_chose_by_noisy_values_gets_no_bound(served):
+    """The subquery's five largest noisy counts: their LAG and total may not be the true
+    five's; each count keeps its own bound."""
+    columns, _, notice = ask(served, (
+        "SELECT k, n, n - LAG(n) OVER (ORDER BY k) AS step, SUM(n) OVER () AS total FROM "
+        "(SELECT date_trunc('month', visited_at) AS k, COUNT(*) AS n FROM visits GROUP BY 1 "
+        "ORDER BY n DESC LIMIT 5) s"))
+    assert "n_ci95_low" in columns and "n ±" in notice
+    assert "step ±" not in notice and "total ±" not in notice
