@@ -1,5 +1,4 @@
-"""95 % error bounds of post-processed columns (docs/privacy.md §5.3, "bounds of derived
-columns"): an outer query's select item that computes on released values gets a bound
+"""95 % error bounds of post-processed columns (docs/privacy.md §4.2): an outer query's select item that computes on released values gets a bound
 by interval arithmetic over their released intervals [v − B, v + B], where a rule is
 sound at 95 %; anywhere else, none.
 
@@ -100,8 +99,10 @@ class Bounds:
         # (a window, an aggregate) may not read the truth's rows
         self.rows_noisy = not all(r.rows_public for r in releases) or any(
             not self._exact_refs(tree.args.get(clause))
-            for clause in ("where", "group", "having", "qualify")) or any(
-            not self._exact_refs(join.args.get("on")) for join in tree.args.get("joins") or [])
+            for clause in ("where", "having", "qualify")) or any(
+            not self._exact_refs(join.args.get("on")) for join in tree.args.get("joins") or []
+        ) or any(not self._exact_refs(_grouped_by(tree, term))
+                 for term in (tree.args["group"].expressions if self.grouped else []))
         self.named_windows = bool(tree.args.get("windows"))
         self._inside = 0  # aggregates the node being read is inside of
         self.spent = 0  # nodes of the ends handed out
@@ -254,19 +255,28 @@ class Bounds:
         return replace(a, lo=ends[0], hi=ends[1], linear=False)
 
     def _cast(self, node: exp.Cast) -> Interval | None:
-        """A cast to a number: to an integer its ends' FLOOR and CEIL (the cast rounds,
-        and a double end cannot overflow the integer type), else unchanged."""
+        """A cast to a number: to an integer (or a NUMERIC of s decimals) its ends'
+        FLOOR and CEIL (at the s-th decimal: the cast rounds the truth too, and a double
+        end cannot overflow the type), else unchanged."""
         to = node.args["to"]
         if to.this not in _NUMERIC:
             return None
         a = self._interval(node.this)
         if a is None or a.exact:
             return a
-        if to.this not in exp.DataType.INTEGER_TYPES:
+        params = to.expressions if to.this == exp.DataType.Type.DECIMAL else []
+        if to.this not in exp.DataType.INTEGER_TYPES and not params:
             return a
         if not a.sound:
             return None
-        return replace(a, lo=exp.Floor(this=a.lo), hi=exp.Ceil(this=a.hi), linear=False)
+        scale = params[1].this if len(params) > 1 else exp.Literal.number(0)
+        if not (isinstance(scale, exp.Literal) and scale.name.isdigit()):
+            return None
+        unit = exp.Pow(this=exp.Literal.number(10), expression=scale.copy())
+        ends = [exp.Div(this=rounded(this=exp.Mul(this=_p(end), expression=unit.copy())),
+                        expression=unit.copy())
+                for rounded, end in ((exp.Floor, a.lo), (exp.Ceil, a.hi))]
+        return replace(a, lo=ends[0], hi=ends[1], linear=False)
 
     def _extreme(self, node: exp.Greatest | exp.Least) -> Interval | None:
         """GREATEST/LEAST of one noisy value and exact ones: monotone in it."""
@@ -357,6 +367,14 @@ class Bounds:
             ends.append(exp.Case(ifs=[exp.If(this=one_row.copy(), true=aggregate)], default=many))
         several = isinstance(node, (exp.Sum, exp.Avg)) and a.linear and a.additive
         return replace(a, lo=ends[0], hi=ends[1], terms=max(a.terms, 2) if several else a.terms)
+
+
+def _grouped_by(tree: exp.Select, term: exp.Expression) -> exp.Expression:
+    """A GROUP BY term, its select item where it is a position (``GROUP BY 1``)."""
+    if isinstance(term, exp.Literal) and not term.is_string and term.name.isdigit() \
+            and 1 <= int(term.name) <= len(tree.expressions):
+        return tree.expressions[int(term.name) - 1].unalias()
+    return term
 
 
 def _sign(node: exp.Expression) -> int | None:
