@@ -705,7 +705,8 @@ def _with_intervals(answer: Answer) -> Answer:
                 cells.append(value)
                 continue
             spread = bounds[name][number]
-            cells.append(None if spread is None or value is None else value + sign * spread)
+            cells.append(None if spread is None or value is None
+                         else float(value) + sign * spread)  # a NUMERIC is a Decimal
         rows.append(tuple(cells))
     return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
 

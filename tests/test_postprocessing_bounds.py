@@ -78,18 +78,22 @@ def test_a_difference_of_counts_gets_the_sum_of_their_bounds(served):
 
 
 def test_a_function_of_one_count_maps_its_interval(served):
-    """SQRT, ROUND and a multiple: the image of [v − B, v + B] (its wider side)."""
+    """SQRT, ROUND, a multiple and a cast that rounds (as it rounds the truth): the image
+    of [v − B, v + B] (its wider side)."""
     columns, rows, _ = ask(served, "SELECT region, COUNT(*) AS n, SQRT(COUNT(*)) AS root, "
-                                   "ROUND(COUNT(*) / 10.0) AS tens, 5 - 2 * COUNT(*) AS affine "
+                                   "ROUND(COUNT(*) / 10.0) AS tens, 5 - 2 * COUNT(*) AS affine, "
+                                   "CAST(COUNT(*) / 4.0 AS NUMERIC(12, 1)) AS quarter "
                                    "FROM people WHERE age > 30 GROUP BY region")
     for row, bound in zip(rows, spreads(columns, rows, "n")):
         v = row[columns.index("n")]
         low, high = max(v - bound, 0), v + bound
-        by = dict(zip(["root", "tens", "affine"], (
+        shown = float(row[columns.index("quarter")])
+        by = dict(zip(["root", "tens", "affine", "quarter"], (
             max(math.sqrt(v) - math.sqrt(low), math.sqrt(high) - math.sqrt(v)),
             max(math.floor(v / 10 + .5) - math.floor(low / 10 + .5),
                 math.floor(high / 10 + .5) - math.floor(v / 10 + .5)),
-            2 * bound)))
+            2 * bound,
+            max(shown - math.floor(low / 4 * 10) / 10, math.ceil(high / 4 * 10) / 10 - shown))))
         for name, expected in by.items():
             assert spreads(columns, [row], name)[0] == pytest.approx(expected), name
 
