@@ -23,7 +23,8 @@ import sqlglot
 
 from proxy.postbounds import Bounds, ReleasedTable
 from proxy.privacy.mechanisms import discrete_gaussian_interval, discrete_laplace_interval
-from tests.factories import demo_database
+from proxy.session import Session
+from tests.factories import demo_database, open_engine, table_of_rows
 from tests.wireserver import serving_in_process
 
 pytestmark = pytest.mark.postgres
@@ -232,3 +233,52 @@ def test_a_window_over_rows_a_limit_chose_by_noisy_values_gets_no_bound(served):
         "ORDER BY n DESC LIMIT 5) s"))
     assert "n_ci95_low" in columns and "n ±" in notice
     assert "step ±" not in notice and "total ±" not in notice
+
+
+NEIGHBOUR_RULES = """
+[defaults]
+model = "dp"
+epsilon_per_query = 0.5
+[analysts.eve]
+budget = 1000
+
+[tables.t]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.t.columns]
+person_id = { type = "int" }
+region = { type = "text", keys = ["a", "b", "c"] }
+x = { type = "float", domain = [0, 100], resolution = 0.01 }
+"""
+DERIVED = ("SELECT r, n, n - LAG(n) OVER (ORDER BY r) AS step, SQRT(n) AS root, s - LAG(s) "
+           "OVER (ORDER BY r) AS ds, n * 1.0 / SUM(n) OVER () AS share, ROUND(s) AS rs FROM "
+           "(SELECT region AS r, COUNT(*) AS n, SUM(x) AS s FROM t WHERE x > 10 GROUP BY 1) q")
+
+
+@pytest.mark.parametrize("change", ["none", "removed", None, float("nan"), float("inf"),
+                                    float("-inf"), 100.0, 0.0, 10.0, "tie"])
+def test_derived_bounds_are_a_function_of_the_releases_for_every_neighbour(tmp_path, change):
+    """Over a data set and each neighbour (person 1 removed, or x of person 1 NULL, NaN,
+    ±inf, at the domain's ends, at the WHERE's edge, tied with person 2): the same
+    columns are bounded, and each derived bound is the rule's over the answer's own
+    released values and bounds, nothing else (the counts' bounds public under DP, so
+    the difference's is the same number for every neighbour)."""
+    rows = [(i, "abc"[i % 3], 5.0 + 2.5 * i) for i in range(1, 41)]
+    if change == "removed":
+        rows = rows[1:]
+    elif change == "tie":
+        rows[0] = (1, rows[0][1], rows[1][2])
+    elif change != "none":
+        rows[0] = (1, rows[0][1], change)
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    types = {"person_id": "INTEGER", "region": "TEXT", "x": "DOUBLE PRECISION"}
+    with open_engine(url, NEIGHBOUR_RULES, {"t": table_of_rows(rows, types)}) as engine:
+        (answer,) = Session.open(engine, "eve").execute(DERIVED)
+    bounds, columns = answer.privacy["ci95"], answer.columns
+    assert set(bounds) == {"n", "step", "root", "rs"}  # share, ds (clipped SUMs): no rule
+    n = [row[columns.index("n")] for row in answer.rows]
+    assert bounds["step"] == [0.0] + [a + b for a, b in zip(bounds["n"], bounds["n"][1:])]
+    assert bounds["step"][1:] == [2 * bounds["n"][0]] * 2  # public: s/ε
+    for v, b, root in zip(n, bounds["n"], bounds["root"]):
+        assert root == pytest.approx(max(math.sqrt(v) - math.sqrt(max(v - b, 0)),
+                                         math.sqrt(v + b) - math.sqrt(v)))
