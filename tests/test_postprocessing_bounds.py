@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import sqlglot
 
-from proxy.postbounds import Bounds, ReleasedTable
+from proxy.postbounds import MAX_ITEMS, Bounds, ReleasedTable
 from proxy.privacy.mechanisms import discrete_gaussian_interval, discrete_laplace_interval
 from proxy.session import Session
 from tests.factories import demo_database, open_engine, table_of_rows
@@ -211,7 +211,7 @@ def _clamped(p: np.ndarray, t: int, width: int) -> np.ndarray:
 def test_ends_that_would_grow_past_their_budget_give_no_bound_and_cost_little():
     """A product by a column doubles its ends (LEAST and GREATEST of both): nested 40
     deep, the item gets no bound, in well under a second; a difference beside it keeps
-    its own."""
+    its own. Past MAX_ITEMS computed columns, none gets one."""
     deep = "n"
     for _ in range(40):
         deep = f"({deep} * k + n)"
@@ -222,6 +222,11 @@ def test_ends_that_would_grow_past_their_budget_give_no_bound_and_cost_little():
     found = [rule.interval(item.unalias()) for item in tree.expressions]
     assert found[0] is None and found[1] is not None
     assert time.monotonic() - started < 0.5
+    wide = sqlglot.parse_one("SELECT " + ", ".join(f"n + {i}" for i in range(MAX_ITEMS + 6))
+                             + " FROM released AS r", read="postgres")
+    rule = Bounds(wide, [ReleasedTable("r", ("k", "n"), {"n": "__idp_b1"}, frozenset({"n"}))])
+    bounded = [rule.interval(item) is not None for item in wide.expressions]
+    assert bounded == [True] * MAX_ITEMS + [False] * 6  # the first 64 computed columns
 
 
 def test_a_window_over_rows_a_limit_chose_by_noisy_values_gets_no_bound(served):
