@@ -1,6 +1,7 @@
-"""95 % error bounds of post-processed columns (docs/privacy.md §4.2): an outer query's select item that computes on released values gets a bound
-by interval arithmetic over their released intervals [v − B, v + B], where a rule is
-sound at 95 %; anywhere else, none.
+"""95 % error bounds of post-processed columns (docs/privacy.md §4.2): an outer query's
+select item that computes on released values gets a bound by interval arithmetic over
+their released intervals [v − B, v + B], where a rule is sound at 95 %; anywhere else,
+none.
 
 The rules (each an extension of the expression to intervals, written as SQL that runs
 beside the outer query in its engine):
@@ -338,9 +339,11 @@ class Bounds:
         if isinstance(function, _ONE_VALUE):
             a = self._interval(function.this)
             rest = [v for k, v in function.args.items() if k != "this" and v is not None]
-            if a is None or not all(self._exact_refs(v) for v in rest if isinstance(v, exp.Expression)):
+            if a is None or not all(self._exact_refs(v) for v in rest
+                                    if isinstance(v, exp.Expression)):
                 return None
-            return replace(a, lo=_windowed(node, function, a.lo), hi=_windowed(node, function, a.hi))
+            return replace(a, lo=_windowed(node, function, a.lo),
+                           hi=_windowed(node, function, a.hi))
         if isinstance(function, (exp.Sum, exp.Avg)):
             a = self._interval(function.this)
             if a is None or not a.linear:

@@ -98,20 +98,23 @@ def _connection() -> duckdb.DuckDBPyConnection:
         return _ENGINE[1].cursor()
 
 
+# per release: its 95 % bounds by column, row by row; its columns of additive noise;
+# whether its rows are the public keys'
+ReleaseBounds = list[tuple[dict[str, list[float | None]], frozenset[str], bool]]
+
+
 def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]],
-              bounds: list[tuple[dict[str, list[float | None]], frozenset[str], bool]] | None
-              = None
+              bounds: ReleaseBounds | None = None
               ) -> tuple[list[str], list[str], list[tuple], list[tuple[int, ...] | None],
                          dict[int, tuple[int, str]], dict[int, list[float | None]]]:
     """The outer query's result over the released rows: ``releases`` holds, for each
     table it reads (``outer.aliases``), its columns, their PostgreSQL types and rows.
     Returned: its columns, their PostgreSQL types, its rows, the row of each release
-    each came from (None when rows were merged: DISTINCT, MAX(…) of one row), per result column that
-    is a released column unchanged, (its release, its name), and, given the releases'
-    ``bounds`` (per release its 95 % bounds by column, row by row, the columns of
-    additive noise, and whether its rows are the public keys'), the 95 % bounds of the other columns where a sound rule gives one
-    (``proxy.postbounds``), row by row. A cancel stops it
-    (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
+    each came from (None when rows were merged: DISTINCT, MAX(…) of one row), per result
+    column that is a released column unchanged, (its release, its name), and, given the
+    releases' ``bounds``, the 95 % bounds of the other columns where a sound rule gives
+    one (``proxy.postbounds``), row by row, by index. A cancel stops it (QueryCanceled):
+    between its steps, and in its DuckDB by an interrupt. A value its
     SQL cannot compute (an integer overflow 22000, an integer division by a released 0
     22012) fails the statement in one line; the noise was drawn, so the ε stays spent
     (docs/clients.md)."""
