@@ -31,7 +31,7 @@ their released bounds only: post-processing, no ε, nothing about the data beyon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
@@ -80,23 +80,41 @@ class Interval:
 
 @dataclass(frozen=True)
 class ReleasedTable:
-    """A released table as the outer query reads it: its alias, its columns, and for
-    each noisy one the column holding its bounds and whether its noise is additive, and
-    whether its rows are those of the public keys (not chosen by noise: a partition
-    selection, a LIMIT over noisy values)."""
+    """A released table (or a step over released tables) as a query reads it: its
+    alias, its columns, for each noisy column of a release the column holding its
+    bounds and whether its noise is additive, for each computed column of a step the
+    columns holding its interval's ends (and the interval's kind), which of a step's
+    columns are noisy without a bound, and whether its rows are those of the public
+    keys (not chosen by noise: a partition selection, a LIMIT over noisy values, a
+    step's filter on one)."""
 
     alias: str
     columns: tuple[str, ...]
     bounds: dict[str, str]  # noisy column -> the column of its bounds
     additive: frozenset[str]
     rows_public: bool = True
+    ends: dict[str, tuple[str, str, Interval]] = field(default_factory=dict)
+    unbounded: frozenset[str] = frozenset()
+
+    def noisy(self, name: str) -> bool:
+        return name in self.bounds or name in self.ends or name in self.unbounded
+
+
+@dataclass
+class Budget:
+    """What the ends of one statement may still cost (``MAX_ITEMS``, ``TOTAL_NODES``)."""
+
+    items: int = 0
+    nodes: int = 0
 
 
 class Bounds:
     """The intervals of one outer query's select items (``interval``)."""
 
-    def __init__(self, tree: exp.Select, releases: list[ReleasedTable]):
+    def __init__(self, tree: exp.Select, releases: list[ReleasedTable],
+                 budget: Budget | None = None):
         self.releases = releases
+        self.budget = budget or Budget()
         self.tree = tree
         self.grouped = bool(tree.args.get("group"))
         # rows chosen, kept, joined or grouped by a noisy value: what reads across rows
@@ -109,20 +127,22 @@ class Bounds:
                  for term in (tree.args["group"].expressions if self.grouped else []))
         self.named_windows = bool(tree.args.get("windows"))
         self._inside = 0  # aggregates the node being read is inside of
-        self.spent = 0  # nodes of the ends handed out
-        self.items = 0  # items given ends
 
-    def interval(self, node: exp.Expression) -> Interval | None:
-        """``node``'s interval, or None where no sound rule applies (or the statement's
-        ``MAX_ITEMS`` or ``TOTAL_NODES`` are spent)."""
-        if self.items >= MAX_ITEMS or self.spent > TOTAL_NODES:
+    def interval(self, node: exp.Expression, exact: bool = False) -> Interval | None:
+        """``node``'s interval (with ``exact``, also an exact one: a key), or None where
+        no sound rule applies (or the statement's ``MAX_ITEMS`` or ``TOTAL_NODES`` are
+        spent)."""
+        budget = self.budget
+        if budget.items >= MAX_ITEMS or budget.nodes > TOTAL_NODES:
             return None
         found = self._interval(node)
-        if found is None or not found.sound or found.exact:
+        if found is None or not found.sound or (found.exact and not exact):
             return None
-        self.spent += _size(found)
-        self.items += 1
-        return found if self.spent <= TOTAL_NODES else None
+        if found.exact:
+            return found
+        budget.nodes += _size(found)
+        budget.items += 1
+        return found if budget.nodes <= TOTAL_NODES else None
 
     # -- columns ---------------------------------------------------------------------
 
@@ -137,7 +157,7 @@ class Bounds:
             return True
         for column in node.find_all(exp.Column):
             owner = self._owner(column)
-            if owner is None or column.name in owner.bounds:
+            if owner is None or owner.noisy(column.name):
                 return False
         return True
 
@@ -161,8 +181,13 @@ class Bounds:
             return Interval(node.copy(), node.copy())
         if isinstance(node, exp.Column):
             owner = self._owner(node)
-            if owner is None or node.name not in owner.bounds or (
-                    self.grouped and not self._inside):  # a noisy GROUP BY key
+            if owner is None or self.grouped and not self._inside:  # a noisy GROUP BY key
+                return None
+            if node.name in owner.ends:  # a step's computed column: its ends, beside it
+                lo, hi, kind = owner.ends[node.name]
+                return replace(kind, lo=exp.column(lo, table=owner.alias, quoted=True),
+                               hi=exp.column(hi, table=owner.alias, quoted=True))
+            if node.name not in owner.bounds:
                 return None
             bound = exp.column(owner.bounds[node.name], table=owner.alias, quoted=True)
             return Interval(exp.Sub(this=node.copy(), expression=bound),

@@ -16,6 +16,7 @@ import os
 import re
 import threading
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import duckdb
@@ -29,7 +30,7 @@ from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
 from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
-from proxy.postbounds import Bounds, ReleasedTable
+from proxy.postbounds import Bounds, Budget, ReleasedTable
 
 DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "DOUBLE",
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
@@ -151,7 +152,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     annotated = annotate_types(tree, schema=schema, expression_metadata=_TYPING)
     checkpoint()
-    intervals = _intervals(annotated, width, outer.aliases, releases, bounds, bounded)
+    intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
     con = _connection()
@@ -205,22 +206,32 @@ def _bound_column(index: int) -> str:
     return f"__idp_b{index}"
 
 
-def _intervals(tree: exp.Select, width: int, aliases: tuple[str, ...], releases, bounds,
-               bounded: list[list[int]]) -> list[int]:
+def _intervals(tree: exp.Select, width: int, releases, bounds: ReleaseBounds | None,
+               bounded: list[list[int]], carried: dict[int, tuple[int, str]]) -> list[int]:
     """The select items of ``tree`` (its first ``width``) that get a derived bound: their
-    intervals' ends are appended to its select list, two columns each, in this order."""
-    if not bounds or tree.args.get("distinct"):
+    intervals' ends are appended to its select list, two columns each, in this order.
+    A step of it (``WITH s AS (…)``: Lightdash's table calculations) gets the ends of
+    its computed columns as columns of its own, which the query reads (not where a
+    ``*`` would show them, nor under DISTINCT)."""
+    selects = [tree, *(cte.this for cte in (tree.args.get("with_") or exp.With()).expressions)]
+    if not bounds or any(isinstance(select, exp.Select) and (select.args.get("distinct") or any(
+            isinstance(item, exp.Star) or (isinstance(item, exp.Column)
+                                           and isinstance(item.this, exp.Star))
+            for item in select.expressions)) for select in selects):
         return []
-    rule = Bounds(tree, [ReleasedTable(alias, tuple(columns),
-                                       {columns[j]: _bound_column(j) for j in bounded[i]},
-                                       frozenset(bounds[i][1]), bounds[i][2])
-                         for i, (alias, (columns, *_)) in enumerate(zip(aliases, releases))])
+    tables = {release_table(i): ReleasedTable(
+        release_table(i), tuple(columns), {columns[j]: _bound_column(j) for j in bounded[i]},
+        frozenset(bounds[i][1]), bounds[i][2]) for i, (columns, *_) in enumerate(releases)}
+    budget = Budget()
+    for step, cte in enumerate((tree.args.get("with_") or exp.With()).expressions):
+        if isinstance(cte.this, exp.Select):
+            tables[cte.alias_or_name] = _step(cte.this, step, _read(cte.this, tables), budget)
+    rule = Bounds(tree, _read(tree, tables), budget)
     found, ends = [], []
     for index, item in enumerate(tree.expressions[:width]):
-        node = item.unalias()
-        if isinstance(node, (exp.Column, exp.Star)):
-            continue  # carried unchanged, or all of them
-        interval = rule.interval(node)
+        if index in carried:
+            continue  # a released column unchanged: its own bounds
+        interval = rule.interval(item.unalias())
         if interval is not None:
             found.append(index)
             ends += [exp.alias_(interval.lo, f"__idp_lo{index}", quoted=True),
@@ -228,6 +239,39 @@ def _intervals(tree: exp.Select, width: int, aliases: tuple[str, ...], releases,
     if ends:
         tree.set("expressions", [*tree.expressions, *ends])
     return found
+
+
+def _read(select: exp.Select, tables: dict[str, ReleasedTable]) -> list[ReleasedTable]:
+    """The released tables and steps ``select`` reads (FROM, JOIN), each under its
+    alias there; a subquery's columns it cannot place (no bound through them)."""
+    sources = [select.args["from_"].this] if select.args.get("from_") else []
+    sources += [join.this for join in select.args.get("joins") or []]
+    return [replace(tables[source.name], alias=source.alias_or_name) for source in sources
+            if isinstance(source, exp.Table) and source.name in tables]
+
+
+def _step(body: exp.Select, step: int, read: list[ReleasedTable], budget: Budget
+          ) -> ReleasedTable:
+    """A step over released tables as the query reads it: each computed column's
+    interval, its ends appended to the step as columns of its own; its keys exact; its
+    other columns noisy without a bound; its rows the keys' unless it filters, joins or
+    groups by a noisy value or limits."""
+    rule = Bounds(body, read, budget)
+    names = [item.alias_or_name for item in body.expressions]
+    ends, unbounded, extra = {}, set(), []
+    for index, (name, item) in enumerate(zip(names, body.expressions)):
+        interval = rule.interval(item.unalias(), exact=True)
+        if interval is None:
+            unbounded.add(name)
+        elif not interval.exact:
+            lo, hi = f"__idp_lo{step}_{index}", f"__idp_hi{step}_{index}"
+            extra += [exp.alias_(interval.lo, lo, quoted=True),
+                      exp.alias_(interval.hi, hi, quoted=True)]
+            ends[name] = (lo, hi, interval)
+    body.set("expressions", [*body.expressions, *extra])
+    rows_public = not rule.rows_noisy and not (body.args.get("limit") or body.args.get("offset"))
+    return ReleasedTable("", tuple(names), {}, frozenset(), rows_public, ends,
+                         frozenset(unbounded))
 
 
 def _spread(value: Any, lo: Any, hi: Any) -> float | None:

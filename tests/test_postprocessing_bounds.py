@@ -115,6 +115,27 @@ def test_a_joined_metric_of_one_row_per_key_keeps_its_bound(served):
         re.search(r"y ±(\S+)", alone).group(1)
 
 
+def test_a_step_of_table_calculations_carries_its_bounds(served):
+    """Lightdash's metrics CTE and table-calculations step read by ``SELECT *``: the
+    count keeps its bound through the step, the running total gets the sum of the
+    bounds so far, the percent of total (a ratio) none; a step that filters on the
+    count leaves its window without one."""
+    columns, rows, notice = ask(served, (
+        "WITH metrics AS (SELECT region AS r, COUNT(*) AS n FROM people WHERE age > 30 "
+        "GROUP BY 1), table_calculations AS (SELECT *, SUM(n) OVER (ORDER BY r ROWS BETWEEN "
+        "UNBOUNDED PRECEDING AND CURRENT ROW) AS running, n / SUM(n) OVER () AS pct FROM "
+        "metrics) SELECT * FROM table_calculations ORDER BY r"))
+    counts, running = spreads(columns, rows, "n"), spreads(columns, rows, "running")
+    assert "pct_ci95_low" not in columns and len(rows) == 4
+    assert running == pytest.approx([sum(counts[: i + 1]) for i in range(len(counts))])
+    assert "n ±" in notice and "running ±" in notice and "pct ±" not in notice
+    _, _, notice = ask(served, (
+        "WITH metrics AS (SELECT region AS r, COUNT(*) AS n FROM people WHERE age > 30 "
+        "GROUP BY 1), kept AS (SELECT * FROM metrics WHERE n > 10) SELECT r, n, SUM(n) OVER "
+        "() AS total FROM kept"))
+    assert "n ±" in notice and "total ±" not in notice
+
+
 @pytest.mark.parametrize("sql,bounded,unbounded", [
     # a share: a ratio of two noisy values (their intervals hold together with 90 %)
     ("SELECT region, COUNT(*) AS n, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS share FROM "
