@@ -22,11 +22,15 @@ beside the outer query in its engine):
   ABS's), so it holds whenever the form's does: with 95 %;
 - CASE, COALESCE and NULLIF pick per row among intervals by exact conditions.
 
+A step over releases (``WITH s AS (…)``, Lightdash's table calculations) is read through:
+its columns' intervals are computed in it, their ends columns of its own.
+
 What falls outside gets no bound: a product or ratio of two noisy values (their 95 %
 intervals hold together only with 90 %: a union bound), a window or aggregate over rows
-that a noisy value filters, groups or orders (LAG over rows ordered by a count), RANK or
-NTILE of noisy values, a column of a further step. All of it reads released values and
-their released bounds only: post-processing, no ε, nothing about the data beyond them.
+that a noisy value filters, groups or orders (LAG over rows ordered by a count) or that
+noise chose (a partition selection, a LIMIT), RANK or NTILE of noisy values. All of it
+reads released values and their released bounds only: post-processing, no ε, nothing
+about the data beyond them.
 """
 
 from __future__ import annotations
