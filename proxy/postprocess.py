@@ -213,11 +213,10 @@ def _intervals(tree: exp.Select, width: int, releases, bounds: ReleaseBounds | N
     A step of it (``WITH s AS (…)``: Lightdash's table calculations) gets the ends of
     its computed columns as columns of its own, which the query reads (not where a
     ``*`` would show them, nor under DISTINCT)."""
-    selects = [tree, *(cte.this for cte in (tree.args.get("with_") or exp.With()).expressions)]
-    if not bounds or any(isinstance(select, exp.Select) and (select.args.get("distinct") or any(
+    if not bounds or any(select.args.get("distinct") or any(
             isinstance(item, exp.Star) or (isinstance(item, exp.Column)
                                            and isinstance(item.this, exp.Star))
-            for item in select.expressions)) for select in selects):
+            for item in select.expressions) for select in tree.find_all(exp.Select)):
         return []
     tables = {release_table(i): ReleasedTable(
         release_table(i), tuple(columns), {columns[j]: _bound_column(j) for j in bounded[i]},
