@@ -11,10 +11,12 @@ integer division). A series limit keeps the groups of the top-N series.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 import duckdb
@@ -28,6 +30,7 @@ from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
 from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
+from proxy.postbounds import Bounds, Budget, ReleasedTable
 
 DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "DOUBLE",
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
@@ -96,15 +99,23 @@ def _connection() -> duckdb.DuckDBPyConnection:
         return _ENGINE[1].cursor()
 
 
-def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]]
+# per release: its 95 % bounds by column, row by row; its columns of additive noise;
+# whether its rows are the public keys'
+ReleaseBounds = list[tuple[dict[str, list[float | None]], frozenset[str], bool]]
+
+
+def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]],
+              bounds: ReleaseBounds | None = None
               ) -> tuple[list[str], list[str], list[tuple], list[tuple[int, ...] | None],
-                         dict[int, tuple[int, str]]]:
+                         dict[int, tuple[int, str]], dict[int, list[float | None]]]:
     """The outer query's result over the released rows: ``releases`` holds, for each
     table it reads (``outer.aliases``), its columns, their PostgreSQL types and rows.
     Returned: its columns, their PostgreSQL types, its rows, the row of each release
-    each came from (None when rows were merged: DISTINCT, MAX(…) of one row) and, per result column that
-    is a released column unchanged, (its release, its name). A cancel stops it
-    (QueryCanceled): between its steps, and in its DuckDB by an interrupt. A value its
+    each came from (None when rows were merged: DISTINCT, MAX(…) of one row), per result
+    column that is a released column unchanged, (its release, its name), and, given the
+    releases' ``bounds``, the 95 % bounds of the other columns where a sound rule gives
+    one (``proxy.postbounds``), row by row, by index. A cancel stops it (QueryCanceled):
+    between its steps, and in its DuckDB by an interrupt. A value its
     SQL cannot compute (an integer overflow 22000, an integer division by a released 0
     22012) fails the statement in one line; the noise was drawn, so the ε stays spent
     (docs/clients.md)."""
@@ -132,17 +143,23 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     if traced:
         tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
                              for alias in outer.aliases])
+    bounded = [[j for j, name in enumerate(columns) if name in bounds[i][0]]
+               if bounds else [] for i, (columns, *_) in enumerate(releases)]
     schema = {release_table(i): {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
-                                    for name, kind in zip(columns, kinds)}, ROW: "BIGINT"}
+                                    for name, kind in zip(columns, kinds)}, ROW: "BIGINT",
+                                 **{_bound_column(j): "DOUBLE" for j in bounded[i]}}
               for i, (columns, kinds, _) in enumerate(releases)}
     checkpoint()
     annotated = annotate_types(tree, schema=schema, expression_metadata=_TYPING)
+    checkpoint()
+    intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
     sql = annotated.sql(dialect="duckdb")
     con = _connection()
     try:
         with stopping(con.interrupt):
-            for (name, types), (columns, _, rows) in zip(schema.items(), releases):
+            for index, ((name, types), (columns, _, rows)) in enumerate(
+                    zip(schema.items(), releases)):
                 table = exp.Schema(this=exp.to_table(name), expressions=[
                     exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
                                   kind=exp.DataType.build(kind))
@@ -150,9 +167,12 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                 con.execute(exp.Create(this=table, kind="TABLE", properties=exp.Properties(
                     expressions=[exp.TemporaryProperty()])).sql(dialect="duckdb"))
                 if rows:
-                    marks = ", ".join("?" for _ in range(len(columns) + 1))
+                    marks = ", ".join("?" for _ in types)
+                    spreads = [bounds[index][0][columns[j]] for j in bounded[index]] \
+                        if bounds else []
                     con.executemany(f"INSERT INTO {name} VALUES ({marks})",
-                                    [(*row, number) for number, row in enumerate(rows)])
+                                    [(*row, number, *(spread[number] for spread in spreads))
+                                     for number, row in enumerate(rows)])
             cursor = con.execute(sql)
             result = cursor.fetchmany(MAX_ROWS + 1)
             if len(result) > MAX_ROWS:
@@ -172,5 +192,94 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     names = [column[0] for column in described]
     types = [postgres_type(str(column[1])) for column in described]
-    origins = [tuple(row[width:]) for row in result] if traced else [None] * len(result)
-    return names, types, [tuple(row[:width]) for row in result], origins, carried
+    traces = len(outer.aliases) if traced else 0
+    origins = [tuple(row[width:width + traces]) for row in result] if traced \
+        else [None] * len(result)
+    derived = {index: [_spread(row[index], row[width + traces + 2 * k],
+                               row[width + traces + 2 * k + 1]) for row in result]
+               for k, index in enumerate(intervals)}
+    return names, types, [tuple(row[:width]) for row in result], origins, carried, derived
+
+
+def _bound_column(index: int) -> str:
+    """The column of a release table holding the 95 % bounds of its ``index``-th."""
+    return f"__idp_b{index}"
+
+
+def _intervals(tree: exp.Select, width: int, releases, bounds: ReleaseBounds | None,
+               bounded: list[list[int]], carried: dict[int, tuple[int, str]]) -> list[int]:
+    """The select items of ``tree`` (its first ``width``) that get a derived bound: their
+    intervals' ends are appended to its select list, two columns each, in this order.
+    A step of it (``WITH s AS (…)``: Lightdash's table calculations) gets the ends of
+    its computed columns as columns of its own, which the query reads (not where a
+    ``*`` would show them, nor under DISTINCT)."""
+    if not bounds or any(select.args.get("distinct") or any(
+            isinstance(item, exp.Star) or (isinstance(item, exp.Column)
+                                           and isinstance(item.this, exp.Star))
+            for item in select.expressions) for select in tree.find_all(exp.Select)):
+        return []
+    tables = {release_table(i): ReleasedTable(
+        release_table(i), tuple(columns), {columns[j]: _bound_column(j) for j in bounded[i]},
+        frozenset(bounds[i][1]), bounds[i][2]) for i, (columns, *_) in enumerate(releases)}
+    budget = Budget()
+    for step, cte in enumerate((tree.args.get("with_") or exp.With()).expressions):
+        if isinstance(cte.this, exp.Select):
+            tables[cte.alias_or_name] = _step(cte.this, step, _read(cte.this, tables), budget)
+    rule = Bounds(tree, _read(tree, tables), budget)
+    found, ends = [], []
+    for index, item in enumerate(tree.expressions[:width]):
+        if index in carried:
+            continue  # a released column unchanged: its own bounds
+        interval = rule.interval(item.unalias())
+        if interval is not None:
+            found.append(index)
+            ends += [exp.alias_(interval.lo, f"__idp_lo{index}", quoted=True),
+                     exp.alias_(interval.hi, f"__idp_hi{index}", quoted=True)]
+    if ends:
+        tree.set("expressions", [*tree.expressions, *ends])
+    return found
+
+
+def _read(select: exp.Select, tables: dict[str, ReleasedTable]) -> list[ReleasedTable]:
+    """The released tables and steps ``select`` reads (FROM, JOIN), each under its
+    alias there; a subquery's columns it cannot place (no bound through them)."""
+    sources = [select.args["from_"].this] if select.args.get("from_") else []
+    sources += [join.this for join in select.args.get("joins") or []]
+    return [replace(tables[source.name], alias=source.alias_or_name) for source in sources
+            if isinstance(source, exp.Table) and source.name in tables]
+
+
+def _step(body: exp.Select, step: int, read: list[ReleasedTable], budget: Budget
+          ) -> ReleasedTable:
+    """A step over released tables as the query reads it: each computed column's
+    interval, its ends appended to the step as columns of its own; its keys exact; its
+    other columns noisy without a bound; its rows the keys' unless it filters, joins or
+    groups by a noisy value or limits."""
+    rule = Bounds(body, read, budget)
+    names = [item.alias_or_name for item in body.expressions]
+    ends, unbounded, extra = {}, set(), []
+    for index, (name, item) in enumerate(zip(names, body.expressions)):
+        interval = rule.interval(item.unalias(), exact=True)
+        if interval is None:
+            unbounded.add(name)
+        elif not interval.exact:
+            lo, hi = f"__idp_lo{step}_{index}", f"__idp_hi{step}_{index}"
+            extra += [exp.alias_(interval.lo, lo, quoted=True),
+                      exp.alias_(interval.hi, hi, quoted=True)]
+            ends[name] = (lo, hi, interval)
+    body.set("expressions", [*body.expressions, *extra])
+    rows_public = not rule.rows_noisy and not (body.args.get("limit") or body.args.get("offset"))
+    return ReleasedTable("", tuple(names), {}, frozenset(), rows_public, ends,
+                         frozenset(unbounded))
+
+
+def _spread(value: Any, lo: Any, hi: Any) -> float | None:
+    """The half-width of a symmetric interval around ``value`` holding [lo, hi]; a NULL
+    (no number to bound) 0."""
+    if value is None:
+        return 0.0
+    try:
+        below, above = float(value) - float(lo), float(hi) - float(value)
+    except (TypeError, ValueError):  # no end (no bound), or not a number
+        return None
+    return max(below, above, 0.0) if math.isfinite(below) and math.isfinite(above) else None

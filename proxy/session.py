@@ -44,6 +44,7 @@ from proxy.interrupts import checkpoint
 from proxy.ledger import Charge, Ledger
 from proxy.loss import Loss
 from proxy.pgtypes import RULE_TYPES
+from proxy.postbounds import ADDITIVE
 from proxy.postprocess import NotComputed, run_outer, series_limited
 from proxy.privacy import refuse_unanswerable
 from proxy.privacy.consistency import consistent_rows
@@ -62,8 +63,11 @@ from proxy.settings import (
 )
 from proxy.timing import padded
 from proxy.vocabulary import (
+    COUNT,
     PUBLIC,
     SELECTED,
+    SUM,
+    UNITS,
     CombinedPlan,
     GroupingSetsPlan,
     PassthroughPlan,
@@ -509,6 +513,11 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     columns = [o.name for o in plan.outputs]
     ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
             for o in plan.outputs if o.aggregate is not None}
+    # the counts and sums whose noise is added, symmetric and log-concave: their bounds
+    # add up in sums of them (proxy.postbounds); the mechanisms are the plan's choice
+    additive = [o.name for o in plan.outputs if o.aggregate is not None
+                and plan.aggregates[o.aggregate].kind in (COUNT, UNITS, SUM) and all(
+                    group[o.aggregate].mechanism in ADDITIVE for group in released)]
     mechanisms = sorted({r.mechanism for group in released for r in group})
     notes = sorted({r.note for group in released for r in group if r.note})
     if plan.per_unit is not None:
@@ -527,6 +536,10 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         "delta": float(charge.loss.spent_delta),
         "epsilon_remaining": float(remaining),
         "ci95": ci95,
+        "additive": additive,
+        # which rows there are is the keys' alone: no partition selection, no LIMIT
+        # (which keeps the rows of the largest noisy values)
+        "rows_public": plan.delta is None and plan.limit is None,
         "notes": notes,
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
@@ -592,11 +605,14 @@ _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, Any]
                   ) -> Answer:
     """The outer query's result over the released rows of ``answers``; a released
-    column it passes on unchanged keeps its 95% bounds. ``privacy``: the metadata of
+    column it passes on unchanged keeps its 95% bounds, one it computes gets those of
+    ``proxy.postbounds`` where a sound rule gives them. ``privacy``: the metadata of
     the releases together."""
-    columns, kinds, rows, origins, carried = run_outer(
-        outer, [(answer.columns, answer.kinds, answer.rows) for answer in answers])
-    ci95 = {}
+    columns, kinds, rows, origins, carried, derived = run_outer(
+        outer, [(answer.columns, answer.kinds, answer.rows) for answer in answers],
+        [(answer.privacy["ci95"], frozenset(answer.privacy.get("additive", ())),
+          answer.privacy.get("rows_public", False)) for answer in answers])
+    ci95 = {columns[index]: spreads for index, spreads in derived.items()}
     for index, (release, source) in carried.items():
         bounds = answers[release].privacy["ci95"]
         if source in bounds:
@@ -689,7 +705,8 @@ def _with_intervals(answer: Answer) -> Answer:
                 cells.append(value)
                 continue
             spread = bounds[name][number]
-            cells.append(None if spread is None or value is None else value + sign * spread)
+            cells.append(None if spread is None or value is None
+                         else float(value) + sign * spread)  # a NUMERIC is a Decimal
         rows.append(tuple(cells))
     return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
 
