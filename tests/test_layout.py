@@ -4,7 +4,7 @@ imports it; and each stage imports only the stages below it:
 
     command line (cli, demo)
       -> wire (wire/, users, admin)
-        -> session (session, postprocess)
+        -> session (session, postprocess, postbounds)
           -> engine (engine, answer_cache, publish/)
             -> analyze/ | pushdown/ | privacy/ | ledger   (siblings: none imports another)
               -> backends/
@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 STAGES = {
     "command line": (6, ("proxy.cli", "proxy.demo", "proxy.owner", "proxy.console")),
     "wire": (5, ("proxy.wire", "proxy.users", "proxy.admin")),
-    "session": (4, ("proxy.session", "proxy.postprocess")),
+    "session": (4, ("proxy.session", "proxy.postprocess", "proxy.postbounds")),
     "engine": (3, ("proxy.engine", "proxy.answer_cache", "proxy.publish")),
     "analyze": (2, ("proxy.analyze",)),
     "pushdown": (2, ("proxy.pushdown",)),
