@@ -13,6 +13,7 @@ backend's statement computes the reference's numbers
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from fractions import Fraction
@@ -126,13 +127,27 @@ def joint_ladder_of(records: list[Record], lower: float, upper: float,
         totals[unit] = totals.get(unit, 0.0) + abs(value)
     parts: list[list[tuple[float, float]]] = [[] for _ in range(groups)]
     for (group, unit), value in sums.items():
-        parts[group].append((value, totals[unit]))
+        parts[group].append((totals[unit], value))
+    # each group's pairs by total: a rung keeps the values of totals ≤ B_k whole (a prefix
+    # sum) and scales the rest by B_k / T (B_k times a suffix sum of value / T)
+    scans = []
+    for part in parts:
+        part.sort()
+        whole, scaled = [0.0], [0.0]
+        for total, value in part:
+            whole.append(whole[-1] + value)
+        for total, value in reversed(part):
+            scaled.append(scaled[-1] + (value / total if total else 0.0))
+        scans.append(([total for total, _ in part], whole, scaled[::-1]))
+    ordered = sorted(totals.values())
     out: dict = {}
     for k, bound in enumerate(ladder):
-        out[k, "beyond"] = sum(1 for total in totals.values() if total > bound)
-        out[k, "clipped"] = tuple(
-            sum(value * (bound / total if total > bound else 1.0) for value, total in part)
-            for part in parts)
+        out[k, "beyond"] = len(ordered) - bisect.bisect_right(ordered, bound)
+        clipped = []
+        for keys, whole, scaled in scans:
+            at = bisect.bisect_right(keys, bound)
+            clipped.append(whole[at] + bound * scaled[at])
+        out[k, "clipped"] = tuple(clipped)
     return out
 
 
