@@ -3,10 +3,12 @@ of candidates, with utility minus the inverse sensitivity (Asi and Duchi 2020; f
 quantiles McSherry and Talwar 2007, Smith 2011): ``SET idp.sensitivity = 'instance'``.
 docs/privacy.md §5.3 has the derivation and the proof.
 
-Candidates are the points k·Λ in the declared domain [L, U]: Λ the column's public grid
-step (``mechanisms.grid_step``; 1 on an int column, whose answers are integers). For a
-candidate y with a(y) values in scope below it and b(y) at or below it, the number of
-values that must change for y to be the value at rank r is
+Candidates are points k·Λ of the declared domain [L, U] (Λ a power of two ≤ the
+resolution; 1 on an int column, whose answers are integers): every one near the
+domain's point nearest 0, then geometrically spaced, 128 an octave (``candidate_grid``),
+so that an empty stretch of a wide domain holds few of them. For a candidate y with
+a(y) values in scope below it and b(y) at or below it, the number of values that must
+change for y to be the value at rank r is
     d(y) = max(0, a(y) − r + 1, r − b(y)),
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
@@ -58,13 +60,17 @@ _FIRST_REACH = 16
 _MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
 _TAIL_SHARE = 2.0 ** -20  # the envelope's tails, at most this share of it
 _EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of two)
+DIGITS = 8  # significant bits of a candidate's offset: neighbours ≤ 2^−7 of it apart
 
 
 @dataclass(frozen=True)
 class Grid:
-    """The candidates k·step, k = first..last; step a power of two (or 1 on an int
-    column), so every candidate is an exact float and compares exactly in SQL; lower and
-    upper are the declared domain's ends (Q(0) and Q(n + 1) of the piecewise form)."""
+    """The candidates, indexed first..last in increasing order: the points
+    (origin + j)·step whose offset j from the origin has at most ``digits`` significant
+    bits (``candidate_grid``; every j when ``digits`` is None, a uniform grid). step is
+    a power of two (or 1 on an int column), so every candidate is an exact float and
+    compares exactly in SQL; lower and upper are the declared domain's ends (Q(0) and
+    Q(n + 1) of the piecewise form). The index of a candidate is ``ordinal(j)``."""
 
     step: Fraction
     first: int
@@ -72,23 +78,64 @@ class Grid:
     lower: float
     upper: float
     integers: bool = False
+    origin: int = 0
+    digits: int | None = None
 
     @property
     def count(self) -> int:
         return self.last - self.first + 1
 
     def value(self, k: int) -> float | int:
-        return k if self.integers else float(k * self.step)
+        multiple = self.origin + offset(k, self.digits)
+        return multiple if self.integers else float(multiple * self.step)
 
     def below(self, x: float) -> int:
         """How many candidates are < x (x/step exactly, in integers: a window holds up
         to 2^18 values)."""
         num, den = _over_step(x, self.step)
-        return min(max(-(-num // den) - self.first, 0), self.count)
+        j = -(-num // den) - self.origin  # the least offset ≥ x
+        if self.digits is not None and abs(j) >> self.digits:
+            j = ordinal(_allowed_at_least(j, self.digits), self.digits)
+        return min(max(j - self.first, 0), self.count)
 
     def at_or_below(self, x: float) -> int:
         num, den = _over_step(x, self.step)
-        return min(max(num // den - self.first + 1, 0), self.count)
+        j = num // den - self.origin  # the greatest offset ≤ x
+        if self.digits is not None and abs(j) >> self.digits:
+            j = ordinal(-_allowed_at_least(-j, self.digits), self.digits)
+        return min(max(j - self.first + 1, 0), self.count)
+
+
+def ordinal(j: int, digits: int | None) -> int:
+    """The index of the offset j among the offsets of at most ``digits`` significant
+    bits (j itself for a uniform grid): all of 0 .. 2^m − 1, then 2^(m−1) per octave,
+    [2^(m−1+e), 2^(m+e)) by steps of 2^e; odd in j. j must be such an offset."""
+    if digits is None or abs(j) < 1 << digits:
+        return j
+    half = 1 << (digits - 1)
+    shift = abs(j).bit_length() - digits
+    index = (1 << digits) + (shift - 1) * half + (abs(j) >> shift) - half
+    return index if j > 0 else -index
+
+
+def offset(index: int, digits: int | None) -> int:
+    """The offset whose ``ordinal`` is ``index``."""
+    if digits is None or abs(index) < 1 << digits:
+        return index
+    half = 1 << (digits - 1)
+    octave, place = divmod(abs(index) - (1 << digits), half)
+    j = (place + half) << (octave + 1)
+    return j if index > 0 else -j
+
+
+def _allowed_at_least(c: int, digits: int | None) -> int:
+    """The least offset ≥ the integer c with at most ``digits`` significant bits."""
+    if digits is None or abs(c) < 1 << digits:
+        return c
+    shift = abs(c).bit_length() - digits
+    if c > 0:  # up to the octave's next multiple of 2^shift (2^(m+shift) is one too)
+        return -(-c >> shift) << shift
+    return -((-c >> shift) << shift)  # |c| down to its octave's multiple: ≥ c
 
 
 def _power_of_two_below(x: float) -> Fraction:
@@ -105,25 +152,31 @@ def _over_step(x: float, step: Fraction) -> tuple[int, int]:
     return num * step.denominator, den * step.numerator
 
 
-def candidate_grid(lower: float, upper: float, resolution: float, integers: bool) -> Grid:
-    """The grid of a column's declared domain: Λ = 1 on an int column, else the largest
-    power of two ≤ both the column's resolution ρ and (U − L)/1024, but no finer than the
-    noise grid's ρ/1024 (``grid_step``); doubled while some k·Λ would not be an exact
-    float. Candidates finer than ρ tell the analyst nothing, yet each factor of two in
-    |grid| adds ln 2/λ ranks to MAX's and MIN's offset K (``extreme_offset``): the noise
-    grid's ρ/1024 made K larger by ln 1024/λ (13.9 ranks at ε 1, s = 1). A domain
-    narrower than 1024·ρ keeps at least 1,024 candidates. A function of the rules alone."""
+def candidate_grid(lower: float, upper: float, resolution: float, integers: bool,
+                   digits: int | None = DIGITS) -> Grid:
+    """The candidates of a column's declared domain: the multiples k·Λ in [L, U] whose
+    offset k − k₀ from the multiple k₀ nearest 0 (0 itself when L ≤ 0 ≤ U) has at most
+    ``digits`` significant bits — every multiple within 2^digits·Λ of k₀Λ, then
+    2^(digits−1) per octave of the distance, neighbours at most 2^(1−digits) of it
+    apart (0.78 % for 8 digits): in an empty stretch of the domain the candidates are
+    logarithmically many in its width, not linearly (docs/privacy.md §5.3). Λ = 1 on an
+    int column, else the largest power of two ≤ both the column's resolution ρ and
+    (U − L)/1024, but no finer than the noise grid's ρ/1024 (``grid_step``); doubled
+    while some k·Λ would not be an exact float. A function of the rules alone."""
     finest = Fraction(grid_step(resolution))
     step = Fraction(1) if integers else max(finest, min(
         _power_of_two_below(resolution), _power_of_two_below((upper - lower) / 1024)))
     while True:
-        first, last = math.ceil(Fraction(lower) / step), math.floor(Fraction(upper) / step)
-        if max(abs(first), abs(last)) < _EXACT_FLOATS or integers:
+        low, high = math.ceil(Fraction(lower) / step), math.floor(Fraction(upper) / step)
+        if max(abs(low), abs(high)) < _EXACT_FLOATS or integers:
             break
         step *= 2
-    if first > last:
+    if low > high:
         raise SensitivityError(f"no candidate of step {float(step)} in [{lower}, {upper}]")
-    return Grid(step, first, last, lower, upper, integers)
+    origin = min(max(0, low), high)
+    first = ordinal(_allowed_at_least(low - origin, digits), digits)
+    last = ordinal(-_allowed_at_least(origin - high, digits), digits)
+    return Grid(step, first, last, lower, upper, integers, origin, digits)
 
 
 @dataclass(frozen=True)
@@ -400,12 +453,14 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
     """K of MAX's target rank n − K (MIN's 1 + K): the least K for which the candidates
     beyond the largest value, each at distance K + 1, weigh together at most a
     twentieth of one candidate at the target, |grid|·e^{−λ(K+1)} ≤ 1/20, so that a draw
-    lands beyond the data rarely (under 5 %). Aimed at the largest value
+    lands beyond the data rarely (under 5 %, where a candidate lies within a rank of the
+    target; else on the candidates around the data's end). Aimed at the largest value
     itself (K = 0), the draw falls almost surely in the empty stretch between it and the
     domain's end, every candidate of which is one change away (MAX(age) at ε 0.1: 120,
     120, 71, 0 against 99); aimed K values down, it lands among the top values: at ε 1,
-    the 15th largest age (of 0..120), the 48th largest income (of 0..10⁷ by cents,
-    candidates 2⁻⁷ apart). A function of ε, s and the rules."""
+    the 15th largest age (121 candidates), the 22nd largest income (3,097 candidates on
+    0..10⁷ by cents; 48th on the uniform grid of 1.28·10⁹). A function of ε, s and the
+    rules."""
     return max(0, math.ceil(math.log(20 * grid.count) / exponent(epsilon, shift)) - 1)
 
 

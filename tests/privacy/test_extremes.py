@@ -85,13 +85,14 @@ def test_a_small_scope_is_drawn_near_its_own_end_not_the_other(engine):
 def test_candidates_are_no_finer_than_the_resolution():
     """Issue 32 (MIN 3–8× the best peer's error): the candidates were the noise grid's
     ρ/1024, 1.3·10¹⁰ of them on cost's [0, 100,000] by cents, and MAX's and MIN's offset
-    K grows with ln |grid|. The largest power of two ≤ ρ (and ≤ (U − L)/1024, so a
-    narrow domain keeps 1,024 candidates) cuts |grid| 1024-fold and K by ln 1024/λ."""
+    K grows with ln |grid|. Their finest step is now the largest power of two ≤ ρ (and
+    ≤ (U − L)/1024), beyond 256 steps from 0 spaced geometrically (test_candidates.py):
+    2,244 candidates on cost's domain, K 52 → 21 ranks at ε 1."""
     cost = candidate_grid(0, 100_000, 0.01, False)
-    assert (cost.step, cost.count) == (Fraction(1, 128), 12_800_001)
-    assert extreme_offset(Fraction(1), 1, cost) == 38  # 52 on the noise grid
+    assert (cost.step, cost.count) == (Fraction(1, 128), 2_244)
+    assert extreme_offset(Fraction(1), 1, cost) == 21
     narrow = candidate_grid(0, 10, 0.25, False)
-    assert (narrow.step, narrow.count) == (Fraction(1, 128), 1_281)
+    assert (narrow.step, narrow.count) == (Fraction(1, 128), 545)
     coarse = candidate_grid(0, 10, 512, False)  # ρ beyond the domain: the noise grid's ρ/1024
     assert (coarse.step, coarse.count) == (Fraction(1, 2), 21)
     assert candidate_grid(0, 120, 1.0, True).count == 121

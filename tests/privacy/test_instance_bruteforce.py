@@ -36,6 +36,7 @@ from proxy.privacy.inverse_sensitivity import (
     distance,
     exponent,
     instance_release,
+    ordinal,
 )
 from proxy.privacy.requests import CountRequest
 from proxy.privacy.sensitivity import groups_touched
@@ -46,6 +47,11 @@ from tests.privacy.reference import answer, by_hand, in_domain
 
 INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
 HALVES = Grid(Fraction(1, 2), 0, 20, LOWER, UPPER)  # 0, 0.5 .. 10: candidates between values
+# offsets of at most 2 significant bits from the origin 4 (``candidate_grid``'s form, its
+# origin and digits made small so that [0, 10] holds both its kinds of spacing):
+# 0, 1, 2, 2.5, 3, 3.5, 4, 4.5, 5, 5.5, 6, 7, 8, 10
+GEOMETRIC = Grid(Fraction(1, 2), ordinal(-8, 2), ordinal(12, 2), LOWER, UPPER, False, 8, 2)
+GRIDS = [INTEGERS, HALVES, GEOMETRIC]
 # what a neighbour may set a record to: both bounds, ties with the data, NaN and ±inf
 NEIGHBOUR_VALUES = [LOWER, 3.5, 5.0, UPPER] + EXTREME[:3]
 RANKS = {
@@ -66,7 +72,7 @@ def _direct(values: list[float], rank: int, grid: Grid, piecewise: bool = False)
     found = []
     points = [Fraction(v) for v in [LOWER, *sorted(values), UPPER]]
     for k in range(grid.first, grid.last + 1):
-        y = k * grid.step
+        y = Fraction(grid.value(k))
         if not piecewise:
             found.append(distance(sum(v < y for v in values), sum(v <= y for v in values),
                                   rank))
@@ -81,7 +87,7 @@ def _direct(values: list[float], rank: int, grid: Grid, piecewise: bool = False)
 
 
 @FORMS
-@pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
+@pytest.mark.parametrize("grid", GRIDS, ids=["integers", "halves", "geometric"])
 def test_blocks_give_every_candidate_its_distance_from_any_window(grid, piecewise):
     for index, records in enumerate(datasets(zlib.crc32(b"instance windows"), 40, 8, 1)):
         values = in_domain(records)
@@ -114,7 +120,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, r
     seed = zlib.crc32(f"instance dp {units} {rows} {group_size} {epsilon}".encode())
     worst = 0.0
     for index, records in enumerate(datasets(seed, 6, units, rows)):
-        grid = (INTEGERS, HALVES)[index % 2]
+        grid = GRIDS[index % 3]
 
         def laws(records, grid=grid):
             values = in_domain(records)
@@ -131,7 +137,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(units, r
 
 
 @FORMS
-@pytest.mark.parametrize("grid", [INTEGERS, HALVES], ids=["integers", "halves"])
+@pytest.mark.parametrize("grid", GRIDS, ids=["integers", "halves", "geometric"])
 def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypatch):
     """A window of one rank each side, kept however heavy the tails (the envelope's
     rejection step runs often): the draws follow the full mechanism's law."""
@@ -146,7 +152,7 @@ def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypat
             counts.append(request.point)
         return answer(values, request)
 
-    rng = SeededSource(zlib.crc32(f"instance law {grid.step} {piecewise}".encode()))
+    rng = SeededSource(zlib.crc32(f"instance law {grid.step} {grid.digits} {piecewise}".encode()))
     draws = 1500
     sampled = [answered(instance_release(n, rank, 1, epsilon, grid, rng, piecewise), read)
                for _ in range(draws)]
@@ -155,7 +161,7 @@ def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypat
                                          piecewise)) * draws
     observed = np.zeros(grid.count)
     for value in sampled:
-        observed[int(Fraction(value) / grid.step) - grid.first] += 1
+        observed[grid.below(value)] += 1
     assert stats.chisquare(observed, expected).pvalue > ALPHA
 
 
@@ -199,7 +205,7 @@ def test_grouped_draws_compose_to_epsilon(units, rows, piecewise):
     seed = zlib.crc32(f"instance groups {units} {rows}".encode())
     rank_of = RANKS["median"]
     for index, records in enumerate(datasets(seed, 5, units, rows, groups=2)):
-        grid = (INTEGERS, HALVES)[index % 2]
+        grid = GRIDS[index % 3]
 
         def laws(records, grid=grid):
             groups = (in_domain([r for r in records if r.group == g]) for g in (0, 1))
