@@ -217,8 +217,11 @@ def test_steering_the_sensitivity_with_one_value_reads_nothing_by_default(pair):
     under raw iDP (next test)."""
     (fired, fired_bounds), (quiet, quiet_bounds) = (_spread(e, STEERED, 25) for e in pair)
     rungs = {1_000_000 / 2 ** j for j in range(21)}
-    for bound in fired_bounds | quiet_bounds:  # Laplace's 95 % bound: 3·B/ε (ε two thirds)
-        assert any(bound == pytest.approx(3.0 * rung / (0.000001 * 2 / 3), rel=0.01)
+    # Laplace's 95 % bound: 3·2B/ε (ε two thirds; the CASE's domain [−1, 10^6] has both
+    # signs, so a unit moves the clipped sum by up to 2B); the top rung, 10^6, is drawn
+    # rarely (once in a run of 50), the others match 3·B'/ε with B' = 2B as well
+    for bound in fired_bounds | quiet_bounds:
+        assert any(bound == pytest.approx(3.0 * 2 * rung / (0.000001 * 2 / 3), rel=0.01)
                    for rung in rungs), bound
     assert 1 / 10 < fired / quiet < 10
 
