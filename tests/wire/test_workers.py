@@ -137,7 +137,7 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_everything(served):
         while len(_children(server) - {min(workers)}) < 2:
             assert time.monotonic() < deadline, "".join(proxy.log)
             time.sleep(0.05)
-        assert any("starting another" in line for line in proxy.log)
+        assert proxy.logged("starting another")
         for _ in range(6):  # whichever worker accepts, it serves
             with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
                 assert con.execute("SELECT COUNT(*) FROM people").fetchone()[0] > 0
