@@ -325,9 +325,11 @@ def test_exists_over_a_table_of_the_same_unit(backend_url):
 
 
 def test_exists_is_refused_before_the_debit_where_the_backend_cannot_compute_it():
-    """Spark plans EXISTS subqueries in filters only, not in the SELECT list that
-    computes them: refused at analysis (0A000), not failed after the debit; a huge
-    condition inside an EXISTS counts toward the backend's limit of ANDs and ORs."""
+    """A backend that cannot compute an EXISTS in the SELECT list that computes it (a
+    Spark Connect server that fails ``SparkBackend.probe_capabilities``, which every
+    Spark backend is until probed): refused at analysis (0A000), not failed after the
+    debit; a huge condition inside an EXISTS counts toward the backend's limit of ANDs
+    and ORs."""
     rules = parse_rules(RULES)
     plan = analyze(parse_statements(
         "SELECT COUNT(*) FROM orders WHERE EXISTS (SELECT * FROM lineitem WHERE l_orderkey "
