@@ -181,7 +181,7 @@ class _Joint:
         if self.charge is None:
             if answered and self.parts:  # every priced part from the cache
                 return self.ledger.served_from_cache(self._of(self.parts, Loss.of(0)))
-            return self.ledger.remaining(self.analyst)
+            return self.ledger.remaining(self.analyst) if answered else Decimal(0)
         for part in self.parts[self.step:]:
             self.back += part.loss
         self.step = len(self.parts)
@@ -392,7 +392,8 @@ class Session:
             if isinstance(work.stages[0][1].post, TopChoice):
                 return self._top_choice(plan, answers[0])
             return self._public_after(plan, answers, released)
-        if not isinstance(plan, QueryPlan) or plan.loss != work.held.loss:
+        if not (isinstance(plan, QueryPlan) and isinstance(work.held, QueryPlan)) \
+                or plan.loss != work.held.loss:  # what the one debit was made for
             raise NotSupported("the statement with its subqueries' values is not the "
                                "aggregate query it was with 0 in their places")
         final = self._private(canonical_sql(statement), plan, joint)
@@ -713,8 +714,8 @@ def _stage_note(canonical: str, answer: Answer, keyed: tuple) -> str:
     return f"({canonical}) = {value}" + (f" ±{_short(bounds[0])}" if bounds else "")
 
 
-_STAGED = ("each scalar subquery was answered first, as a release of its own (charged), and "
-           "its value put in its place: {}")
+_STAGED = ("each scalar subquery was answered first, as a release of its own (its epsilon in "
+           "the statement's one charge), and its value put in its place: {}")
 _PUBLIC_AFTER = ("the statement then read public tables only: it ran as written "
                  "(post-processing, no epsilon)")
 _TOP_CHOICE = ("the query ran on the released row and the public tables (post-processing, "
