@@ -134,12 +134,13 @@ def test_a_budget_short_of_both_releases_refuses_before_the_first(engine):
     _refused_before_the_first(engine)
 
 
-@pytest.mark.parametrize("accounting", ['accounting = "zcdp"\naccounting_delta = 1e-6'])
-def test_under_zcdp_the_check_is_of_the_releases_rho(duckdb_url, accounting):
+ZCDP = RULES.replace("[defaults]", '[defaults]\naccounting = "zcdp"\naccounting_delta = 1e-6')
+
+
+def test_under_zcdp_the_check_is_of_the_releases_rho(duckdb_url):
     """Under zcdp the budget 0.6 at δ 10⁻⁶ is a ρ of about 0.0088, two releases at ε 0.5
     need 0.25: refused the same way."""
-    with open_engine(duckdb_url, RULES.replace("[defaults]", f"[defaults]\n{accounting}"),
-                     {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
+    with open_engine(duckdb_url, ZCDP, {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
         _refused_before_the_first(zcdp)
 
 
@@ -249,3 +250,16 @@ def test_too_many_public_keys_refuse_before_the_subquery_is_charged(duckdb_url):
         refused_for_free(few, "SELECT code, COUNT(*) FROM accounts, regions WHERE region = "
                               "code AND balance > (SELECT AVG(balance) FROM accounts) "
                               "GROUP BY code", "0A000", "max_groups")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_under_zcdp_what_stays_spent_is_the_kept_parts_rho(duckdb_url):
+    """ρ adds as ε does: the one charge holds both parts' ρ (ε 0.5 each: 0.125), the
+    refund the count's, so the account has spent the first statement's 0.25 and the
+    AVG's 0.125, exactly."""
+    with open_engine(duckdb_url, ZCDP, {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
+        list(Session.open(zcdp, "alice").execute(AVERAGE.format("")))
+        _, entries = _ask(zcdp, AVERAGE.format(" WHERE balance < 20000"))
+        assert [(e[9], e[11]) for e in entries] == [
+            ("charged", Decimal("0.25")), ("refunded: not computed", Decimal("-0.125"))]
+        assert zcdp.ledger.budgets("alice")[0][6] == Decimal("0.375")
