@@ -294,11 +294,11 @@ def test_exists_over_a_table_of_the_same_unit_is_computed_on_sail(engines, sail_
     start says so), so TPC-H Q04's and Q21's EXISTS and NOT EXISTS over line items of
     the outer row's own customer are answered on it, with DuckDB's statistics."""
     from proxy.backends import open_backend
-    from tests.analyze.test_joins_chains import RULES as CHAINS
-    from tests.analyze.test_joins_chains import _tables
+    from tests.analyze.chains import RULES as CHAINS
+    from tests.analyze.chains import tables as chains
     from tests.factories import load
 
-    rules, tables = parse_rules(CHAINS), _tables()
+    rules, tables = parse_rules(CHAINS), chains()
     duckdb_url = f"duckdb:///{tmp_path / 'chains.duckdb'}"
     load(sail_url, tables)
     load(duckdb_url, tables)
