@@ -2,7 +2,7 @@
 the proxy answers, unchanged, and what refuses each of the others.
 
     python benchmarks/tpch.py --data DIR [--queries DIR] [--only 1,5,19] [--answers 5]
-                              [--repeat 3] [--backend duckdb|postgres|sail]
+                              [--repeat 3] [--backend duckdb|postgres|sail|spark]
 
 ``--data``: the Parquet files ``tpchgen-cli`` writes (``pip install tpchgen-cli``, then
 ``tpchgen-cli parquet -s 0.01 -o DIR``): customer, orders, lineitem, supplier, part,
@@ -10,8 +10,9 @@ partsupp, nation, region. They are loaded into a temporary DuckDB file, and with
 ``--backend postgres`` from there into a throwaway PostgreSQL cluster (tests/pgserver.py,
 the system's binaries), where the proxy and the plain queries then run. With ``--backend
 sail`` the Parquet files become tables of a throwaway Sail server (Spark Connect,
-tests/sailserver.py), where the proxy and the plain queries run, the ledger in the DuckDB
-file beside it and the true answers from DuckDB.
+tests/sailserver.py), with ``spark`` of a real Spark in local mode (tests/sparkserver.py,
+2 GB), where the proxy and the plain queries run, the ledger in the DuckDB file beside
+it and the true answers from DuckDB.
 
 ``--queries``: a folder of ``q01.sql`` … ``q22.sql``, the text of DuckDB's tpch extension
 (``extension/tpch/dbgen/queries`` in DuckDB's source tree). Without it the queries are
@@ -65,6 +66,7 @@ from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.pgserver import throwaway_postgres
 from tests.sailserver import throwaway_sail
+from tests.sparkserver import throwaway_spark
 
 TABLES = ("customer", "orders", "lineitem", "supplier", "part", "partsupp", "nation",
           "region")
@@ -331,7 +333,8 @@ def main() -> None:
     parser.add_argument("--answers", type=int, default=1, help="fresh answers per query")
     parser.add_argument("--repeat", type=int, default=3,
                         help="timed runs of the slowdown (0: not measured)")
-    parser.add_argument("--backend", choices=("duckdb", "postgres", "sail"), default="duckdb")
+    parser.add_argument("--backend", choices=("duckdb", "postgres", "sail", "spark"),
+                        default="duckdb")
     args = parser.parse_args()
     texts = queries(args.queries)
     numbers = [int(n) for n in args.only.split(",")] if args.only else sorted(texts)
@@ -346,8 +349,10 @@ def main() -> None:
         true = {number: [tuple(row) for row in truth.read(texts[number])]
                 for number in numbers}
         backend, store = truth, truth
-        if args.backend == "sail":  # the ledger in the DuckDB file beside it
-            url = stack.enter_context(throwaway_sail(Path(folder) / "sail"))
+        if args.backend in ("sail", "spark"):  # the ledger in the DuckDB file beside it
+            url = stack.enter_context(
+                throwaway_sail(Path(folder) / "sail") if args.backend == "sail"
+                else throwaway_spark(Path(folder) / "spark", "2g"))
             backend = open_backend(url)
             copy_to_spark(args.data, url)
         try:
