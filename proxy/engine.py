@@ -102,6 +102,7 @@ class Engine:
         in ``backend`` (a Spark backend has no transactions to keep them)."""
         self.rules = rules
         self.backend = backend
+        backend.probe_capabilities()
         _attach(rules, backend)
         _check_schema(rules, backend)
         self.ledger = Ledger(store or backend, rules)

@@ -90,6 +90,9 @@ _RHO = f"CAST(%s AS {RHO_SQL})"
 REPLAY_ROWS = 200
 REPLAY_SECONDS = 0.5
 _REPLAYS_KEPT = 100_000  # rows kept to retry while the store cannot take them
+# Why ε goes back (a refund row's status is "refunded: " and this): the backend could
+# not be reached, or a statement paid for at once stopped before its later parts
+UNREACHABLE, NOT_COMPUTED = "backend unreachable", "not computed"
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,7 @@ class Ledger:
                                 "in DuckDB or PostgreSQL", "0A000")
         self.backend = backend
         self.rules = rules
-        self._owed: list[Charge] = []  # refunds the backend could not take yet
+        self._owed: list[tuple[Charge, str]] = []  # refunds the backend could not take yet
         self._owed_lock = threading.Lock()
         self._batch = threading.Condition()  # group commit: the debits waiting, the leader
         self._waiting: list[_Debit] = []
@@ -596,15 +599,17 @@ class Ledger:
                                                                        "spent_micro")
         return f"{budget} - {_in_window(spent)}"
 
-    def refund(self, charge: Charge) -> None:
-        """Give ε back: only when the backend was unreachable (nothing was computed).
-        While it stays unreachable the refund is owed, and paid before the next debit;
-        a proxy that dies meanwhile loses it (budget, never privacy)."""
+    def refund(self, charge: Charge, why: str = UNREACHABLE) -> None:
+        """Give ε back for what was not computed: a release the backend could not be
+        reached for (``UNREACHABLE``), or the later parts of a statement paid for at
+        once that it never computed (``NOT_COMPUTED``, docs/privacy.md §3.16). While the
+        backend stays unreachable the refund is owed, and paid before the next debit; a
+        proxy that dies meanwhile loses it (budget, never privacy)."""
         try:
-            self._refund(charge)
+            self._refund(charge, why)
         except BackendUnavailable:
             with self._owed_lock:
-                self._owed.append(charge)
+                self._owed.append((charge, why))
             log.warning("refund of epsilon %s to %s owed until the backend is back",
                         charge.loss.spent, charge.analyst)
 
@@ -612,15 +617,15 @@ class Ledger:
         """Pay the refunds owed since the backend last went away, oldest first."""
         with self._owed_lock:
             owed, self._owed = self._owed, []
-        for done, charge in enumerate(owed):
+        for done, (charge, why) in enumerate(owed):
             try:
-                self._refund(charge)
+                self._refund(charge, why)
             except BackendUnavailable:
                 with self._owed_lock:
                     self._owed[:0] = owed[done:]
                 raise
 
-    def _refund(self, charge: Charge) -> None:
+    def _refund(self, charge: Charge, why: str) -> None:
         micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
@@ -631,7 +636,7 @@ class Ledger:
                            f"spent_rho = spent_rho - {_RHO} WHERE analyst = %s{window}",
                            (micro, charge.loss.spent_rho, account)
                            + (() if refresh is None else (refresh.window_end(charge.made),)))
-            self.append(tx, charge, -micro, "refunded: backend unreachable", released=False)
+            self.append(tx, charge, -micro, f"refunded: {why}", released=False)
 
     def append(self, tx, charge: Charge, micro: int, status: str, released: bool,
                at: float | None = None) -> None:
@@ -659,14 +664,6 @@ class Ledger:
         rows = self.backend.read(
             f"SELECT {self._left_sql()} FROM idp.budgets WHERE analyst = %s", (account,))
         return rows[0][0] if rows and rows[0][0] is not None else 0
-
-    def affords(self, analyst: str, loss: Loss) -> bool:
-        """Whether the analyst's budget and the global one could pay ``loss`` now, in the
-        accountant's unit (micro-ε, or ρ under zcdp): the check before a statement of
-        several releases, so that none is spent for nothing (each debit still decides
-        for itself, atomically)."""
-        needed = Decimal(loss.spent_rho) if self.zcdp else to_micro(loss.spent)
-        return min(self._left(account) for account in self._accounts(analyst)) >= needed
 
     def remaining(self, analyst: str) -> Decimal:
         """What the analyst can still spend: the smaller of their and the global budget

@@ -14,8 +14,9 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any, Protocol
 
 from sqlglot import exp
@@ -36,12 +37,11 @@ from proxy.backends.base import Backend
 from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
-    BudgetExhausted,
     NotSupported,
     SyntaxProblem,
 )
 from proxy.interrupts import checkpoint
-from proxy.ledger import Charge, Ledger
+from proxy.ledger import NOT_COMPUTED, UNREACHABLE, Charge, Ledger
 from proxy.loss import Loss
 from proxy.pgtypes import RULE_TYPES
 from proxy.postbounds import ADDITIVE
@@ -121,6 +121,82 @@ class Answering(Protocol):
                ) -> tuple[list[tuple], list[list[Released]], str | None]: ...
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
                  answer: dict[str, Any]) -> dict[str, Any]: ...
+
+
+class _Joint:
+    """The releases of one staged statement paid for as one charge: one ledger row of
+    their ε (and δ, ρ) together, its label each part's mechanism in order ("…; then
+    …"), its hash the statement's (docs/privacy.md §3.16, docs/budget.md). It is debited
+    when the first part is computed, for that part and every part after it, so a budget
+    short of them all refuses before anything is computed. A part answered from the
+    answer cache before that costs nothing and is not in it; the parts charged and then
+    not computed (answered from the cache, with no group, or never reached: a refusal,
+    a cancel or an outage before their statistics) are given back in one refund row,
+    ``refunded: not computed`` (an outage's: ``refunded: backend unreachable``). A part
+    whose statistics were read stays spent: its release is what the statement's later
+    steps, answer or refusal, are a function of. A statement answered wholly from the
+    cache gets one ``served from cache`` row. Stands in for the ledger's ``debit``,
+    ``served_from_cache`` and ``refund`` in ``Session._compute``, which answers the
+    parts one after another in ``parts``' order."""
+
+    def __init__(self, ledger: Ledger, analyst: str, sql: str, parts: list[QueryPlan]) -> None:
+        self.ledger, self.analyst, self.sql, self.parts = ledger, analyst, sql, parts
+        self.step = 0  # the part answered next
+        self.charge: Charge | None = None
+        self.left: Decimal | None = None  # what remains, as the debit read it
+        self.why = NOT_COMPUTED
+        self.back = Loss.of(0)  # charged, not computed
+
+    def _of(self, parts: list[QueryPlan], loss: Loss) -> Charge:
+        return Charge(self.analyst, self.sql, parts[0].mechanism.model,
+                      "; then ".join(_mechanism(p) for p in parts), loss,
+                      "; ".join(dict.fromkeys(_neighbour(p) for p in parts)))
+
+    def debit(self, _charge: Charge) -> Decimal:
+        """The part about to be computed: the one debit, if not made yet."""
+        if self.charge is None:
+            parts = self.parts[self.step:]
+            charge = self._of(parts, sum((p.loss for p in parts[1:]), parts[0].loss))
+            self.left = self.ledger.debit(charge)  # BudgetExhausted: nothing charged
+            self.charge = charge
+        self.step += 1
+        return self.left
+
+    def served_from_cache(self, _charge: Charge, _tx: Any = None) -> Decimal:
+        """The part about to be computed is a repeat: nothing to pay."""
+        self.free()
+        return self.left if self.left is not None else self.ledger.remaining(self.analyst)
+
+    def free(self) -> None:
+        """The part about to be computed costs nothing: given back if charged."""
+        if self.charge is not None:
+            self.back += self.parts[self.step].loss
+        self.step += 1
+
+    def refund(self, _charge: Charge) -> None:
+        """The part being computed met an outage before its statistics were read: it and
+        the parts after it are given back (``settle``)."""
+        self.step -= 1
+        self.why = UNREACHABLE
+
+    def settle(self, answered: bool) -> Decimal:
+        """At the statement's end: what was charged and not computed given back, a
+        statement answered wholly from the cache recorded; what remains."""
+        if self.charge is None:
+            if answered and self.parts:  # every priced part from the cache
+                return self.ledger.served_from_cache(self._of(self.parts, Loss.of(0)))
+            return self.ledger.remaining(self.analyst) if answered else Decimal(0)
+        for part in self.parts[self.step:]:
+            self.back += part.loss
+        self.step = len(self.parts)
+        if self.back.epsilon or self.back.delta:  # ρ back: what leaves the kept part's
+            kept = self.charge.loss.rho - self.back.rho  # ρ as a debit of it rounds it
+            back = Loss(self.back.epsilon, self.back.delta, Fraction(
+                self.charge.loss.spent_rho) - Fraction(Loss.of(0, 0, kept).spent_rho))
+            self.ledger.refund(replace(self.charge, loss=back), self.why)
+            self.back = Loss.of(0)
+            return self.ledger.remaining(self.analyst)
+        return self.left
 
 
 class Session:
@@ -286,22 +362,31 @@ class Session:
         return _outer_answer(work.post, answers, privacy)
 
     def _staged(self, work: StagedPlan) -> Answer:
-        """Each scalar subquery answered (and charged) as it would be on its own, then
-        the statement with their released values in their places (proxy.analyze.staged);
-        the metadata: their ε added up, what each subquery released. A budget that
-        cannot pay for all of them is refused first, so no subquery's answer is spent
-        for nothing."""
-        ledger = self.engine.ledger
-        plans = [*(plan for _, plan in work.stages), work.held]
-        needed = sum((plan.loss for plan in plans[1:] if isinstance(plan, QueryPlan)),
-                     plans[0].loss)
-        if not ledger.affords(self.analyst, needed):
-            raise BudgetExhausted(
-                f"privacy budget exhausted: this query and its subqueries need epsilon "
-                f"{needed.spent} together and one more answer may take at most "
-                f"{ledger.remaining(self.analyst)}; ask the data owner for more or use a "
-                "smaller idp.epsilon")
-        answers = [self._private(canonical, plan) for canonical, plan in work.stages]
+        """Each scalar subquery answered as it would be on its own, then the statement
+        with their released values in their places (proxy.analyze.staged), all paid for
+        as one charge (``_Joint``); the metadata: their ε added up, what each subquery
+        released. The statement's public GROUP BY keys are read first: too many refuse
+        it before anything is spent, not after its subqueries were computed."""
+        engine = self.engine
+        if isinstance(work.held, QueryPlan) and any(term.kind == PUBLIC
+                                                    for term in work.held.group_by):
+            with engine.view(work.held):
+                pass
+        parts = [plan for _, plan in work.stages] + (
+            [work.held] if isinstance(work.held, QueryPlan) else [])
+        joint = _Joint(engine.ledger, self.analyst, canonical_sql(work.statement), parts)
+        try:
+            answer = self._stages_answered(work, joint)
+        except BaseException:
+            joint.settle(answered=False)
+            raise
+        left = joint.settle(answered=True)
+        privacy = dict(answer.privacy, epsilon_remaining=float(left))
+        return replace(answer, privacy=privacy, notice=_notice(privacy))
+
+    def _stages_answered(self, work: StagedPlan, joint: _Joint) -> Answer:
+        """``_staged``'s releases, each paid through ``joint``."""
+        answers = [self._private(canonical, plan, joint) for canonical, plan in work.stages]
         statement = with_values(work, [answer.rows for answer in answers], self.engine.rules)
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement))
         released = "; ".join(_stage_note(canonical, answer, keyed)
@@ -311,16 +396,19 @@ class Session:
             if isinstance(work.stages[0][1].post, TopChoice):
                 return self._top_choice(plan, answers[0])
             return self._public_after(plan, answers, released)
-        if not isinstance(plan, QueryPlan):  # 0 in their places analysed as a QueryPlan
-            raise NotSupported("the statement with its subqueries' values is not one "
-                               "aggregate query")
-        final = self._private(canonical_sql(statement), plan)
+        if not (isinstance(plan, QueryPlan) and isinstance(work.held, QueryPlan)) \
+                or plan.loss != work.held.loss:  # what the one debit was made for
+            raise NotSupported("the statement with its subqueries' values is not the "
+                               "aggregate query it was with 0 in their places")
+        final = self._private(canonical_sql(statement), plan, joint)
         spent = [*answers, final]
         privacy = dict(final.privacy,
                        epsilon_spent=sum(a.privacy["epsilon_spent"] for a in spent),
                        mechanism="; ".join(dict.fromkeys(
                            m for a in spent for m in a.privacy["mechanism"].split("; "))),
                        notes=[*final.privacy["notes"], _STAGED.format(released)])
+        if "rho_spent" in privacy:
+            privacy["rho_spent"] = sum(a.privacy["rho_spent"] for a in spent)
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
                       final.kinds)
 
@@ -393,35 +481,39 @@ class Session:
                 self.settings.model or rules.defaults.model, rules)
         return dict(self.settings.other).get(name, "")
 
-    def _private(self, canonical: str, plan: QueryPlan) -> Answer:
+    def _private(self, canonical: str, plan: QueryPlan, joint: _Joint | None = None
+                 ) -> Answer:
         """A cached answer if there is one (no debit); else debit, compute, release and
         cache (a racing session's answer, stored first, wins). All of it inside the time
-        quantum, if the rules set one."""
+        quantum, if the rules set one. ``joint``: a part of a statement paid for as one
+        charge, which records its debit, repeat or refund instead of the ledger."""
         with padded(self.engine.rules.defaults.time_quantum_ms):
-            return self._compute(canonical, plan)
+            return self._compute(canonical, plan, joint or self.engine.ledger)
 
-    def _compute(self, canonical: str, plan: QueryPlan) -> Answer:
+    def _compute(self, canonical: str, plan: QueryPlan, bill: Ledger | _Joint) -> Answer:
         engine = self.engine
         if no_groups(plan):
+            if isinstance(bill, _Joint):
+                bill.free()
             return self._no_groups(canonical, plan)
         charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan), plan.loss,
                         _neighbour(plan))
         debited = False
         stored = engine.replay(self.analyst, plan, charge)  # memory, version read just now
         if stored is not None:
-            return self._repeated(stored, charge, None)
+            return self._repeated(stored, charge, None, bill)
         try:
             with engine.view(plan) as view:
                 stored = engine.cached(self.analyst, plan, charge, view)
                 if stored is not None:  # its row kept for the ledger before it is sent
                     same = engine.ledger.backend is engine.backend
-                    return self._repeated(stored, charge, view.tx if same else None)
-                remaining = engine.ledger.debit(charge)  # committed before any statistic
+                    return self._repeated(stored, charge, view.tx if same else None, bill)
+                remaining = bill.debit(charge)  # committed before any statistic
                 debited = True
                 keys, released, version = engine.answer(plan, view)
         except BackendUnavailable:
             if debited:
-                engine.ledger.refund(charge)
+                bill.refund(charge)
             raise
         except BackendFailed as exc:
             if debited and type(exc) is BackendFailed:
@@ -437,10 +529,11 @@ class Session:
         return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining,
                          rho=self._rho(charge.loss.spent_rho))
 
-    def _repeated(self, stored: dict[str, Any], charge: Charge, tx: Any) -> Answer:
+    def _repeated(self, stored: dict[str, Any], charge: Charge, tx: Any,
+                  bill: Ledger | _Joint) -> Answer:
         """A repeat from the answer cache: its ledger row kept (written in a batch,
         ``Ledger.served_from_cache``), what remains read in ``tx`` if given."""
-        remaining = self.engine.ledger.served_from_cache(charge, tx)
+        remaining = bill.served_from_cache(charge, tx)
         return _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
                          rho=self._rho(Decimal(0)))
 
@@ -637,8 +730,8 @@ def _stage_note(canonical: str, answer: Answer, keyed: tuple) -> str:
     return f"({canonical}) = {value}" + (f" ±{_short(bounds[0])}" if bounds else "")
 
 
-_STAGED = ("each scalar subquery was answered first, as a release of its own (charged), and "
-           "its value put in its place: {}")
+_STAGED = ("each scalar subquery was answered first, as a release of its own (its epsilon in "
+           "the statement's one charge), and its value put in its place: {}")
 _PUBLIC_AFTER = ("the statement then read public tables only: it ran as written "
                  "(post-processing, no epsilon)")
 _TOP_CHOICE = ("the query ran on the released row and the public tables (post-processing, "

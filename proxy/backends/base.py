@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from sqlglot import exp
 
@@ -86,7 +86,7 @@ class Backend(ABC):
     ``transaction`` uses ``%s`` placeholders; each backend adapts them.
     """
 
-    capabilities: ClassVar[Capabilities]
+    capabilities: Capabilities  # the class's; an instance's after ``probe_capabilities``
     name: str
     row_identity: str  # a pseudo-column naming a row of a base table in one snapshot
 
@@ -214,6 +214,10 @@ class Backend(ABC):
         only a backend whose tables may live in files outside any catalog (Spark) can."""
         raise NotSupported("location is read by the Spark backend only; this backend "
                            "reads its own tables")
+
+    def probe_capabilities(self) -> None:
+        """Set, on this instance, what its server can do beyond what its class declares
+        (called once when an engine starts, before any statement is analysed)."""
 
     def track_versions(self, table: str) -> None:
         """Prepare cheap data versions for ``table`` (called once at start); where the

@@ -66,8 +66,8 @@ def _ask(engine, sql: str, analyst: str = "alice"):
 
 @pytest.mark.usefixtures("no_noise")
 def test_a_subquerys_released_value_stands_in_its_place(engine):
-    """The AVG is answered first (its ledger row the subquery's own), then the count of
-    balances above it, each charged 0.5: the answer is the statement's with the AVG."""
+    """The AVG is answered first, then the count of balances above it, 0.5 each: the
+    answer is the statement's with the AVG."""
     answer, entries = _ask(engine, "SELECT region, COUNT(*) FROM accounts WHERE balance > "
                                    "(SELECT AVG(balance) FROM accounts WHERE balance > 0) "
                                    "GROUP BY region")
@@ -77,10 +77,6 @@ def test_a_subquerys_released_value_stands_in_its_place(engine):
     expected = {r: sum(1 for b, g in zip(balances, ACCOUNTS.columns["region"])
                        if g == r and b > mean) for r in "ns"}
     assert dict(answer.rows) == expected
-    assert [entry[6] for entry in entries] == [Decimal("0.5"), Decimal("0.5")]
-    subquery = canonical_sql(parse_statements(
-        "SELECT AVG(balance) FROM accounts WHERE balance > 0")[0])
-    assert entries[0][3] == hashlib.sha256(subquery.encode()).hexdigest()[:16]  # its own
     assert answer.privacy["epsilon_spent"] == 1.0
     assert any("answered first, as a release of its own" in note
                for note in answer.privacy["notes"])
@@ -100,7 +96,7 @@ def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
     expected = {code: sum(1 for p, b in zip(ACCOUNTS.columns["phone"],
                                             ACCOUNTS.columns["balance"])
                           if p[:2] == code and low <= b <= 3000) for code in ("13", "31", "99")}
-    assert dict(answer.rows) == expected and len(entries) == 2
+    assert dict(answer.rows) == expected and len(entries) == 1
 
 
 @pytest.mark.parametrize("sql,sqlstate,fragment", [
@@ -134,26 +130,30 @@ def test_what_cannot_be_staged_is_refused_for_free(engine, sql, sqlstate, fragme
 
 
 def test_a_budget_short_of_both_releases_refuses_before_the_first(engine):
-    """Budget 0.6, two releases of 0.5: refused before the subquery is answered, nothing
-    spent."""
+    """Budget 0.6, two releases of 0.5: refused before the subquery is answered."""
     _refused_before_the_first(engine)
 
 
-@pytest.mark.parametrize("accounting", ['accounting = "zcdp"\naccounting_delta = 1e-6'])
-def test_under_zcdp_the_check_is_of_the_releases_rho(duckdb_url, accounting):
+ZCDP = RULES.replace("[defaults]", '[defaults]\naccounting = "zcdp"\naccounting_delta = 1e-6')
+
+
+def test_under_zcdp_the_check_is_of_the_releases_rho(duckdb_url):
     """Under zcdp the budget 0.6 at δ 10⁻⁶ is a ρ of about 0.0088, two releases at ε 0.5
     need 0.25: refused the same way."""
-    with open_engine(duckdb_url, RULES.replace("[defaults]", f"[defaults]\n{accounting}"),
-                     {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
+    with open_engine(duckdb_url, ZCDP, {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
         _refused_before_the_first(zcdp)
 
 
 def _refused_before_the_first(engine) -> None:
-    before = engine.ledger.entries("poor"), engine.ledger.budgets("poor")
-    with pytest.raises(BudgetExhausted, match="need epsilon 1 together"):
+    """The one charge of both is refused: one ``refused: budget`` row of ε 1, nothing
+    spent."""
+    before = engine.ledger.budgets("poor")
+    with pytest.raises(BudgetExhausted, match=r"needs (epsilon 1|rho \S+ \(epsilon 1\)) and"):
         list(Session.open(engine, "poor").execute(
             "SELECT COUNT(*) FROM accounts WHERE balance > (SELECT AVG(balance) FROM accounts)"))
-    assert (engine.ledger.entries("poor"), engine.ledger.budgets("poor")) == before
+    assert [(e[6], e[9]) for e in engine.ledger.entries("poor")] == [
+        (Decimal("1"), "refused: budget")]
+    assert engine.ledger.budgets("poor") == before
 
 
 def test_the_shape_cache_never_rebinds_a_substrings_bounds(engine):
@@ -191,5 +191,75 @@ def test_a_subquery_correlated_with_a_public_table_is_released_per_key(engine):
              if r == "n"]
     mean = sum(north) / len(north)
     assert answer.rows == [(sum(1 for b in north if b > mean),)]
-    assert [entry[6] for entry in entries] == [Decimal("0.5"), Decimal("0.5")]
+    assert [(entry[6], entry[9]) for entry in entries] == [(Decimal("1"), "charged")]
     assert any("a value for each of 2 keys" in note for note in answer.privacy["notes"])
+
+
+AVERAGE = "SELECT COUNT(*) FROM accounts WHERE balance > (SELECT AVG(balance) FROM accounts{})"
+
+
+def _statement_hash(sql: str) -> str:
+    return hashlib.sha256(canonical_sql(parse_statements(sql)[0]).encode()).hexdigest()[:16]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_both_releases_are_one_ledger_row_and_a_repeat_one_more(engine):
+    """One statement, one charge: ε 0.5 + 0.5 in one row under the statement's hash,
+    its label both mechanisms; the budget down by 1. Sent again, both parts come from
+    the answer cache: one ``served from cache`` row, nothing spent."""
+    sql = AVERAGE.format(" WHERE balance > 0")
+    engine.ledger.ensure_analyst("alice")
+    before = engine.ledger.remaining("alice")
+    answer, entries = _ask(engine, sql)
+    ((_, _, _, digest, _, mechanism, epsilon, _, _, status, released, _),) = entries
+    assert (digest, epsilon, status, released) == (_statement_hash(sql), Decimal(1),
+                                                   "charged", True)
+    assert mechanism.count("; then ") == 1 and mechanism.count("avg") == 1
+    assert engine.ledger.remaining("alice") == before - 1
+    assert answer.privacy["epsilon_remaining"] == float(before - 1)
+    again, entries = _ask(engine, sql)
+    assert [(e[3], e[6], e[9]) for e in entries] == [
+        (_statement_hash(sql), Decimal(0), "served from cache")]
+    assert again.rows == answer.rows and again.privacy["epsilon_spent"] == 0
+    assert engine.ledger.remaining("alice") == before - 1
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_charged_part_answered_from_the_cache_is_given_back(engine):
+    """Another subquery with the same released value (a condition that keeps every row):
+    its AVG is computed and charged with the count's 0.5, and the count, now the same
+    statement as before, comes from the answer cache: that 0.5 is refunded (``refunded:
+    not computed``), so the statement spent 0.5, as its metadata says."""
+    list(Session.open(engine, "alice").execute(AVERAGE.format("")))
+    before = engine.ledger.remaining("alice")
+    sql = AVERAGE.format(" WHERE balance < 20000")
+    answer, entries = _ask(engine, sql)
+    assert [(e[3], e[6], e[9]) for e in entries] == [
+        (_statement_hash(sql), Decimal(1), "charged"),
+        (_statement_hash(sql), Decimal("-0.5"), "refunded: not computed")]
+    assert engine.ledger.remaining("alice") == before - Decimal("0.5")
+    assert answer.privacy["epsilon_spent"] == 0.5
+    assert answer.privacy["epsilon_remaining"] == float(before - Decimal("0.5"))
+
+
+def test_too_many_public_keys_refuse_before_the_subquery_is_charged(duckdb_url):
+    """The statement's GROUP BY over a public column has more keys than max_groups: read
+    before the one debit, so the refusal spends nothing (not the subquery's release)."""
+    rules = RULES.replace("[defaults]", "[defaults]\nmax_groups = 2")
+    with open_engine(duckdb_url, rules, {"accounts": ACCOUNTS, "regions": REGIONS}) as few:
+        refused_for_free(few, "SELECT code, COUNT(*) FROM accounts, regions WHERE region = "
+                              "code AND balance > (SELECT AVG(balance) FROM accounts) "
+                              "GROUP BY code", "0A000", "max_groups")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_under_zcdp_what_stays_spent_is_the_kept_parts_rho(duckdb_url):
+    """ρ adds as ε does: the one charge holds both parts' ρ (ε 0.5 each: 0.125), the
+    refund the count's, so the account has spent the first statement's 0.25 and the
+    AVG's 0.125, exactly."""
+    with open_engine(duckdb_url, ZCDP, {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
+        list(Session.open(zcdp, "alice").execute(AVERAGE.format("")))
+        _, entries = _ask(zcdp, AVERAGE.format(" WHERE balance < 20000"))
+        assert [(e[9], e[11]) for e in entries] == [
+            ("charged", Decimal("0.25")), ("refunded: not computed", Decimal("-0.125"))]
+        assert zcdp.ledger.budgets("alice")[0][6] == Decimal("0.375")

@@ -121,10 +121,12 @@ def test_gaussian_noise_is_refused_for_free(zcdp):
 
 
 def test_a_budget_that_cannot_pay_refuses_before_the_choice(engine):
+    """One ``refused: budget`` row, nothing spent."""
     before = engine.ledger.entries(), engine.ledger.budgets()
     with pytest.raises(BudgetExhausted):
         list(Session.open(engine, "poor").execute(Q15))
-    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+    assert [e[9] for e in engine.ledger.entries()[len(before[0]):]] == ["refused: budget"]
+    assert engine.ledger.budgets() == before[1]
 
 
 def test_the_backend_clips_each_group_and_counts_units_by_their_largest(engine):

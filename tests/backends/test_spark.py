@@ -286,3 +286,37 @@ def test_a_condition_of_more_ands_and_ors_than_sail_plans_quickly_is_refused_for
     (answer,) = session.execute("SELECT COUNT(*) FROM t WHERE " + " OR ".join(
         f"x > {i}.5" for i in range(limit + 1)))  # 256 ORs: at the limit
     assert answer.rows and time.perf_counter() - started < 3.0
+
+
+def test_exists_over_a_table_of_the_same_unit_is_computed_on_sail(engines, sail_url,
+                                                                  tmp_path):
+    """Sail computes a correlated EXISTS in a SELECT list (the probe at the engine's
+    start says so), so TPC-H Q04's and Q21's EXISTS and NOT EXISTS over line items of
+    the outer row's own customer are answered on it, with DuckDB's statistics."""
+    from proxy.backends import open_backend
+    from tests.analyze.chains import RULES as CHAINS
+    from tests.analyze.chains import tables as chains
+    from tests.factories import load
+
+    rules, tables = parse_rules(CHAINS), chains()
+    duckdb_url = f"duckdb:///{tmp_path / 'chains.duckdb'}"
+    load(sail_url, tables)
+    load(duckdb_url, tables)
+    spark, duck = engines[0].backend, open_backend(duckdb_url)  # the module's session
+    try:
+        engines = Engine(rules, spark, store=DuckDBBackend(":memory:")), Engine(rules, duck)
+        assert spark.capabilities.exists_in_select
+        for sql in ("SELECT COUNT(*) FROM orders WHERE o_orderkey > 100 AND EXISTS (SELECT * "
+                    "FROM lineitem WHERE l_orderkey = o_orderkey AND l_price > 60)",
+                    "SELECT n_name, COUNT(*), SUM(l1.l_price) FROM supplier, lineitem l1, "
+                    "orders, nation WHERE s_suppkey = l1.l_suppkey AND o_orderkey = "
+                    "l1.l_orderkey AND EXISTS (SELECT * FROM lineitem l2 WHERE l2.l_orderkey "
+                    "= l1.l_orderkey AND l2.l_suppkey <> l1.l_suppkey) AND NOT EXISTS (SELECT "
+                    "* FROM lineitem l3 WHERE l3.l_orderkey = l1.l_orderkey AND l3.l_suppkey "
+                    "<> l1.l_suppkey AND l3.l_price > 60) AND s_nationkey = n_nationkey "
+                    "GROUP BY n_name"):
+            plan = analyze(parse_statements(sql)[0], rules, Settings())
+            on_spark, on_duckdb = (engine.statistics(plan) for engine in engines)
+            assert on_spark[:2] == on_duckdb[:2] and on_duckdb[1]
+    finally:
+        duck.close()
