@@ -8,10 +8,14 @@ top rung with probability ≈ 1."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
+import pytest
 
+from proxy.privacy.variance import centred_square_sum
 from proxy.session import Session
+from proxy.statistics import Contribution
 from tests.factories import Table, engine_fixture
 from tests.probes import run
 
@@ -26,7 +30,28 @@ budget_per_analyst = 100000
 [tables.people]
 [tables.people.columns]
 age = { type = "int", domain = [0, 120] }
+
+[tables.records]
+privacy_unit = "person"
+max_rows_per_unit = 1
+[tables.records.columns]
+person = { type = "int" }
+age = { type = "float", domain = [0, 120], resolution = 1 }
 """
+# A unit's raw values, several rows each though one is kept under DP (the first in the
+# order of the row's columns: −inf < numbers < +inf < NaN < NULL on both backends).
+RAW = [None, float("nan"), float("inf"), float("-inf"), 5.0, 30.0, 45.5, 99.0, 130.0, -3.0]
+
+
+@functools.cache
+def records() -> Table:
+    rng = np.random.default_rng(11)
+    person, age = [], []
+    for unit in range(80):
+        for _ in range(int(rng.integers(1, 4))):
+            person.append(unit)
+            age.append(RAW[int(rng.integers(0, len(RAW)))])
+    return Table({"person": person, "age": age}, {"person": "INTEGER", "age": "DOUBLE PRECISION"})
 
 
 @functools.cache
@@ -36,8 +61,40 @@ def ages() -> list[int]:
     return [int(a) for a in np.clip(np.round(rng.gamma(4.0, 6.0, 20_000) + 18), 18, 99)]
 
 
-engine = engine_fixture(RULES, lambda: {"people": Table({"age": ages()}, {"age": "INTEGER"})},
-                        shared=True)
+engine = engine_fixture(RULES, lambda: {"people": Table({"age": ages()}, {"age": "INTEGER"}),
+                                        "records": records()}, shared=True)
+
+
+def _kept(values: list) -> float | None:
+    """The normalised value of a unit's kept row: its least number (±inf included,
+    clamped to [0, 120]), else NULL (NaN and NULL only)."""
+    numbers = [v for v in values if v is not None and not math.isnan(v)]
+    return min(max(min(numbers), 0.0), 120.0) if numbers else None
+
+
+def test_the_centred_sum_is_each_kept_values_squared_distance(engine):
+    """The privacy proof of the clipped centred sum (docs/privacy.md §3.14) needs the
+    count n and the two ladders to read the same rows: each unit's term
+    (x̃ − L − a)², 0 for a unit whose kept value is NULL or NaN. On both backends, units
+    of up to 3 rows of which DP keeps one, with NULL, NaN, ±inf and values beyond the
+    domain: n is the units with a kept value, and for every rung and centre the sum
+    formed from the backend's numbers is Σ(min(x − L, B_k) − a)² over the kept values."""
+    session = Session.open(engine, "zoe")
+    (_, plan), = session.check("SELECT STDDEV(age) FROM records WHERE person >= 0")
+    _, groups, _ = engine.statistics(plan)
+    group = groups[()]
+    by_unit: dict[int, list] = {}
+    for unit, value in zip(records().columns["person"], records().columns["age"]):
+        by_unit.setdefault(unit, []).append(value)
+    kept = [v for v in map(_kept, by_unit.values()) if v is not None]
+    assert group.column("age").n == len(kept)
+    first = group.ladders[Contribution("age", 0.0, 1)]
+    second = group.ladders[Contribution("age", 0.0, 2)]
+    for k, bound in enumerate(first.rungs):
+        for a in (0.0, bound / 3, bound):
+            direct = sum((min(v, bound) - a) ** 2 for v in kept)
+            assert centred_square_sum(second.clipped[k], first.clipped[k], len(kept), a) == \
+                pytest.approx(direct, rel=1e-9, abs=1e-3), (k, a)
 
 
 def test_stddev_of_ages_at_epsilon_a_tenth_is_within_a_few_percent(engine):
