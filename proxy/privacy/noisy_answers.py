@@ -59,6 +59,8 @@ from proxy.privacy.sensitivity import (
 )
 from proxy.privacy.variance import (
     MOMENTS_CONFIDENCE,
+    clipped_centred_moments,
+    draws_bound,
     noisy_moments,
     spread_and_sensitivity,
     spread_note,
@@ -494,19 +496,31 @@ def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit
 
 def _release_clipped_moments(plan: QueryPlan, agg, group: GroupStats, column,
                              cal: Calibration, loss: Loss, rng) -> Released:
-    """STDDEV/VARIANCE from a noisy count (a fifth of the loss), the sum of each unit's
-    Σ(x − L) clipped to a bound B drawn per group (two fifths, a third of it the draw's),
-    and the sum of each unit's Σ(x − L)² clipped to B² (two fifths): a unit whose
-    Σ(x − L) is within B has Σ(x − L)² within B², so the two sums clip the same units
-    and S2 − S1²/N stays what the data make it (two bounds drawn apart made it negative:
-    STDDEV 0)."""
+    """STDDEV/VARIANCE of clipped values. One value per unit: about the released mean
+    (``clipped_centred_moments``). Several: from a noisy count (a fifth of the loss), the
+    sum of each unit's Σ(x − L) clipped to a bound B drawn per group (two fifths, a third
+    of it the draw's), and the sum of each unit's Σ(x − L)² clipped to B² (two fifths):
+    a unit whose Σ(x − L) is within B has Σ(x − L)² within B², so the two sums clip the
+    same units and S2 − S1²/N stays what the data make it (two bounds drawn apart made it
+    negative: STDDEV 0)."""
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
-    of_count, of_first, of_second = loss.split(1, 2, 2)
-    count = laplace_integer(group.column(agg.column).n, _integer_scale(cal.shift, cal),
-                            of_count.epsilon, rng, MOMENTS_CONFIDENCE)
+    n = group.column(agg.column).n
+    count_scale = _integer_scale(cal.shift, cal)
     first, second = (_ladder(group, Contribution(agg.column, column.lower, power), column,
                              rows_per_unit) for power in (1, 2))
+    what = "STDDEV" if agg.kind.startswith("stddev") else "VARIANCE"
+    if rows_per_unit == 1:
+        noisy = clipped_centred_moments(agg.kind, n, first, second, loss, count_scale,
+                                        group_size, column, rng)
+        bound = ("a bound drawn privately per group (a fifth of the epsilon)"
+                 if draws_bound(first.rungs) else "the declared domain")
+        return _finish(noisy, cal, (
+            f"{what} from a noisy count and a noisy mean (a tenth of the epsilon each) and "
+            f"the noisy sum of squared distances to that mean, the values clipped to "
+            f"{bound} (docs/privacy.md §3.8, §3.14); heavy tails clipped make it low"))
+    of_count, of_first, of_second = loss.split(1, 2, 2)
+    count = laplace_integer(n, count_scale, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
     linear, k = clipped_sum(first, of_first, group_size, 0.0, 1.0, column.resolution, rng,
                             MOMENTS_CONFIDENCE)
     square = sum_at(second, k, of_second, group_size, 0.0, 1.0, column.resolution ** 2, rng,
@@ -514,7 +528,6 @@ def _release_clipped_moments(plan: QueryPlan, agg, group: GroupStats, column,
     noisy = spread_of_moments(agg.kind, count, linear, square, column.lower, column.upper,
                               "discrete Laplace / Laplace: noisy count and moment sums, "
                               "their bound by the exponential mechanism")
-    what = "STDDEV" if agg.kind.startswith("stddev") else "VARIANCE"
     return _finish(noisy, cal, (
         f"{what} from a noisy count (a fifth of the epsilon) and the sums of each unit's "
         "Σ(x − L), clipped to a bound B drawn privately per group, and Σ(x − L)², clipped "

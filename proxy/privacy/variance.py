@@ -32,22 +32,27 @@ not the exact LS (that needs the value nearest the mean, which the backend is no
 for, and the mean's exact drift): measured row-level, at most 2× the exact LS on scopes
 of a handful of values, 1.25× at 16 values, 1.1× at 32, closer as the scope grows.
 
-DP: three noisy sums over the clipped scope — N, Σ(x − c) and Σ(x − c)² about the
-domain's centre c, each with ε/3 and its clamped-sum sensitivity — combined afterwards
-(``noisy_moments``); the noise on the variance shrinks like 1/N. (The variance itself has
-global sensitivity (U − L)²/2, every answer lying in [0, (U − L)²/2], whatever s and N:
+DP: three noisy releases in turn (docs/privacy.md §3.8) — the count N, S1 = Σ(x − L),
+whose mean m̂ = L + S1/N is then public, and S2 = Σ(x − m̂)², each term in [0, D²],
+D = max(U − m̂, m̂ − L) — combined afterwards (``noisy_moments``; with a drawn clipping
+bound, §3.14, ``clipped_centred_moments``): the variance is S2's, not the small
+difference of two large noisy moments about a fixed origin (on ages that amplified
+the noise about 15×), and its noise shrinks like 1/N. (The variance itself has global
+sensitivity (U − L)²/2, every answer lying in [0, (U − L)²/2], whatever s and N:
 ``global_sensitivity_of_variance``, the bound the brute force checks, and far coarser.)
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from proxy.loss import Loss
+from proxy.privacy.contribution_bounds import draw_rung, sum_at
 from proxy.privacy.mechanisms import Noisy, grid_step, laplace_integer, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import clamped_sum_sensitivity, finite_only
-from proxy.statistics import BOTTOM, TOP, RankRef
+from proxy.statistics import BOTTOM, TOP, RankRef, sum_shrink
 
 SAMPLE, POPULATION = "sample", "population"
 
@@ -151,50 +156,184 @@ def spread_note(kind: str, local: bool) -> str:
     so once; a note on every answer would say it also of 20,000 values.)"""
     what = "STDDEV" if kind.startswith("stddev") else "VARIANCE"
     if not local:
-        return (f"{what} from a noisy count and noisy sums of x and x² (each a third of "
-                "the epsilon)")
+        return (f"{what} from a noisy count and a noisy mean (a tenth of the epsilon each) "
+                "and the noisy sum of squared distances to that mean")
     return f"{what} with noise scaled to its local sensitivity"
 
 
-def moment_sums(n: int, total: float, m2: float, lower: float,
-                upper: float) -> tuple[float, float]:
-    """Σ(x − c) and Σ(x − c)² about the domain's centre c = (L + U)/2, from n, Σx and M2
-    (Σ(x − c)² = M2 + n·(mean − c)²): each record adds a value in [−h, h] and in [0, h²],
-    h = (U − L)/2."""
-    centre = (lower + upper) / 2
-    first = total - n * centre
-    second = max(m2, 0.0) + (first * first / n if n else 0.0)
-    return first, second
+def square_about(n: int, total: float, m2: float, point: float) -> float:
+    """Σ(x − p)² of n values with sum ``total`` and Σ(x − mean)² = ``m2``: M2 +
+    n·(mean − p)² (each value in [L, U] adds a term in [0, max(U − p, p − L)²])."""
+    if not n:
+        return 0.0
+    offset = total / n - point
+    return max(m2, 0.0) + n * offset * offset
+
+
+# A spread's loss under DP (docs/privacy.md §3.8): the count a tenth, and where a
+# clipping bound is drawn (§3.14) the draw a fifth; the rest goes to the mean and the
+# squared distances to it, split by the released count (``mean_and_squares``). Public,
+# as is whether the bound is drawn (``draws_bound``).
+COUNT_PART, DRAW_PART = Fraction(1, 10), Fraction(1, 5)
+# The mean's share of the rest stays within these (and is a multiple of 1/1000).
+LEAST_MEAN, MOST_MEAN = Fraction(1, 20), Fraction(1, 2)
+# A ladder of at most NARROW rungs (a domain at most 2⁷ resolutions wide, one value per
+# unit) is not drawn from: its top rung, the declared domain, is the bound. On such a
+# domain (ages in [0, 120]) the draw chose the top rung with probability ≈ 1 (the data
+# fill more than half of it) and its ε was lost to the moments.
+NARROW = 8
+
+
+def spread_parts(loss: Loss, drawn: bool) -> tuple[Loss, Loss | None, Loss]:
+    """(count, draw or None, the rest) parts of a spread's loss; they add up to it."""
+    if drawn:
+        return loss.split(COUNT_PART, DRAW_PART, 1 - COUNT_PART - DRAW_PART)
+    of_count, rest = loss.split(COUNT_PART, 1 - COUNT_PART)
+    return of_count, None, rest
+
+
+def mean_and_squares(rest: Loss, count: Noisy, shift: int) -> tuple[Loss, Loss]:
+    """The mean's and the squares' parts of ``rest``, chosen from the released count N
+    (adaptive composition: the parts add up to ``rest`` whatever N, so the spend is
+    public). The centre's error adds n·(m − m̂)² ≈ 2(s·B/ε₁)²/N to S2, whose own noise
+    is about s·B²/ε₂ (B the values' reach): ε₁³ = 2√2·s·ε₂²/N balances the two (a
+    small scope needs a better mean: its error is divided by N once, not twice)."""
+    total = float(rest.epsilon)
+    k = 2 * math.sqrt(2) * shift / max(count.value, 1)
+    low, high = 0.0, total  # ε₁³ − k(total − ε₁)² rises from −k·total² to total³
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if middle ** 3 < k * (total - middle) ** 2 else (low, middle)
+    share = min(max(Fraction(round(1000 * low / total), 1000), LEAST_MEAN), MOST_MEAN) \
+        if total > 0 else LEAST_MEAN
+    return rest.split(share, 1 - share)
+
+
+def draws_bound(ladder_rungs: tuple[float, ...]) -> bool:
+    """Whether a one-value-per-unit spread draws its bound: a function of the public
+    ladder alone (the declared domain, its resolution), never of the data."""
+    return len(ladder_rungs) > NARROW
+
+
+def released_centre(count: Noisy, linear: Noisy, reach: float) -> float:
+    """a = m̂ − o, the released mean's distance from the origin o (Σ(x − o)/N of the two
+    noisy releases), within [0, reach]: post-processing, so public once released."""
+    return min(max(linear.value / max(count.value, 1), 0.0), reach)
+
+
+def centred_square_sum(second: float, first: float, n: int, centre: float) -> float:
+    """Σ(x − o − a)² = Σ(x − o)² − 2a·Σ(x − o) + n·a², in exact arithmetic from the
+    (exact-summed) moments about o: no cancellation beyond the inputs' own rounding."""
+    a = Fraction(centre)
+    return float(Fraction(second) - 2 * a * Fraction(first) + n * a * a)
+
+
+# Per value, the inputs' rounding (the ladder's exact sums: each contribution to 10⁻⁶ of
+# its shrunk value) and the doubles' relative error, allowed for in the sensitivity.
+ROUNDING, RELATIVE = 1e-6, 1e-9
+
+
+def centred_sensitivity(shift: int, centre: float, reach: float,
+                        rounding: float = 0.0) -> float:
+    """How far s values in [0, reach] can move Σ(x − a)² for a public a in [0, reach]:
+    each term lies in [0, D²], D = max(reach − a, a) (plus each term's ``rounding``)."""
+    distance = max(reach - centre, centre)
+    return shift * (distance * distance + rounding) * (1 + RELATIVE)
 
 
 def noisy_moments(kind: str, stats, column, shift: int, loss: Loss,
                   rng: RandomSource) -> Noisy:
-    """STDDEV/VARIANCE under DP from three noisy sums over the (clipped) scope, each with
-    ε/3 — the count N (sensitivity s), S1 = Σ(x − c) (values in [−h, h]: 2h·s) and
-    S2 = Σ(x − c)² (values in [0, h²]: h²·s) — combined afterwards (post-processing):
-    VAR = (S2 − S1²/N)/(N − 1) (÷ N for the population form), clamped to [0, largest].
-    The noise on the variance shrinks like 1/N, unlike the global sensitivity of the
-    variance itself ((U − L)²/2 whatever N). Sequential composition: 3 · ε/3 = ε.
-
-    The 95 % bound: each sum inside its 1 − 5 %/3 interval (union bound), the answer's
-    largest distance to the variance at the corners of that box (and at S1 = 0 when the
-    box holds it, where S1² is least)."""
+    """STDDEV/VARIANCE under DP without a drawn bound (values clamped to [L, U]): a noisy
+    count N (sensitivity s), a noisy S1 = Σ(x − L) (values in [0, U − L]: s·(U − L)),
+    whose m̂ = L + S1/N is then public, and a noisy S2 = Σ(x − m̂)² (values in [0, D²],
+    D = max(U − m̂, m̂ − L): s·D²), computed from n, Σx and M2 as M2 + n·(mean − m̂)²:
+    ``spread_about_mean``. Sequential (adaptive) composition of the three parts
+    (``spread_parts``): ε. Centred at m̂, the variance is not the small difference of
+    two large noisy numbers (S2/N − (S1/N)² about L cost 15× on ages)."""
     lower, upper = column.lower, column.upper
-    half = (upper - lower) / 2
-    first, second = moment_sums(stats.n, stats.total, stats.m2, lower, upper)
-    of_count, of_linear, of_square = loss.split(1, 1, 1)
+    width = upper - lower
+    of_count, _, rest = spread_parts(loss, drawn=False)
     step = grid_step(column.resolution)
-    count = laplace_integer(stats.n, shift, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
-    linear = laplace_real(first, clamped_sum_sensitivity(shift, -half, half), of_linear.epsilon,
-                          rng, step, MOMENTS_CONFIDENCE)
-    square = laplace_real(second, clamped_sum_sensitivity(shift, 0.0, half * half),
+    n = stats.n
+    first = stats.total - n * lower
+    count = laplace_integer(n, shift, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
+    of_mean, of_square = mean_and_squares(rest, count, shift)
+    linear_sensitivity = clamped_sum_sensitivity(shift, 0.0, width)
+    linear = laplace_real(first, linear_sensitivity, of_mean.epsilon, rng, step,
+                          MOMENTS_CONFIDENCE)
+    centre = released_centre(count, linear, width)
+    square = laplace_real(square_about(n, stats.total, stats.m2, lower + centre),
+                          centred_sensitivity(shift, centre, width),
                           of_square.epsilon, rng, step, MOMENTS_CONFIDENCE)
-    return spread_of_moments(kind, count, linear, square, lower, upper,
+    return spread_about_mean(kind, count, linear, square,
+                             float(linear_sensitivity / of_mean.epsilon), lower, upper,
                              "discrete Laplace / Laplace (sampled on the column's grid): "
-                             "noisy count and moment sums")
+                             "noisy count, mean and squared distances to it")
 
 
 MOMENTS_CONFIDENCE = 1 - 0.05 / 3  # each of three noisy sums: all three at once ≥ 95 %
+
+
+def spread_about_mean(kind: str, count: Noisy, linear: Noisy, square: Noisy,
+                      linear_scale: float, lower: float, upper: float,
+                      mechanism: str) -> Noisy:
+    """STDDEV/VARIANCE from a noisy count N, the noisy S1 the centre m̂ came from, and a
+    noisy S2 = Σ(x − m̂)² = M2 + n·(m − m̂)²: M2 ≈ S2 − 2b²/N (b the Laplace scale of
+    S1: E[n·(m − m̂)²] ≈ 2b²/N), over N − 1 (N for the population form), clamped to
+    [0, largest]; post-processing of the three. The 95 % bound: the largest distance at
+    the corners of N's and S2's intervals, with n·(m − m̂)² anywhere in [0, c₁²/N]
+    (c₁ S1's half-width)."""
+    form = POPULATION if kind.endswith("_pop") else SAMPLE
+    root = kind.startswith("stddev")
+    largest = largest_variance(form, lower, upper)
+    least = 2 if form == SAMPLE else 1
+
+    def combined(n: float, s2: float, less: float) -> float:
+        n = max(n, least)
+        value = (s2 - less) / (n - 1 if form == SAMPLE else n)
+        value = min(max(value, 0.0), largest)
+        return math.sqrt(value) if root else value
+
+    n = max(count.value, least)
+    value = combined(n, square.value, 2 * linear_scale * linear_scale / n)
+    low_n = max(count.value - count.ci95, least)
+    spread = max(abs(combined(size, s2, less) - value)
+                 for size in (low_n, count.value + count.ci95)
+                 for s2 in (square.value - square.ci95, square.value + square.ci95)
+                 for less in (0.0, linear.ci95 * linear.ci95 / low_n))
+    return Noisy(value, spread, mechanism)
+
+
+def clipped_centred_moments(kind: str, n: int, first, second, loss: Loss, count_scale: int,
+                            group_size: int, column, rng: RandomSource) -> Noisy:
+    """STDDEV/VARIANCE of one value per unit, its values clipped to L + B (docs/privacy.md
+    §3.14): the ladders ``first`` and ``second`` of x − L and (x − L)² (the same units
+    clipped at every rung: one value each), n the values in scope. The bound B (rung k)
+    is drawn from ``first`` unless its ladder is narrow (``draws_bound``: then the
+    top rung); then a noisy count, a noisy S1 = Σ min(x − L, B) (sensitivity g·B), the
+    centre a = S1/N within [0, B], and a noisy S2 = Σ(x̃ − L − a)², x̃ the clipped
+    values, from the ladders' sums (``centred_square_sum``): each unit's term lies in
+    [0, D²], D = max(B − a, a), so g·D² (plus the sums' rounding) bounds it."""
+    drawn = draws_bound(first.rungs)
+    of_count, of_draw, rest = spread_parts(loss, drawn)
+    count = laplace_integer(n, count_scale, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
+    of_mean, of_square = mean_and_squares(rest, count, group_size)
+    k = (draw_rung(first.beyond, of_draw.epsilon, group_size, rng) if drawn
+         else len(first.rungs) - 1)
+    bound = first.rungs[k]
+    linear = sum_at(first, k, of_mean, group_size, 0.0, 1.0, column.resolution, rng,
+                    MOMENTS_CONFIDENCE)
+    centre = released_centre(count, linear, bound)
+    rounding = ROUNDING * (sum_shrink(bound * bound) + 2 * centre * sum_shrink(bound))
+    square = laplace_real(centred_square_sum(second.clipped[k], first.clipped[k], n, centre),
+                          centred_sensitivity(group_size, centre, bound, rounding),
+                          of_square.epsilon, rng, grid_step(column.resolution ** 2),
+                          MOMENTS_CONFIDENCE)
+    return spread_about_mean(kind, count, linear, square,
+                             float(group_size * bound / of_mean.epsilon), column.lower,
+                             column.upper, "discrete Laplace / Laplace: noisy count, mean "
+                             "and squared distances to it, their bound "
+                             + ("by the exponential mechanism" if drawn else "the domain"))
 
 
 def spread_of_moments(kind: str, count: Noisy, linear: Noisy, square: Noisy, lower: float,

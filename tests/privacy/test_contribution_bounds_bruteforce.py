@@ -27,6 +27,7 @@ from proxy.privacy.contribution_bounds import (
     rung_weights,
     rungs,
 )
+from proxy.privacy.variance import centred_sensitivity, centred_square_sum
 from proxy.rules import Column
 from proxy.statistics import Contribution
 from tests.privacy.harness import (
@@ -280,3 +281,50 @@ def test_the_ladder_is_public_and_spans_the_largest_contribution():
     age = Column("age", "int", 0.0, 120.0)
     assert rungs(Contribution("age"), age, 1) == tuple(120 / 2 ** j for j in range(6, -1, -1))
     assert rungs(Contribution("age", 0.0, 2), age, 2)[-1] == (2 * 120) ** 2
+
+
+@pytest.mark.parametrize("units,group_size,groups", [(5, 1, 1), (5, 1, 2), (4, 2, 1)])
+def test_centred_square_of_clipped_values_moves_within_its_sensitivity(units, group_size,
+                                                                      groups):
+    """STDDEV of one value per unit (docs/privacy.md §3.14): the sum of squared distances
+    of the clipped values x̃ = L + min(x − L, B_k) to a released centre L + a, formed
+    from the two ladders' clipped sums and the count (centred_square_sum), is
+    Σ(x̃ − L − a)², and no neighbour moves it by more than centred_sensitivity's
+    g·max(B_k − a, a)² (plus rounding), for every rung and centres a in [0, B_k] (the
+    ends, reached, and inside)."""
+    column = Column("x", "float", LOWER, UPPER, declared_resolution=0.5)
+    first, second = Contribution("x", LOWER, 1), Contribution("x", LOWER, 2)
+    ladder = rungs(first, column, 1)
+    shares = (0.0, 0.3, 1.0)  # a = share·B_k
+
+    def statistic(records, check: bool = False):
+        moments = (ladder_of(records, LOWER, UPPER, ladder, groups, first),
+                   ladder_of(records, LOWER, UPPER, tuple(b * b for b in ladder), groups,
+                             second))
+        out = {}
+        for group in range(groups):
+            values = [normalise(r.value, LOWER, UPPER) for r in records
+                      if r.in_scope and r.group == group]
+            values = [v for v in values if v is not None]
+            for k, bound in enumerate(ladder):
+                for share in shares:
+                    a = share * bound
+                    out[group, k, share] = centred_square_sum(
+                        moments[1][group, k, "clipped"], moments[0][group, k, "clipped"],
+                        len(values), a)
+                    if check:
+                        direct = sum((min(v - LOWER, bound) - a) ** 2 for v in values)
+                        assert out[group, k, share] == pytest.approx(direct, abs=1e-9)
+        return out
+
+    bounds = {(group, k, share): centred_sensitivity(group_size, share * bound, bound)
+              for group in range(groups) for k, bound in enumerate(ladder)
+              for share in shares}
+    values = GRID + EXTREME if group_size == 1 else [0.0, 2.0, 5.0, 10.0, *EXTREME[:3]]
+    outcomes = assert_sound(statistic, lambda records: statistic(records, True) and bounds,
+                            datasets(17, 6, units, 1, groups),
+                            modifying(values, group_size, groups), change=changes)
+    for k, bound in enumerate(ladder):  # a value from one clip to the other, about an end
+        for share in (0.0, 1.0):
+            reached = max(o.worst[0, k, share] for o in outcomes)
+            assert reached >= group_size * bound * bound - 1e-6, (k, share, reached)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
 import pytest
 
@@ -16,10 +17,11 @@ from proxy.privacy.sensitivity import clamped_sum_sensitivity, groups_touched
 from proxy.privacy.variance import (
     POPULATION,
     SAMPLE,
+    centred_sensitivity,
     global_sensitivity_of_variance,
     largest_variance,
     local_sensitivity_of_variance,
-    moment_sums,
+    square_about,
     variance_of,
 )
 from tests.factories import random_datasets, rows_of
@@ -143,27 +145,33 @@ def test_distinct_units_per_group_privacy_loss(units, rows, group_size, groups):
 
 
 @pytest.mark.parametrize("units,rows,group_size", [(4, 2, 1), (4, 1, 2), (3, 3, 1)])
-def test_moment_sums_under_dp(units, rows, group_size):
-    """DP's three sums: Σ(x − c) over values in [−h, h] and Σ(x − c)² over [0, h²] move by
-    at most their clamped-sum sensitivities with shift s; and they are what n, Σx and M2
-    give (moment_sums)."""
-    half, centre = (UPPER - LOWER) / 2, (UPPER + LOWER) / 2
+def test_centred_moments_under_dp(units, rows, group_size):
+    """DP's sums without a drawn bound: Σ(x − L) over values in [0, U − L] moves by at
+    most s·(U − L), and Σ(x − L − a)² about a released centre a (public: any a in
+    [0, U − L], here the ends, the middle and off-centre) by at most
+    centred_sensitivity's s·max(U − L − a, a)², reached at the ends; and it is what n,
+    Σx and M2 give (square_about)."""
+    width = UPPER - LOWER
+    centres = (0.0, 3.0, width)
 
     def sums(rs):
-        values = in_domain(rs)
-        return {"Σ(x − c)": sum(v - centre for v in values),
-                "Σ(x − c)²": sum((v - centre) ** 2 for v in values)}
+        values = [v - LOWER for v in in_domain(rs)]
+        return {"Σ(x − L)": sum(values), **{a: sum((v - a) ** 2 for v in values)
+                                            for a in centres}}
 
     def bounds(records):
-        values = in_domain(records)
-        assert moment_sums(len(values), sum(values), _m2(values), LOWER, UPPER) == \
-            pytest.approx(tuple(sums(records).values()), abs=1e-9)
+        values, direct = in_domain(records), sums(records)
+        for a in centres:
+            assert square_about(len(values), sum(values), _m2(values), LOWER + a) == \
+                pytest.approx(direct[a], abs=1e-9)
         shift = contribution_bound(records) * group_size
-        return {"Σ(x − c)": clamped_sum_sensitivity(shift, -half, half),
-                "Σ(x − c)²": clamped_sum_sensitivity(shift, 0.0, half * half)}
+        return {"Σ(x − L)": clamped_sum_sensitivity(shift, 0.0, width),
+                **{a: centred_sensitivity(shift, a, width) for a in centres}}
 
-    assert_sound(sums, bounds, datasets(36, 15, units, rows),
-                 modifying([LOWER, UPPER, 5.0, *EXTREME], group_size))
+    outcomes = assert_sound(sums, bounds, datasets(36, 10, units, rows),
+                            modifying([LOWER, UPPER, 5.0, *EXTREME], group_size))
+    for a in (0.0, width):  # one value from one end to the other: (U − L)² per record
+        assert max(o.worst[a] for o in outcomes) >= group_size * width ** 2 - 1e-6
 
 
 @pytest.mark.parametrize("kind", ["var_samp", "var_pop", "stddev_samp", "stddev_pop"])
@@ -186,3 +194,26 @@ def test_noisy_moments_bound_covers_95_percent(kind):
         inside += abs(noisy.value - truth) <= noisy.ci95
         assert 0 <= noisy.value <= (100 if kind.startswith("stddev") else 100 ** 2 / 2)
     assert inside / runs >= 0.95
+
+
+@pytest.mark.parametrize("drawn", [True, False])
+def test_a_spreads_parts_add_up_to_its_loss_whatever_the_count(drawn):
+    """The mean's share of the moments follows the released count (adaptive
+    composition), within [1/20, 1/2]: the parts add up to the loss exactly for every
+    count, so what is charged is the query's ε; a small count gives the mean more."""
+    from proxy.privacy.mechanisms import Noisy
+    from proxy.privacy.variance import LEAST_MEAN, MOST_MEAN, mean_and_squares, spread_parts
+
+    loss = Loss.of(Fraction(1, 10))
+    of_count, of_draw, rest = spread_parts(loss, drawn)
+    assert (of_draw is not None) == drawn
+    shares = {}
+    for count in (-5, 0, 1, 100, 1_452, 20_000, 10 ** 9):
+        for shift in (1, 3):
+            of_mean, of_square = mean_and_squares(rest, Noisy(count, 1.0, ""), shift)
+            assert of_count.epsilon + (of_draw.epsilon if drawn else 0) + of_mean.epsilon \
+                + of_square.epsilon == loss.epsilon
+            shares[count, shift] = of_mean.epsilon / rest.epsilon
+            assert LEAST_MEAN <= shares[count, shift] <= MOST_MEAN
+    assert shares[1_452, 1] > shares[20_000, 1] > shares[10 ** 9, 1] == LEAST_MEAN
+    assert shares[0, 1] == MOST_MEAN and shares[1_452, 3] > shares[1_452, 1]
