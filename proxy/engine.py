@@ -363,7 +363,7 @@ class Engine:
                 return shift, {(): group}, None
             scan = exp.select(*folded).from_(table_ref(table.name))
             shift = self._shift(plan, tx, self.backend.fingerprint_text(
-                tx.execute(scan.sql(dialect=capabilities.dialect))[0]))
+                tx.execute(scan.sql(dialect=capabilities.dialect, copy=False))[0]))
             return shift, compute(plan, needs(shift), capabilities, None, tx.execute), None
         shift = self._shift(plan, tx, version)
         return shift, compute(plan, needs(shift), capabilities, None, tx.execute), version
@@ -431,7 +431,7 @@ class Engine:
                  if declared.numeric else exp.Min(this=column))
         query = exp.select(value).from_(table_ref(table.name)).where(plan.where)
         with self._in(plan, view) as reading:
-            return (reading.tx.execute(query.sql(dialect=self.backend.dialect))[0][0],
+            return (reading.tx.execute(query.sql(dialect=self.backend.dialect, copy=False))[0][0],
                     reading.version)
 
     def cached(self, analyst: str, plan: QueryPlan, charge: Charge,

@@ -154,7 +154,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
-    sql = annotated.sql(dialect="duckdb")
+    sql = annotated.sql(dialect="duckdb", copy=False)  # this tree is this call's own
     con = _connection()
     try:
         with stopping(con.interrupt):

@@ -115,8 +115,9 @@ def _always_null(sql: exp.Expression, constant: bool = True) -> _Value:
 def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Select, Table]:
     """The SELECT with every aggregate argument that is an expression (and every FILTER
     clause) replaced by a derived column, and the table with those columns added; the
-    rest of the analysis then sees plain columns."""
-    select = select.copy()
+    rest of the analysis then sees plain columns. ``select`` is changed in place: analysis
+    gives it merge_steps' own copy, and a second copy of the whole tree was 8 % of a
+    fresh analysis's time."""
     derived: dict[str, DerivedColumn] = {}
     parts = 0
     for node in list(select.find_all(exp.Filter)):
@@ -211,7 +212,7 @@ def _name(node: exp.Expression, resolve) -> str:
     shown = node.copy()
     for column in list(shown.find_all(exp.Column)):
         column.replace(exp.column(resolve(column)))
-    return shown.sql(dialect="postgres")
+    return shown.sql(dialect="postgres", copy=False)
 
 
 def _text(node: exp.Expression) -> str:

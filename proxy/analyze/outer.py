@@ -372,7 +372,7 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
             aliases[index] = table.alias_or_name
             table.replace(exp.to_table(release_table(index)).as_(aliases[index]))
     checkpoint()
-    return OuterQuery(outer.sql(dialect="postgres"), tuple(aliases), what)
+    return OuterQuery(outer.sql(dialect="postgres", copy=False), tuple(aliases), what)
 
 
 def _zero(node: exp.Expression) -> bool:

@@ -89,7 +89,7 @@ def statistics_query(
         checkpoint()
         final = final.with_(alias, as_=cte, copy=False)
     checkpoint()
-    return StatisticsQuery(final.sql(dialect=dialect), keys, needs, units)
+    return StatisticsQuery(final.sql(dialect=dialect, copy=False), keys, needs, units)
 
 
 def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:

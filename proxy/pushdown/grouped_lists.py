@@ -64,7 +64,8 @@ def grouped_list_statistics(
     statement = exp.select(*keys, *items).from_(scope.copy(), copy=False).group_by(
         *keys, copy=False)
     checkpoint()
-    groups, anchor_values = read_groups(execute(statement.sql(dialect="duckdb")), keys, needs,
+    groups, anchor_values = read_groups(execute(statement.sql(dialect="duckdb", copy=False)),
+                                        keys, needs,
                                         readers)
     if anchors and not _around_anchors(keys, anchors, anchor_values, groups, scope, execute):
         return None

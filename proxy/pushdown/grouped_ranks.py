@@ -39,7 +39,8 @@ def grouped_rank_statistics(
     counting = exp.select(*keys, *items).from_(scope.copy(), copy=False).group_by(*keys,
                                                                               copy=False)
     checkpoint()
-    groups, _ = read_groups(execute(counting.sql(dialect="postgres")), keys, needs, readers)
+    groups, _ = read_groups(execute(counting.sql(dialect="postgres", copy=False)), keys, needs,
+                            readers)
     ranked = [(index, need) for index, need in enumerate(needs) if need.ranks]
     items, asked = [], []  # asked[i][group key]: the ranks of items[i]'s array, in order
     for index, need in ranked:
@@ -63,7 +64,7 @@ def grouped_rank_statistics(
     if not items:
         return groups
     statement = exp.select(*keys, *items).from_(scope, copy=False).group_by(*keys, copy=False)
-    for row in execute(statement.sql(dialect="postgres")):
+    for row in execute(statement.sql(dialect="postgres", copy=False)):
         key = tuple(row[: len(keys)])
         for (need, ranks_of), values in zip(asked, row[len(keys):]):
             if key not in ranks_of:

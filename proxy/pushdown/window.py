@@ -82,13 +82,13 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         value = exp.column("c0")
         ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n]))
         low, high = (need.clamp_to_domain(v) for v in execute(
-            ends.from_(scope().subquery("s")).sql(dialect=dialect))[0][0])
+            ends.from_(scope().subquery("s")).sql(dialect=dialect, copy=False))[0][0])
         low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
         bucket = exp.case().when(value < low_sql, exp.null()).else_(value)
         grouped = (exp.select(exp.alias_(bucket, "v"), exp.Count(this=exp.Star()))
-                   .from_(scope().subquery("s")).where(value <= high_sql)
-                   .group_by(bucket.copy()))
-        counts = execute(grouped.sql(dialect=dialect))
+                   .from_(scope().subquery("s"), copy=False)  # the one copy of the scope
+                   .where(value <= high_sql, copy=False).group_by(bucket.copy(), copy=False))
+        counts = execute(grouped.sql(dialect=dialect, copy=False))
         below = sum(int(count) for v, count in counts if v is None)
         found, rank = [], below + 1  # the rank of the next value's first copy
         for v, count in sorted((need.clamp_to_domain(v), int(c)) for v, c in counts if v is not None):
@@ -142,7 +142,7 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
         for target, reach in spans])
     statement = exp.select(*keys, "v", "rn").from_(ranked.subquery("w")).where(within)
     found: dict[tuple, dict[int, float]] = {}
-    for row in execute(statement.sql(dialect=capabilities.dialect)):
+    for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):
         found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.clamp_to_domain(row[-2])
     return found
 
@@ -181,7 +181,7 @@ def rank_counts(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         under = exp.Max(this=exp.case().when(value < point, value.copy()))
         over = exp.Min(this=exp.case().when(value > point, value.copy()))
         statement = exp.select(below, through, under, over).from_(scope().subquery("s"))
-        ((a, b, low, high),) = execute(statement.sql(dialect=dialect))
+        ((a, b, low, high),) = execute(statement.sql(dialect=dialect, copy=False))
         return (int(a or 0), int(b or 0), None if low is None else need.clamp_to_domain(low),
                 None if high is None else need.clamp_to_domain(high))
 

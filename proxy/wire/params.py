@@ -104,7 +104,7 @@ def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) ->
                                "parameter value(s) were bound")
         replacements += [(node, _literal(values[number - 1])) for node in nodes]
     replace_all(replacements)
-    return tree.sql(dialect="postgres")
+    return tree.sql(dialect="postgres", copy=False)  # its own parse: no copy to render
 
 
 class BoundTexts:

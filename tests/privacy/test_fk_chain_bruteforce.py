@@ -24,6 +24,7 @@ clipped scope changes by at most the product of the declared bounds along the ch
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections import Counter
@@ -286,11 +287,17 @@ def _load(con, tables) -> None:
         refill(con, name, rows)
 
 
+@functools.cache
+def _plan(query: str, model: str):
+    """The query's plan, analysed once: analysis reads no data."""
+    return analyze(parse_statements(QUERIES[query][0])[0], RULES, Settings(model=model))
+
+
 def _pushed_down(con, tables, query: str, model: str = "idp"):
     """The plan, the shift (c read by the engine's SQL; DP: the declared bounds' product)
     and every group's statistics from the pushdown."""
     _load(con, tables)
-    plan = analyze(parse_statements(QUERIES[query][0])[0], RULES, Settings(model=model))
+    plan = _plan(query, model)
 
     def execute(sql):
         return con.execute(sql).fetchall()
