@@ -225,7 +225,7 @@ def no_noise(monkeypatch):
     through the same window a draw reads; an empty scope the domain's lower end. A
     clipped sum takes the ladder's top rung, which clips nothing (the true sum), also
     where one rung was drawn for all groups (``joint_sum_at``)."""
-    from proxy.privacy import inverse_sensitivity, noisy_answers
+    from proxy.privacy import inverse_sensitivity, noisy_answers, variance
     from proxy.privacy.mechanisms import Noisy
     from proxy.privacy.requests import RankRequest
 
@@ -248,6 +248,11 @@ def no_noise(monkeypatch):
     monkeypatch.setattr(noisy_answers, "sum_at", exact_at)
     monkeypatch.setattr(noisy_answers, "joint_sum_at", unclipped_at)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
+    # the spreads' noisy count, mean and squares, their bound the top rung
+    monkeypatch.setattr(variance, "laplace_real", exact)
+    monkeypatch.setattr(variance, "laplace_integer", exact)
+    monkeypatch.setattr(variance, "sum_at", exact_at)
+    monkeypatch.setattr(variance, "draw_rung", lambda beyond, *args, **kwargs: len(beyond) - 1)
 
 
 @pytest.fixture(scope="module")

@@ -295,7 +295,8 @@ def spread_about_mean(kind: str, count: Noisy, linear: Noisy, square: Noisy,
         return math.sqrt(value) if root else value
 
     n = max(count.value, least)
-    value = combined(n, square.value, 2 * linear_scale * linear_scale / n)
+    # the correction is for S1's noise: an S1 released exactly (no interval) needs none
+    value = combined(n, square.value, 2 * linear_scale * linear_scale / n if linear.ci95 else 0.0)
     low_n = max(count.value - count.ci95, least)
     spread = max(abs(combined(size, s2, less) - value)
                  for size in (low_n, count.value + count.ci95)
