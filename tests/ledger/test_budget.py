@@ -408,7 +408,7 @@ def test_debits_at_once_share_commits_and_each_is_still_conditional(backend_url)
     statuses = [e[9] for e in engine.ledger.entries()]
     assert statuses.count("charged") == 30 and statuses.count("refused: budget") == 34
     _balanced_ledger(engine)
-    if engine.backend.capabilities.group_commit:
+    if engine.ledger.backend.capabilities.group_commit:
         assert len(batches) < 64, batches  # fewer commits than debits
     engine.backend.close()
 
@@ -418,7 +418,7 @@ def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(duckdb
     query fails (QueryCanceled, nothing debited) and the other debits of the batch go
     into the next one."""
     engine = _grouped_engine(duckdb_url)
-    assert engine.backend.capabilities.group_commit
+    assert engine.ledger.backend.capabilities.group_commit
     take, seen, cancelled = engine.ledger._take, [], []
 
     def cancelling(tx, debit):
@@ -442,7 +442,7 @@ def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url): 
     """A session cancelled while its debit waits for the next group commit fails with
     QueryCanceled and pays nothing; the batch's other debits commit."""
     engine = _grouped_engine(duckdb_url)
-    assert engine.backend.capabilities.group_commit
+    assert engine.ledger.backend.capabilities.group_commit
     ledger, outcomes, threads = engine.ledger, {}, {}
     for analyst in "ab":
         ledger.ensure_analyst(analyst)
@@ -456,7 +456,7 @@ def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url): 
         except QueryCanceled:
             outcomes[analyst] = "cancelled"
 
-    with engine.backend._lock:  # the writer lock: a leads the batch and waits for it
+    with engine.ledger.backend._lock:  # the writer lock: a leads the batch and waits for it
         threading.Thread(target=debit, args=("a",)).start()
         while not ledger._leading:
             time.sleep(0.01)

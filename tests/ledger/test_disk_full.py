@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 
+import duckdb
 import psycopg
 import pytest
 
@@ -67,7 +68,15 @@ def _ask(con, number: int) -> str:
 
 
 def _served(tmp_path: Path, disk: Path) -> Served:
-    return Served.prepare(tmp_path, served_rules(), f"duckdb:///{disk / 'data.duckdb'}")
+    """A DuckDB file that holds its ledger itself (made before the SQLite store beside
+    it, docs/budget.md "Where the ledger lives"): DuckDB's WAL and checkpoints meet
+    the full disk."""
+    served = Served.prepare(tmp_path, served_rules(), f"duckdb:///{disk / 'data.duckdb'}")
+    with duckdb.connect(str(disk / "data.duckdb")) as con:
+        con.execute("CREATE SCHEMA idp")
+        con.execute("CREATE TABLE idp.budgets (analyst TEXT PRIMARY KEY, budget_micro "
+                    "BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)")
+    return served
 
 
 def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> None:
