@@ -21,8 +21,8 @@ from proxy.analyze.shapes import canonical_sql
 from proxy.backends import open_backend
 from proxy.demo import located_rules
 from proxy.engine import Engine
-from proxy.errors import BackendUnavailable, QueryCanceled, RolledBack
-from proxy.ledger import Charge
+from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled, RolledBack
+from proxy.ledger import Charge, Ledger
 from proxy.loss import Loss
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -528,3 +528,36 @@ def test_one_analysts_racing_debits_under_a_global_budget_never_deadlock(postgre
             assert [outcome for _, outcome in outcomes] == ["answer"] * 64, outcomes
         _balanced_ledger(engine)
         engine.backend.close()
+
+
+def test_the_embedded_duckdb_keeps_its_ledger_in_a_sqlite_file_beside_it(tmp_path):
+    """docs/budget.md "Where the ledger lives": the debit is in FILE.ledger.sqlite, read
+    again when the file is opened again; a file that held its ledger before the store
+    keeps it; a data file whose store went missing is refused, not served afresh."""
+    data, old = tmp_path / "data.duckdb", tmp_path / "old.duckdb"
+    url = f"duckdb:///{data}"
+    load_people(url, 20)
+    backend = open_backend(url)
+    engine = Engine(parse_rules(GROUPED_RULES), backend)
+    assert engine.ledger.backend is not backend and engine.cache.backend is engine.ledger.backend
+    engine.ledger.ensure_analyst("a")
+    engine.ledger.debit(Charge("a", "SELECT 1", "idp", "count", Loss.of(Decimal("0.05")),
+                               "one record"))
+    backend.close()
+    backend = open_backend(url)
+    assert Ledger(backend.ledger_store(), parse_rules(GROUPED_RULES)).budgets("a")[0][2] == \
+        Decimal("0.05")
+    backend.close()
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"data.duckdb.ledger.sqlite{suffix}").unlink(missing_ok=True)
+    backend = open_backend(url)
+    with pytest.raises(BackendFailed, match="ledger.sqlite, which is missing"):
+        backend.ledger_store()
+    backend.close()
+    backend = open_backend(f"duckdb:///{old}")
+    backend.query("CREATE SCHEMA idp")
+    backend.query("CREATE TABLE idp.budgets (analyst TEXT PRIMARY KEY, budget_micro BIGINT "
+                  "NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)")
+    assert backend.ledger_store() is backend
+    backend.close()
+    assert not (tmp_path / "old.duckdb.ledger.sqlite").exists()
