@@ -171,11 +171,11 @@ class SQLiteStore(Backend):
     def _begun(self, con: sqlite3.Connection, begin: str, durable: bool
                ) -> Iterator[Transaction]:
         with self._running(con):
-            with _errors(begin):
-                if not durable:
-                    con.execute("PRAGMA synchronous=NORMAL")
-                con.execute(begin)
+            if not durable:  # this commit only; a FULL one syncs what it left behind
+                con.execute("PRAGMA synchronous=NORMAL")
             try:
+                with _errors(begin):
+                    con.execute(begin)
                 yield _SQLiteTransaction(self._stopped, con, self)
                 with _errors("COMMIT"):
                     con.execute("COMMIT")
