@@ -23,6 +23,7 @@ import pytest
 
 from proxy.backends import duckdb_backend
 from proxy.backends.postgres_backend import PostgresBackend
+from proxy.backends.sqlite_store import SQLiteStore
 from proxy.errors import DiskFull
 from tests.factories import Served, served_rules
 from tests.wireserver import serving_in_process
@@ -194,3 +195,26 @@ def test_postgresql_disk_full_is_53100_and_the_connection_stays(fresh_postgres, 
         backend.close()
     (line,) = [record.getMessage() for record in caplog.records]
     assert line.startswith("postgres: disk full: could not extend file") and "\n" not in line
+
+
+def test_the_sqlite_store_on_a_full_disk_is_53100_and_nothing_of_a_failed_write_stays(
+        tmp_path):
+    """The DuckDB file's SQLite store (docs/budget.md "Where the ledger lives"): a write
+    its WAL has no room for fails with DiskFull and leaves nothing; once there is room
+    the store takes writes again, holding exactly those that committed."""
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        store = SQLiteStore(str(disk / "data.duckdb.ledger.sqlite"))
+        store.query("CREATE TABLE IF NOT EXISTS idp.t (a TEXT)")
+        filler = fill(disk)
+        outcomes = []
+        for _ in range(40):
+            try:
+                store.query("INSERT INTO idp.t VALUES (%s)", ("x" * 20_000,))
+                outcomes.append("committed")
+            except DiskFull:
+                outcomes.append("53100")
+        filler.unlink()
+        store.query("INSERT INTO idp.t VALUES (%s)", ("y",))
+        assert store.read("SELECT count(*) FROM idp.t") == [(outcomes.count("committed") + 1,)]
+        store.close()
+    assert "53100" in outcomes
