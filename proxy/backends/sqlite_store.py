@@ -1,7 +1,7 @@
 """A SQLite store (standard library) for the ledger, the logins and the answer cache.
 
-DuckDB is made for scans: a debit's commit there (its WAL, its group commit) cost about
-2 ms, and the answer cache's entry and the login reads about as much again. SQLite in
+DuckDB is made for scans: a debit's group commit and the answer cache's entry there
+were 56 % of a fresh COUNT's 13.9 ms over the wire (benchmarks/README.md). SQLite in
 WAL mode is made for small transactions: a debit commits in a fraction of a
 millisecond. The embedded DuckDB backend keeps its ledger here by default, beside its
 file (``DuckDBBackend.ledger_store``); the data, and so the data version the answer
