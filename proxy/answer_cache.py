@@ -65,12 +65,13 @@ class AnswerCache:
         insert = ("INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
                   "VALUES (%s, %s, %s, %s, %s)", (analyst, key, table, version, text))
         try:
-            if self._pruned.get(table) == version:
-                self.backend.query(*insert)  # alone (PostgreSQL: one round trip)
+            # not durable: an entry lost in a crash costs a repeat its charge, not privacy
+            if self._pruned.get(table) == version:  # alone (PostgreSQL: one round trip)
+                self.backend.query(*insert, durable=False)
             else:
-                with self.backend.transaction() as tx:  # older versions can never match
+                with self.backend.transaction(durable=False) as tx:  # older versions
                     tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
-                               (table, version))
+                               (table, version))  # can never match
                     tx.execute(*insert)
         except KeyTaken:
             with self.backend.transaction(snapshot=True) as tx:

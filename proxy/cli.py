@@ -133,7 +133,7 @@ def _target(rules_path: str | None, backend: str | None, target: str) -> Any:
         return Analyst(Engine(rules, opened, store=store))
     from proxy.ledger import Ledger
 
-    ledger = Ledger(store or opened, rules)
+    ledger = Ledger(store or opened.ledger_store(), rules)
     if target == "ledger":
         return ledger
     from proxy.users import Users
@@ -764,7 +764,7 @@ def _console_read(rules_path, backend, ledger_url, what) -> tuple[list[str], lis
         target, held = reach_server(exc, "ledger"), None
     else:
         held = store or opened
-        target = Ledger(held, rules)
+        target = Ledger(held.ledger_store(), rules)
     try:
         if what == "budgets":
             rows = target.budgets(None)

@@ -99,14 +99,15 @@ class Engine:
     def __init__(self, rules: Rules, backend: Backend, rng: RandomSource | None = None,
                  store: Backend | None = None) -> None:
         """``store``: where the ledger, the logins and the answer cache live, when not
-        in ``backend`` (a Spark backend has no transactions to keep them)."""
+        where ``backend`` keeps them (``Backend.ledger_store``: a Spark backend has no
+        transactions to keep them)."""
         self.rules = rules
         self.backend = backend
         backend.probe_capabilities()
         _attach(rules, backend)
         _check_schema(rules, backend)
-        self.ledger = Ledger(store or backend, rules)
-        self.cache = AnswerCache(store or backend)
+        self.ledger = Ledger(store or backend.ledger_store(), rules)
+        self.cache = AnswerCache(self.ledger.backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
             if not table.public or table.join_keys:  # a joinable public table's keys, too

@@ -545,7 +545,7 @@ class Ledger:
             if not batch:
                 return 0
             try:
-                with self.backend.transaction() as tx:
+                with self.backend.transaction(durable=False) as tx:  # audit rows only
                     for start in range(0, len(batch), 100):
                         self._append_replays(tx, batch[start:start + 100])
             except BaseException:

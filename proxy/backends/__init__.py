@@ -1,7 +1,9 @@
 """Backends: where the data lives and where every statistic is computed.
 
 A backend runs SQL text that pushdown/ generated for its dialect and returns the few
-statistic rows; it also hosts the ledger's side tables. Errors are translated so that
+statistic rows; it also hosts the ledger's side tables, or names the store that does
+(``Backend.ledger_store``: the embedded DuckDB's is a SQLite file beside it,
+sqlite_store.py). Errors are translated so that
 the backend's own text never reaches an analyst (SPEC §9).
 
 A backend is one module here, a ``Backend`` subclass (base.py) that declares its

@@ -168,9 +168,10 @@ class Backend(ABC):
         """Interrupt the statement running on ``handle`` (called with the interrupt lock
         held, from another thread)."""
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        """Run one statement in its own transaction and return all rows."""
-        with self.transaction() as tx:
+    def query(self, sql: str, params: Sequence[Any] = (), durable: bool = True) -> list[tuple]:
+        """Run one statement in its own transaction and return all rows (``durable``:
+        as ``transaction``'s)."""
+        with self.transaction(durable=durable) as tx:
             return tx.execute(sql, params)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -196,18 +197,29 @@ class Backend(ABC):
 
     @abstractmethod
     @contextmanager
-    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
+    def transaction(self, snapshot: bool = False, durable: bool = True
+                    ) -> Iterator[Transaction]:
         """A transaction that commits on success and rolls back on any exception.
 
         ``snapshot``: every read sees the same snapshot (REPEATABLE READ on PostgreSQL;
         DuckDB transactions always do). Writers keep READ COMMITTED, under which the
-        ledger's conditional UPDATE re-checks the budget after waiting for a racer."""
+        ledger's conditional UPDATE re-checks the budget after waiting for a racer.
+        ``durable=False``: a write whose loss in a crash costs budget, never privacy (an
+        answer cache entry, the replays' audit rows) may commit without waiting for the
+        disk where the store can tell the two apart (the SQLite store); others sync
+        every commit."""
 
     def readable(self, tx: Transaction) -> bool:
         """Whether ``tx``, still open, can run further statements (a snapshot kept open
         across another transaction: the engine reads the cache and the statistics in one
         snapshot, with the ledger's debit committed in between)."""
         return True
+
+    def ledger_store(self) -> Backend:
+        """Where the ledger, the logins and the answer cache live when no ``--ledger``
+        names a store: the backend itself, unless it keeps a store of its own beside
+        it (closed with it)."""
+        return self
 
     def attach(self, table: str, location: str) -> None:
         """Read ``table`` from the Parquet files at ``location`` (the rules' ``location``):

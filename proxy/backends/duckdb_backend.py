@@ -28,6 +28,9 @@ from proxy.pgtypes import postgres_type
 # Settings that SPEC §9 requires: no file or network access from SQL, and the
 # configuration locked so that a statement cannot switch it back on.
 _HARDENED = {"enable_external_access": False, "lock_configuration": True}
+# The ledger's SQLite store beside a DuckDB file (``DuckDBBackend.ledger_store``).
+STORE_FILE = "{path}.ledger.sqlite"
+_ELSEWHERE = "ledger_elsewhere"  # in the data file: its ledger is in the store beside it
 
 
 class DuckDBBackend(Backend):
@@ -50,6 +53,7 @@ class DuckDBBackend(Backend):
         self._content: dict[tuple, str] = {}  # (table, columns, rows) -> hash of every row
         self._base_tables: set[str] = set()  # names known to be base tables, not views
         self._writes = 0  # write transactions ended (``quiet_mark``)
+        self._store: Backend | None = None  # ``ledger_store``, made on first use
 
     def _open(self) -> duckdb.DuckDBPyConnection:
         try:
@@ -87,7 +91,8 @@ class DuckDBBackend(Backend):
         return cls(path, options.get("memory_limit"))
 
     @contextmanager
-    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
+    def transaction(self, snapshot: bool = False, durable: bool = True
+                    ) -> Iterator[Transaction]:
         """Writers take turns (DuckDB's optimistic concurrency would fail one of two
         debits of the same budget row); snapshot readers run beside them and each other,
         each on its own cursor."""
@@ -141,6 +146,38 @@ class DuckDBBackend(Backend):
                           one_line(exc))
                 self._invalid = con
 
+    def ledger_store(self) -> Backend:
+        """The SQLite store beside the file (``FILE.ledger.sqlite``; in memory beside an
+        in-memory database), made for the ledger's small transactions; made on first
+        use. A file whose schema idp holds a ledger already, with no store beside it
+        (made before the store), keeps it: nothing is copied, so no debit can be lost
+        or counted twice (docs/budget.md, "Where the ledger lives")."""
+        if self._store is None:
+            from proxy.backends.sqlite_store import SQLiteStore
+
+            if self.path == ":memory:":
+                self._store = SQLiteStore(":memory:")
+                return self._store
+            beside = STORE_FILE.format(path=self.path)
+            if not os.path.exists(beside):
+                held = {name for name, in self.read("SELECT table_name FROM duckdb_tables() "
+                                                    "WHERE schema_name = 'idp'")}
+                if "budgets" in held:
+                    self._store = self
+                    return self._store
+                if _ELSEWHERE in held:  # deleted, or the data file restored alone
+                    raise BackendFailed(
+                        f"the ledger of {self.path} is kept in {beside}, which is missing: "
+                        "restore it beside the data file (without it every budget would "
+                        "start full again)", "58P01")
+                with self.transaction() as tx:  # the mark that a store was made
+                    tx.execute("CREATE SCHEMA IF NOT EXISTS idp")
+                    tx.execute(f"CREATE TABLE IF NOT EXISTS idp.{_ELSEWHERE} (store TEXT)")
+                    tx.execute(f"INSERT INTO idp.{_ELSEWHERE} VALUES (%s)",
+                               (Path(beside).name,))
+            self._store = SQLiteStore(beside)
+        return self._store
+
     def readable(self, tx: Transaction) -> bool:
         """Not once the database was (or is to be) opened again after a fatal error:
         the transaction's cursor belongs to the old connection."""
@@ -190,6 +227,8 @@ class DuckDBBackend(Backend):
         return [exp.Count(this=column), exp.Sum(this=exp.func("hash", column))]
 
     def close(self) -> None:
+        if self._store is not None and self._store is not self:
+            self._store.close()
         with self._lock:
             self._con.close()
 

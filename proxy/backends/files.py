@@ -1,15 +1,15 @@
 """CSV and Parquet files served directly (issue 36 item 3): ``--backend data.csv``,
 ``--backend file.parquet`` or ``--backend folder/`` becomes an embedded DuckDB file
 beside the data holding an imported copy of each file, one table per file named after
-it, and the proxy's ledger.
+it (its ledger in the SQLite store beside that file, ``DuckDBBackend.ledger_store``).
 
 A copy, not views over ``read_csv``/``read_parquet``: the DuckDB backend is opened with
 external access switched off and its configuration locked (SPEC §9, duckdb_backend's
 ``_HARDENED``), so a view reading a file would fail inside the proxy; and the ledger
 needs a database file to live in anyway. The copy is refreshed by the next command or
 start after a file's size or modification time changes (the table is replaced; a file
-removed from a folder drops its table; the ledger, logins and answer cache in schema
-``idp`` are kept), so budgets survive restarts and edits of the data. A running server
+removed from a folder drops its table; the ledger, logins and answer cache in its
+store are kept), so budgets survive restarts and edits of the data. A running server
 keeps serving the copy it started with."""
 
 from __future__ import annotations

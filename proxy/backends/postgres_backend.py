@@ -128,7 +128,8 @@ class PostgresBackend(Backend):
                                  f"as {role}: {cause}; {hint}") from None
 
     @contextmanager
-    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
+    def transaction(self, snapshot: bool = False, durable: bool = True
+                    ) -> Iterator[Transaction]:
         """On a connection of its own from the pool (see ConnectionPool for which are
         reused). BEGIN and COMMIT are plain statements, not psycopg's transaction
         blocks, whose bookkeeping a cancel landing on BEGIN would confuse."""
@@ -144,7 +145,7 @@ class PostgresBackend(Backend):
                 self._roll_back(con)
                 raise
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    def query(self, sql: str, params: Sequence[Any] = (), durable: bool = True) -> list[tuple]:
         return self._alone(sql, params)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:

@@ -117,7 +117,8 @@ class SparkBackend(Backend):
         return self._session
 
     @contextmanager
-    def transaction(self, snapshot: bool = False) -> Iterator[Transaction]:
+    def transaction(self, snapshot: bool = False, durable: bool = True
+                    ) -> Iterator[Transaction]:
         """A scope for one query's statements (no isolation: Spark has no transactions).
         Each is tagged, so that ``interrupt`` stops it with ``interruptTag``."""
         tag = f"idp-{next(_tags)}"

@@ -124,7 +124,7 @@ def test_a_change_of_the_data_is_charged_again_and_drops_the_old_entries(url, ch
         _write(url, change)
     run(zoe, QUERY)
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
-    assert engine.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 1
+    assert engine.ledger.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 1
 
 
 def test_a_view_is_answered_but_not_cached(url):
@@ -154,7 +154,7 @@ def test_the_cache_can_be_switched_off(url):
     first, second = run(zoe, QUERY)[0], run(zoe, QUERY)[0]
     assert first.rows != second.rows  # fresh noise: the medians differ
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
-    assert engine.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 0
+    assert engine.ledger.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 0
 
 
 def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
@@ -164,31 +164,35 @@ def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
     engine = _engine(url)
     zoe = Session.open(engine, "zoe")
     versions, writes, alone = [], [], []
-    backend = engine.backend
-    data_version, transaction, query = backend.data_version, backend.transaction, backend.query
+    backend, store = engine.backend, engine.ledger.backend  # DuckDB: its SQLite store
+    data_version, transaction, query = backend.data_version, store.transaction, store.query
 
     def version(tx, table):
         versions.append(table)
         return data_version(tx, table)
 
-    def counted(snapshot=False):
+    def counted(snapshot=False, durable=True):
         if not alone:  # else counted as the statement's own (DuckDB's query is one)
             writes.append(not snapshot)
-        return transaction(snapshot)
+        return transaction(snapshot, durable)
 
-    def one_statement(sql, params=()):  # a write alone (PostgreSQL: no BEGIN)
+    def one_statement(sql, params=(), durable=True):  # a write alone (PostgreSQL: no BEGIN)
         writes.append(True)
         alone.append(sql)
         try:
-            return query(sql, params)
+            return query(sql, params, durable)
         finally:
             alone.pop()
 
-    backend.data_version, backend.transaction, backend.query = version, counted, one_statement
+    backend.data_version = version
+    store.transaction, store.query = counted, one_statement
     first = run(zoe, QUERY)[0]
     assert (len(versions), sum(writes)) == (1, 2)
     assert run(zoe, QUERY)[0].rows == first.rows
-    assert (len(versions), sum(writes)) == (2, 2)  # its row kept, written in a batch
+    # DuckDB: nothing written to the data since (the ledger is in its store), so the
+    # version read first still stands; its row kept, written in a batch
+    read_again = 1 if engine.backend.quiet_mark() is not None else 2
+    assert (len(versions), sum(writes)) == (read_again, 2)
     assert _statuses(engine) == [("charged", Decimal("0.6")), ("served from cache", 0)]
     assert sum(writes) == 3  # the batch, written when the ledger was read
 
@@ -226,7 +230,7 @@ def test_the_answer_stored_first_is_the_one_both_racers_get(url):
     second = cache.store("zoe", "k", "people", "v1", {"rows": [[2.0]]})
     assert first == second == {"rows": [[1.0]]}
     assert cache.store("zoe", "k", "people", "v1", {"rows": [[3.0]]}) == first
-    with engine.backend.transaction(snapshot=True) as tx:
+    with engine.ledger.backend.transaction(snapshot=True) as tx:
         assert tx.execute("SELECT count(*) FROM idp.answers") == [(1,)]
         assert cache.lookup(tx, "zoe", "k") == first
     assert cache.store("ann", "k", "people", "v1", {"rows": [[4.0]]}) == {"rows": [[4.0]]}

@@ -21,8 +21,8 @@ from proxy.analyze.shapes import canonical_sql
 from proxy.backends import open_backend
 from proxy.demo import located_rules
 from proxy.engine import Engine
-from proxy.errors import BackendUnavailable, QueryCanceled, RolledBack
-from proxy.ledger import Charge
+from proxy.errors import BackendFailed, BackendUnavailable, QueryCanceled, RolledBack
+from proxy.ledger import Charge, Ledger
 from proxy.loss import Loss
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -408,7 +408,7 @@ def test_debits_at_once_share_commits_and_each_is_still_conditional(backend_url)
     statuses = [e[9] for e in engine.ledger.entries()]
     assert statuses.count("charged") == 30 and statuses.count("refused: budget") == 34
     _balanced_ledger(engine)
-    if engine.backend.capabilities.group_commit:
+    if engine.ledger.backend.capabilities.group_commit:
         assert len(batches) < 64, batches  # fewer commits than debits
     engine.backend.close()
 
@@ -418,7 +418,7 @@ def test_a_cancel_of_the_session_leading_a_batch_fails_only_its_own_debit(duckdb
     query fails (QueryCanceled, nothing debited) and the other debits of the batch go
     into the next one."""
     engine = _grouped_engine(duckdb_url)
-    assert engine.backend.capabilities.group_commit
+    assert engine.ledger.backend.capabilities.group_commit
     take, seen, cancelled = engine.ledger._take, [], []
 
     def cancelling(tx, debit):
@@ -442,7 +442,7 @@ def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url): 
     """A session cancelled while its debit waits for the next group commit fails with
     QueryCanceled and pays nothing; the batch's other debits commit."""
     engine = _grouped_engine(duckdb_url)
-    assert engine.backend.capabilities.group_commit
+    assert engine.ledger.backend.capabilities.group_commit
     ledger, outcomes, threads = engine.ledger, {}, {}
     for analyst in "ab":
         ledger.ensure_analyst(analyst)
@@ -456,7 +456,7 @@ def test_a_debit_cancelled_while_it_waits_for_a_batch_is_not_taken(duckdb_url): 
         except QueryCanceled:
             outcomes[analyst] = "cancelled"
 
-    with engine.backend._lock:  # the writer lock: a leads the batch and waits for it
+    with engine.ledger.backend._lock:  # the writer lock: a leads the batch and waits for it
         threading.Thread(target=debit, args=("a",)).start()
         while not ledger._leading:
             time.sleep(0.01)
@@ -528,3 +528,36 @@ def test_one_analysts_racing_debits_under_a_global_budget_never_deadlock(postgre
             assert [outcome for _, outcome in outcomes] == ["answer"] * 64, outcomes
         _balanced_ledger(engine)
         engine.backend.close()
+
+
+def test_the_embedded_duckdb_keeps_its_ledger_in_a_sqlite_file_beside_it(tmp_path):
+    """docs/budget.md "Where the ledger lives": the debit is in FILE.ledger.sqlite, read
+    again when the file is opened again; a file that held its ledger before the store
+    keeps it; a data file whose store went missing is refused, not served afresh."""
+    data, old = tmp_path / "data.duckdb", tmp_path / "old.duckdb"
+    url = f"duckdb:///{data}"
+    load_people(url, 20)
+    backend = open_backend(url)
+    engine = Engine(parse_rules(GROUPED_RULES), backend)
+    assert engine.ledger.backend is not backend and engine.cache.backend is engine.ledger.backend
+    engine.ledger.ensure_analyst("a")
+    engine.ledger.debit(Charge("a", "SELECT 1", "idp", "count", Loss.of(Decimal("0.05")),
+                               "one record"))
+    backend.close()
+    backend = open_backend(url)
+    assert Ledger(backend.ledger_store(), parse_rules(GROUPED_RULES)).budgets("a")[0][2] == \
+        Decimal("0.05")
+    backend.close()
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"data.duckdb.ledger.sqlite{suffix}").unlink(missing_ok=True)
+    backend = open_backend(url)
+    with pytest.raises(BackendFailed, match="ledger.sqlite, which is missing"):
+        backend.ledger_store()
+    backend.close()
+    backend = open_backend(f"duckdb:///{old}")
+    backend.query("CREATE SCHEMA idp")
+    backend.query("CREATE TABLE idp.budgets (analyst TEXT PRIMARY KEY, budget_micro BIGINT "
+                  "NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)")
+    assert backend.ledger_store() is backend
+    backend.close()
+    assert not (tmp_path / "old.duckdb.ledger.sqlite").exists()

@@ -17,11 +17,13 @@ from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 
+import duckdb
 import psycopg
 import pytest
 
 from proxy.backends import duckdb_backend
 from proxy.backends.postgres_backend import PostgresBackend
+from proxy.backends.sqlite_store import SQLiteStore
 from proxy.errors import DiskFull
 from tests.factories import Served, served_rules
 from tests.wireserver import serving_in_process
@@ -67,7 +69,15 @@ def _ask(con, number: int) -> str:
 
 
 def _served(tmp_path: Path, disk: Path) -> Served:
-    return Served.prepare(tmp_path, served_rules(), f"duckdb:///{disk / 'data.duckdb'}")
+    """A DuckDB file that holds its ledger itself (made before the SQLite store beside
+    it, docs/budget.md "Where the ledger lives"): DuckDB's WAL and checkpoints meet
+    the full disk."""
+    served = Served.prepare(tmp_path, served_rules(), f"duckdb:///{disk / 'data.duckdb'}")
+    with duckdb.connect(str(disk / "data.duckdb")) as con:
+        con.execute("CREATE SCHEMA idp")
+        con.execute("CREATE TABLE idp.budgets (analyst TEXT PRIMARY KEY, budget_micro "
+                    "BIGINT NOT NULL, spent_micro BIGINT NOT NULL DEFAULT 0)")
+    return served
 
 
 def _full_then_freed(proxy, disk: Path, logged: Callable[[], list[str]]) -> int:
@@ -199,3 +209,26 @@ def test_postgresql_disk_full_is_53100_and_the_connection_stays(fresh_postgres, 
         backend.close()
     (line,) = [record.getMessage() for record in caplog.records]
     assert line.startswith("postgres: disk full: could not extend file") and "\n" not in line
+
+
+def test_the_sqlite_store_on_a_full_disk_is_53100_and_nothing_of_a_failed_write_stays(
+        tmp_path):
+    """The DuckDB file's SQLite store (docs/budget.md "Where the ledger lives"): a write
+    its WAL has no room for fails with DiskFull and leaves nothing; once there is room
+    the store takes writes again, holding exactly those that committed."""
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        store = SQLiteStore(str(disk / "data.duckdb.ledger.sqlite"))
+        store.query("CREATE TABLE IF NOT EXISTS idp.t (a TEXT)")
+        filler = fill(disk)
+        outcomes = []
+        for _ in range(40):
+            try:
+                store.query("INSERT INTO idp.t VALUES (%s)", ("x" * 20_000,))
+                outcomes.append("committed")
+            except DiskFull:
+                outcomes.append("53100")
+        filler.unlink()
+        store.query("INSERT INTO idp.t VALUES (%s)", ("y",))
+        assert store.read("SELECT count(*) FROM idp.t") == [(outcomes.count("committed") + 1,)]
+        store.close()
+    assert "53100" in outcomes

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from decimal import Decimal
 from pathlib import Path
 
-import duckdb
 import psycopg
 import pytest
 
 from proxy import ledger as ledger_module
 from proxy.backends import open_backend
+from proxy.backends.duckdb_backend import STORE_FILE
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -43,11 +43,12 @@ def engine(backend_url):
 def _written(engine) -> list[tuple]:
     """The ledger's committed rows (status, ε, ρ), read past Ledger.entries (which
     writes the kept rows first)."""
-    return engine.backend.read("SELECT status, epsilon_micro, rho FROM idp.ledger ORDER BY id")
+    return engine.ledger.backend.read("SELECT status, epsilon_micro, rho FROM idp.ledger "
+                                     "ORDER BY id")
 
 
 def _spent(engine, analyst: str = "zoe") -> tuple:
-    return tuple(engine.backend.read("SELECT spent_micro, spent_rho FROM idp.budgets "
+    return tuple(engine.ledger.backend.read("SELECT spent_micro, spent_rho FROM idp.budgets "
                                      "WHERE analyst = %s", (analyst,))[0])
 
 
@@ -56,19 +57,20 @@ def test_a_replay_writes_nothing_until_its_batch_and_spends_nothing(engine):
     first = run(zoe, QUERY)[0]
     spent = _spent(engine)
     writes = []
-    transaction = engine.backend.transaction
+    store = engine.ledger.backend
+    transaction = store.transaction
 
-    def counted(snapshot=False):
+    def counted(snapshot=False, durable=True):
         writes.append(not snapshot)
-        return transaction(snapshot)
+        return transaction(snapshot, durable)
 
-    engine.backend.transaction = counted
+    store.transaction = counted
     for _ in range(5):
         again = run(zoe, QUERY)[0]
         assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
         assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
     assert sum(writes) == 0  # snapshots only: the version and what remains
-    engine.backend.transaction = transaction
+    store.transaction = transaction
     assert engine.ledger.pending_replays() == 5
     assert [status for status, _, _ in _written(engine)] == ["charged"]
     assert _spent(engine) == spent
@@ -136,21 +138,25 @@ def test_on_duckdb_a_repeat_reads_nothing_until_something_is_written(duckdb_url,
     # the debit and the entry wrote: the first repeat reads the version and what remains
     # in the view's snapshot, the second what remains in a read of its own (kept)
     assert [run(zoe, QUERY)[0].rows for _ in range(2)] == [first.rows] * 2
-    opened = []
-    transaction = engine.backend.transaction
-    engine.backend.transaction = lambda snapshot=False: opened.append(snapshot) or \
-        transaction(snapshot)
+    opened, stored = [], []  # the data's transactions, the ledger store's (SQLite's)
+    transaction, store = engine.backend.transaction, engine.ledger.backend
+    engine.backend.transaction = lambda snapshot=False, durable=True: opened.append(snapshot) \
+        or transaction(snapshot, durable)
+    in_store = store.transaction
+    store.transaction = lambda snapshot=False, durable=True: stored.append(snapshot) or \
+        in_store(snapshot, durable)
     for _ in range(5):
         again = run(zoe, QUERY)[0]
         assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
         assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
-    assert opened == []
+    assert opened == stored == []
     engine.ledger.grant("zoe", Decimal(1))
     again = run(zoe, QUERY)[0]
     assert again.rows == first.rows
     assert again.privacy["epsilon_remaining"] == pytest.approx(
         first.privacy["epsilon_remaining"] + 1)
-    assert True in opened and False in opened  # the grant wrote, the repeat read
+    assert True in stored and False in stored  # the grant wrote, the repeat read
+    assert opened == []  # the data did not change: its version is not read again
     engine.backend.query("DELETE FROM people WHERE person_id = 1")
     assert run(zoe, QUERY)[0].privacy["epsilon_spent"] > 0
     assert [e[9] for e in engine.ledger.entries("zoe")] == \
@@ -186,9 +192,8 @@ def _accounts(served) -> tuple[dict, list[dict]]:
 def _writers_batch_in(backend_url: str, folder: Path) -> None:
     """Wait until the writer thread has written the REPLAYS rows, seen in idp.ledger
     without asking the server to write anything: on PostgreSQL from a connection of our
-    own; the running server holds a DuckDB file, so there in a copy of the file and its
-    WAL (only committed transactions are replayed from a WAL: a copy taken mid-write
-    shows fewer rows or fails to open, and is taken again)."""
+    own; on DuckDB in the SQLite store beside the file, read-only beside the server (WAL:
+    only committed transactions are seen)."""
     deadline = time.monotonic() + 30
     if backend_url.startswith("postgres"):
         with psycopg.connect(backend_url, autocommit=True) as con:
@@ -197,21 +202,17 @@ def _writers_batch_in(backend_url: str, folder: Path) -> None:
                 assert time.monotonic() < deadline, "the writer thread wrote no batch"
                 time.sleep(0.05)
         return
-    data = Path(backend_url.removeprefix("duckdb:///"))
-    copy = folder / "copy.duckdb"
+    store, seen = STORE_FILE.format(path=backend_url.removeprefix("duckdb:///")), None
     while True:
-        for suffix in ("", ".wal"):
-            copy.with_name(copy.name + suffix).unlink(missing_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                shutil.copyfile(f"{data}{suffix}", f"{copy}{suffix}")
         try:
-            with duckdb.connect(str(copy), read_only=True) as con:
-                if con.execute("SELECT count(*) FROM idp.ledger WHERE status = "
-                               "'served from cache'").fetchone()[0] >= REPLAYS:
+            with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as con:
+                seen = con.execute("SELECT count(*) FROM ledger WHERE status = "
+                                   "'served from cache'").fetchone()[0]
+                if seen >= REPLAYS:
                     return
-        except duckdb.Error:
-            pass
-        assert time.monotonic() < deadline, "the writer thread wrote no batch"
+        except sqlite3.Error as exc:
+            seen = exc
+        assert time.monotonic() < deadline, f"the writer thread wrote no batch ({seen})"
         time.sleep(0.1)
 
 
@@ -282,7 +283,7 @@ def test_killed_between_the_debit_and_its_cache_entry_the_repeat_is_charged_agai
     assert done.returncode == -signal.SIGKILL, done.stderr
     engine = Engine(parse_rules(ENGINE_RULES), open_backend(backend_url))
     assert [status for status, _, _ in _written(engine)] == ["charged"]
-    assert engine.backend.read("SELECT count(*) FROM idp.answers") == [(0,)]
+    assert engine.ledger.backend.read("SELECT count(*) FROM idp.answers") == [(0,)]
     zoe = Session.open(engine, "zoe")
     second = run(zoe, QUERY)[0]
     assert second.privacy["epsilon_spent"] > 0
