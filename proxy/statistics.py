@@ -156,12 +156,13 @@ class Contribution:
     """What one unit contributes to a sum, per group: Σ (x − origin)^power over its
     normalised values x of ``column`` in scope (SUM: origin 0, power 1; the moments of
     STDDEV and VARIANCE: origin L, powers 1 and 2). ``centres``: per group key its own
-    origin (a released mean, proxy.privacy.variance.unit_centres), ``origin`` elsewhere."""
+    origin and scale, ((x − origin)·scale)^power (a released mean and 1/√B₂,
+    proxy.privacy.noisy_answers.spread_centres); other groups' terms are 0."""
 
     column: str
     origin: float = 0.0
     power: int = 1
-    centres: tuple[tuple[tuple, float], ...] = ()
+    centres: tuple[tuple[tuple, float, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,14 @@ from proxy.privacy.sensitivity import (
     round_up_to_power_of_two,
 )
 from proxy.privacy.variance import (
-    centred_rungs,
+    UNIT_RUNGS,
     clipped_centred_moments,
     draws_bound,
     noisy_moments,
     spread_and_sensitivity,
     spread_note,
+    square_bound,
+    square_scale,
     unit_centre,
     unit_moments,
 )
@@ -518,7 +520,7 @@ def _release_clipped_moments(plan: QueryPlan, index: int, group: GroupStats, col
             f"the noisy sum of squared distances to that mean, the values clipped to "
             f"{bound} (docs/privacy.md §3.8, §3.14); heavy tails clipped make it low"))
     noisy = unit_moments(agg.kind, group.centres[index], group.centred.get(index) or
-                         empty_ladder(centred_rungs(column, rows_per_unit)),
+                         empty_ladder(UNIT_RUNGS),
                          rows_per_unit, group_size, column, rng)
     return _finish(noisy, cal, (
         f"{what} from a noisy count and a noisy mean (a tenth of the epsilon each) and the "
@@ -532,7 +534,7 @@ def spread_centres(plan: QueryPlan, groups: dict[tuple, GroupStats], cal: Calibr
     """The first releases of every clipped STDDEV/VARIANCE over several rows per unit, in
     every group (``variance.unit_centre``, into its ``centres``), and per aggregate the
     contribution its second statement reads, each unit's Σ(x − m̂)² with each group's
-    released mean m̂, and that contribution's public ladder (``centred_rungs``)."""
+    released mean m̂, divided by its B₂ (``square_scale``), and its ladder (one rung)."""
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
     clipped = laddered(plan)
@@ -551,9 +553,10 @@ def spread_centres(plan: QueryPlan, groups: dict[tuple, GroupStats], cal: Calibr
                                  _ladder(group, first, column, rows_per_unit), part,
                                  _integer_scale(cal.shift, cal), group_size, column, rng)
             group.centres[index] = centre
-            centres.append((key, column.lower + centre.centre))
+            centres.append((key, column.lower + centre.centre, square_scale(
+                square_bound(centre.bound, centre.centre, rows_per_unit))))
         wanted[index] = (Contribution(agg.column, column.lower, 2, tuple(centres)),
-                         centred_rungs(column, rows_per_unit))
+                         UNIT_RUNGS)
     return wanted
 
 

@@ -339,8 +339,9 @@ def clipped_centred_moments(kind: str, n: int, first, second, loss: Loss, count_
                              + ("by the exponential mechanism" if drawn else "the domain"))
 
 
-# The centred sums' ladder spans squares: twice the halvings of a sum's.
-SQUARE_HALVINGS = 40
+# The ladder of each unit's Σ(x − m̂)² divided by its group's B₂ (``square_bound``): one
+# rung, 1 (public; B₂ itself is a function of released numbers).
+UNIT_RUNGS = (1.0,)
 
 
 @dataclass(frozen=True)
@@ -376,52 +377,42 @@ def unit_centre(n: int, first, loss: Loss, count_scale: int, group_size: int, co
                       centre, first.rungs[k], of_square)
 
 
-def centred_rungs(column, rows_per_unit: int) -> tuple[float, ...]:
-    """The public ladder of a unit's Σ(x − m̂)² over at most c rows: c·(U − L)² (every
-    term is within (U − L)²), halved up to SQUARE_HALVINGS times while at least the
-    squared resolution; ascending."""
-    top = rows_per_unit * (column.upper - column.lower) ** 2
-    if top <= 0:
-        return (0.0,)
-    ladder = [top]
-    floor = column.resolution ** 2
-    while len(ladder) <= SQUARE_HALVINGS and ladder[-1] / 2 >= floor and ladder[-1] / 2 > 0:
-        ladder.append(ladder[-1] / 2)
-    return tuple(reversed(ladder))
+def square_bound(bound: float, centre: float, rows_per_unit: int) -> float:
+    """B₂ = c·a² + max(0, B₁² − 2a·B₁): the largest Σ(y − a)² of at most c values
+    y = x − L ≥ 0 with Σy ≤ B₁ (a convex function on that simplex: largest at a vertex,
+    all of Σy on one value or none), so S2 clips no unit that S1 kept whole. A public
+    function of released numbers: no draw (a second draw, from the squares, clipped the
+    heavy tail the variance lives in: visits at ε 0.1 5 % → 20 %)."""
+    return rows_per_unit * centre * centre + max(0.0, bound * bound - 2 * centre * bound)
 
 
-def square_rung(rungs: tuple[float, ...], bound: float, centre: float,
-                rows_per_unit: int) -> int:
-    """The least rung at least B₁² + c·a² (else the top): a unit whose Σy (y = x − L ≥ 0)
-    is within B₁ has Σ(y − a)² ≤ Σy² + c·a² ≤ B₁² + c·a², so S2 clips no unit that S1
-    kept whole. A public function of released numbers: no draw (a second draw, from the
-    squares, clipped the heavy tail the variance lives in: visits 5 % → 20 %)."""
-    need = bound * bound + rows_per_unit * centre * centre
-    return next((k for k, rung in enumerate(rungs) if rung >= need), len(rungs) - 1)
+def square_scale(bound: float) -> float:
+    """What x − m̂ is multiplied by before squaring, so that each unit's sum is T_u/B₂
+    (``UNIT_RUNGS``): 1/√B₂ (0 where B₂ is 0: every term is then 0)."""
+    return 1 / math.sqrt(bound) if bound > 0 else 0.0
 
 
 def unit_square_sensitivity(group_size: int, bound: float, rows_per_unit: int,
                             centre: float, width: float) -> float:
     """How far g units move Σ_u min(T_u, B₂), T_u = Σ(x − L − a)² over a unit's rows:
     each unit's term lies in [0, min(B₂, c·D²)], D = max(W − a, a), plus its rounding
-    (the exact sum's 10⁻⁶ of the shrunk value) and the doubles' relative error."""
+    (the exact sum's 10⁻⁶ of T_u/B₂, times B₂) and the doubles' relative error."""
     distance = max(width - centre, centre)
     most = min(bound, rows_per_unit * distance * distance)
-    return group_size * (most + ROUNDING * sum_shrink(bound)) * (1 + RELATIVE)
+    return group_size * (most + ROUNDING * bound) * (1 + RELATIVE)
 
 
 def unit_moments(kind: str, centre: UnitCentre, squares, rows_per_unit: int,
                  group_size: int, column, rng: RandomSource) -> Noisy:
     """STDDEV/VARIANCE of several rows per unit, after ``unit_centre``: from ``squares``,
-    the ladder of each unit's T_u = Σ(x − m̂)² (``centred_rungs``, read in a second
-    statement once m̂ was released), S2 = Σ_u min(T_u, B₂) at ``square_rung``'s B₂ with
-    Laplace noise of ``unit_square_sensitivity``; combined as one value's."""
-    k = square_rung(squares.rungs, centre.bound, centre.centre, rows_per_unit)
-    bound = squares.rungs[k]
+    the ladder (``UNIT_RUNGS``) of each unit's T_u/B₂, T_u = Σ(x − m̂)² (read in a second
+    statement once m̂ was released), S2 = B₂·Σ_u min(T_u/B₂, 1) at ``square_bound``'s
+    B₂, with Laplace noise of ``unit_square_sensitivity``; combined as one value's."""
+    bound = square_bound(centre.bound, centre.centre, rows_per_unit)
     sensitivity = unit_square_sensitivity(group_size, bound, rows_per_unit, centre.centre,
                                           column.upper - column.lower)
-    square = laplace_real(squares.clipped[k], sensitivity, centre.of_square.epsilon, rng,
-                          grid_step(column.resolution ** 2), MOMENTS_CONFIDENCE)
+    square = laplace_real(squares.clipped[0] * bound, sensitivity, centre.of_square.epsilon,
+                          rng, grid_step(column.resolution ** 2), MOMENTS_CONFIDENCE)
     return spread_about_mean(kind, centre.count, centre.linear, square, centre.scale,
                              column.lower, column.upper,
                              "discrete Laplace / Laplace: noisy count, mean and squared "

@@ -84,12 +84,13 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
             terms.append(exp.Case().when(value.is_(exp.null()), exp.Literal.number(0))
                          .else_(exp.Literal.number(1)))
             continue
-        if contribution.centres:  # each group's own origin (one per key: CASE)
-            origin = case_of(*((is_group(key), literal(centre))
-                               for key, centre in contribution.centres),
-                             default=literal(contribution.origin)) if keys \
-                else literal(contribution.centres[0][1])
-            value = exp.paren(exp.Sub(this=value, expression=origin))
+        if contribution.centres:  # each group's own origin and scale (per key: CASE)
+            origin, scale = (case_of(*((is_group(key), literal(entry[at]))
+                                       for key, *entry in contribution.centres),
+                                     default=literal(0.0)) if keys
+                             else literal(contribution.centres[0][at + 1]) for at in (0, 1))
+            value = exp.Mul(this=exp.paren(exp.Sub(this=value, expression=origin)),
+                            expression=scale)
         elif contribution.origin:
             value = exp.paren(exp.Sub(this=value, expression=literal(contribution.origin)))
         if contribution.power == 2:
