@@ -46,7 +46,13 @@ from proxy.privacy.inverse_sensitivity import (
     first_windows,
     instance_releases,
 )
-from proxy.privacy.noisy_answers import Calibration, Released, column_needs, release_group
+from proxy.privacy.noisy_answers import (
+    Calibration,
+    Released,
+    column_needs,
+    release_group,
+    spread_centres,
+)
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
 from proxy.privacy.refined_answers import exact_answer, release_refined
@@ -223,6 +229,7 @@ class Engine:
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
             if laddered(plan):
                 self._ladders(plan, tx, clip, shift, groups)
+                self._centred(plan, tx, clip, shift, groups)
             if any(agg.kind.row.paired for agg in plan.aggregates):
                 self._pairs(plan, tx, clip, groups)
             if plan.mechanism.scale != SMOOTH and not bounded and not plan.mechanism.exponential:
@@ -301,6 +308,30 @@ class Engine:
                                                isinstance(plan.post, TopChoice)).items():
             groups.setdefault(key, GroupStats()).ladders = found
         draw_joint_bounds(plan, indexes, shift, groups, self.rng)
+
+    def _centred(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
+                 groups: dict[tuple, GroupStats]) -> None:
+        """STDDEV/VARIANCE over several rows per unit (privacy/variance.py): each group's
+        count and mean released (after the debit), then each unit's Σ(x − m̂)² about its
+        group's m̂ against a public ladder, in one more statement; each group's
+        ``centred``."""
+        wanted = spread_centres(plan, groups, self._calibration(plan, shift), self.rng)
+        if not wanted:
+            return
+        contributions = tuple(dict.fromkeys(wanted.values()))
+        found = contribution_ladders(plan, tuple(c for c, _ in contributions),
+                                     tuple(r for _, r in contributions),
+                                     self.backend.capabilities, clip, tx.execute)
+        for key in plan.group_keys() if plan.group_by else [()]:
+            group = groups.setdefault(key, GroupStats())
+            for index, (contribution, _) in wanted.items():
+                if contribution in found.get(key, {}):
+                    group.centred[index] = found[key][contribution]
+
+    def _calibration(self, plan: QueryPlan, shift: int) -> Calibration:
+        defaults = self.rules.defaults
+        return Calibration(plan.mechanism.model, shift, defaults.local_sensitivity_floor,
+                           defaults.exact_release, defaults.report_scale, plan.mechanism.local)
 
     def _pairs(self, plan: QueryPlan, tx: Transaction, clip: int | None,
                groups: dict[tuple, GroupStats]) -> None:
@@ -385,9 +416,7 @@ class Engine:
         if plan.mechanism.prior is not None:
             return [()], [[release_refined(plan, exact_answer(plan, groups[()]), self.rng)]], \
                 version
-        defaults = self.rules.defaults
-        calibration = Calibration(plan.mechanism.model, shift, defaults.local_sensitivity_floor,
-                                  defaults.exact_release, defaults.report_scale, plan.mechanism.local)
+        calibration = self._calibration(plan, shift)
         if isinstance(plan.post, TopChoice):  # one group, chosen privately
             return *top_release(plan, groups, shift, self.rng), version
         keys = plan.group_keys() if plan.group_by else [()]

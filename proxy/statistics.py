@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 PCT, BOTTOM, TOP = "pct", "bottom", "top"
 
@@ -154,11 +155,14 @@ class ColumnStats:
 class Contribution:
     """What one unit contributes to a sum, per group: Σ (x − origin)^power over its
     normalised values x of ``column`` in scope (SUM: origin 0, power 1; the moments of
-    STDDEV and VARIANCE: origin L, powers 1 and 2)."""
+    STDDEV and VARIANCE: origin L, powers 1 and 2). ``centres``: per group key its own
+    origin and scale, ((x − origin)·scale)^power (a released mean and 1/√B₂,
+    proxy.privacy.noisy_answers.spread_centres); other groups' terms are 0."""
 
     column: str
     origin: float = 0.0
     power: int = 1
+    centres: tuple[tuple[tuple, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,10 @@ class GroupStats:
     ladders: dict[Contribution, Ladder] = field(default_factory=dict)
     joint: dict[int, int] = field(default_factory=dict)  # index -> rung drawn for all groups
     pairs: dict[int, PairSums] = field(default_factory=dict)  # index -> CORR's sums
+    # index -> a spread's first releases and its ladder of centred per-unit sums
+    # (proxy.privacy.variance.UnitCentre, several rows per unit)
+    centres: dict[int, Any] = field(default_factory=dict)
+    centred: dict[int, Ladder] = field(default_factory=dict)
 
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)

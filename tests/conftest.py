@@ -235,9 +235,6 @@ def no_noise(monkeypatch):
     def unclipped(ladder, *args, **kwargs):
         return Noisy(ladder.clipped[-1], 0.0, "none"), len(ladder.rungs) - 1
 
-    def exact_at(ladder, k, *args, **kwargs):
-        return Noisy(ladder.clipped[k], 0.0, "none")
-
     def unclipped_at(ladder, k, *args, **kwargs):
         return Noisy(ladder.clipped[-1], 0.0, "none")
 
@@ -245,7 +242,6 @@ def no_noise(monkeypatch):
     monkeypatch.setattr(noisy_answers, "laplace_real", exact)
     monkeypatch.setattr(noisy_answers, "laplace_integer", exact)
     monkeypatch.setattr(noisy_answers, "clipped_sum", unclipped)
-    monkeypatch.setattr(noisy_answers, "sum_at", exact_at)
     monkeypatch.setattr(noisy_answers, "joint_sum_at", unclipped_at)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
     # the spreads' noisy count, mean and squares, their bound the top rung

@@ -22,7 +22,6 @@ from proxy.privacy.contribution_bounds import (
     joint_sum_at,
     laddered,
     rungs,
-    sum_at,
     sum_loss,
 )
 from proxy.privacy.correlation import group_part, noisy_pair
@@ -58,13 +57,16 @@ from proxy.privacy.sensitivity import (
     round_up_to_power_of_two,
 )
 from proxy.privacy.variance import (
-    MOMENTS_CONFIDENCE,
+    UNIT_RUNGS,
     clipped_centred_moments,
     draws_bound,
     noisy_moments,
     spread_and_sensitivity,
     spread_note,
-    spread_of_moments,
+    square_bound,
+    square_scale,
+    unit_centre,
+    unit_moments,
 )
 from proxy.statistics import (
     BOTTOM,
@@ -293,7 +295,7 @@ def _spread(a: Asked) -> Released:
     raw iDP's local sensitivity."""
     agg, column, cal = a.agg, a.column, a.cal
     if Contribution(agg.column, column.lower, 2) in laddered(a.plan):
-        return _release_clipped_moments(a.plan, agg, a.group, column, cal, a.part, a.rng)
+        return _release_clipped_moments(a.plan, a.index, a.group, column, cal, a.part, a.rng)
     if not cal.local:
         noisy = noisy_moments(agg.kind, a.stats, column, cal.shift, a.part, a.rng)
         return _finish(noisy, cal, spread_note(agg.kind, cal.local))
@@ -494,44 +496,68 @@ def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit
         rungs(contribution, column, rows_per_unit))
 
 
-def _release_clipped_moments(plan: QueryPlan, agg, group: GroupStats, column,
+def _release_clipped_moments(plan: QueryPlan, index: int, group: GroupStats, column,
                              cal: Calibration, loss: Loss, rng) -> Released:
-    """STDDEV/VARIANCE of clipped values. One value per unit: about the released mean
-    (``clipped_centred_moments``). Several: from a noisy count (a fifth of the loss), the
-    sum of each unit's Σ(x − L) clipped to a bound B drawn per group (two fifths, a third
-    of it the draw's), and the sum of each unit's Σ(x − L)² clipped to B² (two fifths):
-    a unit whose Σ(x − L) is within B has Σ(x − L)² within B², so the two sums clip the
-    same units and S2 − S1²/N stays what the data make it (two bounds drawn apart made it
-    negative: STDDEV 0)."""
+    """STDDEV/VARIANCE of clipped values about a released mean (docs/privacy.md §3.14).
+    One value per unit: from the ladders of x − L and (x − L)²
+    (``clipped_centred_moments``). Several: from each unit's Σ(x − m̂)² about the mean
+    ``spread_centres`` released, read in a second statement (``unit_moments``)."""
+    agg = plan.aggregates[index]
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
-    n = group.column(agg.column).n
-    count_scale = _integer_scale(cal.shift, cal)
-    first, second = (_ladder(group, Contribution(agg.column, column.lower, power), column,
-                             rows_per_unit) for power in (1, 2))
+    first = _ladder(group, Contribution(agg.column, column.lower, 1), column, rows_per_unit)
+    bound = ("a bound drawn privately per group (a fifth of the epsilon)"
+             if draws_bound(first.rungs) else "the declared domain")
     what = "STDDEV" if agg.kind.startswith("stddev") else "VARIANCE"
     if rows_per_unit == 1:
-        noisy = clipped_centred_moments(agg.kind, n, first, second, loss, count_scale,
-                                        group_size, column, rng)
-        bound = ("a bound drawn privately per group (a fifth of the epsilon)"
-                 if draws_bound(first.rungs) else "the declared domain")
+        second = _ladder(group, Contribution(agg.column, column.lower, 2), column,
+                         rows_per_unit)
+        noisy = clipped_centred_moments(agg.kind, group.column(agg.column).n, first, second,
+                                        loss, _integer_scale(cal.shift, cal), group_size,
+                                        column, rng)
         return _finish(noisy, cal, (
             f"{what} from a noisy count and a noisy mean (a tenth of the epsilon each) and "
             f"the noisy sum of squared distances to that mean, the values clipped to "
             f"{bound} (docs/privacy.md §3.8, §3.14); heavy tails clipped make it low"))
-    of_count, of_first, of_second = loss.split(1, 2, 2)
-    count = laplace_integer(n, count_scale, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
-    linear, k = clipped_sum(first, of_first, group_size, 0.0, 1.0, column.resolution, rng,
-                            MOMENTS_CONFIDENCE)
-    square = sum_at(second, k, of_second, group_size, 0.0, 1.0, column.resolution ** 2, rng,
-                    MOMENTS_CONFIDENCE)
-    noisy = spread_of_moments(agg.kind, count, linear, square, column.lower, column.upper,
-                              "discrete Laplace / Laplace: noisy count and moment sums, "
-                              "their bound by the exponential mechanism")
+    noisy = unit_moments(agg.kind, group.centres[index], group.centred.get(index) or
+                         empty_ladder(UNIT_RUNGS),
+                         rows_per_unit, group_size, column, rng)
     return _finish(noisy, cal, (
-        f"{what} from a noisy count (a fifth of the epsilon) and the sums of each unit's "
-        "Σ(x − L), clipped to a bound B drawn privately per group, and Σ(x − L)², clipped "
-        "to B² (two fifths each, docs/privacy.md §3.14); heavy tails clipped make it low"))
+        f"{what} from a noisy count and a noisy mean (a tenth of the epsilon each) and the "
+        f"noisy sum of squared distances to that mean, each unit's sum of its values "
+        f"clipped to {bound} and its sum of squared distances to a bound that follows "
+        "from it (docs/privacy.md §3.8, §3.14); heavy tails clipped make it low"))
+
+
+def spread_centres(plan: QueryPlan, groups: dict[tuple, GroupStats], cal: Calibration,
+                   rng: RandomSource) -> dict[int, tuple[Contribution, tuple[float, ...]]]:
+    """The first releases of every clipped STDDEV/VARIANCE over several rows per unit, in
+    every group (``variance.unit_centre``, into its ``centres``), and per aggregate the
+    contribution its second statement reads, each unit's Σ(x − m̂)² with each group's
+    released mean m̂, divided by its B₂ (``square_scale``), and its ladder (one rung)."""
+    group_size = plan.table.group_size
+    rows_per_unit = cal.shift // group_size
+    clipped = laddered(plan)
+    wanted = {}
+    for index, agg in enumerate(plan.aggregates):
+        if agg.kind not in SPREADS or rows_per_unit == 1:
+            continue
+        column = plan.table.columns[agg.column]
+        first = Contribution(agg.column, column.lower, 1)
+        if Contribution(agg.column, column.lower, 2) not in clipped:
+            continue
+        part, centres = _part(plan, agg, cal), []
+        for key in plan.group_keys() if plan.group_by else [()]:
+            group = groups.setdefault(key, GroupStats())
+            centre = unit_centre(group.column(agg.column).n,
+                                 _ladder(group, first, column, rows_per_unit), part,
+                                 _integer_scale(cal.shift, cal), group_size, column, rng)
+            group.centres[index] = centre
+            centres.append((key, column.lower + centre.centre, square_scale(
+                square_bound(centre.bound, centre.centre, rows_per_unit))))
+        wanted[index] = (Contribution(agg.column, column.lower, 2, tuple(centres)),
+                         UNIT_RUNGS)
+    return wanted
 
 
 def _release_average(a: Asked, stats: ColumnStats, column, cal: Calibration, loss: Loss,

@@ -35,7 +35,9 @@ of a handful of values, 1.25× at 16 values, 1.1× at 32, closer as the scope gr
 DP: three noisy releases in turn (docs/privacy.md §3.8) — the count N, S1 = Σ(x − L),
 whose mean m̂ = L + S1/N is then public, and S2 = Σ(x − m̂)², each term in [0, D²],
 D = max(U − m̂, m̂ − L) — combined afterwards (``noisy_moments``; with a drawn clipping
-bound, §3.14, ``clipped_centred_moments``): the variance is S2's, not the small
+bound, §3.14, ``clipped_centred_moments``; several rows per unit: each unit's
+Σ(x − m̂)² clipped, read in a second statement, ``unit_centre`` and ``unit_moments``):
+the variance is S2's, not the small
 difference of two large noisy moments about a fixed origin (on ages that amplified
 the noise about 15×), and its noise shrinks like 1/N. (The variance itself has global
 sensitivity (U − L)²/2, every answer lying in [0, (U − L)²/2], whatever s and N:
@@ -45,6 +47,7 @@ sensitivity (U − L)²/2, every answer lying in [0, (U − L)²/2], whatever s 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 from proxy.loss import Loss
@@ -337,30 +340,82 @@ def clipped_centred_moments(kind: str, n: int, first, second, loss: Loss, count_
                              + ("by the exponential mechanism" if drawn else "the domain"))
 
 
-def spread_of_moments(kind: str, count: Noisy, linear: Noisy, square: Noisy, lower: float,
-                      upper: float, mechanism: str) -> Noisy:
-    """STDDEV/VARIANCE from a noisy count N and noisy sums S1 = Σ(x − o), S2 = Σ(x − o)²
-    about any origin o (the variance does not depend on it): (S2 − S1²/N)/(N − 1) (÷ N
-    for the population form), clamped to [0, largest]; post-processing of the three.
-    The 95 % bound: the answer's largest distance at the corners of the three sums'
-    intervals (and at S1 = 0 when that box holds it, where S1² is least)."""
-    form = POPULATION if kind.endswith("_pop") else SAMPLE
-    root = kind.startswith("stddev")
-    largest = largest_variance(form, lower, upper)
+# The ladder of each unit's Σ(x − m̂)² divided by its group's B₂ (``square_bound``): one
+# rung, 1 (public; B₂ itself is a function of released numbers).
+UNIT_RUNGS = (1.0,)
 
-    def combined(n: float, s1: float, s2: float) -> float:
-        least = 2 if form == SAMPLE else 1
-        n = max(n, least)
-        value = (s2 - s1 * s1 / n) / (n - 1 if form == SAMPLE else n)
-        value = min(max(value, 0.0), largest)
-        return math.sqrt(value) if root else value
 
-    value = combined(count.value, linear.value, square.value)
-    s1_values = [linear.value - linear.ci95, linear.value + linear.ci95]
-    if s1_values[0] <= 0 <= s1_values[1]:
-        s1_values.append(0.0)
-    spread = max(abs(combined(n, s1, s2) - value)
-                 for n in (count.value - count.ci95, count.value + count.ci95)
-                 for s1 in s1_values
-                 for s2 in (square.value - square.ci95, square.value + square.ci95))
-    return Noisy(value, spread, mechanism)
+@dataclass(frozen=True)
+class UnitCentre:
+    """A spread's first releases in one group, several rows per unit: the noisy count,
+    the noisy S1 = Σ_u min(Σ(x − L), B₁) (B₁ drawn, ``scale`` its Laplace scale), the
+    centre a = S1/N in [0, U − L], and the squares' part of the loss."""
+
+    count: Noisy
+    linear: Noisy
+    scale: float
+    centre: float
+    bound: float
+    of_square: Loss
+
+
+def unit_centre(n: int, first, loss: Loss, count_scale: int, group_size: int, column,
+                rng: RandomSource) -> UnitCentre:
+    """The count (sensitivity ``count_scale`` = c·g rows), the bound B₁ drawn from the
+    ladder ``first`` of each unit's Σ(x − L) (utility sensitivity g; a narrow ladder's
+    top rung, ``draws_bound``), S1 at B₁ (sensitivity g·B₁) and its centre, with the
+    parts of one value per unit (``spread_parts``): released numbers, public from here."""
+    drawn = draws_bound(first.rungs)
+    of_count, of_draw, rest = spread_parts(loss, drawn)
+    count = laplace_integer(n, count_scale, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
+    of_mean, of_square = mean_and_squares(rest, count, group_size)
+    k = (draw_rung(first.beyond, of_draw.epsilon, group_size, rng) if drawn
+         else len(first.rungs) - 1)
+    linear = sum_at(first, k, of_mean, group_size, 0.0, 1.0, column.resolution, rng,
+                    MOMENTS_CONFIDENCE)
+    centre = released_centre(count, linear, column.upper - column.lower)
+    return UnitCentre(count, linear, float(group_size * first.rungs[k] / of_mean.epsilon),
+                      centre, first.rungs[k], of_square)
+
+
+def square_bound(bound: float, centre: float, rows_per_unit: int) -> float:
+    """B₂ = c·a² + max(0, B₁² − 2a·B₁): the largest Σ(y − a)² of at most c values
+    y = x − L ≥ 0 with Σy ≤ B₁ (a convex function on that simplex: largest at a vertex,
+    all of Σy on one value or none), so S2 clips no unit that S1 kept whole. A public
+    function of released numbers: no draw (a second draw, from the squares, clipped the
+    heavy tail the variance lives in: visits at ε 0.1 5 % → 20 %)."""
+    return rows_per_unit * centre * centre + max(0.0, bound * bound - 2 * centre * bound)
+
+
+def square_scale(bound: float) -> float:
+    """What x − m̂ is multiplied by before squaring, so that each unit's sum is T_u/B₂
+    (``UNIT_RUNGS``): 1/√B₂ (0 where B₂ is 0: every term is then 0)."""
+    return 1 / math.sqrt(bound) if bound > 0 else 0.0
+
+
+def unit_square_sensitivity(group_size: int, bound: float, rows_per_unit: int,
+                            centre: float, width: float) -> float:
+    """How far g units move Σ_u min(T_u, B₂), T_u = Σ(x − L − a)² over a unit's rows:
+    each unit's term lies in [0, min(B₂, c·D²)], D = max(W − a, a), plus its rounding
+    (the exact sum's 10⁻⁶ of T_u/B₂, times B₂) and the doubles' relative error."""
+    distance = max(width - centre, centre)
+    most = min(bound, rows_per_unit * distance * distance)
+    return group_size * (most + ROUNDING * bound) * (1 + RELATIVE)
+
+
+def unit_moments(kind: str, centre: UnitCentre, squares, rows_per_unit: int,
+                 group_size: int, column, rng: RandomSource) -> Noisy:
+    """STDDEV/VARIANCE of several rows per unit, after ``unit_centre``: from ``squares``,
+    the ladder (``UNIT_RUNGS``) of each unit's T_u/B₂, T_u = Σ(x − m̂)² (read in a second
+    statement once m̂ was released), S2 = B₂·Σ_u min(T_u/B₂, 1) at ``square_bound``'s
+    B₂, with Laplace noise of ``unit_square_sensitivity``; combined as one value's."""
+    bound = square_bound(centre.bound, centre.centre, rows_per_unit)
+    sensitivity = unit_square_sensitivity(group_size, bound, rows_per_unit, centre.centre,
+                                          column.upper - column.lower)
+    square = laplace_real(squares.clipped[0] * bound, sensitivity, centre.of_square.epsilon,
+                          rng, grid_step(column.resolution ** 2), MOMENTS_CONFIDENCE)
+    return spread_about_mean(kind, centre.count, centre.linear, square, centre.scale,
+                             column.lower, column.upper,
+                             "discrete Laplace / Laplace: noisy count, mean and squared "
+                             "distances to it, each unit's sums clipped, the bound by the "
+                             "exponential mechanism")

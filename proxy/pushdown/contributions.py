@@ -28,13 +28,14 @@ from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     Execute,
     group_keys,
+    is_group,
     read_sum,
     rounded_scaled,
     scope_select,
     shrunk_sum,
     wide_sum,
 )
-from proxy.pushdown.values import literal
+from proxy.pushdown.values import case_of, literal
 from proxy.statistics import ColumnNeeds, Contribution, Ladder, sum_shrink
 from proxy.vocabulary import QueryPlan
 
@@ -83,7 +84,14 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
             terms.append(exp.Case().when(value.is_(exp.null()), exp.Literal.number(0))
                          .else_(exp.Literal.number(1)))
             continue
-        if contribution.origin:
+        if contribution.centres:  # each group's own origin and scale (per key: CASE)
+            origin, scale = (case_of(*((is_group(key), literal(entry[at]))
+                                       for key, *entry in contribution.centres),
+                                     default=literal(0.0)) if keys
+                             else literal(contribution.centres[0][at + 1]) for at in (0, 1))
+            value = exp.Mul(this=exp.paren(exp.Sub(this=value, expression=origin)),
+                            expression=scale)
+        elif contribution.origin:
             value = exp.paren(exp.Sub(this=value, expression=literal(contribution.origin)))
         if contribution.power == 2:
             value = exp.Mul(this=value, expression=value.copy())

@@ -27,7 +27,12 @@ from proxy.privacy.contribution_bounds import (
     rung_weights,
     rungs,
 )
-from proxy.privacy.variance import centred_sensitivity, centred_square_sum
+from proxy.privacy.variance import (
+    centred_sensitivity,
+    centred_square_sum,
+    square_bound,
+    unit_square_sensitivity,
+)
 from proxy.rules import Column
 from proxy.statistics import Contribution
 from tests.privacy.harness import (
@@ -328,3 +333,55 @@ def test_centred_square_of_clipped_values_moves_within_its_sensitivity(units, gr
         for share in (0.0, 1.0):
             reached = max(o.worst[0, k, share] for o in outcomes)
             assert reached >= group_size * bound * bound - 1e-6, (k, share, reached)
+
+
+@pytest.mark.parametrize("units,rows,group_size,groups",
+                         [(4, 2, 1, 1), (3, 3, 1, 1), (3, 2, 1, 2), (2, 2, 2, 1)])
+def test_centred_unit_sums_move_within_their_sensitivity(units, rows, group_size, groups):
+    """STDDEV over several rows per unit (docs/privacy.md §3.14): each unit's
+    T_u = Σ(x − L − a)² over its normalised values in scope, about a released centre
+    L + a (a in [0, U − L]: the ends, reached, and inside), clipped to B₂ =
+    ``square_bound``(B₁, a, c) for sums' bounds B₁ small, middling and the largest: no
+    count of units beyond B₂ moves by more than g, nor Σ_u min(T_u, B₂) by more than
+    ``unit_square_sensitivity``'s g·min(B₂, c·D²) (plus rounding), D = max(U − L − a, a);
+    the largest nearly reached (one unit). Units of several rows, ties, NULL, NaN, ±inf,
+    overflow-sized values, records leaving the scope or changing group, g = 2."""
+    width = UPPER - LOWER
+    cases = [(a, first) for a in (0.0, 3.5, width) for first in (0.5, 5.0, rows * width)]
+
+    def statistic(records):
+        return {(a, first, *key): value for a, first in cases for key, value in ladder_of(
+            records, LOWER, UPPER, (square_bound(first, a, rows),), groups,
+            Contribution("x", LOWER + a, 2)).items()}
+
+    bounds = {(a, first, group, 0, part): group_size if part == "beyond" else
+              unit_square_sensitivity(group_size, square_bound(first, a, rows), rows, a, width)
+              for a, first in cases for group in range(groups)
+              for part in ("beyond", "clipped")}
+    values = GRID + EXTREME if (rows, group_size, groups) == (2, 1, 1) \
+        else [0.0, 3.5, 10.0, *EXTREME[:3]]
+    outcomes = assert_sound(statistic, lambda records: bounds,
+                            datasets(23 + rows, 8 if rows < 3 else 5, units, rows, groups),
+                            modifying(values, group_size, groups), change=changes)
+    for a in (0.0, width) if group_size == 1 else ():  # a unit's rows from near the
+        # centre to the far end, unclipped
+        reached = max(o.worst[a, rows * width, 0, 0, "clipped"] for o in outcomes)
+        assert reached >= 0.9 * rows * width ** 2, (a, reached)
+
+
+def test_the_squares_bound_keeps_every_unit_the_sums_bound_keeps():
+    """``square_bound``: a unit of at most c values y = x − L ≥ 0 with Σy ≤ B₁ has
+    Σ(y − a)² ≤ B₂ for every a in [0, U − L] (by brute force over a grid of units, the
+    bound reached), so S2 clips no unit S1 kept whole."""
+    column = Column("x", "float", LOWER, UPPER, declared_resolution=0.5)
+    rows = 3
+    grid = [0.0, 0.5, 1.25, 2.0, 2.5, 5.0, 10.0]
+    units = [(y1, y2, y3)[:size] for y1 in grid for y2 in grid for y3 in grid
+             for size in (1, 2, 3)]
+    for bound in rungs(Contribution("x", LOWER, 1), column, rows):
+        for a in (0.0, 1.0, 4.0, 10.0):
+            most = square_bound(bound, a, rows)
+            kept = [sum((y - a) ** 2 for y in unit) for unit in units if sum(unit) <= bound]
+            assert max(kept) <= most * (1 + 1e-12), (bound, a)
+            if bound in grid:
+                assert max(kept) == pytest.approx(most), (bound, a)
