@@ -235,6 +235,9 @@ def no_noise(monkeypatch):
     def unclipped(ladder, *args, **kwargs):
         return Noisy(ladder.clipped[-1], 0.0, "none"), len(ladder.rungs) - 1
 
+    def exact_at(ladder, k, *args, **kwargs):
+        return Noisy(ladder.clipped[k], 0.0, "none")
+
     def unclipped_at(ladder, k, *args, **kwargs):
         return Noisy(ladder.clipped[-1], 0.0, "none")
 
