@@ -318,26 +318,19 @@ def clipped_centred_moments(kind: str, n: int, first, second, loss: Loss, count_
     centre a = S1/N within [0, B], and a noisy S2 = Σ(x̃ − L − a)², x̃ the clipped
     values, from the ladders' sums (``centred_square_sum``): each unit's term lies in
     [0, D²], D = max(B − a, a), so g·D² (plus the sums' rounding) bounds it."""
-    drawn = draws_bound(first.rungs)
-    of_count, of_draw, rest = spread_parts(loss, drawn)
-    count = laplace_integer(n, count_scale, of_count.epsilon, rng, MOMENTS_CONFIDENCE)
-    of_mean, of_square = mean_and_squares(rest, count, group_size)
-    k = (draw_rung(first.beyond, of_draw.epsilon, group_size, rng) if drawn
-         else len(first.rungs) - 1)
-    bound = first.rungs[k]
-    linear = sum_at(first, k, of_mean, group_size, 0.0, 1.0, column.resolution, rng,
-                    MOMENTS_CONFIDENCE)
-    centre = released_centre(count, linear, bound)
+    parts = unit_centre(n, first, loss, count_scale, group_size, column, rng, one_value=True)
+    bound, centre = parts.bound, parts.centre
     rounding = ROUNDING * (sum_shrink(bound * bound) + 2 * centre * sum_shrink(bound))
+    k = parts.rung
     square = laplace_real(centred_square_sum(second.clipped[k], first.clipped[k], n, centre),
                           centred_sensitivity(group_size, centre, bound, rounding),
-                          of_square.epsilon, rng, grid_step(column.resolution ** 2),
+                          parts.of_square.epsilon, rng, grid_step(column.resolution ** 2),
                           MOMENTS_CONFIDENCE)
-    return spread_about_mean(kind, count, linear, square,
-                             float(group_size * bound / of_mean.epsilon), column.lower,
-                             column.upper, "discrete Laplace / Laplace: noisy count, mean "
-                             "and squared distances to it, their bound "
-                             + ("by the exponential mechanism" if drawn else "the domain"))
+    return spread_about_mean(kind, parts.count, parts.linear, square, parts.scale,
+                             column.lower, column.upper, "discrete Laplace / Laplace: noisy "
+                             "count, mean and squared distances to it, their bound "
+                             + ("by the exponential mechanism" if draws_bound(first.rungs)
+                                else "the domain"))
 
 
 # The ladder of each unit's Σ(x − m̂)² divided by its group's B₂ (``square_bound``): one
@@ -348,8 +341,9 @@ UNIT_RUNGS = (1.0,)
 @dataclass(frozen=True)
 class UnitCentre:
     """A spread's first releases in one group, several rows per unit: the noisy count,
-    the noisy S1 = Σ_u min(Σ(x − L), B₁) (B₁ drawn, ``scale`` its Laplace scale), the
-    centre a = S1/N in [0, U − L], and the squares' part of the loss."""
+    the noisy S1 = Σ_u min(Σ(x − L), B₁) (B₁ the ladder's rung ``rung``, drawn; ``scale``
+    S1's Laplace scale), the centre a = S1/N in [0, U − L] (one value per unit: in
+    [0, B₁]), and the squares' part of the loss."""
 
     count: Noisy
     linear: Noisy
@@ -357,10 +351,11 @@ class UnitCentre:
     centre: float
     bound: float
     of_square: Loss
+    rung: int
 
 
 def unit_centre(n: int, first, loss: Loss, count_scale: int, group_size: int, column,
-                rng: RandomSource) -> UnitCentre:
+                rng: RandomSource, one_value: bool = False) -> UnitCentre:
     """The count (sensitivity ``count_scale`` = c·g rows), the bound B₁ drawn from the
     ladder ``first`` of each unit's Σ(x − L) (utility sensitivity g; a narrow ladder's
     top rung, ``draws_bound``), S1 at B₁ (sensitivity g·B₁) and its centre, with the
@@ -373,9 +368,11 @@ def unit_centre(n: int, first, loss: Loss, count_scale: int, group_size: int, co
          else len(first.rungs) - 1)
     linear = sum_at(first, k, of_mean, group_size, 0.0, 1.0, column.resolution, rng,
                     MOMENTS_CONFIDENCE)
-    centre = released_centre(count, linear, column.upper - column.lower)
+    # one value per unit: each clipped to L + B₁, so the centre lies within [0, B₁]
+    centre = released_centre(count, linear, first.rungs[k] if one_value
+                             else column.upper - column.lower)
     return UnitCentre(count, linear, float(group_size * first.rungs[k] / of_mean.epsilon),
-                      centre, first.rungs[k], of_square)
+                      centre, first.rungs[k], of_square, k)
 
 
 def square_bound(bound: float, centre: float, rows_per_unit: int) -> float:
