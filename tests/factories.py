@@ -284,6 +284,22 @@ def people_proxy(backend: str, folder: Path, postgres_url: str | None = None):
         yield running
 
 
+DEMO_RULES = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
+
+
+@contextmanager
+def demo_served_fresh(backend: str, folder: Path, postgres_url: str | None = None):
+    """The demo served in this process (so that conftest's no_noise reaches its
+    mechanisms), with the answer cache off so that every statement is answered fresh
+    and charged."""
+    rules = folder / "demo.toml"
+    rules.write_text(DEMO_RULES.read_text().replace(
+        "[defaults]\n", "[defaults]\nanswer_cache = false\n", 1))
+    with demo_database(backend, folder, postgres_url) as url, \
+            wireserver.serving_in_process(rules, url) as proxy:
+        yield proxy
+
+
 @contextmanager
 def demo_database(backend: str, folder: Path, postgres_url: str | None = None):
     """The URL of the demo's tables (as ``idp-proxy serve`` with no options creates
@@ -315,8 +331,7 @@ def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
     """``idp-proxy serve`` under rules/demo.toml over the demo's tables (demo_database),
     a copy of it in ``folder`` (which running_proxy may change)."""
     rules = folder / "demo.toml"
-    rules.write_text((Path(__file__).resolve().parent.parent / "rules" / "demo.toml")
-                     .read_text())
+    rules.write_text(DEMO_RULES.read_text())
     with demo_database(backend, folder, postgres_url) as url:
         with wireserver.running_proxy(rules, url, folder / "home") as running:
             yield running

@@ -12,30 +12,21 @@ computed after. What could reach beyond the released rows is refused for free.""
 from __future__ import annotations
 
 from decimal import Decimal
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.factories import demo_database
-from tests.wireserver import serving_in_process
+from tests.factories import demo_served_fresh
 
 pytestmark = pytest.mark.postgres
 
-DEMO = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 
 
 @pytest.fixture(scope="module", params=["duckdb", "postgres"])
 def served(request, tmp_path_factory):
-    """The demo served in this process (so that no_noise reaches its mechanisms), with
-    the answer cache off so that every statement is charged."""
-    folder = tmp_path_factory.mktemp("postprocessing")
-    rules = folder / "demo.toml"
-    rules.write_text(DEMO.read_text().replace("[defaults]\n",
-                                              "[defaults]\nanswer_cache = false\n", 1))
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with demo_database(request.param, folder, url) as backend, \
-            serving_in_process(rules, backend) as proxy:
+    with demo_served_fresh(request.param, tmp_path_factory.mktemp("postprocessing"),
+                           url) as proxy:
         yield proxy
 
 

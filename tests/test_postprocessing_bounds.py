@@ -14,7 +14,6 @@ import math
 import re
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -24,12 +23,10 @@ import sqlglot
 from proxy.postbounds import MAX_ITEMS, Bounds, ReleasedTable
 from proxy.privacy.mechanisms import discrete_gaussian_interval, discrete_laplace_interval
 from proxy.session import Session
-from tests.factories import demo_database, open_engine, table_of_rows
-from tests.wireserver import serving_in_process
+from tests.factories import demo_served_fresh, open_engine, table_of_rows
 
 pytestmark = pytest.mark.postgres
 
-DEMO = Path(__file__).resolve().parent.parent / "rules" / "demo.toml"
 MONTHLY = ("SELECT month, visits, visits - LAG(visits) OVER (ORDER BY month) AS change FROM "
            "(SELECT date_trunc('{}', visited_at) AS month, COUNT(*) AS visits FROM visits "
            "GROUP BY 1) m ORDER BY month")
@@ -37,14 +34,9 @@ MONTHLY = ("SELECT month, visits, visits - LAG(visits) OVER (ORDER BY month) AS 
 
 @pytest.fixture(scope="module", params=["duckdb", "postgres"])
 def served(request, tmp_path_factory):
-    """The demo served in this process, the answer cache off (every answer fresh)."""
-    folder = tmp_path_factory.mktemp("postbounds")
-    rules = folder / "demo.toml"
-    rules.write_text(DEMO.read_text().replace("[defaults]\n",
-                                              "[defaults]\nanswer_cache = false\n", 1))
     url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
-    with demo_database(request.param, folder, url) as backend, \
-            serving_in_process(rules, backend) as proxy:
+    with demo_served_fresh(request.param, tmp_path_factory.mktemp("postbounds"),
+                           url) as proxy:
         yield proxy
 
 
