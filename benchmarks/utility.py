@@ -71,6 +71,7 @@ from proxy.demo import people_columns
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.settings import FITS, Settings
+from tests.privacy.reference import instance_draws
 
 DATA = ROOT / "examples" / "data"
 AGGREGATES = {  # name: (SQL, quantile of the order statistics the peers answer, else None)
@@ -172,30 +173,6 @@ def ours(engine: Engine, sql: str, settings: Settings, trials: int) -> list[floa
         return [float(engine.answer(plan)[1][0][0].value) for _ in range(trials)]
     finally:
         del engine.statistics
-
-
-def instance_draws(engine: Engine, plan, trials: int) -> list[float]:
-    """'instance' and 'piecewise' draws inside the statistics, in their snapshot (it reads a window of
-    ranks and, rarely, counts): all ``trials`` draws are made there, from the same reads
-    (memoised), each with fresh randomness — the statistics read once, as above."""
-    from proxy.privacy import inverse_sensitivity
-    from tests.privacy.reference import remembered
-
-    real, draws = inverse_sensitivity.instance_release, []
-
-    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
-        found = {}  # the reads of the first draw, answered again to the others
-        for _ in range(trials):
-            draws.append((yield from remembered(
-                real(n, rank, shift, epsilon, grid, rng, piecewise, column, key), found)))
-        return draws[0]
-
-    inverse_sensitivity.instance_release = drawing
-    try:
-        engine.statistics(plan)
-    finally:
-        inverse_sensitivity.instance_release = real
-    return [float(value) for value in draws]
 
 
 def opendp_answers(values: np.ndarray, column: Column, quantile: float, epsilon: float,

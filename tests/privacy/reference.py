@@ -74,6 +74,30 @@ def remembered(asking, found: dict):
         return done.value
 
 
+def instance_draws(engine, plan, trials: int) -> list[float]:
+    """``trials`` draws of the plan's one percentile, MAX or MIN by the exponential
+    mechanism ('instance' and 'piecewise'), made inside one computation of its
+    statistics: the windows of ranks the first draw reads are answered again to the
+    others (``remembered``), each draw with fresh randomness."""
+    from proxy.privacy import inverse_sensitivity
+
+    real, draws = inverse_sensitivity.instance_release, []
+
+    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        found = {}
+        for _ in range(trials):
+            draws.append((yield from remembered(
+                real(n, rank, shift, epsilon, grid, rng, piecewise, column, key), found)))
+        return draws[0]
+
+    inverse_sensitivity.instance_release = drawing
+    try:
+        engine.statistics(plan)
+    finally:
+        inverse_sensitivity.instance_release = real
+    return [float(value) for value in draws]
+
+
 def scope_values(records, group: int | None = None, lower: float | None = None,
                  upper: float | None = None) -> list[float]:
     """The sorted normalised values in scope (NaN dropped, the rest clamped to the

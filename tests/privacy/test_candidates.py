@@ -18,13 +18,12 @@ import pytest
 from scipy import stats
 
 from proxy.analyze import analyze, parse_statements
-from proxy.privacy import inverse_sensitivity
 from proxy.privacy.inverse_sensitivity import candidate_grid, exponent, extreme_offset
 from proxy.settings import Settings
 from proxy.statistics import percentile_rank
 from tests.factories import Table, engine_fixture
 from tests.privacy.laws import ALPHA, SeededSource, log_probabilities, pooled
-from tests.privacy.reference import remembered
+from tests.privacy.reference import instance_draws
 
 DOMAINS = [(0, 100_000, 0.01, False), (0, 10_000_000, 0.01, False), (0, 120, 1.0, True),
            (-50, 50, 1.0, True), (5, 1_000_000, 1.0, True), (-1_000_000, -5, 1.0, True),
@@ -96,23 +95,9 @@ DRAWS = 400
 
 def _draws(engine, sql: str, epsilon: str) -> list[float]:
     """DRAWS fresh draws of the statement's one percentile, the windows read once from
-    the backend and answered again to each draw (benchmarks/utility.instance_draws)."""
+    the backend and answered again to each draw (tests/privacy/reference.instance_draws)."""
     plan = analyze(parse_statements(sql)[0], engine.rules, Settings(epsilon=Decimal(epsilon)))
-    real, draws = inverse_sensitivity.instance_release, []
-
-    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
-        found = {}
-        for _ in range(DRAWS):
-            draws.append((yield from remembered(
-                real(n, rank, shift, epsilon, grid, rng, piecewise, column, key), found)))
-        return draws[0]
-
-    inverse_sensitivity.instance_release = drawing
-    try:
-        engine.statistics(plan)
-    finally:
-        inverse_sensitivity.instance_release = real
-    return [float(value) for value in draws]
+    return instance_draws(engine, plan, DRAWS)
 
 
 def test_a_high_percentile_over_a_wide_domain_lands_near_the_truth(engine):
