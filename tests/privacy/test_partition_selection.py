@@ -32,6 +32,7 @@ from proxy.privacy.sampler import SecureSource
 from proxy.pushdown.selection import key_counts_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings, epsilon_hint
+from tests.databases import refill
 from tests.privacy.harness import assert_sound, neighbours
 
 KEYS = ("a", "b", "c", "d", None)
@@ -153,11 +154,10 @@ class _Counts:
     def __init__(self, plan) -> None:
         self.plan, self.con = plan, duckdb.connect(":memory:")
         self.sql = key_counts_sql(plan, 0, selection_of(plan).keys_per_unit, "duckdb")
+        self.con.execute(f"CREATE TABLE {plan.table.name} (unit INT, city TEXT, x INT)")
 
     def __call__(self, rows) -> Counter:
-        table = self.plan.table.name
-        self.con.execute(f"CREATE OR REPLACE TABLE {table} (unit INT, city TEXT, x INT)")
-        self.con.executemany(f"INSERT INTO {table} VALUES (?, ?, ?)", rows)
+        refill(self.con, self.plan.table.name, rows)
         return Counter(dict(self.con.execute(self.sql).fetchall()))
 
 
