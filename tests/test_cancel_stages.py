@@ -244,7 +244,7 @@ def test_a_signal_stops_the_server_with_a_statement_in_its_draws(duckdb_url, tmp
         client.join(10)
     assert code == 0 and took < 10, "".join(proxy.log)
     assert errors and errors[0] in ("57014", "57P01", "OperationalError"), errors
-    assert any("stopping:" in line for line in proxy.log), "".join(proxy.log)
+    assert proxy.logged("stopping:"), "".join(proxy.log)
     engine = Engine(parse_rules(MANY_RULES), open_backend(duckdb_url))
     assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]
     engine.backend.close()
