@@ -211,11 +211,12 @@ def test_steering_the_sensitivity_with_one_value_reads_nothing_by_default(pair):
     bound drawn from a public ladder by a DP mechanism (docs/privacy.md §3.14), whose
     law moves by at most e^ε between them (here ε 10⁻⁶: not at all). The answers have
     one law, each 95 % bound shown is that of a rung of the public ladder (the CASE's
-    largest contribution 10^6, halved), and the median |answer| of 25 draws is within 10x
-    across the pair (the law mixes the rungs' scales: log₂ of a median of 25 strays by
-    about 0.65, of two medians' ratio by 0.9, so 10x is 3.6 of those), against 10^6 x
-    under raw iDP (next test)."""
-    (fired, fired_bounds), (quiet, quiet_bounds) = (_spread(e, STEERED, 25) for e in pair)
+    largest contribution 10^6, halved), and the median |answer| of 50 draws is within 10x
+    across the pair, against 10^6 x under raw iDP (next test). The law mixes the rungs'
+    scales, drawn here by the prior alone (e^{−k/4}): two medians of 50 of one law differ
+    by 10x with probability about 10⁻⁴ (simulated, 200,000 pairs); of 25, 0.6 %, since
+    the prior went from ½ to ¼ a rung."""
+    (fired, fired_bounds), (quiet, quiet_bounds) = (_spread(e, STEERED, 50) for e in pair)
     rungs = {1_000_000 / 2 ** j for j in range(21)}
     # Laplace's 95 % bound: 3·2B/ε (ε two thirds; the CASE's domain [−1, 10^6] has both
     # signs, so a unit moves the clipped sum by up to 2B); the top rung, 10^6, is drawn
