@@ -14,6 +14,7 @@ import duckdb
 from sqlglot import exp
 
 from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
+from proxy.backends.sqlite_store import SQLiteStore
 from proxy.errors import (
     BackendFailed,
     BackendLost,
@@ -153,8 +154,6 @@ class DuckDBBackend(Backend):
         (made before the store), keeps it: nothing is copied, so no debit can be lost
         or counted twice (docs/budget.md, "Where the ledger lives")."""
         if self._store is None:
-            from proxy.backends.sqlite_store import SQLiteStore
-
             if self.path == ":memory:":
                 self._store = SQLiteStore(":memory:")
                 return self._store
