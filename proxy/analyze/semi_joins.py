@@ -41,6 +41,24 @@ ALLOWED = ("[NOT] EXISTS (SELECT * FROM t WHERE t.col = outer.col [AND …]) ove
            "table t of the query's privacy unit")
 
 
+def _grouped_unit(select: exp.Select, rules: Rules) -> str | None:
+    """The first GROUP BY column of ``select`` that is the privacy unit column of a
+    protected table in its FROM or joins (a qualified column: of that table), if any."""
+    tables = {}
+    for clause in (select.args.get("from_"), *(select.args.get("joins") or [])):
+        source = clause.this if clause else None
+        if isinstance(source, exp.Table) and (declared := rules.table(source.name)) \
+                is not None and not declared.public and declared.privacy_unit:
+            tables[source.alias_or_name] = declared.privacy_unit
+    group = select.args.get("group")
+    for column in (group.expressions if group else ()):
+        if isinstance(column, exp.Column) and (
+                tables.get(column.table) == column.name if column.table
+                else column.name in tables.values()):
+            return column.name
+    return None
+
+
 def exists_out(select: exp.Select) -> tuple[exp.Select, tuple[exp.Exists, ...]]:
     """``select`` with each EXISTS of its WHERE replaced by a placeholder, the boolean
     column ``_idp_eK = TRUE`` (a copy), and the EXISTS nodes in that order; ``select``
@@ -81,6 +99,13 @@ def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
             form = f"a scalar subquery over {protected[0]} compared with each row"
         else:
             form = f"a subquery over {protected[0]}"
+        unit = _grouped_unit(select, rules)
+        if unit is not None:  # no rewrite of the subquery would answer this (TPC-H Q18)
+            raise NotSupported(f"GROUP BY {unit} lists one group per privacy unit, which "
+                               "would answer for one person at a time (and "
+                               f"{form} is not supported); ask over units instead: "
+                               f"COUNT(DISTINCT {unit}), or AVG or SUM of a per-unit "
+                               f"aggregate from a subquery grouped by {unit}")
         raise NotSupported(f"{form} is not supported: it reads the protected table "
                            f"{protected[0]} to filter or compute each row; supported: "
                            f"{ALLOWED}, joins along declared keys, and an uncorrelated "
