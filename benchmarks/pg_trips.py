@@ -3,10 +3,11 @@
 
 N fresh COUNT queries with varying literals (never answer-cache hits), then N repeats of
 one answered statement, through ``Engine`` and ``Session`` on a throwaway PostgreSQL
-(started from the system's binaries, as in the tests) with a 1,000-row table. Counts
-each ``psycopg`` statement sent outside a pipeline as one round trip and each pipeline
-as one; the time spent inside those calls (waiting for the server) is subtracted from
-the answer's time to give the proxy's own time. Prints medians per answer.
+(started from the system's binaries, as in the tests) holding wire.py's tables (1,000
+rows) under its rules. Counts each ``psycopg`` statement sent outside a pipeline as one
+round trip and each pipeline as one; the time spent inside those calls (waiting for the
+server) is subtracted from the answer's time to give the proxy's own time. Prints
+medians per answer.
 
     PYTHONPATH=. .venv/bin/python benchmarks/pg_trips.py [N]
 """
@@ -21,24 +22,13 @@ from contextlib import contextmanager
 
 import psycopg
 
+from benchmarks.wire import RULES, load_postgres
 from proxy.backends.postgres_backend import PostgresBackend
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.pgserver import throwaway_postgres
 
-RULES = """
-[defaults]
-epsilon_per_query = 0.001
-
-[analysts.bench]
-budget = 1000000
-
-[tables.rows]
-[tables.rows.columns]
-x = { type = "float", domain = [0, 1000] }
-a = { type = "int", domain = [0, 100] }
-"""
 REPEATED = "SELECT COUNT(*) FROM rows WHERE a BETWEEN 1 AND 50"
 
 
@@ -94,9 +84,7 @@ def _measure(session: Session, statements, counter: _Counter) -> tuple[float, fl
 
 def main(n: int = 300) -> None:
     with throwaway_postgres() as url:
-        with psycopg.connect(url, autocommit=True) as con:
-            con.execute("CREATE TABLE rows AS SELECT (random() * 1000)::float8 AS x, "
-                        "(random() * 100)::int AS a FROM generate_series(1, 1000)")
+        load_postgres(url, 1000, 1000)  # wire.py's tables and rules
         backend = PostgresBackend(url)
         engine = Engine(parse_rules(RULES), backend)
         session = Session.open(engine, "bench")
