@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -127,9 +127,8 @@ class PostgresBackend(Backend):
         raise BackendUnavailable(f"could not connect to the database {database} on {where} "
                                  f"as {role}: {cause}; {hint}") from None
 
-    @contextmanager
     def transaction(self, snapshot: bool = False, durable: bool = True
-                    ) -> Iterator[Transaction]:
+                    ) -> AbstractContextManager[Transaction]:
         """On a connection of its own from the pool (see ConnectionPool for which are
         reused). BEGIN and COMMIT are plain statements, not psycopg's transaction
         blocks, whose bookkeeping a cancel landing on BEGIN would confuse. BEGIN goes
@@ -139,11 +138,25 @@ class PostgresBackend(Backend):
         debit): ``SET LOCAL synchronous_commit = off`` goes with them, so its COMMIT does
         not wait for the WAL to reach the disk; a crash may lose it, never a debit
         committed before it (docs/budget.md, "Round trips on PostgreSQL")."""
+        return self._transaction(_begin(snapshot, durable), ending=False)
+
+    def reading(self) -> AbstractContextManager[Transaction]:
+        """A REPEATABLE READ ... READ ONLY snapshot whose COMMIT is sent without waiting
+        for its reply (the pool reads it when it lends the connection again): nothing
+        was written, so there is nothing for the caller to wait for, and the server
+        ends the transaction (its snapshot and locks) as soon as the COMMIT arrives."""
+        return self._transaction(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",),
+                                 ending=True)
+
+    @contextmanager
+    def _transaction(self, begin: tuple[str, ...], ending: bool) -> Iterator[Transaction]:
         with self._pool.connection() as con, self._running(con):
-            tx = _PostgresTransaction(self._stopped, con, _begin(snapshot, durable))
+            tx = _PostgresTransaction(self._stopped, con, begin)
             try:
                 yield tx
-                if tx.begun:
+                if tx.begun and ending:
+                    self._pool.end_later(con, b"COMMIT")
+                elif tx.begun:
                     con.execute("COMMIT")
             except psycopg.OperationalError as exc:
                 self._roll_back(con)

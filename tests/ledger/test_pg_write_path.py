@@ -1,6 +1,6 @@
 """PostgreSQL's write path in few round trips (issue 37 lever 2, docs/budget.md "Round
 trips on PostgreSQL"): a debit and its ledger row are one atomic unit (a failure of the
-row leaves no debit); a cache entry's
+row leaves no debit); the engine's read-only view does not wait for its COMMIT; a cache entry's
 transaction commits without waiting for the WAL (``synchronous_commit = off``), which
 never reaches a debit; and a crash of the server after an answer leaves its repeat either
 free with that answer or charged again, never free with another."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import psycopg
 import pytest
 
 from proxy.backends import open_backend
@@ -90,6 +91,26 @@ def test_only_a_write_that_is_not_durable_skips_waiting_for_the_disk(fresh_postg
     backend.close()
 
 
+def test_a_read_only_snapshot_ends_without_waiting_for_its_commit(fresh_postgres):
+    """The engine's view (``Backend.reading``) sends its COMMIT without reading the reply:
+    the server ends the transaction at once (its locks go: another session's DROP needs
+    no wait), the connection is lent again after its reply is read, and a write in the
+    view fails (READ ONLY) instead of being committed unseen."""
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    backend.query("CREATE TABLE kept (k int)")
+    with backend.reading() as tx:
+        assert tx.execute("SELECT count(*) FROM kept") == [(0,)]
+    with psycopg.connect(fresh_postgres, autocommit=True) as other:
+        other.execute("SET lock_timeout = '10s'")
+        other.execute("DROP TABLE kept")
+    assert backend.read("SELECT to_regclass('kept') IS NULL") == [(True,)]
+    with pytest.raises(BackendFailed), backend.reading() as tx:
+        tx.execute("CREATE TABLE written (k int)")
+    assert backend.read("SELECT to_regclass('written') IS NULL, "
+                        "current_setting('transaction_read_only')") == [(True, "off")]
+    backend.close()
+
+
 def test_a_crash_of_the_server_after_an_answer_never_gives_a_different_answer_free():
     """PostgreSQL stopped at once (as by a crash) right after an answer, its cache entry
     committed without waiting for the WAL: after the restart the repeat through a new
@@ -102,8 +123,11 @@ def test_a_crash_of_the_server_after_an_answer_never_gives_a_different_answer_fr
         first = run(Session.open(engine, "zoe"), QUERY)[0]
         assert first.privacy["epsilon_spent"] > 0
         cluster.stop("immediate")
-        engine.backend.close()
         cluster.start()
+        # its pool's connections died with the server (one maybe with a COMMIT's reply
+        # unread): each is closed when next taken, and a new one is opened
+        assert engine.backend.read("SELECT 1") == [(1,)]
+        engine.backend.close()
         again = Engine(parse_rules(ENGINE_RULES), open_backend(url))
         second = run(Session.open(again, "zoe"), QUERY)[0]
         statuses = [e[9] for e in again.ledger.entries("zoe")]
