@@ -17,11 +17,11 @@ class ConnectionPool:
     A connection goes back to the pool only when it is open, idle (no transaction left
     open or aborted; or a read-only snapshot's COMMIT sent with its reply unread,
     ``end_later``, read before it is lent again) and no cancel was sent on it; any other
-    is closed, and a new one is opened when needed. A PostgreSQL cancel request is asynchronous: it can arrive after
-    the statement it was sent for has ended and would then cancel whatever that
-    connection runs next (another session's statement, a ledger COMMIT). A connection a
-    cancel was sent on is therefore never lent again, and a late cancel finds its server
-    process gone.
+    is closed, and a new one is opened when needed. A PostgreSQL cancel request is
+    asynchronous: it can arrive after the statement it was sent for has ended and would
+    then cancel whatever that connection runs next (another session's statement, a
+    ledger COMMIT). A connection a cancel was sent on is therefore never lent again, and
+    a late cancel finds its server process gone.
 
     A thread that already holds a connection (a transaction inside a transaction) gets a
     further one beyond the bound: it would otherwise wait for itself.
