@@ -136,7 +136,7 @@ class Engine:
         cache lookup and the statistics. GROUP BY terms over public columns get their
         keys here, before anything is charged: too many of them refuse the query."""
         mark, read_at = self.backend.quiet_mark(), time.monotonic()
-        with self.backend.transaction(snapshot=True) as tx:
+        with self.backend.reading() as tx:
             version = self.backend.data_version(tx, plan.table.name)
             versions = {}
             for join in plan.joins:

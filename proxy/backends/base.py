@@ -8,7 +8,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -208,6 +208,13 @@ class Backend(ABC):
         answer cache entry, the replays' audit rows) may commit without waiting for the
         disk where the store can tell the two apart (the SQLite store); others sync
         every commit."""
+
+    def reading(self) -> AbstractContextManager[Transaction]:
+        """A snapshot that only reads (the engine's view: the data version, the cache
+        look-up, the statistics); a write in it fails where the backend can tell.
+        PostgreSQL does not wait for its COMMIT's reply (``PostgresBackend.reading``);
+        elsewhere ``transaction(snapshot=True)``."""
+        return self.transaction(snapshot=True)
 
     def readable(self, tx: Transaction) -> bool:
         """Whether ``tx``, still open, can run further statements (a snapshot kept open

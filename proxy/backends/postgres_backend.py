@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -127,17 +127,37 @@ class PostgresBackend(Backend):
         raise BackendUnavailable(f"could not connect to the database {database} on {where} "
                                  f"as {role}: {cause}; {hint}") from None
 
-    @contextmanager
     def transaction(self, snapshot: bool = False, durable: bool = True
-                    ) -> Iterator[Transaction]:
+                    ) -> AbstractContextManager[Transaction]:
         """On a connection of its own from the pool (see ConnectionPool for which are
         reused). BEGIN and COMMIT are plain statements, not psycopg's transaction
-        blocks, whose bookkeeping a cancel landing on BEGIN would confuse."""
+        blocks, whose bookkeeping a cancel landing on BEGIN would confuse. BEGIN goes
+        with the first statement in one pipeline (one round trip for both: a snapshot's
+        view is taken at its first statement anyway), and a transaction that ran none
+        sends neither. ``durable=False`` (a cache entry, replays' audit rows; never a
+        debit): ``SET LOCAL synchronous_commit = off`` goes with them, so its COMMIT does
+        not wait for the WAL to reach the disk; a crash may lose it, never a debit
+        committed before it (docs/budget.md, "Round trips on PostgreSQL")."""
+        return self._transaction(_begin(snapshot, durable), ending=False)
+
+    def reading(self) -> AbstractContextManager[Transaction]:
+        """A REPEATABLE READ ... READ ONLY snapshot whose COMMIT is sent without waiting
+        for its reply (the pool reads it when it lends the connection again): nothing
+        was written, so there is nothing for the caller to wait for, and the server
+        ends the transaction (its snapshot and locks) as soon as the COMMIT arrives."""
+        return self._transaction(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",),
+                                 ending=True)
+
+    @contextmanager
+    def _transaction(self, begin: tuple[str, ...], ending: bool) -> Iterator[Transaction]:
         with self._pool.connection() as con, self._running(con):
+            tx = _PostgresTransaction(self._stopped, con, begin)
             try:
-                con.execute("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN")
-                yield _PostgresTransaction(self._stopped, con)
-                con.execute("COMMIT")
+                yield tx
+                if tx.begun and ending:
+                    self._pool.end_later(con, b"COMMIT")
+                elif tx.begun:
+                    con.execute("COMMIT")
             except psycopg.OperationalError as exc:
                 self._roll_back(con)
                 raise self._failure(con, exc) from None
@@ -146,21 +166,28 @@ class PostgresBackend(Backend):
                 raise
 
     def query(self, sql: str, params: Sequence[Any] = (), durable: bool = True) -> list[tuple]:
-        return self._alone(sql, params)
+        return self._alone(sql, params, durable)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._alone(sql, params)
 
-    def _alone(self, sql: str, params: Sequence[Any]) -> list[tuple]:
+    def _alone(self, sql: str, params: Sequence[Any], durable: bool = True) -> list[tuple]:
         """One statement alone: PostgreSQL runs a statement outside BEGIN as a
         transaction of its own, atomic and in one snapshot, so BEGIN and COMMIT (two of a
-        debit's or a cache entry's three round trips) are not sent."""
+        debit's or a cache entry's three round trips) are not sent. Not ``durable``: its
+        BEGIN, ``SET LOCAL synchronous_commit = off``, the statement and COMMIT in one
+        pipeline, one round trip too."""
         with self._pool.connection() as con, self._running(con):
+            tx = _PostgresTransaction(self._stopped, con,
+                                      () if durable else _begin(False, durable), ending=True)
             try:
-                return _PostgresTransaction(self._stopped, con).execute(sql, params)
+                return tx.execute(sql, params)
             except psycopg.OperationalError as exc:
                 self._roll_back(con)
                 raise self._failure(con, exc) from None
+            except BaseException:
+                self._roll_back(con)
+                raise
 
     def _roll_back(self, con: psycopg.Connection) -> None:
         """After a failure, make a healthy connection idle again for the next
@@ -238,20 +265,50 @@ class PostgresBackend(Backend):
         self._pool.clear()
 
 
+def _begin(snapshot: bool, durable: bool) -> tuple[str, ...]:
+    """What a transaction sends before its first statement (in its pipeline)."""
+    return (("BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN",)
+            + (() if durable else ("SET LOCAL synchronous_commit = off",)))
+
+
 class _PostgresTransaction(Transaction):
-    def __init__(self, stopped, con: psycopg.Connection) -> None:
+    def __init__(self, stopped, con: psycopg.Connection, begin: Sequence[str] = (),
+                 ending: bool = False) -> None:
+        """``begin``: the statements that open the transaction, sent with its first
+        statement; ``ending``: its one statement is followed by COMMIT in that pipeline
+        (``PostgresBackend._alone``)."""
         super().__init__(stopped)
         self._con = con
+        self._begin = tuple(begin)
+        self._ending = ending and bool(begin)
+        self.begun = False  # BEGIN sent: COMMIT is due
         self._description: list[tuple[str, str]] = []
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
         with self._errors(sql):
-            cursor = self._con.execute(sql, list(params) or None)
+            if self._begin and not self.begun:
+                self.begun = True
+                with self._con.pipeline():  # one round trip: BEGIN (, SET), the statement
+                    for opening in self._begin:
+                        self._con.execute(opening)
+                    cursor = self._con.execute(sql, list(params) or None)
+                    if self._ending:
+                        self._con.execute("COMMIT")
+            else:
+                cursor = self._con.execute(sql, list(params) or None)
         self._describe(cursor)
         return cursor.fetchall() if cursor.description else []
 
+    def _started(self) -> None:
+        """BEGIN sent, for what cannot go in a pipeline (a named cursor, COPY)."""
+        if self._begin and not self.begun:
+            self.begun = True
+            for opening in self._begin:
+                self._con.execute(opening)
+
     def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
         # a named (server-side) cursor: PostgreSQL sends the rows as they are fetched
+        self._started()
         with self._con.cursor(name="idp_batches") as cursor, self._errors(sql):
             cursor.execute(sql)
             self._describe(cursor)
@@ -259,6 +316,7 @@ class _PostgresTransaction(Transaction):
                 yield rows
 
     def append(self, table: str, columns: Sequence[Sequence[Any]]) -> None:
+        self._started()
         with self._errors(f"COPY {table}", "the backend could not store the rows"), \
                 self._con.cursor().copy(f"COPY {table} FROM STDIN") as copy:
             for row in zip(*columns):

@@ -1,0 +1,144 @@
+"""PostgreSQL's write path in few round trips (issue 37 lever 2, docs/budget.md "Round
+trips on PostgreSQL"): a debit and its ledger row are one atomic unit (a failure of the
+row leaves no debit); the engine's read-only view does not wait for its COMMIT; a cache entry's
+transaction commits without waiting for the WAL (``synchronous_commit = off``), which
+never reaches a debit; and a crash of the server after an answer leaves its repeat either
+free with that answer or charged again, never free with another."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+import pytest
+
+from proxy.backends import open_backend
+from proxy.backends.postgres_backend import PostgresBackend
+from proxy.engine import Engine
+from proxy.errors import BackendFailed, KeyTaken
+from proxy.ledger import Charge, Ledger
+from proxy.loss import Loss
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.factories import ENGINE_RULES, ODD, load, people
+from tests.pgserver import postgres_cluster
+from tests.probes import run
+
+pytestmark = pytest.mark.postgres
+
+QUERY = "SELECT COUNT(*) FROM people WHERE age > 40"
+RULES = """
+[defaults]
+epsilon_per_query = 0.05
+budget_per_analyst = 1.0
+{extra}
+
+[analysts.a]
+budget = 1.0
+"""
+
+
+def _spent(backend) -> list[tuple]:
+    return backend.read("SELECT analyst, spent_micro FROM idp.budgets ORDER BY analyst")
+
+
+@pytest.mark.parametrize("extra", ["", "global_budget = 1.5"], ids=["alone", "global"])
+def test_a_debit_whose_ledger_row_fails_takes_nothing(fresh_postgres, extra):
+    """One account: the conditional UPDATE and its ``charged`` row are one statement;
+    under a global budget, one transaction (its BEGIN sent with the first statement).
+    Either way a ledger row that cannot be written leaves every budget as it was."""
+    backend = open_backend(fresh_postgres)
+    ledger = Ledger(backend, parse_rules(RULES.format(extra=extra)))
+    ledger.ensure_analyst("a")
+    before = _spent(backend)
+    backend.query("ALTER TABLE idp.ledger ADD CONSTRAINT no_charges "
+                  "CHECK (status <> 'charged')")
+    charge = Charge("a", "SELECT 1", "idp", "count", Loss.of(Decimal("0.05")), "one record")
+    with pytest.raises(BackendFailed):
+        ledger.debit(charge)
+    assert _spent(backend) == before
+    assert backend.read("SELECT count(*) FROM idp.ledger") == [(0,)]
+    backend.query("ALTER TABLE idp.ledger DROP CONSTRAINT no_charges")
+    assert ledger.debit(charge) == Decimal("0.95")
+    assert [spent for _, spent in _spent(backend)] == [50_000] * len(before)
+    assert [e[9] for e in ledger.entries()] == ["charged"]
+    backend.close()
+
+
+def test_only_a_write_that_is_not_durable_skips_waiting_for_the_disk(fresh_postgres):
+    """On the one connection of the pool: a transaction or a statement alone marked not
+    durable runs with ``synchronous_commit`` off, and the setting ends with it (SET
+    LOCAL): the next transaction on that connection (a debit) waits for the WAL again,
+    also after a non-durable write that failed."""
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    show = "SELECT current_setting('synchronous_commit')"
+    assert backend.query(show) == [("on",)]
+    assert backend.query(show, durable=False) == [("off",)]
+    assert backend.query(show) == [("on",)]
+    with backend.transaction(durable=False) as tx:
+        assert tx.execute(show) == [("off",)]
+    with backend.transaction() as tx:
+        assert tx.execute(show) == [("on",)]
+    backend.query("CREATE TABLE once (k int PRIMARY KEY)")
+    backend.query("INSERT INTO once VALUES (1)", durable=False)
+    with pytest.raises(KeyTaken):
+        backend.query("INSERT INTO once VALUES (1)", durable=False)
+    assert backend.query(show) == [("on",)]
+    with backend.transaction(snapshot=True) as tx:
+        assert tx.execute("SELECT current_setting('transaction_isolation')") == [
+            ("repeatable read",)]
+    assert backend.read("SELECT count(*) FROM once") == [(1,)]
+    backend.close()
+
+
+def test_a_read_only_snapshot_ends_without_waiting_for_its_commit(fresh_postgres):
+    """The engine's view (``Backend.reading``) sends its COMMIT without reading the reply:
+    the server ends the transaction at once (its locks go: another session's DROP needs
+    no wait), the connection is lent again after its reply is read, and a write in the
+    view fails (READ ONLY) instead of being committed unseen."""
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    backend.query("CREATE TABLE kept (k int)")
+    with backend.reading() as tx:
+        assert tx.execute("SELECT count(*) FROM kept") == [(0,)]
+    with psycopg.connect(fresh_postgres, autocommit=True) as other:
+        other.execute("SET lock_timeout = '10s'")
+        other.execute("DROP TABLE kept")
+    assert backend.read("SELECT to_regclass('kept') IS NULL") == [(True,)]
+    with pytest.raises(BackendFailed), backend.reading() as tx:
+        tx.execute("CREATE TABLE written (k int)")
+    assert backend.read("SELECT to_regclass('written') IS NULL, "
+                        "current_setting('transaction_read_only')") == [(True, "off")]
+    backend.close()
+
+
+def test_a_crash_of_the_server_after_an_answer_never_gives_a_different_answer_free():
+    """PostgreSQL stopped at once (as by a crash) right after an answer, its cache entry
+    committed without waiting for the WAL: after the restart the repeat through a new
+    engine is either the same answer, free (the entry survived), or a new one, charged
+    again (it was lost); never a different answer free. Every budget equals its ledger."""
+    with postgres_cluster({"wal_writer_delay": "10000ms"}) as cluster:
+        url = cluster.url
+        load(url, {"people": people(), "odd": ODD})
+        engine = Engine(parse_rules(ENGINE_RULES), open_backend(url))
+        first = run(Session.open(engine, "zoe"), QUERY)[0]
+        assert first.privacy["epsilon_spent"] > 0
+        cluster.stop("immediate")
+        cluster.start()
+        # its pool's connections died with the server (one maybe with a COMMIT's reply
+        # unread): each is closed when next taken, and a new one is opened
+        assert engine.backend.read("SELECT 1") == [(1,)]
+        engine.backend.close()
+        again = Engine(parse_rules(ENGINE_RULES), open_backend(url))
+        second = run(Session.open(again, "zoe"), QUERY)[0]
+        statuses = [e[9] for e in again.ledger.entries("zoe")]
+        if second.privacy["epsilon_spent"] == 0:
+            assert second.rows == first.rows
+            assert statuses == ["charged", "served from cache"]
+        else:
+            assert statuses == ["charged", "charged"]
+        spent = again.ledger.backend.read(
+            "SELECT spent_micro FROM idp.budgets WHERE analyst = 'zoe'")[0][0]
+        assert again.ledger.backend.read("SELECT sum(epsilon_micro) FROM idp.ledger "
+                                         "WHERE analyst = 'zoe'") == [(spent,)]
+        again.backend.close()
+
