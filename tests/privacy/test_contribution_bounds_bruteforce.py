@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+import operator
 from fractions import Fraction
 
 import pytest
@@ -56,33 +57,49 @@ def ladder_of(records: list[Record], lower: float, upper: float, ladder: tuple[f
               groups: int, contribution: Contribution) -> dict:
     """(group, k, "beyond" | "clipped") -> the number, as the backend computes it: each
     unit's (x − origin)^power of its normalised values x in scope summed per group
-    (none: 0), then counted beyond ±B_k and clipped to [−B_k, B_k]."""
+    (none: 0), then counted beyond ±B_k and clipped to [−B_k, B_k]. (The brute force
+    calls it hundreds of thousands of times: the units are sorted into their groups in
+    one pass, and the keys made once per shape; the same sums in the same order.)"""
+    origin, power = contribution.origin, contribution.power
     sums: dict[tuple[int, object], float] = {}
     for record in records:
-        value = normalise(record.value, lower, upper)
-        if record.in_scope and value is not None:
-            key = (record.group, record.unit)
-            term = (value - contribution.origin) ** contribution.power
-            sums[key] = sums.get(key, 0.0) + term
-    out = {}
-    for group in range(groups):
+        if record.in_scope:
+            value = normalise(record.value, lower, upper)
+            if value is not None:
+                key = (record.group, record.unit)
+                sums[key] = sums.get(key, 0.0) + (value - origin) ** power
+    totals: dict[int, list[float]] = {group: [] for group in range(groups)}
+    for (group, _), total in sums.items():
+        if group in totals:
+            totals[group].append(total)
+    numbers = []
+    for mine in totals.values():
         # by |x|, each rung taking in the values up to it (the ladder rises): those
         # beyond count, and clip to ±B_k by their sign
-        mine = sorted((total for (g, _), total in sums.items() if g == group), key=abs)
+        mine.sort(key=abs)
+        size = len(mine)
         within, inside, signs = 0, 0.0, sum(1 if x > 0 else -1 if x < 0 else 0 for x in mine)
-        for k, bound in enumerate(ladder):
-            while within < len(mine) and abs(mine[within]) <= bound:
+        for bound in ladder:
+            while within < size and abs(mine[within]) <= bound:
                 x = mine[within]
                 inside += x
                 signs -= 1 if x > 0 else -1 if x < 0 else 0
                 within += 1
-            out[group, k, "beyond"] = len(mine) - within
-            out[group, k, "clipped"] = inside + signs * bound
-    return out
+            numbers += (size - within, inside + signs * bound)
+    return dict(zip(_ladder_keys(groups, len(ladder)), numbers))
+
+
+@functools.cache
+def _ladder_keys(groups: int, rungs: int) -> tuple:
+    """ladder_of's keys in its order: by group, rung, then "beyond" and "clipped"."""
+    return tuple((group, k, part) for group in range(groups) for k in range(rungs)
+                 for part in ("beyond", "clipped"))
 
 
 def changes(before: dict, after: dict) -> dict:
-    return {key: abs(after[key] - before[key]) for key in before}
+    """|Δ| of each number of two answers of one statistic (ladder_of's, or the tests' own
+    built from it): their keys come in one order."""
+    return dict(zip(before, map(abs, map(operator.sub, after.values(), before.values()))))
 
 
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
@@ -146,21 +163,27 @@ def joint_ladder_of(records: list[Record], lower: float, upper: float,
             scaled.append(scaled[-1] + (value / total if total else 0.0))
         scans.append(([total for total, _ in part], whole, scaled[::-1]))
     ordered = sorted(totals.values())
-    out: dict = {}
-    for k, bound in enumerate(ladder):
-        out[k, "beyond"] = len(ordered) - bisect.bisect_right(ordered, bound)
+    numbers = []
+    for bound in ladder:
+        numbers.append(len(ordered) - bisect.bisect_right(ordered, bound))
         clipped = []
         for keys, whole, scaled in scans:
             at = bisect.bisect_right(keys, bound)
             clipped.append(whole[at] + bound * scaled[at])
-        out[k, "clipped"] = tuple(clipped)
-    return out
+        numbers.append(tuple(clipped))
+    return dict(zip(_joint_keys(len(ladder)), numbers))
+
+
+@functools.cache
+def _joint_keys(rungs: int) -> tuple:
+    """joint_ladder_of's keys in its order: by rung, "beyond" then "clipped"."""
+    return tuple((k, part) for k in range(rungs) for part in ("beyond", "clipped"))
 
 
 def l1_changes(before: dict, after: dict) -> dict:
     """A count's |Δ|, a vector's L1 change."""
     return {key: abs(after[key] - before[key]) if key[1] == "beyond" else
-            sum(abs(a - b) for a, b in zip(after[key], before[key])) for key in before}
+            sum(map(abs, map(operator.sub, after[key], before[key]))) for key in before}
 
 
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
