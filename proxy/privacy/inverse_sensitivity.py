@@ -466,7 +466,7 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
     of one candidate at the target, |grid|·e^{−λ(K+1)} ≤ 1/4 (``EXTREME_GUARD``), so
     that a draw lands beyond the data with probability under 1/5 where a single
     candidate lies at the target (less where several do: on the demo's columns at ε 1
-    under 3 %). Aimed at the largest value itself (K = 0), the draw falls almost surely
+    at most 3 %). Aimed at the largest value itself (K = 0), the draw falls almost surely
     in the empty stretch between it and the domain's end, every candidate of which is
     one change away (MAX(age) at ε 0.1: 120, 120, 71, 0 against 99); aimed K values
     down, it lands among the top values: at ε 1, s 1, K = 12 on ages (121 candidates),
