@@ -8,7 +8,18 @@ values; the median relative error against the true MIN and MAX, for K =
 them: which is better depends on where and how densely the data end inside the
 domain). A benchmark: it asserts nothing.
 
+``--exact`` prints instead the mechanism's exact law (its blocks over every value,
+``inverse_sensitivity.blocks``: P(block) ∝ count·e^{−λd}, uniform inside) in the cells of
+``utility.py demo`` for MAX and MIN (people's incomes and each person's least or largest
+cost in ``visits``: whole table, WHERE, 5 and about 50 groups at the groups' share of ε)
+and on the ages per region, for each ``--guards`` value g of K = ⌈ln(g·|G|)/λ⌉ − 1 (the
+product's ``EXTREME_GUARD``, and 20 before issue 32's round on the extremes): the median
+relative error over the groups' pooled law, the chance of landing within the top
+(bottom) 1 % of the values and beyond the data, and the K between 0 and 60 with the
+least median error (which no public rule knows).
+
     PYTHONPATH=. python benchmarks/extreme_targets.py [--epsilon 1,0.1] [--samples 1000]
+    PYTHONPATH=. python benchmarks/extreme_targets.py --exact [--guards 20,4]
 """
 
 from __future__ import annotations
@@ -31,7 +42,9 @@ from proxy.demo import create_demo  # noqa: E402
 from proxy.engine import answered  # noqa: E402
 from proxy.privacy.inverse_sensitivity import (  # noqa: E402
     EXTREME_SHARE,
+    blocks,
     candidate_grid,
+    exponent,
     extreme_offset,
     instance_release,
 )
@@ -61,14 +74,109 @@ def median_error(draw, truth: float, samples: int) -> float:
     return float(np.median([abs(draw() - truth) / abs(truth) for _ in range(samples)]))
 
 
+_BANDS5 = ("CASE WHEN age < 30 THEN 0 WHEN age < 40 THEN 1 WHEN age < 50 THEN 2 "
+           "WHEN age < 60 THEN 3 ELSE 4 END")
+_BANDS50 = "CASE WHEN age < 20 THEN 0 WHEN age >= 68 THEN 49 ELSE age - 19 END"
+_INCOME, _COST, _AGE = (0, 10_000_000, 0.01, False), (0, 100_000, 0.01, False), \
+    (0, 120, 1.0, True)
+# cell: (SQL of (group, value) rows, {kind} the extreme, groups' share of ε, domain); the
+# groups' shares are the engine's ε / min(2c·g, G) (c = 1 for people, 6 for visits)
+EXACT_CELLS = {
+    "people": ("SELECT 0, income FROM people", 1, _INCOME),
+    "people, WHERE": ("SELECT 0, income FROM people WHERE age > 60", 1, _INCOME),
+    "people, 5 age bands": (f"SELECT {_BANDS5}, income FROM people", 2, _INCOME),
+    "people, 50 age bands": (f"SELECT {_BANDS50}, income FROM people", 2, _INCOME),
+    "visits": ("SELECT 0, {kind}(cost) FROM visits GROUP BY person_id", 1, _COST),
+    "visits, WHERE": ("SELECT 0, {kind}(cost) FROM visits WHERE days >= 1 "
+                      "GROUP BY person_id", 1, _COST),
+    "visits, 5 departments": ("SELECT department, {kind}(cost) FROM visits "
+                              "GROUP BY department, person_id", 5, _COST),
+    "visits, 53 weeks": ("SELECT extract(week FROM visited_at), {kind}(cost) FROM visits "
+                         "GROUP BY 1, person_id", 12, _COST),
+    "ages per region": ("SELECT region, age FROM people", 2, _AGE),
+}
+
+
+def exact_law(values: list[float], largest: bool, offset: int, epsilon: Fraction, grid):
+    """(candidate values, probabilities) of the draw aimed ``offset`` ranks inside
+    ``values`` (sorted), from the product's own blocks over the whole scope."""
+    n = len(values)
+    aside = min(offset, math.floor(EXTREME_SHARE * n))
+    scale = float(exponent(epsilon, 1))
+    points, weights = [], []
+    for block in blocks(n, n - aside if largest else 1 + aside, grid, 1, values):
+        points.extend(float(grid.value(k)) for k in range(block.first,
+                                                          block.first + block.count))
+        weights.extend([math.exp(-scale * block.distance)] * block.count)
+    weights = np.array(weights)
+    return np.array(points), weights / weights.sum()
+
+
+def exact_cell(groups: list[list[float]], largest: bool, offset, epsilon: Fraction,
+               grid) -> tuple[float, float, float]:
+    """Median relative error of the groups' pooled laws (each group weighing the same),
+    and the chances of landing within the extreme 1 % and beyond the data; ``offset``
+    maps a group's values to its K."""
+    errors, masses, within, beyond = [], [], 0.0, 0.0
+    for values in groups:
+        points, law = exact_law(values, largest, offset(values), epsilon, grid)
+        truth = values[-1] if largest else values[0]
+        edge = float(np.quantile(values, 0.99 if largest else 0.01))
+        errors.append(np.abs(points - truth) / abs(truth))
+        masses.append(law / len(groups))
+        inside = (points >= edge) & (points <= truth) if largest else \
+            (points <= edge) & (points >= truth)
+        within += law[inside].sum() / len(groups)
+        beyond += law[points > truth if largest else points < truth].sum() / len(groups)
+    errors, masses = np.concatenate(errors), np.concatenate(masses)
+    order = np.argsort(errors)
+    median = errors[order][np.searchsorted(np.cumsum(masses[order]), 0.5)]
+    return float(median), within, beyond
+
+
+def exact(con, epsilons: list[Fraction], guards: list[float]) -> None:
+    print("| aggregate | cell | ε | " + " | ".join(
+        f"g = {g:g}: K, error, in 1 %, beyond" for g in guards) + " | best K (error) |")
+    print("|---" * (4 + len(guards)) + "|")
+    for kind in ("max", "min"):
+        for name, (sql, share, domain) in EXACT_CELLS.items():
+            grid = candidate_grid(*domain)
+            found: dict = {}
+            for key, value in con.execute(sql.format(kind=kind)).fetchall():
+                if value is not None:
+                    found.setdefault(key, []).append(float(value))
+            groups = [sorted(v) for v in found.values()]
+            for epsilon in epsilons:
+                part = epsilon / share
+                cells = []
+                for guard in guards:
+                    offset = max(0, math.ceil(math.log(guard * grid.count)
+                                              / exponent(part, 1)) - 1)
+                    error, within, beyond = exact_cell(groups, kind == "max",
+                                                       lambda v, k=offset: k, part, grid)
+                    cells.append(f"{offset}, {100 * error:,.0f} %, {within:.2f}, {beyond:.2f}")
+                best = min(range(61), key=lambda k: exact_cell(
+                    groups, kind == "max", lambda v, k=k: k, part, grid)[0])
+                error = exact_cell(groups, kind == "max", lambda v: best, part, grid)[0]
+                print(f"| {kind.upper()} | {name} | {float(epsilon):g} | " + " | ".join(cells)
+                      + f" | {best} ({100 * error:,.0f} %) |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilon", default="1,0.1",
                         type=lambda text: [Fraction(v) for v in text.split(",")])
     parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--exact", action="store_true")
+    parser.add_argument("--guards", default="20,4",
+                        type=lambda text: [float(v) for v in text.split(",")])
     arguments = parser.parse_args()
     path = Path(tempfile.mkdtemp()) / "demo.duckdb"
     create_demo(path)
+    if arguments.exact:
+        with duckdb.connect(str(path), read_only=True) as con:
+            exact(con, arguments.epsilon, arguments.guards)
+        return
     rng = SecureSource()
     print("| column | ε | MIN: K (rule) | K = 10 | K = 0 | MAX: K (rule) | K = 10 | K = 0 |"
           "\n|---|---|---|---|---|---|---|---|")

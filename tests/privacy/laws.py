@@ -92,11 +92,13 @@ def log_probabilities(values: list[float], rank: int, grid: Grid, scale: float,
     return _law(tuple(values), rank, grid, scale, piecewise)
 
 
-def law_at_target(values: list[float], target, grid: Grid, scale: float) -> np.ndarray:
+def law_at_target(values: list[float], target, grid: Grid, scale: float,
+                  piecewise: bool = False) -> np.ndarray:
     """``log_probabilities`` of a draw aimed at ``target`` (a ``RankRef``) among the
     sorted ``values``, its rank kept within 1..n as ``instance_releases`` keeps it."""
     n = len(values)
-    return log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)), grid, scale)
+    return log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)), grid, scale,
+                             piecewise)
 
 
 def groups_loss(before: list[np.ndarray], after: list[np.ndarray]) -> float:

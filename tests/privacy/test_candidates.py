@@ -57,18 +57,19 @@ def test_candidates_are_geometric_beyond_the_resolution(domain):
 
 def test_an_empty_stretch_holds_logarithmically_many_candidates():
     """Cost's [0, 100,000] by cents: 2,244 candidates (12,800,001 on the uniform grid),
-    at most 0.78 % apart; MAX's offset K falls with ln |G| (38 → 21 ranks at ε 1), and a
+    at most 0.78 % apart; MAX's offset K falls with ln |G| (38 → 21 ranks at ε 1; 18 since
+    its guard became 1/4, ``EXTREME_GUARD``), and a
     narrow integer domain keeps every integer (ages: 121, K unchanged)."""
     cost = candidate_grid(0, 100_000, 0.01, False)
     assert (cost.step, cost.count) == (Fraction(1, 128), 2_244)
     assert candidate_grid(0, 100_000, 0.01, False, digits=None).count == 12_800_001
     above = cost.count - cost.below(20_000.0)  # the empty stretch above a cost's largest
     assert above == 295
-    assert extreme_offset(Fraction(1), 1, cost) == 21
-    assert extreme_offset(Fraction(1), 1, candidate_grid(0, 10_000_000, 0.01, False)) == 22
+    assert extreme_offset(Fraction(1), 1, cost) == 18
+    assert extreme_offset(Fraction(1), 1, candidate_grid(0, 10_000_000, 0.01, False)) == 18
     ages = candidate_grid(0, 120, 1.0, True)
     assert ages.count == 121 and [ages.value(k) for k in (0, 99, 120)] == [0, 99, 120]
-    assert extreme_offset(Fraction(1), 1, ages) == 15
+    assert extreme_offset(Fraction(1), 1, ages) == 12
 
 
 # 500 log-normal costs by cents (median 416, largest 8,282) in a domain of 100,000

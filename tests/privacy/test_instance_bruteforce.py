@@ -40,9 +40,24 @@ from proxy.privacy.inverse_sensitivity import (
 )
 from proxy.privacy.requests import CountRequest
 from proxy.privacy.sensitivity import groups_touched
-from proxy.statistics import percentile_rank
-from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, modifying
-from tests.privacy.laws import ALPHA, SeededSource, expanded, groups_loss, log_probabilities
+from proxy.statistics import BOTTOM, TOP, RankRef, percentile_rank
+from tests.privacy.harness import (
+    EXTREME,
+    LOWER,
+    UPPER,
+    Record,
+    assert_sound,
+    datasets,
+    modifying,
+)
+from tests.privacy.laws import (
+    ALPHA,
+    SeededSource,
+    expanded,
+    groups_loss,
+    law_at_target,
+    log_probabilities,
+)
 from tests.privacy.reference import answer, by_hand, in_domain
 
 INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
@@ -215,3 +230,50 @@ def test_grouped_draws_compose_to_epsilon(units, rows, piecewise):
         assert_sound(laws, lambda _: epsilon, [records],
                      modifying([LOWER, 5.0, UPPER, EXTREME[0]], groups=2),
                      change=groups_loss)
+
+
+# data sets of 9–12 records around the size where MAX's and MIN's target K ranks inside
+# (``extreme_offset``) starts to bind over the cap ⌊n/10⌋: ties at the top and bottom,
+# both bounds, raw NaN, ±inf and overflow-sized values, records out of scope
+EXTREME_TARGET_DATA = [
+    [0.0, 1.0, 2.0, 3.5, 5.0, 5.0, 7.0, 7.0, 10.0, 10.0],
+    [0.0, 0.0, 1.0, 2.0, 3.5, 5.0, 7.0, 7.0, 10.0, float("nan"), float("inf")],
+    [5.0] * 10,
+    [-1e308, 1.0, 1.0, 2.0, 3.5, 3.5, 5.0, 7.0, 1e300, float("-inf"), 10.0, 2.0],
+]
+
+
+@FORMS
+@pytest.mark.parametrize("epsilon", [3.0, 5.0])
+def test_the_extremes_target_keeps_every_neighbour_within_e_to_the_epsilon(epsilon,
+                                                                          piecewise):
+    """MAX and MIN aimed K = ``extreme_offset`` ranks inside (K ≥ 1 on every grid at
+    these ε, at most ⌊n/10⌋): over every neighbour of data sets whose size crosses 10
+    (a record entering or leaving the scope, set to NaN, ±inf, a bound or a tie), which
+    moves the target between the cap and K, no candidate's probability changes by more
+    than e^ε."""
+    scale = float(exponent(Fraction(epsilon), 1))
+    seed = zlib.crc32(f"extremes target {epsilon}".encode())
+    records = [[Record(unit, value, unit != 4 or index != 2)
+                for unit, value in enumerate(values)]
+               for index, values in enumerate(EXTREME_TARGET_DATA)]
+    worst = 0.0
+    for index, found in enumerate([*records, *datasets(seed, 4, 12, 1)]):
+        grid = GRIDS[index % 3]
+        offset = inverse_sensitivity.extreme_offset(Fraction(epsilon), 1, grid)
+        assert offset >= 1  # K binds wherever n ≥ 10
+        targets = {kind: RankRef(kind, offset, inverse_sensitivity.EXTREME_SHARE)
+                   for kind in (TOP, BOTTOM)}
+
+        def laws(records, grid=grid, targets=targets):
+            values = in_domain(records)
+            return {kind: law_at_target(values, target, grid, scale, piecewise)
+                    for kind, target in targets.items()}
+
+        (outcome,) = assert_sound(laws, lambda _: dict.fromkeys(targets, epsilon), [found],
+                                  modifying(NEIGHBOUR_VALUES),
+                                  change=lambda before, after: {
+                                      kind: float(np.abs(before[kind] - after[kind]).max())
+                                      for kind in before})
+        worst = max(worst, *outcome.worst.values())
+    assert worst > epsilon / 4  # the enumeration reaches neighbours that matter

@@ -101,8 +101,8 @@ def _quantile(department: str | None, q: float) -> float:
 def test_max_and_min_land_among_the_extreme_percent_of_rows(engine):
     """At ε 1 over the whole table every draw lies within the top (bottom) 1 % of the
     11,000 rows, and at ε 5 per department (ε/5 each) within the top (bottom) 5 % of the
-    department's 2,200 rows, or beyond the data (at most 5 % of the draws: the target's
-    margin, ``extreme_offset``). A draw misses the stated quantile inside the data with
+    department's 2,200 rows, or beyond the data (a few percent of the draws at most: the
+    target's margin, ``extreme_offset``). A draw misses the stated quantile inside the data with
     probability below 10⁻⁶ (its target is over 40 ranks away, the weight there e^{−20}
     per candidate), so the medians of 5 draws fail with probability below 10⁻⁴; over all
     rows (main before this) every target lay beyond these quantiles."""
