@@ -35,6 +35,7 @@ from proxy.pushdown.scope import (
     linked_if_named,
     needed_value,
     read_sum,
+    reused_sql,
     scope_select,
     source_table,
 )
@@ -122,18 +123,30 @@ def first_pass(
                                fill_extremes(n, s, r, _with_ties(value, t, k)))
     if not items and not whole_table:
         return group, []
-    if projected:
-        statement = exp.select(*items).from_(scope_select(plan, needs, clip_rows_per_unit)
-                                             .subquery("s", copy=False), copy=False)
-    else:
+    built = []
+
+    def statement(plan: QueryPlan) -> exp.Select:
+        parts = [item.copy() for item in items] if built else items  # built in place
+        built.append(plan)
+        if projected:
+            return exp.select(*parts).from_(scope_select(plan, needs, clip_rows_per_unit)
+                                            .subquery("s", copy=False), copy=False)
         unit = counts_units(plan) or bool(whole_table)
-        statement = exp.select(*items, *whole_table).from_(source_table(plan, None, unit),
-                                                           copy=False)
+        select = exp.select(*parts, *whole_table).from_(source_table(plan, None, unit),
+                                                        copy=False)
         if plan.where is not None and not filtered:
-            statement = statement.where(plan.where.copy(), copy=False)
+            select = select.where(plan.where.copy(), copy=False)
         if not unit:
-            linked_if_named(statement, plan)
-    row = execute(statement.sql(dialect=capabilities.dialect, copy=False))[0]
+            linked_if_named(select, plan)
+        return select
+
+    if whole_table:  # a fingerprint's aggregates: not kept
+        sql = statement(plan).sql(dialect=capabilities.dialect, copy=False)
+    else:
+        sql = reused_sql(plan, (needs, type(clip_rows_per_unit), clip_rows_per_unit,
+                                tuple(sorted((thresholds or {}).items())), projected),
+                         capabilities.dialect, statement)
+    row = execute(sql)[0]
     for reader, value in zip(readers, row):
         reader(value)
     return group, list(row[len(items):])

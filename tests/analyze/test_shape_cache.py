@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import itertools
 import time
+from collections import OrderedDict
 from types import SimpleNamespace
 
 import pytest
@@ -21,7 +22,11 @@ from sqlglot.parser import Parser
 from proxy.analyze import parse_statements, statement_tokens
 from proxy.analyze.shapes import ShapeCache, canonical_sql, shape_of
 from proxy.backends.duckdb_backend import DuckDBBackend
+from proxy.backends.postgres_backend import PostgresBackend
 from proxy.errors import ProxyError
+from proxy.privacy.noisy_answers import column_needs
+from proxy.pushdown import scope, ungrouped
+from proxy.pushdown.ungrouped import first_pass
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import SessionCommand, Settings, apply_command
@@ -381,3 +386,47 @@ def test_a_statement_above_the_token_limit_is_refused_before_analysis():
     with pytest.raises(ProxyError) as refused:
         checking_session(DEMO).check(f"SELECT COUNT(*) FROM people WHERE age IN ({values})")
     assert refused.value.sqlstate == "54001" and "IN list" in str(refused.value)
+
+
+@pytest.mark.parametrize("capabilities", [DuckDBBackend.capabilities,
+                                          PostgresBackend.capabilities],
+                         ids=["duckdb", "postgres"])
+def test_a_kept_plans_statistics_statement_is_the_one_rendered_afresh(capabilities,
+                                                                      monkeypatch):
+    """The first pass of a plan bound to new literals is rendered from the pieces kept
+    for its shape (proxy.pushdown.scope.reused_sql): the very text a fresh rendering of
+    the same plan gives, for every variant of every corpus statement without GROUP BY."""
+    built = []
+    for name in ("scope_select", "source_table"):  # what a rendering builds from
+        original = getattr(ungrouped, name)
+        monkeypatch.setattr(ungrouped, name, lambda *a, _o=original, **k: built.append(1)
+                            or _o(*a, **k))
+    kept = OrderedDict()
+    monkeypatch.setattr(scope, "_rendered", kept)
+
+    def first_pass_sql(plan: QueryPlan) -> str:
+        sent = []
+        first_pass(plan, column_needs(plan, 1, False), capabilities, None,
+                   lambda sql: sent.append(sql) or [(None,) * 64])
+        return sent[0] if sent else ""
+
+    hits = checks = 0
+    for _, rules, corpus, width in CORPORA:
+        for sql in corpus:
+            warm = checking_session(rules)
+            for variant in [sql, *_variants(sql, min(width, 2))]:
+                try:
+                    steps = warm.check(variant)
+                except ProxyError:
+                    continue
+                for _, plan in steps:
+                    if not isinstance(plan, QueryPlan) or plan.group_by:
+                        continue
+                    before = len(built)
+                    got = first_pass_sql(plan)
+                    hits += len(built) == before
+                    monkeypatch.setattr(scope, "_rendered", OrderedDict())
+                    assert got == first_pass_sql(plan), variant
+                    monkeypatch.setattr(scope, "_rendered", kept)
+                    checks += 1
+    assert hits, f"none of {checks} statements reused a rendering: nothing was tested"

@@ -197,6 +197,39 @@ def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
     assert sum(writes) == 3  # the batch, written when the ledger was read
 
 
+def test_a_kept_duckdb_version_is_that_of_the_snapshot_it_is_used_in(duckdb_url):
+    """DuckDB keeps a table's version while no write transaction of the proxy's
+    connection ended or was under way (its probe skipped: the snapshot's first read is
+    its one statement), but a snapshot that sees a write, committed after its BEGIN and
+    before its first read, gets the new version, and one taken while a write was under
+    way is not trusted to be the old data's."""
+    load(duckdb_url, {"people": people(), "odd": ODD})
+    backend = open_backend(duckdb_url)
+
+    def version(tx=None):
+        if tx is not None:
+            return backend.data_version(tx, "people"), tx.executed
+        with backend.transaction(snapshot=True) as tx:
+            return version(tx)
+
+    old, _ = version()
+    assert version() == (old, 1)  # kept: the snapshot's first read, no probe
+    with backend.transaction(snapshot=True) as tx:  # BEGIN: no snapshot taken yet
+        backend.query("DELETE FROM people WHERE person_id = 1")
+        seen, _ = version(tx)
+        assert tx.execute("SELECT count(*) FROM people WHERE person_id = 1") == [(0,)]
+    assert seen != old and version() == (seen, 1)
+    with backend.transaction() as write:
+        write.execute("DELETE FROM people WHERE person_id = 2")
+        before, statements = version()  # the write is not committed: not seen
+        assert before == seen and statements > 1  # under way: read, not kept
+    after, _ = version()
+    assert after not in (old, seen)
+    backend._versions.clear()
+    assert version()[0] == after  # as read afresh
+    backend.close()
+
+
 def test_a_snapshot_the_debit_left_dead_is_replaced(duckdb_url):
     """DuckDB opens the database again after a commit whose checkpoint failed (a full
     disk, tests/ledger/test_disk_full.py): the snapshot opened before the debit is then dead, so
