@@ -117,7 +117,7 @@ def describe(groups: list[dict]) -> str | None:
     oracle = min(range(len(rungs)), key=lambda k: error(k, float(loss.epsilon)))
     likely = ", ".join(f"B {rungs[k]:.4g} p {chance[k]:.2f} ({drawn[k]:.3%})"
                        for k in range(len(rungs)) if chance[k] >= 0.005)
-    kind = f"across {len(groups)} groups" if first["joint"] else "one group"
+    kind = f"across {len(groups)} groups" if first["joint"] else "a group's own bound"
     return (f"{kind}, ε {float(loss.epsilon):.3g}: under the draw {sum(p * e for p, e in zip(chance, drawn)):.3%}"
             f" [{likely}]; oracle B {rungs[oracle]:.4g} {error(oracle, float(loss.epsilon)):.3%}")
 
