@@ -5,8 +5,9 @@ oracle that knew the best rung (and spent nothing to find it) would have.
     python benchmarks/tpch_bounds.py --data DIR [--queries DIR] [--only 5,19]
 
 ``--data`` and ``--queries`` as for benchmarks/tpch.py (its rules, ε = 1 per aggregate).
-Each query is answered once through a session on DuckDB; every clipped SUM (one group's,
-docs/privacy.md §3.14, or a vector of groups clipped together, "Across groups") is
+Each query is answered once through a session on DuckDB; every clipped SUM or COUNT over
+a chain (a group's own bound, docs/privacy.md §3.14, or a vector of groups clipped
+together, "Across groups") is
 recorded with the ladder the statement returned (per rung: the units beyond it, the
 clipped sum) and the loss it was answered with. From those the script computes, exactly
 for each rung k (no sampling): the draw's probability (the engine's ``rung_weights``),
