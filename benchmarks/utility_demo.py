@@ -35,7 +35,8 @@ Systems, each asked for ``--releases`` fresh answers per cell (default 20):
   in process: each answer is a full fresh query (statistics, noise, ledger debit).
 - OpenDP (its Polars context API), SmartNoise SQL (``snsql.from_df`` over a pandas frame
   of the same rows) and PipelineDP (``LocalBackend``), pure ε-DP, unbounded neighbours
-  (one person added or removed; their ε per cell: "The guarantee" below), each given what a careful user would give it: the
+  (one person added or removed; their ε per cell: "The guarantee" below), each given
+  what a careful user would give it: the
   declared domains of rules/demo.toml (income [0, 10⁷], cost [0, 10⁵]) and the
   contribution bounds (people and census: 1 row per person; visits: 6 rows per person,
   at most 5 departments or 6 weeks per person), the group keys as public. Then the same
@@ -859,6 +860,41 @@ def side_by_side(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def both_views(results: list[Result]) -> str:
+    """One table per aggregate, every cell's peers under both guarantees side by side
+    ("native → substitution"), and whether idp-proxy is best under each."""
+    lines = []
+    peers = ["OpenDP", "SmartNoise", "PipelineDP"]
+    for aggregate in dict.fromkeys(r.aggregate for r in results):
+        rows = [r for r in results if r.aggregate == aggregate]
+        cells = list(dict.fromkeys((r.table, r.scope, r.epsilon) for r in rows))
+        lines += [f"#### {LABELS[aggregate]}: peers-native → substitution", "",
+                  "| cell | ε | idp-proxy | " + " | ".join(
+                      peers + [p + "*" for p in peers]) + " | best, native | best, substitution |",
+                  "|---|---|---|" + "---|" * (2 * len(peers) + 2)]
+        for table, scope, epsilon in cells:
+            here = [r for r in rows if (r.table, r.scope, r.epsilon) == (table, scope, epsilon)]
+            ours = next((r.error for r in here if r.system == "idp-proxy"), None)
+            texts, best = [], {}
+            for system in peers + [p + "*" for p in peers]:
+                got = {r.guarantee: r for r in here if r.system == system}
+                parts = [got[g] for g in ("peers-native", "substitution") if g in got]
+                text = " → ".join((_pct(r.error) if r.error is not None else "—")
+                                  + (_at(r) if r.guarantee == "substitution" else "")
+                                  for r in parts)
+                texts.append(text)
+            for g in ("peers-native", "substitution"):
+                declared = [r.error for r in here if r.system in peers
+                            and r.guarantee == g and r.error is not None]
+                best[g] = "" if ours is None or not declared else \
+                    ("yes" if ours <= min(declared) else "no")
+            lines.append(f"| {SCOPE_LABELS[(table, scope)]} | {epsilon:g} | {_pct(ours)} | "
+                         + " | ".join(texts) + f" | {best['peers-native']} | "
+                         f"{best['substitution']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def write(results: list[Result], out: Path, text: str,
           guarantee: str = "peers-native") -> list[str]:
     """demo.md, and the charts of one guarantee."""
@@ -949,6 +985,8 @@ def main(argv: list[str]) -> None:
                        f" of {compared} cells; within 1.5x of the best expert-bounded peer "
                        f"in {sum(c[2] for c in counts.values())} of {compared}")
     text += "### idp-proxy best, by guarantee\n\n" + side_by_side(results) + "\n"
+    if len(views) > 1:
+        text += "\n### Both guarantees, cell by cell\n\n" + both_views(results)
     charts = write(results, args.out, text, views[0])
     print()
     print(text)
