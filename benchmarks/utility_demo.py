@@ -4,6 +4,7 @@
     python benchmarks/utility.py demo [--quick] [--releases 20] [--epsilon 0.1,1]
                                       [--aggregates count,sum,...] [--scopes whole,...]
                                       [--tables people,visits] [--peers none] [--out DIR]
+                                      [--guarantee substitution|peers-native|both]
 
 Cells: aggregate (COUNT, SUM, AVG, STDDEV, MEDIAN, p90 = percentile_disc(0.9), MAX, MIN,
 COUNT(DISTINCT person_id)) × table (``people``: row-level, one row per person, over
@@ -34,7 +35,8 @@ Systems, each asked for ``--releases`` fresh answers per cell (default 20):
   in process: each answer is a full fresh query (statistics, noise, ledger debit).
 - OpenDP (its Polars context API), SmartNoise SQL (``snsql.from_df`` over a pandas frame
   of the same rows) and PipelineDP (``LocalBackend``), pure ε-DP, unbounded neighbours
-  (one person added or removed), each given what a careful user would give it: the
+  (one person added or removed; their ε per cell: "The guarantee" below), each given
+  what a careful user would give it: the
   declared domains of rules/demo.toml (income [0, 10⁷], cost [0, 10⁵]) and the
   contribution bounds (people and census: 1 row per person; visits: 6 rows per person,
   at most 5 departments or 6 weeks per person), the group keys as public. Then the same
@@ -42,13 +44,64 @@ Systems, each asked for ``--releases`` fresh answers per cell (default 20):
   marked *.
   The peers' grouping and WHERE columns are computed from the same DuckDB rows.
 
+The guarantee (``--guarantee``). idp-proxy's answers are ε-DP for *substitution*
+neighbours: one person's records are modified (docs/privacy.md §1: the person keeps
+their number of rows and their id; values, WHERE columns and group keys change). The
+peers calibrate for *add or remove one person*. A substitution is a removal and an
+addition, so a peer at ε is always 2ε-DP under substitution, but how much of that
+factor a cell really costs depends on the peer's calibration, so it is derived per peer,
+aggregate and scope from each peer's own code (OpenDP 0.14.2's ``summarize()`` scales
+and quantile scorer, PipelineDP 0.3.1's ``dp_computations``, SmartNoise 1.0.10's
+mechanisms and ``get_privacy_cost``). ρ below is the worst privacy loss, over ε, of the
+peer's release at ε under substitution; with ``--guarantee substitution`` (the default)
+the peer runs at ε / max(1, ρ), which is ε-DP under substitution; ``peers-native`` runs
+it at ε (its own guarantee, the behaviour before this option); ``both`` measures both
+views in one run and reuses a draw where the two ε agree. k is the peers' row bound per
+person (1 on people and census, 6 on visits), l0 the groups one person may touch (1;
+visits: 5 departments, 6 weeks), G the number of keys.
+
+- Ungrouped SUM, COUNT (idp-proxy's whole-table COUNT is exact: the count cannot move)
+  and OpenDP's and PipelineDP's AVG: ρ ≤ 1. A substitution changes a bounded value
+  within [0, U] (|x′ − x| ≤ U, the same as adding or removing x ≤ U) and a WHERE count
+  by at most k, as adding or removing does. AVG's count, at ε/2 in both, does not move
+  when the value changes within scope and moves only with the value's part when a row
+  enters or leaves, so the two halves never both pay twice. PipelineDP's VARIANCE
+  (count, Σ(x − m), Σ(x − m)² at ε/3 each, the squares calibrated to U²/2 but never
+  moving more than U²/4) has ρ = 5/6.
+- Grouped (a person's rows can change group): an L1 quantity calibrated to k moves
+  2k. OpenDP calibrates every grouped count, sum and n_unique to its total row bound k,
+  so ρ = 2 for COUNT, SUM, AVG; its n_unique per group moves by |A Δ B| ≤ 2·min(k, l0)
+  (A, B: the person's groups before and after): ρ = 2 on people and per week, 10/6 per
+  department. PipelineDP calibrates to l0·k (rows per partition times partitions), so
+  ρ = 2/l0: 2 on people and census, 0.4 per department and 1/3 per week on visits (its
+  release at ε is already ε-DP there: the contribution bounds it can be told are looser
+  than "6 rows in all"); its PRIVACY_ID_COUNT (calibrated to l0) has ρ = 2·min(k, l0)/l0
+  = 2; VARIANCE 5/(3·l0) (5/3 on people). SmartNoise calibrates to k: ρ = 2.
+- SmartNoise's AVG is SUM and COUNT each at the full ε (its ``get_privacy_cost`` says
+  2ε; STDDEV 3ε: SUM(v²), SUM(v), COUNT): ρ = 1 over a whole table (the count does not
+  move), 2 with a WHERE, 4 grouped (STDDEV 2, 3, 6). So its native AVG is not ε-DP
+  even under add/remove; the native view keeps it as it was measured.
+- Percentiles. OpenDP's exponential mechanism scores a candidate by
+  |α_den·#(x < c) − α_num·(n − #(x = c))| and is calibrated to the score's range under
+  one added or removed row, 2·max(α, 1 − α)·α_den; a value moving across the candidates
+  moves it by α_den, both ways (range 2·α_den): ρ = 1/max(α, 1 − α), 2 for the MEDIAN,
+  1/0.9 for p90, 1/2 for MAX and MIN (α = 1 or 0: the score only grows) — checked by
+  enumerating neighbours of small data sets against OpenDP's scorer. Grouped, OpenDP
+  gives each group ε/l0′ (l0′ = l0, or G when only the row bound 1 is given) for k rows:
+  ρ = 2/l0′ (MAX, MIN 1/l0′) ≤ 0.4. PipelineDP's quantile tree counts each row once per
+  level (calibrated to l0·k per level); a changed value is −1 in one node and +1 in
+  another: ρ = 2 ungrouped and on people, 2/l0 ≤ 0.4 per department or week.
+  SmartNoise answers none.
+
 Error: each released value's relative error |answer − true| / |true|; a group missing
 from an answer, or answered with NULL, counts as 100 %; groups whose true value is 0 or
 NULL (none on the demo) are skipped. A cell's number is the median over all its
 releases and groups. ``—`` marks a system that cannot answer the cell; the footnote
 says why (its error message, shortened).
 
-Writes ``demo.csv`` (every cell and system, as the run goes), ``demo.md`` (the tables) and, if
+Writes ``demo.csv`` (every cell and system, as the run goes; a peer's row names its
+guarantee and the ε it ran with), ``demo.md`` (the tables of each guarantee measured,
+and the cells where idp-proxy is best under each, side by side) and, if
 matplotlib imports, ``demo_<aggregate>.png`` into ``--out`` (default
 benchmarks/utility), and prints the tables.
 """
@@ -482,6 +535,74 @@ class Result:
     error: float | None  # median relative error; None: refused
     reason: str = ""
     seconds: float = 0.0
+    guarantee: str = "peers-native"  # a peer's view; idp-proxy's rows serve both
+    peer_epsilon: float | None = None  # the ε the peer was run with (None: epsilon)
+
+
+# ---------------------------------------------------------------- the guarantee
+
+GUARANTEES = ["substitution", "peers-native"]
+
+
+def substitution_loss(peer: str, table: Table, scope: str, aggregate: str,
+                      groups: int) -> float:
+    """ρ: the worst privacy loss, over ε, of the peer's release at ε when one person's
+    records are modified (idp-proxy's neighbours: the person keeps their rows and their
+    id; values, WHERE columns and group keys change). The peer run at ε / max(1, ρ) is
+    ε-DP under substitution. Derived from each peer's own calibration (module docstring,
+    "The guarantee"); ``groups`` is the number of public keys of the cell.
+
+    k rows per person (the contribution bound the peers are given), l0 groups one
+    person may touch; a substitution moves at most k rows out of their groups and k
+    rows into others, so an L1 quantity a peer calibrates to k (add/remove) moves 2k.
+    """
+    k, l0 = table.rows_per_unit, _groups_touched(table, scope)
+    grouped = scope in table.groups
+    quantile = aggregate in ("median", "p90", "max", "min")
+    # per row, a value changed within scope against one row added or removed, for the
+    # exponential mechanism's score (OpenDP) over its calibration 2·max(α, 1 − α)
+    within = {"median": 2.0, "p90": 1 / 0.9, "max": 0.5, "min": 0.5}
+    # COUNT(DISTINCT unit): a person leaves up to min(k, l0) groups, joins as many
+    distinct = 2 * min(k, l0)
+    if peer == "OpenDP":  # calibrated to L1 = k (its total row bound), whatever l0
+        if aggregate == "stddev":
+            return 1.0  # it has none
+        if aggregate == "count_distinct":
+            return distinct / k if grouped else 1.0
+        if quantile:  # grouped: ε / l0' per group (l0' = l0, or the key count when
+            # only the row bound is given), each for k rows: 2k (max/min k) units of
+            # one row's add/remove against l0'·k
+            if not grouped:
+                return within[aggregate]
+            touched = groups if k == 1 else l0
+            return (1.0 if aggregate in ("max", "min") else 2.0) / touched
+        return 2.0 if grouped else 1.0  # count, sum, avg (sum ε/2 + count ε/2)
+    if peer == "PipelineDP":  # calibrated to L1 = l0 · (k rows per partition)
+        if aggregate == "count_distinct":
+            return distinct / l0 if grouped else 1.0
+        if aggregate == "stddev":  # VARIANCE: count, Σ(x − m), Σ(x − m)² at ε/3 each
+            return 5 / (3 * l0) if grouped else 5 / 6
+        if quantile:  # its quantile tree: one row's change is −1 and +1 per level
+            return 2 / l0 if grouped else 2.0
+        return 2 / l0 if grouped else 1.0  # count, sum, avg (count ε/2 + Σ(x − m) ε/2)
+    if peer == "SmartNoise":  # calibrated to L1 = k; every part of AVG/STDDEV at ε
+        if aggregate == "count_distinct":
+            return distinct / k if grouped else 1.0
+        if aggregate == "avg":  # SUM at ε and COUNT at ε (its cost: 2ε)
+            return 4.0 if grouped else 2.0 if scope == "where" else 1.0
+        if aggregate == "stddev":  # SUM(v²), SUM(v), COUNT at ε each (its cost: 3ε)
+            return 6.0 if grouped else 3.0 if scope == "where" else 2.0
+        if quantile:
+            return 1.0  # it answers none
+        return 2.0 if grouped else 1.0
+    raise ValueError(peer)
+
+
+def peer_epsilon(guarantee: str, peer: str, table: Table, scope: str, aggregate: str,
+                 epsilon: float, groups: int) -> float:
+    if guarantee == "peers-native":
+        return epsilon
+    return epsilon / max(1.0, substitution_loss(peer, table, scope, aggregate, groups))
 
 
 PEERS = [OpenDP(), SmartNoise(), PipelineDP()]
@@ -490,20 +611,24 @@ BOUNDLESS = {"count", "count_distinct"}
 
 
 FIELDS = ["table", "scope", "aggregate", "epsilon", "system", "median_relative_error",
-          "refused", "seconds"]
+          "refused", "seconds", "guarantee", "peer_epsilon"]
 
 
 def _row(r: Result) -> list:
     return [r.table, r.scope, r.aggregate, r.epsilon, r.system,
-            "" if r.error is None else f"{r.error:.6g}", r.reason, f"{r.seconds:.2f}"]
+            "" if r.error is None else f"{r.error:.6g}", r.reason, f"{r.seconds:.2f}",
+            r.guarantee, "" if r.peer_epsilon is None else f"{r.peer_epsilon:.6g}"]
 
 
 def read_csv(path: Path) -> list[Result]:
+    """A demo.csv; one written before ``--guarantee`` existed holds peers-native rows."""
     with open(path, newline="") as handle:
         return [Result(row["table"], row["scope"], row["aggregate"], float(row["epsilon"]),
                        row["system"], float(row["median_relative_error"])
                        if row["median_relative_error"] else None, row["refused"],
-                       float(row["seconds"])) for row in csv.DictReader(handle)]
+                       float(row["seconds"]), row.get("guarantee") or "peers-native",
+                       float(row["peer_epsilon"]) if row.get("peer_epsilon") else None)
+                for row in csv.DictReader(handle)]
 
 
 def run(args) -> list[Result]:
@@ -539,18 +664,31 @@ def run(args) -> list[Result]:
                             results.append(_measure(
                                 cell, proxy.name, true, proxy.releases,
                                 table, scope, aggregate, epsilon, args.releases))
+                            results[-1].guarantee = "substitution"  # its own
+                            data = frames[(name, scope)]
                             for peer in (p for p in PEERS if p.name in args.peers):
-                                for label, bounds in ((peer.name, table.domain),
-                                                      (peer.name + "*", table.expert)):
-                                    if label.endswith("*") and aggregate in BOUNDLESS:
-                                        same = results[-1]
-                                        results.append(Result(*cell, label, same.error,
-                                                              same.reason, 0.0))
-                                        continue
-                                    results.append(_measure(
-                                        cell, label, true, peer.releases,
-                                        frames[(name, scope)], table, scope, aggregate,
-                                        epsilon, bounds, args.releases))
+                                measured: dict[tuple[str, float], Result] = {}  # by label, ε
+                                for guarantee in args.guarantee:
+                                    eps = peer_epsilon(guarantee, peer.name, table, scope,
+                                                       aggregate, epsilon, len(data.keys))
+                                    for label, bounds in ((peer.name, table.domain),
+                                                          (peer.name + "*", table.expert)):
+                                        same = measured.get((label, eps))
+                                        if same is None and label.endswith("*") \
+                                                and aggregate in BOUNDLESS:
+                                            same = measured[(peer.name, eps)]
+                                        if same is not None:  # the same mechanism at
+                                            # the same ε: its draws serve both views
+                                            results.append(Result(
+                                                *cell, label, same.error, same.reason, 0.0,
+                                                guarantee, eps))
+                                            continue
+                                        result = _measure(cell, label, true, peer.releases,
+                                                          data, table, scope, aggregate,
+                                                          eps, bounds, args.releases)
+                                        result.guarantee, result.peer_epsilon = guarantee, eps
+                                        measured[(label, eps)] = result
+                                        results.append(result)
                             _print_cell(results, cell)
                             writer.writerows(_row(r) for r in results[done:])
                             sink.flush()
@@ -584,7 +722,7 @@ def _measure(cell, system: str, true: dict, draw: Callable[..., list[dict]],
 
 def _print_cell(results: list[Result], cell) -> None:
     mine = [r for r in results if (r.table, r.scope, r.aggregate, r.epsilon) == cell]
-    text = "  ".join(f"{r.system} {_pct(r.error)} ({r.seconds:.1f}s)" for r in mine)
+    text = "  ".join(f"{r.system}{_at(r)} {_pct(r.error)} ({r.seconds:.1f}s)" for r in mine)
     print(f"{cell[2]:<14} {SCOPE_LABELS[cell[:2]]:<24} eps={cell[3]:<4} {text}", flush=True)
 
 
@@ -601,18 +739,40 @@ def _pct(error: float | None) -> str:
     return f"{percent:.1g} %"
 
 
+def _at(r: Result) -> str:
+    """A peer's ε where it is not the cell's: " @0.5ε"."""
+    if r.peer_epsilon is None or math.isclose(r.peer_epsilon, r.epsilon):
+        return ""
+    return f" @{r.peer_epsilon / r.epsilon:.2g}ε"
+
+
+VIEWS = {"substitution": "each peer at the ε that makes its release ε-DP when one "
+                         "person's records are modified (idp-proxy's guarantee; @xε where "
+                         "that is below the cell's ε)",
+         "peers-native": "each peer at the cell's ε, its own guarantee (add or remove "
+                         "one person)"}
+
+
+def view(results: list[Result], guarantee: str) -> list[Result]:
+    """idp-proxy's rows and the peers' rows of one guarantee."""
+    return [r for r in results if r.system == "idp-proxy" or r.guarantee == guarantee]
+
+
 SYSTEMS = ["idp-proxy", "OpenDP", "SmartNoise", "PipelineDP", "OpenDP*", "SmartNoise*",
            "PipelineDP*"]
 
 
-def tables(results: list[Result]) -> tuple[str, dict]:
-    """The Markdown tables, one per aggregate, with footnotes, and the counts."""
+def tables(results: list[Result], guarantee: str = "peers-native") -> tuple[str, dict]:
+    """The Markdown tables of one guarantee, one per aggregate, with footnotes, and the
+    counts."""
     lines, counts = [], {}
+    results = view(results, guarantee)
     for aggregate in dict.fromkeys(r.aggregate for r in results):
         rows = [r for r in results if r.aggregate == aggregate]
         cells = list(dict.fromkeys((r.table, r.scope, r.epsilon) for r in rows))
         notes: dict[str, int] = {}
-        lines += [f"### {LABELS[aggregate]}", "",
+        lines += [f"### {LABELS[aggregate]} — guarantee: {guarantee}", "",
+                  f"Peers: {VIEWS[guarantee]}.", "",
                   "| cell | ε | " + " | ".join(SYSTEMS) + " |",
                   "|---|---|" + "---|" * len(SYSTEMS)]
         best = near = compared = 0
@@ -629,7 +789,7 @@ def tables(results: list[Result]) -> tuple[str, dict]:
                                             len(notes) + 1)
                     texts.append(f"— [{note}]")
                 else:
-                    texts.append(_pct(r.error))
+                    texts.append(_pct(r.error) + _at(r))
             ours = by["idp-proxy"].error if "idp-proxy" in by else None
             declared = [by[s].error for s in ("OpenDP", "SmartNoise", "PipelineDP")
                         if s in by and by[s].error is not None]
@@ -650,12 +810,15 @@ def tables(results: list[Result]) -> tuple[str, dict]:
     return "\n".join(lines), counts
 
 
-def headline(results: list[Result], epsilon: float = 1.0) -> str:
+def headline(results: list[Result], epsilon: float = 1.0,
+             guarantee: str = "peers-native") -> str:
     """Per aggregate at ε = 1: idp-proxy's median over the cells against the best peer's."""
-    lines = [(f"| aggregate (ε = {epsilon:g}, median over its cells) | idp-proxy | "
-              "best peer, declared domains | best peer, expert bounds | idp-proxy best | "
-              "within 1.5× of the best expert peer |"), "|---|---|---|---|---|---|"]
-    _, counts = tables([r for r in results if r.epsilon == epsilon])
+    lines = [(f"| aggregate (ε = {epsilon:g}, median over its cells; {guarantee}) | "
+              "idp-proxy | best peer, declared domains | best peer, expert bounds | "
+              "idp-proxy best | within 1.5× of the best expert peer |"),
+             "|---|---|---|---|---|---|"]
+    results = view(results, guarantee)
+    _, counts = tables([r for r in results if r.epsilon == epsilon], guarantee)
     for aggregate in dict.fromkeys(r.aggregate for r in results):
         rows = [r for r in results if r.aggregate == aggregate and r.epsilon == epsilon]
         if not rows:
@@ -679,8 +842,64 @@ def headline(results: list[Result], epsilon: float = 1.0) -> str:
     return "\n".join(lines)
 
 
-def write(results: list[Result], out: Path, text: str) -> list[str]:
+def side_by_side(results: list[Result]) -> str:
+    """Per aggregate and ε, the cells where idp-proxy is best under each guarantee."""
+    present = [g for g in GUARANTEES if any(r.guarantee == g for r in results
+                                            if r.system != "idp-proxy")]
+    lines = ["| aggregate | ε | " + " | ".join(
+                 f"idp-proxy best, {g}" for g in present) + " |",
+             "|---|---|" + "---|" * len(present)]
+    for aggregate in dict.fromkeys(r.aggregate for r in results):
+        for epsilon in sorted({r.epsilon for r in results if r.aggregate == aggregate}):
+            rows = [r for r in results if r.aggregate == aggregate and r.epsilon == epsilon]
+            texts = []
+            for g in present:
+                compared, best, _ = tables(rows, g)[1].get(aggregate, (0, 0, 0))
+                texts.append(f"{best} of {compared}")
+            lines.append(f"| {LABELS[aggregate]} | {epsilon:g} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def both_views(results: list[Result]) -> str:
+    """One table per aggregate, every cell's peers under both guarantees side by side
+    ("native → substitution"), and whether idp-proxy is best under each."""
+    lines = []
+    peers = ["OpenDP", "SmartNoise", "PipelineDP"]
+    for aggregate in dict.fromkeys(r.aggregate for r in results):
+        rows = [r for r in results if r.aggregate == aggregate]
+        cells = list(dict.fromkeys((r.table, r.scope, r.epsilon) for r in rows))
+        lines += [f"#### {LABELS[aggregate]}: peers-native → substitution", "",
+                  "| cell | ε | idp-proxy | " + " | ".join(
+                      peers + [p + "*" for p in peers]) + " | best, native | best, substitution |",
+                  "|---|---|---|" + "---|" * (2 * len(peers) + 2)]
+        for table, scope, epsilon in cells:
+            here = [r for r in rows if (r.table, r.scope, r.epsilon) == (table, scope, epsilon)]
+            ours = next((r.error for r in here if r.system == "idp-proxy"), None)
+            texts, best = [], {}
+            for system in peers + [p + "*" for p in peers]:
+                got = {r.guarantee: r for r in here if r.system == system}
+                parts = [got[g] for g in ("peers-native", "substitution") if g in got]
+                text = " → ".join((_pct(r.error) if r.error is not None else "—")
+                                  + (_at(r) if r.guarantee == "substitution" else "")
+                                  for r in parts)
+                texts.append(text)
+            for g in ("peers-native", "substitution"):
+                declared = [r.error for r in here if r.system in peers
+                            and r.guarantee == g and r.error is not None]
+                best[g] = "" if ours is None or not declared else \
+                    ("yes" if ours <= min(declared) else "no")
+            lines.append(f"| {SCOPE_LABELS[(table, scope)]} | {epsilon:g} | {_pct(ours)} | "
+                         + " | ".join(texts) + f" | {best['peers-native']} | "
+                         f"{best['substitution']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(results: list[Result], out: Path, text: str,
+          guarantee: str = "peers-native") -> list[str]:
+    """demo.md, and the charts of one guarantee."""
     out.mkdir(parents=True, exist_ok=True)
+    results = view(results, guarantee)
     (out / "demo.md").write_text(text)
     try:
         import matplotlib
@@ -707,8 +926,8 @@ def write(results: list[Result], out: Path, text: str) -> list[str]:
         axis.set_xticklabels([f"{SCOPE_LABELS[c[:2]]}\nε={c[2]:g}" for c in cells],
                              fontsize=7, rotation=30, ha="right")
         axis.set(yscale="log", ylabel="median relative error, %",
-                 title=f"{LABELS[aggregate]} on the demo (* = expert bounds; "
-                       "missing bar = cannot answer)")
+                 title=f"{LABELS[aggregate]} on the demo, peers {guarantee} (* = expert "
+                       "bounds; missing bar = cannot answer)")
         axis.legend(fontsize=7, ncol=len(SYSTEMS), loc="upper center",
                     bbox_to_anchor=(0.5, -0.3))
         figure.tight_layout()
@@ -737,6 +956,13 @@ def main(argv: list[str]) -> None:
                         type=lambda text: [] if text == "none" else text.split(","),
                         help="OpenDP, SmartNoise, PipelineDP (default: all); 'none' "
                              "measures idp-proxy alone (a before/after of its own)")
+    parser.add_argument("--guarantee", default="substitution",
+                        choices=GUARANTEES + ["both"],
+                        help="the peers' ε: 'substitution' (default) the ε that makes "
+                             "each peer's release ε-DP under idp-proxy's neighbours (one "
+                             "person's records modified); 'peers-native' the cell's ε "
+                             "(their add/remove-one-person guarantee); 'both' measures "
+                             "both views in one run (idp-proxy once)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "utility")
     parser.add_argument("--report", type=Path, default=None, metavar="CSV",
                         help="measure nothing: the tables and charts of a demo.csv")
@@ -744,16 +970,26 @@ def main(argv: list[str]) -> None:
     args.releases = args.releases or (5 if args.quick else 20)
     args.epsilon = args.epsilon or ([1.0] if args.quick else [0.1, 1.0])
     args.scopes = args.scopes or (["whole", "group5"] if args.quick else SCOPES)
+    args.guarantee = GUARANTEES if args.guarantee == "both" else [args.guarantee]
     started = time.perf_counter()
     results = _ordered(read_csv(args.report)) if args.report else run(args)
-    text, counts = tables(results)
-    text += "\n### Headline\n\n" + headline(results) + "\n"
-    charts = write(results, args.out, text)
+    views = [g for g in GUARANTEES if any(r.guarantee == g for r in results
+                                          if r.system != "idp-proxy")] or args.guarantee
+    text, summary = "", []
+    for guarantee in views:
+        part, counts = tables(results, guarantee)
+        text += part + f"\n### Headline, {guarantee}\n\n" \
+            + headline(results, guarantee=guarantee) + "\n\n"
+        compared = sum(c[0] for c in counts.values())
+        summary.append(f"{guarantee}: idp-proxy best in {sum(c[1] for c in counts.values())}"
+                       f" of {compared} cells; within 1.5x of the best expert-bounded peer "
+                       f"in {sum(c[2] for c in counts.values())} of {compared}")
+    text += "### idp-proxy best, by guarantee\n\n" + side_by_side(results) + "\n"
+    if len(views) > 1:
+        text += "\n### Both guarantees, cell by cell\n\n" + both_views(results)
+    charts = write(results, args.out, text, views[0])
     print()
     print(text)
-    compared = sum(c[0] for c in counts.values())
-    print(f"idp-proxy best in {sum(c[1] for c in counts.values())} of {compared} cells; "
-          f"within 1.5x of the best expert-bounded peer in "
-          f"{sum(c[2] for c in counts.values())} of {compared}")
+    print("\n".join(summary))
     print(f"wrote {args.out / 'demo.csv'}, demo.md and {len(charts)} charts; "
           f"{time.perf_counter() - started:.0f} s")
