@@ -612,7 +612,9 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
                 and plan.aggregates[o.aggregate].kind in (COUNT, UNITS, SUM) and all(
                     group[o.aggregate].mechanism in ADDITIVE for group in released)]
     mechanisms = sorted({r.mechanism for group in released for r in group})
-    notes = sorted({r.note for group in released for r in group if r.note})
+    # a release's note may hold several, one a line (privacy.noisy_answers)
+    notes = sorted({line for group in released for r in group if r.note
+                    for line in r.note.split("\n")})
     if plan.per_unit is not None:
         notes.append(_per_unit_note(plan.per_unit.source))
     if plan.multiplicity > 1:

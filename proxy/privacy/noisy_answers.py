@@ -473,8 +473,9 @@ def _release_clipped(a: Asked) -> Released:
     else:
         of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
                                                                            by_rho=gaussian)
-        noisy_sum, _ = clipped_sum(ladder, of_sum, group_size, column.lower, column.upper,
-                                   column.resolution, rng, confidence, gaussian)
+        noisy_sum, rung = clipped_sum(ladder, of_sum, group_size, column.lower,
+                                      column.upper, column.resolution, rng, confidence,
+                                      gaussian)
         note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
@@ -485,9 +486,25 @@ def _release_clipped(a: Asked) -> Released:
     sensitivity = _integer_scale(cal.shift, cal)
     noisy_count = _integer_noise(a, count, sensitivity, of_count, confidence)
     which = "rho" if gaussian else "epsilon"
-    return _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count, column,
-                    cal, f"AVG is a noisy SUM (three quarters of the {which}) over a noisy "
-                         f"COUNT (a quarter); {note}")
+    released = _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
+                        column, cal, f"AVG is a noisy SUM (three quarters of the {which}) "
+                                     f"over a noisy COUNT (a quarter); {note}")
+    if a.index not in group.joint and rows_per_unit == 1 and column.lower is not None \
+            and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
+        return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
+    return released
+
+
+# An AVG of values ≥ 0, each clipped to a drawn bound B, that comes out at 0.9·B or above
+# was clipped in most of its values, likely far below them (a group of few units at a
+# small ε draws a rung under the data now and then: AVG(income) of 142 people at ε 1
+# came back 9–383 against 55,147 in 4.5 % of answers). The 95 % bound covers the noise,
+# not that; the answer says so. A function of the released average and of the drawn
+# bound (the draw's output): post-processing, no loss.
+NEAR_BOUND = 0.9
+NEAR_BOUND_NOTE = ("an AVG at 90 % or more of the clipping bound drawn for its group was "
+                   "clipped in most of its values: the true average may be far higher (ask "
+                   "again with a larger epsilon, or without GROUP BY; docs/privacy.md §3.14)")
 
 
 def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit: int):

@@ -16,7 +16,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from proxy.privacy import noisy_answers
 from proxy.privacy.contribution_bounds import BOUND_SHARE, laddered, rung_weights, rungs
+from proxy.privacy.mechanisms import Noisy
 from proxy.privacy.sensitivity import group_share
 from proxy.pushdown.contributions import contribution_ladders
 from proxy.session import Session
@@ -131,3 +133,30 @@ def test_averages_per_region_are_within_a_few_percent(engine):
             total, count = true[region]
             errors.append(abs(average / (total / count) - 1))
     assert sum(e > 0.10 for e in errors) <= 3 and np.median(errors) < 0.03, sorted(errors)
+
+
+@pytest.mark.parametrize("drawn", ["lowest", "top"])
+def test_an_average_near_the_bound_drawn_for_it_says_it_was_clipped(engine, monkeypatch,
+                                                                    drawn):
+    """Drawn at the ladder's lowest rung (a few units of income), every region's AVG is
+    that rung, its values nearly all clipped: the answer says the true average may be far
+    higher (post-processing of the average and of the drawn bound). Drawn at the top
+    rung (nothing clipped), no such note. The sums and counts here are exact, so only
+    the rung decides."""
+    def at_rung(ladder, *args, **kwargs):
+        k = 0 if drawn == "lowest" else len(ladder.rungs) - 1
+        return Noisy(ladder.clipped[k], 0.0, "none"), k
+    monkeypatch.setattr(noisy_answers, "clipped_sum", at_rung)
+    monkeypatch.setattr(noisy_answers, "laplace_integer",
+                        lambda true, *args, **kwargs: Noisy(true, 0.0, "none"))
+    answer, = run(Session.open(engine, "zoe"),  # named apart: not another test's replay
+                  f"SELECT region, AVG(income) AS drawn_{drawn} FROM people GROUP BY region")
+    notes = answer.privacy["notes"]
+    assert (noisy_answers.NEAR_BOUND_NOTE in notes) == (drawn == "lowest"), notes
+    assert any(note.startswith("AVG is a noisy SUM") for note in notes), notes
+    averages = [average for _, average in answer.rows]
+    if drawn == "top":
+        true = truth()
+        assert averages == pytest.approx([true[r][0] / true[r][1] for r, _ in answer.rows])
+    else:
+        assert max(averages) < 100, averages
