@@ -41,15 +41,19 @@ ALLOWED = ("[NOT] EXISTS (SELECT * FROM t WHERE t.col = outer.col [AND …]) ove
            "table t of the query's privacy unit")
 
 
+def _protected(select: exp.Select, rules: Rules) -> list[tuple[exp.Table, Table]]:
+    """The protected tables ``select`` reads in its FROM and joins, with their rules."""
+    sources = [clause.this for clause in (select.args.get("from_"),
+                                          *(select.args.get("joins") or [])) if clause]
+    return [(source, declared) for source in sources if isinstance(source, exp.Table)
+            and (declared := rules.table(source.name)) is not None and not declared.public]
+
+
 def _grouped_unit(select: exp.Select, rules: Rules) -> str | None:
     """The first GROUP BY column of ``select`` that is the privacy unit column of a
     protected table in its FROM or joins (a qualified column: of that table), if any."""
-    tables = {}
-    for clause in (select.args.get("from_"), *(select.args.get("joins") or [])):
-        source = clause.this if clause else None
-        if isinstance(source, exp.Table) and (declared := rules.table(source.name)) \
-                is not None and not declared.public and declared.privacy_unit:
-            tables[source.alias_or_name] = declared.privacy_unit
+    tables = {source.alias_or_name: declared.privacy_unit
+              for source, declared in _protected(select, rules) if declared.privacy_unit}
     group = select.args.get("group")
     for column in (group.expressions if group else ()):
         if isinstance(column, exp.Column) and (
@@ -86,11 +90,7 @@ def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
         query = node.this
         if isinstance(node.parent, (exp.From, exp.Join)) or not isinstance(query, exp.Select):
             continue
-        sources = [clause.this for clause in (query.args.get("from_"),
-                                              *(query.args.get("joins") or [])) if clause]
-        protected = [source.name for source in sources if isinstance(source, exp.Table)
-                     and (declared := rules.table(source.name)) is not None
-                     and not declared.public]
+        protected = [source.name for source, _ in _protected(query, rules)]
         if not protected:
             continue
         if isinstance(node.parent, exp.In):
