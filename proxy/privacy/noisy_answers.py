@@ -469,7 +469,7 @@ def _release_clipped(a: Asked) -> Released:
             of_count = of_count * Fraction(1, group_share(plan, cal.shift, True))
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
                                  plan.group_count, column.resolution, rng, confidence)
-        note = joint_note(rows_per_unit)
+        note, rung = joint_note(rows_per_unit), None
     else:
         of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
                                                                            by_rho=gaussian)
@@ -489,7 +489,7 @@ def _release_clipped(a: Asked) -> Released:
     released = _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
                         column, cal, f"AVG is a noisy SUM (three quarters of the {which}) "
                                      f"over a noisy COUNT (a quarter); {note}")
-    if a.index not in group.joint and rows_per_unit == 1 and column.lower is not None \
+    if rung is not None and rows_per_unit == 1 and column.lower is not None \
             and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
         return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
     return released
