@@ -51,6 +51,7 @@ from pathlib import Path
 
 import psycopg
 import sqlglot
+from sqlglot import exp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -195,6 +196,51 @@ def _judge(statement: Statement, columns: list[str], answer: list[tuple], truth:
     return True, f"{len(pairs)} rows, worst rel. err {100 * worst:.1f} %"
 
 
+def extremes_at_one_percent(sql: str, dialect: str) -> str | None:
+    """The statement with each MAX(x) read as the data's 99th percentile of x and each
+    MIN(x) as its 1st (PERCENTILE_DISC: a value of the data), or None without either:
+    issue 32's own goal for MAX and MIN is an answer within the top or bottom 1 % of the
+    data, a looser rule than this corpus's 10 %, reported beside it."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    if not any(tree.find_all(exp.Max, exp.Min)):
+        return None
+
+    def quantile(node):
+        if isinstance(node, (exp.Max, exp.Min)) and not node.expressions:
+            q = 0.99 if isinstance(node, exp.Max) else 0.01
+            return exp.WithinGroup(
+                this=exp.PercentileDisc(this=exp.Literal.number(q)),
+                expression=exp.Order(expressions=[exp.Ordered(this=node.this.copy())]))
+        return node
+    return tree.transform(quantile).sql(dialect=dialect)
+
+
+def within_one_percent(statement: Statement, columns: list[str], answer: list[tuple],
+                       truth: list[tuple], quantiles: list[tuple],
+                       bounds: dict[str, float]) -> bool:
+    """The corpus's judgement with one change: a cell the rewrite moved (a MAX or MIN)
+    that lies between the data's 1 % quantile and its extreme counts as exact."""
+    keys = statement.keys
+
+    def key(row, i):
+        return tuple(_key(row[k]) for k in keys) if keys else i
+    quantile = {key(row, i): row for i, row in enumerate(quantiles)}
+    true = {key(row, i): row for i, row in enumerate(truth)}
+    settled = []
+    for i, row in enumerate(answer):
+        t_row, q_row = true.get(key(row, i)), quantile.get(key(row, i))
+        if t_row is None or q_row is None:
+            settled.append(row)
+            continue
+        cells = list(row)
+        for j, (a, t, q) in enumerate(zip(row, t_row, q_row)):
+            na, nt, nq = _number(a), _number(t), _number(q)
+            if None not in (na, nt, nq) and nq != nt and min(nq, nt) <= na <= max(nq, nt):
+                cells[j] = t
+        settled.append(tuple(cells))
+    return _judge(statement, columns, settled, truth, bounds)[0]
+
+
 # -- running ------------------------------------------------------------------------------
 
 def rules_text() -> str:
@@ -281,6 +327,11 @@ def run_all(backend: str, statements: list[Statement], epsilon: str, folder: Pat
                         results.append((st, "no-truth", f"backend: {str(exc).splitlines()[0][:90]}"))
                     else:
                         ok, why = judge(st, columns, rows, true_rows, bounds_of(notices))
+                        rewritten = None if ok else extremes_at_one_percent(st.sql, backend)
+                        if rewritten and within_one_percent(st, columns, rows, true_rows,
+                                                            truth(rewritten)[1],
+                                                            bounds_of(notices)):
+                            why += " (MAX/MIN within the data's top/bottom 1 %)"
                         results.append((st, "correct" if ok else "wrong", why))
                         if SHOW:
                             print("   answer:", rows[:40], "\n   truth: ", true_rows[:40],
@@ -396,6 +447,9 @@ def main() -> None:
         row[0] += kind == "correct"
         row[1] += st.expect == "answered"
     print("by tool: " + ", ".join(f"{t} {c}/{n}" for t, (c, n) in sorted(by_tool.items())))
+    at_one = [st.name for st, kind, why in results if kind == "wrong" and "top/bottom 1 %" in why]
+    print(f"wrong by the 10 % rule but every MAX/MIN within the data's top/bottom 1 % "
+          f"(issue 32's goal for them): {len(at_one)} {', '.join(at_one)}")
 
 
 if __name__ == "__main__":
