@@ -16,8 +16,9 @@ same SQL directly on the backend database for the truth, and classifies it:
   refused-but-answerable    refused although the corpus says it may be answered
   refused-correctly         refused, as the corpus says
   answered-but-must-refuse  answered although it must be refused (a leak)
-  no-truth                  answered, but the backend itself cannot run the SQL (on
-                            DuckDB: PostgreSQL-only syntax), so it is not judged
+  no-truth                  answered, but the backend itself cannot run the SQL, so it
+                            is not judged (on DuckDB a statement with PostgreSQL-only
+                            functions is run in sqlglot's DuckDB spelling first)
 
 THE TOLERANCE (fixed before any result was seen). Rows are matched on the key columns the
 file's ``-- keys:`` header names (output positions; none: rows matched in order). Every
@@ -32,6 +33,11 @@ where B is the 95 % error bound the proxy's NOTICE gives for that column (its wi
 several; 0 when none is given — the demo's iDP rules report none), 0.10 * |t| a 10 %
 relative tolerance, and M the largest |true value| in that column (an absolute floor of
 1 % of the column's scale, for values near 0). NULL matches only NULL.
+
+Beside it, for the statements judged wrong that hold MAX or MIN, the line says whether
+every MAX/MIN cell lies between the data's 1 % quantile and its extreme (issue 32's own
+goal for MAX and MIN: within the top or bottom 1 % of the data), the rest judged as
+above; the totals do not change.
 """
 
 from __future__ import annotations
