@@ -65,8 +65,11 @@ from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.pairs import bound_counts, pair_sums
 from proxy.pushdown.scope import (
     HashedClip,
+    bounded_keys,
+    bounded_reads,
     chain_tables,
     joined_units,
+    keys_beyond_sql,
     plan_unit_bound_sql,
     table_ref,
 )
@@ -120,6 +123,9 @@ class Engine:
                 backend.track_versions(table.name)
         self.rng = rng or SecureSource()
         self._unit_bounds: dict[tuple, int] = {}
+        # ((table, key, most), the table's data version) -> no value of the key in more
+        # than ``most`` rows (``_bounded_keys``)
+        self._bounded: dict[tuple, bool] = {}
         self._public_keys: dict[tuple[str, str], tuple] = {}
         # idp.answers' entries met or stored by this process, by (analyst, key): a repeat
         # reads no entry from the backend
@@ -139,19 +145,43 @@ class Engine:
         mark, read_at = self.backend.quiet_mark(), time.monotonic()
         with self.backend.reading() as tx:
             version = self.backend.data_version(tx, plan.table.name)
+            by_name = {plan.table.name: version}
             versions = {}
             for join in plan.joins:
-                versions[join.alias] = self.backend.data_version(tx, join.table.name)
+                versions[join.alias] = by_name[join.table.name] = self.backend.data_version(
+                    tx, join.table.name)
                 version = None if version is None or versions[join.alias] is None else \
                     f"{version};{join.table.name}:{versions[join.alias]}"
             # the tables EXISTS reads, and those units are derived through (unit_via)
             for name in (*(semi.table.name for semi in plan.semi_joins), *chain_tables(plan)):
-                linked = self.backend.data_version(tx, name)
+                linked = by_name[name] = self.backend.data_version(tx, name)
                 version = None if version is None or linked is None else \
                     f"{version};{name}:{linked}"
             if version is not None:
                 self._versions[_tables_of(plan)] = (version, read_at, mark)
-            yield View(tx, version, self._with_public_keys(plan, tx, versions))
+            with bounded_keys(self._bounded_keys(plan, tx, by_name)):
+                yield View(tx, version, self._with_public_keys(plan, tx, versions))
+
+    def _bounded_keys(self, plan: QueryPlan, tx: Transaction,
+                      versions: dict[str, str | None]) -> list[tuple[str, tuple[str, ...], int]]:
+        """The keys the plan's statements read as occurring at most m times
+        (``bounded_reads``: the keys its links name, its public joins' keys) that hold
+        so in ``tx``'s snapshot: read there once per data version of their table (a
+        write to the table changes its version, so the next view reads them again), each
+        then sent as its table itself instead of its rows of a key counted at most m
+        times (docs/privacy.md §3.13). A table without a version is counted in every
+        statement, as before."""
+        known = []
+        for read in bounded_reads(plan):
+            version = versions.get(read[0])
+            if version is None:
+                continue
+            if (read, version) not in self._bounded:
+                self._bounded[(read, version)] = not tx.execute(
+                    keys_beyond_sql(*read, self.backend.dialect))
+            if self._bounded[(read, version)]:
+                known.append(read)
+        return known
 
     def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
                           versions: dict[str, str | None]) -> QueryPlan:
@@ -696,12 +726,7 @@ def _check_rows_per_key(rules: Rules, table: str, columns: tuple[str, ...], most
     """Refuse to start when a value of the key ``columns`` (one, or several together)
     occurs in more than ``most`` rows (``linked_from``: the table whose ``unit_via``
     names the key)."""
-    named = [exp.column(column, quoted=True) for column in columns]
-    beyond = (exp.select(exp.Literal.number(1)).from_(table_ref(table))
-              .where(exp.and_(*(column.is_(exp.null()).not_() for column in named)))
-              .group_by(*(column.copy() for column in named))
-              .having(exp.Count(this=exp.Star()) > exp.Literal.number(most)).limit(1))
-    if not backend.read(beyond.sql(dialect=backend.dialect)):
+    if not backend.read(keys_beyond_sql(table, columns, most, backend.dialect)):
         return
     key = key_text(columns)
     if linked_from is not None:

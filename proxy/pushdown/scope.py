@@ -13,7 +13,9 @@ import math
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
@@ -337,17 +339,72 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     return rows.group_by(unit, copy=False)
 
 
+# The keys read, in the snapshot the statements are built for, to occur in at most
+# ``most`` rows of their table: (table, key columns, most). ``Engine.view`` sets them
+# (``bounded_keys``) for the statements of its snapshot; outside one, none is known.
+_BOUNDED: ContextVar[frozenset[tuple[str, tuple[str, ...], int]]] = ContextVar(
+    "bounded", default=frozenset())
+
+
+@contextmanager
+def bounded_keys(known: Iterable[tuple[str, tuple[str, ...], int]]) -> Iterator[None]:
+    """While open, ``_bounded_rows`` reads each of ``known`` (table, key, most) as its
+    table itself: the caller read, in the snapshot the statements run in, that no value
+    of the key occurs in more than ``most`` rows (``keys_beyond_sql`` found none)."""
+    token = _BOUNDED.set(frozenset(known))
+    try:
+        yield
+    finally:
+        _BOUNDED.reset(token)
+
+
+def bounded_reads(plan: QueryPlan) -> tuple[tuple[str, tuple[str, ...], int], ...]:
+    """Every (table, key, most) the plan's statements read through ``_bounded_rows``:
+    the key of each link of its protected tables' chains (most 1) and each public join's
+    key (its multiplicity), with those of a per-unit relation's source."""
+    reads: list[tuple[str, tuple[str, ...], int]] = []
+    for table in (plan.table, *(join.table for join in plan.joins if join.protected),
+                  *(semi.table for semi in plan.semi_joins)):
+        link = table.link
+        while link is not None:
+            reads.append((link.table, (link.key,), 1))
+            link = link.then
+    reads += [(join.table.name, tuple(join.key), join.multiplicity)
+              for join in plan.joins if not join.protected]
+    if plan.per_unit is not None:
+        reads += bounded_reads(plan.per_unit.source)
+    return tuple(dict.fromkeys(reads))
+
+
+def keys_beyond_sql(table: str, key: tuple[str, ...], most: int, dialect: str) -> str:
+    """One row when a value of ``key`` (no NULL in it) occurs in more than ``most``
+    rows of ``table``, none otherwise."""
+    named = [exp.column(column, quoted=True) for column in key]
+    return (exp.select(exp.Literal.number(1)).from_(table_ref(table))
+            .where(exp.and_(*(column.is_(exp.null()).not_() for column in named)))
+            .group_by(*(column.copy() for column in named))
+            .having(exp.Count(this=exp.Star()) > exp.Literal.number(most)).limit(1)
+            ).sql(dialect=dialect)
+
+
 def _bounded_rows(table: str, key: tuple[str, ...], most: int,
                   rows: exp.Expression | None = None) -> exp.Select:
     """The rows of ``table`` (read as ``rows``, by default the table itself) whose
     ``key`` (one column, or several together) occurs in at most ``most`` rows of the
-    table (1: once); a key with a NULL matches nothing."""
+    table (1: once); a key with a NULL matches nothing (the callers join on an
+    equality of every column of the key, which a NULL never meets). Where the snapshot
+    was read to hold no key beyond ``most`` (``bounded_keys``) those are all its rows
+    but the NULL keys' (that match nothing anyway): the rows as they are, without the
+    per-key count (a grouping of the whole table in every statement: TPC-H's 1.5 M
+    order keys, most of a statement over line items whose WHERE keeps a few)."""
+    source = table_ref(table) if rows is None else _named(rows, "_idp_r")
+    if (table, key, most) in _BOUNDED.get():
+        return exp.select("*").from_(source)
     columns = [exp.column(column, quoted=True) for column in key]
     bounded = (exp.select(*(column.copy() for column in columns)).from_(table_ref(table))
                .where(exp.and_(*(column.copy().is_(exp.null()).not_() for column in columns)))
                .group_by(*(column.copy() for column in columns))
                .having(exp.Count(this=exp.Star()) <= exp.Literal.number(most)))
-    source = table_ref(table) if rows is None else _named(rows, "_idp_r")
     value = columns[0] if len(columns) == 1 else exp.Tuple(expressions=columns)
     return (exp.select("*").from_(source)
             .where(exp.In(this=value, query=bounded.subquery(copy=False))))
@@ -654,12 +711,14 @@ def reused_sql(plan: QueryPlan, key: tuple, dialect: str,
     every WHERE literal a mark, and then its pieces are joined around the literals of
     each plan whose other fields are those very objects, whose WHERE differs in literal
     values only (``_literals_of``), and whose ``key`` (everything else ``build`` reads)
-    is equal. The pieces are made when a shape comes back (a statement asked once is
+    is equal, built under the same keys read as bounded. The pieces are made when a shape comes back (a statement asked once is
     not rendered twice), and kept only when joining that plan's own literals gives its
     own rendering back (a literal the generator changes, moves or drops is not joined:
     such statements are rendered every time)."""
     where = plan.where
-    index = (tuple(id(getattr(plan, name)) for name in _PLAN_FIELDS), key, dialect)
+    # the keys read as bounded (``bounded_keys``) change the SQL built from one plan
+    index = (tuple(id(getattr(plan, name)) for name in _PLAN_FIELDS), key, dialect,
+             _BOUNDED.get())
     with _rendering:
         kept = _rendered.get(index)
         if kept is not None:

@@ -74,8 +74,8 @@ def _tables():
     }
 
 
-def _unit(line):
-    owner = [o for o in ORDERS if o[0] == line[0]]
+def _unit(line, orders=ORDERS):
+    owner = [o for o in orders if o[0] == line[0]]
     return owner[0][1] if len(owner) == 1 else None
 
 
@@ -147,6 +147,37 @@ def test_line_items_carry_their_orders_customer(backend_url):
         shift, _, _, _ = recorded_statistics(engine, alone, model="dp")
         assert shift == 6
         assert recorded_statistics(engine, three, model="dp")[0] == 6  # 1 x 6
+
+
+def test_a_key_read_unique_once_per_version_protects_after_a_duplicate(backend_url):
+    """While orders' keys are unique, the statements join orders as it is: their
+    uniqueness is read once per data version of orders, in the snapshot the statements
+    run in (``Engine._bounded_keys``), not counted again in each. An order key written
+    twice after a first answer changes orders' version: the next answer counts the keys
+    again in every statement that reads a unit, and the line items of that key have no
+    unit (a plain join would give each of them twice to its customer: c 8, not 5)."""
+    alone = "SELECT l_mode, COUNT(*), SUM(l_quantity) FROM lineitem GROUP BY l_mode"
+    with open_engine(backend_url, RULES, _tables) as engine:
+        shift, _, _, statements = recorded_statistics(engine, alone, model="dp")
+        linked = [text for text, _ in statements if "_idp_unit" in text]
+        assert shift == 6 and linked  # DP's bound, 2 per order x 3 orders
+        assert not any("HAVING" in text for text in linked), linked
+        assert recorded_statistics(engine, alone)[0] == _per_unit(_unit(line) for line in LINES)
+        Session.open(engine, "alice").execute(alone)  # a first answer
+
+        twice = [*ORDERS, (51, 5, 1.0)]  # customer 5's order 51 (3 line items), again
+        engine.backend.query("INSERT INTO orders VALUES (51, 5, 1.0)")
+        shift, groups, keys, statements = recorded_statistics(engine, alone)
+        linked = [text for text, _ in statements if "_idp_unit" in text]
+        assert linked and all("HAVING" in text for text in linked), linked
+        assert shift == _per_unit(_unit(line, twice) for line in LINES) == 5
+        shift, groups, keys, _ = recorded_statistics(engine, alone, model="dp")
+        for (mode,) in keys:  # each line item once in the clipped scope (NULL unit: 6)
+            units = [_unit(line, twice) for line in LINES if line[2] == mode]
+            assert groups[(mode,)].rows == len([u for u in units if u is not None]) + min(
+                6, units.count(None))
+        (answer,) = Session.open(engine, "alice").execute(alone)
+        assert [row[0] for row in answer.rows] == ["air", "sea"]
 
 
 REFUSED = [

@@ -149,5 +149,6 @@ def test_a_kept_shape_never_binds_a_new_pattern_unread():
     tree = parse_statements(first)[0]
     cache.remember(shape(first), context, RULES, tree, analyze(tree, RULES, Settings()))
     _, again = cache.plan(shape(first.replace("> 3", "> 5")), context, RULES)
-    assert again.where.sql() == ("\"name\" LIKE 'a%' ESCAPE '\\' AND \"price\" > 5")
+    # nothing to escape in 'a%': sent without ESCAPE (patterns.py)
+    assert again.where.sql() == ("\"name\" LIKE 'a%' AND \"price\" > 5")
     assert cache.plan(shape(first.replace("'a%'", "'b\\x%'")), context, RULES) is None
