@@ -494,8 +494,7 @@ class Ledger:
                 self.backend, kept[2], kept[1], self.rules.defaults.replay_window_ms):
             return kept[0]
         mark, read_at = self.backend.quiet_mark(), time.monotonic()
-        query = (f"SELECT {self._left_sql()}, window_end FROM idp.budgets "
-                 f"WHERE analyst IN ({_placeholders(len(accounts))})")
+        query = self._replay_left_sql(len(accounts))
         rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
                                                                                     accounts)
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
@@ -504,6 +503,16 @@ class Ledger:
             ends = [end for _, end in rows if end is not None]
             self._lefts[key] = (left, read_at, mark, min(ends, default=None))
         return left
+
+    def _replay_left_sql(self, accounts: int) -> str:
+        return (f"SELECT {self._left_sql()}, window_end FROM idp.budgets "
+                f"WHERE analyst IN ({_placeholders(accounts)})")
+
+    def replay_left_statement(self, analyst: str) -> tuple[str, tuple[str, ...]]:
+        """The read ``served_from_cache`` runs in a snapshot it is given (to send it
+        ``ahead``: ``Transaction.ahead``)."""
+        accounts = self._accounts(analyst)
+        return self._replay_left_sql(len(accounts)), tuple(accounts)
 
     def pending_replays(self) -> int:
         """Replays' rows kept in memory, not written yet."""
