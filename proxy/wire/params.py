@@ -7,6 +7,7 @@ does not read as its type is an error (22P02), before anything runs."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import threading
 from collections import OrderedDict
@@ -15,6 +16,7 @@ from typing import Any
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
 
 from proxy.analyze import POSTGRES, parse_tokens
 from proxy.errors import ProxyError, SyntaxProblem
@@ -95,7 +97,58 @@ def _context_kind(node: exp.Parameter, columns, by_alias) -> str:
 
 
 def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) -> str:
-    """The statement with each parameter replaced by its value as a literal."""
+    """The statement with each parameter replaced by its value as a literal: spliced
+    into the text where the tokenizer found ``$n`` (``_places``, kept per text), each
+    literal rendered by sqlglot and set apart by spaces from what touches it (``a-$1``
+    becomes ``a- -5``, never the comment ``a--5``); no parse, which cost a fresh
+    statement of a dashboard or a benchmark a millisecond of CPU. A text the tokenizer
+    leaves in doubt (a ``$`` not followed at once by a number) is parsed and rendered
+    by sqlglot as before."""
+    places = _places(text) if len(text) <= BoundTexts.LONGEST else _find_places(text)
+    if places is None:
+        return _bound_by_parse(text, values)
+    for _, _, number in places:
+        if number > len(values):
+            raise BadParameter(f"the statement uses ${number} but {len(values)} "
+                               "parameter value(s) were bound")
+    pieces, at = [], 0
+    for start, end, number in places:
+        literal = _literal(values[number - 1]).sql(dialect="postgres")
+        before = " " if start > 0 and not text[start - 1].isspace() else ""
+        after = " " if end < len(text) and not text[end].isspace() else ""
+        pieces += [text[at:start], before, literal, after]
+        at = end
+    pieces.append(text[at:])
+    return "".join(pieces)
+
+
+@functools.lru_cache(maxsize=1024)
+def _places(text: str) -> tuple[tuple[int, int, int], ...] | None:
+    return _find_places(text)
+
+
+def _find_places(text: str) -> tuple[tuple[int, int, int], ...] | None:
+    """(start, end, n) of each ``$n`` in ``text``, in order, from its tokens (not in a
+    string or a comment); None where a ``$`` is not followed at once by a number > 0
+    or the text does not tokenize (then ``bind`` parses it)."""
+    try:
+        tokens = POSTGRES.tokenize(text)
+    except SqlglotError:
+        return None
+    places = []
+    for index, token in enumerate(tokens):
+        if token.token_type is not TokenType.PARAMETER:
+            continue
+        number = tokens[index + 1] if index + 1 < len(tokens) else None
+        if (number is None or number.token_type is not TokenType.NUMBER
+                or number.start != token.end + 1 or not number.text.isdigit()
+                or int(number.text) == 0):
+            return None
+        places.append((token.start, number.end + 1, int(number.text)))
+    return tuple(places)
+
+
+def _bound_by_parse(text: str, values: tuple[object, ...]) -> str:
     tree = _tree(text)
     replacements = []
     for number, nodes in _parameters(tree).items():
