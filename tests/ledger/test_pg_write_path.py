@@ -8,6 +8,8 @@ free with that answer or charged again, never free with another."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from proxy.backends import open_backend
 from proxy.backends.postgres_backend import PostgresBackend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, KeyTaken
-from proxy.ledger import Charge, Ledger
+from proxy.ledger import REPLAY_SECONDS, Charge, Ledger
 from proxy.loss import Loss
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -217,3 +219,36 @@ def _syncs(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines()
                if line.startswith("F\t") and line.split("\t")[2] in ("Sync", "Query")
                and not line.endswith('"COMMIT"'))
+
+
+def test_a_debit_in_its_view_never_waits_on_the_replays_writer_waiting_for_it(
+        fresh_postgres):
+    """A pool of one connection, held by a query's view (as a debit is made inside it)
+    while the writer thread of the replays' rows wakes up and asks for a connection: the
+    writer waits for the connection without holding the lock of batches, so the debit
+    writes the pending row itself (on a further connection: a thread that holds one may
+    take another) and is made. Before, the writer took the lock first, the debit waited
+    for it, and neither moved (a served proxy hung under 50 clients)."""
+    load(fresh_postgres, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), PostgresBackend(fresh_postgres, pool_size=1))
+    zoe = Session.open(engine, "zoe")
+    run(zoe, QUERY)
+    run(zoe, QUERY)  # its row kept for the writer thread, which wakes REPLAY_SECONDS later
+    assert engine.ledger.pending_replays() == 1
+    charge = Charge("zoe", "SELECT 2", "idp", "count", Loss.of(Decimal("0.05")), "one record")
+    made = []
+
+    def debit_in_a_view() -> None:
+        with engine.backend.reading() as tx:  # the pool's one connection
+            tx.execute("SELECT 1")
+            time.sleep(3 * REPLAY_SECONDS)  # the writer wakes and waits for a connection
+            made.append(engine.ledger.debit(charge))
+
+    debiting = threading.Thread(target=debit_in_a_view, daemon=True)
+    debiting.start()
+    debiting.join(120)
+    assert made and engine.ledger.pending_replays() == 0
+    engine.ledger.flush()
+    assert [e[9] for e in engine.ledger.entries("zoe")] == [
+        "charged", "served from cache", "charged"]
+    engine.backend.close()
