@@ -7,7 +7,6 @@ does not read as its type is an error (22P02), before anything runs."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import math
 import threading
 from collections import OrderedDict
@@ -104,9 +103,26 @@ def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) ->
     statement of a dashboard or a benchmark a millisecond of CPU. A text the tokenizer
     leaves in doubt (a ``$`` not followed at once by a number) is parsed and rendered
     by sqlglot as before."""
-    places = _places(text) if len(text) <= BoundTexts.LONGEST else _find_places(text)
+    places = _PLACES.get(text, _MISSING)
+    if places is _MISSING:
+        places = _find_places(text)
+        if len(text) <= BoundTexts.LONGEST:
+            _PLACES.put(text, places)
     if places is None:
         return _bound_by_parse(text, values)
+    return _spliced(text, places, values)
+
+
+def bound_at_once(text: str, values: tuple[object, ...]) -> str | None:
+    """``bind``'s text when the places of ``text``'s parameters are known already (its
+    Parse tokenized it): a splice of literals, cheap enough for the event loop (no
+    worker thread); else None."""
+    places = _PLACES.get(text, None)
+    return None if places is None else _spliced(text, places, values)
+
+
+def _spliced(text: str, places: tuple[tuple[int, int, int], ...],
+             values: tuple[object, ...]) -> str:
     for _, _, number in places:
         if number > len(values):
             raise BadParameter(f"the statement uses ${number} but {len(values)} "
@@ -120,11 +136,6 @@ def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) ->
         at = end
     pieces.append(text[at:])
     return "".join(pieces)
-
-
-@functools.lru_cache(maxsize=1024)
-def _places(text: str) -> tuple[tuple[int, int, int], ...] | None:
-    return _find_places(text)
 
 
 def _find_places(text: str) -> tuple[tuple[int, int, int], ...] | None:
@@ -160,6 +171,9 @@ def _bound_by_parse(text: str, values: tuple[object, ...]) -> str:
     return tree.sql(dialect="postgres", copy=False)  # its own parse: no copy to render
 
 
+_MISSING = object()
+
+
 class BoundTexts:
     """Statements with their parameters bound, by (text, parameter types, the values as
     the client sent them, their formats): binding parses and renders the statement
@@ -187,6 +201,32 @@ class BoundTexts:
             self._texts[key] = text
             if len(self._texts) > self.size:
                 self._texts.popitem(last=False)
+
+
+class _Places:
+    """The places of ``$n`` in statements' texts (``bind``), by text (None: parse it),
+    the least recently used dropped beyond ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._places: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str, default: Any) -> Any:
+        with self._lock:
+            found = self._places.get(text, default)
+            if found is not default:
+                self._places.move_to_end(text)
+            return found
+
+    def put(self, text: str, places: tuple[tuple[int, int, int], ...] | None) -> None:
+        with self._lock:
+            self._places[text] = places
+            if len(self._places) > self.size:
+                self._places.popitem(last=False)
+
+
+_PLACES = _Places(1024)
 
 
 def dummy_values(param_types: tuple[int, ...]) -> tuple[object, ...]:
