@@ -97,7 +97,7 @@ def _context_kind(node: exp.Parameter, columns, by_alias) -> str:
 
 def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) -> str:
     """The statement with each parameter replaced by its value as a literal: spliced
-    into the text where the tokenizer found ``$n`` (``_places``, kept per text), each
+    into the text where the tokenizer found ``$n`` (``_PLACES``, kept per text), each
     literal rendered by sqlglot and set apart by spaces from what touches it (``a-$1``
     becomes ``a- -5``, never the comment ``a--5``); no parse, which cost a fresh
     statement of a dashboard or a benchmark a millisecond of CPU. A text the tokenizer
