@@ -49,9 +49,13 @@ class AnswerCache:
         if tx is None:
             with self.backend.transaction(snapshot=True) as own:
                 return self.lookup(own, analyst, key)
-        rows = tx.execute("SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s",
-                          (analyst, key))
+        rows = tx.execute(*self.lookup_statement(analyst, key))
         return jsontags.loads(rows[0][0]) if rows else None
+
+    @staticmethod
+    def lookup_statement(analyst: str, key: str) -> tuple[str, tuple[str, str]]:
+        """The read ``lookup`` runs (to send it ``ahead``: ``Transaction.ahead``)."""
+        return "SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s", (analyst, key)
 
     def store(self, analyst: str, key: str, table: str, version: str,
               answer: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -137,13 +137,17 @@ class Engine:
         self._last_key = threading.local()  # ``cache_key``'s last (plan, sql, version, key)
 
     @contextmanager
-    def view(self, plan: QueryPlan) -> Iterator[View]:
+    def view(self, plan: QueryPlan, ahead: Sequence[tuple[str, tuple]] = ()
+             ) -> Iterator[View]:
         """A snapshot of the backend with the data version of the plan's table (and of
         the public tables it joins: an answer depends on them too), read once for the
         cache lookup and the statistics. GROUP BY terms over public columns get their
-        keys here, before anything is charged: too many of them refuse the query."""
+        keys here, before anything is charged: too many of them refuse the query.
+        ``ahead``: reads sent with the version (``Transaction.ahead``; ``expected``)."""
         mark, read_at = self.backend.quiet_mark(), time.monotonic()
         with self.backend.reading() as tx:
+            for sql, params in ahead:
+                tx.ahead(sql, params)
             version = self.backend.data_version(tx, plan.table.name)
             by_name = {plan.table.name: version}
             versions = {}
@@ -511,6 +515,26 @@ class Engine:
         if found is not None:
             self._keep(analyst, key, found)
         return found
+
+    def expected(self, analyst: str, plan: QueryPlan, charge: Charge,
+                 ledger: Ledger | None) -> list[tuple[str, tuple]]:
+        """What a ``view`` of this query is likely to read after the data version, to be
+        sent with it (``Transaction.ahead``: on PostgreSQL one round trip for all),
+        guessed under the version last read for the plan's tables: the answer cache's
+        entry where this process holds none under it (a fresh answer's look-up), else
+        what the analyst has left (a repeat's, read by ``ledger``'s
+        ``served_from_cache`` in the view; None: not read there). A guess that the
+        version read proves wrong costs one read that nothing uses; the statement is
+        then run again as usual."""
+        if not self.rules.defaults.answer_cache or self.cache.backend is not self.backend:
+            return []
+        recent = self._versions.get(_tables_of(plan))
+        if recent is None:
+            return []
+        key = self.cache_key(charge.sql, plan, recent[0])
+        if self._kept(analyst, key) is None:
+            return [self.cache.lookup_statement(analyst, key)]
+        return [] if ledger is None else [ledger.replay_left_statement(analyst)]
 
     def replay(self, analyst: str, plan: QueryPlan, charge: Charge) -> dict[str, Any] | None:
         """The answer this analyst was already given for this query, without reading the

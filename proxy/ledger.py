@@ -32,6 +32,7 @@ import hashlib
 import logging
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NoReturn
@@ -494,8 +495,7 @@ class Ledger:
                 self.backend, kept[2], kept[1], self.rules.defaults.replay_window_ms):
             return kept[0]
         mark, read_at = self.backend.quiet_mark(), time.monotonic()
-        query = (f"SELECT {self._left_sql()}, window_end FROM idp.budgets "
-                 f"WHERE analyst IN ({_placeholders(len(accounts))})")
+        query = self._replay_left_sql(len(accounts))
         rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
                                                                                     accounts)
         missing = [0] * (len(accounts) - len(rows))  # as ``remaining``: no row, nothing left
@@ -504,6 +504,16 @@ class Ledger:
             ends = [end for _, end in rows if end is not None]
             self._lefts[key] = (left, read_at, mark, min(ends, default=None))
         return left
+
+    def _replay_left_sql(self, accounts: int) -> str:
+        return (f"SELECT {self._left_sql()}, window_end FROM idp.budgets "
+                f"WHERE analyst IN ({_placeholders(accounts)})")
+
+    def replay_left_statement(self, analyst: str) -> tuple[str, tuple[str, ...]]:
+        """The read ``served_from_cache`` runs in a snapshot it is given (to send it
+        ``ahead``: ``Transaction.ahead``)."""
+        accounts = self._accounts(analyst)
+        return self._replay_left_sql(len(accounts)), tuple(accounts)
 
     def pending_replays(self) -> int:
         """Replays' rows kept in memory, not written yet."""
@@ -538,17 +548,29 @@ class Ledger:
         """Write the replays' rows kept in memory, in one transaction, in the order they
         were served, each with the moment it was served; how many. A failure keeps them
         for the next try (at most ``_REPLAYS_KEPT``: beyond, the oldest are dropped and
-        logged; a replay spends nothing, so only its record is lost)."""
-        with self._writing:  # a debit waits for a batch under way: its row comes after
-            with self._replayed:
-                batch, self._replays = self._replays, []
-            if not batch:
+        logged; a replay spends nothing, so only its record is lost).
+
+        The transaction (on PostgreSQL a pooled connection, on SQLite the writer's turn)
+        is taken before the lock of batches, never while holding it: a debit calls this
+        inside its query's view, holding a connection of the pool, and the writer thread
+        holds none; had the writer taken the lock first and then waited for a connection
+        while every connection was held by a debit waiting for that lock, none would
+        have moved (seen: a server on a pool of 4 under 50 clients hung)."""
+        with self._replayed:
+            if not self._replays and not self._writing.locked():
                 return 0
-            try:
-                with self.backend.transaction(durable=False) as tx:  # audit rows only
-                    for start in range(0, len(batch), 100):
-                        self._append_replays(tx, batch[start:start + 100])
-            except BaseException:
+        batch: list[tuple[Charge, datetime.datetime]] = []
+        try:
+            with ExitStack() as held, self.backend.transaction(durable=False) as tx:
+                # a debit waits for a batch under way, to its COMMIT: its row comes after
+                self._writing.acquire()
+                held.callback(self._writing.release)  # once the transaction has ended
+                with self._replayed:
+                    batch, self._replays = self._replays, []
+                for start in range(0, len(batch), 100):
+                    self._append_replays(tx, batch[start:start + 100])
+        except BaseException:
+            if batch:
                 with self._replayed:
                     self._replays[:0] = batch
                     dropped = len(self._replays) - _REPLAYS_KEPT
@@ -556,8 +578,8 @@ class Ledger:
                         del self._replays[:dropped]
                         log.error("dropped the ledger rows of %d replays (the store did "
                                   "not take them; they spent nothing)", dropped)
-                raise
-            return len(batch)
+            raise
+        return len(batch)
 
     def _append_replays(self, tx, batch: list[tuple[Charge, datetime.datetime]]) -> None:
         """One INSERT of several replays' rows (ε, δ and ρ 0)."""

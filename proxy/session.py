@@ -503,7 +503,9 @@ class Session:
         if stored is not None:
             return self._repeated(stored, charge, None, bill)
         try:
-            with engine.view(plan) as view:
+            ledger = bill if bill is engine.ledger else None  # a part's repeat reads none
+            with engine.view(plan, engine.expected(self.analyst, plan, charge,
+                                                   ledger)) as view:
                 stored = engine.cached(self.analyst, plan, charge, view)
                 if stored is not None:  # its row kept for the ledger before it is sent
                     same = engine.ledger.backend is engine.backend

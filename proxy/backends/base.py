@@ -277,13 +277,32 @@ class Backend(ABC):
 class Transaction(ABC):
     def __init__(self, stopped: Callable[[], bool]) -> None:
         self._stopped = stopped
+        # ``ahead``: (sql, params) -> (rows, columns) read with an earlier statement
+        self._early: dict[tuple, tuple[list[tuple], list[tuple[str, str]]]] = {}
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         """Run one statement, unless the transaction was interrupted: a cancel that
-        reaches the database between two statements would otherwise be lost."""
+        reaches the database between two statements would otherwise be lost. One sent
+        ``ahead`` and read already is answered from what was read, with no round trip."""
         if self._stopped():
             raise QueryCanceled("canceling statement due to user request")
+        if self._early:
+            early = self._early.pop((sql, tuple(params)), None)
+            if early is not None:
+                self._read_early(early[1])
+                return early[0]
         return self._execute(sql, params)
+
+    def ahead(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """``sql`` is likely to be executed in this transaction later: a backend that
+        pipelines (PostgreSQL) sends it with the next statement, in the same round trip,
+        and a later ``execute`` of the same text and parameters returns what it read.
+        Only for reads in a read-only snapshot (``Backend.reading``), where a statement
+        reads the same rows whenever it runs; elsewhere nothing is sent early (the
+        default): the later ``execute`` runs it."""
+
+    def _read_early(self, columns: list[tuple[str, str]]) -> None:
+        """A statement sent ahead is the last one run: its ``columns`` are the result's."""
 
     @abstractmethod
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]: ...

@@ -144,14 +144,16 @@ class PostgresBackend(Backend):
         """A REPEATABLE READ ... READ ONLY snapshot whose COMMIT is sent without waiting
         for its reply (the pool reads it when it lends the connection again): nothing
         was written, so there is nothing for the caller to wait for, and the server
-        ends the transaction (its snapshot and locks) as soon as the COMMIT arrives."""
+        ends the transaction (its snapshot and locks) as soon as the COMMIT arrives.
+        Statements sent ``ahead`` go in the pipeline of the next statement (the first:
+        with BEGIN), one round trip for all."""
         return self._transaction(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",),
                                  ending=True)
 
     @contextmanager
     def _transaction(self, begin: tuple[str, ...], ending: bool) -> Iterator[Transaction]:
         with self._pool.connection() as con, self._running(con):
-            tx = _PostgresTransaction(self._stopped, con, begin)
+            tx = _PostgresTransaction(self._stopped, con, begin, early=ending)
             try:
                 yield tx
                 if tx.begun and ending:
@@ -273,31 +275,49 @@ def _begin(snapshot: bool, durable: bool) -> tuple[str, ...]:
 
 class _PostgresTransaction(Transaction):
     def __init__(self, stopped, con: psycopg.Connection, begin: Sequence[str] = (),
-                 ending: bool = False) -> None:
+                 ending: bool = False, early: bool = False) -> None:
         """``begin``: the statements that open the transaction, sent with its first
         statement; ``ending``: its one statement is followed by COMMIT in that pipeline
-        (``PostgresBackend._alone``)."""
+        (``PostgresBackend._alone``); ``early``: a read-only snapshot, whose statements
+        sent ``ahead`` go with the next one."""
         super().__init__(stopped)
         self._con = con
         self._begin = tuple(begin)
         self._ending = ending and bool(begin)
+        self._early_allowed = early
+        self._ahead: list[tuple[str, tuple]] = []
         self.begun = False  # BEGIN sent: COMMIT is due
         self._description: list[tuple[str, str]] = []
 
+    def ahead(self, sql: str, params: Sequence[Any] = ()) -> None:
+        if self._early_allowed:
+            self._ahead.append((sql, tuple(params)))
+
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]:
+        ahead, self._ahead = self._ahead, []
         with self._errors(sql):
-            if self._begin and not self.begun:
-                self.begun = True
-                with self._con.pipeline():  # one round trip: BEGIN (, SET), the statement
-                    for opening in self._begin:
-                        self._con.execute(opening)
+            opening = self._begin if self._begin and not self.begun else ()
+            if opening or ahead:
+                self.begun = self.begun or bool(opening)
+                # one round trip: BEGIN (, SET), the statement, those sent ahead
+                with self._con.pipeline():
+                    for statement in opening:
+                        self._con.execute(statement)
                     cursor = self._con.execute(sql, list(params) or None)
+                    early = [(key, self._con.execute(key[0], list(key[1]) or None))
+                             for key in ahead]
                     if self._ending:
                         self._con.execute("COMMIT")
+                for key, sent in early:
+                    self._early[key] = (sent.fetchall() if sent.description else [],
+                                        _described(sent))
             else:
                 cursor = self._con.execute(sql, list(params) or None)
         self._describe(cursor)
         return cursor.fetchall() if cursor.description else []
+
+    def _read_early(self, columns: list[tuple[str, str]]) -> None:
+        self._description = columns
 
     def _started(self) -> None:
         """BEGIN sent, for what cannot go in a pipeline (a named cursor, COPY)."""
@@ -342,8 +362,12 @@ class _PostgresTransaction(Transaction):
             raise BackendFailed(message) from None
 
     def _describe(self, cursor: psycopg.Cursor) -> None:
-        self._description = [(d.name, NAMES.get(d.type_code, "text"))
-                             for d in cursor.description or ()]
+        self._description = _described(cursor)
 
     def columns(self) -> list[tuple[str, str]]:
         return self._description
+
+
+def _described(cursor: psycopg.Cursor) -> list[tuple[str, str]]:
+    """(name, PostgreSQL type name) of each column of ``cursor``'s result."""
+    return [(d.name, NAMES.get(d.type_code, "text")) for d in cursor.description or ()]

@@ -496,10 +496,13 @@ class Connection:
                 key = (prepared.statement.text, prepared.param_types, tuple(message.params),
                        tuple(_formats(message.param_formats, len(message.params))))
                 portal.sql = _BOUND.get(key)
-                if portal.sql is None:  # else bound before: no thread, no parse
+                if portal.sql is None:  # spliced at once where its Parse found the places
+                    portal.sql = params.bound_at_once(prepared.statement.text,
+                                                      self._values(prepared, message))
+                if portal.sql is None:  # else bound before or here: no thread, no parse
                     portal.sql = await self._engine_work(lambda: self._bound_text(prepared,
                                                                                   message))
-                    _BOUND.put(key, portal.sql)
+                _BOUND.put(key, portal.sql)
             self.portals[message.portal] = portal
             self._send(codec.BIND_COMPLETE)
         elif isinstance(message, codec.Describe):
@@ -547,6 +550,12 @@ class Connection:
 
     def _bound_text(self, prepared: Prepared, bind: codec.Bind) -> str:
         """In a worker thread: the statement's text with the bound values as literals."""
+        return params.bind(prepared.statement.text, prepared.param_types,
+                           self._values(prepared, bind))
+
+    @staticmethod
+    def _values(prepared: Prepared, bind: codec.Bind) -> tuple[object, ...]:
+        """The bound values, decoded by their types."""
         values = []
         for index, (raw, oid) in enumerate(zip(bind.params, prepared.param_types)):
             if raw is None:
@@ -557,7 +566,7 @@ class Connection:
                 values.append(types.decode(raw, oid, binary))
             except types.BadValue as exc:
                 raise ProxyError(f"parameter ${index + 1}: {exc}", "22P02") from None
-        return params.bind(prepared.statement.text, prepared.param_types, tuple(values))
+        return tuple(values)
 
     async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
         if portal.pending is None:

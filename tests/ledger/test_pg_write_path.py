@@ -7,16 +7,21 @@ free with that answer or charged again, never free with another."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from decimal import Decimal
+from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import pq
 
 from proxy.backends import open_backend
 from proxy.backends.postgres_backend import PostgresBackend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, KeyTaken
-from proxy.ledger import Charge, Ledger
+from proxy.ledger import REPLAY_SECONDS, Charge, Ledger
 from proxy.loss import Loss
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -142,3 +147,108 @@ def test_a_crash_of_the_server_after_an_answer_never_gives_a_different_answer_fr
                                          "WHERE analyst = 'zoe'") == [(spent,)]
         again.backend.close()
 
+
+
+def test_a_read_sent_ahead_in_the_view_runs_with_its_first_statement(fresh_postgres):
+    """``Transaction.ahead`` in a read-only view: the read goes in the first statement's
+    pipeline (it ran before a statement executed after that one: its clock is earlier),
+    a later ``execute`` of the same text and parameters returns its rows and columns
+    without running it, and only once (the next runs it again). In a transaction that
+    may write, nothing is sent early: its read runs when executed."""
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    early = "SELECT %s::text AS who, clock_timestamp() AS at"
+    with backend.reading() as tx:
+        tx.ahead(early, ("ahead",))
+        tx.execute("SELECT 1")
+        between = tx.execute("SELECT clock_timestamp()")[0][0]
+        who, sent = tx.execute(early, ("ahead",))[0]
+        assert (who, tx.columns()) == ("ahead", [("who", "text"), ("at", "timestamptz")])
+        assert sent < between
+        assert tx.execute(early, ("ahead",))[0][1] > between  # run again
+    with backend.transaction() as tx:
+        tx.ahead(early, ("ahead",))
+        tx.execute("SELECT 1")
+        between = tx.execute("SELECT clock_timestamp()")[0][0]
+        assert tx.execute(early, ("ahead",))[0][1] > between
+    backend.close()
+
+
+def test_a_repeat_is_one_round_trip_and_a_fresh_answer_four(fresh_postgres, tmp_path):
+    """Counted in libpq's own trace of every connection of the pool (a round trip is a
+    statement sent alone, a Query message, or a pipeline, ended by a Sync; not the
+    view's COMMIT, whose reply is read later): once the table's version was read, a
+    fresh answer sends the cache look-up with the version (4 round trips: the view, the
+    debit, the statistics, the entry) and a repeat sends what the analyst has left with
+    it (1: the view). Both answers are as without the guess: the repeat is the first
+    answer, free, with what remains after the one debit; a guess the version proves
+    wrong (the table written) is read again and the repeat is charged."""
+    load(fresh_postgres, {"people": people(), "odd": ODD})
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    traces: list[Path] = []
+    connect = backend._pool._connect
+
+    def traced() -> psycopg.Connection:  # libpq writes every message it sends
+        con = connect()
+        traces.append(tmp_path / f"trace{len(traces)}")
+        con.pgconn.trace(os.open(traces[-1], os.O_WRONLY | os.O_CREAT | os.O_APPEND))
+        con.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        return con
+
+    def trips(ask: str) -> tuple[int, dict]:
+        before = sum(_syncs(path) for path in traces)
+        answer = run(zoe, ask)[0]
+        return sum(_syncs(path) for path in traces) - before, answer.privacy
+
+    backend._pool._connect = traced
+    engine = Engine(parse_rules(ENGINE_RULES), backend)
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    assert trips("SELECT COUNT(*) FROM people WHERE age > 41")[0] == 4
+    count, privacy = trips(QUERY)
+    assert count == 1 and privacy["epsilon_spent"] == 0
+    assert run(zoe, QUERY)[0].rows == first.rows
+    assert Decimal(str(privacy["epsilon_remaining"])) == engine.ledger.remaining("zoe")
+    backend.query("UPDATE people SET age = age")
+    assert run(zoe, QUERY)[0].privacy["epsilon_spent"] > 0
+    backend.close()
+
+
+def _syncs(path: Path) -> int:
+    """Round trips in a trace: Syncs and Queries sent, less the view's COMMIT (sent as a
+    Query, its reply not waited for: ``ConnectionPool.end_later``)."""
+    return sum(1 for line in path.read_text().splitlines()
+               if line.startswith("F\t") and line.split("\t")[2] in ("Sync", "Query")
+               and not line.endswith('"COMMIT"'))
+
+
+def test_a_debit_in_its_view_never_waits_on_the_replays_writer_waiting_for_it(
+        fresh_postgres):
+    """A pool of one connection, held by a query's view (as a debit is made inside it)
+    while the writer thread of the replays' rows wakes up and asks for a connection: the
+    writer waits for the connection without holding the lock of batches, so the debit
+    writes the pending row itself (on a further connection: a thread that holds one may
+    take another) and is made. Before, the writer took the lock first, the debit waited
+    for it, and neither moved (a served proxy hung under 50 clients)."""
+    load(fresh_postgres, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), PostgresBackend(fresh_postgres, pool_size=1))
+    zoe = Session.open(engine, "zoe")
+    run(zoe, QUERY)
+    run(zoe, QUERY)  # its row kept for the writer thread, which wakes REPLAY_SECONDS later
+    assert engine.ledger.pending_replays() == 1
+    charge = Charge("zoe", "SELECT 2", "idp", "count", Loss.of(Decimal("0.05")), "one record")
+    made = []
+
+    def debit_in_a_view() -> None:
+        with engine.backend.reading() as tx:  # the pool's one connection
+            tx.execute("SELECT 1")
+            time.sleep(3 * REPLAY_SECONDS)  # the writer wakes and waits for a connection
+            made.append(engine.ledger.debit(charge))
+
+    debiting = threading.Thread(target=debit_in_a_view, daemon=True)
+    debiting.start()
+    debiting.join(120)
+    assert made and engine.ledger.pending_replays() == 0
+    engine.ledger.flush()
+    assert [e[9] for e in engine.ledger.entries("zoe")] == [
+        "charged", "served from cache", "charged"]
+    engine.backend.close()

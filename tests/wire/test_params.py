@@ -3,9 +3,15 @@ column type the rules know (clients that declare none rely on them)."""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+import sqlglot
+
 from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, TEXT
 from proxy.rules import parse_rules
-from proxy.wire.params import bind, dummy_values, infer
+from proxy.wire.params import BadParameter, _bound_by_parse, bind, dummy_values, infer
 
 RULES = parse_rules("""
 [tables.t]
@@ -38,3 +44,31 @@ def test_a_joined_public_tables_columns_give_their_parameter_types():
     sql = ("SELECT COUNT(*) FROM t JOIN r AS g ON t.s = g.code WHERE zone > $1 AND g.n = $2 "
            "AND n > $3")
     assert infer(sql, (), RULES) == (INT8, TEXT, INT8)  # unqualified n: the first table's
+
+
+@pytest.mark.parametrize("sql, values", [
+    ("SELECT COUNT(*) FROM t WHERE n BETWEEN $1 AND 50 AND x <= $2", (5, 1001.5)),
+    ("SELECT COUNT(*) FROM t WHERE n-$1 > 0 AND x>-$2", (-5, -0.25)),  # never a -- comment
+    ("SELECT COUNT(*) FROM t WHERE s = $1 OR s=$1 || '$2' /* $2 */", ("it's -- not\\", 7)),
+    ("SELECT COUNT(*) FROM t WHERE d >= $1::date AND ok = $2 AND s IS DISTINCT FROM $3",
+     (dt.date(2020, 1, 2), True, None)),
+    ("SELECT SUM(x) FROM t WHERE n IN ($2, $1) LIMIT $3", (Decimal("1E+1"), 2, 3)),
+    ("SELECT MEDIAN(x) FROM t WHERE x < $1", (dt.datetime(2020, 1, 2, 3, 4),)),
+])
+def test_values_spliced_into_the_text_read_as_the_parsed_and_rendered_statement(sql, values):
+    """``bind`` splices each literal where its ``$n`` stands (no parse): the text parses
+    to the same statement as the one sqlglot parsed, bound and rendered; a ``$n`` in a
+    string or a comment is left as it is."""
+    spliced = bind(sql, (), values)
+    assert (sqlglot.parse_one(spliced, read="postgres").sql(dialect="postgres")
+            == sqlglot.parse_one(_bound_by_parse(sql, values), read="postgres").sql(
+                dialect="postgres"))
+    assert ("'$2'" in spliced) == ("'$2'" in sql) and ("/* $2 */" in spliced) == (
+        "/* $2 */" in sql)
+
+
+def test_a_parameter_without_its_value_or_a_non_finite_one_is_refused():
+    with pytest.raises(BadParameter, match=r"uses \$3 but 2"):
+        bind("SELECT COUNT(*) FROM t WHERE n > $1 AND n < $3", (), (1, 2))
+    with pytest.raises(BadParameter, match="finite"):
+        bind("SELECT COUNT(*) FROM t WHERE x > $1", (), (float("nan"),))
