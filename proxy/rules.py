@@ -628,21 +628,35 @@ def _time_domain(reader: _Reader, key: str, domain: Any) -> tuple[dt.datetime, d
     return bounds[0], bounds[1]
 
 
+# The text of a date or date-time as DuckDB, PostgreSQL and Python all read it: Python's
+# fromisoformat alone also reads '20240101', '2024-W01-1', '2024-01-01T00', a decimal
+# comma and surrounding blanks, which a backend then failed on after the debit (a
+# naive literal is sent as written). A zone, if any, is rewritten away (below).
+_MOMENT_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?"
+                          r"(?:Z|[+-]\d{2}(?::?\d{2})?)?")
+
+
 def parse_moment(value: Any, zone_as_utc: bool = False) -> dt.datetime | None:
-    """A date or naive date-time (a ``datetime``, a ``date`` or ISO 8601 text) as a
+    """A date or naive date-time (a ``datetime``, a ``date`` or ISO 8601 text of the
+    form ``_MOMENT_TEXT`` takes) as a
     naive datetime; None for anything else. A time zone (``Z``, ``+02:00``) is refused,
     as the proxy compares timestamps without one, unless ``zone_as_utc``: then the
     moment is converted to UTC, the zone a timestamp without time zone is read in
     (``2024-01-01T00:00:00+02:00`` is ``2023-12-31 22:00:00``). Query literals are read
     so (BI tools send ``…Z``); the rules' domains are not."""
     if isinstance(value, str):
+        if _MOMENT_TEXT.fullmatch(value) is None:
+            return None
         try:
-            value = dt.datetime.fromisoformat(value.strip())
+            value = dt.datetime.fromisoformat(value)
         except ValueError:
             return None
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None and zone_as_utc:
-            return value.astimezone(dt.UTC).replace(tzinfo=None)
+            try:
+                return value.astimezone(dt.UTC).replace(tzinfo=None)
+            except OverflowError:  # the zone moves it out of years 1-9999
+                return None
         return value if value.tzinfo is None else None
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day)

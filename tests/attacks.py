@@ -136,6 +136,16 @@ ATTACKS = [
            "2,000 UNION ALL arms"),
     Attack("huge_number", _private(lambda v: "SELECT COUNT(*) FROM people WHERE income < 1e400"),
            "income < 1e400"),
+    # text a backend failed on after the debit (58000), now refused before it (redteam)
+    Attack("moment_basic_format", _private(lambda v: "SELECT COUNT(*) FROM visits WHERE "
+                                           "visited_at >= '20240101'"),
+           "a moment in ISO 8601's basic format"),
+    Attack("moment_zone_overflow", _private(lambda v: "SELECT COUNT(*) FROM visits WHERE "
+                                            "visited_at >= '0001-01-01T00:00:00+05:00'"),
+           "a zone moving a moment before year 1"),
+    Attack("substring_bigint", _private(lambda v: "SELECT COUNT(*) FROM people WHERE "
+                                        "substring(region, 1, 2147483648) = 'no'"),
+           "a substring length beyond PostgreSQL's int"),
     Attack("long_number", _private(lambda v: "SELECT COUNT(*) FROM people WHERE income < 0."
                                    + "0" * 200_000 + "1"), "a 200,000-digit number"),
     Attack("long_string", _private(lambda v: "SELECT COUNT(*) FROM people WHERE region = '"

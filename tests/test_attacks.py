@@ -25,6 +25,9 @@ REFUSED = {
     "many_columns": "54011",  # result columns
     "many_cells": "54000",  # answer values
     "huge_number": "22003",  # a number a double cannot hold
+    "moment_basic_format": "0A000",  # text the backend would fail on (redteam)
+    "moment_zone_overflow": "0A000",
+    "substring_bigint": "42883",
     "catalog_big_value": "53200",  # the catalog's memory
     "catalog_2mb_row": "54000",  # a catalog row's bytes
 }

@@ -56,6 +56,11 @@ ANSWERED = [
     ("SELECT region AS region, sex AS sex, 100.0 * COUNT(*) / SUM(COUNT(*)) OVER "
      "(PARTITION BY region) AS pct FROM people WHERE age >= 30 GROUP BY region, sex "
      "ORDER BY region, sex", 1, "0.1"),
+    # a window of the aggregate the query also selects, over the result's rows: the
+    # number of groups beside each count (it was rewritten as "_idp_1 OVER ()", an
+    # internal error: redteam)
+    ("SELECT region AS region, COUNT(*) OVER () AS groups, COUNT(*) AS n FROM people "
+     "GROUP BY region ORDER BY region", 1, "0.1"),
     # a running total, month over month, as analysts and Grafana write them
     ("SELECT date_trunc('month', visited_at) AS month, COUNT(*) AS visits, SUM(COUNT(*)) "
      "OVER (ORDER BY date_trunc('month', visited_at)) AS running FROM visits GROUP BY 1 "

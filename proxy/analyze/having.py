@@ -134,14 +134,17 @@ class _Released:
         not selected becomes a column of its own (released, charged, not shown)."""
 
         def released(sub: exp.Expression) -> exp.Expression:
+            # SUM(…) OVER (…): over the released rows, its arguments too; before the
+            # released columns, which would take COUNT(*) of COUNT(*) OVER () for the
+            # selected COUNT(*) (``_idp_1 OVER ()``: an internal error, redteam)
+            if windowed(sub):
+                return sub
             name = self._find(sub)
             if name is not None:
                 return _column(name)
             if isinstance(sub, (exp.Subquery, exp.Select, exp.Exists)):
                 raise NotSupported(f"subqueries in {clause} are not supported; compare "
                                    "aggregates with constants")
-            if windowed(sub):  # SUM(…) OVER (…): over the released rows, its arguments too
-                return sub
             grouped = not _computed(sub) and any(  # so the aggregate query has none
                 _comparable(g) == _comparable(sub) for g in self.groups)
             if add and (_aggregate(sub) or grouped):

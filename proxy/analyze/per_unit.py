@@ -210,9 +210,12 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
     for name, aggregate in zip(names, plan.aggregates):
         if aggregate.kind == SUM:  # B values of the domain at most, summed (or NULL)
             summed = table.columns[aggregate.column]
-            columns[name] = replace(summed, name=name, keys=None,
-                                    lower=min(0.0, bound * summed.lower),
-                                    upper=max(0.0, bound * summed.upper))
+            # a plain column of the units' relation, also for an expression's sum
+            # (a DerivedColumn kept would render its source columns, which the units'
+            # relation does not have: SUM(days + 1) per unit under AVG failed, charged)
+            columns[name] = Column(name, summed.type, min(0.0, bound * summed.lower),
+                                   max(0.0, bound * summed.upper),
+                                   declared_resolution=summed.declared_resolution)
             continue
         columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound),
                                None if bound is None else tuple(range(bound + 1)))

@@ -64,11 +64,16 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
     return _merged_exclusions(condition)
 
 
+INT4_MAX = 2**31 - 1  # PostgreSQL's substring(text, int, int)
+
+
 def _fixed_substring(node: exp.Substring, table: Table, resolve_column) -> bool:
     """``SUBSTRING(col FROM start FOR length)`` of a text column with integer constants,
     start ≥ 1 and length ≥ 0 (TPC-H's country codes, ``SUBSTRING(c_phone, 1, 2)``): the
     same string on every backend, and it cannot fail (PostgreSQL refuses a negative
-    length). The shape cache never rebinds these constants (proxy.analyze.shapes)."""
+    length, and has no substring of a bigint start or length: beyond ``INT4_MAX`` it
+    failed after the debit, as DuckDB did beyond a BIGINT). The shape cache never
+    rebinds these constants (proxy.analyze.shapes)."""
     column, start, length = node.this, node.args.get("start"), node.args.get("length")
     if not isinstance(column, exp.Column) or length is None:
         return False
@@ -76,7 +81,8 @@ def _fixed_substring(node: exp.Substring, table: Table, resolve_column) -> bool:
     if declared is None or declared.type != "text":
         return False
     return all(isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit()
-               for value in (start, length)) and int(start.name) >= 1
+               and int(value.name) <= INT4_MAX for value in (start, length)) \
+        and int(start.name) >= 1
 
 
 def _merged_exclusions(condition: exp.Expression) -> exp.Expression:

@@ -155,6 +155,26 @@ def test_sums_per_unit_are_clamped_to_the_bound_times_the_domain(loaded):
     assert loaded.backend.read(sql.replace("AVG(total), SUM(total), ", ""))[0][0] == len(scope)
 
 
+
+def test_sums_of_an_expression_per_unit_are_a_plain_column_of_the_units(loaded):
+    """SUM(cost / 2 + 1) per person under an outer AVG and SUM (redteam): the units'
+    relation kept the expression's column, which rendered ``cost`` from a relation
+    that has only the per-unit totals (KeyError: XX000 after the debit). Its domain is
+    [0, 4 × 51]; the outer aggregates read each unit's total clamped into it."""
+    sql = ("SELECT AVG(total), SUM(total), COUNT(*) FROM (SELECT person_id, SUM(cost / 2 + 1) "
+           "AS total FROM visits GROUP BY person_id) t WHERE total > 30")
+    totals: dict = {}
+    for unit, cost, _ in VISITS:
+        if not math.isnan(cost):
+            totals[unit] = totals.get(unit, 0.0) + cost / 2 + 1
+    scope = [total for total in totals.values() if total > 30]
+    shift, groups, _, _ = recorded_statistics(loaded, sql)
+    stats = groups[()]
+    assert shift == 1 and stats.rows == len(scope) > 0
+    assert stats.column("total").total == pytest.approx(sum(min(t, 204.0) for t in scope))
+    (answer,) = Session.open(loaded, "alice").execute(sql)
+    assert answer.columns == ["avg", "sum", "count"] and answer.rows[0][2] is not None
+
 def test_a_having_in_the_subquery_is_the_outer_where(loaded):
     """HAVING on per-unit counts picks units as the outer WHERE does; an aggregate only
     HAVING names is a per-unit value of its own."""

@@ -1,6 +1,7 @@
 """Brute-force neighbours of aggregates over per-unit aggregates (issue 18, item 3):
 ``SELECT COUNT(*) | SUM(n) | AVG(n) | COUNT(DISTINCT unit) FROM (SELECT unit, COUNT(*) AS
-n FROM a [WHERE …] GROUP BY unit) t [WHERE n …]``, and ``SUM(x) AS n`` per unit.
+n FROM a [WHERE …] GROUP BY unit) t [WHERE n …]``, and ``SUM(x) AS n`` (or of an
+expression of x) per unit.
 
 The subquery's rows are the units, each a function of that unit's rows alone, so a
 neighbour changes at most g of them (docs/privacy.md §3.11): the outer query is an
@@ -92,10 +93,16 @@ def _summed_x(row) -> float:
     return normalise_value(row[1], 0.0, 10.0)
 
 
+def _summed_half(row) -> float:
+    """SUM(x / 2 + 1) adds the expression of the normalised value, in [1, 6]."""
+    return normalise_value(row[1], 0.0, 10.0) / 2 + 1
+
+
 def _reach(query: str) -> float:
     """What a per-unit value is clamped to where the outer SUM and AVG read it: a count
-    to [0, B], a sum of x to [0, B·10]."""
-    return BOUND * 10.0 if QUERIES[query][2] is _summed_x else float(BOUND)
+    to [0, B], a sum of x to [0, B·10], of x / 2 + 1 to [0, B·6]."""
+    return {_summed_x: BOUND * 10.0, _summed_half: BOUND * 6.0}.get(QUERIES[query][2],
+                                                                     float(BOUND))
 
 
 # name -> (SQL, the subquery's WHERE on a row of a (and its row of b, joined), what a
@@ -125,6 +132,10 @@ QUERIES = {
         ("SELECT COUNT(*), SUM(n), AVG(n) FROM (SELECT unit, SUM(x) AS n FROM a WHERE x < 5 "
          "GROUP BY unit) t WHERE n > 1"), lambda r, _: _lt(r[1], 5), _summed_x,
         lambda n: n > 1, False, True, False),
+    "sum of an expression per unit": (
+        ("SELECT COUNT(*), SUM(n), AVG(n) FROM (SELECT unit, SUM(x / 2 + 1) AS n FROM a "
+         "WHERE x < 5 GROUP BY unit) t WHERE n > 2"), lambda r, _: _lt(r[1], 5), _summed_half,
+        lambda n: n > 2, False, True, False),
     "joined on the unit": (
         ("SELECT COUNT(*), AVG(n) FROM (SELECT a.unit, COUNT(*) AS n FROM a JOIN b "
          "ON a.unit = b.unit WHERE b.y > 1 OR a.x = 0 GROUP BY a.unit) t WHERE n > 1"),
