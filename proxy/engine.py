@@ -82,6 +82,7 @@ from proxy.pushdown.window import (
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
 from proxy.statistics import ColumnNeeds, Contribution, GroupStats, PairSums
+from proxy.unit_bounds import UnitBounds
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan, TopChoice
 
 T = TypeVar("T")
@@ -114,6 +115,8 @@ class Engine:
         _check_schema(rules, backend)
         self.ledger = Ledger(store or backend.ledger_store(), rules)
         self.cache = AnswerCache(self.ledger.backend)
+        # c per (bound statement, data version), kept for every later process
+        self.unit_bound_store = UnitBounds(self.ledger.backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
             if not table.public or table.join_keys:  # a joinable public table's keys, too
@@ -548,12 +551,18 @@ class Engine:
         joins (from the rules: one protected row is at most m joined rows, §3.9)."""
         key = (plan.table.name, joined_units(plan), version)
         if key not in self._unit_bounds:
-            self._unit_bounds[key] = self._bound(plan, tx)
+            self._unit_bounds[key] = self.unit_bound_store.bound(
+                plan.table.name, plan_unit_bound_sql(plan, self.backend.dialect), version,
+                lambda sql: _read_bound(tx, sql))
         return self._unit_bounds[key] * plan.multiplicity * plan.table.group_size
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
-        return max(1, int(tx.execute(plan_unit_bound_sql(plan, self.backend.dialect))[0][0]))
+        return _read_bound(tx, plan_unit_bound_sql(plan, self.backend.dialect))
+
+
+def _read_bound(tx: Transaction, sql: str) -> int:
+    return max(1, int(tx.execute(sql)[0][0]))
 
 
 def _no_statistics(*_) -> dict[tuple, GroupStats]:
