@@ -4,7 +4,9 @@ Pass 1 is one aggregate over the scope: row and non-null counts and exact sums (
 where the backend asks for it, the per-unit bound's fingerprint in the same scan).
 Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries;
 where pass 1 scans for the column anyway (SUM, AVG), they ride in it instead, beyond a
-threshold a pilot sample gives (``_pilot_thresholds``).
+threshold a pilot sample gives (``_pilot_thresholds``). On DuckDB every column's extremes
+ride in pass 1 as ``max(v, k)``/``min(v, k)`` (a bounded heap, no pilot), however deep:
+a drawn MAX's first windows are thousands of values (pushdown/window.with_window_extremes).
 Percentiles come last, when n is known: on a large scope a pilot sample brackets the
 wanted ranks, one pass counts the values below and inside the bracket, and the
 percentile of the bracket alone picks them (``_bracketed``); else, or when it misses,
