@@ -389,9 +389,12 @@ def test_unit_bound_is_kept_per_data_version_for_later_processes(engine):
     table again (the entry planted here is what it gets), and a write to the table is a
     new version, whose c is computed afresh and replaces the older entry."""
     sql = "SELECT COUNT(*) FROM people WHERE age > 40"
-    run(Session.open(engine, "zoe"), sql)
+    session = Session.open(engine, "zoe")
+    run(session, sql)
     store = engine.ledger.backend
     assert store.read("SELECT table_name, bound FROM idp.unit_bounds") == [("people", 1)]
+    run(session, sql.replace("40", "41"))  # the same version and statement of c: one entry
+    assert store.read("SELECT count(*) FROM idp.unit_bounds")[0][0] == 1
     store.query("UPDATE idp.unit_bounds SET bound = 5")
     plan = analyze(parse_statements(sql)[0], engine.rules, Settings())
     again = Engine(engine.rules, engine.backend, store=store)
