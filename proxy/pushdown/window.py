@@ -151,6 +151,10 @@ def _pilot_ends(plan: QueryPlan, need: ColumnNeeds, dialect: str, execute: Execu
 WIDENING = 16
 # Values read at most for the widened first windows of every group of a GROUP BY
 GROUPED_VALUES = 250_000
+# Values one widened read holds at most (the widest window a draw asks for: 2^17 ranks
+# each side), and the deepest extremes read with the statistics (``with_window_extremes``)
+WIDE_VALUES = (1 << 18) + 1
+LISTED_EXTREMES = 20_000
 
 
 def widened_spans(spans: list[tuple[RankRef, int]], groups: int) -> list[tuple[RankRef, int]]:
@@ -170,15 +174,17 @@ def with_window_extremes(needs: tuple[ColumnNeeds, ...],
                          ) -> tuple[ColumnNeeds, ...]:
     """``needs`` with the extremes that hold the first windows of each MAX and MIN drawn
     over them (``spans_of``: privacy/inverse_sensitivity.first_windows), widened
-    ``WIDENING`` times, as ranks counted from their end: read in the statistics' first
+    ``WIDENING`` times (up to ``LISTED_EXTREMES`` deep; a deeper one, at a tiny ε, reads
+    its windows itself), as ranks counted from their end: read in the statistics' first
     pass (DuckDB's ``max(v, k)``, pushdown/ungrouped.first_pass), where the count the
     draw's target rank needs is read too, a drawn MAX costs one scan (``by_rank``)."""
     extra: dict[str, frozenset[RankRef]] = {}
     for column, spans in spans_of.items():
         for target, reach in spans:
-            if target.anchor != PCT:
+            depth = target.offset + WIDENING * reach + 1
+            if target.anchor != PCT and depth <= LISTED_EXTREMES:  # else its own reads
                 extra[column] = extra.get(column, frozenset()) | _from_end(
-                    target.anchor, target.offset + WIDENING * reach + 1)
+                    target.anchor, depth)
     return tuple(_merged(need, extra[need.column]) if need.column in extra else need
                  for need in needs)
 
@@ -201,8 +207,9 @@ def by_rank(stats: ColumnStats) -> dict[int, float]:
 
 
 def widened(fetch: Fetch, n: int, factor: int = WIDENING) -> Fetch:
-    """``fetch``, each read made ``factor`` times as wide (reaching that much further
-    from its middle on both sides, within 1..n) and kept: a draw that widens its window
+    """``fetch``, each read made ``factor`` times as wide (half of it on each side, all
+    of it away from the end a window starts at; within 1..n; at most ``WIDE_VALUES`` values unless the
+    window asked is wider) and kept: a draw that widens its window
     ×4 until its tails are light (privacy/inverse_sensitivity.py) is answered from the
     first read, whose cost hardly grows with its width (a top-k, or a scan that groups
     the values inside a bracket). Only what is read changes, never a value at a rank."""
@@ -210,9 +217,13 @@ def widened(fetch: Fetch, n: int, factor: int = WIDENING) -> Fetch:
 
     def fetch_wide(first: int, last: int) -> list[float]:
         if not all(rank in kept for rank in range(first, last + 1)):
-            reach = (last - first + 1) * (factor - 1) // 2
-            low = 1 if first == 1 else max(1, first - reach)
-            high = n if last == n else min(n, last + reach)
+            width = last - first + 1
+            extra = min(width * (factor - 1), max(0, WIDE_VALUES - width))
+            if first == 1 or last == n:  # a window at an end widens away from it
+                low = 1 if first == 1 else max(1, first - extra)
+                high = n if last == n else min(n, last + extra)
+            else:
+                low, high = max(1, first - extra // 2), min(n, last + extra // 2)
             kept.update(zip(range(low, high + 1), fetch(low, high)))
         return [kept[rank] for rank in range(first, last + 1)]
 

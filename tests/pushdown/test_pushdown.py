@@ -217,6 +217,34 @@ def test_a_run_of_ranks_in_the_middle_is_bracketed_or_falls_back(backend_url, mo
     assert len(whole) - len(sampled) == (0 if sigmas >= 0 else 4)
 
 
+def test_a_widened_read_answers_the_wider_windows_and_stays_bounded():
+    """``window.widened``: every window comes back as the ranks asked; the first read is
+    16 times as wide (within 1..n), so the ×4 widenings of a draw read nothing more; a
+    read holds at most WIDE_VALUES values unless the window asked is wider."""
+    from proxy.pushdown import window
+
+    n, reads = 10**7, []
+
+    def fetch(first, last):
+        reads.append((first, last))
+        return [float(rank) for rank in range(first, last + 1)]
+
+    wide = window.widened(fetch, n)
+    rank, reach = n // 2, 400
+    for grown in (reach, 4 * reach, 16 * reach):
+        assert wide(rank - grown, rank + grown) == [
+            float(r) for r in range(rank - grown, rank + grown + 1)]
+    assert len(reads) == 1 and reads[0][0] <= rank - 16 * reach <= rank + 16 * reach <= reads[0][1]
+    top = window.widened(fetch, n)
+    assert top(n - 1000, n) == [float(r) for r in range(n - 1000, n + 1)]
+    assert reads[-1] == (n - 1000 - 15 * 1001, n)  # at the top: all of it below
+    huge = window.widened(fetch, n)
+    assert len(huge(rank - 100_000, rank + 100_000)) == 200_001
+    assert reads[-1][1] - reads[-1][0] + 1 <= window.WIDE_VALUES
+    assert len(huge(rank - 300_000, rank + 300_000)) == 600_001  # wider: as asked
+    assert reads[-1] == (rank - 300_000, rank + 300_000)
+
+
 def _recording(function, outcomes):
     def recorded(*args, **kwargs):
         outcomes.append(function(*args, **kwargs))
