@@ -26,7 +26,7 @@ from sqlglot import exp
 from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
-from proxy.backends.base import Backend, Transaction, still_current
+from proxy.backends.base import Backend, GroupedRanks, Transaction, still_current
 from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -77,14 +77,19 @@ from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.values import clamped_to_domain  # the one normalisation rule
 from proxy.pushdown.window import (
+    by_rank,
     grouped_windows,
     near,
     order_statistics,
     rank_counts,
     rank_window,
+    widened,
+    widened_spans,
+    with_window_extremes,
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
-from proxy.statistics import ColumnNeeds, Contribution, GroupStats, PairSums
+from proxy.statistics import ColumnNeeds, Contribution, Fetch, GroupStats, PairSums
+from proxy.unit_bounds import UnitBounds
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan, TopChoice
 
 T = TypeVar("T")
@@ -117,6 +122,8 @@ class Engine:
         _check_schema(rules, backend)
         self.ledger = Ledger(store or backend.ledger_store(), rules)
         self.cache = AnswerCache(self.ledger.backend)
+        # c per (bound statement, data version), kept for every later process
+        self.unit_bound_store = UnitBounds(self.ledger.backend)
         self.shapes = ShapeCache()  # analyses by statement shape, for every session
         for table in rules.tables.values():
             if not table.public or table.join_keys:  # a joinable public table's keys, too
@@ -306,20 +313,32 @@ class Engine:
                                       upper=by_column[column].upper) for column in spans_of)
             counts = compute_statistics(plan, needs, self.backend.capabilities, clip, execute)
         # under GROUP BY every group's first windows in one read (grouped_windows)
-        first = {column: grouped_windows(plan, by_column[column], self.backend.capabilities,
-                                         clip, execute, spans)
-                 for column, spans in spans_of.items()} if plan.group_by else {}
+        # (widened where the groups are few: a draw's wider window is then read already);
+        # without GROUP BY, what the statistics read at ranks (``with_window_extremes``)
+        if plan.group_by:
+            first = {column: grouped_windows(plan, by_column[column], self.backend.capabilities,
+                                             clip, execute,
+                                             widened_spans(spans, len(plan.group_keys())))
+                     for column, spans in spans_of.items()}
+        else:
+            first = {column: {(): by_rank(counts.get((), GroupStats()).column(column))}
+                     for column in spans_of} if scope is ALL_ROWS else {}
+
+        fetches: dict[tuple[str, tuple], Fetch] = {}
 
         def draws_read(request: RankRequest | CountRequest):
             """A draw's counts around a candidate, or its window of ascending ranks
-            (under GROUP BY the first one from ``first``), in its group."""
+            (under GROUP BY the first one from ``first``), in its group; each read
+            widened and kept (``widened``), so that widening the window rarely reads."""
             need, key = by_column[request.column], request.group
             if isinstance(request, CountRequest):
                 return rank_counts(plan, need, dialect, clip, execute, key)(request.point)
-            n = counts.get(key, GroupStats()).column(request.column).n
-            fetch = near(first.get(request.column, {}).get(key, {}), order_statistics(
-                plan, need, dialect, clip, execute, n, key))
-            return fetch(request.first, request.last)
+            if (request.column, key) not in fetches:
+                n = counts.get(key, GroupStats()).column(request.column).n
+                fetches[request.column, key] = near(
+                    first.get(request.column, {}).get(key, {}),
+                    widened(order_statistics(plan, need, dialect, clip, execute, n, key), n))
+            return fetches[request.column, key](request.first, request.last)
 
         for key in plan.group_keys() if plan.group_by else [()]:
             group = groups.setdefault(key, GroupStats())
@@ -403,7 +422,11 @@ class Engine:
         tx, version = view.tx, view.version
 
         def needs(shift: int):
-            return column_needs(plan, shift, counted)
+            found = column_needs(plan, shift, counted)
+            if (plan.mechanism.exponential and not plan.group_by
+                    and capabilities.grouped_ranks is GroupedRanks.LISTS):
+                return with_window_extremes(found, first_windows(plan, shift, ALL_ROWS))
+            return found
 
         if isinstance(plan.post, TopChoice):  # only its ladders are read (``top_release``)
             compute = _no_statistics
@@ -602,12 +625,18 @@ class Engine:
         joins (from the rules: one protected row is at most m joined rows, §3.9)."""
         key = (plan.table.name, joined_units(plan), version)
         if key not in self._unit_bounds:
-            self._unit_bounds[key] = self._bound(plan, tx)
+            self._unit_bounds[key] = self.unit_bound_store.bound(
+                plan.table.name, plan_unit_bound_sql(plan, self.backend.dialect), version,
+                lambda sql: _read_bound(tx, sql))
         return self._unit_bounds[key] * plan.multiplicity * plan.table.group_size
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
-        return max(1, int(tx.execute(plan_unit_bound_sql(plan, self.backend.dialect))[0][0]))
+        return _read_bound(tx, plan_unit_bound_sql(plan, self.backend.dialect))
+
+
+def _read_bound(tx: Transaction, sql: str) -> int:
+    return max(1, int(tx.execute(sql)[0][0]))
 
 
 def _no_statistics(*_) -> dict[tuple, GroupStats]:

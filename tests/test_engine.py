@@ -8,11 +8,13 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from proxy.analyze import analyze, parse_statements
 from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.errors import BudgetExhausted, Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
+from proxy.settings import Settings
 from tests.databases import load_table, new_database
 from tests.factories import (
     ENGINE_RULES,
@@ -379,6 +381,31 @@ def test_unit_bound_follows_the_data(engine):
     (answer,) = run(session, plan_sql)
     assert sorted(engine._unit_bounds.values()) == [1, 3]
     assert answer.privacy["ci95"]["count"][0] > 20  # scale 4/0.3 rather than 1/0.3
+
+
+def test_unit_bound_is_kept_per_data_version_for_later_processes(engine):
+    """c, once read, is kept in the store under its statement and the data version: a new
+    engine over the same store (a restart) reads it from there instead of scanning the
+    table again (the entry planted here is what it gets), and a write to the table is a
+    new version, whose c is computed afresh and replaces the older entry."""
+    sql = "SELECT COUNT(*) FROM people WHERE age > 40"
+    session = Session.open(engine, "zoe")
+    run(session, sql)
+    store = engine.ledger.backend
+    assert store.read("SELECT table_name, bound FROM idp.unit_bounds") == [("people", 1)]
+    run(session, sql.replace("40", "41"))  # the same version and statement of c: one entry
+    assert store.read("SELECT count(*) FROM idp.unit_bounds")[0][0] == 1
+    store.query("UPDATE idp.unit_bounds SET bound = 5")
+    plan = analyze(parse_statements(sql)[0], engine.rules, Settings())
+    again = Engine(engine.rules, engine.backend, store=store)
+    try:
+        assert again.statistics(plan)[0] == 5
+        engine.backend.query("INSERT INTO people VALUES (7, 40, 1.0, 'north')")
+        engine.backend.query("INSERT INTO people VALUES (7, 41, 2.0, 'north')")
+        assert again.statistics(plan)[0] == 3
+    finally:
+        again.ledger.close()
+    assert store.read("SELECT bound FROM idp.unit_bounds") == [(3,)]
 
 
 def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):

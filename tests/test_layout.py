@@ -24,7 +24,7 @@ STAGES = {
     "command line": (6, ("proxy.cli", "proxy.demo", "proxy.owner", "proxy.console")),
     "wire": (5, ("proxy.wire", "proxy.users", "proxy.admin")),
     "session": (4, ("proxy.session", "proxy.postprocess", "proxy.postbounds")),
-    "engine": (3, ("proxy.engine", "proxy.answer_cache", "proxy.publish")),
+    "engine": (3, ("proxy.engine", "proxy.answer_cache", "proxy.unit_bounds", "proxy.publish")),
     "analyze": (2, ("proxy.analyze",)),
     "pushdown": (2, ("proxy.pushdown",)),
     "privacy": (2, ("proxy.privacy",)),

@@ -238,20 +238,21 @@ def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float],
         add(0, grid.count, 0, grid.lower, grid.upper)
         return found
     high = low + len(values) - 1
-    add(0, grid.below(values[0]), low - 1, grid.lower if low == 1 else None, values[0])
+    below = grid.below(values[0])  # of each distinct value in turn: the last one's end
+    add(0, below, low - 1, grid.lower if low == 1 else None, values[0])
     i = 0
     while i < len(values):
         j = i
         while j < len(values) and values[j] == values[i]:
             j += 1
-        below, through = grid.below(values[i]), grid.at_or_below(values[i])
+        through = grid.at_or_below(values[i])
         if through > below:
             found.append(Block(grid.first + below, through - below,
                                distance(low - 1 + i, low - 1 + j, rank)))
         end = grid.below(values[j]) if j < len(values) else grid.count
         over = values[j] if j < len(values) else grid.upper if high == n else None
         add(through, end - through, low - 1 + j, values[i], over)
-        i = j
+        i, below = j, end
     return found
 
 

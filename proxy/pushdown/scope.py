@@ -684,9 +684,13 @@ def fill_extremes(need: ColumnNeeds, stats: ColumnStats, refs: list[RankRef], va
     the values at ``refs`` (of that end): TOP+j is the (j+1)-th largest; None when there
     are not that many. NULLs, which a top-k query lists only when fewer than k values
     exist, are dropped."""
-    values = [need.clamp_to_domain(value) for value in values or () if value is not None]
+    low, high = value_range(need.lower, need.upper)  # ``clamp_to_domain``, in one pass:
+    values = [min(max(value, low), high)  # a drawn MAX's first windows list thousands
+              for value in map(float, (v for v in values or () if v is not None))
+              if value == value]  # NaN is NULL
+    found = stats.values
     for ref in refs:
-        stats.values[ref] = values[ref.offset] if ref.offset < len(values) else None
+        found[ref] = values[ref.offset] if ref.offset < len(values) else None
 
 
 # Statements rendered per plan shape (``reused_sql``) --------------------------------

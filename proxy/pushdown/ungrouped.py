@@ -4,7 +4,9 @@ Pass 1 is one aggregate over the scope: row and non-null counts and exact sums (
 where the backend asks for it, the per-unit bound's fingerprint in the same scan).
 Then the few largest/smallest values, as top-k ``ORDER BY … LIMIT k`` subqueries;
 where pass 1 scans for the column anyway (SUM, AVG), they ride in it instead, beyond a
-threshold a pilot sample gives (``_pilot_thresholds``).
+threshold a pilot sample gives (``_pilot_thresholds``). On DuckDB every column's extremes
+ride in pass 1 as ``max(v, k)``/``min(v, k)`` (a bounded heap, no pilot), however deep:
+a drawn MAX's first windows are thousands of values (pushdown/window.with_window_extremes).
 Percentiles come last, when n is known: on a large scope a pilot sample brackets the
 wanted ranks, one pass counts the values below and inside the bracket, and the
 percentile of the bracket alone picks them (``_bracketed``); else, or when it misses,
@@ -24,7 +26,7 @@ import math
 
 from sqlglot import exp
 
-from proxy.backends.base import Capabilities
+from proxy.backends.base import Capabilities, GroupedRanks
 from proxy.pushdown.scope import (
     Execute,
     counts_units,
@@ -50,6 +52,7 @@ def ungrouped_statistics(
 ) -> GroupStats:
     dialect, thresholds = capabilities.dialect, {}
     if (clip_rows_per_unit is None
+            and capabilities.grouped_ranks is not GroupedRanks.LISTS  # lists need no pilot
             and plan.per_unit is None  # a sample of its rows is no sample of its units
             and any(_first_pass_work(need) for need in needs)):
         thresholds = _pilot_thresholds(plan, needs, dialect, execute)
@@ -84,6 +87,9 @@ def first_pass(
     clipped = clip_rows_per_unit is not None
     assert not (clipped and whole_table), "DP clipping needs no per-unit bound"
     projected = clipped or (capabilities.projected_scope and not whole_table)
+    # DuckDB's max(v, k)/min(v, k): every column's extremes in this scan, a bounded heap
+    # each, however deep (a drawn MAX's first windows: thousands of values)
+    listed = projected and capabilities.grouped_ranks is GroupedRanks.LISTS
     filtered = bool(whole_table) and plan.where is not None
     items, readers = [], []
 
@@ -121,6 +127,12 @@ def first_pass(
                 items.append(_beyond(column, threshold, deepest + 1, anchor, raw))
                 readers.append(lambda value, n=need, s=stats, r=refs, t=threshold, k=deepest + 1:
                                fill_extremes(n, s, r, _with_ties(value, t, k)))
+            elif listed and (refs := extreme_refs(need, anchor)):
+                kind = exp.Max if anchor == TOP else exp.Min
+                items.append(kind(this=column.copy(), expression=exp.Literal.number(
+                    max(r.offset for r in refs) + 1)))
+                readers.append(lambda value, n=need, s=stats, r=refs: fill_extremes(
+                    n, s, r, value))
     if not items and not whole_table:
         return group, []
     built = []

@@ -6,19 +6,21 @@ answer with a bounded top-k sort instead of ranking every row."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 
 from sqlglot import exp
 
 from proxy.backends.base import Capabilities, GroupedRanks
 from proxy.errors import BackendFailed
+from proxy.pushdown import ungrouped
 from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
-from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, Fetch, RankRef
+from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, Fetch, RankRef
 from proxy.vocabulary import QueryPlan
 
 
@@ -64,42 +66,168 @@ def order_statistics(plan: QueryPlan, need: ColumnNeeds, dialect: str,
                      key: tuple = ()) -> Fetch:
     """``fetch(first, last)`` of ascending ranks among the n values in scope, for the
     exponential mechanism. A run that starts at rank 1 or ends at rank n is a top-k
-    from that end (``rank_window`` without OFFSET). Any other run costs about one
-    percentile: the backend's percentile gives the values at ranks first and last
-    (``ungrouped.quantiles``), and one grouped scan the values between them with their
-    multiplicities and the count below; the ranks are laid out here. (An OFFSET into the
-    middle made DuckDB sort ten times longer than its median: 13 s against 1.3 s at
-    10 M rows.)"""
+    from that end (``rank_window`` without OFFSET). Any other run costs about one scan:
+    two values that bracket ranks first and last, and one grouped scan the values between
+    them with their multiplicities and the count below; the ranks are laid out here.
+    The bracket comes from a pilot on a block sample of the scope where it is large
+    (``_pilot_ends``; used only when the scan shows it holds every rank asked, so exact
+    whatever the sample), else from the backend's percentile at ranks first and last
+    (``ungrouped.quantiles``), a sort of the scope. (An OFFSET into the middle made
+    DuckDB sort ten times longer than its median: 13 s against 1.3 s at 10 M rows.)"""
     ascending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, key=key)
     descending = rank_window(plan, need, dialect, clip_rows_per_unit, execute, True, key)
     scope = _group_scope(plan, need, clip_rows_per_unit, key)
+
+    def between(first: int, last: int, low: float, high: float) -> list[float] | None:
+        """Ranks first..last from the values in [low, high] with their multiplicities and
+        the count below low (the NULL bucket, ordered first, so a running sum gives each
+        value's highest rank); only the values whose ranks meet first..last come back,
+        however wide the bracket. None when they do not hold every rank asked."""
+        value = exp.column("c0")
+        low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
+        bucket = exp.case().when(value < low_sql, exp.null()).else_(value)
+        grouped = (exp.select(exp.alias_(bucket, "v"), exp.alias_(exp.Count(this=exp.Star()), "k"))
+                   .from_(scope().subquery("s"), copy=False)  # the one copy of the scope
+                   .where(value <= high_sql, copy=False).group_by(bucket.copy(), copy=False))
+        running = exp.Window(this=exp.Sum(this=exp.column("k")), order=exp.Order(expressions=[
+            exp.Ordered(this=exp.column("v"), nulls_first=True)]), spec=exp.WindowSpec(
+                kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"))
+        ranked = exp.select("v", "k", exp.alias_(running, "b")).from_(
+            grouped.subquery("g", copy=False), copy=False)
+        through, count = exp.column("b"), exp.column("k")
+        wanted = exp.and_(exp.column("v").is_(exp.null()).not_(),
+                          through >= exp.Literal.number(first),
+                          exp.Sub(this=through.copy(), expression=count) < exp.Literal.number(last))
+        rows = execute(exp.select("v", "k", "b").from_(ranked.subquery("r", copy=False),
+                                                       copy=False)
+                       .where(wanted, copy=False).sql(dialect=dialect, copy=False))
+        found = []
+        for v, k, b in sorted((need.clamp_to_domain(v), int(k), int(b)) for v, k, b in rows):
+            found += [v] * (min(b, last) - max(b - k + 1, first) + 1)
+        return found if len(found) == last - first + 1 else None
 
     def fetch(first: int, last: int) -> list[float]:
         if first == 1:
             return ascending(first, last)
         if last == n:
             return descending(1, n + 1 - first)[::-1]
-        value = exp.column("c0")
-        ends = exp.select(quantiles(value, [(first - 0.5) / n, (last - 0.5) / n]))
+        if (clip_rows_per_unit is None and not key
+                and n * ungrouped.PILOT_PERCENT // 100 >= ungrouped.PILOT_MIN_VALUES):
+            ends = _pilot_ends(plan, need, dialect, execute, n, first, last)
+            if ends is not None and (found := between(first, last, *ends)) is not None:
+                return found
+        ends = exp.select(quantiles(exp.column("c0"), [(first - 0.5) / n, (last - 0.5) / n]))
         low, high = (need.clamp_to_domain(v) for v in execute(
             ends.from_(scope().subquery("s")).sql(dialect=dialect, copy=False))[0][0])
-        low_sql, high_sql = exp.Literal.number(repr(low)), exp.Literal.number(repr(high))
-        bucket = exp.case().when(value < low_sql, exp.null()).else_(value)
-        grouped = (exp.select(exp.alias_(bucket, "v"), exp.Count(this=exp.Star()))
-                   .from_(scope().subquery("s"), copy=False)  # the one copy of the scope
-                   .where(value <= high_sql, copy=False).group_by(bucket.copy(), copy=False))
-        counts = execute(grouped.sql(dialect=dialect, copy=False))
-        below = sum(int(count) for v, count in counts if v is None)
-        found, rank = [], below + 1  # the rank of the next value's first copy
-        for v, count in sorted((need.clamp_to_domain(v), int(c)) for v, c in counts if v is not None):
-            take = min(rank + count - 1, last) - max(rank, first) + 1
-            found += [v] * max(take, 0)
-            rank += count
-        if len(found) != last - first + 1:
+        found = between(first, last, low, high)
+        if found is None:
             raise BackendFailed("a run of ranks read back with the wrong number of values")
         return found
 
     return fetch
+
+
+def _pilot_ends(plan: QueryPlan, need: ColumnNeeds, dialect: str, execute: Execute, n: int,
+                first: int, last: int) -> tuple[float, float] | None:
+    """Values that likely bracket ranks first..last: the pilot's (a block sample of the
+    scope, ``ungrouped.PILOT_PERCENT``) percentiles at their fractions widened by
+    ``ungrouped.BRACKET_SIGMAS``
+    standard errors, as ``ungrouped._bracketed`` takes them. None when the sample has
+    none (the caller then reads the exact ends)."""
+    margin = ungrouped.BRACKET_SIGMAS * 0.5 / math.sqrt(n * ungrouped.PILOT_PERCENT / 100)
+    fractions = [min(max(q, 0.0), 1.0) for q in ((first - 0.5) / n - margin,
+                                                (last - 0.5) / n + margin)]
+    sampled = scope_select(plan, (need,), None, sample_percent=ungrouped.PILOT_PERCENT)
+    pilot = exp.select(quantiles(exp.column("c0"), fractions)).from_(
+        sampled.subquery("s", copy=False), copy=False)
+    ends = execute(pilot.sql(dialect=dialect, copy=False))[0][0]
+    if not ends or None in ends:
+        return None
+    return need.clamp_to_domain(ends[0]), need.clamp_to_domain(ends[1])
+
+
+# A read's width against the window a draw asks for: the first read then holds two ×4
+# widenings (privacy/inverse_sensitivity.py), which at 10 M rows most draws needed
+WIDENING = 16
+# Values read at most for the widened first windows of every group of a GROUP BY
+GROUPED_VALUES = 250_000
+# Values one widened read holds at most (the widest window a draw asks for: 2^17 ranks
+# each side), and the deepest extremes read with the statistics (``with_window_extremes``)
+WIDE_VALUES = (1 << 18) + 1
+LISTED_EXTREMES = 20_000
+
+
+def widened_spans(spans: list[tuple[RankRef, int]], groups: int) -> list[tuple[RankRef, int]]:
+    """``spans`` (target, reach) of the first windows of every group's draws
+    (``grouped_windows``), each reach ``WIDENING`` (else 4) times as far where all the
+    groups' values stay within ``GROUPED_VALUES``: a draw that widens its window is then
+    answered from that one read instead of two reads per group. From public numbers only
+    (the groups of the plan, and the reaches: ε, s, the grid)."""
+    for factor in (WIDENING, 4):
+        if groups * sum(2 * reach * factor + 1 for _, reach in spans) <= GROUPED_VALUES:
+            return [(target, reach * factor) for target, reach in spans]
+    return spans
+
+
+def with_window_extremes(needs: tuple[ColumnNeeds, ...],
+                         spans_of: dict[str, list[tuple[RankRef, int]]]
+                         ) -> tuple[ColumnNeeds, ...]:
+    """``needs`` with the extremes that hold the first windows of each MAX and MIN drawn
+    over them (``spans_of``: privacy/inverse_sensitivity.first_windows), widened
+    ``WIDENING`` times (up to ``LISTED_EXTREMES`` deep; a deeper one, at a tiny ε, reads
+    its windows itself), as ranks counted from their end: read in the statistics' first
+    pass (DuckDB's ``max(v, k)``, pushdown/ungrouped.first_pass), where the count the
+    draw's target rank needs is read too, a drawn MAX costs one scan (``by_rank``)."""
+    extra: dict[str, frozenset[RankRef]] = {}
+    for column, spans in spans_of.items():
+        for target, reach in spans:
+            depth = target.offset + WIDENING * reach + 1
+            if target.anchor != PCT and depth <= LISTED_EXTREMES:  # else its own reads
+                extra[column] = extra.get(column, frozenset()) | _from_end(
+                    target.anchor, depth)
+    return tuple(_merged(need, extra[need.column]) if need.column in extra else need
+                 for need in needs)
+
+
+@lru_cache(maxsize=64)
+def _from_end(anchor: str, depth: int) -> frozenset[RankRef]:
+    """The ranks 0..depth − 1 from one end (the same few depths come back: kept)."""
+    return frozenset(RankRef(anchor, offset) for offset in range(depth))
+
+
+@lru_cache(maxsize=64)
+def _merged(need: ColumnNeeds, ranks: frozenset[RankRef]) -> ColumnNeeds:
+    return replace(need, ranks=need.ranks | ranks)
+
+
+def by_rank(stats: ColumnStats) -> dict[int, float]:
+    """The values read for one column, by their rank among its n values."""
+    return {ref.rank(stats.n): value for ref, value in stats.values.items()
+            if value is not None}
+
+
+def widened(fetch: Fetch, n: int, factor: int = WIDENING) -> Fetch:
+    """``fetch``, each read made ``factor`` times as wide (half of it on each side, all
+    of it away from the end a window starts at; within 1..n; at most ``WIDE_VALUES`` values unless the
+    window asked is wider) and kept: a draw that widens its window
+    ×4 until its tails are light (privacy/inverse_sensitivity.py) is answered from the
+    first read, whose cost hardly grows with its width (a top-k, or a scan that groups
+    the values inside a bracket). Only what is read changes, never a value at a rank."""
+    kept: dict[int, float] = {}
+
+    def fetch_wide(first: int, last: int) -> list[float]:
+        if not all(rank in kept for rank in range(first, last + 1)):
+            width = last - first + 1
+            extra = min(width * (factor - 1), max(0, WIDE_VALUES - width))
+            if first == 1 or last == n:  # a window at an end widens away from it
+                low = 1 if first == 1 else max(1, first - extra)
+                high = n if last == n else min(n, last + extra)
+            else:
+                low, high = max(1, first - extra // 2), min(n, last + extra // 2)
+            kept.update(zip(range(low, high + 1), fetch(low, high)))
+        return [kept[rank] for rank in range(first, last + 1)]
+
+    return fetch_wide
 
 
 def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabilities,
@@ -129,10 +257,7 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
         ranked = replace(need, ranks=frozenset(refs), total=False, spread=False)
         groups = grouped_list_statistics(plan, (ranked,), clip_rows_per_unit, execute)
         if groups is not None:
-            return {key: {ref.rank(stats.n): value for ref, value in stats.values.items()
-                          if value is not None}
-                    for key, group in groups.items()
-                    for stats in (group.columns[need.column],)}
+            return {key: by_rank(group.columns[need.column]) for key, group in groups.items()}
     keys = group_keys(plan)
     ranked = numbered(exp.column("c0"), keys,
                       scope_select(plan, (need,), clip_rows_per_unit).subquery("s", copy=False))

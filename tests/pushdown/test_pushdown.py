@@ -21,7 +21,7 @@ from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import BOTTOM, TOP
+from proxy.statistics import BOTTOM, TOP, ColumnNeeds
 from tests.contract import QUERIES, RULES, RULES_TEXT, TYPES, table_rows
 from tests.databases import load_table
 from tests.privacy.reference import order_values
@@ -178,6 +178,71 @@ def test_bracketed_percentiles_are_exact_or_fall_back(backend_url, monkeypatch, 
     assert groups[()].columns["x"].values == order_values(xs, needs["x"].ranks)
     assert groups[()].columns["y"].values == order_values(ys, needs["y"].ranks)
     assert outcomes == [sigmas >= 0] * 2  # bracketed both columns, or fell back for both
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("sigmas", [6, 0, -50])
+def test_a_run_of_ranks_in_the_middle_is_bracketed_or_falls_back(backend_url, monkeypatch,
+                                                                 sigmas):
+    """The exponential mechanism's runs of ranks in the middle of the scope
+    (``order_statistics``): bracketed by the pilot (forced on a small table by sampling
+    all of it) they are the exact ranks, without the backend's percentile over the whole
+    scope; a bracket that misses them (negative margin) falls back to that percentile,
+    with the same result. Runs at either end are top-k reads."""
+    from proxy.pushdown import ungrouped, window
+
+    monkeypatch.setattr(ungrouped, "PILOT_PERCENT", 100)
+    monkeypatch.setattr(ungrouped, "PILOT_MIN_VALUES", 1)
+    monkeypatch.setattr(ungrouped, "BRACKET_SIGMAS", sigmas)
+    data = table_rows(seed=13, units=80)
+    load_table(backend_url, "t", data, TYPES)
+    plan = analyze(parse_statements("SELECT MEDIAN(x) FROM t WHERE unit < 70")[0], RULES,
+                   Settings())
+    xs = sorted(min(max(x, 0.0), 100.0) for unit, x in zip(data["unit"], data["x"])
+                if unit < 70 and x is not None)
+    n, sent = len(xs), []
+    runs = [(2, n - 1), (n // 3, n // 2), (n // 2, n // 2), (n - 5, n - 1), (1, 4), (n - 3, n)]
+    with _engine(backend_url) as engine, engine.backend.transaction(snapshot=True) as tx:
+        def execute(sql):
+            sent.append(sql)
+            return tx.execute(sql)
+
+        fetch = window.order_statistics(plan, ColumnNeeds("x", lower=0.0, upper=100.0),
+                                        engine.backend.dialect, None, execute, n)
+        assert [fetch(first, last) for first, last in runs] == [
+            xs[first - 1: last] for first, last in runs]
+    whole = [sql for sql in sent if "PERCENTILE" in sql.upper() or "QUANTILE" in sql.upper()]
+    sampled = [sql for sql in whole if "SAMPLE" in sql.upper()]
+    assert len(sampled) == 4  # each run in the middle asked the pilot first
+    assert len(whole) - len(sampled) == (0 if sigmas >= 0 else 4)
+
+
+def test_a_widened_read_answers_the_wider_windows_and_stays_bounded():
+    """``window.widened``: every window comes back as the ranks asked; the first read is
+    16 times as wide (within 1..n), so the ×4 widenings of a draw read nothing more; a
+    read holds at most WIDE_VALUES values unless the window asked is wider."""
+    from proxy.pushdown import window
+
+    n, reads = 10**7, []
+
+    def fetch(first, last):
+        reads.append((first, last))
+        return [float(rank) for rank in range(first, last + 1)]
+
+    wide = window.widened(fetch, n)
+    rank, reach = n // 2, 400
+    for grown in (reach, 4 * reach, 16 * reach):
+        assert wide(rank - grown, rank + grown) == [
+            float(r) for r in range(rank - grown, rank + grown + 1)]
+    assert len(reads) == 1 and reads[0][0] <= rank - 16 * reach <= rank + 16 * reach <= reads[0][1]
+    top = window.widened(fetch, n)
+    assert top(n - 1000, n) == [float(r) for r in range(n - 1000, n + 1)]
+    assert reads[-1] == (n - 1000 - 15 * 1001, n)  # at the top: all of it below
+    huge = window.widened(fetch, n)
+    assert len(huge(rank - 100_000, rank + 100_000)) == 200_001
+    assert reads[-1][1] - reads[-1][0] + 1 <= window.WIDE_VALUES
+    assert len(huge(rank - 300_000, rank + 300_000)) == 600_001  # wider: as asked
+    assert reads[-1] == (rank - 300_000, rank + 300_000)
 
 
 def _recording(function, outcomes):
