@@ -86,8 +86,14 @@ class PostgresBackend(Backend):
         return cls(url, connections)
 
     def _connect(self) -> psycopg.Connection:
+        # No server-side prepared statements (psycopg prepares a statement on its fifth
+        # run): a statement that fails in a pipeline (a racing session's cache entry,
+        # 23505) aborts the pipeline's PREPARE too, psycopg's cache still names it, and
+        # the connection's next use of it failed ("prepared statement _pg3_6 does not
+        # exist"): an internal error to an analyst in a cancel storm.
         try:
-            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                   prepare_threshold=None)
         except psycopg.OperationalError as exc:
             log.error("postgres connect failed: %s", exc)
             raise BackendUnavailable("the database behind the proxy is unreachable") from None

@@ -116,6 +116,26 @@ def test_a_read_only_snapshot_ends_without_waiting_for_its_commit(fresh_postgres
     backend.close()
 
 
+def test_the_pools_connections_prepare_no_statement(fresh_postgres):
+    """psycopg prepares a statement on the server on its fifth run and names it in a
+    cache of its own; a pipeline aborted by an error (a racing session's cache entry,
+    23505; a cancel) could leave that cache naming a statement the server never kept,
+    and the connection's next run of it failed ("prepared statement _pg3_6 does not
+    exist": an internal error, seen twice in the cancel storm of test_backend_pool). The
+    pool's connections prepare nothing, so no such cache exists: ten runs of one
+    statement, in pipelines and alone, leave none prepared."""
+    backend = PostgresBackend(fresh_postgres, pool_size=1)  # one connection: reused
+    backend.query("CREATE TABLE entries (k int PRIMARY KEY)")
+    for k in range(10):
+        backend.query("INSERT INTO entries (k) VALUES (%s)", (k,), durable=False)
+        with backend.reading() as tx:
+            tx.ahead("SELECT count(*) FROM entries WHERE k >= %s", (k,))
+            tx.execute("SELECT 1")
+            assert tx.execute("SELECT count(*) FROM entries WHERE k >= %s", (k,)) == [(1,)]
+    assert backend.read("SELECT count(*) FROM pg_prepared_statements") == [(0,)]
+    backend.close()
+
+
 def test_a_crash_of_the_server_after_an_answer_never_gives_a_different_answer_free():
     """PostgreSQL stopped at once (as by a crash) right after an answer, its cache entry
     committed without waiting for the WAL: after the restart the repeat through a new
