@@ -307,10 +307,14 @@ class QueryPlan:
     def _key_blocks(self) -> list[tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]]]:
         """The key sets whose product is the groups: the joint ones, then each other
         term's keys, with the term indices they give keys for."""
-        joint = [(indices, keys) for indices, keys in self.joint]
-        together = {index for indices, _ in joint for index in indices}
-        return joint + [((index,), tuple((key,) for key in term.keys))
-                        for index, term in enumerate(self.group_by) if index not in together]
+        return [*self.joint] + [((index,), tuple((key,) for key in term.keys))
+                                for index, term in self._apart()]
+
+    def _apart(self) -> list[tuple[int, Any]]:
+        """(index, term) of each GROUP BY term not keyed jointly with others."""
+        together = {index for indices, _ in self.joint for index in indices}
+        return [(index, term) for index, term in enumerate(self.group_by)
+                if index not in together]
 
     @property
     def groups_fixed(self) -> bool:
@@ -336,10 +340,8 @@ class QueryPlan:
         from the key sets' sizes (``_key_blocks``'), without listing the combinations
         or the keys: it is asked per group and aggregate, and building each term's keys
         again made answering 10,000 groups (TPC-H Q21's suppliers) quadratic, 40 s."""
-        together = {index for indices, _ in self.joint for index in indices}
         return math.prod([len(keys) for _, keys in self.joint]
-                         + [len(term.keys) for index, term in enumerate(self.group_by)
-                            if index not in together])
+                         + [len(term.keys) for _, term in self._apart()])
 
 
 @dataclass(frozen=True)
