@@ -379,12 +379,18 @@ def bounded_reads(plan: QueryPlan) -> tuple[tuple[str, tuple[str, ...], int], ..
 def keys_beyond_sql(table: str, key: tuple[str, ...], most: int, dialect: str) -> str:
     """One row when a value of ``key`` (no NULL in it) occurs in more than ``most``
     rows of ``table``, none otherwise."""
-    named = [exp.column(column, quoted=True) for column in key]
-    return (exp.select(exp.Literal.number(1)).from_(table_ref(table))
-            .where(exp.and_(*(column.is_(exp.null()).not_() for column in named)))
-            .group_by(*(column.copy() for column in named))
-            .having(exp.Count(this=exp.Star()) > exp.Literal.number(most)).limit(1)
-            ).sql(dialect=dialect)
+    beyond = exp.Count(this=exp.Star()) > exp.Literal.number(most)
+    return _key_groups(table, key, beyond).limit(1).sql(dialect=dialect)
+
+
+def _key_groups(table: str, key: tuple[str, ...], having: exp.Expression) -> exp.Select:
+    """The values of ``key`` (one column, or several together; none with a NULL) of
+    ``table`` whose rows meet ``having``, one row each."""
+    columns = [exp.column(column, quoted=True) for column in key]
+    return (exp.select(*columns).from_(table_ref(table))
+            .where(exp.and_(*(column.copy().is_(exp.null()).not_() for column in columns)))
+            .group_by(*(column.copy() for column in columns))
+            .having(having))
 
 
 def _bounded_rows(table: str, key: tuple[str, ...], most: int,
@@ -400,11 +406,8 @@ def _bounded_rows(table: str, key: tuple[str, ...], most: int,
     source = table_ref(table) if rows is None else _named(rows, "_idp_r")
     if (table, key, most) in _BOUNDED.get():
         return exp.select("*").from_(source)
+    bounded = _key_groups(table, key, exp.Count(this=exp.Star()) <= exp.Literal.number(most))
     columns = [exp.column(column, quoted=True) for column in key]
-    bounded = (exp.select(*(column.copy() for column in columns)).from_(table_ref(table))
-               .where(exp.and_(*(column.copy().is_(exp.null()).not_() for column in columns)))
-               .group_by(*(column.copy() for column in columns))
-               .having(exp.Count(this=exp.Star()) <= exp.Literal.number(most)))
     value = columns[0] if len(columns) == 1 else exp.Tuple(expressions=columns)
     return (exp.select("*").from_(source)
             .where(exp.In(this=value, query=bounded.subquery(copy=False))))
