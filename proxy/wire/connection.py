@@ -496,13 +496,13 @@ class Connection:
                 key = (prepared.statement.text, prepared.param_types, tuple(message.params),
                        tuple(_formats(message.param_formats, len(message.params))))
                 portal.sql = _BOUND.get(key)
-                if portal.sql is None:  # spliced at once where its Parse found the places
-                    portal.sql = params.bound_at_once(prepared.statement.text,
-                                                      self._values(prepared, message))
-                if portal.sql is None:  # else bound before or here: no thread, no parse
-                    portal.sql = await self._engine_work(lambda: self._bound_text(prepared,
-                                                                                  message))
-                _BOUND.put(key, portal.sql)
+                if portal.sql is None:  # else bound before: no thread, no parse
+                    values = self._values(prepared, message)
+                    # spliced at once where its Parse found the places, else in a thread
+                    portal.sql = params.bound_at_once(prepared.statement.text, values) \
+                        or await self._engine_work(lambda: params.bind(
+                            prepared.statement.text, prepared.param_types, values))
+                    _BOUND.put(key, portal.sql)
             self.portals[message.portal] = portal
             self._send(codec.BIND_COMPLETE)
         elif isinstance(message, codec.Describe):
@@ -547,11 +547,6 @@ class Connection:
             self._send(codec.NO_DATA)
         else:
             self._send(codec.row_description(fields, _formats(formats, len(fields))))
-
-    def _bound_text(self, prepared: Prepared, bind: codec.Bind) -> str:
-        """In a worker thread: the statement's text with the bound values as literals."""
-        return params.bind(prepared.statement.text, prepared.param_types,
-                           self._values(prepared, bind))
 
     @staticmethod
     def _values(prepared: Prepared, bind: codec.Bind) -> tuple[object, ...]:
