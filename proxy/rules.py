@@ -636,14 +636,14 @@ _MOMENT_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{
                           r"(?:Z|[+-]\d{2}(?::?\d{2})?)?")
 
 
-def parse_moment(value: Any, zone_as_utc: bool = False) -> dt.datetime | None:
+def parse_moment(value: Any, zoned: bool = False) -> dt.datetime | None:
     """A date or naive date-time (a ``datetime``, a ``date`` or ISO 8601 text of the
-    form ``_MOMENT_TEXT`` takes) as a
-    naive datetime; None for anything else. A time zone (``Z``, ``+02:00``) is refused,
-    as the proxy compares timestamps without one, unless ``zone_as_utc``: then the
-    moment is converted to UTC, the zone a timestamp without time zone is read in
-    (``2024-01-01T00:00:00+02:00`` is ``2023-12-31 22:00:00``). Query literals are read
-    so (BI tools send ``…Z``); the rules' domains are not."""
+    form ``_MOMENT_TEXT`` takes) as a naive datetime; None for anything else. A time
+    zone (``Z``, ``+02:00``) is refused, unless ``zoned``: then it is dropped and the
+    wall clock kept, as PostgreSQL reads such text as a ``date`` or ``timestamp``
+    (``2024-01-01T00:00:00+02:00`` compared with a timestamp column is ``2024-01-01
+    00:00:00``). Query literals are read so (BI tools send ``…Z``); the rules' domains
+    are not."""
     if isinstance(value, str):
         if _MOMENT_TEXT.fullmatch(value) is None:
             return None
@@ -652,11 +652,8 @@ def parse_moment(value: Any, zone_as_utc: bool = False) -> dt.datetime | None:
         except ValueError:
             return None
     if isinstance(value, dt.datetime):
-        if value.tzinfo is not None and zone_as_utc:
-            try:
-                return value.astimezone(dt.UTC).replace(tzinfo=None)
-            except OverflowError:  # the zone moves it out of years 1-9999
-                return None
+        if value.tzinfo is not None and zoned:
+            return value.replace(tzinfo=None)
         return value if value.tzinfo is None else None
     if isinstance(value, dt.date):
         return dt.datetime(value.year, value.month, value.day)

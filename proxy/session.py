@@ -249,13 +249,14 @@ class Session:
         return self.check_statements([(sql, tokens, None) for tokens in statement_tokens(sql)])
 
     def check_statements(self, statements: Sequence[tuple[str, Sequence[Token],
-                                                          exp.Expression | None]]
-                         ) -> list[tuple[str | None, Any]]:
+                                                          exp.Expression | None]],
+                         zones: Sequence[str] | None = None) -> list[tuple[str | None, Any]]:
         """Each statement's work (a session command or a plan) with, for a private
         query, its canonical SQL. A statement is (text, its tokens, its tree if parsed
         already); its plan comes from the shape cache (proxy.analyze.shapes), else from
         parsing (unless done) and analysing it. In a message of several statements a
-        syntax error anywhere is reported first, before any analysis refuses."""
+        syntax error anywhere is reported first, before any analysis refuses. ``zones``:
+        the TimeZone of each statement, where the message sets it between them."""
         if not statements:
             raise SyntaxProblem("empty query; send one SELECT with aggregates")
         for _, tokens, _ in statements:
@@ -268,7 +269,9 @@ class Session:
                           for text, tokens, tree in statements]
         settings = self.settings
         steps: list[tuple[str | None, Any]] = []
-        for text, tokens, tree in statements:
+        for index, (text, tokens, tree) in enumerate(statements):
+            if zones is not None and zones[index] != settings.time_zone:
+                settings = replace(settings, time_zone=zones[index])
             # a prior's text is no part of its equality, but plans show it
             shape = shape_of(tokens)
             context = (self.analyst, settings, settings.prior and settings.prior.text)
@@ -479,6 +482,8 @@ class Session:
         if name == "idp.sensitivity":
             return self.settings.sensitivity or default_sensitivity(
                 self.settings.model or rules.defaults.model, rules)
+        if name in ("timezone", "time zone"):
+            return self.settings.time_zone
         return dict(self.settings.other).get(name, "")
 
     def _private(self, canonical: str, plan: QueryPlan, joint: _Joint | None = None

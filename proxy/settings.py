@@ -18,6 +18,7 @@ from proxy.errors import BadSetting, NotSupported, ReadOnly
 from proxy.loss import parse_epsilon
 from proxy.rules import MODELS, Rules
 from proxy.vocabulary import PriorSpec, parse_prior
+from proxy.zones import UTC, session_zone
 
 SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
 # Percentiles, MAX and MIN are drawn by the exponential mechanism (the best DP option
@@ -40,6 +41,8 @@ class Settings:
     prior: PriorSpec | None = None  # answer by knowledge refinement (seed 001)
     gamma: float | None = None  # tail of the smooth-sensitivity noise, 1/(1 + |z|^γ)
     noise: str | None = None  # of COUNT, SUM and AVG under DP: 'laplace' or 'gaussian'
+    # PostgreSQL's TimeZone: the zone times are read in (proxy.zones; an IANA name)
+    time_zone: str = UTC
     other: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
     def resolve_model(self, rules: Rules) -> str:
@@ -174,6 +177,8 @@ def apply_command(settings: Settings, command: SessionCommand) -> Settings:
         return replace(settings, prior=None if value is None else _prior(value))
     if name == "idp.noise":
         return replace(settings, noise=None if value is None else _choice(name, value, NOISES))
+    if name in ("timezone", "time zone"):
+        return replace(settings, time_zone=UTC if value is None else session_zone(value))
     if name.startswith("idp."):
         raise BadSetting(f"unknown setting {name}; the idp settings are idp.epsilon, "
                          "idp.model, idp.sensitivity, idp.gamma, idp.intervals, idp.prior, idp.noise "

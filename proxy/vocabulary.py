@@ -224,6 +224,9 @@ class QueryPlan:
     # together: (their indices in group_by, the combinations of their keys the public
     # tables' joined rows hold) (proxy.engine.Engine._with_public_keys)
     joint: tuple[tuple[tuple[int, ...], tuple[tuple[Any, ...], ...]], ...] = ()
+    # the session's TimeZone its times were read in (proxy.zones): two sessions' same
+    # text may ask different buckets and ranges, so it is part of the answer cache's key
+    time_zone: str = "UTC"
 
     @property
     def aggregate_loss(self) -> Loss:

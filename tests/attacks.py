@@ -141,7 +141,8 @@ ATTACKS = [
                                            "visited_at >= '20240101'"),
            "a moment in ISO 8601's basic format"),
     Attack("moment_zone_overflow", _private(lambda v: "SELECT COUNT(*) FROM visits WHERE "
-                                            "visited_at >= '0001-01-01T00:00:00+05:00'"),
+                                            "visited_at >= '0001-01-01T00:00:00+05:00'"
+                                            "::timestamptz"),
            "a zone moving a moment before year 1"),
     Attack("substring_bigint", _private(lambda v: "SELECT COUNT(*) FROM people WHERE "
                                         "substring(region, 1, 2147483648) = 'no'"),

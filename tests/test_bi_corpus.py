@@ -9,6 +9,10 @@ test fails as soon as the analyser answers one of them: then take it out of PEND
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
+
+import asyncpg
 import psycopg
 import pytest
 
@@ -53,3 +57,42 @@ def test_each_statement_is_answered_or_refused_as_recorded(demo_server, path):
         assert error.sqlstate == entry.sqlstate, (entry.name, str(error))
         assert len(error.diag.message_primary.splitlines()) == 1
         assert con.execute("SHOW idp.budget").fetchone() == before
+
+
+def test_the_session_s_time_zone_is_read_as_postgresql_reads_it(demo_server):
+    """Metabase's report time zone (``SET SESSION TIMEZONE TO …``) and a driver's startup
+    TimeZone: reported back, and a moment's day is the zone's (Berlin's midnights around
+    its 2024 spring change); an unknown zone is refused in one line, the session kept."""
+    sql = ("SELECT date_trunc('day', visited_at::timestamptz) AS d, COUNT(*) FROM visits "
+           "WHERE visited_at >= '2024-03-30' AND visited_at < '2024-04-02' GROUP BY 1")
+    berlin = {dt.datetime(2024, 3, 29, 23, tzinfo=dt.UTC),
+              dt.datetime(2024, 3, 30, 23, tzinfo=dt.UTC),
+              dt.datetime(2024, 3, 31, 22, tzinfo=dt.UTC)}
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        assert {row[0] for row in con.execute(sql)} == {
+            dt.datetime(2024, 3, d, tzinfo=dt.UTC) for d in (30, 31)} | {
+            dt.datetime(2024, 4, 1, tzinfo=dt.UTC)}
+        con.execute("SET SESSION TIMEZONE TO 'europe/berlin'")
+        assert con.info.parameter_status("TimeZone") == "Europe/Berlin"
+        assert con.execute("SHOW TimeZone").fetchone() == ("Europe/Berlin",)
+        assert {row[0] for row in con.execute(sql)} == berlin
+        before = con.execute("SHOW idp.budget").fetchone()
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute("SET TIME ZONE 'Mars/Olympus'")
+        assert refused.value.sqlstate == "22023" and "IANA" in str(refused.value)
+        assert con.execute("SHOW idp.budget").fetchone() == before
+        assert con.execute("SHOW TimeZone").fetchone() == ("Europe/Berlin",)
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:  # one message
+        cursor = con.execute(f"SET TIME ZONE 'Europe/Berlin'; {sql}")
+        assert cursor.nextset() and {row[0] for row in cursor} == berlin
+
+    async def started_in_berlin() -> set:
+        con = await asyncpg.connect(host="127.0.0.1", port=demo_server.port, user="alice",
+                                    database="demo",
+                                    server_settings={"TimeZone": "Europe/Berlin"})
+        try:
+            return {row[0] for row in await con.fetch(sql)}
+        finally:
+            await con.close()
+
+    assert asyncio.run(started_in_berlin()) == berlin

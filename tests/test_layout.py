@@ -34,7 +34,7 @@ STAGES = {
                        "proxy.statistics", "proxy.errors", "proxy.loss", "proxy.accounting",
                        "proxy.interrupts",
                        "proxy.guards", "proxy.pgtypes", "proxy.jsontags", "proxy.timing",
-                       "proxy.progress", "proxy.passwords", "proxy.trees")),
+                       "proxy.progress", "proxy.passwords", "proxy.trees", "proxy.zones")),
 }
 # the lazy imports allowed between proxy modules: the command line's (a fast --help);
 # the optional backends import their third-party drivers (pyspark) late, which this

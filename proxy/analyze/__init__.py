@@ -72,6 +72,7 @@ from proxy.vocabulary import (
     StagedPlan,
     multiplicity,
 )
+from proxy.zones import reading_in
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -185,7 +186,15 @@ def analyze(
 ) -> QueryPlan | PassthroughPlan | GroupingSetsPlan | CombinedPlan | StagedPlan:
     """Check one statement and describe what to compute; raise Refused otherwise.
     ``shown``: False for a release the proxy reads itself (a stage of a ``StagedPlan``),
-    whose rows are bounded by max_groups alone, not by the answer's size."""
+    whose rows are bounded by max_groups alone, not by the answer's size. Its times are
+    read in the session's TimeZone."""
+    with reading_in(settings.time_zone):
+        return _analyzed(statement, rules, settings, hint, shown)
+
+
+def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
+              hint: Decimal | None, shown: bool
+              ) -> QueryPlan | PassthroughPlan | GroupingSetsPlan | CombinedPlan | StagedPlan:
     checkpoint()
     select = _distinct_unwrapped(_only_select(statement))
     if _public_only(select, rules):
@@ -290,6 +299,7 @@ def analyze(
         joins=joins,
         delta=rules.defaults.delta if selects else None,
         semi_joins=semi,
+        time_zone=settings.time_zone,
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)

@@ -450,7 +450,7 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
         if not (isinstance(subject, exp.Column) and subject.name.lower() == column.name):
             continue
         for kind, literal in bounds:
-            moment = parse_moment(literal.name, zone_as_utc=True) if isinstance(
+            moment = parse_moment(literal.name, zoned=True) if isinstance(
                 literal, exp.Literal) and literal.is_string else None
             if moment is None:
                 continue

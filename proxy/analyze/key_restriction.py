@@ -218,7 +218,7 @@ def _literal(node: exp.Expression, kind: str) -> Any:
     if kind == "text" and node.is_string and sign == 1:
         return node.name
     if kind in ("date", "timestamp") and node.is_string and sign == 1:
-        moment = parse_moment(node.name, zone_as_utc=True)
+        moment = parse_moment(node.name, zoned=True)
         if moment is None or (kind == "date" and moment.time() != moment.min.time()):
             raise _Unknown  # a date compared with a moment within a day: left alone
         return moment

@@ -44,17 +44,17 @@ from sqlglot.optimizer.qualify import qualify
 
 from proxy.analyze.constants import fold_constants
 from proxy.analyze.group_keys import default_name
+from proxy.analyze.time_keys import constant_wall, from_wall
 from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
 from proxy.guards import depth
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 from proxy.trees import balanced
+from proxy.zones import reading_zone
 
 SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
              "date": "DATE", "timestamp": "TIMESTAMP"}
 log = logging.getLogger("idp_proxy.analyze")
-# a timestamptz constant ('…Z'::timestamptz, as Cube writes it) is read in UTC, the
-# session's zone
 _TIME_TYPES = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP,
                exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMPTZ)
 _GENERATED = re.compile(r"_col_\d+")
@@ -179,7 +179,11 @@ def _first_line(error: Exception) -> str:
 
 def fold_time_constants(tree: exp.Expression) -> exp.Expression:
     """Date and timestamp constants as quoted ISO literals; refuse one that is not a date
-    (the backend would fail on it after the query is charged)."""
+    (the backend would fail on it after the query is charged). A date or timestamp cast
+    drops a written zone, as PostgreSQL's does; a ``timestamptz`` one ('…Z'::timestamptz,
+    as Cube writes it) is a moment, its text without a zone read in the session's zone,
+    and is written as that zone's wall clock, which the timestamp columns it is compared
+    with are read in (``time_keys.constant_wall``)."""
     for node in list(tree.find_all(exp.Cast, exp.StrToTime, exp.TsOrDsToDate)):
         text = node.this
         if not (isinstance(text, exp.Literal) and text.is_string):
@@ -190,11 +194,25 @@ def fold_time_constants(tree: exp.Expression) -> exp.Expression:
         if moment is None:
             raise NotSupported(f"'{text.name}' is not a date or timestamp; write it as "
                                "'2024-01-31' or '2024-01-31 08:00:00'")
+        if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.TIMESTAMPTZ):
+            moment = _wall_of_moment(text.name, moment, node.args.get("format"))
         day = isinstance(node, exp.TsOrDsToDate) or (
             isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE))
         node.replace(exp.Literal.string(moment.date().isoformat() if day
                                         else moment.isoformat(" ")))
     return tree
+
+
+def _wall_of_moment(text: str, wall: dt.datetime, format_: exp.Expression | None
+                    ) -> dt.datetime:
+    """The session zone's wall clock of a ``timestamptz`` constant written as ``text``
+    (``wall``: its clock as written)."""
+    written = wall if format_ is not None else dt.datetime.fromisoformat(text)
+    try:
+        return constant_wall(written.astimezone(dt.UTC).replace(tzinfo=None)
+                             if written.tzinfo else from_wall(reading_zone(), wall))
+    except OverflowError:  # the zones move it out of years 1-9999
+        raise NotSupported(f"'{text}' is beyond the years 1 to 9999") from None
 
 
 def _moment(text: str, format_: exp.Expression | None) -> dt.datetime | None:
@@ -203,4 +221,4 @@ def _moment(text: str, format_: exp.Expression | None) -> dt.datetime | None:
             return dt.datetime.strptime(text, format_.name)
         except ValueError:
             return None
-    return parse_moment(text, zone_as_utc=True)
+    return parse_moment(text, zoned=True)

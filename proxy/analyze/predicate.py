@@ -163,8 +163,8 @@ _KINDS = {"int": "number", "float": "number", "date": "time", "timestamp": "time
 def _check_literal_types(condition: exp.Expression, table: Table) -> None:
     """A literal of the wrong kind would make the backend fail after the query is
     charged; the mismatch is visible in the text, so it is refused here. A moment with
-    a time zone compared with a date or timestamp column is rewritten as the UTC moment
-    without one (``proxy.rules.parse_moment``), which both engines read alike."""
+    a time zone compared with a date or timestamp column is rewritten without it, as
+    PostgreSQL reads it (``proxy.rules.parse_moment``), so every engine reads it alike."""
     for node in list(condition.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
                                         exp.Between, exp.In)):
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
@@ -186,7 +186,7 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
                                        f"with {kind}")
                 if declared.type not in ("date", "timestamp"):
                     continue
-                moment = parse_moment(literal.name, zone_as_utc=True)
+                moment = parse_moment(literal.name, zoned=True)
                 if moment is None:
                     raise NotSupported(f"column {column.name} is {declared.type}; compare it "
                                        "with a date such as '2024-01-31' or '2024-01-31 08:00'")

@@ -6,13 +6,15 @@ or ``ts AT TIME ZONE 'Europe/Berlin'`` (and that bucket ``AT TIME ZONE`` back),
 ``CAST(extract(year FROM ts) AS INTEGER)``.
 
 Such a term is a function f of one date or timestamp column t with a declared domain,
-built from these steps (PostgreSQL's semantics, the session's TimeZone taken as UTC,
-the zone the proxy reads ``timestamp`` columns in):
+built from these steps (PostgreSQL's semantics in the session's ``TimeZone``, S: the
+zone PostgreSQL reads a ``timestamp`` as a moment in, and shows, truncates and extracts
+from a ``timestamptz`` in; UTC unless the session sets another, ``proxy.zones``):
 
 - moments: the column, ``CAST``/``::`` to ``timestamp``, ``timestamptz`` (a
-  ``timestamp`` read as UTC), ``x AT TIME ZONE 'zone'`` (a ``timestamp`` read as a wall
-  clock of the zone: a moment; a moment shown as the zone's wall clock), ``x ± INTERVAL
-  '…'`` of days, hours, minutes, seconds (a fixed shift);
+  ``timestamp`` read as a wall clock of S; a moment shown in S), ``x AT TIME ZONE
+  'zone'`` (a ``timestamp`` read as a wall clock of the zone: a moment; a moment shown
+  as the zone's wall clock), ``x ± INTERVAL '…'`` of days, hours, minutes, seconds (a
+  fixed shift; a moment's days are added on S's clock);
 - one bucket over a moment: ``date_trunc(unit, x[, 'zone'])``, ``CAST(x AS date)``,
   ``to_char(x, 'format')``, ``extract(field FROM x)``/``date_part``;
 - after the bucket, any of these steps on the bucket's value (``+ INTERVAL '1 month'``
@@ -49,6 +51,7 @@ from sqlglot import exp
 from proxy.errors import NotSupported
 from proxy.rules import Column, Table
 from proxy.vocabulary import RANGES, GroupKey
+from proxy.zones import reading_zone, zone_named
 
 UTC = dt.UTC
 _DAY = dt.timedelta(days=1)
@@ -106,7 +109,7 @@ def time_term(node: exp.Expression, table: Table, resolve, name: str,
                            "declared domain [first, last] in the rules (the public list of "
                            "buckets); ask the data owner")
     first, last = within(column)
-    term = _Compiler(column, first, last).term(node)
+    term = _Compiler(column, first, last, reading_zone()).term(node)
     if not isinstance(term, _Stepped):
         raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} groups by every moment; "
                            "bucket it, e.g. date_trunc('day', …) or CAST(… AS date)")
@@ -141,26 +144,6 @@ def _same(a, b) -> bool:
 
 
 # -- zones ------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=64)
-def zone_named(name: str) -> zoneinfo.ZoneInfo:
-    """An IANA zone, its name matched as PostgreSQL matches it (any case); refused
-    otherwise (abbreviations and POSIX offsets mean other things in each engine)."""
-    try:
-        return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        pass
-    for known in _zone_names():
-        if known.lower() == name.lower():
-            return zoneinfo.ZoneInfo(known)
-    raise NotSupported(f"time zone {name!r} is not a zone name of the IANA database "
-                       "(e.g. 'Europe/Berlin', 'UTC')")
-
-
-@functools.lru_cache(maxsize=1)
-def _zone_names() -> tuple[str, ...]:
-    return tuple(sorted(zoneinfo.available_timezones()))
-
 
 @functools.lru_cache(maxsize=4096)
 def _year_transitions(zone: zoneinfo.ZoneInfo, year: int
@@ -202,6 +185,21 @@ def _offset(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.timedelta:
 def _transitions(zone: zoneinfo.ZoneInfo, low: dt.datetime, high: dt.datetime):
     return [t for year in range(max(1, low.year - 1), min(9998, high.year + 1) + 1)
             for t in _year_transitions(zone, year) if low <= t[0] <= high]
+
+
+def constant_wall(moment: dt.datetime) -> dt.datetime:
+    """A ``timestamptz`` constant (naive, UTC) as the wall clock of the session's zone
+    that a ``timestamp`` column is compared with: PostgreSQL reads the column in that
+    zone, which orders wall clocks as their moments except across a daylight-saving
+    change's skipped or repeated hour, so a constant that close to one is refused."""
+    zone = reading_zone()
+    for at, before, after in _transitions(zone, moment - _DAY, moment + _DAY):
+        if abs(moment - at) <= abs(after - before):
+            raise NotSupported(f"the timestamptz constant {moment.isoformat(' ')}+00 is within "
+                               f"the hour {zone.key} skips or repeats at {at.isoformat(' ')} "
+                               "UTC, where its timestamps do not follow the moments' order; "
+                               "compare with a timestamp constant (a wall clock) instead")
+    return to_wall(zone, moment)
 
 
 def to_wall(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.datetime:
@@ -268,8 +266,9 @@ class _Stepped:
 
 
 class _Compiler:
-    def __init__(self, column: Column, first: dt.datetime, last: dt.datetime):
-        self.column, self.first, self.last = column, first, last
+    def __init__(self, column: Column, first: dt.datetime, last: dt.datetime,
+                 session: dt.tzinfo):
+        self.column, self.first, self.last, self.session = column, first, last, session
 
     def term(self, node: exp.Expression) -> _Moment | _Stepped:
         while isinstance(node, exp.Paren):
@@ -290,10 +289,16 @@ class _Compiler:
             if not isinstance(right, exp.Interval):
                 raise NotSupported("a time bucket adds or subtracts a constant INTERVAL "
                                    "'…' only")
-            months, delta = interval_parts(right)
+            months, days, rest = interval_fields(right)
             if isinstance(node, exp.Sub):
-                months, delta = -months, -delta
-            return self._plus(self.term(left), months, delta)
+                months, days, rest = -months, -days, -rest
+            inner = self.term(left)
+            if inner.kind == "tstz" and (months or days):
+                # PostgreSQL adds a moment's months and days on the session zone's clock
+                inner = self._at_zone(self._plus(self._at_zone(inner, self.session),
+                                                 months, days), self.session)
+                months, days = 0, dt.timedelta(0)
+            return self._plus(inner, months, days + rest)
         if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
             unit = _word(node.args.get("unit"))
             if unit not in TRUNC_UNITS:
@@ -312,12 +317,12 @@ class _Compiler:
             if field not in FIELDS:
                 raise NotSupported(f"extract/date_part groups by one of {', '.join(FIELDS)}; "
                                    f"got {field}")
-            return self._map(self.term(node.expression), "int", _UNIT_OF_FIELD[field],
-                             lambda v: _extract(field, v))
+            return self._map(self._clock(self.term(node.expression)), "int",
+                             _UNIT_OF_FIELD[field], lambda v: _extract(field, v))
         if isinstance(node, exp.TimeToStr):
             pattern = _to_char_pattern(node)
             unit, format_ = _formatter(pattern)
-            return self._map(self.term(node.this), "text", unit, format_)
+            return self._map(self._clock(self.term(node.this)), "text", unit, format_)
         raise NotSupported(f"{node.sql(dialect='postgres')} is not a step of a time bucket "
                            "(casts, AT TIME ZONE, ± INTERVAL, date_trunc, to_char, extract)")
 
@@ -340,13 +345,22 @@ class _Compiler:
                                f"(an extract to integer); not {to.sql(dialect='postgres')}")
         if isinstance(inner, _Moment):
             if kind == "date":
-                return self._map(inner, "date", "day", _as_date)
-            # the session's zone is UTC: a wall clock and its moment are written alike
+                return self._map(self._clock(inner), "date", "day", _as_date)
+            if inner.kind == "date":  # its midnight
+                inner = _Moment("ts", inner.pieces)
+            if (inner.kind == "tstz") != (kind == "tstz"):
+                return self._at_zone(inner, self.session)
             return _Moment(kind, inner.pieces)
         if inner.kind in ("text", "int"):
             raise NotSupported(f"a time bucket does not cast {_TYPES[inner.kind]} to "
                                f"{to.sql(dialect='postgres')}")
-        return _Stepped(kind, inner.breaks, lambda t: _retyped(inner.value(t), kind))
+        session = self.session
+        return _Stepped(kind, inner.breaks, lambda t: _retyped(inner.value(t), kind, session))
+
+    def _clock(self, inner):
+        """A moment as the wall clock of the session's zone, which PostgreSQL truncates,
+        formats and extracts fields from; a date or timestamp as it is."""
+        return self._at_zone(inner, self.session) if inner.kind == "tstz" else inner
 
     def _at_zone(self, inner, zone: zoneinfo.ZoneInfo):
         if inner.kind == "date":
@@ -394,12 +408,19 @@ class _Compiler:
         if inner.kind not in ("ts", "tstz", "date"):
             raise NotSupported("only a timestamp or date bucket takes an INTERVAL")
         kind = "ts" if inner.kind == "date" else inner.kind
+        session = self.session
         return _Stepped(kind, inner.breaks,
-                        lambda t: _added(_retyped(inner.value(t), kind), months, delta))
+                        lambda t: _added(_retyped(inner.value(t), kind, session), months, delta))
 
     def _trunc(self, inner, unit: str):
-        kind = "tstz" if inner.kind in ("tstz", "date") else "ts"
-        return self._map(inner, kind, unit, lambda v: _retyped(truncate(_naive(v), unit), kind))
+        if inner.kind == "ts":
+            return self._map(inner, "ts", unit, lambda v: truncate(_naive(v), unit))
+        # a date or a moment: PostgreSQL's date_trunc(text, timestamptz), truncated on
+        # the session zone's clock, a moment again
+        if inner.kind == "date":
+            inner = self._cast(inner, exp.DataType.build("timestamptz"))
+        return self._at_zone(self._trunc(self._at_zone(inner, self.session), unit),
+                             self.session)
 
     def _map(self, inner, kind: str, unit: str, function: Callable[[Any], Any]) -> _Stepped:
         """A bucket of ``inner``: ``function`` of its value, which changes only where a
@@ -445,12 +466,13 @@ def _as_date(value) -> dt.date:
     return _naive(value).date() if isinstance(value, dt.datetime) else value
 
 
-def _retyped(value, kind: str):
-    """A time value as ``kind`` (the session's zone: UTC)."""
-    if kind == "date":
-        return _as_date(value)
-    naive = _naive(value)
-    return _aware(naive) if kind == "tstz" else naive
+def _retyped(value, kind: str, session: dt.tzinfo):
+    """A time value as ``kind``: a moment and a wall clock meet in the session's zone."""
+    moment = isinstance(value, dt.datetime) and value.tzinfo is not None
+    if kind == "tstz":
+        return value if moment else _aware(from_wall(session, _naive(value)))
+    wall = to_wall(session, _naive(value)) if moment else _naive(value)
+    return wall.date() if kind == "date" else wall
 
 
 def _added(value, months: int, delta: dt.timedelta):
@@ -676,6 +698,13 @@ _INTERVAL_UNITS = {"microsecond": dt.timedelta(microseconds=1),
 def interval_parts(node: exp.Interval) -> tuple[int, dt.timedelta]:
     """(months, the rest) of a constant interval: ``INTERVAL '1 day'``, ``INTERVAL '-1'
     DAY``, ``INTERVAL '1 day 2 hours'``."""
+    months, days, rest = interval_fields(node)
+    return months, days + rest
+
+
+def interval_fields(node: exp.Interval) -> tuple[int, dt.timedelta, dt.timedelta]:
+    """(months, days, the rest): PostgreSQL's three fields of an interval, as it adds
+    them to a moment (weeks are days; a fraction of a day is the rest's)."""
     text = node.this.name if isinstance(node.this, exp.Literal) else None
     if text is None:
         raise NotSupported("a time bucket's INTERVAL is a constant: INTERVAL '1 day'")
@@ -683,7 +712,7 @@ def interval_parts(node: exp.Interval) -> tuple[int, dt.timedelta]:
     words = text.split() + ([unit.name] if unit is not None else [])
     if len(words) % 2:
         raise NotSupported(f"INTERVAL '{text}' is not a count and a unit per part")
-    months, delta = 0, dt.timedelta(0)
+    months, days, delta = 0, dt.timedelta(0), dt.timedelta(0)
     for count, word in zip(words[::2], words[1::2]):
         try:
             number = Decimal(count)
@@ -694,9 +723,13 @@ def interval_parts(node: exp.Interval) -> tuple[int, dt.timedelta]:
             if number != int(number):
                 raise NotSupported("INTERVAL takes whole months and years")
             months += int(number) * (12 if word in ("year", "yr") else 1)
+        elif word in ("day", "week") and abs(number) <= 10**6:
+            count_days = number * (7 if word == "week" else 1)
+            days += dt.timedelta(days=int(count_days))  # toward zero, as PostgreSQL's
+            delta += _DAY * float(count_days - int(count_days))
         elif word in _INTERVAL_UNITS and abs(number) <= 10**6:
             delta += _INTERVAL_UNITS[word] * float(number)
         else:
             raise NotSupported(f"INTERVAL '{text}': unit {word} is not one of "
                                "microseconds … weeks, months, years")
-    return months, delta
+    return months, days, delta

@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
@@ -246,6 +246,7 @@ class Connection:
                 if name.lower() in ("user", "database", "options", "replication"):
                     continue
                 self.local.set(name, value)
+            self._follow_zone()
         except UnknownAnalyst as exc:  # under trust; its text names the rules' file
             self._login_failed(exc.message)
             return False
@@ -426,9 +427,28 @@ class Connection:
         parsed once (proxy.session.Session.check_statements)."""
         statements = read_message(sql, self.server.rules, self.server.engine.shapes.knows)
         engine = [s for s in statements if s.route is Route.ENGINE]
-        steps = iter(self.session.check_statements([(s.text, s.tokens, s.tree) for s in engine])
+        steps = iter(self.session.check_statements([(s.text, s.tokens, s.tree) for s in engine],
+                                                   self._zones(statements))
                      if engine else ())
         return [(s, next(steps) if s.route is Route.ENGINE else None) for s in statements]
+
+    def _zones(self, statements: list[Statement]) -> list[str] | None:
+        """The TimeZone each engine statement of a message is read in, where the message
+        sets it before them (``SET TIME ZONE 'Europe/Berlin'; SELECT …``): the message's
+        own statements played on a copy of the connection's settings (one that fails
+        stops the message there when it runs). None: no statement of it is answered here."""
+        if all(s.route is not Route.LOCAL for s in statements):
+            return None
+        scratch, zones = self.local.scratch(), []
+        for statement in statements:
+            if statement.route is Route.ENGINE:
+                zones.append(scratch.settings["TimeZone"])
+            elif statement.route is Route.LOCAL:
+                try:
+                    scratch.execute(statement)
+                except ProxyError:
+                    pass
+        return zones
 
     def _check_transaction(self, statement: Statement) -> None:
         if self.local.status == "E" and statement.word not in ("ROLLBACK", "ABORT", "COMMIT",
@@ -588,6 +608,12 @@ class Connection:
 
     # Preparing and running, by route ------------------------------------------------------
 
+    def _follow_zone(self) -> None:
+        """The session reads its statements' times in the TimeZone the client set."""
+        zone = self.local.settings["TimeZone"]
+        if self.session.settings.time_zone != zone:
+            self.session.settings = replace(self.session.settings, time_zone=zone)
+
     async def _prepare(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
         if statement.route is Route.SHADOW:
             shadow = await self._shadow()
@@ -620,6 +646,7 @@ class Connection:
         statement = prepared.statement
         if statement.route is Route.LOCAL:
             outcome = self.local.execute(statement)
+            self._follow_zone()
             if statement.word == "SHOW" and outcome.columns == ["name", "setting",
                                                                 "description"]:
                 # SHOW ALL: the idp.* settings too (idp.budget reads the ledger)

@@ -5,10 +5,12 @@ None of these reaches a database."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from proxy.errors import BadSetting, Refused
 from proxy.wire.route import Statement, setting_words
+from proxy.zones import session_zone
 
 # Sent as ParameterStatus at startup and whenever they change.
 REPORTED = ("application_name", "client_encoding", "DateStyle", "integer_datetimes",
@@ -54,6 +56,12 @@ class LocalState:
         self.settings = dict(self._initial)
         self.status = "I"
 
+    def scratch(self) -> LocalState:
+        """A copy to play a message's statements on, this connection's state unchanged."""
+        copied = copy.copy(self)
+        copied.settings = dict(self.settings)
+        return copied
+
     def name(self, word: str) -> str:
         """The canonical spelling of a setting (PostgreSQL's names are case-blind)."""
         word = _ALIASES.get(word, word)
@@ -74,6 +82,8 @@ class LocalState:
         if allowed and value.lower().split(",")[0].strip() not in allowed:
             raise BadSetting(f"{name} = {value!r} is not supported; the proxy speaks "
                              f"{self._initial[name]}")
+        if name == "TimeZone":  # the zone statements are read in (proxy.zones)
+            value = session_zone(value)
         self.settings[name] = value if not allowed else self._initial[name]
         return {name: self.settings[name]} if name in REPORTED else {}
 

@@ -2,7 +2,8 @@
 shifts and time zones (``proxy.analyze.time_keys``), Metabase's offset bins and
 ``x % w`` (``proxy.analyze.number_keys``), ``CASE … ELSE NULL`` (a NULL group). Each
 answer, noise off, is compared with PostgreSQL's own answer to the same statement
-over the same rows (its session in UTC); the proxy answers every key the rules and
+over the same rows, its session in UTC or, as the proxy's, in another TimeZone
+(``proxy.zones``); the proxy answers every key the rules and
 the WHERE give, so a key PostgreSQL lacks must be an empty group. Forms outside
 these shapes are refused in one line for free."""
 
@@ -82,12 +83,14 @@ engine = engine_fixture(RULES, lambda: {"events": Table(ROWS, TYPES)}, shared=Tr
 
 @pytest.fixture(scope="module")
 def truth(postgres_url):
-    """PostgreSQL's own answer (its session in UTC) to a statement over the rows."""
+    """PostgreSQL's own answer to a statement over the rows, its session in ``zone``."""
     with new_database(postgres_url) as url:
         load_table(url, "events", ROWS, TYPES)
         with psycopg.connect(url, autocommit=True) as con:
-            con.execute("SET TIME ZONE 'UTC'")
-            yield lambda sql: con.execute(sql).fetchall()
+            def answer(sql: str, zone: str = "UTC") -> list[tuple]:
+                con.execute(f"SET TIME ZONE '{zone}'")
+                return con.execute(sql).fetchall()
+            yield answer
 
 
 # (the term as the tool writes it, a WHERE or "")
@@ -133,11 +136,34 @@ TERMS = [
     ("date_trunc('day', at + days * INTERVAL '1 day')",
      "WHERE at >= '2023-03-01' AND at < '2023-04-01'"),
     ("date_trunc('month', (at - INTERVAL '1 hour' * days))", ""),
+    # a written zone is dropped where the text is read as a timestamp, as PostgreSQL does
+    ("date_trunc('day', at)", "WHERE at >= '2023-03-20T00:00:00+05:00' AND "
+     "at < '2023-04-02T12:00:00-03:00'"),
+]
+# what the session's TimeZone changes: a timestamp read as a moment, a moment's day,
+# clock and fields, days added to a moment, a moment constant compared with a timestamp
+ZONED_TERMS = [
+    ("date_trunc('month', at::timestamptz)", ""),
+    ("CAST(at::timestamptz AT TIME ZONE 'UTC' AS date)", ""),
+    ("date_trunc('day', at AT TIME ZONE 'UTC')",
+     "WHERE at >= '2023-10-20' AND at < '2023-11-05'"),
+    ("date_trunc('hour', CAST(at AT TIME ZONE 'UTC' AS timestamp))",
+     "WHERE at >= '2023-10-28 22:00' AND at < '2023-10-29 04:00'"),
+    ("EXTRACT(hour FROM at AT TIME ZONE 'America/New_York')",
+     "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
+    ("to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD')",
+     "WHERE at >= '2023-03-24' AND at < '2023-04-02'"),
+    ("date_trunc('day', (at AT TIME ZONE 'UTC') + INTERVAL '1 day 2 hours')",
+     "WHERE at >= '2023-03-20' AND at < '2023-04-02'"),
+    ("date_trunc('day', at)", "WHERE at >= '2023-03-31T20:30:00Z'::timestamptz AND "
+     "at < '2023-04-10 12:00'::timestamptz"),
 ]
 
 
-def _answered(engine, sql: str) -> dict:
-    (answer,) = list(Session.open(engine, "alice").execute(sql))
+def _answered(engine, sql: str, zone: str = "UTC") -> dict:
+    session = Session.open(engine, "alice")
+    list(session.execute(f"SET timezone = '{zone}'"))
+    (answer,) = list(session.execute(sql))
     keys = [row[0] for row in answer.rows]
     assert len(keys) == len(set(keys))
     return dict(answer.rows)
@@ -151,6 +177,25 @@ def test_each_time_bucket_is_postgresql_s_own(engine, truth, term, where):
     wanted = {key: count for key, count in truth(sql) if key is not None}
     assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
     assert answered == {key: wanted.get(key, 0) for key in answered}
+
+
+@pytest.mark.parametrize("term,where,zoned", [(*t, False) for t in TERMS[::3]] +
+                         [(*t, True) for t in ZONED_TERMS])
+@pytest.mark.usefixtures("no_noise")
+def test_each_time_bucket_in_the_session_s_zone_is_postgresql_s_own(engine, truth, term,
+                                                                     where, zoned):
+    sql = f"SELECT {term} AS k, COUNT(*) FROM events {where} GROUP BY 1"
+    answered = _answered(engine, sql, "Europe/Berlin")
+    wanted = {key: count for key, count in truth(sql, "Europe/Berlin") if key is not None}
+    assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
+    assert answered == {key: wanted.get(key, 0) for key in answered}
+    if zoned:  # where PostgreSQL's answer depends on the zone, the proxy's does too
+        assert answered != _answered(engine, sql)
+
+
+def test_a_moment_constant_in_an_hour_the_session_s_zone_repeats_is_refused(engine):
+    refused_for_free(engine, "SET timezone = 'Europe/Berlin'; SELECT COUNT(*) FROM events "
+                     "WHERE at >= '2023-10-29T00:30:00Z'::timestamptz", "0A000", "repeats")
 
 
 def test_the_keys_are_as_postgresql_types_them(engine):
