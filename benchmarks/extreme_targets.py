@@ -20,6 +20,18 @@ least median error (which no public rule knows).
 
     PYTHONPATH=. python benchmarks/extreme_targets.py [--epsilon 1,0.1] [--samples 1000]
     PYTHONPATH=. python benchmarks/extreme_targets.py --exact [--guards 20,4]
+    PYTHONPATH=. python benchmarks/extreme_targets.py --corpus
+
+``--corpus`` takes the MAX and MIN cells of the held-out corpus's statements that the
+10 % rule judges wrong (benchmarks/bi_heldout.py, at its ε 1: each aggregate's ε, over
+GROUP BY the group's share, as the engine gives it) and prints, per cell: the groups,
+the candidates |G|, the product's K, the fewest values any group holds within the
+corpus's tolerance of its true extreme (m), the exact chance that every group's draw is
+correct at the product's K and at the best single K of 0..60, and an upper bound on that
+chance for *any* ε-DP draw per group (docs/privacy.md §5.3, "What no K can reach"): with
+D⁻ the group without its m values in the tolerance and J the disjoint tolerance bands
+beyond D⁻'s extreme where m tied values could lie instead, a draw correct with chance p
+on D and on each of those J data sets (each m changes from D⁻) has p ≤ e^{mε}/(J + 1).
 """
 
 from __future__ import annotations
@@ -162,20 +174,117 @@ def exact(con, epsilons: list[Fraction], guards: list[float]) -> None:
                       + f" | {best} ({100 * error:,.0f} %) |", flush=True)
 
 
+_B30 = "floor(extract(epoch FROM visited_at) / 2592000)"
+_DAYS = (0, 60, 1.0, True)
+_PER_UNIT_MAX_DAYS = "SELECT {g}, max(days) FROM visits {where} GROUP BY {g}, person_id"
+# statement: its MAX/MIN cells (label, SQL of (group, value) rows, extreme, group's ε at
+# the corpus's ε 1, domain); per-unit extremes on visits, as the draw sees them
+CORPUS_CELLS = {
+    "analyst-extremes": [
+        ("MAX(income)", "SELECT 0, income FROM people", "max", Fraction(1), _INCOME),
+        ("MIN(income)", "SELECT 0, income FROM people", "min", Fraction(1), _INCOME)],
+    "dbplyr-max-min-filter": [
+        ("MAX(days), pediatrics", _PER_UNIT_MAX_DAYS.format(
+            g="'all'", where="WHERE department = 'pediatrics'"), "max", Fraction(1), _DAYS),
+        ("MIN(cost), pediatrics", "SELECT 0, min(cost) FROM visits WHERE department = "
+         "'pediatrics' GROUP BY person_id", "min", Fraction(1), _COST)],
+    "metabase-min-max-age-by-region": [
+        ("MIN(age) per region", "SELECT region, age FROM people", "min", Fraction(1, 2), _AGE),
+        ("MAX(age) per region", "SELECT region, age FROM people", "max", Fraction(1, 2), _AGE)],
+    "powerbi-min-max-days, ibis-department-stats": [
+        ("MAX(days) per department", _PER_UNIT_MAX_DAYS.format(g="department", where=""),
+         "max", Fraction(1, 5), _DAYS)],
+    "superset-table-multi-metric": [
+        ("MAX(age) per region, sex", "SELECT region || sex, age FROM people", "max",
+         Fraction(1, 2), _AGE)],
+    "grafana-30d-max-days": [
+        ("MAX(days) per 30 days", _PER_UNIT_MAX_DAYS.format(g=_B30, where=""), "max",
+         Fraction(1, 12), _DAYS)],
+}
+
+
+def tolerance(truth: float, largest_truth: float) -> float:
+    """The corpus's tolerance without a bound (bi_heldout.py): 10 % of |truth|, at least
+    1 % of the column's largest |truth|."""
+    return max(0.10 * abs(truth), 0.01 * largest_truth)
+
+
+def correct_chance(values: list[float], largest: bool, offset: int, epsilon: Fraction,
+                   grid, largest_truth: float) -> float:
+    points, law = exact_law(values, largest, offset, epsilon, grid)
+    truth = values[-1] if largest else values[0]
+    return float(law[np.abs(points - truth) <= tolerance(truth, largest_truth)].sum())
+
+
+def any_draw_bound(values: list[float], largest: bool, epsilon: Fraction, grid,
+                   largest_truth: float) -> tuple[int, float]:
+    """(m, e^{mε}/(J + 1) capped at 1): m the values within the tolerance of the true
+    extreme, J the disjoint tolerance bands of candidates beyond the extreme of the rest
+    (m tied values at a band's centre v make v the extreme, m changes from the rest)."""
+    truth = values[-1] if largest else values[0]
+    tol = tolerance(truth, largest_truth)
+    inside = [v for v in values if abs(v - truth) <= tol]
+    rest = [v for v in values if abs(v - truth) > tol]
+    edge = (rest[-1] if largest else rest[0]) if rest else (grid.lower if largest
+                                                            else grid.upper)
+    taken = [(truth - tol, truth + tol)]
+    points = [float(grid.value(k)) for k in range(grid.first, grid.last + 1)]
+    for v in (points if largest else points[::-1]):
+        if (v <= edge if largest else v >= edge):
+            continue
+        band = (v - tolerance(v, largest_truth), v + tolerance(v, largest_truth))
+        if all(band[1] < low or band[0] > high for low, high in taken):
+            taken.append(band)
+    return len(inside), min(1.0, math.exp(len(inside) * float(epsilon)) / len(taken))
+
+
+def corpus(con) -> None:
+    print("| statement | cell | groups, values each | group's ε | \\|G\\|, K | m (fewest) | "
+          "all groups correct at K | at the best K | any DP draw ≤ |")
+    print("|---" * 9 + "|")
+    for statement, cells in CORPUS_CELLS.items():
+        for label, sql, kind, epsilon, domain in cells:
+            grid, largest = candidate_grid(*domain), kind == "max"
+            found: dict = {}
+            for key, value in con.execute(sql).fetchall():
+                if value is not None:
+                    found.setdefault(key, []).append(float(value))
+            groups = [sorted(v) for v in found.values()]
+            truths = [abs(v[-1] if largest else v[0]) for v in groups]
+            top = max(truths)
+            rule = extreme_offset(epsilon, 1, grid)
+
+            def chance(k):
+                return math.prod(correct_chance(v, largest, k, epsilon, grid, top)
+                                 for v in groups)
+            best = max(range(61), key=chance)
+            bounds = [any_draw_bound(v, largest, epsilon, grid, top) for v in groups]
+            sizes = [len(v) for v in groups]
+            print(f"| {statement} | {label} | {len(groups)}, {min(sizes):,}–{max(sizes):,} | "
+                  f"{float(epsilon):.3g} | {grid.count:,}, {rule} | "
+                  f"{min(m for m, _ in bounds)} | {chance(rule):.3f} | "
+                  f"{chance(best):.3f} (K = {best}) | "
+                  f"{math.prod(b for _, b in bounds):.3g} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilon", default="1,0.1",
                         type=lambda text: [Fraction(v) for v in text.split(",")])
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--exact", action="store_true")
+    parser.add_argument("--corpus", action="store_true")
     parser.add_argument("--guards", default="20,4",
                         type=lambda text: [float(v) for v in text.split(",")])
     arguments = parser.parse_args()
     path = Path(tempfile.mkdtemp()) / "demo.duckdb"
     create_demo(path)
-    if arguments.exact:
+    if arguments.exact or arguments.corpus:
         with duckdb.connect(str(path), read_only=True) as con:
-            exact(con, arguments.epsilon, arguments.guards)
+            if arguments.corpus:
+                corpus(con)
+            else:
+                exact(con, arguments.epsilon, arguments.guards)
         return
     rng = SecureSource()
     print("| column | ε | MIN: K (rule) | K = 10 | K = 0 | MAX: K (rule) | K = 10 | K = 0 |"

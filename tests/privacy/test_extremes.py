@@ -5,14 +5,17 @@ bottom values, not in the empty stretch between the data's end and the domain's 
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
 
-from proxy.privacy.inverse_sensitivity import candidate_grid, extreme_offset
+from proxy.privacy.inverse_sensitivity import EXTREME_SHARE, candidate_grid, extreme_offset
 from proxy.session import Session
+from proxy.statistics import TOP, RankRef
 from tests.factories import engine_fixture, people, people_table
+from tests.privacy.laws import law_at_target
 from tests.probes import run
 
 PEOPLE = people(5_000)
@@ -98,3 +101,29 @@ def test_candidates_are_no_finer_than_the_resolution():
     coarse = candidate_grid(0, 10, 512, False)  # ρ beyond the domain: the noise grid's ρ/1024
     assert (coarse.step, coarse.count) == (Fraction(1, 2), 21)
     assert candidate_grid(0, 120, 1.0, True).count == 121
+
+
+def test_no_target_beats_the_limit_of_any_dp_draw_on_a_thin_top():
+    """Held-out corpus (docs/privacy.md §5.3, "What no K can reach"): with m values
+    within the tolerance (10 %, at least 1) of the true MAX and J disjoint tolerance
+    bands above the rest D⁻ where m tied values could lie instead (each such data set,
+    like D, m changes from D⁻), an ε-DP draw correct with chance p on all J + 1 data
+    sets has p ≤ e^{mε}/(J + 1). The product's draw, by its exact law, at every K of
+    0..12 and ε from 1/5 to 1, stays within it, and on a thin top (m = 1)
+    the bound itself is far below the 0.9 that a reliably correct answer needs."""
+    grid = candidate_grid(0, 60, 1.0, True)
+    rest = [float(i % 10) for i in range(80)]  # n/10 leaves K up to 8 as it is
+    for m in (1, 2, 3):
+        tied = [(v, sorted(rest + [float(v)] * m)) for v in (15, 20, 26, 33, 42, 54)]
+        points = np.array([float(grid.value(k)) for k in range(grid.first, grid.last + 1)])
+        for epsilon in (Fraction(1, 5), Fraction(1, 2), Fraction(1)):
+            bound = math.exp(m * float(epsilon)) / len(tied)
+            for offset in range(13):
+                chances = []
+                for v, values in tied:
+                    law = np.exp(law_at_target(values, RankRef(TOP, offset, EXTREME_SHARE),
+                                               grid, float(epsilon) / 2))
+                    chances.append(law[np.abs(points - v) <= max(1.0, 0.1 * v)].sum())
+                assert min(chances) <= bound + 1e-12, (m, epsilon, offset, chances)
+            if m == 1 and epsilon <= Fraction(1, 2):
+                assert bound < 0.3
