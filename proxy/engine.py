@@ -94,6 +94,42 @@ from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan
 
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
+READS_KEPT = 4_096  # keys of ``PerVersion`` memos kept (the least recently used go)
+_ABSENT = object()
+
+
+class PerVersion:
+    """What the proxy reads once per data version (c, a key's bound, a public table's
+    keys), keeping per key only the latest version's value: a write moves the table to
+    a new version for good, so an older version's value would only be asked again by a
+    snapshot still on it, which reads it once more. Memory so grows with the keys (at
+    most READS_KEPT), not with the writes, in a server that runs for months."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any, version: Any, read: Callable[[], T]) -> T:
+        """The value kept for ``key`` at ``version``, else ``read()``, kept."""
+        with self._lock:
+            found = self._kept.get(key, (_ABSENT, None))
+            if found[0] == version:
+                self._kept.move_to_end(key)
+                return found[1]
+        value = read()
+        with self._lock:
+            self._kept[key] = (version, value)
+            self._kept.move_to_end(key)
+            if len(self._kept) > READS_KEPT:
+                self._kept.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def values(self) -> list[Any]:
+        return [value for _, value in self._kept.values()]
+
 
 
 @dataclass
@@ -129,11 +165,11 @@ class Engine:
             if not table.public or table.join_keys:  # a joinable public table's keys, too
                 backend.track_versions(table.name)
         self.rng = rng or SecureSource()
-        self._unit_bounds: dict[tuple, int] = {}
-        # ((table, key, most), the table's data version) -> no value of the key in more
-        # than ``most`` rows (``_bounded_keys``)
-        self._bounded: dict[tuple, bool] = {}
-        self._public_keys: dict[tuple[str, str], tuple] = {}
+        self._unit_bounds = PerVersion()  # c per (table, joined units)
+        # (table, key, most) -> no value of the key in more than ``most`` rows
+        # (``_bounded_keys``)
+        self._bounded = PerVersion()
+        self._public_keys = PerVersion()  # a public table's keys per statement
         # idp.answers' entries met or stored by this process, by (analyst, key): a repeat
         # reads no entry from the backend
         self._answers: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
@@ -187,12 +223,15 @@ class Engine:
             version = versions.get(read[0])
             if version is None:
                 continue
-            if (read, version) not in self._bounded:
-                self._bounded[(read, version)] = not tx.execute(
-                    keys_beyond_sql(*read, self.backend.dialect))
-            if self._bounded[(read, version)]:
+            if self._bounded.get(read, version, lambda read=read: not tx.execute(
+                    keys_beyond_sql(*read, self.backend.dialect))):
                 known.append(read)
         return known
+
+    def _read_per_version(self, sql: str, version: str | None, read: Callable[[], T]) -> T:
+        """A public table's keys read by ``sql``, kept per data version (a table without
+        one is read every time)."""
+        return read() if version is None else self._public_keys.get(sql, version, read)
 
     def _with_public_keys(self, plan: QueryPlan, tx: Transaction,
                           versions: dict[str, str | None]) -> QueryPlan:
@@ -209,13 +248,8 @@ class Engine:
             if term.kind == PUBLIC:
                 sql = public_keys_sql(plan, term, limit + 1, self.backend.dialect)
                 version = versions.get(plan.table.columns[term.column].join)
-                cached = (sql, version)
-                keys = self._public_keys.get(cached) if version is not None else None
-                if keys is None:
-                    keys = tuple(row[0] for row in tx.execute(sql))
-                    if version is not None:
-                        self._public_keys[cached] = keys
-                term = replace(term, keys=keys)
+                term = replace(term, keys=self._read_per_version(
+                    sql, version, lambda sql=sql: tuple(row[0] for row in tx.execute(sql))))
             terms.append(term)
         keyed = replace(plan, group_by=tuple(terms))
         joint = []
@@ -225,11 +259,8 @@ class Engine:
                                  for i in indices}))
             version = None if any(versions.get(alias) is None for alias in read) else \
                 ";".join(str(versions[alias]) for alias in read)
-            combos = self._public_keys.get((sql, version)) if version is not None else None
-            if combos is None:
-                combos = tuple(tuple(row) for row in tx.execute(sql))
-                if version is not None:
-                    self._public_keys[(sql, version)] = combos
+            combos = self._read_per_version(
+                sql, version, lambda sql=sql: tuple(tuple(row) for row in tx.execute(sql)))
             joint.append((indices, combos))
             for at, index in enumerate(indices):  # each term's keys: those combined
                 held = {combo[at] for combo in combos}
@@ -623,12 +654,12 @@ class Engine:
         """c·m·g with c cached per (table, data version); for two protected tables joined
         on the unit, per (join, pair of data versions); m the multiplicity of the public
         joins (from the rules: one protected row is at most m joined rows, §3.9)."""
-        key = (plan.table.name, joined_units(plan), version)
-        if key not in self._unit_bounds:
-            self._unit_bounds[key] = self.unit_bound_store.bound(
+        bound = self._unit_bounds.get(
+            (plan.table.name, joined_units(plan)), version,
+            lambda: self.unit_bound_store.bound(
                 plan.table.name, plan_unit_bound_sql(plan, self.backend.dialect), version,
-                lambda sql: _read_bound(tx, sql))
-        return self._unit_bounds[key] * plan.multiplicity * plan.table.group_size
+                lambda sql: _read_bound(tx, sql)))
+        return bound * plan.multiplicity * plan.table.group_size
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
