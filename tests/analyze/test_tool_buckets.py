@@ -157,6 +157,10 @@ ZONED_TERMS = [
      "WHERE at >= '2023-03-20' AND at < '2023-04-02'"),
     ("date_trunc('day', at)", "WHERE at >= '2023-03-31T20:30:00Z'::timestamptz AND "
      "at < '2023-04-10 12:00'::timestamptz"),
+    ("date_trunc('month', at::timestamptz) + INTERVAL '1 month'", ""),
+    ("date_trunc('week', at::timestamptz)", ""),
+    ("to_char(at::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')",
+     "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
 ]
 
 
