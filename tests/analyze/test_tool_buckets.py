@@ -144,7 +144,8 @@ TERMS = [
 # clock and fields, days added to a moment, a moment constant compared with a timestamp
 ZONED_TERMS = [
     ("date_trunc('month', at::timestamptz)", ""),
-    ("CAST(at::timestamptz AT TIME ZONE 'UTC' AS date)", ""),
+    ("CAST(at::timestamptz AT TIME ZONE 'UTC' AS date)",
+     "WHERE at >= '2023-01-01' AND at < '2023-01-15'"),
     ("date_trunc('day', at AT TIME ZONE 'UTC')",
      "WHERE at >= '2023-10-20' AND at < '2023-11-05'"),
     ("date_trunc('hour', CAST(at AT TIME ZONE 'UTC' AS timestamp))",
@@ -183,7 +184,7 @@ def test_each_time_bucket_is_postgresql_s_own(engine, truth, term, where):
     assert answered == {key: wanted.get(key, 0) for key in answered}
 
 
-@pytest.mark.parametrize("term,where,zoned", [(*t, False) for t in TERMS[::3]] +
+@pytest.mark.parametrize("term,where,zoned", [(*t, False) for t in TERMS[::4]] +
                          [(*t, True) for t in ZONED_TERMS])
 @pytest.mark.usefixtures("no_noise")
 def test_each_time_bucket_in_the_session_s_zone_is_postgresql_s_own(engine, truth, term,
