@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
@@ -40,6 +41,7 @@ _VERSION_SETUP = [
        BEGIN
          INSERT INTO idp.versions AS v (table_oid, version) VALUES (TG_RELID, 1)
          ON CONFLICT (table_oid) DO UPDATE SET version = v.version + 1;
+         PERFORM pg_notify('idp_data_writes', '');
          RETURN NULL;
        END $$""",
     """CREATE OR REPLACE TRIGGER idp_data_version
@@ -63,6 +65,19 @@ JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = 'idp_data_version'
 LEFT JOIN idp.versions v ON v.table_oid = c.oid
 WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
   AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhparent = c.oid)"""
+# Writes watched (``PostgresBackend.watch_writes``): the trigger above also notifies
+# this channel, delivered to a listener when the writer commits (one notification per
+# transaction, folded). What no trigger sees (a DDL change, a write to the ledger by
+# another process or an owner's command) is caught by forgetting everything read at
+# least every WATCH_SECONDS.
+_UNCOUNTED = ("no write counter on %s (the proxy's role must own it): its answers are not "
+              "cached, and user-level queries on it read its unit column to detect changes")
+_UNNOTIFIED = ("the write counter of %s does not notify its writes (the proxy's role must "
+               "own idp.bump_data_version): every repeat reads the data version")
+WRITES_CHANNEL = "idp_data_writes"
+WATCH_SECONDS = 1.0
+_NOTIFIES_SQL = ("SELECT prosrc LIKE '%pg_notify(''" + WRITES_CHANNEL + "''%' FROM pg_proc "
+                 "WHERE oid = to_regprocedure('idp.bump_data_version()')")
 
 
 class PostgresBackend(Backend):
@@ -78,6 +93,13 @@ class PostgresBackend(Backend):
         self.url = url
         self.name = url.rsplit("/", 1)[-1].split("?")[0] or "postgres"
         self._pool = ConnectionPool(self._connect, pool_size)
+        # ``quiet_mark``: bumped after every durable write of this process, every
+        # notification of the listener and every WATCH_SECONDS; None unless listening
+        self._mark = 0
+        self._mark_lock = threading.Lock()
+        self._listening = False
+        self._watcher: threading.Thread | None = None
+        self._closing = threading.Event()
 
     @classmethod
     def from_url(cls, url: str, connections: int) -> PostgresBackend:
@@ -144,7 +166,7 @@ class PostgresBackend(Backend):
         debit): ``SET LOCAL synchronous_commit = off`` goes with them, so its COMMIT does
         not wait for the WAL to reach the disk; a crash may lose it, never a debit
         committed before it (docs/budget.md, "Round trips on PostgreSQL")."""
-        return self._transaction(_begin(snapshot, durable), ending=False)
+        return self._transaction(_begin(snapshot, durable), ending=False, writes=durable)
 
     def reading(self) -> AbstractContextManager[Transaction]:
         """A REPEATABLE READ ... READ ONLY snapshot whose COMMIT is sent without waiting
@@ -157,7 +179,9 @@ class PostgresBackend(Backend):
                                  ending=True)
 
     @contextmanager
-    def _transaction(self, begin: tuple[str, ...], ending: bool) -> Iterator[Transaction]:
+    def _transaction(self, begin: tuple[str, ...], ending: bool, writes: bool = False
+                     ) -> Iterator[Transaction]:
+        """``writes``: a durable write may have committed at the end (``quiet_mark``)."""
         with self._pool.connection() as con, self._running(con):
             tx = _PostgresTransaction(self._stopped, con, begin, early=ending)
             try:
@@ -166,6 +190,8 @@ class PostgresBackend(Backend):
                     self._pool.end_later(con, b"COMMIT")
                 elif tx.begun:
                     con.execute("COMMIT")
+                if writes:
+                    self._bump()
             except psycopg.OperationalError as exc:
                 self._roll_back(con)
                 raise self._failure(con, exc) from None
@@ -174,7 +200,11 @@ class PostgresBackend(Backend):
                 raise
 
     def query(self, sql: str, params: Sequence[Any] = (), durable: bool = True) -> list[tuple]:
-        return self._alone(sql, params, durable)
+        try:
+            return self._alone(sql, params, durable)
+        finally:  # a durable write (a debit) may have committed, or may yet commit
+            if durable:
+                self._bump()
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         return self._alone(sql, params)
@@ -232,18 +262,23 @@ class PostgresBackend(Backend):
         and no answer is cached."""
         with self.transaction() as tx:
             tx.execute(_VERSION_TABLE)
-            if tx.execute(_VERSION_SQL, (table,)):
-                return
+            installed = bool(tx.execute(_VERSION_SQL, (table,)))
+            notifies = installed and tx.execute(_NOTIFIES_SQL)[0][0]
+        if installed:
+            if not notifies:  # installed by an older proxy: the same counts, notified
+                self._setup([_VERSION_SETUP[0]], table, _UNNOTIFIED)
+            return
+        self._setup(_VERSION_SETUP, table, _UNCOUNTED)
+
+    def _setup(self, statements: list[str], table: str, warning: str) -> None:
         try:
             with self.transaction() as tx:
                 tx.execute("SELECT pg_advisory_xact_lock(hashtext('idp.versions'))")
-                for statement in _VERSION_SETUP:
+                for statement in statements:
                     tx.execute(statement.format(table=exp.to_table(table, quoted=True).sql(
                         dialect="postgres")), (table,) if "%s" in statement else ())
         except BackendFailed:
-            log.warning("no write counter on %s (the proxy's role must own it): its answers "
-                        "are not cached, and user-level queries on it read its unit column "
-                        "to detect changes", table)
+            log.warning(warning, table)
 
     def column_types(self, table: str) -> list[tuple[str, str]]:
         """As Backend's, in the schema the table's name resolves to on the search path
@@ -269,7 +304,57 @@ class PostgresBackend(Backend):
                   exp.func("hashtextextended", exp.cast(column, "text"), exp.Literal.number(0)))
         return [exp.Count(this=column), exp.Sum(this=hashed)]
 
+    def watch_writes(self) -> None:
+        """Listen for the data triggers' notifications in a thread of its own, so that
+        ``quiet_mark`` can say when nothing was written (docs/budget.md, "Repeats that
+        read nothing"): a repeat then reads neither the data version nor what the
+        analyst has left. Called by a server once it serves; not called, or while the
+        listener is not connected, the mark is None and every repeat asks the server."""
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name="idp-writes-listener")
+            self._watcher.start()
+
+    def quiet_mark(self) -> int | None:
+        """Unchanged while no durable write of this process ended, no notification of a
+        write to a tracked table came, and less than WATCH_SECONDS passed (what the
+        triggers do not see: DDL, other processes' ledger writes). A write committed by
+        another connection is seen once its notification reaches the listener
+        (normally well under a millisecond; a repeat asked in that gap gets the answer
+        of the data as it was, already released and paid for)."""
+        return self._mark if self._listening else None
+
+    def _bump(self) -> None:
+        with self._mark_lock:
+            self._mark += 1
+
+    def _watch(self) -> None:
+        """The listener thread: reconnects after a failure, until ``close``."""
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as con:
+                    notifies = con.execute(_NOTIFIES_SQL).fetchone()
+                    if not (notifies and notifies[0]):
+                        log.info("the data triggers do not notify their writes: every "
+                                 "repeat reads the data version")
+                        return
+                    con.execute(f"LISTEN {WRITES_CHANNEL}")
+                    self._bump()  # what was read before the LISTEN may have missed a write
+                    self._listening = True
+                    while not self._closing.is_set():
+                        for _ in con.notifies(timeout=WATCH_SECONDS):
+                            self._bump()
+                        self._bump()
+            except psycopg.Error as exc:
+                log.warning("the listener for writes failed (%s); repeats read the data "
+                            "version until it is back", one_line(exc))
+            finally:
+                self._listening = False
+                self._bump()
+            self._closing.wait(WATCH_SECONDS)
+
     def close(self) -> None:
+        self._closing.set()
         self._pool.clear()
 
 

@@ -133,6 +133,9 @@ class Server:
         # never waits for a thread behind other sessions' calls.
         loop.set_default_executor(ThreadPoolExecutor(self.limits.max_connections + 4,
                                                      thread_name_prefix="session"))
+        for backend in {id(b): b for b in (self.engine.backend,
+                                           self.engine.ledger.backend)}.values():
+            backend.watch_writes()  # repeats that read nothing (docs/budget.md)
         if stop is None:
             stop = asyncio.Event()
             for signum in (signal.SIGINT, signal.SIGTERM):

@@ -163,6 +163,67 @@ def test_on_duckdb_a_repeat_reads_nothing_until_something_is_written(duckdb_url,
         ["charged"] + ["served from cache"] * 8 + ["charged"]
 
 
+
+def _mark_moved(backend, since) -> None:
+    """Wait (without a bound on how long it takes) for the listener to see a write."""
+    deadline = time.monotonic() + 30
+    while backend.quiet_mark() in (since, None):
+        assert time.monotonic() < deadline, "the write was never notified"
+        time.sleep(0.01)
+
+
+def test_on_postgres_a_watched_repeat_reads_nothing_until_a_write_is_notified(
+        fresh_postgres, monkeypatch):
+    """A server listens for the data triggers' notifications (``watch_writes``): while
+    none came and no debit of its own ended, a repeat opens no transaction; a write by
+    another connection (to the data, or a grant to the ledger by this process) is seen
+    by the next repeat, which reads again (a new version of the data is charged). With
+    the listener's connection gone, every repeat reads again, as unwatched."""
+    monkeypatch.setattr(ledger_module, "REPLAY_SECONDS", 600)  # no batch written meanwhile
+    load(fresh_postgres, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), open_backend(fresh_postgres))
+    backend = engine.backend
+    assert backend.quiet_mark() is None  # not watched: every repeat asks the server
+    backend.watch_writes()
+    _mark_moved(backend, None)
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    assert [run(zoe, QUERY)[0].rows for _ in range(2)] == [first.rows] * 2
+    opened = []
+    transaction, alone = backend._transaction, backend._alone
+    backend._transaction = lambda *a, **k: opened.append(a) or transaction(*a, **k)
+    backend._alone = lambda *a, **k: opened.append(a) or alone(*a, **k)
+    mark = backend.quiet_mark()
+    for _ in range(5):
+        again = run(zoe, QUERY)[0]
+        assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
+        assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
+    if backend.quiet_mark() == mark:  # else WATCH_SECONDS passed: read again, rightly
+        assert opened == []
+    engine.ledger.grant("zoe", Decimal(1))  # this process's durable write
+    again = run(zoe, QUERY)[0]
+    assert again.rows == first.rows and again.privacy["epsilon_remaining"] == \
+        pytest.approx(first.privacy["epsilon_remaining"] + 1)
+    mark = backend.quiet_mark()
+    with psycopg.connect(fresh_postgres, autocommit=True) as con:
+        con.execute("DELETE FROM people WHERE person_id = 1")
+    _mark_moved(backend, mark)
+    assert run(zoe, QUERY)[0].privacy["epsilon_spent"] > 0
+    with psycopg.connect(fresh_postgres, autocommit=True) as con:
+        con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'LISTEN%'")
+    deadline = time.monotonic() + 30
+    while backend.quiet_mark() is not None:  # until it is seen gone
+        assert time.monotonic() < deadline
+        run(zoe, QUERY)
+    opened.clear()
+    if backend.quiet_mark() is None:
+        assert run(zoe, QUERY)[0].privacy["epsilon_spent"] == 0 and opened != []
+    _mark_moved(backend, None)  # reconnected
+    assert [e[9] for e in engine.ledger.entries("zoe")].count("charged") == 2
+    backend.close()
+
+
 # Through the server, killed -----------------------------------------------------------
 
 RULES = f"""
