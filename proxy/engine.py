@@ -95,6 +95,7 @@ from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
 READS_KEPT = 4_096  # keys of ``PerVersion`` memos kept (the least recently used go)
+KEYS_KEPT = 4096  # answer cache keys kept by plan (``Engine.cache_key``)
 _ABSENT = object()
 
 
@@ -129,7 +130,6 @@ class PerVersion:
 
     def values(self) -> list[Any]:
         return [value for _, value in self._kept.values()]
-
 
 
 @dataclass
@@ -177,7 +177,9 @@ class Engine:
         # the tables a plan's version is made of -> (that version, when it was read, the
         # backend's quiet mark before it was read)
         self._versions: dict[tuple[str, ...], tuple[str, float, int | None]] = {}
-        self._last_key = threading.local()  # ``cache_key``'s last (plan, sql, version, key)
+        # ``cache_key``'s keys by (the plan's id, sql, version): (the plan, kept alive so
+        # that its id is not reused, the key)
+        self._keys: dict[tuple[int, str, str], tuple[QueryPlan, str]] = {}
 
     @contextmanager
     def view(self, plan: QueryPlan, ahead: Sequence[tuple[str, tuple]] = ()
@@ -637,17 +639,20 @@ class Engine:
         return kept
 
     def cache_key(self, sql: str, plan: QueryPlan, version: str) -> str:
-        """The answer cache's key; the last one of this thread kept, as an answer asks
-        for it up to three times (``replay``, ``cached``, ``remember``) and a plan's
+        """The answer cache's key, kept by plan (a session's plan of a text is kept
+        with it, ``Session.known``), as an answer asks for it up to three times
+        (``replay``, ``cached``, ``remember``), every repeat asks again, and a plan's
         ``repr`` costs a tenth of a millisecond."""
-        last = getattr(self._last_key, "value", None)
-        if last is not None and last[0] is plan and last[1] == sql and last[2] == version:
-            return last[3]
+        kept = self._keys.get((id(plan), sql, version))
+        if kept is not None and kept[0] is plan:
+            return kept[1]
         defaults = self.rules.defaults
         calibration = (defaults.local_sensitivity_floor, defaults.exact_release,
                        defaults.report_scale, defaults.noise_scale)
         key = cache_key(sql, plan, calibration, version)
-        self._last_key.value = (plan, sql, version, key)
+        if len(self._keys) >= KEYS_KEPT:
+            self._keys.clear()
+        self._keys[(id(plan), sql, version)] = (plan, key)
         return key
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:

@@ -472,6 +472,20 @@ class Ledger:
         The row is kept in memory and written with others (``flush``): no write waits
         for it."""
         left = self._replay_left(self._accounts(charge.analyst), tx)
+        self._keep_replay(charge)
+        return self._as_epsilon(left)
+
+    def served_now(self, charge: Charge) -> Decimal | None:
+        """``served_from_cache`` when what the analyst has left is kept from a read
+        still current: no statement, no wait (an answer on the server's event loop);
+        None (nothing recorded) when it must be read."""
+        left = self._kept_left(tuple(self._accounts(charge.analyst)))
+        if left is None:
+            return None
+        self._keep_replay(charge)
+        return self._as_epsilon(left)
+
+    def _keep_replay(self, charge: Charge) -> None:
         served = datetime.datetime.now(datetime.timezone.utc)
         with self._replayed:  # once nothing can stop the repeat from being sent
             self._replays.append((charge, served))
@@ -481,7 +495,6 @@ class Ledger:
                 self._writer.start()
             if len(self._replays) == 1 or len(self._replays) >= REPLAY_ROWS:
                 self._replayed.notify_all()
-        return self._as_epsilon(left)
 
     def _replay_left(self, accounts: list[str], tx) -> int | Decimal:
         """The smaller of what ``accounts`` have left: read in ``tx`` if given; else
@@ -490,10 +503,9 @@ class Ledger:
         rules' ``replay_window_ms`` it may miss other processes' debits: only the
         replay's ``epsilon_remaining`` is that old; a debit always reads the row."""
         key = tuple(accounts)
-        kept = self._lefts.get(key) if tx is None else None
-        if kept is not None and (kept[3] is None or _now() < kept[3]) and still_current(
-                self.backend, kept[2], kept[1], self.rules.defaults.replay_window_ms):
-            return kept[0]
+        kept = self._kept_left(key) if tx is None else None
+        if kept is not None:
+            return kept
         mark, read_at = self.backend.quiet_mark(), time.monotonic()
         query = self._replay_left_sql(len(accounts))
         rows = tx.execute(query, accounts) if tx is not None else self.backend.read(query,
@@ -504,6 +516,13 @@ class Ledger:
             ends = [end for _, end in rows if end is not None]
             self._lefts[key] = (left, read_at, mark, min(ends, default=None))
         return left
+
+    def _kept_left(self, key: tuple[str, ...]) -> int | Decimal | None:
+        kept = self._lefts.get(key)
+        if kept is not None and (kept[3] is None or _now() < kept[3]) and still_current(
+                self.backend, kept[2], kept[1], self.rules.defaults.replay_window_ms):
+            return kept[0]
+        return None
 
     def _replay_left_sql(self, accounts: int) -> str:
         return (f"SELECT {self._left_sql()}, window_end FROM idp.budgets "

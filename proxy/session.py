@@ -206,6 +206,10 @@ class Session:
         self.engine = engine
         self.analyst = analyst
         self.settings = Settings()
+        # one private query's text -> (the settings it was checked under, its step):
+        # the same text under the same settings is the same step (``known``)
+        self._checked: dict[str, tuple[Settings, tuple[str | None, Any]]] = {}
+        self._last_charge: tuple[QueryPlan, str, Charge] | None = None
 
     @classmethod
     def open(cls, engine: Answering, analyst: str) -> Session:
@@ -246,7 +250,27 @@ class Session:
         return columns
 
     def check(self, sql: str) -> list[tuple[str | None, Any]]:
-        return self.check_statements([(sql, tokens, None) for tokens in statement_tokens(sql)])
+        step = self.known(sql)
+        if step is not None:
+            return [step]
+        steps = self.check_statements([(sql, tokens, None) for tokens in statement_tokens(sql)])
+        self.know(sql, steps)
+        return steps
+
+    def known(self, sql: str) -> tuple[str | None, Any] | None:
+        """The step of one private query checked before as this text under the current
+        settings (no tokenising, no shape cache); None if it was not."""
+        kept = self._checked.get(sql)
+        return kept[1] if kept is not None and kept[0] is self.settings else None
+
+    def know(self, sql: str, steps: list[tuple[str | None, Any]]) -> None:
+        """Keep the steps ``sql`` was checked to under the current settings, if it is one
+        private query (``known``)."""
+        if len(steps) != 1 or not isinstance(steps[0][1], QueryPlan):
+            return
+        if len(self._checked) >= _CHECKED_KEPT:
+            self._checked.clear()
+        self._checked[sql] = (self.settings, steps[0])
 
     def check_statements(self, statements: Sequence[tuple[str, Sequence[Token],
                                                           exp.Expression | None]],
@@ -300,6 +324,24 @@ class Session:
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps
+
+    def replay_now(self, step) -> Answer | None:
+        """The answer of a repeat of a private query when memory alone can give it (the
+        answer cache's entry under a data version still current, what the analyst has
+        left known: ``Engine.replay``, ``Ledger.served_now``), its row kept as any
+        replay's; None when the backend must be asked (then ``run`` it). Never under a
+        time quantum: the padding sleeps."""
+        canonical, plan = step
+        if (not isinstance(plan, QueryPlan) or self.engine.rules.defaults.time_quantum_ms
+                or no_groups(plan)):
+            return None
+        charge = self._replay_charge(canonical, plan)
+        stored = self.engine.replay(self.analyst, plan, charge)
+        remaining = None if stored is None else self.engine.ledger.served_now(charge)
+        if remaining is None:
+            return None
+        answer = self._restored_repeat(stored, remaining)
+        return _with_intervals(answer) if self.settings.intervals else answer
 
     def run(self, step) -> Answer:
         canonical, work = step
@@ -501,8 +543,7 @@ class Session:
             if isinstance(bill, _Joint):
                 bill.free()
             return self._no_groups(canonical, plan)
-        charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan), plan.loss,
-                        _neighbour(plan))
+        charge = self._charge(canonical, plan, plan.loss)
         debited = False
         stored = engine.replay(self.analyst, plan, charge)  # memory, version read just now
         if stored is not None:
@@ -540,9 +581,24 @@ class Session:
                   bill: Ledger | _Joint) -> Answer:
         """A repeat from the answer cache: its ledger row kept (written in a batch,
         ``Ledger.served_from_cache``), what remains read in ``tx`` if given."""
-        remaining = bill.served_from_cache(charge, tx)
+        return self._restored_repeat(stored, bill.served_from_cache(charge, tx))
+
+    def _restored_repeat(self, stored: dict[str, Any], remaining: Decimal) -> Answer:
         return _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
                          rho=self._rho(Decimal(0)))
+
+    def _replay_charge(self, canonical: str, plan: QueryPlan) -> Charge:
+        """The charge of a repeat (its ledger row's fields), the last one kept: a plan's
+        loss is computed in exact fractions."""
+        last = self._last_charge
+        if last is None or last[0] is not plan or last[1] != canonical:
+            last = self._last_charge = (plan, canonical, self._charge(canonical, plan,
+                                                                      plan.loss))
+        return last[2]
+
+    def _charge(self, canonical: str, plan: QueryPlan, loss: Loss) -> Charge:
+        return Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan), loss,
+                      _neighbour(plan))
 
     def _rho(self, spent: Decimal) -> tuple[Decimal, Decimal] | None:
         """Under the zcdp accountant, (ρ spent, δ) for the answer's metadata."""
@@ -554,8 +610,7 @@ class Session:
         """The answer of a GROUP BY whose WHERE leaves none of the public keys (decided
         by the text: ``proxy.analyze.key_restriction``): no row, and nothing read, charged
         or recorded."""
-        charge = Charge(self.analyst, canonical, plan.mechanism.model, _mechanism(plan),
-                        Loss.of(0), _neighbour(plan))
+        charge = self._charge(canonical, plan, Loss.of(0))
         answer = _answer(plan, [], [], charge, self.engine.ledger.remaining(self.analyst))
         answer.privacy["mechanism"] = "none"
         answer.privacy["notes"] = [NO_GROUPS, *answer.privacy["notes"]]
@@ -701,6 +756,7 @@ def _multiplicity_note(plan: QueryPlan) -> str:
 
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
+_CHECKED_KEPT = 64  # texts per session whose step is kept (``Session.known``)
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 
 

@@ -43,6 +43,8 @@ INTERNAL_ERROR = ("internal error; the query was charged if it reached the data;
 TOO_COMPLEX = ("statement too complex: it nests deeper than the proxy can read; write "
                "it with fewer nested brackets, CASEs or NOTs")
 _BOUND = params.BoundTexts(1024)  # shared by the connections of this process
+# messages of one engine statement, read and routed before: (text,) -> its Statement
+_ROUTED = params.BoundTexts(1024)
 _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
 T = TypeVar("T")
 
@@ -369,7 +371,8 @@ class Connection:
     async def _simple(self, sql: str) -> None:
         try:
             began = time.monotonic()
-            statements = await self._engine_work(lambda: self._read_and_check(sql))
+            statements = self._known_message(sql) or await self._engine_work(
+                lambda: self._read_and_check(sql))
             self._checked_since = began
         except ConnectionClosed:
             raise
@@ -420,6 +423,14 @@ class Connection:
             self._send(codec.copy_data(options.header_line([f.name for f in fields])))
         await self._emit(result, copy=True)
 
+    def _known_message(self, sql: str) -> list[tuple[Statement, Any]] | None:
+        """A message of one private query read and checked before, as this session
+        checked it under its current settings (``Session.known``): on the event loop,
+        no worker thread nor tokenising; None: ``_read_and_check`` it."""
+        statement = _ROUTED.get((sql,))
+        step = None if statement is None else self.session.known(statement.text)
+        return None if step is None else [(statement, step)]
+
     def _read_and_check(self, sql: str) -> list[tuple[Statement, Any]]:
         """In a worker thread: the message's statements, routed, each with the engine's
         work for it (None for the others). The engine refuses any of them before
@@ -427,9 +438,12 @@ class Connection:
         parsed once (proxy.session.Session.check_statements)."""
         statements = read_message(sql, self.server.rules, self.server.engine.shapes.knows)
         engine = [s for s in statements if s.route is Route.ENGINE]
-        steps = iter(self.session.check_statements([(s.text, s.tokens, s.tree) for s in engine],
-                                                   self._zones(statements))
-                     if engine else ())
+        checked = self.session.check_statements([(s.text, s.tokens, s.tree) for s in engine],
+                                                self._zones(statements)) if engine else []
+        if len(statements) == 1 and engine:
+            self.session.know(engine[0].text, checked)
+            _ROUTED.put((sql,), engine[0])
+        steps = iter(checked)
         return [(s, next(steps) if s.route is Route.ENGINE else None) for s in statements]
 
     def _zones(self, statements: list[Statement]) -> list[str] | None:
@@ -662,8 +676,29 @@ class Connection:
                 _formats(formats, len(prepared.fields or ())),
                 self.server.limits.catalog_max_rows, self.server.limits.max_message)
             return Result("", prepared.fields, stream=rows, line=line)
+        replayed = self._replayed_now(portal, prepared.fields, formats, line)
+        if replayed is not None:
+            return replayed
         return await self._while_connected(asyncio.to_thread(
             self._answer, portal, prepared.fields, formats, line))
+
+    def _replayed_now(self, portal: Portal, fields: list[codec.Field] | None,
+                      formats: tuple[int, ...], line: Callable[[list[bytes | None]], bytes]
+                      ) -> Result | None:
+        """On the event loop, with no worker thread: a repeat that memory alone answers
+        (``Session.replay_now``: the step known for this text, its answer and what the
+        analyst has left kept under a data version still current), in microseconds with
+        no statement, so no cancel or timeout can come during it; one that comes before
+        it is honoured by the worker path. None: that path runs it."""
+        with self._worker_lock:
+            if self._gone or self._cancel_pending:
+                return None
+        step = portal.step or self.session.known(portal.sql or portal.prepared.statement.text)
+        answer = None if step is None else self.session.replay_now(step)
+        if answer is None:
+            return None
+        self._checked_since = None
+        return self._result(answer, fields, formats, line)
 
     def _answer(self, portal: Portal, fields: list[codec.Field] | None,
                 formats: tuple[int, ...], line: Callable[[list[bytes | None]], bytes]
@@ -675,6 +710,12 @@ class Connection:
         else:
             sql = portal.sql or portal.prepared.statement.text
             answer = self._run_engine(lambda: list(self.session.execute(sql))[-1])
+        return self._result(answer, fields, formats, line)
+
+    def _result(self, answer: Answer, fields: list[codec.Field] | None,
+                formats: tuple[int, ...], line: Callable[[list[bytes | None]], bytes]
+                ) -> Result:
+        """An answer's rows encoded for the client."""
         fields = fields or [codec.Field(column, oid_of(kind))
                             for column, kind in zip(answer.columns, answer.kinds)]
         rows = [line(cells) for cells in

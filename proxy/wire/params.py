@@ -178,7 +178,9 @@ class BoundTexts:
     """Statements with their parameters bound, by (text, parameter types, the values as
     the client sent them, their formats): binding parses and renders the statement
     (sqlglot, about a millisecond), and a dashboard's viewers bind the same values again
-    and again. The least recently used go beyond ``size``; long texts are not kept."""
+    and again. The least recently used go beyond ``size``; long texts are not kept.
+    (Also any other value kept by a key whose first item is a statement's text: the
+    connections' routed messages.)"""
 
     LONGEST = 20_000  # characters of a statement kept
 
