@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -222,6 +223,40 @@ def test_on_postgres_a_watched_repeat_reads_nothing_until_a_write_is_notified(
     _mark_moved(backend, None)  # reconnected
     assert [e[9] for e in engine.ledger.entries("zoe")].count("charged") == 2
     backend.close()
+
+
+
+def test_a_repeat_memory_answers_is_the_kept_answer_and_its_row_is_kept(duckdb_url,
+                                                                        monkeypatch):
+    """``Session.replay_now`` (what a server answers on its event loop): for the text of a
+    query answered before, under the same settings and while nothing was written, the
+    kept answer, free, its row kept as any replay's; None (the worker path reads) once a
+    write moved the mark, for a text never checked, after a SET, and under a time
+    quantum (whose padding sleeps)."""
+    monkeypatch.setattr(ledger_module, "REPLAY_SECONDS", 600)
+    load(duckdb_url, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), open_backend(duckdb_url))
+    zoe = Session.open(engine, "zoe")
+    first = run(zoe, QUERY)[0]
+    assert zoe.known(OTHER) is None
+    step = zoe.known(QUERY)
+    run(zoe, QUERY)  # reads what remains, kept from now on
+    pending = engine.ledger.pending_replays()
+    again = zoe.replay_now(step)
+    assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
+    assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
+    assert engine.ledger.pending_replays() == pending + 1
+    engine.ledger.grant("zoe", Decimal(1))
+    assert zoe.replay_now(step) is None  # what remains must be read again
+    assert run(zoe, QUERY)[0].privacy["epsilon_remaining"] == pytest.approx(
+        first.privacy["epsilon_remaining"] + 1)
+    assert zoe.replay_now(step).rows == first.rows
+    run(zoe, "SET idp.intervals = on")
+    assert zoe.known(QUERY) is None
+    padded = replace(engine.rules.defaults, time_quantum_ms=50)
+    monkeypatch.setattr(engine, "rules", replace(engine.rules, defaults=padded))
+    assert zoe.replay_now(step) is None
+    assert [e[9] for e in engine.ledger.entries("zoe")].count("charged") == 1
 
 
 # Through the server, killed -----------------------------------------------------------
