@@ -105,3 +105,31 @@ def test_a_role_that_cannot_install_the_counter_falls_back_to_the_fingerprint(vi
     with psycopg.connect(visits, autocommit=True) as con:
         con.execute("DROP OWNED BY reader CASCADE")
         con.execute("DROP ROLE reader")
+
+
+def test_a_counter_installed_without_its_notification_is_given_it_and_keeps_its_version(
+        visits):
+    """A trigger function of an older proxy counts writes but does not notify them: the
+    next start replaces the function (the same counts, now notified: a served proxy's
+    repeats then read nothing while nothing was written), and the version, with every
+    answer cached under it, stays the same."""
+    Engine(RULES, backend := open_backend(visits))
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("""CREATE OR REPLACE FUNCTION idp.bump_data_version() RETURNS trigger
+            LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+            BEGIN
+              INSERT INTO idp.versions AS v (table_oid, version) VALUES (TG_RELID, 1)
+              ON CONFLICT (table_oid) DO UPDATE SET version = v.version + 1;
+              RETURN NULL;
+            END $$""")
+    old = _version(backend)
+    backend.close()
+    Engine(RULES, backend := open_backend(visits))
+    assert _version(backend) == old
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("LISTEN idp_data_writes")
+        con.execute("INSERT INTO visits VALUES (4, 4)")
+        assert [n.channel for n in con.notifies(stop_after=1, timeout=30)] == \
+            ["idp_data_writes"]
+    assert _version(backend) != old
+    backend.close()
