@@ -181,23 +181,26 @@ class PostgresBackend(Backend):
     @contextmanager
     def _transaction(self, begin: tuple[str, ...], ending: bool, writes: bool = False
                      ) -> Iterator[Transaction]:
-        """``writes``: a durable write may have committed at the end (``quiet_mark``)."""
-        with self._pool.connection() as con, self._running(con):
-            tx = _PostgresTransaction(self._stopped, con, begin, early=ending)
-            try:
-                yield tx
-                if tx.begun and ending:
-                    self._pool.end_later(con, b"COMMIT")
-                elif tx.begun:
-                    con.execute("COMMIT")
-                if writes:
-                    self._bump()
-            except psycopg.OperationalError as exc:
-                self._roll_back(con)
-                raise self._failure(con, exc) from None
-            except BaseException:
-                self._roll_back(con)
-                raise
+        """``writes``: a durable write may have committed at the end, or when it failed
+        (a COMMIT whose reply was lost): the mark moves after it (``quiet_mark``)."""
+        try:
+            with self._pool.connection() as con, self._running(con):
+                tx = _PostgresTransaction(self._stopped, con, begin, early=ending)
+                try:
+                    yield tx
+                    if tx.begun and ending:
+                        self._pool.end_later(con, b"COMMIT")
+                    elif tx.begun:
+                        con.execute("COMMIT")
+                except psycopg.OperationalError as exc:
+                    self._roll_back(con)
+                    raise self._failure(con, exc) from None
+                except BaseException:
+                    self._roll_back(con)
+                    raise
+        finally:
+            if writes:
+                self._bump()
 
     def query(self, sql: str, params: Sequence[Any] = (), durable: bool = True) -> list[tuple]:
         try:
