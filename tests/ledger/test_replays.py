@@ -347,6 +347,35 @@ def test_a_killed_server_loses_at_most_the_last_batch_of_replay_rows(backend_url
     assert [e["status"] for e in entries].count("charged") == 1
 
 
+
+def test_a_served_repeat_after_a_write_to_postgres_is_charged_again(fresh_postgres,
+                                                                    tmp_path):
+    """Through the server (which listens for the triggers' notifications): repeats are
+    free and equal the first answer; once another connection deleted a row, a repeat is
+    a new answer, charged (as soon as the notification has reached the server: until
+    then a repeat is still the first answer, free)."""
+    served = Served.prepare(tmp_path, RULES, fresh_postgres)
+    with served.serve() as proxy, \
+            psycopg.connect(proxy.dsn("viewer"), autocommit=True) as con:
+        first = con.execute(QUERY).fetchall()
+        for _ in range(20):
+            assert con.execute(QUERY).fetchall() == first
+        spent = Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+        with psycopg.connect(fresh_postgres, autocommit=True) as writer:
+            writer.execute("DELETE FROM people WHERE person_id = 1")
+        deadline = time.monotonic() + 30
+        while True:
+            rows = con.execute(QUERY).fetchall()
+            left = Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+            if left != spent:
+                break
+            assert rows == first  # free: the first answer, until the write is seen
+            assert time.monotonic() < deadline, "the write was never seen"
+        assert left == spent - Decimal("0.05")
+    _, entries = _accounts(served)
+    assert [e["status"] for e in entries].count("charged") == 2
+
+
 # Killed between a debit and its cache entry ---------------------------------------------
 
 _KILLED_AFTER_THE_DEBIT = """
