@@ -186,18 +186,12 @@ class PostgresBackend(Backend):
         try:
             with self._pool.connection() as con, self._running(con):
                 tx = _PostgresTransaction(self._stopped, con, begin, early=ending)
-                try:
+                with self._failures(con):
                     yield tx
                     if tx.begun and ending:
                         self._pool.end_later(con, b"COMMIT")
                     elif tx.begun:
                         con.execute("COMMIT")
-                except psycopg.OperationalError as exc:
-                    self._roll_back(con)
-                    raise self._failure(con, exc) from None
-                except BaseException:
-                    self._roll_back(con)
-                    raise
         finally:
             if writes:
                 self._bump()
@@ -221,14 +215,20 @@ class PostgresBackend(Backend):
         with self._pool.connection() as con, self._running(con):
             tx = _PostgresTransaction(self._stopped, con,
                                       () if durable else _begin(False, durable), ending=True)
-            try:
+            with self._failures(con):
                 return tx.execute(sql, params)
-            except psycopg.OperationalError as exc:
-                self._roll_back(con)
-                raise self._failure(con, exc) from None
-            except BaseException:
-                self._roll_back(con)
-                raise
+
+    @contextmanager
+    def _failures(self, con: psycopg.Connection) -> Iterator[None]:
+        """A failure on ``con`` rolls it back and is raised as what it means."""
+        try:
+            yield
+        except psycopg.OperationalError as exc:
+            self._roll_back(con)
+            raise self._failure(con, exc) from None
+        except BaseException:
+            self._roll_back(con)
+            raise
 
     def _roll_back(self, con: psycopg.Connection) -> None:
         """After a failure, make a healthy connection idle again for the next
