@@ -61,8 +61,9 @@ def test_each_statement_is_answered_or_refused_as_recorded(demo_server, path):
 
 def test_the_session_s_time_zone_is_read_as_postgresql_reads_it(demo_server):
     """Metabase's report time zone (``SET SESSION TIMEZONE TO …``) and a driver's startup
-    TimeZone: reported back, and a moment's day is the zone's (Berlin's midnights around
-    its 2024 spring change); an unknown zone is refused in one line, the session kept."""
+    TimeZone: reported back, a moment's day is the zone's (Berlin's midnights around its
+    2024 spring change) and shown in it; an unknown zone is refused in one line, the
+    session kept."""
     sql = ("SELECT date_trunc('day', visited_at::timestamptz) AS d, COUNT(*) FROM visits "
            "WHERE visited_at >= '2024-03-30' AND visited_at < '2024-04-02' GROUP BY 1")
     berlin = {dt.datetime(2024, 3, 29, 23, tzinfo=dt.UTC),
@@ -76,6 +77,9 @@ def test_the_session_s_time_zone_is_read_as_postgresql_reads_it(demo_server):
         assert con.info.parameter_status("TimeZone") == "Europe/Berlin"
         assert con.execute("SHOW TimeZone").fetchone() == ("Europe/Berlin",)
         assert {row[0] for row in con.execute(sql)} == berlin
+        shown = con.pgconn.exec_(sql.encode())  # as text: in the zone, as psql shows it
+        assert {shown.get_value(i, 0).decode() for i in range(shown.ntuples)} == {
+            "2024-03-30 00:00:00+01", "2024-03-31 00:00:00+01", "2024-04-01 00:00:00+02"}
         before = con.execute("SHOW idp.budget").fetchone()
         with pytest.raises(psycopg.Error) as refused:
             con.execute("SET TIME ZONE 'Mars/Olympus'")

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import tzinfo
 from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
@@ -36,6 +37,7 @@ from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowCatalog, ShadowSession
+from proxy.zones import zone_named
 
 log = logging.getLogger("idp_proxy.wire")
 INTERNAL_ERROR = ("internal error; the query was charged if it reached the data; see the "
@@ -719,7 +721,8 @@ class Connection:
         fields = fields or [codec.Field(column, oid_of(kind))
                             for column, kind in zip(answer.columns, answer.kinds)]
         rows = [line(cells) for cells in
-                _encode_rows(answer, fields, formats, self._float_digits())]
+                _encode_rows(answer, fields, formats, self._float_digits(),
+                             zone_named(self.local.settings["TimeZone"]))]
         return Result(answer.command, fields if answer.columns else None, rows, answer.notice)
 
     async def _engine_work(self, work: Callable[[], T]) -> T:
@@ -856,10 +859,10 @@ def _local_result(outcome: Outcome, fields, formats) -> Result:
 
 
 def _encode_rows(answer: Answer, fields: list[codec.Field], formats: tuple[int, ...],
-                 float_digits: int) -> list[list[bytes | None]]:
+                 float_digits: int, zone: tzinfo) -> list[list[bytes | None]]:
     binary = _formats(formats, len(fields))
     return [[types.encode(value if field.type_oid != TEXT or value is None else str(value),
-                          field.type_oid, fmt == 1, float_digits)
+                          field.type_oid, fmt == 1, float_digits, zone)
              for value, field, fmt in zip(row, fields, binary)]
             for row in answer.rows]
 

@@ -38,15 +38,17 @@ class BadValue(ValueError):
 
 # Results --------------------------------------------------------------------------------
 
-def encode(value: object, oid: int, binary: bool, extra_float_digits: int = 1) -> bytes | None:
+def encode(value: object, oid: int, binary: bool, extra_float_digits: int = 1,
+           zone: dt.tzinfo = dt.UTC) -> bytes | None:
+    """``zone``: the session's TimeZone, in which text shows a ``timestamptz``."""
     if value is None:
         return None
     if binary:
         return _encode_binary(value, oid)
-    return _encode_text(value, oid, extra_float_digits).encode()
+    return _encode_text(value, oid, extra_float_digits, zone).encode()
 
 
-def _encode_text(value: object, oid: int, extra_float_digits: int) -> str:
+def _encode_text(value: object, oid: int, extra_float_digits: int, zone: dt.tzinfo) -> str:
     if oid == BOOL:
         return "t" if value else "f"
     if oid in INTEGERS:
@@ -64,10 +66,22 @@ def _encode_text(value: object, oid: int, extra_float_digits: int) -> str:
     if oid == NUMERIC:
         return f"{Decimal(str(value)):f}"
     if oid == TIMESTAMPTZ:
-        return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(" ") + "+00"
+        return _moment_text(value.astimezone(zone))
     if oid in (DATE, TIMESTAMP):
         return value.isoformat(" ") if oid == TIMESTAMP else value.isoformat()
     return str(value)
+
+
+def _moment_text(value: dt.datetime) -> str:
+    """A moment as PostgreSQL writes it in a zone: ``2024-03-31 00:00:00+01``, its
+    offset's minutes and seconds only where they are not 0 (``+05:30``)."""
+    offset = value.utcoffset() or dt.timedelta(0)
+    sign, offset = ("-", -offset) if offset < dt.timedelta(0) else ("+", offset)
+    hours, rest = divmod(int(offset.total_seconds()), 3600)
+    minutes, seconds = divmod(rest, 60)
+    shown = f"{sign}{hours:02d}" + (f":{minutes:02d}" if minutes or seconds else "") + (
+        f":{seconds:02d}" if seconds else "")
+    return value.replace(tzinfo=None).isoformat(" ") + shown
 
 
 def _encode_binary(value: object, oid: int) -> bytes:
