@@ -15,17 +15,27 @@ the buckets above k, and the clipped sum Σ of the buckets at or below k plus ro
 for each unit above: the integers the per-rung statement (``contribution_sql``) sums, so
 the same numbers, from a few aggregates per unit instead of two per rung (PostgreSQL:
 5.9 s against 0.06 s for the plain SUM over a million rows, per rung a CASE and a
-BIGINT sum). Clipped across groups, a unit's scaled contribution t·B_k/T_u is rounded
-at each rung on its own: that variant keeps the per-rung columns.
+BIGINT sum). Clipped across groups (L1) the bucket is that of the unit's total T_u, and
+a unit above B_k adds B_k times its share trunc(t/T_u·10¹²)/10¹², the shares summed per
+bucket: one integer per unit and group for every rung (the per-rung statement rounded
+t·B_k/T_u at each rung; docs/privacy.md §3.14 bounds the difference and keeps the
+sensitivity). In L∞ each group's part is clipped on its own, exactly as per group; the
+units beyond are counted by the bucket of their largest part. The per-rung statement
+stays as the tests' reference (``per_rung_ladders``).
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from fractions import Fraction
 
 from sqlglot import exp
 
 from proxy.backends.base import Capabilities
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
+    SUM_SCALE,
     Execute,
     group_keys,
     is_group,
@@ -118,6 +128,7 @@ def _signed(contribution: Contribution, plan: QueryPlan) -> bool:
     return lower is None or lower < contribution.origin
 
 
+@functools.lru_cache(maxsize=1024)
 def _form(bound: float) -> tuple[bool, float]:
     """How the per-rung statement sums a rung's clipped values (``_rung``): divided by
     ``sum_shrink(bound)``, in the ``exact_sum`` form (``wide_sum``) of the shrunk bound."""
@@ -125,6 +136,7 @@ def _form(bound: float) -> tuple[bool, float]:
     return wide_sum(-bound / shrink, bound / shrink), shrink
 
 
+@functools.lru_cache(maxsize=256)
 def _forms(rungs: tuple[float, ...]) -> tuple[tuple[bool, float], ...]:
     """The forms (``_form``) the rungs' clipped sums take, each once."""
     return tuple(dict.fromkeys(_form(bound) for bound in rungs))
@@ -144,20 +156,40 @@ def _bucket(value: exp.Expression, rungs: tuple[float, ...], low: int, high: int
 
 def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                ladders: tuple[tuple[float, ...], ...],
-               clip_rows_per_unit: int | None, fenced: bool = False) -> exp.Select:
+               clip_rows_per_unit: int | None, fenced: bool = False,
+               joint: frozenset[Contribution] = frozenset(), largest: bool = False
+               ) -> exp.Select:
     """The bucketed statement (above): keys, then per contribution i its bucket ``j{i}``
-    (several contributions: one grouping set each, the others' buckets NULL), then the
-    units ``n``, and per contribution its positive units ``p{i}`` (where it can be
-    negative) and Σ round(T_u·10⁶) in each form its rungs' sums take (``e{i}_{form}``)."""
+    (of |t|; clipped across groups in L1, of the unit's total ``n{i}``), and per
+    contribution clipped across groups in L∞ the bucket ``h{i}`` of the unit's largest
+    part (several bucket columns: one grouping set each, the others NULL), then the
+    units ``n`` (``joint``: and ``m``, the units counted in this group, ``f`` = 1), and per
+    contribution its positive units ``p{i}`` (where it can be negative), Σ round(T_u·10⁶)
+    in each form its rungs' sums take (``e{i}_{form}``) and, clipped across groups in
+    L1, Σ trunc(t/T_u·SHARE_SCALE) (``r{i}``, 0 in bucket 0: a unit below every rung)."""
     keys = group_keys(plan)
-    per_unit = _per_unit(plan, wanted, clip_rows_per_unit, False, fenced)
-    signed = [_signed(contribution, plan) for contribution in wanted]
-    buckets = [exp.alias_(_bucket(exp.Abs(this=exp.column(f"t{i}")) if signed[i] else
+    per_unit = _per_unit(plan, wanted, clip_rows_per_unit, bool(joint), fenced)
+    indexes = [i for i, c in enumerate(wanted) if c in joint]
+    if joint:
+        per_unit = _unit_totals(per_unit, keys, indexes, largest)
+    l1 = [c in joint and not largest for c in wanted]
+    signed = [_signed(contribution, plan) and not l1[i]
+              for i, contribution in enumerate(wanted)]
+    buckets = [exp.alias_(_bucket(exp.column(f"n{i}") if l1[i] else
+                                  exp.Abs(this=exp.column(f"t{i}")) if signed[i] else
                                   exp.column(f"t{i}"), rungs, 0, len(rungs)), f"j{i}")
                for i, rungs in enumerate(ladders)]  # |t| is t where t ≥ 0
-    inner = exp.select(*keys, *[f"t{i}" for i in range(len(wanted))], *buckets).from_(
+    tops = [f"h{i}" for i in indexes] if largest else []
+    buckets += [exp.alias_(_bucket(exp.column(f"n{i}"), ladders[i], 0, len(ladders[i])),
+                           f"h{i}") for i in indexes if largest]
+    carried = [f"t{i}" for i in range(len(wanted))] + [f"n{i}" for i in indexes]
+    inner = exp.select(*keys, *carried, *(["f"] if joint else []), *buckets).from_(
         per_unit.subquery("p", copy=False), copy=False)
     columns_out: list[exp.Expression] = [exp.alias_(exp.Count(this=exp.Star()), "n")]
+    if joint:
+        columns_out.append(exp.alias_(exp.Sum(this=exp.Case(ifs=[exp.If(
+            this=exp.EQ(this=exp.column("f"), expression=exp.Literal.number(1)),
+            true=exp.Literal.number(1))], default=exp.Literal.number(0))), "m"))
     for i, rungs in enumerate(ladders):
         value = exp.column(f"t{i}")
         if signed[i]:
@@ -169,31 +201,98 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
             bound = max(b for b in rungs if _form(b) == form)
             columns_out.append(exp.alias_(shrunk_sum(_clipped(value.copy(), bound), -bound,
                                                      bound), f"e{i}_{index}"))
-    outer = exp.select(*keys, *[f"j{i}" for i in range(len(wanted))], *columns_out).from_(
+        if l1[i]:
+            columns_out.append(exp.alias_(exp.Sum(this=_share(i, rungs[0])), f"r{i}"))
+    names = [f"j{i}" for i in range(len(wanted))] + tops
+    outer = exp.select(*keys, *names, *columns_out).from_(
         inner.subquery("q", copy=False), copy=False)
-    if len(wanted) == 1:
-        return outer.group_by(*keys, "j0", copy=False)
-    sets = [exp.Tuple(expressions=[exp.column(key) for key in (*keys, f"j{i}")])
-            for i in range(len(wanted))]
+    if len(names) == 1:
+        return outer.group_by(*keys, names[0], copy=False)
+    sets = [exp.Tuple(expressions=[exp.column(key) for key in (*keys, name)])
+            for name in names]
     return outer.group_by(exp.GroupingSets(expressions=sets), copy=False)
 
 
-def _ladder(rungs: tuple[float, ...], units: list[int], positive: list[int],
-            sums: dict[tuple[bool, float], list[int]]) -> Ladder:
+# A unit's share t/T_u of its total in a group, as the integer trunc(t/T_u·SHARE_SCALE):
+# each scaled contribution B_k·t/T_u read back within B_k·10⁻¹² (docs/privacy.md §3.14)
+SHARE_SCALE = 10**12
+
+
+def _share(i: int, lowest: float) -> exp.Expression:
+    """trunc(t{i}/n{i}·SHARE_SCALE), toward 0 (so a unit's |shares| add up to at most
+    SHARE_SCALE, docs/privacy.md §3.14), where n{i} > ``lowest`` (≥ 0: no division by 0),
+    else 0: a BIGINT (t/n within [−1, 1]: total)."""
+    ratio = exp.Mul(this=exp.paren(exp.Div(this=exp.column(f"t{i}"),
+                                           expression=exp.column(f"n{i}")), copy=False),
+                    expression=exp.Literal.number(SHARE_SCALE))
+    toward_zero = exp.Case(ifs=[exp.If(this=exp.LT(this=ratio, expression=exp.Literal.number(0)),
+                                       true=exp.Ceil(this=ratio.copy()))],
+                           default=exp.Floor(this=ratio.copy()))
+    return exp.cast(exp.Case(ifs=[exp.If(this=exp.GT(this=exp.column(f"n{i}"),
+                                                     expression=literal(lowest)),
+                                         true=toward_zero)],
+                             default=exp.Literal.number(0)), "BIGINT", copy=False)
+
+
+class _Tally:
+    """One group's and contribution's buckets as read: units, positive units, sums by
+    form, Σ of the shares ``r`` and the units counted in this group (``m``)."""
+
+    def __init__(self, rungs: tuple[float, ...]):
+        size = len(rungs) + 1
+        self.units, self.positive = [0] * size, [0] * size
+        self.sums = {form: [0] * size for form in _forms(rungs)}
+        self.shares, self.firsts = [0] * size, [0] * size
+
+
+@functools.lru_cache(maxsize=256)
+def _rung_constants(rungs: tuple[float, ...]) -> tuple[tuple[tuple[bool, float], int, int], ...]:
+    """Per rung its form and the integers a unit clipped to +B_k and to −B_k adds."""
+    out = []
+    for bound in rungs:
+        form = _form(bound)
+        wide, shrink = form
+        scaled = bound * (1 / shrink)
+        out.append((form, rounded_scaled(scaled, wide), rounded_scaled(-scaled, wide)))
+    return tuple(out)
+
+
+def _read(total: int) -> float:
+    """``read_sum`` of an integer: below 2⁵³ one IEEE division, correctly rounded as
+    the decimal's conversion is (the same double)."""
+    return total / SUM_SCALE if -_EXACT < total < _EXACT else read_sum(total)
+
+
+_EXACT = 2**53
+
+
+def _by_rung(rungs: tuple[float, ...], tally: _Tally) -> Iterator[tuple]:
+    """Per rung k its form, the integers a unit clipped to ±B_k adds, the tally's units,
+    positive units, counted units and shares of the buckets above k, and its sum (in
+    the rung's form) of the buckets up to k: running sums, one pass."""
+    units, positive = sum(tally.units), sum(tally.positive)
+    counted, shares = sum(tally.firsts), sum(tally.shares)
+    running = {form: 0 for form in tally.sums}
+    for k, (form, up_value, down_value) in enumerate(_rung_constants(rungs)):
+        units -= tally.units[k]
+        positive -= tally.positive[k]
+        counted -= tally.firsts[k]
+        shares -= tally.shares[k]
+        for each in running:
+            running[each] += tally.sums[each][k]
+        yield form, up_value, down_value, units, positive, counted, shares, running[form]
+
+
+def _ladder(rungs: tuple[float, ...], tally: _Tally) -> Ladder:
     """A ladder from its buckets' units, positive units and sums by form: beyond B_k
     the units above bucket k; clipped at B_k the sums of the buckets up to k plus
     round(±B_k/S·10⁶) for each unit above (its clipped value is ±B_k exactly, divided
     by the form's S as the backend divides it), read back times S."""
     beyond, clipped = [], []
-    for k, bound in enumerate(rungs):
-        form = _form(bound)
-        wide, shrink = form
-        scaled = bound * (1 / shrink)
-        above, up = sum(units[k + 1:]), sum(positive[k + 1:])
-        total = (sum(sums[form][:k + 1]) + up * rounded_scaled(scaled, wide)
-                 + (above - up) * rounded_scaled(-scaled, wide))
-        beyond.append(above)
-        clipped.append(read_sum(total) * shrink)
+    for form, up_value, down_value, units, positive, _, _, whole in _by_rung(rungs, tally):
+        beyond.append(units)
+        clipped.append(_read(whole + positive * up_value + (units - positive) * down_value)
+                       * form[1])
     return Ladder(rungs, tuple(beyond), tuple(clipped))
 
 
@@ -258,12 +357,10 @@ def contribution_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                          clip_rows_per_unit: int | None, execute: Execute,
                          joint: frozenset[Contribution] = frozenset(), largest: bool = False
                          ) -> dict[tuple, dict[Contribution, Ladder]]:
-    """Every group's ladders (key ``()`` without GROUP BY), by contribution: from the
-    buckets, or with any contribution clipped across groups from the per-rung columns."""
-    if joint:
-        return per_rung_ladders(plan, wanted, ladders, capabilities, clip_rows_per_unit,
-                                execute, joint, largest)
-    return _bucketed_ladders(plan, wanted, ladders, capabilities, clip_rows_per_unit, execute)
+    """Every group's ladders (key ``()`` without GROUP BY), by contribution, from the
+    buckets (``bucket_sql``)."""
+    return _bucketed_ladders(plan, wanted, ladders, capabilities, clip_rows_per_unit,
+                             execute, joint, largest)
 
 
 def per_rung_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
@@ -288,42 +385,73 @@ def per_rung_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
 
 def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                       ladders: tuple[tuple[float, ...], ...], capabilities: Capabilities,
-                      clip_rows_per_unit: int | None, execute: Execute
+                      clip_rows_per_unit: int | None, execute: Execute,
+                      joint: frozenset[Contribution] = frozenset(), largest: bool = False
                       ) -> dict[tuple, dict[Contribution, Ladder]]:
     """``contribution_ladders`` from ``bucket_sql``'s rows; without GROUP BY an empty
     scope's ladders (no rows come back) are of no units, as the per-rung columns say."""
     statement = bucket_sql(plan, wanted, ladders, clip_rows_per_unit,
-                           capabilities.fenced_rows)
+                           capabilities.fenced_rows, joint, largest)
     width, count = len(plan.group_by), len(wanted)
-    signed = [_signed(contribution, plan) for contribution in wanted]
-    # (key, i) -> (units, positive units, sums by form) per bucket
-    tallies: dict[tuple, tuple[list[int], list[int], dict[tuple[bool, float], list[int]]]] = {}
+    indexes = [i for i, c in enumerate(wanted) if c in joint]
+    l1 = [c in joint and not largest for c in wanted]
+    signed = [_signed(contribution, plan) and not l1[i]
+              for i, contribution in enumerate(wanted)]
+    names = count + (len(indexes) if largest else 0)
+    tallies: dict[tuple, _Tally] = {}  # (key, i) -> its buckets
     for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):
-        key, buckets, rest = tuple(row[:width]), row[width:width + count], row[width + count:]
+        key, buckets, rest = tuple(row[:width]), row[width:width + names], row[width + names:]
         units, at = int(rest[0]), 1
+        firsts = int(rest[1] or 0) if joint else 0
+        at += bool(joint)
         for i, (contribution, rungs) in enumerate(zip(wanted, ladders)):
             positive = int(rest[at] or 0) if signed[i] else units
             at += signed[i]
             forms = _forms(rungs)
             sums = rest[at:at + len(forms)]
             at += len(forms)
-            if buckets[i] is None:  # another contribution's grouping set
+            shares = int(rest[at] or 0) if l1[i] else 0
+            at += l1[i]
+            top = buckets[count + indexes.index(i)] if largest and i in indexes else None
+            if buckets[i] is None and top is None:  # another bucket column's grouping set
                 continue
-            tally = tallies.setdefault((key, i), ([0] * (len(rungs) + 1),
-                                                  [0] * (len(rungs) + 1),
-                                                  {form: [0] * (len(rungs) + 1)
-                                                   for form in forms}))
+            tally = tallies.get((key, i))
+            if tally is None:
+                tally = tallies[key, i] = _Tally(rungs)
+            if top is not None:
+                tally.firsts[int(top)] += firsts
+                continue
             j = int(buckets[i])
-            tally[0][j] += units
-            tally[1][j] += positive
+            tally.units[j] += units
+            tally.positive[j] += positive
+            tally.shares[j] += shares
+            tally.firsts[j] += firsts if l1[i] else 0
             for form, total in zip(forms, sums):
-                tally[2][form][j] += int(total or 0)
+                tally.sums[form][j] += int(total or 0)
     if not width:
         for i, rungs in enumerate(ladders):
-            tallies.setdefault(((), i), ([0] * (len(rungs) + 1), [0] * (len(rungs) + 1),
-                                         {form: [0] * (len(rungs) + 1)
-                                          for form in _forms(rungs)}))
+            if ((), i) not in tallies:
+                tallies[(), i] = _Tally(rungs)
     found: dict[tuple, dict[Contribution, Ladder]] = {}
-    for (key, i), (units, positive, sums) in tallies.items():
-        found.setdefault(key, {})[wanted[i]] = _ladder(ladders[i], units, positive, sums)
+    for (key, i), tally in tallies.items():
+        ladder = _ladder(ladders[i], tally)
+        if wanted[i] in joint:
+            ladder = _joint_ladder(ladder, tally, not largest)
+        found.setdefault(key, {})[wanted[i]] = ladder
     return found
+
+
+def _joint_ladder(ladder: Ladder, tally: _Tally, l1: bool) -> Ladder:
+    """A ladder clipped across groups from its group's buckets (of the units' totals, or
+    in L∞ of their parts and largest parts): beyond B_k the units counted in this group
+    whose total (largest part) lies above B_k; L1's clipped sum at B_k the sums of the
+    buckets up to k (units kept whole) plus B_k·Σ r/SHARE_SCALE of those above (each
+    scaled by B_k/T_u through its share), exactly, then rounded to a double once."""
+    beyond, clipped = [], []
+    for bound, (form, _, _, _, _, counted, shares, whole) in zip(
+            ladder.rungs, _by_rung(ladder.rungs, tally)):
+        beyond.append(counted)
+        clipped.append(_read(whole) * form[1] if not shares else float(
+            Fraction(whole, SUM_SCALE) * Fraction(form[1])
+            + Fraction(bound) * Fraction(shares, SHARE_SCALE)))
+    return Ladder(ladder.rungs, tuple(beyond), tuple(clipped) if l1 else ladder.clipped)

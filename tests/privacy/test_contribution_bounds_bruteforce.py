@@ -5,7 +5,9 @@ g > 1) and every neighbour, no rung's count of units beyond ±B_k moves by more 
 (the exponential mechanism's utility sensitivity) and no rung's clipped sum by more
 than g·w_k (the Laplace noise's scale numerator); both reached. Clipped across groups
 (L1), no rung's count of units whose total lies beyond B_k moves by more than g, nor
-its vector of group sums by more than g·2B_k in L1; both reached. The draw's utility
+its vector of group sums by more than g·2B_k in L1; both reached; as the bucketed
+statement releases them (each unit's share of its total rounded toward 0 once), by no
+more than the engine's g·(2B_k(1 + 10⁻⁹) + G·10⁻⁶). The draw's utility
 −(β_k + max(0, t − β_{k−SLACK})) moves by at most g per rung, per group and across
 groups, reached, and the draw's log-probability of every rung by at most ε_b. The
 backend's statement computes the reference's numbers
@@ -23,6 +25,8 @@ import pytest
 
 from proxy.privacy.contribution_bounds import (
     PRIOR,
+    RELATIVE,
+    ROUNDING,
     SHORTFALL,
     joint_prior,
     rung_weights,
@@ -34,6 +38,7 @@ from proxy.privacy.variance import (
     square_bound,
     unit_square_sensitivity,
 )
+from proxy.pushdown.contributions import SHARE_SCALE
 from proxy.rules import Column
 from proxy.statistics import Contribution
 from tests.privacy.harness import (
@@ -135,11 +140,10 @@ def test_each_rung_moves_within_its_sensitivity(units, rows, group_size, domain,
             assert reached >= bound - 1e-9, ((group, k, part), reached, bound)
 
 
-def joint_ladder_of(records: list[Record], lower: float, upper: float,
-                    ladder: tuple[float, ...], groups: int) -> dict:
-    """(k, "beyond") -> the units whose total |contribution| T over the groups exceeds
-    B_k; (k, "clipped") -> each group's sum of contributions scaled by min(1, B_k/T):
-    SUM's contributions clipped across groups, as the backend computes them."""
+def _joint_parts(records: list[Record], lower: float, upper: float
+                 ) -> tuple[dict[tuple[int, object], float], dict[object, float]]:
+    """Each unit's contribution per group (its normalised values in scope summed) and
+    its total |contribution| T over the groups."""
     sums: dict[tuple[int, object], float] = {}
     for record in records:
         value = normalise(record.value, lower, upper)
@@ -148,6 +152,15 @@ def joint_ladder_of(records: list[Record], lower: float, upper: float,
     totals: dict[object, float] = {}
     for (_, unit), value in sums.items():
         totals[unit] = totals.get(unit, 0.0) + abs(value)
+    return sums, totals
+
+
+def joint_ladder_of(records: list[Record], lower: float, upper: float,
+                    ladder: tuple[float, ...], groups: int) -> dict:
+    """(k, "beyond") -> the units whose total |contribution| T over the groups exceeds
+    B_k; (k, "clipped") -> each group's sum of contributions scaled by min(1, B_k/T):
+    SUM's contributions clipped across groups, in real arithmetic."""
+    sums, totals = _joint_parts(records, lower, upper)
     parts: list[list[tuple[float, float]]] = [[] for _ in range(groups)]
     for (group, unit), value in sums.items():
         parts[group].append((totals[unit], value))
@@ -174,6 +187,31 @@ def joint_ladder_of(records: list[Record], lower: float, upper: float,
     return dict(zip(_joint_keys(len(ladder)), numbers))
 
 
+def released_joint_ladder_of(records: list[Record], lower: float, upper: float,
+                             ladder: tuple[float, ...], groups: int) -> dict:
+    """``joint_ladder_of`` as the bucketed statement releases it
+    (proxy/pushdown/contributions.py): a unit of T ≤ B_k adds its contribution rounded
+    to 10⁻⁶ (half up, exact_sum's integers), one above adds B_k·trunc(t/T·SHARE_SCALE)
+    /SHARE_SCALE, its share rounded toward 0 once for every rung; each group's sum
+    exact, then one double."""
+    sums, totals = _joint_parts(records, lower, upper)
+    rounded = {key: math.floor(value * 10**6 + 0.5) for key, value in sums.items()}
+    shares = {(group, unit): math.trunc(value / totals[unit] * SHARE_SCALE) if totals[unit]
+              else 0 for (group, unit), value in sums.items()}
+    numbers = []
+    for bound in ladder:
+        numbers.append(sum(1 for total in totals.values() if total > bound))
+        whole, share = [0] * groups, [0] * groups
+        for (group, unit), value in rounded.items():
+            if totals[unit] > bound:
+                share[group] += shares[group, unit]
+            else:
+                whole[group] += value
+        numbers.append(tuple(float(Fraction(w, 10**6) + Fraction(bound) * Fraction(r, SHARE_SCALE))
+                             for w, r in zip(whole, share)))
+    return dict(zip(_joint_keys(len(ladder)), numbers))
+
+
 @functools.cache
 def _joint_keys(rungs: int) -> tuple:
     """joint_ladder_of's keys in its order: by rung, "beyond" then "clipped"."""
@@ -189,11 +227,14 @@ def l1_changes(before: dict, after: dict) -> dict:
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
 @pytest.mark.parametrize("domain", [(LOWER, UPPER), TWO_SIDED])
 @pytest.mark.parametrize("groups", [3])
+@pytest.mark.parametrize("released", [False, True])
 def test_contributions_clipped_across_groups_move_within_2b(units, rows, group_size, domain,
-                                                           groups):
+                                                           groups, released):
     """A unit's vector of contributions, scaled to a total of at most B before and
     after, moves the groups' clipped sums by at most 2B in L1 (g units: 2gB), whatever
-    the domain's sign: all of it may leave one group for another."""
+    the domain's sign: all of it may leave one group for another. As released (each
+    unit's share rounded toward 0 once, each whole contribution to 10⁻⁶), within the
+    engine's calibration g·(2B(1 + 10⁻⁹) + G·10⁻⁶) (``joint_sum_at``)."""
     lower, upper = domain
     ladder = rungs(Contribution("x"), Column("x", "float", lower, upper,
                                              declared_resolution=0.5), rows)
@@ -203,16 +244,22 @@ def test_contributions_clipped_across_groups_move_within_2b(units, rows, group_s
              for r in records] for records in datasets(31 + rows, 10, units, rows, groups)]
     bounds = {(k, part): group_size * (1 if part == "beyond" else 2 * bound)
               for k, bound in enumerate(ladder) for part in ("beyond", "clipped")}
-    outcomes = assert_sound(lambda records: joint_ladder_of(records, lower, upper, ladder,
-                                                            groups),
+    if released:
+        bounds = {(k, part): group_size * (1 if part == "beyond" else
+                                           2 * bound * (1 + RELATIVE) + groups * ROUNDING)
+                  for k, bound in enumerate(ladder) for part in ("beyond", "clipped")}
+    statistic = released_joint_ladder_of if released else joint_ladder_of
+    outcomes = assert_sound(lambda records: statistic(records, lower, upper, ladder, groups),
                             lambda records: bounds, data,
                             modifying(grid + EXTREME, group_size, groups), change=l1_changes)
     reached = {key: max(outcome.worst[key] for outcome in outcomes) for key in bounds}
     for k in range(len(ladder) - 1):  # the top rung clips nothing: its count never moves
         assert reached[k, "beyond"] >= group_size - 1e-9, (k, reached)
     # 2gB where the data sets hold g units whose totals reach B (at some rung, at least)
-    assert any(reached[k, "clipped"] >= bounds[k, "clipped"] - 1e-9
-               for k in range(len(ladder))), reached
+    # (released: less each unit's rounding, below 10⁻⁶ a group)
+    assert any(reached[k, "clipped"] >= group_size * 2 * bound
+               - (group_size * groups * ROUNDING if released else 0) - 1e-9
+               for k, bound in enumerate(ladder)), reached
 
 
 @functools.cache

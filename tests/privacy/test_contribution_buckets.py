@@ -5,22 +5,25 @@ each rung (integers of 10⁻⁶ before reading), over random units of a signed d
 NULL, NaN, ±inf, values beyond the domain and at its ends, unit totals exactly on rungs,
 a domain wide enough that the top rungs' sums split each value (``exact_sum``), several
 contributions at once (grouping sets), GROUP BY, a table without a privacy unit, an empty
-scope, a one-rung ladder of 0, and squared rungs beyond 10¹⁵ (summed shrunk)."""
+scope, a one-rung ladder of 0, and squared rungs beyond 10¹⁵ (summed shrunk). Clipped
+across groups (L∞: the same numbers; L1: each unit's share rounded once, not at each
+rung) the reference's numbers, and the per-rung statement's within the proven distance."""
 
 from __future__ import annotations
 
 import math
 import random
+from fractions import Fraction
 
 import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.privacy.contribution_bounds import laddered, rungs
-from proxy.pushdown.contributions import contribution_ladders, per_rung_ladders
+from proxy.pushdown.contributions import SHARE_SCALE, contribution_ladders, per_rung_ladders
 from proxy.pushdown.scope import read_sum, rounded_scaled, wide_sum
 from proxy.rules import parse_rules
 from proxy.settings import Settings
-from proxy.statistics import Contribution, clamp_to_domain
+from proxy.statistics import Contribution, clamp_to_domain, sum_shrink
 from tests.factories import Table, engine_fixture
 
 # units' totals on a grid of quarters (sums exact in any order), many on the rungs of
@@ -118,3 +121,100 @@ def test_the_buckets_give_every_rungs_numbers(engine, query):
             for key, found in bucketed.items()} == expected
     assert any(any(ladder.beyond) for found in bucketed.values()
                for ladder in found.values()) or plan.where is not None
+
+
+def _joint_reference(plan, wanted, ladders, joint, largest):
+    """Clipped across groups, by hand: per group and contribution (beyond, clipped) —
+    beyond B_k the units counted in their first group (by key) whose total Σ|t| over
+    the groups (``largest``: max |t|) exceeds B_k; clipped in L1 as the bucketed
+    statement defines it, each unit of a total ≤ B_k rounded as exact_sum rounds it and
+    each above as B_k·trunc(t/T·SHARE_SCALE)/SHARE_SCALE, summed exactly and read back
+    once; in L∞ each part clipped to ±B_k as per group. And per group and rung the units
+    beyond (whose total exceeds B_k) there."""
+    columns = _tables()[plan.table.name].columns
+    parts: dict[tuple, dict[int, list[float]]] = {}
+    for row in range(len(columns["unit"])):
+        mine = parts.setdefault((columns["g"][row],), {}).setdefault(
+            columns["unit"][row], [0.0] * len(wanted))
+        for i, contribution in enumerate(wanted):
+            column = plan.table.columns[contribution.column]
+            value = clamp_to_domain(columns[contribution.column][row], column.lower, column.upper)
+            if value is not None:
+                mine[i] += value
+    out, scaled = {}, {}
+    for i, (contribution, ladder) in enumerate(zip(wanted, ladders)):
+        if contribution not in joint:
+            continue
+        totals: dict[int, float] = {}
+        for units in parts.values():
+            for unit, values in units.items():
+                norm = abs(values[i])
+                totals[unit] = max(totals.get(unit, 0.0), norm) if largest else \
+                    totals.get(unit, 0.0) + norm
+        first = {unit: min(key for key, units in parts.items() if unit in units)
+                 for unit in totals}
+        for key, units in parts.items():
+            beyond, clipped, over = [], [], []
+            for bound in ladder:
+                shrink = sum_shrink(bound)
+                wide = wide_sum(-bound / shrink, bound / shrink)
+                beyond.append(sum(1 for unit in units
+                                  if first[unit] == key and totals[unit] > bound))
+                over.append(sum(1 for unit in units if totals[unit] > bound))
+                if largest:
+                    clipped.append(read_sum(sum(rounded_scaled(min(max(v[i], -bound), bound),
+                                                               wide) for v in units.values())))
+                    continue
+                whole = sum(rounded_scaled(v[i] * (1 / shrink), wide) for unit, v in units.items()
+                            if totals[unit] <= bound)
+                shares = sum(math.trunc(v[i] / totals[unit] * SHARE_SCALE)
+                             for unit, v in units.items() if totals[unit] > bound)
+                clipped.append(float(Fraction(whole, 10**6) * Fraction(shrink)
+                                     + Fraction(bound) * Fraction(shares, SHARE_SCALE)))
+            out.setdefault(key, {})[contribution] = (tuple(beyond), tuple(clipped))
+            scaled.setdefault(key, {})[contribution] = tuple(over)
+    return out, scaled
+
+
+@pytest.mark.parametrize("query,largest", [
+    ("SELECT g, SUM(x) FROM t GROUP BY g", False),
+    ("SELECT g, SUM(x), STDDEV(x), SUM(w) FROM t GROUP BY g", False),
+    ("SELECT g, SUM(x) FROM t GROUP BY g", True),
+    ("SELECT g, SUM(x), VARIANCE(x), SUM(w) FROM t GROUP BY g", True),
+])
+def test_the_buckets_give_the_rungs_clipped_across_groups(engine, query, largest):
+    """Clipped across groups (L1 and L∞), beside contributions clipped per group: the
+    counts beyond are the per-rung statement's exactly, and so are L∞'s clipped sums and
+    every sum clipped per group; L1's clipped sums are the reference's exactly (one
+    share per unit and group, rounded toward 0) and within the proven distance of the
+    per-rung statement's (each unit above B_k rounded at each rung): per unit above,
+    2·10⁻¹²·B_k + 0.5·10⁻⁶·S_k (docs/privacy.md §3.14), and the two doubles' rounding."""
+    plan = analyze(parse_statements(query)[0], parse_rules(RULES), Settings())
+    wanted = laddered(plan)
+    ladders = tuple(rungs(c, plan.table.columns[c.column], 3) for c in wanted)
+    joint = frozenset(c for c in wanted if c.power == 1 and c.origin == 0 and not c.centres)
+    assert joint
+    with engine.view(plan) as view:
+        args = (plan, wanted, ladders, engine.backend.capabilities, None, view.tx.execute,
+                joint, largest)
+        bucketed, per_rung = contribution_ladders(*args), per_rung_ladders(*args)
+    expected, over = _joint_reference(plan, wanted, ladders, joint, largest)
+    assert bucketed.keys() == per_rung.keys() == {("a",), ("b",)}
+    moved = False
+    for key, found in bucketed.items():
+        for contribution, ladder in found.items():
+            other = per_rung[key][contribution]
+            assert ladder.rungs == other.rungs and ladder.beyond == other.beyond
+            if contribution not in joint or largest:
+                assert ladder.clipped == other.clipped, (key, contribution)
+            if contribution not in joint:
+                continue
+            assert (ladder.beyond, ladder.clipped) == expected[key][contribution]
+            for k, (bound, mine, theirs) in enumerate(zip(ladder.rungs, ladder.clipped,
+                                                          other.clipped)):
+                allowed = (over[key][contribution][k] * (2e-12 * bound + 0.5e-6 * sum_shrink(bound))
+                           + 4.5e-16 * max(abs(mine), abs(theirs)))
+                assert abs(mine - theirs) <= allowed, (key, contribution, k, mine, theirs)
+                moved |= mine != theirs
+    assert any(any(ladder.beyond) for found in bucketed.values() for ladder in found.values())
+    assert moved or largest  # the rounding differs somewhere: the bound is exercised
