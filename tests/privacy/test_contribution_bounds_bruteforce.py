@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import operator
 from fractions import Fraction
@@ -195,20 +196,26 @@ def released_joint_ladder_of(records: list[Record], lower: float, upper: float,
     /SHARE_SCALE, its share rounded toward 0 once for every rung; each group's sum
     exact, then one double."""
     sums, totals = _joint_parts(records, lower, upper)
-    rounded = {key: math.floor(value * 10**6 + 0.5) for key, value in sums.items()}
-    shares = {(group, unit): math.trunc(value / totals[unit] * SHARE_SCALE) if totals[unit]
-              else 0 for (group, unit), value in sums.items()}
+    units = sorted(totals, key=totals.get)  # by total: a rung clips a suffix of them
+    order = [totals[unit] for unit in units]
+    at = {unit: i for i, unit in enumerate(units)}
+    whole = [[0] * (len(units) + 1) for _ in range(groups)]  # prefix sums by total
+    share = [[0] * (len(units) + 1) for _ in range(groups)]  # suffix sums by total
+    for (group, unit), value in sums.items():
+        whole[group][at[unit] + 1] += math.floor(value * 10**6 + 0.5)
+        if totals[unit]:
+            share[group][at[unit]] += math.trunc(value / totals[unit] * SHARE_SCALE)
+    for group in range(groups):
+        whole[group] = list(itertools.accumulate(whole[group]))
+        share[group] = list(itertools.accumulate(share[group][::-1]))[::-1]
     numbers = []
     for bound in ladder:
-        numbers.append(sum(1 for total in totals.values() if total > bound))
-        whole, share = [0] * groups, [0] * groups
-        for (group, unit), value in rounded.items():
-            if totals[unit] > bound:
-                share[group] += shares[group, unit]
-            else:
-                whole[group] += value
-        numbers.append(tuple(float(Fraction(w, 10**6) + Fraction(bound) * Fraction(r, SHARE_SCALE))
-                             for w, r in zip(whole, share)))
+        cut = bisect.bisect_right(order, bound)  # units[cut:] lie beyond B_k
+        numbers.append(len(units) - cut)
+        # w/10⁶ + B·r/SHARE_SCALE exactly (B = n/d), then one double: int division rounds
+        n, d = bound.as_integer_ratio()
+        numbers.append(tuple((whole[g][cut] * d * SHARE_SCALE + n * share[g][cut] * 10**6)
+                             / (10**6 * d * SHARE_SCALE) for g in range(groups)))
     return dict(zip(_joint_keys(len(ladder)), numbers))
 
 
