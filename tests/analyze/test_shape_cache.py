@@ -223,7 +223,8 @@ def test_a_message_is_parsed_once_and_a_known_shape_not_at_all(monkeypatch):
     engine = SimpleNamespace(rules=SHAPES_RULES, shapes=ShapeCache(),
                              backend=SimpleNamespace(capabilities=DuckDBBackend.capabilities))
     connection = SimpleNamespace(server=SimpleNamespace(rules=SHAPES_RULES, engine=engine),
-                                 session=checking_session(SHAPES_RULES, engine.shapes))
+                                 session=checking_session(SHAPES_RULES, engine.shapes),
+                                 _zones=lambda statements: None)  # no SET TIME ZONE
     first = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 3")
     assert len(parses) == 1 and first[0][0].route is Route.ENGINE
     again = Connection._read_and_check(connection, "SELECT COUNT(*) FROM people WHERE age > 9")
