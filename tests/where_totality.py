@@ -180,6 +180,11 @@ def term(rng: random.Random) -> str:  # noqa: PLR0911
                            "f IS UNKNOWN"])
     if column in ("d", "at") and form == 5:
         return (f"{column} >= {moment(rng)} AND {column} < {moment(rng)}")
+    if form == 6:  # two columns, of one kind or not; IS DISTINCT FROM; LIKE on any
+        other = rng.choice(["x", "n", "w", "t", "d", "at"])
+        return rng.choice([f"{column} {rng.choice(COMPARE)} {other}",
+                           f"{column} IS {rng.choice(['', 'NOT '])}DISTINCT FROM "
+                           f"{literal(rng, column)}", f"{column} LIKE {rng.choice(PATTERNS)}"])
     return f"{column} {rng.choice(COMPARE)} {literal(rng, column)}"
 
 
