@@ -77,5 +77,9 @@ def _folded(node: exp.Expression) -> exp.Expression | None:
         return result
     if isinstance(result, exp.Cast) and isinstance(result.this, exp.Literal) \
             and result.this.is_string:
+        if result.to.is_type(exp.DataType.Type.DATE) and node.find(exp.Interval):
+            # PostgreSQL's date plus an interval is a timestamp: sqlglot's DATE cast of
+            # '2023-01-01 01:00:00' would drop the hour (d < DATE '…' + INTERVAL '1 hour')
+            return exp.cast(result.this, exp.DataType.Type.TIMESTAMP)
         return result
     return None

@@ -68,7 +68,7 @@ def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     FROM, its row-level steps merged (a new tree; the argument is not changed)."""
     select = select.copy()
     checkpoint()  # each whole-tree pass of a long statement takes a few tenths of a second
-    select = fold_time_constants(fold_constants(select))
+    select = fold_time_constants(fold_constants(select), rules)
     checkpoint()
     if not _has_steps(select):
         return select
@@ -177,13 +177,14 @@ def _first_line(error: Exception) -> str:
     return text.split(". Line:")[0]
 
 
-def fold_time_constants(tree: exp.Expression) -> exp.Expression:
+def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp.Expression:
     """Date and timestamp constants as quoted ISO literals; refuse one that is not a date
     (the backend would fail on it after the query is charged). A date or timestamp cast
     drops a written zone, as PostgreSQL's does; a ``timestamptz`` one ('…Z'::timestamptz,
     as Cube writes it) is a moment, its text without a zone read in the session's zone,
     and is written as that zone's wall clock, which the timestamp columns it is compared
-    with are read in (``time_keys.constant_wall``)."""
+    with are read in (``time_keys.constant_wall``). A timestamp with a time of day
+    compared with a date column of ``rules`` is refused (``_date_compared``)."""
     for node in list(tree.find_all(exp.Cast, exp.StrToTime, exp.TsOrDsToDate)):
         text = node.this
         if not (isinstance(text, exp.Literal) and text.is_string):
@@ -198,9 +199,37 @@ def fold_time_constants(tree: exp.Expression) -> exp.Expression:
             moment = _wall_of_moment(text.name, moment, node.args.get("format"))
         day = isinstance(node, exp.TsOrDsToDate) or (
             isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE))
+        if not day and rules is not None:
+            _date_compared(node, moment, rules)
         node.replace(exp.Literal.string(moment.date().isoformat() if day
                                         else moment.isoformat(" ")))
     return tree
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
+
+
+def _date_compared(node: exp.Expression, wall: dt.datetime, rules: Rules) -> None:
+    """Refuse a timestamp constant (its wall clock ``wall``) compared with a date column
+    where PostgreSQL's answer is not the date's: it reads the date as its midnight (in
+    the session's zone) and compares moments, so ``day >= TIMESTAMP '2024-01-31 08:00'``
+    leaves out the 31st, while the constant, folded to a quoted literal, would be read
+    as a date. An IN list with a timestamp reads its quoted items as timestamps too."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if not isinstance(parent, _COMPARISONS):
+        return
+    columns = [o for o in (parent.this, parent.args.get("expression")) if isinstance(o, exp.Column)]
+    if not any(declared.type == "date" for column in columns for table in rules.tables.values()
+               for name, declared in table.columns.items() if name == column.name):
+        return
+    items = parent.expressions if isinstance(parent, exp.In) else []
+    untyped = [parse_moment(i.name) for i in items if isinstance(i, exp.Literal) and i.is_string]
+    if wall.time() != dt.time() or any(m is None or m.time() != dt.time() for m in untyped):
+        raise NotSupported(f"column {columns[0].name} is a date and PostgreSQL compares it "
+                           f"with the timestamp '{wall.isoformat(' ')}' as its midnight; "
+                           "compare it with a date such as '2024-01-31'")
 
 
 def _wall_of_moment(text: str, wall: dt.datetime, format_: exp.Expression | None

@@ -61,7 +61,7 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                 "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
     _check_literal_types(condition, table)
-    return _merged_exclusions(condition)
+    return _merged_exclusions(_whole_numbers(condition, table))
 
 
 INT4_MAX = 2**31 - 1  # PostgreSQL's substring(text, int, int)
@@ -83,6 +83,76 @@ def _fixed_substring(node: exp.Substring, table: Table, resolve_column) -> bool:
     return all(isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit()
                and int(value.name) <= INT4_MAX for value in (start, length)) \
         and int(start.name) >= 1
+
+
+WHOLE_CAP = 2**64
+_FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
+            exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+
+
+def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
+    """An int column's comparisons with numbers written with a point or an exponent, as
+    the same comparisons with whole numbers (``n >= 0.5`` is ``n >= 1``, ``n = 1.5``
+    never holds: ``n <> n``, NULL for NULL). DuckDB compares an integer with a decimal
+    of scale s as DECIMAL(38, s), and a row beyond 38 − s digits failed after the debit
+    (``n >= 0.0000000000000000000000000000001`` on 2³¹ − 1); a number of more than 38
+    digits it reads as a double, and PostgreSQL compares exactly."""
+    root = exp.Paren(this=condition)  # a parent for a comparison that is the whole condition
+    for node in list(condition.find_all(*_FLIPPED, exp.Between, exp.In)):
+        column = node.this
+        if isinstance(node, (exp.Between, exp.In)):
+            if not _int_column(column, table):
+                continue
+            if isinstance(node, exp.Between):
+                for key, rounded in (("low", math.ceil), ("high", math.floor)):
+                    value = _written(node.args[key])
+                    if value is not None:
+                        node.set(key, _whole(rounded(value)))
+                continue
+            values = [_written(item) for item in node.expressions]
+            kept = [item if value is None else _whole(value)
+                    for item, value in zip(node.expressions, values)
+                    if value is None or value == int(value)]
+            node.set("expressions", kept) if kept else node.replace(exp.NEQ(
+                this=column.copy(), expression=column.copy()))
+            continue
+        kind, value = type(node), _written(node.expression)
+        if isinstance(node.expression, exp.Column):
+            kind, column, value = _FLIPPED[kind], node.expression, _written(node.this)
+        if value is None or not _int_column(column, table):
+            continue
+        column = column.copy()
+        if value == int(value):
+            node.replace(kind(this=column, expression=_whole(value)))
+        elif kind in (exp.EQ, exp.NEQ):  # never equal: n <> n is FALSE, NULL for NULL
+            node.replace((exp.NEQ if kind is exp.EQ else exp.EQ)(this=column,
+                                                                  expression=column.copy()))
+        elif kind in (exp.GT, exp.GTE):
+            node.replace(exp.GTE(this=column, expression=_whole(math.ceil(value))))
+        else:
+            node.replace(exp.LTE(this=column, expression=_whole(math.floor(value))))
+    return root.this
+
+
+def _int_column(node: exp.Expression, table: Table) -> bool:
+    return isinstance(node, exp.Column) and table.columns[node.name].type == "int"
+
+
+def _written(node: exp.Expression) -> Decimal | None:
+    """The value of a number constant written with a point or an exponent, else None."""
+    literal = node.this if isinstance(node, exp.Neg) else node
+    if not isinstance(literal, exp.Literal) or literal.is_string or literal.name.isdigit():
+        return None
+    value = Decimal(literal.name)  # exact (arithmetic would round to 28 digits)
+    return value.copy_negate() if isinstance(node, exp.Neg) else value
+
+
+def _whole(value: Decimal | int) -> exp.Expression:
+    """A whole number as a literal; beyond ±2⁶⁴, which no int column reaches, ±2⁶⁴ (1e308
+    is not written with its 309 digits)."""
+    number = max(-WHOLE_CAP, min(WHOLE_CAP, int(value)))
+    literal = exp.Literal.number(abs(number))
+    return exp.Neg(this=literal) if number < 0 else literal
 
 
 def _merged_exclusions(condition: exp.Expression) -> exp.Expression:
@@ -157,6 +227,27 @@ def beyond_double(text: str) -> bool:
     return math.isinf(as_double) or (as_double == 0 and value != 0)
 
 
+# PostgreSQL's spellings of a boolean (any case, spaces around): a prefix of one of
+# these words, on and off by at least two letters (boolin)
+_BOOLEAN_WORDS = {"true": True, "yes": True, "on": True, "1": True,
+                  "false": False, "no": False, "off": False, "0": False}
+
+
+def _boolean(literal: exp.Literal, column: str) -> exp.Boolean:
+    """A quoted boolean compared with a bool column, as TRUE or FALSE: DuckDB reads
+    fewer spellings than PostgreSQL ('off' failed after the debit); one PostgreSQL
+    refuses, or a number (no operator compares them), is refused here."""
+    if not literal.is_string:
+        raise NotSupported(f"column {column} is bool; compare it with TRUE or FALSE")
+    text = literal.name.strip().lower()
+    meant = {value for word, value in _BOOLEAN_WORDS.items()
+             if text and word.startswith(text) and (len(text) > 1 or word not in ("on", "off"))}
+    if len(meant) != 1:
+        raise Refused(f"invalid input syntax for type boolean: {literal.sql()} (column "
+                      f"{column}); write TRUE or FALSE", "22P02")
+    return exp.Boolean(this=meant.pop())
+
+
 _KINDS = {"int": "number", "float": "number", "date": "time", "timestamp": "time"}
 
 
@@ -169,7 +260,9 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
                                         exp.Between, exp.In)):
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
                     *node.args.get("expressions", [])]
-        columns = [o for o in operands if isinstance(o, exp.Column)]
+        # a substring of a text column is text (check_predicate admits no other)
+        columns = [o.this if isinstance(o, exp.Substring) else o for o in operands
+                   if isinstance(o, exp.Column) or isinstance(o, exp.Substring)]
         literals = [o for o in operands if isinstance(o, exp.Literal)]
         kinds = {_KINDS.get(table.columns[c.name].type, table.columns[c.name].type)
                  for c in columns}
@@ -180,7 +273,10 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
             declared = table.columns[column.name]
             wants_string = declared.type in ("text", "date", "timestamp")
             for literal in literals:
-                if declared.type != "bool" and literal.is_string != wants_string:
+                if declared.type == "bool":
+                    literal.replace(_boolean(literal, column.name))
+                    continue
+                if literal.is_string != wants_string:
                     kind = "a quoted string" if wants_string else "a number"
                     raise NotSupported(f"column {column.name} is {declared.type}; compare it "
                                        f"with {kind}")

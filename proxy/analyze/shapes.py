@@ -96,10 +96,13 @@ def shape_of(tokens: Sequence[Token]) -> Shape:
 
 def _class(token: Token) -> str:
     """What the analysis reads of a literal besides its place: a number (one a double
-    cannot hold is refused: ``check_predicate``), a moment without a time zone, or
-    another string."""
+    cannot hold is refused: ``check_predicate``; one with a point or an exponent is
+    rewritten as a whole number where an int column meets it), a moment without a time
+    zone, or another string."""
     if token.token_type == TokenType.NUMBER:
-        return "beyond a double" if beyond_double(token.text) else "number"
+        if beyond_double(token.text):
+            return "beyond a double"
+        return "number" if token.text.isdigit() else "decimal"
     return "moment" if parse_moment(token.text) is not None else "string"
 
 
