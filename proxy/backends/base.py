@@ -83,6 +83,11 @@ class Capabilities:
     # not a deep top-k of their own (Sail 0.7's top-k took 1.4 s for 9,712 values of
     # 10 M, 0.2 s for 607).
     extremes_in_pass: bool = False
+    # Under GROUP BY the draws' first windows are read from a histogram of each group's
+    # values and the values inside the buckets that hold them (pushdown/window.py,
+    # ``bucketed_windows``), not by a ROW_NUMBER over every row: Sail 0.7 sorted 10 M
+    # rows in 4.6 s for it, 12x its own grouped median.
+    bucketed_ranks: bool = False
 
 
 class Backend(ABC):

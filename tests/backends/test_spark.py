@@ -337,16 +337,19 @@ budget = 100
 [tables.deep.columns]
 x = { type = "float", domain = [0, 100] }
 a = { type = "int", domain = [0, 10] }
+g = { type = "int", keys = [0, 1, 2, 3] }
 """)
 
 
-def test_a_drawn_max_reads_its_windows_in_the_first_pass_on_spark_as_on_duckdb(sail_url,
-                                                                               tmp_path):
+def test_drawn_windows_are_read_on_spark_as_on_duckdb(sail_url, tmp_path):
     """An ungrouped drawn MAX or MIN reads its first windows (thousands of values from
     one end) in the statistics' first pass on Spark too (``extremes_in_pass``: beyond
     a pilot's threshold, checked by a count in the same pass), not in a deep top-k of
-    their own: the same values read, hence the same draws from the same random source,
-    as DuckDB's ``max(v, k)``, ties, NULLs, NaN and values beyond the domain included."""
+    their own; under GROUP BY each group's first windows come from a histogram and the
+    values inside the buckets that hold them (``bucketed_ranks``), not a ROW_NUMBER
+    over every row. The same values read, hence the same draws from the same random
+    source, as DuckDB's list aggregates, ties, NULLs, NaN, values beyond the domain,
+    a NULL key and a key the rules do not list included."""
     from tests.privacy.laws import SeededSource
 
     rng = random.Random(11)
@@ -354,21 +357,26 @@ def test_a_drawn_max_reads_its_windows_in_the_first_pass_on_spark_as_on_duckdb(s
     rows = 30_000
     data = {"x": [rng.choice(special) if rng.random() < 0.01 else round(rng.random() * 100, 2)
                   for _ in range(rows)],
-            "a": [rng.randint(0, 10) for _ in range(rows)]}
-    types = {"x": "DOUBLE PRECISION", "a": "INTEGER"}
+            "a": [rng.randint(0, 10) for _ in range(rows)],
+            "g": [rng.choice([None, 0, 1, 1, 2, 2, 2, 5]) for _ in range(rows)]}
+    types = {"x": "DOUBLE PRECISION", "a": "INTEGER", "g": "INTEGER"}
     duckdb_url = f"duckdb:///{tmp_path / 'deep.duckdb'}"
     load_table(sail_url, "deep", data, types)
     load_table(duckdb_url, "deep", data, types)
     backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
     try:
-        for sql in ("SELECT MAX(x) FROM deep", "SELECT MIN(x) FROM deep WHERE a < 8"):
+        for sql in ("SELECT MAX(x) FROM deep", "SELECT MIN(x) FROM deep WHERE a < 8",
+                    "SELECT g, MEDIAN(x) FROM deep GROUP BY g",
+                    "SELECT g, MAX(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x) FROM deep "
+                    "WHERE a > 2 GROUP BY g"):
             plan = analyze(parse_statements(sql)[0], DEEP_RULES, Settings())
             spark = Engine(DEEP_RULES, backends[0], rng=SeededSource(7), store=backends[1])
             duck = Engine(DEEP_RULES, backends[2], rng=SeededSource(7))
             (_, on_spark, _), (_, on_duckdb, _) = spark.statistics(plan), duck.statistics(plan)
             assert on_spark == on_duckdb, sql
-            assert len(on_spark[()].columns["x"].values) > 1000  # the deep windows, read
-            assert on_spark[()].instance  # and drawn from
+            if "GROUP BY" not in sql:
+                assert len(on_spark[()].columns["x"].values) > 1000  # the deep windows, read
+            assert all(group.instance for group in on_spark.values())  # and drawn from
             spark.ledger.close()
             duck.ledger.close()
     finally:
