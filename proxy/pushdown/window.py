@@ -297,9 +297,10 @@ def bucketed_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     for the window statement, when the domain is not declared, the groups need more
     conditions than ``BRACKET_CONNECTORS``, or the brackets hold more than
     ``2 * GROUPED_VALUES`` values (data where one bucket holds most values)."""
-    if need.lower is None or need.upper is None or not need.lower < need.upper:
-        return None
     keys, value = group_keys(plan), exp.column("c0")
+    if (need.lower is None or need.upper is None or not need.lower < need.upper
+            or len(plan.group_keys()) * (len(keys) + 3) > BRACKET_CONNECTORS):
+        return None
     scope = scope_select(plan, (need,), clip_rows_per_unit)
     width = exp.Literal.number(repr(BUCKETS / (need.upper - need.lower)))
     bucket = exp.Floor(this=exp.Mul(this=exp.paren(exp.Sub(
@@ -336,7 +337,7 @@ def bucketed_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         inside = through - below
         wanted[key] = (ranks, below, inside)
         brackets.append((key, low, high))
-    if (len(brackets) * (len(keys) + 3) > BRACKET_CONNECTORS
+    if (len(brackets) * (len(keys) + 3) > BRACKET_CONNECTORS  # keys beyond those declared
             or sum(inside for _, _, inside in wanted.values()) > 2 * GROUPED_VALUES):
         return None
     if not brackets:

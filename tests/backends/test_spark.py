@@ -355,8 +355,9 @@ def test_drawn_windows_are_read_on_spark_as_on_duckdb(sail_url, tmp_path):
     rng = random.Random(11)
     special = [None, math.nan, math.inf, -math.inf, 150.0, -3.0, 100.0, 0.0]
     rows = 30_000
-    data = {"x": [rng.choice(special) if rng.random() < 0.01 else round(rng.random() * 100, 2)
-                  for _ in range(rows)],
+    draws = [rng.random() for _ in range(rows)]  # a fifth of the values tie at the median
+    data = {"x": [rng.choice(special) if u < 0.01 else 50.0 if u < 0.21
+                  else round(rng.random() * 100, 2) for u in draws],
             "a": [rng.randint(0, 10) for _ in range(rows)],
             "g": [rng.choice([None, 0, 1, 1, 2, 2, 2, 5]) for _ in range(rows)]}
     types = {"x": "DOUBLE PRECISION", "a": "INTEGER", "g": "INTEGER"}
