@@ -22,12 +22,16 @@ the tests). The "DP instance" cases ask under ``SET idp.model = 'dp'; SET
 idp.sensitivity = 'instance'`` (the exponential mechanism, docs/privacy.md §5.3); the
 "clipped" cases are SUM, AVG and STDDEV with their automatic clipping bound (§3.14: the
 statistics include the per-unit contributions against the bound's ladder);
-``--only`` keeps the cases whose name contains a word.
+``--only`` keeps the cases whose name contains a word. ``--off NAME`` turns a
+backend's capability off (a boolean field of proxy.backends.base.Capabilities, e.g.
+``extremes_in_pass``): the "before" of a change a capability gates, in the same
+checkout.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import statistics
 import sys
@@ -183,9 +187,12 @@ def ledger_counts(store) -> dict[str, int]:
 
 
 def run_backend(label: str, url: str, rows: int, repeat: int, only: str | None = None,
-                ledger: str | None = None) -> list[tuple]:
-    """``ledger``: the URL of the store beside a non-transactional backend (Spark)."""
+                ledger: str | None = None, off: tuple[str, ...] = ()) -> list[tuple]:
+    """``ledger``: the URL of the store beside a non-transactional backend (Spark);
+    ``off``: capabilities turned off."""
     backend = open_backend(url)
+    backend.capabilities = dataclasses.replace(backend.capabilities,
+                                               **dict.fromkeys(off, False))
     store = open_backend(ledger) if ledger else backend
     try:
         results = _run(label, backend, store, rows, repeat, only)
@@ -273,6 +280,8 @@ def main() -> None:
     parser.add_argument("--backends", default="duckdb,postgres")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", help="run the cases whose name contains this word")
+    parser.add_argument("--off", action="append", default=[], metavar="CAPABILITY",
+                        help="a backend capability turned off, e.g. extremes_in_pass (repeatable)")
     parser.add_argument("--pg", action="append", default=[], metavar="NAME=VALUE",
                         help="a setting of the throwaway PostgreSQL, e.g. jit=off (repeatable)")
     args = parser.parse_args()
@@ -283,17 +292,20 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             if name == "duckdb":
                 results += run_backend(name, f"duckdb:///{folder}/bench.duckdb", args.rows,
-                                       args.repeat, args.only)
+                                       args.repeat, args.only, off=tuple(args.off))
             elif name == "postgres":
                 with throwaway_postgres(pg_settings) as url:
-                    results += run_backend(name, url, args.rows, args.repeat, args.only)
+                    results += run_backend(name, url, args.rows, args.repeat, args.only,
+                                           off=tuple(args.off))
             elif name in ("sail", "spark"):
                 server = (throwaway_sail(Path(folder) / name) if name == "sail" else
                           throwaway_spark(Path(folder) / name, "4g", quick=False))
                 with server as url:
                     results += run_backend(name, url, args.rows, args.repeat, args.only,
-                                           ledger=f"duckdb:///{folder}/ledger.duckdb")
-    print(f"\n{args.rows:,} rows, median of {args.repeat} runs\n")
+                                           ledger=f"duckdb:///{folder}/ledger.duckdb",
+                                           off=tuple(args.off))
+    print(f"\n{args.rows:,} rows, median of {args.repeat} runs"
+          + (f"; off: {', '.join(args.off)}" if args.off else "") + "\n")
     print("plain: the aggregate alone on the backend; statistics: the pushed-down statistics\n"
           "(incl. the per-unit bound check) in one snapshot; idp-proxy: a fresh answer, all an\n"
           "analyst waits for (analysis, cache lookup, durable ledger debit, statistics, noise,\n"

@@ -26,7 +26,7 @@ from sqlglot import exp
 from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
-from proxy.backends.base import Backend, GroupedRanks, Transaction, still_current
+from proxy.backends.base import Backend, Transaction, still_current
 from proxy.errors import (
     BackendFailed,
     BackendUnavailable,
@@ -457,7 +457,7 @@ class Engine:
         def needs(shift: int):
             found = column_needs(plan, shift, counted)
             if (plan.mechanism.exponential and not plan.group_by
-                    and capabilities.grouped_ranks is GroupedRanks.LISTS):
+                    and capabilities.extremes_in_pass):
                 return with_window_extremes(found, first_windows(plan, shift, ALL_ROWS))
             return found
 

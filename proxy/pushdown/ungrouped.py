@@ -120,13 +120,18 @@ def first_pass(
         for anchor in (TOP, BOTTOM):
             if (index, anchor) in (thresholds or {}) and not whole_table:
                 refs = extreme_refs(need, anchor)
-                threshold, deepest = thresholds[index, anchor], max(r.offset for r in refs)
+                (threshold, checked), deepest = thresholds[index, anchor], max(r.offset for r in refs)
                 raw = (None if projected or isinstance(plan.table.columns.get(need.column),
                                                        DerivedColumn)
                        else exp.column(need.column, quoted=True))
+                reached = {}  # a checked threshold's count of the values at or beyond it
+                if checked:
+                    items.append(_beyond(column, threshold, deepest + 1, anchor, raw, True))
+                    readers.append(lambda value, r=reached: r.setdefault("n", int(value or 0)))
                 items.append(_beyond(column, threshold, deepest + 1, anchor, raw))
-                readers.append(lambda value, n=need, s=stats, r=refs, t=threshold, k=deepest + 1:
-                               fill_extremes(n, s, r, _with_ties(value, t, k)))
+                readers.append(lambda value, n=need, s=stats, r=refs, t=threshold,
+                               k=deepest + 1, reached=reached:
+                               _fill_checked(n, s, r, value, t, k, reached.get("n", k)))
             elif listed and (refs := extreme_refs(need, anchor)):
                 kind = exp.Max if anchor == TOP else exp.Min
                 items.append(kind(this=column.copy(), expression=exp.Literal.number(
@@ -198,34 +203,49 @@ def _first_pass_work(need: ColumnNeeds) -> bool:
 
 
 def _pilot_thresholds(plan: QueryPlan, needs, dialect: str, execute: Execute
-                      ) -> dict[tuple[int, str], float]:
-    """For each column and end whose extremes can ride in the first pass: the k-th
-    largest (TOP) or smallest (BOTTOM) value of a block sample of the scope (the
-    pilot, ``PILOT_PERCENT``), k the number of extremes wanted. The sample's values are
-    some of the scope's (the same snapshot, the same WHERE; not under DP clipping,
-    which this is never used with), so the scope's k largest values are all ≥ the
-    sample's k-th largest: whatever the sample, the values beyond the threshold and
-    the threshold itself give the scope's k largest exactly (``_beyond``,
-    ``_with_ties``). An end whose sample holds fewer than k values gets no threshold
-    (its extremes come from the top-k scan)."""
+                      ) -> dict[tuple[int, str], tuple[float, bool]]:
+    """For each column and end whose extremes can ride in the first pass: a threshold
+    (and whether it must be checked), the r-th largest (TOP) or smallest (BOTTOM) value
+    of a block sample of the scope (the pilot, ``PILOT_PERCENT``), k the number of
+    extremes wanted. The sample's values are some of the scope's (the same snapshot, the
+    same WHERE; not under DP clipping, which this is never used with), so with r = k the
+    scope's k largest values are all ≥ the sample's k-th largest: whatever the sample,
+    the values beyond the threshold and the threshold itself give the scope's k largest
+    exactly (``_beyond``, ``_with_ties``). Where k is deep (a drawn MAX's first windows,
+    ``extremes_in_pass``) that threshold would list a hundred times k values, so r is
+    the sample's expected share of k, ``BRACKET_SIGMAS`` standard errors further in
+    (``_sample_rank``): the first pass then also counts the values at or beyond it, and
+    they are used only when at least k are (else the top-k scan reads them): exact
+    whatever the sample. An end whose sample holds fewer than r values gets no
+    threshold (its extremes come from the top-k scan)."""
     sampled = scope_select(plan, needs, None, sample_percent=PILOT_PERCENT)
-    wanted = [(index, anchor, max(r.offset for r in refs) + 1)
+    wanted = [(index, anchor, _sample_rank(max(r.offset for r in refs) + 1))
               for index, need in enumerate(needs) if _first_pass_work(need)
               for anchor in (TOP, BOTTOM) if (refs := extreme_refs(need, anchor))]
     if not wanted:
         return {}
-    row = execute(exp.select(*[_extremes(exp.column(f"c{index}"), k, anchor, sampled)
-                               for index, anchor, k in wanted]).sql(dialect=dialect, copy=False))[0]
+    row = execute(exp.select(*[_extremes(exp.column(f"c{index}"), rank, anchor, sampled)
+                               for index, anchor, (rank, _) in wanted])
+                  .sql(dialect=dialect, copy=False))[0]
     thresholds = {}
-    for (index, anchor, k), values in zip(wanted, row):
+    for (index, anchor, (rank, checked)), values in zip(wanted, row):
         values = [value for value in values or () if value is not None]
-        if len(values) >= k:
-            thresholds[index, anchor] = float(values[k - 1])
+        if len(values) >= rank:
+            thresholds[index, anchor] = (float(values[rank - 1]), checked)
     return thresholds
 
 
+def _sample_rank(k: int) -> tuple[int, bool]:
+    """The pilot's rank whose value likely has k of the scope's values at or beyond it,
+    and whether that must be checked (it is fewer than k): the sample holds about
+    ``PILOT_PERCENT`` % of them, widened by ``BRACKET_SIGMAS`` standard errors."""
+    share = k * PILOT_PERCENT / 100
+    rank = math.ceil(share + BRACKET_SIGMAS * math.sqrt(share)) + 1
+    return (rank, True) if rank < k else (k, False)
+
+
 def _beyond(column: exp.Expression, threshold: float, k: int, anchor: str,
-            raw: exp.Expression | None = None) -> exp.Expression:
+            raw: exp.Expression | None = None, counted: bool = False) -> exp.Expression:
     """The (at most) k most extreme values strictly beyond the threshold, most extreme
     first, as an aggregate of the first pass: ``(ARRAY_AGG(v ORDER BY v DESC) FILTER
     (WHERE v > t))[1:k]`` (ascending and ``<`` for BOTTOM). Only the few values beyond
@@ -237,19 +257,37 @@ def _beyond(column: exp.Expression, threshold: float, k: int, anchor: str,
     normalising CASE runs only for the few rows near the end. It only narrows: the
     normalised value v lies in [L, U] and so does t (a normalised value), and v > t
     implies raw > t (v = raw in range; raw > U ≥ v > t above it; below, v = L ≤ t fails);
-    the literal's margin (10⁻⁹ relative) covers any rounding of a decimal literal."""
+    the literal's margin (10⁻⁹ relative) covers any rounding of a decimal literal.
+
+    ``counted``: instead, the number of values at or beyond the threshold (``v >= t``;
+    the raw test may drop a value equal to a threshold at the domain's other end, so
+    it can only count fewer: the check it serves stays safe)."""
     descending = anchor == TOP
     bound = exp.cast(exp.Literal.string(repr(threshold)), DOUBLE)
-    beyond = column.copy() > bound if descending else column.copy() < bound
+    if counted:
+        beyond = column.copy() >= bound if descending else column.copy() <= bound
+    else:
+        beyond = column.copy() > bound if descending else column.copy() < bound
     if raw is not None:
         margin = abs(threshold) * 1e-9 + 1e-9
         loose = literal(threshold - margin if descending else threshold + margin)
         beyond = exp.and_(raw.copy() > loose if descending else raw.copy() < loose, beyond)
+    if counted:
+        return exp.CountIf(this=beyond)
     in_order = exp.Order(this=column.copy(),
                          expressions=[exp.Ordered(this=column.copy(), desc=descending)])
     listed = exp.Filter(this=exp.ArrayAgg(this=in_order), expression=exp.Where(this=beyond))
     return exp.Bracket(this=exp.paren(listed), expressions=[
         exp.Slice(this=exp.Literal.number(1), expression=exp.Literal.number(k))])
+
+
+def _fill_checked(need: ColumnNeeds, stats: ColumnStats, refs, values, threshold: float,
+                  k: int, reached: int) -> None:
+    """The k extremes from the values beyond a threshold with ``reached`` values (at
+    least) at or beyond it: used when that is k or more, or every one of the column's n
+    (read before, in the same pass); else left for the top-k scan (``remaining_passes``)."""
+    if reached >= k or reached == stats.n:
+        fill_extremes(need, stats, refs, _with_ties(values, threshold, min(k, reached)))
 
 
 def _with_ties(values, threshold: float, k: int) -> list:

@@ -20,6 +20,7 @@ from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
 from proxy.pushdown.scope import Execute, group_keys, is_group, scope_select
 from proxy.pushdown.ungrouped import quantiles
+from proxy.pushdown.values import literal
 from proxy.statistics import BOTTOM, PCT, TOP, ColumnNeeds, ColumnStats, Fetch, RankRef
 from proxy.vocabulary import QueryPlan
 
@@ -258,6 +259,9 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
         groups = grouped_list_statistics(plan, (ranked,), clip_rows_per_unit, execute)
         if groups is not None:
             return {key: by_rank(group.columns[need.column]) for key, group in groups.items()}
+    if capabilities.bucketed_ranks and (found := bucketed_windows(
+            plan, need, capabilities.dialect, clip_rows_per_unit, execute, spans)) is not None:
+        return found
     keys = group_keys(plan)
     ranked = numbered(exp.column("c0"), keys,
                       scope_select(plan, (need,), clip_rows_per_unit).subquery("s", copy=False))
@@ -269,6 +273,98 @@ def grouped_windows(plan: QueryPlan, need: ColumnNeeds, capabilities: Capabiliti
     found: dict[tuple, dict[int, float]] = {}
     for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):
         found.setdefault(tuple(row[:len(keys)]), {})[int(row[-1])] = need.clamp_to_domain(row[-2])
+    return found
+
+
+# Buckets of the declared domain per group in ``bucketed_windows``' histogram, and the
+# most conditions (key tests and brackets) its second statement may hold
+BUCKETS = 1024
+BRACKET_CONNECTORS = 192
+
+
+def bucketed_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
+                     clip_rows_per_unit: int | None, execute: Execute,
+                     spans: list[tuple[RankRef, int]]) -> dict[tuple, dict[int, float]] | None:
+    """``grouped_windows`` without ranking every row (``Capabilities.bucketed_ranks``:
+    Sail sorted 10 M rows for a ROW_NUMBER in 4.6 s, 12x its grouped median): a
+    histogram of each group's values over ``BUCKETS`` equal parts of the declared
+    domain (their counts, least and greatest values), then, for each group, the
+    distinct values and their multiplicities between the least value of the bucket
+    holding its first wanted rank and the greatest of the one holding its last; ranks
+    are laid out here from the count below. Exact whatever the data: a bucket's index
+    never falls as the value grows, so the values of earlier buckets are all below the
+    bracket (checked: the values read must be as many as the histogram counts). None,
+    for the window statement, when the domain is not declared, the groups need more
+    conditions than ``BRACKET_CONNECTORS``, or the brackets hold more than
+    ``2 * GROUPED_VALUES`` values (data where one bucket holds most values)."""
+    keys, value = group_keys(plan), exp.column("c0")
+    if (need.lower is None or need.upper is None or not need.lower < need.upper
+            or len(plan.group_keys()) * (len(keys) + 3) > BRACKET_CONNECTORS):
+        return None
+    scope = scope_select(plan, (need,), clip_rows_per_unit)
+    width = exp.Literal.number(repr(BUCKETS / (need.upper - need.lower)))
+    bucket = exp.Floor(this=exp.Mul(this=exp.paren(exp.Sub(
+        this=value.copy(), expression=literal(float(need.lower)))), expression=width))
+    histogram = (exp.select(*keys, exp.alias_(bucket, "b"), exp.Count(this=exp.Star()),
+                            exp.Min(this=value.copy()), exp.Max(this=value.copy()))
+                 .from_(scope.subquery("s"), copy=False)
+                 .where(value.is_(exp.null()).not_(), copy=False)
+                 .group_by(*keys, bucket.copy(), copy=False))
+    by_group: dict[tuple, list[tuple[float, int, float, float]]] = {}
+    for row in execute(histogram.sql(dialect=dialect, copy=False)):
+        by_group.setdefault(tuple(row[:len(keys)]), []).append(
+            (float(row[-4]), int(row[-3]), float(row[-2]), float(row[-1])))
+    wanted, brackets = {}, []
+    for key, buckets in by_group.items():
+        buckets.sort()
+        n = sum(count for _, count, _, _ in buckets)
+        ranks = set()
+        for target, reach in spans:
+            at = max(1, min(n, target.rank(n)))
+            ranks.update(range(max(1, at - reach), min(n, at + reach) + 1))
+        first, last, below, through = min(ranks), max(ranks), 0, 0
+        low = high = None
+        for _, count, least, greatest in buckets:
+            if through + count < first:
+                below += count
+            elif low is None:
+                low = least
+            if through < last:
+                high = greatest
+            through += count
+            if through >= last and low is not None:
+                break
+        inside = through - below
+        wanted[key] = (ranks, below, inside)
+        brackets.append((key, low, high))
+    if (len(brackets) * (len(keys) + 3) > BRACKET_CONNECTORS  # keys beyond those declared
+            or sum(inside for _, _, inside in wanted.values()) > 2 * GROUPED_VALUES):
+        return None
+    if not brackets:
+        return {}
+    # every bracket's range first: a plain comparison that leaves the per-group tests few rows
+    within = exp.and_(value.between(literal(min(low for _, low, _ in brackets)),
+                                    literal(max(high for _, _, high in brackets))),
+                      exp.paren(exp.or_(*[exp.and_(is_group(key), value.between(
+                          literal(low), literal(high))) for key, low, high in brackets])))
+    counted = (exp.select(*keys, exp.alias_(value.copy(), "v"), exp.Count(this=exp.Star()))
+               .from_(scope.subquery("s"), copy=False).where(within, copy=False)
+               .group_by(*keys, value.copy(), copy=False))
+    values: dict[tuple, list[tuple[float, int]]] = {}
+    for row in execute(counted.sql(dialect=dialect, copy=False)):
+        values.setdefault(tuple(row[:len(keys)]), []).append((row[-2], int(row[-1])))
+    found: dict[tuple, dict[int, float]] = {}
+    for key, (ranks, below, inside) in wanted.items():
+        listed = sorted(values.get(key, []))
+        if sum(count for _, count in listed) != inside:
+            return None  # not the histogram's bracket: the window statement reads them
+        rank, at = below, {}
+        for v, count in listed:
+            for r in range(rank + 1, rank + count + 1):
+                if r in ranks:
+                    at[r] = need.clamp_to_domain(v)
+            rank += count
+        found[key] = at
     return found
 
 

@@ -5,7 +5,9 @@ the same statistics as DuckDB on the same rows, every percentile computed exactl
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import shutil
 import subprocess
 import time
@@ -18,6 +20,7 @@ from sqlglot.errors import UnsupportedError
 
 from proxy.admin import Analyst
 from proxy.analyze import analyze, parse_statements
+from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.backends.spark_dialect import DIALECT
 from proxy.cli import LEDGER_NOT_SPARK, LEDGER_ONLY_SPARK, SPARK_NEEDS_LEDGER
@@ -33,6 +36,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests import forked_cli
 from tests.contract import APPROXIMATE, CONTRACT, RULES
+from tests.databases import load_table
 from tests.wireserver import admin, running_proxy
 
 
@@ -109,12 +113,14 @@ def test_ordered_lists_and_slices_read_the_same_on_spark(engines):
     sqlglot's Spark would render unordered: the same values as DuckDB."""
     x = exp.column("x")
     items = [_beyond(x, 50.0, 3, "top"), _beyond(x, 50.0, 2, "bottom", raw=exp.column("x")),
-             _extremes(x, 3, "bottom", exp.select("x").from_("t"))]
+             _extremes(x, 3, "bottom", exp.select("x").from_("t")),
+             _beyond(x, 50.0, 3, "top", raw=exp.column("x"), counted=True)]
     statement = exp.select(*items).from_("t").where("x = x")  # NaN = NaN is true in both
     answers = [engine.backend.query(statement.sql(dialect=engine.backend.dialect))
                for engine in engines]
     assert answers[0] == answers[1]
-    assert [len(values) for values in answers[0][0]] == [3, 2, 3]
+    assert [len(values) for values in answers[0][0][:3]] == [3, 2, 3]
+    assert answers[0][0][3] >= 3  # the values at or beyond 50, the check of a deep read
 
 
 def test_the_ledger_refuses_a_spark_backend(engines):
@@ -320,3 +326,60 @@ def test_exists_over_a_table_of_the_same_unit_is_computed_on_sail(engines, sail_
             assert on_spark[:2] == on_duckdb[:2] and on_duckdb[1]
     finally:
         duck.close()
+
+
+DEEP_RULES = parse_rules("""
+[defaults]
+epsilon_per_query = 0.1
+[analysts.ann]
+budget = 100
+[tables.deep]
+[tables.deep.columns]
+x = { type = "float", domain = [0, 100] }
+a = { type = "int", domain = [0, 10] }
+g = { type = "int", keys = [0, 1, 2, 3] }
+""")
+
+
+def test_drawn_windows_are_read_on_spark_as_on_duckdb(sail_url, tmp_path):
+    """An ungrouped drawn MAX or MIN reads its first windows (thousands of values from
+    one end) in the statistics' first pass on Spark too (``extremes_in_pass``: beyond
+    a pilot's threshold, checked by a count in the same pass), not in a deep top-k of
+    their own; under GROUP BY each group's first windows come from a histogram and the
+    values inside the buckets that hold them (``bucketed_ranks``), not a ROW_NUMBER
+    over every row. The same values read, hence the same draws from the same random
+    source, as DuckDB's list aggregates, ties, NULLs, NaN, values beyond the domain,
+    a NULL key and a key the rules do not list included."""
+    from tests.privacy.laws import SeededSource
+
+    rng = random.Random(11)
+    special = [None, math.nan, math.inf, -math.inf, 150.0, -3.0, 100.0, 0.0]
+    rows = 30_000
+    draws = [rng.random() for _ in range(rows)]  # a fifth of the values tie at the median
+    data = {"x": [rng.choice(special) if u < 0.01 else 50.0 if u < 0.21
+                  else round(rng.random() * 100, 2) for u in draws],
+            "a": [rng.randint(0, 10) for _ in range(rows)],
+            "g": [rng.choice([None, 0, 1, 1, 2, 2, 2, 5]) for _ in range(rows)]}
+    types = {"x": "DOUBLE PRECISION", "a": "INTEGER", "g": "INTEGER"}
+    duckdb_url = f"duckdb:///{tmp_path / 'deep.duckdb'}"
+    load_table(sail_url, "deep", data, types)
+    load_table(duckdb_url, "deep", data, types)
+    backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
+    try:
+        for sql in ("SELECT MAX(x) FROM deep", "SELECT MIN(x) FROM deep WHERE a < 8",
+                    "SELECT g, MEDIAN(x) FROM deep GROUP BY g",
+                    "SELECT g, MAX(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x) FROM deep "
+                    "WHERE a > 2 GROUP BY g"):
+            plan = analyze(parse_statements(sql)[0], DEEP_RULES, Settings())
+            spark = Engine(DEEP_RULES, backends[0], rng=SeededSource(7), store=backends[1])
+            duck = Engine(DEEP_RULES, backends[2], rng=SeededSource(7))
+            (_, on_spark, _), (_, on_duckdb, _) = spark.statistics(plan), duck.statistics(plan)
+            assert on_spark == on_duckdb, sql
+            if "GROUP BY" not in sql:
+                assert len(on_spark[()].columns["x"].values) > 1000  # the deep windows, read
+            assert all(group.instance for group in on_spark.values())  # and drawn from
+            spark.ledger.close()
+            duck.ledger.close()
+    finally:
+        for backend in backends:
+            backend.close()

@@ -450,13 +450,18 @@ def test_sums_at_the_largest_values_do_not_overflow(backend_url, sql):
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("checked", [False, True], ids=["kth", "checked"])
 @pytest.mark.parametrize("seed", range(3))
-def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeypatch, seed):
+def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeypatch, seed,
+                                                           checked):
     """SUM's extremes come from the first pass, beyond a threshold from the pilot
     (proxy.pushdown.ungrouped._pilot_thresholds): any sample of the scope gives the
     exact ranks 1–3 and n−2..n, ties at the threshold and at the domain's ends included.
     The pilot is replaced here by the k-th value of a random subset of the scope (what
-    a block sample can be), and no top-k scan runs."""
+    a block sample can be), and no top-k scan runs. A checked threshold (a deep
+    window's, nearer the end than the k-th: ``_sample_rank``) is any value of the
+    subset: the first pass counts the values at or beyond it, and where fewer than k
+    are, the top-k scan reads them; exact either way."""
     from proxy.pushdown import ungrouped
 
     rng = random.Random(seed)
@@ -469,6 +474,7 @@ def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeyp
     ys = sorted(float(min(max(y, -50), 50)) for y in data["y"] if y is not None)
     xs = sorted(min(max(x, 0.0), 100.0) for x in data["x"] if x is not None and not math.isnan(x))
     values = {"y": ys, "x": xs}
+    short = []  # checked thresholds with fewer than k values at or beyond them
 
     def pilot(plan, needs, dialect, execute):
         thresholds = {}
@@ -477,13 +483,27 @@ def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeyp
             sample = sample if len(sample) >= 3 else values[need.column]
             for anchor, ordered in ((TOP, sorted(sample, reverse=True)), (BOTTOM, sorted(sample))):
                 k = max(r.offset for r in need.ranks if r.anchor == anchor) + 1
-                if len(ordered) >= k:
-                    thresholds[index, anchor] = ordered[rng.randrange(k - 1, len(ordered))
-                                                        if rng.random() < 0.3 else k - 1]
+                if checked:
+                    t = rng.choice(ordered)
+                    thresholds[index, anchor] = (t, True)
+                    reached = [v for v in values[need.column] if (v >= t if anchor == TOP
+                                                                  else v <= t)]
+                    short.extend([1] if len(reached) < k else [])
+                elif len(ordered) >= k:
+                    thresholds[index, anchor] = (ordered[rng.randrange(k - 1, len(ordered))
+                                                         if rng.random() < 0.3 else k - 1],
+                                                 False)
         return thresholds
 
+    scans = []
+
+    def extremes(*args):
+        scans.append(args)
+        return real_extremes(*args)
+
+    real_extremes = ungrouped._extremes
     monkeypatch.setattr(ungrouped, "_pilot_thresholds", pilot)
-    monkeypatch.setattr(ungrouped, "_extremes", _must_not_run)
+    monkeypatch.setattr(ungrouped, "_extremes", extremes)
     plan, shift, groups = _statistics(backend_url, "SELECT SUM(y), AVG(x) FROM t")
     assert shift == 1
     for need in column_needs(plan, shift):
@@ -491,3 +511,16 @@ def test_extremes_ride_in_the_first_pass_whatever_the_pilot(backend_url, monkeyp
         stats = groups[()].columns[need.column]
         assert stats.values == order_values(values[need.column], need.ranks)
         assert stats.total == pytest.approx(sum(values[need.column]))
+    assert bool(scans) >= bool(short)  # a short threshold's extremes: the top-k scan
+    if not checked:
+        assert not scans
+
+
+def test_a_deep_extreme_is_checked_against_the_pilot_and_a_shallow_one_is_not():
+    """The pilot's rank for k extremes: the k-th for a few (exact whatever the sample),
+    about 1 % of k plus six standard errors, checked in the first pass, for many."""
+    from proxy.pushdown.ungrouped import _sample_rank
+
+    assert [_sample_rank(k) for k in (1, 2, 3)] == [(1, False), (2, False), (3, False)]
+    rank, checked = _sample_rank(9712)
+    assert checked and 97 < rank < 97 + 7 * math.sqrt(97) + 2
