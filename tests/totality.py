@@ -353,6 +353,23 @@ class Outcome:
         self.failures += other.failures
 
 
+def analysed(sql: str, rules, settings: Settings, label: str, outcome: Outcome,
+             refused: type[Exception] = NotSupported):
+    """``sql``'s plan as a session checks it before any debit (admitted, counted), or
+    None: ``refused`` (counted), or a crash of the analysis (a finding, under ``label``)."""
+    try:
+        plan = analyze(parse_statements(sql)[0], rules, settings)
+        refuse_unanswerable(plan)
+    except refused:
+        outcome.refused += 1
+        return None
+    except Exception as exc:  # noqa: BLE001 -- an analysis that crashes is a finding
+        outcome.failures.append(("analysis", label, f"{type(exc).__name__}: {exc}"))
+        return None
+    outcome.admitted += 1
+    return plan
+
+
 def check(text: str, table_rows: list[dict], engine, dialect: str,
           close: float = 1e-9, paired: bool = False) -> Outcome:
     """Analyse ``SUM(text), MAX, MIN, MEDIAN, COUNT`` over the adversarial table and, when
@@ -360,16 +377,9 @@ def check(text: str, table_rows: list[dict], engine, dialect: str,
     ``paired``, CORR's: ``check_paired``)."""
     outcome = Outcome()
     sql = "SELECT " + ", ".join(f"{a}({text})" for a in AGGREGATES) + f" FROM {TABLE}"
-    try:
-        plan = analyze(parse_statements(sql)[0], RULES, Settings())
-        refuse_unanswerable(plan)  # as the session does before any debit
-    except NotSupported:
-        outcome.refused += 1
+    plan = analysed(sql, RULES, Settings(), text, outcome)
+    if plan is None:
         return outcome
-    except Exception as exc:  # noqa: BLE001 -- an analysis that crashes is a finding
-        outcome.failures.append(("analysis", text, f"{type(exc).__name__}: {exc}"))
-        return outcome
-    outcome.admitted += 1
     column = plan.table.columns[plan.aggregates[0].column]
     if not isinstance(column, DerivedColumn):  # a constant's aggregate reads no value
         return outcome

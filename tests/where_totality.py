@@ -29,9 +29,7 @@ import random
 
 import psycopg
 
-from proxy.analyze import analyze, parse_statements
 from proxy.errors import ProxyError, Refused
-from proxy.privacy import refuse_unanswerable
 from proxy.pushdown.scope import scope_select
 from proxy.rules import parse_rules
 from proxy.settings import Settings
@@ -233,16 +231,9 @@ def check(sql: str, where: str, engine, truth, zone: str, groups_sql: str | None
     for a time bucket, its groups (``groups_sql``)."""
     outcome = totality.Outcome()
     label = f"[{zone}] {sql}"
-    try:
-        plan = analyze(parse_statements(sql)[0], RULES, Settings(time_zone=zone))
-        refuse_unanswerable(plan)
-    except Refused:
-        outcome.refused += 1
+    plan = totality.analysed(sql, RULES, Settings(time_zone=zone), label, outcome, Refused)
+    if plan is None:
         return outcome
-    except Exception as exc:  # noqa: BLE001 -- an analysis that crashes is a finding
-        outcome.failures.append(("analysis", label, f"{type(exc).__name__}: {exc}"))
-        return outcome
-    outcome.admitted += 1
     expected = truth(f"SELECT id FROM {TABLE} WHERE {where}", zone)
     if isinstance(expected, Exception):
         outcome.failures.append(("invalid", label, f"PostgreSQL fails: {expected}"))
