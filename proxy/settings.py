@@ -30,6 +30,7 @@ SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
 FITS = {"idp": ("instance", "piecewise"), "dp": ("instance", "piecewise", "global", "smooth")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
+_TIME_ZONE = re.compile(r"(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(\S+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,9 @@ def session_command(statement: exp.Expression) -> SessionCommand | None:
         word = statement.this.upper()
         rest = statement.expression
         rest = rest.name if isinstance(rest, exp.Expression) else str(rest or "")
+        zone = _TIME_ZONE.fullmatch(rest.strip()) if word == "SET" else None
+        if zone is not None:  # SET TIME ZONE 'Europe/Berlin' (the SQL standard's form)
+            return SessionCommand("timezone", zone.group(1).strip("'\""))
         if word == "SET":
             raise ReadOnly(f"SET {rest.split()[0] if rest else ''} is not allowed through the "
                            "proxy; only session settings such as SET idp.epsilon = 0.1")
