@@ -49,7 +49,7 @@ from sqlglot import exp
 
 from proxy.analyze.key_restriction import conjuncts, restricted
 from proxy.analyze.number_keys import number_term, numeric_column
-from proxy.analyze.predicate import check_predicate
+from proxy.analyze.predicate import FLIPPED, check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,
@@ -443,7 +443,7 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
             kind = type(term)
             if isinstance(literal, exp.Column) and not isinstance(subject, exp.Column):
                 subject, literal = literal, subject
-                kind = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}[kind]
+                kind = FLIPPED[kind]
             bounds = [(kind, literal)]
         else:
             continue

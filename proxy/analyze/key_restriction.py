@@ -34,7 +34,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.predicate import beyond_double
+from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
 from proxy.rules import Table, parse_moment
 from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
@@ -274,8 +274,7 @@ def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
         operator, subject, other = type(node), node.this.unnest(), node.expression
         if not isinstance(subject, exp.Column):
             subject, other = other.unnest(), subject
-            operator = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT,
-                        exp.LTE: exp.GTE}.get(operator, operator)
+            operator = FLIPPED[operator]
         if not isinstance(subject, exp.Column):
             raise _Unknown
         if isinstance(other.unnest(), exp.Null):

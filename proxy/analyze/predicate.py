@@ -86,8 +86,9 @@ def _fixed_substring(node: exp.Substring, table: Table, resolve_column) -> bool:
 
 
 WHOLE_CAP = 2**64
-_FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
-            exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+# a comparison with its operands swapped (``5 < n`` is ``n > 5``)
+FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
+           exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
 
 def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
@@ -98,7 +99,7 @@ def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
     (``n >= 0.0000000000000000000000000000001`` on 2³¹ − 1); a number of more than 38
     digits it reads as a double, and PostgreSQL compares exactly."""
     root = exp.Paren(this=condition)  # a parent for a comparison that is the whole condition
-    for node in list(condition.find_all(*_FLIPPED, exp.Between, exp.In)):
+    for node in list(condition.find_all(*FLIPPED, exp.Between, exp.In)):
         column = node.this
         if isinstance(node, (exp.Between, exp.In)):
             if not _int_column(column, table):
@@ -118,7 +119,7 @@ def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
             continue
         kind, value = type(node), _written(node.expression)
         if isinstance(node.expression, exp.Column):
-            kind, column, value = _FLIPPED[kind], node.expression, _written(node.this)
+            kind, column, value = FLIPPED[kind], node.expression, _written(node.this)
         if value is None or not _int_column(column, table):
             continue
         column = column.copy()
