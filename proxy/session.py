@@ -524,7 +524,7 @@ class Session:
         if name == "idp.sensitivity":
             return self.settings.sensitivity or default_sensitivity(
                 self.settings.model or rules.defaults.model, rules)
-        if name in ("timezone", "time zone"):
+        if name == "timezone":
             return self.settings.time_zone
         return dict(self.settings.other).get(name, "")
 

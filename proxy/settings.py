@@ -181,7 +181,7 @@ def apply_command(settings: Settings, command: SessionCommand) -> Settings:
         return replace(settings, prior=None if value is None else _prior(value))
     if name == "idp.noise":
         return replace(settings, noise=None if value is None else _choice(name, value, NOISES))
-    if name in ("timezone", "time zone"):
+    if name == "timezone":
         return replace(settings, time_zone=UTC if value is None else session_zone(value))
     if name.startswith("idp."):
         raise BadSetting(f"unknown setting {name}; the idp settings are idp.epsilon, "
