@@ -451,7 +451,8 @@ def _joint_ladder(ladder: Ladder, tally: _Tally, l1: bool) -> Ladder:
     for bound, (form, _, _, _, _, counted, shares, whole) in zip(
             ladder.rungs, _by_rung(ladder.rungs, tally)):
         beyond.append(counted)
-        clipped.append(_read(whole) * form[1] if not shares else float(
-            Fraction(whole, SUM_SCALE) * Fraction(form[1])
-            + Fraction(bound) * Fraction(shares, SHARE_SCALE)))
+        if l1:  # L∞'s clipped sums are the per-group ladder's
+            clipped.append(_read(whole) * form[1] if not shares else float(
+                Fraction(whole, SUM_SCALE) * Fraction(form[1])
+                + Fraction(bound) * Fraction(shares, SHARE_SCALE)))
     return Ladder(ladder.rungs, tuple(beyond), tuple(clipped) if l1 else ladder.clipped)
