@@ -95,7 +95,6 @@ from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan
 T = TypeVar("T")
 ANSWERS_KEPT = 10_000  # cached answers kept in memory too (the least recently used go)
 READS_KEPT = 4_096  # keys of ``PerVersion`` memos kept (the least recently used go)
-KEYS_KEPT = 4096  # answer cache keys kept by plan (``Engine.cache_key``)
 _ABSENT = object()
 
 
@@ -177,9 +176,9 @@ class Engine:
         # the tables a plan's version is made of -> (that version, when it was read, the
         # backend's quiet mark before it was read)
         self._versions: dict[tuple[str, ...], tuple[str, float, int | None]] = {}
-        # ``cache_key``'s keys by (the plan's id, sql, version): (the plan, kept alive so
-        # that its id is not reused, the key)
-        self._keys: dict[tuple[int, str, str], tuple[QueryPlan, str]] = {}
+        # ``cache_key``'s keys by (the plan's id, sql) and version: (the plan, kept alive
+        # so that its id is not reused while kept, the key)
+        self._keys = PerVersion()
 
     @contextmanager
     def view(self, plan: QueryPlan, ahead: Sequence[tuple[str, tuple]] = ()
@@ -643,17 +642,13 @@ class Engine:
         with it, ``Session.known``), as an answer asks for it up to three times
         (``replay``, ``cached``, ``remember``), every repeat asks again, and a plan's
         ``repr`` costs a tenth of a millisecond."""
-        kept = self._keys.get((id(plan), sql, version))
-        if kept is not None and kept[0] is plan:
-            return kept[1]
-        defaults = self.rules.defaults
-        calibration = (defaults.local_sensitivity_floor, defaults.exact_release,
-                       defaults.report_scale, defaults.noise_scale)
-        key = cache_key(sql, plan, calibration, version)
-        if len(self._keys) >= KEYS_KEPT:
-            self._keys.clear()
-        self._keys[(id(plan), sql, version)] = (plan, key)
-        return key
+        def computed() -> tuple[QueryPlan, str]:
+            defaults = self.rules.defaults
+            calibration = (defaults.local_sensitivity_floor, defaults.exact_release,
+                           defaults.report_scale, defaults.noise_scale)
+            return plan, cache_key(sql, plan, calibration, version)
+
+        return self._keys.get((id(plan), sql), version, computed)[1]
 
     def _shift(self, plan: QueryPlan, tx: Transaction, version: str) -> int:
         """c·m·g with c cached per (table, data version); for two protected tables joined
