@@ -126,7 +126,8 @@ def first_pass(
                        else exp.column(need.column, quoted=True))
                 reached = {}  # a checked threshold's count of the values at or beyond it
                 if checked:
-                    items.append(_beyond(column, threshold, deepest + 1, anchor, raw, True))
+                    items.append(exp.CountIf(this=_beyond_test(column, threshold, anchor, raw,
+                                                               inclusive=True)))
                     readers.append(lambda value, r=reached: r.setdefault("n", int(value or 0)))
                 items.append(_beyond(column, threshold, deepest + 1, anchor, raw))
                 readers.append(lambda value, n=need, s=stats, r=refs, t=threshold,
@@ -245,11 +246,24 @@ def _sample_rank(k: int) -> tuple[int, bool]:
 
 
 def _beyond(column: exp.Expression, threshold: float, k: int, anchor: str,
-            raw: exp.Expression | None = None, counted: bool = False) -> exp.Expression:
+            raw: exp.Expression | None = None) -> exp.Expression:
     """The (at most) k most extreme values strictly beyond the threshold, most extreme
     first, as an aggregate of the first pass: ``(ARRAY_AGG(v ORDER BY v DESC) FILTER
     (WHERE v > t))[1:k]`` (ascending and ``<`` for BOTTOM). Only the few values beyond
-    the pilot's k-th are sorted. The threshold is a DOUBLE parsed from its shortest
+    the pilot's k-th are sorted."""
+    descending = anchor == TOP
+    beyond = _beyond_test(column, threshold, anchor, raw)
+    in_order = exp.Order(this=column.copy(),
+                         expressions=[exp.Ordered(this=column.copy(), desc=descending)])
+    listed = exp.Filter(this=exp.ArrayAgg(this=in_order), expression=exp.Where(this=beyond))
+    return exp.Bracket(this=exp.paren(listed), expressions=[
+        exp.Slice(this=exp.Literal.number(1), expression=exp.Literal.number(k))])
+
+
+def _beyond_test(column: exp.Expression, threshold: float, anchor: str,
+                 raw: exp.Expression | None, inclusive: bool = False) -> exp.Expression:
+    """v strictly beyond the threshold (``inclusive``: at or beyond, ``v >= t``, what
+    a checked threshold counts). The threshold is a DOUBLE parsed from its shortest
     repr (exactly the value read; a decimal literal could round differently).
 
     ``raw``: the stored column, tested first against a slightly looser plain literal
@@ -257,14 +271,12 @@ def _beyond(column: exp.Expression, threshold: float, k: int, anchor: str,
     normalising CASE runs only for the few rows near the end. It only narrows: the
     normalised value v lies in [L, U] and so does t (a normalised value), and v > t
     implies raw > t (v = raw in range; raw > U ≥ v > t above it; below, v = L ≤ t fails);
-    the literal's margin (10⁻⁹ relative) covers any rounding of a decimal literal.
-
-    ``counted``: instead, the number of values at or beyond the threshold (``v >= t``;
-    the raw test may drop a value equal to a threshold at the domain's other end, so
-    it can only count fewer: the check it serves stays safe)."""
+    the literal's margin (10⁻⁹ relative) covers any rounding of a decimal literal. At
+    or beyond, it may drop a value equal to a threshold at the domain's other end, so a
+    count can only come out fewer: the check it serves stays safe."""
     descending = anchor == TOP
     bound = exp.cast(exp.Literal.string(repr(threshold)), DOUBLE)
-    if counted:
+    if inclusive:
         beyond = column.copy() >= bound if descending else column.copy() <= bound
     else:
         beyond = column.copy() > bound if descending else column.copy() < bound
@@ -272,13 +284,7 @@ def _beyond(column: exp.Expression, threshold: float, k: int, anchor: str,
         margin = abs(threshold) * 1e-9 + 1e-9
         loose = literal(threshold - margin if descending else threshold + margin)
         beyond = exp.and_(raw.copy() > loose if descending else raw.copy() < loose, beyond)
-    if counted:
-        return exp.CountIf(this=beyond)
-    in_order = exp.Order(this=column.copy(),
-                         expressions=[exp.Ordered(this=column.copy(), desc=descending)])
-    listed = exp.Filter(this=exp.ArrayAgg(this=in_order), expression=exp.Where(this=beyond))
-    return exp.Bracket(this=exp.paren(listed), expressions=[
-        exp.Slice(this=exp.Literal.number(1), expression=exp.Literal.number(k))])
+    return beyond
 
 
 def _fill_checked(need: ColumnNeeds, stats: ColumnStats, refs, values, threshold: float,

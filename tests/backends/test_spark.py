@@ -31,7 +31,7 @@ from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.scope import exact_sum, read_sum
-from proxy.pushdown.ungrouped import _beyond, _extremes
+from proxy.pushdown.ungrouped import _beyond, _beyond_test, _extremes
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from tests import forked_cli
@@ -114,7 +114,7 @@ def test_ordered_lists_and_slices_read_the_same_on_spark(engines):
     x = exp.column("x")
     items = [_beyond(x, 50.0, 3, "top"), _beyond(x, 50.0, 2, "bottom", raw=exp.column("x")),
              _extremes(x, 3, "bottom", exp.select("x").from_("t")),
-             _beyond(x, 50.0, 3, "top", raw=exp.column("x"), counted=True)]
+             exp.CountIf(this=_beyond_test(x, 50.0, "top", exp.column("x"), inclusive=True))]
     statement = exp.select(*items).from_("t").where("x = x")  # NaN = NaN is true in both
     answers = [engine.backend.query(statement.sql(dialect=engine.backend.dialect))
                for engine in engines]
