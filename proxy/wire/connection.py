@@ -452,7 +452,8 @@ class Connection:
         """The TimeZone each engine statement of a message is read in, where the message
         sets it before them (``SET TIME ZONE 'Europe/Berlin'; SELECT …``): the message's
         own statements played on a copy of the connection's settings (one that fails
-        stops the message there when it runs). None: no statement of it is answered here."""
+        stops the message there when it runs). None: the message sets nothing locally,
+        so each statement is read in the session's zone."""
         if all(s.route is not Route.LOCAL for s in statements):
             return None
         scratch, zones = self.local.scratch(), []
