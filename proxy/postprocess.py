@@ -34,7 +34,7 @@ from proxy.postbounds import Bounds, Budget, ReleasedTable
 
 DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "DOUBLE",
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
-                "timestamp": "TIMESTAMP", "numeric": "DOUBLE"}
+                "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMPTZ", "numeric": "DOUBLE"}
 ROW = "__idp_row"
 
 
@@ -175,6 +175,9 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     con = _connection()
     try:
         with stopping(con.interrupt):
+            # its timestamptz values read and shown in the session's zone, as
+            # PostgreSQL's (an IANA name, proxy.zones; DuckDB's default is the machine's)
+            con.execute(f"SET TimeZone = '{outer.zone}'")
             for index, ((name, types), (columns, _, rows)) in enumerate(
                     zip(schema.items(), releases)):
                 table = exp.Schema(this=exp.to_table(name), expressions=[

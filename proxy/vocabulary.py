@@ -9,6 +9,7 @@ stage may import it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
@@ -25,6 +26,7 @@ from proxy.accounting import GAUSSIAN, LAPLACE, exponential_rho
 from proxy.loss import Loss
 from proxy.rules import Column, Table
 from proxy.statistics import MAGNITUDE_CAP
+from proxy.zones import from_wall, zone_named
 
 
 class Kind(StrEnum):
@@ -455,6 +457,9 @@ class GroupKey:
     ranges: tuple[int, ...] = ()
     # TIME_TRUNC of ``column + by * numbers[0] seconds``: the int column that scales it
     by: str | None = None
+    # TIME_TRUNC of a date column: PostgreSQL's date_trunc(text, timestamptz), a moment
+    # at a wall clock of the session's zone, this; the backend truncates the wall clock
+    zone: str | None = None
 
     def same_term(self, other: GroupKey) -> bool:
         """The same computation (its keys follow from it and the query's WHERE)."""
@@ -463,6 +468,8 @@ class GroupKey:
 
     def shown(self, key: Any) -> Any:
         """The value a key is answered as."""
+        if self.zone is not None and key is not None:
+            return from_wall(zone_named(self.zone), key).replace(tzinfo=dt.UTC)
         return key if self.labels is None else self.labels[key]
 
 

@@ -8,6 +8,7 @@ them, so no zone is read with the wrong sign (``'Etc/GMT-2'`` is two hours east)
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import zoneinfo
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from proxy.errors import BadSetting, NotSupported
 
 UTC = "UTC"
+_DAY = dt.timedelta(days=1)
 # PostgreSQL's names for the server's own zone (``SET TIME ZONE LOCAL``/``DEFAULT``):
 # the proxy's is UTC
 _SERVER_ZONE = ("local", "default", "localtime")
@@ -86,3 +88,71 @@ def session_zone(value: str) -> str:
         raise BadSetting(f'invalid value for parameter "TimeZone": "{text}"; the proxy '
                          "takes a zone name of the IANA database such as 'Europe/Berlin' or "
                          "'UTC' (for a fixed offset 'Etc/GMT-2', two hours east)") from None
+
+
+# -- reading wall clocks as PostgreSQL does (the IANA rules from Python's zoneinfo) ----
+
+@functools.lru_cache(maxsize=4096)
+def _year_transitions(zone: zoneinfo.ZoneInfo, year: int
+                      ) -> tuple[tuple[dt.datetime, dt.timedelta, dt.timedelta], ...]:
+    """(UTC moment, offset before, offset after) of each change of the zone's offset
+    in the UTC year ``year`` (found day by day, then to the second)."""
+    found = []
+    day = dt.datetime(year, 1, 1)
+    end = dt.datetime(year + 1, 1, 1)
+    before = offset_at(zone, day)
+    while day < end:
+        following = min(day + _DAY, end)
+        after = offset_at(zone, following)
+        if after != before:
+            low, high = day, following  # offset(low) == before, offset(high) != before
+            while high - low > dt.timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                middle = middle.replace(microsecond=0)
+                if middle <= low:
+                    break
+                if offset_at(zone, middle) == before:
+                    low = middle
+                else:
+                    high = middle
+            found.append((high, before, offset_at(zone, high)))
+            before = offset_at(zone, high)
+            if offset_at(zone, following) != before:  # two changes in one day: look again
+                day = high
+                continue
+        day = following
+    return tuple(found)
+
+
+def offset_at(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.timedelta:
+    """The zone's offset at a moment (naive, UTC)."""
+    return utc.replace(tzinfo=dt.UTC).astimezone(zone).utcoffset()
+
+
+def transitions(zone: zoneinfo.ZoneInfo, low: dt.datetime, high: dt.datetime
+                ) -> list[tuple[dt.datetime, dt.timedelta, dt.timedelta]]:
+    """The zone's changes of offset (as ``_year_transitions``) from ``low`` to ``high``."""
+    return [t for year in range(max(1, low.year - 1), min(9998, high.year + 1) + 1)
+            for t in _year_transitions(zone, year) if low <= t[0] <= high]
+
+
+def to_wall(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.datetime:
+    """A moment (naive, UTC) as the zone's wall clock."""
+    return utc + offset_at(zone, utc)
+
+
+def local_offset(zone: zoneinfo.ZoneInfo, wall: dt.datetime) -> dt.timedelta:
+    """The offset PostgreSQL reads a wall clock of the zone with: after the last
+    transition T (from offset b to a) with T + a <= wall, a; before the first, b. A
+    skipped clock (in [T + b, T + a)) gets b, a repeated one (in [T + a, T + b)) gets a."""
+    moments = transitions(zone, wall - dt.timedelta(days=2), wall + dt.timedelta(days=2))
+    offset = offset_at(zone, wall - dt.timedelta(days=2))
+    for moment, _, after in moments:
+        if moment + after <= wall:
+            offset = after
+    return offset
+
+
+def from_wall(zone: zoneinfo.ZoneInfo, wall: dt.datetime) -> dt.datetime:
+    """A wall clock of the zone as a moment (naive, UTC)."""
+    return wall - local_offset(zone, wall)

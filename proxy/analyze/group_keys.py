@@ -78,6 +78,7 @@ from proxy.vocabulary import (
     GroupKey,
     JoinedColumn,
 )
+from proxy.zones import reading_zone
 
 SELECTABLE_TYPES = ("int", "text", "bool")
 
@@ -197,6 +198,9 @@ def group_term(node: exp.Expression, table: Table, resolve,
             raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
         first, last = _within_where(column, where, resolve)
         keys = _truncations(first, last, unit) if first <= last else ()
+        if column.type == "date":  # PostgreSQL's date_trunc(text, timestamptz): a moment
+            return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamptz", unit,
+                            zone=reading_zone().key)
         return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamp", unit)
     if isinstance(node, exp.WidthBucket):
         return _width_bucket(node, table, resolve, name)

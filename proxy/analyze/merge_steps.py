@@ -44,13 +44,13 @@ from sqlglot.optimizer.qualify import qualify
 
 from proxy.analyze.constants import fold_constants
 from proxy.analyze.group_keys import default_name
-from proxy.analyze.time_keys import constant_wall, from_wall
+from proxy.analyze.time_keys import constant_wall
 from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
 from proxy.guards import depth
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 from proxy.trees import balanced
-from proxy.zones import reading_zone
+from proxy.zones import from_wall, reading_zone
 
 SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "text": "TEXT", "bool": "BOOLEAN",
              "date": "DATE", "timestamp": "TIMESTAMP"}

@@ -71,6 +71,7 @@ from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
 from proxy.errors import NotSupported, RawRowAccess, Refused
 from proxy.interrupts import checkpoint
 from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, CombinedPlan, GroupKey, QueryPlan
+from proxy.zones import reading_zone
 
 Analyse = Callable[[exp.Select], QueryPlan]
 
@@ -114,11 +115,13 @@ class OuterQuery:
     """The outer SELECT (PostgreSQL SQL) over the released rows, which it reads as the
     table ``released`` under the subquery's alias, the first of ``aliases`` (the further
     one-row releases of a CROSS JOIN as ``released_1`` …); ``what`` names it in the
-    answer's notes (the outer query, HAVING)."""
+    answer's notes (the outer query, HAVING); ``zone``: the session's TimeZone, which
+    its timestamptz values are compared, cast and shown in."""
 
     sql: str
     aliases: tuple[str, ...]
     what: str = "the outer query"
+    zone: str = "UTC"
 
 
 @dataclass(frozen=True)
@@ -372,7 +375,8 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
             aliases[index] = table.alias_or_name
             table.replace(exp.to_table(release_table(index)).as_(aliases[index]))
     checkpoint()
-    return OuterQuery(outer.sql(dialect="postgres", copy=False), tuple(aliases), what)
+    return OuterQuery(outer.sql(dialect="postgres", copy=False), tuple(aliases), what,
+                      reading_zone().key)
 
 
 def _zero(node: exp.Expression) -> bool:

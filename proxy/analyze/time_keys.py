@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
-import functools
 import re
 import zoneinfo
 from collections.abc import Callable
@@ -51,7 +50,15 @@ from sqlglot import exp
 from proxy.errors import NotSupported
 from proxy.rules import Column, Table
 from proxy.vocabulary import RANGES, GroupKey
-from proxy.zones import reading_zone, zone_named
+from proxy.zones import (
+    from_wall,
+    local_offset,
+    offset_at,
+    reading_zone,
+    to_wall,
+    transitions,
+    zone_named,
+)
 
 UTC = dt.UTC
 _DAY = dt.timedelta(days=1)
@@ -143,85 +150,19 @@ def _same(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-# -- zones ------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=4096)
-def _year_transitions(zone: zoneinfo.ZoneInfo, year: int
-                      ) -> tuple[tuple[dt.datetime, dt.timedelta, dt.timedelta], ...]:
-    """(UTC moment, offset before, offset after) of each change of the zone's offset
-    in the UTC year ``year`` (found day by day, then to the second)."""
-    found = []
-    day = dt.datetime(year, 1, 1)
-    end = dt.datetime(year + 1, 1, 1)
-    before = _offset(zone, day)
-    while day < end:
-        following = min(day + _DAY, end)
-        after = _offset(zone, following)
-        if after != before:
-            low, high = day, following  # offset(low) == before, offset(high) != before
-            while high - low > dt.timedelta(seconds=1):
-                middle = low + (high - low) / 2
-                middle = middle.replace(microsecond=0)
-                if middle <= low:
-                    break
-                if _offset(zone, middle) == before:
-                    low = middle
-                else:
-                    high = middle
-            found.append((high, before, _offset(zone, high)))
-            before = _offset(zone, high)
-            if _offset(zone, following) != before:  # two changes in one day: look again
-                day = high
-                continue
-        day = following
-    return tuple(found)
-
-
-def _offset(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.timedelta:
-    """The zone's offset at a moment (naive, UTC)."""
-    return utc.replace(tzinfo=UTC).astimezone(zone).utcoffset()
-
-
-def _transitions(zone: zoneinfo.ZoneInfo, low: dt.datetime, high: dt.datetime):
-    return [t for year in range(max(1, low.year - 1), min(9998, high.year + 1) + 1)
-            for t in _year_transitions(zone, year) if low <= t[0] <= high]
-
-
 def constant_wall(moment: dt.datetime) -> dt.datetime:
     """A ``timestamptz`` constant (naive, UTC) as the wall clock of the session's zone
     that a ``timestamp`` column is compared with: PostgreSQL reads the column in that
     zone, which orders wall clocks as their moments except across a daylight-saving
     change's skipped or repeated hour, so a constant that close to one is refused."""
     zone = reading_zone()
-    for at, before, after in _transitions(zone, moment - _DAY, moment + _DAY):
+    for at, before, after in transitions(zone, moment - _DAY, moment + _DAY):
         if abs(moment - at) <= abs(after - before):
             raise NotSupported(f"the timestamptz constant {moment.isoformat(' ')}+00 is within "
                                f"the hour {zone.key} skips or repeats at {at.isoformat(' ')} "
                                "UTC, where its timestamps do not follow the moments' order; "
                                "compare with a timestamp constant (a wall clock) instead")
     return to_wall(zone, moment)
-
-
-def to_wall(zone: zoneinfo.ZoneInfo, utc: dt.datetime) -> dt.datetime:
-    """A moment (naive, UTC) as the zone's wall clock."""
-    return utc + _offset(zone, utc)
-
-
-def local_offset(zone: zoneinfo.ZoneInfo, wall: dt.datetime) -> dt.timedelta:
-    """The offset PostgreSQL reads a wall clock of the zone with: after the last
-    transition T (from offset b to a) with T + a <= wall, a; before the first, b. A
-    skipped clock (in [T + b, T + a)) gets b, a repeated one (in [T + a, T + b)) gets a."""
-    moments = _transitions(zone, wall - dt.timedelta(days=2), wall + dt.timedelta(days=2))
-    offset = _offset(zone, wall - dt.timedelta(days=2))
-    for moment, _, after in moments:
-        if moment + after <= wall:
-            offset = after
-    return offset
-
-
-def from_wall(zone: zoneinfo.ZoneInfo, wall: dt.datetime) -> dt.datetime:
-    """A wall clock of the zone as a moment (naive, UTC)."""
-    return wall - local_offset(zone, wall)
 
 
 # -- the compiled term ------------------------------------------------------------------
@@ -379,7 +320,7 @@ class _Compiler:
         for start, shift in inner.pieces:
             pieces.append((start, shift))
         cuts = []
-        for moment, _before, after in _transitions(zone, low, high):
+        for moment, _before, after in transitions(zone, low, high):
             # the value's clock at which the offset changes: the moment itself (tstz),
             # or the first wall clock read with the new offset (ts)
             cuts.append(moment if inner.kind == "tstz" else moment + after)
@@ -390,7 +331,7 @@ class _Compiler:
                                       if _inside(c - shift, start, end))
             for point in points:
                 value = point + shift if point > dt.datetime.min else self.first + shift
-                offset = _offset(zone, value) if inner.kind == "tstz" else \
+                offset = offset_at(zone, value) if inner.kind == "tstz" else \
                     local_offset(zone, value)
                 refined.append((point, shift + offset if inner.kind == "tstz"
                                 else shift - offset))

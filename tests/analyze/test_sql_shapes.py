@@ -190,8 +190,9 @@ GROUPED = [
     ("SELECT date_trunc('quarter', day), COUNT(*) FROM events GROUP BY date_trunc('quarter', day)",
      EVENTS["day"], lambda d: None if d is None else dt.datetime(
          _clamp(d, dt.date(2024, 1, 1), dt.date(2024, 12, 31)).year,
-         3 * ((_clamp(d, dt.date(2024, 1, 1), dt.date(2024, 12, 31)).month - 1) // 3) + 1, 1),
-     [dt.datetime(2024, m, 1) for m in (1, 4, 7, 10)]),
+         3 * ((_clamp(d, dt.date(2024, 1, 1), dt.date(2024, 12, 31)).month - 1) // 3) + 1, 1,
+         tzinfo=dt.UTC),  # a date's date_trunc is a timestamptz, as PostgreSQL's
+     [dt.datetime(2024, m, 1, tzinfo=dt.UTC) for m in (1, 4, 7, 10)]),
     ("SELECT extract(isodow FROM at) AS weekday, COUNT(*) FROM events GROUP BY weekday",
      EVENTS["at"], lambda t: None if t is None else _clamp(t, FIRST, LAST).isoweekday(),
      list(range(1, 8))),

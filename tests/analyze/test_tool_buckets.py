@@ -162,6 +162,9 @@ ZONED_TERMS = [
     ("date_trunc('week', at::timestamptz)", ""),
     ("to_char(at::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')",
      "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
+    # a date's date_trunc is PostgreSQL's date_trunc(text, timestamptz): the zone's midnight
+    ("date_trunc('month', day)", ""),
+    ("date_trunc('week', day)", "WHERE day >= '2023-03-01' AND day < '2023-05-01'"),
 ]
 
 
@@ -196,6 +199,21 @@ def test_each_time_bucket_in_the_session_s_zone_is_postgresql_s_own(engine, trut
     assert answered == {key: wanted.get(key, 0) for key in answered}
     if zoned:  # where PostgreSQL's answer depends on the zone, the proxy's does too
         assert answered != _answered(engine, sql)
+
+
+@pytest.mark.parametrize("term", ["date_trunc('month', day)", "date_trunc('month', at::timestamptz)"])
+@pytest.mark.usefixtures("no_noise")
+def test_an_outer_query_reads_moment_keys_in_the_session_s_zone(engine, truth, term):
+    # compared with a literal (read in the zone, not as text or in UTC) and shown as moments
+    sql = (f"SELECT m, n, n - LAG(n) OVER (ORDER BY m) AS change FROM (SELECT {term} AS m, "
+           "COUNT(*) AS n FROM events GROUP BY 1) s WHERE m >= '2023-02-01' AND "
+           "m < '2023-06-01'")
+    session = Session.open(engine, "alice")
+    list(session.execute("SET TIME ZONE 'Europe/Berlin'"))
+    (answer,) = list(session.execute(sql))
+    assert answer.kinds[0] == "timestamptz"
+    assert sorted(answer.rows) == sorted(truth(sql, "Europe/Berlin"))
+    assert len(answer.rows) == 4
 
 
 def test_a_moment_constant_in_an_hour_the_session_s_zone_repeats_is_refused(engine):
