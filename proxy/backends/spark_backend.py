@@ -56,6 +56,7 @@ class SparkBackend(Backend):
         dialect=SPARK_DIALECT, transactional=False, group_commit=False, identity_columns=False,
         one_process=True, located_tables=True, grouped_ranks=GroupedRanks.WINDOW,
         projected_scope=False, extremes_in_pass=True, bucketed_ranks=True,
+        crossed_buckets=True,
         # Sail 0.7 plans a chain of ANDs in time growing faster than its length and its
         # planner recurses once per term: 360 terms '(y <> i OR x > 5)' (1,079 ANDs and
         # ORs) took 1.3 s, 400 4.2 s, 480 crashed the server (a stack overflow, every

@@ -27,6 +27,7 @@ stays as the tests' reference (``per_rung_ladders``).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator
 from fractions import Fraction
 
@@ -157,8 +158,8 @@ def _bucket(value: exp.Expression, rungs: tuple[float, ...], low: int, high: int
 def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                ladders: tuple[tuple[float, ...], ...],
                clip_rows_per_unit: int | None, fenced: bool = False,
-               joint: frozenset[Contribution] = frozenset(), largest: bool = False
-               ) -> exp.Select:
+               joint: frozenset[Contribution] = frozenset(), largest: bool = False,
+               crossed: bool = False) -> exp.Select:
     """The bucketed statement (above): keys, then per contribution i its bucket ``j{i}``
     (of |t|; clipped across groups in L1, of the unit's total ``n{i}``), and per
     contribution clipped across groups in L∞ the bucket ``h{i}`` of the unit's largest
@@ -166,7 +167,9 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     units ``n`` (``joint``: and ``m``, the units counted in this group, ``f`` = 1), and per
     contribution its positive units ``p{i}`` (where it can be negative), Σ round(T_u·10⁶)
     in each form its rungs' sums take (``e{i}_{form}``) and, clipped across groups in
-    L1, Σ trunc(t/T_u·SHARE_SCALE) (``r{i}``, 0 in bucket 0: a unit below every rung)."""
+    L1, Σ trunc(t/T_u·SHARE_SCALE) (``r{i}``, 0 in bucket 0: a unit below every rung).
+    ``crossed`` (``Capabilities.crossed_buckets``): several bucket columns grouped all at
+    once where their cells are few (``_crossed``), every column set in every row."""
     keys = group_keys(plan)
     per_unit = _per_unit(plan, wanted, clip_rows_per_unit, bool(joint), fenced)
     indexes = [i for i, c in enumerate(wanted) if c in joint]
@@ -206,11 +209,25 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     names = [f"j{i}" for i in range(len(wanted))] + tops
     outer = exp.select(*keys, *names, *columns_out).from_(
         inner.subquery("q", copy=False), copy=False)
-    if len(names) == 1:
-        return outer.group_by(*keys, names[0], copy=False)
+    if len(names) == 1 or crossed and _crossed(ladders, indexes, largest):
+        return outer.group_by(*keys, *names, copy=False)
     sets = [exp.Tuple(expressions=[exp.column(key) for key in (*keys, name)])
             for name in names]
     return outer.group_by(exp.GroupingSets(expressions=sets), copy=False)
+
+
+# The most cells (combinations of the bucket columns' values) a crossed statement may
+# group each group's units into: every cell occupied is a row read back (the grouping
+# sets' rows are the columns' buckets, added)
+CROSSED_CELLS = 4096
+
+
+def _crossed(ladders: tuple[tuple[float, ...], ...], indexes: list[int], largest: bool
+             ) -> bool:
+    """Whether the bucket columns (``j{i}`` of every ladder and, ``largest``, ``h{i}`` of
+    those at ``indexes``) have at most ``CROSSED_CELLS`` cells together."""
+    columns = [*ladders, *(ladders[i] for i in indexes if largest)]
+    return math.prod(len(rungs) + 1 for rungs in columns) <= CROSSED_CELLS
 
 
 # A unit's share t/T_u of its total in a group, as the integer trunc(t/T_u·SHARE_SCALE):
@@ -391,7 +408,8 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     """``contribution_ladders`` from ``bucket_sql``'s rows; without GROUP BY an empty
     scope's ladders (no rows come back) are of no units, as the per-rung columns say."""
     statement = bucket_sql(plan, wanted, ladders, clip_rows_per_unit,
-                           capabilities.fenced_rows, joint, largest)
+                           capabilities.fenced_rows, joint, largest,
+                           capabilities.crossed_buckets)
     width, count = len(plan.group_by), len(wanted)
     indexes = [i for i, c in enumerate(wanted) if c in joint]
     l1 = [c in joint and not largest for c in wanted]
@@ -418,8 +436,9 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
             tally = tallies.get((key, i))
             if tally is None:
                 tally = tallies[key, i] = _Tally(rungs)
-            if top is not None:
+            if top is not None:  # an h{i} cell (crossed: beside its j{i}, both read)
                 tally.firsts[int(top)] += firsts
+            if buckets[i] is None:
                 continue
             j = int(buckets[i])
             tally.units[j] += units

@@ -27,13 +27,16 @@ from proxy.cli import LEDGER_NOT_SPARK, LEDGER_ONLY_SPARK, SPARK_NEEDS_LEDGER
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, Refused, RulesError
 from proxy.ledger import Ledger
+from proxy.privacy.contribution_bounds import rungs
 from proxy.privacy.microaggregation import METHODS
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics
+from proxy.pushdown.contributions import bucket_sql, contribution_ladders
 from proxy.pushdown.scope import exact_sum, read_sum
 from proxy.pushdown.ungrouped import _beyond, _beyond_test, _extremes
 from proxy.rules import parse_rules
 from proxy.settings import Settings
+from proxy.statistics import Contribution
 from tests import forked_cli
 from tests.contract import APPROXIMATE, CONTRACT, RULES
 from tests.databases import load_table
@@ -106,6 +109,24 @@ def test_an_exact_sum_past_a_bigint_is_the_same_on_spark(engines):
         totals = [read_sum(engine.backend.query(statement.sql(
             dialect=engine.backend.dialect))[0][0]) for engine in engines]
         assert totals[0] == totals[1] == 1.2e13
+
+
+@pytest.mark.parametrize("sql", ["SELECT SUM(x) FROM t",
+                                 "SELECT grp, SUM(x) FROM t WHERE y > -20 GROUP BY grp"])
+def test_crossed_buckets_on_spark_give_duckdbs_ladders(sql, engines):
+    """Two contributions' buckets (a signed one), grouped crossed on Spark
+    (``crossed_buckets``: both bucket columns at once, 22·9 cells) and by grouping sets
+    on DuckDB: the same counts beyond and clipped sums at every rung of every group."""
+    plan = analyze(parse_statements(sql)[0], RULES, Settings())
+    wanted = (Contribution("x", 0.0, 2), Contribution("y", 0.0))
+    ladders = tuple(rungs(c, plan.table.columns[c.column], 3) for c in wanted)
+    assert [engine.backend.capabilities.crossed_buckets for engine in engines] == [True, False]
+    assert "GROUPING SETS" not in bucket_sql(plan, wanted, ladders, None, crossed=True).sql()
+    found = [contribution_ladders(plan, wanted, ladders, engine.backend.capabilities, None,
+                                  engine.backend.query) for engine in engines]
+    assert found[0] == found[1]
+    assert any(any(ladder.beyond) and any(ladder.clipped) for group in found[0].values()
+               for ladder in group.values())
 
 
 def test_ordered_lists_and_slices_read_the_same_on_spark(engines):

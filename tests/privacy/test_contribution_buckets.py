@@ -4,13 +4,15 @@ on both backends: every group's count of units beyond each rung and the clipped 
 each rung (integers of 10⁻⁶ before reading), over random units of a signed domain with
 NULL, NaN, ±inf, values beyond the domain and at its ends, unit totals exactly on rungs,
 a domain wide enough that the top rungs' sums split each value (``exact_sum``), several
-contributions at once (grouping sets), GROUP BY, a table without a privacy unit, an empty
+contributions at once (grouping sets; or grouped by all their buckets at once, as
+``crossed_buckets`` asks, the same numbers), GROUP BY, a table without a privacy unit, an empty
 scope, a one-rung ladder of 0, and squared rungs beyond 10¹⁵ (summed shrunk). Clipped
 across groups (L∞: the same numbers; L1: each unit's share rounded once, not at each
 rung) the reference's numbers, and the per-rung statement's within the proven distance."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from fractions import Fraction
@@ -19,7 +21,12 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.privacy.contribution_bounds import laddered, rungs
-from proxy.pushdown.contributions import SHARE_SCALE, contribution_ladders, per_rung_ladders
+from proxy.pushdown.contributions import (
+    SHARE_SCALE,
+    bucket_sql,
+    contribution_ladders,
+    per_rung_ladders,
+)
 from proxy.pushdown.scope import read_sum, rounded_scaled, wide_sum
 from proxy.rules import parse_rules
 from proxy.settings import Settings
@@ -95,6 +102,13 @@ def _reference(plan, wanted, ladders) -> dict[tuple, dict[Contribution, tuple]]:
     return out
 
 
+def _crossing(args: tuple, at: int) -> tuple:
+    """``args`` with the capabilities at ``at`` asking for crossed buckets
+    (``crossed_buckets``)."""
+    capabilities = dataclasses.replace(args[at], crossed_buckets=True)
+    return (*args[:at], capabilities, *args[at + 1:])
+
+
 @pytest.mark.parametrize("query", [
     "SELECT SUM(x) FROM t",
     "SELECT SUM(w), AVG(x) FROM t",
@@ -114,7 +128,11 @@ def test_the_buckets_give_every_rungs_numbers(engine, query):
     with engine.view(plan) as view:
         args = (plan, wanted, ladders, engine.backend.capabilities, None, view.tx.execute)
         bucketed, per_rung = contribution_ladders(*args), per_rung_ladders(*args)
-    assert bucketed == per_rung
+        crossed = contribution_ladders(*_crossing(args, 3))
+    assert bucketed == per_rung == crossed
+    statement = bucket_sql(plan, wanted, ladders, None, crossed=True).sql()
+    # crossed up to 4,096 cells: here up to three contributions (22·22, 8·9·9), not four
+    assert ("GROUPING SETS" in statement) == (len(wanted) > 3)
     expected = _reference(plan, wanted, ladders) if plan.where is None else {
         (): {c: ((0,) * len(ladder), (0.0,) * len(ladder)) for c, ladder in zip(wanted, ladders)}}
     assert {key: {c: (ladder.beyond, ladder.clipped) for c, ladder in found.items()}
@@ -198,6 +216,7 @@ def test_the_buckets_give_the_rungs_clipped_across_groups(engine, query, largest
         args = (plan, wanted, ladders, engine.backend.capabilities, None, view.tx.execute,
                 joint, largest)
         bucketed, per_rung = contribution_ladders(*args), per_rung_ladders(*args)
+        assert contribution_ladders(*_crossing(args, 3)) == bucketed
     expected, over = _joint_reference(plan, wanted, ladders, joint, largest)
     assert bucketed.keys() == per_rung.keys() == {("a",), ("b",)}
     moved = False
