@@ -447,6 +447,39 @@ class _PostgresTransaction(Transaction):
     def _read_early(self, columns: list[tuple[str, str]]) -> None:
         self._description = columns
 
+    def end_with(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
+        """A read-only snapshot's COMMIT (not yet sent: ``PostgresBackend.reading``), then
+        BEGIN, ``SET LOCAL synchronous_commit = off``, ``statements`` and COMMIT, in one
+        pipeline. A failure leaves the connection idle where it can (ROLLBACK) and is
+        raised as what it means: a lost connection as BackendUnavailable here (its write
+        may have committed: the caller must treat it as done), a taken key as KeyTaken."""
+        if not self._early_allowed:
+            return False
+        if self._stopped():
+            raise QueryCanceled("canceling statement due to user request")
+        opening = (("COMMIT",) if self.begun else ()) + _begin(False, durable=False)
+        self.begun = False  # whatever happens, this snapshot is over
+        self._begin = ()
+        try:
+            with self._errors(statements[-1][0]), self._con.pipeline():
+                for statement in opening:
+                    self._con.execute(statement)
+                for sql, params in statements:
+                    self._con.execute(sql, list(params) or None)
+                self._con.execute("COMMIT")
+        except psycopg.errors.QueryCanceled:
+            raise QueryCanceled("canceling statement due to user request") from None
+        except psycopg.OperationalError as exc:  # lost, a full disk, rolled back...
+            log.error("postgres: a write after a snapshot failed: %s", one_line(exc))
+            raise BackendUnavailable("the database behind the proxy is unreachable") from None
+        except ProxyError:
+            if not self._con.closed and \
+                    self._con.info.transaction_status != pq.TransactionStatus.IDLE:
+                with suppress(psycopg.Error):
+                    self._con.execute("ROLLBACK")
+            raise
+        return True
+
     def _started(self) -> None:
         """BEGIN sent, for what cannot go in a pipeline (a named cursor, COPY)."""
         if self._begin and not self.begun:
