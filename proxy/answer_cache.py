@@ -58,9 +58,12 @@ class AnswerCache:
         return "SELECT answer FROM idp.answers WHERE analyst = %s AND key = %s", (analyst, key)
 
     def store(self, analyst: str, key: str, table: str, version: str,
-              answer: dict[str, Any]) -> dict[str, Any]:
+              answer: dict[str, Any], after: Transaction | None = None) -> dict[str, Any]:
         """Keep ``answer`` unless a racing session stored one first; return the kept one
-        as read back, so every session sees one answer per key, in one form.
+        as read back, so every session sees one answer per key, in one form. ``after``:
+        the read-only snapshot the answer was computed in, of the cache's backend, ended
+        by this write on its own connection where the backend can (``Transaction.end_with``:
+        on PostgreSQL one round trip and no second pooled connection).
 
         A plain INSERT, the race caught as the primary key's violation: DuckDB's
         ``ON CONFLICT DO NOTHING RETURNING`` cost twice as much (4.7 against 2.2 ms
@@ -68,14 +71,18 @@ class AnswerCache:
         text = jsontags.dumps(answer)
         insert = ("INSERT INTO idp.answers (analyst, key, table_name, version, answer) "
                   "VALUES (%s, %s, %s, %s, %s)", (analyst, key, table, version, text))
+        pruned = self._pruned.get(table) == version
+        prune = ("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
+                 (table, version))  # older versions: they can never match
         try:
             # not durable: an entry lost in a crash costs a repeat its charge, not privacy
-            if self._pruned.get(table) == version:  # alone (PostgreSQL: one round trip)
+            if after is not None and after.end_with([insert] if pruned else [prune, insert]):
+                pass
+            elif pruned:  # alone (PostgreSQL: one round trip)
                 self.backend.query(*insert, durable=False)
             else:
-                with self.backend.transaction(durable=False) as tx:  # older versions
-                    tx.execute("DELETE FROM idp.answers WHERE table_name = %s AND version <> %s",
-                               (table, version))  # can never match
+                with self.backend.transaction(durable=False) as tx:
+                    tx.execute(*prune)
                     tx.execute(*insert)
         except KeyTaken:
             with self.backend.transaction(snapshot=True) as tx:

@@ -621,17 +621,20 @@ class Engine:
                 self._answers.popitem(last=False)
 
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
-                 answer: dict[str, Any]) -> dict[str, Any]:
+                 answer: dict[str, Any], view: View | None = None) -> dict[str, Any]:
         """Cache a new answer where ``cached`` would find it; return the answer to send
-        (a racing session's, when it was stored first)."""
+        (a racing session's, when it was stored first). ``view``: the one the answer was
+        computed in, its last use: the entry's write ends it where the backend can
+        (``AnswerCache.store``'s ``after``)."""
         if version is None or not self.rules.defaults.answer_cache:
             return answer
         key = self.cache_key(charge.sql, plan, version)
+        same = view is not None and self.cache.backend is self.backend
         try:
             kept = self.cache.store(analyst, key,
                                     "+".join([plan.table.name, *(join.table.name for join
                                                                  in plan.joins)]),
-                                    version, answer)
+                                    version, answer, view.tx if same else None)
         except (BackendUnavailable, DiskFull):
             return answer  # paid and computed: the answer stands, uncached
         self._keep(analyst, key, kept)  # as stored: the one answer of its key

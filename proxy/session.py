@@ -120,7 +120,7 @@ class Answering(Protocol):
     def answer(self, plan: QueryPlan, view: Any = None
                ) -> tuple[list[tuple], list[list[Released]], str | None]: ...
     def remember(self, analyst: str, plan: QueryPlan, charge: Charge, version: str | None,
-                 answer: dict[str, Any]) -> dict[str, Any]: ...
+                 answer: dict[str, Any], view: Any = None) -> dict[str, Any]: ...
 
 
 class _Joint:
@@ -544,7 +544,7 @@ class Session:
                 bill.free()
             return self._no_groups(canonical, plan)
         charge = self._charge(canonical, plan, plan.loss)
-        debited = False
+        debited = storing = False
         stored = engine.replay(self.analyst, plan, charge)  # memory, version read just now
         if stored is not None:
             return self._repeated(stored, charge, None, bill)
@@ -559,21 +559,24 @@ class Session:
                 remaining = bill.debit(charge)  # committed before any statistic
                 debited = True
                 keys, released, version = engine.answer(plan, view)
+                if isinstance(plan.post, SeriesLimit):
+                    keys, released = series_limited(plan.post, keys, released)
+                answer = _answer(plan, keys, released, charge, remaining)
+                if isinstance(plan.post, OuterQuery):
+                    answer = _outer_answer(plan.post, [answer], answer.privacy)
+                answer = _cacheable(answer)
+                # the entry's write ends the view (one round trip on PostgreSQL); from
+                # here on the answer may be kept, so nothing is refunded
+                storing = True
+                sent = engine.remember(self.analyst, plan, charge, version, answer, view)
         except BackendUnavailable:
-            if debited:
+            if debited and not storing:
                 bill.refund(charge)
             raise
         except BackendFailed as exc:
-            if debited and type(exc) is BackendFailed:
+            if debited and not storing and type(exc) is BackendFailed:
                 _totality_failure(canonical)
             raise
-        if isinstance(plan.post, SeriesLimit):
-            keys, released = series_limited(plan.post, keys, released)
-        answer = _answer(plan, keys, released, charge, remaining)
-        if isinstance(plan.post, OuterQuery):
-            answer = _outer_answer(plan.post, [answer], answer.privacy)
-        answer = _cacheable(answer)
-        sent = engine.remember(self.analyst, plan, charge, version, answer)
         return _restored(sent, charge.loss.spent, charge.loss.spent_delta, remaining,
                          rho=self._rho(charge.loss.spent_rho))
 

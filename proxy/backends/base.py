@@ -326,6 +326,14 @@ class Transaction(ABC):
     def _read_early(self, columns: list[tuple[str, str]]) -> None:
         """A statement sent ahead is the last one run: its ``columns`` are the result's."""
 
+    def end_with(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
+        """End this read-only snapshot and run ``statements`` as a write transaction of
+        their own that is not durable (``Backend.transaction(durable=False)``), on the
+        same connection, where the backend can (PostgreSQL: one pipeline, one round trip,
+        no second connection from the pool); nothing may run in this transaction after.
+        False (the default): nothing was done, the caller runs them itself."""
+        return False
+
     @abstractmethod
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple]: ...
 

@@ -117,12 +117,18 @@ class ConnectionPool:
         connection has nothing to read unless its server process said goodbye (a
         restart, a terminated backend): such a one is closed, not lent, or the first
         query after an outage would fail on it (one worker may see no query during
-        the outage, so no failure cleared its pool)."""
+        the outage, so no failure cleared its pool). The most recently idle connection
+        with no reply left unread comes first: one given back with its COMMIT just sent
+        (``end_later``) would make the taker wait for that reply (the next transaction
+        of the same thread comes at once: a fresh answer's cache entry did, 5 % of its
+        samples under 32 clients, before it ended its view itself)."""
         while True:
             with self._lock:
                 if not self._idle:
                     break
-                con = self._idle.pop()
+                at = next((i for i in range(len(self._idle) - 1, -1, -1)
+                           if self._idle[i] not in self._ending), len(self._idle) - 1)
+                con = self._idle.pop(at)
                 ending = con in self._ending
                 self._ending.discard(con)
             if (not ending or self._ended(con)) and not select.select([con.fileno()], [],

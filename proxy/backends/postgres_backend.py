@@ -65,6 +65,25 @@ JOIN pg_trigger t ON t.tgrelid = c.oid AND t.tgname = 'idp_data_version'
 LEFT JOIN idp.versions v ON v.table_oid = c.oid
 WHERE c.oid = to_regclass(%s) AND c.relkind = 'r' AND NOT c.relrowsecurity
   AND NOT EXISTS (SELECT FROM pg_inherits i WHERE i.inhparent = c.oid)"""
+# The same read as a PL/pgSQL function: PL/pgSQL keeps a statement's plan for the
+# session, so a call costs a fraction of the catalog join's parse and plan, which is most
+# of its cost (0.8 against 0.2 ms a round trip, measured on this machine: docs/budget.md,
+# "Round trips on PostgreSQL"). The same rows, the same snapshot (a STABLE function's
+# statements read the calling transaction's snapshot: REPEATABLE READ's, taken at its
+# first statement), so the same version text; ``to_regclass`` resolves the name on the
+# caller's search path, as the statement does. Installed (or replaced when its text
+# differs) at start; where it cannot be, the statement is sent as before.
+_READER_ARGUMENT = "relation"
+_READER_BODY = ("BEGIN RETURN QUERY " + _VERSION_SQL.replace("%s", _READER_ARGUMENT)
+                + "; END")
+_READER_SETUP = (
+    "CREATE OR REPLACE FUNCTION idp.data_version(" + _READER_ARGUMENT + " text) "
+    "RETURNS TABLE (class_oid oid, class_file oid, class_xmin xid, trigger_oid oid, "
+    "trigger_xmin xid, counted bigint, attributes text) LANGUAGE plpgsql STABLE "
+    "AS $idp$" + _READER_BODY + "$idp$")
+_READER_SQL = "SELECT * FROM idp.data_version(%s)"
+_READER_CURRENT = ("SELECT prosrc = %s FROM pg_proc "
+                   "WHERE oid = to_regprocedure('idp.data_version(text)')")
 # Writes watched (``PostgresBackend.watch_writes``): the trigger above also notifies
 # this channel, delivered to a listener when the writer commits (one notification per
 # transaction, folded). What no trigger sees (a DDL change, a write to the ledger by
@@ -100,6 +119,7 @@ class PostgresBackend(Backend):
         self._listening = False
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
+        self._reader = False  # idp.data_version installed (``track_versions``)
 
     @classmethod
     def from_url(cls, url: str, connections: int) -> PostgresBackend:
@@ -267,11 +287,25 @@ class PostgresBackend(Backend):
             tx.execute(_VERSION_TABLE)
             installed = bool(tx.execute(_VERSION_SQL, (table,)))
             notifies = installed and tx.execute(_NOTIFIES_SQL)[0][0]
+            current = tx.execute(_READER_CURRENT, (_READER_BODY,))
+        self._reader = bool(current and current[0][0]) or self._install_reader()
         if installed:
             if not notifies:  # installed by an older proxy: the same counts, notified
                 self._setup([_VERSION_SETUP[0]], table, _UNNOTIFIED)
             return
         self._setup(_VERSION_SETUP, table, _UNCOUNTED)
+
+    def _install_reader(self) -> bool:
+        """Install ``idp.data_version`` (``_READER_SETUP``); whether it is there now."""
+        try:
+            with self.transaction() as tx:
+                tx.execute("SELECT pg_advisory_xact_lock(hashtext('idp.versions'))")
+                tx.execute(_READER_SETUP)
+        except BackendFailed:
+            log.info("idp.data_version could not be installed: the data version is read "
+                     "by its catalog query")
+            return False
+        return True
 
     def _setup(self, statements: list[str], table: str, warning: str) -> None:
         try:
@@ -295,7 +329,7 @@ class PostgresBackend(Backend):
         return [(name, postgres_type(kind)) for name, kind in rows]
 
     def data_version(self, tx: Transaction, table: str) -> str | None:
-        rows = tx.execute(_VERSION_SQL, (table,))
+        rows = tx.execute(_READER_SQL if self._reader else _VERSION_SQL, (table,))
         return self.fingerprint_text(rows[0]) if rows else None
 
     def fingerprint_aggregates(self, unit: str, integer: bool) -> list[exp.Expression]:
@@ -412,6 +446,39 @@ class _PostgresTransaction(Transaction):
 
     def _read_early(self, columns: list[tuple[str, str]]) -> None:
         self._description = columns
+
+    def end_with(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
+        """A read-only snapshot's COMMIT (not yet sent: ``PostgresBackend.reading``), then
+        BEGIN, ``SET LOCAL synchronous_commit = off``, ``statements`` and COMMIT, in one
+        pipeline. A failure leaves the connection idle where it can (ROLLBACK) and is
+        raised as what it means: a lost connection as BackendUnavailable here (its write
+        may have committed: the caller must treat it as done), a taken key as KeyTaken."""
+        if not self._early_allowed:
+            return False
+        if self._stopped():
+            raise QueryCanceled("canceling statement due to user request")
+        opening = (("COMMIT",) if self.begun else ()) + _begin(False, durable=False)
+        self.begun = False  # whatever happens, this snapshot is over
+        self._begin = ()
+        try:
+            with self._errors(statements[-1][0]), self._con.pipeline():
+                for statement in opening:
+                    self._con.execute(statement)
+                for sql, params in statements:
+                    self._con.execute(sql, list(params) or None)
+                self._con.execute("COMMIT")
+        except psycopg.errors.QueryCanceled:
+            raise QueryCanceled("canceling statement due to user request") from None
+        except psycopg.OperationalError as exc:  # lost, a full disk, rolled back...
+            log.error("postgres: a write after a snapshot failed: %s", one_line(exc))
+            raise BackendUnavailable("the database behind the proxy is unreachable") from None
+        except ProxyError:
+            if not self._con.closed and \
+                    self._con.info.transaction_status != pq.TransactionStatus.IDLE:
+                with suppress(psycopg.Error):
+                    self._con.execute("ROLLBACK")
+            raise
+        return True
 
     def _started(self) -> None:
         """BEGIN sent, for what cannot go in a pipeline (a named cursor, COPY)."""

@@ -133,3 +133,37 @@ def test_a_counter_installed_without_its_notification_is_given_it_and_keeps_its_
             ["idp_data_writes"]
     assert _version(backend) != old
     backend.close()
+
+
+def test_the_version_function_reads_what_the_catalog_statement_reads_and_is_kept_current(
+        visits):
+    """The data version is read through idp.data_version (a PL/pgSQL function: its plan
+    kept per connection): the same rows as the catalog statement it runs, in the caller's
+    snapshot, so the same version text; a function whose text differs (an older proxy's,
+    or altered) is replaced at the next start, and a write seen in the snapshot moves
+    both alike."""
+    from proxy.backends.postgres_backend import _VERSION_SQL
+
+    Engine(RULES, backend := open_backend(visits))
+
+    def both() -> tuple[list, list]:
+        with backend.transaction(snapshot=True) as tx:
+            return tx.execute("SELECT * FROM idp.data_version(%s)", ("visits",)), \
+                tx.execute(_VERSION_SQL, ("visits",))
+
+    function, statement = both()
+    assert function == statement and len(function) == 1
+    assert _version(backend) == backend.fingerprint_text(statement[0])
+    with psycopg.connect(visits, autocommit=True) as con:
+        con.execute("INSERT INTO visits VALUES (4, 4)")
+        con.execute("""CREATE OR REPLACE FUNCTION idp.data_version(relation text)
+            RETURNS TABLE (class_oid oid, class_file oid, class_xmin xid, trigger_oid oid,
+            trigger_xmin xid, counted bigint, attributes text) LANGUAGE plpgsql STABLE AS $$
+            BEGIN RETURN QUERY SELECT 0::oid, 0::oid, '0'::xid, 0::oid, '0'::xid,
+              0::bigint, ''::text; END $$""")
+    backend.close()
+    Engine(RULES, backend := open_backend(visits))
+    function, statement = both()
+    assert function == statement and statement[0][5] == 2
+    assert _version(backend) == backend.fingerprint_text(statement[0])
+    backend.close()

@@ -159,7 +159,8 @@ def test_the_cache_can_be_switched_off(url):
 
 def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
     """The lookup and the statistics share one snapshot (the version read once in it);
-    a fresh answer writes twice (debit with its row, cache entry), a repeat never: its
+    a fresh answer writes twice (debit with its row, cache entry: on PostgreSQL on the
+    view's own connection, ``Transaction.end_with``), a repeat never: its
     ledger row is kept in memory and written with others (Ledger.flush). (The per-unit
     bound c, written to the store once per data version and never again, is read before
     the writes are counted: tests/test_engine.py counts its own.)"""
@@ -172,6 +173,14 @@ def test_a_query_reads_the_data_version_once_and_looks_up_without_writing(url):
 
     def version(tx, table):
         versions.append(table)
+        end_with = tx.end_with
+
+        def ended_with(statements):  # the cache entry's write ending the view (PostgreSQL)
+            ended = end_with(statements)
+            writes.append(ended)
+            return ended
+
+        tx.end_with = ended_with
         return data_version(tx, table)
 
     def counted(snapshot=False, durable=True):

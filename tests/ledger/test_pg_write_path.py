@@ -116,6 +116,47 @@ def test_a_read_only_snapshot_ends_without_waiting_for_its_commit(fresh_postgres
     backend.close()
 
 
+def test_a_snapshot_ended_by_its_cache_entry_commits_it_on_its_own_connection(
+        fresh_postgres):
+    """The answer's cache entry ends the view it was computed in (``end_with``): on the
+    view's connection, the snapshot over (another session's DROP needs no wait), the
+    entry committed in a transaction of its own that does not wait for the disk, the
+    connection idle and lent again with ``synchronous_commit`` back on; a racing
+    session's entry, stored first, is kept (KeyTaken, nothing written) and the
+    connection is still lent again, not closed."""
+    from proxy.answer_cache import AnswerCache
+
+    backend = PostgresBackend(fresh_postgres, pool_size=1)
+    backend.query("CREATE SCHEMA idp")
+    cache = AnswerCache(backend)
+    backend.query("CREATE TABLE kept (k int)")
+    insert = "INSERT INTO idp.answers VALUES ('zoe', 'k', 'kept', 'v', %s)"
+    with backend.reading() as tx:
+        first = tx._con
+        assert tx.execute("SELECT count(*) FROM kept") == [(0,)]
+        assert tx.end_with([("SELECT set_config('idp.seen', "
+                             "current_setting('synchronous_commit'), false)", ()),
+                            (insert, ('"first"',))])
+        with psycopg.connect(fresh_postgres, autocommit=True) as other:
+            other.execute("SET lock_timeout = '10s'")
+            other.execute("DROP TABLE kept")
+    with backend.reading() as tx:
+        assert tx._con is first
+        assert tx.execute("SELECT current_setting('idp.seen'), "
+                          "current_setting('synchronous_commit')") == [("off", "on")]
+        with pytest.raises(KeyTaken):
+            tx.end_with([(insert, ('"second"',))])
+    assert backend.read("SELECT answer FROM idp.answers") == [('"first"',)]
+    with backend.reading() as tx:
+        assert tx._con is first
+        assert cache.store("zoe", "k", "kept", "v", "third", after=tx) == "first"
+    with backend.reading() as tx:
+        assert cache.store("zoe", "k2", "kept", "v", "fourth", after=tx) == "fourth"
+    assert backend.read("SELECT key, answer FROM idp.answers ORDER BY key") == [
+        ("k", '"first"'), ("k2", '"fourth"')]
+    backend.close()
+
+
 def test_the_pools_connections_prepare_no_statement(fresh_postgres):
     """psycopg prepares a statement on the server on its fifth run and names it in a
     cache of its own; a pipeline aborted by an error (a racing session's cache entry,
