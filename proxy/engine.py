@@ -36,7 +36,13 @@ from proxy.errors import (
     RulesError,
 )
 from proxy.ledger import Charge, Ledger
-from proxy.privacy.contribution_bounds import draw_joint_bounds, joint_clipped, laddered, rungs
+from proxy.privacy.contribution_bounds import (
+    draw_joint_bounds,
+    joint_clipped,
+    laddered,
+    ladders_alone,
+    rungs,
+)
 from proxy.privacy.correlation import draw_bounds, row_rungs
 from proxy.privacy.inverse_sensitivity import (
     ALL_ROWS,
@@ -460,7 +466,7 @@ class Engine:
                 return with_window_extremes(found, first_windows(plan, shift, ALL_ROWS))
             return found
 
-        if isinstance(plan.post, TopChoice):  # only its ladders are read (``top_release``)
+        if isinstance(plan.post, TopChoice) or ladders_alone(plan):  # only ladders read
             compute = _no_statistics
         else:
             compute = compute_statistics
@@ -675,7 +681,8 @@ def _read_bound(tx: Transaction, sql: str) -> int:
 
 def _no_statistics(*_) -> dict[tuple, GroupStats]:
     """No statistics pass: a ``TopChoice`` is answered from its ladders alone (TPC-H
-    Q15 ran a grouped pass of counts and sums per supplier that nothing read)."""
+    Q15 ran a grouped pass of counts and sums per supplier that nothing read), and so
+    is a plan of SUMs and chained COUNTs with automatic bounds (``ladders_alone``)."""
     return {}
 
 

@@ -36,6 +36,16 @@ def recorded_statistics(engine: Engine, sql: str, model: str = "idp"):
     return shift, groups, keys, statements
 
 
+def counted_rows(group) -> int:
+    """The rows in a group's scope as a COUNT(*) over a chain or a join reads them: its
+    ladder's clipped sum at the top rung (each unit's rows in scope, at most the top,
+    c: none clipped there). Such a COUNT is released from its ladder alone; no pass of
+    row counts runs beside it (``ladders_alone``)."""
+    (ladder,) = [ladder for contribution, ladder in group.ladders.items()
+                 if contribution.power == 0 and not contribution.column]
+    return round(ladder.clipped[-1])
+
+
 def refused_for_free(engine: Engine, sql: str, sqlstate: str, fragment: str) -> None:
     """``sql`` is refused with ``sqlstate`` in one line holding ``fragment``, and the
     ledger (entries and budgets) is unchanged."""

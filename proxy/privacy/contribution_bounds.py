@@ -127,6 +127,24 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     return tuple(wanted)
 
 
+def ladders_alone(plan: QueryPlan) -> bool:
+    """Whether every aggregate of the plan is answered from its ladders alone: a SUM of
+    a laddered contribution (``_release_clipped`` reads no count or sum of the rows) or
+    a COUNT over a chain or a join (``_clipped_count``), on the global scale (no draws,
+    smooth sensitivities nor private levels, which read the statistics after them). The
+    statistics pass is then read by nothing, and not run (TPC-H Q06, Q14, Q19: a second
+    scan of the line items beside the ladders' statement)."""
+    mechanism = plan.mechanism
+    if mechanism.exponential or mechanism.local or mechanism.scale != GLOBAL:
+        return False
+    wanted = laddered(plan)
+    return bool(wanted) and all(
+        Contribution(agg.column) in wanted if agg.kind == SUM else
+        agg.kind == COUNT and not plan.public(agg)
+        and Contribution(agg.column or "", power=0) in wanted
+        for agg in plan.aggregates)
+
+
 def clippable(plan: QueryPlan) -> bool:
     """Whether the plan's contributions may be clipped to a privately drawn bound: DP or
     iDP (not a prior's refinement, nor one unit's value), without per-unit subqueries,

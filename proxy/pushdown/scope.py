@@ -237,14 +237,57 @@ def _with_semi_joins(rows: exp.Expression, plan: QueryPlan) -> exp.Expression:
     items: list[exp.Expression] = [
         exp.Column(this=exp.Star(), table=exp.to_identifier(outer, quoted=True))]
     for semi in plan.semi_joins:
-        same_unit = exp.column(semi.table.privacy_unit, table="_idp_y", quoted=True).eq(
-            exp.column(plan.table.privacy_unit, table=outer, quoted=True))
+        own_unit = exp.column(plan.table.privacy_unit, table=outer, quoted=True)
+        if _unit_implied(plan, semi):  # the same unit whenever the outer row has one
+            found = exp.select(exp.Literal.number(1)).from_(
+                _named(table_ref(semi.table.name), "_idp_y")).where(semi.condition.copy(),
+                                                                    copy=False)
+            value = exp.and_(exp.Not(this=own_unit.is_(exp.null())), exp.Exists(this=found),
+                             copy=False)
+            items.append(exp.alias_(exp.paren(value, copy=False), semi.name, quoted=True))
+            continue
+        same_unit = exp.column(semi.table.privacy_unit, table="_idp_y", quoted=True).eq(own_unit)
         condition = same_unit if semi.condition is None else exp.and_(
             same_unit, semi.condition.copy())
         found = (exp.select(exp.Literal.number(1)).from_(_named(table_rows(semi.table), "_idp_y"))
                  .where(condition, copy=False))
         items.append(exp.alias_(exp.Exists(this=found), semi.name, quoted=True))
     return exp.select(*items).from_(_named(rows, outer))
+
+
+def _unit_implied(plan: QueryPlan, semi) -> bool:
+    """Whether the EXISTS's condition makes its rows' unit the outer row's whenever
+    that has one (docs/privacy.md §3.15), so its table is read without its link and the
+    unit equality becomes the outer unit's IS NOT NULL: its table is linked (one step,
+    ``unit_via``) and the condition, a conjunction, equates its link column with
+    - the outer row's own link column, the outer table linked by the same link (TPC-H
+      Q21: ``l2.l_orderkey = l1.l_orderkey``): the two derived units are the one order's;
+    - the outer row's key the link names, the outer table the linked one with the link's
+      unit as its own, its key read as unique in this snapshot (``bounded_keys``; Q04:
+      ``l_orderkey = o_orderkey`` over orders): the one order holding that key is the
+      outer row itself.
+    A NULL link meets nothing either way; a dangling one is no outer row's."""
+    link = semi.table.link
+    if link is None or link.then is not None or semi.condition is None \
+            or any(column.name == LINKED_UNIT for column in semi.condition.find_all(exp.Column)):
+        return False
+    same_link = plan.table.link == link
+    own_key = (plan.table.link is None and plan.table.name == link.table
+               and plan.table.privacy_unit == link.unit
+               and (link.table, (link.key,), 1) in _BOUNDED.get())
+    if not (same_link or own_key):
+        return False
+    wanted = link.column if same_link else link.key
+    for term in semi.condition.flatten() if isinstance(semi.condition, exp.And) \
+            else [semi.condition]:
+        term = term.unnest()
+        if not isinstance(term, exp.EQ):
+            continue
+        sides = {(side.table, side.name) for side in (term.this, term.expression)
+                 if isinstance(side, exp.Column)}
+        if sides == {("_idp_y", link.column), ("_idp_x", wanted)} and len(sides) == 2:
+            return True
+    return False
 
 
 def unlinked(plan: QueryPlan) -> bool:

@@ -25,6 +25,7 @@ clipped scope changes by at most the product of the declared bounds along the ch
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import random
 from collections import Counter
@@ -40,7 +41,7 @@ from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, co
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
-from proxy.pushdown.scope import plan_unit_bound_sql
+from proxy.pushdown.scope import _unit_implied, bounded_keys, plan_unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import Contribution, GroupStats
@@ -486,3 +487,73 @@ def test_clipped_contributions_along_the_chain_move_within_their_bounds(con, que
         reached |= {key for key, change in outcome.worst.items()
                     if key[2] == "beyond" and change >= 1}
     assert any(k == 0 for _, k, _ in reached), query  # some unit crossed the lowest rung
+
+
+# EXISTS along the chain (docs/privacy.md §3.15, TPC-H Q04 and Q21): name -> (SQL, the
+# outer table, whether an outer record is in scope given the tables, the summed column)
+def _order_has_line(tables, order) -> bool:
+    """Q04's reference: a line item of the order's own unit whose link is its key (and
+    z < 5): the unit equality the proxy adds, the line item's unit through its link."""
+    owners = _owner(tables[1])
+    return order[1] is not None and any(
+        line[0] is not None and line[0] == order[0] and _lt(line[1], 5)
+        and _unit_of_line(line, owners) == order[1] for line in tables[2])
+
+
+def _line_has_other(tables, line) -> bool:
+    """Q21's reference: another line item of the line's own unit, of its link, whose g
+    differs."""
+    owners = _owner(tables[1])
+    unit = _unit_of_line(line, owners)
+    return unit is not None and any(
+        other[0] == line[0] and other[2] is not None and line[2] is not None
+        and other[2] != line[2] and _unit_of_line(other, owners) == unit
+        for other in tables[2])
+
+
+SEMI_QUERIES = {
+    "orders with a line": (
+        "SELECT COUNT(*), SUM(y) FROM o WHERE EXISTS (SELECT * FROM l WHERE l.lk = o.ok "
+        "AND l.z < 5)", 1, _order_has_line, "y"),
+    "orders without": (
+        "SELECT COUNT(*), SUM(y) FROM o WHERE NOT EXISTS (SELECT * FROM l WHERE ok = lk "
+        "AND z < 5)", 1, lambda tables, order: not _order_has_line(tables, order), "y"),
+    "lines with another": (
+        "SELECT COUNT(*), SUM(z) FROM l AS a WHERE EXISTS (SELECT * FROM l AS b "
+        "WHERE b.lk = a.lk AND b.g <> a.g)", 2, _line_has_other, "z"),
+}
+
+
+@pytest.mark.parametrize("query", list(SEMI_QUERIES))
+def test_exists_along_the_chain_keeps_to_the_unit_without_its_link(con, query):
+    """The EXISTS whose condition equates its link with the outer row's key (Q04) or
+    link (Q21) reads its table without the link, the unit equality replaced by the outer
+    unit's IS NOT NULL (``_unit_implied``), where the keys were read as unique in the
+    snapshot (``bounded_keys``, the orders' keys only for Q04), and with the link
+    elsewhere. Either way the scope is the §3.15 reference's, with its unit equality, on
+    every data set and every neighbour (keys written twice, dangling and NULL links, the
+    NULL unit; two dangling line items of different g, which would find each other
+    without the IS NOT NULL); so its sensitivity is that test_semi_join_bruteforce checks."""
+    sql, outer, in_scope, summed = SEMI_QUERIES[query]
+    plan = analyze(parse_statements(sql)[0], RULES, Settings(model="idp"))
+    needs = column_needs(plan, 2)
+    rng = random.Random(15)
+    implied = 0
+    for cust, orders, lines in _datasets(sum(map(ord, query)), 8):
+        tables = (cust, orders, [*lines, (99, 1.0, "p"), (99, 2.0, "q")])  # no unit's
+        for each in [tables, *itertools.islice(_neighbours(tables, rng), 60)]:
+            _load(con, each)
+            rows = [row for row in each[outer] if in_scope(each, row)]
+            unique = len({o[0] for o in each[1]}) == len(each[1])
+            for bounded in {False, unique}:
+                with bounded_keys([("o", ("ok",), 1)] if bounded else []):
+                    implied += _unit_implied(plan, plan.semi_joins[0])
+                    group = compute_statistics(plan, needs, DuckDBBackend.capabilities,
+                                               None, lambda s: con.execute(s).fetchall())
+                stats = group.get((), GroupStats())
+                assert stats.rows == len(rows), (query, each, bounded)
+                values = [normalise_value(row[1 if outer == 2 else 2], LOWER, UPPER)
+                          for row in rows]
+                assert stats.column(summed).total == pytest.approx(
+                    sum(v for v in values if v is not None)), (query, each, bounded)
+    assert implied  # the unlinked form was read

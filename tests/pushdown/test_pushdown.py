@@ -400,6 +400,8 @@ def _must_not_run(*args, **kwargs):
 
 
 HUGE_RULES = parse_rules("""
+[defaults]
+noise_scale = "local"  # raw iDP: its SUMs released from the statistics pass's exact sums
 [analysts.ann]
 budget = 100
 [tables.huge]
