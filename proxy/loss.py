@@ -15,6 +15,7 @@ decimal with at most six places.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -61,9 +62,7 @@ class Loss:
         a mechanism made of several draws spends on each (the one place a loss is
         divided); ``by_rho``: parts of its ρ (``rho_part``), for draws whose noise is
         set from their ρ (Gaussian)."""
-        total = sum(weights)
-        shares = [Fraction(weight) / total for weight in weights]
-        return tuple(self.rho_part(share) if by_rho else self * share for share in shares)
+        return _split(self, weights, by_rho)
 
     def rho_part(self, share: Fraction) -> Loss:
         """``share`` of this loss for noise set from its ρ (Gaussian noise): zCDP parts
@@ -87,6 +86,13 @@ class Loss:
     @property
     def spent_delta(self) -> Decimal:
         return Decimal(self.delta.numerator) / Decimal(self.delta.denominator)
+
+
+@functools.lru_cache(maxsize=1024)  # a loss split alike in each of thousands of groups
+def _split(loss: Loss, weights: tuple[int | Fraction, ...], by_rho: bool) -> tuple[Loss, ...]:
+    total = sum(weights)
+    shares = [Fraction(weight) / total for weight in weights]
+    return tuple(loss.rho_part(share) if by_rho else loss * share for share in shares)
 
 
 def parse_epsilon(text: str | float | Decimal, what: str = "epsilon") -> Decimal:
