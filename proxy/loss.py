@@ -15,6 +15,7 @@ decimal with at most six places.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -53,17 +54,14 @@ class Loss:
     def __mul__(self, share: int | Fraction) -> Loss:
         """``share`` times this loss: k releases of it (an int: ρ times k), or a part of
         it (a Fraction: the same mechanism at share·ε, ρ times share²)."""
-        rho = self.rho * share if isinstance(share, int) else self.rho * share * share
-        return Loss(self.epsilon * share, self.delta * share, rho)
+        return _times(self, share)
 
     def split(self, *weights: int | Fraction, by_rho: bool = False) -> tuple[Loss, ...]:
         """Parts in proportion to ``weights`` that add back to this loss exactly: what
         a mechanism made of several draws spends on each (the one place a loss is
         divided); ``by_rho``: parts of its ρ (``rho_part``), for draws whose noise is
         set from their ρ (Gaussian)."""
-        total = sum(weights)
-        shares = [Fraction(weight) / total for weight in weights]
-        return tuple(self.rho_part(share) if by_rho else self * share for share in shares)
+        return _split(self, weights, by_rho)
 
     def rho_part(self, share: Fraction) -> Loss:
         """``share`` of this loss for noise set from its ρ (Gaussian noise): zCDP parts
@@ -87,6 +85,21 @@ class Loss:
     @property
     def spent_delta(self) -> Decimal:
         return Decimal(self.delta.numerator) / Decimal(self.delta.denominator)
+
+
+# A loss split or shared alike in each of thousands of groups (TPC-H Q20: 8,508): each
+# once. Typed: k releases (an int) and a part (a Fraction) of the same number differ.
+@functools.lru_cache(maxsize=1024, typed=True)
+def _times(loss: Loss, share: int | Fraction) -> Loss:
+    rho = loss.rho * share if isinstance(share, int) else loss.rho * share * share
+    return Loss(loss.epsilon * share, loss.delta * share, rho)
+
+
+@functools.lru_cache(maxsize=1024)
+def _split(loss: Loss, weights: tuple[int | Fraction, ...], by_rho: bool) -> tuple[Loss, ...]:
+    total = sum(weights)
+    shares = [Fraction(weight) / total for weight in weights]
+    return tuple(loss.rho_part(share) if by_rho else loss * share for share in shares)
 
 
 def parse_epsilon(text: str | float | Decimal, what: str = "epsilon") -> Decimal:

@@ -10,6 +10,7 @@ stage may import it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 import re
@@ -196,6 +197,11 @@ class Mechanism:
         return _SENSITIVITY.get(self.scale, "global")
 
 
+@functools.lru_cache(maxsize=256)
+def _aggregate_loss(epsilon: Decimal) -> Loss:
+    return Loss.of(epsilon)
+
+
 @dataclass(frozen=True)
 class QueryPlan:
     """A private aggregate query over one protected table."""
@@ -232,8 +238,8 @@ class QueryPlan:
 
     @property
     def aggregate_loss(self) -> Loss:
-        """What each protected aggregate spends: ``epsilon``."""
-        return Loss.of(self.epsilon)
+        """What each protected aggregate spends: ``epsilon`` (read per group: one Loss)."""
+        return _aggregate_loss(self.epsilon)
 
     def drawn_by_exponential(self, aggregate: Aggregate) -> bool:
         """Whether the aggregate is one draw of the exponential mechanism per group (a

@@ -212,7 +212,8 @@ def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tu
     condition = balanced(exp.And, [*(exp.EQ(this=exp.column(name, table="_idp_r"),
                                             expression=c.copy())
                                      for name, c in zip(names, columns)), compared])
-    return exp.Exists(this=exp.select("1").from_(table).where(condition))
+    return exp.Exists(this=exp.select("1").from_(table, copy=False).where(condition,
+                                                                           copy=False))
 
 
 def _negated(node: exp.Expression) -> bool:

@@ -89,5 +89,5 @@ def _enclosed(m: int, x: Fraction, digits: int) -> tuple[int, int]:
         # x ∈ [prev(rounded), next(rounded)]; exp is correctly rounded, so likewise
         lowest = (-rounded.next_plus()).exp().next_minus()
         highest = (-rounded.next_minus()).exp().next_plus()
-    low, high = Fraction(lowest) * m * scale, Fraction(highest) * m * scale
-    return max(0, low.numerator // low.denominator), -(-high.numerator // high.denominator)
+    (low, low_den), (high, high_den) = lowest.as_integer_ratio(), highest.as_integer_ratio()
+    return max(0, low * m * scale // low_den), -(-high * m * scale // high_den)

@@ -26,11 +26,12 @@ stays as the tests' reference (``per_rung_ladders``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Iterator
 from fractions import Fraction
 
+import numpy as np
 from sqlglot import exp
 
 from proxy.backends.base import Capabilities
@@ -251,17 +252,6 @@ def _share(i: int, lowest: float) -> exp.Expression:
                              default=exp.Literal.number(0)), "BIGINT", copy=False)
 
 
-class _Tally:
-    """One group's and contribution's buckets as read: units, positive units, sums by
-    form, Σ of the shares ``r`` and the units counted in this group (``m``)."""
-
-    def __init__(self, rungs: tuple[float, ...]):
-        size = len(rungs) + 1
-        self.units, self.positive = [0] * size, [0] * size
-        self.sums = {form: [0] * size for form in _forms(rungs)}
-        self.shares, self.firsts = [0] * size, [0] * size
-
-
 @functools.lru_cache(maxsize=256)
 def _rung_constants(rungs: tuple[float, ...]) -> tuple[tuple[tuple[bool, float], int, int], ...]:
     """Per rung its form and the integers a unit clipped to +B_k and to −B_k adds."""
@@ -272,45 +262,6 @@ def _rung_constants(rungs: tuple[float, ...]) -> tuple[tuple[tuple[bool, float],
         scaled = bound * (1 / shrink)
         out.append((form, rounded_scaled(scaled, wide), rounded_scaled(-scaled, wide)))
     return tuple(out)
-
-
-def _read(total: int) -> float:
-    """``read_sum`` of an integer: below 2⁵³ one IEEE division, correctly rounded as
-    the decimal's conversion is (the same double)."""
-    return total / SUM_SCALE if -_EXACT < total < _EXACT else read_sum(total)
-
-
-_EXACT = 2**53
-
-
-def _by_rung(rungs: tuple[float, ...], tally: _Tally) -> Iterator[tuple]:
-    """Per rung k its form, the integers a unit clipped to ±B_k adds, the tally's units,
-    positive units, counted units and shares of the buckets above k, and its sum (in
-    the rung's form) of the buckets up to k: running sums, one pass."""
-    units, positive = sum(tally.units), sum(tally.positive)
-    counted, shares = sum(tally.firsts), sum(tally.shares)
-    running = {form: 0 for form in tally.sums}
-    for k, (form, up_value, down_value) in enumerate(_rung_constants(rungs)):
-        units -= tally.units[k]
-        positive -= tally.positive[k]
-        counted -= tally.firsts[k]
-        shares -= tally.shares[k]
-        for each in running:
-            running[each] += tally.sums[each][k]
-        yield form, up_value, down_value, units, positive, counted, shares, running[form]
-
-
-def _ladder(rungs: tuple[float, ...], tally: _Tally) -> Ladder:
-    """A ladder from its buckets' units, positive units and sums by form: beyond B_k
-    the units above bucket k; clipped at B_k the sums of the buckets up to k plus
-    round(±B_k/S·10⁶) for each unit above (its clipped value is ±B_k exactly, divided
-    by the form's S as the backend divides it), read back times S."""
-    beyond, clipped = [], []
-    for form, up_value, down_value, units, positive, _, _, whole in _by_rung(rungs, tally):
-        beyond.append(units)
-        clipped.append(_read(whole + positive * up_value + (units - positive) * down_value)
-                       * form[1])
-    return Ladder(rungs, tuple(beyond), tuple(clipped))
 
 
 def _unit_totals(per_unit: exp.Select, keys: tuple[str, ...], indexes: list[int],
@@ -406,7 +357,9 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
                       joint: frozenset[Contribution] = frozenset(), largest: bool = False
                       ) -> dict[tuple, dict[Contribution, Ladder]]:
     """``contribution_ladders`` from ``bucket_sql``'s rows; without GROUP BY an empty
-    scope's ladders (no rows come back) are of no units, as the per-rung columns say."""
+    scope's ladders (no rows come back) are of no units, as the per-rung columns say.
+    The rows are read column by column into arrays of every group's buckets
+    (``_Buckets``), and the ladders formed from them at once (``_ladders``)."""
     statement = bucket_sql(plan, wanted, ladders, clip_rows_per_unit,
                            capabilities.fenced_rows, joint, largest,
                            capabilities.crossed_buckets)
@@ -416,62 +369,153 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     signed = [_signed(contribution, plan) and not l1[i]
               for i, contribution in enumerate(wanted)]
     names = count + (len(indexes) if largest else 0)
-    tallies: dict[tuple, _Tally] = {}  # (key, i) -> its buckets
-    for row in execute(statement.sql(dialect=capabilities.dialect, copy=False)):
-        key, buckets, rest = tuple(row[:width]), row[width:width + names], row[width + names:]
-        units, at = int(rest[0]), 1
-        firsts = int(rest[1] or 0) if joint else 0
-        at += bool(joint)
-        for i, (contribution, rungs) in enumerate(zip(wanted, ladders)):
-            positive = int(rest[at] or 0) if signed[i] else units
-            at += signed[i]
-            forms = _forms(rungs)
-            sums = rest[at:at + len(forms)]
-            at += len(forms)
-            shares = int(rest[at] or 0) if l1[i] else 0
-            at += l1[i]
-            top = buckets[count + indexes.index(i)] if largest and i in indexes else None
-            if buckets[i] is None and top is None:  # another bucket column's grouping set
-                continue
-            tally = tallies.get((key, i))
-            if tally is None:
-                tally = tallies[key, i] = _Tally(rungs)
-            if top is not None:  # an h{i} cell (crossed: beside its j{i}, both read)
-                tally.firsts[int(top)] += firsts
-            if buckets[i] is None:
-                continue
-            j = int(buckets[i])
-            tally.units[j] += units
-            tally.positive[j] += positive
-            tally.shares[j] += shares
-            tally.firsts[j] += firsts if l1[i] else 0
-            for form, total in zip(forms, sums):
-                tally.sums[form][j] += int(total or 0)
-    if not width:
-        for i, rungs in enumerate(ladders):
-            if ((), i) not in tallies:
-                tallies[(), i] = _Tally(rungs)
-    found: dict[tuple, dict[Contribution, Ladder]] = {}
-    for (key, i), tally in tallies.items():
-        ladder = _ladder(ladders[i], tally)
-        if wanted[i] in joint:
-            ladder = _joint_ladder(ladder, tally, not largest)
-        found.setdefault(key, {})[wanted[i]] = ladder
-    return found
+    rows = list(execute(statement.sql(dialect=capabilities.dialect, copy=False)))
+    columns = list(zip(*rows)) or [()] * len(statement.expressions)
+    groups: dict[tuple, int] = {} if width else {(): 0}
+    where = np.array([groups.setdefault(key, len(groups))
+                      for key in zip(*columns[:width])] if width else [0] * len(rows),
+                     dtype=np.intp)
+    at = width + names
+    units = _integers(columns[at])
+    firsts = _integers(columns[at + 1]) if joint else []
+    at += 1 + bool(joint)
+    found: dict[tuple, dict[Contribution, Ladder]] = {key: {} for key in groups}
+    for i, (contribution, rungs) in enumerate(zip(wanted, ladders)):
+        forms = _forms(rungs)
+        read = [_integers(columns[at + j]) for j in range(signed[i] + len(forms) + l1[i])]
+        at += len(read)
+        bucket, spots = _present(columns[width + i])
+        top, tops = (_present(columns[width + count + indexes.index(i)])
+                     if largest and i in indexes else _present((None,) * len(rows)))
+        buckets = _Buckets(len(groups), len(rungs) + 1, [
+            units, read[0] if signed[i] else units, firsts if l1[i] else None,
+            read[-1] if l1[i] else None, *read[signed[i]:signed[i] + len(forms)]])
+        buckets.add(where[bucket], spots, bucket)
+        if top.any():  # L∞: a unit counted beyond by the bucket of its largest part
+            buckets.count_firsts(where[top], tops, firsts, top)
+        present = np.zeros(len(groups), dtype=bool)
+        present[where[bucket | top]] = True
+        if not width:
+            present[0] = True
+        made = _ladders(rungs, buckets, None if contribution not in joint else l1[i])
+        for key, g in groups.items():
+            if present[g]:
+                found[key][contribution] = made[g]
+    return {key: ladders_of for key, ladders_of in found.items() if ladders_of}
 
 
-def _joint_ladder(ladder: Ladder, tally: _Tally, l1: bool) -> Ladder:
-    """A ladder clipped across groups from its group's buckets (of the units' totals, or
-    in L∞ of their parts and largest parts): beyond B_k the units counted in this group
-    whose total (largest part) lies above B_k; L1's clipped sum at B_k the sums of the
-    buckets up to k (units kept whole) plus B_k·Σ r/SHARE_SCALE of those above (each
-    scaled by B_k/T_u through its share), exactly, then rounded to a double once."""
-    beyond, clipped = [], []
-    for bound, (form, _, _, _, _, counted, shares, whole) in zip(
-            ladder.rungs, _by_rung(ladder.rungs, tally)):
-        beyond.append(counted)
-        if l1:  # L∞'s clipped sums are the per-group ladder's
-            clipped.append(_read(whole) * form[1] if not shares else float(
-                Fraction(whole, SUM_SCALE) * Fraction(form[1])
-                + Fraction(bound) * Fraction(shares, SHARE_SCALE)))
-    return Ladder(ladder.rungs, tuple(beyond), tuple(clipped) if l1 else ladder.clipped)
+def _integers(values: tuple) -> list[int]:
+    """A column of counts or exact sums as Python integers (NULL: 0)."""
+    return [int(value or 0) for value in values]
+
+
+def _present(values: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows have a bucket in this column (not another grouping set's NULL), and
+    those buckets."""
+    return (np.array([value is not None for value in values], dtype=bool),
+            np.array([value for value in values if value is not None], dtype=np.intp))
+
+
+# Below this every integer the ladders form fits a signed 64-bit integer
+_BATCH_LIMIT = 2**62
+
+
+class _Buckets:
+    """Per group (rows) and bucket (columns): units, positive units, units counted in
+    this group (clipped across groups), Σ shares r (L1), and Σ round(T_u·10⁶) in each
+    form. In numpy's 64-bit integers where every column's values fit, else Python's
+    integers (an object array): exact either way."""
+
+    def __init__(self, groups: int, size: int, read: list[list[int] | None]):
+        self.read = read
+        self.dtype = object
+        with contextlib.suppress(OverflowError):
+            for values in read:
+                if values is not None:
+                    np.array(values, dtype=np.int64)
+            self.dtype = np.int64
+        self.tallies = [np.zeros((groups, size), dtype=self.dtype) for _ in read]
+
+    def add(self, groups: np.ndarray, buckets: np.ndarray, rows: np.ndarray) -> None:
+        """Each selected row's values into its group's bucket (L1: its counted units
+        too)."""
+        for tally, values in zip(self.tallies, self.read):
+            if values is not None:
+                np.add.at(tally, (groups, buckets), np.array(values, dtype=self.dtype)[rows])
+
+    def count_firsts(self, groups: np.ndarray, buckets: np.ndarray, firsts: list[int],
+                     rows: np.ndarray) -> None:
+        np.add.at(self.tallies[2], (groups, buckets), np.array(firsts, dtype=self.dtype)[rows])
+
+    def wide(self, widest: int) -> bool:
+        """Whether a running sum or a clipped total might leave 64 bits: then Python's
+        integers."""
+        if self.dtype is object:
+            return False
+        if widest >= _BATCH_LIMIT:
+            return True
+        units, _, _, shares, *sums = self.tallies
+        reach = max(np.abs(a.astype(np.float64)).sum(axis=1).max(initial=0)
+                    for a in (*sums, shares))
+        return reach + float(units.sum(axis=1).max(initial=0)) * widest >= _BATCH_LIMIT
+
+    def exact(self) -> None:
+        self.tallies = [tally.astype(object) for tally in self.tallies]
+        self.dtype = object
+
+
+def _ladders(rungs: tuple[float, ...], buckets: _Buckets, l1: bool | None) -> list[Ladder]:
+    """Every group's ladder from its buckets (``l1`` None: clipped per group; else
+    clipped across groups, L1 or L∞). Beyond B_k: the units (across groups: counted in
+    this group) of the buckets above k. Clipped at B_k: the sums of the buckets up to k
+    plus round(±B_k/S·10⁶) for each unit above (its clipped value is ±B_k exactly,
+    divided by the form's S as the backend divides it), read back times S; in L∞ the
+    same; in L1 the sums of the buckets up to k (units kept whole) plus
+    B_k·Σ r/SHARE_SCALE of those above (each scaled by B_k/T_u through its share),
+    exactly, then rounded to a double once."""
+    constants = _rung_constants(rungs)
+    size = len(rungs)
+    if buckets.wide(max(abs(up) + abs(down) for _, up, down in constants)):
+        buckets.exact()
+    units, positive, firsts, shares, *sums = buckets.tallies
+    forms = _forms(rungs)
+
+    def above(counts: np.ndarray) -> np.ndarray:  # per rung k: the buckets above k
+        return (counts.sum(axis=1, keepdims=True) - np.cumsum(counts, axis=1))[:, :size]
+
+    running = [np.cumsum(tally, axis=1) for tally in sums]
+    whole = np.empty((units.shape[0], size), dtype=buckets.dtype)
+    for k, (form, _, _) in enumerate(constants):
+        whole[:, k] = running[forms.index(form)][:, k]
+    shrink = np.array([form[1] for form, _, _ in constants])
+    if not l1:
+        units_above, positive_above = above(units), above(positive)
+        ups = np.array([up for _, up, _ in constants], dtype=buckets.dtype)
+        downs = np.array([down for _, _, down in constants], dtype=buckets.dtype)
+        clipped = _read_all(whole + positive_above * ups
+                            + (units_above - positive_above) * downs) * shrink
+        beyond = units_above if l1 is None else above(firsts)
+    else:
+        clipped, beyond = _read_all(whole) * shrink, above(firsts)
+        shares_above = above(shares)
+        scaled = [Fraction(bound).as_integer_ratio() + Fraction(form[1]).as_integer_ratio()
+                  for bound, (form, _, _) in zip(rungs, constants)]
+        for g, k in zip(*np.nonzero(shares_above)):
+            b_num, b_den, s_num, s_den = scaled[k]  # whole·S/10⁶ + B·r/SHARE_SCALE
+            clipped[g, k] = ((int(whole[g, k]) * s_num * b_den * SHARE_SCALE
+                              + b_num * int(shares_above[g, k]) * s_den * SUM_SCALE)
+                             / (s_den * b_den * SUM_SCALE * SHARE_SCALE))
+    return [Ladder(rungs, tuple(map(int, b)), tuple(c))
+            for b, c in zip(beyond.tolist(), clipped.tolist())]
+
+
+def _read_all(totals: np.ndarray) -> np.ndarray:
+    """Each integer as ``read_sum`` reads it: below 2⁵³ one IEEE division, correctly
+    rounded as the decimal's conversion is (the same double)."""
+    read = totals.astype(np.float64) / SUM_SCALE
+    for g, k in zip(*np.nonzero(np.abs(totals) >= _EXACT)):
+        read[g, k] = read_sum(int(totals[g, k]))
+    return read
+
+
+_EXACT = 2**53

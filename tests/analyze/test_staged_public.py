@@ -156,3 +156,20 @@ def test_a_budget_short_of_the_release_refuses_before_it(engine):
     assert [(e[6], e[9]) for e in engine.ledger.entries("poor")] == [
         (Decimal("0.5"), "refused: budget")]
     assert engine.ledger.budgets("poor") == before
+
+
+def test_a_risky_function_under_exists_is_still_found():
+    """EXISTS is not written out whole to test its name (Q20's VALUES of released rows
+    each time), but what it holds is walked: a risky function inside still refuses
+    passthrough, and a plain EXISTS over VALUES does not."""
+    import sqlglot
+
+    from proxy.analyze import _names_functions
+
+    def named(sql: str) -> bool:
+        return _names_functions(sqlglot.parse_one(sql, read="duckdb"))
+
+    assert named("SELECT s FROM t WHERE EXISTS (SELECT 1 FROM read_csv('x.csv'))")
+    assert named("SELECT s FROM t WHERE EXISTS (SELECT pg_sleep(1))")
+    assert not named("SELECT s FROM t WHERE EXISTS (SELECT 1 FROM (VALUES (1, 2.5)) AS r(k, v) "
+                     "WHERE r.k = t.s AND CAST(r.v AS DOUBLE) > 1)")

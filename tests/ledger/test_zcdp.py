@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import threading
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
@@ -307,3 +308,17 @@ def test_a_ledger_from_before_rho_starts_from_a_sound_bound(duckdb_url):
     assert _budget_row(ledger, "a")[3] == Decimal("0.02")
     assert ledger.entries()[-1][11] == Decimal("0.005")
     backend.close()
+
+
+def test_k_releases_and_a_part_of_the_same_number_stay_apart():
+    """Products and splits are computed once per loss and share (cached, typed): k
+    releases (an int) cost ρ·k, a part (a Fraction) of the same number ρ·k², whichever
+    came first, and the parts of a split add back to the loss."""
+    loss = Loss.of(Decimal("0.5"))
+    assert (loss * Fraction(2)).rho == loss.rho * 4
+    assert (loss * 2).rho == loss.rho * 2
+    assert (loss * Fraction(2)).rho == loss.rho * 4
+    parts = loss.split(1, 2)
+    assert parts[0] + parts[1] == Loss(loss.epsilon, loss.delta, parts[0].rho + parts[1].rho)
+    assert sum(part.epsilon for part in parts) == loss.epsilon
+    assert loss.split(1, 2, by_rho=True)[0].rho == loss.rho / 3
