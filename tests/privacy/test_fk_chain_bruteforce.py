@@ -539,9 +539,9 @@ def test_exists_along_the_chain_keeps_to_the_unit_without_its_link(con, query):
     needs = column_needs(plan, 2)
     rng = random.Random(15)
     implied = 0
-    for cust, orders, lines in _datasets(sum(map(ord, query)), 8):
+    for cust, orders, lines in _datasets(sum(map(ord, query)), 6):
         tables = (cust, orders, [*lines, (99, 1.0, "p"), (99, 2.0, "q")])  # no unit's
-        for each in [tables, *itertools.islice(_neighbours(tables, rng), 60)]:
+        for each in [tables, *itertools.islice(_neighbours(tables, rng), 30)]:
             _load(con, each)
             rows = [row for row in each[outer] if in_scope(each, row)]
             unique = len({o[0] for o in each[1]}) == len(each[1])
