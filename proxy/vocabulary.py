@@ -425,9 +425,10 @@ class TopChoice:
 
 @dataclass(frozen=True)
 class PassthroughPlan:
-    """A query touching only tables the rules mark public: run as written."""
+    """A query touching only tables the rules mark public: run as written (its tree,
+    rendered in the backend's dialect when sent)."""
 
-    sql: str
+    sql: exp.Expression
 
 
 # What a GROUP BY term computes (proxy.analyze.group_keys builds them, proxy.pushdown.

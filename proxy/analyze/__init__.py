@@ -329,7 +329,7 @@ def refuse_beyond_backend(work: QueryPlan | PassthroughPlan, capabilities: Capab
     if limit is None:
         return
     if isinstance(work, PassthroughPlan):
-        trees = [work.sql] if isinstance(work.sql, exp.Expression) else []
+        trees = [work.sql]
     else:
         trees = [work.where] if work.where is not None else []
         trees += [column.expression for column in work.table.columns.values()
