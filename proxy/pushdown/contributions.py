@@ -26,7 +26,6 @@ stays as the tests' reference (``per_rung_ladders``).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from fractions import Fraction
@@ -427,13 +426,14 @@ class _Buckets:
     integers (an object array): exact either way."""
 
     def __init__(self, groups: int, size: int, read: list[list[int] | None]):
-        self.read = read
-        self.dtype = object
-        with contextlib.suppress(OverflowError):
-            for values in read:
-                if values is not None:
-                    np.array(values, dtype=np.int64)
+        try:  # each column converted once, as the tallies will hold it
+            self.read = [None if values is None else np.array(values, dtype=np.int64)
+                         for values in read]
             self.dtype = np.int64
+        except OverflowError:
+            self.read = [None if values is None else np.array(values, dtype=object)
+                         for values in read]
+            self.dtype = object
         self.tallies = [np.zeros((groups, size), dtype=self.dtype) for _ in read]
 
     def add(self, groups: np.ndarray, buckets: np.ndarray, rows: np.ndarray) -> None:
@@ -441,7 +441,7 @@ class _Buckets:
         too)."""
         for tally, values in zip(self.tallies, self.read):
             if values is not None:
-                np.add.at(tally, (groups, buckets), np.array(values, dtype=self.dtype)[rows])
+                np.add.at(tally, (groups, buckets), values[rows])
 
     def count_firsts(self, groups: np.ndarray, buckets: np.ndarray, firsts: list[int],
                      rows: np.ndarray) -> None:
