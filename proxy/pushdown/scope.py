@@ -238,20 +238,21 @@ def _with_semi_joins(rows: exp.Expression, plan: QueryPlan) -> exp.Expression:
         exp.Column(this=exp.Star(), table=exp.to_identifier(outer, quoted=True))]
     for semi in plan.semi_joins:
         own_unit = exp.column(plan.table.privacy_unit, table=outer, quoted=True)
-        if _unit_implied(plan, semi):  # the same unit whenever the outer row has one
-            found = exp.select(exp.Literal.number(1)).from_(
-                _named(table_ref(semi.table.name), "_idp_y")).where(semi.condition.copy(),
-                                                                    copy=False)
-            value = exp.and_(exp.Not(this=own_unit.is_(exp.null())), exp.Exists(this=found),
-                             copy=False)
-            items.append(exp.alias_(exp.paren(value, copy=False), semi.name, quoted=True))
-            continue
-        same_unit = exp.column(semi.table.privacy_unit, table="_idp_y", quoted=True).eq(own_unit)
-        condition = same_unit if semi.condition is None else exp.and_(
-            same_unit, semi.condition.copy())
-        found = (exp.select(exp.Literal.number(1)).from_(_named(table_rows(semi.table), "_idp_y"))
-                 .where(condition, copy=False))
-        items.append(exp.alias_(exp.Exists(this=found), semi.name, quoted=True))
+        implied = _unit_implied(plan, semi)  # the same unit whenever the outer row has one
+        if implied:  # its table without its link
+            source, condition = table_ref(semi.table.name), semi.condition.copy()
+        else:
+            same_unit = exp.column(semi.table.privacy_unit, table="_idp_y",
+                                   quoted=True).eq(own_unit)
+            source = table_rows(semi.table)
+            condition = same_unit if semi.condition is None else exp.and_(
+                same_unit, semi.condition.copy())
+        value = exp.Exists(this=exp.select(exp.Literal.number(1)).from_(
+            _named(source, "_idp_y")).where(condition, copy=False))
+        if implied:
+            value = exp.paren(exp.and_(exp.Not(this=own_unit.is_(exp.null())), value,
+                                       copy=False), copy=False)
+        items.append(exp.alias_(value, semi.name, quoted=True))
     return exp.select(*items).from_(_named(rows, outer))
 
 
@@ -285,7 +286,7 @@ def _unit_implied(plan: QueryPlan, semi) -> bool:
             continue
         sides = {(side.table, side.name) for side in (term.this, term.expression)
                  if isinstance(side, exp.Column)}
-        if sides == {("_idp_y", link.column), ("_idp_x", wanted)} and len(sides) == 2:
+        if sides == {("_idp_y", link.column), ("_idp_x", wanted)}:
             return True
     return False
 
