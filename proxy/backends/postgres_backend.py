@@ -119,7 +119,8 @@ class PostgresBackend(Backend):
         self._listening = False
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
-        self._reader = False  # idp.data_version installed (``track_versions``)
+        # idp.data_version installed (``track_versions``; None: not looked at yet)
+        self._reader: bool | None = None
 
     @classmethod
     def from_url(cls, url: str, connections: int) -> PostgresBackend:
@@ -287,8 +288,10 @@ class PostgresBackend(Backend):
             tx.execute(_VERSION_TABLE)
             installed = bool(tx.execute(_VERSION_SQL, (table,)))
             notifies = installed and tx.execute(_NOTIFIES_SQL)[0][0]
-            current = tx.execute(_READER_CURRENT, (_READER_BODY,))
-        self._reader = bool(current and current[0][0]) or self._install_reader()
+            current = tx.execute(_READER_CURRENT, (_READER_BODY,)) \
+                if self._reader is None else None
+        if self._reader is None:  # one function serves every table: looked at once
+            self._reader = bool(current and current[0][0]) or self._install_reader()
         if installed:
             if not notifies:  # installed by an older proxy: the same counts, notified
                 self._setup([_VERSION_SETUP[0]], table, _UNNOTIFIED)
