@@ -5,6 +5,7 @@ none of them approximately."""
 
 from __future__ import annotations
 
+import math
 import random
 
 from proxy.rules import parse_rules
@@ -58,3 +59,37 @@ CONTRACT = [*QUERIES,
             "GROUP BY grp"]
 # what no statement sent to a backend may compute
 APPROXIMATE = ("PERCENTILE_APPROX", "APPROX_PERCENTILE", "APPROX_QUANTILE")
+
+# A table deep enough that a drawn percentile's windows hold thousands of values:
+# tests/backends/test_spark.py (Sail) and tests/pushdown/test_pushdown.py (PostgreSQL)
+# read them, under GROUP BY from a histogram and brackets, as DuckDB's lists do.
+DEEP_RULES = parse_rules("""
+[defaults]
+epsilon_per_query = 0.1
+[analysts.ann]
+budget = 100
+[tables.deep]
+[tables.deep.columns]
+x = { type = "float", domain = [0, 100] }
+a = { type = "int", domain = [0, 10] }
+g = { type = "int", keys = [0, 1, 2, 3] }
+""")
+DEEP_GROUPED = ("SELECT g, MEDIAN(x) FROM deep GROUP BY g",
+                "SELECT g, MAX(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x) FROM deep "
+                "WHERE a > 2 GROUP BY g")
+
+
+def load_deep(url: str, rows: int = 30_000) -> None:
+    """``deep`` into the backend at ``url``: a fifth of the values tie at the median, and
+    NULL, NaN, ±inf and values beyond the domain; a NULL key and a key the rules do not
+    list."""
+    from tests.databases import load_table
+
+    rng = random.Random(11)
+    special = [None, math.nan, math.inf, -math.inf, 150.0, -3.0, 100.0, 0.0]
+    draws = [rng.random() for _ in range(rows)]
+    data = {"x": [rng.choice(special) if u < 0.01 else 50.0 if u < 0.21
+                  else round(rng.random() * 100, 2) for u in draws],
+            "a": [rng.randint(0, 10) for _ in range(rows)],
+            "g": [rng.choice([None, 0, 1, 1, 2, 2, 2, 5]) for _ in range(rows)]}
+    load_table(url, "deep", data, {"x": "DOUBLE PRECISION", "a": "INTEGER", "g": "INTEGER"})

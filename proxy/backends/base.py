@@ -86,7 +86,8 @@ class Capabilities:
     # Under GROUP BY the draws' first windows are read from a histogram of each group's
     # values and the values inside the buckets that hold them (pushdown/window.py,
     # ``bucketed_windows``), not by a ROW_NUMBER over every row: Sail 0.7 sorted 10 M
-    # rows in 4.6 s for it, 12x its own grouped median.
+    # rows in 4.6 s for it, 12x its own grouped median; PostgreSQL 1 M rows in 1.9 s
+    # (a grouped MEDIAN 4.9x its own; the histogram and the brackets: 0.6 s).
     bucketed_ranks: bool = False
     # The bucketed contributions of several contributions (pushdown/contributions.py,
     # ``bucket_sql``) are grouped by all their buckets at once, each ladder's tally summed

@@ -5,9 +5,7 @@ the same statistics as DuckDB on the same rows, every percentile computed exactl
 from __future__ import annotations
 
 import json
-import math
 import os
-import random
 import shutil
 import subprocess
 import time
@@ -38,8 +36,7 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import Contribution
 from tests import forked_cli
-from tests.contract import APPROXIMATE, CONTRACT, RULES
-from tests.databases import load_table
+from tests.contract import APPROXIMATE, CONTRACT, DEEP_GROUPED, DEEP_RULES, RULES, load_deep
 from tests.wireserver import admin, running_proxy
 
 
@@ -349,19 +346,6 @@ def test_exists_over_a_table_of_the_same_unit_is_computed_on_sail(engines, sail_
         duck.close()
 
 
-DEEP_RULES = parse_rules("""
-[defaults]
-epsilon_per_query = 0.1
-[analysts.ann]
-budget = 100
-[tables.deep]
-[tables.deep.columns]
-x = { type = "float", domain = [0, 100] }
-a = { type = "int", domain = [0, 10] }
-g = { type = "int", keys = [0, 1, 2, 3] }
-""")
-
-
 def test_drawn_windows_are_read_on_spark_as_on_duckdb(sail_url, tmp_path):
     """An ungrouped drawn MAX or MIN reads its first windows (thousands of values from
     one end) in the statistics' first pass on Spark too (``extremes_in_pass``: beyond
@@ -373,24 +357,13 @@ def test_drawn_windows_are_read_on_spark_as_on_duckdb(sail_url, tmp_path):
     a NULL key and a key the rules do not list included."""
     from tests.privacy.laws import SeededSource
 
-    rng = random.Random(11)
-    special = [None, math.nan, math.inf, -math.inf, 150.0, -3.0, 100.0, 0.0]
-    rows = 30_000
-    draws = [rng.random() for _ in range(rows)]  # a fifth of the values tie at the median
-    data = {"x": [rng.choice(special) if u < 0.01 else 50.0 if u < 0.21
-                  else round(rng.random() * 100, 2) for u in draws],
-            "a": [rng.randint(0, 10) for _ in range(rows)],
-            "g": [rng.choice([None, 0, 1, 1, 2, 2, 2, 5]) for _ in range(rows)]}
-    types = {"x": "DOUBLE PRECISION", "a": "INTEGER", "g": "INTEGER"}
     duckdb_url = f"duckdb:///{tmp_path / 'deep.duckdb'}"
-    load_table(sail_url, "deep", data, types)
-    load_table(duckdb_url, "deep", data, types)
+    load_deep(sail_url)
+    load_deep(duckdb_url)
     backends = open_backend(sail_url), DuckDBBackend(":memory:"), open_backend(duckdb_url)
     try:
         for sql in ("SELECT MAX(x) FROM deep", "SELECT MIN(x) FROM deep WHERE a < 8",
-                    "SELECT g, MEDIAN(x) FROM deep GROUP BY g",
-                    "SELECT g, MAX(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x) FROM deep "
-                    "WHERE a > 2 GROUP BY g"):
+                    *DEEP_GROUPED):
             plan = analyze(parse_statements(sql)[0], DEEP_RULES, Settings())
             spark = Engine(DEEP_RULES, backends[0], rng=SeededSource(7), store=backends[1])
             duck = Engine(DEEP_RULES, backends[2], rng=SeededSource(7))

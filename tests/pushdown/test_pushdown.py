@@ -22,7 +22,16 @@ from proxy.pushdown import compute_statistics, unit_bound_sql
 from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import BOTTOM, TOP, ColumnNeeds
-from tests.contract import QUERIES, RULES, RULES_TEXT, TYPES, table_rows
+from tests.contract import (
+    DEEP_GROUPED,
+    DEEP_RULES,
+    QUERIES,
+    RULES,
+    RULES_TEXT,
+    TYPES,
+    load_deep,
+    table_rows,
+)
 from tests.databases import load_table
 from tests.privacy.reference import order_values
 
@@ -393,6 +402,36 @@ def test_postgres_group_ranks_from_its_ordered_set_aggregate(fresh_postgres, mon
         assert stats.columns["x"].n == len(xs)
         assert stats.columns["x"].values == order_values(xs, needs["x"].ranks)
         assert stats.columns["y"].values == order_values(ys, needs["y"].ranks)
+
+
+@pytest.mark.postgres
+def test_grouped_drawn_windows_are_read_on_postgres_as_on_duckdb(fresh_postgres, tmp_path,
+                                                                 monkeypatch):
+    """Under GROUP BY PostgreSQL reads each group's first windows (thousands of values)
+    from a histogram and the brackets that hold them (``bucketed_ranks``), not by a
+    ROW_NUMBER over every row: the same values as DuckDB's lists, hence the same draws
+    from the same random source, through ties, NULL, NaN, ±inf and values beyond the
+    domain, a NULL key and a key the rules do not list."""
+    from proxy.pushdown import window
+    from tests.privacy.laws import SeededSource
+
+    monkeypatch.setattr(window, "numbered", _must_not_run)
+    duckdb_url = f"duckdb:///{tmp_path / 'deep.duckdb'}"
+    load_deep(fresh_postgres)
+    load_deep(duckdb_url)
+    backends = open_backend(fresh_postgres), open_backend(duckdb_url)
+    try:
+        for sql in DEEP_GROUPED:
+            plan = analyze(parse_statements(sql)[0], DEEP_RULES, Settings())
+            engines = [Engine(DEEP_RULES, backend, rng=SeededSource(7)) for backend in backends]
+            (_, on_postgres, _), (_, on_duckdb, _) = (e.statistics(plan) for e in engines)
+            assert on_postgres == on_duckdb, sql
+            assert all(group.instance for group in on_postgres.values())  # drawn from
+            for engine in engines:
+                engine.ledger.close()
+    finally:
+        for backend in backends:
+            backend.close()
 
 
 def _must_not_run(*args, **kwargs):
