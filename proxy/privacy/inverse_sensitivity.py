@@ -60,6 +60,7 @@ _FIRST_REACH = 16
 _MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
 _TAIL_SHARE = 2.0 ** -20  # the envelope's tails, at most this share of it
 _EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of two)
+_NORMAL = 2.0 ** -1022  # the least normal double: a power-of-two scaling above it is exact
 DIGITS = 8  # significant bits of a candidate's offset: neighbours ≤ 2^−7 of it apart
 
 
@@ -104,6 +105,62 @@ class Grid:
         if self.digits is not None and abs(j) >> self.digits:
             j = ordinal(-_allowed_at_least(-j, self.digits), self.digits)
         return min(max(j - self.first + 1, 0), self.count)
+
+
+    def places(self, xs: list[float]) -> tuple[list[int], list[int]]:
+        """``below`` and ``at_or_below`` of each x, together: a window's thousands of
+        values took 0.3 s one by one under a grouped percentile of 11 groups. In numpy
+        where each x/step is an exact float of magnitude below 2^52 (step is a power of
+        two: exact unless it leaves the normal floats), else one by one."""
+        import numpy as np  # here: most answers never need it, and it costs every start
+
+        x = np.asarray(xs, dtype=np.float64)
+        q = x * _inverse(self.step)
+        size = np.abs(q)
+        if not np.all((size < 2.0 ** 52) & ((size >= _NORMAL) | (x == 0))):
+            return [self.below(v) for v in xs], [self.at_or_below(v) for v in xs]
+        least = np.ceil(q).astype(np.int64) - self.origin  # the least offset ≥ x
+        greatest = np.floor(q).astype(np.int64) - self.origin  # the greatest ≤ x
+        if np.any(np.abs(least) >= 2 ** 52) or np.any(np.abs(greatest) >= 2 ** 52):
+            return [self.below(v) for v in xs], [self.at_or_below(v) for v in xs]
+        if self.digits is not None:
+            least = _ordinals(_allowed_at_least_all(least, self.digits), self.digits)
+            greatest = _ordinals(-_allowed_at_least_all(-greatest, self.digits), self.digits)
+        return (np.clip(least - self.first, 0, self.count).tolist(),
+                np.clip(greatest - self.first + 1, 0, self.count).tolist())
+
+
+def _bit_lengths(magnitudes):
+    """int.bit_length of each (numpy int64 below 2^53: exact as doubles)."""
+    import numpy as np
+
+    return np.frexp(magnitudes.astype(np.float64))[1].astype(np.int64)
+
+
+def _allowed_at_least_all(c, digits: int):
+    """``_allowed_at_least`` of each of a numpy int64 array (|c| < 2^52)."""
+    import numpy as np
+
+    size = np.abs(c)
+    shift = np.maximum(_bit_lengths(size) - digits, 0)  # 0 where |c| < 2^digits: c itself
+    up = ((c + (np.int64(1) << shift) - 1) >> shift) << shift
+    return np.where(c > 0, up, -((size >> shift) << shift))
+
+
+def _ordinals(j, digits: int):
+    """``ordinal`` of each of a numpy int64 array of allowed offsets (|j| ≤ 2^52)."""
+    import numpy as np
+
+    size, half = np.abs(j), 1 << (digits - 1)
+    shift = _bit_lengths(size) - digits
+    index = (1 << digits) + (shift - 1) * half + (size >> np.maximum(shift, 0)) - half
+    index = np.where(size < 1 << digits, size, index)
+    return np.where(j < 0, -index, index)
+
+
+def _inverse(step: Fraction) -> float:
+    """1/step as a float: exact, a step being a power of two."""
+    return float(1 / step)
 
 
 def ordinal(j: int, digits: int | None) -> int:
@@ -238,21 +295,20 @@ def blocks(n: int, rank: int, grid: Grid, low: int, values: list[float],
         add(0, grid.count, 0, grid.lower, grid.upper)
         return found
     high = low + len(values) - 1
-    below = grid.below(values[0])  # of each distinct value in turn: the last one's end
+    starts = [i for i in range(len(values)) if i == 0 or values[i] != values[i - 1]]
+    belows, throughs = grid.places([values[i] for i in starts])  # of each distinct value
+    belows.append(grid.count)  # the end of the last one's gap
+    starts.append(len(values))
+    below = belows[0]
     add(0, below, low - 1, grid.lower if low == 1 else None, values[0])
-    i = 0
-    while i < len(values):
-        j = i
-        while j < len(values) and values[j] == values[i]:
-            j += 1
-        through = grid.at_or_below(values[i])
+    for at, i in enumerate(starts[:-1]):
+        j, through, end = starts[at + 1], throughs[at], belows[at + 1]
         if through > below:
             found.append(Block(grid.first + below, through - below,
                                distance(low - 1 + i, low - 1 + j, rank)))
-        end = grid.below(values[j]) if j < len(values) else grid.count
         over = values[j] if j < len(values) else grid.upper if high == n else None
         add(through, end - through, low - 1 + j, values[i], over)
-        i, below = j, end
+        below = end
     return found
 
 

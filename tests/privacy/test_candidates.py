@@ -53,6 +53,22 @@ def test_candidates_are_geometric_beyond_the_resolution(domain):
     for x in probes:
         assert grid.below(x) == bisect.bisect_left(values, x), x
         assert grid.at_or_below(x) == bisect.bisect_right(values, x), x
+    # ``places`` (a window's values at once) counts as they do, on the geometric grid and
+    # the uniform one, also at 0, −0, the least subnormal and beyond any grid
+    rng = np.random.default_rng(5)
+    near = [math.nextafter(v, way) for v in rng.choice(values, 200) for way in (-math.inf,
+                                                                                math.inf)]
+    extra = [0.0, -0.0, 5e-324, -5e-324, 1e300, -1e300, 2.0 ** 60, *near]
+    ordinary = [x for x in probes + near if x == 0 or 1e-300 < abs(x) < 1e12]
+    for candidates in (grid, candidate_grid(*domain, digits=None)):
+        for xs in (probes + extra, ordinary):
+            expected = ([candidates.below(x) for x in xs],
+                        [candidates.at_or_below(x) for x in xs])
+            with pytest.MonkeyPatch.context() as patch:
+                if xs is ordinary:  # in numpy: not one by one
+                    for name in ("below", "at_or_below"):
+                        patch.setattr(type(grid), name, None)
+                assert candidates.places(xs) == expected
 
 
 def test_an_empty_stretch_holds_logarithmically_many_candidates():
