@@ -103,7 +103,8 @@ class PostgresBackend(Backend):
     capabilities = Capabilities(
         dialect="postgres", transactional=True, group_commit=False, identity_columns=True,
         one_process=False, located_tables=False, grouped_ranks=GroupedRanks.ORDERED_SET,
-        projected_scope=False, fenced_rows=True, bucketed_ranks=True)
+        projected_scope=False, fenced_rows=True, bucketed_ranks=True,
+        extremes_in_pass=True)
     row_identity = "ctid"
 
     def __init__(self, url: str, pool_size: int = 4) -> None:

@@ -405,13 +405,15 @@ def test_postgres_group_ranks_from_its_ordered_set_aggregate(fresh_postgres, mon
 
 
 @pytest.mark.postgres
-def test_grouped_drawn_windows_are_read_on_postgres_as_on_duckdb(fresh_postgres, tmp_path,
-                                                                 monkeypatch):
-    """Under GROUP BY PostgreSQL reads each group's first windows (thousands of values)
-    from a histogram and the brackets that hold them (``bucketed_ranks``), not by a
-    ROW_NUMBER over every row: the same values as DuckDB's lists, hence the same draws
-    from the same random source, through ties, NULL, NaN, ±inf and values beyond the
-    domain, a NULL key and a key the rules do not list."""
+def test_drawn_windows_are_read_on_postgres_as_on_duckdb(fresh_postgres, tmp_path,
+                                                         monkeypatch):
+    """PostgreSQL reads an ungrouped drawn MAX or MIN's first windows (thousands of
+    values) in the statistics' first pass, beyond a pilot's threshold
+    (``extremes_in_pass``), and under GROUP BY each group's from a histogram and the
+    brackets that hold them (``bucketed_ranks``), not by a ROW_NUMBER over every row:
+    the same values as DuckDB's, hence the same draws from the same random source,
+    through ties, NULL, NaN, ±inf and values beyond the domain, a NULL key and a key the
+    rules do not list."""
     from proxy.pushdown import window
     from tests.privacy.laws import SeededSource
 
@@ -421,11 +423,14 @@ def test_grouped_drawn_windows_are_read_on_postgres_as_on_duckdb(fresh_postgres,
     load_deep(duckdb_url)
     backends = open_backend(fresh_postgres), open_backend(duckdb_url)
     try:
-        for sql in DEEP_GROUPED:
+        for sql in ("SELECT MAX(x) FROM deep", "SELECT MIN(x) FROM deep WHERE a < 8",
+                    *DEEP_GROUPED):
             plan = analyze(parse_statements(sql)[0], DEEP_RULES, Settings())
             engines = [Engine(DEEP_RULES, backend, rng=SeededSource(7)) for backend in backends]
             (_, on_postgres, _), (_, on_duckdb, _) = (e.statistics(plan) for e in engines)
             assert on_postgres == on_duckdb, sql
+            if "GROUP BY" not in sql:
+                assert len(on_postgres[()].columns["x"].values) > 1000  # the deep windows
             assert all(group.instance for group in on_postgres.values())  # drawn from
             for engine in engines:
                 engine.ledger.close()
