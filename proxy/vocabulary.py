@@ -514,6 +514,10 @@ class Join:
         return f"{self.alias}.{column}"
 
 
+# An EXISTS's row and the scope's row, as the SQL of a ``SemiJoin``'s condition names them
+SEMI_INNER, SEMI_OUTER = "_idp_y", "_idp_x"
+
+
 @dataclass(frozen=True)
 class SemiJoin:
     """An EXISTS of the plan's WHERE over a protected table of the plan's unit

@@ -34,9 +34,10 @@ from proxy.analyze.joins import declared_table
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, UnknownColumn
 from proxy.rules import Column, Rules, Table
+from proxy.vocabulary import SEMI_INNER as INNER
+from proxy.vocabulary import SEMI_OUTER as OUTER
 from proxy.vocabulary import JoinedColumn, SemiJoin
 
-INNER, OUTER = "_idp_y", "_idp_x"  # the EXISTS's row and the scope's, as the SQL names them
 ALLOWED = ("[NOT] EXISTS (SELECT * FROM t WHERE t.col = outer.col [AND …]) over a protected "
            "table t of the query's privacy unit")
 
