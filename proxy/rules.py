@@ -183,6 +183,9 @@ class ServerLimits:
     backend_connections: int = 4  # PostgreSQL: transactions at once, per worker process
     workers: int | None = None  # PostgreSQL: processes serving the port; None: one per core
     start_check_seconds: int = 10  # the start-time rules check's time box; 0: no check
+    # PostgreSQL: ms between two reads of the write counters by each worker process; a
+    # repeat may be of data up to this and a round trip old (docs/budget.md)
+    write_poll_ms: int = 25
 
 
 @dataclass(frozen=True)
@@ -350,6 +353,9 @@ def _server(reader: _Reader, body: Mapping[str, Any]) -> ServerLimits:
         if key != "auth" and key in body:  # start_check_seconds = 0: no start-time check
             values[key] = reader.positive_int(body[key], f"server.{key}",
                                               0 if key == "start_check_seconds" else 1)
+    if values.get("write_poll_ms", 0) > 1000:  # the mark moves every second anyway
+        raise reader.fail("server.write_poll_ms", f"must be at most 1000 (ms), got "
+                                                  f"{values['write_poll_ms']!r}")
     return ServerLimits(**values)
 
 

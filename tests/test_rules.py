@@ -68,6 +68,8 @@ def test_shipped_rules_files_load():
     ('[server]\nstart_check_seconds = false\n', 2, "whole number of at least 0, got False"),
     ('[server]\nstart_check_seconds = -1\n', 2, "whole number of at least 0, got -1"),
     ('[server]\nworkers = 0\n', 2, "whole number of at least 1, got 0"),
+    ('[server]\nwrite_poll_ms = 0\n', 2, "whole number of at least 1, got 0"),
+    ('[server]\nwrite_poll_ms = 1001\n', 2, "[server.write_poll_ms] must be at most 1000"),
     ('[tables.t]\nmax_rows_per_unit = 3\n[tables.t.columns]\nx = { type = "int" }\n', 2,
      "needs privacy_unit"),
     ('[tables.t]\nprivacy_unit = "id"\n', 1, "must declare its columns"),

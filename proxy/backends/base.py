@@ -267,9 +267,9 @@ class Backend(ABC):
         answer cache are keyed by it. None when only a scan can tell: then c is keyed
         by ``fingerprint_aggregates`` read over the whole table, and nothing is cached."""
 
-    def watch_writes(self) -> None:
+    def watch_writes(self, poll_ms: int) -> None:
         """Start watching for writes made by others, where the backend can tell of them
-        (PostgreSQL: a listener for the data triggers' notifications), so that
+        (PostgreSQL: the data triggers' counters, read every ``poll_ms``), so that
         ``quiet_mark`` need not be None; a server calls it once it serves."""
 
     def quiet_mark(self) -> int | None:

@@ -135,7 +135,7 @@ class Server:
                                                      thread_name_prefix="session"))
         for backend in {id(b): b for b in (self.engine.backend,
                                            self.engine.ledger.backend)}.values():
-            backend.watch_writes()  # repeats that read nothing (docs/budget.md)
+            backend.watch_writes(self.limits.write_poll_ms)  # repeats that read nothing
         if stop is None:
             stop = asyncio.Event()
             for signum in (signal.SIGINT, signal.SIGTERM):

@@ -23,6 +23,7 @@ import pytest
 from proxy import ledger as ledger_module
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import STORE_FILE
+from proxy.backends.postgres_backend import POLLER_NAME
 from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -166,26 +167,27 @@ def test_on_duckdb_a_repeat_reads_nothing_until_something_is_written(duckdb_url,
 
 
 def _mark_moved(backend, since) -> None:
-    """Wait (without a bound on how long it takes) for the listener to see a write."""
+    """Wait (without a bound on how long it takes) for the poller to see a write."""
     deadline = time.monotonic() + 30
     while backend.quiet_mark() in (since, None):
-        assert time.monotonic() < deadline, "the write was never notified"
+        assert time.monotonic() < deadline, "the write was never seen"
         time.sleep(0.01)
 
 
-def test_on_postgres_a_watched_repeat_reads_nothing_until_a_write_is_notified(
+def test_on_postgres_a_watched_repeat_reads_nothing_until_a_poll_sees_a_write(
         fresh_postgres, monkeypatch):
-    """A server listens for the data triggers' notifications (``watch_writes``): while
-    none came and no debit of its own ended, a repeat opens no transaction; a write by
+    """A server polls the data triggers' counters (``watch_writes``): while no poll saw
+    one change and no debit of its own ended, a repeat opens no transaction; a write by
     another connection (to the data, or a grant to the ledger by this process) is seen
     by the next repeat, which reads again (a new version of the data is charged). With
-    the listener's connection gone, every repeat reads again, as unwatched."""
+    the poller's connection gone (a failed poll), every repeat reads again, as
+    unwatched, and the mark it comes back with is a new one."""
     monkeypatch.setattr(ledger_module, "REPLAY_SECONDS", 600)  # no batch written meanwhile
     load(fresh_postgres, {"people": people(), "odd": ODD})
     engine = Engine(parse_rules(ENGINE_RULES), open_backend(fresh_postgres))
     backend = engine.backend
     assert backend.quiet_mark() is None  # not watched: every repeat asks the server
-    backend.watch_writes()
+    backend.watch_writes(25)
     _mark_moved(backend, None)
     zoe = Session.open(engine, "zoe")
     first = run(zoe, QUERY)[0]
@@ -199,8 +201,8 @@ def test_on_postgres_a_watched_repeat_reads_nothing_until_a_write_is_notified(
         again = run(zoe, QUERY)[0]
         assert again.rows == first.rows and again.privacy["epsilon_spent"] == 0
         assert again.privacy["epsilon_remaining"] == first.privacy["epsilon_remaining"]
-    if backend.quiet_mark() == mark:  # else WATCH_SECONDS passed: read again, rightly
-        assert opened == []
+    if backend.quiet_mark() == mark:  # else WATCH_SECONDS passed or a poll was late:
+        assert opened == []          # read again, rightly
     engine.ledger.grant("zoe", Decimal(1))  # this process's durable write
     again = run(zoe, QUERY)[0]
     assert again.rows == first.rows and again.privacy["epsilon_remaining"] == \
@@ -210,9 +212,10 @@ def test_on_postgres_a_watched_repeat_reads_nothing_until_a_write_is_notified(
         con.execute("DELETE FROM people WHERE person_id = 1")
     _mark_moved(backend, mark)
     assert run(zoe, QUERY)[0].privacy["epsilon_spent"] > 0
+    before = backend._mark
     with psycopg.connect(fresh_postgres, autocommit=True) as con:
         con.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE query LIKE 'LISTEN%'")
+                    "WHERE application_name = %s", (POLLER_NAME,))
     deadline = time.monotonic() + 30
     while backend.quiet_mark() is not None:  # until it is seen gone
         assert time.monotonic() < deadline
@@ -221,7 +224,30 @@ def test_on_postgres_a_watched_repeat_reads_nothing_until_a_write_is_notified(
     if backend.quiet_mark() is None:
         assert run(zoe, QUERY)[0].privacy["epsilon_spent"] == 0 and opened != []
     _mark_moved(backend, None)  # reconnected
+    assert backend.quiet_mark() > before  # a mark of before the failure never comes back
     assert [e[9] for e in engine.ledger.entries("zoe")].count("charged") == 2
+    backend.close()
+
+
+def test_on_postgres_a_late_poll_is_a_moved_mark(fresh_postgres):
+    """A poll that does not complete within its period (here: blocked behind a lock on
+    ``idp.versions``) says nothing about writes: the mark is None while it is late (every
+    repeat reads the data version), and the one it comes back with is new."""
+    load(fresh_postgres, {"people": people(), "odd": ODD})
+    engine = Engine(parse_rules(ENGINE_RULES), open_backend(fresh_postgres))
+    backend = engine.backend
+    backend.watch_writes(25)
+    _mark_moved(backend, None)
+    mark = backend.quiet_mark()
+    with psycopg.connect(fresh_postgres) as locker:
+        locker.execute("LOCK TABLE idp.versions IN ACCESS EXCLUSIVE MODE")
+        deadline = time.monotonic() + 30
+        while backend.quiet_mark() is not None:
+            assert time.monotonic() < deadline, "a blocked poll was never taken as late"
+            time.sleep(0.01)
+        locker.rollback()
+    _mark_moved(backend, None)
+    assert backend.quiet_mark() != mark
     backend.close()
 
 
@@ -350,10 +376,10 @@ def test_a_killed_server_loses_at_most_the_last_batch_of_replay_rows(backend_url
 
 def test_a_served_repeat_after_a_write_to_postgres_is_charged_again(fresh_postgres,
                                                                     tmp_path):
-    """Through the server (which listens for the triggers' notifications): repeats are
-    free and equal the first answer; once another connection deleted a row, a repeat is
-    a new answer, charged (as soon as the notification has reached the server: until
-    then a repeat is still the first answer, free)."""
+    """Through the server (which polls the triggers' counters): repeats are free and
+    equal the first answer; once another connection deleted a row, a repeat is a new
+    answer, charged (as soon as a poll begun after the write has completed: until then
+    a repeat is still the first answer, free)."""
     served = Served.prepare(tmp_path, RULES, fresh_postgres)
     with served.serve() as proxy, \
             psycopg.connect(proxy.dsn("viewer"), autocommit=True) as con:
