@@ -23,7 +23,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from proxy.pushdown.group_sql import group_filter, group_value
-from proxy.pushdown.scope import source_table
+from proxy.pushdown.scope import filtered_source
 from proxy.pushdown.values import literal
 from proxy.rules import Table
 from proxy.statistics import MAGNITUDE_CAP
@@ -34,9 +34,10 @@ def key_counts_sql(plan: QueryPlan, index: int, keys_per_unit: int, dialect: str
     """The per-key unit counts of ``plan.group_by[index]`` (columns: key, count)."""
     table = plan.table
     key = group_value(plan.group_by[index], table)
-    scope = exp.select(exp.alias_(key, "k")).from_(source_table(plan))
-    if plan.where is not None:
-        scope = scope.where(plan.where.copy())
+    source, where = filtered_source(plan)
+    scope = exp.select(exp.alias_(key, "k")).from_(source)
+    if where is not None:
+        scope = scope.where(where)
     for term in plan.group_by:  # rows in no group of another term are in no answer
         scope = scope.where(_is_key(term, table) if term.kind == SELECTED
                             else group_filter(term, table))

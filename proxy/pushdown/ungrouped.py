@@ -34,6 +34,7 @@ from proxy.pushdown.scope import (
     exact_sum,
     extreme_refs,
     fill_extremes,
+    filtered_source,
     linked_if_named,
     needed_value,
     read_sum,
@@ -150,10 +151,13 @@ def first_pass(
             return exp.select(*parts).from_(scope_select(plan, needs, clip_rows_per_unit)
                                             .subquery("s", copy=False), copy=False)
         unit = counts_units(plan) or bool(whole_table)
-        select = exp.select(*parts, *whole_table).from_(source_table(plan, None, unit),
-                                                        copy=False)
-        if plan.where is not None and not filtered:
-            select = select.where(plan.where.copy(), copy=False)
+        if filtered:  # the WHERE is in each aggregate's FILTER
+            source, where = source_table(plan, None, unit), None
+        else:
+            source, where = filtered_source(plan, None, unit)
+        select = exp.select(*parts, *whole_table).from_(source, copy=False)
+        if where is not None:
+            select = select.where(where, copy=False)
         if not unit:
             linked_if_named(select, plan)
         return select
