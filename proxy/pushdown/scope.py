@@ -404,13 +404,13 @@ def _joined_rows(plan: QueryPlan, sample_percent: int | None, linked: bool = Tru
         joined = joined.select(*[
             exp.alias_(exp.column(name, table=alias, quoted=True), join.column_name(name),
                        quoted=True) for name in columns], copy=False)
-        on = exp.and_(*[value(protected).eq(exp.column(other, table=alias, quoted=True))
-                        for protected, other in join.pairs])
+        pairs, tests = join.pairs, []
         if _units_implied(plan, join):  # the units' equality as the earlier unit's test
-            (unit, _), *link = join.pairs
-            on = exp.and_(exp.Not(this=value(unit).is_(exp.null())),
-                          *[value(protected).eq(exp.column(other, table=alias, quoted=True))
-                            for protected, other in link])
+            (unit, _), *pairs = join.pairs
+            tests.append(exp.Not(this=value(unit).is_(exp.null())))
+        on = exp.and_(*tests, *[value(protected).eq(exp.column(other, table=alias,
+                                                                quoted=True))
+                                for protected, other in pairs])
         read = (_named(table_rows(join.table), alias) if join.protected and join.read is None
                 else exp.select("*").from_(_named(table_rows(join.table), "_idp_f"))
                 .where(join.read.copy()).subquery(alias, copy=False) if join.protected else
