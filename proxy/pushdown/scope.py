@@ -570,14 +570,20 @@ def table_rows(table: Table, sample_percent: int | None = None, linked: bool = T
     return _linked_rows(base, table.link)
 
 
-def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
+def link_owners(link: Link) -> exp.Select:
+    """The link's target as (``k``, ``u``): each key read as unique (``_bounded_rows``)
+    with its unit, along the chain when the target is linked in turn."""
     target = table_ref(link.table)
     if link.then is not None:
         target = _linked_rows(target, link.then)
     key, unit = exp.column(link.key, quoted=True), exp.column(link.unit, quoted=True)
     unique = _bounded_rows(link.table, (link.key,), 1, target)
-    owners = (exp.select(exp.alias_(key, "k", quoted=True), exp.alias_(unit, "u", quoted=True))
-              .from_(unique.subquery("_idp_o", copy=False)))
+    return (exp.select(exp.alias_(key, "k", quoted=True), exp.alias_(unit, "u", quoted=True))
+            .from_(unique.subquery("_idp_o", copy=False)))
+
+
+def _linked_rows(base: exp.Table, link: Link) -> exp.Select:
+    owners = link_owners(link)
     mine = exp.Column(this=exp.Star(), table=exp.to_identifier("_idp_b", quoted=True))
     return (exp.select(mine, exp.alias_(exp.column("u", table="_idp_l", quoted=True),
                                         LINKED_UNIT, quoted=True))
