@@ -218,7 +218,8 @@ def _balanced(storm: Served, analyst: str) -> list[dict]:
 def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_path):
     """One analyst cancels their own queries at random moments for 4 s in two sessions
     at once (each other's statements as more bystanders), and on until more than 50
-    were cancelled and 50 answered (about 6 s on a quiet machine); another analyst's queries all succeed meanwhile, the cancellers' sessions
+    were cancelled and 50 answered and the bystander had 30 answers (about 6 s on a
+    quiet machine); another analyst's queries all succeed meanwhile, the cancellers' sessions
     and new logins still work at the end, and both budgets equal their ledgers."""
     storm = Served.prepare(tmp_path, STORM_RULES, fresh_postgres)
     stop = threading.Event()
@@ -235,8 +236,8 @@ def test_a_cancel_storm_hurts_only_the_cancelled_statements(fresh_postgres, tmp_
             thread.start()
         time.sleep(STORM_SECONDS)
         deadline = time.monotonic() + 60  # a loaded machine answers fewer in those 10 s
-        while min(outcomes.count("57014"), outcomes.count("answer")) <= 50 \
-                and time.monotonic() < deadline:
+        while (min(outcomes.count("57014"), outcomes.count("answer")) <= 50
+               or len(answers) <= 30) and time.monotonic() < deadline:
             time.sleep(0.1)
         stop.set()
         for thread in threads:
