@@ -89,7 +89,9 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
     columns = list(dict.fromkeys(c.column for c in wanted if c.column))
     needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
                               upper=plan.table.columns[name].upper) for name in columns)
-    scope = scope_select(plan, needs, clip_rows_per_unit, unit=True)
+    eager = _by_link(plan, needs, clip_rows_per_unit)  # its own scope, without the unit
+    scope = eager if eager is not None else scope_select(plan, needs, clip_rows_per_unit,
+                                                         unit=True)
     terms = []
     for contribution in wanted:  # (x − origin)^power of the normalised value c_j
         if not contribution.column:  # COUNT(*): each row once
@@ -119,7 +121,6 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
         ).from_(scope.subquery("r", copy=False), copy=False)
         return rows.offset(0, copy=False) if fenced else rows
     # a unit's contribution: the sum over its rows in scope (none: 0)
-    eager = _by_link(plan, needs, clip_rows_per_unit)
     if eager is not None:
         return _summed_by_link(plan, eager, keys, terms, with_unit)
     return exp.select(*keys, *[exp.alias_(exp.Coalesce(
