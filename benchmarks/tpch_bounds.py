@@ -100,10 +100,10 @@ def describe(groups: list[dict]) -> str | None:
     of_bound, of_sum = loss.split(bounds.BOUND_SHARE, 1 - bounds.BOUND_SHARE)
     if first["joint"]:
         beyond = tuple(sum(column) for column in zip(*(r["ladder"].beyond for r in groups)))
-        prior = bounds.joint_prior(first["groups"])
+        rule = bounds.joint_rule(first["groups"])
     else:
-        beyond, prior = first["ladder"].beyond, first["prior"]
-    chance = probabilities(bounds.rung_weights(beyond, of_bound.epsilon, g, prior))
+        beyond, rule = first["ladder"].beyond, {"prior": first["prior"]}
+    chance = probabilities(bounds.rung_weights(beyond, of_bound.epsilon, g, **rule))
     truths = [(r, r["ladder"].clipped[-1]) for r in groups if r["ladder"].clipped[-1] != 0]
     if not truths:
         return None

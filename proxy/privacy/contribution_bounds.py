@@ -38,8 +38,10 @@ function of the private draw. An empty group draws its bound from the prior alon
 (m = min(2s, G), §3.5), each group's part would be ε/m. Instead each unit's vector of
 contributions over the groups is clipped in L1 norm: scaled by min(1, B/T_u), T_u the
 sum of its |contributions| in every group. The rung is drawn once for the query, as in
-step 2 with β_k the units whose T_u lies beyond B_k (a neighbour changes g of them)
-and a stronger public prior (``joint_prior``), and every group's sum gets Laplace
+step 2 with β_k the units whose T_u lies beyond B_k (a neighbour changes g of them),
+but aimed at a public count of units instead (``joint_rule``: a private quantile, the
+lowest rung with at most q = 2gG/ε_b of them beyond, twice the count where the clipping
+and the noise of G groups balance), and every group's sum gets Laplace
 noise of scale g·2B/ε_s: a unit's clipped vector, before and after, has L1 norm at
 most B each, so the vector of group sums moves by at most g·2B in L1 (plus the sums'
 rounding to 10⁻⁶, G·10⁻⁶ a unit). The whole ε goes to one draw and one vector instead
@@ -203,32 +205,57 @@ def draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
 
 
 def rung_weights(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
-                 prior: Fraction = PRIOR, evidence: bool = True
-                 ) -> list[tuple[int, Fraction]]:
-    """Step 2's weights e^{−x_k} (``exact_choice.choose``): x_k = λ·β_k + prior·k, λ =
-    ε/(2g), plus with ``evidence`` the shortfall max(0, SHORTFALL − λ·β_{max(k − SLACK,
-    0)}) = λ·max(0, t − β_{k−SLACK}), t = 2g·SHORTFALL/ε: a rung more than SLACK rungs
-    above the t-th largest contribution is penalised as though it clipped the units it
-    lacks (utility −(β_k + max(0, t − β_{k−SLACK})), sensitivity g: §3.14)."""
+                 prior: Fraction = PRIOR, evidence: bool = True, *,
+                 allowance: Fraction = Fraction(0), shortfall: Fraction = SHORTFALL,
+                 slack: int = SLACK) -> list[tuple[int, Fraction]]:
+    """Step 2's weights e^{−x_k} (``exact_choice.choose``): x_k = max(0, λ·β_k −
+    allowance) + prior·k, λ = ε/(2g), plus with ``evidence`` the shortfall max(0,
+    shortfall − λ·β_{max(k − slack, 0)}) = λ·max(0, t − β_{k−slack}), t =
+    2g·shortfall/ε: a rung more than ``slack`` rungs above the t-th largest contribution
+    is penalised as though it clipped the units it lacks (utility −(max(0, β_k − q) +
+    max(0, t − β_{k−slack})), q = allowance/λ the units a rung may clip for free,
+    sensitivity g: §3.14). By default (no allowance, SHORTFALL, SLACK) the per-group
+    draw; ``joint_rule`` the one across groups."""
     lam = epsilon / (2 * group_size)
     weights = []
     for index, count in enumerate(beyond):
-        x = lam * count + prior * index
+        x = max(Fraction(0), lam * count - allowance) + prior * index
         if evidence:
-            x += max(Fraction(0), SHORTFALL - lam * beyond[max(index - SLACK, 0)])
+            x += max(Fraction(0), shortfall - lam * beyond[max(index - slack, 0)])
         weights.append((1, x))
     return weights
 
 
 def joint_prior(group_count: int) -> Fraction:
-    """The public prior per rung of a bound drawn for G groups at once: min(G/2, 4).
+    """The public prior per rung of a bound drawn for G groups at once where one group's
+    sum alone is released (a ``TopChoice``'s L∞ bound, top_choice.py): min(G/2, 4).
     A rung twice as high doubles the noise in each of G groups, while a clipped unit's
     loss is spread over its groups, so the draw should need about G times as many
     spared units to go up as for one sum (where the prior is 1/2); capped at 4 so that
     a query of few units over many groups is not pulled to the lowest rungs (answers
-    near 0). Simulated on the demo's costs (200 draws): SUM per department at ε 1
-    1.9 % → 0.8 %, at ε 0.1 11 % → 4 %; per week 45 % → 15 %, 100 % → 78 %."""
+    near 0). Until 2026-11-28 the L1 draw's too (``joint_rule``)."""
     return min(Fraction(group_count, 2), Fraction(4))
+
+
+# The L1 draw across groups (``joint_rule``): its prior per rung, and the evidence term's
+# reach (a rung is charged for the units short of t beyond the rung just below it).
+JOINT_PRIOR, JOINT_SLACK = Fraction(1), 1
+
+
+def joint_rule(group_count: int) -> dict:
+    """``rung_weights``' public parameters for a bound drawn once for G groups whose
+    every sum is released (L1, ``draw_joint_bounds``): a private quantile. The error of
+    the G sums, clipping plus noise, Σ_u (T_u − B)⁺ + G·2gB/ε_s, falls as B rises while
+    more than 2gG/ε_s totals lie beyond B, then rises (Amin et al.'s balance, over G
+    groups); q = twice that, 4gG/ε_s = 2gG/ε_b units (ε_s = 2ε_b), may be clipped for
+    free (allowance λ·q = G), and a rung is charged for the units short of t = max(q,
+    2g·SHORTFALL/ε_b) beyond the rung below it (shortfall λ·t = max(G, 7)): utility
+    max(0, β_k − q) + max(0, t − β_{k−1}), 0 at the lowest rung with at most q totals
+    beyond it when at least t lie beyond the rung below; prior 1 a rung, which breaks
+    ties downwards where the units are too few to inform the draw. Public: G and the
+    constants (q and t in λ's scale, λq = G: ε and g cancel)."""
+    return {"prior": JOINT_PRIOR, "allowance": Fraction(group_count),
+            "shortfall": max(Fraction(group_count), SHORTFALL), "slack": JOINT_SLACK}
 
 
 def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
@@ -263,7 +290,8 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
                       groups: dict[tuple, GroupStats], rng: RandomSource) -> None:
     """Step 2 once for all groups, for each aggregate of ``indexes`` (``joint_clipped``):
     β_k summed over the groups (the statement counts each unit in one group,
-    ``first``), the rung recorded in every group's ``joint``."""
+    ``first``), drawn by ``joint_rule`` (a ``TopChoice``'s L∞ bound: the per-group
+    utility with ``joint_prior``), the rung recorded in every group's ``joint``."""
     for index in indexes:
         agg = plan.aggregates[index]
         contribution = Contribution(agg.column)
@@ -274,8 +302,10 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
             if contribution in group.ladders:
                 beyond = [a + b for a, b in zip(beyond, group.ladders[contribution].beyond)]
         of_bound = sum_loss(plan, agg)[1].split(BOUND_SHARE, 1 - BOUND_SHARE)[0]
-        k = draw_rung(tuple(beyond), of_bound.epsilon, plan.table.group_size, rng,
-                       joint_prior(plan.group_count))
+        rule = ({"prior": joint_prior(plan.group_count)} if isinstance(plan.post, TopChoice)
+                else joint_rule(plan.group_count))
+        k = choose(rung_weights(tuple(beyond), of_bound.epsilon, plan.table.group_size,
+                                **rule), rng)
         for key in plan.group_keys():
             groups.setdefault(key, GroupStats()).joint[index] = k
 

@@ -8,8 +8,9 @@ than g·w_k (the Laplace noise's scale numerator); both reached. Clipped across 
 its vector of group sums by more than g·2B_k in L1; both reached; as the bucketed
 statement releases them (each unit's share of its total rounded toward 0 once), by no
 more than the engine's g·(2B_k(1 + 10⁻⁹) + G·10⁻⁶). The draw's utility
-−(β_k + max(0, t − β_{k−SLACK})) moves by at most g per rung, per group and across
-groups, reached, and the draw's log-probability of every rung by at most ε_b. The
+−(max(0, β_k − q) + max(0, t − β_{k−slack})) moves by at most g per rung, per group
+(q = 0) and across groups (the L1 draw's private quantile, q > 0), reached, and the draw's
+log-probability of every rung by at most ε_b. The
 backend's statement computes the reference's numbers
 (tests/privacy/test_contribution_bounds.py); the counts' bound is reached."""
 
@@ -30,6 +31,7 @@ from proxy.privacy.contribution_bounds import (
     ROUNDING,
     SHORTFALL,
     joint_prior,
+    joint_rule,
     rung_weights,
     rungs,
 )
@@ -271,20 +273,22 @@ def test_contributions_clipped_across_groups_move_within_2b(units, rows, group_s
 
 @functools.cache
 def engine_utilities(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
-                     prior: Fraction) -> tuple[Fraction, ...]:
-    """The utility the engine's weights e^{−x_k} (``rung_weights``) draw with, negated:
-    (x_k − prior·k)/λ, λ = ε/(2g) — β_k + max(0, t − β_{max(k − SLACK, 0)}), t =
-    2g·SHORTFALL/ε."""
-    lam = epsilon / (2 * group_size)
-    return tuple(float((x - prior * k) / lam)
-                 for k, (_, x) in enumerate(rung_weights(beyond, epsilon, group_size, prior)))
+                     rule: tuple) -> tuple[Fraction, ...]:
+    """The utility the engine's weights e^{−x_k} (``rung_weights`` with the ``rule``'s
+    parameters, as ``dict(rule)``) draw with, negated: (x_k − prior·k)/λ, λ = ε/(2g) —
+    max(0, β_k − q) + max(0, t − β_{max(k − slack, 0)}), q = allowance/λ (0 per group),
+    t = 2g·shortfall/ε."""
+    lam, prior = epsilon / (2 * group_size), dict(rule)["prior"]
+    return tuple(float((x - prior * k) / lam) for k, (_, x) in
+                 enumerate(rung_weights(beyond, epsilon, group_size, **dict(rule))))
 
 
 @functools.cache
 def log_odds(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
-             prior: Fraction) -> tuple[float, ...]:
+             rule: tuple) -> tuple[float, ...]:
     """log P(rung k) of the engine's weights (``rung_weights``), for each k."""
-    x = [float(weight) for _, weight in rung_weights(beyond, epsilon, group_size, prior)]
+    x = [float(weight) for _, weight in rung_weights(beyond, epsilon, group_size,
+                                                     **dict(rule))]
     low = min(x)
     total = math.log(sum(math.exp(low - v) for v in x))
     return tuple(low - v - total for v in x)
@@ -301,12 +305,15 @@ DRAW_VALUES = [0.0, 3.5, 10.0, float("nan"), float("inf"), float("-inf"), 1e308]
 def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint):
     """Per group and across groups (each unit's total over the two groups), units of up
     to three records: β_k and
-    β_{k−SLACK} move the same way for each unit (a contribution that crosses the higher
-    rung crosses the lower one too, or lay between them), and t − β is 1-Lipschitz and
-    non-increasing, so the utility moves by at most one per unit: g, reached; read from
-    the engine's weights at ε_b = 2g·7/t for evidence counts t of 1 to 3 (which bite on
-    these data sets), with the per-group prior or the joint one. Their log-probabilities
-    then move by at most ε_b."""
+    β_{k−slack} move the same way for each unit (a contribution that crosses the higher
+    rung crosses the lower one too, or lay between them), β − q is 1-Lipschitz and
+    non-decreasing, t − β 1-Lipschitz and non-increasing, so the utility moves by at
+    most one per unit: g, reached; read from the engine's weights at ε_b = 2g·7/t for
+    evidence counts t of 1 to 3 (which bite on these data sets), per group with its
+    prior, across groups with a ``TopChoice``'s (L∞: the per-group utility, its prior
+    ``joint_prior``) and with the L1 draw's ``joint_rule`` (slack 1, its allowance q =
+    2gG/ε_b a fraction of a unit here) and the same with q of 1 and 2 units, which
+    bite. Their log-probabilities then move by at most ε_b."""
     lower, upper = domain
     groups = 2
     ladder = rungs(Contribution("x"), Column("x", "float", lower, upper,
@@ -323,7 +330,16 @@ def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint
     rungs_ = range(len(ladder))
     # ε_b = 2g·SHORTFALL/t: evidence counts t of 1, 2 and 3 units, which bite here
     epsilons = {t: 2 * group_size * SHORTFALL / t for t in (1, 2, 3)}
-    prior = joint_prior(groups) if joint else PRIOR
+
+    def rules(epsilon: Fraction) -> dict[str, tuple]:
+        if not joint:
+            return {"group": (("prior", PRIOR),)}
+        lam = epsilon / (2 * group_size)
+        l1 = joint_rule(groups)
+        return {"top choice": (("prior", joint_prior(groups)),),
+                "joint": tuple(l1.items()),
+                **{f"q {q}": tuple({**l1, "allowance": lam * q}.items()) for q in (1, 2)}}
+    names = list(rules(Fraction(1)))
 
     def counts(records) -> dict:
         if joint:
@@ -337,20 +353,25 @@ def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint
         for key in keys:
             beyond = tuple(found[key, k] for k in rungs_)
             for t, epsilon in epsilons.items():
-                utility = engine_utilities(beyond, epsilon, group_size, prior)
-                odds = log_odds(beyond, epsilon, group_size, prior)
-                out.update({(key, k, t): u for k, u in enumerate(utility)})
-                out.update({(key, k, t, "log P"): p for k, p in enumerate(odds)})
+                for name, rule in rules(epsilon).items():
+                    utility = engine_utilities(beyond, epsilon, group_size, rule)
+                    odds = log_odds(beyond, epsilon, group_size, rule)
+                    out.update({(key, k, t, name): u for k, u in enumerate(utility)})
+                    out.update({(key, k, t, name, "log P"): p for k, p in enumerate(odds)})
         return out
 
-    bound = {(key, k, t): group_size for key in keys for k in rungs_ for t in epsilons}
-    bound.update({(key, k, t, "log P"): float(epsilon) for key in keys for k in rungs_
-                  for t, epsilon in epsilons.items()})
+    bound = {(key, k, t, name): group_size for key in keys for k in rungs_ for t in epsilons
+             for name in names}
+    bound.update({(key, k, t, name, "log P"): float(epsilon) for key in keys for k in rungs_
+                  for t, epsilon in epsilons.items() for name in names})
     outcomes = assert_sound(statistic, lambda records: bound, data,
                             modifying(values, group_size, groups), tolerance=1e-9)
-    for t in epsilons:
-        assert max(outcome.worst[key, k, t] for outcome in outcomes for key in keys
-                   for k in rungs_) >= group_size, t
+    for t in epsilons:  # each evidence count bites, and each rule at some count
+        assert max(outcome.worst[key, k, t, name] for outcome in outcomes for key in keys
+                   for k in rungs_ for name in names) >= group_size, t
+    for name in names:
+        assert max(outcome.worst[key, k, t, name] for outcome in outcomes for key in keys
+                   for k in rungs_ for t in epsilons) >= group_size, name
 
 
 def test_the_ladder_is_public_and_spans_the_largest_contribution():
