@@ -71,6 +71,7 @@ from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.pairs import bound_counts, pair_sums
 from proxy.pushdown.scope import (
     HashedClip,
+    bound_tables,
     bounded_keys,
     bounded_reads,
     chain_tables,
@@ -141,11 +142,13 @@ class PerVersion:
 class View:
     """An open snapshot transaction and the table's data version read in it (None: the
     backend has no cheap one); with public tables joined, theirs too, and ``plan`` with
-    the keys of its GROUP BY terms over public columns read in it."""
+    the keys of its GROUP BY terms over public columns read in it. ``unit_version``:
+    the data version of the tables c is read from (``bound_tables``), which keys c."""
 
     tx: Transaction
     version: str | None
     plan: QueryPlan | None = None
+    unit_version: str | None = None
 
 
 class Engine:
@@ -214,7 +217,8 @@ class Engine:
             if version is not None:
                 self._versions[_tables_of(plan)] = (version, read_at, mark)
             with bounded_keys(self._bounded_keys(plan, tx, by_name)):
-                yield View(tx, version, self._with_public_keys(plan, tx, versions))
+                yield View(tx, version, self._with_public_keys(plan, tx, versions),
+                           _composed(by_name, bound_tables(plan)))
 
     def _bounded_keys(self, plan: QueryPlan, tx: Transaction,
                       versions: dict[str, str | None]) -> list[tuple[str, tuple[str, ...], int]]:
@@ -452,7 +456,7 @@ class Engine:
         ``QueryPlan.contribution_bound``); without a privacy unit c is that multiplicity
         (a record becomes at most that many joined rows). Under iDP it is the table's largest
         per-unit row count (joined: the most joined rows one unit owns), recomputed only
-        when the data version changes. Where the backend has no cheap version, a fingerprint of the unit column
+        when the data version of the tables it is read from changes. Where the backend has no cheap version, a fingerprint of the unit column
         serves, riding along in the statistics' first scan when there is no GROUP BY
         (the counts and sums do not depend on s; the ranks do). ``counted``: every
         column's n is needed (the private levels read windows)."""
@@ -475,10 +479,10 @@ class Engine:
             shift = (clip or plan.multiplicity) * table.group_size
             return shift, compute(plan, needs(shift), capabilities, clip, tx.execute), \
                 version
-        if version is None and joined_units(plan) is not None:
+        if view.unit_version is None and joined_units(plan) is not None:
             shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
             return shift, compute(plan, needs(shift), capabilities, None, tx.execute), None
-        if version is None:
+        if view.unit_version is None:
             unit = table.columns.get(table.privacy_unit)
             folded = self.backend.fingerprint_aggregates(
                 table.privacy_unit, unit is not None and unit.type == "int")
@@ -493,7 +497,7 @@ class Engine:
             shift = self._shift(plan, tx, self.backend.fingerprint_text(
                 tx.execute(scan.sql(dialect=capabilities.dialect, copy=False))[0]))
             return shift, compute(plan, needs(shift), capabilities, None, tx.execute), None
-        shift = self._shift(plan, tx, version)
+        shift = self._shift(plan, tx, view.unit_version)
         return shift, compute(plan, needs(shift), capabilities, None, tx.execute), version
 
     def answer(self, plan: QueryPlan, view: View | None = None
@@ -673,6 +677,16 @@ class Engine:
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
         return _read_bound(tx, plan_unit_bound_sql(plan, self.backend.dialect))
+
+
+def _composed(versions: dict[str, str | None], tables: tuple[str, ...]) -> str | None:
+    """The data version of ``tables`` together, as ``view`` writes a plan's (the first
+    table's version, then ``;name:version`` for each other); None if one has none."""
+    found = [versions.get(name) for name in tables]
+    if not tables or any(version is None for version in found):
+        return None
+    return ";".join([str(found[0]), *(f"{name}:{version}" for name, version
+                                      in zip(tables[1:], found[1:]))])
 
 
 def _read_bound(tx: Transaction, sql: str) -> int:

@@ -410,6 +410,39 @@ def test_unit_bound_is_kept_per_data_version_for_later_processes(engine):
     assert store.read("SELECT bound FROM idp.unit_bounds") == [(3,)]
 
 
+# ENGINE_RULES with regions' key declared unique, so that people may join it.
+keyed_regions_engine = engine_fixture(
+    ENGINE_RULES.replace("[tables.regions]\npublic = true",
+                         "[tables.regions]\npublic = true\nunique = [\"region\"]\n"
+                         "[tables.regions.columns]\nregion = { type = \"text\" }"),
+    lambda: {"people": people(), "odd": ODD, "regions": Table(
+        {"region": ["north", "south"], "label": ["N", "S"]},
+        {"region": "TEXT", "label": "TEXT"})}, name="keyed_regions_engine")
+
+
+def test_unit_bound_is_shared_by_plans_that_differ_in_public_joins(keyed_regions_engine):
+    """c is keyed by the data version of the tables it is read from alone (people's),
+    not by the plan's, which names the public table joined too: a query joining regions
+    gets the c its table's own query kept (the entry planted here), and the two keep one
+    entry. Keyed by the plan's version, each such pair of plans read c again in turn and
+    evicted the other's (TPC-H Q22's two stages: a GROUP BY unit every answer)."""
+    engine = keyed_regions_engine
+    alone = "SELECT COUNT(*) FROM people WHERE age > 40"
+    joined = ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.region "
+              "WHERE p.age > 40")
+    run(Session.open(engine, "zoe"), alone)
+    store = engine.ledger.backend
+    store.query("UPDATE idp.unit_bounds SET bound = 5")
+    again = Engine(engine.rules, engine.backend, store=store)
+    try:
+        for sql in (joined, alone, joined):
+            plan = analyze(parse_statements(sql)[0], engine.rules, Settings())
+            assert again.statistics(plan)[0] == 5
+    finally:
+        again.ledger.close()
+    assert store.read("SELECT table_name, bound FROM idp.unit_bounds") == [("people", 5)]
+
+
 def test_without_noise_every_aggregate_is_the_true_statistic(engine, no_noise):
     """The pushed-down statistics and the release agree with a direct computation."""
     data = people().columns

@@ -676,6 +676,19 @@ def joined_units(plan: QueryPlan) -> tuple | None:
             all(join.left for join in protected))
 
 
+def bound_tables(plan: QueryPlan) -> tuple[str, ...]:
+    """The tables c's statement (``plan_unit_bound_sql``) reads: the unit sources and the
+    tables their units are derived through. c's data version is theirs alone: a public
+    table joined, or one an EXISTS reads, does not move it, so plans that differ only in
+    those share one c (each used to read it again, evicting the other's)."""
+    names: list[str] = []
+    for table, _ in unit_sources(plan.table, plan.joins):
+        for name in (table.name, *(table.link.tables if table.link else ())):
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
 def plan_unit_bound_sql(plan: QueryPlan, dialect: str) -> str:
     """c of a plan: the largest number of (joined) rows one unit owns, through links and
     across protected tables (docs/privacy.md §3.10, §3.13): per unit, the product of its
