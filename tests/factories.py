@@ -203,14 +203,22 @@ Tables = Mapping[str, Table] | Callable[[], Mapping[str, Table]]
 @contextmanager
 def open_engine(url: str, rules: str | Rules, tables: Tables = (), **options) -> Iterator[Engine]:
     """An Engine under ``rules`` (their text, or parsed) over ``url`` with ``tables``
-    (or what a function of none gives) loaded first; its backend closed afterwards."""
+    (or what a function of none gives) loaded first; its ledger (whose replay writer
+    would otherwise go on retrying, logging into later tests) and backend closed
+    afterwards."""
     load(url, dict(tables() if callable(tables) else tables))
     backend = open_backend(url)
+    engine = None
     try:
-        yield Engine(rules if isinstance(rules, Rules) else parse_rules(rules), backend,
-                     **options)
+        engine = Engine(rules if isinstance(rules, Rules) else parse_rules(rules), backend,
+                        **options)
+        yield engine
     finally:
-        backend.close()
+        try:
+            if engine is not None:
+                engine.ledger.close()
+        finally:
+            backend.close()
 
 
 def engine_fixture(rules: str | Rules, tables: Tables = (), *, shared: bool = False,
