@@ -185,14 +185,37 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
             comparison.replace(_released(template, columns, value))
             continue
         else:
-            cases = []
-            for row in value:  # up to max_groups keys: a cancel is heard between them
-                checkpoint()
-                cases.append(balanced(exp.And, [
-                    *(exp.EQ(this=c.copy(), expression=_literal(k)) for c, k in zip(columns, row)),
-                    _at(template, row[len(columns)])]))
+            cases = _per_value(template, columns, value)
         comparison.replace(exp.paren(balanced(exp.Or, cases)) if cases else exp.false())
     return statement
+
+
+def _per_value(template: exp.Expression, columns: list[exp.Column], rows: list[tuple]
+               ) -> list[exp.Expression]:
+    """The disjunction's terms: per released key its equality and the comparison with its
+    value. With one key column the keys released with the same value (written alike)
+    share one term, ``c IN (k₁, k₂, …) AND`` the comparison: (c = k₁ ∧ C) ∨ (c = k₂ ∧ C)
+    is (c = k₁ ∨ c = k₂) ∧ C in SQL's three-valued logic too (it distributes), and IN is
+    the disjunction of its equalities, so the same condition wherever it stands. TPC-H
+    Q17's per-part thresholds at SF 1: 204 parts, 52 values (many at a clipped
+    bound); DuckDB tests the terms in its join per sparse chunk, 0.3 s for 204, 0.01 s
+    for 52."""
+    shared: dict[str, tuple[object, list]] = {}
+    for row in rows:  # up to max_groups keys: a cancel is heard between them
+        checkpoint()
+        at = row[len(columns)]
+        written = _number(at).sql() if len(columns) == 1 else repr(row)
+        shared.setdefault(written, (at, []))[1].append(row[:len(columns)])
+    cases = []
+    for at, keys in shared.values():
+        checkpoint()
+        if len(keys) == 1:
+            equal = [exp.EQ(this=c.copy(), expression=_literal(k))
+                     for c, k in zip(columns, keys[0])]
+        else:
+            equal = [exp.In(this=columns[0].copy(), expressions=[_literal(k) for k, in keys])]
+        cases.append(balanced(exp.And, [*equal, _at(template, at)]))
+    return cases
 
 
 def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tuple]

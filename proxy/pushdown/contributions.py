@@ -274,6 +274,7 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
         if l1[i]:
             columns_out.append(exp.alias_(exp.Sum(this=_share(i, rungs[0])), f"r{i}"))
     names = [f"j{i}" for i in range(len(wanted))] + tops
+    _hoisted(columns_out, inner)
     outer = exp.select(*keys, *names, *columns_out).from_(
         inner.subquery("q", copy=False), copy=False)
     if len(names) == 1 or crossed and _crossed(ladders, indexes, largest):
@@ -281,6 +282,24 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     sets = [exp.Tuple(expressions=[exp.column(key) for key in (*keys, name)])
             for name in names]
     return outer.group_by(exp.GroupingSets(expressions=sets), copy=False)
+
+
+def _hoisted(columns: list[exp.Expression], inner: exp.Select) -> None:
+    """Each SUM's argument in ``columns`` that is not a column computed in ``inner``, once
+    per unit row, as ``a{n}``, and summed there by that name: grouping sets read the
+    rows once per set and computed every argument again in each (TPC-H Q01 at SF 1,
+    six sets over 324,412 units: about a sixth of the statement). The same integers
+    summed."""
+    moved: list[exp.Expression] = []
+    for column in columns:
+        for node in list(column.find_all(exp.Sum)):
+            argument = node.this
+            if isinstance(argument, exp.Column):
+                continue
+            name = f"a{len(moved)}"
+            node.set("this", exp.column(name))
+            moved.append(exp.alias_(argument, name, copy=False))
+    inner.select(*moved, copy=False)
 
 
 # The most cells (combinations of the bucket columns' values) a crossed statement may

@@ -9,12 +9,15 @@ from __future__ import annotations
 import hashlib
 from decimal import Decimal
 
+import duckdb
 import pytest
+from sqlglot import exp
 
-from proxy.analyze import parse_statements
+from proxy.analyze import parse_statements, staged
 from proxy.analyze.canonical import canonical_sql
 from proxy.errors import BudgetExhausted
 from proxy.session import Session
+from proxy.trees import balanced
 from tests.factories import Table, engine_fixture, open_engine
 from tests.probes import refused_for_free
 
@@ -263,3 +266,32 @@ def test_under_zcdp_what_stays_spent_is_the_kept_parts_rho(duckdb_url):
         assert [(e[9], e[11]) for e in entries] == [
             ("charged", Decimal("0.25")), ("refunded: not computed", Decimal("-0.125"))]
         assert zcdp.ledger.budgets("alice")[0][6] == Decimal("0.375")
+
+
+def test_keys_released_with_one_value_share_its_comparison():
+    """The per-key disjunction with the keys released with the same value folded into
+    one ``IN`` (``staged._per_value``) is the disjunction written key by key in SQL's
+    three-valued logic: the same TRUE, FALSE or NULL on every row (keys NULL, released
+    or not; values NULL, NaN, at and around the released ones; released values NULL,
+    repeated, negative), and so under NOT too, in each engine's evaluation (DuckDB)."""
+    column, value = exp.column("c"), exp.column("x")
+    template = exp.LT(this=value, expression=exp.Placeholder(this=staged._VALUE))
+    released = [(1, 0.5), (2, 0.5), (3, None), (4, None), (5, 2.0), (6, -1.5), (7, 0.5),
+                (None, 0.5), (8, -1.5)]
+    written_out = balanced(exp.Or, [balanced(exp.And, [
+        exp.EQ(this=column.copy(), expression=staged._literal(k)),
+        staged._at(template, v)]) for k, v in released])
+    folded = balanced(exp.Or, staged._per_value(template, [column], released))
+    assert len(list(folded.find_all(exp.In))) == 3  # 0.5 (three keys and NULL), −1.5, NULL
+    rows = [(c, x) for c in (*range(10), None)
+            for x in (-2.0, -1.5, 0.0, 0.5, 1.0, 2.0, 3.0, None, float("nan"))]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (c INTEGER, x DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    both = con.execute(
+        f"SELECT c, x, {written_out.sql('duckdb')}, {folded.sql('duckdb')}, "
+        f"NOT ({written_out.sql('duckdb')}), NOT ({folded.sql('duckdb')}) FROM t").fetchall()
+    assert len(both) == len(rows)
+    for c, x, *outcomes in both:  # written out, folded; then each under NOT
+        assert outcomes[0] is outcomes[1] and outcomes[2] is outcomes[3], (c, x, outcomes)
+    assert {row[2] for row in both} == {True, False, None}  # each outcome reached
