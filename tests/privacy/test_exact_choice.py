@@ -14,6 +14,7 @@ import pytest
 
 from proxy.privacy import exact_choice
 from proxy.privacy.contribution_bounds import rung_exponents, rung_weights
+from proxy.privacy.top_choice import choice_exponents, choice_weights
 from tests.privacy.laws import SeededSource
 
 BITS = 64
@@ -174,3 +175,20 @@ def test_rung_exponents_are_the_fractions_of_the_definition():
                     for k, b in enumerate(beyond)]
         exponents, d = rung_exponents(beyond, epsilon, g, evidence=evidence, **rule)
         assert [Fraction(n, d) for n in exponents] == expected
+
+
+def test_choice_exponents_are_the_fractions_of_the_definition():
+    """x_j = ε·(u* − u_j)/(2Δ) in Fractions of the doubles, for doubles of every size
+    (subnormal, negative, huge, integers)."""
+    r = random.Random(5)
+    for _ in range(200):
+        utilities = [r.choice([r.uniform(-1e6, 1e6), float(r.randrange(-10, 10)),
+                               5e-324 * r.randrange(1, 9), r.uniform(-1, 1) * 1e300, 0.0])
+                     for _ in range(r.randrange(1, 30))]
+        sensitivity = Fraction(r.uniform(1e-3, 1e5)) * Fraction(1000000001, 10 ** 9)
+        epsilon = Fraction(r.randrange(1, 10 ** 6), 10 ** 6)
+        top = max(Fraction(u) for u in utilities)
+        expected = [epsilon * (top - Fraction(u)) / (2 * sensitivity) for u in utilities]
+        exponents, d = choice_exponents(utilities, sensitivity, epsilon)
+        assert [Fraction(n, d) for n in exponents] == expected
+        assert [x for _, x in choice_weights(utilities, sensitivity, epsilon)] == expected
