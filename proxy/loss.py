@@ -40,6 +40,15 @@ class Loss:
         if self.rho is None:
             object.__setattr__(self, "rho", self.epsilon * self.epsilon / 2)
 
+    def __hash__(self) -> int:
+        """The fields' hash, kept: the caches below are asked once per group (three
+        Fraction hashes each time cost more than the split they save)."""
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash((self.epsilon, self.delta, self.rho))
+            object.__setattr__(self, "_hash", known)
+        return known
+
     @classmethod
     def of(cls, epsilon: Decimal | Fraction | int, delta: Decimal | Fraction | int = 0,
            rho: Fraction | None = None) -> Loss:

@@ -59,7 +59,7 @@ import math
 from fractions import Fraction
 
 from proxy.loss import Loss
-from proxy.privacy.exact_choice import choose
+from proxy.privacy.exact_choice import choose_scaled
 from proxy.privacy.mechanisms import Noisy, gaussian_real, grid_step, laplace_real
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import group_share
@@ -201,7 +201,7 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
 def draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
                rng: RandomSource, prior: Fraction = PRIOR, evidence: bool = True) -> int:
     """Step 2: rung k with probability ∝ e^{−x_k} (``rung_weights``)."""
-    return choose(rung_weights(beyond, epsilon, group_size, prior, evidence), rng)
+    return choose_scaled(*rung_exponents(beyond, epsilon, group_size, prior, evidence), rng)
 
 
 def rung_weights(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
@@ -216,14 +216,33 @@ def rung_weights(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
     max(0, t − β_{k−slack})), q = allowance/λ the units a rung may clip for free,
     sensitivity g: §3.14). By default (no allowance, SHORTFALL, SLACK) the per-group
     draw; ``joint_rule`` the one across groups."""
-    lam = epsilon / (2 * group_size)
-    weights = []
+    exponents, denominator = rung_exponents(beyond, epsilon, group_size, prior, evidence,
+                                            allowance=allowance, shortfall=shortfall,
+                                            slack=slack)
+    return [(1, Fraction(n, denominator)) for n in exponents]
+
+
+def rung_exponents(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
+                   prior: Fraction = PRIOR, evidence: bool = True, *,
+                   allowance: Fraction = Fraction(0), shortfall: Fraction = SHORTFALL,
+                   slack: int = SLACK) -> tuple[list[int], int]:
+    """``rung_weights``' x_k as integers n_k over one denominator d (x_k = n_k/d), for
+    ``exact_choice.choose_scaled``: the same rationals without a Fraction each (a draw
+    per group: TPC-H Q21's 10,000)."""
+    # λ = ε/(2g), the allowance, the prior and the shortfall over one denominator d
+    d = math.lcm(epsilon.denominator * 2 * group_size, allowance.denominator,
+                 prior.denominator, shortfall.denominator)
+    lam = epsilon.numerator * (d // (epsilon.denominator * 2 * group_size))
+    allow, step, short = (allowance.numerator * (d // allowance.denominator),
+                          prior.numerator * (d // prior.denominator),
+                          shortfall.numerator * (d // shortfall.denominator))
+    exponents = []
     for index, count in enumerate(beyond):
-        x = max(Fraction(0), lam * count - allowance) + prior * index
+        n = max(0, lam * count - allow) + step * index
         if evidence:
-            x += max(Fraction(0), shortfall - lam * beyond[max(index - slack, 0)])
-        weights.append((1, x))
-    return weights
+            n += max(0, short - lam * beyond[max(index - slack, 0)])
+        exponents.append(n)
+    return exponents, d
 
 
 def joint_prior(group_count: int) -> Fraction:
@@ -304,8 +323,8 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
         of_bound = sum_loss(plan, agg)[1].split(BOUND_SHARE, 1 - BOUND_SHARE)[0]
         rule = ({"prior": joint_prior(plan.group_count)} if isinstance(plan.post, TopChoice)
                 else joint_rule(plan.group_count))
-        k = choose(rung_weights(tuple(beyond), of_bound.epsilon, plan.table.group_size,
-                                **rule), rng)
+        k = choose_scaled(*rung_exponents(tuple(beyond), of_bound.epsilon,
+                                          plan.table.group_size, **rule), rng)
         for key in plan.group_keys():
             groups.setdefault(key, GroupStats()).joint[index] = k
 

@@ -20,33 +20,37 @@ class RandomSource(Protocol):
     def randbelow(self, n: int) -> int: ...
 
 
+class _Pool(threading.local):
+    """One thread's bytes of ``os.urandom`` and how many of them are used."""
+
+    def __init__(self) -> None:
+        self.pool, self.at = b"", 0
+
+
 class SecureSource:
     """The operating system's CSPRNG (``os.urandom``), read 4 KiB at a time per thread:
     a system call per integer cost more than the sampling itself. Each byte is used
     once; threads never share a pool."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
+        self._local = _Pool()
 
     def randbelow(self, n: int) -> int:
-        """Uniform on 0..n−1: the low bits of fresh bytes, rejected when ≥ n."""
+        """Uniform on 0..n−1: the low bits of fresh bytes, rejected when ≥ n (the bytes
+        taken from the pool inline: a draw per group reads ten of these)."""
         if n < 1:
             raise ValueError("randbelow needs n ≥ 1")
         bits = (n - 1).bit_length()
         size, mask = (bits + 7) // 8, (1 << bits) - 1
+        local = self._local
         while True:
-            value = int.from_bytes(self._take(size), "little") & mask
+            at = local.at
+            if at + size > len(local.pool):
+                local.pool, at = os.urandom(max(4096, size)), 0
+            local.at = at + size
+            value = int.from_bytes(local.pool[at: at + size], "little") & mask
             if value < n:
                 return value
-
-    def _take(self, size: int) -> bytes:
-        local = self._local
-        pool, at = getattr(local, "pool", b""), getattr(local, "at", 0)
-        if at + size > len(pool):
-            pool, at = os.urandom(max(4096, size)), 0
-            local.pool = pool
-        local.at = at + size
-        return pool[at: at + size]
 
 
 def bernoulli_exp(gamma: Fraction, rng: RandomSource) -> bool:

@@ -45,7 +45,7 @@ from proxy.privacy.contribution_bounds import (
     joint_clipped,
     rungs,
 )
-from proxy.privacy.exact_choice import choose
+from proxy.privacy.exact_choice import choose_scaled
 from proxy.privacy.mechanisms import grid_step, laplace_real
 from proxy.privacy.noisy_answers import Released, signed_sum
 from proxy.privacy.sampler import RandomSource
@@ -85,9 +85,23 @@ def choice_weights(utilities: list[float], sensitivity: Fraction, epsilon: Fract
                    ) -> list[tuple[int, Fraction]]:
     """The exponential mechanism's weights e^{−x_j} of ``exact_choice.choose``: x_j =
     ε·(u* − u_j)/(2Δ), exact rationals of the utilities (finite doubles)."""
-    exact = [Fraction(u) for u in utilities]
-    top, scale = max(exact), epsilon / (2 * sensitivity)
-    return [(1, scale * (top - u)) for u in exact]
+    exponents, denominator = choice_exponents(utilities, sensitivity, epsilon)
+    return [(1, Fraction(n, denominator)) for n in exponents]
+
+
+def choice_exponents(utilities: list[float], sensitivity: Fraction, epsilon: Fraction
+                     ) -> tuple[list[int], int]:
+    """``choice_weights``' x_j as integers n_j over one denominator d, for
+    ``exact_choice.choose_scaled``: each double u_j is A_j/2^q exactly (2^q the largest
+    of their denominators), so x_j = (A* − A_j)·ε/(2Δ·2^q), without a Fraction each
+    (TPC-H Q15: 10,000 suppliers)."""
+    ratios = [u.as_integer_ratio() for u in utilities]
+    common = max(den for _, den in ratios)  # powers of two: each divides it
+    scaled = [num * (common // den) for num, den in ratios]
+    top = max(scaled)
+    factor = epsilon.numerator * sensitivity.denominator
+    return ([(top - a) * factor for a in scaled],
+            2 * epsilon.denominator * sensitivity.numerator * common)
 
 
 def top_release(plan: QueryPlan, groups: dict[tuple, GroupStats], shift: int,
@@ -108,8 +122,8 @@ def top_release(plan: QueryPlan, groups: dict[tuple, GroupStats], shift: int,
     sensitivity = choice_sensitivity(ladder_rungs[k], column.lower, column.upper, group_size)
     _, of_choice, of_value = shares(plan.aggregate_loss)
     sign = -1 if plan.post.smallest else 1
-    chosen = choose(choice_weights([sign * ladder.clipped[k] for ladder in ladders],
-                                   sensitivity, of_choice.epsilon), rng)
+    chosen = choose_scaled(*choice_exponents([sign * ladder.clipped[k] for ladder in ladders],
+                                             sensitivity, of_choice.epsilon), rng)
     noisy = laplace_real(ladders[chosen].clipped[k], float(sensitivity), of_value.epsilon,
                          rng, grid_step(column.resolution))
     value: Any = signed_sum(noisy.value, column)

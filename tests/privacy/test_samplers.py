@@ -75,6 +75,31 @@ def test_secure_source_is_uniform_below_n(n):
     assert stats.chisquare(counts).pvalue > ALPHA
 
 
+def test_secure_source_reads_each_byte_once_in_order():
+    """Each try takes the next ⌈bits/8⌉ bytes of the pool, little-endian, masked to the
+    bits of n − 1, and is kept below n (rejected tries' bytes are spent); a pool too
+    short for a try is replaced whole."""
+    source = SecureSource()
+    pool = bytes(range(256)) * 16
+    source._local.pool, source._local.at = pool, 0
+    at, expected = 0, []
+    for n in [2, 3, 200, 1000, 1 << 16, (1 << 70) + 5] * 40:
+        bits = (n - 1).bit_length()
+        size = (bits + 7) // 8
+        while True:
+            value = int.from_bytes(pool[at: at + size], "little") & ((1 << bits) - 1)
+            at += size
+            if value < n:
+                expected.append(value)
+                break
+    assert [source.randbelow(n) for n in [2, 3, 200, 1000, 1 << 16, (1 << 70) + 5] * 40
+            ] == expected
+    assert source._local.at == at
+    source._local.at = len(pool) - 1  # 1 byte left: a 2-byte try reads a fresh pool
+    source.randbelow(1 << 16)
+    assert source._local.pool != pool and source._local.at == 2
+
+
 def test_threads_draw_from_their_own_bytes():
     """Two threads sharing one source never receive the same bytes."""
     source, seen = SecureSource(), [[], []]
