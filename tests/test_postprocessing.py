@@ -11,8 +11,10 @@ computed after. What could reach beyond the released rows is refused for free.""
 
 from __future__ import annotations
 
+import datetime
 from decimal import Decimal
 
+import duckdb
 import psycopg
 import pytest
 
@@ -211,3 +213,34 @@ def test_a_value_the_released_numbers_cannot_give_fails_in_one_line(served):
     assert message.startswith("the select list could not be computed on the released "
                               "values: Overflow in multiplication of INT64") and "\n" not in message
     assert len(ledger.entries("alice")) == len(before[0]) + 1
+
+
+@pytest.mark.parametrize("types, rows", [
+    (["BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "DOUBLE", "BIGINT"], [
+        (2 ** 62, float("nan"), "é", True, 3, None),
+        (-7, float("-inf"), "", False, -2 ** 53 - 1, 0),
+        (None, -0.0, None, None, None, None),
+        (0, 1e308, "a'b", True, 2 ** 60 + 1, 2 ** 63 - 1)]),
+    # a column of ints and floats (and one of a date) binds row by row: the same rows
+    (["DOUBLE", "VARCHAR", "DATE"], [
+        (1, "x", datetime.date(2024, 2, 29)), (2.5, None, None), (None, "y", None)]),
+])
+def test_released_rows_enter_the_engine_as_one_row_at_a_time_would(types, rows):
+    """postprocess._insert binds each column of one Python type as a list (one
+    statement, not one per 200 rows): every value arrives cast as a parameter of its
+    own would be, NaN, ±inf, -0.0, NULL, extreme integers and texts included; columns
+    of mixed types take the row-by-row path, with the same result."""
+    from proxy import postprocess
+
+    con = duckdb.connect(":memory:")
+    columns = ", ".join(f"c{i} {kind}" for i, kind in enumerate(types))
+    for table in ("fast", "alone"):
+        con.execute(f"CREATE TABLE {table} ({columns}, n BIGINT)")
+    numbered = [(*row, number) for number, row in enumerate(rows)]
+    postprocess._insert(con, "fast", [*types, "BIGINT"], numbered)
+    for row in numbered:
+        con.execute("INSERT INTO alone VALUES (" + ", ".join("?" for _ in row) + ")",
+                    list(row))
+    fast, alone = (con.execute(f"SELECT * FROM {table} ORDER BY n").fetchall()
+                   for table in ("fast", "alone"))
+    assert repr(fast) == repr(alone) and len(fast) == len(rows)
