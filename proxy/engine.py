@@ -456,7 +456,8 @@ class Engine:
         ``QueryPlan.contribution_bound``); without a privacy unit c is that multiplicity
         (a record becomes at most that many joined rows). Under iDP it is the table's largest
         per-unit row count (joined: the most joined rows one unit owns), recomputed only
-        when the data version of the tables it is read from changes. Where the backend has no cheap version, a fingerprint of the unit column
+        when the data version of the tables it is read from changes. Where the backend
+        has no cheap version, a fingerprint of the unit column
         serves, riding along in the statistics' first scan when there is no GROUP BY
         (the counts and sums do not depend on s; the ranks do). ``counted``: every
         column's n is needed (the private levels read windows)."""
