@@ -185,8 +185,7 @@ def opaque_if_long(condition: exp.Expression) -> exp.Expression:
     an OR over its parts' released averages: wrapped whole, the brand and container
     were tested after joining every line item to its part (the statistics' first pass
     1.6 s; with them plain, 0.34 s)."""
-    connectors = sum(1 for _ in condition.find_all(exp.And, exp.Or))
-    if connectors <= LONG_CONDITION:
+    if connectors(condition) <= LONG_CONDITION:
         return condition
     conjuncts = (list(condition.unnest().flatten()) if isinstance(condition.unnest(), exp.And)
                  else [condition])
@@ -196,6 +195,11 @@ def opaque_if_long(condition: exp.Expression) -> exp.Expression:
     wrapped = exp.Coalesce(this=exp.and_(*rest, copy=False) if len(rest) > 1 else rest[0],
                            expressions=[exp.false()])
     return exp.and_(*plain, wrapped, copy=False) if plain else wrapped
+
+
+def connectors(condition: exp.Expression) -> int:
+    """The ANDs and ORs of ``condition``."""
+    return sum(1 for _ in condition.find_all(exp.And, exp.Or))
 
 
 def table_ref(name: str) -> exp.Table:
@@ -219,8 +223,58 @@ def filtered_source(plan: QueryPlan, sample_percent: int | None = None, unit: bo
         return source_table(plan, sample_percent, unit), None
     where = inline_semi_joins(plan.where.copy(), plan)
     named = {column.name for column in where.find_all(exp.Column)}
+    implied = implied_conjuncts(plan)
+    # only where the whole stays short: a long one is wrapped whole (``opaque_if_long``),
+    # the implied conjunct with it, which would then filter nothing before the join
+    if implied and connectors(where) + sum(map(connectors, implied)) + len(implied) \
+            <= LONG_CONDITION:
+        where = exp.and_(where, *implied, copy=False)
     return source_table(plan, sample_percent, unit, {semi.name for semi in plan.semi_joins
                                                      if semi.name in named}), where
+
+
+def implied_conjuncts(plan: QueryPlan) -> list[exp.Expression]:
+    """For each public joined table, the condition on its own columns that each
+    disjunction of the WHERE implies (copies; docs/privacy.md §3.9, "Implied
+    conjuncts"): where a conjunct of the WHERE is an OR of branches and every branch has
+    conjuncts that read only that table's columns, the OR over the branches of those
+    conjuncts. It is TRUE for every row the WHERE admits (a TRUE branch has them all
+    TRUE), so the WHERE with it admits the same rows; it reads only what the WHERE
+    reads, in the WHERE's own (total) SQL, and lets the optimisers filter the table
+    before the join, as they do the plain query (TPC-H Q19 at SF 1: DuckDB joined 7,085
+    parts and read 53 k line items; with it 485 parts and 3.6 k line items)."""
+    public = {join.alias for join in plan.joins if not join.protected}
+    if not public or plan.where is None:
+        return []
+    implied = []
+    for term in _terms(plan.where, exp.And):
+        branches = _terms(term, exp.Or)
+        if len(branches) < 2:
+            continue
+        for alias in sorted(public):
+            parts = [[conjunct for conjunct in _terms(branch, exp.And)
+                      if _reads_only(conjunct, alias)] for branch in branches]
+            if all(parts):
+                implied.append(exp.or_(*[exp.and_(*[c.copy() for c in conjuncts], copy=False)
+                                         for conjuncts in parts], copy=False))
+    return implied
+
+
+def _terms(condition: exp.Expression, connector: type) -> list[exp.Expression]:
+    """The operands of ``condition`` joined by ``connector`` (AND, OR), parentheses
+    removed; ``[condition]`` when it is not one."""
+    condition = condition.unnest()
+    return ([term.unnest() for term in condition.flatten()]
+            if isinstance(condition, connector) else [condition])
+
+
+def _reads_only(condition: exp.Expression, alias: str) -> bool:
+    """Whether ``condition`` reads columns, all of the joined table ``alias`` (named
+    ``alias.column``, ``Join.column_name``), and nothing else: no subquery."""
+    columns = list(condition.find_all(exp.Column))
+    return bool(columns) and not any(True for _ in condition.find_all(exp.Query, exp.Exists)) \
+        and all(not column.table and column.name.partition(".")[0] == alias
+                and "." in column.name for column in columns)
 
 
 def source_table(plan: QueryPlan, sample_percent: int | None = None, unit: bool = True,
