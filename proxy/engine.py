@@ -201,21 +201,18 @@ class Engine:
         with self.backend.reading() as tx:
             for sql, params in ahead:
                 tx.ahead(sql, params)
-            version = self.backend.data_version(tx, plan.table.name)
-            by_name = {plan.table.name: version}
+            by_name = {plan.table.name: self.backend.data_version(tx, plan.table.name)}
             versions = {}
             for join in plan.joins:
                 versions[join.alias] = by_name[join.table.name] = self.backend.data_version(
                     tx, join.table.name)
-                version = None if version is None or versions[join.alias] is None else \
-                    f"{version};{join.table.name}:{versions[join.alias]}"
             # the tables EXISTS reads, and those units are derived through (unit_via)
             for name in (*(semi.table.name for semi in plan.semi_joins), *chain_tables(plan)):
-                linked = by_name[name] = self.backend.data_version(tx, name)
-                version = None if version is None or linked is None else \
-                    f"{version};{name}:{linked}"
+                by_name[name] = self.backend.data_version(tx, name)
+            tables = _tables_of(plan)
+            version = _composed(by_name, tables)
             if version is not None:
-                self._versions[_tables_of(plan)] = (version, read_at, mark)
+                self._versions[tables] = (version, read_at, mark)
             with bounded_keys(self._bounded_keys(plan, tx, by_name)):
                 yield View(tx, version, self._with_public_keys(plan, tx, versions),
                            _composed(by_name, bound_tables(plan)))
@@ -681,8 +678,9 @@ class Engine:
 
 
 def _composed(versions: dict[str, str | None], tables: tuple[str, ...]) -> str | None:
-    """The data version of ``tables`` together, as ``view`` writes a plan's (the first
-    table's version, then ``;name:version`` for each other); None if one has none."""
+    """The data version of ``tables`` together (a plan's, ``_tables_of``; c's,
+    ``bound_tables``): the first table's version, then ``;name:version`` for each other;
+    None if one has none."""
     found = [versions.get(name) for name in tables]
     if not tables or any(version is None for version in found):
         return None

@@ -31,3 +31,12 @@ def balanced(kind: type[exp.Connector], operands: list[exp.Expression]) -> exp.E
     middle = len(operands) // 2
     return kind(this=balanced(kind, operands[:middle]),
                 expression=balanced(kind, operands[middle:]))
+
+
+def operands(condition: exp.Expression, kind: type[exp.Connector]) -> list[exp.Expression]:
+    """The terms of ``condition`` joined by ``kind`` (AND, OR) at its top, parentheses
+    removed; ``[condition]`` (unwrapped) when it is not such a chain."""
+    condition = condition.unnest()
+    if isinstance(condition, kind):
+        return [term.unnest() for term in condition.flatten()]
+    return [condition]

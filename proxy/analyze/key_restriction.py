@@ -37,6 +37,7 @@ from sqlglot import exp
 from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
 from proxy.rules import Table, parse_moment
+from proxy.trees import operands
 from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
 
 # the most (condition nodes × keys) one term's restriction evaluates; beyond it the
@@ -74,10 +75,7 @@ def restricted(term: GroupKey, where: exp.Expression | None, table: Table, resol
 
 def conjuncts(where: exp.Expression) -> list[exp.Expression]:
     """The top-level AND terms of a condition, parentheses removed."""
-    where = where.unnest()
-    if isinstance(where, exp.And):
-        return [term.unnest() for term in where.flatten()]
-    return [where]
+    return operands(where, exp.And)
 
 
 def _reads_only(condition: exp.Expression, name: str, resolve) -> bool:

@@ -36,6 +36,7 @@ from proxy.statistics import (
     sum_shrink,
     value_range,
 )
+from proxy.trees import operands
 from proxy.vocabulary import (
     SEMI_INNER,
     SEMI_OUTER,
@@ -247,25 +248,17 @@ def implied_conjuncts(plan: QueryPlan) -> list[exp.Expression]:
     if not public or plan.where is None:
         return []
     implied = []
-    for term in _terms(plan.where, exp.And):
-        branches = _terms(term, exp.Or)
+    for term in operands(plan.where, exp.And):
+        branches = operands(term, exp.Or)
         if len(branches) < 2:
             continue
         for alias in sorted(public):
-            parts = [[conjunct for conjunct in _terms(branch, exp.And)
+            parts = [[conjunct for conjunct in operands(branch, exp.And)
                       if _reads_only(conjunct, alias)] for branch in branches]
             if all(parts):
                 implied.append(exp.or_(*[exp.and_(*[c.copy() for c in conjuncts], copy=False)
                                          for conjuncts in parts], copy=False))
     return implied
-
-
-def _terms(condition: exp.Expression, connector: type) -> list[exp.Expression]:
-    """The operands of ``condition`` joined by ``connector`` (AND, OR), parentheses
-    removed; ``[condition]`` when it is not one."""
-    condition = condition.unnest()
-    return ([term.unnest() for term in condition.flatten()]
-            if isinstance(condition, connector) else [condition])
 
 
 def _reads_only(condition: exp.Expression, alias: str) -> bool:
