@@ -184,8 +184,13 @@ def release_group(
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
     """The aggregate's loss in one group (sensitivity.group_share). Gaussian noise takes
     ρ/m in each: a unit moves m cells by at most Δ each (a COUNT's histogram: by at most
-    2s in all, s in one, so Σ xᵢ² ≤ 2s²), so the cells' ρ add up to at most the ρ."""
-    share = Fraction(1, group_share(plan, cal.shift, agg.kind == COUNT))
+    2s in all, s in one, so Σ xᵢ² ≤ 2s²), so the cells' ρ add up to at most the ρ. A
+    COUNT clipped per group (over a chain, ``_clipped_count``) is no such histogram:
+    each group's noise is of its own bound B, not s, so one unit's rows spread over
+    min(2s, G) groups move each by up to B, and each group spends its part: it is
+    divided as a SUM's is."""
+    counting = agg.kind == COUNT and not _clipped(plan, agg)
+    share = Fraction(1, group_share(plan, cal.shift, counting))
     return plan.aggregate_loss.rho_part(share) if plan.gaussian(agg) \
         else plan.aggregate_loss * share
 
@@ -242,13 +247,18 @@ def _count(a: Asked) -> Released:
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
-    if Contribution(agg.column or "", power=0) in laddered(a.plan):
+    if _clipped(a.plan, agg):
         return _clipped_count(a)
     noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
                            a.part)
     # its bound depends on s alone, the same for every neighbour (c counts rows)
     return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                    noisy.ci95 if cal.report_scale == "private" else None)
+
+
+def _clipped(plan: QueryPlan, agg) -> bool:
+    """Whether a COUNT is clipped to a bound drawn per group (over a chain or a join)."""
+    return Contribution(agg.column or "", power=0) in laddered(plan)
 
 
 def _clipped_count(a: Asked) -> Released:
