@@ -36,7 +36,7 @@ from proxy.settings import Settings
 from proxy.statistics import Contribution
 from tests.factories import Table, engine_fixture
 from tests.privacy.harness import Record, assert_sound, neighbours
-from tests.privacy.test_contribution_bounds_bruteforce import released_joint_ladder_of
+from tests.privacy.reference import released_joint_ladder_of
 from tests.probes import refused_for_free, run
 
 DEPARTMENTS = ["a", "b", "c", "d", "e"]
