@@ -1,23 +1,26 @@
 """What a COUNT over the demo's visits (one table read on its own unit, up to s = 6 rows
 a person) loses or gains when each person's rows in scope are clipped to a drawn bound
-instead of §3.3's noise of scale min(2, G)·s/ε (issues 32 and 33; docs/privacy.md §3.3,
-§3.14 and §6): the exact expected error of both forms, query by query, to choose the
-public rule that decides which form a COUNT takes.
+instead of §3.3's noise of scale min(2, G)·s/ε (issues 32 and 33; docs/privacy.md §3.3
+"Counts in a window", §6): the exact expected error of both forms, query by query, and
+which the engine's public rule (``contribution_bounds.windowed_counts``) chooses.
 
     PYTHONPATH=. .venv/bin/python benchmarks/window_counts.py [--epsilon 1,0.1]
+        [--only 'LABEL;LABEL']
 
-For each query below (a scope and a grouping, G the public keys the engine answers),
-each person's rows in scope per group n_{u,g} are read from the demo's DuckDB; T_u =
-Σ_g n_{u,g}. "s" is §3.3's release: discrete Laplace of scale min(2, G)·s/ε per group,
-E|Z| = 2p/(1 − p²), p = e^{−1/b}. The clipped forms, over the public ladder (``rungs``:
-6, 3, 1.5; "fine": 1, 1.5, 2, 3, 4, 6), with a share of ε for the draw (a third, as
-sums take, or a tenth): where G > 2 across groups (§3.14 "Across groups": each unit's
-rows scaled by min(1, B/T_u), the rung drawn once by ``joint_rule``, Laplace of scale
-2gB/ε_s per group), else per group (the chain COUNT's draw with ``COUNT_PRIOR``, Laplace
-of scale gB/ε_s at ε/min(2, G) a group). Exactly over the draw's law (the engine's
-``rung_weights``) and the noise: the mean over groups of E|clipped_k − true +
-Laplace(b_k)| / true. Printed per query and ε: the true counts' range, s's error, each
-clipped form's, and the rung most likely drawn. It reads the data as the proxy's
+For each query below the engine's plan gives G (the public keys answered) and the rule's
+choice; each person's rows in scope per group n_{u,g} are read from the demo's DuckDB,
+T_u = Σ_g n_{u,g}. "s" is §3.3's release: discrete Laplace of scale min(2, G)·s/ε per
+group, E|Z| = 2p/(1 − p²), p = e^{−1/b}. The clipped forms, over a public ladder
+(``rungs``' halving one: 1.5, 3, 6; "fine": 1, 1.5, 2, 3, 4, 6), with a share of ε for
+the draw (a third, as sums take, or ``COUNT_SHARE``, a tenth): where G > 2 across groups
+(§3.14 "Across groups": each unit's rows scaled by min(1, B/T_u), the rung drawn once
+by ``joint_rule``, "q at ε_s" with its count of units q = 4gG/ε_s instead of 2gG/ε_b;
+Laplace of scale 2gB/ε_s per group), else per group (the chain COUNT's draw with
+``COUNT_PRIOR``, Laplace of scale gB/ε_s at ε/min(2, G) a group). Exactly over the
+draw's law (the engine's ``rung_weights``) and the noise (continuous Laplace; the
+engine's grid adds under 1 %): the mean over groups of E|clipped_k − true +
+Laplace(b_k)| / true. "built" is what the engine answers: the clipped form it built
+(halving, ⅒) where its rule says so, else s. It reads the data as the proxy's
 statements do and prints what no analyst sees: a tool for choosing a public rule.
 """
 
@@ -37,33 +40,33 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.tpch_bounds import expected_abs, probabilities  # noqa: E402
 from proxy.privacy import contribution_bounds as bounds  # noqa: E402
 
-DAY = "floor(extract(epoch FROM visited_at) / 86400)"
+DAY = "floor(extract(epoch FROM visited_at) / 86400) * 86400"  # Grafana's day
 MARCH = "visited_at BETWEEN '2024-03-01' AND '2024-03-31 23:59:59'"
-# label: (group term or None, WHERE or None, G, what the public rules could tell)
+# label: (group terms or None, WHERE or None, what the public rules can tell)
 QUERIES = {
-    "day, March 2024": (DAY, MARCH, 31, "window 1/24, bucket day"),
-    "day, Q1 2024": (DAY, "visited_at >= '2024-01-01' AND visited_at < '2024-04-01'", 91,
+    "day, March 2024": (DAY, MARCH, "window 1/24, bucket day"),
+    "day, Q1 2024": (DAY, "visited_at >= '2024-01-01' AND visited_at < '2024-04-01'",
                      "window 1/8, bucket day"),
-    "day, December 2024": (DAY, "visited_at >= '2024-12-01'", 31, "window 1/24, bucket day"),
+    "day, December 2024": (DAY, "visited_at >= '2024-12-01'", "window 1/24, bucket day"),
     "week, H1 2024": ("date_trunc('week', visited_at)",
-                      "visited_at >= '2024-01-01' AND visited_at < '2024-07-01'", 27,
+                      "visited_at >= '2024-01-01' AND visited_at < '2024-07-01'",
                       "window 1/4, bucket week"),
-    "month, 2024": ("date_trunc('month', visited_at)", "visited_at >= '2024-01-01'", 12,
+    "month, 2024": ("date_trunc('month', visited_at)", "visited_at >= '2024-01-01'",
                     "window 1/2, bucket month"),
-    "department, March 2024": ("department", MARCH, 5, "window 1/24, G 5"),
-    "total, March 2024": (None, MARCH, 1, "window 1/24, ungrouped"),
-    "day, whole range": (DAY, None, 731, "no window, bucket day"),
-    "week, whole range": ("date_trunc('week', visited_at)", None, 106,
+    "department, March 2024": ("department", MARCH, "window 1/24, G 5"),
+    "total, March 2024": (None, MARCH, "window 1/24, ungrouped"),
+    "day, whole range": (DAY, None, "no window, bucket day"),
+    "week, whole range": ("date_trunc('week', visited_at)", None,
                           "no window, bucket week"),
-    "53 weeks (utility)": ("extract(week FROM visited_at)", None, 53,
+    "53 weeks (utility)": ("extract(week FROM visited_at)", None,
                            "no window, G 53 > s"),
-    "month, whole range": ("date_trunc('month', visited_at)", None, 24,
+    "month, whole range": ("date_trunc('month', visited_at)", None,
                            "no window, bucket month"),
-    "year": ("date_trunc('year', visited_at)", None, 2, "no window, G 2"),
-    "year × department": ("date_trunc('year', visited_at), department", None, 10,
+    "year": ("date_trunc('year', visited_at)", None, "no window, G 2"),
+    "year × department": ("date_trunc('year', visited_at), department", None,
                           "no window, G 10 > s"),
-    "department (utility)": ("department", None, 5, "no window, G 5 ≤ s"),
-    "days >= 1 (utility)": (None, "days >= 1", 1, "a window on days, ungrouped"),
+    "department (utility)": ("department", None, "no window, G 5 ≤ s"),
+    "days >= 1 (utility)": (None, "days >= 1", "a window on days, ungrouped"),
 }
 
 FINE = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -123,31 +126,44 @@ def clipped_error(cells: dict, groups: int, rungs: tuple[float, ...], epsilon: F
     return sum(per_group) / len(per_group), max(set(modes), key=modes.count)
 
 
+def statement(term: str | None, where: str | None) -> str:
+    """The COUNT the engine is asked (its plan gives G and the rule's choice)."""
+    terms = term.split(", ") if term else []
+    return (f"SELECT {', '.join([*terms, 'COUNT(*)'])} FROM visits"
+            f"{' WHERE ' + where if where else ''}"
+            f"{' GROUP BY ' + ', '.join(str(i + 1) for i in range(len(terms))) if terms else ''}")
+
+
 def main() -> None:
     import duckdb
 
+    from proxy.analyze import analyze, parse_statements
     from proxy.demo import create_demo
+    from proxy.rules import parse_rules
+    from proxy.settings import Settings
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epsilon", default="1,0.1")
     parser.add_argument("--only", default=";".join(QUERIES), help="labels, ;-separated")
     args = parser.parse_args()
-    s = 6
+    rules = parse_rules((ROOT / "rules" / "demo.toml").read_text(), "demo.toml")
+    s = 6  # the demo's most visits a person
     halving = bounds.rungs(bounds.Contribution("", power=0), None, s)
     forms = [("halving, ⅓", halving, bounds.BOUND_SHARE, False),
-             ("halving, ⅒", halving, Fraction(1, 10), False),
-             ("halving, ⅒, q at ε_s", halving, Fraction(1, 10), True),
-             ("fine, ⅓", FINE, bounds.BOUND_SHARE, False),
-             ("fine, ⅒, q at ε_s", FINE, Fraction(1, 10), True)]
+             ("halving, ⅒ (built)", halving, bounds.COUNT_SHARE, False),
+             ("halving, ⅒, q at ε_s", halving, bounds.COUNT_SHARE, True),
+             ("fine, ⅒, q at ε_s", FINE, bounds.COUNT_SHARE, True)]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "demo.duckdb"
         create_demo(path)
         con = duckdb.connect(str(path))
-        print("| query | public facts | ε | true counts | s (scale) | "
-              + " | ".join(f"clipped {name} (likeliest B)" for name, _, _, _ in forms)
-              + " |\n|---|---|---|---|---|" + "---|" * len(forms))
+        print("| query | public facts | G | clipped by the rule | ε | true counts | s (scale) "
+              "| built | " + " | ".join(f"{name} (likeliest B)" for name, _, _, _ in forms)
+              + " |\n|---|---|---|---|---|---|---|---|" + "---|" * len(forms))
         for label in args.only.split(";"):
-            term, where, groups, facts = QUERIES[label]
+            term, where, facts = QUERIES[label]
+            plan = analyze(parse_statements(statement(term, where))[0], rules, Settings())
+            groups, rule = plan.group_count, bounds.windowed_counts(plan)
             cells = contributions(con, term, where)
             truth: dict = defaultdict(int)
             for (_, key), n in cells.items():
@@ -156,12 +172,15 @@ def main() -> None:
                 epsilon = Fraction(text)
                 scale = min(2, groups) * s / float(epsilon)
                 before = sum(discrete_abs(scale) / t for t in truth.values()) / len(truth)
-                row = [f"{before:.2%} ({scale:g})"]
+                row = []
                 for _, rungs, share, aimed in forms:
                     error, mode = clipped_error(cells, groups, rungs, epsilon, share, aimed)
-                    row.append(f"{error:.2%} ({mode:g})")
-                print(f"| {label} | {facts} | {text} | {min(truth.values())}–"
-                      f"{max(truth.values())} | " + " | ".join(row) + " |", flush=True)
+                    row.append((error, mode))
+                built = row[1][0] if rule else before
+                print(f"| {label} | {facts} | {groups} | {'yes' if rule else 'no'} | {text} | "
+                      f"{min(truth.values())}–{max(truth.values())} | {before:.2%} ({scale:g}) "
+                      f"| {built:.2%} | " + " | ".join(f"{e:.2%} ({m:g})" for e, m in row)
+                      + " |", flush=True)
         con.close()
 
 
