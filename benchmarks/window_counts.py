@@ -42,7 +42,8 @@ from proxy.privacy import contribution_bounds as bounds  # noqa: E402
 
 DAY = "floor(extract(epoch FROM visited_at) / 86400) * 86400"  # Grafana's day
 MARCH = "visited_at BETWEEN '2024-03-01' AND '2024-03-31 23:59:59'"
-# label: (group terms or None, WHERE or None, what the public rules can tell)
+# label: (group terms, " | " between two, or None; WHERE or None; what the public rules
+# can tell)
 QUERIES = {
     "day, March 2024": (DAY, MARCH, "window 1/24, bucket day"),
     "day, Q1 2024": (DAY, "visited_at >= '2024-01-01' AND visited_at < '2024-04-01'",
@@ -52,7 +53,12 @@ QUERIES = {
                       "visited_at >= '2024-01-01' AND visited_at < '2024-07-01'",
                       "window 1/4, bucket week"),
     "month, 2024": ("date_trunc('month', visited_at)", "visited_at >= '2024-01-01'",
-                    "window 1/2, bucket month"),
+                    "window just over 1/2 (366 of 731 days)"),
+    "month, 2024 from 2 January": ("date_trunc('month', visited_at)",
+                                   "visited_at >= '2024-01-02'", "window just under 1/2"),
+    "department, H1 2024": ("department",
+                            "visited_at >= '2024-01-01' AND visited_at < '2024-07-01'",
+                            "window 1/4, G 5"),
     "department, March 2024": ("department", MARCH, "window 1/24, G 5"),
     "total, March 2024": (None, MARCH, "window 1/24, ungrouped"),
     "day, whole range": (DAY, None, "no window, bucket day"),
@@ -63,7 +69,7 @@ QUERIES = {
     "month, whole range": ("date_trunc('month', visited_at)", None,
                            "no window, bucket month"),
     "year": ("date_trunc('year', visited_at)", None, "no window, G 2"),
-    "year × department": ("date_trunc('year', visited_at), department", None,
+    "year × department": ("date_trunc('year', visited_at) | department", None,
                           "no window, G 10 > s"),
     "department (utility)": ("department", None, "no window, G 5 ≤ s"),
     "days >= 1 (utility)": (None, "days >= 1", "a window on days, ungrouped"),
@@ -74,6 +80,7 @@ FINE = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 def contributions(con, term: str | None, where: str | None) -> dict:
     """{(person, group): rows in scope}."""
+    term = term.replace(" | ", ", ") if term else None
     sql = (f"SELECT COUNT(*), person_id{', ' + term if term else ''} FROM visits"
            f"{' WHERE ' + where if where else ''} GROUP BY ALL")
     return {(row[1], row[2:]): row[0] for row in con.execute(sql).fetchall()}
@@ -128,7 +135,7 @@ def clipped_error(cells: dict, groups: int, rungs: tuple[float, ...], epsilon: F
 
 def statement(term: str | None, where: str | None) -> str:
     """The COUNT the engine is asked (its plan gives G and the rule's choice)."""
-    terms = term.split(", ") if term else []
+    terms = term.split(" | ") if term else []
     return (f"SELECT {', '.join([*terms, 'COUNT(*)'])} FROM visits"
             f"{' WHERE ' + where if where else ''}"
             f"{' GROUP BY ' + ', '.join(str(i + 1) for i in range(len(terms))) if terms else ''}")
