@@ -44,8 +44,11 @@ lowest rung with at most q = 2gG/ε_b of them beyond, twice the count where the 
 and the noise of G groups balance), and every group's sum gets Laplace
 noise of scale g·2B/ε_s: a unit's clipped vector, before and after, has L1 norm at
 most B each, so the vector of group sums moves by at most g·2B in L1 (plus the sums'
-rounding to 10⁻⁶, G·10⁻⁶ a unit). The whole ε goes to one draw and one vector instead
-of m parts: about m/2 times less noise.
+rounding to 10⁻⁶, G·10⁻⁶ a unit, and each changed group's snapping to the noise's grid,
+``joint_sensitivity``). The whole ε goes to one draw and one vector instead of m parts:
+about m/2 times less noise. A grouped COUNT in a time window (``windowed_counts``: a
+WHERE keeping a time column to at most half its declared domain, a public rule) is the
+same with each row's value 1 and a tenth of ε for the draw (docs/privacy.md §3.3).
 
 With Gaussian noise (the zcdp accountant) the parts are of the answer's ρ instead: the
 draw takes a third, as the exponential mechanism at the largest ε_b (of six places) with
@@ -103,8 +106,9 @@ ROUNDING, RELATIVE = 1e-6, 1e-9
 
 def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     """The contributions the plan's SUM, AVG, STDDEV and VARIANCE (and, over a
-    ``unit_via`` chain or a join of protected tables, COUNT: power 0, a unit's rows in
-    scope, ``column`` "" for COUNT(*)) are answered from with
+    ``unit_via`` chain or a join of protected tables, or grouped in a time window
+    (``windowed_counts``), COUNT: power 0, a unit's rows in scope, ``column`` "" for
+    COUNT(*)) are answered from with
     an automatic bound: under DP or iDP with the global scale (the exponential
     mechanism's plans included, which draw only their percentiles, MAX and MIN), over
     one table or a join (each joined row belongs to the unit of the first table's row:
