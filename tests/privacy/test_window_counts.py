@@ -220,7 +220,7 @@ def test_the_composed_release_loses_at_most_epsilon(values, rows, group_size, ep
 
 def _visits() -> Table:
     """120 people, 1–4 visits each over 2024 (a few NULL times, NULL people, NULL x;
-    departments undeclared or NULL)."""
+    departments undeclared or NULL), and rows on the window's two edges."""
     rng = random.Random(3)
     person, department, x, at = [], [], [], []
     for p in range(120):
@@ -230,6 +230,11 @@ def _visits() -> Table:
             x.append(None if rng.random() < 0.1 else rng.choice([1.0, math.nan, 12.0]))
             at.append(None if rng.random() < 0.03 else
                       dt.datetime(2024, 1, 1) + dt.timedelta(minutes=rng.randrange(366 * 1440)))
+    for moment in (dt.datetime(2024, 2, 1), dt.datetime(2024, 6, 1)):  # the edges: in, out
+        person += [7, 8]
+        department += ["a", "b"]
+        x += [1.0, 1.0]
+        at += [moment, moment]
     return Table({"person": person, "department": department, "x": x, "at": at},
                  {"person": "INTEGER", "department": "TEXT", "x": "DOUBLE PRECISION",
                   "at": "TIMESTAMP"})
