@@ -428,6 +428,22 @@ def _time_column(node: exp.Expression, table: Table, resolve, what: str) -> Colu
 _TICK = dt.timedelta(microseconds=1)
 
 
+def narrow_window(table: Table, where: exp.Expression | None, resolve) -> bool:
+    """Whether the WHERE keeps some time column with a declared domain to at most half of
+    it (``_within_where``: top-level AND terms comparing it with literals). The text and
+    the rules alone, never the data: the same on every neighbour (docs/privacy.md §3.3,
+    "Counts in a window")."""
+    if where is None:
+        return False
+    for column in table.columns.values():
+        if column.time_domain is not None:
+            low, high = column.time_domain
+            first, last = _within_where(column, where, resolve)
+            if 2 * (last - first) <= high - low:
+                return True
+    return False
+
+
 def _within_where(column: Column, where: exp.Expression | None, resolve
                   ) -> tuple[dt.datetime, dt.datetime]:
     """The declared [first, last] of a time column, narrowed by the conditions on it that

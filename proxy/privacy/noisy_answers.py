@@ -15,7 +15,9 @@ from proxy.interrupts import checkpoint
 from proxy.loss import Loss
 from proxy.privacy.contribution_bounds import (
     COUNT_PRIOR,
+    COUNT_SHARE,
     bound_note,
+    chained,
     clipped_sum,
     empty_ladder,
     joint_note,
@@ -247,6 +249,8 @@ def _count(a: Asked) -> Released:
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
+    if a.index in group.joint:  # in a window, under GROUP BY (§3.3)
+        return _joint_count(a)
     if _clipped(a.plan, agg):
         return _clipped_count(a)
     noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
@@ -257,8 +261,9 @@ def _count(a: Asked) -> Released:
 
 
 def _clipped(plan: QueryPlan, agg) -> bool:
-    """Whether a COUNT is clipped to a bound drawn per group (over a chain or a join)."""
-    return Contribution(agg.column or "", power=0) in laddered(plan)
+    """Whether a COUNT is clipped to a bound drawn per group (over a chain or a join;
+    in a window it is laddered too, but clipped across groups or not at all)."""
+    return Contribution(agg.column or "", power=0) in laddered(plan) and chained(plan)
 
 
 def _clipped_count(a: Asked) -> Released:
@@ -275,6 +280,31 @@ def _clipped_count(a: Asked) -> Released:
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "
                           "privately per group from a public ladder with a third of the "
                           "epsilon (docs/privacy.md §3.14)")
+
+
+def _joint_count(a: Asked) -> Released:
+    """COUNT in a window under GROUP BY (§3.3, "Counts in a window"): each unit's rows in
+    scope over all groups scaled to at most B, a bound drawn once for the query with a
+    tenth of the whole loss (``draw_joint_bounds``), each group's count with Laplace
+    noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
+    plan, group_size = a.plan, a.plan.table.group_size
+    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None,
+                     a.cal.shift // group_size)
+    noisy = joint_sum_at(ladder, a.group.joint[a.index], sum_loss(plan, a.agg)[1], group_size,
+                         plan.group_count, 1.0, a.rng, share=COUNT_SHARE, shift=a.cal.shift)
+    return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
+                         f"{noisy.mechanism}, its bound by the exponential mechanism"),
+                   a.cal, JOINT_COUNT_NOTE)
+
+
+# What a count clipped across groups says (the same in every group): the 95 % bound
+# covers the noise, not the clipping, which only lowers a count.
+JOINT_COUNT_NOTE = (
+    "COUNT: each unit's rows in scope, counted over all groups, scaled to a total of at "
+    "most a bound drawn privately once for the query from a public ladder with a tenth of "
+    "the epsilon, because the WHERE keeps a time column to at most half its domain; the "
+    "95 % bound covers the noise, not the clipping, which can only lower a count "
+    "(docs/privacy.md §3.3)")
 
 
 def _units(a: Asked) -> Released:
@@ -478,7 +508,8 @@ def _release_clipped(a: Asked) -> Released:
         if of_count is not None:  # a histogram of counts (§3.5)
             of_count = of_count * Fraction(1, group_share(plan, cal.shift, True))
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
-                                 plan.group_count, column.resolution, rng, confidence)
+                                 plan.group_count, column.resolution, rng, confidence,
+                                 shift=cal.shift)
         note, rung = joint_note(rows_per_unit), None
     else:
         of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
