@@ -320,7 +320,8 @@ def joint_rule(group_count: int) -> dict:
 
 def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
     """The indexes of the plan's SUM and AVG (and COUNT in a window,
-    ``windowed_counts``) whose units are clipped across groups (L1,
+    ``windowed_counts``, or over a chain or a join) whose units are clipped across
+    groups (L1,
     above): clipped (``laddered``), under GROUP BY with a privacy unit, Laplace noise,
     where one unit's change may touch more than 2 groups (below that, per group is
     cheaper: a one-signed sum moves by B in each of m ≤ 2 groups, the joint one by 2B).
@@ -334,7 +335,7 @@ def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
     if (not plan.group_by or plan.table.privacy_unit is None
             or group_share(plan, shift) <= 2):
         return ()
-    clipped, counts = laddered(plan), windowed_counts(plan)
+    clipped, counts = laddered(plan), windowed_counts(plan) or chained(plan)
     return tuple(index for index, agg in enumerate(plan.aggregates)
                  if (agg.kind in (SUM, AVG) or agg.kind == COUNT and counts)
                  and not plan.gaussian(agg) and contribution_of(agg) in clipped)

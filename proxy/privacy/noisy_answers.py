@@ -283,7 +283,8 @@ def _clipped_count(a: Asked) -> Released:
 
 
 def _joint_count(a: Asked) -> Released:
-    """COUNT in a window under GROUP BY (§3.3, "Counts in a window"): each unit's rows in
+    """COUNT in a window (§3.3, "Counts in a window"), or over a chain or a join (§3.14),
+    under GROUP BY where one unit may touch more than 2 groups: each unit's rows in
     scope over all groups scaled to at most B, a bound drawn once for the query with a
     tenth of the whole loss (``draw_joint_bounds``), each group's count with Laplace
     noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
@@ -294,7 +295,8 @@ def _joint_count(a: Asked) -> Released:
                          plan.group_count, 1.0, a.rng, share=COUNT_SHARE, shift=a.cal.shift)
     return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
-                   a.cal, JOINT_COUNT_NOTE)
+                   a.cal, JOINT_COUNT_NOTE.format(
+                       why=CHAINED_WHY if chained(plan) else WINDOW_WHY))
 
 
 # What a count clipped across groups says (the same in every group): the 95 % bound
@@ -302,9 +304,10 @@ def _joint_count(a: Asked) -> Released:
 JOINT_COUNT_NOTE = (
     "COUNT: each unit's rows in scope, counted over all groups, scaled to a total of at "
     "most a bound drawn privately once for the query from a public ladder with a tenth of "
-    "the epsilon, because the WHERE keeps a time column to at most half its domain; the "
-    "95 % bound covers the noise, not the clipping, which can only lower a count "
-    "(docs/privacy.md §3.3)")
+    "the epsilon, {why}; the 95 % bound covers the noise, not the clipping, which can "
+    "only lower a count (docs/privacy.md §3.3, §3.14)")
+WINDOW_WHY = "because the WHERE keeps a time column to at most half its domain"
+CHAINED_WHY = "because one unit owns rows in many groups through the chain or the join"
 
 
 def _units(a: Asked) -> Released:

@@ -36,7 +36,7 @@ import pytest
 
 from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
-from proxy.privacy.contribution_bounds import laddered, rungs
+from proxy.privacy.contribution_bounds import joint_clipped, laddered, rungs
 from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, _part, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
 from proxy.pushdown import compute_statistics
@@ -46,9 +46,15 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import Contribution, GroupStats
 from tests.databases import refill
-from tests.privacy.harness import assert_sound, group_changes, neighbours, pushed_down_changes
+from tests.privacy.harness import (
+    Record,
+    assert_sound,
+    group_changes,
+    neighbours,
+    pushed_down_changes,
+)
 from tests.privacy.reference import normalise as normalise_value
-from tests.privacy.reference import percentile
+from tests.privacy.reference import percentile, released_joint_ladder_of
 
 LOWER, UPPER = 0.0, 10.0
 RAW = 'noise_scale = "local"  # raw iDP: the local sensitivities tested here'
@@ -588,3 +594,45 @@ def test_a_count_clipped_per_group_divides_its_loss_by_the_groups_a_unit_touches
             part = _part(plan, agg, calibration).epsilon
             assert part * groups_touched(shift, plan.group_count) <= whole, (shift, agg)
         assert _part(unclipped, unclipped.aggregates[0], calibration).epsilon == whole / 2
+
+
+WIDE_KEYS = RULES_TEXT.replace(RAW, "").replace(
+    'g  = { type = "text", keys = ["p", "q"] }', 'g  = { type = "text", keys = ["p", "q", "r"] }')
+
+
+def test_a_count_over_the_chain_in_many_groups_is_clipped_across_them(con):
+    """Grouped into more groups than one unit's change may touch two of (min(2c, G) > 2),
+    a COUNT over the chain is clipped across the groups (§3.14, L1; as a COUNT in a
+    window, §3.3): the statement gives, per rung, the units whose rows in scope over
+    every group exceed B_k and each group's count with those units scaled to B_k, the
+    reference's numbers on every data set; the draw and the noisy vector are the
+    window's, brute-forced in tests/privacy/test_window_counts.py."""
+    sql = "SELECT l.g, COUNT(*) FROM l WHERE z < 5 OR g = 'r' GROUP BY l.g"
+    plan = analyze(parse_statements(sql)[0], parse_rules(WIDE_KEYS), Settings(model="idp"))
+    counted = Contribution("", power=0)
+    keys = plan.group_keys()
+    assert joint_clipped(plan, 2) == (0,) and joint_clipped(plan, 1) == ()
+    reached = set()
+    for tables in _datasets(41, 12):
+        lines = [(lk, z, ("p", "q", "r", None)[i % 4]) for i, (lk, z, _) in
+                 enumerate(tables[2])]
+        tables = (tables[0], tables[1], lines)
+        _load(con, tables)
+        shift = max(1, con.execute(plan_unit_bound_sql(plan, "duckdb")).fetchall()[0][0])
+        ladder = rungs(counted, None, shift)
+        found = contribution_ladders(plan, (counted,), (ladder,), DuckDBBackend.capabilities,
+                                     None, lambda sql: con.execute(sql).fetchall(),
+                                     frozenset({counted}))
+        owners = _owner(tables[1])
+        records = [Record(_unit_of_line(line, owners), 1.0, _lt(line[1], 5) or line[2] == "r",
+                          keys.index((line[2],))) if line[2] is not None else
+                   Record(_unit_of_line(line, owners), 1.0, False, 0) for line in lines]
+        expected = released_joint_ladder_of(records, 0.0, 1.0, ladder, len(keys))
+        got = [found.get(key, {}).get(counted) for key in keys]
+        for k in range(len(ladder)):  # each unit beyond counted in one group (its first)
+            assert sum(0 if mine is None else mine.beyond[k] for mine in got) == \
+                expected[k, "beyond"], (tables, k)
+            assert [0.0 if mine is None else mine.clipped[k] for mine in got] == \
+                pytest.approx(expected[k, "clipped"], abs=1e-6), (tables, k)
+        reached |= {k for k in range(len(ladder) - 1) if expected[k, "beyond"]}
+    assert reached, "no unit was clipped: nothing was tested"
