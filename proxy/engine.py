@@ -37,6 +37,7 @@ from proxy.errors import (
 )
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.contribution_bounds import (
+    average_count,
     contribution_of,
     draw_joint_bounds,
     joint_clipped,
@@ -396,7 +397,9 @@ class Engine:
         ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
                               shift // table.group_size) for contribution in wanted)
         indexes = joint_clipped(plan, shift)
-        joint = frozenset(contribution_of(plan.aggregates[index]) for index in indexes)
+        joint = frozenset(contribution for index in indexes for contribution in (
+            contribution_of(plan.aggregates[index]),
+            average_count(plan, plan.aggregates[index])) if contribution is not None)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
                                                clip, tx.execute, joint,
                                                isinstance(plan.post, TopChoice)).items():

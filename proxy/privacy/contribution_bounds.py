@@ -131,10 +131,30 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
             continue
         if agg.kind in (SUM, AVG):
             wanted[Contribution(agg.column)] = None
+            counted = average_count(plan, agg)
+            if counted is not None:
+                wanted[counted] = None
         elif agg.kind in SPREADS and (column.upper - column.lower) < _SQUARABLE:
             wanted[Contribution(agg.column, column.lower, 1)] = None
             wanted[Contribution(agg.column, column.lower, 2)] = None
     return tuple(wanted)
+
+
+def average_count(plan: QueryPlan, agg) -> Contribution | None:
+    """The count an AVG over a chain or a join is divided by, clipped as a COUNT(col)
+    there is (power 0: a unit's values in scope that are not NULL), so that its noise is
+    of a typical unit's rows, not of c (TPC-H's 178 line items a customer: Q17's per-part
+    averages of about 30 line items came back at the domain's ends); None elsewhere (the
+    count of §3.4, or Gaussian noise)."""
+    if agg.kind != AVG or not chained(plan) or plan.gaussian(agg):
+        return None
+    return Contribution(agg.column, power=0)
+
+
+def count_slot(index: int) -> int:
+    """Where ``GroupStats.joint`` keeps the rung drawn for the count of the AVG at
+    ``index`` (``average_count``), beside its sum's at ``index``."""
+    return -1 - index
 
 
 def chained(plan: QueryPlan) -> bool:
@@ -172,8 +192,9 @@ def bound_share(agg) -> Fraction:
 
 def ladders_alone(plan: QueryPlan) -> bool:
     """Whether every aggregate of the plan is answered from its ladders alone: a SUM of
-    a laddered contribution (``_release_clipped`` reads no count or sum of the rows) or
-    a COUNT over a chain or a join (``_clipped_count``), on the global scale (no draws,
+    a laddered contribution (``_release_clipped`` reads no count or sum of the rows), an
+    AVG over a chain or a join (its count laddered too: ``average_count``) or a COUNT
+    over a chain or a join (``_clipped_count``), on the global scale (no draws,
     smooth sensitivities nor private levels, which read the statistics after them). The
     statistics pass is then read by nothing, and not run (TPC-H Q06, Q14, Q19: a second
     scan of the line items beside the ladders' statement)."""
@@ -183,6 +204,8 @@ def ladders_alone(plan: QueryPlan) -> bool:
     wanted = laddered(plan)
     return bool(wanted) and all(
         Contribution(agg.column) in wanted if agg.kind == SUM else
+        Contribution(agg.column) in wanted and average_count(plan, agg) in wanted
+        if agg.kind == AVG else
         agg.kind == COUNT and not plan.public(agg) and chained(plan)
         and contribution_of(agg) in wanted
         for agg in plan.aggregates)
@@ -354,23 +377,29 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
     β_k summed over the groups (the statement counts each unit in one group,
     ``first``), drawn by ``joint_rule`` (a ``TopChoice``'s L∞ bound: the per-group
     utility with ``joint_prior``), the rung recorded in every group's ``joint``."""
+    rule = ({"prior": joint_prior(plan.group_count)} if isinstance(plan.post, TopChoice)
+            else joint_rule(plan.group_count))
     for index in indexes:
         agg = plan.aggregates[index]
-        contribution = contribution_of(agg)
-        ladder_rungs = rungs(contribution, plan.table.columns.get(agg.column or ""),
-                             shift // plan.table.group_size)
-        beyond = [0] * len(ladder_rungs)
-        for group in groups.values():
-            if contribution in group.ladders:
-                beyond = [a + b for a, b in zip(beyond, group.ladders[contribution].beyond)]
+        of_count, of_sum = sum_loss(plan, agg)
         share = bound_share(agg)
-        of_bound = sum_loss(plan, agg)[1].split(share, 1 - share)[0]
-        rule = ({"prior": joint_prior(plan.group_count)} if isinstance(plan.post, TopChoice)
-                else joint_rule(plan.group_count))
-        k = choose_scaled(*rung_exponents(tuple(beyond), of_bound.epsilon,
-                                          plan.table.group_size, **rule), rng)
-        for key in plan.group_keys():
-            groups.setdefault(key, GroupStats()).joint[index] = k
+        draws = [(index, contribution_of(agg), of_sum.split(share, 1 - share)[0])]
+        counted = average_count(plan, agg)
+        if counted is not None:  # its count across groups too, as a COUNT's
+            draws.append((count_slot(index), counted,
+                          of_count.split(COUNT_SHARE, 1 - COUNT_SHARE)[0]))
+        for slot, contribution, of_bound in draws:
+            ladder_rungs = rungs(contribution, plan.table.columns.get(agg.column or ""),
+                                 shift // plan.table.group_size)
+            beyond = [0] * len(ladder_rungs)
+            for group in groups.values():
+                if contribution in group.ladders:
+                    beyond = [a + b for a, b in
+                              zip(beyond, group.ladders[contribution].beyond)]
+            k = choose_scaled(*rung_exponents(tuple(beyond), of_bound.epsilon,
+                                              plan.table.group_size, **rule), rng)
+            for key in plan.group_keys():
+                groups.setdefault(key, GroupStats()).joint[slot] = k
 
 
 def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,

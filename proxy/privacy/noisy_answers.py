@@ -16,9 +16,11 @@ from proxy.loss import Loss
 from proxy.privacy.contribution_bounds import (
     COUNT_PRIOR,
     COUNT_SHARE,
+    average_count,
     bound_note,
     chained,
     clipped_sum,
+    count_slot,
     empty_ladder,
     joint_note,
     joint_sum_at,
@@ -506,9 +508,10 @@ def _release_clipped(a: Asked) -> Released:
     ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit)
     gaussian = plan.gaussian(agg)
     confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
+    counted = average_count(plan, agg)
     if a.index in group.joint:  # clipped across groups: the whole loss, drawn once
         of_count, of_sum = sum_loss(plan, agg)
-        if of_count is not None:  # a histogram of counts (§3.5)
+        if of_count is not None and counted is None:  # a histogram of counts (§3.5)
             of_count = of_count * Fraction(1, group_share(plan, cal.shift, True))
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
                                  plan.group_count, column.resolution, rng, confidence,
@@ -526,13 +529,26 @@ def _release_clipped(a: Asked) -> Released:
         value = signed_sum(noisy_sum.value, column)
         value = round(value) if column.type == "int" else value
         return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
-    count = group.column(agg.column).n
-    sensitivity = _integer_scale(cal.shift, cal)
-    noisy_count = _integer_noise(a, count, sensitivity, of_count, confidence)
     which = "rho" if gaussian else "epsilon"
+    if counted is None:
+        noisy_count = _integer_noise(a, group.column(agg.column).n,
+                                     _integer_scale(cal.shift, cal), of_count, confidence)
+        of_what = f"a noisy COUNT (a quarter); {note}"
+    else:  # the count's rows clipped as a COUNT(col)'s over the chain (§3.14)
+        counts = _ladder(group, counted, None, rows_per_unit)
+        if a.index in group.joint:
+            noisy = joint_sum_at(counts, group.joint[count_slot(a.index)], of_count,
+                                 group_size, plan.group_count, 1.0, rng, confidence,
+                                 share=COUNT_SHARE, shift=cal.shift)
+        else:
+            noisy, _ = clipped_sum(counts, of_count, group_size, 0.0, 1.0, 1.0, rng,
+                                   confidence, prior=COUNT_PRIOR)
+        noisy_count = Noisy(max(0, round(noisy.value)), noisy.ci95, noisy.mechanism)
+        of_what = (f"a noisy COUNT (a quarter), each unit's values counted and clipped "
+                   f"as its values are summed; {note}")
     released = _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
                         column, cal, f"AVG is a noisy SUM (three quarters of the {which}) "
-                                     f"over a noisy COUNT (a quarter); {note}")
+                                     f"over {of_what}")
     if rung is not None and rows_per_unit == 1 and column.lower is not None \
             and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
         return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
