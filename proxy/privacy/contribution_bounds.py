@@ -56,11 +56,18 @@ sum two thirds, as the discrete Gaussian of sensitivity g·w_k; zCDP parts add u
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 from proxy.loss import Loss
 from proxy.privacy.exact_choice import choose_scaled
-from proxy.privacy.mechanisms import Noisy, gaussian_real, grid_step, laplace_real
+from proxy.privacy.mechanisms import (
+    Noisy,
+    OnGrid,
+    gaussian_on_grid,
+    grid_step,
+    laplace_on_grid,
+)
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import group_share
 from proxy.rules import Column
@@ -188,14 +195,15 @@ def empty_ladder(ladder_rungs: tuple[float, ...]) -> Ladder:
 
 def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper: float,
                 resolution: float, rng: RandomSource, confidence: float = 0.95,
-                gaussian: bool = False, prior: Fraction = PRIOR) -> tuple[Noisy, int]:
+                gaussian: bool = False, prior: Fraction = PRIOR, *,
+                kept: dict | None = None) -> tuple[Noisy, int]:
     """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above, of the
-    loss's ε, or of its ρ where the sum's noise is Gaussian."""
+    loss's ε, or of its ρ where the sum's noise is Gaussian (``kept``: ``sum_at``'s)."""
     of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
     epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
     k = draw_rung(ladder.beyond, epsilon, group_size, rng, prior)
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
-                  confidence, gaussian), k
+                  confidence, gaussian, kept=kept), k
 
 
 def draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
@@ -330,14 +338,33 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
 
 
 def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,
-                 resolution: float, rng: RandomSource, confidence: float = 0.95) -> Noisy:
+                 resolution: float, rng: RandomSource, confidence: float = 0.95, *,
+                 kept: dict | None = None) -> Noisy:
     """Step 3 of a jointly clipped sum, in one group: Laplace of scale Δ/ε_s, Δ the L1
-    sensitivity of the vector of group sums (above), ε_s two thirds of the sum's loss."""
-    of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[1]
-    bound = ladder.rungs[k]
-    sensitivity = group_size * (2 * bound * (1 + RELATIVE) + group_count * ROUNDING)
-    return laplace_real(ladder.clipped[k], sensitivity, of_sum.epsilon, rng,
-                        grid_step(resolution), confidence)
+    sensitivity of the vector of group sums (above), ε_s two thirds of the sum's loss.
+    ``kept``: the noise of each rung worked out once for every group of one release
+    (``noise_at``)."""
+    def noise() -> OnGrid:
+        of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[1]
+        bound = ladder.rungs[k]
+        sensitivity = group_size * (2 * bound * (1 + RELATIVE) + group_count * ROUNDING)
+        return laplace_on_grid(sensitivity, of_sum.epsilon, grid_step(resolution),
+                               confidence)
+    return noise_at(kept, k, noise).release(ladder.clipped[k], rng)
+
+
+def noise_at(kept: dict | None, k: int, noise: Callable[[], OnGrid]) -> OnGrid:
+    """Rung k's noise, from ``kept`` where an earlier group of the same release (the
+    same aggregate, loss, ladder and confidence: only the rung differs) worked it out,
+    else ``noise()`` (kept there). The same calls of the sampler either way; the rungs
+    are public and the one drawn is released with the bound, so what is kept tells
+    nothing a release does not."""
+    known = None if kept is None else kept.get(k)
+    if known is None:
+        known = noise()
+        if kept is not None:
+            kept[k] = known
+    return known
 
 
 def bounded_range_epsilon(rho: Fraction) -> Fraction:
@@ -354,15 +381,18 @@ def clip_width(bound: float, lower: float, upper: float) -> float:
 
 def sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, lower: float, upper: float,
            resolution: float, rng: RandomSource, confidence: float = 0.95,
-           gaussian: bool = False) -> Noisy:
+           gaussian: bool = False, *, kept: dict | None = None) -> Noisy:
     """The contributions clipped to rung k (a public or already drawn choice) with
-    Laplace noise of scale g·w_k/ε (step 3), or the discrete Gaussian at the loss's ρ."""
-    width = clip_width(ladder.rungs[k], lower, upper)
-    if gaussian:
-        return gaussian_real(ladder.clipped[k], group_size * width, loss.rho, rng,
-                             grid_step(resolution), confidence)
-    return laplace_real(ladder.clipped[k], group_size * width, loss.epsilon, rng,
-                        grid_step(resolution), confidence)
+    Laplace noise of scale g·w_k/ε (step 3), or the discrete Gaussian at the loss's ρ
+    (``kept``: as ``joint_sum_at``'s)."""
+    def noise() -> OnGrid:
+        width = clip_width(ladder.rungs[k], lower, upper)
+        if gaussian:
+            return gaussian_on_grid(group_size * width, loss.rho, grid_step(resolution),
+                                    confidence)
+        return laplace_on_grid(group_size * width, loss.epsilon, grid_step(resolution),
+                               confidence)
+    return noise_at(kept, k, noise).release(ladder.clipped[k], rng)
 
 
 def bound_note(rows_per_unit: int, table_has_unit: bool, gaussian: bool = False) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from proxy.interrupts import checkpoint
 from proxy.loss import Loss
@@ -169,16 +170,37 @@ class Released:
 
 
 def release_group(
-    plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource
+    plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource,
+    kept: dict | None = None,
 ) -> list[Released]:
     """Noisy answers of every aggregate of the plan for one group (a cancel stops a
     release of thousands of groups between two of them: proxy.interrupts), each by its
-    kind's row of ``RELEASES``."""
+    kind's row of ``RELEASES``. ``kept``: what is alike in every group of one release
+    (``release_groups``)."""
     checkpoint()
+    kept = {} if kept is None else kept
+    parts = kept.get(PARTS)
+    if parts is None:
+        parts = kept[PARTS] = [_part(plan, agg, calibration) for agg in plan.aggregates]
     return in_order(plan, [
-        RELEASES[agg.kind](Asked(plan, index, group, calibration,
-                                 _part(plan, agg, calibration), rng))
+        RELEASES[agg.kind](Asked(plan, index, group, calibration, parts[index], rng, kept))
         for index, agg in enumerate(plan.aggregates)])
+
+
+def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[tuple],
+                   calibration: Calibration, rng: RandomSource) -> list[list[Released]]:
+    """``release_group`` of each key in turn (a key without statistics: an empty group),
+    with what is alike in every group worked out once: each aggregate's part of the
+    loss, its clipped sum's noise at each rung drawn, an empty group's ladder (TPC-H
+    Q20's 8,508 groups, Q21's 10,000). The sampler is called as often, in the same
+    order and with the same parameters as group by group, so the same random bits give
+    the same answers (tests/privacy/test_release_groups.py)."""
+    kept: dict = {}
+    return [release_group(plan, groups.get(key, GroupStats()), calibration, rng, kept)
+            for key in keys]
+
+
+PARTS = "parts"  # ``release_group``'s kept parts of the loss, one per aggregate
 
 
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
@@ -200,6 +222,16 @@ class Asked:
     cal: Calibration
     part: Loss  # the aggregate's part of the loss in this group
     rng: RandomSource
+    kept: dict = field(default_factory=dict)  # alike in every group (``release_groups``)
+
+    def once(self, what: str, build: Callable[[], Any]) -> Any:
+        """``build()`` for this aggregate, worked out in the release's first group and
+        kept for the others (a function of the plan, calibration and aggregate alone)."""
+        key = (what, self.index)
+        known = self.kept.get(key)
+        if known is None:
+            known = self.kept[key] = build()
+        return known
 
     @property
     def agg(self):
@@ -257,9 +289,10 @@ def _clipped_count(a: Asked) -> Released:
     most rows one unit owns through the chain (TPC-H: 139 line items a customer)."""
     group_size = a.plan.table.group_size
     rows_per_unit = a.cal.shift // group_size
-    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None, rows_per_unit)
+    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None, rows_per_unit,
+                     a.kept)
     noisy, _ = clipped_sum(ladder, a.part, group_size, 0.0, 1.0, 1.0, a.rng,
-                           prior=COUNT_PRIOR)
+                           prior=COUNT_PRIOR, kept=a.once("noise", dict))
     return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "
@@ -460,22 +493,21 @@ def _release_clipped(a: Asked) -> Released:
                                                 a.part, a.rng)
     group_size = plan.table.group_size
     rows_per_unit = cal.shift // group_size
-    ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit)
+    ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit, a.kept)
     gaussian = plan.gaussian(agg)
     confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
     if a.index in group.joint:  # clipped across groups: the whole loss, drawn once
-        of_count, of_sum = sum_loss(plan, agg)
-        if of_count is not None:  # a histogram of counts (§3.5)
-            of_count = of_count * Fraction(1, group_share(plan, cal.shift, True))
+        of_count, of_sum = a.once("joint", lambda: _joint_parts(plan, agg, cal.shift))
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
-                                 plan.group_count, column.resolution, rng, confidence)
+                                 plan.group_count, column.resolution, rng, confidence,
+                                 kept=a.once("joint noise", dict))
         note, rung = joint_note(rows_per_unit), None
     else:
         of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
                                                                            by_rho=gaussian)
         noisy_sum, rung = clipped_sum(ladder, of_sum, group_size, column.lower,
                                       column.upper, column.resolution, rng, confidence,
-                                      gaussian)
+                                      gaussian, kept=a.once("noise", dict))
         note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
@@ -507,10 +539,28 @@ NEAR_BOUND_NOTE = ("an AVG at 90 % or more of the clipping bound drawn for its g
                    "again with a larger epsilon, or without GROUP BY; docs/privacy.md §3.14)")
 
 
-def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit: int):
-    """The group's ladder of ``contribution``; an empty group's is of no units."""
-    return group.ladders.get(contribution) or empty_ladder(
-        rungs(contribution, column, rows_per_unit))
+def _joint_parts(plan: QueryPlan, agg, shift: int) -> tuple[Loss | None, Loss]:
+    """A jointly clipped aggregate's (count's, sum's) parts of its whole loss: the count's
+    (AVG's) that of a histogram of counts (§3.5)."""
+    of_count, of_sum = sum_loss(plan, agg)
+    if of_count is not None:
+        of_count = of_count * Fraction(1, group_share(plan, shift, True))
+    return of_count, of_sum
+
+
+def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit: int,
+            kept: dict | None = None):
+    """The group's ladder of ``contribution``; an empty group's is of no units (its
+    public rungs worked out once a release where ``kept``: ``release_groups``')."""
+    found = group.ladders.get(contribution)
+    if found:
+        return found
+    known = None if kept is None else kept.get(("empty", contribution))
+    if known is None:
+        known = empty_ladder(rungs(contribution, column, rows_per_unit))
+        if kept is not None:
+            kept[("empty", contribution)] = known
+    return known
 
 
 def _release_clipped_moments(plan: QueryPlan, index: int, group: GroupStats, column,
