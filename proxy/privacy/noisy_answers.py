@@ -69,6 +69,7 @@ from proxy.privacy.variance import (
     unit_centre,
     unit_moments,
 )
+from proxy.rules import Column
 from proxy.statistics import (
     BOTTOM,
     PCT,
@@ -274,7 +275,7 @@ def _count(a: Asked) -> Released:
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
-    if Contribution(agg.column or "", power=0) in laddered(a.plan):
+    if a.once("laddered", lambda: Contribution(agg.column or "", power=0) in laddered(a.plan)):
         return _clipped_count(a)
     noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
                            a.part)
@@ -311,14 +312,14 @@ def _units(a: Asked) -> Released:
 
 def _sum(a: Asked) -> Released:
     """SUM: of contributions clipped to a drawn bound (§3.14), else §3.4's."""
-    if Contribution(a.agg.column) in laddered(a.plan):
+    if a.once("laddered", lambda: Contribution(a.agg.column) in laddered(a.plan)):
         return _release_clipped(a)
     return _laplace_release(a)
 
 
 def _average(a: Asked) -> Released:
     """AVG: a noisy SUM over a noisy COUNT."""
-    if Contribution(a.agg.column) in laddered(a.plan):
+    if a.once("laddered", lambda: Contribution(a.agg.column) in laddered(a.plan)):
         return _release_clipped(a)
     return _release_average(a, a.stats, a.column, a.cal, a.part, a.rng)
 
@@ -489,42 +490,82 @@ def _release_clipped(a: Asked) -> Released:
     """SUM, or AVG's sum, of contributions clipped to a bound drawn per group
     (privacy/contribution_bounds.py); AVG's count takes a quarter of the loss (Gaussian
     noise: of its ρ)."""
-    plan, agg, group, column, cal, loss, rng = (a.plan, a.agg, a.group, a.column, a.cal,
-                                                a.part, a.rng)
+    plan, agg, group, cal, rng = a.plan, a.agg, a.group, a.cal, a.rng
+    alike = a.once("clipped", lambda: _clipped_alike(a))
+    column, rows_per_unit, confidence = alike.column, alike.rows_per_unit, alike.confidence
     group_size = plan.table.group_size
-    rows_per_unit = cal.shift // group_size
-    ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit, a.kept)
-    gaussian = plan.gaussian(agg)
-    confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
+    ladder = _ladder(group, alike.contribution, column, rows_per_unit, a.kept)
     if a.index in group.joint:  # clipped across groups: the whole loss, drawn once
-        of_count, of_sum = a.once("joint", lambda: _joint_parts(plan, agg, cal.shift))
+        of_count, of_sum = alike.joint_parts
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
                                  plan.group_count, column.resolution, rng, confidence,
-                                 kept=a.once("joint noise", dict))
-        note, rung = joint_note(rows_per_unit), None
+                                 kept=alike.joint_noise)
+        note, rung = alike.joint_note, None
     else:
-        of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
-                                                                           by_rho=gaussian)
+        of_count, of_sum = alike.parts
         noisy_sum, rung = clipped_sum(ladder, of_sum, group_size, column.lower,
                                       column.upper, column.resolution, rng, confidence,
-                                      gaussian, kept=a.once("noise", dict))
-        note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
-    mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
+                                      alike.gaussian, kept=alike.noise)
+        note = alike.bound_note
+    mechanism = alike.mechanisms.get(noisy_sum.mechanism)
+    if mechanism is None:
+        mechanism = alike.mechanisms[noisy_sum.mechanism] = \
+            f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
         value = signed_sum(noisy_sum.value, column)
         value = round(value) if column.type == "int" else value
-        return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
+        return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, note)
     count = group.column(agg.column).n
     sensitivity = _integer_scale(cal.shift, cal)
     noisy_count = _integer_noise(a, count, sensitivity, of_count, confidence)
-    which = "rho" if gaussian else "epsilon"
     released = _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
-                        column, cal, f"AVG is a noisy SUM (three quarters of the {which}) "
-                                     f"over a noisy COUNT (a quarter); {note}")
+                        column, cal, note)
     if rung is not None and rows_per_unit == 1 and column.lower is not None \
             and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
         return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
     return released
+
+
+@dataclass(frozen=True)
+class _ClippedAlike:
+    """What a clipped SUM or AVG works out alike in every group of one release
+    (``Asked.once``): its contribution, column, a unit's rows, noise and confidence,
+    the loss's parts (clipped across the groups or per group), its notes, and each
+    rung's noise and the mechanism's text as met."""
+
+    contribution: Contribution
+    column: Column  # its declared domain and resolution
+    rows_per_unit: int
+    gaussian: bool
+    confidence: float
+    joint_parts: tuple[Loss | None, Loss]
+    parts: tuple[Loss | None, Loss]
+    joint_note: str
+    bound_note: str
+    joint_noise: dict = field(default_factory=dict)
+    noise: dict = field(default_factory=dict)
+    mechanisms: dict = field(default_factory=dict)
+
+
+def _clipped_alike(a: Asked) -> _ClippedAlike:
+    plan, agg, cal = a.plan, a.agg, a.cal
+    rows_per_unit = cal.shift // plan.table.group_size
+    gaussian = plan.gaussian(agg)
+    joint = joint_note(rows_per_unit)
+    bound = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
+    if agg.kind == SUM:
+        joint, bound = f"SUM: {joint}", f"SUM: {bound}"
+    else:
+        which = "rho" if gaussian else "epsilon"
+        average = (f"AVG is a noisy SUM (three quarters of the {which}) over a noisy COUNT "
+                   "(a quarter); ")
+        joint, bound = average + joint, average + bound
+    return _ClippedAlike(
+        Contribution(agg.column), a.column, rows_per_unit, gaussian,
+        0.975 if agg.kind == AVG else 0.95,  # AVG: both parts at once, ≥ 95 %
+        _joint_parts(plan, agg, cal.shift),
+        (None, a.part) if agg.kind != AVG else a.part.split(1, 3, by_rho=gaussian),
+        joint, bound)
 
 
 # An AVG of values ≥ 0, each clipped to a drawn bound B, that comes out at 0.9·B or above
