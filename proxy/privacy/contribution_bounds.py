@@ -199,9 +199,15 @@ def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper
                 kept: dict | None = None) -> tuple[Noisy, int]:
     """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above, of the
     loss's ε, or of its ρ where the sum's noise is Gaussian (``kept``: ``sum_at``'s)."""
-    of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
-    epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
-    k = draw_rung(ladder.beyond, epsilon, group_size, rng, prior)
+    alike = None if kept is None else kept.get(_DRAW)
+    if alike is None:
+        of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
+        epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
+        alike = (of_sum, _exponent_scale(epsilon, group_size, prior, Fraction(0), SHORTFALL))
+        if kept is not None:
+            kept[_DRAW] = alike
+    of_sum, scale = alike
+    k = choose_scaled(*_exponents(ladder.beyond, scale, True, SLACK), rng)  # ``draw_rung``
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
                   confidence, gaussian, kept=kept), k
 
@@ -237,13 +243,25 @@ def rung_exponents(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
     """``rung_weights``' x_k as integers n_k over one denominator d (x_k = n_k/d), for
     ``exact_choice.choose_scaled``: the same rationals without a Fraction each (a draw
     per group: TPC-H Q21's 10,000)."""
-    # λ = ε/(2g), the allowance, the prior and the shortfall over one denominator d
+    return _exponents(beyond, _exponent_scale(epsilon, group_size, prior, allowance,
+                                              shortfall), evidence, slack)
+
+
+def _exponent_scale(epsilon: Fraction, group_size: int, prior: Fraction,
+                    allowance: Fraction, shortfall: Fraction) -> tuple[int, ...]:
+    """``rung_exponents``' one denominator d and λ, the allowance, the prior and the
+    shortfall over it: alike in every group of a release (``clipped_sum``'s ``kept``)."""
     d = math.lcm(epsilon.denominator * 2 * group_size, allowance.denominator,
                  prior.denominator, shortfall.denominator)
-    lam = epsilon.numerator * (d // (epsilon.denominator * 2 * group_size))
-    allow, step, short = (allowance.numerator * (d // allowance.denominator),
-                          prior.numerator * (d // prior.denominator),
-                          shortfall.numerator * (d // shortfall.denominator))
+    return (d, epsilon.numerator * (d // (epsilon.denominator * 2 * group_size)),
+            allowance.numerator * (d // allowance.denominator),
+            prior.numerator * (d // prior.denominator),
+            shortfall.numerator * (d // shortfall.denominator))
+
+
+def _exponents(beyond: tuple[int, ...], scale: tuple[int, ...], evidence: bool,
+               slack: int) -> tuple[list[int], int]:
+    d, lam, allow, step, short = scale
     exponents = []
     for index, count in enumerate(beyond):
         n = max(0, lam * count - allow) + step * index
@@ -251,6 +269,9 @@ def rung_exponents(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
             n += max(0, short - lam * beyond[max(index - slack, 0)])
         exponents.append(n)
     return exponents, d
+
+
+_DRAW = "draw"  # ``clipped_sum``'s kept loss part and exponents' scale (its rungs: ints)
 
 
 def joint_prior(group_count: int) -> Fraction:

@@ -254,9 +254,10 @@ def test_groups_released_together_draw_what_each_group_alone_draws(engine, by, w
 
 @pytest.mark.parametrize("gaussian", [False, True])
 def test_a_sums_noise_kept_per_rung_draws_what_it_draws_afresh(gaussian):
-    """``clipped_sum`` per group with each rung's noise kept across the groups
-    (``kept``): the same rungs and values from the same bits as worked out afresh in
-    each group, over ladders whose draws land on many rungs."""
+    """``clipped_sum`` per group with its loss's parts, the draw's scale and each rung's
+    noise kept across the groups (``kept``): the same rungs and values from the same
+    bits as worked out afresh in each group, over ladders whose draws land on many
+    rungs."""
     from fractions import Fraction
 
     from proxy.loss import Loss
@@ -279,4 +280,4 @@ def test_a_sums_noise_kept_per_rung_draws_what_it_draws_afresh(gaussian):
                            kept=kept)
         assert once == clipped_sum(ladder, loss, 6, -50.0, 100.0, 0.01, apart, 0.95, gaussian)
         drawn.add(once[1])
-    assert len(drawn) >= 3 and set(kept) == drawn
+    assert len(drawn) >= 3 and {k for k in kept if isinstance(k, int)} == drawn
