@@ -498,7 +498,7 @@ def _release_clipped(a: Asked) -> Released:
     if a.index in group.joint:  # clipped across groups: the whole loss, drawn once
         of_count, of_sum = alike.joint_parts
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
-                                 plan.group_count, column.resolution, rng, confidence,
+                                 alike.group_count, column.resolution, rng, confidence,
                                  kept=alike.joint_noise)
         note, rung = alike.joint_note, None
     else:
@@ -530,8 +530,8 @@ def _release_clipped(a: Asked) -> Released:
 class _ClippedAlike:
     """What a clipped SUM or AVG works out alike in every group of one release
     (``Asked.once``): its contribution, column, a unit's rows, noise and confidence,
-    the loss's parts (clipped across the groups or per group), its notes, and each
-    rung's noise and the mechanism's text as met."""
+    the loss's parts (clipped across the groups or per group), its notes, the number of
+    groups, and each rung's noise and the mechanism's text as met."""
 
     contribution: Contribution
     column: Column  # its declared domain and resolution
@@ -542,6 +542,7 @@ class _ClippedAlike:
     parts: tuple[Loss | None, Loss]
     joint_note: str
     bound_note: str
+    group_count: int
     joint_noise: dict = field(default_factory=dict)
     noise: dict = field(default_factory=dict)
     mechanisms: dict = field(default_factory=dict)
@@ -565,7 +566,7 @@ def _clipped_alike(a: Asked) -> _ClippedAlike:
         0.975 if agg.kind == AVG else 0.95,  # AVG: both parts at once, ≥ 95 %
         _joint_parts(plan, agg, cal.shift),
         (None, a.part) if agg.kind != AVG else a.part.split(1, 3, by_rho=gaussian),
-        joint, bound)
+        joint, bound, plan.group_count)
 
 
 # An AVG of values ≥ 0, each clipped to a drawn bound B, that comes out at 0.9·B or above
