@@ -195,7 +195,7 @@ def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[
     loss, its clipped sum's noise at each rung drawn, an empty group's ladder (TPC-H
     Q20's 8,508 groups, Q21's 10,000). The sampler is called as often, in the same
     order and with the same parameters as group by group, so the same random bits give
-    the same answers (tests/privacy/test_release_groups.py)."""
+    the same answers (tests/privacy/test_contribution_bounds.py)."""
     kept: dict = {}
     return [release_group(plan, groups.get(key, GroupStats()), calibration, rng, kept)
             for key in keys]
