@@ -37,6 +37,7 @@ from proxy.errors import (
 )
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.contribution_bounds import (
+    contribution_of,
     draw_joint_bounds,
     joint_clipped,
     laddered,
@@ -95,7 +96,7 @@ from proxy.pushdown.window import (
     with_window_extremes,
 )
 from proxy.rules import LINKED_UNIT, Rules, Table, key_text, where_declared
-from proxy.statistics import ColumnNeeds, Contribution, Fetch, GroupStats, PairSums
+from proxy.statistics import ColumnNeeds, Fetch, GroupStats, PairSums
 from proxy.unit_bounds import UnitBounds
 from proxy.vocabulary import PUBLIC, SELECTED, SMOOTH, GroupKey, Join, QueryPlan, TopChoice
 
@@ -395,7 +396,7 @@ class Engine:
         ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
                               shift // table.group_size) for contribution in wanted)
         indexes = joint_clipped(plan, shift)
-        joint = frozenset(Contribution(plan.aggregates[index].column) for index in indexes)
+        joint = frozenset(contribution_of(plan.aggregates[index]) for index in indexes)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
                                                clip, tx.execute, joint,
                                                isinstance(plan.post, TopChoice)).items():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sqlglot import exp
 
@@ -40,3 +40,20 @@ def operands(condition: exp.Expression, kind: type[exp.Connector]) -> list[exp.E
     if isinstance(condition, kind):
         return [term.unnest() for term in condition.flatten()]
     return [condition]
+
+
+def implied_condition(term: exp.Expression, keep: Callable[[exp.Expression], bool]
+            ) -> exp.Expression | None:
+    """What a disjunction implies of the conjuncts ``keep`` accepts (a copy; None: nothing
+    to say): where ``term`` is an OR whose every branch has such conjuncts, the OR over
+    the branches of their AND. It is TRUE wherever ``term`` is (a TRUE branch has every
+    conjunct TRUE), so a row or key it does not make TRUE cannot make ``term`` TRUE."""
+    branches = operands(term, exp.Or)
+    if len(branches) < 2:
+        return None
+    parts = [[conjunct for conjunct in operands(branch, exp.And) if keep(conjunct)]
+             for branch in branches]
+    if not all(parts):
+        return None
+    return exp.or_(*[exp.and_(*[c.copy() for c in conjuncts], copy=False)
+                     for conjuncts in parts], copy=False)

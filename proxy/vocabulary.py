@@ -235,6 +235,10 @@ class QueryPlan:
     # the session's TimeZone its times were read in (proxy.zones): two sessions' same
     # text may ask different buckets and ranges, so it is part of the answer cache's key
     time_zone: str = "UTC"
+    # the WHERE keeps a time column with a declared domain to at most half of it (text and
+    # rules alone, ``group_keys.narrow_window``): a COUNT's units then own few rows in
+    # scope, and a grouped COUNT is clipped across groups (docs/privacy.md §3.3)
+    window: bool = False
 
     @property
     def aggregate_loss(self) -> Loss:

@@ -121,7 +121,7 @@ CORPORA = [  # (name, rules, statements, how many other literals each literal ta
     ("written", SHAPES_RULES, WRITTEN, 5),
     ("test_sql_shapes", SHAPES_RULES, _module_corpus(SQL_SHAPES), 1),
     ("test_expressions", EXPRESSIONS_RULES, _module_corpus(EXPRESSIONS), 3),
-    ("bi", DEMO, [read_entry(path).sql for path in sorted(CORPUS.glob("*.sql"))], 3),
+    ("bi", DEMO, [read_entry(path).sql for path in sorted(CORPUS.glob("*.sql"))], 1),
 ]
 
 

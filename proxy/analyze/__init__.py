@@ -20,7 +20,13 @@ from sqlglot.tokens import Token, TokenType
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.expressions import with_expressions
-from proxy.analyze.group_keys import default_name, group_terms, matching_group, selection_refusal
+from proxy.analyze.group_keys import (
+    default_name,
+    group_terms,
+    matching_group,
+    narrow_window,
+    selection_refusal,
+)
 from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, resolver, split_joins
@@ -303,6 +309,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         delta=rules.defaults.delta if selects else None,
         semi_joins=semi,
         time_zone=settings.time_zone,
+        window=narrow_window(table, where.this if where else None, declared),
     )
     if settings.prior is not None:
         return _with_prior(plan, settings)

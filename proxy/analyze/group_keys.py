@@ -428,6 +428,22 @@ def _time_column(node: exp.Expression, table: Table, resolve, what: str) -> Colu
 _TICK = dt.timedelta(microseconds=1)
 
 
+def narrow_window(table: Table, where: exp.Expression | None, resolve) -> bool:
+    """Whether the WHERE keeps some time column with a declared domain to at most half of
+    it (``_within_where``: top-level AND terms comparing it with literals). The text and
+    the rules alone, never the data: the same on every neighbour (docs/privacy.md §3.3,
+    "Counts in a window")."""
+    if where is None:
+        return False
+    for column in table.columns.values():
+        if column.time_domain is not None:
+            low, high = column.time_domain
+            first, last = _within_where(column, where, resolve)
+            if 2 * (last - first) <= high - low:
+                return True
+    return False
+
+
 def _within_where(column: Column, where: exp.Expression | None, resolve
                   ) -> tuple[dt.datetime, dt.datetime]:
     """The declared [first, last] of a time column, narrowed by the conditions on it that
@@ -451,7 +467,7 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
             bounds = [(kind, literal)]
         else:
             continue
-        if not (isinstance(subject, exp.Column) and subject.name.lower() == column.name):
+        if not (isinstance(subject, exp.Column) and _names(subject, column.name, resolve)):
             continue
         for kind, literal in bounds:
             moment = parse_moment(literal.name, zoned=True) if isinstance(
@@ -466,6 +482,15 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
     if column.type == "date":
         first, last = truncate(first, "day"), truncate(last, "day")
     return min(first, high), max(last, low)
+
+
+def _names(node: exp.Column, name: str, resolve) -> bool:
+    """Whether ``node`` reads the column ``name`` (a joined table's ``orders.o_orderdate``
+    is named by the plan as ``alias.column``: TPC-H Q08's years)."""
+    try:
+        return resolve(node) == name
+    except Refused:
+        return False
 
 
 _FIXED = {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),

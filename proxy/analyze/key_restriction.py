@@ -17,9 +17,13 @@ meet it:
   before it is binned: ``proxy.pushdown.group_sql``);
 - time buckets are narrowed by ``group_keys._within_where`` (time ranges).
 
-Terms over other columns, or over two GROUP BY columns, leave the keys alone, as does a
-term that cannot be decided for a key (a literal of another type, a function): keeping
-a key only answers an empty group, dropping one would hide rows. Everything here reads
+A top-level OR whose every branch has AND terms reading only the column restricts the
+keys by the OR of those terms, which it implies (``trees.implied_condition``; TPC-H
+Q07's ``(n1.n_name = 'FRANCE' AND n2.n_name = 'GERMANY') OR (n1.n_name = 'GERMANY' AND
+…)`` keeps two nations of each). Other terms over other columns, or over two GROUP BY
+columns, leave the keys alone, as does a term that cannot be decided for a key (a
+literal of another type, a function): keeping a key only answers an empty group,
+dropping one would hide rows. Everything here reads
 the rules and the query text, never the data, so the released keys are the same on
 every neighbouring data set (SPEC §3.4).
 """
@@ -37,7 +41,7 @@ from sqlglot import exp
 from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
 from proxy.rules import Table, parse_moment
-from proxy.trees import operands
+from proxy.trees import implied_condition, operands
 from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
 
 # the most (condition nodes × keys) one term's restriction evaluates; beyond it the
@@ -57,8 +61,14 @@ def restricted(term: GroupKey, where: exp.Expression | None, table: Table, resol
                                                                    TRUNC_BIN):
         return term
     column = table.columns[term.column]
-    conditions = [c for c in conjuncts(where) if _reads_only(c, term.column, resolve)
-                  and sum(1 for _ in c.walk()) * len(term.keys) <= _WORK]
+
+    def reads_only(condition: exp.Expression) -> bool:
+        return _reads_only(condition, term.column, resolve)
+
+    found = [c if reads_only(c) else implied_condition(c, reads_only)
+             for c in conjuncts(where)]
+    conditions = [c for c in found
+                  if c is not None and sum(1 for _ in c.walk()) * len(term.keys) <= _WORK]
     if not conditions:
         return term
     if term.kind == COLUMN:

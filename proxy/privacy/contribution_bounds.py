@@ -44,8 +44,11 @@ lowest rung with at most q = 2gG/ε_b of them beyond, twice the count where the 
 and the noise of G groups balance), and every group's sum gets Laplace
 noise of scale g·2B/ε_s: a unit's clipped vector, before and after, has L1 norm at
 most B each, so the vector of group sums moves by at most g·2B in L1 (plus the sums'
-rounding to 10⁻⁶, G·10⁻⁶ a unit). The whole ε goes to one draw and one vector instead
-of m parts: about m/2 times less noise.
+rounding to 10⁻⁶, G·10⁻⁶ a unit, and each changed group's snapping to the noise's grid,
+``joint_sensitivity``). The whole ε goes to one draw and one vector instead of m parts:
+about m/2 times less noise. A grouped COUNT in a time window (``windowed_counts``: a
+WHERE keeping a time column to at most half its declared domain, a public rule) is the
+same with each row's value 1 and a tenth of ε for the draw (docs/privacy.md §3.3).
 
 With Gaussian noise (the zcdp accountant) the parts are of the answer's ρ instead: the
 draw takes a third, as the exponential mechanism at the largest ε_b (of six places) with
@@ -85,6 +88,10 @@ from proxy.vocabulary import (
 )
 
 BOUND_SHARE = Fraction(1, 3)  # of a SUM's loss, for its bound (AVG: of its sum's half)
+# of a COUNT's clipped across groups (§3.3, "Counts in a window"): its ladder s, s/2, …
+# is short and the quantile rule's count q = 2gG/ε_b generous, and the noise, 2gB/ε_s,
+# is what a count's error is made of (measured: benchmarks/window_counts.py)
+COUNT_SHARE = Fraction(1, 10)
 HALVINGS = 20  # rungs below the top: a contribution 10⁶ times below it is still seen
 # The draw's public prior per rung up (of one group's sum): the noise a rung adds against
 # the units it spares, ε_b/(2ε_s) = 1/4 (Amin et al.: clip about g/ε_s units).
@@ -106,8 +113,9 @@ ROUNDING, RELATIVE = 1e-6, 1e-9
 
 def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     """The contributions the plan's SUM, AVG, STDDEV and VARIANCE (and, over a
-    ``unit_via`` chain or a join of protected tables, COUNT: power 0, a unit's rows in
-    scope, ``column`` "" for COUNT(*)) are answered from with
+    ``unit_via`` chain or a join of protected tables, or grouped in a time window
+    (``windowed_counts``), COUNT: power 0, a unit's rows in scope, ``column`` "" for
+    COUNT(*)) are answered from with
     an automatic bound: under DP or iDP with the global scale (the exponential
     mechanism's plans included, which draw only their percentiles, MAX and MIN), over
     one table or a join (each joined row belongs to the unit of the first table's row:
@@ -119,11 +127,11 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     if not clippable(plan) or plan.mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE):
         return ()
     wanted: dict[Contribution, None] = {}
-    chained = plan.table.link is not None or any(join.protected for join in plan.joins)
+    counted = chained(plan) or windowed_counts(plan)
     for agg in plan.aggregates:
-        if agg.kind == COUNT:  # over a chain or a join: a unit's rows in scope, clipped
-            if chained and not plan.public(agg) and not plan.gaussian(agg):
-                wanted[Contribution(agg.column or "", power=0)] = None
+        if agg.kind == COUNT:  # over a chain or a join, or grouped in a window: clipped
+            if counted and not plan.public(agg) and not plan.gaussian(agg):
+                wanted[contribution_of(agg)] = None
             continue
         column = plan.table.columns.get(agg.column) if agg.column else None
         if column is None or column.lower is None or column.upper is None:
@@ -134,6 +142,39 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
             wanted[Contribution(agg.column, column.lower, 1)] = None
             wanted[Contribution(agg.column, column.lower, 2)] = None
     return tuple(wanted)
+
+
+def chained(plan: QueryPlan) -> bool:
+    """Whether the plan reads a ``unit_via`` chain or a join of protected tables: its
+    COUNTs are clipped per group (§3.14, "COUNT over chains")."""
+    return plan.table.link is not None or any(join.protected for join in plan.joins)
+
+
+def windowed_counts(plan: QueryPlan) -> bool:
+    """Whether the plan's COUNTs over one table read on its own unit are clipped across
+    groups (§3.3, "Counts in a window"): under GROUP BY of more than 2 public keys that
+    are not the unit's own attributes, on a table with a privacy unit that may own more
+    than one row, with a WHERE keeping a time column to at most half its declared domain
+    (``QueryPlan.window``), where a unit owns mostly one row in scope. Text and rules
+    alone; ``joint_clipped`` clips them only where one unit's change may touch more than
+    2 groups (s > 1), else they keep §3.3's noise."""
+    table = plan.table
+    return (plan.window and bool(plan.group_by) and not plan.groups_fixed
+            and plan.group_count > 2 and table.privacy_unit is not None
+            and table.max_rows_per_unit != 1 and not chained(plan))
+
+
+def contribution_of(agg) -> Contribution:
+    """The contribution a clipped aggregate reads: a COUNT's, a unit's rows in scope
+    (power 0; ``column`` "" for COUNT(*)); a SUM's or AVG's, its values."""
+    return Contribution(agg.column or "", power=0) if agg.kind == COUNT \
+        else Contribution(agg.column)
+
+
+def bound_share(agg) -> Fraction:
+    """The share of a clipped aggregate's loss its bound is drawn with: a COUNT across
+    groups a tenth (``COUNT_SHARE``), the rest a third."""
+    return COUNT_SHARE if agg.kind == COUNT else BOUND_SHARE
 
 
 def ladders_alone(plan: QueryPlan) -> bool:
@@ -149,8 +190,8 @@ def ladders_alone(plan: QueryPlan) -> bool:
     wanted = laddered(plan)
     return bool(wanted) and all(
         Contribution(agg.column) in wanted if agg.kind == SUM else
-        agg.kind == COUNT and not plan.public(agg)
-        and Contribution(agg.column or "", power=0) in wanted
+        agg.kind == COUNT and not plan.public(agg) and chained(plan)
+        and contribution_of(agg) in wanted
         for agg in plan.aggregates)
 
 
@@ -307,7 +348,8 @@ def joint_rule(group_count: int) -> dict:
 
 
 def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
-    """The indexes of the plan's SUM and AVG whose units are clipped across groups (L1,
+    """The indexes of the plan's SUM and AVG (and COUNT in a window,
+    ``windowed_counts``) whose units are clipped across groups (L1,
     above): clipped (``laddered``), under GROUP BY with a privacy unit, Laplace noise,
     where one unit's change may touch more than 2 groups (below that, per group is
     cheaper: a one-signed sum moves by B in each of m ≤ 2 groups, the joint one by 2B).
@@ -321,17 +363,17 @@ def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
     if (not plan.group_by or plan.table.privacy_unit is None
             or group_share(plan, shift) <= 2):
         return ()
-    clipped = laddered(plan)
+    clipped, counts = laddered(plan), windowed_counts(plan)
     return tuple(index for index, agg in enumerate(plan.aggregates)
-                 if agg.kind in (SUM, AVG) and not plan.gaussian(agg)
-                 and Contribution(agg.column) in clipped)
+                 if (agg.kind in (SUM, AVG) or agg.kind == COUNT and counts)
+                 and not plan.gaussian(agg) and contribution_of(agg) in clipped)
 
 
 def sum_loss(plan: QueryPlan, agg) -> tuple[Loss | None, Loss]:
     """(the count's part, the clipped sum's part) of a jointly clipped aggregate's whole
-    loss: SUM (none, all of it); AVG a quarter and three quarters."""
+    loss: SUM and COUNT (none, all of it); AVG a quarter and three quarters."""
     loss = plan.aggregate_loss
-    return (None, loss) if agg.kind == SUM else loss.split(1, 3)
+    return loss.split(1, 3) if agg.kind == AVG else (None, loss)
 
 
 def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
@@ -342,14 +384,15 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
     utility with ``joint_prior``), the rung recorded in every group's ``joint``."""
     for index in indexes:
         agg = plan.aggregates[index]
-        contribution = Contribution(agg.column)
-        ladder_rungs = rungs(contribution, plan.table.columns[agg.column],
+        contribution = contribution_of(agg)
+        ladder_rungs = rungs(contribution, plan.table.columns.get(agg.column or ""),
                              shift // plan.table.group_size)
         beyond = [sum(counts) for counts in zip(  # rung by rung (Q15: 10,000 groups)
             [0] * len(ladder_rungs), *(group.ladders[contribution].beyond
                                        for group in groups.values()
                                        if contribution in group.ladders))]
-        of_bound = sum_loss(plan, agg)[1].split(BOUND_SHARE, 1 - BOUND_SHARE)[0]
+        share = bound_share(agg)
+        of_bound = sum_loss(plan, agg)[1].split(share, 1 - share)[0]
         rule = ({"prior": joint_prior(plan.group_count)} if isinstance(plan.post, TopChoice)
                 else joint_rule(plan.group_count))
         k = choose_scaled(*rung_exponents(tuple(beyond), of_bound.epsilon,
@@ -359,18 +402,20 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
 
 
 def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,
-                 resolution: float, rng: RandomSource, confidence: float = 0.95, *,
-                 kept: dict | None = None) -> Noisy:
+                 resolution: float, rng: RandomSource, confidence: float = 0.95,
+                 share: Fraction = BOUND_SHARE, *, shift: int, kept: dict | None = None
+                 ) -> Noisy:
     """Step 3 of a jointly clipped sum, in one group: Laplace of scale Δ/ε_s, Δ the L1
-    sensitivity of the vector of group sums (above), ε_s two thirds of the sum's loss.
+    sensitivity of the vector of group sums (``joint_sensitivity``), ε_s the rest of the
+    sum's loss once the bound's ``share`` is taken (two thirds; a COUNT's nine tenths).
     ``kept``: the noise of each rung worked out once for every group of one release
     (``noise_at``)."""
     def noise() -> OnGrid:
-        of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE)[1]
-        bound = ladder.rungs[k]
-        sensitivity = group_size * (2 * bound * (1 + RELATIVE) + group_count * ROUNDING)
-        return laplace_on_grid(sensitivity, of_sum.epsilon, grid_step(resolution),
-                               confidence)
+        of_sum = loss.split(share, 1 - share)[1]
+        step = grid_step(resolution)
+        sensitivity = joint_sensitivity(ladder.rungs[k], group_size, group_count, shift,
+                                        step)
+        return laplace_on_grid(sensitivity, of_sum.epsilon, step, confidence)
     return noise_at(kept, k, noise).release(ladder.clipped[k], rng)
 
 
@@ -386,6 +431,21 @@ def noise_at(kept: dict | None, k: int, noise: Callable[[], OnGrid]) -> OnGrid:
         if kept is not None:
             kept[k] = known
     return known
+
+
+def joint_sensitivity(bound: float, group_size: int, group_count: int, shift: int,
+                      step: float) -> float:
+    """Δ of the vector of G group sums clipped across groups at B, sampled on the grid Λ
+    = ``step``: g·(2B(1 + 10⁻⁹) + G·10⁻⁶) (g units' clipped vectors of L1 norm ≤ B each,
+    before and after, and each scaled contribution's rounding), plus (m − 1)·Λ, m =
+    min(2s, G) the groups whose sum a neighbour can change (s = c·g rows, each in one
+    group before and one after): ``laplace_real`` snaps each group's sum to the grid
+    (±Λ/2) and allows one step for it, so the snapped vector moves by at most Δ/Λ + m
+    steps, which ⌈(Δ + (m − 1)Λ)/Λ⌉ + 1 covers (docs/privacy.md §3.14, "Across
+    groups")."""
+    touched = min(2 * shift, group_count)
+    return (group_size * (2 * bound * (1 + RELATIVE) + group_count * ROUNDING)
+            + (touched - 1) * step)
 
 
 def bounded_range_epsilon(rho: Fraction) -> Fraction:

@@ -16,7 +16,9 @@ from proxy.interrupts import checkpoint
 from proxy.loss import Loss
 from proxy.privacy.contribution_bounds import (
     COUNT_PRIOR,
+    COUNT_SHARE,
     bound_note,
+    chained,
     clipped_sum,
     empty_ladder,
     joint_note,
@@ -207,8 +209,13 @@ PARTS = "parts"  # ``release_group``'s kept parts of the loss, one per aggregate
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
     """The aggregate's loss in one group (sensitivity.group_share). Gaussian noise takes
     ρ/m in each: a unit moves m cells by at most Δ each (a COUNT's histogram: by at most
-    2s in all, s in one, so Σ xᵢ² ≤ 2s²), so the cells' ρ add up to at most the ρ."""
-    share = Fraction(1, group_share(plan, cal.shift, agg.kind == COUNT))
+    2s in all, s in one, so Σ xᵢ² ≤ 2s²), so the cells' ρ add up to at most the ρ. A
+    COUNT clipped per group (over a chain, ``_clipped_count``) is no such histogram:
+    each group's noise is of its own bound B, not s, so one unit's rows spread over
+    min(2s, G) groups move each by up to B, and each group spends its part: it is
+    divided as a SUM's is."""
+    counting = agg.kind == COUNT and not _clipped(plan, agg)
+    share = Fraction(1, group_share(plan, cal.shift, counting))
     return plan.aggregate_loss.rho_part(share) if plan.gaussian(agg) \
         else plan.aggregate_loss * share
 
@@ -275,13 +282,21 @@ def _count(a: Asked) -> Released:
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
-    if a.once("laddered", lambda: Contribution(agg.column or "", power=0) in laddered(a.plan)):
+    if a.index in group.joint:  # in a window, under GROUP BY (§3.3)
+        return _joint_count(a)
+    if a.once("laddered", lambda: _clipped(a.plan, agg)):
         return _clipped_count(a)
     noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
                            a.part)
     # its bound depends on s alone, the same for every neighbour (c counts rows)
     return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                    noisy.ci95 if cal.report_scale == "private" else None)
+
+
+def _clipped(plan: QueryPlan, agg) -> bool:
+    """Whether a COUNT is clipped to a bound drawn per group (over a chain or a join;
+    in a window it is laddered too, but clipped across groups or not at all)."""
+    return Contribution(agg.column or "", power=0) in laddered(plan) and chained(plan)
 
 
 def _clipped_count(a: Asked) -> Released:
@@ -299,6 +314,32 @@ def _clipped_count(a: Asked) -> Released:
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "
                           "privately per group from a public ladder with a third of the "
                           "epsilon (docs/privacy.md §3.14)")
+
+
+def _joint_count(a: Asked) -> Released:
+    """COUNT in a window under GROUP BY (§3.3, "Counts in a window"): each unit's rows in
+    scope over all groups scaled to at most B, a bound drawn once for the query with a
+    tenth of the whole loss (``draw_joint_bounds``), each group's count with Laplace
+    noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
+    plan, group_size = a.plan, a.plan.table.group_size
+    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None,
+                     a.cal.shift // group_size, a.kept)
+    noisy = joint_sum_at(ladder, a.group.joint[a.index], sum_loss(plan, a.agg)[1], group_size,
+                         a.once("group count", lambda: plan.group_count), 1.0, a.rng,
+                         share=COUNT_SHARE, shift=a.cal.shift, kept=a.once("joint noise", dict))
+    return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
+                         f"{noisy.mechanism}, its bound by the exponential mechanism"),
+                   a.cal, JOINT_COUNT_NOTE)
+
+
+# What a count clipped across groups says (the same in every group): the 95 % bound
+# covers the noise, not the clipping, which only lowers a count.
+JOINT_COUNT_NOTE = (
+    "COUNT: each unit's rows in scope, counted over all groups, scaled to a total of at "
+    "most a bound drawn privately once for the query from a public ladder with a tenth of "
+    "the epsilon, because the WHERE keeps a time column to at most half its domain; the "
+    "95 % bound covers the noise, not the clipping, which can only lower a count "
+    "(docs/privacy.md §3.3)")
 
 
 def _units(a: Asked) -> Released:
@@ -499,7 +540,7 @@ def _release_clipped(a: Asked) -> Released:
         of_count, of_sum = alike.joint_parts
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
                                  alike.group_count, column.resolution, rng, confidence,
-                                 kept=alike.joint_noise)
+                                 shift=cal.shift, kept=alike.joint_noise)
         note, rung = alike.joint_note, None
     else:
         of_count, of_sum = alike.parts

@@ -36,7 +36,7 @@ from proxy.statistics import (
     sum_shrink,
     value_range,
 )
-from proxy.trees import operands
+from proxy.trees import implied_condition, operands
 from proxy.vocabulary import (
     SEMI_INNER,
     SEMI_OUTER,
@@ -247,18 +247,9 @@ def implied_conjuncts(plan: QueryPlan) -> list[exp.Expression]:
     public = {join.alias for join in plan.joins if not join.protected}
     if not public or plan.where is None:
         return []
-    implied = []
-    for term in operands(plan.where, exp.And):
-        branches = operands(term, exp.Or)
-        if len(branches) < 2:
-            continue
-        for alias in sorted(public):
-            parts = [[conjunct for conjunct in operands(branch, exp.And)
-                      if _reads_only(conjunct, alias)] for branch in branches]
-            if all(parts):
-                implied.append(exp.or_(*[exp.and_(*[c.copy() for c in conjuncts], copy=False)
-                                         for conjuncts in parts], copy=False))
-    return implied
+    found = (implied_condition(term, lambda conjunct, alias=alias: _reads_only(conjunct, alias))
+             for term in operands(plan.where, exp.And) for alias in sorted(public))
+    return [condition for condition in found if condition is not None]
 
 
 def _reads_only(condition: exp.Expression, alias: str) -> bool:

@@ -38,8 +38,9 @@ from tests.corpora import CORPORA, DEMO, SHAPES_RULES, SQL_SHAPES, WRITTEN, chec
 
 
 def _variants(sql: str, width: int = 5) -> list[str]:
-    """``sql`` with its literals changed: each alone (to its first ``width`` others),
-    then all together."""
+    """``sql`` with its literals changed: each alone (to ``width`` others, the n-th
+    literal's list rotated by n, so that a narrow width still reaches every kind of
+    other across a statement), then all together."""
     literals = [token for tokens in statement_tokens(sql)
                 for token in shape_of(tokens).literals]
 
@@ -51,11 +52,16 @@ def _variants(sql: str, width: int = 5) -> list[str]:
         return text
 
     variants = [changed({index: other}) for index, token in enumerate(literals)
-                for other in _others(token)[:width]]
+                for other in _rotated(_others(token), index)[:width]]
     for pick in range(2):
         variants.append(changed({index: _others(token)[pick]
                                  for index, token in enumerate(literals)}))
     return list(dict.fromkeys(variants))
+
+
+def _rotated(items: list[str], by: int) -> list[str]:
+    by %= len(items)
+    return items[by:] + items[:by]
 
 
 def _others(token) -> list[str]:

@@ -307,6 +307,10 @@ KEYED = [
      ["north", "south"], _region),
     ("region", "age > 50", REGIONS, _region),  # another column: every key
     ("region", "region = 'north' OR age > 90", REGIONS, _region),  # not one column's
+    # an OR whose every branch tests the column: the OR of those tests (TPC-H Q07's pairs)
+    ("region", "(region = 'north' AND age > 50) OR (age < 20 AND region IN ('east', 'x'))",
+     ["north", "east"], _region),
+    ("region", "(region = 'north' AND age > 50) OR age < 20", REGIONS, _region),
     ("region", "region > 'm'", REGIONS, _region),  # text order is the backend's collation
     ("region", "region IS NOT NULL", REGIONS, _region),
     ("floor(age / 10) * 10", "age >= 30 AND age < 50", [30, 40], _decade),
@@ -317,6 +321,8 @@ KEYED = [
     ("floor(age / 10) * 10", "age IN (5, 77) OR age = 100", [0, 70, 100], _decade),
     ("floor(age / 10) * 10", "age <> 50", DECADES, _decade),
     ("floor(age / 10) * 10", "age > 20 OR region = 'north'", DECADES, _decade),
+    ("floor(age / 10) * 10", "(age < 15 AND region = 'north') OR (region = 'east' AND age "
+     ">= 90)", [0, 10, 90, 100], _decade),
     ("age / 10", "age >= 30 AND age < 50", [3, 4], lambda a: None if a is None else _decade(a) // 10),
 ]
 

@@ -8,14 +8,18 @@ values (``proxy.statistics.normalise``), as the backend computes them."""
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
+import math
 from fractions import Fraction
 
 from proxy.engine import answered
 from proxy.privacy.requests import CountRequest, RankRequest
+from proxy.pushdown.contributions import SHARE_SCALE
 from proxy.statistics import RankRef, percentile_rank
 from proxy.statistics import clamp_to_domain as _normalise
-from tests.privacy.harness import LOWER, UPPER
+from tests.privacy.harness import LOWER, UPPER, Record
 
 # The same rule, remembered: the enumerations normalise the same few raw values millions
 # of times (it is pure; a NaN is found again only as the same object, else recomputed).
@@ -163,3 +167,89 @@ def unit_extremes(records, largest: bool, cap: int | None, groups: int = 1,
             if v is not None:
                 found[group].append(v)
     return [sorted(values) for values in found]
+
+
+# -- contributions clipped across groups (L1; docs/privacy.md §3.14 "Across groups") ----
+
+def _joint_parts(records: list[Record], lower: float, upper: float
+                 ) -> tuple[dict[tuple[int, object], float], dict[object, float]]:
+    """Each unit's contribution per group (its normalised values in scope summed) and
+    its total |contribution| T over the groups."""
+    sums: dict[tuple[int, object], float] = {}
+    for record in records:
+        value = normalise(record.value, lower, upper)
+        if record.in_scope and value is not None:
+            sums[record.group, record.unit] = sums.get((record.group, record.unit), 0.0) + value
+    totals: dict[object, float] = {}
+    for (_, unit), value in sums.items():
+        totals[unit] = totals.get(unit, 0.0) + abs(value)
+    return sums, totals
+
+
+def joint_ladder_of(records: list[Record], lower: float, upper: float,
+                    ladder: tuple[float, ...], groups: int) -> dict:
+    """(k, "beyond") -> the units whose total |contribution| T over the groups exceeds
+    B_k; (k, "clipped") -> each group's sum of contributions scaled by min(1, B_k/T):
+    SUM's contributions clipped across groups, in real arithmetic."""
+    sums, totals = _joint_parts(records, lower, upper)
+    parts: list[list[tuple[float, float]]] = [[] for _ in range(groups)]
+    for (group, unit), value in sums.items():
+        parts[group].append((totals[unit], value))
+    # each group's pairs by total: a rung keeps the values of totals ≤ B_k whole (a prefix
+    # sum) and scales the rest by B_k / T (B_k times a suffix sum of value / T)
+    scans = []
+    for part in parts:
+        part.sort()
+        whole, scaled = [0.0], [0.0]
+        for total, value in part:
+            whole.append(whole[-1] + value)
+        for total, value in reversed(part):
+            scaled.append(scaled[-1] + (value / total if total else 0.0))
+        scans.append(([total for total, _ in part], whole, scaled[::-1]))
+    ordered = sorted(totals.values())
+    numbers = []
+    for bound in ladder:
+        numbers.append(len(ordered) - bisect.bisect_right(ordered, bound))
+        clipped = []
+        for keys, whole, scaled in scans:
+            at = bisect.bisect_right(keys, bound)
+            clipped.append(whole[at] + bound * scaled[at])
+        numbers.append(tuple(clipped))
+    return dict(zip(_joint_keys(len(ladder)), numbers))
+
+
+def released_joint_ladder_of(records: list[Record], lower: float, upper: float,
+                             ladder: tuple[float, ...], groups: int) -> dict:
+    """``joint_ladder_of`` as the bucketed statement releases it
+    (proxy/pushdown/contributions.py): a unit of T ≤ B_k adds its contribution rounded
+    to 10⁻⁶ (half up, exact_sum's integers), one above adds B_k·trunc(t/T·SHARE_SCALE)
+    /SHARE_SCALE, its share rounded toward 0 once for every rung; each group's sum
+    exact, then one double."""
+    sums, totals = _joint_parts(records, lower, upper)
+    units = sorted(totals, key=totals.get)  # by total: a rung clips a suffix of them
+    order = [totals[unit] for unit in units]
+    at = {unit: i for i, unit in enumerate(units)}
+    whole = [[0] * (len(units) + 1) for _ in range(groups)]  # prefix sums by total
+    share = [[0] * (len(units) + 1) for _ in range(groups)]  # suffix sums by total
+    for (group, unit), value in sums.items():
+        whole[group][at[unit] + 1] += math.floor(value * 10**6 + 0.5)
+        if totals[unit]:
+            share[group][at[unit]] += math.trunc(value / totals[unit] * SHARE_SCALE)
+    for group in range(groups):
+        whole[group] = list(itertools.accumulate(whole[group]))
+        share[group] = list(itertools.accumulate(share[group][::-1]))[::-1]
+    numbers = []
+    for bound in ladder:
+        cut = bisect.bisect_right(order, bound)  # units[cut:] lie beyond B_k
+        numbers.append(len(units) - cut)
+        # w/10⁶ + B·r/SHARE_SCALE exactly (B = n/d), then one double: int division rounds
+        n, d = bound.as_integer_ratio()
+        numbers.append(tuple((whole[g][cut] * d * SHARE_SCALE + n * share[g][cut] * 10**6)
+                             / (10**6 * d * SHARE_SCALE) for g in range(groups)))
+    return dict(zip(_joint_keys(len(ladder)), numbers))
+
+
+@functools.cache
+def _joint_keys(rungs: int) -> tuple:
+    """joint_ladder_of's keys in its order: by rung, "beyond" then "clipped"."""
+    return tuple((k, part) for k in range(rungs) for part in ("beyond", "clipped"))

@@ -234,22 +234,14 @@ def test_groups_released_together_draw_what_each_group_alone_draws(engine, by, w
     turn does, with nothing kept between groups. Per week the SUM and AVG are clipped
     across the groups (one rung drawn), half the weeks empty under the WHERE; per
     department too (5 groups a unit can all touch); the COUNT beside them."""
-    from proxy.privacy.noisy_answers import Calibration, release_group, release_groups
-    from proxy.statistics import GroupStats
-    from tests.privacy.laws import SeededSource
+    from tests.privacy.laws import released_both_ways
 
     (_, plan), = Session.open(engine, "zoe").check(
         f"SELECT {by}, SUM(cost), AVG(cost), COUNT(*), STDDEV(cost) FROM visits "
         f"WHERE {where} GROUP BY {by}")
-    shift, groups, _ = engine.statistics(plan)
-    assert joint_clipped(plan, shift) == (0, 1)
-    calibration, keys = Calibration(plan.mechanism.model, shift), plan.group_keys()
-    together = release_groups(plan, groups, keys, calibration, SeededSource(21))
-    source = SeededSource(21)
-    apart = [release_group(plan, groups.get(key, GroupStats()), calibration, source)
-             for key in keys]
-    assert together == apart
-    assert len({released[0].value for released in together}) == len(keys)
+    together, apart = released_both_ways(engine, plan, 21)
+    assert together == apart and joint_clipped(plan, 6) == (0, 1)
+    assert len({released[0].value for released in together}) == len(plan.group_keys())
 
 
 @pytest.mark.parametrize("gaussian", [False, True])

@@ -37,7 +37,7 @@ import pytest
 from proxy.analyze import analyze, parse_statements
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.privacy.contribution_bounds import laddered, rungs
-from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, column_needs
+from proxy.privacy.noisy_answers import Calibration, _answer_and_sensitivity, _part, column_needs
 from proxy.privacy.sensitivity import count_sensitivity, groups_touched, winsorized_sum
 from proxy.pushdown import compute_statistics
 from proxy.pushdown.contributions import contribution_ladders
@@ -564,3 +564,27 @@ def test_exists_along_the_chain_keeps_to_the_unit_without_its_link(con, query):
                 assert stats.column(summed).total == pytest.approx(
                     sum(v for v in values if v is not None)), (query, each, bounded)
     assert implied  # the unlinked form was read
+
+
+def test_a_count_clipped_per_group_divides_its_loss_by_the_groups_a_unit_touches():
+    """A COUNT over a chain is clipped per group (docs/privacy.md §3.14): each group's
+    draw and noise spend that group's part on a unit's change there, the noise of scale
+    B, not c. One unit's c rows can change min(2c, G) groups (the brute force above,
+    "groups"), so the parts of the groups it reaches add up to at most the aggregate's
+    loss only if each is the loss over min(2c, G), as a SUM's; an unclipped COUNT, a
+    histogram whose cells' noise is of scale c, keeps min(2, G)."""
+    text = RULES_TEXT.replace(RAW, "").replace(
+        'g  = { type = "text", keys = ["p", "q"] }',
+        'g  = { type = "text", keys = ["p", "q", "r", "s", "t", "u"] }')
+    plan = analyze(parse_statements("SELECT l.g, COUNT(*), COUNT(z) FROM l GROUP BY l.g")[0],
+                   parse_rules(text), Settings(model="idp"))
+    assert laddered(plan) == (Contribution("", power=0), Contribution("z", power=0))
+    unclipped = analyze(parse_statements("SELECT c.k, COUNT(*) FROM c GROUP BY c.k")[0],
+                        parse_rules(text), Settings(model="idp"))
+    whole = plan.aggregate_loss.epsilon
+    for shift in (1, 2, 3, 4):
+        calibration = Calibration("idp", shift)
+        for agg in plan.aggregates:
+            part = _part(plan, agg, calibration).epsilon
+            assert part * groups_touched(shift, plan.group_count) <= whole, (shift, agg)
+        assert _part(unclipped, unclipped.aggregates[0], calibration).epsilon == whole / 2
