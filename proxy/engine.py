@@ -58,7 +58,7 @@ from proxy.privacy.noisy_answers import (
     Calibration,
     Released,
     column_needs,
-    release_group,
+    release_groups,
     spread_centres,
 )
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
@@ -524,8 +524,7 @@ class Engine:
         keys = plan.group_keys() if plan.group_by else [()]
         if not keys:  # no key released: nothing to compute
             return [], [], version
-        return keys, [release_group(plan, groups.get(key, GroupStats()), calibration, self.rng)
-                      for key in keys], version
+        return keys, release_groups(plan, groups, keys, calibration, self.rng), version
 
     def _selected(self, plan: QueryPlan, tx: Transaction) -> QueryPlan:
         """``plan`` with the keys of its GROUP BY terms without declared keys chosen by a

@@ -433,7 +433,8 @@ class Session:
         """``_staged``'s releases, each paid through ``joint``."""
         answers = [self._private(canonical, plan, joint) for canonical, plan in work.stages]
         statement = with_values(work, [answer.rows for answer in answers], self.engine.rules)
-        plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement))
+        plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement),
+                       owned=isinstance(work.held, PassthroughPlan))  # read below if not
         released = "; ".join(_stage_note(canonical, answer, keyed)
                              for (canonical, _), answer, keyed in zip(work.stages, answers,
                                                                       work.keyed))

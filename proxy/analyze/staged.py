@@ -285,7 +285,9 @@ def _number(value: float | int | None) -> exp.Expression:
     it; NULL where the release had none)."""
     if value is None:
         return exp.Null()
-    literal = exp.Literal.number(repr(abs(value)))
+    # the node ``exp.Literal.number`` builds for a number ≥ 0, without its parse of the
+    # text back to a number (an int() that fails, then a Decimal, per value: Q20's 8,508)
+    literal = exp.Literal(this=repr(abs(value)), is_string=False)
     return exp.Neg(this=literal) if value < 0 else literal
 
 

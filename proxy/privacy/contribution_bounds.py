@@ -59,11 +59,18 @@ sum two thirds, as the discrete Gaussian of sensitivity g·w_k; zCDP parts add u
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 from proxy.loss import Loss
 from proxy.privacy.exact_choice import choose_scaled
-from proxy.privacy.mechanisms import Noisy, gaussian_real, grid_step, laplace_real
+from proxy.privacy.mechanisms import (
+    Noisy,
+    OnGrid,
+    gaussian_on_grid,
+    grid_step,
+    laplace_on_grid,
+)
 from proxy.privacy.sampler import RandomSource
 from proxy.privacy.sensitivity import group_share
 from proxy.rules import Column
@@ -252,14 +259,21 @@ def empty_ladder(ladder_rungs: tuple[float, ...]) -> Ladder:
 
 def clipped_sum(ladder: Ladder, loss: Loss, group_size: int, lower: float, upper: float,
                 resolution: float, rng: RandomSource, confidence: float = 0.95,
-                gaussian: bool = False, prior: Fraction = PRIOR) -> tuple[Noisy, int]:
+                gaussian: bool = False, prior: Fraction = PRIOR, *,
+                kept: dict | None = None) -> tuple[Noisy, int]:
     """(the noisy clipped sum, the rung drawn) for one group: steps 2 and 3 above, of the
-    loss's ε, or of its ρ where the sum's noise is Gaussian."""
-    of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
-    epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
-    k = draw_rung(ladder.beyond, epsilon, group_size, rng, prior)
+    loss's ε, or of its ρ where the sum's noise is Gaussian (``kept``: ``sum_at``'s)."""
+    alike = None if kept is None else kept.get(_DRAW)
+    if alike is None:
+        of_bound, of_sum = loss.split(BOUND_SHARE, 1 - BOUND_SHARE, by_rho=gaussian)
+        epsilon = bounded_range_epsilon(of_bound.rho) if gaussian else of_bound.epsilon
+        alike = (of_sum, _exponent_scale(epsilon, group_size, prior, Fraction(0), SHORTFALL))
+        if kept is not None:
+            kept[_DRAW] = alike
+    of_sum, scale = alike
+    k = choose_scaled(*_exponents(ladder.beyond, scale, True, SLACK), rng)  # ``draw_rung``
     return sum_at(ladder, k, of_sum, group_size, lower, upper, resolution, rng,
-                  confidence, gaussian), k
+                  confidence, gaussian, kept=kept), k
 
 
 def draw_rung(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
@@ -293,13 +307,25 @@ def rung_exponents(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
     """``rung_weights``' x_k as integers n_k over one denominator d (x_k = n_k/d), for
     ``exact_choice.choose_scaled``: the same rationals without a Fraction each (a draw
     per group: TPC-H Q21's 10,000)."""
-    # λ = ε/(2g), the allowance, the prior and the shortfall over one denominator d
+    return _exponents(beyond, _exponent_scale(epsilon, group_size, prior, allowance,
+                                              shortfall), evidence, slack)
+
+
+def _exponent_scale(epsilon: Fraction, group_size: int, prior: Fraction,
+                    allowance: Fraction, shortfall: Fraction) -> tuple[int, ...]:
+    """``rung_exponents``' one denominator d and λ, the allowance, the prior and the
+    shortfall over it: alike in every group of a release (``clipped_sum``'s ``kept``)."""
     d = math.lcm(epsilon.denominator * 2 * group_size, allowance.denominator,
                  prior.denominator, shortfall.denominator)
-    lam = epsilon.numerator * (d // (epsilon.denominator * 2 * group_size))
-    allow, step, short = (allowance.numerator * (d // allowance.denominator),
-                          prior.numerator * (d // prior.denominator),
-                          shortfall.numerator * (d // shortfall.denominator))
+    return (d, epsilon.numerator * (d // (epsilon.denominator * 2 * group_size)),
+            allowance.numerator * (d // allowance.denominator),
+            prior.numerator * (d // prior.denominator),
+            shortfall.numerator * (d // shortfall.denominator))
+
+
+def _exponents(beyond: tuple[int, ...], scale: tuple[int, ...], evidence: bool,
+               slack: int) -> tuple[list[int], int]:
+    d, lam, allow, step, short = scale
     exponents = []
     for index, count in enumerate(beyond):
         n = max(0, lam * count - allow) + step * index
@@ -307,6 +333,9 @@ def rung_exponents(beyond: tuple[int, ...], epsilon: Fraction, group_size: int,
             n += max(0, short - lam * beyond[max(index - slack, 0)])
         exponents.append(n)
     return exponents, d
+
+
+_DRAW = "draw"  # ``clipped_sum``'s kept loss part and exponents' scale (its rungs: ints)
 
 
 def joint_prior(group_count: int) -> Fraction:
@@ -391,11 +420,10 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
         for slot, contribution, of_bound in draws:
             ladder_rungs = rungs(contribution, plan.table.columns.get(agg.column or ""),
                                  shift // plan.table.group_size)
-            beyond = [0] * len(ladder_rungs)
-            for group in groups.values():
-                if contribution in group.ladders:
-                    beyond = [a + b for a, b in
-                              zip(beyond, group.ladders[contribution].beyond)]
+            beyond = [sum(counts) for counts in zip(  # rung by rung (Q15: 10,000 groups)
+                [0] * len(ladder_rungs), *(group.ladders[contribution].beyond
+                                           for group in groups.values()
+                                           if contribution in group.ladders))]
             k = choose_scaled(*rung_exponents(tuple(beyond), of_bound.epsilon,
                                               plan.table.group_size, **rule), rng)
             for key in plan.group_keys():
@@ -404,15 +432,34 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
 
 def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,
                  resolution: float, rng: RandomSource, confidence: float = 0.95,
-                 share: Fraction = BOUND_SHARE, *, shift: int) -> Noisy:
+                 share: Fraction = BOUND_SHARE, *, shift: int, kept: dict | None = None
+                 ) -> Noisy:
     """Step 3 of a jointly clipped sum, in one group: Laplace of scale Δ/ε_s, Δ the L1
     sensitivity of the vector of group sums (``joint_sensitivity``), ε_s the rest of the
-    sum's loss once the bound's ``share`` is taken (two thirds; a COUNT's nine tenths)."""
-    of_sum = loss.split(share, 1 - share)[1]
-    step = grid_step(resolution)
-    sensitivity = joint_sensitivity(ladder.rungs[k], group_size, group_count, shift, step)
-    return laplace_real(ladder.clipped[k], sensitivity, of_sum.epsilon, rng, step,
-                        confidence)
+    sum's loss once the bound's ``share`` is taken (two thirds; a COUNT's nine tenths).
+    ``kept``: the noise of each rung worked out once for every group of one release
+    (``noise_at``)."""
+    def noise() -> OnGrid:
+        of_sum = loss.split(share, 1 - share)[1]
+        step = grid_step(resolution)
+        sensitivity = joint_sensitivity(ladder.rungs[k], group_size, group_count, shift,
+                                        step)
+        return laplace_on_grid(sensitivity, of_sum.epsilon, step, confidence)
+    return noise_at(kept, k, noise).release(ladder.clipped[k], rng)
+
+
+def noise_at(kept: dict | None, k: int, noise: Callable[[], OnGrid]) -> OnGrid:
+    """Rung k's noise, from ``kept`` where an earlier group of the same release (the
+    same aggregate, loss, ladder and confidence: only the rung differs) worked it out,
+    else ``noise()`` (kept there). The same calls of the sampler either way; the rungs
+    are public and the one drawn is released with the bound, so what is kept tells
+    nothing a release does not."""
+    known = None if kept is None else kept.get(k)
+    if known is None:
+        known = noise()
+        if kept is not None:
+            kept[k] = known
+    return known
 
 
 def joint_sensitivity(bound: float, group_size: int, group_count: int, shift: int,
@@ -444,15 +491,18 @@ def clip_width(bound: float, lower: float, upper: float) -> float:
 
 def sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, lower: float, upper: float,
            resolution: float, rng: RandomSource, confidence: float = 0.95,
-           gaussian: bool = False) -> Noisy:
+           gaussian: bool = False, *, kept: dict | None = None) -> Noisy:
     """The contributions clipped to rung k (a public or already drawn choice) with
-    Laplace noise of scale g·w_k/ε (step 3), or the discrete Gaussian at the loss's ρ."""
-    width = clip_width(ladder.rungs[k], lower, upper)
-    if gaussian:
-        return gaussian_real(ladder.clipped[k], group_size * width, loss.rho, rng,
-                             grid_step(resolution), confidence)
-    return laplace_real(ladder.clipped[k], group_size * width, loss.epsilon, rng,
-                        grid_step(resolution), confidence)
+    Laplace noise of scale g·w_k/ε (step 3), or the discrete Gaussian at the loss's ρ
+    (``kept``: as ``joint_sum_at``'s)."""
+    def noise() -> OnGrid:
+        width = clip_width(ladder.rungs[k], lower, upper)
+        if gaussian:
+            return gaussian_on_grid(group_size * width, loss.rho, grid_step(resolution),
+                                    confidence)
+        return laplace_on_grid(group_size * width, loss.epsilon, grid_step(resolution),
+                               confidence)
+    return noise_at(kept, k, noise).release(ladder.clipped[k], rng)
 
 
 def bound_note(rows_per_unit: int, table_has_unit: bool, gaussian: bool = False) -> str:

@@ -14,6 +14,7 @@ integer, so it carries no floating-point bits of the true value.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
@@ -103,12 +104,43 @@ def laplace_real(
 ) -> Noisy:
     """Laplace(S/ε) on a real answer, sampled exactly on the public grid Λ = ``step``
     (SPEC §5.3). S = 0 (only where the owner opted into exact releases) is exact."""
+    return laplace_on_grid(sensitivity, epsilon, step, confidence).release(true, rng)
+
+
+@dataclass(frozen=True)
+class OnGrid:
+    """A real answer's noise on the public grid Λ, worked out once for many answers of
+    the same sensitivity, loss and grid (one per group of a GROUP BY): the exact
+    integer sampler, its parameter (discrete Laplace's scale or the discrete Gaussian's
+    σ², in grid steps), Λ, the bound and the mechanism's name. ``release`` makes the
+    very calls of the sampler ``laplace_real`` and ``gaussian_real`` make, so the same
+    random bits give the same value."""
+
+    draw: Callable[[Fraction, RandomSource], int] | None  # None: exact (S = 0)
+    parameter: Fraction | None
+    step: float
+    ci95: float
+    mechanism: str
+
+    def release(self, true: float, rng: RandomSource) -> Noisy:
+        if self.draw is None:
+            return Noisy(true, 0.0, self.mechanism)
+        step = self.step
+        return Noisy(on_grid(snap(true, step) + self.draw(self.parameter, rng), step),
+                     self.ci95, self.mechanism)
+
+
+EXACT = "exact (sensitivity 0; exact_release)"
+
+
+def laplace_on_grid(sensitivity: float, epsilon: Fraction, step: float,
+                    confidence: float = 0.95) -> OnGrid:
+    """``laplace_real``'s noise for sensitivity S at ε on the grid Λ = ``step``."""
     if sensitivity == 0:
-        return Noisy(true, 0.0, "exact (sensitivity 0; exact_release)")
+        return OnGrid(None, None, step, 0.0, EXACT)
     scale = grid_scale(sensitivity, epsilon, step)
-    value = on_grid(snap(true, step) + discrete_laplace(scale, rng), step)
-    return Noisy(value, _interval(scale, step, confidence),
-                 "Laplace (sampled on the column's grid)")
+    return OnGrid(discrete_laplace, scale, step, _interval(scale, step, confidence),
+                  "Laplace (sampled on the column's grid)")
 
 
 def laplace_interval(sensitivity: float, epsilon: Fraction, step: float,
@@ -184,9 +216,15 @@ def gaussian_real(true: float, sensitivity: float, rho: Fraction, rng: RandomSou
     """The discrete Gaussian on the public grid Λ = ``step``, as ``laplace_real`` does
     Laplace: snapped neighbours are at most ⌈S/Λ⌉ + 1 steps apart, so that is Δ and the
     release is ρ-zCDP; its output is a function of one integer."""
+    return gaussian_on_grid(sensitivity, rho, step, confidence).release(true, rng)
+
+
+def gaussian_on_grid(sensitivity: float, rho: Fraction, step: float,
+                     confidence: float = 0.95) -> OnGrid:
+    """``gaussian_real``'s noise for sensitivity S at ρ on the grid Λ = ``step``."""
     if sensitivity == 0:
-        return Noisy(true, 0.0, "exact (sensitivity 0; exact_release)")
+        return OnGrid(None, None, step, 0.0, EXACT)
     sigma2 = gaussian_sigma2(grid_steps(sensitivity, step), rho)
-    value = on_grid(snap(true, step) + discrete_gaussian(sigma2, rng), step)
-    return Noisy(value, (discrete_gaussian_interval(sigma2, confidence) + 0.5) * step,
-                 "discrete Gaussian (sampled on the column's grid)")
+    return OnGrid(discrete_gaussian, sigma2, step,
+                  (discrete_gaussian_interval(sigma2, confidence) + 0.5) * step,
+                  "discrete Gaussian (sampled on the column's grid)")

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from proxy.interrupts import checkpoint
 from proxy.loss import Loss
@@ -72,6 +73,7 @@ from proxy.privacy.variance import (
     unit_centre,
     unit_moments,
 )
+from proxy.rules import Column
 from proxy.statistics import (
     BOTTOM,
     PCT,
@@ -173,16 +175,37 @@ class Released:
 
 
 def release_group(
-    plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource
+    plan: QueryPlan, group: GroupStats, calibration: Calibration, rng: RandomSource,
+    kept: dict | None = None,
 ) -> list[Released]:
     """Noisy answers of every aggregate of the plan for one group (a cancel stops a
     release of thousands of groups between two of them: proxy.interrupts), each by its
-    kind's row of ``RELEASES``."""
+    kind's row of ``RELEASES``. ``kept``: what is alike in every group of one release
+    (``release_groups``)."""
     checkpoint()
+    kept = {} if kept is None else kept
+    parts = kept.get(PARTS)
+    if parts is None:
+        parts = kept[PARTS] = [_part(plan, agg, calibration) for agg in plan.aggregates]
     return in_order(plan, [
-        RELEASES[agg.kind](Asked(plan, index, group, calibration,
-                                 _part(plan, agg, calibration), rng))
+        RELEASES[agg.kind](Asked(plan, index, group, calibration, parts[index], rng, kept))
         for index, agg in enumerate(plan.aggregates)])
+
+
+def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[tuple],
+                   calibration: Calibration, rng: RandomSource) -> list[list[Released]]:
+    """``release_group`` of each key in turn (a key without statistics: an empty group),
+    with what is alike in every group worked out once: each aggregate's part of the
+    loss, its clipped sum's noise at each rung drawn, an empty group's ladder (TPC-H
+    Q20's 8,508 groups, Q21's 10,000). The sampler is called as often, in the same
+    order and with the same parameters as group by group, so the same random bits give
+    the same answers (tests/privacy/test_contribution_bounds.py)."""
+    kept: dict = {}
+    return [release_group(plan, groups.get(key, GroupStats()), calibration, rng, kept)
+            for key in keys]
+
+
+PARTS = "parts"  # ``release_group``'s kept parts of the loss, one per aggregate
 
 
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
@@ -209,6 +232,16 @@ class Asked:
     cal: Calibration
     part: Loss  # the aggregate's part of the loss in this group
     rng: RandomSource
+    kept: dict = field(default_factory=dict)  # alike in every group (``release_groups``)
+
+    def once(self, what: str, build: Callable[[], Any]) -> Any:
+        """``build()`` for this aggregate, worked out in the release's first group and
+        kept for the others (a function of the plan, calibration and aggregate alone)."""
+        key = (what, self.index)
+        known = self.kept.get(key)
+        if known is None:
+            known = self.kept[key] = build()
+        return known
 
     @property
     def agg(self):
@@ -253,7 +286,7 @@ def _count(a: Asked) -> Released:
         return Released(true, 0.0, PUBLIC_COUNT)
     if a.index in group.joint:  # in a window, under GROUP BY (§3.3)
         return _joint_count(a)
-    if _clipped(a.plan, agg):
+    if a.once("laddered", lambda: _clipped(a.plan, agg)):
         return _clipped_count(a)
     noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
                            a.part)
@@ -274,9 +307,10 @@ def _clipped_count(a: Asked) -> Released:
     most rows one unit owns through the chain (TPC-H: 139 line items a customer)."""
     group_size = a.plan.table.group_size
     rows_per_unit = a.cal.shift // group_size
-    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None, rows_per_unit)
+    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None, rows_per_unit,
+                     a.kept)
     noisy, _ = clipped_sum(ladder, a.part, group_size, 0.0, 1.0, 1.0, a.rng,
-                           prior=COUNT_PRIOR)
+                           prior=COUNT_PRIOR, kept=a.once("noise", dict))
     return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "
@@ -292,9 +326,10 @@ def _joint_count(a: Asked) -> Released:
     noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
     plan, group_size = a.plan, a.plan.table.group_size
     ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None,
-                     a.cal.shift // group_size)
+                     a.cal.shift // group_size, a.kept)
     noisy = joint_sum_at(ladder, a.group.joint[a.index], sum_loss(plan, a.agg)[1], group_size,
-                         plan.group_count, 1.0, a.rng, share=COUNT_SHARE, shift=a.cal.shift)
+                         a.once("group count", lambda: plan.group_count), 1.0, a.rng,
+                         share=COUNT_SHARE, shift=a.cal.shift, kept=a.once("joint noise", dict))
     return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, JOINT_COUNT_NOTE.format(
@@ -323,14 +358,14 @@ def _units(a: Asked) -> Released:
 
 def _sum(a: Asked) -> Released:
     """SUM: of contributions clipped to a drawn bound (§3.14), else §3.4's."""
-    if Contribution(a.agg.column) in laddered(a.plan):
+    if a.once("laddered", lambda: Contribution(a.agg.column) in laddered(a.plan)):
         return _release_clipped(a)
     return _laplace_release(a)
 
 
 def _average(a: Asked) -> Released:
     """AVG: a noisy SUM over a noisy COUNT."""
-    if Contribution(a.agg.column) in laddered(a.plan):
+    if a.once("laddered", lambda: Contribution(a.agg.column) in laddered(a.plan)):
         return _release_clipped(a)
     return _release_average(a, a.stats, a.column, a.cal, a.part, a.rng)
 
@@ -501,58 +536,97 @@ def _release_clipped(a: Asked) -> Released:
     """SUM, or AVG's sum, of contributions clipped to a bound drawn per group
     (privacy/contribution_bounds.py); AVG's count takes a quarter of the loss (Gaussian
     noise: of its ρ)."""
-    plan, agg, group, column, cal, loss, rng = (a.plan, a.agg, a.group, a.column, a.cal,
-                                                a.part, a.rng)
+    plan, agg, group, cal, rng = a.plan, a.agg, a.group, a.cal, a.rng
+    alike = a.once("clipped", lambda: _clipped_alike(a))
+    column, rows_per_unit, confidence = alike.column, alike.rows_per_unit, alike.confidence
     group_size = plan.table.group_size
-    rows_per_unit = cal.shift // group_size
-    ladder = _ladder(group, Contribution(agg.column), column, rows_per_unit)
-    gaussian = plan.gaussian(agg)
-    confidence = 0.975 if agg.kind == AVG else 0.95  # AVG: both parts at once, ≥ 95 %
-    counted = average_count(plan, agg)
+    ladder = _ladder(group, alike.contribution, column, rows_per_unit, a.kept)
     if a.index in group.joint:  # clipped across groups: the whole loss, drawn once
-        of_count, of_sum = sum_loss(plan, agg)
-        if of_count is not None and counted is None:  # a histogram of counts (§3.5)
-            of_count = of_count * Fraction(1, group_share(plan, cal.shift, True))
+        of_count, of_sum = alike.joint_parts
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
-                                 plan.group_count, column.resolution, rng, confidence,
-                                 shift=cal.shift)
-        note, rung = joint_note(rows_per_unit), None
+                                 alike.group_count, column.resolution, rng, confidence,
+                                 shift=cal.shift, kept=alike.joint_noise)
+        note, rung = alike.joint_note, None
     else:
-        of_count, of_sum = (None, loss) if agg.kind != AVG else loss.split(1, 3,
-                                                                           by_rho=gaussian)
+        of_count, of_sum = alike.parts
         noisy_sum, rung = clipped_sum(ladder, of_sum, group_size, column.lower,
                                       column.upper, column.resolution, rng, confidence,
-                                      gaussian)
-        note = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
-    mechanism = f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
+                                      alike.gaussian, kept=alike.noise)
+        note = alike.bound_note
+    mechanism = alike.mechanisms.get(noisy_sum.mechanism)
+    if mechanism is None:
+        mechanism = alike.mechanisms[noisy_sum.mechanism] = \
+            f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     if agg.kind == SUM:
         value = signed_sum(noisy_sum.value, column)
         value = round(value) if column.type == "int" else value
-        return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, f"SUM: {note}")
-    which = "rho" if gaussian else "epsilon"
-    if counted is None:
+        return _finish(Noisy(value, noisy_sum.ci95, mechanism), cal, note)
+    if alike.counted is None:
         noisy_count = _integer_noise(a, group.column(agg.column).n,
                                      _integer_scale(cal.shift, cal), of_count, confidence)
-        of_what = f"a noisy COUNT (a quarter); {note}"
-    else:  # the count's rows clipped as a COUNT(col)'s over the chain (§3.14)
-        counts = _ladder(group, counted, None, rows_per_unit)
+    else:  # the count's values clipped as a COUNT(col)'s over the chain (§3.14)
+        counts = _ladder(group, alike.counted, None, rows_per_unit, a.kept)
         if a.index in group.joint:
             noisy = joint_sum_at(counts, group.joint[count_slot(a.index)], of_count,
-                                 group_size, plan.group_count, 1.0, rng, confidence,
+                                 group_size, alike.group_count, 1.0, rng, confidence,
                                  share=COUNT_SHARE, shift=cal.shift)
         else:
             noisy, _ = clipped_sum(counts, of_count, group_size, 0.0, 1.0, 1.0, rng,
                                    confidence, prior=COUNT_PRIOR)
         noisy_count = Noisy(max(0, round(noisy.value)), noisy.ci95, noisy.mechanism)
-        of_what = (f"a noisy COUNT (a quarter), each unit's values counted and clipped "
-                   f"as its values are summed; {note}")
     released = _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
-                        column, cal, f"AVG is a noisy SUM (three quarters of the {which}) "
-                                     f"over {of_what}")
+                        column, cal, note)
     if rung is not None and rows_per_unit == 1 and column.lower is not None \
             and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
         return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
     return released
+
+
+@dataclass(frozen=True)
+class _ClippedAlike:
+    """What a clipped SUM or AVG works out alike in every group of one release
+    (``Asked.once``): its contribution, column, a unit's rows, noise and confidence,
+    the loss's parts (clipped across the groups or per group), its notes, the number of
+    groups, and each rung's noise and the mechanism's text as met."""
+
+    contribution: Contribution
+    column: Column  # its declared domain and resolution
+    rows_per_unit: int
+    gaussian: bool
+    confidence: float
+    joint_parts: tuple[Loss | None, Loss]
+    parts: tuple[Loss | None, Loss]
+    joint_note: str
+    bound_note: str
+    group_count: int
+    counted: Contribution | None  # an AVG's count laddered too (``average_count``)
+    joint_noise: dict = field(default_factory=dict)
+    noise: dict = field(default_factory=dict)
+    mechanisms: dict = field(default_factory=dict)
+
+
+def _clipped_alike(a: Asked) -> _ClippedAlike:
+    plan, agg, cal = a.plan, a.agg, a.cal
+    rows_per_unit = cal.shift // plan.table.group_size
+    gaussian = plan.gaussian(agg)
+    counted = average_count(plan, agg)
+    joint = joint_note(rows_per_unit)
+    bound = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
+    if agg.kind == SUM:
+        joint, bound = f"SUM: {joint}", f"SUM: {bound}"
+    else:
+        which = "rho" if gaussian else "epsilon"
+        counting = ", each unit's values counted and clipped as its values are summed" \
+            if counted is not None else ""
+        average = (f"AVG is a noisy SUM (three quarters of the {which}) over a noisy COUNT "
+                   f"(a quarter){counting}; ")
+        joint, bound = average + joint, average + bound
+    return _ClippedAlike(
+        Contribution(agg.column), a.column, rows_per_unit, gaussian,
+        0.975 if agg.kind == AVG else 0.95,  # AVG: both parts at once, ≥ 95 %
+        _joint_parts(plan, agg, cal.shift, counted is not None),
+        (None, a.part) if agg.kind != AVG else a.part.split(1, 3, by_rho=gaussian),
+        joint, bound, plan.group_count, counted)
 
 
 # An AVG of values ≥ 0, each clipped to a drawn bound B, that comes out at 0.9·B or above
@@ -567,10 +641,30 @@ NEAR_BOUND_NOTE = ("an AVG at 90 % or more of the clipping bound drawn for its g
                    "again with a larger epsilon, or without GROUP BY; docs/privacy.md §3.14)")
 
 
-def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit: int):
-    """The group's ladder of ``contribution``; an empty group's is of no units."""
-    return group.ladders.get(contribution) or empty_ladder(
-        rungs(contribution, column, rows_per_unit))
+def _joint_parts(plan: QueryPlan, agg, shift: int, counted: bool
+                 ) -> tuple[Loss | None, Loss]:
+    """A jointly clipped aggregate's (count's, sum's) parts of its whole loss: the count's
+    (AVG's) that of a histogram of counts (§3.5), or, ``counted`` (clipped across the
+    groups as its sum), the whole quarter."""
+    of_count, of_sum = sum_loss(plan, agg)
+    if of_count is not None and not counted:
+        of_count = of_count * Fraction(1, group_share(plan, shift, True))
+    return of_count, of_sum
+
+
+def _ladder(group: GroupStats, contribution: Contribution, column, rows_per_unit: int,
+            kept: dict | None = None):
+    """The group's ladder of ``contribution``; an empty group's is of no units (its
+    public rungs worked out once a release where ``kept``: ``release_groups``')."""
+    found = group.ladders.get(contribution)
+    if found:
+        return found
+    known = None if kept is None else kept.get(("empty", contribution))
+    if known is None:
+        known = empty_ladder(rungs(contribution, column, rows_per_unit))
+        if kept is not None:
+            kept[("empty", contribution)] = known
+    return known
 
 
 def _release_clipped_moments(plan: QueryPlan, index: int, group: GroupStats, column,

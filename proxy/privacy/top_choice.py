@@ -116,8 +116,8 @@ def top_release(plan: QueryPlan, groups: dict[tuple, GroupStats], shift: int,
     column = plan.table.columns[agg.column]
     contribution, group_size = Contribution(agg.column), plan.table.group_size
     ladder_rungs = rungs(contribution, column, shift // group_size)
-    ladders = [groups.get(key, GroupStats()).ladders.get(contribution)
-               or empty_ladder(ladder_rungs) for key in keys]
+    none, empty = GroupStats(), empty_ladder(ladder_rungs)  # read, each made once
+    ladders = [groups.get(key, none).ladders.get(contribution) or empty for key in keys]
     k = next(group.joint[index] for group in groups.values() if index in group.joint)
     sensitivity = choice_sensitivity(ladder_rungs[k], column.lower, column.upper, group_size)
     _, of_choice, of_value = shares(plan.aggregate_loss)

@@ -584,13 +584,17 @@ def _ladders(rungs: tuple[float, ...], buckets: _Buckets, l1: bool | None) -> li
     else:
         clipped, beyond = _read_all(whole) * shrink, above(firsts)
         shares_above = above(shares)
-        scaled = [Fraction(bound).as_integer_ratio() + Fraction(form[1]).as_integer_ratio()
-                  for bound, (form, _, _) in zip(rungs, constants)]
-        for g, k in zip(*np.nonzero(shares_above)):
-            b_num, b_den, s_num, s_den = scaled[k]  # whole·S/10⁶ + B·r/SHARE_SCALE
-            clipped[g, k] = ((int(whole[g, k]) * s_num * b_den * SHARE_SCALE
-                              + b_num * int(shares_above[g, k]) * s_den * SUM_SCALE)
-                             / (s_den * b_den * SUM_SCALE * SHARE_SCALE))
+        scaled = []  # per rung: whole·S/10⁶ + B·r/SHARE_SCALE over one denominator
+        for bound, (form, _, _) in zip(rungs, constants):
+            (b_num, b_den), (s_num, s_den) = (Fraction(bound).as_integer_ratio(),
+                                              Fraction(form[1]).as_integer_ratio())
+            scaled.append((s_num * b_den * SHARE_SCALE, b_num * s_den * SUM_SCALE,
+                           s_den * b_den * SUM_SCALE * SHARE_SCALE))
+        cells = np.nonzero(shares_above)  # Python's integers, read once, not per cell
+        for g, k, w, r in zip(*(axis.tolist() for axis in cells),
+                              whole[cells].tolist(), shares_above[cells].tolist()):
+            of_whole, of_shares, denominator = scaled[k]
+            clipped[g, k] = (int(w) * of_whole + of_shares * int(r)) / denominator
     return [Ladder(rungs, tuple(map(int, b)), tuple(c))
             for b, c in zip(beyond.tolist(), clipped.tolist())]
 

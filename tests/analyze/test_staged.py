@@ -182,6 +182,18 @@ def test_a_negative_released_value_stands_in_as_a_negative_number(engine):
     assert answer.rows == [(sum(1 for b in ACCOUNTS.columns["balance"] if b > value),)]
 
 
+def test_a_released_number_is_the_literal_the_parser_writes():
+    """``staged._number`` builds its literal directly: the very node (and text) that
+    ``exp.Literal.number`` of the magnitude builds, a minus before a negative one."""
+    values = [0, 1, -1, 7, 2**70, -(2**70), 0.0, -0.0, 0.1, -2.5, 1e300, -5e-324, 123.456,
+              float("inf"), float("-inf"), float("nan")]
+    for value in values:
+        magnitude = exp.Literal.number(repr(abs(value)))
+        expected = exp.Neg(this=magnitude) if value < 0 else magnitude
+        assert staged._number(value) == expected, value
+        assert staged._number(value).sql() == expected.sql(), value
+
+
 @pytest.mark.usefixtures("no_noise")
 def test_a_subquery_correlated_with_a_public_table_is_released_per_key(engine):
     """TPC-H Q17's shape: the subquery's AVG per region code of the public table (its

@@ -114,3 +114,19 @@ def _law(values: tuple[float, ...], rank: int, grid: Grid, scale: float,
     logs = np.array([-scale * float(d) for d, exact in expanded(found, grid, rank)])
     assert all(block.exact for block in found)
     return logs - np.logaddexp.reduce(logs)
+
+
+def released_both_ways(engine, plan, seed: int) -> tuple[list, list]:
+    """Every group of ``plan`` released from one draw of its statistics twice, from the
+    same seeded bits: by ``release_groups`` (what is alike in every group worked out
+    once) and by ``release_group`` of each group in turn with nothing kept between them.
+    The two must be equal: the samplers are called alike either way."""
+    from proxy.privacy.noisy_answers import Calibration, release_group, release_groups
+    from proxy.statistics import GroupStats
+
+    shift, groups, _ = engine.statistics(plan)
+    calibration, keys = Calibration(plan.mechanism.model, shift), plan.group_keys()
+    together = release_groups(plan, groups, keys, calibration, SeededSource(seed))
+    source = SeededSource(seed)
+    return together, [release_group(plan, groups.get(key, GroupStats()), calibration, source)
+                      for key in keys]

@@ -224,3 +224,52 @@ def test_a_sum_over_a_domain_of_no_negative_value_is_never_negative(engine):
     sums = [run(session, f"SELECT SUM(cost) FROM visits WHERE cost BETWEEN {150_000 + i} "
                          "AND 160000")[0].rows[0][0] for i in range(20)]
     assert min(sums) == 0 and max(sums) > 0, sums
+
+
+@pytest.mark.parametrize("by,where", [("week", "week < 20"), ("department", "cost > 100")])
+def test_groups_released_together_draw_what_each_group_alone_draws(engine, by, where):
+    """``release_groups`` works out once what is alike in every group (each aggregate's
+    part of the loss, a clipped sum's noise at each rung, an empty group's ladder): from
+    the same random bits it releases exactly what ``release_group`` of each group in
+    turn does, with nothing kept between groups. Per week the SUM and AVG are clipped
+    across the groups (one rung drawn), half the weeks empty under the WHERE; per
+    department too (5 groups a unit can all touch); the COUNT beside them."""
+    from tests.privacy.laws import released_both_ways
+
+    (_, plan), = Session.open(engine, "zoe").check(
+        f"SELECT {by}, SUM(cost), AVG(cost), COUNT(*), STDDEV(cost) FROM visits "
+        f"WHERE {where} GROUP BY {by}")
+    together, apart = released_both_ways(engine, plan, 21)
+    assert together == apart and joint_clipped(plan, 6) == (0, 1)
+    assert len({released[0].value for released in together}) == len(plan.group_keys())
+
+
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_a_sums_noise_kept_per_rung_draws_what_it_draws_afresh(gaussian):
+    """``clipped_sum`` per group with its loss's parts, the draw's scale and each rung's
+    noise kept across the groups (``kept``): the same rungs and values from the same
+    bits as worked out afresh in each group, over ladders whose draws land on many
+    rungs."""
+    from fractions import Fraction
+
+    from proxy.loss import Loss
+    from proxy.privacy.contribution_bounds import clipped_sum
+    from proxy.statistics import Ladder
+    from tests.privacy.laws import SeededSource
+
+    ladder_rungs = rungs(Contribution("cost"), None, 6)
+    data = np.random.default_rng(3)
+    ladders = []
+    for _ in range(200):
+        beyond = np.sort(data.integers(0, 400, len(ladder_rungs)))[::-1]
+        ladders.append(Ladder(ladder_rungs, tuple(int(b) for b in beyond),
+                              tuple(float(c) for c in data.uniform(0, 1e4, len(ladder_rungs)))))
+    loss, kept = Loss.of(Fraction(1, 2)), {}
+    together, apart = SeededSource(4), SeededSource(4)
+    drawn = set()
+    for ladder in ladders:
+        once = clipped_sum(ladder, loss, 6, -50.0, 100.0, 0.01, together, 0.95, gaussian,
+                           kept=kept)
+        assert once == clipped_sum(ladder, loss, 6, -50.0, 100.0, 0.01, apart, 0.95, gaussian)
+        drawn.add(once[1])
+    assert len(drawn) >= 3 and {k for k in kept if isinstance(k, int)} == drawn

@@ -267,3 +267,33 @@ def test_discrete_gaussian_matches_its_law(sigma2):
     expected *= observed.sum() / expected.sum()
     assert stats.chisquare(observed, expected).pvalue > ALPHA
     assert gaussian_rho(1, sigma2) == 1 / (2 * sigma2)
+
+
+def test_noise_worked_out_once_draws_as_the_mechanism_did():
+    """``laplace_on_grid`` and ``gaussian_on_grid`` (a release's noise worked out once for
+    all its groups) turn the same random bits into the values ``laplace_real`` and
+    ``gaussian_real`` computed before, written out here: the snapped answer plus the
+    sampler's integer at the grid scale, on the grid."""
+    from proxy.privacy.mechanisms import (
+        discrete_gaussian_interval,
+        gaussian_on_grid,
+        gaussian_sigma2,
+        grid_steps,
+        laplace_on_grid,
+    )
+
+    step, epsilon, trues = grid_step(0.01), Fraction(1, 3), _floats(random.Random(8), 300)
+    for sensitivity in (0.01, 7.5, 1234.5678):
+        scale = grid_scale(sensitivity, epsilon, step)
+        sigma2 = gaussian_sigma2(grid_steps(sensitivity, step), epsilon * epsilon / 2)
+        laplace = laplace_on_grid(sensitivity, epsilon, step)
+        gaussian = gaussian_on_grid(sensitivity, epsilon * epsilon / 2, step, 0.975)
+        for seed, (noise, draw, parameter) in enumerate(
+                [(laplace, discrete_laplace, scale), (gaussian, discrete_gaussian, sigma2)]):
+            ours, reference = SeededSource(seed), SeededSource(seed)
+            for true in trues:
+                assert noise.release(true, ours).value == on_grid(
+                    snap(true, step) + draw(parameter, reference), step)
+        assert laplace.ci95 == (discrete_laplace_interval(scale) + 0.5) * step
+        assert gaussian.ci95 == (discrete_gaussian_interval(sigma2, 0.975) + 0.5) * step
+    assert laplace_on_grid(0.0, epsilon, step).release(0.1, SeededSource(1)).value == 0.1

@@ -295,6 +295,16 @@ def test_the_statement_counts_each_units_rows_scaled_to_its_total(engine, by, te
                     count, abs=1e-6 * 500), (contribution, k, key)
 
 
+def test_counts_released_together_draw_what_each_month_alone_draws(engine):
+    """The windowed COUNTs per month, each group's noise worked out once per release
+    (``release_groups``): the same answers from the same bits as group by group."""
+    from tests.privacy.laws import released_both_ways
+
+    (_, plan), = Session.open(engine, "zoe").check(WINDOW)
+    together, apart = released_both_ways(engine, plan, 5)
+    assert together == apart and len(together) == 4  # the window's four months
+
+
 def test_the_release_shows_its_noise_and_spends_epsilon_once(engine):
     """Each month's 95 % bound is the Laplace interval of one rung's calibration (not
     §3.3's min(2, G)·s/ε), the same in every month; each COUNT spends ε once and says
