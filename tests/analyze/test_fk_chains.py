@@ -288,6 +288,16 @@ l_price    = { type = "float", domain = [0, 100000], resolution = 0.01 }
 """
 
 
+def _priced_tables(cust, orders, lines) -> dict:
+    """``_priced``'s rows as the three tables."""
+    return {
+        "customer": table_of_rows(cust, {"c_custkey": "BIGINT", "c_segment": "TEXT"}),
+        "orders": table_of_rows(orders, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT"}),
+        "lineitem": table_of_rows(lines, {"l_orderkey": "BIGINT",
+                                          "l_price": "DOUBLE PRECISION"}),
+    }
+
+
 def _priced(customers: int = 1500, seed: int = 34):
     """Customers with 1–5 orders of 1–7 line items each, prices about 100–1,000 against
     a declared domain to 100,000 (TPC-H's shape: a customer's line items many, its
@@ -314,12 +324,7 @@ def test_sums_and_counts_over_the_chain_clip_each_customers_contribution(backend
     above the largest contribution still makes one answer in ten 15–50 % off), 5 % for
     the counts. Under DP the ladder's top is the declared 5 orders × 7 line items."""
     cust, orders, lines = _priced()
-    tables = {
-        "customer": table_of_rows(cust, {"c_custkey": "BIGINT", "c_segment": "TEXT"}),
-        "orders": table_of_rows(orders, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT"}),
-        "lineitem": table_of_rows(lines, {"l_orderkey": "BIGINT",
-                                          "l_price": "DOUBLE PRECISION"}),
-    }
+    tables = _priced_tables(cust, orders, lines)
     segment = {c: s for c, s in cust}
     owner = {o: c for o, c in orders}
     true = {s: (sum(1 for o, _ in lines if segment[owner[o]] == s),
@@ -352,12 +357,7 @@ def test_sums_and_chained_counts_are_read_from_their_ladders_alone(backend_url):
     second scan of the line items). An AVG over the chain too: its count is laddered as
     a COUNT(col)'s (``average_count``), so TPC-H Q01 sends one statement."""
     cust, orders, lines = _priced(40)
-    tables = {
-        "customer": table_of_rows(cust, {"c_custkey": "BIGINT", "c_segment": "TEXT"}),
-        "orders": table_of_rows(orders, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT"}),
-        "lineitem": table_of_rows(lines, {"l_orderkey": "BIGINT",
-                                          "l_price": "DOUBLE PRECISION"}),
-    }
+    tables = _priced_tables(cust, orders, lines)
     with open_engine(backend_url, PRICED, tables) as engine:
         for sql, passes in (("SELECT COUNT(*), SUM(l_price) FROM lineitem WHERE l_price > 500",
                              1),
@@ -400,12 +400,7 @@ def test_an_average_over_the_chain_divides_by_a_clipped_count(backend_url, keys)
     customer (a quarter of ε at scale 35 put small groups' averages at the domain's
     ends: TPC-H Q17). Median error over nine answers within 5 %."""
     cust, orders, lines = _priced()
-    tables = {
-        "customer": table_of_rows(cust, {"c_custkey": "BIGINT", "c_segment": "TEXT"}),
-        "orders": table_of_rows(orders, {"o_orderkey": "BIGINT", "o_custkey": "BIGINT"}),
-        "lineitem": table_of_rows(lines, {"l_orderkey": "BIGINT",
-                                          "l_price": "DOUBLE PRECISION"}),
-    }
+    tables = _priced_tables(cust, orders, lines)
     segment = {c: s for c, s in cust}
     owner = {o: c for o, c in orders}
     prices = {s: [p for o, p in lines if segment[owner[o]] == s] for s in "ab"}
