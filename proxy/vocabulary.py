@@ -434,7 +434,8 @@ class PassthroughPlan:
 
     sql: exp.Expression
     # its renderings by dialect (``text``): a plan the shape cache keeps is sent again
-    rendered: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    rendered: dict[str, str] = field(default_factory=dict, init=False, compare=False,
+                                    repr=False)
 
     def text(self, dialect: str) -> str:
         """The tree rendered in ``dialect``, once per plan (the tree is not changed
