@@ -16,13 +16,18 @@ from proxy.analyze import statement_tokens
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.backends.postgres_backend import PostgresBackend
-from proxy.privacy.contribution_bounds import joint_clipped, laddered, ladders_alone, rungs
+from proxy.privacy.contribution_bounds import (
+    contribution_of,
+    joint_clipped,
+    laddered,
+    ladders_alone,
+    rungs,
+)
 from proxy.privacy.noisy_answers import column_needs
 from proxy.pushdown import compute_statistics, contributions, grouped_lists, scope
 from proxy.pushdown.contributions import contribution_ladders
 from proxy.pushdown.scope import bounded_keys, bounded_reads
 from proxy.rules import parse_rules
-from proxy.statistics import Contribution
 from proxy.vocabulary import PassthroughPlan, QueryPlan
 from tests.corpora import checking_session
 
@@ -88,7 +93,7 @@ def _sent(plan: QueryPlan, capabilities, shift: int) -> list[str]:
     if wanted:
         ladders = tuple(rungs(c, plan.table.columns.get(c.column), shift // plan.table.group_size)
                         for c in wanted)
-        joint = frozenset(Contribution(plan.aggregates[index].column)
+        joint = frozenset(contribution_of(plan.aggregates[index])  # as Engine._ladders
                           for index in joint_clipped(plan, shift))
         contribution_ladders(plan, wanted, ladders, capabilities, None,
                              lambda sql: sent.append(sql) or [], joint)
