@@ -6,7 +6,8 @@ of its own, over the released rows, loaded as its TEMP table ``released`` (furth
 JOIN as ``released_1`` …); the outer query can name nothing else, as its analysis lets
 only value functions and windows through (``proxy.analyze.outer``); PostgreSQL's semantics are kept by
 typing the outer query before it is rendered for DuckDB (integer division stays
-integer division). A series limit keeps the groups of the top-N series.
+integer division). A series limit keeps the groups of the top-N series. What is sent
+for an outer query over releases of given columns is prepared once (``_prepared``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import math
 import os
 import re
 import threading
-from collections import defaultdict
-from dataclasses import replace
+from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import duckdb
@@ -150,6 +152,91 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     22012) fails the statement in one line; the noise was drawn, so the ε stays spent
     (docs/clients.md)."""
     checkpoint()
+    prepared = _prepared(outer, releases, bounds)
+    width, intervals = prepared.width, prepared.intervals
+    con = _connection()
+    try:
+        with stopping(con.interrupt):
+            # its timestamptz values read and shown in the session's zone, as
+            # PostgreSQL's (an IANA name, proxy.zones; DuckDB's default is the machine's)
+            con.execute(f"SET TimeZone = '{outer.zone}'")
+            for index, ((name, types, create), (columns, _, rows)) in enumerate(
+                    zip(prepared.tables, releases)):
+                con.execute(create)
+                if rows:
+                    spreads = [bounds[index][0][columns[j]] for j in prepared.bounded[index]] \
+                        if bounds else []
+                    _insert(con, name, list(types),
+                            [(*row, number, *(spread[number] for spread in spreads))
+                             for number, row in enumerate(rows)])
+            cursor = con.execute(prepared.sql)
+            result = cursor.fetchmany(MAX_ROWS + 1)
+            if len(result) > MAX_ROWS:
+                raise NotComputed(f"{outer.what} gives more than {MAX_ROWS:,} rows; join the "
+                                  "subqueries on their keys", "54000")
+            described = cursor.description[:width]
+    except duckdb.InterruptException:
+        raise QueryCanceled("canceling statement due to user request") from None
+    except duckdb.Error as exc:
+        reason = re.sub(r"^[\w ]*Error: | in expression .*$", "",
+                        str(exc).split("\n")[0].split(". ")[0])
+        raise NotComputed(f"{outer.what} could not be computed on the released values: "
+                          f"{reason}", "22012" if reason == "Division by zero" else None
+                          ) from None
+    finally:
+        con.close()
+    checkpoint()
+    names = [column[0] for column in described]
+    types = [postgres_type(str(column[1])) for column in described]
+    traces = len(outer.aliases) if prepared.traced else 0
+    origins = [tuple(row[width:width + traces]) for row in result] if prepared.traced \
+        else [None] * len(result)
+    derived = {index: [_spread(row[index], row[width + traces + 2 * k],
+                               row[width + traces + 2 * k + 1]) for row in result]
+               for k, index in enumerate(intervals)}
+    return names, types, [tuple(row[:width]) for row in result], origins, \
+        dict(prepared.carried), derived
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What ``run_outer`` sends for an outer query over releases of given columns: its
+    statement for DuckDB, the release tables (name, column types, CREATE statement) and,
+    per release, its columns with bounds; its width, whether its rows trace back to
+    the releases', the released columns it carries and the items given derived
+    bounds (``_intervals``)."""
+
+    sql: str
+    tables: tuple[tuple[str, tuple[str, ...], str], ...]
+    bounded: tuple[tuple[int, ...], ...]
+    width: int
+    traced: bool
+    carried: dict[int, tuple[int, str]]
+    intervals: tuple[int, ...]
+
+
+_PREPARED_KEPT = 256
+_prepared_kept: OrderedDict[tuple, _Prepared] = OrderedDict()
+_preparing = threading.Lock()
+
+
+def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]],
+              bounds: ReleaseBounds | None) -> _Prepared:
+    """``_Prepared`` of the outer query, kept per what it is made of (the outer query's
+    text and aliases, the releases' columns and types, which of their columns have
+    bounds, their additive columns and whether their rows are the public keys'): no
+    released value, so the same for every answer of a plan; parsing, typing, bounding
+    and rendering it again was most of the proxy's own time of TPC-H Q14's answer."""
+    bounded = tuple(tuple(j for j, name in enumerate(columns) if name in bounds[i][0])
+                    if bounds else () for i, (columns, *_) in enumerate(releases))
+    key = (outer.sql, outer.aliases, tuple((tuple(columns), tuple(kinds))
+                                           for columns, kinds, _ in releases), bounded,
+           tuple((frozenset(b[1]), b[2]) for b in bounds) if bounds else None)
+    with _preparing:
+        kept = _prepared_kept.get(key)
+        if kept is not None:
+            _prepared_kept.move_to_end(key)
+            return kept
     tree = sqlglot.parse_one(outer.sql, read="postgres")
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
     sources = [tree.args["from_"].this, *(join.this for join in tree.args.get("joins") or [])
@@ -173,8 +260,6 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     if traced:
         tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
                              for alias in outer.aliases])
-    bounded = [[j for j, name in enumerate(columns) if name in bounds[i][0]]
-               if bounds else [] for i, (columns, *_) in enumerate(releases)]
     schema = {release_table(i): {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
                                     for name, kind in zip(columns, kinds)}, ROW: "BIGINT",
                                  **{_bound_column(j): "DOUBLE" for j in bounded[i]}}
@@ -184,53 +269,24 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
-    sql = annotated.sql(dialect="duckdb", copy=False)  # this tree is this call's own
-    con = _connection()
-    try:
-        with stopping(con.interrupt):
-            # its timestamptz values read and shown in the session's zone, as
-            # PostgreSQL's (an IANA name, proxy.zones; DuckDB's default is the machine's)
-            con.execute(f"SET TimeZone = '{outer.zone}'")
-            for index, ((name, types), (columns, _, rows)) in enumerate(
-                    zip(schema.items(), releases)):
-                table = exp.Schema(this=exp.to_table(name), expressions=[
-                    exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
-                                  kind=exp.DataType.build(kind))
-                    for column, kind in types.items()])
-                con.execute(exp.Create(this=table, kind="TABLE", properties=exp.Properties(
-                    expressions=[exp.TemporaryProperty()])).sql(dialect="duckdb"))
-                if rows:
-                    spreads = [bounds[index][0][columns[j]] for j in bounded[index]] \
-                        if bounds else []
-                    _insert(con, name, list(types.values()),
-                            [(*row, number, *(spread[number] for spread in spreads))
-                             for number, row in enumerate(rows)])
-            cursor = con.execute(sql)
-            result = cursor.fetchmany(MAX_ROWS + 1)
-            if len(result) > MAX_ROWS:
-                raise NotComputed(f"{outer.what} gives more than {MAX_ROWS:,} rows; join the "
-                                  "subqueries on their keys", "54000")
-            described = cursor.description[:width]
-    except duckdb.InterruptException:
-        raise QueryCanceled("canceling statement due to user request") from None
-    except duckdb.Error as exc:
-        reason = re.sub(r"^[\w ]*Error: | in expression .*$", "",
-                        str(exc).split("\n")[0].split(". ")[0])
-        raise NotComputed(f"{outer.what} could not be computed on the released values: "
-                          f"{reason}", "22012" if reason == "Division by zero" else None
-                          ) from None
-    finally:
-        con.close()
-    checkpoint()
-    names = [column[0] for column in described]
-    types = [postgres_type(str(column[1])) for column in described]
-    traces = len(outer.aliases) if traced else 0
-    origins = [tuple(row[width:width + traces]) for row in result] if traced \
-        else [None] * len(result)
-    derived = {index: [_spread(row[index], row[width + traces + 2 * k],
-                               row[width + traces + 2 * k + 1]) for row in result]
-               for k, index in enumerate(intervals)}
-    return names, types, [tuple(row[:width]) for row in result], origins, carried, derived
+    tables = tuple((name, tuple(types.values()), exp.Create(
+        this=exp.Schema(this=exp.to_table(name), expressions=[
+            exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
+                          kind=exp.DataType.build(kind)) for column, kind in types.items()]),
+        kind="TABLE", properties=exp.Properties(expressions=[exp.TemporaryProperty()])
+    ).sql(dialect="duckdb")) for name, types in schema.items())
+    prepared = _Prepared(annotated.sql(dialect="duckdb", copy=False),  # this call's own tree
+                         tables, bounded, width, bool(traced), carried, tuple(intervals))
+    if len(outer.sql) <= _KEPT_LENGTH:
+        with _preparing:
+            _prepared_kept[key] = prepared
+            _prepared_kept.move_to_end(key)
+            while len(_prepared_kept) > _PREPARED_KEPT:
+                _prepared_kept.popitem(last=False)
+    return prepared
+
+
+_KEPT_LENGTH = 100_000  # a longer outer query is prepared every time (its key is long)
 
 
 def _bound_column(index: int) -> str:
@@ -239,7 +295,8 @@ def _bound_column(index: int) -> str:
 
 
 def _intervals(tree: exp.Select, width: int, releases, bounds: ReleaseBounds | None,
-               bounded: list[list[int]], carried: dict[int, tuple[int, str]]) -> list[int]:
+               bounded: Sequence[Sequence[int]], carried: dict[int, tuple[int, str]]
+               ) -> list[int]:
     """The select items of ``tree`` (its first ``width``) that get a derived bound: their
     intervals' ends are appended to its select list, two columns each, in this order.
     A step of it (``WITH s AS (…)``: Lightdash's table calculations) gets the ends of

@@ -265,8 +265,8 @@ class Session:
 
     def know(self, sql: str, steps: list[tuple[str | None, Any]]) -> None:
         """Keep the steps ``sql`` was checked to under the current settings, if it is one
-        private query (``known``)."""
-        if len(steps) != 1 or not isinstance(steps[0][1], QueryPlan):
+        private query or one over public tables only (``known``)."""
+        if len(steps) != 1 or not isinstance(steps[0][1], (QueryPlan, PassthroughPlan)):
             return
         if len(self._checked) >= _CHECKED_KEPT:
             self._checked.clear()
@@ -321,6 +321,8 @@ class Session:
             if isinstance(work, (QueryPlan, CombinedPlan)) or (
                     isinstance(work, StagedPlan) and isinstance(work.held, QueryPlan)):
                 _post_columns(work)  # before any debit: what its engine cannot bind
+            if isinstance(work, PassthroughPlan):  # kept for this very statement
+                shapes.remember_public(shape, context, rules, work)
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
                          if isinstance(work, QueryPlan) else (None, work))
         return steps
@@ -349,7 +351,7 @@ class Session:
             return self._session_command(work)
         if isinstance(work, PassthroughPlan):
             columns, rows = self.engine.backend.query_with_columns(
-                work.sql.sql(dialect=self.engine.backend.dialect))
+                work.text(self.engine.backend.dialect))
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           kinds=[kind for _, kind in columns])
         if isinstance(work, GroupingSetsPlan):

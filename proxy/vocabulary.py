@@ -430,9 +430,20 @@ class TopChoice:
 @dataclass(frozen=True)
 class PassthroughPlan:
     """A query touching only tables the rules mark public: run as written (its tree,
-    rendered in the backend's dialect when sent)."""
+    rendered in the backend's dialect when sent: ``text``)."""
 
     sql: exp.Expression
+    # its renderings by dialect (``text``): a plan the shape cache keeps is sent again
+    rendered: dict[str, str] = field(default_factory=dict, init=False, compare=False,
+                                    repr=False)
+
+    def text(self, dialect: str) -> str:
+        """The tree rendered in ``dialect``, once per plan (the tree is not changed
+        after analysis: the cache's plan is every session's)."""
+        text = self.rendered.get(dialect)
+        if text is None:
+            text = self.rendered[dialect] = self.sql.sql(dialect=dialect)
+        return text
 
 
 # What a GROUP BY term computes (proxy.analyze.group_keys builds them, proxy.pushdown.

@@ -306,3 +306,38 @@ def test_derived_bounds_are_a_function_of_the_releases_for_every_neighbour(tmp_p
     for v, b, root in zip(n, bounds["n"], bounds["root"]):
         assert root == pytest.approx(max(math.sqrt(v) - math.sqrt(max(v - b, 0)),
                                          math.sqrt(v + b) - math.sqrt(v)))
+
+
+def test_an_outer_query_prepared_once_gives_what_a_fresh_one_gives(monkeypatch):
+    """``run_outer`` keeps its statement per outer query and what its releases are made
+    of (columns, types, which columns have bounds, postprocess._prepared), never their
+    values: releases of other rows and bounds give what a fresh preparation gives, and
+    other bounded columns, none, or other types are prepared afresh."""
+    from collections import OrderedDict
+
+    from proxy import postprocess
+    from proxy.analyze.outer import OuterQuery
+
+    outer = OuterQuery("SELECT s.a - s.b AS d, s.a, 100.0 * s.a / s.b AS r FROM released AS s",
+                       ("s",))
+    rows = [(5, 3), (7, 1)]
+    cases = [
+        ([(["a", "b"], ["bigint", "bigint"], rows)],
+         [({"a": [1.0, 2.0], "b": [0.5, 0.5]}, frozenset({"a", "b"}), True)]),
+        ([(["a", "b"], ["bigint", "bigint"], rows)],
+         [({"a": [1.0, 2.0]}, frozenset({"a", "b"}), True)]),
+        ([(["a", "b"], ["bigint", "bigint"], rows)], None),
+        ([(["a", "b"], ["double precision", "bigint"], [(5.5, 3), (7.5, 2)])],
+         [({"a": [3.0, 4.0], "b": [1.5, 0.5]}, frozenset({"a"}), False)]),
+        ([(["a", "b"], ["bigint", "bigint"], [(9, 4)])],
+         [({"a": [2.0], "b": [0.25]}, frozenset({"a", "b"}), True)]),
+    ]
+    monkeypatch.setattr(postprocess, "_prepared_kept", OrderedDict())
+    kept = [postprocess.run_outer(outer, *case) for case in cases for _ in range(2)]
+    fresh = []
+    for case in cases:
+        monkeypatch.setattr(postprocess, "_prepared_kept", OrderedDict())
+        fresh += [postprocess.run_outer(outer, *case)] * 2
+    assert kept == fresh
+    # the first three differ in which columns have bounds only, and so in what is derived
+    assert len({repr(answer[5]) for answer in fresh[:6:2]}) == 3

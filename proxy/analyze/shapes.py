@@ -32,6 +32,10 @@ fresh analysis would copy the new literal to the same place and decide everythin
 as it did for the kept one. Refusals are never kept: a refused statement is analysed
 afresh every time, so a literal can neither wrongly refuse nor wrongly admit one.
 
+A statement over public tables only (a ``PassthroughPlan``, run as written) is kept
+too, with no slots: every literal must match as written, so only the very statement
+(but for spacing) gets it back, and with it its rendering (``remember_public``).
+
 The key also holds what else the analysis reads: the session's settings, the analyst
 and the rules object. The canonical SQL of the answer cache and the ledger
 (``canonical_sql``) is kept as pieces around the slots, so it is
@@ -59,7 +63,7 @@ from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 from proxy.trees import replace_all
-from proxy.vocabulary import QueryPlan
+from proxy.vocabulary import PassthroughPlan, QueryPlan
 
 SIZE = 2048
 _LITERALS = (TokenType.NUMBER, TokenType.STRING)
@@ -112,13 +116,16 @@ class _Template:
     which slots to bind anew, and the literals that must match as written."""
 
     rules: Rules
-    plan: QueryPlan
+    plan: QueryPlan | PassthroughPlan
     slots: dict[int, int]  # source position of a slot's node in plan.where -> literal index
     fixed: tuple[tuple[int, str], ...]  # (literal index, text) of every other literal
-    sql: tuple[str | int, ...]  # the canonical SQL: text pieces, and slots by index
+    # the canonical SQL: text pieces, and slots by index (None: a passthrough, which has none)
+    sql: tuple[str | int, ...] | None
 
-    def bind(self, literals: Sequence[Token]) -> tuple[str, QueryPlan]:
+    def bind(self, literals: Sequence[Token]) -> tuple[str | None, QueryPlan | PassthroughPlan]:
         plan = self.plan
+        if self.sql is None:
+            return None, plan
         if self.slots:
             where = plan.where.copy()
             replace_all((node, _literal(literals[index])) for node in list(where.find_all(
@@ -147,14 +154,16 @@ class ShapeCache:
         self._lock = threading.Lock()
 
     def knows(self, tokens: Sequence[Token]) -> bool:
-        """Whether a statement of this shape was analysed to a private plan (in any
-        session): routing sends it to the engine without parsing it (proxy.wire.route)."""
+        """Whether a statement of this shape was analysed to a private plan or a
+        passthrough (in any session): routing sends it to the engine without parsing it
+        (proxy.wire.route; a passthrough names a rules table, so it went there anyway)."""
         return shape_of(tokens).key in self._shapes
 
     def plan(self, shape: Shape, context: tuple, rules: Rules
-             ) -> tuple[str, QueryPlan] | None:
-        """The canonical SQL and plan of a statement of ``shape``, analysed under
-        ``context`` (analyst, settings) and ``rules``; None when not kept."""
+             ) -> tuple[str | None, QueryPlan | PassthroughPlan] | None:
+        """The canonical SQL (None for a passthrough) and plan of a statement of
+        ``shape``, analysed under ``context`` (analyst, settings) and ``rules``; None when
+        not kept."""
         key = (id(rules), context, shape.key)
         with self._lock:
             template = self._entries.get(key)
@@ -173,10 +182,22 @@ class ShapeCache:
         template = _template(shape, rules, tree, plan)
         if template is None:
             return canonical_sql(tree)
-        key = (id(rules), context, shape.key)
+        self._keep((id(rules), context, shape.key), template)
+        return template.canonical(shape.literals)
+
+    def remember_public(self, shape: Shape, context: tuple, rules: Rules,
+                        plan: PassthroughPlan) -> None:
+        """Keep ``plan``, a statement over public tables run as written (the fresh
+        analysis of a statement of ``shape``), for that statement only: every literal
+        must match as written (no slots), so the very tokens get the very tree back,
+        and its rendering with it (``PassthroughPlan.text``)."""
+        fixed = tuple((index, token.text) for index, token in enumerate(shape.literals))
+        self._keep((id(rules), context, shape.key), _Template(rules, plan, {}, fixed, None))
+
+    def _keep(self, key: tuple, template: _Template) -> None:
         with self._lock:
             if key not in self._entries:
-                self._shapes[shape.key] = self._shapes.get(shape.key, 0) + 1
+                self._shapes[key[2]] = self._shapes.get(key[2], 0) + 1
             self._entries[key] = template
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
@@ -184,7 +205,6 @@ class ShapeCache:
                 self._shapes[evicted] -= 1
                 if not self._shapes[evicted]:
                     del self._shapes[evicted]
-        return template.canonical(shape.literals)
 
 
 def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan

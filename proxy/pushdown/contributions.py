@@ -44,6 +44,7 @@ from proxy.pushdown.scope import (
     is_group,
     link_owners,
     read_sum,
+    reused_sql,
     rounded_scaled,
     scope_select,
     shrunk_sum,
@@ -444,18 +445,31 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     """``contribution_ladders`` from ``bucket_sql``'s rows; without GROUP BY an empty
     scope's ladders (no rows come back) are of no units, as the per-rung columns say.
     The rows are read column by column into arrays of every group's buckets
-    (``_Buckets``), and the ladders formed from them at once (``_ladders``)."""
-    statement = bucket_sql(plan, wanted, ladders, clip_rows_per_unit,
-                           capabilities.fenced_rows, joint, largest,
-                           capabilities.crossed_buckets)
+    (``_Buckets``), and the ladders formed from them at once (``_ladders``).
+
+    The statement is rendered once per plan shape (``reused_sql``: a shape-cache plan's
+    statement joined around its WHERE literals, the very text a fresh rendering gives),
+    keyed by everything else ``bucket_sql`` reads; a spread's centres (released means,
+    new at every answer) are rendered every time."""
+    def build(plan: QueryPlan) -> exp.Select:
+        return bucket_sql(plan, wanted, ladders, clip_rows_per_unit, capabilities.fenced_rows,
+                          joint, largest, capabilities.crossed_buckets)
+
+    if any(contribution.centres for contribution in wanted):
+        sql = build(plan).sql(dialect=capabilities.dialect, copy=False)
+    else:
+        sql = reused_sql(plan, ("buckets", wanted, ladders, type(clip_rows_per_unit),
+                                clip_rows_per_unit, capabilities.fenced_rows, joint, largest,
+                                capabilities.crossed_buckets), capabilities.dialect, build)
     width, count = len(plan.group_by), len(wanted)
     indexes = [i for i, c in enumerate(wanted) if c in joint]
     l1 = [c in joint and not largest for c in wanted]
     signed = [_signed(contribution, plan) and not l1[i]
               for i, contribution in enumerate(wanted)]
     names = count + (len(indexes) if largest else 0)
-    rows = list(execute(statement.sql(dialect=capabilities.dialect, copy=False)))
-    columns = list(zip(*rows)) or [()] * len(statement.expressions)
+    rows = list(execute(sql))
+    columns = list(zip(*rows)) or [()] * (width + names + 1 + bool(joint) + sum(
+        signed[i] + len(_forms(rungs)) + l1[i] for i, rungs in enumerate(ladders)))
     groups: dict[tuple, int] = {} if width else {(): 0}
     where = np.array([groups.setdefault(key, len(groups))
                       for key in zip(*columns[:width])] if width else [0] * len(rows),

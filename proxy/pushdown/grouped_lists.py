@@ -23,6 +23,7 @@ from proxy.pushdown.scope import (
     fill_extremes,
     group_keys,
     read_sum,
+    reused_sql,
     scope_select,
 )
 from proxy.pushdown.values import literal
@@ -42,9 +43,33 @@ def grouped_list_statistics(
     plan: QueryPlan, needs: tuple[ColumnNeeds, ...], clip_rows_per_unit: int | None,
     execute: Execute,
 ) -> dict[tuple, GroupStats] | None:
+    """Pass 1 (``_first_items``), rendered once per plan shape (``reused_sql``: the
+    very text a fresh rendering gives), then pass 2 where percentiles are wanted."""
     keys = group_keys(plan)
-    scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s", copy=False)
-    checkpoint()  # each copy of a scope with many group keys takes a fraction of a second
+
+    def statement(plan: QueryPlan) -> exp.Select:
+        scope = scope_select(plan, needs, clip_rows_per_unit).subquery("s", copy=False)
+        checkpoint()  # each copy of a scope with many group keys takes a fraction of a second
+        items, _, _ = _first_items(plan, needs)
+        return exp.select(*keys, *items).from_(scope, copy=False).group_by(*keys, copy=False)
+
+    _, readers, anchors = _first_items(plan, needs)
+    sql = reused_sql(plan, ("lists", needs, type(clip_rows_per_unit), clip_rows_per_unit),
+                     "duckdb", statement)
+    checkpoint()
+    groups, anchor_values = read_groups(execute(sql), keys, needs, readers)
+    if anchors and not _around_anchors(
+            keys, anchors, anchor_values, groups,
+            scope_select(plan, needs, clip_rows_per_unit).subquery("s", copy=False), execute):
+        return None
+    return groups
+
+
+def _first_items(plan: QueryPlan, needs: tuple[ColumnNeeds, ...]
+                 ) -> tuple[list, list, list[tuple[int, ColumnNeeds, object]]]:
+    """Pass 1's aggregates, their readers and the percentile anchors: every group's
+    counts and sums (``counting_items``), its k largest and smallest values, and its
+    percentiles."""
     items, readers = counting_items(plan, needs)
     anchors: list[tuple[int, ColumnNeeds, object]] = []
     for index, need in enumerate(needs):
@@ -61,15 +86,7 @@ def grouped_list_statistics(
                                             expression=exp.Literal.number(repr(float(fraction)))))
             anchors.append((index, need, fraction))
             readers.append(lambda g, a, v: a.append(v))
-    statement = exp.select(*keys, *items).from_(scope.copy(), copy=False).group_by(
-        *keys, copy=False)
-    checkpoint()
-    groups, anchor_values = read_groups(execute(statement.sql(dialect="duckdb", copy=False)),
-                                        keys, needs,
-                                        readers)
-    if anchors and not _around_anchors(keys, anchors, anchor_values, groups, scope, execute):
-        return None
-    return groups
+    return items, readers, anchors
 
 
 def counting_items(plan: QueryPlan, needs: tuple[ColumnNeeds, ...]) -> tuple[list, list]:
