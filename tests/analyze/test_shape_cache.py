@@ -402,7 +402,8 @@ def test_a_kept_plans_statistics_statement_is_the_one_rendered_afresh(capabiliti
                                                                       monkeypatch):
     """The first pass of a plan bound to new literals is rendered from the pieces kept
     for its shape (proxy.pushdown.scope.reused_sql): the very text a fresh rendering of
-    the same plan gives, for every variant of every corpus statement without GROUP BY."""
+    the same plan gives, for every variant of every corpus statement without GROUP BY
+    (one other literal each, of rotating kinds: ``_variants``)."""
     built = []
     for name in ("scope_select", "source_table"):  # what a rendering builds from
         original = getattr(ungrouped, name)
@@ -421,7 +422,7 @@ def test_a_kept_plans_statistics_statement_is_the_one_rendered_afresh(capabiliti
     for _, rules, corpus, width in CORPORA:
         for sql in corpus:
             warm = checking_session(rules)
-            for variant in [sql, *_variants(sql, min(width, 2))]:
+            for variant in [sql, *_variants(sql, 1)]:
                 try:
                     steps = warm.check(variant)
                 except ProxyError:
