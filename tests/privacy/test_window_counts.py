@@ -307,7 +307,7 @@ def test_counts_released_together_draw_what_each_month_alone_draws(engine):
 
 def test_the_release_shows_its_noise_and_spends_epsilon_once(engine):
     """Each month's 95 % bound is the Laplace interval of one rung's calibration (not
-    §3.3's min(2, G)·s/ε), the same in every month; each COUNT spends ε once and says
+    §3.3's min(2, G)·s/ε's), the same in every month; each COUNT spends ε once and says
     its counts are clipped; counts are integers ≥ 0. A refused one spends nothing."""
     session = Session.open(engine, "zoe")
     before = engine.ledger.remaining("zoe")
@@ -324,7 +324,8 @@ def test_the_release_shows_its_noise_and_spends_epsilon_once(engine):
     for shown in answer.privacy["ci95"].values():
         assert len(set(shown)) == 1 and any(shown[0] == pytest.approx(w) for w in widths), \
             shown
-        assert shown[0] < 2 * 4 * 2.99  # §3.3's min(2, G)·s/ε's 95 % at s = 4
+        # (not asserted below §3.3's width: a draw at the top rung, B = c, is wider; a
+        # clean-clone run drew it)
     assert all(isinstance(n, int) and n >= 0 for row in answer.rows for n in row[1:])
     refused = WINDOW.replace("month", "minute")
     refused_for_free(engine, refused, "0A000", "more than the rules' max_groups")
