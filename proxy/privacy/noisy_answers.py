@@ -284,7 +284,7 @@ def _count(a: Asked) -> Released:
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
-    if a.index in group.joint:  # in a window, under GROUP BY (§3.3)
+    if a.index in group.joint:  # in a window or over a chain, across groups (§3.3, §3.14)
         return _joint_count(a)
     if a.once("laddered", lambda: _clipped(a.plan, agg)):
         return _clipped_count(a)
