@@ -574,8 +574,8 @@ def _release_clipped(a: Asked) -> Released:
             noisy, _ = clipped_sum(counts, of_count, group_size, 0.0, 1.0, 1.0, rng,
                                    confidence, prior=COUNT_PRIOR)
         noisy_count = Noisy(max(0, round(noisy.value)), noisy.ci95, noisy.mechanism)
-    released = _average(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
-                        column, cal, note)
+    released = _ratio(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
+                      column, cal, note)
     if rung is not None and rows_per_unit == 1 and column.lower is not None \
             and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
         return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
@@ -744,9 +744,9 @@ def _release_average(a: Asked, stats: ColumnStats, column, cal: Calibration, los
                  else laplace_real(total, scale, of_sum.epsilon, rng, step, 0.975))
     noisy_count = _integer_noise(a, stats.n, _integer_scale(cal.shift, cal), of_count, 0.975)
     half = "half the rho" if gaussian else "half the epsilon"
-    return _average(noisy_sum, noisy_count, column, cal,
-                    f"AVG is a noisy SUM over a noisy COUNT, each with {half}; "
-                    f"{_sum_note(cal)}")
+    return _ratio(noisy_sum, noisy_count, column, cal,
+                  f"AVG is a noisy SUM over a noisy COUNT, each with {half}; "
+                  f"{_sum_note(cal)}")
 
 
 def _integer_noise(a: Asked, true: int, sensitivity: int, part: Loss,
@@ -758,8 +758,8 @@ def _integer_noise(a: Asked, true: int, sensitivity: int, part: Loss,
     return laplace_integer(true, sensitivity, part.epsilon, a.rng, confidence)
 
 
-def _average(noisy_sum: Noisy, noisy_count: Noisy, column, cal: Calibration,
-             note: str) -> Released:
+def _ratio(noisy_sum: Noisy, noisy_count: Noisy, column, cal: Calibration,
+           note: str) -> Released:
     """SUM / COUNT of the two noisy parts, clamped to the domain, with the widest ratio
     over the corners of their intervals as its 95 % bound."""
     count = max(1, noisy_count.value)
