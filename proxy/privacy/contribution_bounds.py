@@ -127,10 +127,10 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     if not clippable(plan) or plan.mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE):
         return ()
     wanted: dict[Contribution, None] = {}
-    counted = chained(plan) or windowed_counts(plan)
+    counts = chained(plan) or windowed_counts(plan)
     for agg in plan.aggregates:
         if agg.kind == COUNT:  # over a chain or a join, or grouped in a window: clipped
-            if counted and not plan.public(agg) and not plan.gaussian(agg):
+            if counts and not plan.public(agg) and not plan.gaussian(agg):
                 wanted[contribution_of(agg)] = None
             continue
         column = plan.table.columns.get(agg.column) if agg.column else None

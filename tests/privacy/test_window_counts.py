@@ -105,6 +105,14 @@ def test_the_rule_reads_the_text_and_the_rules(sql, clipped):
     assert bool(laddered(plan)) is clipped
 
 
+def test_a_count_after_an_average_is_clipped_in_the_window_too():
+    """The COUNT is clipped across groups whatever aggregate comes before it (an AVG
+    once reset the rule's flag while ``laddered`` walked the aggregates)."""
+    plan = plan_of(f"SELECT department, AVG(x), COUNT(*) FROM v WHERE {MARCH} GROUP BY 1")
+    assert Contribution("", power=0) in laddered(plan)
+    assert joint_clipped(plan, 4) == (0, 1)
+
+
 # -- the composed release, by brute force --------------------------------------------------
 
 GROUPS = 3
