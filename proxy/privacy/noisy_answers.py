@@ -21,6 +21,7 @@ from proxy.privacy.contribution_bounds import (
     bound_note,
     chained,
     clipped_sum,
+    contribution_of,
     count_slot,
     empty_ladder,
     joint_note,
@@ -305,13 +306,8 @@ def _clipped_count(a: Asked) -> Released:
     """COUNT over a chain or a join: each unit's rows in scope (in [0, B]) clipped to a
     bound drawn per group (§3.14), so the noise is of a typical unit's rows, not of the
     most rows one unit owns through the chain (TPC-H: 139 line items a customer)."""
-    group_size = a.plan.table.group_size
-    rows_per_unit = a.cal.shift // group_size
-    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None, rows_per_unit,
-                     a.kept)
-    noisy, _ = clipped_sum(ladder, a.part, group_size, 0.0, 1.0, 1.0, a.rng,
-                           prior=COUNT_PRIOR, kept=a.once("noise", dict))
-    return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
+    noisy = _counted(a, contribution_of(a.agg), a.part)
+    return _finish(Noisy(noisy.value, noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "
                           "privately per group from a public ladder with a third of the "
@@ -324,16 +320,33 @@ def _joint_count(a: Asked) -> Released:
     scope over all groups scaled to at most B, a bound drawn once for the query with a
     tenth of the whole loss (``draw_joint_bounds``), each group's count with Laplace
     noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
-    plan, group_size = a.plan, a.plan.table.group_size
-    ladder = _ladder(a.group, Contribution(a.agg.column or "", power=0), None,
-                     a.cal.shift // group_size, a.kept)
-    noisy = joint_sum_at(ladder, a.group.joint[a.index], sum_loss(plan, a.agg)[1], group_size,
-                         a.once("group count", lambda: plan.group_count), 1.0, a.rng,
-                         share=COUNT_SHARE, shift=a.cal.shift, kept=a.once("joint noise", dict))
-    return _finish(Noisy(max(0, round(noisy.value)), noisy.ci95,
+    plan = a.plan
+    noisy = _counted(a, contribution_of(a.agg), sum_loss(plan, a.agg)[1],
+                     joint=a.group.joint[a.index])
+    return _finish(Noisy(noisy.value, noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, JOINT_COUNT_NOTE.format(
                        why=CHAINED_WHY if chained(plan) else WINDOW_WHY))
+
+
+def _counted(a: Asked, contribution: Contribution, loss: Loss, confidence: float = 0.95,
+             joint: int | None = None, kept: str = "") -> Noisy:
+    """A count of each unit's rows (``contribution``: power 0) in scope, clipped on the
+    count's ladder c, c/2, …, 1: to a bound drawn for this group (§3.14), or, ``joint``,
+    across groups at that rung drawn for all (``draw_joint_bounds``, a tenth of the
+    loss); rounded and kept ≥ 0. The noise of each rung worked out once a release, under
+    ``kept`` + "noise" (an AVG's count beside its sum's)."""
+    plan, group_size = a.plan, a.plan.table.group_size
+    ladder = _ladder(a.group, contribution, None, a.cal.shift // group_size, a.kept)
+    if joint is None:
+        noisy, _ = clipped_sum(ladder, loss, group_size, 0.0, 1.0, 1.0, a.rng, confidence,
+                               prior=COUNT_PRIOR, kept=a.once(f"{kept}noise", dict))
+    else:
+        noisy = joint_sum_at(ladder, joint, loss, group_size,
+                             a.once("group count", lambda: plan.group_count), 1.0, a.rng,
+                             confidence, share=COUNT_SHARE, shift=a.cal.shift,
+                             kept=a.once(f"{kept}joint noise", dict))
+    return Noisy(max(0, round(noisy.value)), noisy.ci95, noisy.mechanism)
 
 
 # What a count clipped across groups says (the same in every group): the 95 % bound
@@ -565,15 +578,8 @@ def _release_clipped(a: Asked) -> Released:
         noisy_count = _integer_noise(a, group.column(agg.column).n,
                                      _integer_scale(cal.shift, cal), of_count, confidence)
     else:  # the count's values clipped as a COUNT(col)'s over the chain (§3.14)
-        counts = _ladder(group, alike.counted, None, rows_per_unit, a.kept)
-        if a.index in group.joint:
-            noisy = joint_sum_at(counts, group.joint[count_slot(a.index)], of_count,
-                                 group_size, alike.group_count, 1.0, rng, confidence,
-                                 share=COUNT_SHARE, shift=cal.shift)
-        else:
-            noisy, _ = clipped_sum(counts, of_count, group_size, 0.0, 1.0, 1.0, rng,
-                                   confidence, prior=COUNT_PRIOR)
-        noisy_count = Noisy(max(0, round(noisy.value)), noisy.ci95, noisy.mechanism)
+        noisy_count = _counted(a, alike.counted, of_count, confidence,
+                               group.joint.get(count_slot(a.index)), "count ")
     released = _ratio(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
                       column, cal, note)
     if rung is not None and rows_per_unit == 1 and column.lower is not None \
