@@ -47,7 +47,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.key_restriction import conjuncts, restricted
+from proxy.analyze.key_restriction import conjuncts, names, restricted
 from proxy.analyze.number_keys import number_term, numeric_column
 from proxy.analyze.predicate import FLIPPED, check_predicate
 from proxy.analyze.substrings import substring_case
@@ -467,7 +467,7 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
             bounds = [(kind, literal)]
         else:
             continue
-        if not (isinstance(subject, exp.Column) and _names(subject, column.name, resolve)):
+        if not (isinstance(subject, exp.Column) and names(subject, column.name, resolve)):
             continue
         for kind, literal in bounds:
             moment = parse_moment(literal.name, zoned=True) if isinstance(
@@ -482,15 +482,6 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
     if column.type == "date":
         first, last = truncate(first, "day"), truncate(last, "day")
     return min(first, high), max(last, low)
-
-
-def _names(node: exp.Column, name: str, resolve) -> bool:
-    """Whether ``node`` reads the column ``name`` (a joined table's ``orders.o_orderdate``
-    is named by the plan as ``alias.column``: TPC-H Q08's years)."""
-    try:
-        return resolve(node) == name
-    except Refused:
-        return False
 
 
 _FIXED = {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),

@@ -93,13 +93,16 @@ def _reads_only(condition: exp.Expression, name: str, resolve) -> bool:
     condition on no column is left alone: the shape cache binds its literals anew,
     ``proxy.analyze.shapes``, where those compared with a GROUP BY column are not.)"""
     columns = list(condition.find_all(exp.Column))
-    for node in columns:
-        try:
-            if resolve(node) != name:
-                return False
-        except Refused:
-            return False
-    return bool(columns)
+    return bool(columns) and all(names(node, name, resolve) for node in columns)
+
+
+def names(node: exp.Column, name: str, resolve) -> bool:
+    """Whether the column ``node`` reads the plan's column ``name`` (a joined table's
+    ``orders.o_orderdate`` is named ``alias.column``; one the resolver refuses, none)."""
+    try:
+        return resolve(node) == name
+    except Refused:
+        return False
 
 
 # -- declared keys: the condition on each key value --------------------------------------
