@@ -572,6 +572,11 @@ def test_exists_along_the_chain_keeps_to_the_unit_without_its_link(con, query):
     assert implied  # the unlinked form was read
 
 
+# the line items' g with three keys: one unit's change may touch more than 2 groups
+WIDE_KEYS = RULES_TEXT.replace(RAW, "").replace(
+    'g  = { type = "text", keys = ["p", "q"] }', 'g  = { type = "text", keys = ["p", "q", "r"] }')
+
+
 def test_a_count_clipped_per_group_divides_its_loss_by_the_groups_a_unit_touches():
     """A COUNT over a chain is clipped per group (docs/privacy.md §3.14): each group's
     draw and noise spend that group's part on a unit's change there, the noise of scale
@@ -579,14 +584,11 @@ def test_a_count_clipped_per_group_divides_its_loss_by_the_groups_a_unit_touches
     "groups"), so the parts of the groups it reaches add up to at most the aggregate's
     loss only if each is the loss over min(2c, G), as a SUM's; an unclipped COUNT, a
     histogram whose cells' noise is of scale c, keeps min(2, G)."""
-    text = RULES_TEXT.replace(RAW, "").replace(
-        'g  = { type = "text", keys = ["p", "q"] }',
-        'g  = { type = "text", keys = ["p", "q", "r", "s", "t", "u"] }')
     plan = analyze(parse_statements("SELECT l.g, COUNT(*), COUNT(z) FROM l GROUP BY l.g")[0],
-                   parse_rules(text), Settings(model="idp"))
+                   parse_rules(WIDE_KEYS), Settings(model="idp"))
     assert laddered(plan) == (Contribution("", power=0), Contribution("z", power=0))
     unclipped = analyze(parse_statements("SELECT c.k, COUNT(*) FROM c GROUP BY c.k")[0],
-                        parse_rules(text), Settings(model="idp"))
+                        parse_rules(WIDE_KEYS), Settings(model="idp"))
     whole = plan.aggregate_loss.epsilon
     for shift in (1, 2, 3, 4):
         calibration = Calibration("idp", shift)
@@ -594,10 +596,6 @@ def test_a_count_clipped_per_group_divides_its_loss_by_the_groups_a_unit_touches
             part = _part(plan, agg, calibration).epsilon
             assert part * groups_touched(shift, plan.group_count) <= whole, (shift, agg)
         assert _part(unclipped, unclipped.aggregates[0], calibration).epsilon == whole / 2
-
-
-WIDE_KEYS = RULES_TEXT.replace(RAW, "").replace(
-    'g  = { type = "text", keys = ["p", "q"] }', 'g  = { type = "text", keys = ["p", "q", "r"] }')
 
 
 def test_a_count_over_the_chain_in_many_groups_is_clipped_across_them(con):
