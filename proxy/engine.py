@@ -472,18 +472,20 @@ class Engine:
                 return with_window_extremes(found, first_windows(plan, shift, ALL_ROWS))
             return found
 
-        if isinstance(plan.post, TopChoice) or ladders_alone(plan):  # only ladders read
-            compute = _no_statistics
-        else:
-            compute = compute_statistics
+        def compute(shift: int, clip: int | None) -> dict[tuple, GroupStats]:
+            """No statistics pass where nothing reads it: a ``TopChoice`` is answered
+            from its ladders alone (TPC-H Q15 ran a grouped pass of counts and sums per
+            supplier that nothing read), and so is a plan of ``ladders_alone``."""
+            if isinstance(plan.post, TopChoice) or ladders_alone(plan, shift):
+                return {}
+            return compute_statistics(plan, needs(shift), capabilities, clip, tx.execute)
 
         if table.privacy_unit is None or plan.mechanism.model != "idp":
             shift = (clip or plan.multiplicity) * table.group_size
-            return shift, compute(plan, needs(shift), capabilities, clip, tx.execute), \
-                version
+            return shift, compute(shift, clip), version
         if view.unit_version is None and joined_units(plan) is not None:
             shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
-            return shift, compute(plan, needs(shift), capabilities, None, tx.execute), None
+            return shift, compute(shift, None), None
         if view.unit_version is None:
             unit = table.columns.get(table.privacy_unit)
             folded = self.backend.fingerprint_aggregates(
@@ -498,9 +500,9 @@ class Engine:
             scan = exp.select(*folded).from_(table_ref(table.name))
             shift = self._shift(plan, tx, self.backend.fingerprint_text(
                 tx.execute(scan.sql(dialect=capabilities.dialect, copy=False))[0]))
-            return shift, compute(plan, needs(shift), capabilities, None, tx.execute), None
+            return shift, compute(shift, None), None
         shift = self._shift(plan, tx, view.unit_version)
-        return shift, compute(plan, needs(shift), capabilities, None, tx.execute), version
+        return shift, compute(shift, None), version
 
     def answer(self, plan: QueryPlan, view: View | None = None
                ) -> tuple[list[tuple], list[list[Released]], str | None]:
@@ -693,13 +695,6 @@ def _composed(versions: dict[str, str | None], tables: tuple[str, ...]) -> str |
 
 def _read_bound(tx: Transaction, sql: str) -> int:
     return max(1, int(tx.execute(sql)[0][0]))
-
-
-def _no_statistics(*_) -> dict[tuple, GroupStats]:
-    """No statistics pass: a ``TopChoice`` is answered from its ladders alone (TPC-H
-    Q15 ran a grouped pass of counts and sums per supplier that nothing read), and so
-    is a plan of SUMs and chained COUNTs with automatic bounds (``ladders_alone``)."""
-    return {}
 
 
 def _tables_of(plan: QueryPlan) -> tuple[str, ...]:

@@ -197,25 +197,29 @@ def bound_share(agg) -> Fraction:
     return COUNT_SHARE if agg.kind == COUNT else BOUND_SHARE
 
 
-def ladders_alone(plan: QueryPlan) -> bool:
-    """Whether every aggregate of the plan is answered from its ladders alone: a SUM of
-    a laddered contribution (``_release_clipped`` reads no count or sum of the rows), an
-    AVG over a chain or a join (its count laddered too: ``average_count``) or a COUNT
-    over a chain or a join (``_clipped_count``), on the global scale (no draws,
-    smooth sensitivities nor private levels, which read the statistics after them). The
+def ladders_alone(plan: QueryPlan, shift: int) -> bool:
+    """Whether every aggregate of the plan is answered from its ladders alone at the
+    shift s: a SUM of a laddered contribution (``_release_clipped`` reads no count or
+    sum of the rows), an AVG over a chain or a join (its count laddered too:
+    ``average_count``) or a COUNT over a chain or a join (``_clipped_count``) or in a
+    window clipped across groups (``joint_clipped``: in a window with s ≤ 1 it keeps
+    §3.3's noise of the true count), on the global scale (no draws, smooth
+    sensitivities nor private levels, which read the statistics after them). The
     statistics pass is then read by nothing, and not run (TPC-H Q06, Q14, Q19: a second
-    scan of the line items beside the ladders' statement)."""
+    scan of the line items beside the ladders' statement; Q04: the orders' counts per
+    priority)."""
     mechanism = plan.mechanism
     if mechanism.exponential or mechanism.local or mechanism.scale != GLOBAL:
         return False
     wanted = laddered(plan)
+    joint = () if chained(plan) else joint_clipped(plan, shift)
     return bool(wanted) and all(
         Contribution(agg.column) in wanted if agg.kind == SUM else
         Contribution(agg.column) in wanted and average_count(plan, agg) in wanted
         if agg.kind == AVG else
-        agg.kind == COUNT and not plan.public(agg) and chained(plan)
+        agg.kind == COUNT and not plan.public(agg) and (chained(plan) or index in joint)
         and contribution_of(agg) in wanted
-        for agg in plan.aggregates)
+        for index, agg in enumerate(plan.aggregates))
 
 
 def clippable(plan: QueryPlan) -> bool:

@@ -97,7 +97,7 @@ def _sent(plan: QueryPlan, capabilities, shift: int) -> list[str]:
                           for index in joint_clipped(plan, shift))
         contribution_ladders(plan, wanted, ladders, capabilities, None,
                              lambda sql: sent.append(sql) or [], joint)
-    if not ladders_alone(plan):
+    if not ladders_alone(plan, shift):
         compute_statistics(plan, column_needs(plan, shift, False), capabilities, None,
                            lambda sql: sent.append(sql) or [(None,) * 64])
     return sent
