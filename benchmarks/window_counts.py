@@ -5,7 +5,7 @@ instead of §3.3's noise of scale min(2, G)·s/ε (issues 32 and 33; docs/privac
 which the engine's public rule (``contribution_bounds.windowed_counts``) chooses.
 
     PYTHONPATH=. .venv/bin/python benchmarks/window_counts.py [--epsilon 1,0.1]
-        [--only 'LABEL;LABEL']
+        [--only 'LABEL;LABEL'] [--distinct]
 
 For each query below the engine's plan gives G (the public keys answered) and the rule's
 choice; each person's rows in scope per group n_{u,g} are read from the demo's DuckDB,
@@ -20,7 +20,10 @@ Laplace of scale 2gB/ε_s per group), else per group (the chain COUNT's draw wit
 draw's law (the engine's ``rung_weights``) and the noise (continuous Laplace; the
 engine's grid adds under 1 %): the mean over groups of E|clipped_k − true +
 Laplace(b_k)| / true. "built" is what the engine answers: the clipped form it built
-(halving, ⅒) where its rule says so, else s. It reads the data as the proxy's
+(halving, ⅒) where its rule says so, else s. ``--distinct``: COUNT(DISTINCT person_id)
+instead, n_{u,g} = 1 in each group a person has rows in scope in, and "s" its release
+without clipping, discrete Laplace of scale g·min(2s, G)/ε a group (one person's s rows
+may leave s groups and join s others). It reads the data as the proxy's
 statements do and prints what no analyst sees: a tool for choosing a public rule.
 """
 
@@ -78,11 +81,14 @@ QUERIES = {
 FINE = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
-def contributions(con, term: str | None, where: str | None) -> dict:
-    """{(person, group): rows in scope}."""
+def contributions(con, term: str | None, where: str | None, distinct: bool = False
+                  ) -> dict:
+    """{(person, group): rows in scope} (``distinct``: 1, people not NULL)."""
     term = term.replace(" | ", ", ") if term else None
-    sql = (f"SELECT COUNT(*), person_id{', ' + term if term else ''} FROM visits"
-           f"{' WHERE ' + where if where else ''} GROUP BY ALL")
+    conditions = [c for c in (where, "person_id IS NOT NULL" if distinct else None) if c]
+    sql = (f"SELECT {'1' if distinct else 'COUNT(*)'}, person_id"
+           f"{', ' + term if term else ''} FROM visits"
+           f"{' WHERE ' + ' AND '.join(conditions) if conditions else ''} GROUP BY ALL")
     return {(row[1], row[2:]): row[0] for row in con.execute(sql).fetchall()}
 
 
@@ -133,10 +139,11 @@ def clipped_error(cells: dict, groups: int, rungs: tuple[float, ...], epsilon: F
     return sum(per_group) / len(per_group), max(set(modes), key=modes.count)
 
 
-def statement(term: str | None, where: str | None) -> str:
+def statement(term: str | None, where: str | None, distinct: bool = False) -> str:
     """The COUNT the engine is asked (its plan gives G and the rule's choice)."""
     terms = term.split(" | ") if term else []
-    return (f"SELECT {', '.join([*terms, 'COUNT(*)'])} FROM visits"
+    count = "COUNT(DISTINCT person_id)" if distinct else "COUNT(*)"
+    return (f"SELECT {', '.join([*terms, count])} FROM visits"
             f"{' WHERE ' + where if where else ''}"
             f"{' GROUP BY ' + ', '.join(str(i + 1) for i in range(len(terms))) if terms else ''}")
 
@@ -152,6 +159,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epsilon", default="1,0.1")
     parser.add_argument("--only", default=";".join(QUERIES), help="labels, ;-separated")
+    parser.add_argument("--distinct", action="store_true",
+                        help="COUNT(DISTINCT person_id) instead of COUNT(*)")
     args = parser.parse_args()
     rules = parse_rules((ROOT / "rules" / "demo.toml").read_text(), "demo.toml")
     s = 6  # the demo's most visits a person
@@ -169,15 +178,19 @@ def main() -> None:
               + " |\n|---|---|---|---|---|---|---|---|" + "---|" * len(forms))
         for label in args.only.split(";"):
             term, where, facts = QUERIES[label]
-            plan = analyze(parse_statements(statement(term, where))[0], rules, Settings())
+            plan = analyze(parse_statements(statement(term, where, args.distinct))[0], rules,
+                           Settings())
             groups, rule = plan.group_count, bounds.windowed_counts(plan)
-            cells = contributions(con, term, where)
+            if args.distinct:  # over few groups their own noise is the narrower
+                rule = rule and bounds.units_clipped(plan, s)
+            cells = contributions(con, term, where, args.distinct)
             truth: dict = defaultdict(int)
             for (_, key), n in cells.items():
                 truth[key] += n
             for text in args.epsilon.split(","):
                 epsilon = Fraction(text)
-                scale = min(2, groups) * s / float(epsilon)
+                scale = (min(2 * s, groups) if args.distinct else min(2, groups) * s
+                          ) / float(epsilon)
                 before = sum(discrete_abs(scale) / t for t in truth.values()) / len(truth)
                 row = []
                 for _, rungs, share, aimed in forms:

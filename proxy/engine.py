@@ -393,13 +393,17 @@ class Engine:
         AVG, STDDEV and VARIANCE (privacy/contribution_bounds.py), in one more statement;
         the bounds of those clipped across groups drawn from them (after the debit)."""
         table = plan.table
-        wanted = laddered(plan)
-        ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
-                              shift // table.group_size) for contribution in wanted)
         indexes = joint_clipped(plan, shift)
         joint = frozenset(contribution for index in indexes for contribution in (
             contribution_of(plan.aggregates[index]),
             average_count(plan, plan.aggregates[index])) if contribution is not None)
+        # distinct units are read from a ladder only where clipped (``units_clipped``)
+        wanted = tuple(contribution for contribution in laddered(plan)
+                       if not contribution.units or contribution in joint)
+        if not wanted:
+            return
+        ladders = tuple(rungs(contribution, table.columns.get(contribution.column),
+                              shift // table.group_size) for contribution in wanted)
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
                                                clip, tx.execute, joint,
                                                isinstance(plan.post, TopChoice)).items():

@@ -157,12 +157,15 @@ class Contribution:
     normalised values x of ``column`` in scope (SUM: origin 0, power 1; the moments of
     STDDEV and VARIANCE: origin L, powers 1 and 2). ``centres``: per group key its own
     origin and scale, ((x − origin)·scale)^power (a released mean and 1/√B₂,
-    proxy.privacy.noisy_answers.spread_centres); other groups' terms are 0."""
+    proxy.privacy.noisy_answers.spread_centres); other groups' terms are 0. ``units``
+    (power 0, no column: COUNT(DISTINCT unit)): 1 for a unit with rows in the group's
+    scope, whatever their number, 0 for the NULL unit."""
 
     column: str
     origin: float = 0.0
     power: int = 1
     centres: tuple[tuple[tuple, float, float], ...] = ()
+    units: bool = False
 
 
 @dataclass(frozen=True)

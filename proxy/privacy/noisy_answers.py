@@ -315,9 +315,10 @@ def _clipped_count(a: Asked) -> Released:
 
 
 def _joint_count(a: Asked) -> Released:
-    """COUNT in a window (§3.3, "Counts in a window"), or over a chain or a join (§3.14),
-    under GROUP BY where one unit may touch more than 2 groups: each unit's rows in
-    scope over all groups scaled to at most B, a bound drawn once for the query with a
+    """COUNT in a window (§3.3, "Counts in a window"; COUNT(DISTINCT unit) too: a unit
+    once in each group it has rows in), or over a chain or a join (§3.14), under GROUP
+    BY where one unit may touch more than 2 groups: each unit's rows in scope over all
+    groups scaled to at most B, a bound drawn once for the query with a
     tenth of the whole loss (``draw_joint_bounds``), each group's count with Laplace
     noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
     plan = a.plan
@@ -326,6 +327,7 @@ def _joint_count(a: Asked) -> Released:
     return _finish(Noisy(noisy.value, noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, JOINT_COUNT_NOTE.format(
+                       what=JOINT_UNITS if a.agg.kind == Kind.UNITS else JOINT_ROWS,
                        why=CHAINED_WHY if chained(plan) else WINDOW_WHY))
 
 
@@ -352,17 +354,22 @@ def _counted(a: Asked, contribution: Contribution, loss: Loss, confidence: float
 # What a count clipped across groups says (the same in every group): the 95 % bound
 # covers the noise, not the clipping, which only lowers a count.
 JOINT_COUNT_NOTE = (
-    "COUNT: each unit's rows in scope, counted over all groups, scaled to a total of at "
+    "{what}, counted over all groups, scaled to a total of at "
     "most a bound drawn privately once for the query from a public ladder with a tenth of "
     "the epsilon, {why}; the 95 % bound covers the noise, not the clipping, which can "
     "only lower a count (docs/privacy.md §3.3, §3.14)")
+JOINT_ROWS = "COUNT: each unit's rows in scope"
+JOINT_UNITS = "COUNT(DISTINCT unit): each unit once in each group it has rows in"
 WINDOW_WHY = "because the WHERE keeps a time column to at most half its domain"
 CHAINED_WHY = "because one unit owns rows in many groups through the chain or the join"
 
 
 def _units(a: Asked) -> Released:
     """COUNT(DISTINCT unit): one unit's change makes g units leave or join each cell it
-    touches."""
+    touches; in a window, under GROUP BY where one unit may touch more than 2 groups,
+    each unit's groups are clipped across them as a COUNT's rows are (§3.3)."""
+    if a.index in a.group.joint:
+        return _joint_count(a)
     noisy = _integer_noise(a, a.group.units, _integer_scale(a.plan.table.group_size, a.cal),
                            a.part)
     return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), a.cal, None,

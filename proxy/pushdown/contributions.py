@@ -93,8 +93,11 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
     eager = _by_link(plan, needs, clip_rows_per_unit)  # its own scope, without the unit
     scope = eager if eager is not None else scope_select(plan, needs, clip_rows_per_unit,
                                                          unit=True)
-    terms = []
+    terms: list[exp.Expression | None] = []
     for contribution in wanted:  # (x − origin)^power of the normalised value c_j
+        if contribution.units:  # COUNT(DISTINCT unit): the unit once, below (one table)
+            terms.append(None)
+            continue
         if not contribution.column:  # COUNT(*): each row once
             terms.append(exp.Literal.number(1))
             continue
@@ -124,7 +127,9 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
     # a unit's contribution: the sum over its rows in scope (none: 0)
     if eager is not None:
         return _summed_by_link(plan, eager, keys, terms, with_unit)
-    return exp.select(*keys, *[exp.alias_(exp.Coalesce(
+    present = exp.Case().when(exp.column("u").is_(exp.null()), zero.copy()).else_(
+        exp.Literal.number(1))  # a unit with rows in the group; the NULL unit none
+    return exp.select(*keys, *[exp.alias_(present.copy() if term is None else exp.Coalesce(
         this=exp.Sum(this=term), expressions=[zero.copy()]), f"t{i}")
         for i, term in enumerate(terms)], *(["u"] if with_unit else [])
     ).from_(scope.subquery("r", copy=False), copy=False).group_by(*keys, "u", copy=False)
