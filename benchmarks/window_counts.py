@@ -52,6 +52,8 @@ QUERIES = {
     "day, Q1 2024": (DAY, "visited_at >= '2024-01-01' AND visited_at < '2024-04-01'",
                      "window 1/8, bucket day"),
     "day, December 2024": (DAY, "visited_at >= '2024-12-01'", "window 1/24, bucket day"),
+    "day, 1–7 December 2024": (DAY, "visited_at >= '2024-12-01' AND visited_at < '2024-12-08'",
+                               "window 1/104, bucket day, G 7"),
     "week, H1 2024": ("date_trunc('week', visited_at)",
                       "visited_at >= '2024-01-01' AND visited_at < '2024-07-01'",
                       "window 1/4, bucket week"),
