@@ -11,7 +11,7 @@ For each query below the engine's plan gives G (the public keys answered) and th
 choice; each person's rows in scope per group n_{u,g} are read from the demo's DuckDB,
 T_u = Σ_g n_{u,g}. "s" is §3.3's release: discrete Laplace of scale min(2, G)·s/ε per
 group, E|Z| = 2p/(1 − p²), p = e^{−1/b}. The clipped forms, over a public ladder
-(``rungs``' halving one: 1.5, 3, 6; "fine": 1, 1.5, 2, 3, 4, 6), with a share of ε for
+(``rungs``' halving one: 1.5, 3, 6; the window's: 1, 1.5, 2, 3, 4, 6), with a share of ε for
 the draw (a third, as sums take, or ``COUNT_SHARE``, a tenth): where G > 2 across groups
 (§3.14 "Across groups": each unit's rows scaled by min(1, B/T_u), the rung drawn once
 by ``joint_rule``, "q at ε_s" with its count of units q = 4gG/ε_s instead of 2gG/ε_b;
@@ -20,7 +20,8 @@ Laplace of scale 2gB/ε_s per group), else per group (the chain COUNT's draw wit
 draw's law (the engine's ``rung_weights``) and the noise (continuous Laplace; the
 engine's grid adds under 1 %): the mean over groups of E|clipped_k − true +
 Laplace(b_k)| / true. "built" is what the engine answers: the clipped form it built
-(halving, ⅒) where its rule says so, else s. ``--distinct``: COUNT(DISTINCT person_id)
+(the window's ladder, ⅒, q at ε_s; the halving ladder with q at 2gG/ε_b until
+2026-11-28 15:00 UTC) where its rule says so, else s. ``--distinct``: COUNT(DISTINCT person_id)
 instead, n_{u,g} = 1 in each group a person has rows in scope in, and "s" its release
 without clipping, discrete Laplace of scale g·min(2s, G)/ε a group (one person's s rows
 may leave s groups and join s others). It reads the data as the proxy's
@@ -80,9 +81,6 @@ QUERIES = {
     "days >= 1 (utility)": (None, "days >= 1", "a window on days, ungrouped"),
 }
 
-FINE = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-
-
 def contributions(con, term: str | None, where: str | None, distinct: bool = False
                   ) -> dict:
     """{(person, group): rows in scope} (``distinct``: 1, people not NULL)."""
@@ -114,10 +112,8 @@ def clipped_error(cells: dict, groups: int, rungs: tuple[float, ...], epsilon: F
     of_bound, of_sum = part * share, part * (1 - share)
     if joint:  # one draw from β_k over all units' totals
         beyond = tuple(sum(1 for t in total.values() if t > b) for b in rungs)
-        rule = bounds.joint_rule(groups)
-        if aimed:  # q = 4gG/ε_s whatever the draw's share: λq = 2G·ε_b/ε_s
-            rule["allowance"] = 2 * groups * of_bound / of_sum
-            rule["shortfall"] = max(rule["allowance"], bounds.SHORTFALL)
+        # aimed: q = 4gG/ε_s whatever the draw's share, λq = 2G·ε_b/ε_s
+        rule = bounds.joint_rule(groups, share if aimed else None)
         chance = probabilities(bounds.rung_weights(beyond, of_bound, g, **rule))
         errors = [0.0] * len(rungs)
         for k, bound in enumerate(rungs):
@@ -167,10 +163,12 @@ def main() -> None:
     rules = parse_rules((ROOT / "rules" / "demo.toml").read_text(), "demo.toml")
     s = 6  # the demo's most visits a person
     halving = bounds.rungs(bounds.Contribution("", power=0), None, s)
+    window = bounds.rungs(bounds.Contribution("", power=0, window=True), None, s)
     forms = [("halving, ⅓", halving, bounds.BOUND_SHARE, False),
-             ("halving, ⅒ (built)", halving, bounds.COUNT_SHARE, False),
+             ("halving, ⅒ (built until 15:00 UTC 2026-11-28)", halving, bounds.COUNT_SHARE,
+              False),
              ("halving, ⅒, q at ε_s", halving, bounds.COUNT_SHARE, True),
-             ("fine, ⅒, q at ε_s", FINE, bounds.COUNT_SHARE, True)]
+             ("window's, ⅒, q at ε_s (built)", window, bounds.COUNT_SHARE, True)]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "demo.duckdb"
         create_demo(path)
@@ -198,7 +196,7 @@ def main() -> None:
                 for _, rungs, share, aimed in forms:
                     error, mode = clipped_error(cells, groups, rungs, epsilon, share, aimed)
                     row.append((error, mode))
-                built = row[1][0] if rule else before
+                built = row[3][0] if rule else before
                 print(f"| {label} | {facts} | {groups} | {'yes' if rule else 'no'} | {text} | "
                       f"{min(truth.values())}–{max(truth.values())} | {before:.2%} ({scale:g}) "
                       f"| {built:.2%} | " + " | ".join(f"{e:.2%} ({m:g})" for e, m in row)

@@ -395,7 +395,7 @@ class Engine:
         table = plan.table
         indexes = joint_clipped(plan, shift)
         joint = frozenset(contribution for index in indexes for contribution in (
-            contribution_of(plan.aggregates[index]),
+            contribution_of(plan.aggregates[index], plan),
             average_count(plan, plan.aggregates[index])) if contribution is not None)
         # distinct units are read from a ladder only where clipped (``units_clipped``)
         wanted = tuple(contribution for contribution in laddered(plan)

@@ -133,7 +133,7 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
         if agg.kind in (COUNT, UNITS):  # over a chain or a join, or in a window: clipped
             if ((counts if agg.kind == COUNT else windowed) and not plan.public(agg)
                     and not plan.gaussian(agg)):
-                wanted[contribution_of(agg)] = None
+                wanted[contribution_of(agg, plan)] = None
             continue
         column = plan.table.columns.get(agg.column) if agg.column else None
         if column is None or column.lower is None or column.upper is None:
@@ -186,14 +186,15 @@ def windowed_counts(plan: QueryPlan) -> bool:
             and table.max_rows_per_unit != 1 and not chained(plan))
 
 
-def contribution_of(agg) -> Contribution:
-    """The contribution a clipped aggregate reads: a COUNT's, a unit's rows in scope
-    (power 0; ``column`` "" for COUNT(*)); a COUNT(DISTINCT unit)'s, 1 where the unit has
-    rows in the group's scope; a SUM's or AVG's, its values."""
-    if agg.kind == UNITS:
-        return Contribution("", power=0, units=True)
-    return Contribution(agg.column or "", power=0) if agg.kind == COUNT \
-        else Contribution(agg.column)
+def contribution_of(agg, plan: QueryPlan) -> Contribution:
+    """The contribution a clipped aggregate of ``plan`` reads: a COUNT's, a unit's rows
+    in scope (power 0; ``column`` "" for COUNT(*)); a COUNT(DISTINCT unit)'s, 1 where the
+    unit has rows in the group's scope; in a window (``windowed_counts``) either on the
+    window's ladder; a SUM's or AVG's, its values."""
+    if agg.kind not in (COUNT, UNITS):
+        return Contribution(agg.column)
+    return Contribution("" if agg.kind == UNITS else agg.column or "", power=0,
+                        units=agg.kind == UNITS, window=windowed_counts(plan))
 
 
 def bound_share(agg) -> Fraction:
@@ -224,7 +225,7 @@ def ladders_alone(plan: QueryPlan, shift: int) -> bool:
         if agg.kind == AVG else
         agg.kind in (COUNT, UNITS) and not plan.public(agg)
         and (chained(plan) and agg.kind == COUNT or index in joint)
-        and contribution_of(agg) in wanted
+        and contribution_of(agg, plan) in wanted
         for index, agg in enumerate(plan.aggregates))
 
 
@@ -243,11 +244,17 @@ def clippable(plan: QueryPlan) -> bool:
 def rungs(contribution: Contribution, column: Column | None, rows_per_unit: int
           ) -> tuple[float, ...]:
     """The public ladder of ``contribution`` of ``column`` (its declared domain and
-    resolution; a count's: none, its rungs rows_per_unit down to 1) for units of at
+    resolution; a count's: none, its rungs rows_per_unit down to 1, halved; a count in
+    a window's, those and every power of two up to rows_per_unit: most units own one or
+    two rows in scope, and the rung at 1 counts each of them whole) for units of at
     most ``rows_per_unit`` rows, ascending."""
     if contribution.power == 2:  # the squares of the first power's rungs (moments)
         return tuple(bound * bound for bound in rungs(
             Contribution(contribution.column, contribution.origin), column, rows_per_unit))
+    if contribution.window:  # and every power of two: 1, 1.5, 2, 3, 4, 6 for c = 6
+        halving = rungs(Contribution("", power=0), None, rows_per_unit)
+        return tuple(sorted({*halving, *(2.0 ** k for k in range(HALVINGS + 1)
+                                         if 2 ** k <= rows_per_unit)}))
     if contribution.power == 0 or column is None:
         top, floor = float(rows_per_unit), 1.0
     else:
@@ -364,7 +371,7 @@ def joint_prior(group_count: int) -> Fraction:
 JOINT_PRIOR, JOINT_SLACK = Fraction(1), 1
 
 
-def joint_rule(group_count: int) -> dict:
+def joint_rule(group_count: int, share: Fraction | None = None) -> dict:
     """``rung_weights``' public parameters for a bound drawn once for G groups whose
     every sum is released (L1, ``draw_joint_bounds``): a private quantile. The error of
     the G sums, clipping plus noise, Σ_u (T_u − B)⁺ + G·2gB/ε_s, falls as B rises while
@@ -375,9 +382,13 @@ def joint_rule(group_count: int) -> dict:
     max(0, β_k − q) + max(0, t − β_{k−1}), 0 at the lowest rung with at most q totals
     beyond it when at least t lie beyond the rung below; prior 1 a rung, which breaks
     ties downwards where the units are too few to inform the draw. Public: G and the
-    constants (q and t in λ's scale, λq = G: ε and g cancel)."""
-    return {"prior": JOINT_PRIOR, "allowance": Fraction(group_count),
-            "shortfall": max(Fraction(group_count), SHORTFALL), "slack": JOINT_SLACK}
+    constants (q and t in λ's scale, λq = G: ε and g cancel). ``share``: the draw's
+    share of the loss where it is not a third (counts in a window, ``COUNT_SHARE``):
+    q = 4gG/ε_s still, λq = 2G·ε_b/ε_s (2G/9), so that a draw with a tenth of ε does not
+    allow five times the clipped units."""
+    allowance = Fraction(group_count) if share is None else 2 * group_count * share / (1 - share)
+    return {"prior": JOINT_PRIOR, "allowance": allowance,
+            "shortfall": max(allowance, SHORTFALL), "slack": JOINT_SLACK}
 
 
 def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
@@ -401,19 +412,20 @@ def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
     return tuple(index for index, agg in enumerate(plan.aggregates)
                  if (agg.kind in (SUM, AVG) or agg.kind == COUNT and counts
                      or agg.kind == UNITS and units_clipped(plan, shift))
-                 and not plan.gaussian(agg) and contribution_of(agg) in clipped)
+                 and not plan.gaussian(agg) and contribution_of(agg, plan) in clipped)
 
 
 def units_clipped(plan: QueryPlan, shift: int) -> bool:
     """Whether a COUNT(DISTINCT unit) in a window (``windowed_counts``) is clipped across
     groups at the shift s: where its own noise, of scale g·min(2s, G)/ε a group (one
     unit's s records may leave s groups and join s others, §3.3), is wider than the
-    clipped form's at the ladder's second rung B₁, 2g·B₁/ε_s with ε_s = 9ε/10. Unlike a
+    clipped form's at the halving ladder's second rung B₁ (c, c/2, … ≥ 1: 3 for c = 6),
+    2g·B₁/ε_s with ε_s = 9ε/10. Unlike a
     COUNT's rows (§3.3's 2s/ε whatever G), distinct units over a few groups are already
     counted once a group: per department in a half-year window the clipped form errs
     0.33 % against 0.24 %, per day 11 % against 30 % (benchmarks/window_counts.py
     --distinct). Public: s, G and the ladder."""
-    ladder = rungs(Contribution("", power=0, units=True), None,
+    ladder = rungs(Contribution("", power=0), None,  # the halving one: c, c/2, …
                    shift // plan.table.group_size)
     return (windowed_counts(plan) and len(ladder) > 1
             and min(2 * shift, plan.group_count) * (1 - COUNT_SHARE)
@@ -439,7 +451,7 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
         agg = plan.aggregates[index]
         of_count, of_sum = sum_loss(plan, agg)
         share = bound_share(agg)
-        draws = [(index, contribution_of(agg), of_sum.split(share, 1 - share)[0])]
+        draws = [(index, contribution_of(agg, plan), of_sum.split(share, 1 - share)[0])]
         counted = average_count(plan, agg)
         if counted is not None:  # its count across groups too, as a COUNT's
             draws.append((count_slot(index), counted,
@@ -451,8 +463,10 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
                 [0] * len(ladder_rungs), *(group.ladders[contribution].beyond
                                            for group in groups.values()
                                            if contribution in group.ladders))]
-            k = choose_scaled(*rung_exponents(tuple(beyond), of_bound.epsilon,
-                                              plan.table.group_size, **rule), rng)
+            k = choose_scaled(*rung_exponents(
+                tuple(beyond), of_bound.epsilon, plan.table.group_size,
+                **(joint_rule(plan.group_count, COUNT_SHARE) if contribution.window else rule)),
+                rng)
             for key in plan.group_keys():
                 groups.setdefault(key, GroupStats()).joint[slot] = k
 

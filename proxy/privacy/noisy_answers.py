@@ -306,7 +306,7 @@ def _clipped_count(a: Asked) -> Released:
     """COUNT over a chain or a join: each unit's rows in scope (in [0, B]) clipped to a
     bound drawn per group (§3.14), so the noise is of a typical unit's rows, not of the
     most rows one unit owns through the chain (TPC-H: 139 line items a customer)."""
-    noisy = _counted(a, contribution_of(a.agg), a.part)
+    noisy = _counted(a, contribution_of(a.agg, a.plan), a.part)
     return _finish(Noisy(noisy.value, noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),
                    a.cal, "COUNT: each unit's rows in scope, counted, clipped to a bound drawn "
@@ -322,7 +322,7 @@ def _joint_count(a: Asked) -> Released:
     tenth of the whole loss (``draw_joint_bounds``), each group's count with Laplace
     noise of scale 2gB/ε_s on the integers' grid, rounded and kept ≥ 0."""
     plan = a.plan
-    noisy = _counted(a, contribution_of(a.agg), sum_loss(plan, a.agg)[1],
+    noisy = _counted(a, contribution_of(a.agg, plan), sum_loss(plan, a.agg)[1],
                      joint=a.group.joint[a.index])
     return _finish(Noisy(noisy.value, noisy.ci95,
                          f"{noisy.mechanism}, its bound by the exponential mechanism"),

@@ -129,7 +129,7 @@ def test_a_count_after_an_average_is_clipped_in_the_window_too():
     """The COUNT is clipped across groups whatever aggregate comes before it (an AVG
     once reset the rule's flag while ``laddered`` walked the aggregates)."""
     plan = plan_of(f"SELECT department, AVG(x), COUNT(*) FROM v WHERE {MARCH} GROUP BY 1")
-    assert Contribution("", power=0) in laddered(plan)
+    assert Contribution("", power=0, window=True) in laddered(plan)
     assert joint_clipped(plan, 4) == (0, 1)
 
 
@@ -137,7 +137,7 @@ def test_a_count_after_an_average_is_clipped_in_the_window_too():
 
 GROUPS = 3
 C = 3  # rows a unit may own: the ladder 1.5, 3
-LADDER = rungs(Contribution("", power=0), None, C)
+LADDER = rungs(Contribution("", power=0, window=True), None, C)  # 1, 1.5, 2, 3
 STEP = grid_step(1.0)  # a count's grid (resolution 1)
 
 
@@ -146,7 +146,7 @@ def _log_odds(beyond: tuple[int, ...], epsilon: Fraction, group_size: int
               ) -> tuple[float, ...]:
     """log P(rung k) of the engine's draw across groups at the count's share of ε."""
     x = [float(w) for _, w in rung_weights(beyond, epsilon * COUNT_SHARE, group_size,
-                                           **joint_rule(GROUPS))]
+                                           **joint_rule(GROUPS, COUNT_SHARE))]
     low = min(x)
     total = math.log(sum(math.exp(low - v) for v in x))
     return tuple(low - v - total for v in x)
@@ -330,8 +330,8 @@ def test_the_statement_counts_each_units_rows_scaled_to_its_total(engine, by, te
     if distinct:
         sql = sql.replace("COUNT(*), COUNT(x)", "COUNT(DISTINCT person)")
     (_, plan), = session.check(sql)
-    wanted = ((Contribution("", power=0, units=True),) if distinct else
-              (Contribution("", power=0), Contribution("x", power=0)))
+    wanted = ((Contribution("", power=0, units=True, window=True),) if distinct else
+              (Contribution("", power=0, window=True), Contribution("x", power=0, window=True)))
     assert laddered(plan) == wanted and joint_clipped(plan, 4) == tuple(range(len(wanted)))
     ladder = rungs(wanted[0], None, 4)
     with engine.view(plan) as view:
@@ -399,7 +399,8 @@ def test_the_release_shows_its_noise_and_spends_epsilon_once(engine):
     # c is the data's (iDP): each rung of each ladder c, c/2, … the engine could use
     widths = {laplace_interval(joint_sensitivity(bound, 1, 4, c, grid_step(1.0)),
                                Fraction(9, 10), grid_step(1.0))
-              for c in range(1, 12) for bound in rungs(Contribution("", power=0), None, c)}
+              for c in range(1, 12)
+              for bound in rungs(Contribution("", power=0, window=True), None, c)}
     for shown in answer.privacy["ci95"].values():
         assert len(set(shown)) == 1 and any(shown[0] == pytest.approx(w) for w in widths), \
             shown

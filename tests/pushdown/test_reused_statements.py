@@ -93,7 +93,7 @@ def _sent(plan: QueryPlan, capabilities, shift: int) -> list[str]:
     if wanted:
         ladders = tuple(rungs(c, plan.table.columns.get(c.column), shift // plan.table.group_size)
                         for c in wanted)
-        joint = frozenset(contribution_of(plan.aggregates[index])  # some clipped jointly
+        joint = frozenset(contribution_of(plan.aggregates[index], plan)  # some clipped jointly
                           for index in joint_clipped(plan, shift))
         contribution_ladders(plan, wanted, ladders, capabilities, None,
                              lambda sql: sent.append(sql) or [], joint)
