@@ -174,9 +174,9 @@ def chained(plan: QueryPlan) -> bool:
 
 def windowed_counts(plan: QueryPlan) -> bool:
     """Whether the plan's COUNTs and COUNT(DISTINCT unit)s over one table read on its
-    own unit are clipped across groups (§3.3, "Counts in a window"): under GROUP BY of more than 2 public keys that
-    are not the unit's own attributes, on a table with a privacy unit that may own more
-    than one row, with a WHERE keeping a time column to at most half its declared domain
+    own unit are clipped across groups (§3.3, "Counts in a window"): under GROUP BY of
+    more than 2 public keys that are not the unit's own attributes, on a table with a
+    privacy unit that may own more than one row, with a WHERE keeping a time column to at most half its declared domain
     (``QueryPlan.window``), where a unit owns mostly one row in scope. Text and rules
     alone; ``joint_clipped`` clips them only where one unit's change may touch more than
     2 groups (s > 1), else they keep §3.3's noise."""
@@ -420,11 +420,10 @@ def units_clipped(plan: QueryPlan, shift: int) -> bool:
     groups at the shift s: where its own noise, of scale g·min(2s, G)/ε a group (one
     unit's s records may leave s groups and join s others, §3.3), is wider than the
     clipped form's at the halving ladder's second rung B₁ (c, c/2, … ≥ 1: 3 for c = 6),
-    2g·B₁/ε_s with ε_s = 9ε/10. Unlike a
-    COUNT's rows (§3.3's 2s/ε whatever G), distinct units over a few groups are already
-    counted once a group: per department in a half-year window the clipped form errs
-    0.33 % against 0.24 %, per day 11 % against 30 % (benchmarks/window_counts.py
-    --distinct). Public: s, G and the ladder."""
+    2g·B₁/ε_s with ε_s = 9ε/10. Unlike a COUNT's rows (§3.3's 2s/ε whatever G), distinct
+    units over a few groups are already counted once a group: per department in a
+    half-year window the clipped form errs 0.34 % against 0.24 %, per day 8 % against
+    30 % (benchmarks/window_counts.py --distinct). Public: s, G and the ladder."""
     ladder = rungs(Contribution("", power=0), None,  # the halving one: c, c/2, …
                    shift // plan.table.group_size)
     return (windowed_counts(plan) and len(ladder) > 1
