@@ -126,6 +126,23 @@ def test_crossed_buckets_on_spark_give_duckdbs_ladders(sql, engines):
                for ladder in group.values())
 
 
+def test_counts_clipped_across_groups_give_duckdbs_ladders_on_spark(engines):
+    """A unit's presence per group (COUNT(DISTINCT unit): ``CASE WHEN u IS NULL …`` in
+    the unit's GROUP BY) and its non-NULL values (COUNT(x)), on the window's ladder,
+    clipped across groups (each unit's total over the groups, its first group): the same
+    counts beyond and clipped sums at every rung of every group as on DuckDB."""
+    plan = analyze(parse_statements("SELECT grp, COUNT(DISTINCT unit), COUNT(x) FROM t "
+                                    "GROUP BY grp")[0], RULES, Settings())
+    wanted = (Contribution("", power=0, units=True, window=True),
+              Contribution("x", power=0, window=True))
+    ladders = tuple(rungs(c, None, 3) for c in wanted)
+    found = [contribution_ladders(plan, wanted, ladders, engine.backend.capabilities, None,
+                                  engine.backend.query, frozenset(wanted))
+             for engine in engines]
+    assert found[0] == found[1]
+    assert any(ladder.beyond[0] for group in found[0].values() for ladder in group.values())
+
+
 def test_ordered_lists_and_slices_read_the_same_on_spark(engines):
     """The extremes' forms (``ARRAY_AGG(v ORDER BY v)``, a slice, a FILTER on it), which
     sqlglot's Spark would render unordered: the same values as DuckDB."""
