@@ -163,7 +163,7 @@ def main() -> None:
     rules = parse_rules((ROOT / "rules" / "demo.toml").read_text(), "demo.toml")
     s = 6  # the demo's most visits a person
     halving = bounds.rungs(bounds.Contribution("", power=0), None, s)
-    window = bounds.rungs(bounds.Contribution("", power=0, window=True), None, s)
+    window = bounds.rungs(bounds.Contribution("", power=0, fine=True), None, s)
     forms = [("halving, ⅓", halving, bounds.BOUND_SHARE, False),
              ("halving, ⅒ (built until 15:00 UTC 2026-11-28)", halving, bounds.COUNT_SHARE,
               False),

@@ -397,9 +397,9 @@ class Engine:
         joint = frozenset(contribution for index in indexes for contribution in (
             contribution_of(plan.aggregates[index], plan),
             average_count(plan, plan.aggregates[index])) if contribution is not None)
-        # distinct units are read from a ladder only where clipped (``units_clipped``)
+        # counts on the fine ladder are read from it only where clipped across groups
         wanted = tuple(contribution for contribution in laddered(plan)
-                       if not contribution.units or contribution in joint)
+                       if not contribution.fine or contribution in joint)
         if not wanted:
             return
         ladders = tuple(rungs(contribution, table.columns.get(contribution.column),

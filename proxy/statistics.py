@@ -159,15 +159,16 @@ class Contribution:
     origin and scale, ((x − origin)·scale)^power (a released mean and 1/√B₂,
     proxy.privacy.noisy_answers.spread_centres); other groups' terms are 0. ``units``
     (power 0, no column: COUNT(DISTINCT unit)): 1 for a unit with rows in the group's
-    scope, whatever their number, 0 for the NULL unit. ``window``: a count in a time
-    window (proxy.privacy.contribution_bounds.windowed_counts), on its own ladder."""
+    scope, whatever their number, 0 for the NULL unit. ``fine``: a count on the fine
+    ladder (proxy.privacy.contribution_bounds.rungs: counts in a time window, an AVG's
+    there too)."""
 
     column: str
     origin: float = 0.0
     power: int = 1
     centres: tuple[tuple[tuple, float, float], ...] = ()
     units: bool = False
-    window: bool = False
+    fine: bool = False
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from proxy.loss import Loss
 from proxy.privacy.contribution_bounds import (
     COUNT_PRIOR,
     COUNT_SHARE,
-    average_count,
     bound_note,
     chained,
+    clipped_divisor,
     clipped_sum,
     contribution_of,
     count_slot,
@@ -612,7 +612,7 @@ class _ClippedAlike:
     joint_note: str
     bound_note: str
     group_count: int
-    counted: Contribution | None  # an AVG's count laddered too (``average_count``)
+    counted: Contribution | None  # an AVG's count laddered too (``clipped_divisor``)
     joint_noise: dict = field(default_factory=dict)
     noise: dict = field(default_factory=dict)
     mechanisms: dict = field(default_factory=dict)
@@ -622,7 +622,7 @@ def _clipped_alike(a: Asked) -> _ClippedAlike:
     plan, agg, cal = a.plan, a.agg, a.cal
     rows_per_unit = cal.shift // plan.table.group_size
     gaussian = plan.gaussian(agg)
-    counted = average_count(plan, agg)
+    counted = clipped_divisor(plan, a.index, a.group.joint)
     joint = joint_note(rows_per_unit)
     bound = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     if agg.kind == SUM:

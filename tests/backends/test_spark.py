@@ -133,8 +133,8 @@ def test_counts_clipped_across_groups_give_duckdbs_ladders_on_spark(engines):
     counts beyond and clipped sums at every rung of every group as on DuckDB."""
     plan = analyze(parse_statements("SELECT grp, COUNT(DISTINCT unit), COUNT(x) FROM t "
                                     "GROUP BY grp")[0], RULES, Settings())
-    wanted = (Contribution("", power=0, units=True, window=True),
-              Contribution("x", power=0, window=True))
+    wanted = (Contribution("", power=0, units=True, fine=True),
+              Contribution("x", power=0, fine=True))
     ladders = tuple(rungs(c, None, 3) for c in wanted)
     found = [contribution_ladders(plan, wanted, ladders, engine.backend.capabilities, None,
                                   engine.backend.query, frozenset(wanted))

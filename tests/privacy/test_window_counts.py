@@ -21,11 +21,13 @@ from proxy.analyze import analyze, parse_statements
 from proxy.privacy.contribution_bounds import (
     COUNT_SHARE,
     average_count,
+    clipped_divisor,
     count_slot,
     joint_clipped,
     joint_rule,
     joint_sensitivity,
     laddered,
+    ladders_alone,
     rung_weights,
     rungs,
     units_clipped,
@@ -133,10 +135,17 @@ def test_a_count_after_an_average_is_clipped_in_the_window_too():
     count is clipped across groups as a COUNT(x) in the window is (its count's noise
     was §3.3's at a quarter of ε: 48 on the demo's 57 visits a day)."""
     plan = plan_of(f"SELECT department, AVG(x), COUNT(*) FROM v WHERE {MARCH} GROUP BY 1")
-    assert Contribution("", power=0, window=True) in laddered(plan)
-    assert average_count(plan, plan.aggregates[0]) == Contribution("x", power=0, window=True)
-    assert Contribution("x", power=0, window=True) in laddered(plan)
+    assert Contribution("", power=0, fine=True) in laddered(plan)
+    assert average_count(plan, plan.aggregates[0]) == Contribution("x", power=0, fine=True)
+    assert Contribution("x", power=0, fine=True) in laddered(plan)
     assert joint_clipped(plan, 4) == (0, 1)
+    # with s = 1 (at most one row a unit in the data) the AVG is clipped per group and
+    # divides by §3.3's count, which needs the statistics pass and spends nothing on a draw
+    assert clipped_divisor(plan, 0, joint_clipped(plan, 4)) == Contribution(
+        "x", power=0, fine=True)
+    alone = plan_of(f"SELECT department, AVG(x) FROM v WHERE {MARCH} GROUP BY 1")
+    assert clipped_divisor(alone, 0, joint_clipped(alone, 1)) is None
+    assert ladders_alone(alone, 4) and not ladders_alone(alone, 1)
 
 
 def test_an_average_in_the_window_divides_by_a_clipped_count(engine):
@@ -160,7 +169,7 @@ def test_an_average_in_the_window_divides_by_a_clipped_count(engine):
 
 GROUPS = 3
 C = 3  # rows a unit may own: the ladder 1.5, 3
-LADDER = rungs(Contribution("", power=0, window=True), None, C)  # 1, 1.5, 2, 3
+LADDER = rungs(Contribution("", power=0, fine=True), None, C)  # 1, 1.5, 2, 3
 STEP = grid_step(1.0)  # a count's grid (resolution 1)
 
 
@@ -353,8 +362,8 @@ def test_the_statement_counts_each_units_rows_scaled_to_its_total(engine, by, te
     if distinct:
         sql = sql.replace("COUNT(*), COUNT(x)", "COUNT(DISTINCT person)")
     (_, plan), = session.check(sql)
-    wanted = ((Contribution("", power=0, units=True, window=True),) if distinct else
-              (Contribution("", power=0, window=True), Contribution("x", power=0, window=True)))
+    wanted = ((Contribution("", power=0, units=True, fine=True),) if distinct else
+              (Contribution("", power=0, fine=True), Contribution("x", power=0, fine=True)))
     assert laddered(plan) == wanted and joint_clipped(plan, 4) == tuple(range(len(wanted)))
     ladder = rungs(wanted[0], None, 4)
     with engine.view(plan) as view:
@@ -423,7 +432,7 @@ def test_the_release_shows_its_noise_and_spends_epsilon_once(engine):
     widths = {laplace_interval(joint_sensitivity(bound, 1, 4, c, grid_step(1.0)),
                                Fraction(9, 10), grid_step(1.0))
               for c in range(1, 12)
-              for bound in rungs(Contribution("", power=0, window=True), None, c)}
+              for bound in rungs(Contribution("", power=0, fine=True), None, c)}
     for shown in answer.privacy["ci95"].values():
         assert len(set(shown)) == 1 and any(shown[0] == pytest.approx(w) for w in widths), \
             shown
