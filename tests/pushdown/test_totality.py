@@ -28,6 +28,7 @@ from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, ProxyError
+from proxy.guards import clamp
 from proxy.pushdown.scope import needed_value, scope_select
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -168,6 +169,25 @@ def test_the_clamp_that_writes_its_operand_twice_is_only_at_the_top():
         operand = tree.args["ifs"][0].this.this
         assert operand == tree.args["default"].this.this
         assert len(tree.sql()) < 2 * len(operand.sql()) + 200
+
+
+def test_the_clamp_on_every_row_value(engine):
+    """guards.clamp on the backend, straight on the raw float columns (every adversarial
+    value: NULL, NaN, ±inf, ±1e308, denormals): NULL stays NULL, NaN goes to the upper
+    end (each engine orders NaN above every number in GREATEST and LEAST), ±inf and
+    beyond to the ends, the rest unchanged."""
+    seen = set()
+    for name in totality.FLOATS:
+        value = exp.cast(exp.column(name, quoted=True), "double")
+        sql = exp.select(exp.column("id", quoted=True), clamp(value, -1.5, 2.0)).from_(
+            totality.TABLE).sql(dialect=engine.backend.dialect)
+        got = dict(engine.backend.read(sql))
+        for key, raw in zip(ROWS["id"], ROWS[name]):
+            want = None if raw is None else 2.0 if math.isnan(raw) else min(max(raw, -1.5),
+                                                                             2.0)
+            assert got[key] == want, (name, raw, got[key])
+            seen.add("null" if raw is None else "nan" if math.isnan(raw) else raw)
+    assert {"null", "nan", math.inf, -math.inf} <= seen
 
 
 def test_forty_factors_run_on_the_backend(engine):
