@@ -18,6 +18,7 @@ import time
 from contextlib import closing
 
 import pytest
+import sqlglot
 from sqlglot import exp
 
 from proxy import session as session_module
@@ -27,6 +28,7 @@ from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import Engine
 from proxy.errors import BackendFailed, NotSupported, ProxyError
+from proxy.guards import clamp
 from proxy.pushdown.scope import needed_value, scope_select
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -151,6 +153,41 @@ def test_the_sql_grows_linearly_with_the_expression():
     mixed = "sqrt(abs(coalesce(CASE WHEN y > 0 THEN x ELSE -x END, 1) / 3)) * ln(x + 1)"
     assert len(_pushed(" + ".join([mixed] * 8))[0]) < 2.2 * len(
         _pushed(" + ".join([mixed] * 4))[0])
+
+
+def test_the_clamp_that_writes_its_operand_twice_is_only_at_the_top():
+    """guards.clamp writes v twice (CASE WHEN v IS NULL … LEAST(GREATEST(v, L), U)), so
+    it is applied once, to the whole value, never inside another guard: the SQL stays
+    within twice the guarded expression."""
+    for text in ("x" + " * 1" * 20, "sqrt(abs(x / 3)) * ln(x + 1) + floor(b / (x + 2))",
+                 "CASE WHEN y > 0 THEN x * 2 ELSE coalesce(x, 1) END"):
+        tree = sqlglot.parse_one(_pushed(text)[0], read="postgres")
+        clamps = [case for case in tree.find_all(exp.Case) if isinstance(
+            case.args.get("default"), exp.Least) and isinstance(case.args["default"].this,
+                                                                exp.Greatest)]
+        assert clamps == [tree]
+        operand = tree.args["ifs"][0].this.this
+        assert operand == tree.args["default"].this.this
+        assert len(tree.sql()) < 2 * len(operand.sql()) + 200
+
+
+def test_the_clamp_on_every_row_value(engine):
+    """guards.clamp on the backend, straight on the raw float columns (every adversarial
+    value: NULL, NaN, ±inf, ±1e308, denormals): NULL stays NULL, NaN goes to the upper
+    end (each engine orders NaN above every number in GREATEST and LEAST), ±inf and
+    beyond to the ends, the rest unchanged."""
+    seen = set()
+    for name in totality.FLOATS:
+        value = exp.cast(exp.column(name, quoted=True), "double")
+        sql = exp.select(exp.column("id", quoted=True), clamp(value, -1.5, 2.0)).from_(
+            totality.TABLE).sql(dialect=engine.backend.dialect)
+        got = dict(engine.backend.read(sql))
+        for key, raw in zip(ROWS["id"], ROWS[name]):
+            want = None if raw is None else 2.0 if math.isnan(raw) else min(max(raw, -1.5),
+                                                                             2.0)
+            assert got[key] == want, (name, raw, got[key])
+            seen.add("null" if raw is None else "nan" if math.isnan(raw) else raw)
+    assert {"null", "nan", math.inf, -math.inf} <= seen
 
 
 def test_forty_factors_run_on_the_backend(engine):
