@@ -5,6 +5,7 @@ both), and served proxies (tests/factories.py)."""
 from __future__ import annotations
 
 import compileall
+import gc
 import os
 import shutil
 import sys
@@ -50,6 +51,19 @@ def pytest_make_collect_report(collector):
         return (yield)
     finally:
         sys.dont_write_bytecode = True
+
+
+def pytest_collection_finish(session):
+    """Once a process (each xdist worker) has collected: what it holds by then (the
+    modules, their parameters, the corpora read at import) is frozen out of the cyclic
+    collector, which walked all of it again at every full collection, and the young
+    generation is collected every 10,000 allocations instead of 700. Only the suite's
+    own process: the servers and programs the tests start keep Python's defaults. In
+    one process (-n 0) over tests/analyze/test_shape_cache.py, tests/test_engine.py and
+    tests/privacy/test_bucket_bruteforce.py: 34.98 s of CPU -> 33.71 s."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 # A worker runs a module's tests whole, so a module-scoped server or database starts once

@@ -261,16 +261,26 @@ def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint
         found = ladder_of(records, lower, upper, ladder, groups, Contribution("x"))
         return {(group, k): found[group, k, "beyond"] for group in keys for k in rungs_}
 
+    rule_sets = {t: rules(epsilon) for t, epsilon in epsilons.items()}
+
+    @functools.cache
+    def drawn(key, beyond: tuple[int, ...]) -> dict:
+        """A key's utilities and log-probabilities: a function of its counts beyond
+        each rung, worked out once per count vector (a neighbour's are mostly its data
+        set's, or another neighbour's)."""
+        out = {}
+        for t, epsilon in epsilons.items():
+            for name, rule in rule_sets[t].items():
+                utility = engine_utilities(beyond, epsilon, group_size, rule)
+                odds = log_odds(beyond, epsilon, group_size, rule)
+                out.update({(key, k, t, name): u for k, u in enumerate(utility)})
+                out.update({(key, k, t, name, "log P"): p for k, p in enumerate(odds)})
+        return out
+
     def statistic(records) -> dict:
         found, out = counts(records), {}
         for key in keys:
-            beyond = tuple(found[key, k] for k in rungs_)
-            for t, epsilon in epsilons.items():
-                for name, rule in rules(epsilon).items():
-                    utility = engine_utilities(beyond, epsilon, group_size, rule)
-                    odds = log_odds(beyond, epsilon, group_size, rule)
-                    out.update({(key, k, t, name): u for k, u in enumerate(utility)})
-                    out.update({(key, k, t, name, "log P"): p for k, p in enumerate(odds)})
+            out.update(drawn(key, tuple(found[key, k] for k in rungs_)))
         return out
 
     bound = {(key, k, t, name): group_size for key in keys for k in rungs_ for t in epsilons
