@@ -37,10 +37,9 @@ from proxy.errors import (
 )
 from proxy.ledger import Charge, Ledger
 from proxy.privacy.contribution_bounds import (
-    average_count,
-    contribution_of,
     draw_joint_bounds,
     joint_clipped,
+    ladder_reads,
     laddered,
     ladders_alone,
     rungs,
@@ -394,12 +393,7 @@ class Engine:
         the bounds of those clipped across groups drawn from them (after the debit)."""
         table = plan.table
         indexes = joint_clipped(plan, shift)
-        joint = frozenset(contribution for index in indexes for contribution in (
-            contribution_of(plan.aggregates[index], plan),
-            average_count(plan, plan.aggregates[index])) if contribution is not None)
-        # counts on the fine ladder are read from it only where clipped across groups
-        wanted = tuple(contribution for contribution in laddered(plan)
-                       if not contribution.fine or contribution in joint)
+        wanted, joint = ladder_reads(plan, indexes)
         if not wanted:
             return
         ladders = tuple(rungs(contribution, table.columns.get(contribution.column),

@@ -128,7 +128,8 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     if not clippable(plan) or plan.mechanism.scale not in (GLOBAL, EXPONENTIAL, PIECEWISE):
         return ()
     wanted: dict[Contribution, None] = {}
-    counts, windowed = chained(plan) or windowed_counts(plan), windowed_counts(plan)
+    windowed = windowed_counts(plan)
+    counts = chained(plan) or windowed
     for agg in plan.aggregates:
         if agg.kind in (COUNT, UNITS):  # over a chain or a join, or in a window: clipped
             if ((counts if agg.kind == COUNT else windowed) and not plan.public(agg)
@@ -431,6 +432,20 @@ def joint_clipped(plan: QueryPlan, shift: int) -> tuple[int, ...]:
                  if (agg.kind in (SUM, AVG) or agg.kind == COUNT and counts
                      or agg.kind == UNITS and units_clipped(plan, shift))
                  and not plan.gaussian(agg) and contribution_of(agg, plan) in clipped)
+
+
+def ladder_reads(plan: QueryPlan, indexes: tuple[int, ...]
+                 ) -> tuple[tuple[Contribution, ...], frozenset[Contribution]]:
+    """The contributions the bucketed statement reads, given the aggregates clipped
+    across groups (``indexes``, ``joint_clipped``), and those of them clipped across
+    groups (each such aggregate's, and an AVG's count). A count on the fine ladder is
+    read only where it is clipped across groups: elsewhere §3.3's noise reads the
+    statistics' plain count."""
+    joint = frozenset(contribution for index in indexes for contribution in (
+        contribution_of(plan.aggregates[index], plan),
+        average_count(plan, plan.aggregates[index])) if contribution is not None)
+    return tuple(contribution for contribution in laddered(plan)
+                 if not contribution.fine or contribution in joint), joint
 
 
 def units_clipped(plan: QueryPlan, shift: int) -> bool:

@@ -17,9 +17,8 @@ from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.backends.postgres_backend import PostgresBackend
 from proxy.privacy.contribution_bounds import (
-    contribution_of,
     joint_clipped,
-    laddered,
+    ladder_reads,
     ladders_alone,
     rungs,
 )
@@ -89,12 +88,10 @@ def _sent(plan: QueryPlan, capabilities, shift: int) -> list[str]:
     (no rows come back) and, where the engine reads more than ladders, its statistics'
     first pass (one row of NULLs)."""
     sent: list[str] = []
-    wanted = laddered(plan)
+    wanted, joint = ladder_reads(plan, joint_clipped(plan, shift))  # as the engine reads
     if wanted:
         ladders = tuple(rungs(c, plan.table.columns.get(c.column), shift // plan.table.group_size)
                         for c in wanted)
-        joint = frozenset(contribution_of(plan.aggregates[index], plan)  # some clipped jointly
-                          for index in joint_clipped(plan, shift))
         contribution_ladders(plan, wanted, ladders, capabilities, None,
                              lambda sql: sent.append(sql) or [], joint)
     if not ladders_alone(plan, shift):
