@@ -299,7 +299,7 @@ def _count(a: Asked) -> Released:
 def _clipped(plan: QueryPlan, agg) -> bool:
     """Whether a COUNT is clipped to a bound drawn per group (over a chain or a join;
     in a window it is laddered too, but clipped across groups or not at all)."""
-    return Contribution(agg.column or "", power=0) in laddered(plan) and chained(plan)
+    return chained(plan) and contribution_of(agg, plan) in laddered(plan)
 
 
 def _clipped_count(a: Asked) -> Released:
@@ -334,7 +334,8 @@ def _joint_count(a: Asked) -> Released:
 def _counted(a: Asked, contribution: Contribution, loss: Loss, confidence: float = 0.95,
              joint: int | None = None, kept: str = "") -> Noisy:
     """A count of each unit's rows (``contribution``: power 0) in scope, clipped on the
-    count's ladder c, c/2, …, 1: to a bound drawn for this group (§3.14), or, ``joint``,
+    count's ladder (c, c/2, …, 1; the fine one in a window, ``rungs``): to a bound drawn
+    for this group (§3.14), or, ``joint``,
     across groups at that rung drawn for all (``draw_joint_bounds``, a tenth of the
     loss); rounded and kept ≥ 0. The noise of each rung worked out once a release, under
     ``kept`` + "noise" (an AVG's count beside its sum's)."""

@@ -148,6 +148,12 @@ def test_a_count_after_an_average_is_clipped_in_the_window_too():
     assert ladders_alone(alone, 4) and not ladders_alone(alone, 1)
 
 
+def _reads_of_v(statements: list[tuple[str, int]]) -> list[str]:
+    """The statements that read the rows of v (c, the largest unit's rows, aside)."""
+    return [text for text, _ in statements
+            if (" FROM v" in text or '"v"' in text) and "per_unit" not in text]
+
+
 def test_an_average_in_the_window_divides_by_a_clipped_count(engine):
     """AVG(x) per week in the window: its sum and its count are read from the ladders
     alone (no statistics pass), the count drawn across groups in its own slot, and the
@@ -155,8 +161,7 @@ def test_an_average_in_the_window_divides_by_a_clipped_count(engine):
     domain."""
     sql = ("SELECT date_trunc('week', at), AVG(x) FROM v " + WINDOW.split(" FROM v ")[1])
     shift, groups, keys, statements = recorded_statistics(engine, sql)
-    reads = [text for text, _ in statements
-             if (" FROM v" in text or '"v"' in text) and "per_unit" not in text]
+    reads = _reads_of_v(statements)
     assert len(reads) == 1, reads
     assert all(count_slot(0) in groups[key].joint for key in keys)
     answer, = run(Session.open(engine, "zoe"), sql)
@@ -395,8 +400,7 @@ def test_counts_clipped_across_groups_read_their_ladders_alone(engine, aggregate
            + WINDOW.split(" FROM v ")[1])
     shift, groups, keys, statements = recorded_statistics(engine, sql)
     assert shift > 1  # one unit may touch more than two months: clipped across them
-    reads = [text for text, _ in statements  # c, the largest unit's rows, aside
-             if (" FROM v" in text or '"v"' in text) and "per_unit" not in text]
+    reads = _reads_of_v(statements)
     assert len(reads) == 1 and " j0" in reads[0], reads
     assert all(groups[key].ladders for key in groups) and len(keys) == 18  # Monday weeks
     answer, = run(Session.open(engine, "zoe"), sql)
