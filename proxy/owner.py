@@ -25,6 +25,7 @@ from proxy.engine import Engine, schema_problems
 from proxy.errors import BackendFailed, BackendUnavailable, ProxyError, QueryCanceled, RulesError
 from proxy.rules import LINKED_UNIT, Rules, Table
 from proxy.session import Session
+from proxy.statistics import MAGNITUDE_CAP, bound_problem
 from proxy.vocabulary import QueryPlan
 
 _NUMBERS = {"smallint": "int", "integer": "int", "bigint": "int", "real": "float",
@@ -63,8 +64,11 @@ def data_tables(backend: Backend) -> list[str]:
 
 
 def rule_type(stored: str) -> str:
-    """The rules' type of a column the backend stores as ``stored`` (PostgreSQL names)."""
+    """The rules' type of a column the backend stores as ``stored`` (PostgreSQL names):
+    a numeric of scale 0 (DECIMAL(18,0) ids, DuckDB's UBIGINT) is an int."""
     base = stored.split("(")[0]
+    if base == "numeric" and re.fullmatch(r"numeric\(\d+, ?0\)", stored):
+        return "int"
     if base in _NUMBERS:
         return _NUMBERS[base]
     if base in _MOMENTS:
@@ -155,8 +159,13 @@ def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[st
             if low is not None and kind in ("int", "float"):
                 if math.isfinite(float(low)) and math.isfinite(float(high)):
                     lower, upper = round_outward(float(low), float(high), kind == "int")
-                    spec += f", domain = [{_number(lower)}, {_number(upper)}]"
-                    note = f"  # {DATA_WARNING}"
+                    if bound_problem(lower) or bound_problem(upper):
+                        note = (f"  # TODO: its values reach {_number(low)}..{_number(high)}, "
+                                f"beyond the ±{MAGNITUDE_CAP:.0e} a domain may span (an id? "
+                                "then no domain: COUNT and COUNT(DISTINCT) need none)")
+                    else:
+                        spec += f", domain = [{_number(lower)}, {_number(upper)}]"
+                        note = f"  # {DATA_WARNING}"
             elif low is not None:
                 first, last = _moment_domain(low, high, kind)
                 spec += f", domain = [{first}, {last}]"

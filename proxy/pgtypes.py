@@ -21,10 +21,16 @@ RULE_TYPES = {"int": "bigint", "float": "double precision", "text": "text",
 
 _POSTGRES_TYPES = {
     "boolean": "boolean", "tinyint": "smallint", "smallint": "smallint",
-    "integer": "integer", "bigint": "bigint", "hugeint": "numeric", "float": "real",
+    "integer": "integer", "bigint": "bigint", "hugeint": "numeric(39,0)", "float": "real",
     "real": "real", "double": "double precision", "double precision": "double precision",
     "numeric": "numeric", "date": "date", "timestamp": "timestamp",
     "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
+    # DuckDB's unsigned integers, each as the least signed type that holds its range
+    # (whole numerics: an owner's draft types them int), and its timestamps of other
+    # precisions
+    "utinyint": "smallint", "usmallint": "integer", "uinteger": "bigint",
+    "ubigint": "numeric(20,0)", "uhugeint": "numeric(39,0)", "timestamp_s": "timestamp",
+    "timestamp_ms": "timestamp", "timestamp_ns": "timestamp",
 }
 
 

@@ -20,8 +20,10 @@ from proxy.backends import open_backend
 from proxy.engine import Engine
 from proxy.owner import DATA_WARNING, check, draft, round_outward
 from proxy.rules import parse_rules
+from proxy.session import Session
 from tests import forked_cli
 from tests.databases import load_table
+from tests.probes import run
 from tests.wireserver import running_proxy
 
 
@@ -128,6 +130,40 @@ def test_draft_on_postgres_loads_starts_an_engine_and_passes_its_own_check(fresh
         assert [str(w) for w in check(rules, engine.backend)] == [
             "rules check: [tables.employees] 3 units of emp_id have more rows than "
             "max_rows_per_unit = 1 (the most: 2): under DP their rows beyond it are dropped"]
+
+
+def test_duckdbs_unsigned_integers_and_nanosecond_times_are_drafted_and_answered(tmp_path):
+    """Hash-derived ids are UBIGINT in DuckDB (here above 2⁶³, beyond a BIGINT), counts
+    UINTEGER, event times TIMESTAMP_NS: each was 'text' to the proxy, so a draft typed
+    the unit as text and an owner's `int` was refused at start; and a drafted domain
+    beyond ±10¹⁵ made rules that did not load."""
+    url = f"duckdb:///{tmp_path / 'shop.duckdb'}"
+    con = duckdb.connect(str(tmp_path / "shop.duckdb"))
+    con.execute("CREATE TABLE orders AS SELECT CAST(range % 500 AS UBIGINT) "
+                "+ 18446744073709550000 AS buyer_id, CAST(range % 7 AS UINTEGER) AS items, "
+                "CAST(TIMESTAMP '2024-01-01' + INTERVAL (range) HOUR AS TIMESTAMP_NS) AS at, "
+                "CAST(range % 10 AS UBIGINT) * 1000000000000000000 AS nanos FROM range(4000)")
+    con.close()
+    backend = open_backend(url)
+    try:
+        text = draft(backend, ["orders"])
+    finally:
+        backend.close()
+    rules = parse_rules(text + "\n[analysts.alice]\nbudget = 10\n")
+    columns = rules.tables["orders"].columns
+    assert rules.tables["orders"].privacy_unit == "buyer_id"
+    assert [columns[name].type for name in ("buyer_id", "items", "at", "nanos")] == [
+        "int", "int", "timestamp", "int"]
+    # a domain drawn beyond ±10¹⁵ would not load: the draft leaves it to the owner
+    assert columns["nanos"].lower is None and "9000000000000000000, beyond" in text
+    with engine_of(rules, url) as engine:
+        session = Session.open(engine, "alice")
+        run(session, "SET idp.epsilon = 1")
+        (distinct,), = run(session, "SELECT COUNT(DISTINCT buyer_id) FROM orders")[0].rows
+        assert abs(distinct - 500) < 30  # one unit moves it by 1: beyond 30 at ε 1 is e^-30
+        rows = run(session, "SELECT date_trunc('month', at) AS m, COUNT(*) FROM orders "
+                            "GROUP BY 1 ORDER BY 1")[0].rows
+        assert [m for m, _ in rows][:2] == [dt.datetime(2024, 1, 1), dt.datetime(2024, 2, 1)]
 
 
 def test_the_draft_names_its_source_without_a_password():
