@@ -49,6 +49,11 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT")
         elif isinstance(node, exp.Substring) and _fixed_substring(node, table, resolve_column):
             continue  # SUBSTRING(text column, start ≥ 1, length ≥ 0): a function of the row
+        elif isinstance(node, exp.Neg) and not _constant(node.this.unnest()):
+            raise NotSupported(
+                f"a minus sign before a column is not allowed in {place} (negating a "
+                "column's most negative integer, or any unsigned one but 0, fails in the "
+                "backend); compare the column itself: x > 3 instead of -x < -3")
         elif isinstance(node, exp.Func) and not isinstance(node, _ALLOWED):
             raise UnknownFunction(
                 f"function {node.sql(dialect='postgres').split('(')[0]} is not allowed in "
