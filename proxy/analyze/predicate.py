@@ -36,7 +36,11 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
         checkpoint()
         if isinstance(node, exp.Column):
             name = resolve_column(node)
-            node.replace(exp.column(name, quoted=True))
+            resolved = exp.column(name, quoted=True)
+            if node is condition:  # a bare boolean column (WHERE c.vip): no parent to replace it in
+                condition = resolved
+            else:
+                node.replace(resolved)
         elif isinstance(node, (exp.Identifier, exp.Star)):
             continue
         elif isinstance(node, exp.Literal) and not node.is_string and beyond_double(node.name):

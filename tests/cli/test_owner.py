@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
+import psycopg
 import pytest
 
 from proxy.backends import open_backend
@@ -164,6 +165,59 @@ def test_duckdbs_unsigned_integers_and_nanosecond_times_are_drafted_and_answered
         rows = run(session, "SELECT date_trunc('month', at) AS m, COUNT(*) FROM orders "
                             "GROUP BY 1 ORDER BY 1")[0].rows
         assert [m for m, _ in rows][:2] == [dt.datetime(2024, 1, 1), dt.datetime(2024, 2, 1)]
+
+
+SHOP = """
+CREATE TABLE customers (customer_id INTEGER PRIMARY KEY, country TEXT, vip BOOLEAN);
+CREATE TABLE orders (order_id BIGINT PRIMARY KEY,
+                     customer_id INTEGER REFERENCES customers (customer_id), total DOUBLE PRECISION);
+CREATE TABLE order_items (order_id BIGINT REFERENCES orders (order_id), qty INTEGER);
+CREATE TABLE reviews (review_id INTEGER PRIMARY KEY,
+                      author INTEGER REFERENCES customers (customer_id), stars INTEGER);
+INSERT INTO customers SELECT g, CASE WHEN g % 2 = 0 THEN 'DE' ELSE 'FR' END, g % 5 = 0
+  FROM generate_series(1, 400) AS s(g);
+INSERT INTO orders SELECT g, 1 + g % 400, 10 + g % 90 FROM generate_series(1, 1600) AS s(g);
+INSERT INTO order_items SELECT 1 + g % 1600, 1 + g % 3 FROM generate_series(1, 4000) AS s(g);
+INSERT INTO reviews SELECT g, 1 + (g * 7) % 400, 1 + g % 5 FROM generate_series(1, 900) AS s(g);
+"""
+
+
+def _shop(url: str) -> None:
+    if url.startswith("duckdb"):
+        with duckdb.connect(url.removeprefix("duckdb:///")) as con:
+            con.execute(SHOP)
+    else:
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(SHOP)
+
+
+@pytest.mark.parametrize("condition", ["c.vip", "NOT c.vip"])
+def test_a_bare_boolean_column_of_a_joined_table_in_where(backend_url, condition):
+    """`WHERE c.vip` alone (the whole condition one column) was sent as written, not as
+    the joined column, and failed in the backend after the debit; under NOT it was
+    resolved."""
+    _shop(backend_url)
+    rules = parse_rules("""
+[analysts.alice]
+budget = 10
+[tables.customers]
+privacy_unit = "customer_id"
+[tables.customers.columns]
+customer_id = { type = "int" }
+country = { type = "text", keys = ["DE", "FR"] }
+vip = { type = "bool" }
+[tables.orders]
+privacy_unit = "customer_id"
+[tables.orders.columns]
+customer_id = { type = "int" }
+""")
+    with engine_of(rules, backend_url) as engine:
+        session = Session.open(engine, "alice")
+        run(session, "SET idp.epsilon = 1")
+        rows = run(session, "SELECT c.country, COUNT(*) FROM orders o JOIN customers c ON "
+                            f"c.customer_id = o.customer_id WHERE {condition} GROUP BY 1")[0].rows
+        true = 320 if condition == "c.vip" else 1280
+        assert sorted(rows)[0][0] == "DE" and abs(sum(n for _, n in rows) - true) < 100
 
 
 def test_the_draft_names_its_source_without_a_password():
