@@ -110,39 +110,158 @@ def _guess_unit(table: str, columns: list[tuple[str, str]]) -> str | None:
            if (name.lower() == "id" or name.lower().endswith(("_id", "id")))
            and rule_type(stored) in ("int", "text")]
     for name in ids:
-        if any(word in name.lower() for word in _UNIT_WORDS):
+        if _personal(name):
             return name
     return ids[0] if ids else None
+
+
+def _personal(name: str) -> bool:
+    return any(word in name.lower() for word in _UNIT_WORDS)
+
+
+# A table's single-column foreign keys (its column, the table and column it references),
+# and its single-column primary and unique keys, as both backends' catalogs list them
+_FOREIGN_KEYS = """SELECT f.table_name, f.column_name, p.table_name, p.column_name
+FROM information_schema.referential_constraints r
+JOIN information_schema.key_column_usage f ON f.constraint_schema = r.constraint_schema
+  AND f.constraint_name = r.constraint_name
+JOIN information_schema.key_column_usage p ON p.constraint_schema = r.unique_constraint_schema
+  AND p.constraint_name = r.unique_constraint_name
+WHERE f.table_schema = current_schema() AND (SELECT count(*) FROM
+  information_schema.key_column_usage c WHERE c.constraint_schema = r.constraint_schema
+  AND c.constraint_name = r.constraint_name AND c.table_name = f.table_name) = 1"""
+_UNIQUE_KEYS = """SELECT k.table_name, k.column_name FROM information_schema.table_constraints t
+JOIN information_schema.key_column_usage k ON k.constraint_schema = t.constraint_schema
+  AND k.constraint_name = t.constraint_name AND k.table_name = t.table_name
+WHERE t.table_schema = current_schema() AND t.constraint_type IN ('PRIMARY KEY', 'UNIQUE')
+  AND (SELECT count(*) FROM information_schema.key_column_usage c WHERE
+  c.constraint_schema = t.constraint_schema AND c.constraint_name = t.constraint_name
+  AND c.table_name = t.table_name) = 1"""
+
+
+@dataclass(frozen=True)
+class Keys:
+    """What the catalog declares: ``foreign`` (table, column) → (table, column) it
+    references; ``unique`` the (table, column) pairs that are a key by themselves."""
+
+    foreign: dict[tuple[str, str], tuple[str, str]]
+    unique: frozenset[tuple[str, str]]
+
+    def of(self, table: str) -> set[str]:
+        """The table's key columns: ids, whose domain would only tell how many rows."""
+        return ({c for t, c in self.foreign if t == table}
+                | {c for t, c in self.unique if t == table}
+                | {c for t, c in self.foreign.values() if t == table})
+
+
+def catalog_keys(backend: Backend) -> Keys:
+    """The declared keys (none where the backend has no such catalog, as Spark)."""
+    try:
+        foreign = {(t, c): (rt, rc) for t, c, rt, rc in backend.read(_FOREIGN_KEYS)}
+        unique = frozenset((t, c) for t, c in backend.read(_UNIQUE_KEYS))
+    except BackendFailed:
+        return Keys({}, frozenset())
+    return Keys(foreign, unique)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The unit the draft proposes for a table: its own ``column`` (``of``: the other
+    table's unit it holds, "table.column", when the names differ), or ``via`` its
+    ``column``, a foreign key to "table.column" of a table with a unit."""
+
+    column: str
+    of: str | None = None
+    via: str | None = None
+
+
+def proposed_units(columns: dict[str, list[tuple[str, str]]], keys: Keys
+                   ) -> dict[str, Unit]:
+    """Each drafted table's unit: a column named after a person (``customer_id``) is
+    the unit, and names the unit it references (``unit_of``) where it is a foreign key
+    to another table's unit of another name; a table without one takes, through a
+    foreign key, the unit of the table it references (its own, or ``unit_via`` that
+    table: order items through their order); else the first id-like column."""
+    guesses = {table: _guess_unit(table, cols) for table, cols in columns.items()}
+    found: dict[str, Unit | None] = {}
+
+    def resolve(table: str, seen: frozenset[str]) -> Unit | None:
+        if table in found:
+            return found[table]
+        guess = guesses[table]
+        links = [(column, ref) for (t, column), ref in sorted(keys.foreign.items())
+                 if t == table and ref[0] in columns and ref[0] not in seen]
+        unit = Unit(guess) if guess else None
+        if guess and _personal(guess):
+            ref = keys.foreign.get((table, guess))
+            target = resolve(ref[0], seen | {table}) if ref and ref[0] in columns else None
+            if target and target.via is None and target.column == ref[1] != guess:
+                unit = Unit(guess, of=target.of or f"{ref[0]}.{ref[1]}")
+        else:
+            targets = [(column, ref, resolve(ref[0], seen | {table})) for column, ref in links]
+            targets = [(column, ref, target) for column, ref, target in targets if target]
+            own = [(c, r, t) for c, r, t in targets if t.via is None and t.column == r[1]]
+            if own:
+                column, ref, target = own[0]
+                unit = Unit(column, of=(target.of or f"{ref[0]}.{ref[1]}")
+                            if column != ref[1] else target.of)
+            elif linked := [(c, r) for c, r, _ in targets if r in keys.unique]:
+                column, ref = linked[0]
+                unit = Unit(column, via=f"{ref[0]}.{ref[1]}")
+        found[table] = unit
+        return unit
+
+    return {table: resolve(table, frozenset()) for table in columns}
 
 
 def _number(value: float | int) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[str]:
-    """The TOML lines of one table's rules, commented."""
-    columns = backend.column_types(table)
+def _rows_per(backend: Backend, table: str, column: str) -> tuple[int, int, int]:
+    """(groups, the 99th percentile and the most of rows per value of ``column``)."""
+    percentile = ("quantile_disc(n, 0.99)" if backend.capabilities.dialect == "duckdb"
+                  else "percentile_disc(0.99) WITHIN GROUP (ORDER BY n)")
+    (groups, p99, most), = backend.read(
+        f"SELECT count(*), {percentile}, max(n) FROM (SELECT count(*) AS n FROM "
+        f"{_q(table)} GROUP BY {_q(column)}) t")
+    return groups, p99, most
+
+
+def draft_table(backend: Backend, table: str, from_data: bool = True,
+                unit: Unit | None = None, ids: frozenset[str] = frozenset(),
+                columns: list[tuple[str, str]] | None = None) -> list[str]:
+    """The TOML lines of one table's rules, commented: ``unit`` as proposed
+    (``proposed_units``), ``ids`` its key columns (no domain)."""
+    columns = columns or backend.column_types(table)
     if not columns:
         raise ValueError(f"no table {table} in the backend")
-    unit = _guess_unit(table, columns)
     lines = [f"[tables.{_toml_key(table)}]",
              "# TODO: protected (the safe default). If nothing in this table is about a "
              "person, write public = true."]
-    rows = None
-    if unit is not None:
-        lines.append(f"privacy_unit = {_toml_str(unit)}   # a GUESS from its name: confirm "
+    if unit is not None and unit.via is not None:
+        lines.append(f"unit_via = {{ {_toml_key(unit.column)} = {_toml_str(unit.via)} }}   "
+                     "# a GUESS from its foreign key: each row belongs to the person of the "
+                     "row it references (confirm it, or declare a privacy_unit)")
+        if from_data:
+            links, p99, most = _rows_per(backend, table, unit.column)
+            if links:
+                lines.append(f"max_rows_per_link = {int(p99)}   # drawn from the data: the 99th "
+                             f"percentile of rows per {unit.column} ({links} values, the most "
+                             f"{int(most)} rows). Set what you'd accept without looking")
+    elif unit is not None:
+        why = "its foreign key" if unit.of else "its name"
+        lines.append(f"privacy_unit = {_toml_str(unit.column)}   # a GUESS from {why}: confirm "
                      "it names the person each row is about (or delete it for row-level "
                      "privacy)")
+        if unit.of:
+            lines.append(f"unit_of = {_toml_str(unit.of)}   # the same people as that table's "
+                         "unit, so the two join on them")
         if from_data:
-            (rows, units, p99, most), = backend.read(
-                f"SELECT sum(n), count(*), quantile_disc(n, 0.99), max(n) FROM (SELECT "
-                f"count(*) AS n FROM {_q(table)} GROUP BY {_q(unit)}) t"
-                if backend.capabilities.dialect == "duckdb" else
-                f"SELECT sum(n), count(*), percentile_disc(0.99) WITHIN GROUP (ORDER BY n), "
-                f"max(n) FROM (SELECT count(*) AS n FROM {_q(table)} GROUP BY {_q(unit)}) t")
+            units, p99, most = _rows_per(backend, table, unit.column)
             if units:
                 lines.append(f"max_rows_per_unit = {int(p99)}   # drawn from the data: the 99th "
-                             f"percentile of rows per {unit} ({units} units, the most "
+                             f"percentile of rows per {unit.column} ({units} units, the most "
                              f"{int(most)} rows); under DP a unit's rows beyond it are "
                              "dropped. Set what you'd accept without looking")
     lines.append(f"[tables.{_toml_key(table)}.columns]")
@@ -152,7 +271,10 @@ def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[st
         spec = f'type = "{kind}"'
         note = ""
         column = _q(name)
-        if name != unit and from_data and kind in ("int", "float", "date", "timestamp"):
+        own = unit is not None and name == unit.column
+        if name in ids and not own and kind in ("int", "float"):
+            note = "  # a key: no domain (its extremes would tell how many rows there are)"
+        elif not own and from_data and kind in ("int", "float", "date", "timestamp"):
             where = f" WHERE {_finite(column)}" if kind == "float" else ""
             low, high = backend.read(
                 f"SELECT min({column}), max({column}) FROM {_q(table)}{where}")[0]
@@ -170,7 +292,7 @@ def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[st
                 first, last = _moment_domain(low, high, kind)
                 spec += f", domain = [{first}, {last}]"
                 note = f"  # {DATA_WARNING}"
-        elif name != unit and from_data and kind == "text":
+        elif not own and from_data and kind == "text":
             keys = backend.read(f"SELECT DISTINCT {column} FROM {_q(table)} WHERE {column} IS "
                                 f"NOT NULL ORDER BY 1 LIMIT {MAX_KEYS + 1}")
             if len(keys) <= MAX_KEYS:
@@ -180,7 +302,7 @@ def draft_table(backend: Backend, table: str, from_data: bool = True) -> list[st
             else:
                 note = (f"  # more than {MAX_KEYS} distinct values: no keys (GROUP BY on it "
                         "needs [defaults] delta)")
-        elif kind in ("int", "float") and name != unit:
+        elif kind in ("int", "float") and not own:
             note = "  # TODO: domain = [L, U] (needed by every aggregate but COUNT)"
         lines.append(f"{_toml_key(name).ljust(width)} = {{ {spec} }}{note}")
     return lines
@@ -208,8 +330,12 @@ def draft(backend: Backend, tables: list[str] | None = None, from_data: bool = T
            "# [analysts.alice]            # or: idp-proxy users add alice",
            "# budget = 1.0",
            ""]
+    columns = {table: backend.column_types(table) for table in tables}
+    keys = catalog_keys(backend)
+    units = proposed_units({t: c for t, c in columns.items() if c}, keys)
     for table in tables:
-        out += draft_table(backend, table, from_data) + [""]
+        out += draft_table(backend, table, from_data, units.get(table),
+                           frozenset(keys.of(table)), columns[table]) + [""]
     return "\n".join(out)
 
 

@@ -220,6 +220,33 @@ customer_id = { type = "int" }
         assert sorted(rows)[0][0] == "DE" and abs(sum(n for _, n in rows) - true) < 100
 
 
+def test_the_draft_follows_foreign_keys_to_the_person(backend_url):
+    """Order items hold no customer column: the draft guessed their order id as the
+    person (`privacy_unit = "order_id"`, protecting an order, not a customer); through
+    the catalog's foreign keys it now links them to their order's customer
+    (`unit_via`), names a differently named unit column's people (`unit_of`), and gives
+    key columns no domain (their extremes count the rows). The rules load, and a join
+    over all three tables is answered."""
+    _shop(backend_url)
+    backend = open_backend(backend_url)
+    try:
+        text = draft(backend)
+    finally:
+        backend.close()
+    rules = parse_rules(text + "\n[analysts.alice]\nbudget = 10\n")
+    items, orders, reviews = (rules.tables[t] for t in ("order_items", "orders", "reviews"))
+    assert 'unit_via = { order_id = "orders.order_id" }' in text
+    assert items.link.table == "orders" and "max_rows_per_link = " in text
+    assert orders.privacy_unit == "customer_id" and orders.columns["order_id"].lower is None
+    assert reviews.privacy_unit == "author" and 'unit_of = "customers.customer_id"' in text
+    sql = ("SELECT c.country, SUM(i.qty) FROM order_items i JOIN orders o ON i.order_id = "
+           "o.order_id JOIN customers c ON o.customer_id = c.customer_id GROUP BY 1 ORDER BY 1")
+    with engine_of(rules, backend_url) as engine:
+        session = Session.open(engine, "alice")
+        run(session, "SET idp.epsilon = 1")
+        assert [country for country, _ in run(session, sql)[0].rows] == ["DE", "FR"]
+
+
 def test_the_draft_names_its_source_without_a_password():
     empty = open_backend("duckdb:///:memory:")
     try:
