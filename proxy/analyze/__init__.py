@@ -283,7 +283,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                                f"(max_rows_per_key) when {table.name} has no privacy_unit; "
                                "group by declared keys or a public table's column, or join "
                                "on a unique key")
-    aggregates, outputs = _select_list(select, table, group_by, resolve)
+    aggregates, outputs = _select_list(select, table, group_by, resolve, joins)
     _check_answer_size(group_by, len(outputs) + 2 * settings.intervals * sum(
         output.aggregate is not None for output in outputs), rules, shown)
     model = settings.resolve_model(rules)
@@ -637,9 +637,34 @@ def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] =
     return resolve
 
 
-def _select_list(select: exp.Select, table: Table, group_by, resolve):
+def unit_test(table: Table, joins: tuple[Join, ...], alias: str):
+    """Which column COUNT(DISTINCT …) may name as the privacy unit, and how to name them:
+    the table's own unit column (not one derived through a link: no column holds it),
+    and the own unit column of a protected table joined without LEFT (on the unit or
+    along a link: in every joined row it holds that row's unit, so line items joined to
+    their orders count their customers by ``o_custkey``, as orders joined to their line
+    items do)."""
+    own = table.privacy_unit if table.link is None else None
+    joined = {join.alias: join.table.privacy_unit for join in joins
+              if join.protected and not join.left and join.table.link is None
+              and join.table.privacy_unit}
+
+    def is_unit(column: exp.Column) -> bool:
+        name, qualifier = column.name.lower(), column.table.lower()
+        if qualifier in joined:
+            return name == joined[qualifier]
+        if qualifier and qualifier not in (alias, table.name):
+            return False
+        return name == own or (not qualifier and name in joined.values())
+
+    names = ([own] if own else []) + [f"{a}.{unit}" for a, unit in sorted(joined.items())]
+    return is_unit, names
+
+
+def _select_list(select: exp.Select, table: Table, group_by, resolve, joins=()):
     aggregates: list[Aggregate] = []
     outputs: list[OutputColumn] = []
+    units = unit_test(table, joins, select.args["from_"].this.alias_or_name.lower())
     for item in select.expressions:
         node = item.this if isinstance(item, exp.Alias) else item
         if isinstance(node, exp.Star) or isinstance(item, exp.Star):
@@ -661,8 +686,7 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve):
                                    f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
-        unit = None if table.link is not None else table.privacy_unit  # derived: unnamed
-        aggregate = recognise(node, resolve, unit)
+        aggregate = recognise(node, resolve, units)
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

@@ -48,15 +48,17 @@ def is_aggregate(node: exp.Expression) -> bool:
     ) or isinstance(node, exp.WithinGroup)
 
 
-def recognise(node: exp.Expression, resolve_column, unit: str | None = None) -> Aggregate:
-    """Turn one aggregate call into an Aggregate; refuse anything else. ``unit``: the
-    table's privacy unit column, the one column COUNT(DISTINCT ...) takes."""
+def recognise(node: exp.Expression, resolve_column, units=(lambda column: False, ())
+               ) -> Aggregate:
+    """Turn one aggregate call into an Aggregate; refuse anything else. ``units``: which
+    column holds the privacy unit, and their names (``analyze.unit_test``), the ones
+    COUNT(DISTINCT ...) takes."""
     if isinstance(node, exp.Count):
         arg = node.this
         if isinstance(arg, exp.Star):
             return Aggregate(COUNT, None, "count")
         if isinstance(arg, exp.Distinct):
-            _distinct_unit(arg, unit)
+            _distinct_unit(arg, *units)
             return Aggregate(UNITS, None, "count")
         return Aggregate(COUNT, _column(arg, resolve_column, "COUNT"), "count")
     if isinstance(node, exp.Median):
@@ -98,22 +100,23 @@ def recognise(node: exp.Expression, resolve_column, unit: str | None = None) -> 
     )
 
 
-def _distinct_unit(distinct: exp.Distinct, unit: str | None) -> None:
+def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
     """COUNT(DISTINCT unit): how many privacy units are in scope. Any other column is
     refused: its distinct values are not units, so the count is not one of the
     statistics the proxy calibrates (ask per declared key with GROUP BY instead)."""
     values = distinct.expressions
-    named = values[0].name.lower() if len(values) == 1 and isinstance(values[0], exp.Column) \
-        else None
-    if unit is None:
+    if not units:
         raise NotSupported("COUNT(DISTINCT ...) counts privacy units, and this table has no "
-                           "privacy_unit column (none, or one derived through unit_via); ask "
-                           "COUNT(*), or COUNT(*) ... GROUP BY a declared key")
-    if named != unit:
+                           "privacy_unit column (none, or one derived through unit_via: JOIN, "
+                           "not LEFT JOIN, the table that holds it, and name its column); ask "
+                           "COUNT(*), or "
+                           "COUNT(*) ... GROUP BY a declared key")
+    if len(values) != 1 or not isinstance(values[0], exp.Column) or not is_unit(values[0]):
         shown = ", ".join(v.sql(dialect="postgres") for v in values)
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "
-                           f"{unit}) (how many privacy units) is; for the values of a column ask "
-                           "COUNT(*) ... GROUP BY it over its declared keys")
+                           f"{' or '.join(units)}) (how many privacy units) is; for the "
+                           "values of a column ask COUNT(*) ... GROUP BY it over its declared "
+                           "keys")
 
 
 def _column(arg: exp.Expression, resolve_column, function: str) -> str:

@@ -127,6 +127,14 @@ def test_line_items_carry_their_orders_customer(backend_url):
         assert shift == max(c % 3 for c in range(1, 9))
         assert groups[()].units == len({o[1] for o in ORDERS if o[1] in range(1, 9)})
 
+        # the customers of line items, named by their joined orders' own unit column (it
+        # was refused: the line items' unit is derived, no column of theirs holds it)
+        for named in ("o.o_custkey", "o_custkey"):
+            units = (f"SELECT COUNT(DISTINCT {named}) FROM lineitem l JOIN orders o ON "
+                     "l.l_orderkey = o.o_orderkey WHERE o.o_price > 2")
+            assert recorded_statistics(engine, units)[1][()].units == len(
+                {order[1] for _, order in scope})
+
         # c follows the linking table: two more orders for customer 1, with line items
         engine.backend.query("INSERT INTO orders VALUES (901, 1, 1.0), (902, 1, 1.0)")
         engine.backend.query("INSERT INTO lineitem VALUES " + ", ".join(
@@ -191,7 +199,7 @@ REFUSED = [
     ("SELECT COUNT(*) FROM lineitem l JOIN visits v ON l.l_orderkey = v.person_id",
      "0A000", "different privacy units (c_custkey, person_id)"),
     ("SELECT COUNT(DISTINCT _idp_unit) FROM lineitem", "0A000",
-     "no privacy_unit column (none, or one derived through unit_via)"),
+     "no privacy_unit column (none, or one derived through unit_via: JOIN"),
 ]
 
 
