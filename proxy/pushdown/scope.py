@@ -98,8 +98,12 @@ def scope_select(
         return scope
     if extremes:
         return unit_extremes(scope, clip_rows_per_unit, needs, keys, asked)
+    # a unit's rows in the order of their own values: not by an EXISTS's truth (a column
+    # only where the WHERE does not hold it, ``filtered_source``), itself a function of them
+    semis = {semi.name for semi in plan.semi_joins}
     order = [exp.column(col, quoted=True) for col in sorted(table.columns)
-             if col != table.privacy_unit and not isinstance(table.columns[col], DerivedColumn)]
+             if col != table.privacy_unit and col not in semis
+             and not isinstance(table.columns[col], DerivedColumn)]
     if isinstance(clip_rows_per_unit, HashedClip):
         order.insert(0, row_hash(order))
     row_in_unit = exp.Window(
