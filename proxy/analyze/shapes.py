@@ -23,6 +23,10 @@ plan replaces the kept one). A literal is a slot only when all of these hold:
   buckets of a grouped column are listed within the WHERE bounds on that column
   (``proxy.analyze.group_keys``), so those literals decide the plan's key lists.
 
+And a plan is reused only where the new literals leave ``QueryPlan.window`` as it was
+(whether the WHERE keeps a time column to at most half its domain: ``_Template.bind``
+reads it again); else the statement is analysed afresh.
+
 What else the analysis reads of a WHERE literal is its kind, which the shape keeps: a
 number or a string (``check_predicate`` refuses the wrong one for the column, and a
 number a double cannot hold) and, for
@@ -59,6 +63,7 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
 from proxy.analyze.canonical import canonical_sql
+from proxy.analyze.group_keys import narrow_window
 from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
@@ -122,7 +127,12 @@ class _Template:
     # the canonical SQL: text pieces, and slots by index (None: a passthrough, which has none)
     sql: tuple[str | int, ...] | None
 
-    def bind(self, literals: Sequence[Token]) -> tuple[str | None, QueryPlan | PassthroughPlan]:
+    def bind(self, literals: Sequence[Token]
+             ) -> tuple[str | None, QueryPlan | PassthroughPlan] | None:
+        """The canonical SQL and plan with ``literals`` bound in; None where they would
+        change what the analysis decided from the WHERE's literals: whether it keeps a
+        time column to a narrow window (``QueryPlan.window``, which decides how counts
+        are clipped and what the note says)."""
         plan = self.plan
         if self.sql is None:
             return None, plan
@@ -130,12 +140,19 @@ class _Template:
             where = plan.where.copy()
             replace_all((node, _literal(literals[index])) for node in list(where.find_all(
                 exp.Literal)) if (index := self.slots.get(node.meta.get("start"))) is not None)
+            if narrow_window(plan.table, where, _named) != plan.window:
+                return None
             plan = replace(plan, where=where)
         return self.canonical(literals), plan
 
     def canonical(self, literals: Sequence[Token]) -> str:
         return "".join(piece if isinstance(piece, str)
                        else _RENDER.literal_sql(_literal(literals[piece])) for piece in self.sql)
+
+
+def _named(column: exp.Column) -> str:
+    """The plan's column a column of ``plan.where`` reads: its name (resolved already)."""
+    return column.name
 
 
 def _literal(token: Token) -> exp.Literal:
