@@ -156,9 +156,24 @@ def check_size(tokens: Sequence[Token]) -> None:
 def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
     """One statement's tree from its tokens (of ``sql``, which error positions refer to)."""
     try:
-        return _CheckedParser(dialect=POSTGRES).parse(tokens, sql)[0]
+        tree = _CheckedParser(dialect=POSTGRES).parse(tokens, sql)[0]
     except ParseError as exc:
         raise _syntax_problem(sql, exc, tokens[0]) from None
+    if any(token.token_type == TokenType.FETCH for token in tokens):
+        _fetch_as_limit(tree)
+    return tree
+
+
+def _fetch_as_limit(tree: exp.Expression) -> None:
+    """``FETCH FIRST|NEXT [n] ROW[S] ONLY`` (standard SQL, which Looker and DBeaver
+    write) is ``LIMIT n``, n 1 when left out, as PostgreSQL reads it; ``WITH TIES`` and
+    ``PERCENT`` are refused."""
+    for fetch in list(tree.find_all(exp.Fetch)):
+        options = fetch.args.get("limit_options")
+        if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+            raise NotSupported("FETCH ... WITH TIES or PERCENT is not supported; write "
+                               "FETCH FIRST n ROWS ONLY or LIMIT n")
+        fetch.replace(exp.Limit(expression=fetch.args.get("count") or exp.Literal.number(1)))
 
 
 def _syntax_problem(sql: str, error: ParseError, start: Token) -> SyntaxProblem:
@@ -593,9 +608,12 @@ def _refuse_compound(select: exp.Select) -> None:
                     "filter": "FILTER clauses"}.get(node.key, node.key)
             raise NotSupported(f"{kind} over protected tables are not supported; "
                                "query one table with aggregates, WHERE and GROUP BY")
-    for clause, what in (("distinct", "SELECT DISTINCT"), ("offset", "OFFSET")):
-        if select.args.get(clause):
-            raise NotSupported(f"{what} is not supported; filter with WHERE, limit with LIMIT")
+    if select.args.get("distinct"):
+        raise NotSupported("SELECT DISTINCT is not supported; filter with WHERE, limit with LIMIT")
+    if select.args.get("offset"):
+        raise NotSupported("OFFSET is not supported on the aggregate query itself; page its "
+                           "released rows from an outer query: SELECT * FROM (SELECT k, "
+                           "COUNT(*) AS n FROM t GROUP BY k) AS q ORDER BY k LIMIT 10 OFFSET 10")
 
 
 def _the_protected_table(select: exp.Select, rules: Rules) -> Table:

@@ -163,6 +163,10 @@ REFUSED = [
     # anything is read, where a row could otherwise decide whether the statement fails
     ("SELECT COUNT(*) FROM people WHERE NOT -age < -40", "0A000",
      "a minus sign before a column is not allowed in WHERE"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 ORDER BY 2 FETCH FIRST 1 ROWS WITH TIES",
+     "0A000", "FETCH ... WITH TIES or PERCENT is not supported"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 ORDER BY 1 LIMIT 2 OFFSET 1", "0A000",
+     "OFFSET is not supported on the aggregate query itself"),
     # USING merges the unit; the join rules then decide on its ON form
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
      "join on their privacy unit or along a declared link only"),
@@ -178,6 +182,21 @@ def test_forms_that_differ_or_postgresql_refuses_are_refused_for_free(engine, sq
     what = str(refused.value).split(";")[0]  # what is refused; the advice may name WHERE
     assert "WHERE" in sql or "WHERE" not in what
     assert "Superset" not in str(refused.value) and "chart" not in str(refused.value)
+
+
+@pytest.mark.parametrize("last, rows", [
+    ("FETCH NEXT 2 ROWS ONLY", ["a", "b"]), ("FETCH FIRST ROW ONLY", ["a"]),
+    # the paging the OFFSET refusal proposes
+    ("LIMIT 2 OFFSET 1", ["b", "c"])])
+def test_fetch_first_is_limit_and_an_outer_query_pages(engine, last, rows):
+    """Standard SQL's FETCH FIRST (Looker, DBeaver) was refused as 'LIMIT takes a whole
+    number'."""
+    sql = f"SELECT region, COUNT(*) AS n FROM people GROUP BY 1 ORDER BY 1 {last}"
+    if "OFFSET" in last:
+        sql = ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY 1) AS q "
+               f"ORDER BY 1 {last}")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    assert [row[0] for row in answer.rows] == rows
 
 
 @pytest.mark.usefixtures("no_noise")
