@@ -637,9 +637,26 @@ def _time_domain(reader: _Reader, key: str, domain: Any) -> tuple[dt.datetime, d
 # The text of a date or date-time as DuckDB, PostgreSQL and Python all read it: Python's
 # fromisoformat alone also reads '20240101', '2024-W01-1', '2024-01-01T00', a decimal
 # comma and surrounding blanks, which a backend then failed on after the debit (a
-# naive literal is sent as written). A zone, if any, is rewritten away (below).
-_MOMENT_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?"
-                          r"(?:Z|[+-]\d{2}(?::?\d{2})?)?")
+# naive literal is sent as written). A zone, if any, is rewritten away (below); after
+# a time it may follow a space, as PostgreSQL reads it and Metabase writes it
+# ('2024-02-01 00:00:00.000 -08:00').
+_OFFSET = r"(?:Z|[+-]\d{2}(?::?\d{2})?)"
+_MOMENT_TEXT = re.compile(r"(\d{4}-\d{2}-\d{2})(?:([T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)"
+                          rf"(?: ?({_OFFSET}))?|({_OFFSET}))?")
+
+
+def read_moment(text: str) -> dt.datetime | None:
+    """ISO 8601 text of the form ``_MOMENT_TEXT`` takes as a datetime, aware where it
+    writes an offset (a date's offset is its midnight's: Python would read
+    '2024-02-01+02:00' as 02:00); None for other text."""
+    match = _MOMENT_TEXT.fullmatch(text)
+    if match is None:
+        return None
+    day, clock, offset, day_offset = match.groups()
+    try:
+        return dt.datetime.fromisoformat(f"{day}{clock or 'T00:00'}{offset or day_offset or ''}")
+    except ValueError:
+        return None
 
 
 def parse_moment(value: Any, zoned: bool = False) -> dt.datetime | None:
@@ -651,12 +668,7 @@ def parse_moment(value: Any, zoned: bool = False) -> dt.datetime | None:
     00:00:00``). Query literals are read so (BI tools send ``…Z``); the rules' domains
     are not."""
     if isinstance(value, str):
-        if _MOMENT_TEXT.fullmatch(value) is None:
-            return None
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError:
-            return None
+        value = read_moment(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None and zoned:
             return value.replace(tzinfo=None)

@@ -48,7 +48,7 @@ from proxy.analyze.time_keys import constant_wall
 from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
 from proxy.guards import depth
 from proxy.interrupts import checkpoint
-from proxy.rules import Rules, parse_moment
+from proxy.rules import Rules, parse_moment, read_moment
 from proxy.trees import balanced
 from proxy.zones import from_wall, reading_zone
 
@@ -236,7 +236,7 @@ def _wall_of_moment(text: str, wall: dt.datetime, format_: exp.Expression | None
                     ) -> dt.datetime:
     """The session zone's wall clock of a ``timestamptz`` constant written as ``text``
     (``wall``: its clock as written)."""
-    written = wall if format_ is not None else dt.datetime.fromisoformat(text)
+    written = wall if format_ is not None else read_moment(text)
     try:
         return constant_wall(written.astimezone(dt.UTC).replace(tzinfo=None)
                              if written.tzinfo else from_wall(reading_zone(), wall))

@@ -139,6 +139,11 @@ TERMS = [
     # a written zone is dropped where the text is read as a timestamp, as PostgreSQL does
     ("date_trunc('day', at)", "WHERE at >= '2023-03-20T00:00:00+05:00' AND "
      "at < '2023-04-02T12:00:00-03:00'"),
+    # Metabase's timestamptz literals, their offset after a space (refused as 'not a date')
+    ("date_trunc('day', at)", "WHERE at >= timestamp with time zone '2023-03-20 00:00:00.000 "
+     "-08:00' AND at < timestamp with time zone '2023-03-27 00:00:00.000 -08:00'"),
+    # a date's offset is its midnight's (it was read as 02:00: an hour bucket too few)
+    ("date_trunc('hour', at)", "WHERE at >= '2023-03-20+02:00' AND at < '2023-03-21'"),
 ]
 # what the session's TimeZone changes: a timestamp read as a moment, a moment's day,
 # clock and fields, days added to a moment, a moment constant compared with a timestamp
