@@ -8,8 +8,9 @@ meet it:
 - a column with declared keys: the term is evaluated on each key value, as SQL would on
   a row holding it (three-valued: NULL is not true); ``=``, ``<>``, ``IN``, ``NOT IN``,
   ``BETWEEN``, ``<``, ``<=``, ``>``, ``>=`` (on numbers, dates and timestamps; text is
-  compared for equality only, its order is the backend's collation), ``IS [NOT] NULL``,
-  ``NOT``, ``AND`` and ``OR`` of these;
+  compared for equality only, its order is the backend's collation), ``[NOT] LIKE`` and
+  ``ILIKE`` on text (ILIKE on ASCII only), ``IS [NOT] NULL``, ``NOT``, ``AND`` and ``OR``
+  of these;
 - numeric bins (``floor(x / w) * w``, ``x / w``): the term, read as a union of
   intervals of x (comparisons, ``BETWEEN``, ``=``, ``IN``, ``AND``, ``OR``, ``IS NULL``;
   anything else lets every value in), keeps the bins whose values meet it; the first
@@ -31,6 +32,7 @@ every neighbouring data set (SPEC §3.4).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -38,6 +40,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.patterns import ESCAPE, PATTERNS, respelled
 from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
 from proxy.rules import Table, parse_moment
@@ -118,6 +121,8 @@ def _may_hold(condition: exp.Expression, key: Any, kind: str) -> bool:
 def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
     """SQL's three-valued truth of ``node`` on a row holding ``key`` (None: NULL)."""
     node = node.unnest()
+    if isinstance(node, (*PATTERNS, exp.Escape)) and kind == "text":
+        return _matches(node, key)
     if node.args.get("negate") and not isinstance(node, exp.Is):
         raise _Unknown
     if isinstance(node, exp.And):  # flattened: a long chain is no deep recursion
@@ -159,6 +164,44 @@ def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
             return None
         return _compare(type(node), left, right, kind)
     raise _Unknown
+
+
+def _matches(node: exp.Expression, key: Any) -> bool | None:
+    """A text key against ``col [NOT] LIKE|ILIKE 'pattern' [ESCAPE 'c']``, read as PostgreSQL
+    reads the pattern (``patterns.respelled``); ILIKE only where key and pattern are
+    ASCII (beyond it the backends' case folding may differ)."""
+    escape = ESCAPE
+    if isinstance(node, exp.Escape):
+        given = node.expression
+        if not (isinstance(given, exp.Literal) and given.is_string and len(given.name) <= 1):
+            raise _Unknown
+        escape, node = given.name, node.this
+    if not isinstance(node, PATTERNS) or not isinstance(node.this.unnest(), exp.Column):
+        raise _Unknown
+    pattern = node.expression.unnest()
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        raise _Unknown
+    subject = _value(node.this, key, "text")
+    if subject is None:
+        return None
+    folded = isinstance(node, exp.ILike)
+    if folded and not (subject.isascii() and pattern.name.isascii()):
+        raise _Unknown
+    try:
+        written = respelled(pattern.name, escape)
+    except Refused:
+        raise _Unknown from None
+    regex, i = [], 0
+    while i < len(written):
+        if written[i] == ESCAPE:
+            regex.append(re.escape(written[i + 1]))
+            i += 2
+            continue
+        regex.append({"%": ".*", "_": "."}.get(written[i]) or re.escape(written[i]))
+        i += 1
+    flags = re.DOTALL | (re.IGNORECASE if folded else 0)
+    return (re.fullmatch("".join(regex), subject, flags) is not None) != bool(
+        node.args.get("negate"))
 
 
 def _compare(operator, left, right, kind: str) -> bool:

@@ -75,15 +75,15 @@ def _canonical(like: exp.Expression, escape: str, table: Table, resolve_column
     if declared.type != "text":
         raise NotSupported(f"{word} applies to text columns; {name} is {declared.type}: "
                            "compare it with =, <, BETWEEN or IN")
-    respelled = _respelled(pattern.name, escape)
-    written = like.__class__(this=column.copy(), expression=exp.Literal.string(respelled),
+    written_pattern = respelled(pattern.name, escape)
+    written = like.__class__(this=column.copy(), expression=exp.Literal.string(written_pattern),
                              negate=like.args.get("negate"))
-    if ESCAPE not in respelled:  # nothing escaped: read alike with no ESCAPE at all
+    if ESCAPE not in written_pattern:  # nothing escaped: read alike with no ESCAPE at all
         return written
     return exp.Escape(this=written, expression=exp.Literal.string(ESCAPE))
 
 
-def _respelled(pattern: str, escape: str) -> str:
+def respelled(pattern: str, escape: str) -> str:
     """``pattern`` read with ``escape`` as PostgreSQL does, written with a backslash
     escaping exactly ``%``, ``_`` and the backslash."""
     out, i = [], 0

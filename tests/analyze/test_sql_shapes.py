@@ -312,6 +312,11 @@ KEYED = [
      ["north", "east"], _region),
     ("region", "(region = 'north' AND age > 50) OR age < 20", REGIONS, _region),
     ("region", "region > 'm'", REGIONS, _region),  # text order is the backend's collation
+    # patterns are read as PostgreSQL reads them (they answered every key)
+    ("region", "region LIKE '%th'", ["north", "south"], _region),
+    ("region", "region NOT LIKE 'n%' AND region NOT ILIKE 'S_U%'", ["east", "west"], _region),
+    ("region", "region ILIKE 'E%' OR region LIKE 'w\\_st' OR region LIKE 'w!%' ESCAPE '!'",
+     ["east"], _region),
     ("region", "region IS NOT NULL", REGIONS, _region),
     ("floor(age / 10) * 10", "age >= 30 AND age < 50", [30, 40], _decade),
     ("floor(age / 10) * 10", "age BETWEEN 25 AND 30", [20, 30], _decade),
