@@ -40,7 +40,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.patterns import ESCAPE, PATTERNS, respelled
+from proxy.analyze.patterns import CASED, ESCAPE, PATTERNS, respelled
 from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
 from proxy.rules import Table, parse_moment
@@ -176,17 +176,22 @@ def _matches(node: exp.Expression, key: Any) -> bool | None:
         if not (isinstance(given, exp.Literal) and given.is_string and len(given.name) <= 1):
             raise _Unknown
         escape, node = given.name, node.this
-    if not isinstance(node, PATTERNS) or not isinstance(node.this.unnest(), exp.Column):
+    if not isinstance(node, PATTERNS):
         raise _Unknown
+    cased = node.this.unnest()
+    column = cased.this.unnest() if isinstance(cased, CASED) else cased
     pattern = node.expression.unnest()
-    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+    if not (isinstance(column, exp.Column) and isinstance(pattern, exp.Literal)
+            and pattern.is_string):
         raise _Unknown
-    subject = _value(node.this, key, "text")
+    subject = _value(column, key, "text")
     if subject is None:
         return None
     folded = isinstance(node, exp.ILike)
-    if folded and not (subject.isascii() and pattern.name.isascii()):
+    if (folded or cased is not column) and not (subject.isascii() and pattern.name.isascii()):
         raise _Unknown
+    if cased is not column:
+        subject = subject.lower() if isinstance(cased, exp.Lower) else subject.upper()
     try:
         written = respelled(pattern.name, escape)
     except Refused:

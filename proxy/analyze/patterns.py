@@ -20,8 +20,10 @@ is totality and agreement between the backends:
   DuckDB reads ``LIKE`` alone as a plain string test it pushes into the scan, where
   ``LIKE … ESCAPE`` is a function it tests on every row after the joins (TPC-H Q09's
   ``p_name LIKE '%green%'``: its first pass 22 s at SF 1 with ``ESCAPE``, 2.3 s without).
-- Only columns declared ``text`` (of the protected tables or of public tables joined):
-  LIKE on a number or a date fails in PostgreSQL, after the debit.
+- Only columns declared ``text`` (of the protected tables or of public tables joined),
+  or ``LOWER``/``UPPER`` of one (Metabase's case-insensitive "contains": ``LOWER(col)
+  LIKE '%abc%'``; both total, though beyond ASCII the backends' case mapping may
+  differ): LIKE on a number or a date fails in PostgreSQL, after the debit.
 - A NULL value gives NULL (the row is out of scope), in every backend.
 """
 
@@ -33,6 +35,7 @@ from proxy.errors import NotSupported, Refused
 from proxy.rules import Table
 
 PATTERNS = (exp.Like, exp.ILike)
+CASED = (exp.Lower, exp.Upper)  # of a text column, before a pattern (Metabase's "contains")
 ESCAPE = "\\"
 
 
@@ -68,9 +71,11 @@ def _canonical(like: exp.Expression, escape: str, table: Table, resolve_column
     column, pattern = like.this, like.expression
     if not (isinstance(pattern, exp.Literal) and pattern.is_string):
         raise NotSupported(f"{word} takes a constant pattern in quotes: col {word} 'abc%'")
-    if not isinstance(column, exp.Column):
-        raise NotSupported(f"{word} applies to a text column: col {word} 'abc%'")
-    name = resolve_column(column)
+    inner = column.this.unnest() if isinstance(column, CASED) else column
+    if not isinstance(inner, exp.Column):
+        raise NotSupported(f"{word} applies to a text column, or LOWER or UPPER of one: col "
+                           f"{word} 'abc%'")
+    name = resolve_column(inner)
     declared = table.columns[name]
     if declared.type != "text":
         raise NotSupported(f"{word} applies to text columns; {name} is {declared.type}: "

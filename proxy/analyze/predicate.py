@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from proxy.analyze.patterns import canonical_patterns
+from proxy.analyze.patterns import CASED, PATTERNS, canonical_patterns
 from proxy.errors import NotSupported, Refused, UnknownFunction
 from proxy.interrupts import checkpoint
 from proxy.rules import Table, parse_moment
@@ -53,6 +53,9 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                                "use comparisons, BETWEEN, IN (...), IS NULL, AND/OR/NOT")
         elif isinstance(node, exp.Substring) and _fixed_substring(node, table, resolve_column):
             continue  # SUBSTRING(text column, start ≥ 1, length ≥ 0): a function of the row
+        elif isinstance(node, CASED) and isinstance(node.parent, PATTERNS) \
+                and node.arg_key == "this":
+            continue  # LOWER(col) LIKE 'p': canonical_patterns checked col is text
         elif isinstance(node, exp.Neg) and not _constant(node.this.unnest()):
             raise NotSupported(
                 f"a minus sign before a column is not allowed in {place} (negating a "

@@ -317,6 +317,9 @@ KEYED = [
     ("region", "region NOT LIKE 'n%' AND region NOT ILIKE 'S_U%'", ["east", "west"], _region),
     ("region", "region ILIKE 'E%' OR region LIKE 'w\\_st' OR region LIKE 'w!%' ESCAPE '!'",
      ["east"], _region),
+    # Metabase's case-insensitive "contains" (it was refused: LIKE took a column only)
+    ("region", "LOWER(region) LIKE '%th' OR UPPER(\"people\".\"region\") LIKE 'W%'",
+     ["north", "south", "west"], _region),
     ("region", "region IS NOT NULL", REGIONS, _region),
     ("floor(age / 10) * 10", "age >= 30 AND age < 50", [30, 40], _decade),
     ("floor(age / 10) * 10", "age BETWEEN 25 AND 30", [20, 30], _decade),
