@@ -63,6 +63,17 @@ QUERIES = {
                              "WHERE person_id <= 300 GROUP BY 1",
     "sum/dept 50 people": "SELECT department, SUM(cost) FROM visits WHERE person_id <= 50 "
                            "GROUP BY 1",
+    # a day's or a week's few visits (the BI probe of 2026-11-28: 0.1 % of the truth)
+    "sum/dept one day": "SELECT department, SUM(cost) FROM visits WHERE visited_at >= "
+                        "'2024-09-03' AND visited_at < '2024-09-04' GROUP BY 1",
+    "sum/dept one week": "SELECT department, SUM(cost) FROM visits WHERE visited_at >= "
+                         "'2024-09-02' AND visited_at < '2024-09-09' GROUP BY 1",
+    "sum/hour one day": "SELECT date_trunc('hour', visited_at), SUM(cost) FROM visits WHERE "
+                        "visited_at >= '2024-09-03' AND visited_at < '2024-09-04' GROUP BY 1",
+    "sum/day one month": "SELECT date_trunc('day', visited_at), SUM(cost) FROM visits WHERE "
+                         "visited_at >= '2024-03-01' AND visited_at < '2024-04-01' GROUP BY 1",
+    "sum(days)/dept days>=12": "SELECT department, SUM(days) FROM visits WHERE days >= 12 "
+                               "GROUP BY 1",
 }
 
 
@@ -89,7 +100,7 @@ RULES = {
     "prior G/2": lambda groups: {"prior": Fraction(groups, 2)},
     "prior 4": lambda groups: {"prior": Fraction(4)},
     **{f"m {share} p{prior}{' nofloor' if not floor else ''}": quantile(share, prior, floor)
-       for share in ("1", "2", "3", "4") for prior in ("1/4", "1", "2", "J")
+       for share in ("1", "2", "3", "4") for prior in ("0", "1/16", "1/4", "1", "2", "J")
        for floor in (True, False)},
 }
 
