@@ -353,7 +353,7 @@ class Session:
             columns, rows = self.engine.backend.query_with_columns(
                 work.text(self.engine.backend.dialect))
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
-                          kinds=[kind for _, kind in columns])
+                          notice=work.note, kinds=[kind for _, kind in columns])
         if isinstance(work, GroupingSetsPlan):
             answer = self._grouping_sets(work)
         elif isinstance(work, CombinedPlan):

@@ -433,6 +433,8 @@ class PassthroughPlan:
     rendered in the backend's dialect when sent: ``text``)."""
 
     sql: exp.Expression
+    # the answer's notice where it has one (a list of declared keys: analyze.key_listing)
+    note: str | None = None
     # its renderings by dialect (``text``): a plan the shape cache keeps is sent again
     rendered: dict[str, str] = field(default_factory=dict, init=False, compare=False,
                                     repr=False)

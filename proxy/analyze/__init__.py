@@ -30,6 +30,7 @@ from proxy.analyze.group_keys import (
 from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, resolver, split_joins
+from proxy.analyze.key_listing import key_listing
 from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
@@ -260,6 +261,15 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)
     alone, exists = exists_out(alone)  # EXISTS over the unit's tables: proxy.analyze.semi_joins
+    if not joins and not exists:  # a filter's values: the declared keys (key_listing)
+        try:
+            listed = _the_protected_table(alone, rules)
+        except Refused:  # refused below, in the order the other forms' messages expect
+            listed = None
+        listing = listed and key_listing(alone, listed, _column_resolver(listed, alone),
+                                         rules.defaults.max_groups)
+        if listing:
+            return listing
     _refuse_compound(alone)
     table = joined_table(_the_protected_table(alone, rules), joins)
     _limit(select)
@@ -609,7 +619,9 @@ def _refuse_compound(select: exp.Select) -> None:
             raise NotSupported(f"{kind} over protected tables are not supported; "
                                "query one table with aggregates, WHERE and GROUP BY")
     if select.args.get("distinct"):
-        raise NotSupported("SELECT DISTINCT is not supported; filter with WHERE, limit with LIMIT")
+        raise NotSupported("SELECT DISTINCT lists the values of rows, answered only for columns "
+                           "with declared keys (listed from the rules); for others ask COUNT(*) "
+                           "... GROUP BY a column with declared keys")
     if select.args.get("offset"):
         raise NotSupported("OFFSET is not supported on the aggregate query itself; page its "
                            "released rows from an outer query: SELECT * FROM (SELECT k, "

@@ -163,6 +163,9 @@ REFUSED = [
     # anything is read, where a row could otherwise decide whether the statement fails
     ("SELECT COUNT(*) FROM people WHERE NOT -age < -40", "0A000",
      "a minus sign before a column is not allowed in WHERE"),
+    # distinct values of a column without declared keys, or of the unit, stay refused
+    ("SELECT DISTINCT age FROM people", "0A000", "SELECT DISTINCT lists"),
+    ("SELECT person_id FROM people GROUP BY person_id", "0A000", "a group per unit would answer"),
     ("SELECT region, COUNT(*) FROM people GROUP BY 1 ORDER BY 2 FETCH FIRST 1 ROWS WITH TIES",
      "0A000", "FETCH ... WITH TIES or PERCENT is not supported"),
     ("SELECT region, COUNT(*) FROM people GROUP BY 1 ORDER BY 1 LIMIT 2 OFFSET 1", "0A000",
@@ -182,6 +185,25 @@ def test_forms_that_differ_or_postgresql_refuses_are_refused_for_free(engine, sq
     what = str(refused.value).split(";")[0]  # what is refused; the advice may name WHERE
     assert "WHERE" in sql or "WHERE" not in what
     assert "Superset" not in str(refused.value) and "chart" not in str(refused.value)
+
+
+@pytest.mark.parametrize("sql, rows", [
+    ("SELECT DISTINCT region FROM people", [("a",), ("b",), ("c",)]),  # Grafana, Power BI
+    ('SELECT "people"."region" AS "region" FROM "public"."people" GROUP BY '  # Metabase
+     '"people"."region" ORDER BY "people"."region" DESC LIMIT 2', [("c",), ("b",)]),
+    ("SELECT DISTINCT region FROM people WHERE region <> 'b' AND age > 30",
+     [("a",), ("c",)]),
+    ("SELECT region FROM people WHERE region = 'z' GROUP BY 1", [])])
+def test_a_filters_values_are_the_declared_keys_read_from_the_rules(engine, sql, rows):
+    """Superset's native filters, Metabase's field values, Grafana's variables and Power
+    BI's slicers ask for a column's distinct values (refused: 'must compute at least one
+    aggregate', 'SELECT DISTINCT is not supported'): the declared keys the WHERE admits,
+    the same on every data set, nothing read from the protected table, nothing spent."""
+    before = engine.ledger.entries(), engine.ledger.budgets()
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    assert sorted(answer.rows) == sorted(rows) and (answer.rows == rows or "ORDER" not in sql)
+    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+    assert answer.privacy is None and "declared keys of region" in answer.notice
 
 
 @pytest.mark.parametrize("last, rows", [
