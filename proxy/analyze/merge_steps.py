@@ -24,9 +24,11 @@ merged tree as the analyst wrote it.
 Before the passes, constant arithmetic in WHERE and ON is folded
 (``proxy.analyze.constants``: ``1 + 10``, ``date '…' + interval '1' year``), and
 constants the backend would cast (``TIMESTAMP '…'``, ``CAST('…' AS
-DATE)``, Superset's ``TO_TIMESTAMP('…', 'YYYY-MM-DD HH24:MI:SS.US')``) become plain
-quoted literals, checked to be dates, so that time filters compare a column with a
-literal as every other WHERE does.
+DATE)``, Superset's ``TO_TIMESTAMP('…', 'YYYY-MM-DD HH24:MI:SS.US')`` and ``TO_DATE('…',
+'YYYY-MM-DD')``) become plain quoted literals, checked to be dates, so that time filters
+compare a column with a literal as every other WHERE does; a truncated column compared
+with them (``CAST(at AS DATE) >= '…'``) becomes the range of the column it means
+(``proxy.analyze.time_filters``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from proxy.analyze.constants import fold_constants
 from proxy.analyze.group_keys import default_name
+from proxy.analyze.time_filters import truncations_as_ranges
 from proxy.analyze.time_keys import constant_wall
 from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
 from proxy.guards import depth
@@ -68,7 +71,7 @@ def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     FROM, its row-level steps merged (a new tree; the argument is not changed)."""
     select = select.copy()
     checkpoint()  # each whole-tree pass of a long statement takes a few tenths of a second
-    select = fold_time_constants(fold_constants(select), rules)
+    select = truncations_as_ranges(fold_time_constants(fold_constants(select), rules), rules)
     checkpoint()
     if not _has_steps(select):
         return select
@@ -185,7 +188,7 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
     and is written as that zone's wall clock, which the timestamp columns it is compared
     with are read in (``time_keys.constant_wall``). A timestamp with a time of day
     compared with a date column of ``rules`` is refused (``_date_compared``)."""
-    for node in list(tree.find_all(exp.Cast, exp.StrToTime, exp.TsOrDsToDate)):
+    for node in list(tree.find_all(exp.Cast, exp.StrToTime, exp.StrToDate, exp.TsOrDsToDate)):
         text = node.this
         if not (isinstance(text, exp.Literal) and text.is_string):
             continue
@@ -197,7 +200,7 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
                                "'2024-01-31' or '2024-01-31 08:00:00'")
         if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.TIMESTAMPTZ):
             moment = _wall_of_moment(text.name, moment, node.args.get("format"))
-        day = isinstance(node, exp.TsOrDsToDate) or (
+        day = isinstance(node, (exp.TsOrDsToDate, exp.StrToDate)) or (
             isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE))
         if not day and rules is not None:
             _date_compared(node, moment, rules)

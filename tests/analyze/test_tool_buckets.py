@@ -144,6 +144,20 @@ TERMS = [
      "-08:00' AND at < timestamp with time zone '2023-03-27 00:00:00.000 -08:00'"),
     # a date's offset is its midnight's (it was read as 02:00: an hour bucket too few)
     ("date_trunc('hour', at)", "WHERE at >= '2023-03-20+02:00' AND at < '2023-03-21'"),
+    # filters on a truncation of the column (refused: 'CAST is not allowed in WHERE'), as
+    # Tableau, Superset and analysts write them: the range of the column they mean
+    ("date_trunc('day', at)", 'WHERE (CAST("events"."at" AS DATE) >= (DATE \'2023-03-20\')) '
+     'AND (CAST("events"."at" AS DATE) <= (DATE \'2023-03-26\'))'),
+    ("date_trunc('day', at)", "WHERE at::date BETWEEN '2023-03-20' AND '2023-03-26' AND "
+     "DATE(at) <> '2023-03-22'"),
+    ("date_trunc('month', at)", "WHERE EXTRACT(YEAR FROM at) = 2023"),
+    ("date_trunc('day', at)", "WHERE date_trunc('month', at) = '2023-03-01' AND NOT "
+     "date_trunc('week', at) < '2023-03-15'"),
+    ("date_trunc('month', at)", "WHERE date_trunc('month', at) > '2023-03-15' AND "
+     "date_trunc('quarter', at) <= '2023-04-01'"),
+    ("CAST(day AS date)", "WHERE CAST(day AS DATE) IN ('2023-03-20', '2023-03-21')"),
+    ("date_trunc('day', at)", "WHERE at >= TO_DATE('2023-03-20', 'YYYY-MM-DD') AND "
+     "at < TO_DATE('2023-03-27', 'YYYY-MM-DD')"),
 ]
 # what the session's TimeZone changes: a timestamp read as a moment, a moment's day,
 # clock and fields, days added to a moment, a moment constant compared with a timestamp
