@@ -37,12 +37,14 @@ _FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
 
 
 def truncations_as_ranges(tree: exp.Expression, rules: Rules) -> exp.Expression:
-    """``tree`` with each comparison of a truncated time column with constants written
-    as the range of the column (module doc); changed in place, and returned."""
-    for node in list(tree.find_all(*_FLIPPED, exp.Between, exp.In)):
-        written = _range(node, rules)
-        if written is not None:
-            node.replace(exp.Paren(this=written))
+    """``tree`` with each comparison of a truncated time column with constants in a
+    WHERE (a FILTER's too) written as the range of the column (module doc); changed in
+    place, and returned. Not in HAVING, whose truncation is a GROUP BY key."""
+    for where in list(tree.find_all(exp.Where)):
+        for node in list(where.find_all(*_FLIPPED, exp.Between, exp.In)):
+            written = _range(node, rules)
+            if written is not None:
+                node.replace(exp.Paren(this=written))
     return tree
 
 
