@@ -176,7 +176,10 @@ def _divisor(rng: random.Random) -> str:
                        "1e-200", "7", "(1e15 * 1e15)", "0.001", "1e-310", "0",
                        # columns whose domains keep the divisor from 0, or not
                        "(x + 1)", "(y + 6)", "(y - 6)", "s", "p", "(x + 1e-151)", "(b + 1)",
-                       "(s * 1e-60)", "(abs(y) + 0.5)", "(s * 1e250)"])
+                       "(s * 1e-60)", "(abs(y) + 0.5)", "(s * 1e250)",
+                       # NULLIF of an int whose range ends at 0 keeps from it; others not
+                       "nullif(y + 5, 0)", "nullif(y - 5, 0)", "nullif(y, 0)",
+                       "nullif(x, 0)", "nullif(y + 5, 3)"])
 
 
 def _condition(rng: random.Random) -> str:
@@ -298,6 +301,11 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         values = [of(a) for a in [node.this, *node.expressions]]
         return _Ref(next((v.value for v in values if v.value is not None), None),
                     all(v.integer for v in values))
+    if isinstance(node, exp.Nullif):
+        value, other = of(node.this), of(node.expression)
+        equal = value.value is not None and other.value is not None \
+            and value.value == other.value
+        return _Ref(None if equal else value.value, value.integer)
     if isinstance(node, exp.Case):
         branches = [(i.this, i.args["true"]) for i in node.args.get("ifs", [])]
         default = node.args.get("default")

@@ -47,8 +47,9 @@ from proxy.statistics import MAGNITUDE_CAP, value_range
 from proxy.vocabulary import DerivedColumn, in_condition
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
-           "CAST to a number (of a condition: to integer), abs, least, greatest, floor, ceil, round, trunc, sqrt of a "
-           "value that cannot be negative, ln of a value that is always positive")
+           "NULLIF(x, constant), CAST to a number (of a condition: to integer), abs, least, "
+           "greatest, floor, ceil, round, trunc, sqrt of a value that cannot be negative, ln "
+           "of a value that is always positive")
 # Intermediate values the backend may meet stay well inside DOUBLE's range.
 _SAFE_MAGNITUDE = 1e300
 # The most parts (sqlglot nodes: operators, functions, columns, constants) one
@@ -359,6 +360,8 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         return _extreme(node, [of(a) for a in [node.this, *node.expressions]])
     if isinstance(node, exp.Coalesce):
         return _coalesce([of(a) for a in [node.this, *node.expressions]])
+    if isinstance(node, exp.Nullif):
+        return _nullif(node, of(node.this), of(node.expression))
     if isinstance(node, exp.Case):
         return _case(node, table, resolve)
     raise _refuse(node)
@@ -464,9 +467,10 @@ def _divide(node: exp.Div, table: Table, resolve) -> _Value:
             least <= right.low <= right.high or right.low <= right.high <= -least):
         raise NotSupported(f"{text} divides by a value that can be 0 (or beyond "
                            f"{least:.0e} to {most:.0e} in magnitude), which can fail in the "
-                           "backend; divide by a non-zero constant or by columns whose "
-                           "declared domains keep the divisor from 0")
-    elif any(isinstance(n, exp.Nullif) for n in right.sql.walk()):
+                           "backend; divide by a non-zero constant, by columns whose "
+                           "declared domains keep the divisor from 0, or by NULLIF(n, 0) of "
+                           "an int column whose domain starts or ends at 0")
+    elif any(isinstance(n, exp.Div) for n in right.sql.walk()):
         raise NotSupported(f"{text} divides by a quotient of columns; divide by columns "
                            "once (each guard of such a divisor doubles its SQL)")
     else:
@@ -486,6 +490,26 @@ def _divide(node: exp.Div, table: Table, resolve) -> _Value:
     if integer:
         return _rounding(node, value, exp.Trunc)
     return value
+
+
+def _nullif(node: exp.Nullif, value: _Value, other: _Value) -> _Value:
+    """NULLIF(x, c), c a constant: x, NULL where it equals c (Metabase divides by
+    ``NULLIF(days, 0)``). An integer x whose range ends at c loses that end, so
+    ``NULLIF(days, 0)`` with days in [0, 60] is in [1, 60] or NULL: a divisor that keeps
+    from 0 (the SQL's NULL divides to NULL, which the aggregate skips)."""
+    if not (other.constant and not other.null and not other.nullable
+            and other.low == other.high):
+        raise NotSupported(f"{_text(node)}: NULLIF takes a constant as its second argument")
+    sql = exp.Nullif(this=value.sql, expression=other.sql)
+    if value.null:
+        return _always_null(sql, value.constant)
+    low, high, reach = value.low, value.high, value.reach
+    if value.integer:
+        low, high = low + (low == other.low), high - (high == other.low)
+        reach = (reach[0] + (reach[0] == other.low), reach[1] - (reach[1] == other.low))
+    if low > high:
+        return _always_null(sql, value.constant)
+    return _Value(sql, low, high, reach, value.integer, True, value.constant, value.bound)
 
 
 def _quotient(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
