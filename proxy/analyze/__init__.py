@@ -162,7 +162,17 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         raise _syntax_problem(sql, exc, tokens[0]) from None
     if any(token.token_type == TokenType.FETCH for token in tokens):
         _fetch_as_limit(tree)
+    if any(token.text.lower() == "date" for token in tokens):
+        _date_as_cast(tree)
     return tree
+
+
+def _date_as_cast(tree: exp.Expression) -> None:
+    """``DATE(x)`` (Looker's day, PostgreSQL's function-style cast) is ``CAST(x AS DATE)``,
+    the form the buckets, the filters and the keys read."""
+    for node in list(tree.find_all(exp.Date)):
+        if not node.expressions and node.args.get("zone") is None:
+            node.replace(exp.cast(node.this, exp.DataType.Type.DATE))
 
 
 def _fetch_as_limit(tree: exp.Expression) -> None:

@@ -158,6 +158,8 @@ TERMS = [
     ("CAST(day AS date)", "WHERE CAST(day AS DATE) IN ('2023-03-20', '2023-03-21')"),
     ("date_trunc('day', at)", "WHERE at >= TO_DATE('2023-03-20', 'YYYY-MM-DD') AND "
      "at < TO_DATE('2023-03-27', 'YYYY-MM-DD')"),
+    # Looker's day: DATE(col), PostgreSQL's function-style cast (it was refused)
+    ('DATE("events"."at")', "WHERE DATE(at) BETWEEN '2023-03-20' AND '2023-03-26'"),
 ]
 # what the session's TimeZone changes: a timestamp read as a moment, a moment's day,
 # clock and fields, days added to a moment, a moment constant compared with a timestamp
