@@ -280,7 +280,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                                          rules.defaults.max_groups)
         if listing:
             return listing
-    _refuse_compound(alone)
+    _refuse_compound(alone, rules)
     table = joined_table(_the_protected_table(alone, rules), joins)
     _limit(select)
     post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
@@ -610,7 +610,25 @@ def _names_functions(select: exp.Select) -> bool:
     )
 
 
-def _refuse_compound(select: exp.Select) -> None:
+def _refuse_public_in(node: exp.Expression, rules: Rules) -> None:
+    """``col IN (SELECT key FROM t …)`` over a public table, left unanswered: the join
+    that is (it said "subqueries over protected tables", naming none)."""
+    within = node.parent
+    query = node.this if isinstance(node, exp.Subquery) else None
+    if not (isinstance(within, exp.In) and within.args.get("query") is node
+            and isinstance(query, exp.Select) and len(query.expressions) == 1
+            and isinstance(query.expressions[0].unnest(), exp.Column)):
+        return
+    tables = [table.name for table in query.find_all(exp.Table)]
+    if len(tables) != 1 or rules.table(tables[0]) is None or not rules.table(tables[0]).public:
+        return
+    key, column = query.expressions[0].unnest().name, within.this.sql(dialect="postgres")
+    raise NotSupported(f"{column} IN (SELECT {key} FROM {tables[0]} ...) is not supported; "
+                       f"join the table on its unique key instead: JOIN {tables[0]} ON "
+                       f"{column} = {tables[0]}.{key}, its conditions in the WHERE")
+
+
+def _refuse_compound(select: exp.Select, rules: Rules) -> None:
     """Joins, subqueries and set operations left after the other stages are refused; a
     window is too unless the query aggregates (then it reads the released rows:
     post-processing, ``proxy.analyze.having``)."""
@@ -624,6 +642,7 @@ def _refuse_compound(select: exp.Select) -> None:
                                "supported; a window over an aggregate query's groups is: "
                                "SELECT k, COUNT(*), SUM(COUNT(*)) OVER () FROM t GROUP BY k")
         if isinstance(node, _COMPOUND):
+            _refuse_public_in(node, rules)
             kind = {"subquery": "subqueries", "with": "CTEs", "join": "joins",
                     "filter": "FILTER clauses"}.get(node.key, node.key)
             raise NotSupported(f"{kind} over protected tables are not supported; "
