@@ -385,7 +385,7 @@ class Session:
                        if any(row[j] is not None for row in answer.rows)), answers[0].kinds[j])
                  for j in range(len(answers[0].columns))]
         last = answers[-1].privacy
-        privacy = dict(last, epsilon_spent=sum(a.privacy["epsilon_spent"] for a in answers),
+        privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
                        ci95={name: [values[i] for i in order] for name, values in bounds.items()},
                        mechanism="; ".join(dict.fromkeys(
                            m for a in answers for m in a.privacy["mechanism"].split("; "))),
@@ -400,7 +400,7 @@ class Session:
         the outer query over them; the metadata: their ε added up, their notes."""
         answers = [self._private(canonical, plan) for canonical, plan in work.parts]
         last = answers[-1].privacy
-        privacy = dict(last, epsilon_spent=sum(a.privacy["epsilon_spent"] for a in answers),
+        privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
                        mechanism="; ".join(dict.fromkeys(
                            m for a in answers for m in a.privacy["mechanism"].split("; "))),
                        notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"])])
@@ -451,12 +451,12 @@ class Session:
         final = self._private(canonical_sql(statement), plan, joint)
         spent = [*answers, final]
         privacy = dict(final.privacy,
-                       epsilon_spent=sum(a.privacy["epsilon_spent"] for a in spent),
+                       epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in spent),
                        mechanism="; ".join(dict.fromkeys(
                            m for a in spent for m in a.privacy["mechanism"].split("; "))),
                        notes=[*final.privacy["notes"], _STAGED.format(released)])
         if "rho_spent" in privacy:
-            privacy["rho_spent"] = sum(a.privacy["rho_spent"] for a in spent)
+            privacy["rho_spent"] = _summed(a.privacy["rho_spent"] for a in spent)
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
                       final.kinds)
 
@@ -471,7 +471,7 @@ class Session:
             plan.sql.sql(dialect=self.engine.backend.dialect, copy=False))
         names = [name for name, _ in columns]
         last = answers[-1].privacy
-        privacy = dict(last, epsilon_spent=sum(a.privacy["epsilon_spent"] for a in answers),
+        privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
                        ci95={},
                        mechanism="; ".join(dict.fromkeys(
                            m for a in answers for m in a.privacy["mechanism"].split("; "))),
@@ -885,6 +885,13 @@ def _output_kind(plan: QueryPlan, output) -> str:
     if output_type == "column":
         return RULE_TYPES[plan.table.columns[aggregate.column].type]
     return RULE_TYPES[output_type]
+
+
+def _summed(values) -> float:
+    """Several answers' ε (or ρ) added as the ledger adds them, in decimals: each is
+    the float of an exact loss, so ε 0.1 three times shows 0.3, not
+    0.30000000000000004."""
+    return float(sum(Decimal(repr(value)) for value in values))
 
 
 def _notice(privacy: dict[str, Any]) -> str:

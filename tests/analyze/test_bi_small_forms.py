@@ -206,6 +206,18 @@ def test_a_filters_values_are_the_declared_keys_read_from_the_rules(engine, sql,
     assert answer.privacy is None and "declared keys of region" in answer.notice
 
 
+def test_the_epsilon_of_several_releases_is_added_as_the_ledger_adds_it(engine):
+    """Three one-row releases at ε 0.1 spent 0.30000000000000004 by the metadata (a float
+    sum; the ledger's decimals were right)."""
+    session = Session.open(engine, "alice")
+    list(session.execute("SET idp.epsilon = 0.1"))
+    (answer,) = list(session.execute(
+        "SELECT a.n + b.m + c.k FROM (SELECT COUNT(*) AS n FROM people WHERE age < 20) a "
+        "CROSS JOIN (SELECT COUNT(*) AS m FROM visits WHERE cost > 10) b CROSS JOIN (SELECT "
+        "COUNT(*) AS k FROM people WHERE age > 30) c"))
+    assert answer.privacy["epsilon_spent"] == 0.3 and "0.3," in answer.notice
+
+
 @pytest.mark.parametrize("last, rows", [
     ("FETCH NEXT 2 ROWS ONLY", ["a", "b"]), ("FETCH FIRST ROW ONLY", ["a"]),
     # the paging the OFFSET refusal proposes
