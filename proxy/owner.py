@@ -218,14 +218,21 @@ def _number(value: float | int) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _rows_per(backend: Backend, table: str, column: str) -> tuple[int, int, int]:
-    """(groups, the 99th percentile and the most of rows per value of ``column``)."""
+def _drawn_bound(backend: Backend, table: str, column: str, key: str, counted: str,
+                 dropped: str) -> list[str]:
+    """The line of a rows-per-value bound (``max_rows_per_unit``, ``max_rows_per_link``)
+    at the 99th percentile of rows per value of ``column``, labelled as drawn from the
+    data; none for an empty table."""
     percentile = ("quantile_disc(n, 0.99)" if backend.capabilities.dialect == "duckdb"
                   else "percentile_disc(0.99) WITHIN GROUP (ORDER BY n)")
     (groups, p99, most), = backend.read(
         f"SELECT count(*), {percentile}, max(n) FROM (SELECT count(*) AS n FROM "
         f"{_q(table)} GROUP BY {_q(column)}) t")
-    return groups, p99, most
+    if not groups:
+        return []
+    return [f"{key} = {int(p99)}   # drawn from the data: the 99th percentile of rows per "
+            f"{column} ({groups} {counted}, the most {int(most)} rows){dropped}. Set what "
+            "you'd accept without looking"]
 
 
 def draft_table(backend: Backend, table: str, from_data: bool = True,
@@ -244,11 +251,8 @@ def draft_table(backend: Backend, table: str, from_data: bool = True,
                      "# a GUESS from its foreign key: each row belongs to the person of the "
                      "row it references (confirm it, or declare a privacy_unit)")
         if from_data:
-            links, p99, most = _rows_per(backend, table, unit.column)
-            if links:
-                lines.append(f"max_rows_per_link = {int(p99)}   # drawn from the data: the 99th "
-                             f"percentile of rows per {unit.column} ({links} values, the most "
-                             f"{int(most)} rows). Set what you'd accept without looking")
+            lines += _drawn_bound(backend, table, unit.column, "max_rows_per_link", "values",
+                                  "")
     elif unit is not None:
         why = "its foreign key" if unit.of else "its name"
         lines.append(f"privacy_unit = {_toml_str(unit.column)}   # a GUESS from {why}: confirm "
@@ -258,12 +262,8 @@ def draft_table(backend: Backend, table: str, from_data: bool = True,
             lines.append(f"unit_of = {_toml_str(unit.of)}   # the same people as that table's "
                          "unit, so the two join on them")
         if from_data:
-            units, p99, most = _rows_per(backend, table, unit.column)
-            if units:
-                lines.append(f"max_rows_per_unit = {int(p99)}   # drawn from the data: the 99th "
-                             f"percentile of rows per {unit.column} ({units} units, the most "
-                             f"{int(most)} rows); under DP a unit's rows beyond it are "
-                             "dropped. Set what you'd accept without looking")
+            lines += _drawn_bound(backend, table, unit.column, "max_rows_per_unit", "units",
+                                  "; under DP a unit's rows beyond it are dropped")
     lines.append(f"[tables.{_toml_key(table)}.columns]")
     width = max(len(_toml_key(name)) for name, _ in columns)
     for name, stored in columns:
