@@ -67,6 +67,16 @@ def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, 
                 copy.write_row(row)
 
 
+def execute(url: str, sql: str) -> None:
+    """Run ``sql`` (statements separated by semicolons) on a DuckDB file or PostgreSQL."""
+    if url.startswith("duckdb"):
+        with duckdb.connect(url.removeprefix("duckdb:///")) as con:
+            con.execute(sql)
+    else:
+        with psycopg.connect(url, autocommit=True) as con:
+            con.execute(sql)
+
+
 def refill(con, table: str, rows) -> None:
     """Replace the rows of a DuckDB ``table`` by ``rows`` (tuples in the table's column
     order): the brute-force tests reload their tables for every neighbour, and

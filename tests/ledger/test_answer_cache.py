@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-import duckdb
-import psycopg
 import pytest
 
 from proxy.analyze import analyze, parse_statements
@@ -15,6 +13,7 @@ from proxy.engine import Engine
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
+from tests.databases import execute
 from tests.factories import ENGINE_RULES, ODD, load, people
 from tests.probes import run
 
@@ -95,15 +94,6 @@ def test_the_cache_survives_a_restart(url):
     assert [status for status, _ in _statuses(engine)] == ["charged", "served from cache"]
 
 
-def _write(url: str, sql: str) -> None:
-    if url.startswith("duckdb"):
-        with duckdb.connect(url.removeprefix("duckdb:///")) as con:
-            con.execute(sql)
-    else:
-        with psycopg.connect(url, autocommit=True) as con:
-            con.execute(sql)
-
-
 @pytest.mark.parametrize("change", [
     "UPDATE people SET income = income + 1 WHERE person_id = 1",  # same row count
     ("ALTER TABLE people RENAME COLUMN age TO tmp; ALTER TABLE people RENAME COLUMN "
@@ -117,11 +107,11 @@ def test_a_change_of_the_data_is_charged_again_and_drops_the_old_entries(url, ch
     run(zoe, QUERY)
     if url.startswith("duckdb"):
         engine.backend.close()
-        _write(url, change)
+        execute(url, change)
         engine = _engine(url)
         zoe = Session.open(engine, "zoe")
     else:
-        _write(url, change)
+        execute(url, change)
     run(zoe, QUERY)
     assert [status for status, _ in _statuses(engine)] == ["charged", "charged"]
     assert engine.ledger.backend.query("SELECT count(*) FROM idp.answers")[0][0] == 1
@@ -130,7 +120,7 @@ def test_a_change_of_the_data_is_charged_again_and_drops_the_old_entries(url, ch
 def test_a_view_is_answered_but_not_cached(url):
     """A view has no cheap data version on either backend: every repeat is charged, and
     its per-unit bound c comes from reading its unit column."""
-    _write(url, "CREATE VIEW adults AS SELECT person_id, age FROM people WHERE age >= 18 "
+    execute(url, "CREATE VIEW adults AS SELECT person_id, age FROM people WHERE age >= 18 "
                 "UNION ALL SELECT person_id, age FROM people WHERE person_id <= 3")
     rules = parse_rules(ENGINE_RULES + '''
 [tables.adults]
