@@ -578,6 +578,9 @@ def _release_clipped(a: Asked) -> Released:
     if mechanism is None:
         mechanism = alike.mechanisms[noisy_sum.mechanism] = \
             f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
+    drawn = group.joint[a.index] if rung is None else rung
+    if ladder.rungs[drawn] <= ladder.rungs[-1] * FOOT:
+        note = f"{note}\n{FOOT_NOTE}"
     if agg.kind == SUM:
         value = signed_sum(noisy_sum.value, column)
         value = round(value) if column.type == "int" else value
@@ -649,6 +652,15 @@ def _clipped_alike(a: Asked) -> _ClippedAlike:
 # came back 9–383 against 55,147 in 4.5 % of answers). The 95 % bound covers the noise,
 # not that; the answer says so. A function of the released average and of the drawn
 # bound (the draw's output): post-processing, no loss.
+# A bound drawn at the foot of its ladder, at most 2⁻¹⁵ of the largest contribution the
+# rules allow: where a scope's few units do not inform the draw it lands there, and the
+# sum comes back near 0 with a small 95 % bound (docs/privacy.md §6, benchmarks/README.md
+# "Small scopes"). Said, as a function of the drawn rung (the draw's output).
+FOOT = 2.0 ** -15
+FOOT_NOTE = ("the clipping bound was drawn at the foot of its ladder (at most 2⁻¹⁵ of the "
+             "largest contribution the rules allow): unless the contributions are that "
+             "small, most were clipped and the true value may be far higher; the 95 % bound "
+             "does not cover that (too few units in scope for the draw; docs/privacy.md §6)")
 NEAR_BOUND = 0.9
 NEAR_BOUND_NOTE = ("an AVG at 90 % or more of the clipping bound drawn for its group was "
                    "clipped in most of its values: the true average may be far higher (ask "

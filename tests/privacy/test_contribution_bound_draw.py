@@ -153,6 +153,8 @@ def test_an_average_near_the_bound_drawn_for_it_says_it_was_clipped(engine, monk
                   f"SELECT region, AVG(income) AS drawn_{drawn} FROM people GROUP BY region")
     notes = answer.privacy["notes"]
     assert (noisy_answers.NEAR_BOUND_NOTE in notes) == (drawn == "lowest"), notes
+    # the foot of the ladder, 2⁻²⁰ of the top: whatever the aggregate, it says so
+    assert (noisy_answers.FOOT_NOTE in notes) == (drawn == "lowest"), notes
     assert any(note.startswith("AVG is a noisy SUM") for note in notes), notes
     averages = [average for _, average in answer.rows]
     if drawn == "top":
