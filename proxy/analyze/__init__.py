@@ -611,8 +611,9 @@ def _names_functions(select: exp.Select) -> bool:
 
 
 def _refuse_public_in(node: exp.Expression, rules: Rules) -> None:
-    """``col IN (SELECT key FROM t …)`` over a public table, left unanswered: the join
-    that is (it said "subqueries over protected tables", naming none)."""
+    """``col IN (SELECT key FROM t …)`` over a public table whose key is declared
+    unique, left unanswered: the join that is (it said "subqueries over protected
+    tables", naming none)."""
     within = node.parent
     query = node.this if isinstance(node, exp.Subquery) else None
     if not (isinstance(within, exp.In) and within.args.get("query") is node
@@ -620,9 +621,16 @@ def _refuse_public_in(node: exp.Expression, rules: Rules) -> None:
             and isinstance(query.expressions[0].unnest(), exp.Column)):
         return
     tables = [table.name for table in query.find_all(exp.Table)]
-    if len(tables) != 1 or rules.table(tables[0]) is None or not rules.table(tables[0]).public:
-        return
-    key, column = query.expressions[0].unnest().name, within.this.sql(dialect="postgres")
+    key = query.expressions[0].unnest().name
+    public = rules.table(tables[0]) if len(tables) == 1 else None
+    if public is None or not public.public or (key.lower(),) not in public.unique:
+        return  # the join would not be answered either: the refusal below stands
+    column = within.this.sql(dialect="postgres")
+    source = node.find_ancestor(exp.Select)
+    table = source and source.args.get("from_") and rules.table(source.args["from_"].this.name)
+    if table is not None and isinstance(within.this, exp.Column) \
+            and within.this.name.lower() == table.privacy_unit:
+        return  # the unit joined to a public key is no join the rules answer
     raise NotSupported(f"{column} IN (SELECT {key} FROM {tables[0]} ...) is not supported; "
                        f"join the table on its unique key instead: JOIN {tables[0]} ON "
                        f"{column} = {tables[0]}.{key}, its conditions in the WHERE")

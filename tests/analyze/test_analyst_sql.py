@@ -84,3 +84,17 @@ def test_a_where_on_the_group_column_answers_only_its_keys(demo_server):
             ["department", "median"]
         assert before - _budget(con) == EPSILON
         assert "admits none of the GROUP BY keys" in notices[-1]
+
+
+def test_in_over_a_public_table_names_the_join_that_is_answered(demo_server):
+    """``region IN (SELECT code FROM regions)`` said "subqueries over protected tables are
+    not supported"; it names the join on the public table's unique key, which answers."""
+    with psycopg.connect(demo_server.dsn("bob"), autocommit=True) as con:
+        before = _budget(con)
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute("SELECT COUNT(*) FROM people WHERE region IN (SELECT code FROM regions "
+                        "WHERE name <> 'x')")
+        assert refused.value.sqlstate == "0A000" and _budget(con) == before
+        assert "JOIN regions ON region = regions.code" in str(refused.value)
+        assert con.execute("SELECT COUNT(*) FROM people JOIN regions ON region = regions.code "
+                           "WHERE regions.name <> 'x'").fetchone()[0] > 10000

@@ -285,7 +285,9 @@ def test_fifty_concurrent_sessions_and_clients_killed_mid_query(backend_url, tmp
                 else:
                     n = await con.fetchval("SELECT COUNT(*) FROM people WHERE age > $1",
                                            18 + (index + step) % 50)
-                    assert 0 <= n < 2000
+                    # 1,000 people; noise of scale 100 at ε 0.01: beyond +1,000 one
+                    # answer in e^10, which 300 answers a run met (2,015 on 2026-11-28)
+                    assert 0 <= n < 3500
                 done += 1
             return done
         finally:
