@@ -98,3 +98,20 @@ def test_in_over_a_public_table_names_the_join_that_is_answered(demo_server):
         assert "JOIN regions ON region = regions.code" in str(refused.value)
         assert con.execute("SELECT COUNT(*) FROM people JOIN regions ON region = regions.code "
                            "WHERE regions.name <> 'x'").fetchone()[0] > 10000
+
+
+def test_a_filters_values_over_the_wire_are_the_declared_keys(demo_server):
+    """Superset's native filter and Metabase's field values over a real client, the
+    extended protocol included (a bound parameter in the WHERE): the declared keys,
+    nothing spent, a notice."""
+    with psycopg.connect(demo_server.dsn("bob"), autocommit=True) as con:
+        notices: list[str] = []
+        con.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+        before = _budget(con)
+        rows = con.execute("SELECT DISTINCT department FROM visits ORDER BY 1").fetchall()
+        assert [row[0] for row in rows] == ["cardiology", "dermatology", "oncology",
+                                            "orthopedics", "pediatrics"]
+        rows = con.execute("SELECT department FROM visits WHERE department <> %s GROUP BY 1 "
+                           "ORDER BY 1 DESC LIMIT 2", ("pediatrics",)).fetchall()
+        assert rows == [("orthopedics",), ("oncology",)]
+        assert _budget(con) == before and "declared keys of department" in notices[-1]
