@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from decimal import Decimal
 
 import pytest
 
 from proxy.errors import RulesError
-from proxy.rules import load_rules, parse_rules
+from proxy.rules import load_rules, parse_moment, parse_rules
 from tests.conftest import ROOT
 
 ISSUE_EXAMPLE = """
@@ -119,3 +120,16 @@ def test_every_server_key_of_rules_readme_is_read():
     assert [getattr(server, key) for key in numeric] == [i + 7 for i in range(len(numeric))]
     with pytest.raises(RulesError, match="max_connections_per_analyst"):
         parse_rules(ISSUE_EXAMPLE + "\n[server]\nmax_connections_per_analyst = 0\n")
+
+
+@pytest.mark.parametrize("text, zoned, expected", [
+    ("2024-02-01 00:00:00.000 -08:00", True, dt.datetime(2024, 2, 1)),  # Metabase's space
+    ("2024-02-01+02:00", True, dt.datetime(2024, 2, 1)),  # a date's offset: its midnight
+    ("2024-02-01+02:00", False, None),  # a zone, where none may be
+    ("2024-02-01 -08:00", True, None),  # a space before a date's offset: not ISO
+    ("2024-01-04 23:59:59.999999", False, dt.datetime(2024, 1, 4, 23, 59, 59, 999999)),
+    # a seventh decimal: PostgreSQL rounds it to the next second, DuckDB and Python cut it
+    ("2024-01-04 23:59:59.9999999", False, None),
+])
+def test_moments_are_read_as_postgresql_reads_them_or_not_at_all(text, zoned, expected):
+    assert parse_moment(text, zoned=zoned) == expected

@@ -19,6 +19,7 @@ from sqlglot import exp
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
 from proxy.errors import Refused
+from proxy.pgtypes import RULE_TYPES
 from proxy.rules import Table
 from proxy.vocabulary import COLUMN, PassthroughPlan
 
@@ -60,15 +61,18 @@ def key_listing(select: exp.Select, table: Table, resolve, max_groups: int
         return None
     rows = list(itertools.product(*(terms[place].keys for place in places)))
     columns = [exp.to_identifier(name, quoted=True) for name in names]
+    types = [RULE_TYPES[table.columns[terms[place].column].type] for place in places]
     if rows:
         source = exp.Values(expressions=[exp.Tuple(expressions=[_literal(key) for key in row])
                                          for row in rows],
                             alias=exp.TableAlias(this=exp.to_identifier("keys"),
                                                  columns=columns))
-        query = exp.select(*(exp.column(column.copy()) for column in columns)).from_(source)
+        query = exp.select(*(exp.alias_(exp.cast(exp.column(column.copy()), kind),
+                                        column.copy()) for column, kind in zip(columns, types))
+                           ).from_(source)
     else:  # the WHERE admits no key: no row, the columns typed as the keys are
-        query = exp.select(*(exp.alias_(exp.Null(), column.copy()) for column in columns)
-                           ).where(exp.false())
+        query = exp.select(*(exp.alias_(exp.cast(exp.Null(), kind), column.copy())
+                             for column, kind in zip(columns, types))).where(exp.false())
     if order:
         query = query.order_by(*(exp.Ordered(this=exp.Literal.number(place + 1), desc=desc)
                                  for place, desc in order))

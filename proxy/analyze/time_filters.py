@@ -66,7 +66,10 @@ def _truncation(node: exp.Expression, rules: Rules) -> tuple[exp.Column, str, st
              if isinstance(column, exp.Column) and name == column.name.lower()}
     if unit not in _UNITS or len(kinds) != 1 or not kinds <= {"date", "timestamp"}:
         return None
-    return column, unit, kinds.pop()
+    kind = kinds.pop()
+    if kind == "date" and unit in ("hour", "minute"):  # a date's hour is its midnight
+        unit = "day"
+    return column, unit, kind
 
 
 def _constant(node: exp.Expression, year: bool) -> dt.datetime | None:

@@ -160,6 +160,9 @@ TERMS = [
      "at < TO_DATE('2023-03-27', 'YYYY-MM-DD')"),
     # Looker's day: DATE(col), PostgreSQL's function-style cast (it was refused)
     ('DATE("events"."at")', "WHERE DATE(at) BETWEEN '2023-03-20' AND '2023-03-26'"),
+    # a date's hour is its midnight (the bound was cut to the date: a day too many)
+    ("CAST(day AS date)", "WHERE date_trunc('hour', day) >= '2023-03-20 05:00' AND "
+     "date_trunc('minute', day) <= '2023-03-25 05:30'"),
 ]
 # what the session's TimeZone changes: a timestamp read as a moment, a moment's day,
 # clock and fields, days added to a moment, a moment constant compared with a timestamp
