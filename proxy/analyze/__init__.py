@@ -748,6 +748,11 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve, joins=()):
             raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
                                "an aggregate or GROUP BY a column with declared keys")
         if not is_aggregate(node):
+            term = _of_group_terms(node, group_by, table, resolve, select.args.get("where"))
+            if term is not None:
+                raise NotSupported(f"{node.sql(dialect='postgres')} is computed from the GROUP "
+                                   f"BY term {term} but is not one itself; select {term} and "
+                                   "compute the rest from the answer")
             if any(isinstance(n, exp.Column) for n in node.walk()):
                 raise RawRowAccess(f"{node.sql(dialect='postgres')} would return rows of "
                                    f"{table.name}; only aggregates ({SUPPORTED}) are allowed")
@@ -760,6 +765,23 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve, joins=()):
     if not aggregates:
         raise RawRowAccess(f"a query on {table.name} must compute at least one aggregate")
     return tuple(aggregates), tuple(outputs)
+
+
+def _of_group_terms(node: exp.Expression, group_by, table: Table, resolve, where
+                    ) -> str | None:
+    """A GROUP BY term ``node`` is computed from (its SQL), where every column ``node``
+    reads lies inside such a part (``TO_CHAR(DATE_TRUNC('month', at), 'YYYY-MM')`` under
+    ``GROUP BY DATE_TRUNC('month', at)``): a function of the groups, not of rows, which
+    PostgreSQL answers and the proxy does not (its keys are the terms'); else None."""
+    covered: set[int] = set()
+    terms: list[str] = []
+    for part in node.walk():
+        if part is not node and not isinstance(part, exp.Literal) \
+                and matching_group(part, group_by, table, resolve, where) is not None:
+            covered.update(id(column) for column in part.find_all(exp.Column))
+            terms.append(part.sql(dialect="postgres"))
+    columns = list(node.find_all(exp.Column))
+    return terms[0] if columns and all(id(c) in covered for c in columns) else None
 
 
 def _order_by(select: exp.Select, outputs) -> tuple[tuple[int, bool], ...]:
