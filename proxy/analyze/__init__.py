@@ -32,6 +32,7 @@ from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.key_listing import key_listing
 from proxy.analyze.merge_steps import merge_steps
+from proxy.analyze.ordering import limit_of, order_by
 from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
@@ -282,7 +283,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
             return listing
     _refuse_compound(alone, rules)
     table = joined_table(_the_protected_table(alone, rules), joins)
-    _limit(select)
+    limit_of(select)
     post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
                                                                       hint, shown))
     if post_processed is not None:
@@ -336,8 +337,8 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         group_by=group_by,
         aggregates=aggregates,
         outputs=outputs,
-        order_by=_order_by(select, outputs),
-        limit=_limit(select),
+        order_by=order_by(select, [output.name for output in outputs]),
+        limit=limit_of(select),
         epsilon=epsilon,
         mechanism=_mechanism(settings, rules, model, aggregates),
         joins=joins,
@@ -782,42 +783,6 @@ def _of_group_terms(node: exp.Expression, group_by, table: Table, resolve, where
             terms.append(part.sql(dialect="postgres"))
     columns = list(node.find_all(exp.Column))
     return terms[0] if columns and all(id(c) in covered for c in columns) else None
-
-
-def _order_by(select: exp.Select, outputs) -> tuple[tuple[int, bool], ...]:
-    order = select.args.get("order")
-    if not order:
-        return ()
-    keys = []
-    for ordered in order.expressions:
-        target = ordered.this
-        index = None
-        if isinstance(target, exp.Literal) and not target.is_string:
-            index = int(target.name) - 1 if target.name.isdigit() else None  # not 0.5, 1e0
-        elif isinstance(target, exp.Column) and not target.table:
-            names = [o.name.lower() for o in outputs]
-            if target.name.lower() in names:
-                index = names.index(target.name.lower())
-        else:
-            rendered = [item.this if isinstance(item, exp.Alias) else item
-                        for item in select.expressions]
-            matches = [i for i, e in enumerate(rendered) if e == target]
-            index = matches[0] if matches else None
-        if index is None or not 0 <= index < len(outputs):
-            raise NotSupported("ORDER BY must name a result column (by name, alias or position); "
-                               "it is applied to the noisy answers")
-        keys.append((index, bool(ordered.args.get("desc"))))
-    return tuple(keys)
-
-
-def _limit(select: exp.Select) -> int | None:
-    limit = select.args.get("limit")
-    if not limit:
-        return None
-    value = limit.expression
-    if isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit():
-        return int(value.name)
-    raise NotSupported("LIMIT takes a whole number")
 
 
 __all__ = ["PassthroughPlan", "QueryPlan", "Refused", "analyze", "check_size",

@@ -456,11 +456,12 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
     low, high = first, last = column.time_domain
     for term in conjuncts(where) if where is not None else []:
         if isinstance(term, exp.Between):
-            bounds = [(exp.GTE, _bare(term.args.get("low"))),
-                      (exp.LTE, _bare(term.args.get("high")))]
-            subject = _bare(term.this)
+            # each side out of its brackets: Tableau, Looker and Power BI bracket them
+            bounds = [(exp.GTE, term.args["low"].unnest()),
+                      (exp.LTE, term.args["high"].unnest())]
+            subject = term.this.unnest()
         elif isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
-            subject, literal = _bare(term.this), _bare(term.expression)
+            subject, literal = term.this.unnest(), term.expression.unnest()
             kind = type(term)
             if isinstance(literal, exp.Column) and not isinstance(subject, exp.Column):
                 subject, literal = literal, subject
@@ -483,12 +484,6 @@ def _within_where(column: Column, where: exp.Expression | None, resolve
     if column.type == "date":
         first, last = truncate(first, "day"), truncate(last, "day")
     return min(first, high), max(last, low)
-
-
-def _bare(node: exp.Expression | None) -> exp.Expression | None:
-    """``node`` out of its brackets: Tableau, Looker and Power BI bracket each side of a
-    comparison (``("visits"."visited_at" >= (TIMESTAMP '2024-04-01 00:00:00'))``)."""
-    return node.unnest() if node is not None else None
 
 
 _FIXED = {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),

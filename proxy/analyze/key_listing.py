@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, group_terms, matching_group
+from proxy.analyze.ordering import limit_of, order_by
 from proxy.errors import Refused
 from proxy.pgtypes import RULE_TYPES
 from proxy.rules import Table
@@ -55,9 +56,9 @@ def key_listing(select: exp.Select, table: Table, resolve, max_groups: int
         return None
     names = [item.alias if isinstance(item, exp.Alias) else default_name(node)
              for item, node in zip(select.expressions, items)]
-    order = _order(select, items, names)
-    limit = _limit(select)
-    if order is None or limit is False:
+    try:
+        order, limit = order_by(select, names), limit_of(select)
+    except Refused:  # refused by the analysis, as before
         return None
     rows = list(itertools.product(*(terms[place].keys for place in places)))
     columns = [exp.to_identifier(name, quoted=True) for name in names]
@@ -80,38 +81,6 @@ def key_listing(select: exp.Select, table: Table, resolve, max_groups: int
         query = query.limit(limit)
     shown = ", ".join(terms[place].column for place in places)
     return PassthroughPlan(query, note=NOTE.format(columns=shown))
-
-
-def _order(select: exp.Select, items: list[exp.Expression], names: list[str]
-           ) -> list[tuple[int, bool]] | None:
-    """ORDER BY as (output position, descending); None where a term is not an output
-    column (by position, name or the same expression)."""
-    order = select.args.get("order")
-    found = []
-    for ordered in order.expressions if order else []:
-        target = ordered.this
-        if isinstance(target, exp.Literal) and not target.is_string and target.name.isdigit() \
-                and 1 <= int(target.name) <= len(items):
-            place = int(target.name) - 1
-        elif isinstance(target, exp.Column) and not target.table and target.name in names:
-            place = names.index(target.name)
-        elif target in items:
-            place = items.index(target)
-        else:
-            return None
-        found.append((place, bool(ordered.args.get("desc"))))
-    return found
-
-
-def _limit(select: exp.Select) -> int | None | bool:
-    """LIMIT n; None without one; False for anything else (left to the analysis)."""
-    limit = select.args.get("limit")
-    if limit is None:
-        return None
-    value = limit.expression
-    if isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit():
-        return int(value.name)
-    return False
 
 
 def _literal(key) -> exp.Expression:

@@ -28,7 +28,8 @@ import datetime as dt
 
 from sqlglot import exp
 
-from proxy.analyze.time_keys import truncate
+from proxy.analyze.time_keys import next_start, truncate
+from proxy.errors import NotSupported
 from proxy.rules import Rules, parse_moment
 
 _UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
@@ -84,15 +85,6 @@ def _constant(node: exp.Expression, year: bool) -> dt.datetime | None:
     return parse_moment(node.name, zoned=True) if node.is_string else None
 
 
-def _following(moment: dt.datetime, unit: str) -> dt.datetime:
-    start = truncate(moment, unit)
-    if unit in ("year", "quarter", "month"):
-        months = start.month - 1 + {"year": 12, "quarter": 3, "month": 1}[unit]
-        return start.replace(year=start.year + months // 12, month=months % 12 + 1)
-    return start + {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),
-                    "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1)}[unit]
-
-
 def _range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     """The comparison ``node`` as a range of its column, or None (left as written)."""
     if isinstance(node, (exp.Between, exp.In)):
@@ -117,8 +109,8 @@ def _range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
                    for operand in operands]
         if None in moments or (_dated(subject) and any(m.time() != dt.time() for m in moments)):
             return None
-        bounds = [(_up(moment, unit), _following(moment, unit)) for moment in moments]
-    except (ValueError, OverflowError):  # beyond the years 1 to 9999: left as written
+        bounds = [(_up(moment, unit), next_start(moment, unit)) for moment in moments]
+    except (NotSupported, OverflowError):  # beyond the years 1 to 9999: left as written
         return None
 
     def at(moment: dt.datetime) -> exp.Literal:
@@ -153,4 +145,4 @@ def _dated(node: exp.Expression) -> bool:
 
 def _up(moment: dt.datetime, unit: str) -> dt.datetime:
     """The first start of a unit at or after ``moment``."""
-    return moment if truncate(moment, unit) == moment else _following(moment, unit)
+    return moment if truncate(moment, unit) == moment else next_start(moment, unit)

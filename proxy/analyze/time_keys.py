@@ -451,28 +451,30 @@ def truncate(moment: dt.datetime, unit: str) -> dt.datetime:
     return day.replace(hour=moment.hour, minute=moment.minute)
 
 
+_STEPS = {"week": dt.timedelta(weeks=1), "day": _DAY, "hour": dt.timedelta(hours=1),
+          "minute": dt.timedelta(minutes=1), "second": dt.timedelta(seconds=1)}
+_MONTH_STEPS = {"year": 12, "quarter": 3, "month": 1}
+
+
+def next_start(moment: dt.datetime, unit: str) -> dt.datetime:
+    """The first start of a ``unit`` after ``moment``: ``date_trunc(unit, moment)`` plus
+    one unit (months as PostgreSQL adds them; refused beyond the year 9999)."""
+    if unit in _MONTH_STEPS:
+        return _added(truncate(moment, unit), _MONTH_STEPS[unit], dt.timedelta(0))
+    start = truncate(moment, unit) if unit != "second" else moment.replace(microsecond=0)
+    return start + _STEPS[unit]
+
+
 def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
     """Every start of a ``unit`` in (low, high]."""
-    step = {"week": dt.timedelta(weeks=1), "day": _DAY, "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1),
-            "second": dt.timedelta(seconds=1)}.get(unit)
-    if step is not None:
-        point = truncate(low, unit) if unit != "second" else low.replace(microsecond=0)
-        point += step
-        count = 0
-        while point <= high:
-            yield point
-            point += step
+    point, count = next_start(low, unit), 0
+    while point <= high:
+        yield point
+        if unit in _STEPS:
             count += 1
             if count > _MAX_BREAKS:
                 return
-        return
-    months = {"year": 12, "quarter": 3, "month": 1}[unit]
-    point = truncate(low, unit)
-    while True:
-        point = _added(point, months, dt.timedelta(0))
-        if point > high:
-            return
-        yield point
+        point = next_start(point, unit)
 
 
 # the fields the backend extracts from a plain column (``group_keys``), and how many

@@ -1,0 +1,48 @@
+"""ORDER BY and LIMIT of an answer: applied to its released rows, so ORDER BY names a
+result column (by position, name or the same expression) and LIMIT is a whole number.
+Read alike for an aggregate query and for a filter's values (``key_listing``)."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from proxy.errors import NotSupported
+
+
+def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool], ...]:
+    """(result column, descending) for each ORDER BY term; ``names``: the result
+    columns'. Refused where a term is no result column."""
+    order = select.args.get("order")
+    if not order:
+        return ()
+    keys = []
+    for ordered in order.expressions:
+        target = ordered.this
+        index = None
+        if isinstance(target, exp.Literal) and not target.is_string:
+            index = int(target.name) - 1 if target.name.isdigit() else None  # not 0.5, 1e0
+        elif isinstance(target, exp.Column) and not target.table:
+            lowered = [name.lower() for name in names]
+            if target.name.lower() in lowered:
+                index = lowered.index(target.name.lower())
+        else:
+            rendered = [item.this if isinstance(item, exp.Alias) else item
+                        for item in select.expressions]
+            matches = [i for i, e in enumerate(rendered) if e == target]
+            index = matches[0] if matches else None
+        if index is None or not 0 <= index < len(names):
+            raise NotSupported("ORDER BY must name a result column (by name, alias or position); "
+                               "it is applied to the noisy answers")
+        keys.append((index, bool(ordered.args.get("desc"))))
+    return tuple(keys)
+
+
+def limit_of(select: exp.Select) -> int | None:
+    """LIMIT n, None without one; refused unless a whole number."""
+    limit = select.args.get("limit")
+    if not limit:
+        return None
+    value = limit.expression
+    if isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit():
+        return int(value.name)
+    raise NotSupported("LIMIT takes a whole number")
