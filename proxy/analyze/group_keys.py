@@ -47,6 +47,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.derived_keys import derived_case
 from proxy.analyze.key_restriction import conjuncts, names, restricted
 from proxy.analyze.number_keys import number_term, numeric_column
 from proxy.analyze.predicate import FLIPPED, check_predicate
@@ -175,11 +176,24 @@ def dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.
 
 def group_term(node: exp.Expression, table: Table, resolve,
                where: exp.Expression | None = None) -> GroupKey:
-    """One term, recognised by its shape; refused (one line) when its keys are not public.
-    Time buckets are listed only where the WHERE clause's literal bounds on their column
-    (a time range, as BI tools send) let rows in: the other buckets are empty by the text."""
+    """One term, recognised by its shape, else computed from columns with public values
+    (``derived_keys``: LOWER(region), ROUND(age, -1)); refused (one line) when its keys
+    are not public. Time buckets are listed only where the WHERE clause's literal bounds
+    on their column (a time range, as BI tools send) let rows in: the other buckets are
+    empty by the text."""
     while isinstance(node, exp.Paren):
         node = node.this
+    try:
+        return _shaped_term(node, table, resolve, where)
+    except NotSupported:
+        derived = derived_case(node, table, resolve, where)
+        if derived is None:
+            raise
+        return _case(derived, table, resolve, default_name(node))
+
+
+def _shaped_term(node: exp.Expression, table: Table, resolve,
+                 where: exp.Expression | None) -> GroupKey:
     name = default_name(node)
     if isinstance(node, exp.Column):
         return _plain_column(resolve(node), table, name)
@@ -210,14 +224,14 @@ def group_term(node: exp.Expression, table: Table, resolve,
     binned = _bin(node, table, resolve, name, where)
     if binned is not None:
         return binned
-    if isinstance(node, exp.Case):
-        return _case(node, table, resolve, name)
     if isinstance(node, exp.Substring):  # the CASE over the declared keys it stands for
         return _case(substring_case(node, table, resolve, where), table, resolve, name)
     value = None if node.find(exp.Column) else _constant_value(node)
     if value is not None:  # every row's key: one group (Metabase's ABS(1) "pivot-grouping")
         return GroupKey(name, CASE, None, (value,), "text" if isinstance(value, str) else "int",
                         branches=((exp.true(), value),))
+    if isinstance(node, exp.Case):
+        return _case(node, table, resolve, name)
     raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} has no public set of keys; "
                        f"group by {ALLOWED}")
 

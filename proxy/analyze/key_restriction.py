@@ -52,7 +52,7 @@ from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
 _WORK = 1_000_000
 
 
-class _Unknown(Exception):
+class Undecided(Exception):
     """The term cannot be decided from the key alone: the key is kept."""
 
 
@@ -113,26 +113,28 @@ def names(node: exp.Column, name: str, resolve) -> bool:
 def _may_hold(condition: exp.Expression, key: Any, kind: str) -> bool:
     """False when a row whose column holds ``key`` fails ``condition`` for certain."""
     try:
-        return _truth(condition, key, kind) is True
-    except (_Unknown, RecursionError):
+        return truth_on_key(condition, key, kind) is True
+    except (Undecided, RecursionError):
         return True
 
 
-def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
-    """SQL's three-valued truth of ``node`` on a row holding ``key`` (None: NULL)."""
+def truth_on_key(node: exp.Expression, key: Any, kind: str) -> bool | None:
+    """SQL's three-valued truth of ``node``, a condition on one column of type ``kind``
+    compared with literals, on a row holding ``key`` (None: NULL); ``Undecided`` when
+    it cannot be told from the key alone."""
     node = node.unnest()
     if isinstance(node, (*PATTERNS, exp.Escape)) and kind == "text":
         return _matches(node, key)
     if node.args.get("negate") and not isinstance(node, exp.Is):
-        raise _Unknown
+        raise Undecided
     if isinstance(node, exp.And):  # flattened: a long chain is no deep recursion
-        sides = [_truth(side, key, kind) for side in node.flatten()]
+        sides = [truth_on_key(side, key, kind) for side in node.flatten()]
         return False if False in sides else None if None in sides else True
     if isinstance(node, exp.Or):
-        sides = [_truth(side, key, kind) for side in node.flatten()]
+        sides = [truth_on_key(side, key, kind) for side in node.flatten()]
         return True if True in sides else None if None in sides else False
     if isinstance(node, exp.Not):
-        inner = _truth(node.this, key, kind)
+        inner = truth_on_key(node.this, key, kind)
         return None if inner is None else not inner
     if isinstance(node, exp.Boolean):
         return node.this
@@ -140,11 +142,11 @@ def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
         return None
     if isinstance(node, exp.Is):
         if not isinstance(node.expression, exp.Null):
-            raise _Unknown
+            raise Undecided
         return (_value(node.this, key, kind) is None) != bool(node.args.get("negate"))
     if isinstance(node, exp.In):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise _Unknown
+            raise Undecided
         subject = _value(node.this, key, kind)
         values = [_value(v, key, kind) for v in node.expressions]
         if subject is None:
@@ -154,8 +156,8 @@ def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
         return None if None in values else False
     if isinstance(node, exp.Between):
         if node.args.get("symmetric"):
-            raise _Unknown
-        return _truth(exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
+            raise Undecided
+        return truth_on_key(exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
                               expression=exp.LTE(this=node.this,
                                                  expression=node.args["high"])), key, kind)
     if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
@@ -163,7 +165,7 @@ def _truth(node: exp.Expression, key: Any, kind: str) -> bool | None:
         if left is None or right is None:
             return None
         return _compare(type(node), left, right, kind)
-    raise _Unknown
+    raise Undecided
 
 
 def _matches(node: exp.Expression, key: Any) -> bool | None:
@@ -174,28 +176,28 @@ def _matches(node: exp.Expression, key: Any) -> bool | None:
     if isinstance(node, exp.Escape):
         given = node.expression
         if not (isinstance(given, exp.Literal) and given.is_string and len(given.name) <= 1):
-            raise _Unknown
+            raise Undecided
         escape, node = given.name, node.this
     if not isinstance(node, PATTERNS):
-        raise _Unknown
+        raise Undecided
     cased = node.this.unnest()
     column = cased.this.unnest() if isinstance(cased, CASED) else cased
     pattern = node.expression.unnest()
     if not (isinstance(column, exp.Column) and isinstance(pattern, exp.Literal)
             and pattern.is_string):
-        raise _Unknown
+        raise Undecided
     subject = _value(column, key, "text")
     if subject is None:
         return None
     folded = isinstance(node, exp.ILike)
     if (folded or cased is not column) and not (subject.isascii() and pattern.name.isascii()):
-        raise _Unknown
+        raise Undecided
     if cased is not column:
         subject = subject.lower() if isinstance(cased, exp.Lower) else subject.upper()
     try:
         written = respelled(pattern.name, escape)
     except Refused:
-        raise _Unknown from None
+        raise Undecided from None
     regex, i = [], 0
     while i < len(written):
         if written[i] == ESCAPE:
@@ -213,7 +215,7 @@ def _compare(operator, left, right, kind: str) -> bool:
     if operator in (exp.EQ, exp.NEQ):
         return (left == right) == (operator is exp.EQ)
     if kind not in ("int", "float", "date", "timestamp"):
-        raise _Unknown  # text: the backend's collation orders it; bool: unordered here
+        raise Undecided  # text: the backend's collation orders it; bool: unordered here
     return {exp.GT: left > right, exp.GTE: left >= right, exp.LT: left < right,
             exp.LTE: left <= right}[operator]
 
@@ -225,27 +227,27 @@ def _value(node: exp.Expression, key: Any, kind: str) -> Any:
     if isinstance(node, exp.Null):
         return None
     if isinstance(node, exp.Column):
-        return _typed(key, kind)
+        return None if key is None else _typed(key, kind)
     return _literal(node, kind)
 
 
 def _typed(key: Any, kind: str) -> Any:
     if kind in ("int", "float"):
         if isinstance(key, bool) or not isinstance(key, (int, float)):
-            raise _Unknown
+            raise Undecided
         return _exact(key, kind)
     if kind == "text":
         if not isinstance(key, str):
-            raise _Unknown
+            raise Undecided
         return key
     if kind in ("date", "timestamp"):
         moment = parse_moment(key)
         if moment is None:
-            raise _Unknown
+            raise Undecided
         return moment
     if kind == "bool" and isinstance(key, bool):
         return key
-    raise _Unknown
+    raise Undecided
 
 
 def _exact(number: int | float | Decimal, kind: str) -> Fraction:
@@ -254,7 +256,7 @@ def _exact(number: int | float | Decimal, kind: str) -> Fraction:
     if kind == "float":
         as_float = float(number)
         if not math.isfinite(as_float):
-            raise _Unknown
+            raise Undecided
         return Fraction(as_float)
     return Fraction(number)
 
@@ -266,22 +268,22 @@ def _literal(node: exp.Expression, kind: str) -> Any:
     if isinstance(node, exp.Boolean) and kind == "bool" and sign == 1:
         return node.this
     if not isinstance(node, exp.Literal):
-        raise _Unknown
+        raise Undecided
     if kind in ("int", "float") and not node.is_string:
         if beyond_double(node.name):  # refused by check_predicate; never a huge Fraction
-            raise _Unknown
+            raise Undecided
         try:
             return sign * _exact(Decimal(node.name), kind)
         except (InvalidOperation, ValueError, OverflowError):
-            raise _Unknown from None
+            raise Undecided from None
     if kind == "text" and node.is_string and sign == 1:
         return node.name
     if kind in ("date", "timestamp") and node.is_string and sign == 1:
         moment = parse_moment(node.name, zoned=True)
         if moment is None or (kind == "date" and moment.time() != moment.min.time()):
-            raise _Unknown  # a date compared with a moment within a day: left alone
+            raise Undecided  # a date compared with a moment within a day: left alone
         return moment
-    raise _Unknown
+    raise Undecided
 
 
 # -- numeric bins: the condition as intervals of the column's values --------------------
@@ -295,14 +297,14 @@ def _intervals(node: exp.Expression, kind: str) -> list[Interval]:
     true, as a union of intervals; every value when it cannot be told."""
     try:
         return _as_intervals(node, kind)
-    except (_Unknown, RecursionError):
+    except (Undecided, RecursionError):
         return _EVERYTHING
 
 
 def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
     node = node.unnest()
     if node.args.get("negate"):  # IS NOT NULL and the like
-        raise _Unknown
+        raise Undecided
     if isinstance(node, exp.And):
         found = _EVERYTHING
         for side in node.flatten():
@@ -316,16 +318,16 @@ def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
         return []
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         if not isinstance(node.this.unnest(), exp.Column):
-            raise _Unknown
+            raise Undecided
         return []  # NULL (and NaN, read as NULL) is in no bin
     if isinstance(node, exp.In) and isinstance(node.this.unnest(), exp.Column):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
-            raise _Unknown
+            raise Undecided
         points = [_literal(v, kind) for v in node.expressions if not isinstance(v, exp.Null)]
         return [(p, True, p, True) for p in points]
     if isinstance(node, exp.Between) and isinstance(node.this.unnest(), exp.Column):
         if node.args.get("symmetric"):
-            raise _Unknown
+            raise Undecided
         low, high = _literal(node.args["low"], kind), _literal(node.args["high"], kind)
         return [(low, True, high, True)] if low <= high else []
     comparisons = (exp.EQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
@@ -335,7 +337,7 @@ def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
             subject, other = other.unnest(), subject
             operator = FLIPPED[operator]
         if not isinstance(subject, exp.Column):
-            raise _Unknown
+            raise Undecided
         if isinstance(other.unnest(), exp.Null):
             return []
         value = _literal(other, kind)
@@ -344,7 +346,7 @@ def _as_intervals(node: exp.Expression, kind: str) -> list[Interval]:
                  exp.GTE: (value, True, math.inf, True),
                  exp.LT: (-math.inf, True, value, False),
                  exp.LTE: (-math.inf, True, value, True)}[operator]]
-    raise _Unknown
+    raise Undecided
 
 
 def _intersection(ones: list[Interval], others: list[Interval]) -> list[Interval]:

@@ -7,22 +7,18 @@ substring(c_phone, 1, 2) IN ('13', '31', …)``, TPC-H Q22) gives them as the ke
 ``CASE WHEN substring(c_phone, 1, 2) = '13' THEN '13' …``, the substring computed by the
 backend with whole constants, start ≥ 1 (``proxy.analyze.predicate``: it cannot fail).
 
-The term is answered as the CASE over the declared keys it stands for:
-``CASE WHEN col IN ('AB-1', 'AB-2') THEN 'AB' WHEN col IN ('CD-9') THEN 'CD' END``, a
-CASE group key with literal outputs (rules/README.md, "Buckets"), which
-``proxy.analyze.group_keys`` already answers with its sensitivity: each record is in at
-most one group, by its own value. Rows whose value is no declared key belong to no
-group, as for ``GROUP BY col`` itself. The CASE is what the backend computes, so no
-substring runs there, nothing can fail on a row's value, and every backend gives the
-same groups. The substrings follow PostgreSQL: positions from 1, a start before 1 counts
-the characters before it (``substring('abc', 0, 2)`` is ``'a'``), a negative count is
-refused (PostgreSQL fails on it, 22011).
+On declared keys the term is a derived key (``proxy.analyze.derived_keys``): answered as
+the CASE over the declared keys it stands for, ``CASE WHEN col IN ('AB-1', 'AB-2') THEN
+'AB' WHEN col = 'CD-9' THEN 'CD' END``, so no substring runs in the backend. Here are its
+refusals: a column without declared keys, a start or count that is no whole constant,
+and a negative count (PostgreSQL fails on it, 22011).
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
+from proxy.analyze.derived_keys import derived_case
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Table
 
@@ -45,16 +41,14 @@ def substring_case(node: exp.Substring, table: Table, resolve,
     if declared.type != "text" or not declared.keys:
         raise NotSupported(f"GROUP BY substring({name}, …) needs declared keys on the text "
                            f"column {name} (its keys are their substrings)")
-    start, count = _whole(node.args.get("start")), node.args.get("length")
-    count = None if count is None else _whole(count)
-    if count is not None and count < 0:
+    _whole(node.args.get("start"))
+    count = node.args.get("length")
+    if count is not None and _whole(count) < 0:
         raise Refused("negative substring length not allowed", "22011")
-    by_output: dict[str, list[str]] = {}
-    for key in declared.keys:
-        by_output.setdefault(_substring(str(key), start, count), []).append(key)
-    return exp.Case(ifs=[exp.If(this=exp.In(this=column.copy(), expressions=[
-        exp.Literal.string(key) for key in keys]), true=exp.Literal.string(output))
-        for output, keys in by_output.items()])
+    case = derived_case(node, table, resolve, where)
+    if case is None:  # no row can reach a key: the WHERE excludes every one
+        raise NotSupported(f"GROUP BY substring({name}, …) has no key the WHERE allows")
+    return case
 
 
 def where_listed(node: exp.Substring, where: exp.Expression | None, resolve
@@ -96,11 +90,3 @@ def _whole(node: exp.Expression | None) -> int:
         raise NotSupported("substring in GROUP BY takes whole numbers as its start and "
                            "count: substring(col, 1, 2)")
     return -int(literal.name) if negative else int(literal.name)
-
-
-def _substring(text: str, start: int, count: int | None) -> str:
-    """PostgreSQL's substring(text, start, count): 1-based, positions before 1 counted."""
-    first = max(start, 1) - 1
-    if count is None:
-        return text[first:]
-    return text[first:max(start + count - 1, 0)]

@@ -1,0 +1,377 @@
+"""GROUP BY terms computed from columns whose values are public: ``LOWER(region)``,
+``COALESCE(region, 'unknown')``, ``region || '/' || sex``, ``ROUND(age, -1)``,
+``LEAST(days, 10)``, ``CASE WHEN region IN ('north', 'south') THEN 'n+s' ELSE region
+END``, Lightdash's ``CONCAT(FLOOR(age / 10) * 10, ' - ', …)``.
+
+Each column the term reads has a public list of values: its declared keys, or every
+whole number of a declared int domain of at most ``_INPUTS`` values (and NULL). The
+term is evaluated here, in Python, on every combination of those values, as PostgreSQL
+evaluates it; its keys are the distinct results. A NULL result is a group, as in SQL,
+where values give it (``CASE WHEN age > 30 THEN region END``: the rows of the ages up to
+30, and then every row no key takes); one that only a NULL value gives is none, as a
+NULL of a keyed column is none (``LOWER(region)``). The backend never computes the term: it is sent as
+the CASE it equals on the declared values, one branch per key whose condition lists the
+values giving that key (``col IN (…)``, runs of whole numbers as ranges), so the
+statement is total (equality and range tests only) and both backends give the same
+groups. A value outside an int domain lands where its clamped value does, as for the
+numeric bins: the first and last runs are open-ended. A value of a keyed column that is
+not a declared key meets no branch and belongs to no group, as for the column itself.
+
+Only what is evaluated exactly as PostgreSQL does is taken, else the term keeps its
+refusal: SUBSTRING, text functions on ASCII text (LOWER, UPPER, TRIM and its variants), ``||``,
+CONCAT, COALESCE, NULLIF, CASE (conditions on one column, read by
+``key_restriction.truth_on_key``), LEAST/GREATEST and ROUND/FLOOR/CEIL/ABS/``+ - * / %``
+on whole numbers, CAST to text or int. Results must be whole numbers or texts.
+
+Everything is read from the rules and the query text, so the keys are the same on
+every neighbouring data set (SPEC §3.4); the WHERE narrows a column's values as it
+narrows a plain column's keys (``key_restriction.restricted``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from proxy.analyze.key_restriction import Undecided, restricted, truth_on_key
+from proxy.errors import Refused
+from proxy.rules import Column, Table
+from proxy.statistics import MAGNITUDE_CAP
+from proxy.vocabulary import COLUMN, GroupKey
+
+_INPUTS = 1_000  # the most values one int column's domain lists
+_COMBINATIONS = 2_000  # the most value combinations one term is evaluated on
+_TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR)
+_INT_TYPES = (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT)
+
+
+class _Unevaluated(Exception):
+    """The term is not one evaluated here: it keeps its refusal."""
+
+
+def derived_case(node: exp.Expression, table: Table, resolve,
+                 where: exp.Expression | None) -> exp.Case | None:
+    """The CASE over declared values that ``node`` equals (module doc); None when
+    ``node`` reads a column without public values or computes what is not evaluated
+    here."""
+    try:
+        columns = _inputs(node, table, resolve, where)
+        outputs: dict[Any, list[tuple[Any, ...]]] = {}
+        names = list(columns)
+        for values in itertools.product(*(columns[name] for name in names)):
+            result = _value(node, dict(zip(names, values)), table, resolve)
+            if result is not None or None not in values:
+                outputs.setdefault(None if result is None else _key(result), []).append(values)
+    except (_Unevaluated, Undecided, Refused, ArithmeticError, ValueError, RecursionError):
+        return None
+    kinds = {type(key) for key in outputs if key is not None}
+    if len(kinds) != 1:
+        return None
+    ifs = [exp.If(this=_condition(names, combos, table),
+                  true=exp.Null() if key is None else _literal(key))
+           for key, combos in outputs.items()]
+    return exp.Case(ifs=ifs)
+
+
+def _inputs(node: exp.Expression, table: Table, resolve, where: exp.Expression | None
+            ) -> dict[str, tuple[Any, ...]]:
+    """The public values of each column ``node`` reads, NULL last, narrowed by the
+    WHERE."""
+    columns: dict[str, tuple[Any, ...]] = {}
+    for reference in node.find_all(exp.Column):
+        name = resolve(reference)
+        if name in columns:
+            continue
+        column = table.columns.get(name)
+        if column is None or (column.keys is None and name in _identities(table)):
+            raise _Unevaluated  # a group per person, by another name
+        values = _public_values(column)
+        values = restricted(GroupKey(name, COLUMN, name, values, column.type), where,
+                            table, resolve).keys
+        columns[name] = (*values, None)
+    if not columns or math.prod(len(values) for values in columns.values()) > _COMBINATIONS:
+        raise _Unevaluated
+    return columns
+
+
+def _identities(table: Table) -> set[str]:
+    """The columns that name a unit: its own, or the link to it."""
+    return {table.privacy_unit, table.link.column if table.link else None} - {None}
+
+
+def _public_values(column: Column) -> tuple[Any, ...]:
+    if column.keys is not None and column.type in ("text", "int", "bool"):
+        return column.keys
+    if (column.type == "int" and column.lower is not None and column.upper is not None
+            and column.upper - column.lower < _INPUTS):
+        return tuple(range(math.ceil(column.lower), math.floor(column.upper) + 1))
+    raise _Unevaluated
+
+
+def _key(result: Any) -> int | str:
+    if isinstance(result, str):
+        return result
+    if isinstance(result, bool) or not isinstance(result, (int, Fraction)) \
+            or result != int(result):
+        raise _Unevaluated  # a fraction or a boolean: not a key kind of a CASE term
+    return int(result)
+
+
+def _literal(key: int | str) -> exp.Expression:
+    if isinstance(key, str):
+        return exp.Literal.string(key)
+    return exp.Literal.number(key) if key >= 0 else exp.Neg(this=exp.Literal.number(-key))
+
+
+def _condition(names: list[str], combos: list[tuple[Any, ...]], table: Table
+               ) -> exp.Expression:
+    """Rows whose columns hold one of ``combos``: per column, its values' test when the
+    combos are every value of the others, else the OR of each combo's AND."""
+    if len(names) == 1:
+        return _column_test(names[0], [combo[0] for combo in combos], table.columns[names[0]])
+    tests = [exp.and_(*(_column_test(name, [value], table.columns[name])
+                        for name, value in zip(names, combo)))
+             for combo in combos]
+    return exp.or_(*tests) if len(tests) > 1 else tests[0]
+
+
+def _column_test(name: str, values: list[Any], column: Column) -> exp.Expression:
+    """``col`` holds one of ``values`` (None: NULL); the runs of an int domain's whole
+    numbers as ranges, open at the domain's ends, where a clamped value lands."""
+    reference = exp.column(name, quoted=True)
+    tests: list[exp.Expression] = []
+    if None in values:
+        tests.append(exp.Is(this=reference.copy(), expression=exp.Null()))
+    present = [value for value in values if value is not None]
+    if present and column.keys is None:  # an int domain: runs of consecutive numbers
+        low, high = math.ceil(column.lower), math.floor(column.upper)
+        for run in _runs(sorted(present)):
+            first, last = run[0], run[-1]
+            bounds = []
+            if first > low:
+                bounds.append(exp.GTE(this=reference.copy(), expression=_literal(first)))
+            if last < high:
+                bounds.append(exp.LTE(this=reference.copy(), expression=_literal(last)))
+            tests.append(exp.and_(*bounds) if bounds
+                         else exp.Not(this=exp.Is(this=reference.copy(), expression=exp.Null())))
+    elif present:
+        literals = [_typed_literal(value) for value in present]
+        tests.append(exp.EQ(this=reference.copy(), expression=literals[0])
+                     if len(literals) == 1 else exp.In(this=reference.copy(), expressions=literals))
+    return exp.or_(*tests) if len(tests) > 1 else tests[0]
+
+
+def _runs(numbers: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return runs
+
+
+def _typed_literal(value: Any) -> exp.Expression:
+    if isinstance(value, bool):
+        return exp.Boolean(this=value)
+    return _literal(value)
+
+
+# -- the term on one combination of values, as PostgreSQL computes it ----------------------
+
+def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> Any:
+    """``node`` on a row holding ``row``: str, int or Fraction (exact numbers), bool,
+    None for NULL."""
+    node = node.unnest()
+    if isinstance(node, exp.Column):
+        return row[resolve(node)]
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.name
+        number = Fraction(Decimal(node.name))
+        if abs(number) > MAGNITUDE_CAP or (number and abs(number) < 1 / MAGNITUDE_CAP):
+            raise _Unevaluated  # as for bins: exact fractions stay small
+        return int(number) if number.denominator == 1 and "." not in node.name else number
+    args = [_value(arg, row, table, resolve) for arg in _operands(node)]
+    if isinstance(node, exp.Case):
+        return _case(node, row, table, resolve)
+    if isinstance(node, exp.Coalesce):
+        return next((arg for arg in args if arg is not None), None)
+    if isinstance(node, (exp.Concat, exp.ConcatWs)):
+        if isinstance(node, exp.ConcatWs):
+            if args[0] is None:
+                return None
+            return _text(args[0]).join(_text(arg) for arg in args[1:] if arg is not None)
+        return "".join(_text(arg) for arg in args if arg is not None)
+    if isinstance(node, exp.Nullif):
+        return None if args[0] is not None and args[0] == args[1] else args[0]
+    if isinstance(node, (exp.Least, exp.Greatest)):
+        present = [_number(arg) for arg in args if arg is not None]
+        return (min if isinstance(node, exp.Least) else max)(present) if present else None
+    if any(arg is None for arg in args):
+        return None  # every other function and operator here is strict
+    if isinstance(node, exp.DPipe):
+        if not any(isinstance(arg, str) for arg in args):
+            raise _Unevaluated  # int || int has no operator in PostgreSQL
+        return _text(args[0]) + _text(args[1])
+    if isinstance(node, (exp.Lower, exp.Upper)):
+        text = _ascii(args[0])
+        return text.lower() if isinstance(node, exp.Lower) else text.upper()
+    if isinstance(node, exp.Trim):
+        return _trimmed(node, args)
+    if isinstance(node, exp.Substring):
+        return _substring(node, args)
+    if isinstance(node, exp.Cast):
+        return _cast(node, args[0])
+    return _arithmetic(node, [_number(arg) for arg in args])
+
+
+def _operands(node: exp.Expression) -> list[exp.Expression]:
+    """The evaluated operands of ``node``, in order; refused for what is not evaluated
+    here (its other arguments, such as a CAST's type, are read by the caller)."""
+    if isinstance(node, exp.Case):
+        return []
+    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+        if isinstance(node, (exp.Least, exp.Greatest)) and not node.args.get("ignore_nulls"):
+            raise _Unevaluated
+        return [node.this, *node.expressions]
+    if isinstance(node, (exp.Concat, exp.ConcatWs)):
+        return list(node.expressions)
+    if isinstance(node, (exp.Lower, exp.Upper, exp.Cast, exp.Abs, exp.Neg, exp.Floor,
+                         exp.Ceil)):
+        if isinstance(node, (exp.Floor, exp.Ceil)) and node.args.get("decimals"):
+            raise _Unevaluated
+        return [node.this]
+    if isinstance(node, exp.Round):
+        return [node.this, node.args.get("decimals") or exp.Literal.number(0)]
+    if isinstance(node, exp.Trim):
+        return [node.this, node.expression or exp.Literal.string(" ")]
+    if isinstance(node, exp.Substring):
+        return [node.this, node.args.get("start") or exp.Literal.number(1),
+                *([node.args["length"]] if node.args.get("length") else [])]
+    if isinstance(node, (exp.DPipe, exp.Nullif, exp.Add, exp.Sub, exp.Mul, exp.Div,
+                         exp.Mod)):
+        return [node.this, node.expression]
+    raise _Unevaluated
+
+
+def _case(node: exp.Case, row: dict[str, Any], table: Table, resolve) -> Any:
+    """A CASE's value: its first branch whose condition holds; each condition reads one
+    column and is decided as the WHERE's restriction decides it on a key."""
+    for branch in node.args.get("ifs") or []:
+        condition = branch.this
+        if node.this is not None:
+            condition = exp.EQ(this=node.this.copy(), expression=condition.copy())
+        read = {resolve(column) for column in condition.find_all(exp.Column)}
+        if len(read) != 1:
+            raise _Unevaluated
+        name = read.pop()
+        if truth_on_key(condition, row[name], table.columns[name].type) is True:
+            return _value(branch.args["true"], row, table, resolve)
+    default = node.args.get("default")
+    return None if default is None else _value(default, row, table, resolve)
+
+
+def _text(value: Any) -> str:
+    """A value as PostgreSQL writes it in text: whole numbers of int arithmetic only (a
+    numeric's text shows its scale: ``2 * 10.0`` is ``20.0``)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and abs(value) < 10**15:  # a double prints 1e+15 beyond
+        return str(value)
+    raise _Unevaluated
+
+
+def _ascii(value: Any) -> str:
+    if not isinstance(value, str) or not value.isascii():
+        raise _Unevaluated  # beyond ASCII, case mapping follows the backend's locale
+    return value
+
+
+def _number(value: Any) -> int | Fraction:
+    if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
+        raise _Unevaluated  # text is ordered by the backend's collation
+    return value
+
+
+def _trimmed(node: exp.Trim, args: list[Any]) -> str:
+    text, characters = _ascii(args[0]), _ascii(args[1])
+    position = (node.args.get("position") or "BOTH").upper()
+    if position == "LEADING":
+        return text.lstrip(characters)
+    if position == "TRAILING":
+        return text.rstrip(characters)
+    return text.strip(characters)
+
+
+def _substring(node: exp.Substring, args: list[Any]) -> str:
+    """PostgreSQL's substring(text, start, count): 1-based, positions before 1 counted
+    (``substring('abc', 0, 2)`` is ``'a'``); a negative count fails there."""
+    text, start, *count = args
+    if not isinstance(text, str) or not all(
+            isinstance(arg, int) and not isinstance(arg, bool) for arg in (start, *count)):
+        raise _Unevaluated
+    first = max(start, 1) - 1
+    if not count:
+        return text[first:]
+    if count[0] < 0:
+        raise _Unevaluated
+    return text[first:max(start + count[0] - 1, 0)]
+
+
+def _cast(node: exp.Cast, value: Any) -> Any:
+    target = node.to.this
+    if target in _TEXT_TYPES and not node.to.expressions:
+        return _text(value)
+    if target in _INT_TYPES:
+        if isinstance(value, str):
+            return int(value.strip())  # int('1.5') fails, as PostgreSQL's cast does
+        number = _number(value)
+        if number != int(number):
+            raise _Unevaluated  # a numeric rounds, a double rounds to even: not here
+        return int(number)
+    raise _Unevaluated
+
+
+def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fraction:
+    whole = all(isinstance(arg, int) for arg in args)
+    if isinstance(node, exp.Neg):
+        return -args[0]
+    if isinstance(node, exp.Abs):
+        return abs(args[0])
+    if isinstance(node, (exp.Floor, exp.Ceil)):
+        rounded = math.floor(args[0]) if isinstance(node, exp.Floor) else math.ceil(args[0])
+        return rounded if whole else Fraction(rounded)
+    if isinstance(node, exp.Round):
+        digits = args[1]
+        if not isinstance(digits, int) or not whole:
+            raise _Unevaluated  # a double rounds half to even, a numeric half away
+        return int(Decimal(args[0]).quantize(Decimal(1).scaleb(-digits),
+                                             rounding=ROUND_HALF_UP)) \
+            if digits < 0 else args[0]
+    left, right = args
+    if isinstance(node, exp.Add):
+        return left + right
+    if isinstance(node, exp.Sub):
+        return left - right
+    if isinstance(node, exp.Mul):
+        return left * right
+    if right == 0:
+        raise _Unevaluated  # the query itself would fail on such a row
+    if isinstance(node, exp.Div):
+        if whole:  # integer division truncates toward zero
+            quotient = abs(left) // abs(right)
+            return quotient if (left < 0) == (right < 0) else -quotient
+        return Fraction(left) / Fraction(right)
+    if isinstance(node, exp.Mod) and whole:
+        return left - right * int(Fraction(left, right))  # the dividend's sign, as in C
+    raise _Unevaluated

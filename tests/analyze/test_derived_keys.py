@@ -1,0 +1,145 @@
+"""GROUP BY terms computed from columns with public values (``proxy.analyze.derived_keys``):
+``LOWER(region)``, ``COALESCE``, ``||``, CONCAT, ``ROUND(age, -1)``, ``LEAST``, a CASE
+whose output is a column. Each answer, noise off, is PostgreSQL's own answer to the same
+statement over the same rows (values within the declared keys and domains), on both
+backends; a value outside an int domain lands where its clamped value does, an
+undeclared key in no group; terms that read a column without public values, or compute
+what is not evaluated exactly, keep their refusal, for free."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.databases import load_table, new_database
+from tests.factories import Table, engine_fixture, open_engine
+from tests.probes import refused_for_free
+
+pytestmark = pytest.mark.postgres
+
+RULES_TEXT = """
+[defaults]
+model = "idp"
+epsilon_per_query = 0.25
+budget_per_analyst = 100000
+answer_cache = false
+max_groups = 2000
+
+[analysts.alice]
+
+[tables.people]
+privacy_unit = "person_id"
+[tables.people.columns]
+person_id = { type = "int" }
+region = { type = "text", keys = ["north", "south", "east", "west", " East "] }
+sex    = { type = "text", keys = ["f", "m"] }
+age    = { type = "int", domain = [0, 120] }
+days   = { type = "int", domain = [-7, 60] }
+income = { type = "float", domain = [0, 100000] }
+"""
+RULES = parse_rules(RULES_TEXT, "derived_keys.toml")
+TYPES = {"person_id": "INTEGER", "region": "TEXT", "sex": "TEXT", "age": "INTEGER",
+         "days": "INTEGER", "income": "DOUBLE PRECISION"}
+REGIONS = ["north", "south", "east", "west", " East ", None]
+ROWS = {
+    "person_id": list(range(1, 301)),
+    "region": [REGIONS[(i * 7) % 6] for i in range(300)],
+    "sex": [None if i % 41 == 2 else "fm"[(i * 3) % 5 % 2] for i in range(300)],
+    "age": [None if i % 37 == 4 else (i * 13) % 121 for i in range(300)],
+    "days": [(i * 11) % 68 - 7 for i in range(300)],
+    "income": [float(i * 331 % 100000) for i in range(300)],
+}
+
+engine = engine_fixture(RULES, lambda: {"people": Table(ROWS, TYPES)}, shared=True)
+
+
+@pytest.fixture(scope="module")
+def truth(postgres_url):
+    with new_database(postgres_url) as url:
+        load_table(url, "people", ROWS, TYPES)
+        with psycopg.connect(url, autocommit=True) as con:
+            yield lambda sql: con.execute(sql).fetchall()
+
+
+def _answered(engine, sql: str) -> dict:
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    keys = [row[0] for row in answer.rows]
+    assert len(keys) == len(set(keys))
+    return dict(answer.rows)
+
+
+# (term, WHERE, whether PostgreSQL's NULL group is answered)
+TERMS = [
+    ("LOWER(region)", "", False),
+    ("UPPER(TRIM(region))", "", False),  # ' East ' and 'east' are one key
+    ("TRIM(LEADING ' ' FROM region)", "WHERE sex = 'f'", False),
+    ("COALESCE(region, 'unknown')", "", False),  # the NULL region's rows: a key
+    ("region || '/' || sex", "", False),
+    ("CONCAT(region, '-', sex)", "", False),  # CONCAT skips a NULL
+    ("CONCAT(FLOOR(age / 10) * 10, ' - ', (FLOOR(age / 10) + 1) * 10 - 1)", "", False),
+    ("ROUND(age, -1)", "", False),  # 25 rounds to 30, as a numeric does
+    ("LEAST(days, 10)", "", False),
+    ("GREATEST(days, 0) / 7", "", False),  # integer division truncates
+    ("ABS(days) % 4", "WHERE days < 20", False),
+    ("CASE WHEN age > 90 THEN 90 ELSE age END", "WHERE age >= 80", False),
+    # a NULL region's rows: in no group, as for GROUP BY region (SQL groups them)
+    ("CASE WHEN region IN ('north', 'south') THEN 'north & south' ELSE region END", "",
+     False),
+    ("CASE WHEN age > 30 THEN region END", "", True),
+    ("NULLIF(region, 'north')", "", True),
+    ("CAST(age AS text) || '+'", "WHERE age > 95", False),
+    ("substring(region, 1, 2)", "", False),
+]
+
+
+@pytest.mark.parametrize("term,where,null_group", TERMS)
+@pytest.mark.usefixtures("no_noise")
+def test_each_derived_key_is_postgresql_s_own(engine, truth, term, where, null_group):
+    sql = f"SELECT {term} AS k, COUNT(*), SUM(income) FROM people {where} GROUP BY 1"
+    answered = _answered(engine, f"SELECT {term} AS k, COUNT(*) FROM people {where} GROUP BY 1")
+    wanted = {key: count for key, count, _ in truth(sql) if null_group or key is not None}
+    assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
+    assert answered == {key: wanted.get(key, 0) for key in answered}
+    assert (None in answered) == null_group
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_the_keys_come_from_the_rules_and_the_where_not_the_data(engine):
+    # every decade of the domain, the empty ones too; the WHERE drops those it excludes
+    assert list(_answered(engine, "SELECT ROUND(age, -1) AS d, COUNT(*) FROM people "
+                                  "GROUP BY 1 ORDER BY 1")) == list(range(0, 121, 10))
+    assert list(_answered(engine, "SELECT ROUND(age, -1) AS d, COUNT(*) FROM people "
+                                  "WHERE age BETWEEN 31 AND 54 GROUP BY 1 ORDER BY 1")) == \
+        [30, 40, 50]
+    # no region is NULL-free in the rules: 'unknown' is answered whether or not rows have it
+    assert "unknown" in _answered(engine, "SELECT COALESCE(region, 'unknown'), COUNT(*) "
+                                          "FROM people WHERE region IS NOT NULL GROUP BY 1")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_value_beyond_the_domain_lands_where_its_clamped_value_does(backend_url):
+    rows = {"person_id": [1, 2, 3, 4, 5], "region": ["north", "nowhere", None, "west", "east"],
+            "sex": ["f"] * 5, "age": [-5, 130, 64, 65, None], "days": [0] * 5,
+            "income": [1.0] * 5}
+    with open_engine(backend_url, RULES, lambda: {"people": Table(rows, TYPES)}) as made:
+        decades = _answered(made, "SELECT ROUND(age, -1), COUNT(*) FROM people GROUP BY 1")
+        regions = _answered(made, "SELECT UPPER(region), COUNT(*) FROM people GROUP BY 1")
+    assert {key: n for key, n in decades.items() if n} == {0: 1, 120: 1, 60: 1, 70: 1}
+    # 'nowhere' is no declared key: in no group, as for GROUP BY region itself
+    assert {key: n for key, n in regions.items() if n} == {"NORTH": 1, "WEST": 1, "EAST": 1}
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    ("SELECT LOWER(CAST(income AS text)), COUNT(*) FROM people GROUP BY 1",
+     "public set of keys"),  # a float without keys: no public values
+    ("SELECT person_id % 10, COUNT(*) FROM people GROUP BY 1", "declared domain"),
+    ("SELECT CASE WHEN age > 30 THEN income END, COUNT(*) FROM people GROUP BY 1", "literals"),
+    ("SELECT ROUND(age / 3.0, 1), COUNT(*) FROM people GROUP BY 1", "public set of keys"),
+    ("SELECT age * 1.5, COUNT(*) FROM people GROUP BY 1", "public set of keys"),
+    ("SELECT 10 / (days - days), COUNT(*) FROM people GROUP BY 1", "public set of keys"),
+    ("SELECT LEAST(region, sex), COUNT(*) FROM people GROUP BY 1", "public set of keys"),
+])
+def test_what_is_not_evaluated_exactly_keeps_its_refusal_for_free(engine, sql, fragment):
+    refused_for_free(engine, sql, "0A000", fragment)
