@@ -56,9 +56,9 @@ class _Unevaluated(Exception):
 
 def derived_case(node: exp.Expression, table: Table, resolve,
                  where: exp.Expression | None) -> exp.Case | None:
-    """The CASE over declared values that ``node`` equals (module doc); None when
-    ``node`` reads a column without public values or computes what is not evaluated
-    here."""
+    """The CASE over declared values that ``node`` equals (module doc), without
+    branches when the WHERE admits none of them; None when ``node`` reads a column
+    without public values or computes what is not evaluated here."""
     try:
         columns = _inputs(node, table, resolve, where)
         outputs: dict[Any, list[tuple[Any, ...]]] = {}
@@ -70,8 +70,8 @@ def derived_case(node: exp.Expression, table: Table, resolve,
     except (_Unevaluated, Undecided, Refused, ArithmeticError, ValueError, RecursionError):
         return None
     kinds = {type(key) for key in outputs if key is not None}
-    if len(kinds) != 1:
-        return None
+    if outputs and len(kinds) != 1:
+        return None  # no key but NULL, or texts and numbers: not one key type
     ifs = [exp.If(this=_condition(names, combos, table),
                   true=exp.Null() if key is None else _literal(key))
            for key, combos in outputs.items()]

@@ -189,6 +189,8 @@ def group_term(node: exp.Expression, table: Table, resolve,
         derived = derived_case(node, table, resolve, where)
         if derived is None:
             raise
+        if not derived.args.get("ifs"):  # the WHERE admits no key: zero rows, nothing sent
+            return GroupKey(default_name(node), CASE, None, (), "text")
         return _case(derived, table, resolve, default_name(node))
 
 
@@ -224,8 +226,10 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
     binned = _bin(node, table, resolve, name, where)
     if binned is not None:
         return binned
-    if isinstance(node, exp.Substring):  # the CASE over the declared keys it stands for
-        return _case(substring_case(node, table, resolve, where), table, resolve, name)
+    listed = substring_case(node, table, resolve, where) if isinstance(
+        node, exp.Substring) else None  # on declared keys: a derived key (below)
+    if listed is not None:
+        return _case(listed, table, resolve, name)
     value = None if node.find(exp.Column) else _constant_value(node)
     if value is not None:  # every row's key: one group (Metabase's ABS(1) "pivot-grouping")
         return GroupKey(name, CASE, None, (value,), "text" if isinstance(value, str) else "int",

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.derived_keys import derived_case
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Table
 
 
 def substring_case(node: exp.Substring, table: Table, resolve,
-                   where: exp.Expression | None = None) -> exp.Case:
-    """The CASE over ``table``'s declared keys that ``node`` groups by, or over the
-    substrings the WHERE lists for it (``where_listed``); refused unless its column is
-    text with declared keys (or so listed) and its start and count whole constants."""
+                   where: exp.Expression | None = None) -> exp.Case | None:
+    """The CASE over the substrings the WHERE lists for ``node`` (``where_listed``);
+    None on declared keys, a derived key (``proxy.analyze.derived_keys``); refused
+    unless its column is text with declared keys (or so listed) and its start and count
+    whole constants."""
     column = node.this
     if not isinstance(column, exp.Column):
         raise NotSupported("GROUP BY substring(col, start, count) takes a column with "
@@ -45,10 +45,7 @@ def substring_case(node: exp.Substring, table: Table, resolve,
     count = node.args.get("length")
     if count is not None and _whole(count) < 0:
         raise Refused("negative substring length not allowed", "22011")
-    case = derived_case(node, table, resolve, where)
-    if case is None:  # no row can reach a key: the WHERE excludes every one
-        raise NotSupported(f"GROUP BY substring({name}, …) has no key the WHERE allows")
-    return case
+    return None
 
 
 def where_listed(node: exp.Substring, where: exp.Expression | None, resolve

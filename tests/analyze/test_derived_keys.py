@@ -143,3 +143,10 @@ def test_a_value_beyond_the_domain_lands_where_its_clamped_value_does(backend_ur
 ])
 def test_what_is_not_evaluated_exactly_keeps_its_refusal_for_free(engine, sql, fragment):
     refused_for_free(engine, sql, "0A000", fragment)
+
+
+def test_a_where_admitting_no_key_answers_no_rows_for_free(engine):
+    before = engine.ledger.entries()
+    (answer,) = list(Session.open(engine, "alice").execute(
+        "SELECT LOWER(region), COUNT(*) FROM people WHERE region = 'atlantis' GROUP BY 1"))
+    assert answer.rows == [] and engine.ledger.entries() == before
