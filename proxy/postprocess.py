@@ -29,6 +29,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 
 from proxy.analyze.group_keys import default_name
 from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
+from proxy.analyze.time_keys import formatted, to_char_format
 from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
@@ -85,6 +86,9 @@ def series_limited(limit: SeriesLimit, keys: list[tuple], released: list[list[An
 
 
 _ENGINE: tuple[int, duckdb.DuckDBPyConnection] | None = None
+# PostgreSQL's to_char, as time_keys formats it (DuckDB's strftime has other fields; a
+# timestamptz is cast to the wall clock of the session's zone, set on each connection)
+_TO_CHAR = "idp_to_char"
 _STARTING = threading.Lock()
 
 
@@ -96,8 +100,9 @@ def _connection() -> duckdb.DuckDBPyConnection:
     global _ENGINE
     with _STARTING:
         if _ENGINE is None or _ENGINE[0] != os.getpid():
-            _ENGINE = (os.getpid(), duckdb.connect(
-                ":memory:", config={"enable_external_access": False}))
+            engine = duckdb.connect(":memory:", config={"enable_external_access": False})
+            engine.create_function(_TO_CHAR, formatted, ["TIMESTAMP", "VARCHAR"], "VARCHAR")
+            _ENGINE = (os.getpid(), engine)
         return _ENGINE[1].cursor()
 
 
@@ -237,7 +242,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         if kept is not None:
             _prepared_kept.move_to_end(key)
             return kept
-    tree = sqlglot.parse_one(outer.sql, read="postgres")
+    tree = sqlglot.parse_one(outer.sql, read="postgres").transform(_to_char)
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
     sources = [tree.args["from_"].this, *(join.this for join in tree.args.get("joins") or [])
                ] if tree.args.get("from_") else []
@@ -284,6 +289,13 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
             while len(_prepared_kept) > _PREPARED_KEPT:
                 _prepared_kept.popitem(last=False)
     return prepared
+
+
+def _to_char(node: exp.Expression) -> exp.Expression:
+    if not isinstance(node, exp.TimeToStr):
+        return node
+    return exp.Anonymous(this=_TO_CHAR, expressions=[
+        exp.cast(node.this, "timestamp"), exp.Literal.string(to_char_format(node))])
 
 
 _KEPT_LENGTH = 100_000  # a longer outer query is prepared every time (its key is long)

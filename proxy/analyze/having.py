@@ -8,7 +8,9 @@ for select items that compute on aggregates or are constants (``COUNT(*) * 2``,
 ``'avg' AS metric``, as Grafana sends, ``SUM(x) / NULLIF(COUNT(*), 0)``), window
 functions over the groups (``COUNT(*) / SUM(COUNT(*)) OVER ()``, ``LAG(COUNT(*)) OVER
 (ORDER BY month)``): a window of an aggregate query reads its result rows, the
-released ones.
+released ones. And for select items computed from GROUP BY terms without being one
+(Looker's ``TO_CHAR(DATE_TRUNC('month', at), 'YYYY-MM')`` under ``GROUP BY
+DATE_TRUNC('month', at)``): the term is released as a key, the function computed on it.
 
 Privacy: the filter reads only the noisy released values and the public group keys, so
 it is post-processing and costs no ε (SPEC §5.3). It does not decide which groups are
@@ -47,13 +49,14 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
     items: its aggregate query, with the rest as an outer query over the release. None
     when ``select`` has neither (an ordinary aggregate query)."""
     items = [item.unalias() for item in select.expressions]
-    computed = [_computed(node) for node in items]
     having = select.args.get("having")
-    if not (having or any(computed)) or not any(
-            _aggregate(n) for n in select.walk()):  # no aggregate: refused as usual
+    if not any(_aggregate(n) for n in select.walk()):  # no aggregate: refused as usual
         return None
     groups = [dereferenced(node, select, table) for node in
               (select.args["group"].expressions if select.args.get("group") else [])]
+    computed = [_computed(node) or _of_groups(node, groups) for node in items]
+    if not (having or any(computed)):
+        return None
     released = _Released(items, computed, groups, select, table)
     filtered = released.map(having.this, "HAVING") if having else None
     selected = [released.map(node, "SELECT") if computed[i] else None
@@ -95,6 +98,21 @@ def _computed(node: exp.Expression) -> bool:
         return False
     return any(_aggregate(n) for n in node.walk()) or not any(
         isinstance(n, (exp.Column, exp.Star)) for n in node.walk())
+
+
+def _of_groups(node: exp.Expression, groups: list[exp.Expression]) -> bool:
+    """Whether ``node`` is computed from GROUP BY terms without being one
+    (``TO_CHAR(DATE_TRUNC('month', at), 'YYYY-MM')`` under ``GROUP BY DATE_TRUNC('month',
+    at)``, Looker's months): every column it reads lies inside such a term, so it is a
+    function of the released keys."""
+    wanted = [_comparable(group.unnest()) for group in groups]
+    if not wanted or _comparable(node.unnest()) in wanted or any(
+            _aggregate(part) for part in node.walk()):  # MEDIAN(k): an aggregate's own
+        return False
+    inside = {id(column) for part in node.walk() if _comparable(part.unnest()) in wanted
+              for column in part.find_all(exp.Column)}
+    columns = list(node.find_all(exp.Column))
+    return bool(columns) and all(id(column) in inside for column in columns)
 
 
 def _comparable(node: exp.Expression) -> exp.Expression:
@@ -146,7 +164,7 @@ class _Released:
                 raise NotSupported(f"subqueries in {clause} are not supported; compare "
                                    "aggregates with constants")
             grouped = not _computed(sub) and any(  # so the aggregate query has none
-                _comparable(g) == _comparable(sub) for g in self.groups)
+                _comparable(g.unnest()) == _comparable(sub) for g in self.groups)
             if add and (_aggregate(sub) or grouped):
                 name = f"_idp_h{len(self.columns)}"
                 self.columns.append((name, sub.copy()))

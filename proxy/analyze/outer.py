@@ -68,6 +68,7 @@ from sqlglot import exp
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
+from proxy.analyze.time_keys import to_char_format
 from proxy.errors import NotSupported, RawRowAccess, Refused
 from proxy.interrupts import checkpoint
 from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, CombinedPlan, GroupKey, QueryPlan
@@ -86,6 +87,8 @@ _ROW_LEVEL = (
     exp.Between, exp.Case, exp.If, exp.Cast, exp.Round, exp.Abs, exp.Coalesce, exp.Floor,
     exp.Ceil, exp.Greatest, exp.Least, exp.Tuple, exp.Var, exp.Nullif, exp.Sqrt, exp.Cbrt,
     exp.Pow, exp.Exp, exp.Ln, exp.Log, exp.Sign, exp.Trunc, exp.DPipe,
+    exp.Lower, exp.Upper, exp.Trim, exp.Concat, exp.ConcatWs, exp.Substring, exp.Length,
+    exp.TimeToStr,  # PostgreSQL's to_char, formatted by time_keys (proxy.postprocess)
     exp.Window, exp.WindowSpec,
 )
 # what a window may compute over the released rows (only as the function of an OVER)
@@ -100,6 +103,7 @@ _ONE_ROW = (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)
 # what may combine joined releases: joins, its steps, grouping
 _JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having)
 ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
+           "LOWER, UPPER, TRIM, CONCAT, ||, SUBSTRING, LENGTH, TO_CHAR of a time, "
            "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
            "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
 
@@ -358,6 +362,8 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
             continue
         if isinstance(node, (exp.Div, exp.Mod, exp.IntDiv)) and _zero(node.expression):
             raise Refused("division by zero", "22012")  # as PostgreSQL, before any debit
+        if isinstance(node, exp.TimeToStr):
+            to_char_format(node)  # a format the post-processor cannot write: before any debit
         if not (isinstance(node, _ROW_LEVEL) or (isinstance(node, WINDOW_FUNCTIONS)
                                                   and windowed(node))):
             raise NotSupported(f"{_construct(node)} is not supported on released values; "

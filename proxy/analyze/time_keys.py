@@ -572,6 +572,20 @@ _TOKENS: dict[str, tuple[str, Callable[[dt.datetime], str]]] = {
 _TOKEN_ORDER = sorted(_TOKENS, key=len, reverse=True)
 
 
+def to_char_format(node: exp.TimeToStr) -> str:
+    """The PostgreSQL format of ``to_char(x, 'format')`` when this module formats it
+    (``formatted``); refused in one line otherwise."""
+    pattern = _to_char_pattern(node)
+    _formatter(pattern)
+    return pattern
+
+
+def formatted(moment: dt.datetime, pattern: str) -> str:
+    """PostgreSQL's ``to_char(moment, pattern)`` (a wall clock; ``to_char_format``
+    checked the pattern)."""
+    return _formatter(pattern)[1](moment)
+
+
 def _formatter(pattern: str) -> tuple[str, Callable[[Any], str]]:
     """PostgreSQL's to_char for the tokens above (``FM`` drops a token's padding,
     ``"text"`` is literal); the finest unit the format shows."""

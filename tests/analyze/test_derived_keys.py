@@ -8,6 +8,8 @@ what is not evaluated exactly, keep their refusal, for free."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import psycopg
 import pytest
 
@@ -38,10 +40,11 @@ sex    = { type = "text", keys = ["f", "m"] }
 age    = { type = "int", domain = [0, 120] }
 days   = { type = "int", domain = [-7, 60] }
 income = { type = "float", domain = [0, 100000] }
+at     = { type = "timestamp", domain = [2024-01-01T00:00:00, 2024-12-31T23:59:59] }
 """
 RULES = parse_rules(RULES_TEXT, "derived_keys.toml")
 TYPES = {"person_id": "INTEGER", "region": "TEXT", "sex": "TEXT", "age": "INTEGER",
-         "days": "INTEGER", "income": "DOUBLE PRECISION"}
+         "days": "INTEGER", "income": "DOUBLE PRECISION", "at": "TIMESTAMP"}
 REGIONS = ["north", "south", "east", "west", " East ", None]
 ROWS = {
     "person_id": list(range(1, 301)),
@@ -50,6 +53,7 @@ ROWS = {
     "age": [None if i % 37 == 4 else (i * 13) % 121 for i in range(300)],
     "days": [(i * 11) % 68 - 7 for i in range(300)],
     "income": [float(i * 331 % 100000) for i in range(300)],
+    "at": [dt.datetime(2024, 1, 1) + dt.timedelta(hours=29 * i + i % 5) for i in range(300)],
 }
 
 engine = engine_fixture(RULES, lambda: {"people": Table(ROWS, TYPES)}, shared=True)
@@ -122,7 +126,7 @@ def test_the_keys_come_from_the_rules_and_the_where_not_the_data(engine):
 def test_a_value_beyond_the_domain_lands_where_its_clamped_value_does(backend_url):
     rows = {"person_id": [1, 2, 3, 4, 5], "region": ["north", "nowhere", None, "west", "east"],
             "sex": ["f"] * 5, "age": [-5, 130, 64, 65, None], "days": [0] * 5,
-            "income": [1.0] * 5}
+            "income": [1.0] * 5, "at": [dt.datetime(2024, 5, 1)] * 5}
     with open_engine(backend_url, RULES, lambda: {"people": Table(rows, TYPES)}) as made:
         decades = _answered(made, "SELECT ROUND(age, -1), COUNT(*) FROM people GROUP BY 1")
         regions = _answered(made, "SELECT UPPER(region), COUNT(*) FROM people GROUP BY 1")
@@ -150,3 +154,32 @@ def test_a_where_admitting_no_key_answers_no_rows_for_free(engine):
     (answer,) = list(Session.open(engine, "alice").execute(
         "SELECT LOWER(region), COUNT(*) FROM people WHERE region = 'atlantis' GROUP BY 1"))
     assert answer.rows == [] and engine.ledger.entries() == before
+
+
+# a select item computed from the GROUP BY terms, not one itself: computed on the released
+# keys by the post-processor, after the noise (Looker writes its months so)
+OF_KEYS = [
+    ("UPPER(region)", "region", ""),
+    ("region || '/' || sex", "region, sex", "WHERE sex IS NOT NULL"),
+    ("TO_CHAR(DATE_TRUNC('month', at), 'YYYY-MM')", "DATE_TRUNC('month', at)", ""),
+    ("TO_CHAR(DATE_TRUNC('week', at), 'FMMonth DD, YYYY')", "(DATE_TRUNC('week', at))",
+     "WHERE at < '2024-03-01'"),
+    ("LENGTH(TRIM(region)) + 1", "region", ""),
+]
+
+
+@pytest.mark.parametrize("item,group,where", OF_KEYS)
+@pytest.mark.usefixtures("no_noise")
+def test_a_function_of_the_keys_is_computed_on_the_released_keys(engine, truth, item, group,
+                                                                 where):
+    sql = f"SELECT {item} AS k, COUNT(*) AS n FROM people {where} GROUP BY {group}"
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    assert "the select list ran on the released answers" in " ".join(answer.privacy["notes"])
+    wanted = {}
+    for key, n in truth(sql):
+        if key is not None:
+            wanted[key] = wanted.get(key, 0) + n
+    answered = {}
+    for key, n in answer.rows:
+        answered[key] = answered.get(key, 0) + n
+    assert {k: n for k, n in answered.items() if n} == wanted

@@ -721,7 +721,7 @@ REFUSED = [
     ("WITH a AS (SELECT region FROM people) SELECT region FROM a", "42501", "region"),
     ("SELECT COUNT(*) FROM (SELECT p.age FROM people p JOIN regions r ON p.region = r.region) t",
      "0A000", "join"),
-    ("SELECT lower(region) FROM (SELECT region, COUNT(*) FROM people GROUP BY 1) t",
+    ("SELECT md5(region) FROM (SELECT region, COUNT(*) FROM people GROUP BY 1) t",
      "0A000", "released values"),
     ("SELECT c FROM (SELECT region, COUNT(*) AS c FROM people GROUP BY 1) t, people",
      "0A000", "join"),
@@ -759,7 +759,7 @@ REFUSED = [
      "neither an aggregate nor a GROUP BY key"),
     ("SELECT COUNT(*) AS age FROM people GROUP BY region HAVING age > 3", "0A000",
      "neither an aggregate"),  # a column of the table, not the alias, as in PostgreSQL
-    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING lower(region) = 'north'",
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING md5(region) = 'north'",
      "0A000", "released values"),
     ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > (SELECT 1)",
      "0A000", "subqueries"),
