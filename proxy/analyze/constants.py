@@ -1,6 +1,7 @@
 """Constant arithmetic in WHERE and ON folded to one constant before analysis:
 ``l_quantity <= 1 + 10`` (TPC-H Q19), ``l_discount BETWEEN 0.06 - 0.01 AND 0.06 +
-0.01``, ``o_orderdate < date '1994-01-01' + interval '1' year``.
+0.01``, ``o_orderdate < date '1994-01-01' + interval '1' year``, Looker's ``TIMESTAMP
+'2024-06-01' + (7 || ' day')::INTERVAL`` (its text cast to an interval read first).
 
 Each *maximal* subtree made only of literals, ``+``, ``-``, ``*``, unary minus,
 brackets, casts and intervals is given to sqlglot's ``simplify`` on its own, and
@@ -39,6 +40,10 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
         root = clause.args.get("on") if isinstance(clause, exp.Join) else clause.this
         if root is None:
             continue
+        for cast in list(root.find_all(exp.Cast)):
+            interval = _written_interval(cast)
+            if interval is not None:
+                cast.replace(interval)
         found = list(root.walk(prune=_foldable))
         for node in found:
             if not _foldable(node):
@@ -55,6 +60,32 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
             else:
                 node.replace(folded)
     return tree
+
+
+def _written_interval(cast: exp.Cast) -> exp.Expression | None:
+    """``CAST('7 day' AS INTERVAL)``, also of ``7 || ' day'`` (Looker's relative date
+    filters), as the interval literal ``INTERVAL '7 day'``; None for other casts, and
+    for text that is not a whole number of one unit (left as written, refused later)."""
+    if not cast.to.is_type(exp.DataType.Type.INTERVAL):
+        return None
+    parts, text = [cast.this.unnest()], ""
+    while parts:
+        part = parts.pop(0)
+        if isinstance(part, exp.DPipe):
+            parts[:0] = [part.this.unnest(), part.expression.unnest()]
+        elif isinstance(part, exp.Literal) and (part.is_string or part.name.isdigit()):
+            text += part.name
+        else:
+            return None
+    words = text.split()
+    if len(words) != 2 or not words[0].isdigit() or len(words[0]) > 9 \
+            or words[1].lower().rstrip("s") not in _UNITS:
+        return None
+    return exp.Interval(this=exp.Literal.string(words[0]), unit=exp.var(
+        words[1].lower().rstrip("s").upper()))
+
+
+_UNITS = ("year", "month", "week", "day", "hour", "minute", "second")
 
 
 def _foldable(node: exp.Expression) -> bool:

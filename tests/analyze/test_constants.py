@@ -58,6 +58,10 @@ SAME = [
      "- interval '1 month'", "day < '2025-01-01' AND day >= '2024-02-29'"),
     ("at < timestamp '2024-01-01 10:00' + interval '2' hour", "at < '2024-01-01 12:00:00'"),
     ("kind IN ('a') OR quantity = 3 * 3", "kind = 'a' OR quantity = 9"),
+    # Looker's relative date filters: a text cast to an interval
+    ("at >= (TIMESTAMP '2024-01-01 04:00') AND at < ((TIMESTAMP '2024-01-01 04:00' + "
+     "(7 || ' hour')::INTERVAL))", "at >= '2024-01-01 04:00' AND at < '2024-01-01 11:00'"),
+    ("day < DATE '2024-03-01' + CAST('2 months' AS INTERVAL)", "day < '2024-05-01'"),
 ]
 
 
