@@ -114,3 +114,27 @@ def depth(tree: exp.Expression) -> int:
         deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in node.iter_expressions())
     return deepest
+
+
+TIMESTAMP = exp.DataType.build("timestamp")
+BIGINT = exp.DataType.build("bigint")
+
+
+def clamped_moment(column: exp.Expression, domain) -> exp.Expression:
+    """A date or timestamp as a TIMESTAMP clamped to the declared [first, last]
+    (±infinity included); NULL stays NULL. What a time bucket or an extracted field
+    reads: a moment both engines compute every field of (PostgreSQL's extract of
+    'infinity' is NULL for some fields and ±Infinity for others, DuckDB's NULL)."""
+    first, last = (exp.cast(exp.Literal.string(moment.isoformat(" ")), TIMESTAMP.copy())
+                   for moment in domain)
+    moment = exp.cast(column, TIMESTAMP.copy())
+    return (exp.Case().when(moment.copy() < first, first.copy())
+            .when(moment.copy() > last, last.copy()).else_(moment.copy()))
+
+
+def time_field(column: exp.Expression, field: str, domain) -> exp.Expression:
+    """``extract(field FROM column)`` of the moment clamped to the declared domain, as a
+    BIGINT (PostgreSQL's extract is numeric, DuckDB's a BIGINT): a whole number of the
+    field's range for every row, NULL for NULL; it cannot fail."""
+    return exp.cast(exp.Extract(this=exp.var(field.upper()),
+                                expression=clamped_moment(column, domain)), BIGINT.copy())

@@ -592,20 +592,22 @@ class DerivedColumn(Column):
     def render(self, value_of: Callable[[str], exp.Expression]) -> exp.Expression:
         """The expression as backend SQL: every column read as a value is replaced by
         ``value_of(name)`` (its normalised value); columns inside CASE conditions stay
-        raw, as WHERE reads them."""
+        raw, as WHERE reads them, and so do time columns an extract reads (``read_raw``)."""
         tree = self.expression.copy()
         if isinstance(tree, exp.Column):  # replacing the root would leave it raw
             return value_of(tree.name)
         for column in list(tree.find_all(exp.Column)):
-            if not in_condition(column):
+            if not read_raw(column):
                 column.replace(value_of(column.name))
         return tree
 
 
-def in_condition(node: exp.Expression) -> bool:
-    """Inside a CASE condition: read raw, as WHERE reads it."""
+def read_raw(node: exp.Expression) -> bool:
+    """Inside a CASE condition (read raw, as WHERE reads it) or an extract (the field of
+    a time column, whose SQL clamps the moment itself: ``proxy.guards.time_field``)."""
     while node.parent is not None:
-        if isinstance(node.parent, exp.If) and node.arg_key == "this":
+        if (isinstance(node.parent, exp.If) and node.arg_key == "this") or isinstance(
+                node.parent, exp.Extract):
             return True
         node = node.parent
     return False

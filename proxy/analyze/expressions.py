@@ -41,15 +41,17 @@ from sqlglot import exp
 from proxy import guards
 from proxy.analyze.aggregates import PAIRED
 from proxy.analyze.predicate import check_predicate
+from proxy.analyze.time_fields import extracted_column, field_range, field_sql
 from proxy.errors import NotSupported, ProxyError
 from proxy.rules import Table
 from proxy.statistics import MAGNITUDE_CAP, value_range
-from proxy.vocabulary import DerivedColumn, in_condition
+from proxy.vocabulary import DerivedColumn, read_raw
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
            "NULLIF(x, constant), CAST to a number (of a condition: to integer), abs, least, "
            "greatest, floor, ceil, round, trunc, sqrt of a value that cannot be negative, ln "
-           "of a value that is always positive")
+           "of a value that is always positive, EXTRACT(hour FROM t) of a time column with a "
+           "declared domain")
 # Intermediate values the backend may meet stay well inside DOUBLE's range.
 _SAFE_MAGNITUDE = 1e300
 # The most parts (sqlglot nodes: operators, functions, columns, constants) one
@@ -83,7 +85,7 @@ def backend_parts(column: DerivedColumn) -> int:
     expression, each column it reads as a value written as the CASE that normalises it
     (``DerivedColumn.render``), and the clamp to its domain."""
     reads = sum(1 for node in column.expression.find_all(exp.Column)
-                if not in_condition(node))
+                if not read_raw(node))
     return (sum(1 for _ in column.expression.walk()) + _CLAMP_PARTS
             + reads * (_NORMALISED_PARTS - 2))
 
@@ -261,9 +263,10 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
     if argument is None:
         raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
                            "and STDDEV/VARIANCE; move the condition to WHERE")
-    condition = check_predicate(where.this, table, resolve, "FILTER")
+    check_predicate(where.this, table, resolve, "FILTER")  # refused as a FILTER
     value = exp.Literal.number(1) if isinstance(argument, exp.Star) else argument.copy()
-    argument.replace(exp.Case().when(condition, value))
+    # as written: the CASE's conditions are checked (and rewritten) once, by _case
+    argument.replace(exp.Case().when(where.this.copy(), value))
     node.replace(aggregate)
 
 
@@ -364,6 +367,8 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         return _nullif(node, of(node.this), of(node.expression))
     if isinstance(node, exp.Case):
         return _case(node, table, resolve)
+    if isinstance(node, exp.Extract):
+        return _field(node, table, resolve)
     raise _refuse(node)
 
 
@@ -590,6 +595,18 @@ def _case(node: exp.Case, table: Table, resolve) -> _Value:
         case = case.else_(branches[-1].sql, copy=False)
     nullable = default is None or any(b.nullable for b in branches)
     return replace(_hull(case, branches, nullable), constant=False)
+
+
+def _field(node: exp.Extract, table: Table, resolve) -> _Value:
+    """``EXTRACT(field FROM t)`` of a time column with a declared domain: a number
+    within the field's range over that domain (``time_fields.field_range``: hour 0..23,
+    the domain's years for year), NULL where t is; the backend extracts it from the
+    moment clamped to the domain, so no row value leaves that range."""
+    field, column = extracted_column(node, table, resolve, "an aggregate")
+    low, high = field_range(field, column)
+    # not integral: PostgreSQL's extract is a numeric, so EXTRACT(hour …) / 2 is 5.5
+    return _Value(field_sql(field, column), low, high, (low, high), False, True,
+                  bound=max(abs(low), abs(high)))
 
 
 def _boolean(condition: exp.Expression, table: Table, resolve) -> _Value:

@@ -230,6 +230,8 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
         node, exp.Substring) else None  # on declared keys: a derived key (below)
     if listed is not None:
         return _case(listed, table, resolve, name)
+    if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
+        return _condition(node, table, resolve, name)
     value = None if node.find(exp.Column) else _constant_value(node)
     if value is not None:  # every row's key: one group (Metabase's ABS(1) "pivot-grouping")
         return GroupKey(name, CASE, None, (value,), "text" if isinstance(value, str) else "int",
@@ -669,6 +671,15 @@ def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
     return GroupKey(name, CASE, None, tuple(range(len(labels))), kind,
                     branches=tuple((condition, index[value]) for condition, value in branches),
                     default=index[default], labels=labels)
+
+
+def _condition(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey:
+    """A condition (``EXTRACT(isodow FROM at) IN (6, 7)``, ``age > 30``): keys false and
+    true, the condition checked as WHERE conditions are. A row where it is NULL belongs
+    to no group, as a row a CASE without ELSE leaves unmatched, or a NULL column value."""
+    condition = check_predicate(node, table, resolve, "a GROUP BY condition")
+    return GroupKey(name, CASE, None, (False, True), "bool",
+                    branches=((condition, True), (exp.not_(exp.paren(condition.copy())), False)))
 
 
 def _constant_value(node: exp.Expression) -> str | int | None:

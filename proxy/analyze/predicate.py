@@ -13,6 +13,7 @@ from decimal import Decimal, InvalidOperation
 from sqlglot import exp
 
 from proxy.analyze.patterns import CASED, PATTERNS, canonical_patterns
+from proxy.analyze.time_fields import check_compared, computed_fields, unbracketed
 from proxy.errors import NotSupported, Refused, UnknownFunction
 from proxy.interrupts import checkpoint
 from proxy.rules import Table, parse_moment
@@ -31,7 +32,7 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                     place: str = "WHERE") -> exp.Expression:
     """Validate the WHERE condition (or another condition: ``place`` says where it
     stands, for the refusals) and return it with columns unqualified."""
-    condition = canonical_patterns(where.copy(), table, resolve_column)
+    condition = unbracketed(canonical_patterns(where.copy(), table, resolve_column))
     for node in list(condition.walk()):
         checkpoint()
         if isinstance(node, exp.Column):
@@ -43,6 +44,10 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                 node.replace(resolved)
         elif isinstance(node, (exp.Identifier, exp.Star)):
             continue
+        elif isinstance(node, exp.Extract):  # a field of a time column, compared with numbers
+            check_compared(node, table, resolve_column, place)
+        elif isinstance(node, exp.Var) and isinstance(node.parent, exp.Extract):
+            continue  # the field's name
         elif isinstance(node, exp.Literal) and not node.is_string and beyond_double(node.name):
             shown = node.name if len(node.name) <= 24 else node.name[:20] + "…"
             raise Refused(f"the number {shown} is out of range for type double precision "
@@ -73,7 +78,7 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                 "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
     _check_literal_types(condition, table)
-    return _merged_exclusions(_whole_numbers(condition, table))
+    return computed_fields(_merged_exclusions(_whole_numbers(condition, table)), table)
 
 
 INT4_MAX = 2**31 - 1  # PostgreSQL's substring(text, int, int)
@@ -130,7 +135,7 @@ def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
                 this=column.copy(), expression=column.copy()))
             continue
         kind, value = type(node), _written(node.expression)
-        if isinstance(node.expression, exp.Column):
+        if isinstance(node.expression, (exp.Column, exp.Extract)):
             kind, column, value = FLIPPED[kind], node.expression, _written(node.this)
         if value is None or not _int_column(column, table):
             continue
@@ -148,7 +153,9 @@ def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
 
 
 def _int_column(node: exp.Expression, table: Table) -> bool:
-    return isinstance(node, exp.Column) and table.columns[node.name].type == "int"
+    """An int column, or a field extracted from a time column (a whole number)."""
+    return isinstance(node, exp.Extract) or (
+        isinstance(node, exp.Column) and table.columns[node.name].type == "int")
 
 
 def _written(node: exp.Expression) -> Decimal | None:
@@ -264,6 +271,25 @@ def _boolean(literal: exp.Literal, column: str) -> exp.Boolean:
 _KINDS = {"int": "number", "float": "number", "date": "time", "timestamp": "time"}
 
 
+_CONDITIONS = (exp.Predicate, exp.Connector, exp.Not)
+
+
+def _check_conditions_compared(node: exp.Expression, operands: list[exp.Expression],
+                               table: Table) -> None:
+    """A condition compared with something (``EXTRACT(dow FROM t) IN (0, 6) = TRUE``)
+    is compared with TRUE, FALSE, NULL, a bool column or another condition: a text or
+    number beside it failed in the backend after the debit (``(age > 3) = region``)."""
+    bare = [operand.unnest() for operand in operands]
+    if not any(isinstance(operand, _CONDITIONS) for operand in bare):
+        return
+    for operand in bare:
+        if not (isinstance(operand, (*_CONDITIONS, exp.Boolean, exp.Null)) or (
+                isinstance(operand, exp.Column) and table.columns[operand.name].type == "bool")):
+            raise NotSupported(f"{node.sql(dialect='postgres')} compares a condition with "
+                               f"{operand.sql(dialect='postgres')}; compare a condition with "
+                               "TRUE, FALSE or another condition")
+
+
 def _check_literal_types(condition: exp.Expression, table: Table) -> None:
     """A literal of the wrong kind would make the backend fail after the query is
     charged; the mismatch is visible in the text, so it is refused here. A moment with
@@ -273,6 +299,7 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
                                         exp.Between, exp.In)):
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
                     *node.args.get("expressions", [])]
+        _check_conditions_compared(node, [o for o in operands if o is not None], table)
         # a substring of a text column is text (check_predicate admits no other)
         columns = [o.this if isinstance(o, exp.Substring) else o for o in operands
                    if isinstance(o, exp.Column) or isinstance(o, exp.Substring)]

@@ -104,7 +104,7 @@ def time_term(node: exp.Expression, table: Table, resolve, name: str,
     """The term's key ranges and labels; refused (one line) outside the shapes above.
     ``within`` gives a time column's [first, last], narrowed by the WHERE."""
     columns = [part for part in node.find_all(exp.Column)]
-    if len(columns) != 1:
+    if len({resolve(part) for part in columns}) != 1:
         raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} must read one date or "
                            "timestamp column (its buckets follow from its declared domain)")
     column = table.columns[resolve(columns[0])]
@@ -221,6 +221,11 @@ class _Compiler:
             return self._cast(self.term(node.this), node.to)
         if isinstance(node, exp.AtTimeZone):
             return self._at_zone(self.term(node.this), _zone(node.args.get("zone")))
+        week = _sunday_week(node)
+        if week is not None:
+            return self.term(week if self.column.type == "timestamp" else week.transform(
+                lambda part: exp.cast(part, "timestamptz") if isinstance(part, exp.Column)
+                else part))
         if isinstance(node, (exp.Add, exp.Sub)):
             left, right = node.this, node.expression
             while isinstance(right, exp.Paren):
@@ -520,6 +525,40 @@ def _extract(field: str, value) -> int:
             "doy": lambda m: m.timetuple().tm_yday, "week": lambda m: m.isocalendar()[1],
             "isoyear": lambda m: m.isocalendar()[0], "hour": lambda m: m.hour,
             "minute": lambda m: m.minute}[field](moment)
+
+
+def _sunday_week(node: exp.Expression) -> exp.Expression | None:
+    """Tableau's week from Sunday, ``date_trunc('day', x) + (-extract(dow FROM x) *
+    INTERVAL '1 day')`` (or ``- extract(…) * INTERVAL '1 day'``), as the bucket it is:
+    ``date_trunc('week', x + INTERVAL '1 day') + INTERVAL '-1 day'``, the Sunday at or
+    before x at midnight (x's day less its day of the week, 0 on Sunday). For a date x
+    (whose date_trunc is a timestamptz, PostgreSQL's date_trunc(text, timestamptz)) the
+    caller reads x as that timestamptz. None for other shapes."""
+    if not isinstance(node, (exp.Add, exp.Sub)):
+        return None
+    day, shift = node.this.unnest(), node.expression.unnest()
+    if not isinstance(shift, exp.Mul):
+        return None
+    count, interval = shift.this.unnest(), shift.expression.unnest()
+    if isinstance(count, exp.Interval):
+        count, interval = interval, count
+    negated = isinstance(count, exp.Neg)
+    count = count.this.unnest() if negated else count
+    if negated == isinstance(node, exp.Sub) or not (
+            isinstance(day, (exp.TimestampTrunc, exp.DateTrunc)) and not day.args.get("zone")
+            and _word(day.args.get("unit")) == "day" and isinstance(count, exp.Extract)
+            and _FIELD_SPELLINGS.get(_word(count.this), _word(count.this)) == "dow"
+            and isinstance(interval, exp.Interval) and count.expression == day.this):
+        return None
+    if interval_fields(interval) != (0, _DAY, dt.timedelta(0)):
+        return None
+    moment = day.this.copy()
+    return exp.Add(this=exp.TimestampTrunc(this=exp.Add(this=moment, expression=_one_day(1)),
+                                           unit=exp.var("WEEK")), expression=_one_day(-1))
+
+
+def _one_day(sign: int) -> exp.Interval:
+    return exp.Interval(this=exp.Literal.string(str(sign)), unit=exp.var("DAY"))
 
 
 # -- to_char ------------------------------------------------------------------------------

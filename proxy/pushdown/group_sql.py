@@ -15,7 +15,7 @@ import datetime as dt
 
 from sqlglot import exp
 
-from proxy.guards import snap
+from proxy.guards import clamped_moment, snap, time_field
 from proxy.pushdown.values import case_of, clamped_to_domain, literal
 from proxy.rules import Table
 from proxy.vocabulary import (
@@ -26,6 +26,7 @@ from proxy.vocabulary import (
     PUBLIC,
     RANGES,
     SELECTED,
+    TIME_PART,
     TIME_TRUNC,
     TRUNC_BIN,
     WIDTH_BUCKET,
@@ -50,7 +51,14 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         missing = clamped_to_domain(raw, column.lower, column.upper) if column.numeric \
             else raw
         return ranged(raw, term.bounds, term.ranges, missing)
-    if term.kind in (TIME_TRUNC, "time_part"):
+    if term.kind == TIME_PART:  # the field of the clamped moment, a·v + b
+        part = time_field(exp.column(term.column, quoted=True), term.unit, column.time_domain)
+        if not term.numbers:
+            return part
+        scale, offset = term.numbers  # a, b and every key within ±2^31
+        return exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
+                       expression=literal(offset))
+    if term.kind == TIME_TRUNC:
         moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
         if term.by is not None:  # + n × c seconds, n clamped to its domain (within a century)
             scale = table.columns[term.by]
@@ -59,15 +67,8 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
             step = exp.Interval(this=exp.Literal.string(str(int(term.numbers[0]))),
                                 unit=exp.var("SECOND"))
             moment = exp.Add(this=moment, expression=exp.Mul(this=count, expression=step))
-        if term.kind == TIME_TRUNC:
-            return exp.cast(exp.TimestampTrunc(this=moment, unit=exp.var(term.unit.upper())),
-                            TIMESTAMP)
-        part = exp.cast(exp.Extract(this=exp.var(term.unit.upper()), expression=moment), BIGINT)
-        if not term.numbers:
-            return part
-        scale, offset = term.numbers  # a·v + b: a, b and every key within ±2^31
-        return exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
-                       expression=literal(offset))
+        return exp.cast(exp.TimestampTrunc(this=moment, unit=exp.var(term.unit.upper())),
+                        TIMESTAMP)
     if term.kind == EPOCH_BIN:
         return _epoch_bin(term, column)
     # divided below: snapped (proxy.guards.snap: 0 or at least ~4e-152 in magnitude, the
@@ -147,14 +148,3 @@ def group_filter(term: GroupKey, table: Table) -> exp.Expression:
             return exp.false()
         return exp.column(term.column, quoted=True).isin(*[literal(v) for v in term.keys])
     return group_value(term, table).is_(exp.null()).not_()
-
-
-def clamped_moment(column: exp.Expression, domain) -> exp.Expression:
-    """A date or timestamp as a TIMESTAMP clamped to the declared [first, last]
-    (±infinity included); NULL stays NULL."""
-    first, last = (exp.cast(exp.Literal.string(moment.isoformat(" ")), TIMESTAMP)
-                   for moment in domain)
-    moment = exp.cast(column, TIMESTAMP)
-    return (exp.Case().when(moment.copy() < first, first.copy())
-            .when(moment.copy() > last, last.copy()).else_(moment.copy()))
-
