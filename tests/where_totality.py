@@ -178,12 +178,52 @@ def term(rng: random.Random) -> str:  # noqa: PLR0911
                            "f IS UNKNOWN"])
     if column in ("d", "at") and form == 5:
         return (f"{column} >= {moment(rng)} AND {column} < {moment(rng)}")
+    if column in ("d", "at") and form == 7:
+        return extract_term(rng, column)
     if form == 6:  # two columns, of one kind or not; IS DISTINCT FROM; LIKE on any
         other = rng.choice(["x", "n", "w", "t", "d", "at"])
         return rng.choice([f"{column} {rng.choice(COMPARE)} {other}",
                            f"{column} IS {rng.choice(['', 'NOT '])}DISTINCT FROM "
                            f"{literal(rng, column)}", f"{column} LIKE {rng.choice(PATTERNS)}"])
     return f"{column} {rng.choice(COMPARE)} {literal(rng, column)}"
+
+
+FIELDS = ["dow", "isodow", "hour", "month", "year", "day", "quarter", "minute", "doy", "week",
+          "epoch", "second"]
+# a field's column as the proxy reads it (issue 33): clamped to its domain, NULL kept,
+# a date at its midnight; what PostgreSQL's truth extracts from
+FIELD_CLAMPED = {
+    "at": "CASE WHEN at IS NOT NULL THEN least(greatest(at, TIMESTAMP '2020-01-01'), "
+          "TIMESTAMP '2024-12-31 23:59:59') END",
+    "d": "CAST(CASE WHEN d IS NOT NULL THEN least(greatest(d, DATE '2020-01-01'), "
+         "DATE '2024-12-31') END AS timestamp)"}
+
+
+def extract_term(rng: random.Random, column: str) -> str:
+    """A field of a time column compared with numbers (or with what is refused)."""
+    field = rng.choice(FIELDS)
+    part = rng.choice([f"extract({field} FROM {column})", f"date_part('{field}', {column})",
+                       f"(extract({field} FROM {column}))"])
+    numbers = NUMBERS[:26] + ["1", "6", "23", "2020", "2024", "12", "31", "53"] * 3
+    form = rng.randrange(5)
+    if form == 0:
+        items = ", ".join(rng.choice(numbers) for _ in range(rng.randint(1, 4)))
+        return f"{part} {rng.choice(['', 'NOT '])}IN ({items})"
+    if form == 1:
+        return f"{part} BETWEEN {rng.choice(numbers)} AND {rng.choice(numbers)}"
+    if form == 2:
+        return rng.choice([f"{part} IS NULL", f"({part} IN (0, 6)) = TRUE",
+                           f"{part} > {part}", f"{part} + 1 = 2"])
+    return f"{part} {rng.choice(COMPARE)} {rng.choice(numbers)}"
+
+
+def truth_where(where: str) -> str:
+    """The WHERE as PostgreSQL must evaluate it to give the proxy's rows: each field
+    extracted from the clamped column."""
+    for column, clamped in FIELD_CLAMPED.items():
+        where = where.replace(f"FROM {column})", f"FROM {clamped})").replace(
+            f"', {column})", f"', {clamped})")
+    return where
 
 
 def condition(rng: random.Random, depth: int = 2) -> str:
@@ -234,7 +274,7 @@ def check(sql: str, where: str, engine, truth, zone: str, groups_sql: str | None
     plan = totality.analysed(sql, RULES, Settings(time_zone=zone), label, outcome, Refused)
     if plan is None:
         return outcome
-    expected = truth(f"SELECT id FROM {TABLE} WHERE {where}", zone)
+    expected = truth(f"SELECT id FROM {TABLE} WHERE {truth_where(where)}", zone)
     if isinstance(expected, Exception):
         outcome.failures.append(("invalid", label, f"PostgreSQL fails: {expected}"))
         return outcome
