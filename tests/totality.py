@@ -23,6 +23,7 @@ Used by tests/pushdown/test_totality.py (a fixed seed set, bounded) and benchmar
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import random
 from dataclasses import dataclass, field
@@ -61,10 +62,12 @@ w = {{ type = "float" }}
 p = {{ type = "float", domain = [1e-200, 1] }}
 b = {{ type = "float", domain = [-1e15, 1e15] }}
 s = {{ type = "float", domain = [1e-150, 1e-100] }}
+at = {{ type = "timestamp", domain = [2023-01-01T00:00:00, 2024-12-31T23:59:59] }}
 """
 RULES = parse_rules(RULES_TEXT)
 TYPES = {"id": "INTEGER", "x": "DOUBLE PRECISION", "y": "INTEGER", "w": "DOUBLE PRECISION",
-         "p": "DOUBLE PRECISION", "b": "DOUBLE PRECISION", "s": "DOUBLE PRECISION"}
+         "p": "DOUBLE PRECISION", "b": "DOUBLE PRECISION", "s": "DOUBLE PRECISION",
+         "at": "TIMESTAMP"}
 FLOATS = ("x", "w", "p", "b", "s")
 NAN, INF = math.nan, math.inf
 EPS = 2.0 ** -52
@@ -74,6 +77,14 @@ ADVERSARIAL = [0.0, -0.0, 1e-310, -1e-310, 5e-324, 1e-300, -1e-300, 1e-150 * (1 
                1e300, -1e300, 1e308, -1e308, 1.7976931348623157e308, NAN, INF, -INF, None,
                1.0, -1.0, 0.5, 1e15, -1e15, 1e16, 2.0 ** 53 + 2, 1e-15]
 INTEGERS = [-5, 5, 0, 1, -1, 3, -7, 9, 2147483647, -2147483648, None]
+_T = dt.datetime
+# moments of the time column (whose fields are extracted): NULL, far and just outside the
+# domain (not years 1 and 9999, which pyspark cannot convert; tests/where_totality.py and
+# tests/analyze/test_time_fields.py have them, and ±infinity), its ends, a leap day,
+# fractions of a second
+MOMENTS = [None, _T(1901, 1, 1), _T(2999, 12, 31, 23, 59, 59), _T(2022, 12, 31, 23, 59, 59),
+           _T(2025, 1, 1), _T(2023, 1, 1), _T(2024, 12, 31, 23, 59, 59), _T(2024, 2, 29, 13, 45),
+           _T(2023, 7, 2, 6, 7, 8, 500000), _T(2023, 10, 29, 2, 30), _T(2024, 1, 1, 23, 59)]
 
 
 def _ends(name: str) -> list[float]:
@@ -100,6 +111,7 @@ def rows(count: int = 64, seed: int = 0) -> dict[str, list]:
             pool = values[name]
             columns[name].append(pool[(index * (offset + 2) + offset) % len(pool)]
                                  if index < 2 * len(pool) else rng.choice(pool))
+    columns["at"] = [MOMENTS[(index * 3 + 1) % len(MOMENTS)] for index in range(count)]
     return columns
 
 
@@ -162,7 +174,19 @@ def expression(rng: random.Random, depth: int = 4) -> str:
         return f"({sub()} * {sub()} * {sub()})"
     if form == 21:  # a condition as 1, 0 or NULL (Ibis's mean of a boolean)
         return f"CAST({_condition(rng)} AS int)"
+    if form == 22:  # a field of the time column (issue 33), or one that is refused
+        field = rng.choice(FIELDS)
+        return rng.choice([f"extract({field} FROM at)", f"date_part('{field}', at)"])
     return _leaf(rng)
+
+
+FIELDS = ["dow", "isodow", "hour", "month", "year", "day", "quarter", "minute", "doy", "week",
+          "epoch"]
+_FIELD = {"dow": lambda m: (m.weekday() + 1) % 7, "isodow": lambda m: m.isoweekday(),
+          "hour": lambda m: m.hour, "month": lambda m: m.month, "year": lambda m: m.year,
+          "day": lambda m: m.day, "quarter": lambda m: (m.month - 1) // 3 + 1,
+          "minute": lambda m: m.minute, "doy": lambda m: m.timetuple().tm_yday,
+          "week": lambda m: m.isocalendar()[1]}
 
 
 def _leaf(rng: random.Random) -> str:
@@ -306,6 +330,12 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         equal = value.value is not None and other.value is not None \
             and value.value == other.value
         return _Ref(None if equal else value.value, value.integer)
+    if isinstance(node, exp.Extract):  # the field of the moment clamped to the domain
+        raw = row[node.expression.name]
+        if raw is None:
+            return _Ref(None, False)
+        first, last = columns[node.expression.name].time_domain
+        return _Ref(float(_FIELD[node.this.name.lower()](min(max(raw, first), last))), False)
     if isinstance(node, exp.Case):
         branches = [(i.this, i.args["true"]) for i in node.args.get("ifs", [])]
         default = node.args.get("default")
