@@ -27,6 +27,7 @@ RULES = parse_rules("""
 x = { type = "float", domain = [0, 10] }
 y = { type = "int", domain = [-5, 5] }
 w = { type = "float" }
+at = { type = "timestamp", domain = [2023-01-01T00:00:00, 2024-12-31T23:59:59] }
 """)
 COLUMNS = RULES.tables["t"].columns
 NAN, INF = float("nan"), float("inf")

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from fractions import Fraction
 
@@ -35,6 +36,7 @@ from proxy.privacy.sensitivity import (
 from proxy.statistics import clamp_to_domain
 from tests.factories import random_datasets, rows_of
 from tests.privacy.expressions import (
+    COLUMNS,
     EXPRESSIONS,
     INF,
     NAN,
@@ -159,4 +161,70 @@ def test_sensitivity_of_aggregates_over_expressions(sql, kind):
         lambda records: _answer(kind, _scope(records, function, column), lower, upper),
         lambda records: _statistic(kind, _scope(records, function, column), lower, upper)[1],
         _datasets(41, 30, 5), _neighbours)
+    assert any(o.worst > 0 for o in outcomes)
+
+
+# --- fields of a time column inside aggregates (issue 33) ----------------------------------
+
+_T = dt.datetime
+# moments inside the domain, at its ends, beyond them (clamped to the nearer end), NULL
+MOMENTS = [_T(2023, 1, 1), _T(2024, 12, 31, 23, 59, 59), _T(2023, 6, 4, 13, 30),
+           _T(2024, 2, 29, 6, 0), _T(2022, 12, 31, 23, 0), _T(2031, 5, 5, 5, 5), None]
+SMALL_MOMENTS = [_T(2023, 1, 1), _T(2024, 12, 31, 23, 59, 59), _T(2099, 1, 1), None]
+FIELDED = {
+    "EXTRACT(HOUR FROM at)": lambda x, m: float(m.hour),
+    "x * EXTRACT(ISODOW FROM at)": lambda x, m: None if x is None else x * m.isoweekday(),
+    "CASE WHEN EXTRACT(DOW FROM at) IN (0, 6) THEN x END": lambda x, m: x if (
+        m.weekday() + 1) % 7 in (0, 6) else None,
+}
+
+
+def _moment_value(function, rx, moment):
+    """The expression on the normalised x and the moment clamped to the domain (NULL:
+    no value), as the backend computes it."""
+    if moment is None:
+        return None
+    first, last = COLUMNS["at"].time_domain
+    return function(clamp_to_domain(rx, COLUMNS["x"].lower, COLUMNS["x"].upper),
+                    min(max(moment, first), last))
+
+
+def _field_scope(records, function, column) -> list[float]:
+    values = (clamp_to_domain(_moment_value(function, rx, moment), column.lower, column.upper)
+              for rx, moment, in_scope in records if in_scope)
+    return sorted(v for v in values if v is not None)
+
+
+@pytest.mark.parametrize("sql", FIELDED)
+def test_a_field_s_domain_is_its_range_over_the_declared_domain(sql):
+    """The derived domain of an expression over an extracted field holds every value
+    the backend can compute, whatever the moment (beyond the domain: clamped)."""
+    column = derived_column(sql)
+    seen = [v for x in X for m in MOMENTS
+            if (v := _moment_value(FIELDED[sql], x, m)) is not None]
+    assert all(column.lower <= v <= column.upper for v in seen), (sql, column)
+    assert (derived_column("EXTRACT(HOUR FROM at)").lower,
+            derived_column("EXTRACT(HOUR FROM at)").upper) == (0, 23)
+    assert (derived_column("EXTRACT(YEAR FROM at)").lower,
+            derived_column("EXTRACT(YEAR FROM at)").upper) == (2023, 2024)
+
+
+@pytest.mark.parametrize("sql,kind", [(sql, kind) for sql in FIELDED
+                                      for kind in ("sum", "max", "min", "median", "count")])
+def test_sensitivity_of_aggregates_over_an_extracted_field(sql, kind):
+    """Row-level: no neighbour (a record's x and moment set to any of the small lists,
+    beyond the domain and NULL included, or moved in or out of scope) moves SUM
+    (winsorized), MAX, MIN, MEDIAN or COUNT of the expression by more than its LS
+    computed with the field's derived domain."""
+    function, column = FIELDED[sql], derived_column(sql)
+    lower, upper = column.lower, column.upper
+    datasets = random_datasets(43, 30, rows_of(lambda rng, _: (
+        rng.choice(X), rng.choice(MOMENTS), rng.random() < 0.75)), units=(0, 5))
+    options = [(x, m, s) for x in SMALL_X for m in SMALL_MOMENTS for s in (True, False)]
+    outcomes = assert_sound(
+        lambda records: _answer(kind, _field_scope(records, function, column), lower, upper),
+        lambda records: _statistic(kind, _field_scope(records, function, column), lower,
+                                   upper)[1],
+        datasets, lambda records: neighbours(records, options, unit=None,
+                                             make=lambda _, option: option))
     assert any(o.worst > 0 for o in outcomes)
