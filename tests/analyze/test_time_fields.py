@@ -168,6 +168,18 @@ def test_each_answer_is_postgresql_s_over_the_clamped_moments(engine, truth, sql
 
 
 @pytest.mark.usefixtures("no_noise")
+def test_a_kept_plan_binds_a_new_number_compared_with_a_field(engine, truth):
+    """The shape cache (proxy.analyze.shapes) reuses the plan of a statement with other
+    numbers: each answer is still PostgreSQL's (a fraction, a class of its own, is
+    analysed afresh and rounded)."""
+    for number in ("12", "7", "6.5", "99999999999999999999", "-1", "7"):
+        sql = (f"SELECT department AS k, COUNT(*) FROM visits WHERE EXTRACT(HOUR FROM at) "
+               f">= {number} GROUP BY 1")
+        wanted = {row[0]: (row[1],) for row in truth(_clamped(sql)) if row[0] is not None}
+        assert _answered(engine, sql) == {key: wanted.get(key, (0,)) for key in ("a", "b")}
+
+
+@pytest.mark.usefixtures("no_noise")
 def test_a_condition_is_a_group_by_key_false_and_true(engine, truth):
     """``EXTRACT(isodow FROM at) IN (6, 7)`` as a key: false and true, from the rules
     alone; a row where the condition is NULL (a NULL moment) belongs to neither, as a
