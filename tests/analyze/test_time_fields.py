@@ -20,7 +20,7 @@ import pytest
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.databases import load_table, new_database
-from tests.factories import Table, demo_database, demo_served_fresh
+from tests.factories import Table, demo_database, demo_served_fresh, open_engine
 from tests.probes import refused_for_free
 
 pytestmark = pytest.mark.postgres
@@ -81,14 +81,8 @@ def _infinities() -> list[str]:
             for row, text in INFINITE.items()]
 
 
-def _loaded(url: str) -> None:
-    load_table(url, "visits", ROWS, TYPES)
-
-
 @pytest.fixture(scope="module")
 def engine(module_backend_url):
-    from tests.factories import open_engine
-
     with open_engine(module_backend_url, RULES, {"visits": Table(ROWS, TYPES)}) as made:
         for statement in _infinities():
             made.backend.query(statement)
@@ -98,7 +92,7 @@ def engine(module_backend_url):
 @pytest.fixture(scope="module")
 def truth(postgres_url):
     with new_database(postgres_url) as url:
-        _loaded(url)
+        load_table(url, "visits", ROWS, TYPES)
         with psycopg.connect(url, autocommit=True) as con:
             for statement in _infinities():
                 con.execute(statement)
