@@ -1,6 +1,8 @@
 """Aggregates over expressions: the value an aggregate reads may be an arithmetic
 expression of declared numeric columns, e.g. ``AVG(price * quantity)``,
-``SUM(income / 12)``, ``MAX(abs(x))``, ``COUNT(*) FILTER (WHERE age > 30)``.
+``SUM(income / 12)``, ``MAX(abs(x))``, ``COUNT(*) FILTER (WHERE age > 30)``,
+``AVG(EXTRACT(HOUR FROM visited_at))`` (a field of a time column: its range over the
+declared domain, ``proxy.analyze.time_fields``).
 
 Each such expression becomes a *derived column* of the plan's table: a ``Column`` with
 a type and a domain propagated from the declared domains by interval arithmetic

@@ -23,6 +23,8 @@ Recognised terms, each over one declared column:
 - ``width_bucket(x, lo, hi, n)``: buckets 1..n, with 0 and n + 1 where the domain reaches
   beyond ``lo`` and ``hi``;
 - ``CASE WHEN cond THEN 'a' … [ELSE 'z'] END`` with literal outputs: those literals;
+- a condition (``EXTRACT(isodow FROM t) IN (6, 7)``, ``age > 30``): false and true, a row
+  where it is NULL in neither;
 - a constant (``ABS(1)``, a quoted string, a whole number): one group of every row.
 
 One term's keys come from the data instead: a plain protected column without declared

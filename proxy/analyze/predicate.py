@@ -2,7 +2,10 @@
 
 A predicate that looks at one record at a time keeps every sensitivity of SPEC §5.2
 valid (a modified record may enter or leave the scope, nothing more). Functions,
-subqueries and anything else that could look across records are refused.
+subqueries and anything else that could look across records are refused; a field of a
+time column compared with numbers (``EXTRACT(dow FROM t) IN (0, 6)``) is a function of the
+record's own value, computed on the moment clamped to the declared domain so that it
+cannot fail (``proxy.analyze.time_fields``).
 """
 
 from __future__ import annotations

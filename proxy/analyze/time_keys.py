@@ -3,7 +3,8 @@ Sunday weeks ``date_trunc('week', ts + INTERVAL '1 day') + INTERVAL '-1 day'``,
 ``date_trunc`` over ``CAST(ts AS timestamp)``, over ``ts::timestamptz AT TIME ZONE 'UTC'``
 or ``ts AT TIME ZONE 'Europe/Berlin'`` (and that bucket ``AT TIME ZONE`` back),
 ``to_char(ts, 'YYYY-MM')`` / ``'FMMonth'``, ``extract`` of a converted moment,
-``CAST(extract(year FROM ts) AS INTEGER)``.
+``CAST(extract(year FROM ts) AS INTEGER)``, Tableau's Sunday weeks ``date_trunc('day', ts)
++ (-extract(dow FROM ts) * INTERVAL '1 day')`` (read as Metabase's, ``_sunday_week``).
 
 Such a term is a function f of one date or timestamp column t with a declared domain,
 built from these steps (PostgreSQL's semantics in the session's ``TimeZone``, S: the
