@@ -1,7 +1,9 @@
 """Time filters written on a truncation of the column, read as the range of the column
 they mean: Tableau's date filter ``CAST("t"."at" AS DATE) >= DATE '2024-01-01'``, an
 analyst's ``at::date BETWEEN '2024-01-01' AND '2024-01-31'``, ``DATE(at) = '…'``,
-``date_trunc('month', at) = '2024-03-01'``, ``EXTRACT(YEAR FROM at) = 2024``.
+``date_trunc('month', at) = '2024-03-01'``, ``EXTRACT(YEAR FROM at) = 2024``; and
+filters on the column converted to a zone's wall clock, Looker's ``(at AT TIME ZONE 'UTC'
+AT TIME ZONE 'America/New_York') >= TIMESTAMP '2024-03-08'`` (``_wall_range``).
 
 A truncation f to a unit (a day, a week from Monday, a month, a quarter, a year, an hour, a
 minute) is a non-decreasing step function, so each comparison with a constant T is a
@@ -25,12 +27,14 @@ moment (``EXTRACT(YEAR …)``: a whole year; a date's truncation, a date at midn
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 
 from sqlglot import exp
 
 from proxy.analyze.time_keys import next_start, truncate
 from proxy.errors import NotSupported
 from proxy.rules import Rules, parse_moment
+from proxy.zones import zone_named
 
 _UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
 _FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
@@ -62,12 +66,9 @@ def _truncation(node: exp.Expression, rules: Rules) -> tuple[exp.Column, str, st
         column, unit = node.expression.unnest(), "year"
     else:
         return None
-    kinds = {declared.type for table in rules.tables.values()
-             for name, declared in table.columns.items()
-             if isinstance(column, exp.Column) and name == column.name.lower()}
-    if unit not in _UNITS or len(kinds) != 1 or not kinds <= {"date", "timestamp"}:
+    kind = _declared(column, rules)
+    if unit not in _UNITS or kind not in ("date", "timestamp"):
         return None
-    kind = kinds.pop()
     if kind == "date" and unit in ("hour", "minute"):  # a date's hour is its midnight
         unit = "day"
     return column, unit, kind
@@ -85,8 +86,91 @@ def _constant(node: exp.Expression, year: bool) -> dt.datetime | None:
     return parse_moment(node.name, zoned=True) if node.is_string else None
 
 
+def _converted(node: exp.Expression, rules: Rules
+               ) -> tuple[exp.Column, zoneinfo.ZoneInfo] | None:
+    """(the column, the zone) of ``col AT TIME ZONE 'UTC' AT TIME ZONE 'zone'``: a
+    timestamp column, read as UTC, as the wall clock of an IANA zone (Looker's query
+    time zone)."""
+    node = node.unnest()
+    if not (isinstance(node, exp.AtTimeZone) and isinstance(node.this.unnest(), exp.AtTimeZone)):
+        return None
+    inner = node.this.unnest()
+    column, utc, zone = inner.this.unnest(), inner.args.get("zone"), node.args.get("zone")
+    if not (isinstance(utc, exp.Literal) and utc.name.upper() == "UTC"
+            and isinstance(zone, exp.Literal) and zone.is_string
+            and _declared(column, rules) == "timestamp"):
+        return None
+    try:
+        return column, zone_named(zone.name)
+    except NotSupported:
+        return None
+
+
+def _instant(wall: dt.datetime, zone: zoneinfo.ZoneInfo) -> dt.datetime | None:
+    """The one UTC moment (naive) whose wall clock in ``zone`` is ``wall``; None where
+    the wall clock is skipped or repeated (a clock change's hour), whose moments are no
+    single range of the column."""
+    moments = {wall.replace(tzinfo=zone, fold=fold).astimezone(dt.UTC) for fold in (0, 1)}
+    if len(moments) != 1:
+        return None
+    moment = moments.pop()
+    return moment.replace(tzinfo=None) if moment.astimezone(zone).replace(
+        tzinfo=None) == wall else None
+
+
+def _wall_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
+    """A comparison of a converted column (``_converted``) with constants as a range of
+    the column. The wall clock w(c) = c + offset(c) rises with c but where a clock
+    change repeats an hour, so a constant T outside such an hour is met once, at the
+    moment u(T): w(c) >= T ⇔ c >= u(T), and alike for >, <, <=, =, BETWEEN. A constant
+    in a skipped or repeated hour leaves the comparison as written."""
+    if isinstance(node, exp.In):
+        return None
+    if isinstance(node, exp.Between):
+        if node.args.get("symmetric"):
+            return None
+        subject, operands, kind = node.this, [node.args.get("low"), node.args.get("high")], \
+            exp.Between
+    else:
+        subject, other, kind = node.this, node.expression, type(node)
+        if _converted(subject, rules) is None:
+            subject, other, kind = other, subject, _FLIPPED[kind]
+        operands = [other]
+    found = _converted(subject, rules)
+    if found is None or kind is exp.NEQ:
+        return None
+    column, zone = found
+    walls = [_constant(operand, False) for operand in operands]
+    if None in walls or any(wall.tzinfo is not None for wall in walls):
+        return None  # a moment with an offset compared with a wall clock: left as written
+    try:
+        moments = [_instant(wall, zone) for wall in walls]
+    except (OverflowError, ValueError):
+        return None
+    if None in moments:
+        return None
+
+    def compare(op, moment: dt.datetime) -> exp.Expression:
+        return op(this=column.copy(), expression=exp.Literal.string(moment.isoformat(" ")))
+
+    if kind is exp.Between:
+        return exp.and_(compare(exp.GTE, moments[0]), compare(exp.LTE, moments[1]))
+    return compare(kind, moments[0])
+
+
+def _declared(column: exp.Expression, rules: Rules) -> str | None:
+    """The type every table of the rules declares a column of that name, if one."""
+    kinds = {declared.type for table in rules.tables.values()
+             for name, declared in table.columns.items()
+             if isinstance(column, exp.Column) and name == column.name.lower()}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 def _range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     """The comparison ``node`` as a range of its column, or None (left as written)."""
+    converted = _wall_range(node, rules)
+    if converted is not None:
+        return converted
     if isinstance(node, (exp.Between, exp.In)):
         subject, operands = node.this, (
             [node.args.get("low"), node.args.get("high")] if isinstance(node, exp.Between)
