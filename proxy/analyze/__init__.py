@@ -36,7 +36,7 @@ from proxy.analyze.ordering import limit_of, order_by
 from proxy.analyze.outer import outer_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
-from proxy.analyze.semi_joins import exists_out, refuse_subqueries, semi_joins
+from proxy.analyze.semi_joins import exists_out, in_as_exists, refuse_subqueries, semi_joins
 from proxy.analyze.staged import staged_plan, top_choice_plan
 from proxy.backends.base import Capabilities
 from proxy.errors import (
@@ -268,6 +268,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                          canonical_sql)
     if staged is not None:
         return staged
+    select = in_as_exists(select, rules)  # x IN (SELECT unit FROM t …): an EXISTS
     refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit
     alone, joins = split_joins(select, rules)

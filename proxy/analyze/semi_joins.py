@@ -21,6 +21,8 @@ condition is checked as a WHERE is (comparisons, IN, LIKE, IS NULL, AND/OR/NOT) 
 ``t``'s columns and the outer query's (an unqualified column is ``t``'s when ``t``
 declares it, as PostgreSQL resolves it). Refused in one line: joins, GROUP BY,
 aggregates, LIMIT or subqueries inside it, a public or row-level table, another unit.
+``x IN (SELECT a.y FROM t a WHERE …)`` is answered as the EXISTS it equals where it
+decides the WHERE by being TRUE (``in_as_exists``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,68 @@ def exists_out(select: exp.Select) -> tuple[exp.Select, tuple[exp.Exists, ...]]:
         node.replace(placeholder)
         found.append(node)
     return select, tuple(found)
+
+
+def in_as_exists(select: exp.Select, rules: Rules) -> exp.Select:
+    """``select`` with each ``x IN (SELECT a.y FROM t a WHERE cond)`` over a protected
+    table written as ``EXISTS (SELECT * FROM t a WHERE (cond) AND a.y = x)``, which the
+    rest of this module answers or refuses (a copy; ``select`` itself when there is
+    none). Only where the IN decides the WHERE by being TRUE (under AND and OR, not
+    NOT: there a NULL IN, where no row matches but a NULL one, and the FALSE of EXISTS
+    keep the same rows) and ``x`` is a column of the outer table named so that the
+    subquery cannot take it for its own."""
+    where = select.args.get("where")
+    if where is None or not where.find(exp.In):
+        return select
+    select = select.copy()
+    sources = [clause.this for clause in (select.args.get("from_"),
+                                          *(select.args.get("joins") or [])) if clause]
+    for node in list(select.args["where"].find_all(exp.In)):
+        exists = _as_exists(node, select, sources, rules)
+        if exists is not None:
+            node.replace(exists)
+    return select
+
+
+def _as_exists(node: exp.In, select: exp.Select, sources: list, rules: Rules
+               ) -> exp.Exists | None:
+    query = node.args.get("query")
+    inner = query.this if isinstance(query, exp.Subquery) else None
+    if not isinstance(inner, exp.Select) or not _protected(inner, rules) \
+            or len(inner.expressions) != 1 or any(inner.args.get(clause) for clause in (
+                "joins", "group", "having", "limit", "offset", "order", "with_")) \
+            or inner.find(exp.AggFunc) or not isinstance(inner.expressions[0].unalias(),
+                                                         exp.Column):
+        return None
+    parent = node.parent
+    while not isinstance(parent, exp.Where):
+        if not isinstance(parent, (exp.And, exp.Or, exp.Paren)):
+            return None  # under NOT, or compared: NULL and FALSE may differ there
+        parent = parent.parent
+    if parent.parent is not select:
+        return None
+    outer = node.this.unnest()
+    if not isinstance(outer, exp.Column):
+        return None
+    outer = outer.copy()
+    if not outer.table:  # named by the outer table, which the subquery cannot shadow
+        if len(sources) != 1 or not isinstance(sources[0], exp.Table):
+            return None
+        outer.set("table", exp.to_identifier(sources[0].alias_or_name))
+    if outer.table in {source.alias_or_name for source in inner.find_all(exp.Table)}:
+        return None
+    table = inner.args["from_"].this
+    column = inner.expressions[0].unalias().copy()
+    if not column.table:
+        column.set("table", exp.to_identifier(table.alias_or_name))
+    body = inner.copy()
+    body.set("expressions", [exp.Star()])
+    body.set("distinct", None)
+    condition = exp.EQ(this=column, expression=outer)
+    body.set("where", exp.Where(this=exp.and_(exp.paren(inner.args["where"].this.copy()),
+                                              condition) if inner.args.get("where")
+                                else condition))
+    return exp.Exists(this=body)
 
 
 def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
