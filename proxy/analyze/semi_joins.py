@@ -90,8 +90,9 @@ def in_as_exists(select: exp.Select, rules: Rules) -> exp.Select:
     rest of this module answers or refuses (a copy; ``select`` itself when there is
     none). Only where the IN decides the WHERE by being TRUE (under AND and OR, not
     NOT: there a NULL IN, where no row matches but a NULL one, and the FALSE of EXISTS
-    keep the same rows) and ``x`` is a column of the outer table named so that the
-    subquery cannot take it for its own."""
+    keep the same rows), ``x`` is a column of the outer table named so that the
+    subquery cannot take it for its own, and ``a.y = x`` makes the two rows' units equal
+    (``_same_unit``): else the EXISTS's own equality of units would change the answer."""
     where = select.args.get("where")
     if where is None or not where.find(exp.In):
         return select
@@ -133,6 +134,11 @@ def _as_exists(node: exp.In, select: exp.Select, sources: list, rules: Rules
     if outer.table in {source.alias_or_name for source in inner.find_all(exp.Table)}:
         return None
     table = inner.args["from_"].this
+    owner = next((source for source in sources if isinstance(source, exp.Table)
+                  and source.alias_or_name == outer.table), None)
+    if owner is None or not _same_unit(rules.table(table.name), inner.expressions[0].unalias(),
+                                       rules.table(owner.name), outer):
+        return None
     column = inner.expressions[0].unalias().copy()
     if not column.table:
         column.set("table", exp.to_identifier(table.alias_or_name))
@@ -144,6 +150,22 @@ def _as_exists(node: exp.In, select: exp.Select, sources: list, rules: Rules
                                               condition) if inner.args.get("where")
                                 else condition))
     return exp.Exists(this=body)
+
+
+def _same_unit(inner: Table | None, column: exp.Column, outer: Table | None,
+               other: exp.Column) -> bool:
+    """Whether ``column`` of ``inner`` equal to ``other`` of ``outer`` makes their
+    rows' units equal, so the EXISTS's own equality of units changes nothing: both are
+    their tables' unit columns, or a declared link and the key it references."""
+    if inner is None or outer is None:
+        return False
+    mine, theirs = column.name.lower(), other.name.lower()
+    if mine == inner.privacy_unit and theirs == outer.privacy_unit \
+            and inner.link is None and outer.link is None:
+        return True
+    return any(link is not None and link.column == near and link.table == far.name
+               and link.key == key for link, near, far, key in (
+                   (inner.link, mine, outer, theirs), (outer.link, theirs, inner, mine)))
 
 
 def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
