@@ -52,7 +52,7 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
     having = select.args.get("having")
     if not any(_aggregate(n) for n in select.walk()):  # no aggregate: refused as usual
         return None
-    groups = [dereferenced(node, select, table) for node in
+    groups = [_injective_inner(dereferenced(node, select, table)) for node in
               (select.args["group"].expressions if select.args.get("group") else [])]
     computed = [_computed(node) or _of_groups(node, groups) for node in items]
     if not (having or any(computed)):
@@ -98,6 +98,18 @@ def _computed(node: exp.Expression) -> bool:
         return False
     return any(_aggregate(n) for n in node.walk()) or not any(
         isinstance(n, (exp.Column, exp.Star)) for n in node.walk())
+
+
+def _injective_inner(group: exp.Expression) -> exp.Expression:
+    """A GROUP BY term through a one-to-one function, as the term itself: the same
+    groups, the function then computed on the released keys (Grafana's
+    ``to_timestamp(floor(extract(epoch FROM t) / 3600) * 3600)``: epoch seconds to a
+    moment)."""
+    bare = group.unnest()
+    if isinstance(bare, exp.UnixToTime) and not bare.args.get("scale") \
+            and not bare.args.get("zone") and not bare.args.get("format"):
+        return bare.this
+    return group
 
 
 def _of_groups(node: exp.Expression, groups: list[exp.Expression]) -> bool:

@@ -89,6 +89,7 @@ _ROW_LEVEL = (
     exp.Pow, exp.Exp, exp.Ln, exp.Log, exp.Sign, exp.Trunc, exp.DPipe,
     exp.Lower, exp.Upper, exp.Trim, exp.Concat, exp.ConcatWs, exp.Substring, exp.Length,
     exp.TimeToStr,  # PostgreSQL's to_char, formatted by time_keys (proxy.postprocess)
+    exp.UnixToTime,  # to_timestamp(epoch seconds): a timestamptz in both engines
     exp.Window, exp.WindowSpec,
 )
 # what a window may compute over the released rows (only as the function of an OVER)
@@ -104,6 +105,7 @@ _ONE_ROW = (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)
 _JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having)
 ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
            "LOWER, UPPER, TRIM, CONCAT, ||, SUBSTRING, LENGTH, TO_CHAR of a time, "
+           "TO_TIMESTAMP of epoch seconds, "
            "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
            "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
 

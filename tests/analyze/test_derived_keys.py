@@ -183,3 +183,13 @@ def test_a_function_of_the_keys_is_computed_on_the_released_keys(engine, truth, 
     for key, n in answer.rows:
         answered[key] = answered.get(key, 0) + n
     assert {k: n for k, n in answered.items() if n} == wanted
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_one_to_one_function_of_a_key_groups_by_the_key(engine, truth):
+    # Grafana's to_timestamp around the epoch bin, grouped by position: the bin's groups,
+    # the moment computed on each released bin
+    sql = ("SELECT to_timestamp(floor(extract(epoch from at) / 86400) * 86400) AS k, "
+           "COUNT(*) AS n FROM people WHERE at < '2024-02-01' GROUP BY 1")
+    answered = _answered(engine, sql)
+    assert {k: n for k, n in answered.items() if n} == dict(truth(sql)) and len(answered) == 31
