@@ -124,20 +124,12 @@ def _wall_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     change repeats an hour, so a constant T outside such an hour is met once, at the
     moment u(T): w(c) >= T ⇔ c >= u(T), and alike for >, <, <=, =, BETWEEN. A constant
     in a skipped or repeated hour leaves the comparison as written."""
-    if isinstance(node, exp.In):
+    compared = _compared(node, lambda side: _converted(side, rules) is not None)
+    if compared is None or compared[2] in (exp.In, exp.NEQ):
         return None
-    if isinstance(node, exp.Between):
-        if node.args.get("symmetric"):
-            return None
-        subject, operands, kind = node.this, [node.args.get("low"), node.args.get("high")], \
-            exp.Between
-    else:
-        subject, other, kind = node.this, node.expression, type(node)
-        if _converted(subject, rules) is None:
-            subject, other, kind = other, subject, _FLIPPED[kind]
-        operands = [other]
+    subject, operands, kind = compared
     found = _converted(subject, rules)
-    if found is None or kind is exp.NEQ:
+    if found is None:
         return None
     column, zone = found
     walls = [_constant(operand, False) for operand in operands]
@@ -158,6 +150,24 @@ def _wall_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     return compare(kind, moments[0])
 
 
+def _compared(node: exp.Expression, recognised
+              ) -> tuple[exp.Expression, list[exp.Expression], type] | None:
+    """(the subject, the constants, the comparison's kind) of ``node``: the subject the
+    side ``recognised`` takes (``5 < f(c)`` read as ``f(c) > 5``); None for a symmetric
+    BETWEEN or an IN of no list."""
+    if isinstance(node, (exp.Between, exp.In)):
+        operands = ([node.args.get("low"), node.args.get("high")]
+                    if isinstance(node, exp.Between) else node.expressions)
+        if node.args.get("symmetric") or (isinstance(node, exp.In) and (
+                node.args.get("query") or node.args.get("unnest") or not operands)):
+            return None
+        return node.this, operands, type(node)
+    subject, other, kind = node.this, node.expression, type(node)
+    if not recognised(subject):
+        subject, other, kind = other, subject, _FLIPPED[kind]
+    return subject, [other], kind
+
+
 def _declared(column: exp.Expression, rules: Rules) -> str | None:
     """The type every table of the rules declares a column of that name, if one."""
     kinds = {declared.type for table in rules.tables.values()
@@ -171,19 +181,10 @@ def _range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     converted = _wall_range(node, rules)
     if converted is not None:
         return converted
-    if isinstance(node, (exp.Between, exp.In)):
-        subject, operands = node.this, (
-            [node.args.get("low"), node.args.get("high")] if isinstance(node, exp.Between)
-            else node.expressions)
-        kind = type(node)
-        if node.args.get("symmetric") or (isinstance(node, exp.In) and (
-                node.args.get("query") or node.args.get("unnest") or not operands)):
-            return None
-    else:
-        subject, other, kind = node.this, node.expression, type(node)
-        if _truncation(subject, rules) is None:
-            subject, other, kind = other, subject, _FLIPPED[kind]
-        operands = [other]
+    compared = _compared(node, lambda side: _truncation(side, rules) is not None)
+    if compared is None:
+        return None
+    subject, operands, kind = compared
     found = _truncation(subject, rules)
     if found is None:
         return None
