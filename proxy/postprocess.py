@@ -258,10 +258,10 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                   if node.table == alias or (not node.table and node.name in columns)]
         if len(owners) == 1:
             carried[index] = (owners[0], node.name)
-    for item in tree.expressions:  # PostgreSQL's names, not the engine's
+    for item in tree.selects:  # PostgreSQL's names, not the engine's (a UNION: its first's)
         if not isinstance(item, (exp.Alias, exp.Column)):
             item.replace(exp.alias_(item.copy(), default_name(item), quoted=True))
-    width = len(tree.expressions)
+    width = len(tree.selects)
     if traced:
         tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
                              for alias in outer.aliases])

@@ -226,7 +226,7 @@ REFUSALS = [
     ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 10) t", "0A000"),
     (("WITH t AS (SELECT region, COUNT(*) AS c FROM people GROUP BY region) SELECT AVG(c) "
      "FROM t"), "0A000"),
-    ("SELECT COUNT(*) FROM people UNION SELECT COUNT(*) FROM people", "0A000"),
+    ("SELECT COUNT(*) FROM people INTERSECT SELECT COUNT(*) FROM people", "0A000"),
     ("SELECT SUM(income) OVER () FROM people", "0A000"),
     ("SELECT COUNT(*) FROM people WHERE lower(region) = 'north'", "42883"),
     ("SELECT COUNT(*) FROM people WHERE age IN (SELECT age FROM people)", "0A000"),

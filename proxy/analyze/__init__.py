@@ -33,7 +33,7 @@ from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.key_listing import key_listing
 from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.ordering import limit_of, order_by
-from proxy.analyze.outer import outer_plan, windowed
+from proxy.analyze.outer import outer_plan, union_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.semi_joins import exists_out, in_as_exists, refuse_subqueries, semi_joins
@@ -232,6 +232,9 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
               hint: Decimal | None, shown: bool, owned: bool = False
               ) -> QueryPlan | PassthroughPlan | GroupingSetsPlan | CombinedPlan | StagedPlan:
     checkpoint()
+    if isinstance(statement, exp.Union):  # of aggregate queries: a release each
+        return union_plan(statement, lambda branch: analyze(branch, rules, settings, hint,
+                                                            shown), canonical_sql)
     select = _distinct_unwrapped(_only_select(statement))
     if _public_only(select, rules):
         return PassthroughPlan(select if owned else select.copy())
@@ -566,7 +569,8 @@ def _only_select(statement: exp.Expression) -> exp.Select:
     if isinstance(statement, exp.Select):
         return statement
     if isinstance(statement, (exp.Union, exp.Intersect, exp.Except)):
-        raise NotSupported("UNION/INTERSECT/EXCEPT are not supported; send one SELECT at a time")
+        raise NotSupported("INTERSECT and EXCEPT are not supported; UNION [ALL] of aggregate "
+                           "queries is")
     if isinstance(statement, _WRITES):
         word = statement.this.upper() if isinstance(statement, exp.Command) else statement.key.upper()
         raise ReadOnly(f"{word} is not allowed: the proxy is read-only and answers SELECT with "

@@ -65,6 +65,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.group_keys import default_name
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
@@ -210,6 +211,58 @@ def _refuse_aggregates(select: exp.Select) -> None:
 
 CROSS_JOINED = "the query over the CROSS JOIN"
 JOINED = "the query over the joined subqueries"
+UNIONED = "the UNION of the releases"
+MAX_UNION = 64
+
+
+def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expression], str]
+               ) -> CombinedPlan:
+    """``A UNION [ALL] B …`` of aggregate queries: each branch a release of its own, as
+    if sent alone (its constant items, ``'people' AS t``, written in the union instead:
+    they read no row), the union of the released rows, its ORDER BY and LIMIT,
+    post-processing."""
+    leaves = [node for node in union.walk() if isinstance(node, exp.Select)
+              and not isinstance(node.parent, (exp.Subquery, exp.CTE))]
+    if any(leaf.find_ancestor(exp.Intersect, exp.Except) for leaf in leaves):
+        raise NotSupported("INTERSECT and EXCEPT are not supported; UNION [ALL] of "
+                           "aggregate queries is")
+    if len(leaves) > MAX_UNION:  # each a release: one statement of thousands of them
+        raise Refused(f"a UNION of {len(leaves):,} queries is more than the {MAX_UNION} "
+                      "releases one statement may hold; send fewer", "54000")
+    widths = {len(leaf.expressions) for leaf in leaves}
+    if len(widths) != 1:
+        raise Refused("each UNION query must have the same number of columns", "42601")
+    post = union.copy()
+    sources, parts = [], []
+    for index, leaf in enumerate([node for node in post.walk() if isinstance(node, exp.Select)
+                                  and not isinstance(node.parent, (exp.Subquery, exp.CTE))]):
+        items = [item.unalias() for item in leaf.expressions]
+        constant = [not any(isinstance(n, (exp.Column, exp.Star, exp.AggFunc))
+                            for n in item.walk()) for item in items]
+        body = leaf.copy()
+        body.set("expressions", [item.copy() for item, fixed in zip(leaf.expressions, constant)
+                                 if not fixed])
+        if not body.expressions:
+            raise NotSupported("each UNION query must compute an aggregate")
+        plan = analyse(body)
+        if not isinstance(plan, QueryPlan) or plan.post is not None:
+            raise NotSupported("each UNION query must be one aggregate query whose select "
+                               "items are aggregates, GROUP BY keys or constants")
+        name = f"_idp_u{index}"
+        outputs = iter(output.name for output in plan.outputs)
+        leaf.set("expressions", [
+            item.copy() if fixed else exp.alias_(exp.column(next(outputs), table=name,
+                                                            quoted=True),
+                                                 item.alias or default_name(item.unalias()),
+                                                 quoted=True)
+            for item, fixed in zip(leaf.expressions, constant)])
+        for clause in ("where", "group", "having", "joins", "with_", "order", "limit"):
+            leaf.set(clause, None)
+        leaf.set("from_", exp.From(this=exp.to_table(name)))
+        sources.append(name)
+        parts.append((canonical(body), plan))
+    return CombinedPlan(tuple(parts), _outer_query(post, sources, [p for _, p in parts],
+                                                   UNIONED))
 
 
 def _post_steps(ctes: dict[str, exp.Expression]) -> list[str]:
@@ -359,6 +412,8 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
         if what == CROSS_JOINED and (isinstance(node, exp.Join) or (
                 isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
             continue  # MetricFlow's MAX(subq.x): the value of the one row
+        if what == UNIONED and isinstance(node, exp.Union):
+            continue
         if what == JOINED and (isinstance(node, _JOINING) or (
                 isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
             continue

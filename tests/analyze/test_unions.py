@@ -1,0 +1,109 @@
+"""UNION [ALL] of aggregate queries (``proxy.analyze.outer.union_plan``): each branch a
+release of its own, answered as if sent alone, its constant items written in the union;
+the union of the released rows, its ORDER BY and LIMIT, post-processing. Noise off, each
+answer is PostgreSQL's own; the ledger charges the branches' ε; what is not a union of
+aggregate queries is refused in one line, for free."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.databases import load_table, new_database
+from tests.factories import Table, engine_fixture
+from tests.probes import refused_for_free
+
+pytestmark = pytest.mark.postgres
+
+RULES = parse_rules("""
+[defaults]
+model = "idp"
+epsilon_per_query = 0.25
+budget_per_analyst = 100000
+answer_cache = false
+
+[analysts.alice]
+
+[tables.people]
+privacy_unit = "person_id"
+[tables.people.columns]
+person_id = { type = "int" }
+region = { type = "text", keys = ["north", "south", "east"] }
+sex    = { type = "text", keys = ["f", "m"] }
+age    = { type = "int", domain = [0, 120] }
+
+[tables.visits]
+privacy_unit = "person_id"
+[tables.visits.columns]
+person_id = { type = "int" }
+days      = { type = "int", domain = [0, 30] }
+""", "unions.toml")
+PEOPLE = {"person_id": list(range(1, 201)),
+          "region": [["north", "south", "east"][i % 3] for i in range(200)],
+          "sex": ["fm"[i * 7 % 5 % 2] for i in range(200)],
+          "age": [i * 13 % 100 for i in range(200)]}
+VISITS = {"person_id": [1 + i % 150 for i in range(400)], "days": [i % 31 for i in range(400)]}
+PEOPLE_TYPES = {"person_id": "INTEGER", "region": "TEXT", "sex": "TEXT", "age": "INTEGER"}
+VISITS_TYPES = {"person_id": "INTEGER", "days": "INTEGER"}
+
+engine = engine_fixture(RULES, lambda: {"people": Table(PEOPLE, PEOPLE_TYPES),
+                                        "visits": Table(VISITS, VISITS_TYPES)}, shared=True)
+
+
+@pytest.fixture(scope="module")
+def truth(postgres_url):
+    with new_database(postgres_url) as url:
+        load_table(url, "people", PEOPLE, PEOPLE_TYPES)
+        load_table(url, "visits", VISITS, VISITS_TYPES)
+        with psycopg.connect(url, autocommit=True) as con:
+            yield lambda sql: con.execute(sql).fetchall()
+
+
+UNIONS = [
+    "SELECT 'people' AS t, COUNT(*) AS n FROM people UNION ALL SELECT 'visits', COUNT(*) "
+    "FROM visits",
+    "SELECT 'f' AS sex, region, COUNT(*) AS n FROM people WHERE sex = 'f' GROUP BY region "
+    "UNION ALL SELECT 'm', region, COUNT(*) FROM people WHERE sex = 'm' GROUP BY region",
+    "SELECT region, SUM(age) AS s FROM people GROUP BY 1 UNION SELECT 'all', SUM(age) FROM "
+    "people UNION ALL SELECT 'young', SUM(age) FROM people WHERE age < 30 ORDER BY 2 DESC "
+    "LIMIT 3",
+]
+
+
+@pytest.mark.parametrize("sql,names", list(zip(UNIONS, [["t", "n"], ["sex", "region", "n"],
+                                                        ["region", "s"]])))
+@pytest.mark.usefixtures("no_noise")
+def test_a_union_of_releases_is_postgresql_s_union(engine, truth, sql, names):
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    wanted = truth(sql)
+    if "ORDER BY" in sql:
+        assert answer.rows == wanted
+    else:
+        assert sorted(answer.rows) == sorted(wanted)
+    assert answer.columns == names  # the first query's, as PostgreSQL names them
+    assert "the UNION of the releases ran on the released answers" in " ".join(
+        answer.privacy["notes"])
+
+
+def test_each_branch_is_charged_as_if_sent_alone(engine):
+    session = Session.open(engine, "alice")
+    before = engine.ledger.entries()
+    (answer,) = list(session.execute(UNIONS[1]))
+    assert answer.privacy["epsilon_spent"] == pytest.approx(0.5)
+    assert len(engine.ledger.entries()) > len(before)
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", [
+    ("SELECT region, COUNT(*) FROM people GROUP BY 1 UNION ALL SELECT COUNT(*) FROM people",
+     "42601", "same number of columns"),
+    ("SELECT COUNT(*) FROM people INTERSECT SELECT COUNT(*) FROM visits", "0A000",
+     "INTERSECT and EXCEPT are not supported"),
+    ("SELECT COUNT(*) FROM people UNION ALL SELECT age FROM people", "42501", "age"),
+    ("SELECT COUNT(*) FROM people UNION ALL SELECT 1", "0A000", "must compute an aggregate"),
+    (" UNION ALL ".join(["SELECT COUNT(*) FROM people"] * 65), "54000", "more than the 64"),
+])
+def test_what_is_no_union_of_aggregate_queries_is_refused_for_free(engine, sql, sqlstate,
+                                                                   fragment):
+    refused_for_free(engine, sql, sqlstate, fragment)
