@@ -95,6 +95,13 @@ TERMS = [
     ("NULLIF(region, 'north')", "", True),
     ("CAST(age AS text) || '+'", "WHERE age > 95", False),
     ("substring(region, 1, 2)", "", False),
+    # negative whole numbers: division and % truncate toward zero, ROUND half away from it
+    ("days / 7", "", False),
+    ("days % 4", "", False),
+    ("ROUND(days, -1)", "", False),
+    ("CONCAT_WS('-', region, sex)", "", False),  # a NULL argument is skipped
+    ("GREATEST(days, NULL, -3)", "", False),
+    ("UPPER(sex) || CAST(age / 50 AS text)", "WHERE age IS NOT NULL", False),
 ]
 
 

@@ -375,3 +375,15 @@ REFUSED = [
 @pytest.mark.parametrize("sql,fragment", REFUSED)
 def test_other_time_forms_are_refused_for_free(engine, sql, fragment):
     refused_for_free(engine, sql, "0A000", fragment)
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/New_York"])
+def test_to_char_of_a_moment_key_is_written_in_the_session_s_zone(engine, truth, zone):
+    # a date's month is a timestamptz at the zone's midnight; to_char computed on the
+    # released key (post-processing) writes its wall clock there, as PostgreSQL does
+    sql = ("SELECT TO_CHAR(date_trunc('month', day), 'YYYY-MM-DD HH24 FMMonth') AS k, "
+           "COUNT(*) FROM events GROUP BY date_trunc('month', day)")
+    answered = _answered(engine, sql, zone)
+    assert {k: n for k, n in answered.items() if n} == {
+        k: n for k, n in truth(sql, zone) if k is not None}  # a NULL day: in no group
