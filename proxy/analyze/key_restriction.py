@@ -158,8 +158,9 @@ def truth_on_key(node: exp.Expression, key: Any, kind: str) -> bool | None:
         if node.args.get("symmetric"):
             raise Undecided
         return truth_on_key(exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
-                              expression=exp.LTE(this=node.this,
-                                                 expression=node.args["high"])), key, kind)
+                                    expression=exp.LTE(this=node.this,
+                                                       expression=node.args["high"])),
+                            key, kind)
     if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
         left, right = _value(node.this, key, kind), _value(node.expression, key, kind)
         if left is None or right is None:

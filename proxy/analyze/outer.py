@@ -221,8 +221,7 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
     if sent alone (its constant items, ``'people' AS t``, written in the union instead:
     they read no row), the union of the released rows, its ORDER BY and LIMIT,
     post-processing."""
-    leaves = [node for node in union.walk() if isinstance(node, exp.Select)
-              and not isinstance(node.parent, (exp.Subquery, exp.CTE))]
+    leaves = _union_leaves(union)
     if any(leaf.find_ancestor(exp.Intersect, exp.Except) for leaf in leaves):
         raise NotSupported("INTERSECT and EXCEPT are not supported; UNION [ALL] of "
                            "aggregate queries is")
@@ -234,8 +233,7 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
         raise Refused("each UNION query must have the same number of columns", "42601")
     post = union.copy()
     sources, parts = [], []
-    for index, leaf in enumerate([node for node in post.walk() if isinstance(node, exp.Select)
-                                  and not isinstance(node.parent, (exp.Subquery, exp.CTE))]):
+    for index, leaf in enumerate(_union_leaves(post)):
         items = [item.unalias() for item in leaf.expressions]
         constant = [not any(isinstance(n, (exp.Column, exp.Star, exp.AggFunc))
                             for n in item.walk()) for item in items]
@@ -263,6 +261,12 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
         parts.append((canonical(body), plan))
     return CombinedPlan(tuple(parts), _outer_query(post, sources, [p for _, p in parts],
                                                    UNIONED))
+
+
+def _union_leaves(union: exp.Union) -> list[exp.Select]:
+    """The queries a UNION combines, in order (not those inside their subqueries)."""
+    return [node for node in union.walk() if isinstance(node, exp.Select)
+            and not isinstance(node.parent, (exp.Subquery, exp.CTE))]
 
 
 def _post_steps(ctes: dict[str, exp.Expression]) -> list[str]:

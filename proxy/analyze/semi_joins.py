@@ -46,10 +46,14 @@ ALLOWED = ("[NOT] EXISTS (SELECT * FROM t WHERE t.col = outer.col [AND …]) ove
 
 def _protected(select: exp.Select, rules: Rules) -> list[tuple[exp.Table, Table]]:
     """The protected tables ``select`` reads in its FROM and joins, with their rules."""
-    sources = [clause.this for clause in (select.args.get("from_"),
-                                          *(select.args.get("joins") or [])) if clause]
-    return [(source, declared) for source in sources if isinstance(source, exp.Table)
+    return [(source, declared) for source in _sources(select) if isinstance(source, exp.Table)
             and (declared := rules.table(source.name)) is not None and not declared.public]
+
+
+def _sources(select: exp.Select) -> list[exp.Expression]:
+    """What ``select`` reads in its FROM and joins."""
+    return [clause.this for clause in (select.args.get("from_"),
+                                       *(select.args.get("joins") or [])) if clause]
 
 
 def _grouped_unit(select: exp.Select, rules: Rules) -> str | None:
@@ -97,8 +101,7 @@ def in_as_exists(select: exp.Select, rules: Rules) -> exp.Select:
     if where is None or not where.find(exp.In):
         return select
     select = select.copy()
-    sources = [clause.this for clause in (select.args.get("from_"),
-                                          *(select.args.get("joins") or [])) if clause]
+    sources = _sources(select)
     for node in list(select.args["where"].find_all(exp.In)):
         exists = _as_exists(node, select, sources, rules)
         if exists is not None:
