@@ -132,6 +132,32 @@ def clamped_moment(column: exp.Expression, domain) -> exp.Expression:
             .when(moment.copy() > last, last.copy()).else_(moment.copy()))
 
 
+def moment_number(column: exp.Expression, domain, seconds: bool) -> exp.Expression:
+    """The moment clamped to the declared domain as a whole number of days (``seconds``
+    false: a date) or seconds since 0001-01-01, as a DOUBLE; NULL stays NULL. Built
+    from the fields every engine extracts alike (year, day of the year, hour, minute,
+    second cut to a whole one): Python's ``date.toordinal`` of the day, from the year's
+    leap days, so no engine's own epoch or date difference (PostgreSQL's, DuckDB's and
+    Spark's differ, Spark's in the session's zone) decides it. Whole numbers below 2⁵³,
+    so exact; it cannot fail (``clamped_moment``)."""
+    def field(name: str) -> exp.Expression:
+        return exp.cast(exp.Extract(this=exp.var(name), expression=clamped_moment(
+            column.copy(), domain)), DOUBLE.copy())
+
+    years = exp.paren(field("YEAR") - exp.Literal.number(1))
+    def leap(every: int) -> exp.Expression:
+        return exp.func("FLOOR", exp.Div(this=years.copy(),
+                                         expression=exp.Literal.number(float(every))))
+    days = (exp.paren(years.copy() * exp.Literal.number(365)) + leap(4) - leap(100)
+            + leap(400) + field("DOY"))
+    if not seconds:
+        return days
+    return (exp.paren(days * exp.Literal.number(86400))
+            + exp.paren(field("HOUR") * exp.Literal.number(3600))
+            + exp.paren(field("MINUTE") * exp.Literal.number(60))
+            + exp.func("FLOOR", field("SECOND")))
+
+
 def time_field(column: exp.Expression, field: str, domain) -> exp.Expression:
     """``extract(field FROM column)`` of the moment clamped to the declared domain, as a
     BIGINT (PostgreSQL's extract is numeric, DuckDB's a BIGINT): a whole number of the

@@ -192,6 +192,10 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         con.close()
     checkpoint()
     names = [column[0] for column in described]
+    if any(str(column[1]).upper() == "INTERVAL" for column in described):
+        # (found on the row of NULLs that types the result, before the debit)
+        raise NotComputed(f"{outer.what} gives an interval (a difference of released "
+                          "moments), which is not supported; select the moments themselves")
     types = [postgres_type(str(column[1])) for column in described]
     traces = len(outer.aliases) if prepared.traced else 0
     origins = [tuple(row[width:width + traces]) for row in result] if prepared.traced \

@@ -667,14 +667,16 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     rows = []
     for key, values in zip(keys, released):
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
-                          else values[o.aggregate].value for o in plan.outputs))
+                          else _shown(plan, o.aggregate, values[o.aggregate].value)
+                          for o in plan.outputs))
     order = list(range(len(rows)))
     for index, descending in reversed(plan.order_by):
         order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)
     order = order[: plan.limit] if plan.limit is not None else order
     columns = [o.name for o in plan.outputs]
     ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
-            for o in plan.outputs if o.aggregate is not None}
+            for o in plan.outputs if o.aggregate is not None
+            and _moment(plan, o.aggregate) is None}
     # the counts and sums whose noise is added, symmetric and log-concave: their bounds
     # add up in sums of them (proxy.postbounds); the mechanisms are the plan's choice
     additive = [o.name for o in plan.outputs if o.aggregate is not None
@@ -876,10 +878,26 @@ def _with_intervals(answer: Answer) -> Answer:
     return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
 
 
+def _moment(plan: QueryPlan, index: int) -> tuple | None:
+    """(origin, type) of a MAX or MIN of a date or timestamp column (its released number
+    is the days or seconds from the origin), else None."""
+    column = plan.aggregates[index].column
+    return getattr(plan.table.columns.get(column), "moment", None) if column else None
+
+
+def _shown(plan: QueryPlan, index: int, value):
+    """A released value as the answer shows it: a moment for a MAX or MIN of a date or
+    timestamp column, else as released."""
+    return value if _moment(plan, index) is None else \
+        plan.table.columns[plan.aggregates[index].column].shown(value)
+
+
 def _output_kind(plan: QueryPlan, output) -> str:
     """The PostgreSQL type of a released value of this output column."""
     if output.group is not None:
         return RULE_TYPES[plan.group_by[output.group].type]
+    if (moment := _moment(plan, output.aggregate)) is not None:
+        return RULE_TYPES[moment[1]]
     aggregate = plan.aggregates[output.aggregate]
     output_type = aggregate.kind.row.output
     if output_type == "column":

@@ -588,6 +588,20 @@ class DerivedColumn(Column):
     the backend by ``render``."""
 
     expression: Any = None
+    # MAX or MIN of a date or timestamp column: the released number is the days or
+    # seconds from this moment (the domain's end the grid is dense at), and the
+    # answer that moment moved by it, of this type ("date" or "timestamp")
+    moment: tuple[dt.datetime, str] | None = None
+
+    def shown(self, value: Any) -> Any:
+        """A released value as the answer gives it: of a moment column, the moment
+        (whole days or seconds from the origin); any other, unchanged."""
+        if self.moment is None or value is None:
+            return value
+        origin, kind = self.moment
+        if kind == "date":
+            return origin.date() + dt.timedelta(days=round(float(value)))
+        return origin + dt.timedelta(seconds=round(float(value)))
 
     def render(self, value_of: Callable[[str], exp.Expression]) -> exp.Expression:
         """The expression as backend SQL: every column read as a value is replaced by

@@ -480,6 +480,10 @@ def _with_prior(plan: QueryPlan, settings: Settings) -> QueryPlan:
     if len(plan.aggregates) != 1 or plan.group_by:
         raise NotSupported("with idp.prior set, ask one aggregate without GROUP BY (the prior "
                            "describes one answer); or RESET idp.prior")
+    column = plan.table.columns.get(plan.aggregates[0].column or "")
+    if getattr(column, "moment", None) is not None:
+        raise NotSupported("idp.prior describes a number; a MAX or MIN of a date or "
+                           "timestamp is drawn without one: RESET idp.prior")
     return replace(plan, mechanism=Mechanism("refinement", prior=settings.prior,
                                              individual=plan.mechanism.individual))
 

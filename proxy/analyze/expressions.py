@@ -138,6 +138,12 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
                 node.replace(count)
             node = count
         for argument in _arguments(node):
+            if isinstance(argument, exp.Column) and type(node) in (exp.Max, exp.Min):
+                column = moment_column(argument, table, resolve, type(node) is exp.Max)
+                if column is not None:
+                    derived[column.name] = column
+                    argument.replace(exp.column(column.name))
+                continue
             if isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
                 continue
             if any(_is_aggregate(inner) for inner in argument.walk()):
@@ -187,6 +193,48 @@ def derive(node: exp.Expression, table: Table, resolve,
     resolution = 1.0 if lower is not None and lower == upper else None  # a constant
     return DerivedColumn(name, "int" if value.integer else "float", lower, upper,
                          declared_resolution=resolution, expression=value.sql)
+
+
+def moment_column(node: exp.Column, table: Table, resolve, largest: bool
+                  ) -> DerivedColumn | None:
+    """MAX or MIN of a date or timestamp column with a declared domain (Metabase's
+    Earliest and Latest) as a whole number: the days (a date) or seconds from the
+    domain's end the answer is near — the last moment for MAX, the first for MIN — to
+    the moment clamped to the domain (``guards.moment_number``). Its domain is the
+    declared one in those units, so the exponential mechanism's candidates are every
+    second (day) near that end, then 0.78 % of the distance apart (docs/privacy.md §5.3),
+    and the answer is the origin moved by the number drawn (``DerivedColumn.shown``).
+    None for any other column."""
+    declared = table.columns.get(resolve(node))
+    if declared is None or declared.type not in ("date", "timestamp"):
+        return None
+    if declared.time_domain is None:
+        raise NotSupported(f"{'MAX' if largest else 'MIN'}({declared.name}) needs a declared "
+                           f"domain [first, last] of {declared.name} in the rules (its "
+                           "candidates are drawn within it); ask the data owner")
+    seconds = declared.type == "timestamp"
+    first, last = (_cut(moment, seconds) for moment in declared.time_domain)
+    origin = last if largest else first
+    span = _moment_number(last, seconds) - _moment_number(first, seconds)
+    unit = "seconds" if seconds else "days"
+    sql = guards.moment_number(exp.column(declared.name, quoted=True), declared.time_domain,
+                               seconds) - exp.Literal.number(_moment_number(origin, seconds))
+    return DerivedColumn(f"{declared.name} in {unit} from {origin.isoformat(' ')}", "int",
+                         -span if largest else 0, 0 if largest else span,
+                         expression=exp.paren(sql), moment=(origin, declared.type))
+
+
+def _cut(moment, seconds: bool):
+    """A domain's end cut to a whole second (a timestamp) or day (a date)."""
+    return moment.replace(microsecond=0) if seconds else moment.replace(
+        hour=0, minute=0, second=0, microsecond=0)
+
+
+def _moment_number(moment, seconds: bool) -> int:
+    """``guards.moment_number`` of a whole moment, in Python."""
+    days = moment.toordinal()
+    return days * 86400 + moment.hour * 3600 + moment.minute * 60 + moment.second \
+        if seconds else days
 
 
 def _heavy(node: exp.Expression) -> bool:

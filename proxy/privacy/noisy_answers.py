@@ -430,7 +430,10 @@ def _ranked(a: Asked) -> Released:
     if a.index not in a.group.instance:
         return _laplace_release(a)
     mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
-    note = _INSTANCE_NOTE
+    moment = getattr(plan.table.columns[agg.column], "moment", None)
+    note = _INSTANCE_NOTE.format("away from 0" if moment is None else
+                                 f"of their distance from {moment[0].isoformat(' ')}, every "
+                                 f"{'second' if moment[1] == 'timestamp' else 'day'} near it")
     if agg.continuous:
         note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
     if agg.kind == PERCENTILE and one_row_per_unit(plan):
@@ -523,7 +526,7 @@ PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated i
                        "sensitivity) on the column's grid")
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
                   "tell how dense the data are around the answer; the answer is one of the "
-                  "column's candidates, up to 0.8 % apart away from 0")
+                  "column's candidates, up to 0.8 % apart {}")
 _PER_UNIT_NOTE = ("; the percentile of one row per privacy unit, each unit's row chosen by a "
                   "hash of its values (each unit counts once: docs/privacy.md §5.3)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "

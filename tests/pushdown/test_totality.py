@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from proxy import session as session_module
 from proxy.analyze import analyze, parse_statements
-from proxy.analyze.expressions import MAX_EXPRESSION_NODES
+from proxy.analyze.expressions import MAX_EXPRESSION_NODES, moment_column
 from proxy.backends import open_backend
 from proxy.backends.duckdb_backend import DuckDBBackend
 from proxy.engine import Engine
@@ -368,3 +368,23 @@ def test_a_long_where_is_planned_as_one_expression(engine):
             list(session.execute(f"SELECT COUNT(*) FROM {totality.TABLE} WHERE {chain}"))
         assert refused.value.sqlstate == "54001"
         assert engine.ledger.remaining("zoe") == before
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["max", "min"])
+def test_the_number_a_moment_s_max_or_min_ranks_is_total(engine, largest):
+    """MAX and MIN of a timestamp rank whole seconds from the domain's end
+    (``expressions.moment_column``): on each backend, over NULL, moments far and just
+    outside the domain, a leap day and fractions of a second, the number is Python's
+    count of whole seconds of the moment clamped to the domain, inside the derived
+    domain."""
+    table = totality.RULES.tables[totality.TABLE]
+    column = moment_column(exp.column("at"), table, lambda node: node.name, largest)
+    first, last = table.columns["at"].time_domain
+    origin = column.moment[0]
+    sql = column.expression.sql(dialect=engine.backend.dialect)
+    got = dict(engine.backend.query(f"SELECT id, {sql} FROM {totality.TABLE}"))
+    for unit, moment in zip(ROWS["id"], ROWS["at"]):
+        wanted = None if moment is None else (
+            min(max(moment, first), last).replace(microsecond=0) - origin).total_seconds()
+        assert (got[unit] if got[unit] is None else float(got[unit])) == wanted, (moment, got[unit])
+        assert got[unit] is None or column.lower <= got[unit] <= column.upper

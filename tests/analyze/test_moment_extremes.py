@@ -1,0 +1,206 @@
+"""MAX and MIN of a date or timestamp column (Metabase's Earliest and Latest; issue 33):
+the exponential mechanism draws a whole number of seconds (days) from the declared
+domain's end the answer is near, and the answer is that end moved by it
+(``expressions.moment_column``, ``guards.moment_number``).
+
+What is checked: the number each backend computes is Python's for every moment — NULL,
+±infinity, years 1 and 9999, fractions of a second, leap days, moments beyond the
+domain (clamped) — and lies in the derived domain, so the mechanism's proof over a
+declared domain applies unchanged (docs/privacy.md §5.3); the answer, noise off, is
+PostgreSQL's own MAX and MIN of the clamped moments cut to a whole second (a date's
+to a day), as a timestamp or date, on both backends and over the wire; a column without
+a declared domain is refused for free."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import psycopg
+import pytest
+from sqlglot import exp
+
+from proxy.analyze.expressions import moment_column
+from proxy.rules import parse_rules
+from proxy.session import Session
+from tests.databases import load_table, new_database
+from tests.factories import Table, demo_database, demo_served_fresh, open_engine
+from tests.probes import refused_for_free
+
+pytestmark = pytest.mark.postgres
+
+RULES_TEXT = """
+[defaults]
+model = "idp"
+epsilon_per_query = 1
+budget_per_analyst = 100000
+answer_cache = false
+
+[analysts.alice]
+
+[tables.visits]
+privacy_unit = "person_id"
+max_rows_per_unit = 1
+[tables.visits.columns]
+person_id  = { type = "int" }
+department = { type = "text", keys = ["a", "b"] }
+at         = { type = "timestamp", domain = [2023-01-01T00:00:00.5, 2024-12-31T23:59:59.75] }
+day        = { type = "date", domain = ["2023-01-01", "2024-12-31"] }
+free       = { type = "timestamp" }
+"""
+RULES = parse_rules(RULES_TEXT, "moments.toml")
+TYPES = {"person_id": "INTEGER", "department": "TEXT", "at": "TIMESTAMP", "day": "DATE",
+         "free": "TIMESTAMP"}
+_T = dt.datetime
+FIRST, LAST = RULES.tables["visits"].columns["at"].time_domain
+# the extremes each group's draw lands on, noise off: held by more rows than the rank the
+# draw aims at (a tenth of the scope at most), so the value at that rank is the extreme
+TOP = {"a": _T(2024, 2, 29, 23, 59, 59, 999999), "b": _T(2024, 12, 31, 23, 59, 59, 500000)}
+BOTTOM = {"a": _T(2023, 3, 1, 0, 0, 0, 1), "b": _T(2023, 1, 1, 0, 0, 0, 250000)}
+EDGES = [None, _T(1, 1, 1), _T(9999, 12, 31, 23, 59, 59, 999999), _T(2022, 12, 31, 23, 59, 59),
+         _T(2025, 1, 1, 0, 0, 1), _T(2024, 2, 29, 12), _T(2023, 12, 31, 23, 59, 59, 999999)]
+COUNT = 400
+
+
+def _moment(i: int) -> _T | None:
+    group = "ab"[i % 2]
+    if i % 10 in (0, 1):
+        return TOP[group]
+    if i % 10 in (2, 3):
+        return BOTTOM[group]
+    if i % 10 == 5:  # in b, whose extremes are the domain's ends (the edges clamped)
+        return EDGES[i // 10 % len(EDGES)]
+    return _T(2023, 3, 2) + dt.timedelta(hours=i * 20, seconds=i * 0.37)
+
+
+ROWS = {
+    "person_id": list(range(1, COUNT + 1)),
+    "department": ["ab"[i % 2] for i in range(COUNT)],
+    "at": [_moment(i) for i in range(COUNT)],
+    "day": [None if (m := _moment(i)) is None else m.date() for i in range(COUNT)],
+    "free": [None] * COUNT,
+}
+# (PostgreSQL's least and greatest skip a NULL: NULL is kept by the CASE)
+CLAMPED = ("CASE WHEN {c} IS NOT NULL THEN least(greatest({c}, {first}), {last}) END")
+
+
+# in b, beside its extremes: ±infinity clamp to the domain's ends
+INFINITIES = [f"UPDATE visits SET \"at\" = '{text}', day = '{text}' WHERE person_id = {unit}"
+              for text, unit in (("infinity", 2), ("-infinity", 4))]
+
+
+def _clamped(column: str) -> str:
+    if column == "day":
+        return CLAMPED.format(c="day", first="DATE '2023-01-01'", last="DATE '2024-12-31'")
+    return CLAMPED.format(c="at", first=f"TIMESTAMP '{FIRST}'", last=f"TIMESTAMP '{LAST}'")
+
+
+@pytest.fixture(scope="module")
+def engine(module_backend_url):
+    with open_engine(module_backend_url, RULES, {"visits": Table(ROWS, TYPES)}) as made:
+        for statement in INFINITIES:
+            made.backend.query(statement)
+        yield made
+
+
+@pytest.fixture(scope="module")
+def truth(postgres_url):
+    with new_database(postgres_url) as url:
+        load_table(url, "visits", ROWS, TYPES)
+        with psycopg.connect(url, autocommit=True) as con:
+            for statement in INFINITIES:
+                con.execute(statement)
+            yield lambda sql: con.execute(sql).fetchall()
+
+
+def test_each_backend_computes_python_s_number_inside_the_derived_domain(engine, truth):
+    """Every row's number (what the draw ranks) is the clamped moment's whole seconds
+    (days) from the origin, as Python counts them (PostgreSQL's own difference of the
+    clamped moment cut to a whole second and the origin), inside the derived domain."""
+    table = engine.rules.tables["visits"]
+    for name, largest in (("at", True), ("at", False), ("day", True), ("day", False)):
+        column = moment_column(exp.column(name), table, lambda node: node.name, largest)
+        origin = column.moment[0]
+        sql = column.expression.sql(dialect=engine.backend.dialect)
+        got = sorted(engine.backend.query(f"SELECT person_id, {sql} FROM visits"),
+                     key=lambda row: row[0])
+        unit = "second" if name == "at" else "day"
+        wanted = truth(f"SELECT person_id, EXTRACT(EPOCH FROM date_trunc('{unit}', "
+                       f"CAST({_clamped(name)} AS timestamp)) - TIMESTAMP '{origin}') "
+                       f"/ {86400 if name == 'day' else 1} FROM visits ORDER BY 1")
+        assert [(p, None if v is None else float(v)) for p, v in got] == [
+            (p, None if v is None else float(v)) for p, v in wanted], (name, largest)
+        values = [v for _, v in got if v is not None]
+        assert column.lower <= min(values) and max(values) <= column.upper
+        assert (column.lower, column.upper)[0 if largest else 1] != 0
+        assert (column.upper if largest else column.lower) == 0  # dense at its own end
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_the_answer_is_postgresql_s_extreme_of_the_clamped_moments(engine, truth):
+    sql = ("SELECT department, MAX(at), MIN(at), MAX(day) AS last_day, MIN(day) "
+           "FROM visits GROUP BY 1 ORDER BY 1")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    wanted = truth(f"SELECT department, date_trunc('second', MAX({_clamped('at')})), "
+                   f"date_trunc('second', MIN({_clamped('at')})), MAX({_clamped('day')}), "
+                   f"MIN({_clamped('day')}) FROM visits GROUP BY 1 ORDER BY 1")
+    assert answer.rows == [tuple(row) for row in wanted]
+    assert answer.rows[0][1:3] == (_T(2024, 2, 29, 23, 59, 59), _T(2023, 3, 1))
+    assert answer.rows[1][1:3] == (_T(2024, 12, 31, 23, 59, 59), _T(2023, 1, 1))
+    assert answer.columns == ["department", "max", "min", "last_day", "min"]
+    assert answer.kinds == ["text", "timestamp", "timestamp", "date", "date"]
+    assert all(isinstance(row[3], dt.date) and not isinstance(row[3], dt.datetime)
+               for row in answer.rows)
+    assert answer.privacy["ci95"] == {}
+    assert "of their distance from 2024-12-31 23:59:59, every second near it" in answer.notice
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_the_answer_filters_and_sorts_as_a_moment(engine):
+    """HAVING and ORDER BY read the released moment as a moment."""
+    sql = ("SELECT department, MIN(at) AS first FROM visits GROUP BY 1 "
+           "HAVING MIN(at) > TIMESTAMP '2023-02-01' ORDER BY 2 DESC")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    assert answer.rows == [("a", BOTTOM["a"].replace(microsecond=0))]
+    sql = "SELECT department, MIN(day) AS first FROM visits GROUP BY 1 ORDER BY 2 DESC"
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    assert answer.rows == [("a", BOTTOM["a"].date()), ("b", FIRST.date())]
+
+
+@pytest.mark.parametrize("sql,fragment", [
+    ("SELECT MAX(free) FROM visits", "needs a declared domain [first, last] of free"),
+    ("SELECT AVG(at) FROM visits", "needs a numeric column"),
+])
+def test_a_moment_without_a_domain_or_averaged_is_refused_for_free(engine, sql, fragment):
+    refused_for_free(engine, sql, "0A000", fragment)
+
+
+@pytest.fixture(scope="module", params=["duckdb", "postgres"])
+def demo(request, tmp_path_factory, postgres_url):
+    with demo_served_fresh(request.param, tmp_path_factory.mktemp("moments"),
+                           postgres_url) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def demo_truth(tmp_path_factory, postgres_url):
+    with demo_database("postgres", tmp_path_factory.mktemp("truth"), postgres_url) as url, \
+            psycopg.connect(url, autocommit=True) as con:
+        yield lambda sql: con.execute(sql).fetchall()
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_metabase_s_earliest_and_latest_over_the_wire(demo, demo_truth):
+    """Metabase's "Earliest" and "Latest" of a timestamp: timestamps on the wire, each
+    one of the per-person extremes (the draw's target rank, noise off) cut to a second,
+    near the true extreme (the demo's visits lie inside the domain)."""
+    sql = ('SELECT min("public"."visits"."visited_at") AS "min", '
+           'max("public"."visits"."visited_at") AS "max" FROM "public"."visits"')
+    with psycopg.connect(demo.dsn("alice"), autocommit=True) as con:
+        earliest, latest = con.execute(sql).fetchone()
+    firsts, lasts = zip(*demo_truth(
+        "SELECT date_trunc('second', MIN(visited_at)), date_trunc('second', "
+        "MAX(visited_at)) FROM visits GROUP BY person_id"))
+    assert isinstance(earliest, dt.datetime) and isinstance(latest, dt.datetime)
+    assert earliest in firsts and latest in lasts
+    assert dt.timedelta(0) <= earliest - min(firsts) <= dt.timedelta(days=7)
+    assert dt.timedelta(0) <= max(lasts) - latest <= dt.timedelta(days=7)
