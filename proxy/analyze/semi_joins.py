@@ -137,6 +137,10 @@ def _as_exists(node: exp.In, select: exp.Select, sources: list, rules: Rules
     if outer.table in {source.alias_or_name for source in inner.find_all(exp.Table)}:
         return None
     table = inner.args["from_"].this
+    selected, declared = inner.expressions[0].unalias(), rules.table(table.name)
+    if (selected.table and selected.table != table.alias_or_name) or declared is None \
+            or selected.name.lower() not in declared.columns:
+        return None  # the outer row's own column (correlated): not a list of inner rows
     owner = next((source for source in sources if isinstance(source, exp.Table)
                   and source.alias_or_name == outer.table), None)
     if owner is None or not _same_unit(rules.table(table.name), inner.expressions[0].unalias(),

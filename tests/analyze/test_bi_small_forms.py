@@ -174,6 +174,13 @@ REFUSED = [
      "0A000", "FETCH ... WITH TIES or PERCENT is not supported"),
     ("SELECT region, COUNT(*) FROM people GROUP BY 1 ORDER BY 1 LIMIT 2 OFFSET 1", "0A000",
      "OFFSET is not supported on the aggregate query itself"),
+    # the outer row's own unit selected in the subquery (correlated): each row's own id,
+    # not the list of the subquery's units, so not the EXISTS of one (the review found it
+    # answered as if it were: 5 against PostgreSQL's 40)
+    ("SELECT COUNT(*) FROM people p WHERE p.person_id IN (SELECT p.person_id FROM visits v "
+     "WHERE v.cost > 25)", "0A000", "IN (SELECT … FROM visits) is not supported"),
+    ("SELECT COUNT(*) FROM people WHERE person_id IN (SELECT people.person_id FROM visits)",
+     "0A000", "IN (SELECT … FROM visits) is not supported"),
     # USING merges the unit; the join rules then decide on its ON form
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
      "join on their privacy unit or along a declared link only"),
