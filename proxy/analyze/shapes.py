@@ -286,7 +286,8 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
                                           for c in comparison.find_all(exp.Column)}
         compared = columns_of[id(comparison)] if comparison is not None else set()
         if "start" in literal.meta and not compared & outside \
-                and not _in_substring(literal, comparison):  # its bounds are checked
+                and not _in_substring(literal, comparison) \
+                and not _of_a_year(comparison):  # its bounds are checked
             candidates.append(literal)
     checkpoint()
     held = _literals_by_start(plan)
@@ -295,6 +296,14 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
             if len(nodes := held.get(literal.meta["start"], [])) == 1
             and id(nodes[0]) in in_where
             and (nodes[0].this, nodes[0].is_string) == (literal.this, literal.is_string)]
+
+
+def _of_a_year(comparison: exp.Expression | None) -> bool:
+    """Whether ``comparison`` reads EXTRACT(YEAR …): a year of 1 to 9998 is read as a
+    range of the column, any other number as the clamped field
+    (``time_filters._constant``), so one such number's plan is not another's."""
+    return comparison is not None and any(
+        node.this.name.lower() == "year" for node in comparison.find_all(exp.Extract))
 
 
 def _in_substring(literal: exp.Literal, comparison: exp.Expression | None) -> bool:

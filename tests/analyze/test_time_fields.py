@@ -174,6 +174,22 @@ def test_a_kept_plan_binds_a_new_number_compared_with_a_field(engine, truth):
 
 
 @pytest.mark.usefixtures("no_noise")
+def test_a_kept_plan_of_a_year_outside_1_to_9998_is_not_bound_to_a_year_inside(engine, truth):
+    """EXTRACT(YEAR …) = 2024 is the range of the column (PostgreSQL's own answer), = 0
+    the clamped field: the plan of one is not the other's (the review found 2024 answered
+    through 0's plan, over the clamped moments)."""
+    session = Session.open(engine, "alice")
+    for number in ("0", "2024", "9999", "2023", "0", "2024"):
+        sql = (f"SELECT department AS k, COUNT(*) FROM visits WHERE EXTRACT(YEAR FROM at) "
+               f"= {number} GROUP BY 1")
+        read = sql if 1 <= int(number) <= 9998 else _clamped(sql)
+        wanted = {row[0]: (row[1],) for row in truth(read) if row[0] is not None}
+        (answer,) = list(session.execute(sql))
+        assert {row[0]: tuple(row[1:]) for row in answer.rows} == {
+            key: wanted.get(key, (0,)) for key in ("a", "b")}, number
+
+
+@pytest.mark.usefixtures("no_noise")
 def test_a_condition_is_a_group_by_key_false_and_true(engine, truth):
     """``EXTRACT(isodow FROM at) IN (6, 7)`` as a key: false and true, from the rules
     alone; a row where the condition is NULL (a NULL moment) belongs to neither, as a
