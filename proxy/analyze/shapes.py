@@ -277,6 +277,7 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
                    if not _within(column, where)}
     candidates = []
     columns_of: dict[int, set[str]] = {}  # per comparison: its many literals share it
+    years: set[int] = set()  # the comparisons of EXTRACT(YEAR …) (``_of_a_year``)
     for count, literal in enumerate(where.find_all(exp.Literal)):
         if count % 512 == 0:
             checkpoint()  # a WHERE of thousands of comparisons: tenths of a second
@@ -284,10 +285,12 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
         if comparison is not None and id(comparison) not in columns_of:
             columns_of[id(comparison)] = {c.name.lower()
                                           for c in comparison.find_all(exp.Column)}
+            if _of_a_year(comparison):
+                years.add(id(comparison))
         compared = columns_of[id(comparison)] if comparison is not None else set()
         if "start" in literal.meta and not compared & outside \
                 and not _in_substring(literal, comparison) \
-                and not _of_a_year(comparison):  # its bounds are checked
+                and id(comparison) not in years:  # its bounds are checked
             candidates.append(literal)
     checkpoint()
     held = _literals_by_start(plan)
@@ -298,12 +301,11 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
             and (nodes[0].this, nodes[0].is_string) == (literal.this, literal.is_string)]
 
 
-def _of_a_year(comparison: exp.Expression | None) -> bool:
+def _of_a_year(comparison: exp.Expression) -> bool:
     """Whether ``comparison`` reads EXTRACT(YEAR …): a year of 1 to 9998 is read as a
     range of the column, any other number as the clamped field
     (``time_filters._constant``), so one such number's plan is not another's."""
-    return comparison is not None and any(
-        node.this.name.lower() == "year" for node in comparison.find_all(exp.Extract))
+    return any(node.this.name.lower() == "year" for node in comparison.find_all(exp.Extract))
 
 
 def _in_substring(literal: exp.Literal, comparison: exp.Expression | None) -> bool:
