@@ -296,10 +296,20 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
 
 
 def _to_char(node: exp.Expression) -> exp.Expression:
+    """TO_CHAR of a released moment, through ``_TO_CHAR``. Of anything else (a count,
+    text: PostgreSQL's number formats are not written here) it fails on the typing
+    row of NULLs, before any debit, by the argument's type alone."""
     if not isinstance(node, exp.TimeToStr):
         return node
+    moment = exp.Case().when(
+        exp.func("typeof", node.this.copy()).isin(*_MOMENT_TYPES),
+        exp.cast(node.this, "timestamp")).else_(exp.func("error", exp.Literal.string(
+            "TO_CHAR takes a date or timestamp here")))
     return exp.Anonymous(this=_TO_CHAR, expressions=[
-        exp.cast(node.this, "timestamp"), exp.Literal.string(to_char_format(node))])
+        moment, exp.Literal.string(to_char_format(node))])
+
+
+_MOMENT_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE")
 
 
 _KEPT_LENGTH = 100_000  # a longer outer query is prepared every time (its key is long)

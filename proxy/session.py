@@ -10,6 +10,7 @@ metadata clients see.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -30,7 +31,7 @@ from proxy.analyze import (
     statement_tokens,
 )
 from proxy.analyze.canonical import canonical_sql
-from proxy.analyze.outer import OuterQuery, RankedSeries, SeriesLimit
+from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.analyze.staged import with_values
 from proxy.backends.base import Backend
@@ -324,7 +325,9 @@ class Session:
             if isinstance(work, PassthroughPlan):  # kept for this very statement
                 shapes.remember_public(shape, context, rules, work)
             steps.append((shapes.remember(shape, context, rules, tree, work), work)
-                         if isinstance(work, QueryPlan) else (None, work))
+                         if isinstance(work, QueryPlan) else (canonical_sql(tree), work)
+                         if isinstance(work, (GroupingSetsPlan, CombinedPlan)) else
+                         (None, work))  # (the text of their one charge, ``_jointly``)
         return steps
 
     def replay_now(self, step) -> Answer | None:
@@ -355,20 +358,21 @@ class Session:
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           notice=work.note, kinds=[kind for _, kind in columns])
         if isinstance(work, GroupingSetsPlan):
-            answer = self._grouping_sets(work)
+            answer = self._grouping_sets(canonical, work)
         elif isinstance(work, CombinedPlan):
-            answer = self._combined(work)
+            answer = self._combined(canonical, work)
         elif isinstance(work, StagedPlan):
             answer = self._staged(work)
         else:
             answer = self._private(canonical, work)
         return _with_intervals(answer) if self.settings.intervals else answer
 
-    def _grouping_sets(self, work: GroupingSetsPlan) -> Answer:
-        """Each grouping set's query answered (and charged) as it would be on its own,
-        their rows one set after another, then ORDER BY and LIMIT over all of them; the
-        metadata: the sets' ε added up, their bounds row by row, their notes."""
-        answers = [self._private(canonical, plan) for canonical, plan in work.parts]
+    def _grouping_sets(self, canonical: str, work: GroupingSetsPlan) -> Answer:
+        """Each grouping set's query answered as it would be on its own, all paid for as
+        one charge (``_jointly``), their rows one set after another, then ORDER BY and
+        LIMIT over all of them; the metadata: the sets' ε added up, their bounds row by
+        row, their notes."""
+        answers = self._jointly(canonical, work.parts)
         consistent = consistent_rows([plan for _, plan in work.parts],
                                      [answer.rows for answer in answers],
                                      [answer.privacy["ci95"] for answer in answers],
@@ -395,10 +399,27 @@ class Session:
         return Answer(f"SELECT {len(order)}", answers[0].columns, [rows[i] for i in order],
                       privacy, _notice(privacy), kinds)
 
-    def _combined(self, work: CombinedPlan) -> Answer:
+    def _jointly(self, canonical: str, parts) -> list[Answer]:
+        """Each (canonical, plan) of ``parts`` answered as it would be on its own, all
+        paid for as one charge of the statement's (``_Joint``): a budget short of them
+        all refuses before any is computed, not after the first were charged. The last
+        answer's remaining ε is what the charge left."""
+        joint = _Joint(self.engine.ledger, self.analyst, canonical,
+                       [plan for _, plan in parts])
+        try:
+            answers = [self._private(text, plan, joint) for text, plan in parts]
+        except BaseException:
+            joint.settle(answered=False)
+            raise
+        answers[-1].privacy["epsilon_remaining"] = float(joint.settle(answered=True))
+        return answers
+
+    def _combined(self, canonical: str, work: CombinedPlan) -> Answer:
         """Each one-row release answered (and charged) as it would be on its own, then
-        the outer query over them; the metadata: their ε added up, their notes."""
-        answers = [self._private(canonical, plan) for canonical, plan in work.parts]
+        the outer query over them, all paid for as one charge (``_Joint``: a budget short
+        of them all refuses before any is computed); the metadata: their ε added up,
+        their notes."""
+        answers = self._jointly(canonical, work.parts)
         last = answers[-1].privacy
         privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
                        mechanism="; ".join(dict.fromkeys(
@@ -732,12 +753,26 @@ def _post_columns(work: QueryPlan | CombinedPlan | StagedPlan) -> list[tuple[str
 
 def _outer_columns(outer: OuterQuery, columns: list[list[tuple[str, str]]]
                    ) -> list[tuple[str, str]]:
+    """The outer query's columns, typed on a row of NULLs; a UNION's also run on a row of
+    values of each column's type, so that a union of types no cast joins (a count and a
+    timestamp) or an ORDER BY casting a label is refused here, before any debit, not
+    failed on the released rows after it (a UNION's queries only pass values on)."""
+    probes = [lambda c: [(None,) * len(c)]]
+    if outer.what == UNIONED:
+        probes.append(lambda c: [tuple(_TYPED.get(kind, "x") for _, kind in c)])
     try:
-        names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c],
-                                              [(None,) * len(c)]) for c in columns])
+        for probe in probes:
+            names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c],
+                                                  probe(c)) for c in columns])
     except NotComputed as exc:
         raise NotSupported(exc.message) from None
     return list(zip(names, kinds))
+
+
+# a value of each released type (text: "x"), for the UNION's typing row
+_TYPED = {"bigint": 1, "double precision": 1.0, "numeric": Decimal(1), "boolean": True,
+          "date": dt.date(2000, 1, 1), "timestamp": dt.datetime(2000, 1, 1),
+          "timestamptz": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)}
 
 
 def _per_unit_note(source: QueryPlan) -> str:
