@@ -222,9 +222,6 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
     they read no row), the union of the released rows, its ORDER BY and LIMIT,
     post-processing."""
     leaves = _union_leaves(union)
-    if any(leaf.find_ancestor(exp.Intersect, exp.Except) for leaf in leaves):
-        raise NotSupported("INTERSECT and EXCEPT are not supported; UNION [ALL] of "
-                           "aggregate queries is")
     if len(leaves) > MAX_UNION:  # each a release: one statement of thousands of them
         raise Refused(f"a UNION of {len(leaves):,} queries is more than the {MAX_UNION} "
                       "releases one statement may hold; send fewer", "54000")
@@ -232,6 +229,9 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
     if len(widths) != 1:
         raise Refused("each UNION query must have the same number of columns", "42601")
     post = union.copy()
+    for bracket in [node for node in post.find_all(exp.Subquery)
+                    if not node.alias and isinstance(node.parent, exp.SetOperation)]:
+        bracket.replace(bracket.this)  # (SELECT …) UNION ALL (SELECT …): the queries
     sources, parts = [], []
     for index, leaf in enumerate(_union_leaves(post)):
         items = [item.unalias() for item in leaf.expressions]
@@ -240,6 +240,7 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
         body = leaf.copy()
         body.set("expressions", [item.copy() for item, fixed in zip(leaf.expressions, constant)
                                  if not fixed])
+        _renumbered(body, constant)
         if not body.expressions:
             raise NotSupported("each UNION query must compute an aggregate")
         plan = analyse(body)
@@ -263,10 +264,43 @@ def union_plan(union: exp.Union, analyse: Analyse, canonical: Callable[[exp.Expr
                                                    UNIONED))
 
 
+def _renumbered(body: exp.Select, constant: list[bool]) -> None:
+    """A branch's GROUP BY positions (``GROUP BY 2``) renumbered for its items without
+    the constant ones taken out; a position naming a constant dropped (grouping by a
+    constant changes no group)."""
+    group = body.args.get("group")
+    if group is None:
+        return
+    kept = []
+    for term in group.expressions:
+        if isinstance(term, exp.Literal) and term.is_int \
+                and 1 <= (position := int(term.name)) <= len(constant):
+            if constant[position - 1]:
+                continue
+            term = exp.Literal.number(position - sum(constant[:position - 1]))
+        kept.append(term)
+    group.set("expressions", kept)
+    if not kept:
+        body.set("group", None)
+
+
 def _union_leaves(union: exp.Union) -> list[exp.Select]:
-    """The queries a UNION combines, in order (not those inside their subqueries)."""
-    return [node for node in union.walk() if isinstance(node, exp.Select)
-            and not isinstance(node.parent, (exp.Subquery, exp.CTE))]
+    """The queries a UNION combines, in order, each in brackets or not (not the queries
+    inside them: an EXISTS's, a subquery's)."""
+    if not isinstance(union, exp.Union):
+        raise NotSupported("INTERSECT and EXCEPT are not supported; UNION [ALL] of "
+                           "aggregate queries is")
+    leaves = []
+    for side in (union.this, union.expression):
+        while isinstance(side, exp.Subquery) and not side.alias:
+            side = side.this
+        if isinstance(side, exp.SetOperation):
+            leaves += _union_leaves(side)
+        elif isinstance(side, exp.Select):
+            leaves.append(side)
+        else:
+            raise NotSupported("each UNION query must be one aggregate query")
+    return leaves
 
 
 def _post_steps(ctes: dict[str, exp.Expression]) -> list[str]:

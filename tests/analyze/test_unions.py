@@ -76,11 +76,20 @@ UNIONS = [
     "SELECT region, SUM(age) AS s FROM people GROUP BY 1 UNION SELECT 'all', SUM(age) FROM "
     "people UNION ALL SELECT 'young', SUM(age) FROM people WHERE age < 30 ORDER BY 2 DESC "
     "LIMIT 3",
+    # the review's three: positions after a constant item, queries in brackets, an EXISTS
+    # inside a query (each refused before)
+    "SELECT 'x' AS t, region, COUNT(*) AS n FROM people GROUP BY 2 UNION ALL SELECT 'y', "
+    "sex, COUNT(*) FROM people GROUP BY 1, 2",
+    "(SELECT region, COUNT(*) AS n FROM people GROUP BY 1 ORDER BY 1 LIMIT 1) UNION ALL "
+    "(SELECT sex, COUNT(*) FROM people GROUP BY 1) ORDER BY 1",
+    "SELECT COUNT(*) AS n FROM people p WHERE EXISTS (SELECT * FROM visits v WHERE "
+    "v.person_id = p.person_id AND v.days > 20) UNION ALL SELECT COUNT(*) FROM people",
 ]
 
 
-@pytest.mark.parametrize("sql,names", list(zip(UNIONS, [["t", "n"], ["sex", "region", "n"],
-                                                        ["region", "s"]])))
+@pytest.mark.parametrize("sql,names", list(zip(UNIONS, [
+    ["t", "n"], ["sex", "region", "n"], ["region", "s"], ["t", "region", "n"],
+    ["region", "n"], ["n"]])))
 @pytest.mark.usefixtures("no_noise")
 def test_a_union_of_releases_is_postgresql_s_union(engine, truth, sql, names):
     (answer,) = list(Session.open(engine, "alice").execute(sql))
