@@ -12,6 +12,7 @@ for an outer query over releases of given columns is prepared once (``_prepared`
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import re
@@ -92,6 +93,13 @@ _TO_CHAR = "idp_to_char"
 _STARTING = threading.Lock()
 
 
+def _formatted(moment, form: str) -> str | None:
+    """``time_keys.formatted`` of a moment Python holds; NULL for NULL and for one beyond
+    year 9999 or ±infinity, which DuckDB hands over as text (``to_timestamp`` of a
+    released number far beyond the years; PostgreSQL's to_char of ±infinity is NULL)."""
+    return formatted(moment, form) if isinstance(moment, dt.date) else None
+
+
 def _connection() -> duckdb.DuckDBPyConnection:
     """A connection of its own to this process's post-processing database (in memory,
     no file or network access): a cursor takes a millisecond where a new database takes
@@ -101,7 +109,8 @@ def _connection() -> duckdb.DuckDBPyConnection:
     with _STARTING:
         if _ENGINE is None or _ENGINE[0] != os.getpid():
             engine = duckdb.connect(":memory:", config={"enable_external_access": False})
-            engine.create_function(_TO_CHAR, formatted, ["TIMESTAMP", "VARCHAR"], "VARCHAR")
+            engine.create_function(_TO_CHAR, _formatted, ["TIMESTAMP", "VARCHAR"], "VARCHAR",
+                                   null_handling="special")  # it may give NULL
             _ENGINE = (os.getpid(), engine)
         return _ENGINE[1].cursor()
 
