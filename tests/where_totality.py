@@ -300,7 +300,11 @@ def check(sql: str, where: str, engine, truth, zone: str, groups_sql: str | None
 
 
 def _key(value):
+    """A group key as compared: a timestamptz as its UTC moment (PostgreSQL gives it in
+    the session's zone, the proxy in UTC: the same moment), a timestamp as written."""
     if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc)
         return value.replace(tzinfo=None).isoformat()
     if isinstance(value, dt.date):
         return value.isoformat()
