@@ -71,6 +71,7 @@ from proxy.vocabulary import (
     UNITS,
     CombinedPlan,
     GroupingSetsPlan,
+    Moment,
     PassthroughPlan,
     QueryPlan,
     StagedPlan,
@@ -913,9 +914,9 @@ def _with_intervals(answer: Answer) -> Answer:
     return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
 
 
-def _moment(plan: QueryPlan, index: int) -> tuple | None:
-    """(origin, type) of a MAX or MIN of a date or timestamp column (its released number
-    is the days or seconds from the origin), else None."""
+def _moment(plan: QueryPlan, index: int) -> Moment | None:
+    """What a MAX or MIN of a date or timestamp column ranks (its released number is
+    the days or seconds from the origin), else None."""
     column = plan.aggregates[index].column
     return getattr(plan.table.columns.get(column), "moment", None) if column else None
 
@@ -932,7 +933,7 @@ def _output_kind(plan: QueryPlan, output) -> str:
     if output.group is not None:
         return RULE_TYPES[plan.group_by[output.group].type]
     if (moment := _moment(plan, output.aggregate)) is not None:
-        return RULE_TYPES[moment[1]]
+        return RULE_TYPES[moment.kind]
     aggregate = plan.aggregates[output.aggregate]
     output_type = aggregate.kind.row.output
     if output_type == "column":

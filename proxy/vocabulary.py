@@ -582,24 +582,35 @@ def unit_sources(table: Table, joins: tuple[Join, ...]) -> tuple[tuple[Table, bo
 
 
 @dataclass(frozen=True)
+class Moment:
+    """What MAX or MIN of a date or timestamp column ranks: the whole days or seconds
+    from ``origin`` (the end of ``window`` the answer is near) to the moment of
+    ``column`` clamped to ``window`` — its declared domain as the WHERE narrows it,
+    which the shape cache reads again (``shapes._Template.bind``); answered as a
+    ``kind`` ("date" or "timestamp")."""
+
+    origin: dt.datetime
+    kind: str
+    column: str
+    window: tuple[dt.datetime, dt.datetime]
+
+
+@dataclass(frozen=True)
 class DerivedColumn(Column):
     """An aggregate's expression as a column of the plan's table. ``name`` is the
     expression's SQL; ``expression`` its tree over resolved column names, rendered for
     the backend by ``render``."""
 
     expression: Any = None
-    # MAX or MIN of a date or timestamp column: the released number is the days or
-    # seconds from this moment (the domain's end the grid is dense at), and the
-    # answer that moment moved by it, of this type ("date" or "timestamp")
-    moment: tuple[dt.datetime, str] | None = None
+    moment: Moment | None = None  # of MAX or MIN of a date or timestamp column
 
     def shown(self, value: Any) -> Any:
         """A released value as the answer gives it: of a moment column, the moment
         (whole days or seconds from the origin); any other, unchanged."""
         if self.moment is None or value is None:
             return value
-        origin, kind = self.moment
-        if kind == "date":
+        origin = self.moment.origin
+        if self.moment.kind == "date":
             return origin.date() + dt.timedelta(days=round(float(value)))
         return origin + dt.timedelta(seconds=round(float(value)))
 

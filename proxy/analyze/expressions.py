@@ -42,12 +42,13 @@ from sqlglot import exp
 
 from proxy import guards
 from proxy.analyze.aggregates import PAIRED
+from proxy.analyze.group_keys import within_where
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.time_fields import extracted_column, field_range, field_sql
 from proxy.errors import NotSupported, ProxyError
 from proxy.rules import Table
 from proxy.statistics import MAGNITUDE_CAP, value_range
-from proxy.vocabulary import DerivedColumn, read_raw
+from proxy.vocabulary import DerivedColumn, Moment, read_raw
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
            "NULLIF(x, constant), CAST to a number (of a condition: to integer), abs, least, "
@@ -139,7 +140,9 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
             node = count
         for argument in _arguments(node):
             if isinstance(argument, exp.Column) and type(node) in (exp.Max, exp.Min):
-                column = moment_column(argument, table, resolve, type(node) is exp.Max)
+                where = select.args.get("where")
+                column = moment_column(argument, table, resolve, type(node) is exp.Max,
+                                       where.this if where is not None else None)
                 if column is not None:
                     derived[column.name] = column
                     argument.replace(exp.column(column.name))
@@ -195,16 +198,20 @@ def derive(node: exp.Expression, table: Table, resolve,
                          declared_resolution=resolution, expression=value.sql)
 
 
-def moment_column(node: exp.Column, table: Table, resolve, largest: bool
-                  ) -> DerivedColumn | None:
+def moment_column(node: exp.Column, table: Table, resolve, largest: bool,
+                  where: exp.Expression | None = None) -> DerivedColumn | None:
     """MAX or MIN of a date or timestamp column with a declared domain (Metabase's
-    Earliest and Latest) as a whole number: the days (a date) or seconds from the
-    domain's end the answer is near — the last moment for MAX, the first for MIN — to
-    the moment clamped to the domain (``guards.moment_number``). Its domain is the
-    declared one in those units, so the exponential mechanism's candidates are every
-    second (day) near that end, then 0.78 % of the distance apart (docs/privacy.md §5.3),
-    and the answer is the origin moved by the number drawn (``DerivedColumn.shown``).
-    None for any other column."""
+    Earliest and Latest) as a whole number: the days (a date) or seconds from the end
+    of its window the answer is near — the last moment for MAX, the first for MIN — to
+    the moment clamped to the window (``guards.moment_number``). The window is the
+    declared domain narrowed by the WHERE's ranges of the column
+    (``group_keys.within_where``: the text alone; every row in scope lies in it, or
+    beyond the domain, clamped to its nearer end as before), so a dashboard's time range
+    puts the dense candidates where its rows are. The number's domain is the window in
+    those units: the exponential mechanism's candidates are every second (day) near
+    that end, then 0.78 % of the distance apart (docs/privacy.md §5.3), and the answer is
+    the origin moved by the number drawn (``DerivedColumn.shown``). None for any other
+    column."""
     declared = table.columns.get(resolve(node))
     if declared is None or declared.type not in ("date", "timestamp"):
         return None
@@ -213,15 +220,19 @@ def moment_column(node: exp.Column, table: Table, resolve, largest: bool
                            f"domain [first, last] of {declared.name} in the rules (its "
                            "candidates are drawn within it); ask the data owner")
     seconds = declared.type == "timestamp"
-    first, last = (_cut(moment, seconds) for moment in declared.time_domain)
+    window = within_where(declared, where, resolve)
+    if window[1] < window[0]:  # a WHERE no moment meets: the scope is empty
+        window = (window[0], window[0])
+    first, last = (_cut(moment, seconds) for moment in window)
     origin = last if largest else first
     span = _moment_number(last, seconds) - _moment_number(first, seconds)
     unit = "seconds" if seconds else "days"
-    sql = guards.moment_number(exp.column(declared.name, quoted=True), declared.time_domain,
+    sql = guards.moment_number(exp.column(declared.name, quoted=True), window,
                                seconds) - exp.Literal.number(_moment_number(origin, seconds))
     return DerivedColumn(f"{declared.name} in {unit} from {origin.isoformat(' ')}", "int",
                          -span if largest else 0, 0 if largest else span,
-                         expression=exp.paren(sql), moment=(origin, declared.type))
+                         expression=exp.paren(sql),
+                         moment=Moment(origin, declared.type, declared.name, window))
 
 
 def _cut(moment, seconds: bool):

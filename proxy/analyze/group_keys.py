@@ -208,13 +208,13 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
         return _shifted_buckets(node, table, resolve, name, where)
     if tool_time_term(node) and _reads_time(node, table, resolve):
         return time_term(node, table, resolve, name,
-                         lambda column: _within_where(column, where, resolve))
+                         lambda column: within_where(column, where, resolve))
     if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         unit = _unit(node.args.get("unit"))
         column = _time_column(node.this, table, resolve, f"date_trunc('{unit}', …)")
         if unit not in TRUNC_UNITS:
             raise NotSupported(f"date_trunc takes one of {', '.join(TRUNC_UNITS)}; got {unit}")
-        first, last = _within_where(column, where, resolve)
+        first, last = within_where(column, where, resolve)
         keys = _truncations(first, last, unit) if first <= last else ()
         if column.type == "date":  # PostgreSQL's date_trunc(text, timestamptz): a moment
             return GroupKey(name, TIME_TRUNC, column.name, keys, "timestamptz", unit,
@@ -258,7 +258,7 @@ def _time_part(node: exp.Expression, table: Table, resolve, name: str,
     extract, scale, offset = shape
     field = part_field(extract.this)
     column = _time_column(extract.expression, table, resolve, f"extract({field} FROM …)")
-    first, last = _within_where(column, where, resolve)
+    first, last = within_where(column, where, resolve)
     keys = tuple(dict.fromkeys(scale * v + offset for v in field_values(field, first, last)))
     if any(abs(key) > _INT4 for key in keys):
         raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} reaches beyond the "
@@ -324,7 +324,7 @@ def _shifted_buckets(node: exp.Expression, table: Table, resolve, name: str,
     if max(abs(low), abs(high)) > _MAX_SHIFT:
         raise NotSupported(f"{node.sql(dialect='postgres')} shifts a moment by more than a "
                            f"century ({scale.name} in [{scale.lower:g}, {scale.upper:g}])")
-    first, last = _within_where(column, where, resolve)
+    first, last = within_where(column, where, resolve)
     try:
         keys = _truncations(first + low, last + high, unit) if first <= last else ()
     except OverflowError:
@@ -452,7 +452,7 @@ _TICK = dt.timedelta(microseconds=1)
 
 def narrow_window(table: Table, where: exp.Expression | None, resolve) -> bool:
     """Whether the WHERE keeps some time column with a declared domain to at most half of
-    it (``_within_where``: top-level AND terms comparing it with literals). The text and
+    it (``within_where``: top-level AND terms comparing it with literals). The text and
     the rules alone, never the data: the same on every neighbour (docs/privacy.md §3.3,
     "Counts in a window")."""
     if where is None:
@@ -460,13 +460,13 @@ def narrow_window(table: Table, where: exp.Expression | None, resolve) -> bool:
     for column in table.columns.values():
         if column.time_domain is not None:
             low, high = column.time_domain
-            first, last = _within_where(column, where, resolve)
+            first, last = within_where(column, where, resolve)
             if 2 * (last - first) <= high - low:
                 return True
     return False
 
 
-def _within_where(column: Column, where: exp.Expression | None, resolve
+def within_where(column: Column, where: exp.Expression | None, resolve
                   ) -> tuple[dt.datetime, dt.datetime]:
     """The declared [first, last] of a time column, narrowed by the conditions on it that
     every row in scope meets: top-level AND terms (in brackets or not) comparing it with
@@ -615,7 +615,7 @@ def _epoch_bin(node: exp.Expression, width: int, scale: int, table: Table, resol
     """Bins of ``width`` seconds of a time column, listed from the first to the last
     moment the domain and the WHERE clause's time range let in."""
     column = _time_column(node, table, resolve, f"floor(extract(epoch FROM …) / {width})")
-    first, last = _within_where(column, where, resolve)
+    first, last = within_where(column, where, resolve)
     low, high = epoch_seconds(first) // width, epoch_seconds(last) // width
     _refuse_huge(high - low + 1, f"{width}-second")
     keys = tuple(k * scale for k in range(low, high + 1)) if first <= last else ()

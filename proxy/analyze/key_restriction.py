@@ -16,7 +16,7 @@ meet it:
   anything else lets every value in), keeps the bins whose values meet it; the first
   and the last bin also hold every value beyond the domain (a value is clamped into it
   before it is binned: ``proxy.pushdown.group_sql``);
-- time buckets are narrowed by ``group_keys._within_where`` (time ranges).
+- time buckets are narrowed by ``group_keys.within_where`` (time ranges).
 
 A top-level OR whose every branch has AND terms reading only the column restricts the
 keys by the OR of those terms, which it implies (``trees.implied_condition``; TPC-H

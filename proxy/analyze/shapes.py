@@ -25,7 +25,9 @@ plan replaces the kept one). A literal is a slot only when all of these hold:
 
 And a plan is reused only where the new literals leave ``QueryPlan.window`` as it was
 (whether the WHERE keeps a time column to at most half its domain: ``_Template.bind``
-reads it again); else the statement is analysed afresh.
+reads it again), and the window of each MAX or MIN of a date or timestamp
+(``vocabulary.Moment``: its domain as the WHERE narrows it) too; else the statement is
+analysed afresh.
 
 What else the analysis reads of a WHERE literal is its kind, which the shape keeps: a
 number or a string (``check_predicate`` refuses the wrong one for the column, and a
@@ -63,7 +65,7 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
 from proxy.analyze.canonical import canonical_sql
-from proxy.analyze.group_keys import narrow_window
+from proxy.analyze.group_keys import narrow_window, within_where
 from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
@@ -140,7 +142,9 @@ class _Template:
             where = plan.where.copy()
             replace_all((node, _literal(literals[index])) for node in list(where.find_all(
                 exp.Literal)) if (index := self.slots.get(node.meta.get("start"))) is not None)
-            if narrow_window(plan.table, where, _named) != plan.window:
+            if narrow_window(plan.table, where, _named) != plan.window or any(
+                    within_where(plan.table.columns[m.column], where, _named) != m.window
+                    for m in _moments(plan.table)):
                 return None
             plan = replace(plan, where=where)
         return self.canonical(literals), plan
@@ -148,6 +152,13 @@ class _Template:
     def canonical(self, literals: Sequence[Token]) -> str:
         return "".join(piece if isinstance(piece, str)
                        else _RENDER.literal_sql(_literal(literals[piece])) for piece in self.sql)
+
+
+def _moments(table) -> list:
+    """What each MAX or MIN of a date or timestamp column ranks (``vocabulary.Moment``):
+    its window, narrowed by the WHERE's literals, is the plan's own."""
+    return [column.moment for column in table.columns.values()
+            if getattr(column, "moment", None) is not None]
 
 
 def _named(column: exp.Column) -> str:

@@ -432,8 +432,9 @@ def _ranked(a: Asked) -> Released:
     mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
     moment = getattr(plan.table.columns[agg.column], "moment", None)
     note = _INSTANCE_NOTE.format("away from 0" if moment is None else
-                                 f"of their distance from {moment[0].isoformat(' ')}, every "
-                                 f"{'second' if moment[1] == 'timestamp' else 'day'} near it")
+                                 f"of their distance from {moment.origin.isoformat(' ')}, "
+                                 f"every {'second' if moment.kind == 'timestamp' else 'day'} "
+                                 "near it")
     if agg.continuous:
         note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
     if agg.kind == PERCENTILE and one_row_per_unit(plan):

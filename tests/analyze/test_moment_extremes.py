@@ -119,7 +119,7 @@ def test_each_backend_computes_python_s_number_inside_the_derived_domain(engine,
     table = engine.rules.tables["visits"]
     for name, largest in (("at", True), ("at", False), ("day", True), ("day", False)):
         column = moment_column(exp.column(name), table, lambda node: node.name, largest)
-        origin = column.moment[0]
+        origin = column.moment.origin
         sql = column.expression.sql(dialect=engine.backend.dialect)
         got = sorted(engine.backend.query(f"SELECT person_id, {sql} FROM visits"),
                      key=lambda row: row[0])
@@ -164,6 +164,35 @@ def test_the_answer_filters_and_sorts_as_a_moment(engine):
     sql = "SELECT department, MIN(day) AS first FROM visits GROUP BY 1 ORDER BY 2 DESC"
     (answer,) = list(Session.open(engine, "alice").execute(sql))
     assert answer.rows == [("a", BOTTOM["a"].date()), ("b", FIRST.date())]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_the_where_s_range_is_the_window_and_a_kept_plan_reads_it_again(engine, truth):
+    """``WHERE at >= '2024-03-01'`` narrows the window the number is counted in (its
+    candidates dense at the answer's end of it, not at the domain's); a plan kept for
+    one range is not bound to another (the shape cache reads the window again): each
+    answer's note names its own origin, each answer PostgreSQL's extreme of the rows in
+    scope."""
+    session = Session.open(engine, "alice")
+    for first in ("2023-06-01", "2023-08-01", "2023-06-01"):
+        where = (f"at >= '{first}' AND at < '2023-12-01' AND day <= '2023-11-30' AND "
+                 "department = 'a'")
+        (answer,) = list(session.execute(f"SELECT MIN(at), MAX(day) FROM visits WHERE {where}"))
+        assert f"of their distance from {first} 00:00:00, every second" in answer.notice
+        assert "of their distance from 2023-11-30 00:00:00, every day" in answer.notice
+        (wanted,) = truth(f"SELECT date_trunc('second', MIN(at)), MAX(day) FROM visits "
+                          f"WHERE {where}")
+        assert wanted[0] <= answer.rows[0][0] <= _T(2023, 12, 1)
+        assert dt.date.fromisoformat(first) <= answer.rows[0][1] <= wanted[1]
+    table = engine.rules.tables["visits"]
+    where = exp.maybe_parse("at > '2024-06-30 12:00:00.5' AND at <= '2024-07-31'")
+    column = moment_column(exp.column("at"), table, lambda node: node.name, False, where)
+    assert column.moment.window == (_T(2024, 6, 30, 12, 0, 0, 500000), _T(2024, 7, 31))
+    assert (column.moment.origin, column.lower, column.upper) == (
+        _T(2024, 6, 30, 12), 0, 31 * 86400 - 12 * 3600)
+    empty = exp.maybe_parse("at > '2024-07-31' AND at < '2024-06-30'")
+    column = moment_column(exp.column("at"), table, lambda node: node.name, True, empty)
+    assert (column.lower, column.upper) == (0, 0)
 
 
 @pytest.mark.parametrize("sql,fragment", [

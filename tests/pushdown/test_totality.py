@@ -380,7 +380,7 @@ def test_the_number_a_moment_s_max_or_min_ranks_is_total(engine, largest):
     table = totality.RULES.tables[totality.TABLE]
     column = moment_column(exp.column("at"), table, lambda node: node.name, largest)
     first, last = table.columns["at"].time_domain
-    origin = column.moment[0]
+    origin = column.moment.origin
     sql = column.expression.sql(dialect=engine.backend.dialect)
     got = dict(engine.backend.query(f"SELECT id, {sql} FROM {totality.TABLE}"))
     for unit, moment in zip(ROWS["id"], ROWS["at"]):
