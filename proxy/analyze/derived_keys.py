@@ -63,10 +63,15 @@ def derived_case(node: exp.Expression, table: Table, resolve,
         columns = _inputs(node, table, resolve, where)
         outputs: dict[Any, list[tuple[Any, ...]]] = {}
         names = list(columns)
+        nulls = []  # the inputs that give NULL: a key where declared values give it
         for values in itertools.product(*(columns[name] for name in names)):
             result = _value(node, dict(zip(names, values)), table, resolve)
-            if result is not None or None not in values:
-                outputs.setdefault(None if result is None else _key(result), []).append(values)
+            if result is None:
+                nulls.append(values)
+            else:
+                outputs.setdefault(_key(result), []).append(values)
+        if any(None not in values for values in nulls):
+            outputs[None] = nulls
     except (_Unevaluated, Undecided, Refused, ArithmeticError, ValueError, RecursionError):
         return None
     kinds = {type(key) for key in outputs if key is not None}

@@ -193,7 +193,9 @@ def group_term(node: exp.Expression, table: Table, resolve,
             raise
         if not derived.args.get("ifs"):  # the WHERE admits no key: zero rows, nothing sent
             return GroupKey(default_name(node), CASE, None, (), "text")
-        return _case(derived, table, resolve, default_name(node))
+        # a row whose inputs are not all declared values (or NULL) meets no WHEN: in
+        # no group, as for GROUP BY region, not in the NULL group SQL's CASE would give
+        return _case(derived, table, resolve, default_name(node), unmatched=False)
 
 
 def _shaped_term(node: exp.Expression, table: Table, resolve,
@@ -639,12 +641,14 @@ def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> Gr
                     numbers=(low, high, count))
 
 
-def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
+def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = True
+          ) -> GroupKey:
     """CASE with literal outputs: its keys are those literals (strings, or whole numbers);
     the conditions are checked as WHERE conditions are (one record at a time). A NULL
     output (``ELSE NULL``, ``THEN NULL``) is a key too, as SQL groups NULLs: the rows no
-    branch takes then form the NULL group (the keys are then indices of the labels);
-    without one they belong to no group."""
+    branch takes then form the NULL group (the keys are then indices of the labels),
+    unless ``unmatched`` is false (a derived key's CASE: they are rows of undeclared
+    values); without one they belong to no group."""
     subject = node.this
     branches = []
     outputs = []
@@ -672,7 +676,8 @@ def _case(node: exp.Case, table: Table, resolve, name: str) -> GroupKey:
     index = {label: i for i, label in enumerate(labels)}
     return GroupKey(name, CASE, None, tuple(range(len(labels))), kind,
                     branches=tuple((condition, index[value]) for condition, value in branches),
-                    default=index[default], labels=labels)
+                    default=index[default] if unmatched or default is not None else None,
+                    labels=labels)
 
 
 def _condition(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey:

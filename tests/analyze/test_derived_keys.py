@@ -200,3 +200,27 @@ def test_a_one_to_one_function_of_a_key_groups_by_the_key(engine, truth):
            "COUNT(*) AS n FROM people WHERE at < '2024-02-01' GROUP BY 1")
     answered = _answered(engine, sql)
     assert {k: n for k, n in answered.items() if n} == dict(truth(sql)) and len(answered) == 31
+
+
+UNDECLARED = {"person_id": [1, 2, 3, 4, 5, 6], "region": ["north", "nowhere", None, "south",
+                                                         "nowhere", None],
+              "sex": ["f"] * 6, "age": [3, 3, 30, 30, 30, 200], "days": [0] * 6,
+              "income": [1.0] * 6, "at": [dt.datetime(2024, 5, 1)] * 6}
+
+
+@pytest.mark.parametrize("term,wanted", [
+    ("NULLIF(region, 'north')", {"south": 1, None: 3}),
+    ("CASE WHEN region = 'north' THEN NULL ELSE age END", {30: 2, 120: 1, None: 1}),
+    ("CASE WHEN age > 100 THEN NULL ELSE region END", {"north": 1, "south": 1, None: 2}),
+])
+@pytest.mark.usefixtures("no_noise")
+def test_a_row_of_an_undeclared_value_is_in_no_group_not_the_null_one(backend_url, term,
+                                                                      wanted):
+    """A region no rule declares ('nowhere') puts its row in no group, as for GROUP BY
+    region, also where the term has a NULL group (the review found such rows counted in
+    it: the CASE's own ELSE is NULL); a NULL input is a value of the term like any other
+    (age 200, beyond the domain, counts as 120)."""
+    with open_engine(backend_url, RULES, {"people": Table(UNDECLARED, TYPES)}) as made:
+        answered = _answered(made, f"SELECT {term} AS k, COUNT(*) FROM people GROUP BY 1")
+    assert set(wanted) <= set(answered)
+    assert {key: count for key, count in answered.items() if count} == wanted
