@@ -46,7 +46,8 @@ from proxy.vocabulary import COLUMN, GroupKey
 
 _INPUTS = 1_000  # the most values one int column's domain lists
 _COMBINATIONS = 2_000  # the most value combinations one term is evaluated on
-_TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR)
+# (a bare CHAR is char(1) in PostgreSQL: 'north' cast to it is 'n'; not evaluated here)
+_TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
 _INT_TYPES = (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT)
 
 
@@ -210,13 +211,17 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
     if isinstance(node, exp.Coalesce):
         return next((arg for arg in args if arg is not None), None)
     if isinstance(node, (exp.Concat, exp.ConcatWs)):
+        # CONCAT writes each argument by its type's output: a boolean as t or f
         if isinstance(node, exp.ConcatWs):
+            if args[0] is not None and not isinstance(args[0], str):
+                raise _Unevaluated  # PostgreSQL has no concat_ws of a number separator
             if args[0] is None:
                 return None
-            return _text(args[0]).join(_text(arg) for arg in args[1:] if arg is not None)
-        return "".join(_text(arg) for arg in args if arg is not None)
+            return args[0].join(_text(arg, True) for arg in args[1:] if arg is not None)
+        return "".join(_text(arg, True) for arg in args if arg is not None)
     if isinstance(node, exp.Nullif):
-        return None if args[0] is not None and args[0] == args[1] else args[0]
+        first, second = _compared(node.this, args[0], node.expression, args[1])
+        return None if first is not None and first == second else first
     if isinstance(node, (exp.Least, exp.Greatest)):
         present = [_number(arg) for arg in args if arg is not None]
         return (min if isinstance(node, exp.Least) else max)(present) if present else None
@@ -278,22 +283,61 @@ def _case(node: exp.Case, row: dict[str, Any], table: Table, resolve) -> Any:
         if len(read) != 1:
             raise _Unevaluated
         name = read.pop()
+        if isinstance(condition.unnest(), exp.Column) and table.columns[name].type != "bool":
+            raise _Unevaluated  # CASE WHEN age THEN …: an int is no condition there
         if truth_on_key(condition, row[name], table.columns[name].type) is True:
             return _value(branch.args["true"], row, table, resolve)
     default = node.args.get("default")
     return None if default is None else _value(default, row, table, resolve)
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, output: bool = False) -> str:
     """A value as PostgreSQL writes it in text: whole numbers of int arithmetic only (a
-    numeric's text shows its scale: ``2 * 10.0`` is ``20.0``)."""
+    numeric's text shows its scale: ``2 * 10.0`` is ``20.0``); a boolean cast to text
+    is true or false, written by its type's ``output`` (CONCAT's) t or f."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return ("t" if value else "f") if output else ("true" if value else "false")
     if isinstance(value, int) and abs(value) < 10**15:  # a double prints 1e+15 beyond
         return str(value)
     raise _Unevaluated
+
+
+def _compared(left: exp.Expression, first: Any, right: exp.Expression, second: Any
+              ) -> tuple[Any, Any]:
+    """NULLIF's operands as PostgreSQL compares them: a quoted literal beside a number
+    read as a number (``NULLIF(age, '5')``); text beside a number (or a boolean beside
+    either) otherwise has no equality operator there (an error): not evaluated here."""
+    def kind(value: Any) -> type | None:
+        return None if value is None else bool if isinstance(value, bool) else \
+            str if isinstance(value, str) else int
+
+    if kind(first) is None or kind(second) is None or kind(first) == kind(second):
+        return first, second
+    if {kind(first), kind(second)} == {str, int}:
+        if kind(first) is str and _quoted(left):
+            return _read_number(first, second), second
+        if kind(second) is str and _quoted(right):
+            return first, _read_number(second, first)
+    raise _Unevaluated
+
+
+def _quoted(node: exp.Expression) -> bool:
+    node = node.unnest()
+    return isinstance(node, exp.Literal) and node.is_string
+
+
+def _read_number(text: str, beside: Any) -> int | Fraction:
+    """A quoted literal read as the type of the number beside it (an integer's input
+    takes a whole number only)."""
+    try:
+        number = Fraction(Decimal(text.strip()))
+    except (ArithmeticError, ValueError):
+        raise _Unevaluated from None  # PostgreSQL: invalid input syntax
+    if isinstance(beside, int) and number.denominator != 1:
+        raise _Unevaluated
+    return int(number) if number.denominator == 1 else number
 
 
 def _ascii(value: Any) -> str:
@@ -347,6 +391,15 @@ def _cast(node: exp.Cast, value: Any) -> Any:
     raise _Unevaluated
 
 
+def _terminating(quotient: Fraction) -> Fraction:
+    """A numeric quotient PostgreSQL computes exactly: a decimal of at most 15 places
+    (its numeric division keeps at least 16 significant digits); any other it rounds
+    (25 / 3.0 * 3 is 24.9999999999999999 there), which is not evaluated here."""
+    if (quotient * 10**15).denominator != 1:
+        raise _Unevaluated
+    return quotient
+
+
 def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fraction:
     whole = all(isinstance(arg, int) for arg in args)
     if isinstance(node, exp.Neg):
@@ -358,8 +411,10 @@ def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fract
         return rounded if whole else Fraction(rounded)
     if isinstance(node, exp.Round):
         digits = args[1]
-        if not isinstance(digits, int) or not whole:
-            raise _Unevaluated  # a double rounds half to even, a numeric half away
+        if not isinstance(digits, int) or not whole or digits > 0:
+            # a double rounds half to even, a numeric half away; ROUND(age, 1) is the
+            # numeric 25.0, whose text shows its scale
+            raise _Unevaluated
         return int(Decimal(args[0]).quantize(Decimal(1).scaleb(-digits),
                                              rounding=ROUND_HALF_UP)) \
             if digits < 0 else args[0]
@@ -376,7 +431,7 @@ def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fract
         if whole:  # integer division truncates toward zero
             quotient = abs(left) // abs(right)
             return quotient if (left < 0) == (right < 0) else -quotient
-        return Fraction(left) / Fraction(right)
+        return _terminating(Fraction(left) / Fraction(right))
     if isinstance(node, exp.Mod) and whole:
         return left - right * int(Fraction(left, right))  # the dividend's sign, as in C
     raise _Unevaluated

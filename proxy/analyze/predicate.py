@@ -81,7 +81,27 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                 "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
     _check_literal_types(condition, table)
+    _check_conditions(condition, table, place)
     return computed_fields(_merged_exclusions(_whole_numbers(condition, table)), table)
+
+
+def _check_conditions(condition: exp.Expression, table: Table, place: str) -> None:
+    """What stands where a condition must (the whole, and each operand of AND, OR and
+    NOT) is one: a comparison, TRUE, FALSE, NULL or a bool column. A number or text
+    there (``CASE WHEN age THEN …``, ``WHERE 1``) failed in the backend after the debit
+    (PostgreSQL: "argument of WHEN must be type boolean")."""
+    pending = [condition]
+    while pending:
+        node = pending.pop().unnest()
+        if isinstance(node, (exp.Connector, exp.Not)):
+            pending += [node.this] + ([node.expression] if isinstance(node, exp.Connector)
+                                      else [])
+            continue
+        if isinstance(node, exp.Column) and table.columns[node.name].type != "bool" or \
+                isinstance(node, (exp.Literal, exp.Neg, exp.Tuple)):
+            shown = node.name if isinstance(node, exp.Column) else node.sql(dialect="postgres")
+            raise NotSupported(f"{shown} is not a condition in {place}; compare it: age > 30, "
+                               "region = 'north'")
 
 
 INT4_MAX = 2**31 - 1  # PostgreSQL's substring(text, int, int)

@@ -181,6 +181,13 @@ REFUSED = [
      "WHERE v.cost > 25)", "0A000", "IN (SELECT … FROM visits) is not supported"),
     ("SELECT COUNT(*) FROM people WHERE person_id IN (SELECT people.person_id FROM visits)",
      "0A000", "IN (SELECT … FROM visits) is not supported"),
+    # a number or a column that is no bool where a condition must stand: PostgreSQL's
+    # "argument of WHERE must be type boolean", which failed after the debit
+    ("SELECT COUNT(*) FROM people WHERE age", "0A000", "age is not a condition in WHERE"),
+    ("SELECT COUNT(*) FROM people WHERE age > 3 AND NOT region", "0A000",
+     "region is not a condition in WHERE"),
+    ("SELECT CASE WHEN age THEN 'x' END AS k, COUNT(*) FROM people GROUP BY 1", "0A000",
+     "age is not a condition in a CASE condition"),
     # USING merges the unit; the join rules then decide on its ON form
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
      "join on their privacy unit or along a declared link only"),

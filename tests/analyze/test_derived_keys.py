@@ -41,10 +41,11 @@ age    = { type = "int", domain = [0, 120] }
 days   = { type = "int", domain = [-7, 60] }
 income = { type = "float", domain = [0, 100000] }
 at     = { type = "timestamp", domain = [2024-01-01T00:00:00, 2024-12-31T23:59:59] }
+vip    = { type = "bool", keys = [false, true] }
 """
 RULES = parse_rules(RULES_TEXT, "derived_keys.toml")
 TYPES = {"person_id": "INTEGER", "region": "TEXT", "sex": "TEXT", "age": "INTEGER",
-         "days": "INTEGER", "income": "DOUBLE PRECISION", "at": "TIMESTAMP"}
+         "days": "INTEGER", "income": "DOUBLE PRECISION", "at": "TIMESTAMP", "vip": "BOOLEAN"}
 REGIONS = ["north", "south", "east", "west", " East ", None]
 ROWS = {
     "person_id": list(range(1, 301)),
@@ -54,6 +55,7 @@ ROWS = {
     "days": [(i * 11) % 68 - 7 for i in range(300)],
     "income": [float(i * 331 % 100000) for i in range(300)],
     "at": [dt.datetime(2024, 1, 1) + dt.timedelta(hours=29 * i + i % 5) for i in range(300)],
+    "vip": [None if i % 23 == 1 else i % 3 == 0 for i in range(300)],
 }
 
 engine = engine_fixture(RULES, lambda: {"people": Table(ROWS, TYPES)}, shared=True)
@@ -133,7 +135,7 @@ def test_the_keys_come_from_the_rules_and_the_where_not_the_data(engine):
 def test_a_value_beyond_the_domain_lands_where_its_clamped_value_does(backend_url):
     rows = {"person_id": [1, 2, 3, 4, 5], "region": ["north", "nowhere", None, "west", "east"],
             "sex": ["f"] * 5, "age": [-5, 130, 64, 65, None], "days": [0] * 5,
-            "income": [1.0] * 5, "at": [dt.datetime(2024, 5, 1)] * 5}
+            "income": [1.0] * 5, "at": [dt.datetime(2024, 5, 1)] * 5, "vip": [True] * 5}
     with open_engine(backend_url, RULES, lambda: {"people": Table(rows, TYPES)}) as made:
         decades = _answered(made, "SELECT ROUND(age, -1), COUNT(*) FROM people GROUP BY 1")
         regions = _answered(made, "SELECT UPPER(region), COUNT(*) FROM people GROUP BY 1")
@@ -205,7 +207,7 @@ def test_a_one_to_one_function_of_a_key_groups_by_the_key(engine, truth):
 UNDECLARED = {"person_id": [1, 2, 3, 4, 5, 6], "region": ["north", "nowhere", None, "south",
                                                          "nowhere", None],
               "sex": ["f"] * 6, "age": [3, 3, 30, 30, 30, 200], "days": [0] * 6,
-              "income": [1.0] * 6, "at": [dt.datetime(2024, 5, 1)] * 6}
+              "income": [1.0] * 6, "at": [dt.datetime(2024, 5, 1)] * 6, "vip": [True] * 6}
 
 
 @pytest.mark.parametrize("term,wanted", [
@@ -224,3 +226,34 @@ def test_a_row_of_an_undeclared_value_is_in_no_group_not_the_null_one(backend_ur
         answered = _answered(made, f"SELECT {term} AS k, COUNT(*) FROM people GROUP BY 1")
     assert set(wanted) <= set(answered)
     assert {key: count for key, count in answered.items() if count} == wanted
+
+
+@pytest.mark.parametrize("term,where", [
+    ("CONCAT(vip, 'x')", ""),  # CONCAT writes a boolean t or f
+    ("CAST(vip AS text) || 'x'", ""),  # a cast and || write true or false
+    ("NULLIF(age, '5')", "WHERE age < 10"),  # the quoted 5 is read as age's number
+    ("ROUND(age, 0)", "WHERE age < 10"),
+    ("FLOOR(age / 4.0 * 4)", ""),  # a quotient of at most 15 places: exact there too
+])
+@pytest.mark.usefixtures("no_noise")
+def test_labels_are_postgresql_s_where_its_types_decide_them(engine, truth, term, where):
+    sql = f"SELECT {term} AS k, COUNT(*) FROM people {where} GROUP BY 1"
+    answered = _answered(engine, sql)
+    wanted = {key: count for key, count in truth(sql)}
+    assert {key: count for key, count in answered.items() if count} == {
+        key: count for key, count in wanted.items() if key is not None or None in answered}
+
+
+@pytest.mark.parametrize("term", [
+    "FLOOR(age / 3.0 * 3)",  # PostgreSQL's numeric division rounds 25 / 3.0
+    "CEIL(age * 1.0 / 7 * 7)",
+    "ROUND(age, 1)",  # the numeric 25.0: its text shows the scale
+    "CAST(region AS CHAR)",  # char(1)
+    "NULLIF(region, age)",  # PostgreSQL has no text = integer
+    "CONCAT_WS(age, region)",  # nor concat_ws of an integer separator
+    "CASE WHEN age THEN 1 END",  # nor an integer condition
+    "NULLIF(age, 'five')",
+])
+def test_labels_postgresql_computes_otherwise_or_refuses_are_refused_for_free(engine, term):
+    refused_for_free(engine, f"SELECT {term} AS k, COUNT(*) FROM people GROUP BY 1", "0A000",
+                     "")
