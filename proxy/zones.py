@@ -59,6 +59,22 @@ def zone_named(name: str) -> zoneinfo.ZoneInfo:
                        "(e.g. 'Europe/Berlin', 'UTC')")
 
 
+# Names of PostgreSQL's default time zone abbreviations (pg_timezone_abbrevs) that are
+# also IANA zones with summer time: in ``AT TIME ZONE`` (and a moment's text)
+# PostgreSQL reads the abbreviation first, a fixed offset, where ``SET TimeZone`` reads
+# the IANA zone. Every other IANA name reads alike in both (checked against
+# PostgreSQL 15: these four alone differ).
+_ABBREVIATIONS = {"cet": "Etc/GMT-1", "met": "Etc/GMT-1", "eet": "Etc/GMT-2", "wet": "Etc/UTC"}
+
+
+def named_in_statement(name: str) -> zoneinfo.ZoneInfo:
+    """The zone ``AT TIME ZONE 'name'`` reads, as PostgreSQL reads it: CET, MET, EET and
+    WET (any case) as the fixed offsets their abbreviations are, every other name as
+    ``zone_named``."""
+    fixed = _ABBREVIATIONS.get(name.lower())
+    return zoneinfo.ZoneInfo(fixed) if fixed else zone_named(name)
+
+
 @functools.lru_cache(maxsize=1)
 def _zone_names() -> tuple[str, ...]:
     return tuple(sorted(zoneinfo.available_timezones()))

@@ -34,7 +34,7 @@ from sqlglot import exp
 from proxy.analyze.time_keys import next_start, truncate
 from proxy.errors import NotSupported
 from proxy.rules import Rules, parse_moment
-from proxy.zones import zone_named
+from proxy.zones import named_in_statement
 
 _UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
 _FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
@@ -101,7 +101,7 @@ def _converted(node: exp.Expression, rules: Rules
             and _declared(column, rules) == "timestamp"):
         return None
     try:
-        return column, zone_named(zone.name)
+        return column, named_in_statement(zone.name)
     except NotSupported:
         return None
 

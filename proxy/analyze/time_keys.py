@@ -54,11 +54,11 @@ from proxy.vocabulary import RANGES, GroupKey
 from proxy.zones import (
     from_wall,
     local_offset,
+    named_in_statement,
     offset_at,
     reading_zone,
     to_wall,
     transitions,
-    zone_named,
 )
 
 UTC = dt.UTC
@@ -683,7 +683,7 @@ def _word(node: exp.Expression | None) -> str:
 def _zone(node: exp.Expression | None) -> zoneinfo.ZoneInfo:
     if not (isinstance(node, exp.Literal) and node.is_string):
         raise NotSupported("AT TIME ZONE takes a zone name literal, e.g. 'Europe/Berlin'")
-    return zone_named(node.name)
+    return named_in_statement(node.name)
 
 
 _INTERVAL_UNITS = {"microsecond": dt.timedelta(microseconds=1),

@@ -171,6 +171,16 @@ TERMS = [
     ("date_trunc('day', at)", "WHERE '2023-03-26 01:59:59' < at AT TIME ZONE 'UTC' AT TIME "
      "ZONE 'Europe/Berlin' AND at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin' <= "
      "'2023-04-03 00:30'"),
+    # CET, MET, EET and WET in AT TIME ZONE are PostgreSQL's fixed-offset abbreviations
+    # (SET TimeZone reads them as IANA zones with summer time; the review found the
+    # summer hour taken here too)
+    ("date_trunc('day', at AT TIME ZONE 'UTC' AT TIME ZONE 'CET')",
+     "WHERE at >= '2023-06-20' AND at < '2023-07-05'"),
+    ("date_trunc('hour', at AT TIME ZONE 'UTC' AT TIME ZONE 'eet')",
+     "WHERE (at AT TIME ZONE 'UTC' AT TIME ZONE 'eet') >= '2023-07-01 13:00' AND "
+     "at < '2023-07-03'"),
+    ("date_trunc('day', at)", "WHERE (at AT TIME ZONE 'UTC' AT TIME ZONE 'WET') >= "
+     "'2023-07-01 13:00' AND (at AT TIME ZONE 'UTC' AT TIME ZONE 'MET') < '2023-07-09'"),
     # a date's hour is its midnight (the bound was cut to the date: a day too many)
     ("CAST(day AS date)", "WHERE date_trunc('hour', day) >= '2023-03-20 05:00' AND "
      "date_trunc('minute', day) <= '2023-03-25 05:30'"),
