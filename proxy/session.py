@@ -32,7 +32,7 @@ from proxy.analyze import (
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.outer import OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
-from proxy.analyze.staged import with_values
+from proxy.analyze.staged import put_back, released_as_lists, with_values
 from proxy.backends.base import Backend
 from proxy.errors import (
     BackendFailed,
@@ -467,8 +467,13 @@ class Session:
         shipments), run as written: post-processing of the releases, charged nothing
         more; the metadata: theirs, ε added up, no bounds (its columns are public)."""
         # the plan is this call's own: written out without a copy (Q20's VALUES, 8,508 rows)
-        columns, rows = self.engine.backend.query_with_columns(
-            plan.sql.sql(dialect=self.engine.backend.dialect, copy=False))
+        backend = self.engine.backend
+        listed = released_as_lists(plan.sql) if backend.capabilities.released_lists else None
+        sql = plan.sql.sql(dialect=backend.dialect, copy=False)
+        if listed is not None and "%s" in sql:  # the backend would read a literal's %s
+            put_back(listed[0])  # as a placeholder: the VALUES as written
+            listed, sql = None, plan.sql.sql(dialect=backend.dialect, copy=False)
+        columns, rows = backend.query_with_columns(sql, listed[1] if listed else ())
         names = [name for name, _ in columns]
         last = answers[-1].privacy
         privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
