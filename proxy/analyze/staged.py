@@ -143,10 +143,15 @@ HELD = object()
 _VALUE = "_idp_value"  # a released value's place in the comparison copied per key
 
 
-def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules) -> exp.Select:
+def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules,
+                compact: bool = False) -> exp.Select:
     """The statement with each stage's release in its place, in order: a subquery's
     value (the first cell of its row; none: NULL), a correlated one's rows (keys first),
-    or a ``TopChoice``'s rows."""
+    or a ``TopChoice``'s rows. ``compact``: a public statement's released rows
+    (``_released``) written as their first row only, the rest kept aside for
+    ``released_as_lists`` or ``fill_released``, which run before the statement does:
+    TPC-H Q20's 8,508 rows are not built as a tree, analysed and walked (a VALUES of
+    literals analyses alike whatever its number of rows)."""
     plan = staged.stages[0][1]
     if isinstance(plan.post, TopChoice):  # (key, value) from the release's columns
         key, value = (next(i for i, o in enumerate(plan.outputs) if test(o))
@@ -157,11 +162,11 @@ def with_values(staged: StagedPlan, rows: list[list[tuple]], rules: Rules) -> ex
     keyed = staged.keyed or ((),) * len(rows)
     return _with_values(staged.statement, [found if columns else found[0][0] if found else None
                                            for found, columns in zip(rows, keyed)],
-                        keyed, rules, isinstance(staged.held, PassthroughPlan))
+                        keyed, rules, isinstance(staged.held, PassthroughPlan), compact)
 
 
 def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: Rules,
-                 public: bool = False) -> exp.Select:
+                 public: bool = False, compact: bool = False) -> exp.Select:
     """A copy of ``select`` with its WHERE's subqueries over protected tables replaced
     by ``values``, in order; a correlated one's (``keyed``: its outer columns) by the
     disjunction of its comparison per released key, or the comparison with 0 under
@@ -183,7 +188,7 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
             cases = [balanced(exp.And, [*(c.copy().is_(exp.null()).not_() for c in columns),
                                         _at(template, 0)])]
         elif public and value and not _negated(comparison):
-            comparison.replace(_released(template, columns, value))
+            comparison.replace(_released(template, columns, value, compact))
             continue
         else:
             cases = _per_value(template, columns, value)
@@ -219,19 +224,16 @@ def _per_value(template: exp.Expression, columns: list[exp.Column], rows: list[t
     return cases
 
 
-def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tuple]
-              ) -> exp.Exists:
+def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tuple],
+              compact: bool = False) -> exp.Exists:
     """The disjunction per released key as ``EXISTS (SELECT 1 FROM (VALUES (k…, v), …)
     AS _idp_r WHERE _idp_r.k = c … AND comparison with _idp_r.v)``: true exactly when
     one disjunct is (each key is released once), false otherwise (a NULL comparison
     too, which only NOT could tell from the disjunction's NULL)."""
     names = [f"_idp_k{i}" for i in range(len(columns))] + ["_idp_v"]
-    double = exp.DataType.build("double")
-    table = exp.Values(expressions=[exp.Tuple(expressions=[  # the first value typed, so
-        *(_literal(k) for k in row[:len(columns)]),  # every one is a double (NULL too)
-        exp.cast(_number(row[len(columns)]), double) if not at else _number(row[len(columns)])])
-        for at, row in enumerate(rows)], alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
-            exp.to_identifier(name) for name in names]))
+    table = exp.Values(expressions=_tuples(rows[:1] if compact else rows, len(columns)),
+                       alias=exp.TableAlias(this=exp.to_identifier("_idp_r"), columns=[
+                           exp.to_identifier(name) for name in names]))
     table.meta[_RELEASED] = (rows, len(columns))  # for ``released_as_lists``
     compared = _filled(template, exp.column(names[-1], table="_idp_r"))
     condition = balanced(exp.And, [*(exp.EQ(this=exp.column(name, table="_idp_r"),
@@ -239,6 +241,29 @@ def _released(template: exp.Expression, columns: list[exp.Column], rows: list[tu
                                      for name, c in zip(names, columns)), compared])
     return exp.Exists(this=exp.select("1").from_(table, copy=False).where(condition,
                                                                            copy=False))
+
+
+def _tuples(rows: list[tuple], keys: int) -> list[exp.Tuple]:
+    """The VALUES rows of released ``rows`` (``keys`` key columns, then the value)."""
+    double = exp.DataType.build("double")
+    return [exp.Tuple(expressions=[  # the first value typed, so
+        *(_literal(k) for k in row[:keys]),  # every one is a double (NULL too)
+        exp.cast(_number(row[keys]), double) if not at else _number(row[keys])])
+        for at, row in enumerate(rows)]
+
+
+def fill_released(statement: exp.Expression) -> None:
+    """Every ``_released`` VALUES of ``statement`` written with all its rows (in place;
+    ``with_values``'s ``compact`` wrote the first only)."""
+    for node in _released_values(statement):
+        rows, keys = node.meta[_RELEASED]
+        if len(node.expressions) != len(rows):
+            node.set("expressions", _tuples(rows, keys))
+
+
+def _released_values(statement: exp.Expression) -> list[exp.Values]:
+    return [node for node in statement.walk(prune=lambda n: isinstance(n, exp.Values))
+            if isinstance(node, exp.Values) and _RELEASED in node.meta]
 
 
 _RELEASED = "idp_released"  # a ``_released`` VALUES's rows and key count, in its meta
@@ -257,8 +282,7 @@ def released_as_lists(statement: exp.Expression
     column is of another kind, empty, or a value not finite or too large: the VALUES
     stays. Returns the (list form, VALUES) pairs replaced, to put back
     (``put_back``), and the parameters in order."""
-    found = [node for node in statement.walk(prune=lambda n: isinstance(n, exp.Values))
-             if isinstance(node, exp.Values) and _RELEASED in node.meta]
+    found = _released_values(statement)
     swaps: list[tuple[exp.Expression, exp.Expression]] = []
     params: list[list] = []
     for node in found:

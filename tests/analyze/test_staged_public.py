@@ -11,9 +11,11 @@ from decimal import Decimal
 import pytest
 
 from proxy import session as session_module
-from proxy.analyze import staged
+from proxy.analyze import analyze, staged
 from proxy.errors import BudgetExhausted
 from proxy.session import Session
+from proxy.settings import Settings
+from proxy.vocabulary import PassthroughPlan
 from tests.analyze.partsupp import LINES, PARTS, Q20, RULES, STOCK, SUPPLIERS
 from tests.factories import engine_fixture
 from tests.probes import refused_for_free
@@ -60,9 +62,9 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
     is the statement's with those numbers in the subquery's place."""
     released = []
 
-    def kept(work, rows, rules):
+    def kept(work, rows, rules, **options):
         released.append(rows[0])
-        return with_values(work, rows, rules)
+        return with_values(work, rows, rules, **options)
 
     with_values = session_module.with_values
     monkeypatch.setattr(session_module, "with_values", kept)
@@ -130,6 +132,21 @@ def test_released_rows_read_as_lists_give_the_values_rows(engine, rows):
         assert found == expected
     staged.put_back(swaps)
     assert statement.sql(dialect=dialect) == written
+
+
+def test_compact_released_rows_filled_are_the_values_written_whole(engine):
+    """``compact``: the first released row written, the rest kept aside; filled
+    (``fill_released``), the very statement written with every row, which analyses
+    alike (a public statement either way)."""
+    work = Session.open(engine, "alice").check(Q20)[0][1]
+    rows = [(1, 1, None), (1, 2, -0.5), (2, 2, 7), (4, 3, 1e-300)]
+    whole = session_module.with_values(work, [rows], engine.rules)
+    compact = session_module.with_values(work, [rows], engine.rules, compact=True)
+    assert compact.sql().count("), (") == 0 < whole.sql().count("), (")
+    assert type(analyze(compact, engine.rules, Settings())) is PassthroughPlan \
+        is type(analyze(whole, engine.rules, Settings()))
+    staged.fill_released(compact)
+    assert compact.sql(dialect="postgres") == whole.sql(dialect="postgres")
 
 
 @pytest.mark.parametrize("rows", [
