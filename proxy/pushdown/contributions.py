@@ -280,16 +280,17 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     inner = exp.select(*keys, *carried, *(["f"] if joint else []), *buckets).from_(
         per_unit.subquery("p", copy=False), copy=False)
     columns_out: list[exp.Expression] = [exp.alias_(exp.Count(this=exp.Star()), "n")]
-    if joint:
-        columns_out.append(exp.alias_(exp.Sum(this=exp.Case(ifs=[exp.If(
+    if joint:  # counts as COUNT of a CASE without ELSE: a BIGINT where SUM's is a
+        # HUGEINT on DuckDB (its rows cost 0.045 s a column to fetch at Q15's 86,514)
+        columns_out.append(exp.alias_(exp.Count(this=exp.Case(ifs=[exp.If(
             this=exp.EQ(this=exp.column("f"), expression=exp.Literal.number(1)),
-            true=exp.Literal.number(1))], default=exp.Literal.number(0))), "m"))
+            true=exp.Literal.number(1))])), "m"))
     for i, rungs in enumerate(ladders):
         value = exp.column(f"t{i}")
         if signed[i]:
-            columns_out.append(exp.alias_(exp.Sum(this=exp.Case(ifs=[exp.If(
+            columns_out.append(exp.alias_(exp.Count(this=exp.Case(ifs=[exp.If(
                 this=exp.GT(this=value.copy(), expression=exp.Literal.number(0)),
-                true=exp.Literal.number(1))], default=exp.Literal.number(0))), f"p{i}"))
+                true=exp.Literal.number(1))])), f"p{i}"))
         for index, form in enumerate(_forms(rungs)):  # clipped to the form's top rung:
             # within it the bucket's values as they are (those above: read at other rungs)
             bound = max(b for b in rungs if _form(b) == form)
@@ -324,16 +325,16 @@ def _as_double(value: exp.Expression, contribution: Contribution) -> exp.Express
 
 
 def _hoisted(columns: list[exp.Expression], inner: exp.Select) -> None:
-    """Each SUM's argument in ``columns`` that is not a column computed in ``inner``, once
-    per unit row, as ``a{n}``, and summed there by that name: grouping sets read the
+    """Each SUM's or COUNT's argument in ``columns`` that is not a column (nor COUNT's *)
+    computed in ``inner``, once per unit row, as ``a{n}``, and summed there by that name: grouping sets read the
     rows once per set and computed every argument again in each (TPC-H Q01 at SF 1,
     six sets over 324,412 units: about a sixth of the statement). The same integers
     summed."""
     moved: list[exp.Expression] = []
     for column in columns:
-        for node in list(column.find_all(exp.Sum)):
+        for node in list(column.find_all(exp.Sum, exp.Count)):
             argument = node.this
-            if isinstance(argument, exp.Column):
+            if argument is None or isinstance(argument, (exp.Column, exp.Star)):
                 continue
             name = f"a{len(moved)}"
             node.set("this", exp.column(name))
