@@ -543,13 +543,18 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
 
 
 def _integers(values: tuple) -> list[int]:
-    """A column of counts or exact sums as Python integers (NULL: 0)."""
+    """A column of counts or exact sums as Python integers (NULL: 0): as they came where
+    they are integers already, without a NULL (a driver gives a column one type)."""
+    if values and type(values[0]) is int and None not in values:
+        return list(values)
     return [int(value or 0) for value in values]
 
 
 def _present(values: tuple) -> tuple[np.ndarray, np.ndarray]:
     """Which rows have a bucket in this column (not another grouping set's NULL), and
     those buckets."""
+    if None not in values:
+        return np.ones(len(values), dtype=bool), np.array(values, dtype=np.intp)
     return (np.array([value is not None for value in values], dtype=bool),
             np.array([value for value in values if value is not None], dtype=np.intp))
 
