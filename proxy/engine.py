@@ -12,6 +12,7 @@ version the answer is cached under is the one of the snapshot it was computed fr
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
@@ -152,6 +153,25 @@ class View:
     unit_version: str | None = None
 
 
+# How many younger collections run between two full ones (Python's default 10): the
+# process holds large long-lived trees (rules, analyses by shape, statements kept per
+# plan), which every full collection walks again, and an answer allocates hundreds of
+# thousands of short-lived objects (statement trees, fetched rows). At 10, collecting
+# took about a fifth of TPC-H Q15's, Q17's and Q20's answers at SF 1 (in process,
+# 2026-11-28: 0.46 -> 0.40 s, 0.34 -> 0.27 s, 0.53 -> 0.45 s at 100; collection off:
+# 0.34, 0.25, 0.42 s). Cyclic garbage (a discarded tree's parent links) that outlives
+# the younger collections now waits ten times as many allocations for a full one.
+FULL_COLLECTION_EVERY = 100
+
+
+def _fewer_full_collections() -> None:
+    """The process's full collections at most every ``FULL_COLLECTION_EVERY`` younger
+    ones (a threshold already higher is kept)."""
+    young, middle, full = gc.get_threshold()
+    if 0 < full < FULL_COLLECTION_EVERY:
+        gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
+
+
 class Engine:
     """Shared by every session: rules, backend, ledger, the caches and the random source."""
 
@@ -162,6 +182,7 @@ class Engine:
         transactions to keep them)."""
         self.rules = rules
         self.backend = backend
+        _fewer_full_collections()
         backend.probe_capabilities()
         _attach(rules, backend)
         _check_schema(rules, backend)

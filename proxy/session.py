@@ -33,7 +33,7 @@ from proxy.analyze import (
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
-from proxy.analyze.staged import with_values
+from proxy.analyze.staged import fill_released, put_back, released_as_lists, with_values
 from proxy.backends.base import Backend
 from proxy.errors import (
     BackendFailed,
@@ -456,7 +456,9 @@ class Session:
     def _stages_answered(self, work: StagedPlan, joint: _Joint) -> Answer:
         """``_staged``'s releases, each paid through ``joint``."""
         answers = [self._private(canonical, plan, joint) for canonical, plan in work.stages]
-        statement = with_values(work, [answer.rows for answer in answers], self.engine.rules)
+        public = isinstance(work.held, PassthroughPlan)  # its released rows compact
+        statement = with_values(work, [answer.rows for answer in answers], self.engine.rules,
+                                compact=public)
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement),
                        owned=isinstance(work.held, PassthroughPlan))  # read below if not
         released = "; ".join(_stage_note(canonical, answer, keyed)
@@ -489,8 +491,16 @@ class Session:
         shipments), run as written: post-processing of the releases, charged nothing
         more; the metadata: theirs, ε added up, no bounds (its columns are public)."""
         # the plan is this call's own: written out without a copy (Q20's VALUES, 8,508 rows)
-        columns, rows = self.engine.backend.query_with_columns(
-            plan.sql.sql(dialect=self.engine.backend.dialect, copy=False))
+        backend = self.engine.backend
+        listed = released_as_lists(plan.sql) if backend.capabilities.released_lists else None
+        if listed is None:
+            fill_released(plan.sql)  # the rows ``with_values`` kept aside, in the VALUES
+        sql = plan.sql.sql(dialect=backend.dialect, copy=False)
+        if listed is not None and "%s" in sql:  # the backend would read a literal's %s
+            put_back(listed[0])  # as a placeholder: the VALUES as written
+            fill_released(plan.sql)
+            listed, sql = None, plan.sql.sql(dialect=backend.dialect, copy=False)
+        columns, rows = backend.query_with_columns(sql, listed[1] if listed else ())
         names = [name for name, _ in columns]
         last = answers[-1].privacy
         privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),

@@ -201,10 +201,11 @@ def split_joins(select: exp.Select, rules: Rules
     alone = select.copy()
     alone.set("joins", None)
     alone.set("from_", exp.From(this=base.copy()))
-    where = select.args.get("where")
+    where = alone.args.get("where")  # the copy's: moved under the filters, not copied again
     if filters:
-        alone.set("where", exp.Where(this=exp.and_(*filters, *([where.this] if where else []),
-                                                   copy=True)))
+        alone.set("where", exp.Where(this=exp.and_(*(f.copy() for f in filters),
+                                                   *([where.this] if where else []),
+                                                   copy=False)))
     return alone, tuple(found)
 
 

@@ -40,7 +40,7 @@ class DuckDBBackend(Backend):
         group_commit=True,  # its writers take turns on the proxy's lock
         identity_columns=False, one_process=True,  # one process holds the file
         located_tables=False, grouped_ranks=GroupedRanks.LISTS, projected_scope=True,
-        extremes_in_pass=True)
+        extremes_in_pass=True, released_lists=True)
     row_identity = "rowid"
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:

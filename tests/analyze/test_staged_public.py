@@ -11,8 +11,11 @@ from decimal import Decimal
 import pytest
 
 from proxy import session as session_module
+from proxy.analyze import analyze, staged
 from proxy.errors import BudgetExhausted
 from proxy.session import Session
+from proxy.settings import Settings
+from proxy.vocabulary import PassthroughPlan
 from tests.analyze.partsupp import LINES, PARTS, Q20, RULES, STOCK, SUPPLIERS
 from tests.factories import engine_fixture
 from tests.probes import refused_for_free
@@ -59,9 +62,9 @@ def test_with_noise_the_answer_is_the_statement_with_the_released_values(engine,
     is the statement's with those numbers in the subquery's place."""
     released = []
 
-    def kept(work, rows, rules):
+    def kept(work, rows, rules, **options):
         released.append(rows[0])
-        return with_values(work, rows, rules)
+        return with_values(work, rows, rules, **options)
 
     with_values = session_module.with_values
     monkeypatch.setattr(session_module, "with_values", kept)
@@ -100,6 +103,72 @@ def test_the_statement_with_any_released_values_runs_on_the_backend(engine):
         dialect=engine.backend.dialect)
     _, found = engine.backend.query_with_columns(sql)
     assert found == _chosen({(1, 2): -0.5, (2, 2): 7, (4, 3): 1e-300})  # s2, s3
+
+
+@pytest.mark.parametrize("rows", [
+    [(1, 1, None), (1, 2, -0.5), (2, 2, 7), (4, 3, 1e-300)],
+    [(1, 1, 15.0), (1, 2, 20.0), (2, 2, 10.0), (4, 3, 0.0)],
+    [(1, 2, 29.999999999999996), (2, 2, 2**53), (None, 3, 1.0), (4, None, 0.5)],
+    [(4, 3, 0)],
+])
+def test_released_rows_read_as_lists_give_the_values_rows(engine, rows):
+    """Where the backend reads released rows from list parameters
+    (``Capabilities.released_lists``), the statement gives the rows its VALUES gives:
+    NULL keys and values, negatives, integers (2⁵³ too), tiny and long doubles; put back,
+    the VALUES is written as before."""
+    work = Session.open(engine, "alice").check(Q20)[0][1]
+    statement = session_module.with_values(work, [rows], engine.rules)
+    dialect = engine.backend.dialect
+    written = statement.sql(dialect=dialect)
+    _, expected = engine.backend.query_with_columns(written)
+    listed = staged.released_as_lists(statement)
+    assert listed is not None
+    swaps, params = listed
+    assert params == [[r[0] for r in rows], [r[1] for r in rows],
+                      [None if r[2] is None else float(r[2]) for r in rows]]
+    assert "VALUES" not in (listing := statement.sql(dialect=dialect))
+    if engine.backend.capabilities.released_lists:
+        _, found = engine.backend.query_with_columns(listing, params)
+        assert found == expected
+    staged.put_back(swaps)
+    assert statement.sql(dialect=dialect) == written
+
+
+def test_compact_released_rows_filled_are_the_values_written_whole(engine):
+    """``compact``: the first released row written, the rest kept aside; filled
+    (``fill_released``), the very statement written with every row, which analyses
+    alike (a public statement either way)."""
+    work = Session.open(engine, "alice").check(Q20)[0][1]
+    rows = [(1, 1, None), (1, 2, -0.5), (2, 2, 7), (4, 3, 1e-300)]
+    whole = session_module.with_values(work, [rows], engine.rules)
+    compact = session_module.with_values(work, [rows], engine.rules, compact=True)
+    assert compact.sql().count("), (") == 0 < whole.sql().count("), (")
+    assert type(analyze(compact, engine.rules, Settings())) is PassthroughPlan \
+        is type(analyze(whole, engine.rules, Settings()))
+    staged.fill_released(compact)
+    assert compact.sql(dialect="postgres") == whole.sql(dialect="postgres")
+
+
+@pytest.mark.parametrize("rows", [
+    [(1, 1, float("inf"))], [(1, 1, 2**53 + 1)], [(1.5, 1, 1.0)], [(None, 1, 1.0)],
+    [(1, True, 1.0)], [(1, 1, Decimal("1.5"))], [(1, "a", 1.0), (2, 3, 1.0)],
+])
+def test_released_rows_of_other_kinds_stay_values(engine, rows):
+    """A key column neither all integers nor all text (or only NULL), a value not finite,
+    beyond 2⁵³ or not a number: no lists, the VALUES as written."""
+    work = Session.open(engine, "alice").check(Q20)[0][1]
+    statement = session_module.with_values(work, [rows], engine.rules)
+    written = statement.sql(dialect="duckdb")
+    assert staged.released_as_lists(statement) is None
+    assert statement.sql(dialect="duckdb") == written
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_literal_with_percent_s_keeps_the_values(engine):
+    """A literal holding ``%s`` (which the backend would read as a placeholder once
+    parameters are passed) keeps the VALUES: the same answer."""
+    answer, _ = _ask(engine, Q20.replace("'forest%'", "'forest%s%' OR p_name LIKE 'forest%'"))
+    assert answer.rows == [("s2",), ("s3",)]
 
 
 @pytest.mark.usefixtures("no_noise")
