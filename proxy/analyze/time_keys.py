@@ -620,6 +620,23 @@ def to_char_format(node: exp.TimeToStr) -> str:
     return pattern
 
 
+def _quoted_text(pattern: str, start: int) -> tuple[str, int]:
+    """The text of a quoted part of a to_char format from ``start`` (after its opening
+    quote), ``\\"`` in it a quote, and where the format goes on after its closing one."""
+    text = []
+    i = start
+    while i < len(pattern):
+        if pattern.startswith('\\"', i):
+            text.append('"')
+            i += 2
+        elif pattern[i] == '"':
+            return "".join(text), i + 1
+        else:
+            text.append(pattern[i])
+            i += 1
+    raise NotSupported("to_char's format has an unclosed quote")
+
+
 def formatted(moment: dt.datetime, pattern: str) -> str:
     """PostgreSQL's ``to_char(moment, pattern)`` (a wall clock; ``to_char_format``
     checked the pattern)."""
@@ -636,12 +653,15 @@ def _formatter(pattern: str) -> tuple[str, Callable[[Any], str]]:
         fill = True
         if pattern.startswith("FM", i):
             fill, i = False, i + 2
-        if i < len(pattern) and pattern[i] == '"':
-            end = pattern.find('"', i + 1)
-            if end < 0:
-                raise NotSupported("to_char's format has an unclosed quote")
-            parts.append(pattern[i + 1:end])
-            i = end + 1
+            if i == len(pattern):  # a trailing FM prefixes nothing
+                break
+        if pattern.startswith('\\"', i):  # an escaped quote is a quote
+            parts.append('"')
+            i += 2
+            continue
+        if pattern[i] == '"':
+            text, i = _quoted_text(pattern, i + 1)
+            parts.append(text)
             continue
         token = next((t for t in _TOKEN_ORDER if pattern.startswith(t, i)), None)
         if token is None:

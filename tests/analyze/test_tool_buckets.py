@@ -119,6 +119,10 @@ TERMS = [
     ("to_char(at, 'Mon YYYY')", ""),
     ("to_char(at, 'YYYY \"Q\"Q')", ""),
     ("to_char(at, 'Day')", ""),
+    # a trailing FM, and a quote escaped in and out of quotes (the review: an internal
+    # error, and \\"x read as a backslash and a quoted x)
+    ("to_char(at, 'YYYYFM')", ""),
+    ("to_char(at, 'YYYY\\\"MM\"\\\"\" FMMM')", ""),
     ("to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'YYYY-MM-DD')",
      "WHERE at >= '2023-03-25' AND at < '2023-04-03'"),
     ("CAST(EXTRACT(YEAR FROM at) AS INTEGER)", ""),
