@@ -9,7 +9,8 @@ domain (clamped) — and lies in the derived domain, so the mechanism's proof ov
 declared domain applies unchanged (docs/privacy.md §5.3); the answer, noise off, is
 PostgreSQL's own MAX and MIN of the clamped moments cut to a whole second (a date's
 to a day), as a timestamp or date, on both backends and over the wire; a column without
-a declared domain is refused for free."""
+a declared domain is refused for free. (Metabase's statement over the wire:
+tests/analyze/test_time_fields.py, beside the demo's other time statements.)"""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from proxy.analyze.expressions import moment_column
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.databases import load_table, new_database
-from tests.factories import Table, demo_database, demo_served_fresh, open_engine
+from tests.factories import Table, open_engine
 from tests.probes import refused_for_free
 
 pytestmark = pytest.mark.postgres
@@ -201,35 +202,3 @@ def test_the_where_s_range_is_the_window_and_a_kept_plan_reads_it_again(engine, 
 ])
 def test_a_moment_without_a_domain_or_averaged_is_refused_for_free(engine, sql, fragment):
     refused_for_free(engine, sql, "0A000", fragment)
-
-
-@pytest.fixture(scope="module", params=["duckdb", "postgres"])
-def demo(request, tmp_path_factory, postgres_url):
-    with demo_served_fresh(request.param, tmp_path_factory.mktemp("moments"),
-                           postgres_url) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
-def demo_truth(tmp_path_factory, postgres_url):
-    with demo_database("postgres", tmp_path_factory.mktemp("truth"), postgres_url) as url, \
-            psycopg.connect(url, autocommit=True) as con:
-        yield lambda sql: con.execute(sql).fetchall()
-
-
-@pytest.mark.usefixtures("no_noise")
-def test_metabase_s_earliest_and_latest_over_the_wire(demo, demo_truth):
-    """Metabase's "Earliest" and "Latest" of a timestamp: timestamps on the wire, each
-    one of the per-person extremes (the draw's target rank, noise off) cut to a second,
-    near the true extreme (the demo's visits lie inside the domain)."""
-    sql = ('SELECT min("public"."visits"."visited_at") AS "min", '
-           'max("public"."visits"."visited_at") AS "max" FROM "public"."visits"')
-    with psycopg.connect(demo.dsn("alice"), autocommit=True) as con:
-        earliest, latest = con.execute(sql).fetchone()
-    firsts, lasts = zip(*demo_truth(
-        "SELECT date_trunc('second', MIN(visited_at)), date_trunc('second', "
-        "MAX(visited_at)) FROM visits GROUP BY person_id"))
-    assert isinstance(earliest, dt.datetime) and isinstance(latest, dt.datetime)
-    assert earliest in firsts and latest in lasts
-    assert dt.timedelta(0) <= earliest - min(firsts) <= dt.timedelta(days=7)
-    assert dt.timedelta(0) <= max(lasts) - latest <= dt.timedelta(days=7)

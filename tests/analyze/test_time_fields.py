@@ -295,3 +295,22 @@ def test_the_demo_s_statements_over_the_wire_are_postgresql_s(demo, demo_truth, 
     wanted = {row[0]: row[1:] for row in wanted}
     for key, *values in rows:
         assert _close(tuple(values), tuple(wanted[key])), (key, values, wanted[key])
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_metabase_s_earliest_and_latest_over_the_wire(demo, demo_truth):
+    """Metabase's "Earliest" and "Latest" of a timestamp (tests/analyze/
+    test_moment_extremes.py): timestamps on the wire, each one of the per-person
+    extremes (the draw's target rank, noise off) cut to a second, near the true extreme
+    (the demo's visits lie inside the domain)."""
+    sql = ('SELECT min("public"."visits"."visited_at") AS "min", '
+           'max("public"."visits"."visited_at") AS "max" FROM "public"."visits"')
+    with psycopg.connect(demo.dsn("alice"), autocommit=True) as con:
+        earliest, latest = con.execute(sql).fetchone()
+    firsts, lasts = zip(*demo_truth(
+        "SELECT date_trunc('second', MIN(visited_at)), date_trunc('second', "
+        "MAX(visited_at)) FROM visits GROUP BY person_id"))
+    assert isinstance(earliest, dt.datetime) and isinstance(latest, dt.datetime)
+    assert earliest in firsts and latest in lasts
+    assert dt.timedelta(0) <= earliest - min(firsts) <= dt.timedelta(days=7)
+    assert dt.timedelta(0) <= max(lasts) - latest <= dt.timedelta(days=7)
