@@ -30,6 +30,20 @@ def new_database(postgres_url: str):
         con.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@contextmanager
+def postgres_truth(postgres_url: str, tables: dict, then: tuple[str, ...] = ()):
+    """PostgreSQL's own answer to a statement, as a function of its text, over
+    ``tables`` (name -> (columns, types)) loaded into a new database and ``then`` run
+    after (what no Python value holds: ±infinity)."""
+    with new_database(postgres_url) as url:
+        for name, (columns, types) in tables.items():
+            load_table(url, name, columns, types)
+        with psycopg.connect(url, autocommit=True) as con:
+            for statement in then:
+                con.execute(statement)
+            yield lambda sql: con.execute(sql).fetchall()
+
+
 def load_table(url: str, table: str, columns: dict[str, list], types: dict[str, str],
                location: str | None = None) -> None:
     """Create ``table`` with the given columns and rows in any backend; on Spark with

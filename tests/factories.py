@@ -201,15 +201,18 @@ Tables = Mapping[str, Table] | Callable[[], Mapping[str, Table]]
 
 
 @contextmanager
-def open_engine(url: str, rules: str | Rules, tables: Tables = (), **options) -> Iterator[Engine]:
+def open_engine(url: str, rules: str | Rules, tables: Tables = (), then: tuple[str, ...] = (),
+                **options) -> Iterator[Engine]:
     """An Engine under ``rules`` (their text, or parsed) over ``url`` with ``tables``
-    (or what a function of none gives) loaded first; its ledger (whose replay writer
-    would otherwise go on retrying, logging into later tests) and backend closed
-    afterwards."""
+    (or what a function of none gives) loaded first and the statements ``then`` run
+    (what no Python value holds: ±infinity); its ledger (whose replay writer would
+    otherwise go on retrying, logging into later tests) and backend closed afterwards."""
     load(url, dict(tables() if callable(tables) else tables))
     backend = open_backend(url)
     engine = None
     try:
+        for statement in then:
+            backend.query(statement)
         engine = Engine(rules if isinstance(rules, Rules) else parse_rules(rules), backend,
                         **options)
         yield engine

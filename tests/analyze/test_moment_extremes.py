@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-import psycopg
 import pytest
 from sqlglot import exp
 
 from proxy.analyze.expressions import moment_column
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.databases import load_table, new_database
+from tests.databases import postgres_truth
 from tests.factories import Table, open_engine
 from tests.probes import refused_for_free
 
@@ -97,20 +96,16 @@ def _clamped(column: str) -> str:
 
 @pytest.fixture(scope="module")
 def engine(module_backend_url):
-    with open_engine(module_backend_url, RULES, {"visits": Table(ROWS, TYPES)}) as made:
-        for statement in INFINITIES:
-            made.backend.query(statement)
+    with open_engine(module_backend_url, RULES, {"visits": Table(ROWS, TYPES)},
+                     then=tuple(INFINITIES)) as made:
         yield made
 
 
 @pytest.fixture(scope="module")
 def truth(postgres_url):
-    with new_database(postgres_url) as url:
-        load_table(url, "visits", ROWS, TYPES)
-        with psycopg.connect(url, autocommit=True) as con:
-            for statement in INFINITIES:
-                con.execute(statement)
-            yield lambda sql: con.execute(sql).fetchall()
+    with postgres_truth(postgres_url, {"visits": Table(ROWS, TYPES)},
+                        tuple(INFINITIES)) as answer:
+        yield answer
 
 
 def test_each_backend_computes_python_s_number_inside_the_derived_domain(engine, truth):

@@ -19,7 +19,7 @@ import pytest
 
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.databases import load_table, new_database
+from tests.databases import postgres_truth
 from tests.factories import Table, demo_database, demo_served_fresh, open_engine
 from tests.probes import refused_for_free
 
@@ -83,20 +83,16 @@ def _infinities() -> list[str]:
 
 @pytest.fixture(scope="module")
 def engine(module_backend_url):
-    with open_engine(module_backend_url, RULES, {"visits": Table(ROWS, TYPES)}) as made:
-        for statement in _infinities():
-            made.backend.query(statement)
+    with open_engine(module_backend_url, RULES, {"visits": Table(ROWS, TYPES)},
+                     then=tuple(_infinities())) as made:
         yield made
 
 
 @pytest.fixture(scope="module")
 def truth(postgres_url):
-    with new_database(postgres_url) as url:
-        load_table(url, "visits", ROWS, TYPES)
-        with psycopg.connect(url, autocommit=True) as con:
-            for statement in _infinities():
-                con.execute(statement)
-            yield lambda sql: con.execute(sql).fetchall()
+    with postgres_truth(postgres_url, {"visits": Table(ROWS, TYPES)},
+                        tuple(_infinities())) as answer:
+        yield answer
 
 
 def _clamped(sql: str) -> str:
