@@ -117,19 +117,29 @@ def depth(tree: exp.Expression) -> int:
 
 
 TIMESTAMP = exp.DataType.build("timestamp")
+DATE = exp.DataType.build("date")
 BIGINT = exp.DataType.build("bigint")
 
 
-def clamped_moment(column: exp.Expression, domain) -> exp.Expression:
+def clamped_moment(column: exp.Expression, domain, date: bool = False) -> exp.Expression:
     """A date or timestamp as a TIMESTAMP clamped to the declared [first, last]
     (±infinity included); NULL stays NULL. What a time bucket or an extracted field
     reads: a moment both engines compute every field of (PostgreSQL's extract of
-    'infinity' is NULL for some fields and ±Infinity for others, DuckDB's NULL)."""
+    'infinity' is NULL for some fields and ±Infinity for others, DuckDB's NULL). A
+    ``date`` column is compared with the domain's days before it is cast: PostgreSQL's
+    dates run to year 5874897, its timestamps to 294276, so the cast of one far date
+    failed the statement (after the debit: a row deciding whether it fails)."""
     first, last = (exp.cast(exp.Literal.string(moment.isoformat(" ")), TIMESTAMP.copy())
                    for moment in domain)
-    moment = exp.cast(column, TIMESTAMP.copy())
-    return (exp.Case().when(moment.copy() < first, first.copy())
-            .when(moment.copy() > last, last.copy()).else_(moment.copy()))
+    moment = exp.cast(column.copy(), TIMESTAMP.copy())
+    clamped = (exp.Case().when(moment.copy() < first, first.copy())
+               .when(moment.copy() > last, last.copy()).else_(moment.copy()))
+    if not date:
+        return clamped
+    first_day, last_day = (exp.cast(exp.Literal.string(moment.date().isoformat()),
+                                    DATE.copy()) for moment in domain)
+    return (exp.Case().when(column.copy() < first_day, first.copy())
+            .when(column.copy() > last_day, last.copy()).else_(clamped))
 
 
 def moment_number(column: exp.Expression, domain, seconds: bool) -> exp.Expression:
@@ -142,7 +152,7 @@ def moment_number(column: exp.Expression, domain, seconds: bool) -> exp.Expressi
     so exact; it cannot fail (``clamped_moment``)."""
     def field(name: str) -> exp.Expression:
         return exp.cast(exp.Extract(this=exp.var(name), expression=clamped_moment(
-            column.copy(), domain)), DOUBLE.copy())
+            column.copy(), domain, date=not seconds)), DOUBLE.copy())
 
     years = exp.paren(field("YEAR") - exp.Literal.number(1))
     def leap(every: int) -> exp.Expression:
@@ -158,9 +168,12 @@ def moment_number(column: exp.Expression, domain, seconds: bool) -> exp.Expressi
             + exp.func("FLOOR", field("SECOND")))
 
 
-def time_field(column: exp.Expression, field: str, domain) -> exp.Expression:
+def time_field(column: exp.Expression, field: str, domain, date: bool = False
+               ) -> exp.Expression:
     """``extract(field FROM column)`` of the moment clamped to the declared domain, as a
     BIGINT (PostgreSQL's extract is numeric, DuckDB's a BIGINT): a whole number of the
-    field's range for every row, NULL for NULL; it cannot fail."""
+    field's range for every row, NULL for NULL; it cannot fail (a ``date`` column:
+    ``clamped_moment``)."""
     return exp.cast(exp.Extract(this=exp.var(field.upper()),
-                                expression=clamped_moment(column, domain)), BIGINT.copy())
+                                expression=clamped_moment(column, domain, date)),
+                    BIGINT.copy())

@@ -93,7 +93,9 @@ def infinities() -> list[str]:
     """The statements that give the last rows infinite dates and timestamps, on DuckDB
     and PostgreSQL alike."""
     return [f"UPDATE {TABLE} SET d = '{text}', \"at\" = '{text}' WHERE id = {index + 1}"
-            for index, text in INFINITE.items()]
+            for index, text in INFINITE.items()] + [
+        # a date beyond PostgreSQL's last timestamp (year 294276): never cast unclamped
+        f"UPDATE {TABLE} SET d = '300000-01-01' WHERE id = {COUNT - 2}"]
 
 
 # ---------------------------------------------------------------- random conditions

@@ -98,7 +98,7 @@ def computed_fields(condition: exp.Expression, table: Table) -> exp.Expression:
     for node in list(condition.find_all(exp.Extract)):
         column = table.columns[node.expression.name]
         node.replace(time_field(exp.column(column.name, quoted=True), part_field(node.this),
-                                column.time_domain))
+                                column.time_domain, column.type == "date"))
     return condition
 
 
@@ -106,5 +106,6 @@ def field_sql(field: str, column: Column) -> exp.Expression:
     """The field of the clamped moment as a DOUBLE, what an aggregate's arithmetic
     reads (``proxy.analyze.expressions``)."""
     return exp.cast(time_field(exp.column(column.name, quoted=True), field,
-                               column.time_domain), exp.DataType.build("double"))
+                               column.time_domain, column.type == "date"),
+                    exp.DataType.build("double"))
 

@@ -52,14 +52,16 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
             else raw
         return ranged(raw, term.bounds, term.ranges, missing)
     if term.kind == TIME_PART:  # the field of the clamped moment, a·v + b
-        part = time_field(exp.column(term.column, quoted=True), term.unit, column.time_domain)
+        part = time_field(exp.column(term.column, quoted=True), term.unit, column.time_domain,
+                          column.type == "date")
         if not term.numbers:
             return part
         scale, offset = term.numbers  # a, b and every key within ±2^31
         return exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
                        expression=literal(offset))
     if term.kind == TIME_TRUNC:
-        moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
+        moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain,
+                                column.type == "date")
         if term.by is not None:  # + n × c seconds, n clamped to its domain (within a century)
             scale = table.columns[term.by]
             count = exp.cast(clamped_to_domain(exp.column(term.by, quoted=True), scale.lower,
@@ -131,7 +133,8 @@ def _epoch_bin(term: GroupKey, column) -> exp.Expression:
     engines: PostgreSQL's epoch is numeric, DuckDB's a double whose error is far below a
     microsecond), then ``floor(seconds / w)``, exact in DOUBLE for |seconds| < 2^53."""
     width, scale = (int(number) for number in term.numbers)
-    moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain)
+    moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain,
+                            column.type == "date")
     seconds = exp.cast(exp.Floor(this=exp.Extract(this=exp.var("EPOCH"), expression=moment)),
                        DOUBLE)
     key = exp.cast(exp.Floor(this=exp.Div(this=seconds, expression=literal(float(width)))),
