@@ -918,7 +918,8 @@ def _with_intervals(answer: Answer) -> Answer:
                 cells.append(value)
                 continue
             spread = bounds[name][number]
-            cells.append(None if spread is None or value is None
+            # (a moment sharing a released number's name takes none of its bounds)
+            cells.append(None if spread is None or not isinstance(value, (int, float, Decimal))
                          else float(value) + sign * spread)  # a NUMERIC is a Decimal
         rows.append(tuple(cells))
     return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)

@@ -219,3 +219,14 @@ def test_a_date_beyond_the_last_timestamp_is_clamped_not_a_failure(backend_url, 
     with open_engine(backend_url, RULES, {"visits": Table(ROWS, TYPES)}, then=far) as made:
         (answer,) = list(Session.open(made, "alice").execute(sql))
     assert answer.rows
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_intervals_beside_a_moment_of_a_number_s_name(engine):
+    """With ``idp.intervals`` on, a moment named as a released number (``MAX(at) AS t,
+    COUNT(*) AS t``; ``MIN(at), MIN(…)``) shows no interval; the statement was charged,
+    then failed converting the moment to a float (the second review's F2)."""
+    session = Session.open(engine, "alice")
+    list(session.execute("SET idp.intervals = on"))
+    (answer,) = list(session.execute("SELECT MAX(at) AS t, COUNT(*) AS t FROM visits"))
+    assert isinstance(answer.rows[0][0], dt.datetime) and answer.rows[0][1:3] == (None, None)
