@@ -63,14 +63,17 @@ def zone_named(name: str) -> zoneinfo.ZoneInfo:
 # also IANA zones with summer time: in ``AT TIME ZONE`` (and a moment's text)
 # PostgreSQL reads the abbreviation first, a fixed offset, where ``SET TimeZone`` reads
 # the IANA zone. Every other IANA name reads alike in both (checked against
-# PostgreSQL 15: these four alone differ).
-_ABBREVIATIONS = {"cet": "Etc/GMT-1", "met": "Etc/GMT-1", "eet": "Etc/GMT-2", "wet": "Etc/UTC"}
+# PostgreSQL 15: the first four alone differ with the system's zone files).
+_ABBREVIATIONS = {"cet": "Etc/GMT-1", "met": "Etc/GMT-1", "eet": "Etc/GMT-2", "wet": "Etc/UTC",
+                  # fixed in the system's zone files, links to Panama, Phoenix and
+                  # Honolulu in pip's tzdata (whose history differs before 1970)
+                  "est": "Etc/GMT+5", "mst": "Etc/GMT+7", "hst": "Etc/GMT+10"}
 
 
 def named_in_statement(name: str) -> zoneinfo.ZoneInfo:
-    """The zone ``AT TIME ZONE 'name'`` reads, as PostgreSQL reads it: CET, MET, EET and
-    WET (any case) as the fixed offsets their abbreviations are, every other name as
-    ``zone_named``."""
+    """The zone ``AT TIME ZONE 'name'`` reads, as PostgreSQL reads it: CET, MET, EET,
+    WET, EST, MST and HST (any case) as the fixed offsets their abbreviations are, every
+    other name as ``zone_named``."""
     fixed = _ABBREVIATIONS.get(name.lower())
     return zoneinfo.ZoneInfo(fixed) if fixed else zone_named(name)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from typing import Any
@@ -331,13 +332,14 @@ def _quoted(node: exp.Expression) -> bool:
 def _read_number(text: str, beside: Any) -> int | Fraction:
     """A quoted literal read as the type of the number beside it (an integer's input
     takes a whole number only)."""
+    if isinstance(beside, int):  # an integer's input: digits only ('5.0' is an error)
+        if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
+            raise _Unevaluated
+        return int(text)
     try:
-        number = Fraction(Decimal(text.strip()))
+        return Fraction(Decimal(text.strip()))
     except (ArithmeticError, ValueError):
         raise _Unevaluated from None  # PostgreSQL: invalid input syntax
-    if isinstance(beside, int) and number.denominator != 1:
-        raise _Unevaluated
-    return int(number) if number.denominator == 1 else number
 
 
 def _ascii(value: Any) -> str:

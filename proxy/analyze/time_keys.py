@@ -622,12 +622,13 @@ def to_char_format(node: exp.TimeToStr) -> str:
 
 def _quoted_text(pattern: str, start: int) -> tuple[str, int]:
     """The text of a quoted part of a to_char format from ``start`` (after its opening
-    quote), ``\\"`` in it a quote, and where the format goes on after its closing one."""
+    quote), a backslash in it escaping the next character (``\\"`` a quote, ``\\\\``
+    a backslash), and where the format goes on after its closing quote."""
     text = []
     i = start
     while i < len(pattern):
-        if pattern.startswith('\\"', i):
-            text.append('"')
+        if pattern[i] == "\\" and i + 1 < len(pattern):
+            text.append(pattern[i + 1])
             i += 2
         elif pattern[i] == '"':
             return "".join(text), i + 1

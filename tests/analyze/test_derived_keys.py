@@ -253,6 +253,7 @@ def test_labels_are_postgresql_s_where_its_types_decide_them(engine, truth, term
     "CONCAT_WS(age, region)",  # nor concat_ws of an integer separator
     "CASE WHEN age THEN 1 END",  # nor an integer condition
     "NULLIF(age, 'five')",
+    "NULLIF(age, '5.0')",  # no integer's input in PostgreSQL
 ])
 def test_labels_postgresql_computes_otherwise_or_refuses_are_refused_for_free(engine, term):
     refused_for_free(engine, f"SELECT {term} AS k, COUNT(*) FROM people GROUP BY 1", "0A000",

@@ -123,6 +123,7 @@ TERMS = [
     # error, and \\"x read as a backslash and a quoted x)
     ("to_char(at, 'YYYYFM')", ""),
     ("to_char(at, 'YYYY\\\"MM\"\\\"\" FMMM')", ""),
+    ("to_char(at, 'YYYY\"\\q\\\\\"')", ""),  # in quotes a backslash escapes anything
     ("to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'YYYY-MM-DD')",
      "WHERE at >= '2023-03-25' AND at < '2023-04-03'"),
     ("CAST(EXTRACT(YEAR FROM at) AS INTEGER)", ""),
