@@ -155,10 +155,13 @@ class _Joint:
                       "; ".join(dict.fromkeys(_neighbour(p) for p in parts)))
 
     def debit(self, _charge: Charge) -> Decimal:
-        """The part about to be computed: the one debit, if not made yet."""
+        """The part about to be computed: the one debit, if not made yet, for it and the
+        later parts that have groups to answer (one whose WHERE admits none of its keys
+        costs nothing, wherever it stands: ``no_groups``)."""
         if self.charge is None:
             parts = self.parts[self.step:]
-            charge = self._of(parts, sum((p.loss for p in parts[1:]), parts[0].loss))
+            charge = self._of(parts, sum((p.loss for p in parts[1:] if not no_groups(p)),
+                                         parts[0].loss))
             self.left = self.ledger.debit(charge)  # BudgetExhausted: nothing charged
             self.charge = charge
         self.step += 1
@@ -170,9 +173,11 @@ class _Joint:
         return self.left if self.left is not None else self.ledger.remaining(self.analyst)
 
     def free(self) -> None:
-        """The part about to be computed costs nothing: given back if charged."""
-        if self.charge is not None:
-            self.back += self.parts[self.step].loss
+        """The part about to be computed costs nothing: given back if charged (a part
+        with no group never was)."""
+        part = self.parts[self.step]
+        if self.charge is not None and not no_groups(part):
+            self.back += part.loss
         self.step += 1
 
     def refund(self, _charge: Charge) -> None:
@@ -189,7 +194,8 @@ class _Joint:
                 return self.ledger.served_from_cache(self._of(self.parts, Loss.of(0)))
             return self.ledger.remaining(self.analyst) if answered else Decimal(0)
         for part in self.parts[self.step:]:
-            self.back += part.loss
+            if not no_groups(part):
+                self.back += part.loss
         self.step = len(self.parts)
         if self.back.epsilon or self.back.delta:  # ρ back: what leaves the kept part's
             kept = self.charge.loss.rho - self.back.rho  # ρ as a debit of it rounds it

@@ -30,6 +30,10 @@ answer_cache = false
 [analysts.alice]
 [analysts.poor]
 budget = 0.6
+[analysts.rich]
+budget = 0.3
+[analysts.rich2]
+budget = 0.3
 
 [tables.people]
 privacy_unit = "person_id"
@@ -155,3 +159,16 @@ def test_to_char_of_a_moment_beyond_python_s_years_is_null(engine):
     (answer,) = list(Session.open(engine, "alice").execute(
         "SELECT TO_CHAR(to_timestamp(COUNT(*) * 1e10), 'YYYY') AS y FROM people WHERE age > 3"))
     assert answer.rows == [(None,)]
+
+
+def test_a_query_with_no_group_costs_nothing_wherever_it_stands(engine):
+    """Budget 0.3 and a query of ε 0.25 beside one whose WHERE admits no key: the one
+    charge is 0.25 (0.5 would be refused), the empty query first or last alike (the
+    second review found the order deciding it)."""
+    grouped = "SELECT region, COUNT(*) FROM people WHERE age > {} GROUP BY region"
+    empty = "SELECT region, COUNT(*) FROM people WHERE region = 'nowhere' GROUP BY region"
+    for analyst, parts in (("rich", [grouped.format(3), empty]),
+                           ("rich2", [empty, grouped.format(4)])):
+        (answer,) = list(Session.open(engine, analyst).execute(" UNION ALL ".join(parts)))
+        assert answer.privacy["epsilon_spent"] == pytest.approx(0.25)
+        assert [float(e[6]) for e in engine.ledger.entries(analyst)] == [0.25]
