@@ -752,41 +752,60 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
 
 def _post_columns(work: QueryPlan | CombinedPlan | StagedPlan) -> list[tuple[str, str]]:
     """The (name, PostgreSQL type) of each column of ``work``'s answer, its
-    post-processing run over a row of NULLs; what the post-processing engine cannot bind
-    or cast (a named window it lacks, text added to a number) is refused here, before
-    any debit."""
+    post-processing run over a row of NULLs and over the release's public keys
+    (``_keyed_rows``); what the post-processing engine cannot bind, cast or compute on
+    them (a named window it lacks, text added to a number, a label cast to a number) is
+    refused here, before any debit, not failed on the released rows after it."""
     if isinstance(work, StagedPlan):
         return _post_columns(work.held)
     plans = [plan for _, plan in work.parts] if isinstance(work, CombinedPlan) else [work]
     columns = [[(o.name, _output_kind(plan, o)) for o in plan.outputs] for plan in plans]
     post = work.post if isinstance(work, CombinedPlan) else None
+    union = isinstance(post, OuterQuery) and post.what == UNIONED
+    keyed = [_keyed_rows(plan, [kind for _, kind in kinds], union)
+             for plan, kinds in zip(plans, columns)]
     for index, plan in enumerate(plans):
         if isinstance(plan.post, OuterQuery):
-            columns[index] = _outer_columns(plan.post, [columns[index]])
+            columns[index] = _outer_columns(plan.post, [columns[index]], [keyed[index]])
+            keyed[index] = [(None,) * len(columns[index])]  # rows its own query made
     if isinstance(post, RankedSeries):  # the query's own release, its rows filtered
         return columns[0]
-    return columns[0] if post is None else _outer_columns(post, columns)
+    return columns[0] if post is None else _outer_columns(post, columns, keyed)
 
 
-def _outer_columns(outer: OuterQuery, columns: list[list[tuple[str, str]]]
-                   ) -> list[tuple[str, str]]:
-    """The outer query's columns, typed on a row of NULLs; a UNION's also run on a row of
-    values of each column's type, so that a union of types no cast joins (a count and a
-    timestamp) or an ORDER BY casting a label is refused here, before any debit, not
-    failed on the released rows after it (a UNION's queries only pass values on)."""
-    probes = [lambda c: [(None,) * len(c)]]
-    if outer.what == UNIONED:
-        probes.append(lambda c: [tuple(_TYPED.get(kind, "x") for _, kind in c)])
+def _outer_columns(outer: OuterQuery, columns: list[list[tuple[str, str]]],
+                   keyed: list[list[tuple]]) -> list[tuple[str, str]]:
+    """The outer query's columns, typed on a row of NULLs, then run on ``keyed``, each
+    release's rows of its public keys."""
     try:
-        for probe in probes:
-            names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c],
-                                                  probe(c)) for c in columns])
+        for probe in ([[(None,) * len(c)] for c in columns], keyed):
+            names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c], rows)
+                                                 for c, rows in zip(columns, probe)])
     except NotComputed as exc:
         raise NotSupported(exc.message) from None
     return list(zip(names, kinds))
 
 
-# a value of each released type (text: "x"), for the UNION's typing row
+def _keyed_rows(plan: QueryPlan, kinds: list[str], typed: bool) -> list[tuple]:
+    """Rows a release may have, known before it is read: each GROUP BY column its
+    public keys (every key in some row; NULL where they come from the data or a public
+    table), each aggregate NULL — or, in a UNION, whose queries only pass values on, a
+    value of its type (``_TYPED``: a count beside a timestamp fails the union's cast)."""
+    cells = []
+    for output, kind in zip(plan.outputs, kinds):
+        if output.group is None:
+            cells.append([_TYPED.get(kind) if typed else None])
+            continue
+        term = plan.group_by[output.group]
+        known = term.kind not in (PUBLIC, SELECTED)
+        cells.append([term.shown(key) for key in term.keys[:_KEYED]] if known and term.keys
+                     else [None])
+    return [tuple(values[i % len(values)] for values in cells)
+            for i in range(max(len(values) for values in cells))]
+
+
+_KEYED = 2_000  # the most keys of one GROUP BY column run through before the debit
+# a value of each released type, for a UNION's rows before the debit
 _TYPED = {"bigint": 1, "double precision": 1.0, "numeric": Decimal(1), "boolean": True,
           "date": dt.date(2000, 1, 1), "timestamp": dt.datetime(2000, 1, 1),
           "timestamptz": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)}

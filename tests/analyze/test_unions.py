@@ -145,6 +145,9 @@ def test_a_budget_short_of_every_branch_refuses_before_any_is_computed(engine):
      "Could not convert string"),
     ("SELECT region, TO_CHAR(COUNT(*), '999') FROM people GROUP BY region", "0A000",
      "TO_CHAR takes a date or timestamp here"),
+    # an outer query over a release is run on its public keys before the debit too
+    ("SELECT CAST(region AS INT), n FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY "
+     "1) s", "0A000", "Could not convert string"),
 ])
 def test_what_is_no_union_of_aggregate_queries_is_refused_for_free(engine, sql, sqlstate,
                                                                    fragment):
