@@ -205,7 +205,8 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         number = Fraction(Decimal(node.name))
         if abs(number) > MAGNITUDE_CAP or (number and abs(number) < 1 / MAGNITUDE_CAP):
             raise _Unevaluated  # as for bins: exact fractions stay small
-        return int(number) if number.denominator == 1 and "." not in node.name else number
+        # digits alone are an integer's literal; 2.0, 2e0 and 1e3 are numerics
+        return int(number) if re.fullmatch(r"[0-9]+", node.name) else number
     args = [_value(arg, row, table, resolve) for arg in _operands(node)]
     if isinstance(node, exp.Case):
         return _case(node, row, table, resolve)
@@ -393,13 +394,35 @@ def _cast(node: exp.Cast, value: Any) -> Any:
     raise _Unevaluated
 
 
-def _terminating(quotient: Fraction) -> Fraction:
-    """A numeric quotient PostgreSQL computes exactly: a decimal of at most 15 places
-    (its numeric division keeps at least 16 significant digits); any other it rounds
-    (25 / 3.0 * 3 is 24.9999999999999999 there), which is not evaluated here."""
-    if (quotient * 10**15).denominator != 1:
-        raise _Unevaluated
+def _terminating(left: int | Fraction, right: int | Fraction) -> Fraction:
+    """A numeric quotient as PostgreSQL computes it, where that is the exact one: its
+    numeric division rounds to ``select_div_scale``'s scale (numeric.c), at least 16
+    significant digits: ``16 - 4 * qweight`` places, qweight the base-10000 weight of
+    the quotient's first digit as estimated there, or the operands' scales where they
+    are more. The quotient is taken where it has no more places than that least scale
+    (the operands' own scales are not known here); any other (25 / 3.0 * 3 is
+    24.9999999999999999 there, (25e12 + 1023) / 1024.0 rounds to 8 places) is not
+    evaluated here."""
+    quotient = Fraction(left) / Fraction(right)
+    if quotient:
+        (weight1, first1), (weight2, first2) = _base_10000(left), _base_10000(right)
+        qweight = weight1 - weight2 - (1 if first1 <= first2 else 0)
+        scale = max(16 - 4 * qweight, 0)
+        if (quotient * 10**scale).denominator != 1:
+            raise _Unevaluated
     return quotient
+
+
+def _base_10000(value: int | Fraction) -> tuple[int, int]:
+    """The weight and first digit of a nonzero number in PostgreSQL's base-10000 numeric
+    digits: ``|value| = first * 10000**weight + …``, ``1 <= first < 10000``."""
+    magnitude = abs(Fraction(value))
+    weight = 0
+    while magnitude >= 10000**(weight + 1):
+        weight += 1
+    while magnitude < Fraction(10000)**weight:
+        weight -= 1
+    return weight, int(magnitude / Fraction(10000)**weight)
 
 
 def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fraction:
@@ -433,7 +456,7 @@ def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fract
         if whole:  # integer division truncates toward zero
             quotient = abs(left) // abs(right)
             return quotient if (left < 0) == (right < 0) else -quotient
-        return _terminating(Fraction(left) / Fraction(right))
+        return _terminating(left, right)
     if isinstance(node, exp.Mod) and whole:
         return left - right * int(Fraction(left, right))  # the dividend's sign, as in C
     raise _Unevaluated

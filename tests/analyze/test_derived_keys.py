@@ -234,6 +234,11 @@ def test_a_row_of_an_undeclared_value_is_in_no_group_not_the_null_one(backend_ur
     ("NULLIF(age, '5')", "WHERE age < 10"),  # the quoted 5 is read as age's number
     ("ROUND(age, 0)", "WHERE age < 10"),
     ("FLOOR(age / 4.0 * 4)", ""),  # a quotient of at most 15 places: exact there too
+    # a literal with an exponent is a numeric: 25 / 2e0 is 12.5, not an integer's 12
+    ("CEIL(age / 2e0)", ""),
+    ("FLOOR(age / 1e1)", "WHERE age > 50"),
+    # a quotient below 1: 16 significant digits are 20 places, 25 / 1024 is exact there
+    ("FLOOR(age * 1.0 / 1024 * 1024)", "WHERE age < 40"),
 ])
 @pytest.mark.usefixtures("no_noise")
 def test_labels_are_postgresql_s_where_its_types_decide_them(engine, truth, term, where):
@@ -247,6 +252,9 @@ def test_labels_are_postgresql_s_where_its_types_decide_them(engine, truth, term
 @pytest.mark.parametrize("term", [
     "FLOOR(age / 3.0 * 3)",  # PostgreSQL's numeric division rounds 25 / 3.0
     "CEIL(age * 1.0 / 7 * 7)",
+    # a quotient of 10 places beyond 10^8: 16 significant digits leave 8 (PostgreSQL's
+    # CEIL is 25000000001024 for age 25, the exact quotient's 25000000001023)
+    "CEIL((age * 1000000000000 + 1023) / 1024.0 * 1024)",
     "ROUND(age, 1)",  # the numeric 25.0: its text shows the scale
     "CAST(region AS CHAR)",  # char(1)
     "NULLIF(region, age)",  # PostgreSQL has no text = integer
