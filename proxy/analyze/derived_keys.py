@@ -21,7 +21,11 @@ Only what is evaluated exactly as PostgreSQL does is taken, else the term keeps 
 refusal: SUBSTRING, text functions on ASCII text (LOWER, UPPER, TRIM and its variants), ``||``,
 CONCAT, COALESCE, NULLIF, CASE (conditions on one column, read by
 ``key_restriction.truth_on_key``), LEAST/GREATEST and ROUND/FLOOR/CEIL/ABS/``+ - * / %``
-on whole numbers, CAST to text or int. Results must be whole numbers or texts.
+on integers, numerics as numeric.c computes them (exact, with their scales: 25 / 3.0 is
+8.3333333333333333, ROUND(age, 1) is 25.0, a text shows every place) and doubles where
+exact (FLOOR(age) is one: whole, below 2^53), CAST to text or int; an integer beyond
+int4 is not evaluated (PostgreSQL's int4 arithmetic fails there). Results must be whole
+numbers without places, or texts.
 
 Everything is read from the rules and the query text, so the keys are the same on
 every neighbouring data set (SPEC §3.4); the WHERE narrows a column's values as it
@@ -33,7 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -124,8 +128,11 @@ def _key(result: Any) -> int | str:
     if isinstance(result, str):
         return result
     if isinstance(result, bool) or not isinstance(result, (int, Fraction)) \
-            or result != int(result):
-        raise _Unevaluated  # a fraction or a boolean: not a key kind of a CASE term
+            or result != int(result) or _scale(result):
+        # a fraction or a boolean: not a key kind of a CASE term; nor a numeric whose
+        # text shows places (25 * 1.0 is 25.0 in PostgreSQL, 25 / 4.0 * 4
+        # 25.0000000000000000)
+        raise _Unevaluated
     return int(result)
 
 
@@ -202,15 +209,20 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
     if isinstance(node, exp.Literal):
         if node.is_string:
             return node.name
-        number = Fraction(Decimal(node.name))
+        written = Decimal(node.name)
+        number = Fraction(written)
         if abs(number) > MAGNITUDE_CAP or (number and abs(number) < 1 / MAGNITUDE_CAP):
             raise _Unevaluated  # as for bins: exact fractions stay small
-        # digits alone are an integer's literal; 2.0, 2e0 and 1e3 are numerics
-        return int(number) if re.fullmatch(r"[0-9]+", node.name) else number
+        # digits alone are an integer's literal; 2.0, 2e0 and 1e3 are numerics, of the
+        # scale written (2.50: 2, 2.5e1: 0)
+        if re.fullmatch(r"[0-9]+", node.name):
+            return _whole(int(number))
+        return _numeric(number, max(-written.as_tuple().exponent, 0))
     args = [_value(arg, row, table, resolve) for arg in _operands(node)]
     if isinstance(node, exp.Case):
         return _case(node, row, table, resolve)
     if isinstance(node, exp.Coalesce):
+        _one_number_type(args)
         return next((arg for arg in args if arg is not None), None)
     if isinstance(node, (exp.Concat, exp.ConcatWs)):
         # CONCAT writes each argument by its type's output: a boolean as t or f
@@ -226,6 +238,7 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         return None if first is not None and first == second else first
     if isinstance(node, (exp.Least, exp.Greatest)):
         present = [_number(arg) for arg in args if arg is not None]
+        _one_number_type(present)
         return (min if isinstance(node, exp.Least) else max)(present) if present else None
     if any(arg is None for arg in args):
         return None  # every other function and operator here is strict
@@ -303,6 +316,10 @@ def _text(value: Any, output: bool = False) -> str:
         return ("t" if value else "f") if output else ("true" if value else "false")
     if isinstance(value, int) and abs(value) < 10**15:  # a double prints 1e+15 beyond
         return str(value)
+    if isinstance(value, _Numeric):  # every place of its scale: 25.0, 8.3333333333333333
+        digits = str(abs(value) * 10**value.scale // 1).rjust(value.scale + 1, "0")
+        whole, places = digits[:len(digits) - value.scale], digits[len(digits) - value.scale:]
+        return ("-" if value < 0 else "") + whole + ("." + places if value.scale else "")
     raise _Unevaluated
 
 
@@ -338,7 +355,8 @@ def _read_number(text: str, beside: Any) -> int | Fraction:
             raise _Unevaluated
         return int(text)
     try:
-        return Fraction(Decimal(text.strip()))
+        written = Decimal(text.strip())
+        return _numeric(Fraction(written), max(-written.as_tuple().exponent, 0))
     except (ArithmeticError, ValueError):
         raise _Unevaluated from None  # PostgreSQL: invalid input syntax
 
@@ -346,6 +364,52 @@ def _read_number(text: str, beside: Any) -> int | Fraction:
 def _ascii(value: Any) -> str:
     if not isinstance(value, str) or not value.isascii():
         raise _Unevaluated  # beyond ASCII, case mapping follows the backend's locale
+    return value
+
+
+class _Double(int):
+    """A whole double precision value: what FLOOR, CEIL and ROUND of an integer give in
+    PostgreSQL (its floor(double precision) takes the integer), written as the integer
+    it is below 10^15."""
+
+
+def _one_number_type(values: list[Any]) -> None:
+    """Doubles beside numerics are doubles there: a numeric of places then loses them
+    in its text (2.50 is 2.5); not evaluated here."""
+    if any(isinstance(v, _Double) for v in values) and \
+            any(isinstance(v, Fraction) for v in values):
+        raise _Unevaluated
+
+
+class _Numeric(Fraction):
+    """A value of PostgreSQL's numeric type: exact, with the scale (places) its text
+    shows, as numeric.c keeps it."""
+
+    scale: int
+
+
+def _numeric(value: int | Fraction, scale: int) -> _Numeric:
+    if scale > 1000:
+        raise _Unevaluated  # NUMERIC_MAX_DISPLAY_SCALE
+    number = _Numeric(value)
+    number.scale = scale
+    return number
+
+
+def _scale(value: int | Fraction) -> int:
+    """The places of a number's text: none for an integer."""
+    if isinstance(value, int):
+        return 0
+    if isinstance(value, _Numeric):
+        return value.scale
+    raise _Unevaluated  # a number of unknown scale: not evaluated here
+
+
+def _whole(value: int) -> int:
+    """An integer result, within PostgreSQL's integer (int4 arithmetic fails beyond it;
+    an int8 column's or literal's wider range is not known here: not evaluated)."""
+    if not -2**31 <= value < 2**31:
+        raise _Unevaluated
     return value
 
 
@@ -394,29 +458,29 @@ def _cast(node: exp.Cast, value: Any) -> Any:
     raise _Unevaluated
 
 
-def _terminating(left: int | Fraction, right: int | Fraction) -> Fraction:
-    """A numeric quotient as PostgreSQL computes it, where that is the exact one: its
-    numeric division rounds to ``select_div_scale``'s scale (numeric.c), at least 16
-    significant digits: ``16 - 4 * qweight`` places, qweight the base-10000 weight of
-    the quotient's first digit as estimated there, or the operands' scales where they
-    are more. The quotient is taken where it has no more places than that least scale
-    (the operands' own scales are not known here); any other (25 / 3.0 * 3 is
-    24.9999999999999999 there, (25e12 + 1023) / 1024.0 rounds to 8 places) is not
-    evaluated here."""
+def _quotient(left: int | Fraction, right: int | Fraction) -> _Numeric:
+    """A numeric quotient as PostgreSQL computes it: numeric.c's ``select_div_scale``
+    takes at least 16 significant digits, ``16 - 4 * qweight`` places (qweight the
+    base-10000 weight of the quotient's first digit as estimated there), or the
+    operands' scales where they are more; ``div_var`` rounds the exact quotient to
+    them, half away from zero (25 / 3.0 is 8.3333333333333333, times 3
+    24.9999999999999999)."""
     quotient = Fraction(left) / Fraction(right)
-    if quotient:
-        (weight1, first1), (weight2, first2) = _base_10000(left), _base_10000(right)
-        qweight = weight1 - weight2 - (1 if first1 <= first2 else 0)
-        scale = max(16 - 4 * qweight, 0)
-        if (quotient * 10**scale).denominator != 1:
-            raise _Unevaluated
-    return quotient
+    (weight1, first1), (weight2, first2) = _base_10000(left), _base_10000(right)
+    qweight = weight1 - weight2 - (1 if first1 <= first2 else 0)  # 0 / 3.0: 20 places
+    scale = min(max(16 - 4 * qweight, _scale(left), _scale(right), 0), 1000)
+    shifted = abs(quotient) * 10**scale
+    rounded = math.floor(shifted + Fraction(1, 2))  # half away from zero
+    return _numeric(Fraction(rounded if quotient >= 0 else -rounded, 10**scale), scale)
 
 
 def _base_10000(value: int | Fraction) -> tuple[int, int]:
     """The weight and first digit of a nonzero number in PostgreSQL's base-10000 numeric
-    digits: ``|value| = first * 10000**weight + …``, ``1 <= first < 10000``."""
+    digits: ``|value| = first * 10000**weight + …``, ``1 <= first < 10000``; zero's
+    are both 0, as select_div_scale reads them."""
     magnitude = abs(Fraction(value))
+    if not magnitude:
+        return 0, 0
     weight = 0
     while magnitude >= 10000**(weight + 1):
         weight += 1
@@ -426,37 +490,77 @@ def _base_10000(value: int | Fraction) -> tuple[int, int]:
 
 
 def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fraction:
+    """Integer arithmetic where every operand is an integer (within int4), else
+    numeric arithmetic with numeric.c's scales: a sum's the larger, a product's the
+    sum, a quotient's ``_quotient``'s."""
+    if any(isinstance(arg, _Double) for arg in args):
+        return _double(node, args)
     whole = all(isinstance(arg, int) for arg in args)
+    scales = [_scale(arg) for arg in args]
     if isinstance(node, exp.Neg):
-        return -args[0]
+        return _whole(-args[0]) if whole else _numeric(-args[0], scales[0])
     if isinstance(node, exp.Abs):
-        return abs(args[0])
+        return _whole(abs(args[0])) if whole else _numeric(abs(args[0]), scales[0])
     if isinstance(node, (exp.Floor, exp.Ceil)):
         rounded = math.floor(args[0]) if isinstance(node, exp.Floor) else math.ceil(args[0])
-        return rounded if whole else Fraction(rounded)
+        return _Double(rounded) if whole else _numeric(rounded, 0)
     if isinstance(node, exp.Round):
+        # round(numeric, int), half away from zero, to the scale asked (ROUND(age, 1)
+        # is the numeric 25.0); ROUND(age) is a double's, of whole numbers whole
         digits = args[1]
-        if not isinstance(digits, int) or not whole or digits > 0:
-            # a double rounds half to even, a numeric half away; ROUND(age, 1) is the
-            # numeric 25.0, whose text shows its scale
+        if not isinstance(digits, int) or not -1000 <= digits <= 1000 \
+                or (node.args.get("decimals") is None and not whole):
             raise _Unevaluated
-        return int(Decimal(args[0]).quantize(Decimal(1).scaleb(-digits),
-                                             rounding=ROUND_HALF_UP)) \
-            if digits < 0 else args[0]
+        if whole and node.args.get("decimals") is None:
+            return _Double(args[0])
+        shifted = abs(Fraction(args[0])) * Fraction(10)**digits
+        rounded = math.floor(shifted + Fraction(1, 2)) * Fraction(10)**-digits
+        return _numeric(rounded if args[0] >= 0 else -rounded, max(digits, 0))
     left, right = args
-    if isinstance(node, exp.Add):
-        return left + right
-    if isinstance(node, exp.Sub):
-        return left - right
-    if isinstance(node, exp.Mul):
-        return left * right
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        result = left + right if isinstance(node, exp.Add) else \
+            left - right if isinstance(node, exp.Sub) else left * right
+        if whole:
+            return _whole(result)
+        return _numeric(result, sum(scales) if isinstance(node, exp.Mul) else max(scales))
     if right == 0:
         raise _Unevaluated  # the query itself would fail on such a row
     if isinstance(node, exp.Div):
         if whole:  # integer division truncates toward zero
             quotient = abs(left) // abs(right)
-            return quotient if (left < 0) == (right < 0) else -quotient
-        return _terminating(left, right)
+            return _whole(quotient if (left < 0) == (right < 0) else -quotient)
+        return _quotient(left, right)
     if isinstance(node, exp.Mod) and whole:
         return left - right * int(Fraction(left, right))  # the dividend's sign, as in C
     raise _Unevaluated
+
+
+def _double(node: exp.Expression, args: list[int | Fraction]) -> _Double:
+    """Double precision arithmetic where it is exact: whole operands and results below
+    2^53 (no -0: 0 * -5 is -0 there), a quotient only where whole; FLOOR and CEIL of a
+    whole double are it. ROUND(double, n) and a double's % have no function there."""
+    if not all(arg == int(arg) for arg in args):
+        raise _Unevaluated  # a numeric of places made a double: not exact
+    values = [int(arg) for arg in args]
+    if isinstance(node, (exp.Floor, exp.Ceil)) or (isinstance(node, exp.Round)
+                                                   and node.args.get("decimals") is None):
+        return _Double(values[0])
+    if isinstance(node, exp.Abs):
+        result = abs(values[0])
+    elif isinstance(node, exp.Neg):
+        result = -values[0]
+    elif isinstance(node, exp.Add):
+        result = values[0] + values[1]
+    elif isinstance(node, exp.Sub):
+        result = values[0] - values[1]
+    elif isinstance(node, exp.Mul):
+        result = values[0] * values[1]
+    elif isinstance(node, exp.Div) and values[1] and values[0] % values[1] == 0:
+        result = values[0] // values[1]
+    else:
+        raise _Unevaluated
+    negative_zero = result == 0 and (isinstance(node, exp.Neg) or (
+        isinstance(node, (exp.Mul, exp.Div)) and min(values) < 0))
+    if abs(result) >= 2**53 or negative_zero:
+        raise _Unevaluated
+    return _Double(result)
