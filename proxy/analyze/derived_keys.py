@@ -66,6 +66,7 @@ def derived_case(node: exp.Expression, table: Table, resolve,
     branches when the WHERE admits none of them; None when ``node`` reads a column
     without public values or computes what is not evaluated here."""
     try:
+        _type(node, table, resolve)
         columns = _inputs(node, table, resolve, where)
         outputs: dict[Any, list[tuple[Any, ...]]] = {}
         names = list(columns)
@@ -87,6 +88,114 @@ def derived_case(node: exp.Expression, table: Table, resolve,
                   true=exp.Null() if key is None else _literal(key))
            for key, combos in outputs.items()]
     return exp.Case(ifs=ifs)
+
+
+_NUMBERS = ("int", "numeric", "double")  # PostgreSQL's numeric category, widest last
+_LOOSE = ("null", "unknown")  # a NULL literal, a quoted one: their type is the context's
+
+
+def _type(node: exp.Expression, table: Table, resolve) -> str:
+    """The type PostgreSQL gives ``node``: text, int, numeric, double, bool, or null /
+    unknown for a NULL or quoted literal; ``_Unevaluated`` where PostgreSQL fails to type
+    it (``NULLIF(region, age)``, ``'' + NULL``, ``COALESCE(0, 'x')``, ``upper(age)``)
+    or reads a literal as another type (``COALESCE('5', age)`` is the integer 5). Checked
+    once, on the term: a NULL value skips the operators the values meet."""
+    node = node.unnest()
+    if isinstance(node, exp.Column):
+        kind = table.columns[resolve(node)].type
+        return {"text": "text", "int": "int", "bool": "bool"}.get(kind) or _refuse()
+    if isinstance(node, exp.Null):
+        return "null"
+    if isinstance(node, exp.Literal):
+        return "unknown" if node.is_string else \
+            "int" if re.fullmatch(r"[0-9]+", node.name) else "numeric"
+    if isinstance(node, exp.Case):
+        for branch in node.args.get("ifs") or []:
+            if node.this is not None:
+                _common([_type(node.this, table, resolve),
+                         _type(branch.this, table, resolve)])
+        branches = [branch.args["true"] for branch in node.args.get("ifs") or []]
+        if node.args.get("default") is not None:
+            branches.append(node.args["default"])
+        return _common([_type(branch, table, resolve) for branch in branches])
+    kinds = [_type(operand, table, resolve) for operand in _operands(node)]
+    if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
+        return _common(kinds)
+    if isinstance(node, (exp.Concat, exp.ConcatWs)):
+        if isinstance(node, exp.ConcatWs) and kinds[0] not in ("text", *_LOOSE):
+            _refuse()  # concat_ws(integer, …) does not exist
+        return "text"
+    if isinstance(node, exp.DPipe):
+        if not {"text", *_LOOSE} & set(kinds):
+            _refuse()  # integer || integer does not exist
+        return "text"
+    if isinstance(node, exp.Nullif):
+        first, second = kinds
+        if first in _LOOSE and second in _LOOSE:
+            return "text"
+        if first in _LOOSE or second in _LOOSE:
+            other = second if first in _LOOSE else first
+            if ("unknown" in (first, second) and other not in ("text", "int", "numeric")) \
+                    or (first == "unknown" and other != "text"):
+                _refuse()  # 't' read as a boolean, NULLIF('5', age) an integer: not here
+            return other
+        _common(kinds)
+        return first if not (first in _NUMBERS and second in _NUMBERS) else \
+            max(kinds, key=_NUMBERS.index)
+    if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Substring)):
+        if kinds[0] not in ("text", *_LOOSE) or any(
+                kind != "int" for kind in kinds[1:]
+                if not isinstance(node, exp.Trim)) or any(
+                kind not in ("text", "unknown") for kind in kinds[1:]
+                if isinstance(node, exp.Trim)):
+            _refuse()
+        return "text"
+    if isinstance(node, exp.Cast):
+        target = node.to.this
+        if kinds[0] == "bool" and target in _INT_TYPES:
+            _refuse()
+        return "text" if target in _TEXT_TYPES else "int" if target in _INT_TYPES \
+            else _refuse()
+    # arithmetic: numbers, a NULL beside a number; a quoted literal is read as the
+    # number beside it there, which is not evaluated here
+    if any(kind not in (*_NUMBERS, "null") for kind in kinds) or \
+            all(kind == "null" for kind in kinds):
+        _refuse()
+    numbers = [kind for kind in kinds if kind != "null"]
+    widest = max(numbers, key=_NUMBERS.index)
+    if isinstance(node, (exp.Floor, exp.Ceil)):
+        return "double" if widest == "int" else widest
+    if isinstance(node, exp.Round):
+        if node.args.get("decimals") is None:
+            return "double" if widest == "int" else widest
+        if kinds[0] == "double" or kinds[1] != "int":
+            _refuse()  # round(double precision, integer) does not exist
+        return "numeric"
+    if isinstance(node, exp.Mod) and widest == "double":
+        _refuse()
+    return widest
+
+
+def _common(kinds: list[str]) -> str:
+    """The type PostgreSQL resolves a CASE's, COALESCE's or GREATEST's values to: the
+    widest number, or text, or bool; quoted literals beside other than text are read
+    as that type there, not here."""
+    typed = {kind for kind in kinds if kind not in _LOOSE}
+    if not typed:
+        return "text"
+    if typed <= set(_NUMBERS):
+        widest = max(typed, key=_NUMBERS.index)
+    elif len(typed) == 1:
+        widest = typed.pop()
+    else:
+        _refuse()  # CASE types integer and text cannot be matched
+    if "unknown" in kinds and widest != "text":
+        _refuse()
+    return widest
+
+
+def _refuse() -> Any:
+    raise _Unevaluated
 
 
 def _inputs(node: exp.Expression, table: Table, resolve, where: exp.Expression | None
