@@ -143,19 +143,18 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
                 where = select.args.get("where")
                 column = moment_column(argument, table, resolve, type(node) is exp.Max,
                                        where.this if where is not None else None)
-                if column is not None:
-                    derived[column.name] = column
-                    argument.replace(exp.column(column.name))
+                if column is None:  # a column of another type: read as it is
+                    continue
+            elif isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
                 continue
-            if isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
-                continue
-            if any(_is_aggregate(inner) for inner in argument.walk()):
-                raise NotSupported("an aggregate inside an aggregate is not supported; "
-                                   "aggregate columns or expressions of columns")
-            column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
-            if column is None:  # COUNT of a value that is never NULL counts rows
-                argument.replace(exp.Star())
-                continue
+            else:
+                if any(_is_aggregate(inner) for inner in argument.walk()):
+                    raise NotSupported("an aggregate inside an aggregate is not supported; "
+                                       "aggregate columns or expressions of columns")
+                column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
+                if column is None:  # COUNT of a value that is never NULL counts rows
+                    argument.replace(exp.Star())
+                    continue
             if column.name not in derived:
                 derived[column.name] = column
                 parts += backend_parts(column)
