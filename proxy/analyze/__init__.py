@@ -161,11 +161,30 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         tree = _CheckedParser(dialect=POSTGRES).parse(tokens, sql)[0]
     except ParseError as exc:
         raise _syntax_problem(sql, exc, tokens[0]) from None
+    if any(token.token_type == TokenType.STRING and "%" in token.text for token in tokens):
+        _refuse_percent_in_to_char(tokens)
     if any(token.token_type == TokenType.FETCH for token in tokens):
         _fetch_as_limit(tree)
     if any(token.text.lower() == "date" for token in tokens):
         _date_as_cast(tree)
     return tree
+
+
+def _refuse_percent_in_to_char(tokens: list[Token]) -> None:
+    """A to_char format holding ``%``: the parser turns PostgreSQL's fields into
+    strftime's (``YYYY`` is ``%Y``), so ``'%Y'`` and ``'YYYY'`` reach the analysis alike
+    and the proxy would format the first as the year where PostgreSQL writes ``%4``;
+    read from the tokens, before that."""
+    calls: list[str] = []
+    for previous, token in zip([None, *tokens], tokens):
+        if token.token_type == TokenType.L_PAREN:
+            calls.append(previous.text.lower() if previous is not None else "")
+        elif token.token_type == TokenType.R_PAREN and calls:
+            calls.pop()
+        elif token.token_type == TokenType.STRING and "%" in token.text and calls \
+                and calls[-1] == "to_char":
+            raise NotSupported("a to_char format holding % is not supported (the proxy "
+                               "cannot read it as PostgreSQL does); leave the % out")
 
 
 def _date_as_cast(tree: exp.Expression) -> None:

@@ -384,6 +384,10 @@ REFUSED = [
      "MOD is not allowed in a CASE condition"),
     ("SELECT EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin'), COUNT(*) "
      "FROM events GROUP BY 1", "more than 2,000 ranges"),
+    # the parser reads '%Y' as it reads 'YYYY' (PostgreSQL writes %4): the labels helper
+    ("SELECT to_char(at, '%Y'), COUNT(*) FROM events GROUP BY 1", "holding %"),
+    ("SELECT TO_CHAR(date_trunc('month', at), 'YYYY-MM %%') AS m, COUNT(*) FROM events "
+     "GROUP BY date_trunc('month', at)", "holding %"),
 ]
 
 
