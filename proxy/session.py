@@ -408,18 +408,26 @@ class Session:
 
     def _jointly(self, canonical: str, parts) -> list[Answer]:
         """Each (canonical, plan) of ``parts`` answered as it would be on its own, all
-        paid for as one charge of the statement's (``_Joint``): a budget short of them
-        all refuses before any is computed, not after the first were charged. The last
-        answer's remaining ε is what the charge left."""
-        joint = _Joint(self.engine.ledger, self.analyst, canonical,
-                       [plan for _, plan in parts])
+        paid for as one charge of the statement's (``_paid_jointly``): a budget short of
+        them all refuses before any is computed, not after the first were charged. The
+        last answer's remaining ε is what the charge left."""
+        answers, left = self._paid_jointly(
+            canonical, [plan for _, plan in parts],
+            lambda joint: [self._private(text, plan, joint) for text, plan in parts])
+        answers[-1].privacy["epsilon_remaining"] = float(left)
+        return answers
+
+    def _paid_jointly(self, canonical: str, parts: list[QueryPlan], answered):
+        """``answered(joint)``, its releases (``parts``, in order) paid through one
+        ``_Joint`` under the statement's ``canonical`` text, settled however it ends;
+        and what remains after the charge."""
+        joint = _Joint(self.engine.ledger, self.analyst, canonical, parts)
         try:
-            answers = [self._private(text, plan, joint) for text, plan in parts]
+            result = answered(joint)
         except BaseException:
             joint.settle(answered=False)
             raise
-        answers[-1].privacy["epsilon_remaining"] = float(joint.settle(answered=True))
-        return answers
+        return result, joint.settle(answered=True)
 
     def _combined(self, canonical: str, work: CombinedPlan) -> Answer:
         """Each one-row release answered (and charged) as it would be on its own, then
@@ -449,13 +457,8 @@ class Session:
                 pass
         parts = [plan for _, plan in work.stages] + (
             [work.held] if isinstance(work.held, QueryPlan) else [])
-        joint = _Joint(engine.ledger, self.analyst, canonical_sql(work.statement), parts)
-        try:
-            answer = self._stages_answered(work, joint)
-        except BaseException:
-            joint.settle(answered=False)
-            raise
-        left = joint.settle(answered=True)
+        answer, left = self._paid_jointly(canonical_sql(work.statement), parts,
+                                          lambda joint: self._stages_answered(work, joint))
         privacy = dict(answer.privacy, epsilon_remaining=float(left))
         return replace(answer, privacy=privacy, notice=_notice(privacy))
 
