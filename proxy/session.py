@@ -34,6 +34,7 @@ from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.analyze.staged import fill_released, put_back, released_as_lists, with_values
+from proxy.analyze.time_keys import next_start
 from proxy.backends.base import Backend
 from proxy.errors import (
     BackendFailed,
@@ -68,6 +69,7 @@ from proxy.vocabulary import (
     PUBLIC,
     SELECTED,
     SUM,
+    TIME_TRUNC,
     UNITS,
     CombinedPlan,
     GroupingSetsPlan,
@@ -708,7 +710,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     rows = []
     for key, values in zip(keys, released):
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
-                          else _shown(plan, o.aggregate, values[o.aggregate].value)
+                          else _shown(plan, o.aggregate, values[o.aggregate].value, key)
                           for o in plan.outputs))
     order = list(range(len(rows)))
     for index, descending in reversed(plan.order_by):
@@ -960,11 +962,34 @@ def _moment(plan: QueryPlan, index: int) -> Moment | None:
     return getattr(plan.table.columns.get(column), "moment", None) if column else None
 
 
-def _shown(plan: QueryPlan, index: int, value):
+def _shown(plan: QueryPlan, index: int, value, key: tuple):
     """A released value as the answer shows it: a moment for a MAX or MIN of a date or
-    timestamp column, else as released."""
-    return value if _moment(plan, index) is None else \
-        plan.table.columns[plan.aggregates[index].column].shown(value)
+    timestamp column (within its group's bucket, ``_bucketed``), else as released."""
+    moment = _moment(plan, index)
+    if moment is None or value is None:
+        return value
+    return _bucketed(plan, moment, key, plan.table.columns[plan.aggregates[index].column]
+                     .shown(value))
+
+
+def _bucketed(plan: QueryPlan, moment: Moment, key: tuple, shown):
+    """``shown`` moved into the bucket of its group where the plan groups by
+    ``date_trunc`` of the same column: every row of the group lies in it, so its MAX and
+    MIN do, but the draw ranks over the whole window and may land in another month.
+    Post-processing of the released value and its public key (docs/privacy.md §5.3)."""
+    for term, start in zip(plan.group_by, key):
+        if term.kind != TIME_TRUNC or term.column != moment.column or term.by is not None \
+                or start is None:
+            continue
+        first = start.date() if moment.kind == "date" else start
+        try:
+            end = next_start(start, term.unit)
+        except (NotSupported, OverflowError):  # the year 9999's: the window's end
+            return max(shown, first)
+        last = end.date() - dt.timedelta(days=1) if moment.kind == "date" \
+            else end - dt.timedelta(seconds=1)
+        return max(min(shown, last), first)
+    return shown
 
 
 def _output_kind(plan: QueryPlan, output) -> str:

@@ -230,3 +230,23 @@ def test_intervals_beside_a_moment_of_a_number_s_name(engine):
     list(session.execute("SET idp.intervals = on"))
     (answer,) = list(session.execute("SELECT MAX(at) AS t, COUNT(*) AS t FROM visits"))
     assert isinstance(answer.rows[0][0], dt.datetime) and answer.rows[0][1:3] == (None, None)
+
+
+def test_a_moment_grouped_by_its_own_bucket_stays_in_that_bucket(engine):
+    """``GROUP BY date_trunc('quarter', at)`` beside ``MIN(at)``/``MAX(at)``: every row
+    of a group lies in its quarter, so its extremes do, and the answer says so whatever
+    the draw (post-processing of the released moment and its public key); at ε 0.01 the
+    draw over the whole window lands in another quarter in most groups (it did before)."""
+    session = Session.open(engine, "alice")
+    list(session.execute("SET idp.epsilon = 0.01"))
+    for column, cast in (("at", lambda moment: moment), ("day", lambda moment: moment.date())):
+        sql = (f"SELECT date_trunc('quarter', {column}) AS q, MIN({column}), "
+               f"MAX({column}) FROM visits GROUP BY 1 ORDER BY 1")
+        for _ in range(3):
+            (answer,) = list(session.execute(sql))
+            assert len(answer.rows) == 8
+            for start, low, high in answer.rows:
+                start = start.replace(tzinfo=None)  # a date's bucket: a timestamptz at UTC
+                end = dt.datetime(start.year + start.month // 10, (start.month + 2) % 12 + 1, 1)
+                assert cast(start) <= low < cast(end), (column, start)
+                assert cast(start) <= high < cast(end), (column, start)
