@@ -159,13 +159,19 @@ class _Joint:
     def debit(self, _charge: Charge) -> Decimal:
         """The part about to be computed: the one debit, if not made yet, for it and the
         later parts that have groups to answer (one whose WHERE admits none of its keys
-        costs nothing, wherever it stands: ``no_groups``)."""
+        costs nothing, wherever it stands: ``no_groups``). A part priced at nothing is
+        never computed: refused (a staged statement's last step is analysed again with
+        the released values, ``staged._held`` makes its keys a superset of theirs)."""
         if self.charge is None:
             parts = self.parts[self.step:]
             charge = self._of(parts, sum((p.loss for p in parts[1:] if not no_groups(p)),
                                          parts[0].loss))
             self.left = self.ledger.debit(charge)  # BudgetExhausted: nothing charged
             self.charge = charge
+        elif no_groups(self.parts[self.step]):  # priced at nothing, now to be computed:
+            raise NotSupported(  # never computed unpaid (a staged statement's keys)
+                "the statement's last step answers groups its first debit did not pay "
+                "for; ask its subquery on its own first")
         self.step += 1
         return self.left
 

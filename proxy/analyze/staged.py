@@ -16,9 +16,12 @@ a comparison (=, <>, <, <=, >, >=) or a BETWEEN bound in the WHERE. Anything els
 the refusal of ``semi_joins.refuse_subqueries``.
 
 Before anything is charged the statement is analysed with each subquery's place held
-by 0: a comparison with a number analyses alike whatever the number (the released
-value is a finite double), so the statement answered with the value is refused for no
-reason that 0 did not show.
+by 0: a comparison with a number analyses alike whatever the number (a released value
+stands as a finite double, ``_number``), so the statement answered with the value is
+refused for no reason that 0 did not show. The comparison is held as ``(… OR TRUE)``
+(``(… AND FALSE)`` under NOT, ``_held``), which no key restriction reads: its keys are
+every key some value could leave, those it is priced and checked for (``age < 0``
+would leave none, and the statement was then answered with the value, unpaid).
 
 **The largest group of a step** (TPC-H Q15, ``top_choice_plan``)::
 
@@ -49,8 +52,8 @@ restrict its keys, ``proxy.engine.public_keys_sql``): ``SELECT p_partkey, 0.2 *
 AVG(l_quantity) FROM lineitem, part WHERE l_partkey = p_partkey AND p_brand =
 'Brand#23' GROUP BY p_partkey``. Its released row per key then stands in the
 comparison as one disjunct per key, ``(p_partkey = k AND l_quantity < v_k) OR …``
-(no key: FALSE); held, before any debit, as ``(p_partkey IS NOT NULL AND l_quantity <
-0)``. Correlated only through equalities of its own columns with the public table's
+(no key: FALSE); held, before any debit, as ``(p_partkey IS NOT NULL AND (l_quantity <
+0 OR TRUE))``. Correlated only through equalities of its own columns with the public table's
 (top-level AND terms of its WHERE), of an int, float or text key.
 
 Such a subquery may also stand in the WHERE of a subquery over public tables (TPC-H
@@ -178,7 +181,10 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
              if _protected(node, rules)]
     for node, value, columns in zip(found, values, keyed):
         if not columns:
+            comparison = _comparison(node)
             node.replace(_number(0 if value is HELD else value))
+            if value is HELD:
+                comparison.replace(_held(comparison.copy(), comparison))
             continue
         comparison = _comparison(node)
         template = comparison.copy()  # its subquery a placeholder, copied once per key
@@ -186,7 +192,7 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
             exp.Placeholder(this=_VALUE))
         if value is HELD:
             cases = [balanced(exp.And, [*(c.copy().is_(exp.null()).not_() for c in columns),
-                                        _at(template, 0)])]
+                                        _held(_at(template, 0), comparison)])]
         elif public and value and not _negated(comparison):
             comparison.replace(_released(template, columns, value, compact))
             continue
@@ -328,16 +334,33 @@ def _listable_value(value) -> bool:
     return abs(value) <= 2**53 if isinstance(value, int) else math.isfinite(value)
 
 
+def _held(compared: exp.Expression, place: exp.Expression) -> exp.Expression:
+    """The comparison with 0 (``compared``) as the held statement reads it at ``place``:
+    ``(… OR TRUE)``, or ``(… AND FALSE)`` under an odd number of NOTs, so that the
+    analysis checks it as written but no key restriction reads it (``key_restriction``,
+    ``within_where``: a term that reads another thing than the column leaves the keys
+    alone). The held statement then answers every key any released value could leave,
+    and is priced and checked (its groups' number) for them: with 0 itself in place,
+    ``age < 0`` left no key, so nothing was reserved for the statement, which the
+    released value then answered unpaid (the review of 2026-11-29)."""
+    odd = sum(isinstance(above, exp.Not) for above in _above(place)) % 2
+    return exp.paren(exp.and_(compared, exp.false()) if odd
+                     else exp.or_(compared, exp.true()))
+
+
+def _above(node: exp.Expression):
+    """The nodes above ``node`` up to its WHERE."""
+    above = node.parent
+    while above is not None and not isinstance(above, exp.Where):
+        yield above
+        above = above.parent
+
+
 def _negated(node: exp.Expression) -> bool:
     """Whether a NOT stands above ``node`` in its WHERE: there NOT of the disjunction's
     NULL (an outer operand that is NULL) keeps no row, NOT of EXISTS's false would keep
     it, so the disjunction is written out."""
-    above = node.parent
-    while above is not None and not isinstance(above, exp.Where):
-        if isinstance(above, exp.Not):
-            return True
-        above = above.parent
-    return False
+    return any(isinstance(above, exp.Not) for above in _above(node))
 
 
 def _at(template: exp.Expression, value: float | int | None) -> exp.Expression:
@@ -369,11 +392,20 @@ def _literal(value) -> exp.Expression:
     return exp.Literal.string(str(value))
 
 
+_LARGEST = 1.7976931348623157e308  # the largest finite double
+
+
 def _number(value: float | int | None) -> exp.Expression:
     """A released number as the parser writes one (a negative as a minus sign before
-    it; NULL where the release had none)."""
-    if value is None:
+    it; NULL where the release had none, or NaN). ±infinity, which arithmetic over a
+    release can give (``1 / AVG(x)`` of a released 0), stands as ±the largest double:
+    every finite value compares with it as with infinity, and the backend is sent no
+    ``inf`` it cannot read (the review of 2026-11-29 found the statement charged, then
+    failed)."""
+    if value is None or value != value:
         return exp.Null()
+    if isinstance(value, float) and math.isinf(value):
+        value = math.copysign(_LARGEST, value)
     # the node ``exp.Literal.number`` builds for a number ≥ 0, without its parse of the
     # text back to a number (an int() that fails, then a Decimal, per value: Q20's 8,508)
     literal = exp.Literal(this=repr(abs(value)), is_string=False)
@@ -419,7 +451,9 @@ def _numbers(plan: object, query: exp.Select, keys: int) -> bool:
     aggregate = plan.aggregates[plan.outputs[keys].aggregate]
     kind = aggregate.kind.row.output
     if kind == "column":
-        kind = plan.table.columns[aggregate.column].type
+        column = plan.table.columns[aggregate.column]
+        # MAX or MIN of a moment ranks a number, but releases a moment
+        kind = "moment" if getattr(column, "moment", None) else column.type
     return kind in ("int", "float")
 
 

@@ -6,6 +6,7 @@ charged on its own, and what cannot be answered is refused before anything is sp
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from decimal import Decimal
 
@@ -40,6 +41,8 @@ id      = { type = "int" }
 phone   = { type = "text" }
 region  = { type = "text", keys = ["n", "s"] }
 balance = { type = "float", domain = [-1000, 10000], resolution = 0.01 }
+age     = { type = "int", domain = [18, 99] }
+opened  = { type = "timestamp", domain = [2020-01-01T00:00:00, 2024-12-31T23:59:59] }
 
 [tables.regions]
 public = true
@@ -52,8 +55,11 @@ PHONES = ["13-555", "31-777", "13-111", "29-000", "31-222", "17-999"]
 ACCOUNTS = Table(
     {"id": list(range(600)), "phone": [PHONES[i % 6] for i in range(600)],
      "region": ["ns"[i % 2] for i in range(600)],
-     "balance": [float((i * 37) % 5000) - 500.0 for i in range(600)]},
-    {"id": "INTEGER", "phone": "TEXT", "region": "TEXT", "balance": "DOUBLE PRECISION"})
+     "balance": [float((i * 37) % 5000) - 500.0 for i in range(600)],
+     "age": [18 + (i * 7) % 80 for i in range(600)],
+     "opened": [dt.datetime(2020, 1, 1) + dt.timedelta(days=i * 3) for i in range(600)]},
+    {"id": "INTEGER", "phone": "TEXT", "region": "TEXT", "balance": "DOUBLE PRECISION",
+     "age": "INTEGER", "opened": "TIMESTAMP"})
 
 REGIONS = Table({"code": ["n", "s", "w"], "kind": ["x", "y", "x"]},
                 {"code": "TEXT", "kind": "TEXT"})
@@ -127,6 +133,10 @@ def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
      "function SUBSTRING is not allowed in WHERE"),
     ("SELECT SUBSTRING(phone, 1, 2), COUNT(*) FROM accounts GROUP BY 1", "0A000",
      "needs declared keys on the text column phone"),
+    # a moment's MAX ranks a number but releases a moment: charged, then an internal
+    # error (the review of 2026-11-29)
+    ("SELECT r.code FROM regions r WHERE '2024-01-01' < (SELECT MAX(opened) FROM accounts a "
+     "WHERE a.region = r.code)", "0A000", "a scalar subquery over accounts"),
 ])
 def test_what_cannot_be_staged_is_refused_for_free(engine, sql, sqlstate, fragment):
     refused_for_free(engine, sql, sqlstate, fragment)
@@ -185,13 +195,17 @@ def test_a_negative_released_value_stands_in_as_a_negative_number(engine):
 def test_a_released_number_is_the_literal_the_parser_writes():
     """``staged._number`` builds its literal directly: the very node (and text) that
     ``exp.Literal.number`` of the magnitude builds, a minus before a negative one."""
-    values = [0, 1, -1, 7, 2**70, -(2**70), 0.0, -0.0, 0.1, -2.5, 1e300, -5e-324, 123.456,
-              float("inf"), float("-inf"), float("nan")]
+    values = [0, 1, -1, 7, 2**70, -(2**70), 0.0, -0.0, 0.1, -2.5, 1e300, -5e-324, 123.456]
     for value in values:
         magnitude = exp.Literal.number(repr(abs(value)))
         expected = exp.Neg(this=magnitude) if value < 0 else magnitude
         assert staged._number(value) == expected, value
         assert staged._number(value).sql() == expected.sql(), value
+    # arithmetic over a release may give ±infinity or NaN, which no backend reads as a
+    # literal: the largest double, NULL
+    assert staged._number(float("inf")).sql() == "1.7976931348623157e+308"
+    assert staged._number(float("-inf")).sql() == "-1.7976931348623157e+308"
+    assert staged._number(float("nan")).sql() == "NULL"
 
 
 @pytest.mark.usefixtures("no_noise")
@@ -307,3 +321,62 @@ def test_keys_released_with_one_value_share_its_comparison():
     for c, x, *outcomes in both:  # written out, folded; then each under NOT
         assert outcomes[0] is outcomes[1] and outcomes[2] is outcomes[3], (c, x, outcomes)
     assert {row[2] for row in both} == {True, False, None}  # each outcome reached
+
+
+BANDS = ("SELECT FLOOR(age / 10) * 10 AS band, COUNT(*) AS n FROM accounts WHERE {} "
+         "GROUP BY 1 ORDER BY 1")
+AGES = "SELECT age + 0 AS a, COUNT(*) AS n FROM accounts WHERE {} GROUP BY 1 ORDER BY 1"
+MEAN_AGE = "(SELECT AVG(age) FROM accounts WHERE balance > 0)"
+
+
+def _mean_age() -> float:
+    ages = [a for a, b in zip(ACCOUNTS.columns["age"], ACCOUNTS.columns["balance"]) if b > 0]
+    return sum(ages) / len(ages)
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("condition,kept", [
+    (f"age < {MEAN_AGE}", lambda age, mean: age < mean),
+    (f"NOT (age >= {MEAN_AGE})", lambda age, mean: not age >= mean),
+    (f"NOT NOT (age < {MEAN_AGE})", lambda age, mean: age < mean),
+])
+def test_keys_the_subquerys_comparison_narrows_are_paid_for(engine, condition, kept):
+    """Ages 18 to 99 (a derived key) compared with a released mean: held with 0 in its
+    place, ``age < 0`` left no key, so the one charge reserved nothing for the count,
+    which the released mean then answered unpaid (ε 0.5 in the ledger for two releases;
+    the review of 2026-11-29). The comparison is held so that no key is dropped: both
+    releases are charged, and the answer is the true counts."""
+    engine.ledger.ensure_analyst("alice")
+    before = engine.ledger.remaining("alice")
+    answer, entries = _ask(engine, AGES.format(condition))
+    mean = _mean_age()
+    expected: dict[int, int] = {}
+    for age in ACCOUNTS.columns["age"]:
+        if kept(age, mean):
+            expected[age] = expected.get(age, 0) + 1
+    assert {age: n for age, n in answer.rows if n} == expected
+    assert [(e[6], e[9]) for e in entries] == [(Decimal(1), "charged")]
+    assert engine.ledger.remaining("alice") == before - 1
+    assert answer.privacy["epsilon_spent"] == 1.0
+
+
+def test_too_many_keys_for_any_released_value_refuse_before_the_charge(duckdb_url):
+    """max_groups 5: held with 0, ``age < 0`` had no band and passed the check, then
+    the released mean (about 57) left 5 bands and the 9 that a mean of 99 would leave
+    were never checked; the review's statement was charged, then refused. Now the
+    bands any value could leave (9) are checked before anything is spent."""
+    rules = RULES.replace("[defaults]", "[defaults]\nmax_groups = 5")
+    with open_engine(duckdb_url, rules, {"accounts": ACCOUNTS, "regions": REGIONS}) as few:
+        refused_for_free(few, BANDS.format(f"age < {MEAN_AGE}"), "0A000", "max_groups")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_an_infinite_released_value_compares_as_infinity(engine):
+    """``1e308 * SUM(balance)`` per region is +infinity (the sums are positive): it
+    stands as the largest double, every balance below it; it was written as ``inf``,
+    which the backend could not read, after the charge (the review of 2026-11-29)."""
+    answer, entries = _ask(engine, (
+        "SELECT COUNT(*) FROM accounts, regions WHERE region = code AND balance < "
+        "(SELECT 1e308 * SUM(balance) FROM accounts WHERE region = code)"))
+    assert answer.rows == [(600,)]
+    assert [(e[6], e[9]) for e in entries] == [(Decimal(1), "charged")]
