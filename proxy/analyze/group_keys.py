@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlglot import exp
@@ -652,18 +653,31 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
     subject = node.this
     branches = []
     outputs = []
+    default = node.args.get("default")
     for branch in node.args.get("ifs") or []:
         condition = branch.this
         if subject is not None:
             condition = exp.EQ(this=subject.copy(), expression=condition.copy())
+        truth = _constant_truth(condition)
+        if truth is not _UNKNOWN:  # WHEN NULL, WHEN 1 = 0: never taken; WHEN TRUE: the
+            if truth:  # rest never reached (else an empty group answered beside, and the
+                default = branch.args.get("true")  # select list's CASE relabelled it)
+                break
+            continue
         branches.append((check_predicate(condition, table, resolve, "a CASE condition"),
                          _case_output(branch.args.get("true"))))
         outputs.append(branches[-1][1])
-    default = node.args.get("default")
     default = _case_output(default) if default is not None else None
     outputs.append(default)
-    kinds = {type(value) for value in outputs if value is not None}
-    if not kinds or len(kinds) > 1:
+    kinds = {type(value) for value in outputs if value is not None} or {str}  # NULL: text
+    if not branches:  # every row's key is the ELSE's (or the TRUE branch's): one group
+        kind = "text" if str in kinds else "int"
+        if default is None:
+            return GroupKey(name, CASE, None, (0,), kind, branches=((exp.true(), 0),),
+                            labels=(None,))
+        return GroupKey(name, CASE, None, (default,), kind,
+                        branches=((exp.true(), default),))
+    if len(kinds) > 1:
         raise NotSupported("a CASE in GROUP BY returns literals of one kind: all quoted "
                            "strings, or all whole numbers")
     kind = "text" if str in kinds else "int"
@@ -678,6 +692,49 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
                     branches=tuple((condition, index[value]) for condition, value in branches),
                     default=index[default] if unmatched or default is not None else None,
                     labels=labels)
+
+
+_UNKNOWN = object()  # a condition that reads a column (or is not folded here)
+_ORDERS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
+           exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
+           exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
+
+
+def _constant_truth(node: exp.Expression) -> Any:
+    """A condition of literals as SQL evaluates it (TRUE, FALSE, NULL, NOT of one, a
+    comparison of two numbers), else ``_UNKNOWN``."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Boolean):
+        return node.this
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Not):
+        inner = _constant_truth(node.this)
+        return inner if inner is None or inner is _UNKNOWN else not inner
+    if type(node) in _ORDERS:
+        sides = [side.unnest() for side in (node.this, node.expression)]
+        if any(isinstance(side, exp.Null) for side in sides):
+            return None
+        numbers = [_exact(side) for side in sides]
+        if None not in numbers:
+            return _ORDERS[type(node)](*numbers)
+    return _UNKNOWN
+
+
+def _exact(node: exp.Expression) -> Decimal | None:
+    """A numeric literal (possibly negative) exactly, as PostgreSQL's numeric reads it."""
+    sign = 1
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if not (isinstance(node, exp.Literal) and not node.is_string):
+        return None
+    try:
+        value = Decimal(node.name)
+    except InvalidOperation:
+        return None
+    return sign * value if value.is_finite() else None
 
 
 def _condition(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey:

@@ -104,6 +104,14 @@ TERMS = [
     ("CONCAT_WS('-', region, sex)", "", False),  # a NULL argument is skipped
     ("GREATEST(days, NULL, -3)", "", False),
     ("UPPER(sex) || CAST(age / 50 AS text)", "WHERE age IS NOT NULL", False),
+    # conditions of literals: a branch never taken is no key (it was answered beside the
+    # ELSE's, as an empty group the select list then relabelled: two rows of 'b'), one
+    # always taken ends the CASE
+    ("CASE WHEN NULL THEN 'a' ELSE 'b' END", "", False),
+    ("CASE WHEN 1 = 0 THEN 'a' WHEN age > 50 THEN 'old' ELSE 'young' END", "", False),
+    ("CASE WHEN TRUE THEN 'a' WHEN age > 50 THEN 'old' ELSE 'b' END", "", False),
+    ("CASE WHEN NOT (2 > 1.5) THEN 1 ELSE 2 END", "", False),
+    ("CASE WHEN NULL THEN 'a' END", "", True),
 ]
 
 
