@@ -399,7 +399,8 @@ def check(rules: Rules, backend: Backend, values: bool = True) -> list[Finding]:
                               f"max({col}){finite}"]
                     asked.append((name, "domain", lower, upper))
             if column.keys:
-                keys = ", ".join("'" + str(k).replace("'", "''") + "'" for k in column.keys)
+                keys = ", ".join("'" + _key_as_text(k).replace("'", "''") + "'"
+                                 for k in column.keys)
                 missing = f"{col} IS NOT NULL AND CAST({col} AS TEXT) NOT IN ({keys})"
                 items += [f"count(*) FILTER (WHERE {missing})",
                           f"count(DISTINCT {col}) FILTER (WHERE {missing})"]
@@ -462,6 +463,12 @@ def _missing_values(count: int, nans: int, unit: bool) -> str:
     if unit:
         return f"{what}: together they count as one unit, one person's share of an answer"
     return f"{what}: aggregates of the column skip them (COUNT(*) counts them)"
+
+
+def _key_as_text(key: Any) -> str:
+    """A declared key as the backend's CAST(… AS TEXT) writes the value: a bool as
+    true or false."""
+    return str(key).lower() if isinstance(key, bool) else str(key)
 
 
 def _shown(bound: Any) -> str:

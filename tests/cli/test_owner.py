@@ -331,6 +331,22 @@ def test_check_counts_nan_as_null_and_infinities_as_outside(duckdb_url):
         backend.close()
 
 
+@pytest.mark.parametrize("keys,said", [
+    ("[true, false]", []),
+    ("[true]", ["2 rows hold 1 values missing from keys"]),
+])
+def test_check_reads_bool_keys_as_the_backend_writes_them(duckdb_url, keys, said):
+    """A bool column's keys are compared as the backend casts its values to text
+    ('true', not Python's 'True'): declared both, nothing is missing (it said every
+    row was, the review of 2026-11-29)."""
+    load_table(duckdb_url, "flags", {"f": [True, False, None, False]}, {"f": "boolean"})
+    rules = parse_rules(f"[tables.flags]\n[tables.flags.columns]\nf = {{ type = \"bool\", "
+                        f"keys = {keys} }}\n")
+    with engine_of(rules, duckdb_url) as engine:
+        found = [w.text for w in check(rules, engine.backend) if " are NULL" not in w.text]
+    assert [text.split(":")[0] for text in found] == said
+
+
 def test_a_csv_from_an_empty_folder_to_a_private_answer(tmp_path):
     """Issue 36's acceptance on a CSV: the owner's ten minutes, rules draft, rules
     check, users add, serve and psql, with no hand-edited line."""
