@@ -195,8 +195,7 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         reason = re.sub(r"^[\w ]*Error: | in expression .*$", "",
                         str(exc).split("\n")[0].split(". ")[0])
         raise NotComputed(f"{outer.what} could not be computed on the released values: "
-                          f"{reason}", "22012" if reason == "Division by zero" else None
-                          ) from None
+                          f"{reason}", _FAILURES.get(reason.lower())) from None
     finally:
         con.close()
     checkpoint()
@@ -287,6 +286,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
+    annotated = annotated.transform(_failing_as_postgresql, copy=False)  # bounds read
     tables = tuple((name, tuple(types.values()), exp.Create(
         this=exp.Schema(this=exp.to_table(name), expressions=[
             exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
@@ -319,6 +319,56 @@ def _to_char(node: exp.Expression) -> exp.Expression:
 
 
 _MOMENT_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE")
+
+# PostgreSQL's errors where DuckDB gives NaN or ±infinity (SQRT(-1), LN(0), 1.0 / 0):
+# the message, and its SQLSTATE for ``run_outer``'s one line
+_FAILURES = {"division by zero": "22012",
+             "cannot take square root of a negative number": "2201F",
+             "cannot take logarithm of zero": "2201E",
+             "cannot take logarithm of a negative number": "2201E",
+             "zero raised to a negative power is undefined": "2201F",
+             "a negative number raised to a non-integer power yields a complex result":
+                 "2201F"}
+
+
+def _failing_as_postgresql(node: exp.Expression) -> exp.Expression:
+    """Division, SQRT, LN, LOG and POWER made to fail where PostgreSQL's fail, with its
+    message (``_FAILURES``): DuckDB answers NaN or ±infinity there, which a HAVING or
+    ORDER BY then read as a number (``HAVING SQRT(COUNT(*) - 100) > 1`` kept the groups
+    of NaN; the review of 2026-11-29). The operands are repeated in a CASE: functions of
+    released values, the same each time."""
+    def failing(tests: list[tuple[exp.Expression, str]]) -> exp.Expression:
+        case = exp.Case()
+        for test, message in tests:
+            case = case.when(test, exp.func("error", exp.Literal.string(message)))
+        return case.else_(node)
+
+    zero = exp.Literal.number(0)
+    if isinstance(node, (exp.Div, exp.Mod)):
+        return failing([(exp.EQ(this=node.expression.copy(), expression=zero),
+                         "division by zero")])
+    if isinstance(node, exp.Sqrt):
+        return failing([(exp.LT(this=node.this.copy(), expression=zero),
+                         "cannot take square root of a negative number")])
+    if isinstance(node, (exp.Ln, exp.Log)):
+        value = node.expression if isinstance(node, exp.Log) and node.expression else node.this
+        tests = [(exp.EQ(this=value.copy(), expression=zero), "cannot take logarithm of zero"),
+                 (exp.LT(this=value.copy(), expression=zero),
+                  "cannot take logarithm of a negative number")]
+        if isinstance(node, exp.Log) and node.expression:  # LOG(base, x): the base too
+            tests += [(exp.LTE(this=node.this.copy(), expression=zero),
+                       "cannot take logarithm of a negative number")]
+        return failing(tests)
+    if isinstance(node, exp.Pow):
+        base, power = node.this, node.expression
+        return failing([
+            (exp.and_(exp.EQ(this=base.copy(), expression=zero),
+                      exp.LT(this=power.copy(), expression=zero)),
+             "zero raised to a negative power is undefined"),
+            (exp.and_(exp.LT(this=base.copy(), expression=zero),
+                      exp.NEQ(this=exp.func("floor", power.copy()), expression=power.copy())),
+             "a negative number raised to a non-integer power yields a complex result")])
+    return node
 
 
 _KEPT_LENGTH = 100_000  # a longer outer query is prepared every time (its key is long)

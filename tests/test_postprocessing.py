@@ -216,6 +216,37 @@ def test_a_value_the_released_numbers_cannot_give_fails_in_one_line(served):
     assert len(ledger.entries("alice")) == len(before[0]) + 1
 
 
+@pytest.mark.parametrize("sql,sqlstate,message", [
+    ("SELECT region, SQRT(COUNT(*) - 100000) FROM people GROUP BY region", "2201F",
+     "cannot take square root of a negative number"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING SQRT(COUNT(*) - 100000) > 1",
+     "2201F", "cannot take square root of a negative number"),
+    ("SELECT region, 1.0 / (COUNT(*) - COUNT(*)) FROM people GROUP BY region", "22012",
+     "division by zero"),
+    ("SELECT LN(COUNT(*) - COUNT(*)) FROM people WHERE age > 17", "2201E",
+     "cannot take logarithm of zero"),
+    ("SELECT region, LOG(COUNT(*) - 100000) FROM people GROUP BY region", "2201E",
+     "cannot take logarithm of a negative number"),
+    ("SELECT region, POWER(COUNT(*) - 100000, 0.5) FROM people GROUP BY region", "2201F",
+     "a negative number raised to a non-integer power yields a complex result"),
+])
+def test_released_values_fail_where_postgresql_s_functions_fail(served, sql, sqlstate,
+                                                                 message):
+    """Where PostgreSQL fails (the square root or logarithm of a negative number, a
+    division by zero) the post-processing engine answered NaN or ±infinity, which a
+    HAVING then read as a number (``SQRT(… - 100000) > 1`` kept every group; the review
+    of 2026-11-29): now it fails in one line with PostgreSQL's message and SQLSTATE,
+    after the noise was drawn (charged once, as any failure on released values)."""
+    ledger = served.server.engine.ledger
+    before = len(ledger.entries("alice"))
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        with pytest.raises(psycopg.Error) as failed:
+            con.execute(sql)
+    assert failed.value.sqlstate == sqlstate
+    assert failed.value.diag.message_primary.endswith(f"on the released values: {message}")
+    assert [e[9] for e in ledger.entries("alice")[before:]] == ["charged"]
+
+
 @pytest.mark.parametrize("types, rows", [
     (["BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "DOUBLE", "BIGINT"], [
         (2 ** 62, float("nan"), "é", True, 3, None),
