@@ -174,6 +174,8 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
             # its timestamptz values read and shown in the session's zone, as
             # PostgreSQL's (an IANA name, proxy.zones; DuckDB's default is the machine's)
             con.execute(f"SET TimeZone = '{outer.zone}'")
+            for constant in prepared.constants:
+                con.execute(constant)
             for index, ((name, types, create), (columns, _, rows)) in enumerate(
                     zip(prepared.tables, releases)):
                 con.execute(create)
@@ -221,7 +223,7 @@ class _Prepared:
     statement for DuckDB, the release tables (name, column types, CREATE statement) and,
     per release, its columns with bounds; its width, whether its rows trace back to
     the releases', the released columns it carries and the items given derived
-    bounds (``_intervals``)."""
+    bounds (``_intervals``); the statements of its constant parts (``_constants``)."""
 
     sql: str
     tables: tuple[tuple[str, tuple[str, ...], str], ...]
@@ -230,6 +232,7 @@ class _Prepared:
     traced: bool
     carried: dict[int, tuple[int, str]]
     intervals: tuple[int, ...]
+    constants: tuple[str, ...] = ()
 
 
 _PREPARED_KEPT = 256
@@ -293,8 +296,11 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                           kind=exp.DataType.build(kind)) for column, kind in types.items()]),
         kind="TABLE", properties=exp.Properties(expressions=[exp.TemporaryProperty()])
     ).sql(dialect="duckdb")) for name, types in schema.items())
+    constants = tuple(exp.select(node.copy()).sql(dialect="duckdb")
+                      for node in _constants(annotated))
     prepared = _Prepared(annotated.sql(dialect="duckdb", copy=False),  # this call's own tree
-                         tables, bounded, width, bool(traced), carried, tuple(intervals))
+                         tables, bounded, width, bool(traced), carried, tuple(intervals),
+                         constants)
     if len(outer.sql) <= _KEPT_LENGTH:
         with _preparing:
             _prepared_kept[key] = prepared
@@ -319,6 +325,33 @@ def _to_char(node: exp.Expression) -> exp.Expression:
 
 
 _MOMENT_TYPES = ("DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE")
+
+_VALUES = (exp.Func, exp.Binary, exp.Unary, exp.Cast)  # nodes that compute a value
+_NO_CONSTANT = (exp.Column, exp.AggFunc, exp.Window, exp.Subquery, exp.Select, exp.Star)
+
+
+def _constants(tree: exp.Expression) -> list[exp.Expression]:
+    """The largest parts of the outer query that read nothing (``CAST('x' AS integer)``
+    in a branch of ``CASE WHEN COUNT(*) > 100 …``): PostgreSQL computes these while it
+    plans, and fails there whatever the rows; computed before the releases are read
+    (``run_outer``), they fail the statement before any debit, not after it when the
+    branch is taken (the review of 2026-11-29)."""
+    found: list[exp.Expression] = []
+
+    def visit(node: exp.Expression) -> None:
+        if isinstance(node, exp.Window) or (isinstance(node, exp.Anonymous)
+                                            and node.name.lower() == "error"):
+            return  # ROW_NUMBER() reads its window; a failing branch's own error()
+        if isinstance(node, _VALUES) and not isinstance(node, exp.Connector) \
+                and not any(isinstance(inner, _NO_CONSTANT) for inner in node.walk()):
+            found.append(node)
+            return
+        for child in node.iter_expressions():
+            visit(child)
+
+    visit(tree)
+    return found
+
 
 # PostgreSQL's errors where DuckDB gives NaN or ±infinity (SQRT(-1), LN(0), 1.0 / 0):
 # the message, and its SQLSTATE for ``run_outer``'s one line
