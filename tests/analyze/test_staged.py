@@ -59,6 +59,11 @@ REGIONS = Table({"code": ["n", "s", "w"], "kind": ["x", "y", "x"]},
                 {"code": "TEXT", "kind": "TEXT"})
 
 engine = engine_fixture(RULES, {"accounts": ACCOUNTS, "regions": REGIONS})
+# One per backend for the refusal cases, which run nothing and compare the whole ledger
+# (entries and budgets) before and after their own statement: the tables loaded once,
+# not once per case, as a served deployment's sessions share one engine.
+refusing_engine = engine_fixture(RULES, {"accounts": ACCOUNTS, "regions": REGIONS},
+                                 shared=True, name="refusing_engine")
 
 
 def _ask(engine, sql: str, analyst: str = "alice"):
@@ -128,8 +133,8 @@ def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
     ("SELECT SUBSTRING(phone, 1, 2), COUNT(*) FROM accounts GROUP BY 1", "0A000",
      "needs declared keys on the text column phone"),
 ])
-def test_what_cannot_be_staged_is_refused_for_free(engine, sql, sqlstate, fragment):
-    refused_for_free(engine, sql, sqlstate, fragment)
+def test_what_cannot_be_staged_is_refused_for_free(refusing_engine, sql, sqlstate, fragment):
+    refused_for_free(refusing_engine, sql, sqlstate, fragment)
 
 
 def test_a_budget_short_of_both_releases_refuses_before_the_first(engine):
