@@ -79,8 +79,15 @@ def _visits(units: int = 150, seed: int = 4) -> dict[str, list]:
 
 
 VISITS_TYPES = {"person_id": "INTEGER", "cost": "DOUBLE PRECISION", "days": "INTEGER"}
-engine = engine_fixture(RULES_TEXT, lambda: {"people": Table(_people(), PEOPLE_TYPES),
-                                             "visits": Table(_visits(), VISITS_TYPES)})
+def _tables() -> dict[str, Table]:
+    return {"people": Table(_people(), PEOPLE_TYPES), "visits": Table(_visits(), VISITS_TYPES)}
+
+
+engine = engine_fixture(RULES_TEXT, _tables)
+# One per backend for the refusal cases, which run nothing and compare the whole ledger
+# (entries and budgets) before and after their own statement: the tables loaded once,
+# not once per case, as a served deployment's sessions share one engine.
+refusing_engine = engine_fixture(RULES_TEXT, _tables, shared=True, name="refusing_engine")
 
 
 NEW_FORMS = [
@@ -228,7 +235,8 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("sql,sqlstate,says", REFUSALS)
-def test_refusals_spend_nothing_and_say_what_is_allowed(engine, sql, sqlstate, says):
+def test_refusals_spend_nothing_and_say_what_is_allowed(refusing_engine, sql, sqlstate, says):
+    engine = refusing_engine
     before = (engine.ledger.entries(), engine.ledger.budgets())
     with pytest.raises(Refused) as refused:
         run(Session.open(engine, "zoe"), sql)

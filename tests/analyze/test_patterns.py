@@ -90,17 +90,25 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def both_engines(module_backend_url):
+    """One engine per backend for the patterns' cases: each compares two statements' statistics
+    (nothing charged, no ledger) on the same engine, so they share it; the tables
+    loaded once, not once per case."""
+    with open_engine(module_backend_url, RULES, _tables) as engine:
+        yield engine
+
+
 @pytest.mark.parametrize("where,keeps", CASES)
-def test_a_pattern_keeps_the_rows_postgresql_keeps(backend_url, where, keeps):
+def test_a_pattern_keeps_the_rows_postgresql_keeps(both_engines, where, keeps):
     kept = [name for name in NAMES if keeps(name)]
     assert kept  # every case selects something, so the comparison means something
     listed = ", ".join(_quoted(name) for name in kept)
-    with open_engine(backend_url, RULES, _tables) as engine:
-        for aggregate in ("COUNT(*)", "SUM(price)"):
-            found = recorded_statistics(engine, f"SELECT {aggregate} FROM items WHERE {where}")
-            wanted = recorded_statistics(
-                engine, f"SELECT {aggregate} FROM items WHERE name IN ({listed})")
-            assert found[:3] == wanted[:3], where
+    for aggregate in ("COUNT(*)", "SUM(price)"):
+        found = recorded_statistics(both_engines, f"SELECT {aggregate} FROM items WHERE {where}")
+        wanted = recorded_statistics(
+            both_engines, f"SELECT {aggregate} FROM items WHERE name IN ({listed})")
+        assert found[:3] == wanted[:3], where
 
 
 def test_a_public_columns_pattern_filters_a_join(backend_url):

@@ -65,6 +65,11 @@ REGIONS = Table({"code": ["n", "s", "w"], "kind": ["x", "y", "x"]},
                 {"code": "TEXT", "kind": "TEXT"})
 
 engine = engine_fixture(RULES, {"accounts": ACCOUNTS, "regions": REGIONS})
+# One per backend for the refusal cases, which run nothing and compare the whole ledger
+# (entries and budgets) before and after their own statement: the tables loaded once,
+# not once per case, as a served deployment's sessions share one engine.
+refusing_engine = engine_fixture(RULES, {"accounts": ACCOUNTS, "regions": REGIONS},
+                                 shared=True, name="refusing_engine")
 
 
 def _ask(engine, sql: str, analyst: str = "alice"):
@@ -138,8 +143,8 @@ def test_a_between_bound_and_country_codes_listed_in_the_where(engine):
     ("SELECT r.code FROM regions r WHERE '2024-01-01' < (SELECT MAX(opened) FROM accounts a "
      "WHERE a.region = r.code)", "0A000", "a scalar subquery over accounts"),
 ])
-def test_what_cannot_be_staged_is_refused_for_free(engine, sql, sqlstate, fragment):
-    refused_for_free(engine, sql, sqlstate, fragment)
+def test_what_cannot_be_staged_is_refused_for_free(refusing_engine, sql, sqlstate, fragment):
+    refused_for_free(refusing_engine, sql, sqlstate, fragment)
 
 
 def test_a_budget_short_of_both_releases_refuses_before_the_first(engine):

@@ -63,6 +63,9 @@ TABLES = {
 }
 
 engine = engine_fixture(RULES, TABLES)
+# One per backend for the refusals, which compare the whole ledger before and after their
+# own statement: the tables loaded once, not once per case.
+refusing_engine = engine_fixture(RULES, TABLES, shared=True, name="refusing_engine")
 zcdp = engine_fixture(RULES.replace("[defaults]", '[defaults]\naccounting = "zcdp"\n'
                                     "accounting_delta = 1e-6"), TABLES, name="zcdp")
 
@@ -109,8 +112,8 @@ def test_the_dominant_supplier_and_its_sum_are_answered_and_charged_once(engine)
      "WHERE s_key = supplier_no AND total = (SELECT MAX(total) FROM revenue)",
      "one public table"),
 ])
-def test_neighbouring_forms_are_refused_for_free(engine, sql, fragment):
-    refused_for_free(engine, sql, "0A000", fragment)
+def test_neighbouring_forms_are_refused_for_free(refusing_engine, sql, fragment):
+    refused_for_free(refusing_engine, sql, "0A000", fragment)
 
 
 def test_gaussian_noise_is_refused_for_free(zcdp):

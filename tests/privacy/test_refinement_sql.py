@@ -67,6 +67,11 @@ def _tables(shift: float = 0.0) -> dict[str, Table]:
 
 engine = engine_fixture(_rules(cache=True), _tables)
 uncached = engine_fixture(_rules(cache=False), _tables, name="uncached")
+# One per backend for the refusal cases, which run nothing and compare the whole ledger
+# (entries and budgets; a bad prior, SHOW idp.budget too) before and after their own
+# statement: the tables loaded once, not once per case, as a served deployment's sessions
+# share one engine.
+refusing_engine = engine_fixture(_rules(cache=True), _tables, shared=True, name="refusing_engine")
 
 
 def test_a_median_with_a_prior_is_refined_and_says_so(engine):
@@ -137,7 +142,8 @@ def _ledger_and_budgets(engine):
     ("SET idp.prior = 'normal(1000000, 1000)';", "SELECT MEDIAN(income) FROM people",
      BadSetting, "22023"),
 ])
-def test_refusals_spend_nothing(engine, setup, sql, error, sqlstate):
+def test_refusals_spend_nothing(refusing_engine, setup, sql, error, sqlstate):
+    engine = refusing_engine
     session = Session.open(engine, "alice")
     if setup:
         run(session, setup)
@@ -156,8 +162,9 @@ def test_refusals_spend_nothing(engine, setup, sql, error, sqlstate):
     "normal(0, 1e300)",
     json.dumps({str(v): 1 / (MAX_ATOMS + 1) for v in range(MAX_ATOMS + 1)}),
 ])
-def test_a_bad_prior_is_refused_when_set(engine, text):
+def test_a_bad_prior_is_refused_when_set(refusing_engine, text):
     """One line, 22023, nothing spent: SHOW idp.budget and the ledger are unchanged."""
+    engine = refusing_engine
     session = Session.open(engine, "alice")
     before = _ledger_and_budgets(engine), run(session, "SHOW idp.budget")[0].rows
     with pytest.raises(BadSetting) as refused:

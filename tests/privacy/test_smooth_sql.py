@@ -43,9 +43,14 @@ kind = { type = "text", keys = ["a", "b"] }
 SCORES = [float(v) for v in np.round(np.random.default_rng(5).normal(50, 10, 301), 3)]
 
 
-engine = engine_fixture(RULES, {"scores": Table(
+TABLES = {"scores": Table(
     {"id": list(range(301)), "score": SCORES, "kind": ["a", "b"] * 150 + ["a"]},
-    {"id": "INTEGER", "score": "DOUBLE PRECISION", "kind": "TEXT"})})
+    {"id": "INTEGER", "score": "DOUBLE PRECISION", "kind": "TEXT"})}
+engine = engine_fixture(RULES, TABLES)
+# One per backend for the refusals (which compare the whole ledger before and after their
+# own statement) and the bad settings (a session's SET, refused): the table loaded once,
+# not once per case.
+refusing_engine = engine_fixture(RULES, TABLES, shared=True, name="refusing_engine")
 
 
 def _noise_law_check(engine, sql, true, sensitivity, epsilon, gamma, count=120):
@@ -95,7 +100,8 @@ def test_the_maximum_follows_the_smooth_law(engine):
     ("SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'",
      "SELECT kind, MEDIAN(score) FROM scores GROUP BY kind", NotSupported),
 ])
-def test_refusals_spend_nothing(engine, settings, sql, error):
+def test_refusals_spend_nothing(refusing_engine, settings, sql, error):
+    engine = refusing_engine
     session = Session.open(engine, "zoe")
     run(session, settings)
     before = engine.ledger.entries(), engine.ledger.budgets()
@@ -105,9 +111,9 @@ def test_refusals_spend_nothing(engine, settings, sql, error):
 
 
 @pytest.mark.parametrize("value", ["1", "0.5", "abc", "1000"])
-def test_gamma_must_be_above_one(engine, value):
+def test_gamma_must_be_above_one(refusing_engine, value):
     with pytest.raises(BadSetting):
-        run(Session.open(engine, "zoe"), f"SET idp.gamma = {value!r}")
+        run(Session.open(refusing_engine, "zoe"), f"SET idp.gamma = {value!r}")
 
 
 def test_show_gamma_and_the_ledger_names_the_mechanism(engine):

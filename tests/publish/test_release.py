@@ -59,20 +59,31 @@ INCOME[5] = None  # a NULL stays NULL
 AGE = [int(v) for v in RNG.integers(18, 90, N)]
 
 
-@pytest.fixture
-def source(backend_url):
-    load_table(backend_url, "tax", {"id": list(range(N)), "income": INCOME, "age": AGE,
-                                    "region": ["n", "s"] * (N // 2) + ["n"],
-                                    "secret_id": list(range(N))},
+def _source(url: str):
+    load_table(url, "tax", {"id": list(range(N)), "income": INCOME, "age": AGE,
+                            "region": ["n", "s"] * (N // 2) + ["n"],
+                            "secret_id": list(range(N))},
                {"id": "INTEGER", "income": "DOUBLE PRECISION", "age": "INTEGER",
                 "region": "TEXT", "secret_id": "INTEGER"})
-    load_table(backend_url, "nodomain", {"x": [1.0, 2.0]}, {"x": "DOUBLE PRECISION"})
-    backend = open_backend(backend_url)
+    load_table(url, "nodomain", {"x": [1.0, 2.0]}, {"x": "DOUBLE PRECISION"})
+    backend = open_backend(url)
     rules = parse_rules(RULES)
     ledger = Ledger(backend, rules)
     ledger.ensure_analyst("owner")
     yield rules, backend, ledger
     backend.close()
+
+
+@pytest.fixture
+def source(backend_url):
+    yield from _source(backend_url)
+
+
+@pytest.fixture(scope="module")
+def refusing_source(module_backend_url):
+    """One source per backend for the refusals, which compare the whole ledger (entries
+    and budgets) before and after their own refused release: loaded once, not per case."""
+    yield from _source(module_backend_url)
 
 
 def _release(source, out, columns="income,age", k=10, epsilon="1", method="idp-cbls",
@@ -234,8 +245,8 @@ def test_a_table_output_and_the_ledger(source):
     ({"out": "table:tax"}, BadSetting),
     ({"out": "release.txt"}, BadSetting),
 ])
-def test_refusals_spend_nothing(source, tmp_path, args, error):
-    rules, backend, ledger = source
+def test_refusals_spend_nothing(refusing_source, tmp_path, args, error):
+    rules, backend, ledger = refusing_source
     before = ledger.entries(), ledger.budgets()
     options = {"columns": "income,age", "k": 10, "epsilon": "1", "method": "idp-cbls",
                "split": "equal", "alpha": None, "domains": (), "key": "id",
