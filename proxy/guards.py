@@ -168,6 +168,29 @@ def moment_number(column: exp.Expression, domain, seconds: bool) -> exp.Expressi
             + exp.func("FLOOR", field("SECOND")))
 
 
+_BUCKET_DAY = {"day": None, "week": "ISODOW", "month": "DAY", "year": "DOY"}
+
+
+def moment_offset(column: exp.Expression, domain, seconds: bool, bucket: str) -> exp.Expression:
+    """The whole seconds (``seconds`` false, a date: days) from the start of the
+    ``bucket`` (day, week from Monday, month or year) of the moment clamped to the
+    declared domain to that moment, as a DOUBLE; NULL stays NULL. From the fields of
+    the clamped moment, as ``moment_number``: whole numbers below 366 days' seconds for
+    every row, so it cannot fail."""
+    def field(name: str) -> exp.Expression:
+        return exp.cast(exp.Extract(this=exp.var(name), expression=clamped_moment(
+            column.copy(), domain, date=not seconds)), DOUBLE.copy())
+
+    day = _BUCKET_DAY[bucket]
+    days = exp.paren(field(day) - exp.Literal.number(1)) if day else exp.Literal.number(0)
+    if not seconds:  # a date's day in its day: 0, NULL for NULL
+        return days if day else exp.paren(field("DOY") * exp.Literal.number(0))
+    within = (exp.paren(field("HOUR") * exp.Literal.number(3600))
+              + exp.paren(field("MINUTE") * exp.Literal.number(60))
+              + exp.func("FLOOR", field("SECOND")))
+    return exp.paren(days * exp.Literal.number(86400)) + within if day else within
+
+
 def time_field(column: exp.Expression, field: str, domain, date: bool = False
                ) -> exp.Expression:
     """``extract(field FROM column)`` of the moment clamped to the declared domain, as a

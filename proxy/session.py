@@ -974,28 +974,37 @@ def _shown(plan: QueryPlan, index: int, value, key: tuple):
     moment = _moment(plan, index)
     if moment is None or value is None:
         return value
-    return _bucketed(plan, moment, key, plan.table.columns[plan.aggregates[index].column]
-                     .shown(value))
+    column = plan.table.columns[plan.aggregates[index].column]
+    bucket = _bucket(plan, moment, key)
+    if bucket is None:
+        return None if moment.bucket is not None else column.shown(value)
+    return _bucketed(moment, *bucket, column.shown(value, bucket[1]))
 
 
-def _bucketed(plan: QueryPlan, moment: Moment, key: tuple, shown):
-    """``shown`` moved into the bucket of its group where the plan groups by
-    ``date_trunc`` of the same column: every row of the group lies in it, so its MAX and
-    MIN do, but the draw ranks over the whole window and may land in another month.
-    Post-processing of the released value and its public key (docs/privacy.md §5.3)."""
+def _bucket(plan: QueryPlan, moment: Moment, key: tuple) -> tuple[Any, Any] | None:
+    """The GROUP BY ``date_trunc`` of the moment's own column and the group's key of it
+    (the bucket's start), where the plan has one."""
     for term, start in zip(plan.group_by, key):
-        if term.kind != TIME_TRUNC or term.column != moment.column or term.by is not None \
-                or start is None:
-            continue
-        first = start.date() if moment.kind == "date" else start
-        try:
-            end = next_start(start, term.unit)
-        except (NotSupported, OverflowError):  # the year 9999's: the window's end
-            return max(shown, first)
-        last = end.date() - dt.timedelta(days=1) if moment.kind == "date" \
-            else end - dt.timedelta(seconds=1)
-        return max(min(shown, last), first)
-    return shown
+        if term.kind == TIME_TRUNC and term.column == moment.column and term.by is None \
+                and start is not None:
+            return term, start
+    return None
+
+
+def _bucketed(moment: Moment, term, start, shown):
+    """``shown`` kept within its group's bucket (``term``'s, from ``start``): every row of
+    the group lies in it, so its MAX and MIN do, but a draw over the whole window (a
+    bucket the analysis did not count from, ``expressions.own_bucket``) may land in
+    another month, and one counted from the bucket beyond a short month's end.
+    Post-processing of the released value and its public key (docs/privacy.md §5.3)."""
+    first = start.date() if moment.kind == "date" else start
+    try:
+        end = next_start(start, term.unit)
+    except (NotSupported, OverflowError):  # the year 9999's: the window's end
+        return max(shown, first)
+    last = end.date() - dt.timedelta(days=1) if moment.kind == "date" \
+        else end - dt.timedelta(seconds=1)
+    return max(min(shown, last), first)
 
 
 def _output_kind(plan: QueryPlan, output) -> str:

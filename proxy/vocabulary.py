@@ -593,6 +593,11 @@ class Moment:
     kind: str
     column: str
     window: tuple[dt.datetime, dt.datetime]
+    # GROUP BY date_trunc(bucket, column): the number is counted from each row's bucket
+    # start less ``anchor`` (MAX: the bucket's longest width, so it is ≤ 0 and dense at
+    # the bucket's end; MIN: 0), not from ``origin``
+    bucket: str | None = None
+    anchor: int = 0
 
 
 @dataclass(frozen=True)
@@ -604,12 +609,15 @@ class DerivedColumn(Column):
     expression: Any = None
     moment: Moment | None = None  # of MAX or MIN of a date or timestamp column
 
-    def shown(self, value: Any) -> Any:
+    def shown(self, value: Any, start: dt.datetime | None = None) -> Any:
         """A released value as the answer gives it: of a moment column, the moment
-        (whole days or seconds from the origin); any other, unchanged."""
+        (whole days or seconds from the origin, or from ``start``, its group's bucket,
+        moved by the anchor); any other, unchanged."""
         if self.moment is None or value is None:
             return value
         origin = self.moment.origin
+        if self.moment.bucket is not None:
+            value, origin = float(value) + self.moment.anchor, start
         if self.moment.kind == "date":
             return origin.date() + dt.timedelta(days=round(float(value)))
         return origin + dt.timedelta(seconds=round(float(value)))

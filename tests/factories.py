@@ -6,6 +6,7 @@ that needs something else says so in the builder's arguments rather than copying
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -374,3 +375,15 @@ def rows_of(row: Callable[[random.Random, int | None], object],
     """``unit_rows`` of random_datasets: ``count`` rows a unit (a range: drawn), each
     ``row(rng, unit)``."""
     return lambda rng, unit: [row(rng, unit) for _ in range(_how_many(rng, count))]
+
+
+def bucket_offset(moment, seconds: bool, bucket: str) -> int:
+    """``guards.moment_offset`` in Python: the whole seconds (``seconds`` false: days) from
+    the start of the moment's day, week (from Monday), month or year to it."""
+    start = {"day": moment.replace(hour=0, minute=0, second=0, microsecond=0),
+             "week": (moment - dt.timedelta(days=moment.weekday())).replace(
+                 hour=0, minute=0, second=0, microsecond=0),
+             "month": moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0),
+             "year": moment.replace(month=1, day=1, hour=0, minute=0, second=0,
+                                    microsecond=0)}[bucket]
+    return int((moment - start).total_seconds()) if seconds else (moment - start).days

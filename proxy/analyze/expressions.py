@@ -42,7 +42,7 @@ from sqlglot import exp
 
 from proxy import guards
 from proxy.analyze.aggregates import PAIRED
-from proxy.analyze.group_keys import within_where
+from proxy.analyze.group_keys import dereferenced, within_where
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.time_fields import extracted_column, field_range, field_sql
 from proxy.errors import NotSupported, ProxyError
@@ -142,7 +142,8 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
             if isinstance(argument, exp.Column) and type(node) in (exp.Max, exp.Min):
                 where = select.args.get("where")
                 column = moment_column(argument, table, resolve, type(node) is exp.Max,
-                                       where.this if where is not None else None)
+                                       where.this if where is not None else None,
+                                       own_bucket(select, argument, table, resolve))
                 if column is None:  # a column of another type: read as it is
                     continue
             elif isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
@@ -197,8 +198,33 @@ def derive(node: exp.Expression, table: Table, resolve,
                          declared_resolution=resolution, expression=value.sql)
 
 
+# a date_trunc bucket's longest width, in seconds and in days (less one: offsets in it)
+BUCKET_WIDTHS = {"day": (86_399, 0), "week": (7 * 86_400 - 1, 6),
+                 "month": (31 * 86_400 - 1, 30), "year": (366 * 86_400 - 1, 365)}
+
+
+def own_bucket(select: exp.Select, node: exp.Column, table: Table, resolve) -> str | None:
+    """The unit of a ``GROUP BY date_trunc(unit, col)`` of the column ``node`` reads
+    (day, week, month or year; not under ROLLUP, CUBE or GROUPING SETS, whose rolled-up
+    groups have no bucket), else None."""
+    group = select.args.get("group")
+    if group is None or any(group.args.get(k) for k in ("rollup", "cube", "grouping_sets")):
+        return None
+    for term in group.expressions:
+        term = dereferenced(term, select, table).unnest()
+        if isinstance(term, (exp.TimestampTrunc, exp.DateTrunc)) and not term.args.get(
+                "zone") and isinstance(term.this, exp.Column) \
+                and resolve(term.this) == resolve(node):
+            unit = term.args.get("unit")
+            unit = unit.name.lower() if isinstance(unit, (exp.Var, exp.Literal)) else None
+            if unit in BUCKET_WIDTHS:
+                return unit
+    return None
+
+
 def moment_column(node: exp.Column, table: Table, resolve, largest: bool,
-                  where: exp.Expression | None = None) -> DerivedColumn | None:
+                  where: exp.Expression | None = None,
+                  bucket: str | None = None) -> DerivedColumn | None:
     """MAX or MIN of a date or timestamp column with a declared domain (Metabase's
     Earliest and Latest) as a whole number: the days (a date) or seconds from the end
     of its window the answer is near — the last moment for MAX, the first for MIN — to
@@ -209,7 +235,11 @@ def moment_column(node: exp.Column, table: Table, resolve, largest: bool,
     puts the dense candidates where its rows are. The number's domain is the window in
     those units: the exponential mechanism's candidates are every second (day) near
     that end, then 0.78 % of the distance apart (docs/privacy.md §5.3), and the answer is
-    the origin moved by the number drawn (``DerivedColumn.shown``). None for any other
+    the origin moved by the number drawn (``DerivedColumn.shown``). With ``bucket``
+    (the query groups by ``date_trunc(bucket, col)``, ``own_bucket``) the number is
+    counted in each row's own bucket instead (``guards.moment_offset``): from its start
+    for MIN, its longest width before it for MAX, so the candidates are dense where the
+    bucket's extremes are and no draw leaves the bucket's width. None for any other
     column."""
     declared = table.columns.get(resolve(node))
     if declared is None or declared.type not in ("date", "timestamp"):
@@ -224,8 +254,18 @@ def moment_column(node: exp.Column, table: Table, resolve, largest: bool,
         window = (window[0], window[0])
     first, last = (_cut(moment, seconds) for moment in window)
     origin = last if largest else first
-    span = _moment_number(last, seconds) - _moment_number(first, seconds)
     unit = "seconds" if seconds else "days"
+    if bucket is not None:
+        width = BUCKET_WIDTHS[bucket][0 if seconds else 1]
+        anchor = width if largest else 0
+        sql = guards.moment_offset(exp.column(declared.name, quoted=True), window, seconds,
+                                   bucket) - exp.Literal.number(anchor)
+        return DerivedColumn(
+            f"{declared.name} in {unit} from its {bucket}'s {'end' if largest else 'start'}",
+            "int", -width if largest else 0, 0 if largest else width,
+            expression=exp.paren(sql),
+            moment=Moment(origin, declared.type, declared.name, window, bucket, anchor))
+    span = _moment_number(last, seconds) - _moment_number(first, seconds)
     sql = guards.moment_number(exp.column(declared.name, quoted=True), window,
                                seconds) - exp.Literal.number(_moment_number(origin, seconds))
     return DerivedColumn(f"{declared.name} in {unit} from {origin.isoformat(' ')}", "int",

@@ -423,6 +423,13 @@ def _pair(a: Asked) -> Released:
     return Released(noisy.value, noisy.ci95, noisy.mechanism, note)
 
 
+def _moment_origin(moment) -> str:
+    """Where a moment's candidates are dense: the window's end, or each bucket's."""
+    if moment.bucket is None:
+        return moment.origin.isoformat(" ")
+    return f"the {'end' if moment.anchor else 'start'} of each {moment.bucket}"
+
+
 def _ranked(a: Asked) -> Released:
     """Percentiles, MAX and MIN: the exponential mechanism's draw where the plan made
     one (privacy/inverse_sensitivity.py), else Laplace noise."""
@@ -432,7 +439,7 @@ def _ranked(a: Asked) -> Released:
     mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
     moment = getattr(plan.table.columns[agg.column], "moment", None)
     note = _INSTANCE_NOTE.format("away from 0" if moment is None else
-                                 f"of their distance from {moment.origin.isoformat(' ')}, "
+                                 f"of their distance from {_moment_origin(moment)}, "
                                  f"every {'second' if moment.kind == 'timestamp' else 'day'} "
                                  "near it")
     if agg.continuous:

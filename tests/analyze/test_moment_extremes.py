@@ -23,7 +23,7 @@ from proxy.analyze.expressions import moment_column
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.databases import postgres_truth
-from tests.factories import Table, open_engine
+from tests.factories import Table, bucket_offset, open_engine
 from tests.probes import refused_for_free
 
 pytestmark = pytest.mark.postgres
@@ -250,3 +250,65 @@ def test_a_moment_grouped_by_its_own_bucket_stays_in_that_bucket(engine):
                 end = dt.datetime(start.year + start.month // 10, (start.month + 2) % 12 + 1, 1)
                 assert cast(start) <= low < cast(end), (column, start)
                 assert cast(start) <= high < cast(end), (column, start)
+
+
+def test_each_backend_counts_a_moment_in_its_own_bucket_as_python(engine, truth):
+    """Grouped by ``date_trunc(unit, col)`` the number is the clamped moment's whole
+    seconds (days) from its own bucket's start less the anchor (``moment_offset``),
+    inside the derived domain, for every row (NULL, ±infinity, leap days, moments
+    beyond the domain clamped) on each backend."""
+    from proxy.analyze.expressions import BUCKET_WIDTHS
+    table = engine.rules.tables["visits"]
+    clamped = {name: [None if v is None else v for v in (
+        row[0] for row in truth(f"SELECT {_clamped(name)} FROM visits ORDER BY person_id"))]
+        for name in ("at", "day")}
+    for name in ("at", "day"):
+        for bucket in BUCKET_WIDTHS:
+            for largest in (True, False):
+                column = moment_column(exp.column(name), table, lambda node: node.name,
+                                       largest, bucket=bucket)
+                sql = column.expression.sql(dialect=engine.backend.dialect)
+                got = [v for _, v in sorted(engine.backend.query(
+                    f"SELECT person_id, {sql} FROM visits"), key=lambda row: row[0])]
+                anchor = column.moment.anchor
+                wanted = [None if m is None else bucket_offset(
+                    m if name == "at" else dt.datetime(m.year, m.month, m.day),
+                    name == "at", bucket) - anchor for m in clamped[name]]
+                assert [None if v is None else float(v) for v in got] == wanted, \
+                    (name, bucket, largest)
+                values = [v for v in got if v is not None]
+                assert column.lower <= min(values) and max(values) <= column.upper
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_moment_grouped_by_its_own_bucket_is_drawn_within_it(backend_url):
+    """``MIN(at)`` and ``MAX(at)`` by month, and of the date by year: each drawn in its
+    own bucket's seconds (days), dense at its start (MIN) or end (MAX), so extremes a
+    minute from the month's ends come back to the second; counted from the window's
+    ends (before), a month in the middle had candidates days apart."""
+    months = [_T(2023, m, 1) for m in (1, 3, 5, 7, 8, 10, 12)] + [_T(2024, 3, 1)]
+    rows = {name: [] for name in TYPES}
+    for month in months:
+        last_day = month.replace(day=31)
+        for moment in [month + dt.timedelta(seconds=100)] * 40 + [
+                last_day.replace(hour=23, minute=58, second=1)] * 40 + [
+                month + dt.timedelta(days=10, hours=i) for i in range(40)]:
+            rows["person_id"].append(len(rows["person_id"]) + 1)
+            rows["department"].append("a")
+            rows["at"].append(moment)
+            rows["day"].append(moment.date())
+            rows["free"].append(None)
+    with open_engine(backend_url, RULES, {"visits": Table(rows, TYPES)}) as made:
+        session = Session.open(made, "alice")
+        (answer,) = list(session.execute(
+            "SELECT date_trunc('month', at) AS m, MIN(at), MAX(at) FROM visits "
+            "GROUP BY 1 ORDER BY 1"))
+        assert [(m, lo, hi) for m, lo, hi in answer.rows if m in months] == [
+            (month, month + dt.timedelta(seconds=100),
+             month.replace(day=31, hour=23, minute=58, second=1)) for month in months]
+        assert "of their distance from the start of each month" in answer.notice
+        (answer,) = list(session.execute(
+            "SELECT date_trunc('year', day) AS y, MIN(day), MAX(day) FROM visits "
+            "GROUP BY 1 ORDER BY 1"))
+    assert [(lo, hi) for _, lo, hi in answer.rows] == [
+        (dt.date(2023, 1, 1), dt.date(2023, 12, 31)), (dt.date(2024, 3, 1), dt.date(2024, 3, 31))]

@@ -36,7 +36,7 @@ from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds
 from tests import totality
 from tests.databases import load_table, spark_session
-from tests.factories import Table, backend_database, open_engine
+from tests.factories import Table, backend_database, bucket_offset, open_engine
 
 ROWS = totality.rows()
 
@@ -370,21 +370,26 @@ def test_a_long_where_is_planned_as_one_expression(engine):
         assert engine.ledger.remaining("zoe") == before
 
 
+@pytest.mark.parametrize("bucket", [None, "day", "week", "month", "year"])
 @pytest.mark.parametrize("largest", [True, False], ids=["max", "min"])
-def test_the_number_a_moment_s_max_or_min_ranks_is_total(engine, largest):
+def test_the_number_a_moment_s_max_or_min_ranks_is_total(engine, largest, bucket):
     """MAX and MIN of a timestamp rank whole seconds from the domain's end
-    (``expressions.moment_column``): on each backend, over NULL, moments far and just
-    outside the domain, a leap day and fractions of a second, the number is Python's
-    count of whole seconds of the moment clamped to the domain, inside the derived
-    domain."""
+    (``expressions.moment_column``), or from the moment's own bucket under GROUP BY
+    date_trunc of it (``guards.moment_offset``): on each backend, over NULL, moments far
+    and just outside the domain, a leap day and fractions of a second, the number is
+    Python's count of whole seconds of the moment clamped to the domain, inside the
+    derived domain."""
     table = totality.RULES.tables[totality.TABLE]
-    column = moment_column(exp.column("at"), table, lambda node: node.name, largest)
+    column = moment_column(exp.column("at"), table, lambda node: node.name, largest,
+                           bucket=bucket)
     first, last = table.columns["at"].time_domain
     origin = column.moment.origin
     sql = column.expression.sql(dialect=engine.backend.dialect)
     got = dict(engine.backend.query(f"SELECT id, {sql} FROM {totality.TABLE}"))
     for unit, moment in zip(ROWS["id"], ROWS["at"]):
-        wanted = None if moment is None else (
-            min(max(moment, first), last).replace(microsecond=0) - origin).total_seconds()
+        clamped = None if moment is None else min(max(moment, first), last).replace(
+            microsecond=0)
+        wanted = None if moment is None else (clamped - origin).total_seconds() \
+            if bucket is None else bucket_offset(clamped, True, bucket) - column.moment.anchor
         assert (got[unit] if got[unit] is None else float(got[unit])) == wanted, (moment, got[unit])
         assert got[unit] is None or column.lower <= got[unit] <= column.upper
