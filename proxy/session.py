@@ -31,6 +31,7 @@ from proxy.analyze import (
     statement_tokens,
 )
 from proxy.analyze.canonical import canonical_sql
+from proxy.analyze.ordering import sorted_rows
 from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.analyze.staged import fill_released, put_back, released_as_lists, with_values
@@ -396,9 +397,7 @@ class Session:
                 for row in set_rows]
         bounds = {name: [b for answer in answers for b in answer.privacy["ci95"][name]]
                   for name in answers[0].privacy["ci95"]}
-        order = list(range(len(rows)))
-        for index, descending in reversed(work.order):
-            order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)
+        order = sorted_rows(rows, work.order)
         order = order[: work.limit] if work.limit is not None else order
         kinds = [next((answer.kinds[j] for answer in answers  # a set grouping by it
                        if any(row[j] is not None for row in answer.rows)), answers[0].kinds[j])
@@ -718,9 +717,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
                           else _shown(plan, o.aggregate, values[o.aggregate].value, key)
                           for o in plan.outputs))
-    order = list(range(len(rows)))
-    for index, descending in reversed(plan.order_by):
-        order.sort(key=lambda i: _sort_key(rows[i][index]), reverse=descending)
+    order = sorted_rows(rows, plan.order_by)
     order = order[: plan.limit] if plan.limit is not None else order
     columns = [o.name for o in plan.outputs]
     ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
@@ -1056,10 +1053,6 @@ _CONSISTENT_COUNTS = ("COUNTs made consistent: each subtotal is the sum of the g
                       "covers, by weighted least squares over the released counts "
                       "(post-processing, no epsilon; docs/privacy.md §3.19); the bounds "
                       "are those of the released counts")
-
-
-def _sort_key(value):
-    return (value is None, value)
 
 
 def _mechanism(plan: QueryPlan) -> str:

@@ -211,7 +211,7 @@ class QueryPlan:
     group_by: tuple[GroupKey, ...]  # terms with public key sets (proxy.analyze.group_keys)
     aggregates: tuple[Aggregate, ...]
     outputs: tuple[OutputColumn, ...]
-    order_by: tuple[tuple[int, bool], ...]  # (output index, descending)
+    order_by: tuple[tuple[int, bool, bool], ...]  # (output index, descending, NULLs first)
     limit: int | None
     epsilon: Decimal  # per aggregate
     mechanism: Mechanism = Mechanism()
@@ -381,7 +381,7 @@ class GroupingSetsPlan:
     ``order`` ((output position, descending) pairs) and cut at ``limit``."""
 
     parts: tuple[tuple[str, QueryPlan], ...]
-    order: tuple[tuple[int, bool], ...] = ()
+    order: tuple[tuple[int, bool, bool], ...] = ()
     limit: int | None = None
 
 

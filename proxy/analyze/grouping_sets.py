@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from proxy.analyze.ordering import ordering_of
 from proxy.errors import NotSupported
 from proxy.vocabulary import GroupingSetsPlan, QueryPlan
 
@@ -123,8 +124,9 @@ def _part(select: exp.Select, chosen: list[exp.Expression],
     return part
 
 
-def _order_and_limit(select: exp.Select) -> tuple[tuple[tuple[int, bool], ...], int | None]:
-    """ORDER BY as (output position, descending) pairs, and LIMIT: over all the sets'
+def _order_and_limit(select: exp.Select
+                     ) -> tuple[tuple[tuple[int, bool, bool], ...], int | None]:
+    """ORDER BY as (output position, descending, NULLs first), and LIMIT: over all the sets'
     rows, so only output columns (by position, name or the same expression) may order."""
     items = select.expressions
     names = [item.alias_or_name for item in items]
@@ -140,7 +142,7 @@ def _order_and_limit(select: exp.Select) -> tuple[tuple[tuple[int, bool], ...], 
         else:
             raise NotSupported("with GROUPING SETS, ROLLUP or CUBE, ORDER BY output columns "
                                "(by position or name)")
-        order.append((position, bool(ordered.args.get("desc"))))
+        order.append(ordering_of(position, ordered))
     if select.args.get("offset") is not None:
         raise NotSupported("OFFSET is not supported; ask for the rows you need with WHERE")
     limit = select.args.get("limit")

@@ -75,8 +75,9 @@ def key_listing(select: exp.Select, table: Table, resolve, max_groups: int
         query = exp.select(*(exp.alias_(exp.cast(exp.Null(), kind), column.copy())
                              for column, kind in zip(columns, types))).where(exp.false())
     if order:
-        query = query.order_by(*(exp.Ordered(this=exp.Literal.number(place + 1), desc=desc)
-                                 for place, desc in order))
+        query = query.order_by(*(exp.Ordered(this=exp.Literal.number(place + 1), desc=desc,
+                                             nulls_first=first)
+                                 for place, desc, first in order))
     if limit is not None:
         query = query.limit(limit)
     shown = ", ".join(terms[place].column for place in places)

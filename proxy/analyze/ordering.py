@@ -9,9 +9,9 @@ from sqlglot import exp
 from proxy.errors import NotSupported
 
 
-def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool], ...]:
-    """(result column, descending) for each ORDER BY term; ``names``: the result
-    columns'. Refused where a term is no result column."""
+def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool, bool], ...]:
+    """(result column, descending, NULLs first) for each ORDER BY term; ``names``: the
+    result columns'. Refused where a term is no result column."""
     order = select.args.get("order")
     if not order:
         return ()
@@ -33,8 +33,24 @@ def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool], ..
         if index is None or not 0 <= index < len(names):
             raise NotSupported("ORDER BY must name a result column (by name, alias or position); "
                                "it is applied to the noisy answers")
-        keys.append((index, bool(ordered.args.get("desc"))))
+        keys.append(ordering_of(index, ordered))
     return tuple(keys)
+
+
+def ordering_of(index: int, ordered: exp.Ordered) -> tuple[int, bool, bool]:
+    """(``index``, descending, NULLs first) of an ORDER BY term: NULLS FIRST or LAST as
+    written, else PostgreSQL's (first when descending), which the parser fills in."""
+    return index, bool(ordered.args.get("desc")), bool(ordered.args.get("nulls_first"))
+
+
+def sorted_rows(rows: list[tuple], order: tuple[tuple[int, bool, bool], ...]) -> list[int]:
+    """The positions of ``rows`` in the order of ``order``'s terms (stable)."""
+    positions = list(range(len(rows)))
+    for index, descending, nulls_first in reversed(order):
+        # reversed for DESC: NULLs sort first when their key is the larger one then
+        positions.sort(key=lambda i: ((rows[i][index] is None) == (nulls_first == descending),
+                                      rows[i][index]), reverse=descending)
+    return positions
 
 
 def limit_of(select: exp.Select) -> int | None:

@@ -526,7 +526,7 @@ def _series_limited(select: exp.Select, ctes, join: exp.Join, analyse: Analyse,
         raise NotSupported("the top-N subquery must filter as the outer query does")
     if len(body_plan.order_by) != 1 or body_plan.limit is None:
         raise NotSupported("the top-N subquery orders by one metric and has a LIMIT")
-    index, descending = body_plan.order_by[0]
+    index, descending, _ = body_plan.order_by[0]
     ranked = body_plan.outputs[index].aggregate
     if ranked is None:
         raise NotSupported("the top-N subquery must rank by a metric")

@@ -7,9 +7,10 @@ post-processing: no ε, no leak (docs/privacy.md §3.19).
 
 The sets must form a tree: each set refines at most one coarser set of the statement by
 exactly one more key (ROLLUP, or GROUPING SETS of nested keys; a CUBE, where a row has
-two parents, is left as released), and each set answers every key combination of its
-keys (no partition selection, no HAVING), so a coarse row's children are all of its
-refinement's rows. Then, with each count's variance taken as its bound squared (the
+two parents, is left as released), each set answers every key combination of its
+keys (no partition selection, no HAVING), and every row has a key of that one more
+term (``_every_row_keyed``: a CASE with an ELSE), so a coarse row's children are all of
+its refinement's rows. Then, with each count's variance taken as its bound squared (the
 same noise family throughout: the bound is a multiple of the scale), the weighted
 least-squares estimate under the tree's sums is computed exactly in two passes (Hay,
 Rastogi, Miklau and Suciu 2010, "Boosting the accuracy of differentially private
@@ -26,7 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from proxy.vocabulary import COUNT
+from sqlglot import exp
+
+from proxy.vocabulary import CASE, COUNT, GroupKey
 
 
 @dataclass
@@ -111,6 +114,19 @@ def _clipped(shares: list[float], spreads: list[float], total: int) -> list[floa
             shares[i] -= deficit * weight / scale
 
 
+def _every_row_keyed(term: GroupKey) -> bool:
+    """Whether every row has a key of ``term``, so a parent's count is its children's
+    sum: a CASE whose rows no branch takes have a key too (its ELSE, or the NULL group
+    of an ELSE NULL), or one whose branch is always taken. A column's NULL or
+    undeclared values, a condition's NULL, a time bucket's NULL moments are in no group:
+    their rows are in the parent and in no child, and the sums would spread them over
+    the children (a ROLLUP of a column holding NULLs counted them in its keys; the
+    review of 2026-11-29)."""
+    return term.kind == CASE and (term.default is not None or any(
+        isinstance(condition, exp.Boolean) and condition.this
+        for condition, _ in term.branches))
+
+
 def consistent_rows(plans: list, rows: list[list[tuple]], bounds: list[dict[str, list]],
                     columns: list[str]) -> list[list[tuple]] | None:
     """The grouping sets' rows (``rows[i]`` of ``plans[i]``, the statement's columns,
@@ -128,8 +144,9 @@ def consistent_rows(plans: list, rows: list[list[tuple]], bounds: list[dict[str,
     position = {finest.group_by[out.group]: j for j, out in enumerate(finest.outputs)
                 if out.group is not None}
     terms = [tuple(plan.group_by) for plan in plans]
-    if any(not set(t) <= set(position) for t in terms):
-        return None
+    if any(not set(t) <= set(position) for t in terms) or len(
+            {frozenset(t) for t in terms}) != len(terms):
+        return None  # a set twice (ROLLUP(a, a)) would be two partitions of its parent
     counted = [j for j, out in enumerate(finest.outputs) if out.aggregate is not None
                and finest.aggregates[out.aggregate].kind == COUNT]
     parents = []
@@ -138,6 +155,8 @@ def consistent_rows(plans: list, rows: list[list[tuple]], bounds: list[dict[str,
                  if set(other) < set(own) and len(own) - len(other) == 1]
         if len(above) > 1:
             return None  # a CUBE: rows with two parents
+        if above and not all(_every_row_keyed(t) for t in set(own) - set(terms[above[0]])):
+            return None  # a parent's rows that no child holds (NULL, undeclared keys)
         parents.append(above[0] if above else None)
     if not counted:
         return None

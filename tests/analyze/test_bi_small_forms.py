@@ -97,7 +97,7 @@ def test_the_tools_forms_are_answered_as_the_form_they_mean(engine, written, ans
 
 def test_order_by_the_output_named_like_the_merged_column_orders_by_the_output():
     plan = analyze(parse_statements(SAME[2][0])[0], RULES, Settings())
-    assert plan.order_by == ((1, True),)
+    assert plan.order_by == ((1, True, True),)
 
 
 TOP_N = ('SELECT "people"."region" AS "region", COUNT(1) AS "cnt" FROM "public"."people" '

@@ -287,3 +287,17 @@ def test_labels_are_postgresql_s_where_its_types_decide_them(engine, truth, term
 def test_labels_postgresql_computes_otherwise_or_refuses_are_refused_for_free(engine, term):
     refused_for_free(engine, f"SELECT {term} AS k, COUNT(*) FROM people GROUP BY 1", "0A000",
                      "")
+
+
+@pytest.mark.parametrize("order", ["1 NULLS FIRST", "1 DESC NULLS LAST", "1 DESC", "1",
+                                   "2 DESC NULLS LAST, 1 NULLS FIRST"])
+@pytest.mark.usefixtures("no_noise")
+def test_released_rows_are_ordered_as_postgresql_orders_them(engine, truth, order):
+    """ORDER BY over the released rows keeps NULLS FIRST and NULLS LAST as written (they
+    were ignored: ``ORDER BY b DESC NULLS LAST LIMIT 1`` answered the NULL group; the
+    review of 2026-11-29), PostgreSQL's defaults otherwise."""
+    sql = (f"SELECT CASE WHEN age > 30 THEN region END AS k, COUNT(*) AS n FROM people "
+           f"GROUP BY 1 ORDER BY {order}")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    wanted = [key for key, _ in truth(sql)]
+    assert [key for key, n in answer.rows if n or key in wanted] == wanted

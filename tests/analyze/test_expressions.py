@@ -290,7 +290,7 @@ def test_rewrites_keep_postgresql_names_and_meaning():
                  "ORDER BY SUM(CASE WHEN age > 3 THEN 1 ELSE 0 END) DESC")
     assert [(a.kind, a.column) for a in plan.aggregates] == [
         ("count", "CASE WHEN age > 3 THEN 1 ELSE NULL END")]
-    assert [o.name for o in plan.outputs] == ["sum"] and plan.order_by == ((0, True),)
+    assert [o.name for o in plan.outputs] == ["sum"] and plan.order_by == ((0, True, True),)
     plan = _plan("SELECT COUNT(1) FROM people")
     assert plan.aggregates[0].column is None and plan.public(plan.aggregates[0])
     plan = _plan("SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY income) "

@@ -10,7 +10,7 @@ import pytest
 from proxy.privacy.consistency import Node, make_consistent
 from proxy.session import Session
 from tests.analyze.grouped_people import RULES, people
-from tests.factories import engine_fixture
+from tests.factories import engine_fixture, open_engine
 from tests.probes import run
 
 engine = engine_fixture(RULES, {"people": people()})
@@ -67,22 +67,56 @@ def test_negative_shares_are_moved_to_the_others_and_exact_counts_kept():
     assert root.final == 3 and sum(finals) == 3 and min(finals) >= 0, finals
 
 
+# terms that give every row a key (a CASE with an ELSE): a parent is its children's sum
+REGION = "CASE WHEN region IN ('north', 'east') THEN 'ne' ELSE 'sw' END"
+SEX = "CASE WHEN sex = 'f' THEN 'f' ELSE 'other' END"
+
+
 def test_a_rollups_subtotals_are_the_sums_of_their_groups(engine):
-    """ROLLUP(region, sex) at ε 0.5 with a WHERE (so no count is public): each region's
-    row is the sum of its two sexes, the total the sum of the regions; the note says so.
-    A CUBE (a row with two parents) is answered as released, without the note."""
+    """ROLLUP of two CASE terms with an ELSE at ε 0.5 with a WHERE (so no count is
+    public): each region's row is the sum of its two sexes, the total the sum of the
+    regions; the note says so. A CUBE (a row with two parents) is answered as
+    released, without the note."""
     session = Session.open(engine, "zoe")
-    answer, = run(session, "SELECT region, sex, COUNT(*) FROM people WHERE age > 30 "
-                           "GROUP BY ROLLUP(region, sex)")
+    answer, = run(session, f"SELECT {REGION} AS r, {SEX} AS s, COUNT(*) FROM people "
+                           "WHERE age > 30 GROUP BY ROLLUP(1, 2)")
     rows = answer.rows
     total = [r[2] for r in rows if r[0] is None]
     regions = {r[0]: r[2] for r in rows if r[0] is not None and r[1] is None}
     pairs = [r for r in rows if r[0] is not None and r[1] is not None]
-    assert len(total) == 1 and len(regions) == 4 and len(pairs) == 8
+    assert len(total) == 1 and len(regions) == 2 and len(pairs) == 4
     assert total[0] == sum(regions.values())
     for region, count in regions.items():
         assert count == sum(r[2] for r in pairs if r[0] == region)
     assert any("made consistent" in note for note in answer.privacy["notes"])
-    cube, = run(session, "SELECT region, sex, COUNT(*) FROM people WHERE age > 31 "
-                         "GROUP BY CUBE(region, sex)")  # new releases, not the ROLLUP's replays
+    cube, = run(session, f"SELECT {REGION} AS r, {SEX} AS s, COUNT(*) FROM people "
+                         "WHERE age > 31 GROUP BY CUBE(1, 2)")  # new releases, not replays
     assert not any("made consistent" in note for note in cube.privacy["notes"])
+
+
+@pytest.mark.parametrize("term,grouping", [
+    ("region", "ROLLUP(1)"), ("region", "ROLLUP(1, 1)"),
+    (REGION, "GROUPING SETS ((1), (1), ())")])
+def test_counts_are_left_as_released_where_a_parent_is_not_its_childrens_sum(
+        duckdb_url, term, grouping):
+    """A column's NULL (or undeclared) values are in the total and in no region's row,
+    so the total is not the regions' sum: made "consistent", the 60 people without a
+    region were spread over the regions (each about 15 too many; the review of
+    2026-11-29). A set asked twice is not a second partition of its parent (the
+    regions came back halved). At ε 1000 each count is the true one within a few."""
+    data = people()
+    data.columns["region"][:60] = [None] * 60
+    rules = (RULES.replace("epsilon_per_query = 0.5", "epsilon_per_query = 1000\n"
+                           "max_epsilon_per_query = 1000")
+             .replace("budget_per_analyst = 1000", "budget_per_analyst = 100000"))
+    with open_engine(duckdb_url, rules, {"people": data}) as made:
+        answer, = run(Session.open(made, "zoe"),
+                      f"SELECT {term} AS r, COUNT(*) FROM people GROUP BY {grouping}")
+    assert not any("made consistent" in note for note in answer.privacy["notes"])
+    truth: dict = {}
+    for region in data.columns["region"]:
+        key = region if term == "region" else "ne" if region in ("north", "east") else "sw"
+        truth[key] = truth.get(key, 0) + 1
+    for r, count in answer.rows:
+        wanted = 300 if r is None else truth[r]
+        assert abs(count - wanted) <= 3, (r, count, wanted)
