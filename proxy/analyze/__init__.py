@@ -257,6 +257,9 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     select = _distinct_unwrapped(_only_select(statement))
     if _public_only(select, rules):
         return PassthroughPlan(select if owned else select.copy())
+    if select.find(exp.TableSample):  # it was dropped: the answer covered every row
+        raise NotSupported("TABLESAMPLE is not supported over protected tables (an answer "
+                           "covers every row in scope); filter with WHERE instead")
     sets = grouping_sets_plan(select, lambda part: analyze(part, rules, settings, hint),
                               canonical_sql)
     if sets is not None:

@@ -70,6 +70,10 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
     if groups:
         inner.set("group", exp.Group(expressions=[g.copy() for g in groups]))
     plan = analyse(inner)
+    if not isinstance(plan, QueryPlan):  # a window over the keys alone: a listing of keys
+        raise NotSupported("a window function over GROUP BY keys alone is not supported; "
+                           "ask it beside an aggregate (COUNT(*)), or list the keys "
+                           "without it")
 
     names = [_name(item, plan, i) for i, item in enumerate(select.expressions)]
     outer = exp.select(*[exp.alias_(_column(f"_idp_{i}") if value is None else value, name,
