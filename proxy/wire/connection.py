@@ -24,7 +24,7 @@ from datetime import tzinfo
 from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
-from proxy.errors import ProxyError, QueryCanceled, UnknownAnalyst
+from proxy.errors import NotSupported, ProxyError, QueryCanceled, UnknownAnalyst
 from proxy.interrupts import checkpoint
 from proxy.pgtypes import TEXT, oid_of
 from proxy.rules import Rules, ServerLimits
@@ -80,6 +80,7 @@ class Prepared:
     param_types: tuple[int, ...]
     fields: list[codec.Field] | None  # None: the statement returns no rows
     shadow_name: bytes | None = None
+    intervals: bool | None = None  # idp.intervals when described: it adds columns
 
 
 @dataclass
@@ -656,7 +657,7 @@ class Connection:
         described = self.session.describe(text)
         fields = None if described is None else [
             codec.Field(name, oid_of(kind)) for name, kind in described]
-        return Prepared(statement, param_types, fields)
+        return Prepared(statement, param_types, fields, intervals=self.session.settings.intervals)
 
     async def _execute(self, prepared: Prepared, portal: Portal, formats: tuple[int, ...],
                        line: Callable[[list[bytes | None]], bytes] = codec.data_row) -> Result:
@@ -679,6 +680,12 @@ class Connection:
                 _formats(formats, len(prepared.fields or ())),
                 self.server.limits.catalog_max_rows, self.server.limits.max_message)
             return Result("", prepared.fields, stream=rows, line=line)
+        if prepared.fields is not None and prepared.intervals is not None \
+                and prepared.intervals != self.session.settings.intervals:
+            # as PostgreSQL's, before anything is run or charged: the rows would not match
+            # the columns described (one charge then an unreadable answer, before)
+            raise NotSupported("cached plan must not change result type: idp.intervals "
+                               "changed since the statement was prepared; prepare it again")
         replayed = self._replayed_now(portal, prepared.fields, formats, line)
         if replayed is not None:
             return replayed

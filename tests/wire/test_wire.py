@@ -546,3 +546,27 @@ def test_duckdb_answers_others_while_one_long_query_runs(duckdb_url, tmp_path):
         slow.cancel_safe()
         runner.join(10)
         assert outcome == ["cancelled"]
+
+
+@pytest.mark.parametrize("first,then", [("on", "off"), ("off", "on")])
+def test_a_prepared_statement_whose_columns_a_setting_changed_is_refused_for_free(
+        proxy, first, then):
+    """``idp.intervals`` adds columns: prepared with it on, executed with it off (or the
+    other way), the rows would not match the columns described at Parse — charged, then
+    ``unexpected field count`` in the client (or the bounds dropped silently; the review
+    of 2026-11-29). As PostgreSQL: 0A000 "cached plan must not change result type",
+    before anything is charged."""
+    sql = "SELECT region, COUNT(*) FROM people WHERE age > %s GROUP BY region"
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        con.execute(f"SET idp.intervals = {first}")
+        con.execute(sql, (41,), prepare=True)
+        con.execute(f"SET idp.intervals = {then}")
+        before = _budget(con)
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute(sql, (42,), prepare=True)
+        assert refused.value.sqlstate == "0A000"
+        assert "cached plan must not change result type" in str(refused.value)
+        assert _budget(con) == before
+        con.execute("DEALLOCATE ALL")
+        width = len(con.execute(sql, (43,), prepare=True).fetchone())  # prepared again
+    assert width == (4 if then == "on" else 2)
