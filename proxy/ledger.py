@@ -81,10 +81,12 @@ LEDGER_FIELDS = ("id", "logged_at", "analyst", "sql_hash", "model", "mechanism",
 # ``budget show``: the first four under ``pure``; under ``zcdp`` the budget and what was
 # spent and remains are ε at ``delta``, with the ρ behind them
 BUDGET_FIELDS = ("analyst", "budget", "spent", "remaining", "delta", "rho_budget", "rho_spent")
-# columns added since the first ledgers (ρ, for the zcdp accountant): (table, column)
-# and the end of each account's refresh window (seconds since the epoch; NULL: none)
+# columns added since the first ledgers (ρ, for the zcdp accountant): (table, column),
+# the end of each account's refresh window (seconds since the epoch; NULL: none) and
+# its last reset (microseconds since the epoch; NULL: never)
 _ADDED = {("budgets", "budget_rho"): RHO_SQL, ("budgets", "spent_rho"): RHO_SQL,
-          ("ledger", "rho"): RHO_SQL, ("budgets", "window_end"): "BIGINT"}
+          ("ledger", "rho"): RHO_SQL, ("budgets", "window_end"): "BIGINT",
+          ("budgets", "reset_micro"): "BIGINT"}
 _RHO = f"CAST(%s AS {RHO_SQL})"
 # Replays' rows (docs/budget.md, "The answer cache"): written when this many wait, or
 # this long after the oldest of them was served, whichever comes first.
@@ -109,6 +111,8 @@ class Charge:
     # when it was made (seconds since the epoch): a refund goes back to its refresh
     # window only (``Ledger._refund``)
     made: int = field(default_factory=lambda: _now(), compare=False)
+    # the same in microseconds: a refund goes to an account not reset since (``reset``)
+    made_micro: int = field(default_factory=lambda: time.time_ns() // 1000, compare=False)
 
     @property
     def sql_hash(self) -> str:
@@ -670,13 +674,15 @@ class Ledger:
         micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
-            for account in accounts:  # into the window it was charged in, if still current
-                refresh = self.rules.refresh_of(account)
-                window = "" if refresh is None else " AND window_end = %s"
+            for account in accounts:  # into the window it was charged in, if still current,
+                refresh = self.rules.refresh_of(account)  # and not reset since (then spent
+                window = "" if refresh is None else " AND window_end = %s"  # would go < 0)
                 tx.execute(f"UPDATE idp.budgets SET spent_micro = spent_micro - %s, "
-                           f"spent_rho = spent_rho - {_RHO} WHERE analyst = %s{window}",
+                           f"spent_rho = spent_rho - {_RHO} WHERE analyst = %s{window} AND "
+                           "(reset_micro IS NULL OR reset_micro < %s)",
                            (micro, charge.loss.spent_rho, account)
-                           + (() if refresh is None else (refresh.window_end(charge.made),)))
+                           + (() if refresh is None else (refresh.window_end(charge.made),))
+                           + (charge.made_micro,))
             self.append(tx, charge, -micro, f"refunded: {why}", released=False)
 
     def append(self, tx, charge: Charge, micro: int, status: str, released: bool,
@@ -741,10 +747,13 @@ class Ledger:
                            (self._rho_budget(rows[0][0]), analyst))
 
     def reset(self, analyst: str) -> None:
-        """Spent back to zero (the ledger keeps the history)."""
+        """Spent back to zero (the ledger keeps the history), and the moment of it kept: a
+        refund of a charge made before it would take spent below zero (a statement in
+        flight during the reset; the review of 2026-11-29), so none is made."""
         self._known(analyst)
-        self.backend.query("UPDATE idp.budgets SET spent_micro = 0, spent_rho = 0 "
-                           "WHERE analyst = %s", (analyst,))
+        self.backend.query("UPDATE idp.budgets SET spent_micro = 0, spent_rho = 0, "
+                           "reset_micro = %s WHERE analyst = %s",
+                           (time.time_ns() // 1000, analyst))
 
     def entries(self, analyst: str | None = None,
                 since: datetime.datetime | None = None) -> list[tuple]:

@@ -563,3 +563,33 @@ def test_the_embedded_duckdb_keeps_its_ledger_in_a_sqlite_file_beside_it(tmp_pat
     assert backend.ledger_store() is backend
     backend.close()
     assert not (tmp_path / "old.duckdb.ledger.sqlite").exists()
+
+
+@pytest.mark.parametrize("store", ["duckdb", "sqlite"])
+def test_a_refund_of_a_charge_made_before_a_reset_takes_nothing_back(tmp_path, store):
+    """The owner resets an account while a statement charged before it is in flight:
+    the statement's refund (parts not computed, an outage) must not take spent below
+    zero (it did: spent −0.5, remaining 1.5 of a budget of 1; the review of
+    2026-11-29). A charge made after the reset is refunded as before."""
+    from proxy.backends.sqlite_store import SQLiteStore
+
+    rules = parse_rules("[defaults]\nbudget_per_analyst = 1\n[analysts.a]\n"
+                        "[tables.t]\n[tables.t.columns]\nx = { type = \"int\" }\n")
+    backend = open_backend(f"duckdb:///{tmp_path / 'l.duckdb'}") if store == "duckdb" \
+        else SQLiteStore(str(tmp_path / "l.sqlite"))
+    ledger = Ledger(backend, rules)
+    try:
+        ledger.ensure_analyst("a")
+        before = Charge("a", "SELECT 1", "idp", "m", Loss.of(Decimal("0.6")), "n")
+        ledger.debit(before)
+        time.sleep(0.002)
+        ledger.reset("a")
+        ledger.refund(Charge("a", "SELECT 1", "idp", "m", Loss.of(Decimal("0.5")), "n",
+                             made=before.made, made_micro=before.made_micro))
+        assert ledger.remaining("a") == Decimal(1)
+        after = Charge("a", "SELECT 2", "idp", "m", Loss.of(Decimal("0.4")), "n")
+        ledger.debit(after)
+        ledger.refund(after)
+        assert ledger.remaining("a") == Decimal(1)
+    finally:
+        backend.close()
