@@ -674,6 +674,10 @@ class Ledger:
         micro = to_micro(charge.loss.spent)
         accounts = self._accounts(charge.analyst)
         with self.backend.transaction() as tx:
+            reset = tx.execute("SELECT reset_micro FROM idp.budgets WHERE analyst = %s",
+                               (charge.analyst,))
+            if reset and reset[0][0] is not None and reset[0][0] >= charge.made_micro:
+                return  # reset since the charge: it took the charge back, no row either
             for account in accounts:  # into the window it was charged in, if still current,
                 refresh = self.rules.refresh_of(account)  # and not reset since (then spent
                 window = "" if refresh is None else " AND window_end = %s"  # would go < 0)

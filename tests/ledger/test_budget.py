@@ -587,6 +587,7 @@ def test_a_refund_of_a_charge_made_before_a_reset_takes_nothing_back(tmp_path, s
         ledger.refund(Charge("a", "SELECT 1", "idp", "m", Loss.of(Decimal("0.5")), "n",
                              made=before.made, made_micro=before.made_micro))
         assert ledger.remaining("a") == Decimal(1)
+        assert [e[9] for e in ledger.entries("a")] == ["charged"]  # no refund row
         after = Charge("a", "SELECT 2", "idp", "m", Loss.of(Decimal("0.4")), "n")
         ledger.debit(after)
         ledger.refund(after)
