@@ -54,6 +54,26 @@ def test_max_and_min_land_among_the_top_and_bottom_percent(engine, column):
         assert low <= np.median(draws) <= high, (kind, column, low, high, sorted(draws))
 
 
+def test_a_larger_epsilon_never_sends_max_or_min_into_the_empty_stretch(duckdb_url):
+    """Incomes lie off the candidates' grid: aimed at the largest value itself (K = 0,
+    which the guard gave from ε about 13 on), every candidate from the value next to
+    it to the domain's end was one change away, and MAX(income) at ε 1000 landed
+    anywhere up to 10⁶ (the review of 2026-11-29: 2·10⁶ against 448,306 on the demo). K
+    is at least 1, so at ε 1000 every draw lies among the top (bottom) two values' gaps:
+    by the mechanism's law the empty stretch weighs e^{−500} against them."""
+    from tests.factories import open_engine
+    rules = RULES.replace("epsilon_per_query = 1", "epsilon_per_query = 1000\n"
+                          "max_epsilon_per_query = 1000")
+    top, bottom = sorted(PEOPLE.columns["income"])[-3], sorted(PEOPLE.columns["income"])[2]
+    with open_engine(duckdb_url, rules, {"people": PEOPLE}) as made:
+        session = Session.open(made, "zoe")
+        for i in range(5):
+            (high, low), = run(session, f"SELECT MAX(income), MIN(income) FROM people "
+                                        f"WHERE age > {-1 - i}")[0].rows
+            assert top <= high <= max(PEOPLE.columns["income"]) * 1.01, (high, top)
+            assert min(PEOPLE.columns["income"]) * 0.99 <= low <= bottom, (low, bottom)
+
+
 def test_order_statistics_of_one_statement_keep_their_order(engine):
     """Issue 32: answers are kept within their logical ranges. At ε 0.01 each draw
     lands far from the truth, yet in one statement MIN ≤ p10 ≤ MEDIAN ≤ p90 ≤ MAX
