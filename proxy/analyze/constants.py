@@ -23,8 +23,13 @@ per-record condition as before, and no sensitivity changes.
 
 from __future__ import annotations
 
+import datetime as dt
+
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
+
+from proxy.analyze.time_keys import TRUNC_UNITS, truncate
+from proxy.zones import reading_zone
 
 _PARTS = (exp.Literal, exp.Neg, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Cast,
           exp.Interval, exp.Var, exp.DataType, exp.DataTypeParam)
@@ -44,6 +49,7 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
             interval = _written_interval(cast)
             if interval is not None:
                 cast.replace(interval)
+        root = _now_read(clause, root)
         found = list(root.walk(prune=_foldable))
         for node in found:
             if not _foldable(node):
@@ -59,7 +65,67 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
                 clause.set("this", folded)
             else:
                 node.replace(folded)
+        for trunc in list((clause.args.get("on") if isinstance(clause, exp.Join)
+                           else clause.this).find_all(exp.TimestampTrunc, exp.DateTrunc)):
+            truncated = _truncated(trunc)
+            if truncated is not None:
+                trunc.replace(truncated)
     return tree
+
+
+NOW = (exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate)
+
+
+def _now_read(clause: exp.Expression, root: exp.Expression) -> exp.Expression:
+    """NOW(), CURRENT_TIMESTAMP, LOCALTIMESTAMP and CURRENT_DATE (Metabase's relative
+    date filters: ``visited_at >= DATE_TRUNC('day', NOW() + INTERVAL '-30 day')``) as the
+    session zone's wall clock now, a timestamp (a date) constant, which the arithmetic
+    below and ``merge_steps.fold_time_constants`` then read as any other: a time is
+    public. CURRENT_DATE ± a whole number of days is that date. PostgreSQL compares a
+    timestamp column with NOW(), a moment, in the session's zone: the same rows but for
+    the hour a daylight-saving change repeats. The statement is then never kept by the
+    shape cache (``shapes._template``): its plan holds this moment."""
+    now = dt.datetime.now(reading_zone()).replace(tzinfo=None)
+    for node in list(root.find_all(*NOW)):
+        if isinstance(node, exp.CurrentDate):
+            value: exp.Expression = exp.cast(exp.Literal.string(now.date().isoformat()),
+                                             exp.DataType.Type.DATE)
+            shifted = node.parent
+            days = shifted.expression if isinstance(shifted, (exp.Add, exp.Sub)) \
+                and shifted.this is node else None
+            if isinstance(days, exp.Literal) and not days.is_string and days.name.isdigit():
+                sign = -1 if isinstance(shifted, exp.Sub) else 1
+                day = now.date() + dt.timedelta(days=sign * int(days.name))
+                value = exp.cast(exp.Literal.string(day.isoformat()), exp.DataType.Type.DATE)
+                node = shifted
+        else:
+            value = exp.cast(exp.Literal.string(now.isoformat(" ")),
+                             exp.DataType.Type.TIMESTAMP)
+        if node is root:
+            root = value
+            clause.set("on" if isinstance(clause, exp.Join) else "this", value)
+        else:
+            node.replace(value)
+    return root
+
+
+def _truncated(node: exp.Expression) -> exp.Expression | None:
+    """``DATE_TRUNC('unit', constant)`` as the truncated timestamp constant (PostgreSQL's
+    date_trunc of a date is the midnight of the session's zone: the same wall clock);
+    None for anything else."""
+    unit, moment = node.args.get("unit"), node.this.unnest()
+    if node.args.get("zone") is not None or not isinstance(unit, (exp.Var, exp.Literal)) \
+            or unit.name.lower() not in TRUNC_UNITS or not isinstance(moment, exp.Cast) \
+            or not isinstance(moment.this, exp.Literal) or not moment.this.is_string \
+            or not (moment.to.is_type(exp.DataType.Type.TIMESTAMP)
+                    or moment.to.is_type(exp.DataType.Type.DATE)):
+        return None
+    try:
+        value = dt.datetime.fromisoformat(moment.this.name)
+    except ValueError:
+        return None
+    return exp.cast(exp.Literal.string(truncate(value, unit.name.lower()).isoformat(" ")),
+                    exp.DataType.Type.TIMESTAMP)
 
 
 def _written_interval(cast: exp.Cast) -> exp.Expression | None:

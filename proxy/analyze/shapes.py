@@ -65,6 +65,7 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
 from proxy.analyze.canonical import canonical_sql
+from proxy.analyze.constants import NOW
 from proxy.analyze.group_keys import narrow_window, within_where
 from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
@@ -237,6 +238,8 @@ class ShapeCache:
 
 def _template(shape: Shape, rules: Rules, tree: exp.Expression, plan: QueryPlan
               ) -> _Template | None:
+    if tree.find(*NOW) is not None:  # its plan holds the moment it was analysed at
+        return None
     by_start = {token.start: index for index, token in enumerate(shape.literals)}
     slots = {start: by_start[start] for start, text in _slot_starts(tree, plan)
              if start in by_start and shape.literals[by_start[start]].text == text}

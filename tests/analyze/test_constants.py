@@ -5,6 +5,7 @@ for free, and a long constant chain is analysed in linear time."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from proxy.analyze import analyze, parse_statements
 from proxy.errors import Refused
 from proxy.rules import parse_rules
+from proxy.session import Session
 from proxy.settings import Settings
 from tests.factories import open_engine, table_of_rows
 from tests.probes import recorded_statistics, refused_for_free
@@ -120,3 +122,49 @@ def test_a_long_constant_chain_is_folded_in_pieces_in_linear_time():
 
     small, large = seconds(600), seconds(6000)
     assert large < 30 * small + 0.5, (small, large)
+
+
+NOW_RULES = parse_rules("""
+[defaults]
+noise_scale = "local"
+budget_per_analyst = 10
+
+[analysts.alice]
+
+[tables.events]
+[tables.events.columns]
+at = { type = "timestamp" }
+""", "now.toml")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_now_and_current_date_are_the_session_s_wall_clock_now(backend_url):
+    """Metabase's relative date filters (``DATE_TRUNC('day', NOW() + INTERVAL '-30
+    day')``, ``NOW() - INTERVAL '30 day'``, ``CURRENT_DATE - 7``) were refused ("function
+    DATE_TRUNC is not allowed in WHERE"; the review of 2026-11-29): NOW() is read as
+    the wall clock now in the session's zone (UTC here), a constant, and each answer,
+    noise off, counts the rows Python counts. Such a statement is not kept by the shape
+    cache (its plan holds the moment it was analysed at)."""
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    moments = [now - dt.timedelta(days=k + 0.5) for k in range(100)]
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    cases = [
+        ("at >= NOW() - INTERVAL '30 day'", lambda m: m >= now - dt.timedelta(days=30)),
+        ("at >= DATE_TRUNC('day', (NOW() + INTERVAL '-30 day')) AND at < "
+         "DATE_TRUNC('day', NOW())",
+         lambda m: today - dt.timedelta(days=30) <= m < today),
+        ("at >= CURRENT_DATE - 7", lambda m: m >= today - dt.timedelta(days=7)),
+        ("at < CURRENT_TIMESTAMP - INTERVAL '90 day'",
+         lambda m: m < now - dt.timedelta(days=90)),
+    ]
+    tables = {"events": table_of_rows([(m.isoformat(" "),) for m in moments],
+                                      {"at": "TIMESTAMP"})}
+    with open_engine(backend_url, NOW_RULES, tables) as engine:
+        session = Session.open(engine, "alice")
+        for where, kept in cases:
+            kept_before = len(engine.shapes._entries)
+            (answer,) = list(session.execute(f"SELECT COUNT(*) FROM events WHERE {where}"))
+            assert answer.rows == [(sum(1 for m in moments if kept(m)),)], where
+            assert len(engine.shapes._entries) == kept_before, where
+        list(session.execute("SELECT COUNT(*) FROM events WHERE at >= '2024-01-01'"))
+        assert len(engine.shapes._entries) == kept_before + 1  # a literal's is kept
