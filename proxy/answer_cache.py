@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from proxy import jsontags
+from proxy.analyze.constants import reads_clock
 from proxy.backends.base import Backend, Transaction
 from proxy.errors import KeyTaken
 from proxy.vocabulary import QueryPlan
@@ -32,8 +33,9 @@ _SCHEMA = ("CREATE TABLE IF NOT EXISTS idp.answers (analyst TEXT NOT NULL, key T
 
 def cache_key(sql: str, plan: QueryPlan, calibration: tuple, version: str) -> str:
     """``sql``: the statement's ``proxy.analyze.shapes.canonical.canonical_sql``."""
-    # The plan's WHERE keeps the text's identifier case; the canonical SQL has the scope.
-    decided = replace(plan, where=None)
+    # The plan's WHERE keeps the text's identifier case; the canonical SQL has the scope,
+    # but for NOW(): the WHERE holds the moment it was read at
+    decided = plan if reads_clock(sql) else replace(plan, where=None)
     material = "\n".join((sql, repr(decided), repr(calibration), version))
     return hashlib.sha256(material.encode()).hexdigest()
 

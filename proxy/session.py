@@ -31,6 +31,7 @@ from proxy.analyze import (
     statement_tokens,
 )
 from proxy.analyze.canonical import canonical_sql
+from proxy.analyze.constants import reads_clock
 from proxy.analyze.ordering import sorted_rows
 from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
@@ -283,8 +284,9 @@ class Session:
     def know(self, sql: str, steps: list[tuple[str | None, Any]]) -> None:
         """Keep the steps ``sql`` was checked to under the current settings, if it is one
         private query or one over public tables only (``known``)."""
-        if len(steps) != 1 or not isinstance(steps[0][1], (QueryPlan, PassthroughPlan)):
-            return
+        if len(steps) != 1 or not isinstance(steps[0][1], (QueryPlan, PassthroughPlan)) \
+                or (steps[0][0] is not None and reads_clock(steps[0][0])):
+            return  # NOW(): its plan holds the moment it was read at
         if len(self._checked) >= _CHECKED_KEPT:
             self._checked.clear()
         self._checked[sql] = (self.settings, steps[0])

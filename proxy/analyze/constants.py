@@ -24,6 +24,7 @@ per-record condition as before, and no sensitivity changes.
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
@@ -74,6 +75,15 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
 
 
 NOW = (exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate)
+_CLOCK = re.compile(r"\b(CURRENT_TIMESTAMP|CURRENT_DATE|LOCALTIMESTAMP|NOW\s*\()", re.I)
+
+
+def reads_clock(canonical: str) -> bool:
+    """Whether a statement's canonical text may read the clock (``_now_read``): its plan
+    holds the moment it was analysed at, so neither the text nor its canonical form
+    alone says what it asks (a string that merely spells one is taken as reading it:
+    only caching is lost)."""
+    return _CLOCK.search(canonical) is not None
 
 
 def _now_read(clause: exp.Expression, root: exp.Expression) -> exp.Expression:

@@ -144,7 +144,7 @@ def test_now_and_current_date_are_the_session_s_wall_clock_now(backend_url):
     DATE_TRUNC is not allowed in WHERE"; the review of 2026-11-29): NOW() is read as
     the wall clock now in the session's zone (UTC here), a constant, and each answer,
     noise off, counts the rows Python counts. Such a statement is not kept by the shape
-    cache (its plan holds the moment it was analysed at)."""
+    cache, nor its answer served again (its plan holds the moment it was analysed at)."""
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     moments = [now - dt.timedelta(days=k + 0.5) for k in range(100)]
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -168,3 +168,9 @@ def test_now_and_current_date_are_the_session_s_wall_clock_now(backend_url):
             assert len(engine.shapes._entries) == kept_before, where
         list(session.execute("SELECT COUNT(*) FROM events WHERE at >= '2024-01-01'"))
         assert len(engine.shapes._entries) == kept_before + 1  # a literal's is kept
+        # nor is its answer a repeat's: an hour later its window has moved (it was
+        # served from the answer cache, keyed by the text)
+        for _ in range(2):
+            time.sleep(0.001)
+            list(session.execute(f"SELECT COUNT(*) FROM events WHERE {cases[0][0]}"))
+        assert [e[9] for e in engine.ledger.entries("alice")[-2:]] == ["charged"] * 2
