@@ -18,7 +18,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from proxy.analyze import POSTGRES, parse_tokens
-from proxy.errors import ProxyError, SyntaxProblem
+from proxy.errors import NotSupported, ProxyError, SyntaxProblem
 from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, TIMESTAMP, oid_of
 from proxy.rules import Rules
 from proxy.trees import replace_all
@@ -50,10 +50,29 @@ def _parameters(tree: exp.Expression) -> dict[int, list[exp.Parameter]]:
     return found
 
 
+# where a parameter cannot stand: the analysis reads these as written (they decide the
+# keys and labels), and at Parse the value is not known yet
+_WRITTEN = {(exp.TimeToStr, "format"): "a to_char format",
+            (exp.TimestampTrunc, "unit"): "a date_trunc unit",
+            (exp.DateTrunc, "unit"): "a date_trunc unit",
+            (exp.AtTimeZone, "zone"): "an AT TIME ZONE zone",
+            (exp.Extract, "this"): "an extract field"}
+
+
 def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]:
-    """One OID per parameter: the client's where it gave one, else from the context."""
+    """One OID per parameter: the client's where it gave one, else from the context.
+    Refused (0A000) where a parameter stands for what the analysis must read as written
+    (``_WRITTEN``): described with a stand-in value, such a statement was refused with a
+    message about the stand-in ("…not 'None'", "got ")."""
     tree = _tree(text)
     found = _parameters(tree)
+    for nodes in found.values():
+        for node in nodes:
+            what = _WRITTEN.get((type(node.parent), node.arg_key))
+            if what is not None:
+                raise NotSupported(f"${node.name} stands for {what}, which the proxy must "
+                                   "read to know the answer's groups; write its value in "
+                                   "the statement")
     count = max([len(declared), *found])
     # a qualified column is looked up in its own table, an unqualified one in the first
     # table that declares it

@@ -72,3 +72,18 @@ def test_a_parameter_without_its_value_or_a_non_finite_one_is_refused():
         bind("SELECT COUNT(*) FROM t WHERE n > $1 AND n < $3", (), (1, 2))
     with pytest.raises(BadParameter, match="finite"):
         bind("SELECT COUNT(*) FROM t WHERE x > $1", (), (float("nan"),))
+
+
+@pytest.mark.parametrize("sql,what", [
+    ("SELECT to_char(d, $1), COUNT(*) FROM t GROUP BY 1", "a to_char format"),
+    ("SELECT date_trunc($1, d), COUNT(*) FROM t GROUP BY 1", "a date_trunc unit"),
+    ("SELECT d AT TIME ZONE $1, COUNT(*) FROM t GROUP BY 1", "an AT TIME ZONE zone"),
+])
+def test_a_parameter_that_decides_the_groups_is_refused_with_what_it_stands_for(sql, what):
+    """A format, unit or zone decides the keys, so the analysis reads it as written; a
+    parameter there was described with a stand-in and refused with a message about it
+    ("…not 'None'", "got ", "time zone '' is not a zone name"; the review of
+    2026-11-29). Now the refusal names it."""
+    from proxy.errors import NotSupported
+    with pytest.raises(NotSupported, match=f"\\$1 stands for {what}.*write its value"):
+        infer(sql, (), RULES)
