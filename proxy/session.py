@@ -152,6 +152,7 @@ class _Joint:
         self.left: Decimal | None = None  # what remains, as the debit read it
         self.why = NOT_COMPUTED
         self.back = Loss.of(0)  # charged, not computed
+        self.repeated = False  # some part answered from the answer cache
 
     def _of(self, parts: list[QueryPlan], loss: Loss) -> Charge:
         return Charge(self.analyst, self.sql, parts[0].mechanism.model,
@@ -179,6 +180,7 @@ class _Joint:
 
     def served_from_cache(self, _charge: Charge, _tx: Any = None) -> Decimal:
         """The part about to be computed is a repeat: nothing to pay."""
+        self.repeated = True
         self.free()
         return self.left if self.left is not None else self.ledger.remaining(self.analyst)
 
@@ -200,7 +202,8 @@ class _Joint:
         """At the statement's end: what was charged and not computed given back, a
         statement answered wholly from the cache recorded; what remains."""
         if self.charge is None:
-            if answered and self.parts:  # every priced part from the cache
+            if answered and self.repeated:  # every priced part from the cache (the others
+                # had no group: a statement of no group at all reads and records nothing)
                 return self.ledger.served_from_cache(self._of(self.parts, Loss.of(0)))
             return self.ledger.remaining(self.analyst) if answered else Decimal(0)
         for part in self.parts[self.step:]:

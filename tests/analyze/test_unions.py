@@ -175,3 +175,8 @@ def test_a_query_with_no_group_costs_nothing_wherever_it_stands(engine):
         (answer,) = list(Session.open(engine, analyst).execute(" UNION ALL ".join(parts)))
         assert answer.privacy["epsilon_spent"] == pytest.approx(0.25)
         assert [float(e[6]) for e in engine.ledger.entries(analyst)] == [0.25]
+    # every part without a group: nothing read, nothing recorded (it was written as a
+    # "served from cache" row, though nothing came from the cache; review of 2026-11-29)
+    before = engine.ledger.entries("rich")
+    (answer,) = list(Session.open(engine, "rich").execute(f"{empty} UNION ALL {empty}"))
+    assert answer.rows == [] and engine.ledger.entries("rich") == before
