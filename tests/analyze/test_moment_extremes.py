@@ -242,14 +242,13 @@ def test_a_moment_grouped_by_its_own_bucket_stays_in_that_bucket(engine):
     for column, cast in (("at", lambda moment: moment), ("day", lambda moment: moment.date())):
         sql = (f"SELECT date_trunc('quarter', {column}) AS q, MIN({column}), "
                f"MAX({column}) FROM visits GROUP BY 1 ORDER BY 1")
-        for _ in range(3):
-            (answer,) = list(session.execute(sql))
-            assert len(answer.rows) == 8
-            for start, low, high in answer.rows:
-                start = start.replace(tzinfo=None)  # a date's bucket: a timestamptz at UTC
-                end = dt.datetime(start.year + start.month // 10, (start.month + 2) % 12 + 1, 1)
-                assert cast(start) <= low < cast(end), (column, start)
-                assert cast(start) <= high < cast(end), (column, start)
+        (answer,) = list(session.execute(sql))  # 16 draws, most of them beyond a quarter
+        assert len(answer.rows) == 8
+        for start, low, high in answer.rows:
+            start = start.replace(tzinfo=None)  # a date's bucket: a timestamptz at UTC
+            end = dt.datetime(start.year + start.month // 10, (start.month + 2) % 12 + 1, 1)
+            assert cast(start) <= low < cast(end), (column, start)
+            assert cast(start) <= high < cast(end), (column, start)
 
 
 def test_each_backend_counts_a_moment_in_its_own_bucket_as_python(engine, truth):
