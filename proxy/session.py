@@ -985,10 +985,11 @@ def _shown(plan: QueryPlan, index: int, value, key: tuple):
 
 def _bucket(plan: QueryPlan, moment: Moment, key: tuple) -> tuple[Any, Any] | None:
     """The GROUP BY ``date_trunc`` of the moment's own column and the group's key of it
-    (the bucket's start), where the plan has one."""
+    (the bucket's start), where the plan has one: of the unit the number was counted in
+    (``Moment.bucket``), else the first."""
     for term, start in zip(plan.group_by, key):
         if term.kind == TIME_TRUNC and term.column == moment.column and term.by is None \
-                and start is not None:
+                and start is not None and moment.bucket in (None, term.unit):
             return term, start
     return None
 

@@ -306,6 +306,13 @@ def test_a_moment_grouped_by_its_own_bucket_is_drawn_within_it(backend_url):
             (month, month + dt.timedelta(seconds=100),
              month.replace(day=31, hour=23, minute=58, second=1)) for month in months]
         assert "of their distance from the start of each month" in answer.notice
+        # beside a coarser bucket of the same column, shown from the month it counted in
+        (answer,) = list(session.execute(
+            "SELECT date_trunc('quarter', at) AS q, date_trunc('month', at) AS m, MIN(at) "
+            "FROM visits GROUP BY 1, 2 ORDER BY 2"))
+        assert [(m, lo) for q, m, lo in answer.rows if m in months
+                and q == m.replace(month=(m.month - 1) // 3 * 3 + 1)] == [
+            (month, month + dt.timedelta(seconds=100)) for month in months]
         (answer,) = list(session.execute(
             "SELECT date_trunc('year', day) AS y, MIN(day), MAX(day) FROM visits "
             "GROUP BY 1 ORDER BY 1"))
