@@ -289,7 +289,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
-    annotated = annotated.transform(_failing_as_postgresql, copy=False)  # bounds read
+    _failing_as_postgresql(annotated)  # after the bounds were read
     tables = tuple((name, tuple(types.values()), exp.Create(
         this=exp.Schema(this=exp.to_table(name), expressions=[
             exp.ColumnDef(this=exp.to_identifier(column, quoted=True),
@@ -362,47 +362,58 @@ _FAILURES = {"division by zero": "22012",
                  "2201F"}
 
 
-def _failing_as_postgresql(node: exp.Expression) -> exp.Expression:
+def _failing_as_postgresql(tree: exp.Expression) -> None:
     """SQRT, LN, LOG and POWER made to fail where PostgreSQL's fail, with its message
     (``_FAILURES``): DuckDB answers NaN or ±infinity there, which a HAVING or ORDER BY
     then read as a number (``HAVING SQRT(COUNT(*) - 100) > 1`` kept the groups of NaN;
     the review of 2026-11-29). A division (or ``%``) by a released 0 is NULL, as
     ``NULLIF(…, 0)`` makes it, where PostgreSQL fails: a sum clamped to its logical
     range is often exactly 0 on a small scope, and a ratio over it would fail (charged)
-    about as often; DuckDB gave ±infinity. The operands are repeated in a CASE:
-    functions of released values, the same each time."""
-    def failing(tests: list[tuple[exp.Expression, str]]) -> exp.Expression:
-        case = exp.Case()
-        for test, message in tests:
-            case = case.when(test, exp.func("error", exp.Literal.string(message)))
-        return case.else_(node)
-
+    about as often; DuckDB gave ±infinity. In place, every node at any depth; each
+    test reads a copy of its operands as written (not guarded: where an inner one would
+    fail, the guarded value beside it does), so nested functions add one copy each,
+    never copies of copies."""
     zero = exp.Literal.number(0)
-    if isinstance(node, (exp.Div, exp.Mod)):
-        return exp.Case().when(exp.EQ(this=node.expression.copy(), expression=zero),
-                               exp.null()).else_(node)
+    for node in list(tree.find_all(exp.Div, exp.Mod)):
+        divisor = node.expression
+        nullif = exp.Nullif(this=divisor, expression=zero.copy())
+        nullif.type = divisor.type  # its type decides integer division, as annotated
+        node.set("expression", nullif)
+    guarded = [(node, _failures_of(node, zero)) for node in list(tree.find_all(*_GUARDED))]
+    for node, tests in guarded:
+        parent, key, index = node.parent, node.arg_key, node.index
+        case = exp.Case(ifs=[exp.If(this=test, true=exp.func("error", exp.Literal.string(
+            message))) for test, message in tests])
+        parent.set(key, case, index)
+        case.set("default", node)
+
+
+_GUARDED = (exp.Sqrt, exp.Ln, exp.Log, exp.Pow)
+
+
+def _failures_of(node: exp.Expression, zero: exp.Expression
+                 ) -> list[tuple[exp.Expression, str]]:
+    """The conditions on ``node``'s operands (copies) under which PostgreSQL fails it."""
     if isinstance(node, exp.Sqrt):
-        return failing([(exp.LT(this=node.this.copy(), expression=zero),
-                         "cannot take square root of a negative number")])
+        return [(exp.LT(this=node.this.copy(), expression=zero.copy()),
+                 "cannot take square root of a negative number")]
     if isinstance(node, (exp.Ln, exp.Log)):
         value = node.expression if isinstance(node, exp.Log) and node.expression else node.this
-        tests = [(exp.EQ(this=value.copy(), expression=zero), "cannot take logarithm of zero"),
-                 (exp.LT(this=value.copy(), expression=zero),
+        tests = [(exp.EQ(this=value.copy(), expression=zero.copy()),
+                  "cannot take logarithm of zero"),
+                 (exp.LT(this=value.copy(), expression=zero.copy()),
                   "cannot take logarithm of a negative number")]
         if isinstance(node, exp.Log) and node.expression:  # LOG(base, x): the base too
-            tests += [(exp.LTE(this=node.this.copy(), expression=zero),
+            tests += [(exp.LTE(this=node.this.copy(), expression=zero.copy()),
                        "cannot take logarithm of a negative number")]
-        return failing(tests)
-    if isinstance(node, exp.Pow):
-        base, power = node.this, node.expression
-        return failing([
-            (exp.and_(exp.EQ(this=base.copy(), expression=zero),
-                      exp.LT(this=power.copy(), expression=zero)),
+        return tests
+    base, power = node.this, node.expression
+    return [(exp.and_(exp.EQ(this=base.copy(), expression=zero.copy()),
+                      exp.LT(this=power.copy(), expression=zero.copy())),
              "zero raised to a negative power is undefined"),
-            (exp.and_(exp.LT(this=base.copy(), expression=zero),
+            (exp.and_(exp.LT(this=base.copy(), expression=zero.copy()),
                       exp.NEQ(this=exp.func("floor", power.copy()), expression=power.copy())),
-             "a negative number raised to a non-integer power yields a complex result")])
-    return node
+             "a negative number raised to a non-integer power yields a complex result")]
 
 
 _KEPT_LENGTH = 100_000  # a longer outer query is prepared every time (its key is long)

@@ -231,6 +231,10 @@ def test_a_value_the_released_numbers_cannot_give_fails_in_one_line(served):
      "cannot take square root of a negative number"),
     ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING SQRT(COUNT(*) - 100000) > 1",
      "2201F", "cannot take square root of a negative number"),
+    # inside another function or a division, at any depth
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING "
+     "ABS(SQRT(COUNT(*) - 100000) / 2) > 1", "2201F",
+     "cannot take square root of a negative number"),
     ("SELECT LN(COUNT(*) - COUNT(*)) FROM people WHERE age > 17", "2201E",
      "cannot take logarithm of zero"),
     ("SELECT region, LOG(COUNT(*) - 100000) FROM people GROUP BY region", "2201E",
@@ -266,6 +270,10 @@ def test_a_division_by_a_released_zero_is_null(served):
         assert len(rows) == 4 and all(row[1:] == (None, None, None) for row in rows)
         assert con.execute("SELECT region FROM people GROUP BY region HAVING "
                            "1.0 / (COUNT(*) - COUNT(*)) > 0").fetchall() == []
+        # a divisor kept from 0 keeps its type: a count by a count is integer division
+        rows = con.execute("SELECT region, COUNT(*), COUNT(*) / 3, COUNT(*) % 7 FROM people "
+                           "GROUP BY region").fetchall()
+        assert all(row[2:] == (row[1] // 3, row[1] % 7) for row in rows), rows
 
 
 @pytest.mark.parametrize("types, rows", [
