@@ -179,12 +179,13 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
     statement = select.copy()
     found = [node for node in statement.args["where"].find_all(exp.Subquery)
              if _protected(node, rules)]
+    held: dict[int, exp.Expression] = {}  # comparisons holding 0, each held once at the end
     for node, value, columns in zip(found, values, keyed):
         if not columns:
-            comparison = _comparison(node)
+            if value is HELD:  # (a BETWEEN may hold two subqueries: both replaced first)
+                comparison = _comparison(node)
+                held[id(comparison)] = comparison
             node.replace(_number(0 if value is HELD else value))
-            if value is HELD:
-                comparison.replace(_held(comparison.copy(), comparison))
             continue
         comparison = _comparison(node)
         template = comparison.copy()  # its subquery a placeholder, copied once per key
@@ -199,6 +200,8 @@ def _with_values(select: exp.Select, values: list, keyed: list | tuple, rules: R
         else:
             cases = _per_value(template, columns, value)
         comparison.replace(exp.paren(balanced(exp.Or, cases)) if cases else exp.false())
+    for comparison in held.values():
+        comparison.replace(_held(comparison.copy(), comparison))
     return statement
 
 

@@ -385,3 +385,20 @@ def test_an_infinite_released_value_compares_as_infinity(engine):
         "(SELECT 1e308 * SUM(balance) FROM accounts WHERE region = code)"))
     assert answer.rows == [(600,)]
     assert [(e[6], e[9]) for e in entries] == [(Decimal(1), "charged")]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_between_of_two_subqueries_is_held_once_both_in_place(engine):
+    """Both bounds of a BETWEEN released first: the held statement holds the comparison
+    once, with 0 for each (held after the first, the second subquery stayed inside the
+    held copy, and the statement was refused as reading a protected table per row;
+    found rereading the change of 2026-11-29)."""
+    answer, entries = _ask(engine, "SELECT COUNT(*) FROM accounts WHERE balance BETWEEN "
+                                   "(SELECT AVG(balance) FROM accounts WHERE balance < 0) AND "
+                                   "(SELECT AVG(balance) FROM accounts WHERE balance > 0)")
+    balances = ACCOUNTS.columns["balance"]
+    low, high = ([b for b in balances if test(b)] for test in (lambda b: b < 0,
+                                                                lambda b: b > 0))
+    low, high = sum(low) / len(low), sum(high) / len(high)
+    assert answer.rows == [(sum(1 for b in balances if low <= b <= high),)]
+    assert [(e[6], e[9]) for e in entries] == [(Decimal("1.5"), "charged")]
