@@ -539,18 +539,10 @@ def _refuse_huge(count: int, what: str) -> None:
 
 
 def _number(node: exp.Expression | None) -> float | None:
-    """A numeric literal (possibly negative), else None."""
-    sign = 1
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        sign = -sign if isinstance(node, exp.Neg) else sign
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            value = float(node.name)
-        except ValueError:
-            return None
-        return sign * value if math.isfinite(value) else None
-    return None
+    """A numeric literal (possibly negative) as a finite double, else None."""
+    exact = _exact(node)
+    value = None if exact is None else float(exact)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _width(node: exp.Expression) -> int:
@@ -722,7 +714,7 @@ def _constant_truth(node: exp.Expression) -> Any:
     return _UNKNOWN
 
 
-def _exact(node: exp.Expression) -> Decimal | None:
+def _exact(node: exp.Expression | None) -> Decimal | None:
     """A numeric literal (possibly negative) exactly, as PostgreSQL's numeric reads it."""
     sign = 1
     while isinstance(node, (exp.Neg, exp.Paren)):
