@@ -14,6 +14,12 @@ NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", TEX
          TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid"}
 BY_NAME = {name: oid for oid, name in NAMES.items()}
 
+# The one-dimensional arrays of those types: a client's list parameter (``= ANY($1)``)
+ARRAYS = {BOOL: 1000, INT2: 1005, INT4: 1007, INT8: 1016, TEXT: 1009, FLOAT4: 1021,
+          FLOAT8: 1022, NUMERIC: 1231, DATE: 1182, TIMESTAMP: 1115, TIMESTAMPTZ: 1185,
+          VARCHAR: 1015}
+ELEMENTS = {array: element for element, array in ARRAYS.items()}
+
 # The rules' column types (rules.COLUMN_TYPES) as PostgreSQL stores and sends them.
 RULE_TYPES = {"int": "bigint", "float": "double precision", "text": "text",
               "bool": "boolean", "date": "date", "timestamp": "timestamp",

@@ -100,3 +100,33 @@ def test_the_session_s_time_zone_is_read_as_postgresql_reads_it(demo_server):
             await con.close()
 
     assert asyncio.run(started_in_berlin()) == berlin
+
+
+def test_a_list_parameter_is_the_in_list_it_stands_for(demo_server):
+    """psycopg and asyncpg bind a Python list as one array parameter (``= ANY(%s)``,
+    ``<> ALL($1)``; text and binary): the answer is the IN list's own — its groups exactly
+    the listed keys, the same released rows (one canonical statement: a replay, nothing
+    spent) — and asyncpg's type introspection of the array reaches the catalog."""
+    listed = ["cardiology", "oncology"]
+    sql = "SELECT department, COUNT(*) FROM visits WHERE department {} GROUP BY 1 ORDER BY 1"
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        as_any = con.execute(sql.format("= ANY(%s)"), (listed,)).fetchall()
+        assert [row[0] for row in as_any] == listed
+        spent = con.execute("SHOW idp.budget").fetchone()
+        assert con.execute(sql.format("IN ('cardiology', 'oncology')")).fetchall() == as_any
+        assert con.execute("SHOW idp.budget").fetchone() == spent
+
+    async def asked() -> tuple[list, list]:
+        con = await asyncpg.connect(host="127.0.0.1", port=demo_server.port, user="alice",
+                                    database="demo")
+        try:
+            ages = await con.fetch("SELECT COUNT(*) FROM people WHERE age = ANY($1) "
+                                   "AND income > $2", [30, 40, None], 0.0)
+            rest = await con.fetch(sql.format("<> ALL($1::text[])"), listed)
+            return ages, rest
+        finally:
+            await con.close()
+
+    ages, rest = asyncio.run(asked())
+    assert len(ages) == 1 and ages[0][0] > 0
+    assert [row[0] for row in rest] == ["dermatology", "orthopedics", "pediatrics"]

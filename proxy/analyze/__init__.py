@@ -36,6 +36,7 @@ from proxy.analyze.ordering import limit_of, order_by
 from proxy.analyze.outer import outer_plan, union_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
+from proxy.analyze.quantified import quantified_as_in
 from proxy.analyze.semi_joins import exists_out, in_as_exists, refuse_subqueries, semi_joins
 from proxy.analyze.staged import staged_plan, top_choice_plan
 from proxy.backends.base import Capabilities
@@ -155,6 +156,9 @@ def check_size(tokens: Sequence[Token]) -> None:
                          "filter on a range, or split the list over several queries", "54001")
 
 
+_QUANTIFIERS = {TokenType.ANY, TokenType.SOME, TokenType.ALL}
+
+
 def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
     """One statement's tree from its tokens (of ``sql``, which error positions refer to)."""
     try:
@@ -167,6 +171,8 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _fetch_as_limit(tree)
     if any(token.text.lower() == "date" for token in tokens):
         _date_as_cast(tree)
+    if any(token.token_type in _QUANTIFIERS for token in tokens):
+        quantified_as_in(tree)
     return tree
 
 

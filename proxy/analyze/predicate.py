@@ -11,6 +11,7 @@ cannot fail (``proxy.analyze.time_fields``).
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
@@ -291,6 +292,28 @@ def _boolean(literal: exp.Literal, column: str) -> exp.Boolean:
     return exp.Boolean(this=meant.pop())
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _number(literal: exp.Literal, column: str, kind: str) -> exp.Expression:
+    """A quoted number compared with an int or float column, as the number: PostgreSQL
+    gives the quoted literal the column's type (``age = '30'``; ``age = ANY('{30,40}')``,
+    psycopg's list parameter); text that is no such number is refused as PostgreSQL
+    refuses it (22P02), and a number beyond the type (22003), before anything is spent."""
+    text = literal.name.strip()
+    what = "bigint" if kind == "int" else "double precision"
+    if not (_INTEGER if kind == "int" else _DECIMAL).fullmatch(text):
+        raise Refused(f"invalid input syntax for type {what}: {literal.sql()} (column "
+                      f"{column}); write a number", "22P02")
+    value = Decimal(text)
+    if (kind == "int" and abs(value) >= 2 ** 63) or beyond_double(text):
+        raise Refused(f"value {text} is out of range for type {what} (column {column})",
+                      "22003")
+    number = exp.Literal.number(format(abs(value), "f") if kind == "int" else text.lstrip("+-"))
+    return exp.Neg(this=number) if text.startswith("-") else number
+
+
 # Column types compared with each other. A date beside a timestamp is not one kind:
 # DuckDB casts the date, which fails for one beyond year 294276 (its dates go further), so
 # one row would decide whether a charged statement fails.
@@ -341,6 +364,9 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
             for literal in literals:
                 if declared.type == "bool":
                     literal.replace(_boolean(literal, column.name))
+                    continue
+                if literal.is_string and declared.type in ("int", "float"):
+                    literal.replace(_number(literal, column.name, declared.type))
                     continue
                 if literal.is_string != wants_string:
                     kind = "a quoted string" if wants_string else "a number"

@@ -19,7 +19,18 @@ from sqlglot.tokens import TokenType
 
 from proxy.analyze import POSTGRES, parse_tokens
 from proxy.errors import NotSupported, ProxyError, SyntaxProblem
-from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, RULE_TYPES, TEXT, TIMESTAMP, oid_of
+from proxy.pgtypes import (
+    ARRAYS,
+    BOOL,
+    DATE,
+    ELEMENTS,
+    FLOAT8,
+    INT8,
+    RULE_TYPES,
+    TEXT,
+    TIMESTAMP,
+    oid_of,
+)
 from proxy.rules import Rules
 from proxy.trees import replace_all
 from proxy.wire import types
@@ -90,11 +101,28 @@ def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]
             result.append(given)
             continue
         kinds = {_context_kind(node, columns, by_alias) for node in found.get(number, [])}
-        result.append(oid_of(RULE_TYPES[kinds.pop()]) if len(kinds) == 1 else TEXT)
+        kind = kinds.pop() if len(kinds) == 1 else "text"
+        listed = kind.endswith("[]")
+        oid = oid_of(RULE_TYPES[kind.removesuffix("[]")])
+        result.append(ARRAYS[oid] if listed else oid)
     return tuple(result)
 
 
 def _context_kind(node: exp.Parameter, columns, by_alias) -> str:
+    """The rules' type the parameter stands for; ``type[]`` for the list of ``= ANY($1)``
+    (an array of the compared column's type, as PostgreSQL infers it)."""
+    parent = node.parent
+    if isinstance(parent, exp.Cast):  # ANY($1::text[])
+        parent = parent.parent
+    quantifier = parent.parent if isinstance(parent, exp.Paren) else parent
+    if isinstance(quantifier, (exp.Any, exp.All)) or (
+            isinstance(quantifier, exp.Anonymous) and quantifier.name.upper() in (
+                "ANY", "SOME", "ALL")):
+        return _context_kind_of(quantifier, columns, by_alias) + "[]"
+    return _context_kind_of(node, columns, by_alias)
+
+
+def _context_kind_of(node: exp.Expression, columns, by_alias) -> str:
     parent = node.parent
     if isinstance(parent, (exp.Limit, exp.Offset)) or isinstance(parent.parent, (exp.Limit,
                                                                                  exp.Offset)):
@@ -252,7 +280,9 @@ _PLACES = _Places(1024)
 
 def dummy_values(param_types: tuple[int, ...]) -> tuple[object, ...]:
     """Stand-ins of the right types, to analyse a statement before its values come."""
-    return tuple(_DUMMIES.get(oid, 1 if oid in types.INTEGERS else "") for oid in param_types)
+    return tuple("{}" if oid in ELEMENTS  # an empty list: ANY is false, ALL true
+                 else _DUMMIES.get(oid, 1 if oid in types.INTEGERS else "")
+                 for oid in param_types)
 
 
 def _literal(value: object) -> exp.Expression:
@@ -266,4 +296,22 @@ def _literal(value: object) -> exp.Expression:
         return exp.Literal.number(str(value) if not isinstance(value, float) else repr(value))
     if isinstance(value, (dt.date, dt.datetime)):
         return exp.Literal.string(value.isoformat())
+    if isinstance(value, list):  # a binary array: PostgreSQL's text of it
+        return exp.Literal.string("{" + ",".join(_array_element(v) for v in value) + "}")
     return exp.Literal.string(str(value))
+
+
+def _array_element(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        text = "t" if value else "f"
+    elif isinstance(value, (dt.date, dt.datetime)):
+        text = value.isoformat()
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadParameter("parameter values must be finite numbers")
+        text = repr(value)
+    else:
+        text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'

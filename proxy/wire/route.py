@@ -135,9 +135,11 @@ def classify(text: str, rules: Rules, tokens: Sequence[Token] | None = None,
     if _names_a_rules_table(tree, tokens, rules):
         return Statement(text, Route.ENGINE, word, tokens, tree=tree)
     backend_pid = False
-    for token in tokens:
+    for index, token in enumerate(tokens):
         name = token.text.lower()
         if token.token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+            continue
+        if name == "set_config" and _sets_jit(tokens[index + 1:index + 3]):
             continue
         if name in _BLOCKED or name.startswith(_BLOCKED_PREFIXES):
             raise Refused(f"{name} is not available through the proxy: it would show data "
@@ -145,6 +147,15 @@ def classify(text: str, rules: Rules, tokens: Sequence[Token] | None = None,
                           "instead", "42501")
         backend_pid = backend_pid or name == BACKEND_PID
     return Statement(text, Route.SHADOW, word, backend_pid=backend_pid)
+
+
+def _sets_jit(following: Sequence[Token]) -> bool:
+    """``set_config('jit', …)``: asyncpg turns the shadow's JIT off around its type
+    introspection (of a list parameter's array type, say); a setting of the catalog's
+    own session, which holds no data."""
+    return (len(following) == 2 and following[0].token_type == TokenType.L_PAREN
+            and following[1].token_type == TokenType.STRING
+            and following[1].text.lower() == "jit")
 
 
 def with_backend_pid(text: str, pid: int) -> str:

@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from proxy.pgtypes import (
     BOOL,
     DATE,
+    ELEMENTS,
     FLOAT4,
     FLOAT8,
     INT2,
@@ -159,6 +160,8 @@ def _decode_text(text: str, oid: int) -> object:
 
 
 def _decode_binary(data: bytes, oid: int) -> object:
+    if oid in ELEMENTS:
+        return _array_from_binary(data, ELEMENTS[oid])
     if oid in INTEGERS:
         return struct.unpack(INTEGERS[oid], data)[0]
     if oid in FLOATS:
@@ -175,6 +178,29 @@ def _decode_binary(data: bytes, oid: int) -> object:
         value = _EPOCH_TS + dt.timedelta(microseconds=struct.unpack("!q", data)[0])
         return value.replace(tzinfo=dt.UTC) if oid == TIMESTAMPTZ else value
     return data.decode()
+
+
+def _array_from_binary(data: bytes, element: int) -> list:
+    """A one-dimensional array (asyncpg sends a list so): its elements, None for NULL; the
+    element type must be the array's (a client that says int8[] sends int8s)."""
+    dimensions, _, sent = struct.unpack_from("!iiI", data)
+    if dimensions == 0:
+        return []
+    if dimensions != 1 or sent != element:
+        raise ValueError("array")
+    count, _ = struct.unpack_from("!ii", data, 12)
+    values, at = [], 20
+    for _ in range(count):
+        (length,) = struct.unpack_from("!i", data, at)
+        at += 4
+        if length < 0:
+            values.append(None)
+            continue
+        values.append(_decode_binary(data[at:at + length], element))
+        at += length
+    if at != len(data):
+        raise ValueError("array")
+    return values
 
 
 def _numeric_from_binary(data: bytes) -> Decimal:

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from proxy.analyze import analyze, parse_statements
+from proxy.analyze.quantified import array_text
 from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
@@ -79,6 +80,19 @@ SAME = [
     ('SELECT "_"."region", COUNT(DISTINCT ("_"."person_id")) AS "a0" FROM "public"."people" '
      '"_" GROUP BY "_"."region"',
      "SELECT region, COUNT(DISTINCT person_id) FROM people GROUP BY region"),
+    # a list as an array (psycopg's and asyncpg's list parameter arrives as its text)
+    ("SELECT region, COUNT(*) FROM people WHERE region = ANY(ARRAY['a', 'c']) GROUP BY 1",
+     "SELECT region, COUNT(*) FROM people WHERE region IN ('a', 'c') GROUP BY 1"),
+    ("SELECT region, SUM(age) FROM people WHERE region <> ALL('{a,\"c\"}'::text[]) "
+     "AND age = SOME('{30, 41,NULL}') GROUP BY 1",
+     "SELECT region, SUM(age) FROM people WHERE region NOT IN ('a', 'c') "
+     "AND age IN (30, 41, NULL) GROUP BY 1"),
+    ("SELECT COUNT(*) FROM visits WHERE person_id = ANY(SELECT person_id FROM people "
+     "WHERE age > 40)",
+     "SELECT COUNT(*) FROM visits WHERE person_id IN (SELECT person_id FROM people "
+     "WHERE age > 40)"),
+    ("SELECT COUNT(*) FROM people WHERE age > '40' AND region <> ALL(ARRAY[]::text[])",
+     "SELECT COUNT(*) FROM people WHERE age > 40"),
 ]
 
 
@@ -188,6 +202,20 @@ REFUSED = [
      "region is not a condition in WHERE"),
     ("SELECT CASE WHEN age THEN 'x' END AS k, COUNT(*) FROM people GROUP BY 1", "0A000",
      "age is not a condition in a CASE condition"),
+    # a quantified comparison other than a list's membership stays refused, and a
+    # quoted number is read as PostgreSQL reads it for the column's type
+    ("SELECT COUNT(*) FROM people WHERE age > ANY(ARRAY[30, 40])", "0A000",
+     "ANY is not allowed in WHERE"),
+    ("SELECT COUNT(*) FROM people WHERE age = ANY('{{30}}')", "0A000",
+     "ANY is not allowed in WHERE"),
+    ("SELECT COUNT(*) FROM people WHERE age = ANY('{30.5}')", "22P02",
+     "invalid input syntax for type bigint: '30.5'"),
+    ("SELECT COUNT(*) FROM people WHERE age < '1e400'", "22P02",
+     "invalid input syntax for type bigint"),
+    ("SELECT COUNT(*) FROM visits WHERE cost < '1e400'", "22003",
+     "out of range for type double precision"),
+    ("SELECT COUNT(*) FROM people WHERE age = '9223372036854775808'", "22003",
+     "out of range for type bigint"),
     # USING merges the unit; the join rules then decide on its ON form
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
      "join on their privacy unit or along a declared link only"),
@@ -264,3 +292,12 @@ def test_a_null_series_ranks_in_the_top_n_but_joins_nothing_with_equals(engine, 
     old = sum(1 for row in PEOPLE if row[1] > 60)
     assert old < len(PEOPLE) - old  # the NULL group ranks first
     assert sorted(answer.rows) == ([] if limit == 1 else [("old", old)])
+
+
+@pytest.mark.parametrize("text, elements", [
+    ("{a,b}", ["a", "b"]), ("{}", []), (" { } ", []), ('{"a b", c ,NULL,"NULL"}', ["a b", "c", None, "NULL"]),
+    ('{"say \\"hi\\"","back\\\\slash",""}', ['say "hi"', "back\\slash", ""]),
+    ("{{1,2},{3,4}}", None), ("{a,,b}", None), ('{a"b}', None), ("{a b}", ["a b"]),
+    ("a,b", None), ('{"open}', None), ("{a,}", None)])
+def test_an_arrays_text_is_read_as_postgresql_reads_a_one_dimensional_array(text, elements):
+    assert array_text(text) == elements

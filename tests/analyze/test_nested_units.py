@@ -269,7 +269,8 @@ REFUSED = [
     (f"SELECT n FROM {PER_UNIT} WHERE person_id = 3", "0A000",
      "GROUP BY person_id needs a public list of keys"),
     (f"SELECT COUNT(*) FROM {PER_UNIT} WHERE cost > 3", "42703", "'cost' could not be resolved"),
-    (f"SELECT COUNT(*) FROM {PER_UNIT} WHERE n > 'a'", "0A000", "compare it with a number"),
+    (f"SELECT COUNT(*) FROM {PER_UNIT} WHERE n > 'a'", "22P02",
+     "invalid input syntax for type bigint: 'a'"),
     (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits WHERE nope = 1 "
      "GROUP BY person_id) t"), "42703", "nope"),
 ]

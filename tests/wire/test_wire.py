@@ -102,6 +102,9 @@ def test_settings_and_transactions_are_per_connection(proxy):
     ("COPY (SELECT COUNT(*) FROM people) TO '/tmp/counted.csv'", "25006"),
     ("COPY people FROM STDIN", "25006"),
     ("SET ROLE postgres", "42501"),
+    # set_config reaches the catalog only for asyncpg's JIT switch
+    ("SELECT set_config('search_path', 'x', false)", "42501"),
+    ("SELECT set_config('jit', 'off', false), set_config('work_mem', '1GB', false)", "42501"),
 ])
 def test_catalog_statistics_and_escapes_are_refused(proxy, sql, sqlstate):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:

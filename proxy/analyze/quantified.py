@@ -1,0 +1,153 @@
+"""``x = ANY(…)`` and ``x <> ALL(…)`` read as the IN lists they are.
+
+psycopg and SQLAlchemy bind a Python list as one array parameter (``dept = ANY(%s)``:
+the bound value arrives as PostgreSQL's array text ``'{a,b}'``), and analysts write
+``= ANY(ARRAY[…])``; the analysis knows IN lists and IN subqueries. The two forms are
+the same predicate in SQL's three-valued logic: ``x = ANY(a)`` is true where some
+element equals x, NULL where none does and x or an element is NULL, false otherwise —
+exactly ``x IN (a₁, …)``; ``x <> ALL(a)`` is its negation, ``x NOT IN (a₁, …)``. An
+empty array makes ANY false and ALL true whatever x is. Other operators (``> ANY``)
+and arrays the proxy cannot read (nested, of another shape) are left as written, and
+the analysis refuses them as before."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+_KINDS = {"ANY": "any", "SOME": "any", "ALL": "all"}
+
+
+def quantified_as_in(tree: exp.Expression) -> None:
+    """Rewrite every ``= ANY`` / ``= SOME`` and ``<> ALL`` (``!=``) in place."""
+    for node in list(tree.find_all(exp.EQ, exp.NEQ)):
+        quantified = _quantified(node.expression)
+        if quantified is None:
+            continue
+        kind, operand = quantified
+        if (kind == "any") != isinstance(node, exp.EQ):
+            continue  # = ALL, <> ANY: not a list membership
+        replacement = _membership(node.this, operand)
+        if replacement is None:
+            continue
+        node.replace(replacement if kind == "any" else _negated(replacement))
+
+
+def _quantified(node: exp.Expression) -> tuple[str, exp.Expression] | None:
+    if isinstance(node, exp.Any):
+        kind, operand = "any", node.this
+    elif isinstance(node, exp.All):
+        kind, operand = "all", node.this
+    elif isinstance(node, exp.Anonymous) and node.name.upper() in _KINDS \
+            and len(node.expressions) == 1:
+        kind, operand = _KINDS[node.name.upper()], node.expressions[0]
+    else:
+        return None
+    return kind, operand.unnest()
+
+
+def _membership(left: exp.Expression, operand: exp.Expression) -> exp.Expression | None:
+    """``left IN (…)`` for the operand's elements or subquery; None where the operand is
+    not one the proxy reads."""
+    if isinstance(operand, exp.Select):
+        return exp.In(this=left.copy(), query=exp.Subquery(this=operand.copy()))
+    if isinstance(operand, exp.Subquery):
+        return exp.In(this=left.copy(), query=operand.copy())
+    elements = _elements(operand)
+    if elements is None:
+        return None
+    if not elements:
+        return exp.false()
+    return exp.In(this=left.copy(), expressions=elements)
+
+
+def _elements(operand: exp.Expression) -> list[exp.Expression] | None:
+    element_type = None
+    if isinstance(operand, exp.Cast) and operand.to.is_type(exp.DataType.Type.ARRAY):
+        element_type = operand.to.expressions[0] if operand.to.expressions else None
+        operand = operand.this.unnest()
+    if isinstance(operand, exp.Array):
+        return [element.copy() for element in operand.expressions]
+    if isinstance(operand, exp.Literal) and operand.is_string:
+        texts = array_text(operand.this)
+        if texts is None:
+            return None
+        return [_element(text, element_type) for text in texts]
+    return None
+
+
+def _element(text: str | None, element_type: exp.DataType | None) -> exp.Expression:
+    """One element of an array's text: NULL, a number where the array is cast to a
+    numeric type and the text reads as one, else a string (an unknown-typed literal, which
+    the comparison gives the column's type as PostgreSQL's would)."""
+    if text is None:
+        return exp.Null()
+    if element_type is not None and element_type.is_type(*exp.DataType.NUMERIC_TYPES):
+        try:
+            float(text)
+        except ValueError:
+            return exp.Literal.string(text)
+        return exp.Literal.number(text.strip())
+    return exp.Literal.string(text)
+
+
+def array_text(text: str) -> list[str | None] | None:
+    """The elements of a one-dimensional array in PostgreSQL's text form (``{a,"b c",NULL}``:
+    double quotes and backslashes quote, an unquoted NULL is NULL, blanks around an
+    unquoted element are dropped); None where the text is not such an array."""
+    text = text.strip()
+    if len(text) < 2 or text[0] != "{" or text[-1] != "}":
+        return None
+    body = text[1:-1]
+    if not body.strip():
+        return []
+    elements: list[str | None] = []
+    at = 0
+    while True:
+        while at < len(body) and body[at].isspace():
+            at += 1
+        if at < len(body) and body[at] == '"':
+            value, at = _quoted(body, at + 1)
+            if value is None:
+                return None
+            while at < len(body) and body[at].isspace():
+                at += 1
+            elements.append(value)
+        else:
+            end = at
+            while end < len(body) and body[end] not in ',"{}\\':
+                end += 1
+            if end < len(body) and body[end] != ",":
+                return None  # nested, quoted inside, or escaped: not read here
+            word = body[at:end].strip()
+            if not word:
+                return None
+            elements.append(None if word.upper() == "NULL" else word)
+            at = end
+        if at == len(body):
+            return elements
+        if body[at] != ",":
+            return None
+        at += 1
+
+
+def _quoted(body: str, at: int) -> tuple[str | None, int]:
+    """A double-quoted element from just after its opening quote: its text and the
+    position after its closing quote (None where it never closes)."""
+    out: list[str] = []
+    while at < len(body):
+        char = body[at]
+        if char == "\\" and at + 1 < len(body):
+            out.append(body[at + 1])
+            at += 2
+        elif char == '"':
+            return "".join(out), at + 1
+        else:
+            out.append(char)
+            at += 1
+    return None, at
+
+
+def _negated(membership: exp.Expression) -> exp.Expression:
+    if isinstance(membership, exp.Boolean):
+        return exp.true()
+    return exp.Not(this=membership)
