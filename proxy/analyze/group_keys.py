@@ -136,6 +136,15 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
     return next((i for i, seen in enumerate(terms) if seen.same_term(term)), None)
 
 
+# a cast's type as PostgreSQL's parser names it (``1::integer`` is a column ``int4``)
+_CAST_NAMES = {
+    exp.DataType.Type.INT: "int4", exp.DataType.Type.BIGINT: "int8",
+    exp.DataType.Type.SMALLINT: "int2", exp.DataType.Type.DOUBLE: "float8",
+    exp.DataType.Type.FLOAT: "float4", exp.DataType.Type.DECIMAL: "numeric",
+    exp.DataType.Type.BOOLEAN: "bool", exp.DataType.Type.CHAR: "bpchar",
+}
+
+
 def default_name(node: exp.Expression) -> str:
     """PostgreSQL's name for an unnamed result column: the column's, the function's,
     ``case``, else ``?column?``."""
@@ -147,6 +156,10 @@ def default_name(node: exp.Expression) -> str:
         return "extract"
     if isinstance(node, exp.Window):  # SUM(…) OVER (…): the function's
         return default_name(node.this)
+    if isinstance(node, exp.Cast):  # its operand's name, else the type's (FigureColname)
+        inner = default_name(node.this)
+        return inner if inner != "?column?" else _CAST_NAMES.get(
+            node.to.this, node.to.this.value.lower())
     if isinstance(node, exp.Anonymous):
         return node.name.lower()
     if isinstance(node, exp.Func):

@@ -301,3 +301,13 @@ def test_a_null_series_ranks_in_the_top_n_but_joins_nothing_with_equals(engine, 
     ("a,b", None), ('{"open}', None), ("{a,}", None)])
 def test_an_arrays_text_is_read_as_postgresql_reads_a_one_dimensional_array(text, elements):
     assert array_text(text) == elements
+
+
+def test_a_casts_result_column_is_named_as_postgresql_names_it(engine):
+    """PostgreSQL names a cast by its operand (``MIN(age)::float`` is ``min``, ``region::text``
+    ``region``), else by the type as its parser spells it (``1::integer`` is ``int4``);
+    the proxy said ``cast``."""
+    sql = ("SELECT region::text, MIN(age)::float, CAST(COUNT(*) AS bigint), 1::integer, "
+           "'x'::text, 2::numeric FROM people GROUP BY region")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    assert answer.columns == ["region", "min", "count", "int4", "text", "numeric"]
