@@ -191,12 +191,25 @@ def moment_offset(column: exp.Expression, domain, seconds: bool, bucket: str) ->
     return exp.paren(days * exp.Literal.number(86400)) + within if day else within
 
 
-def time_field(column: exp.Expression, field: str, domain, date: bool = False
-               ) -> exp.Expression:
+def time_field(column: exp.Expression, field: str, domain, date: bool = False,
+               shifts: tuple = ()) -> exp.Expression:
     """``extract(field FROM column)`` of the moment clamped to the declared domain, as a
     BIGINT (PostgreSQL's extract is numeric, DuckDB's a BIGINT): a whole number of the
     field's range for every row, NULL for NULL; it cannot fail (a ``date`` column:
-    ``clamped_moment``)."""
-    return exp.cast(exp.Extract(this=exp.var(field.upper()),
-                                expression=clamped_moment(column, domain, date)),
+    ``clamped_moment``). ``shifts``: (from, seconds) of the pieces of a shift added to
+    the clamped moment first (``time_keys._shifted_field``: a domain years from the
+    engines' ends, shifts of at most a day)."""
+    moment = clamped_moment(column, domain, date)
+    if shifts:
+        def plus(seconds: int) -> exp.Expression:
+            return moment.copy() if not seconds else exp.Add(
+                this=moment.copy(), expression=exp.Interval(
+                    this=exp.Literal.string(str(seconds)), unit=exp.var("SECOND")))
+
+        case = exp.Case()
+        for (_, seconds), (start, _) in zip(shifts, shifts[1:]):
+            case = case.when(moment.copy() < exp.cast(exp.Literal.string(
+                start.isoformat(" ")), TIMESTAMP.copy()), plus(seconds))
+        moment = case.else_(plus(shifts[-1][1])) if len(shifts) > 1 else plus(shifts[0][1])
+    return exp.cast(exp.Extract(this=exp.var(field.upper()), expression=moment),
                     BIGINT.copy())

@@ -484,6 +484,10 @@ class GroupKey:
     # TIME_TRUNC of a date column: PostgreSQL's date_trunc(text, timestamptz), a moment
     # at a wall clock of the session's zone, this; the backend truncates the wall clock
     zone: str | None = None
+    # TIME_PART of the column read on another clock: (from, seconds) of each piece of
+    # the shift added to the clamped moment before the field is extracted, in order
+    # (the first's ``from`` unused: the pieces before it, too)
+    shifts: tuple[tuple[dt.datetime, int], ...] = ()
 
     def same_term(self, other: GroupKey) -> bool:
         """The same computation (its keys follow from it and the query's WHERE)."""

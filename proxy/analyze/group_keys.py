@@ -127,8 +127,10 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
         bare = bare.this
     if not _own_shape(bare) and tool_time_term(bare) and _reads_time(bare, table, resolve):
         text = canonical(bare, resolve)  # by its text: its ranges are those the WHERE leaves
-        return next((i for i, seen in enumerate(terms)
-                     if seen.kind == RANGES and seen.unit == text), None)
+        found = next((i for i, seen in enumerate(terms)
+                      if seen.kind == RANGES and seen.unit == text), None)
+        if found is not None or not any(seen.shifts for seen in terms):
+            return found  # else a field of a shifted clock (time_keys._shifted_field)
     try:
         term = group_term(node, table, resolve, where.this if where is not None else None)
     except Refused:

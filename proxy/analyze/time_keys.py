@@ -29,7 +29,10 @@ point: the domain is cut into ranges of t, each with its key (a label), adjacent
 ranges with one label merged. Text and rules only: the labels are the same on every
 data set. The backend computes no function of a row's value: the term is a search
 over the ranges' starts by comparisons (``proxy.pushdown.group_sql``), so it cannot
-fail, and every backend gives the same keys whatever its time-zone database.
+fail, and every backend gives the same keys whatever its time-zone database. An
+``extract`` of the column on another clock is the exception (``_shifted_field``): the
+shifts, not the field's every change, are listed, and the backend adds the row's
+piece's shift (a constant interval) to the clamped moment and extracts the field.
 
 A wall clock that a transition skips is read with the offset before it, one it
 repeats with the offset after it, as PostgreSQL reads them.
@@ -50,7 +53,7 @@ from sqlglot import exp
 
 from proxy.errors import NotSupported
 from proxy.rules import Column, Table
-from proxy.vocabulary import RANGES, GroupKey
+from proxy.vocabulary import RANGES, TIME_PART, GroupKey
 from proxy.zones import (
     from_wall,
     local_offset,
@@ -117,7 +120,11 @@ def time_term(node: exp.Expression, table: Table, resolve, name: str,
                            "declared domain [first, last] in the rules (the public list of "
                            "buckets); ask the data owner")
     first, last = within(column)
-    term = _Compiler(column, first, last, reading_zone()).term(node)
+    compiler = _Compiler(column, first, last, reading_zone())
+    shifted = _shifted_field(node, compiler, column, first, last, name)
+    if shifted is not None:
+        return shifted
+    term = compiler.term(node)
     if not isinstance(term, _Stepped):
         raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} groups by every moment; "
                            "bucket it, e.g. date_trunc('day', …) or CAST(… AS date)")
@@ -127,6 +134,47 @@ def time_term(node: exp.Expression, table: Table, resolve, name: str,
     return GroupKey(name, RANGES, column.name, tuple(range(len(shown))), _TYPES[term.kind],
                     unit=canonical(node, resolve), labels=tuple(shown),
                     bounds=tuple(starts), ranges=tuple(index[label] for label in labels))
+
+
+# the most pieces of one shifted field (a zone's offset changes twice a year)
+MAX_SHIFTS = 64
+# the clamped moments a shift of up to a day is added to stay within every engine's
+# timestamps (Spark's end at year 9999)
+_SHIFTABLE = (dt.datetime(2, 1, 1), dt.datetime(9998, 12, 31))
+
+
+def _shifted_field(node: exp.Expression, compiler: _Compiler, column: Column,
+                   first: dt.datetime, last: dt.datetime, name: str) -> GroupKey | None:
+    """``extract(field FROM x)`` (or its cast to an integer) where x is the column read on
+    another clock (``AT TIME ZONE``, ``::timestamptz`` in the session's zone, ``±
+    INTERVAL``): the wall clock is the column plus a shift that changes only at the
+    zones' transitions, so the backend extracts the field from the clamped moment plus
+    the shift of its piece (``guards.time_field``: a few fixed intervals, chosen by
+    comparisons), where cutting the range at every change of the field (every hour of
+    two years) gave more than ``MAX_RANGES`` ranges. None for other shapes, or more
+    pieces than ``MAX_SHIFTS``: those are ranges as before."""
+    inner = node
+    while isinstance(inner, exp.Paren) or (isinstance(inner, exp.Cast) and inner.to.this in (
+            exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT)):
+        inner = inner.this
+    if not isinstance(inner, exp.Extract) or first > last:
+        return None
+    field = _word(inner.this)
+    field = _FIELD_SPELLINGS.get(field, field)
+    domain = column.time_domain
+    if field not in FIELDS or not (_SHIFTABLE[0] <= domain[0] and domain[1] <= _SHIFTABLE[1]):
+        return None
+    moment = compiler._clock(compiler.term(inner.expression))
+    if not isinstance(moment, _Moment) or moment.kind != "ts":
+        return None
+    spans = list(moment.spans(first, last))
+    if not spans or len(spans) > MAX_SHIFTS or any(abs(shift) > _DAY for *_, shift in spans):
+        return None
+    keys = sorted({value for start, end, shift in spans
+                   for value in field_values(field, start + shift, end + shift)})
+    return GroupKey(name, TIME_PART, column.name, tuple(keys), "int", field,
+                    shifts=tuple((start, int(shift.total_seconds()))
+                                 for start, _, shift in spans))
 
 
 def _ranges(term: _Stepped, first: dt.datetime, last: dt.datetime

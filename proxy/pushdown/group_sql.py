@@ -53,7 +53,7 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         return ranged(raw, term.bounds, term.ranges, missing)
     if term.kind == TIME_PART:  # the field of the clamped moment, a·v + b
         part = time_field(exp.column(term.column, quoted=True), term.unit, column.time_domain,
-                          column.type == "date")
+                          column.type == "date", term.shifts)
         if not term.numbers:
             return part
         scale, offset = term.numbers  # a, b and every key within ±2^31

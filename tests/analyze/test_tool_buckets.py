@@ -137,6 +137,14 @@ TERMS = [
     ("EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')",
      "WHERE at BETWEEN '2023-10-01' AND '2023-11-15'"),
     ("date_trunc('month', at) + INTERVAL '1 month'", ""),
+    # a field of another clock over the whole two years: the clamped moment plus the
+    # shift of its piece (it was refused: 17,520 hourly ranges)
+    ("EXTRACT(hour FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin')", ""),
+    ("CAST(EXTRACT(dow FROM at AT TIME ZONE 'America/New_York') AS integer)", ""),
+    ("EXTRACT(hour FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Asia/Kolkata')", ""),
+    ("extract(minute FROM (at AT TIME ZONE 'UTC' AT TIME ZONE 'Asia/Kolkata'))", ""),
+    ("EXTRACT(doy FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Pacific/Auckland')", ""),
+    ("date_part('hour', at + INTERVAL '90 minutes')", ""),
     # a moment shifted by an int column (days in [-7, 60]): the keys widen by its domain
     ("date_trunc('day', at + days * INTERVAL '1 day')",
      "WHERE at >= '2023-03-01' AND at < '2023-04-01'"),
@@ -212,6 +220,9 @@ ZONED_TERMS = [
     ("date_trunc('week', at::timestamptz)", ""),
     ("to_char(at::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')",
      "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
+    ("EXTRACT(hour FROM at::timestamptz AT TIME ZONE 'UTC')", ""),
+    ("CAST(EXTRACT(isodow FROM at::timestamptz AT TIME ZONE 'Asia/Tokyo') AS integer)", ""),
+    ("EXTRACT(hour FROM day::timestamptz AT TIME ZONE 'UTC')", ""),
     # a date's date_trunc is PostgreSQL's date_trunc(text, timestamptz): the zone's midnight
     ("date_trunc('month', day)", ""),
     ("date_trunc('week', day)", "WHERE day >= '2023-03-01' AND day < '2023-05-01'"),
@@ -382,7 +393,7 @@ REFUSED = [
     ("SELECT age % days, COUNT(*) FROM events GROUP BY 1", "other than 0"),
     ("SELECT CASE WHEN age % 2 = 0 THEN 'even' END, COUNT(*) FROM events GROUP BY 1",
      "MOD is not allowed in a CASE condition"),
-    ("SELECT EXTRACT(HOUR FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin'), COUNT(*) "
+    ("SELECT to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'HH24'), COUNT(*) "
      "FROM events GROUP BY 1", "more than 2,000 ranges"),
     # the parser reads '%Y' as it reads 'YYYY' (PostgreSQL writes %4): the labels helper
     ("SELECT to_char(at, '%Y'), COUNT(*) FROM events GROUP BY 1", "holding %"),

@@ -247,6 +247,11 @@ GROUPED = [
     "SELECT width_bucket(s, 0, 1e-100, 3) AS k, COUNT(*) FROM totality GROUP BY 1",
     "SELECT width_bucket(x, 0.5, 9.5, 3) AS k, y / 2 AS h, SUM(x * y) FROM totality "
     "GROUP BY 1, 2",
+    # a field of another clock: the clamped moment plus its piece's shift
+    "SELECT EXTRACT(hour FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin') AS k, "
+    "COUNT(*) FROM totality GROUP BY 1",
+    "SELECT EXTRACT(minute FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Asia/Kolkata') AS k, "
+    "EXTRACT(dow FROM at - INTERVAL '23 hours') AS d, COUNT(*) FROM totality GROUP BY 1, 2",
 ]
 
 
