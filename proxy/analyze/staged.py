@@ -82,6 +82,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from decimal import Decimal
 
 from sqlglot import exp
 
@@ -330,8 +331,8 @@ def _listable_key(column: list) -> bool:
 
 
 def _listable_value(value) -> bool:
-    if value is None:
-        return True
+    if value is None or isinstance(value, Decimal):  # a Decimal: listed as its float
+        return value is None or value.is_finite()
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return abs(value) <= 2**53 if isinstance(value, int) else math.isfinite(value)
@@ -398,13 +399,15 @@ def _literal(value) -> exp.Expression:
 _LARGEST = 1.7976931348623157e308  # the largest finite double
 
 
-def _number(value: float | int | None) -> exp.Expression:
+def _number(value: float | int | Decimal | None) -> exp.Expression:
     """A released number as the parser writes one (a negative as a minus sign before
     it; NULL where the release had none, or NaN). ±infinity, which arithmetic over a
     release can give (``1 / AVG(x)`` of a released 0), stands as ±the largest double:
     every finite value compares with it as with infinity, and the backend is sent no
     ``inf`` it cannot read (the review of 2026-11-29 found the statement charged, then
     failed)."""
+    if isinstance(value, Decimal):  # post-processing's numeric (0.2 * COUNT(*))
+        value = float(value)
     if value is None or value != value:
         return exp.Null()
     if isinstance(value, float) and math.isinf(value):

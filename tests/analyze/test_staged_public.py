@@ -250,3 +250,14 @@ def test_a_risky_function_under_exists_is_still_found():
     assert named("SELECT s FROM t WHERE EXISTS (SELECT pg_sleep(1))")
     assert not named("SELECT s FROM t WHERE EXISTS (SELECT 1 FROM (VALUES (1, 2.5)) AS r(k, v) "
                      "WHERE r.k = t.s AND CAST(r.v AS DOUBLE) > 1)")
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_stage_computed_as_a_decimal_is_written_as_its_number(engine):
+    """``0.2 * COUNT(*)`` is post-processed as DECIMAL × BIGINT, its value a Python
+    Decimal, which was written ``Decimal('…')`` into the statement: charged, then the
+    backend failed (the review of 2026-11-29). Now the statement's own answer."""
+    sql = Q20.replace("0.5 * SUM(qty)", "0.5 * COUNT(*)")
+    answer, entries = _ask(engine, sql)
+    assert answer.rows == _chosen({(1, 1): 1.5, (1, 2): 2.0, (2, 2): 2.0, (4, 3): 0.0})
+    assert len(entries) == 1
