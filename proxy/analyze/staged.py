@@ -139,7 +139,39 @@ def staged_plan(select: exp.Select, rules: Rules,
     outer_plan = analyse(held, True)  # refused here, before any debit, for what 0 shows
     if not isinstance(outer_plan, (QueryPlan, PassthroughPlan)):
         return None
+    if isinstance(outer_plan, PassthroughPlan):
+        _refuse_failing(held)
     return StagedPlan(tuple(stages), select.copy(), outer_plan, tuple(keyed))
+
+
+# What the public statement of a staged plan may compute: nothing that can fail on a
+# row (comparisons, conditions, LIKE, text functions, COUNT/SUM/AVG/MIN/MAX, a CASE);
+# it runs after the debit, on the rows the released values keep
+_NEVER_FAILS = (
+    exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order,
+    exp.Ordered, exp.Limit, exp.Offset, exp.Table, exp.TableAlias, exp.Alias,
+    exp.Identifier, exp.Column, exp.Star, exp.Literal, exp.Null, exp.Boolean, exp.Paren,
+    exp.Subquery, exp.Exists, exp.In, exp.Not, exp.And, exp.Or, exp.EQ, exp.NEQ, exp.GT,
+    exp.GTE, exp.LT, exp.LTE, exp.Between, exp.Is, exp.Like, exp.ILike, exp.Distinct,
+    exp.Count, exp.Min, exp.Max, exp.Sum, exp.Avg, exp.DataType, exp.Coalesce,
+    exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.Concat, exp.DPipe, exp.Case, exp.If,
+    exp.NullSafeEQ, exp.NullSafeNEQ, exp.Var, exp.With, exp.CTE, exp.Union,
+)
+
+
+def _refuse_failing(held: exp.Select) -> None:
+    """Refuse (0A000, before the debit) a public statement of a staged plan that computes
+    what can fail on a row: it runs after the debit on the rows the released values
+    keep, so its failure would be charged (``1 / (length(name) - 5)``, ``CAST(name AS
+    int)``: the review of 2026-11-29). A cast to text cannot fail."""
+    for node in held.walk():
+        if isinstance(node, _NEVER_FAILS) or (
+                isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.TEXT_TYPES)) or (
+                isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal)):
+            continue
+        raise NotSupported(f"{node.sql(dialect='postgres')[:80]} could fail on a row after "
+                           "the subquery's value is paid for (the rest of the statement runs "
+                           "then); compute it from the answer in an outer query instead")
 
 
 # A correlated stage's place before its release: its comparison with 0, for any key

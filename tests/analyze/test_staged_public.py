@@ -115,6 +115,7 @@ def test_the_statement_with_any_released_values_runs_on_the_backend(reading_engi
     [(1, 1, 15.0), (1, 2, 20.0), (2, 2, 10.0), (4, 3, 0.0)],
     [(1, 2, 29.999999999999996), (2, 2, 2**53), (None, 3, 1.0), (4, None, 0.5)],
     [(4, 3, 0)],
+    [(1, 2, Decimal("29.5")), (2, 2, Decimal("0.2"))],  # post-processing's numeric
 ])
 def test_released_rows_read_as_lists_give_the_values_rows(reading_engine, rows):
     """Where the backend reads released rows from list parameters
@@ -158,7 +159,7 @@ def test_compact_released_rows_filled_are_the_values_written_whole(reading_engin
 
 @pytest.mark.parametrize("rows", [
     [(1, 1, float("inf"))], [(1, 1, 2**53 + 1)], [(1.5, 1, 1.0)], [(None, 1, 1.0)],
-    [(1, True, 1.0)], [(1, 1, Decimal("1.5"))], [(1, "a", 1.0), (2, 3, 1.0)],
+    [(1, True, 1.0)], [(1, 1, Decimal("NaN"))], [(1, "a", 1.0), (2, 3, 1.0)],
 ])
 def test_released_rows_of_other_kinds_stay_values(reading_engine, rows):
     """A key column neither all integers nor all text (or only NULL), a value not finite,
@@ -261,3 +262,15 @@ def test_a_stage_computed_as_a_decimal_is_written_as_its_number(engine):
     answer, entries = _ask(engine, sql)
     assert answer.rows == _chosen({(1, 1): 1.5, (1, 2): 2.0, (2, 2): 2.0, (4, 3): 0.0})
     assert len(entries) == 1
+
+
+@pytest.mark.parametrize("item", ["1 / (s_key - 2)", "CAST(s_name AS int)", "s_key * 2",
+                                  "-s_key"])
+def test_a_public_statement_that_could_fail_on_a_row_is_refused_for_free(reading_engine,
+                                                                          item):
+    """The statement over public tables runs after the stage is paid for, on the rows its
+    released values keep: what can fail on a row there (a division, a cast, integer
+    arithmetic) was charged, then failed where a kept row made it fail (the review of
+    2026-11-29: PostgreSQL's division by zero); now refused before anything is spent."""
+    sql = Q20.replace("SELECT s_name FROM", f"SELECT s_name, {item} FROM")
+    refused_for_free(reading_engine, sql, "0A000", "could fail on a row after the subquery")
