@@ -995,19 +995,25 @@ def _bucket(plan: QueryPlan, moment: Moment, key: tuple) -> tuple[Any, Any] | No
 
 
 def _bucketed(moment: Moment, term, start, shown):
-    """``shown`` kept within its group's bucket (``term``'s, from ``start``): every row of
-    the group lies in it, so its MAX and MIN do, but a draw over the whole window (a
+    """``shown`` kept within its group's bucket (``term``'s, from ``start``) and the
+    moment's window (the declared domain as the WHERE narrows it): every row of the
+    group lies in both, so its MAX and MIN do, but a draw over the whole window (a
     bucket the analysis did not count from, ``expressions.own_bucket``) may land in
-    another month, and one counted from the bucket beyond a short month's end.
+    another month, one counted from the bucket beyond a short month's end, and one
+    counted from a year's end beyond a domain or WHERE that ends in March (the review
+    of 2026-11-29).
     Post-processing of the released value and its public key (docs/privacy.md §5.3)."""
-    first = start.date() if moment.kind == "date" else start
+    day = moment.kind == "date"
+    lowest, highest = (end.date() if day else end for end in moment.window)
+    first = max(start.date() if day else start, lowest)
     try:
         end = next_start(start, term.unit)
     except (NotSupported, OverflowError):  # the year 9999's: the window's end
-        return max(shown, first)
-    last = end.date() - dt.timedelta(days=1) if moment.kind == "date" \
-        else end - dt.timedelta(seconds=1)
-    return max(min(shown, last), first)
+        last = highest
+    else:
+        last = min(end.date() - dt.timedelta(days=1) if day else end - dt.timedelta(seconds=1),
+                   highest)
+    return max(min(shown, last), first) if first <= last else max(min(shown, highest), lowest)
 
 
 def _output_kind(plan: QueryPlan, output) -> str:

@@ -251,6 +251,23 @@ def test_a_moment_grouped_by_its_own_bucket_stays_in_that_bucket(engine):
             assert cast(start) <= high < cast(end), (column, start)
 
 
+def test_a_moment_grouped_by_its_own_bucket_stays_within_the_where(engine):
+    """The bucket and the window both hold every row of a group: a draw counted from the
+    bucket's end (a month's, a year's) is kept within the WHERE's range too, where it
+    came back beyond the WHERE (the review of 2026-11-29: a MAX in December under
+    ``at < '2024-02-10'``)."""
+    session = Session.open(engine, "alice")
+    list(session.execute("SET idp.epsilon = 0.01"))
+    low, high = dt.datetime(2023, 1, 15), dt.datetime(2023, 2, 10)
+    for unit in ("month", "year"):
+        sql = (f"SELECT date_trunc('{unit}', at) AS b, MIN(at), MAX(at) FROM visits "
+               "WHERE at >= '2023-01-15' AND at < '2023-02-10' GROUP BY 1")
+        (answer,) = list(session.execute(sql))
+        assert answer.rows
+        for _, least, most in answer.rows:
+            assert low <= least < high and low <= most < high, (unit, least, most)
+
+
 def test_each_backend_counts_a_moment_in_its_own_bucket_as_python(engine, truth):
     """Grouped by ``date_trunc(unit, col)`` the number is the clamped moment's whole
     seconds (days) from its own bucket's start less the anchor (``moment_offset``),
