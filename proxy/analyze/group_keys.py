@@ -708,8 +708,9 @@ _ORDERS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
 
 
 def _constant_truth(node: exp.Expression) -> Any:
-    """A condition of literals as SQL evaluates it (TRUE, FALSE, NULL, NOT of one, a
-    comparison of two numbers), else ``_UNKNOWN``."""
+    """A condition of literals as SQL evaluates it (TRUE, FALSE, NULL, NOT, AND and OR of
+    them, a comparison of two numbers, two strings' equality), else ``_UNKNOWN`` (an
+    AND or OR that a column decides too)."""
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Boolean):
@@ -719,6 +720,14 @@ def _constant_truth(node: exp.Expression) -> Any:
     if isinstance(node, exp.Not):
         inner = _constant_truth(node.this)
         return inner if inner is None or inner is _UNKNOWN else not inner
+    if isinstance(node, (exp.And, exp.Or)):  # SQL's three-valued AND and OR
+        sides = [_constant_truth(node.this), _constant_truth(node.expression)]
+        decisive = isinstance(node, exp.Or)  # TRUE decides an OR, FALSE an AND
+        if any(side is decisive for side in sides):
+            return decisive
+        if _UNKNOWN in sides:
+            return _UNKNOWN
+        return None if None in sides else not decisive
     if type(node) in _ORDERS:
         sides = [side.unnest() for side in (node.this, node.expression)]
         if any(isinstance(side, exp.Null) for side in sides):
@@ -726,6 +735,9 @@ def _constant_truth(node: exp.Expression) -> Any:
         numbers = [_exact(side) for side in sides]
         if None not in numbers:
             return _ORDERS[type(node)](*numbers)
+        if type(node) in (exp.EQ, exp.NEQ) and all(  # text equality reads no collation
+                isinstance(side, exp.Literal) and side.is_string for side in sides):
+            return _ORDERS[type(node)](sides[0].name, sides[1].name)
     return _UNKNOWN
 
 

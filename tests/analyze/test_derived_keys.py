@@ -112,6 +112,14 @@ TERMS = [
     ("CASE WHEN TRUE THEN 'a' WHEN age > 50 THEN 'old' ELSE 'b' END", "", False),
     ("CASE WHEN NOT (2 > 1.5) THEN 1 ELSE 2 END", "", False),
     ("CASE WHEN NULL THEN 'a' END", "", True),
+    # strings' equality, AND and OR of literals and with a column (the review of
+    # 2026-11-29: two rows of 'y', and 'a' beside an empty 'b')
+    ("CASE WHEN 'a' = 'a' THEN 'y' ELSE 'z' END", "", False),
+    ("CASE WHEN 'a' <> 'a' THEN 'y' ELSE 'z' END", "", False),
+    ("CASE WHEN TRUE OR region = 'north' THEN 'a' ELSE 'b' END", "", False),
+    ("CASE WHEN 1 = 0 AND region = 'north' THEN 'a' ELSE 'b' END", "", False),
+    ("CASE WHEN NULL AND FALSE THEN 'a' WHEN NULL OR TRUE THEN 'c' ELSE 'b' END", "", False),
+    ("CASE WHEN NULL OR 1 = 0 THEN 'a' ELSE 'b' END", "", False),
 ]
 
 
