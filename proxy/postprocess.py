@@ -353,7 +353,7 @@ def _constants(tree: exp.Expression) -> list[exp.Expression]:
 
 # PostgreSQL's errors where DuckDB gives NaN or ±infinity (SQRT(-1), LN(0), 1.0 / 0):
 # the message, and its SQLSTATE for ``run_outer``'s one line
-_FAILURES = {"division by zero": "22012",
+_FAILURES = {"division by zero": "22012", "value out of range: overflow": "22003",
              "cannot take square root of a negative number": "2201F",
              "cannot take logarithm of zero": "2201E",
              "cannot take logarithm of a negative number": "2201E",
@@ -363,7 +363,7 @@ _FAILURES = {"division by zero": "22012",
 
 
 def _failing_as_postgresql(tree: exp.Expression) -> None:
-    """SQRT, LN, LOG and POWER made to fail where PostgreSQL's fail, with its message
+    """SQRT, LN, LOG, POWER and EXP made to fail where PostgreSQL's fail, with its message
     (``_FAILURES``): DuckDB answers NaN or ±infinity there, which a HAVING or ORDER BY
     then read as a number (``HAVING SQRT(COUNT(*) - 100) > 1`` kept the groups of NaN;
     the review of 2026-11-29). A division (or ``%``) by a released 0 is NULL, as
@@ -388,7 +388,9 @@ def _failing_as_postgresql(tree: exp.Expression) -> None:
         case.set("default", node)
 
 
-_GUARDED = (exp.Sqrt, exp.Ln, exp.Log, exp.Pow)
+_GUARDED = (exp.Sqrt, exp.Ln, exp.Log, exp.Pow, exp.Exp)
+# the largest x whose exp(x) a double holds: PostgreSQL's exp fails beyond it
+_LARGEST_EXPONENT = 709.782712893384
 
 
 def _failures_of(node: exp.Expression, zero: exp.Expression
@@ -405,8 +407,13 @@ def _failures_of(node: exp.Expression, zero: exp.Expression
                   "cannot take logarithm of a negative number")]
         if isinstance(node, exp.Log) and node.expression:  # LOG(base, x): the base too
             tests += [(exp.LTE(this=node.this.copy(), expression=zero.copy()),
-                       "cannot take logarithm of a negative number")]
+                       "cannot take logarithm of a negative number"),
+                      (exp.EQ(this=node.this.copy(), expression=exp.Literal.number(1)),
+                       "division by zero")]  # ln(x) / ln(1)
         return tests
+    if isinstance(node, exp.Exp):
+        return [(exp.GT(this=node.this.copy(), expression=exp.Literal.number(
+            _LARGEST_EXPONENT)), "value out of range: overflow")]
     base, power = node.this, node.expression
     return [(exp.and_(exp.EQ(this=base.copy(), expression=zero.copy()),
                       exp.LT(this=power.copy(), expression=zero.copy())),
