@@ -139,6 +139,15 @@ def _context_kind_of(node: exp.Expression, columns, by_alias) -> str:
     if isinstance(parent, (exp.PercentileDisc, exp.PercentileCont, exp.Quantile,
                            exp.ApproxQuantile, exp.WithinGroup)):
         return "float"
+    # beside an aggregate (COUNT(*) * $1): its type, as PostgreSQL resolves the operator
+    if isinstance(partner, exp.Count):
+        return "int"
+    if isinstance(partner, exp.AggFunc):
+        return "float"
+    # where a condition stands (CASE WHEN $1, $1 AND …, WHERE $1): boolean
+    if (isinstance(parent, exp.If) and node.arg_key == "this") or isinstance(
+            parent, (exp.And, exp.Or, exp.Not, exp.Where)):
+        return "bool"
     return "text"
 
 

@@ -87,3 +87,17 @@ def test_a_parameter_that_decides_the_groups_is_refused_with_what_it_stands_for(
     from proxy.errors import NotSupported
     with pytest.raises(NotSupported, match=f"\\$1 stands for {what}.*write its value"):
         infer(sql, (), RULES)
+
+
+@pytest.mark.parametrize("sql, kinds", [
+    ("SELECT COUNT(*) * $1 FROM t", (INT8,)),
+    ("SELECT region, SUM(x) / $1 FROM t GROUP BY 1", (FLOAT8,)),
+    ("SELECT CASE WHEN $1 THEN COUNT(*) END FROM t", (BOOL,)),
+    ("SELECT COUNT(*) FROM t WHERE $1 AND n > $2", (BOOL, INT8)),
+])
+def test_a_parameter_beside_an_aggregate_or_as_a_condition_gets_postgresql_s_type(sql, kinds):
+    """PostgreSQL infers bigint beside COUNT, double precision beside SUM, boolean where a
+    condition stands; the proxy said text, and the statement was refused at Parse with a
+    message about the stand-in (the review of 2026-11-29)."""
+    assert infer(sql, (), RULES) == kinds
+    bind(sql, kinds, dummy_values(kinds))
