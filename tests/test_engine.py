@@ -258,10 +258,10 @@ REFUSALS = [
     ("SET idp.model = 'magic'", "22023"),
     ("SELECT COUNT(*) FROM people; SELECT * FROM people", "42501"),
     ("SELEC COUNT(*) FROM people", "42601"),
-    ("SELECT COUNT(*) FROM people WHERE age > 'old'", "0A000"),
+    ("SELECT COUNT(*) FROM people WHERE age > 'old'", "22P02"),
     ("SELECT COUNT(*) FROM people WHERE region = 5", "0A000"),
     ("SELECT COUNT(*) FROM people WHERE region IN ('north', 3)", "0A000"),
-    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 'a' AND 'z'", "0A000"),
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 'a' AND 'z'", "22P02"),
 ]
 
 
