@@ -81,16 +81,19 @@ FORMS = pytest.mark.parametrize("piecewise", [False, True], ids=["step", "piecew
 
 
 def _direct(values: list[float], rank: int, grid: Grid, piecewise: bool = False) -> list:
-    """d(y) of every candidate: by counting the values below and at or below it; in the
-    piecewise form from its definition, dist(r, {u ∈ [0, n + 1] : Q(u) = y}) with Q
-    the linear interpolation of (0, L), (i, x₍ᵢ₎), (n + 1, U)."""
+    """d(y) of every candidate: by counting the values below it and those below the next
+    candidate (the step form counts each value at the greatest candidate at or below
+    it: ``inverse_sensitivity.snapped``); in the piecewise form from its definition,
+    dist(r, {u ∈ [0, n + 1] : Q(u) = y}) with Q the linear interpolation of (0, L),
+    (i, x₍ᵢ₎), (n + 1, U)."""
     found = []
     points = [Fraction(v) for v in [LOWER, *sorted(values), UPPER]]
     for k in range(grid.first, grid.last + 1):
         y = Fraction(grid.value(k))
         if not piecewise:
-            found.append(distance(sum(v < y for v in values), sum(v <= y for v in values),
-                                  rank))
+            following = Fraction(grid.value(k + 1)) if k < grid.last else None
+            found.append(distance(sum(v < y for v in values), sum(
+                following is None or v < following for v in values), rank))
             continue
         at = [u for u, x in enumerate(points) if x == y]
         if at:  # G(y) = [first, last] of the ranks holding y (0 and n + 1 for L and U)
