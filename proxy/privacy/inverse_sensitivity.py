@@ -90,6 +90,17 @@ class Grid:
         multiple = self.origin + offset(k, self.digits)
         return multiple if self.integers else float(multiple * self.step)
 
+    def middle(self, k: int) -> float | int:
+        """The middle of candidate k's cell [value(k), value(k + 1)) (the last one's:
+        [value(k), upper]), a whole number on an int column: what the step form answers
+        for k, whose snapped values (``snapped``) are that cell's. Post-processing of k."""
+        low = self.value(k)
+        high = self.value(k + 1) if k < self.last else self.upper
+        if self.integers:
+            high = high - 1 if k < self.last else math.floor(high)
+            return low + max(0, (high - low) // 2)
+        return low + (high - low) / 2 if high > low else low
+
     def below(self, x: float) -> int:
         """How many candidates are < x (x/step exactly, in integers: a window holds up
         to 2^18 values)."""
@@ -345,7 +356,8 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
                 or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
         reach = min(reach * 4, _MOST_REACH)
-    return grid.value((yield from _draw(found, rank, scale, grid, rng, piecewise, column, key)))
+    drawn = yield from _draw(found, rank, scale, grid, rng, piecewise, column, key)
+    return grid.value(drawn) if piecewise else grid.middle(drawn)
 
 
 def exponent(epsilon: Fraction, shift: int) -> Fraction:

@@ -533,8 +533,8 @@ INSTANCE_MECHANISM = "exponential mechanism (inverse sensitivity) on the column'
 PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated inverse "
                        "sensitivity) on the column's grid")
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
-                  "tell how dense the data are around the answer; the answer is one of the "
-                  "column's candidates, up to 0.8 % apart {}")
+                  "tell how dense the data are around the answer; the answer is the middle "
+                  "of the cell of one of the column's candidates, up to 0.8 % apart {}")
 _PER_UNIT_NOTE = ("; the percentile of one row per privacy unit, each unit's row chosen by a "
                   "hash of its values (each unit counts once: docs/privacy.md §5.3)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "

@@ -79,7 +79,7 @@ def test_a_draw_asks_for_its_window_and_returns_when_sent_it():
 
 
 @pytest.mark.parametrize("piecewise,draws,counted", [
-    (False, [8.0, 3.0, 9.0, 7.0, 4.0, 7.0, 5.5, 6.5],
+    (False, [8.25, 3.25, 9.25, 7.25, 4.25, 7.25, 5.75, 6.75],  # the cells' middles
      [6.5, 8.0, 8.0, 10.0, 1.5, 3.0, 9.0, 9.0, 7.0, 7.0, 2.5, 5.5, 7.0, 6.5]),
     (True, [8.0, 3.0, 9.0, 7.0, 4.0, 7.0, 2.5, 6.5],
      [6.5, 8.0, 8.0, 10.0, 1.5, 3.0, 9.0, 9.0, 7.0, 7.0, 2.5, 7.0, 6.5]),
@@ -89,7 +89,8 @@ def test_draws_with_tails_ask_for_counts_and_keep_their_seeded_values(
     """A window of one rank each side, kept however heavy the tails: the draws ask for
     that window and count around the tail candidates they draw; answered from the list,
     with the seed 2024 they are the draws (and the counts) of the mechanism as it was
-    when it called the backend itself (pinned from that code)."""
+    when it called the backend itself (pinned from that code; the step form answers
+    the middle of the drawn candidate's cell since 2026-11-29)."""
     monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
     monkeypatch.setattr(inverse_sensitivity, "_TAIL_SHARE", 1.0)
     rank = percentile_rank(len(VALUES), Fraction(1, 2))
