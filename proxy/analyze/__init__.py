@@ -316,6 +316,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     _refuse_compound(alone, rules)
     table = joined_table(_the_protected_table(alone, rules), joins)
     limit_of(select)
+    _extremes_of_days(select, table, _column_resolver(table, alone, joins))
     post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
                                                                       hint, shown))
     if post_processed is not None:
@@ -722,6 +723,26 @@ def _the_protected_table(select: exp.Select, rules: Rules) -> Table:
     if tables[0].args.get("db") and tables[0].text("db").lower() not in ("public", "main"):
         raise UnknownTable(f"schema {tables[0].text('db')} is not available; use {declared.name}")
     return declared
+
+
+def _extremes_of_days(select: exp.Select, table: Table, resolve) -> None:
+    """``MIN(CAST(ts AS date))`` (and MAX) of a date or timestamp column is
+    ``CAST(MIN(ts) AS date)``: a day is a nondecreasing function of the moment, so the
+    least day is the least moment's; the cast is then post-processing of the released
+    moment (it was refused: "expressions inside aggregates take int and float
+    columns"). In place; PostgreSQL names both columns ``min``."""
+    for node in list(select.find_all(exp.Min, exp.Max)):
+        argument = node.this
+        if not (isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.DATE)
+                and isinstance(argument.this, exp.Column)):
+            continue
+        try:
+            column = table.columns[resolve(argument.this)]
+        except Refused:
+            continue
+        if column.type in ("date", "timestamp"):
+            node.replace(exp.cast(type(node)(this=argument.this.copy()),
+                                  exp.DataType.Type.DATE))
 
 
 def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] = ()):

@@ -335,3 +335,19 @@ def test_a_moment_grouped_by_its_own_bucket_is_drawn_within_it(backend_url):
             "GROUP BY 1 ORDER BY 1"))
     assert [(lo, hi) for _, lo, hi in answer.rows] == [
         (dt.date(2023, 1, 1), dt.date(2023, 12, 31)), (dt.date(2024, 3, 1), dt.date(2024, 3, 31))]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_the_least_day_is_the_least_moment_s_day(engine):
+    """``MIN(CAST(at AS date))`` (Metabase's earliest day, an analyst's ``MIN(at::date)``)
+    is ``CAST(MIN(at) AS date)``: a day never falls as the moment rises (it was refused as
+    an expression inside an aggregate); the same answer, named as PostgreSQL names it."""
+    session = Session.open(engine, "alice")
+    (written,) = list(session.execute(
+        "SELECT MIN(CAST(at AS date)), MAX(at::date) AS last, MIN(DATE(day)) FROM visits "
+        "WHERE department = 'a'"))
+    (meant,) = list(session.execute(
+        "SELECT CAST(MIN(at) AS date), CAST(MAX(at) AS date) AS last, CAST(MIN(day) AS date) "
+        "FROM visits WHERE department = 'a'"))
+    assert written.rows == meant.rows and isinstance(written.rows[0][0], dt.date)
+    assert written.columns == ["min", "last", "min"]
