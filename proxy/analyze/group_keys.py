@@ -707,10 +707,17 @@ _ORDERS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
            exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
 
 
+def never_true(condition: exp.Expression) -> bool:
+    """Whether a condition of literals is FALSE or NULL whatever the row (a HAVING
+    ``GROUPING(b) = 1`` of a set that groups by b, its mask written in)."""
+    truth = _constant_truth(condition)
+    return truth is not _UNKNOWN and not truth
+
+
 def _constant_truth(node: exp.Expression) -> Any:
     """A condition of literals as SQL evaluates it (TRUE, FALSE, NULL, NOT, AND and OR of
-    them, a comparison of two numbers, two strings' equality), else ``_UNKNOWN`` (an
-    AND or OR that a column decides too)."""
+    them, a comparison of two numbers, two strings' equality, an IN list of them), else
+    ``_UNKNOWN`` (an AND or OR that a column decides too)."""
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Boolean):
@@ -728,6 +735,14 @@ def _constant_truth(node: exp.Expression) -> Any:
         if _UNKNOWN in sides:
             return _UNKNOWN
         return None if None in sides else not decisive
+    if isinstance(node, exp.In) and not node.args.get("query"):  # an OR of equalities
+        truth: Any = False
+        for item in node.expressions:
+            equal = _constant_truth(exp.EQ(this=node.this.copy(), expression=item.copy()))
+            if equal is _UNKNOWN or equal is True:
+                return equal
+            truth = None if equal is None else truth
+        return truth
     if type(node) in _ORDERS:
         sides = [side.unnest() for side in (node.this, node.expression)]
         if any(isinstance(side, exp.Null) for side in sides):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
+from proxy.analyze.group_keys import never_true
 from proxy.analyze.ordering import ordering_of
 from proxy.errors import NotSupported
 from proxy.vocabulary import GroupingSetsPlan, QueryPlan
@@ -40,8 +41,12 @@ def grouping_sets_plan(select: exp.Select, analyze: Callable[[exp.Select], Query
     every = _unique([e for s in sets for e in s])
     order, limit = _order_and_limit(select)
     parts = []
-    for chosen in sets:
-        part = _part(select, _unique(chosen), every)
+    chosen_parts = [_part(select, _unique(chosen), every) for chosen in sets]
+    # a set whose HAVING no row can meet (HAVING GROUPING(b) = 1 of a set grouped by b)
+    # is not released: it would be charged for rows all filtered out
+    kept = [part for part in chosen_parts if part.args.get("having") is None
+            or not never_true(part.args["having"].this)] or chosen_parts[:1]
+    for part in kept:
         parts.append((canonical(part), analyze(part)))
     return GroupingSetsPlan(tuple(parts), order, limit)
 
@@ -91,8 +96,8 @@ def _unique(terms: list[exp.Expression]) -> list[exp.Expression]:
 def _part(select: exp.Select, chosen: list[exp.Expression],
           every: list[exp.Expression]) -> exp.Select:
     """The query of one grouping set: GROUP BY its terms; the other grouping columns
-    answered as NULL, GROUPING(…) as its mask; no ORDER BY or LIMIT (they apply to all
-    the sets' rows)."""
+    answered as NULL, GROUPING(…) as its mask (in HAVING too: a filter of the set's own
+    rows); no ORDER BY or LIMIT (they apply to all the sets' rows)."""
     inside = {term.sql() for term in chosen}
     outside = {term.sql() for term in every} - inside
     part = select.copy()
@@ -119,6 +124,8 @@ def _part(select: exp.Select, chosen: list[exp.Expression],
         items.append(exp.alias_(value, name, quoted=True) if isinstance(item, exp.Alias)
                      or isinstance(value, exp.Literal) else value)
     part.set("expressions", items)
+    if part.args.get("having") is not None:  # HAVING GROUPING(…) = 0: the set's own mask
+        part.set("having", part.args["having"].transform(masked))
     part.set("group", exp.Group(expressions=[term.copy() for term in chosen]) if chosen
              else None)
     return part

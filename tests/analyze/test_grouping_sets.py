@@ -24,6 +24,12 @@ STATEMENTS = [
     ("SELECT region, SUM(age) FROM people GROUP BY GROUPING SETS ((region), ()) ORDER BY 1", 2),
     ("SELECT region, sex, COUNT(*) FROM people WHERE age > 30 GROUP BY region, ROLLUP(sex) "
      "ORDER BY 1, 2", 2),
+    # HAVING GROUPING(): a filter of each set's rows by its mask (it was refused as an
+    # unknown aggregate); a set it keeps no row of is not released, nor charged
+    ("SELECT region, sex, COUNT(*) FROM people GROUP BY ROLLUP(region, sex) "
+     "HAVING GROUPING(sex) = 1 ORDER BY 1", 2),
+    ("SELECT region, sex, COUNT(*) AS n FROM people GROUP BY CUBE(region, sex) "
+     "HAVING GROUPING(region, sex) IN (1, 2) AND COUNT(*) > 0 ORDER BY 1, 2", 2),
 ]
 
 
