@@ -107,6 +107,15 @@ ANSWERED = [
      "subq_1.metric_time__month = subq_2.metric_time__month GROUP BY "
      "COALESCE(subq_1.metric_time__month, subq_2.metric_time__month)) subq_3 ORDER BY 1",
      2, "0.2"),
+    # an outer query over a post-processed one (a window, HAVING): the top row per
+    # group, an analyst's ROW_NUMBER() … WHERE rn = 1 (it was refused: "a query over a
+    # query with HAVING, computed results …")
+    ("SELECT region AS region, sex AS sex, n AS n FROM (SELECT region, sex, COUNT(*) AS n, "
+     "ROW_NUMBER() OVER (PARTITION BY region ORDER BY COUNT(*) DESC, sex) AS rn FROM people "
+     "GROUP BY region, sex) t WHERE rn = 1 ORDER BY region", 1, "0.1"),
+    ("SELECT department AS department, n AS n FROM (SELECT department, COUNT(*) AS n FROM "
+     "visits GROUP BY 1 HAVING COUNT(*) > 100) s ORDER BY n DESC, department LIMIT 2", 1,
+     "0.1"),
     # two grouped releases joined on their key
     ("SELECT a.region AS region, a.n * 1.0 / b.m AS older FROM (SELECT region, COUNT(*) AS n "
      "FROM people WHERE age > 50 GROUP BY region) a JOIN (SELECT region, COUNT(*) AS m FROM "

@@ -63,7 +63,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlglot import exp
+from sqlglot import exp, parse_one
 
 from proxy.analyze.group_keys import default_name
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
@@ -192,7 +192,32 @@ def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Ex
     if not body.find(exp.AggFunc):
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
-    return over_release(select, source, _one_release(analyse, body))
+    plan = analyse(body)
+    if isinstance(plan, QueryPlan) and isinstance(plan.post, OuterQuery) \
+            and plan.post.what != CROSS_JOINED:
+        return replace(plan, post=_stacked(select, source, plan))
+    return over_release(select, source, _one_release(analyse, body, plan))
+
+
+_STEP = "_idp_step"  # the inner outer query's rows, as the stacked outer query reads them
+
+
+def _stacked(select: exp.Select, source: str, plan: QueryPlan) -> OuterQuery:
+    """An outer query over an aggregate query that is post-processed itself (a window
+    over its groups, HAVING: the top row per group, ``WHERE rn = 1`` over ``ROW_NUMBER()
+    OVER (PARTITION BY a ORDER BY COUNT(*) DESC) AS rn``): both run over the released
+    rows, the inner one as a step (``WITH``) the outer reads — post-processing of
+    post-processing, checked as any outer query is."""
+    outer = _outer_query(select, [source], [plan], "the outer query")
+    tree = parse_one(outer.sql, read="postgres")
+    alias = outer.aliases[0]
+    for table in tree.find_all(exp.Table):
+        if table.name == release_table(0):
+            table.replace(exp.to_table(_STEP).as_(alias))
+    inner = parse_one(plan.post.sql, read="postgres")
+    tree = tree.with_(_STEP, as_=inner)
+    return OuterQuery(tree.sql(dialect="postgres"), plan.post.aliases, "the outer query",
+                      plan.post.zone)
 
 
 def _refuse_aggregates(select: exp.Select) -> None:
@@ -396,10 +421,12 @@ def over_release(select: exp.Select, source: str, plan: QueryPlan,
     return replace(plan, post=_outer_query(select, [source], [plan], what))
 
 
-def _one_release(analyse: Analyse, body: exp.Select) -> QueryPlan:
-    """The plan of an aggregate query whose answers are post-processed; one that is
-    itself post-processed (HAVING, a series limit) is refused: write it as one query."""
-    plan = analyse(body)
+def _one_release(analyse: Analyse, body: exp.Select, plan: QueryPlan | None = None
+                 ) -> QueryPlan:
+    """The plan of an aggregate query whose answers are post-processed (``plan``: its
+    analysis, made already); one that is itself post-processed (HAVING, a series limit)
+    is refused: write it as one query."""
+    plan = analyse(body) if plan is None else plan
     if plan.post is not None:
         raise NotSupported("a query over a query with HAVING, computed results or a series "
                            "limit is not supported; filter and compute in one query")
