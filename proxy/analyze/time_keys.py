@@ -309,6 +309,14 @@ class _Compiler:
         if isinstance(node, exp.Extract):
             field = _word(node.this)
             field = _FIELD_SPELLINGS.get(field, field)
+            if field == "epoch":  # of a bucket: its start's seconds since 1970 (its clock)
+                inner = self.term(node.expression)
+                if not isinstance(inner, _Stepped) or inner.kind not in ("ts", "tstz", "date"):
+                    raise NotSupported("extract(epoch FROM …) groups by a bucket's start: "
+                                       "bucket the column first, e.g. extract(epoch FROM "
+                                       "date_trunc('day', …)), or floor(extract(epoch FROM "
+                                       "…) / 86400) * 86400")
+                return _Stepped("int", inner.breaks, lambda t: _epoch(inner.value(t)))
             if field not in FIELDS:
                 raise NotSupported(f"extract/date_part groups by one of {', '.join(FIELDS)}; "
                                    f"got {field}")
@@ -451,6 +459,13 @@ def _naive(value) -> dt.datetime:
     if isinstance(value, dt.datetime):
         return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
     return dt.datetime(value.year, value.month, value.day)
+
+
+def _epoch(value) -> int:
+    """PostgreSQL's ``extract(epoch FROM …)`` of a bucket's start (whole seconds): a
+    moment's seconds since 1970-01-01 UTC, a timestamp's or date's nominal ones (its wall
+    clock read as UTC)."""
+    return int((_naive(value) - dt.datetime(1970, 1, 1)).total_seconds())
 
 
 def _aware(value: dt.datetime) -> dt.datetime:

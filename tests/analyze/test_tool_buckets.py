@@ -145,6 +145,12 @@ TERMS = [
     ("extract(minute FROM (at AT TIME ZONE 'UTC' AT TIME ZONE 'Asia/Kolkata'))", ""),
     ("EXTRACT(doy FROM at AT TIME ZONE 'UTC' AT TIME ZONE 'Pacific/Auckland')", ""),
     ("date_part('hour', at + INTERVAL '90 minutes')", ""),
+    # a bucket's start as epoch seconds (Grafana's raw SQL; it was refused: "got epoch")
+    ("EXTRACT(epoch FROM date_trunc('day', at))",
+     "WHERE at >= '2023-03-20' AND at < '2023-04-05'"),
+    ("extract(epoch FROM date_trunc('hour', at AT TIME ZONE 'UTC' AT TIME ZONE "
+     "'Europe/Berlin'))", "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
+    ("EXTRACT(EPOCH FROM date_trunc('month', day))", ""),
     # a moment shifted by an int column (days in [-7, 60]): the keys widen by its domain
     ("date_trunc('day', at + days * INTERVAL '1 day')",
      "WHERE at >= '2023-03-01' AND at < '2023-04-01'"),
@@ -221,6 +227,8 @@ ZONED_TERMS = [
     ("to_char(at::timestamptz AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24')",
      "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
     ("EXTRACT(hour FROM at::timestamptz AT TIME ZONE 'UTC')", ""),
+    ("EXTRACT(epoch FROM date_trunc('day', at::timestamptz))",
+     "WHERE at >= '2023-03-20' AND at < '2023-04-05'"),
     ("CAST(EXTRACT(isodow FROM at::timestamptz AT TIME ZONE 'Asia/Tokyo') AS integer)", ""),
     ("EXTRACT(hour FROM day::timestamptz AT TIME ZONE 'UTC')", ""),
     # a date's date_trunc is PostgreSQL's date_trunc(text, timestamptz): the zone's midnight
@@ -395,6 +403,8 @@ REFUSED = [
      "MOD is not allowed in a CASE condition"),
     ("SELECT to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'HH24'), COUNT(*) "
      "FROM events GROUP BY 1", "more than 2,000 ranges"),
+    ("SELECT EXTRACT(epoch FROM at AT TIME ZONE 'UTC'), COUNT(*) FROM events GROUP BY 1",
+     "extract(epoch FROM …) groups by a bucket's start"),
     # the parser reads '%Y' as it reads 'YYYY' (PostgreSQL writes %4): the labels helper
     ("SELECT to_char(at, '%Y'), COUNT(*) FROM events GROUP BY 1", "holding %"),
     ("SELECT TO_CHAR(date_trunc('month', at), 'YYYY-MM %%') AS m, COUNT(*) FROM events "
