@@ -61,9 +61,7 @@ def _membership(left: exp.Expression, operand: exp.Expression) -> exp.Expression
 
 
 def _elements(operand: exp.Expression) -> list[exp.Expression] | None:
-    element_type = None
     if isinstance(operand, exp.Cast) and operand.to.is_type(exp.DataType.Type.ARRAY):
-        element_type = operand.to.expressions[0] if operand.to.expressions else None
         operand = operand.this.unnest()
     if isinstance(operand, exp.Array):
         return [element.copy() for element in operand.expressions]
@@ -71,23 +69,18 @@ def _elements(operand: exp.Expression) -> list[exp.Expression] | None:
         texts = array_text(operand.this)
         if texts is None:
             return None
-        return [_element(text, element_type) for text in texts]
+        return [_element(text) for text in texts]
     return None
 
 
-def _element(text: str | None, element_type: exp.DataType | None) -> exp.Expression:
-    """One element of an array's text: NULL, a number where the array is cast to a
-    numeric type and the text reads as one, else a string (an unknown-typed literal, which
-    the comparison gives the column's type as PostgreSQL's would)."""
-    if text is None:
-        return exp.Null()
-    if element_type is not None and element_type.is_type(*exp.DataType.NUMERIC_TYPES):
-        try:
-            float(text)
-        except ValueError:
-            return exp.Literal.string(text)
-        return exp.Literal.number(text.strip())
-    return exp.Literal.string(text)
+def _element(text: str | None) -> exp.Expression:
+    """One element of an array's text: NULL, else a string, whatever the array is cast
+    to: an unknown-typed literal, which the comparison reads as the column's type as
+    PostgreSQL's would (``predicate._number`` reads a quoted number beside a number
+    column, and refuses one PostgreSQL would not read, before anything is spent; a
+    number literal made here from Python's reading, ``nan`` or ``1_0``, reached the
+    backend as written: the review of 2026-11-29)."""
+    return exp.Null() if text is None else exp.Literal.string(text)
 
 
 def array_text(text: str) -> list[str | None] | None:

@@ -210,6 +210,12 @@ REFUSED = [
      "ANY is not allowed in WHERE"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{30.5}')", "22P02",
      "invalid input syntax for type bigint: '30.5'"),
+    # an array's elements are read as the column's type, not Python's: nan and 1_0 were
+    # sent to the backend as written, charged, then failed (the review of 2026-11-29)
+    ("SELECT COUNT(*) FROM visits WHERE cost = ANY('{nan}'::float8[])", "22P02",
+     "invalid input syntax for type double precision: 'nan'"),
+    ("SELECT COUNT(*) FROM visits WHERE cost <> ALL('{1_0.5}'::numeric[])", "22P02",
+     "invalid input syntax for type double precision: '1_0.5'"),
     ("SELECT COUNT(*) FROM people WHERE age < '1e400'", "22P02",
      "invalid input syntax for type bigint"),
     ("SELECT COUNT(*) FROM visits WHERE cost < '1e400'", "22003",
