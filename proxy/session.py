@@ -467,6 +467,8 @@ class Session:
                                                     for term in work.held.group_by):
             with engine.view(work.held):
                 pass
+        if isinstance(work.held, PassthroughPlan):
+            _planned_before_the_debit(engine, work.held)
         parts = [plan for _, plan in work.stages] + (
             [work.held] if isinstance(work.held, QueryPlan) else [])
         answer, left = self._paid_jointly(canonical_sql(work.statement), parts,
@@ -761,6 +763,21 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
                   _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
+
+
+def _planned_before_the_debit(engine, held: PassthroughPlan) -> None:
+    """The public statement of a staged plan run on the backend as it is held (every
+    comparison with a release kept true: the rows any released value could keep) before
+    the subqueries are paid for: what fails there (a type mismatch, which DuckDB finds
+    only when a row reaches it, ``ORDER BY 5`` of three columns) is refused for free (it
+    was charged, then failed: the review of 2026-11-29). Public tables and literals
+    only, so its error tells nothing of the protected data; one more run of the public
+    statement, which the released values then narrow."""
+    try:
+        engine.backend.query_with_columns(held.text(engine.backend.dialect))
+    except BackendFailed as error:
+        raise NotSupported("the statement around the subquery cannot run: "
+                           f"{str(error).splitlines()[0]}") from None
 
 
 def _post_columns(work: QueryPlan | CombinedPlan | StagedPlan) -> list[tuple[str, str]]:

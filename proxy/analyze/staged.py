@@ -165,6 +165,14 @@ def _refuse_failing(held: exp.Select) -> None:
     keep, so its failure would be charged (``1 / (length(name) - 5)``, ``CAST(name AS
     int)``: the review of 2026-11-29). A cast to text cannot fail."""
     for node in held.walk():
+        if isinstance(node, exp.Subquery) and not isinstance(
+                node.parent, (exp.In, exp.Exists, exp.From, exp.Join)):
+            raise NotSupported("a scalar subquery over public tables could fail on a row "
+                               "after the subquery's value is paid for (more than one row); "
+                               "join its table instead")
+        if isinstance(node, (exp.Limit, exp.Offset)) and not (
+                isinstance(node.expression, exp.Literal) and node.expression.is_int):
+            raise NotSupported("LIMIT and OFFSET take a whole number here")
         if isinstance(node, _NEVER_FAILS) or (
                 isinstance(node, exp.Cast) and node.to.is_type(*exp.DataType.TEXT_TYPES)) or (
                 isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal)):

@@ -274,3 +274,21 @@ def test_a_public_statement_that_could_fail_on_a_row_is_refused_for_free(reading
     2026-11-29: PostgreSQL's division by zero); now refused before anything is spent."""
     sql = Q20.replace("SELECT s_name FROM", f"SELECT s_name, {item} FROM")
     refused_for_free(reading_engine, sql, "0A000", "could fail on a row after the subquery")
+
+
+@pytest.mark.parametrize("change", [
+    ("s_key IN (", "s_key = 'abc' AND s_key IN ("), ("s_key IN (", "s_name = 5 AND s_key IN ("),
+    ("SELECT s_name FROM", "SELECT COALESCE(s_name, 1) FROM"),
+    ("ORDER BY s_name", "ORDER BY 5"),
+    ("s_key IN (", "s_name = (SELECT p_name FROM parts) AND s_key IN ("),
+    ("ORDER BY s_name", "ORDER BY s_name LIMIT -1"),
+])
+def test_a_public_statement_the_backend_cannot_plan_is_refused_for_free(reading_engine,
+                                                                         change):
+    """What fails while the backend plans the public statement (a type mismatch, an
+    ORDER BY position beyond the columns), a scalar subquery that may return several
+    rows, a negative LIMIT: each was charged, then failed (the review of 2026-11-29);
+    the statement is planned on the backend first (its compared values 0), and refused
+    for free."""
+    sql = Q20.replace(*change)
+    refused_for_free(reading_engine, sql, "0A000", "")
