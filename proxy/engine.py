@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from sqlglot import exp
 
-from proxy.analyze.key_restriction import conjuncts
+from proxy.analyze.key_restriction import conjuncts, number_window
 from proxy.analyze.shapes import ShapeCache
 from proxy.answer_cache import AnswerCache, cache_key
 from proxy.backends.base import Backend, Transaction, still_current
@@ -403,9 +403,10 @@ class Engine:
 
         for key in plan.group_keys() if plan.group_by else [()]:
             group = groups.setdefault(key, GroupStats())
-            group.instance = {**group.instance, **answered(instance_releases(
-                plan, counts.get(key, GroupStats()), shift, self.rng, key, scope),
-                draws_read)}
+            drawn = answered(instance_releases(plan, counts.get(key, GroupStats()), shift,
+                                               self.rng, key, scope), draws_read)
+            group.instance = {**group.instance, **{
+                index: _within_where(plan, index, value) for index, value in drawn.items()}}
 
     def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
                  groups: dict[tuple, GroupStats]) -> None:
@@ -972,3 +973,19 @@ def _conditions_on(plan: QueryPlan, alias: str) -> list[exp.Expression]:
                 for c in columns):
             found.append(condition)
     return found
+
+
+def _within_where(plan: QueryPlan, index: int, value):
+    """A drawn percentile, MAX or MIN of a plain column kept within the range the WHERE
+    lets its values in (``key_restriction.number_window``: the text alone), where every
+    value in scope lies: the middle of a wide cell of candidates (the grid spans the
+    declared domain) came back beyond a WHERE's bound (the second review of 2026-11-29).
+    Post-processing. Not over joins, whose tables may share the column's name."""
+    column = plan.table.columns.get(plan.aggregates[index].column or "")
+    if value is None or plan.joins or column is None or column.type not in ("int", "float"):
+        return value
+    low, high = number_window(plan.where, column.name, column.type == "int")
+    if low > high:
+        return value
+    return min(max(value, low), high) if column.type == "float" else int(
+        min(max(value, low), high))

@@ -1022,6 +1022,10 @@ def _bucketed(moment: Moment, term, start, shown):
     Post-processing of the released value and its public key (docs/privacy.md §5.3)."""
     day = moment.kind == "date"
     lowest, highest = (end.date() if day else end for end in moment.window)
+    if not day:  # whole seconds, as every moment answered (a strict bound's last tick)
+        highest = highest.replace(microsecond=0)
+        lowest = lowest if not lowest.microsecond else (
+            lowest.replace(microsecond=0) + dt.timedelta(seconds=1))
     first = max(start.date() if day else start, lowest)
     try:
         end = next_start(start, term.unit)

@@ -91,6 +91,59 @@ def conjuncts(where: exp.Expression) -> list[exp.Expression]:
     return operands(where, exp.And)
 
 
+def number_window(where: exp.Expression | None, column: str, integers: bool
+                  ) -> tuple[float, float]:
+    """[low, high] that a number column's values in scope lie in by the WHERE's
+    top-level AND terms comparing the column (by its name) with a number literal (``>``,
+    ``>=``, ``<``, ``<=``, BETWEEN; a strict bound one integer, or one double, inside);
+    ±infinity where none. Text alone: a drawn percentile, MAX or MIN is kept within it
+    (``Engine``), as every value in scope is."""
+    low, high = -math.inf, math.inf
+    for term in conjuncts(where) if where is not None else []:
+        if isinstance(term, exp.Between):
+            bounds = [(exp.GTE, term.args["low"]), (exp.LTE, term.args["high"])]
+            subject = term.this.unnest()
+        elif isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
+            subject, literal, kind = term.this.unnest(), term.expression.unnest(), type(term)
+            if isinstance(literal, exp.Column):
+                subject, literal, kind = literal, subject, FLIPPED[kind]
+            bounds = [(kind, literal)]
+        else:
+            continue
+        if not (isinstance(subject, exp.Column) and subject.name == column):
+            continue
+        for kind, literal in bounds:
+            value = _number_of(literal.unnest())
+            if value is None:
+                continue
+            if kind in (exp.GT, exp.GTE):
+                strict = kind is exp.GT
+                low = max(low, (math.floor(value) + 1 if strict else math.ceil(value))
+                          if integers else math.nextafter(value, math.inf) if strict
+                          else value)
+            else:
+                strict = kind is exp.LT
+                high = min(high, (math.ceil(value) - 1 if strict else math.floor(value))
+                           if integers else math.nextafter(value, -math.inf) if strict
+                           else value)
+    return low, high
+
+
+def _number_of(node: exp.Expression) -> float | None:
+    """A number literal (a minus sign before it too) as a finite double, else None."""
+    sign = 1
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if not (isinstance(node, exp.Literal) and not node.is_string):
+        return None
+    try:
+        value = sign * float(Decimal(node.name))
+    except (InvalidOperation, OverflowError):
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _reads_only(condition: exp.Expression, name: str, resolve) -> bool:
     """Whether ``condition`` reads a column, and every column it reads is ``name``. (A
     condition on no column is left alone: the shape cache binds its literals anew,
