@@ -666,6 +666,11 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
         if subject is not None:
             condition = exp.EQ(this=subject.copy(), expression=condition.copy())
         truth = _constant_truth(condition)
+        if truth is _UNKNOWN and not condition.find(exp.Column):
+            raise NotSupported(f"the CASE condition {condition.sql(dialect='postgres')} "
+                               "reads no column, and the proxy cannot decide it as the "
+                               "backend would (a text order depends on its collation); "
+                               "write the branch it takes")
         if truth is not _UNKNOWN:  # WHEN NULL, WHEN 1 = 0: never taken; WHEN TRUE: the
             if truth:  # rest never reached (else an empty group answered beside, and the
                 default = branch.args.get("true")  # select list's CASE relabelled it)
