@@ -139,7 +139,7 @@ def classify(text: str, rules: Rules, tokens: Sequence[Token] | None = None,
         name = token.text.lower()
         if token.token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
             continue
-        if name == "set_config" and _sets_jit(tokens[index + 1:index + 3]):
+        if name == "set_config" and _sets_jit(tokens[index + 1:index + 4]):
             continue
         if name in _BLOCKED or name.startswith(_BLOCKED_PREFIXES):
             raise Refused(f"{name} is not available through the proxy: it would show data "
@@ -152,10 +152,12 @@ def classify(text: str, rules: Rules, tokens: Sequence[Token] | None = None,
 def _sets_jit(following: Sequence[Token]) -> bool:
     """``set_config('jit', …)``: asyncpg turns the shadow's JIT off around its type
     introspection (of a list parameter's array type, say); a setting of the catalog's
-    own session, which holds no data."""
-    return (len(following) == 2 and following[0].token_type == TokenType.L_PAREN
+    own session, which holds no data. Its name the one string, as PostgreSQL joins
+    strings on separate lines into one."""
+    return (len(following) == 3 and following[0].token_type == TokenType.L_PAREN
             and following[1].token_type == TokenType.STRING
-            and following[1].text.lower() == "jit")
+            and following[1].text.lower() == "jit"
+            and following[2].token_type == TokenType.COMMA)  # not 'jit' '_above_cost'
 
 
 def with_backend_pid(text: str, pid: int) -> str:

@@ -105,6 +105,7 @@ def test_settings_and_transactions_are_per_connection(proxy):
     # set_config reaches the catalog only for asyncpg's JIT switch
     ("SELECT set_config('search_path', 'x', false)", "42501"),
     ("SELECT set_config('jit', 'off', false), set_config('work_mem', '1GB', false)", "42501"),
+    ("SELECT set_config('jit'\n'_above_cost', '0', false)", "42501"),
 ])
 def test_catalog_statistics_and_escapes_are_refused(proxy, sql, sqlstate):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
