@@ -45,13 +45,18 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from sqlglot import exp
 
 from proxy.analyze.derived_keys import derived_case
-from proxy.analyze.key_restriction import conjuncts, names, restricted
+from proxy.analyze.key_restriction import (
+    conjuncts,
+    exact_number,
+    literal_number,
+    names,
+    restricted,
+)
 from proxy.analyze.number_keys import number_term, numeric_column
 from proxy.analyze.predicate import FLIPPED, check_predicate
 from proxy.analyze.substrings import substring_case
@@ -369,7 +374,7 @@ def _affine_part(node: exp.Expression) -> tuple[exp.Extract, int, int] | None:
         return None
     for inner, other, left in ((node.this, node.expression, True),
                                (node.expression, node.this, False)):
-        constant = _number(other)
+        constant = literal_number(other)
         if constant is None or constant != int(constant) or abs(constant) > _INT4 or \
                 "." in other.sql():
             continue
@@ -553,15 +558,8 @@ def _refuse_huge(count: int, what: str) -> None:
                            "coarser buckets")
 
 
-def _number(node: exp.Expression | None) -> float | None:
-    """A numeric literal (possibly negative) as a finite double, else None."""
-    exact = _exact(node)
-    value = None if exact is None else float(exact)
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _width(node: exp.Expression) -> int:
-    width = _number(node)
+    width = literal_number(node)
     if width is None or width <= 0 or width != int(width) or width > MAGNITUDE_CAP:
         raise NotSupported("a bin width must be a positive whole number up to "
                            f"{MAGNITUDE_CAP:.0e}, e.g. floor(age / 10) * 10")
@@ -576,7 +574,7 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
     if isinstance(node, exp.Mul):
         for inner, outer in ((node.this, node.expression), (node.expression, node.this)):
             if isinstance(inner, (exp.Floor, exp.Div, exp.IntDiv, exp.Paren)) and \
-                    _number(outer) is not None:
+                    literal_number(outer) is not None:
                 node, multiplied = inner, outer
                 break
         else:
@@ -587,7 +585,7 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
     division = node.this if floor else node
     while isinstance(division, exp.Paren):
         division = division.this
-    if not isinstance(division, (exp.Div, exp.IntDiv)) or _number(division.expression) is None:
+    if not isinstance(division, (exp.Div, exp.IntDiv)) or literal_number(division.expression) is None:
         return None
     width = _width(division.expression)
     if multiplied is not None and _width(multiplied) != width:
@@ -636,8 +634,8 @@ def _epoch_bin(node: exp.Expression, width: int, scale: int, table: Table, resol
 
 def _width_bucket(node: exp.WidthBucket, table: Table, resolve, name: str) -> GroupKey:
     column = numeric_column(node.this, table, resolve, "width_bucket")
-    low, high = _number(node.args.get("min_value")), _number(node.args.get("max_value"))
-    count = _number(node.args.get("num_buckets"))
+    low, high = literal_number(node.args.get("min_value")), literal_number(node.args.get("max_value"))
+    count = literal_number(node.args.get("num_buckets"))
     if low is None or high is None or count is None or not low < high:
         raise NotSupported("width_bucket takes literal bounds lo < hi and a count: "
                            "width_bucket(age, 0, 100, 10)")
@@ -754,28 +752,13 @@ def _constant_truth(node: exp.Expression) -> Any:
         sides = [side.unnest() for side in (node.this, node.expression)]
         if any(isinstance(side, exp.Null) for side in sides):
             return None
-        numbers = [_exact(side) for side in sides]
+        numbers = [exact_number(side) for side in sides]
         if None not in numbers:
             return _ORDERS[type(node)](*numbers)
         if type(node) in (exp.EQ, exp.NEQ) and all(  # text equality reads no collation
                 isinstance(side, exp.Literal) and side.is_string for side in sides):
             return _ORDERS[type(node)](sides[0].name, sides[1].name)
     return _UNKNOWN
-
-
-def _exact(node: exp.Expression | None) -> Decimal | None:
-    """A numeric literal (possibly negative) exactly, as PostgreSQL's numeric reads it."""
-    sign = 1
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        sign = -sign if isinstance(node, exp.Neg) else sign
-        node = node.this
-    if not (isinstance(node, exp.Literal) and not node.is_string):
-        return None
-    try:
-        value = Decimal(node.name)
-    except InvalidOperation:
-        return None
-    return sign * value if value.is_finite() else None
 
 
 def _condition(node: exp.Expression, table: Table, resolve, name: str) -> GroupKey:
@@ -808,7 +791,7 @@ def _case_output(node: exp.Expression | None) -> Any:
         return None
     if isinstance(node, exp.Literal) and node.is_string:
         return node.name
-    value = _number(node)
+    value = literal_number(node)
     if value is not None and value == int(value) and not (
             isinstance(node, exp.Literal) and "." in node.name):
         return int(value)

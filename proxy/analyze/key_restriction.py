@@ -113,7 +113,7 @@ def number_window(where: exp.Expression | None, column: str, integers: bool
         if not (isinstance(subject, exp.Column) and subject.name == column):
             continue
         for kind, literal in bounds:
-            value = _number_of(literal.unnest())
+            value = literal_number(literal)
             if value is None:
                 continue
             if kind in (exp.GT, exp.GTE):
@@ -129,8 +129,8 @@ def number_window(where: exp.Expression | None, column: str, integers: bool
     return low, high
 
 
-def _number_of(node: exp.Expression) -> float | None:
-    """A number literal (a minus sign before it too) as a finite double, else None."""
+def exact_number(node: exp.Expression | None) -> Decimal | None:
+    """A numeric literal (possibly negative) exactly, as PostgreSQL's numeric reads it."""
     sign = 1
     while isinstance(node, (exp.Neg, exp.Paren)):
         sign = -sign if isinstance(node, exp.Neg) else sign
@@ -138,10 +138,17 @@ def _number_of(node: exp.Expression) -> float | None:
     if not (isinstance(node, exp.Literal) and not node.is_string):
         return None
     try:
-        value = sign * float(Decimal(node.name))
-    except (InvalidOperation, OverflowError):
+        value = Decimal(node.name)
+    except InvalidOperation:
         return None
-    return value if math.isfinite(value) else None
+    return sign * value if value.is_finite() else None
+
+
+def literal_number(node: exp.Expression | None) -> float | None:
+    """A numeric literal (possibly negative) as a finite double, else None."""
+    exact = exact_number(node)
+    value = None if exact is None else float(exact)
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _reads_only(condition: exp.Expression, name: str, resolve) -> bool:
