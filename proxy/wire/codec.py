@@ -150,7 +150,11 @@ class Reader:
             if len(self._buffer) < header:
                 return
             (length,) = struct.unpack_from("!i", self._buffer, header - 4)
-            if length < 4 or length > self.max_message:
+            if length > self.max_message:
+                raise ProtocolViolation(f"a message of {length:,} bytes is longer than the "
+                                        f"server's max_message ({self.max_message:,} bytes); "
+                                        "send less at once, or ask the data owner")
+            if length < 4:
                 raise ProtocolViolation(f"invalid message length {length}")
             total = header - 4 + length
             if len(self._buffer) < total:

@@ -51,6 +51,9 @@ _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per dr
 T = TypeVar("T")
 
 
+_DRAIN_BYTES = 64 << 20  # what a closing connection reads and drops at most, after its error
+_DRAIN_SECONDS = 2.0
+
 class ConnectionClosed(Exception):
     pass
 
@@ -182,6 +185,7 @@ class Connection:
                 await self._serve()
         except codec.ProtocolViolation as exc:
             self._send(codec.error_response("08P01", f"protocol violation: {exc}", "FATAL"))
+            await self._drained()
         except (ConnectionClosed, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -200,6 +204,27 @@ class Connection:
             return False
         finally:
             self.server.started(self)
+
+    async def _drained(self) -> None:
+        """The error sent, then what the client is still sending read and dropped (at
+        most ``_DRAIN_BYTES``, for ``_DRAIN_SECONDS``) before the connection closes:
+        closed with unread data (the rest of a message beyond ``max_message``), the
+        socket is reset, and the client may never read the error (the review of
+        2026-11-29: a 1.2 MB Bind of a list parameter)."""
+        try:
+            await self._flush()
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+            loop = asyncio.get_running_loop()
+            deadline, dropped = loop.time() + _DRAIN_SECONDS, 0
+            while dropped < _DRAIN_BYTES and loop.time() < deadline:
+                data = await asyncio.wait_for(self.reader.read(65536),
+                                              max(0.0, deadline - loop.time()))
+                if not data:
+                    return
+                dropped += len(data)
+        except (ConnectionError, asyncio.TimeoutError, OSError):
+            return
 
     async def _close(self) -> None:
         self.server.forget(self)

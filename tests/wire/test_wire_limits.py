@@ -119,6 +119,17 @@ def test_a_long_statement_is_refused_unread_and_a_large_one_stalls_no_one(server
     assert done >= 3  # the other analyst was answered, repeatedly, meanwhile
 
 
+def test_a_message_beyond_max_message_is_told_before_the_connection_closes(server):
+    """A message longer than ``[server] max_message`` (a list parameter of 100,000
+    numbers is 1.2 MB) ends the connection with a FATAL 08P01 that says the limit; the
+    server reads and drops the rest of it first, so the client receives the error (it
+    closed with the message unread: the socket was reset, and asyncpg saw no error)."""
+    with raw(server) as sock:
+        sock.sendall(query_message(b"SELECT 1 -- " + b"x" * (2 << 20)))
+        [error] = errors(backend_messages(sock, until=b"E"))  # FATAL: no ReadyForQuery
+    assert error["C"] == "08P01" and "max_message" in error["M"], error
+
+
 @pytest.mark.parametrize("nested", [
     "SELECT COUNT(*) FROM people WHERE " + "(" * 3000 + "age > 1" + ")" * 3000,
     "SELECT COUNT(*) FROM people WHERE " + "NOT " * 5000 + "age > 1",
