@@ -733,7 +733,7 @@ def _extremes_of_days(select: exp.Select, table: Table, resolve) -> None:
     columns"). In place; PostgreSQL names both columns ``min``."""
     for node in list(select.find_all(exp.Min, exp.Max)):
         argument = node.this
-        if not (isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.DATE)
+        if isinstance(node.parent, exp.Window) or not (isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.DATE)
                 and isinstance(argument.this, exp.Column)):
             continue
         try:
