@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from proxy.errors import Refused
+
 _KINDS = {"ANY": "any", "SOME": "any", "ALL": "all"}
+# an array's elements at most: as an IN list written out (its tokens count against the
+# statement's MAX_TOKENS), a string holding 100,000 of them would not be counted
+MAX_ELEMENTS = 10_000
 
 
 def quantified_as_in(tree: exp.Expression) -> None:
@@ -55,6 +60,10 @@ def _membership(left: exp.Expression, operand: exp.Expression) -> exp.Expression
     elements = _elements(operand)
     if elements is None:
         return None
+    if len(elements) > MAX_ELEMENTS:
+        raise Refused(f"statement too complex: an array of more than {MAX_ELEMENTS:,} "
+                         "values; filter on a range, or split the list over several "
+                         "queries", "54001")
     if not elements:
         return exp.false()
     return exp.In(this=left.copy(), expressions=elements)

@@ -48,11 +48,10 @@ _BOUND = params.BoundTexts(1024)  # shared by the connections of this process
 # messages of one engine statement, read and routed before: (text,) -> its Statement
 _ROUTED = params.BoundTexts(1024)
 _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
+# what a connection ended by a protocol violation reads and drops at most, after its error
+_DRAIN_BYTES, _DRAIN_SECONDS = 64 << 20, 2.0
 T = TypeVar("T")
 
-
-_DRAIN_BYTES = 64 << 20  # what a closing connection reads and drops at most, after its error
-_DRAIN_SECONDS = 2.0
 
 class ConnectionClosed(Exception):
     pass

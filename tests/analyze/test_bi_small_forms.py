@@ -208,6 +208,9 @@ REFUSED = [
      "ANY is not allowed in WHERE"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{{30}}')", "0A000",
      "ANY is not allowed in WHERE"),
+    # as long as an IN list may be: its elements are not the statement's tokens
+    ("SELECT COUNT(*) FROM people WHERE age = ANY('{" + ",".join(["1"] * 10_001) + "}')",
+     "54001", "an array of more than 10,000 values"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{30.5}')", "22P02",
      "invalid input syntax for type bigint: '30.5'"),
     # an array's elements are read as the column's type, not Python's: nan and 1_0 were
