@@ -111,6 +111,13 @@ def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
                            "not LEFT JOIN, the table that holds it, and name its column); ask "
                            "COUNT(*), or "
                            "COUNT(*) ... GROUP BY a declared key")
+    if len(values) == 1 and isinstance(values[0], exp.Case) and any(
+            isinstance(branch.args.get("true"), exp.Column) and is_unit(branch.args["true"])
+            for branch in values[0].args.get("ifs") or []):
+        raise NotSupported(f"COUNT(DISTINCT CASE … THEN {units[0]} END) is not supported; a "
+                           "count of privacy units takes its scope from the WHERE clause: "
+                           f"put the condition there (COUNT(DISTINCT {units[0]}) … WHERE …), "
+                           "one query per condition")
     if len(values) != 1 or not isinstance(values[0], exp.Column) or not is_unit(values[0]):
         shown = ", ".join(v.sql(dialect="postgres") for v in values)
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "

@@ -208,6 +208,9 @@ REFUSED = [
      "ANY is not allowed in WHERE"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{{30}}')", "0A000",
      "ANY is not allowed in WHERE"),
+    # Tableau's COUNTD(IF …): the refusal says where the condition goes
+    ("SELECT region, COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END) FROM people "
+     "GROUP BY 1", "0A000", "takes its scope from the WHERE clause: put the condition"),
     # as long as an IN list may be: its elements are not the statement's tokens
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{" + ",".join(["1"] * 10_001) + "}')",
      "54001", "an array of more than 10,000 values"),
