@@ -51,14 +51,14 @@ from sqlglot import exp
 
 from proxy.analyze.derived_keys import derived_case
 from proxy.analyze.key_restriction import (
-    conjuncts,
+    column_bounds,
     exact_number,
     literal_number,
     names,
     restricted,
 )
 from proxy.analyze.number_keys import number_term, numeric_column
-from proxy.analyze.predicate import FLIPPED, check_predicate
+from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,
@@ -499,33 +499,17 @@ def within_where(column: Column, where: exp.Expression | None, resolve
     first or last bucket. On a date column the bounds are whole days: the engines
     compare a date with a moment's date."""
     low, high = first, last = column.time_domain
-    for term in conjuncts(where) if where is not None else []:
-        if isinstance(term, exp.Between):
-            # each side out of its brackets: Tableau, Looker and Power BI bracket them
-            bounds = [(exp.GTE, term.args["low"].unnest()),
-                      (exp.LTE, term.args["high"].unnest())]
-            subject = term.this.unnest()
-        elif isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
-            subject, literal = term.this.unnest(), term.expression.unnest()
-            kind = type(term)
-            if isinstance(literal, exp.Column) and not isinstance(subject, exp.Column):
-                subject, literal = literal, subject
-                kind = FLIPPED[kind]
-            bounds = [(kind, literal)]
+    for subject, kind, literal in column_bounds(where):
+        moment = parse_moment(literal.name, zoned=True) if isinstance(
+            literal, exp.Literal) and literal.is_string and names(
+            subject, column.name, resolve) else None
+        if moment is None:
+            continue
+        if kind in (exp.GT, exp.GTE):
+            first = max(first, moment)
         else:
-            continue
-        if not (isinstance(subject, exp.Column) and names(subject, column.name, resolve)):
-            continue
-        for kind, literal in bounds:
-            moment = parse_moment(literal.name, zoned=True) if isinstance(
-                literal, exp.Literal) and literal.is_string else None
-            if moment is None:
-                continue
-            if kind in (exp.GT, exp.GTE):
-                first = max(first, moment)
-            else:
-                strict = kind is exp.LT and moment > dt.datetime.min
-                last = min(last, moment - _TICK if strict else moment)
+            strict = kind is exp.LT and moment > dt.datetime.min
+            last = min(last, moment - _TICK if strict else moment)
     if column.type == "date":
         first, last = truncate(first, "day"), truncate(last, "day")
     return min(first, high), max(last, low)

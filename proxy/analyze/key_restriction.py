@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -91,41 +92,52 @@ def conjuncts(where: exp.Expression) -> list[exp.Expression]:
     return operands(where, exp.And)
 
 
-def number_window(where: exp.Expression | None, column: str, integers: bool
-                  ) -> tuple[float, float]:
-    """[low, high] that a number column's values in scope lie in by the WHERE's
-    top-level AND terms comparing the column (by its name) with a number literal (``>``,
-    ``>=``, ``<``, ``<=``, BETWEEN; a strict bound one integer, or one double, inside);
-    ±infinity where none. Text alone: a drawn percentile, MAX or MIN is kept within it
-    (``Engine``), as every value in scope is."""
-    low, high = -math.inf, math.inf
+def column_bounds(where: exp.Expression | None
+                  ) -> Iterator[tuple[exp.Column, type, exp.Expression]]:
+    """(column, comparison, the other side) of each bound the WHERE's top-level AND terms
+    put on a column: ``>``, ``>=``, ``<``, ``<=`` with either side the column, a BETWEEN
+    as its two (each side out of its brackets: Tableau, Looker and Power BI bracket
+    them). The caller reads the other side as its literal, if it is one."""
     for term in conjuncts(where) if where is not None else []:
         if isinstance(term, exp.Between):
-            bounds = [(exp.GTE, term.args["low"]), (exp.LTE, term.args["high"])]
+            bounds = [(exp.GTE, term.args["low"].unnest()),
+                      (exp.LTE, term.args["high"].unnest())]
             subject = term.this.unnest()
         elif isinstance(term, (exp.GT, exp.GTE, exp.LT, exp.LTE)):
-            subject, literal, kind = term.this.unnest(), term.expression.unnest(), type(term)
-            if isinstance(literal, exp.Column):
-                subject, literal, kind = literal, subject, FLIPPED[kind]
+            subject, literal = term.this.unnest(), term.expression.unnest()
+            kind = type(term)
+            if isinstance(literal, exp.Column) and not isinstance(subject, exp.Column):
+                subject, literal = literal, subject
+                kind = FLIPPED[kind]
             bounds = [(kind, literal)]
         else:
             continue
-        if not (isinstance(subject, exp.Column) and subject.name == column):
+        if isinstance(subject, exp.Column):
+            for kind, literal in bounds:
+                yield subject, kind, literal
+
+
+def number_window(where: exp.Expression | None, column: str, integers: bool
+                  ) -> tuple[float, float]:
+    """[low, high] that a number column's values in scope lie in by the WHERE's bounds on
+    the column (by its name) with a number literal (``column_bounds``; a strict bound
+    one integer, or one double, inside); ±infinity where none. Text alone: a drawn
+    percentile, MAX or MIN is kept within it (``Engine``), as every value in scope is."""
+    low, high = -math.inf, math.inf
+    for subject, kind, literal in column_bounds(where):
+        value = literal_number(literal) if subject.name == column else None
+        if value is None:
             continue
-        for kind, literal in bounds:
-            value = literal_number(literal)
-            if value is None:
-                continue
-            if kind in (exp.GT, exp.GTE):
-                strict = kind is exp.GT
-                low = max(low, (math.floor(value) + 1 if strict else math.ceil(value))
-                          if integers else math.nextafter(value, math.inf) if strict
-                          else value)
-            else:
-                strict = kind is exp.LT
-                high = min(high, (math.ceil(value) - 1 if strict else math.floor(value))
-                           if integers else math.nextafter(value, -math.inf) if strict
-                           else value)
+        if kind in (exp.GT, exp.GTE):
+            strict = kind is exp.GT
+            low = max(low, (math.floor(value) + 1 if strict else math.ceil(value))
+                      if integers else math.nextafter(value, math.inf) if strict
+                      else value)
+        else:
+            strict = kind is exp.LT
+            high = min(high, (math.ceil(value) - 1 if strict else math.floor(value))
+                       if integers else math.nextafter(value, -math.inf) if strict
+                       else value)
     return low, high
 
 
