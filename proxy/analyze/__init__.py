@@ -17,7 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from proxy.analyze.aggregates import SUPPORTED, is_aggregate, recognise
+from proxy.analyze.aggregates import SUPPORTED, is_aggregate, narrowed_units, recognise
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import (
@@ -329,6 +329,8 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     table, semi = semi_joins(exists, table, aliases, declared, rules)
     if semi:
         declared = _column_resolver(table, select, joins)  # and the EXISTS's columns
+    narrowing = narrowed_units(select, *unit_test(
+        table, joins, select.args["from_"].this.alias_or_name.lower()))
     checkpoint()
     # aggregates over expressions (of the joined row's columns, docs/privacy.md §3.9)
     select, table = with_expressions(select, table, declared)
@@ -366,7 +368,8 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     checkpoint()
     plan = QueryPlan(
         table=table,
-        where=check_predicate(where.this, table, declared, place) if where else None,
+        where=_narrowed(check_predicate(where.this, table, declared, place) if where else None,
+                        narrowing, table, declared),
         group_by=group_by,
         aggregates=aggregates,
         outputs=outputs,
@@ -386,6 +389,24 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
     return plan
+
+
+def _narrowed(where: exp.Expression | None, narrowing: exp.Expression | None, table: Table,
+              resolve) -> exp.Expression | None:
+    """The scope's condition and the one of COUNT(DISTINCT CASE WHEN c THEN unit END)
+    (``aggregates.narrowed_units``), checked as a CASE condition. A public table's
+    column is refused in it: its conditions in the WHERE choose the keys read from that
+    table (``engine._conditions_on``), and c must leave the keys as written."""
+    if narrowing is None:
+        return where
+    condition = check_predicate(narrowing, table, resolve, "a CASE condition")
+    for column in condition.find_all(exp.Column):
+        declared = table.columns.get(column.name)
+        if getattr(declared, "join", None) and not getattr(declared, "protected", True):
+            raise NotSupported(f"the condition of COUNT(DISTINCT CASE WHEN … THEN unit END) "
+                               f"names {column.name} of a public table; put that condition in "
+                               "WHERE")
+    return condition if where is None else exp.and_(where, condition)
 
 
 def _columns(select: exp.Select, plan: QueryPlan) -> int:

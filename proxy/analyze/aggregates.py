@@ -100,6 +100,59 @@ def recognise(node: exp.Expression, resolve_column, units=(lambda column: False,
     )
 
 
+def narrowed_units(select: exp.Select, is_unit, units) -> exp.Expression | None:
+    """Tableau's ``COUNTD(IF c THEN [unit] END)``: ``COUNT(DISTINCT CASE WHEN c THEN unit
+    [ELSE NULL] END)``, or ``COUNT(DISTINCT unit) FILTER (WHERE c)``, counts the units
+    with a row in scope where c holds: COUNT(DISTINCT unit) over the scope narrowed by c.
+    Where every aggregate of ``select`` is such a count of one c, each becomes
+    COUNT(DISTINCT unit) (in place) and c is returned, for the caller to narrow the
+    scope with after the group keys were taken from the WHERE as written (a group where
+    no row meets c is kept, near 0 as SQL's 0). Several conditions, or other aggregates
+    beside, would each need a scope of their own: refused. None when there is none."""
+    found, others = [], []
+    for node in list(select.find_all(exp.Filter, exp.AggFunc)):
+        if isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Filter):
+            continue
+        narrowing = _narrowing(node, is_unit)
+        (found if narrowing else others).append((node, narrowing))
+    if not found:
+        return None
+    conditions = {condition.sql(dialect="postgres") for _, (_, condition) in found}
+    if others or len(conditions) > 1:
+        raise NotSupported(f"COUNT(DISTINCT CASE WHEN … THEN {units[0]} END) is answered "
+                           "beside counts of the same condition only (its condition narrows "
+                           "the whole query's scope); ask it in a query of its own, or "
+                           f"COUNT(DISTINCT {units[0]}) … WHERE the condition")
+    for node, (unit, _) in found:
+        node.replace(exp.Count(this=exp.Distinct(expressions=[unit.copy()])))
+    return found[0][1][1].copy()
+
+
+def _narrowing(node: exp.Expression, is_unit
+               ) -> tuple[exp.Column, exp.Expression] | None:
+    """(unit column, condition) of a count of units narrowed by a condition, else None."""
+    count = node.this if isinstance(node, exp.Filter) else node
+    if not isinstance(count, exp.Count) or not isinstance(count.this, exp.Distinct) \
+            or len(count.this.expressions) != 1:
+        return None
+    value = count.this.expressions[0]
+    value = value.unnest() if isinstance(value, exp.Paren) else value
+    if isinstance(node, exp.Filter):
+        where = node.expression
+        return ((value, where.this) if isinstance(value, exp.Column) and is_unit(value)
+                and isinstance(where, exp.Where) else None)
+    if not isinstance(value, exp.Case) or value.this is not None:
+        return None
+    ifs = value.args.get("ifs") or []
+    default = value.args.get("default")
+    thens = [branch.args.get("true") for branch in ifs]
+    if not ifs or (default is not None and not isinstance(default, exp.Null)) or not all(
+            isinstance(then, exp.Column) and is_unit(then) for then in thens):
+        return None
+    # CASE WHEN a THEN u WHEN b THEN u END is u exactly where a OR b is true
+    return thens[0], exp.or_(*(branch.this.copy() for branch in ifs))
+
+
 def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
     """COUNT(DISTINCT unit): how many privacy units are in scope. Any other column is
     refused: its distinct values are not units, so the count is not one of the
@@ -114,10 +167,10 @@ def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
     if len(values) == 1 and isinstance(values[0], exp.Case) and any(
             isinstance(branch.args.get("true"), exp.Column) and is_unit(branch.args["true"])
             for branch in values[0].args.get("ifs") or []):
-        raise NotSupported(f"COUNT(DISTINCT CASE … THEN {units[0]} END) is not supported; a "
-                           "count of privacy units takes its scope from the WHERE clause: "
-                           f"put the condition there (COUNT(DISTINCT {units[0]}) … WHERE …), "
-                           "one query per condition")
+        raise NotSupported(f"COUNT(DISTINCT {values[0].sql(dialect='postgres')}) is not "
+                           "supported: a CASE counts privacy units where each branch is the "
+                           f"unit and there is no ELSE but NULL; write COUNT(DISTINCT CASE "
+                           f"WHEN condition THEN {units[0]} END)")
     if len(values) != 1 or not isinstance(values[0], exp.Column) or not is_unit(values[0]):
         shown = ", ".join(v.sql(dialect="postgres") for v in values)
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "

@@ -358,8 +358,10 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
                            "COUNT(*) FILTER (WHERE age > 30)")
     argument = _argument(aggregate)
     if isinstance(argument, exp.Distinct):
-        raise NotSupported("COUNT(DISTINCT ...) takes its scope from WHERE only; move the "
-                           "FILTER condition to WHERE")
+        raise NotSupported(f"COUNT(DISTINCT {argument.sql(dialect='postgres')[9:]}) FILTER "
+                           "is not supported: only a count of privacy units takes a FILTER, "
+                           "alone or beside counts of the same condition "
+                           f"(COUNT(DISTINCT {table.privacy_unit or 'unit'}) FILTER (WHERE …))")
     if argument is None:
         raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
                            "and STDDEV/VARIANCE; move the condition to WHERE")

@@ -93,6 +93,18 @@ SAME = [
      "WHERE age > 40)"),
     ("SELECT COUNT(*) FROM people WHERE age > '40' AND region <> ALL(ARRAY[]::text[])",
      "SELECT COUNT(*) FROM people WHERE age > 40"),
+    # Tableau's COUNTD(IF c THEN [unit] END): the units with a row where c holds
+    ('SELECT "people"."region" AS "region", COUNT(DISTINCT (CASE WHEN ("people"."age" > 30) '
+     'THEN "people"."person_id" ELSE NULL END)) AS "ctd" FROM "public"."people" "people" '
+     'GROUP BY 1',
+     "SELECT region, COUNT(DISTINCT person_id) FROM people WHERE age > 30 GROUP BY 1"),
+    ("SELECT COUNT(DISTINCT person_id) FILTER (WHERE cost > 50) AS n, COUNT(DISTINCT CASE "
+     "WHEN cost > 50 THEN person_id END) FROM visits WHERE age < 60",
+     "SELECT COUNT(DISTINCT person_id), COUNT(DISTINCT person_id) FROM visits "
+     "WHERE age < 60 AND cost > 50"),
+    ("SELECT COUNT(DISTINCT CASE WHEN cost > 90 THEN person_id WHEN age < 10 THEN person_id "
+     "END) FROM visits",
+     "SELECT COUNT(DISTINCT person_id) FROM visits WHERE cost > 90 OR age < 10"),
 ]
 
 
@@ -130,6 +142,17 @@ def test_tableau_s_top_n_join_is_the_series_limit_where_null_is_no_key(engine):
     assert answered == rows(TOP_N.format("="))
     counts = {key: sum(1 for row in PEOPLE if row[2] == key) for key in ("a", "b", "c")}
     assert answered == sorted(sorted(counts.items(), key=lambda kv: -kv[1])[:2])
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_countd_if_keeps_every_key_and_counts_the_units_meeting_its_condition(engine):
+    """A key where no row meets the condition answers 0, as SQL's COUNT(DISTINCT CASE …):
+    the condition narrows the scope after the keys were taken from the WHERE."""
+    sql = ("SELECT region, COUNT(DISTINCT CASE WHEN region = 'a' AND age > 40 THEN person_id "
+           "END) FROM people WHERE region <> 'c' GROUP BY 1")
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    a = sum(1 for _, age, region in PEOPLE if region == "a" and age > 40)
+    assert sorted(answer.rows) == [("a", a), ("b", 0)] and a > 10
 
 
 @pytest.mark.usefixtures("no_noise")
@@ -208,9 +231,17 @@ REFUSED = [
      "ANY is not allowed in WHERE"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{{30}}')", "0A000",
      "ANY is not allowed in WHERE"),
-    # Tableau's COUNTD(IF …): the refusal says where the condition goes
-    ("SELECT region, COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END) FROM people "
-     "GROUP BY 1", "0A000", "takes its scope from the WHERE clause: put the condition"),
+    # Tableau's COUNTD(IF …) beside another aggregate, or another condition, would need
+    # a scope of its own
+    ("SELECT region, COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END), COUNT(*) "
+     "FROM people GROUP BY 1", "0A000", "beside counts of the same condition only"),
+    ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END), COUNT(DISTINCT "
+     "person_id) FILTER (WHERE age > 31) FROM people", "0A000",
+     "beside counts of the same condition only"),
+    ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) FROM people",
+     "0A000", "COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) is not supported"),
+    ("SELECT COUNT(DISTINCT CASE WHEN age THEN person_id END) FROM people", "0A000",
+     "age is not a condition in a CASE condition"),
     # as long as an IN list may be: its elements are not the statement's tokens
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{" + ",".join(["1"] * 10_001) + "}')",
      "54001", "an array of more than 10,000 values"),
