@@ -37,6 +37,7 @@ from proxy.analyze.outer import outer_plan, union_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.quantified import quantified_as_in
+from proxy.analyze.scoped_parts import scoped_parts
 from proxy.analyze.semi_joins import exists_out, in_as_exists, refuse_subqueries, semi_joins
 from proxy.analyze.staged import staged_plan, top_choice_plan
 from proxy.backends.base import Capabilities
@@ -275,6 +276,10 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
     _refuse_unmerged_public(select, rules)
+    # aggregates of several scopes (COUNTD(IF …) beside others): a release per scope
+    parts = scoped_parts(select, rules)
+    if parts is not None:
+        return analyze(parts, rules, settings, hint, shown)
     # an aggregate over per-unit aggregates: over the relation of one row per unit
     nested = per_unit_plan(
         select, rules, lambda rows: analyze(rows, rules, replace(settings, prior=None), hint),

@@ -100,6 +100,11 @@ def recognise(node: exp.Expression, resolve_column, units=(lambda column: False,
     )
 
 
+def nested() -> NotSupported:
+    return NotSupported("an aggregate inside an aggregate is not supported; aggregate "
+                        "columns or expressions of columns")
+
+
 def narrowed_units(select: exp.Select, is_unit, units) -> exp.Expression | None:
     """Tableau's ``COUNTD(IF c THEN [unit] END)``: ``COUNT(DISTINCT CASE WHEN c THEN unit
     [ELSE NULL] END)``, or ``COUNT(DISTINCT unit) FILTER (WHERE c)``, counts the units
@@ -113,10 +118,12 @@ def narrowed_units(select: exp.Select, is_unit, units) -> exp.Expression | None:
     for node in list(select.find_all(exp.Filter, exp.AggFunc)):
         if isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Filter):
             continue
-        narrowing = _narrowing(node, is_unit)
-        (found if narrowing else others).append((node, narrowing))
+        narrowed = narrowing(node, is_unit)
+        (found if narrowed else others).append((node, narrowed))
     if not found:
         return None
+    if any(condition.find(exp.AggFunc) for _, (_, condition) in found):
+        raise nested()
     conditions = {condition.sql(dialect="postgres") for _, (_, condition) in found}
     if others or len(conditions) > 1:
         raise NotSupported(f"COUNT(DISTINCT CASE WHEN … THEN {units[0]} END) is answered "
@@ -128,7 +135,7 @@ def narrowed_units(select: exp.Select, is_unit, units) -> exp.Expression | None:
     return found[0][1][1].copy()
 
 
-def _narrowing(node: exp.Expression, is_unit
+def narrowing(node: exp.Expression, is_unit
                ) -> tuple[exp.Column, exp.Expression] | None:
     """(unit column, condition) of a count of units narrowed by a condition, else None."""
     count = node.this if isinstance(node, exp.Filter) else node

@@ -41,7 +41,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy import guards
-from proxy.analyze.aggregates import PAIRED
+from proxy.analyze.aggregates import PAIRED, nested
 from proxy.analyze.group_keys import dereferenced, within_where
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.time_fields import extracted_column, field_range, field_sql
@@ -150,8 +150,7 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
                 continue
             else:
                 if any(_is_aggregate(inner) for inner in argument.walk()):
-                    raise NotSupported("an aggregate inside an aggregate is not supported; "
-                                       "aggregate columns or expressions of columns")
+                    raise nested()
                 column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
                 if column is None:  # COUNT of a value that is never NULL counts rows
                     argument.replace(exp.Star())

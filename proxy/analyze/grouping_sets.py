@@ -47,7 +47,12 @@ def grouping_sets_plan(select: exp.Select, analyze: Callable[[exp.Select], Query
     kept = [part for part in chosen_parts if part.args.get("having") is None
             or not never_true(part.args["having"].this)] or chosen_parts[:1]
     for part in kept:
-        parts.append((canonical(part), analyze(part)))
+        plan = analyze(part)
+        if not isinstance(plan, QueryPlan):  # a CombinedPlan: aggregates of several scopes
+            raise NotSupported("GROUPING SETS, ROLLUP and CUBE take aggregates of one scope; "
+                               "ask COUNT(DISTINCT CASE WHEN … THEN unit END) in a query of "
+                               "its own, or beside counts of the same condition")
+        parts.append((canonical(part), plan))
     return GroupingSetsPlan(tuple(parts), order, limit)
 
 

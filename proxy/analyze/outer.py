@@ -103,7 +103,7 @@ WINDOW_FUNCTIONS = (
 # over joined releases
 _ONE_ROW = (exp.Max, exp.Min, exp.Sum, exp.Avg, exp.Count)
 # what may combine joined releases: joins, its steps, grouping
-_JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having)
+_JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having, exp.NullSafeEQ)
 ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
            "LOWER, UPPER, TRIM, CONCAT, ||, SUBSTRING, LENGTH, TO_CHAR of a time, "
            "TO_TIMESTAMP of epoch seconds, "
@@ -193,8 +193,9 @@ def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Ex
         raise RawRowAccess("this query would return rows of a protected table; ask for "
                            "aggregates instead")
     plan = analyse(body)
-    if isinstance(plan, QueryPlan) and isinstance(plan.post, OuterQuery) \
-            and plan.post.what != CROSS_JOINED:
+    if (isinstance(plan, QueryPlan) and isinstance(plan.post, OuterQuery)
+            and plan.post.what != CROSS_JOINED) or isinstance(plan, CombinedPlan) \
+            and isinstance(plan.post, OuterQuery):  # several scopes' releases joined
         return replace(plan, post=_stacked(select, source, plan))
     return over_release(select, source, _one_release(analyse, body, plan))
 
@@ -202,13 +203,14 @@ def outer_plan(select: exp.Select, analyse: Analyse, canonical: Callable[[exp.Ex
 _STEP = "_idp_step"  # the inner outer query's rows, as the stacked outer query reads them
 
 
-def _stacked(select: exp.Select, source: str, plan: QueryPlan) -> OuterQuery:
+def _stacked(select: exp.Select, source: str, plan: QueryPlan | CombinedPlan) -> OuterQuery:
     """An outer query over an aggregate query that is post-processed itself (a window
     over its groups, HAVING: the top row per group, ``WHERE rn = 1`` over ``ROW_NUMBER()
     OVER (PARTITION BY a ORDER BY COUNT(*) DESC) AS rn``): both run over the released
     rows, the inner one as a step (``WITH``) the outer reads — post-processing of
     post-processing, checked as any outer query is."""
-    outer = _outer_query(select, [source], [plan], "the outer query")
+    outer = _outer_query(select, [source], [plan] if isinstance(plan, QueryPlan) else [],
+                         "the outer query")
     tree = parse_one(outer.sql, read="postgres")
     alias = outer.aliases[0]
     for table in tree.find_all(exp.Table):

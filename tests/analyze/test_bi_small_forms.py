@@ -155,6 +155,52 @@ def test_countd_if_keeps_every_key_and_counts_the_units_meeting_its_condition(en
     assert sorted(answer.rows) == [("a", a), ("b", 0)] and a > 10
 
 
+def _answer(engine, sql):
+    session = Session.open(engine, "alice")
+    before = engine.ledger.remaining("alice")
+    (answer,) = list(session.execute(sql))
+    return answer, before - engine.ledger.remaining("alice")
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("sql, expected", [
+    # the sheet's measures in one query, Tableau's way: a release per scope, joined
+    ("SELECT region, COUNT(DISTINCT CASE WHEN age > 40 THEN person_id END) AS n, "
+     "COUNT(*) AS c FROM people GROUP BY 1 ORDER BY 1",
+     lambda n, c: [(k, n[k], c[k]) for k in ("a", "b", "c")]),
+    # HAVING filters the joined groups, a window reads them, ORDER BY and LIMIT after
+    ("SELECT region AS r, COUNT(*) AS c, SUM(COUNT(DISTINCT person_id) FILTER (WHERE "
+     "age > 40)) OVER () AS total FROM people GROUP BY region HAVING COUNT(*) > 10 "
+     "ORDER BY c DESC LIMIT 2",
+     lambda n, c: sorted([(k, c[k], n["a"] + n["b"] + n["c"]) for k in ("a", "b", "c")],
+                         key=lambda row: -row[1])[:2]),
+    # a NULL group joins its counterpart
+    ("SELECT CASE WHEN region = 'a' THEN 'x' ELSE NULL END AS g, COUNT(*), "
+     "COUNT(DISTINCT CASE WHEN age > 40 THEN person_id ELSE NULL END) FROM people "
+     "WHERE region IS NOT NULL GROUP BY 1 ORDER BY 1",
+     lambda n, c: [("x", c["a"], n["a"]), (None, c["b"] + c["c"], n["b"] + n["c"])]),
+    # an outer query over them, and no GROUP BY: the one-row releases side by side
+    ("SELECT r, n FROM (SELECT region AS r, COUNT(*) AS k, COUNT(DISTINCT CASE WHEN "
+     "age > 40 THEN person_id END) AS n FROM people GROUP BY 1) q WHERE k > 10 ORDER BY n",
+     lambda n, c: sorted([(k, n[k]) for k in ("a", "b", "c")], key=lambda row: row[1])),
+    ("SELECT COUNT(DISTINCT CASE WHEN age > 40 THEN person_id END) * 1.0 / COUNT(*) FROM "
+     "people WHERE region IS NOT NULL",
+     lambda n, c: [((n["a"] + n["b"] + n["c"]) / (c["a"] + c["b"] + c["c"]),)]),
+])
+def test_aggregates_of_several_scopes_are_a_release_each_joined_on_the_keys(engine, sql,
+                                                                            expected):
+    """``COUNTD(IF c THEN unit END)`` beside other aggregates: each scope's aggregates
+    are a release of their own (proxy.analyze.scoped_parts), charged as the query's
+    aggregates are, and the answer is the query's over the joined groups."""
+    n = {k: sum(1 for _, age, region in PEOPLE if region == k and age > 40) for k in "abc"}
+    c = {k: sum(1 for row in PEOPLE if row[2] == k) for k in "abc"}
+    answer, spent = _answer(engine, sql)
+    assert answer.rows == expected(n, c)
+    assert float(spent) == pytest.approx(2 * 0.25)  # HAVING's COUNT(*) is the selected one
+    assert "joined subqueries" in answer.notice or "CROSS JOIN" in answer.notice \
+        or "outer query" in answer.notice
+
+
 @pytest.mark.usefixtures("no_noise")
 def test_lightdash_s_bracketed_join_columns_join_on_the_unit(engine):
     sql = ('SELECT "people".region AS "people_region", SUM("visits".cost) AS "total" FROM '
@@ -231,17 +277,16 @@ REFUSED = [
      "ANY is not allowed in WHERE"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{{30}}')", "0A000",
      "ANY is not allowed in WHERE"),
-    # Tableau's COUNTD(IF …) beside another aggregate, or another condition, would need
-    # a scope of its own
+    # Tableau's COUNTD(IF …) beside another aggregate under GROUPING SETS: each set
+    # would be several releases
     ("SELECT region, COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END), COUNT(*) "
-     "FROM people GROUP BY 1", "0A000", "beside counts of the same condition only"),
-    ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END), COUNT(DISTINCT "
-     "person_id) FILTER (WHERE age > 31) FROM people", "0A000",
-     "beside counts of the same condition only"),
+     "FROM people GROUP BY ROLLUP(1)", "0A000", "ROLLUP and CUBE take aggregates of one"),
     ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) FROM people",
      "0A000", "COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) is not supported"),
     ("SELECT COUNT(DISTINCT CASE WHEN age THEN person_id END) FROM people", "0A000",
      "age is not a condition in a CASE condition"),
+    ("SELECT region, COUNT(DISTINCT CASE WHEN age > COUNT(*) THEN person_id END) FROM "
+     "people GROUP BY 1", "0A000", "an aggregate inside an aggregate"),
     # as long as an IN list may be: its elements are not the statement's tokens
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{" + ",".join(["1"] * 10_001) + "}')",
      "54001", "an array of more than 10,000 values"),
