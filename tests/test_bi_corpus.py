@@ -130,3 +130,155 @@ def test_a_list_parameter_is_the_in_list_it_stands_for(demo_server):
     ages, rest = asyncio.run(asked())
     assert len(ages) == 1 and ages[0][0] > 0
     assert [row[0] for row in rest] == ["dermatology", "orthopedics", "pediatrics"]
+
+
+@pytest.fixture(scope="module")
+def demo_truth(tmp_path_factory):
+    """The demo's tables as the proxy serves them (built from the same fixed seed), read
+    directly: the true answers."""
+    import duckdb
+
+    from proxy.demo import create_demo
+
+    path = tmp_path_factory.mktemp("truth") / "demo.duckdb"
+    create_demo(path)
+    con = duckdb.connect(str(path), read_only=True)
+    yield lambda sql: con.execute(sql).fetchall()
+    con.close()
+
+
+def test_ibis_itself_is_answered_as_the_truth_and_refused_in_one_line(demo_server, demo_truth):
+    """Ibis (issue 33: run it, not its SQL copied) connects over the wire as to
+    PostgreSQL, reads the catalog, and compiles its own SQL: a grouped count, mean and
+    sum, ``nunique(where=…)`` beside them (a count narrowed by a condition: a release
+    per scope), a month's ``truncate``, a median; each within 10 % of the truth at
+    ε = 1 (the 95 % bounds are ≤ 3 %); a raw column is refused (42501), nothing spent."""
+    import ibis
+
+    info = psycopg.conninfo.conninfo_to_dict(demo_server.dsn("alice"))
+    con = ibis.postgres.connect(host=info["host"], port=int(info["port"]), user="alice",
+                                password=info.get("password", ""), database=info["dbname"])
+    con.raw_sql("SET idp.epsilon = 1")
+    visits = con.table("visits")
+
+    def close(got, true):
+        return abs(got - true) <= 0.1 * abs(true)
+
+    by_department = visits.group_by("department").aggregate(
+        n=visits.count(), mean=visits.cost.mean(), total=visits.cost.sum(),
+        people=visits.person_id.nunique(where=visits.cost > 1000)).to_pandas()
+    truth = {row[0]: row[1:] for row in demo_truth(
+        "SELECT department, COUNT(*), AVG(cost), SUM(cost), COUNT(DISTINCT CASE WHEN "
+        "cost > 1000 THEN person_id END) FROM visits GROUP BY 1")}
+    assert sorted(by_department.department) == sorted(truth)
+    for row in by_department.itertuples():
+        assert all(map(close, (row.n, row.mean, row.total, row.people),
+                       truth[row.department])), (row, truth[row.department])
+    months = visits.group_by(month=visits.visited_at.truncate("M")).aggregate(
+        n=visits.count()).order_by("month").to_pandas()
+    true_months = demo_truth("SELECT date_trunc('month', visited_at), COUNT(*) FROM visits "
+                             "GROUP BY 1 ORDER BY 1")
+    assert [m.to_pydatetime() for m in months.month] == [m for m, _ in true_months]
+    assert all(map(close, months.n, [n for _, n in true_months]))
+    ((median,),) = demo_truth("SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY cost) "
+                              "FROM visits")
+    assert close(visits.cost.median().to_pyarrow().as_py(), median)  # a named cursor
+    (before,) = con.raw_sql("SHOW idp.budget").fetchone()
+    with pytest.raises(Exception) as refused:
+        visits.select("cost").limit(5).to_pandas()
+    assert getattr(refused.value, "sqlstate", None) == "42501"
+    assert "would return rows of visits" in str(refused.value)
+    assert con.raw_sql("SHOW idp.budget").fetchone() == (before,)
+    con.disconnect()
+
+
+def test_named_cursors_hand_out_the_answer_a_batch_at_a_time(demo_server):
+    """psycopg's named cursors (text and binary), psycopg2's (``itersize``) and
+    SQLAlchemy's ``stream_results`` under pandas' ``read_sql(chunksize=…)`` read the
+    answer through DECLARE, FETCH and CLOSE: the same rows as the query sent plainly
+    (a replay of the declared answer: one charge for both)."""
+    import pandas as pd
+    import psycopg2
+    import sqlalchemy as sa
+
+    sql = ("SELECT department, COUNT(*) AS n, AVG(cost) AS a FROM visits WHERE days > 1 "
+           "GROUP BY 1 ORDER BY 1")
+    with psycopg.connect(demo_server.dsn("alice")) as con:
+        with con.cursor(name="batches") as cursor:
+            cursor.execute(sql)
+            first, more, rest = cursor.fetchone(), cursor.fetchmany(2), cursor.fetchall()
+        con.commit()
+        spent = con.execute("SHOW idp.budget").fetchone()
+        plain = con.execute(sql).fetchall()
+        assert [first, *more, *rest] == plain and len(plain) == 5
+        assert con.execute("SHOW idp.budget").fetchone() == spent
+        with con.cursor(name="binary", binary=True) as cursor:
+            cursor.execute(sql)
+            assert cursor.fetchall() == plain
+    info = psycopg.conninfo.conninfo_to_dict(demo_server.dsn("alice"))
+    old = psycopg2.connect(demo_server.dsn("alice"))
+    try:
+        cursor = old.cursor(name="old")
+        cursor.itersize = 2
+        cursor.execute(sql)
+        assert list(cursor) == plain
+        cursor.close()
+        old.cursor(name="never run").close()  # psycopg2 asks pg_cursors whether it exists
+        old.commit()
+    finally:
+        old.close()
+    engine = sa.create_engine(f"postgresql+psycopg2://alice:{info.get('password', '')}@"
+                              f"{info['host']}:{info['port']}/{info['dbname']}")
+    with engine.connect().execution_options(stream_results=True) as connection:
+        chunks = list(pd.read_sql_query(sql, connection, chunksize=2))
+    engine.dispose()
+    assert [len(chunk) for chunk in chunks] == [2, 2, 1]
+    assert [tuple(row) for chunk in chunks for row in chunk.itertuples(index=False)] == plain
+
+
+@pytest.mark.parametrize("statements, sqlstate, fragment", [
+    (["DECLARE c CURSOR FOR SELECT COUNT(*) FROM people"], "25P01", "in transaction blocks"),
+    (["BEGIN", "DECLARE c CURSOR FOR SELECT age FROM people"], "42501", "would return rows"),
+    (["BEGIN", "DECLARE c CURSOR FOR SELECT 1"], "0A000", "takes a query of the rules"),
+    (["FETCH 1 FROM c"], "34000", 'cursor "c" does not exist'),
+    (["BEGIN", "DECLARE c CURSOR FOR SELECT COUNT(*) FROM people", "COMMIT", "FETCH c"],
+     "34000", 'cursor "c" does not exist'),  # WITHOUT HOLD: closed with its transaction
+    (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people", "FETCH BACKWARD 1 c"],
+     "0A000", "read forward"),
+    (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people",
+      "DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people"], "42P03",
+     'cursor "c" already exists'),
+    (["DECLARE c BINARY CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people"], "0A000",
+     "BINARY"),
+])
+def test_cursor_statements_postgresql_refuses_are_refused(demo_server, statements, sqlstate,
+                                                          fragment):
+    """Each in one line with PostgreSQL's SQLSTATE; the last statement refused, and a
+    refused DECLARE spends nothing."""
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        con.execute("CLOSE ALL")
+        *before, last = statements
+        for statement in before:
+            con.execute(statement)
+        spent = con.execute("SHOW idp.budget").fetchone()
+        with pytest.raises(psycopg.Error) as refused:
+            con.execute(last)
+        assert refused.value.sqlstate == sqlstate and fragment in str(refused.value)
+        con.execute("ROLLBACK")
+        if last.startswith("DECLARE") and "already" not in fragment:
+            assert con.execute("SHOW idp.budget").fetchone() == spent
+
+
+def test_a_cursor_with_hold_moves_fetches_and_closes(demo_server):
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        con.execute("DECLARE k CURSOR WITH HOLD FOR SELECT department, COUNT(*) FROM visits "
+                    "GROUP BY 1 ORDER BY 1")
+        assert con.execute("MOVE FORWARD 2 IN k").statusmessage == "MOVE 2"
+        assert [row[0] for row in con.execute("FETCH 2 FROM k")] == ["oncology",
+                                                                      "orthopedics"]
+        assert [row[0] for row in con.execute("FETCH ALL FROM k")] == ["pediatrics"]
+        assert con.execute("FETCH NEXT FROM k").fetchall() == []
+        assert con.execute("CLOSE k").statusmessage == "CLOSE CURSOR"
+        with pytest.raises(psycopg.Error) as gone:
+            con.execute("FETCH k")
+        assert gone.value.sqlstate == "34000"

@@ -32,6 +32,7 @@ from proxy.session import Answer, Session
 from proxy.users import Users
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
+from proxy.wire.cursors import MAX_CURSORS, missing, read_close, read_fetch
 from proxy.wire.deadlines import DEADLINES
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
@@ -99,6 +100,17 @@ class Portal:
 
 
 @dataclass
+class Cursor:
+    """A declared cursor: its query's answer, the columns it is sent in, and how many
+    of its rows were fetched."""
+
+    answer: Answer
+    fields: list[codec.Field]
+    hold: bool
+    position: int = 0
+
+
+@dataclass
 class Result:
     """A statement's outcome: its rows as DataRow messages, or (catalog statements)
     still to be read from the shadow, whose tag is known once they are."""
@@ -124,6 +136,7 @@ class Connection:
         self.user = ""
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
+        self.cursors: dict[str, Cursor] = {}  # DECLAREd (proxy.wire.cursors)
         self.failed = False  # extended protocol: skip until Sync
         self.session = None
         self.shadow: ShadowSession | None = None
@@ -572,6 +585,8 @@ class Connection:
                 prepared = self._statement(message.name)
                 self._send(codec.parameter_description(list(prepared.param_types)))
                 self._describe(prepared.fields, ())
+            elif message.name not in self.portals and message.name in self.cursors:
+                self._describe(self.cursors[message.name].fields, ())  # psycopg's, declared
             else:
                 portal = self._portal(message.name)
                 self._describe(portal.prepared.fields, portal.result_formats)
@@ -670,8 +685,11 @@ class Connection:
             if shows:
                 outcome = self.local.execute(statement)  # SHOW changes nothing
                 fields = [codec.Field(name, TEXT) for name in outcome.columns]
+            elif statement.word == "FETCH":
+                fields = self._cursor(read_fetch(statement.text).name).fields
             return Prepared(statement, declared, fields)
-        return await self._engine_work(lambda: self._prepare_engine(statement, declared))
+        prepared = await self._engine_work(lambda: self._prepare_engine(statement, declared))
+        return replace(prepared, fields=None) if statement.cursor else prepared
 
     def _prepare_engine(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
         """In a worker thread: the parameters' types and the result's columns."""
@@ -686,8 +704,16 @@ class Connection:
     async def _execute(self, prepared: Prepared, portal: Portal, formats: tuple[int, ...],
                        line: Callable[[list[bytes | None]], bytes] = codec.data_row) -> Result:
         statement = prepared.statement
+        if statement.cursor is not None:
+            return await self._declare(portal)
+        if statement.word in ("FETCH", "MOVE"):
+            return self._fetch(statement, formats)
         if statement.route is Route.LOCAL:
+            if statement.word == "CLOSE":
+                self._close_cursor(statement)
             outcome = self.local.execute(statement)
+            if self.local.status == "I":  # a transaction ended: its cursors with it
+                self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
             self._follow_zone()
             if statement.word == "SHOW" and outcome.columns == ["name", "setting",
                                                                 "description"]:
@@ -737,21 +763,65 @@ class Connection:
     def _answer(self, portal: Portal, fields: list[codec.Field] | None,
                 formats: tuple[int, ...], line: Callable[[list[bytes | None]], bytes]
                 ) -> Result:
-        """In a worker thread: run the engine (the work checked with the message, else
-        the statement's text) and encode its answer's rows."""
+        """In a worker thread: run the engine and encode its answer's rows."""
+        return self._result(self._engine_answer(portal), fields, formats, line)
+
+    def _engine_answer(self, portal: Portal) -> Answer:
+        """In a worker thread: the engine's answer (to the work checked with the message,
+        else to the statement's text)."""
         if portal.step is not None:
-            answer = self._run_engine(lambda: self.session.run(portal.step))
-        else:
-            sql = portal.sql or portal.prepared.statement.text
-            answer = self._run_engine(lambda: list(self.session.execute(sql))[-1])
-        return self._result(answer, fields, formats, line)
+            return self._run_engine(lambda: self.session.run(portal.step))
+        sql = portal.sql or portal.prepared.statement.text
+        return self._run_engine(lambda: list(self.session.execute(sql))[-1])
+
+    # Cursors (proxy.wire.cursors) ----------------------------------------------------------
+
+    async def _declare(self, portal: Portal) -> Result:
+        """DECLARE: the query answered now, its answer held for FETCH."""
+        declared = portal.prepared.statement.cursor
+        if declared.name in self.cursors:
+            raise ProxyError(f'cursor "{declared.name}" already exists', "42P03")
+        if not declared.hold and self.local.status != "T":
+            raise ProxyError("DECLARE CURSOR can only be used in transaction blocks (or "
+                             "declare it WITH HOLD)", "25P01")
+        if len(self.cursors) >= MAX_CURSORS:
+            raise ProxyError(f"more than {MAX_CURSORS} cursors open in one session; CLOSE "
+                             "some first", "54000")
+        answer = await self._while_connected(asyncio.to_thread(self._engine_answer, portal))
+        self.cursors[declared.name] = Cursor(answer, _fields(answer, None), declared.hold)
+        return Result("DECLARE CURSOR", notice=answer.notice)
+
+    def _fetch(self, statement: Statement, formats: tuple[int, ...]) -> Result:
+        """FETCH: the cursor's next rows, encoded as the Bind asked (text in a simple
+        query); MOVE: skipped."""
+        fetch = read_fetch(statement.text)
+        cursor = self._cursor(fetch.name)
+        rows = cursor.answer.rows[cursor.position:None if fetch.count is None
+                                  else cursor.position + fetch.count]
+        cursor.position += len(rows)
+        if fetch.move:
+            return Result(f"MOVE {len(rows)}")
+        taken = replace(cursor.answer, rows=rows)
+        return replace(self._result(taken, cursor.fields, formats, codec.data_row),
+                       tag=f"FETCH {len(rows)}", notice=None)
+
+    def _cursor(self, name: str) -> Cursor:
+        if name not in self.cursors:
+            raise missing(name)
+        return self.cursors[name]
+
+    def _close_cursor(self, statement: Statement) -> None:
+        name = read_close(statement.text)
+        if name is None:
+            self.cursors = {}
+        elif self.cursors.pop(name, None) is None:
+            raise missing(name)
 
     def _result(self, answer: Answer, fields: list[codec.Field] | None,
                 formats: tuple[int, ...], line: Callable[[list[bytes | None]], bytes]
                 ) -> Result:
         """An answer's rows encoded for the client."""
-        fields = fields or [codec.Field(column, oid_of(kind))
-                            for column, kind in zip(answer.columns, answer.kinds)]
+        fields = _fields(answer, fields)
         rows = [line(cells) for cells in
                 _encode_rows(answer, fields, formats, self._float_digits(),
                              zone_named(self.local.settings["TimeZone"]))]
@@ -855,6 +925,7 @@ class Connection:
         if statement.word == "DISCARD" or (words and words[0].upper() == "ALL"):
             self.statements = {}
             self.portals = {}
+            self.cursors = {} if statement.word == "DISCARD" else self.cursors
         elif words:
             self.statements.pop(words[0], None)
 
@@ -864,6 +935,12 @@ class Connection:
                                                  self.database)
             self.shadow = ShadowSession(connection)
         return self.shadow
+
+
+def _fields(answer: Answer, fields: list[codec.Field] | None) -> list[codec.Field]:
+    """The columns an answer is sent in: as described, else its own."""
+    return fields or [codec.Field(column, oid_of(kind))
+                      for column, kind in zip(answer.columns, answer.kinds)]
 
 
 def _formats(formats: tuple[int, ...], count: int) -> list[int]:

@@ -107,7 +107,9 @@ class LocalState:
             else:
                 self.status = "I"
             return Outcome("ROLLBACK")
-        if word in ("SAVEPOINT", "RELEASE", "LISTEN", "UNLISTEN"):
+        if word in ("SAVEPOINT", "RELEASE", "LISTEN", "UNLISTEN", "FETCH", "MOVE"):
+            # FETCH and MOVE read the connection's cursors (proxy.wire.cursors): here only
+            # as a message's statements are played to find their zones
             return Outcome(word)
         if word == "CLOSE":
             return Outcome("CLOSE CURSOR ALL" if rest[:1] == ["ALL"] else "CLOSE CURSOR")

@@ -17,10 +17,11 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES, parse_tokens
-from proxy.errors import ProxyError, Refused, SyntaxProblem
+from proxy.errors import NotSupported, ProxyError, Refused, SyntaxProblem
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules
 from proxy.wire.copy_out import CopyOptions, read_copy
+from proxy.wire.cursors import Declared, read_declare
 
 # sqlglot reads SQL by recursion and hits Python's stack between 40 and 50 nested
 # brackets (measured): deeper statements are refused before they are parsed.
@@ -36,7 +37,8 @@ class Route(enum.Enum):
 
 
 LOCAL_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE",
-               "DEALLOCATE", "DISCARD", "CLOSE", "UNLISTEN", "LISTEN", "SET", "RESET", "SHOW"}
+               "DEALLOCATE", "DISCARD", "CLOSE", "UNLISTEN", "LISTEN", "SET", "RESET", "SHOW",
+               "FETCH", "MOVE"}
 _QUERY_WORDS = {"SELECT", "WITH", "VALUES", "TABLE", "("}
 
 # Catalog objects and functions that carry data statistics, other sessions' activity,
@@ -48,10 +50,12 @@ _BLOCKED = {
     "pg_table_size", "pg_total_relation_size", "pg_indexes_size", "pg_database_size",
     "pg_read_file", "pg_read_binary_file", "pg_stat_file", "lo_import", "lo_export", "lo_get",
     "pg_largeobject", "query_to_xml", "table_to_xml", "cursor_to_xml", "database_to_xml",
-    "schema_to_xml", "pg_locks", "pg_prepared_statements", "pg_cursors", "txid_current",
+    "schema_to_xml", "pg_locks", "pg_prepared_statements", "txid_current",
     "pg_current_xact_id", "inet_server_addr", "set_config", "pg_sleep", "pg_sleep_for",
     "pg_sleep_until", "summarize",
 }
+# pg_cursors is answered by the catalog's own session (no cursor there): psycopg2 asks it
+# before closing a named cursor it never executed (SQLAlchemy's stream_results).
 # Answered with the session's own process id, the one BackendKeyData gave the client
 # (Superset's SQL Lab asks for it before each statement, to cancel it later): it
 # reveals nothing about data, and the shadow's own would mean nothing to the client.
@@ -69,6 +73,7 @@ class Statement:
     copy: CopyOptions | None = None  # COPY (this statement) TO STDOUT with these options
     backend_pid: bool = False  # names pg_backend_pid: see with_backend_pid
     tree: exp.Expression | None = None  # an engine statement parsed here, if it was
+    cursor: Declared | None = None  # DECLARE this cursor FOR this statement
 
 
 def read_message(sql: str, rules: Rules,
@@ -122,6 +127,13 @@ def classify(text: str, rules: Rules, tokens: Sequence[Token] | None = None,
         return Statement(text, route, word, tokens)
     if word in LOCAL_WORDS:
         return Statement(text, Route.LOCAL, word, tokens)
+    if word == "DECLARE":  # a cursor over an aggregate query: proxy.wire.cursors
+        declared, query = read_declare(text)
+        inner = classify(query, rules, known=known)
+        if inner.route is not Route.ENGINE or inner.copy is not None:
+            raise NotSupported("DECLARE … CURSOR FOR takes a query of the rules' tables; ask "
+                               "the catalog, or a constant, without a cursor")
+        return replace(inner, cursor=declared)
     if word == "COPY":
         query, options = read_copy(tokens, text)
         inner = classify(query, rules, known=known)
