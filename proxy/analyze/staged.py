@@ -380,7 +380,8 @@ def _listable_value(value) -> bool:
 
 def _held(compared: exp.Expression, place: exp.Expression) -> exp.Expression:
     """The comparison with 0 (``compared``) as the held statement reads it at ``place``:
-    ``(… OR TRUE)``, or ``(… AND FALSE)`` under an odd number of NOTs, so that the
+    ``(c IS NULL OR c IS NOT NULL)``, or ``(c IS NULL AND c IS NOT NULL)`` under an odd
+    number of NOTs — always true (false), and the comparison run on every row — so that the
     analysis checks it as written but no key restriction reads it (``key_restriction``,
     ``within_where``: a term that reads another thing than the column leaves the keys
     alone). The held statement then answers every key any released value could leave,
@@ -388,8 +389,12 @@ def _held(compared: exp.Expression, place: exp.Expression) -> exp.Expression:
     ``age < 0`` left no key, so nothing was reserved for the statement, which the
     released value then answered unpaid (the review of 2026-11-29)."""
     odd = sum(isinstance(above, exp.Not) for above in _above(place)) % 2
-    return exp.paren(exp.and_(compared, exp.false()) if odd
-                     else exp.or_(compared, exp.true()))
+    # true (false) on every row, yet not constant: DuckDB folded ``(… OR TRUE)`` and
+    # never ran the comparison, which the released value then failed (text = number)
+    # after the debit (the second review of 2026-11-29)
+    unknown = exp.Is(this=exp.paren(compared), expression=exp.null())
+    known = exp.Not(this=exp.Is(this=exp.paren(compared.copy()), expression=exp.null()))
+    return exp.paren(exp.and_(unknown, known) if odd else exp.or_(unknown, known))
 
 
 def _above(node: exp.Expression):

@@ -292,3 +292,14 @@ def test_a_public_statement_the_backend_cannot_plan_is_refused_for_free(reading_
     for free."""
     sql = Q20.replace(*change)
     refused_for_free(reading_engine, sql, "0A000", "")
+
+
+@pytest.mark.parametrize("where", ["s_name = (SELECT SUM(qty) FROM lines)",
+                                   "NOT (s_name = (SELECT SUM(qty) FROM lines))",
+                                   "(SELECT SUM(qty) FROM lines) < s_name"])
+def test_a_text_compared_with_a_released_number_is_refused_for_free(reading_engine, where):
+    """The held statement's comparison is run on every row: DuckDB folded ``(s_name = 0
+    OR TRUE)`` to TRUE, never cast a name, and the released value then failed (charged,
+    then 58000; the second review of 2026-11-29)."""
+    refused_for_free(reading_engine, f"SELECT s_name FROM suppliers WHERE {where}",
+                     "0A000", "cannot run")
