@@ -158,6 +158,11 @@ def check_size(tokens: Sequence[Token]) -> None:
 
 
 _QUANTIFIERS = {TokenType.ANY, TokenType.SOME, TokenType.ALL}
+_COMPARING = {TokenType.EQ, TokenType.NEQ, TokenType.GT, TokenType.GTE, TokenType.LT,
+              TokenType.LTE}
+_COMPARED = (*_COMPARING, TokenType.BETWEEN, TokenType.IN, TokenType.LIKE, TokenType.ILIKE)
+_COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<",
+                exp.LTE: "<="}
 
 
 def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
@@ -174,7 +179,26 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _date_as_cast(tree)
     if any(token.token_type in _QUANTIFIERS for token in tokens):
         quantified_as_in(tree)
+    if any(t.token_type in _COMPARING for t in tokens) \
+            and sum(t.token_type in _COMPARED for t in tokens) > 1:
+        _comparisons_of_comparisons(tree)
     return tree
+
+
+def _comparisons_of_comparisons(tree: exp.Expression) -> None:
+    """``age > 30 = TRUE``: PostgreSQL's comparisons do not chain (a syntax error), but
+    the parser read it as ``(age > 30) = TRUE`` and the SQL sent had no brackets, which
+    the backend refused after the debit: refused here, as PostgreSQL refuses it. A
+    BETWEEN, IN or LIKE compared (``x IN (1, 2) = TRUE``: PostgreSQL binds them first)
+    is bracketed, so every backend reads it so."""
+    for node in list(tree.find_all(*_COMPARISONS)):
+        for side in (node.this, node.expression):
+            if type(side) in _COMPARISONS:
+                raise SyntaxProblem(f'syntax error at or near "{_COMPARISONS[type(node)]}": '
+                                    "comparisons do not chain; bracket one of them, "
+                                    "e.g. (age > 30) = TRUE")
+            if isinstance(side, (exp.Between, exp.In, exp.Like, exp.ILike)):
+                side.replace(exp.Paren(this=side.copy()))
 
 
 def _refuse_percent_in_to_char(tokens: list[Token]) -> None:

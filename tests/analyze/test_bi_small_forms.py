@@ -93,6 +93,11 @@ SAME = [
      "WHERE age > 40)"),
     ("SELECT COUNT(*) FROM people WHERE age > '40' AND region <> ALL(ARRAY[]::text[])",
      "SELECT COUNT(*) FROM people WHERE age > 40"),
+    # a BETWEEN or IN compared with a boolean: PostgreSQL binds it first (bracketed in
+    # the SQL sent, so every backend reads it so)
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 = TRUE AND region IN "
+     "('a', 'b') = TRUE", "SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND "
+     "region IN ('a', 'b')"),
     # Tableau's COUNTD(IF c THEN [unit] END): the units with a row where c holds
     ('SELECT "people"."region" AS "region", COUNT(DISTINCT (CASE WHEN ("people"."age" > 30) '
      'THEN "people"."person_id" ELSE NULL END)) AS "ctd" FROM "public"."people" "people" '
@@ -287,6 +292,14 @@ REFUSED = [
      "age is not a condition in a CASE condition"),
     ("SELECT region, COUNT(DISTINCT CASE WHEN age > COUNT(*) THEN person_id END) FROM "
      "people GROUP BY 1", "0A000", "an aggregate inside an aggregate"),
+    # comparisons do not chain in PostgreSQL; sent unbracketed, the backend failed after
+    # the debit (the review of 2026-11-29, session 2)
+    ("SELECT COUNT(*) FROM people WHERE age > 30 = TRUE", "42601",
+     'syntax error at or near "="'),
+    ("SELECT COUNT(DISTINCT CASE WHEN TRUE = age > 30 THEN person_id END) FROM people",
+     "42601", 'syntax error at or near "="'),
+    ("SELECT COUNT(*) FILTER (WHERE age = 30 <> FALSE) FROM people", "42601",
+     'syntax error at or near "<>"'),
     # as long as an IN list may be: its elements are not the statement's tokens
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{" + ",".join(["1"] * 10_001) + "}')",
      "54001", "an array of more than 10,000 values"),
