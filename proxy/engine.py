@@ -985,6 +985,8 @@ def _within_where(plan: QueryPlan, index: int, value):
     if value is None or plan.joins or column is None or column.type not in ("int", "float"):
         return value
     low, high = number_window(plan.where, column.name, column.type == "int")
+    if column.lower is not None:  # within the domain too: MAX(age) WHERE age > 200 was 201
+        low, high = max(low, column.lower), min(high, column.upper)
     if low > high:
         return value
     return min(max(value, low), high) if column.type == "float" else int(
