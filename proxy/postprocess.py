@@ -289,6 +289,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
+    _integer_division(annotated)
     _failing_as_postgresql(annotated)  # after the bounds were read
     tables = tuple((name, tuple(types.values()), exp.Create(
         this=exp.Schema(this=exp.to_table(name), expressions=[
@@ -362,6 +363,27 @@ _FAILURES = {"division by zero": "22012", "value out of range: overflow": "22003
                  "2201F"}
 
 
+def _integer_division(tree: exp.Expression) -> None:
+    """``/`` of two integers is PostgreSQL's integer division (toward zero), DuckDB's
+    ``//``: its ``/`` divided as doubles, so ``COUNT(*) / 7 / 2.0`` was 1428.57 where
+    PostgreSQL answers 1428.5, and a result column cast back to an integer rounded
+    (20 / 8 came back 3, not 2; the review of 2026-11-29). Innermost first, each
+    quotient typed as its operands' wider integer, which the one above it reads."""
+    for node in reversed(list(tree.find_all(exp.Div))):
+        left, right = node.this.type, node.expression.type
+        if not (node.args.get("typed") and left and right and left.is_type(*_INTEGERS)
+                and right.is_type(*_INTEGERS)):
+            continue
+        quotient = exp.IntDiv(this=node.this, expression=node.expression)
+        quotient.type = left if _INTEGERS.index(left.this) >= _INTEGERS.index(right.this) \
+            else right
+        node.replace(quotient)
+
+
+_INTEGERS = [exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,
+             exp.DataType.Type.BIGINT, exp.DataType.Type.INT128, exp.DataType.Type.INT256]
+
+
 def _failing_as_postgresql(tree: exp.Expression) -> None:
     """SQRT, LN, LOG, POWER and EXP made to fail where PostgreSQL's fail, with its message
     (``_FAILURES``): DuckDB answers NaN or ±infinity there, which a HAVING or ORDER BY
@@ -374,7 +396,7 @@ def _failing_as_postgresql(tree: exp.Expression) -> None:
     fail, the guarded value beside it does), so nested functions add one copy each,
     never copies of copies."""
     zero = exp.Literal.number(0)
-    for node in list(tree.find_all(exp.Div, exp.Mod)):
+    for node in list(tree.find_all(exp.Div, exp.IntDiv, exp.Mod)):
         divisor = node.expression
         nullif = exp.Nullif(this=divisor, expression=zero.copy())
         nullif.type = divisor.type  # its type decides integer division, as annotated

@@ -293,6 +293,21 @@ def test_a_division_by_a_released_zero_is_null(served):
         assert all(row[2:] == (row[1] // 3, row[1] % 7) for row in rows), rows
 
 
+def test_a_quotient_of_integers_inside_an_expression_is_postgresql_s(served):
+    """``/`` of two integers divides toward zero at every depth, as PostgreSQL's: the
+    engine divided inner ones as doubles (``COUNT(*) / 7 / 2.0`` was n / 14, not
+    ⌊n / 7⌋ / 2) and rounded a result cast back to an integer (the review of
+    2026-11-29)."""
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        rows = con.execute("SELECT region, COUNT(*), COUNT(*) / 7 / 2.0, -COUNT(*) / 8, "
+                           "10 / 4 * COUNT(*), COUNT(*) / 8 / 1000, COUNT(*) * 1.0 / 7 "
+                           "FROM people GROUP BY region").fetchall()
+    for _, n, half, negative, product, thousands, ratio in rows:
+        assert float(half) == (n // 7) / 2 and negative == -(n // 8), rows
+        assert product == 2 * n and thousands == n // 8 // 1000, rows
+        assert float(ratio) == pytest.approx(n / 7), rows
+
+
 @pytest.mark.parametrize("types, rows", [
     (["BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "DOUBLE", "BIGINT"], [
         (2 ** 62, float("nan"), "é", True, 3, None),
