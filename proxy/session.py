@@ -68,6 +68,8 @@ from proxy.settings import (
 from proxy.timing import padded
 from proxy.vocabulary import (
     COUNT,
+    MAX,
+    MIN,
     PUBLIC,
     SELECTED,
     SUM,
@@ -721,9 +723,11 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
             remaining: Decimal) -> Answer:
     rows = []
     for key, values in zip(keys, released):
+        shown = _moments_in_order(plan, {o.aggregate: _shown(plan, o.aggregate,
+                                                             values[o.aggregate].value, key)
+                                         for o in plan.outputs if o.aggregate is not None})
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
-                          else _shown(plan, o.aggregate, values[o.aggregate].value, key)
-                          for o in plan.outputs))
+                          else shown[o.aggregate] for o in plan.outputs))
     order = sorted_rows(rows, plan.order_by)
     order = order[: plan.limit] if plan.limit is not None else order
     columns = [o.name for o in plan.outputs]
@@ -978,6 +982,26 @@ def _with_intervals(answer: Answer) -> Answer:
                          else float(value) + sign * spread)  # a NUMERIC is a Decimal
         rows.append(tuple(cells))
     return Answer(answer.command, columns, rows, answer.privacy, answer.notice, kinds)
+
+
+def _moments_in_order(plan: QueryPlan, shown: dict[int, Any]) -> dict[int, Any]:
+    """A row's MIN and MAX of one date or timestamp column kept in their order, as the
+    true ones are: each is drawn as a number from its own end of the window or bucket
+    (``expressions.moment_column``), so in a group of one moment MAX came back before
+    MIN (the review of 2026-11-29). Sorting released values is post-processing; it
+    brings each nearer the truth (``noisy_answers.in_order`` does it for numbers)."""
+    extremes: dict[str, list[int]] = {}
+    for index, value in shown.items():
+        moment = _moment(plan, index)
+        if moment is not None and value is not None:
+            extremes.setdefault(moment.column, []).append(index)
+    for indices in extremes.values():
+        ordered = sorted(indices, key=lambda i: plan.aggregates[i].kind == MAX)
+        if ordered and plan.aggregates[ordered[0]].kind == MIN \
+                and plan.aggregates[ordered[-1]].kind == MAX:
+            for index, value in zip(ordered, sorted(shown[i] for i in ordered)):
+                shown[index] = value
+    return shown
 
 
 def _moment(plan: QueryPlan, index: int) -> Moment | None:

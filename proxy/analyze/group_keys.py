@@ -652,9 +652,10 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
         truth = _constant_truth(condition)
         if truth is _UNKNOWN and not condition.find(exp.Column):
             raise NotSupported(f"the CASE condition {condition.sql(dialect='postgres')} "
-                               "reads no column, and the proxy cannot decide it as the "
-                               "backend would (a text order depends on its collation); "
-                               "write the branch it takes")
+                               "reads no column, and the proxy decides only comparisons of "
+                               "numbers, equalities of strings, IN lists and AND/OR/NOT of "
+                               "them (as the backend would: a text order depends on its "
+                               "collation); write the branch it takes")
         if truth is not _UNKNOWN:  # WHEN NULL, WHEN 1 = 0: never taken; WHEN TRUE: the
             if truth:  # rest never reached (else an empty group answered beside, and the
                 default = branch.args.get("true")  # select list's CASE relabelled it)

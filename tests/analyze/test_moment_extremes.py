@@ -351,3 +351,25 @@ def test_the_least_day_is_the_least_moment_s_day(engine):
         "FROM visits WHERE department = 'a'"))
     assert written.rows == meant.rows and isinstance(written.rows[0][0], dt.date)
     assert written.columns == ["min", "last", "min"]
+
+
+def test_a_rows_min_and_max_of_one_moment_keep_their_order(backend_url):
+    """Each is drawn from its own end of its bucket, so in a group of one moment (a
+    month's every visit at 10:00 on its 2nd) the two draws crossed: MAX 07:45:02 before
+    MIN 10:03:43 (the review of 2026-11-29). The row's MIN and MAX are sorted, as the
+    true ones are (post-processing)."""
+    moments = [_T(2024, m, 2, 10) for m in range(1, 13)]
+    rows = {"person_id": list(range(1, 121)), "department": ["a"] * 120,
+            "at": [moment for moment in moments for _ in range(10)],
+            "day": [moment.date() for moment in moments for _ in range(10)],
+            "free": [None] * 120}
+    with open_engine(backend_url, RULES, {"visits": Table(rows, TYPES)}) as made:
+        session = Session.open(made, "alice")
+        for sql in ("SELECT date_trunc('month', at), MIN(at), MAX(at) FROM visits GROUP BY 1",
+                    "SELECT date_trunc('month', at), MAX(at), MIN(at), MIN(day), MAX(day) "
+                    "FROM visits WHERE person_id > 0 GROUP BY 1"):
+            (answer,) = list(session.execute(sql))
+            for row in answer.rows:
+                low, high = (row[1], row[2]) if "MIN(at), MAX" in sql else (row[2], row[1])
+                assert low <= high, answer.rows
+                assert len(row) == 3 or row[3] <= row[4], answer.rows
