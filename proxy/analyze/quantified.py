@@ -12,6 +12,8 @@ the analysis refuses them as before."""
 
 from __future__ import annotations
 
+import re
+
 from sqlglot import exp
 
 from proxy.errors import Refused
@@ -70,7 +72,10 @@ def _membership(left: exp.Expression, operand: exp.Expression) -> exp.Expression
 
 
 def _elements(operand: exp.Expression) -> list[exp.Expression] | None:
+    kind = None
     if isinstance(operand, exp.Cast) and operand.to.is_type(exp.DataType.Type.ARRAY):
+        inner = operand.to.expressions
+        kind = inner[0].this if inner and isinstance(inner[0], exp.DataType) else None
         operand = operand.this.unnest()
     if isinstance(operand, exp.Array):
         return [element.copy() for element in operand.expressions]
@@ -78,8 +83,39 @@ def _elements(operand: exp.Expression) -> list[exp.Expression] | None:
         texts = array_text(operand.this)
         if texts is None:
             return None
-        return [_element(text) for text in texts]
+        return [_typed(text, kind) if kind in _NUMBERS else _element(text) for text in texts]
     return None
+
+
+_T = exp.DataType.Type
+# the element types an array literal's text is read as numbers in, as PostgreSQL reads
+# them (an integer type: its range; the others: any decimal)
+_NUMBERS = {_T.SMALLINT: ("smallint", 15), _T.INT: ("integer", 31),
+            _T.BIGINT: ("bigint", 63), _T.DECIMAL: ("numeric", None),
+            _T.DOUBLE: ("double precision", None), _T.FLOAT: ("real", None)}
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
+
+
+def _typed(text: str | None, kind: exp.DataType.Type) -> exp.Expression:
+    """An element of an array cast to a number type: a number literal, as PostgreSQL
+    reads the text into that type (``'{x}'::int[]`` fails there: refused, 22P02; an
+    integer beyond the type's range, 22003), so that ``dept = ANY('{1}'::int[])``
+    compares a text with a number, refused as PostgreSQL refuses it, and ``age =
+    ANY('{30.5}'::numeric[])`` compares numbers. A float's other words (``NaN``,
+    ``Infinity``) stay text, read as the column's type by ``predicate._number``."""
+    if text is None:
+        return exp.Null()
+    name, bits = _NUMBERS[kind]
+    if bits is None and not _DECIMAL.fullmatch(text):
+        return _element(text)
+    if not (_INTEGER if bits is not None else _DECIMAL).fullmatch(text):
+        raise Refused(f'invalid input syntax for type {name}: "{text}"', "22P02")
+    if bits is not None and abs(int(text)) >= 2 ** bits + (text.strip().startswith("-")):
+        raise Refused(f'value "{text.strip()}" is out of range for type {name}', "22003")
+    number = text.strip().lstrip("+")
+    return (exp.Neg(this=exp.Literal.number(number[1:])) if number.startswith("-")
+            else exp.Literal.number(number))
 
 
 def _element(text: str | None) -> exp.Expression:

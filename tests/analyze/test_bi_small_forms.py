@@ -93,6 +93,10 @@ SAME = [
      "WHERE age > 40)"),
     ("SELECT COUNT(*) FROM people WHERE age > '40' AND region <> ALL(ARRAY[]::text[])",
      "SELECT COUNT(*) FROM people WHERE age > 40"),
+    # an array cast to a number type holds numbers, as PostgreSQL reads its text
+    ("SELECT COUNT(*) FROM people WHERE age = ANY('{30.5, 41, -2}'::numeric[]) AND age "
+     "<> ALL('{ +44 ,NULL}'::int8[])",
+     "SELECT COUNT(*) FROM people WHERE age IN (30.5, 41, -2) AND age NOT IN (44, NULL)"),
     # a BETWEEN or IN compared with a boolean: PostgreSQL binds it first (bracketed in
     # the SQL sent, so every backend reads it so)
     ("SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 = TRUE AND region IN "
@@ -305,6 +309,14 @@ REFUSED = [
      "54001", "an array of more than 10,000 values"),
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{30.5}')", "22P02",
      "invalid input syntax for type bigint: '30.5'"),
+    # the array's own type, as PostgreSQL reads it (a text column beside int[] was
+    # answered as IN ('1'); the review of 2026-11-29)
+    ("SELECT COUNT(*) FROM people WHERE region = ANY('{x}'::int[])", "22P02",
+     'invalid input syntax for type integer: "x"'),
+    ("SELECT COUNT(*) FROM people WHERE region = ANY('{1}'::integer[])", "0A000",
+     "column region is text"),
+    ("SELECT COUNT(*) FROM people WHERE age = ANY('{2147483648}'::int[])", "22003",
+     'value "2147483648" is out of range for type integer'),
     # an array's elements are read as the column's type, not Python's: nan and 1_0 were
     # sent to the backend as written, charged, then failed (the review of 2026-11-29)
     ("SELECT COUNT(*) FROM visits WHERE cost = ANY('{nan}'::float8[])", "22P02",
