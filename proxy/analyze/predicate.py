@@ -294,6 +294,9 @@ def _boolean(literal: exp.Literal, column: str) -> exp.Boolean:
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# the words PostgreSQL's double precision reads (any case), as every backend casts them
+_FLOAT_WORDS = {"nan": "NaN", **{sign + word: sign.strip("+") + "Infinity"
+                                 for sign in ("", "+", "-") for word in ("inf", "infinity")}}
 
 
 def _number(literal: exp.Literal, column: str, kind: str) -> exp.Expression:
@@ -303,6 +306,9 @@ def _number(literal: exp.Literal, column: str, kind: str) -> exp.Expression:
     refuses it (22P02), and a number beyond the type (22003), before anything is spent."""
     text = literal.name.strip()
     what = "bigint" if kind == "int" else "double precision"
+    if kind == "float" and text.lower() in _FLOAT_WORDS:  # 'NaN', 'Infinity', '-inf'
+        return exp.cast(exp.Literal.string(_FLOAT_WORDS[text.lower()]),
+                        exp.DataType.Type.DOUBLE)
     if not (_INTEGER if kind == "int" else _DECIMAL).fullmatch(text):
         raise Refused(f"invalid input syntax for type {what}: {literal.sql()} (column "
                       f"{column}); write a number", "22P02")
