@@ -49,8 +49,10 @@ MAX_PARTS = 8  # scopes one query may read: each a release and a scan
 def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
     """The join of one aggregate query per scope that ``select`` is the same as, when
     its aggregates read more than one scope; None when they read one."""
-    if steps(select) or select.args.get("from_") is None:
-        return None
+    where = select.args.get("where")
+    if steps(select) or select.args.get("from_") is None or (
+            where is not None and where.find(exp.Select)):
+        return None  # steps, and a WHERE's subqueries (staged: a release first), go alone
     scopes: dict[str, list[exp.Expression]] = {}
     for node in _aggregates(select):
         narrowed = narrowing(node, lambda column: True)
@@ -94,10 +96,11 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
         column = replaced.get(id(originals.get(id(node))))
         if column is not None:
             node.replace(column.copy())
-    key_texts = [key.sql(dialect="postgres") for key in keys]
+    joined = bool(select.args.get("joins"))  # then a table's name tells columns apart
+    key_texts = [_text(key, joined) for key in keys]
     for clause in ("expressions", "having", "order"):
         for node in list(_clause_nodes(outer, clause)):
-            text = node.sql(dialect="postgres")
+            text = _text(node, joined)
             if text in key_texts and not _ordinal(node, clause):
                 node.replace(coalesced[key_texts.index(text)].copy())
     outer.set("expressions", [_named(item, original) for item, original
@@ -138,6 +141,17 @@ def _aggregates(select: exp.Select) -> list[exp.Expression]:
             if outer is select or outer is None:
                 found.append(node)
     return found
+
+
+def _text(node: exp.Expression, joined: bool) -> str:
+    """A term's SQL; over one table without its columns' table names: ``v.dept`` in
+    GROUP BY is the ``dept`` of the select list."""
+    if joined:
+        return node.sql(dialect="postgres")
+    bare = node.copy()
+    for column in bare.find_all(exp.Column):
+        column.set("table", None)
+    return bare.sql(dialect="postgres")
 
 
 def _clause_nodes(select: exp.Select, clause: str):

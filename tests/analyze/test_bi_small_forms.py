@@ -193,6 +193,10 @@ def _answer(engine, sql):
      "COUNT(DISTINCT CASE WHEN age > 40 THEN person_id ELSE NULL END) FROM people "
      "WHERE region IS NOT NULL GROUP BY 1 ORDER BY 1",
      lambda n, c: [("x", c["a"], n["a"]), (None, c["b"] + c["c"], n["b"] + n["c"])]),
+    # GROUP BY a qualified column, selected unqualified (as PostgreSQL reads it)
+    ("SELECT region, COUNT(*) AS c, COUNT(DISTINCT CASE WHEN p.age > 40 THEN p.person_id "
+     "END) AS n FROM people p GROUP BY p.region ORDER BY region",
+     lambda n, c: [(k, c[k], n[k]) for k in ("a", "b", "c")]),
     # an outer query over them, and no GROUP BY: the one-row releases side by side
     ("SELECT r, n FROM (SELECT region AS r, COUNT(*) AS k, COUNT(DISTINCT CASE WHEN "
      "age > 40 THEN person_id END) AS n FROM people GROUP BY 1) q WHERE k > 10 ORDER BY n",
