@@ -32,6 +32,7 @@ from proxy.analyze import (
 )
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.constants import reads_clock
+from proxy.analyze.explain import explained
 from proxy.analyze.ordering import sorted_rows
 from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
@@ -85,6 +86,13 @@ from proxy.vocabulary import (
 )
 
 log = logging.getLogger("idp_proxy.session")
+
+
+@dataclass(frozen=True)
+class Explained:
+    """EXPLAIN of a statement: its checked step, shown, never run."""
+
+    step: tuple[str | None, Any]
 
 
 # the idp.* settings SHOW ALL lists, each with what it does (docs/clients.md)
@@ -252,6 +260,8 @@ class Session:
         running it (None: no result rows, e.g. SET). A kind is a PostgreSQL type name
         (proxy.pgtypes)."""
         _, work = self.check(sql)[-1]
+        if isinstance(work, Explained):
+            return [("QUERY PLAN", "text")]
         if isinstance(work, SessionCommand):
             return [(work.name.split(".")[-1], "text")] if work.show else None
         if isinstance(work, GroupingSetsPlan):  # the first set groups by the most
@@ -333,12 +343,11 @@ class Session:
                 settings = apply_command(settings, command)
                 steps.append((None, command))
                 continue
+            if isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN":
+                steps.append((None, self._explained(tree.expression.name, settings)))
+                continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))
-            plans = [part for _, part in work.parts] if isinstance(
-                work, (GroupingSetsPlan, CombinedPlan)) else [
-                    *(part for _, part in work.stages), work.held] if isinstance(
-                work, StagedPlan) else [work]
-            for plan in plans:
+            for plan in _plans(work):
                 if isinstance(plan, QueryPlan):
                     refuse_unanswerable(plan)
                 refuse_beyond_backend(plan, self.engine.backend.capabilities)
@@ -352,6 +361,20 @@ class Session:
                          if isinstance(work, (GroupingSetsPlan, CombinedPlan)) else
                          (None, work))  # (the text of their one charge, ``_jointly``)
         return steps
+
+    def _explained(self, rest: str, settings) -> Explained:
+        """The step of the statement EXPLAIN wraps, checked as if sent (so it is refused
+        as it would be), under the settings the message has set by then."""
+        inner = explained(rest)
+        kept, self.settings = self.settings, settings
+        try:
+            steps = self.check_statements([(inner, tokens, None)
+                                           for tokens in statement_tokens(inner)])
+        finally:
+            self.settings = kept
+        if len(steps) != 1 or isinstance(steps[0][1], (SessionCommand, Explained)):
+            raise SyntaxProblem("EXPLAIN takes one SELECT: EXPLAIN SELECT COUNT(*) FROM t")
+        return Explained(steps[0])
 
     def replay_now(self, step) -> Answer | None:
         """The answer of a repeat of a private query when memory alone can give it (the
@@ -375,6 +398,8 @@ class Session:
         canonical, work = step
         if isinstance(work, SessionCommand):
             return self._session_command(work)
+        if isinstance(work, Explained):
+            return self._explain(work.step[1])
         if isinstance(work, PassthroughPlan):
             columns, rows = self.engine.backend.query_with_columns(
                 work.text(self.engine.backend.dialect))
@@ -553,6 +578,34 @@ class Session:
         return Answer(f"SELECT {len(rows)}", names, rows, privacy, _notice(privacy),
                       [kind for _, kind in columns])
 
+    def _explain(self, work) -> Answer:
+        """EXPLAIN's rows: each release the statement would make (its mechanism and
+        aggregates, as the ledger labels them, and its ε), and their total against what
+        the analyst has left. From the plan alone: nothing read, nothing spent."""
+        if isinstance(work, PassthroughPlan):
+            lines = ["public tables only: the backend answers it as written, no epsilon"]
+        else:
+            lines, total = [], Loss.of(0)
+            releases = [plan for plan in _plans(work) if isinstance(plan, QueryPlan)]
+            for index, plan in enumerate(releases, 1):
+                if no_groups(plan):
+                    lines.append(f"release {index}: none (the WHERE admits none of the "
+                                 "GROUP BY keys), nothing spent")
+                    continue
+                groups = ", ".join(term.name for term in plan.group_by)
+                lines.append(f"release {index}: {_mechanism(plan)} over {plan.table.name}"
+                             + (f" by {groups}" if groups else "")
+                             + f"; epsilon {plan.loss.spent}"
+                             + (f", delta {plan.loss.spent_delta}" if plan.loss.delta
+                                else ""))
+                total += plan.loss
+            lines.append(f"total: epsilon {total.spent}"
+                         + (f", delta {total.spent_delta}" if total.delta else "")
+                         + f" of {self.engine.ledger.remaining(self.analyst)} left")
+        lines.append("EXPLAIN read and spent nothing; an answer given before over data "
+                     "unchanged since is replayed free")
+        return Answer("EXPLAIN", ["QUERY PLAN"], [(line,) for line in lines], kinds=["text"])
+
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
             self.settings = apply_command(self.settings, command)
@@ -686,6 +739,17 @@ class Session:
 
 NO_GROUPS = ("the WHERE clause admits none of the GROUP BY keys the rules declare: no group "
              "is answered, nothing was computed and no epsilon spent")
+
+
+def _plans(work) -> list[QueryPlan | PassthroughPlan]:
+    """The queries a statement's work runs, in the order it computes them (a staged
+    statement's last step as held: priced for every key a released value could leave,
+    or a statement over public tables)."""
+    if isinstance(work, (GroupingSetsPlan, CombinedPlan)):
+        return [part for _, part in work.parts]
+    if isinstance(work, StagedPlan):
+        return [*(part for _, part in work.stages), work.held]
+    return [work]
 
 
 def no_groups(plan: QueryPlan) -> bool:

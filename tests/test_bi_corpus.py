@@ -282,3 +282,18 @@ def test_a_cursor_with_hold_moves_fetches_and_closes(demo_server):
         with pytest.raises(psycopg.Error) as gone:
             con.execute("FETCH k")
         assert gone.value.sqlstate == "34000"
+
+
+def test_explain_over_the_wire_is_a_text_plan_and_spends_nothing(demo_server):
+    """psql's ``EXPLAIN`` (and a prepared one, as DBeaver's plan button sends it): one
+    text column "QUERY PLAN", the releases and their total; the budget untouched."""
+    sql = "EXPLAIN SELECT department, AVG(cost) FROM visits WHERE days > 2 GROUP BY 1"
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        before = con.execute("SHOW idp.budget").fetchone()
+        for prepare in (False, True):
+            cursor = con.execute(sql, prepare=prepare)
+            assert [column.name for column in cursor.description] == ["QUERY PLAN"]
+            lines = [line for (line,) in cursor.fetchall()]
+            assert lines[0].startswith("release 1: ") and " by department" in lines[0]
+            assert any(line.startswith("total: epsilon 0.1 of ") for line in lines), lines
+        assert con.execute("SHOW idp.budget").fetchone() == before

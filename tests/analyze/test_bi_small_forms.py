@@ -433,3 +433,41 @@ def test_a_casts_result_column_is_named_as_postgresql_names_it(engine):
            "'x'::text, 2::numeric FROM people GROUP BY region")
     (answer,) = list(Session.open(engine, "alice").execute(sql))
     assert answer.columns == ["region", "min", "count", "int4", "text", "numeric"]
+
+
+@pytest.mark.parametrize("sql, releases", [
+    ("SELECT region, COUNT(*), SUM(age) FROM people GROUP BY 1", 1),
+    ("SELECT COUNT(*) FROM people WHERE age > (SELECT AVG(age) FROM people)", 2),
+    ("SELECT region, COUNT(DISTINCT CASE WHEN age > 40 THEN person_id END), AVG(age) "
+     "FROM people GROUP BY 1", 2),
+])
+def test_explain_shows_the_releases_and_their_epsilon_and_spends_nothing(engine, sql,
+                                                                         releases):
+    """EXPLAIN (psql's, DBeaver's plan button): each release's mechanism and ε, and
+    their total, which is what the statement then spends; EXPLAIN itself reads and
+    spends nothing."""
+    before = engine.ledger.entries(), engine.ledger.budgets()
+    session = Session.open(engine, "alice")
+    (plan,) = list(session.execute(f"EXPLAIN (VERBOSE) {sql}"))
+    assert (engine.ledger.entries(), engine.ledger.budgets()) == before
+    assert plan.columns == ["QUERY PLAN"] and plan.privacy is None
+    lines = [line for (line,) in plan.rows]
+    assert sum(line.startswith("release ") for line in lines) == releases, lines
+    total = next(line for line in lines if line.startswith("total: epsilon "))
+    left = engine.ledger.remaining("alice")
+    list(session.execute(sql))
+    spent = left - engine.ledger.remaining("alice")
+    assert total.startswith(f"total: epsilon {spent} of {left} left"), (total, spent)
+
+
+@pytest.mark.parametrize("sql, sqlstate, fragment", [
+    ("EXPLAIN ANALYZE SELECT COUNT(*) FROM people", "0A000", "would compute the answer"),
+    ("EXPLAIN (ANALYZE true, FORMAT TEXT) SELECT COUNT(*) FROM people", "0A000",
+     "would compute the answer"),
+    ("EXPLAIN (FORMAT JSON) SELECT COUNT(*) FROM people", "0A000", "FORMAT JSON"),
+    ("EXPLAIN SELECT age FROM people", "42501", "would return rows"),
+    ("EXPLAIN SET idp.epsilon = 1", "42601", "EXPLAIN takes one SELECT"),
+])
+def test_explain_refuses_what_would_run_or_what_the_statement_would_be_refused(
+        engine, sql, sqlstate, fragment):
+    refused_for_free(engine, sql, sqlstate, fragment)
