@@ -36,6 +36,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from proxy.analyze.aggregates import narrowing
 from proxy.analyze.group_keys import default_name, dereferenced
@@ -98,10 +99,16 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
             node.replace(column.copy())
     joined = bool(select.args.get("joins"))  # then a table's name tells columns apart
     key_texts = [_text(key, joined) for key in keys]
+    named = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
     for clause in ("expressions", "having", "order"):
         for node in list(_clause_nodes(outer, clause)):
+            if isinstance(node, (exp.Identifier, exp.Order, exp.Ordered)) \
+                    or _ordinal(node, clause) or (
+                    clause == "order" and isinstance(node, exp.Column) and not node.table
+                    and node.name.lower() in named):
+                continue  # a name, a position, an output column ORDER BY names first
             text = _text(node, joined)
-            if text in key_texts and not _ordinal(node, clause):
+            if text in key_texts:
                 node.replace(coalesced[key_texts.index(text)].copy())
     outer.set("expressions", [_named(item, original) for item, original
                               in zip(outer.expressions, select.expressions)])
@@ -129,13 +136,13 @@ def _aggregates(select: exp.Select) -> list[exp.Expression]:
         for node in _clause_nodes(select, clause):
             if isinstance(node, exp.Select) and node is not select:
                 return []  # a subquery: the statement is not one aggregate query
-            if not isinstance(node, (exp.Filter, exp.AggFunc)) or (
-                    isinstance(node.parent, (exp.Filter, exp.Window))
+            if not isinstance(node, (exp.Filter, exp.AggFunc, exp.WithinGroup)) or (
+                    isinstance(node.parent, (exp.Filter, exp.Window, exp.WithinGroup))
                     and node.arg_key == "this"):
-                continue
+                continue  # a FILTER's, OVER's or WITHIN GROUP's function: with it
             outer = node.parent
             while outer is not None and outer is not select and not (
-                    isinstance(outer, (exp.Filter, exp.AggFunc)) and not (
+                    isinstance(outer, (exp.Filter, exp.AggFunc, exp.WithinGroup)) and not (
                         isinstance(outer.parent, exp.Window) and outer.arg_key == "this")):
                 outer = outer.parent
             if outer is select or outer is None:
@@ -144,13 +151,15 @@ def _aggregates(select: exp.Select) -> list[exp.Expression]:
 
 
 def _text(node: exp.Expression, joined: bool) -> str:
-    """A term's SQL; over one table without its columns' table names: ``v.dept`` in
-    GROUP BY is the ``dept`` of the select list."""
-    if joined:
-        return node.sql(dialect="postgres")
-    bare = node.copy()
-    for column in bare.find_all(exp.Column):
-        column.set("table", None)
+    """A term's SQL, its names as PostgreSQL folds them (``DEPT``, ``"dept"`` and
+    ``dept`` are one column); over one table without its columns' table names:
+    ``v.dept`` in GROUP BY is the ``dept`` of the select list."""
+    bare = normalize_identifiers(node.copy(), dialect="postgres")  # DEPT is "dept"
+    for name in bare.find_all(exp.Identifier):
+        name.set("quoted", False)
+    if not joined:
+        for column in bare.find_all(exp.Column):
+            column.set("table", None)
     return bare.sql(dialect="postgres")
 
 
