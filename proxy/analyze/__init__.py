@@ -179,8 +179,7 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _date_as_cast(tree)
     if any(token.token_type in _QUANTIFIERS for token in tokens):
         quantified_as_in(tree)
-    if any(t.token_type in _COMPARING for t in tokens) \
-            and sum(t.token_type in _COMPARED for t in tokens) > 1:
+    if sum(t.token_type in _COMPARED for t in tokens) > 1:
         _comparisons_of_comparisons(tree)
     return tree
 
@@ -194,11 +193,21 @@ def _comparisons_of_comparisons(tree: exp.Expression) -> None:
     for node in list(tree.find_all(*_COMPARISONS)):
         for side in (node.this, node.expression):
             if type(side) in _COMPARISONS:
-                raise SyntaxProblem(f'syntax error at or near "{_COMPARISONS[type(node)]}": '
-                                    "comparisons do not chain; bracket one of them, "
-                                    "e.g. (age > 30) = TRUE")
-            if isinstance(side, (exp.Between, exp.In, exp.Like, exp.ILike)):
+                raise _chained(_COMPARISONS[type(node)])
+            if isinstance(side, _RANGES):
                 side.replace(exp.Paren(this=side.copy()))
+    for node in list(tree.find_all(*_RANGES)):  # x BETWEEN 1 AND 2 IN (TRUE): as above
+        operand = node.this.this if isinstance(node.this, exp.Not) else node.this
+        if isinstance(operand, _RANGES) or type(operand) in _COMPARISONS:
+            raise _chained(node.key.upper())
+
+
+_RANGES = (exp.Between, exp.In, exp.Like, exp.ILike)
+
+
+def _chained(word: str) -> SyntaxProblem:
+    return SyntaxProblem(f'syntax error at or near "{word}": comparisons, BETWEEN, IN and '
+                         "LIKE do not chain; bracket one of them, e.g. (age > 30) = TRUE")
 
 
 def _refuse_percent_in_to_char(tokens: list[Token]) -> None:

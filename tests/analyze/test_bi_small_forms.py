@@ -333,6 +333,12 @@ REFUSED = [
      "42601", 'syntax error at or near "="'),
     ("SELECT COUNT(*) FILTER (WHERE age = 30 <> FALSE) FROM people", "42601",
      'syntax error at or near "<>"'),
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 BETWEEN FALSE AND TRUE",
+     "42601", 'syntax error at or near "BETWEEN"'),
+    ("SELECT COUNT(*) FROM people WHERE region LIKE 'a%' IN (TRUE)", "42601",
+     'syntax error at or near "IN"'),
+    ("SELECT CASE WHEN age BETWEEN 1 AND 50 NOT IN (FALSE) THEN 'y' END, COUNT(*) FROM "
+     "people GROUP BY 1", "42601", 'syntax error at or near "IN"'),
     # as long as an IN list may be: its elements are not the statement's tokens
     ("SELECT COUNT(*) FROM people WHERE age = ANY('{" + ",".join(["1"] * 10_001) + "}')",
      "54001", "an array of more than 10,000 values"),
