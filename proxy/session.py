@@ -952,7 +952,9 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
     for index, (release, source) in carried.items():
         bounds = answers[release].privacy["ci95"]
         if source in bounds:
-            ci95[columns[index]] = [None if origin is None else bounds[source][origin[release]]
+            # a row of an outer join that release has no row in: no value, no bound
+            ci95[columns[index]] = [None if origin is None or origin[release] is None
+                                    else bounds[source][origin[release]]
                                     for origin in origins]
     privacy = dict(privacy, ci95=ci95,
                    notes=[*privacy["notes"], _POST_PROCESSED.format(outer.what)])

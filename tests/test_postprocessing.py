@@ -337,3 +337,24 @@ def test_released_rows_enter_the_engine_as_one_row_at_a_time_would(types, rows):
     fast, alone = (con.execute(f"SELECT * FROM {table} ORDER BY n").fetchall()
                    for table in ("fast", "alone"))
     assert repr(fast) == repr(alone) and len(fast) == len(rows)
+
+
+def test_releases_joined_on_keys_one_of_them_lacks_answer_with_nulls(served):
+    """A FULL (LEFT) OUTER JOIN of two releases whose keys differ (a WHERE on one of
+    them; or keys each selects from the data): the rows the narrower has no row for
+    read NULL and carry no bound. Reading that bound failed after the debit (an
+    internal error, and every replay of it: the review of 2026-11-29)."""
+    sql = ("SELECT COALESCE(a.department, b.department) AS d, a.n AS n, b.m AS m FROM "
+           "(SELECT department, COUNT(*) AS n FROM visits WHERE department = 'oncology' "
+           "GROUP BY 1) a {} JOIN (SELECT department, COUNT(*) AS m FROM visits GROUP BY 1) "
+           "b ON a.department = b.department ORDER BY 1")
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        con.execute("SET idp.intervals = on")
+        for join in ("FULL OUTER", "RIGHT"):
+            cursor = con.execute(sql.format(join))
+            names = [column.name for column in cursor.description]
+            rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+            assert [row["d"] for row in rows] == ["cardiology", "dermatology", "oncology",
+                                                  "orthopedics", "pediatrics"]
+            assert [row["d"] for row in rows if row["n"] is not None] == ["oncology"]
+            assert all(row["m"] is not None for row in rows), rows
