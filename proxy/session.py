@@ -434,14 +434,10 @@ class Session:
         kinds = [next((answer.kinds[j] for answer in answers  # a set grouping by it
                        if any(row[j] is not None for row in answer.rows)), answers[0].kinds[j])
                  for j in range(len(answers[0].columns))]
-        last = answers[-1].privacy
-        privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
-                       ci95={name: [values[i] for i in order] for name, values in bounds.items()},
-                       mechanism="; ".join(dict.fromkeys(
-                           m for a in answers for m in a.privacy["mechanism"].split("; "))),
-                       notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"]),
-                              _GROUPING_SETS.format(len(answers)),
-                              *([_CONSISTENT_COUNTS] if consistent else [])])
+        privacy = _together(answers, answers[-1].privacy, ci95={
+            name: [values[i] for i in order] for name, values in bounds.items()},
+            notes=[*_notes(answers), _GROUPING_SETS.format(len(answers)),
+                   *([_CONSISTENT_COUNTS] if consistent else [])])
         return Answer(f"SELECT {len(order)}", answers[0].columns, [rows[i] for i in order],
                       privacy, _notice(privacy), kinds)
 
@@ -474,11 +470,7 @@ class Session:
         of them all refuses before any is computed); the metadata: their ε added up,
         their notes."""
         answers = self._jointly(canonical, work.parts)
-        last = answers[-1].privacy
-        privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
-                       mechanism="; ".join(dict.fromkeys(
-                           m for a in answers for m in a.privacy["mechanism"].split("; "))),
-                       notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"])])
+        privacy = _together(answers, answers[-1].privacy, notes=_notes(answers))
         if isinstance(work.post, RankedSeries):
             return _ranked_series(work.post, *answers, privacy)
         return _outer_answer(work.post, answers, privacy)
@@ -523,14 +515,8 @@ class Session:
             raise NotSupported("the statement with its subqueries' values is not the "
                                "aggregate query it was with 0 in their places")
         final = self._private(canonical_sql(statement), plan, joint)
-        spent = [*answers, final]
-        privacy = dict(final.privacy,
-                       epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in spent),
-                       mechanism="; ".join(dict.fromkeys(
-                           m for a in spent for m in a.privacy["mechanism"].split("; "))),
-                       notes=[*final.privacy["notes"], _STAGED.format(released)])
-        if "rho_spent" in privacy:
-            privacy["rho_spent"] = _summed(a.privacy["rho_spent"] for a in spent)
+        privacy = _together([*answers, final], final.privacy,
+                            notes=[*final.privacy["notes"], _STAGED.format(released)])
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
                       final.kinds)
 
@@ -552,13 +538,8 @@ class Session:
             listed, sql = None, plan.sql.sql(dialect=backend.dialect, copy=False)
         columns, rows = backend.query_with_columns(sql, listed[1] if listed else ())
         names = [name for name, _ in columns]
-        last = answers[-1].privacy
-        privacy = dict(last, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
-                       ci95={},
-                       mechanism="; ".join(dict.fromkeys(
-                           m for a in answers for m in a.privacy["mechanism"].split("; "))),
-                       notes=[*dict.fromkeys(n for a in answers for n in a.privacy["notes"]),
-                              _STAGED.format(released), _PUBLIC_AFTER])
+        privacy = _together(answers, answers[-1].privacy, ci95={},
+                            notes=[*_notes(answers), _STAGED.format(released), _PUBLIC_AFTER])
         return Answer(f"SELECT {len(rows)}", names, rows, privacy, _notice(privacy),
                       [kind for _, kind in columns])
 
@@ -1138,6 +1119,25 @@ def _output_kind(plan: QueryPlan, output) -> str:
     if output_type == "column":
         return RULE_TYPES[plan.table.columns[aggregate.column].type]
     return RULE_TYPES[output_type]
+
+
+def _together(answers: list[Answer], base: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The metadata of several releases paid for as one charge: ``base`` with their ε,
+    δ (and ρ) added up as the ledger adds them (δ was the last part's alone: the
+    review of 2026-11-29) and their mechanisms each once; ``more`` beside."""
+    privacy = dict(base, epsilon_spent=_summed(a.privacy["epsilon_spent"] for a in answers),
+                   mechanism="; ".join(dict.fromkeys(
+                       m for a in answers for m in a.privacy["mechanism"].split("; "))),
+                   **more)
+    if "delta" in privacy:
+        privacy["delta"] = _summed(a.privacy.get("delta", 0) for a in answers)
+    if "rho_spent" in privacy:
+        privacy["rho_spent"] = _summed(a.privacy["rho_spent"] for a in answers)
+    return privacy
+
+
+def _notes(answers: list[Answer]) -> list[str]:
+    return [*dict.fromkeys(n for a in answers for n in a.privacy["notes"])]
 
 
 def _summed(values) -> float:

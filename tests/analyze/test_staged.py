@@ -402,3 +402,20 @@ def test_a_between_of_two_subqueries_is_held_once_both_in_place(engine):
     low, high = sum(low) / len(low), sum(high) / len(high)
     assert answer.rows == [(sum(1 for b in balances if low <= b <= high),)]
     assert [(e[6], e[9]) for e in entries] == [(Decimal("1.5"), "charged")]
+
+
+def test_several_releases_metadata_adds_their_rho_as_the_ledger_does(duckdb_url):
+    """A UNION, a CROSS JOIN of one-row releases and grouping sets are one charge: the
+    answer's ρ (and δ, ε) are all the parts' together, as the ledger's row holds them
+    (ρ and δ were the last part's alone: the review of 2026-11-29)."""
+    with open_engine(duckdb_url, ZCDP, {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
+        for sql in ("SELECT COUNT(*) FROM accounts WHERE age > 30 UNION ALL SELECT "
+                    "COUNT(*) FROM accounts WHERE age > 40",
+                    "SELECT a.n + b.m FROM (SELECT COUNT(*) AS n FROM accounts WHERE "
+                    "age > 30) a CROSS JOIN (SELECT AVG(age) AS m FROM accounts) b",
+                    "SELECT region, COUNT(*) FROM accounts WHERE age > 20 GROUP BY "
+                    "ROLLUP(region)"):
+            answer, entries = _ask(zcdp, sql)
+            assert [e[9] for e in entries] == ["charged"]
+            assert Decimal(repr(answer.privacy["rho_spent"])) == entries[0][11], sql
+            assert answer.privacy["epsilon_spent"] == float(entries[0][6])
