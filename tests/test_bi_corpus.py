@@ -250,6 +250,12 @@ def test_named_cursors_hand_out_the_answer_a_batch_at_a_time(demo_server):
      'cursor "c" already exists'),
     (["DECLARE c BINARY CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people"], "0A000",
      "BINARY"),
+    (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people", 'CLOSE "ALL"'],
+     "34000", 'cursor "ALL" does not exist'),  # a name, quoted: not CLOSE ALL
+    # rows of public tables (four regions, 4⁹ rows) held past the session's cap
+    (["DECLARE c CURSOR WITH HOLD FOR SELECT a.name FROM regions a, regions b, regions c, "
+      "regions d, regions e, regions f, regions g, regions h, regions i"], "54000",
+     "hold at most 100,000 rows of public tables"),
 ])
 def test_cursor_statements_postgresql_refuses_are_refused(demo_server, statements, sqlstate,
                                                           fragment):

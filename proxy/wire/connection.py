@@ -32,7 +32,7 @@ from proxy.session import Answer, Session
 from proxy.users import Users
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
-from proxy.wire.cursors import MAX_CURSORS, missing, read_close, read_fetch
+from proxy.wire.cursors import MAX_CURSORS, MAX_PUBLIC_ROWS, missing, read_close, read_fetch
 from proxy.wire.deadlines import DEADLINES
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
@@ -788,6 +788,12 @@ class Connection:
             raise ProxyError(f"more than {MAX_CURSORS} cursors open in one session; CLOSE "
                              "some first", "54000")
         answer = await self._while_connected(asyncio.to_thread(self._engine_answer, portal))
+        held = sum(len(c.answer.rows) for c in self.cursors.values() if c.answer.privacy
+                   is None) + len(answer.rows)
+        if answer.privacy is None and held > MAX_PUBLIC_ROWS:  # public tables: free
+            raise ProxyError(f"the cursors of one session hold at most {MAX_PUBLIC_ROWS:,} "
+                             "rows of public tables; read this query without a cursor, or "
+                             "CLOSE others first", "54000")
         self.cursors[declared.name] = Cursor(answer, _fields(answer, None), declared.hold)
         return Result("DECLARE CURSOR", notice=answer.notice)
 
@@ -798,12 +804,13 @@ class Connection:
         cursor = self._cursor(fetch.name)
         rows = cursor.answer.rows[cursor.position:None if fetch.count is None
                                   else cursor.position + fetch.count]
-        cursor.position += len(rows)
         if fetch.move:
+            cursor.position += len(rows)
             return Result(f"MOVE {len(rows)}")
         taken = replace(cursor.answer, rows=rows)
-        return replace(self._result(taken, cursor.fields, formats, codec.data_row),
-                       tag=f"FETCH {len(rows)}", notice=None)
+        result = self._result(taken, cursor.fields, formats, codec.data_row)
+        cursor.position += len(rows)  # once encoded: a FETCH that fails takes none
+        return replace(result, tag=f"FETCH {len(rows)}", notice=None)
 
     def _cursor(self, name: str) -> Cursor:
         if name not in self.cursors:
@@ -925,7 +932,8 @@ class Connection:
         if statement.word == "DISCARD" or (words and words[0].upper() == "ALL"):
             self.statements = {}
             self.portals = {}
-            self.cursors = {} if statement.word == "DISCARD" else self.cursors
+            if statement.word == "DISCARD" and words[:1] and words[0].upper() == "ALL":
+                self.cursors = {}  # DISCARD PLANS or TEMP leave them
         elif words:
             self.statements.pop(words[0], None)
 

@@ -23,6 +23,8 @@ from proxy.analyze import POSTGRES
 from proxy.errors import NotSupported, ProxyError, SyntaxProblem
 
 MAX_CURSORS = 100  # open at once in one session: each holds an answer's rows
+# rows a session's cursors may hold over public tables (a release has at most max_groups)
+MAX_PUBLIC_ROWS = 100_000
 
 _NAMES = (TokenType.VAR, TokenType.IDENTIFIER)
 _FORWARD = "FETCH and MOVE read forward: NEXT, FORWARD, FORWARD n, FORWARD ALL, n or ALL"
@@ -106,7 +108,8 @@ def read_fetch(text: str) -> Fetch:
 def read_close(text: str) -> str | None:
     """The cursor ``CLOSE name`` names; None for ``CLOSE ALL``."""
     tokens = _tokens(text)
-    if len(tokens) == 2 and tokens[1].text.upper() == "ALL":
+    if len(tokens) == 2 and tokens[1].token_type != TokenType.IDENTIFIER \
+            and tokens[1].text.upper() == "ALL":  # CLOSE "ALL" is a cursor's name
         return None
     if len(tokens) != 2 or tokens[1].token_type not in _NAMES:
         raise SyntaxProblem("CLOSE takes a cursor's name, or ALL")
