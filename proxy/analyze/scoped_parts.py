@@ -50,10 +50,8 @@ MAX_PARTS = 8  # scopes one query may read: each a release and a scan
 def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
     """The join of one aggregate query per scope that ``select`` is the same as, when
     its aggregates read more than one scope; None when they read one."""
-    where = select.args.get("where")
-    if steps(select) or select.args.get("from_") is None or (
-            where is not None and where.find(exp.Select)):
-        return None  # steps, and a WHERE's subqueries (staged: a release first), go alone
+    if steps(select) or select.args.get("from_") is None:
+        return None  # a query over steps: each step is analysed alone
     scopes: dict[str, list[exp.Expression]] = {}
     for node in _aggregates(select):
         narrowed = narrowing(node, lambda column: True)
@@ -61,6 +59,12 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
                           []).append(node)
     if len(scopes) < 2:
         return None
+    where = select.args.get("where")
+    if where is not None and any(_scalar(query) for query in where.find_all(exp.Select)):
+        raise NotSupported("aggregates of several scopes (COUNT(DISTINCT CASE WHEN … THEN "
+                           "unit END) beside others) are answered as one query per scope, "
+                           "which a WHERE with a scalar subquery is not; ask them in separate "
+                           "queries")
     if len(scopes) > MAX_PARTS:
         raise NotSupported(f"aggregates of {len(scopes)} different scopes in one query are "
                            f"more than {MAX_PARTS}; ask them in several queries")
@@ -124,6 +128,14 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
             for i in range(len(keys))])) if keys else exp.Join(this=part, kind="CROSS")
         for part in parts[1:]])
     return outer
+
+
+def _scalar(query: exp.Select) -> bool:
+    """A scalar subquery (staged: a release answered first), not EXISTS's or IN's
+    (semi-joins, which each part keeps as written)."""
+    holder = query.parent
+    return not (isinstance(holder, exp.Exists) or (
+        isinstance(holder, exp.Subquery) and isinstance(holder.parent, exp.In)))
 
 
 def _aggregates(select: exp.Select) -> list[exp.Expression]:

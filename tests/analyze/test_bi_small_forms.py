@@ -240,6 +240,23 @@ def test_aggregates_of_several_scopes_are_a_release_each_joined_on_the_keys(engi
 
 
 @pytest.mark.usefixtures("no_noise")
+def test_several_scopes_keep_a_semi_join_in_each_part(engine):
+    """EXISTS and IN (SELECT …) stay in each part's WHERE: the answer is each scope's
+    query's, sent alone."""
+    exists = "EXISTS (SELECT * FROM visits v WHERE v.person_id = p.person_id)"
+    (both,) = list(Session.open(engine, "alice").execute(
+        f"SELECT region, COUNT(DISTINCT CASE WHEN age > 40 THEN person_id END), COUNT(*) "
+        f"FROM people p WHERE {exists} GROUP BY 1 ORDER BY 1"))
+    (units,) = list(Session.open(engine, "alice").execute(
+        f"SELECT region, COUNT(DISTINCT person_id) FROM people p WHERE {exists} AND age > 40 "
+        "GROUP BY 1 ORDER BY 1"))
+    (rows,) = list(Session.open(engine, "alice").execute(
+        f"SELECT region, COUNT(*) FROM people p WHERE {exists} GROUP BY 1 ORDER BY 1"))
+    assert both.rows == [(k, n, c) for (k, n), (_, c) in zip(units.rows, rows.rows)]
+    assert len(both.rows) == 3
+
+
+@pytest.mark.usefixtures("no_noise")
 def test_lightdash_s_bracketed_join_columns_join_on_the_unit(engine):
     sql = ('SELECT "people".region AS "people_region", SUM("visits".cost) AS "total" FROM '
            '"public"."visits" AS "visits" LEFT OUTER JOIN "public"."people" AS "people" ON '
@@ -319,6 +336,9 @@ REFUSED = [
     # would be several releases
     ("SELECT region, COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END), COUNT(*) "
      "FROM people GROUP BY ROLLUP(1)", "0A000", "ROLLUP and CUBE take aggregates of one"),
+    ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id END), COUNT(*) FROM people "
+     "WHERE age > (SELECT AVG(age) FROM people)", "0A000",
+     "which a WHERE with a scalar subquery is not"),
     ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) FROM people",
      "0A000", "COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) is not supported"),
     ("SELECT COUNT(DISTINCT CASE WHEN age THEN person_id END) FROM people", "0A000",
