@@ -285,6 +285,15 @@ def test_a_cursor_with_hold_moves_fetches_and_closes(demo_server):
         assert [row[0] for row in con.execute("FETCH ALL FROM k")] == ["pediatrics"]
         assert con.execute("FETCH NEXT FROM k").fetchall() == []
         assert con.execute("CLOSE k").statusmessage == "CLOSE CURSOR"
+        # one message of several statements is PostgreSQL's implicit transaction block:
+        # DECLARE may stand there, and its cursor ends with the message
+        both = con.execute("DECLARE m CURSOR FOR SELECT COUNT(*) FROM people; FETCH ALL "
+                           "FROM m")
+        assert both.statusmessage == "DECLARE CURSOR" and both.nextset()
+        assert both.fetchall() == con.execute("SELECT COUNT(*) FROM people").fetchall()
+        with pytest.raises(psycopg.Error) as ended:
+            con.execute("FETCH m")
+        assert ended.value.sqlstate == "34000"
         with pytest.raises(psycopg.Error) as gone:
             con.execute("FETCH k")
         assert gone.value.sqlstate == "34000"

@@ -137,6 +137,7 @@ class Connection:
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Cursor] = {}  # DECLAREd (proxy.wire.cursors)
+        self._implicit = False  # a simple query of several statements outside BEGIN
         self.failed = False  # extended protocol: skip until Sync
         self.session = None
         self.shadow: ShadowSession | None = None
@@ -422,6 +423,9 @@ class Connection:
             return
         if statements == [] or (len(statements) == 1 and not statements[0][0].word):
             self._send(codec.EMPTY_QUERY)
+        # several statements outside BEGIN: PostgreSQL's implicit transaction block, where
+        # DECLARE may stand; its cursors end with the message
+        self._implicit = len(statements) > 1 and self.local.status == "I"
         for statement, step in statements:
             if not statement.word:
                 continue
@@ -449,6 +453,9 @@ class Connection:
                 if prepared is not None and prepared.shadow_name is not None:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
+        if self._implicit and self.local.status == "I":
+            self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
+        self._implicit = False
         self._send(codec.ready_for_query(self.local.status))
 
     async def _copy_out(self, portal: Portal, options: CopyOptions) -> None:
@@ -781,7 +788,7 @@ class Connection:
         declared = portal.prepared.statement.cursor
         if declared.name in self.cursors:
             raise ProxyError(f'cursor "{declared.name}" already exists', "42P03")
-        if not declared.hold and self.local.status != "T":
+        if not declared.hold and self.local.status != "T" and not self._implicit:
             raise ProxyError("DECLARE CURSOR can only be used in transaction blocks (or "
                              "declare it WITH HOLD)", "25P01")
         if len(self.cursors) >= MAX_CURSORS:
