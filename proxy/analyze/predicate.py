@@ -345,6 +345,24 @@ def _check_conditions_compared(node: exp.Expression, operands: list[exp.Expressi
                                "TRUE, FALSE or another condition")
 
 
+def _check_truths_compared(node: exp.Expression, operands: list[exp.Expression],
+                           table: Table) -> None:
+    """TRUE or FALSE is compared with a condition, a bool column, NULL or another truth
+    value only. Beside a text column DuckDB cast each row's text to a boolean, failing
+    only where a row reached the cast: ``age = 30 AND TRUE = region`` failed (charged)
+    or answered 0 as one person existed or not (the third review of 2026-11-29);
+    PostgreSQL refuses it (no operator boolean = text), before anything is spent."""
+    bare = [operand.unnest() for operand in operands]
+    if not any(isinstance(operand, exp.Boolean) for operand in bare):
+        return
+    for operand in bare:
+        if not (isinstance(operand, (*_CONDITIONS, exp.Boolean, exp.Null)) or (
+                isinstance(operand, exp.Column) and table.columns[operand.name].type == "bool")):
+            raise NotSupported(f"{node.sql(dialect='postgres')} compares "
+                               f"{operand.sql(dialect='postgres')} with TRUE or FALSE; "
+                               "compare a bool column or a condition with them")
+
+
 def _check_literal_types(condition: exp.Expression, table: Table) -> None:
     """A literal of the wrong kind would make the backend fail after the query is
     charged; the mismatch is visible in the text, so it is refused here. A moment with
@@ -355,6 +373,7 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
                     *node.args.get("expressions", [])]
         _check_conditions_compared(node, [o for o in operands if o is not None], table)
+        _check_truths_compared(node, [o for o in operands if o is not None], table)
         # a substring of a text column is text (check_predicate admits no other)
         columns = [o.this if isinstance(o, exp.Substring) else o for o in operands
                    if isinstance(o, exp.Column) or isinstance(o, exp.Substring)]

@@ -345,6 +345,15 @@ REFUSED = [
      "age is not a condition in a CASE condition"),
     ("SELECT region, COUNT(DISTINCT CASE WHEN age > COUNT(*) THEN person_id END) FROM "
      "people GROUP BY 1", "0A000", "an aggregate inside an aggregate"),
+    # TRUE or FALSE beside a text or number: DuckDB cast only the rows that reached it,
+    # so whether the charged statement failed told whether one person existed (the
+    # third review of 2026-11-29); PostgreSQL refuses it
+    ("SELECT COUNT(*) FROM people WHERE age = 30 AND TRUE = region", "0A000",
+     'compares "region" with TRUE or FALSE'),
+    ("SELECT COUNT(*) FROM people WHERE region IN ('a', TRUE)", "0A000",
+     'compares "region" with TRUE or FALSE'),
+    ("SELECT COUNT(*) FILTER (WHERE age BETWEEN FALSE AND TRUE) FROM people", "0A000",
+     'compares "age" with TRUE or FALSE'),
     # comparisons do not chain in PostgreSQL; sent unbracketed, the backend failed after
     # the debit (the review of 2026-11-29, session 2)
     ("SELECT COUNT(*) FROM people WHERE age > 30 = TRUE", "42601",
