@@ -161,7 +161,7 @@ def default_name(node: exp.Expression) -> str:
         return "case"
     if isinstance(node, exp.Extract):
         return "extract"
-    if isinstance(node, (exp.Window, exp.Filter)):  # SUM(…) OVER (…), FILTER: the function's
+    if isinstance(node, (exp.Window, exp.Filter, exp.WithinGroup)):  # OVER, FILTER: the function
         return default_name(node.this)
     if isinstance(node, exp.Cast):  # its operand's name, else the type's (FigureColname)
         inner = default_name(node.this)
