@@ -29,6 +29,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.optimizer.annotate_types import annotate_types
 
 from proxy.analyze.group_keys import default_name
+from proxy.analyze.ordering import folded_name
 from proxy.analyze.outer import OuterQuery, SeriesLimit, release_table, windowed
 from proxy.analyze.time_keys import formatted, to_char_format
 from proxy.errors import ProxyError, QueryCanceled
@@ -258,6 +259,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
             _prepared_kept.move_to_end(key)
             return kept
     tree = sqlglot.parse_one(outer.sql, read="postgres").transform(_to_char)
+    _ordered_by_position(tree)
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
     sources = [tree.args["from_"].this, *(join.this for join in tree.args.get("joins") or [])
                ] if tree.args.get("from_") else []
@@ -361,6 +363,23 @@ _FAILURES = {"division by zero": "22012", "value out of range: overflow": "22003
              "zero raised to a negative power is undefined": "2201F",
              "a negative number raised to a non-integer power yields a complex result":
                  "2201F"}
+
+
+def _ordered_by_position(tree: exp.Expression) -> None:
+    """ORDER BY a result column's name as its position: DuckDB's names ignore case, even
+    quoted, so ``ORDER BY "N"`` beside an output ``n`` sorted by either (the review of
+    2026-11-29); PostgreSQL folds an unquoted name to lower case and matches exactly."""
+    if not isinstance(tree, exp.Select) or tree.args.get("order") is None:
+        return
+    names = [folded_name(item.args["alias"]) if isinstance(item, exp.Alias) else
+             folded_name(item.this) if isinstance(item, exp.Column) else None
+             for item in tree.expressions]
+    for ordered in tree.args["order"].expressions:
+        target = ordered.this
+        if isinstance(target, exp.Column) and not target.table \
+                and names.count(folded_name(target.this)) == 1:
+            target.replace(exp.Literal.number(names.index(folded_name(target.this)) + 1))
+
 
 
 def _integer_division(tree: exp.Expression) -> None:

@@ -1129,10 +1129,9 @@ def _together(answers: list[Answer], base: dict[str, Any], **more: Any) -> dict[
                    mechanism="; ".join(dict.fromkeys(
                        m for a in answers for m in a.privacy["mechanism"].split("; "))),
                    **more)
-    if "delta" in privacy:
-        privacy["delta"] = _summed(a.privacy.get("delta", 0) for a in answers)
-    if "rho_spent" in privacy:
-        privacy["rho_spent"] = _summed(a.privacy["rho_spent"] for a in answers)
+    for name in ("delta", "rho_spent"):  # a part of no group has no ρ: it spent none
+        if any(name in a.privacy for a in answers):
+            privacy[name] = _summed(a.privacy.get(name, 0) for a in answers)
     return privacy
 
 

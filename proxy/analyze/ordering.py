@@ -22,9 +22,7 @@ def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool, boo
         if isinstance(target, exp.Literal) and not target.is_string:
             index = int(target.name) - 1 if target.name.isdigit() else None  # not 0.5, 1e0
         elif isinstance(target, exp.Column) and not target.table:
-            lowered = [name.lower() for name in names]
-            if target.name.lower() in lowered:
-                index = lowered.index(target.name.lower())
+            index = _named(target.this, names)
         else:
             rendered = [item.this if isinstance(item, exp.Alias) else item
                         for item in select.expressions]
@@ -35,6 +33,23 @@ def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool, boo
                                "it is applied to the noisy answers")
         keys.append(ordering_of(index, ordered))
     return tuple(keys)
+
+
+def _named(name: exp.Identifier, names: list[str]) -> int | None:
+    """The result column ``name`` names, as PostgreSQL folds it (unquoted: lower case)
+    and then matches exactly: ``ORDER BY "N"`` and ``ORDER BY n`` are two columns (the
+    first of any case was taken: the review of 2026-11-29); a name matching none
+    exactly but one whatever its case (an unquoted alias kept as written) is that one."""
+    folded = folded_name(name)
+    if folded in names:
+        return names.index(folded)
+    alike = [i for i, known in enumerate(names) if known.lower() == folded.lower()]
+    return alike[0] if len(alike) == 1 and not name.quoted else None
+
+
+def folded_name(name: exp.Identifier) -> str:
+    """A name as PostgreSQL reads it: unquoted in lower case, quoted as written."""
+    return name.name if name.quoted else name.name.lower()
 
 
 def ordering_of(index: int, ordered: exp.Ordered) -> tuple[int, bool, bool]:

@@ -41,6 +41,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from proxy.analyze.aggregates import narrowing
 from proxy.analyze.group_keys import default_name, dereferenced
 from proxy.analyze.merge_steps import steps
+from proxy.analyze.ordering import folded_name
 from proxy.errors import NotSupported
 from proxy.rules import Rules
 
@@ -103,13 +104,14 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
             node.replace(column.copy())
     joined = bool(select.args.get("joins"))  # then a table's name tells columns apart
     key_texts = [_text(key, joined) for key in keys]
-    named = {item.alias.lower() for item in select.expressions if isinstance(item, exp.Alias)}
+    named = {folded_name(item.args["alias"]) for item in select.expressions
+             if isinstance(item, exp.Alias)}
     for clause in ("expressions", "having", "order"):
         for node in list(_clause_nodes(outer, clause)):
             if isinstance(node, (exp.Identifier, exp.Order, exp.Ordered)) \
                     or _ordinal(node, clause) or (
                     clause == "order" and isinstance(node, exp.Column) and not node.table
-                    and node.name.lower() in named):
+                    and folded_name(node.this) in named):
                 continue  # a name, a position, an output column ORDER BY names first
             text = _text(node, joined)
             if text in key_texts:
@@ -160,6 +162,7 @@ def _aggregates(select: exp.Select) -> list[exp.Expression]:
             if outer is select or outer is None:
                 found.append(node)
     return found
+
 
 
 def _text(node: exp.Expression, joined: bool) -> str:

@@ -526,3 +526,17 @@ def test_explain_shows_the_releases_and_their_epsilon_and_spends_nothing(engine,
 def test_explain_refuses_what_would_run_or_what_the_statement_would_be_refused(
         engine, sql, sqlstate, fragment):
     refused_for_free(engine, sql, sqlstate, fragment)
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("computed", ["1000 - SUM(age)", "-COUNT(*)"])
+def test_order_by_a_name_is_postgresql_s_name_not_its_case(engine, computed):
+    """``ORDER BY "N"`` and ``ORDER BY n`` name two result columns, as PostgreSQL folds
+    names; the first of any case was taken, and the post-processing engine ignores the
+    case even of quoted names (the review of 2026-11-29)."""
+    sql = (f'SELECT region, {computed} AS "N", COUNT(DISTINCT person_id) AS n FROM people '
+           "GROUP BY region ORDER BY {}")
+    for name, column in (('"N"', 1), ("n", 2)):
+        (answer,) = list(Session.open(engine, "alice").execute(sql.format(name)))
+        assert [row[column] for row in answer.rows] == sorted(
+            row[column] for row in answer.rows), (name, answer.rows)

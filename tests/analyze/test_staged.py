@@ -419,3 +419,15 @@ def test_several_releases_metadata_adds_their_rho_as_the_ledger_does(duckdb_url)
             assert [e[9] for e in entries] == ["charged"]
             assert Decimal(repr(answer.privacy["rho_spent"])) == entries[0][11], sql
             assert answer.privacy["epsilon_spent"] == float(entries[0][6])
+
+
+def test_a_part_with_no_group_adds_no_rho_and_breaks_nothing(duckdb_url):
+    """A grouping set or UNION query whose WHERE admits no key is answered with no row
+    and spends nothing: the metadata reading its ρ failed after the debit (KeyError)."""
+    with open_engine(duckdb_url, ZCDP, {"accounts": ACCOUNTS, "regions": REGIONS}) as zcdp:
+        for sql in ("SELECT region, COUNT(*) FROM accounts WHERE region = 'zz' GROUP BY "
+                    "GROUPING SETS ((region), ())",
+                    "SELECT region, COUNT(*) FROM accounts WHERE region = 'zz' GROUP BY "
+                    "region UNION ALL SELECT 'q', COUNT(*) FROM accounts WHERE age > 30"):
+            answer, entries = _ask(zcdp, sql)
+            assert Decimal(repr(answer.privacy["rho_spent"])) == entries[0][11], sql
