@@ -344,7 +344,8 @@ class Session:
                 steps.append((None, command))
                 continue
             if isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN":
-                steps.append((None, self._explained(tree.expression.name, settings)))
+                rest = tree.expression.name if tree.expression is not None else ""
+                steps.append((None, self._explained(rest, settings)))
                 continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))
             for plan in _plans(work):
@@ -563,8 +564,10 @@ class Session:
         """EXPLAIN's rows: each release the statement would make (its mechanism and
         aggregates, as the ledger labels them, and its ε), and their total against what
         the analyst has left. From the plan alone: nothing read, nothing spent."""
+        zcdp = self.engine.rules.defaults.accounting == "zcdp"
         if isinstance(work, PassthroughPlan):
-            lines = ["public tables only: the backend answers it as written, no epsilon"]
+            lines = [f"no release: {work.note or 'public tables only, answered as written'}; "
+                     "no epsilon"]
         else:
             lines, total = [], Loss.of(0)
             releases = [plan for plan in _plans(work) if isinstance(plan, QueryPlan)]
@@ -576,13 +579,10 @@ class Session:
                 groups = ", ".join(term.name for term in plan.group_by)
                 lines.append(f"release {index}: {_mechanism(plan)} over {plan.table.name}"
                              + (f" by {groups}" if groups else "")
-                             + f"; epsilon {plan.loss.spent}"
-                             + (f", delta {plan.loss.spent_delta}" if plan.loss.delta
-                                else ""))
+                             + f"; {_spending(plan.loss, zcdp)}")
                 total += plan.loss
-            lines.append(f"total: epsilon {total.spent}"
-                         + (f", delta {total.spent_delta}" if total.delta else "")
-                         + f" of {self.engine.ledger.remaining(self.analyst)} left")
+            lines.append(f"total: {_spending(total, zcdp)} of "
+                         f"{self.engine.ledger.remaining(self.analyst)} epsilon left")
         lines.append("EXPLAIN read and spent nothing; an answer given before over data "
                      "unchanged since is replayed free")
         return Answer("EXPLAIN", ["QUERY PLAN"], [(line,) for line in lines], kinds=["text"])
@@ -720,6 +720,12 @@ class Session:
 
 NO_GROUPS = ("the WHERE clause admits none of the GROUP BY keys the rules declare: no group "
              "is answered, nothing was computed and no epsilon spent")
+
+
+def _spending(loss: Loss, zcdp: bool) -> str:
+    """A loss as EXPLAIN shows it: ε, δ where any, and ρ where the ledger debits ρ."""
+    return (f"epsilon {loss.spent}" + (f", delta {loss.spent_delta}" if loss.delta else "")
+            + (f", rho {loss.spent_rho}" if zcdp else ""))
 
 
 def _plans(work) -> list[QueryPlan | PassthroughPlan]:

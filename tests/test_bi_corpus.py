@@ -252,10 +252,17 @@ def test_named_cursors_hand_out_the_answer_a_batch_at_a_time(demo_server):
      "BINARY"),
     (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people", 'CLOSE "ALL"'],
      "34000", 'cursor "ALL" does not exist'),  # a name, quoted: not CLOSE ALL
-    # rows of public tables (four regions, 4⁹ rows) held past the session's cap
+    # rows of public tables (four regions, 4⁹ rows) held past the session's cap; and a
+    # paid answer once the cap is reached, before it is charged (a staged statement over
+    # public tables carries its release's metadata: it got past the first check)
     (["DECLARE c CURSOR WITH HOLD FOR SELECT a.name FROM regions a, regions b, regions c, "
       "regions d, regions e, regions f, regions g, regions h, regions i"], "54000",
-     "hold at most 100,000 rows of public tables"),
+     "hold at most 100,000 rows; read this query over public tables without a cursor"),
+    (["DECLARE c CURSOR WITH HOLD FOR SELECT a.name FROM regions a, regions b, regions c, "
+      "regions d, regions e, regions f, regions g, regions h, regions i WHERE 5 < (SELECT "
+      "AVG(age) FROM people)",
+      "DECLARE d CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people"], "54000",
+     "hold at most 100 answers and 100,000 rows"),
 ])
 def test_cursor_statements_postgresql_refuses_are_refused(demo_server, statements, sqlstate,
                                                           fragment):

@@ -32,7 +32,7 @@ from proxy.session import Answer, Session
 from proxy.users import Users
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
-from proxy.wire.cursors import MAX_CURSORS, MAX_PUBLIC_ROWS, missing, read_close, read_fetch
+from proxy.wire.cursors import MAX_CURSORS, MAX_HELD_ROWS, missing, read_close, read_fetch
 from proxy.wire.deadlines import DEADLINES
 from proxy.wire.local import REPORTED, LocalState, Outcome
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
@@ -791,16 +791,17 @@ class Connection:
         if not declared.hold and self.local.status != "T" and not self._implicit:
             raise ProxyError("DECLARE CURSOR can only be used in transaction blocks (or "
                              "declare it WITH HOLD)", "25P01")
-        if len(self.cursors) >= MAX_CURSORS:
-            raise ProxyError(f"more than {MAX_CURSORS} cursors open in one session; CLOSE "
-                             "some first", "54000")
+        held = sum(len(c.answer.rows) for c in self.cursors.values())
+        if len(self.cursors) >= MAX_CURSORS or held >= MAX_HELD_ROWS:  # before any charge
+            raise ProxyError(f"the cursors of one session hold at most {MAX_CURSORS} "
+                             f"answers and {MAX_HELD_ROWS:,} rows; CLOSE some first", "54000")
         answer = await self._while_connected(asyncio.to_thread(self._engine_answer, portal))
-        held = sum(len(c.answer.rows) for c in self.cursors.values() if c.answer.privacy
-                   is None) + len(answer.rows)
-        if answer.privacy is None and held > MAX_PUBLIC_ROWS:  # public tables: free
-            raise ProxyError(f"the cursors of one session hold at most {MAX_PUBLIC_ROWS:,} "
-                             "rows of public tables; read this query without a cursor, or "
-                             "CLOSE others first", "54000")
+        if answer.privacy is None and held + len(answer.rows) > MAX_HELD_ROWS:
+            # rows of public tables only, which cost nothing: refused after all (a paid
+            # answer is held whole, so the rows held pass the cap by one answer at most)
+            raise ProxyError(f"the cursors of one session hold at most {MAX_HELD_ROWS:,} "
+                             "rows; read this query over public tables without a cursor, "
+                             "or CLOSE others first", "54000")
         self.cursors[declared.name] = Cursor(answer, _fields(answer, None), declared.hold)
         return Result("DECLARE CURSOR", notice=answer.notice)
 

@@ -23,8 +23,9 @@ from proxy.analyze import POSTGRES
 from proxy.errors import NotSupported, ProxyError, SyntaxProblem
 
 MAX_CURSORS = 100  # open at once in one session: each holds an answer's rows
-# rows a session's cursors may hold over public tables (a release has at most max_groups)
-MAX_PUBLIC_ROWS = 100_000
+# rows a session's cursors may hold: a DECLARE past it is refused before it runs; one
+# over public tables alone (free) also where its own rows would pass it
+MAX_HELD_ROWS = 100_000
 
 _NAMES = (TokenType.VAR, TokenType.IDENTIFIER)
 _FORWARD = "FETCH and MOVE read forward: NEXT, FORWARD, FORWARD n, FORWARD ALL, n or ALL"
