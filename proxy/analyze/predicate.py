@@ -348,8 +348,8 @@ def _check_conditions_compared(node: exp.Expression, operands: list[exp.Expressi
 def _check_truths_compared(node: exp.Expression, operands: list[exp.Expression],
                            table: Table) -> None:
     """TRUE or FALSE is compared with a condition, a bool column, NULL or another truth
-    value only. Beside a text column DuckDB cast each row's text to a boolean, failing
-    only where a row reached the cast: ``age = 30 AND TRUE = region`` failed (charged)
+    value only (``IS TRUE`` too). Beside a text column DuckDB cast each row's text to a
+    boolean, failing only where a row reached the cast: ``age = 30 AND TRUE = region`` failed (charged)
     or answered 0 as one person existed or not (the third review of 2026-11-29);
     PostgreSQL refuses it (no operator boolean = text), before anything is spent."""
     bare = [operand.unnest() for operand in operands]
@@ -369,7 +369,7 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
     a time zone compared with a date or timestamp column is rewritten without it, as
     PostgreSQL reads it (``proxy.rules.parse_moment``), so every engine reads it alike."""
     for node in list(condition.find_all(exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE,
-                                        exp.Between, exp.In)):
+                                        exp.Between, exp.In, exp.Is)):
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
                     *node.args.get("expressions", [])]
         _check_conditions_compared(node, [o for o in operands if o is not None], table)

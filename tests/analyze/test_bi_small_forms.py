@@ -354,6 +354,8 @@ REFUSED = [
      'compares "region" with TRUE or FALSE'),
     ("SELECT COUNT(*) FILTER (WHERE age BETWEEN FALSE AND TRUE) FROM people", "0A000",
      'compares "age" with TRUE or FALSE'),
+    ("SELECT COUNT(*) FROM people WHERE age = 30 AND region IS NOT TRUE", "0A000",
+     'compares "region" with TRUE or FALSE'),
     # comparisons do not chain in PostgreSQL; sent unbracketed, the backend failed after
     # the debit (the review of 2026-11-29, session 2)
     ("SELECT COUNT(*) FROM people WHERE age > 30 = TRUE", "42601",
