@@ -80,6 +80,11 @@ FOUND = [
     ("UTC", "n IN (1.00000000000000000000000000000000001, 5.000000000000000000000000000000)"),
     ("UTC", "NOT (0.5 < n) OR n = 1.5 OR n BETWEEN -1.5 AND 1e308"),
     ("UTC", "n >= 1.0000000000000000000000000000000000000001"),
+    # TRUE or FALSE beside a text, number or time: DuckDB cast only the rows reaching
+    # the comparison, so a charged statement failed or not as the rows were (a review
+    # of 2026-11-29, not the fuzzer: its literals are of their column's kind)
+    ("UTC", "x > 0 AND TRUE = t"), ("UTC", "t IN ('a', FALSE)"), ("UTC", "n IS TRUE"),
+    ("UTC", "at IS NOT FALSE"), ("UTC", "d BETWEEN FALSE AND TRUE"), ("UTC", "(x > 0) = f"),
 ]
 
 
