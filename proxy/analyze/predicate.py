@@ -329,38 +329,30 @@ _KINDS = {"int": "number", "float": "number"}
 _CONDITIONS = (exp.Predicate, exp.Connector, exp.Not)
 
 
-def _check_conditions_compared(node: exp.Expression, operands: list[exp.Expression],
-                               table: Table) -> None:
-    """A condition compared with something (``EXTRACT(dow FROM t) IN (0, 6) = TRUE``)
-    is compared with TRUE, FALSE, NULL, a bool column or another condition: a text or
-    number beside it failed in the backend after the debit (``(age > 3) = region``)."""
-    bare = [operand.unnest() for operand in operands]
-    if not any(isinstance(operand, _CONDITIONS) for operand in bare):
-        return
-    for operand in bare:
-        if not (isinstance(operand, (*_CONDITIONS, exp.Boolean, exp.Null)) or (
-                isinstance(operand, exp.Column) and table.columns[operand.name].type == "bool")):
-            raise NotSupported(f"{node.sql(dialect='postgres')} compares a condition with "
-                               f"{operand.sql(dialect='postgres')}; compare a condition with "
-                               "TRUE, FALSE or another condition")
-
-
 def _check_truths_compared(node: exp.Expression, operands: list[exp.Expression],
                            table: Table) -> None:
-    """TRUE or FALSE is compared with a condition, a bool column, NULL or another truth
-    value only (``IS TRUE`` too). Beside a text column DuckDB cast each row's text to a
-    boolean, failing only where a row reached the cast: ``age = 30 AND TRUE = region`` failed (charged)
-    or answered 0 as one person existed or not (the third review of 2026-11-29);
-    PostgreSQL refuses it (no operator boolean = text), before anything is spent."""
+    """A condition or TRUE/FALSE compared with something (``EXTRACT(dow FROM t) IN
+    (0, 6) = TRUE``, ``x IS TRUE``) is compared with TRUE, FALSE, NULL, a bool column or
+    another condition only. A text or number beside a condition failed in the backend
+    after the debit (``(age > 3) = region``); beside TRUE, DuckDB cast each row's text
+    to a boolean, failing only where a row reached the cast, so ``age = 30 AND TRUE =
+    region`` failed (charged) or answered 0 as one person existed or not (the third
+    review of 2026-11-29). PostgreSQL has no such operators: refused before anything is
+    spent."""
     bare = [operand.unnest() for operand in operands]
-    if not any(isinstance(operand, exp.Boolean) for operand in bare):
+    truths = [o for o in bare if isinstance(o, (*_CONDITIONS, exp.Boolean))]
+    if not truths:
         return
+    flags = [o for o in bare if isinstance(o, exp.Column)
+             and table.columns[o.name].type == "bool"]
     for operand in bare:
-        if not (isinstance(operand, (*_CONDITIONS, exp.Boolean, exp.Null)) or (
-                isinstance(operand, exp.Column) and table.columns[operand.name].type == "bool")):
-            raise NotSupported(f"{node.sql(dialect='postgres')} compares "
-                               f"{operand.sql(dialect='postgres')} with TRUE or FALSE; "
-                               "compare a bool column or a condition with them")
+        if not (isinstance(operand, (*_CONDITIONS, exp.Boolean, exp.Null)) or operand in flags
+                or (flags and isinstance(operand, exp.Literal) and operand.is_string)):
+            # (a quoted truth beside a bool column is read as PostgreSQL reads it: below)
+            what = "TRUE or FALSE" if isinstance(truths[0], exp.Boolean) else "a condition"
+            raise NotSupported(f"{node.sql(dialect='postgres')} compares {what} with "
+                               f"{operand.sql(dialect='postgres')}; compare a condition or "
+                               "a bool column with TRUE, FALSE or another condition")
 
 
 def _check_literal_types(condition: exp.Expression, table: Table) -> None:
@@ -372,7 +364,6 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
                                         exp.Between, exp.In, exp.Is)):
         operands = [node.this, *(node.args.get(k) for k in ("expression", "low", "high")),
                     *node.args.get("expressions", [])]
-        _check_conditions_compared(node, [o for o in operands if o is not None], table)
         _check_truths_compared(node, [o for o in operands if o is not None], table)
         # a substring of a text column is text (check_predicate admits no other)
         columns = [o.this if isinstance(o, exp.Substring) else o for o in operands
