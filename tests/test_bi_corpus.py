@@ -294,9 +294,9 @@ def test_a_cursor_with_hold_moves_fetches_and_closes(demo_server):
         assert con.execute("CLOSE k").statusmessage == "CLOSE CURSOR"
         # one message of several statements is PostgreSQL's implicit transaction block:
         # DECLARE may stand there, and its cursor ends with the message
-        both = con.execute("DECLARE m CURSOR FOR SELECT COUNT(*) FROM people; FETCH ALL "
-                           "FROM m")
-        assert both.statusmessage == "DECLARE CURSOR" and both.nextset()
+        both = con.execute("DECLARE m CURSOR FOR SELECT COUNT(*) FROM people; SET "
+                           "extra_float_digits = 3; FETCH ALL FROM m")
+        assert both.statusmessage == "DECLARE CURSOR" and both.nextset() and both.nextset()
         assert both.fetchall() == con.execute("SELECT COUNT(*) FROM people").fetchall()
         with pytest.raises(psycopg.Error) as ended:
             con.execute("FETCH m")

@@ -25,9 +25,9 @@ Each part keeps the query's FROM, joins and WHERE, so its keys are the query's: 
 declared keys the WHERE admits, the same in every part; a NULL key joins its
 counterpart (IS NOT DISTINCT FROM), so the join has one row per group. HAVING is then
 a WHERE over those rows; select items, windows over the groups, ORDER BY and LIMIT
-apply to them as they would to the query's groups. Where keys come from the data (a partition
-selection), each part selects its own, and a key one part did not keep shows NULL for
-that part's aggregates. Only a plain query over tables is split; a query over steps
+apply to them as they would to the query's groups. Where keys come from the data (a
+partition selection), each part selects its own, and a key one part did not keep shows
+NULL for that part's aggregates. Only a plain query over tables is split; a query over steps
 leaves each step to be analysed alone.
 """
 
@@ -164,7 +164,6 @@ def _aggregates(select: exp.Select) -> list[exp.Expression]:
     return found
 
 
-
 def _text(node: exp.Expression, joined: bool) -> str:
     """A term's SQL, its names as PostgreSQL folds them (``DEPT``, ``"dept"`` and
     ``dept`` are one column); over one table without its columns' table names:
@@ -179,7 +178,7 @@ def _text(node: exp.Expression, joined: bool) -> str:
 
 
 def _clause_nodes(select: exp.Select, clause: str):
-    """The nodes of one clause, outermost first (a key replaced whole is not entered)."""
+    """The nodes of one clause, outermost first."""
     value = select.args.get(clause)
     for root in (value if isinstance(value, list) else [value] if value is not None else []):
         yield from root.walk(bfs=True)

@@ -719,7 +719,8 @@ class Connection:
             if statement.word == "CLOSE":
                 self._close_cursor(statement)
             outcome = self.local.execute(statement)
-            if self.local.status == "I":  # a transaction ended: its cursors with it
+            if statement.word in ("COMMIT", "END", "ROLLBACK", "ABORT") \
+                    and self.local.status == "I":  # a transaction ended: its cursors too
                 self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
             self._follow_zone()
             if statement.word == "SHOW" and outcome.columns == ["name", "setting",
