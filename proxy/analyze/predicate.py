@@ -292,8 +292,10 @@ def _boolean(literal: exp.Literal, column: str) -> exp.Boolean:
     return exp.Boolean(this=meant.pop())
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# the text of a number as PostgreSQL reads one into bigint / double precision (blanks
+# around it taken off first): also an array's elements (proxy.analyze.quantified)
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+DECIMAL_TEXT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # the words PostgreSQL's double precision reads (any case), as every backend casts them
 _FLOAT_WORDS = {"nan": "NaN", **{sign + word: sign.strip("+") + "Infinity"
                                  for sign in ("", "+", "-") for word in ("inf", "infinity")}}
@@ -309,7 +311,7 @@ def _number(literal: exp.Literal, column: str, kind: str) -> exp.Expression:
     if kind == "float" and text.lower() in _FLOAT_WORDS:  # 'NaN', 'Infinity', '-inf'
         return exp.cast(exp.Literal.string(_FLOAT_WORDS[text.lower()]),
                         exp.DataType.Type.DOUBLE)
-    if not (_INTEGER if kind == "int" else _DECIMAL).fullmatch(text):
+    if not (INTEGER_TEXT if kind == "int" else DECIMAL_TEXT).fullmatch(text):
         raise Refused(f"invalid input syntax for type {what}: {literal.sql()} (column "
                       f"{column}); write a number", "22P02")
     value = Decimal(text)

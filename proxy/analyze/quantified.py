@@ -12,10 +12,9 @@ the analysis refuses them as before."""
 
 from __future__ import annotations
 
-import re
-
 from sqlglot import exp
 
+from proxy.analyze.predicate import DECIMAL_TEXT, INTEGER_TEXT
 from proxy.errors import Refused
 
 _KINDS = {"ANY": "any", "SOME": "any", "ALL": "all"}
@@ -93,8 +92,6 @@ _T = exp.DataType.Type
 _NUMBERS = {_T.SMALLINT: ("smallint", 15), _T.INT: ("integer", 31),
             _T.BIGINT: ("bigint", 63), _T.DECIMAL: ("numeric", None),
             _T.DOUBLE: ("double precision", None), _T.FLOAT: ("real", None)}
-_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
-_DECIMAL = re.compile(r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*")
 
 
 def _typed(text: str | None, kind: exp.DataType.Type) -> exp.Expression:
@@ -107,13 +104,14 @@ def _typed(text: str | None, kind: exp.DataType.Type) -> exp.Expression:
     if text is None:
         return exp.Null()
     name, bits = _NUMBERS[kind]
-    if bits is None and not _DECIMAL.fullmatch(text):
+    bare = text.strip()
+    if bits is None and not DECIMAL_TEXT.fullmatch(bare):
         return _element(text)
-    if not (_INTEGER if bits is not None else _DECIMAL).fullmatch(text):
+    if not (INTEGER_TEXT if bits is not None else DECIMAL_TEXT).fullmatch(bare):
         raise Refused(f'invalid input syntax for type {name}: "{text}"', "22P02")
-    if bits is not None and abs(int(text)) >= 2 ** bits + (text.strip().startswith("-")):
-        raise Refused(f'value "{text.strip()}" is out of range for type {name}', "22003")
-    number = text.strip().lstrip("+")
+    if bits is not None and abs(int(bare)) >= 2 ** bits + bare.startswith("-"):
+        raise Refused(f'value "{bare}" is out of range for type {name}', "22003")
+    number = bare.lstrip("+")
     return (exp.Neg(this=exp.Literal.number(number[1:])) if number.startswith("-")
             else exp.Literal.number(number))
 
