@@ -454,7 +454,7 @@ class Connection:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
         if self._implicit and self.local.status == "I":
-            self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
+            self._transaction_ended()
         self._implicit = False
         self._send(codec.ready_for_query(self.local.status))
 
@@ -720,8 +720,8 @@ class Connection:
                 self._close_cursor(statement)
             outcome = self.local.execute(statement)
             if statement.word in ("COMMIT", "END", "ROLLBACK", "ABORT") \
-                    and self.local.status == "I":  # a transaction ended: its cursors too
-                self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
+                    and self.local.status == "I":
+                self._transaction_ended()
             self._follow_zone()
             if statement.word == "SHOW" and outcome.columns == ["name", "setting",
                                                                 "description"]:
@@ -820,6 +820,11 @@ class Connection:
         result = self._result(taken, cursor.fields, formats, codec.data_row)
         cursor.position += len(rows)  # once encoded: a FETCH that fails takes none
         return replace(result, tag=f"FETCH {len(rows)}", notice=None)
+
+    def _transaction_ended(self) -> None:
+        """A transaction ended (or a message's implicit one): its cursors with it, those
+        declared WITH HOLD kept."""
+        self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
 
     def _cursor(self, name: str) -> Cursor:
         if name not in self.cursors:
