@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.errors import NotSupported
+from proxy.errors import AmbiguousColumn, NotSupported
 
 
 def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool, bool], ...]:
@@ -22,6 +22,7 @@ def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool, boo
         if isinstance(target, exp.Literal) and not target.is_string:
             index = int(target.name) - 1 if target.name.isdigit() else None  # not 0.5, 1e0
         elif isinstance(target, exp.Column) and not target.table:
+            _unambiguous(select, target.this, names)
             index = _named(target.this, names)
         else:
             rendered = [item.this if isinstance(item, exp.Alias) else item
@@ -45,6 +46,20 @@ def _named(name: exp.Identifier, names: list[str]) -> int | None:
         return names.index(folded)
     alike = [i for i, known in enumerate(names) if known.lower() == folded.lower()]
     return alike[0] if len(alike) == 1 and not name.quoted else None
+
+
+def _unambiguous(select: exp.Select, name: exp.Identifier, names: list[str]) -> None:
+    """PostgreSQL's 42702 where the name ORDER BY reads is that of two result columns
+    that are not the same expression (``SELECT a AS x, b AS X … ORDER BY x``: aliases
+    folded as PostgreSQL folds them); the same expression twice is one column."""
+    if len(select.expressions) != len(names):
+        return
+    wanted = folded_name(name)
+    items = [item.unalias() for item, known in zip(select.expressions, names)
+             if (folded_name(item.args["alias"]) if isinstance(item, exp.Alias)
+                 else known) == wanted]
+    if any(item != items[0] for item in items[1:]):
+        raise AmbiguousColumn(f'ORDER BY "{wanted}" is ambiguous')
 
 
 def folded_name(name: exp.Identifier) -> str:

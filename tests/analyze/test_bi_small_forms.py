@@ -543,3 +543,25 @@ def test_order_by_a_name_is_postgresql_s_name_not_its_case(engine, computed):
         (answer,) = list(Session.open(engine, "alice").execute(sql.format(name)))
         assert [row[column] for row in answer.rows] == sorted(
             row[column] for row in answer.rows), (name, answer.rows)
+
+
+@pytest.mark.parametrize("sql, sqlstate, fragment", [
+    ("SELECT region AS x, COUNT(*) AS x FROM people GROUP BY region ORDER BY x", "42702",
+     'ORDER BY "x" is ambiguous'),
+    ("SELECT region AS x, COUNT(*) AS X FROM people GROUP BY region ORDER BY X", "42702",
+     'ORDER BY "x" is ambiguous'),
+])
+def test_order_by_a_name_two_different_result_columns_bear_is_ambiguous(
+        engine, sql, sqlstate, fragment):
+    """PostgreSQL's 42702, for free: the first of the two was taken."""
+    refused_for_free(engine, sql, sqlstate, fragment)
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_order_by_a_name_two_result_columns_bear_for_one_expression_is_that_column(engine):
+    """``SELECT region AS x, region AS x … ORDER BY x``: one expression, one order, as
+    PostgreSQL has it."""
+    (answer,) = list(Session.open(engine, "alice").execute(
+        "SELECT region AS x, region AS x, COUNT(*) FROM people GROUP BY region "
+        "ORDER BY x DESC"))
+    assert [row[0] for row in answer.rows] == ["c", "b", "a", None][:len(answer.rows)]
