@@ -243,6 +243,19 @@ def test_named_cursors_hand_out_the_answer_a_batch_at_a_time(demo_server):
     (["FETCH 1 FROM c"], "34000", 'cursor "c" does not exist'),
     (["BEGIN", "DECLARE c CURSOR FOR SELECT COUNT(*) FROM people", "COMMIT", "FETCH c"],
      "34000", 'cursor "c" does not exist'),  # WITHOUT HOLD: closed with its transaction
+    # the transaction statements' own ends: AND CHAIN, a savepoint rolled back to, a
+    # held cursor whose transaction rolled back (PostgreSQL drops it)
+    (["BEGIN", "DECLARE c CURSOR FOR SELECT COUNT(*) FROM people", "COMMIT AND CHAIN",
+      "FETCH c"], "34000", 'cursor "c" does not exist'),
+    (["BEGIN", "SAVEPOINT s", "DECLARE c CURSOR FOR SELECT COUNT(*) FROM people",
+      "ROLLBACK TO SAVEPOINT s", "FETCH c"], "34000", 'cursor "c" does not exist'),
+    (["BEGIN", "SAVEPOINT s", "SAVEPOINT t", "DECLARE c CURSOR FOR SELECT COUNT(*) FROM "
+      "people", "RELEASE t", "ROLLBACK TO s", "FETCH c"], "34000", 'cursor "c" does not exist'),
+    (["BEGIN", "DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people", "ROLLBACK",
+      "FETCH c"], "34000", 'cursor "c" does not exist'),
+    (["COMMIT AND CHAIN"], "25P01", "COMMIT AND CHAIN can only be used in transaction blocks"),
+    (["SAVEPOINT s"], "25P01", "SAVEPOINT can only be used in transaction blocks"),
+    (["BEGIN", "SAVEPOINT s", "RELEASE SAVEPOINT t"], "3B001", 'savepoint "t" does not exist'),
     (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people", "FETCH BACKWARD 1 c"],
      "0A000", "read forward"),
     (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people",
@@ -304,6 +317,24 @@ def test_a_cursor_with_hold_moves_fetches_and_closes(demo_server):
         with pytest.raises(psycopg.Error) as gone:
             con.execute("FETCH k")
         assert gone.value.sqlstate == "34000"
+
+
+def test_cursors_outlive_what_postgresql_keeps_them_through(demo_server):
+    """A cursor declared before a savepoint survives a rollback to it; AND CHAIN goes on
+    in a transaction; a held cursor outlives its committed transaction."""
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        con.execute("CLOSE ALL")
+        con.execute("BEGIN")
+        con.execute("DECLARE early CURSOR FOR SELECT COUNT(*) FROM people")
+        con.execute("SAVEPOINT s")
+        con.execute("DECLARE late CURSOR FOR SELECT COUNT(*) FROM people")
+        assert con.execute("ROLLBACK TO s").statusmessage == "ROLLBACK"
+        assert len(con.execute("FETCH ALL early").fetchall()) == 1
+        con.execute("DECLARE kept CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people")
+        assert con.execute("COMMIT AND CHAIN").statusmessage == "COMMIT"
+        assert con.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        con.execute("ROLLBACK")
+        assert len(con.execute("FETCH ALL kept").fetchall()) == 1
 
 
 def test_explain_over_the_wire_is_a_text_plan_and_spends_nothing(demo_server):

@@ -107,6 +107,8 @@ class Cursor:
     answer: Answer
     fields: list[codec.Field]
     hold: bool
+    depth: int  # savepoints open when it was declared: a rollback to one of them closes it
+    fresh: bool = True  # declared in this transaction: its rollback closes it, held or not
     position: int = 0
 
 
@@ -426,6 +428,7 @@ class Connection:
         # several statements outside BEGIN: PostgreSQL's implicit transaction block, where
         # DECLARE may stand; its cursors end with the message
         self._implicit = len(statements) > 1 and self.local.status == "I"
+        failed = False
         for statement, step in statements:
             if not statement.word:
                 continue
@@ -448,13 +451,14 @@ class Connection:
                 raise
             except Exception as exc:  # noqa: BLE001 -- any failure is one error reply
                 self._error(exc)
+                failed = True
                 break
             finally:
                 if prepared is not None and prepared.shadow_name is not None:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
         if self._implicit and self.local.status == "I":
-            self._transaction_ended()
+            self._transaction_ended(rolled_back=failed)
         self._implicit = False
         self._send(codec.ready_for_query(self.local.status))
 
@@ -719,9 +723,7 @@ class Connection:
             if statement.word == "CLOSE":
                 self._close_cursor(statement)
             outcome = self.local.execute(statement)
-            if statement.word in ("COMMIT", "END", "ROLLBACK", "ABORT") \
-                    and self.local.status == "I":
-                self._transaction_ended()
+            self._cursors_after(statement.word, outcome)
             self._follow_zone()
             if statement.word == "SHOW" and outcome.columns == ["name", "setting",
                                                                 "description"]:
@@ -803,7 +805,8 @@ class Connection:
             raise ProxyError(f"the cursors of one session hold at most {MAX_HELD_ROWS:,} "
                              "rows; read this query over public tables without a cursor, "
                              "or CLOSE others first", "54000")
-        self.cursors[declared.name] = Cursor(answer, _fields(answer, None), declared.hold)
+        self.cursors[declared.name] = Cursor(answer, _fields(answer, None), declared.hold,
+                                             len(self.local.savepoints))
         return Result("DECLARE CURSOR", notice=answer.notice)
 
     def _fetch(self, statement: Statement, formats: tuple[int, ...]) -> Result:
@@ -821,10 +824,27 @@ class Connection:
         cursor.position += len(rows)  # once encoded: a FETCH that fails takes none
         return replace(result, tag=f"FETCH {len(rows)}", notice=None)
 
-    def _transaction_ended(self) -> None:
+    def _transaction_ended(self, rolled_back: bool = False) -> None:
         """A transaction ended (or a message's implicit one): its cursors with it, those
-        declared WITH HOLD kept."""
-        self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
+        declared WITH HOLD kept, unless it rolled back (PostgreSQL drops a held cursor
+        whose transaction aborts)."""
+        self.cursors = {name: replace(c, fresh=False, depth=0)
+                        for name, c in self.cursors.items()
+                        if c.hold and not (rolled_back and c.fresh)}
+
+    def _cursors_after(self, word: str, outcome: Outcome) -> None:
+        """The cursors a transaction statement ends: all of the transaction's at its end
+        (``_transaction_ended``), those declared after the savepoint at ROLLBACK TO it;
+        RELEASE moves the later ones into the enclosing savepoint's part."""
+        depth = len(self.local.savepoints)
+        if outcome.ended:
+            self._transaction_ended(rolled_back=outcome.ended == "ROLLBACK")
+        elif word in ("ROLLBACK", "ABORT") and self.local.status == "T":
+            self.cursors = {name: c for name, c in self.cursors.items()
+                            if not (c.fresh and c.depth >= depth)}
+        elif word == "RELEASE":
+            self.cursors = {name: replace(c, depth=min(c.depth, depth))
+                            for name, c in self.cursors.items()}
 
     def _cursor(self, name: str) -> Cursor:
         if name not in self.cursors:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-from proxy.errors import BadSetting, Refused
+from sqlglot.tokens import Token, TokenType
+
+from proxy.errors import BadSetting, ProxyError, Refused
 from proxy.wire.route import Statement, setting_words
 from proxy.zones import session_zone
 
@@ -46,6 +48,7 @@ class Outcome:
     columns: list[str] = field(default_factory=list)
     rows: list[tuple] = field(default_factory=list)
     changed: dict[str, str] = field(default_factory=dict)  # ParameterStatus to send
+    ended: str | None = None  # "COMMIT" or "ROLLBACK": a transaction ended (and chained)
 
 
 class LocalState:
@@ -55,11 +58,13 @@ class LocalState:
         self._initial = defaults(server_version, user)
         self.settings = dict(self._initial)
         self.status = "I"
+        self.savepoints: list[str] = []  # of the open transaction block, oldest first
 
     def scratch(self) -> LocalState:
         """A copy to play a message's statements on, this connection's state unchanged."""
         copied = copy.copy(self)
         copied.settings = dict(self.settings)
+        copied.savepoints = list(self.savepoints)
         return copied
 
     def name(self, word: str) -> str:
@@ -87,6 +92,29 @@ class LocalState:
         self.settings[name] = value if not allowed else self._initial[name]
         return {name: self.settings[name]} if name in REPORTED else {}
 
+    def _savepoint(self, word: str, tokens: tuple[Token, ...]) -> Outcome:
+        """SAVEPOINT name, RELEASE [SAVEPOINT] name, ROLLBACK TO [SAVEPOINT] name: the
+        block's savepoints kept as PostgreSQL keeps them (a rollback to one keeps it and
+        ends the block's failed state), with its errors."""
+        said = {"SAVEPOINT": "SAVEPOINT", "RELEASE": "RELEASE SAVEPOINT"}.get(
+            word, "ROLLBACK TO SAVEPOINT")
+        if self.status == "I":
+            raise ProxyError(f"{said} can only be used in transaction blocks", "25P01")
+        last = tokens[-1]
+        name = last.text if last.token_type is TokenType.IDENTIFIER else last.text.lower()
+        if word == "SAVEPOINT":
+            self.savepoints.append(name)
+            return Outcome(word)
+        if name not in self.savepoints:
+            raise ProxyError(f'savepoint "{name}" does not exist', "3B001")
+        at = len(self.savepoints) - 1 - self.savepoints[::-1].index(name)
+        if word == "RELEASE":
+            del self.savepoints[at:]
+            return Outcome(word)
+        del self.savepoints[at + 1:]
+        self.status = "T"
+        return Outcome("ROLLBACK")
+
     def execute(self, statement: Statement) -> Outcome:
         word = statement.word
         tokens = statement.tokens
@@ -97,17 +125,20 @@ class LocalState:
             if self.status == "I":
                 self.status = "T"
             return Outcome("BEGIN")
-        if word in ("COMMIT", "END"):
-            tag = "ROLLBACK" if self.status == "E" else "COMMIT"
-            self.status = "I"
-            return Outcome(tag)
-        if word in ("ROLLBACK", "ABORT"):
-            if "TO" in rest:
-                self.status = "T" if self.status != "I" else "I"
-            else:
-                self.status = "I"
-            return Outcome("ROLLBACK")
-        if word in ("SAVEPOINT", "RELEASE", "LISTEN", "UNLISTEN", "FETCH", "MOVE"):
+        if word in ("COMMIT", "END") or word in ("ROLLBACK", "ABORT") and "TO" not in rest:
+            # AND CHAIN: a new transaction begins at once (not AND NO CHAIN)
+            chained = rest[-2:] == ["AND", "CHAIN"]
+            if chained and self.status == "I":
+                raise ProxyError(f"{word} AND CHAIN can only be used in transaction blocks",
+                                 "25P01")
+            tag = "ROLLBACK" if word in ("ROLLBACK", "ABORT") or self.status == "E" \
+                else "COMMIT"
+            ended = tag if self.status != "I" else None
+            self.status, self.savepoints = "T" if chained else "I", []
+            return Outcome(tag, ended=ended)
+        if word in ("SAVEPOINT", "RELEASE", "ROLLBACK", "ABORT"):
+            return self._savepoint(word, tokens)
+        if word in ("LISTEN", "UNLISTEN", "FETCH", "MOVE"):
             # FETCH and MOVE read the connection's cursors (proxy.wire.cursors): here only
             # as a message's statements are played to find their zones
             return Outcome(word)
