@@ -142,6 +142,8 @@ def moment(rng: random.Random) -> str:
 
 
 def literal(rng: random.Random, column: str) -> str:
+    if rng.random() < 0.15:  # of another column's kind: refused as PostgreSQL refuses it
+        column = rng.choice(["x", "t", "f", "d", "at"])
     if column in ("x", "n", "w"):
         return rng.choice(NUMBERS)
     if column == "t":
@@ -202,26 +204,40 @@ FIELD_CLAMPED = {
 
 
 def extract_term(rng: random.Random, column: str) -> str:
-    """A field of a time column compared with numbers (or with what is refused)."""
+    """A field of a time column compared with numbers (or with what is refused). The
+    proxy reads a year compared with whole numbers of 1 to 9998 alone (=, <>, <, BETWEEN,
+    IN) as a range of the column as it is (``proxy.analyze.time_filters``: PostgreSQL's
+    own answer), every other field of the column clamped into its domain: such a year's
+    column is written qualified (``wf.d``), which ``truth_where`` leaves as it is."""
     field = rng.choice(FIELDS)
-    part = rng.choice([f"extract({field} FROM {column})", f"date_part('{field}', {column})",
-                       f"(extract({field} FROM {column}))"])
     numbers = NUMBERS[:26] + ["1", "6", "23", "2020", "2024", "12", "31", "53"] * 3
     form = rng.randrange(5)
     if form == 0:
-        items = ", ".join(rng.choice(numbers) for _ in range(rng.randint(1, 4)))
-        return f"{part} {rng.choice(['', 'NOT '])}IN ({items})"
-    if form == 1:
-        return f"{part} BETWEEN {rng.choice(numbers)} AND {rng.choice(numbers)}"
-    if form == 2:
-        return rng.choice([f"{part} IS NULL", f"({part} IN (0, 6)) = TRUE",
-                           f"{part} > {part}", f"{part} + 1 = 2"])
-    return f"{part} {rng.choice(COMPARE)} {rng.choice(numbers)}"
+        chosen = [rng.choice(numbers) for _ in range(rng.randint(1, 4))]
+        text = "{part} " + rng.choice(['', 'NOT ']) + "IN (" + ", ".join(chosen) + ")"
+    elif form == 1:
+        chosen = [rng.choice(numbers), rng.choice(numbers)]
+        text = "{part} BETWEEN " + " AND ".join(chosen)
+    elif form == 2:
+        chosen = ["0"]
+        text = rng.choice(["{part} IS NULL", "({part} IN (0, 6)) = TRUE",
+                           "{part} > {part}", "{part} + 1 = 2"])
+    else:
+        chosen = [rng.choice(numbers)]
+        text = "{part} " + rng.choice(COMPARE) + " " + chosen[0]
+    if field == "year" and all(n.isdigit() and 1 <= int(n) <= 9998 for n in chosen):
+        column = f"{TABLE}.{column}"
+    part = rng.choice([f"extract({field} FROM {column})", f"date_part('{field}', {column})",
+                       f"(extract({field} FROM {column}))"])
+    return text.format(part=part)
 
 
 def truth_where(where: str) -> str:
     """The WHERE as PostgreSQL must evaluate it to give the proxy's rows: each field
-    extracted from the clamped column."""
+    extracted from the clamped column, but a year read as a range of the column as it
+    is (``extract_term``), through EXTRACT: PostgreSQL's date_part reads a date as a
+    timestamp and fails on one beyond the timestamps' years, which the range does not."""
+    where = where.replace(f"date_part('year', {TABLE}.", f"extract(year FROM {TABLE}.")
     for column, clamped in FIELD_CLAMPED.items():
         where = where.replace(f"FROM {column})", f"FROM {clamped})").replace(
             f"', {column})", f"', {clamped})")

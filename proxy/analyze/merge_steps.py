@@ -48,7 +48,7 @@ from proxy.analyze.constants import fold_constants
 from proxy.analyze.group_keys import default_name
 from proxy.analyze.time_filters import truncations_as_ranges
 from proxy.analyze.time_keys import constant_wall
-from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn
+from proxy.errors import NotSupported, ProxyError, RawRowAccess, UnknownColumn, UnknownFunction
 from proxy.guards import depth
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment, read_moment
@@ -202,6 +202,8 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
             moment = _wall_of_moment(text.name, moment, node.args.get("format"))
         day = isinstance(node, (exp.TsOrDsToDate, exp.StrToDate)) or (
             isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE))
+        if rules is not None:
+            _compared_with_time(node, "date" if day else "timestamp", rules)
         if not day and rules is not None:
             _date_compared(node, moment, rules)
         node.replace(exp.Literal.string(moment.date().isoformat() if day
@@ -210,6 +212,26 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
 
 
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
+
+
+def _compared_with_time(node: exp.Expression, kind: str, rules: Rules) -> None:
+    """Refuse a typed date or timestamp constant compared with a column every table of
+    ``rules`` declares of another type (``region = DATE '2024-01-01'``): PostgreSQL has
+    no such operator (42883), while the constant, folded to a quoted literal, would be
+    compared as that column's text (the fuzzer's literals of other kinds, 2026-11-29)."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if not isinstance(parent, _COMPARISONS):
+        return
+    for column in (parent.this, parent.args.get("expression")):
+        types = {declared.type for table in rules.tables.values()
+                 for name, declared in table.columns.items()
+                 if isinstance(column, exp.Column) and name == column.name}
+        if types and not types & {"date", "timestamp"}:
+            raise UnknownFunction(
+                f"operator does not exist: {types.pop()} compared with {kind} (column "
+                f"{column.name}); compare it with a constant of its own type")
 
 
 def _date_compared(node: exp.Expression, wall: dt.datetime, rules: Rules) -> None:

@@ -370,7 +370,10 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
         # a substring of a text column is text (check_predicate admits no other)
         columns = [o.this if isinstance(o, exp.Substring) else o for o in operands
                    if isinstance(o, exp.Column) or isinstance(o, exp.Substring)]
-        literals = [o for o in operands if isinstance(o, exp.Literal)]
+        # a negative number (``-2.5``, ``-(3)`` folded) is a number as a written one is
+        literals = [o for o in operands if isinstance(o, exp.Literal) or (
+            isinstance(o, exp.Neg) and isinstance(o.this.unnest(), exp.Literal)
+            and not o.this.unnest().is_string)]
         kinds = {_KINDS.get(table.columns[c.name].type, table.columns[c.name].type)
                  for c in columns}
         if len(kinds) > 1:

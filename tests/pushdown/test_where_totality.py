@@ -85,6 +85,16 @@ FOUND = [
     # of 2026-11-29, not the fuzzer: its literals are of their column's kind)
     ("UTC", "x > 0 AND TRUE = t"), ("UTC", "t IN ('a', FALSE)"), ("UTC", "n IS TRUE"),
     ("UTC", "at IS NOT FALSE"), ("UTC", "d BETWEEN FALSE AND TRUE"), ("UTC", "(x > 0) = f"),
+    # a typed time constant beside a text column, a negative number beside a text, time
+    # or bool column: PostgreSQL has no such operator, the proxy compared the folded
+    # constant (the fuzzer's literals of other kinds, 2026-11-29)
+    ("UTC", "t <> TO_DATE('9999-12-31', 'YYYY-MM-DD')"),
+    ("UTC", "t IN ('50%', '2023-03-26'::date)"), ("UTC", "x = DATE '2024-01-01'"),
+    ("UTC", "t BETWEEN -2.5 AND 'zz'"), ("Europe/Berlin", "at < -(3)"), ("UTC", "f != -0.0"),
+    # a year read as a range of the column as it is (1 to 9998), not clamped: the
+    # fuzzer's truth had clamped it (tests/where_totality.py extract_term)
+    ("Europe/Berlin", "NOT (NOT (date_part('year', wf.d) = 1))"),
+    ("UTC", "date_part('year', wf.at) < 2020"),
 ]
 
 
@@ -107,7 +117,9 @@ def test_a_cached_shape_does_not_bind_a_decimal_into_an_int_comparison(engine):
 @pytest.mark.parametrize("where,sqlstate", [("f > 'maybe'", "22P02"), ("f = 1", "0A000"),
                                             ("f IN (TRUE, 'o')", "22P02"),
                                             ("d >= TIMESTAMP '2024-01-31 08:00'", "0A000"),
-                                            ("substring(t, 1, 1) <= 5", "0A000")])
+                                            ("substring(t, 1, 1) <= 5", "0A000"),
+                                            ("t = DATE '2024-01-01'", "42883"),
+                                            ("t < -2.5", "0A000")])
 def test_the_refusals_name_their_cause(where, sqlstate):
     with pytest.raises(Refused) as refused:
         analyze(parse_statements(f"SELECT COUNT(*) FROM {fuzz.TABLE} WHERE {where}")[0],
