@@ -349,4 +349,10 @@ def test_explain_over_the_wire_is_a_text_plan_and_spends_nothing(demo_server):
             lines = [line for (line,) in cursor.fetchall()]
             assert lines[0].startswith("release 1: ") and " by department" in lines[0]
             assert any(line.startswith("total: epsilon 0.1 of ") for line in lines), lines
+        # with its parameters bound (psycopg's %s, DBeaver's ?): refused as a parameter
+        # in WHERE until 2026-11-29
+        bound = con.execute("EXPLAIN (VERBOSE) SELECT department, AVG(cost) FROM visits "
+                            "WHERE days > %s AND department = %s GROUP BY 1",
+                            (2, "oncology")).fetchall()
+        assert bound[0][0].startswith("release 1: ") and " by department" in bound[0][0]
         assert con.execute("SHOW idp.budget").fetchone() == before

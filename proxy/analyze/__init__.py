@@ -89,6 +89,21 @@ logging.getLogger("sqlglot").setLevel(logging.ERROR)
 POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
 
 
+def command_tokens(text: str) -> list[Token]:
+    """The tokens of ``text``; where it starts with a command whose rest sqlglot keeps
+    as one string (EXPLAIN, DECLARE, FETCH), that rest's own tokens, at their offsets in
+    ``text``, so that its parameters and names are found as in any statement."""
+    tokens = POSTGRES.tokenize(text)
+    if len(tokens) < 2 or tokens[0].token_type not in (TokenType.COMMAND, TokenType.FETCH):
+        return tokens
+    first = tokens[0]
+    rest = POSTGRES.tokenize(text[first.end + 1:])
+    for token in rest:
+        token.start += first.end + 1
+        token.end += first.end + 1
+    return [first, *rest]
+
+
 class _CheckedParser(POSTGRES.parser_class):  # type: ignore[name-defined,misc]
     """PostgreSQL's parser with a checkpoint every 1,024 tokens: parsing a statement near
     MAX_TOKENS takes about a second on a loaded machine, and it is parsed at Parse, at

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from sqlglot.tokens import Token, TokenType
 
-from proxy.analyze import POSTGRES
+from proxy.analyze import command_tokens
 from proxy.errors import NotSupported, ProxyError, SyntaxProblem
 
 MAX_CURSORS = 100  # open at once in one session: each holds an answer's rows
@@ -48,21 +48,10 @@ class Fetch:
     move: bool
 
 
-def _tokens(text: str) -> list[Token]:
-    """The tokens of a DECLARE, FETCH, MOVE or CLOSE statement, each at its offset in
-    ``text`` (sqlglot reads what follows DECLARE and FETCH as one string)."""
-    first = POSTGRES.tokenize(text)[0]
-    rest = POSTGRES.tokenize(text[first.end + 1:])
-    for token in rest:
-        token.start += first.end + 1
-        token.end += first.end + 1
-    return [first, *rest]
-
-
 def read_declare(text: str) -> tuple[Declared, str]:
     """The cursor of ``DECLARE name [ASENSITIVE | INSENSITIVE] [NO SCROLL | SCROLL] CURSOR
     [WITH HOLD | WITHOUT HOLD] FOR query`` and the query's text."""
-    tokens = _tokens(text)
+    tokens = command_tokens(text)
     if len(tokens) < 2 or tokens[1].token_type not in _NAMES:
         raise SyntaxProblem("DECLARE takes a cursor's name: DECLARE c CURSOR FOR SELECT …")
     name = _name(tokens[1])
@@ -83,7 +72,7 @@ def read_declare(text: str) -> tuple[Declared, str]:
 
 def read_fetch(text: str) -> Fetch:
     """``FETCH|MOVE [NEXT | FORWARD [n | ALL] | n | ALL] [FROM | IN] name``."""
-    tokens = _tokens(text)
+    tokens = command_tokens(text)
     move = tokens[0].text.upper() == "MOVE"
     words = list(tokens[1:])
     if not words or words[-1].token_type not in _NAMES:
@@ -108,7 +97,7 @@ def read_fetch(text: str) -> Fetch:
 
 def read_close(text: str) -> str | None:
     """The cursor ``CLOSE name`` names; None for ``CLOSE ALL``."""
-    tokens = _tokens(text)
+    tokens = command_tokens(text)
     if len(tokens) == 2 and tokens[1].token_type != TokenType.IDENTIFIER \
             and tokens[1].text.upper() == "ALL":  # CLOSE "ALL" is a cursor's name
         return None

@@ -17,7 +17,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from proxy.analyze import POSTGRES, parse_tokens
+from proxy.analyze import POSTGRES, command_tokens, parse_tokens
+from proxy.analyze.explain import explained
 from proxy.errors import NotSupported, ProxyError, SyntaxProblem
 from proxy.pgtypes import (
     ARRAYS,
@@ -52,6 +53,18 @@ def _tree(text: str) -> exp.Expression:
         raise SyntaxProblem("the statement could not be parsed; check its syntax") from None
 
 
+def _typed_tree(text: str) -> exp.Expression:
+    """``text`` parsed to find its parameters' types: of an EXPLAIN, the statement it
+    explains (sqlglot keeps that as text, whose parameters were found nowhere: DBeaver's
+    plan of ``… WHERE age > ?`` was refused as a parameter in WHERE). Never bound and
+    rendered: that would drop the EXPLAIN."""
+    tree = _tree(text)
+    if isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN" \
+            and tree.expression is not None:
+        return _tree(explained(tree.expression.name))
+    return tree
+
+
 def _parameters(tree: exp.Expression) -> dict[int, list[exp.Parameter]]:
     found: dict[int, list[exp.Parameter]] = {}
     for node in tree.find_all(exp.Parameter):
@@ -75,7 +88,7 @@ def infer(text: str, declared: tuple[int, ...], rules: Rules) -> tuple[int, ...]
     Refused (0A000) where a parameter stands for what the analysis must read as written
     (``_WRITTEN``): described with a stand-in value, such a statement was refused with a
     message about the stand-in ("…not 'None'", "got ")."""
-    tree = _tree(text)
+    tree = _typed_tree(text)
     found = _parameters(tree)
     for nodes in found.values():
         for node in nodes:
@@ -199,7 +212,7 @@ def _find_places(text: str) -> tuple[tuple[int, int, int], ...] | None:
     string or a comment); None where a ``$`` is not followed at once by a number > 0
     or the text does not tokenize (then ``bind`` parses it)."""
     try:
-        tokens = POSTGRES.tokenize(text)
+        tokens = command_tokens(text)  # EXPLAIN's statement's own tokens too
     except SqlglotError:
         return None
     places = []
