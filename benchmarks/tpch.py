@@ -11,7 +11,7 @@ partsupp, nation, region. They are loaded into a temporary DuckDB file, and with
 the system's binaries), where the proxy and the plain queries then run. With ``--backend
 sail`` the Parquet files become tables of a throwaway Sail server (Spark Connect,
 tests/sailserver.py), with ``spark`` of a real Spark in local mode (tests/sparkserver.py,
-2 GB), where the proxy and the plain queries run, the ledger in the DuckDB file beside
+2 GB), where the proxy and the plain queries run, the ledger in the SQLite store beside the DuckDB file
 it and the true answers from DuckDB.
 
 ``--queries``: a folder of ``q01.sql`` … ``q22.sql``, the text of DuckDB's tpch extension
@@ -348,8 +348,11 @@ def main() -> None:
         truth = open_backend(url)
         true = {number: [tuple(row) for row in truth.read(texts[number])]
                 for number in numbers}
-        backend, store = truth, truth
-        if args.backend in ("sail", "spark"):  # the ledger in the DuckDB file beside it
+        # the ledger where the proxy keeps it by default (beside a DuckDB file: its
+        # SQLite store; PostgreSQL: the database itself), so the answers' writes do not
+        # touch the data file the versions are read from
+        backend, store = truth, truth.ledger_store()
+        if args.backend in ("sail", "spark"):  # the ledger beside the DuckDB file
             url = stack.enter_context(
                 throwaway_sail(Path(folder) / "sail") if args.backend == "sail"
                 else throwaway_spark(Path(folder) / "spark", "2g"))
@@ -388,7 +391,7 @@ def main() -> None:
                       f"{EPSILON} per aggregate: {statistics.median(medians):.3%} (median of "
                       f"the {len(medians)} queries' medians over their cells)")
         finally:  # an open Spark Connect session would keep the process from exiting
-            for opened in {backend, store}:
+            for opened in {backend, truth}:
                 opened.close()
 
 
