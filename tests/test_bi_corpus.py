@@ -256,6 +256,7 @@ def test_named_cursors_hand_out_the_answer_a_batch_at_a_time(demo_server):
     (["COMMIT AND CHAIN"], "25P01", "COMMIT AND CHAIN can only be used in transaction blocks"),
     (["SAVEPOINT s"], "25P01", "SAVEPOINT can only be used in transaction blocks"),
     (["BEGIN", "SAVEPOINT s", "RELEASE SAVEPOINT t"], "3B001", 'savepoint "t" does not exist'),
+    (["BEGIN", "ROLLBACK TO SAVEPOINT"], "42601", "takes a savepoint's name"),
     (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people", "FETCH BACKWARD 1 c"],
      "0A000", "read forward"),
     (["DECLARE c CURSOR WITH HOLD FOR SELECT COUNT(*) FROM people",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlglot.tokens import Token, TokenType
 
-from proxy.errors import BadSetting, ProxyError, Refused
+from proxy.errors import BadSetting, ProxyError, Refused, SyntaxProblem
 from proxy.wire.route import Statement, setting_words
 from proxy.zones import session_zone
 
@@ -101,6 +101,9 @@ class LocalState:
         if self.status == "I":
             raise ProxyError(f"{said} can only be used in transaction blocks", "25P01")
         last = tokens[-1]
+        if len(tokens) < 2 or last.token_type is not TokenType.IDENTIFIER and \
+                last.text.upper() in ("SAVEPOINT", "TO", "RELEASE"):
+            raise SyntaxProblem(f"{said} takes a savepoint's name: {said} s")
         name = last.text if last.token_type is TokenType.IDENTIFIER else last.text.lower()
         if word == "SAVEPOINT":
             self.savepoints.append(name)
