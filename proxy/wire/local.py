@@ -102,7 +102,7 @@ class LocalState:
             raise ProxyError(f"{said} can only be used in transaction blocks", "25P01")
         last = tokens[-1]
         if len(tokens) < 2 or last.token_type is not TokenType.IDENTIFIER and \
-                last.text.upper() in ("SAVEPOINT", "TO", "RELEASE"):
+                last.text.upper() == "TO":  # (``ROLLBACK TO SAVEPOINT`` names "savepoint")
             raise SyntaxProblem(f"{said} takes a savepoint's name: {said} s")
         name = last.text if last.token_type is TokenType.IDENTIFIER else last.text.lower()
         if word == "SAVEPOINT":
