@@ -34,6 +34,7 @@ import numpy as np
 from sqlglot import exp
 
 from proxy.backends.base import Capabilities
+from proxy.guards import snap
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     BIGINT,
@@ -111,11 +112,12 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
                                        for key, *entry in contribution.centres),
                                      default=literal(0.0)) if keys
                              else literal(contribution.centres[0][at + 1]) for at in (0, 1))
-            value = exp.Mul(this=exp.paren(exp.Sub(this=value, expression=origin)),
+            value = exp.Mul(this=snap(exp.paren(exp.Sub(this=value, expression=origin))),
                             expression=scale)
         elif contribution.origin:
             value = exp.paren(exp.Sub(this=value, expression=literal(contribution.origin)))
-        if contribution.power == 2:
+        if contribution.power == 2:  # snapped: a square below 2⁻¹⁰⁷⁴ fails on PostgreSQL
+            value = snap(value)
             value = exp.Mul(this=value, expression=value.copy())
         terms.append(value)
     zero = exp.Literal.number(0)
@@ -365,7 +367,7 @@ def _share(i: int, lowest: float) -> exp.Expression:
     """trunc(t{i}/n{i}·SHARE_SCALE), toward 0 (so a unit's |shares| add up to at most
     SHARE_SCALE, docs/privacy.md §3.14), where n{i} > ``lowest`` (≥ 0: no division by 0),
     else 0: a BIGINT (t/n within [−1, 1]: total)."""
-    ratio = exp.Mul(this=exp.paren(exp.Div(this=exp.column(f"t{i}"),
+    ratio = exp.Mul(this=exp.paren(exp.Div(this=snap(exp.column(f"t{i}")),
                                            expression=exp.column(f"n{i}")), copy=False),
                     expression=exp.Literal.number(SHARE_SCALE))
     toward_zero = exp.Case(ifs=[exp.If(this=exp.LT(this=ratio, expression=exp.Literal.number(0)),
@@ -424,7 +426,7 @@ def _rung(i: int, k: int, bound: float, joint: bool, largest: bool = False
     elif joint:  # L1: scaled by min(1, B/T_u)
         scaled = exp.Case(ifs=[exp.If(this=exp.GT(this=total(), expression=literal(bound)),
                                       true=exp.Mul(
-            this=value(), expression=exp.paren(exp.Div(this=literal(bound),
+            this=snap(value()), expression=exp.paren(exp.Div(this=literal(bound),
                                                         expression=total()), copy=False)))],
                           default=value())
     else:

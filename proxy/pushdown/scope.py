@@ -23,7 +23,7 @@ from functools import lru_cache
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-from proxy.guards import clamp
+from proxy.guards import clamp, snap
 from proxy.interrupts import checkpoint
 from proxy.pushdown.group_sql import group_filter, group_value
 from proxy.pushdown.values import clamped_to_domain, literal
@@ -847,8 +847,8 @@ def shrunk_sum(value: exp.Expression, lower: float, upper: float) -> exp.Express
     value beyond 10¹⁵ would overflow the BIGINT each value is rounded into. Read it back
     times that power of two."""
     shrink = sum_shrink(max(abs(lower), abs(upper)))
-    if shrink != 1:
-        value = exp.Mul(this=value, expression=literal(1 / shrink))
+    if shrink != 1:  # snapped: a product below 2⁻¹⁰⁷⁴ fails on PostgreSQL (underflow)
+        value = exp.Mul(this=snap(value), expression=literal(1 / shrink))
     return exact_sum(value, lower / shrink, upper / shrink, copy=False)
 
 

@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from proxy.backends.base import Capabilities, GroupedRanks
 from proxy.errors import BackendFailed
+from proxy.guards import snap
 from proxy.pushdown import ungrouped
 from proxy.pushdown.grouped import numbered, rank_sql
 from proxy.pushdown.grouped_lists import grouped_list_statistics
@@ -303,8 +304,9 @@ def bucketed_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
         return None
     scope = scope_select(plan, (need,), clip_rows_per_unit)
     width = exp.Literal.number(repr(BUCKETS / (need.upper - need.lower)))
-    bucket = exp.Floor(this=exp.Mul(this=exp.paren(exp.Sub(
-        this=value.copy(), expression=literal(float(need.lower)))), expression=width))
+    # snapped: a product below 2⁻¹⁰⁷⁴ fails on PostgreSQL (underflow)
+    bucket = exp.Floor(this=exp.Mul(this=snap(exp.paren(exp.Sub(
+        this=value.copy(), expression=literal(float(need.lower))))), expression=width))
     histogram = (exp.select(*keys, exp.alias_(bucket, "b"), exp.Count(this=exp.Star()),
                             exp.Min(this=value.copy()), exp.Max(this=value.copy()))
                  .from_(scope.subquery("s"), copy=False)
