@@ -378,8 +378,9 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         return post_processed
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
-    aliases = {select.args["from_"].this.alias_or_name.lower(), *(j.alias for j in joins)}
-    table, semi = semi_joins(exists, table, aliases, declared, rules)
+    owners = {select.args["from_"].this.alias_or_name.lower(): _the_protected_table(alone, rules),
+              **{j.alias: j.table for j in joins}}
+    table, semi = semi_joins(exists, table, owners, declared, rules)
     if semi:
         declared = _column_resolver(table, select, joins)  # and the EXISTS's columns
     narrowing = narrowed_units(select, *unit_test(

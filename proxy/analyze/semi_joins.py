@@ -16,8 +16,9 @@ inner rows without a unit (a dangling key) from what an EXISTS may find.
 
 Allowed: ``[NOT] EXISTS (SELECT … FROM t [AS a] WHERE condition)`` anywhere in the
 WHERE of a query over protected tables with a privacy unit, ``t`` protected with a
-unit of the same identity (``privacy_unit``, ``unit_of``, ``unit_via``); the
-condition is checked as a WHERE is (comparisons, IN, LIKE, IS NULL, AND/OR/NOT) over
+unit of the same identity (``privacy_unit``, ``unit_of``, ``unit_via``), the condition
+equating the two rows' units itself (``_correlated``: else the added equality would
+answer another question); the condition is checked as a WHERE is (comparisons, IN, LIKE, IS NULL, AND/OR/NOT) over
 ``t``'s columns and the outer query's (an unqualified column is ``t``'s when ``t``
 declares it, as PostgreSQL resolves it). Refused in one line: joins, GROUP BY,
 aggregates, LIMIT or subqueries inside it, a public or row-level table, another unit.
@@ -170,6 +171,10 @@ def _same_unit(inner: Table | None, column: exp.Column, outer: Table | None,
     if mine == inner.privacy_unit and theirs == outer.privacy_unit \
             and inner.link is None and outer.link is None:
         return True
+    if inner.link is not None and outer.link is not None and mine == inner.link.column \
+            and theirs == outer.link.column and (inner.link.table, inner.link.key) == (
+                outer.link.table, outer.link.key):
+        return True  # two rows naming one row of the table both link to (TPC-H Q21)
     return any(link is not None and link.column == near and link.table == far.name
                and link.key == key for link, near, far, key in (
                    (inner.link, mine, outer, theirs), (outer.link, theirs, inner, mine)))
@@ -207,12 +212,14 @@ def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
                            "release of its own)")
 
 
-def semi_joins(found: tuple[exp.Exists, ...], table: Table, aliases: set[str], resolve,
-               rules: Rules) -> tuple[Table, tuple[SemiJoin, ...]]:
+def semi_joins(found: tuple[exp.Exists, ...], table: Table, owners: dict[str, Table],
+               resolve, rules: Rules) -> tuple[Table, tuple[SemiJoin, ...]]:
     """``table`` with a boolean column for each EXISTS of ``found`` (its placeholder's
-    name), and what the backend computes each from; ``aliases`` are the names the outer
-    query gives its tables, ``resolve`` its column resolver. Refused (one line naming
-    the allowed form) unless each is over a protected table of ``table``'s unit."""
+    name), and what the backend computes each from; ``owners`` are the outer query's
+    tables by the names it gives them, ``resolve`` its column resolver. Refused (one
+    line naming the allowed form) unless each is over a protected table of ``table``'s
+    unit and correlated with the outer row on it (``_correlated``)."""
+    aliases = set(owners)
     if not found:
         return table, ()
     if table.privacy_unit is None:
@@ -239,9 +246,38 @@ def semi_joins(found: tuple[exp.Exists, ...], table: Table, aliases: set[str], r
         condition = None
         if where is not None:
             condition = _condition(where.this, inner, alias, table, resolve)
+        if not _correlated(condition, inner, table, owners):
+            raise NotSupported(
+                f"EXISTS over {inner.name} reads other people's rows unless its WHERE "
+                "equates the two rows' units (their unit columns, or a unit_via link and "
+                f"the key it references); add that equality: {ALLOWED}")
         columns[name] = Column(name, "bool")
         made.append(SemiJoin(inner, name, condition))
     return replace(table, columns=MappingProxyType(columns)), tuple(made)
+
+
+def _correlated(condition: exp.Expression | None, inner: Table, table: Table,
+                owners: dict[str, Table]) -> bool:
+    """Whether a conjunct of ``condition`` (over ``INNER`` and ``OUTER`` columns) is an
+    equality that makes the inner row's unit the outer row's (``_same_unit``): then the
+    equality of units the backend adds changes no answer. Without one, it would answer
+    another question (``EXISTS (SELECT 1 FROM people WHERE age = 20)`` counted only
+    the people aged 20, not everyone: the review of 2026-11-29)."""
+    conjuncts = list(condition.flatten()) if isinstance(condition, exp.And) else [condition]
+    for term in conjuncts:
+        if not isinstance(term, exp.EQ):
+            continue
+        sides = {side.table: side for side in (term.this, term.expression)
+                 if isinstance(side, exp.Column)}
+        if set(sides) != {INNER, OUTER}:
+            continue
+        column = table.columns.get(sides[OUTER].name)
+        owner, name = table, sides[OUTER].name
+        if isinstance(column, JoinedColumn):
+            owner, name = owners.get(column.join), column.source
+        if owner is not None and _same_unit(inner, sides[INNER], owner, exp.column(name)):
+            return True
+    return False
 
 
 def _inner_table(node: exp.Exists, rules: Rules) -> tuple[Table, str]:

@@ -565,3 +565,17 @@ def test_order_by_a_name_two_result_columns_bear_for_one_expression_is_that_colu
         "SELECT region AS x, region AS x, COUNT(*) FROM people GROUP BY region "
         "ORDER BY x DESC"))
     assert [row[0] for row in answer.rows] == ["c", "b", "a", None][:len(answer.rows)]
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM people p WHERE EXISTS (SELECT 1 FROM people q WHERE q.age = 20)",
+    "SELECT COUNT(*) FROM people p WHERE EXISTS (SELECT 1 FROM visits v WHERE "
+    "v.person_id = 7)",
+    "SELECT COUNT(*) FROM people p WHERE NOT EXISTS (SELECT 1 FROM visits v WHERE "
+    "v.age = p.age)",
+])
+def test_an_exists_that_does_not_equate_the_units_is_refused(engine, sql):
+    """The backend reads an EXISTS with the inner row's unit equated to the outer row's;
+    where the analyst's WHERE does not equate them the answer was another question's
+    (everyone when someone is 20: 0 to 6, not 300; the review of 2026-11-29)."""
+    refused_for_free(engine, sql, "0A000", "equates the two rows' units")

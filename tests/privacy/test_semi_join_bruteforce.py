@@ -1,10 +1,10 @@
 """Brute-force neighbours of EXISTS and NOT EXISTS over a second protected table of the
 same privacy unit (TPC-H Q04, Q21; ``proxy.analyze.semi_joins``).
 
-``SELECT kind, COUNT(*), SUM(v) FROM t WHERE [NOT] EXISTS (SELECT * FROM e WHERE e.k =
-t.k AND e.w > 2) GROUP BY kind``: the backend adds ``e.unit = t.unit`` to the EXISTS, so
-whether a row of t is in scope depends on its own unit's records only (docs/privacy.md
-§3.15). The data sets make that matter: keys shared across units (a row of e of unit 2
+``SELECT kind, COUNT(*), SUM(v) FROM t WHERE [NOT] EXISTS (SELECT * FROM e WHERE e.unit =
+t.unit AND e.k = t.k AND e.w > 2) GROUP BY kind``: the EXISTS equates the two rows'
+units (the analysis refuses one that does not), so whether a row of t is in scope
+depends on its own unit's records only (docs/privacy.md §3.15). The data sets make that matter: keys shared across units (a row of e of unit 2
 with the key of a row of t of unit 1), rows of e without a row of t, NULL keys and
 units, values beyond the domain. Checked end to end: the statistics come from the real
 pushed-down SQL over DuckDB and equal a Python reference of the semi-join; every
@@ -62,11 +62,13 @@ NEIGHBOUR_E = [(k, w) for k in (1, 2, None) for w in (0.0, 3.0)]
 
 QUERIES = {
     "exists, by kind": ("SELECT kind, COUNT(*), SUM(v) FROM t WHERE EXISTS (SELECT * FROM e "
-                        "WHERE e.k = t.k AND w > 2) GROUP BY kind", False, True),
+                        "WHERE e.unit = t.unit AND e.k = t.k AND w > 2) GROUP BY kind", False,
+                        True),
     "not exists": ("SELECT COUNT(*), SUM(v) FROM t WHERE v < 11 AND NOT EXISTS (SELECT 1 "
-                   "FROM e AS x WHERE x.k = t.k AND x.w > 2)", True, False),
+                   "FROM e AS x WHERE x.k = t.k AND x.w > 2 AND t.unit = x.unit)", True,
+                   False),
     "exists or": ("SELECT kind, COUNT(*), SUM(v) FROM t WHERE v > 5 OR EXISTS (SELECT * "
-                  "FROM e WHERE k = t.k) GROUP BY kind", None, True),
+                  "FROM e WHERE k = t.k AND unit = t.unit) GROUP BY kind", None, True),
 }
 
 
