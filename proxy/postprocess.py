@@ -291,6 +291,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
+    _casts_as_postgresql(annotated)
     _integer_division(annotated)
     _failing_as_postgresql(annotated)  # after the bounds were read
     tables = tuple((name, tuple(types.values()), exp.Create(
@@ -397,6 +398,30 @@ def _integer_division(tree: exp.Expression) -> None:
         quotient.type = left if _INTEGERS.index(left.this) >= _INTEGERS.index(right.this) \
             else right
         node.replace(quotient)
+
+
+def _casts_as_postgresql(tree: exp.Expression) -> None:
+    """Refuse a cast of a number PostgreSQL has no cast for (42846: to a date, time,
+    interval, bytea, uuid, array or json; to boolean from any but an integer): DuckDB
+    binds one over the row of NULLs that types the answer before the debit, then fails
+    on the released value (``CAST(COUNT(*) AS date)`` was charged, then failed: the
+    review of 2026-11-29); every outer query is prepared on that row first."""
+    for node in tree.find_all(exp.Cast):
+        source = node.this.type
+        if source is None or not source.is_type(*exp.DataType.NUMERIC_TYPES):
+            continue
+        target = node.to
+        if target.is_type(*_NO_CAST_FROM_NUMBERS) or (
+                target.is_type(exp.DataType.Type.BOOLEAN)
+                and not source.is_type(exp.DataType.Type.INT)):
+            raise NotComputed(f"cannot cast type {source.sql(dialect='postgres').lower()} "
+                              f"to {target.sql(dialect='postgres').lower()}", "42846")
+
+
+_T = exp.DataType.Type
+_NO_CAST_FROM_NUMBERS = (_T.DATE, _T.DATE32, _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPTZ,
+                         _T.TIMESTAMPLTZ, _T.TIMESTAMPNTZ, _T.TIME, _T.TIMETZ, _T.INTERVAL,
+                         _T.BINARY, _T.VARBINARY, _T.UUID, _T.ARRAY, _T.JSON, _T.JSONB)
 
 
 _INTEGERS = [exp.DataType.Type.TINYINT, exp.DataType.Type.SMALLINT, exp.DataType.Type.INT,

@@ -866,8 +866,9 @@ def _outer_columns(outer: OuterQuery, columns: list[list[tuple[str, str]]],
         for probe in ([[(None,) * len(c)] for c in columns], keyed):
             names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c], rows)
                                                  for c, rows in zip(columns, probe)])
-    except NotComputed as exc:
-        raise NotSupported(exc.message) from None
+    except NotComputed as exc:  # PostgreSQL's own refusal keeps its SQLSTATE (42846)
+        raise NotSupported(exc.message, exc.sqlstate if exc.sqlstate.startswith("42")
+                           else None) from None
     return list(zip(names, kinds))
 
 
