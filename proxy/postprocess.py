@@ -163,9 +163,9 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     releases' ``bounds``, the 95 % bounds of the other columns where a sound rule gives
     one (``proxy.postbounds``), row by row, by index. A cancel stops it (QueryCanceled):
     between its steps, and in its DuckDB by an interrupt. A value its
-    SQL cannot compute (an integer overflow 22000, an integer division by a released 0
-    22012) fails the statement in one line; the noise was drawn, so the ε stays spent
-    (docs/clients.md)."""
+    SQL cannot compute (an integer overflow 22000, SQRT of a negative released value
+    2201F) fails the statement in one line; the noise was drawn, so the ε stays spent
+    (docs/clients.md). A division by a released 0 is NULL (``_failing_as_postgresql``)."""
     checkpoint()
     prepared = _prepared(outer, releases, bounds)
     width, intervals = prepared.width, prepared.intervals

@@ -1123,6 +1123,8 @@ def _output_kind(plan: QueryPlan, output) -> str:
         return RULE_TYPES[moment.kind]
     aggregate = plan.aggregates[output.aggregate]
     output_type = aggregate.kind.row.output
+    if aggregate.continuous and plan.table.columns[aggregate.column].type == "int":
+        return RULE_TYPES["float"]  # PERCENTILE_CONT of a number: double precision
     if output_type == "column":
         return RULE_TYPES[plan.table.columns[aggregate.column].type]
     return RULE_TYPES[output_type]

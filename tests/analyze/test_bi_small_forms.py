@@ -598,3 +598,14 @@ def test_a_cast_of_a_released_number_postgresql_has_not_is_refused_before_the_de
     """PostgreSQL's 42846, for free: DuckDB bound these over the row of NULLs that types
     the answer, then failed on the released value, charged (the review of 2026-11-29)."""
     refused_for_free(engine, sql, "42846", f"cannot cast type {target}")
+
+
+def test_percentile_cont_of_an_int_column_is_double_precision(engine):
+    """As PostgreSQL types it (the column's own bigint was sent); PERCENTILE_DISC keeps
+    the column's type."""
+    session = Session.open(engine, "alice")
+    (cont,) = list(session.execute(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM people"))
+    (disc,) = list(session.execute(
+        "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY age) FROM people"))
+    assert (cont.kinds, disc.kinds) == (["double precision"], ["bigint"])
