@@ -320,10 +320,11 @@ def _to_char(node: exp.Expression) -> exp.Expression:
     row of NULLs, before any debit, by the argument's type alone."""
     if not isinstance(node, exp.TimeToStr):
         return node
+    cast = exp.cast(node.this, "timestamp")
+    cast.meta["moments_only"] = True  # taken for moments alone: not the analyst's cast
     moment = exp.Case().when(
-        exp.func("typeof", node.this.copy()).isin(*_MOMENT_TYPES),
-        exp.cast(node.this, "timestamp")).else_(exp.func("error", exp.Literal.string(
-            "TO_CHAR takes a date or timestamp here")))
+        exp.func("typeof", node.this.copy()).isin(*_MOMENT_TYPES), cast).else_(
+        exp.func("error", exp.Literal.string("TO_CHAR takes a date or timestamp here")))
     return exp.Anonymous(this=_TO_CHAR, expressions=[
         moment, exp.Literal.string(to_char_format(node))])
 
@@ -408,7 +409,8 @@ def _casts_as_postgresql(tree: exp.Expression) -> None:
     review of 2026-11-29); every outer query is prepared on that row first."""
     for node in tree.find_all(exp.Cast):
         source = node.this.type
-        if source is None or not source.is_type(*exp.DataType.NUMERIC_TYPES):
+        if source is None or not source.is_type(*exp.DataType.NUMERIC_TYPES) \
+                or node.meta.get("moments_only"):
             continue
         target = node.to
         if target.is_type(*_NO_CAST_FROM_NUMBERS) or (

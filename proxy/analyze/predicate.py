@@ -72,8 +72,7 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                 "backend); compare the column itself: x > 3 instead of -x < -3")
         elif isinstance(node, exp.Func) and not isinstance(node, _ALLOWED):
             raise UnknownFunction(
-                f"function {node.sql(dialect='postgres').split('(')[0]} is not allowed in "
-                f"{place}; "
+                f"{_function_named(node)} is not allowed in {place}; "
                 "use comparisons, BETWEEN, IN (...), IS NULL, LIKE, AND/OR/NOT on columns"
             )
         elif not isinstance(node, _ALLOWED):
@@ -84,6 +83,15 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
     _check_literal_types(condition, table)
     _check_conditions(condition, table, place)
     return computed_fields(_merged_exclusions(_whole_numbers(condition, table)), table)
+
+
+def _function_named(node: exp.Func) -> str:
+    """``function name`` of a call; an operator's whole text (``region ~ '('``: its
+    text cut at the first bracket read "function region ~ '")."""
+    text = node.sql(dialect="postgres")
+    name = text.split("(")[0]
+    return f"function {name}" if name.replace("_", "").replace(".", "").isalnum() \
+        else f"the operator in {text[:80]}"
 
 
 def _check_conditions(condition: exp.Expression, table: Table, place: str) -> None:
