@@ -274,9 +274,9 @@ def statements(rng: random.Random) -> tuple[str, str, str | None]:
     where = f"{column} >= {moment(rng)} AND {column} < {moment(rng)}"
     if rng.random() < 0.3:
         where += f" AND {condition(rng, 1)}"
-    grouped = "SELECT {} AS k, COUNT(*) FROM " + f"{TABLE} WHERE {where} GROUP BY 1"
-    return (grouped.format(bucket.format(column)), where,
-            grouped.format(bucket.format(CLAMPED[column])))
+    grouped = "SELECT {} AS k, COUNT(*) FROM " + f"{TABLE} WHERE {{}} GROUP BY 1"
+    return (grouped.format(bucket.format(column), where), where,
+            grouped.format(bucket.format(CLAMPED[column]), truth_where(where)))
 
 
 # ---------------------------------------------------------------- one statement
