@@ -402,11 +402,17 @@ def _integer_division(tree: exp.Expression) -> None:
 
 
 def _casts_as_postgresql(tree: exp.Expression) -> None:
-    """Refuse a cast of a number PostgreSQL has no cast for (42846: to a date, time,
+    """Refuse NTH_VALUE(v, n) of a constant n ≤ 0 (PostgreSQL's 22016; DuckDB gave
+    NULL), and a cast of a number PostgreSQL has no cast for (42846: to a date, time,
     interval, bytea, uuid, array or json; to boolean from any but an integer): DuckDB
     binds one over the row of NULLs that types the answer before the debit, then fails
     on the released value (``CAST(COUNT(*) AS date)`` was charged, then failed: the
     review of 2026-11-29); every outer query is prepared on that row first."""
+    for nth in tree.find_all(exp.NthValue):  # PostgreSQL's error, whatever the rows
+        offset = nth.args.get("offset")
+        if isinstance(offset, exp.Literal) and not offset.is_string \
+                and offset.name.lstrip("-").isdigit() and int(offset.name) <= 0:
+            raise NotComputed("argument of nth_value must be greater than zero", "22016")
     for node in tree.find_all(exp.Cast):
         source = node.this.type
         if source is None or not source.is_type(*exp.DataType.NUMERIC_TYPES) \

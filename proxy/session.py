@@ -867,7 +867,7 @@ def _outer_columns(outer: OuterQuery, columns: list[list[tuple[str, str]]],
             names, kinds, *_ = run_outer(outer, [([n for n, _ in c], [k for _, k in c], rows)
                                                  for c, rows in zip(columns, probe)])
     except NotComputed as exc:  # PostgreSQL's own refusal keeps its SQLSTATE (42846)
-        raise NotSupported(exc.message, exc.sqlstate if exc.sqlstate.startswith("42")
+        raise NotSupported(exc.message, exc.sqlstate if exc.sqlstate != NotComputed.sqlstate
                            else None) from None
     return list(zip(names, kinds))
 

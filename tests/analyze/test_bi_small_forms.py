@@ -609,3 +609,10 @@ def test_percentile_cont_of_an_int_column_is_double_precision(engine):
     (disc,) = list(session.execute(
         "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY age) FROM people"))
     assert (cont.kinds, disc.kinds) == (["double precision"], ["bigint"])
+
+
+def test_nth_value_of_a_position_below_one_is_postgresql_s_22016(engine):
+    """Refused for free: DuckDB gave NULL where PostgreSQL fails whatever the rows."""
+    refused_for_free(engine, "SELECT region, NTH_VALUE(COUNT(*), 0) OVER (ORDER BY region) "
+                             "FROM people GROUP BY region", "22016",
+                     "argument of nth_value must be greater than zero")
