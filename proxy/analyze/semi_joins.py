@@ -19,9 +19,10 @@ WHERE of a query over protected tables with a privacy unit, ``t`` protected with
 unit of the same identity (``privacy_unit``, ``unit_of``, ``unit_via``), the condition
 equating the two rows' units itself (``_correlated``: else the added equality would
 answer another question); the condition is checked as a WHERE is (comparisons, IN,
-LIKE, IS NULL, AND/OR/NOT) over ``t``'s columns and the outer query's (an unqualified column is ``t``'s when ``t``
-declares it, as PostgreSQL resolves it). Refused in one line: joins, GROUP BY,
-aggregates, LIMIT or subqueries inside it, a public or row-level table, another unit.
+LIKE, IS NULL, AND/OR/NOT) over ``t``'s columns and the outer query's (an unqualified
+column is ``t``'s when ``t`` declares it, as PostgreSQL resolves it). Refused in one
+line: joins, GROUP BY, aggregates, LIMIT or subqueries inside it, a public or
+row-level table, another unit.
 ``x IN (SELECT a.y FROM t a WHERE …)`` is answered as the EXISTS it equals where it
 decides the WHERE by being TRUE (``in_as_exists``).
 """
