@@ -285,18 +285,19 @@ _BOOLEAN_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                   "false": False, "no": False, "off": False, "0": False}
 
 
-def _boolean(literal: exp.Literal, column: str) -> exp.Boolean:
-    """A quoted boolean compared with a bool column, as TRUE or FALSE: DuckDB reads
-    fewer spellings than PostgreSQL ('off' failed after the debit); one PostgreSQL
-    refuses, or a number (no operator compares them), is refused here."""
+def boolean_of(literal: exp.Literal, where: str) -> exp.Boolean:
+    """A quoted boolean compared with a bool column (``where``: "column f"), or an
+    element of a boolean array, as TRUE or FALSE: DuckDB reads fewer spellings than
+    PostgreSQL ('off' failed after the debit); one PostgreSQL refuses, or a number (no
+    operator compares them), is refused here."""
     if not literal.is_string:
-        raise NotSupported(f"column {column} is bool; compare it with TRUE or FALSE")
+        raise NotSupported(f"{where} is bool; compare it with TRUE or FALSE")
     text = literal.name.strip().lower()
     meant = {value for word, value in _BOOLEAN_WORDS.items()
              if text and word.startswith(text) and (len(text) > 1 or word not in ("on", "off"))}
     if len(meant) != 1:
-        raise Refused(f"invalid input syntax for type boolean: {literal.sql()} (column "
-                      f"{column}); write TRUE or FALSE", "22P02")
+        raise Refused(f"invalid input syntax for type boolean: {literal.sql()} ({where}); "
+                      "write TRUE or FALSE", "22P02")
     return exp.Boolean(this=meant.pop())
 
 
@@ -392,7 +393,7 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
             wants_string = declared.type in ("text", "date", "timestamp")
             for literal in literals:
                 if declared.type == "bool":
-                    literal.replace(_boolean(literal, column.name))
+                    literal.replace(boolean_of(literal, f"column {column.name}"))
                     continue
                 if literal.is_string and declared.type in ("int", "float"):
                     literal.replace(_number(literal, column.name, declared.type))

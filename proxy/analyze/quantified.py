@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.predicate import DECIMAL_TEXT, INTEGER_TEXT
+from proxy.analyze.predicate import DECIMAL_TEXT, INTEGER_TEXT, boolean_of
 from proxy.errors import Refused
 
 _KINDS = {"ANY": "any", "SOME": "any", "ALL": "all"}
@@ -82,7 +82,10 @@ def _elements(operand: exp.Expression) -> list[exp.Expression] | None:
         texts = array_text(operand.this)
         if texts is None:
             return None
-        return [_typed(text, kind) if kind in _NUMBERS else _element(text) for text in texts]
+        return [_typed(text, kind) if kind in _NUMBERS else _moment(text, kind)
+                if kind in _MOMENTS else boolean_of(exp.Literal.string(text), "an array element")
+                if kind == _T.BOOLEAN and text is not None else _element(text)
+                for text in texts]
     return None
 
 
@@ -114,6 +117,16 @@ def _typed(text: str | None, kind: exp.DataType.Type) -> exp.Expression:
     number = bare.lstrip("+")
     return (exp.Neg(this=exp.Literal.number(number[1:])) if number.startswith("-")
             else exp.Literal.number(number))
+
+
+# the element types an array literal's text is read as moments in: each element a cast,
+# read as every time constant is (``merge_steps.fold_time_constants``: refused beside a
+# column of another type, 42883); a boolean array's elements are TRUE or FALSE
+_MOMENTS = (_T.DATE, _T.TIMESTAMP, _T.TIMESTAMPTZ)
+
+
+def _moment(text: str | None, kind: exp.DataType.Type) -> exp.Expression:
+    return exp.Null() if text is None else exp.cast(exp.Literal.string(text), kind)
 
 
 def _element(text: str | None) -> exp.Expression:

@@ -91,6 +91,12 @@ FOUND = [
     ("UTC", "t <> TO_DATE('9999-12-31', 'YYYY-MM-DD')"),
     ("UTC", "t IN ('50%', '2023-03-26'::date)"), ("UTC", "x = DATE '2024-01-01'"),
     ("UTC", "t BETWEEN -2.5 AND 'zz'"), ("Europe/Berlin", "at < -(3)"), ("UTC", "f != -0.0"),
+    # an array cast to boolean or date[] beside a text column (its elements had been
+    # read as text); beside a bool or date column, its elements' own values
+    ("UTC", "t = ANY('{t,f}'::boolean[])"), ("UTC", "t = ANY('{2024-01-01}'::date[])"),
+    ("UTC", "f = ANY('{t,off}'::boolean[])"),
+    ("Europe/Berlin", "d = ANY('{2024-02-29,2020-01-01}'::date[])"),
+    ("UTC", "at = ANY(CAST('{2023-03-26 02:30:00}' AS timestamp[]))"),
     # a year read as a range of the column as it is (1 to 9998), not clamped: the
     # fuzzer's truth had clamped it (tests/where_totality.py extract_term)
     ("Europe/Berlin", "NOT (NOT (date_part('year', wf.d) = 1))"),
