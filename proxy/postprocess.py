@@ -291,7 +291,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()
     intervals = _intervals(annotated, width, releases, bounds, bounded, carried)
     checkpoint()
-    _casts_as_postgresql(annotated)
+    _refused_as_postgresql(annotated)
     _integer_division(annotated)
     _failing_as_postgresql(annotated)  # after the bounds were read
     tables = tuple((name, tuple(types.values()), exp.Create(
@@ -401,13 +401,24 @@ def _integer_division(tree: exp.Expression) -> None:
         node.replace(quotient)
 
 
-def _casts_as_postgresql(tree: exp.Expression) -> None:
-    """Refuse NTH_VALUE(v, n) of a constant n ≤ 0 (PostgreSQL's 22016; DuckDB gave
-    NULL), and a cast of a number PostgreSQL has no cast for (42846: to a date, time,
-    interval, bytea, uuid, array or json; to boolean from any but an integer): DuckDB
-    binds one over the row of NULLs that types the answer before the debit, then fails
-    on the released value (``CAST(COUNT(*) AS date)`` was charged, then failed: the
-    review of 2026-11-29); every outer query is prepared on that row first."""
+def _refused_as_postgresql(tree: exp.Expression) -> None:
+    """Refuse what PostgreSQL fails on whatever the released values, where DuckDB
+    answers or fails only on some: NTH_VALUE(v, n) of a constant n ≤ 0 (22016; DuckDB
+    gave NULL), TRUE or FALSE compared with a number (42883: ``HAVING COUNT(*) = TRUE``
+    was answered), and a cast of a number PostgreSQL has no cast for (42846: to a date,
+    time, interval, bytea, uuid, array or json; to boolean from any but an integer),
+    which DuckDB binds over the row of NULLs that types the answer before the debit,
+    then fails on the released value (``CAST(COUNT(*) AS date)`` was charged, then
+    failed: the review of 2026-11-29). Every outer query is prepared on that row first."""
+    for compared in tree.find_all(*_COMPARED):
+        sides = (compared.this, compared.expression)
+        numbers = [side.type for side in sides if not isinstance(side, exp.Boolean)
+                   and side.type is not None
+                   and side.type.is_type(*exp.DataType.NUMERIC_TYPES)]
+        if numbers and any(isinstance(side, exp.Boolean) for side in sides):
+            raise NotComputed(f"operator does not exist: "
+                              f"{numbers[0].sql(dialect='postgres').lower()} "
+                              f"{_COMPARED[type(compared)]} boolean", "42883")
     for nth in tree.find_all(exp.NthValue):  # PostgreSQL's error, whatever the rows
         offset = nth.args.get("offset")
         if isinstance(offset, exp.Literal) and not offset.is_string \
@@ -426,6 +437,8 @@ def _casts_as_postgresql(tree: exp.Expression) -> None:
                               f"to {target.sql(dialect='postgres').lower()}", "42846")
 
 
+_COMPARED = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<",
+             exp.LTE: "<="}
 _T = exp.DataType.Type
 _NO_CAST_FROM_NUMBERS = (_T.DATE, _T.DATE32, _T.DATETIME, _T.TIMESTAMP, _T.TIMESTAMPTZ,
                          _T.TIMESTAMPLTZ, _T.TIMESTAMPNTZ, _T.TIME, _T.TIMETZ, _T.INTERVAL,

@@ -616,3 +616,10 @@ def test_nth_value_of_a_position_below_one_is_postgresql_s_22016(engine):
     refused_for_free(engine, "SELECT region, NTH_VALUE(COUNT(*), 0) OVER (ORDER BY region) "
                              "FROM people GROUP BY region", "22016",
                      "argument of nth_value must be greater than zero")
+
+
+def test_true_compared_with_a_released_number_is_postgresql_s_42883(engine):
+    """Refused for free: DuckDB compared a count with TRUE as with 1."""
+    refused_for_free(engine, "SELECT region, COUNT(*) FROM people GROUP BY region HAVING "
+                             "COUNT(*) = TRUE", "42883",
+                     "operator does not exist: bigint = boolean")
