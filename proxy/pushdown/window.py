@@ -295,11 +295,14 @@ def bucketed_windows(plan: QueryPlan, need: ColumnNeeds, dialect: str,
     are laid out here from the count below. Exact whatever the data: a bucket's index
     never falls as the value grows, so the values of earlier buckets are all below the
     bracket (checked: the values read must be as many as the histogram counts). None,
-    for the window statement, when the domain is not declared, the groups need more
-    conditions than ``BRACKET_CONNECTORS``, or the brackets hold more than
+    for the window statement, when the domain is not declared or narrower than a
+    double's ``BUCKETS`` parts (below about 5.7·10⁻³⁰⁶ the buckets' scale is infinite,
+    which was sent as the literal ``inf``: a review of 2026-11-29), the groups need
+    more conditions than ``BRACKET_CONNECTORS``, or the brackets hold more than
     ``2 * GROUPED_VALUES`` values (data where one bucket holds most values)."""
     keys, value = group_keys(plan), exp.column("c0")
     if (need.lower is None or need.upper is None or not need.lower < need.upper
+            or not math.isfinite(BUCKETS / (need.upper - need.lower))
             or len(plan.group_keys()) * (len(keys) + 3) > BRACKET_CONNECTORS):
         return None
     scope = scope_select(plan, (need,), clip_rows_per_unit)
