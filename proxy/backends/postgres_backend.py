@@ -406,9 +406,11 @@ class PostgresBackend(Backend):
     def _poll(self, con: psycopg.Connection) -> None:
         """Read the counters every period (each statement its own snapshot); the mark
         moves when they changed (the first read too: what was read before it may have
-        missed a write), when a read took longer than the period, and every
-        WATCH_SECONDS. Then the read's start is recorded: every write committed before
-        it is accounted for by the mark."""
+        missed a write), when a read took longer than the period or ended after
+        ``quiet_mark`` had been None (the last read begun over 2 P before: a read that
+        began late and was blocked for less than P came back with the old mark, which
+        a test saw under load), and every WATCH_SECONDS. Then the read's start is
+        recorded: every write committed before it is accounted for by the mark."""
         seen, forced = None, time.monotonic()
         while not self._closing.is_set():
             began = time.monotonic()
@@ -417,7 +419,9 @@ class PostgresBackend(Backend):
             due = done - forced >= WATCH_SECONDS
             forced = done if due else forced
             with self._mark_lock:
-                if due or counts != seen or done - began > self._period:
+                last = self._checked_at
+                if due or counts != seen or done - began > self._period or (
+                        last is None or done - last > 2 * self._period):
                     self._mark += 1
                 self._checked_at = began
             seen = counts
