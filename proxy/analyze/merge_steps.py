@@ -202,10 +202,11 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
             moment = _wall_of_moment(text.name, moment, node.args.get("format"))
         day = isinstance(node, (exp.TsOrDsToDate, exp.StrToDate)) or (
             isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE))
-        if rules is not None:
-            _compared_with_time(node, "date" if day else "timestamp", rules)
-        if not day and rules is not None:
-            _date_compared(node, moment, rules)
+        compared = _compared_columns(node, rules) if rules is not None else None
+        if compared is not None:
+            _compared_with_time(compared, "date" if day else "timestamp")
+            if not day:
+                _date_compared(compared, moment)
         node.replace(exp.Literal.string(moment.date().isoformat() if day
                                         else moment.isoformat(" ")))
     return tree
@@ -214,45 +215,50 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between, exp.In)
 
 
-def _compared_with_time(node: exp.Expression, kind: str, rules: Rules) -> None:
-    """Refuse a typed date or timestamp constant compared with a column every table of
-    ``rules`` declares of another type (``region = DATE '2024-01-01'``): PostgreSQL has
-    no such operator (42883), while the constant, folded to a quoted literal, would be
-    compared as that column's text (the fuzzer's literals of other kinds, 2026-11-29)."""
+def _compared_columns(node: exp.Expression, rules: Rules
+                      ) -> tuple[exp.Expression, list[tuple[exp.Column, set[str]]]] | None:
+    """The comparison a time constant stands in (brackets skipped), with each of its two
+    sides that is a column and the types the tables of ``rules`` declare that name
+    with; None when it stands in none."""
     parent = node.parent
     while isinstance(parent, exp.Paren):
         parent = parent.parent
     if not isinstance(parent, _COMPARISONS):
-        return
-    for column in (parent.this, parent.args.get("expression")):
-        types = {declared.type for table in rules.tables.values()
-                 for name, declared in table.columns.items()
-                 if isinstance(column, exp.Column) and name == column.name}
+        return None
+    return parent, [(column, {declared.type for table in rules.tables.values()
+                              for name, declared in table.columns.items()
+                              if name == column.name})
+                    for column in (parent.this, parent.args.get("expression"))
+                    if isinstance(column, exp.Column)]
+
+
+def _compared_with_time(compared: tuple[exp.Expression, list[tuple[exp.Column, set[str]]]],
+                        kind: str) -> None:
+    """Refuse a typed date or timestamp constant compared with a column every table of
+    the rules declares of another type (``region = DATE '2024-01-01'``): PostgreSQL has
+    no such operator (42883), while the constant, folded to a quoted literal, would be
+    compared as that column's text (the fuzzer's literals of other kinds, 2026-11-29)."""
+    for column, types in compared[1]:
         if types and not types & {"date", "timestamp"}:
             raise UnknownFunction(
                 f"operator does not exist: {types.pop()} compared with {kind} (column "
                 f"{column.name}); compare it with a constant of its own type")
 
 
-def _date_compared(node: exp.Expression, wall: dt.datetime, rules: Rules) -> None:
+def _date_compared(compared: tuple[exp.Expression, list[tuple[exp.Column, set[str]]]],
+                   wall: dt.datetime) -> None:
     """Refuse a timestamp constant (its wall clock ``wall``) compared with a date column
     where PostgreSQL's answer is not the date's: it reads the date as its midnight (in
     the session's zone) and compares moments, so ``day >= TIMESTAMP '2024-01-31 08:00'``
     leaves out the 31st, while the constant, folded to a quoted literal, would be read
     as a date. An IN list with a timestamp reads its quoted items as timestamps too."""
-    parent = node.parent
-    while isinstance(parent, exp.Paren):
-        parent = parent.parent
-    if not isinstance(parent, _COMPARISONS):
-        return
-    columns = [o for o in (parent.this, parent.args.get("expression")) if isinstance(o, exp.Column)]
-    if not any(declared.type == "date" for column in columns for table in rules.tables.values()
-               for name, declared in table.columns.items() if name == column.name):
+    parent, columns = compared
+    if not any("date" in types for _, types in columns):
         return
     items = parent.expressions if isinstance(parent, exp.In) else []
     untyped = [parse_moment(i.name) for i in items if isinstance(i, exp.Literal) and i.is_string]
     if wall.time() != dt.time() or any(m is None or m.time() != dt.time() for m in untyped):
-        raise NotSupported(f"column {columns[0].name} is a date and PostgreSQL compares it "
+        raise NotSupported(f"column {columns[0][0].name} is a date and PostgreSQL compares it "
                            f"with the timestamp '{wall.isoformat(' ')}' as its midnight; "
                            "compare it with a date such as '2024-01-31'")
 
