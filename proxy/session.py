@@ -32,7 +32,7 @@ from proxy.analyze import (
 )
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.constants import reads_clock
-from proxy.analyze.explain import explained
+from proxy.analyze.explain import explain_rest, explained
 from proxy.analyze.ordering import sorted_rows
 from proxy.analyze.outer import UNIONED, OuterQuery, RankedSeries, SeriesLimit
 from proxy.analyze.shapes import ShapeCache, shape_of
@@ -343,8 +343,8 @@ class Session:
                 settings = apply_command(settings, command)
                 steps.append((None, command))
                 continue
-            if isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN":
-                rest = tree.expression.name if tree.expression is not None else ""
+            rest = explain_rest(tree)
+            if rest is not None:
                 steps.append((None, self._explained(rest, settings)))
                 continue
             work = analyze(tree, rules, settings, epsilon_hint(tree))

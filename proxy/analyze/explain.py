@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import re
 
+from sqlglot import exp
+
 from proxy.errors import NotSupported, SyntaxProblem
 
 _OPTION = re.compile(r"\s*([A-Za-z_]+)(?:\s+([A-Za-z_0-9']+))?\s*")
 _OFF = ("false", "off", "0")
+
+
+def explain_rest(tree: exp.Expression) -> str | None:
+    """What follows the word EXPLAIN in a parsed statement (sqlglot keeps it as text),
+    "" when nothing does; None when the statement is no EXPLAIN."""
+    if not (isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN"):
+        return None
+    return tree.expression.name if tree.expression is not None else ""
 
 
 def explained(rest: str) -> str:

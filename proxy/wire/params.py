@@ -18,7 +18,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from proxy.analyze import POSTGRES, command_tokens, parse_tokens
-from proxy.analyze.explain import explained
+from proxy.analyze.explain import explain_rest, explained
 from proxy.errors import NotSupported, ProxyError, SyntaxProblem
 from proxy.pgtypes import (
     ARRAYS,
@@ -59,10 +59,8 @@ def _typed_tree(text: str) -> exp.Expression:
     plan of ``… WHERE age > ?`` was refused as a parameter in WHERE). Never bound and
     rendered: that would drop the EXPLAIN."""
     tree = _tree(text)
-    if isinstance(tree, exp.Command) and tree.name.upper() == "EXPLAIN" \
-            and tree.expression is not None:
-        return _tree(explained(tree.expression.name))
-    return tree
+    rest = explain_rest(tree)
+    return _tree(explained(rest)) if rest else tree
 
 
 def _parameters(tree: exp.Expression) -> dict[int, list[exp.Parameter]]:
