@@ -103,16 +103,18 @@ def test_paper_release_classification_keeps_cbls_near_the_original_data(tmp_path
     """Seed 002 Figs. 5–6 on the quick grid (ε 0.01 and 1, α 1.5, two k for Census, three
     for Wine) with 1 run per point (the paper: 10) and forests of 30 trees (the
     default: 100): a forest trained on an iDP-CBLS release scores within 5 % of one
-    trained on the original data at every ε, and above one trained on an iDP-LS release
-    (the gaps at 10 runs: ≤ 2 % and ≥ 3 %; at 2 runs: iDP-CBLS at worst 0.6 % below the
-    bound, iDP-LS ≥ 11 % below; at this setting here, 1 run: 1.6 % and ≥ 11 %)."""
+    trained on the original data at every ε, above one trained on an iDP-LS release at
+    the smallest ε and not 1 % of the bound below it at any (the gaps at 10 runs: ≤ 2 %
+    and ≥ 3 %; at 2 runs: iDP-CBLS at worst 0.6 % below the bound, iDP-LS ≥ 11 % below;
+    at this setting here, 1 run: 1.6 % and ≥ 11 % at ε 0.01 — at ε 1 on Census both
+    can reach the bound, and a CI run saw them tie)."""
     out = subprocess.run([sys.executable, str(ROOT / "examples" /
                                               "paper_release_classification.py"),
                           "--quick", "--runs", "1", "--trees", "30", "--out", str(tmp_path)],
                          capture_output=True, text=True, check=True, timeout=600)
     for name in ("census", "wine"):
         assert (f"{name}: iDP-CBLS within 5% of the bound at every eps: yes; above iDP-LS at "
-                "every eps: yes") in out.stdout, out.stdout
+                "the smallest eps, not below it at any: yes") in out.stdout, out.stdout
         assert (tmp_path / f"paper_release_classification_{name}.png").stat().st_size > 10_000
     # a header, then 1 alpha x 2 epsilons x (original + 2 methods) x (2 + 3) values of k
     rows = (tmp_path / "paper_release_classification.csv").read_text().count("\n")
