@@ -56,6 +56,7 @@ from proxy.privacy.consistency import consistent_rows
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
 from proxy.rules import Rules, key_text
+from proxy.setting_scopes import LOCAL_OUTSIDE, ScopeEvent, SettingScopes
 from proxy.settings import (
     DEFAULT_GAMMA,
     SessionCommand,
@@ -237,6 +238,7 @@ class Session:
         self.engine = engine
         self.analyst = analyst
         self.settings = Settings()
+        self._scopes: SettingScopes[Settings] = SettingScopes()
         # one private query's text -> (the settings it was checked under, its step):
         # the same text under the same settings is the same step (``known``)
         self._checked: dict[str, tuple[Settings, tuple[str | None, Any]]] = {}
@@ -587,10 +589,25 @@ class Session:
                      "unchanged since is replayed free")
         return Answer("EXPLAIN", ["QUERY PLAN"], [(line,) for line in lines], kinds=["text"])
 
+    def scoped(self, event: ScopeEvent) -> None:
+        """A transaction statement of the connection's: the settings it brings back."""
+        self.settings = self._scopes.play(event, self.settings)
+
+    def reset_all(self) -> None:
+        """RESET ALL and DISCARD ALL: every idp.* setting back to the rules' default."""
+        self._session_command(SessionCommand("all"))
+
     def _session_command(self, command: SessionCommand) -> Answer:
         if not command.show:
-            self.settings = apply_command(self.settings, command)
-            return Answer("RESET" if command.value is None else "SET")
+            def change(settings: Settings) -> Settings:
+                return apply_command(settings, command)
+
+            tag = "RESET" if command.value is None else "SET"
+            after = change(self.settings)  # a bad value refused whatever the scope
+            if not self._scopes.changed(change, command.local):
+                return Answer(tag, notice=LOCAL_OUTSIDE)
+            self.settings = after
+            return Answer(tag)
         value = self._show(command.name)
         return Answer("SHOW", [command.name.split(".")[-1]], [(value,)], kinds=[_TEXT])
 

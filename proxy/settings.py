@@ -30,7 +30,7 @@ SENSITIVITIES = ("local", "global", "smooth", "instance", "piecewise")
 FITS = {"idp": ("instance", "piecewise"), "dp": ("instance", "piecewise", "global", "smooth")}
 DEFAULT_GAMMA = 3.0  # seed 000 found γ = 3 best for the median
 _HINT = re.compile(r"^\+\s*(.*)$", re.DOTALL)
-_TIME_ZONE = re.compile(r"(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(\S+)", re.IGNORECASE)
+_TIME_ZONE = re.compile(r"(?:SESSION\s+|(LOCAL)\s+)?TIME\s+ZONE\s+(\S+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,13 @@ def _either(names: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class SessionCommand:
-    """SET (value given), RESET (value None, show False) or SHOW (show True)."""
+    """SET (value given), RESET (value None, show False) or SHOW (show True); ``local``:
+    SET LOCAL, until the transaction block ends (proxy.setting_scopes)."""
 
     name: str
     value: str | None = None
     show: bool = False
+    local: bool = False
 
 
 def session_command(statement: exp.Expression) -> SessionCommand | None:
@@ -143,14 +145,15 @@ def session_command(statement: exp.Expression) -> SessionCommand | None:
         target, value = items[0].this.this, items[0].this.expression
         name = target.sql(dialect="postgres").lower()
         text = value.name if isinstance(value, (exp.Literal, exp.Identifier)) else value.sql()
-        return SessionCommand(name, text)
+        return SessionCommand(name, text, local=items[0].args.get("kind") == "LOCAL")
     if isinstance(statement, exp.Command):
         word = statement.this.upper()
         rest = statement.expression
         rest = rest.name if isinstance(rest, exp.Expression) else str(rest or "")
         zone = _TIME_ZONE.fullmatch(rest.strip()) if word == "SET" else None
         if zone is not None:  # SET TIME ZONE 'Europe/Berlin' (the SQL standard's form)
-            return SessionCommand("timezone", zone.group(1).strip("'\""))
+            return SessionCommand("timezone", zone.group(2).strip("'\""),
+                                  local=zone.group(1) is not None)
         if word == "SET":
             raise ReadOnly(f"SET {rest.split()[0] if rest else ''} is not allowed through the "
                            "proxy; only session settings such as SET idp.epsilon = 0.1")

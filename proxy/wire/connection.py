@@ -29,6 +29,7 @@ from proxy.interrupts import checkpoint
 from proxy.pgtypes import TEXT, oid_of
 from proxy.rules import Rules, ServerLimits
 from proxy.session import Answer, Session
+from proxy.setting_scopes import BEGIN, COMMIT, ROLLBACK, ScopeEvent
 from proxy.users import Users
 from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
@@ -428,6 +429,8 @@ class Connection:
         # several statements outside BEGIN: PostgreSQL's implicit transaction block, where
         # DECLARE may stand; its cursors end with the message
         self._implicit = len(statements) > 1 and self.local.status == "I"
+        if self._implicit:  # its settings too: SET LOCAL lasts to its end, an error undoes
+            self._scope(ScopeEvent(BEGIN))
         failed = False
         for statement, step in statements:
             if not statement.word:
@@ -459,6 +462,7 @@ class Connection:
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
         if self._implicit and self.local.status == "I":
             self._transaction_ended(rolled_back=failed)
+            self._scope(ScopeEvent(ROLLBACK if failed else COMMIT))
         self._implicit = False
         self._send(codec.ready_for_query(self.local.status))
 
@@ -724,6 +728,10 @@ class Connection:
                 self._close_cursor(statement)
             outcome = self.local.execute(statement)
             self._cursors_after(statement.word, outcome)
+            if outcome.scope is not None:
+                self.session.scoped(outcome.scope)
+            if outcome.everything:
+                self.session.reset_all()
             self._follow_zone()
             if statement.word == "SHOW" and outcome.columns == ["name", "setting",
                                                                 "description"]:
@@ -823,6 +831,14 @@ class Connection:
         result = self._result(taken, cursor.fields, formats, codec.data_row)
         cursor.position += len(rows)  # once encoded: a FETCH that fails takes none
         return replace(result, tag=f"FETCH {len(rows)}", notice=None)
+
+    def _scope(self, event: ScopeEvent) -> None:
+        """A message's implicit transaction block begun or ended, for the settings of the
+        connection and the session; the client told of reported ones that came back."""
+        self.session.scoped(event)
+        for name, value in self.local.scoped(event).changed.items():
+            self._send(codec.parameter_status(name, value))
+        self._follow_zone()
 
     def _transaction_ended(self, rolled_back: bool = False) -> None:
         """A transaction ended (or a message's implicit one): its cursors with it, those
@@ -1001,7 +1017,7 @@ def _shadow_field(column: Column) -> codec.Field:
 
 def _local_result(outcome: Outcome, fields, formats) -> Result:
     if not outcome.columns:
-        return Result(outcome.tag, None, changed=outcome.changed)
+        return Result(outcome.tag, None, changed=outcome.changed, notice=outcome.notice)
     fields = fields or [codec.Field(name, TEXT) for name in outcome.columns]
     binary = _formats(formats, len(fields))
     rows = [codec.data_row([types.encode(v, TEXT, b == 1) for v, b in zip(row, binary)])

@@ -11,6 +11,17 @@ from dataclasses import dataclass, field
 from sqlglot.tokens import Token, TokenType
 
 from proxy.errors import BadSetting, ProxyError, Refused, SyntaxProblem
+from proxy.setting_scopes import (
+    BEGIN,
+    COMMIT,
+    LOCAL_OUTSIDE,
+    RELEASE,
+    ROLLBACK,
+    ROLLBACK_TO,
+    SAVEPOINT,
+    ScopeEvent,
+    SettingScopes,
+)
 from proxy.wire.route import Statement, setting_words
 from proxy.zones import session_zone
 
@@ -49,23 +60,46 @@ class Outcome:
     rows: list[tuple] = field(default_factory=list)
     changed: dict[str, str] = field(default_factory=dict)  # ParameterStatus to send
     ended: str | None = None  # "COMMIT" or "ROLLBACK": a transaction ended (and chained)
+    scope: ScopeEvent | None = None  # what a transaction statement does to settings
+    everything: bool = False  # RESET ALL or DISCARD ALL: the session's idp.* settings too
+    notice: str | None = None
 
 
 class LocalState:
-    """Per-connection settings and transaction status ('I', 'T' or 'E')."""
+    """Per-connection settings and transaction status ('I', 'T' or 'E'). The settings
+    dict is replaced, never changed in place: the transaction's scopes keep snapshots."""
 
     def __init__(self, server_version: str, user: str) -> None:
         self._initial = defaults(server_version, user)
         self.settings = dict(self._initial)
         self.status = "I"
         self.savepoints: list[str] = []  # of the open transaction block, oldest first
+        self.scopes: SettingScopes[dict[str, str]] = SettingScopes()
 
     def scratch(self) -> LocalState:
         """A copy to play a message's statements on, this connection's state unchanged."""
         copied = copy.copy(self)
-        copied.settings = dict(self.settings)
         copied.savepoints = list(self.savepoints)
+        copied.scopes = self.scopes.copy()
         return copied
+
+    def scoped(self, event: ScopeEvent, outcome: Outcome | None = None) -> Outcome:
+        """``outcome`` (an empty one) after ``event`` brought back the values it restores,
+        with the reported ones that changed (PostgreSQL reports them at a rollback)."""
+        outcome = outcome or Outcome("")
+        before, self.settings = self.settings, self.scopes.play(event, self.settings)
+        outcome.changed = {name: self.settings[name] for name in REPORTED
+                           if self.settings.get(name) != before.get(name)}
+        outcome.scope = event
+        return outcome
+
+    def _reset_all(self) -> None:
+        def initial(settings: dict[str, str]) -> dict[str, str]:
+            return {**self._initial,
+                    "session_authorization": settings["session_authorization"]}
+
+        self.scopes.changed(initial, local=False)
+        self.settings = initial(self.settings)
 
     def name(self, word: str) -> str:
         """The canonical spelling of a setting (PostgreSQL's names are case-blind)."""
@@ -75,8 +109,9 @@ class LocalState:
                 return known
         return word
 
-    def set(self, name: str, value: str) -> dict[str, str]:
-        """Apply one setting (startup parameter or SET); return what clients must be told."""
+    def set(self, name: str, value: str, local: bool = False) -> dict[str, str]:
+        """Apply one setting (startup parameter, SET or, ``local``, SET LOCAL); return what
+        clients must be told."""
         name = self.name(name.lower())
         if name in ("role", "session_authorization"):
             raise Refused(f"SET {name} is not allowed: the proxy acts as the analyst who "
@@ -89,8 +124,11 @@ class LocalState:
                              f"{self._initial[name]}")
         if name == "TimeZone":  # the zone statements are read in (proxy.zones)
             value = session_zone(value)
-        self.settings[name] = value if not allowed else self._initial[name]
-        return {name: self.settings[name]} if name in REPORTED else {}
+        value = value if not allowed else self._initial[name]
+        if not self.scopes.changed(lambda settings: {**settings, name: value}, local):
+            return {}
+        self.settings = {**self.settings, name: value}
+        return {name: value} if name in REPORTED else {}
 
     def _savepoint(self, word: str, tokens: tuple[Token, ...]) -> Outcome:
         """SAVEPOINT name, RELEASE [SAVEPOINT] name, ROLLBACK TO [SAVEPOINT] name: the
@@ -107,16 +145,16 @@ class LocalState:
         name = last.text if last.token_type is TokenType.IDENTIFIER else last.text.lower()
         if word == "SAVEPOINT":
             self.savepoints.append(name)
-            return Outcome(word)
+            return self.scoped(ScopeEvent(SAVEPOINT), Outcome(word))
         if name not in self.savepoints:
             raise ProxyError(f'savepoint "{name}" does not exist', "3B001")
         at = len(self.savepoints) - 1 - self.savepoints[::-1].index(name)
         if word == "RELEASE":
             del self.savepoints[at:]
-            return Outcome(word)
+            return self.scoped(ScopeEvent(RELEASE, at), Outcome(word))
         del self.savepoints[at + 1:]
         self.status = "T"
-        return Outcome("ROLLBACK")
+        return self.scoped(ScopeEvent(ROLLBACK_TO, at), Outcome("ROLLBACK"))
 
     def execute(self, statement: Statement) -> Outcome:
         word = statement.word
@@ -127,7 +165,7 @@ class LocalState:
         if word in ("BEGIN", "START"):
             if self.status == "I":
                 self.status = "T"
-            return Outcome("BEGIN")
+            return self.scoped(ScopeEvent(BEGIN), Outcome("BEGIN"))
         if word in ("COMMIT", "END") or word in ("ROLLBACK", "ABORT") and "TO" not in rest:
             # AND CHAIN: a new transaction begins at once (not AND NO CHAIN)
             chained = rest[-2:] == ["AND", "CHAIN"]
@@ -138,7 +176,8 @@ class LocalState:
                 else "COMMIT"
             ended = tag if self.status != "I" else None
             self.status, self.savepoints = "T" if chained else "I", []
-            return Outcome(tag, ended=ended)
+            return self.scoped(ScopeEvent(COMMIT if tag == "COMMIT" else ROLLBACK,
+                                          chained=chained), Outcome(tag, ended=ended))
         if word in ("SAVEPOINT", "RELEASE", "ROLLBACK", "ABORT"):
             return self._savepoint(word, tokens)
         if word in ("LISTEN", "UNLISTEN", "FETCH", "MOVE"):
@@ -150,10 +189,10 @@ class LocalState:
         if word == "DEALLOCATE":
             return Outcome("DEALLOCATE ALL" if "ALL" in rest else "DEALLOCATE")
         if word == "DISCARD":
-            self.settings = {**self._initial, "session_authorization":
-                             self.settings["session_authorization"]}
-            return Outcome("DISCARD ALL")
+            self._reset_all()
+            return Outcome("DISCARD ALL", everything=True)
         words, value = setting_words(tokens)
+        local = word == "SET" and "local" in words[:1]
         words = [w for w in words if w not in ("session", "local")]
         name = " ".join(words)
         if word == "SHOW":
@@ -168,13 +207,14 @@ class LocalState:
             if name == "all":
                 changed = {k: v for k, v in self._initial.items()
                            if k in REPORTED and self.settings.get(k) != v}
-                self.settings = {**self._initial, "session_authorization":
-                                 self.settings["session_authorization"]}
-                return Outcome("RESET", changed=changed)
+                self._reset_all()
+                return Outcome("RESET", changed=changed, everything=True)
             key = self.name(name)
             if key in self._initial and key not in _READ_ONLY:
                 return Outcome("RESET", changed=self.set(key, self._initial[key]))
             return Outcome("RESET")
         if name.startswith(("transaction", "session characteristics")):
             return Outcome("SET")
-        return Outcome("SET", changed=self.set(name, value.strip("'\"") if value else ""))
+        changed = self.set(name, value.strip("'\"") if value else "", local)
+        return Outcome("SET", changed=changed,
+                       notice=LOCAL_OUTSIDE if local and not self.scopes.in_block else None)

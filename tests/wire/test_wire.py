@@ -91,6 +91,76 @@ def test_settings_and_transactions_are_per_connection(proxy):
         assert other.execute("SELECT current_database()").fetchone() == ("analytics",)
 
 
+# Each message's SET, RESET and transaction statements, then what SHOW gives of the three
+# settings; played on PostgreSQL itself and through the proxy, which must agree at every
+# step (idp.epsilon is a custom setting to PostgreSQL: it scopes it as any other).
+_SCOPED = ["idp.epsilon", "application_name", "TimeZone"]
+_SCOPE_STEPS = [
+    "SET LOCAL idp.epsilon = 0.5",  # outside a block: no effect
+    "BEGIN; SET LOCAL idp.epsilon = 0.5; SET LOCAL TimeZone = 'Europe/Berlin'",
+    "COMMIT",  # SET LOCAL ends with its block
+    "BEGIN; SET idp.epsilon = 0.3; SET application_name = 'in block'",
+    "ROLLBACK",  # a rolled-back block's SETs undone
+    "BEGIN; SET idp.epsilon = 0.3; SAVEPOINT s; SET idp.epsilon = 0.7; "
+    "SET TimeZone = 'Asia/Tokyo'; SAVEPOINT t; SET LOCAL application_name = 'deep'",
+    "ROLLBACK TO s",  # to the values at s; s kept
+    "SET LOCAL idp.epsilon = 0.2; SET idp.epsilon = 0.25; SAVEPOINT u; "
+    "SET LOCAL idp.epsilon = 0.6; RELEASE u",
+    "COMMIT",  # the last plain SET stays
+    "BEGIN; SET LOCAL idp.epsilon = 0.9; COMMIT AND CHAIN",
+    "SET idp.epsilon = 0.8; ROLLBACK",
+    "SET LOCAL idp.epsilon = 0.4; SET LOCAL application_name = 'one message'",
+    "SET idp.epsilon = 0.35",
+]
+
+
+def test_settings_are_scoped_by_transactions_as_postgresql_scopes_them(proxy, postgres_url):
+    """SET LOCAL lasts until its block ends (an analyst's ``BEGIN; SET LOCAL
+    idp.epsilon = 1; …; COMMIT`` spent 1 per statement for the rest of the connection
+    before), ROLLBACK and ROLLBACK TO undo the SETs made since, a message of several
+    statements is a block of its own; each step's SHOW as PostgreSQL 15 gives it, and the
+    ParameterStatus of TimeZone follows."""
+    with psycopg.connect(postgres_url, autocommit=True) as direct, \
+            psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        for side in (direct, con):
+            side.execute("SET idp.epsilon = 0.1")  # PostgreSQL knows it once set
+            side.execute("SET TimeZone = 'UTC'")
+        for step in _SCOPE_STEPS:
+            shown = []
+            for side in (direct, con):
+                side.execute(step)
+                shown.append([side.execute(f"SHOW {name}").fetchone()[0]
+                              for name in _SCOPED]
+                             + [side.info.parameter_status("TimeZone")])
+            assert shown[1] == shown[0], step
+        con.execute("SET idp.epsilon = 0.1")
+        notices = []
+        con.add_notice_handler(lambda notice: notices.append(notice.message_primary))
+        con.execute("SET LOCAL idp.epsilon = 0.5")
+        assert notices == ["SET LOCAL has no effect outside a transaction block (as in "
+                           "PostgreSQL)"]
+        with pytest.raises(psycopg.Error) as refused:  # a bad value refused all the same
+            con.execute("SET LOCAL idp.epsilon = -1")
+        assert refused.value.sqlstate == "22023"
+        # what is spent follows the scoped ε: 0.5 in the block, 0.1 after it
+        before = Decimal(_budget(con))
+        con.execute("BEGIN")
+        con.execute("SET LOCAL idp.epsilon = 0.5")
+        con.execute("SELECT COUNT(*) FROM people WHERE age > 41").fetchall()
+        con.execute("COMMIT")
+        con.execute("SELECT COUNT(*) FROM people WHERE age > 42").fetchall()
+        assert before - Decimal(_budget(con)) == Decimal("0.6")
+        # a message that fails undoes its SETs, as its implicit block rolls back
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            con.execute("SET idp.epsilon = 0.9; SELECT nope FROM people")
+        assert con.execute("SHOW idp.epsilon").fetchone() == ("0.1",)
+        # RESET ALL: the idp.* settings too (PostgreSQL's own default for a custom setting
+        # is an empty string; the proxy's is the rules')
+        con.execute("SET idp.epsilon = 0.45")
+        con.execute("RESET ALL")
+        assert con.execute("SHOW idp.epsilon").fetchone() == ("0.1",)
+
+
 @pytest.mark.parametrize("sql,sqlstate", [
     ("SELECT * FROM pg_stats", "42501"),
     ("SELECT reltuples FROM pg_class WHERE relname = 'people'", "42501"),
