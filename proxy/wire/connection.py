@@ -429,13 +429,15 @@ class Connection:
         # several statements outside BEGIN: PostgreSQL's implicit transaction block, where
         # DECLARE may stand; its cursors end with the message
         self._implicit = len(statements) > 1 and self.local.status == "I"
-        if self._implicit:  # its settings too: SET LOCAL lasts to its end, an error undoes
-            self._scope(ScopeEvent(BEGIN))
         failed = False
         for statement, step in statements:
             if not statement.word:
                 continue
             prepared = None
+            if len(statements) > 1 and self.local.status == "I":
+                # its settings too: SET LOCAL lasts to its end, an error undoes its SETs;
+                # after a COMMIT or ROLLBACK among them, the next statements' block
+                self._scope(ScopeEvent(BEGIN))
             try:
                 self._check_transaction(statement)
                 # Only the catalog must be asked for the columns first; the engine's and
@@ -462,6 +464,7 @@ class Connection:
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
         if self._implicit and self.local.status == "I":
             self._transaction_ended(rolled_back=failed)
+        if len(statements) > 1 and self.local.status == "I":
             self._scope(ScopeEvent(ROLLBACK if failed else COMMIT))
         self._implicit = False
         self._send(codec.ready_for_query(self.local.status))

@@ -65,6 +65,18 @@ class Outcome:
     notice: str | None = None
 
 
+def _check_float_digits(value: str) -> None:
+    """PostgreSQL's range for extra_float_digits, with its messages."""
+    try:
+        digits = int(value.strip())
+    except ValueError:
+        raise BadSetting(f'invalid value for parameter "extra_float_digits": "{value}"') \
+            from None
+    if not -15 <= digits <= 3:
+        raise BadSetting(f'{digits} is outside the valid range for parameter '
+                         '"extra_float_digits" (-15 .. 3)')
+
+
 class LocalState:
     """Per-connection settings and transaction status ('I', 'T' or 'E'). The settings
     dict is replaced, never changed in place: the transaction's scopes keep snapshots."""
@@ -124,6 +136,8 @@ class LocalState:
                              f"{self._initial[name]}")
         if name == "TimeZone":  # the zone statements are read in (proxy.zones)
             value = session_zone(value)
+        if name == "extra_float_digits":
+            _check_float_digits(value)
         value = value if not allowed else self._initial[name]
         if not self.scopes.changed(lambda settings: {**settings, name: value}, local):
             return {}

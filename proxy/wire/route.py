@@ -221,8 +221,13 @@ def setting_words(tokens: tuple[Token, ...]) -> tuple[list[str], str]:
     words: list[str] = []
     for index, token in enumerate(tokens[1:], start=1):
         if token.token_type == TokenType.EQ or token.text.upper() == "TO":
-            values = tokens[index + 1:]
-            return words, ", ".join(v.text for v in values if v.token_type != TokenType.COMMA)
+            values: list[str] = [""]  # the tokens between commas as one: ``-4``
+            for value in tokens[index + 1:]:
+                if value.token_type == TokenType.COMMA:
+                    values.append("")
+                else:
+                    values[-1] += value.text
+            return words, ", ".join(values)
         if token.token_type == TokenType.DOT and words:
             words[-1] += "."
         elif words and words[-1].endswith("."):

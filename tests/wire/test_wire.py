@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
+import random
 import shutil
 import socket
 import struct
@@ -159,6 +160,60 @@ def test_settings_are_scoped_by_transactions_as_postgresql_scopes_them(proxy, po
         con.execute("SET idp.epsilon = 0.45")
         con.execute("RESET ALL")
         assert con.execute("SHOW idp.epsilon").fetchone() == ("0.1",)
+
+
+_FUZZ_STATEMENTS = [
+    "BEGIN", "START TRANSACTION", "COMMIT", "END", "ROLLBACK", "ABORT", "COMMIT AND CHAIN",
+    "ROLLBACK AND CHAIN", "SAVEPOINT a", "SAVEPOINT b", "RELEASE a", "RELEASE SAVEPOINT b",
+    "ROLLBACK TO a", "ROLLBACK TO SAVEPOINT b", "SET idp.epsilon = 0.{d}",
+    "SET LOCAL idp.epsilon = 0.{d}", "SET SESSION idp.epsilon = 0.{d}",
+    "SET application_name = 'x{d}'", "SET LOCAL application_name = 'l{d}'",
+    "RESET application_name", "SET TimeZone = 'Asia/Tokyo'",
+    "SET LOCAL TIME ZONE 'Europe/Berlin'", "SET TIME ZONE 'UTC'",
+    "SET extra_float_digits = {d}", "SET LOCAL extra_float_digits = -{d}",
+    "SELECT nope FROM nowhere"]
+
+
+def _fuzz_state(con) -> tuple:
+    """The transaction status and, outside a failed block, each setting SHOW gives."""
+    status = con.info.transaction_status.name
+    if status == "INERROR":
+        return (status,)
+    return (status, *[con.execute(f"SHOW {name}").fetchone()[0]
+                      for name in [*_SCOPED, "extra_float_digits"]],
+            con.info.parameter_status("TimeZone"))
+
+
+def test_random_transactions_scope_settings_as_postgresql_does(proxy, postgres_url):
+    """Random messages of one to three transaction, SET and failing statements (seed
+    fixed; 550 sequences of up to 12 messages found no difference on 2026-11-29 once
+    a COMMIT inside a message began the next statements' implicit block): each
+    message's outcome (its SQLSTATE if it fails) and the settings after it as PostgreSQL
+    15's. Before that fix: out-of-range extra_float_digits accepted, ``SET x = -4``
+    read as "-, 4", and a message's statements after its COMMIT outside any block."""
+    rng = random.Random(20261129)
+    with psycopg.connect(postgres_url, autocommit=True) as direct, \
+            psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        for _ in range(25):
+            for side in (direct, con):
+                side.execute("ROLLBACK")
+                for setting in ("idp.epsilon = 0.1", "TimeZone = 'UTC'",
+                                "application_name = ''", "extra_float_digits = 1"):
+                    side.execute(f"SET {setting}")
+            played = []
+            for _ in range(rng.randint(2, 12)):
+                message = "; ".join(rng.choice(_FUZZ_STATEMENTS).format(d=rng.randint(1, 9))
+                                    for _ in range(rng.randint(1, 3)))
+                played.append(message)
+                seen = []
+                for side in (direct, con):
+                    try:
+                        side.execute(message)
+                        failed = None
+                    except psycopg.Error as exc:
+                        failed = exc.sqlstate
+                    seen.append((failed, _fuzz_state(side)))
+                assert seen[1] == seen[0], played
 
 
 @pytest.mark.parametrize("sql,sqlstate", [
