@@ -110,7 +110,8 @@ class Cursor:
     hold: bool
     depth: int  # savepoints open when it was declared: a rollback to one of them closes it
     fresh: bool = True  # declared in this transaction: its rollback closes it, held or not
-    position: int = 0
+    position: int = 0  # 0: before the first row, len(rows) + 1: after the last
+    scroll: bool = True  # not NO SCROLL: it may go backward
 
 
 @dataclass
@@ -800,11 +801,11 @@ class Connection:
     async def _declare(self, portal: Portal) -> Result:
         """DECLARE: the query answered now, its answer held for FETCH."""
         declared = portal.prepared.statement.cursor
-        if declared.name in self.cursors:
-            raise ProxyError(f'cursor "{declared.name}" already exists', "42P03")
         if not declared.hold and self.local.status != "T" and not self._implicit:
             raise ProxyError("DECLARE CURSOR can only be used in transaction blocks (or "
                              "declare it WITH HOLD)", "25P01")
+        if declared.name in self.cursors:
+            raise ProxyError(f'cursor "{declared.name}" already exists', "42P03")
         held = sum(len(c.answer.rows) for c in self.cursors.values())
         if len(self.cursors) >= MAX_CURSORS or held >= MAX_HELD_ROWS:  # before any charge
             raise ProxyError(f"the cursors of one session hold at most {MAX_CURSORS} "
@@ -816,24 +817,31 @@ class Connection:
             raise ProxyError(f"the cursors of one session hold at most {MAX_HELD_ROWS:,} "
                              "rows; read this query over public tables without a cursor, "
                              "or CLOSE others first", "54000")
+        # outside a block (WITH HOLD) its own transaction has ended: no later rollback
+        # closes it
+        fresh = self.local.status == "T" or self._implicit
         self.cursors[declared.name] = Cursor(answer, _fields(answer, None), declared.hold,
-                                             len(self.local.savepoints))
+                                             len(self.local.savepoints), fresh,
+                                             scroll=declared.scroll)
         return Result("DECLARE CURSOR", notice=answer.notice)
 
     def _fetch(self, statement: Statement, formats: tuple[int, ...]) -> Result:
-        """FETCH: the cursor's next rows, encoded as the Bind asked (text in a simple
-        query); MOVE: skipped."""
+        """FETCH: the rows the direction reaches, encoded as the Bind asked (text in a
+        simple query); MOVE: skipped."""
         fetch = read_fetch(statement.text)
         cursor = self._cursor(fetch.name)
-        rows = cursor.answer.rows[cursor.position:None if fetch.count is None
-                                  else cursor.position + fetch.count]
+        total = len(cursor.answer.rows)
+        if not cursor.scroll and fetch.goes_back(cursor.position, total):
+            raise ProxyError("cursor can only scan forward (declared NO SCROLL); declare it "
+                             "without NO SCROLL to go backward", "55000")
+        indexes, position = fetch.rows(cursor.position, total)
         if fetch.move:
-            cursor.position += len(rows)
-            return Result(f"MOVE {len(rows)}")
-        taken = replace(cursor.answer, rows=rows)
+            cursor.position = position
+            return Result(f"MOVE {len(indexes)}")
+        taken = replace(cursor.answer, rows=[cursor.answer.rows[i] for i in indexes])
         result = self._result(taken, cursor.fields, formats, codec.data_row)
-        cursor.position += len(rows)  # once encoded: a FETCH that fails takes none
-        return replace(result, tag=f"FETCH {len(rows)}", notice=None)
+        cursor.position = position  # once encoded: a FETCH that fails moves nothing
+        return replace(result, tag=f"FETCH {len(indexes)}", notice=None)
 
     def _scope(self, event: ScopeEvent) -> None:
         """A message's implicit transaction block begun or ended, for the settings of the

@@ -8,14 +8,15 @@ sent alone — and the cursor holds the answer's rows for FETCH to hand out forw
 nothing more is read from the data, so a cursor shows no more than its query's
 answer. As in PostgreSQL, a cursor WITHOUT HOLD (the default) is declared in a
 transaction block and closed when it ends; WITH HOLD lives until CLOSE or the session's
-end. What is not supported is refused in one line before anything runs: BINARY (ask
-binary results with the protocol's result formats instead), a backward or absolute
-FETCH (these cursors read forward), and a cursor over the catalog.
+end. FETCH and MOVE go in every direction PostgreSQL's do (the rows are held: a cursor
+scrolls unless declared NO SCROLL). What is not supported is refused in one line before
+anything runs: BINARY (ask binary results with the protocol's result formats instead)
+and a cursor over the catalog.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlglot.tokens import Token, TokenType
 
@@ -28,24 +29,62 @@ MAX_CURSORS = 100  # open at once in one session: each holds an answer's rows
 MAX_HELD_ROWS = 100_000
 
 _NAMES = (TokenType.VAR, TokenType.IDENTIFIER)
-_FORWARD = "FETCH and MOVE read forward: NEXT, FORWARD, FORWARD n, FORWARD ALL, n or ALL"
+_DIRECTIONS = ("FETCH and MOVE take NEXT, PRIOR, FIRST, LAST, ABSOLUTE n, RELATIVE n, n, "
+               "ALL, FORWARD [n | ALL] or BACKWARD [n | ALL]")
 
 
 @dataclass(frozen=True)
 class Declared:
-    """A DECLARE's cursor: its name and whether it outlives its transaction."""
+    """A DECLARE's cursor: its name, whether it outlives its transaction, and whether it
+    may go backward (not NO SCROLL)."""
 
     name: str
     hold: bool
+    scroll: bool = True
 
 
 @dataclass(frozen=True)
 class Fetch:
-    """A FETCH or MOVE: the cursor's name and how many rows (None: all that are left)."""
+    """A FETCH or MOVE: the cursor's name and where it goes: ``count`` rows on from the
+    current one (negative: backward; None: all that are left, ``backward`` all before
+    it; 0: the current row again), or the one row numbered ``absolute`` (negative: from
+    the end) or ``relative`` to the current one."""
 
     name: str
-    count: int | None
     move: bool
+    count: int | None = 1
+    backward: bool = False
+    absolute: int | None = None
+    relative: int | None = None
+
+    def rows(self, position: int, total: int) -> tuple[list[int], int]:
+        """The rows (0-based, in the order sent) and the position after them, from
+        ``position`` among ``total`` rows (0: before the first, total + 1: after the
+        last), as PostgreSQL moves a cursor."""
+        if self.absolute is not None or self.relative not in (None, 0):
+            at = (position + self.relative if self.relative is not None
+                  else self.absolute if self.absolute >= 0 else total + 1 + self.absolute)
+            return ([at - 1], at) if 1 <= at <= total else ([], 0 if at < 1 else total + 1)
+        if self.count == 0 or self.relative == 0:
+            return ([position - 1], position) if 1 <= position <= total else ([], position)
+        if self.count is None and not self.backward or (self.count or 0) > 0:
+            if position > total:
+                return [], total + 1
+            end = total + 1 if self.count is None else position + self.count
+            return list(range(position, min(end, total))), min(end, total + 1)
+        if position < 1:
+            return [], 0
+        end = 0 if self.count is None else position + self.count
+        return list(range(position - 2, max(end, 1) - 2, -1)), max(end, 0)
+
+    def goes_back(self, position: int, total: int) -> bool:
+        """Whether it moves backward (what a NO SCROLL cursor refuses)."""
+        if self.absolute is not None:
+            at = self.absolute if self.absolute >= 0 else total + 1 + self.absolute
+            return at <= position
+        if self.relative is not None:
+            return self.relative <= 0
+        return self.backward or self.count is not None and self.count <= 0
 
 
 def read_declare(text: str) -> tuple[Declared, str]:
@@ -65,34 +104,48 @@ def read_declare(text: str) -> tuple[Declared, str]:
                 raise NotSupported("DECLARE … BINARY CURSOR is not supported; ask binary "
                                    "results with the protocol's result formats instead")
             hold = words[-2:] == ["WITH", "HOLD"]
-            return Declared(name, hold), text[tokens[index + 1].start:]
+            scroll = not any(words[i:i + 2] == ["NO", "SCROLL"] for i in range(len(words)))
+            return Declared(name, hold, scroll), text[tokens[index + 1].start:]
         words.append(word)
     raise SyntaxProblem("DECLARE reads DECLARE name CURSOR [WITH HOLD] FOR query")
 
 
 def read_fetch(text: str) -> Fetch:
-    """``FETCH|MOVE [NEXT | FORWARD [n | ALL] | n | ALL] [FROM | IN] name``."""
+    """``FETCH|MOVE [direction] [FROM | IN] name``, every direction PostgreSQL reads."""
     tokens = command_tokens(text)
-    move = tokens[0].text.upper() == "MOVE"
+    command = tokens[0].text.upper()
     words = list(tokens[1:])
     if not words or words[-1].token_type not in _NAMES:
-        raise SyntaxProblem(f"{tokens[0].text.upper()} takes a cursor's name: FETCH "
-                            "FORWARD 100 FROM c")
+        raise SyntaxProblem(f"{command} takes a cursor's name: FETCH FORWARD 100 FROM c")
     name = _name(words.pop())
     if words and words[-1].text.upper() in ("FROM", "IN"):
         words.pop()
-    if words and words[0].text.upper() == "FORWARD":
-        words = words[1:] or words[:1]  # FORWARD alone: NEXT
     said = [word.text.upper() for word in words]
+    fetch = Fetch(name, command == "MOVE")
+    number = _number("".join(said[1:]))
     if not said or said in (["NEXT"], ["FORWARD"]):
-        return Fetch(name, 1, move)
-    if said == ["ALL"]:
-        return Fetch(name, None, move)
-    if len(words) == 1 and words[0].token_type == TokenType.NUMBER and said[0].isdigit() \
-            and int(said[0]) > 0:
-        return Fetch(name, int(said[0]), move)
-    raise NotSupported(f"{tokens[0].text.upper()} {' '.join(said)} is not supported: "
-                       f"{_FORWARD}")
+        return fetch
+    if said == ["PRIOR"] or said == ["BACKWARD"]:
+        return replace(fetch, count=-1)
+    if said == ["FIRST"] or said == ["LAST"]:
+        return replace(fetch, count=None, absolute=1 if said == ["FIRST"] else -1)
+    if said[0] == "ABSOLUTE" and number is not None:
+        return replace(fetch, count=None, absolute=number)
+    if said[0] == "RELATIVE" and number is not None:
+        return replace(fetch, count=None, relative=number)
+    if said in (["ALL"], ["FORWARD", "ALL"], ["BACKWARD", "ALL"]):
+        return replace(fetch, count=None, backward=said[0] == "BACKWARD")
+    if said[0] in ("FORWARD", "BACKWARD") and number is not None:
+        return replace(fetch, count=number if said[0] == "FORWARD" else -number)
+    if _number("".join(said)) is not None:
+        return replace(fetch, count=_number("".join(said)))
+    raise SyntaxProblem(f"{command} {' '.join(said)} is not a direction: {_DIRECTIONS}")
+
+
+def _number(text: str) -> int | None:
+    """A signed whole number's value (``-`` and its digits are two tokens)."""
+    digits = text[1:] if text[:1] in "+-" else text
+    return int(text) if digits.isdigit() else None
 
 
 def read_close(text: str) -> str | None:
