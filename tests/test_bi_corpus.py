@@ -379,22 +379,27 @@ _CURSOR_STATEMENTS = [
     "SELECT nope FROM nowhere"]
 
 
-def _cursor_outcome(con, sql: str) -> tuple:
+def _cursor_outcome(con, sql: str, prepare: bool) -> tuple:
     try:
-        cursor = con.execute(sql)
+        cursor = con.execute(sql, prepare=prepare)
     except psycopg.Error as exc:
         return exc.sqlstate, con.info.transaction_status.name
     rows = len(cursor.fetchall()) if cursor.description else None
     return cursor.statusmessage, rows, con.info.transaction_status.name
 
 
-def test_random_cursor_statements_move_as_postgresql_cursors_do(demo_server, postgres_url):
+@pytest.mark.parametrize("prepare", [False, True], ids=["simple", "extended"])
+def test_random_cursor_statements_move_as_postgresql_cursors_do(demo_server, postgres_url,
+                                                                 prepare):
     """Random messages of DECLARE (WITH HOLD, NO SCROLL), FETCH and MOVE in every
     direction, CLOSE, transaction statements and a failing one (seed fixed; 450
     sequences found no difference on 2026-11-29, after: every direction answered, NO
     SCROLL's 55000, a held cursor declared outside a block kept through a later failed
     message, 25P01 before 42P03): each message's tag, rows and transaction status, or
-    its SQLSTATE, as PostgreSQL 15's over a query of as many rows."""
+    its SQLSTATE, as PostgreSQL 15's over a query of as many rows. In the extended
+    protocol too (one statement a message, each prepared: a statement parsed before its
+    transaction failed is refused at Execute, 25P02, as in PostgreSQL; it ran before).
+    """
     rng = random.Random(20261129)
     ours = "SELECT department, COUNT(*) FROM visits GROUP BY 1 ORDER BY 1"  # 5 departments
     theirs = "SELECT g FROM generate_series(1, 5) g"
@@ -403,8 +408,8 @@ def test_random_cursor_statements_move_as_postgresql_cursors_do(demo_server, pos
                 psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
             played = []
             for _ in range(rng.randint(2, 14)):
-                message = "; ".join(rng.choice(_CURSOR_STATEMENTS)
-                                    for _ in range(1 if rng.random() < 0.7 else 2))
+                message = "; ".join(rng.choice(_CURSOR_STATEMENTS) for _ in range(
+                    1 if prepare or rng.random() < 0.7 else 2))
                 played.append(message)
-                assert _cursor_outcome(con, message.replace("Q", ours)) == \
-                    _cursor_outcome(direct, message.replace("Q", theirs)), played
+                assert _cursor_outcome(con, message.replace("Q", ours), prepare) == \
+                    _cursor_outcome(direct, message.replace("Q", theirs), prepare), played

@@ -660,6 +660,9 @@ class Connection:
         return tuple(values)
 
     async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
+        # checked at Execute too, as PostgreSQL does: a statement parsed before the
+        # transaction failed is refused after it
+        self._check_transaction(portal.prepared.statement)
         if portal.pending is None:
             result = await self._execute(portal.prepared, portal, portal.result_formats)
             if max_rows <= 0:  # all at once: a catalog result streams

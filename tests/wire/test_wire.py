@@ -184,13 +184,15 @@ def _fuzz_state(con) -> tuple:
             con.info.parameter_status("TimeZone"))
 
 
-def test_random_transactions_scope_settings_as_postgresql_does(proxy, postgres_url):
+@pytest.mark.parametrize("prepare", [False, True], ids=["simple", "extended"])
+def test_random_transactions_scope_settings_as_postgresql_does(proxy, postgres_url, prepare):
     """Random messages of one to three transaction, SET and failing statements (seed
     fixed; 550 sequences of up to 12 messages found no difference on 2026-11-29 once
     a COMMIT inside a message began the next statements' implicit block): each
     message's outcome (its SQLSTATE if it fails) and the settings after it as PostgreSQL
     15's. Before that fix: out-of-range extra_float_digits accepted, ``SET x = -4``
-    read as "-, 4", and a message's statements after its COMMIT outside any block."""
+    read as "-, 4", and a message's statements after its COMMIT outside any block. In
+    the extended protocol too (one statement a message, prepared)."""
     rng = random.Random(20261129)
     with psycopg.connect(postgres_url, autocommit=True) as direct, \
             psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
@@ -203,12 +205,12 @@ def test_random_transactions_scope_settings_as_postgresql_does(proxy, postgres_u
             played = []
             for _ in range(rng.randint(2, 12)):
                 message = "; ".join(rng.choice(_FUZZ_STATEMENTS).format(d=rng.randint(1, 9))
-                                    for _ in range(rng.randint(1, 3)))
+                                    for _ in range(1 if prepare else rng.randint(1, 3)))
                 played.append(message)
                 seen = []
                 for side in (direct, con):
                     try:
-                        side.execute(message)
+                        side.execute(message, prepare=prepare)
                         failed = None
                     except psycopg.Error as exc:
                         failed = exc.sqlstate
