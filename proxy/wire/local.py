@@ -38,8 +38,13 @@ _READ_ONLY = {"server_version", "server_encoding", "integer_datetimes", "is_supe
 _ALIASES = {"time zone": "timezone", "transaction isolation level": "transaction_isolation",
             "session authorization": "session_authorization",
             "authorization": "session_authorization"}
-_FIXED = {"client_encoding": ("utf8", "utf-8", "unicode", "'utf-8'"), "datestyle": ("iso",),
+# what the proxy reads and writes: other values are refused (each comma's part checked:
+# DateStyle 'ISO, DMY' would read '01/02/2023' as PostgreSQL does not here)
+_FIXED = {"client_encoding": ("utf8", "utf-8", "unicode", "'utf-8'"),
+          "datestyle": ("iso", "mdy"), "intervalstyle": ("postgres",),
           "standard_conforming_strings": ("on",)}
+_LEVELS = {"client_min_messages": ("debug5", "debug4", "debug3", "debug2", "debug1", "log",
+                                   "notice", "warning", "error")}
 
 
 def defaults(server_version: str, user: str) -> dict[str, str]:
@@ -50,7 +55,8 @@ def defaults(server_version: str, user: str) -> dict[str, str]:
             "TimeZone": "UTC", "default_transaction_read_only": "on", "in_hot_standby": "off",
             "extra_float_digits": "1", "search_path": '"$user", public',
             "transaction_isolation": "repeatable read", "transaction_read_only": "on",
-            "max_identifier_length": "63", "statement_timeout": "0", "lc_messages": "C"}
+            "max_identifier_length": "63", "statement_timeout": "0", "lc_messages": "C",
+            "client_min_messages": "notice", "lock_timeout": "0"}
 
 
 @dataclass
@@ -131,9 +137,13 @@ class LocalState:
         if name in _READ_ONLY:
             raise BadSetting(f"parameter {name} cannot be changed")
         allowed = _FIXED.get(name.lower())
-        if allowed and value.lower().split(",")[0].strip() not in allowed:
+        if allowed and any(part.strip() not in allowed for part in value.lower().split(",")):
             raise BadSetting(f"{name} = {value!r} is not supported; the proxy speaks "
                              f"{self._initial[name]}")
+        levels = _LEVELS.get(name.lower(), ())
+        if levels and value.lower() not in levels:
+            raise BadSetting(f'invalid value for parameter "{name}": "{value}"; available '
+                             f"values: {', '.join(levels)}")
         if name == "TimeZone":  # the zone statements are read in (proxy.zones)
             value = session_zone(value)
         if name == "extra_float_digits":
@@ -229,6 +239,9 @@ class LocalState:
             return Outcome("RESET")
         if name.startswith(("transaction", "session characteristics")):
             return Outcome("SET")
-        changed = self.set(name, value.strip("'\"") if value else "", local)
+        if value == "DEFAULT" and tokens[-1].token_type != TokenType.STRING:  # = DEFAULT
+            value = self._initial.get(self.name(name), "")
+        quoted = len(value) > 1 and value[0] == value[-1] in "'\"" and ", " not in value
+        changed = self.set(name, value[1:-1] if quoted else value, local)
         return Outcome("SET", changed=changed,
                        notice=LOCAL_OUTSIDE if local and not self.scopes.in_block else None)

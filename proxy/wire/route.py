@@ -217,16 +217,21 @@ def _tokens(text: str) -> list[Token]:
 
 def setting_words(tokens: tuple[Token, ...]) -> tuple[list[str], str]:
     """The name of a SET/RESET/SHOW (its words, lower case) and, for SET, the value's
-    text: ``SET search_path TO a, b`` gives (["search_path"], "a, b")."""
+    text: ``SET search_path TO a, b`` gives (["search_path"], "a, b"); a quoted name
+    keeps its quotes (``"$user"``), as PostgreSQL shows it."""
     words: list[str] = []
     for index, token in enumerate(tokens[1:], start=1):
-        if token.token_type == TokenType.EQ or token.text.upper() == "TO":
+        zone = [t.text.upper() for t in tokens[index:index + 2]] == ["TIME", "ZONE"]
+        if token.token_type == TokenType.EQ or token.text.upper() == "TO" or zone:
+            if zone:  # SET TIME ZONE value (a number may be signed: two tokens)
+                words, index = [*words, "time", "zone"], index + 1
             values: list[str] = [""]  # the tokens between commas as one: ``-4``
             for value in tokens[index + 1:]:
                 if value.token_type == TokenType.COMMA:
                     values.append("")
                 else:
-                    values[-1] += value.text
+                    values[-1] += (f'"{value.text}"' if value.token_type
+                                   == TokenType.IDENTIFIER else value.text)
             return words, ", ".join(values)
         if token.token_type == TokenType.DOT and words:
             words[-1] += "."
@@ -234,7 +239,7 @@ def setting_words(tokens: tuple[Token, ...]) -> tuple[list[str], str]:
             words[-1] += token.text.lower()
         else:
             words.append(token.text.lower())
-    if tokens[0].text.upper() == "SET" and len(words) > 1:  # SET TIME ZONE 'UTC'
+    if tokens[0].text.upper() == "SET" and len(words) > 1:  # SET SESSION AUTHORIZATION x
         return words[:-1], tokens[-1].text
     return words, ""
 

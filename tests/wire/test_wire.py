@@ -218,6 +218,55 @@ def test_random_transactions_scope_settings_as_postgresql_does(proxy, postgres_u
                 assert seen[1] == seen[0], played
 
 
+# SET forms whose SHOW the proxy gives as PostgreSQL 15 does (after each, on a new
+# connection); the proxy refuses what it cannot speak (DateStyle 'ISO, DMY', other
+# encodings, IntervalStyle but postgres) and names zones as the IANA database does
+_SET_FORMS = [
+    ("SET application_name TO DEFAULT", "application_name"),
+    ("SET application_name = 'a b'", "application_name"),
+    ("SET search_path = \"$user\", public", "search_path"),
+    ("SET search_path TO DEFAULT", "search_path"),
+    ("SET search_path = a, b", "search_path"),
+    ("SET client_min_messages = warning", "client_min_messages"),
+    ("SET client_min_messages = bogus", "client_min_messages"),
+    ("SET lock_timeout = '1s'", "lock_timeout"),
+    ("SET datestyle TO ISO", "DateStyle"),
+    ("SET extra_float_digits = DEFAULT", "extra_float_digits"),
+    ("SET extra_float_digits = -4", "extra_float_digits"),
+    ("SET TIME ZONE 'Europe/Berlin'", "TimeZone"),
+]
+
+
+@pytest.mark.parametrize("sql,name", _SET_FORMS)
+def test_set_forms_are_read_as_postgresql_reads_them(proxy, postgres_url, sql, name):
+    """Before 2026-11-29: ``= DEFAULT`` set the word DEFAULT, ``"$user"`` lost its
+    quotes, client_min_messages was unknown to SHOW (and took any value), and ``SET TIME
+    ZONE -3`` left the zone at UTC (read as a setting named "time zone -")."""
+    seen = []
+    for dsn in (postgres_url, proxy.dsn("alice")):
+        with psycopg.connect(dsn, autocommit=True) as con:
+            con.execute("SET TimeZone = 'UTC'")
+            try:
+                con.execute(sql)
+                failed = None
+            except psycopg.Error as exc:
+                failed = exc.sqlstate
+            seen.append((failed, con.execute(f"SHOW {name}").fetchone()[0]))
+    assert seen[1] == seen[0]
+
+
+def test_a_whole_number_of_hours_is_a_zone_as_in_postgresql(proxy):
+    """``SET TIME ZONE -3``: three hours west of UTC (PostgreSQL shows it <-03>+03)."""
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        con.execute("SET TIME ZONE -3")
+        assert con.execute("SHOW TimeZone").fetchone() == ("Etc/GMT+3",)
+        assert con.info.parameter_status("TimeZone") == "Etc/GMT+3"
+        for refused in ("SET datestyle = 'ISO, DMY'", "SET IntervalStyle = 'iso_8601'"):
+            with pytest.raises(psycopg.Error) as error:
+                con.execute(refused)
+            assert error.value.sqlstate == "22023", refused
+
+
 @pytest.mark.parametrize("sql,sqlstate", [
     ("SELECT * FROM pg_stats", "42501"),
     ("SELECT reltuples FROM pg_class WHERE relname = 'people'", "42501"),
