@@ -75,6 +75,7 @@ from proxy.vocabulary import (
     GroupingSetsPlan,
     GroupKey,
     Join,
+    Kind,
     Mechanism,
     OutputColumn,
     PassthroughPlan,
@@ -606,8 +607,11 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
         column = table.columns[agg.column]
         needs_number = agg.kind.row.numeric
         if needs_number and not column.numeric:
+            # PostgreSQL has no SUM, AVG, spread or PERCENTILE_CONT of a non-number (its
+            # 42883); its MAX, MIN and PERCENTILE_DISC of text are not supported here
+            lacks = agg.kind is Kind.SUM or agg.kind.row.output == "float" or agg.continuous
             raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a numeric column; "
-                               f"{agg.column} is {column.type}")
+                               f"{agg.column} is {column.type}", "42883" if lacks else None)
         both = column.lower is not None and column.upper is not None
         if model == "dp" and needs_number and not both:
             raise NotSupported(f"the DP model needs a declared domain for {agg.column}; "

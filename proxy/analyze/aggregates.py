@@ -211,5 +211,12 @@ def _fraction(arg: exp.Expression | None) -> Fraction:
         if (value is not None and value.is_finite() and 0 <= value <= 1
                 and value.normalize().as_tuple().exponent >= -FRACTION_PLACES):
             return Fraction(value)
+        if value is not None and value.is_finite() and not 0 <= value <= 1:
+            raise NotSupported(f"percentile value {arg.name} is not between 0 and 1",
+                               "22003")  # PostgreSQL's error for it
+    if isinstance(arg, exp.Neg) and isinstance(arg.this, exp.Literal) \
+            and not arg.this.is_string:
+        raise NotSupported(f"percentile value -{arg.this.name} is not between 0 and 1",
+                           "22003")
     raise NotSupported("the percentile must be a number between 0 and 1 with at most "
                        f"{FRACTION_PLACES} decimal places, e.g. 0.5")

@@ -182,7 +182,7 @@ def dereferenced(node: exp.Expression, select: exp.Select, table: Table) -> exp.
         node = node.unnest()  # GROUP BY (2) is a position too, as PostgreSQL parses it
         if not node.name.isdigit() or not 1 <= int(node.name) <= len(items):
             raise NotSupported(f"GROUP BY position {node.name} is not in the select list "
-                               f"(1 to {len(items)})")
+                               f"(1 to {len(items)})", "42P10")
         target = items[int(node.name) - 1].unalias()
     elif (isinstance(node, exp.Column) and not node.table
           and node.name.lower() not in table.columns):
@@ -462,7 +462,7 @@ def _time_column(node: exp.Expression, table: Table, resolve, what: str) -> Colu
     column = table.columns[resolve(node)]
     if column.type not in ("date", "timestamp"):
         raise NotSupported(f"{what} needs a date or timestamp column; {column.name} is "
-                           f"{column.type}")
+                           f"{column.type}", "42883")  # no such function in PostgreSQL
     if column.time_domain is None:
         raise NotSupported(f"{what} on {column.name} needs a declared domain "
                            "[first, last] in the rules (the public list of buckets); ask the "

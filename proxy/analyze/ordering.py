@@ -29,7 +29,10 @@ def order_by(select: exp.Select, names: list[str]) -> tuple[tuple[int, bool, boo
                         for item in select.expressions]
             matches = [i for i, e in enumerate(rendered) if e == target]
             index = matches[0] if matches else None
-        if index is None or not 0 <= index < len(names):
+        if index is not None and not 0 <= index < len(names):
+            raise NotSupported(f"ORDER BY position {index + 1} is not in the select list "
+                               f"(1 to {len(names)})", "42P10")
+        if index is None:
             raise NotSupported("ORDER BY must name a result column (by name, alias or position); "
                                "it is applied to the noisy answers")
         keys.append(ordering_of(index, ordered))
@@ -91,4 +94,6 @@ def limit_of(select: exp.Select) -> int | None:
     value = limit.expression
     if isinstance(value, exp.Literal) and not value.is_string and value.name.isdigit():
         return int(value.name)
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
+        raise NotSupported("LIMIT must not be negative", "2201W")  # PostgreSQL's
     raise NotSupported("LIMIT takes a whole number")

@@ -398,6 +398,18 @@ REFUSED = [
     # USING merges the unit; the join rules then decide on its ON form
     ("SELECT COUNT(*) FROM people p JOIN visits v USING (age)", "0A000",
      "join on their privacy unit or along a declared link only"),
+    # statements PostgreSQL itself rejects: its SQLSTATE (0A000, "not supported", before
+    # 2026-11-29), compared with PostgreSQL 15's on the same table
+    ("SELECT COUNT(*) FROM people GROUP BY 2", "42P10", "GROUP BY position 2 is not in"),
+    ("SELECT COUNT(*) FROM people ORDER BY 2", "42P10", "ORDER BY position 2 is not in"),
+    ("SELECT COUNT(*) FROM people LIMIT -1", "2201W", "LIMIT must not be negative"),
+    ("SELECT percentile_disc(2) WITHIN GROUP (ORDER BY age) FROM people", "22003",
+     "percentile value 2 is not between 0 and 1"),
+    ("SELECT percentile_cont(-0.5) WITHIN GROUP (ORDER BY age) FROM people", "22003",
+     "percentile value -0.5 is not between 0 and 1"),
+    ("SELECT SUM(region) FROM people", "42883", "SUM(region) needs a numeric column"),
+    ("SELECT date_trunc('month', age) AS m, COUNT(*) FROM people GROUP BY 1", "42883",
+     "needs a date or timestamp column"),
 ]
 
 

@@ -342,7 +342,7 @@ REFUSED = [
     ("SELECT COUNT(*) FROM lineitem l LEFT JOIN supplier s ON l.l_suppkey = s.s_suppkey "
      "LEFT JOIN nation n ON s.s_nationkey = n.n_nationkey AND n.n_regionkey = 1", "0A000",
      "filter with WHERE"),
-    ("SELECT SUM(p_type) FROM lineitem, part WHERE l_partkey = p_partkey", "0A000",
+    ("SELECT SUM(p_type) FROM lineitem, part WHERE l_partkey = p_partkey", "42883",
      "needs a numeric column"),
     ("SELECT COUNT(*) FROM lineitem l JOIN supplier s ON l.l_suppkey = s.s_suppkey "
      "JOIN nation n ON s.s_nationkey = n.n_name", "0A000", "same type"),
