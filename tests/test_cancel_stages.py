@@ -433,8 +433,10 @@ def test_a_disconnect_stops_the_analysis_of_a_message(patient_proxy):
 def test_an_interrupt_that_lands_while_duckdb_reads_a_statement_still_stops_it(tmp_path):
     """DuckDB drops an interrupt that lands while it parses and plans a statement: a
     cancel 5 to 50 ms into a statement with a 5,000-value list was lost, and the
-    statement ran to its end (seconds to minutes over a big table). The backend
-    interrupts again until the statement stops: each is stopped within a second."""
+    statement ran to its end (seconds to minutes over a big table; this one: about 28 s, 18 s
+    of CPU). The backend interrupts again until the statement stops: each is stopped
+    within a second of this process's CPU (DuckDB's threads too; 0.1 s at load 10), not
+    of wall time, which a loaded machine stretches (0.67 s of the 1.0 at load 10)."""
     backend = open_backend(f"duckdb:///{tmp_path / 'range.duckdb'}")
     values = ", ".join(str(-i) for i in range(1, 5_001))
     sql = f"SELECT count(*) FROM range(1000000000) t(x) WHERE x % 7 = 3 AND x NOT IN ({values})"
@@ -452,10 +454,10 @@ def test_an_interrupt_that_lands_while_duckdb_reads_a_statement_still_stops_it(t
             worker = threading.Thread(target=run)
             worker.start()
             time.sleep(delay)
-            interrupted = time.perf_counter()
+            interrupted = time.process_time()
             backend.interrupt(worker.ident)
             worker.join(60)
-            stopped = time.perf_counter() - interrupted
+            stopped = time.process_time() - interrupted
             backend.forget_interrupt(worker.ident)
             assert isinstance(outcome.get("error"), QueryCanceled), (delay, outcome)
             assert stopped < 1.0, (delay, stopped)
