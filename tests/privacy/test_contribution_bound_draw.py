@@ -118,21 +118,24 @@ def test_the_bound_is_near_the_data_with_the_stated_failure_probability(engine):
 
 
 def test_averages_per_region_are_within_a_few_percent(engine):
-    """Over 8 fresh releases of AVG(income) per region at ε 1 (the corpus's statement),
-    at most 3 of the 32 answers are off by more than 10 % (each about 1 % likely: the
+    """Over 16 fresh releases of AVG(income) per region at ε 1 (the corpus's statement),
+    at most 6 of the 64 answers are off by more than 10 % (each about 1 % likely: the
     noise of the rung near the largest incomes, up to 4 % a standard deviation in the
     smallest region) and the median error is within 3 % (the old draw: about one answer
-    in six beyond 10 %)."""
+    in six beyond 10 %). Measured over 2,336 releases: 0.75 % of the answers beyond 10 %
+    (2 % in the smallest region), the median of 32 answers 1.55 % ± 0.35 %; 8 releases
+    with at most 3 of 32 beyond failed with probability about 10⁻⁴ (resampling those
+    releases), 16 with at most 6 of 64 in none of 200,000 resamples."""
     session = Session.open(engine, "zoe")
     true = truth()
     errors = []
-    for i in range(8):
+    for i in range(16):
         answer, = run(session, f"SELECT region, AVG(income) FROM people "
                                f"WHERE income > {-1 - i} GROUP BY region")
         for region, average in answer.rows:
             total, count = true[region]
             errors.append(abs(average / (total / count) - 1))
-    assert sum(e > 0.10 for e in errors) <= 3 and np.median(errors) < 0.03, sorted(errors)
+    assert sum(e > 0.10 for e in errors) <= 6 and np.median(errors) < 0.03, sorted(errors)
 
 
 @pytest.mark.parametrize("drawn", ["lowest", "top"])
