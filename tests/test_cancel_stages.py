@@ -370,13 +370,15 @@ def test_a_cancel_stops_the_analysis_of_a_message_over_the_wire(patient_proxy):
 def test_the_statement_timeout_stops_the_analysis_of_a_message_over_the_wire(
         analysing_proxy):
     """The statement timeout (3 s) stops a message's 11-second analysis too (57014),
-    within 5 s of its sending, and nothing is charged."""
+    within 8 s of its sending (before, the whole analysis ran, 11 s on a quiet machine
+    and longer on a loaded one: at load 15-17 on two cores the timeout's answer came
+    4.65 s after the sending, 0.93 of the 5 s allowed then), and nothing is charged."""
     with psycopg.connect(analysing_proxy.dsn("zoe"), autocommit=True) as con:
         before = con.execute("SHOW idp.budget").fetchone()[0]
         started = time.perf_counter()
         with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
             con.execute(_analysis_heavy_message())
-        assert time.perf_counter() - started < 5.0
+        assert time.perf_counter() - started < 8.0
         assert con.execute("SHOW idp.budget").fetchone()[0] == before
 
 
