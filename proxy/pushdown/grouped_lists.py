@@ -120,6 +120,7 @@ def read_groups(rows, keys: tuple[str, ...], needs: tuple[ColumnNeeds, ...], rea
     groups: dict[tuple, GroupStats] = {}
     anchor_values: dict[tuple, list] = {}
     for row in rows:
+        checkpoint()  # a group at a time: 990 groups' extremes took 0.45 s of CPU unchecked
         key = tuple(row[: len(keys)])
         groups[key] = GroupStats(columns={need.column: ColumnStats() for need in needs})
         anchor_values[key] = []
