@@ -429,6 +429,10 @@ def _one_release(analyse: Analyse, body: exp.Select, plan: QueryPlan | None = No
     analysis, made already); one that is itself post-processed (HAVING, a series limit)
     is refused: write it as one query."""
     plan = analyse(body) if plan is None else plan
+    if not isinstance(plan, QueryPlan):  # a release staged before it, grouping sets…
+        raise NotSupported("a query over a query answered in several releases (a scalar "
+                           "subquery answered first, GROUPING SETS) is not supported; ask "
+                           "that query alone, and compute over its answer in the same query")
     if plan.post is not None:
         raise NotSupported("a query over a query with HAVING, computed results or a series "
                            "limit is not supported; filter and compute in one query")
