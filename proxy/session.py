@@ -1197,10 +1197,11 @@ def _short(value: float) -> str:
 
 _GROUPING_SETS = ("GROUPING SETS, ROLLUP or CUBE: {} grouped queries, each released and "
                   "charged on its own; a column outside a set's grouping is NULL")
-_CONSISTENT_COUNTS = ("COUNTs made consistent: each subtotal is the sum of the groups it "
-                      "covers, by weighted least squares over the released counts "
-                      "(post-processing, no epsilon; docs/privacy.md §3.19); the bounds "
-                      "are those of the released counts")
+_CONSISTENT_COUNTS = ("COUNT(*) and COUNT(column) made consistent: each subtotal is the "
+                      "sum of the groups it covers, by weighted least squares over the "
+                      "released counts (post-processing, no epsilon; docs/privacy.md "
+                      "§3.19); the bounds are those of the released counts; COUNT(DISTINCT "
+                      "…) and the other aggregates are as released")
 
 
 def _mechanism(plan: QueryPlan) -> str:
