@@ -19,7 +19,7 @@ from sqlglot import exp
 from proxy.analyze.group_keys import never_true
 from proxy.analyze.ordering import ordering_of
 from proxy.errors import NotSupported
-from proxy.vocabulary import GroupingSetsPlan, QueryPlan
+from proxy.vocabulary import CombinedPlan, GroupingSetsPlan, QueryPlan
 
 MAX_SETS = 16  # a CUBE of four columns; each set is a release charged on its own
 
@@ -48,10 +48,14 @@ def grouping_sets_plan(select: exp.Select, analyze: Callable[[exp.Select], Query
             or not never_true(part.args["having"].this)] or chosen_parts[:1]
     for part in kept:
         plan = analyze(part)
-        if not isinstance(plan, QueryPlan):  # a CombinedPlan: aggregates of several scopes
+        if isinstance(plan, CombinedPlan):  # aggregates of several scopes
             raise NotSupported("GROUPING SETS, ROLLUP and CUBE take aggregates of one scope; "
                                "ask COUNT(DISTINCT CASE WHEN … THEN unit END) in a query of "
                                "its own, or beside counts of the same condition")
+        if not isinstance(plan, QueryPlan):  # a scalar subquery answered first
+            raise NotSupported("GROUPING SETS, ROLLUP and CUBE are not supported beside a "
+                               "scalar subquery over a protected table (a release of its "
+                               "own, answered first); ask each grouping as a query of its own")
         parts.append((canonical(part), plan))
     return GroupingSetsPlan(tuple(parts), order, limit)
 

@@ -76,6 +76,9 @@ from proxy.vocabulary import COUNT, PUBLIC, SELECTED, SUM, CombinedPlan, GroupKe
 from proxy.zones import reading_zone
 
 Analyse = Callable[[exp.Select], QueryPlan]
+SEVERAL_RELEASES = ("a query over a query answered in several releases (a scalar subquery "
+                    "answered first, GROUPING SETS) is not supported; ask that query "
+                    "alone, and compute over its answer in the same query")
 
 # what an outer query may compute from released values, row by row: no function that
 # reads anything but its arguments (files, settings, the clock, randomness)
@@ -397,7 +400,9 @@ def _cross_joined(select: exp.Select, ctes: dict[str, exp.Expression], joins: li
             raise RawRowAccess("this query would return rows of a protected table; ask for "
                                "aggregates instead")
         plan = analyse(body)
-        if not isinstance(plan, QueryPlan) or plan.group_by:
+        if not isinstance(plan, QueryPlan):
+            raise NotSupported(SEVERAL_RELEASES)
+        if plan.group_by:
             raise NotSupported("a CROSS JOIN of aggregate subqueries is answered when none "
                                "has GROUP BY (one row each); ask for grouped values in one "
                                f"query, and ratios of totals as {_CROSS_FORM}")
@@ -430,9 +435,7 @@ def _one_release(analyse: Analyse, body: exp.Select, plan: QueryPlan | None = No
     is refused: write it as one query."""
     plan = analyse(body) if plan is None else plan
     if not isinstance(plan, QueryPlan):  # a release staged before it, grouping sets…
-        raise NotSupported("a query over a query answered in several releases (a scalar "
-                           "subquery answered first, GROUPING SETS) is not supported; ask "
-                           "that query alone, and compute over its answer in the same query")
+        raise NotSupported(SEVERAL_RELEASES)
     if plan.post is not None:
         raise NotSupported("a query over a query with HAVING, computed results or a series "
                            "limit is not supported; filter and compute in one query")

@@ -417,6 +417,11 @@ REFUSED = [
     ("WITH s AS (SELECT region, COUNT(*) AS n FROM people WHERE age > (SELECT AVG(age) "
      "FROM people) GROUP BY region) SELECT region, n + 1 FROM s", "0A000",
      "answered in several releases"),
+    ("SELECT a.n / b.m FROM (SELECT COUNT(*) AS n FROM people WHERE age > (SELECT AVG(age) "
+     "FROM people)) a CROSS JOIN (SELECT COUNT(*) AS m FROM people) b", "0A000",
+     "answered in several releases"),  # said "when none has GROUP BY" before
+    ("SELECT region, COUNT(*) FROM people WHERE age > (SELECT AVG(age) FROM people) GROUP "
+     "BY ROLLUP(region)", "0A000", "beside a scalar subquery"),  # said COUNT(DISTINCT …)
 ]
 
 
