@@ -107,21 +107,21 @@ def test_the_statements_compute_the_reference(engine):
 
 def test_a_correlation_of_0_9_is_answered_within_0_08_at_epsilon_1(engine):
     """2,000 units, x and y about 50 ± 20 in [0, 100] (r = 0.885 once clamped), ε 1: the
-    median error of 7 fresh answers (bounds drawn anew each time) is within 0.08.
+    median error of 11 fresh answers (bounds drawn anew each time) is within 0.08.
     Measured over 400 answers on DuckDB: median error 0.019, 13 % beyond 0.05, 4.3 %
-    beyond 0.08, none beyond 0.15; so the median of 7 fails with probability about
-    10⁻⁴ (4 of 7 beyond 0.08, binomial)."""
+    beyond 0.08, none beyond 0.15; so the median of 11 fails with probability about
+    3·10⁻⁶ (6 of 11 beyond 0.08, binomial; of 7, as before 2026-11-29: 10⁻⁴)."""
     from proxy.privacy.noisy_answers import Calibration, release_group
 
     truth = float(np.corrcoef(np.array(present()).T)[0, 1])
     assert truth == pytest.approx(0.885, abs=0.005)
     plan = plan_of(engine, "SELECT CORR(y, x) FROM pairs")
     errors = []
-    for _ in range(7):
+    for _ in range(11):
         shift, groups, _ = engine.statistics(plan)
         answer = release_group(plan, groups[()], Calibration("dp", shift), engine.rng)[0]
         errors.append(abs(answer.value - truth))
-    assert sorted(errors)[3] <= 0.08, sorted(errors)
+    assert sorted(errors)[5] <= 0.08, sorted(errors)
 
 
 def test_the_95_percent_bound_covers_and_every_kind_is_finite(engine):
