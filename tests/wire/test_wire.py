@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
 import os
 import random
 import shutil
@@ -23,6 +24,8 @@ import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
+from proxy.pgtypes import FLOAT8
+from proxy.wire import types
 from tests import forked_cli
 from tests.databases import load_table
 from tests.factories import REGIONS, SLOW_TABLE, Served, served_rules, slow_table
@@ -750,3 +753,28 @@ def test_a_prepared_statement_whose_columns_a_setting_changed_is_refused_for_fre
         con.execute("DEALLOCATE ALL")
         width = len(con.execute(sql, (43,), prepare=True).fetchone())  # prepared again
     assert width == (4 if then == "on" else 2)
+
+
+def test_a_double_is_written_as_postgresql_writes_it(postgres_url):
+    """A released double's text at extra_float_digits 1 and 3 (shortest digits), 0 and
+    -3 (15 and 12 significant digits) as PostgreSQL 15's ``float8::text``, over 2,000
+    seeded doubles of every magnitude and the special ones: ``661``, not ``661.0``;
+    ``1e+15``, not ``1000000000000000.0``; ``-0``. Left out: whole numbers beyond 2⁵³,
+    which PostgreSQL writes with more digits than the shortest that read back to them
+    (``-7.495752760000001e+19`` for ``-7.49575276e+19``, the same double)."""
+    rng = random.Random(29)
+    values = [0.0, -0.0, 1.0, -1.0, 100.0, 0.1, 1e15, 1e16, 1e-5, 1e-4, 5e-324, 661.0,
+              1.7976931348623157e308, 2.5, 123456.789]
+    while len(values) < 2_000:
+        value = struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0] \
+            if rng.random() < 0.5 else round(rng.uniform(-1e6, 1e6), rng.randint(0, 6))
+        if math.isfinite(value) and not (abs(value) >= 2 ** 53 and value == int(value)):
+            values.append(value)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        for digits in (1, 3, 0, -3):
+            con.execute(f"SET extra_float_digits = {digits}")
+            theirs = [row[0] for row in con.execute(
+                "SELECT (v::float8)::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, i) "
+                "ORDER BY i", ([repr(v) for v in values],))]
+            ours = [types.encode(v, FLOAT8, False, digits).decode() for v in values]
+            assert [(v, a, b) for v, a, b in zip(values, theirs, ours) if a != b] == []
