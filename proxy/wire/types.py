@@ -86,7 +86,7 @@ def _encode_text(value: object, oid: int, extra_float_digits: int, zone: dt.tzin
     if oid == TIMESTAMPTZ:
         return _moment_text(value.astimezone(zone))
     if oid in (DATE, TIMESTAMP):
-        return value.isoformat(" ") if oid == TIMESTAMP else value.isoformat()
+        return _wall_text(value) if oid == TIMESTAMP else value.isoformat()
     return str(value)
 
 
@@ -99,7 +99,14 @@ def _moment_text(value: dt.datetime) -> str:
     minutes, seconds = divmod(rest, 60)
     shown = f"{sign}{hours:02d}" + (f":{minutes:02d}" if minutes or seconds else "") + (
         f":{seconds:02d}" if seconds else "")
-    return value.replace(tzinfo=None).isoformat(" ") + shown
+    return _wall_text(value.replace(tzinfo=None)) + shown
+
+
+def _wall_text(value: dt.datetime) -> str:
+    """A wall-clock time as PostgreSQL writes it: its fraction of a second without
+    trailing zeros (``12:40:55.12``, not Python's ``12:40:55.120000``)."""
+    text = value.isoformat(" ")
+    return text.rstrip("0") if value.microsecond else text
 
 
 def _encode_binary(value: object, oid: int) -> bytes:

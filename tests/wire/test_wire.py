@@ -24,8 +24,9 @@ import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
-from proxy.pgtypes import FLOAT8
+from proxy.pgtypes import DATE, FLOAT8, TIMESTAMP, TIMESTAMPTZ
 from proxy.wire import types
+from proxy.zones import zone_named
 from tests import forked_cli
 from tests.databases import load_table
 from tests.factories import REGIONS, SLOW_TABLE, Served, served_rules, slow_table
@@ -778,3 +779,33 @@ def test_a_double_is_written_as_postgresql_writes_it(postgres_url):
                 "ORDER BY i", ([repr(v) for v in values],))]
             ours = [types.encode(v, FLOAT8, False, digits).decode() for v in values]
             assert [(v, a, b) for v, a, b in zip(values, theirs, ours) if a != b] == []
+
+
+def test_a_moment_is_written_as_postgresql_writes_it(postgres_url):
+    """A released timestamptz in the session's zone (a whole-hour, a half-hour, a
+    45-minute and a DST zone), a timestamp and a date, as PostgreSQL 15's ``::text`` over
+    400 seeded moments from year 1 to 9999: a fraction of a second without trailing
+    zeros (``55.12``; ``55.120000`` until 2026-11-29)."""
+    rng = random.Random(29)
+    moments = [dt.datetime(rng.randint(1, 9999), rng.randint(1, 12), rng.randint(1, 28),
+                           rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59),
+                           rng.choice([0, 500_000, 120_000, rng.randint(0, 999_999)]),
+                           tzinfo=dt.UTC) for _ in range(400)]
+    texts = [m.isoformat() for m in moments]
+
+    def theirs(con, kind: str) -> list[str]:
+        return [row[0] for row in con.execute(
+            f"SELECT (v::{kind})::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, i) "
+            "ORDER BY i", (texts,))]
+
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        for zone in ("UTC", "Asia/Kolkata", "Asia/Kathmandu", "America/New_York"):
+            con.execute(f"SET TimeZone = '{zone}'")
+            assert theirs(con, "timestamptz") == [
+                types.encode(m, TIMESTAMPTZ, False, 1, zone_named(zone)).decode()
+                for m in moments], zone
+        texts = [m.replace(tzinfo=None).isoformat() for m in moments]
+        assert theirs(con, "timestamp") == [
+            types.encode(m.replace(tzinfo=None), TIMESTAMP, False).decode() for m in moments]
+        assert theirs(con, "date") == [types.encode(m.date(), DATE, False).decode()
+                                       for m in moments]
