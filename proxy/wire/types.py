@@ -9,6 +9,8 @@ import math
 import struct
 from decimal import Decimal, InvalidOperation, localcontext
 
+from numpy import float32
+
 from proxy.pgtypes import (
     BOOL,
     DATE,
@@ -49,17 +51,19 @@ def encode(value: object, oid: int, binary: bool, extra_float_digits: int = 1,
     return _encode_text(value, oid, extra_float_digits, zone).encode()
 
 
-def _shortest(number: float) -> str:
-    """A double as PostgreSQL 12+ writes it when extra_float_digits > 0: the shortest
-    digits that read back to it (Python's repr finds the same ones), written plainly for
-    a decimal exponent from -4 to 14 and as ``1e+15`` beyond, without a trailing ``.0``
-    (``661``, not ``661.0``, which the proxy sent until 2026-11-29)."""
+def _shortest(number: float, oid: int) -> str:
+    """A double (real) as PostgreSQL 12+ writes it when extra_float_digits > 0: the
+    shortest digits that read back to it (Python's repr finds the same ones; numpy's for
+    a real), written plainly for a decimal exponent from -4 to 14 (to 5 for a real) and
+    as ``1e+15`` beyond, without a trailing ``.0`` (``661``, not ``661.0``, which the
+    proxy sent until 2026-11-29)."""
     if number == 0:
         return "-0" if math.copysign(1.0, number) < 0 else "0"
-    shortest = Decimal(repr(number)).normalize()
+    text, widest = (repr(number), 15) if oid == FLOAT8 else (str(float32(number)), 6)
+    shortest = Decimal(text).normalize()
     sign, digits, exponent = shortest.as_tuple()
     power = len(digits) + exponent - 1  # of the first digit
-    if -4 <= power < 15:
+    if -4 <= power < widest:
         return f"{shortest:f}"
     mantissa = "".join(map(str, digits))
     mantissa = mantissa[0] + (f".{mantissa[1:]}" if len(mantissa) > 1 else "")
@@ -78,7 +82,7 @@ def _encode_text(value: object, oid: int, extra_float_digits: int, zone: dt.tzin
         if math.isinf(number):
             return "Infinity" if number > 0 else "-Infinity"
         if extra_float_digits > 0:
-            return _shortest(number) if oid == FLOAT8 else repr(number)
+            return _shortest(number, oid)
         digits = (15 if oid == FLOAT8 else 6) + extra_float_digits
         return f"{number:.{max(digits, 1)}g}"
     if oid == NUMERIC:

@@ -20,11 +20,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import asyncpg
+import numpy
 import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
-from proxy.pgtypes import DATE, FLOAT8, TIMESTAMP, TIMESTAMPTZ
+from proxy.pgtypes import DATE, FLOAT4, FLOAT8, TIMESTAMP, TIMESTAMPTZ
 from proxy.wire import types
 from proxy.zones import zone_named
 from tests import forked_cli
@@ -809,3 +810,24 @@ def test_a_moment_is_written_as_postgresql_writes_it(postgres_url):
             types.encode(m.replace(tzinfo=None), TIMESTAMP, False).decode() for m in moments]
         assert theirs(con, "date") == [types.encode(m.date(), DATE, False).decode()
                                        for m in moments]
+
+
+def test_a_real_is_written_as_postgresql_writes_it(postgres_url):
+    """A released real (a post-processed ``CAST(… AS real)``) at extra_float_digits 1:
+    its shortest digits as PostgreSQL 15 writes them (``0.1``, ``1.234567e+06``; until
+    2026-11-29 the double's repr, ``0.10000000149011612``), over 500 seeded reals; left
+    out as for doubles: whole numbers beyond 2²⁴, which PostgreSQL writes longer."""
+    rng = random.Random(29)
+    values = [0.1, 1e6, 123456.0, 1234567.0, 1e-5, 661.0, 3.4e38]
+    while len(values) < 500:
+        value = float(numpy.float32(struct.unpack("f", struct.pack(
+            "I", rng.getrandbits(32)))[0] if rng.random() < 0.5 else rng.uniform(-1e5, 1e5)))
+        if math.isfinite(value) and abs(value) > 1e-37 and not (
+                abs(value) >= 2 ** 24 and value == int(value)):
+            values.append(value)
+    with psycopg.connect(postgres_url, autocommit=True) as con:
+        theirs = [row[0] for row in con.execute(
+            "SELECT (v::float8::real)::text FROM unnest(%s::text[]) WITH ORDINALITY AS "
+            "u(v, i) ORDER BY i", ([repr(v) for v in values],))]
+    ours = [types.encode(v, FLOAT4, False, 1).decode() for v in values]
+    assert [(v, a, b) for v, a, b in zip(values, theirs, ours) if a != b] == []
