@@ -757,6 +757,13 @@ def test_a_prepared_statement_whose_columns_a_setting_changed_is_refused_for_fre
     assert width == (4 if then == "on" else 2)
 
 
+def _as_postgresql_writes(con, kind: str, texts: list[str]) -> list[str]:
+    """Each text read as ``kind`` and written back by PostgreSQL (``::text``), in order."""
+    return [row[0] for row in con.execute(
+        f"SELECT (v::{kind})::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, i) "
+        "ORDER BY i", (texts,))]
+
+
 def test_a_double_is_written_as_postgresql_writes_it(postgres_url):
     """A released double's text at extra_float_digits 1 and 3 (shortest digits), 0 and
     -3 (15 and 12 significant digits) as PostgreSQL 15's ``float8::text``, over 2,000
@@ -775,9 +782,7 @@ def test_a_double_is_written_as_postgresql_writes_it(postgres_url):
     with psycopg.connect(postgres_url, autocommit=True) as con:
         for digits in (1, 3, 0, -3):
             con.execute(f"SET extra_float_digits = {digits}")
-            theirs = [row[0] for row in con.execute(
-                "SELECT (v::float8)::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, i) "
-                "ORDER BY i", ([repr(v) for v in values],))]
+            theirs = _as_postgresql_writes(con, "float8", [repr(v) for v in values])
             ours = [types.encode(v, FLOAT8, False, digits).decode() for v in values]
             assert [(v, a, b) for v, a, b in zip(values, theirs, ours) if a != b] == []
 
@@ -792,24 +797,18 @@ def test_a_moment_is_written_as_postgresql_writes_it(postgres_url):
                            rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59),
                            rng.choice([0, 500_000, 120_000, rng.randint(0, 999_999)]),
                            tzinfo=dt.UTC) for _ in range(400)]
-    texts = [m.isoformat() for m in moments]
-
-    def theirs(con, kind: str) -> list[str]:
-        return [row[0] for row in con.execute(
-            f"SELECT (v::{kind})::text FROM unnest(%s::text[]) WITH ORDINALITY AS u(v, i) "
-            "ORDER BY i", (texts,))]
-
     with psycopg.connect(postgres_url, autocommit=True) as con:
         for zone in ("UTC", "Asia/Kolkata", "Asia/Kathmandu", "America/New_York"):
             con.execute(f"SET TimeZone = '{zone}'")
-            assert theirs(con, "timestamptz") == [
-                types.encode(m, TIMESTAMPTZ, False, 1, zone_named(zone)).decode()
-                for m in moments], zone
-        texts = [m.replace(tzinfo=None).isoformat() for m in moments]
-        assert theirs(con, "timestamp") == [
-            types.encode(m.replace(tzinfo=None), TIMESTAMP, False).decode() for m in moments]
-        assert theirs(con, "date") == [types.encode(m.date(), DATE, False).decode()
-                                       for m in moments]
+            assert _as_postgresql_writes(con, "timestamptz", [m.isoformat() for m in moments]) \
+                == [types.encode(m, TIMESTAMPTZ, False, 1, zone_named(zone)).decode()
+                    for m in moments], zone
+        walls = [m.replace(tzinfo=None) for m in moments]
+        texts = [m.isoformat() for m in walls]
+        assert _as_postgresql_writes(con, "timestamp", texts) == [
+            types.encode(m, TIMESTAMP, False).decode() for m in walls]
+        assert _as_postgresql_writes(con, "date", texts) == [
+            types.encode(m.date(), DATE, False).decode() for m in walls]
 
 
 def test_a_real_is_written_as_postgresql_writes_it(postgres_url):
@@ -826,8 +825,6 @@ def test_a_real_is_written_as_postgresql_writes_it(postgres_url):
                 abs(value) >= 2 ** 24 and value == int(value)):
             values.append(value)
     with psycopg.connect(postgres_url, autocommit=True) as con:
-        theirs = [row[0] for row in con.execute(
-            "SELECT (v::float8::real)::text FROM unnest(%s::text[]) WITH ORDINALITY AS "
-            "u(v, i) ORDER BY i", ([repr(v) for v in values],))]
+        theirs = _as_postgresql_writes(con, "float8::real", [repr(v) for v in values])
     ours = [types.encode(v, FLOAT4, False, 1).decode() for v in values]
     assert [(v, a, b) for v, a, b in zip(values, theirs, ours) if a != b] == []
