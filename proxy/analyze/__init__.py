@@ -832,7 +832,8 @@ def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] =
     def resolve(column: exp.Column) -> str:
         qualifier = column.table.lower()
         if qualifier and qualifier not in (alias, table.name):
-            raise UnknownColumn(f"column {column.sql()} does not belong to {table.name}")
+            raise UnknownTable(f'missing FROM-clause entry for table "{qualifier}": column '
+                               f"{column.sql()} does not belong to {table.name}")
         name = column.name if column.name in table.columns else column.name.lower()
         if name not in table.columns:
             raise UnknownColumn(f"column {name} is not declared for {table.name}; declared: "

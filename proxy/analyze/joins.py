@@ -466,8 +466,8 @@ def resolver(table: Table, protected_alias: str, joins: tuple[Join, ...]):
                                     f"declared: {', '.join(join.table.columns)}")
             return join.column_name(name.lower())
         if qualifier and qualifier not in (protected_alias, table.name):
-            raise UnknownColumn(f"column {column.sql()} does not belong to a table of this "
-                                "query")
+            raise UnknownTable(f'missing FROM-clause entry for table "{qualifier}": column '
+                               f"{column.sql()} does not belong to a table of this query")
         public = [join for join in by_alias.values() if name.lower() in join.table.columns
                   and same_unit.get(join.alias) != name.lower()]
         own = name in table.columns and not isinstance(table.columns[name], JoinedColumn)

@@ -110,7 +110,7 @@ def _check_conditions(condition: exp.Expression, table: Table, place: str) -> No
                 isinstance(node, (exp.Literal, exp.Neg, exp.Tuple)):
             shown = node.name if isinstance(node, exp.Column) else node.sql(dialect="postgres")
             raise NotSupported(f"{shown} is not a condition in {place}; compare it: age > 30, "
-                               "region = 'north'")
+                               "region = 'north'", "42804")  # PostgreSQL's: not boolean
 
 
 INT4_MAX = 2**31 - 1  # PostgreSQL's substring(text, int, int)

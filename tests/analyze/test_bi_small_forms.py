@@ -320,11 +320,12 @@ REFUSED = [
     ("SELECT COUNT(*) FROM people WHERE person_id IN (SELECT people.person_id FROM visits)",
      "0A000", "IN (SELECT … FROM visits) is not supported"),
     # a number or a column that is no bool where a condition must stand: PostgreSQL's
-    # "argument of WHERE must be type boolean", which failed after the debit
-    ("SELECT COUNT(*) FROM people WHERE age", "0A000", "age is not a condition in WHERE"),
-    ("SELECT COUNT(*) FROM people WHERE age > 3 AND NOT region", "0A000",
+    # "argument of WHERE must be type boolean" (42804; 0A000 before 2026-11-29), which
+    # failed after the debit before that
+    ("SELECT COUNT(*) FROM people WHERE age", "42804", "age is not a condition in WHERE"),
+    ("SELECT COUNT(*) FROM people WHERE age > 3 AND NOT region", "42804",
      "region is not a condition in WHERE"),
-    ("SELECT CASE WHEN age THEN 'x' END AS k, COUNT(*) FROM people GROUP BY 1", "0A000",
+    ("SELECT CASE WHEN age THEN 'x' END AS k, COUNT(*) FROM people GROUP BY 1", "42804",
      "age is not a condition in a CASE condition"),
     # a quantified comparison other than a list's membership stays refused, and a
     # quoted number is read as PostgreSQL reads it for the column's type
@@ -341,8 +342,10 @@ REFUSED = [
      "which a WHERE with a scalar subquery is not"),
     ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) FROM people",
      "0A000", "COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) is not supported"),
-    ("SELECT COUNT(DISTINCT CASE WHEN age THEN person_id END) FROM people", "0A000",
+    ("SELECT COUNT(DISTINCT CASE WHEN age THEN person_id END) FROM people", "42804",
      "age is not a condition in a CASE condition"),
+    ("SELECT COUNT(*) FROM people p WHERE q.age > 1", "42P01",
+     'missing FROM-clause entry for table "q"'),  # 42703 before 2026-11-29
     ("SELECT region, COUNT(DISTINCT CASE WHEN age > COUNT(*) THEN person_id END) FROM "
      "people GROUP BY 1", "0A000", "an aggregate inside an aggregate"),
     # TRUE or FALSE beside a text or number: DuckDB cast only the rows that reached it,
