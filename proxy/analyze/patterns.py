@@ -70,7 +70,9 @@ def _canonical(like: exp.Expression, escape: str, table: Table, resolve_column
     word = "ILIKE" if isinstance(like, exp.ILike) else "LIKE"
     column, pattern = like.this, like.expression
     if not (isinstance(pattern, exp.Literal) and pattern.is_string):
-        raise NotSupported(f"{word} takes a constant pattern in quotes: col {word} 'abc%'")
+        number = isinstance(pattern, exp.Literal)  # PostgreSQL has no text ~~ integer
+        raise NotSupported(f"{word} takes a constant pattern in quotes: col {word} 'abc%'",
+                           "42883" if number else None)
     inner = column.this.unnest() if isinstance(column, CASED) else column
     if not isinstance(inner, exp.Column):
         raise NotSupported(f"{word} applies to a text column, or LOWER or UPPER of one: col "
@@ -79,7 +81,7 @@ def _canonical(like: exp.Expression, escape: str, table: Table, resolve_column
     declared = table.columns[name]
     if declared.type != "text":
         raise NotSupported(f"{word} applies to text columns; {name} is {declared.type}: "
-                           "compare it with =, <, BETWEEN or IN")
+                           "compare it with =, <, BETWEEN or IN", "42883")  # as PostgreSQL
     written_pattern = respelled(pattern.name, escape)
     written = like.__class__(this=column.copy(), expression=exp.Literal.string(written_pattern),
                              negate=like.args.get("negate"))

@@ -401,7 +401,7 @@ def _check_literal_types(condition: exp.Expression, table: Table) -> None:
                 if literal.is_string != wants_string:
                     kind = "a quoted string" if wants_string else "a number"
                     raise NotSupported(f"column {column.name} is {declared.type}; compare it "
-                                       f"with {kind}")
+                                       f"with {kind}", "42883")  # PostgreSQL: no operator
                 if declared.type not in ("date", "timestamp"):
                     continue
                 moment = parse_moment(literal.name, zoned=True)

@@ -382,7 +382,7 @@ REFUSED = [
     # answered as IN ('1'); the review of 2026-11-29)
     ("SELECT COUNT(*) FROM people WHERE region = ANY('{x}'::int[])", "22P02",
      'invalid input syntax for type integer: "x"'),
-    ("SELECT COUNT(*) FROM people WHERE region = ANY('{1}'::integer[])", "0A000",
+    ("SELECT COUNT(*) FROM people WHERE region = ANY('{1}'::integer[])", "42883",
      "column region is text"),
     ("SELECT COUNT(*) FROM people WHERE age < 'inf'", "22P02",
      "invalid input syntax for type bigint: 'inf'"),

@@ -220,7 +220,7 @@ REFUSED = [
     ("SELECT COUNT(*) FROM lab l JOIN people p ON l.person_id = p.person_id", "0A000",
      "lab has no privacy_unit"),
     (f"SELECT p.note, COUNT(*) {JOIN} GROUP BY p.note", "0A000", "public list of keys"),
-    (f"SELECT COUNT(*) {JOIN} WHERE cost > age AND note = 1", "0A000", "compare it"),
+    (f"SELECT COUNT(*) {JOIN} WHERE cost > age AND note = 1", "42883", "compare it"),
     (f"SELECT cost {JOIN}", "42501", "would return rows"),
     (f"SELECT COUNT(*) {JOIN} WHERE p.nope = 1", "42703", "not declared for people"),
 ]

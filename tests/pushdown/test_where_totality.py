@@ -123,9 +123,9 @@ def test_a_cached_shape_does_not_bind_a_decimal_into_an_int_comparison(engine):
 @pytest.mark.parametrize("where,sqlstate", [("f > 'maybe'", "22P02"), ("f = 1", "0A000"),
                                             ("f IN (TRUE, 'o')", "22P02"),
                                             ("d >= TIMESTAMP '2024-01-31 08:00'", "0A000"),
-                                            ("substring(t, 1, 1) <= 5", "0A000"),
+                                            ("substring(t, 1, 1) <= 5", "42883"),
                                             ("t = DATE '2024-01-01'", "42883"),
-                                            ("t < -2.5", "0A000")])
+                                            ("t < -2.5", "42883")])
 def test_the_refusals_name_their_cause(where, sqlstate):
     with pytest.raises(Refused) as refused:
         analyze(parse_statements(f"SELECT COUNT(*) FROM {fuzz.TABLE} WHERE {where}")[0],
