@@ -413,3 +413,21 @@ def test_random_cursor_statements_move_as_postgresql_cursors_do(demo_server, pos
                 played.append(message)
                 assert _cursor_outcome(con, message.replace("Q", ours), prepare) == \
                     _cursor_outcome(direct, message.replace("Q", theirs), prepare), played
+
+
+def test_a_set_local_time_zone_reads_the_rest_of_its_message_in_that_zone(demo_server):
+    """``SET LOCAL TIME ZONE 'Asia/Tokyo'; SELECT date_trunc('day', …)`` in one message
+    (an implicit block): the days are Tokyo's, as after a plain SET, and the zone is UTC
+    again after the message. The message's statements were read in UTC while the
+    scoped settings were being built on 2026-11-29 (SET LOCAL then had no effect there)."""
+    query = ("SELECT date_trunc('day', visited_at AT TIME ZONE 'UTC') AS d, COUNT(*) FROM "
+             "visits GROUP BY 1 ORDER BY 1 LIMIT 1")
+    tokyo_midnight = dt.datetime(2023, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=9)))
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        for setting in ("SET LOCAL TIME ZONE 'Asia/Tokyo'", "SET TIME ZONE 'Asia/Tokyo'"):
+            cursor = con.execute(f"{setting}; {query}")
+            assert cursor.nextset()
+            assert cursor.fetchall()[0][0] == tokyo_midnight, setting
+            con.execute("SET TIME ZONE 'UTC'")
+        con.execute(f"SET LOCAL TIME ZONE 'Asia/Tokyo'; {query}")
+        assert con.execute("SHOW TimeZone").fetchone() == ("UTC",)

@@ -515,6 +515,8 @@ class Connection:
             return None
         scratch, zones = self.local.scratch(), []
         for statement in statements:
+            if len(statements) > 1 and scratch.status == "I":  # as _simple plays them
+                scratch.scoped(ScopeEvent(BEGIN))
             if statement.route is Route.ENGINE:
                 zones.append(scratch.settings["TimeZone"])
             elif statement.route is Route.LOCAL:
