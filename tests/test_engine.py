@@ -259,8 +259,8 @@ REFUSALS = [
     ("SELECT COUNT(*) FROM people; SELECT * FROM people", "42501"),
     ("SELEC COUNT(*) FROM people", "42601"),
     ("SELECT COUNT(*) FROM people WHERE age > 'old'", "22P02"),
-    ("SELECT COUNT(*) FROM people WHERE region = 5", "0A000"),
-    ("SELECT COUNT(*) FROM people WHERE region IN ('north', 3)", "0A000"),
+    ("SELECT COUNT(*) FROM people WHERE region = 5", "42883"),  # PostgreSQL's: text = int
+    ("SELECT COUNT(*) FROM people WHERE region IN ('north', 3)", "42883"),
     ("SELECT COUNT(*) FROM people WHERE age BETWEEN 'a' AND 'z'", "22P02"),
 ]
 

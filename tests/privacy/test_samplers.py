@@ -27,6 +27,12 @@ from proxy.privacy.mechanisms import (
 from proxy.privacy.sampler import SecureSource, bernoulli_exp, discrete_laplace
 from tests.privacy.laws import ALPHA, DRAWS, SeededSource
 
+# The six tests of the unseeded operating-system source fail by chance at their α (at
+# ALPHA, one CI run in about 1,700: one did on 2026-11-29, counts 6969, 6466, 6565 of
+# 20,000 for n = 3, while 3,000,000 draws showed no bias). At 10⁻⁷ a bin 6 % off its
+# share still fails them; a modulo instead of the rejection (0 at 1/2 for n = 3) by far.
+SECURE_ALPHA = 1e-7
+
 
 def discrete_laplace_pmf(z: np.ndarray, scale: float) -> np.ndarray:
     alpha = math.exp(-1 / scale)
@@ -63,7 +69,7 @@ def test_discrete_laplace_matches_its_law(scale):
 
 def test_secure_source_draws_the_same_law():
     samples = [discrete_laplace(Fraction(3), SecureSource()) for _ in range(5_000)]
-    assert chi_square_against_pmf(samples, 3.0) > ALPHA
+    assert chi_square_against_pmf(samples, 3.0) > SECURE_ALPHA
 
 
 @pytest.mark.parametrize("n", [2, 3, 1000, 1 << 16, (1 << 70) + 5])
@@ -72,7 +78,7 @@ def test_secure_source_is_uniform_below_n(n):
     source, bins = SecureSource(), min(n, 20)
     counts = np.bincount([source.randbelow(n) * bins // n for _ in range(DRAWS)],
                          minlength=bins)
-    assert stats.chisquare(counts).pvalue > ALPHA
+    assert stats.chisquare(counts).pvalue > SECURE_ALPHA
 
 
 def test_secure_source_reads_each_byte_once_in_order():
