@@ -61,11 +61,21 @@ def _cancelled_after(engine: Engine, sql: str, delay: float) -> tuple[BaseExcept
         outcome["ran"] = time.perf_counter() - started
         outcome["cpu"] = time.thread_time()
 
-    worker = threading.Thread(target=run)
+    at_cancel, where = _interrupted(engine, threading.Thread(target=run),
+                                    lambda: time.sleep(delay))
+    return (outcome.get("error"), outcome["cpu"] - at_cancel,
+            f"ran {outcome['ran']:.2f} s; cancelled in\n{where}")
+
+
+def _interrupted(engine: Engine, worker: threading.Thread, wait) -> tuple[float, str]:
+    """Start ``worker``, ``wait()``, then interrupt its thread as a CancelRequest does
+    and let it end: its CPU seconds at the cancel and where it was then. The garbage
+    collector is held meanwhile: a full collection in a test worker that has run many
+    tests before is no stage's work."""
     gc.disable()
     try:
         worker.start()
-        time.sleep(delay)
+        wait()
         at_cancel = time.clock_gettime(time.pthread_getcpuclockid(worker.ident))
         frame = sys._current_frames().get(worker.ident)
         where = "".join(traceback.format_stack(frame)[-4:]) if frame else "(it had ended)"
@@ -74,8 +84,7 @@ def _cancelled_after(engine: Engine, sql: str, delay: float) -> tuple[BaseExcept
     finally:
         gc.enable()
     engine.backend.forget_interrupt(worker.ident)
-    return (outcome.get("error"), outcome["cpu"] - at_cancel,
-            f"ran {outcome['ran']:.2f} s; cancelled in\n{where}")
+    return at_cancel, where
 
 
 def _cpu_after_cancel(engine: Engine, sql: str, delay: float) -> tuple[BaseException | None,
@@ -100,20 +109,13 @@ def _cpu_after_cancel(engine: Engine, sql: str, delay: float) -> tuple[BaseExcep
 
     before = engine.ledger.remaining("zoe")
     worker = threading.Thread(target=run)
-    gc.disable()
-    try:
-        worker.start()
+
+    def after_the_debit() -> None:
         while engine.ledger.remaining("zoe") == before and worker.is_alive():
             time.sleep(0.01)  # a loaded machine may take longer than ``delay`` to the debit
         time.sleep(delay)
-        at_cancel = time.clock_gettime(time.pthread_getcpuclockid(worker.ident))
-        frame = sys._current_frames().get(worker.ident)
-        where = "".join(traceback.format_stack(frame)[-4:]) if frame else "(it had ended)"
-        engine.backend.interrupt(worker.ident)
-        worker.join(60)
-    finally:
-        gc.enable()
-    engine.backend.forget_interrupt(worker.ident)
+
+    at_cancel, where = _interrupted(engine, worker, after_the_debit)
     return outcome.get("error"), outcome["cpu"] - at_cancel, where
 
 
