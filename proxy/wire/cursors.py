@@ -47,8 +47,8 @@ class Declared:
 class Fetch:
     """A FETCH or MOVE: the cursor's name and where it goes: ``count`` rows on from the
     current one (negative: backward; None: all that are left, ``backward`` all before
-    it; 0: the current row again), or the one row numbered ``absolute`` (negative: from
-    the end) or ``relative`` to the current one."""
+    it), or the one row numbered ``absolute`` (negative: from the end) or ``relative``
+    to the current one (0: the current row again, as ``FETCH 0`` is)."""
 
     name: str
     move: bool
@@ -61,13 +61,10 @@ class Fetch:
         """The rows (0-based, in the order sent) and the position after them, from
         ``position`` among ``total`` rows (0: before the first, total + 1: after the
         last), as PostgreSQL moves a cursor."""
-        if self.absolute is not None or self.relative not in (None, 0):
-            at = (position + self.relative if self.relative is not None
-                  else self.absolute if self.absolute >= 0 else total + 1 + self.absolute)
+        at = self._row(position, total)
+        if at is not None:
             return ([at - 1], at) if 1 <= at <= total else ([], 0 if at < 1 else total + 1)
-        if self.count == 0 or self.relative == 0:
-            return ([position - 1], position) if 1 <= position <= total else ([], position)
-        if self.count is None and not self.backward or (self.count or 0) > 0:
+        if not self.backward and (self.count is None or self.count > 0):
             if position > total:
                 return [], total + 1
             end = total + 1 if self.count is None else position + self.count
@@ -79,12 +76,16 @@ class Fetch:
 
     def goes_back(self, position: int, total: int) -> bool:
         """Whether it moves backward (what a NO SCROLL cursor refuses)."""
-        if self.absolute is not None:
-            at = self.absolute if self.absolute >= 0 else total + 1 + self.absolute
+        at = self._row(position, total)
+        if at is not None:
             return at <= position
-        if self.relative is not None:
-            return self.relative <= 0
-        return self.backward or self.count is not None and self.count <= 0
+        return self.backward or self.count is not None and self.count < 0
+
+    def _row(self, position: int, total: int) -> int | None:
+        """The number of the one row it goes to (ABSOLUTE, RELATIVE), else None."""
+        if self.absolute is not None:
+            return self.absolute if self.absolute >= 0 else total + 1 + self.absolute
+        return None if self.relative is None else position + self.relative
 
 
 def read_declare(text: str) -> tuple[Declared, str]:
@@ -136,10 +137,15 @@ def read_fetch(text: str) -> Fetch:
     if said in (["ALL"], ["FORWARD", "ALL"], ["BACKWARD", "ALL"]):
         return replace(fetch, count=None, backward=said[0] == "BACKWARD")
     if said[0] in ("FORWARD", "BACKWARD") and number is not None:
-        return replace(fetch, count=number if said[0] == "FORWARD" else -number)
+        return _counted(fetch, number if said[0] == "FORWARD" else -number)
     if _number("".join(said)) is not None:
-        return replace(fetch, count=_number("".join(said)))
+        return _counted(fetch, _number("".join(said)))
     raise SyntaxProblem(f"{command} {' '.join(said)} is not a direction: {_DIRECTIONS}")
+
+
+def _counted(fetch: Fetch, count: int) -> Fetch:
+    """``count`` rows on; none (FORWARD 0, BACKWARD 0, 0): the current row again."""
+    return replace(fetch, count=None, relative=0) if count == 0 else replace(fetch, count=count)
 
 
 def _number(text: str) -> int | None:
