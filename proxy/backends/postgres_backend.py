@@ -104,6 +104,10 @@ POLLER_NAME = "idp-proxy write poller"  # its connection's application_name
 WATCH_SECONDS = 1.0
 
 
+# SQLSTATEs of a session's end: a lost connection (08…), an administrator's or a crash's
+# shutdown, a start under way, the database dropped, an idle timeout (57P01–57P05)
+_ENDING = ("08", "57P")
+
 class PostgresBackend(Backend):
     capabilities = Capabilities(
         dialect="postgres", transactional=True, group_commit=False, identity_columns=True,
@@ -279,7 +283,9 @@ class PostgresBackend(Backend):
             log.warning("postgres rolled a transaction back: %s", one_line(exc))
             return RolledBack(exc.sqlstate)  # 40P01 deadlock, 40001 serialization
         log.error("postgres connection lost: %s", one_line(exc))
-        if con.closed:  # broken: the idle connections went with the server
+        # broken, or told it is ending (57P01 at a shutdown comes before the socket
+        # closes): the idle connections go with the server
+        if con.closed or (exc.sqlstate or "").startswith(_ENDING):
             self._pool.clear()
             return BackendUnavailable("the database behind the proxy is unreachable")
         return BackendLost("the backend could not run this query")

@@ -122,6 +122,20 @@ def test_a_connection_lost_in_a_transaction_fails_it_with_08006(backend, fresh_p
     assert _pid(backend) != pid
 
 
+
+@pytest.mark.parametrize("sqlstate", ["57P01", "57P03", "08006"])
+def test_the_server_ending_the_session_is_told_as_unreachable_before_the_socket_closes(
+        backend, sqlstate):
+    """A fast shutdown sends each session 57P01 and then closes it; psycopg may raise the
+    error before it has seen the socket close. That was told as the backend's own
+    failure (58000, BackendLost: the debit kept, unrefunded, which a CI run's outage test
+    met). The codes that end a session mean the database is going away, whatever the
+    socket says yet: raised here by the server on a session that stays open."""
+    raising = f"DO $$ BEGIN RAISE EXCEPTION 'ending' USING ERRCODE = '{sqlstate}'; END $$"
+    with pytest.raises(BackendUnavailable):
+        backend.query(raising)
+    assert backend.query("SELECT 1") == [(1,)]
+
 def test_the_bound_makes_transactions_wait_and_nesting_does_not_deadlock(fresh_postgres):
     backend = PostgresBackend(fresh_postgres, pool_size=1)
     try:

@@ -216,9 +216,10 @@ def test_a_postgresql_outage_gives_class_08_or_57_errors_and_costs_nothing(tmp_p
         seen = {}
         for now, outcome in outcomes:
             seen.setdefault(now, set()).add(outcome)
-        assert seen["before"] == {"answer"} and seen["settled"] == {"answer"}, seen
+        told = (seen, "".join(line for line in proxy.log if "ERROR" in line))
+        assert seen["before"] == {"answer"} and seen["settled"] == {"answer"}, told
         errors = seen["during"] - {"answer"}
-        assert errors and all(code[:2] in ("08", "57") for code in errors), seen
+        assert errors and all(code[:2] in ("08", "57") for code in errors), told
         answers = sum(outcome == "answer" for _, outcome in outcomes)
         assert spent == answers * Decimal("0.05")
         entries = _ledger(served, "steady")
