@@ -131,7 +131,7 @@ def handle(engine: Engine, session, sql: str) -> None:
     each was checked again to run (``Session.execute``); both forms are handled, so the
     script measures either version of the proxy."""
     stand_in = SimpleNamespace(server=SimpleNamespace(rules=engine.rules, engine=engine),
-                               session=session)
+                               session=session, _zones=lambda statements: None)  # no SETs
     for item in Connection._read_and_check(stand_in, sql):  # type: ignore[arg-type]
         if isinstance(item, tuple):
             if item[1] is not None:
