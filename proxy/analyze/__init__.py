@@ -105,19 +105,10 @@ def command_tokens(text: str) -> list[Token]:
     return [first, *rest]
 
 
-class _CheckedParser(POSTGRES.parser_class):  # type: ignore[name-defined,misc]
-    """PostgreSQL's parser with a checkpoint every 1,024 tokens: parsing a statement near
-    MAX_TOKENS takes about a second on a loaded machine, and it is parsed at Parse, at
-    Bind and again to run it, each a span no cancel or timeout reached."""
-
-    def _advance(self, times: int = 1) -> None:
-        super()._advance(times)
-        if not self._index & 1023:
-            checkpoint()
-
-
 # The most tokens one statement may have (a 10,000-value IN list is about 20,000): its
-# analysis is linear, and this bounds its time to a few seconds on a small machine.
+# analysis is linear, and this bounds its time to a few seconds on a small machine. Its
+# parse, which no cancel reaches (sqlglot's compiled parser takes no Python override),
+# is at most some 40 ms of CPU here.
 MAX_TOKENS = 20_000
 # The most columns an answer may have: PostgreSQL's own limit on a target list (54011).
 # DuckDB, which runs an outer query's post-processing, plans 1,664 computed columns in
@@ -184,7 +175,7 @@ _COMPARISONS = {exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: 
 def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
     """One statement's tree from its tokens (of ``sql``, which error positions refer to)."""
     try:
-        tree = _CheckedParser(dialect=POSTGRES).parse(tokens, sql)[0]
+        tree = POSTGRES.parser().parse(tokens, sql)[0]
     except ParseError as exc:
         raise _syntax_problem(sql, exc, tokens[0]) from None
     if any(token.token_type == TokenType.STRING and "%" in token.text for token in tokens):
@@ -197,7 +188,19 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         quantified_as_in(tree)
     if sum(t.token_type in _COMPARED for t in tokens) > 1:
         _comparisons_of_comparisons(tree)
+    if any(token.token_type == TokenType.STAR for token in tokens):
+        _star_as_condition(tree)
     return tree
+
+
+def _star_as_condition(tree: exp.Expression) -> None:
+    """``HAVING *``: PostgreSQL's grammar has no ``*`` condition (a syntax error), but
+    the parser took it for one, which sqlglot's own conjunctions then refuse to join."""
+    for clause in tree.find_all(exp.Where, exp.Having, exp.Join):
+        if isinstance(clause.args.get("on" if isinstance(clause, exp.Join) else "this"),
+                      exp.Star):
+            raise SyntaxProblem('syntax error at or near "*": a condition is a comparison '
+                                "or another boolean expression")
 
 
 def _comparisons_of_comparisons(tree: exp.Expression) -> None:

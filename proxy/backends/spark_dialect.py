@@ -105,21 +105,34 @@ def _refused(self: SparkGenerator, expression: exp.Expression) -> str:
     raise UnsupportedError("an approximate percentile must never be computed")
 
 
+# The renderings that differ from sqlglot's Spark, by expression class.
+_RENDERINGS = {
+    exp.WithinGroup: _within_group,
+    exp.PercentileDisc: _ordered_set,
+    exp.PercentileCont: _ordered_set,
+    exp.ArrayAgg: _array_agg,
+    exp.Filter: _filter,
+    exp.Bracket: _bracket,
+    exp.Literal: _literal,
+    exp.Sum: _sum,
+    exp.ApproxQuantile: _refused,
+}
+
+
 class SparkExact(Spark):
-    class Generator(SparkGenerator):
-        TRANSFORMS: ClassVar[dict] = {
-            **{key: value for key, value in SparkGenerator.TRANSFORMS.items()
-               if key is not exp.WithinGroup},
-            exp.WithinGroup: _within_group,
-            exp.PercentileDisc: _ordered_set,
-            exp.PercentileCont: _ordered_set,
-            exp.ArrayAgg: _array_agg,
-            exp.Filter: _filter,
-            exp.Bracket: _bracket,
-            exp.Literal: _literal,
-            exp.Sum: _sum,
-            exp.ApproxQuantile: _refused,
-        }
+    """Spark's generator with ``_RENDERINGS`` in its dispatch table. sqlglot's compiled
+    build (sqlglotc, a dependency for its speed) refuses a Python subclass of its
+    generator classes, so the table of each generator made is replaced instead: one
+    table, made from the first generator's, shared by every later one."""
+
+    _dispatch: ClassVar[dict | None] = None
+
+    def generator(self, **opts) -> SparkGenerator:
+        generator = super().generator(**opts)
+        if SparkExact._dispatch is None:
+            SparkExact._dispatch = {**generator._dispatch, **_RENDERINGS}
+        generator._dispatch = SparkExact._dispatch
+        return generator
 
 
 DIALECT = "sparkexact"

@@ -78,10 +78,13 @@ def test_no_statement_grown_from_the_grammar_meets_an_internal_error():
     ("SELECT region, COUNT(*) JOIN people USING (person_id) GROUP BY 1", "42601"),
     ("SELECT EXISTS(SELECT 1 FROM (SELECT region FROM people) AS v)", "0A000"),
     ("SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (north') FROM people", "42601"),
+    ("SELECT COUNT(*) AS age FROM people GROUP BY region HAVING *", "42601"),
+    ("SELECT COUNT(*) FROM people WHERE *", "42601"),
 ])
 def test_the_fuzzer_s_finds_are_refused_in_one_line(sql, sqlstate):
     """What the fuzzer grew once met a KeyError (a JOIN with no FROM; a subquery in a
-    FROM-less SELECT) or sqlglot's TokenError (an unclosed quote): now a refusal."""
+    FROM-less SELECT), sqlglot's TokenError (an unclosed quote) or, compiled, its
+    TypeError (``HAVING *`` joined to a condition): now a refusal."""
     with pytest.raises(ProxyError) as refused:
         checking_session(DEMO).check(sql)
     assert refused.value.sqlstate == sqlstate and "\n" not in refused.value.message
