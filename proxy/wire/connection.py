@@ -49,6 +49,7 @@ TOO_COMPLEX = ("statement too complex: it nests deeper than the proxy can read; 
 _BOUND = params.BoundTexts(1024)  # shared by the connections of this process
 # messages of one engine statement, read and routed before: (text,) -> its Statement
 _ROUTED = params.BoundTexts(1024)
+_QUERIES = ("SELECT", "VALUES", "TABLE")  # statements that return rows, of no column too
 _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
 # what a connection ended by a protocol violation reads and drops at most, after its error
 _DRAIN_BYTES, _DRAIN_SECONDS = 64 << 20, 2.0
@@ -701,8 +702,13 @@ class Connection:
             text = (with_backend_pid(statement.text, self.pid) if statement.backend_pid
                     else statement.text)
             name, described = await asyncio.to_thread(shadow.prepare, text, declared)
+            # libpq describes NoData (a command) and a RowDescription of no field (a
+            # query of no column: ``SELECT``, ``SELECT FROM t``) alike: a query's rows
+            # are described even then, as PostgreSQL does (else psycopg reads a DataRow
+            # without a RowDescription and the session is lost)
+            fields = [_shadow_field(c) for c in described.columns]
             return Prepared(statement, described.params,
-                            [_shadow_field(c) for c in described.columns] or None, name)
+                            fields if fields or statement.word in _QUERIES else None, name)
         if statement.route is Route.LOCAL:
             shows = statement.word == "SHOW"
             fields = None
