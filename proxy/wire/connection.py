@@ -51,6 +51,9 @@ _BOUND = params.BoundTexts(1024)  # shared by the connections of this process
 _ROUTED = params.BoundTexts(1024)
 _QUERIES = ("SELECT", "VALUES", "TABLE")  # statements that return rows, of no column too
 _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
+# replies held for a client that sends without reading, before the server waits for it
+# to read them (a 9-byte Describe can be answered by a RowDescription of 100 KB)
+_OUT_BYTES = 1 << 20
 # what a connection ended by a protocol violation reads and drops at most, after its error
 _DRAIN_BYTES, _DRAIN_SECONDS = 64 << 20, 2.0
 T = TypeVar("T")
@@ -150,6 +153,7 @@ class Connection:
         self.database = ""
         self._queued: list[codec.FrontendMessage] = []
         self._out: list[bytes] = []  # replies not yet written (``_write_out``)
+        self._out_bytes = 0  # their size
         self._worker: int | None = None  # the thread running this session's engine call
         self._worker_lock = threading.Lock()
         self._gone = False  # the client disconnected while its statement waited
@@ -182,6 +186,7 @@ class Connection:
 
     def _send(self, data: bytes) -> None:
         self._out.append(data)
+        self._out_bytes += len(data)
 
     def _write_out(self) -> None:
         """What was sent, to the socket in one write: an answer's five to eight messages
@@ -190,10 +195,19 @@ class Connection:
         if self._out:
             self.writer.write(b"".join(self._out))
             self._out.clear()
+            self._out_bytes = 0
 
     async def _flush(self) -> None:
         self._write_out()
         await self.writer.drain()
+
+    async def _flush_when_full(self) -> None:
+        """The replies written and waited for once they pass ``_OUT_BYTES``, though more
+        of the client's messages wait: a client that pipelines without reading (100,000
+        Describes of a wide statement, 900 KB) made the server hold every reply to the
+        messages of each read, 4 GB, where now it waits for the client to read them."""
+        if self._out_bytes > _OUT_BYTES:
+            await self._flush()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -379,6 +393,8 @@ class Connection:
                     self.failed = True
             if not self._queued:  # the client's next messages are answered in this write
                 await self._flush()
+            else:
+                await self._flush_when_full()
 
     def _answering(self) -> None:
         """A message is answered from here until the server next waits for the client:
@@ -463,6 +479,7 @@ class Connection:
             finally:
                 if prepared is not None and prepared.shadow_name is not None:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
+            await self._flush_when_full()  # a message of many statements: their replies
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
         if self._implicit and self.local.status == "I":
             self._transaction_ended(rolled_back=failed)

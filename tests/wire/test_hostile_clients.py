@@ -66,3 +66,37 @@ def test_a_query_of_no_column_is_described_as_postgresql_describes_it(server, sq
             assert len(cursor.fetchall()) == (1 if sql == "SELECT" else 3)
         assert con.execute("SET application_name = 'x'").description is None
         assert con.execute("SELECT 1").fetchone() == (1,)
+
+
+def received(sock: socket.socket, size: int) -> bytes:
+    chunks, got = [], 0
+    while got < size:
+        chunk = sock.recv(1 << 20)
+        assert chunk, "the server closed the connection"
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def test_a_client_that_pipelines_without_reading_is_not_buffered_without_bound(server):
+    """5,000 Describes of a statement of 100 long-named columns (45 KB sent at once, the
+    replies not read): the server held every reply to one read's messages before it
+    waited for the client (146 MB more at its peak here; 4 GB from 900 KB of Describes of
+    1,600 columns); now it waits once 1 MB is unread (3 MB more), and the client gets
+    every reply in order."""
+    columns = ", ".join(f"1 AS c{i:060d}" for i in range(100))
+    sock = raw(server)
+    sock.sendall(typed(b"P", f"wide\0SELECT {columns}\0\0\0".encode()) + SYNC)
+    assert kinds(backend_messages(sock)) == [b"1", b"Z"]
+    describe = typed(b"D", b"Swide\0")
+    sock.sendall(describe + SYNC)
+    one = sum(5 + len(body) for _, body in backend_messages(sock)[:-1])  # t and T
+    before = peak_memory_mib(server)
+    count = 5000
+    sock.sendall(describe * count + SYNC)
+    sock.settimeout(20)
+    data = received(sock, count * one + 6)
+    assert data.endswith(b"Z\0\0\0\5I") and data.count(b"T\0\0") >= count
+    assert peak_memory_mib(server) - before < 30
+    sock.sendall(query("SELECT 1"))
+    assert kinds(backend_messages(sock)) == [b"T", b"D", b"C", b"Z"]
