@@ -54,6 +54,9 @@ _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per dr
 # replies held for a client that sends without reading, before the server waits for it
 # to read them (a 9-byte Describe can be answered by a RowDescription of 100 KB)
 _OUT_BYTES = 1 << 20
+# rows that the session's portals hold for later Executes (an Execute with a row limit
+# reads its whole answer at once): beyond, such an Execute is refused (54000)
+_HELD_BYTES = 64 << 20
 # what a connection ended by a protocol violation reads and drops at most, after its error
 _DRAIN_BYTES, _DRAIN_SECONDS = 64 << 20, 2.0
 T = TypeVar("T")
@@ -100,6 +103,7 @@ class Portal:
     sql: str = ""  # engine statements: the text with the values bound
     step: Any = None  # engine statements: the work checked with the message, if it was
     pending: list[bytes] | None = None  # DataRow messages not yet sent
+    held: int = 0  # their size when read (``_HELD_BYTES``)
     tag: str = ""
     notice: str | None = None
 
@@ -366,8 +370,8 @@ class Connection:
                 return
             if isinstance(message, codec.Sync):
                 self.failed = False
-                if self.local.status == "I":
-                    self.portals.pop("", None)
+                if self.local.status == "I":  # its transaction ended: its portals with it
+                    self.portals.clear()
                 self._send(codec.ready_for_query(self.local.status))
             elif self.failed:  # as PostgreSQL: after an error, everything up to Sync
                 continue
@@ -486,6 +490,8 @@ class Connection:
         if len(statements) > 1 and self.local.status == "I":
             self._scope(ScopeEvent(ROLLBACK if failed else COMMIT))
         self._implicit = False
+        if self.local.status == "I":  # a COMMIT or ROLLBACK among them: the portals end
+            self.portals.clear()
         self._send(codec.ready_for_query(self.local.status))
 
     async def _copy_out(self, portal: Portal, options: CopyOptions) -> None:
@@ -684,6 +690,9 @@ class Connection:
         # transaction failed is refused after it
         self._check_transaction(portal.prepared.statement)
         if portal.pending is None:
+            held = sum(p.held for p in self.portals.values())
+            if max_rows > 0 and held >= _HELD_BYTES:  # before any charge
+                raise _too_much_held()
             result = await self._execute(portal.prepared, portal, portal.result_formats)
             if max_rows <= 0:  # all at once: a catalog result streams
                 portal.pending = []
@@ -691,9 +700,14 @@ class Connection:
                 portal.tag = result.tag
                 return
             if result.stream is not None:  # held for later Executes (within the row limit)
-                result.rows = await asyncio.to_thread(_encoded_rows, result.stream)
+                try:
+                    result.rows = await asyncio.to_thread(_encoded_rows, result.stream,
+                                                          _HELD_BYTES - held)
+                finally:  # refused or gone mid-way: the catalog statement stopped
+                    await asyncio.to_thread(_close_quietly, result.stream)
                 result.tag = self.shadow.tag
             portal.pending, portal.tag, portal.notice = result.rows, result.tag, result.notice
+            portal.held = sum(map(len, result.rows))  # an engine answer: held whole
             for name, value in result.changed.items():
                 self._send(codec.parameter_status(name, value))
         rows = portal.pending if max_rows <= 0 else portal.pending[:max_rows]
@@ -1085,8 +1099,23 @@ def _close_quietly(rows) -> None:
         pass
 
 
-def _encoded_rows(rows: Iterator[list[bytes | None]]) -> list[bytes]:
-    return [codec.data_row(row) for row in rows]
+def _encoded_rows(rows: Iterator[list[bytes | None]], most: int) -> list[bytes]:
+    """In a worker thread: all of a catalog result's rows, at most ``most`` bytes of
+    them (else 54000): a portal read with a row limit holds them between Executes."""
+    encoded, size = [], 0
+    for row in rows:
+        encoded.append(codec.data_row(row))
+        size += len(encoded[-1])
+        if size > most:
+            raise _too_much_held()
+    return encoded
+
+
+def _too_much_held() -> ProxyError:
+    return ProxyError(f"the portals of one session hold at most {_HELD_BYTES >> 20} MB of "
+                      "rows for later Executes; read this one with no row limit (Execute "
+                      "of 0 rows streams it), close the others, or end the transaction",
+                      "54000")
 
 
 def is_loopback(peer) -> bool:
