@@ -368,6 +368,11 @@ class Connection:
             message = await self._next()
             if isinstance(message, codec.Terminate):
                 return
+            if isinstance(message, codec.Invalid):
+                raise codec.ProtocolViolation(
+                    f"invalid frontend message type {ord(message.type)}")
+            if isinstance(message, codec.Unsupported) and message.type != "F":
+                continue  # COPY data outside a COPY: PostgreSQL ignores it
             if isinstance(message, codec.Sync):
                 self.failed = False
                 if self.local.status == "I":  # its transaction ended: its portals with it
@@ -384,6 +389,10 @@ class Connection:
             elif isinstance(message, codec.Query):
                 self._answering()
                 await self._simple(message.sql)
+            elif isinstance(message, codec.Unsupported):  # a function call: its own cycle
+                self._error(ProxyError("function calls (the FunctionCall message) are not "
+                                       "supported; call the function in a query", "0A000"))
+                self._send(codec.ready_for_query(self.local.status))
             elif isinstance(message, codec.Flush):
                 pass
             else:
@@ -646,8 +655,7 @@ class Connection:
         elif isinstance(message, codec.Password):
             raise codec.ProtocolViolation("unexpected password message")
         else:
-            raise ProxyError(f"message type {message.type!r} is not supported (COPY and "
-                             "function calls are refused)", "0A000")
+            raise ProxyError(f"message type {message!r} is not served here", "XX000")
 
     def _statement(self, name: str) -> Prepared:
         if name not in self.statements:

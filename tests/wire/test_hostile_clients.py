@@ -167,3 +167,45 @@ def test_a_catalog_result_in_mixed_formats_is_bounded(server):
     assert kinds(backend_messages(sock)) == [b"2"] + [b"D"] * 70 + [b"C", b"Z"]
     sock.sendall(query("SELECT 1"))
     assert kinds(backend_messages(sock)) == [b"T", b"D", b"C", b"Z"]
+
+
+def replies_until_closed_or_quiet(sock: socket.socket) -> list[bytes]:
+    """The types of the messages the server sends, up to its closing the connection
+    (b"closed") or half a second of silence (b"quiet")."""
+    sock.settimeout(0.5)
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except TimeoutError:
+        end = b"quiet"
+    else:
+        end = b"closed"
+    found = []
+    while len(data) >= 5:
+        found.append(data[:1])
+        data = data[1 + struct.unpack("!i", data[1:5])[0]:]
+    return found + [end]
+
+
+@pytest.mark.parametrize(("message", "replies", "then"), [
+    # a type no frontend message has, and a second StartupMessage (type 0): FATAL 08P01
+    (typed(b"z", b"abc"), [b"E", b"closed"], None),
+    (startup_message("alice"), [b"E", b"closed"], None),
+    # FunctionCall: refused in its own cycle, as PostgreSQL refuses an unknown function
+    (typed(b"F", b"\0\0\4\xd2\0\0\0\0\0\0\0\0"), [b"E", b"Z", b"quiet"], [b"T", b"D", b"C", b"Z"]),
+    # COPY data outside a COPY: ignored
+    (typed(b"d", b"abc") + typed(b"c", b"") + typed(b"f", b"x\0"), [b"quiet"],
+     [b"T", b"D", b"C", b"Z"]),
+])
+def test_a_message_no_driver_sends_gets_postgresqls_answer(server, message, replies, then):
+    """Each was refused with 0A000 and the session then skipped every message up to a
+    Sync, so a client of the simple protocol (which sends none) waited forever for the
+    answers of its next queries. PostgreSQL 15's answers to the same bytes."""
+    sock = raw(server)
+    sock.sendall(message)
+    assert replies_until_closed_or_quiet(sock) == replies
+    if then:
+        sock.settimeout(20)
+        sock.sendall(query("SELECT 1"))
+        assert kinds(backend_messages(sock)) == then
