@@ -35,7 +35,7 @@ from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
 from proxy.wire.cursors import MAX_CURSORS, MAX_HELD_ROWS, missing, read_close, read_fetch
 from proxy.wire.deadlines import DEADLINES
-from proxy.wire.local import REPORTED, LocalState, Outcome
+from proxy.wire.local import REPORTED, LocalState, Outcome, timeout_ms
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowCatalog, ShadowSession
@@ -978,6 +978,15 @@ class Connection:
             reading.cancel()
             return task.result()
 
+    def _statement_timeout(self) -> float:
+        """Seconds a statement may take: the server's ``statement_timeout``, or the
+        session's (``SET statement_timeout``, as PostgreSQL reads it) where shorter. The
+        session's was shown and ignored until 2026-11-29: a statement that a client
+        meant to stop at 300 ms was answered, and charged, after 5 s."""
+        session = timeout_ms(self.local.settings.get("statement_timeout", "0")) / 1000
+        server = self.server.limits.statement_timeout
+        return min(server, session) if session > 0 else server
+
     def _run_engine(self, work: Callable[[], T]) -> T:
         """In a worker thread; a cancel or the statement timeout interrupts the backend
         statement this thread runs and every stage above it (QueryCanceled, SQLSTATE
@@ -990,7 +999,7 @@ class Connection:
                 raise QueryCanceled("canceling statement due to user request")
             self._worker = threading.get_ident()
             began, self._checked_since = self._checked_since, None
-        timeout = self.server.limits.statement_timeout
+        timeout = self._statement_timeout()
         if began is not None:  # the first statement of a checked message: from its check
             timeout = max(0.0, timeout - (time.monotonic() - began))
         deadline = DEADLINES.after(timeout, self._time_out)

@@ -209,3 +209,23 @@ def test_a_message_no_driver_sends_gets_postgresqls_answer(server, message, repl
         sock.settimeout(20)
         sock.sendall(query("SELECT 1"))
         assert kinds(backend_messages(sock)) == then
+
+
+def test_the_sessions_statement_timeout_stops_a_statement(server):
+    """``SET statement_timeout`` was shown back and ignored: an OR of 4,000 terms, which
+    takes seconds to analyse, was answered and charged after 5.4 s under a timeout of
+    300 ms (load 8). Now the shorter of the session's and the server's stops it, as
+    PostgreSQL's does: 57014, nothing spent, and the session goes on."""
+    chain = " OR ".join(f"age = {i}" for i in range(1500))
+    with psycopg.connect(server.dsn("alice"), autocommit=True) as con:
+        con.execute("SET statement_timeout = '10ms'")
+        assert con.execute("SHOW statement_timeout").fetchone() == ("10ms",)
+        budget = con.execute("SHOW idp.budget").fetchone()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            con.execute(f"SELECT COUNT(*) FROM people WHERE {chain}")
+        assert con.execute("SHOW idp.budget").fetchone() == budget
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            con.execute("SET statement_timeout = 'soon'")
+        con.execute("SET statement_timeout = 5000")
+        assert con.execute("SHOW statement_timeout").fetchone() == ("5s",)
+        assert con.execute("SELECT COUNT(*) FROM people WHERE age > 30").fetchone()[0] >= 0
