@@ -619,6 +619,9 @@ class Connection:
                 raise ProxyError(f"bind message supplies {len(message.params)} parameters, "
                                  f"but the statement requires {len(prepared.param_types)}",
                                  "08P01")
+            for code in (*message.param_formats, *message.result_formats):
+                if code not in (0, 1):  # as PostgreSQL, whatever the route
+                    raise ProxyError(f"unsupported format code: {code}", "22023")
             portal = Portal(prepared, message.params, message.param_formats,
                             message.result_formats)
             if prepared.statement.route is Route.ENGINE and prepared.param_types:

@@ -229,3 +229,16 @@ def test_the_sessions_statement_timeout_stops_a_statement(server):
         con.execute("SET statement_timeout = 5000")
         assert con.execute("SHOW statement_timeout").fetchone() == ("5s",)
         assert con.execute("SELECT COUNT(*) FROM people WHERE age > 30").fetchone()[0] >= 0
+
+
+@pytest.mark.parametrize("statement", ["SELECT COUNT(*) FROM people WHERE age > 30",
+                                       "SELECT 1"])
+def test_a_format_code_other_than_text_or_binary_is_refused(server, statement):
+    """Result format 9 was refused for a catalog statement (22023, PostgreSQL's "unsupported
+    format code: 9") but answered in text for a private one; now refused at Bind for
+    every statement, before anything is spent."""
+    sock = raw(server)
+    sock.sendall(parse(b"s", statement) + bind(b"", b"s", (9,)) + execute(b"") + SYNC)
+    replies = backend_messages(sock)
+    assert kinds(replies) == [b"1", b"E", b"Z"] and sqlstates(replies) == ["22023"]
+    assert b"unsupported format code: 9" in replies[1][1]
