@@ -13,6 +13,7 @@ import asyncio
 import ipaddress
 import itertools
 import logging
+import re
 import secrets
 import ssl
 import struct
@@ -308,7 +309,7 @@ class Connection:
         try:
             self.session = await asyncio.to_thread(Session.open, self.server.engine, self.user)
             self.local = LocalState(self.server.shadow.version, self.user)
-            for name, value in startup.items():
+            for name, value in [*startup.items(), *_options(startup.get("options", ""))]:
                 if name.lower() in ("user", "database", "options", "replication"):
                     continue
                 self.local.set(name, value)
@@ -1072,6 +1073,28 @@ def _fields(answer: Answer, fields: list[codec.Field] | None) -> list[codec.Fiel
     """The columns an answer is sent in: as described, else its own."""
     return fields or [codec.Field(column, oid_of(kind))
                       for column, kind in zip(answer.columns, answer.kinds)]
+
+
+def _options(options: str) -> list[tuple[str, str]]:
+    """The settings of the startup parameter ``options`` (libpq's ``options='-c
+    statement_timeout=5s'``): ``-c name=value`` and ``--name=value``, separated by
+    blanks, a blank within a value escaped by a backslash, as PostgreSQL reads them."""
+    words = [w.replace("\\ ", " ") for w in re.split(r"(?<!\\)\s+", options.strip()) if w]
+    settings, index = [], 0
+    while index < len(words):
+        word = words[index]
+        if word == "-c" and index + 1 < len(words):
+            index += 1
+            word = "--" + words[index]
+        elif word.startswith("-c"):
+            word = "--" + word[2:]
+        if not word.startswith("--") or "=" not in word:
+            raise ProxyError(f'invalid command-line argument for server process: {word}',
+                             "42601")
+        name, _, value = word[2:].partition("=")
+        settings.append((name.replace("-", "_"), value))
+        index += 1
+    return settings
 
 
 def _formats(formats: tuple[int, ...], count: int) -> list[int]:

@@ -242,3 +242,17 @@ def test_a_format_code_other_than_text_or_binary_is_refused(server, statement):
     replies = backend_messages(sock)
     assert kinds(replies) == [b"1", b"E", b"Z"] and sqlstates(replies) == ["22023"]
     assert b"unsupported format code: 9" in replies[1][1]
+
+
+def test_settings_in_the_startup_options_are_applied(server):
+    """libpq's ``options='-c name=value'`` was dropped: a statement_timeout or TimeZone
+    set there was silently not in effect."""
+    chain = " OR ".join(f"age = {i}" for i in range(1500))
+    dsn = server.dsn("alice", options="-c statement_timeout=10ms --TimeZone=Europe/Berlin")
+    with psycopg.connect(dsn, autocommit=True) as con:
+        assert con.execute("SHOW TimeZone").fetchone() == ("Europe/Berlin",)
+        assert con.execute("SHOW statement_timeout").fetchone() == ("10ms",)
+        with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
+            con.execute(f"SELECT COUNT(*) FROM people WHERE {chain}")
+    with pytest.raises(psycopg.OperationalError, match="invalid command-line argument"):
+        psycopg.connect(server.dsn("alice", options="-x"))
