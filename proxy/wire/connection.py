@@ -58,6 +58,7 @@ _OUT_BYTES = 1 << 20
 # rows that the session's portals hold for later Executes (an Execute with a row limit
 # reads its whole answer at once): beyond, such an Execute is refused (54000)
 _HELD_BYTES = 64 << 20
+_MAX_PREPARED, _PREPARED_TEXT = 10_000, 64 << 20  # a session's named prepared statements
 # what a connection ended by a protocol violation reads and drops at most, after its error
 _DRAIN_BYTES, _DRAIN_SECONDS = 64 << 20, 2.0
 T = TypeVar("T")
@@ -147,7 +148,7 @@ class Connection:
         self.pid = 0
         self.key = secrets.randbits(31)
         self.user = ""
-        self.statements: dict[str, Prepared] = {}
+        self.statements = _Statements()
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Cursor] = {}  # DECLAREd (proxy.wire.cursors)
         self._implicit = False  # a simple query of several statements outside BEGIN
@@ -607,8 +608,14 @@ class Connection:
                                  "protocol (as psql's \\copy sends it); prepare the query "
                                  "itself instead", "0A000")
             self._check_transaction(statement)
+            self._room_for(message.name, statement.text)
             prepared = await self._prepare(statement, message.param_types)
             await self._drop_statement(message.name)
+            if statement.route is not Route.LOCAL:
+                # its tokens and tree are read again from its text when it runs: kept,
+                # they took 10 MB a statement of 9,000 values (5 GB for 500 of them)
+                prepared = replace(prepared, statement=replace(statement, tokens=(),
+                                                               tree=None))
             self.statements[message.name] = prepared
             self._send(codec.PARSE_COMPLETE)
         elif isinstance(message, codec.Bind):
@@ -660,6 +667,19 @@ class Connection:
             raise codec.ProtocolViolation("unexpected password message")
         else:
             raise ProxyError(f"message type {message!r} is not served here", "XX000")
+
+    def _room_for(self, name: str, text: str) -> None:
+        """A session holds at most ``_MAX_PREPARED`` named statements of at most
+        ``_PREPARED_TEXT`` characters together (54000, before anything is prepared):
+        PostgreSQL has no such limit, but each costs the proxy's memory, not the
+        backend's, shared by every session."""
+        old = self.statements.get(name)
+        count = len(self.statements) - (old is not None)
+        held = self.statements.text - (len(old.statement.text) if old else 0)
+        if count >= _MAX_PREPARED or held + len(text) > _PREPARED_TEXT:
+            raise ProxyError(f"a session holds at most {_MAX_PREPARED:,} prepared "
+                             f"statements of {_PREPARED_TEXT >> 20} MB of text together; "
+                             "close (DEALLOCATE) some first", "54000")
 
     def _statement(self, name: str) -> Prepared:
         if name not in self.statements:
@@ -1054,7 +1074,7 @@ class Connection:
         """DEALLOCATE and DISCARD act on this connection's prepared statements."""
         words = [t.text for t in statement.tokens[1:] if t.text.upper() != "PREPARE"]
         if statement.word == "DISCARD" or (words and words[0].upper() == "ALL"):
-            self.statements = {}
+            self.statements = _Statements()
             self.portals = {}
             if statement.word == "DISCARD" and words[:1] and words[0].upper() == "ALL":
                 self.cursors = {}  # DISCARD PLANS or TEMP leave them
@@ -1073,6 +1093,26 @@ def _fields(answer: Answer, fields: list[codec.Field] | None) -> list[codec.Fiel
     """The columns an answer is sent in: as described, else its own."""
     return fields or [codec.Field(column, oid_of(kind))
                       for column, kind in zip(answer.columns, answer.kinds)]
+
+
+class _Statements(dict):
+    """A session's prepared statements by name, with the length of their texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = 0
+
+    def __setitem__(self, name: str, prepared: Prepared) -> None:
+        self.pop(name, None)
+        super().__setitem__(name, prepared)
+        self.text += len(prepared.statement.text)
+
+    def pop(self, name: str, default: Any = None) -> Any:
+        prepared = super().pop(name, None)
+        if prepared is None:
+            return default
+        self.text -= len(prepared.statement.text)
+        return prepared
 
 
 def _options(options: str) -> list[tuple[str, str]]:

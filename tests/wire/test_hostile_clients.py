@@ -12,8 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from proxy.wire import connection
 from tests.factories import Served, served_rules
-from tests.wireserver import backend_messages, startup_message, typed
+from tests.wireserver import backend_messages, serving_in_process, startup_message, typed
 
 pytestmark = pytest.mark.postgres  # the catalog is a PostgreSQL
 
@@ -256,3 +257,57 @@ def test_settings_in_the_startup_options_are_applied(server):
             con.execute(f"SELECT COUNT(*) FROM people WHERE {chain}")
     with pytest.raises(psycopg.OperationalError, match="invalid command-line argument"):
         psycopg.connect(server.dsn("alice", options="-x"))
+
+
+@pytest.fixture
+def in_process(tmp_path):
+    """A server in this process, for tests that look into its sessions or lower its
+    limits (the real ones take 256 statements of 250 KB to reach)."""
+    served = Served.prepare(tmp_path, served_rules(), f"duckdb:///{tmp_path / 'd.duckdb'}",
+                            20)
+    with serving_in_process(served.rules, served.backend) as proxy:
+        yield proxy
+
+
+def test_a_session_holds_a_bounded_number_and_text_of_prepared_statements(in_process,
+                                                                         monkeypatch):
+    """Beyond the limits Parse is refused (54000) and the session goes on; a name
+    prepared again replaces its statement; Close makes room."""
+    monkeypatch.setattr(connection, "_MAX_PREPARED", 5)
+    monkeypatch.setattr(connection, "_PREPARED_TEXT", 1000)
+    sock = raw(in_process)
+    sock.sendall(b"".join(parse(b"s%d" % index, "SELECT 1") for index in range(6)) + SYNC)
+    replies = backend_messages(sock)
+    assert kinds(replies) == [b"1"] * 5 + [b"E", b"Z"] and sqlstates(replies) == ["54000"]
+    sock.sendall(parse(b"s1", "SELECT 2") + typed(b"C", b"Ss2\0") + parse(b"t", "SELECT 3")
+                 + SYNC)
+    assert kinds(backend_messages(sock)) == [b"1", b"3", b"1", b"Z"]
+    sock.sendall(parse(b"s1", "SELECT 1 -- " + "x" * 990) + SYNC)  # 4 others hold 32
+    assert sqlstates(backend_messages(sock)) == ["54000"]
+    sock.sendall(parse(b"s1", "SELECT 1 -- " + "x" * 900) + SYNC)
+    assert kinds(backend_messages(sock)) == [b"1", b"Z"]
+
+
+def test_what_a_session_keeps_of_a_long_statement_is_its_text(in_process):
+    """A prepared statement kept its tokens and sqlglot tree (10 MB for an IN list of
+    9,000 values: 500 of them, 5 GB in one session), and the session kept the plans of
+    its last 64 statements whatever their length (an IN list of 9,000 values: 7 MB each,
+    450 MB a session, though only prepared: nothing spent). Now a prepared statement
+    keeps its text, read again when it runs, and a plan is kept for texts up to 20,000
+    characters, 100,000 together."""
+    sql = ("SELECT COUNT(*) FROM people WHERE age IN ("
+           + ",".join(str(i) for i in range(5000)) + ")")
+    sock = raw(in_process)
+    sock.sendall(parse(b"s", sql) + SYNC)
+    assert kinds(backend_messages(sock)) == [b"1", b"Z"]
+    (session,) = in_process.server._live.values()
+    kept = session.statements["s"].statement
+    assert kept.text == sql and kept.tokens == () and kept.tree is None
+    assert sql not in session.session._checked
+    sock.sendall(bind(b"", b"s") + execute(b"") + SYNC)
+    assert kinds(backend_messages(sock)) == [b"2", b"D", b"N", b"C", b"Z"]
+    short = "SELECT COUNT(*) FROM people WHERE age > {}"
+    for age in range(40):
+        sock.sendall(query(short.format(age) + " " * 4000))
+        backend_messages(sock)
+    assert 0 < sum(map(len, session.session._checked)) <= 100_000
