@@ -105,7 +105,7 @@ class Portal:
     sql: str = ""  # engine statements: the text with the values bound
     step: Any = None  # engine statements: the work checked with the message, if it was
     pending: list[bytes] | None = None  # DataRow messages not yet sent
-    held: int = 0  # their size when read (``_HELD_BYTES``)
+    held: int = 0  # the size of its values and rows held (``_HELD_BYTES``)
     tag: str = ""
     notice: str | None = None
 
@@ -630,8 +630,12 @@ class Connection:
             for code in (*message.param_formats, *message.result_formats):
                 if code not in (0, 1):  # as PostgreSQL, whatever the route
                     raise ProxyError(f"unsupported format code: {code}", "22023")
+            size = sum(len(value) for value in message.params if value is not None)
+            if size and size + sum(p.held for key, p in self.portals.items()
+                                   if key != message.portal) > _HELD_BYTES:
+                raise _too_much_held()  # portals of a block, each of 1 MB of values
             portal = Portal(prepared, message.params, message.param_formats,
-                            message.result_formats)
+                            message.result_formats, held=size)
             if prepared.statement.route is Route.ENGINE and prepared.param_types:
                 key = (prepared.statement.text, prepared.param_types, tuple(message.params),
                        tuple(_formats(message.param_formats, len(message.params))))
@@ -739,7 +743,7 @@ class Connection:
                     await asyncio.to_thread(_close_quietly, result.stream)
                 result.tag = self.shadow.tag
             portal.pending, portal.tag, portal.notice = result.rows, result.tag, result.notice
-            portal.held = sum(map(len, result.rows))  # an engine answer: held whole
+            portal.held += sum(map(len, result.rows))  # an engine answer: held whole
             for name, value in result.changed.items():
                 self._send(codec.parameter_status(name, value))
         rows = portal.pending if max_rows <= 0 else portal.pending[:max_rows]
@@ -1196,9 +1200,9 @@ def _encoded_rows(rows: Iterator[list[bytes | None]], most: int) -> list[bytes]:
 
 def _too_much_held() -> ProxyError:
     return ProxyError(f"the portals of one session hold at most {_HELD_BYTES >> 20} MB of "
-                      "rows for later Executes; read this one with no row limit (Execute "
-                      "of 0 rows streams it), close the others, or end the transaction",
-                      "54000")
+                      "parameters and rows for later Executes; read this one with no row "
+                      "limit (Execute of 0 rows streams it), close the others, or end the "
+                      "transaction", "54000")
 
 
 def is_loopback(peer) -> bool:

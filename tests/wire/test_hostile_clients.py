@@ -311,3 +311,32 @@ def test_what_a_session_keeps_of_a_long_statement_is_its_text(in_process):
         sock.sendall(query(short.format(age) + " " * 4000))
         backend_messages(sock)
     assert 0 < sum(map(len, session.session._checked)) <= 100_000
+
+
+def test_the_values_bound_to_a_blocks_portals_are_bounded(in_process, monkeypatch):
+    """Within a transaction block portals last until its end, each holding its bound
+    values (up to ``max_message``, 1 MB, a Bind): they count against the rows the
+    session's portals hold (64 MB; 4 MB here), so the Bind past it is refused (54000);
+    the block's end frees them."""
+    monkeypatch.setattr(connection, "_HELD_BYTES", 4 << 20)
+    value = b"x" * 900_000
+
+    def bound(portal: bytes) -> bytes:
+        return typed(b"B", portal + b"\0s\0\0\0\0\1" + struct.pack("!i", len(value)) + value
+                     + b"\0\0")
+
+    sock = raw(in_process)
+    sock.sendall(query("BEGIN"))
+    backend_messages(sock)
+    sock.sendall(typed(b"P", b"s\0SELECT length($1::text)\0\0\0") + SYNC)
+    assert kinds(backend_messages(sock)) == [b"1", b"Z"]
+    for index in range(10):
+        sock.sendall(bound(b"p%d" % index) + SYNC)
+        replies = backend_messages(sock)
+        if sqlstates(replies):
+            break
+    assert index == 4 and sqlstates(replies) == ["54000"]  # 5 × 0.9 MB > 4 MiB
+    sock.sendall(query("ROLLBACK"))
+    backend_messages(sock)
+    sock.sendall(bound(b"p") + execute(b"p") + SYNC)
+    assert kinds(backend_messages(sock)) == [b"2", b"D", b"C", b"Z"]
