@@ -482,8 +482,12 @@ def _next_result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult | None:
     whole timeout (``SELECT count(*) FROM generate_series(1, 1e9)``: 10 s) froze every
     session of the process, and the cancel meant to stop it."""
     while pgconn.is_busy():
-        select.select([pgconn.socket], [], [], 1.0)  # the GIL is free meanwhile
-        pgconn.consume_input()
+        # the rest of a long statement or parameter, which a nonblocking connection
+        # sends as the socket takes it: waiting to read alone sent it a piece a second
+        # (a parameter of 900 KB: 4 s, a statement of 250 KB: 0.45 s)
+        unsent = pgconn.flush()
+        select.select([pgconn.socket], [pgconn.socket] if unsent else [], [], 1.0)
+        pgconn.consume_input()  # the GIL is free meanwhile
     return pgconn.get_result()
 
 
