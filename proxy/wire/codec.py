@@ -16,6 +16,7 @@ PROTOCOL_3 = 196608
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
+MAX_STARTUP = 10_000  # bytes of a message before the StartupMessage's end (PostgreSQL's)
 
 
 class ProtocolViolation(Exception):
@@ -170,6 +171,10 @@ class Reader:
             if len(self._buffer) < header:
                 return
             (length,) = struct.unpack_from("!i", self._buffer, header - 4)
+            if not self.started and length > MAX_STARTUP:
+                # as PostgreSQL: a user name of 1 MB was echoed in its error and twice
+                # in the log, 10,000 settings took 2.7 s to read
+                raise ProtocolViolation("invalid length of startup packet")
             if length > self.max_message:
                 raise ProtocolViolation(f"a message of {length:,} bytes is longer than the "
                                         f"server's max_message ({self.max_message:,} bytes); "
