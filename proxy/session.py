@@ -304,7 +304,10 @@ class Session:
         if len(steps) != 1 or not isinstance(steps[0][1], (QueryPlan, PassthroughPlan)) \
                 or (steps[0][0] is not None and reads_clock(steps[0][0])):
             return  # NOW(): its plan holds the moment it was read at
-        if len(self._checked) >= _CHECKED_KEPT:
+        if len(sql) > _CHECKED_LONGEST:
+            return  # its plan is large (an IN list of 9,000 values: 7 MB) and rarely sent again
+        if len(self._checked) >= _CHECKED_KEPT or \
+                sum(map(len, self._checked)) + len(sql) > _CHECKED_CHARS:
             self._checked.clear()
         self._checked[sql] = (self.settings, steps[0])
 
@@ -940,6 +943,10 @@ def _multiplicity_note(plan: QueryPlan) -> str:
 
 _FLOAT, _TEXT = RULE_TYPES["float"], RULE_TYPES["text"]
 _CHECKED_KEPT = 64  # texts per session whose step is kept (``Session.known``)
+# ... of at most these characters together, none longer than the last: a plan takes about
+# 160 bytes a character of its text, and 64 kept plans of long IN lists held 450 MB a
+# session (2026-11-29)
+_CHECKED_CHARS, _CHECKED_LONGEST = 100_000, 20_000
 _FROM_CACHE = "repeated answer from the answer cache, no new epsilon spent"
 
 

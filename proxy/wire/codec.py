@@ -16,6 +16,7 @@ PROTOCOL_3 = 196608
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
+MAX_STARTUP = 10_000  # bytes of a message before the StartupMessage's end (PostgreSQL's)
 
 
 class ProtocolViolation(Exception):
@@ -119,14 +120,28 @@ class Undecodable:
 
 @dataclass(frozen=True)
 class Unsupported:
-    """A well-framed message we do not serve (COPY data, FunctionCall...)."""
+    """A frontend message of the protocol we do not serve: FunctionCall ('F'), and COPY
+    FROM's CopyData, CopyDone and CopyFail ('d', 'c', 'f'), which PostgreSQL ignores
+    outside a COPY."""
 
     type: str
 
 
+@dataclass(frozen=True)
+class Invalid:
+    """A message of a type the protocol has no frontend message of: PostgreSQL ends the
+    connection when it reaches it (08P01 "invalid frontend message type"), after
+    answering the messages before it."""
+
+    type: str
+
+
+UNSUPPORTED = ("F", "d", "c", "f")
+_TYPES = frozenset("QPBDECSHXp" + "".join(UNSUPPORTED))  # the frontend's message types
+
 FrontendMessage = (Startup | SSLRequest | GSSENCRequest | CancelRequest | Query | Parse | Bind
                    | Describe | Execute | Close | Sync | Flush | Terminate | Password
-                   | Undecodable | Unsupported)
+                   | Undecodable | Unsupported | Invalid)
 
 
 class Reader:
@@ -146,10 +161,20 @@ class Reader:
 
     def messages(self) -> Iterator[FrontendMessage]:
         while True:
+            if self.started and self._buffer and chr(self._buffer[0]) not in _TYPES:
+                # told at once, as PostgreSQL does: its length may be any four bytes
+                # (a second StartupMessage's), which the client will never complete
+                yield Invalid(chr(self._buffer[0]))
+                self._buffer.clear()
+                return
             header = 4 if not self.started else 5
             if len(self._buffer) < header:
                 return
             (length,) = struct.unpack_from("!i", self._buffer, header - 4)
+            if not self.started and length > MAX_STARTUP:
+                # as PostgreSQL: a user name of 1 MB was echoed in its error and twice
+                # in the log, 10,000 settings took 2.7 s to read
+                raise ProtocolViolation("invalid length of startup packet")
             if length > self.max_message:
                 raise ProtocolViolation(f"a message of {length:,} bytes is longer than the "
                                         f"server's max_message ({self.max_message:,} bytes); "
@@ -218,8 +243,10 @@ def _typed(kind: str, body: bytes) -> FrontendMessage:
         message = {"S": Sync, "H": Flush, "X": Terminate}[kind]()
     elif kind == "p":
         return Password(body)
-    else:
+    elif kind in UNSUPPORTED:
         return Unsupported(kind)
+    else:
+        return Invalid(kind)
     data.end()
     return message
 

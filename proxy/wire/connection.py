@@ -13,6 +13,7 @@ import asyncio
 import ipaddress
 import itertools
 import logging
+import re
 import secrets
 import ssl
 import struct
@@ -35,7 +36,7 @@ from proxy.wire import codec, params, types
 from proxy.wire.copy_out import CopyOptions
 from proxy.wire.cursors import MAX_CURSORS, MAX_HELD_ROWS, missing, read_close, read_fetch
 from proxy.wire.deadlines import DEADLINES
-from proxy.wire.local import REPORTED, LocalState, Outcome
+from proxy.wire.local import REPORTED, LocalState, Outcome, timeout_ms
 from proxy.wire.route import Route, Statement, read_message, with_backend_pid
 from proxy.wire.scram import MECHANISM, AuthFailed, Exchange
 from proxy.wire.shadow import Column, ShadowCatalog, ShadowSession
@@ -49,7 +50,15 @@ TOO_COMPLEX = ("statement too complex: it nests deeper than the proxy can read; 
 _BOUND = params.BoundTexts(1024)  # shared by the connections of this process
 # messages of one engine statement, read and routed before: (text,) -> its Statement
 _ROUTED = params.BoundTexts(1024)
+_QUERIES = ("SELECT", "VALUES", "TABLE")  # statements that return rows, of no column too
 _ROWS_PER_WRITE = 256  # catalog rows encoded per worker call and written per drain
+# replies held for a client that sends without reading, before the server waits for it
+# to read them (a 9-byte Describe can be answered by a RowDescription of 100 KB)
+_OUT_BYTES = 1 << 20
+# rows that the session's portals hold for later Executes (an Execute with a row limit
+# reads its whole answer at once): beyond, such an Execute is refused (54000)
+_HELD_BYTES = 64 << 20
+_MAX_PREPARED, _PREPARED_TEXT = 10_000, 64 << 20  # a session's named prepared statements
 # what a connection ended by a protocol violation reads and drops at most, after its error
 _DRAIN_BYTES, _DRAIN_SECONDS = 64 << 20, 2.0
 T = TypeVar("T")
@@ -96,6 +105,7 @@ class Portal:
     sql: str = ""  # engine statements: the text with the values bound
     step: Any = None  # engine statements: the work checked with the message, if it was
     pending: list[bytes] | None = None  # DataRow messages not yet sent
+    held: int = 0  # the size of its values and rows held (``_HELD_BYTES``)
     tag: str = ""
     notice: str | None = None
 
@@ -138,7 +148,7 @@ class Connection:
         self.pid = 0
         self.key = secrets.randbits(31)
         self.user = ""
-        self.statements: dict[str, Prepared] = {}
+        self.statements = _Statements()
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Cursor] = {}  # DECLAREd (proxy.wire.cursors)
         self._implicit = False  # a simple query of several statements outside BEGIN
@@ -149,6 +159,7 @@ class Connection:
         self.database = ""
         self._queued: list[codec.FrontendMessage] = []
         self._out: list[bytes] = []  # replies not yet written (``_write_out``)
+        self._out_bytes = 0  # their size
         self._worker: int | None = None  # the thread running this session's engine call
         self._worker_lock = threading.Lock()
         self._gone = False  # the client disconnected while its statement waited
@@ -181,6 +192,7 @@ class Connection:
 
     def _send(self, data: bytes) -> None:
         self._out.append(data)
+        self._out_bytes += len(data)
 
     def _write_out(self) -> None:
         """What was sent, to the socket in one write: an answer's five to eight messages
@@ -189,10 +201,19 @@ class Connection:
         if self._out:
             self.writer.write(b"".join(self._out))
             self._out.clear()
+            self._out_bytes = 0
 
     async def _flush(self) -> None:
         self._write_out()
         await self.writer.drain()
+
+    async def _flush_when_full(self) -> None:
+        """The replies written and waited for once they pass ``_OUT_BYTES``, though more
+        of the client's messages wait: a client that pipelines without reading (100,000
+        Describes of a wide statement, 900 KB) made the server hold every reply to the
+        messages of each read, 4 GB, where now it waits for the client to read them."""
+        if self._out_bytes > _OUT_BYTES:
+            await self._flush()
 
     # Lifecycle ---------------------------------------------------------------------------
 
@@ -289,7 +310,7 @@ class Connection:
         try:
             self.session = await asyncio.to_thread(Session.open, self.server.engine, self.user)
             self.local = LocalState(self.server.shadow.version, self.user)
-            for name, value in startup.items():
+            for name, value in [*startup.items(), *_options(startup.get("options", ""))]:
                 if name.lower() in ("user", "database", "options", "replication"):
                     continue
                 self.local.set(name, value)
@@ -349,10 +370,15 @@ class Connection:
             message = await self._next()
             if isinstance(message, codec.Terminate):
                 return
+            if isinstance(message, codec.Invalid):
+                raise codec.ProtocolViolation(
+                    f"invalid frontend message type {ord(message.type)}")
+            if isinstance(message, codec.Unsupported) and message.type != "F":
+                continue  # COPY data outside a COPY: PostgreSQL ignores it
             if isinstance(message, codec.Sync):
                 self.failed = False
-                if self.local.status == "I":
-                    self.portals.pop("", None)
+                if self.local.status == "I":  # its transaction ended: its portals with it
+                    self.portals.clear()
                 self._send(codec.ready_for_query(self.local.status))
             elif self.failed:  # as PostgreSQL: after an error, everything up to Sync
                 continue
@@ -365,6 +391,10 @@ class Connection:
             elif isinstance(message, codec.Query):
                 self._answering()
                 await self._simple(message.sql)
+            elif isinstance(message, codec.Unsupported):  # a function call: its own cycle
+                self._error(ProxyError("function calls (the FunctionCall message) are not "
+                                       "supported; call the function in a query", "0A000"))
+                self._send(codec.ready_for_query(self.local.status))
             elif isinstance(message, codec.Flush):
                 pass
             else:
@@ -378,6 +408,8 @@ class Connection:
                     self.failed = True
             if not self._queued:  # the client's next messages are answered in this write
                 await self._flush()
+            else:
+                await self._flush_when_full()
 
     def _answering(self) -> None:
         """A message is answered from here until the server next waits for the client:
@@ -462,12 +494,15 @@ class Connection:
             finally:
                 if prepared is not None and prepared.shadow_name is not None:
                     await asyncio.to_thread(self.shadow.release, prepared.shadow_name)
+            await self._flush_when_full()  # a message of many statements: their replies
         self._checked_since = None  # no engine statement ran (a catalog one, an error)
         if self._implicit and self.local.status == "I":
             self._transaction_ended(rolled_back=failed)
         if len(statements) > 1 and self.local.status == "I":
             self._scope(ScopeEvent(ROLLBACK if failed else COMMIT))
         self._implicit = False
+        if self.local.status == "I":  # a COMMIT or ROLLBACK among them: the portals end
+            self.portals.clear()
         self._send(codec.ready_for_query(self.local.status))
 
     async def _copy_out(self, portal: Portal, options: CopyOptions) -> None:
@@ -573,8 +608,14 @@ class Connection:
                                  "protocol (as psql's \\copy sends it); prepare the query "
                                  "itself instead", "0A000")
             self._check_transaction(statement)
+            self._room_for(message.name, statement.text)
             prepared = await self._prepare(statement, message.param_types)
             await self._drop_statement(message.name)
+            if statement.route is not Route.LOCAL:
+                # its tokens and tree are read again from its text when it runs: kept,
+                # they took 10 MB a statement of 9,000 values (5 GB for 500 of them)
+                prepared = replace(prepared, statement=replace(statement, tokens=(),
+                                                               tree=None))
             self.statements[message.name] = prepared
             self._send(codec.PARSE_COMPLETE)
         elif isinstance(message, codec.Bind):
@@ -586,8 +627,15 @@ class Connection:
                 raise ProxyError(f"bind message supplies {len(message.params)} parameters, "
                                  f"but the statement requires {len(prepared.param_types)}",
                                  "08P01")
+            for code in (*message.param_formats, *message.result_formats):
+                if code not in (0, 1):  # as PostgreSQL, whatever the route
+                    raise ProxyError(f"unsupported format code: {code}", "22023")
+            size = sum(len(value) for value in message.params if value is not None)
+            if size and size + sum(p.held for key, p in self.portals.items()
+                                   if key != message.portal) > _HELD_BYTES:
+                raise _too_much_held()  # portals of a block, each of 1 MB of values
             portal = Portal(prepared, message.params, message.param_formats,
-                            message.result_formats)
+                            message.result_formats, held=size)
             if prepared.statement.route is Route.ENGINE and prepared.param_types:
                 key = (prepared.statement.text, prepared.param_types, tuple(message.params),
                        tuple(_formats(message.param_formats, len(message.params))))
@@ -622,8 +670,20 @@ class Connection:
         elif isinstance(message, codec.Password):
             raise codec.ProtocolViolation("unexpected password message")
         else:
-            raise ProxyError(f"message type {message.type!r} is not supported (COPY and "
-                             "function calls are refused)", "0A000")
+            raise ProxyError(f"message type {message!r} is not served here", "XX000")
+
+    def _room_for(self, name: str, text: str) -> None:
+        """A session holds at most ``_MAX_PREPARED`` named statements of at most
+        ``_PREPARED_TEXT`` characters together (54000, before anything is prepared):
+        PostgreSQL has no such limit, but each costs the proxy's memory, not the
+        backend's, shared by every session."""
+        old = self.statements.get(name)
+        count = len(self.statements) - (old is not None)
+        held = self.statements.text - (len(old.statement.text) if old else 0)
+        if count >= _MAX_PREPARED or held + len(text) > _PREPARED_TEXT:
+            raise ProxyError(f"a session holds at most {_MAX_PREPARED:,} prepared "
+                             f"statements of {_PREPARED_TEXT >> 20} MB of text together; "
+                             "close (DEALLOCATE) some first", "54000")
 
     def _statement(self, name: str) -> Prepared:
         if name not in self.statements:
@@ -666,6 +726,9 @@ class Connection:
         # transaction failed is refused after it
         self._check_transaction(portal.prepared.statement)
         if portal.pending is None:
+            held = sum(p.held for p in self.portals.values())
+            if max_rows > 0 and held >= _HELD_BYTES:  # before any charge
+                raise _too_much_held()
             result = await self._execute(portal.prepared, portal, portal.result_formats)
             if max_rows <= 0:  # all at once: a catalog result streams
                 portal.pending = []
@@ -673,9 +736,14 @@ class Connection:
                 portal.tag = result.tag
                 return
             if result.stream is not None:  # held for later Executes (within the row limit)
-                result.rows = await asyncio.to_thread(_encoded_rows, result.stream)
+                try:
+                    result.rows = await asyncio.to_thread(_encoded_rows, result.stream,
+                                                          _HELD_BYTES - held)
+                finally:  # refused or gone mid-way: the catalog statement stopped
+                    await asyncio.to_thread(_close_quietly, result.stream)
                 result.tag = self.shadow.tag
             portal.pending, portal.tag, portal.notice = result.rows, result.tag, result.notice
+            portal.held += sum(map(len, result.rows))  # an engine answer: held whole
             for name, value in result.changed.items():
                 self._send(codec.parameter_status(name, value))
         rows = portal.pending if max_rows <= 0 else portal.pending[:max_rows]
@@ -701,8 +769,13 @@ class Connection:
             text = (with_backend_pid(statement.text, self.pid) if statement.backend_pid
                     else statement.text)
             name, described = await asyncio.to_thread(shadow.prepare, text, declared)
+            # libpq describes NoData (a command) and a RowDescription of no field (a
+            # query of no column: ``SELECT``, ``SELECT FROM t``) alike: a query's rows
+            # are described even then, as PostgreSQL does (else psycopg reads a DataRow
+            # without a RowDescription and the session is lost)
+            fields = [_shadow_field(c) for c in described.columns]
             return Prepared(statement, described.params,
-                            [_shadow_field(c) for c in described.columns] or None, name)
+                            fields if fields or statement.word in _QUERIES else None, name)
         if statement.route is Route.LOCAL:
             shows = statement.word == "SHOW"
             fields = None
@@ -933,6 +1006,15 @@ class Connection:
             reading.cancel()
             return task.result()
 
+    def _statement_timeout(self) -> float:
+        """Seconds a statement may take: the server's ``statement_timeout``, or the
+        session's (``SET statement_timeout``, as PostgreSQL reads it) where shorter. The
+        session's was shown and ignored until 2026-11-29: a statement that a client
+        meant to stop at 300 ms was answered, and charged, after 5 s."""
+        session = timeout_ms(self.local.settings.get("statement_timeout", "0")) / 1000
+        server = self.server.limits.statement_timeout
+        return min(server, session) if session > 0 else server
+
     def _run_engine(self, work: Callable[[], T]) -> T:
         """In a worker thread; a cancel or the statement timeout interrupts the backend
         statement this thread runs and every stage above it (QueryCanceled, SQLSTATE
@@ -945,7 +1027,7 @@ class Connection:
                 raise QueryCanceled("canceling statement due to user request")
             self._worker = threading.get_ident()
             began, self._checked_since = self._checked_since, None
-        timeout = self.server.limits.statement_timeout
+        timeout = self._statement_timeout()
         if began is not None:  # the first statement of a checked message: from its check
             timeout = max(0.0, timeout - (time.monotonic() - began))
         deadline = DEADLINES.after(timeout, self._time_out)
@@ -996,7 +1078,7 @@ class Connection:
         """DEALLOCATE and DISCARD act on this connection's prepared statements."""
         words = [t.text for t in statement.tokens[1:] if t.text.upper() != "PREPARE"]
         if statement.word == "DISCARD" or (words and words[0].upper() == "ALL"):
-            self.statements = {}
+            self.statements = _Statements()
             self.portals = {}
             if statement.word == "DISCARD" and words[:1] and words[0].upper() == "ALL":
                 self.cursors = {}  # DISCARD PLANS or TEMP leave them
@@ -1015,6 +1097,48 @@ def _fields(answer: Answer, fields: list[codec.Field] | None) -> list[codec.Fiel
     """The columns an answer is sent in: as described, else its own."""
     return fields or [codec.Field(column, oid_of(kind))
                       for column, kind in zip(answer.columns, answer.kinds)]
+
+
+class _Statements(dict):
+    """A session's prepared statements by name, with the length of their texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text = 0
+
+    def __setitem__(self, name: str, prepared: Prepared) -> None:
+        self.pop(name, None)
+        super().__setitem__(name, prepared)
+        self.text += len(prepared.statement.text)
+
+    def pop(self, name: str, default: Any = None) -> Any:
+        prepared = super().pop(name, None)
+        if prepared is None:
+            return default
+        self.text -= len(prepared.statement.text)
+        return prepared
+
+
+def _options(options: str) -> list[tuple[str, str]]:
+    """The settings of the startup parameter ``options`` (libpq's ``options='-c
+    statement_timeout=5s'``): ``-c name=value`` and ``--name=value``, separated by
+    blanks, a blank within a value escaped by a backslash, as PostgreSQL reads them."""
+    words = [w.replace("\\ ", " ") for w in re.split(r"(?<!\\)\s+", options.strip()) if w]
+    settings, index = [], 0
+    while index < len(words):
+        word = words[index]
+        if word == "-c" and index + 1 < len(words):
+            index += 1
+            word = "--" + words[index]
+        elif word.startswith("-c"):
+            word = "--" + word[2:]
+        if not word.startswith("--") or "=" not in word:
+            raise ProxyError(f'invalid command-line argument for server process: {word}',
+                             "42601")
+        name, _, value = word[2:].partition("=")
+        settings.append((name.replace("-", "_"), value))
+        index += 1
+    return settings
 
 
 def _formats(formats: tuple[int, ...], count: int) -> list[int]:
@@ -1062,8 +1186,23 @@ def _close_quietly(rows) -> None:
         pass
 
 
-def _encoded_rows(rows: Iterator[list[bytes | None]]) -> list[bytes]:
-    return [codec.data_row(row) for row in rows]
+def _encoded_rows(rows: Iterator[list[bytes | None]], most: int) -> list[bytes]:
+    """In a worker thread: all of a catalog result's rows, at most ``most`` bytes of
+    them (else 54000): a portal read with a row limit holds them between Executes."""
+    encoded, size = [], 0
+    for row in rows:
+        encoded.append(codec.data_row(row))
+        size += len(encoded[-1])
+        if size > most:
+            raise _too_much_held()
+    return encoded
+
+
+def _too_much_held() -> ProxyError:
+    return ProxyError(f"the portals of one session hold at most {_HELD_BYTES >> 20} MB of "
+                      "parameters and rows for later Executes; read this one with no row "
+                      "limit (Execute of 0 rows streams it), close the others, or end the "
+                      "transaction", "54000")
 
 
 def is_loopback(peer) -> bool:

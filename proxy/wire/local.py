@@ -6,6 +6,7 @@ None of these reaches a database."""
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 from sqlglot.tokens import Token, TokenType
@@ -83,6 +84,33 @@ def _check_float_digits(value: str) -> None:
                          '"extra_float_digits" (-15 .. 3)')
 
 
+_UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def timeout_ms(value: str) -> int:
+    """A time setting in milliseconds as PostgreSQL reads it (``statement_timeout``: a
+    number of ms, or with a unit: '500ms', '5s', '1min', '2h', '1d'; 0 is none)."""
+    match = re.fullmatch(r"\s*'?\s*(\d+(?:\.\d*)?)\s*(ms|s|min|h|d)?\s*'?\s*",
+                         value.lower())
+    if match is None:
+        raise BadSetting(f'invalid value for parameter "statement_timeout": "{value}"')
+    ms = round(float(match.group(1)) * _UNITS_MS[match.group(2) or "ms"])
+    if ms > 2_147_483_647:
+        raise BadSetting(f'{ms} ms is outside the valid range for parameter '
+                         '"statement_timeout" (0 .. 2147483647)')
+    return ms
+
+
+def _shown_ms(ms: int) -> str:
+    """PostgreSQL's SHOW of a time setting: its largest unit that divides it."""
+    if ms == 0:
+        return "0"
+    for unit in ("d", "h", "min", "s"):
+        if ms % _UNITS_MS[unit] == 0:
+            return f"{ms // _UNITS_MS[unit]}{unit}"
+    return f"{ms}ms"
+
+
 class LocalState:
     """Per-connection settings and transaction status ('I', 'T' or 'E'). The settings
     dict is replaced, never changed in place: the transaction's scopes keep snapshots."""
@@ -148,6 +176,8 @@ class LocalState:
             value = session_zone(value)
         if name == "extra_float_digits":
             _check_float_digits(value)
+        if name == "statement_timeout":  # the connection cancels a statement past it
+            value = _shown_ms(timeout_ms(value))
         value = value if not allowed else self._initial[name]
         if not self.scopes.changed(lambda settings: {**settings, name: value}, local):
             return {}

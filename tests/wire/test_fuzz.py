@@ -85,9 +85,10 @@ def _ends_the_connection(message: bytes) -> bool:
     frames.started = True
     frames.feed(message)
     try:
-        return not list(frames.messages())
+        messages = list(frames.messages())
     except codec.ProtocolViolation:
         return True
+    return not messages or isinstance(messages[0], codec.Invalid)
 
 
 def _session(port: int, rng: random.Random, count: int) -> int:
