@@ -4,7 +4,7 @@ the same random source for both; every output but the noisy numbers must agree.
 
     python benchmarks/leak_sweep.py [--backends duckdb,postgres] [--people 2000]
                                     [--neighbours all|in-model|NAME,...] [--every 1]
-                                    [--attacks] [--settings] [--rules default|delta]
+                                    [--attacks] [--settings] [--rules default|delta|zcdp]
                                     [--show 40]
 
 Statements: every file of tests/bi/ and benchmarks/bi_heldout/, tests/attacks.py
@@ -182,10 +182,47 @@ def mutations() -> list[tuple[str, str]]:
     return m
 
 
+def overflows() -> list[tuple[str, str]]:
+    """Integer, float and time overflows of protected columns in WHERE, GROUP BY and
+    aggregates (a neighbour at 2³¹−1, 1e300, ±inf or year 9999 must not make one fail)."""
+    m: list[tuple[str, str]] = []
+    for w in ["age * 100000000 > 5", "age * age > 5", "age + 2147483647 > 0", "-age < 0", "abs(age) > 5",
+              "age::smallint > 5", "CAST(age AS int2) > 5", "age / 2 > 5", "age % 7 = 1", "power(age, 10) > 1",
+              "exp(age) > 1", "factorial(age) > 1", "age::text = '40'", "CAST(age AS text) LIKE '4%'",
+              "income::bigint > 5", "income::int > 5", "round(income)::int > 5", "CAST(income AS decimal(10,2)) > 5",
+              "income * 1e300 > 1", "income * income > 1", "exp(income) > 1", "floor(income)::int > 1",
+              "to_char(income, '9999999') = ' 40000'", "length(CAST(income AS varchar)) > 5"]:
+        m.append((f"mut/xw[{w}]", f"SELECT COUNT(*), AVG(age) FROM people WHERE {w}"))
+    for w in ["visited_at + days * interval '1 day' > timestamp '2024-01-01'",
+              "visited_at + interval '1 day' * days > timestamp '2024-01-01'",
+              "visited_at + make_interval(days => days) > timestamp '2024-01-01'",
+              "date_add(visited_at, INTERVAL (days) DAY) > timestamp '2024-01-01'",
+              "CAST(visited_at AS date) + days > date '2024-01-01'",
+              "extract(epoch from visited_at) * 1000000 > 1", "visited_at - interval '3000 years' > timestamp '0001-01-01'",
+              "visited_at + interval '8000 years' > timestamp '2024-01-01'", "days * 100000000 > 1",
+              "days::smallint > 1", "cost::int > 1", "cost * 1e300 > 1", "age(visited_at) > interval '1 year'",
+              "date_trunc('year', visited_at) + interval '8000 years' > now()",
+              "extract(year from visited_at)::smallint > 2000", "to_char(visited_at, 'YYYY') = '2024'",
+              "strftime(visited_at, '%Y') = '2024'", "CAST(visited_at AS varchar) LIKE '2024%'",
+              "date_part('epoch', visited_at)::int > 0", "visited_at::date::timestamp > '2024-01-01'"]:
+        m.append((f"mut/xv[{w}]", f"SELECT COUNT(*), SUM(cost) FROM visits WHERE {w}"))
+    for g in ["age * 100000000", "age::smallint", "days * 100000000", "date_trunc('month', visited_at + days * interval '1 day')",
+              "extract(year from visited_at + interval '8000 years')", "CAST(visited_at AS date) + days",
+              "floor(income / 1000000)::int", "floor(cost)::smallint", "(age * 2147483647) % 10"]:
+        m.append((f"mut/xg[{g}]", f"SELECT {g} AS k, COUNT(*) FROM {'visits' if any(c in g for c in ('days','visited','cost')) else 'people'} GROUP BY 1"))
+    for e in ["age * 100000000", "age::smallint", "days * 100000000", "extract(epoch from visited_at + days * interval '1 day')",
+              "extract(year from visited_at + interval '8000 years')", "CAST(visited_at AS date) - date '2023-01-01' + days",
+              "age * age * age * age * age", "days * days * days * days * days * days", "cost * cost * cost * cost"]:
+        t = 'visits' if any(c in e for c in ('days', 'visited', 'cost')) else 'people'
+        for agg in ("SUM", "AVG", "MAX", "MEDIAN"):
+            m.append((f"mut/xa[{agg}({e})]", f"SELECT {agg}({e}) FROM {t}"))
+    return m
+
+
 SETTINGS = ["SET idp.model = 'dp'", "SET idp.model = 'dp'; SET idp.sensitivity = 'smooth'",
             "SET idp.model = 'dp'; SET idp.sensitivity = 'global'",
             "SET idp.sensitivity = 'piecewise'", "SET idp.intervals = on", "SET idp.epsilon = 1",
-            "SET idp.prior = 'uniform(0, 100000)'"]
+            "SET idp.prior = 'uniform(0, 100000)'", "SET idp.noise = 'gaussian'"]
 SET_PICKS = ("mut/q", "mut/group", "mut/where[", "mut/SUM", "mut/MEDIAN", "mut/MAX", "mut/v_SUM",
              "mut/v_PERC", "mut/tail")
 
@@ -201,7 +238,7 @@ def corpus(attacks: bool) -> list[tuple[str, str]]:
 
 
 def statements(attacks: bool, settings: bool) -> list[tuple[str, str]]:
-    base = corpus(attacks) + mutations()
+    base = corpus(attacks) + mutations() + overflows()
     if not settings:
         return base
     picks = [s for s in base if s[0].startswith(SET_PICKS)]
@@ -265,6 +302,10 @@ def _postgres(sql: str) -> str:
 def rules_text(variant: str) -> str:
     text = (ROOT / "rules" / "demo.toml").read_text().replace(
         "budget_per_analyst = 100 ", "budget_per_analyst = 1000000000 ")
+    if variant == "zcdp":  # DP with zCDP accounting (and so SET idp.noise = 'gaussian')
+        text = text.replace('model = "idp" ', 'model = "dp"  ').replace(
+            'report_scale = "none"',
+            'report_scale = "none"\naccounting = "zcdp"\naccounting_delta = 1e-6')
     if variant == "delta":  # groups from the data: region and department without keys
         text = re.sub(r'(region|department)(\s*)= \{ type = "text",\s*keys = \[[^]]*\] \}',
                       r'\1\2= { type = "text" }', text)
@@ -455,7 +496,7 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--attacks", action="store_true")
     parser.add_argument("--settings", action="store_true")
-    parser.add_argument("--rules", default="default", choices=("default", "delta"))
+    parser.add_argument("--rules", default="default", choices=("default", "delta", "zcdp"))
     parser.add_argument("--only", default="", help="keep statements whose name contains this")
     parser.add_argument("--show", type=int, default=40)
     args = parser.parse_args()
