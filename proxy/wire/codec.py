@@ -225,12 +225,12 @@ def _typed(kind: str, body: bytes) -> FrontendMessage:
         message: FrontendMessage = Query(data.cstring())
     elif kind == "P":
         name, sql = data.cstring(), data.cstring()
-        message = Parse(name, sql, tuple(data.uint32() for _ in range(data.int16())))
+        message = Parse(name, sql, tuple(data.uint32() for _ in range(data.count())))
     elif kind == "B":
         portal, statement = data.cstring(), data.cstring()
-        formats = tuple(data.int16() for _ in range(data.int16()))
-        params = tuple(data.value() for _ in range(data.int16()))
-        results = tuple(data.int16() for _ in range(data.int16()))
+        formats = tuple(data.int16() for _ in range(data.count()))
+        params = tuple(data.value() for _ in range(data.count()))
+        results = tuple(data.int16() for _ in range(data.count()))
         message = Bind(portal, statement, formats, params, results)
     elif kind in ("D", "C"):
         which = data.bytes(1).decode("ascii", "replace")
@@ -265,6 +265,11 @@ class _Body:
 
     def int16(self) -> int:
         return struct.unpack("!h", self.bytes(2))[0]
+
+    def count(self) -> int:
+        """A count of what follows, unsigned as PostgreSQL reads it: -1 is 65,535 items
+        the message does not hold, not none."""
+        return struct.unpack("!H", self.bytes(2))[0]
 
     def int32(self) -> int:
         return struct.unpack("!i", self.bytes(4))[0]

@@ -196,6 +196,10 @@ def replies_until_closed_or_quiet(sock: socket.socket) -> list[bytes]:
     (startup_message("alice"), [b"E", b"closed"], None),
     # FunctionCall: refused in its own cycle, as PostgreSQL refuses an unknown function
     (typed(b"F", b"\0\0\4\xd2\0\0\0\0\0\0\0\0"), [b"E", b"Z", b"quiet"], [b"T", b"D", b"C", b"Z"]),
+    # a Bind of -1 parameters, read as none before: PostgreSQL reads a count unsigned,
+    # 65,535 values the message does not hold (08P01; here FATAL, as every framing error)
+    (parse(b"s", "SELECT 1") + typed(b"B", b"\0s\0\0\0\xff\xff\0\0") + SYNC,
+     [b"E", b"closed"], None),
     # COPY data outside a COPY: ignored
     (typed(b"d", b"abc") + typed(b"c", b"") + typed(b"f", b"x\0"), [b"quiet"],
      [b"T", b"D", b"C", b"Z"]),
