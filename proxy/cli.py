@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from proxy.errors import DatabaseInUse, ProxyError, RulesError
+from proxy.errors import DatabaseInUse, ProxyError, RulesError, TooComplex
 from proxy.loss import parse_epsilon
 from proxy.progress import progress
 
@@ -200,7 +200,8 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except ProxyError as exc:
+        except (ProxyError, RecursionError) as exc:
+            exc = TooComplex() if isinstance(exc, RecursionError) else exc
             click.echo(f"ERROR [{exc.sqlstate}]: {exc.message}", err=True)
             ctx.exit(1)
         except RulesError as exc:

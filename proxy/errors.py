@@ -22,6 +22,17 @@ class ProxyError(Exception):
         return str(self.args[0])
 
 
+class TooComplex(ProxyError):
+    """SQL nested deeper than Python's stack lets the proxy read (a RecursionError while
+    reading it), refused as PostgreSQL refuses such a statement (54001)."""
+
+    sqlstate = "54001"
+
+    def __init__(self) -> None:
+        super().__init__("statement too complex: it nests deeper than the proxy can read; "
+                         "write it with fewer nested brackets, CASEs or NOTs")
+
+
 class Refused(ProxyError):
     """The query text, the rules or the session settings do not allow this query.
 

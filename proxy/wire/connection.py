@@ -25,7 +25,7 @@ from datetime import tzinfo
 from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
-from proxy.errors import NotSupported, ProxyError, QueryCanceled, UnknownAnalyst
+from proxy.errors import NotSupported, ProxyError, QueryCanceled, TooComplex, UnknownAnalyst
 from proxy.interrupts import checkpoint
 from proxy.pgtypes import TEXT, oid_of
 from proxy.rules import Rules, ServerLimits
@@ -45,8 +45,6 @@ from proxy.zones import zone_named
 log = logging.getLogger("idp_proxy.wire")
 INTERNAL_ERROR = ("internal error; the query was charged if it reached the data; see the "
                   "server log")
-TOO_COMPLEX = ("statement too complex: it nests deeper than the proxy can read; write "
-               "it with fewer nested brackets, CASEs or NOTs")
 _BOUND = params.BoundTexts(1024)  # shared by the connections of this process
 # messages of one engine statement, read and routed before: (text,) -> its Statement
 _ROUTED = params.BoundTexts(1024)
@@ -434,7 +432,7 @@ class Connection:
         in one log line."""
         if isinstance(exc, RecursionError):
             log.warning("refused a statement nested too deeply to read (54001)")
-            exc = ProxyError(TOO_COMPLEX, "54001")
+            exc = TooComplex()
         elif not isinstance(exc, ProxyError):
             log.error("internal error", exc_info=exc)
             exc = ProxyError(INTERNAL_ERROR, "XX000")

@@ -74,6 +74,16 @@ def test_select_star_is_refused_with_what_is_allowed_and_nothing_spent(home):
     assert ledger(home) == before
 
 
+def test_a_statement_nested_too_deeply_is_refused_as_the_server_refuses_it(home):
+    """3,000 NOTs exhaust Python's stack while the statement is read: the command line
+    called that an internal error (RecursionError); it is the server's 54001."""
+    out = cli(home, "query", "--user", "alice",
+              "SELECT COUNT(*) FROM people WHERE " + "NOT " * 3000 + "age > 1")
+    assert out.returncode == 1
+    (line,) = out.stderr.splitlines()
+    assert line.startswith("ERROR [54001]: statement too complex"), line
+
+
 def test_json_output_has_rows_and_privacy_metadata(home):
     out = cli(home, "query", "--user", "bob", "--format", "json", "--epsilon", "0.2",
               "SELECT region, COUNT(*) AS n FROM people WHERE age > 40 GROUP BY region")
