@@ -822,6 +822,10 @@ class Connection:
                 self._housekeeping(statement)
             return _local_result(outcome, prepared.fields, formats)
         if statement.route is Route.SHADOW:
+            session = self._session_timeout_ms()  # where shorter than the catalog's own
+            catalog = self.server.limits.catalog_timeout * 1000
+            await asyncio.to_thread(self.shadow.timeout,
+                                    session if 0 < session < catalog else 0)
             rows = self.shadow.execute(
                 prepared.shadow_name, portal.values,
                 tuple(_formats(portal.param_formats, len(portal.values))),
@@ -1009,9 +1013,13 @@ class Connection:
         session's (``SET statement_timeout``, as PostgreSQL reads it) where shorter. The
         session's was shown and ignored until 2026-11-29: a statement that a client
         meant to stop at 300 ms was answered, and charged, after 5 s."""
-        session = timeout_ms(self.local.settings.get("statement_timeout", "0")) / 1000
+        session = self._session_timeout_ms() / 1000
         server = self.server.limits.statement_timeout
         return min(server, session) if session > 0 else server
+
+    def _session_timeout_ms(self) -> int:
+        """The session's ``SET statement_timeout`` (PostgreSQL's units), 0 if none."""
+        return timeout_ms(self.local.settings.get("statement_timeout", "0"))
 
     def _run_engine(self, work: Callable[[], T]) -> T:
         """In a worker thread; a cancel or the statement timeout interrupts the backend

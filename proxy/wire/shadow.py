@@ -377,6 +377,7 @@ class ShadowSession:
         self._pgconn = connection.pgconn
         self._connection = connection
         self._names = 0
+        self._timeout_ms = 0  # the session's statement_timeout set on it; 0: the catalog's
         self.tag = ""  # the command tag of the last statement ``execute`` finished
 
     def prepare(self, text: str, param_types: tuple[int, ...]) -> tuple[bytes, Description]:
@@ -388,6 +389,15 @@ class ShadowSession:
         described = _check(self._last_result())
         params = tuple(described.param_type(i) for i in range(described.nparams))
         return name, Description(params, _columns(described))
+
+    def timeout(self, ms: int) -> None:
+        """Statements stop after ``ms`` (the client's ``statement_timeout`` where shorter
+        than ``catalog_timeout``, the catalog's own; 0: that one), set when it changed."""
+        if ms != self._timeout_ms:
+            self._pgconn.send_query(b"SET statement_timeout = %d" % ms if ms
+                                    else b"RESET statement_timeout")
+            _check(self._last_result())
+            self._timeout_ms = ms
 
     def execute(self, name: bytes, params: tuple[bytes | None, ...],
                 param_formats: tuple[int, ...], result_formats: list[int],
