@@ -102,11 +102,10 @@ _OUTDATED = ("the write counter of %s is not the proxy's (the proxy's role must 
 _POLL_SQL = "SELECT table_oid, version FROM idp.versions"
 POLLER_NAME = "idp-proxy write poller"  # its connection's application_name
 WATCH_SECONDS = 1.0
-
-
 # SQLSTATEs of a session's end: a lost connection (08…), an administrator's or a crash's
 # shutdown, a start under way, the database dropped, an idle timeout (57P01–57P05)
 _ENDING = ("08", "57P")
+
 
 class PostgresBackend(Backend):
     capabilities = Capabilities(
