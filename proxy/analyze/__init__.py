@@ -302,6 +302,12 @@ def analyze(
     neither reads nor changes it after), so a statement over public tables is kept as
     the plan's without a copy (a staged statement with its releases in their places:
     TPC-H Q20's ``VALUES`` of 8,508 rows)."""
+    # a prepared statement's values are bound into its text before it is analysed
+    # (proxy.wire.params): a $n left is one no Bind gave, as PostgreSQL says (42P02)
+    unbound = next((p for p in statement.find_all(exp.Parameter) if p.name.isdigit()), None)
+    if unbound is not None:
+        raise Refused(f"there is no parameter ${unbound.name}: write the value, or prepare "
+                      "the statement and bind it", "42P02")
     with reading_in(settings.time_zone):
         return _analyzed(statement, rules, settings, hint, shown, owned)
 
