@@ -893,6 +893,11 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve, joins=()):
             continue
         if isinstance(node, exp.Column):
             name = resolve(node)
+            if group_by or any(is_aggregate(e.unalias()) for e in select.expressions):
+                # beside aggregates or GROUP BY, PostgreSQL's grouping error (42803)
+                raise RawRowAccess(f"column {name} must appear in the GROUP BY clause or be "
+                                   "used in an aggregate function (a GROUP BY column needs "
+                                   "declared keys)", "42803")
             raise RawRowAccess(f"column {name} would return rows of {table.name}; use it in "
                                "an aggregate or GROUP BY a column with declared keys")
         if not is_aggregate(node):

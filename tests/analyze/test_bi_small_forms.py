@@ -413,6 +413,9 @@ REFUSED = [
     ("SELECT SUM(region) FROM people", "42883", "SUM(region) needs a numeric column"),
     ("SELECT date_trunc('month', age) AS m, COUNT(*) FROM people GROUP BY 1", "42883",
      "needs a date or timestamp column"),
+    ("SELECT region, COUNT(*) FROM people", "42803",
+     "column region must appear in the GROUP BY clause"),
+    ("SELECT age FROM people GROUP BY region", "42803", "column age must appear"),
     # a $n no Bind gave a value (a simple query's, a prepared statement's $0)
     ("SELECT COUNT(*) FROM people WHERE age = $1", "42P02", "there is no parameter $1"),
     ("SELECT SUM(age + $0) FROM people", "42P02", "there is no parameter $0"),
