@@ -824,13 +824,12 @@ class Connection:
         if statement.route is Route.SHADOW:
             session = self._session_timeout_ms()  # where shorter than the catalog's own
             catalog = self.server.limits.catalog_timeout * 1000
-            await asyncio.to_thread(self.shadow.timeout,
-                                    session if 0 < session < catalog else 0)
             rows = self.shadow.execute(
                 prepared.shadow_name, portal.values,
                 tuple(_formats(portal.param_formats, len(portal.values))),
                 _formats(formats, len(prepared.fields or ())),
-                self.server.limits.catalog_max_rows, self.server.limits.max_message)
+                self.server.limits.catalog_max_rows, self.server.limits.max_message,
+                session if 0 < session < catalog else 0)
             return Result("", prepared.fields, stream=rows, line=line)
         if prepared.fields is not None and prepared.intervals is not None \
                 and prepared.intervals != self.session.settings.intervals:

@@ -390,7 +390,7 @@ class ShadowSession:
         params = tuple(described.param_type(i) for i in range(described.nparams))
         return name, Description(params, _columns(described))
 
-    def timeout(self, ms: int) -> None:
+    def _timeout(self, ms: int) -> None:
         """Statements stop after ``ms`` (the client's ``statement_timeout`` where shorter
         than ``catalog_timeout``, the catalog's own; 0: that one), set when it changed."""
         if ms != self._timeout_ms:
@@ -401,7 +401,7 @@ class ShadowSession:
 
     def execute(self, name: bytes, params: tuple[bytes | None, ...],
                 param_formats: tuple[int, ...], result_formats: list[int],
-                limit: int, row_bytes: int) -> Iterator[list[bytes | None]]:
+                limit: int, row_bytes: int, timeout_ms: int) -> Iterator[list[bytes | None]]:
         """Run a prepared catalog statement and yield its rows as PostgreSQL sends them
         (libpq's single-row mode: memory stays bounded, and a slow client slows only its
         own session); ``tag`` holds the command tag once the rows are read. More than
@@ -409,7 +409,9 @@ class ShadowSession:
         column comes in the format the client asked for; libpq takes one format per
         result, so a mix runs twice and is held (within the limit: the shadow never
         changes under a session), at most ``MIXED_FORMAT_BYTES`` of it (54000): 20,000
-        rows of 100 KB asked as text and binary held 4 GB."""
+        rows of 100 KB asked as text and binary held 4 GB. ``timeout_ms``: as
+        ``_timeout`` takes it, set before the statement runs, in the thread reading it."""
+        self._timeout(timeout_ms)
         formats = sorted(set(result_formats) or {0})
         if len(formats) == 1:
             yield from self._rows(name, params, param_formats, formats[0], limit, row_bytes)
