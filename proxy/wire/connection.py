@@ -156,6 +156,7 @@ class Connection:
         self.local: LocalState | None = None
         self.database = ""
         self._queued: list[codec.FrontendMessage] = []
+        self._violation: codec.ProtocolViolation | None = None  # after the queued
         self._out: list[bytes] = []  # replies not yet written (``_write_out``)
         self._out_bytes = 0  # their size
         self._worker: int | None = None  # the thread running this session's engine call
@@ -172,9 +173,18 @@ class Connection:
 
     async def _next(self) -> codec.FrontendMessage:
         while True:
-            self._queued.extend(self.frames.messages())
+            if self._violation is None:
+                try:
+                    for message in self.frames.messages():
+                        self._queued.append(message)
+                except codec.ProtocolViolation as exc:
+                    # told after the messages before it are answered, as PostgreSQL
+                    # reads one message at a time: a batch's Parse lost its reply
+                    self._violation = exc
             if self._queued:
                 return self._queued.pop(0)
+            if self._violation is not None:
+                raise self._violation
             self._write_out()
             self._waiting()
             try:

@@ -197,9 +197,13 @@ def replies_until_closed_or_quiet(sock: socket.socket) -> list[bytes]:
     # FunctionCall: refused in its own cycle, as PostgreSQL refuses an unknown function
     (typed(b"F", b"\0\0\4\xd2\0\0\0\0\0\0\0\0"), [b"E", b"Z", b"quiet"], [b"T", b"D", b"C", b"Z"]),
     # a Bind of -1 parameters, read as none before: PostgreSQL reads a count unsigned,
-    # 65,535 values the message does not hold (08P01; here FATAL, as every framing error)
+    # 65,535 values the message does not hold (08P01; here FATAL, as every framing error),
+    # after the Parse before it is answered
     (parse(b"s", "SELECT 1") + typed(b"B", b"\0s\0\0\0\xff\xff\0\0") + SYNC,
-     [b"E", b"closed"], None),
+     [b"1", b"E", b"closed"], None),
+    # a length no message has, after a query: the query answered first, as PostgreSQL
+    # reads one message at a time (the batch's answers were dropped)
+    (query("SELECT 1") + b"X\0\0\0\2", [b"T", b"D", b"C", b"Z", b"E", b"closed"], None),
     # COPY data outside a COPY: ignored
     (typed(b"d", b"abc") + typed(b"c", b"") + typed(b"f", b"x\0"), [b"quiet"],
      [b"T", b"D", b"C", b"Z"]),
