@@ -35,8 +35,8 @@ whether the rules and the column allow it, and why not.
 
 Values are normalised as every statistic sees them (``proxy.pushdown.values.clamped_to_domain``):
 a value outside the declared domain, ±inf included, is clamped to the nearer bound and so
-lands in the first or last bucket; NaN and NULL belong to no group, as do rows a CASE
-without ELSE leaves unmatched. Positions (``GROUP BY 1``) and select aliases name a term
+lands in the first or last bucket; NaN and NULL belong to no group (but a CASE's
+NULL output, its ELSE's or an absent ELSE's, is a group, as in SQL). Positions (``GROUP BY 1``) and select aliases name a term
 of the select list. Several terms group by every combination (the product of the key
 sets), at most ``[defaults] max_groups`` of them.
 """
@@ -637,10 +637,11 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
           ) -> GroupKey:
     """CASE with literal outputs: its keys are those literals (strings, or whole numbers);
     the conditions are checked as WHERE conditions are (one record at a time). A NULL
-    output (``ELSE NULL``, ``THEN NULL``) is a key too, as SQL groups NULLs: the rows no
-    branch takes then form the NULL group (the keys are then indices of the labels),
-    unless ``unmatched`` is false (a derived key's CASE: they are rows of undeclared
-    values); without one they belong to no group."""
+    output (``ELSE NULL``, ``THEN NULL``, or no ELSE) is a key too, as SQL groups NULLs:
+    the rows no branch takes form the NULL group (the keys are then indices of the
+    labels), unless ``unmatched`` is false (a derived key's CASE: they are rows of
+    undeclared values, in no group). A CASE without ELSE lost its NULL group until
+    2026-11-29: its other rows were in no group, a wrong answer PostgreSQL's differs from."""
     subject = node.this
     branches = []
     outputs = []
@@ -678,8 +679,8 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
         raise NotSupported("a CASE in GROUP BY returns literals of one kind: all quoted "
                            "strings, or all whole numbers")
     kind = "text" if str in kinds else "int"
-    if not any(value is None for _, value in branches) and not isinstance(
-            node.args.get("default"), exp.Null):
+    if not any(value is None for _, value in branches) and (
+            default is not None or not unmatched):
         outputs = outputs if default is not None else outputs[:-1]
         return GroupKey(name, CASE, None, tuple(dict.fromkeys(outputs)), kind,
                         branches=tuple(branches), default=default)

@@ -321,6 +321,10 @@ OTHER_TERMS = [
     ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' ELSE NULL END", "", True),
     ("CASE WHEN cost > 500 THEN 1 WHEN cost IS NULL THEN NULL ELSE 0 END", "", True),
     ("CASE kind WHEN 'a' THEN 'first' ELSE NULL END", "WHERE age > 20", True),
+    # no ELSE is ELSE NULL: the NULL group was lost (the probe of 2026-11-29)
+    ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' END", "", True),
+    ("CASE kind WHEN 'a' THEN 'first' END", "WHERE age > 20", True),
+    ("CASE WHEN cost > 500 THEN 1 END", "", True),
     ("ABS(1)", "", False),  # Metabase's "pivot-grouping": one group, every row's
     ("'all'", "WHERE age > 20", False),
 ]
