@@ -1,7 +1,9 @@
 """Constant arithmetic in WHERE and ON folded to one constant before analysis:
 ``l_quantity <= 1 + 10`` (TPC-H Q19), ``l_discount BETWEEN 0.06 - 0.01 AND 0.06 +
 0.01``, ``o_orderdate < date '1994-01-01' + interval '1' year``, Looker's ``TIMESTAMP
-'2024-06-01' + (7 || ' day')::INTERVAL`` (its text cast to an interval read first).
+'2024-06-01' + (7 || ' day')::INTERVAL`` (its text cast to an interval read first),
+``NOW() - INTERVAL '700 days'`` (a plural unit), ``DATE '2024-01-01' + 5`` (whole days)
+and Metabase's ``CAST((NOW() + INTERVAL '-30 day') AS date)`` (a folded moment cast).
 
 Each *maximal* subtree made only of literals, ``+``, ``-``, ``*``, unary minus,
 brackets, casts and intervals is given to sqlglot's ``simplify`` on its own, and
@@ -51,6 +53,8 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
             if interval is not None:
                 cast.replace(interval)
         root = _now_read(clause, root)
+        for interval in root.find_all(exp.Interval):
+            _singular_unit(interval)
         found = list(root.walk(prune=_foldable))
         for node in found:
             if not _foldable(node):
@@ -66,6 +70,16 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
                 clause.set("this", folded)
             else:
                 node.replace(folded)
+        root = clause.args.get("on") if isinstance(clause, exp.Join) else clause.this
+        for node in list(root.find_all(exp.Cast, exp.Add, exp.Sub)):
+            moved = _recast(node) if isinstance(node, exp.Cast) else _date_shifted(node)
+            if moved is None:
+                continue
+            if node is root:
+                clause.set("on" if isinstance(clause, exp.Join) else "this", moved)
+                root = moved
+            else:
+                node.replace(moved)
         for trunc in list((clause.args.get("on") if isinstance(clause, exp.Join)
                            else clause.this).find_all(exp.TimestampTrunc, exp.DateTrunc)):
             truncated = _truncated(trunc)
@@ -162,6 +176,67 @@ def _written_interval(cast: exp.Cast) -> exp.Expression | None:
 
 
 _UNITS = ("year", "month", "week", "day", "hour", "minute", "second")
+
+
+def _singular_unit(interval: exp.Interval) -> None:
+    """``INTERVAL '700 days'`` (read as 700 and the unit DAYS) with the unit DAY, the
+    form sqlglot's ``simplify`` computes with: ``NOW() - INTERVAL '700 days'`` was
+    refused where ``NOW() - INTERVAL '700' DAY`` was folded."""
+    unit = interval.args.get("unit")
+    if isinstance(unit, exp.Var) and unit.name.lower().endswith("s") \
+            and unit.name.lower()[:-1] in _UNITS:
+        interval.set("unit", exp.var(unit.name[:-1].upper()))
+
+
+_MOMENTS = (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP)
+
+
+def _moment(node: exp.Expression) -> tuple[exp.DataType.Type, dt.datetime] | None:
+    """The type and value of a date or timestamp constant (a cast of a literal)."""
+    node = node.unnest()
+    if not isinstance(node, exp.Cast) or not isinstance(node.this, exp.Literal) \
+            or not node.this.is_string:
+        return None
+    kind = next((t for t in _MOMENTS if node.to.is_type(t)), None)
+    try:
+        return (kind, dt.datetime.fromisoformat(node.this.name)) if kind else None
+    except ValueError:
+        return None
+
+
+def _literal_moment(kind: exp.DataType.Type, value: dt.datetime) -> exp.Expression:
+    text = value.date().isoformat() if kind == exp.DataType.Type.DATE \
+        else value.isoformat(" ")
+    return exp.cast(exp.Literal.string(text), kind)
+
+
+def _recast(cast: exp.Cast) -> exp.Expression | None:
+    """A date or timestamp constant cast to DATE or TIMESTAMP as that constant:
+    Metabase's ``CAST((NOW() + INTERVAL '-30 day') AS date)`` is the date of the folded
+    moment (PostgreSQL's cast of a timestamp to a date drops its time of day; of a date
+    to a timestamp gives its midnight)."""
+    kind = next((t for t in _MOMENTS if cast.to.is_type(t)), None)
+    inner = _moment(cast.this)
+    if kind is None or inner is None or cast.this.unnest() is cast:
+        return None
+    return _literal_moment(kind, inner[1])
+
+
+def _date_shifted(node: exp.Add | exp.Sub) -> exp.Expression | None:
+    """``DATE '2024-01-01' + 5`` (or − 5) as the date 5 days later (earlier), as
+    PostgreSQL's date plus an integer."""
+    moment = _moment(node.this)
+    days = node.expression.unnest()
+    if moment is None or moment[0] != exp.DataType.Type.DATE \
+            or not isinstance(days, exp.Literal) or days.is_string \
+            or not days.name.isdigit() or len(days.name) > 7:
+        return None
+    step = dt.timedelta(days=int(days.name))
+    try:
+        value = moment[1] + step if isinstance(node, exp.Add) else moment[1] - step
+    except OverflowError:
+        return None
+    return _literal_moment(exp.DataType.Type.DATE, value)
 
 
 def _foldable(node: exp.Expression) -> bool:

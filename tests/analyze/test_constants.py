@@ -64,6 +64,16 @@ SAME = [
     ("at >= (TIMESTAMP '2024-01-01 04:00') AND at < ((TIMESTAMP '2024-01-01 04:00' + "
      "(7 || ' hour')::INTERVAL))", "at >= '2024-01-01 04:00' AND at < '2024-01-01 11:00'"),
     ("day < DATE '2024-03-01' + CAST('2 months' AS INTERVAL)", "day < '2024-05-01'"),
+    # the probe of 2026-11-29: plural units, a date plus days, a moment cast to a date
+    # (Metabase's "previous 30 days"): each refused as "SUB/ADD/CAST is not allowed"
+    ("at > timestamp '2024-01-01 10:00' - interval '3 hours'", "at > '2024-01-01 07:00:00'"),
+    ("day >= date '2024-03-01' - interval '2 years'", "day >= '2022-03-01'"),
+    ("day > '2024-01-01'::date + 5 AND day < DATE '2024-03-01' - 5",
+     "day > '2024-01-06' AND day < '2024-02-25'"),
+    ("day >= CAST((TIMESTAMP '2024-03-10 15:00' + INTERVAL '-30 day') AS date)",
+     "day >= '2024-02-09'"),
+    ("at < CAST(DATE '2024-01-01' AS TIMESTAMP) + interval '90 minutes'",
+     "at < '2024-01-01 01:30:00'"),
 ]
 
 
