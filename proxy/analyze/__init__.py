@@ -21,8 +21,10 @@ from proxy.analyze.aggregates import SUPPORTED, is_aggregate, narrowed_units, re
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.expressions import with_expressions
 from proxy.analyze.group_keys import (
+    check_group_count,
     default_name,
     group_terms,
+    integer_domain_keys,
     matching_group,
     narrow_window,
     selection_refusal,
@@ -405,7 +407,11 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                                                       epsilon)
     if individual is not None:
         return _with_prior(individual, settings)
-    group_by = group_terms(select, table, declared, rules.defaults.max_groups)
+    where = select.args.get("where")
+    group_by = tuple(integer_domain_keys(term, table, rules.defaults.delta,
+                                         where and where.this, declared)
+                     for term in group_terms(select, table, declared, rules.defaults.max_groups))
+    check_group_count(group_by, rules.defaults.max_groups)
     selects = [term for term in group_by if term.kind == SELECTED]  # keys from the data
     for term in selects:
         refusal = selection_refusal(term, table, rules.defaults.delta)

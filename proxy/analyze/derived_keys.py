@@ -208,7 +208,7 @@ def _inputs(node: exp.Expression, table: Table, resolve, where: exp.Expression |
         if name in columns:
             continue
         column = table.columns.get(name)
-        if column is None or (column.keys is None and name in _identities(table)):
+        if column is None or (column.keys is None and name in unit_columns(table)):
             raise _Unevaluated  # a group per person, by another name
         values = _public_values(column)
         values = restricted(GroupKey(name, COLUMN, name, values, column.type), where,
@@ -219,7 +219,7 @@ def _inputs(node: exp.Expression, table: Table, resolve, where: exp.Expression |
     return columns
 
 
-def _identities(table: Table) -> set[str]:
+def unit_columns(table: Table) -> set[str]:
     """The columns that name a unit: its own, or the link to it."""
     return {table.privacy_unit, table.link.column if table.link else None} - {None}
 

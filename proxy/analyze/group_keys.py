@@ -49,7 +49,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.derived_keys import derived_case
+from proxy.analyze.derived_keys import derived_case, unit_columns
 from proxy.analyze.key_restriction import (
     column_bounds,
     exact_number,
@@ -113,12 +113,17 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
                           where.this if where else None, table, resolve)
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
+    check_group_count(terms, max_groups)
+    return tuple(terms)
+
+
+def check_group_count(terms, max_groups: int) -> None:
+    """Refuse more than ``max_groups`` combinations of keys."""
     count = math.prod(len(term.keys) for term in terms)
     if count > max_groups:
         raise NotSupported(f"GROUP BY would answer {count:,} groups (every combination of keys), "
                            f"more than the rules' max_groups = {max_groups:,}; use coarser "
                            "buckets or fewer group columns")
-    return tuple(terms)
 
 
 def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Table,
@@ -140,7 +145,9 @@ def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Tab
         term = group_term(node, table, resolve, where.this if where is not None else None)
     except Refused:
         return None
-    return next((i for i, seen in enumerate(terms) if seen.same_term(term)), None)
+    # a plain int column: as grouped without δ (integer_domain_keys), or with it
+    forms = (term, integer_domain_keys(term, table, None)) if term.kind == SELECTED else (term,)
+    return next((i for i, seen in enumerate(terms) if any(map(seen.same_term, forms))), None)
 
 
 # a cast's type as PostgreSQL's parser names it (``1::integer`` is a column ``int4``)
@@ -253,8 +260,8 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
         return binned
     listed = substring_case(node, table, resolve, where) if isinstance(
         node, exp.Substring) else None  # on declared keys: a derived key (below)
-    if listed is not None:
-        return _case(listed, table, resolve, name)
+    if listed is not None:  # a row whose value is no declared key: in no group
+        return _case(listed, table, resolve, name, unmatched=False)
     if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
         return _condition(node, table, resolve, name)
     value = None if node.find(exp.Column) else _constant_value(node)
@@ -412,6 +419,27 @@ def _plain_column(name: str, table: Table, label: str) -> GroupKey:
     if column.keys is None:  # keys from the data, if the rules allow (selection_refusal)
         return GroupKey(label, SELECTED, name, (), column.type)
     return GroupKey(label, COLUMN, name, column.keys, column.type)
+
+
+def integer_domain_keys(term: GroupKey, table: Table, delta,
+                        where: exp.Expression | None = None, resolve=None) -> GroupKey:
+    """A plain ``int`` column of the queried table without declared keys, where the
+    rules select no keys from the data (no ``delta``), grouped by every integer of its
+    declared domain: the keys ``floor(col / 1) * 1`` already had (``_bin``), and as
+    there a value beyond the domain is clamped into its first or last group. ``GROUP
+    BY age`` was refused while that bin was answered. The privacy unit, its link and
+    joined tables' columns keep ``selection_refusal``'s answer; so does a term with keys. The
+    keys are those ``where`` lets in (``restricted``: ``WHERE age > 95`` answers 25)."""
+    column = table.columns.get(term.column) if term.kind == SELECTED else None
+    if delta is not None or column is None or column.type != "int" \
+            or isinstance(column, JoinedColumn) or term.column in unit_columns(table) \
+            or column.lower is None or column.upper is None:
+        return term
+    low, high = math.ceil(column.lower), math.floor(column.upper)
+    _refuse_huge(high - low + 1, "integer")
+    keyed = GroupKey(term.name, TRUNC_BIN, column.name, tuple(range(low, high + 1)), "int",
+                     numbers=(1, 1))
+    return keyed if where is None else restricted(keyed, where, table, resolve)
 
 
 def selection_refusal(term: GroupKey, table: Table, delta) -> NotSupported | None:

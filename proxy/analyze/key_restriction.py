@@ -450,7 +450,8 @@ def _meets(values: Interval, allowed: list[Interval]) -> bool:
 def _bin_values(term: GroupKey, key: int, column) -> Interval:
     """The values of the column (before clamping) that land in the bin of ``key``:
     ``floor`` bins [k·w, (k+1)·w), truncating bins toward zero; the first and the last
-    bin reach beyond the domain, whose values are clamped into them."""
+    bin reach beyond the domain, whose values are clamped into them. On an int column
+    only its integers."""
     width, scale = (int(number) for number in term.numbers)
     index = key // scale
     if term.kind == FLOOR_BIN:
@@ -465,6 +466,9 @@ def _bin_values(term: GroupKey, key: int, column) -> Interval:
             interval = ((index - 1) * width, False, index * width, True)
         first, last = math.trunc(column.lower / width), math.trunc(column.upper / width)
     low, low_in, high, high_in = interval
+    if column.type == "int":  # integers only: `age > 95` meets no value of the bin 95
+        low, low_in = (low, True) if low_in else (low + 1, True)
+        high, high_in = (high, True) if high_in else (high - 1, True)
     if index <= first:
         low, low_in = -math.inf, True
     if index >= last:

@@ -325,6 +325,9 @@ OTHER_TERMS = [
     ("CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'middle' END", "", True),
     ("CASE kind WHEN 'a' THEN 'first' END", "WHERE age > 20", True),
     ("CASE WHEN cost > 500 THEN 1 END", "", True),
+    # a plain int column with a declared domain: its integers (refused before 2026-11-29)
+    ("age", "WHERE age > 95", False),
+    ("days", "WHERE days BETWEEN -3 AND 5 OR days = 60", False),
     ("ABS(1)", "", False),  # Metabase's "pivot-grouping": one group, every row's
     ("'all'", "WHERE age > 20", False),
 ]
@@ -340,6 +343,20 @@ def test_each_number_bin_and_case_is_postgresql_s_own(engine, truth, term, where
     assert set(wanted) <= set(answered), sorted(set(wanted) - set(answered), key=str)[:5]
     assert answered == {key: wanted.get(key, 0) for key in answered}
     assert (None in answered) == null_group
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("sql,keys", [
+    ("SELECT age, COUNT(*) FROM events WHERE age > 95 GROUP BY age", range(96, 121)),
+    ("SELECT days AS d, COUNT(*) FROM events WHERE days BETWEEN -3 AND 5 GROUP BY d",
+     range(-3, 6)),
+    ("SELECT floor(age / 10) * 10, COUNT(*) FROM events WHERE age >= 30 AND age < 50 "
+     "GROUP BY 1", (30, 40)),
+])
+def test_an_int_column_is_grouped_by_the_integers_the_where_lets_in(engine, sql, keys):
+    """Its keys are the domain's integers that can meet the WHERE: no bin 95 for
+    `age > 95` (an int column holds no value between 95 and 96)."""
+    assert sorted(_answered(engine, sql)) == list(keys)
 
 
 @pytest.mark.usefixtures("no_noise")
