@@ -62,6 +62,7 @@ _TAIL_SHARE = 2.0 ** -20  # the envelope's tails, at most this share of it
 _EXACT_FLOATS = 1 << 53  # |k| below it: k·Λ is an exact float (Λ a power of two)
 _NORMAL = 2.0 ** -1022  # the least normal double: a power-of-two scaling above it is exact
 DIGITS = 8  # significant bits of a candidate's offset: neighbours ≤ 2^−7 of it apart
+PERCENTILE_DIGITS = 12  # a percentile's: no offset K grows with ln |G| (§5.3)
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,16 @@ def candidate_grid(lower: float, upper: float, resolution: float, integers: bool
     first = ordinal(_allowed_at_least(low - origin, digits), digits)
     last = ordinal(-_allowed_at_least(origin - high, digits), digits)
     return Grid(step, first, last, lower, upper, integers, origin, digits)
+
+
+def ranked_grid(column, percentile: bool) -> Grid:
+    """The candidates of a percentile (``PERCENTILE_DIGITS``) or a MAX or MIN
+    (``DIGITS``) of a column of the rules. A percentile's target is a rank of the data,
+    so a finer grid only narrows the cell its answer lies in (0.78 % → 0.049 %: on the
+    demo's whole tables the median's error fell about tenfold); MAX's and MIN's offset
+    K grows with ln |G| (docs/privacy.md §5.3)."""
+    return candidate_grid(column.lower, column.upper, column.resolution,
+                          column.type == "int", PERCENTILE_DIGITS if percentile else DIGITS)
 
 
 @dataclass(frozen=True)
@@ -587,8 +598,7 @@ def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
         if not agg.kind.row.ranked or draw_scope(plan, agg) != scope:
             continue
         column = plan.table.columns[agg.column]
-        grid = candidate_grid(column.lower, column.upper, column.resolution,
-                              column.type == "int")
+        grid = ranked_grid(column, agg.kind == PERCENTILE)
         target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
                   else RankRef(TOP if agg.kind == MAX else BOTTOM,
                                extreme_offset(part.epsilon, draw, grid), EXTREME_SHARE))

@@ -21,6 +21,7 @@ from proxy.privacy.inverse_sensitivity import (
     extreme_offset,
     instance_release,
     instance_releases,
+    ranked_grid,
 )
 from proxy.privacy.private_bound import private_levels
 from proxy.privacy.requests import CountRequest, RankRequest
@@ -120,7 +121,8 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     assert set(released) == {0, 1, 3}  # the aggregates' indexes: COUNT(*) is not drawn
     assert {(r.column, r.group) for r in asked} == {("score", ("b",)), ("age", ("b",))}
     epsilon = Fraction(1, 2)  # ε over the two groups a record can touch
-    scores = candidate_grid(0, 10, RULES.tables["t"].columns["score"].resolution, False)
+    score = RULES.tables["t"].columns["score"]
+    medians, scores = ranked_grid(score, True), ranked_grid(score, False)
     rng = SeededSource(3)
     years = candidate_grid(0, 10, 1.0, True)
     # MAX aims K ranks below the top, MIN K above the bottom, at most a tenth of n
@@ -128,7 +130,7 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     bottom = 1 + min(extreme_offset(epsilon, 1, scores), len(VALUES) // 10)
     one_by_one = [
         by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng), values)
-        for values, rank, grid in ((VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), scores),
+        for values, rank, grid in ((VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), medians),
                                    (ages, top, years), (VALUES, bottom, scores))]
     assert [released[0], released[1], released[3]] == one_by_one
 
