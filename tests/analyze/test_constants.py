@@ -98,8 +98,8 @@ def test_constant_arithmetic_keeps_the_rows_of_its_value(both_engines, written, 
 
 
 REFUSED = [
-    ("SELECT COUNT(*) FROM items WHERE quantity > 7 / 2", "0A000", "DIV is not allowed"),
-    ("SELECT COUNT(*) FROM items WHERE quantity > quantity + 1", "0A000", "ADD is not allowed"),
+    ("SELECT COUNT(*) FROM items WHERE quantity > 7 / 2", "0A000", "operator / (7 / 2) is not allowed"),
+    ("SELECT COUNT(*) FROM items WHERE quantity > quantity + 1", "0A000", "operator + (quantity + 1) is not allowed"),
     ("SELECT COUNT(*) FROM items WHERE discount > 1e308 * 10", "22003", "out of range"),
     ("SELECT COUNT(*) FROM items WHERE kind > 1 + 1", "42883", "compare it with a quoted"),
     ("SELECT COUNT(*) FROM items WHERE day < date '2024-02-30' + interval '1' day", "0A000",

@@ -421,7 +421,7 @@ REFUSED = [
     ("SELECT age % 0, COUNT(*) FROM events GROUP BY 1", "other than 0"),
     ("SELECT age % days, COUNT(*) FROM events GROUP BY 1", "other than 0"),
     ("SELECT CASE WHEN age % 2 = 0 THEN 'even' END, COUNT(*) FROM events GROUP BY 1",
-     "MOD is not allowed in a CASE condition"),
+     "operator % (age % 2) is not allowed in a CASE condition"),
     ("SELECT to_char(at AT TIME ZONE 'UTC' AT TIME ZONE 'Europe/Berlin', 'HH24'), COUNT(*) "
      "FROM events GROUP BY 1", "more than 2,000 ranges"),
     ("SELECT EXTRACT(epoch FROM at AT TIME ZONE 'UTC'), COUNT(*) FROM events GROUP BY 1",
