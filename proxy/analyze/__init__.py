@@ -33,6 +33,7 @@ from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.key_listing import key_listing
+from proxy.analyze.key_restriction import narrowed_domains
 from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.ordering import limit_of, order_by
 from proxy.analyze.outer import outer_plan, union_plan, windowed
@@ -436,6 +437,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     _check_domains(table, aggregates, model, settings.resolve_sensitivity(rules) == "local")
     where = select.args.get("where")
     checkpoint()
+    table = narrowed_domains(table, aggregates, group_by, where and where.this, bool(joins))
     plan = QueryPlan(
         table=table,
         where=_narrowed(check_predicate(where.this, table, declared, place) if where else None,

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any
 
 from sqlglot import exp
@@ -44,7 +45,7 @@ from sqlglot import exp
 from proxy.analyze.patterns import CASED, ESCAPE, PATTERNS, respelled
 from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
-from proxy.rules import Table, parse_moment
+from proxy.rules import Column, Table, parse_moment
 from proxy.trees import implied_condition, operands
 from proxy.vocabulary import COLUMN, FLOOR_BIN, TRUNC_BIN, GroupKey
 
@@ -139,6 +140,36 @@ def number_window(where: exp.Expression | None, column: str, integers: bool
                        if integers else math.nextafter(value, -math.inf) if strict
                        else value)
     return low, high
+
+
+def narrowed_domains(table: Table, aggregates, group_by: tuple[GroupKey, ...],
+                     where: exp.Expression | None, joined: bool) -> Table:
+    """``table`` with the declared domain of each plain number column an aggregate reads
+    narrowed to the range the WHERE's bounds on it leave (``number_window``): every
+    value in scope lies there once clamped, so each sensitivity, ladder and candidate
+    grid computed from the domain holds over it (a row entering or leaving the scope
+    adds or removes a value within it). ``SUM(age) … WHERE age > 90`` drew its
+    clipping bound from rungs down to 2⁻¹⁵ of 120, far below every value in scope, and
+    answered 86 ± 84 against 2,588 (the BI probe of 2026-11-29); its rungs now start at
+    the first one at least 91. The text and the rules alone. Not over joins (their
+    tables may share a column's name), nor for a GROUP BY term's column (its keys were
+    listed from its domain)."""
+    if where is None or joined:
+        return table
+    grouped = {term.column for term in group_by}
+    columns = dict(table.columns)
+    for agg in aggregates:
+        column = columns.get(agg.column or "")
+        if column is None or type(column) is not Column or column.type not in ("int", "float") \
+                or column.lower is None or column.upper is None or column.name in grouped:
+            continue
+        low, high = number_window(where, column.name, column.type == "int")
+        low, high = max(low, column.lower), min(high, column.upper)
+        if low <= high and (low, high) != (column.lower, column.upper):
+            columns[column.name] = replace(column, lower=low, upper=high,
+                                           declared_resolution=column.resolution)
+    return table if columns == dict(table.columns) else replace(
+        table, columns=MappingProxyType(columns))
 
 
 def exact_number(node: exp.Expression | None) -> Decimal | None:

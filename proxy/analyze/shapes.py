@@ -19,9 +19,10 @@ plan replaces the kept one). A literal is a slot only when all of these hold:
   source position kept in ``meta``), inside ``plan.where``, and nowhere else in the
   plan: a literal the analysis rewrote (a time-zoned moment, ``CAST('…' AS DATE)``,
   ``INTERVAL``, ``.5``), moved or copied is not one;
-- with GROUP BY, it is not compared with a column named outside WHERE: the time
-  buckets of a grouped column are listed within the WHERE bounds on that column
-  (``proxy.analyze.group_keys``), so those literals decide the plan's key lists.
+- it is not compared with a column named outside WHERE: the time buckets of a
+  grouped column are listed within the WHERE bounds on that column
+  (``proxy.analyze.group_keys``), and an aggregated column's domain is narrowed to
+  them (``key_restriction.narrowed_domains``), so those literals decide the plan.
 
 And a plan is reused only where the new literals leave ``QueryPlan.window`` as it was
 (whether the WHERE keeps a time column to at most half its domain: ``_Template.bind``
@@ -285,10 +286,8 @@ def _slot_starts(tree: exp.Expression, plan: QueryPlan) -> list[tuple[int, str]]
             or tree.find(*_STEPS) is not None \
             or any(select is not tree for select in tree.find_all(exp.Select)):
         return []
-    outside = set()
-    if tree.args.get("group"):
-        outside = {column.name.lower() for column in tree.find_all(exp.Column)
-                   if not _within(column, where)}
+    outside = {column.name.lower() for column in tree.find_all(exp.Column)
+               if not _within(column, where)}
     candidates = []
     columns_of: dict[int, set[str]] = {}  # per comparison: its many literals share it
     years: set[int] = set()  # the comparisons of EXTRACT(YEAR …) (``_of_a_year``)

@@ -262,8 +262,9 @@ def clippable(plan: QueryPlan) -> bool:
 
 def rungs(contribution: Contribution, column: Column | None, rows_per_unit: int
           ) -> tuple[float, ...]:
-    """The public ladder of ``contribution`` of ``column`` (its declared domain and
-    resolution; a count's: none, its rungs rows_per_unit down to 1, halved; a count in
+    """The public ladder of ``contribution`` of ``column`` (its declared domain, as
+    the WHERE narrows it (``key_restriction.narrowed_domains``), down to its end nearer
+    the origin where both ends lie on one side, and resolution; a count's: none, its rungs rows_per_unit down to 1, halved; a count in
     a window's, those and every power of two up to rows_per_unit: most units own one or
     two rows in scope, and the rung at 1 counts each of them whole) for units of at
     most ``rows_per_unit`` rows, ascending."""
@@ -279,7 +280,11 @@ def rungs(contribution: Contribution, column: Column | None, rows_per_unit: int
     else:
         reach = max(abs(column.lower - contribution.origin),
                     abs(column.upper - contribution.origin))
-        top, floor = rows_per_unit * reach, column.resolution
+        # a domain on one side of the origin: every unit in scope with a value
+        # contributes at least its nearer end, and a rung below that clips them all
+        nearest = max(column.lower - contribution.origin,
+                      contribution.origin - column.upper, 0)
+        top, floor = rows_per_unit * reach, max(column.resolution, nearest)
     if top <= 0:
         return (0.0,)
     ladder = [top]

@@ -604,8 +604,9 @@ def _release_clipped(a: Asked) -> Released:
                                group.joint.get(count_slot(a.index)), "count ")
     released = _ratio(Noisy(noisy_sum.value, noisy_sum.ci95, mechanism), noisy_count,
                       column, cal, note)
-    if rung is not None and rows_per_unit == 1 and column.lower is not None \
-            and column.lower >= 0 and released.value >= NEAR_BOUND * ladder.rungs[rung]:
+    if rung is not None and rung < len(ladder.rungs) - 1 and rows_per_unit == 1 \
+            and column.lower is not None and column.lower >= 0 \
+            and released.value >= NEAR_BOUND * ladder.rungs[rung]:  # (the top clips none)
         return replace(released, note=f"{released.note}\n{NEAR_BOUND_NOTE}")
     return released
 

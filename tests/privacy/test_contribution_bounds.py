@@ -273,3 +273,25 @@ def test_a_sums_noise_kept_per_rung_draws_what_it_draws_afresh(gaussian):
         assert once == clipped_sum(ladder, loss, 6, -50.0, 100.0, 0.01, apart, 0.95, gaussian)
         drawn.add(once[1])
     assert len(drawn) >= 3 and {k for k in kept if isinstance(k, int)} == drawn
+
+
+@pytest.mark.parametrize("where,low,high", [("cost > 3000", 3000, 100_000),
+                                            ("cost BETWEEN 10 AND 200", 10, 200),
+                                            ("cost < 50 AND department = 'a'", 0, 50)])
+def test_the_where_narrows_the_domain_its_ladder_is_built_on(engine, where, low, high):
+    """The BI probe of 2026-11-29: `SUM(age) … WHERE age > 90` drew its bound from rungs
+    down to 2⁻¹⁵ of the domain's end, all far below every value in scope, and its 95 %
+    bound covered the truth in 4 of 20 answers. The aggregated column's domain is the
+    WHERE's range (text alone), so no rung lies below its lower end (each unit in scope
+    contributes at least that) and the top is 6 rows at its upper end."""
+    session = Session.open(engine, "zoe")
+    (_, plan), = session.check(f"SELECT SUM(cost), AVG(cost) FROM visits WHERE {where}")
+    column = plan.table.columns["cost"]
+    assert (column.lower, column.upper) == (pytest.approx(low), pytest.approx(high))
+    assert column.resolution == 0.01  # the declared one, not the narrowed width's
+    ladder = rungs(Contribution("cost"), column, 6)
+    assert ladder[-1] == pytest.approx(6 * high) and (low == 0 or ladder[0] >= low)
+    # not for a GROUP BY term's column, nor over a join
+    (_, grouped), = session.check(f"SELECT floor(cost / 100) * 100, SUM(cost) FROM visits "
+                                  f"WHERE {where} GROUP BY 1")
+    assert grouped.table.columns["cost"].upper == 100_000
