@@ -79,6 +79,7 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     if not isinstance(body, exp.Select) or select.args.get("joins") \
             or not any(is_aggregate(node) for node in outside.walk()):
         return None
+    body = _units_listed(body, rules)
     unit = _unit_grouped_by(body, rules)
     if unit is None:
         return None
@@ -107,6 +108,30 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     return replace(plan, joins=source_plan.joins,
                    per_unit=PerUnit(source_plan, unit_names[0] if unit_names
                                     else _hidden_unit(names), names))
+
+
+def _units_listed(body: exp.Select, rules: Rules) -> exp.Select:
+    """``SELECT DISTINCT unit FROM t …`` and ``SELECT unit FROM t … GROUP BY unit``
+    (the units with rows in scope, as analysts write them) as the per-unit subquery
+    ``SELECT unit, COUNT(*) AS _idp_rows FROM t … GROUP BY unit``, whose units an outer
+    ``COUNT(*)`` counts: ``COUNT(DISTINCT unit)`` by another name (the probe of
+    2026-11-29: refused, with a hint naming the very form written). Else ``body``."""
+    items = body.expressions
+    distinct = body.args.get("distinct")
+    if len(items) != 1 or not isinstance(items[0].unalias(), exp.Column) \
+            or body.find(exp.AggFunc) or body.args.get("having") \
+            or (distinct is not None and (distinct.args.get("on") or body.args.get("group"))):
+        return body
+    column = items[0].unalias()
+    if distinct is None and not (body.args.get("group") and len(
+            body.args["group"].expressions) == 1 and body.args["group"].expressions[0] == column):
+        return body
+    listed = body.copy()
+    listed.set("distinct", None)
+    listed.set("group", exp.Group(expressions=[column.copy()]))
+    listed.set("expressions", [items[0].copy(), exp.alias_(exp.Count(this=exp.Star()),
+                                                           "_idp_rows", quoted=True)])
+    return listed if _unit_grouped_by(listed, rules) is not None else body
 
 
 def _unit_grouped_by(body: exp.Select, rules: Rules) -> exp.Column | None:
