@@ -3,7 +3,8 @@
 0.01``, ``o_orderdate < date '1994-01-01' + interval '1' year``, Looker's ``TIMESTAMP
 '2024-06-01' + (7 || ' day')::INTERVAL`` (its text cast to an interval read first),
 ``NOW() - INTERVAL '700 days'`` (a plural unit), ``DATE '2024-01-01' + 5`` (whole days)
-and Metabase's ``CAST((NOW() + INTERVAL '-30 day') AS date)`` (a folded moment cast).
+and Metabase's ``CAST((NOW() + INTERVAL '-30 day') AS date)`` (a folded moment cast);
+and ``col IS [NOT] DISTINCT FROM constant`` as the comparisons it equals (``_null_safe``).
 
 Each *maximal* subtree made only of literals, ``+``, ``-``, ``*``, unary minus,
 brackets, casts and intervals is given to sqlglot's ``simplify`` on its own, and
@@ -53,6 +54,13 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
             if interval is not None:
                 cast.replace(interval)
         root = _now_read(clause, root)
+        for node in list(root.find_all(exp.NullSafeEQ, exp.NullSafeNEQ)):
+            plain = _null_safe(node)
+            if plain is not None and node is root:
+                clause.set("on" if isinstance(clause, exp.Join) else "this", plain)
+                root = plain
+            elif plain is not None:
+                node.replace(plain)
         for interval in root.find_all(exp.Interval):
             _singular_unit(interval)
         found = list(root.walk(prune=_foldable))
@@ -176,6 +184,30 @@ def _written_interval(cast: exp.Cast) -> exp.Expression | None:
 
 
 _UNITS = ("year", "month", "week", "day", "hour", "minute", "second")
+
+
+def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expression | None:
+    """``col IS [NOT] DISTINCT FROM constant`` in the comparisons the checks read, with
+    the same two-valued truth on every row (a NULL column is distinct from a value, not
+    from NULL): ``IS DISTINCT FROM NULL`` is ``IS NOT NULL``, ``IS NOT DISTINCT FROM v``
+    is ``(col = v AND col IS NOT NULL)`` and ``IS DISTINCT FROM v`` its negation
+    ``(col <> v OR col IS NULL)``. None where neither side is a constant."""
+    column, value = node.this.unnest(), node.expression.unnest()
+    if isinstance(column, (exp.Literal, exp.Null)):
+        column, value = value, column
+    if not isinstance(value, (exp.Literal, exp.Null)) or isinstance(column, (exp.Literal,
+                                                                             exp.Null)):
+        return None
+    equal = isinstance(node, exp.NullSafeEQ)
+    if isinstance(value, exp.Null):
+        null = exp.Is(this=column.copy(), expression=exp.Null())
+        return exp.paren(null if equal else exp.not_(null), copy=False)
+    if equal:
+        return exp.paren(exp.and_(exp.EQ(this=column.copy(), expression=value.copy()),
+                                  exp.not_(exp.Is(this=column.copy(), expression=exp.Null()))),
+                         copy=False)
+    return exp.paren(exp.or_(exp.NEQ(this=column.copy(), expression=value.copy()),
+                             exp.Is(this=column.copy(), expression=exp.Null())), copy=False)
 
 
 def _singular_unit(interval: exp.Interval) -> None:

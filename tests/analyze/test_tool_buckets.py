@@ -360,6 +360,20 @@ def test_an_int_column_is_grouped_by_the_integers_the_where_lets_in(engine, sql,
 
 
 @pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("where", [
+    "age IS DISTINCT FROM 13", "NOT (age IS NOT DISTINCT FROM 13)",
+    "cost IS NOT DISTINCT FROM 500.5 OR kind IS DISTINCT FROM 'a'",
+    "age IS DISTINCT FROM NULL", "NULL IS NOT DISTINCT FROM cost"])
+def test_is_distinct_from_a_constant_keeps_postgresql_s_rows(engine, truth, where):
+    """Tableau's and dbt's NULL-safe comparisons, refused until the probe of 2026-11-29
+    ("NULLSAFENEQ is not allowed in WHERE"): the rows of a NULL column among them."""
+    sql = f"SELECT kind, COUNT(*) FROM events WHERE {where} GROUP BY 1"
+    answered, wanted = _answered(engine, sql), dict(truth(sql))
+    assert set(wanted) <= set(answered)  # and a key no row has: an empty group
+    assert answered == {key: wanted.get(key, 0) for key in answered}
+
+
+@pytest.mark.usefixtures("no_noise")
 def test_the_keys_of_an_extract_are_those_the_where_lets_in(engine, truth):
     sql = ("SELECT EXTRACT(month FROM at) AS m, COUNT(*) FROM events WHERE at >= "
            "'2023-02-10' AND at < '2023-04-01' GROUP BY 1")
