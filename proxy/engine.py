@@ -800,6 +800,9 @@ def schema_problems(rules: Rules, table: Table, backend: Backend
         return [RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
                            f"{table.name}")]
     present = {name.lower(): kind for name, kind in described}
+    for name, column in table.columns.items():
+        if name in present:  # the type its released values are answered as
+            object.__setattr__(column, "stored", present[name])  # (proxy.result_types)
     declared = set(table.columns) | ({table.privacy_unit} - {None, LINKED_UNIT})
     missing = sorted(declared - set(present))
     problems: list[PrivilegeMissing | RulesError] = [RulesError(

@@ -55,6 +55,7 @@ from proxy.privacy import refuse_unanswerable
 from proxy.privacy.consistency import consistent_rows
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
+from proxy.result_types import INT_RANGES, aggregate_type, argument_type, fitted, key_type
 from proxy.rules import Rules, key_text
 from proxy.setting_scopes import LOCAL_OUTSIDE, ScopeEvent, SettingScopes
 from proxy.settings import (
@@ -793,10 +794,14 @@ def totality_failures() -> int:
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
             remaining: Decimal) -> Answer:
     rows = []
+    kinds = [_output_kind(plan, o) for o in plan.outputs]
+    fits = {o.aggregate: kind for o, kind in zip(plan.outputs, kinds) if kind in INT_RANGES}
     for key, values in zip(keys, released):
         shown = _moments_in_order(plan, {o.aggregate: _shown(plan, o.aggregate,
                                                              values[o.aggregate].value, key)
                                          for o in plan.outputs if o.aggregate is not None})
+        for index, kind in fits.items():  # a released integer within its type's range
+            shown[index] = fitted(shown[index], kind)
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
                           else shown[o.aggregate] for o in plan.outputs))
     order = sorted_rows(rows, plan.order_by)
@@ -837,7 +842,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         "notes": notes,
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
-                  _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
+                  _notice(privacy), kinds)
 
 
 def _planned_before_the_debit(engine, held: PassthroughPlan) -> None:
@@ -912,7 +917,8 @@ def _keyed_rows(plan: QueryPlan, kinds: list[str], typed: bool) -> list[tuple]:
 
 _KEYED = 2_000  # the most keys of one GROUP BY column run through before the debit
 # a value of each released type, for a UNION's rows before the debit
-_TYPED = {"bigint": 1, "double precision": 1.0, "numeric": Decimal(1), "boolean": True,
+_TYPED = {"bigint": 1, "integer": 1, "smallint": 1, "double precision": 1.0, "real": 1.0,
+          "numeric": Decimal(1), "boolean": True, "varchar": "",
           "date": dt.date(2000, 1, 1), "timestamp": dt.datetime(2000, 1, 1),
           "timestamptz": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)}
 
@@ -1140,18 +1146,16 @@ def _bucketed(moment: Moment, term, start, shown):
 
 
 def _output_kind(plan: QueryPlan, output) -> str:
-    """The PostgreSQL type of a released value of this output column."""
+    """The PostgreSQL type of a released value of this output column, as PostgreSQL
+    types the column (proxy.result_types)."""
     if output.group is not None:
-        return RULE_TYPES[plan.group_by[output.group].type]
+        return key_type(plan.group_by[output.group], plan.table)
     if (moment := _moment(plan, output.aggregate)) is not None:
         return RULE_TYPES[moment.kind]
     aggregate = plan.aggregates[output.aggregate]
-    output_type = aggregate.kind.row.output
-    if aggregate.continuous and plan.table.columns[aggregate.column].type == "int":
-        return RULE_TYPES["float"]  # PERCENTILE_CONT of a number: double precision
-    if output_type == "column":
-        return RULE_TYPES[plan.table.columns[aggregate.column].type]
-    return RULE_TYPES[output_type]
+    argument = None if aggregate.column is None else argument_type(
+        plan.table.columns[aggregate.column])
+    return aggregate_type(aggregate.kind, argument, aggregate.continuous)
 
 
 def _together(answers: list[Answer], base: dict[str, Any], **more: Any) -> dict[str, Any]:
