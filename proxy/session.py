@@ -795,7 +795,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
             remaining: Decimal) -> Answer:
     rows = []
     kinds = [_output_kind(plan, o) for o in plan.outputs]
-    fits = {o.aggregate: kind for o, kind in zip(plan.outputs, kinds) if kind in INT_RANGES}
+    fits = {o.aggregate: kind for o, kind in zip(plan.outputs, kinds)
+            if o.aggregate is not None and kind in INT_RANGES}
     for key, values in zip(keys, released):
         shown = _moments_in_order(plan, {o.aggregate: _shown(plan, o.aggregate,
                                                              values[o.aggregate].value, key)
