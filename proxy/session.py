@@ -398,7 +398,7 @@ class Session:
         remaining = None if stored is None else self.engine.ledger.served_now(charge)
         if remaining is None:
             return None
-        answer = self._restored_repeat(stored, remaining)
+        answer = self._restored_repeat(stored, remaining, plan)
         return _with_intervals(answer) if self.settings.intervals else answer
 
     def run(self, step) -> Answer:
@@ -663,7 +663,7 @@ class Session:
         debited = storing = False
         stored = engine.replay(self.analyst, plan, charge)  # memory, version read just now
         if stored is not None:
-            return self._repeated(stored, charge, None, bill)
+            return self._repeated(stored, charge, None, bill, plan)
         try:
             ledger = bill if bill is engine.ledger else None  # a part's repeat reads none
             with engine.view(plan, engine.expected(self.analyst, plan, charge,
@@ -671,7 +671,8 @@ class Session:
                 stored = engine.cached(self.analyst, plan, charge, view)
                 if stored is not None:  # its row kept for the ledger before it is sent
                     same = engine.ledger.backend is engine.backend
-                    return self._repeated(stored, charge, view.tx if same else None, bill)
+                    return self._repeated(stored, charge, view.tx if same else None, bill,
+                                          plan)
                 remaining = bill.debit(charge)  # committed before any statistic
                 debited = True
                 keys, released, version = engine.answer(plan, view)
@@ -697,14 +698,18 @@ class Session:
                          rho=self._rho(charge.loss.spent_rho))
 
     def _repeated(self, stored: dict[str, Any], charge: Charge, tx: Any,
-                  bill: Ledger | _Joint) -> Answer:
+                  bill: Ledger | _Joint, plan: QueryPlan) -> Answer:
         """A repeat from the answer cache: its ledger row kept (written in a batch,
         ``Ledger.served_from_cache``), what remains read in ``tx`` if given."""
-        return self._restored_repeat(stored, bill.served_from_cache(charge, tx))
+        return self._restored_repeat(stored, bill.served_from_cache(charge, tx), plan)
 
-    def _restored_repeat(self, stored: dict[str, Any], remaining: Decimal) -> Answer:
-        return _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
-                         rho=self._rho(Decimal(0)))
+    def _restored_repeat(self, stored: dict[str, Any], remaining: Decimal,
+                         plan: QueryPlan) -> Answer:
+        """The stored release, its columns typed as the plan types them now (an entry
+        stored before the types were PostgreSQL's holds the older ones)."""
+        answer = _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
+                           rho=self._rho(Decimal(0)))
+        return replace(answer, kinds=[_output_kind(plan, o) for o in plan.outputs])
 
     def _replay_charge(self, canonical: str, plan: QueryPlan) -> Charge:
         """The charge of a repeat (its ledger row's fields), the last one kept: a plan's
