@@ -124,7 +124,12 @@ def expression_type(node: exp.Expression, of_column: Callable[[exp.Column], str 
     if isinstance(node, exp.Neg):
         return typed(node.this)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
-        return _promoted([typed(node.this), typed(node.expression)])
+        sides = [typed(node.this), typed(node.expression)]
+        if DATE in sides and isinstance(node, (exp.Add, exp.Sub)):  # days of dates
+            return INTEGER if sides == [DATE, DATE] and isinstance(node, exp.Sub) else (
+                DATE if sorted(sides, key=str) in ([DATE, INTEGER], [DATE, SMALLINT])
+                and (sides[0] == DATE or isinstance(node, exp.Add)) else None)
+        return _promoted(sides)
     if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
         return BOOLEAN
     if isinstance(node, exp.WidthBucket) or isinstance(node, (exp.Length, exp.Ascii)):

@@ -105,6 +105,30 @@ STATEMENTS = [
     "SELECT region, sex, COUNT(*), AVG(age) FROM people GROUP BY GROUPING SETS "
     "((region), (sex), ())",
     "SELECT label, COUNT(*), MAX(n) FROM kinds GROUP BY ROLLUP (label)",
+    "SELECT COUNT(*)::int, COALESCE(SUM(age), 0), AVG(age)::float8 FROM people",
+    "SELECT region, ROUND(AVG(age)::numeric, 1), ROUND(AVG(age)) FROM people GROUP BY region",
+    "SELECT region, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () FROM people GROUP BY region",
+    "SELECT SUM(days), AVG(days), MAX(days), SUM(cost) FROM visits",
+    "SELECT r.name, AVG(p.age), COUNT(*) FROM people p JOIN regions r ON p.region = r.code "
+    "GROUP BY r.name",
+    "SELECT region, COUNT(*) FROM people WHERE age > (SELECT AVG(age) FROM people) "
+    "GROUP BY region",
+    "SELECT date_trunc('week', visited_at)::date AS w, COUNT(*) FROM visits "
+    "WHERE visited_at >= '2024-11-01' GROUP BY 1",
+    "SELECT to_char(date_trunc('month', visited_at), 'YYYY-MM') AS m, COUNT(*) FROM visits "
+    "GROUP BY 1",
+    "SELECT AVG(age) FILTER (WHERE sex = 'f'), SUM(income) FILTER (WHERE sex = 'm') FROM people",
+    "SELECT DATE_TRUNC('day', visited_at) AS __timestamp, SUM(cost) AS s FROM visits "
+    "WHERE visited_at >= '2024-12-01' GROUP BY 1 ORDER BY s DESC LIMIT 10",
+    "SELECT n % 7 AS r, COUNT(*) FROM kinds GROUP BY 1",
+    "SELECT AVG(n)::int, SUM(n)::numeric / 3, MAX(small) + MAX(n), ABS(MIN(big)) FROM kinds",
+    "SELECT MAX(day) - MIN(day), MAX(day) + 1, MIN(day) - 1 FROM kinds",
+    "SELECT CORR(age, income), REGR_SLOPE(income, age), COVAR_POP(age, income) FROM people",
+    "SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS c FROM visits GROUP BY person_id) t",
+    "SELECT AVG(c), SUM(c) FROM (SELECT person_id, COUNT(*) AS c FROM visits "
+    "GROUP BY person_id) t",
+    "SELECT AVG(s) FROM (SELECT person_id, SUM(days) AS s FROM visits GROUP BY person_id) t",
+    "SELECT LOWER(region) AS r, COUNT(*) FROM people GROUP BY 1",
 ]
 
 
