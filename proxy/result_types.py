@@ -39,7 +39,7 @@ _PLAIN_KEYS = (COLUMN, PUBLIC, SELECTED)
 _NUMBERS = (SMALLINT, INTEGER, BIGINT, NUMERIC, REAL, DOUBLE)
 # the ranges of the integer types: a released value beyond its type's is clamped to it
 INT_RANGES = {SMALLINT: (-2**15, 2**15 - 1), INTEGER: (-2**31, 2**31 - 1),
-          BIGINT: (-2**63, 2**63 - 1)}
+              BIGINT: (-2**63, 2**63 - 1)}
 
 
 def column_type(column) -> str:
@@ -132,7 +132,7 @@ def expression_type(node: exp.Expression, of_column: Callable[[exp.Column], str 
         return _promoted(sides)
     if isinstance(node, (exp.Predicate, exp.Connector, exp.Not)):
         return BOOLEAN
-    if isinstance(node, exp.WidthBucket) or isinstance(node, (exp.Length, exp.Ascii)):
+    if isinstance(node, (exp.WidthBucket, exp.Length, exp.Ascii)):
         return INTEGER
     if isinstance(node, exp.Extract):
         return NUMERIC  # EXTRACT: numeric since PostgreSQL 14 (date_part, parsed alike: float8)
