@@ -706,9 +706,12 @@ class Session:
     def _restored_repeat(self, stored: dict[str, Any], remaining: Decimal,
                          plan: QueryPlan) -> Answer:
         """The stored release, its columns typed as the plan types them now (an entry
-        stored before the types were PostgreSQL's holds the older ones)."""
+        stored before the types were PostgreSQL's holds the older ones); an outer
+        query's answer (stored post-processed) as it was stored."""
         answer = _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
                            rho=self._rho(Decimal(0)))
+        if isinstance(plan.post, OuterQuery):
+            return answer
         return replace(answer, kinds=[_output_kind(plan, o) for o in plan.outputs])
 
     def _replay_charge(self, canonical: str, plan: QueryPlan) -> Charge:

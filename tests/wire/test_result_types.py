@@ -105,6 +105,10 @@ STATEMENTS = [
     "SELECT region, sex, COUNT(*), AVG(age) FROM people GROUP BY GROUPING SETS "
     "((region), (sex), ())",
     "SELECT label, COUNT(*), MAX(n) FROM kinds GROUP BY ROLLUP (label)",
+    "SELECT region, width_bucket(age, 0, 100, 10) AS b, COUNT(*) FROM people "
+    "GROUP BY GROUPING SETS ((region), (b))",
+    "SELECT label, flag, n / 100 AS h, COUNT(*) FROM kinds GROUP BY GROUPING SETS "
+    "((label), (flag), (h), ())",
     "SELECT COUNT(*)::int, COALESCE(SUM(age), 0), AVG(age)::float8 FROM people",
     "SELECT region, ROUND(AVG(age)::numeric, 1), ROUND(AVG(age)) FROM people GROUP BY region",
     "SELECT region, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () FROM people GROUP BY region",
@@ -153,9 +157,12 @@ def served(postgres_url, tmp_path_factory):
             yield pg_url, proxies
 
 
-def _types(dsn: str, sql: str, **options) -> list[int]:
-    with psycopg.connect(dsn, autocommit=True) as con:
-        cursor = con.cursor(**options)
+def _types(dsn: str, sql: str, simple: bool = False) -> list[int]:
+    """The OIDs of ``sql``'s columns: in the extended protocol (psycopg's own: Parse,
+    Describe, Bind, Execute), or with ``simple`` in the simple one (one Query message)."""
+    factory = psycopg.ClientCursor if simple else psycopg.Cursor
+    with psycopg.connect(dsn, autocommit=True, cursor_factory=factory) as con:
+        cursor = con.cursor()
         cursor.execute(sql)
         cursor.fetchall()
         return [column.type_code for column in cursor.description]
@@ -166,14 +173,15 @@ def _named(oids: list[int]) -> list[str]:
     return [types.get(oid).name if types.get(oid) else str(oid) for oid in oids]
 
 
+@pytest.mark.parametrize("simple", [False, True], ids=["extended", "simple"])
 @pytest.mark.parametrize("backend", ["postgres", "duckdb"])
 @pytest.mark.parametrize("sql", STATEMENTS)
-def test_result_types_are_postgresql_types(served, backend, sql):
+def test_result_types_are_postgresql_types(served, backend, sql, simple):
     pg_url, proxies = served
     expected = _named(_types(pg_url, sql))
     if backend == "duckdb":  # DuckDB's VARCHAR(n) is its text: no length kept
         expected = ["text" if name == "varchar" else name for name in expected]
-    assert _named(_types(proxies[backend].dsn("alice"), sql)) == expected
+    assert _named(_types(proxies[backend].dsn("alice"), sql, simple)) == expected
 
 
 # one statement per type the proxy answers as PostgreSQL does since these types were
