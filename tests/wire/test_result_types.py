@@ -212,3 +212,49 @@ def test_binary_results_of_the_result_types(served, backend, sql):
     assert sorted(map(_as_reals, binary)) == sorted(map(_as_reals, text))
     assert text and all(value is not None for row in text for value in row
                         if not isinstance(value, bool))
+    # a numeric is the released double's shortest digits: it reads back as that double
+    assert all(decimal.Decimal(repr(float(value))) == value for row in text for value in row
+               if isinstance(value, decimal.Decimal))
+
+
+@pytest.mark.parametrize("backend", ["postgres", "duckdb"])
+def test_asyncpg_reads_the_result_types_in_binary(served, backend):
+    """asyncpg asks every built-in type in binary: numeric, smallint, integer, real,
+    date and timestamptz come back as the values psycopg reads in text."""
+    import asyncio
+
+    import asyncpg
+
+    _, proxies = served
+    proxy = proxies[backend]
+    sql = ("SELECT date_trunc('month', day) AS m, AVG(n) AS a, MIN(small) AS s, MAX(n) AS x, "
+           "MAX(ratio) AS r, MAX(day) AS d FROM kinds GROUP BY 1")
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        text = con.execute(sql).fetchall()
+
+    async def binary():
+        con = await asyncpg.connect(host="127.0.0.1", port=proxy.port, user="alice",
+                                    database="demo")
+        try:
+            return [tuple(row) for row in await con.fetch(sql)]
+        finally:
+            await con.close()
+
+    rows = asyncio.run(binary())
+    assert sorted(map(_as_reals, rows)) == sorted(map(_as_reals, text))
+    assert {type(v) for row in rows for v in row} == {dt.datetime, decimal.Decimal, int,
+                                                      float, dt.date}
+
+
+def test_a_released_integer_beyond_its_type_is_its_ranges_end():
+    """A noisy MAX of an integer column whose declared domain reaches past 2³¹ is sent as
+    integer's nearest end, in text and in binary: no client's decoding overflows."""
+    from proxy.pgtypes import INT2, INT4
+    from proxy.result_types import fitted
+    from proxy.wire.types import encode
+
+    assert fitted(2**40, "integer") == 2**31 - 1 and fitted(-2**40, "integer") == -2**31
+    assert fitted(41.0, "integer") == 41.0 and fitted(None, "smallint") is None
+    assert encode(2**40, INT4, binary=False) == b"2147483647"
+    assert encode(-2**40, INT4, binary=True) == (-2**31).to_bytes(4, "big", signed=True)
+    assert encode(70_000, INT2, binary=True) == (2**15 - 1).to_bytes(2, "big", signed=True)
