@@ -489,13 +489,13 @@ class GroupKey:
     # (the first's ``from`` unused: the pieces before it, too)
     shifts: tuple[tuple[dt.datetime, int], ...] = ()
     # the term's PostgreSQL type as PostgreSQL types its expression (proxy.result_types:
-    # ``width_bucket`` integer, ``extract`` numeric); None: its column's, else ``type``'s
-    pg: str | None = None
+    # ``width_bucket`` integer, ``extract`` numeric); None: its column's, else ``type``'s.
+    # Of the statement's text alone, so no part of a plan's repr (answer cache keys)
+    pg: str | None = field(default=None, repr=False, compare=False)
 
     def same_term(self, other: GroupKey) -> bool:
         """The same computation (its keys follow from it and the query's WHERE)."""
-        plain = {"name": "", "keys": (), "labels": None, "bounds": (), "ranges": (),
-                 "pg": None}
+        plain = {"name": "", "keys": (), "labels": None, "bounds": (), "ranges": ()}
         return replace(self, **plain) == replace(other, **plain)
 
     def shown(self, key: Any) -> Any:
@@ -617,8 +617,9 @@ class DerivedColumn(Column):
     expression: Any = None
     moment: Moment | None = None  # of MAX or MIN of a date or timestamp column
     # the expression's PostgreSQL type as PostgreSQL types the aggregate's argument as
-    # written (``age::bigint`` bigint; ``expression`` is the proxy's own computation)
-    pg: str | None = None
+    # written (``age::bigint`` bigint; ``expression`` is the proxy's own computation);
+    # of the statement's text alone, so no part of a plan's repr (answer cache keys)
+    pg: str | None = field(default=None, repr=False, compare=False)
 
     def shown(self, value: Any, start: dt.datetime | None = None) -> Any:
         """A released value as the answer gives it: of a moment column, the moment
