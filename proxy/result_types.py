@@ -270,3 +270,39 @@ def fitted(value, kind: str):
         return low if value < low else high if value > high else value
     except TypeError:
         return value
+
+
+def statement_types(tree: exp.Expression, tables) -> list[str | None]:
+    """Each result column's type as PostgreSQL types a statement run as written over
+    public tables (a ``PassthroughPlan``), where ``expression_type`` types its select
+    item over the columns of the tables its FROM names (``tables``: the rules' tables by
+    name); None for a plain column (the backend's own type stands) and any item not
+    typed here. A UNION's column: the common type of its branches'."""
+    if isinstance(tree, exp.SetOperation):
+        left, right = statement_types(tree.this, tables), statement_types(tree.expression,
+                                                                            tables)
+        return [None if None in pair else common_type(list(pair))
+                for pair in zip(left, right)]
+    if not isinstance(tree, exp.Select):
+        return [None] * len(tree.selects) if hasattr(tree, "selects") else []
+    sources = {}
+    for source in [tree.args.get("from_"), *(tree.args.get("joins") or [])]:
+        node = source.this if source is not None else None
+        if isinstance(node, exp.Table) and node.name in tables:
+            sources[node.alias_or_name] = tables[node.name]
+
+    def of_column(node: exp.Column) -> str | None:
+        if node.table:
+            owners = [sources[node.table]] if node.table in sources else []
+        else:
+            owners = [t for t in sources.values() if node.name in t.columns]
+        if len(owners) != 1 or node.name not in owners[0].columns:
+            return None
+        return column_type(owners[0].columns[node.name])
+
+    typed = []
+    for item in tree.selects:
+        node = item.unalias()
+        typed.append(None if isinstance(node, (exp.Column, exp.Star))
+                     else expression_type(node, of_column))
+    return typed

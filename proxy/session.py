@@ -55,7 +55,14 @@ from proxy.privacy import refuse_unanswerable
 from proxy.privacy.consistency import consistent_rows
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
-from proxy.result_types import INT_RANGES, aggregate_type, argument_type, fitted, key_type
+from proxy.result_types import (
+    INT_RANGES,
+    aggregate_type,
+    argument_type,
+    fitted,
+    key_type,
+    statement_types,
+)
 from proxy.rules import Rules, key_text
 from proxy.setting_scopes import LOCAL_OUTSIDE, ScopeEvent, SettingScopes
 from proxy.settings import (
@@ -275,7 +282,7 @@ class Session:
             probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
             columns, _ = self.engine.backend.query_with_columns(
                 probe.sql(dialect=self.engine.backend.dialect))
-            return columns
+            return self._as_postgresql(work, columns)
         columns = _post_columns(work)
         if self.settings.intervals and isinstance(work, QueryPlan) and not isinstance(
                 work.post, OuterQuery):
@@ -284,6 +291,19 @@ class Session:
                                     (f"{o.name}_ci95_high", _FLOAT)] if o.aggregate is not
                                    None else [])]
         return columns
+
+    def _as_postgresql(self, work: PassthroughPlan, columns: list[tuple[str, str]]
+                       ) -> list[tuple[str, str]]:
+        """A statement over public tables as run on the backend, its columns typed as
+        PostgreSQL types them where the backend is another engine (DuckDB's SUM of an
+        integer is its HUGEINT, PostgreSQL's bigint): ``result_types.statement_types``
+        where it types an item, else the backend's type. PostgreSQL's own stand."""
+        if self.engine.backend.dialect == "postgres":
+            return columns
+        typed = statement_types(work.sql, self.engine.rules.tables)
+        if len(typed) != len(columns):
+            return columns
+        return [(name, pg or kind) for (name, kind), pg in zip(columns, typed)]
 
     def check(self, sql: str) -> list[tuple[str | None, Any]]:
         step = self.known(sql)
@@ -410,6 +430,7 @@ class Session:
         if isinstance(work, PassthroughPlan):
             columns, rows = self.engine.backend.query_with_columns(
                 work.text(self.engine.backend.dialect))
+            columns = self._as_postgresql(work, columns)
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           notice=work.note, kinds=[kind for _, kind in columns])
         if isinstance(work, GroupingSetsPlan):

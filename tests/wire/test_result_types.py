@@ -133,6 +133,9 @@ STATEMENTS = [
     "GROUP BY person_id) t",
     "SELECT AVG(s) FROM (SELECT person_id, SUM(days) AS s FROM visits GROUP BY person_id) t",
     "SELECT LOWER(region) AS r, COUNT(*) FROM people GROUP BY 1",
+    "SELECT COUNT(*), SUM(LENGTH(name)), AVG(LENGTH(code)), MAX(code) FROM regions",
+    "SELECT code, name, LENGTH(name) * 2 AS l, 1.5 AS x, 2 AS y FROM regions",
+    "SELECT 1 AS one, 2.5 AS two, 'x' AS three",
 ]
 
 
