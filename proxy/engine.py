@@ -776,6 +776,24 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         problems = schema_problems(rules, table, backend)
         if problems:
             raise problems[0]
+        if table.public and not table.join_keys and backend.dialect != "postgres":
+            _read_stored(table, backend)  # what its statements are typed over
+
+
+def _read_stored(table: Table, backend: Backend) -> None:
+    """The stored types of a public table's declared columns (``Column.stored``), which
+    statements over it run as written are typed over on a backend other than PostgreSQL
+    (``Session._as_postgresql``); read from its schema (``LIMIT 0``), never a row. A
+    table it cannot read keeps its rule types: the statements fail there as before."""
+    statement = exp.select("*").from_(table_ref(table.name)).limit(0)
+    try:
+        described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
+    except BackendFailed:
+        return
+    present = {name.lower(): kind for name, kind in described}
+    for name, column in table.columns.items():
+        if name in present:
+            object.__setattr__(column, "stored", present[name])
 
 
 def schema_problems(rules: Rules, table: Table, backend: Backend
@@ -800,6 +818,9 @@ def schema_problems(rules: Rules, table: Table, backend: Backend
         return [RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
                            f"{table.name}")]
     present = {name.lower(): kind for name, kind in described}
+    for name, column in table.columns.items():
+        if name in present:  # the type its released values are answered as
+            object.__setattr__(column, "stored", present[name])  # (proxy.result_types)
     declared = set(table.columns) | ({table.privacy_unit} - {None, LINKED_UNIT})
     missing = sorted(declared - set(present))
     problems: list[PrivilegeMissing | RulesError] = [RulesError(

@@ -36,8 +36,10 @@ from proxy.errors import ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint, stopping
 from proxy.pgtypes import postgres_type
 from proxy.postbounds import Bounds, Budget, ReleasedTable
+from proxy.result_types import common_type, expression_type
 
-DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "double precision": "DOUBLE",
+DUCKDB_TYPES = {"bigint": "BIGINT", "integer": "INTEGER", "smallint": "SMALLINT",
+                "double precision": "DOUBLE", "real": "DOUBLE", "varchar": "VARCHAR",
                 "text": "VARCHAR", "boolean": "BOOLEAN", "date": "DATE",
                 "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMPTZ", "numeric": "DOUBLE"}
 ROW = "__idp_row"
@@ -207,7 +209,10 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         # (found on the row of NULLs that types the result, before the debit)
         raise NotComputed(f"{outer.what} gives an interval (a difference of released "
                           "moments), which is not supported; select the moments themselves")
-    types = [postgres_type(str(column[1])) for column in described]
+    # as PostgreSQL types the outer query over the released columns' types, where
+    # proxy.result_types types its expression; else as the engine typed it
+    types = [typed or postgres_type(str(column[1]))
+             for typed, column in zip(prepared.types, described)]
     traces = len(outer.aliases) if prepared.traced else 0
     origins = [tuple(row[width:width + traces]) for row in result] if prepared.traced \
         else [None] * len(result)
@@ -234,6 +239,7 @@ class _Prepared:
     carried: dict[int, tuple[int, str]]
     intervals: tuple[int, ...]
     constants: tuple[str, ...] = ()
+    types: tuple[str | None, ...] = ()  # per column, its PostgreSQL type (``_pg_types``)
 
 
 _PREPARED_KEPT = 256
@@ -279,6 +285,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         if not isinstance(item, (exp.Alias, exp.Column)):
             item.replace(exp.alias_(item.copy(), default_name(item), quoted=True))
     width = len(tree.selects)
+    types = _pg_types(tree, outer.aliases, releases)
     if traced:
         tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
                              for alias in outer.aliases])
@@ -304,7 +311,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                       for node in _constants(annotated))
     prepared = _Prepared(annotated.sql(dialect="duckdb", copy=False),  # this call's own tree
                          tables, bounded, width, bool(traced), carried, tuple(intervals),
-                         constants)
+                         constants, types)
     if len(outer.sql) <= _KEPT_LENGTH:
         with _preparing:
             _prepared_kept[key] = prepared
@@ -312,6 +319,36 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
             while len(_prepared_kept) > _PREPARED_KEPT:
                 _prepared_kept.popitem(last=False)
     return prepared
+
+
+def _pg_types(tree: exp.Expression, aliases: Sequence[str],
+              releases: list[tuple[list[str], list[str], list[tuple]]]
+              ) -> tuple[str | None, ...]:
+    """Each result column's type as PostgreSQL types the outer query (proxy.result_types)
+    over the released columns' types, read before the tree is made DuckDB's; a UNION's
+    column the common type of its branches'; None where it is not typed there."""
+    kinds = [dict(zip(columns, kinds)) for columns, kinds, _ in releases]
+
+    def of_column(node: exp.Column) -> str | None:
+        if node.table:
+            index = list(aliases).index(node.table) if node.table in aliases else None
+            return None if index is None else kinds[index].get(node.name)
+        found = [k[node.name] for k in kinds if node.name in k]
+        return found[0] if len(found) == 1 else None
+
+    def branches(node: exp.Expression) -> list[list[exp.Expression]]:
+        if isinstance(node, exp.SetOperation):
+            return branches(node.this) + branches(node.expression)
+        if isinstance(node, exp.Subquery):
+            return branches(node.this)
+        return [node.selects]
+
+    columns = zip(*branches(tree))
+    typed = []
+    for items in columns:
+        found = [expression_type(item.unalias(), of_column) for item in items]
+        typed.append(found[0] if len(set(found)) == 1 else common_type(found))
+    return tuple(typed)
 
 
 def _to_char(node: exp.Expression) -> exp.Expression:

@@ -70,6 +70,10 @@ class Column:
     # a property of the unit, the same on all its rows and not protected: neighbours keep
     # it, so GROUP BY over it composes in parallel (docs/privacy.md §3.5)
     unit_attribute: bool = False
+    # the column's type as the backend stores it (a PostgreSQL name: "integer"), read from
+    # its schema when the engine starts (engine._check_schema); what a released value of
+    # it is typed as (proxy.result_types). Not part of the rules' equality.
+    stored: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def numeric(self) -> bool:

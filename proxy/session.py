@@ -55,6 +55,14 @@ from proxy.privacy import refuse_unanswerable
 from proxy.privacy.consistency import consistent_rows
 from proxy.privacy.noisy_answers import Released
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of
+from proxy.result_types import (
+    INT_RANGES,
+    aggregate_type,
+    argument_type,
+    fitted,
+    key_type,
+    statement_types,
+)
 from proxy.rules import Rules, key_text
 from proxy.setting_scopes import LOCAL_OUTSIDE, ScopeEvent, SettingScopes
 from proxy.settings import (
@@ -274,7 +282,7 @@ class Session:
             probe = exp.select("*").from_(work.sql.subquery("q")).limit(0)
             columns, _ = self.engine.backend.query_with_columns(
                 probe.sql(dialect=self.engine.backend.dialect))
-            return columns
+            return self._as_postgresql(work, columns)
         columns = _post_columns(work)
         if self.settings.intervals and isinstance(work, QueryPlan) and not isinstance(
                 work.post, OuterQuery):
@@ -283,6 +291,19 @@ class Session:
                                     (f"{o.name}_ci95_high", _FLOAT)] if o.aggregate is not
                                    None else [])]
         return columns
+
+    def _as_postgresql(self, work: PassthroughPlan, columns: list[tuple[str, str]]
+                       ) -> list[tuple[str, str]]:
+        """A statement over public tables as run on the backend, its columns typed as
+        PostgreSQL types them where the backend is another engine (DuckDB's SUM of an
+        integer is its HUGEINT, PostgreSQL's bigint): ``result_types.statement_types``
+        where it types an item, else the backend's type. PostgreSQL's own stand."""
+        if self.engine.backend.dialect == "postgres":
+            return columns
+        typed = statement_types(work.sql, self.engine.rules.tables)
+        if len(typed) != len(columns):
+            return columns
+        return [(name, pg or kind) for (name, kind), pg in zip(columns, typed)]
 
     def check(self, sql: str) -> list[tuple[str | None, Any]]:
         step = self.known(sql)
@@ -397,7 +418,7 @@ class Session:
         remaining = None if stored is None else self.engine.ledger.served_now(charge)
         if remaining is None:
             return None
-        answer = self._restored_repeat(stored, remaining)
+        answer = self._restored_repeat(stored, remaining, plan)
         return _with_intervals(answer) if self.settings.intervals else answer
 
     def run(self, step) -> Answer:
@@ -409,6 +430,7 @@ class Session:
         if isinstance(work, PassthroughPlan):
             columns, rows = self.engine.backend.query_with_columns(
                 work.text(self.engine.backend.dialect))
+            columns = self._as_postgresql(work, columns)
             return Answer(f"SELECT {len(rows)}", [name for name, _ in columns], rows,
                           notice=work.note, kinds=[kind for _, kind in columns])
         if isinstance(work, GroupingSetsPlan):
@@ -662,7 +684,7 @@ class Session:
         debited = storing = False
         stored = engine.replay(self.analyst, plan, charge)  # memory, version read just now
         if stored is not None:
-            return self._repeated(stored, charge, None, bill)
+            return self._repeated(stored, charge, None, bill, plan)
         try:
             ledger = bill if bill is engine.ledger else None  # a part's repeat reads none
             with engine.view(plan, engine.expected(self.analyst, plan, charge,
@@ -670,7 +692,8 @@ class Session:
                 stored = engine.cached(self.analyst, plan, charge, view)
                 if stored is not None:  # its row kept for the ledger before it is sent
                     same = engine.ledger.backend is engine.backend
-                    return self._repeated(stored, charge, view.tx if same else None, bill)
+                    return self._repeated(stored, charge, view.tx if same else None, bill,
+                                          plan)
                 remaining = bill.debit(charge)  # committed before any statistic
                 debited = True
                 keys, released, version = engine.answer(plan, view)
@@ -696,14 +719,21 @@ class Session:
                          rho=self._rho(charge.loss.spent_rho))
 
     def _repeated(self, stored: dict[str, Any], charge: Charge, tx: Any,
-                  bill: Ledger | _Joint) -> Answer:
+                  bill: Ledger | _Joint, plan: QueryPlan) -> Answer:
         """A repeat from the answer cache: its ledger row kept (written in a batch,
         ``Ledger.served_from_cache``), what remains read in ``tx`` if given."""
-        return self._restored_repeat(stored, bill.served_from_cache(charge, tx))
+        return self._restored_repeat(stored, bill.served_from_cache(charge, tx), plan)
 
-    def _restored_repeat(self, stored: dict[str, Any], remaining: Decimal) -> Answer:
-        return _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
-                         rho=self._rho(Decimal(0)))
+    def _restored_repeat(self, stored: dict[str, Any], remaining: Decimal,
+                         plan: QueryPlan) -> Answer:
+        """The stored release, its columns typed as the plan types them now (an entry
+        stored before the types were PostgreSQL's holds the older ones); an outer
+        query's answer (stored post-processed) as it was stored."""
+        answer = _restored(stored, Decimal(0), Decimal(0), remaining, _FROM_CACHE,
+                           rho=self._rho(Decimal(0)))
+        if isinstance(plan.post, OuterQuery):
+            return answer
+        return replace(answer, kinds=[_output_kind(plan, o) for o in plan.outputs])
 
     def _replay_charge(self, canonical: str, plan: QueryPlan) -> Charge:
         """The charge of a repeat (its ledger row's fields), the last one kept: a plan's
@@ -793,10 +823,15 @@ def totality_failures() -> int:
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
             remaining: Decimal) -> Answer:
     rows = []
+    kinds = [_output_kind(plan, o) for o in plan.outputs]
+    fits = {o.aggregate: kind for o, kind in zip(plan.outputs, kinds)
+            if o.aggregate is not None and kind in INT_RANGES}
     for key, values in zip(keys, released):
         shown = _moments_in_order(plan, {o.aggregate: _shown(plan, o.aggregate,
                                                              values[o.aggregate].value, key)
                                          for o in plan.outputs if o.aggregate is not None})
+        for index, kind in fits.items():  # a released integer within its type's range
+            shown[index] = fitted(shown[index], kind)
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
                           else shown[o.aggregate] for o in plan.outputs))
     order = sorted_rows(rows, plan.order_by)
@@ -837,7 +872,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
         "notes": notes,
     }
     return Answer(f"SELECT {len(order)}", columns, [rows[i] for i in order], privacy,
-                  _notice(privacy), [_output_kind(plan, o) for o in plan.outputs])
+                  _notice(privacy), kinds)
 
 
 def _planned_before_the_debit(engine, held: PassthroughPlan) -> None:
@@ -912,7 +947,8 @@ def _keyed_rows(plan: QueryPlan, kinds: list[str], typed: bool) -> list[tuple]:
 
 _KEYED = 2_000  # the most keys of one GROUP BY column run through before the debit
 # a value of each released type, for a UNION's rows before the debit
-_TYPED = {"bigint": 1, "double precision": 1.0, "numeric": Decimal(1), "boolean": True,
+_TYPED = {"bigint": 1, "integer": 1, "smallint": 1, "double precision": 1.0, "real": 1.0,
+          "numeric": Decimal(1), "boolean": True, "varchar": "",
           "date": dt.date(2000, 1, 1), "timestamp": dt.datetime(2000, 1, 1),
           "timestamptz": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)}
 
@@ -1140,18 +1176,16 @@ def _bucketed(moment: Moment, term, start, shown):
 
 
 def _output_kind(plan: QueryPlan, output) -> str:
-    """The PostgreSQL type of a released value of this output column."""
+    """The PostgreSQL type of a released value of this output column, as PostgreSQL
+    types the column (proxy.result_types)."""
     if output.group is not None:
-        return RULE_TYPES[plan.group_by[output.group].type]
+        return key_type(plan.group_by[output.group], plan.table)
     if (moment := _moment(plan, output.aggregate)) is not None:
         return RULE_TYPES[moment.kind]
     aggregate = plan.aggregates[output.aggregate]
-    output_type = aggregate.kind.row.output
-    if aggregate.continuous and plan.table.columns[aggregate.column].type == "int":
-        return RULE_TYPES["float"]  # PERCENTILE_CONT of a number: double precision
-    if output_type == "column":
-        return RULE_TYPES[plan.table.columns[aggregate.column].type]
-    return RULE_TYPES[output_type]
+    argument = None if aggregate.column is None else argument_type(
+        plan.table.columns[aggregate.column])
+    return aggregate_type(aggregate.kind, argument, aggregate.continuous)
 
 
 def _together(answers: list[Answer], base: dict[str, Any], **more: Any) -> dict[str, Any]:

@@ -488,6 +488,10 @@ class GroupKey:
     # the shift added to the clamped moment before the field is extracted, in order
     # (the first's ``from`` unused: the pieces before it, too)
     shifts: tuple[tuple[dt.datetime, int], ...] = ()
+    # the term's PostgreSQL type as PostgreSQL types its expression (proxy.result_types:
+    # ``width_bucket`` integer, ``extract`` numeric); None: its column's, else ``type``'s.
+    # Of the statement's text alone, so no part of a plan's repr (answer cache keys)
+    pg: str | None = field(default=None, repr=False, compare=False)
 
     def same_term(self, other: GroupKey) -> bool:
         """The same computation (its keys follow from it and the query's WHERE)."""
@@ -612,6 +616,10 @@ class DerivedColumn(Column):
 
     expression: Any = None
     moment: Moment | None = None  # of MAX or MIN of a date or timestamp column
+    # the expression's PostgreSQL type as PostgreSQL types the aggregate's argument as
+    # written (``age::bigint`` bigint; ``expression`` is the proxy's own computation);
+    # of the statement's text alone, so no part of a plan's repr (answer cache keys)
+    pg: str | None = field(default=None, repr=False, compare=False)
 
     def shown(self, value: Any, start: dt.datetime | None = None) -> Any:
         """A released value as the answer gives it: of a moment column, the moment

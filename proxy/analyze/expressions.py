@@ -46,6 +46,7 @@ from proxy.analyze.group_keys import dereferenced, within_where
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.time_fields import extracted_column, field_range, field_sql
 from proxy.errors import NotSupported, ProxyError
+from proxy.result_types import expression_type, of_columns
 from proxy.rules import Table
 from proxy.statistics import MAGNITUDE_CAP, value_range
 from proxy.vocabulary import DerivedColumn, Moment, read_raw
@@ -194,7 +195,8 @@ def derive(node: exp.Expression, table: Table, resolve,
     upper = None if value.high == math.inf else max(min(value.high, MAGNITUDE_CAP), -MAGNITUDE_CAP)
     resolution = 1.0 if lower is not None and lower == upper else None  # a constant
     return DerivedColumn(name, "int" if value.integer else "float", lower, upper,
-                         declared_resolution=resolution, expression=value.sql)
+                         declared_resolution=resolution, expression=value.sql,
+                         pg=expression_type(node, of_columns(table, resolve)))
 
 
 # a date_trunc bucket's longest width, in seconds and in days (less one: offsets in it)

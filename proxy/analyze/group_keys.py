@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from dataclasses import replace
 from typing import Any
 
 from sqlglot import exp
@@ -70,6 +71,7 @@ from proxy.analyze.time_keys import (
     truncate,
 )
 from proxy.errors import NotSupported, Refused
+from proxy.result_types import expression_type, of_columns
 from proxy.rules import Column, Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP
 from proxy.vocabulary import (
@@ -108,9 +110,10 @@ def group_terms(select: exp.Select, table: Table, resolve, max_groups: int
     terms: list[GroupKey] = []
     where = select.args.get("where")
     for node in group.expressions:
-        term = restricted(group_term(dereferenced(node, select, table), table, resolve,
-                                     where.this if where else None),
+        node = dereferenced(node, select, table)
+        term = restricted(group_term(node, table, resolve, where.this if where else None),
                           where.this if where else None, table, resolve)
+        term = replace(term, pg=expression_type(node, of_columns(table, resolve)))
         if not any(term.same_term(seen) for seen in terms):
             terms.append(term)
     check_group_count(terms, max_groups)

@@ -433,7 +433,8 @@ def joined_table(table: Table, joins: tuple[Join, ...]) -> Table:
             columns[join.column_name(name)] = JoinedColumn(
                 join.column_name(name), column.type, column.lower, column.upper, column.keys,
                 column.public or not join.protected, column.declared_resolution,
-                column.time_domain, join=join.alias, source=name, protected=join.protected)
+                column.time_domain, join=join.alias, source=name, protected=join.protected,
+                stored=column.stored)
         if join.protected:
             group_size = max(group_size, join.table.group_size)
     bounds = [source.max_rows_per_unit for source, _ in unit_sources(table, joins)]

@@ -310,7 +310,7 @@ def _condition(where: exp.Expression, inner: Table, alias: str, table: Table,
     both.update((joined, JoinedColumn(joined, column.type, column.lower, column.upper,
                                       column.keys, column.public, column.declared_resolution,
                                       column.time_domain, join=alias, source=name,
-                                      protected=True))
+                                      protected=True, stored=column.stored))
                 for joined, name, column in ((f"{alias}.{n}", n, c)
                                              for n, c in inner.columns.items()))
     checked_over = replace(table, columns=MappingProxyType(both))

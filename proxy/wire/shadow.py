@@ -32,7 +32,7 @@ from psycopg import pq, sql
 
 from proxy.backends.base import Backend
 from proxy.errors import ProxyError
-from proxy.pgtypes import RULE_TYPES
+from proxy.result_types import column_type
 from proxy.rules import Rules, Table, key_text
 
 log = logging.getLogger("idp_proxy.shadow")
@@ -284,7 +284,9 @@ def _ddl(rules: Rules, backend: Backend) -> list[sql.Composable]:
         if table.public:
             columns = backend.column_types(table.name)
         else:
-            columns = [(name, RULE_TYPES[column.type]) for name, column in table.columns.items()]
+            # as the backend stores them where the engine read that (proxy.result_types):
+            # the types its answers over them are given
+            columns = [(name, column_type(column)) for name, column in table.columns.items()]
             if table.privacy_unit and table.privacy_unit not in table.columns and not table.link:
                 columns.insert(0, (table.privacy_unit, "text"))
         statements.append(sql.SQL("CREATE TABLE {} ({})").format(

@@ -74,7 +74,7 @@ def _encode_text(value: object, oid: int, extra_float_digits: int, zone: dt.tzin
     if oid == BOOL:
         return "t" if value else "f"
     if oid in INTEGERS:
-        return str(int(value))
+        return str(_integer(value, oid))
     if oid in FLOATS:
         number = float(value)
         if math.isnan(number):
@@ -117,7 +117,7 @@ def _encode_binary(value: object, oid: int) -> bytes:
     if oid == BOOL:
         return b"\x01" if value else b"\x00"
     if oid in INTEGERS:
-        return struct.pack(INTEGERS[oid], int(value))
+        return struct.pack(INTEGERS[oid], _integer(value, oid))
     if oid in FLOATS:
         return struct.pack(FLOATS[oid], float(value))
     if oid == NUMERIC:
@@ -133,9 +133,22 @@ def _encode_binary(value: object, oid: int) -> bytes:
     return str(value).encode()
 
 
+def _integer(value: object, oid: int) -> int:
+    """A value sent as an integer type, within its range (``result_types.fitted`` keeps
+    released values there; this keeps an encoding from failing on any other)."""
+    low, high = _INTEGER_RANGES[oid]
+    return min(max(int(value), low), high)
+
+
+_INTEGER_RANGES = {INT2: (-2**15, 2**15 - 1), INT4: (-2**31, 2**31 - 1),
+                   INT8: (-2**63, 2**63 - 1), OID: (0, 2**32 - 1)}
+
+
 def _numeric_binary(value: Decimal) -> bytes:
     if value.is_nan():
         return struct.pack("!hhHh", 0, 0, 0xC000, 0)
+    if value.is_infinite():  # PostgreSQL 14+'s numeric ±Infinity
+        return struct.pack("!hhHh", 0, 0, 0xF000 if value.is_signed() else 0xD000, 0)
     sign = 0x4000 if value.is_signed() else 0
     text = f"{abs(value):f}"
     whole, _, fraction = text.partition(".")

@@ -6,6 +6,7 @@ the refusals, decided by the text alone, spending nothing."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import numpy as np
 import psycopg
@@ -258,8 +259,9 @@ def test_a_prior_is_refused_for_the_new_aggregates(engine):
 
 def test_over_the_wire_with_types_notices_and_a_parameter(proxy):
     """psycopg through ``idp-proxy serve``: the new forms come back typed as PostgreSQL
-    would type them (COUNT int8, STDDEV float8), with the notice; an untyped parameter
-    inside an aggregate's expression is read as a number, as PostgreSQL reads it."""
+    would type them (COUNT int8, STDDEV of an integer numeric), with the notice; an
+    untyped parameter inside an aggregate's expression is read as a number, as
+    PostgreSQL reads it."""
     notices = []
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         con.add_notice_handler(lambda diagnostic: notices.append(diagnostic.message_primary))
@@ -270,8 +272,8 @@ def test_over_the_wire_with_types_notices_and_a_parameter(proxy):
         (people, spread, older, monthly), = cursor.fetchall()
         assert 0 <= older <= people + 100
         types = [column.type_code for column in cursor.description]
-        assert types == [20, 701, 20, 701]  # int8, float8, int8, float8
-        assert isinstance(people, int) and isinstance(spread, float) and monthly >= 0
+        assert types == [20, 1700, 20, 701]  # int8, numeric, int8, float8
+        assert isinstance(people, int) and isinstance(spread, Decimal) and monthly >= 0
         assert notices and "spent epsilon 0.4" in notices[-1]
         (row,) = con.execute("SELECT SUM(income / %s) FROM people WHERE age > 40",
                              ("12",)).fetchall()

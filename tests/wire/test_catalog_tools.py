@@ -17,7 +17,8 @@ from tests.system import node_client
 
 pytestmark = pytest.mark.postgres
 
-PEOPLE_COLUMNS = [("person_id", "bigint"), ("age", "bigint"),
+# as the backend stores them (tests.factories.PEOPLE_TYPES), not the rules' int as bigint
+PEOPLE_COLUMNS = [("person_id", "integer"), ("age", "integer"),
                   ("income", "double precision"), ("region", "text")]
 
 

@@ -321,7 +321,7 @@ SELECT COUNT(*) FROMM people;
     listing = out.stdout
     assert "people  | table" in listing and "regions | table" in listing
     assert 'Table "public.people"' in listing
-    for column, kind in [("age", "bigint"), ("income", "double precision"),
+    for column, kind in [("age", "integer"), ("income", "double precision"),
                          ("region", "text")]:
         assert any(line.split("|")[0].strip() == column and kind in line
                    for line in listing.splitlines())
