@@ -441,7 +441,7 @@ def integer_domain_keys(term: GroupKey, table: Table, delta,
     low, high = math.ceil(column.lower), math.floor(column.upper)
     _refuse_huge(high - low + 1, "integer")
     keyed = GroupKey(term.name, TRUNC_BIN, column.name, tuple(range(low, high + 1)), "int",
-                     numbers=(1, 1))
+                     numbers=(1, 1), pg=term.pg)
     return keyed if where is None else restricted(keyed, where, table, resolve)
 
 

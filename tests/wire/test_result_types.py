@@ -78,6 +78,9 @@ STATEMENTS = [
     "SELECT width_bucket(n, 0, 1000, 10) AS b, COUNT(*) FROM kinds GROUP BY 1",
     "SELECT n / 100 * 100 AS b, COUNT(*) FROM kinds GROUP BY 1",
     "SELECT age / 10 * 10 AS b, COUNT(*) FROM people GROUP BY 1",
+    "SELECT age, COUNT(*) FROM people WHERE age > 90 GROUP BY age",
+    "SELECT small, COUNT(*) FROM kinds GROUP BY 1",
+    "SELECT CASE WHEN age < 30 THEN 'young' END AS r, COUNT(*) FROM people GROUP BY 1",
     "SELECT CASE WHEN age < 40 THEN 'young' ELSE 'old' END AS g, COUNT(*) FROM people "
     "GROUP BY 1",
     "SELECT CASE WHEN age < 40 THEN 1 ELSE 2 END AS g, COUNT(*) FROM people GROUP BY 1",
