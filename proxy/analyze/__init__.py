@@ -10,7 +10,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 import sqlglot
 from sqlglot import exp
@@ -794,10 +794,22 @@ def _refuse_compound(select: exp.Select, rules: Rules) -> None:
         raise NotSupported("SELECT DISTINCT lists the values of rows, answered only for columns "
                            "with declared keys (listed from the rules); for others ask COUNT(*) "
                            "... GROUP BY a column with declared keys")
-    if select.args.get("offset"):
+    offset = select.args.get("offset")
+    if offset and not _no_offset(offset):
         raise NotSupported("OFFSET is not supported on the aggregate query itself; page its "
                            "released rows from an outer query: SELECT * FROM (SELECT k, "
                            "COUNT(*) AS n FROM t GROUP BY k) AS q ORDER BY k LIMIT 10 OFFSET 10")
+
+
+def _no_offset(offset: exp.Offset) -> bool:
+    """``OFFSET 0`` (Superset's and Ibis's first page): it skips no row."""
+    value = offset.expression.unnest() if offset.expression is not None else None
+    if not isinstance(value, exp.Literal) or value.is_string:
+        return False
+    try:
+        return Decimal(value.name) == 0
+    except InvalidOperation:
+        return False
 
 
 def _the_protected_table(select: exp.Select, rules: Rules) -> Table:

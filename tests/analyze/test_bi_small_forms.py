@@ -479,12 +479,14 @@ def test_the_epsilon_of_several_releases_is_added_as_the_ledger_adds_it(engine):
 @pytest.mark.parametrize("last, rows", [
     ("FETCH NEXT 2 ROWS ONLY", ["a", "b"]), ("FETCH FIRST ROW ONLY", ["a"]),
     # the paging the OFFSET refusal proposes
-    ("LIMIT 2 OFFSET 1", ["b", "c"])])
+    ("LIMIT 2 OFFSET 1", ["b", "c"]),
+    # the first page (Superset, Ibis): skips no row (refused until 2026-11-29)
+    ("LIMIT 2 OFFSET 0", ["a", "b"]), ("OFFSET 0.0 ROWS FETCH FIRST 1 ROW ONLY", ["a"])])
 def test_fetch_first_is_limit_and_an_outer_query_pages(engine, last, rows):
     """Standard SQL's FETCH FIRST (Looker, DBeaver) was refused as 'LIMIT takes a whole
     number'."""
     sql = f"SELECT region, COUNT(*) AS n FROM people GROUP BY 1 ORDER BY 1 {last}"
-    if "OFFSET" in last:
+    if "OFFSET 1" in last:
         sql = ("SELECT * FROM (SELECT region, COUNT(*) AS n FROM people GROUP BY 1) AS q "
                f"ORDER BY 1 {last}")
     (answer,) = list(Session.open(engine, "alice").execute(sql))
