@@ -66,10 +66,27 @@ PASSES = (eliminate_subqueries, merge_subqueries, eliminate_ctes)
 MAX_DEPTH = 200
 
 
+def _without_empty_terms(tree: exp.Expression) -> None:
+    """``GROUP BY ()`` (one group of every row, as without GROUP BY), and a ``()`` among
+    other terms (it groups by nothing), dropped from each GROUP BY of ``tree`` (in
+    place): it was refused as "no public set of keys". In GROUPING SETS a ``()`` is the
+    grand total's set and stays."""
+    for group in list(tree.find_all(exp.Group)):
+        terms = [term for term in group.expressions
+                 if not (isinstance(term, exp.Tuple) and not term.expressions)]
+        if len(terms) == len(group.expressions):
+            continue
+        if terms:
+            group.set("expressions", terms)
+        else:
+            group.pop()
+
+
 def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
     """``select`` with its time constants folded and, when it has CTEs or subqueries in
     FROM, its row-level steps merged (a new tree; the argument is not changed)."""
     select = select.copy()
+    _without_empty_terms(select)
     checkpoint()  # each whole-tree pass of a long statement takes a few tenths of a second
     select = truncations_as_ranges(fold_time_constants(fold_constants(select), rules), rules)
     checkpoint()

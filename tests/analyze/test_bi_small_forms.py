@@ -119,6 +119,11 @@ SAME = [
     ("SELECT COUNT(DISTINCT CASE WHEN cost > 90 THEN person_id WHEN age < 10 THEN person_id "
      "END) FROM visits",
      "SELECT COUNT(DISTINCT person_id) FROM visits WHERE cost > 90 OR age < 10"),
+    # the empty grouping term: one group of every row (refused until 2026-11-29)
+    ("SELECT COUNT(*), SUM(cost) FROM visits WHERE age > 3 GROUP BY ()",
+     "SELECT COUNT(*), SUM(cost) FROM visits WHERE age > 3"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY (), region",
+     "SELECT region, COUNT(*) FROM people GROUP BY region"),
 ]
 
 
