@@ -142,7 +142,11 @@ def _type(node: exp.Expression, table: Table, resolve) -> str:
         _common(kinds)
         return first if not (first in _NUMBERS and second in _NUMBERS) else \
             max(kinds, key=_NUMBERS.index)
-    if isinstance(node, (exp.Lower, exp.Upper, exp.Trim, exp.Substring)):
+    if isinstance(node, exp.Length):
+        if kinds[0] not in ("text", *_LOOSE):
+            _refuse()  # length(integer) does not exist
+        return "int"
+    if isinstance(node, (exp.Lower, exp.Upper, exp.Initcap, exp.Trim, exp.Substring)):
         if kinds[0] not in ("text", *_LOOSE) or any(
                 kind != "int" for kind in kinds[1:]
                 if not isinstance(node, exp.Trim)) or any(
@@ -360,6 +364,12 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
     if isinstance(node, (exp.Lower, exp.Upper)):
         text = _ascii(args[0])
         return text.lower() if isinstance(node, exp.Lower) else text.upper()
+    if isinstance(node, exp.Initcap):
+        return _initcap(_ascii(args[0]))
+    if isinstance(node, exp.Length):
+        if not isinstance(args[0], str):
+            raise _Unevaluated
+        return len(args[0])  # characters (code points), as PostgreSQL's in UTF8
     if isinstance(node, exp.Trim):
         return _trimmed(node, args)
     if isinstance(node, exp.Substring):
@@ -380,8 +390,8 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
         return [node.this, *node.expressions]
     if isinstance(node, (exp.Concat, exp.ConcatWs)):
         return list(node.expressions)
-    if isinstance(node, (exp.Lower, exp.Upper, exp.Cast, exp.Abs, exp.Neg, exp.Floor,
-                         exp.Ceil)):
+    if isinstance(node, (exp.Lower, exp.Upper, exp.Initcap, exp.Length, exp.Cast, exp.Abs,
+                         exp.Neg, exp.Floor, exp.Ceil)):
         if isinstance(node, (exp.Floor, exp.Ceil)) and node.args.get("decimals"):
             raise _Unevaluated
         return [node.this]
@@ -470,6 +480,16 @@ def _read_number(text: str, beside: Any) -> int | Fraction:
         return _numeric(Fraction(written), max(-written.as_tuple().exponent, 0))
     except (ArithmeticError, ValueError):
         raise _Unevaluated from None  # PostgreSQL: invalid input syntax
+
+
+def _initcap(text: str) -> str:
+    """PostgreSQL's initcap: the first letter of each run of letters and digits upper
+    case, the rest lower (ASCII: ``_ascii``)."""
+    out, inside = [], False
+    for char in text:
+        out.append(char.lower() if inside else char.upper())
+        inside = char.isalnum()
+    return "".join(out)
 
 
 def _ascii(value: Any) -> str:

@@ -80,6 +80,9 @@ def _answered(engine, sql: str) -> dict:
 TERMS = [
     ("LOWER(region)", "", False),
     ("UPPER(TRIM(region))", "", False),  # ' East ' and 'east' are one key
+    ("INITCAP(region)", "", False),  # ' East ' keeps its blanks (the probe of 2026-11-29)
+    ("LENGTH(region)", "", False),  # 4, 5 and 6 (' East '); CHAR_LENGTH as well
+    ("CHAR_LENGTH(sex || region) + 1", "WHERE age > 20", False),
     ("TRIM(LEADING ' ' FROM region)", "WHERE sex = 'f'", False),
     ("COALESCE(region, 'unknown')", "", False),  # the NULL region's rows: a key
     ("region || '/' || sex", "", False),

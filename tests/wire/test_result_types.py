@@ -80,6 +80,7 @@ STATEMENTS = [
     "SELECT age / 10 * 10 AS b, COUNT(*) FROM people GROUP BY 1",
     "SELECT age, COUNT(*) FROM people WHERE age > 90 GROUP BY age",
     "SELECT small, COUNT(*) FROM kinds GROUP BY 1",
+    "SELECT length(region) AS l, initcap(region) AS r, COUNT(*) FROM people GROUP BY 1, 2",
     "SELECT CASE WHEN age < 30 THEN 'young' END AS r, COUNT(*) FROM people GROUP BY 1",
     "SELECT CASE WHEN age < 40 THEN 'young' ELSE 'old' END AS g, COUNT(*) FROM people "
     "GROUP BY 1",
