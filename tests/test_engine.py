@@ -231,7 +231,7 @@ def test_public_table_passes_through_unchanged_and_free(engine):
 REFUSALS = [
     ("SELECT * FROM people", "42501"),
     ("SELECT income FROM people", "42501"),
-    ("SELECT age, COUNT(*) FROM people GROUP BY age", "0A000"),
+    ("SELECT income, COUNT(*) FROM people GROUP BY income", "0A000"),
     ("SELECT COUNT(*) FROM people p JOIN regions r ON p.region = r.region", "0A000"),
     ("SELECT COUNT(*) FROM (SELECT * FROM people LIMIT 10) t", "0A000"),
     (("WITH t AS (SELECT region, COUNT(*) AS c FROM people GROUP BY region) SELECT AVG(c) "

@@ -34,7 +34,8 @@ STAGES = {
                        "proxy.setting_scopes", "proxy.statistics", "proxy.errors", "proxy.loss",
                        "proxy.accounting",
                        "proxy.interrupts",
-                       "proxy.guards", "proxy.pgtypes", "proxy.jsontags", "proxy.timing",
+                       "proxy.guards", "proxy.pgtypes", "proxy.result_types", "proxy.jsontags",
+                       "proxy.timing",
                        "proxy.progress", "proxy.passwords", "proxy.trees", "proxy.zones")),
 }
 # the lazy imports allowed between proxy modules: the command line's (a fast --help);

@@ -34,6 +34,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -142,6 +144,22 @@ def number_window(where: exp.Expression | None, column: str, integers: bool
     return low, high
 
 
+# off while an aggregate over per-unit values is analysed (``unnarrowed``): the units'
+# relation takes its value columns' domains from the source's, and their sums were
+# found unsound there by the brute-force neighbour test when both were cut
+_NARROWING: ContextVar[bool] = ContextVar("narrowing", default=True)
+
+
+@contextmanager
+def unnarrowed() -> Iterator[None]:
+    """Analyse without ``narrowed_domains`` (per-unit subqueries and their outer query)."""
+    token = _NARROWING.set(False)
+    try:
+        yield
+    finally:
+        _NARROWING.reset(token)
+
+
 def narrowed_domains(table: Table, aggregates, group_by: tuple[GroupKey, ...],
                      where: exp.Expression | None, joined: bool) -> Table:
     """``table`` with the declared domain of each plain number column an aggregate reads
@@ -154,7 +172,7 @@ def narrowed_domains(table: Table, aggregates, group_by: tuple[GroupKey, ...],
     the first one at least 91. The text and the rules alone. Not over joins (their
     tables may share a column's name), nor for a GROUP BY term's column (its keys were
     listed from its domain)."""
-    if where is None or joined:
+    if where is None or joined or not _NARROWING.get():
         return table
     grouped = {term.column for term in group_by}
     columns = dict(table.columns)

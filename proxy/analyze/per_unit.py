@@ -45,6 +45,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy.analyze.aggregates import is_aggregate
+from proxy.analyze.key_restriction import unnarrowed
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported
 from proxy.interrupts import checkpoint
@@ -91,7 +92,8 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     if any(table.name in ctes for table in body.find_all(exp.Table)):
         raise NotSupported(f"a per-unit subquery reads tables, not other subqueries: {FORM}")
     inner, unit_names, names, having = _per_unit_query(body, unit, source.alias_or_name)
-    source_plan = rows(inner)
+    with unnarrowed():
+        source_plan = rows(inner)
     _check_source(source_plan, inner, unit)
     table = source_plan.table
     if outside.args.get("group") and source_plan.contribution_bound is None:
@@ -103,8 +105,9 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
     over_units = _over_units(outside, source, table, unit_names)
     if having is not None:  # a per-unit condition: the outer query's WHERE
         over_units = over_units.where(having, copy=False)
-    plan = units(over_units, replace(rules, tables=MappingProxyType(
-        {**rules.tables, table.name: relation})))
+    with unnarrowed():
+        plan = units(over_units, replace(rules, tables=MappingProxyType(
+            {**rules.tables, table.name: relation})))
     return replace(plan, joins=source_plan.joins,
                    per_unit=PerUnit(source_plan, unit_names[0] if unit_names
                                     else _hidden_unit(names), names))

@@ -128,7 +128,7 @@ REFUSED = [
     ("SELECT COUNT(*) FROM items WHERE day LIKE '2024%'", "42883", "day is date"),
     ("SELECT COUNT(*) FROM items WHERE name LIKE 'a%' ESCAPE '!!'", "0A000", "one character"),
     ("SELECT COUNT(*) FROM items WHERE name LIKE ANY ('a%', 'b%')", "0A000", "constant"),
-    ("SELECT COUNT(*) FROM items WHERE name SIMILAR TO 'a%'", "0A000", "SIMILARTO"),
+    ("SELECT COUNT(*) FROM items WHERE name SIMILAR TO 'a%'", "0A000", "operator SIMILAR TO"),
     ("SELECT COUNT(*) FROM items WHERE nope LIKE 'a%'", "42703", "not declared"),
 ]
 
