@@ -55,6 +55,7 @@ from tests.privacy.harness import (
 from tests.privacy.reference import joint_ladder_of, normalise, released_joint_ladder_of
 
 TWO_SIDED = (-5.0, 5.0)
+NARROWED = (2.0, UPPER)  # [LOWER, UPPER] as `WHERE x >= 2` leaves it
 SIGNED_GRID = [-5.0, -2.0, 0.0, 1.5, 5.0]
 
 
@@ -109,12 +110,16 @@ def changes(before: dict, after: dict) -> dict:
 
 @pytest.mark.parametrize("units,rows,group_size", SETTINGS)
 @pytest.mark.parametrize("domain,origin,power", [((LOWER, UPPER), 0.0, 1), (TWO_SIDED, 0.0, 1),
-                                                 (TWO_SIDED, -5.0, 1), (TWO_SIDED, -5.0, 2)])
+                                                 (TWO_SIDED, -5.0, 1), (TWO_SIDED, -5.0, 2),
+                                                 (NARROWED, 0.0, 1)])
 @pytest.mark.parametrize("groups", [1, 2])
 def test_each_rung_moves_within_its_sensitivity(units, rows, group_size, domain, origin, power,
                                                 groups):
     """SUM's contributions (origin 0) on a one- and a two-sided domain, and the moments'
-    (origin L, x − L and (x − L)², one-sided by construction)."""
+    (origin L, x − L and (x − L)², one-sided by construction); and on a domain a WHERE
+    narrowed to [2, U] (``key_restriction.narrowed_domains``), whose ladder stops at its
+    nearer end 2: every value in scope clamped into it, each record in or out of scope
+    whatever its value (a neighbour moves it across the WHERE)."""
     lower, upper = domain
     contribution = Contribution("x", origin, power)
     ladder = rungs(contribution, Column("x", "float", lower, upper, declared_resolution=0.5),
