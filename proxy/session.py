@@ -507,8 +507,9 @@ class Session:
         public = isinstance(work.held, PassthroughPlan)  # its released rows compact
         statement = with_values(work, [answer.rows for answer in answers], self.engine.rules,
                                 compact=public)
+        written = None if public else canonical_sql(statement)  # before it is handed over
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement),
-                       owned=isinstance(work.held, PassthroughPlan))  # read below if not
+                       owned=True)  # this call's own tree, not read after
         released = "; ".join(_stage_note(canonical, answer, keyed)
                              for (canonical, _), answer, keyed in zip(work.stages, answers,
                                                                       work.keyed))
@@ -520,7 +521,7 @@ class Session:
                 or plan.loss != work.held.loss:  # what the one debit was made for
             raise NotSupported("the statement with its subqueries' values is not the "
                                "aggregate query it was with 0 in their places")
-        final = self._private(canonical_sql(statement), plan, joint)
+        final = self._private(written, plan, joint)
         privacy = _together([*answers, final], final.privacy,
                             notes=[*final.privacy["notes"], _STAGED.format(released)])
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),

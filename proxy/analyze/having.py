@@ -48,6 +48,7 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
     """The plan of an aggregate query over ``table`` with HAVING or computed select
     items: its aggregate query, with the rest as an outer query over the release. None
     when ``select`` has neither (an ordinary aggregate query)."""
+    # ``analyse`` is handed the aggregate query (``inner``, a copy made here) to keep
     items = [item.unalias() for item in select.expressions]
     having = select.args.get("having")
     if not any(_aggregate(n) for n in select.walk()):  # no aggregate: refused as usual
