@@ -47,7 +47,7 @@ from proxy.privacy.mechanisms import (
     smooth_real,
 )
 from proxy.privacy.private_bound import BOUND_SHARE, FAILURE
-from proxy.privacy.sampler import RandomSource
+from proxy.privacy.sampler import RandomSource, batched
 from proxy.privacy.sensitivity import (
     SUM_REFS,
     clamped_sum_sensitivity,
@@ -200,8 +200,11 @@ def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[
     loss, its clipped sum's noise at each rung drawn, an empty group's ladder (TPC-H
     Q20's 8,508 groups, Q21's 10,000). The sampler is called as often, in the same
     order and with the same parameters as group by group, so the same random bits give
-    the same answers (tests/privacy/test_contribution_bounds.py)."""
+    the same answers (tests/privacy/test_contribution_bounds.py); from the operating
+    system's source (``SecureSource``) its discrete Laplace integers are drawn many at a
+    time (``sampler.batched``: the same law, not the same bits)."""
     kept: dict = {}
+    rng = batched(rng, len(keys) * len(plan.aggregates))
     return [release_group(plan, groups.get(key, GroupStats()), calibration, rng, kept)
             for key in keys]
 
