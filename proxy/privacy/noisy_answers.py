@@ -188,9 +188,11 @@ def release_group(
     parts = kept.get(PARTS)
     if parts is None:
         parts = kept[PARTS] = [_part(plan, agg, calibration) for agg in plan.aggregates]
-    return in_order(plan, [
+        kept[RANKED] = any(agg.kind.row.ranked for agg in plan.aggregates)
+    released = [
         RELEASES[agg.kind](Asked(plan, index, group, calibration, parts[index], rng, kept))
-        for index, agg in enumerate(plan.aggregates)])
+        for index, agg in enumerate(plan.aggregates)]
+    return in_order(plan, released) if kept[RANKED] else released
 
 
 def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[tuple],
@@ -210,6 +212,7 @@ def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[
 
 
 PARTS = "parts"  # ``release_group``'s kept parts of the loss, one per aggregate
+RANKED = "ranked"  # whether any aggregate is an order statistic (else ``in_order``: none)
 
 
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
