@@ -794,10 +794,14 @@ def totality_failures() -> int:
 def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charge,
             remaining: Decimal) -> Answer:
     rows = []
+    aggregates = [o.aggregate for o in plan.outputs if o.aggregate is not None]
+    moments = any(_moment(plan, index) is not None for index in aggregates)
     for key, values in zip(keys, released):
-        shown = _moments_in_order(plan, {o.aggregate: _shown(plan, o.aggregate,
-                                                             values[o.aggregate].value, key)
-                                         for o in plan.outputs if o.aggregate is not None})
+        if not moments:  # each as released (``_shown``), none to keep in order
+            shown = {index: values[index].value for index in aggregates}
+        else:
+            shown = _moments_in_order(plan, {index: _shown(plan, index, values[index].value,
+                                                           key) for index in aggregates})
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None
                           else shown[o.aggregate] for o in plan.outputs))
     order = sorted_rows(rows, plan.order_by)
