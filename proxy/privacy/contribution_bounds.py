@@ -500,7 +500,7 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
                 **(joint_rule(plan.group_count, COUNT_SHARE) if contribution.fine else rule)),
                 rng)
             for key in plan.group_keys():
-                groups.setdefault(key, GroupStats()).joint[slot] = k
+                GroupStats.of(groups, key).joint[slot] = k
 
 
 def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,

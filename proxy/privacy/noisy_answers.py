@@ -207,7 +207,8 @@ def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[
     time (``sampler.batched``: the same law, not the same bits)."""
     kept: dict = {}
     rng = batched(rng, len(keys) * len(plan.aggregates))
-    return [release_group(plan, groups.get(key, GroupStats()), calibration, rng, kept)
+    return [release_group(plan, group if (group := groups.get(key)) is not None
+                          else GroupStats(), calibration, rng, kept)  # built where absent
             for key in keys]
 
 
@@ -762,7 +763,7 @@ def spread_centres(plan: QueryPlan, groups: dict[tuple, GroupStats], cal: Calibr
             continue
         part, centres = _part(plan, agg, cal), []
         for key in plan.group_keys() if plan.group_by else [()]:
-            group = groups.setdefault(key, GroupStats())
+            group = GroupStats.of(groups, key)
             centre = unit_centre(group.column(agg.column).n,
                                  _ladder(group, first, column, rows_per_unit), part,
                                  _integer_scale(cal.shift, cal), group_size, column, rng)
