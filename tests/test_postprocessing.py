@@ -365,7 +365,8 @@ def test_releases_joined_on_keys_one_of_them_lacks_answer_with_nulls(served):
 def test_released_rows_inserted_through_arrow_are_those_of_the_list_parameters(monkeypatch):
     """``_insert``: the rows read as an Arrow table (``_arrow_inserted``) are the rows the
     list parameters write, value for value (NULLs, NaN and infinities, text, booleans,
-    each cast to its column's type); an integer past 64 bits goes by the lists."""
+    each cast to its column's type); an integer past 64 bits goes by the lists, and so do
+    fewer rows than ``_ARROW_ROWS``."""
     import math
 
     from proxy import postprocess
@@ -378,6 +379,7 @@ def test_released_rows_inserted_through_arrow_are_those_of_the_list_parameters(m
     def written(arrow: bool, given: list[tuple]) -> list[tuple]:
         if not arrow:
             monkeypatch.setattr(postprocess, "_arrow_inserted", lambda *_: False)
+        monkeypatch.setattr(postprocess, "_ARROW_ROWS", 0)  # a few rows: through Arrow too
         con = postprocess._connection()
         con.execute("CREATE TEMP TABLE released (a HUGEINT, b DOUBLE, c VARCHAR, d BOOLEAN, "
                     "e DECIMAL(18,3), f INTEGER)")
@@ -391,3 +393,11 @@ def test_released_rows_inserted_through_arrow_are_those_of_the_list_parameters(m
         assert repr(written(True, given)) == repr(written(False, given))
     assert postprocess._arrow_inserted(postprocess._connection(), "t", types,
                                        [list(c) for c in zip(*wide)]) is False
+    monkeypatch.setattr(postprocess, "_arrow_inserted",
+                        lambda *_: pytest.fail("4 rows go by the lists"))
+    con = postprocess._connection()
+    con.execute("CREATE TEMP TABLE released (a HUGEINT, b DOUBLE, c VARCHAR, d BOOLEAN, "
+                "e DECIMAL(18,3), f INTEGER)")
+    postprocess._insert(con, "released", ["HUGEINT", *types[1:]], rows)
+    assert len(con.execute("SELECT * FROM released").fetchall()) == 4
+    con.close()
