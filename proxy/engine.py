@@ -402,7 +402,7 @@ class Engine:
             return fetches[request.column, key](request.first, request.last)
 
         for key in plan.group_keys() if plan.group_by else [()]:
-            group = groups.setdefault(key, GroupStats())
+            group = GroupStats.of(groups, key)
             drawn = answered(instance_releases(plan, counts.get(key, GroupStats()), shift,
                                                self.rng, key, scope), draws_read)
             group.instance = {**group.instance, **{
@@ -423,7 +423,7 @@ class Engine:
         for key, found in contribution_ladders(plan, wanted, ladders, self.backend.capabilities,
                                                clip, tx.execute, joint,
                                                isinstance(plan.post, TopChoice)).items():
-            groups.setdefault(key, GroupStats()).ladders = found
+            GroupStats.of(groups, key).ladders = found
         draw_joint_bounds(plan, indexes, shift, groups, self.rng)
 
     def _centred(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
@@ -440,7 +440,7 @@ class Engine:
                                      tuple(r for _, r in contributions),
                                      self.backend.capabilities, clip, tx.execute)
         for key in plan.group_keys() if plan.group_by else [()]:
-            group = groups.setdefault(key, GroupStats())
+            group = GroupStats.of(groups, key)
             for index, (contribution, _) in wanted.items():
                 if contribution in found.get(key, {}):
                     group.centred[index] = found[key][contribution]
@@ -467,7 +467,7 @@ class Engine:
         found = pair_sums(plan, bounds, capabilities, clip, tx.execute)
         for key in plan.group_keys() if plan.group_by else [()]:
             sums = found.get(key, {})
-            groups.setdefault(key, GroupStats()).pairs = {
+            GroupStats.of(groups, key).pairs = {
                 index: sums.get(index) or PairSums(*bounds[index]) for index in indexes}
 
     def _statistics(self, plan: QueryPlan, view: View, clip: int | None,

@@ -130,6 +130,10 @@ _INSERTED = 200
 # Python types whose values a list parameter binds as each binds alone, a column at a
 # time: a list of one such type is a LIST of the type's own DuckDB type, cast like it.
 _LISTED = (int, float, str, bool)
+# Rows from which ``_arrow_inserted`` is faster than the list parameters (its table's
+# registration takes about half a millisecond more: 1.1 against 0.6 ms for 10 rows,
+# 1.5 against 2.6 ms for 200)
+_ARROW_ROWS = 100
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, types: list[str], rows: list[tuple]
@@ -143,6 +147,8 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, types: list[str], rows: 
     columns = [list(column) for column in zip(*rows)]
     if all(len(kinds) <= 1 and kinds <= set(_LISTED) for kinds in (
             {type(value) for value in column if value is not None} for column in columns)):
+        if len(rows) >= _ARROW_ROWS and _arrow_inserted(con, table, types, columns):
+            return
         con.execute(f"INSERT INTO {table} SELECT " + ", ".join(
             f"UNNEST(CAST(? AS {kind}[]))" for kind in types), columns)
         return
@@ -151,6 +157,33 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, types: list[str], rows: 
         chunk = rows[at:at + _INSERTED]
         con.execute(f"INSERT INTO {table} VALUES " + ", ".join([marks] * len(chunk)),
                     [value for row in chunk for value in row])
+
+
+def _arrow_inserted(con: duckdb.DuckDBPyConnection, table: str, types: list[str],
+                    columns: list[list]) -> bool:
+    """``_insert``'s columns of one ``_LISTED`` type each (or NULL) as an Arrow table the
+    connection reads, each column cast to its type: the same values as the list
+    parameters (a Python int an int64, a float a double, a str a string, as DuckDB binds
+    them), about a fifth of their time (TPC-H Q20's 8,500 rows: 0.01 against 0.05 s).
+    False where Arrow's Python package is not installed or a column does not convert
+    (an integer past 64 bits): the list parameters then."""
+    try:
+        import pyarrow
+    except ImportError:  # pragma: no cover - installed with the tests' pandas
+        return False
+    try:
+        arrays = pyarrow.table({f"c{i}": pyarrow.array(column)
+                                for i, column in enumerate(columns)})
+    except (pyarrow.ArrowException, OverflowError):
+        return False
+    view = f"_idp_rows_of_{table}"
+    con.register(view, arrays)
+    try:
+        con.execute(f"INSERT INTO {table} SELECT " + ", ".join(
+            f"CAST(c{i} AS {kind})" for i, kind in enumerate(types)) + f" FROM {view}")
+    finally:
+        con.unregister(view)
+    return True
 
 
 def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list[tuple]]],

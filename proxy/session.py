@@ -529,8 +529,9 @@ class Session:
         public = isinstance(work.held, PassthroughPlan)  # its released rows compact
         statement = with_values(work, [answer.rows for answer in answers], self.engine.rules,
                                 compact=public)
+        written = None if public else canonical_sql(statement)  # before it is handed over
         plan = analyze(statement, self.engine.rules, self.settings, epsilon_hint(statement),
-                       owned=isinstance(work.held, PassthroughPlan))  # read below if not
+                       owned=True)  # this call's own tree, not read after
         released = "; ".join(_stage_note(canonical, answer, keyed)
                              for (canonical, _), answer, keyed in zip(work.stages, answers,
                                                                       work.keyed))
@@ -542,7 +543,7 @@ class Session:
                 or plan.loss != work.held.loss:  # what the one debit was made for
             raise NotSupported("the statement with its subqueries' values is not the "
                                "aggregate query it was with 0 in their places")
-        final = self._private(canonical_sql(statement), plan, joint)
+        final = self._private(written, plan, joint)
         privacy = _together([*answers, final], final.privacy,
                             notes=[*final.privacy["notes"], _STAGED.format(released)])
         return Answer(final.command, final.columns, final.rows, privacy, _notice(privacy),
@@ -826,10 +827,14 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     kinds = [_output_kind(plan, o) for o in plan.outputs]
     fits = {o.aggregate: kind for o, kind in zip(plan.outputs, kinds)
             if o.aggregate is not None and kind in INT_RANGES}
+    aggregates = [o.aggregate for o in plan.outputs if o.aggregate is not None]
+    moments = any(_moment(plan, index) is not None for index in aggregates)
     for key, values in zip(keys, released):
-        shown = _moments_in_order(plan, {o.aggregate: _shown(plan, o.aggregate,
-                                                             values[o.aggregate].value, key)
-                                         for o in plan.outputs if o.aggregate is not None})
+        if not moments:  # each as released (``_shown``), none to keep in order
+            shown = {index: values[index].value for index in aggregates}
+        else:
+            shown = _moments_in_order(plan, {index: _shown(plan, index, values[index].value,
+                                                           key) for index in aggregates})
         for index, kind in fits.items():  # a released integer within its type's range
             shown[index] = fitted(shown[index], kind)
         rows.append(tuple(plan.group_by[o.group].shown(key[o.group]) if o.group is not None

@@ -218,6 +218,16 @@ class GroupStats:
     centres: dict[int, Any] = field(default_factory=dict)
     centred: dict[int, Ladder] = field(default_factory=dict)
 
+    @staticmethod
+    def of(groups: dict[tuple, GroupStats], key: tuple) -> GroupStats:
+        """``groups[key]``, an empty group's statistics put there first where it has none
+        (``setdefault`` without building a new, unused one for every key present:
+        nine dicts, TPC-H Q15's 10,000 groups)."""
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = GroupStats()
+        return group
+
     def column(self, name: str) -> ColumnStats:
         """A column's statistics; an empty group (absent from the backend's answer)
         has none, which is the statistics of no values."""

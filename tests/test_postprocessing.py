@@ -360,3 +360,44 @@ def test_releases_joined_on_keys_one_of_them_lacks_answer_with_nulls(served):
                                                   "orthopedics", "pediatrics"]
             assert [row["d"] for row in rows if row["n"] is not None] == ["oncology"]
             assert all(row["m"] is not None for row in rows), rows
+
+
+def test_released_rows_inserted_through_arrow_are_those_of_the_list_parameters(monkeypatch):
+    """``_insert``: the rows read as an Arrow table (``_arrow_inserted``) are the rows the
+    list parameters write, value for value (NULLs, NaN and infinities, text, booleans,
+    each cast to its column's type); an integer past 64 bits goes by the lists, and so do
+    fewer rows than ``_ARROW_ROWS``."""
+    import math
+
+    from proxy import postprocess
+
+    types = ["BIGINT", "DOUBLE", "VARCHAR", "BOOLEAN", "DECIMAL(18,3)", "INTEGER"]
+    rows = [(1, 0.5, "a", True, 1.25, None), (None, math.nan, None, False, -2, None),
+            (-(2**63), math.inf, "é", None, 3.0005, None), (2**63 - 1, -0.0, "", True, 0.1, None)]
+    wide = [(2**64, 1.0, "x", True, 1.0, 7)]
+
+    def written(arrow: bool, given: list[tuple]) -> list[tuple]:
+        if not arrow:
+            monkeypatch.setattr(postprocess, "_arrow_inserted", lambda *_: False)
+        monkeypatch.setattr(postprocess, "_ARROW_ROWS", 0)  # a few rows: through Arrow too
+        con = postprocess._connection()
+        con.execute("CREATE TEMP TABLE released (a HUGEINT, b DOUBLE, c VARCHAR, d BOOLEAN, "
+                    "e DECIMAL(18,3), f INTEGER)")
+        postprocess._insert(con, "released", ["HUGEINT", *types[1:]], given)
+        found = con.execute("SELECT * FROM released").fetchall()
+        con.close()
+        monkeypatch.undo()
+        return found
+
+    for given in (rows, wide):
+        assert repr(written(True, given)) == repr(written(False, given))
+    assert postprocess._arrow_inserted(postprocess._connection(), "t", types,
+                                       [list(c) for c in zip(*wide)]) is False
+    monkeypatch.setattr(postprocess, "_arrow_inserted",
+                        lambda *_: pytest.fail("4 rows go by the lists"))
+    con = postprocess._connection()
+    con.execute("CREATE TEMP TABLE released (a HUGEINT, b DOUBLE, c VARCHAR, d BOOLEAN, "
+                "e DECIMAL(18,3), f INTEGER)")
+    postprocess._insert(con, "released", ["HUGEINT", *types[1:]], rows)
+    assert len(con.execute("SELECT * FROM released").fetchall()) == 4
+    con.close()

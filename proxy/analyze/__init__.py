@@ -332,7 +332,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                               canonical_sql)
     if sets is not None:
         return sets
-    select = merge_steps(select, rules)
+    select = merge_steps(select, rules, owned)
     checkpoint()  # between the whole-tree passes, each tenths of a second near the token limit
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
@@ -383,8 +383,8 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     table = joined_table(_the_protected_table(alone, rules), joins)
     limit_of(select)
     _extremes_of_days(select, table, _column_resolver(table, alone, joins))
-    post_processed = having_plan(select, table, lambda inner: analyze(inner, rules, settings,
-                                                                      hint, shown))
+    post_processed = having_plan(select, table, lambda inner: analyze(  # its own copy
+        inner, rules, settings, hint, shown, owned=True))
     if post_processed is not None:
         _check_answer_size(post_processed.group_by, _columns(select, post_processed), rules,
                            shown)

@@ -47,7 +47,10 @@ SOURCE = "_idp_released"  # the aggregate query, as the outer query reads it
 def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan | None:
     """The plan of an aggregate query over ``table`` with HAVING or computed select
     items: its aggregate query, with the rest as an outer query over the release. None
-    when ``select`` has neither (an ordinary aggregate query)."""
+    when ``select`` has neither (an ordinary aggregate query). Else ``select``'s WHERE
+    is moved into the aggregate query: the caller's own tree, read no further but for
+    its select items."""
+    # ``analyse`` is handed the aggregate query (``inner``, a copy made here) to keep
     items = [item.unalias() for item in select.expressions]
     having = select.args.get("having")
     if not any(_aggregate(n) for n in select.walk()):  # no aggregate: refused as usual
@@ -62,7 +65,12 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
     selected = [released.map(node, "SELECT") if computed[i] else None
                 for i, node in enumerate(items)]
 
+    # the WHERE moved, not copied, into the aggregate query (TPC-H Q17's second stage: 52
+    # released terms): the caller hands ``select`` over and reads only its items after
+    where = select.args.get("where")
+    select.set("where", None)
     inner = select.copy()
+    inner.set("where", where)
     for clause in ("having", "order", "limit"):
         inner.set(clause, None)
     inner.set("expressions", [exp.alias_(node.copy(), name, quoted=True)

@@ -109,7 +109,7 @@ def split_joins(select: exp.Select, rules: Rules
     protected table's on the privacy unit or along a declared link (docs/privacy.md
     §3.10, §3.13). Comma joins and unqualified columns are first written out
     (``explicit_joins``)."""
-    select = explicit_joins(select, rules)
+    given, select = select, explicit_joins(select, rules)
     joins = select.args.get("joins") or []
     if not joins:
         return select, ()
@@ -198,7 +198,7 @@ def split_joins(select: exp.Select, rules: Rules
                                f"(another join may count a protected row more often than the "
                                f"rules bound): {ALLOWED}")
         found.append(Join(table, alias, pairs, keys[0][1], left, multiplicity=keys[0][0]))
-    alone = select.copy()
+    alone = select if select is not given else select.copy()  # explicit_joins': its own
     alone.set("joins", None)
     alone.set("from_", exp.From(this=base.copy()))
     where = alone.args.get("where")  # the copy's: moved under the filters, not copied again

@@ -82,10 +82,12 @@ def _without_empty_terms(tree: exp.Expression) -> None:
             group.pop()
 
 
-def merge_steps(select: exp.Select, rules: Rules) -> exp.Select:
+def merge_steps(select: exp.Select, rules: Rules, owned: bool = False) -> exp.Select:
     """``select`` with its time constants folded and, when it has CTEs or subqueries in
-    FROM, its row-level steps merged (a new tree; the argument is not changed)."""
-    select = select.copy()
+    FROM, its row-level steps merged (a new tree; the argument is not changed, but where
+    ``owned``: the caller hands it over, and it is worked on without a copy)."""
+    if not owned:
+        select = select.copy()
     _without_empty_terms(select)
     checkpoint()  # each whole-tree pass of a long statement takes a few tenths of a second
     select = truncations_as_ranges(fold_time_constants(fold_constants(select), rules), rules)

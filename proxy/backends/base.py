@@ -322,6 +322,13 @@ class Transaction(ABC):
                 return early[0]
         return self._execute(sql, params)
 
+    def read_columns(self, sql: str) -> tuple[int, list[Sequence[Any]]]:
+        """``execute`` read column by column: (the number of rows, each column's values);
+        no columns where no row came back (the rows do not say how many). A backend
+        that can reads them without a Python tuple per row (DuckDB: ``Columns``)."""
+        rows = self.execute(sql)
+        return len(rows), list(zip(*rows))
+
     def ahead(self, sql: str, params: Sequence[Any] = ()) -> None:
         """``sql`` is likely to be executed in this transaction later: a backend that
         pipelines (PostgreSQL) sends it with the next statement, in the same round trip,
@@ -366,3 +373,20 @@ def still_current(backend: Backend, mark: int | None, read_at: float, window_ms:
     if mark is not None and mark == backend.quiet_mark():
         return True
     return window_ms > 0 and time.monotonic() - read_at <= window_ms / 1000
+
+
+class Nullable:
+    """A column of integers with NULLs, read without a Python object per value: the
+    values (0 where NULL, 64-bit) and which are not NULL."""
+
+    __slots__ = ("values", "valid")
+
+    def __init__(self, values, valid) -> None:
+        self.values, self.valid = values, valid
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def tolist(self) -> list:
+        return [value if ok else None
+                for value, ok in zip(self.values.tolist(), self.valid.tolist())]

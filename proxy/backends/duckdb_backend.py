@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 from sqlglot import exp
 
-from proxy.backends.base import Backend, Capabilities, GroupedRanks, Transaction, log, one_line
+from proxy.backends.base import (
+    Backend,
+    Capabilities,
+    GroupedRanks,
+    Nullable,
+    Transaction,
+    log,
+    one_line,
+)
 from proxy.backends.sqlite_store import SQLiteStore
 from proxy.errors import (
     BackendFailed,
@@ -297,6 +306,24 @@ class _DuckDBTransaction(Transaction):
             self._cursor.execute(sql.replace("%s", "?") if params else sql, list(params))
             return self._cursor.fetchall() if self._cursor.description else []
 
+    def read_columns(self, sql: str) -> tuple[int, list[Any]]:
+        """``Transaction.read_columns`` through Arrow where every column is an integer type
+        (HUGEINT included) or text: integers as numpy's 64-bit integers where each
+        column's fit (``_arrow_integers``), text as Python strings, the same values
+        ``fetchall`` gives (TPC-H Q15's 86,514 bucket rows: a tenth of the time). Other
+        types, a statement read ``ahead`` and a Python without pyarrow, as rows."""
+        if self._stopped() or self._early or pa_types is None:
+            return super().read_columns(sql)
+        self.executed += 1
+        with _errors(sql):
+            relation = self._cursor.sql(sql)  # bound, its types known, not yet run
+            if relation is None or not hasattr(relation, "to_arrow_table") or any(
+                    str(kind) not in _COLUMNAR for kind in relation.types):
+                rows = relation.fetchall() if relation is not None else []
+                return len(rows), list(zip(*rows))
+            table = relation.to_arrow_table()
+        return table.num_rows, [_arrow_column(column) for column in table.columns]
+
     def batches(self, sql: str, size: int) -> Iterator[list[tuple]]:
         self.executed += 1
         with _errors(sql):
@@ -318,6 +345,52 @@ class _DuckDBTransaction(Transaction):
 
     def columns(self) -> list[tuple[str, str]]:
         return [(d[0], postgres_type(str(d[1]))) for d in self.description()]
+
+
+try:  # Arrow's Python package, where installed (not a dependency: else rows)
+    from pyarrow import types as pa_types
+except ImportError:  # pragma: no cover - installed with the tests' pandas
+    pa_types = None
+
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT")
+_COLUMNAR = frozenset((*_INTEGERS, "VARCHAR"))
+
+
+def _arrow_column(column) -> Any:
+    """One Arrow column as ``_DuckDBTransaction.read_columns`` gives it: integers without NULL
+    as a numpy int64 array, with NULLs as a ``Nullable``, where every value fits 64
+    bits; else (and text) as Python values, as ``fetchall`` gives them."""
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    kind = array.type
+    if pa_types.is_integer(kind) or (pa_types.is_decimal(kind) and kind.scale == 0):
+        values = _arrow_integers(array)
+        if values is not None:
+            valid = None if array.null_count == 0 else \
+                np.asarray(array.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            return values if valid is None else Nullable(np.where(valid, values, 0), valid)
+        return [None if value is None else int(value) for value in array.to_pylist()]
+    return array.to_pylist()
+
+
+def _arrow_integers(array) -> np.ndarray | None:
+    """An Arrow integer or DECIMAL(38, 0) (DuckDB's HUGEINT) array's values as numpy
+    int64 (anything where NULL), exactly: a decimal's 128-bit two's complement words
+    where each high word is the sign of its low word; None where one is not (a value
+    beyond 64 bits)."""
+    if pa_types.is_integer(array.type):
+        if pa_types.is_unsigned_integer(array.type) and array.type.bit_width == 64:
+            return None
+        if array.null_count:
+            array = array.fill_null(0)
+        return np.asarray(array.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if array.type.byte_width != 16:
+        return None
+    words = np.frombuffer(array.buffers()[1], dtype=np.int64)[
+        2 * array.offset: 2 * (array.offset + len(array))].reshape(-1, 2)
+    low, high = words[:, 0], words[:, 1]
+    if not np.array_equal(high, low >> 63):
+        return None
+    return low.copy()
 
 
 @contextmanager

@@ -505,7 +505,7 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
                 **(joint_rule(plan.group_count, COUNT_SHARE) if contribution.fine else rule)),
                 rng)
             for key in plan.group_keys():
-                groups.setdefault(key, GroupStats()).joint[slot] = k
+                GroupStats.of(groups, key).joint[slot] = k
 
 
 def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_count: int,
@@ -517,6 +517,10 @@ def joint_sum_at(ladder: Ladder, k: int, loss: Loss, group_size: int, group_coun
     sum's loss once the bound's ``share`` is taken (two thirds; a COUNT's nine tenths).
     ``kept``: the noise of each rung worked out once for every group of one release
     (``noise_at``)."""
+    known = None if kept is None else kept.get(k)  # ``noise_at``, without a closure
+    if known is not None:
+        return known.release(ladder.clipped[k], rng)
+
     def noise() -> OnGrid:
         of_sum = loss.split(share, 1 - share)[1]
         step = grid_step(resolution)

@@ -13,6 +13,7 @@ integer, so it carries no floating-point bits of the true value.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +57,10 @@ def grid_steps(sensitivity: float, step: float) -> int:
 def snap(true: float, step: float) -> int:
     """The grid cell of ``true``: true/Λ rounded to the nearest integer, ties to even,
     computed exactly (as round(Fraction(true) / Fraction(step)) would)."""
-    (t_num, t_den), (l_num, l_den) = _ratio(true), _ratio(step)
+    return _snap(*_ratio(true), *_ratio(step))
+
+
+def _snap(t_num: int, t_den: int, l_num: int, l_den: int) -> int:
     cell, twice = divmod(t_num * l_den, t_den * l_num)
     twice *= 2
     denominator = t_den * l_num
@@ -125,9 +129,14 @@ class OnGrid:
     def release(self, true: float, rng: RandomSource) -> Noisy:
         if self.draw is None:
             return Noisy(true, 0.0, self.mechanism)
-        step = self.step
-        return Noisy(on_grid(snap(true, step) + self.draw(self.parameter, rng), step),
-                     self.ci95, self.mechanism)
+        l_num, l_den = self.step_ratio
+        steps = _snap(*_ratio(true), l_num, l_den) + self.draw(self.parameter, rng)
+        return Noisy(steps * l_num / l_den, self.ci95, self.mechanism)  # ``on_grid``
+
+    @functools.cached_property
+    def step_ratio(self) -> tuple[int, int]:
+        """Λ as an exact integer ratio, worked out once (``snap`` and ``on_grid``'s)."""
+        return _ratio(self.step)
 
 
 EXACT = "exact (sensitivity 0; exact_release)"

@@ -47,7 +47,7 @@ from proxy.privacy.mechanisms import (
     smooth_real,
 )
 from proxy.privacy.private_bound import BOUND_SHARE, FAILURE
-from proxy.privacy.sampler import RandomSource
+from proxy.privacy.sampler import RandomSource, batched
 from proxy.privacy.sensitivity import (
     SUM_REFS,
     clamped_sum_sensitivity,
@@ -188,9 +188,11 @@ def release_group(
     parts = kept.get(PARTS)
     if parts is None:
         parts = kept[PARTS] = [_part(plan, agg, calibration) for agg in plan.aggregates]
-    return in_order(plan, [
+        kept[RANKED] = any(agg.kind.row.ranked for agg in plan.aggregates)
+    released = [
         RELEASES[agg.kind](Asked(plan, index, group, calibration, parts[index], rng, kept))
-        for index, agg in enumerate(plan.aggregates)])
+        for index, agg in enumerate(plan.aggregates)]
+    return in_order(plan, released) if kept[RANKED] else released
 
 
 def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[tuple],
@@ -200,13 +202,18 @@ def release_groups(plan: QueryPlan, groups: dict[tuple, GroupStats], keys: list[
     loss, its clipped sum's noise at each rung drawn, an empty group's ladder (TPC-H
     Q20's 8,508 groups, Q21's 10,000). The sampler is called as often, in the same
     order and with the same parameters as group by group, so the same random bits give
-    the same answers (tests/privacy/test_contribution_bounds.py)."""
+    the same answers (tests/privacy/test_contribution_bounds.py); from the operating
+    system's source (``SecureSource``) its discrete Laplace integers are drawn many at a
+    time (``sampler.batched``: the same law, not the same bits)."""
     kept: dict = {}
-    return [release_group(plan, groups.get(key, GroupStats()), calibration, rng, kept)
+    rng = batched(rng, len(keys) * len(plan.aggregates))
+    return [release_group(plan, group if (group := groups.get(key)) is not None
+                          else GroupStats(), calibration, rng, kept)  # built where absent
             for key in keys]
 
 
 PARTS = "parts"  # ``release_group``'s kept parts of the loss, one per aggregate
+RANKED = "ranked"  # whether any aggregate is an order statistic (else ``in_order``: none)
 
 
 def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
@@ -757,7 +764,7 @@ def spread_centres(plan: QueryPlan, groups: dict[tuple, GroupStats], cal: Calibr
             continue
         part, centres = _part(plan, agg, cal), []
         for key in plan.group_keys() if plan.group_by else [()]:
-            group = groups.setdefault(key, GroupStats())
+            group = GroupStats.of(groups, key)
             centre = unit_centre(group.column(agg.column).n,
                                  _ladder(group, first, column, rows_per_unit), part,
                                  _integer_scale(cal.shift, cal), group_size, column, rng)

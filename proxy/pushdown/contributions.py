@@ -33,7 +33,7 @@ from fractions import Fraction
 import numpy as np
 from sqlglot import exp
 
-from proxy.backends.base import Capabilities
+from proxy.backends.base import Capabilities, Nullable
 from proxy.guards import snap
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
@@ -508,13 +508,10 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     signed = [_signed(contribution, plan) and not l1[i]
               for i, contribution in enumerate(wanted)]
     names = count + (len(indexes) if largest else 0)
-    rows = list(execute(sql))
-    columns = list(zip(*rows)) or [()] * (width + names + 1 + bool(joint) + sum(
+    size, columns = _read_columns(execute, sql)
+    columns = columns or [()] * (width + names + 1 + bool(joint) + sum(
         signed[i] + len(_forms(rungs)) + l1[i] for i, rungs in enumerate(ladders)))
-    groups: dict[tuple, int] = {} if width else {(): 0}
-    where = np.array([groups.setdefault(key, len(groups))
-                      for key in zip(*columns[:width])] if width else [0] * len(rows),
-                     dtype=np.intp)
+    groups, where = _group_rows(columns[:width], size)
     at = width + names
     units = _integers(columns[at])
     firsts = _integers(columns[at + 1]) if joint else []
@@ -526,7 +523,7 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
         at += len(read)
         bucket, spots = _present(columns[width + i])
         top, tops = (_present(columns[width + count + indexes.index(i)])
-                     if largest and i in indexes else _present((None,) * len(rows)))
+                     if largest and i in indexes else _present((None,) * size))
         buckets = _Buckets(len(groups), len(rungs) + 1, [
             units, read[0] if signed[i] else units, firsts if l1[i] else None,
             read[-1] if l1[i] else None, *read[signed[i]:signed[i] + len(forms)]])
@@ -544,17 +541,60 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     return {key: ladders_of for key, ladders_of in found.items() if ladders_of}
 
 
-def _integers(values: tuple) -> list[int]:
+def _read_columns(execute: Execute, sql: str) -> tuple[int, list]:
+    """The statement's rows column by column: through the transaction's ``read_columns``
+    where ``execute`` is a transaction's (DuckDB's reads integers into numpy arrays,
+    ``Nullable`` where a column has NULLs), else from its rows."""
+    reader = getattr(getattr(execute, "__self__", None), "read_columns", None)
+    if callable(reader):
+        return reader(sql)
+    rows = list(execute(sql))
+    return len(rows), list(zip(*rows))
+
+
+def _group_rows(keys: list, size: int) -> tuple[dict[tuple, int], np.ndarray]:
+    """Each distinct key (the group columns' values) numbered in the order met, and each
+    row's number: at once where the keys are numpy integers (the same numbers, the keys
+    Python integers)."""
+    if not keys:
+        return {(): 0}, np.zeros(size, dtype=np.intp)
+    if all(isinstance(column, np.ndarray) and column.dtype.kind == "i" for column in keys):
+        stacked = keys[0] if len(keys) == 1 else np.stack(keys, axis=1)
+        distinct, first, inverse = np.unique(stacked, return_index=True, return_inverse=True,
+                                             axis=None if len(keys) == 1 else 0)
+        order = np.argsort(first, kind="stable")  # the order met
+        number = np.empty(len(order), dtype=np.intp)
+        number[order] = np.arange(len(order))
+        met = distinct[order].tolist()
+        return ({(key,) if len(keys) == 1 else tuple(key): n for n, key in enumerate(met)},
+                number[inverse.reshape(-1)])
+    groups: dict[tuple, int] = {}
+    listed = [column.tolist() if isinstance(column, (np.ndarray, Nullable)) else column
+              for column in keys]
+    return groups, np.array([groups.setdefault(key, len(groups)) for key in zip(*listed)],
+                            dtype=np.intp)
+
+
+def _integers(values) -> list[int] | np.ndarray:
     """A column of counts or exact sums as Python integers (NULL: 0): as they came where
-    they are integers already, without a NULL (a driver gives a column one type)."""
+    they are integers already, without a NULL (a driver gives a column one type); a
+    numpy column (``_read_columns``) as it is, a ``Nullable`` with 0 for NULL."""
+    if isinstance(values, np.ndarray):
+        return values
+    if isinstance(values, Nullable):
+        return values.values
     if values and type(values[0]) is int and None not in values:
         return list(values)
     return [int(value or 0) for value in values]
 
 
-def _present(values: tuple) -> tuple[np.ndarray, np.ndarray]:
+def _present(values) -> tuple[np.ndarray, np.ndarray]:
     """Which rows have a bucket in this column (not another grouping set's NULL), and
     those buckets."""
+    if isinstance(values, np.ndarray):
+        return np.ones(len(values), dtype=bool), values.astype(np.intp)
+    if isinstance(values, Nullable):
+        return values.valid, values.values[values.valid].astype(np.intp)
     if None not in values:
         return np.ones(len(values), dtype=bool), np.array(values, dtype=np.intp)
     return (np.array([value is not None for value in values], dtype=bool),
@@ -655,6 +695,9 @@ def _ladders(rungs: tuple[float, ...], buckets: _Buckets, l1: bool | None) -> li
                               whole[cells].tolist(), shares_above[cells].tolist()):
             of_whole, of_shares, denominator = scaled[k]
             clipped[g, k] = (int(w) * of_whole + of_shares * int(r)) / denominator
+    if beyond.dtype != object:  # numpy's integers: ``tolist`` gives Python's
+        return [Ladder(rungs, tuple(b), tuple(c))
+                for b, c in zip(beyond.tolist(), clipped.tolist())]
     return [Ladder(rungs, tuple(map(int, b)), tuple(c))
             for b, c in zip(beyond.tolist(), clipped.tolist())]
 

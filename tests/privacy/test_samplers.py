@@ -303,3 +303,85 @@ def test_noise_worked_out_once_draws_as_the_mechanism_did():
         assert laplace.ci95 == (discrete_laplace_interval(scale) + 0.5) * step
         assert gaussian.ci95 == (discrete_gaussian_interval(sigma2, 0.975) + 0.5) * step
     assert laplace_on_grid(0.0, epsilon, step).release(0.1, SeededSource(1)).value == 0.1
+
+
+class SeededWords(SeededSource):
+    """A seeded source that also gives 64-bit words (as ``SecureSource.words``), for the
+    batched sampler."""
+
+    def words(self, count: int) -> np.ndarray:
+        return np.array([self._random.getrandbits(64) for _ in range(count)], dtype=np.uint64)
+
+
+@pytest.mark.parametrize("scale", [Fraction(7, 10), Fraction(5, 2), Fraction(40),
+                                   Fraction(123_456_789, 1000), Fraction(2**51 + 1, 2**40)])
+def test_batched_discrete_laplace_matches_its_law(scale):
+    """``discrete_laplace_many`` (one batch: every draw's loops run at once) draws the law
+    ``discrete_laplace`` draws, χ² against the pmf as above."""
+    from proxy.privacy.sampler import discrete_laplace_many
+
+    samples = discrete_laplace_many(scale, DRAWS, SeededWords(3).words)
+    assert len(samples) == DRAWS and all(type(z) is int for z in samples)
+    assert chi_square_against_pmf(samples, float(scale)) > ALPHA
+
+
+def test_batched_draws_past_the_reach_finish_one_by_one_with_the_same_law(monkeypatch):
+    """Where a Bernoulli counter or the geometric count reaches ``BATCH_REACH`` (past
+    10⁻²⁰⁰ at its value) the rest is drawn in Python's integers: at a reach of 2 nearly
+    every draw takes that path, and the law is the same."""
+    from proxy.privacy import sampler
+
+    monkeypatch.setattr(sampler, "BATCH_REACH", 2)
+    for scale in (Fraction(5, 2), Fraction(40)):
+        samples = sampler.discrete_laplace_many(scale, DRAWS, SeededWords(4).words)
+        assert chi_square_against_pmf(samples, float(scale)) > ALPHA
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, (1 << 52) + 5, (1 << 63) + 12345])
+def test_batched_uniform_below_n(n):
+    """``_below``: each of many n at once uniform on 0..n−1 (χ² over 20 equal bins)."""
+    from proxy.privacy.sampler import _below
+
+    values = _below(np.full(DRAWS, n, dtype=np.uint64), SeededWords(5).words)
+    assert int(values.max()) < n
+    bins = min(n, 20)
+    counts = np.bincount([int(v) * bins // n for v in values.tolist()], minlength=bins)
+    assert n == 1 or stats.chisquare(counts).pvalue > ALPHA
+
+
+def test_batched_source_hands_out_draws_of_the_law():
+    """A ``Batched`` source over the operating system's words: ``discrete_laplace`` through
+    it (its pools, batches doubling) and a real answer's noise on the grid draw the law;
+    a scale of numerator past ``BATCH_SCALE`` is drawn as before, from ``randbelow``."""
+    from proxy.privacy.mechanisms import laplace_on_grid
+    from proxy.privacy.sampler import BATCH_SCALE, Batched
+
+    source = Batched(SecureSource(), SecureSource().words)
+    samples = [discrete_laplace(Fraction(3), source) for _ in range(5_000)]
+    assert chi_square_against_pmf(samples, 3.0) > SECURE_ALPHA
+    step, epsilon = grid_step(0.01), Fraction(1, 2)
+    noise, scale = laplace_on_grid(7.5, epsilon, step), grid_scale(7.5, epsilon, step)
+    offsets = [round((noise.release(1.0, source).value - 1.0) / step) for _ in range(5_000)]
+    assert chi_square_against_pmf(offsets, float(scale)) > SECURE_ALPHA
+
+    def no_words(count):
+        raise AssertionError("a scale past BATCH_SCALE draws no words")
+    wide = Batched(SeededSource(6), no_words)
+    big = Fraction(BATCH_SCALE + 1, 3)
+    reference = SeededSource(6)
+    assert [discrete_laplace(big, wide) for _ in range(20)] == [
+        discrete_laplace(big, reference) for _ in range(20)]
+    with pytest.raises(ValueError):
+        discrete_laplace(Fraction(0), source)
+
+
+def test_releases_of_many_groups_draw_from_a_batched_source():
+    """``release_groups`` over the operating system's source draws its discrete Laplace
+    integers in batches (``sampler.batched``: it gives words and the draws are many);
+    a seeded source without words, or a few draws, keep the source itself."""
+    from proxy.privacy.sampler import Batched, batched
+
+    assert isinstance(batched(SecureSource(), 64), Batched)
+    assert not isinstance(batched(SecureSource(), 63), Batched)
+    seeded = SeededSource(1)
+    assert batched(seeded, 10_000) is seeded
