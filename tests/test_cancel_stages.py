@@ -236,7 +236,9 @@ def test_a_cancel_stops_the_post_processing():
     of a second of its own CPU (a checkpoint, or an interrupt of that DuckDB). Called on
     the stage itself: a real statement's release is capped at the rules' max_groups,
     whose rows now load in tenths of a second, too briefly to be hit by a cancel."""
-    rows = [(f"k{i % 1000}", float(i % 7), i) for i in range(100_000)]
+    # b mixes ints and floats: inserted a chunk of rows a statement (seconds), not at
+    # once as one Arrow table (a tenth of a second: done before any cancel)
+    rows = [(f"k{i % 1000}", float(i % 7) if i % 2 else i % 7, i) for i in range(100_000)]
     outer = OuterQuery("SELECT key, b, n + 1 FROM released AS t", ("t",))
     outcome: dict = {}
 
@@ -251,8 +253,11 @@ def test_a_cancel_stops_the_post_processing():
     gc.disable()  # as in the helpers above: a worker's full collection is no stage's
     try:
         worker.start()
-        while time.clock_gettime(time.pthread_getcpuclockid(worker.ident)) < 0.3:
+        while worker.is_alive() and time.clock_gettime(
+                time.pthread_getcpuclockid(worker.ident)) < 0.3:
             time.sleep(0.01)  # 0.3 s of its CPU spent: loading (about 4 s of it in all)
+        assert worker.is_alive(), "the stage ended before a cancel could reach it"
+
         at_cancel = time.clock_gettime(time.pthread_getcpuclockid(worker.ident))
         interrupts.doom(worker.ident)
         worker.join(60)
