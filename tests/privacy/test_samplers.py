@@ -359,8 +359,9 @@ def test_batched_source_hands_out_draws_of_the_law():
     source = Batched(SecureSource(), SecureSource().words)
     samples = [discrete_laplace(Fraction(3), source) for _ in range(5_000)]
     assert chi_square_against_pmf(samples, 3.0) > SECURE_ALPHA
-    step, epsilon = grid_step(0.01), Fraction(1, 2)
-    noise, scale = laplace_on_grid(7.5, epsilon, step), grid_scale(7.5, epsilon, step)
+    # a scale of about 100 grid steps (the pmf's support summed in the test: 10 s at 2·10⁶)
+    step, epsilon = grid_step(1.0), Fraction(1, 2)
+    noise, scale = laplace_on_grid(0.05, epsilon, step), grid_scale(0.05, epsilon, step)
     offsets = [round((noise.release(1.0, source).value - 1.0) / step) for _ in range(5_000)]
     assert chi_square_against_pmf(offsets, float(scale)) > SECURE_ALPHA
 
