@@ -4,7 +4,8 @@
 '2024-06-01' + (7 || ' day')::INTERVAL`` (its text cast to an interval read first),
 ``NOW() - INTERVAL '700 days'`` (a plural unit), ``DATE '2024-01-01' + 5`` (whole days)
 and Metabase's ``CAST((NOW() + INTERVAL '-30 day') AS date)`` (a folded moment cast);
-and ``col IS [NOT] DISTINCT FROM constant`` as the comparisons it equals (``_null_safe``).
+and ``col IS [NOT] DISTINCT FROM constant`` and ``COALESCE(col, constant) op constant`` as
+the comparisons they equal (``_null_safe``, ``_uncoalesced``).
 
 Each *maximal* subtree made only of literals, ``+``, ``-``, ``*``, unary minus,
 brackets, casts and intervals is given to sqlglot's ``simplify`` on its own, and
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from decimal import Decimal
 
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
@@ -54,8 +56,9 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
             if interval is not None:
                 cast.replace(interval)
         root = _now_read(clause, root)
-        for node in list(root.find_all(exp.NullSafeEQ, exp.NullSafeNEQ)):
-            plain = _null_safe(node)
+        for node in list(root.find_all(exp.NullSafeEQ, exp.NullSafeNEQ, *_COMPARED)):
+            plain = _null_safe(node) if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)) \
+                else _uncoalesced(node)
             if plain is not None and node is root:
                 clause.set("on" if isinstance(clause, exp.Join) else "this", plain)
                 root = plain
@@ -208,6 +211,44 @@ def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expression | None:
                          copy=False)
     return exp.paren(exp.or_(exp.NEQ(this=column.copy(), expression=value.copy()),
                              exp.Is(this=column.copy(), expression=exp.Null())), copy=False)
+
+
+_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
+            exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+_HOLDS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
+          exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b,
+          exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b}
+
+
+def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
+    """``COALESCE(col, c) op v`` (c and v constants; Power BI's and analysts' NULL
+    handling in a filter) as the comparison it equals on every row: ``col op v``, or
+    ``(col op v OR col IS NULL)`` where ``c op v`` holds. Numbers compared exactly
+    (``Decimal``), texts for equality only (their order is the backend's collation);
+    None for other forms."""
+    left, right, kind = node.this.unnest(), node.expression.unnest(), type(node)
+    if isinstance(right, exp.Coalesce) and not isinstance(left, exp.Coalesce):
+        left, right, kind = right, left, _FLIPPED[kind]
+    if not isinstance(left, exp.Coalesce) or len(left.expressions) != 1 \
+            or not isinstance(left.this.unnest(), exp.Column):
+        return None
+    fallback = left.expressions[0].unnest()
+    if not isinstance(fallback, exp.Literal) or not isinstance(right, exp.Literal) \
+            or fallback.is_string != right.is_string \
+            or (right.is_string and kind not in (exp.EQ, exp.NEQ)):
+        return None
+    try:
+        a, b = ((fallback.name, right.name) if right.is_string
+                else (Decimal(fallback.name), Decimal(right.name)))
+    except ArithmeticError:
+        return None
+    column = left.this.unnest()
+    compared = kind(this=column.copy(), expression=right.copy())
+    if not _HOLDS[kind](a, b):
+        return exp.paren(compared, copy=False)
+    return exp.paren(exp.or_(compared, exp.Is(this=column.copy(), expression=exp.Null())),
+                     copy=False)
 
 
 def _singular_unit(interval: exp.Interval) -> None:

@@ -363,10 +363,13 @@ def test_an_int_column_is_grouped_by_the_integers_the_where_lets_in(engine, sql,
 @pytest.mark.parametrize("where", [
     "age IS DISTINCT FROM 13", "NOT (age IS NOT DISTINCT FROM 13)",
     "cost IS NOT DISTINCT FROM 500.5 OR kind IS DISTINCT FROM 'a'",
-    "age IS DISTINCT FROM NULL", "NULL IS NOT DISTINCT FROM cost"])
-def test_is_distinct_from_a_constant_keeps_postgresql_s_rows(engine, truth, where):
-    """Tableau's and dbt's NULL-safe comparisons, refused until the probe of 2026-11-29
-    ("NULLSAFENEQ is not allowed in WHERE"): the rows of a NULL column among them."""
+    "age IS DISTINCT FROM NULL", "NULL IS NOT DISTINCT FROM cost",
+    "COALESCE(age, 0) > 30", "5 <= COALESCE(cost, 10.5)", "COALESCE(age, 200) < 40.5",
+    "COALESCE(kind, 'z') <> 'a'"])
+def test_null_safe_comparisons_with_a_constant_keep_postgresql_s_rows(engine, truth, where):
+    """Tableau's and dbt's NULL-safe comparisons and Power BI's COALESCE in a filter,
+    refused until the probe of 2026-11-29 ("NULLSAFENEQ is not allowed in WHERE",
+    "function COALESCE is not allowed"): the rows of a NULL column among them."""
     sql = f"SELECT kind, COUNT(*) FROM events WHERE {where} GROUP BY 1"
     answered, wanted = _answered(engine, sql), dict(truth(sql))
     assert set(wanted) <= set(answered)  # and a key no row has: an empty group
