@@ -99,6 +99,14 @@ WRITTEN = [
     "SELECT income FROM people WHERE person_id = 17",
     "SELECT COUNT(*) FROM people WHERE age > 30; SELECT MAX(age) FROM people WHERE age < 9",
     "SELECT COUNT(*) FROM people WHERE region = 'it''s'",
+    # forms whose literal decides the plan since 2026-11-29: a bound on an aggregated
+    # column narrows its domain, COALESCE's fallback against the value, a plain int key
+    "SELECT SUM(income), AVG(income) FROM people WHERE income > 50000 AND age < 40",
+    "SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 3",  # > 12: another form
+    ("SELECT COUNT(*) FROM people WHERE region IS DISTINCT FROM 'north' AND age IS NOT "
+     "DISTINCT FROM 30"),
+    "SELECT age, COUNT(*) FROM people WHERE age BETWEEN 20 AND 25 GROUP BY age",
+    "SELECT COUNT(*) FROM events WHERE day > DATE '2024-03-01' - 5",
 ]
 
 

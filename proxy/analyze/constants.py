@@ -244,7 +244,10 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
     except ArithmeticError:
         return None
     column = left.this.unnest()
-    compared = kind(this=column.copy(), expression=right.copy())
+    # v decided the form: a fresh node, no slot the shape cache would bind anew
+    # (``shapes``: COALESCE(age, 0) > -5 must not reuse > 30's form)
+    value = exp.Literal(this=right.this, is_string=right.is_string)
+    compared = kind(this=column.copy(), expression=value)
     if not _HOLDS[kind](a, b):
         return exp.paren(compared, copy=False)
     return exp.paren(exp.or_(compared, exp.Is(this=column.copy(), expression=exp.Null())),

@@ -453,3 +453,17 @@ def test_a_kept_plans_statistics_statement_is_the_one_rendered_afresh(monkeypatc
                         monkeypatch.setattr(scope, "_rendered", kept)
                     checks += 1
     assert all(hits.values()), f"{hits} of {checks} statements reused a rendering"
+
+
+@pytest.mark.parametrize("first, then", [
+    ("SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 3",
+     "SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 12"),
+    ("SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 12",
+     "SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 3")])
+def test_a_literal_that_decided_the_form_is_not_bound_anew(first, then):
+    """COALESCE(age, 5) > 3 is (age > 3 OR age IS NULL), > 12 is age > 12: the value
+    decided the form, so the kept plan of one must not be the other's with the value
+    bound in (it answered the NULL ages in both)."""
+    warm = checking_session(SHAPES_RULES)
+    _outcome(warm, first)
+    assert _outcome(warm, then) == _fresh(SHAPES_RULES, then)
