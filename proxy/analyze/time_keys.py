@@ -270,6 +270,16 @@ class _Compiler:
             return self._cast(self.term(node.this), node.to)
         if isinstance(node, exp.AtTimeZone):
             return self._at_zone(self.term(node.this), _zone(node.args.get("zone")))
+        grain = _minute_grain(node)
+        if grain is not None:
+            moment, field, step = grain
+            inner = self.term(moment)
+            if inner.kind != "ts":
+                raise NotSupported("a grain of minutes or hours (date_trunc plus a multiple of "
+                                   "an INTERVAL) groups a timestamp column's wall clock; cast "
+                                   "a date or a moment to timestamp first")
+            return self._map(inner, "ts", field,
+                             lambda v: _in_steps(truncate(_naive(v), field), field, step))
         week = _sunday_week(node)
         if week is not None:
             return self.term(week if self.column.type == "timestamp" else week.transform(
@@ -622,6 +632,56 @@ def _sunday_week(node: exp.Expression) -> exp.Expression | None:
     moment = day.this.copy()
     return exp.Add(this=exp.TimestampTrunc(this=exp.Add(this=moment, expression=_one_day(1)),
                                            unit=exp.var("WEEK")), expression=_one_day(-1))
+
+
+_GRAIN_WITHIN = {"minute": "hour", "hour": "day"}  # a grain's field, truncated to
+
+
+def _minute_grain(node: exp.Expression) -> tuple[exp.Expression, str, int] | None:
+    """Superset's minute and hour grains, ``DATE_TRUNC('hour', m) + INTERVAL '5 minutes'
+    * FLOOR(EXTRACT(MINUTE FROM m) / 5)`` (and ``'day'`` with hours), as (m, the field,
+    the step): each n minutes (hours) of the hour (day) a bucket of its own, counted from
+    its start as PostgreSQL adds them (a step not dividing the hour leaves a shorter last
+    bucket). None for other shapes."""
+    if not isinstance(node, exp.Add):
+        return None
+    trunc, times = node.this.unnest(), node.expression.unnest()
+    if isinstance(times, (exp.TimestampTrunc, exp.DateTrunc)):
+        trunc, times = times, trunc
+    if not isinstance(trunc, (exp.TimestampTrunc, exp.DateTrunc)) or trunc.args.get("zone") \
+            or not isinstance(times, exp.Mul):
+        return None
+    interval, floor = times.this.unnest(), times.expression.unnest()
+    if isinstance(floor, exp.Interval):
+        interval, floor = floor, interval
+    if not isinstance(interval, exp.Interval) or not isinstance(floor, exp.Floor) \
+            or floor.args.get("decimals"):
+        return None
+    division = floor.this.unnest()
+    if not isinstance(division, (exp.Div, exp.IntDiv)):
+        return None
+    extract, count = division.this.unnest(), division.expression.unnest()
+    if not isinstance(extract, exp.Extract) or not isinstance(count, exp.Literal) \
+            or count.is_string or not count.name.isdigit() or not 0 < int(count.name) < 1000:
+        return None
+    field = _FIELD_SPELLINGS.get(_word(extract.this), _word(extract.this))
+    if _GRAIN_WITHIN.get(field) != _word(trunc.args.get("unit")) \
+            or extract.expression.sql() != trunc.this.sql():
+        return None
+    step = int(count.name)
+    months, days, rest = interval_fields(interval)
+    unit = dt.timedelta(minutes=1) if field == "minute" else dt.timedelta(hours=1)
+    if months or days or rest != step * unit:
+        return None
+    return trunc.this, field, step
+
+
+def _in_steps(start: dt.datetime, field: str, step: int) -> dt.datetime:
+    """A minute's (hour's) start moved back to the first of its step within the hour
+    (day)."""
+    if field == "minute":
+        return start.replace(minute=start.minute // step * step)
+    return start.replace(hour=start.hour // step * step)
 
 
 def _one_day(sign: int) -> exp.Interval:
