@@ -36,8 +36,8 @@ whether the rules and the column allow it, and why not.
 Values are normalised as every statistic sees them (``proxy.pushdown.values.clamped_to_domain``):
 a value outside the declared domain, ±inf included, is clamped to the nearer bound and so
 lands in the first or last bucket; NaN and NULL belong to no group (but a CASE's
-NULL output, its ELSE's or an absent ELSE's, is a group, as in SQL). Positions (``GROUP BY 1``) and select aliases name a term
-of the select list. Several terms group by every combination (the product of the key
+NULL output, its ELSE's or an absent ELSE's, is a group, as in SQL). Positions
+(``GROUP BY 1``) and select aliases name a term of the select list. Several terms group by every combination (the product of the key
 sets), at most ``[defaults] max_groups`` of them.
 """
 
@@ -431,8 +431,9 @@ def integer_domain_keys(term: GroupKey, table: Table, delta,
     declared domain: the keys ``floor(col / 1) * 1`` already had (``_bin``), and as
     there a value beyond the domain is clamped into its first or last group. ``GROUP
     BY age`` was refused while that bin was answered. The privacy unit, its link and
-    joined tables' columns keep ``selection_refusal``'s answer; so does a term with keys. The
-    keys are those ``where`` lets in (``restricted``: ``WHERE age > 95`` answers 25)."""
+    joined tables' columns keep ``selection_refusal``'s answer; so does a term with
+    keys. The keys are those ``where`` lets in (``restricted``: ``WHERE age > 95``
+    answers 25)."""
     column = table.columns.get(term.column) if term.kind == SELECTED else None
     if delta is not None or column is None or column.type != "int" \
             or isinstance(column, JoinedColumn) or term.column in unit_columns(table) \

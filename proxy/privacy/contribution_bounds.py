@@ -264,10 +264,11 @@ def rungs(contribution: Contribution, column: Column | None, rows_per_unit: int
           ) -> tuple[float, ...]:
     """The public ladder of ``contribution`` of ``column`` (its declared domain, as
     the WHERE narrows it (``key_restriction.narrowed_domains``), down to its end nearer
-    the origin where both ends lie on one side, and resolution; a count's: none, its rungs rows_per_unit down to 1, halved; a count in
-    a window's, those and every power of two up to rows_per_unit: most units own one or
-    two rows in scope, and the rung at 1 counts each of them whole) for units of at
-    most ``rows_per_unit`` rows, ascending."""
+    the origin where both ends lie on one side, and resolution; a count's: none, its
+    rungs rows_per_unit down to 1, halved; a count in a window's, those and every power
+    of two up to rows_per_unit: most units own one or two rows in scope, and the rung
+    at 1 counts each of them whole) for units of at most ``rows_per_unit`` rows,
+    ascending."""
     if contribution.power == 2:  # the squares of the first power's rungs (moments)
         return tuple(bound * bound for bound in rungs(
             Contribution(contribution.column, contribution.origin), column, rows_per_unit))
