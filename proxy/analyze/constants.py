@@ -34,6 +34,7 @@ from decimal import Decimal
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
 
+from proxy.analyze.predicate import FLIPPED, HOLDS
 from proxy.analyze.time_keys import TRUNC_UNITS, truncate
 from proxy.zones import reading_zone
 
@@ -213,12 +214,7 @@ def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expression | None:
                              exp.Is(this=column.copy(), expression=exp.Null())), copy=False)
 
 
-_COMPARED = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
-_FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
-            exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
-_HOLDS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
-          exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b,
-          exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b}
+_COMPARED = tuple(HOLDS)
 
 
 def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
@@ -229,7 +225,7 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
     None for other forms."""
     left, right, kind = node.this.unnest(), node.expression.unnest(), type(node)
     if isinstance(right, exp.Coalesce) and not isinstance(left, exp.Coalesce):
-        left, right, kind = right, left, _FLIPPED[kind]
+        left, right, kind = right, left, FLIPPED[kind]
     if not isinstance(left, exp.Coalesce) or len(left.expressions) != 1 \
             or not isinstance(left.this.unnest(), exp.Column):
         return None
@@ -248,7 +244,7 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
     # (``shapes``: COALESCE(age, 0) > -5 must not reuse > 30's form)
     value = exp.Literal(this=right.this, is_string=right.is_string)
     compared = kind(this=column.copy(), expression=value)
-    if not _HOLDS[kind](a, b):
+    if not HOLDS[kind](a, b):
         return exp.paren(compared, copy=False)
     return exp.paren(exp.or_(compared, exp.Is(this=column.copy(), expression=exp.Null())),
                      copy=False)

@@ -59,7 +59,7 @@ from proxy.analyze.key_restriction import (
     restricted,
 )
 from proxy.analyze.number_keys import number_term, numeric_column
-from proxy.analyze.predicate import check_predicate
+from proxy.analyze.predicate import HOLDS, check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,
@@ -725,9 +725,6 @@ def _case(node: exp.Case, table: Table, resolve, name: str, unmatched: bool = Tr
 
 
 _UNKNOWN = object()  # a condition that reads a column (or is not folded here)
-_ORDERS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
-           exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
-           exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
 
 
 def never_true(condition: exp.Expression) -> bool:
@@ -766,16 +763,16 @@ def _constant_truth(node: exp.Expression) -> Any:
                 return equal
             truth = None if equal is None else truth
         return truth
-    if type(node) in _ORDERS:
+    if type(node) in HOLDS:
         sides = [side.unnest() for side in (node.this, node.expression)]
         if any(isinstance(side, exp.Null) for side in sides):
             return None
         numbers = [exact_number(side) for side in sides]
         if None not in numbers:
-            return _ORDERS[type(node)](*numbers)
+            return HOLDS[type(node)](*numbers)
         if type(node) in (exp.EQ, exp.NEQ) and all(  # text equality reads no collation
                 isinstance(side, exp.Literal) and side.is_string for side in sides):
-            return _ORDERS[type(node)](sides[0].name, sides[1].name)
+            return HOLDS[type(node)](sides[0].name, sides[1].name)
     return _UNKNOWN
 
 

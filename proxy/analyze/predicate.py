@@ -156,6 +156,10 @@ WHOLE_CAP = 2**64
 # a comparison with its operands swapped (``5 < n`` is ``n > 5``)
 FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
            exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
+# each comparison on two values the analysis computes itself
+HOLDS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
+         exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
+         exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
 
 
 def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
