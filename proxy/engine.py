@@ -777,23 +777,26 @@ def _check_schema(rules: Rules, backend: Backend) -> None:
         if problems:
             raise problems[0]
         if table.public and not table.join_keys and backend.dialect != "postgres":
-            _read_stored(table, backend)  # what its statements are typed over
+            # what statements over it, run as written, are typed over elsewhere than on
+            # PostgreSQL (``Session._as_postgresql``); one it cannot read keeps its rule
+            # types: the statements fail there as before
+            try:
+                _described(table, backend)
+            except BackendFailed:
+                pass
 
 
-def _read_stored(table: Table, backend: Backend) -> None:
-    """The stored types of a public table's declared columns (``Column.stored``), which
-    statements over it run as written are typed over on a backend other than PostgreSQL
-    (``Session._as_postgresql``); read from its schema (``LIMIT 0``), never a row. A
-    table it cannot read keeps its rule types: the statements fail there as before."""
+def _described(table: Table, backend: Backend) -> dict[str, str]:
+    """The backend's columns of ``table`` and their stored types, read from its schema
+    (``LIMIT 0``), never a row; each declared column's recorded as its ``Column.stored``,
+    the type its values are answered as (``proxy.result_types``)."""
     statement = exp.select("*").from_(table_ref(table.name)).limit(0)
-    try:
-        described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
-    except BackendFailed:
-        return
+    described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
     present = {name.lower(): kind for name, kind in described}
     for name, column in table.columns.items():
         if name in present:
             object.__setattr__(column, "stored", present[name])
+    return present
 
 
 def schema_problems(rules: Rules, table: Table, backend: Backend
@@ -806,9 +809,8 @@ def schema_problems(rules: Rules, table: Table, backend: Backend
     would multiply protected rows beyond what the shift allows for)."""
     if table.public and not table.join_keys:
         return []
-    statement = exp.select("*").from_(table_ref(table.name)).limit(0)
     try:
-        described, _ = backend.query_with_columns(statement.sql(dialect=backend.dialect))
+        present = _described(table, backend)
     except PrivilegeMissing:
         role = backend.read("SELECT current_user")[0][0]
         return [PrivilegeMissing(f"the proxy's database role {role} may not read the table "
@@ -817,10 +819,6 @@ def schema_problems(rules: Rules, table: Table, backend: Backend
     except BackendFailed:
         return [RulesError(f"{rules.path}: [tables.{table.name}] the backend has no table "
                            f"{table.name}")]
-    present = {name.lower(): kind for name, kind in described}
-    for name, column in table.columns.items():
-        if name in present:  # the type its released values are answered as
-            object.__setattr__(column, "stored", present[name])  # (proxy.result_types)
     declared = set(table.columns) | ({table.privacy_unit} - {None, LINKED_UNIT})
     missing = sorted(declared - set(present))
     problems: list[PrivilegeMissing | RulesError] = [RulesError(
