@@ -149,19 +149,12 @@ def _truncated(node: exp.Expression) -> exp.Expression | None:
     """``DATE_TRUNC('unit', constant)`` as the truncated timestamp constant (PostgreSQL's
     date_trunc of a date is the midnight of the session's zone: the same wall clock);
     None for anything else."""
-    unit, moment = node.args.get("unit"), node.this.unnest()
+    unit, moment = node.args.get("unit"), _moment(node.this)
     if node.args.get("zone") is not None or not isinstance(unit, (exp.Var, exp.Literal)) \
-            or unit.name.lower() not in TRUNC_UNITS or not isinstance(moment, exp.Cast) \
-            or not isinstance(moment.this, exp.Literal) or not moment.this.is_string \
-            or not (moment.to.is_type(exp.DataType.Type.TIMESTAMP)
-                    or moment.to.is_type(exp.DataType.Type.DATE)):
+            or unit.name.lower() not in TRUNC_UNITS or moment is None:
         return None
-    try:
-        value = dt.datetime.fromisoformat(moment.this.name)
-    except ValueError:
-        return None
-    return exp.cast(exp.Literal.string(truncate(value, unit.name.lower()).isoformat(" ")),
-                    exp.DataType.Type.TIMESTAMP)
+    return _literal_moment(exp.DataType.Type.TIMESTAMP, truncate(moment[1],
+                                                                  unit.name.lower()))
 
 
 def _written_interval(cast: exp.Cast) -> exp.Expression | None:
