@@ -116,6 +116,15 @@ ANSWERED = [
     ("SELECT department AS department, n AS n FROM (SELECT department, COUNT(*) AS n FROM "
      "visits GROUP BY 1 HAVING COUNT(*) > 100) s ORDER BY n DESC, department LIMIT 2", 1,
      "0.1"),
+    # a scalar subquery beside the aggregates: a release of its own, read by the outer
+    # query (the whole table's COUNT(*) is public: no ε); one release for one written twice
+    ("SELECT department, COUNT(*) * 100.0 / (SELECT COUNT(*) FROM visits) AS pct FROM visits "
+     "GROUP BY department ORDER BY department", 2, "0.1"),
+    ("SELECT COUNT(*)::float / (SELECT COUNT(*) FROM people WHERE age > 20) AS share FROM "
+     "people WHERE age > 60", 2, "0.2"),
+    ("SELECT region, AVG(age) - (SELECT AVG(age) FROM people) AS above FROM people GROUP BY 1 "
+     "HAVING AVG(age) > (SELECT AVG(age) FROM people) - 100 ORDER BY (SELECT AVG(age) FROM "
+     "people), 1", 2, "0.2"),
     # two grouped releases joined on their key
     ("SELECT a.region AS region, a.n * 1.0 / b.m AS older FROM (SELECT region, COUNT(*) AS n "
      "FROM people WHERE age > 50 GROUP BY region) a JOIN (SELECT region, COUNT(*) AS m FROM "
@@ -183,6 +192,15 @@ REFUSED = [
      "a CROSS JOIN of aggregate subqueries is answered when none has GROUP BY"),
     ("SELECT a.n FROM (SELECT COUNT(*) AS n FROM people) a CROSS JOIN visits b",
      "a join with a subquery over a protected table"),
+    # a scalar subquery that is no release of its own
+    ("SELECT region, COUNT(*) * 1.0 / (SELECT COUNT(*) FROM people p WHERE p.region = "
+     "people.region) FROM people GROUP BY region", "a scalar subquery over people"),
+    ("SELECT SUM(age - (SELECT AVG(age) FROM people)) FROM people",
+     "a scalar subquery over people compared with each row"),
+    ("SELECT COUNT(*) / (SELECT COUNT(*) FROM people GROUP BY region) FROM people",
+     "when it asks one aggregate without GROUP BY"),
+    ("SELECT region, (SELECT COUNT(*) FROM people) FROM people GROUP BY 1",
+     "this query has none: ask the subquery alone"),
     # the sandbox: no function that reads beyond the released values
     ("SELECT region, COUNT(*), current_setting('server_version') FROM people GROUP BY "
      "region", "CURRENT_SETTING is not supported on released values"),

@@ -42,7 +42,7 @@ from proxy.analyze.predicate import check_predicate
 from proxy.analyze.quantified import quantified_as_in
 from proxy.analyze.scoped_parts import scoped_parts
 from proxy.analyze.semi_joins import exists_out, in_as_exists, refuse_subqueries, semi_joins
-from proxy.analyze.staged import staged_plan, top_choice_plan
+from proxy.analyze.staged import scalar_releases, staged_plan, top_choice_plan
 from proxy.backends.base import Capabilities
 from proxy.errors import (
     NotSupported,
@@ -365,6 +365,10 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                          canonical_sql)
     if staged is not None:
         return staged
+    # a scalar subquery over a protected table in the select list: a release beside it
+    select, scalar_bodies = scalar_releases(select, rules)
+    scalars = [(canonical_sql(body), _scalar_release(analyze(body, rules, settings, hint)))
+               for body in scalar_bodies]
     select = in_as_exists(select, rules)  # x IN (SELECT unit FROM t …): an EXISTS
     refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit
@@ -384,11 +388,15 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     limit_of(select)
     _extremes_of_days(select, table, _column_resolver(table, alone, joins))
     post_processed = having_plan(select, table, lambda inner: analyze(  # its own copy
-        inner, rules, settings, hint, shown, owned=True))
+        inner, rules, settings, hint, shown, owned=True), canonical_sql, scalars)
     if post_processed is not None:
-        _check_answer_size(post_processed.group_by, _columns(select, post_processed), rules,
-                           shown)
+        main = post_processed.parts[0][1] if scalars else post_processed
+        _check_answer_size(main.group_by, _columns(select, main), rules, shown)
         return post_processed
+    if scalars:
+        raise NotSupported("a scalar subquery stands beside an aggregate of the query "
+                           "(COUNT(*) * 100.0 / (SELECT COUNT(*) FROM t)); this query has "
+                           "none: ask the subquery alone")
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
     owners = {select.args["from_"].this.alias_or_name.lower(): _the_protected_table(alone, rules),
@@ -479,6 +487,16 @@ def _narrowed(where: exp.Expression | None, narrowing: exp.Expression | None, ta
                                f"names {column.name} of a public table; put that condition in "
                                "WHERE")
     return condition if where is None else exp.and_(where, condition)
+
+
+def _scalar_release(plan: object) -> QueryPlan:
+    """The plan of a scalar subquery of the select list: one aggregate query without
+    GROUP BY (one row), else refused."""
+    if not isinstance(plan, QueryPlan) or plan.group_by or len(plan.outputs) != 1:
+        raise NotSupported("a scalar subquery in the select list is answered as a release "
+                           "of its own when it asks one aggregate without GROUP BY, e.g. "
+                           "(SELECT COUNT(*) FROM t WHERE …)")
+    return plan
 
 
 def _columns(select: exp.Select, plan: QueryPlan) -> int:

@@ -35,21 +35,27 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, dereferenced
-from proxy.analyze.outer import over_release, windowed
+from proxy.analyze.outer import over_release, over_releases, windowed
+from proxy.analyze.staged import SCALAR, SCALAR_VALUE
 from proxy.errors import NotSupported
 from proxy.rules import Table
-from proxy.vocabulary import QueryPlan
+from proxy.vocabulary import CombinedPlan, QueryPlan
 
 Analyse = Callable[[exp.Select], QueryPlan]
 SOURCE = "_idp_released"  # the aggregate query, as the outer query reads it
 
 
-def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan | None:
+def having_plan(select: exp.Select, table: Table, analyse: Analyse,
+                canonical: Callable[[exp.Expression], str],
+                scalars: list[tuple[str, QueryPlan]] = ()) -> QueryPlan | CombinedPlan | None:
     """The plan of an aggregate query over ``table`` with HAVING or computed select
     items: its aggregate query, with the rest as an outer query over the release. None
     when ``select`` has neither (an ordinary aggregate query). Else ``select``'s WHERE
     is moved into the aggregate query: the caller's own tree, read no further but for
-    its select items."""
+    its select items. ``scalars``: the releases (canonical SQL, plan) of the scalar
+    subqueries ``proxy.analyze.staged.scalar_releases`` took out of ``select``, read by
+    the outer query where their placeholders stand (one row each, CROSS JOINed): then a
+    ``CombinedPlan`` of the aggregate query and them."""
     # ``analyse`` is handed the aggregate query (``inner``, a copy made here) to keep
     items = [item.unalias() for item in select.expressions]
     having = select.args.get("having")
@@ -77,6 +83,7 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
                               for name, node in released.columns])
     if groups:
         inner.set("group", exp.Group(expressions=[g.copy() for g in groups]))
+    written = canonical(inner) if scalars else None  # before analyse takes it
     plan = analyse(inner)
     if not isinstance(plan, QueryPlan):  # a window over the keys alone: a listing of keys
         raise NotSupported("a window function over GROUP BY keys alone is not supported; "
@@ -95,7 +102,15 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse) -> QueryPlan
                                  for o in select.args["order"].expressions])
     if select.args.get("limit"):
         outer.set("limit", select.args["limit"].copy())
-    return over_release(outer, SOURCE, plan, "HAVING" if having else "the select list")
+    what = "HAVING" if having else "the select list"
+    if not scalars:
+        return over_release(outer, SOURCE, plan, what)
+    names = [f"{SCALAR}{index}" for index in range(len(scalars))]
+    for place in list(outer.find_all(exp.Placeholder)):
+        place.replace(exp.column(SCALAR_VALUE, table=place.name, quoted=True))
+    for name in names:
+        outer = outer.join(name, join_type="CROSS")
+    return over_releases(outer, [SOURCE, *names], [(written, plan), *scalars], what)
 
 
 def _aggregate(node: exp.Expression) -> bool:

@@ -43,7 +43,9 @@ queries, so they are answered from releases, each charged as if sent alone
 
 HAVING, select items computed from aggregates and windows over the groups are the first
 shape written inside one query; ``proxy.analyze.having`` answers them through
-``over_release``.
+``over_release``, and through ``over_releases`` where a scalar subquery stands among
+them (``COUNT(*) * 100.0 / (SELECT COUNT(*) FROM t)``): the second shape written inside,
+its one-row release CROSS JOINed to the query's.
 
 The sandbox: the outer query reads only the released tables, and may call only the
 functions of ``_ROW_LEVEL`` and ``WINDOW_FUNCTIONS`` — none reads a file, the network,
@@ -428,6 +430,15 @@ def over_release(select: exp.Select, source: str, plan: QueryPlan,
     return replace(plan, post=_outer_query(select, [source], [plan], what))
 
 
+def over_releases(select: exp.Select, sources: list[str], parts: list[tuple[str, QueryPlan]],
+                  what: str) -> CombinedPlan:
+    """``select`` over the released rows of ``parts`` (canonical SQL, plan), each read
+    as the table of the same index in ``sources``: several releases (an aggregate query
+    and its select list's scalar subqueries) CROSS JOINed."""
+    return CombinedPlan(tuple(parts), _outer_query(select, sources, [p for _, p in parts],
+                                                   what))
+
+
 def _one_release(analyse: Analyse, body: exp.Select, plan: QueryPlan | None = None
                  ) -> QueryPlan:
     """The plan of an aggregate query whose answers are post-processed (``plan``: its
@@ -488,6 +499,8 @@ def _outer_query(select: exp.Select, sources: list[str], plans: list[QueryPlan],
             continue  # MetricFlow's MAX(subq.x): the value of the one row
         if what == UNIONED and isinstance(node, exp.Union):
             continue
+        if isinstance(node, exp.Join) and len(sources) > 1 and _crossed(node):
+            continue  # releases side by side, each of one row but the first
         if what == JOINED and (isinstance(node, _JOINING) or (
                 isinstance(node, _ONE_ROW) and not node.find_ancestor(exp.Window))):
             continue

@@ -86,6 +86,7 @@ from decimal import Decimal
 
 from sqlglot import exp
 
+from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported, ProxyError, QueryCanceled
@@ -142,6 +143,64 @@ def staged_plan(select: exp.Select, rules: Rules,
     if isinstance(outer_plan, PassthroughPlan):
         _refuse_failing(held)
     return StagedPlan(tuple(stages), select.copy(), outer_plan, tuple(keyed))
+
+
+SCALAR = "_idp_sq"  # a select-list subquery's place: the placeholder f":{SCALAR}<i>"
+SCALAR_VALUE = "_idp_v"  # the name of its one released column
+
+
+def scalar_releases(select: exp.Select, rules: Rules) -> tuple[exp.Select, list[exp.Select]]:
+    """``select`` with each scalar subquery over protected tables in its select list,
+    HAVING or ORDER BY that is a release of its own replaced by a placeholder, and those
+    subqueries as statements (their one item named ``SCALAR_VALUE``); ``select`` itself
+    and [] when it has none. The share of a total, as analysts write it::
+
+        SELECT department, COUNT(*) * 100.0 / (SELECT COUNT(*) FROM visits) AS pct
+        FROM visits GROUP BY department
+
+    is the outer query over two releases, the grouped counts and the total, each as if
+    sent alone: post-processing once both are paid (``proxy.analyze.having``). A release
+    of its own: uncorrelated, not inside an aggregate's argument (which reads it per
+    row), not under IN or EXISTS, without LIMIT or OFFSET (one row, always)."""
+    if not _scalar_places(select, rules):
+        return select, []
+    select = select.copy()
+    bodies: dict[str, exp.Select] = {}  # one release for a subquery written twice
+    for node in _scalar_places(select, rules):
+        index = list(bodies).index(written) if (written := node.this.sql()) in bodies \
+            else len(bodies)
+        if index == len(bodies):
+            body = bodies[written] = node.this.copy()
+            if len(body.expressions) == 1:
+                body.set("expressions", [exp.alias_(body.expressions[0].unalias(),
+                                                    SCALAR_VALUE)])
+        node.replace(exp.Placeholder(this=f"{SCALAR}{index}"))
+    return select, list(bodies.values())
+
+
+def _scalar_places(select: exp.Select, rules: Rules) -> list[exp.Subquery]:
+    """The subqueries ``scalar_releases`` takes out of ``select``."""
+    places = [select.args.get("having"), select.args.get("order"), *select.expressions]
+    found = [node for place in places if place is not None
+             for node in place.find_all(exp.Subquery)
+             if node.parent_select is select and _protected(node, rules)
+             and not isinstance(node.parent, (exp.In, exp.Exists))]
+    if not found:
+        return []
+    outer = _tables_of(select, rules)
+    return [node for node in found
+            if not any(is_aggregate(above) or isinstance(above, exp.Filter)
+                       for above in _between(node, select))
+            and not node.this.args.get("limit") and not node.this.args.get("offset")
+            and _correlation(node, outer, rules) == []]
+
+
+def _between(node: exp.Expression, top: exp.Expression):
+    """The nodes above ``node`` up to ``top``, not ``top``."""
+    node = node.parent
+    while node is not None and node is not top:
+        yield node
+        node = node.parent
 
 
 # What the public statement of a staged plan may compute: nothing that can fail on a

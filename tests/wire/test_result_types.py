@@ -50,6 +50,9 @@ def _kinds_columns(count: int = 400) -> dict[str, list]:
 
 
 STATEMENTS = [
+    # a share of the total through a scalar subquery: two releases, the outer query's types
+    "SELECT region, COUNT(*) * 100.0 / (SELECT COUNT(*) FROM people) AS pct, COUNT(*)::float "
+    "/ (SELECT COUNT(*) FROM people WHERE age > 20) FROM people GROUP BY 1",
     # aggregates of each type
     "SELECT COUNT(*), COUNT(age), COUNT(DISTINCT person_id) FROM people",
     "SELECT SUM(age), SUM(income), AVG(age), AVG(income) FROM people",
