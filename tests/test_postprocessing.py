@@ -125,6 +125,9 @@ ANSWERED = [
     ("SELECT region, AVG(age) - (SELECT AVG(age) FROM people) AS above FROM people GROUP BY 1 "
      "HAVING AVG(age) > (SELECT AVG(age) FROM people) - 100 ORDER BY (SELECT AVG(age) FROM "
      "people), 1", 2, "0.2"),
+    # a SELECT without FROM of such subqueries: a dashboard's row of numbers
+    ("SELECT (SELECT COUNT(*) FROM people WHERE age > 60) AS old, (SELECT AVG(cost) FROM "
+     "visits WHERE days > 2) * 2 AS cost2", 2, "0.2"),
     # two grouped releases joined on their key
     ("SELECT a.region AS region, a.n * 1.0 / b.m AS older FROM (SELECT region, COUNT(*) AS n "
      "FROM people WHERE age > 50 GROUP BY region) a JOIN (SELECT region, COUNT(*) AS m FROM "

@@ -36,7 +36,7 @@ from proxy.analyze.key_listing import key_listing
 from proxy.analyze.key_restriction import narrowed_domains
 from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.ordering import limit_of, order_by
-from proxy.analyze.outer import outer_plan, union_plan, windowed
+from proxy.analyze.outer import outer_plan, over_scalars, union_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.quantified import quantified_as_in
@@ -369,6 +369,8 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     select, scalar_bodies = scalar_releases(select, rules)
     scalars = [(canonical_sql(body), _scalar_release(analyze(body, rules, settings, hint)))
                for body in scalar_bodies]
+    if scalars and not select.args.get("from_"):  # their values side by side
+        return over_scalars(select, scalars)
     select = in_as_exists(select, rules)  # x IN (SELECT unit FROM t …): an EXISTS
     refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit

@@ -35,8 +35,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, dereferenced
-from proxy.analyze.outer import over_release, over_releases, windowed
-from proxy.analyze.staged import SCALAR, SCALAR_VALUE
+from proxy.analyze.outer import over_release, over_scalars, windowed
 from proxy.errors import NotSupported
 from proxy.rules import Table
 from proxy.vocabulary import CombinedPlan, QueryPlan
@@ -103,14 +102,9 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse,
     if select.args.get("limit"):
         outer.set("limit", select.args["limit"].copy())
     what = "HAVING" if having else "the select list"
-    if not scalars:
-        return over_release(outer, SOURCE, plan, what)
-    names = [f"{SCALAR}{index}" for index in range(len(scalars))]
-    for place in list(outer.find_all(exp.Placeholder)):
-        place.replace(exp.column(SCALAR_VALUE, table=place.name, quoted=True))
-    for name in names:
-        outer = outer.join(name, join_type="CROSS")
-    return over_releases(outer, [SOURCE, *names], [(written, plan), *scalars], what)
+    if scalars:
+        return over_scalars(outer, scalars, (written, plan), what)
+    return over_release(outer, SOURCE, plan, what)
 
 
 def _aggregate(node: exp.Expression) -> bool:

@@ -45,7 +45,8 @@ HAVING, select items computed from aggregates and windows over the groups are th
 shape written inside one query; ``proxy.analyze.having`` answers them through
 ``over_release``, and through ``over_releases`` where a scalar subquery stands among
 them (``COUNT(*) * 100.0 / (SELECT COUNT(*) FROM t)``): the second shape written inside,
-its one-row release CROSS JOINed to the query's.
+its one-row release CROSS JOINed to the query's (``over_scalars``, which also answers a
+SELECT without FROM of such subqueries).
 
 The sandbox: the outer query reads only the released tables, and may call only the
 functions of ``_ROW_LEVEL`` and ``WINDOW_FUNCTIONS`` — none reads a file, the network,
@@ -71,6 +72,7 @@ from proxy.analyze.group_keys import default_name
 from proxy.analyze.joins import ALLOWED as JOIN_FORM
 from proxy.analyze.merge_steps import step_name, steps
 from proxy.analyze.per_unit import FORM as PER_UNIT_FORM
+from proxy.analyze.staged import SCALAR, SCALAR_VALUE
 from proxy.analyze.time_keys import to_char_format
 from proxy.errors import NotSupported, RawRowAccess, Refused
 from proxy.interrupts import checkpoint
@@ -430,13 +432,25 @@ def over_release(select: exp.Select, source: str, plan: QueryPlan,
     return replace(plan, post=_outer_query(select, [source], [plan], what))
 
 
-def over_releases(select: exp.Select, sources: list[str], parts: list[tuple[str, QueryPlan]],
-                  what: str) -> CombinedPlan:
-    """``select`` over the released rows of ``parts`` (canonical SQL, plan), each read
-    as the table of the same index in ``sources``: several releases (an aggregate query
-    and its select list's scalar subqueries) CROSS JOINed."""
-    return CombinedPlan(tuple(parts), _outer_query(select, sources, [p for _, p in parts],
-                                                   what))
+def over_scalars(select: exp.Select, scalars: list[tuple[str, QueryPlan]],
+                 query: tuple[str, QueryPlan] | None = None, what: str = "the select list"
+                 ) -> CombinedPlan:
+    """``select`` (its own tree, changed here) over the releases of its scalar
+    subqueries (canonical SQL, plan; ``proxy.analyze.staged.scalar_releases``), each
+    place read as its release's one column, CROSS JOINed after the aggregate query's
+    release ``query``, which it reads as ``proxy.analyze.having.SOURCE`` (none: a SELECT
+    without FROM, ``SELECT (SELECT COUNT(*) FROM a), (SELECT AVG(x) FROM b)``)."""
+    names = [f"{SCALAR}{index}" for index in range(len(scalars))]
+    for place in list(select.find_all(exp.Placeholder)):
+        place.replace(exp.column(SCALAR_VALUE, table=place.name, quoted=True))
+    first = [] if query is None else [select.args["from_"].this.name]
+    if query is None:
+        select.set("from_", exp.From(this=exp.to_table(names[0])))
+    for name in names[query is None:]:  # the first is the FROM's without a query
+        select = select.join(name, join_type="CROSS", copy=False)
+    parts = ([] if query is None else [query]) + scalars
+    return CombinedPlan(tuple(parts), _outer_query(select, first + names,
+                                                   [plan for _, plan in parts], what))
 
 
 def _one_release(analyse: Analyse, body: exp.Select, plan: QueryPlan | None = None
