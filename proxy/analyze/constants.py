@@ -67,22 +67,7 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
                 node.replace(plain)
         for interval in root.find_all(exp.Interval):
             _singular_unit(interval)
-        found = list(root.walk(prune=_foldable))
-        for node in found:
-            if not _foldable(node):
-                continue
-            folded = _folded(node)
-            if folded is None:
-                continue
-            while isinstance(node.parent, exp.Paren):  # (1 + 10) is 11, compared as one
-                node = node.parent
-            if node is root and isinstance(clause, exp.Join):
-                clause.set("on", folded)
-            elif node is root:
-                clause.set("this", folded)
-            else:
-                node.replace(folded)
-        root = clause.args.get("on") if isinstance(clause, exp.Join) else clause.this
+        root = _arithmetic_folded(clause, root)
         for node in list(root.find_all(exp.Cast, exp.Add, exp.Sub)):
             moved = _recast(node) if isinstance(node, exp.Cast) else _date_shifted(node)
             if moved is None:
@@ -92,12 +77,33 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
                 root = moved
             else:
                 node.replace(moved)
-        for trunc in list((clause.args.get("on") if isinstance(clause, exp.Join)
-                           else clause.this).find_all(exp.TimestampTrunc, exp.DateTrunc)):
+        truncated_any = False
+        for trunc in list(root.find_all(exp.TimestampTrunc, exp.DateTrunc)):
             truncated = _truncated(trunc)
             if truncated is not None:
+                truncated_any = True
                 trunc.replace(truncated)
+        if truncated_any:  # a month's end: date_trunc('month', TIMESTAMP '…') + INTERVAL '1 month'
+            _arithmetic_folded(clause, root)
     return tree
+
+
+def _arithmetic_folded(clause: exp.Where | exp.Join, root: exp.Expression) -> exp.Expression:
+    """The clause's condition ``root`` with its constant arithmetic folded (changed in
+    place; a new root where the whole condition folded)."""
+    for node in list(root.walk(prune=_foldable)):
+        if not _foldable(node):
+            continue
+        folded = _folded(node)
+        if folded is None:
+            continue
+        while isinstance(node.parent, exp.Paren):  # (1 + 10) is 11, compared as one
+            node = node.parent
+        if node is root:
+            clause.set("on" if isinstance(clause, exp.Join) else "this", folded)
+        else:
+            node.replace(folded)
+    return clause.args.get("on") if isinstance(clause, exp.Join) else clause.this
 
 
 NOW = (exp.CurrentTimestamp, exp.Localtimestamp, exp.CurrentDate)

@@ -74,6 +74,10 @@ SAME = [
      "day >= '2024-02-09'"),
     ("at < CAST(DATE '2024-01-01' AS TIMESTAMP) + interval '90 minutes'",
      "at < '2024-01-01 01:30:00'"),
+    # a month's range from a truncated constant (the BI probe): the sum after the trunc
+    ("day >= date_trunc('month', TIMESTAMP '2024-06-15') AND day < date_trunc('month', "
+     "TIMESTAMP '2024-06-15') + INTERVAL '1 month'", "day >= '2024-06-01' AND day < "
+     "'2024-07-01'"),
 ]
 
 
