@@ -900,20 +900,41 @@ def unit_test(table: Table, joins: tuple[Join, ...], alias: str):
     their orders count their customers by ``o_custkey``, as orders joined to their line
     items do)."""
     own = table.privacy_unit if table.link is None else None
-    joined = {join.alias: join.table.privacy_unit for join in joins
+    tables = {join.alias: join.table for join in joins
               if join.protected and not join.left and join.table.link is None
               and join.table.privacy_unit}
+    joined = {name: joined.privacy_unit for name, joined in tables.items()}
 
-    def is_unit(column: exp.Column) -> bool:
+    def unit_of(column: exp.Column) -> Table | None:
+        """The table whose unit ``column`` is, if it is one."""
         name, qualifier = column.name.lower(), column.table.lower()
         if qualifier in joined:
-            return name == joined[qualifier]
+            return tables[qualifier] if name == joined[qualifier] else None
         if qualifier and qualifier not in (alias, table.name):
-            return False
-        return name == own or (not qualifier and name in joined.values())
+            return None
+        if name == own:
+            return table
+        return next((tables[a] for a, unit in joined.items() if unit == name), None) \
+            if not qualifier else None
+
+    def is_unit(column: exp.Expression) -> bool:
+        if isinstance(column, exp.Cast):  # Tableau's COUNT(DISTINCT CAST(unit AS BIGINT))
+            owner = unit_of(column.this) if isinstance(column.this, exp.Column) else None
+            return owner is not None and _one_to_one(
+                owner.columns[owner.privacy_unit].type, column.to)
+        return unit_of(column) is not None
 
     names = ([own] if own else []) + [f"{a}.{unit}" for a, unit in sorted(joined.items())]
     return is_unit, names
+
+
+def _one_to_one(declared: str, to: exp.DataType) -> bool:
+    """Whether a cast of a column of the ``declared`` rules type to ``to`` keeps its
+    distinct values distinct and cannot fail: a whole number to BIGINT or to text, text
+    to text (the count is of the units themselves: the cast is never sent)."""
+    if to.is_type(*exp.DataType.TEXT_TYPES):
+        return declared in ("int", "text")
+    return declared == "int" and to.is_type(exp.DataType.Type.BIGINT)
 
 
 def _select_list(select: exp.Select, table: Table, group_by, resolve, joins=()):

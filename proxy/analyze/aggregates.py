@@ -178,7 +178,8 @@ def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
                            "supported: a CASE counts privacy units where each branch is the "
                            f"unit and there is no ELSE but NULL; write COUNT(DISTINCT CASE "
                            f"WHEN condition THEN {units[0]} END)")
-    if len(values) != 1 or not isinstance(values[0], exp.Column) or not is_unit(values[0]):
+    if len(values) != 1 or not isinstance(values[0], (exp.Column, exp.Cast)) \
+            or not is_unit(values[0]):
         shown = ", ".join(v.sql(dialect="postgres") for v in values)
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "
                            f"{' or '.join(units)}) (how many privacy units) is; for the "

@@ -119,6 +119,12 @@ SAME = [
     ("SELECT COUNT(DISTINCT CASE WHEN cost > 90 THEN person_id WHEN age < 10 THEN person_id "
      "END) FROM visits",
      "SELECT COUNT(DISTINCT person_id) FROM visits WHERE cost > 90 OR age < 10"),
+    # Tableau's COUNTD of the unit as a BIGINT, and a count of units as text: the units
+    ('SELECT COUNT(DISTINCT CAST("visits"."person_id" AS BIGINT)) AS "ctd:person_id:ok" '
+     'FROM "public"."visits" "visits" WHERE "visits"."cost" > 20',
+     "SELECT COUNT(DISTINCT person_id) FROM visits WHERE cost > 20"),
+    ("SELECT region, COUNT(DISTINCT person_id::text) FROM people GROUP BY 1",
+     "SELECT region, COUNT(DISTINCT person_id) FROM people GROUP BY 1"),
     # the empty grouping term: one group of every row (refused until 2026-11-29)
     ("SELECT COUNT(*), SUM(cost) FROM visits WHERE age > 3 GROUP BY ()",
      "SELECT COUNT(*), SUM(cost) FROM visits WHERE age > 3"),
@@ -347,6 +353,11 @@ REFUSED = [
      "which a WHERE with a scalar subquery is not"),
     ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) FROM people",
      "0A000", "COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) is not supported"),
+    # a cast that could merge units or fail on one: not a count of units
+    ("SELECT COUNT(DISTINCT CAST(person_id AS INTEGER)) FROM people", "0A000",
+     "COUNT(DISTINCT CAST(person_id AS INT)) is not supported"),
+    ("SELECT COUNT(DISTINCT CAST(person_id AS FLOAT)) FROM people", "0A000",
+     "is not supported: only COUNT(DISTINCT person_id)"),
     ("SELECT COUNT(DISTINCT CASE WHEN age THEN person_id END) FROM people", "42804",
      "age is not a condition in a CASE condition"),
     ("SELECT COUNT(*) FROM people p WHERE q.age > 1", "42P01",
