@@ -10,7 +10,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import sqlglot
 from sqlglot import exp
@@ -35,7 +35,7 @@ from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.key_listing import key_listing
 from proxy.analyze.key_restriction import narrowed_domains
 from proxy.analyze.merge_steps import merge_steps
-from proxy.analyze.ordering import limit_of, order_by
+from proxy.analyze.ordering import limit_of, offset_of, order_by
 from proxy.analyze.outer import outer_plan, over_scalars, union_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
@@ -814,22 +814,10 @@ def _refuse_compound(select: exp.Select, rules: Rules) -> None:
         raise NotSupported("SELECT DISTINCT lists the values of rows, answered only for columns "
                            "with declared keys (listed from the rules); for others ask COUNT(*) "
                            "... GROUP BY a column with declared keys")
-    offset = select.args.get("offset")
-    if offset and not _no_offset(offset):
-        raise NotSupported("OFFSET is not supported on the aggregate query itself; page its "
-                           "released rows from an outer query: SELECT * FROM (SELECT k, "
-                           "COUNT(*) AS n FROM t GROUP BY k) AS q ORDER BY k LIMIT 10 OFFSET 10")
-
-
-def _no_offset(offset: exp.Offset) -> bool:
-    """``OFFSET 0`` (Superset's and Ibis's first page): it skips no row."""
-    value = offset.expression.unnest() if offset.expression is not None else None
-    if not isinstance(value, exp.Literal) or value.is_string:
-        return False
-    try:
-        return Decimal(value.name) == 0
-    except InvalidOperation:
-        return False
+    if offset_of(select) and not aggregated:  # else paged by proxy.analyze.having
+        raise NotSupported("OFFSET over a protected table pages the answers of an aggregate "
+                           "query: SELECT k, COUNT(*) AS n FROM t GROUP BY k ORDER BY n DESC "
+                           "LIMIT 10 OFFSET 10")
 
 
 def _the_protected_table(select: exp.Select, rules: Rules) -> Table:

@@ -35,6 +35,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.group_keys import default_name, dereferenced
+from proxy.analyze.ordering import offset_of
 from proxy.analyze.outer import over_release, over_scalars, windowed
 from proxy.errors import NotSupported
 from proxy.rules import Table
@@ -63,7 +64,7 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse,
     groups = [_injective_inner(dereferenced(node, select, table)) for node in
               (select.args["group"].expressions if select.args.get("group") else [])]
     computed = [_computed(node) or _of_groups(node, groups) for node in items]
-    if not (having or any(computed)):
+    if not (having or any(computed) or offset_of(select)):
         return None
     released = _Released(items, computed, groups, select, table)
     filtered = released.map(having.this, "HAVING") if having else None
@@ -76,7 +77,7 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse,
     select.set("where", None)
     inner = select.copy()
     inner.set("where", where)
-    for clause in ("having", "order", "limit"):
+    for clause in ("having", "order", "limit", "offset"):
         inner.set(clause, None)
     inner.set("expressions", [exp.alias_(node.copy(), name, quoted=True)
                               for name, node in released.columns])
@@ -99,9 +100,10 @@ def having_plan(select: exp.Select, table: Table, analyse: Analyse,
     if select.args.get("order"):
         outer = outer.order_by(*[released.ordered(o, names)
                                  for o in select.args["order"].expressions])
-    if select.args.get("limit"):
-        outer.set("limit", select.args["limit"].copy())
-    what = "HAVING" if having else "the select list"
+    for clause in ("limit", "offset"):
+        if select.args.get(clause):
+            outer.set(clause, select.args[clause].copy())
+    what = "HAVING" if having else "the select list" if any(computed) else "OFFSET"
     if scalars:
         return over_scalars(outer, scalars, (written, plan), what)
     return over_release(outer, SOURCE, plan, what)

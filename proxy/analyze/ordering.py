@@ -4,6 +4,8 @@ Read alike for an aggregate query and for a filter's values (``key_listing``).""
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
+
 from sqlglot import exp
 
 from proxy.errors import AmbiguousColumn, NotSupported
@@ -97,3 +99,21 @@ def limit_of(select: exp.Select) -> int | None:
     if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
         raise NotSupported("LIMIT must not be negative", "2201W")  # PostgreSQL's
     raise NotSupported("LIMIT takes a whole number")
+
+
+def offset_of(select: exp.Select) -> int:
+    """OFFSET n, 0 without one; refused unless a whole number."""
+    offset = select.args.get("offset")
+    if not offset:
+        return 0
+    value = offset.expression.unnest() if offset.expression is not None else None
+    if isinstance(value, exp.Literal) and not value.is_string:
+        try:
+            number = Decimal(value.name)  # OFFSET 0.0 ROWS (Ibis): no row skipped
+        except InvalidOperation:
+            number = None
+        if number is not None and number == number.to_integral_value():
+            return int(number)
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
+        raise NotSupported("OFFSET must not be negative", "2201X")  # PostgreSQL's
+    raise NotSupported("OFFSET takes a whole number")
