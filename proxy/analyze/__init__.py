@@ -193,7 +193,18 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _comparisons_of_comparisons(tree)
     if any(token.token_type == TokenType.STAR for token in tokens):
         _star_as_condition(tree)
+    if any(token.text.lower() == "timezone" for token in tokens):
+        _timezone_as_at(tree)
     return tree
+
+
+def _timezone_as_at(tree: exp.Expression) -> None:
+    """PostgreSQL's ``timezone(zone, t)`` is ``t AT TIME ZONE zone`` (the operator is
+    that function): read as the operator, whose every use the analysis knows."""
+    for call in list(tree.find_all(exp.Anonymous)):
+        if call.name.lower() == "timezone" and len(call.expressions) == 2:
+            zone, moment = call.expressions
+            call.replace(exp.AtTimeZone(this=moment, zone=zone))
 
 
 def _star_as_condition(tree: exp.Expression) -> None:

@@ -120,6 +120,9 @@ TERMS = [
     ("date_trunc('hour', at AT TIME ZONE 'America/New_York')",
      "WHERE at >= '2023-03-11' AND at < '2023-03-13'"),  # the skipped hour, as moments
     ("date_trunc('month', at::timestamptz, 'Europe/Berlin')", ""),
+    # the function the operator is (refused: "TIMEZONE(…) is not a step of a time bucket")
+    ("date_trunc('hour', timezone('Europe/Berlin', timezone('UTC', at)))",
+     "WHERE at >= '2023-10-28' AND at < '2023-10-30'"),
     ("CAST(at AT TIME ZONE 'UTC' AT TIME ZONE 'Asia/Kolkata' AS date)",
      "WHERE at < '2023-02-01'"),
     ("TO_CHAR(at, 'YYYY-MM')", ""),
