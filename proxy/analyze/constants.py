@@ -36,6 +36,7 @@ from sqlglot.optimizer.simplify import simplify
 
 from proxy.analyze.predicate import FLIPPED, HOLDS
 from proxy.analyze.time_keys import TRUNC_UNITS, truncate
+from proxy.errors import Refused
 from proxy.zones import reading_zone
 
 _PARTS = (exp.Literal, exp.Neg, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Cast,
@@ -137,7 +138,11 @@ def _now_read(clause: exp.Expression, root: exp.Expression) -> exp.Expression:
                 and shifted.this is node else None
             if isinstance(days, exp.Literal) and not days.is_string and days.name.isdigit():
                 sign = -1 if isinstance(shifted, exp.Sub) else 1
-                day = now.date() + dt.timedelta(days=sign * int(days.name))
+                try:
+                    day = now.date() + dt.timedelta(days=sign * int(days.name))
+                except OverflowError:  # as PostgreSQL: 22008, before anything is spent
+                    raise Refused("date out of range: CURRENT_DATE "
+                                  f"{'-' if sign < 0 else '+'} {days.name}", "22008") from None
                 value = exp.cast(exp.Literal.string(day.isoformat()), exp.DataType.Type.DATE)
                 node = shifted
         else:
@@ -195,21 +200,22 @@ def _null_safe(node: exp.NullSafeEQ | exp.NullSafeNEQ) -> exp.Expression | None:
     from NULL): ``IS DISTINCT FROM NULL`` is ``IS NOT NULL``, ``IS NOT DISTINCT FROM v``
     is ``(col = v AND col IS NOT NULL)`` and ``IS DISTINCT FROM v`` its negation
     ``(col <> v OR col IS NULL)``. None where neither side is a constant."""
-    column, value = node.this.unnest(), node.expression.unnest()
+    column, value = _signed(node.this.unnest()), _signed(node.expression.unnest())
     if isinstance(column, (exp.Literal, exp.Null)):
         column, value = value, column
     if not isinstance(value, (exp.Literal, exp.Null)) or isinstance(column, (exp.Literal,
                                                                              exp.Null)):
         return None
     equal = isinstance(node, exp.NullSafeEQ)
+    value = _fresh(value)  # it decides the form (keys, narrowing): no slot to bind anew
     if isinstance(value, exp.Null):
         null = exp.Is(this=column.copy(), expression=exp.Null())
         return exp.paren(null if equal else exp.not_(null), copy=False)
     if equal:
-        return exp.paren(exp.and_(exp.EQ(this=column.copy(), expression=value.copy()),
+        return exp.paren(exp.and_(exp.EQ(this=column.copy(), expression=value),
                                   exp.not_(exp.Is(this=column.copy(), expression=exp.Null()))),
                          copy=False)
-    return exp.paren(exp.or_(exp.NEQ(this=column.copy(), expression=value.copy()),
+    return exp.paren(exp.or_(exp.NEQ(this=column.copy(), expression=value),
                              exp.Is(this=column.copy(), expression=exp.Null())), copy=False)
 
 
@@ -228,7 +234,7 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
     if not isinstance(left, exp.Coalesce) or len(left.expressions) != 1 \
             or not isinstance(left.this.unnest(), exp.Column):
         return None
-    fallback = left.expressions[0].unnest()
+    fallback, right = _signed(left.expressions[0].unnest()), _signed(right)
     if not isinstance(fallback, exp.Literal) or not isinstance(right, exp.Literal) \
             or fallback.is_string != right.is_string \
             or (right.is_string and kind not in (exp.EQ, exp.NEQ)):
@@ -241,12 +247,27 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
     column = left.this.unnest()
     # v decided the form: a fresh node, no slot the shape cache would bind anew
     # (``shapes``: COALESCE(age, 0) > -5 must not reuse > 30's form)
-    value = exp.Literal(this=right.this, is_string=right.is_string)
-    compared = kind(this=column.copy(), expression=value)
+    compared = kind(this=column.copy(), expression=_fresh(right))
     if not HOLDS[kind](a, b):
         return exp.paren(compared, copy=False)
     return exp.paren(exp.or_(compared, exp.Is(this=column.copy(), expression=exp.Null())),
                      copy=False)
+
+
+def _signed(node: exp.Expression) -> exp.Expression:
+    """A negative number literal (``-1``, read as a minus before 1) as one literal."""
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) \
+            and not node.this.is_string and not node.this.name.startswith("-"):
+        return exp.Literal.number(f"-{node.this.name}")
+    return node
+
+
+def _fresh(value: exp.Expression) -> exp.Expression:
+    """A copy of a literal (or NULL) without the position the shape cache reads its
+    slots by: a value that decided the form is no slot (``proxy.analyze.shapes``)."""
+    if isinstance(value, exp.Literal):
+        return exp.Literal(this=value.this, is_string=value.is_string)
+    return exp.Null()
 
 
 def _singular_unit(interval: exp.Interval) -> None:

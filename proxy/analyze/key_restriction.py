@@ -128,17 +128,20 @@ def number_window(where: exp.Expression | None, column: str, integers: bool
     percentile, MAX or MIN is kept within it (``Engine``), as every value in scope is."""
     low, high = -math.inf, math.inf
     for subject, kind, literal in column_bounds(where):
-        value = literal_number(literal) if subject.name == column else None
+        # an integer column is compared with the literal exactly (numeric, in both
+        # engines: age < 30.0000000000000000001 keeps 30), a double with it as a double
+        exact = exact_number(literal) if subject.name == column else None
+        value = None if exact is None else exact if integers else literal_number(literal)
         if value is None:
             continue
         if kind in (exp.GT, exp.GTE):
             strict = kind is exp.GT
-            low = max(low, (math.floor(value) + 1 if strict else math.ceil(value))
+            low = max(low, _float(math.floor(value) + 1 if strict else math.ceil(value))
                       if integers else math.nextafter(value, math.inf) if strict
                       else value)
         else:
             strict = kind is exp.LT
-            high = min(high, (math.ceil(value) - 1 if strict else math.floor(value))
+            high = min(high, _float(math.ceil(value) - 1 if strict else math.floor(value))
                        if integers else math.nextafter(value, -math.inf) if strict
                        else value)
     return low, high
@@ -203,6 +206,14 @@ def exact_number(node: exp.Expression | None) -> Decimal | None:
     except InvalidOperation:
         return None
     return sign * value if value.is_finite() else None
+
+
+def _float(whole: int) -> float:
+    """A whole number as a double, ±infinity beyond a double's range."""
+    try:
+        return float(whole)
+    except OverflowError:
+        return math.inf if whole > 0 else -math.inf
 
 
 def literal_number(node: exp.Expression | None) -> float | None:

@@ -41,6 +41,12 @@ def refuse_unanswerable(plan: QueryPlan) -> None:
                 candidate_grid(column.lower, column.upper, column.resolution,
                                column.type == "int")
             except SensitivityError:
-                raise NotSupported(f"{agg.label.upper()}({agg.column}): the declared domain "
-                                   "holds no integer, so the exponential mechanism has no "
-                                   "candidate; use idp.sensitivity = 'global'") from None
+                points = "integer" if column.type == "int" else (
+                    f"multiple of its resolution {column.resolution:g}"
+                    if column.resolution else "candidate")
+                raise NotSupported(f"{agg.label.upper()}({agg.column}): its domain here, "
+                                   f"[{column.lower:g}, {column.upper:g}] (declared, narrowed "
+                                   "by the WHERE's bounds on it), holds no "
+                                   f"{points}, so the exponential mechanism has no "
+                                   "candidate; widen the range, or use idp.sensitivity = "
+                                   "'global'") from None

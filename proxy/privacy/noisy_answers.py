@@ -32,6 +32,8 @@ from proxy.privacy.contribution_bounds import (
 )
 from proxy.privacy.correlation import group_part, noisy_pair
 from proxy.privacy.inverse_sensitivity import (
+    DIGITS,
+    PERCENTILE_DIGITS,
     extreme_offsets,
     one_row_per_unit,
     several_rows_per_unit,
@@ -445,7 +447,9 @@ def _ranked(a: Asked) -> Released:
         return _laplace_release(a)
     mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
     moment = getattr(plan.table.columns[agg.column], "moment", None)
-    note = _INSTANCE_NOTE.format("away from 0" if moment is None else
+    digits = PERCENTILE_DIGITS if agg.kind == PERCENTILE else DIGITS
+    note = _INSTANCE_NOTE.format(f"{100 * 2.0 ** (1 - digits):.2g} %",
+                                 "away from 0" if moment is None else
                                  f"of their distance from {_moment_origin(moment)}, "
                                  f"every {'second' if moment.kind == 'timestamp' else 'day'} "
                                  "near it")
@@ -541,7 +545,7 @@ PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated i
                        "sensitivity) on the column's grid")
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
                   "tell how dense the data are around the answer; the answer is the middle "
-                  "of the cell of one of the column's candidates, up to 0.8 % apart {}")
+                  "of the cell of one of the column's candidates, up to {} apart {}")
 _PER_UNIT_NOTE = ("; the percentile of one row per privacy unit, each unit's row chosen by a "
                   "hash of its values (each unit counts once: docs/privacy.md §5.3)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "

@@ -295,3 +295,21 @@ def test_the_where_narrows_the_domain_its_ladder_is_built_on(engine, where, low,
     (_, grouped), = session.check(f"SELECT floor(cost / 100) * 100, SUM(cost) FROM visits "
                                   f"WHERE {where} GROUP BY 1")
     assert grouped.table.columns["cost"].upper == 100_000
+
+
+@pytest.mark.parametrize("where,integers,window", [
+    # an int column meets the literal exactly, as numeric, in both engines (a review of
+    # 2026-11-29: read as the double 30.0, the domain stopped at 29 and age 30 was
+    # clamped to it, under a bound that missed the truth)
+    ("v < 30.0000000000000000001", True, (-math.inf, 30.0)),
+    ("v >= 0.9999999999999999999 AND v < 1.0000000000000000001", True, (1.0, 1.0)),
+    ("v > 29.99999999999999999999 AND v <= 1e400", True, (30.0, math.inf)),
+    # a double column meets it as a double
+    ("v < 30.0000000000000000001", False, (-math.inf, math.nextafter(30.0, -math.inf))),
+    ("v >= -2.5 AND v <= 1e400", False, (-2.5, math.inf))])
+def test_a_bound_on_an_int_column_is_read_exactly(where, integers, window):
+    from sqlglot import parse_one
+
+    from proxy.analyze.key_restriction import number_window
+    condition = parse_one(f"SELECT 1 FROM t WHERE {where}", read="postgres").args["where"]
+    assert number_window(condition.this, "v", integers) == window
