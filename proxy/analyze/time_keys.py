@@ -72,7 +72,7 @@ _MAX_BREAKS = 100_000  # the most points where one term's key may change
 MAX_RANGES = 2_000
 _MAX_SHIFT = dt.timedelta(days=366)
 _MARGIN = dt.timedelta(days=800)
-TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
+TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 FIELDS = ("year", "quarter", "month", "week", "day", "dow", "isodow", "doy", "hour",
           "minute", "isoyear")
 _FIELD_SPELLINGS = {"dayofweek": "dow", "dayofyear": "doy", "days": "day", "months": "month",
@@ -527,7 +527,9 @@ def truncate(moment: dt.datetime, unit: str) -> dt.datetime:
         return day
     if unit == "hour":
         return day.replace(hour=moment.hour)
-    return day.replace(hour=moment.hour, minute=moment.minute)
+    if unit == "minute":
+        return day.replace(hour=moment.hour, minute=moment.minute)
+    return moment.replace(microsecond=0)
 
 
 _STEPS = {"week": dt.timedelta(weeks=1), "day": _DAY, "hour": dt.timedelta(hours=1),
@@ -540,8 +542,7 @@ def next_start(moment: dt.datetime, unit: str) -> dt.datetime:
     one unit (months as PostgreSQL adds them; refused beyond the year 9999)."""
     if unit in _MONTH_STEPS:
         return _added(truncate(moment, unit), _MONTH_STEPS[unit], dt.timedelta(0))
-    start = truncate(moment, unit) if unit != "second" else moment.replace(microsecond=0)
-    return start + _STEPS[unit]
+    return truncate(moment, unit) + _STEPS[unit]
 
 
 def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
