@@ -275,9 +275,9 @@ class _Compiler:
             moment, field, step = grain
             inner = self.term(moment)
             if inner.kind != "ts":
-                raise NotSupported("a grain of minutes or hours (date_trunc plus a multiple of "
-                                   "an INTERVAL) groups a timestamp column's wall clock; cast "
-                                   "a date or a moment to timestamp first")
+                raise NotSupported("a grain of seconds, minutes or hours (date_trunc plus a "
+                                   "multiple of an INTERVAL) groups a timestamp column's wall "
+                                   "clock; cast a date or a moment to timestamp first")
             return self._map(inner, "ts", field,
                              lambda v: _in_steps(truncate(_naive(v), field), field, step))
         week = _sunday_week(node)
@@ -635,15 +635,17 @@ def _sunday_week(node: exp.Expression) -> exp.Expression | None:
                                            unit=exp.var("WEEK")), expression=_one_day(-1))
 
 
-_GRAIN_WITHIN = {"minute": "hour", "hour": "day"}  # a grain's field, truncated to
+_GRAIN_WITHIN = {"second": "minute", "minute": "hour", "hour": "day"}  # a grain's field, truncated to
 
 
 def _minute_grain(node: exp.Expression) -> tuple[exp.Expression, str, int] | None:
-    """Superset's minute and hour grains, ``DATE_TRUNC('hour', m) + INTERVAL '5 minutes'
-    * FLOOR(EXTRACT(MINUTE FROM m) / 5)`` (and ``'day'`` with hours), as (m, the field,
-    the step): each n minutes (hours) of the hour (day) a bucket of its own, counted from
-    its start as PostgreSQL adds them (a step not dividing the hour leaves a shorter last
-    bucket). None for other shapes."""
+    """Superset's second, minute and hour grains, ``DATE_TRUNC('hour', m) + INTERVAL '5
+    minutes' * FLOOR(EXTRACT(MINUTE FROM m) / 5)`` (``'minute'`` with seconds, ``'day'``
+    with hours), as (m, the field, the step): each n seconds (minutes, hours) of the
+    minute (hour, day) a bucket of its own, counted from its start as PostgreSQL adds
+    them (a step not dividing the hour leaves a shorter last bucket; PostgreSQL's
+    ``EXTRACT(SECOND …)`` has the fraction of the second, which the floor of a division
+    by a whole step drops). None for other shapes."""
     if not isinstance(node, exp.Add):
         return None
     trunc, times = node.this.unnest(), node.expression.unnest()
@@ -671,15 +673,17 @@ def _minute_grain(node: exp.Expression) -> tuple[exp.Expression, str, int] | Non
         return None
     step = int(count.name)
     months, days, rest = interval_fields(interval)
-    unit = dt.timedelta(minutes=1) if field == "minute" else dt.timedelta(hours=1)
+    unit = _INTERVAL_UNITS[field]
     if months or days or rest != step * unit:
         return None
     return trunc.this, field, step
 
 
 def _in_steps(start: dt.datetime, field: str, step: int) -> dt.datetime:
-    """A minute's (hour's) start moved back to the first of its step within the hour
-    (day)."""
+    """A second's (minute's, hour's) start moved back to the first of its step within the
+    minute (hour, day)."""
+    if field == "second":
+        return start.replace(second=start.second // step * step)
     if field == "minute":
         return start.replace(minute=start.minute // step * step)
     return start.replace(hour=start.hour // step * step)
