@@ -240,6 +240,11 @@ def _up(moment: dt.datetime, unit: str) -> dt.datetime:
 
 
 _EPOCH = dt.datetime(1970, 1, 1)
+# the epochs compared as written: whole microseconds within ±2^33 seconds, where every two
+# distinct ones are distinct doubles too (PostgreSQL's date_part is a double, its extract
+# a numeric, and sqlglot reads both as one EXTRACT: both compare alike there)
+_EXACT = 2**33
+_MICRO = Decimal("0.000001")
 _UTC_NAMES = ("utc", "etc/utc", "gmt", "z", "zulu", "universal")
 
 
@@ -302,7 +307,9 @@ def _epoch_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     each NULL where c is NULL. A nominal epoch's m(s) is 1970-01-01 00:00 plus s seconds,
     a wall clock; a moment's is that moment's wall clock in the session's zone
     (``constant_wall``: refused within an hour a clock change skips or repeats, where
-    the order of the two differs). An epoch beyond the years 1 to 9999 is refused."""
+    the order of the two differs). A constant finer than a microsecond or beyond ±2^33
+    seconds is refused (``_EXACT``): there PostgreSQL's date_part, a double, may compare
+    otherwise than its extract, a numeric, and the two are one form here."""
     compared = _compared(node, lambda side: _epoch_of(side, rules) is not None)
     if compared is None or compared[2] is exp.In:
         return None
@@ -314,12 +321,8 @@ def _epoch_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     column, declared, moment = found
     grid = Decimal(86400) if declared == "date" else Decimal("0.000001")
 
-    def at(steps: Decimal) -> exp.Literal:
-        try:
-            value = _EPOCH + dt.timedelta(microseconds=int(steps * grid * 1_000_000))
-        except OverflowError:
-            raise NotSupported(f"{subject.sql(dialect='postgres')} is compared with an "
-                               "epoch beyond the years 1 to 9999") from None
+    def at(steps: Decimal) -> exp.Literal:  # within ±2^33 seconds: the years 1697 to 2242
+        value = _EPOCH + dt.timedelta(microseconds=int(steps * grid * 1_000_000))
         if moment:
             value = constant_wall(value)
         return exp.Literal.string(value.date().isoformat() if declared == "date"
@@ -346,9 +349,16 @@ def _epoch_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
             return exp.and_(compare(exp.GT, down), compare(exp.LT, up))
         return exp.or_(compare(exp.LTE, down), compare(exp.GTE, up))
 
-    if abs(max(values, key=abs)) > Decimal(10) ** 12:  # beyond the calendar; no huge grids
-        raise NotSupported(f"{subject.sql(dialect='postgres')} is compared with an epoch "
-                           "beyond the years 1 to 9999")
+    for value in values:
+        if abs(value) > _EXACT:
+            raise NotSupported(f"{subject.sql(dialect='postgres')} is compared with an epoch "
+                               f"beyond ±{_EXACT:,} seconds (the years 1697 to 2242), where "
+                               "date_part's double rounds apart from extract's numeric; "
+                               "compare the column with a moment")
+        if value != value.quantize(_MICRO, rounding=ROUND_FLOOR):
+            raise NotSupported(f"{subject.sql(dialect='postgres')} is compared with {value}, "
+                               "finer than a microsecond, where date_part's double rounds "
+                               "apart from extract's numeric; write at most 6 decimals")
     if kind is exp.Between:
         return exp.and_(side(exp.GTE, values[0]), side(exp.LTE, values[1]))
     return side(kind, values[0])
