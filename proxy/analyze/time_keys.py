@@ -569,8 +569,9 @@ def part_field(node: exp.Expression | None) -> str:
     field = _FIELD_SPELLINGS.get(field, field)
     if field not in PART_CYCLES:
         hint = ("; ask MIN or MAX of the column itself, compare it with a moment (col >= "
-                "'2024-01-01 00:00'), or group by its bins: floor(extract(epoch FROM col) / "
-                "3600) * 3600" if field == "epoch" else "")
+                "'2024-01-01 00:00') or in WHERE with a number (extract(epoch FROM col) >= "
+                "1700000000), or group by its bins: floor(extract(epoch FROM col) / 3600) * "
+                "3600" if field == "epoch" else "")
         raise NotSupported(f"extract/date_part of a time column takes one of "
                            f"{', '.join(PART_CYCLES)} here; got {field}{hint}")
     return field
