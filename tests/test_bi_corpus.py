@@ -193,6 +193,34 @@ def test_ibis_itself_is_answered_as_the_truth_and_refused_in_one_line(demo_serve
     con.disconnect()
 
 
+def test_epoch_filters_and_second_grains_are_answered_as_the_truth(demo_server, demo_truth):
+    """Grafana's ``$__unixEpochFilter`` over a timestamp's epoch and Superset's second
+    grain (refused until 2026-11-29), over the wire in a session in Berlin: a
+    timestamp's epoch is its nominal seconds since 1970 whatever the zone (the truth:
+    DuckDB's own ``epoch``), so the count is within 2 % of the truth at ε = 1 (its 95 %
+    bound ±18 of about 7,000); the second grain's keys are every second of the chart's
+    range and each count is noise around that second's true count."""
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        con.execute("SET idp.epsilon = 1")
+        con.execute("SET TIME ZONE 'Europe/Berlin'")
+        ((count,),) = con.execute(
+            "SELECT COUNT(*) FROM visits WHERE extract(epoch from visited_at) >= 1700000000 "
+            "AND date_part('epoch', visited_at) <= 1710000000.5").fetchall()
+        ((true,),) = demo_truth("SELECT COUNT(*) FROM visits WHERE epoch(visited_at) >= "
+                                "1700000000 AND epoch(visited_at) <= 1710000000.5")
+        assert true > 5000 and abs(count - true) <= 0.02 * true, (count, true)
+        grain = ("SELECT DATE_TRUNC('second', visited_at) AS s, COUNT(*) FROM visits WHERE "
+                 "extract(epoch from visited_at) BETWEEN 1709287200 AND 1709287799 GROUP BY 1")
+        answered = dict(con.execute(grain).fetchall())
+    start = dt.datetime(2024, 3, 1, 10)  # epoch 1709287200: ten minutes of seconds
+    assert sorted(answered) == [start + dt.timedelta(seconds=i) for i in range(600)]
+    wanted = dict(demo_truth(grain.replace("extract(epoch from visited_at)",
+                                           "epoch(visited_at)")))
+    assert set(wanted) <= set(answered)
+    errors = [abs(answered[key] - wanted.get(key, 0)) for key in answered]
+    assert sum(errors) / len(errors) < 6, sorted(errors)[-5:]
+
+
 def test_named_cursors_hand_out_the_answer_a_batch_at_a_time(demo_server):
     """psycopg's named cursors (text and binary), psycopg2's (``itersize``) and
     SQLAlchemy's ``stream_results`` under pandas' ``read_sql(chunksize=…)`` read the

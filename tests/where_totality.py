@@ -206,9 +206,10 @@ FIELD_CLAMPED = {
 def extract_term(rng: random.Random, column: str) -> str:
     """A field of a time column compared with numbers (or with what is refused). The
     proxy reads a year compared with whole numbers of 1 to 9998 alone (=, <>, <, BETWEEN,
-    IN) as a range of the column as it is (``proxy.analyze.time_filters``: PostgreSQL's
-    own answer), every other field of the column clamped into its domain: such a year's
-    column is written qualified (``wf.d``), which ``truth_where`` leaves as it is."""
+    IN), and an epoch compared with numbers, as a range of the column as it is
+    (``proxy.analyze.time_filters``: PostgreSQL's own answer), every other field of the
+    column clamped into its domain: such a year's or epoch's column is written qualified
+    (``wf.d``), which ``truth_where`` leaves as it is."""
     field = rng.choice(FIELDS)
     numbers = NUMBERS[:26] + ["1", "6", "23", "2020", "2024", "12", "31", "53"] * 3
     form = rng.randrange(5)
@@ -225,7 +226,8 @@ def extract_term(rng: random.Random, column: str) -> str:
     else:
         chosen = [rng.choice(numbers)]
         text = "{part} " + rng.choice(COMPARE) + " " + chosen[0]
-    if field == "year" and all(n.isdigit() and 1 <= int(n) <= 9998 for n in chosen):
+    if field == "epoch" or (field == "year" and all(n.isdigit() and 1 <= int(n) <= 9998
+                                                    for n in chosen)):
         column = f"{TABLE}.{column}"
     part = rng.choice([f"extract({field} FROM {column})", f"date_part('{field}', {column})",
                        f"(extract({field} FROM {column}))"])
@@ -234,10 +236,12 @@ def extract_term(rng: random.Random, column: str) -> str:
 
 def truth_where(where: str) -> str:
     """The WHERE as PostgreSQL must evaluate it to give the proxy's rows: each field
-    extracted from the clamped column, but a year read as a range of the column as it
-    is (``extract_term``), through EXTRACT: PostgreSQL's date_part reads a date as a
-    timestamp and fails on one beyond the timestamps' years, which the range does not."""
-    where = where.replace(f"date_part('year', {TABLE}.", f"extract(year FROM {TABLE}.")
+    extracted from the clamped column, but a year or an epoch read as a range of the
+    column as it is (``extract_term``), through EXTRACT: PostgreSQL's date_part reads a
+    date as a timestamp and fails on one beyond the timestamps' years, which the range
+    does not."""
+    for field in ("year", "epoch"):
+        where = where.replace(f"date_part('{field}', {TABLE}.", f"extract({field} FROM {TABLE}.")
     for column, clamped in FIELD_CLAMPED.items():
         where = where.replace(f"FROM {column})", f"FROM {clamped})").replace(
             f"', {column})", f"', {clamped})")

@@ -96,7 +96,7 @@ SELECTABLE_TYPES = ("int", "text", "bool")
 ALLOWED = ("a column with declared keys or of a joined public table, date_trunc('month', col), extract(month FROM col), "
            "floor(extract(epoch FROM col) / 86400) * 86400, floor(col / 10) * 10, "
            "width_bucket(col, lo, hi, n) or CASE WHEN … THEN 'literal' … END")
-TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
+TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 _INT4 = 2**31 - 1  # PostgreSQL's integer: the tools cast an extract to it
 
 
@@ -124,9 +124,17 @@ def check_group_count(terms, max_groups: int) -> None:
     """Refuse more than ``max_groups`` combinations of keys."""
     count = math.prod(len(term.keys) for term in terms)
     if count > max_groups:
+        narrow = "".join(
+            f"; or narrow the range of {term.column} in WHERE (here {_shown(term.keys[0])} "
+            f"to {_shown(term.keys[-1])}: {len(term.keys):,} {term.unit} buckets)"
+            for term in terms if term.kind == TIME_TRUNC and len(term.keys) > 1)
         raise NotSupported(f"GROUP BY would answer {count:,} groups (every combination of keys), "
                            f"more than the rules' max_groups = {max_groups:,}; use coarser "
-                           "buckets or fewer group columns")
+                           f"buckets or fewer group columns{narrow}")
+
+
+def _shown(key) -> str:
+    return key.isoformat(" ") if isinstance(key, dt.datetime) else str(key)
 
 
 def matching_group(node: exp.Expression, terms: tuple[GroupKey, ...], table: Table,
@@ -548,7 +556,8 @@ def within_where(column: Column, where: exp.Expression | None, resolve
 
 
 _FIXED = {"week": dt.timedelta(weeks=1), "day": dt.timedelta(days=1),
-          "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1)}
+          "hour": dt.timedelta(hours=1), "minute": dt.timedelta(minutes=1),
+          "second": dt.timedelta(seconds=1)}
 _MONTHS = {"year": 12, "quarter": 3, "month": 1}
 _TOO_MANY = 10_000_000  # never list more keys than this, whatever max_groups says
 
@@ -558,7 +567,8 @@ def _truncations(first: dt.datetime, last: dt.datetime, unit: str) -> tuple[dt.d
     start, end = truncate(first, unit), truncate(last, unit)
     if unit in _FIXED:
         count = (end - start) // _FIXED[unit] + 1
-        _refuse_huge(count, unit)
+        _refuse_huge(count, unit, f"; or narrow the time range in WHERE (here "
+                     f"{first.isoformat(' ')} to {last.isoformat(' ')})")
         return tuple(start + i * _FIXED[unit] for i in range(count))
     step = _MONTHS[unit]
     months = (end.year - start.year) * 12 + end.month - start.month
@@ -568,10 +578,10 @@ def _truncations(first: dt.datetime, last: dt.datetime, unit: str) -> tuple[dt.d
                  for i in range(0, months + 1, step))
 
 
-def _refuse_huge(count: int, what: str) -> None:
+def _refuse_huge(count: int, what: str, narrow: str = "") -> None:
     if count > _TOO_MANY:
         raise NotSupported(f"GROUP BY {what} buckets would answer {count:,} groups; use "
-                           "coarser buckets")
+                           f"coarser buckets{narrow}")
 
 
 def _width(node: exp.Expression) -> int:

@@ -3,10 +3,12 @@ they mean: Tableau's date filter ``CAST("t"."at" AS DATE) >= DATE '2024-01-01'``
 analyst's ``at::date BETWEEN '2024-01-01' AND '2024-01-31'``, ``DATE(at) = '…'``,
 ``date_trunc('month', at) = '2024-03-01'``, ``EXTRACT(YEAR FROM at) = 2024``; and
 filters on the column converted to a zone's wall clock, Looker's ``(at AT TIME ZONE 'UTC'
-AT TIME ZONE 'America/New_York') >= TIMESTAMP '2024-03-08'`` (``_wall_range``).
+AT TIME ZONE 'America/New_York') >= TIMESTAMP '2024-03-08'`` (``_wall_range``); and
+filters on the column's epoch, Grafana's ``extract(epoch FROM at) BETWEEN 1700000000 AND
+1710000000`` (``_epoch_range``).
 
 A truncation f to a unit (a day, a week from Monday, a month, a quarter, a year, an hour, a
-minute) is a non-decreasing step function, so each comparison with a constant T is a
+minute, a second) is a non-decreasing step function, so each comparison with a constant T is a
 range of the column itself, with u(T) = T where T starts a unit and the next start
 otherwise, and n(T) the start after T's unit:
 
@@ -28,15 +30,16 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from proxy.analyze.time_keys import next_start, truncate
+from proxy.analyze.time_keys import constant_wall, next_start, truncate
 from proxy.errors import NotSupported
 from proxy.rules import Rules, parse_moment
 from proxy.zones import named_in_statement
 
-_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
+_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 _FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
             exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 
@@ -69,7 +72,7 @@ def _truncation(node: exp.Expression, rules: Rules) -> tuple[exp.Column, str, st
     kind = _declared(column, rules)
     if unit not in _UNITS or kind not in ("date", "timestamp"):
         return None
-    if kind == "date" and unit in ("hour", "minute"):  # a date's hour is its midnight
+    if kind == "date" and unit in ("hour", "minute", "second"):  # a date's is its midnight
         unit = "day"
     return column, unit, kind
 
@@ -181,6 +184,9 @@ def _range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
     converted = _wall_range(node, rules)
     if converted is not None:
         return converted
+    epoch = _epoch_range(node, rules)
+    if epoch is not None:
+        return epoch
     compared = _compared(node, lambda side: _truncation(side, rules) is not None)
     if compared is None:
         return None
@@ -231,3 +237,128 @@ def _dated(node: exp.Expression) -> bool:
 def _up(moment: dt.datetime, unit: str) -> dt.datetime:
     """The first start of a unit at or after ``moment``."""
     return moment if truncate(moment, unit) == moment else next_start(moment, unit)
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+# the epochs compared as written: whole microseconds within ±2^33 seconds, where every two
+# distinct ones are distinct doubles too (PostgreSQL's date_part is a double, its extract
+# a numeric, and sqlglot reads both as one EXTRACT: both compare alike there)
+_EXACT = 2**33
+_MICRO = Decimal("0.000001")
+_UTC_NAMES = ("utc", "etc/utc", "gmt", "z", "zulu", "universal")
+
+
+def _epoch_of(node: exp.Expression, rules: Rules) -> tuple[exp.Column, str, bool] | None:
+    """(the column, its declared type, whether the epoch is a moment's) of
+    ``extract(epoch FROM x)`` / ``date_part('epoch', x)`` where x is a date or timestamp
+    column (PostgreSQL: the nominal seconds since 1970-01-01 00:00 of its value, whatever
+    the session's zone), that column read as UTC (``AT TIME ZONE 'UTC'``: the same
+    seconds), or a timestamp column cast to ``timestamptz`` (the moment's seconds since
+    1970-01-01 00:00 UTC, the column read as a wall clock of the session's zone)."""
+    node = node.unnest()
+    if not isinstance(node, exp.Extract) or not isinstance(node.this, (exp.Var, exp.Literal)) \
+            or node.this.name.lower() != "epoch":
+        return None
+    inner, moment = node.expression.unnest(), False
+    if isinstance(inner, exp.AtTimeZone):
+        zone = inner.args.get("zone")
+        if not (isinstance(zone, exp.Literal) and zone.is_string
+                and zone.name.lower() in _UTC_NAMES):
+            return None
+        inner = inner.this.unnest()
+    elif isinstance(inner, exp.Cast) and inner.to.is_type(exp.DataType.Type.TIMESTAMPTZ):
+        inner, moment = inner.this.unnest(), True
+    kind = _declared(inner, rules)
+    if not isinstance(inner, exp.Column) or kind not in ("date", "timestamp") or (
+            moment and kind != "timestamp"):
+        return None
+    if node.expression.unnest() is not inner and kind != "timestamp":
+        return None  # a date AT TIME ZONE: its midnight in the session's zone
+    return inner, kind, moment
+
+
+def _seconds(node: exp.Expression) -> Decimal | None:
+    """A number constant (``-5``, ``1.7e9``, ``1700000000.5``) exactly."""
+    node = node.unnest()
+    negated = isinstance(node, exp.Neg)
+    node = node.this.unnest() if negated else node
+    if not isinstance(node, exp.Literal) or node.is_string:
+        return None
+    try:
+        value = Decimal(node.name)
+    except (InvalidOperation, ValueError):
+        return None
+    if not value.is_finite():
+        return None
+    return -value if negated else value
+
+
+def _epoch_range(node: exp.Expression, rules: Rules) -> exp.Expression | None:
+    """A comparison of a column's epoch (``_epoch_of``) with number constants as a range
+    of the column. The epoch of a row takes values on a grid, whole microseconds (a
+    timestamp) or days (a date), and rises with the column, so with ⌈r⌉ and ⌊r⌋ the grid
+    points at or after and at or before r, and m(s) the column's value of epoch s:
+
+        e >= r  ⇔  c >= m(⌈r⌉)        e > r  ⇔  c > m(⌊r⌋)
+        e <= r  ⇔  c <= m(⌊r⌋)        e < r  ⇔  c < m(⌈r⌉)
+        e = r   ⇔  c = m(r) on the grid, else c > m(⌊r⌋) AND c < m(⌈r⌉) (no row)
+        e <> r  ⇔  c <> m(r) on the grid, else c <= m(⌊r⌋) OR c >= m(⌈r⌉) (every row)
+
+    each NULL where c is NULL. A nominal epoch's m(s) is 1970-01-01 00:00 plus s seconds,
+    a wall clock; a moment's is that moment's wall clock in the session's zone
+    (``constant_wall``: refused within an hour a clock change skips or repeats, where
+    the order of the two differs). A constant finer than a microsecond or beyond ±2^33
+    seconds is refused (``_EXACT``): there PostgreSQL's date_part, a double, may compare
+    otherwise than its extract, a numeric, and the two are one form here."""
+    compared = _compared(node, lambda side: _epoch_of(side, rules) is not None)
+    if compared is None or compared[2] is exp.In:
+        return None
+    subject, operands, kind = compared
+    found = _epoch_of(subject, rules)
+    values = [_seconds(operand) for operand in operands]
+    if found is None or None in values:
+        return None
+    column, declared, moment = found
+    grid = Decimal(86400) if declared == "date" else Decimal("0.000001")
+
+    def at(steps: Decimal) -> exp.Literal:  # within ±2^33 seconds: the years 1697 to 2242
+        value = _EPOCH + dt.timedelta(microseconds=int(steps * grid * 1_000_000))
+        if moment:
+            value = constant_wall(value)
+        return exp.Literal.string(value.date().isoformat() if declared == "date"
+                                  else value.isoformat(" "))
+
+    def compare(op, steps: Decimal) -> exp.Expression:
+        return op(this=column.copy(), expression=at(steps))
+
+    def side(op, value: Decimal) -> exp.Expression:
+        steps = value / grid
+        down, up = (steps.to_integral_value(rounding) for rounding in (ROUND_FLOOR,
+                                                                       ROUND_CEILING))
+        if op is exp.GTE:
+            return compare(exp.GTE, up)
+        if op is exp.GT:
+            return compare(exp.GT, down)
+        if op is exp.LTE:
+            return compare(exp.LTE, down)
+        if op is exp.LT:
+            return compare(exp.LT, up)
+        if down == up:
+            return compare(op, down)
+        if op is exp.EQ:
+            return exp.and_(compare(exp.GT, down), compare(exp.LT, up))
+        return exp.or_(compare(exp.LTE, down), compare(exp.GTE, up))
+
+    for value in values:
+        if abs(value) > _EXACT:
+            raise NotSupported(f"{subject.sql(dialect='postgres')} is compared with an epoch "
+                               f"beyond ±{_EXACT:,} seconds (the years 1697 to 2242), where "
+                               "date_part's double rounds apart from extract's numeric; "
+                               "compare the column with a moment")
+        if value != value.quantize(_MICRO, rounding=ROUND_FLOOR):
+            raise NotSupported(f"{subject.sql(dialect='postgres')} is compared with {value}, "
+                               "finer than a microsecond, where date_part's double rounds "
+                               "apart from extract's numeric; write at most 6 decimals")
+    if kind is exp.Between:
+        return exp.and_(side(exp.GTE, values[0]), side(exp.LTE, values[1]))
+    return side(kind, values[0])

@@ -72,7 +72,7 @@ _MAX_BREAKS = 100_000  # the most points where one term's key may change
 MAX_RANGES = 2_000
 _MAX_SHIFT = dt.timedelta(days=366)
 _MARGIN = dt.timedelta(days=800)
-TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute")
+TRUNC_UNITS = ("year", "quarter", "month", "week", "day", "hour", "minute", "second")
 FIELDS = ("year", "quarter", "month", "week", "day", "dow", "isodow", "doy", "hour",
           "minute", "isoyear")
 _FIELD_SPELLINGS = {"dayofweek": "dow", "dayofyear": "doy", "days": "day", "months": "month",
@@ -275,9 +275,9 @@ class _Compiler:
             moment, field, step = grain
             inner = self.term(moment)
             if inner.kind != "ts":
-                raise NotSupported("a grain of minutes or hours (date_trunc plus a multiple of "
-                                   "an INTERVAL) groups a timestamp column's wall clock; cast "
-                                   "a date or a moment to timestamp first")
+                raise NotSupported("a grain of seconds, minutes or hours (date_trunc plus a "
+                                   "multiple of an INTERVAL) groups a timestamp column's wall "
+                                   "clock; cast a date or a moment to timestamp first")
             return self._map(inner, "ts", field,
                              lambda v: _in_steps(truncate(_naive(v), field), field, step))
         week = _sunday_week(node)
@@ -527,7 +527,9 @@ def truncate(moment: dt.datetime, unit: str) -> dt.datetime:
         return day
     if unit == "hour":
         return day.replace(hour=moment.hour)
-    return day.replace(hour=moment.hour, minute=moment.minute)
+    if unit == "minute":
+        return day.replace(hour=moment.hour, minute=moment.minute)
+    return moment.replace(microsecond=0)
 
 
 _STEPS = {"week": dt.timedelta(weeks=1), "day": _DAY, "hour": dt.timedelta(hours=1),
@@ -540,8 +542,7 @@ def next_start(moment: dt.datetime, unit: str) -> dt.datetime:
     one unit (months as PostgreSQL adds them; refused beyond the year 9999)."""
     if unit in _MONTH_STEPS:
         return _added(truncate(moment, unit), _MONTH_STEPS[unit], dt.timedelta(0))
-    start = truncate(moment, unit) if unit != "second" else moment.replace(microsecond=0)
-    return start + _STEPS[unit]
+    return truncate(moment, unit) + _STEPS[unit]
 
 
 def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
@@ -568,8 +569,9 @@ def part_field(node: exp.Expression | None) -> str:
     field = _FIELD_SPELLINGS.get(field, field)
     if field not in PART_CYCLES:
         hint = ("; ask MIN or MAX of the column itself, compare it with a moment (col >= "
-                "'2024-01-01 00:00'), or group by its bins: floor(extract(epoch FROM col) / "
-                "3600) * 3600" if field == "epoch" else "")
+                "'2024-01-01 00:00') or in WHERE with a number (extract(epoch FROM col) >= "
+                "1700000000), or group by its bins: floor(extract(epoch FROM col) / 3600) * "
+                "3600" if field == "epoch" else "")
         raise NotSupported(f"extract/date_part of a time column takes one of "
                            f"{', '.join(PART_CYCLES)} here; got {field}{hint}")
     return field
@@ -634,15 +636,17 @@ def _sunday_week(node: exp.Expression) -> exp.Expression | None:
                                            unit=exp.var("WEEK")), expression=_one_day(-1))
 
 
-_GRAIN_WITHIN = {"minute": "hour", "hour": "day"}  # a grain's field, truncated to
+_GRAIN_WITHIN = {"second": "minute", "minute": "hour", "hour": "day"}  # a grain's field, truncated to
 
 
 def _minute_grain(node: exp.Expression) -> tuple[exp.Expression, str, int] | None:
-    """Superset's minute and hour grains, ``DATE_TRUNC('hour', m) + INTERVAL '5 minutes'
-    * FLOOR(EXTRACT(MINUTE FROM m) / 5)`` (and ``'day'`` with hours), as (m, the field,
-    the step): each n minutes (hours) of the hour (day) a bucket of its own, counted from
-    its start as PostgreSQL adds them (a step not dividing the hour leaves a shorter last
-    bucket). None for other shapes."""
+    """Superset's second, minute and hour grains, ``DATE_TRUNC('hour', m) + INTERVAL '5
+    minutes' * FLOOR(EXTRACT(MINUTE FROM m) / 5)`` (``'minute'`` with seconds, ``'day'``
+    with hours), as (m, the field, the step): each n seconds (minutes, hours) of the
+    minute (hour, day) a bucket of its own, counted from its start as PostgreSQL adds
+    them (a step not dividing the hour leaves a shorter last bucket; PostgreSQL's
+    ``EXTRACT(SECOND …)`` has the fraction of the second, which the floor of a division
+    by a whole step drops). None for other shapes."""
     if not isinstance(node, exp.Add):
         return None
     trunc, times = node.this.unnest(), node.expression.unnest()
@@ -670,15 +674,17 @@ def _minute_grain(node: exp.Expression) -> tuple[exp.Expression, str, int] | Non
         return None
     step = int(count.name)
     months, days, rest = interval_fields(interval)
-    unit = dt.timedelta(minutes=1) if field == "minute" else dt.timedelta(hours=1)
+    unit = _INTERVAL_UNITS[field]
     if months or days or rest != step * unit:
         return None
     return trunc.this, field, step
 
 
 def _in_steps(start: dt.datetime, field: str, step: int) -> dt.datetime:
-    """A minute's (hour's) start moved back to the first of its step within the hour
-    (day)."""
+    """A second's (minute's, hour's) start moved back to the first of its step within the
+    minute (hour, day)."""
+    if field == "second":
+        return start.replace(second=start.second // step * step)
     if field == "minute":
         return start.replace(minute=start.minute // step * step)
     return start.replace(hour=start.hour // step * step)

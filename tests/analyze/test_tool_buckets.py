@@ -63,7 +63,16 @@ def _times() -> list[dt.datetime | None]:
                dt.datetime(2024, 12, 31, 23, 59, 59), dt.datetime(2024, 12, 31, 23, 30), None]
     spread = [dt.datetime(2023, 1, 1) + dt.timedelta(hours=97 * i + (i % 7) * 5)
               for i in range(180)]
-    return special + spread
+    # seconds and their fractions: Superset's second grains, Grafana's epoch filters
+    # (epoch 1700000000 is 2023-11-14 22:13:20, 1714910400 is 2024-05-05 12:00)
+    seconds = [dt.datetime(2024, 5, 5, 12, 0, 0), dt.datetime(2024, 5, 5, 12, 0, 0, 500000),
+               dt.datetime(2024, 5, 5, 12, 0, 1), dt.datetime(2024, 5, 5, 12, 0, 4, 999999),
+               dt.datetime(2024, 5, 5, 12, 0, 5), dt.datetime(2024, 5, 5, 12, 0, 29, 999999),
+               dt.datetime(2024, 5, 5, 12, 0, 30), dt.datetime(2024, 5, 5, 12, 0, 59, 500000),
+               dt.datetime(2024, 5, 5, 12, 3, 7, 250000), dt.datetime(2024, 5, 5, 12, 3, 7, 250001),
+               dt.datetime(2023, 11, 14, 22, 13, 19, 999999), dt.datetime(2023, 11, 14, 22, 13, 20),
+               dt.datetime(2023, 11, 14, 22, 13, 20, 1)]
+    return special + spread + seconds
 
 
 TIMES = _times()
@@ -214,6 +223,18 @@ TERMS = [
     # a date's hour is its midnight (the bound was cut to the date: a day too many)
     ("CAST(day AS date)", "WHERE date_trunc('hour', day) >= '2023-03-20 05:00' AND "
      "date_trunc('minute', day) <= '2023-03-25 05:30'"),
+    # Superset's second grains (refused until 2026-11-29: "got second"), within a time
+    # range of at most max_groups seconds (the rows' fractions of a second dropped)
+    ("DATE_TRUNC('second', at)",
+     "WHERE at >= '2024-05-05 11:59' AND at < '2024-05-05 12:05'"),
+    ("DATE_TRUNC('second', at)", "WHERE extract(epoch FROM at) BETWEEN 1714910400 AND "
+     "1714910700"),  # Grafana's epoch filter bounds the keys as a moment range does
+    ("DATE_TRUNC('minute', at) + INTERVAL '5 seconds' * FLOOR(EXTRACT(SECOND FROM at) / 5)",
+     "WHERE at >= '2024-05-05 11:00' AND at < '2024-05-05 13:00'"),
+    ("DATE_TRUNC('minute', at) + INTERVAL '30 seconds' * FLOOR(EXTRACT(SECOND FROM at) / 30)",
+     "WHERE at >= '2024-05-05' AND at < '2024-05-05 12:30'"),
+    ("date_trunc('minute', at)", "WHERE date_trunc('second', at) >= '2024-05-05 12:00:00.5' "
+     "AND date_trunc('second', at) <= '2024-05-05 12:03:07'"),
 ]
 # what the session's TimeZone changes: a timestamp read as a moment, a moment's day,
 # clock and fields, days added to a moment, a moment constant compared with a timestamp
@@ -454,6 +475,19 @@ REFUSED = [
      "FROM events GROUP BY 1", "more than 2,000 ranges"),
     ("SELECT EXTRACT(epoch FROM at AT TIME ZONE 'UTC'), COUNT(*) FROM events GROUP BY 1",
      "extract(epoch FROM …) groups by a bucket's start"),
+    # more second buckets than max_groups: the refusal names the range to narrow
+    ("SELECT date_trunc('second', at), COUNT(*) FROM events WHERE at >= '2024-05-05' AND "
+     "at < '2024-05-06' GROUP BY 1", "narrow the range of at in WHERE (here 2024-05-05 "
+     "00:00:00 to 2024-05-05 23:59:59: 86,400 second buckets)"),
+    ("SELECT date_trunc('second', at), COUNT(*) FROM events GROUP BY 1",
+     "or narrow the time range in WHERE (here 2023-01-01 00:00:00 to 2024-12-31 23:59:59)"),
+    # an epoch compared with anything but a number constant is refused as before
+    ("SELECT COUNT(*) FROM events WHERE extract(epoch FROM at) > age", "got epoch"),
+    ("SELECT COUNT(*) FROM events WHERE extract(epoch FROM at) > 1e10",
+     "beyond ±8,589,934,592 seconds"),
+    # finer than a microsecond: date_part's double and extract's numeric may differ
+    ("SELECT COUNT(*) FROM events WHERE date_part('epoch', at) > 1700000000.0000005",
+     "finer than a microsecond"),
     # the parser reads '%Y' as it reads 'YYYY' (PostgreSQL writes %4): the labels helper
     ("SELECT to_char(at, '%Y'), COUNT(*) FROM events GROUP BY 1", "holding %"),
     ("SELECT TO_CHAR(date_trunc('month', at), 'YYYY-MM %%') AS m, COUNT(*) FROM events "
@@ -476,3 +510,54 @@ def test_to_char_of_a_moment_key_is_written_in_the_session_s_zone(engine, truth,
     answered = _answered(engine, sql, zone)
     assert {k: n for k, n in answered.items() if n} == {
         k: n for k, n in truth(sql, zone) if k is not None}  # a NULL day: in no group
+
+
+# Grafana's epoch filters and their kin: a date's or timestamp's epoch is its nominal
+# seconds since 1970-01-01 00:00 (no zone), a timestamptz's the moment's
+EPOCH_FILTERS = [
+    ("extract(epoch FROM at) >= 1700000000 AND extract(epoch FROM at) <= 1714910407", False),
+    ("date_part('epoch', at) > 1700000000", False),
+    ("extract(epoch FROM at) BETWEEN 1699999999.999999 AND 1714910400.5", False),
+    ('EXTRACT(EPOCH FROM "events"."at") < 1.7e9', False),
+    ("1714910587.25 <= extract(epoch FROM at) AND extract(epoch FROM at) <> 1714910587.250001",
+     False),
+    ("extract(epoch FROM at) = 1700000000.000001 OR extract(epoch FROM at) = 1714910400.5",
+     False),
+    ("(extract(epoch FROM at)) > -86400.5 AND NOT extract(epoch FROM at) > 1680000000", False),
+    ("extract(epoch FROM at AT TIME ZONE 'UTC') > 1700000000", False),
+    ("extract(epoch FROM day) >= 1700000000 AND extract(epoch FROM day) < 1714910400", False),
+    ("date_part('epoch', day) BETWEEN 1679788800 AND 1679875200.5", False),
+    ("extract(epoch FROM at::timestamptz) BETWEEN 1680298000 AND 1698555600", True),
+]
+
+
+@pytest.mark.usefixtures("no_noise")
+@pytest.mark.parametrize("where,zoned", EPOCH_FILTERS)
+def test_an_epoch_filter_keeps_postgresql_s_rows(engine, truth, where, zoned):
+    """``extract(epoch FROM col)`` compared with numbers in WHERE (Grafana's epoch
+    filters; refused until 2026-11-29: "got epoch") is the range of the column it means,
+    in the session's zone as PostgreSQL reads it: the same rows as PostgreSQL's own."""
+    sql = f"SELECT kind, COUNT(*) FROM events WHERE {where} GROUP BY 1"
+    answers = {}
+    for zone in ("UTC", "Europe/Berlin"):
+        answers[zone] = _answered(engine, sql, zone)
+        wanted = dict(truth(sql, zone))
+        assert answers[zone] == {key: wanted.get(key, 0) for key in answers[zone]}, zone
+    assert (answers["UTC"] != answers["Europe/Berlin"]) == zoned
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_an_epoch_filter_s_plan_is_not_reused_for_other_bounds(engine, truth):
+    """The shape cache binds a WHERE literal anew only where the plan holds it as
+    written; an epoch's bound is read into a moment, so a statement of the same shape
+    with other bounds is analysed afresh: each answer is PostgreSQL's own."""
+    sql = ("SELECT kind, COUNT(*) FROM events WHERE extract(epoch FROM at) >= {} AND "
+           "extract(epoch FROM at) < {} GROUP BY 1")
+    answers = []
+    for low, high in ((1700000000, 1714910400), (1600000000, 1700000000),
+                      (1700000000, 1714910400.5)):
+        answered, wanted = _answered(engine, sql.format(low, high)), dict(truth(sql.format(
+            low, high)))
+        assert answered == {key: wanted.get(key, 0) for key in answered}
+        answers.append(answered)
+    assert answers[0] != answers[1] != answers[2]
