@@ -41,7 +41,13 @@ from proxy.analyze.per_unit import per_unit_plan
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.quantified import quantified_as_in
 from proxy.analyze.scoped_parts import scoped_parts
-from proxy.analyze.semi_joins import exists_out, in_as_exists, refuse_subqueries, semi_joins
+from proxy.analyze.semi_joins import (
+    exists_out,
+    in_as_exists,
+    public_semi_joins,
+    refuse_subqueries,
+    semi_joins,
+)
 from proxy.analyze.staged import scalar_releases, staged_plan, top_choice_plan
 from proxy.backends.base import Capabilities
 from proxy.errors import (
@@ -382,6 +388,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                for body in scalar_bodies]
     if scalars and not select.args.get("from_"):  # their values side by side
         return over_scalars(select, scalars)
+    select = public_semi_joins(select, rules)  # x IN (SELECT k FROM public p …): a join
     select = in_as_exists(select, rules)  # x IN (SELECT unit FROM t …): an EXISTS
     refuse_subqueries(select, rules)
     # public tables joined many-to-one, a second protected table on the privacy unit
@@ -789,17 +796,24 @@ def _refuse_public_in(node: exp.Expression, rules: Rules) -> None:
     tables = [table.name for table in query.find_all(exp.Table)]
     key = query.expressions[0].unnest().name
     public = rules.table(tables[0]) if len(tables) == 1 else None
-    if public is None or not public.public or (key.lower(),) not in public.unique:
+    if public is None or not public.public:
         return  # the join would not be answered either: the refusal below stands
     column = within.this.sql(dialect="postgres")
+    if (key.lower(),) not in public.unique:
+        raise NotSupported(f"{column} IN (SELECT {key} FROM {tables[0]} ...) is answered as "
+                           f"the join on {key} where the rules declare it unique in "
+                           f"{tables[0]} ([tables.{tables[0]}] unique = [\"{key}\"]); "
+                           "they do not")
     source = node.find_ancestor(exp.Select)
     table = source and source.args.get("from_") and rules.table(source.args["from_"].this.name)
     if table is not None and isinstance(within.this, exp.Column) \
             and within.this.name.lower() == table.privacy_unit:
         return  # the unit joined to a public key is no join the rules answer
-    raise NotSupported(f"{column} IN (SELECT {key} FROM {tables[0]} ...) is not supported; "
-                       f"join the table on its unique key instead: JOIN {tables[0]} ON "
-                       f"{column} = {tables[0]}.{key}, its conditions in the WHERE")
+    raise NotSupported(f"{column} IN (SELECT {key} FROM {tables[0]} ...) is answered as a "
+                       "condition the WHERE ANDs with the others (the join on the unique key "
+                       "it is), with conditions on that table alone inside; here join it "
+                       f"yourself: JOIN {tables[0]} ON {column} = {tables[0]}.{key}, its "
+                       "conditions in the WHERE")
 
 
 def _refuse_compound(select: exp.Select, rules: Rules) -> None:

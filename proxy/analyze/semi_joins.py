@@ -35,6 +35,7 @@ from types import MappingProxyType
 from sqlglot import exp
 
 from proxy.analyze.joins import declared_table
+from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import NotSupported, UnknownColumn
 from proxy.rules import Column, Rules, Table
@@ -88,6 +89,92 @@ def exists_out(select: exp.Select) -> tuple[exp.Select, tuple[exp.Exists, ...]]:
         node.replace(placeholder)
         found.append(node)
     return select, tuple(found)
+
+
+def public_semi_joins(select: exp.Select, rules: Rules) -> exp.Select:
+    """``select`` with each top-level AND term of its WHERE that keeps the rows whose
+    column matches a row of a public table by that table's unique key, ``x IN (SELECT
+    k FROM p WHERE …)`` or ``EXISTS (SELECT … FROM p WHERE p.k = x AND …)``, written as
+    the inner join on that key, ``JOIN p AS _idp_pN ON x = _idp_pN.k``, with the
+    subquery's other conditions in the WHERE: on a unique key a semi-join is that join
+    (each row meets at most one row of ``p``), which ``proxy.analyze.joins`` answers (a
+    copy; ``select`` itself when there is none). Only where each condition of the
+    subquery reads ``p`` alone, and it has no join, grouping, limit or subquery."""
+    where = select.args.get("where")
+    if where is None or not any(isinstance(node, exp.Exists) or isinstance(
+            node.args.get("query"), exp.Subquery) for node in where.find_all(exp.In,
+                                                                             exp.Exists)):
+        return select
+    select = select.copy()
+    joined = 0
+    for term in conjuncts(select.args["where"].this):
+        found = _public_match(term, rules)
+        if found is None:
+            continue
+        outer, table, key, kept = found
+        alias = f"_idp_p{joined}"
+        joined += 1
+        for column in (c for condition in kept for c in condition.find_all(exp.Column)):
+            column.set("table", exp.to_identifier(alias))
+        on = exp.EQ(this=outer.copy(), expression=exp.column(key, table=alias))
+        select = select.join(exp.to_table(table.name).as_(alias), on=on, join_type="INNER",
+                             copy=False)
+        replacement = exp.and_(*kept, copy=False) if kept else exp.true()
+        if term is select.args["where"].this:
+            select.args["where"].set("this", replacement)
+        else:
+            term.replace(exp.paren(replacement, copy=False) if kept else replacement)
+    return select
+
+
+def _public_match(term: exp.Expression, rules: Rules
+                  ) -> tuple[exp.Column, exp.Table, str, list[exp.Expression]] | None:
+    """(the outer column, the public table, its unique key, the subquery's other
+    conditions, copied) of a term ``public_semi_joins`` rewrites; None otherwise."""
+    if isinstance(term, exp.In) and isinstance(term.args.get("query"), exp.Subquery):
+        inner, outer = term.args["query"].this, term.this.unnest()
+    elif isinstance(term, exp.Exists):
+        inner, outer = term.this, None
+    else:
+        return None
+    if not isinstance(inner, exp.Select) or inner.find(exp.Subquery) or any(
+            inner.args.get(clause) for clause in ("joins", "group", "having", "limit",
+                                                  "offset", "with_", "qualify", "distinct")):
+        return None
+    source = inner.args.get("from_")
+    table = source.this if source is not None else None
+    declared = rules.table(table.name) if isinstance(table, exp.Table) else None
+    if declared is None or not declared.public:
+        return None
+    own = {table.alias_or_name.lower(), table.name.lower()}
+
+    def mine(column: exp.Column) -> bool:  # p's column (unqualified: p's if p declares it)
+        return column.name.lower() in declared.columns and (
+            not column.table or column.table.lower() in own)
+
+    where = inner.args.get("where")
+    terms = conjuncts(where.this) if where is not None else []
+    if outer is None:  # EXISTS: one term equates p's unique key with an outer column
+        link = next((t for t in terms if isinstance(t, exp.EQ) and sum(
+            isinstance(side, exp.Column) and mine(side) and (side.name.lower(),)
+            in declared.unique for side in (t.this, t.expression)) == 1 and all(
+            isinstance(side, exp.Column) for side in (t.this, t.expression))
+            and not all(mine(side) for side in (t.this, t.expression))), None)
+        if link is None:
+            return None
+        key, outer = (link.this, link.expression) if mine(link.this) \
+            else (link.expression, link.this)
+        if not outer.table:  # PostgreSQL would read an unqualified name as p's first
+            return None
+        terms = [t for t in terms if t is not link]
+    else:
+        key = inner.selects[0].unalias() if len(inner.selects) == 1 else None
+        if not (isinstance(key, exp.Column) and mine(key)
+                and (key.name.lower(),) in declared.unique and isinstance(outer, exp.Column)):
+            return None
+    if not all(mine(column) for t in terms for column in t.find_all(exp.Column)):
+        return None
+    return outer, table, key.name.lower(), [t.copy() for t in terms]
 
 
 def in_as_exists(select: exp.Select, rules: Rules) -> exp.Select:

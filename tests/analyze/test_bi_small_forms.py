@@ -45,6 +45,13 @@ privacy_unit = "person_id"
 person_id = { type = "int" }
 age       = { type = "int", domain = [0, 120] }
 cost      = { type = "float", domain = [0, 100] }
+
+[tables.zones]
+public = true
+unique = ["code"]
+[tables.zones.columns]
+code = { type = "text" }
+name = { type = "text" }
 """, "small.toml")
 PEOPLE = [(i, 20 + i % 50, ("a", "b", None, "c", "a", "a")[i % 6]) for i in range(1, 301)]
 VISITS = [(i, i % 90, float((i * 13 + k) % 101)) for i in range(1, 200) for k in range(i % 4)]
@@ -56,6 +63,8 @@ def _tables() -> dict[str, Table]:
                                          "region": "TEXT"}),
         "visits": table_of_rows(VISITS, {"person_id": "BIGINT", "age": "INTEGER",
                                          "cost": "DOUBLE PRECISION"}),
+        "zones": table_of_rows([("a", "Alpha"), ("b", "Beta"), ("c", "Gamma"),
+                                ("d", "Delta")], {"code": "TEXT", "name": "TEXT"}),
     }
 
 
@@ -125,6 +134,16 @@ SAME = [
      "SELECT COUNT(DISTINCT person_id) FROM visits WHERE cost > 20"),
     ("SELECT region, COUNT(DISTINCT person_id::text) FROM people GROUP BY 1",
      "SELECT region, COUNT(DISTINCT person_id) FROM people GROUP BY 1"),
+    # a semi-join with a public table on its unique key is the inner join (the BI probe
+    # of 2026-11-29: refused, naming the join to write instead)
+    ("SELECT COUNT(*) FROM people WHERE region IN (SELECT code FROM zones WHERE name LIKE "
+     "'%a') AND age > 25",
+     "SELECT COUNT(*) FROM people p JOIN zones z ON p.region = z.code WHERE z.name LIKE "
+     "'%a' AND p.age > 25"),
+    ("SELECT region, COUNT(*) FROM people p WHERE age > 30 AND EXISTS (SELECT 1 FROM zones "
+     "z WHERE z.code = p.region AND z.name <> 'Beta') GROUP BY 1",
+     "SELECT p.region, COUNT(*) FROM people p JOIN zones z ON p.region = z.code WHERE "
+     "p.age > 30 AND z.name <> 'Beta' GROUP BY 1"),
     # the empty grouping term: one group of every row (refused until 2026-11-29)
     ("SELECT COUNT(*), SUM(cost) FROM visits WHERE age > 3 GROUP BY ()",
      "SELECT COUNT(*), SUM(cost) FROM visits WHERE age > 3"),
@@ -355,6 +374,11 @@ REFUSED = [
      "which a WHERE with a scalar subquery is not"),
     ("SELECT COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) FROM people",
      "0A000", "COUNT(DISTINCT CASE WHEN age > 30 THEN person_id ELSE 0 END) is not supported"),
+    # a public table's rows matched by a column not declared unique, or under OR
+    ("SELECT COUNT(*) FROM people WHERE region IN (SELECT name FROM zones)", "0A000",
+     "where the rules declare it unique in zones"),
+    ("SELECT COUNT(*) FROM people WHERE age > 90 OR region IN (SELECT code FROM zones "
+     "WHERE name = 'Beta')", "0A000", "is answered as a condition the WHERE ANDs"),
     # a cast that could merge units or fail on one: not a count of units
     ("SELECT COUNT(DISTINCT CAST(person_id AS INTEGER)) FROM people", "0A000",
      "COUNT(DISTINCT CAST(person_id AS INT)) is not supported"),
