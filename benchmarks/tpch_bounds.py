@@ -97,10 +97,11 @@ def describe(groups: list[dict]) -> str | None:
     """One aggregate's line: the error under the draw, the rungs drawn, the oracle's."""
     first = groups[0]
     rungs, g, loss = first["ladder"].rungs, first["g"], first["loss"]
-    of_bound, of_sum = loss.split(bounds.BOUND_SHARE, 1 - bounds.BOUND_SHARE)
+    share = bounds.joint_share(first["groups"]) if first["joint"] else bounds.BOUND_SHARE
+    of_bound, of_sum = loss.split(share, 1 - share)
     if first["joint"]:
         beyond = tuple(sum(column) for column in zip(*(r["ladder"].beyond for r in groups)))
-        rule = bounds.joint_rule(first["groups"])
+        rule = bounds.joint_rule(first["groups"], share)
     else:
         beyond, rule = first["ladder"].beyond, {"prior": first["prior"]}
     chance = probabilities(bounds.rung_weights(beyond, of_bound.epsilon, g, **rule))
