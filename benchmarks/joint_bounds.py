@@ -96,7 +96,8 @@ def quantile(share: str, prior: str, floor: bool = True):
 
 RULES = {
     "before": before,
-    "engine": bounds.joint_rule,  # whatever the checkout's contribution_bounds says
+    # whatever the checkout's contribution_bounds says, at its share (``joint_share``)
+    "engine": lambda groups: bounds.joint_rule(groups, bounds.joint_share(groups)),
     "prior G/2": lambda groups: {"prior": Fraction(groups, 2)},
     "prior 4": lambda groups: {"prior": Fraction(4)},
     **{f"m {share} p{prior}{' nofloor' if not floor else ''}": quantile(share, prior, floor)
@@ -109,23 +110,31 @@ def analyse(records: list[dict], rule_names: list[str]) -> list[str]:
     """One line per rule for one aggregate's records (one per group)."""
     first = records[0]
     rungs, g, loss, count = first["ladder"].rungs, first["g"], first["loss"], first["groups"]
-    of_bound, of_sum = loss.split(bounds.BOUND_SHARE, 1 - bounds.BOUND_SHARE)
     beyond = [sum(column) for column in zip(*(r["ladder"].beyond for r in records))]
     truths = [r["ladder"].clipped[-1] for r in records]
     top = max(abs(t) for t in truths) or 1.0
-    eps = float(of_sum.epsilon)
-    mean_error, all_within = [], []
-    for k, bound in enumerate(rungs):
-        scale = g * 2 * bound / eps
-        errors, within = [], 1.0
-        for r, true in zip(records, truths):
-            bias = r["ladder"].clipped[k] - true
-            if true != 0:
-                errors.append(expected_abs(bias, scale) / abs(true))
-            tol = max(3 * scale, 0.10 * abs(true), 0.01 * top)
-            within *= laplace_within(bias, scale, tol)
-        mean_error.append(sum(errors) / max(len(errors), 1))
-        all_within.append(within)
+
+    def errors_at(share: Fraction) -> tuple[list[float], list[float]]:
+        """Per rung, the mean expected relative error and the chance all are within,
+        with ``share`` of the loss for the draw and the rest for the noise."""
+        eps = float(loss.split(share, 1 - share)[1].epsilon)
+        mean_error, all_within = [], []
+        for k, bound in enumerate(rungs):
+            scale = g * 2 * bound / eps
+            errors, within = [], 1.0
+            for r, true in zip(records, truths):
+                bias = r["ladder"].clipped[k] - true
+                if true != 0:
+                    errors.append(expected_abs(bias, scale) / abs(true))
+                tol = max(3 * scale, 0.10 * abs(true), 0.01 * top)
+                within *= laplace_within(bias, scale, tol)
+            mean_error.append(sum(errors) / max(len(errors), 1))
+            all_within.append(within)
+        return mean_error, all_within
+    # the other rules at the third they were drawn with; "engine" at ``joint_share``
+    at_third = errors_at(bounds.BOUND_SHARE)
+    mean_error, all_within = at_third
+    eps = float(loss.split(bounds.BOUND_SHARE, 1 - bounds.BOUND_SHARE)[1].epsilon)
     best = min(range(len(rungs)), key=lambda k: mean_error[k])
     lines = [f"  G {count}, ε_s {eps:.3g}, units beyond per rung "
              + " ".join(f"{rungs[k]:.4g}:{beyond[k]}" for k in range(len(rungs))
@@ -133,6 +142,9 @@ def analyse(records: list[dict], rule_names: list[str]) -> list[str]:
              + f"; best rung {rungs[best]:.4g} ({mean_error[best]:.2%}, all within "
              f"{all_within[best]:.2f})"]
     for name in rule_names:
+        share = bounds.joint_share(count) if name == "engine" else bounds.BOUND_SHARE
+        of_bound = loss.split(share, 1 - share)[0]
+        mean_error, all_within = errors_at(share) if name == "engine" else at_third
         chance = probabilities(bounds.rung_weights(tuple(beyond), of_bound.epsilon, g,
                                                    **RULES[name](count)))
         likely = max(range(len(rungs)), key=lambda k: chance[k])

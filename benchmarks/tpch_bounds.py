@@ -60,7 +60,8 @@ class Recorder:
 
         def joint_sum_at(ladder, k, loss, group_size, group_count, *args, **kwargs):
             self.sums.append(dict(joint=True, ladder=ladder, loss=loss, g=group_size,
-                                  one_sided=False, drawn=k, groups=group_count))
+                                  one_sided=False, drawn=k, groups=group_count,
+                                  share=kwargs.get("share", bounds.BOUND_SHARE)))
             return self._joint(ladder, k, loss, group_size, group_count, *args, **kwargs)
 
         noisy_answers.clipped_sum, noisy_answers.joint_sum_at = clipped_sum, joint_sum_at
@@ -97,10 +98,13 @@ def describe(groups: list[dict]) -> str | None:
     """One aggregate's line: the error under the draw, the rungs drawn, the oracle's."""
     first = groups[0]
     rungs, g, loss = first["ladder"].rungs, first["g"], first["loss"]
-    of_bound, of_sum = loss.split(bounds.BOUND_SHARE, 1 - bounds.BOUND_SHARE)
+    share = first["share"] if first["joint"] else bounds.BOUND_SHARE  # the engine's
+    of_bound, of_sum = loss.split(share, 1 - share)
     if first["joint"]:
         beyond = tuple(sum(column) for column in zip(*(r["ladder"].beyond for r in groups)))
-        rule = bounds.joint_rule(first["groups"])
+        # a COUNT's draw at its tenth keeps the rule of a third's (``draw_joint_bounds``)
+        rule = bounds.joint_rule(first["groups"],
+                                 share if share == bounds.joint_share(first["groups"]) else None)
     else:
         beyond, rule = first["ladder"].beyond, {"prior": first["prior"]}
     chance = probabilities(bounds.rung_weights(beyond, of_bound.epsilon, g, **rule))

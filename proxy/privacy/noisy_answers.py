@@ -24,6 +24,7 @@ from proxy.privacy.contribution_bounds import (
     contribution_of,
     count_slot,
     empty_ladder,
+    joint_bound_share,
     joint_note,
     joint_sum_at,
     laddered,
@@ -588,7 +589,8 @@ def _release_clipped(a: Asked) -> Released:
         of_count, of_sum = alike.joint_parts
         noisy_sum = joint_sum_at(ladder, group.joint[a.index], of_sum, group_size,
                                  alike.group_count, column.resolution, rng, confidence,
-                                 shift=cal.shift, kept=alike.joint_noise)
+                                 share=alike.joint_share, shift=cal.shift,
+                                 kept=alike.joint_noise)
         note, rung = alike.joint_note, None
     else:
         of_count, of_sum = alike.parts
@@ -640,6 +642,7 @@ class _ClippedAlike:
     bound_note: str
     group_count: int
     counted: Contribution | None  # an AVG's count laddered too (``clipped_divisor``)
+    joint_share: Fraction  # of the sum's loss, its bound's across groups (``joint_share``)
     joint_noise: dict = field(default_factory=dict)
     noise: dict = field(default_factory=dict)
     mechanisms: dict = field(default_factory=dict)
@@ -650,7 +653,8 @@ def _clipped_alike(a: Asked) -> _ClippedAlike:
     rows_per_unit = cal.shift // plan.table.group_size
     gaussian = plan.gaussian(agg)
     counted = clipped_divisor(plan, a.index, a.group.joint)
-    joint = joint_note(rows_per_unit)
+    share = joint_bound_share(plan, agg)
+    joint = joint_note(rows_per_unit, share)
     bound = bound_note(rows_per_unit, plan.table.privacy_unit is not None, gaussian)
     if agg.kind == SUM:
         joint, bound = f"SUM: {joint}", f"SUM: {bound}"
@@ -666,7 +670,7 @@ def _clipped_alike(a: Asked) -> _ClippedAlike:
         0.975 if agg.kind == AVG else 0.95,  # AVG: both parts at once, ≥ 95 %
         _joint_parts(plan, agg, cal.shift, counted is not None),
         (None, a.part) if agg.kind != AVG else a.part.split(1, 3, by_rho=gaussian),
-        joint, bound, plan.group_count, counted)
+        joint, bound, plan.group_count, counted, share)
 
 
 # An AVG of values ≥ 0, each clipped to a drawn bound B, that comes out at 0.9·B or above

@@ -313,3 +313,52 @@ def test_a_bound_on_an_int_column_is_read_exactly(where, integers, window):
     from proxy.analyze.key_restriction import number_window
     condition = parse_one(f"SELECT 1 FROM t WHERE {where}", read="postgres").args["where"]
     assert number_window(condition.this, "v", integers) == window
+
+
+@pytest.mark.parametrize("weeks,before,after", [(12, 0.0294, 0.0285), (40, 0.0518, 0.0460)])
+def test_a_sum_across_many_groups_spends_little_on_its_bound(engine, monkeypatch, weeks,
+                                                             before, after):
+    """SUM(cost) per week, each person's total over the weeks clipped to one bound drawn
+    for the query (§3.14, "Across groups"): the draw aims at a count of units that grows
+    with the G groups, while each week's noise, 2gB/ε_s, is the answer's error. With a
+    third of the loss for the draw each week's noise was wider than it need be: over
+    more than 7 groups the draw takes a fifth (``joint_share``), the loss still whole
+    (ε_b + ε_s = ε). Read from one release's own ladders, the engine's draw weights and
+    its noise's ε (exact, no sampling), the expected relative error per week: 2.94 % →
+    2.78 % over 12 weeks, 5.18 % → 4.43 % over 40 (``before`` → below ``after``)."""
+    from proxy.privacy import contribution_bounds, noisy_answers
+    from proxy.privacy.contribution_bounds import BOUND_SHARE, joint_sensitivity
+    from proxy.privacy.mechanisms import grid_step
+
+    weights, sums = [], []
+    exponents = contribution_bounds.rung_exponents
+
+    def recorded_exponents(beyond, epsilon, group_size, *args, **kwargs):
+        found = exponents(beyond, epsilon, group_size, *args, **kwargs)
+        weights.append((found, epsilon))
+        return found
+    joint_sum_at = noisy_answers.joint_sum_at
+
+    def recorded_sum(ladder, k, loss, group_size, group_count, *args, **kwargs):
+        sums.append((ladder, loss, kwargs.get("share", BOUND_SHARE), kwargs["shift"],
+                     group_size, group_count))
+        return joint_sum_at(ladder, k, loss, group_size, group_count, *args, **kwargs)
+    monkeypatch.setattr(contribution_bounds, "rung_exponents", recorded_exponents)
+    monkeypatch.setattr(noisy_answers, "joint_sum_at", recorded_sum)
+    answer, = run(Session.open(engine, "zoe"),
+                  f"SELECT week, SUM(cost) FROM visits WHERE week < {weeks} GROUP BY week")
+    assert len(answer.rows) == weeks == len(sums) and len(weights) == 1
+    (exponent, denominator), epsilon_b = weights[0]
+    odds = [math.exp((min(exponent) - n) / denominator) for n in exponent]
+    ladder, loss, share, shift, group_size, groups = sums[0]
+    epsilon_s = loss.split(share, 1 - share)[1].epsilon
+    assert epsilon_b + epsilon_s == loss.epsilon == 1  # sequential composition: ε whole
+    error = 0.0
+    for k, bound in enumerate(ladder.rungs):
+        scale = float(joint_sensitivity(bound, group_size, groups, shift, grid_step(0.01))
+                      / epsilon_s)
+        for clipped, *_ in sums:
+            bias = abs(clipped.clipped[k] - clipped.clipped[-1])
+            error += (odds[k] / sum(odds) * (bias + scale * math.exp(-bias / scale))
+                      / clipped.clipped[-1] / weeks)
+    assert error < after < before, (epsilon_b, error)

@@ -30,6 +30,7 @@ from proxy.privacy.contribution_bounds import (
     SHORTFALL,
     joint_prior,
     joint_rule,
+    joint_share,
     rung_weights,
     rungs,
 )
@@ -230,8 +231,9 @@ def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint
     evidence counts t of 1 to 3 (which bite on these data sets), per group with its
     prior, across groups with a ``TopChoice``'s (L∞: the per-group utility, its prior
     ``joint_prior``) and with the L1 draw's ``joint_rule`` (slack 1, its allowance q =
-    2gG/ε_b a fraction of a unit here) and the same with q of 1 and 2 units, which
-    bite. Their log-probabilities then move by at most ε_b."""
+    2gG/ε_b a fraction of a unit here; and its form over 12 groups at ``joint_share``'s
+    fifth) and the same with q of 1 and 2 units, which bite. Their log-probabilities
+    then move by at most ε_b."""
     lower, upper = domain
     groups = 2
     ladder = rungs(Contribution("x"), Column("x", "float", lower, upper,
@@ -256,6 +258,9 @@ def test_the_draws_utility_moves_within_g(units, rows, group_size, domain, joint
         l1 = joint_rule(groups)
         return {"top choice": (("prior", joint_prior(groups)),),
                 "joint": tuple(l1.items()),
+                # over more than 7 groups the draw takes a fifth (``joint_share``): its
+                # allowance 2G·(1/5)/(4/5) = 6 nats at G = 12, q a fraction of a unit here
+                "joint, a fifth": tuple(joint_rule(12, joint_share(12)).items()),
                 **{f"q {q}": tuple({**l1, "allowance": lam * q}.items()) for q in (1, 2)}}
     names = list(rules(Fraction(1)))
 
