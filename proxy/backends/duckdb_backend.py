@@ -49,7 +49,7 @@ class DuckDBBackend(Backend):
         group_commit=True,  # its writers take turns on the proxy's lock
         identity_columns=False, one_process=True,  # one process holds the file
         located_tables=False, grouped_ranks=GroupedRanks.LISTS, projected_scope=True,
-        extremes_in_pass=True, released_lists=True)
+        extremes_in_pass=True, released_lists=True, scalar_links=True)
     row_identity = "rowid"
 
     def __init__(self, path: str, memory_limit: str | None = None) -> None:

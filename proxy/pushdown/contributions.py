@@ -82,11 +82,14 @@ def contribution_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
 
 
 def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
-              clip_rows_per_unit: int | None, with_unit: bool, fenced: bool = False
-              ) -> exp.Select:
+              clip_rows_per_unit: int | None, with_unit: bool, fenced: bool = False,
+              scalar_links: bool = False) -> exp.Select:
     """Per unit (per group) its contributions ``t{i}``, never NULL (``with_unit``: and
     the unit, ``u``); without a privacy unit, per row (``fenced``: behind OFFSET 0,
-    ``Capabilities.fenced_rows``; a unit's GROUP BY is a fence already)."""
+    ``Capabilities.fenced_rows``; a unit's GROUP BY is a fence already). A linked
+    table read without its link: summed per link value first (``_summed_by_link``), or,
+    ``scalar_links`` (``Capabilities.scalar_links``), each row's unit read by a scalar
+    subquery (``_with_scalar_unit``) and the rows summed per unit once."""
     keys = group_keys(plan)
     columns = list(dict.fromkeys(c.column for c in wanted if c.column))
     needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
@@ -127,8 +130,10 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
         ).from_(scope.subquery("r", copy=False), copy=False)
         return rows.offset(0, copy=False) if fenced else rows
     # a unit's contribution: the sum over its rows in scope (none: 0)
-    if eager is not None:
+    if eager is not None and not scalar_links:
         return _summed_by_link(plan, eager, keys, terms, with_unit)
+    if eager is not None:
+        scope = _with_scalar_unit(plan, eager)
     present = exp.Case().when(exp.column("u").is_(exp.null()), zero.copy()).else_(
         exp.Literal.number(1))  # a unit with rows in the group; the NULL unit none
     return exp.select(*keys, *[exp.alias_(present.copy() if term is None else exp.Coalesce(
@@ -152,6 +157,24 @@ def _by_link(plan: QueryPlan, needs: tuple[ColumnNeeds, ...],
     if any(column.name == LINKED_UNIT for column in scope.find_all(exp.Column)):
         return None
     return scope.select(exp.alias_(exp.column(link.column, quoted=True), "lk"), copy=False)
+
+
+def _with_scalar_unit(plan: QueryPlan, scope: exp.Select) -> exp.Select:
+    """The rows in scope (``_by_link``) with their unit as ``u``: that of the link's
+    target row whose key is their link value (``link_owners``: each key read as unique,
+    so the subquery gives at most one row, and never fails), NULL where none is (a NULL
+    or dangling link), as the LEFT JOIN of ``table_rows`` gives it; the link value read
+    through the scope's alias, which no name of the target's subquery shadows. DuckDB
+    plans it as a SINGLE join built on the target (``Capabilities.scalar_links``)."""
+    mine = "_idp_p"
+    owners = link_owners(plan.table.link)
+    unit = exp.select(exp.column("u", table="_idp_l", quoted=True)).from_(
+        owners.subquery("_idp_l", copy=False), copy=False).where(
+        exp.column("k", table="_idp_l", quoted=True).eq(exp.column("lk", table=mine)),
+        copy=False)
+    return exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier(mine)),
+                      exp.alias_(exp.Subquery(this=unit), "u")).from_(
+        scope.subquery(mine, copy=False), copy=False)
 
 
 def _summed_by_link(plan: QueryPlan, scope: exp.Select, keys: tuple[str, ...],
@@ -252,7 +275,7 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
                ladders: tuple[tuple[float, ...], ...],
                clip_rows_per_unit: int | None, fenced: bool = False,
                joint: frozenset[Contribution] = frozenset(), largest: bool = False,
-               crossed: bool = False) -> exp.Select:
+               crossed: bool = False, scalar_links: bool = False) -> exp.Select:
     """The bucketed statement (above): keys, then per contribution i its bucket ``j{i}``
     (of |t|; clipped across groups in L1, of the unit's total ``n{i}``), and per
     contribution clipped across groups in L∞ the bucket ``h{i}`` of the unit's largest
@@ -262,9 +285,10 @@ def bucket_sql(plan: QueryPlan, wanted: tuple[Contribution, ...],
     in each form its rungs' sums take (``e{i}_{form}``) and, clipped across groups in
     L1, Σ trunc(t/T_u·SHARE_SCALE) (``r{i}``, 0 in bucket 0: a unit below every rung).
     ``crossed`` (``Capabilities.crossed_buckets``): several bucket columns grouped all at
-    once where their cells are few (``_crossed``), every column set in every row."""
+    once where their cells are few (``_crossed``), every column set in every row.
+    ``scalar_links``: a linked table's units as ``_per_unit`` reads them."""
     keys = group_keys(plan)
-    per_unit = _per_unit(plan, wanted, clip_rows_per_unit, bool(joint), fenced)
+    per_unit = _per_unit(plan, wanted, clip_rows_per_unit, bool(joint), fenced, scalar_links)
     indexes = [i for i, c in enumerate(wanted) if c in joint]
     if joint:
         per_unit = _unit_totals(per_unit, keys, indexes, largest)
@@ -494,14 +518,16 @@ def _bucketed_ladders(plan: QueryPlan, wanted: tuple[Contribution, ...],
     new at every answer) are rendered every time."""
     def build(plan: QueryPlan) -> exp.Select:
         return bucket_sql(plan, wanted, ladders, clip_rows_per_unit, capabilities.fenced_rows,
-                          joint, largest, capabilities.crossed_buckets)
+                          joint, largest, capabilities.crossed_buckets,
+                          capabilities.scalar_links)
 
     if any(contribution.centres for contribution in wanted):
         sql = build(plan).sql(dialect=capabilities.dialect, copy=False)
     else:
         sql = reused_sql(plan, ("buckets", wanted, ladders, type(clip_rows_per_unit),
                                 clip_rows_per_unit, capabilities.fenced_rows, joint, largest,
-                                capabilities.crossed_buckets), capabilities.dialect, build)
+                                capabilities.crossed_buckets, capabilities.scalar_links),
+                                capabilities.dialect, build)
     width, count = len(plan.group_by), len(wanted)
     indexes = [i for i, c in enumerate(wanted) if c in joint]
     l1 = [c in joint and not largest for c in wanted]

@@ -29,6 +29,7 @@ import itertools
 import math
 import random
 from collections import Counter
+from dataclasses import replace
 from fractions import Fraction
 
 import duckdb
@@ -500,6 +501,41 @@ def test_clipped_contributions_along_the_chain_move_within_their_bounds(con, que
         reached |= {key for key, change in outcome.worst.items()
                     if key[2] == "beyond" and change >= 1}
     assert any(k == 0 for _, k, _ in reached), query  # some unit crossed the lowest rung
+
+
+@pytest.mark.parametrize("joint", ["per group", "L1", "Linf"])
+def test_scalar_links_read_the_ladders_of_the_sums_per_link(con, joint):
+    """``Capabilities.scalar_links`` (DuckDB): line items alone, each row's unit read by
+    a scalar subquery on the orders and the rows summed per unit once, give the ladders
+    of the sums per link value first (PostgreSQL's form; docs/privacy.md §3.14), clipped
+    per group and across groups (L1, L∞), on data with orders written twice (their line
+    items have no unit), dangling and NULL links and the NULL unit; the order key read
+    as unique in the snapshot (``bounded_keys``) where it is, and counted where not (so
+    the subquery never meets two rows)."""
+    plan = analyze(parse_statements(QUERIES["lines alone"][0])[0],
+                   parse_rules(RULES_TEXT.replace(RAW, "")), Settings(model="idp"))
+    wanted = (Contribution("", power=0), Contribution("z"))
+    together = frozenset() if joint == "per group" else frozenset(wanted)
+    seen = set()
+    for tables in _datasets(4242, 24):
+        _load(con, tables)
+        ladders = tuple(rungs(c, plan.table.columns.get(c.column), 3) for c in wanted)
+        keys = [order[0] for order in tables[1] if order[0] is not None]
+        unique = len(set(keys)) == len(keys)
+        seen.add(unique)
+        with bounded_keys([("o", ("ok",), 1)] if unique else []):
+            summed, scalar = (contribution_ladders(
+                plan, wanted, ladders, replace(DuckDBBackend.capabilities, scalar_links=on),
+                None, lambda sql: con.execute(sql).fetchall(), together, joint == "Linf")
+                for on in (False, True))
+        assert summed.keys() == scalar.keys(), tables
+        for key, by_contribution in summed.items():
+            assert by_contribution.keys() == scalar[key].keys(), tables
+            for contribution, ladder in by_contribution.items():
+                other = scalar[key][contribution]
+                assert ladder.beyond == other.beyond, (tables, key, contribution)
+                assert ladder.clipped == pytest.approx(other.clipped, abs=1e-9), tables
+    assert seen == {False, True}
 
 
 # EXISTS along the chain (docs/privacy.md §3.15, TPC-H Q04 and Q21): name -> (SQL, the
