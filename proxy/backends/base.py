@@ -95,13 +95,16 @@ class Capabilities:
     # hashes each row once per grouping set (clipped STDDEV at 4 M rows: 0.49 s of CPU
     # for the crossed statement against 0.59 s).
     crossed_buckets: bool = False
-    # A linked table's (``unit_via``) contributions are summed per unit once, each row's
-    # unit read by a scalar subquery on the link's target (pushdown/contributions.py,
-    # ``_per_unit``), not summed per link value first, joined, and summed again: DuckDB
-    # 2.0 plans the subquery as a SINGLE join built on the target, where its estimate of
-    # the scope (x0.2 per IN list of the group keys) made it build the LEFT JOIN on the
-    # scope's rows (TPC-H Q01 at SF 1: the statement's CPU 2.2 -> 1.6 s). PostgreSQL runs
-    # such a subquery once per row.
+    # Under GROUP BY a linked table's (``unit_via``) contributions are summed per unit
+    # once, each row's unit read by a scalar subquery on the link's target
+    # (pushdown/contributions.py, ``_per_unit``), not summed per link value first,
+    # joined, and summed again: DuckDB 2.0 plans the subquery as a SINGLE join built on
+    # the target, where its estimate of a grouped scope (x0.2 for the IN lists of the
+    # group keys) made it build the LEFT JOIN on the scope's side (TPC-H Q01 at SF 1:
+    # the statement's CPU 2.2 -> 1.6 s). The target's hash table is built whole (no
+    # filter from the scope reaches its scan): 0.02-0.03 s more where a grouped scope
+    # holds 10-60 k of the 6 M line items, so ungrouped statements (TPC-H Q06, Q14)
+    # keep the first form. PostgreSQL runs such a subquery once per row.
     scalar_links: bool = False
     # A statement over public tables with released rows in it (TPC-H Q20's 8,508 (part,
     # supplier, value) rows) reads them from list parameters unnested side by side

@@ -88,8 +88,14 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
     the unit, ``u``); without a privacy unit, per row (``fenced``: behind OFFSET 0,
     ``Capabilities.fenced_rows``; a unit's GROUP BY is a fence already). A linked
     table read without its link: summed per link value first (``_summed_by_link``), or,
-    ``scalar_links`` (``Capabilities.scalar_links``), each row's unit read by a scalar
-    subquery (``_with_scalar_unit``) and the rows summed per unit once."""
+    under GROUP BY where ``scalar_links`` (``Capabilities.scalar_links``), each row's
+    unit read by a scalar subquery (``_with_scalar_unit``) and the rows summed per unit
+    once. Which form is a function of the plan and the backend alone (public), never of
+    the data: the forms add a unit's doubles in different orders, so a total may differ
+    in its last bits between them, and a choice made on the data would let one unit's
+    rows move the others' totals across a rung (one on it exactly, in decimal: TPC-H
+    Q01 at SF 1, group (A, F), 87 customers' discounts add up to 4.45, a rung, and fall
+    on one side of it in one form and on the other in the other)."""
     keys = group_keys(plan)
     columns = list(dict.fromkeys(c.column for c in wanted if c.column))
     needs = tuple(ColumnNeeds(name, lower=plan.table.columns[name].lower,
@@ -130,7 +136,7 @@ def _per_unit(plan: QueryPlan, wanted: tuple[Contribution, ...],
         ).from_(scope.subquery("r", copy=False), copy=False)
         return rows.offset(0, copy=False) if fenced else rows
     # a unit's contribution: the sum over its rows in scope (none: 0)
-    if eager is not None and not scalar_links:
+    if eager is not None and not (scalar_links and keys):
         return _summed_by_link(plan, eager, keys, terms, with_unit)
     if eager is not None:
         scope = _with_scalar_unit(plan, eager)
