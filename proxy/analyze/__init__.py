@@ -916,7 +916,7 @@ def unit_test(table: Table, joins: tuple[Join, ...], alias: str):
     tables = {join.alias: join.table for join in joins
               if join.protected and not join.left and join.table.link is None
               and join.table.privacy_unit}
-    joined = {name: joined.privacy_unit for name, joined in tables.items()}
+    joined = {name: other.privacy_unit for name, other in tables.items()}
 
     def unit_of(column: exp.Column) -> Table | None:
         """The table whose unit ``column`` is, if it is one."""
