@@ -82,8 +82,8 @@ def test_median_and_p90_within_five_percent_at_epsilon_one(engine):
     for _ in range(5):
         (grouped,) = run(session, f"SELECT department, {aggregates} FROM visits GROUP BY 1")
         (whole,) = run(session, f"SELECT {aggregates} FROM visits")
-        assert "one row per privacy unit" in " ".join(grouped.privacy["notes"])
-        assert "one row per privacy unit" not in " ".join(whole.privacy["notes"])
+        assert "each unit counts once" in " ".join(grouped.privacy["notes"])
+        assert "each unit counts once" not in " ".join(whole.privacy["notes"])
         cells = [(True, row[0], row[1:]) for row in grouped.rows] + \
             [(False, None, whole.rows[0])]
         for by_department, department, answers in cells:
