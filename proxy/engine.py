@@ -365,8 +365,10 @@ class Engine:
                by_column: dict, clip: int | None, shift: int, scope: DrawScope) -> None:
         """The exponential mechanism's draws over ``scope`` (``draw_scope``) into each
         group's ``instance``: over the scope the other aggregates read (``clip`` rows
-        per unit under DP), or over one row per unit (percentiles, ``HashedClip``) or
-        one value per unit (MAX and MIN, ``UnitExtremes``), whose n are read here."""
+        per unit under DP), over weighted ranks (grouped percentiles of a user-level
+        table: ``_weighted_draws``), over one row per unit (the same in the piecewise
+        form, ``HashedClip``) or one value per unit (MAX and MIN, ``UnitExtremes``),
+        whose n are read here."""
         dialect, execute = self.backend.dialect, tx.execute
         if scope == WEIGHTED:
             self._weighted_draws(plan, tx, groups, by_column)

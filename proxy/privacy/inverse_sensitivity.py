@@ -12,6 +12,10 @@ change for y to be the value at rank r is
     d(y) = max(0, a(y) − r + 1, r − b(y)),
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
+A grouped percentile of a table whose unit may own several rows is drawn over weighted
+ranks instead (``weighted_release``): every row weighs ⌊2²⁰/n_u⌋, n_u its unit's values
+in scope, so each unit counts once, and d(y) = max(0, A(y) − t, t − B(y)) over the
+weights below and at or below y, t = p·N: exact rationals, λ = ε/(4·max(p, 1 − p)).
 MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
 table whose unit may own several rows they are drawn over each unit's own MAX or MIN
 (per group and unit), where s is g (``draw_scope``). Candidates between consecutive
@@ -598,11 +602,13 @@ def _tail_share(found: list[Block], scale: float) -> float:
 
 
 def one_row_per_unit(plan: QueryPlan) -> bool:
-    """Whether the plan's percentiles are drawn over one row per unit (docs/privacy.md
-    §5.3, "Percentiles of user-level tables"): the table has a privacy unit that may own
+    """Whether the plan's percentiles count each unit once (docs/privacy.md §5.3,
+    "Percentiles of user-level tables"): over weighted ranks in the step form
+    (``WEIGHTED``: every row weighs 1/n_u of a unit), over one row per unit in the
+    piecewise form (``ONE_ROW``). The table has a privacy unit that may own
     several rows (``max_rows_per_unit`` other than 1, or joins that multiply rows) and
     the GROUP BY has groups one unit may span, where the exponent's c·min(2c, G) over
-    all rows falls to min(2, G). Without such groups all rows are drawn over (Δu = c·g:
+    all rows falls to min(2, G) (weighted: 2·max(p, 1 − p)). Without such groups all rows are drawn over (Δu = c·g:
     no sampling error, which dominates at a few thousand rows). A function of the rules
     and the query alone."""
     return several_rows_per_unit(plan) and bool(plan.group_by) and not plan.groups_fixed \
@@ -629,7 +635,9 @@ DrawScope = UnitExtremes | str | None
 
 
 def draw_scope(plan: QueryPlan, agg) -> DrawScope:
-    """What a percentile, MAX or MIN of the plan is drawn over. MAX over rows is MAX
+    """What a percentile, MAX or MIN of the plan is drawn over: a percentile where a
+    unit may span the GROUP BY's groups (``one_row_per_unit``) over weighted ranks, or
+    in the piecewise form one row per unit, else over all rows. MAX over rows is MAX
     over the units' own maxima, exactly (MIN likewise), and a neighbour changes one
     value per unit and group instead of c, so the draw's s falls from c·g to g wherever
     a unit may own several rows (``several_rows_per_unit``); with one row per unit the
