@@ -340,6 +340,11 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         return union_plan(statement, lambda branch: analyze(branch, rules, settings, hint,
                                                             shown), canonical_sql)
     select = _distinct_unwrapped(_only_select(statement))
+    lock = select.find(exp.Lock)
+    if lock is not None:  # answered as if it were not there, or sent to lock public rows
+        kind = "UPDATE" if lock.args.get("update") else "SHARE"
+        raise NotSupported(f"FOR {kind} is not allowed: the proxy only reads, and locks no "
+                           "row; ask without it")
     if _public_only(select, rules):
         return PassthroughPlan(select if owned else select.copy())
     if select.find(exp.TableSample):  # it was dropped: the answer covered every row
