@@ -49,10 +49,13 @@ from proxy.privacy.correlation import draw_bounds, row_rungs
 from proxy.privacy.inverse_sensitivity import (
     ALL_ROWS,
     ONE_ROW,
+    WEIGHTED,
     DrawScope,
     draw_scopes,
     first_windows,
     instance_releases,
+    weighted_reaches,
+    weighted_releases,
 )
 from proxy.privacy.noisy_answers import (
     Calibration,
@@ -64,7 +67,7 @@ from proxy.privacy.noisy_answers import (
 from proxy.privacy.partition_selection import SELECTION_SHARE, selection_of, whole_root
 from proxy.privacy.private_bound import private_levels
 from proxy.privacy.refined_answers import exact_answer, release_refined
-from proxy.privacy.requests import Asking, CountRequest, RankRequest
+from proxy.privacy.requests import Asking, CountRequest, RankRequest, WeightCountRequest
 from proxy.privacy.sampler import RandomSource, SecureSource
 from proxy.privacy.smooth_sensitivity import smooth_sensitivities
 from proxy.privacy.top_choice import top_release
@@ -85,6 +88,7 @@ from proxy.pushdown.scope import (
 from proxy.pushdown.selection import key_counts_sql
 from proxy.pushdown.ungrouped import first_pass, remaining_passes
 from proxy.pushdown.values import clamped_to_domain  # the one normalisation rule
+from proxy.pushdown.weighted import weighted_counts, weighted_windows
 from proxy.pushdown.window import (
     by_rank,
     grouped_windows,
@@ -361,9 +365,14 @@ class Engine:
                by_column: dict, clip: int | None, shift: int, scope: DrawScope) -> None:
         """The exponential mechanism's draws over ``scope`` (``draw_scope``) into each
         group's ``instance``: over the scope the other aggregates read (``clip`` rows
-        per unit under DP), or over one row per unit (percentiles, ``HashedClip``) or
-        one value per unit (MAX and MIN, ``UnitExtremes``), whose n are read here."""
+        per unit under DP), over weighted ranks (grouped percentiles of a user-level
+        table: ``_weighted_draws``), over one row per unit (the same in the piecewise
+        form, ``HashedClip``) or one value per unit (MAX and MIN, ``UnitExtremes``),
+        whose n are read here."""
         dialect, execute = self.backend.dialect, tx.execute
+        if scope == WEIGHTED:
+            self._weighted_draws(plan, tx, groups, by_column)
+            return
         spans_of = first_windows(plan, shift, scope)
         if not spans_of:
             return
@@ -405,6 +414,35 @@ class Engine:
             group = GroupStats.of(groups, key)
             drawn = answered(instance_releases(plan, counts.get(key, GroupStats()), shift,
                                                self.rng, key, scope), draws_read)
+            group.instance = {**group.instance, **{
+                index: _within_where(plan, index, value) for index, value in drawn.items()}}
+
+    def _weighted_draws(self, plan: QueryPlan, tx: Transaction,
+                        groups: dict[tuple, GroupStats], by_column: dict) -> None:
+        """The draws of the plan's percentiles over weighted ranks (a user-level table
+        under GROUP BY: privacy/inverse_sensitivity.py's ``weighted_release``) into
+        each group's ``instance``: every group's first windows in one statement per
+        column and fraction, a wider window or a tail's weights per group as a draw
+        asks (pushdown/weighted.py)."""
+        dialect, execute = self.backend.dialect, tx.execute
+        first = {(column, fraction, reach): weighted_windows(
+            plan, by_column[column], dialect, execute, fraction, reach)
+            for column, fraction, reach in weighted_reaches(plan)}
+
+        def weights_read(request):
+            need, key = by_column[request.column], request.group
+            if isinstance(request, WeightCountRequest):
+                return weighted_counts(plan, need, dialect, execute, key)(request.point,
+                                                                          request.after)
+            found = first.get((request.column, request.fraction, request.reach))
+            if found is None:
+                found = weighted_windows(plan, need, dialect, execute, request.fraction,
+                                         request.reach, key)
+            return found.get(key, (0, 0, []))
+
+        for key in plan.group_keys():
+            group = GroupStats.of(groups, key)
+            drawn = answered(weighted_releases(plan, self.rng, key), weights_read)
             group.instance = {**group.instance, **{
                 index: _within_where(plan, index, value) for index, value in drawn.items()}}
 

@@ -10,6 +10,9 @@ from fractions import Fraction
 from typing import Any
 
 PCT, BOTTOM, TOP = "pct", "bottom", "top"
+# A unit's whole weight under weighted ranks (docs/privacy.md §5.3): its rows in scope
+# weigh ⌊WEIGHT_UNIT/n_u⌋ each (pushdown/weighted.py, privacy/inverse_sensitivity.py)
+WEIGHT_UNIT = 1 << 20
 
 # The largest magnitude any statistic sees (public): a value beyond it counts as ±1e15,
 # and a declared bound must lie within it (proxy.rules). With every value in

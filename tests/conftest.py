@@ -241,10 +241,20 @@ def no_noise(monkeypatch):
     where one rung was drawn for all groups (``joint_sum_at``)."""
     from proxy.privacy import inverse_sensitivity, noisy_answers, variance
     from proxy.privacy.mechanisms import Noisy
-    from proxy.privacy.requests import RankRequest
+    from proxy.privacy.requests import RankRequest, WeightRequest
 
     def at_target(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
         return (yield RankRequest(column, rank, rank, group=key))[0] if n else grid.lower
+
+    def at_weighted_target(fraction, scale, grid, rng, column="", key=()):
+        """The least value whose running weight reaches t = p·N (the weighted
+        percentile_disc, where the law's distance is 0)."""
+        total, running, rows = yield WeightRequest(column, fraction, 1, key)
+        for value, weight in rows:
+            running += weight
+            if running >= fraction * total:
+                return value
+        return grid.lower  # an empty scope
 
     def unclipped(ladder, *args, **kwargs):
         return Noisy(ladder.clipped[-1], 0.0, "none"), len(ladder.rungs) - 1
@@ -261,6 +271,7 @@ def no_noise(monkeypatch):
     monkeypatch.setattr(noisy_answers, "clipped_sum", unclipped)
     monkeypatch.setattr(noisy_answers, "joint_sum_at", unclipped_at)
     monkeypatch.setattr(inverse_sensitivity, "instance_release", at_target)
+    monkeypatch.setattr(inverse_sensitivity, "weighted_release", at_weighted_target)
     # the spreads' noisy count, mean and squares, their bound the top rung
     monkeypatch.setattr(variance, "laplace_real", exact)
     monkeypatch.setattr(variance, "laplace_integer", exact)

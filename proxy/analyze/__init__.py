@@ -340,6 +340,11 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         return union_plan(statement, lambda branch: analyze(branch, rules, settings, hint,
                                                             shown), canonical_sql)
     select = _distinct_unwrapped(_only_select(statement))
+    lock = select.find(exp.Lock)
+    if lock is not None:  # answered as if it were not there, or sent to lock public rows
+        kind = "UPDATE" if lock.args.get("update") else "SHARE"
+        raise NotSupported(f"FOR {kind} is not allowed: the proxy only reads, and locks no "
+                           "row; ask without it")
     if _public_only(select, rules):
         return PassthroughPlan(select if owned else select.copy())
     if select.find(exp.TableSample):  # it was dropped: the answer covered every row
@@ -916,7 +921,7 @@ def unit_test(table: Table, joins: tuple[Join, ...], alias: str):
     tables = {join.alias: join.table for join in joins
               if join.protected and not join.left and join.table.link is None
               and join.table.privacy_unit}
-    joined = {name: joined.privacy_unit for name, joined in tables.items()}
+    joined = {name: other.privacy_unit for name, other in tables.items()}
 
     def unit_of(column: exp.Column) -> Table | None:
         """The table whose unit ``column`` is, if it is one."""

@@ -43,10 +43,10 @@ queries, so they are answered from releases, each charged as if sent alone
 
 HAVING, select items computed from aggregates and windows over the groups are the first
 shape written inside one query; ``proxy.analyze.having`` answers them through
-``over_release``, and through ``over_releases`` where a scalar subquery stands among
+``over_release``, and through ``over_scalars`` where a scalar subquery stands among
 them (``COUNT(*) * 100.0 / (SELECT COUNT(*) FROM t)``): the second shape written inside,
-its one-row release CROSS JOINed to the query's (``over_scalars``, which also answers a
-SELECT without FROM of such subqueries).
+its one-row release CROSS JOINed to the query's (a SELECT without FROM of such
+subqueries too).
 
 The sandbox: the outer query reads only the released tables, and may call only the
 functions of ``_ROW_LEVEL`` and ``WINDOW_FUNCTIONS`` — none reads a file, the network,

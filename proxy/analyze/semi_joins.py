@@ -297,8 +297,8 @@ def refuse_subqueries(select: exp.Select, rules: Rules) -> None:
         raise NotSupported(f"{form} is not supported: it reads the protected table "
                            f"{protected[0]} to filter or compute each row; supported: "
                            f"{ALLOWED}, joins along declared keys, and an uncorrelated "
-                           "scalar subquery of one aggregate compared in the WHERE or "
-                           "computed with the query's aggregates (a release of its own)")
+                           "scalar subquery of one aggregate in the WHERE or the select "
+                           "list (a release of its own)")
 
 
 def semi_joins(found: tuple[exp.Exists, ...], table: Table, owners: dict[str, Table],

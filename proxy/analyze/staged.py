@@ -165,17 +165,19 @@ def scalar_releases(select: exp.Select, rules: Rules) -> tuple[exp.Select, list[
     if not _scalar_places(select, rules):
         return select, []
     select = select.copy()
-    bodies: dict[str, exp.Select] = {}  # one release for a subquery written twice
+    places: dict[str, int] = {}  # one release for a subquery written twice
+    bodies = []
     for node in _scalar_places(select, rules):
-        index = list(bodies).index(written) if (written := node.this.sql()) in bodies \
-            else len(bodies)
-        if index == len(bodies):
-            body = bodies[written] = node.this.copy()
+        written = node.this.sql()
+        if written not in places:
+            places[written] = len(bodies)
+            body = node.this.copy()
             if len(body.expressions) == 1:
                 body.set("expressions", [exp.alias_(body.expressions[0].unalias(),
                                                     SCALAR_VALUE)])
-        node.replace(exp.Placeholder(this=f"{SCALAR}{index}"))
-    return select, list(bodies.values())
+            bodies.append(body)
+        node.replace(exp.Placeholder(this=f"{SCALAR}{places[written]}"))
+    return select, bodies
 
 
 def _scalar_places(select: exp.Select, rules: Rules) -> list[exp.Subquery]:

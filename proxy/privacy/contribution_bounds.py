@@ -524,24 +524,25 @@ def draw_joint_bounds(plan: QueryPlan, indexes: tuple[int, ...], shift: int,
         agg = plan.aggregates[index]
         of_count, of_sum = sum_loss(plan, agg)
         share = joint_bound_share(plan, agg)
-        rule = ({"prior": joint_prior(plan.group_count)} if top  # a count's: as before
-                else joint_rule(plan.group_count, share if agg.kind in (SUM, AVG) else None))
-        draws = [(index, contribution_of(agg, plan), of_sum.split(share, 1 - share)[0])]
+        draws = [(index, contribution_of(agg, plan), of_sum.split(share, 1 - share)[0],
+                  share)]
         divisor = average_count(plan, agg)
         if divisor is not None:  # its count across groups too, as a COUNT's
             draws.append((count_slot(index), divisor,
-                          of_count.split(COUNT_SHARE, 1 - COUNT_SHARE)[0]))
-        for slot, contribution, of_bound in draws:
+                          of_count.split(COUNT_SHARE, 1 - COUNT_SHARE)[0], COUNT_SHARE))
+        for slot, contribution, of_bound, drawn_with in draws:
             ladder_rungs = rungs(contribution, plan.table.columns.get(agg.column or ""),
                                  shift // plan.table.group_size)
             beyond = [sum(counts) for counts in zip(  # rung by rung (Q15: 10,000 groups)
                 [0] * len(ladder_rungs), *(group.ladders[contribution].beyond
                                            for group in groups.values()
                                            if contribution in group.ladders))]
+            # each draw aimed with its own share of the loss (a count's tenth over a chain
+            # as in a window: with a third's rule it let 4.5 times the units be clipped)
+            rule = {"prior": joint_prior(plan.group_count)} if top and not contribution.fine \
+                else joint_rule(plan.group_count, drawn_with)
             k = choose_scaled(*rung_exponents(
-                tuple(beyond), of_bound.epsilon, plan.table.group_size,
-                **(joint_rule(plan.group_count, COUNT_SHARE) if contribution.fine else rule)),
-                rng)
+                tuple(beyond), of_bound.epsilon, plan.table.group_size, **rule), rng)
             for key in plan.group_keys():
                 GroupStats.of(groups, key).joint[slot] = k
 

@@ -12,6 +12,10 @@ change for y to be the value at rank r is
     d(y) = max(0, a(y) − r + 1, r − b(y)),
 and y is released with probability ∝ exp(−ε·d(y) / (2s)), s the records one neighbour
 step may change (1 for one record; c·g for user-level privacy, as every DP aggregate).
+A grouped percentile of a table whose unit may own several rows is drawn over weighted
+ranks instead (``weighted_release``): every row weighs ⌊2²⁰/n_u⌋, n_u its unit's values
+in scope, so each unit counts once, and d(y) = max(0, A(y) − t, t − B(y)) over the
+weights below and at or below y, t = p·N: exact rationals, λ = ε/(4·max(p, 1 − p)).
 MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
 table whose unit may own several rows they are drawn over each unit's own MAX or MIN
 (per group and unit), where s is g (``draw_scope``). Candidates between consecutive
@@ -44,16 +48,24 @@ stay heavy, and the draw then resolves more tail candidates by counts (a scan ea
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import accumulate
 
 from proxy.interrupts import checkpoint
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.mechanisms import grid_step
-from proxy.privacy.requests import Asking, CountRequest, RankRequest
+from proxy.privacy.requests import (
+    Asking,
+    CountRequest,
+    RankRequest,
+    WeightCountRequest,
+    WeightRequest,
+)
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, group_share, require_finite
-from proxy.statistics import BOTTOM, PCT, TOP, GroupStats, RankRef, UnitExtremes
+from proxy.statistics import BOTTOM, PCT, TOP, WEIGHT_UNIT, GroupStats, RankRef, UnitExtremes
 from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
 
 _FIRST_REACH = 16
@@ -261,7 +273,7 @@ class Block:
 
     first: int
     count: int
-    distance: int
+    distance: int | Fraction  # a rational under weighted ranks
     exact: bool = True
     gap: tuple[int, float, float] | None = None
 
@@ -367,7 +379,8 @@ def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Gri
                 or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
         reach = min(reach * 4, _MOST_REACH)
-    drawn = yield from _draw(found, rank, scale, grid, rng, piecewise, column, key)
+    drawn = yield from _draw(found, scale, rng, lambda block, k: _rank_distance(
+        block, k, rank, grid, piecewise, column, key))
     return grid.value(drawn) if piecewise else grid.middle(drawn)
 
 
@@ -377,29 +390,32 @@ def exponent(epsilon: Fraction, shift: int) -> Fraction:
     return epsilon / (2 * shift)
 
 
-def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rng: RandomSource,
-          piecewise: bool, column: str, key: tuple) -> Asking[int]:
+def _draw(found: list[Block], scale: Fraction, rng: RandomSource,
+          distance_of) -> Asking[int]:
     """The candidate's k, by rejection from an envelope that is exact where it can be.
 
     Blocks are pooled in bands of distances [d₀, d₀ + w), w = ⌊1/λ⌋ (at least 1); a band
     weighs (its candidates)·e^{−λd₀} ≥ its true weight, and is chosen exactly
-    (``choose``); a block of it by its count, a candidate uniformly, and the candidate is
-    kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1} (d(y) counted in the backend for a
-    tail block, asked for between two uses of ``rng``; a gap's d(y) of the piecewise
-    form is at most its floor + 1, so there d(y) − d₀ < w + 1 and the chance is at
-    least e^{−1−λ}). A round keeps y with probability e^{−λd(y)} / (the envelope's
-    total), so the kept y follows the mechanism's law; banding makes the exact choice run over
-    a few dozen bands instead of every block of a wide window."""
+    (``choose``, rational exponents); a block of it by its count, a candidate uniformly,
+    and the candidate is kept with probability e^{−λ(d(y) − d₀)} ≥ e^{−1}
+    (``distance_of(block, k)``, a generator: d(y) counted in the backend for a tail
+    block, asked for between two uses of ``rng``; a gap's d(y) of the piecewise form is
+    at most its floor + 1, so there d(y) − d₀ < w + 1 and the chance is at least
+    e^{−1−λ}). Distances may be rationals (weighted ranks): the bands' floors are then
+    rationals, every step still exact. A round keeps y with probability e^{−λd(y)} / (the
+    envelope's total), so the kept y follows the mechanism's law; banding makes the exact
+    choice run over a few dozen bands instead of every block of a wide window."""
     width = max(1, math.floor(1 / scale))
     nearest = min(block.distance for block in found)
     bands: dict[int, list[Block]] = {}
     for block in found:
-        bands.setdefault((block.distance - nearest) // width, []).append(block)
+        bands.setdefault(math.floor((block.distance - nearest) / width), []).append(block)
     order = sorted(bands)
     members = [bands[band] for band in order]
     floors = [nearest + band * width for band in order]
     totals = [sum(block.count for block in band) for band in members]
-    weights = [(total, scale * (floor - nearest)) for total, floor in zip(totals, floors)]
+    weights = [(total, Fraction(scale * (floor - nearest)))
+               for total, floor in zip(totals, floors)]
     while True:
         checkpoint()
         band = choose(weights, rng)
@@ -409,19 +425,26 @@ def _draw(found: list[Block], rank: int, scale: Fraction, grid: Grid, rng: Rando
                 break
             k -= block.count
         k += block.first
-        around = None
-        if not block.exact:  # a tail block: its candidate's counts, read by the engine
-            around = yield CountRequest(column, grid.value(k), key)
-            below, through, under, over = around
-            if not piecewise and over is not None and k < grid.last \
-                    and over < grid.value(k + 1):  # values snapped to y from its cell
-                through = (yield CountRequest(column, grid.value(k + 1), key))[0]
-                around = (below, through, under, over)
-        gap = candidate_distance(block, k, rank, grid, around, piecewise)
+        gap = yield from distance_of(block, k)
         if gap < block.distance:  # the tail's bound is a theorem: a backend fault
             raise SensitivityError("a tail candidate's ranks contradict the window")
-        if bernoulli_exp(scale * (gap - floors[band]), rng):
+        if bernoulli_exp(Fraction(scale * (gap - floors[band])), rng):
             return k
+
+
+def _rank_distance(block: Block, k: int, rank: int, grid: Grid, piecewise: bool,
+                   column: str, key: tuple) -> Asking[int | Fraction]:
+    """d of candidate k of ``block`` (``candidate_distance``), a tail's counts asked of
+    the engine first."""
+    around = None
+    if not block.exact:  # a tail block: its candidate's counts, read by the engine
+        around = yield CountRequest(column, grid.value(k), key)
+        below, through, under, over = around
+        if not piecewise and over is not None and k < grid.last \
+                and over < grid.value(k + 1):  # values snapped to y from its cell
+            through = (yield CountRequest(column, grid.value(k + 1), key))[0]
+            around = (below, through, under, over)
+    return candidate_distance(block, k, rank, grid, around, piecewise)
 
 
 def candidate_distance(block: Block, k: int, rank: int, grid: Grid,
@@ -443,6 +466,124 @@ def candidate_distance(block: Block, k: int, rank: int, grid: Grid,
                                grid.upper if over is None else over, y)
 
 
+def weighted_distance(below: int, through: int, target: Fraction) -> Fraction:
+    """d(y) = max(0, A(y) − t, t − B(y)) in units (docs/privacy.md §5.3, "Weighted
+    ranks"): A and B the weights (``WEIGHT_UNIT`` a unit) of the values below y and
+    below the next candidate (at or below y once snapped), t = p·N."""
+    return max(Fraction(0), below - target, target - through) / WEIGHT_UNIT
+
+
+def weighted_blocks(total: int, fraction: Fraction, grid: Grid, below: int,
+                    rows: list[tuple[float, int]]) -> list[Block]:
+    """The candidates in blocks of equal A(y), B(y) from a window of weighted ranks: the
+    group's total weight N, the weight below the window and its distinct values with
+    their weights (``WeightRequest``'s answer), which must hold t = p·N. With τ(x) the
+    candidates at or below x, a value counts in A(y_i) iff τ(x) ≤ i and in B(y_i) iff
+    τ(x) ≤ i + 1 (snapped, ``snapped``). Values not read lie below the window (τ at most
+    the first's) or above it (τ at least the last's), so candidates τ₁ − 1 .. τₘ − 1
+    have their exact d — at τ₁ − 1 A is not known but at most the weight below, ≤ t, so
+    its term is at most 0 either way, likewise B at τₘ − 1 — and those below (above) are
+    a tail with d ≥ t − (the weight below) (≥ the weight through the window − t),
+    exact where the window reaches that end."""
+    target = fraction * total
+    if not rows:
+        if total:
+            raise SensitivityError("a weighted window without values in a group that has some")
+        return [Block(grid.first, grid.count, weighted_distance(0, 0, target))]
+    top = below + sum(weight for _, weight in rows)
+    if not below <= target <= top:  # the window holds the target: a backend fault else
+        raise SensitivityError("a weighted window that misses its target")
+    _, throughs = grid.places([value for value, _ in rows])
+    taus: list[int] = []
+    masses: list[int] = []
+    for tau, (_, weight) in zip(throughs, rows):
+        if taus and taus[-1] == tau:
+            masses[-1] += weight
+        else:
+            taus.append(tau)
+            masses.append(weight)
+    running = list(accumulate(masses, initial=0))
+
+    def through(i: int) -> int:  # the window's weight at τ ≤ i, and the weight below it
+        return below + running[bisect_right(taus, i)]
+
+    found = []
+    low, end = max(0, taus[0] - 1), min(taus[-1], grid.count)
+    if low:
+        found.append(Block(grid.first, low, weighted_distance(0, 0, target) if below == 0
+                           else max(Fraction(0), target - below) / WEIGHT_UNIT, below == 0))
+    cuts = sorted({low, end} | {cut for tau in taus for cut in (tau - 1, tau) if low < cut < end})
+    for start, stop in zip(cuts, cuts[1:]):
+        found.append(Block(grid.first + start, stop - start,
+                           weighted_distance(through(start), through(start + 1), target)))
+    if end < grid.count:
+        found.append(Block(grid.first + end, grid.count - end,
+                           weighted_distance(total, total, target) if top == total
+                           else max(Fraction(0), top - target) / WEIGHT_UNIT, top == total))
+    return found
+
+
+def weighted_release(fraction: Fraction, scale: Fraction, grid: Grid, rng: RandomSource,
+                     column: str = "", key: tuple = ()) -> Asking[float | int]:
+    """One draw of the step form over weighted ranks (docs/privacy.md §5.3, "Weighted
+    ranks"): windows of running weight around t = p·N (``WeightRequest``) grown as
+    ``instance_release`` grows its windows of ranks, tail candidates resolved by their
+    weights (``WeightCountRequest``); the answer is the drawn candidate's cell's middle."""
+    reach = first_reach(scale, grid)
+    while True:
+        checkpoint()
+        total, below, rows = yield WeightRequest(column, fraction, reach, key)
+        require_finite([value for value, _ in rows], "weighted window")
+        found = weighted_blocks(total, fraction, grid, below, rows)
+        whole = below == 0 and below + sum(weight for _, weight in rows) == total
+        if whole or reach >= _MOST_REACH or _tail_share(found, float(scale)) <= _TAIL_SHARE:
+            break
+        reach = min(reach * 4, _MOST_REACH)
+    target = fraction * total
+
+    def distance_of(block: Block, k: int) -> Asking[int | Fraction]:
+        if block.exact:
+            return block.distance
+        after = grid.value(k + 1) if k < grid.last else None
+        below_y, below_after = yield WeightCountRequest(column, grid.value(k), after, key)
+        return weighted_distance(below_y, below_after, target)
+
+    drawn = yield from _draw(found, scale, rng, distance_of)
+    return grid.middle(drawn)
+
+
+def weighted_exponent(plan: QueryPlan, epsilon: Fraction, fraction: Fraction) -> Fraction:
+    """λ of a draw over weighted ranks: a neighbour moves the groups' d by at most
+    g·min(2·max(p, 1 − p), G) together (docs/privacy.md §5.3), so one ε covers every
+    group at λ = ε/(2·that): ε/2 for a MEDIAN, ε/3.8 for a p95 (g = 1)."""
+    spread = max(fraction, 1 - fraction)
+    return epsilon / (2 * plan.table.group_size * min(2 * spread, plan.group_count))
+
+
+def weighted_releases(plan: QueryPlan, rng: RandomSource, key: tuple = ()
+                      ) -> Asking[dict[int, float | int]]:
+    """The released value of every percentile of the plan drawn over weighted ranks
+    (``draw_scope``) in the group ``key``, by aggregate index."""
+    found = {}
+    for index, agg in enumerate(plan.aggregates):
+        if agg.kind.row.ranked and draw_scope(plan, agg) == WEIGHTED:
+            grid = ranked_grid(plan.table.columns[agg.column], True)
+            found[index] = yield from weighted_release(
+                agg.fraction, weighted_exponent(plan, plan.aggregate_loss.epsilon, agg.fraction),
+                grid, rng, agg.column, key)
+    return found
+
+
+def weighted_reaches(plan: QueryPlan) -> set[tuple[str, Fraction, int]]:
+    """(column, p, K) of every first window the plan's weighted draws read: what the
+    engine reads for all groups at once."""
+    return {(agg.column, agg.fraction, first_reach(weighted_exponent(
+        plan, plan.aggregate_loss.epsilon, agg.fraction), ranked_grid(
+            plan.table.columns[agg.column], True)))
+        for agg in plan.aggregates
+        if agg.kind.row.ranked and draw_scope(plan, agg) == WEIGHTED}
+
+
 def first_reach(scale: Fraction, grid: Grid) -> int:
     """K of the first read: where a candidate is within one rank of the target, tails
     beyond K weigh at most count·e^{−λK} against e^{−λ}, below 2^−20 of it for
@@ -461,11 +602,13 @@ def _tail_share(found: list[Block], scale: float) -> float:
 
 
 def one_row_per_unit(plan: QueryPlan) -> bool:
-    """Whether the plan's percentiles are drawn over one row per unit (docs/privacy.md
-    §5.3, "Percentiles of user-level tables"): the table has a privacy unit that may own
+    """Whether the plan's percentiles count each unit once (docs/privacy.md §5.3,
+    "Percentiles of user-level tables"): over weighted ranks in the step form
+    (``WEIGHTED``: every row weighs 1/n_u of a unit), over one row per unit in the
+    piecewise form (``ONE_ROW``). The table has a privacy unit that may own
     several rows (``max_rows_per_unit`` other than 1, or joins that multiply rows) and
     the GROUP BY has groups one unit may span, where the exponent's c·min(2c, G) over
-    all rows falls to min(2, G). Without such groups all rows are drawn over (Δu = c·g:
+    all rows falls to min(2, G) (weighted: 2·max(p, 1 − p)). Without such groups all rows are drawn over (Δu = c·g:
     no sampling error, which dominates at a few thousand rows). A function of the rules
     and the query alone."""
     return several_rows_per_unit(plan) and bool(plan.group_by) and not plan.groups_fixed \
@@ -486,19 +629,24 @@ def sampled_shift(plan: QueryPlan) -> int:
 
 
 ALL_ROWS = None  # a draw over every row in scope (clipped to c per unit under DP)
-ONE_ROW = "one row per unit"  # a percentile over one row per unit (``one_row_per_unit``)
+ONE_ROW = "one row per unit"  # a piecewise percentile over one row per unit
+WEIGHTED = "weighted ranks"  # a percentile over weighted ranks (``one_row_per_unit``)
 DrawScope = UnitExtremes | str | None
 
 
 def draw_scope(plan: QueryPlan, agg) -> DrawScope:
-    """What a percentile, MAX or MIN of the plan is drawn over. MAX over rows is MAX
+    """What a percentile, MAX or MIN of the plan is drawn over: a percentile where a
+    unit may span the GROUP BY's groups (``one_row_per_unit``) over weighted ranks, or
+    in the piecewise form one row per unit, else over all rows. MAX over rows is MAX
     over the units' own maxima, exactly (MIN likewise), and a neighbour changes one
     value per unit and group instead of c, so the draw's s falls from c·g to g wherever
     a unit may own several rows (``several_rows_per_unit``); with one row per unit the
     two scopes are the same and all rows are kept. A function of the rules and the
     query alone."""
     if agg.kind == PERCENTILE:
-        return ONE_ROW if one_row_per_unit(plan) else ALL_ROWS
+        if not one_row_per_unit(plan):
+            return ALL_ROWS
+        return ONE_ROW if plan.mechanism.scale == PIECEWISE else WEIGHTED
     return UnitExtremes(agg.column, agg.kind == MAX) if several_rows_per_unit(plan) \
         else ALL_ROWS
 

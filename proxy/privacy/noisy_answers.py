@@ -457,7 +457,7 @@ def _ranked(a: Asked) -> Released:
     if agg.continuous:
         note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
     if agg.kind == PERCENTILE and one_row_per_unit(plan):
-        note += _PER_UNIT_NOTE
+        note += _PER_UNIT_NOTE if plan.mechanism.scale == PIECEWISE else _WEIGHTED_NOTE
     if agg.kind in (MAX, MIN):
         note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[a.index],
                               several_rows_per_unit(plan))
@@ -549,6 +549,8 @@ _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §
                   "of the cell of one of the column's candidates, up to {} apart {}")
 _PER_UNIT_NOTE = ("; the percentile of one row per privacy unit, each unit's row chosen by a "
                   "hash of its values (each unit counts once: docs/privacy.md §5.3)")
+_WEIGHTED_NOTE = ("; the percentile of the rows weighted 1/(their privacy unit's rows in "
+                  "scope), so that each unit counts once (docs/privacy.md §5.3)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "
                 "95% bound is shown, it would reveal the smooth sensitivity of the data")
 

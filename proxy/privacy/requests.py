@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -41,6 +42,34 @@ class CountRequest:
     group: tuple = ()
 
 
+@dataclass(frozen=True)
+class WeightRequest:
+    """Weighted ranks (docs/privacy.md §5.3, "Weighted ranks"): each of ``column``'s
+    non-null values in scope weighs its unit's ⌊2²⁰/n_u⌋ (n_u the unit's values in
+    scope over all groups); in the group ``group``, the distinct values whose running
+    weight interval [B − w, B] (w the value's weight, B the weight at or below it)
+    meets [t − reach·2²⁰, t + reach·2²⁰], t = ``fraction``·N, N the group's total weight.
+    Answered by (N, the weight below the first value returned, [(value, its weight)]
+    ascending): the values returned are consecutive among the group's."""
+
+    column: str
+    fraction: Fraction
+    reach: int
+    group: tuple = ()
+
+
+@dataclass(frozen=True)
+class WeightCountRequest:
+    """Around ``point`` (a candidate of the rules' grid): the total weight (as in
+    ``WeightRequest``) of ``column``'s values in scope in ``group`` below ``point`` and
+    below ``after`` (the next candidate; None: every value). Answered by (int, int)."""
+
+    column: str
+    point: float
+    after: float | None
+    group: tuple = ()
+
+
 # A mechanism that reads as it goes: it yields requests, is sent their answers and
 # returns its result (StopIteration.value).
-Asking = Generator[RankRequest | CountRequest, Any, T]
+Asking = Generator[RankRequest | CountRequest | WeightRequest | WeightCountRequest, Any, T]

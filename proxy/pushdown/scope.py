@@ -122,7 +122,9 @@ class HashedClip(int):
     """A clip of rows per unit whose rows are kept by a hash of each row's own values (a
     pseudo-random sample of the unit's rows, ties broken by the values), not by the
     values' order, which keeps a unit's smallest values: the one row per unit that
-    user-level percentiles are drawn over (privacy/inverse_sensitivity.py)."""
+    grouped user-level percentiles of the piecewise form are drawn over
+    (privacy/inverse_sensitivity.py; the step form weighs every row instead:
+    pushdown/weighted.py)."""
 
 
 def unit_extremes(scope: exp.Select, clip: UnitExtremes, needs: tuple[ColumnNeeds, ...],

@@ -379,6 +379,10 @@ REFUSED = [
      "where the rules declare it unique in zones"),
     ("SELECT COUNT(*) FROM people WHERE age > 90 OR region IN (SELECT code FROM zones "
      "WHERE name = 'Beta')", "0A000", "is answered as a condition the WHERE ANDs"),
+    # a lock on rows (PostgreSQL: not with aggregates) was answered as if not written
+    ("SELECT COUNT(*) FROM people WHERE age > 30 FOR UPDATE", "0A000",
+     "FOR UPDATE is not allowed: the proxy only reads"),
+    ("SELECT code FROM zones FOR SHARE", "0A000", "FOR SHARE is not allowed"),
     # a cast that could merge units or fail on one: not a count of units
     ("SELECT COUNT(DISTINCT CAST(person_id AS INTEGER)) FROM people", "0A000",
      "COUNT(DISTINCT CAST(person_id AS INT)) is not supported"),

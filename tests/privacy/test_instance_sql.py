@@ -8,7 +8,6 @@ nothing."""
 
 from __future__ import annotations
 
-import hashlib
 from fractions import Fraction
 
 import numpy as np
@@ -19,7 +18,12 @@ from proxy import engine as engine_module
 from proxy.analyze import analyze, parse_statements
 from proxy.errors import BadSetting, NotSupported
 from proxy.privacy import inverse_sensitivity, refuse_unanswerable
-from proxy.privacy.requests import CountRequest, RankRequest
+from proxy.privacy.requests import (
+    CountRequest,
+    RankRequest,
+    WeightCountRequest,
+    WeightRequest,
+)
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
@@ -194,8 +198,9 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
 def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     """max_rows_per_unit = 2: the window holds at most two rows per person (person 1's
     3, 9, 9 become 3, 9) and the exponent's Δu is s = 2; under a GROUP BY a person may
-    span, a percentile's holds one row per person, the one whose values' MD5 is least
-    (docs/privacy.md §5.3), with Δu = 1."""
+    span, a percentile is drawn over weighted ranks (docs/privacy.md §5.3): every row in
+    scope, none clipped, weighing ⌊2²⁰/n⌋ for its person's n rows, a ward's values
+    merged with their weights, and a tail's weights below a candidate and the next."""
     seen = []
 
     def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
@@ -208,17 +213,25 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     clipped = [1.0, 3.0, 4.0, 4.0, 5.0, 5.0, 6.0, 7.0, 9.0]
     assert seen == [(9, 2, clipped, (4, 6, 4.0, 6.0))]
     seen.clear()
+
+    def weighing(fraction, scale, grid, rng, column, key):
+        seen.append((key, scale, (yield WeightRequest(column, fraction, 1 << 30, key)),
+                     (yield WeightRequest(column, fraction, 1, key)),
+                     (yield WeightCountRequest(column, 5, 6, key)),
+                     (yield WeightCountRequest(column, 5, None, key))))
+        return grid.value(grid.first)
+
+    monkeypatch.setattr(inverse_sensitivity, "weighted_release", weighing)
     run(_instance_session(engine), "SELECT ward, MEDIAN(stay) FROM visits GROUP BY ward")
-
-    def hashed(value):
-        return hashlib.md5(f"{value}|a|".encode()).hexdigest()  # stay, ward
-
-    people: dict[int, list[int]] = {}
-    for person, stay in zip(VISITS["person"], VISITS["stay"]):
-        people.setdefault(person, []).append(stay)
-    sampled = sorted(float(min(stays, key=lambda v: (hashed(v), v))) for stays in people.values())
-    assert sampled == [1.0, 4.0, 5.0, 5.0, 7.0, 9.0]  # person 1 keeps a 9, person 4 its 1
-    assert seen == [(6, 1, sampled, (2, 4, 4.0, 7.0)), (0, 1, [], (0, 0, None, None))]
+    third, half, whole = 2 ** 20 // 3, 2 ** 19, 2 ** 20  # persons of 3, 2 and 1 rows
+    weights = [(1.0, half), (3.0, third), (4.0, 2 * half), (5.0, 2 * whole), (6.0, half),
+               (7.0, whole), (9.0, 2 * third)]
+    total = sum(w for _, w in weights)
+    assert seen == [(("a",), Fraction(1, 2), (total, 0, weights),
+                     (total, half + third + 2 * half, weights[3:5]),  # meets N/2 ± a person
+                     (half + third + 2 * half, half + third + 2 * half + 2 * whole),
+                     (half + third + 2 * half, total)),
+                    (("b",), Fraction(1, 2), (0, 0, []), (0, 0, []), (0, 0), (0, 0))]
 
 
 @pytest.mark.parametrize("model", ["dp", "idp"])

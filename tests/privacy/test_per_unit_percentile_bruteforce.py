@@ -1,5 +1,6 @@
-"""Percentiles of a user-level table over one row per unit (docs/privacy.md §5.3,
-"Percentiles of user-level tables") under GROUP BY, by brute force: the row a unit keeps
+"""Piecewise percentiles of a user-level table over one row per unit (docs/privacy.md
+§5.3, "Percentiles of user-level tables"; the step form draws over weighted ranks
+instead: tests/privacy/test_weighted_rank_bruteforce.py) under GROUP BY, by brute force: the row a unit keeps
 is chosen in DuckDB by the pushdown's own SQL (``scope_select`` with ``HashedClip(1)``,
 an MD5 of each row's values), and the two groups' joint law of the exponential
 mechanism over the values read — with the ε, candidates and Δu = g the engine uses
@@ -66,7 +67,7 @@ def con():
 @pytest.mark.parametrize("epsilon", [1.0])
 def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, query, epsilon):
     plan = analyze(parse_statements(QUERIES[query])[0], RULES,
-                   Settings(model="dp", epsilon=epsilon))
+                   Settings(model="dp", epsilon=epsilon, sensitivity="piecewise"))
     assert one_row_per_unit(plan) and sampled_shift(plan) == 1
     ((_, _, target, part, grid, _),) = _targets(plan, 3, ONE_ROW)
     # the unit's one row may leave one group and join the other: ε/2 each
@@ -82,7 +83,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
         found = []
         for key in "ab":
             values = sorted(row[-2] for row in rows if row[-2] is not None and row[1] == key)
-            found.append(law_at_target(values, target, grid, scale))
+            found.append(law_at_target(values, target, grid, scale, piecewise=True))
         return found
 
     rng = random.Random(zlib.crc32(f"per unit {query} {epsilon}".encode()))
