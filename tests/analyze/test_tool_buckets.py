@@ -230,9 +230,9 @@ TERMS = [
     ("DATE_TRUNC('second', at)", "WHERE extract(epoch FROM at) BETWEEN 1714910400 AND "
      "1714910700"),  # Grafana's epoch filter bounds the keys as a moment range does
     ("DATE_TRUNC('minute', at) + INTERVAL '5 seconds' * FLOOR(EXTRACT(SECOND FROM at) / 5)",
-     "WHERE at >= '2024-05-05 11:00' AND at < '2024-05-05 13:00'"),
+     "WHERE at >= '2024-05-05 11:50' AND at < '2024-05-05 12:10'"),
     ("DATE_TRUNC('minute', at) + INTERVAL '30 seconds' * FLOOR(EXTRACT(SECOND FROM at) / 30)",
-     "WHERE at >= '2024-05-05' AND at < '2024-05-05 12:30'"),
+     "WHERE at >= '2024-05-05 11:30' AND at < '2024-05-05 12:30'"),
     ("date_trunc('minute', at)", "WHERE date_trunc('second', at) >= '2024-05-05 12:00:00.5' "
      "AND date_trunc('second', at) <= '2024-05-05 12:03:07'"),
 ]
