@@ -33,6 +33,23 @@ from proxy.privacy.sensitivity import count_sensitivity, groups_touched
 from tests.factories import random_datasets, rows_of
 
 LOWER, UPPER = 0.0, 10.0
+
+
+def unit_table_rules(max_rows_per_unit: int, keys: str) -> str:
+    """The rules of the ranked mechanisms' brute-force table ``t``: a privacy unit of up
+    to ``max_rows_per_unit`` rows, ``v`` on [LOWER, UPPER] with candidates k/2, an int
+    ``w`` to filter on, and the group key ``k`` of the ``keys`` listed ("a", "b")."""
+    listed = ", ".join(f'"{key}"' for key in keys)
+    return f"""
+[tables.t]
+privacy_unit = "unit"
+max_rows_per_unit = {max_rows_per_unit}
+[tables.t.columns]
+unit = {{ type = "int" }}
+v = {{ type = "float", domain = [{LOWER}, {UPPER}], resolution = 512 }}  # candidates k/2
+w = {{ type = "int" }}
+k = {{ type = "text", keys = [{listed}] }}
+"""
 GRID = [0.0, 1.0, 2.0, 3.5, 5.0, 7.0, 10.0]  # includes both domain bounds
 # Raw values a float column can hold besides ordinary numbers (DuckDB's read_csv makes
 # NaN and ±inf from text; pandas keeps inf): in data sets and in neighbours.

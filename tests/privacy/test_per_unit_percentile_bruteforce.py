@@ -33,19 +33,19 @@ from proxy.rules import parse_rules
 from proxy.settings import Settings
 from proxy.statistics import ColumnNeeds
 from tests.databases import refill
-from tests.privacy.harness import EXTREME, LOWER, UPPER, assert_sound, datasets, neighbours, options
+from tests.privacy.harness import (
+    EXTREME,
+    LOWER,
+    UPPER,
+    assert_sound,
+    datasets,
+    neighbours,
+    options,
+    unit_table_rules,
+)
 from tests.privacy.laws import groups_loss, law_at_target
 
-RULES = parse_rules(f"""
-[tables.t]
-privacy_unit = "unit"
-max_rows_per_unit = 3
-[tables.t.columns]
-unit = {{ type = "int" }}
-v = {{ type = "float", domain = [{LOWER}, {UPPER}], resolution = 512 }}  # candidates k/2
-w = {{ type = "int" }}
-k = {{ type = "text", keys = ["a", "b"] }}
-""")
+RULES = parse_rules(unit_table_rules(3, "ab"))
 NEIGHBOUR_VALUES = [LOWER, 3.5, 5.0, UPPER] + EXTREME[:3]
 QUERIES = {
     "median": "SELECT k, MEDIAN(v) FROM t WHERE w = 1 GROUP BY k",

@@ -60,6 +60,7 @@ from tests.privacy.harness import (
     datasets,
     neighbours,
     options,
+    unit_table_rules,
 )
 from tests.privacy.laws import ALPHA, SeededSource, groups_loss, pooled
 from tests.privacy.reference import normalise
@@ -158,16 +159,7 @@ def test_the_proof_needs_weights_over_the_whole_scope(rule):
 
 # -- the product: its SQL in DuckDB, its blocks, its λ, its draw --------------------------
 
-RULES = parse_rules(f"""
-[tables.t]
-privacy_unit = "unit"
-max_rows_per_unit = 3
-[tables.t.columns]
-unit = {{ type = "int" }}
-v = {{ type = "float", domain = [{LOWER}, {UPPER}], resolution = 512 }}  # candidates k/2
-w = {{ type = "int" }}
-k = {{ type = "text", keys = ["a", "b", "c"] }}
-""")
+RULES = parse_rules(unit_table_rules(3, "abc"))
 PRODUCT = {  # name: (statement, p, groups)
     "median": ("SELECT k, MEDIAN(v) FROM t WHERE w = 1 GROUP BY k", Fraction(1, 2), 3),
     "p90": ("SELECT k, PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY v) FROM t WHERE w = 1 "
