@@ -17,7 +17,6 @@ import random
 import zlib
 from fractions import Fraction
 
-import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
@@ -55,17 +54,10 @@ QUERIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def con():
-    connection = duckdb.connect()
-    connection.execute("CREATE TABLE t (unit BIGINT, v DOUBLE, w INTEGER, k TEXT)")
-    yield connection
-    connection.close()
-
-
 @pytest.mark.parametrize("query", list(QUERIES))
 @pytest.mark.parametrize("epsilon", [1.0])
-def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, query, epsilon):
+def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_table, query,
+                                                                         epsilon):
     plan = analyze(parse_statements(QUERIES[query])[0], RULES,
                    Settings(model="dp", epsilon=epsilon, sensitivity="piecewise"))
     assert one_row_per_unit(plan) and sampled_shift(plan) == 1
@@ -77,8 +69,9 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
     sql = scope_select(plan, needs, HashedClip(1), unit=True).sql(dialect="duckdb")
 
     def laws(records):
-        refill(con, "t", [(r.unit, r.value, int(r.in_scope), "ab"[r.group]) for r in records])
-        rows = con.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
+        refill(unit_table, "t", [(r.unit, r.value, int(r.in_scope), "ab"[r.group])
+                                 for r in records])
+        rows = unit_table.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
         assert len({row[-1] for row in rows}) == len(rows)  # one row a unit
         found = []
         for key in "ab":

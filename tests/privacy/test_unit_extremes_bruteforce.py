@@ -16,7 +16,6 @@ import random
 import zlib
 from fractions import Fraction
 
-import duckdb
 import pytest
 
 from proxy.analyze import analyze, parse_statements
@@ -49,17 +48,9 @@ QUERIES = {  # (statement, largest, groups)
 }
 
 
-@pytest.fixture(scope="module")
-def con():
-    connection = duckdb.connect()
-    connection.execute("CREATE TABLE t (unit BIGINT, v DOUBLE, w INTEGER, k TEXT)")
-    yield connection
-    connection.close()
-
-
 @pytest.mark.parametrize("model", ["dp", "idp"])
 @pytest.mark.parametrize("query", list(QUERIES))
-def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, query, model):
+def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_table, query, model):
     epsilon = 1.0
     statement, largest, groups = QUERIES[query]
     plan = analyze(parse_statements(statement)[0], RULES,
@@ -79,8 +70,9 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(con, que
                        ).sql(dialect="duckdb")
 
     def laws(records):
-        refill(con, "t", [(r.unit, r.value, int(r.in_scope), "abc"[r.group]) for r in records])
-        rows = con.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
+        refill(unit_table, "t", [(r.unit, r.value, int(r.in_scope), "abc"[r.group])
+                                 for r in records])
+        rows = unit_table.execute(sql).fetchall()  # (one, k0 under GROUP BY, c0, u)
         found = [sorted(row[-2] for row in rows if row[-2] is not None
                         and (groups == 1 or row[1] == "abc"[key])) for key in range(groups)]
         # the backend's values are the reference's: each unit's extreme per group, capped

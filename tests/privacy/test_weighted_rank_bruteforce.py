@@ -29,7 +29,6 @@ import random
 import zlib
 from fractions import Fraction
 
-import duckdb
 import numpy as np
 import pytest
 from scipy import stats
@@ -167,14 +166,6 @@ PRODUCT = {  # name: (statement, p, groups)
 }
 
 
-@pytest.fixture(scope="module")
-def con():
-    connection = duckdb.connect()
-    connection.execute("CREATE TABLE t (unit BIGINT, v DOUBLE, w INTEGER, k TEXT)")
-    yield connection
-    connection.close()
-
-
 def _expanded(found) -> list[Fraction]:
     out = []
     for block in found:
@@ -186,7 +177,7 @@ def _expanded(found) -> list[Fraction]:
 
 @pytest.mark.parametrize(("query", "model"), [("median", "dp"), ("p90", "idp")])
 def test_the_pushdown_and_the_blocks_give_the_reference_and_the_law_moves_by_e_to_the_epsilon(
-        con, query, model):
+        unit_table, query, model):
     statement, fraction, groups = PRODUCT[query]
     epsilon = Fraction(1)
     plan = analyze(parse_statements(statement)[0], RULES,
@@ -198,9 +189,11 @@ def test_the_pushdown_and_the_blocks_give_the_reference_and_the_law_moves_by_e_t
     need = ColumnNeeds("v", count=True, lower=LOWER, upper=UPPER)
 
     def read(records):
-        refill(con, "t", [(r.unit, r.value, int(r.in_scope), "abc"[r.group]) for r in records])
-        found = weighted_windows(plan, need, "duckdb", lambda sql: con.execute(sql).fetchall(),
-                                 fraction, 1 << 30)
+        refill(unit_table, "t", [(r.unit, r.value, int(r.in_scope), "abc"[r.group])
+                                 for r in records])
+        found = weighted_windows(plan, need, "duckdb",
+                                 lambda sql: unit_table.execute(sql).fetchall(), fraction,
+                                 1 << 30)
         return [_expanded(weighted_blocks(total, fraction, GRID, below, rows))
                 for total, below, rows in (found.get((key,), (0, 0, [])) for key in "abc")]
 
@@ -268,7 +261,7 @@ def test_the_draw_with_narrow_windows_follows_the_exact_law(monkeypatch):
     assert stats.chisquare(*pooled(observed, expected)).pvalue > ALPHA
 
 
-def test_the_pushdown_reads_narrow_windows_and_counts_as_the_reference(con):
+def test_the_pushdown_reads_narrow_windows_and_counts_as_the_reference(unit_table):
     """Narrow windows and a tail's weights read by the SQL equal the reference's."""
     plan = analyze(parse_statements(PRODUCT["median"][0])[0], RULES, Settings(model="dp"))
     need = ColumnNeeds("v", count=True, lower=LOWER, upper=UPPER)
@@ -276,8 +269,8 @@ def test_the_pushdown_reads_narrow_windows_and_counts_as_the_reference(con):
     rows = [(u, rng.choice([0.0, 1.0, 2.5, 3.5, 5.0, 10.0, float("nan"), float("inf")]),
              int(rng.random() < 0.8), rng.choice("abc")) for u in range(40)
             for _ in range(rng.randint(1, 3))]
-    refill(con, "t", rows)
-    execute = lambda sql: con.execute(sql).fetchall()  # noqa: E731
+    refill(unit_table, "t", rows)
+    execute = lambda sql: unit_table.execute(sql).fetchall()  # noqa: E731
     weights: dict[int, int] = {}
     for u, v, w, _ in rows:
         if w and normalise(v, LOWER, UPPER) is not None:
