@@ -58,9 +58,11 @@ def fold_constants(tree: exp.Expression) -> exp.Expression:
             if interval is not None:
                 cast.replace(interval)
         root = _now_read(clause, root)
-        for node in list(root.find_all(exp.NullSafeEQ, exp.NullSafeNEQ, *_COMPARED)):
+        for node in list(root.find_all(exp.NullSafeEQ, exp.NullSafeNEQ, exp.Case,
+                                       *_COMPARED)):
             plain = _null_safe(node) if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)) \
-                else _uncoalesced(node)
+                else _case_decided(node, root) if isinstance(node, exp.Case) \
+                else _uncoalesced(node) or _case_decided(node, root)
             if plain is not None and node is root:
                 clause.set("on" if isinstance(clause, exp.Join) else "this", plain)
                 root = plain
@@ -252,6 +254,80 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
         return exp.paren(compared, copy=False)
     return exp.paren(exp.or_(compared, exp.Is(this=column.copy(), expression=exp.Null())),
                      copy=False)
+
+
+def _case_decided(node: exp.Expression, root: exp.Expression) -> exp.Expression | None:
+    """A searched CASE that decides a row of the WHERE (Tableau's groups and calculated
+    filters: ``(CASE WHEN region = 'north' THEN 'N' ELSE 'other' END) = 'N'``, or
+    ``CASE WHEN c THEN age > 50 ELSE age > 30 END``) as the conditions it equals: the
+    branch i whose value holds, ``c_i IS TRUE`` and every earlier ``c_j IS NOT TRUE``,
+    ORed. The values compared are constants, computed here (numbers exactly, texts for
+    equality only). Only where nothing above it but AND, OR and brackets up to the
+    WHERE: there a NULL (a value NULL, no ELSE) keeps the rows FALSE keeps, none; under
+    NOT they differ. None for any other form."""
+    if isinstance(node, exp.Case):
+        case, value = node, None
+    else:
+        left, right, kind = node.this.unnest(), _signed(node.expression.unnest()), type(node)
+        if isinstance(right, exp.Case):
+            left, right, kind = right, _signed(left), FLIPPED[kind]
+        if not isinstance(left, exp.Case) or not isinstance(right, exp.Literal):
+            return None
+        case, value = left, right
+    if case.args.get("this") is not None or not _decides_the_row(node, root):
+        return None
+    branches = [(branch.this, branch.args["true"]) for branch in case.args.get("ifs") or []]
+    branches.append((None, case.args.get("default") or exp.Null()))
+    terms, earlier = [], []
+    for condition, result in branches:
+        holds = _holds(result.unnest(), value, kind if value is not None else None)
+        if holds is None:
+            return None
+        if holds is not False:
+            reached = [*earlier, *([] if condition is None else [
+                exp.Is(this=exp.paren(condition.copy()), expression=exp.true())])]
+            extra = [exp.paren(result.copy())] if holds is True and value is None else []
+            terms.append(exp.and_(*reached, *extra) if reached or extra else exp.true())
+        if condition is not None:
+            earlier.append(exp.not_(exp.paren(exp.Is(this=exp.paren(condition.copy()),
+                                                     expression=exp.true()))))
+    return exp.paren(exp.or_(*terms) if terms else exp.false(), copy=False)
+
+
+def _decides_the_row(node: exp.Expression, root: exp.Expression) -> bool:
+    """Whether ``node`` stands under AND, OR and brackets alone up to the condition's
+    root (where NULL and FALSE keep the same rows)."""
+    while node is not root:
+        node = node.parent
+        if node is None or not isinstance(node, (exp.And, exp.Or, exp.Paren)):
+            return False
+    return True
+
+
+def _holds(result: exp.Expression, value: exp.Literal | None, kind) -> bool | None:
+    """Whether a CASE branch's ``result`` compared with ``value`` by ``kind`` holds:
+    True, False (NULL: False, ``_case_decided``), or None when not computed here. With
+    no ``value`` the branch is a condition: True where it must be read (it stays),
+    False where it is the constant FALSE or NULL."""
+    if value is None:
+        if isinstance(result, (exp.Null,)) or (isinstance(result, exp.Boolean)
+                                               and not result.this):
+            return False
+        if isinstance(result, exp.Literal):
+            return None  # a number or text where a condition must stand: refused as written
+        return True
+    result = _signed(result)
+    if isinstance(result, exp.Null):
+        return False
+    if not isinstance(result, exp.Literal) or result.is_string != value.is_string \
+            or (value.is_string and kind not in (exp.EQ, exp.NEQ)):
+        return None
+    try:
+        a, b = ((result.name, value.name) if value.is_string
+                else (Decimal(result.name), Decimal(value.name)))
+    except ArithmeticError:
+        return None
+    return HOLDS[kind](a, b)
 
 
 def _signed(node: exp.Expression) -> exp.Expression:

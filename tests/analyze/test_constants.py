@@ -192,3 +192,31 @@ def test_now_and_current_date_are_the_session_s_wall_clock_now(backend_url):
             time.sleep(0.001)
             list(session.execute(f"SELECT COUNT(*) FROM events WHERE {cases[0][0]}"))
         assert [e[9] for e in engine.ledger.entries("alice")[-2:]] == ["charged"] * 2
+
+
+# a CASE deciding a row of the WHERE (Tableau's groups and calculated filters), and one
+# under NOT, where NULL and FALSE differ and it stays refused
+DECIDED = [
+    "(CASE WHEN kind = 'a' THEN 1 ELSE 0 END) = 1",
+    "(CASE WHEN quantity > 40 THEN 'high' WHEN quantity > 20 THEN 'mid' END) = 'mid' "
+    "OR discount > 0.08",
+    "'low' <> (CASE WHEN quantity > 40 THEN 'high' WHEN quantity < 10 THEN 'low' END)",
+    "quantity < 45 AND CASE WHEN kind = 'a' THEN quantity > 30 ELSE discount < 0.03 END",
+    "(CASE WHEN quantity > 10 THEN 2 WHEN quantity > 5 THEN 1 ELSE NULL END) >= 1",
+    "(CASE WHEN quantity > 10 THEN 2 END) = 7",
+]
+
+
+@pytest.mark.parametrize("condition", DECIDED)
+def test_a_case_deciding_the_row_keeps_the_rows_the_backend_keeps(both_engines, condition):
+    """The rewrite (``constants._case_decided``) keeps the rows the backend's own CASE
+    keeps (refused until 2026-11-29: "the operator in CASE … is not allowed in WHERE")."""
+    _, groups, _, _ = recorded_statistics(
+        both_engines, f"SELECT COUNT(*) FROM items WHERE {condition}")
+    ((truth,),) = both_engines.backend.read(f"SELECT COUNT(*) FROM items WHERE {condition}")
+    assert groups[()].rows == truth
+
+
+def test_a_case_under_not_stays_refused_for_free(engine):
+    refused_for_free(engine, "SELECT COUNT(*) FROM items WHERE NOT (CASE WHEN quantity > 10 "
+                     "THEN 'x' END) = 'x'", "42883", "CASE WHEN")
