@@ -462,6 +462,11 @@ def test_a_kept_plans_statistics_statement_is_the_one_rendered_afresh(monkeypatc
      "SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 3"),
     ("SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > -1",
      "SELECT COUNT(*) FROM people WHERE COALESCE(age, 5) > 12"),
+    # the constant a CASE is compared with decides which branches are kept
+    ("SELECT COUNT(*) FROM people WHERE (CASE WHEN age > 30 THEN 1 ELSE 0 END) = 1",
+     "SELECT COUNT(*) FROM people WHERE (CASE WHEN age > 30 THEN 1 ELSE 0 END) = 0"),
+    ("SELECT COUNT(*) FROM people WHERE (CASE WHEN age > 30 THEN 1 ELSE 0 END) = 1",
+     "SELECT COUNT(*) FROM people WHERE (CASE WHEN age > 50 THEN 1 ELSE 0 END) = 1"),
     # the value a null-safe comparison leaves out decides the keys (a review of
     # 2026-11-29: the second answered 'south' and not 'north', as the first's keys)
     ("SELECT region, COUNT(*) FROM people WHERE region IS DISTINCT FROM 'north' GROUP BY 1",
