@@ -230,30 +230,32 @@ def _uncoalesced(node: exp.Expression) -> exp.Expression | None:
     ``(col op v OR col IS NULL)`` where ``c op v`` holds. Numbers compared exactly
     (``Decimal``), texts for equality only (their order is the backend's collation);
     None for other forms."""
-    left, right, kind = node.this.unnest(), node.expression.unnest(), type(node)
-    if isinstance(right, exp.Coalesce) and not isinstance(left, exp.Coalesce):
-        left, right, kind = right, left, FLIPPED[kind]
+    left, right, kind = _oriented(node, exp.Coalesce)
     if not isinstance(left, exp.Coalesce) or len(left.expressions) != 1 \
             or not isinstance(left.this.unnest(), exp.Column):
         return None
     fallback, right = _signed(left.expressions[0].unnest()), _signed(right)
-    if not isinstance(fallback, exp.Literal) or not isinstance(right, exp.Literal) \
-            or fallback.is_string != right.is_string \
-            or (right.is_string and kind not in (exp.EQ, exp.NEQ)):
-        return None
-    try:
-        a, b = ((fallback.name, right.name) if right.is_string
-                else (Decimal(fallback.name), Decimal(right.name)))
-    except ArithmeticError:
+    holds = _constants_hold(fallback, kind, right)
+    if holds is None:
         return None
     column = left.this.unnest()
     # v decided the form: a fresh node, no slot the shape cache would bind anew
     # (``shapes``: COALESCE(age, 0) > -5 must not reuse > 30's form)
     compared = kind(this=column.copy(), expression=_fresh(right))
-    if not HOLDS[kind](a, b):
+    if not holds:
         return exp.paren(compared, copy=False)
     return exp.paren(exp.or_(compared, exp.Is(this=column.copy(), expression=exp.Null())),
                      copy=False)
+
+
+def _oriented(node: exp.Expression, operand: type) -> tuple[exp.Expression, exp.Expression,
+                                                             type]:
+    """(the side of the comparison ``node`` that is an ``operand``, the other side, the
+    comparison read from it): ``3 < COALESCE(x, 0)`` as ``COALESCE(x, 0) > 3``."""
+    left, right, kind = node.this.unnest(), node.expression.unnest(), type(node)
+    if isinstance(right, operand) and not isinstance(left, operand):
+        return right, left, FLIPPED[kind]
+    return left, right, kind
 
 
 def _case_decided(node: exp.Expression, root: exp.Expression) -> exp.Expression | None:
@@ -268,12 +270,10 @@ def _case_decided(node: exp.Expression, root: exp.Expression) -> exp.Expression 
     if isinstance(node, exp.Case):
         case, value = node, None
     else:
-        left, right, kind = node.this.unnest(), _signed(node.expression.unnest()), type(node)
-        if isinstance(right, exp.Case):
-            left, right, kind = right, _signed(left), FLIPPED[kind]
-        if not isinstance(left, exp.Case) or not isinstance(right, exp.Literal):
+        case, value, kind = _oriented(node, exp.Case)
+        value = _signed(value)
+        if not isinstance(case, exp.Case) or not isinstance(value, exp.Literal):
             return None
-        case, value = left, right
     if case.args.get("this") is not None or not _decides_the_row(node, root):
         return None
     branches = [(branch.this, branch.args["true"]) for branch in case.args.get("ifs") or []]
@@ -317,14 +317,20 @@ def _holds(result: exp.Expression, value: exp.Literal | None, kind) -> bool | No
             return None  # a number or text where a condition must stand: refused as written
         return True
     result = _signed(result)
-    if isinstance(result, exp.Null):
-        return False
-    if not isinstance(result, exp.Literal) or result.is_string != value.is_string \
-            or (value.is_string and kind not in (exp.EQ, exp.NEQ)):
+    return False if isinstance(result, exp.Null) else _constants_hold(result, kind, value)
+
+
+def _constants_hold(left: exp.Expression, kind, right: exp.Expression) -> bool | None:
+    """Whether ``left kind right`` holds for two constant literals: numbers exactly
+    (``Decimal``), texts for equality only (their order is the backend's collation);
+    None where it is not computed here."""
+    if not isinstance(left, exp.Literal) or not isinstance(right, exp.Literal) \
+            or left.is_string != right.is_string \
+            or (right.is_string and kind not in (exp.EQ, exp.NEQ)):
         return None
     try:
-        a, b = ((result.name, value.name) if value.is_string
-                else (Decimal(result.name), Decimal(value.name)))
+        a, b = ((left.name, right.name) if right.is_string
+                else (Decimal(left.name), Decimal(right.name)))
     except ArithmeticError:
         return None
     return HOLDS[kind](a, b)

@@ -108,7 +108,7 @@ def public_semi_joins(select: exp.Select, rules: Rules) -> exp.Select:
     select = select.copy()
     joined = 0
     for term in conjuncts(select.args["where"].this):
-        found = _public_match(term, rules)
+        found = public_match(term, rules)
         if found is None:
             continue
         outer, table, key, kept = found
@@ -117,7 +117,7 @@ def public_semi_joins(select: exp.Select, rules: Rules) -> exp.Select:
         for column in (c for condition in kept for c in condition.find_all(exp.Column)):
             column.set("table", exp.to_identifier(alias))
         on = exp.EQ(this=outer.copy(), expression=exp.column(key, table=alias))
-        select = select.join(exp.to_table(table.name).as_(alias), on=on, join_type="INNER",
+        select = select.join(table.as_(alias, copy=False), on=on, join_type="INNER",
                              copy=False)
         replacement = exp.and_(*kept, copy=False) if kept else exp.true()
         if term is select.args["where"].this:
@@ -127,10 +127,15 @@ def public_semi_joins(select: exp.Select, rules: Rules) -> exp.Select:
     return select
 
 
-def _public_match(term: exp.Expression, rules: Rules
-                  ) -> tuple[exp.Column, exp.Table, str, list[exp.Expression]] | None:
-    """(the outer column, the public table, its unique key, the subquery's other
-    conditions, copied) of a term ``public_semi_joins`` rewrites; None otherwise."""
+def public_match(term: exp.Expression, rules: Rules
+                 ) -> tuple[exp.Column, exp.Table, str, list[exp.Expression]] | None:
+    """(the outer column, the public table (a fresh reference), its unique key, the
+    subquery's other conditions, copied) of ``x IN (SELECT k FROM p WHERE …)`` or
+    ``EXISTS (SELECT … FROM p WHERE p.k = t.x AND …)``, ``k`` declared ``unique`` in the
+    public ``p`` and every condition reading ``p`` alone (no join, grouping, limit or
+    subquery): a semi-join on a unique key, which is the inner join on it with those
+    conditions (``public_semi_joins``; a staged subquery's release restricted by it,
+    ``proxy.analyze.staged``); None for any other term."""
     if isinstance(term, exp.In) and isinstance(term.args.get("query"), exp.Subquery):
         inner, outer = term.args["query"].this, term.this.unnest()
     elif isinstance(term, exp.Exists):
@@ -139,14 +144,14 @@ def _public_match(term: exp.Expression, rules: Rules
         return None
     if not isinstance(inner, exp.Select) or inner.find(exp.Subquery) or any(
             inner.args.get(clause) for clause in ("joins", "group", "having", "limit",
-                                                  "offset", "with_", "qualify", "distinct")):
+                                                  "offset", "with_", "qualify")):
         return None
     source = inner.args.get("from_")
     table = source.this if source is not None else None
     declared = rules.table(table.name) if isinstance(table, exp.Table) else None
     if declared is None or not declared.public:
         return None
-    own = {table.alias_or_name.lower(), table.name.lower()}
+    own = {table.alias_or_name.lower()}  # as PostgreSQL: an aliased table by its alias
 
     def mine(column: exp.Column) -> bool:  # p's column (unqualified: p's if p declares it)
         return column.name.lower() in declared.columns and (
@@ -174,7 +179,7 @@ def _public_match(term: exp.Expression, rules: Rules
             return None
     if not all(mine(column) for t in terms for column in t.find_all(exp.Column)):
         return None
-    return outer, table, key.name.lower(), [t.copy() for t in terms]
+    return outer, exp.to_table(table.name), key.name.lower(), [t.copy() for t in terms]
 
 
 def in_as_exists(select: exp.Select, rules: Rules) -> exp.Select:

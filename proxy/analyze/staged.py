@@ -89,6 +89,7 @@ from sqlglot import exp
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.key_restriction import conjuncts
 from proxy.analyze.merge_steps import step_name, steps
+from proxy.analyze.semi_joins import public_match
 from proxy.errors import NotSupported, ProxyError, QueryCanceled
 from proxy.interrupts import checkpoint
 from proxy.pgtypes import RULE_TYPES
@@ -672,9 +673,11 @@ def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
     terms = conjuncts(inner.this) if inner is not None else []
     keys = {c.name.lower(): c.copy() for c in columns}
     for condition in conjuncts(select.args["where"].this):
-        semi = _public_semi_join(condition, alias, outer, rules)
-        if semi is not None:  # the public table joined on its unique key instead
-            column, table, key, kept = semi
+        semi = public_match(condition, rules) if isinstance(condition, exp.In) else None
+        if semi is not None and _owner(semi[0], {}, outer) == alias:
+            # the public table joined on its unique key instead
+            read, table, key, kept = semi
+            column = read.name.lower()
             name = f"_idp_s{len(query.args.get('joins', []))}"
             query = query.join(table.as_(name), copy=False)
             joined = exp.column(key, table=name)
@@ -696,37 +699,6 @@ def _grouped(node: exp.Subquery, columns: list[exp.Column], select: exp.Select,
     value = query.selects[-1].copy()
     query.set("expressions", [*(c.copy() for c in keys.values()), value])
     return query.group_by(*(c.copy() for c in keys.values()), copy=False)
-
-
-def _public_semi_join(condition: exp.Expression, alias: str, outer: dict[str, Table],
-                      rules: Rules) -> tuple[str, exp.Table, str, list[exp.Expression]] | None:
-    """(the column, the public table, its key, the subquery's WHERE terms, copied) of
-    ``alias.column IN (SELECT key FROM public_table WHERE …)``, the key declared
-    ``unique`` in that table and the subquery reading its columns alone (no join,
-    grouping, limit or subquery): a semi-join on a unique key, which is the inner join
-    on it with those terms; None for any other condition."""
-    query = condition.args.get("query") if isinstance(condition, exp.In) else None
-    query = query.this if isinstance(query, exp.Subquery) else query
-    column = condition.this if query is not None else None
-    if not (isinstance(query, exp.Select) and isinstance(column, exp.Column)
-            and _owner(column, {}, outer) == alias and len(query.selects) == 1):
-        return None
-    source = query.args.get("from_")
-    table = source.this if source is not None else None
-    declared = rules.table(table.name) if isinstance(table, exp.Table) else None
-    key = query.selects[0]
-    if (declared is None or not declared.public or not isinstance(key, exp.Column)
-            or (key.name.lower(),) not in declared.unique or query.find(exp.Subquery)
-            or any(query.args.get(clause) for clause in
-                   ("joins", "group", "having", "limit", "offset", "with_", "qualify"))):
-        return None
-    where = query.args.get("where")
-    kept = [term.copy() for term in conjuncts(where.this)] if where is not None else []
-    own = {table.alias_or_name.lower()}
-    if any(c.name.lower() not in declared.columns or (c.table and c.table.lower() not in own)
-           for c in [key, *(c for term in kept for c in term.find_all(exp.Column))]):
-        return None
-    return column.name.lower(), exp.to_table(table.name), key.name.lower(), kept
 
 
 TOP_FORM = ("WITH r AS (SELECT t.k AS k, SUM(t.x) AS v FROM t WHERE … GROUP BY t.k) "
