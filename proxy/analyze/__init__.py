@@ -201,7 +201,19 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _star_as_condition(tree)
     if any(token.text.lower() == "timezone" for token in tokens):
         _timezone_as_at(tree)
+    if any(token.token_type == TokenType.FOR for token in tokens):
+        _refuse_locks(tree)
     return tree
+
+
+def _refuse_locks(tree: exp.Expression) -> None:
+    """``FOR UPDATE`` / ``FOR SHARE`` (PostgreSQL refuses them beside aggregates): they
+    were answered as if not written, or sent to lock a public table's rows."""
+    lock = tree.find(exp.Lock)
+    if lock is not None:
+        kind = "UPDATE" if lock.args.get("update") else "SHARE"
+        raise NotSupported(f"FOR {kind} is not allowed: the proxy only reads, and locks no "
+                           "row; ask without it")
 
 
 def _timezone_as_at(tree: exp.Expression) -> None:
@@ -340,11 +352,6 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         return union_plan(statement, lambda branch: analyze(branch, rules, settings, hint,
                                                             shown), canonical_sql)
     select = _distinct_unwrapped(_only_select(statement))
-    lock = select.find(exp.Lock)
-    if lock is not None:  # answered as if it were not there, or sent to lock public rows
-        kind = "UPDATE" if lock.args.get("update") else "SHARE"
-        raise NotSupported(f"FOR {kind} is not allowed: the proxy only reads, and locks no "
-                           "row; ask without it")
     if _public_only(select, rules):
         return PassthroughPlan(select if owned else select.copy())
     if select.find(exp.TableSample):  # it was dropped: the answer covered every row
