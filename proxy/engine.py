@@ -412,10 +412,8 @@ class Engine:
 
         for key in plan.group_keys() if plan.group_by else [()]:
             group = GroupStats.of(groups, key)
-            drawn = answered(instance_releases(plan, counts.get(key, GroupStats()), shift,
-                                               self.rng, key, scope), draws_read)
-            group.instance = {**group.instance, **{
-                index: _within_where(plan, index, value) for index, value in drawn.items()}}
+            _keep_draws(plan, group, answered(instance_releases(
+                plan, counts.get(key, GroupStats()), shift, self.rng, key, scope), draws_read))
 
     def _weighted_draws(self, plan: QueryPlan, tx: Transaction,
                         groups: dict[tuple, GroupStats], by_column: dict) -> None:
@@ -441,10 +439,8 @@ class Engine:
             return found.get(key, (0, 0, []))
 
         for key in plan.group_keys():
-            group = GroupStats.of(groups, key)
-            drawn = answered(weighted_releases(plan, self.rng, key), weights_read)
-            group.instance = {**group.instance, **{
-                index: _within_where(plan, index, value) for index, value in drawn.items()}}
+            _keep_draws(plan, GroupStats.of(groups, key),
+                        answered(weighted_releases(plan, self.rng, key), weights_read))
 
     def _ladders(self, plan: QueryPlan, tx: Transaction, clip: int | None, shift: int,
                  groups: dict[tuple, GroupStats]) -> None:
@@ -1030,6 +1026,13 @@ def _conditions_on(plan: QueryPlan, alias: str) -> list[exp.Expression]:
                 for c in columns):
             found.append(condition)
     return found
+
+
+def _keep_draws(plan: QueryPlan, group: GroupStats, drawn: dict[int, Any]) -> None:
+    """A group's drawn values, by aggregate index, into its ``instance``, each kept
+    within the range its WHERE lets in (``_within_where``)."""
+    group.instance = {**group.instance, **{
+        index: _within_where(plan, index, value) for index, value in drawn.items()}}
 
 
 def _within_where(plan: QueryPlan, index: int, value):
