@@ -152,7 +152,7 @@ def test_ibis_itself_is_answered_as_the_truth_and_refused_in_one_line(demo_serve
     """Ibis (issue 33: run it, not its SQL copied) connects over the wire as to
     PostgreSQL, reads the catalog, and compiles its own SQL: a grouped count, mean and
     sum, ``nunique(where=…)`` beside them (a count narrowed by a condition: a release
-    per scope), a month's ``truncate``, a median; each within 10 % of the truth at
+    per scope), a month's ``truncate``, means of log10, log2, a square and exp, a median; each within 10 % of the truth at
     ε = 1 (the 95 % bounds are ≤ 3 %); a raw column is refused (42501), nothing spent."""
     import ibis
 
@@ -181,6 +181,13 @@ def test_ibis_itself_is_answered_as_the_truth_and_refused_in_one_line(demo_serve
                              "GROUP BY 1 ORDER BY 1")
     assert [m.to_pydatetime() for m in months.month] == [m for m, _ in true_months]
     assert all(map(close, months.n, [n for _, n in true_months]))
+    # its log10, log2 (LOG(CAST(2 AS DECIMAL), …)), power (POW(x, 2)) and exp
+    means = visits.aggregate(lg=(visits.cost + 1).log10().mean(),
+                             l2=(visits.cost + 1).log2().mean(), sq=(visits.days ** 2).mean(),
+                             ex=(visits.days / 10).exp().mean()).to_pandas()
+    (true_means,) = demo_truth("SELECT AVG(ln(cost + 1) / ln(10)), AVG(ln(cost + 1) / ln(2)), "
+                               "AVG(days * days), AVG(exp(days / 10.0)) FROM visits")
+    assert all(map(close, means.iloc[0], true_means)), (means, true_means)
     ((median,),) = demo_truth("SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY cost) "
                               "FROM visits")
     assert close(visits.cost.median().to_pyarrow().as_py(), median)  # a named cursor

@@ -129,7 +129,7 @@ def expression(rng: random.Random, depth: int = 4) -> str:
     if depth <= 0 or rng.random() < 0.22:
         return _leaf(rng)
     sub = lambda: expression(rng, depth - 1)  # noqa: E731
-    form = rng.randrange(24)
+    form = rng.randrange(27)
     if form < 3:
         return f"({sub()} * {sub()})"
     if form < 5:
@@ -177,6 +177,16 @@ def expression(rng: random.Random, depth: int = 4) -> str:
     if form == 22:  # a field of the time column (issue 33), or one that is refused
         field = rng.choice(FIELDS)
         return rng.choice([f"extract({field} FROM at)", f"date_part('{field}', at)"])
+    if form == 23:  # a square (an exponent other than 2 is refused)
+        return rng.choice([f"power({sub()}, 2)", f"(({sub()}) ^ 2)", f"power({sub()}, 3)"])
+    if form == 24:
+        inner = sub()
+        positive = f"{rng.choice(['p', 's', 'x + 1'])} * {rng.choice(['1', '1e-15', '0.5'])}"
+        return rng.choice([f"log({inner})", f"log(2, {positive})", f"log10({positive})",
+                           f"log(0.5, abs({inner}) + 1)"])
+    if form == 25:  # refused unless the argument stays within ±700
+        return rng.choice([f"exp({sub()})",
+                           f"exp({rng.choice(['x', 'y', 'p', 's', 'x * y', 'b'])})"])
     return _leaf(rng)
 
 
@@ -299,6 +309,18 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         inner = of(node.this)
         value = inner.value
         return _Ref(None if value is None else math.log(abs(value) + LOG_FLOOR), False)
+    if isinstance(node, exp.Pow):  # of the snapped operand, as *
+        value = _snap(of(node.this).value)
+        return _Ref(None if value is None else value * value, False)
+    if isinstance(node, exp.Log):  # ln over the constant ln(base); LOG(x) is base 10
+        argument, base = ((node.this, 10.0) if node.expression is None
+                          else (node.expression, float(node.this.name)))
+        value = of(argument).value
+        return _Ref(None if value is None
+                    else math.log(abs(value) + LOG_FLOOR) / math.log(base), False)
+    if isinstance(node, exp.Exp):
+        value = of(node.this).value
+        return _Ref(None if value is None else math.exp(value), False)
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Predicate):
         condition = node.this
         if not isinstance(condition, exp.Is) and row[condition.this.name] is None:

@@ -53,9 +53,9 @@ from proxy.vocabulary import DerivedColumn, Moment, read_raw
 
 ALLOWED = ("+ - * /, division by a non-zero constant, CASE WHEN ... THEN ... END, COALESCE, "
            "NULLIF(x, constant), CAST to a number (of a condition: to integer), abs, least, "
-           "greatest, floor, ceil, round, trunc, sqrt of a value that cannot be negative, ln "
-           "of a value that is always positive, EXTRACT(hour FROM t) of a time column with a "
-           "declared domain")
+           "greatest, floor, ceil, round, trunc, power(x, 2), sqrt of x ≥ 0, ln and log of "
+           "x > 0, exp of |x| ≤ 700, EXTRACT(hour FROM t) of a time column with a declared "
+           "domain")
 # Intermediate values the backend may meet stay well inside DOUBLE's range.
 _SAFE_MAGNITUDE = 1e300
 # The most parts (sqlglot nodes: operators, functions, columns, constants) one
@@ -429,7 +429,7 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
             node.this.unnest(), (exp.Predicate, exp.Connector, exp.Not)):
         return _boolean(node.this, table, resolve)
     if isinstance(node, (exp.Neg, exp.Abs, exp.Cast, exp.Floor, exp.Ceil, exp.Round,
-                         exp.Trunc, exp.Sqrt, exp.Ln)) and not isinstance(node, exp.TryCast):
+                         exp.Trunc, exp.Sqrt, exp.Ln, exp.Exp)) and not isinstance(node, exp.TryCast):
         inner = of(node.this)
         if inner.null:  # NULL in, NULL out
             return _always_null(type(node)(**{**node.args, "this": inner.sql}), inner.constant)
@@ -445,6 +445,8 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
             return _cast(node, inner)
         if isinstance(node, (exp.Sqrt, exp.Ln)):
             return _root_or_log(node, inner)
+        if isinstance(node, exp.Exp):
+            return _exponential(node, inner)
         return _rounding(node, inner)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
         left, right = of(node.this), of(node.expression)
@@ -472,6 +474,10 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         return _case(node, table, resolve)
     if isinstance(node, exp.Extract):
         return _field(node, table, resolve)
+    if isinstance(node, exp.Pow):
+        return _square(node, of(node.this))
+    if isinstance(node, exp.Log):
+        return _logarithm(node, table, resolve)
     raise _refuse(node)
 
 
@@ -790,3 +796,66 @@ def _root_or_log(node: exp.Expression, inner: _Value) -> _Value:
     return _Value(sql, *(function(v) for v in (inner.low, inner.high)),
                   (function(inner.reach[0]), function(inner.reach[1])), False, inner.nullable,
                   inner.constant, bound)
+
+
+def _square(node: exp.Pow, base: _Value) -> _Value:
+    """POWER(x, 2) or x ^ 2, the one power admitted: computed as POWER of the snapped
+    operand (as ``*`` takes it), so the square of a value below 2⁵⁰⁰ neither overflows
+    nor underflows to 0 (PostgreSQL fails on both); its range is the square of the
+    operand's |range|, tight where the operand reads a column once. Other exponents
+    refused: a cube can underflow, a fraction fails on negative values."""
+    exponent = node.expression.unnest()
+    if not (isinstance(exponent, exp.Literal) and not exponent.is_string
+            and _number(exponent).low == 2):
+        raise NotSupported(f"{_text(node)}: inside an aggregate, POWER takes the exponent "
+                           "2 (a square); write a product (x * x * x) or sqrt(x) instead")
+    base = _operand(node, base)
+    sql = exp.Pow(this=base.sql, expression=guards.number(2.0))
+    if base.null:
+        return _always_null(sql, base.constant)
+    squared = lambda ends: tuple(_times(end, end) for end in _abs(ends))  # noqa: E731
+    return _Value(sql, *squared((base.low, base.high)), squared(base.reach), False,
+                  base.nullable, base.constant, base.bound * base.bound)
+
+
+def _logarithm(node: exp.Log, table: Table, resolve) -> _Value:
+    """LOG(x) (base 10, as PostgreSQL reads it; LOG10 too) or LOG(b, x) with a constant
+    base b > 0, b ≠ 1 (cast or not: Ibis's log2 is LOG(CAST(2 AS DECIMAL), …)): ln(x) over the constant ln(b), ln guarded as ``ln`` is (so x's
+    declared domain must be > 0). Written so in every dialect: Spark's one-argument LOG
+    is the natural logarithm."""
+    argument, base = node.expression, node.this
+    if argument is None:
+        argument, base = base, exp.Literal.number(10)
+    base = _evaluate(base, table, resolve)  # a constant, cast or not (Ibis's log2)
+    if not base.constant or base.nullable or base.low != base.high:
+        raise NotSupported(f"{_text(node)}: inside an aggregate, LOG takes a constant base")
+    divisor = math.log(base.low) if base.low > 0 else 0.0
+    if abs(divisor) < 1e-6:
+        raise NotSupported(f"{_text(node)}: the base of LOG must be a positive number "
+                           "other than 1")
+    inner = _evaluate(argument, table, resolve)
+    if inner.null:
+        return _always_null(exp.Log(this=base.sql, expression=inner.sql), inner.constant)
+    ln = _root_or_log(node, inner)
+    ends = sorted(end / divisor for end in (ln.low, ln.high))
+    reach = sorted(end / divisor for end in ln.reach)
+    return _Value(exp.Div(this=exp.paren(ln.sql, copy=False),
+                          expression=guards.number(divisor)),
+                  *ends, tuple(reach), False, ln.nullable, ln.constant,
+                  ln.bound / abs(divisor))
+
+
+_EXP_BOUND = 700.0  # e^700 ≈ 10³⁰⁴ is finite; e^−700 is no underflow (PostgreSQL fails on 0)
+
+
+def _exponential(node: exp.Exp, inner: _Value) -> _Value:
+    """EXP(x) where the SQL's own bound keeps |x| ≤ 700: neither overflow nor an
+    underflow to 0 (an error on PostgreSQL) for any row; monotone, so the ends map to the
+    ends."""
+    if inner.bound > _EXP_BOUND or max(abs(inner.reach[0]), abs(inner.reach[1])) > _EXP_BOUND:
+        raise NotSupported(f"{_text(node)} can overflow or underflow in the backend; its "
+                           f"argument must stay within ±{_EXP_BOUND:g} for every value of "
+                           "its columns' declared domains")
+    return _Value(exp.Exp(this=inner.sql), math.exp(inner.low), math.exp(inner.high),
+                  (math.exp(inner.reach[0]), math.exp(inner.reach[1])), False,
+                  inner.nullable, inner.constant, math.exp(inner.bound))

@@ -94,6 +94,13 @@ EXPRESSIONS = [
     ("round(x / 4)", lambda x, y, w, rx, ry: _arith(lambda a: float(round(a / 4)), x), False),
     ("sqrt(x)", lambda x, y, w, rx, ry: _arith(math.sqrt, x), True),
     ("ln(x + 1)", lambda x, y, w, rx, ry: _arith(lambda a: math.log(a + 1), x), True),
+    ("log(x + 1)", lambda x, y, w, rx, ry: _arith(lambda a: math.log(a + 1) / math.log(10), x),
+     True),
+    ("log(0.5, x + 1)", lambda x, y, w, rx, ry: _arith(
+        lambda a: math.log(a + 1) / math.log(0.5), x), True),
+    ("power(y, 2)", lambda x, y, w, rx, ry: _arith(lambda a: a * a, y), True),
+    ("(x - 5) ^ 2", lambda x, y, w, rx, ry: _arith(lambda a: (a - 5) * (a - 5), x), True),
+    ("exp(y)", lambda x, y, w, rx, ry: _arith(math.exp, y), True),
     ("y * y", lambda x, y, w, rx, ry: _arith(lambda a: a * a, y), False),
     ("(x + y) * (x - y)", lambda x, y, w, rx, ry: _arith(lambda a, b: (a + b) * (a - b), x, y),
      False),
