@@ -813,9 +813,13 @@ def _square(node: exp.Pow, base: _Value) -> _Value:
     sql = exp.Pow(this=base.sql, expression=guards.number(2.0))
     if base.null:
         return _always_null(sql, base.constant)
-    squared = lambda ends: tuple(_times(end, end) for end in _abs(ends))  # noqa: E731
-    return _Value(sql, *squared((base.low, base.high)), squared(base.reach), False,
+    return _Value(sql, *_squared((base.low, base.high)), _squared(base.reach), False,
                   base.nullable, base.constant, base.bound * base.bound)
+
+
+def _squared(ends: tuple[float, float]) -> tuple[float, float]:
+    low, high = _abs(ends)
+    return _times(low, low), _times(high, high)
 
 
 def _logarithm(node: exp.Log, table: Table, resolve) -> _Value:
