@@ -454,12 +454,13 @@ def _ranked(a: Asked) -> Released:
                                  f"of their distance from {_moment_origin(moment)}, "
                                  f"every {'second' if moment.kind == 'timestamp' else 'day'} "
                                  "near it")
+    # one line each (the notice lists each line once, however many aggregates share it)
     if agg.continuous:
-        note += "; PERCENTILE_CONT is answered as PERCENTILE_DISC"
+        note += "\nPERCENTILE_CONT is answered as PERCENTILE_DISC"
     if agg.kind == PERCENTILE and one_row_per_unit(plan):
         note += _PER_UNIT_NOTE if plan.mechanism.scale == PIECEWISE else _WEIGHTED_NOTE
     if agg.kind in (MAX, MIN):
-        note += _extreme_note(agg.kind, extreme_offsets(plan, cal.shift)[a.index],
+        note += _extreme_note(agg, extreme_offsets(plan, cal.shift)[a.index],
                               several_rows_per_unit(plan))
     return _finish(Noisy(a.group.instance[a.index], None, mechanism), cal, note)
 
@@ -547,28 +548,29 @@ PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated i
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
                   "tell how dense the data are around the answer; the answer is the middle "
                   "of the cell of one of the column's candidates, up to {} apart {}")
-_PER_UNIT_NOTE = ("; the percentile of one row per privacy unit, each unit's row chosen by a "
+_PER_UNIT_NOTE = ("\nthe percentile of one row per privacy unit, each unit's row chosen by a "
                   "hash of its values (each unit counts once: docs/privacy.md §5.3)")
-_WEIGHTED_NOTE = ("; the percentile of the rows weighted 1/(their privacy unit's rows in "
+_WEIGHTED_NOTE = ("\nthe percentile of the rows weighted 1/(their privacy unit's rows in "
                   "scope), so that each unit counts once (docs/privacy.md §5.3)")
 _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-tailed noise; no "
                 "95% bound is shown, it would reveal the smooth sensitivity of the data")
 
 
-def _extreme_note(kind, aside: int, per_unit: bool) -> str:
+def _extreme_note(agg, aside: int, per_unit: bool) -> str:
     """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset), and
     over what: each unit's own extreme where a unit may own several rows."""
+    kind = agg.kind
     end = "largest" if kind == MAX else "smallest"
-    over = (f"; drawn over each privacy unit's own {kind.upper()} (one value per unit "
+    over = (f"\ndrawn over each privacy unit's own {kind.upper()} (one value per unit "
             "and group: the same extreme, each unit counted once, docs/privacy.md §5.3)"
             ) if per_unit else ""
     if not aside:
         return over
     values = "units' values" if per_unit else "values"
-    return (f"{over}; {kind.upper()} is drawn around the value {aside} ranks from the "
-            f"{end}, or a tenth of the {values} from it in a smaller scope (the {end} "
-            "itself would be drawn almost anywhere between it and the domain's end, "
-            "docs/privacy.md §5.3)")
+    return (f"{over}\n{kind.upper()}({agg.column}) is drawn around the value {aside} ranks "
+            f"from the {end}\na drawn {kind.upper()} aims that many ranks from the {end}, or "
+            f"a tenth of the {values} from it in a smaller scope (the {end} itself would be "
+            "drawn almost anywhere between it and the domain's end, docs/privacy.md §5.3)")
 
 
 def _sum_note(cal: Calibration) -> str:

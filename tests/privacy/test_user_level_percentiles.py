@@ -117,7 +117,13 @@ def test_max_and_min_land_among_the_extreme_percent_of_rows(engine):
             sql = (f"SELECT {'department, ' if grouped else ''}MIN(cost), MAX(cost) FROM "
                    f"visits WHERE days > {-1 - i}{' GROUP BY 1' if grouped else ''}")
             (answer,) = run(session, sql)
-            assert "each privacy unit's own MIN" in " ".join(answer.privacy["notes"])
+            notes = answer.privacy["notes"]
+            assert "each privacy unit's own MIN" in " ".join(notes)
+            # each of MIN and MAX named with its rank; what the ranks mean said once
+            assert any(n.startswith("MIN(cost) is drawn around the value ") for n in notes)
+            assert any(n.startswith("MAX(cost) is drawn around the value ") for n in notes)
+            assert len(notes) == len(set(notes)) and len(
+                [n for n in notes if "(docs/privacy.md §5.3) would tell" in n]) == 1, notes
             for row in answer.rows:
                 key = row[0] if grouped else None
                 draws.setdefault((key, "min"), []).append(row[-2])
