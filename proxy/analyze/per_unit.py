@@ -20,7 +20,9 @@ on a bounded key), each unit's count clamped into it as
 every column is clamped to its domain.
 
 What is answered: an outer SELECT over such a subquery (a CTE or a derived table)
-with COUNT(*), COUNT(DISTINCT unit), COUNT, SUM and AVG of the per-unit values, a
+with COUNT(*), COUNT(DISTINCT unit), COUNT, SUM, AVG, STDDEV, VARIANCE, MEDIAN and the
+percentiles, MAX and MIN of the per-unit values ("the median person's total spend":
+each a mechanism of a row-level table over the relation, its units ranked as rows), a
 WHERE on them and on the unit (per-unit conditions: a unit that fails it is not in
 scope, it does not count as 0), and whatever an aggregate query may add after the
 release (HAVING, computed items, ORDER BY, LIMIT). The subquery computes COUNT(*),
@@ -55,9 +57,11 @@ from proxy.vocabulary import COUNT, SUM, PerUnit, QueryPlan
 Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
 Units = Callable[[exp.Select, Rules], QueryPlan]  # one over the given rules' tables
 
-FORM = ("SELECT COUNT(*) | AVG(n) | SUM(n) FROM (SELECT unit, COUNT(*) AS n FROM t "
+FORM = ("SELECT COUNT(*) | AVG(n) | MEDIAN(n) | … FROM (SELECT unit, COUNT(*) AS n FROM t "
         "[WHERE …] GROUP BY unit) s [WHERE n > 3] (per unit also SUM(col))")
-_OUTER = (exp.Count, exp.Sum, exp.Avg)  # what the outer query may ask of the units
+_OUTER = (exp.Count, exp.Sum, exp.Avg, exp.Median, exp.WithinGroup, exp.PercentileCont,
+          exp.PercentileDisc, exp.Max, exp.Min, exp.Stddev, exp.StddevSamp, exp.StddevPop,
+          exp.Variance, exp.VariancePop)  # what the outer query may ask of the units
 
 
 def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
@@ -268,7 +272,8 @@ def _over_units(outside: exp.Select, source: exp.Table, table: Table,
             continue
         if not isinstance(node, _OUTER):
             raise NotSupported(f"over per-unit values the outer query asks COUNT(*), "
-                               f"COUNT(DISTINCT unit), COUNT, SUM or AVG, not "
+                               f"COUNT(DISTINCT unit), COUNT, SUM, AVG, STDDEV, VARIANCE, "
+                               f"MEDIAN, a percentile, MAX or MIN, not "
                                f"{node.sql(dialect='postgres')}: {FORM}")
         if isinstance(node.this, exp.Distinct):
             values = node.this.expressions

@@ -189,6 +189,79 @@ def test_sums_of_an_expression_per_unit_are_a_plain_column_of_the_units(loaded):
     (answer,) = Session.open(loaded, "alice").execute(sql)
     assert answer.columns == ["avg", "sum", "count"] and answer.rows[0][2] is not None
 
+def test_percentiles_and_extremes_of_per_unit_totals_are_the_units_own(loaded, no_noise):
+    """MEDIAN, a percentile, MAX, MIN and STDDEV of each person's total spend (the probe
+    of 2026-11-29: refused): ranked over the relation of one row per unit, each total
+    clamped to [0, 4 × 100] as for SUM and AVG; with the noise off the percentiles are
+    the units' own, per group of a per-unit count too, and MAX and MIN lie among the
+    totals. One release per aggregate."""
+    totals: dict = {}
+    for unit, cost, _ in VISITS:
+        if not math.isnan(cost):
+            totals[unit] = totals.get(unit, 0.0) + cost
+    clamped = sorted(min(t, 400.0) for t in totals.values())
+    session = Session.open(loaded, "alice")
+    before = loaded.ledger.remaining("alice")
+    (answer,) = session.execute(
+        "SELECT MEDIAN(total), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY total), MAX(total), "
+        "MIN(total), STDDEV(total) FROM (SELECT person_id, SUM(cost) AS total FROM visits "
+        "GROUP BY person_id) t")
+    median, p90, largest, smallest, spread = answer.rows[0]
+    assert median == pytest.approx(clamped[math.ceil(0.5 * len(clamped)) - 1], abs=0.5)
+    assert p90 == pytest.approx(clamped[math.ceil(0.9 * len(clamped)) - 1], abs=0.5)
+    assert clamped[0] - 0.5 <= smallest <= largest <= clamped[-1] + 0.5
+    assert spread >= 0 and answer.privacy["epsilon_spent"] == pytest.approx(0.5)
+    assert before - loaded.ledger.remaining("alice") == Decimal("0.5")
+    (grouped,) = session.execute(
+        "SELECT n, MEDIAN(total) FROM (SELECT person_id, COUNT(*) AS n, SUM(cost) AS total "
+        "FROM visits GROUP BY person_id) t WHERE n >= 2 GROUP BY n ORDER BY n")
+    counts = _per_person(VISITS)
+    for n, median in grouped.rows:
+        group = sorted(min(totals[u], 400.0) for u, c in counts.items() if c == n and u in totals)
+        if group:
+            assert median == pytest.approx(group[math.ceil(len(group) / 2) - 1], abs=0.5), n
+
+
+def test_the_rank_mechanism_reads_the_units_relation(loaded, monkeypatch):
+    """What the exponential mechanism reads for a percentile of per-unit values (every
+    window of ranks and every count around a candidate) is the relation of one row per
+    unit: each unit's total of normalised costs (NaN out) clamped to [0, 400], the outer
+    WHERE on the true total, the NULL unit one row; with shift g = 1. That relation is a
+    row-level table whose neighbours change g rows (docs/privacy.md §3.11,
+    tests/privacy/test_nested_units_bruteforce.py), which is all the mechanism's proof
+    (§5.3) asks of its input."""
+    from proxy.privacy import inverse_sensitivity
+    from proxy.privacy.requests import CountRequest, RankRequest
+    seen = []
+
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+        windows, counts = [], []
+        for a, b in ((1, n), (rank, rank), (max(1, rank - 2), min(n, rank + 2))):
+            windows.append((yield RankRequest(column, a, b, group=key)))
+        for y in (0.0, 60.0, 400.0):
+            counts.append((yield CountRequest(column, y, key)))
+        seen.append((n, rank, shift, windows, counts))
+        return grid.value(grid.first)
+
+    monkeypatch.setattr(inverse_sensitivity, "instance_release", recording)
+    totals: dict = {}
+    for unit, cost, _ in VISITS:
+        totals.setdefault(unit, 0.0)
+        if not math.isnan(cost):
+            totals[unit] += cost
+    values = sorted(min(t, 400.0) for t in totals.values() if t > 20)
+    list(Session.open(loaded, "alice").execute(
+        "SELECT MEDIAN(total) FROM (SELECT person_id, SUM(cost) AS total FROM visits "
+        "GROUP BY person_id) t WHERE total > 20"))
+    ((n, rank, shift, windows, counts),) = seen
+    assert (n, shift) == (len(values), 1) and windows == [
+        values, [values[rank - 1]], values[max(0, rank - 3):rank + 2]]
+    assert counts == [(sum(v < y for v in values), sum(v <= y for v in values),
+                       max((v for v in values if v < y), default=None),
+                       min((v for v in values if v > y), default=None))
+                      for y in (0.0, 60.0, 400.0)]
+
+
 def test_a_having_in_the_subquery_is_the_outer_where(loaded):
     """HAVING on per-unit counts picks units as the outer WHERE does; an aggregate only
     HAVING names is a per-unit value of its own."""
@@ -250,8 +323,9 @@ def test_answered_with_metadata_charged_once_and_cached(loaded):
 
 PER_UNIT = "(SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t"
 REFUSED = [
-    (f"SELECT MEDIAN(n) FROM {PER_UNIT}", "0A000", "COUNT(DISTINCT unit), COUNT, SUM or AVG"),
-    (f"SELECT MAX(n) FROM {PER_UNIT} WHERE n > 1", "0A000", "not MAX(t.n)"),
+    (f"SELECT CORR(n, n) FROM {PER_UNIT}", "0A000", "a percentile, MAX or MIN, not CORR"),
+    (f"SELECT STRING_AGG(CAST(n AS text), ',') FROM {PER_UNIT} WHERE n > 1", "0A000",
+     "not STRING_AGG"),
     (("SELECT n, COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY "
       "person_id) t GROUP BY n"), "0A000",
      "GROUP BY over per-unit counts needs the rules to bound one unit's rows of claims"),
