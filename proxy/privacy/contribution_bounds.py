@@ -122,7 +122,8 @@ def laddered(plan: QueryPlan) -> tuple[Contribution, ...]:
     mechanism's plans included, which draw only their percentiles, MAX and MIN), over
     one table or a join (each joined row belongs to the unit of the first table's row:
     the protected joins equate units, §3.13; a unit's contribution is the sum over its
-    joined rows), without per-unit subqueries, on a column with a declared domain
+    joined rows) or the relation of per-unit values (one record a unit), on a column
+    with a declared domain
     (spreads: one whose squared width a double holds). Not over a table without a
     privacy unit joined to public rows several times (a record's rows would count as
     separate contributions)."""
@@ -188,8 +189,11 @@ def count_slot(index: int) -> int:
 
 def chained(plan: QueryPlan) -> bool:
     """Whether the plan reads a ``unit_via`` chain or a join of protected tables: its
-    COUNTs are clipped per group (§3.14, "COUNT over chains")."""
-    return plan.table.link is not None or any(join.protected for join in plan.joins)
+    COUNTs are clipped per group (§3.14, "COUNT over chains"). Not over per-unit values
+    (``proxy.analyze.per_unit``): the join is inside the relation, whose record is the
+    unit."""
+    return plan.per_unit is None and (plan.table.link is not None
+                                      or any(join.protected for join in plan.joins))
 
 
 def windowed_counts(plan: QueryPlan) -> bool:
@@ -292,7 +296,7 @@ def clippable(plan: QueryPlan) -> bool:
     global scale; CORR and its kin (privacy/correlation.py) this alone."""
     mechanism = plan.mechanism
     return not (mechanism.model not in ("dp", "idp") or mechanism.prior is not None
-                or mechanism.individual or plan.per_unit is not None
+                or mechanism.individual
                 or (plan.table.privacy_unit is None and plan.multiplicity > 1))
 
 

@@ -152,7 +152,8 @@ def test_sums_per_unit_are_clamped_to_the_bound_times_the_domain(loaded):
     """SUM(cost) per person (of the normalised costs: NaN out, as SUM skips NULL) is a
     per-unit value of domain [0, 4 × 100]: person 5's five visits sum beyond the
     declared 4 rows' reach only if their total passes 400; the outer AVG and SUM read
-    each unit's total clamped into it, the outer WHERE the true total."""
+    each unit's total clamped into it, the outer WHERE the true total, and clip it to a
+    bound drawn from a ladder read over the units (one contribution each)."""
     sql = ("SELECT AVG(total), SUM(total), COUNT(*) FROM (SELECT person_id, SUM(cost) AS "
            "total FROM visits GROUP BY person_id) t WHERE total > 50")
     totals: dict = {}
@@ -165,7 +166,15 @@ def test_sums_per_unit_are_clamped_to_the_bound_times_the_domain(loaded):
     assert shift == 1 and groups[()].rows == len(scope) > 0
     assert stats.column("total").n == len(scope)
     assert stats.column("total").total == pytest.approx(sum(min(t, 400.0) for t in scope))
-    assert all(rows == 1 for _, rows in statements)  # sums only; no row leaves
+    # the automatic bound (§3.14) over the units' relation: each rung's units beyond it
+    # and clipped sum are the clamped totals', one row per unit
+    (ladder,) = stats.ladders.values()
+    clamped = [min(t, 400.0) for t in scope]
+    assert ladder.rungs[-1] == 400.0 and ladder.beyond == tuple(
+        sum(t > rung for t in clamped) for rung in ladder.rungs)
+    assert ladder.clipped == pytest.approx([sum(min(t, rung) for t in clamped)
+                                            for rung in ladder.rungs], abs=1e-6 * len(clamped))
+    assert all(rows <= len(ladder.rungs) for _, rows in statements)  # no row leaves
     assert loaded.backend.read(sql.replace("AVG(total), SUM(total), ", ""))[0][0] == len(scope)
 
 
