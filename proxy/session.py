@@ -842,8 +842,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     order = sorted_rows(rows, plan.order_by)
     order = order[: plan.limit] if plan.limit is not None else order
     columns = [o.name for o in plan.outputs]
-    ci95 = {o.name: [released[i][o.aggregate].ci95 for i in order]
-            for o in plan.outputs if o.aggregate is not None
+    ci95 = {key: [released[i][o.aggregate].ci95 for i in order]
+            for o, key in zip(plan.outputs, bound_keys(columns)) if o.aggregate is not None
             and _moment(plan, o.aggregate) is None}
     # the counts and sums whose noise is added, symmetric and log-concave: their bounds
     # add up in sums of them (proxy.postbounds); the mechanisms are the plan's choice
@@ -1001,12 +1001,13 @@ def _outer_answer(outer: OuterQuery, answers: list[Answer], privacy: dict[str, A
         outer, [(answer.columns, answer.kinds, answer.rows) for answer in answers],
         [(answer.privacy["ci95"], frozenset(answer.privacy.get("additive", ())),
           answer.privacy.get("rows_public", False)) for answer in answers])
-    ci95 = {columns[index]: spreads for index, spreads in derived.items()}
+    keys = bound_keys(columns)
+    ci95 = {keys[index]: spreads for index, spreads in derived.items()}
     for index, (release, source) in carried.items():
         bounds = answers[release].privacy["ci95"]
         if source in bounds:
             # a row of an outer join that release has no row in: no value, no bound
-            ci95[columns[index]] = [None if origin is None or origin[release] is None
+            ci95[keys[index]] = [None if origin is None or origin[release] is None
                                     else bounds[source][origin[release]]
                                     for origin in origins]
     privacy = dict(privacy, ci95=ci95,
@@ -1074,19 +1075,30 @@ def _restored(stored: dict[str, Any], spent: Decimal, delta: Decimal, remaining:
                   privacy, _notice(privacy), stored["kinds"])
 
 
+def bound_keys(columns: Sequence[str]) -> list[str]:
+    """Where each column's 95 % bounds are kept in ``privacy["ci95"]``: under its name,
+    or, where several columns share it (``SELECT AVG(income), AVG(age)``: both ``avg``,
+    as PostgreSQL names them), under the name and its position, so that each keeps its
+    own (one took the other's: income's interval was age's ±0.08)."""
+    shared = {name for name in columns if columns.count(name) > 1}
+    return [f"{name} (column {position})" if name in shared else name
+            for position, name in enumerate(columns, 1)]
+
+
 def _with_intervals(answer: Answer) -> Answer:
     """Each noisy column followed by the ends of its 95% interval, for tools that do not
     show notices (``SET idp.intervals = on``); empty where no bound is reported."""
     bounds = answer.privacy["ci95"]
     columns, kinds, picks = [], [], []
-    for index, (name, kind) in enumerate(zip(answer.columns, answer.kinds)):
+    for index, (name, kind, key) in enumerate(zip(answer.columns, answer.kinds,
+                                                  bound_keys(answer.columns))):
         columns.append(name)
         kinds.append(kind)
         picks.append((index, None, 0))
-        if name in bounds:
+        if key in bounds:
             columns += [f"{name}_ci95_low", f"{name}_ci95_high"]
             kinds += [_FLOAT, _FLOAT]
-            picks += [(index, name, -1), (index, name, 1)]
+            picks += [(index, key, -1), (index, key, 1)]
     rows = []
     for number, row in enumerate(answer.rows):
         cells = []

@@ -530,6 +530,11 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
             # data's density around the answer)
             assert low < n < high and high - n == pytest.approx(n - low)
             assert median_low is median_high is None
+        # two columns of one name (PostgreSQL names both avg) keep their own intervals:
+        # income's took age's (±0.08 around an average income)
+        ((income, income_low, _, age, age_low, _),) = con.execute(
+            "SELECT AVG(income), AVG(age) FROM people", binary=True).fetchall()
+        assert 0 < float(age) - age_low < float(income) - income_low
         con.execute("RESET idp.intervals")
         assert len(con.execute("SELECT COUNT(*) FROM people").description) == 1
 
