@@ -66,7 +66,8 @@ MAX_PARTS = 8  # scopes one query may read: each a release and a scan
 
 def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
     """The join of one aggregate query per scope that ``select`` is the same as, when
-    its aggregates read more than one scope; None when they read one."""
+    its aggregates read more than one scope or it holds a MODE (a part of its own); None
+    when they read one."""
     if steps(select) or select.args.get("from_") is None:
         return None  # a query over steps: each step is analysed alone
     scopes: dict[str, list[exp.Expression]] = {}
@@ -88,11 +89,14 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
         return None
     where = select.args.get("where")
     if where is not None and any(_scalar(query) for query in where.find_all(exp.Select)):
-        what = ("MODE() WITHIN GROUP is answered as a query of its own" if modes else
-                "aggregates of several scopes (COUNT(DISTINCT CASE WHEN … THEN unit END) "
-                "beside others) are answered as one query per scope")
-        raise NotSupported(f"{what}, which a WHERE with a scalar subquery is not; ask them "
-                           "in separate queries")
+        if modes:
+            raise NotSupported("MODE() WITHIN GROUP is answered through a grouped COUNT of "
+                               "its own, which a WHERE with a scalar subquery is not; ask the "
+                               "subquery first and compare with its value")
+        raise NotSupported("aggregates of several scopes (COUNT(DISTINCT CASE WHEN … THEN "
+                           "unit END) beside others) are answered as one query per scope, "
+                           "which a WHERE with a scalar subquery is not; ask them in separate "
+                           "queries")
     if len(scopes) > MAX_PARTS:
         raise NotSupported(f"aggregates of {len(scopes)} different scopes in one query are "
                            f"more than {MAX_PARTS}; ask them in several queries")

@@ -228,6 +228,8 @@ def test_mode_ties_go_to_the_first_key_and_null_is_no_candidate(refusing_engine,
      "takes one column"),
     ("SELECT MODE() WITHIN GROUP (ORDER BY channel) OVER () FROM sales", "0A000", "OVER"),
     ("SELECT MODE() WITHIN GROUP (ORDER BY nothing) FROM sales", "42703", "nothing"),
+    ("SELECT MODE() WITHIN GROUP (ORDER BY channel) FROM sales WHERE amount > "
+     "(SELECT AVG(amount) FROM sales)", "0A000", "ask the subquery first"),
     ("SELECT COUNT(*) FROM sales UNION ALL SELECT MODE() WITHIN GROUP (ORDER BY channel) "
      "FROM sales", "0A000", "each UNION query must be one aggregate query"),
 ])
