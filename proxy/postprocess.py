@@ -360,13 +360,24 @@ def _pg_types(tree: exp.Expression, aliases: Sequence[str],
     """Each result column's type as PostgreSQL types the outer query (proxy.result_types)
     over the released columns' types, read before the tree is made DuckDB's; a UNION's
     column the common type of its branches'; None where it is not typed there."""
-    kinds = [dict(zip(columns, kinds)) for columns, kinds, _ in releases]
+    kinds = dict(zip(aliases, (dict(zip(columns, kinds)) for columns, kinds, _ in releases)))
+    # a step the query reads (an outer query over one post-processed itself, ``_stacked``:
+    # ``WITH _idp_step AS (…) SELECT … FROM _idp_step AS alias``): its columns' types
+    steps = {cte.alias_or_name: cte.this for cte in (tree.args.get("with_") or exp.With())
+             .expressions if isinstance(cte.this, exp.Select)}
+    for source in ([tree.args["from_"].this, *(join.this for join in tree.args.get("joins")
+                                               or [])] if steps and tree.args.get("from_")
+                   else []):
+        if isinstance(source, exp.Table) and source.name in steps:
+            body = steps[source.name]
+            kinds[source.alias_or_name] = {
+                item.alias_or_name: kind for item, kind in
+                zip(body.selects, _pg_types(body, aliases, releases)) if kind is not None}
 
     def of_column(node: exp.Column) -> str | None:
         if node.table:
-            index = list(aliases).index(node.table) if node.table in aliases else None
-            return None if index is None else kinds[index].get(node.name)
-        found = [k[node.name] for k in kinds if node.name in k]
+            return kinds[node.table].get(node.name) if node.table in kinds else None
+        found = [k[node.name] for k in kinds.values() if node.name in k]
         return found[0] if len(found) == 1 else None
 
     def branches(node: exp.Expression) -> list[list[exp.Expression]]:

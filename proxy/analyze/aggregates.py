@@ -31,7 +31,10 @@ from proxy.vocabulary import (
 SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT unit), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
              "GROUP (ORDER BY col), PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, "
              "AVG, STDDEV, VARIANCE (_SAMP, _POP), CORR(y, x), COVAR_POP, COVAR_SAMP, "
-             "REGR_SLOPE, REGR_INTERCEPT")
+             "REGR_SLOPE, REGR_INTERCEPT, MODE() WITHIN GROUP (ORDER BY col)")
+# the most common value: a part of its own, a private arg-max (proxy.analyze.scoped_parts)
+MODE_FORM = ("MODE() WITHIN GROUP (ORDER BY col), col a column with keys the rules declare, "
+             "as a select item, HAVING or ORDER BY term of a query over tables")
 _SIMPLE = {exp.Max: MAX, exp.Min: MIN, exp.Sum: SUM, exp.Avg: AVG,
            exp.Stddev: STDDEV_SAMP, exp.StddevSamp: STDDEV_SAMP, exp.StddevPop: STDDEV_POP,
            exp.Variance: VAR_SAMP, exp.VariancePop: VAR_POP}
@@ -66,6 +69,8 @@ def recognise(node: exp.Expression, resolve_column, units=(lambda column: False,
                          Fraction(1, 2))
     if isinstance(node, exp.WithinGroup):
         inner, order = node.this, node.expression
+        if isinstance(inner, exp.Mode):  # else a part of its own (scoped_parts)
+            raise NotSupported(f"MODE() WITHIN GROUP is answered as {MODE_FORM}")
         if not isinstance(inner, (exp.PercentileDisc, exp.PercentileCont)):
             raise NotSupported(f"{inner.sql()} WITHIN GROUP is not supported; supported: {SUPPORTED}")
         ordered = order.expressions if isinstance(order, exp.Order) else []

@@ -29,6 +29,22 @@ apply to them as they would to the query's groups. Where keys come from the data
 partition selection), each part selects its own, and a key one part did not keep shows
 NULL for that part's aggregates. Only a plain query over tables is split; a query over steps
 leaves each step to be analysed alone.
+
+``MODE() WITHIN GROUP (ORDER BY c)``, the most common value of c, is a part of its own
+(each MODE one, even alone in the query), answered as a private arg-max: the part counts
+the rows of each declared key of c (and of the query's keys) and keeps, per group of the
+query, the key whose released count is largest (ties: the first key in the MODE's order,
+as PostgreSQL's mode picks), post-processing of the grouped COUNT (docs/privacy.md
+§3.20)::
+
+    SELECT _idp_k0, _idp_v AS _idp_a0
+    FROM (SELECT sex AS _idp_k0, region AS _idp_v, ROW_NUMBER() OVER (PARTITION BY sex
+                 ORDER BY COUNT(*) DESC, region) AS _idp_r
+          FROM people GROUP BY sex, region) AS _idp_m
+    WHERE _idp_r = 1
+
+c must be a column with keys the rules declare: its candidates are public (NULL, as a
+value of no declared key, is no candidate: PostgreSQL's mode ignores NULL too).
 """
 
 from __future__ import annotations
@@ -38,11 +54,11 @@ from types import SimpleNamespace
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from proxy.analyze.aggregates import narrowing
+from proxy.analyze.aggregates import MODE_FORM, narrowing
 from proxy.analyze.group_keys import default_name, dereferenced
 from proxy.analyze.merge_steps import steps
 from proxy.analyze.ordering import folded_name
-from proxy.errors import NotSupported
+from proxy.errors import AmbiguousColumn, NotSupported, UnknownColumn
 from proxy.rules import Rules
 
 MAX_PARTS = 8  # scopes one query may read: each a release and a scan
@@ -50,18 +66,33 @@ MAX_PARTS = 8  # scopes one query may read: each a release and a scan
 
 def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
     """The join of one aggregate query per scope that ``select`` is the same as, when
-    its aggregates read more than one scope; None when they read one."""
+    its aggregates read more than one scope or it holds a MODE (a part of its own); None
+    when they read one."""
     if steps(select) or select.args.get("from_") is None:
         return None  # a query over steps: each step is analysed alone
     scopes: dict[str, list[exp.Expression]] = {}
+    modes: dict[str, tuple[exp.Column, bool]] = {}  # a MODE's scope: its column, DESC
+    if any(isinstance(node.this, exp.Mode) and isinstance(node.parent, exp.Window)
+           for node in select.find_all(exp.WithinGroup)):
+        raise NotSupported(f"MODE() WITHIN GROUP … OVER (…) is not supported (nor in "
+                           f"PostgreSQL): {MODE_FORM}")
     for node in _aggregates(select):
+        if _is_mode(node):
+            scope = "\0" + node.sql(dialect="postgres")  # no condition's text
+            modes[scope] = _mode_column(node, select, rules)
+            scopes.setdefault(scope, []).append(node)
+            continue
         narrowed = narrowing(node, lambda column: True)
         scopes.setdefault("" if narrowed is None else narrowed[1].sql(dialect="postgres"),
                           []).append(node)
-    if len(scopes) < 2:
+    if len(scopes) < 2 and not modes:
         return None
     where = select.args.get("where")
     if where is not None and any(_scalar(query) for query in where.find_all(exp.Select)):
+        if modes:
+            raise NotSupported("MODE() WITHIN GROUP is answered through a grouped COUNT of "
+                               "its own, which a WHERE with a scalar subquery is not; ask the "
+                               "subquery first and compare with its value")
         raise NotSupported("aggregates of several scopes (COUNT(DISTINCT CASE WHEN … THEN "
                            "unit END) beside others) are answered as one query per scope, "
                            "which a WHERE with a scalar subquery is not; ask them in separate "
@@ -74,8 +105,10 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
         name.lower() for table in select.find_all(exp.Table) if table.name in rules.tables
         for name in rules.tables[table.name].columns})
     keys = [dereferenced(node, select, tables) for node in (group.expressions if group else [])]
-    parts, replaced = [], {}
-    for index, nodes in enumerate(scopes.values()):
+    parts, replaced, arg_maxes = [], {}, set()
+    # a MODE's part last: without GROUP BY, LEFT JOINed ON TRUE to the others' one row,
+    # which it keeps where the WHERE admits none of its column's keys (no row, no mode)
+    for index, (scope, nodes) in enumerate(sorted(scopes.items(), key=lambda s: s[0] in modes)):
         alias = f"_idp_s{index}"
         items = [exp.alias_(key.copy(), f"_idp_k{i}") for i, key in enumerate(keys)]
         written: dict[str, str] = {}
@@ -91,12 +124,16 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
         part.set("expressions", items)
         if keys:
             part.set("group", exp.Group(expressions=[key.copy() for key in keys]))
+        if scope in modes:
+            part = _mode_part(part, keys, *modes[scope])
+            arg_maxes.add(alias)
         parts.append(exp.Subquery(this=part, alias=exp.TableAlias(this=exp.to_identifier(alias))))
     outer = select.copy()
     originals = {id(copied): original for copied, original in zip(outer.walk(), select.walk())}
     coalesced = [exp.Coalesce(this=exp.column(f"_idp_k{i}", table="_idp_s0"),
                               expressions=[exp.column(f"_idp_k{i}", table=f"_idp_s{s}")
                                            for s in range(1, len(parts))])
+                 if len(parts) > 1 else exp.column(f"_idp_k{i}", table="_idp_s0")
                  for i in range(len(keys))]
     for node in list(outer.walk()):
         column = replaced.get(id(originals.get(id(node))))
@@ -127,9 +164,72 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
         exp.Join(this=part, side="FULL", kind="OUTER", on=exp.and_(*[
             exp.NullSafeEQ(this=exp.column(f"_idp_k{i}", table="_idp_s0"),
                            expression=exp.column(f"_idp_k{i}", table=part.alias))
-            for i in range(len(keys))])) if keys else exp.Join(this=part, kind="CROSS")
+            for i in range(len(keys))])) if keys
+        else exp.Join(this=part, side="LEFT", on=exp.true()) if part.alias in arg_maxes
+        else exp.Join(this=part, kind="CROSS")
         for part in parts[1:]])
     return outer
+
+
+def _is_mode(node: exp.Expression) -> bool:
+    """``MODE() WITHIN GROUP (…)``, with a FILTER or not."""
+    inner = node.this if isinstance(node, exp.Filter) else node
+    return isinstance(inner, exp.WithinGroup) and isinstance(inner.this, exp.Mode)
+
+
+def _mode_column(node: exp.Expression, select: exp.Select, rules: Rules
+                 ) -> tuple[exp.Column, bool]:
+    """The column a MODE orders by and whether descending (a tie goes to the first in
+    that order); refused, before any debit, unless it is one column with declared keys
+    of a table of the query, without FILTER."""
+    if isinstance(node, exp.Filter):
+        raise NotSupported("MODE() WITHIN GROUP … FILTER (WHERE …) is not supported; put "
+                           f"the condition in the WHERE clause: {MODE_FORM}")
+    order = node.expression
+    ordered = order.expressions if isinstance(order, exp.Order) else []
+    column = ordered[0].this if len(ordered) == 1 else None
+    if not isinstance(column, exp.Column) or node.this.expressions or node.this.this:
+        raise NotSupported(f"MODE() WITHIN GROUP takes one column: {MODE_FORM}")
+    tables = [source for source in [select.args["from_"].this, *(
+        join.this for join in select.args.get("joins") or [])] if isinstance(source, exp.Table)]
+    named = [rules.table(source.name) for source in tables
+             if not column.table or source.alias_or_name.lower() == column.table.lower()]
+    declared = [table.columns[column.name.lower()] for table in named
+                if table is not None and column.name.lower() in table.columns]
+    if not declared:
+        raise UnknownColumn(f"column {column.sql(dialect='postgres')} is not declared for "
+                            f"{', '.join(source.name for source in tables)}")
+    if len(declared) > 1:
+        raise AmbiguousColumn(f'column reference "{column.name}" is ambiguous')
+    if declared[0].keys is None:
+        keyed = sorted({name for table in named if table is not None
+                        for name, kind in table.columns.items() if kind.keys is not None})
+        offer = (f" (here: {', '.join(keyed)})" if keyed else "")
+        raise NotSupported(f"MODE() WITHIN GROUP (ORDER BY {column.sql(dialect='postgres')}) "
+                           "needs a column whose keys the rules declare (its candidates must "
+                           f"be public){offer}: {MODE_FORM}")
+    return column, bool(ordered[0].args.get("desc"))
+
+
+def _mode_part(part: exp.Select, keys: list[exp.Expression], column: exp.Column,
+               descending: bool) -> exp.Select:
+    """The part of a MODE (module docstring): per group of ``keys``, the declared key of
+    ``column`` of the largest released COUNT(*), as its one aggregate ``_idp_a0``."""
+    first = exp.Window(this=exp.RowNumber(),
+                       partition_by=[key.copy() for key in keys] or None,
+                       order=exp.Order(expressions=[
+                           exp.Ordered(this=exp.Count(this=exp.Star()), desc=True),
+                           exp.Ordered(this=column.copy(), desc=descending)]))
+    counted = part.copy()
+    counted.set("expressions", [*(exp.alias_(key.copy(), f"_idp_k{i}")
+                                  for i, key in enumerate(keys)),
+                                exp.alias_(column.copy(), "_idp_v"),
+                                exp.alias_(first, "_idp_r")])
+    counted.set("group", exp.Group(expressions=[*(key.copy() for key in keys), column.copy()]))
+    return exp.select(*(exp.column(f"_idp_k{i}") for i in range(len(keys))),
+                      exp.alias_(exp.column("_idp_v"), "_idp_a0")
+                      ).from_(counted.subquery("_idp_m")).where(
+        exp.EQ(this=exp.column("_idp_r"), expression=exp.Literal.number(1)))
 
 
 def _scalar(query: exp.Select) -> bool:

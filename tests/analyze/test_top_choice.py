@@ -3,7 +3,10 @@ proxy/analyze/staged.py ``top_choice_plan``, proxy/privacy/top_choice.py), on bo
 backends: the group is chosen privately among the public table's keys and only its sum
 released, the statement then runs over that row and the public table, in its own
 columns and order, charged once; its neighbouring forms are refused before anything is
-spent; the backend's L∞ ladder is the reference's."""
+spent; the backend's L∞ ladder is the reference's. And the most common value,
+``MODE() WITHIN GROUP (ORDER BY col)`` of a column with declared keys (a part of its
+own, proxy/analyze/scoped_parts.py): the key of the largest released count, per group,
+beside other aggregates; its other forms refused for free."""
 
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ max_rows_per_unit = 2
 customer = { type = "int" }
 supplier = { type = "int" }
 amount   = { type = "float", domain = [0, 100], resolution = 0.01 }
+channel  = { type = "text", keys = ["phone", "shop", "web"] }
+tier     = { type = "text", keys = ["gold", "silver"] }
 
 [tables.suppliers]
 public = true
@@ -52,10 +57,18 @@ s_region = { type = "int" }
 CUSTOMERS = [*range(300), *range(300), 300, 301, 302]
 SUPPLIERS = [*([2] * 300), *({0: 1, 1: 3, 2: 4, 3: 5}[c % 4] for c in range(300)), None, 2, 3]
 AMOUNTS = [*([90.0] * 300), *([10.0] * 300), 50.0, math.nan, math.inf]
+# the sales' channels: web 226, shop 151, phone 75, NULL 76 and 75 of "fax", a value the
+# rules do not declare; gold customers (below 150) web 187 (then phone 38), silver shop 151
+# (then web 39); the last three rows: NULL, shop, web
+CHANNELS = [*("web" if c < 150 else "shop" for c in range(300)),
+            *({0: "phone", 1: "fax", 2: None, 3: "web"}[c % 4] for c in range(300)),
+            None, "shop", "web"]
 TABLES = {
-    "sales": Table({"customer": CUSTOMERS, "supplier": SUPPLIERS, "amount": AMOUNTS},
+    "sales": Table({"customer": CUSTOMERS, "supplier": SUPPLIERS, "amount": AMOUNTS,
+                    "channel": CHANNELS,
+                    "tier": ["gold" if c < 150 else "silver" for c in CUSTOMERS]},
                    {"customer": "INTEGER", "supplier": "INTEGER",
-                    "amount": "DOUBLE PRECISION"}),
+                    "amount": "DOUBLE PRECISION", "channel": "TEXT", "tier": "TEXT"}),
     "suppliers": Table({"s_key": [1, 2, 3, 4, 5, 6],
                         "s_name": ["one", "two", "three", "four", "five", "six"],
                         "s_region": [1, 1, 2, 2, 3, 3]},
@@ -158,3 +171,67 @@ def test_the_backend_clips_each_group_and_counts_units_by_their_largest(engine):
             mine = [min(value, bound) for (s, _), value in sums.items() if (s,) == key]
             assert found[key][contribution].clipped[k] == pytest.approx(
                 sum(mine), abs=1e-6 * len(mine))  # each rounded to 10⁻⁶ (exact_sum)
+
+
+def _spent(engine, sql: str) -> tuple[list, list]:
+    """(the answer's rows, the ε of the ledger rows its statement added)."""
+    before = len(engine.ledger.entries("alice"))
+    (answer,) = list(Session.open(engine, "alice").execute(sql))
+    return answer, [entry[6] for entry in engine.ledger.entries("alice")[before:]]
+
+
+def test_mode_is_the_declared_key_of_the_largest_count(refusing_engine):
+    """web (226 rows) against shop (151); per tier web (187 against 38) and shop (151
+    against 39): with Laplace noise of scale a few units at ε 1, another key wins with
+    probability below e^−15, so one draw is the test. One release (ε 1) for MODE, in
+    PostgreSQL's column name; beside COUNT(*) a second release (each charged as if sent
+    alone, scoped_parts: one ledger row of their sum), grouped or not."""
+    answer, spent = _spent(refusing_engine,
+                           "SELECT MODE() WITHIN GROUP (ORDER BY channel) FROM sales")
+    assert (answer.columns, answer.rows, spent) == (["mode"], [("web",)], [Decimal(1)])
+    answer, spent = _spent(refusing_engine, "SELECT tier, MODE() WITHIN GROUP (ORDER BY "
+                           "channel) AS m FROM sales GROUP BY tier ORDER BY 1")
+    assert (answer.columns, answer.rows, spent) == (
+        ["tier", "m"], [("gold", "web"), ("silver", "shop")], [Decimal(1)])
+    answer, spent = _spent(refusing_engine, "SELECT tier, COUNT(*) AS n, MODE() WITHIN GROUP "
+                           "(ORDER BY channel) FROM sales WHERE customer < 300 GROUP BY 1 "
+                           "ORDER BY 1")
+    assert [(tier, mode) for tier, _, mode in answer.rows] == [("gold", "web"),
+                                                              ("silver", "shop")]
+    assert all(abs(n - 300) < 40 for _, n, _ in answer.rows), answer.rows
+    assert answer.columns == ["tier", "n", "mode"] and spent == [Decimal(2)]  # one row
+
+
+def test_mode_ties_go_to_the_first_key_and_null_is_no_candidate(refusing_engine, no_noise):
+    """With the noise off the counts are exact: the last three rows (NULL, shop, web)
+    tie shop and web at 1, and as PostgreSQL's mode the first key in the MODE's order
+    wins (shop; web under DESC), NULL being no value. A value the rules do not declare
+    is no candidate: where the WHERE admits no declared key the MODE is NULL beside the
+    COUNT's one row (PostgreSQL answers (75, 'fax'); a MODE alone: no row)."""
+    tie = "SELECT MODE() WITHIN GROUP (ORDER BY channel{}) FROM sales WHERE customer >= 300"
+    assert _spent(refusing_engine, tie.format(""))[0].rows == [("shop",)]
+    assert _spent(refusing_engine, tie.format(" DESC"))[0].rows == [("web",)]
+    answer, _ = _spent(refusing_engine, "SELECT COUNT(*), MODE() WITHIN GROUP (ORDER BY "
+                       "channel) FROM sales WHERE channel = 'fax'")
+    assert answer.rows == [(75, None)]
+
+
+@pytest.mark.parametrize("sql,sqlstate,fragment", [
+    ("SELECT MODE() WITHIN GROUP (ORDER BY supplier) FROM sales", "0A000",
+     "needs a column whose keys the rules declare (its candidates must be public) "
+     "(here: channel, tier)"),
+    ("SELECT s_key, MODE() WITHIN GROUP (ORDER BY s_name) FROM sales JOIN suppliers "
+     "ON supplier = s_key GROUP BY s_key", "0A000", "needs a column whose keys"),
+    ("SELECT MODE() WITHIN GROUP (ORDER BY channel) FILTER (WHERE amount > 1) FROM sales",
+     "0A000", "put the condition in the WHERE clause"),
+    ("SELECT MODE() WITHIN GROUP (ORDER BY channel, tier) FROM sales", "0A000",
+     "takes one column"),
+    ("SELECT MODE() WITHIN GROUP (ORDER BY channel) OVER () FROM sales", "0A000", "OVER"),
+    ("SELECT MODE() WITHIN GROUP (ORDER BY nothing) FROM sales", "42703", "nothing"),
+    ("SELECT MODE() WITHIN GROUP (ORDER BY channel) FROM sales WHERE amount > "
+     "(SELECT AVG(amount) FROM sales)", "0A000", "ask the subquery first"),
+    ("SELECT COUNT(*) FROM sales UNION ALL SELECT MODE() WITHIN GROUP (ORDER BY channel) "
+     "FROM sales", "0A000", "each UNION query must be one aggregate query"),
+])
+def test_mode_of_other_forms_is_refused_for_free(refusing_engine, sql, sqlstate, fragment):
+    refused_for_free(refusing_engine, sql, sqlstate, fragment)

@@ -61,6 +61,11 @@ STATEMENTS = [
     "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM people",
     "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY age) FROM people",
     "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY income) FROM people",
+    # the most common value: its column's type (varchar stays varchar through the outer
+    # query over the outer query that answers it, postprocess._pg_types)
+    "SELECT sex, MODE() WITHIN GROUP (ORDER BY region) FROM people GROUP BY sex",
+    "SELECT MODE() WITHIN GROUP (ORDER BY label), COUNT(*) FROM kinds",
+    "SELECT flag, MODE() WITHIN GROUP (ORDER BY label) FROM kinds GROUP BY flag",
     "SELECT SUM(small), SUM(n), SUM(big), SUM(amount), SUM(ratio) FROM kinds",
     "SELECT AVG(small), AVG(n), AVG(big), AVG(amount), AVG(ratio) FROM kinds",
     "SELECT MIN(small), MAX(n), MAX(big), MIN(amount), MAX(ratio) FROM kinds",
