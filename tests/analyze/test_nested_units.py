@@ -358,6 +358,40 @@ def test_units_grouped_by_keys_too_are_a_user_level_table(loaded, no_noise):
     assert recorded_statistics(loaded, sql, model="dp")[0] == 2  # DP: clipped to 2 rows
 
 
+KEYED_FORMS = [  # each with the noise off the backend's own answer, of the declared keys
+    ("SELECT kind, COUNT(*), SUM(n) FROM (SELECT v.person_id AS p, v.kind, COUNT(*) AS n "
+     "FROM visits v JOIN people p ON v.person_id = p.person_id WHERE p.age > 25 "
+     "GROUP BY v.person_id, v.kind) t GROUP BY kind ORDER BY kind"),  # c of the join: 5
+    ("SELECT kind, COUNT(*) FROM (SELECT kind FROM visits GROUP BY person_id, kind "
+     "HAVING COUNT(*) > 1) t GROUP BY kind ORDER BY kind"),  # the unit not selected
+    f"SELECT AVG(total), COUNT(*), COUNT(DISTINCT person_id) FROM {PER_KIND}",  # ungrouped
+    (f"SELECT kind, PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY total) FROM {PER_KIND} "
+     f"GROUP BY kind ORDER BY kind"),
+    f"SELECT kind, n, COUNT(*) FROM {PER_KIND} GROUP BY kind, n ORDER BY kind, n",
+    ("SELECT kind, COUNT(*) FROM (SELECT person_id, kind, COUNT(*) AS n FROM claims "
+     "GROUP BY person_id, kind) t GROUP BY kind ORDER BY kind"),  # iDP without B: c·g = 4
+]
+
+
+def test_the_forms_of_units_grouped_by_keys_answer_the_nested_query(loaded, no_noise):
+    """A join on the unit, the unit unselected with a HAVING, no outer GROUP BY (every
+    row of the relation: kind NULL too), a percentile, GROUP BY a key and a per-unit
+    count, a table without max_rows_per_unit: each answered as the nested query is."""
+    session = Session.open(loaded, "alice")
+    shifts = [recorded_statistics(loaded, KEYED_FORMS[0])[0],
+              recorded_statistics(loaded, KEYED_FORMS[-1])[0]]
+    assert shifts == [5, 4]
+    for sql in KEYED_FORMS:
+        (answer,) = session.execute(sql)
+        truth = [row for row in loaded.backend.read(sql) if row[0] is not None or
+                 "GROUP BY" not in sql.rpartition(")")[2]]
+        got = [row for row in answer.rows if row[-1] not in (0, None)]
+        assert len(got) == len(truth), (sql, answer.rows, truth)
+        for mine, theirs in zip(got, truth):
+            assert list(mine) == pytest.approx([v if isinstance(v, str) else float(v)
+                                                for v in theirs], abs=0.5), sql
+
+
 PER_UNIT = "(SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t"
 REFUSED = [
     (f"SELECT CORR(n, n) FROM {PER_UNIT}", "0A000", "a percentile, MAX or MIN, not CORR"),
