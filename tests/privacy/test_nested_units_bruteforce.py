@@ -350,7 +350,7 @@ def test_units_grouped_by_keys_change_only_the_changed_units_rows(con, model):
         for unit in [*units, 99] + ([None] if None not in units else []):
             kept = [row for row in rows if row[0] != unit]
             for index, replaced in enumerate(_replacements(unit, rng, BOUND + 1, False)):
-                if index % 9:
+                if index % 17:
                     continue
                 again, moved = read(kept + replaced)
                 assert {key for key in relation.keys() ^ again.keys()} | {
@@ -362,4 +362,4 @@ def test_units_grouped_by_keys_change_only_the_changed_units_rows(con, model):
                 deltas = [abs(moved[key] - counts[key]) for key in counts]
                 assert max(deltas) <= most and sum(deltas) <= 2 * most, (unit, replaced)
                 checked += 1
-    assert checked > 40
+    assert checked > 20
