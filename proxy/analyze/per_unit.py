@@ -58,9 +58,9 @@ from proxy.vocabulary import COUNT, SUM, DerivedColumn, PerUnit, QueryPlan
 Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
 Units = Callable[[exp.Select, Rules], QueryPlan]  # one over the given rules' tables
 
-FORM = ("SELECT [k,] COUNT(*) | AVG(n) | MEDIAN(n) | … FROM (SELECT unit, [k,] COUNT(*) AS n "
-        "FROM t [WHERE …] GROUP BY unit[, k]) s [WHERE n > 3] [GROUP BY k] (per unit also "
-        "SUM(col); k: columns of t with declared keys)")
+FORM = ("SELECT [k,] COUNT(*) | AVG(n) | … FROM (SELECT unit, [k,] COUNT(*) AS n FROM t "
+        "[WHERE …] GROUP BY unit[, k]) s [WHERE n > 3] [GROUP BY k] (n also SUM(col); k: "
+        "keyed)")
 _OUTER = (exp.Count, exp.Sum, exp.Avg, exp.Median, exp.WithinGroup, exp.PercentileCont,
           exp.PercentileDisc, exp.Max, exp.Min, exp.Stddev, exp.StddevSamp, exp.StddevPop,
           exp.Variance, exp.VariancePop)  # what the outer query may ask of the units
