@@ -537,6 +537,9 @@ class Engine:
         if table.privacy_unit is None or plan.mechanism.model != "idp":
             shift = (clip or plan.multiplicity) * table.group_size
             return shift, compute(shift, clip), version
+        if plan.per_unit is not None:  # grouped by the unit and keys (docs/privacy.md §3.11)
+            shift = self._units_shift(plan.per_unit.source, tx, view.unit_version)
+            return shift, compute(shift, None), version
         if view.unit_version is None and joined_units(plan) is not None:
             shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
             return shift, compute(shift, None), None
@@ -730,6 +733,17 @@ class Engine:
                 plan.table.name, plan_unit_bound_sql(plan, self.backend.dialect), version,
                 lambda sql: _read_bound(tx, sql)))
         return bound * plan.multiplicity * plan.table.group_size
+
+    def _units_shift(self, source: QueryPlan, tx: Transaction, version: str | None) -> int:
+        """s of a relation of one row per unit and key combination, under iDP: c·m·g of
+        its source (the rows grouped), since a unit has at most one row of the relation
+        per (joined) row of its own in scope, and neighbours keep every unit's rows, so
+        c (the source's largest) bounds its rows of the relation on D and every
+        neighbour. Cached as the source's own c where the relation's version is its
+        (one table with its own unit column), else read again."""
+        if version is None or joined_units(source) is not None:
+            return self._bound(source, tx) * source.multiplicity * source.table.group_size
+        return self._shift(source, tx, version)
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""

@@ -855,7 +855,7 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     notes = sorted({line for group in released for r in group if r.note
                     for line in r.note.split("\n")})
     if plan.per_unit is not None:
-        notes.append(_per_unit_note(plan.per_unit.source))
+        notes.append(_per_unit_note(plan.per_unit.source, plan.per_unit.keys))
     if plan.multiplicity > 1:
         notes.append(_multiplicity_note(plan))
     if plan.delta is not None:
@@ -958,15 +958,17 @@ _TYPED = {"bigint": 1, "integer": 1, "smallint": 1, "double precision": 1.0, "re
           "timestamptz": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc)}
 
 
-def _per_unit_note(source: QueryPlan) -> str:
+def _per_unit_note(source: QueryPlan, keys: tuple[tuple[str, str], ...] = ()) -> str:
     """What an aggregate over per-unit values computed (docs/privacy.md §3.11): from
-    the rules and the query only."""
+    the rules and the query only; ``keys``: grouped by them too (one row per unit and
+    key combination)."""
     table, bound = source.table, source.contribution_bound
     rule = ("max_rows_per_unit" if source.multiplicity == 1
             else "max_rows_per_unit times max_rows_per_key")
     clamped = (f"; a unit's counts are clamped to [0, {bound}] ({rule}) where "
                "aggregated" if bound is not None else "")
-    return (f"aggregated over units: one row per {table.privacy_unit} with rows of "
+    per = " and ".join([table.privacy_unit or "unit", *(column for column, _ in keys)])
+    return (f"aggregated over units: one row per {per} with rows of "
             f"{table.name} in scope; a unit the outer WHERE leaves out is not counted (not "
             f"as 0){clamped}")
 

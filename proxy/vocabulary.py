@@ -372,6 +372,10 @@ class PerUnit:
     source: QueryPlan
     unit: str
     names: tuple[str, ...]
+    # grouped by the unit and keys too (docs/privacy.md §3.11): (column of the source's
+    # table, its name in the relation) of each key; the relation has a row per unit and
+    # key combination, and its table is user-level, of privacy unit ``unit``
+    keys: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,8 @@ def _refuse_aggregates(select: exp.Select) -> None:
             or outside.args.get("group") or outside.args.get("having"):
         raise NotSupported("an aggregate over the answers of an aggregate query is not "
                            "supported; ask the aggregate of the table itself (one release), "
-                           "or over units from a subquery grouped by the privacy unit only: "
+                           "or over units from a subquery grouped by the privacy unit (and columns "
+                           "with declared keys): "
                            f"{PER_UNIT_FORM}")
 
 

@@ -40,6 +40,7 @@ of the relation in one group, a histogram of row-level records (§3.3 with s = g
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
@@ -52,13 +53,14 @@ from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported
 from proxy.interrupts import checkpoint
 from proxy.rules import Column, Rules, Table
-from proxy.vocabulary import COUNT, SUM, PerUnit, QueryPlan
+from proxy.vocabulary import COUNT, SUM, DerivedColumn, PerUnit, QueryPlan
 
 Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
 Units = Callable[[exp.Select, Rules], QueryPlan]  # one over the given rules' tables
 
-FORM = ("SELECT COUNT(*) | AVG(n) | MEDIAN(n) | … FROM (SELECT unit, COUNT(*) AS n FROM t "
-        "[WHERE …] GROUP BY unit) s [WHERE n > 3] (per unit also SUM(col))")
+FORM = ("SELECT [k,] COUNT(*) | AVG(n) | … FROM (SELECT unit, [k,] COUNT(*) AS n FROM t "
+        "[WHERE …] GROUP BY unit[, k]) s [WHERE n > 3] [GROUP BY k] (n also SUM(col); k: "
+        "keyed)")
 _OUTER = (exp.Count, exp.Sum, exp.Avg, exp.Median, exp.WithinGroup, exp.PercentileCont,
           exp.PercentileDisc, exp.Max, exp.Min, exp.Stddev, exp.StddevSamp, exp.StddevPop,
           exp.Variance, exp.VariancePop)  # what the outer query may ask of the units
@@ -85,9 +87,10 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
             or not any(is_aggregate(node) for node in outside.walk()):
         return None
     body = _units_listed(body, rules)
-    unit = _unit_grouped_by(body, rules)
-    if unit is None:
+    grouped = _unit_grouped_by(body, rules)
+    if grouped is None:
         return None
+    unit, keys = grouped
     for clause, what in (("limit", "LIMIT"), ("offset", "OFFSET"), ("order", "ORDER BY"),
                          ("distinct", "DISTINCT")):
         if body.args.get(clause):
@@ -95,26 +98,32 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
                                f"units in the outer query: {FORM}")
     if any(table.name in ctes for table in body.find_all(exp.Table)):
         raise NotSupported(f"a per-unit subquery reads tables, not other subqueries: {FORM}")
-    inner, unit_names, names, having = _per_unit_query(body, unit, source.alias_or_name)
+    inner, unit_names, names, having, key_names = _per_unit_query(body, unit, keys,
+                                                                  source.alias_or_name)
     with unnarrowed():
         source_plan = rows(inner)
     _check_source(source_plan, inner, unit)
     table = source_plan.table
-    if outside.args.get("group") and source_plan.contribution_bound is None:
+    keyed = _keyed(keys, key_names, table, unit_names,
+                   {t.alias_or_name.lower() for t in body.find_all(exp.Table)
+                    if t.name.lower() == table.name.lower()})
+    valued = {name.lower() for name in names}
+    if outside.args.get("group") and source_plan.contribution_bound is None and any(
+            column.name.lower() in valued for column in outside.args["group"].find_all(exp.Column)):
         raise NotSupported(f"GROUP BY over per-unit counts needs the rules to bound one unit's "
                            f"rows of {table.name} (max_rows_per_unit): the counts 0 to that "
                            f"bound are its keys; without it ask one aggregate over units: "
                            f"{FORM}")
-    relation = _units_table(source_plan, unit_names, names)
-    over_units = _over_units(outside, source, table, unit_names)
+    unit_name = unit_names[0] if unit_names else _hidden_unit(names + key_names)
+    relation = _units_table(source_plan, unit_names, names, unit_name, keyed)
+    over_units = _over_units(outside, source, table, unit_names, bool(keyed))
     if having is not None:  # a per-unit condition: the outer query's WHERE
         over_units = over_units.where(having, copy=False)
     with unnarrowed():
         plan = units(over_units, replace(rules, tables=MappingProxyType(
             {**rules.tables, table.name: relation})))
     return replace(plan, joins=source_plan.joins,
-                   per_unit=PerUnit(source_plan, unit_names[0] if unit_names
-                                    else _hidden_unit(names), names))
+                   per_unit=PerUnit(source_plan, unit_name, names, keyed))
 
 
 def _units_listed(body: exp.Select, rules: Rules) -> exp.Select:
@@ -141,34 +150,51 @@ def _units_listed(body: exp.Select, rules: Rules) -> exp.Select:
     return listed if _unit_grouped_by(listed, rules) is not None else body
 
 
-def _unit_grouped_by(body: exp.Select, rules: Rules) -> exp.Column | None:
-    """The subquery's one GROUP BY column when it is the privacy unit of a protected
-    table it reads (its columns are qualified: ``proxy.analyze.merge_steps``)."""
+def _unit_grouped_by(body: exp.Select, rules: Rules
+                     ) -> tuple[exp.Column, tuple[exp.Column, ...]] | None:
+    """The subquery's GROUP BY column that is the privacy unit of a protected table it
+    reads (its columns are qualified: ``proxy.analyze.merge_steps``), with its other
+    GROUP BY terms (the keys, checked by ``_keyed``); None when no term is the unit."""
     group = body.args.get("group")
     terms = group.expressions if group else []
-    if len(terms) != 1 or not isinstance(terms[0], exp.Column) or not body.find(exp.AggFunc):
+    if not terms or not body.find(exp.AggFunc):
         return None
-    column = terms[0]
-    for table in body.find_all(exp.Table):
-        declared = rules.table(table.name)
-        if (table.alias_or_name.lower() == column.table.lower() and declared is not None
-                and not declared.public and declared.privacy_unit == column.name.lower()):
-            return column
+    for at, column in enumerate(terms):
+        if not isinstance(column, exp.Column):
+            continue
+        for table in body.find_all(exp.Table):
+            declared = rules.table(table.name)
+            if (table.alias_or_name.lower() == column.table.lower() and declared is not None
+                    and not declared.public and declared.privacy_unit == column.name.lower()):
+                others = terms[:at] + terms[at + 1:]
+                if not all(isinstance(term, exp.Column) for term in others):
+                    raise NotSupported(
+                        f"a per-unit subquery groups by the unit and columns with declared "
+                        f"keys, not {_first_other(others).sql(dialect='postgres')}: {FORM}")
+                return column, tuple(others)
     return None
 
 
-def _per_unit_query(body: exp.Select, unit: exp.Column, alias: str
-                    ) -> tuple[exp.Select, tuple[str, ...], tuple[str, ...],
-                               exp.Expression | None]:
+def _first_other(terms: list[exp.Expression]) -> exp.Expression:
+    return next(term for term in terms if not isinstance(term, exp.Column))
+
+
+def _per_unit_query(body: exp.Select, unit: exp.Column, keys: tuple[exp.Column, ...],
+                    alias: str) -> tuple[exp.Select, tuple[str, ...], tuple[str, ...],
+                                         exp.Expression | None, tuple[str, ...]]:
     """The subquery's aggregates as one ungrouped aggregate query over its rows (the
     per-unit values, analysed as an ordinary query is), the names the subquery gives
     the unit and the names of its per-unit values, and its HAVING as a condition on
     them (read as ``alias``): an aggregate HAVING names that the select list does not
-    is a per-unit value of its own, ``_idp_h<n>``, which the outer query cannot name."""
+    is a per-unit value of its own, ``_idp_h<n>``, which the outer query cannot name;
+    last, the names it gives each of ``keys`` (in their order; None: not selected)."""
     values, unit_names, names = [], [], []
+    key_names: list[str | None] = [None] * len(keys)
     for item in body.expressions:
         node = item.unalias()
-        if isinstance(node, exp.Column) and node.name.lower() == unit.name.lower():
+        if isinstance(node, exp.Column) and node in keys and key_names[keys.index(node)] is None:
+            key_names[keys.index(node)] = item.alias_or_name
+        elif isinstance(node, exp.Column) and node.name.lower() == unit.name.lower():
             unit_names.append(item.alias_or_name)
         elif is_aggregate(node) or isinstance(node, exp.Filter):
             values.append(item.copy())
@@ -176,7 +202,11 @@ def _per_unit_query(body: exp.Select, unit: exp.Column, alias: str
         else:
             raise NotSupported(f"a per-unit subquery selects the unit and aggregates of its "
                                f"rows, not {node.sql(dialect='postgres')}: {FORM}")
-    everything = [*unit_names, *names]
+    if None in key_names:
+        missing = keys[key_names.index(None)].sql(dialect="postgres")
+        raise NotSupported(f"a per-unit subquery selects each column it groups by besides the "
+                           f"unit, not only groups by it ({missing}): {FORM}")
+    everything = [*unit_names, *names, *key_names]
     if len({n.lower() for n in everything}) != len(everything):
         raise NotSupported(f"name the per-unit subquery's results uniquely (AS …): {FORM}")
     having = body.args.get("having")
@@ -197,7 +227,27 @@ def _per_unit_query(body: exp.Select, unit: exp.Column, alias: str
     for clause in ("group", "having"):
         inner.set(clause, None)
     inner.set("expressions", values)
-    return inner, tuple(unit_names), tuple(names), condition
+    return inner, tuple(unit_names), tuple(names), condition, tuple(key_names)
+
+
+def _keyed(keys: tuple[exp.Column, ...], key_names: tuple[str, ...], table: Table,
+           unit_names: tuple[str, ...], aliases: set[str]) -> tuple[tuple[str, str], ...]:
+    """(column of ``table``, its name in the relation) of each key the subquery groups
+    by besides the unit: a column of the protected table grouped by with declared keys
+    (public: from the rules), so that each unit has at most one row of the relation per
+    key combination (docs/privacy.md §3.11, "Grouped by the unit and keys")."""
+    found = []
+    for key, name in zip(keys, key_names):
+        column = table.columns.get(key.name.lower())
+        if column is None or column.keys is None or key.table.lower() not in aliases \
+                or isinstance(column, DerivedColumn):
+            raise NotSupported(f"a per-unit subquery groups by the unit and columns of "
+                               f"{table.name} with declared keys, not "
+                               f"{key.sql(dialect='postgres')}: {FORM}")
+        found.append((column.name, name))
+    if found and len(unit_names) > 1:
+        raise NotSupported(f"select the unit once in a per-unit subquery grouped by keys: {FORM}")
+    return tuple(found)
 
 
 def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:
@@ -223,15 +273,21 @@ def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:
                            f"(the second's is NULL where it has no rows): {FORM}")
 
 
-def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
-                 names: tuple[str, ...]) -> Table:
+def _units_table(plan: QueryPlan, unit_names: tuple[str, ...], names: tuple[str, ...],
+                 unit_name: str, keys: tuple[tuple[str, str], ...]) -> Table:
     """The relation of one row per unit as a table of the rules: row-level (a unit is
     one record), the group size of the source, per-unit counts as ``int`` columns of
     domain [0, B] (B: ``max_rows_per_unit`` times the multiplicity of public joins on
     bounded keys, the most joined rows one unit contributes; None when undeclared), the
     unit with its declared type (it may be compared and counted). With B declared the
     counts' keys are 0 … B (GROUP BY n: a histogram of units by their counts; a unit
-    with more rows than B is in no group)."""
+    with more rows than B is in no group).
+
+    Grouped by the unit and ``keys`` too, the relation has a row per unit and key
+    combination: a user-level table of privacy unit ``unit_name``, at most m rows per
+    unit (m = min(B, the number of key combinations); None without B: under iDP c is
+    then read from the source, ``Engine._statistics``), each key column with its
+    declared keys."""
     table = plan.table
     bound = plan.contribution_bound
     columns: dict[str, Column] = {}
@@ -251,7 +307,16 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...],
             continue
         columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound),
                                None if bound is None else tuple(range(bound + 1)))
-    return Table(table.name, group_size=table.group_size, columns=MappingProxyType(columns))
+    if not keys:
+        return Table(table.name, group_size=table.group_size, columns=MappingProxyType(columns))
+    combinations = math.prod(len(table.columns[column].keys) for column, _ in keys)
+    for column, name in keys:
+        columns[name] = replace(table.columns[column], name=name)
+    if declared is not None and unit_name not in columns:
+        columns[unit_name] = replace(declared, name=unit_name, keys=None)
+    return Table(table.name, privacy_unit=unit_name, group_size=table.group_size,
+                 max_rows_per_unit=None if bound is None else max(1, min(bound, combinations)),
+                 columns=MappingProxyType(columns))
 
 
 def _hidden_unit(names: tuple[str, ...]) -> str:
@@ -261,10 +326,11 @@ def _hidden_unit(names: tuple[str, ...]) -> str:
 
 
 def _over_units(outside: exp.Select, source: exp.Table, table: Table,
-                unit_names: tuple[str, ...]) -> exp.Select:
+                unit_names: tuple[str, ...], keyed: bool) -> exp.Select:
     """The outer query over the relation of units, which the rules given to its
     analysis name as the protected table: COUNT(DISTINCT unit) is COUNT(unit) (one row
-    per unit); AVG and SUM need the declared bound of per-unit counts."""
+    per unit; grouped by keys too, it stays COUNT(DISTINCT unit) of a user-level
+    table, §3.7); AVG and SUM need the declared bound of per-unit counts."""
     over = outside.copy()
     units = {name.lower() for name in unit_names}
     for node in list(over.walk()):
@@ -282,7 +348,8 @@ def _over_units(outside: exp.Select, source: exp.Table, table: Table,
                 raise NotSupported(f"over per-unit values DISTINCT counts the unit only: "
                                    f"COUNT(DISTINCT {table.privacy_unit or 'unit'}) is COUNT "
                                    f"of the units in scope: {FORM}")
-            node.set("this", values[0].copy())
+            if not keyed:
+                node.set("this", values[0].copy())
         if not isinstance(node, exp.Count) and table.max_rows_per_unit is None:
             raise NotSupported(f"{node.key.upper()} over units needs the rules to bound one "
                                f"unit's rows of {table.name} (max_rows_per_unit), which "

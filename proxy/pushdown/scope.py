@@ -514,7 +514,9 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
     the outer aggregates read them (``needed_value``), not here: the outer WHERE
     compares the units' true values. A ``sample_percent`` samples
     the rows, so a unit's count in the sample may be below its own: its values are not
-    some of the relation's (only a pilot whose result is checked exactly may read it)."""
+    some of the relation's (only a pilot whose result is checked exactly may read it).
+    Grouped by keys too (``per_unit.keys``), a row per unit and key combination, each
+    key as its column of the relation."""
     source = per_unit.source
     unit = exp.column(source.table.privacy_unit, quoted=True)
     items = [exp.alias_(unit.copy(), per_unit.unit, quoted=True)]
@@ -524,11 +526,14 @@ def per_unit_rows(per_unit: PerUnit, sample_percent: int | None = None) -> exp.S
             aggregate.column, count=True, lower=column.lower, upper=column.upper))
         value = exp.Sum(this=counted) if aggregate.kind == SUM else exp.Count(this=counted)
         items.append(exp.alias_(value, name, quoted=True))
+    keys = [exp.column(column, quoted=True) for column, _ in per_unit.keys]
+    items[1:1] = [exp.alias_(key.copy(), name, quoted=True)
+                  for key, (_, name) in zip(keys, per_unit.keys)]
     rows, where = filtered_source(source, sample_percent)
     rows = exp.select(*items).from_(rows, copy=False)
     if where is not None:
         rows = rows.where(where, copy=False)
-    return rows.group_by(unit, copy=False)
+    return rows.group_by(unit, *keys, copy=False)
 
 
 # The keys read, in the snapshot the statements are built for, to occur in at most

@@ -48,6 +48,7 @@ group_size = 2
 [tables.claims.columns]
 person_id = { type = "int" }
 amount    = { type = "float", domain = [0, 100] }
+kind      = { type = "text", keys = ["x", "y"] }
 
 [tables.lab]
 [tables.lab.columns]
@@ -61,7 +62,7 @@ VISITS = [(i, float((i * 13 + k * 29) % 101), None if (i + k) % 7 == 0 else "xy"
           for i in range(1, 31) for k in range(i % 6)]
 VISITS += [(40, 1.0, "x")] * 3 + [(None, 2.0, "x"), (None, 3.0, "y"), (2, float("nan"), "x")]
 PEOPLE = [(i, 20 + i) for i in range(1, 36)]
-CLAIMS = [(i, float(i)) for i in range(1, 11) for _ in range(i % 3)]
+CLAIMS = [(i, float(i), "xy"[i % 2]) for i in range(1, 11) for _ in range(i % 3)]
 MORE_THAN_3 = ("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits "
                "GROUP BY person_id) t WHERE n > 3")
 
@@ -71,7 +72,8 @@ def _tables() -> dict[str, Table]:
         "visits": table_of_rows(VISITS, {"person_id": "BIGINT", "cost": "DOUBLE PRECISION",
                                          "kind": "TEXT"}),
         "people": table_of_rows(PEOPLE, {"person_id": "BIGINT", "age": "INTEGER"}),
-        "claims": table_of_rows(CLAIMS, {"person_id": "BIGINT", "amount": "DOUBLE PRECISION"}),
+        "claims": table_of_rows(CLAIMS, {"person_id": "BIGINT", "amount": "DOUBLE PRECISION",
+                                         "kind": "TEXT"}),
         "lab": Table({"person_id": [1], "value": [0.5]},
                      {"person_id": "BIGINT", "value": "DOUBLE PRECISION"}),
     }
@@ -330,6 +332,66 @@ def test_answered_with_metadata_charged_once_and_cached(loaded):
     list(session.execute("SET idp.model = 'idp'"))
 
 
+PER_KIND = ("(SELECT person_id, kind, SUM(cost) AS total, COUNT(*) AS n FROM visits "
+            "WHERE cost < 1000 GROUP BY person_id, kind) t")
+
+
+def test_units_grouped_by_keys_too_are_a_user_level_table(loaded, no_noise):
+    """Issue 33: the average spend per person and kind, per kind. The relation has a row
+    per (person, kind): a user-level table of unit person_id, at most min(4, 2) = 2 rows
+    per unit (DP's bound), whose iDP shift is visits' c (person 5: 5 rows, so 5 rows
+    of the relation at most; g = 1). With the noise off every kind's AVG, SUM and COUNT
+    of the per-(person, kind) totals and counts is the backend's own answer of the
+    nested query (NaN out by the WHERE; kind NULL: no group), and so is COUNT(DISTINCT
+    person_id) per kind (a unit spans both kinds: not the rows)."""
+    sql = (f"SELECT kind, AVG(total), SUM(total), COUNT(*), AVG(n), SUM(n), "
+           f"COUNT(DISTINCT person_id) FROM {PER_KIND} GROUP BY kind ORDER BY kind")
+    shift, groups, keys, _ = recorded_statistics(loaded, sql)
+    assert shift == 5 and keys == [("x",), ("y",)]
+    truth = {row[0]: row[1:] for row in loaded.backend.read(sql) if row[0] is not None}
+    assert {key[0]: groups[key].rows for key in keys} == {k: v[2] for k, v in truth.items()}
+    (answer,) = Session.open(loaded, "alice").execute(sql)
+    assert [row[0] for row in answer.rows] == ["x", "y"]
+    for row in answer.rows:
+        assert row[1:] == pytest.approx([float(v) for v in truth[row[0]]], rel=1e-9), row
+    assert answer.privacy["epsilon_spent"] == pytest.approx(0.6)
+    assert recorded_statistics(loaded, sql, model="dp")[0] == 2  # DP: clipped to 2 rows
+
+
+KEYED_FORMS = [  # each with the noise off the backend's own answer, of the declared keys
+    ("SELECT kind, COUNT(*), SUM(n) FROM (SELECT v.person_id AS p, v.kind, COUNT(*) AS n "
+     "FROM visits v JOIN people p ON v.person_id = p.person_id WHERE p.age > 25 "
+     "GROUP BY v.person_id, v.kind) t GROUP BY kind ORDER BY kind"),  # c of the join: 5
+    ("SELECT kind, COUNT(*) FROM (SELECT kind FROM visits GROUP BY person_id, kind "
+     "HAVING COUNT(*) > 1) t GROUP BY kind ORDER BY kind"),  # the unit not selected
+    f"SELECT AVG(total), COUNT(*), COUNT(DISTINCT person_id) FROM {PER_KIND}",  # ungrouped
+    (f"SELECT kind, PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY total) FROM {PER_KIND} "
+     f"GROUP BY kind ORDER BY kind"),
+    f"SELECT kind, n, COUNT(*) FROM {PER_KIND} GROUP BY kind, n ORDER BY kind, n",
+    ("SELECT kind, COUNT(*) FROM (SELECT person_id, kind, COUNT(*) AS n FROM claims "
+     "GROUP BY person_id, kind) t GROUP BY kind ORDER BY kind"),  # iDP without B: c·g = 4
+]
+
+
+def test_the_forms_of_units_grouped_by_keys_answer_the_nested_query(loaded, no_noise):
+    """A join on the unit, the unit unselected with a HAVING, no outer GROUP BY (every
+    row of the relation: kind NULL too), a percentile, GROUP BY a key and a per-unit
+    count, a table without max_rows_per_unit: each answered as the nested query is."""
+    session = Session.open(loaded, "alice")
+    shifts = [recorded_statistics(loaded, KEYED_FORMS[0])[0],
+              recorded_statistics(loaded, KEYED_FORMS[-1])[0]]
+    assert shifts == [5, 4]
+    for sql in KEYED_FORMS:
+        (answer,) = session.execute(sql)
+        truth = [row for row in loaded.backend.read(sql) if row[0] is not None or
+                 "GROUP BY" not in sql.rpartition(")")[2]]
+        got = [row for row in answer.rows if row[-1] not in (0, None)]
+        assert len(got) == len(truth), (sql, answer.rows, truth)
+        for mine, theirs in zip(got, truth):
+            assert list(mine) == pytest.approx([v if isinstance(v, str) else float(v)
+                                                for v in theirs], abs=0.5), sql
+
+
 PER_UNIT = "(SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id) t"
 REFUSED = [
     (f"SELECT CORR(n, n) FROM {PER_UNIT}", "0A000", "a percentile, MAX or MIN, not CORR"),
@@ -346,11 +408,26 @@ REFUSED = [
     (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits GROUP BY person_id "
      "ORDER BY n DESC LIMIT 3) t"), "0A000", "with LIMIT"),
     ("SELECT AVG(n) FROM (SELECT kind, COUNT(*) AS n FROM visits GROUP BY kind) t", "0A000",
-     "grouped by the privacy unit only"),
-    (("SELECT AVG(n) FROM (SELECT person_id, kind, COUNT(*) AS n FROM visits "
-     "GROUP BY person_id, kind) t"), "0A000", "grouped by the privacy unit only"),
+     "grouped by the privacy unit (and columns with declared keys)"),
     ("SELECT AVG(n) FROM (SELECT person_id, COUNT(*) AS n FROM lab GROUP BY person_id) t",
-     "0A000", "grouped by the privacy unit only"),
+     "0A000", "grouped by the privacy unit (and columns with declared keys)"),
+    # grouped by the unit and keys (issue 33): keys are columns of the table with
+    # declared keys, selected; the outer GROUP BY a column with keys
+    (("SELECT AVG(t) FROM (SELECT person_id, cost, SUM(cost) AS t FROM visits "
+      "GROUP BY person_id, cost) s"), "0A000", "columns of visits with declared keys, not "
+     "visits.cost"),
+    (("SELECT AVG(t) FROM (SELECT person_id, UPPER(kind) AS k, SUM(cost) AS t FROM visits "
+      "GROUP BY person_id, UPPER(kind)) s"), "0A000", "not UPPER(visits.kind)"),
+    (("SELECT AVG(t) FROM (SELECT person_id, SUM(cost) AS t FROM visits "
+      "GROUP BY person_id, kind) s"), "0A000", "selects each column it groups by"),
+    (("SELECT k, COUNT(*) FROM (SELECT v.person_id, p.age AS k, COUNT(*) AS n FROM visits v "
+      "JOIN people p ON v.person_id = p.person_id GROUP BY v.person_id, p.age) t GROUP BY k"),
+     "0A000", "not p.age"),
+    (f"SELECT total, COUNT(*) FROM {PER_KIND} GROUP BY total", "0A000",
+     "GROUP BY total needs a public list of keys"),
+    (("SELECT kind, AVG(n) FROM (SELECT person_id, kind, COUNT(*) AS n FROM claims "
+      "GROUP BY person_id, kind) t GROUP BY kind"), "0A000",
+     "AVG over units needs the rules to bound one unit's rows of claims"),
     ("SELECT AVG(n) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY person_id) t",
      "0A000", "needs the rules to bound one unit's rows of claims (max_rows_per_unit)"),
     ("SELECT SUM(n) FROM (SELECT person_id, COUNT(*) AS n FROM claims GROUP BY person_id) t",
@@ -386,4 +463,7 @@ def test_dp_over_units_needs_the_declared_bound(loaded):
     with pytest.raises(Refused, match="DP model on claims needs max_rows_per_unit"):
         list(session.execute("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n "
                              "FROM claims GROUP BY person_id) t WHERE n > 1"))
+    with pytest.raises(Refused, match="DP model on claims needs max_rows_per_unit"):
+        list(session.execute("SELECT kind, COUNT(*) FROM (SELECT person_id, kind, COUNT(*) AS n "
+                             "FROM claims GROUP BY person_id, kind) t GROUP BY kind"))
     assert (loaded.ledger.entries(), loaded.ledger.budgets()) == before
