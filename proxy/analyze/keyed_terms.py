@@ -15,17 +15,19 @@ term (as it meets no ``region IN (…)``); under NOT it does.
 
 Where the evaluation happens: here, in Python, on a subset whose PostgreSQL meaning is
 certain, not in the backend nor in the post-processing DuckDB. PostgreSQL's regular
-expressions are Spencer's AREs; DuckDB's are RE2, Python's its own: they agree on
-literals, ``.``, ``^``, ``$``, ``|``, groups, bracket lists of characters and ASCII
-ranges, and the quantifiers ``* + ? {m} {m,} {m,n}`` (with their lazy forms), and differ
-beyond (escapes such as ``\\d`` or ``\\y``, POSIX classes, back references, lookahead,
-embedded options, ``$`` before a trailing newline, possessive ``*+`` in Python). So the
-pattern is read here into that subset, translated exactly (``.`` matches a newline, as
-in PostgreSQL's default mode; ``^`` and ``$`` only at the ends), and anything else is
-refused (0A000) rather than guessed; a pattern PostgreSQL would refuse to compile (an
-unbalanced bracket or parenthesis, a trailing backslash, a quantifier with nothing to
-repeat, a bound beyond 255) is refused as PostgreSQL refuses it (2201B), whatever the
-data. ``~*`` (case-insensitive) is decided only on ASCII keys and patterns (beyond
+expressions are Spencer's AREs, DuckDB's RE2, Python's its own: they agree on literals,
+``.``, ``^``, ``$``, ``|``, groups, bracket lists of characters and ASCII ranges, and the
+quantifiers ``* + ? {m} {m,} {m,n}`` (with their lazy forms), and differ beyond (escapes
+such as ``\\d`` or ``\\y``, POSIX classes, back references, lookahead, embedded
+options, ``$`` before a trailing newline, possessive ``*+`` in Python). So the pattern
+is parsed here into that subset and matched by a Thompson automaton of its own (``.``
+matches a newline, as in PostgreSQL's default mode; ``^`` and ``$`` only at the ends),
+in time linear in the key's length whatever the pattern (a backtracking engine, Python's
+``re``, takes exponential time on ``(a|a)*b``); anything else is refused (0A000) rather
+than guessed, and a pattern PostgreSQL would refuse to compile (an unbalanced bracket or
+parenthesis, a trailing backslash, a quantifier with nothing to repeat, a bound beyond
+255) is refused as PostgreSQL refuses it (2201B), whatever the data. ``~*``
+(case-insensitive) is decided only on ASCII keys and patterns (beyond
 ASCII the case folding is the server's locale's). SIMILAR TO is translated as
 PostgreSQL translates it (``similar_escape``: ``%`` any text, ``_`` one character,
 ``. ^ $`` ordinary, anchored at both ends, ESCAPE one character or none). Functions of
