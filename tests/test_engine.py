@@ -238,7 +238,7 @@ REFUSALS = [
      "FROM t"), "0A000"),
     ("SELECT COUNT(*) FROM people INTERSECT SELECT COUNT(*) FROM people", "0A000"),
     ("SELECT SUM(income) OVER () FROM people", "0A000"),
-    ("SELECT COUNT(*) FROM people WHERE lower(region) = 'north'", "42883"),
+    ("SELECT COUNT(*) FROM people WHERE md5(region) = 'north'", "42883"),
     ("SELECT COUNT(*) FROM people WHERE age IN (SELECT age FROM people)", "0A000"),
     ("SELECT COUNT(DISTINCT age) FROM people", "0A000"),
     ("SELECT MEDIAN(income / age) FROM people", "0A000"),

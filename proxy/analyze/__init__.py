@@ -34,6 +34,7 @@ from proxy.analyze.having import having_plan
 from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.key_listing import key_listing
 from proxy.analyze.key_restriction import narrowed_domains
+from proxy.analyze.keyed_terms import keyed_terms
 from proxy.analyze.merge_steps import merge_steps
 from proxy.analyze.ordering import limit_of, offset_of, order_by
 from proxy.analyze.outer import outer_plan, over_scalars, union_plan, windowed
@@ -431,6 +432,10 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
                            "none: ask the subquery alone")
     select = alone
     declared = _column_resolver(table, select, joins)  # WHERE and GROUP BY see declared columns
+    where = select.args.get("where")
+    if where is not None:  # terms decided per declared key, as IN lists the key
+        # restriction of the GROUP BY reads too (proxy.analyze.keyed_terms)
+        where.set("this", keyed_terms(where.this, table, declared))
     owners = {select.args["from_"].this.alias_or_name.lower(): _the_protected_table(alone, rules),
               **{j.alias: j.table for j in joins}}
     table, semi = semi_joins(exists, table, owners, declared, rules)

@@ -18,7 +18,7 @@ numeric bins: the first and last runs are open-ended. A value of a keyed column 
 not a declared key meets no branch and belongs to no group, as for the column itself.
 
 Only what is evaluated exactly as PostgreSQL does is taken, else the term keeps its
-refusal: SUBSTRING, text functions on ASCII text (LOWER, UPPER, TRIM and its variants), ``||``,
+refusal: SUBSTRING, LEFT, RIGHT, text functions on ASCII text (LOWER, UPPER, TRIM and its variants), ``||``,
 CONCAT, COALESCE, NULLIF, CASE (conditions on one column, read by
 ``key_restriction.truth_on_key``), LEAST/GREATEST and ROUND/FLOOR/CEIL/ABS/``+ - * / %``
 on integers, numerics as numeric.c computes them (exact, with their scales: 25 / 3.0 is
@@ -374,6 +374,8 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         return _trimmed(node, args)
     if isinstance(node, exp.Substring):
         return _substring(node, args)
+    if isinstance(node, (exp.Left, exp.Right)):
+        return _side(node, args)
     if isinstance(node, exp.Cast):
         return _cast(node, args[0])
     return _arithmetic(node, [_number(arg) for arg in args])
@@ -403,7 +405,7 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
         return [node.this, node.args.get("start") or exp.Literal.number(1),
                 *([node.args["length"]] if node.args.get("length") else [])]
     if isinstance(node, (exp.DPipe, exp.Nullif, exp.Add, exp.Sub, exp.Mul, exp.Div,
-                         exp.Mod)):
+                         exp.Mod, exp.Left, exp.Right)):
         return [node.this, node.expression]
     raise _Unevaluated
 
@@ -573,6 +575,17 @@ def _substring(node: exp.Substring, args: list[Any]) -> str:
     if count[0] < 0:
         raise _Unevaluated
     return text[first:max(start + count[0] - 1, 0)]
+
+
+def _side(node: exp.Left | exp.Right, args: list[Any]) -> str:
+    """PostgreSQL's left(text, n) and right(text, n): the first (last) n characters; a
+    negative n all but the last (first) |n|."""
+    text, count = args
+    if not isinstance(text, str) or isinstance(count, bool) or not isinstance(count, int):
+        raise _Unevaluated
+    if isinstance(node, exp.Left):
+        return text[:count]
+    return text[max(len(text) - count, 0):] if count >= 0 else text[-count:]
 
 
 def _cast(node: exp.Cast, value: Any) -> Any:

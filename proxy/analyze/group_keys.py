@@ -228,7 +228,10 @@ def group_term(node: exp.Expression, table: Table, resolve,
         return _shaped_term(node, table, resolve, where)
     except NotSupported:
         derived = derived_case(node, table, resolve, where)
-        if derived is None:
+        if derived is None:  # a capped bin of a column without public values?
+            capped = _capped_bin(node, table, resolve, default_name(node), where)
+            if capped is not None:
+                return capped
             raise
         if not derived.args.get("ifs"):  # the WHERE admits no key: zero rows, nothing sent
             return GroupKey(default_name(node), CASE, None, (), "text")
@@ -633,6 +636,48 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
     keys = tuple(k * scale for k in range(low, high + 1))
     return GroupKey(name, FLOOR_BIN if floor else TRUNC_BIN, column.name, keys, "int",
                     numbers=(width, scale))
+
+
+_CAP = 2**53  # a cap's magnitude at most (exact in a double; every bin key is within it)
+
+
+def _capped_bin(node: exp.Expression, table: Table, resolve, name: str,
+                where: exp.Expression | None) -> GroupKey | None:
+    """``LEAST(bin, c, …)`` and ``GREATEST(bin, c, …)``, nested either way, of a
+    ``floor(x / w) [* w]`` (or ``x / w``) bin and whole constants (a histogram's last
+    bucket "8 and above": ``LEAST(FLOOR(income / 25000), 8)``): the bin's keys, each
+    clamped as PostgreSQL's LEAST and GREATEST clamp it, and the key a NULL value gets
+    (PostgreSQL's LEAST and GREATEST skip a NULL: ``LEAST(NULL, 8)`` is 8, so NULL
+    incomes, and NaN ones, which every statistic reads as NULL, are in the bucket 8).
+    The backend computes the bin as for the plain bin, then clamps it
+    (``proxy.pushdown.group_sql``). None for other shapes."""
+    steps: list[tuple[Any, list[int]]] = []  # outermost first
+    while isinstance(node, (exp.Least, exp.Greatest)):
+        operands = [operand.unnest() for operand in (node.this, *node.expressions)]
+        inner = [operand for operand in operands if exact_number(operand) is None]
+        if len(inner) != 1:
+            return None
+        constants = [exact_number(operand) for operand in operands if operand is not inner[0]]
+        if any(c != int(c) or abs(c) > _CAP for c in constants):
+            raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')}: a bin is capped by "
+                               "whole numbers, e.g. LEAST(FLOOR(income / 25000), 8)")
+        steps.append((min if isinstance(node, exp.Least) else max,
+                      [int(c) for c in constants]))
+        node = inner[0]
+        while isinstance(node, exp.Paren):
+            node = node.this
+    if not steps:
+        return None
+    term = _bin(node, table, resolve, name, where)
+    if term is None or term.kind not in (FLOOR_BIN, TRUNC_BIN):
+        return None
+    low, high, null = -math.inf, math.inf, None  # each key clamped to [low, high]
+    for function, constants in reversed(steps):  # innermost first
+        cap = function(constants)
+        low, high = function(low, cap), function(high, cap)
+        null = cap if null is None else function(null, cap)
+    keys = {min(max(key, low), high) for key in term.keys} | {null}
+    return replace(term, keys=tuple(sorted(keys)), numbers=term.numbers + (low, high, null))
 
 
 EPOCH = dt.datetime(1970, 1, 1)

@@ -85,8 +85,10 @@ def restricted(term: GroupKey, where: exp.Expression | None, table: Table, resol
         allowed = [(-math.inf, True, math.inf, True)]
         for condition in conditions:
             allowed = _intersection(allowed, _intervals(condition, column.type))
+        # a capped bin's NULL key (group_keys._capped_bin) holds the NULL values too
+        null = term.numbers[4] if len(term.numbers) > 2 else None
         keys = tuple(key for key in term.keys
-                     if _meets(_bin_values(term, key, column), allowed))
+                     if key == null or _meets(_bin_values(term, key, column), allowed))
     return term if len(keys) == len(term.keys) else replace(term, keys=keys)
 
 
@@ -512,8 +514,33 @@ def _bin_values(term: GroupKey, key: int, column) -> Interval:
     ``floor`` bins [k·w, (k+1)·w), truncating bins toward zero; the first and the last
     bin reach beyond the domain, whose values are clamped into them. On an int column
     only its integers."""
-    width, scale = (int(number) for number in term.numbers)
-    index = key // scale
+    width, scale = (int(number) for number in term.numbers[:2])
+    if len(term.numbers) > 2:  # clamped to [low, high] (group_keys._capped_bin)
+        low, high = term.numbers[2:4]
+        if low == high:  # every value
+            return (-math.inf, True, math.inf, True)
+        if key <= low:  # every bin at or below it
+            return _bins_values(term, -math.inf, math.floor(low / scale), column)
+        if key >= high:  # every bin at or above it
+            return _bins_values(term, math.ceil(high / scale), math.inf, column)
+    return _bins_values(term, key // scale, key // scale, column)
+
+
+def _bins_values(term: GroupKey, first_index: float, last_index: float, column) -> Interval:
+    """The values that land in the bins ``first_index`` to ``last_index`` (±infinity:
+    every bin that way)."""
+    if first_index == -math.inf:
+        low = (-math.inf, True)
+    else:
+        low = _index_values(term, int(first_index), column)[:2]
+    if last_index == math.inf:
+        return (*low, math.inf, True)
+    return (*low, *_index_values(term, int(last_index), column)[2:])
+
+
+def _index_values(term: GroupKey, index: int, column) -> Interval:
+    """The values of the column (before clamping) in the bin of ``index``."""
+    width = int(term.numbers[0])
     if term.kind == FLOOR_BIN:
         interval: Interval = (index * width, True, (index + 1) * width, False)
         first, last = math.floor(column.lower / width), math.floor(column.upper / width)

@@ -36,7 +36,10 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                     place: str = "WHERE") -> exp.Expression:
     """Validate the WHERE condition (or another condition: ``place`` says where it
     stands, for the refusals) and return it with columns unqualified."""
-    condition = unbracketed(canonical_patterns(where.copy(), table, resolve_column))
+    from proxy.analyze.keyed_terms import keyed_terms  # (it reads derived_keys, which reads this)
+
+    condition = unbracketed(canonical_patterns(keyed_terms(where.copy(), table, resolve_column),
+                                               table, resolve_column))
     for node in list(condition.walk()):
         checkpoint()
         if isinstance(node, exp.Column):

@@ -559,8 +559,8 @@ def _unit_starts(low: dt.datetime, high: dt.datetime, unit: str):
 
 # the fields the backend extracts from a plain column (``group_keys``), and how many
 # values each takes in its cycle (None: the years of the range)
-PART_CYCLES = {"year": None, "quarter": 4, "month": 12, "week": 53, "day": 31, "dow": 7,
-               "isodow": 7, "doy": 366, "hour": 24, "minute": 60}
+PART_CYCLES = {"year": None, "isoyear": None, "quarter": 4, "month": 12, "week": 53,
+               "day": 31, "dow": 7, "isodow": 7, "doy": 366, "hour": 24, "minute": 60}
 
 
 def part_field(node: exp.Expression | None) -> str:
@@ -583,6 +583,8 @@ def field_values(field: str, first: dt.datetime, last: dt.datetime) -> tuple[int
     value is (a leap year's day 366 and a 53-week year's week 53 within a few years)."""
     if first > last:
         return ()
+    if PART_CYCLES[field] is None:  # year, isoyear: never less later, so every one between
+        return tuple(range(_extract(field, first), _extract(field, last) + 1))
     seen = {_extract(field, first)}
     for start in _unit_starts(first, last, _UNIT_OF_FIELD[field]):
         seen.add(_extract(field, start))

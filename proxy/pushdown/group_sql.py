@@ -12,6 +12,7 @@ BIGINT), so they match the keys listed from the rules.
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 from sqlglot import exp
 
@@ -88,7 +89,7 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
                         .when(value.copy() < literal(low), literal(0))
                         .when(value.copy() >= literal(high), literal(int(count) + 1))
                         .else_(inside), BIGINT)
-    width, scale = (int(number) for number in term.numbers)
+    width, scale = (int(number) for number in term.numbers[:2])
     quotient = exp.Div(this=value, expression=literal(float(width)))
     if term.kind == FLOOR_BIN:
         index = exp.Floor(this=quotient)
@@ -98,7 +99,18 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
                                 ).else_(exp.Floor(this=quotient.copy()))
     assert term.kind in (FLOOR_BIN, TRUNC_BIN), term.kind
     key = exp.cast(index, BIGINT)
-    return key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
+    key = key if scale == 1 else exp.Mul(this=key, expression=literal(scale))
+    if len(term.numbers) == 2:
+        return key
+    # LEAST/GREATEST with whole constants (group_keys._capped_bin): the key clamped, a
+    # NULL value's key the one PostgreSQL's LEAST/GREATEST give when they skip the NULL
+    low, high, null = term.numbers[2:]
+    capped = key.copy()
+    if low > -math.inf:
+        capped = exp.func("GREATEST", capped, literal(int(low)))
+    if high < math.inf:
+        capped = exp.func("LEAST", capped, literal(int(high)))
+    return case_of((key.is_(exp.null()), literal(int(null))), default=capped)
 
 
 def ranged(value: exp.Expression, bounds: tuple, ranges: tuple[int, ...],

@@ -123,6 +123,10 @@ TERMS = [
     ("CASE WHEN 1 = 0 AND region = 'north' THEN 'a' ELSE 'b' END", "", False),
     ("CASE WHEN NULL AND FALSE THEN 'a' WHEN NULL OR TRUE THEN 'c' ELSE 'b' END", "", False),
     ("CASE WHEN NULL OR 1 = 0 THEN 'a' ELSE 'b' END", "", False),
+    # a capped bin of a float column (no public values: group_keys._capped_bin)
+    ("LEAST(FLOOR(income / 25000), 2)", "", False),
+    ("GREATEST(LEAST(FLOOR(income / 10000) * 10000, 70000), 20000, 5)", "WHERE income > 15000",
+     False),
 ]
 
 
@@ -163,7 +167,28 @@ def test_a_value_beyond_the_domain_lands_where_its_clamped_value_does(backend_ur
     assert {key: n for key, n in regions.items() if n} == {"NORTH": 1, "WEST": 1, "EAST": 1}
 
 
+@pytest.mark.usefixtures("no_noise")
+def test_a_capped_bin_puts_null_where_postgresql_s_least_does(backend_url):
+    """LEAST and GREATEST skip a NULL: a NULL income (and a NaN, read as NULL) is in the
+    cap's bucket; a value beyond the domain in the first or last bin, as clamped."""
+    rows = {"person_id": [1, 2, 3, 4, 5, 6], "region": ["north"] * 6, "sex": ["f"] * 6,
+            "age": [1] * 6, "days": [0] * 6, "income": [None, -5.0, 24999.99, 25000.0,
+                                                        float("nan"), 1e9],
+            "at": [dt.datetime(2024, 5, 1)] * 6, "vip": [True] * 6}
+    with open_engine(backend_url, RULES, lambda: {"people": Table(rows, TYPES)}) as made:
+        capped = _answered(made, "SELECT LEAST(FLOOR(income / 25000), 2) AS b, COUNT(*) "
+                                 "FROM people GROUP BY 1")
+        floored = _answered(made, "SELECT GREATEST(FLOOR(income / 25000), 1) AS b, COUNT(*) "
+                                  "FROM people WHERE income IS NULL GROUP BY 1")
+    assert capped == {0: 2, 1: 1, 2: 3}
+    assert floored == {1: 1}  # the WHERE lets no value of another bin in
+
+
 @pytest.mark.parametrize("sql,fragment", [
+    ("SELECT LEAST(FLOOR(income / 25000), 2.5), COUNT(*) FROM people GROUP BY 1",
+     "whole numbers"),
+    ("SELECT LEAST(FLOOR(income / 25000), income), COUNT(*) FROM people GROUP BY 1",
+     "public set of keys"),
     ("SELECT LOWER(CAST(income AS text)), COUNT(*) FROM people GROUP BY 1",
      "public set of keys"),  # a float without keys: no public values
     ("SELECT person_id % 10, COUNT(*) FROM people GROUP BY 1", "declared domain"),

@@ -141,6 +141,9 @@ GROUPED = [
     "SUM(cost * EXTRACT(ISODOW FROM at)), MAX(EXTRACT(YEAR FROM day)) FROM visits GROUP BY 1",
     "SELECT department AS k, SUM(EXTRACT(DOY FROM at) / 7), COUNT(EXTRACT(WEEK FROM at)) "
     "FROM visits GROUP BY 1",
+    # the ISO year: 2023-01-01 (a Sunday) is in 2022's, 2024-12-31 in 2025's
+    "SELECT EXTRACT(ISOYEAR FROM at) AS k, COUNT(*) FROM visits "
+    "WHERE date_part('isoyear', day) <> 2023 GROUP BY 1",
 ]
 
 
