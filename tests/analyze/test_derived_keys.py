@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-import psycopg
 import pytest
 
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.databases import load_table, new_database
+from tests.databases import postgres_truth
 from tests.factories import Table, engine_fixture, open_engine
 from tests.probes import refused_for_free
 
@@ -63,10 +62,8 @@ engine = engine_fixture(RULES, lambda: {"people": Table(ROWS, TYPES)}, shared=Tr
 
 @pytest.fixture(scope="module")
 def truth(postgres_url):
-    with new_database(postgres_url) as url:
-        load_table(url, "people", ROWS, TYPES)
-        with psycopg.connect(url, autocommit=True) as con:
-            yield lambda sql: con.execute(sql).fetchall()
+    with postgres_truth(postgres_url, {"people": Table(ROWS, TYPES)}) as answer:
+        yield answer
 
 
 def _answered(engine, sql: str) -> dict:

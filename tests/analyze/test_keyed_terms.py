@@ -17,7 +17,7 @@ from proxy.analyze.shapes import ShapeCache, shape_of
 from proxy.rules import parse_rules
 from proxy.session import Session
 from proxy.settings import Settings
-from tests.databases import load_table, new_database
+from tests.databases import postgres_truth
 from tests.factories import Table, engine_fixture
 from tests.probes import refused_for_free
 
@@ -52,15 +52,13 @@ engine = engine_fixture(RULES, lambda: {"people": Table(ROWS, TYPES)}, shared=Tr
 
 @pytest.fixture(scope="module")
 def truth(postgres_url):
-    with new_database(postgres_url) as url:
-        load_table(url, "people", ROWS, TYPES)
-        with psycopg.connect(url, autocommit=True) as con:
-            def answer(sql: str):
-                try:
-                    return con.execute(sql).fetchall()
-                except psycopg.Error as error:
-                    return error.sqlstate
-            yield answer
+    with postgres_truth(postgres_url, {"people": Table(ROWS, TYPES)}) as rows:
+        def answer(sql: str):
+            try:
+                return rows(sql)
+            except psycopg.Error as error:
+                return error.sqlstate
+        yield answer
 
 
 def _answered(engine, sql: str) -> list[tuple]:

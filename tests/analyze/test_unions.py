@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-import psycopg
 import pytest
 
 from proxy.errors import BudgetExhausted
 from proxy.rules import parse_rules
 from proxy.session import Session
-from tests.databases import load_table, new_database
+from tests.databases import postgres_truth
 from tests.factories import Table, engine_fixture
 from tests.probes import refused_for_free
 
@@ -65,11 +64,9 @@ engine = engine_fixture(RULES, lambda: {"people": Table(PEOPLE, PEOPLE_TYPES),
 
 @pytest.fixture(scope="module")
 def truth(postgres_url):
-    with new_database(postgres_url) as url:
-        load_table(url, "people", PEOPLE, PEOPLE_TYPES)
-        load_table(url, "visits", VISITS, VISITS_TYPES)
-        with psycopg.connect(url, autocommit=True) as con:
-            yield lambda sql: con.execute(sql).fetchall()
+    with postgres_truth(postgres_url, {"people": (PEOPLE, PEOPLE_TYPES),
+                                       "visits": (VISITS, VISITS_TYPES)}) as answer:
+        yield answer
 
 
 UNIONS = [
