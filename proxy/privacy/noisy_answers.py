@@ -607,6 +607,7 @@ def _release_clipped(a: Asked) -> Released:
         mechanism = alike.mechanisms[noisy_sum.mechanism] = \
             f"{noisy_sum.mechanism}, its bound by the exponential mechanism"
     drawn = group.joint[a.index] if rung is None else rung
+    note = f"{note}\n{CLIPPING_NOTE}"
     if ladder.rungs[drawn] <= ladder.rungs[-1] * FOOT:
         note = f"{note}\n{FOOT_NOTE}"
     if agg.kind == SUM:
@@ -692,6 +693,10 @@ FOOT_NOTE = ("the clipping bound was drawn at the foot of its ladder (at most 2โ
              "largest contribution the rules allow): unless the contributions are that "
              "small, most were clipped and the true value may be far higher; the 95 % bound "
              "does not cover that (too few units in scope for the draw; docs/privacy.md ยง6)")
+# said of every clipped SUM and AVG: the bound a client reads is the noise's
+CLIPPING_NOTE = ("the 95 % bound of a clipped SUM or AVG is its noise's: the clipping "
+                 "itself may move the answer (each clipped unit's contribution towards 0), "
+                 "which the bound does not include")
 NEAR_BOUND = 0.9
 NEAR_BOUND_NOTE = ("an AVG at 90 % or more of the clipping bound drawn for its group was "
                    "clipped in most of its values: the true average may be far higher (ask "
