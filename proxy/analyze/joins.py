@@ -37,7 +37,9 @@ itself) and inside aggregates: a value of the joined row, normalised to its decl
 domain like any column (docs/privacy.md §3.9).
 Everything else is refused in one line naming this form: RIGHT, FULL, CROSS and
 NATURAL joins (``USING`` is first written as its ON: ``proxy.analyze.explicit_joins``),
-a public table on the preserving side of an outer join, a join on a column declared
+a public table on the preserving side of an outer join (but ``public LEFT JOIN
+protected`` grouped by the public table's columns and aggregating the protected one's,
+answered as their inner join: ``_preserved_public``), a join on a column declared
 neither unique nor bounded, an outer join's ON conditions other than equalities of a
 protected and a public column or of two public ones.
 
@@ -64,6 +66,7 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
+from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.explicit_joins import explicit_joins
 from proxy.analyze.predicate import check_predicate
 from proxy.errors import (
@@ -100,6 +103,48 @@ def unit_allowed(first: Table, second: Table) -> str:
             "privacy units or along the links the rules declare")
 
 
+def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Select:
+    """``FROM public r LEFT JOIN protected p ON …`` (Metabase and Looker starting from a
+    dimension table) as ``FROM protected p JOIN public r ON …``, where the two agree:
+    grouped by the public table's columns only (its groups are its rows' values either
+    way: a group key of a joined public table lists them all, §3.9) and with aggregates
+    of the protected table's columns only (a public row without protected rows adds
+    their NULLs, which every aggregate skips). Refused in one line otherwise: COUNT(*)
+    counts such a row as 1, an aggregate of the public table's columns counts it too,
+    and a group of the protected table's columns gets a NULL group from it."""
+    refused = ("a public table on the preserving side of an outer join would answer for "
+               "rows that are not the protected table's")
+    if first != 1 or len(sources) != 2 or sources[1][1].args.get("side") != "LEFT":
+        raise NotSupported(f"{refused}; put the protected table first: {ALLOWED}")
+    public, (table, join) = sources[0][0], sources[1]
+    alias = public.alias_or_name.lower()
+    items = select.expressions
+    for node in select.walk():
+        if not is_aggregate(node):
+            continue
+        if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
+            raise NotSupported(f"{refused}: COUNT(*) counts a row of {public.name} without "
+                               f"rows of {table.name} as 1; count {table.name}'s rows "
+                               f"(COUNT({table.alias_or_name}.col)) or put it first")
+        if any(column.table.lower() == alias for column in node.find_all(exp.Column)):
+            raise NotSupported(f"{refused}: {node.sql(dialect='postgres')} reads {public.name}"
+                               f", whose rows without rows of {table.name} it would count; "
+                               f"aggregate {table.name}'s columns or put it first")
+    group = select.args.get("group")
+    for term in group.expressions if group else []:
+        if isinstance(term, exp.Literal) and term.is_int and 0 < int(term.name) <= len(items):
+            term = items[int(term.name) - 1].unalias()
+        if any(column.table.lower() != alias for column in term.find_all(exp.Column)):
+            raise NotSupported(f"{refused}: grouped by {term.sql(dialect='postgres')}, a row "
+                               f"of {public.name} without rows of {table.name} forms a NULL "
+                               f"group; group by the columns of {public.name} or put "
+                               f"{table.name} first")
+    inner = select.copy()
+    inner.set("from_", exp.From(this=table.copy()))
+    inner.set("joins", [exp.Join(this=public.copy(), on=join.args["on"].copy())])
+    return inner
+
+
 def split_joins(select: exp.Select, rules: Rules
                 ) -> tuple[exp.Select, tuple[Join, ...]]:
     """``select`` without its joins (the first protected table alone in FROM) and the
@@ -124,9 +169,7 @@ def split_joins(select: exp.Select, rules: Rules
     first = protected[0]
     outer = [join for _, join in sources[1:] if join.args.get("side")]
     if first != 0 and outer:
-        raise NotSupported("a public table on the preserving side of an outer join would "
-                           "answer for rows that are not the protected table's; put the "
-                           f"protected table first: {ALLOWED}")
+        return split_joins(_preserved_public(select, sources, first), rules)
     second = protected[1] if len(protected) > 1 else None
     allowed = ALLOWED if second is None else unit_allowed(declared[first], declared[second])
     for _, join in sources[1:]:
