@@ -155,7 +155,7 @@ REFUSED = [
     ("SELECT SUM(t.tag) FROM people p JOIN tags t ON p.kind = t.kind", "42883",
      "SUM(t.tag) needs a numeric column"),
     ("SELECT COUNT(*) FROM tags t LEFT JOIN people p ON p.kind = t.kind", "0A000",
-     "max_rows_per_key"),
+     "COUNT(*) counts a row of tags without rows of people as 1"),
 ]
 
 
