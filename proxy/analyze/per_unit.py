@@ -104,9 +104,10 @@ def per_unit_plan(select: exp.Select, rules: Rules, rows: Rows, units: Units
         source_plan = rows(inner)
     _check_source(source_plan, inner, unit)
     table = source_plan.table
+    # a key of the unit's own alias of the table (of another, a self-join's: another row)
     keyed = _keyed(keys, key_names, table, unit_names,
                    {t.alias_or_name.lower() for t in body.find_all(exp.Table)
-                    if t.name.lower() == table.name.lower()})
+                    if t.name.lower() == table.name.lower()} & {unit.table.lower()})
     valued = {name.lower() for name in names}
     if outside.args.get("group") and source_plan.contribution_bound is None and any(
             column.name.lower() in valued for column in outside.args["group"].find_all(exp.Column)):
