@@ -202,7 +202,9 @@ _FIELD = {"dow": lambda m: (m.weekday() + 1) % 7, "isodow": lambda m: m.isoweekd
 def _leaf(rng: random.Random) -> str:
     if rng.random() < 0.65:
         return rng.choice(COLUMNS)
-    return rng.choice(CONSTANTS)
+    # NULL now and then: an always-NULL operand of a function (log(2, NULL) failed on
+    # PostgreSQL, untyped)
+    return "NULL" if rng.random() < 0.05 else rng.choice(CONSTANTS)
 
 
 def _divisor(rng: random.Random) -> str:
@@ -314,9 +316,9 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         return _Ref(None if value is None else value * value, False)
     if isinstance(node, exp.Log):  # ln over the constant ln(base); LOG(x) is base 10
         argument, base = ((node.this, 10.0) if node.expression is None
-                          else (node.expression, float(node.this.name)))
+                          else (node.expression, of(node.this).value))
         value = of(argument).value
-        return _Ref(None if value is None
+        return _Ref(None if value is None or base is None
                     else math.log(abs(value) + LOG_FLOOR) / math.log(base), False)
     if isinstance(node, exp.Exp):
         value = of(node.this).value

@@ -65,7 +65,7 @@ MAX_EXPRESSION_NODES = 400
 # The deepest guarded SQL one expression may make (the backends' parsers and planners
 # recurse: DuckDB stops at 1,000 levels of a whole statement; sqlglot's generator too).
 MAX_SQL_DEPTH = 200
-MAX_HEAVY_NESTING = 3  # ln and integer casts inside one another (``_check_nesting``)
+MAX_HEAVY_NESTING = 3  # ln, log, exp and integer casts inside one another (``_check_nesting``)
 # The most parts the SQL computing one statement's derived columns may have, all of them
 # together, as the backend receives it (``backend_parts``). DuckDB plans a
 # statement in time that grows faster than its size, and a cancel does not reach every
@@ -115,8 +115,12 @@ class _Value:
         return self.low > self.high
 
 
-def _always_null(sql: exp.Expression, constant: bool = True) -> _Value:
-    return _Value(sql, math.inf, -math.inf, (math.inf, -math.inf), True, True, constant)
+def _always_null(constant: bool = True) -> _Value:
+    """A value that is NULL on every row, written as a typed NULL: an untyped one inside
+    a function (``log(2, NULL)``, ``-NULL``, ``trunc(NULL)``) has no function to resolve
+    to in PostgreSQL, which failed the statement after the debit (a review's finding)."""
+    return _Value(exp.cast(exp.Null(), _DOUBLE.copy()), math.inf, -math.inf,
+                  (math.inf, -math.inf), True, True, constant)
 
 
 def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Select, Table]:
@@ -289,16 +293,17 @@ def _moment_number(moment, seconds: bool) -> int:
 
 
 def _heavy(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Ln) or (
+    return isinstance(node, (exp.Ln, exp.Log, exp.Exp)) or (
         isinstance(node, exp.Cast) and isinstance(node.to, exp.DataType)
         and node.to.this in _INTEGER_TYPES)
 
 
 def _check_nesting(node: exp.Expression) -> None:
-    """At most ``MAX_HEAVY_NESTING`` of ``ln`` and integer casts inside one another: Sail
+    """At most ``MAX_HEAVY_NESTING`` of ``ln``, ``log`` (sent as ``ln``), ``exp`` and
+    integer casts inside one another: Sail
     (Spark Connect) plans each nested level of them in about four times the time of the
     one inside (8 levels of ``ln``: minutes), so deeper nests would hold a worker."""
-    for inner in node.find_all(exp.Ln, exp.Cast):
+    for inner in node.find_all(exp.Ln, exp.Log, exp.Exp, exp.Cast):
         if not _heavy(inner):
             continue
         levels, parent = 1, inner.parent
@@ -306,8 +311,8 @@ def _check_nesting(node: exp.Expression) -> None:
             levels += _heavy(parent)
             parent = parent.parent
         if levels > MAX_HEAVY_NESTING:
-            raise NotSupported(f"{_text(node)} nests ln or casts to an integer more than "
-                               f"{MAX_HEAVY_NESTING} deep; nest fewer")
+            raise NotSupported(f"{_text(node)} nests ln, log, exp or casts to an integer "
+                               f"more than {MAX_HEAVY_NESTING} deep; nest fewer")
 
 
 def _name(node: exp.Expression, resolve) -> str:
@@ -424,7 +429,7 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
     if isinstance(node, exp.Literal):
         return _number(node)
     if isinstance(node, exp.Null):
-        return _always_null(exp.Null())
+        return _always_null()
     if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.INT) and isinstance(
             node.this.unnest(), (exp.Predicate, exp.Connector, exp.Not)):
         return _boolean(node.this, table, resolve)
@@ -432,7 +437,7 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
                          exp.Trunc, exp.Sqrt, exp.Ln, exp.Exp)) and not isinstance(node, exp.TryCast):
         inner = of(node.this)
         if inner.null:  # NULL in, NULL out
-            return _always_null(type(node)(**{**node.args, "this": inner.sql}), inner.constant)
+            return _always_null(inner.constant)
         if isinstance(node, exp.Neg):
             return _Value(exp.Neg(this=inner.sql), -inner.high, -inner.low,
                           (-inner.reach[1], -inner.reach[0]), inner.integer, inner.nullable,
@@ -454,7 +459,7 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
             left, right = _operand(node, left), _operand(node, right)
         sql = type(node)(this=left.sql, expression=right.sql)
         if left.null or right.null:
-            return _always_null(sql, left.constant and right.constant)
+            return _always_null(left.constant and right.constant)
         combine = {exp.Add: _add, exp.Sub: _sub, exp.Mul: _mul}[type(node)]
         low, high = combine((left.low, left.high), (right.low, right.high))
         bound = (left.bound * right.bound if isinstance(node, exp.Mul)
@@ -594,7 +599,7 @@ def _divide(node: exp.Div, table: Table, resolve) -> _Value:
     sql: exp.Expression = exp.Div(this=left.sql, expression=divisor)
     integer = left.integer and right.integer
     if left.null:
-        return _always_null(exp.Trunc(this=sql) if integer else sql, left.constant)
+        return _always_null(left.constant)
     ends = (right.low, right.high)
     low, high = _quotient((left.low, left.high), ends)
     reach = _quotient(left.reach, ends)
@@ -616,13 +621,13 @@ def _nullif(node: exp.Nullif, value: _Value, other: _Value) -> _Value:
         raise NotSupported(f"{_text(node)}: NULLIF takes a constant as its second argument")
     sql = exp.Nullif(this=value.sql, expression=other.sql)
     if value.null:
-        return _always_null(sql, value.constant)
+        return _always_null(value.constant)
     low, high, reach = value.low, value.high, value.reach
     if value.integer:
         low, high = low + (low == other.low), high - (high == other.low)
         reach = (reach[0] + (reach[0] == other.low), reach[1] - (reach[1] == other.low))
     if low > high:
-        return _always_null(sql, value.constant)
+        return _always_null(value.constant)
     return _Value(sql, low, high, reach, value.integer, True, value.constant, value.bound)
 
 
@@ -642,7 +647,7 @@ def _extreme(node: exp.Expression, values: list[_Value]) -> _Value:
                      ignore_nulls=True)
     present = [v for v in values if not v.null]
     if not present:
-        return _always_null(sql, all(v.constant for v in values))
+        return _always_null(all(v.constant for v in values))
     certain = [v for v in present if not v.nullable] or None
     least = isinstance(node, exp.Least)
 
@@ -680,7 +685,7 @@ def _hull(sql: exp.Expression, values: list[_Value], nullable: bool) -> _Value:
     constant = all(v.constant for v in values)
     present = [v for v in values if not v.null]
     if not present:
-        return _always_null(sql, constant)
+        return _always_null(constant)
     return _Value(sql, min(v.low for v in present), max(v.high for v in present),
                   (min(v.reach[0] for v in present), max(v.reach[1] for v in present)),
                   all(v.integer for v in present), nullable, constant,
@@ -804,15 +809,14 @@ def _square(node: exp.Pow, base: _Value) -> _Value:
     nor underflows to 0 (PostgreSQL fails on both); its range is the square of the
     operand's |range|, tight where the operand reads a column once. Other exponents
     refused: a cube can underflow, a fraction fails on negative values."""
-    exponent = node.expression.unnest()
-    if not (isinstance(exponent, exp.Literal) and not exponent.is_string
-            and _number(exponent).low == 2):
+    exponent = node.expression.unnest()  # '2' too: a bound parameter's value
+    if not (isinstance(exponent, exp.Literal) and _number(exponent).low == 2):
         raise NotSupported(f"{_text(node)}: inside an aggregate, POWER takes the exponent "
                            "2 (a square); write a product (x * x * x) or sqrt(x) instead")
     base = _operand(node, base)
     sql = exp.Pow(this=base.sql, expression=guards.number(2.0))
     if base.null:
-        return _always_null(sql, base.constant)
+        return _always_null(base.constant)
     return _Value(sql, *_squared((base.low, base.high)), _squared(base.reach), False,
                   base.nullable, base.constant, base.bound * base.bound)
 
@@ -839,7 +843,7 @@ def _logarithm(node: exp.Log, table: Table, resolve) -> _Value:
                            "other than 1")
     inner = _evaluate(argument, table, resolve)
     if inner.null:
-        return _always_null(exp.Log(this=base.sql, expression=inner.sql), inner.constant)
+        return _always_null(inner.constant)
     ln = _root_or_log(node, inner)
     ends = sorted(end / divisor for end in (ln.low, ln.high))
     reach = sorted(end / divisor for end in ln.reach)

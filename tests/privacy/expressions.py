@@ -98,7 +98,7 @@ EXPRESSIONS = [
      True),
     ("log(0.5, x + 1)", lambda x, y, w, rx, ry: _arith(
         lambda a: math.log(a + 1) / math.log(0.5), x), True),
-    ("power(y, 2)", lambda x, y, w, rx, ry: _arith(lambda a: a * a, y), True),
+    ("power(y, '2')", lambda x, y, w, rx, ry: _arith(lambda a: a * a, y), True),
     ("(x - 5) ^ 2", lambda x, y, w, rx, ry: _arith(lambda a: (a - 5) * (a - 5), x), True),
     ("exp(y)", lambda x, y, w, rx, ry: _arith(math.exp, y), True),
     ("y * y", lambda x, y, w, rx, ry: _arith(lambda a: a * a, y), False),
