@@ -847,7 +847,8 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
             and _moment(plan, o.aggregate) is None}
     # the counts and sums whose noise is added, symmetric and log-concave: their bounds
     # add up in sums of them (proxy.postbounds); the mechanisms are the plan's choice
-    additive = [o.name for o in plan.outputs if o.aggregate is not None
+    additive = [key for o, key in zip(plan.outputs, bound_keys(columns))
+                if o.aggregate is not None
                 and plan.aggregates[o.aggregate].kind in (COUNT, UNITS, SUM) and all(
                     group[o.aggregate].mechanism in ADDITIVE for group in released)]
     mechanisms = sorted({r.mechanism for group in released for r in group})
@@ -1083,8 +1084,12 @@ def bound_keys(columns: Sequence[str]) -> list[str]:
     as PostgreSQL names them), under the name and its position, so that each keeps its
     own (one took the other's: income's interval was age's ±0.08)."""
     shared = {name for name in columns if columns.count(name) > 1}
-    return [f"{name} (column {position})" if name in shared else name
+    keys = [f"{name} (column {position})" if name in shared else name
             for position, name in enumerate(columns, 1)]
+    while len(set(keys)) < len(keys):  # a name such as "avg (column 2)" written as well
+        keys = [f"{key} (column {position})" if keys.count(key) > 1 else key
+                for position, key in enumerate(keys, 1)]
+    return keys
 
 
 def _with_intervals(answer: Answer) -> Answer:

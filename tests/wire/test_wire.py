@@ -532,9 +532,11 @@ def test_intervals_as_columns_for_tools_without_notices(proxy):
             assert median_low is median_high is None
         # two columns of one name (PostgreSQL names both avg) keep their own intervals:
         # income's took age's (±0.08 around an average income)
-        ((income, income_low, _, age, age_low, _),) = con.execute(
-            "SELECT AVG(income), AVG(age) FROM people", binary=True).fetchall()
+        ((income, income_low, _, age, age_low, _, n, n_low, _),) = con.execute(
+            'SELECT AVG(income), AVG(age), COUNT(*) AS "avg (column 2)" FROM people',
+            binary=True).fetchall()
         assert 0 < float(age) - age_low < float(income) - income_low
+        assert n - n_low >= 0 and float(age) - age_low != n - n_low
         con.execute("RESET idp.intervals")
         assert len(con.execute("SELECT COUNT(*) FROM people").description) == 1
 
