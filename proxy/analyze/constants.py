@@ -34,7 +34,7 @@ from decimal import Decimal
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
 
-from proxy.analyze.predicate import FLIPPED, HOLDS
+from proxy.analyze.comparisons import FLIPPED, HOLDS
 from proxy.analyze.time_keys import TRUNC_UNITS, truncate
 from proxy.errors import Refused
 from proxy.zones import reading_zone

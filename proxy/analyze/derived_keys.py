@@ -56,7 +56,7 @@ _TEXT_TYPES = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
 _INT_TYPES = (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT)
 
 
-class _Unevaluated(Exception):
+class Unevaluated(Exception):
     """The term is not one evaluated here: it keeps its refusal."""
 
 
@@ -72,14 +72,14 @@ def derived_case(node: exp.Expression, table: Table, resolve,
         names = list(columns)
         nulls = []  # the inputs that give NULL: a key where declared values give it
         for values in itertools.product(*(columns[name] for name in names)):
-            result = _value(node, dict(zip(names, values)), table, resolve)
+            result = term_value(node, dict(zip(names, values)), table, resolve)
             if result is None:
                 nulls.append(values)
             else:
                 outputs.setdefault(_key(result), []).append(values)
         if any(None not in values for values in nulls):
             outputs[None] = nulls
-    except (_Unevaluated, Undecided, Refused, ArithmeticError, ValueError, RecursionError):
+    except (Unevaluated, Undecided, Refused, ArithmeticError, ValueError, RecursionError):
         return None
     kinds = {type(key) for key in outputs if key is not None}
     if outputs and len(kinds) != 1:
@@ -96,7 +96,7 @@ _LOOSE = ("null", "unknown")  # a NULL literal, a quoted one: their type is the 
 
 def _type(node: exp.Expression, table: Table, resolve) -> str:
     """The type PostgreSQL gives ``node``: text, int, numeric, double, bool, or null /
-    unknown for a NULL or quoted literal; ``_Unevaluated`` where PostgreSQL fails to type
+    unknown for a NULL or quoted literal; ``Unevaluated`` where PostgreSQL fails to type
     it (``NULLIF(region, age)``, ``'' + NULL``, ``COALESCE(0, 'x')``, ``upper(age)``)
     or reads a literal as another type (``COALESCE('5', age)`` is the integer 5). Checked
     once, on the term: a NULL value skips the operators the values meet."""
@@ -199,7 +199,7 @@ def _common(kinds: list[str]) -> str:
 
 
 def _refuse() -> Any:
-    raise _Unevaluated
+    raise Unevaluated
 
 
 def _inputs(node: exp.Expression, table: Table, resolve, where: exp.Expression | None
@@ -213,13 +213,13 @@ def _inputs(node: exp.Expression, table: Table, resolve, where: exp.Expression |
             continue
         column = table.columns.get(name)
         if column is None or (column.keys is None and name in unit_columns(table)):
-            raise _Unevaluated  # a group per person, by another name
+            raise Unevaluated  # a group per person, by another name
         values = _public_values(column)
         values = restricted(GroupKey(name, COLUMN, name, values, column.type), where,
                             table, resolve).keys
         columns[name] = (*values, None)
     if not columns or math.prod(len(values) for values in columns.values()) > _COMBINATIONS:
-        raise _Unevaluated
+        raise Unevaluated
     return columns
 
 
@@ -234,7 +234,7 @@ def _public_values(column: Column) -> tuple[Any, ...]:
     if (column.type == "int" and column.lower is not None and column.upper is not None
             and column.upper - column.lower < _INPUTS):
         return tuple(range(math.ceil(column.lower), math.floor(column.upper) + 1))
-    raise _Unevaluated
+    raise Unevaluated
 
 
 def _key(result: Any) -> int | str:
@@ -245,7 +245,7 @@ def _key(result: Any) -> int | str:
         # a fraction or a boolean: not a key kind of a CASE term; nor a numeric whose
         # text shows places (25 * 1.0 is 25.0 in PostgreSQL, 25 / 4.0 * 4
         # 25.0000000000000000)
-        raise _Unevaluated
+        raise Unevaluated
     return int(result)
 
 
@@ -289,7 +289,7 @@ def _column_test(name: str, values: list[Any], column: Column) -> exp.Expression
             tests.append(exp.and_(*bounds, copy=False) if bounds
                          else exp.Not(this=exp.Is(this=reference.copy(), expression=exp.Null())))
     elif present:
-        literals = [_typed_literal(value) for value in present]
+        literals = [typed_literal(value) for value in present]
         tests.append(exp.EQ(this=reference.copy(), expression=literals[0])
                      if len(literals) == 1 else exp.In(this=reference.copy(), expressions=literals))
     return exp.or_(*tests, copy=False) if len(tests) > 1 else tests[0]
@@ -305,7 +305,7 @@ def _runs(numbers: list[int]) -> list[list[int]]:
     return runs
 
 
-def _typed_literal(value: Any) -> exp.Expression:
+def typed_literal(value: Any) -> exp.Expression:
     if isinstance(value, bool):
         return exp.Boolean(this=value)
     return _literal(value)
@@ -313,7 +313,7 @@ def _typed_literal(value: Any) -> exp.Expression:
 
 # -- the term on one combination of values, as PostgreSQL computes it ----------------------
 
-def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> Any:
+def term_value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> Any:
     """``node`` on a row holding ``row``: str, int or Fraction (exact numbers), bool,
     None for NULL."""
     node = node.unnest()
@@ -327,13 +327,13 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         written = Decimal(node.name)
         number = Fraction(written)
         if abs(number) > MAGNITUDE_CAP or (number and abs(number) < 1 / MAGNITUDE_CAP):
-            raise _Unevaluated  # as for bins: exact fractions stay small
+            raise Unevaluated  # as for bins: exact fractions stay small
         # digits alone are an integer's literal; 2.0, 2e0 and 1e3 are numerics, of the
         # scale written (2.50: 2, 2.5e1: 0)
         if re.fullmatch(r"[0-9]+", node.name):
             return _whole(int(number))
         return _numeric(number, max(-written.as_tuple().exponent, 0))
-    args = [_value(arg, row, table, resolve) for arg in _operands(node)]
+    args = [term_value(arg, row, table, resolve) for arg in _operands(node)]
     if isinstance(node, exp.Case):
         return _case(node, row, table, resolve)
     if isinstance(node, exp.Coalesce):
@@ -343,13 +343,13 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         # CONCAT writes each argument by its type's output: a boolean as t or f
         if isinstance(node, exp.ConcatWs):
             if args[0] is not None and not isinstance(args[0], str):
-                raise _Unevaluated  # PostgreSQL has no concat_ws of a number separator
+                raise Unevaluated  # PostgreSQL has no concat_ws of a number separator
             if args[0] is None:
                 return None
             return args[0].join(_text(arg, True) for arg in args[1:] if arg is not None)
         return "".join(_text(arg, True) for arg in args if arg is not None)
     if isinstance(node, exp.Nullif):
-        first, second = _compared(node.this, args[0], node.expression, args[1])
+        first, second = compared(node.this, args[0], node.expression, args[1])
         return None if first is not None and first == second else first
     if isinstance(node, (exp.Least, exp.Greatest)):
         present = [_number(arg) for arg in args if arg is not None]
@@ -359,7 +359,7 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         return None  # every other function and operator here is strict
     if isinstance(node, exp.DPipe):
         if not any(isinstance(arg, str) for arg in args):
-            raise _Unevaluated  # int || int has no operator in PostgreSQL
+            raise Unevaluated  # int || int has no operator in PostgreSQL
         return _text(args[0]) + _text(args[1])
     if isinstance(node, (exp.Lower, exp.Upper)):
         text = _ascii(args[0])
@@ -368,7 +368,7 @@ def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
         return _initcap(_ascii(args[0]))
     if isinstance(node, exp.Length):
         if not isinstance(args[0], str):
-            raise _Unevaluated
+            raise Unevaluated
         return len(args[0])  # characters (code points), as PostgreSQL's in UTF8
     if isinstance(node, exp.Trim):
         return _trimmed(node, args)
@@ -388,14 +388,14 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
         return []
     if isinstance(node, (exp.Coalesce, exp.Least, exp.Greatest)):
         if isinstance(node, (exp.Least, exp.Greatest)) and not node.args.get("ignore_nulls"):
-            raise _Unevaluated
+            raise Unevaluated
         return [node.this, *node.expressions]
     if isinstance(node, (exp.Concat, exp.ConcatWs)):
         return list(node.expressions)
     if isinstance(node, (exp.Lower, exp.Upper, exp.Initcap, exp.Length, exp.Cast, exp.Abs,
                          exp.Neg, exp.Floor, exp.Ceil)):
         if isinstance(node, (exp.Floor, exp.Ceil)) and node.args.get("decimals"):
-            raise _Unevaluated
+            raise Unevaluated
         return [node.this]
     if isinstance(node, exp.Round):
         return [node.this, node.args.get("decimals") or exp.Literal.number(0)]
@@ -407,7 +407,7 @@ def _operands(node: exp.Expression) -> list[exp.Expression]:
     if isinstance(node, (exp.DPipe, exp.Nullif, exp.Add, exp.Sub, exp.Mul, exp.Div,
                          exp.Mod, exp.Left, exp.Right)):
         return [node.this, node.expression]
-    raise _Unevaluated
+    raise Unevaluated
 
 
 def _case(node: exp.Case, row: dict[str, Any], table: Table, resolve) -> Any:
@@ -419,14 +419,14 @@ def _case(node: exp.Case, row: dict[str, Any], table: Table, resolve) -> Any:
             condition = exp.EQ(this=node.this.copy(), expression=condition.copy())
         read = {resolve(column) for column in condition.find_all(exp.Column)}
         if len(read) != 1:
-            raise _Unevaluated
+            raise Unevaluated
         name = read.pop()
         if isinstance(condition.unnest(), exp.Column) and table.columns[name].type != "bool":
-            raise _Unevaluated  # CASE WHEN age THEN …: an int is no condition there
+            raise Unevaluated  # CASE WHEN age THEN …: an int is no condition there
         if truth_on_key(condition, row[name], table.columns[name].type) is True:
-            return _value(branch.args["true"], row, table, resolve)
+            return term_value(branch.args["true"], row, table, resolve)
     default = node.args.get("default")
-    return None if default is None else _value(default, row, table, resolve)
+    return None if default is None else term_value(default, row, table, resolve)
 
 
 def _text(value: Any, output: bool = False) -> str:
@@ -443,10 +443,10 @@ def _text(value: Any, output: bool = False) -> str:
         digits = str(abs(value) * 10**value.scale // 1).rjust(value.scale + 1, "0")
         whole, places = digits[:len(digits) - value.scale], digits[len(digits) - value.scale:]
         return ("-" if value < 0 else "") + whole + ("." + places if value.scale else "")
-    raise _Unevaluated
+    raise Unevaluated
 
 
-def _compared(left: exp.Expression, first: Any, right: exp.Expression, second: Any
+def compared(left: exp.Expression, first: Any, right: exp.Expression, second: Any
               ) -> tuple[Any, Any]:
     """NULLIF's operands as PostgreSQL compares them: a quoted literal beside a number
     read as a number (``NULLIF(age, '5')``); text beside a number (or a boolean beside
@@ -462,7 +462,7 @@ def _compared(left: exp.Expression, first: Any, right: exp.Expression, second: A
             return _read_number(first, second), second
         if kind(second) is str and _quoted(right):
             return first, _read_number(second, first)
-    raise _Unevaluated
+    raise Unevaluated
 
 
 def _quoted(node: exp.Expression) -> bool:
@@ -475,13 +475,13 @@ def _read_number(text: str, beside: Any) -> int | Fraction:
     takes a whole number only)."""
     if isinstance(beside, int):  # an integer's input: digits only ('5.0' is an error)
         if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
-            raise _Unevaluated
+            raise Unevaluated
         return int(text)
     try:
         written = Decimal(text.strip())
         return _numeric(Fraction(written), max(-written.as_tuple().exponent, 0))
     except (ArithmeticError, ValueError):
-        raise _Unevaluated from None  # PostgreSQL: invalid input syntax
+        raise Unevaluated from None  # PostgreSQL: invalid input syntax
 
 
 def _initcap(text: str) -> str:
@@ -496,7 +496,7 @@ def _initcap(text: str) -> str:
 
 def _ascii(value: Any) -> str:
     if not isinstance(value, str) or not value.isascii():
-        raise _Unevaluated  # beyond ASCII, case mapping follows the backend's locale
+        raise Unevaluated  # beyond ASCII, case mapping follows the backend's locale
     return value
 
 
@@ -511,7 +511,7 @@ def _one_number_type(values: list[Any]) -> None:
     in its text (2.50 is 2.5); not evaluated here."""
     if any(isinstance(v, _Double) for v in values) and \
             any(isinstance(v, Fraction) for v in values):
-        raise _Unevaluated
+        raise Unevaluated
 
 
 class _Numeric(Fraction):
@@ -523,7 +523,7 @@ class _Numeric(Fraction):
 
 def _numeric(value: int | Fraction, scale: int) -> _Numeric:
     if scale > 1000:
-        raise _Unevaluated  # NUMERIC_MAX_DISPLAY_SCALE
+        raise Unevaluated  # NUMERIC_MAX_DISPLAY_SCALE
     number = _Numeric(value)
     number.scale = scale
     return number
@@ -535,20 +535,20 @@ def _scale(value: int | Fraction) -> int:
         return 0
     if isinstance(value, _Numeric):
         return value.scale
-    raise _Unevaluated  # a number of unknown scale: not evaluated here
+    raise Unevaluated  # a number of unknown scale: not evaluated here
 
 
 def _whole(value: int) -> int:
     """An integer result, within PostgreSQL's integer (int4 arithmetic fails beyond it;
     an int8 column's or literal's wider range is not known here: not evaluated)."""
     if not -2**31 <= value < 2**31:
-        raise _Unevaluated
+        raise Unevaluated
     return value
 
 
 def _number(value: Any) -> int | Fraction:
     if isinstance(value, bool) or not isinstance(value, (int, Fraction)):
-        raise _Unevaluated  # text is ordered by the backend's collation
+        raise Unevaluated  # text is ordered by the backend's collation
     return value
 
 
@@ -568,12 +568,12 @@ def _substring(node: exp.Substring, args: list[Any]) -> str:
     text, start, *count = args
     if not isinstance(text, str) or not all(
             isinstance(arg, int) and not isinstance(arg, bool) for arg in (start, *count)):
-        raise _Unevaluated
+        raise Unevaluated
     first = max(start, 1) - 1
     if not count:
         return text[first:]
     if count[0] < 0:
-        raise _Unevaluated
+        raise Unevaluated
     return text[first:max(start + count[0] - 1, 0)]
 
 
@@ -582,7 +582,7 @@ def _side(node: exp.Left | exp.Right, args: list[Any]) -> str:
     negative n all but the last (first) |n|."""
     text, count = args
     if not isinstance(text, str) or isinstance(count, bool) or not isinstance(count, int):
-        raise _Unevaluated
+        raise Unevaluated
     if isinstance(node, exp.Left):
         return text[:count]
     return text[max(len(text) - count, 0):] if count >= 0 else text[-count:]
@@ -597,9 +597,9 @@ def _cast(node: exp.Cast, value: Any) -> Any:
             return int(value.strip())  # int('1.5') fails, as PostgreSQL's cast does
         number = _number(value)
         if number != int(number):
-            raise _Unevaluated  # a numeric rounds, a double rounds to even: not here
+            raise Unevaluated  # a numeric rounds, a double rounds to even: not here
         return int(number)
-    raise _Unevaluated
+    raise Unevaluated
 
 
 def _quotient(left: int | Fraction, right: int | Fraction) -> _Numeric:
@@ -654,7 +654,7 @@ def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fract
         digits = args[1]
         if not isinstance(digits, int) or not -1000 <= digits <= 1000 \
                 or (node.args.get("decimals") is None and not whole):
-            raise _Unevaluated
+            raise Unevaluated
         if whole and node.args.get("decimals") is None:
             return _Double(args[0])
         shifted = abs(Fraction(args[0])) * Fraction(10)**digits
@@ -668,7 +668,7 @@ def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fract
             return _whole(result)
         return _numeric(result, sum(scales) if isinstance(node, exp.Mul) else max(scales))
     if right == 0:
-        raise _Unevaluated  # the query itself would fail on such a row
+        raise Unevaluated  # the query itself would fail on such a row
     if isinstance(node, exp.Div):
         if whole:  # integer division truncates toward zero
             quotient = abs(left) // abs(right)
@@ -676,7 +676,7 @@ def _arithmetic(node: exp.Expression, args: list[int | Fraction]) -> int | Fract
         return _quotient(left, right)
     if isinstance(node, exp.Mod) and whole:
         return left - right * int(Fraction(left, right))  # the dividend's sign, as in C
-    raise _Unevaluated
+    raise Unevaluated
 
 
 def _double(node: exp.Expression, args: list[int | Fraction]) -> _Double:
@@ -684,7 +684,7 @@ def _double(node: exp.Expression, args: list[int | Fraction]) -> _Double:
     2^53 (no -0: 0 * -5 is -0 there), a quotient only where whole; FLOOR and CEIL of a
     whole double are it. ROUND(double, n) and a double's % have no function there."""
     if not all(arg == int(arg) for arg in args):
-        raise _Unevaluated  # a numeric of places made a double: not exact
+        raise Unevaluated  # a numeric of places made a double: not exact
     values = [int(arg) for arg in args]
     if isinstance(node, (exp.Floor, exp.Ceil)) or (isinstance(node, exp.Round)
                                                    and node.args.get("decimals") is None):
@@ -702,9 +702,9 @@ def _double(node: exp.Expression, args: list[int | Fraction]) -> _Double:
     elif isinstance(node, exp.Div) and values[1] and values[0] % values[1] == 0:
         result = values[0] // values[1]
     else:
-        raise _Unevaluated
+        raise Unevaluated
     negative_zero = result == 0 and (isinstance(node, exp.Neg) or (
         isinstance(node, (exp.Mul, exp.Div)) and min(values) < 0))
     if abs(result) >= 2**53 or negative_zero:
-        raise _Unevaluated
+        raise Unevaluated
     return _Double(result)

@@ -50,6 +50,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.comparisons import HOLDS
 from proxy.analyze.derived_keys import derived_case, unit_columns
 from proxy.analyze.key_restriction import (
     column_bounds,
@@ -59,7 +60,7 @@ from proxy.analyze.key_restriction import (
     restricted,
 )
 from proxy.analyze.number_keys import number_term, numeric_column
-from proxy.analyze.predicate import HOLDS, check_predicate
+from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,

@@ -44,8 +44,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.comparisons import FLIPPED, beyond_double
 from proxy.analyze.patterns import CASED, ESCAPE, PATTERNS, respelled
-from proxy.analyze.predicate import FLIPPED, beyond_double
 from proxy.errors import Refused
 from proxy.rules import Column, Table, parse_moment
 from proxy.trees import implied_condition, operands

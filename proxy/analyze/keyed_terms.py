@@ -149,13 +149,13 @@ def _decided(node: exp.Expression, table: Table, resolve) -> exp.Expression | No
     try:
         holds = {key: _truth(node, {name: key}, table, resolve) for key in keys}
         on_null = _truth(node, {name: None}, table, resolve)
-    except (_Undecided, derived_keys._Unevaluated, ArithmeticError, ValueError,
+    except (_Undecided, derived_keys.Unevaluated, ArithmeticError, ValueError,
             RecursionError):
         return None
     if any(truth is None for truth in holds.values()):
         return None  # NULL on a key: left as written (its NOT differs from FALSE's)
     reference = columns[0].copy()
-    kept = [derived_keys._typed_literal(key) for key, truth in holds.items() if truth]
+    kept = [derived_keys.typed_literal(key) for key, truth in holds.items() if truth]
     if kept:
         listed: exp.Expression = exp.In(this=reference.copy(), expressions=kept)
     else:  # FALSE, and NULL for NULL: as every term on NULL but IS NULL
@@ -211,12 +211,12 @@ def _truth(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
 
 
 def _value(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> Any:
-    return derived_keys._value(node, row, table, resolve)
+    return derived_keys.term_value(node, row, table, resolve)
 
 
 def _compare(operator: type, left: exp.Expression, right: exp.Expression,
              row: dict[str, Any], table: Table, resolve) -> bool | None:
-    first, second = derived_keys._compared(left, _value(left, row, table, resolve), right,
+    first, second = derived_keys.compared(left, _value(left, row, table, resolve), right,
                                            _value(right, row, table, resolve))
     if first is None or second is None:
         return None

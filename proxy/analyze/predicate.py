@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from sqlglot import exp
 
+from proxy.analyze.comparisons import FLIPPED, beyond_double
+from proxy.analyze.keyed_terms import keyed_terms
 from proxy.analyze.patterns import CASED, PATTERNS, canonical_patterns
 from proxy.analyze.time_fields import check_compared, computed_fields, unbracketed
 from proxy.errors import NotSupported, Refused, UnknownFunction
@@ -36,8 +38,6 @@ def check_predicate(where: exp.Expression, table: Table, resolve_column,
                     place: str = "WHERE") -> exp.Expression:
     """Validate the WHERE condition (or another condition: ``place`` says where it
     stands, for the refusals) and return it with columns unqualified."""
-    from proxy.analyze.keyed_terms import keyed_terms  # (it reads derived_keys, which reads this)
-
     condition = unbracketed(canonical_patterns(keyed_terms(where.copy(), table, resolve_column),
                                                table, resolve_column))
     for node in list(condition.walk()):
@@ -156,13 +156,6 @@ def _fixed_substring(node: exp.Substring, table: Table, resolve_column) -> bool:
 
 
 WHOLE_CAP = 2**64
-# a comparison with its operands swapped (``5 < n`` is ``n > 5``)
-FLIPPED = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE,
-           exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
-# each comparison on two values the analysis computes itself
-HOLDS = {exp.EQ: lambda a, b: a == b, exp.NEQ: lambda a, b: a != b,
-         exp.LT: lambda a, b: a < b, exp.LTE: lambda a, b: a <= b,
-         exp.GT: lambda a, b: a > b, exp.GTE: lambda a, b: a >= b}
 
 
 def _whole_numbers(condition: exp.Expression, table: Table) -> exp.Expression:
@@ -289,19 +282,6 @@ def _exclusion(term: exp.Expression) -> tuple[str | None, list[exp.Expression]]:
 def _constant(node: exp.Expression) -> bool:
     return isinstance(node, exp.Literal) or (isinstance(node, exp.Neg)
                                              and isinstance(node.this, exp.Literal))
-
-
-def beyond_double(text: str) -> bool:
-    """Whether a number literal is out of a double's range: beyond about 1.8·10³⁰⁸ in
-    magnitude, or not 0 but closer to 0 than the smallest double. PostgreSQL fails
-    ("out of range for type double precision") when it reads such a number as a double,
-    which it does to compare it with a float column, after the query is charged."""
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return False
-    as_double = float(value)
-    return math.isinf(as_double) or (as_double == 0 and value != 0)
 
 
 # PostgreSQL's spellings of a boolean (any case, spaces around): a prefix of one of

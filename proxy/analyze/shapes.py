@@ -66,9 +66,9 @@ from sqlglot.tokens import Token, TokenType
 
 from proxy.analyze import POSTGRES
 from proxy.analyze.canonical import canonical_sql
+from proxy.analyze.comparisons import beyond_double
 from proxy.analyze.constants import NOW
 from proxy.analyze.group_keys import narrow_window, within_where
-from proxy.analyze.predicate import beyond_double
 from proxy.interrupts import checkpoint
 from proxy.rules import Rules, parse_moment
 from proxy.trees import replace_all
