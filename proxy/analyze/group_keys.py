@@ -292,11 +292,14 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
 def _time_part(node: exp.Expression, table: Table, resolve, name: str,
                where: exp.Expression | None) -> GroupKey | None:
     """``extract(field FROM col)``, and whole-number arithmetic over it as the tools
-    write it (Metabase's day of week ``CAST(extract(dow FROM col) AS integer) + 1``):
-    the values the field takes over the column's time range (the domain narrowed by the
-    WHERE), each mapped by a·v + b; None for other shapes. The backend extracts the
-    field from the clamped moment and computes a·v + b (``proxy.pushdown.group_sql``):
-    whole numbers far from overflow, so it cannot fail."""
+    write it (Metabase's day of week ``CAST(extract(dow FROM col) AS integer) + 1``,
+    Ibis's from Monday ``CAST(EXTRACT(dow FROM col) + 6 AS SMALLINT) % 7``): the values
+    the field takes over the column's time range (the domain narrowed by the WHERE), each
+    mapped by a·v + b, then taken modulo a positive constant m where written; None for
+    other shapes. The backend extracts the field from the clamped moment and computes
+    a·v + b [% m] (``proxy.pushdown.group_sql``): whole numbers far from overflow, m
+    not 0, so it cannot fail."""
+    node, modulus = _modulo(node)
     shape = _affine_part(node)
     if shape is None:
         return None
@@ -304,18 +307,35 @@ def _time_part(node: exp.Expression, table: Table, resolve, name: str,
     field = part_field(extract.this)
     column = _time_column(extract.expression, table, resolve, f"extract({field} FROM …)")
     first, last = within_where(column, where, resolve)
-    keys = tuple(dict.fromkeys(scale * v + offset for v in field_values(field, first, last)))
-    if any(abs(key) > _INT4 for key in keys):
+    values = [scale * v + offset for v in field_values(field, first, last)]
+    if any(abs(value) > _INT4 for value in values):
         raise NotSupported(f"GROUP BY {node.sql(dialect='postgres')} reaches beyond the "
                            "integer range")
-    return GroupKey(name, TIME_PART, column.name, keys, "int", field,
-                    numbers=() if (scale, offset) == (1, 0) else (scale, offset))
+    if modulus:  # PostgreSQL's %: the remainder takes the dividend's sign
+        values = [int(math.copysign(abs(value) % modulus, value)) for value in values]
+    numbers = (scale, offset, modulus) if modulus else (
+        () if (scale, offset) == (1, 0) else (scale, offset))
+    return GroupKey(name, TIME_PART, column.name, tuple(dict.fromkeys(values)), "int", field,
+                    numbers=numbers)
+
+
+def _modulo(node: exp.Expression) -> tuple[exp.Expression, int]:
+    """(the dividend, m) of ``… % m``, m a whole positive constant within PostgreSQL's
+    integer (Ibis's day of the week from Monday: ``CAST(EXTRACT(dow FROM t) + 6 AS
+    SMALLINT) % 7``); (``node``, 0) otherwise."""
+    bare = node.unnest()
+    if isinstance(bare, exp.Mod):
+        modulus = literal_number(bare.expression)
+        if modulus is not None and modulus == int(modulus) and 0 < modulus <= _INT4 \
+                and "." not in bare.expression.sql():
+            return bare.this, int(modulus)
+    return node, 0
 
 
 def _own_shape(node: exp.Expression) -> bool:
     """Whether ``node`` is a time term answered here, not by ``time_keys`` (which reads
     one column, cutting its range where the key changes)."""
-    return _affine_part(node) is not None or _shifted_trunc(node) is not None
+    return _affine_part(_modulo(node)[0]) is not None or _shifted_trunc(node) is not None
 
 
 def _shifted_trunc(node: exp.Expression) -> tuple[exp.Column, exp.Column, exp.Interval,

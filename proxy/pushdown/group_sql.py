@@ -52,14 +52,18 @@ def group_value(term: GroupKey, table: Table) -> exp.Expression:
         missing = clamped_to_domain(raw, column.lower, column.upper) if column.numeric \
             else raw
         return ranged(raw, term.bounds, term.ranges, missing)
-    if term.kind == TIME_PART:  # the field of the clamped moment, a·v + b
+    if term.kind == TIME_PART:  # the field of the clamped moment, a·v + b [% m]
         part = time_field(exp.column(term.column, quoted=True), term.unit, column.time_domain,
                           column.type == "date", term.shifts)
         if not term.numbers:
             return part
-        scale, offset = term.numbers  # a, b and every key within ±2^31
-        return exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
-                       expression=literal(offset))
+        scale, offset = term.numbers[:2]  # a, b and every key within ±2^31
+        affine = exp.Add(this=exp.Mul(this=part, expression=literal(scale)),
+                         expression=literal(offset))
+        if len(term.numbers) == 2:
+            return affine
+        # m > 0: the remainder of a whole number, the dividend's sign on every engine
+        return exp.Mod(this=exp.paren(affine, copy=False), expression=literal(term.numbers[2]))
     if term.kind == TIME_TRUNC:
         moment = clamped_moment(exp.column(term.column, quoted=True), column.time_domain,
                                 column.type == "date")

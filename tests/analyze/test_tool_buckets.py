@@ -149,6 +149,10 @@ TERMS = [
     ("CAST(EXTRACT(YEAR FROM at) AS INTEGER)", ""),
     ("CAST(EXTRACT(hour FROM at) AS integer)", ""),  # 24 keys, not 17,520 ranges
     ('(CAST(EXTRACT(dow FROM "events"."at") AS integer) + 1)', ""),  # Sunday 1
+    # Ibis's day of the week from Monday (0) and a remainder of a negative (the sign of
+    # the dividend, as PostgreSQL's %)
+    ("CAST(EXTRACT('dow' FROM \"events\".\"at\") + 6 AS SMALLINT) % 7", ""),
+    ("(EXTRACT(dow FROM at) - 3) % 4", "WHERE at < '2023-03-01'"),
     ("10 - 2 * (date_part('isodow', day) - 1)", "WHERE day < '2023-01-04'"),
     ("EXTRACT(month FROM at)", "WHERE (at >= '2023-02-10T00:00:00.000Z'::timestamptz AND "
      "at <= '2023-03-31T23:59:59.999Z'::timestamptz)"),  # Cube's typed literals
