@@ -89,7 +89,8 @@ def tool_time_term(node: exp.Expression) -> bool:
     if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc, exp.Extract)):
         inner = node.this if not isinstance(node, exp.Extract) else node.expression
         return not isinstance(inner, exp.Column) or bool(node.args.get("zone"))
-    return isinstance(node, (exp.Cast, exp.AtTimeZone, exp.TimeToStr, exp.Add, exp.Sub)) and \
+    return isinstance(node, (exp.Cast, exp.AtTimeZone, exp.TimeToStr, exp.Add, exp.Sub,
+                             exp.Trim)) and \
         any(isinstance(part, (exp.TimestampTrunc, exp.DateTrunc, exp.Extract, exp.AtTimeZone,
                               exp.TimeToStr, exp.Cast, exp.Interval)) for part in node.walk())
 
@@ -336,10 +337,26 @@ class _Compiler:
             pattern = _to_char_pattern(node)
             unit, format_ = _formatter(pattern)
             return self._map(self._clock(self.term(node.this)), "text", unit, format_)
+        if isinstance(node, exp.Trim):  # Ibis's day name: TRIM(' ' FROM to_char(t, 'Day'))
+            return self._trimmed(self.term(node.this), node)
         raise NotSupported(f"{node.sql(dialect='postgres')} is not a step of a time bucket "
                            "(casts, AT TIME ZONE, ± INTERVAL, date_trunc, to_char, extract)")
 
     # moments and buckets
+
+    @staticmethod
+    def _trimmed(inner, node: exp.Trim) -> _Stepped:
+        """A text bucket trimmed as PostgreSQL trims (each end of the characters given,
+        blanks by default)."""
+        chars = node.expression
+        if not isinstance(inner, _Stepped) or inner.kind != "text" or not (
+                chars is None or isinstance(chars, exp.Literal) and chars.is_string):
+            raise NotSupported("TRIM of a time bucket takes its to_char text and constant "
+                               "characters")
+        drop = " " if chars is None else chars.name
+        strip = {"LEADING": str.lstrip, "TRAILING": str.rstrip}.get(
+            str(node.args.get("position") or "").upper(), str.strip)
+        return _Stepped("text", inner.breaks, lambda t: strip(inner.value(t), drop))
 
     def _cast(self, inner, to: exp.DataType):
         target = to.this

@@ -139,6 +139,11 @@ TERMS = [
     ("to_char(at, 'Mon YYYY')", ""),
     ("to_char(at, 'YYYY \"Q\"Q')", ""),
     ("to_char(at, 'Day')", ""),
+    # Ibis's day name (TRIM of blanks, a tab and a newline), a trimmed month name and
+    # number
+    ("TRIM(' \t\n' FROM TO_CHAR(at, 'Day'))", ""),
+    ("RTRIM(to_char(at, 'Month'))", "WHERE at < '2023-04-01'"),
+    ("TRIM(LEADING '0' FROM to_char(at, 'MM'))", ""),
     # a trailing FM, and a quote escaped in and out of quotes (the review: an internal
     # error, and \\"x read as a backslash and a quoted x)
     ("to_char(at, 'YYYYFM')", ""),
