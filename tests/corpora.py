@@ -126,7 +126,7 @@ def _module_corpus(constants: dict) -> list[str]:
 
 
 CORPORA = [  # (name, rules, statements, how many other literals each literal takes)
-    ("written", SHAPES_RULES, WRITTEN, 5),
+    ("written", SHAPES_RULES, WRITTEN, 3),
     ("test_sql_shapes", SHAPES_RULES, _module_corpus(SQL_SHAPES), 1),
     ("test_expressions", EXPRESSIONS_RULES, _module_corpus(EXPRESSIONS), 3),
     ("bi", DEMO, [read_entry(path).sql for path in sorted(CORPUS.glob("*.sql"))], 1),

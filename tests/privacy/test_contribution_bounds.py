@@ -158,7 +158,9 @@ def test_sums_over_many_groups_are_useful(engine):
     releases at ε 1 was 13–14 %. Clipping each person's total over the weeks, with one
     bound for the query, keeps the whole ε for the weeks together: within 10 % for SUM
     and 15 % for AVG (measured 5.7–7.0 % and 8.2–11.7 % in 12 runs)."""
-    errors = _relative_errors(engine, "week", WEEKS, 10, "as their total over the groups")
+    # PostgreSQL: 4 releases (each about 0.6 s there; the statistics are DuckDB's)
+    releases = 10 if engine.backend.dialect == "duckdb" else 4
+    errors = _relative_errors(engine, "week", WEEKS, releases, "as their total over the groups")
     for which, relative in errors.items():
         assert np.median(relative) < {"sum": 0.10, "avg": 0.15}[which], (which, sorted(relative))
 
