@@ -33,7 +33,7 @@ from tests.wireserver import race
 
 pytestmark = pytest.mark.postgres
 
-RACES, SESSIONS = 8, 32
+RACES, SESSIONS = 5, 32
 CLIENTS, BURST, KILLS = 8, 500, 3
 
 
@@ -109,7 +109,7 @@ def _ledgers(served) -> dict[str, list[dict]]:
 
 @pytest.mark.parametrize("served", ON_SPARK, indirect=True)
 def test_racing_sessions_of_one_analyst_never_overspend(served):
-    """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 8 times.
+    """Budget 1.0, ε 0.05, 32 distinct queries at once: exactly 20 answers, 5 times.
     Over Spark one process serves them whatever the cores (gRPC is not fork-safe: a
     worker forked after the supervisor's channel hung at start, now and then)."""
     with served.serve() as proxy:
