@@ -28,6 +28,7 @@ from proxy.analyze.group_keys import (
     matching_group,
     narrow_window,
     selection_refusal,
+    terms_kept,
 )
 from proxy.analyze.grouping_sets import grouping_sets_plan
 from proxy.analyze.having import having_plan
@@ -341,7 +342,7 @@ def analyze(
     if unbound is not None:
         raise Refused(f"there is no parameter ${unbound.name}: write the value, or prepare "
                       "the statement and bind it", "42P02")
-    with reading_in(settings.time_zone):
+    with reading_in(settings.time_zone), terms_kept():
         return _analyzed(statement, rules, settings, hint, shown, owned)
 
 
