@@ -109,15 +109,26 @@ def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Sele
     grouped by the public table's columns only (its groups are its rows' values either
     way: a group key of a joined public table lists them all, §3.9) and with aggregates
     of the protected table's columns only (a public row without protected rows adds
-    their NULLs, which every aggregate skips). Refused in one line otherwise: COUNT(*)
-    counts such a row as 1, an aggregate of the public table's columns counts it too,
-    and a group of the protected table's columns gets a NULL group from it."""
+    their NULLs, which every aggregate skips), joined ON equalities of the two tables'
+    columns only. Refused in one line otherwise: COUNT(*) counts such a row as 1, an
+    aggregate of the public table's columns counts it too, a group of the protected
+    table's columns gets a NULL group from it, and another condition of the ON keeps
+    the public rows it fails as groups the inner join would not list."""
     refused = ("a public table on the preserving side of an outer join would answer for "
                "rows that are not the protected table's")
     if first != 1 or len(sources) != 2 or sources[1][1].args.get("side") != "LEFT":
         raise NotSupported(f"{refused}; put the protected table first: {ALLOWED}")
     public, (table, join) = sources[0][0], sources[1]
     alias = public.alias_or_name.lower()
+    on = join.args.get("on")
+    terms = list(on.flatten()) if isinstance(on, exp.And) else [on]
+    if not all(isinstance(term, exp.EQ) and {column.table.lower() for column in
+               term.find_all(exp.Column)} == {alias, table.alias_or_name.lower()}
+               for term in terms):  # a condition of ON keeps the public rows it fails
+        raise NotSupported(f"{refused}: its ON holds what is not an equality of a column "
+                           f"of {public.name} and one of {table.name} (the rows of "
+                           f"{public.name} it fails are kept, each a group of no rows); "
+                           f"put the protected table first")
     items = select.expressions
     for node in select.walk():
         if not is_aggregate(node):
