@@ -371,7 +371,7 @@ def term_value(node: exp.Expression, row: dict[str, Any], table: Table, resolve)
             raise Unevaluated
         return len(args[0])  # characters (code points), as PostgreSQL's in UTF8
     if isinstance(node, exp.Trim):
-        return _trimmed(node, args)
+        return trimmed(node, _ascii(args[0]), _ascii(args[1]))
     if isinstance(node, exp.Substring):
         return _substring(node, args)
     if isinstance(node, (exp.Left, exp.Right)):
@@ -552,8 +552,9 @@ def _number(value: Any) -> int | Fraction:
     return value
 
 
-def _trimmed(node: exp.Trim, args: list[Any]) -> str:
-    text, characters = _ascii(args[0]), _ascii(args[1])
+def trimmed(node: exp.Trim, text: str, characters: str) -> str:
+    """``text`` as PostgreSQL's TRIM ``node`` (BOTH, LEADING or TRAILING) leaves it:
+    ``characters`` taken off the end(s) (time_keys trims a to_char bucket alike)."""
     position = (node.args.get("position") or "BOTH").upper()
     if position == "LEADING":
         return text.lstrip(characters)

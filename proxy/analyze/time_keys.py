@@ -51,6 +51,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from proxy.analyze.derived_keys import trimmed
 from proxy.errors import NotSupported
 from proxy.rules import Column, Table
 from proxy.vocabulary import RANGES, TIME_PART, GroupKey
@@ -354,9 +355,7 @@ class _Compiler:
             raise NotSupported("TRIM of a time bucket takes its to_char text and constant "
                                "characters")
         drop = " " if chars is None else chars.name
-        strip = {"LEADING": str.lstrip, "TRAILING": str.rstrip}.get(
-            str(node.args.get("position") or "").upper(), str.strip)
-        return _Stepped("text", inner.breaks, lambda t: strip(inner.value(t), drop))
+        return _Stepped("text", inner.breaks, lambda t: trimmed(node, inner.value(t), drop))
 
     def _cast(self, inner, to: exp.DataType):
         target = to.this
