@@ -541,7 +541,7 @@ class Engine:
             shift = self._units_shift(plan.per_unit.source, tx, view.unit_version)
             return shift, compute(shift, None), version
         if view.unit_version is None and joined_units(plan) is not None:
-            shift = self._bound(plan, tx) * plan.multiplicity * table.group_size  # uncached
+            shift = self._read_shift(plan, tx)  # uncached
             return shift, compute(shift, None), None
         if view.unit_version is None:
             unit = table.columns.get(table.privacy_unit)
@@ -742,8 +742,12 @@ class Engine:
         neighbour. Cached as the source's own c where the relation's version is its
         (one table with its own unit column), else read again."""
         if version is None or joined_units(source) is not None:
-            return self._bound(source, tx) * source.multiplicity * source.table.group_size
+            return self._read_shift(source, tx)
         return self._shift(source, tx, version)
+
+    def _read_shift(self, plan: QueryPlan, tx: Transaction) -> int:
+        """c·m·g with c read in the backend now (no data version to keep it by)."""
+        return self._bound(plan, tx) * plan.multiplicity * plan.table.group_size
 
     def _bound(self, plan: QueryPlan, tx: Transaction) -> int:
         """c, read in the backend: the largest number of (joined) rows one unit owns."""
