@@ -842,12 +842,13 @@ def _answer(plan: QueryPlan, keys, released: list[list[Released]], charge: Charg
     order = sorted_rows(rows, plan.order_by)
     order = order[: plan.limit] if plan.limit is not None else order
     columns = [o.name for o in plan.outputs]
+    bounded = bound_keys(columns)
     ci95 = {key: [released[i][o.aggregate].ci95 for i in order]
-            for o, key in zip(plan.outputs, bound_keys(columns)) if o.aggregate is not None
+            for o, key in zip(plan.outputs, bounded) if o.aggregate is not None
             and _moment(plan, o.aggregate) is None}
     # the counts and sums whose noise is added, symmetric and log-concave: their bounds
     # add up in sums of them (proxy.postbounds); the mechanisms are the plan's choice
-    additive = [key for o, key in zip(plan.outputs, bound_keys(columns))
+    additive = [key for o, key in zip(plan.outputs, bounded)
                 if o.aggregate is not None
                 and plan.aggregates[o.aggregate].kind in (COUNT, UNITS, SUM) and all(
                     group[o.aggregate].mechanism in ADDITIVE for group in released)]
