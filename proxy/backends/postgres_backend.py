@@ -282,10 +282,13 @@ class PostgresBackend(Backend):
             log.warning("postgres rolled a transaction back: %s", one_line(exc))
             return RolledBack(exc.sqlstate)  # 40P01 deadlock, 40001 serialization
         log.error("postgres connection lost: %s", one_line(exc))
-        # broken, or told it is ending (57P01 at a shutdown comes before the socket
-        # closes): the idle connections go with the server
-        if con.closed or (exc.sqlstate or "").startswith(_ENDING):
+        # broken, told it is ending (57P01 at a shutdown comes before the socket closes),
+        # or failed in the client with no word from the server (psycopg's "connection
+        # socket closed" while libpq still calls the connection good): the idle
+        # connections go with the server, and this one is never lent again
+        if con.closed or exc.sqlstate is None or exc.sqlstate.startswith(_ENDING):
             self._pool.clear()
+            con.close()
             return BackendUnavailable("the database behind the proxy is unreachable")
         return BackendLost("the backend could not run this query")
 

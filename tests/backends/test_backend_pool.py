@@ -6,6 +6,7 @@ storm of random cancels through a real server leaves every other client unharmed
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -135,6 +136,19 @@ def test_the_server_ending_the_session_is_told_as_unreachable_before_the_socket_
     with pytest.raises(BackendUnavailable):
         backend.query(raising)
     assert backend.query("SELECT 1") == [(1,)]
+
+def test_a_socket_failing_in_the_client_is_told_as_unreachable(backend):
+    """psycopg raises "connection socket closed" (no SQLSTATE) when the socket fails
+    under it while libpq still calls the connection good: it was told as the backend's
+    own failure (58000, charged), which the outage test met once under load. A failure
+    with no word from the server is the connection's, not the statement's: 08006, and
+    the connection is never lent again."""
+    with pytest.raises(BackendUnavailable), backend.transaction() as tx:
+        pid = tx.execute(PID)[0][0]
+        os.close(tx._con.fileno())
+        tx.execute("SELECT 1")
+    assert _pid(backend) != pid
+
 
 def test_the_bound_makes_transactions_wait_and_nesting_does_not_deadlock(fresh_postgres):
     backend = PostgresBackend(fresh_postgres, pool_size=1)
