@@ -302,9 +302,15 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     checkpoint()  # each whole-tree step: tenths of a second near the token limit
     sources = [tree.args["from_"].this, *(join.this for join in tree.args.get("joins") or [])
                ] if tree.args.get("from_") else []
-    traced = not tree.args.get("distinct") and all(  # rows not merged, releases read here
-        windowed(node) for node in tree.find_all(exp.AggFunc)) and {
-        alias for alias in outer.aliases} <= {source.alias_or_name for source in sources}
+    # a release's rows are traced where the query reads its table itself and merges no
+    # rows; one read inside a step (a MODE's arg-max) is not, and its columns carry no
+    # bound, while the others' keep theirs
+    merged = tree.args.get("distinct") or not all(windowed(node)
+                                                   for node in tree.find_all(exp.AggFunc))
+    read = {source.alias_or_name: source.name for source in sources
+            if isinstance(source, exp.Table)}
+    traced = tuple(not merged and read.get(alias) == release_table(i)
+                   for i, alias in enumerate(outer.aliases))
     carried = {}
     for index, item in enumerate(tree.expressions):
         node = item.unalias()
@@ -319,9 +325,10 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
             item.replace(exp.alias_(item.copy(), default_name(item), quoted=True))
     width = len(tree.selects)
     types = _pg_types(tree, outer.aliases, releases)
-    if traced:
-        tree = tree.select(*[exp.column(ROW, table=alias, quoted=True)
-                             for alias in outer.aliases])
+    if any(traced):
+        tree = tree.select(*[exp.column(ROW, table=alias, quoted=True) if kept
+                             else exp.cast(exp.null(), "BIGINT")
+                             for alias, kept in zip(outer.aliases, traced)])
     schema = {release_table(i): {**{name: DUCKDB_TYPES.get(kind.split("(")[0], "VARCHAR")
                                     for name, kind in zip(columns, kinds)}, ROW: "BIGINT",
                                  **{_bound_column(j): "DOUBLE" for j in bounded[i]}}
@@ -343,7 +350,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
     constants = tuple(exp.select(node.copy()).sql(dialect="duckdb")
                       for node in _constants(annotated))
     prepared = _Prepared(annotated.sql(dialect="duckdb", copy=False),  # this call's own tree
-                         tables, bounded, width, bool(traced), carried, tuple(intervals),
+                         tables, bounded, width, any(traced), carried, tuple(intervals),
                          constants, types)
     if len(outer.sql) <= _KEPT_LENGTH:
         with _preparing:

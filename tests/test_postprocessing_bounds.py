@@ -107,6 +107,16 @@ def test_a_joined_metric_of_one_row_per_key_keeps_its_bound(served):
         re.search(r"y ±(\S+)", alone).group(1)
 
 
+def test_an_aggregate_beside_a_mode_keeps_its_bound(served):
+    """MODE is a part of its own, its arg-max a step over its counts' release: its column
+    has no bound, and the AVG beside it keeps its own (it lost it when one untraced
+    release stopped the tracing of all)."""
+    columns, rows, _ = ask(served, "SELECT sex, MODE() WITHIN GROUP (ORDER BY region) AS m, "
+                                   "AVG(age) AS a FROM people GROUP BY sex ORDER BY sex")
+    assert [row[0] for row in rows] == ["f", "m"] and "m_ci95_low" not in columns
+    assert all(0 < spread < 5 for spread in spreads(columns, rows, "a"))
+
+
 def test_a_step_of_table_calculations_carries_its_bounds(served):
     """Lightdash's metrics CTE and table-calculations step read by ``SELECT *``: the
     count keeps its bound through the step, the running total gets the sum of the
