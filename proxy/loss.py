@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from proxy.accounting import rho_decimal
+from proxy.accounting import pure_rho, rho_decimal
 
 MICRO = 1_000_000
 _PLAIN_DECIMAL = re.compile(r"[0-9]+(\.[0-9]{1,6})?|\.[0-9]{1,6}")
@@ -38,7 +38,7 @@ class Loss:
 
     def __post_init__(self) -> None:
         if self.rho is None:
-            object.__setattr__(self, "rho", self.epsilon * self.epsilon / 2)
+            object.__setattr__(self, "rho", pure_rho(self.epsilon))
 
     def __hash__(self) -> int:
         """The fields' hash, kept: the caches below are asked once per group (three
