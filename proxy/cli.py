@@ -315,6 +315,8 @@ def _cell(value) -> str:
         return "NULL"
     if isinstance(value, float):
         return f"{value:.10g}"
+    if isinstance(value, list):  # an array, as psql shows one
+        return "{" + ",".join(_cell(v) for v in value) + "}"
     return str(value)
 
 

@@ -41,7 +41,11 @@ _POSTGRES_TYPES = {
 
 
 def postgres_type(name: str) -> str:
-    """The PostgreSQL spelling of a DuckDB or PostgreSQL column type; text otherwise."""
+    """The PostgreSQL spelling of a DuckDB or PostgreSQL column type; text otherwise (an
+    array, ``DOUBLE[]``, of its element's spelling)."""
+    if name.endswith("[]"):
+        element = postgres_type(name[:-2])
+        return f"{element}[]" if oid_of(element) in ARRAYS else "text"
     base = name.lower().split("(")[0].strip()
     if base == "decimal":
         return "numeric" + name[len("decimal"):]
@@ -49,5 +53,8 @@ def postgres_type(name: str) -> str:
 
 
 def oid_of(name: str) -> int:
-    """The OID of a type named as above (a modifier such as numeric(10,2) ignored)."""
+    """The OID of a type named as above (a modifier such as numeric(10,2) ignored; an
+    array of a type with one, ``double precision[]``, that array's)."""
+    if name.endswith("[]"):
+        return ARRAYS.get(oid_of(name[:-2]), TEXT)
     return BY_NAME.get(name.split("(")[0], TEXT)

@@ -160,6 +160,10 @@ def expression_type(node: exp.Expression, of_column: Callable[[exp.Column], str 
         return TEXT
     if isinstance(node, exp.Window):
         return typed(node.this)
+    if isinstance(node, exp.Array):  # one-dimensional, of one type (PostgreSQL's ARRAY[…])
+        element = common_type([typed(child) for child in node.expressions
+                               if not isinstance(child, exp.Null)])
+        return None if element is None else f"{element}[]"
     if isinstance(node, exp.Filter):
         return typed(node.this)
     if isinstance(node, exp.AggFunc) and type(node) in _AGGREGATES:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
@@ -205,7 +206,65 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _timezone_as_at(tree)
     if any(token.token_type == TokenType.FOR for token in tokens):
         _refuse_locks(tree)
+    if any(token.token_type in (TokenType.ARRAY, TokenType.L_BRACKET) for token in tokens):
+        _percentiles_of_an_array(tree)
     return tree
+
+
+def _percentiles_of_an_array(tree: exp.Expression) -> None:
+    """``percentile_cont(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY x)`` (PostgreSQL's
+    several percentiles at once, an array of them) is the array of the percentiles,
+    each the aggregate the analysis knows (its FILTER kept on each): the aggregates are
+    released, the array post-processing of them."""
+    for within in list(tree.find_all(exp.WithinGroup)):
+        function = within.this
+        if not isinstance(function, (exp.PercentileCont, exp.PercentileDisc)):
+            continue
+        fractions = _fractions(function.this)
+        if fractions is None:
+            continue
+        if not fractions:
+            raise NotSupported("a percentile of an empty array: name at least one fraction, "
+                               "e.g. percentile_cont(ARRAY[0.25, 0.5]) WITHIN GROUP "
+                               "(ORDER BY col)")
+        whole = within.parent if isinstance(within.parent, exp.Filter) else within
+        if isinstance(whole.parent, exp.Window):
+            continue  # refused as every percentile OVER (…)
+        each = []
+        for fraction in fractions:
+            one = whole.copy()
+            percentile = one.find(type(function))
+            percentile.set("this", fraction.copy())
+            each.append(one)
+        array = exp.Array(expressions=each)
+        if whole.parent is not None and whole.arg_key == "expressions" and isinstance(
+                whole.parent, exp.Select):  # a select item: named as PostgreSQL names it
+            array = exp.alias_(array, "percentile_cont" if isinstance(
+                function, exp.PercentileCont) else "percentile_disc", quoted=True)
+        whole.replace(array)
+
+
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _fractions(argument: exp.Expression) -> list[exp.Expression] | None:
+    """The elements of a percentile's array argument — ``ARRAY[0.25, 0.5]``, cast or not,
+    or the literal ``'{0.25,0.5}'::float8[]`` — as expressions; None for one fraction."""
+    if isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.ARRAY):
+        argument = argument.this
+        if isinstance(argument, exp.Literal) and argument.is_string:
+            text = argument.name.strip()
+            if not (text.startswith("{") and text.endswith("}")):
+                raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
+                                   "ARRAY[0.25, 0.5]")
+            parts = [part.strip() for part in text[1:-1].split(",")] if text[1:-1].strip() \
+                else []
+            if not all(_NUMBER.fullmatch(part) or part.upper() == "NULL" for part in parts):
+                raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
+                                   "ARRAY[0.25, 0.5]")
+            return [exp.null() if part.upper() == "NULL" else exp.Literal.number(part)
+                    for part in parts]
+    return list(argument.expressions) if isinstance(argument, exp.Array) else None
 
 
 def _refuse_locks(tree: exp.Expression) -> None:

@@ -99,6 +99,7 @@ _ROW_LEVEL = (
     exp.TimeToStr,  # PostgreSQL's to_char, formatted by time_keys (proxy.postprocess)
     exp.UnixToTime,  # to_timestamp(epoch seconds): a timestamptz in both engines
     exp.Window, exp.WindowSpec,
+    exp.Array,  # ARRAY[…] of released values (PostgreSQL's percentiles of an array)
 )
 # what a window may compute over the released rows (only as the function of an OVER)
 WINDOW_FUNCTIONS = (
@@ -114,7 +115,7 @@ _JOINING = (exp.Join, exp.With, exp.CTE, exp.Group, exp.Having, exp.NullSafeEQ)
 ALLOWED = ("arithmetic, CASE, CAST, COALESCE, NULLIF, ROUND, TRUNC, ABS, SIGN, FLOOR, CEIL, "
            "LOWER, UPPER, TRIM, CONCAT, ||, SUBSTRING, LENGTH, TO_CHAR of a time, "
            "TO_TIMESTAMP of epoch seconds, "
-           "SQRT, POWER, EXP, LN, LOG and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
+           "SQRT, POWER, EXP, LN, LOG, ARRAY[…] and window functions (SUM, COUNT, AVG, MIN, MAX, LAG, "
            "LEAD, NTILE, ROW_NUMBER, RANK … OVER (…))")
 
 

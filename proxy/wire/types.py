@@ -46,9 +46,46 @@ def encode(value: object, oid: int, binary: bool, extra_float_digits: int = 1,
     """``zone``: the session's TimeZone, in which text shows a ``timestamptz``."""
     if value is None:
         return None
+    if oid in ELEMENTS:  # a one-dimensional array (percentiles of an array of fractions)
+        return _array_binary(value, ELEMENTS[oid]) if binary else \
+            _array_text(value, ELEMENTS[oid], extra_float_digits, zone).encode()
     if binary:
         return _encode_binary(value, oid)
     return _encode_text(value, oid, extra_float_digits, zone).encode()
+
+
+def _array_text(values: list, element: int, extra_float_digits: int, zone: dt.tzinfo) -> str:
+    """PostgreSQL's text of a one-dimensional array: ``{0.25,NULL,"a b"}``, an element
+    quoted where it is empty, NULL's word, or holds a brace, comma, quote, backslash or
+    blank."""
+    texts = []
+    for value in values:
+        if value is None:
+            texts.append("NULL")
+            continue
+        text = _encode_text(value, element, extra_float_digits, zone)
+        if text == "" or text.upper() == "NULL" or any(c in _QUOTED for c in text):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        texts.append(text)
+    return "{" + ",".join(texts) + "}"
+
+
+_QUOTED = frozenset('{},"\\ \t\n\r\v\f')
+
+
+def _array_binary(values: list, element: int) -> bytes:
+    """The binary form ``_array_from_binary`` reads: dimensions, a NULL flag, the element
+    OID, the length and lower bound 1, then each element's length (-1: NULL) and bytes."""
+    if not values:
+        return struct.pack("!iiI", 0, 0, element)
+    parts = [struct.pack("!iiIii", 1, any(v is None for v in values), element, len(values), 1)]
+    for value in values:
+        if value is None:
+            parts.append(struct.pack("!i", -1))
+            continue
+        data = _encode_binary(value, element)
+        parts.append(struct.pack("!i", len(data)) + data)
+    return b"".join(parts)
 
 
 def _shortest(number: float, oid: int) -> str:

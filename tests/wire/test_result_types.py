@@ -71,6 +71,11 @@ STATEMENTS = [
     "SELECT MIN(small), MAX(n), MAX(big), MIN(amount), MAX(ratio) FROM kinds",
     "SELECT STDDEV(small), VARIANCE(big), STDDEV(amount), VARIANCE(ratio) FROM kinds",
     "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY n) FROM kinds",
+    # percentiles of an array of fractions: an array of the percentiles' type
+    "SELECT percentile_cont(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY age), "
+    "percentile_disc(ARRAY[0.1, 0.9]) WITHIN GROUP (ORDER BY income) FROM people",
+    "SELECT label, percentile_disc(ARRAY[0.5]) WITHIN GROUP (ORDER BY n), "
+    "percentile_disc(array[0.2, 0.8]) WITHIN GROUP (ORDER BY amount) FROM kinds GROUP BY 1",
     "SELECT MIN(day), MAX(day) FROM kinds",
     "SELECT MIN(visited_at), MAX(visited_at) FROM visits",
     "SELECT COUNT(*) FILTER (WHERE age > 30) FROM people",
@@ -222,6 +227,8 @@ BINARY = [
     "SELECT EXTRACT(year FROM visited_at) AS y, COUNT(*) FROM visits GROUP BY 1",
     "SELECT date_trunc('month', day) AS m, label, flag, COUNT(*) FROM kinds GROUP BY 1, 2, 3",
     "SELECT 100.0 * COUNT(*) / SUM(COUNT(*)) OVER () AS share FROM people GROUP BY region",
+    "SELECT percentile_cont(ARRAY[0.25, 0.75]) WITHIN GROUP (ORDER BY ratio), "
+    "percentile_disc(ARRAY[0.5, 0.9]) WITHIN GROUP (ORDER BY amount) AS a FROM kinds",
 ]
 
 
@@ -275,6 +282,31 @@ def test_asyncpg_reads_the_result_types_in_binary(served, backend):
                                                       float, dt.date}
 
 
+@pytest.mark.parametrize("backend", ["postgres", "duckdb"])
+def test_percentiles_of_an_array_are_each_percentile_charged_as_one(served, backend):
+    """``percentile_disc(ARRAY[…])``: the array of the percentiles PostgreSQL computes
+    (each drawn near its own, the array's text and binary alike), charged as that many
+    aggregates; an empty array is refused before anything is spent."""
+    pg_url, proxies = served
+    sql = ("SELECT percentile_disc(ARRAY[0.1, 0.5, 0.9]) WITHIN GROUP (ORDER BY age) "
+           "FILTER (WHERE sex = 'f') FROM people")
+    with psycopg.connect(pg_url) as con:
+        (truth,), = con.execute(sql).fetchall()
+    with psycopg.connect(proxies[backend].dsn("alice"), autocommit=True) as con:
+        con.execute("SET idp.epsilon = 0.5")
+        before = decimal.Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+        cursor = con.execute(sql)
+        (answer,), = cursor.fetchall()
+        assert cursor.description[0].name == "percentile_disc"
+        spent = before - decimal.Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+        assert spent == decimal.Decimal("1.5")
+        assert len(answer) == 3 and all(abs(a - t) <= 2 for a, t in zip(answer, truth))
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="empty array"):
+            con.execute("SELECT percentile_cont(ARRAY[]::float8[]) WITHIN GROUP "
+                        "(ORDER BY age) FROM people")
+        assert decimal.Decimal(con.execute("SHOW idp.budget").fetchone()[0]) == before - spent
+
+
 def test_a_released_integer_beyond_its_type_is_its_ranges_end():
     """A noisy MAX of an integer column whose declared domain reaches past 2³¹ is sent as
     integer's nearest end, in text and in binary: no client's decoding overflows."""
@@ -287,3 +319,22 @@ def test_a_released_integer_beyond_its_type_is_its_ranges_end():
     assert encode(2**40, INT4, binary=False) == b"2147483647"
     assert encode(-2**40, INT4, binary=True) == (-2**31).to_bytes(4, "big", signed=True)
     assert encode(70_000, INT2, binary=True) == (2**15 - 1).to_bytes(2, "big", signed=True)
+
+
+def test_arrays_are_written_as_postgresql_writes_them(served):
+    """An array's text is PostgreSQL's own (elements quoted where PostgreSQL quotes them,
+    NULL, a double's shortest digits) and its binary form reads back as the list."""
+    from proxy.pgtypes import ARRAYS, FLOAT8, TEXT
+    from proxy.wire.types import decode, encode
+
+    pg_url, _ = served
+    texts = ["a b", "", "NULL", "null", 'x"y\\z', "ok", "{b}", "c,d", None]
+    numbers = [0.25, None, 1e20, 3.0, -0.0, 1 / 3]
+    with psycopg.connect(pg_url) as con:
+        expected_texts, expected_numbers = con.execute(
+            "SELECT %s::text[]::text, %s::float8[]::text", (texts, numbers)).fetchone()
+    assert encode(texts, ARRAYS[TEXT], binary=False).decode() == expected_texts
+    assert encode(numbers, ARRAYS[FLOAT8], binary=False).decode() == expected_numbers
+    for values, element in ((texts, TEXT), (numbers, FLOAT8), ([], FLOAT8)):
+        binary = encode(values, ARRAYS[element], binary=True)
+        assert decode(binary, ARRAYS[element], binary=True) == values
