@@ -208,7 +208,55 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
         _refuse_locks(tree)
     if any(token.token_type in (TokenType.ARRAY, TokenType.L_BRACKET) for token in tokens):
         _percentiles_of_an_array(tree)
+    if any(token.text.lower().startswith("regr_") for token in tokens):
+        _regressions_as_moments(tree)
     return tree
+
+
+_REGRESSIONS = (exp.RegrCount, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy,
+                exp.RegrSxy, exp.RegrR2)
+
+
+def _regressions_as_moments(tree: exp.Expression) -> None:
+    """PostgreSQL's other regression aggregates of (y, x), over the rows where both are
+    non-null, as the aggregates the analysis knows and post-processing of them:
+    REGR_COUNT a COUNT of x where y is non-null, REGR_AVGX/AVGY an AVG so narrowed,
+    REGR_SXX/SYY/SXY a VAR_POP or COVAR_POP times that count, REGR_R2 the square of CORR
+    (each aggregate charged as if written; a FILTER kept on each)."""
+    for node in list(tree.find_all(*_REGRESSIONS)):
+        y, x = node.this, node.expression
+        if x is None or isinstance(y, exp.Distinct):
+            raise NotSupported(f"{node.key.upper()} takes two columns: {node.key.upper()}(y, x)")
+        whole = node.parent if isinstance(node.parent, exp.Filter) else node
+
+        def kept(call: exp.Expression) -> exp.Expression:
+            return exp.Filter(this=call, expression=whole.expression.copy()) \
+                if whole is not node else call
+
+        def both(value: exp.Expression, other: exp.Expression) -> exp.Expression:
+            return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=other.copy(),
+                                                                  expression=exp.null())),
+                                        true=value.copy())])
+
+        count = kept(exp.Count(this=both(x, y)))
+        if isinstance(node, exp.RegrCount):
+            formed = count
+        elif isinstance(node, exp.RegrR2):
+            formed = exp.Pow(this=kept(exp.Corr(this=y.copy(), expression=x.copy())),
+                             expression=exp.Literal.number(2))
+        elif isinstance(node, (exp.RegrAvgx, exp.RegrAvgy)):
+            formed = kept(exp.Avg(this=both(x, y) if isinstance(node, exp.RegrAvgx)
+                                  else both(y, x)))
+        else:
+            moment = kept(exp.CovarPop(this=y.copy(), expression=x.copy())
+                          if isinstance(node, exp.RegrSxy) else exp.VariancePop(
+                              this=both(x, y) if isinstance(node, exp.RegrSxx) else both(y, x)))
+            formed = exp.Mul(this=moment, expression=count)
+        if not isinstance(node, exp.RegrCount):  # double precision, as PostgreSQL's
+            formed = exp.cast(exp.Paren(this=formed), exp.DataType.Type.DOUBLE)
+        if whole.arg_key == "expressions" and isinstance(whole.parent, exp.Select):
+            formed = exp.alias_(formed, node.sql_name().lower(), quoted=True)  # PostgreSQL's
+        whole.replace(formed)
 
 
 def _percentiles_of_an_array(tree: exp.Expression) -> None:

@@ -31,7 +31,8 @@ from proxy.vocabulary import (
 SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT unit), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
              "GROUP (ORDER BY col), PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, "
              "AVG, STDDEV, VARIANCE (_SAMP, _POP), CORR(y, x), COVAR_POP, COVAR_SAMP, "
-             "REGR_SLOPE, REGR_INTERCEPT, MODE() WITHIN GROUP (ORDER BY col)")
+             "REGR_SLOPE, REGR_INTERCEPT (REGR_COUNT, _AVGX, _AVGY, _SXX, _SYY, _SXY, _R2), "
+             "MODE() WITHIN GROUP (ORDER BY col)")
 # the most common value: a part of its own, a private arg-max (proxy.analyze.scoped_parts)
 MODE_FORM = ("MODE() WITHIN GROUP (ORDER BY col), col a column with keys the rules declare, "
              "as a select item, HAVING or ORDER BY term of a query over tables")

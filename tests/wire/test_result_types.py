@@ -71,6 +71,10 @@ STATEMENTS = [
     "SELECT MIN(small), MAX(n), MAX(big), MIN(amount), MAX(ratio) FROM kinds",
     "SELECT STDDEV(small), VARIANCE(big), STDDEV(amount), VARIANCE(ratio) FROM kinds",
     "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY n) FROM kinds",
+    # PostgreSQL's other regression aggregates, as the moments the proxy releases
+    "SELECT regr_count(income, age), regr_avgx(income, age), regr_avgy(income, age), "
+    "regr_sxx(income, age), regr_syy(income, age), regr_sxy(income, age), "
+    "regr_r2(income, age) FROM people",
     # percentiles of an array of fractions: an array of the percentiles' type
     "SELECT percentile_cont(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY age), "
     "percentile_disc(ARRAY[0.1, 0.9]) WITHIN GROUP (ORDER BY income) FROM people",
@@ -305,6 +309,36 @@ def test_percentiles_of_an_array_are_each_percentile_charged_as_one(served, back
             con.execute("SELECT percentile_cont(ARRAY[]::float8[]) WITHIN GROUP "
                         "(ORDER BY age) FROM people")
         assert decimal.Decimal(con.execute("SHOW idp.budget").fetchone()[0]) == before - spent
+
+
+@pytest.mark.parametrize("backend", ["postgres", "duckdb"])
+def test_the_regression_aggregates_are_near_postgresqls(served, backend):
+    """REGR_COUNT, _AVGX, _AVGY, _SXX, _SYY, _SXY and _R2 (with a FILTER) as the counts,
+    means and moments the proxy releases: near PostgreSQL's own at ε 1 over the demo's
+    people, charged as the distinct aggregates they are made of: the count they share once,
+    AVG twice, VAR_POP twice, COVAR_POP and CORR (7)."""
+    pg_url, proxies = served
+    sql = ("SELECT regr_count(income, age), regr_avgx(income, age), regr_avgy(income, age), "
+           "regr_sxx(income, age), regr_syy(income, age), regr_sxy(income, age), "
+           "regr_r2(income, age) FILTER (WHERE age > 0) FROM people")
+    with psycopg.connect(pg_url) as con:
+        truth = con.execute(sql).fetchone()
+    with psycopg.connect(proxies[backend].dsn("alice"), autocommit=True) as con:
+        con.execute("SET idp.epsilon = 1")
+        before = decimal.Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+        cursor = con.execute(sql)
+        answer = cursor.fetchone()
+        spent = before - decimal.Decimal(con.execute("SHOW idp.budget").fetchone()[0])
+    assert [c.name for c in cursor.description] == [
+        "regr_count", "regr_avgx", "regr_avgy", "regr_sxx", "regr_syy", "regr_sxy", "regr_r2"]
+    assert spent == 7
+    count, avgx, avgy, sxx, syy, sxy, r2 = answer
+    assert abs(count - truth[0]) <= 0.01 * truth[0]
+    for got, true in ((avgx, truth[1]), (avgy, truth[2]), (sxx, truth[3]), (syy, truth[4])):
+        assert abs(got - true) <= 0.05 * abs(true)
+    # Σ(x−x̄)(y−ȳ) near 0 here (income does not follow age): within a share of its scale
+    assert abs(sxy - truth[5]) <= 0.05 * (truth[3] * truth[4]) ** 0.5
+    assert 0 <= r2 <= 0.01 and truth[6] <= 0.01
 
 
 def test_a_released_integer_beyond_its_type_is_its_ranges_end():
