@@ -18,6 +18,7 @@ from proxy.vocabulary import (
     AVG,
     COLUMN,
     COUNT,
+    DISTINCT,
     MAX,
     MIN,
     PERCENTILE,
@@ -64,7 +65,7 @@ def aggregate_type(kind: Kind, argument: str | None, continuous: bool = False) -
     numeric numeric, of a float double precision; MIN, MAX, percentile_disc (and MEDIAN)
     the argument's own; percentile_cont and the paired kinds (CORR, REGR_*) double
     precision."""
-    if kind in (COUNT, UNITS):
+    if kind in (COUNT, UNITS, DISTINCT):
         return BIGINT
     if continuous:
         return DOUBLE

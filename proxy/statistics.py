@@ -120,6 +120,7 @@ class ColumnNeeds:
     lower: float | None = None
     upper: float | None = None
     spread: bool = False  # m2, the sum of squared deviations from the mean (VAR_POP · n)
+    distinct: bool = False  # how many distinct (normalised) values: COUNT(DISTINCT col)
 
     def clamp_to_domain(self, value) -> float | None:
         """A value read back from the backend, as a float (already normalised there;
@@ -152,6 +153,7 @@ class ColumnStats:
     total: float = 0.0
     values: dict[RankRef, float | None] = field(default_factory=dict)
     m2: float = 0.0  # Σ(x − mean)², when ``spread`` was asked
+    distinct: int = 0  # how many distinct values, when ``distinct`` was asked
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ class Kind(StrEnum):
     AVG = "avg"
     VALUE = "value"  # one unit's value of a column: an individual query (seed 001)
     UNITS = "units"  # COUNT(DISTINCT privacy unit): how many units are in scope
+    DISTINCT = "distinct"  # COUNT(DISTINCT col) of another column: its values in scope
     VAR_SAMP = "var_samp"
     VAR_POP = "var_pop"
     STDDEV_SAMP = "stddev_samp"
@@ -63,7 +64,7 @@ class Kind(StrEnum):
 # the kinds by their short names
 COUNT, PERCENTILE, MAX, MIN, SUM, AVG = (Kind.COUNT, Kind.PERCENTILE, Kind.MAX, Kind.MIN,
                                          Kind.SUM, Kind.AVG)
-VALUE, UNITS = Kind.VALUE, Kind.UNITS
+VALUE, UNITS, DISTINCT = Kind.VALUE, Kind.UNITS, Kind.DISTINCT
 VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = (Kind.VAR_SAMP, Kind.VAR_POP, Kind.STDDEV_SAMP,
                                               Kind.STDDEV_POP)
 SPREADS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)  # proxy.privacy.variance
@@ -90,6 +91,7 @@ _PAIRED = KindRow("float", numeric=True, paired=True)
 KINDS = {
     Kind.COUNT: KindRow("int", refinable=True),
     Kind.UNITS: KindRow("int"),
+    Kind.DISTINCT: KindRow("int"),
     Kind.SUM: KindRow("column", numeric=True, refinable=True),
     Kind.AVG: KindRow("float", numeric=True, refinable=True),
     Kind.PERCENTILE: KindRow("column", numeric=True, ranked=True, refinable=True),
@@ -140,7 +142,7 @@ SMOOTH = "smooth"  # DP: the smooth sensitivity of percentiles, MAX and MIN
 EXPONENTIAL = "exponential"  # percentiles, MAX and MIN by the exponential mechanism
 PIECEWISE = "piecewise"  # ... in its piecewise form (interpolated rank distance)
 # the aggregates Mechanism.noise = GAUSSIAN draws with the discrete Gaussian
-GAUSSIAN_KINDS = (Kind.COUNT, Kind.UNITS, Kind.SUM, Kind.AVG)
+GAUSSIAN_KINDS = (Kind.COUNT, Kind.UNITS, Kind.DISTINCT, Kind.SUM, Kind.AVG)
 _SENSITIVITY = {
     SMOOTH: "smooth (beta = epsilon/gamma) for percentiles, MAX and MIN; global otherwise",
     LOCAL: "local, rounded up to a power of two",

@@ -240,7 +240,7 @@ REFUSALS = [
     ("SELECT SUM(income) OVER () FROM people", "0A000"),
     ("SELECT COUNT(*) FROM people WHERE md5(region) = 'north'", "42883"),
     ("SELECT COUNT(*) FROM people WHERE age IN (SELECT age FROM people)", "0A000"),
-    ("SELECT COUNT(DISTINCT age) FROM people", "0A000"),
+    ("SELECT COUNT(DISTINCT age, sex) FROM people", "0A000"),
     ("SELECT MEDIAN(income / age) FROM people", "0A000"),
     ("SELECT COUNT(*) FROM people GROUP BY region HAVING age > 3", "0A000"),
     ("SELECT COUNT(*) FROM secrets", "42P01"),

@@ -68,6 +68,7 @@ from proxy.rules import Rules, Table
 from proxy.settings import Settings
 from proxy.vocabulary import (
     AVG,
+    DISTINCT,
     EXPONENTIAL,
     GLOBAL,
     LOCAL,
@@ -608,12 +609,27 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
         time_zone=settings.time_zone,
         window=narrow_window(table, where.this if where else None, declared),
     )
+    _check_distinct_values(plan)
     if settings.prior is not None:
         return _with_prior(plan, settings)
     if plan.mechanism.scale == SMOOTH and group_by:
         raise NotSupported("the smooth sensitivity is computed for queries without GROUP BY; "
                            "ask per key with WHERE, or use idp.sensitivity = 'global'")
     return plan
+
+
+def _check_distinct_values(plan: QueryPlan) -> None:
+    """COUNT(DISTINCT col) of a column other than the unit is calibrated as a COUNT of
+    rows whose noise is of the most rows one unit owns (docs/privacy.md §3.7): over one
+    table, or public tables joined to it. Over a chain or a protected join a COUNT is
+    clipped per unit instead, which a set of values cannot be: refused there."""
+    if any(agg.kind == DISTINCT for agg in plan.aggregates) and (
+            plan.table.link is not None or any(join.protected for join in plan.joins)):
+        raise NotSupported("COUNT(DISTINCT col) of a column other than the privacy unit is "
+                           "answered over one protected table (and public tables joined to "
+                           "it), not over a join of protected tables or a unit_via chain; "
+                           "ask COUNT(DISTINCT unit), or COUNT(*) … GROUP BY the column's "
+                           "declared keys")
 
 
 def _narrowed(where: exp.Expression | None, narrowing: exp.Expression | None, table: Table,

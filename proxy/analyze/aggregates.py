@@ -14,6 +14,7 @@ from proxy.vocabulary import (
     COUNT,
     COVAR_POP,
     COVAR_SAMP,
+    DISTINCT,
     MAX,
     MIN,
     PERCENTILE,
@@ -28,11 +29,10 @@ from proxy.vocabulary import (
     Aggregate,
 )
 
-SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT unit), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
+SUPPORTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT col), MEDIAN(col), PERCENTILE_DISC(p) WITHIN "
              "GROUP (ORDER BY col), PERCENTILE_CONT(p) ..., QUANTILE_DISC(col, p), MAX, MIN, SUM, "
              "AVG, STDDEV, VARIANCE (_SAMP, _POP), CORR(y, x), COVAR_POP, COVAR_SAMP, "
-             "REGR_SLOPE, REGR_INTERCEPT (REGR_COUNT, _AVGX, _AVGY, _SXX, _SYY, _SXY, _R2), "
-             "MODE() WITHIN GROUP (ORDER BY col)")
+             "REGR_SLOPE and the other REGR_*, MODE() WITHIN GROUP (ORDER BY col)")
 # the most common value: a part of its own, a private arg-max (proxy.analyze.scoped_parts)
 MODE_FORM = ("MODE() WITHIN GROUP (ORDER BY col), col a column with keys the rules declare, "
              "as a select item, HAVING or ORDER BY term of a query over tables")
@@ -62,8 +62,10 @@ def recognise(node: exp.Expression, resolve_column, units=(lambda column: False,
         if isinstance(arg, exp.Star):
             return Aggregate(COUNT, None, "count")
         if isinstance(arg, exp.Distinct):
-            _distinct_unit(arg, *units)
-            return Aggregate(UNITS, None, "count")
+            if _distinct_unit(arg, *units):
+                return Aggregate(UNITS, None, "count")
+            return Aggregate(DISTINCT, _column(arg.expressions[0], resolve_column,
+                                               "COUNT(DISTINCT …)"), "count")
         return Aggregate(COUNT, _column(arg, resolve_column, "COUNT"), "count")
     if isinstance(node, exp.Median):
         return Aggregate(PERCENTILE, _column(node.this, resolve_column, "MEDIAN"), "median",
@@ -166,17 +168,15 @@ def narrowing(node: exp.Expression, is_unit
     return thens[0], exp.or_(*(branch.this.copy() for branch in ifs))
 
 
-def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
-    """COUNT(DISTINCT unit): how many privacy units are in scope. Any other column is
-    refused: its distinct values are not units, so the count is not one of the
-    statistics the proxy calibrates (ask per declared key with GROUP BY instead)."""
+def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> bool:
+    """Whether ``COUNT(DISTINCT …)`` counts privacy units (True) or the distinct values of
+    one other column (False: ``DISTINCT``, calibrated as a COUNT's rows: a changed row
+    removes at most one value and adds at most one, docs/privacy.md §3.7); several
+    columns, and a CASE whose branches are the unit but not only, are refused."""
     values = distinct.expressions
-    if not units:
-        raise NotSupported("COUNT(DISTINCT ...) counts privacy units, and this table has no "
-                           "privacy_unit column (none, or one derived through unit_via: JOIN, "
-                           "not LEFT JOIN, the table that holds it, and name its column); ask "
-                           "COUNT(*), or "
-                           "COUNT(*) ... GROUP BY a declared key")
+    if len(values) == 1 and isinstance(values[0], (exp.Column, exp.Cast)) and units \
+            and is_unit(values[0]):
+        return True
     if len(values) == 1 and isinstance(values[0], exp.Case) and any(
             isinstance(branch.args.get("true"), exp.Column) and is_unit(branch.args["true"])
             for branch in values[0].args.get("ifs") or []):
@@ -184,13 +184,15 @@ def _distinct_unit(distinct: exp.Distinct, is_unit, units) -> None:
                            "supported: a CASE counts privacy units where each branch is the "
                            f"unit and there is no ELSE but NULL; write COUNT(DISTINCT CASE "
                            f"WHEN condition THEN {units[0]} END)")
-    if len(values) != 1 or not isinstance(values[0], (exp.Column, exp.Cast)) \
-            or not is_unit(values[0]):
-        shown = ", ".join(v.sql(dialect="postgres") for v in values)
+    shown = ", ".join(v.sql(dialect="postgres") for v in values)
+    if len(values) != 1:
+        raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: count the distinct "
+                           "values of one column, COUNT(DISTINCT col)")
+    if isinstance(values[0], exp.Cast) and isinstance(values[0].this, exp.Column) \
+            and units and is_unit(values[0].this):  # a cast that could merge units or fail
         raise NotSupported(f"COUNT(DISTINCT {shown}) is not supported: only COUNT(DISTINCT "
-                           f"{' or '.join(units)}) (how many privacy units) is; for the "
-                           "values of a column ask COUNT(*) ... GROUP BY it over its declared "
-                           "keys")
+                           f"{' or '.join(units)}) (how many privacy units) is")
+    return False
 
 
 def _column(arg: exp.Expression, resolve_column, function: str) -> str:

@@ -367,7 +367,8 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
         raise NotSupported(f"COUNT(DISTINCT {argument.sql(dialect='postgres')[9:]}) FILTER "
                            "is not supported: only a count of privacy units takes a FILTER, "
                            "alone or beside counts of the same condition "
-                           f"(COUNT(DISTINCT {table.privacy_unit or 'unit'}) FILTER (WHERE …))")
+                           f"(COUNT(DISTINCT {table.privacy_unit or 'unit'}) FILTER (WHERE …)); "
+                           "for another column's values put the condition in WHERE")
     if argument is None:
         raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
                            "and STDDEV/VARIANCE; move the condition to WHERE")

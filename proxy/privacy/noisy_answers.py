@@ -91,6 +91,7 @@ from proxy.statistics import (
 from proxy.vocabulary import (
     AVG,
     COUNT,
+    DISTINCT,
     MAX,
     MIN,
     PERCENTILE,
@@ -136,6 +137,7 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
     totals: dict[str, bool] = {}
     counts: dict[str, bool] = {}
     spreads: dict[str, bool] = {}
+    distinct: set[str] = set()
     for agg in plan.aggregates:
         if agg.column is None or agg.kind.row.paired:  # paired: from ladders alone
             continue
@@ -164,9 +166,12 @@ def column_needs(plan: QueryPlan, shift: int, counted: bool = False
             totals[agg.column] = counts[agg.column] = spreads[agg.column] = True
             if plan.mechanism.local:
                 wanted.update((RankRef(BOTTOM, 0), RankRef(TOP, 0)))
+        elif agg.kind == DISTINCT:
+            distinct.add(agg.column)
     columns = plan.table.columns
     return tuple(ColumnNeeds(col, frozenset(ranks[col]), totals[col], counts[col],
-                             columns[col].lower, columns[col].upper, col in spreads)
+                             columns[col].lower, columns[col].upper, col in spreads,
+                             col in distinct)
                  for col in ranks)
 
 
@@ -227,7 +232,7 @@ def _part(plan: QueryPlan, agg, cal: Calibration) -> Loss:
     each group's noise is of its own bound B, not s, so one unit's rows spread over
     min(2s, G) groups move each by up to B, and each group spends its part: it is
     divided as a SUM's is."""
-    counting = agg.kind == COUNT and not _clipped(plan, agg)
+    counting = agg.kind == DISTINCT or agg.kind == COUNT and not _clipped(plan, agg)
     share = Fraction(1, group_share(plan, cal.shift, counting))
     return plan.aggregate_loss.rho_part(share) if plan.gaussian(agg) \
         else plan.aggregate_loss * share
@@ -291,7 +296,7 @@ def in_order(plan: QueryPlan, released: list[Released]) -> list[Released]:
 
 def _count(a: Asked) -> Released:
     """COUNT: public without a WHERE (§3.3), else discrete Laplace of scale s."""
-    agg, group, cal = a.agg, a.group, a.cal
+    agg, group = a.agg, a.group
     true = group.rows if agg.column is None else group.column(agg.column).n
     if a.plan.public(agg):
         return Released(true, 0.0, PUBLIC_COUNT)
@@ -299,11 +304,34 @@ def _count(a: Asked) -> Released:
         return _joint_count(a)
     if a.once("laddered", lambda: _clipped(a.plan, agg)):
         return _clipped_count(a)
+    return _counted_rows(a, true)
+
+
+def _counted_rows(a: Asked, true: int) -> Released:
+    """A count whose every changed row moves it by at most 1, released with §3.3's
+    noise of scale s (c counts rows): its bound depends on s alone, the same for every
+    neighbour."""
+    cal = a.cal
     noisy = _integer_noise(a, true, _integer_scale(count_sensitivity(cal.shift), cal),
                            a.part)
-    # its bound depends on s alone, the same for every neighbour (c counts rows)
     return _finish(Noisy(max(0, noisy.value), noisy.ci95, noisy.mechanism), cal, None,
                    noisy.ci95 if cal.report_scale == "private" else None)
+
+
+def _distinct(a: Asked) -> Released:
+    """COUNT(DISTINCT col) of a column other than the unit: a changed row takes at most
+    one value out of its group's set and puts at most one in (its own, in the group it
+    moves to), so the counts move as a COUNT's rows do (§3.7): the same noise; then at
+    most the values the rules allow (its declared keys, an int domain's integers, a
+    bool's two), post-processing of a public bound."""
+    released = _counted_rows(a, a.group.column(a.agg.column).distinct)
+    column = a.plan.table.columns[a.agg.column]
+    most = (len(column.keys) if column.keys is not None else 2 if column.type == "bool"
+            else int(column.upper - column.lower) + 1
+            if column.type == "int" and column.lower is not None and column.upper is not None
+            else None)
+    return released if most is None or released.value <= most else \
+        replace(released, value=most)
 
 
 def _clipped(plan: QueryPlan, agg) -> bool:
@@ -497,7 +525,8 @@ def _laplace_release(a: Asked) -> Released:
 # One row per aggregate kind: how its answer is released (VALUE, one unit's value, is
 # only ever answered by knowledge refinement: privacy/refined_answers.py).
 RELEASES: dict[Kind, Callable[[Asked], Released]] = {
-    Kind.COUNT: _count, Kind.UNITS: _units, Kind.SUM: _sum, Kind.AVG: _average,
+    Kind.COUNT: _count, Kind.UNITS: _units, Kind.DISTINCT: _distinct, Kind.SUM: _sum,
+    Kind.AVG: _average,
     Kind.PERCENTILE: _ranked, Kind.MAX: _ranked, Kind.MIN: _ranked,
     Kind.VAR_SAMP: _spread, Kind.VAR_POP: _spread,
     Kind.STDDEV_SAMP: _spread, Kind.STDDEV_POP: _spread,

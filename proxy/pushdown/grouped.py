@@ -14,8 +14,8 @@ from sqlglot import exp
 
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
+    count_distinct,
     counts_units,
-    distinct_units,
     exact_sum,
     group_keys,
     read_sum,
@@ -48,6 +48,8 @@ class StatisticsQuery:
                     stats.total = read_sum(rest.pop(0))
                 if need.spread:
                     stats.m2 = float(rest.pop(0) or 0) * stats.n
+                if need.distinct:
+                    stats.distinct = int(rest.pop(0) or 0)
                 for ref in _ordered(need.ranks):
                     stats.values[ref] = need.clamp_to_domain(rest.pop(0))
                 group.columns[need.column] = stats
@@ -66,7 +68,7 @@ def statistics_query(
     outer = exp.select(*keys, exp.alias_(exp.Count(this=exp.Star()), "n_rows")).from_("scope")
     units = counts_units(plan)
     if units:
-        outer = outer.select(exp.alias_(distinct_units(exp.column("u")), "n_units"), copy=False)
+        outer = outer.select(exp.alias_(count_distinct(exp.column("u")), "n_units"), copy=False)
     ctes.append(("base", outer.group_by(*keys, copy=False)))
     final = exp.select(*[exp.column(k, "base") for k in keys], exp.column("n_rows", "base"))
     if units:
@@ -81,6 +83,8 @@ def statistics_query(
             final = final.select(exp.column(f"{name}_total", f"s{index}"), copy=False)
         if need.spread:
             final = final.select(exp.column(f"{name}_m2", f"s{index}"), copy=False)
+        if need.distinct:
+            final = final.select(exp.column(f"{name}_distinct", f"s{index}"), copy=False)
         for j, _ in enumerate(_ordered(need.ranks)):
             final = final.select(exp.column(f"{name}_r{j}", f"s{index}"), copy=False)
         on = exp.and_(*[exp.column(k, "base").eq(exp.column(k, f"s{index}")) for k in keys])
@@ -106,6 +110,9 @@ def _column_statistics(name: str, need: ColumnNeeds, keys) -> exp.Select:
                                           f"{name}_total"), copy=False)
     if need.spread:
         stats = stats.select(exp.alias_(exp.VariancePop(this=exp.column("v")), f"{name}_m2"),
+                             copy=False)
+    if need.distinct:
+        stats = stats.select(exp.alias_(count_distinct(exp.column("v")), f"{name}_distinct"),
                              copy=False)
     for j, ref in enumerate(_ordered(need.ranks)):
         hit = exp.column("rn").eq(rank_sql(ref, exp.column("n")))

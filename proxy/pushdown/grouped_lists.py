@@ -16,8 +16,8 @@ from sqlglot import exp
 from proxy.interrupts import checkpoint
 from proxy.pushdown.scope import (
     Execute,
+    count_distinct,
     counts_units,
-    distinct_units,
     exact_sum,
     extreme_refs,
     fill_extremes,
@@ -97,7 +97,7 @@ def counting_items(plan: QueryPlan, needs: tuple[ColumnNeeds, ...]) -> tuple[lis
     items: list[exp.Expression] = [exp.Count(this=exp.Star())]
     readers = [lambda g, a, v: setattr(g, "rows", int(v or 0))]
     if counts_units(plan):
-        items.append(distinct_units(exp.column("u")))
+        items.append(count_distinct(exp.column("u")))
         readers.append(lambda g, a, v: setattr(g, "units", int(v or 0)))
     for index, need in enumerate(needs):
         column = exp.column(f"c{index}")
@@ -111,6 +111,10 @@ def counting_items(plan: QueryPlan, needs: tuple[ColumnNeeds, ...]) -> tuple[lis
             items.append(exp.VariancePop(this=column))
             readers.append(lambda g, a, v, c=need.column: setattr(
                 g.columns[c], "m2", float(v or 0) * g.columns[c].n))
+        if need.distinct:
+            items.append(count_distinct(column))
+            readers.append(lambda g, a, v, c=need.column: setattr(
+                g.columns[c], "distinct", int(v or 0)))
     return items, readers
 
 

@@ -679,7 +679,7 @@ def counts_units(plan: QueryPlan) -> bool:
     return any(agg.kind == UNITS for agg in plan.aggregates)
 
 
-def distinct_units(column: exp.Expression) -> exp.Expression:
+def count_distinct(column: exp.Expression) -> exp.Expression:
     return exp.Count(this=exp.Distinct(expressions=[column]))
 
 

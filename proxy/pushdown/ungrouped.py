@@ -29,8 +29,8 @@ from sqlglot import exp
 from proxy.backends.base import Capabilities, GroupedRanks
 from proxy.pushdown.scope import (
     Execute,
+    count_distinct,
     counts_units,
-    distinct_units,
     exact_sum,
     extreme_refs,
     fill_extremes,
@@ -104,7 +104,7 @@ def first_pass(
         readers.append(lambda value: setattr(group, "rows", int(value or 0)))
     if counts_units(plan):
         unit = exp.column("u") if projected else exp.column(plan.table.privacy_unit, quoted=True)
-        items.append(scoped(distinct_units(unit)))
+        items.append(scoped(count_distinct(unit)))
         readers.append(lambda value: setattr(group, "units", int(value or 0)))
     for index, need in enumerate(needs):
         stats = group.columns[need.column]
@@ -118,6 +118,9 @@ def first_pass(
         if need.spread:
             items.append(scoped(exp.VariancePop(this=column)))
             readers.append(lambda value, s=stats: setattr(s, "m2", float(value or 0) * s.n))
+        if need.distinct:
+            items.append(scoped(count_distinct(column)))
+            readers.append(lambda value, s=stats: setattr(s, "distinct", int(value or 0)))
         for anchor in (TOP, BOTTOM):
             if (index, anchor) in (thresholds or {}) and not whole_table:
                 refs = extreme_refs(need, anchor)

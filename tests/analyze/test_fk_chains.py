@@ -198,8 +198,10 @@ REFUSED = [
      "0A000", "a LEFT JOIN of two protected tables"),
     ("SELECT COUNT(*) FROM lineitem l JOIN visits v ON l.l_orderkey = v.person_id",
      "0A000", "different privacy units (c_custkey, person_id)"),
-    ("SELECT COUNT(DISTINCT _idp_unit) FROM lineitem", "0A000",
-     "no privacy_unit column (none, or one derived through unit_via: JOIN"),
+    ("SELECT COUNT(DISTINCT _idp_unit) FROM lineitem", "42703",
+     "column _idp_unit is not declared for lineitem"),
+    ("SELECT COUNT(DISTINCT l_quantity) FROM lineitem", "0A000",
+     "not over a join of protected tables or a unit_via chain"),
 ]
 
 

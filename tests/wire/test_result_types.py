@@ -55,6 +55,7 @@ STATEMENTS = [
     "/ (SELECT COUNT(*) FROM people WHERE age > 20) FROM people GROUP BY 1",
     # aggregates of each type
     "SELECT COUNT(*), COUNT(age), COUNT(DISTINCT person_id) FROM people",
+    "SELECT label, COUNT(DISTINCT n), COUNT(DISTINCT day) FROM kinds GROUP BY 1",
     "SELECT SUM(age), SUM(income), AVG(age), AVG(income) FROM people",
     "SELECT MIN(age), MAX(age), MIN(income), MAX(income) FROM people",
     "SELECT STDDEV(age), STDDEV_POP(age), VARIANCE(age), VAR_POP(income) FROM people",
