@@ -1,0 +1,93 @@
+"""Statements BI tools generate, or analysts write, that were refused until 2026-11-29,
+answered through ``idp-proxy serve`` over the demo on both backends and checked against
+the answer the backend itself computes on the same data (the keys exactly, the values
+within the mechanism's error at ε = 1, or exactly where they are post-processing):
+
+- Grafana's ``$__timeFrom()``/``$__timeTo()``: ``to_timestamp(1704067200)`` compared with
+  a timestamp column, read in the session's TimeZone as PostgreSQL reads it;
+"""
+
+from __future__ import annotations
+
+import duckdb
+import psycopg
+import pytest
+
+from proxy.demo import create_demo
+
+pytestmark = pytest.mark.postgres
+
+COUNT_ERROR = 80  # a visits count at ε = 1: Laplace of scale at most 6, ~13 scales
+
+
+@pytest.fixture(scope="module")
+def truth(demo_server, tmp_path_factory):
+    """``truth(sql, zone)``: the rows the served backend's own engine gives ``sql`` in
+    the session TimeZone ``zone`` (DuckDB: a copy of the demo, the served file being
+    the server's alone)."""
+    url = demo_server.backend_url
+    if url.startswith("duckdb"):
+        path = tmp_path_factory.mktemp("truth") / "demo.duckdb"
+        create_demo(path)
+        con = duckdb.connect(str(path), read_only=True)
+
+        def ask(sql: str, zone: str = "UTC") -> list[tuple]:
+            con.execute(f"SET TimeZone = '{zone}'")
+            return con.execute(sql).fetchall()
+        yield ask
+        con.close()
+        return
+    with psycopg.connect(url, autocommit=True) as con:
+        def ask(sql: str, zone: str = "UTC") -> list[tuple]:
+            con.execute(f"SET TIME ZONE '{zone}'")
+            return con.execute(sql).fetchall()
+        yield ask
+
+
+@pytest.fixture
+def analyst(demo_server):
+    """A session of alice's at ε = 1 an aggregate."""
+    with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
+        con.execute("SET idp.epsilon = 1")
+        yield con
+
+
+def _budget(con) -> str:
+    return con.execute("SHOW idp.budget").fetchone()[0]
+
+
+def _refused_free(con, sql: str, sqlstate: str) -> str:
+    before = _budget(con)
+    with pytest.raises(psycopg.Error) as refused:
+        con.execute(sql)
+    assert refused.value.sqlstate == sqlstate, str(refused.value)
+    message = refused.value.diag.message_primary
+    assert len(message.splitlines()) == 1
+    assert _budget(con) == before
+    return message
+
+
+# -- 1. Grafana's $__timeFrom() / $__timeTo() ----------------------------------------------
+
+TIME_FROM_TO = ("SELECT COUNT(*) FROM visits WHERE visited_at >= to_timestamp(1704067200) "
+                "AND visited_at <= to_timestamp(1706745599)")
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_to_timestamp_of_a_constant_is_the_moment_in_the_session_zone(analyst, truth, zone):
+    analyst.execute(f"SET TIME ZONE '{zone}'")
+    (count,), = analyst.execute(TIME_FROM_TO).fetchall()
+    (true,), = truth(TIME_FROM_TO, zone)
+    assert abs(count - true) <= COUNT_ERROR
+    # the five hours New York's clock is behind move the range by a day's visits or so
+    between = ("SELECT COUNT(*) FROM visits WHERE visited_at BETWEEN (to_timestamp(1704067200)) "
+               "AND to_timestamp(1704153600.5)")
+    (count,), = analyst.execute(between).fetchall()
+    (true,), = truth(between, zone)
+    assert abs(count - true) <= COUNT_ERROR
+
+
+def test_to_timestamp_beyond_microseconds_is_refused_for_free(analyst):
+    message = _refused_free(analyst, "SELECT COUNT(*) FROM visits WHERE visited_at >= "
+                            "to_timestamp(1704067200.0000001)", "0A000")
+    assert "at most 6 decimals" in message
