@@ -66,6 +66,7 @@ from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,
+    epoch_bin_term,
     field_values,
     interval_parts,
     part_field,
@@ -653,7 +654,7 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
          where: exp.Expression | None = None) -> GroupKey | None:
     """``floor(x / w) [* w]`` and, on int columns, ``x / w [* w]``; the epoch bins
     ``floor(extract(epoch from t) / w) [* w]``; None for other shapes."""
-    multiplied = None
+    whole, multiplied = node, None
     if isinstance(node, exp.Mul):
         for inner, outer in ((node.this, node.expression), (node.expression, node.this)):
             if isinstance(inner, (exp.Floor, exp.Div, exp.IntDiv, exp.Paren)) and \
@@ -677,7 +678,15 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
     if isinstance(division.this, exp.Extract) and _unit(division.this.this) == "epoch":
         if not floor:
             raise NotSupported("bin an epoch with floor(extract(epoch FROM col) / w) * w")
-        return _epoch_bin(division.this.expression, width, scale, table, resolve, name, where)
+        moment = division.this.expression
+        if not isinstance(moment, exp.Column) and not division.this.args.get("zone"):
+            ranged = epoch_bin_term(whole, moment, width, scale, table, resolve, name,
+                                    lambda column: within_where(column, where, resolve))
+            if ranged is not None:
+                return ranged
+            while not isinstance(moment, exp.Column) and moment.find(exp.Column):
+                moment = moment.this  # the column on its own clock: its plain bin
+        return _epoch_bin(moment, width, scale, table, resolve, name, where)
     what = f"floor({division.this.sql(dialect='postgres')} / {width})" if floor else \
         f"{division.this.sql(dialect='postgres')} / {width}"
     column = numeric_column(division.this, table, resolve, what)

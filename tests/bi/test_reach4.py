@@ -9,6 +9,9 @@ within the mechanism's error at ε = 1, or exactly where they are post-processin
 
 from __future__ import annotations
 
+import datetime as dt
+import zoneinfo
+
 import duckdb
 import psycopg
 import pytest
@@ -91,3 +94,58 @@ def test_to_timestamp_beyond_microseconds_is_refused_for_free(analyst):
     message = _refused_free(analyst, "SELECT COUNT(*) FROM visits WHERE visited_at >= "
                             "to_timestamp(1704067200.0000001)", "0A000")
     assert "at most 6 decimals" in message
+
+
+# -- 2. Grafana's $__timeGroup(col, 1h) of the column on another clock --------------------
+
+def _bins(con, truth, sql: str, zone: str) -> tuple[dict, dict]:
+    con.execute(f"SET TIME ZONE '{zone}'")
+    released = dict(con.execute(sql).fetchall())
+    return released, dict(truth(sql, zone))
+
+
+def _epoch(moment: dt.datetime) -> int:
+    return int(moment.timestamp())
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_hour_bins_of_a_timestamp_read_as_utc(analyst, truth, zone):
+    """``extract(epoch FROM ts AT TIME ZONE 'UTC')``: the wall clock read as UTC, a moment
+    whose epoch is the wall clock's nominal seconds in every session zone; the keys are
+    the hours of the day asked (the literals' 'Z' dropped, as PostgreSQL reads them
+    beside a timestamp)."""
+    sql = ("SELECT floor(extract(epoch FROM visited_at AT TIME ZONE 'UTC') / 3600) * 3600 "
+           "AS \"time\", COUNT(*) FROM visits WHERE visited_at BETWEEN "
+           "'2024-03-01T00:00:00Z' AND '2024-03-01T23:59:59Z' GROUP BY 1 ORDER BY 1")
+    released, true = _bins(analyst, truth, sql, zone)
+    day = _epoch(dt.datetime(2024, 3, 1, tzinfo=dt.UTC))
+    assert list(released) == [day + 3600 * h for h in range(24)]
+    assert set(true) <= set(released) and len(true) > 5
+    assert all(abs(released[k] - true.get(k, 0)) <= COUNT_ERROR for k in released)
+
+
+def test_day_bins_of_moments_in_a_session_zone(analyst, truth):
+    """``extract(epoch FROM ts::timestamptz)`` under New York's TimeZone: the wall clock
+    read in New York (its spring change on 2024-03-10 inside the range), binned by UTC
+    days of the true moment; the keys every UTC day the range's moments meet."""
+    sql = ("SELECT floor(extract(epoch FROM visited_at::timestamptz) / 86400) * 86400 AS t, "
+           "COUNT(*) FROM visits WHERE visited_at >= '2024-03-09' AND visited_at < "
+           "'2024-03-12' GROUP BY 1 ORDER BY 1")
+    released, true = _bins(analyst, truth, sql, "America/New_York")
+    york = zoneinfo.ZoneInfo("America/New_York")
+    first = _epoch(dt.datetime(2024, 3, 9, tzinfo=york))
+    last = _epoch(dt.datetime(2024, 3, 12, tzinfo=york)) - 1
+    assert list(released) == list(range(first // 86400 * 86400, last + 1, 86400))
+    assert len(released) == 4 and set(true) <= set(released) and len(true) >= 3
+    assert all(abs(released[k] - true.get(k, 0)) <= COUNT_ERROR for k in released)
+    # in UTC the same statement is the plain column's day bins
+    released, true = _bins(analyst, truth, sql, "UTC")
+    assert list(released) == [_epoch(dt.datetime(2024, 3, d, tzinfo=dt.UTC)) for d in (9, 10, 11)]
+    assert all(abs(released[k] - true.get(k, 0)) <= COUNT_ERROR for k in released)
+
+
+def test_hour_bins_over_too_long_a_range_in_a_zone_are_refused_for_free(analyst):
+    analyst.execute("SET TIME ZONE 'America/New_York'")
+    message = _refused_free(analyst, "SELECT floor(extract(epoch FROM visited_at::timestamptz)"
+                            " / 3600) * 3600, COUNT(*) FROM visits GROUP BY 1", "0A000")
+    assert "narrow the time range" in message
