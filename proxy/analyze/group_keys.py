@@ -280,6 +280,10 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
     name = default_name(node)
     if isinstance(node, exp.Column):
         return _plain_column(resolve(node), table, name)
+    if isinstance(node, exp.Coalesce):
+        public = _public_coalesce(node, table, resolve, name)
+        if public is not None:
+            return public
     part = _time_part(node, table, resolve, name, where)
     if part is not None:
         return part
@@ -488,6 +492,26 @@ def _plain_column(name: str, table: Table, label: str) -> GroupKey:
     if column.keys is None:  # keys from the data, if the rules allow (selection_refusal)
         return GroupKey(label, SELECTED, name, (), column.type)
     return GroupKey(label, COLUMN, name, column.keys, column.type)
+
+
+def _public_coalesce(node: exp.Coalesce, table: Table, resolve, name: str
+                     ) -> GroupKey | None:
+    """``COALESCE(r.name, 'unknown')`` of a joined public table's text column: its keys
+    the public table's values (read by the engine, as for ``r.name``) and the constant,
+    the key of the rows whose value is NULL (a LEFT JOIN's unmatched rows, a NULL in the
+    public table); the backend computes the COALESCE (``group_sql.group_value``). None
+    for other shapes."""
+    parts = [node.this, *node.expressions]
+    if len(parts) != 2:
+        return None
+    column, fallback = (part.unnest() for part in parts)
+    if not isinstance(column, exp.Column) or not (isinstance(fallback, exp.Literal)
+                                                  and fallback.is_string):
+        return None
+    term = _plain_column(resolve(column), table, name)
+    if term.kind != PUBLIC or term.type != "text":
+        return None
+    return replace(term, default=fallback.name)
 
 
 def integer_domain_keys(term: GroupKey, table: Table, delta,

@@ -188,3 +188,30 @@ def test_looker_s_two_counts_of_a_left_join_by_a_dimension(analyst, truth):
     for (_, visits, people), (_, true_visits, true_people) in zip(released, true):
         assert abs(visits - true_visits) <= COUNT_ERROR
         assert abs(people - true_people) <= DISTINCT_ERROR
+
+
+# -- 4. a public table's column under LEFT JOIN, COALESCE'd --------------------------------
+
+NAMES = {"Northern district", "Southern district", "Eastern district", "Western district"}
+
+
+@pytest.mark.parametrize("sql,keys", [
+    ("SELECT COALESCE(r.name, 'unknown') AS n, COUNT(*) FROM people p LEFT JOIN regions r "
+     "ON p.region = r.code GROUP BY 1", NAMES | {"unknown"}),
+    # no code is a sex: every row unmatched, in the constant's group
+    ("SELECT COALESCE(r.name, 'unknown') AS n, COUNT(*) FROM people p LEFT JOIN regions r "
+     "ON p.sex = r.code GROUP BY COALESCE(r.name, 'unknown')", NAMES | {"unknown"}),
+    # the WHERE's condition on the public table narrows its keys; the constant stays one
+    ("SELECT COALESCE(r.name, 'unknown') AS n, COUNT(*) FROM visits v JOIN people p ON "
+     "v.person_id = p.person_id LEFT JOIN regions r ON p.region = r.code WHERE "
+     "r.name <> 'Western district' AND v.cost > 100 GROUP BY 1",
+     NAMES - {"Western district"} | {"unknown"}),
+    # a constant that is a public value is that key
+    ("SELECT COALESCE(r.name, 'Northern district') AS n, COUNT(*) FROM people p LEFT JOIN "
+     "regions r ON p.region = r.code GROUP BY 1", NAMES),
+])
+def test_a_coalesced_public_column_keys_its_values_and_the_constant(analyst, truth, sql, keys):
+    released = dict(analyst.execute(sql).fetchall())
+    true = dict(truth(sql))
+    assert set(released) == keys and set(true) <= keys
+    assert all(abs(released[k] - true.get(k, 0)) <= COUNT_ERROR for k in keys)
