@@ -614,6 +614,11 @@ _UNIT_OF_FIELD = {"year": "year", "isoyear": "day", "quarter": "quarter", "month
                   "hour": "hour", "minute": "minute"}
 
 
+def field_of(field: str, value) -> int:
+    """PostgreSQL's ``extract(field FROM value)`` of one moment (a field of PART_CYCLES)."""
+    return _extract(field, value)
+
+
 def _extract(field: str, value) -> int:
     moment = _naive(value)
     return {"year": lambda m: m.year, "quarter": lambda m: (m.month - 1) // 3 + 1,

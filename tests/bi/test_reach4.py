@@ -215,3 +215,28 @@ def test_a_coalesced_public_column_keys_its_values_and_the_constant(analyst, tru
     true = dict(truth(sql))
     assert set(released) == keys and set(true) <= keys
     assert all(abs(released[k] - true.get(k, 0)) <= COUNT_ERROR for k in keys)
+
+
+# -- 5. epochs and day differences inside an aggregate -----------------------------------
+
+@pytest.mark.parametrize("sql", [
+    # the age of a visit in days
+    "SELECT AVG(extract(epoch FROM (TIMESTAMP '2025-01-01' - visited_at)) / 86400) AS d "
+    "FROM visits",
+    # dbt's datediff(hour) as dbt-postgres writes it
+    "select avg(((visited_at::date - '2023-01-01'::date)) * 24 + date_part('hour', "
+    "visited_at::timestamp) - date_part('hour', '2023-01-01'::timestamp)) from visits",
+    "SELECT department, SUM(visited_at::date - DATE '2024-01-01') FROM visits WHERE "
+    "visited_at >= '2024-01-01' GROUP BY 1 ORDER BY 1",
+])
+def test_epochs_and_days_of_a_time_column_inside_an_aggregate(analyst, truth, sql):
+    released = analyst.execute(sql).fetchall()
+    true = truth(sql)
+    assert [row[:-1] for row in released] == [row[:-1] for row in true]
+    for got, expected in zip(released, true):
+        assert float(got[-1]) == pytest.approx(float(expected[-1]), rel=0.02)
+
+
+def test_the_epoch_of_a_number_of_days_is_refused_as_postgresql_refuses_it(analyst):
+    _refused_free(analyst, "SELECT AVG(extract(epoch FROM (visited_at::date - "
+                  "'2023-01-01'::date))) FROM visits", "42883")
