@@ -10,6 +10,7 @@ within the mechanism's error at ε = 1, or exactly where they are post-processin
 from __future__ import annotations
 
 import datetime as dt
+import re
 import zoneinfo
 
 import duckdb
@@ -240,3 +241,37 @@ def test_epochs_and_days_of_a_time_column_inside_an_aggregate(analyst, truth, sq
 def test_the_epoch_of_a_number_of_days_is_refused_as_postgresql_refuses_it(analyst):
     _refused_free(analyst, "SELECT AVG(extract(epoch FROM (visited_at::date - "
                   "'2023-01-01'::date))) FROM visits", "42883")
+
+
+# -- 6. an interval of two released moments ------------------------------------------------
+
+class _Text(psycopg.adapt.Loader):
+    def load(self, data) -> str:
+        return bytes(data).decode()
+
+
+def test_the_span_of_two_released_moments_is_postgresql_s_interval(analyst, truth):
+    """MAX(t) - MIN(t): post-processing of the two released moments, free beside them
+    (one release), sent as PostgreSQL's interval (OID 1186, its text and binary forms)."""
+    before = float(_budget(analyst))
+    sql = ("SELECT MAX(visited_at), MIN(visited_at), MAX(visited_at) - MIN(visited_at) AS "
+           "span FROM visits")
+    answered = analyst.execute(sql)
+    assert answered.description[2].type_code == 1186
+    (latest, earliest, span), = answered.fetchall()
+    assert span == latest - earliest and float(_budget(analyst)) == pytest.approx(before - 2)
+    (_, _, true), = truth(sql)
+    assert abs(span - true) <= dt.timedelta(days=2)
+    # the repeat, from the answer cache, in binary
+    assert analyst.cursor(binary=True).execute(sql).fetchall() == [(latest, earliest, span)]
+    assert float(_budget(analyst)) == pytest.approx(before - 2)
+    analyst.adapters.register_loader("interval", _Text)
+    rows = analyst.execute("SELECT department, MAX(visited_at) - MIN(visited_at) FROM visits "
+                           "WHERE visited_at < '2023-01-01 12:00' GROUP BY 1").fetchall()
+    assert [key for key, _ in rows] == sorted(key for key, _ in rows) and all(
+        re.fullmatch(r"-?\d\d:\d\d:\d\d", text) for _, text in rows), rows
+
+
+def test_another_interval_is_refused_for_free(analyst):
+    _refused_free(analyst, "SELECT MAX(visited_at) - MIN(visited_at) - (MAX(visited_at) - "
+                  "MIN(visited_at)) FROM visits", "0A000")
