@@ -3,8 +3,18 @@ answered through ``idp-proxy serve`` over the demo on both backends and checked 
 the answer the backend itself computes on the same data (the keys exactly, the values
 within the mechanism's error at ε = 1, or exactly where they are post-processing):
 
-- Grafana's ``$__timeFrom()``/``$__timeTo()``: ``to_timestamp(1704067200)`` compared with
-  a timestamp column, read in the session's TimeZone as PostgreSQL reads it;
+1. Grafana's ``$__timeFrom()``/``$__timeTo()``: ``to_timestamp(1704067200)`` compared
+   with a timestamp column, read in the session's TimeZone as PostgreSQL reads it;
+2. Grafana's ``$__timeGroup`` of the column on another clock (``AT TIME ZONE 'UTC'``,
+   ``::timestamptz`` under ``SET TIME ZONE``), keyed as PostgreSQL's epochs;
+3. Looker's ``COUNT(DISTINCT people.person_id)`` of a LEFT-joined table's unit;
+4. ``COALESCE(r.name, 'unknown')`` of a public table's column under LEFT JOIN;
+5. epochs and day differences of a time column inside an aggregate (an age in days,
+   dbt's datediff);
+6. ``MAX(t) - MIN(t)``, PostgreSQL's interval of two released moments.
+
+One demo server per backend for the module (``demo_server``); alice asks at ε = 1, her
+budget of 100 holding every statement here.
 """
 
 from __future__ import annotations
