@@ -230,22 +230,24 @@ def test_a_coalesced_public_column_keys_its_values_and_the_constant(analyst, tru
 
 # -- 5. epochs and day differences inside an aggregate -----------------------------------
 
-@pytest.mark.parametrize("sql", [
+# (statement, relative error allowed: at ε = 1, 15 draws of each on the demo erred by at
+# most 0.28 % (the AVGs, of 43,000 visits) and 3.9 % (a department's SUM, ~800,000 days))
+@pytest.mark.parametrize("sql,error", [
     # the age of a visit in days
-    "SELECT AVG(extract(epoch FROM (TIMESTAMP '2025-01-01' - visited_at)) / 86400) AS d "
-    "FROM visits",
+    ("SELECT AVG(extract(epoch FROM (TIMESTAMP '2025-01-01' - visited_at)) / 86400) AS d "
+     "FROM visits", 0.02),
     # dbt's datediff(hour) as dbt-postgres writes it
-    "select avg(((visited_at::date - '2023-01-01'::date)) * 24 + date_part('hour', "
-    "visited_at::timestamp) - date_part('hour', '2023-01-01'::timestamp)) from visits",
-    "SELECT department, SUM(visited_at::date - DATE '2024-01-01') FROM visits WHERE "
-    "visited_at >= '2024-01-01' GROUP BY 1 ORDER BY 1",
+    ("select avg(((visited_at::date - '2023-01-01'::date)) * 24 + date_part('hour', "
+     "visited_at::timestamp) - date_part('hour', '2023-01-01'::timestamp)) from visits", 0.02),
+    ("SELECT department, SUM(visited_at::date - DATE '2024-01-01') FROM visits WHERE "
+     "visited_at >= '2024-01-01' GROUP BY 1 ORDER BY 1", 0.15),
 ])
-def test_epochs_and_days_of_a_time_column_inside_an_aggregate(analyst, truth, sql):
+def test_epochs_and_days_of_a_time_column_inside_an_aggregate(analyst, truth, sql, error):
     released = analyst.execute(sql).fetchall()
     true = truth(sql)
     assert [row[:-1] for row in released] == [row[:-1] for row in true]
     for got, expected in zip(released, true):
-        assert float(got[-1]) == pytest.approx(float(expected[-1]), rel=0.02)
+        assert float(got[-1]) == pytest.approx(float(expected[-1]), rel=error)
 
 
 def test_the_epoch_of_a_number_of_days_is_refused_as_postgresql_refuses_it(analyst):
