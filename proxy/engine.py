@@ -282,8 +282,11 @@ class Engine:
             if term.kind == PUBLIC:
                 sql = public_keys_sql(plan, term, limit + 1, self.backend.dialect)
                 version = versions.get(plan.table.columns[term.column].join)
-                term = replace(term, keys=self._read_per_version(
-                    sql, version, lambda sql=sql: tuple(row[0] for row in tx.execute(sql))))
+                keys = self._read_per_version(
+                    sql, version, lambda sql=sql: tuple(row[0] for row in tx.execute(sql)))
+                if term.default is not None and term.default not in keys:
+                    keys = (*keys, term.default)  # COALESCE(r.name, 'unknown'): its NULLs'
+                term = replace(term, keys=keys)
             terms.append(term)
         keyed = replace(plan, group_by=tuple(terms))
         joint = []
@@ -990,7 +993,7 @@ def _joined_terms(plan: QueryPlan) -> list[tuple[int, ...]]:
                 linked[root(alias)] = root(other)
     sets: dict[str, list[int]] = {}
     for index, term in enumerate(plan.group_by):
-        if term.kind == PUBLIC:
+        if term.kind == PUBLIC and term.default is None:  # a COALESCE's NULL: no combination
             sets.setdefault(root(plan.table.columns[term.column].join), []).append(index)
     return [tuple(indices) for indices in sets.values() if len(indices) > 1]
 

@@ -1,4 +1,5 @@
-"""JSON for values SQL answers carry: Decimal, date and datetime keep their type across
+"""JSON for values SQL answers carry: Decimal, date, datetime and timedelta (an interval,
+``MAX(t) - MIN(t)``) keep their type across
 a round trip (tagged objects), and objects their keys' order, so a stored or forwarded
 answer reads back as it was."""
 
@@ -10,7 +11,8 @@ from decimal import Decimal
 from typing import Any
 
 _TAGS = {"$decimal": Decimal, "$datetime": datetime.datetime.fromisoformat,
-         "$date": datetime.date.fromisoformat}
+         "$date": datetime.date.fromisoformat,
+         "$timedelta": lambda text: datetime.timedelta(microseconds=int(text))}
 
 
 def dumps(value: Any) -> str:
@@ -28,6 +30,8 @@ def _tagged(value: Any) -> dict[str, str]:
         return {"$datetime": value.isoformat()}
     if isinstance(value, datetime.date):
         return {"$date": value.isoformat()}
+    if isinstance(value, datetime.timedelta):  # whole microseconds, exactly
+        return {"$timedelta": str(value // datetime.timedelta(microseconds=1))}
     raise TypeError(f"no JSON form for a {type(value).__name__}")
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
 DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
+INTERVAL = 1186  # only a difference of two released moments (proxy.postprocess)
 
 NAMES = {BOOL: "boolean", INT2: "smallint", INT4: "integer", INT8: "bigint", TEXT: "text",
          FLOAT4: "real", FLOAT8: "double precision", NUMERIC: "numeric", DATE: "date",
-         TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid"}
+         TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", VARCHAR: "varchar", OID: "oid",
+         INTERVAL: "interval"}
 BY_NAME = {name: oid for oid, name in NAMES.items()}
 
 # The one-dimensional arrays of those types: a client's list parameter (``= ANY($1)``)
@@ -31,6 +33,7 @@ _POSTGRES_TYPES = {
     "real": "real", "double": "double precision", "double precision": "double precision",
     "numeric": "numeric", "date": "date", "timestamp": "timestamp",
     "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamptz",
+    "interval": "interval",
     # DuckDB's unsigned integers, each as the least signed type that holds its range
     # (whole numerics: an owner's draft types them int), and its timestamps of other
     # precisions

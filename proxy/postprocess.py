@@ -238,14 +238,19 @@ def run_outer(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
         con.close()
     checkpoint()
     names = [column[0] for column in described]
-    if any(str(column[1]).upper() == "INTERVAL" for column in described):
+    spans = {index for index, column in enumerate(described)
+             if str(column[1]).upper() == "INTERVAL"}
+    if not spans <= prepared.spans:
         # (found on the row of NULLs that types the result, before the debit)
-        raise NotComputed(f"{outer.what} gives an interval (a difference of released "
-                          "moments), which is not supported; select the moments themselves")
+        raise NotComputed(f"{outer.what} gives an interval other than a difference of two "
+                          "released moments, which is not supported; select MAX(t) - MIN(t) "
+                          "or the moments themselves")
     # as PostgreSQL types the outer query over the released columns' types, where
-    # proxy.result_types types its expression; else as the engine typed it
-    types = [typed or postgres_type(str(column[1]))
-             for typed, column in zip(prepared.types, described)]
+    # proxy.result_types types its expression; else as the engine typed it; a
+    # difference of two released moments an interval (PostgreSQL's timestamp - timestamp,
+    # days and a time of day, proxy.wire.types)
+    types = ["interval" if index in spans else typed or postgres_type(str(column[1]))
+             for index, (typed, column) in enumerate(zip(prepared.types, described))]
     traces = len(outer.aliases) if prepared.traced else 0
     origins = [tuple(row[width:width + traces]) for row in result] if prepared.traced \
         else [None] * len(result)
@@ -273,6 +278,9 @@ class _Prepared:
     intervals: tuple[int, ...]
     constants: tuple[str, ...] = ()
     types: tuple[str | None, ...] = ()  # per column, its PostgreSQL type (``_pg_types``)
+    # the columns that are a difference of two released columns (``MAX(t) - MIN(t)``):
+    # where those are moments, an interval, which is answered (any other is refused)
+    spans: frozenset[int] = frozenset()
 
 
 _PREPARED_KEPT = 256
@@ -325,6 +333,11 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
             item.replace(exp.alias_(item.copy(), default_name(item), quoted=True))
     width = len(tree.selects)
     types = _pg_types(tree, outer.aliases, releases)
+    spans = frozenset(index for index, item in enumerate(tree.selects)
+                      if isinstance(item.unalias().unnest(), exp.Sub) and all(
+                          isinstance(side.unnest(), exp.Column)
+                          for side in (item.unalias().unnest().this,
+                                       item.unalias().unnest().expression)))
     if any(traced):
         tree = tree.select(*[exp.column(ROW, table=alias, quoted=True) if kept
                              else exp.cast(exp.null(), "BIGINT")
@@ -351,7 +364,7 @@ def _prepared(outer: OuterQuery, releases: list[tuple[list[str], list[str], list
                       for node in _constants(annotated))
     prepared = _Prepared(annotated.sql(dialect="duckdb", copy=False),  # this call's own tree
                          tables, bounded, width, any(traced), carried, tuple(intervals),
-                         constants, types)
+                         constants, types, spans)
     if len(outer.sql) <= _KEPT_LENGTH:
         with _preparing:
             _prepared_kept[key] = prepared

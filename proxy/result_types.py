@@ -126,6 +126,10 @@ def expression_type(node: exp.Expression, of_column: Callable[[exp.Column], str 
         return typed(node.this)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
         sides = [typed(node.this), typed(node.expression)]
+        if isinstance(node, exp.Sub) and DATE in sides:  # date - '2023-01-01': an unknown
+            sides = [DATE if isinstance(side, exp.Literal) and side.is_string else kind
+                     for side, kind in zip((node.this.unnest(), node.expression.unnest()),
+                                           sides)]  # literal read as a date
         if DATE in sides and isinstance(node, (exp.Add, exp.Sub)):  # days of dates
             return INTEGER if sides == [DATE, DATE] and isinstance(node, exp.Sub) else (
                 DATE if sorted(sides, key=str) in ([DATE, INTEGER], [DATE, SMALLINT])

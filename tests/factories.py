@@ -346,6 +346,7 @@ def demo_proxy(backend: str, folder: Path, postgres_url: str | None = None):
     rules.write_text(DEMO_RULES.read_text())
     with demo_database(backend, folder, postgres_url) as url:
         with wireserver.running_proxy(rules, url, folder / "home") as running:
+            running.backend_url = url  # a PostgreSQL test may ask the data itself
             yield running
 
 

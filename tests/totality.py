@@ -176,7 +176,8 @@ def expression(rng: random.Random, depth: int = 4) -> str:
         return f"CAST({_condition(rng)} AS int)"
     if form == 22:  # a field of the time column (issue 33), or one that is refused
         field = rng.choice(FIELDS)
-        return rng.choice([f"extract({field} FROM at)", f"date_part('{field}', at)"])
+        return rng.choice([f"extract({field} FROM at)", f"date_part('{field}', at)",
+                           f"date_part('{field}', at::timestamp)", *TIME_ARITHMETIC])
     if form == 23:  # a square (an exponent other than 2 is refused)
         return rng.choice([f"power({sub()}, 2)", f"(({sub()}) ^ 2)", f"power({sub()}, 3)"])
     if form == 24:
@@ -192,6 +193,15 @@ def expression(rng: random.Random, depth: int = 4) -> str:
 
 FIELDS = ["dow", "isodow", "hour", "month", "year", "day", "quarter", "minute", "doy", "week",
           "epoch"]
+# epochs and day differences of the time column (dbt's datediff, an age in days), and
+# forms PostgreSQL has no function for (the epoch of a number of days), refused
+TIME_ARITHMETIC = ["extract(epoch FROM (TIMESTAMP '2025-01-01' - at))",
+                   "extract(epoch FROM (at - TIMESTAMP '2023-06-01 12:00:00.5'))",
+                   "(at::date - '2023-01-01'::date)", "(DATE '2024-02-29' - at::date)",
+                   "date_part('hour', '2023-01-01 07:00'::timestamp)",
+                   "extract(epoch FROM (at::date - '2023-01-01'::date))",
+                   "(at - TIMESTAMP '2023-01-01')"]
+_EPOCH = dt.datetime(1970, 1, 1)
 _FIELD = {"dow": lambda m: (m.weekday() + 1) % 7, "isodow": lambda m: m.isoweekday(),
           "hour": lambda m: m.hour, "month": lambda m: m.month, "year": lambda m: m.year,
           "day": lambda m: m.day, "quarter": lambda m: (m.month - 1) // 3 + 1,
@@ -267,6 +277,11 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
     columns = RULES.tables[TABLE].columns
     if isinstance(node, exp.Paren):
         return of(node.this)
+    if isinstance(node, exp.Sub) and _moment_of(node.this, row) is not None:  # days
+        days = [_moment_of(side, row) for side in (node.this, node.expression)]
+        if any(day[1] is None for day in days):
+            return _Ref(None, True)
+        return _Ref(float((days[0][1].date() - days[1][1].date()).days), True)
     if isinstance(node, exp.Column):
         column = columns[node.name]
         value = clamp_to_domain(row[node.name], column.lower, column.upper)
@@ -354,12 +369,19 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
         equal = value.value is not None and other.value is not None \
             and value.value == other.value
         return _Ref(None if equal else value.value, value.integer)
-    if isinstance(node, exp.Extract):  # the field of the moment clamped to the domain
-        raw = row[node.expression.name]
-        if raw is None:
+    if isinstance(node, exp.Extract) and node.this.name.lower() == "epoch":
+        inner = node.expression.unnest()
+        sides = [inner.this, inner.expression] if isinstance(inner, exp.Sub) else [inner]
+        moments = [_moment_of(side, row)[1] for side in sides]
+        if any(moment is None for moment in moments):
             return _Ref(None, False)
-        first, last = columns[node.expression.name].time_domain
-        return _Ref(float(_FIELD[node.this.name.lower()](min(max(raw, first), last))), False)
+        seconds = [(moment - _EPOCH).total_seconds() for moment in moments]
+        return _Ref(seconds[0] - (seconds[1] if len(seconds) > 1 else 0.0), False)
+    if isinstance(node, exp.Extract):  # the field of the moment clamped to the domain
+        moment = _moment_of(node.expression, row)[1]
+        if moment is None:
+            return _Ref(None, False)
+        return _Ref(float(_FIELD[node.this.name.lower()](moment)), False)
     if isinstance(node, exp.Case):
         branches = [(i.this, i.args["true"]) for i in node.args.get("ifs", [])]
         default = node.args.get("default")
@@ -370,6 +392,31 @@ def _ref(node: exp.Expression, row: dict, dialect: str) -> _Ref:  # noqa: C901, 
                 return _Ref(ref.value, integer)
         return _Ref(refs[-1].value if default is not None else None, integer)
     raise AssertionError(f"no reference for {node.sql()}")
+
+
+def _moment_of(node: exp.Expression, row: dict) -> tuple[str, dt.datetime | None] | None:
+    """(kind, moment) of a time operand: the column clamped to its domain, its
+    fraction of a second cut (what the guarded SQL reads: whole seconds), or a constant;
+    a cast to date is its midnight. None for a number."""
+    node = node.unnest()
+    day = False
+    while isinstance(node, exp.Cast) and node.to.this in (
+            exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP):
+        day = day or node.to.this == exp.DataType.Type.DATE
+        node = node.this.unnest()
+    if isinstance(node, exp.Literal) and node.is_string:
+        moment = dt.datetime.fromisoformat(node.name)
+    elif isinstance(node, exp.Column) and node.name == "at":
+        raw = row["at"]
+        if raw is None:
+            return ("day" if day else "moment"), None
+        first, last = RULES.tables[TABLE].columns["at"].time_domain
+        moment = min(max(raw, first), last).replace(microsecond=0)
+    else:
+        return None
+    if day:
+        moment = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    return ("day" if day else "moment"), moment
 
 
 def _whole(value, function):

@@ -63,6 +63,7 @@ class RunningProxy:
     log: list[str]
     process: subprocess.Popen | forked_cli.Forked
     killed: bool = False
+    backend_url: str | None = None  # the data served (demo_proxy's)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no clean-up runs."""

@@ -37,7 +37,7 @@ from proxy.analyze.joins import joined_table, resolver, split_joins
 from proxy.analyze.key_listing import key_listing
 from proxy.analyze.key_restriction import narrowed_domains
 from proxy.analyze.keyed_terms import keyed_terms
-from proxy.analyze.merge_steps import merge_steps
+from proxy.analyze.merge_steps import merge_steps, steps
 from proxy.analyze.ordering import limit_of, offset_of, order_by
 from proxy.analyze.outer import outer_plan, over_scalars, union_plan, windowed
 from proxy.analyze.per_unit import per_unit_plan
@@ -476,6 +476,7 @@ def _analyzed(statement: exp.Expression, rules: Rules, settings: Settings,
     if _public_only(select, rules):  # CTEs over public tables, merged away
         return PassthroughPlan(select.copy())
     _refuse_unmerged_public(select, rules)
+    _left_units_counted(select, rules)
     # aggregates of several scopes (COUNTD(IF …) beside others): a release per scope
     parts = scoped_parts(select, rules)
     if parts is not None:
@@ -1044,6 +1045,54 @@ def _column_resolver(table: Table, select: exp.Select, joins: tuple[Join, ...] =
         return name
 
     return resolve
+
+
+def _left_units_counted(select: exp.Select, rules: Rules) -> None:
+    """Looker's ``COUNT(DISTINCT people.person_id)`` over ``visits LEFT JOIN people ON
+    visits.person_id = people.person_id``: the LEFT-joined table's unit is the first
+    table's unit where a row of it matched and NULL elsewhere, which COUNT(DISTINCT)
+    skips, so it is rewritten (in place) as ``COUNT(DISTINCT visits.person_id) FILTER
+    (WHERE people.person_id IS NOT NULL)`` (AND a FILTER it had), the count of units
+    narrowed by a condition (``aggregates.narrowed_units``). Only a table joined on the
+    unit (no link) to a first table with a unit of its own; done before the scopes are
+    told apart (``scoped_parts``: beside ``COUNT(*)``, a release per scope), where the
+    joins are what ``split_joins`` reads (a join it refuses is left to be refused)."""
+    if not select.args.get("joins") or steps(select) or not any(
+            isinstance(count.this, exp.Distinct) for count in select.find_all(exp.Count)):
+        return
+    try:
+        alone, joins = split_joins(select.copy(), rules)
+    except Refused:
+        return
+    base = alone.args["from_"].this
+    table = rules.table(base.name) if isinstance(base, exp.Table) else None
+    if table is None:
+        return
+    alias = base.alias_or_name
+    own = table.privacy_unit if table.link is None else None
+    left = {join.alias: join.table.privacy_unit for join in joins
+            if join.protected and join.left and not join.link and join.table.link is None
+            and join.table.privacy_unit}
+    if not own or not left:
+        return
+    for count in list(select.find_all(exp.Count)):
+        distinct = count.this
+        if not isinstance(distinct, exp.Distinct) or len(distinct.expressions) != 1:
+            continue
+        value = distinct.expressions[0].unnest()
+        if not (isinstance(value, exp.Column) and not value.args.get("db")
+                and left.get(value.table.lower()) == value.name.lower()):
+            continue
+        present = exp.Not(this=exp.Is(this=value.copy(), expression=exp.null()))
+        counted = exp.Count(this=exp.Distinct(expressions=[
+            exp.column(own, table=alias, quoted=True)]))
+        wrapper = count.parent
+        if isinstance(wrapper, exp.Filter) and isinstance(wrapper.expression, exp.Where):
+            wrapper.set("expression", exp.Where(this=exp.and_(
+                present, exp.paren(wrapper.expression.this.copy(), copy=False))))
+            count.replace(counted)
+        else:
+            count.replace(exp.Filter(this=counted, expression=exp.Where(this=present)))
 
 
 def unit_test(table: Table, joins: tuple[Join, ...], alias: str):

@@ -33,6 +33,7 @@ before anything runs, and the derived domain, type and resolution are public.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
@@ -45,9 +46,10 @@ from proxy.analyze.aggregates import PAIRED, nested
 from proxy.analyze.group_keys import dereferenced, within_where
 from proxy.analyze.predicate import check_predicate
 from proxy.analyze.time_fields import extracted_column, field_range, field_sql
+from proxy.analyze.time_keys import field_of, part_field
 from proxy.errors import NotSupported, ProxyError
 from proxy.result_types import expression_type, of_columns
-from proxy.rules import Table
+from proxy.rules import Table, parse_moment
 from proxy.statistics import MAGNITUDE_CAP, value_range
 from proxy.vocabulary import DerivedColumn, Moment, read_raw
 
@@ -454,6 +456,10 @@ def _operator(node: exp.Expression, table: Table, resolve) -> _Value:
         if isinstance(node, exp.Exp):
             return _exponential(node, inner)
         return _rounding(node, inner)
+    if isinstance(node, exp.Sub):
+        days = _day_difference(node, table, resolve)
+        if days is not None:
+            return days
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
         left, right = of(node.this), of(node.expression)
         if isinstance(node, exp.Mul):
@@ -716,12 +722,153 @@ def _field(node: exp.Extract, table: Table, resolve) -> _Value:
     """``EXTRACT(field FROM t)`` of a time column with a declared domain: a number
     within the field's range over that domain (``time_fields.field_range``: hour 0..23,
     the domain's years for year), NULL where t is; the backend extracts it from the
-    moment clamped to the domain, so no row value leaves that range."""
+    moment clamped to the domain, so no row value leaves that range. ``t::timestamp``
+    is t; the field of a constant moment is a constant (dbt's ``date_part('hour',
+    '2023-01-01'::timestamp)``); ``epoch`` is ``_epoch``."""
+    if _word(node.this) == "epoch":
+        return _epoch(node, table, resolve)
+    moment = node.expression.unnest()
+    while isinstance(moment, exp.Cast) and moment.to.is_type(*_MOMENT_TYPES) and isinstance(
+            moment.this.unnest(), exp.Column):
+        moment = moment.this.unnest()
+    if moment is not node.expression.unnest():
+        node = exp.Extract(this=node.this.copy(), expression=moment.copy())
+    if isinstance(moment, exp.Literal) and moment.is_string:
+        written = parse_moment(moment.name)
+        if written is not None:
+            value = float(field_of(part_field(node.this), written))
+            return _Value(guards.number(value), value, value, (value, value), False, False,
+                          True, abs(value))
     field, column = extracted_column(node, table, resolve, "an aggregate")
     low, high = field_range(field, column)
     # not integral: PostgreSQL's extract is a numeric, so EXTRACT(hour …) / 2 is 5.5
     return _Value(field_sql(field, column), low, high, (low, high), False, True,
                   bound=max(abs(low), abs(high)))
+
+
+# -- moments inside an aggregate: epochs and days --------------------------------------
+
+_MOMENT_TYPES = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME)
+_EPOCH_DAY = dt.date(1970, 1, 1).toordinal()  # guards.moment_number's day of 1970-01-01
+_TIME_FORMS = ("extract(epoch FROM t), extract(epoch FROM (TIMESTAMP '2025-01-01' - t)), "
+               "t::date - DATE '2023-01-01' (days)")
+
+
+def _word(node: exp.Expression | None) -> str:
+    return node.name.lower() if isinstance(node, (exp.Var, exp.Literal, exp.Column)) else ""
+
+
+def _time_operand(node: exp.Expression, table: Table, resolve
+                  ) -> tuple[str | None, exp.Column | None, dt.datetime | None] | None:
+    """(kind, column, constant) of a moment or day an epoch or a day difference reads:
+    a date or timestamp column with a declared domain, or a moment constant (a quoted
+    literal, as ``merge_steps.fold_time_constants`` leaves ``TIMESTAMP '…'`` and
+    ``'…'::date``), cast or not; ``kind`` "day" (a date, or a cast to date), "moment"
+    (a timestamp, or a cast to timestamp), None (a constant not cast: it takes the other
+    side's, as PostgreSQL types an unknown literal). None for anything else; a time
+    column without a declared domain is refused."""
+    kind = None
+    node = node.unnest()
+    while isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DATE, *_MOMENT_TYPES):
+        kind = kind or ("day" if node.to.is_type(exp.DataType.Type.DATE) else "moment")
+        node = node.this.unnest()
+    if isinstance(node, exp.Literal) and node.is_string:
+        moment = parse_moment(node.name)
+        return None if moment is None else (kind, None, moment)
+    if not isinstance(node, exp.Column):
+        return None
+    column = table.columns.get(resolve(node))
+    if column is None or column.type not in ("date", "timestamp"):
+        return None
+    if column.time_domain is None:
+        raise NotSupported(f"{column.name} inside an aggregate needs a declared domain "
+                           f"[first, last] in the rules (what a moment outside it counts "
+                           "as); ask the data owner")
+    return kind or ("day" if column.type == "date" else "moment"), node, None
+
+
+def _time_value(operand, kind: str, table: Table, resolve) -> _Value:
+    """A time operand as a number: its days (``kind`` "day") or seconds ("moment")
+    since 1970-01-01 00:00, a timestamp's wall clock read as UTC (PostgreSQL's epoch of
+    a ``timestamp``, whatever the session's zone; a date's midnight). A column is read
+    clamped to its declared domain through ``guards.moment_number`` (whole numbers from
+    the fields every engine extracts alike: a timestamp's fraction of a second is cut),
+    so the value lies within the domain's and the SQL cannot fail."""
+    _, column, constant = operand
+    if column is None:
+        number = (constant.date().toordinal() - _EPOCH_DAY) if kind == "day" else (
+            constant - dt.datetime(1970, 1, 1)).total_seconds()
+        number = float(number)
+        return _Value(guards.number(number), number, number, (number, number),
+                      number.is_integer(), False, True, abs(number))
+    declared = table.columns[resolve(column)]
+    first, last = (moment.replace(microsecond=0) for moment in declared.time_domain)
+    raw = exp.column(declared.name, quoted=True)
+    if declared.type == "date":  # its days; a moment: its midnight's seconds
+        sql = exp.paren(guards.moment_number(raw, declared.time_domain, False)
+                        - exp.Literal.number(_EPOCH_DAY))
+        low, high = (float(m.toordinal() - _EPOCH_DAY) for m in (first, last))
+        if kind == "moment":
+            sql = exp.paren(sql * exp.Literal.number(86400))
+            low, high = low * 86400, high * 86400
+    else:
+        seconds = exp.paren(guards.moment_number(raw, declared.time_domain, True)
+                            - exp.Literal.number(_EPOCH_DAY * 86400))
+        low, high = ((m - dt.datetime(1970, 1, 1)).total_seconds() for m in (first, last))
+        sql = seconds
+        if kind == "day":
+            sql = exp.func("FLOOR", exp.Div(this=seconds, expression=exp.Literal.number(86400.0)))
+            low, high = math.floor(low / 86400), math.floor(high / 86400)
+    return _Value(sql, low, high, (low, high), True, True,
+                  bound=max(abs(low), abs(high)) + 1)
+
+
+def _epoch(node: exp.Extract, table: Table, resolve) -> _Value:
+    """``extract(epoch FROM m)`` of a time column (seconds since 1970-01-01 of its wall
+    clock, a date's midnight) or of a difference of two moments, one a column
+    (``extract(epoch FROM (TIMESTAMP '2025-01-01' - visited_at))``: the interval's
+    seconds, PostgreSQL's for a difference of timestamps), within the range the
+    declared domain gives it."""
+    inner = node.expression.unnest()
+    sides = [inner.this, inner.expression] if isinstance(inner, exp.Sub) else [inner]
+    operands = [_time_operand(side, table, resolve) for side in sides]
+    if any(operand is None for operand in operands) or all(
+            operand[1] is None for operand in operands):
+        raise NotSupported(f"{_text(node)} is not supported inside an aggregate; the epoch "
+                           f"of a time column or of its difference with a moment: "
+                           f"{_TIME_FORMS}")
+    if len(operands) == 2 and "day" in (operands[0][0], operands[1][0]) and all(
+            operand[0] in ("day", None) for operand in operands):
+        raise NotSupported(f"{_text(node)}: a date minus a date is a number of days, "
+                           "which has no epoch; use it as it is", "42883")
+    values = [_time_value(operand, "moment", table, resolve) for operand in operands]
+    if len(values) == 1:
+        value = values[0]
+        return replace(value, integer=False)
+    left, right = values
+    low, high = _sub((left.low, left.high), (right.low, right.high))
+    return _Value(exp.Sub(this=left.sql, expression=right.sql), low, high, (low, high),
+                  False, True, False, left.bound + right.bound)
+
+
+def _day_difference(node: exp.Sub, table: Table, resolve) -> _Value | None:
+    """dbt's datediff: ``t::date - '2023-01-01'::date`` (PostgreSQL's date minus date: a
+    whole number of days), a date column or a cast to date minus a day or another one.
+    None where neither side is a time column (ordinary arithmetic); refused where one
+    is and the other is not a day (a moment minus a moment is an interval: take its
+    epoch)."""
+    operands = [_time_operand(side, table, resolve) for side in (node.this, node.expression)]
+    if all(operand is None or operand[1] is None for operand in operands):
+        return None
+    if any(operand is None for operand in operands) or not all(
+            operand[0] in ("day", None) for operand in operands) or not any(
+            operand[0] == "day" for operand in operands):
+        raise NotSupported(f"{_text(node)} is not supported inside an aggregate: a moment's "
+                           f"difference is an interval; use {_TIME_FORMS}")
+    left, right = (_time_value(operand, "day", table, resolve) for operand in operands)
+    low, high = _sub((left.low, left.high), (right.low, right.high))
+    return _Value(exp.paren(exp.Sub(this=left.sql, expression=right.sql)), low, high,
+                  (low, high), True, True, False, left.bound + right.bound)
 
 
 def _boolean(condition: exp.Expression, table: Table, resolve) -> _Value:

@@ -66,6 +66,7 @@ from proxy.analyze.predicate import check_predicate
 from proxy.analyze.substrings import substring_case
 from proxy.analyze.time_keys import (
     canonical,
+    epoch_bin_term,
     field_values,
     interval_parts,
     part_field,
@@ -279,6 +280,10 @@ def _shaped_term(node: exp.Expression, table: Table, resolve,
     name = default_name(node)
     if isinstance(node, exp.Column):
         return _plain_column(resolve(node), table, name)
+    if isinstance(node, exp.Coalesce):
+        public = _public_coalesce(node, table, resolve, name)
+        if public is not None:
+            return public
     part = _time_part(node, table, resolve, name, where)
     if part is not None:
         return part
@@ -489,6 +494,26 @@ def _plain_column(name: str, table: Table, label: str) -> GroupKey:
     return GroupKey(label, COLUMN, name, column.keys, column.type)
 
 
+def _public_coalesce(node: exp.Coalesce, table: Table, resolve, name: str
+                     ) -> GroupKey | None:
+    """``COALESCE(r.name, 'unknown')`` of a joined public table's text column: its keys
+    the public table's values (read by the engine, as for ``r.name``) and the constant,
+    the key of the rows whose value is NULL (a LEFT JOIN's unmatched rows, a NULL in the
+    public table); the backend computes the COALESCE (``group_sql.group_value``). None
+    for other shapes."""
+    parts = [node.this, *node.expressions]
+    if len(parts) != 2:
+        return None
+    column, fallback = (part.unnest() for part in parts)
+    if not isinstance(column, exp.Column) or not (isinstance(fallback, exp.Literal)
+                                                  and fallback.is_string):
+        return None
+    term = _plain_column(resolve(column), table, name)
+    if term.kind != PUBLIC or term.type != "text":
+        return None
+    return replace(term, default=fallback.name)
+
+
 def integer_domain_keys(term: GroupKey, table: Table, delta,
                         where: exp.Expression | None = None, resolve=None) -> GroupKey:
     """A plain ``int`` column of the queried table without declared keys, where the
@@ -653,7 +678,7 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
          where: exp.Expression | None = None) -> GroupKey | None:
     """``floor(x / w) [* w]`` and, on int columns, ``x / w [* w]``; the epoch bins
     ``floor(extract(epoch from t) / w) [* w]``; None for other shapes."""
-    multiplied = None
+    whole, multiplied = node, None
     if isinstance(node, exp.Mul):
         for inner, outer in ((node.this, node.expression), (node.expression, node.this)):
             if isinstance(inner, (exp.Floor, exp.Div, exp.IntDiv, exp.Paren)) and \
@@ -677,7 +702,15 @@ def _bin(node: exp.Expression, table: Table, resolve, name: str,
     if isinstance(division.this, exp.Extract) and _unit(division.this.this) == "epoch":
         if not floor:
             raise NotSupported("bin an epoch with floor(extract(epoch FROM col) / w) * w")
-        return _epoch_bin(division.this.expression, width, scale, table, resolve, name, where)
+        moment = division.this.expression
+        if not isinstance(moment, exp.Column) and not division.this.args.get("zone"):
+            ranged = epoch_bin_term(whole, moment, width, scale, table, resolve, name,
+                                    lambda column: within_where(column, where, resolve))
+            if ranged is not None:
+                return ranged
+            while not isinstance(moment, exp.Column) and moment.find(exp.Column):
+                moment = moment.this  # the column on its own clock: its plain bin
+        return _epoch_bin(moment, width, scale, table, resolve, name, where)
     what = f"floor({division.this.sql(dialect='postgres')} / {width})" if floor else \
         f"{division.this.sql(dialect='postgres')} / {width}"
     column = numeric_column(division.this, table, resolve, what)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+from decimal import Decimal
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
@@ -205,8 +206,19 @@ def fold_time_constants(tree: exp.Expression, rules: Rules | None = None) -> exp
     drops a written zone, as PostgreSQL's does; a ``timestamptz`` one ('…Z'::timestamptz,
     as Cube writes it) is a moment, its text without a zone read in the session's zone,
     and is written as that zone's wall clock, which the timestamp columns it is compared
-    with are read in (``time_keys.constant_wall``). A timestamp with a time of day
-    compared with a date column of ``rules`` is refused (``_date_compared``)."""
+    with are read in (``time_keys.constant_wall``); so is Grafana's
+    ``to_timestamp(1704067200)`` (``$__timeFrom()``) compared with something
+    (``_epoch_moment``). A timestamp with a time of day compared with a date column of
+    ``rules`` is refused (``_date_compared``)."""
+    for node in list(tree.find_all(exp.UnixToTime)):
+        moment = _epoch_moment(node)
+        if moment is None:
+            continue
+        compared = _compared_columns(node, rules) if rules is not None else None
+        if compared is not None:
+            _compared_with_time(compared, "timestamp with time zone")
+            _date_compared(compared, moment)
+        node.replace(exp.Literal.string(moment.isoformat(" ")))
     for node in list(tree.find_all(exp.Cast, exp.StrToTime, exp.StrToDate, exp.TsOrDsToDate)):
         text = node.this
         if not (isinstance(text, exp.Literal) and text.is_string):
@@ -280,6 +292,43 @@ def _date_compared(compared: tuple[exp.Expression, list[tuple[exp.Column, set[st
         raise NotSupported(f"column {columns[0][0].name} is a date and PostgreSQL compares it "
                            f"with the timestamp '{wall.isoformat(' ')}' as its midnight; "
                            "compare it with a date such as '2024-01-31'")
+
+
+_EPOCH = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _epoch_moment(node: exp.UnixToTime) -> dt.datetime | None:
+    """The session zone's wall clock of ``to_timestamp(constant)`` (PostgreSQL's
+    to_timestamp(double precision): the moment that many seconds after 1970-01-01 00:00
+    UTC, a ``timestamptz``) where it is compared with a column, read as a
+    ``'…'::timestamptz`` constant is (``constant_wall``); None where it is not a number
+    constant compared with a column (it stays, and is analysed, or refused, as before). A constant that
+    is not whole microseconds (PostgreSQL rounds the double, maybe to another
+    microsecond than its decimal text's), or beyond the years 1 to 9999, is refused."""
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if not isinstance(parent, _COMPARISONS) or not any(
+            isinstance(parent.args.get(side), exp.Column)
+            for side in ("this", "expression", "low", "high")) or any(
+            node.args.get(arg) is not None
+            for arg in ("scale", "zone", "hours", "minutes", "format")):
+        return None
+    value, sign = node.this, ""
+    if isinstance(value, exp.Neg):
+        value, sign = value.this, "-"
+    if not (isinstance(value, exp.Literal) and not value.is_string
+            and _EPOCH.fullmatch(value.name)):
+        return None
+    micros = Decimal(sign + value.name) * 1_000_000
+    if micros != micros.to_integral_value():
+        raise NotSupported(f"to_timestamp({sign}{value.name}) is not a whole number of "
+                           "microseconds; write the epoch seconds with at most 6 decimals")
+    try:
+        return constant_wall(dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=int(micros)))
+    except OverflowError:  # the zones move it out of years 1-9999
+        raise NotSupported(f"to_timestamp({sign}{value.name}) is beyond the years 1 to "
+                           "9999") from None
 
 
 def _wall_of_moment(text: str, wall: dt.datetime, format_: exp.Expression | None

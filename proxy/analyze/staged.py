@@ -747,7 +747,8 @@ def top_choice_plan(select: exp.Select, rules: Rules,
     release = _release(body, group.expressions[0], tables[0].name, pair[0], pair[1])
     plan = analyse(release)
     if not isinstance(plan, QueryPlan) or len(plan.group_by) != 1 \
-            or plan.group_by[0].kind != PUBLIC or len(plan.aggregates) != 1 \
+            or plan.group_by[0].kind != PUBLIC or plan.group_by[0].default is not None \
+            or len(plan.aggregates) != 1 \
             or plan.aggregates[0].kind != SUM or plan.post is not None \
             or plan.order_by or plan.limit is not None or plan.table.privacy_unit is None:
         raise _top_refusal("a SUM over a table with a privacy unit (its noise: "

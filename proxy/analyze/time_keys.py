@@ -614,6 +614,11 @@ _UNIT_OF_FIELD = {"year": "year", "isoyear": "day", "quarter": "quarter", "month
                   "hour": "hour", "minute": "minute"}
 
 
+def field_of(field: str, value) -> int:
+    """PostgreSQL's ``extract(field FROM value)`` of one moment (a field of PART_CYCLES)."""
+    return _extract(field, value)
+
+
 def _extract(field: str, value) -> int:
     moment = _naive(value)
     return {"year": lambda m: m.year, "quarter": lambda m: (m.month - 1) // 3 + 1,
@@ -901,3 +906,67 @@ def interval_fields(node: exp.Interval) -> tuple[int, dt.timedelta, dt.timedelta
             raise NotSupported(f"INTERVAL '{text}': unit {word} is not one of "
                                "microseconds … weeks, months, years")
     return months, days, delta
+
+
+_EPOCH_START = dt.datetime(1970, 1, 1)
+
+
+def epoch_bin_term(whole: exp.Expression, moment: exp.Expression, width: int, scale: int,
+                   table: Table, resolve, name: str,
+                   within: Callable[[Column], tuple[dt.datetime, dt.datetime]]
+                   ) -> GroupKey | None:
+    """Grafana's ``$__timeGroup(col, 1h)`` of a column on another clock, ``floor(extract(
+    epoch FROM m) / w) [* w]`` (``whole``) where m is a moment of the shapes above
+    (``col AT TIME ZONE 'UTC'``, ``col::timestamptz``): PostgreSQL's epoch of a
+    ``timestamptz`` is the moment's seconds since 1970-01-01 00:00 UTC, of a
+    ``timestamp`` its wall clock's nominal ones, so the key changes where m's clock
+    crosses a multiple of w seconds (or where a zone's offset changes): ranges of the
+    column, as the buckets above, each labelled with its key (times ``scale``). None
+    where m is the column's own clock everywhere in [first, last] (no shift: the plain
+    column's bin, ``group_keys._epoch_bin``, which the backend computes itself)."""
+    columns = {resolve(part) for part in moment.find_all(exp.Column)}
+    if len(columns) != 1:
+        raise NotSupported(f"GROUP BY {whole.sql(dialect='postgres')} must read one date or "
+                           "timestamp column")
+    column = table.columns[columns.pop()]
+    if column.type not in ("date", "timestamp") or column.time_domain is None:
+        return None  # group_keys._time_column says why
+    first, last = within(column)
+    compiler = _Compiler(column, first, last, reading_zone())
+    inner = compiler.term(moment)
+    if isinstance(inner, _Moment):
+        if inner.kind not in ("ts", "tstz") or first > last:
+            return None
+        spans = list(inner.spans(first, last))
+        if all(shift == dt.timedelta(0) for *_, shift in spans):
+            return None
+        step = dt.timedelta(seconds=width)
+
+        def breaks(low: dt.datetime, high: dt.datetime) -> list[dt.datetime]:
+            found: list[dt.datetime] = []
+            for start, end, shift in inner.spans(low, high):
+                found.append(start)
+                k = (start + shift - _EPOCH_START) // step + 1
+                while _EPOCH_START + k * step <= end + shift:
+                    found.append(_EPOCH_START + k * step - shift)
+                    k += 1
+                    if len(found) > _MAX_BREAKS:
+                        raise NotSupported(f"GROUP BY {width}-second bins would cut the time "
+                                           f"range into more than {_MAX_BREAKS:,} ranges; use "
+                                           "wider bins or a shorter time range")
+            return found
+
+        term = _Stepped("int", breaks,
+                        lambda t: (inner.value(t) - _EPOCH_START) // step * scale)
+    elif inner.kind in ("ts", "tstz", "date"):  # a bucket's start: its epoch's bin
+        term = _Stepped("int", inner.breaks,
+                        lambda t: _epoch(inner.value(t)) // width * scale)
+    else:
+        raise NotSupported(f"GROUP BY {whole.sql(dialect='postgres')}: extract(epoch FROM …) "
+                           "takes a moment or a timestamp")
+    starts, labels = _ranges(term, first, last) if first <= last else ([], [])
+    shown = list(dict.fromkeys(labels))
+    index = {label: i for i, label in enumerate(shown)}
+    return GroupKey(name, RANGES, column.name, tuple(range(len(shown))), "int",
+                    unit=canonical(whole, resolve), labels=tuple(shown),
+                    bounds=tuple(starts), ranges=tuple(index[label] for label in labels))

@@ -41,6 +41,8 @@ DOUBLE = exp.DataType.build("double")
 
 def group_value(term: GroupKey, table: Table) -> exp.Expression:
     """The term's key of one row (NULL: the row belongs to no group)."""
+    if term.kind == PUBLIC and term.default is not None:  # COALESCE(r.name, 'unknown')
+        return exp.func("COALESCE", exp.column(term.column, quoted=True), literal(term.default))
     if term.kind in (COLUMN, PUBLIC, SELECTED):
         return exp.column(term.column, quoted=True)
     if term.kind == CASE:

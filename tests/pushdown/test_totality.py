@@ -114,6 +114,17 @@ def test_issue_29_oracles_are_refused_or_total(engine, text):
     assert outcome.failures == []
 
 
+@pytest.mark.parametrize("text", totality.TIME_ARITHMETIC)
+def test_epochs_and_day_differences_are_total(engine, text):
+    """An age in days, dbt's datediff (tests/bi/test_reach4.py): admitted and total over
+    the adversarial moments (NULL, far outside the domain, fractions of a second); the
+    epoch of a number of days and a bare interval refused."""
+    outcome = totality.check(text, totality.as_rows(ROWS), engine, engine.backend.dialect)
+    assert outcome.failures == []
+    refused = "at::date - '2023-01-01'::date))" in text or text.startswith("(at - ")
+    assert (outcome.refused, outcome.admitted) == ((1, 0) if refused else (0, 1)), outcome
+
+
 def test_a_divisor_kept_from_zero_by_nullif_is_total(engine):
     """Metabase's x / NULLIF(n, 0): an int whose range ends at 0 keeps from it (admitted,
     total over the adversarial rows); one whose range holds 0 inside, a float, or another
