@@ -20,6 +20,7 @@ import click
 
 from proxy.errors import DatabaseInUse, ProxyError, RulesError, TooComplex
 from proxy.loss import parse_epsilon
+from proxy.pgtypes import interval_text
 from proxy.progress import progress
 
 if TYPE_CHECKING:
@@ -317,6 +318,8 @@ def _cell(value) -> str:
         return f"{value:.10g}"
     if isinstance(value, list):  # an array, as psql shows one
         return "{" + ",".join(_cell(v) for v in value) + "}"
+    if isinstance(value, datetime.timedelta):  # an interval, as psql shows one
+        return interval_text(value)
     return str(value)
 
 

@@ -5,6 +5,8 @@ a released value is) and the wire (which OID a client is told)."""
 
 from __future__ import annotations
 
+import datetime
+
 BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
 FLOAT4, FLOAT8, UNKNOWN, VARCHAR, BPCHAR = 700, 701, 705, 1043, 1042
 DATE, TIMESTAMP, TIMESTAMPTZ, NUMERIC = 1082, 1114, 1184, 1700
@@ -61,3 +63,26 @@ def oid_of(name: str) -> int:
     if name.endswith("[]"):
         return ARRAYS.get(oid_of(name[:-2]), TEXT)
     return BY_NAME.get(name.split("(")[0], TEXT)
+
+
+def interval_parts(value: datetime.timedelta) -> tuple[int, int]:
+    """(days, microseconds) of a difference of two moments as PostgreSQL's timestamp
+    subtraction gives it (``interval_justify_hours``): whole days, and the rest of less
+    than a day, both of the difference's sign."""
+    total = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    days, micros = divmod(abs(total), 86_400_000_000)
+    sign = -1 if total < 0 else 1
+    return sign * days, sign * micros
+
+
+def interval_text(value: datetime.timedelta) -> str:
+    """An interval as PostgreSQL writes it (IntervalStyle postgres): ``730 days
+    10:39:00``, ``1 day``, ``-1 days -01:00:00``, ``00:00:00``."""
+    days, micros = interval_parts(value)
+    parts = [f"{days} day{'' if days == 1 else 's'}"] if days else []
+    if micros or not days:
+        seconds, fraction = divmod(abs(micros), 1_000_000)
+        hours, rest = divmod(seconds, 3600)
+        clock = f"{'-' if micros < 0 else ''}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
+        parts.append(clock + (f".{fraction:06d}".rstrip("0") if fraction else ""))
+    return " ".join(parts)

@@ -295,6 +295,7 @@ def _date_compared(compared: tuple[exp.Expression, list[tuple[exp.Column, set[st
 
 
 _EPOCH = re.compile(r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_EPOCH_LIMIT = Decimal(10) ** 12  # seconds: 31,700 years, past 9999 from 1970 either way
 
 
 def _epoch_moment(node: exp.UnixToTime) -> dt.datetime | None:
@@ -320,6 +321,9 @@ def _epoch_moment(node: exp.UnixToTime) -> dt.datetime | None:
     if not (isinstance(value, exp.Literal) and not value.is_string
             and _EPOCH.fullmatch(value.name)):
         return None
+    if Decimal(value.name).copy_abs() > _EPOCH_LIMIT:  # past the years 1-9999 in any zone
+        raise NotSupported(f"to_timestamp({sign}{value.name}) is beyond the years 1 to "
+                           "9999")
     micros = Decimal(sign + value.name) * 1_000_000
     if micros != micros.to_integral_value():
         raise NotSupported(f"to_timestamp({sign}{value.name}) is not a whole number of "

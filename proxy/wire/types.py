@@ -26,6 +26,8 @@ from proxy.pgtypes import (
     OID,
     TIMESTAMP,
     TIMESTAMPTZ,
+    interval_parts,
+    interval_text,
 )
 
 INTEGERS = {INT2: "!h", INT4: "!i", INT8: "!q", OID: "!I"}
@@ -130,31 +132,8 @@ def _encode_text(value: object, oid: int, extra_float_digits: int, zone: dt.tzin
     if oid in (DATE, TIMESTAMP):
         return _wall_text(value) if oid == TIMESTAMP else value.isoformat()
     if oid == INTERVAL:
-        return _interval_text(value)
+        return interval_text(value)
     return str(value)
-
-
-def _interval_parts(value: dt.timedelta) -> tuple[int, int]:
-    """(days, microseconds) of a difference of two moments as PostgreSQL's timestamp
-    subtraction gives it (``interval_justify_hours``): whole days, and the rest of less
-    than a day, both of the difference's sign."""
-    total = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
-    days, micros = divmod(abs(total), 86_400_000_000)
-    sign = -1 if total < 0 else 1
-    return sign * days, sign * micros
-
-
-def _interval_text(value: dt.timedelta) -> str:
-    """An interval as PostgreSQL writes it (IntervalStyle postgres): ``730 days
-    10:39:00``, ``1 day``, ``-1 days -01:00:00``, ``00:00:00``."""
-    days, micros = _interval_parts(value)
-    parts = [f"{days} day{'' if days == 1 else 's'}"] if days else []
-    if micros or not days:
-        seconds, fraction = divmod(abs(micros), 1_000_000)
-        hours, rest = divmod(seconds, 3600)
-        clock = f"{'-' if micros < 0 else ''}{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
-        parts.append(clock + (f".{fraction:06d}".rstrip("0") if fraction else ""))
-    return " ".join(parts)
 
 
 def _moment_text(value: dt.datetime) -> str:
@@ -188,7 +167,7 @@ def _encode_binary(value: object, oid: int) -> bytes:
     if oid == DATE:
         return struct.pack("!i", (value - _EPOCH).days)
     if oid == INTERVAL:  # microseconds, days, months
-        days, micros = _interval_parts(value)
+        days, micros = interval_parts(value)
         return struct.pack("!qii", micros, days, 0)
     if oid in (TIMESTAMP, TIMESTAMPTZ):
         if value.tzinfo is not None:

@@ -105,6 +105,10 @@ def test_to_timestamp_beyond_microseconds_is_refused_for_free(analyst):
     message = _refused_free(analyst, "SELECT COUNT(*) FROM visits WHERE visited_at >= "
                             "to_timestamp(1704067200.0000001)", "0A000")
     assert "at most 6 decimals" in message
+    for huge in ("1e9999999", "-1e999999999999999999", "99999999999999999999"):  # not XX000
+        message = _refused_free(analyst, "SELECT COUNT(*) FROM visits WHERE visited_at >= "
+                                f"to_timestamp({huge})", "0A000")
+        assert "beyond the years 1 to 9999" in message
 
 
 # -- 2. Grafana's $__timeGroup(col, 1h) of the column on another clock --------------------
