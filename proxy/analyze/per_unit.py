@@ -53,6 +53,7 @@ from proxy.analyze.merge_steps import step_name, steps
 from proxy.errors import NotSupported
 from proxy.interrupts import checkpoint
 from proxy.rules import Column, Rules, Table
+from proxy.statistics import MAGNITUDE_CAP
 from proxy.vocabulary import COUNT, SUM, DerivedColumn, PerUnit, QueryPlan
 
 Rows = Callable[[exp.Select], QueryPlan]  # an aggregate query over the rules' tables
@@ -302,8 +303,13 @@ def _units_table(plan: QueryPlan, unit_names: tuple[str, ...], names: tuple[str,
             # a plain column of the units' relation, also for an expression's sum
             # (a DerivedColumn kept would render its source columns, which the units'
             # relation does not have: SUM(days + 1) per unit under AVG failed, charged)
-            columns[name] = Column(name, summed.type, min(0.0, bound * summed.lower),
-                                   max(0.0, bound * summed.upper),
+            # within ±MAGNITUDE_CAP, as every derived value: the statistics round each
+            # value into a BIGINT (pushdown.scope.exact_sum), which a unit's total past
+            # 2⁶³ overflowed, failing the statement after the debit (a test of one
+            # unit's total: the review of 2026-11-29)
+            columns[name] = Column(name, summed.type,
+                                   max(-MAGNITUDE_CAP, min(0.0, bound * summed.lower)),
+                                   min(MAGNITUDE_CAP, max(0.0, bound * summed.upper)),
                                    declared_resolution=summed.declared_resolution)
             continue
         columns[name] = Column(name, "int", 0.0, None if bound is None else float(bound),

@@ -19,7 +19,7 @@ from proxy.errors import Refused
 from proxy.rules import parse_rules
 from proxy.session import Session
 from tests.factories import Table, engine_fixture, table_of_rows
-from tests.probes import recorded_statistics, refused_for_free
+from tests.probes import recorded_statistics, refused_for_free, run
 
 RULES = parse_rules("""
 [defaults]
@@ -467,3 +467,36 @@ def test_dp_over_units_needs_the_declared_bound(loaded):
         list(session.execute("SELECT kind, COUNT(*) FROM (SELECT person_id, kind, COUNT(*) AS n "
                              "FROM claims GROUP BY person_id, kind) t GROUP BY kind"))
     assert (loaded.ledger.entries(), loaded.ledger.budgets()) == before
+
+
+WIDE = """
+[defaults]
+budget_per_analyst = 100
+[analysts.alice]
+[tables.tx]
+privacy_unit = "pid"
+max_rows_per_unit = 20000
+[tables.tx.columns]
+pid    = { type = "int" }
+amount = { type = "float", domain = [0, 1e15] }
+kind   = { type = "text", keys = ["a", "b"] }
+"""
+wide = engine_fixture(WIDE, lambda: {"tx": table_of_rows(
+    [(1, 1e15, "a")] * 10_000 + [(i, 10.0 * i, "ab"[i % 2]) for i in range(2, 40)],
+    {"pid": "BIGINT", "amount": "DOUBLE PRECISION", "kind": "TEXT"})}, name="wide")
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT AVG(total), STDDEV(total), MEDIAN(total), MAX(total) FROM (SELECT pid, "
+    "SUM(amount) AS total FROM tx GROUP BY pid) t WHERE pid = 1",
+    "SELECT kind, AVG(total) FROM (SELECT pid, kind, SUM(amount) AS total FROM tx "
+    "GROUP BY pid, kind) t GROUP BY kind"])
+def test_a_units_total_past_a_bigint_is_capped_not_a_failure(wide, sql):
+    """One unit's total of 10¹⁹ (10,000 rows of 10¹⁵, a declared bound of 20,000 rows):
+    the per-unit value's domain is capped at ±10¹⁵, as every derived value's, so it is
+    clamped there. It overflowed the BIGINT each value is rounded into, failing the
+    statement after the debit (58000) only where such a unit was in scope: a test of
+    one unit's total (the review of 2026-11-29)."""
+    (answer,) = run(Session.open(wide, "alice"), sql)
+    assert all(value is None or math.isfinite(float(value)) for row in answer.rows
+               for value in row if not isinstance(value, str))
