@@ -141,6 +141,13 @@ def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Sele
             raise NotSupported(f"{refused}: {node.sql(dialect='postgres')} reads {public.name}"
                                f", whose rows without rows of {table.name} it would count; "
                                f"aggregate {table.name}'s columns or put it first")
+        if isinstance(node.parent, exp.WithinGroup):
+            continue  # the fraction; the value is the WITHIN GROUP's ORDER BY, below
+        if not all(_null_when_unmatched(value) for value in _aggregated(node)):
+            raise NotSupported(f"{refused}: {node.sql(dialect='postgres')} is not NULL on a "
+                               f"row of {public.name} without rows of {table.name} (a "
+                               "constant, COALESCE, CASE … IS NULL), so it would count that "
+                               f"row; aggregate {table.name}'s columns or put it first")
     group = select.args.get("group")
     for term in group.expressions if group else []:
         if isinstance(term, exp.Literal) and term.is_int and 0 < int(term.name) <= len(items):
@@ -154,6 +161,36 @@ def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Sele
     inner.set("from_", exp.From(this=table.copy()))
     inner.set("joins", [exp.Join(this=public.copy(), on=join.args["on"].copy())])
     return inner
+
+
+# Nodes NULL when any operand is (PostgreSQL's strict operators and functions): over a
+# public row without protected rows, whose protected columns are NULL, one of them over
+# such a column is NULL, which every aggregate skips
+_STRICT = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg, exp.Paren,
+           exp.Cast, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Ln, exp.Log, exp.Exp,
+           exp.Sqrt, exp.Pow, exp.Sign, exp.Trunc, exp.DPipe, exp.Lower, exp.Upper,
+           exp.Length, exp.Distinct)
+
+
+def _aggregated(node: exp.Expression) -> list[exp.Expression]:
+    """The values an aggregate reads (a WITHIN GROUP's its ORDER BY's, a paired one's
+    both), each of which it skips where NULL."""
+    if isinstance(node, exp.WithinGroup):
+        order = node.expression
+        return [item.this for item in order.expressions] if isinstance(order, exp.Order) \
+            else [order]
+    return [value for value in (node.this, node.args.get("expression"))
+            if isinstance(value, exp.Expression)]
+
+
+def _null_when_unmatched(node: exp.Expression) -> bool:
+    """Whether ``node`` is NULL wherever the protected table's columns are: one of them,
+    or a strict operator over at least one such (constants, COALESCE, CASE, IS NULL are
+    not)."""
+    if isinstance(node, exp.Column):
+        return True  # the public table's are refused before
+    return isinstance(node, _STRICT) and any(
+        _null_when_unmatched(child) for child in node.iter_expressions())
 
 
 def split_joins(select: exp.Select, rules: Rules

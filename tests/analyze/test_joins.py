@@ -238,6 +238,14 @@ REFUSED = [
      "COUNT(*) counts a row of regions without rows of people as 1"),
     ("SELECT r.name, COUNT(r.code) FROM regions r LEFT JOIN people p ON p.region = r.code "
      "GROUP BY 1", "0A000", "COUNT(r.code) reads regions"),
+    # not NULL on a row of regions without people, so counting it (the review of
+    # 2026-11-29: answered as the inner join, 0 where PostgreSQL gives 1)
+    ("SELECT r.name, COUNT(1) FROM regions r LEFT JOIN people p ON p.region = r.code "
+     "GROUP BY 1", "0A000", "COUNT(1) is not NULL on a row of regions"),
+    ("SELECT r.name, SUM(COALESCE(p.age, 100)) FROM regions r LEFT JOIN people p ON "
+     "p.region = r.code GROUP BY 1", "0A000", "so it would count that row"),
+    ("SELECT MAX(CASE WHEN p.age IS NULL THEN 1 ELSE 0 END) FROM regions r LEFT "
+     "JOIN people p ON p.region = r.code", "0A000", "is not NULL on a row of regions"),
     ("SELECT p.sex, COUNT(p.age) FROM regions r LEFT JOIN people p ON p.region = r.code "
      "GROUP BY 1", "0A000", "grouped by p.sex, a row of regions without rows of people"),
     ("SELECT COUNT(p.age) FROM regions r LEFT JOIN people p ON p.region = r.code "
