@@ -255,6 +255,9 @@ def _keyed(keys: tuple[exp.Column, ...], key_names: tuple[str, ...], table: Tabl
 def _check_source(plan: QueryPlan, inner: exp.Select, unit: exp.Column) -> None:
     """The per-unit values are counts, and the unit grouped by is the first protected
     table's (or that of one joined inner on it: the same value)."""
+    if not isinstance(plan, QueryPlan):  # a staged one: a subquery released first
+        raise NotSupported("a per-unit subquery reads its table alone: a subquery in it "
+                           f"(WHERE cost > (SELECT AVG(cost) …)) is not supported; {FORM}")
     if plan.post is not None or plan.mechanism.individual:
         raise NotSupported(f"a per-unit subquery computes aggregates of each unit's rows; "
                            f"compute on them in the outer query: {FORM}")

@@ -447,6 +447,10 @@ REFUSED = [
      "invalid input syntax for type bigint: 'a'"),
     (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits WHERE nope = 1 "
      "GROUP BY person_id) t"), "42703", "nope"),
+    # a staged subquery inside: XX000 until the review of 2026-11-29
+    (("SELECT COUNT(*) FROM (SELECT person_id, COUNT(*) AS n FROM visits WHERE cost > "
+      "(SELECT AVG(cost) FROM visits) GROUP BY person_id) t"), "0A000",
+     "a subquery in it (WHERE cost > (SELECT AVG(cost) …)) is not supported"),
 ]
 
 
