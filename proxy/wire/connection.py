@@ -25,7 +25,14 @@ from datetime import tzinfo
 from typing import Any, Protocol, TypeVar
 
 from proxy.engine import Engine
-from proxy.errors import NotSupported, ProxyError, QueryCanceled, TooComplex, UnknownAnalyst
+from proxy.errors import (
+    NotSupported,
+    ProxyError,
+    QueryCanceled,
+    Refused,
+    TooComplex,
+    UnknownAnalyst,
+)
 from proxy.interrupts import checkpoint
 from proxy.pgtypes import TEXT, oid_of
 from proxy.rules import Rules, ServerLimits
@@ -92,6 +99,9 @@ class Prepared:
     fields: list[codec.Field] | None  # None: the statement returns no rows
     shadow_name: bytes | None = None
     intervals: bool | None = None  # idp.intervals when described: it adds columns
+    # described with stand-ins for its parameters, refused (power(x, $1): the stand-in 1
+    # is not an exponent it takes): its columns are read from each Bind's values
+    refusal: ProxyError | None = None
 
 
 @dataclass
@@ -655,11 +665,16 @@ class Connection:
                         or await self._engine_work(lambda: params.bind(
                             prepared.statement.text, prepared.param_types, values))
                     _BOUND.put(key, portal.sql)
+                if prepared.refusal is not None:  # its columns, now that its values came
+                    fields = await self._engine_work(lambda: self._described(portal.sql))
+                    portal.prepared = replace(prepared, fields=fields, refusal=None)
             self.portals[message.portal] = portal
             self._send(codec.BIND_COMPLETE)
         elif isinstance(message, codec.Describe):
             if message.kind == "S":
                 prepared = self._statement(message.name)
+                if prepared.refusal is not None:  # its columns depend on its values
+                    raise prepared.refusal
                 self._send(codec.parameter_description(list(prepared.param_types)))
                 self._describe(prepared.fields, ())
             elif message.name not in self.portals and message.name in self.cursors:
@@ -797,14 +812,26 @@ class Connection:
         return replace(prepared, fields=None) if statement.cursor else prepared
 
     def _prepare_engine(self, statement: Statement, declared: tuple[int, ...]) -> Prepared:
-        """In a worker thread: the parameters' types and the result's columns."""
+        """In a worker thread: the parameters' types and the result's columns, read with
+        stand-ins for the parameters (``params.dummy_values``); where those are refused,
+        from each Bind's values (``Prepared.refusal``)."""
         param_types = params.infer(statement.text, declared, self.server.rules)
-        text = (params.bind(statement.text, param_types, params.dummy_values(param_types))
-                if param_types else statement.text)
-        described = self.session.describe(text)
-        fields = None if described is None else [
-            codec.Field(name, oid_of(kind)) for name, kind in described]
+        if not param_types:
+            return Prepared(statement, param_types, self._described(statement.text),
+                            intervals=self.session.settings.intervals)
+        text = params.bind(statement.text, param_types, params.dummy_values(param_types))
+        try:
+            fields = self._described(text)
+        except Refused as exc:
+            return Prepared(statement, param_types, None, refusal=exc,
+                            intervals=self.session.settings.intervals)
         return Prepared(statement, param_types, fields, intervals=self.session.settings.intervals)
+
+    def _described(self, text: str) -> list[codec.Field] | None:
+        """The columns of the answer ``text`` would give (None: no rows)."""
+        described = self.session.describe(text)
+        return None if described is None else [
+            codec.Field(name, oid_of(kind)) for name, kind in described]
 
     async def _execute(self, prepared: Prepared, portal: Portal, formats: tuple[int, ...],
                        line: Callable[[list[bytes | None]], bytes] = codec.data_row) -> Result:

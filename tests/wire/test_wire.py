@@ -71,6 +71,32 @@ def test_psycopg3_answers_private_queries_and_refuses_raw_rows(proxy):
                            ("east",)).fetchall() == [("E",)]
 
 
+def test_a_bound_exponent_or_base_is_read_with_its_value(proxy):
+    """``power(age, %s)`` and ``log(%s, …)`` with psycopg's bound integers: the statement
+    was described with stand-ins for its parameters (1), which power and log refuse,
+    so its columns are read from each Bind's values instead: 2 and 10 answered (named
+    statements too), 3 refused in one line for free; a Describe of the statement alone
+    (its columns depend on the values) is refused as the stand-ins are (the review of
+    2026-11-29, F4)."""
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        before = _budget(con)
+        ((squares, logs),) = con.execute("SELECT SUM(power(age, %s)), SUM(log(%s, age + 1)) "
+                                         "FROM people", (2, 10)).fetchall()
+        assert squares > 1e6 and logs > 1e3
+        for floor in range(6):  # past psycopg's prepare threshold, in binary too
+            con.execute("SELECT SUM(power(age, %s)) FROM people WHERE age > %s", (2, floor),
+                        prepare=True, binary=floor % 2 == 0).fetchall()
+        spent = _budget(con)
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="exponent 2"):
+            con.execute("SELECT SUM(power(age, %s)) FROM people", (3,))
+        assert _budget(con) == spent != before
+        parsed = con.pgconn.prepare(b"p", b"SELECT SUM(power(age, $1)) FROM people")
+        assert parsed.status == psycopg.pq.ExecStatus.COMMAND_OK
+        described = con.pgconn.describe_prepared(b"p")
+        assert described.status == psycopg.pq.ExecStatus.FATAL_ERROR
+        assert described.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"0A000"
+
+
 def test_a_message_with_one_refused_statement_runs_nothing(proxy):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         before = _budget(con)
