@@ -103,6 +103,24 @@ def unit_allowed(first: Table, second: Table) -> str:
             "privacy units or along the links the rules declare")
 
 
+def _owned(select: exp.Select, sources: list, declared: list) -> tuple[exp.Select, list]:
+    """``select`` (a copy) with the unqualified columns of its select list and GROUP BY
+    qualified by the one joined table declaring each (``name`` of the public table
+    ``_preserved_public`` reads as its column; one that two tables declare, or none, is
+    left as written), and its sources."""
+    select = select.copy()
+    names = {node.alias_or_name.lower(): frozenset(table.columns)
+             for (node, _), table in zip(sources, declared)}
+    group = select.args.get("group")
+    for clause in [*select.expressions, *(group.expressions if group else [])]:
+        for node in clause.find_all(exp.Column):
+            holders = [alias for alias, columns in names.items() if node.name in columns]
+            if not node.table and len(holders) == 1:
+                node.set("table", exp.to_identifier(holders[0]))
+    return select, [(select.args["from_"].this, None),
+                    *[(join.this, join) for join in select.args.get("joins") or []]]
+
+
 def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Select:
     """``FROM public r LEFT JOIN protected p ON …`` (Metabase and Looker starting from a
     dimension table) as ``FROM protected p JOIN public r ON …``, where the two agree:
@@ -217,7 +235,8 @@ def split_joins(select: exp.Select, rules: Rules
     first = protected[0]
     outer = [join for _, join in sources[1:] if join.args.get("side")]
     if first != 0 and outer:
-        return split_joins(_preserved_public(select, sources, first), rules)
+        return split_joins(_preserved_public(*_owned(select, sources, declared), first),
+                           rules)
     second = protected[1] if len(protected) > 1 else None
     allowed = ALLOWED if second is None else unit_allowed(declared[first], declared[second])
     for _, join in sources[1:]:
