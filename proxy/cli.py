@@ -294,7 +294,8 @@ def _print_answer(answer: dict[str, Any], fmt: str, header: bool = True) -> None
         writer = csv.writer(buffer)
         if header:
             writer.writerow(answer["columns"])
-        writer.writerows(answer["rows"])
+        writer.writerows([[_cell(v) if isinstance(v, (list, datetime.timedelta)) else v
+                            for v in row] for row in answer["rows"]])
         click.echo(buffer.getvalue(), nl=False)
     else:
         click.echo(_table(answer["columns"], answer["rows"]))
@@ -335,7 +336,8 @@ def _json(value: Any, depth: int = 0) -> str:
         items, brackets = [_json(v, depth + 1) for v in value], "[]"
     else:
         plain = isinstance(value, (str, int, float, bool, type(None)))
-        return json.dumps(value if plain else str(value))
+        return json.dumps(value if plain else interval_text(value)
+                          if isinstance(value, datetime.timedelta) else str(value))
     if not items:
         return brackets
     inner, outer = "\n" + "  " * (depth + 1), "\n" + "  " * depth

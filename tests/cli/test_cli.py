@@ -4,8 +4,11 @@ the embedded demo and on PostgreSQL."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +112,22 @@ def test_script_file_with_settings_and_csv(home, tmp_path):
     header, first, second, shown, budget = out.stdout.splitlines()
     assert header == "max" and float(first) > 0 and float(second) > 0
     assert shown == "budget" and budget.startswith("99.9")
+
+
+def test_arrays_and_intervals_are_shown_as_psql_shows_them(home):
+    """An array of percentiles and a difference of two released moments, in each
+    format: psql's ``{33,48}`` and ``730 days 03:13:03`` (Python's list and timedelta
+    texts until 2026-11-29)."""
+    sql = ("SELECT MAX(visited_at) - MIN(visited_at) AS span, percentile_disc(ARRAY[0.25, "
+           "0.75]) WITHIN GROUP (ORDER BY days) AS q FROM visits")
+    table, csv_out, json_out = (cli(home, "query", "--user", "alice", "--format", fmt, sql)
+                                for fmt in ("table", "csv", "json"))
+    interval = re.compile(r"\d+ days \d\d:\d\d:\d\d")
+    assert interval.search(table.stdout) and re.search(r"\{\d+,\d+\}", table.stdout)
+    span, q = next(csv.reader(io.StringIO(csv_out.stdout.splitlines()[1])))
+    assert interval.fullmatch(span) and re.fullmatch(r"\{\d+,\d+\}", q)
+    (row,) = json.loads(json_out.stdout)[0]["rows"]
+    assert interval.fullmatch(row[0]) and len(row[1]) == 2
 
 
 def _budget(env, *args) -> list[dict]:
