@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
@@ -18,6 +17,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from proxy.analyze.aggregate_forms import percentiles_of_an_array, regressions_as_moments
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, narrowed_units, recognise
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.expressions import with_expressions
@@ -208,112 +208,10 @@ def parse_tokens(tokens: list[Token], sql: str) -> exp.Expression:
     if any(token.token_type == TokenType.FOR for token in tokens):
         _refuse_locks(tree)
     if any(token.token_type in (TokenType.ARRAY, TokenType.L_BRACKET) for token in tokens):
-        _percentiles_of_an_array(tree)
+        percentiles_of_an_array(tree)
     if any(token.text.lower().startswith("regr_") for token in tokens):
-        _regressions_as_moments(tree)
+        regressions_as_moments(tree)
     return tree
-
-
-_REGRESSIONS = (exp.RegrCount, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy,
-                exp.RegrSxy, exp.RegrR2)
-
-
-def _regressions_as_moments(tree: exp.Expression) -> None:
-    """PostgreSQL's other regression aggregates of (y, x), over the rows where both are
-    non-null, as the aggregates the analysis knows and post-processing of them:
-    REGR_COUNT a COUNT of x where y is non-null, REGR_AVGX/AVGY an AVG so narrowed,
-    REGR_SXX/SYY/SXY a VAR_POP or COVAR_POP times that count, REGR_R2 the square of CORR
-    (each aggregate charged as if written; a FILTER kept on each)."""
-    for node in list(tree.find_all(*_REGRESSIONS)):
-        y, x = node.this, node.expression
-        if x is None or isinstance(y, exp.Distinct):
-            raise NotSupported(f"{node.key.upper()} takes two columns: {node.key.upper()}(y, x)")
-        whole = node.parent if isinstance(node.parent, exp.Filter) else node
-
-        def kept(call: exp.Expression) -> exp.Expression:
-            return exp.Filter(this=call, expression=whole.expression.copy()) \
-                if whole is not node else call
-
-        def both(value: exp.Expression, other: exp.Expression) -> exp.Expression:
-            return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=other.copy(),
-                                                                  expression=exp.null())),
-                                        true=value.copy())])
-
-        count = kept(exp.Count(this=both(x, y)))
-        if isinstance(node, exp.RegrCount):
-            formed = count
-        elif isinstance(node, exp.RegrR2):
-            formed = exp.Pow(this=kept(exp.Corr(this=y.copy(), expression=x.copy())),
-                             expression=exp.Literal.number(2))
-        elif isinstance(node, (exp.RegrAvgx, exp.RegrAvgy)):
-            formed = kept(exp.Avg(this=both(x, y) if isinstance(node, exp.RegrAvgx)
-                                  else both(y, x)))
-        else:
-            moment = kept(exp.CovarPop(this=y.copy(), expression=x.copy())
-                          if isinstance(node, exp.RegrSxy) else exp.VariancePop(
-                              this=both(x, y) if isinstance(node, exp.RegrSxx) else both(y, x)))
-            formed = exp.Mul(this=moment, expression=count)
-        if not isinstance(node, exp.RegrCount):  # double precision, as PostgreSQL's
-            formed = exp.cast(exp.Paren(this=formed), exp.DataType.Type.DOUBLE)
-        if whole.arg_key == "expressions" and isinstance(whole.parent, exp.Select):
-            formed = exp.alias_(formed, node.sql_name().lower(), quoted=True)  # PostgreSQL's
-        whole.replace(formed)
-
-
-def _percentiles_of_an_array(tree: exp.Expression) -> None:
-    """``percentile_cont(ARRAY[0.25, 0.5, 0.75]) WITHIN GROUP (ORDER BY x)`` (PostgreSQL's
-    several percentiles at once, an array of them) is the array of the percentiles,
-    each the aggregate the analysis knows (its FILTER kept on each): the aggregates are
-    released, the array post-processing of them."""
-    for within in list(tree.find_all(exp.WithinGroup)):
-        function = within.this
-        if not isinstance(function, (exp.PercentileCont, exp.PercentileDisc)):
-            continue
-        fractions = _fractions(function.this)
-        if fractions is None:
-            continue
-        if not fractions:
-            raise NotSupported("a percentile of an empty array: name at least one fraction, "
-                               "e.g. percentile_cont(ARRAY[0.25, 0.5]) WITHIN GROUP "
-                               "(ORDER BY col)")
-        whole = within.parent if isinstance(within.parent, exp.Filter) else within
-        if isinstance(whole.parent, exp.Window):
-            continue  # refused as every percentile OVER (…)
-        each = []
-        for fraction in fractions:
-            one = whole.copy()
-            percentile = one.find(type(function))
-            percentile.set("this", fraction.copy())
-            each.append(one)
-        array = exp.Array(expressions=each)
-        if whole.parent is not None and whole.arg_key == "expressions" and isinstance(
-                whole.parent, exp.Select):  # a select item: named as PostgreSQL names it
-            array = exp.alias_(array, "percentile_cont" if isinstance(
-                function, exp.PercentileCont) else "percentile_disc", quoted=True)
-        whole.replace(array)
-
-
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def _fractions(argument: exp.Expression) -> list[exp.Expression] | None:
-    """The elements of a percentile's array argument — ``ARRAY[0.25, 0.5]``, cast or not,
-    or the literal ``'{0.25,0.5}'::float8[]`` — as expressions; None for one fraction."""
-    if isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.ARRAY):
-        argument = argument.this
-        if isinstance(argument, exp.Literal) and argument.is_string:
-            text = argument.name.strip()
-            if not (text.startswith("{") and text.endswith("}")):
-                raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
-                                   "ARRAY[0.25, 0.5]")
-            parts = [part.strip() for part in text[1:-1].split(",")] if text[1:-1].strip() \
-                else []
-            if not all(_NUMBER.fullmatch(part) or part.upper() == "NULL" for part in parts):
-                raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
-                                   "ARRAY[0.25, 0.5]")
-            return [exp.null() if part.upper() == "NULL" else exp.Literal.number(part)
-                    for part in parts]
-    return list(argument.expressions) if isinstance(argument, exp.Array) else None
 
 
 def _refuse_locks(tree: exp.Expression) -> None:
