@@ -2,7 +2,10 @@
 same statement over the same tables (proxy.result_types, docs/clients.md "Result
 types"): each statement runs on a real PostgreSQL directly and through the proxy over
 a copy of its tables on PostgreSQL and on DuckDB, and their OIDs must be equal. BI
-tools (Metabase, Superset, Ibis, Tableau) format and type columns by these OIDs."""
+tools (Metabase, Superset, Ibis, Tableau) format and type columns by these OIDs. Over the
+same servers, the forms ``proxy.analyze.aggregate_forms`` writes as other aggregates (an
+array of percentiles, REGR_*) are checked against PostgreSQL's own answers, and arrays
+against its own text."""
 
 from __future__ import annotations
 
