@@ -72,13 +72,18 @@ def _others(token) -> list[str]:
             "7"]
 
 
-def _outcome(session: Session, sql: str):
+def _outcome(session: Session, sql: str, kept: dict | None = None, rules=None):
     """What checking ``sql`` gives: per statement its normalised SQL and work, or the
-    refusal (type, SQLSTATE and message)."""
+    refusal (type, SQLSTATE and message). With ``kept``, the steps checked (None: the
+    refusal) are kept there under (id(``rules``), ``sql``)."""
     try:
         steps = session.check(sql)
     except ProxyError as exc:
+        if kept is not None:
+            kept[id(rules), sql] = None
         return ("refused", type(exc).__name__, exc.sqlstate, str(exc))
+    if kept is not None:
+        kept[id(rules), sql] = steps
     outcome = []
     for normalised, work in steps:
         where = work.where.sql(dialect="postgres") if isinstance(work, QueryPlan) \
@@ -88,6 +93,13 @@ def _outcome(session: Session, sql: str):
 
 
 _FRESH: dict[tuple[int, str], object] = {}
+
+# The steps a warm session gave each variant in test_a_kept_plan_bound_to_new_literals_is_
+# the_fresh_plan (None: refused), which test_a_kept_plans_statistics_statement_is_the_one_
+# rendered_afresh renders instead of checking every variant again (its variants are a
+# subset of those: one other literal each; 4 s of the module's CPU); a statement whose
+# variants are not all kept (that test deselected) is checked there as before.
+_WARM: dict[tuple[int, str], list | None] = {}
 
 
 def _fresh(rules, sql: str):
@@ -111,12 +123,12 @@ def test_a_kept_plan_bound_to_new_literals_is_the_fresh_plan(name, rules, corpus
     hits = checks = 0
     for sql in corpus:
         warm = checking_session(rules)
-        _outcome(warm, sql)
+        _outcome(warm, sql, _WARM, rules)
         for variant in _variants(sql, width):
             shape = [shape_of(tokens) for tokens in statement_tokens(variant)]
             kept = all(warm.engine.shapes.plan(s, _context(warm), rules) is not None
                        for s in shape) if shape else False
-            cached, fresh = _outcome(warm, variant), _fresh(rules, variant)
+            cached, fresh = _outcome(warm, variant, _WARM, rules), _fresh(rules, variant)
             assert cached == fresh, variant
             if fresh[0] != "refused":
                 assert [n for n, _, _ in fresh if n is not None] == [
@@ -436,11 +448,18 @@ def test_a_kept_plans_statistics_statement_is_the_one_rendered_afresh(monkeypatc
     for _, rules, corpus, width in CORPORA:
         for sql in corpus:
             warm = checking_session(rules)
-            for variant in [sql, *_variants(sql, 1)]:
-                try:
-                    steps = warm.check(variant)
-                except ProxyError:
-                    continue
+            variants = [sql, *_variants(sql, 1)]
+            kept_steps = all((id(rules), variant) in _WARM for variant in variants)
+            for variant in variants:
+                if kept_steps:  # checked warm, in this order, by the test above
+                    steps = _WARM[id(rules), variant]
+                    if steps is None:
+                        continue
+                else:
+                    try:
+                        steps = warm.check(variant)
+                    except ProxyError:
+                        continue
                 for _, plan in steps:
                     if not isinstance(plan, QueryPlan) or plan.group_by:
                         continue
