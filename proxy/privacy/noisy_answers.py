@@ -574,8 +574,9 @@ PUBLIC_COUNT = ("public: the row count of the whole table, which modifying recor
 INSTANCE_MECHANISM = "exponential mechanism (inverse sensitivity) on the column's grid"
 PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated inverse "
                        "sensitivity) on the column's grid")
+# two lines: the first said once for every drawn aggregate of the answer
 _INSTANCE_NOTE = ("no 95% bound: the exponential mechanism's (docs/privacy.md §5.3) would "
-                  "tell how dense the data are around the answer; the answer is the middle "
+                  "tell how dense the data are around the answer\nthe answer is the middle "
                   "of the cell of one of the column's candidates, up to {} apart {}")
 _PER_UNIT_NOTE = ("\nthe percentile of one row per privacy unit, each unit's row chosen by a "
                   "hash of its values (each unit counts once: docs/privacy.md §5.3)")
