@@ -204,7 +204,7 @@ def test_looker_s_two_counts_of_a_left_join_by_a_dimension(analyst, truth):
     true = truth(sql)
     assert [row[0] for row in released] == [row[0] for row in true]
     for (_, visits, people), (_, true_visits, true_people) in zip(released, true):
-        assert abs(visits - true_visits) <= COUNT_ERROR
+        assert abs(visits - true_visits) <= 200  # scale min(2, G)·6 = 12: 16 scales
         assert abs(people - true_people) <= DISTINCT_ERROR
 
 
