@@ -667,8 +667,9 @@ class Connection:
                     _BOUND.put(key, portal.sql)
                 if prepared.refusal is not None:  # its columns, now that its values came
                     fields = await self._engine_work(lambda: self._described(portal.sql))
-                    portal.prepared = replace(prepared, fields=fields, refusal=None,
-                                              intervals=self.session.settings.intervals)
+                    portal.prepared = replace(  # a DECLARE returns none (as at Parse)
+                        prepared, fields=None if prepared.statement.cursor else fields,
+                        refusal=None, intervals=self.session.settings.intervals)
             self.portals[message.portal] = portal
             self._send(codec.BIND_COMPLETE)
         elif isinstance(message, codec.Describe):

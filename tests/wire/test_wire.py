@@ -76,8 +76,8 @@ def test_a_bound_exponent_or_base_is_read_with_its_value(proxy):
     was described with stand-ins for its parameters (1), which power and log refuse,
     so its columns are read from each Bind's values instead: 2 and 10 answered (named
     statements too), 3 refused in one line for free; a Describe of the statement alone
-    (its columns depend on the values) is refused as the stand-ins are (the review of
-    2026-11-29, F4)."""
+    (its columns depend on the values) is refused as the stand-ins are; a named cursor's
+    DECLARE of it describes no columns, as at Parse (the reviews of 2026-11-29)."""
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         before = _budget(con)
         ((squares, logs),) = con.execute("SELECT SUM(power(age, %s)), SUM(log(%s, age + 1)) "
@@ -86,6 +86,9 @@ def test_a_bound_exponent_or_base_is_read_with_its_value(proxy):
         for floor in range(6):  # past psycopg's prepare threshold, in binary too
             con.execute("SELECT SUM(power(age, %s)) FROM people WHERE age > %s", (2, floor),
                         prepare=True, binary=floor % 2 == 0).fetchall()
+        with con.transaction(), con.cursor(name="c1") as cursor:  # a DECLARE: no columns
+            cursor.execute("SELECT SUM(power(age, %s)) FROM people WHERE age > 5", (2,))
+            assert cursor.fetchall()[0][0] > 1e6
         spent = _budget(con)
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="exponent 2"):
             con.execute("SELECT SUM(power(age, %s)) FROM people", (3,))
