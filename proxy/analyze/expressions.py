@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
@@ -248,13 +249,11 @@ def moment_column(node: exp.Column, table: Table, resolve, largest: bool,
     for MIN, its longest width before it for MAX, so the candidates are dense where the
     bucket's extremes are and no draw leaves the bucket's width. None for any other
     column."""
-    declared = table.columns.get(resolve(node))
-    if declared is None or declared.type not in ("date", "timestamp"):
+    declared = _time_column(node, table, resolve, lambda name: (
+        f"{'MAX' if largest else 'MIN'}({name}) needs a declared domain [first, last] of "
+        f"{name} in the rules (its candidates are drawn within it)"))
+    if declared is None:
         return None
-    if declared.time_domain is None:
-        raise NotSupported(f"{'MAX' if largest else 'MIN'}({declared.name}) needs a declared "
-                           f"domain [first, last] of {declared.name} in the rules (its "
-                           "candidates are drawn within it); ask the data owner")
     seconds = declared.type == "timestamp"
     window = within_where(declared, where, resolve)
     if window[1] < window[0]:  # a WHERE no moment meets: the scope is empty
@@ -777,14 +776,23 @@ def _time_operand(node: exp.Expression, table: Table, resolve
         return None if moment is None else (kind, None, moment)
     if not isinstance(node, exp.Column):
         return None
+    column = _time_column(node, table, resolve, lambda name: (
+        f"{name} inside an aggregate needs a declared domain [first, last] in the rules "
+        "(what a moment outside it counts as)"))
+    if column is None:
+        return None
+    return kind or ("day" if column.type == "date" else "moment"), node, None
+
+
+def _time_column(node: exp.Column, table: Table, resolve, needs: Callable[[str], str]):
+    """The declared date or timestamp column ``node`` names (None for another column),
+    refused where the rules give it no domain: ``needs(name)`` says why it needs one."""
     column = table.columns.get(resolve(node))
     if column is None or column.type not in ("date", "timestamp"):
         return None
     if column.time_domain is None:
-        raise NotSupported(f"{column.name} inside an aggregate needs a declared domain "
-                           f"[first, last] in the rules (what a moment outside it counts "
-                           "as); ask the data owner")
-    return kind or ("day" if column.type == "date" else "moment"), node, None
+        raise NotSupported(f"{needs(column.name)}; ask the data owner")
+    return column
 
 
 def _time_value(operand, kind: str, table: Table, resolve) -> _Value:
