@@ -30,3 +30,10 @@ def beyond_double(text: str) -> bool:
         return False
     as_double = float(value)
     return math.isinf(as_double) or (as_double == 0 and value != 0)
+
+
+def between_as_range(node: exp.Between) -> exp.And:
+    """``x BETWEEN a AND b`` as ``x >= a AND x <= b``, which it is (not a SYMMETRIC one:
+    the caller decides that first)."""
+    return exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
+                   expression=exp.LTE(this=node.this, expression=node.args["high"]))

@@ -44,7 +44,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from proxy.analyze.comparisons import FLIPPED, beyond_double
+from proxy.analyze.comparisons import FLIPPED, between_as_range, beyond_double
 from proxy.analyze.patterns import CASED, ESCAPE, PATTERNS, respelled
 from proxy.errors import Refused
 from proxy.rules import Column, Table, parse_moment
@@ -291,10 +291,7 @@ def truth_on_key(node: exp.Expression, key: Any, kind: str) -> bool | None:
     if isinstance(node, exp.Between):
         if node.args.get("symmetric"):
             raise Undecided
-        return truth_on_key(exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
-                                    expression=exp.LTE(this=node.this,
-                                                       expression=node.args["high"])),
-                            key, kind)
+        return truth_on_key(between_as_range(node), key, kind)
     if isinstance(node, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
         left, right = _value(node.this, key, kind), _value(node.expression, key, kind)
         if left is None or right is None:

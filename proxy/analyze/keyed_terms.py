@@ -54,6 +54,7 @@ from typing import Any
 from sqlglot import exp
 
 from proxy.analyze import derived_keys
+from proxy.analyze.comparisons import between_as_range
 from proxy.analyze.patterns import CASED, ESCAPE, PATTERNS, respelled
 from proxy.errors import NotSupported, Refused
 from proxy.rules import Table
@@ -204,10 +205,7 @@ def _truth(node: exp.Expression, row: dict[str, Any], table: Table, resolve) -> 
     if isinstance(node, exp.Between):
         if node.args.get("symmetric"):
             raise _Undecided
-        return _truth(exp.And(this=exp.GTE(this=node.this, expression=node.args["low"]),
-                              expression=exp.LTE(this=node.this,
-                                                 expression=node.args["high"])),
-                      row, table, resolve)
+        return _truth(between_as_range(node), row, table, resolve)
     if isinstance(node, exp.In):
         if node.args.get("query") or node.args.get("unnest") or node.args.get("field"):
             raise _Undecided
