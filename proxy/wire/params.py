@@ -334,4 +334,4 @@ def _array_element(value: object) -> str:
         text = repr(value)
     else:
         text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return types.array_quoted(text)

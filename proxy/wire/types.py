@@ -68,9 +68,15 @@ def _array_text(values: list, element: int, extra_float_digits: int, zone: dt.tz
             continue
         text = _encode_text(value, element, extra_float_digits, zone)
         if text == "" or text.upper() == "NULL" or any(c in _QUOTED for c in text):
-            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            text = array_quoted(text)
         texts.append(text)
     return "{" + ",".join(texts) + "}"
+
+
+def array_quoted(text: str) -> str:
+    """An array element's text in double quotes, its backslashes and quotes escaped, as
+    PostgreSQL reads and writes them."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 _QUOTED = frozenset('{},"\\ \t\n\r\v\f')
