@@ -234,8 +234,10 @@ def test_distinct_values_of_a_column_are_answered_near_the_truth(demo_server, de
     COUNT's rows (§3.7; 6 visits a person: Laplace of scale 6 at ε 1, within 83 of the
     truth but once in 10⁶; grouped by the 5 departments, which share ε, of scale about 12,
     every group within 200 but once in 10⁶), about 36,000 distinct costs, 7,000 a
-    department; at most the declared keys (departments: 5); over a join of protected
-    tables refused before anything is spent."""
+    department; at most the declared keys (departments: 5); narrowed by a condition
+    (Tableau's COUNTD(IF c THEN [col] END), FILTER) as over the narrowed scope; over a
+    join of protected tables, or a CASE of two columns, refused before anything is
+    spent."""
     with psycopg.connect(demo_server.dsn("alice"), autocommit=True) as con:
         con.execute("SET idp.epsilon = 1")
         ((values, keys),) = con.execute("SELECT COUNT(DISTINCT cost), COUNT(DISTINCT "
@@ -250,10 +252,26 @@ def test_distinct_values_of_a_column_are_answered_near_the_truth(demo_server, de
         assert sorted(per_department) == sorted(truth) and min(truth.values()) > 1000
         assert all(abs(per_department[k] - truth[k]) <= 200 for k in truth), (per_department,
                                                                               truth)
+        # Tableau's COUNTD(IF days > 1 THEN [Cost] END) and the FILTER form: the distinct
+        # values over the scope the condition narrows, the same answer's law as above;
+        # beside a COUNT(*), a release per scope (the sum of both parts' ε)
+        narrowed = dict(con.execute(
+            "SELECT department, COUNT(DISTINCT CASE WHEN days > 1 THEN cost ELSE NULL END) "
+            "FROM visits GROUP BY 1").fetchall())
+        assert sorted(narrowed) == sorted(truth)
+        assert all(abs(narrowed[k] - truth[k]) <= 200 for k in truth), (narrowed, truth)
+        ((filtered, rows),) = con.execute("SELECT COUNT(DISTINCT cost) FILTER (WHERE days > "
+                                          "1), COUNT(*) FROM visits").fetchall()
+        ((true_filtered, true_rows),) = demo_truth("SELECT COUNT(DISTINCT cost) FILTER "
+                                                   "(WHERE days > 1), COUNT(*) FROM visits")
+        assert abs(filtered - true_filtered) <= 83 and abs(rows - true_rows) <= 83
         before = con.execute("SHOW idp.budget").fetchone()
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="one protected table"):
             con.execute("SELECT COUNT(DISTINCT v.department) FROM people p JOIN visits v ON "
                         "p.person_id = v.person_id")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="plain column"):
+            con.execute("SELECT COUNT(DISTINCT CASE WHEN days > 1 THEN cost WHEN days = 0 "
+                        "THEN days END) FROM visits")
         assert con.execute("SHOW idp.budget").fetchone() == before
 
 

@@ -116,12 +116,14 @@ def nested() -> NotSupported:
 def narrowed_units(select: exp.Select, is_unit, units) -> exp.Expression | None:
     """Tableau's ``COUNTD(IF c THEN [unit] END)``: ``COUNT(DISTINCT CASE WHEN c THEN unit
     [ELSE NULL] END)``, or ``COUNT(DISTINCT unit) FILTER (WHERE c)``, counts the units
-    with a row in scope where c holds: COUNT(DISTINCT unit) over the scope narrowed by c.
-    Where every aggregate of ``select`` is such a count of one c, each becomes
-    COUNT(DISTINCT unit) (in place) and c is returned, for the caller to narrow the
-    scope with after the group keys were taken from the WHERE as written (a group where
-    no row meets c is kept, near 0 as SQL's 0). Several conditions, or other aggregates
-    beside, would each need a scope of their own: refused. None when there is none."""
+    with a row in scope where c holds: COUNT(DISTINCT unit) over the scope narrowed by c;
+    likewise the distinct values of another column (``COUNTD(IF c THEN [Department]
+    END)``), COUNT(DISTINCT col) over that scope. Where every aggregate of ``select`` is
+    such a count of one c, each becomes COUNT(DISTINCT unit or col) (in place) and c is
+    returned, for the caller to narrow the scope with after the group keys were taken
+    from the WHERE as written (a group where no row meets c is kept, near 0 as SQL's 0).
+    Several conditions, or other aggregates beside, would each need a scope of their
+    own (``scoped_parts`` splits them first): refused. None when there is none."""
     found, others = [], []
     for node in list(select.find_all(exp.Filter, exp.AggFunc)):
         if isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Filter):
@@ -134,18 +136,21 @@ def narrowed_units(select: exp.Select, is_unit, units) -> exp.Expression | None:
         raise nested()
     conditions = {condition.sql(dialect="postgres") for _, (_, condition) in found}
     if others or len(conditions) > 1:
-        raise NotSupported(f"COUNT(DISTINCT CASE WHEN … THEN {units[0]} END) is answered "
+        counted = found[0][1][0].sql(dialect="postgres")
+        raise NotSupported(f"COUNT(DISTINCT CASE WHEN … THEN {counted} END) is answered "
                            "beside counts of the same condition only (its condition narrows "
                            "the whole query's scope); ask it in a query of its own, or "
-                           f"COUNT(DISTINCT {units[0]}) … WHERE the condition")
-    for node, (unit, _) in found:
-        node.replace(exp.Count(this=exp.Distinct(expressions=[unit.copy()])))
+                           f"COUNT(DISTINCT {counted}) … WHERE the condition")
+    for node, (counted, _) in found:
+        node.replace(exp.Count(this=exp.Distinct(expressions=[counted.copy()])))
     return found[0][1][1].copy()
 
 
 def narrowing(node: exp.Expression, is_unit
                ) -> tuple[exp.Column, exp.Expression] | None:
-    """(unit column, condition) of a count of units narrowed by a condition, else None."""
+    """(counted column, condition) of a count of distinct values narrowed by a condition,
+    else None. The branches of a CASE are one column, or each a privacy unit (``is_unit``:
+    in a joined row every table's unit column holds the same unit)."""
     count = node.this if isinstance(node, exp.Filter) else node
     if not isinstance(count, exp.Count) or not isinstance(count.this, exp.Distinct) \
             or len(count.this.expressions) != 1:
@@ -154,7 +159,7 @@ def narrowing(node: exp.Expression, is_unit
     value = value.unnest() if isinstance(value, exp.Paren) else value
     if isinstance(node, exp.Filter):
         where = node.expression
-        return ((value, where.this) if isinstance(value, exp.Column) and is_unit(value)
+        return ((value, where.this) if isinstance(value, exp.Column)
                 and isinstance(where, exp.Where) else None)
     if not isinstance(value, exp.Case) or value.this is not None:
         return None
@@ -162,7 +167,9 @@ def narrowing(node: exp.Expression, is_unit
     default = value.args.get("default")
     thens = [branch.args.get("true") for branch in ifs]
     if not ifs or (default is not None and not isinstance(default, exp.Null)) or not all(
-            isinstance(then, exp.Column) and is_unit(then) for then in thens):
+            isinstance(then, exp.Column) for then in thens) or not (
+            len({then.sql(dialect="postgres") for then in thens}) == 1
+            or all(is_unit(then) for then in thens)):
         return None
     # CASE WHEN a THEN u WHEN b THEN u END is u exactly where a OR b is true
     return thens[0], exp.or_(*(branch.this.copy() for branch in ifs))

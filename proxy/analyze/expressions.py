@@ -366,10 +366,9 @@ def _unfilter(node: exp.Filter, table: Table, resolve) -> None:
     argument = _argument(aggregate)
     if isinstance(argument, exp.Distinct):
         raise NotSupported(f"COUNT(DISTINCT {argument.sql(dialect='postgres')[9:]}) FILTER "
-                           "is not supported: only a count of privacy units takes a FILTER, "
-                           "alone or beside counts of the same condition "
-                           f"(COUNT(DISTINCT {table.privacy_unit or 'unit'}) FILTER (WHERE …)); "
-                           "for another column's values put the condition in WHERE")
+                           "is not supported: a FILTER narrows the count of a plain column's "
+                           f"distinct values (COUNT(DISTINCT {table.privacy_unit or 'col'}) "
+                           "FILTER (WHERE …)); or put the condition in WHERE")
     if argument is None:
         raise NotSupported("FILTER is supported on COUNT, SUM, AVG, MIN, MAX, percentiles "
                            "and STDDEV/VARIANCE; move the condition to WHERE")
