@@ -743,7 +743,7 @@ class Connection:
             try:
                 values.append(types.decode(raw, oid, binary))
             except types.BadValue as exc:
-                raise ProxyError(f"parameter ${index + 1}: {exc}", "22P02") from None
+                raise ProxyError(f"parameter ${index + 1}: {exc}", exc.sqlstate) from None
         return tuple(values)
 
     async def _execute_portal(self, portal: Portal, max_rows: int) -> None:

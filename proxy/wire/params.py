@@ -310,8 +310,7 @@ def _literal(value: object) -> exp.Expression:
         return exp.Null()
     if isinstance(value, bool):
         return exp.Boolean(this=value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise BadParameter("parameter values must be finite numbers")
+    _check_finite(value)
     if isinstance(value, (int, float, Decimal)):
         return exp.Literal.number(str(value) if not isinstance(value, float) else repr(value))
     if isinstance(value, (dt.date, dt.datetime)):
@@ -329,9 +328,18 @@ def _array_element(value: object) -> str:
     elif isinstance(value, (dt.date, dt.datetime)):
         text = value.isoformat()
     elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise BadParameter("parameter values must be finite numbers")
+        _check_finite(value)
         text = repr(value)
     else:
+        _check_finite(value)
         text = str(value)
     return types.array_quoted(text)
+
+
+def _check_finite(value: object) -> None:
+    """NaN and ±Infinity (float, or numeric as PostgreSQL 14+ reads them) are refused:
+    a numeric's was bound as the bare word ``NaN``, which the backend reads as a
+    column."""
+    if (isinstance(value, float) and not math.isfinite(value)) or (
+            isinstance(value, Decimal) and not value.is_finite()):
+        raise BadParameter("parameter values must be finite numbers")

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import struct
 from decimal import Decimal, InvalidOperation, localcontext
 
 from numpy import float32
 
+from proxy.analyze.comparisons import beyond_double
+from proxy.analyze.predicate import DECIMAL_TEXT, INTEGER_TEXT
 from proxy.pgtypes import (
     BOOL,
     DATE,
@@ -39,7 +42,12 @@ _NUMERIC_SIGNS = {0x0000: 1, 0x4000: -1}
 
 
 class BadValue(ValueError):
-    """A parameter that cannot be read as its type (SQLSTATE 22P02)."""
+    """A parameter that cannot be read as its type (SQLSTATE 22P02), or a number beyond
+    its type's range (22003), as PostgreSQL refuses either."""
+
+    def __init__(self, message: str, sqlstate: str = "22P02") -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
 
 
 # Results --------------------------------------------------------------------------------
@@ -226,17 +234,50 @@ def decode(data: bytes, oid: int, binary: bool) -> object:
     """A parameter's value; raises BadValue when the bytes are not of the type."""
     try:
         return _decode_binary(data, oid) if binary else _decode_text(data.decode(), oid)
+    except _OutOfRange:
+        raise BadValue(f"a parameter's value is out of range for type {NAMES.get(oid, oid)}",
+                       "22003") from None
     except (ValueError, struct.error, InvalidOperation, UnicodeDecodeError):
         raise BadValue(f"invalid input for a parameter of type {NAMES.get(oid, oid)}") from None
 
 
+class _OutOfRange(Exception):
+    """A number beyond its type's range (PostgreSQL's 22003, not 22P02)."""
+
+
+# What PostgreSQL's int*in, numeric_in and float*in read (PostgreSQL 15): blanks around
+# (C's isspace, not Unicode's: Python's int() also read '１２' and '1_000'), ASCII digits;
+# a double also C's strtod's hexadecimal and nan(…) forms and its words, signed.
+_BLANKS = " \t\n\r\v\f"
+_NUMERIC_WORDS = re.compile(r"(?i)nan|[+-]?inf(inity)?")
+_FLOAT_WORDS = re.compile(r"(?i)[+-]?(nan(\([0-9a-z_]*\))?|inf(inity)?)")
+_HEX_FLOAT = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
+                        r"([pP][+-]?[0-9]+)?")
+# numeric's storage: up to 131072 digits before the point, 16383 after it
+_NUMERIC_WHOLE, _NUMERIC_SCALE = 131072, 16383
+
+
 def _decode_text(text: str, oid: int) -> object:
+    bare = text.strip(_BLANKS)
     if oid in INTEGERS:
-        return int(text.strip())
+        if not INTEGER_TEXT.fullmatch(bare):
+            raise ValueError(text)
+        low, high = _INTEGER_RANGES[oid]
+        if not (-2 ** 31 if oid == OID else low) <= int(bare) <= high:  # oidin: -1 is 2³²-1
+            raise _OutOfRange
+        return int(bare) % 2 ** 32 if oid == OID else int(bare)
     if oid in FLOATS:
-        return float(text)
+        return _float_text(bare, oid)
     if oid == NUMERIC:
-        return Decimal(text)
+        if _NUMERIC_WORDS.fullmatch(bare):
+            return Decimal(bare)
+        if not DECIMAL_TEXT.fullmatch(bare):
+            raise ValueError(text)
+        value = Decimal(bare)
+        if -value.as_tuple().exponent > _NUMERIC_SCALE or (
+                value and value.adjusted() >= _NUMERIC_WHOLE):
+            raise _OutOfRange
+        return value
     if oid == BOOL:
         word = text.strip().lower()
         if word in ("t", "true", "yes", "on", "1", "y"):
@@ -249,6 +290,34 @@ def _decode_text(text: str, oid: int) -> object:
     if oid in (TIMESTAMP, TIMESTAMPTZ):
         return dt.datetime.fromisoformat(text)
     return text
+
+
+def _float_text(bare: str, oid: int) -> float:
+    """A double or real as PostgreSQL reads one: beyond the type's range, or not 0 but
+    rounding to 0, is out of range (its subnormal numbers are read)."""
+    if _FLOAT_WORDS.fullmatch(bare):
+        return float(bare.lstrip("+-")[:3]) * (-1 if bare.startswith("-") else 1)
+    if _HEX_FLOAT.fullmatch(bare):
+        try:
+            value = float.fromhex(bare)
+        except OverflowError:
+            raise _OutOfRange from None
+        digits = bare.lower().split("p")[0].removeprefix("-").removeprefix("+")[2:]
+        zero = digits.strip("0.") == ""
+    elif DECIMAL_TEXT.fullmatch(bare):
+        if beyond_double(bare):
+            raise _OutOfRange
+        value, zero = float(bare), Decimal(bare) == 0
+    else:
+        raise ValueError(bare)
+    if oid == FLOAT4:
+        try:
+            value = struct.unpack("!f", struct.pack("!f", value))[0]
+        except OverflowError:
+            raise _OutOfRange from None
+    if math.isinf(value) or (value == 0 and not zero):
+        raise _OutOfRange
+    return value
 
 
 def _decode_binary(data: bytes, oid: int) -> object:

@@ -100,6 +100,49 @@ def test_a_bound_exponent_or_base_is_read_with_its_value(proxy):
         assert described.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"0A000"
 
 
+# numbers as clients may send them in text: PostgreSQL 15's reading decides each
+_NUMBER_TEXTS = ["12", " 12 ", "+12", "-12", "\t12\n", "1\x0b", "00012", "-0", "１２", "٣",
+                 "1_000", "\u00a012", "12\u2003", "- 12", "12 3", "", "1.5", "1.", ".5",
+                 "+.5e-3", "1e3", "1e", "0x10", "0x1p3", "0x", "32768", "2147483648",
+                 "-9223372036854775808", "9223372036854775808", "NaN", " nan ", "+NaN",
+                 "nan(1)", "Infinity", "-inf", "infinit", "1e400", "1e-400", "1e-310",
+                 "1e-46", "3.5e38", "0e-400", "1e131072", "1e-16384", "0x1p-1080"]
+_NUMBER_TYPES = {"int2": 21, "int4": 23, "int8": 20, "numeric": 1700, "float4": 700,
+                 "float8": 701}
+
+
+def _bound_outcome(con, sql: bytes, text: str, oid: int) -> tuple[str | None, str, list]:
+    result = con.pgconn.exec_params(sql, [text.encode()], [oid])
+    sqlstate = result.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
+    row = [result.get_value(0, i) for i in range(result.nfields)] if result.ntuples else []
+    return sqlstate and sqlstate.decode(), result.error_message.decode(), row
+
+
+def test_a_number_parameter_in_text_is_read_as_postgresql_reads_it(proxy, postgres_url):
+    """A bound number in text format is read as PostgreSQL 15 reads it into its declared
+    type (blanks around, ASCII digits, a double's words and hexadecimal form): Python's
+    int() read the fullwidth '１２' and '1_000', which PostgreSQL refuses (22P02); one
+    beyond the type's range is 22003 as there. NaN and ±Infinity, which PostgreSQL reads,
+    are refused as every non-finite parameter is. Every refusal is free."""
+    with psycopg.connect(postgres_url, autocommit=True) as pg, \
+            psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        for oid in _NUMBER_TYPES.values():
+            for text in _NUMBER_TEXTS:
+                # PostgreSQL's reading, beside a double as the proxy's statement has it
+                expected, _, row = _bound_outcome(pg, b"SELECT 1.5::float8 > $1, $1::text",
+                                                  text, oid)
+                before = _budget(con)
+                sqlstate, message, _ = _bound_outcome(
+                    con, b"SELECT COUNT(*) FROM people WHERE income > $1", text, oid)
+                if row and row[1] in (b"NaN", b"Infinity", b"-Infinity"):
+                    assert (sqlstate, "finite numbers" in message) == ("22P02", True)
+                else:
+                    assert sqlstate == expected, (oid, text, message)
+                assert "\n" not in message.strip()
+                if sqlstate:
+                    assert _budget(con) == before, (oid, text)
+
+
 def test_a_message_with_one_refused_statement_runs_nothing(proxy):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         before = _budget(con)
