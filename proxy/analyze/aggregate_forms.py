@@ -7,10 +7,9 @@ combines them runs on the released values (``proxy.postprocess``)."""
 
 from __future__ import annotations
 
-import re
-
 from sqlglot import exp
 
+from proxy.analyze.predicate import DECIMAL_TEXT
 from proxy.errors import NotSupported
 
 # fractions in one array at most: each is an aggregate of its own (charged, drawn, in the
@@ -95,24 +94,25 @@ def percentiles_of_an_array(tree: exp.Expression) -> None:
         whole.replace(array)
 
 
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
 
 def _fractions(argument: exp.Expression) -> list[exp.Expression] | None:
     """The elements of a percentile's array argument — ``ARRAY[0.25, 0.5]``, cast or not,
-    or the literal ``'{0.25,0.5}'::float8[]`` — as expressions; None for one fraction."""
-    if isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.ARRAY):
-        argument = argument.this
-        if isinstance(argument, exp.Literal) and argument.is_string:
-            text = argument.name.strip()
-            if not (text.startswith("{") and text.endswith("}")):
-                raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
-                                   "ARRAY[0.25, 0.5]")
-            parts = [part.strip() for part in text[1:-1].split(",")] if text[1:-1].strip() \
-                else []
-            if not all(_NUMBER.fullmatch(part) or part.upper() == "NULL" for part in parts):
-                raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
-                                   "ARRAY[0.25, 0.5]")
-            return [exp.null() if part.upper() == "NULL" else exp.Literal.number(part)
-                    for part in parts]
+    or the literal ``'{0.25,0.5}'::float8[]``, cast again or not (psycopg's list is bound
+    as a ``numeric[]``, which ``%s::float8[]`` casts) — as expressions; None for one
+    fraction."""
+    cast = False
+    while isinstance(argument, exp.Cast) and argument.to.is_type(exp.DataType.Type.ARRAY):
+        argument, cast = argument.this, True
+    if cast and isinstance(argument, exp.Literal) and argument.is_string:
+        text = argument.name.strip()
+        if not (text.startswith("{") and text.endswith("}")):
+            raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
+                               "ARRAY[0.25, 0.5]")
+        parts = [part.strip() for part in text[1:-1].split(",")] if text[1:-1].strip() \
+            else []
+        if not all(DECIMAL_TEXT.fullmatch(part) or part.upper() == "NULL" for part in parts):
+            raise NotSupported("an array of fractions is written '{0.25,0.5}' or "
+                               "ARRAY[0.25, 0.5]")
+        return [exp.null() if part.upper() == "NULL" else exp.Literal.number(part)
+                for part in parts]
     return list(argument.expressions) if isinstance(argument, exp.Array) else None

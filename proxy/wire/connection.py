@@ -661,7 +661,8 @@ class Connection:
                 if portal.sql is None:  # else bound before: no thread, no parse
                     values = self._values(prepared, message)
                     # spliced at once where its Parse found the places, else in a thread
-                    portal.sql = params.bound_at_once(prepared.statement.text, values) \
+                    portal.sql = params.bound_at_once(prepared.statement.text,
+                                                       prepared.param_types, values) \
                         or await self._engine_work(lambda: params.bind(
                             prepared.statement.text, prepared.param_types, values))
                     _BOUND.put(key, portal.sql)

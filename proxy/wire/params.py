@@ -27,6 +27,7 @@ from proxy.pgtypes import (
     ELEMENTS,
     FLOAT8,
     INT8,
+    NAMES,
     RULE_TYPES,
     TEXT,
     TIMESTAMP,
@@ -176,27 +177,29 @@ def bind(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) ->
         if len(text) <= BoundTexts.LONGEST:
             _PLACES.put(text, places)
     if places is None:
-        return _bound_by_parse(text, values)
-    return _spliced(text, places, values)
+        return _bound_by_parse(text, param_types, values)
+    return _spliced(text, places, param_types, values)
 
 
-def bound_at_once(text: str, values: tuple[object, ...]) -> str | None:
+def bound_at_once(text: str, param_types: tuple[int, ...],
+                  values: tuple[object, ...]) -> str | None:
     """``bind``'s text when the places of ``text``'s parameters are known already (its
     Parse tokenized it): a splice of literals, cheap enough for the event loop (no
     worker thread); else None."""
     places = _PLACES.get(text, None)
-    return None if places is None else _spliced(text, places, values)
+    return None if places is None else _spliced(text, places, param_types, values)
 
 
-def _spliced(text: str, places: tuple[tuple[int, int, int], ...],
-             values: tuple[object, ...]) -> str:
-    for _, _, number in places:
+def _spliced(text: str, places: tuple[tuple[int, int, int, bool], ...],
+             param_types: tuple[int, ...], values: tuple[object, ...]) -> str:
+    for _, _, number, _ in places:
         if number > len(values):
             raise BadParameter(f"the statement uses ${number} but {len(values)} "
                                "parameter value(s) were bound")
     pieces, at = [], 0
-    for start, end, number in places:
-        literal = _literal(values[number - 1]).sql(dialect="postgres")
+    for start, end, number, cast in places:
+        literal = _literal(values[number - 1], 0 if cast else _type(param_types, number)).sql(
+            dialect="postgres")
         before = " " if start > 0 and not text[start - 1].isspace() else ""
         after = " " if end < len(text) and not text[end].isspace() else ""
         pieces += [text[at:start], before, literal, after]
@@ -205,10 +208,11 @@ def _spliced(text: str, places: tuple[tuple[int, int, int], ...],
     return "".join(pieces)
 
 
-def _find_places(text: str) -> tuple[tuple[int, int, int], ...] | None:
-    """(start, end, n) of each ``$n`` in ``text``, in order, from its tokens (not in a
-    string or a comment); None where a ``$`` is not followed at once by a number > 0
-    or the text does not tokenize (then ``bind`` parses it)."""
+def _find_places(text: str) -> tuple[tuple[int, int, int, bool], ...] | None:
+    """(start, end, n, cast) of each ``$n`` in ``text``, in order, from its tokens (not in
+    a string or a comment; cast: the statement casts it, ``$n::t`` or ``CAST($n AS t)``);
+    None where a ``$`` is not followed at once by a number > 0 or the text does not
+    tokenize (then ``bind`` parses it)."""
     try:
         tokens = command_tokens(text)  # EXPLAIN's statement's own tokens too
     except SqlglotError:
@@ -222,18 +226,23 @@ def _find_places(text: str) -> tuple[tuple[int, int, int], ...] | None:
                 or number.start != token.end + 1 or not number.text.isdigit()
                 or int(number.text) == 0):
             return None
-        places.append((token.start, number.end + 1, int(number.text)))
+        after = tokens[index + 2].token_type if index + 2 < len(tokens) else None
+        cast = after is TokenType.DCOLON or (after is TokenType.ALIAS and index >= 2 and (
+            tokens[index - 1].token_type is TokenType.L_PAREN
+            and tokens[index - 2].text.upper() == "CAST"))
+        places.append((token.start, number.end + 1, int(number.text), cast))
     return tuple(places)
 
 
-def _bound_by_parse(text: str, values: tuple[object, ...]) -> str:
+def _bound_by_parse(text: str, param_types: tuple[int, ...], values: tuple[object, ...]) -> str:
     tree = _tree(text)
     replacements = []
     for number, nodes in _parameters(tree).items():
         if number > len(values):
             raise BadParameter(f"the statement uses ${number} but {len(values)} "
                                "parameter value(s) were bound")
-        replacements += [(node, _literal(values[number - 1])) for node in nodes]
+        replacements += [(node, _literal(values[number - 1], 0 if isinstance(
+            node.parent, exp.Cast) else _type(param_types, number))) for node in nodes]
     replace_all(replacements)
     return tree.sql(dialect="postgres", copy=False)  # its own parse: no copy to render
 
@@ -288,7 +297,7 @@ class _Places:
                 self._places.move_to_end(text)
             return found
 
-    def put(self, text: str, places: tuple[tuple[int, int, int], ...] | None) -> None:
+    def put(self, text: str, places: tuple[tuple[int, int, int, bool], ...] | None) -> None:
         with self._lock:
             self._places[text] = places
             if len(self._places) > self.size:
@@ -305,7 +314,19 @@ def dummy_values(param_types: tuple[int, ...]) -> tuple[object, ...]:
                  for oid in param_types)
 
 
-def _literal(value: object) -> exp.Expression:
+def _type(param_types: tuple[int, ...], number: int) -> int:
+    return param_types[number - 1] if number <= len(param_types) else 0
+
+
+def _literal(value: object, oid: int) -> exp.Expression:
+    """A parameter's value as a literal; a list (an array type's, text or binary) cast to
+    its array type (``oid``; 0 where the statement casts the parameter itself), as
+    PostgreSQL types the parameter: ``percentile_cont($1)`` of psycopg's list, a
+    ``numeric[]``, is then the array of fractions that ``percentile_cont($1::float8[])``
+    is (untyped, it was read as one fraction)."""
+    if value is not None and oid in ELEMENTS:
+        return exp.cast(_literal(value, 0), exp.DataType.build(
+            f"{NAMES[ELEMENTS[oid]]}[]", dialect="postgres"))
     if value is None:
         return exp.Null()
     if isinstance(value, bool):

@@ -61,7 +61,7 @@ def test_values_spliced_into_the_text_read_as_the_parsed_and_rendered_statement(
     string or a comment is left as it is."""
     spliced = bind(sql, (), values)
     assert (sqlglot.parse_one(spliced, read="postgres").sql(dialect="postgres")
-            == sqlglot.parse_one(_bound_by_parse(sql, values), read="postgres").sql(
+            == sqlglot.parse_one(_bound_by_parse(sql, (), values), read="postgres").sql(
                 dialect="postgres"))
     assert ("'$2'" in spliced) == ("'$2'" in sql) and ("/* $2 */" in spliced) == (
         "/* $2 */" in sql)

@@ -17,20 +17,31 @@ import tempfile
 import threading
 import time
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import asyncpg
+import duckdb
 import numpy
 import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
 from proxy.pgtypes import DATE, FLOAT4, FLOAT8, TIMESTAMP, TIMESTAMPTZ
+from proxy.privacy.inverse_sensitivity import exponent, ranked_grid
+from proxy.rules import parse_rules
 from proxy.wire import types
 from proxy.zones import zone_named
 from tests import forked_cli
 from tests.databases import load_table
-from tests.factories import REGIONS, SLOW_TABLE, Served, served_rules, slow_table
+from tests.factories import (
+    REGIONS,
+    SLOW_TABLE,
+    Served,
+    load_people,
+    served_rules,
+    slow_table,
+)
 from tests.system import apt_install
 from tests.wireserver import (
     backend_messages,
@@ -141,6 +152,38 @@ def test_a_number_parameter_in_text_is_read_as_postgresql_reads_it(proxy, postgr
                 assert "\n" not in message.strip()
                 if sqlstate:
                     assert _budget(con) == before, (oid, text)
+
+
+def test_a_list_of_fractions_bound_by_psycopg_is_the_array_of_percentiles(proxy, tmp_path):
+    """``percentile_cont(%s)`` of a Python list: psycopg binds it as a ``numeric[]`` (a
+    list of Decimals) or a ``float8[]``, in text or binary; it was refused as one fraction
+    (the bound array's text came untyped), while ``%s::float8[]`` was answered. Each
+    percentile is drawn at ε over the ranks (docs/privacy.md §5.3: P(distance ≥ k) ≤
+    |G|·e^{−λ(k−1)}, λ = ε/2 for one row a person), so it lies within K ranks of the
+    truth but once in 10⁷. A fraction beyond 1 is refused (22003) for free."""
+    load_people(f"duckdb:///{tmp_path / 'truth.duckdb'}")  # the served people, seeded
+    with duckdb.connect(str(tmp_path / "truth.duckdb"), read_only=True) as truth:
+        incomes = sorted(v for (v,) in truth.execute("SELECT income FROM people").fetchall())
+    column = parse_rules(served_rules()).table("people").columns["income"]
+    candidates = ranked_grid(column, percentile=True).count
+    epsilon = 1.0
+    ranks = math.ceil(math.log(candidates * 1e7) / exponent(Fraction(epsilon), 1)) + 1
+    sql = "SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY income) FROM people"
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        con.execute(f"SET idp.epsilon = {epsilon}")
+        for fractions in ([Decimal("0.25"), Decimal("0.9")], [0.25, 0.9]):
+            for binary in (False, True):
+                ((answer,),) = con.execute(sql, (fractions,), binary=binary).fetchall()
+                assert len(answer) == 2
+                for fraction, value in zip(fractions, answer, strict=True):
+                    rank = float(fraction) * (len(incomes) - 1)  # percentile_cont's
+                    low = incomes[max(0, math.floor(rank) - ranks - 1)]
+                    high = incomes[min(len(incomes) - 1, math.ceil(rank) + ranks + 1)]
+                    assert low <= value <= high, (fraction, value, low, high)
+        before = _budget(con)
+        with pytest.raises(psycopg.errors.NumericValueOutOfRange, match="not between 0 and 1"):
+            con.execute(sql, ([Decimal("0.25"), Decimal("2")],))
+        assert _budget(con) == before
 
 
 def test_a_message_with_one_refused_statement_runs_nothing(proxy):
