@@ -52,6 +52,7 @@ class Kind(StrEnum):
     COVAR_SAMP = "covar_samp"
     REGR_SLOPE = "regr_slope"
     REGR_INTERCEPT = "regr_intercept"
+    REGR_R2 = "regr_r2"
 
     def __repr__(self) -> str:  # as the plain name: cache keys hash a plan's repr
         return repr(self.value)
@@ -69,7 +70,7 @@ VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP = (Kind.VAR_SAMP, Kind.VAR_POP, Kind.
                                               Kind.STDDEV_POP)
 SPREADS = (VAR_SAMP, VAR_POP, STDDEV_SAMP, STDDEV_POP)  # proxy.privacy.variance
 CORR, COVAR_POP, COVAR_SAMP = Kind.CORR, Kind.COVAR_POP, Kind.COVAR_SAMP
-REGR_SLOPE, REGR_INTERCEPT = Kind.REGR_SLOPE, Kind.REGR_INTERCEPT
+REGR_SLOPE, REGR_INTERCEPT, REGR_R2 = Kind.REGR_SLOPE, Kind.REGR_INTERCEPT, Kind.REGR_R2
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ KINDS = {
     Kind.VAR_SAMP: _SPREAD, Kind.VAR_POP: _SPREAD,
     Kind.STDDEV_SAMP: _SPREAD, Kind.STDDEV_POP: _SPREAD,
     Kind.CORR: _PAIRED, Kind.COVAR_POP: _PAIRED, Kind.COVAR_SAMP: _PAIRED,
-    Kind.REGR_SLOPE: _PAIRED, Kind.REGR_INTERCEPT: _PAIRED,
+    Kind.REGR_SLOPE: _PAIRED, Kind.REGR_INTERCEPT: _PAIRED, Kind.REGR_R2: _PAIRED,
 }
 
 

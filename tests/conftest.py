@@ -238,8 +238,9 @@ def no_noise(monkeypatch):
     exponential mechanism gives the value at its target rank (its law's mode), read
     through the same window a draw reads; an empty scope the domain's lower end. A
     clipped sum takes the ladder's top rung, which clips nothing (the true sum), also
-    where one rung was drawn for all groups (``joint_sum_at``)."""
-    from proxy.privacy import inverse_sensitivity, noisy_answers, variance
+    where one rung was drawn for all groups (``joint_sum_at``). CORR and its kin release
+    their true count, sums and centred moments, winsorized at the top rung."""
+    from proxy.privacy import correlation, inverse_sensitivity, noisy_answers, variance
     from proxy.privacy.mechanisms import Noisy
     from proxy.privacy.requests import RankRequest, WeightRequest
 
@@ -277,6 +278,9 @@ def no_noise(monkeypatch):
     monkeypatch.setattr(variance, "laplace_integer", exact)
     monkeypatch.setattr(variance, "sum_at", exact_at)
     monkeypatch.setattr(variance, "draw_rung", lambda beyond, *args, **kwargs: len(beyond) - 1)
+    monkeypatch.setattr(correlation, "laplace_real", exact)
+    monkeypatch.setattr(correlation, "laplace_integer", exact)
+    monkeypatch.setattr(correlation, "draw_rung", lambda beyond, *args, **kwargs: len(beyond) - 1)
 
 
 @pytest.fixture(scope="module")

@@ -162,6 +162,35 @@ def test_post_processing_answers_the_true_answer_for_the_releases_only(
     assert charged[0][6] == Decimal(epsilon), charged
 
 
+@pytest.mark.usefixtures("no_noise")
+def test_regr_r2_without_a_spread_is_postgresql_s_null_or_1(served, postgres_url):
+    """REGR_R2 follows PostgreSQL's rule on the released centred moments: NULL where x has
+    no spread, 1 where y has none and x has (as CORR² it answered 0 for both); with the
+    noise off the released moments are the true ones, so the answers are PostgreSQL's own
+    over the same rows (the demo's people, copied into PostgreSQL for the DuckDB
+    backend)."""
+    engine = served.server.engine
+    sql = ("SELECT regr_r2(income, age) FILTER (WHERE age = 30) AS flat_x, "
+           "regr_r2(age, income) FILTER (WHERE age = 30) AS flat_y, "
+           "regr_r2(income, age) AS spread, regr_r2(age, age) FILTER (WHERE age < 0) AS empty"
+           " FROM people")
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
+        row = con.execute(sql).fetchone()
+    if engine.backend.dialect == "postgres":
+        (truth,) = engine.backend.query_with_columns(sql)[1]
+    else:
+        ages_incomes = engine.backend.query_with_columns("SELECT age, income FROM people")[1]
+        with psycopg.connect(postgres_url) as pg:  # PostgreSQL's REGR_R2 of the same rows
+            pg.execute("CREATE TEMPORARY TABLE people (age bigint, income float8)")
+            with pg.cursor().copy("COPY people FROM STDIN") as copy:
+                for pair in ages_incomes:
+                    copy.write_row(pair)
+            truth = pg.execute(sql).fetchone()
+    assert truth[0] is None and truth[1] == 1 and 0 < truth[2] < 1 and truth[3] is None
+    assert row[:2] == (None, 1.0) and row[3] is None
+    assert row[2] == pytest.approx(truth[2], rel=1e-6)
+
+
 def test_an_unnamed_window_is_named_as_postgresql_names_it(served):
     with psycopg.connect(served.dsn("alice"), autocommit=True) as con:
         cursor = con.execute("SELECT n, SUM(n) OVER (ORDER BY r), n * 2, CAST(n AS float) / "

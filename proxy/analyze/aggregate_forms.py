@@ -1,8 +1,8 @@
 """PostgreSQL's aggregate forms that are other aggregates in disguise, written before
 analysis as the aggregates the analysis knows and post-processing of them: several
 percentiles at once (``percentile_cont(ARRAY[…])``, an array of percentiles) and the
-regression aggregates other than REGR_SLOPE and REGR_INTERCEPT (counts, means and
-moments). Each aggregate so written is released and charged as if written alone; what
+regression aggregates other than REGR_SLOPE, REGR_INTERCEPT and REGR_R2 (counts, means
+and moments). Each aggregate so written is released and charged as if written alone; what
 combines them runs on the released values (``proxy.postprocess``)."""
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from proxy.errors import NotSupported
 # outer query's select item), and 5,000 held a worker's analysis for minutes
 MAX_FRACTIONS = 100
 _REGRESSIONS = (exp.RegrCount, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy,
-                exp.RegrSxy, exp.RegrR2)
+                exp.RegrSxy)
 
 
 def regressions_as_moments(tree: exp.Expression) -> None:
     """PostgreSQL's other regression aggregates of (y, x), over the rows where both are
     non-null, as the aggregates the analysis knows and post-processing of them:
     REGR_COUNT a COUNT of x where y is non-null, REGR_AVGX/AVGY an AVG so narrowed,
-    REGR_SXX/SYY/SXY a VAR_POP or COVAR_POP times that count, REGR_R2 the square of CORR
-    (each aggregate charged as if written; a FILTER kept on each)."""
+    REGR_SXX/SYY/SXY a VAR_POP or COVAR_POP times that count (each aggregate charged as
+    if written; a FILTER kept on each). REGR_R2 is a paired kind of its own
+    (proxy.privacy.correlation): as CORR², PostgreSQL's NULL and 1 where x or y has no
+    spread were lost."""
     for node in list(tree.find_all(*_REGRESSIONS)):
         y, x = node.this, node.expression
         if x is None or isinstance(y, exp.Distinct):
@@ -43,9 +45,6 @@ def regressions_as_moments(tree: exp.Expression) -> None:
         count = kept(exp.Count(this=both(x, y)))
         if isinstance(node, exp.RegrCount):
             formed = count
-        elif isinstance(node, exp.RegrR2):
-            formed = exp.Pow(this=kept(exp.Corr(this=y.copy(), expression=x.copy())),
-                             expression=exp.Literal.number(2))
         elif isinstance(node, (exp.RegrAvgx, exp.RegrAvgy)):
             formed = kept(exp.Avg(this=both(x, y) if isinstance(node, exp.RegrAvgx)
                                   else both(y, x)))

@@ -19,6 +19,7 @@ from proxy.vocabulary import (
     MIN,
     PERCENTILE,
     REGR_INTERCEPT,
+    REGR_R2,
     REGR_SLOPE,
     STDDEV_POP,
     STDDEV_SAMP,
@@ -41,7 +42,7 @@ _SIMPLE = {exp.Max: MAX, exp.Min: MIN, exp.Sum: SUM, exp.Avg: AVG,
            exp.Variance: VAR_SAMP, exp.VariancePop: VAR_POP}
 # of two columns, y then x (proxy.privacy.correlation)
 PAIRED = {exp.Corr: CORR, exp.CovarPop: COVAR_POP, exp.CovarSamp: COVAR_SAMP,
-          exp.RegrSlope: REGR_SLOPE, exp.RegrIntercept: REGR_INTERCEPT}
+          exp.RegrSlope: REGR_SLOPE, exp.RegrIntercept: REGR_INTERCEPT, exp.RegrR2: REGR_R2}
 # the column name PostgreSQL gives each (STDDEV is STDDEV_SAMP, VARIANCE is VAR_SAMP)
 _LABELS = {exp.Stddev: "stddev", exp.Variance: "variance"}
 

@@ -1,5 +1,5 @@
-"""CORR, COVAR_POP, COVAR_SAMP, REGR_SLOPE and REGR_INTERCEPT from noisy sufficient
-statistics about private centres (docs/privacy.md §3.17).
+"""CORR, COVAR_POP, COVAR_SAMP, REGR_SLOPE, REGR_INTERCEPT and REGR_R2 from noisy
+sufficient statistics about private centres (docs/privacy.md §3.17).
 
 The rows. Those in scope where neither y (the first argument) nor x (the second) is NULL
 (NaN is NULL, every value normalised into its declared domain, as for every statistic),
@@ -33,7 +33,10 @@ the demo (benchmarks/README.md, ``correlation.py``) it cut the median error 2 to
 The answers (0 where SQL gives NULL: too few rows, no spread, so every data set has a
 finite answer): CORR = Txy/√(Txx·Tyy) in [−1, 1]; COVAR_POP = Txy/N;
 COVAR_SAMP = Txy/(N − 1); REGR_SLOPE = Txy/Txx; REGR_INTERCEPT = ȳ − slope·x̄ with the
-noisy means x̄ = Lx + Sx/N, ȳ = Ly + Sy/N. Under raw iDP they are answered so too (DP implies iDP): no local
+noisy means x̄ = Lx + Sx/N, ȳ = Ly + Sy/N; REGR_R2 = Txy²/(Txx·Tyy) in [0, 1], and
+PostgreSQL's rule on the released moments: NULL where the released Txx is not above 0
+(x "has no spread"), else 1 where Tyy is not (post-processing: the released numbers
+decide, never the data's own spread). Under raw iDP they are answered so too (DP implies iDP): no local
 sensitivity is used, so the 95 % bound is a function of released numbers and is shown.
 
 The 95 % bound: each released statistic inside its 1 − 5 %/6 interval (union bound: all
@@ -61,6 +64,7 @@ from proxy.vocabulary import (
     COVAR_POP,
     COVAR_SAMP,
     REGR_INTERCEPT,
+    REGR_R2,
     REGR_SLOPE,
     Kind,
     QueryPlan,
@@ -78,6 +82,8 @@ NOTE = ("{what} from a noisy count, the noisy means of x and y and their noisy c
         "noise, not the winsorizing (heavy tails pull it toward 0)")
 NO_BOUND = ("; no 95% bound: within it the noise could hide all of the spread of x (or "
             "y), so the answer could be anything")
+NO_SPREAD = ("; NULL, as PostgreSQL's where x has no spread: the noisy centred moment of x "
+             "came out at most 0")
 Interval = tuple[float, float]
 
 
@@ -173,12 +179,14 @@ def noisy_pair(kind: Kind, sums: PairSums, shift: int, count_scale: int, part: L
         flat = Noisy(0.0, 0.0, MECHANISM)
         txx, tyy, txy = (flat if bx == 0 else txx), (flat if by == 0 else tyy), flat
     released = (n, sx, sy, txx, tyy, txy)
+    note = NOTE.format(what=kind.upper())
+    if kind == REGR_R2 and txx.value <= 0:  # the released moment, not the data's own
+        return Noisy(None, None, MECHANISM), note + NO_SPREAD
     answer = ANSWERS[kind]
     context = (low_x, low_y, widths)
     value = answer(tuple((float(p.value),) * 2 for p in released), *context)[0]
     value = value if math.isfinite(value) else 0.0  # a spread of nearly 0 divided by
     low, high = answer(_box(released), *context)
-    note = NOTE.format(what=kind.upper())
     if math.isfinite(low) and math.isfinite(high):
         return Noisy(value, max(value - low, high - value, 0.0), MECHANISM), note
     return Noisy(value, None, MECHANISM), note + NO_BOUND
@@ -262,9 +270,29 @@ def _intercept(stats, low_x, low_y, widths) -> Interval:
     return _with_zero((low, high), degenerate)
 
 
+def _r2(stats, low_x, low_y, widths) -> Interval:
+    """Txy²/(Txx·Tyy) in [0, 1]; 1 where Tyy is not above 0 (PostgreSQL's where y has no
+    spread and x has; ``noisy_pair`` answers NULL where Txx is not above 0)."""
+    txx, tyy, txy = stats[3], stats[4], stats[5]
+    if txx[0] <= 0:
+        return -math.inf, math.inf  # NULL within the box: no range
+    if tyy[1] <= 0:
+        return 1.0, 1.0
+    if tyy[0] <= 0:
+        return 0.0, 1.0
+    squares = sorted((txy[0] * txy[0], txy[1] * txy[1]))
+    least = 0.0 if txy[0] <= 0 <= txy[1] else squares[0]
+    return _share(least, txx[1] * tyy[1]), _share(squares[1], txx[0] * tyy[0])
+
+
+def _share(part: float, whole: float) -> float:
+    """part/whole capped at 1 (both ≥ 0), whatever a product over- or underflowed to."""
+    return 0.0 if part == 0 else 1.0 if part >= whole else part / whole
+
+
 # One row per paired kind: its range over intervals of (N, Sx, Sy, Txx, Tyy, Txy), which
 # at the released values (intervals of one point) is its answer
 ANSWERS: dict[Kind, Callable[..., Interval]] = {
     CORR: _correlation, COVAR_POP: _covariance(False), COVAR_SAMP: _covariance(True),
-    REGR_SLOPE: _slope, REGR_INTERCEPT: _intercept,
+    REGR_SLOPE: _slope, REGR_INTERCEPT: _intercept, REGR_R2: _r2,
 }

@@ -531,7 +531,7 @@ RELEASES: dict[Kind, Callable[[Asked], Released]] = {
     Kind.VAR_SAMP: _spread, Kind.VAR_POP: _spread,
     Kind.STDDEV_SAMP: _spread, Kind.STDDEV_POP: _spread,
     Kind.CORR: _pair, Kind.COVAR_POP: _pair, Kind.COVAR_SAMP: _pair,
-    Kind.REGR_SLOPE: _pair, Kind.REGR_INTERCEPT: _pair,
+    Kind.REGR_SLOPE: _pair, Kind.REGR_INTERCEPT: _pair, Kind.REGR_R2: _pair,
 }
 
 

@@ -9,6 +9,7 @@ import functools
 import math
 import random
 from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -131,18 +132,18 @@ def test_the_95_percent_bound_covers_and_every_kind_is_finite(engine):
     from proxy.privacy.noisy_answers import Calibration, release_group
 
     plan = plan_of(engine, "SELECT CORR(y, x), COVAR_POP(y, x), COVAR_SAMP(y, x), "
-                           "REGR_SLOPE(y, x), REGR_INTERCEPT(y, x) FROM pairs")
+                           "REGR_SLOPE(y, x), REGR_INTERCEPT(y, x), REGR_R2(y, x) FROM pairs")
     rows = np.array(present()).T
     slope = np.cov(rows, bias=True)[0, 1] / np.var(rows[0])
     truths = [np.corrcoef(rows)[0, 1], np.cov(rows, bias=True)[0, 1], np.cov(rows)[0, 1],
-              slope, rows[1].mean() - slope * rows[0].mean()]
+              slope, rows[1].mean() - slope * rows[0].mean(), np.corrcoef(rows)[0, 1] ** 2]
     kept, engine.rng = engine.rng, SeededSource(12)  # the bounds' draws too
     try:
         _, groups, _ = engine.statistics(plan)
     finally:
         engine.rng = kept
     assert groups[()].pairs[0].bx >= 75  # the data are inside: no winsorizing to speak of
-    source, inside = SeededSource(12), [0] * 5
+    source, inside = SeededSource(12), [0] * 6
     for _ in range(120):
         released = release_group(plan, groups[()], Calibration("dp", 1), source)
         for k, (answer, truth) in enumerate(zip(released, truths)):
@@ -150,6 +151,49 @@ def test_the_95_percent_bound_covers_and_every_kind_is_finite(engine):
             inside[k] += abs(answer.value - truth) <= answer.ci95
         assert -1 <= released[0].value <= 1
     assert min(inside) >= 114, inside
+
+
+@pytest.mark.parametrize("flat", ["x", "y"])
+def test_regr_r2_follows_postgresql_s_rule_on_the_released_moments(flat):
+    """REGR_R2 over 2,000 rows where x (or y) has no spread, 400 seeded releases, each drawn
+    again with the same seed as CORR and REGR_SLOPE (the same six releases): NULL only
+    where Txx came out at most 0 (REGR_SLOPE is then 0), else 1 where CORR is 0 with a
+    slope (Tyy at most 0), else CORR². The true Txx is 0 for a flat x, so its release is
+    at most 0 about half the time: between 120 and 280 NULLs of 400 (binomial, a failure
+    below 10⁻¹⁵); a flat y gives as many 1s and never NULL."""
+    from proxy.loss import Loss
+    from proxy.privacy.correlation import noisy_pair
+    from proxy.statistics import PairSums
+    from proxy.vocabulary import CORR, REGR_R2, REGR_SLOPE
+
+    level = [3.0] * 2000
+    spread = [float(v % 100) for v in range(2000)]  # Txx over 100 noise scales above 0
+    xs, ys = (level, spread) if flat == "x" else (spread, level)
+    sums = PairSums(100.0, 100.0, len(xs), sum(map(Fraction, xs)),
+                    sum(Fraction(x) ** 2 for x in xs), sum(map(Fraction, ys)),
+                    sum(Fraction(y) ** 2 for y in ys),
+                    sum(Fraction(x) * Fraction(y) for x, y in zip(xs, ys)))
+
+    def released(kind, seed):
+        return noisy_pair(kind, sums, 1, 1, Loss.of(1), 0.0, 0.0, (100.0, 100.0),
+                          (0.01, 0.01), SeededSource(seed))
+
+    nulls = ones = 0
+    for seed in range(400):
+        (r2, note), corr, slope = (released(REGR_R2, seed), released(CORR, seed)[0].value,
+                                   released(REGR_SLOPE, seed)[0].value)
+        if r2.value is None:
+            nulls += 1
+            assert slope == 0 and r2.ci95 is None and "NULL" in note
+        elif corr == 0 and slope != 0:
+            ones += 1
+            assert r2.value == 1
+        else:
+            assert r2.value == pytest.approx(corr * corr, rel=1e-9)
+    if flat == "x":
+        assert 120 <= nulls <= 280
+    else:
+        assert nulls == 0 and 120 <= ones <= 280
 
 
 @pytest.mark.parametrize("sql,message", [
