@@ -122,6 +122,10 @@ class Aggregate:
     fraction: Fraction | None = None
     continuous: bool = False
     other: str | None = None
+    # (the call, the value it aggregates) as the analyst wrote them, where a rewrite made
+    # this aggregate (REGR_AVGX(y, x) an AVG of x narrowed: aggregate_forms.WRITTEN): what
+    # refusals name; no part of the plan's identity
+    written: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:  # a kind given by its name is the Kind of that name
         object.__setattr__(self, "kind", Kind(self.kind))

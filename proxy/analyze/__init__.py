@@ -17,7 +17,11 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from proxy.analyze.aggregate_forms import percentiles_of_an_array, regressions_as_moments
+from proxy.analyze.aggregate_forms import (
+    WRITTEN,
+    percentiles_of_an_array,
+    regressions_as_moments,
+)
 from proxy.analyze.aggregates import SUPPORTED, is_aggregate, narrowed_units, recognise
 from proxy.analyze.canonical import canonical_sql
 from proxy.analyze.expressions import with_expressions
@@ -708,19 +712,18 @@ def _check_domains(table: Table, aggregates: tuple[Aggregate, ...], model: str,
             raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a numeric column; "
                                f"{agg.column} is {column.type}", "42883" if lacks else None)
         both = column.lower is not None and column.upper is not None
+        call, value = agg.written or (f"{agg.label.upper()}({agg.column})", agg.column)
         if model == "dp" and needs_number and not both:
-            raise NotSupported(f"the DP model needs a declared domain for {agg.column}; "
+            raise NotSupported(f"the DP model needs a declared domain for {value}; "
                                "ask the data owner to add domain = [lower, upper] to the rules")
         if model == "idp" and needs_number and not both and not local:
-            raise NotSupported(f"{agg.label.upper()}({agg.column}) needs a declared domain "
-                               f"for {agg.column}: its noise is scaled by the domain, or "
-                               "drawn among its points; ask the data owner to add "
-                               "domain = [lower, upper] to the rules")
+            raise NotSupported(f"{call} needs a declared domain for {value}: its noise is "
+                               "scaled by the domain, or drawn among its points; ask the data "
+                               "owner to add domain = [lower, upper] to the rules")
         if model == "idp" and local and agg.kind in (PERCENTILE, SUM, AVG, *SPREADS) \
                 and not both:
-            raise NotSupported(f"{agg.label.upper()}({agg.column}) under iDP needs a declared "
-                               f"domain for {agg.column} (the fallback for tiny scopes); "
-                               "ask the data owner")
+            raise NotSupported(f"{call} under iDP needs a declared domain for {value} (the "
+                               "fallback for tiny scopes); ask the data owner")
         fallback = column.lower if agg.kind == MAX else column.upper
         if model == "idp" and local and agg.kind in (MAX, MIN) and fallback is None:
             bound = "lower" if agg.kind == MAX else "upper"
@@ -736,7 +739,7 @@ def _check_pair(table: Table, agg: Aggregate) -> None:
     """CORR and its kin, under every model: two numeric columns, each with a declared
     domain (their sums are clipped from the domain's lower end, docs/privacy.md
     §3.17)."""
-    what = f"{agg.kind.upper()}({agg.column}, {agg.other})"
+    what = agg.written[0] if agg.written else f"{agg.kind.upper()}({agg.column}, {agg.other})"
     for name in (agg.column, agg.other):
         column = table.columns[name]
         if not column.numeric:
@@ -1074,6 +1077,8 @@ def _select_list(select: exp.Select, table: Table, group_by, resolve, joins=()):
             raise NotSupported(f"{node.sql(dialect='postgres')} is not supported next to "
                                "aggregates; select only aggregates and GROUP BY keys")
         aggregate = recognise(node, resolve, units)
+        if WRITTEN in node.meta:  # a regression's part: refusals name the regression
+            aggregate = replace(aggregate, written=node.meta[WRITTEN])
         aggregates.append(aggregate)
         name = item.alias if isinstance(item, exp.Alias) else aggregate.label
         outputs.append(OutputColumn(name, aggregate=len(aggregates) - 1))

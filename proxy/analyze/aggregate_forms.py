@@ -15,6 +15,9 @@ from proxy.errors import NotSupported
 # fractions in one array at most: each is an aggregate of its own (charged, drawn, in the
 # outer query's select item), and 5,000 held a worker's analysis for minutes
 MAX_FRACTIONS = 100
+# the meta key of an aggregate call a rewrite made: (the analyst's call, the value it
+# aggregates) as written, for refusals to name instead of the rewrite (``written``)
+WRITTEN = "written"
 _REGRESSIONS = (exp.RegrCount, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy,
                 exp.RegrSxy)
 
@@ -32,8 +35,10 @@ def regressions_as_moments(tree: exp.Expression) -> None:
         if x is None or isinstance(y, exp.Distinct):
             raise NotSupported(f"{node.key.upper()} takes two columns: {node.key.upper()}(y, x)")
         whole = node.parent if isinstance(node.parent, exp.Filter) else node
+        call_text = node.sql(dialect="postgres")
 
-        def kept(call: exp.Expression) -> exp.Expression:
+        def kept(call: exp.Expression, value: exp.Expression | None = None) -> exp.Expression:
+            call.meta[WRITTEN] = (call_text, (value or x).sql(dialect="postgres"))
             return exp.Filter(this=call, expression=whole.expression.copy()) \
                 if whole is not node else call
 
@@ -45,19 +50,26 @@ def regressions_as_moments(tree: exp.Expression) -> None:
         count = kept(exp.Count(this=both(x, y)))
         if isinstance(node, exp.RegrCount):
             formed = count
-        elif isinstance(node, (exp.RegrAvgx, exp.RegrAvgy)):
-            formed = kept(exp.Avg(this=both(x, y) if isinstance(node, exp.RegrAvgx)
-                                  else both(y, x)))
+        elif isinstance(node, exp.RegrSxy):
+            formed = exp.Mul(this=kept(exp.CovarPop(this=y.copy(), expression=x.copy())),
+                             expression=count)
         else:
-            moment = kept(exp.CovarPop(this=y.copy(), expression=x.copy())
-                          if isinstance(node, exp.RegrSxy) else exp.VariancePop(
-                              this=both(x, y) if isinstance(node, exp.RegrSxx) else both(y, x)))
-            formed = exp.Mul(this=moment, expression=count)
+            value, other = (x, y) if isinstance(node, (exp.RegrAvgx, exp.RegrSxx)) else (y, x)
+            mean = isinstance(node, (exp.RegrAvgx, exp.RegrAvgy))
+            formed = kept((exp.Avg if mean else exp.VariancePop)(this=both(value, other)), value)
+            if not mean:
+                formed = exp.Mul(this=formed, expression=count)
         if not isinstance(node, exp.RegrCount):  # double precision, as PostgreSQL's
             formed = exp.cast(exp.Paren(this=formed), exp.DataType.Type.DOUBLE)
         if whole.arg_key == "expressions" and isinstance(whole.parent, exp.Select):
             formed = exp.alias_(formed, node.sql_name().lower(), quoted=True)  # PostgreSQL's
         whole.replace(formed)
+
+
+def written(node: exp.Expression) -> str:
+    """An aggregate call as the analyst wrote it: the regression a rewrite made it from
+    (``REGR_AVGX(income, age)``, not ``AVG(CASE WHEN … END)``), else its own SQL."""
+    return node.meta[WRITTEN][0] if WRITTEN in node.meta else node.sql(dialect="postgres")
 
 
 def percentiles_of_an_array(tree: exp.Expression) -> None:

@@ -66,6 +66,7 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
+from proxy.analyze.aggregate_forms import written
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.explicit_joins import explicit_joins
 from proxy.analyze.predicate import check_predicate
@@ -156,13 +157,13 @@ def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Sele
                                f"rows of {table.name} as 1; count {table.name}'s rows "
                                f"(COUNT({table.alias_or_name}.col)) or put it first")
         if any(column.table.lower() == alias for column in node.find_all(exp.Column)):
-            raise NotSupported(f"{refused}: {node.sql(dialect='postgres')} reads {public.name}"
+            raise NotSupported(f"{refused}: {written(node)} reads {public.name}"
                                f", whose rows without rows of {table.name} it would count; "
                                f"aggregate {table.name}'s columns or put it first")
         if isinstance(node.parent, exp.WithinGroup):
             continue  # the fraction; the value is the WITHIN GROUP's ORDER BY, below
         if not all(_null_when_unmatched(value) for value in _aggregated(node)):
-            raise NotSupported(f"{refused}: {node.sql(dialect='postgres')} is not NULL on a "
+            raise NotSupported(f"{refused}: {written(node)} is not NULL on a "
                                f"row of {public.name} without rows of {table.name} (a "
                                "constant, COALESCE, CASE … IS NULL), so it would count that "
                                f"row; aggregate {table.name}'s columns or put it first")
@@ -203,10 +204,14 @@ def _aggregated(node: exp.Expression) -> list[exp.Expression]:
 
 def _null_when_unmatched(node: exp.Expression) -> bool:
     """Whether ``node`` is NULL wherever the protected table's columns are: one of them,
-    or a strict operator over at least one such (constants, COALESCE, CASE, IS NULL are
-    not)."""
+    a strict operator over at least one such, or a CASE without ELSE each of whose
+    results is one (``REGR_AVGX(y, x)``'s ``CASE WHEN y IS NOT NULL THEN x END``: NULL
+    or x); constants, COALESCE, IS NULL and a CASE with an ELSE are not."""
     if isinstance(node, exp.Column):
         return True  # the public table's are refused before
+    if isinstance(node, exp.Case) and node.args.get("default") is None:
+        return node.this is None and all(_null_when_unmatched(branch.args["true"])
+                                         for branch in node.args["ifs"])
     return isinstance(node, _STRICT) and any(
         _null_when_unmatched(child) for child in node.iter_expressions())
 

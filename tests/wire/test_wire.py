@@ -186,6 +186,28 @@ def test_a_list_of_fractions_bound_by_psycopg_is_the_array_of_percentiles(proxy,
         assert _budget(con) == before
 
 
+@pytest.mark.parametrize("sql,named", [
+    ("SELECT REGR_AVGX(income, person_id) FROM people",
+     "REGR_AVGX(income, person_id) needs a declared domain for person_id"),
+    ("SELECT REGR_SYY(person_id, age) FILTER (WHERE age > 3) FROM people",
+     "REGR_SYY(person_id, age) needs a declared domain for person_id"),
+    ("SELECT region, REGR_SXY(income, person_id) FROM people GROUP BY region",
+     "REGR_SXY(income, person_id) needs a declared domain for person_id"),
+])
+def test_a_refused_regression_is_named_as_written(proxy, sql, named):
+    """REGR_AVGX, _SXX, _SYY, _SXY and _COUNT are answered as an AVG, VAR_POP or
+    COVAR_POP over a CASE (proxy.analyze.aggregate_forms); a refusal of one names the
+    analyst's call, not ``AVG(CASE WHEN NOT income IS NULL THEN person_id END)``, in one
+    line, for free."""
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        before = _budget(con)
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            con.execute(sql)
+        assert named in str(refused.value) and "CASE" not in str(refused.value)
+        assert "\n" not in str(refused.value).strip()
+        assert _budget(con) == before
+
+
 def test_a_message_with_one_refused_statement_runs_nothing(proxy):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         before = _budget(con)
