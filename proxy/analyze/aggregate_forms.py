@@ -15,8 +15,9 @@ from proxy.errors import NotSupported
 # fractions in one array at most: each is an aggregate of its own (charged, drawn, in the
 # outer query's select item), and 5,000 held a worker's analysis for minutes
 MAX_FRACTIONS = 100
-# the meta key of an aggregate call a rewrite made: (the analyst's call, the value it
-# aggregates) as written, for refusals to name instead of the rewrite (``written``)
+# the meta key of an aggregate call a rewrite made (a regression's parts here, a MODE's
+# COUNT(*) in proxy.analyze.scoped_parts): (the analyst's call, the value it aggregates)
+# as written, for refusals to name instead of the rewrite (``written``)
 WRITTEN = "written"
 _REGRESSIONS = (exp.RegrCount, exp.RegrAvgx, exp.RegrAvgy, exp.RegrSxx, exp.RegrSyy,
                 exp.RegrSxy)

@@ -66,7 +66,7 @@ from types import MappingProxyType
 
 from sqlglot import exp
 
-from proxy.analyze.aggregate_forms import written
+from proxy.analyze.aggregate_forms import WRITTEN, written
 from proxy.analyze.aggregates import is_aggregate
 from proxy.analyze.explicit_joins import explicit_joins
 from proxy.analyze.predicate import check_predicate
@@ -153,6 +153,11 @@ def _preserved_public(select: exp.Select, sources: list, first: int) -> exp.Sele
         if not is_aggregate(node):
             continue
         if isinstance(node, exp.Count) and isinstance(node.this, exp.Star):
+            if WRITTEN in node.meta:  # a MODE's count of its column's keys
+                raise NotSupported(f"{refused}: {written(node)} is answered through a "
+                                   f"COUNT(*) per key of its column, which counts a row of "
+                                   f"{public.name} without rows of {table.name}; put "
+                                   f"{table.name} first")
             raise NotSupported(f"{refused}: COUNT(*) counts a row of {public.name} without "
                                f"rows of {table.name} as 1; count {table.name}'s rows "
                                f"(COUNT({table.alias_or_name}.col)) or put it first")

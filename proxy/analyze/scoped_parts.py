@@ -54,6 +54,7 @@ from types import SimpleNamespace
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from proxy.analyze.aggregate_forms import WRITTEN
 from proxy.analyze.aggregates import MODE_FORM, narrowing
 from proxy.analyze.group_keys import default_name, dereferenced
 from proxy.analyze.merge_steps import steps
@@ -125,7 +126,7 @@ def scoped_parts(select: exp.Select, rules: Rules) -> exp.Select | None:
         if keys:
             part.set("group", exp.Group(expressions=[key.copy() for key in keys]))
         if scope in modes:
-            part = _mode_part(part, keys, *modes[scope])
+            part = _mode_part(part, keys, *modes[scope], scope[1:])
             arg_maxes.add(alias)
         parts.append(exp.Subquery(this=part, alias=exp.TableAlias(this=exp.to_identifier(alias))))
     outer = select.copy()
@@ -212,13 +213,16 @@ def _mode_column(node: exp.Expression, select: exp.Select, rules: Rules
 
 
 def _mode_part(part: exp.Select, keys: list[exp.Expression], column: exp.Column,
-               descending: bool) -> exp.Select:
+               descending: bool, mode: str) -> exp.Select:
     """The part of a MODE (module docstring): per group of ``keys``, the declared key of
-    ``column`` of the largest released COUNT(*), as its one aggregate ``_idp_a0``."""
+    ``column`` of the largest released COUNT(*), as its one aggregate ``_idp_a0``. The
+    COUNT(*) keeps the MODE's text (``mode``), which refusals of it name."""
+    count = exp.Count(this=exp.Star())
+    count.meta[WRITTEN] = (mode, column.sql(dialect="postgres"))
     first = exp.Window(this=exp.RowNumber(),
                        partition_by=[key.copy() for key in keys] or None,
                        order=exp.Order(expressions=[
-                           exp.Ordered(this=exp.Count(this=exp.Star()), desc=True),
+                           exp.Ordered(this=count, desc=True),
                            exp.Ordered(this=column.copy(), desc=descending)]))
     counted = part.copy()
     counted.set("expressions", [*(exp.alias_(key.copy(), f"_idp_k{i}")

@@ -208,6 +208,22 @@ def test_a_refused_regression_is_named_as_written(proxy, sql, named):
         assert _budget(con) == before
 
 
+def test_a_mode_over_a_preserved_public_table_is_refused_as_a_mode(proxy):
+    """MODE() WITHIN GROUP over ``regions LEFT JOIN people`` is answered through a
+    COUNT(*) per key (proxy.analyze.scoped_parts), which such a join refuses: the refusal
+    is about the MODE, not a COUNT(*) the analyst did not write; one line, for free."""
+    mode = "MODE() WITHIN GROUP (ORDER BY people.region)"
+    with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
+        before = _budget(con)
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            con.execute(f"SELECT {mode} FROM regions LEFT JOIN people ON people.region = "
+                        "regions.region")
+        message = str(refused.value).strip()
+        assert f"{mode} is answered through a COUNT(*) per key" in message
+        assert "COUNT(people.col)" not in message and "\n" not in message
+        assert _budget(con) == before
+
+
 def test_a_message_with_one_refused_statement_runs_nothing(proxy):
     with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:
         before = _budget(con)
