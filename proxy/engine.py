@@ -344,6 +344,10 @@ class Engine:
                 self._pairs(plan, tx, clip, groups)
             if plan.mechanism.scale != SMOOTH and not bounded and not plan.mechanism.exponential:
                 return shift, groups, version
+            if plan.group_by and not plan.group_count:
+                # a partition selection that released no key (§3.12): no group to draw
+                # for, and each group's share of ε would divide by none
+                return shift, groups, version
             by_column = {need.column: need for need in column_needs(plan, shift, bounded)}
             if plan.mechanism.exponential:
                 for scope in draw_scopes(plan):
