@@ -74,3 +74,18 @@ def test_a_sum_answered_as_a_count_keeps_its_name(engine):
                 "GROUP BY ROLLUP(region)"):
         answer, = session.execute(sql)
         assert answer.columns[1] == "sum" and list(answer.privacy["ci95"]) == ["sum"]
+
+
+@pytest.mark.usefixtures("no_noise")
+def test_a_mode_beside_an_expression_key_outside_a_set(engine):
+    """The set without ``age / 40`` answers it as a NULL named as PostgreSQL names the
+    expression (?column?); it was a NULL without a name, and the MODE's parts failed to
+    read the select list (AttributeError, XX000, before the debit)."""
+    answer, = Session.open(engine, "zoe").execute(
+        "SELECT sex, age / 40, MODE() WITHIN GROUP (ORDER BY region) FROM people "
+        "GROUP BY GROUPING SETS ((age / 40), (sex)) ORDER BY 1, 2")
+    assert answer.columns == ["sex", "?column?", "mode"]
+    # the keys of age / 40 from the domain [0, 120]: 0 to 3
+    assert [row[:2] for row in answer.rows] == [("f", None), ("m", None), (None, 0),
+                                                (None, 1), (None, 2), (None, 3)]
+    assert all(row[2] in ("north", "south", "east", "west") for row in answer.rows)
