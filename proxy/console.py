@@ -5,7 +5,8 @@ check's warnings.
 It shows what ``idp-proxy budget show``, ``idp-proxy ledger`` and ``rules check``
 show, nothing more: no value of a protected table (the warnings are given without the
 domains they suggest). Served by the standard library's ``http.server`` on loopback by
-default; any other address needs a token (``?token=`` once, then a cookie). Each request
+default, to requests naming a loopback host only (a rebound DNS name is refused); any
+other address needs a token (``?token=`` once, then a cookie). Each request
 reads the ledger afresh through ``read`` (the command line's: the backend, or the server
 holding a DuckDB file through its admin socket), so the console holds no lock between
 requests and ``serve`` may start beside it."""
@@ -30,6 +31,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     return value
+
+
+def _loopback_host(host: str) -> bool:
+    """Whether a request's Host header names a loopback address (with any port)."""
+    name = host.rsplit("]", 1)[0].lstrip("[") if host.startswith("[") \
+        else host.rsplit(":", 1)[0]
+    return name.lower() in LOOPBACK
 
 
 class Console:
@@ -57,7 +65,10 @@ class Console:
 
             def _allowed(self, query: dict[str, list[str]]) -> bool:
                 if console.token is None:
-                    return True
+                    # without a token only a page of a loopback name may read it: a web
+                    # page the owner opens could otherwise point a name of its own at
+                    # 127.0.0.1 (DNS rebinding) and read the ledger from the browser
+                    return _loopback_host(self.headers.get("Host", ""))
                 given = query.get("token", [""])[0]
                 jar = cookies.SimpleCookie(self.headers.get("Cookie", ""))
                 if "idp_console" in jar:
@@ -82,8 +93,9 @@ class Console:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 if not self._allowed(query):
-                    self._send(403, b"a token is needed: open the URL the console printed",
-                               "text/plain; charset=utf-8")
+                    self._send(403, b"a token is needed: open the URL the console printed"
+                               if console.token else b"open the console at 127.0.0.1 or "
+                               b"localhost", "text/plain; charset=utf-8")
                     return
                 extra = ({"Set-Cookie": f"idp_console={console.token}; HttpOnly; "
                           "SameSite=Strict; Path=/"} if console.token else None)

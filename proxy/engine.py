@@ -337,6 +337,10 @@ class Engine:
         with self._in(plan, view) as reading:
             plan, tx = reading.plan or plan, reading.tx
             shift, groups, version = self._statistics(plan, reading, clip, bounded)
+            if plan.group_by and not plan.group_count:
+                # a partition selection that released no key (§3.12): nothing to clip,
+                # centre or draw for, and each group's share of ε would divide by none
+                return shift, groups, version
             if laddered(plan):
                 self._ladders(plan, tx, clip, shift, groups)
                 self._centred(plan, tx, clip, shift, groups)

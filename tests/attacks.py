@@ -162,6 +162,9 @@ ATTACKS = [
            "catalog: one 500 MB value"),
     Attack("catalog_2mb_row", lambda v: f"SELECT repeat('x', {2_000_000 + v})",
            "catalog: one 2 MB row"),
+    Attack("catalog_spilled_sort", lambda v: "SELECT count(*) FROM (SELECT md5(g::text) "
+           f"FROM generate_series(1, {20_000_000 + v}) g ORDER BY 1) s",
+           "catalog: a sort of 20 M rows spilled to disk"),
     Attack("catalog_many_rows", lambda v: f"SELECT repeat('x', 10000), {v} FROM "
                                           "generate_series(1, 100000)",
            "catalog: 100,000 rows of 10 kB"),

@@ -30,6 +30,7 @@ REFUSED = {
     "substring_bigint": "42883",
     "catalog_big_value": "53200",  # the catalog's memory
     "catalog_2mb_row": "54000",  # a catalog row's bytes
+    "catalog_spilled_sort": "53400",  # the catalog's temporary files (temp_file_limit)
 }
 MEMORY_BOUND_MB = 150  # docs/clients.md, limits: the most one statement grows the server
 

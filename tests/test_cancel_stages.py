@@ -552,3 +552,32 @@ def test_a_cancel_stops_a_prepared_statement_in_each_of_its_messages(patient_pro
                 # a cancel sent early enough stops the statement at its last checkpoint
                 assert not sent or answered - sent[0] < 0.5, ("a cancel was lost", delay)
                 delay *= 0.7
+
+
+DISTINCT_RULES = """
+[defaults]
+delta = 1e-6
+budget_per_analyst = 100
+[analysts.zoe]
+[tables.names]
+privacy_unit = "id"
+max_rows_per_unit = 1
+[tables.names.columns]
+id = { type = "int" }
+name = { type = "text" }
+"""
+
+
+def test_a_cancel_stops_a_partition_selection_after_the_debit(duckdb_url):
+    """GROUP BY a column of 1,200,000 distinct values with keys from the data: a draw per
+    key (seconds of Python after the debit, which no cancel stopped: the review of
+    2026-11-30). Cancelled while it selects, it stops within a fraction of a second of
+    its own CPU; the debit stands."""
+    with open_engine(duckdb_url, DISTINCT_RULES, then=(
+            "CREATE TABLE names AS SELECT range::INTEGER AS id, 'n' || range AS name "
+            "FROM range(1200000)",)) as engine:
+        error, spent, where = _cpu_after_cancel(
+            engine, "SELECT name, COUNT(*) FROM names GROUP BY name", 2.0)
+        assert isinstance(error, QueryCanceled) and error.sqlstate == "57014", (error, where)
+        assert spent < 0.9, (spent, where)
+        assert [entry[9] for entry in engine.ledger.entries("zoe")] == ["charged"]

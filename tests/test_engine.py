@@ -354,6 +354,20 @@ def test_several_aggregates_cost_the_sum_of_their_epsilon(engine):
     assert answer.privacy["epsilon_spent"] == pytest.approx(0.9)
 
 
+def test_a_hint_after_a_semicolon_on_its_line_is_the_next_statements(engine):
+    """A script's ``…; /*+ epsilon=0.05 */ SELECT …``: the tokenizer gives the comment
+    to the semicolon, and the second statement was charged the default ε (0.3 here),
+    six times what it asked (the review of 2026-11-30); over the wire each statement's
+    own text was read, and the hint held."""
+    answers = run(Session.open(engine, "zoe"),
+                  "SELECT COUNT(*) FROM people WHERE age > 21; /*+ epsilon=0.05 */ "
+                  "SELECT COUNT(*) FROM people WHERE age > 22;\n/*+ epsilon=0.07 */ "
+                  "SELECT COUNT(*) FROM people WHERE age > 23")
+    assert [a.privacy["epsilon_spent"] for a in answers] == pytest.approx([0.3, 0.05, 0.07])
+    assert [e[6] for e in engine.ledger.entries()] == [Decimal("0.3"), Decimal("0.05"),
+                                                       Decimal("0.07")]
+
+
 def test_a_grouped_query_is_charged_once_per_aggregate_not_per_group(engine):
     """docs/privacy.md §3.5: the cells share the query's ε (their noise is widened by
     the cells a neighbour can touch), so four groups cost what one does."""

@@ -164,10 +164,18 @@ def statement_tokens(sql: str) -> list[list[Token]]:
         raise SyntaxProblem("syntax error: a quoted string, quoted name or comment is not "
                             "closed; check the statement's quotes",
                             start + 1 if isinstance(start, int) else None) from None
+    carried: list[str] = []
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
             statements.append([])
+            # a comment after a semicolon on its line opens the next statement (its
+            # /*+ epsilon=… */ hint): the tokenizer gives it to the semicolon, and it was
+            # dropped with it, so the statement was charged the default ε
+            carried = list(token.comments or ())
         else:
+            if carried and not statements[-1]:
+                token.comments = carried + list(token.comments or ())
+            carried = []
             statements[-1].append(token)
     return [tokens for tokens in statements if tokens]
 

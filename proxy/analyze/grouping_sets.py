@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from proxy.analyze.group_keys import never_true
+from proxy.analyze.group_keys import default_name, never_true
 from proxy.analyze.ordering import ordering_of
 from proxy.errors import NotSupported
 from proxy.vocabulary import CombinedPlan, GroupingSetsPlan, QueryPlan
@@ -123,9 +123,10 @@ def _part(select: exp.Select, chosen: list[exp.Expression],
     items = []
     for item in part.expressions:
         value = item.unalias()
-        name = item.alias if isinstance(item, exp.Alias) else (
-            value.name if isinstance(value, exp.Column) else "grouping"
-            if isinstance(value, exp.Grouping) else None)
+        # PostgreSQL's name: an expression key outside the set (age / 30) is a NULL
+        # named ?column? (it was a NULL without a name, which the parts of a MODE beside
+        # it failed to read: AttributeError, XX000 before the debit)
+        name = item.alias if isinstance(item, exp.Alias) else default_name(value)
         if value.sql() in outside:
             items.append(exp.alias_(exp.Null(), name, quoted=True))
             continue

@@ -47,6 +47,11 @@ _OWNER = "idp"
 # (``SELECT repeat('x', 500000000)``) fails there with 53200, instead of coming to the
 # server whole (that one grew it by 2.7 GB). Catalog queries of tools take a few MB.
 CATALOG_MEMORY = 128 * 2**20
+# The temporary files each process of the catalog may write (kB; PostgreSQL's default is
+# no limit): a sort spilled to disk (ORDER BY over generate_series) wrote 590 MB in its
+# 10 s of catalog_timeout, per connection, on the disk the ledger and data share; it now
+# fails there with 53400. Catalog queries of tools sort a few kB in memory.
+CATALOG_TEMP_KB = 64 * 1024
 # a catalog result asked in mixed formats is read whole, once a format: at most this much
 MIXED_FORMAT_BYTES = 64 * 2**20
 _SKELETONS = Path("/var/tmp")  # shared by the servers of the machine; made again if cleaned away
@@ -165,6 +170,7 @@ class ShadowCatalog:
         options = (f"-c listen_addresses='' -k {self._folder} -F "
                    f"-c max_connections={max_connections + 5} -c autovacuum=off "
                    "-c shared_buffers=16MB "
+                   f"-c temp_file_limit={CATALOG_TEMP_KB} "
                    f"-c statement_timeout={rules.server.catalog_timeout}s")
         limited = f'ulimit -d {CATALOG_MEMORY // 1024} && exec "$@"'  # children inherit it
         subprocess.run([*self._run_as, "sh", "-c", limited, "sh", str(self._bin / "pg_ctl"),

@@ -117,3 +117,27 @@ def test_console_with_a_token_refuses_requests_without_it(tmp_path, owner, brows
         with urllib.request.urlopen(url + "/api/budgets?token=s3cret", timeout=30) as answer:
             assert answer.status == 200 and b'"analyst"' in answer.read()
         assert ledger_rows(dom(browser, url + "/?token=s3cret")) == []
+
+
+def _get(url: str, host: str) -> int:
+    """The status of a GET of ``url`` sent with the Host header ``host``."""
+    request = urllib.request.Request(url, headers={"Host": host})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_console_without_a_token_answers_only_loopback_host_names(tmp_path, owner):
+    """On loopback without a token, a page whose own DNS name the attacker pointed at
+    127.0.0.1 (DNS rebinding) must not read the ledger from the owner's browser: a
+    request naming another host is refused; 127.0.0.1, localhost and [::1] are read."""
+    with console(tmp_path, *owner) as url:
+        port = url.rsplit(":", 1)[1]
+        for host in (f"attacker.example:{port}", "attacker.example", f"127.0.0.1.nip.io:{port}"):
+            assert _get(url + "/api/ledger", host) == 403, host
+            assert _get(url + "/", host) == 403, host
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}",
+                     f"[::1]:{port}"):
+            assert _get(url + "/api/budgets", host) == 200, host

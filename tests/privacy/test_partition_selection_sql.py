@@ -147,6 +147,28 @@ def test_dp_model_row_level_and_no_key_released(engine):
     assert answer.rows == [] and row[6] == Decimal("0.1") and row[7] == 1e-9 and row[9] == "charged"
 
 
+@pytest.mark.parametrize("model", ["idp", "dp"])
+def test_drawn_aggregates_where_no_key_is_released(engine, model):
+    """Percentiles, MAX and MIN drawn by the exponential mechanism, and clipped sums and
+    spreads, over keys of which the selection released none (30 towns of one person each: each passes with
+    probability about 10⁻⁹) answer no row, charged as the COUNT above; the draw divided
+    each group's ε by the groups a unit touches, none, and failed after the debit
+    (XX000, ZeroDivisionError: the review of 2026-11-30)."""
+    session = Session.open(engine, "alice")
+    list(session.execute(f"SET idp.model = '{model}'"))
+    answer, row = ask(engine, "SELECT city, MEDIAN(cost), MAX(stay), MIN(cost), "
+                              "PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY cost) FROM visits "
+                              "WHERE person_id >= 2000 GROUP BY city", session)
+    assert answer.rows == [] and row[4] == model and row[9] == "charged"
+    assert row[6] == Decimal("0.4") and row[7] == 1e-9
+    # sums clipped at a drawn bound and spreads around drawn centres (two visits a
+    # person: clipped per unit) divided alike
+    answer, row = ask(engine, "SELECT city, SUM(cost), AVG(stay), STDDEV(cost), "
+                              "CORR(cost, stay) FROM visits WHERE person_id >= 2000 "
+                              "GROUP BY ROLLUP(city)", session)
+    assert [r[0] for r in answer.rows] == [None] and row[9] == "charged"
+
+
 @pytest.mark.parametrize("sql,fragment", [
     ("SELECT city, COUNT(*) FROM claims GROUP BY city", "needs max_rows_per_unit"),
     (("SELECT v.city, COUNT(*) FROM visits v JOIN claims c ON v.person_id = c.person_id "
