@@ -45,6 +45,7 @@ SELECTION_SHARE = Decimal("0.5")  # of a query's ε, spent on choosing its keys
 # keys drawn between two looks for a cancel (a key's draw takes a few microseconds; a
 # million keys took 6.5 s that neither a cancel nor the statement timeout stopped)
 CHECKED_EVERY = 4096
+SELECTION_BATCH = 10_000  # (key, count) rows read from the backend at a time
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ class PartitionSelection:
             noisy = _kept(int(count), threshold, scale, rng)
             if noisy is not None:
                 kept.append((-noisy, key))
+                if len(kept) > 2 * cap:  # the cap best so far: memory bounded by the cap
+                    kept = heapq.nsmallest(cap, kept)
         if len(kept) > cap:
             kept = heapq.nsmallest(cap, kept)
         return tuple(sorted(key for _, key in kept))

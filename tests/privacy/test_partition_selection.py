@@ -130,6 +130,17 @@ def test_cap_keeps_the_largest_noisy_counts_in_key_order():
     assert selection.select([], 10, SecureSource()) == ()
 
 
+def test_cap_over_a_stream_longer_than_it_keeps_the_largest():
+    """The keys are read from the backend a batch at a time and the kept ones pruned to
+    the cap as they come (memory bounded by the cap): the largest noisy counts still
+    win wherever they stand in the stream. Counts 100 apart (noise of scale 2: a swap
+    needs a draw 25 scales out, about 10⁻¹¹ a pair), the largest last."""
+    selection = PartitionSelection(1, 1, Fraction(1), Decimal("1e-6"))
+    counts = ((f"k{i:05}", 1_000 + 100 * i) for i in range(5_000))
+    assert selection.select(counts, 10, SecureSource()) == tuple(
+        f"k{i:05}" for i in range(4_990, 5_000))
+
+
 def test_whole_root():
     assert [whole_root(v, 1) for v in (1, 7, 10_000)] == [1, 7, 10_000]
     assert [whole_root(v, 2) for v in (1, 3, 4, 99, 100, 10_000)] == [1, 1, 2, 9, 10, 100]
