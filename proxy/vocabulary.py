@@ -197,8 +197,11 @@ class Mechanism:
         if self.exponential:
             interpolated = "interpolated " if self.scale == PIECEWISE else ""
             form = "piecewise" if self.scale == PIECEWISE else "instance"
+            scaled = "" if self.scale == PIECEWISE else (
+                "; MAX and MIN of a number column on log-spaced candidates: the scaled rank "
+                "distance")
             return (f"{form} (exponential mechanism, utility minus the {interpolated}rank "
-                    "distance) for percentiles, MAX and MIN; global otherwise")
+                    f"distance{scaled}) for percentiles, MAX and MIN; global otherwise")
         if self.model == "refinement":
             return "none (knowledge refinement does not depend on it)"
         return _SENSITIVITY.get(self.scale, "global")

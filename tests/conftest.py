@@ -244,7 +244,7 @@ def no_noise(monkeypatch):
     from proxy.privacy.mechanisms import Noisy
     from proxy.privacy.requests import RankRequest, WeightRequest
 
-    def at_target(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def at_target(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         return (yield RankRequest(column, rank, rank, group=key))[0] if n else grid.lower
 
     def at_weighted_target(fraction, scale, grid, rng, column="", key=()):

@@ -48,7 +48,7 @@ stay heavy, and the draw then resolves more tail candidates by counts (a scan ea
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
@@ -66,7 +66,7 @@ from proxy.privacy.requests import (
 from proxy.privacy.sampler import RandomSource, bernoulli_exp
 from proxy.privacy.sensitivity import SensitivityError, group_share, require_finite
 from proxy.statistics import BOTTOM, PCT, TOP, WEIGHT_UNIT, GroupStats, RankRef, UnitExtremes
-from proxy.vocabulary import MAX, PERCENTILE, PIECEWISE, QueryPlan
+from proxy.vocabulary import MAX, MIN, PERCENTILE, PIECEWISE, QueryPlan
 
 _FIRST_REACH = 16
 _MOST_REACH = 1 << 17  # ranks each side at most: a window, never the column
@@ -98,6 +98,20 @@ class Grid:
     @property
     def count(self) -> int:
         return self.last - self.first + 1
+
+    @property
+    def log_spaced(self) -> bool:
+        """Whether some candidate lies beyond the uniform part (2^digits·Λ from the
+        origin), where the candidates are 0.78 % of their distance from it apart: a
+        column whose answers are judged by their relative error (money, counts of a wide
+        domain), not one of every integer of a narrow domain (ages, days)."""
+        return self.digits is not None and max(
+            abs(offset(self.first, self.digits)),
+            abs(offset(self.last, self.digits))) >> self.digits > 0
+
+    @property
+    def origin_value(self) -> float | int:
+        return self.origin if self.integers else float(self.origin * self.step)
 
     def value(self, k: int) -> float | int:
         multiple = self.origin + offset(k, self.digits)
@@ -363,25 +377,95 @@ def snapped(grid: Grid, values: list[float]) -> list[float]:
 
 def instance_release(n: int, rank: int, shift: int, epsilon: Fraction, grid: Grid,
                      rng: RandomSource, piecewise: bool = False, column: str = "",
-                     key: tuple = ()) -> Asking[float | int]:
+                     key: tuple = (), scaled: Scaled | None = None) -> Asking[float | int]:
     """One draw of the mechanism (its piecewise form if asked) for the value at ``rank``
     among n values of ``column`` in scope (in the group ``key``): it asks for windows of
-    ranks (ascending) and, for a tail draw, the counts around a candidate."""
+    ranks (ascending) and, for a tail draw, the counts around a candidate. With
+    ``scaled`` a MAX or MIN by the scaled distance (``scaled_blocks``), ``rank`` its
+    target n + 1 − t (MAX) or t (MIN); its windows reach the end they count from, and
+    its tails are the rank distance to that end's own rank."""
     scale = exponent(epsilon, shift)
     reach = first_reach(scale, grid)
+    end = rank if scaled is None else n if scaled.largest else 1
     while True:
         checkpoint()
         low, high = max(1, rank - reach), min(n, rank + reach)
+        if scaled is not None:
+            low, high = (low, n) if scaled.largest else (1, high)
         values = (yield RankRequest(column, low, high, group=key)) if n else []
         require_finite(values, "instance window")
-        found = blocks(n, rank, grid, low, values, piecewise)
+        found = blocks(n, end, grid, low, values, piecewise)
+        if scaled is not None:
+            found = scaled_blocks(found, n, rank, grid, low, values, scaled)
         if ((low == 1 and high == n) or reach >= _MOST_REACH
                 or _tail_share(found, float(scale)) <= _TAIL_SHARE):
             break
         reach = min(reach * 4, _MOST_REACH)
     drawn = yield from _draw(found, scale, rng, lambda block, k: _rank_distance(
-        block, k, rank, grid, piecewise, column, key))
+        block, k, end, grid, piecewise, column, key))
     return grid.value(drawn) if piecewise else grid.middle(drawn)
+
+
+@dataclass(frozen=True)
+class Scaled:
+    """A MAX (``largest``) or MIN drawn by the scaled distance: the neighbourhood of a
+    candidate y is the values between y and y scaled by ``factor`` away from the data
+    (towards the origin for MAX, away from it for MIN)."""
+
+    factor: int
+    largest: bool
+
+    def reach(self, y: float, origin: float) -> float:
+        """φ(y) (MIN: ≥ y) or ψ(y) (MAX: ≤ y), about the grid's origin: nondecreasing,
+        exact (the factor is a power of two)."""
+        grows = (y >= origin) != self.largest
+        return origin + (y - origin) * self.factor if grows else \
+            origin + (y - origin) / self.factor
+
+
+def scaled_distance(y: float, values: list[float], before: int, after: int, t: int,
+                    origin: float, scaled: Scaled) -> int:
+    """d(y) of a MIN: a(y) + max(1 − b(y), t − m(y), 0), m(y) the values below φ(y); of
+    a MAX the mirror: (values above y) + max(1 − (values at or above y), t − (values
+    above ψ(y)), 0). ``values`` are sorted and snapped, ``before`` and ``after`` the
+    ranks in scope below and above them (only what the window's reach cannot change:
+    docs/privacy.md §5.3, "MAX and MIN by the scaled distance")."""
+    edge = scaled.reach(y, origin)
+    if scaled.largest:
+        above = after + len(values) - bisect_right(values, y)
+        at = after + len(values) - bisect_left(values, y)
+        near = after + len(values) - bisect_right(values, edge)
+        return above + max(1 - at, t - near, 0)
+    below = before + bisect_left(values, y)
+    through = before + bisect_right(values, y)
+    near = before + bisect_left(values, edge)
+    return below + max(1 - through, t - near, 0)
+
+
+def scaled_blocks(found: list[Block], n: int, rank: int, grid: Grid, low: int,
+                  values: list[float], scaled: Scaled) -> list[Block]:
+    """The blocks of the scaled distance: the candidates of ``found``'s exact blocks
+    (the rank distance to rank 1 or n over the window from rank ``low``, which reaches
+    that end) in runs of equal d(y) (``scaled_distance``), its tail blocks as they are
+    (beyond the window every candidate has t values between it and the end it is drawn
+    towards, so d is the rank distance there). t = rank (MIN) or n + 1 − rank (MAX)."""
+    t = n + 1 - rank if scaled.largest else rank
+    values = snapped(grid, values)
+    before, after = low - 1, n - low + 1 - len(values)
+    origin = grid.origin_value
+    out: list[Block] = []
+    for block in found:
+        if not block.exact:
+            out.append(block)
+            continue
+        for k in range(block.first, block.first + block.count):
+            d = scaled_distance(grid.value(k), values, before, after, t, origin, scaled)
+            if out and out[-1].exact and out[-1].distance == d \
+                    and out[-1].first + out[-1].count == k:
+                out[-1] = Block(out[-1].first, out[-1].count + 1, d)
+            else:
+                out.append(Block(k, 1, d))
+    return out
 
 
 def exponent(epsilon: Fraction, shift: int) -> Fraction:
@@ -668,12 +752,13 @@ def instance_releases(plan: QueryPlan, group: GroupStats, shift: int, rng: Rando
     that scope's statistics in that group, ``shift`` is the plan's s over all rows. The
     draws ask for the ranks and counts they need, of that group's scope."""
     found = {}
-    for index, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
+    for index, column, target, epsilon, grid, draw_shift, scaled in _targets(plan, shift,
+                                                                             scope):
         n = group.column(column).n
         found[index] = yield from instance_release(n, min(max(1, target.rank(n)), max(n, 1)),
                                                    draw_shift, epsilon,
                                                    grid, rng, plan.mechanism.scale == PIECEWISE,
-                                                   column, key)
+                                                   column, key, scaled)
     return found
 
 
@@ -683,7 +768,7 @@ def first_windows(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS
     ``scope`` reads: what the engine reads for every group at once under GROUP BY
     (``grouped_windows``); ``shift`` as in ``instance_releases``."""
     spans: dict[str, list[tuple[RankRef, int]]] = {}
-    for _, column, target, epsilon, grid, draw_shift in _targets(plan, shift, scope):
+    for _, column, target, epsilon, grid, draw_shift, _ in _targets(plan, shift, scope):
         spans.setdefault(column, []).append(
             (target, first_reach(exponent(epsilon, draw_shift), grid)))
     return spans
@@ -730,15 +815,17 @@ def extreme_offset(epsilon: Fraction, shift: int, grid: Grid) -> int:
 
 
 def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
-    """(aggregate index, column, target rank, ε, candidates, s of the draw) of every
-    percentile, MAX and MIN drawn over ``scope``, ``shift`` the plan's s over all rows:
-    MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank 1 + min(K, ⌊n/10⌋)
-    (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are taken as the
-    nearest). ε is each aggregate's own (sequential composition, as for every aggregate
-    of a SELECT), over GROUP BY divided by the groups one unit can touch, as every DP
-    aggregate's (§3.5): with one row per unit those of its g rows; with one value per
-    unit and group those of its rows (at most c under DP: ``UnitExtremes``' cap), as
-    over all rows. The draw's s is g over one value per unit (``sampled_shift``)."""
+    """(aggregate index, column, target rank, ε, candidates, s of the draw, ``Scaled``
+    or None) of every percentile, MAX and MIN drawn over ``scope``, ``shift`` the plan's
+    s over all rows: MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank
+    1 + min(K, ⌊n/10⌋) (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are
+    taken as the nearest); by the scaled distance (``scaled_end``) K is halved
+    (``SCALED_SHARE``) and the rank is the draw's t. ε is each aggregate's own
+    (sequential composition, as for every aggregate of a SELECT), over GROUP BY divided
+    by the groups one unit can touch, as every DP aggregate's (§3.5): with one row per
+    unit those of its g rows; with one value per unit and group those of its rows (at
+    most c under DP: ``UnitExtremes``' cap), as over all rows. The draw's s is g over
+    one value per unit (``sampled_shift``)."""
     draw = shift if scope is ALL_ROWS else sampled_shift(plan)
     part = plan.aggregate_loss * Fraction(1, group_share(plan, draw if scope == ONE_ROW
                                                          else shift))
@@ -747,14 +834,42 @@ def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
             continue
         column = plan.table.columns[agg.column]
         grid = ranked_grid(column, agg.kind == PERCENTILE)
-        target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
-                  else RankRef(TOP if agg.kind == MAX else BOTTOM,
-                               extreme_offset(part.epsilon, draw, grid), EXTREME_SHARE))
-        yield index, agg.column, target, part.epsilon, grid, draw
+        scaled = scaled_end(plan, agg, grid)
+        if agg.kind == PERCENTILE:
+            target = RankRef(PCT, fraction=agg.fraction)
+        else:
+            aside = extreme_offset(part.epsilon, draw, grid)
+            if scaled is not None:
+                aside = math.floor(aside * SCALED_SHARE)
+            target = RankRef(TOP if agg.kind == MAX else BOTTOM, aside, EXTREME_SHARE)
+        yield index, agg.column, target, part.epsilon, grid, draw, scaled
 
 
-def extreme_offsets(plan: QueryPlan, shift: int) -> dict[int, int]:
-    """K of each MAX and MIN of the plan, by aggregate index (for its note)."""
-    return {index: target.offset for scope in draw_scopes(plan)
-            for index, _, target, _, _, _ in _targets(plan, shift, scope)
+# MAX and MIN of a number column on log-spaced candidates, in the step form: the factor
+# of a candidate's neighbourhood (``Scaled``) and the share of K that is its t − 1.
+# Chosen by the exact law over the cells of ``utility.py demo`` at ε 1 and 0.1
+# (benchmarks/README.md, "MAX and MIN by the scaled distance"): a MIN lands below the
+# data at most 100 % away on a domain from 0, so its neighbourhood may be wide; a MAX
+# lands above it without bound, so its neighbourhood is one octave.
+SCALED_FACTORS = {MAX: 2, MIN: 8}
+SCALED_SHARE = Fraction(1, 2)
+
+
+def scaled_end(plan: QueryPlan, agg, grid: Grid) -> Scaled | None:
+    """The scaled distance of a MAX or MIN (docs/privacy.md §5.3, "MAX and MIN by the
+    scaled distance"), or None for the rank distance: for a number column (not a date or
+    timestamp's seconds) whose candidates are log-spaced (``Grid.log_spaced``), in the
+    step form. A function of the rules and the statement alone."""
+    if (agg.kind not in SCALED_FACTORS or plan.mechanism.scale == PIECEWISE
+            or not grid.log_spaced
+            or getattr(plan.table.columns[agg.column], "moment", None) is not None):
+        return None
+    return Scaled(SCALED_FACTORS[agg.kind], agg.kind == MAX)
+
+
+def extreme_offsets(plan: QueryPlan, shift: int) -> dict[int, tuple[int, Scaled | None]]:
+    """K (by the scaled distance: t − 1) of each MAX and MIN of the plan and its
+    ``Scaled``, by aggregate index (for its note)."""
+    return {index: (target.offset, scaled) for scope in draw_scopes(plan)
+            for index, _, target, _, _, _, scaled in _targets(plan, shift, scope)
             if target.anchor != PCT}

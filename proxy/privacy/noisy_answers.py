@@ -475,6 +475,8 @@ def _ranked(a: Asked) -> Released:
     if a.index not in a.group.instance:
         return _laplace_release(a)
     mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
+    if agg.kind in (MAX, MIN) and extreme_offsets(plan, cal.shift)[a.index][1] is not None:
+        mechanism = SCALED_MECHANISM
     moment = getattr(plan.table.columns[agg.column], "moment", None)
     digits = PERCENTILE_DIGITS if agg.kind == PERCENTILE else DIGITS
     note = _INSTANCE_NOTE.format(f"{100 * 2.0 ** (1 - digits):.2g} %",
@@ -488,7 +490,7 @@ def _ranked(a: Asked) -> Released:
     if agg.kind == PERCENTILE and one_row_per_unit(plan):
         note += _PER_UNIT_NOTE if plan.mechanism.scale == PIECEWISE else _WEIGHTED_NOTE
     if agg.kind in (MAX, MIN):
-        note += _extreme_note(agg, extreme_offsets(plan, cal.shift)[a.index],
+        note += _extreme_note(agg, *extreme_offsets(plan, cal.shift)[a.index],
                               several_rows_per_unit(plan))
     return _finish(Noisy(a.group.instance[a.index], None, mechanism), cal, note)
 
@@ -572,6 +574,7 @@ def _sum_and_sensitivity(stats: ColumnStats, column, cal: Calibration) -> tuple[
 PUBLIC_COUNT = ("public: the row count of the whole table, which modifying records never "
                 "changes (no epsilon spent)")
 INSTANCE_MECHANISM = "exponential mechanism (inverse sensitivity) on the column's grid"
+SCALED_MECHANISM = "exponential mechanism (scaled rank distance) on the column's grid"
 PIECEWISE_MECHANISM = ("exponential mechanism (piecewise Laplace: interpolated inverse "
                        "sensitivity) on the column's grid")
 # two lines: the first said once for every drawn aggregate of the answer
@@ -586,17 +589,24 @@ _SMOOTH_NOTE = ("DP with the smooth sensitivity (docs/privacy.md §5.2): heavy-t
                 "95% bound is shown, it would reveal the smooth sensitivity of the data")
 
 
-def _extreme_note(agg, aside: int, per_unit: bool) -> str:
-    """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset), and
-    over what: each unit's own extreme where a unit may own several rows."""
+def _extreme_note(agg, aside: int, scaled, per_unit: bool) -> str:
+    """What a drawn MAX or MIN aims at (privacy/inverse_sensitivity.extreme_offset, or
+    its scaled distance), and over what: each unit's own extreme where a unit may own
+    several rows."""
     kind = agg.kind
     end = "largest" if kind == MAX else "smallest"
     over = (f"\ndrawn over each privacy unit's own {kind.upper()} (one value per unit "
             "and group: the same extreme, each unit counted once, docs/privacy.md §5.3)"
             ) if per_unit else ""
+    values = "units' values" if per_unit else "values"
+    if scaled is not None:
+        side = "below" if kind == MAX else "above"
+        return (f"{over}\n{kind.upper()}({agg.column}) is drawn by the scaled distance: "
+                f"near the {end} value, the nearer the more of the {aside + 1} {end} "
+                f"{values} lie within a factor {scaled.factor} {side} it (a tenth of them "
+                "in a smaller scope); it may land beyond the data, docs/privacy.md §5.3")
     if not aside:
         return over
-    values = "units' values" if per_unit else "values"
     return (f"{over}\n{kind.upper()}({agg.column}) is drawn around the value {aside} ranks "
             f"from the {end}\na drawn {kind.upper()} aims that many ranks from the {end}, or "
             f"a tenth of the {values} from it in a smaller scope (the {end} itself would be "

@@ -245,7 +245,7 @@ def test_the_rank_mechanism_reads_the_units_relation(loaded, monkeypatch):
     from proxy.privacy.requests import CountRequest, RankRequest
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         windows, counts = [], []
         for a, b in ((1, n), (rank, rank), (max(1, rank - 2), min(n, rank + 2))):
             windows.append((yield RankRequest(column, a, b, group=key)))

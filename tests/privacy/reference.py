@@ -87,11 +87,11 @@ def instance_draws(engine, plan, trials: int) -> list[float]:
 
     real, draws = inverse_sensitivity.instance_release, []
 
-    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         found = {}
         for _ in range(trials):
             draws.append((yield from remembered(
-                real(n, rank, shift, epsilon, grid, rng, piecewise, column, key), found)))
+                real(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled), found)))
         return draws[0]
 
     inverse_sensitivity.instance_release = drawing

@@ -114,7 +114,7 @@ def test_the_backend_reads_what_the_mechanism_needs(engine, monkeypatch):
     WHERE, and per group of a GROUP BY."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         windows, counts = [], []
         for a, b in ((1, n), (1, 3), (n - 2, n), (rank, rank), (2, n - 1),
                      (max(1, rank - 3), min(n, rank + 2))):
@@ -162,7 +162,7 @@ def test_group_by_reads_every_groups_first_windows_at_once(engine, monkeypatch):
     own target rank (K ranks each side), equal to the loaded values'."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         reach = inverse_sensitivity.first_reach(inverse_sensitivity.exponent(epsilon, shift),
                                                 grid)
         seen.append((n, rank, (yield RankRequest(column, max(1, rank - reach),
@@ -203,7 +203,7 @@ def test_user_level_reads_the_clipped_scope_with_s_records(engine, monkeypatch):
     merged with their weights, and a tail's weights below a candidate and the next."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         seen.append((n, shift, (yield RankRequest(column, 1, n, group=key)),
                      (yield CountRequest(column, 5, key))))
         return grid.value(grid.first)
@@ -244,7 +244,7 @@ def test_user_level_max_and_min_read_each_units_own_extreme(engine, monkeypatch,
     reference.unit_extremes) for every group."""
     seen = []
 
-    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def recording(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         seen.append((key, n, shift, (yield RankRequest(column, 1, n, group=key)),
                      (yield CountRequest(column, 30.0, key))))
         return grid.value(grid.first)
@@ -286,12 +286,13 @@ def test_the_law_drawn_from_the_backend_is_the_exact_mechanisms(engine, monkeypa
     captured = []
     real = inverse_sensitivity.instance_release
 
-    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key):
+    def drawing(n, rank, shift, epsilon, grid, rng, piecewise, column, key, scaled=None):
         """The draws, in the query's snapshot, from the backend's (memoised) reads."""
         seeded, found, draws = SeededSource(2019), {}, []
         for _ in range(1500):
             draws.append((yield from remembered(
-                real(n, rank, shift, epsilon, grid, seeded, piecewise, column, key), found)))
+                real(n, rank, shift, epsilon, grid, seeded, piecewise, column, key, scaled),
+                found)))
         captured.append((n, rank, epsilon, grid, piecewise, draws))
         return draws[0]
 

@@ -61,7 +61,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_tab
     plan = analyze(parse_statements(QUERIES[query])[0], RULES,
                    Settings(model="dp", epsilon=epsilon, sensitivity="piecewise"))
     assert one_row_per_unit(plan) and sampled_shift(plan) == 1
-    ((_, _, target, part, grid, _),) = _targets(plan, 3, ONE_ROW)
+    ((_, _, target, part, grid, _, _),) = _targets(plan, 3, ONE_ROW)
     # the unit's one row may leave one group and join the other: ε/2 each
     assert part == Fraction(epsilon) / 2
     scale = float(exponent(part, 1))

@@ -17,6 +17,7 @@ from proxy.engine import answered
 from proxy.privacy import inverse_sensitivity
 from proxy.privacy.inverse_sensitivity import (
     Grid,
+    Scaled,
     candidate_grid,
     extreme_offset,
     instance_release,
@@ -125,13 +126,17 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     medians, scores = ranked_grid(score, True), ranked_grid(score, False)
     rng = SeededSource(3)
     years = candidate_grid(0, 10, 1.0, True)
-    # MAX aims K ranks below the top, MIN K above the bottom, at most a tenth of n
+    # MAX of ages (every integer a candidate) aims K ranks below the top, at most a tenth
+    # of n; MIN of scores (log-spaced candidates) by the scaled distance, t − 1 = ⌊K/2⌋
+    assert scores.log_spaced and not years.log_spaced
     top = len(ages) - min(extreme_offset(epsilon, 1, years), len(ages) // 10)
-    bottom = 1 + min(extreme_offset(epsilon, 1, scores), len(VALUES) // 10)
+    bottom = 1 + min(extreme_offset(epsilon, 1, scores) // 2, len(VALUES) // 10)
     one_by_one = [
-        by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng), values)
-        for values, rank, grid in ((VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), medians),
-                                   (ages, top, years), (VALUES, bottom, scores))]
+        by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng, scaled=scaled),
+                values)
+        for values, rank, grid, scaled in (
+            (VALUES, percentile_rank(len(VALUES), Fraction(1, 2)), medians, None),
+            (ages, top, years, None), (VALUES, bottom, scores, Scaled(8, False)))]
     assert [released[0], released[1], released[3]] == one_by_one
 
 

@@ -58,7 +58,8 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_tab
     assert draw_scopes(plan) == [UnitExtremes("v", largest)]
     # s over all rows: c·g = 2 under DP; under iDP the data's most rows per unit (3 here)
     shift = 2 if model == "dp" else 3
-    ((_, _, target, part, grid, draw),) = _targets(plan, shift, UnitExtremes("v", largest))
+    ((_, _, target, part, grid, draw, scaled),) = _targets(plan, shift,
+                                                           UnitExtremes("v", largest))
     assert draw == 1  # one value per unit (and group): Δu = g
     # a unit's rows (at most 2 groups under DP's cap, 3 under iDP) leave groups and join
     # others: ε/3 each over 3 groups
