@@ -16,7 +16,8 @@ A grouped percentile of a table whose unit may own several rows is drawn over we
 ranks instead (``weighted_release``): every row weighs ⌊2²⁰/n_u⌋, n_u its unit's values
 in scope, so each unit counts once, and d(y) = max(0, A(y) − t, t − B(y)) over the
 weights below and at or below y, t = p·N: exact rationals, λ = ε/(4·max(p, 1 − p)).
-MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``); on a
+MAX and MIN are the ranks n and 1 (aimed K ranks inside: ``extreme_offset``; of a
+number column on log-spaced candidates by the scaled distance, ``scaled_blocks``); on a
 table whose unit may own several rows they are drawn over each unit's own MAX or MIN
 (per group and unit), where s is g (``draw_scope``). Candidates between consecutive
 values in scope share a(y), b(y), so they are sampled as blocks: a band of nearby distances by an envelope

@@ -104,10 +104,10 @@ def _quantile(department: str | None, q: float) -> float:
 def test_max_and_min_land_among_the_extreme_percent_of_rows(engine):
     """At ε 1 over the whole table every draw lies within the top (bottom) 1 % of the
     11,000 rows, and at ε 5 per department (ε/5 each) within the top (bottom) 5 % of the
-    department's 2,200 rows, or beyond the data (a few percent of the draws at most: the
-    target's margin, ``extreme_offset``). A draw misses the stated quantile inside the data with
-    probability below 10⁻⁶ (its target is over 40 ranks away, the weight there e^{−20}
-    per candidate), so the medians of 5 draws fail with probability below 10⁻⁴; over all
+    department's 2,200 rows, or beyond the data (the scaled distance's draws, §5.3, often
+    land there). A draw misses the stated quantile inside the data with
+    probability below 10⁻⁶ (every candidate there is over 40 ranks from the end, the
+    weight e^{−20} per candidate), so the medians of 5 draws fail with probability below 10⁻⁴; over all
     rows (main before this) every target lay beyond these quantiles."""
     session = Session.open(engine, "zoe")
     for epsilon, grouped, share in ((1, False, 0.01), (5, True, 0.05)):
@@ -119,9 +119,10 @@ def test_max_and_min_land_among_the_extreme_percent_of_rows(engine):
             (answer,) = run(session, sql)
             notes = answer.privacy["notes"]
             assert "each privacy unit's own MIN" in " ".join(notes)
-            # each of MIN and MAX named with its rank; what the ranks mean said once
-            assert any(n.startswith("MIN(cost) is drawn around the value ") for n in notes)
-            assert any(n.startswith("MAX(cost) is drawn around the value ") for n in notes)
+            # each of MIN and MAX named with its mechanism (costs lie on log-spaced
+            # candidates: the scaled distance); what the draws mean said once
+            assert any(n.startswith("MIN(cost) is drawn by the scaled distance") for n in notes)
+            assert any(n.startswith("MAX(cost) is drawn by the scaled distance") for n in notes)
             assert len(notes) == len(set(notes)) and len(
                 [n for n in notes if "(docs/privacy.md §5.3) would tell" in n]) == 1, notes
             for row in answer.rows:
