@@ -820,8 +820,8 @@ def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
     or None) of every percentile, MAX and MIN drawn over ``scope``, ``shift`` the plan's
     s over all rows: MAX is the value at rank n − min(K, ⌊n/10⌋), MIN at rank
     1 + min(K, ⌊n/10⌋) (``extreme_offset``, ``EXTREME_SHARE``; ranks outside 1..n are
-    taken as the nearest); by the scaled distance (``scaled_end``) K is halved
-    (``SCALED_SHARE``) and the rank is the draw's t. ε is each aggregate's own
+    taken as the nearest; by the scaled distance, ``scaled_end``, that rank is the
+    draw's t, MAX's n + 1 − t). ε is each aggregate's own
     (sequential composition, as for every aggregate of a SELECT), over GROUP BY divided
     by the groups one unit can touch, as every DP aggregate's (§3.5): with one row per
     unit those of its g rows; with one value per unit and group those of its rows (at
@@ -836,24 +836,18 @@ def _targets(plan: QueryPlan, shift: int, scope: DrawScope = ALL_ROWS):
         column = plan.table.columns[agg.column]
         grid = ranked_grid(column, agg.kind == PERCENTILE)
         scaled = scaled_end(plan, agg, grid)
-        if agg.kind == PERCENTILE:
-            target = RankRef(PCT, fraction=agg.fraction)
-        else:
-            aside = extreme_offset(part.epsilon, draw, grid)
-            if scaled is not None:
-                aside = math.floor(aside * SCALED_SHARE)
-            target = RankRef(TOP if agg.kind == MAX else BOTTOM, aside, EXTREME_SHARE)
+        target = (RankRef(PCT, fraction=agg.fraction) if agg.kind == PERCENTILE
+                  else RankRef(TOP if agg.kind == MAX else BOTTOM,
+                               extreme_offset(part.epsilon, draw, grid), EXTREME_SHARE))
         yield index, agg.column, target, part.epsilon, grid, draw, scaled
 
 
 # MAX and MIN of a number column on log-spaced candidates, in the step form: the factor
-# of a candidate's neighbourhood (``Scaled``) and the share of K that is its t − 1.
-# Chosen by the exact law over the cells of ``utility.py demo`` at ε 1 and 0.1
-# (benchmarks/README.md, "MAX and MIN by the scaled distance"): a MIN lands below the
-# data at most 100 % away on a domain from 0, so its neighbourhood may be wide; a MAX
-# lands above it without bound, so its neighbourhood is one octave.
+# of a candidate's neighbourhood (``Scaled``). Chosen by the exact law over the cells of
+# ``utility.py demo`` at ε 1 and 0.1 (benchmarks/README.md, "MAX and MIN by the scaled
+# distance"): a MIN lands below the data at most 100 % away on a domain from 0, so its
+# neighbourhood may be wide; a MAX lands above it without bound, so it is one octave.
 SCALED_FACTORS = {MAX: 2, MIN: 8}
-SCALED_SHARE = Fraction(1, 2)
 
 
 def scaled_end(plan: QueryPlan, agg, grid: Grid) -> Scaled | None:
@@ -869,7 +863,7 @@ def scaled_end(plan: QueryPlan, agg, grid: Grid) -> Scaled | None:
 
 
 def extreme_offsets(plan: QueryPlan, shift: int) -> dict[int, tuple[int, Scaled | None]]:
-    """K (by the scaled distance: t − 1) of each MAX and MIN of the plan and its
+    """K of each MAX and MIN of the plan (by the scaled distance t − 1) and its
     ``Scaled``, by aggregate index (for its note)."""
     return {index: (target.offset, scaled) for scope in draw_scopes(plan)
             for index, _, target, _, _, _, scaled in _targets(plan, shift, scope)

@@ -127,10 +127,10 @@ def test_the_releases_of_a_group_ask_about_that_group_and_draw_as_one_at_a_time(
     rng = SeededSource(3)
     years = candidate_grid(0, 10, 1.0, True)
     # MAX of ages (every integer a candidate) aims K ranks below the top, at most a tenth
-    # of n; MIN of scores (log-spaced candidates) by the scaled distance, t − 1 = ⌊K/2⌋
+    # of n; MIN of scores (log-spaced candidates) by the scaled distance, t = 1 + that
     assert scores.log_spaced and not years.log_spaced
     top = len(ages) - min(extreme_offset(epsilon, 1, years), len(ages) // 10)
-    bottom = 1 + min(extreme_offset(epsilon, 1, scores) // 2, len(VALUES) // 10)
+    bottom = 1 + min(extreme_offset(epsilon, 1, scores), len(VALUES) // 10)
     one_by_one = [
         by_hand(instance_release(len(values), rank, 1, epsilon, grid, rng, scaled=scaled),
                 values)

@@ -5,7 +5,7 @@ docs/privacy.md §5.3, "MAX and MIN by the scaled distance"), by brute force:
   gives (over the whole scope; from a narrower window, tail blocks a lower bound);
 - ε-DP: over every neighbour of small data sets (ties, both bounds, NaN, ±inf and
   overflow-sized values, records leaving the scope, sizes where t moves between its cap
-  ⌊n/10⌋ and ⌊K/2⌋) no candidate's probability changes by more than e^ε, and with λ
+  ⌊n/10⌋ and K) no candidate's probability changes by more than e^ε, and with λ
   doubled it does;
 - the sampler, reading a narrow window and resolving tail draws by counts, follows the
   exact law (χ² at ALPHA, seeded).
