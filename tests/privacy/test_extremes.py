@@ -42,8 +42,8 @@ def test_max_and_min_land_among_the_top_and_bottom_percent(engine, column):
     median misses with probability below 10⁻⁹. Incomes lie on log-spaced candidates and
     are drawn by the scaled distance (§5.3), which may land beyond the data: their band
     reaches a factor 2 above the largest (MAX) or 8 below the least (MIN) — by the
-    exact law each draw misses it with probability 0.006 (MAX) and 0.037 (MIN), so the
-    median misses with probability below 10⁻¹⁰."""
+    exact law each draw misses it with probability 1.4·10⁻⁴ (MAX) and 4.9·10⁻⁴ (MIN),
+    so the median misses with probability below 10⁻²⁰."""
     values = np.array(PEOPLE.columns[column])
     scaled = column == "income"
     session = Session.open(engine, "zoe")
