@@ -16,7 +16,13 @@ import random
 import numpy as np
 from scipy import integrate
 
-from proxy.privacy.inverse_sensitivity import Grid, blocks, candidate_distance
+from proxy.privacy.inverse_sensitivity import (
+    Grid,
+    Scaled,
+    blocks,
+    candidate_distance,
+    scaled_blocks,
+)
 
 ALPHA = 1e-4
 DRAWS = 20_000
@@ -93,12 +99,26 @@ def log_probabilities(values: list[float], rank: int, grid: Grid, scale: float,
 
 
 def law_at_target(values: list[float], target, grid: Grid, scale: float,
-                  piecewise: bool = False) -> np.ndarray:
+                  piecewise: bool = False, scaled: Scaled | None = None) -> np.ndarray:
     """``log_probabilities`` of a draw aimed at ``target`` (a ``RankRef``) among the
-    sorted ``values``, its rank kept within 1..n as ``instance_releases`` keeps it."""
+    sorted ``values``, its rank kept within 1..n as ``instance_releases`` keeps it; with
+    ``scaled`` a MAX or MIN by the scaled distance, from its own blocks."""
     n = len(values)
-    return log_probabilities(values, min(max(1, target.rank(n)), max(n, 1)), grid, scale,
-                             piecewise)
+    rank = min(max(1, target.rank(n)), max(n, 1))
+    if scaled is None:
+        return log_probabilities(values, rank, grid, scale, piecewise)
+    return _scaled_law(tuple(values), rank, grid, scale, scaled)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scaled_law(values: tuple[float, ...], rank: int, grid: Grid, scale: float,
+                scaled: Scaled) -> np.ndarray:
+    n, listed = len(values), list(values)
+    found = scaled_blocks(blocks(n, n if scaled.largest else 1, grid, 1, listed), n, rank,
+                          grid, 1, listed, scaled)
+    assert all(block.exact for block in found)
+    logs = np.array([-scale * float(d) for d, _ in expanded(found, grid, rank)])
+    return logs - np.logaddexp.reduce(logs)
 
 
 def groups_loss(before: list[np.ndarray], after: list[np.ndarray]) -> float:

@@ -54,6 +54,10 @@ DATA = [
     [0.5, 0.5, 1.0, 2.0, 3.5, 5.0, 7.0, 7.0, 10.0, float("nan"), float("inf")],
     [5.0] * 10,
     [-1e308, 1.0, 1.0, 2.0, 3.5, 3.5, 5.0, 7.0, 1e300, float("-inf"), 10.0, 2.0],
+    # an end alone beyond the factor: the least value 8 times below the rest (MIN), the
+    # largest twice above it (MAX), where one record moves both of d's terms
+    [1.0, 9.0, 9.0, 10.0, 10.0, 9.5, 8.5, 9.0, 10.0, 9.0],
+    [0.5, 0.5, 1.0, 1.0, 2.0, 1.5, 2.0, 1.0, 0.5, 10.0, 2.0],
 ]
 
 
@@ -140,9 +144,8 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(kind, ep
     records = [[Record(unit, value, unit != 4 or index != 2)
                 for unit, value in enumerate(values)] for index, values in enumerate(DATA)]
     worst = {1: 0.0, 2: 0.0}
-    for index, found in enumerate([*records, *datasets(seed, 4, 12, 1)]):
-        grid = GRIDS[index % 2]
-        for offset in (0, 2, 5):
+    for found in [*records, *datasets(seed, 4, 12, 1)]:
+        for grid, offset in ((g, o) for g in GRIDS for o in (0, 2, 5)):
             for times in (1, 2):
                 scale = times * float(exponent(Fraction(epsilon), 1))
 

@@ -7,7 +7,8 @@ those values — with the ε, target rank, candidates and Δu = g the engine use
 neighbours of small data sets: units of up to three rows (beyond DP's bound of two,
 which caps a unit at two groups), every row of one unit set to values with ties, both
 bounds, NULL, NaN and ±inf, in or out of the WHERE and in any of three groups, under
-both models. A unit's neighbours are a seeded sample of its modifications.
+both models, with the rank target and (v on log-spaced candidates) the scaled distance.
+A unit's neighbours are a seeded sample of its modifications.
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ from tests.privacy.harness import (
 from tests.privacy.laws import groups_loss, law_at_target
 from tests.privacy.reference import unit_extremes
 
-RULES = parse_rules(unit_table_rules(2, "abc"))
+RULES = {  # v's candidates k/2 (the rank target), or log-spaced (the scaled distance):
+    # with resolution 32 its step is 2⁻⁵, so 320 multiples, beyond the uniform 2⁸
+    "rank": parse_rules(unit_table_rules(2, "abc")),
+    "scaled": parse_rules(unit_table_rules(2, "abc").replace("resolution = 512",
+                                                               "resolution = 32")),
+}
 NEIGHBOUR_VALUES = [LOWER, 3.5, 5.0, UPPER, None] + EXTREME[:3]
 QUERIES = {  # (statement, largest, groups)
     "min per group": ("SELECT k, MIN(v) FROM t WHERE w = 1 GROUP BY k", False, 3),
@@ -48,12 +54,14 @@ QUERIES = {  # (statement, largest, groups)
 }
 
 
+@pytest.mark.parametrize("form", list(RULES))
 @pytest.mark.parametrize("model", ["dp", "idp"])
 @pytest.mark.parametrize("query", list(QUERIES))
-def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_table, query, model):
+def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_table, query, model,
+                                                                        form):
     epsilon = 1.0
     statement, largest, groups = QUERIES[query]
-    plan = analyze(parse_statements(statement)[0], RULES,
+    plan = analyze(parse_statements(statement)[0], RULES[form],
                    Settings(model=model, epsilon=epsilon))
     assert draw_scopes(plan) == [UnitExtremes("v", largest)]
     # s over all rows: c·g = 2 under DP; under iDP the data's most rows per unit (3 here)
@@ -61,6 +69,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_tab
     ((_, _, target, part, grid, draw, scaled),) = _targets(plan, shift,
                                                            UnitExtremes("v", largest))
     assert draw == 1  # one value per unit (and group): Δu = g
+    assert (scaled is not None) == (form == "scaled") == grid.log_spaced
     # a unit's rows (at most 2 groups under DP's cap, 3 under iDP) leave groups and join
     # others: ε/3 each over 3 groups
     assert part == Fraction(epsilon) / groups
@@ -80,7 +89,7 @@ def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(unit_tab
         seen = [r._replace(group=r.group if groups > 1 else 0,
                            in_scope=r.in_scope or "WHERE" not in statement) for r in records]
         assert found == unit_extremes(seen, largest, cap, groups), (records, rows)
-        return [law_at_target(values, target, grid, scale) for values in found]
+        return [law_at_target(values, target, grid, scale, scaled=scaled) for values in found]
 
     rng = random.Random(zlib.crc32(f"unit extremes {query} {model}".encode()))
     outcomes = assert_sound(
