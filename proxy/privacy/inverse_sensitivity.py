@@ -48,8 +48,9 @@ stay heavy, and the draw then resolves more tail candidates by counts (a scan ea
 
 from __future__ import annotations
 
+import functools
 import math
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import accumulate
@@ -416,56 +417,74 @@ class Scaled:
     factor: int
     largest: bool
 
-    def reach(self, y: float, origin: float) -> float:
-        """φ(y) (MIN: ≥ y) or ψ(y) (MAX: ≤ y), about the grid's origin: nondecreasing,
-        exact (the factor is a power of two)."""
-        grows = (y >= origin) != self.largest
-        return origin + (y - origin) * self.factor if grows else \
-            origin + (y - origin) / self.factor
+
+@functools.lru_cache(maxsize=64)
+def _points(grid: Grid):
+    """Every candidate's value, in order, as exact floats (a MAX's or MIN's grid holds
+    thousands: computed once per grid, not once per draw and group)."""
+    import numpy as np  # here: most answers never need it, and it costs every start
+
+    return np.array([float(grid.value(k)) for k in range(grid.first, grid.last + 1)])
 
 
-def scaled_distance(y: float, values: list[float], before: int, after: int, t: int,
-                    origin: float, scaled: Scaled) -> int:
-    """d(y) of a MIN: a(y) + max(1 − b(y), t − m(y), 0), m(y) the values below φ(y); of
-    a MAX the mirror: (values above y) + max(1 − (values at or above y), t − (values
-    above ψ(y)), 0). ``values`` are sorted and snapped, ``before`` and ``after`` the
-    ranks in scope below and above them (only what the window's reach cannot change:
-    docs/privacy.md §5.3, "MAX and MIN by the scaled distance")."""
-    edge = scaled.reach(y, origin)
+def scaled_distances(ys, values: list[float], before: int, after: int, t: int,
+                     origin: float, scaled: Scaled):
+    """d(y) of the candidates ``ys`` (an array): for MIN a(y) + max(1 − b(y), t − m(y),
+    0), m(y) the values below φ(y) = o + c(y − o) (o + (y − o)/c below the origin o);
+    for MAX the mirror, (values above y) + max(1 − (values at or above y), t − (values
+    above ψ(y)), 0), ψ(y) = o + (y − o)/c (o + c(y − o) below o). φ ≥ y ≥ ψ, each
+    nondecreasing and exact (c is a power of two). ``values`` are sorted and snapped,
+    ``before`` and ``after`` the ranks in scope below and above them (docs/privacy.md
+    §5.3, "MAX and MIN by the scaled distance")."""
+    import numpy as np
+
+    rest, c = ys - origin, scaled.factor
+    edge = origin + np.where((rest >= 0) != scaled.largest, rest * c, rest / c)
     if scaled.largest:
-        above = after + len(values) - bisect_right(values, y)
-        at = after + len(values) - bisect_left(values, y)
-        near = after + len(values) - bisect_right(values, edge)
-        return above + max(1 - at, t - near, 0)
-    below = before + bisect_left(values, y)
-    through = before + bisect_right(values, y)
-    near = before + bisect_left(values, edge)
-    return below + max(1 - through, t - near, 0)
+        top = after + len(values)
+        above = top - np.searchsorted(values, ys, "right")
+        at = top - np.searchsorted(values, ys, "left")
+        near = top - np.searchsorted(values, edge, "right")
+        return above + np.maximum(np.maximum(1 - at, t - near), 0)
+    below = before + np.searchsorted(values, ys, "left")
+    through = before + np.searchsorted(values, ys, "right")
+    near = before + np.searchsorted(values, edge, "left")
+    return below + np.maximum(np.maximum(1 - through, t - near), 0)
 
 
 def scaled_blocks(found: list[Block], n: int, rank: int, grid: Grid, low: int,
                   values: list[float], scaled: Scaled) -> list[Block]:
     """The blocks of the scaled distance: the candidates of ``found``'s exact blocks
     (the rank distance to rank 1 or n over the window from rank ``low``, which reaches
-    that end) in runs of equal d(y) (``scaled_distance``), its tail blocks as they are
+    that end) in runs of equal d(y) (``scaled_distances``), its tail blocks as they are
     (beyond the window every candidate has t values between it and the end it is drawn
     towards, so d is the rank distance there). t = rank (MIN) or n + 1 − rank (MAX)."""
+    import numpy as np
+
     t = n + 1 - rank if scaled.largest else rank
-    values = snapped(grid, values)
+    points, origin = _points(grid), float(grid.origin_value)
+    throughs = np.asarray(grid.places(values)[1], dtype=np.int64)
+    values = np.where(throughs > 0, points[np.maximum(throughs - 1, 0)],
+                      np.asarray(values, dtype=np.float64))  # ``snapped``, in numpy
     before, after = low - 1, n - low + 1 - len(values)
-    origin = grid.origin_value
+    spans: list[list[int]] = []  # [first, end) of each run of consecutive exact blocks
+    for block in found:
+        if block.exact and spans and spans[-1][1] == block.first:
+            spans[-1][1] += block.count
+        elif block.exact:
+            spans.append([block.first, block.first + block.count])
+    runs = {}
+    for first, end in spans:
+        ds = scaled_distances(points[first - grid.first:end - grid.first], values, before,
+                              after, t, origin, scaled)
+        cuts = [0, *(np.flatnonzero(np.diff(ds)) + 1).tolist(), len(ds)]
+        runs[first] = [Block(first + a, b - a, int(ds[a])) for a, b in zip(cuts, cuts[1:])]
     out: list[Block] = []
     for block in found:
         if not block.exact:
             out.append(block)
-            continue
-        for k in range(block.first, block.first + block.count):
-            d = scaled_distance(grid.value(k), values, before, after, t, origin, scaled)
-            if out and out[-1].exact and out[-1].distance == d \
-                    and out[-1].first + out[-1].count == k:
-                out[-1] = Block(out[-1].first, out[-1].count + 1, d)
-            else:
-                out.append(Block(k, 1, d))
+        elif block.first in runs:
+            out.extend(runs[block.first])
     return out
 
 
