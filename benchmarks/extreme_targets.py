@@ -54,14 +54,18 @@ from proxy.demo import create_demo  # noqa: E402
 from proxy.engine import answered  # noqa: E402
 from proxy.privacy.inverse_sensitivity import (  # noqa: E402
     EXTREME_SHARE,
+    SCALED_FACTORS,
+    Scaled,
     blocks,
     candidate_grid,
     exponent,
     extreme_offset,
     instance_release,
+    scaled_blocks,
 )
 from proxy.privacy.requests import CountRequest  # noqa: E402
 from proxy.privacy.sampler import SecureSource  # noqa: E402
+from proxy.vocabulary import MAX, MIN  # noqa: E402
 
 COLUMNS = {  # name: (SQL of the sorted values, declared domain, resolution or None for int)
     "cost (per person)": ("SELECT {kind}(cost) FROM visits GROUP BY person_id", 0, 100_000, 0.01),
@@ -124,14 +128,30 @@ def exact_law(values: list[float], largest: bool, offset: int, epsilon: Fraction
     return np.array(points), weights / weights.sum()
 
 
+def scaled_law(values: list[float], largest: bool, offset: int, epsilon: Fraction, grid):
+    """(candidate values, probabilities) of the scaled distance's draw (docs/privacy.md
+    §5.3, "MAX and MIN by the scaled distance"), t − 1 = ``offset`` capped at a tenth,
+    from the product's own blocks over the whole scope."""
+    n = len(values)
+    aside = min(offset, math.floor(EXTREME_SHARE * n))
+    rank = n - aside if largest else 1 + aside
+    scaled = Scaled(SCALED_FACTORS[MAX if largest else MIN], largest)
+    found = scaled_blocks(blocks(n, n if largest else 1, grid, 1, values), n, rank, grid,
+                          1, values, scaled)
+    scale = float(exponent(epsilon, 1))
+    points = [float(grid.middle(k)) for b in found for k in range(b.first, b.first + b.count)]
+    weights = np.array([math.exp(-scale * b.distance) for b in found for _ in range(b.count)])
+    return np.array(points), weights / weights.sum()
+
+
 def exact_cell(groups: list[list[float]], largest: bool, offset, epsilon: Fraction,
-               grid) -> tuple[float, float, float]:
+               grid, law_of=exact_law) -> tuple[float, float, float]:
     """Median relative error of the groups' pooled laws (each group weighing the same),
     and the chances of landing within the extreme 1 % and beyond the data; ``offset``
-    maps a group's values to its K."""
+    maps a group's values to its K, ``law_of`` is ``exact_law`` or ``scaled_law``."""
     errors, masses, within, beyond = [], [], 0.0, 0.0
     for values in groups:
-        points, law = exact_law(values, largest, offset(values), epsilon, grid)
+        points, law = law_of(values, largest, offset(values), epsilon, grid)
         truth = values[-1] if largest else values[0]
         edge = float(np.quantile(values, 0.99 if largest else 0.01))
         errors.append(np.abs(points - truth) / abs(truth))
@@ -144,6 +164,31 @@ def exact_cell(groups: list[list[float]], largest: bool, offset, epsilon: Fracti
     order = np.argsort(errors)
     median = errors[order][np.searchsorted(np.cumsum(masses[order]), 0.5)]
     return float(median), within, beyond
+
+
+def scaled(con, epsilons: list[Fraction]) -> None:
+    """The cells on log-spaced candidates: the rank target's law against the scaled
+    distance's (the product's since issue 32's round on MIN), K = ``extreme_offset``."""
+    print("| aggregate | cell | ε | K | rank target: error, in 1 %, beyond | "
+          "scaled: error, in 1 %, beyond |\n|---|---|---|---|---|---|")
+    for kind in ("max", "min"):
+        for name, (sql, share, domain) in EXACT_CELLS.items():
+            grid = candidate_grid(*domain)
+            if not grid.log_spaced:
+                continue
+            found: dict = {}
+            for key, value in con.execute(sql.format(kind=kind)).fetchall():
+                if value is not None:
+                    found.setdefault(key, []).append(float(value))
+            groups = [sorted(v) for v in found.values()]
+            for epsilon in epsilons:
+                part = epsilon / share
+                offset = extreme_offset(part, 1, grid)
+                cells = [exact_cell(groups, kind == "max", lambda v: offset, part, grid, law)
+                         for law in (exact_law, scaled_law)]
+                print(f"| {kind.upper()} | {name} | {float(epsilon):g} | {offset} | " + " | ".join(
+                    f"{100 * e:,.0f} %, {w:.2f}, {b:.2f}" for e, w, b in cells) + " |",
+                    flush=True)
 
 
 def exact(con, epsilons: list[Fraction], guards: list[float]) -> None:
@@ -274,14 +319,17 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--exact", action="store_true")
     parser.add_argument("--corpus", action="store_true")
+    parser.add_argument("--scaled", action="store_true")
     parser.add_argument("--guards", default="20,4",
                         type=lambda text: [float(v) for v in text.split(",")])
     arguments = parser.parse_args()
     path = Path(tempfile.mkdtemp()) / "demo.duckdb"
     create_demo(path)
-    if arguments.exact or arguments.corpus:
+    if arguments.exact or arguments.corpus or arguments.scaled:
         with duckdb.connect(str(path), read_only=True) as con:
-            if arguments.corpus:
+            if arguments.scaled:
+                scaled(con, arguments.epsilon)
+            elif arguments.corpus:
                 corpus(con)
             else:
                 exact(con, arguments.epsilon, arguments.guards)
