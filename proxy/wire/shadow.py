@@ -12,7 +12,9 @@ named like them, in a database named as their client asked.
 
 from __future__ import annotations
 
+import fcntl
 import glob
+import hashlib
 import importlib.util
 import logging
 import os
@@ -24,6 +26,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,6 +123,13 @@ def _unprivileged(binaries: Path) -> tuple[str, Path]:
     return name, shared / "bin"
 
 
+def _version(binaries: Path) -> str:
+    """The binaries' PostgreSQL version as ``SHOW server_version`` begins (``15.18``):
+    ``postgres --version`` prints ``postgres (PostgreSQL) 15.18 (Debian …)``."""
+    return subprocess.run([str(binaries / "postgres"), "--version"], check=True,
+                          capture_output=True, text=True).stdout.split()[2]
+
+
 def _stop_orphans(binaries: Path) -> None:
     """Stop the catalogs of servers that were killed (SIGKILL leaves no chance to stop
     them): each catalog's folder names the server process that started it."""
@@ -143,8 +153,28 @@ def _stop_orphans(binaries: Path) -> None:
 
 
 class ShadowCatalog:
-    """Started with the server, stopped with it. ``connect`` gives each client session
-    its own connection as its analyst's role in its database name."""
+    """Made with the server, started on the first catalog query, stopped with the
+    server. ``connect`` gives each client session its own connection as its analyst's
+    role in its database name.
+
+    Why lazily: many servers' sessions never send a catalog query (psycopg, scripts,
+    the engine's own clients), and copying the empty cluster (``cp`` creates some 1,000
+    files), starting it and running the DDL took about a second of CPU and of wall time
+    from every start. What the owner can get wrong still fails at construction: the
+    binaries, the template, and the DDL, built here from the rules and the backend's
+    column types (so that no worker process reads the backend for it). PostgreSQL can
+    still refuse that DDL (two names alike in their first 63 bytes, a public table of
+    more than 1,600 columns), so DDL this PostgreSQL version has not accepted on the
+    machine before is run at construction (the catalog then starts at once) and a
+    digest of it kept (``_accepted``).
+
+    The worker processes of a server (proxy/wire/workers.py) share the catalog: the
+    start is made once, by the first process that needs it, under a lock on a file in
+    the catalog's folder (``flock``: released by a process that dies starting it, whose
+    successor starts it again from scratch); a ``started`` file there says it was made.
+    A start is bounded (a copy, and ``pg_ctl -w -t``), so a session waiting on the lock
+    waits that long at most; a session cancelled or gone meanwhile leaves the start to
+    finish in its thread."""
 
     def __init__(self, rules: Rules, backend: Backend, max_connections: int) -> None:
         self._bin = _binaries()
@@ -158,27 +188,80 @@ class ShadowCatalog:
             os.chown(self._folder, user.pw_uid, user.pw_gid)
             self._run_as = ["runuser", "-u", name, "--"]
         self._lock = threading.Lock()
+        self._started = False  # known started by this process
         self._databases: set[str] = set()
         self._roles: set[str] = set()
-        data = self._folder / "data"
+        self._options = (f"-c listen_addresses='' -k {self._folder} -F "
+                         f"-c max_connections={max_connections + 5} -c autovacuum=off "
+                         "-c shared_buffers=16MB "
+                         f"-c temp_file_limit={CATALOG_TEMP_KB} "
+                         f"-c statement_timeout={rules.server.catalog_timeout}s")
+        self._statements = _ddl(rules, backend)
+        # what ``SHOW server_version`` says, its first word, without a started catalog
+        self.version = _version(self._bin)
+        self._template()  # made once a machine (or here, where it cannot be shared)
+        accepted = self._accepted()
+        if accepted is None or not accepted.exists():
+            self._ensure_started()
+            if accepted is not None:
+                accepted.touch()
+
+    def _accepted(self) -> Path | None:
+        """The file that says this PostgreSQL version ran these statements once (named
+        by their digest, in a folder only this user can write; None where there is
+        none, and the statements run at every construction)."""
+        texts = "\n".join(statement.as_string(None) for statement in self._statements)
+        folder = _SKELETONS / f"idp-proxy-ddl-{self.version}-{os.geteuid()}"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            owner = folder.lstat()
+        except OSError:
+            return None
+        if (owner.st_uid != os.geteuid() or owner.st_mode & 0o077
+                or not stat.S_ISDIR(owner.st_mode)):
+            return None
+        return folder / hashlib.sha256(texts.encode()).hexdigest()
+
+    def _template(self) -> Path:
+        """The empty cluster the catalog is a copy of: the machine's (``_skeleton``),
+        else one made by initdb in the catalog's folder."""
         skeleton = self._skeleton()
-        if skeleton is None:
-            self._initdb(data)
-        else:
-            subprocess.run([*self._run_as, "cp", "-a", "--", str(skeleton), str(data)],
-                           check=True, capture_output=True)
-        options = (f"-c listen_addresses='' -k {self._folder} -F "
-                   f"-c max_connections={max_connections + 5} -c autovacuum=off "
-                   "-c shared_buffers=16MB "
-                   f"-c temp_file_limit={CATALOG_TEMP_KB} "
-                   f"-c statement_timeout={rules.server.catalog_timeout}s")
+        if skeleton is not None:
+            return skeleton
+        private = self._folder / "template"
+        if not (private / "PG_VERSION").exists():
+            shutil.rmtree(private, ignore_errors=True)
+            self._initdb(private)
+        return private
+
+    def _ensure_started(self) -> None:
+        """Start the catalog unless a process of this server did (called under
+        ``_lock``)."""
+        if self._started:
+            return
+        with open(self._folder / "start.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed, or its process dies
+            if not (self._folder / "started").exists():
+                self._start()
+        self._started = True
+
+    def _start(self) -> None:
+        """Copy the template, start PostgreSQL on it and run the DDL, from scratch: a
+        start that a killed process left half made is stopped and removed first."""
+        data = self._folder / "data"
+        with suppress(subprocess.CalledProcessError):  # its postmaster.pid may be stale
+            self._stop("immediate")
+        shutil.rmtree(data, ignore_errors=True)
+        subprocess.run([*self._run_as, "cp", "-a", "--", str(self._template()), str(data)],
+                       check=True, capture_output=True)
         limited = f'ulimit -d {CATALOG_MEMORY // 1024} && exec "$@"'  # children inherit it
         subprocess.run([*self._run_as, "sh", "-c", limited, "sh", str(self._bin / "pg_ctl"),
-                        "-D", str(data), "-l", str(self._folder / "log"), "-w", "-o", options,
-                        "start"], check=True, capture_output=True, text=True)
+                        "-D", str(data), "-l", str(self._folder / "log"), "-w", "-t", "60",
+                        "-o", self._options, "start"], check=True, capture_output=True,
+                       text=True)
         for database in (_TEMPLATE, "postgres"):  # postgres exists already: it needs them too
             with self._admin(database) as con:
-                for statement in _ddl(rules, backend):
+                for statement in self._statements:
                     con.execute(statement)
                 con.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
                 con.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
@@ -187,7 +270,12 @@ class ShadowCatalog:
                 # empty schema. The tables have no rows and no statistics, and a statement
                 # naming one goes to the engine, never here (proxy/wire/route.py).
                 con.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO PUBLIC")
-        self.version = self._server_version()
+        (self._folder / "started").touch()
+
+    def _stop(self, mode: str) -> None:
+        """Stop the catalog's PostgreSQL, if one runs."""
+        if (self._folder / "data" / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self._folder / "data"), "-w", "-m", mode, "stop")
 
     def _initdb(self, data: Path) -> None:
         self._run("initdb", "-D", str(data), "-U", _OWNER, "--auth=trust", "-E", "UTF8",
@@ -198,10 +286,8 @@ class ShadowCatalog:
         and copied for each catalog: initdb writes some 40 MB and costs a second or two
         of every server start, a copy a tenth of that. Only a folder that user owns and
         no one else can write is used (/var/tmp is shared); else None (initdb here)."""
-        version = subprocess.run([str(self._bin / "postgres"), "--version"], check=True,
-                                 capture_output=True, text=True).stdout.split()[2]
         uid = pwd.getpwnam(self._run_as[2]).pw_uid if self._run_as else os.geteuid()
-        skeleton = _SKELETONS / f"idp-proxy-catalog-{version}-{uid}"
+        skeleton = _SKELETONS / f"idp-proxy-catalog-{self.version}-{uid}"
         if not skeleton.exists():
             staging = Path(tempfile.mkdtemp(prefix=f"{skeleton.name}-", dir=_SKELETONS))
             try:
@@ -230,15 +316,12 @@ class ShadowCatalog:
         return psycopg.connect(host=str(self._folder), user=_OWNER, dbname=database,
                                autocommit=True)
 
-    def _server_version(self) -> str:
-        with self._admin("postgres") as con:
-            return con.execute("SHOW server_version").fetchone()[0].split()[0]
-
     def connect(self, user: str, database: str) -> psycopg.Connection:
         if database in ("template0", _TEMPLATE):  # a session there would block new copies
             raise ShadowError(f'database "{database}" is not available; connect to any '
                               "other database name (e.g. demo)", "3D000")
         with self._lock:
+            self._ensure_started()
             if user not in self._roles or database not in self._databases:
                 self._provide(user, database)
         return psycopg.connect(host=str(self._folder), user=user, dbname=database,
@@ -281,8 +364,11 @@ class ShadowCatalog:
                 self._databases.add(database)
 
     def close(self) -> None:
+        """Stop the catalog if it was started (waiting for a start under way)."""
         try:
-            self._run("pg_ctl", "-D", str(self._folder / "data"), "-w", "-m", "fast", "stop")
+            with open(self._folder / "start.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._stop("fast")
         except subprocess.CalledProcessError as exc:
             log.warning("shadow catalog did not stop cleanly: %s", exc.stderr)
         shutil.rmtree(self._folder, ignore_errors=True)

@@ -4,7 +4,8 @@ One Python process parses and analyses on one core at a time (the GIL), so a Pos
 backend is served by N forked workers, each with its own engine and backend
 connections; the ledger's atomic conditional debit in the database keeps their
 sessions' budgets exact. The supervisor (the process ``idp-proxy serve`` started) binds
-the port, starts the shadow catalog once, forks the workers and then only counts:
+the port, prepares the shadow catalog once (the first worker that needs it starts it:
+proxy/wire/shadow.py), forks the workers and then only counts:
 
 - The workers inherit the one listening socket and accept from it. Not SO_REUSEPORT: an
   inherited socket is bound once (port 0 and the "serving" line stay simple), stays

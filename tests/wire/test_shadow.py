@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -90,3 +91,61 @@ def test_catalogs_are_copies_of_one_initdb_and_a_foreign_template_is_ignored(tmp
     finally:
         backend.close()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """The processes whose command line names ``folder`` (a catalog's PostgreSQL)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(folder).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def test_a_catalog_starts_at_its_first_query_once_across_worker_processes(tmp_path):
+    """A catalog no session asks is never started (its DDL ran once on the machine, at
+    the first construction); the first catalog queries of two worker processes at once
+    (forked, as proxy/wire/workers.py forks them) start one PostgreSQL, which both use
+    and the server's close stops."""
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    load_people(url, 10)
+    backend = open_backend(url)
+    rules = parse_rules(served_rules())
+    shadow.ShadowCatalog(rules, backend, 5).close()  # its DDL accepted on this machine
+    catalog = shadow.ShadowCatalog(rules, backend, 5)
+    folder = catalog._folder
+    try:
+        assert not (folder / "data" / "postmaster.pid").exists()
+        assert _processes_in(folder) == []
+        go, children = os.pipe(), []
+        for _ in range(2):
+            answer = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.read(go[0], 1)
+                    with catalog.connect("alice", "demo") as con:
+                        started, tables = con.execute(
+                            "SELECT pg_postmaster_start_time()::text, count(*) FROM pg_class "
+                            "WHERE relname IN ('people', 'regions')").fetchone()
+                    os.write(answer[1], f"{started} {tables}".encode())
+                finally:
+                    os._exit(0)
+            os.close(answer[1])
+            children.append((pid, answer[0]))
+        os.write(go[1], b"go")  # both at once
+        answers = []
+        for pid, reader in children:
+            with open(reader, "rb") as read:
+                answers.append(read.read().decode())
+            os.waitpid(pid, 0)
+        assert len(set(answers)) == 1 and answers[0].endswith(" 2"), answers
+        assert (folder / "log").read_text().count("ready to accept connections") == 1
+        assert _processes_in(folder)
+    finally:
+        catalog.close()
+        backend.close()
+    assert _processes_in(folder) == [] and not folder.exists()

@@ -27,10 +27,12 @@ import psycopg
 import pytest
 
 from proxy.admin import Remote, socket_path
+from proxy.backends import open_backend
 from proxy.pgtypes import DATE, FLOAT4, FLOAT8, TIMESTAMP, TIMESTAMPTZ
 from proxy.privacy.inverse_sensitivity import exponent, ranked_grid
-from proxy.rules import parse_rules
+from proxy.rules import load_rules, parse_rules
 from proxy.wire import types
+from proxy.wire.shadow import ShadowCatalog
 from proxy.zones import zone_named
 from tests import forked_cli
 from tests.databases import load_table
@@ -790,6 +792,28 @@ def test_connections_beyond_the_limit_are_refused(tmp_path):
         second.close()
 
 
+def test_a_server_whose_clients_ask_no_catalog_query_starts_no_catalog(tmp_path):
+    """The catalog starts at the first catalog query (proxy/wire/shadow.py): sessions
+    that only ask the engine leave its folder without a PostgreSQL, and the version
+    told at login is the catalog's own."""
+    url = f"duckdb:///{tmp_path / 'data.duckdb'}"
+    served = Served.prepare(tmp_path, served_rules(), url, 20)
+    backend = open_backend(url)  # its DDL run once on the machine, as a first server runs it
+    ShadowCatalog(load_rules(served.rules), backend, 5).close()
+    backend.close()
+    with served.serve() as proxy:
+        (folder,) = [marker.parent for marker in Path(tempfile.gettempdir()).glob(
+            "idp-shadow-*/proxy.pid") if marker.read_text() == str(proxy.process.pid)]
+        with psycopg.connect(proxy.dsn("alice")) as con:
+            assert con.execute("SELECT COUNT(*) FROM people WHERE age > 30").fetchone()
+            told = con.info.parameter_status("server_version")
+        assert not (folder / "data" / "postmaster.pid").exists()
+        with psycopg.connect(proxy.dsn("alice")) as con:
+            assert con.execute("SELECT split_part(setting, ' ', 1) FROM pg_settings "
+                               "WHERE name = 'server_version'").fetchone() == (told,)
+        assert (folder / "data" / "postmaster.pid").exists()
+
+
 def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
     url = f"duckdb:///{tmp_path / 'data.duckdb'}"
     rules = Served.prepare(tmp_path, served_rules(), url, 20).rules
@@ -797,7 +821,13 @@ def test_a_killed_server_leaves_no_catalog_behind_its_successor(tmp_path):
     process = forked_cli.start(["serve", "--rules", str(rules), "--backend", url,
                                 "--port", "0"], stderr=subprocess.PIPE,
                                env={**os.environ, "IDP_PROXY_HOME": str(tmp_path / "home")})
-    assert "serving" in process.stderr.readline()
+    serving = process.stderr.readline()
+    assert "serving" in serving
+    port = serving.split(" on ", 1)[1].split()[0].rsplit(":", 1)[1]
+    # its catalog starts at its first catalog query
+    with psycopg.connect(host="127.0.0.1", port=port, user="alice", dbname="demo") as con:
+        assert con.execute("SELECT count(*) FROM pg_class WHERE relname = 'people'"
+                           ).fetchone() == (1,)
     # its catalog's folder names it (other servers, of tests running beside, have theirs)
     (orphan,) = [marker.parent for marker in Path(tempfile.gettempdir()).glob(
         "idp-shadow-*/proxy.pid") if marker.read_text() == str(process.pid)]

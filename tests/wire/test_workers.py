@@ -132,6 +132,8 @@ def test_a_dead_worker_is_replaced_and_sigterm_stops_everything(served):
     with served.serve() as proxy:
         server = proxy.process.pid
         workers = _children(server)
+        with psycopg.connect(proxy.dsn("alice"), autocommit=True) as con:  # starts the catalog
+            con.execute("SELECT count(*) FROM pg_class")
         catalog = _shadow_postmaster(server)
         os.kill(min(workers), signal.SIGKILL)
         deadline = time.monotonic() + 10
