@@ -133,8 +133,10 @@ def test_a_narrow_window_gives_the_exact_distances_and_tails_a_lower_bound():
                                 (values, kind, t, low, high, k)
 
 
+# one ε: the distance's sensitivity, which the check bounds, is ε's own; a second ε
+# (3) found nothing the first did not and took 20 s of the suite's CPU
 @pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("epsilon", [1.0, 3.0])
+@pytest.mark.parametrize("epsilon", [1.0])
 def test_no_candidate_changes_probability_by_more_than_e_to_the_epsilon(kind, epsilon):
     """Every neighbour (a record set to a bound, a tie, NaN or ±inf, or leaving the
     scope) of the data sets above and of random small ones, at t − 1 = 0, 2 and 5 capped
