@@ -13,6 +13,7 @@ docs/privacy.md §5.3, "MAX and MIN by the scaled distance"), by brute force:
 
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from fractions import Fraction
@@ -101,15 +102,22 @@ def product_blocks(values: list[float], kind: str, rank: int, grid: Grid, low: i
 def law(values: list[float], kind: str, offset: int, grid: Grid, scale: float) -> np.ndarray:
     """log P of every candidate from the mechanism's own blocks over the whole scope,
     checked against ``reference_distances``."""
+    logs = -scale * _distances(tuple(values), kind, offset, grid)
+    return logs - np.logaddexp.reduce(logs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _distances(values: tuple[float, ...], kind: str, offset: int, grid: Grid) -> np.ndarray:
+    """Every candidate's distance by the mechanism's blocks, checked against the
+    definition: once a data set (the neighbour check asks it at two exponents)."""
     n = len(values)
     rank = _rank(kind, offset, n)
     t = n + 1 - rank if kind == "max" else rank
-    found = product_blocks(values, kind, rank, grid)
+    found = product_blocks(list(values), kind, rank, grid)
     assert all(block.exact for block in found)
     distances = [d for d, _ in expanded(found, grid, rank)]
-    assert distances == reference_distances(values, kind, t, grid), (values, kind, t)
-    logs = np.array([-scale * d for d in distances])
-    return logs - np.logaddexp.reduce(logs)
+    assert distances == reference_distances(list(values), kind, t, grid), (values, kind, t)
+    return np.array(distances, dtype=float)
 
 
 def test_a_narrow_window_gives_the_exact_distances_and_tails_a_lower_bound():
