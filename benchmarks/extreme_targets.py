@@ -176,11 +176,7 @@ def scaled(con, epsilons: list[Fraction]) -> None:
             grid = candidate_grid(*domain)
             if not grid.log_spaced:
                 continue
-            found: dict = {}
-            for key, value in con.execute(sql.format(kind=kind)).fetchall():
-                if value is not None:
-                    found.setdefault(key, []).append(float(value))
-            groups = [sorted(v) for v in found.values()]
+            groups = _groups(con, sql, kind)
             for epsilon in epsilons:
                 part = epsilon / share
                 offset = extreme_offset(part, 1, grid)
@@ -191,6 +187,15 @@ def scaled(con, epsilons: list[Fraction]) -> None:
                     flush=True)
 
 
+def _groups(con, sql: str, kind: str) -> list[list[float]]:
+    """A cell's groups: each key's values (NULLs left out), sorted."""
+    found: dict = {}
+    for key, value in con.execute(sql.format(kind=kind)).fetchall():
+        if value is not None:
+            found.setdefault(key, []).append(float(value))
+    return [sorted(v) for v in found.values()]
+
+
 def exact(con, epsilons: list[Fraction], guards: list[float]) -> None:
     print("| aggregate | cell | ε | " + " | ".join(
         f"g = {g:g}: K, error, in 1 %, beyond" for g in guards) + " | best K (error) |")
@@ -198,11 +203,7 @@ def exact(con, epsilons: list[Fraction], guards: list[float]) -> None:
     for kind in ("max", "min"):
         for name, (sql, share, domain) in EXACT_CELLS.items():
             grid = candidate_grid(*domain)
-            found: dict = {}
-            for key, value in con.execute(sql.format(kind=kind)).fetchall():
-                if value is not None:
-                    found.setdefault(key, []).append(float(value))
-            groups = [sorted(v) for v in found.values()]
+            groups = _groups(con, sql, kind)
             for epsilon in epsilons:
                 part = epsilon / share
                 cells = []

@@ -12,21 +12,44 @@ from __future__ import annotations
 
 import functools
 import random
+import zlib
+from fractions import Fraction
 
 import numpy as np
 from scipy import integrate
 
+from proxy.engine import answered
 from proxy.privacy.inverse_sensitivity import (
     Grid,
     Scaled,
     blocks,
     candidate_distance,
+    instance_release,
     scaled_blocks,
 )
+from proxy.privacy.requests import CountRequest
+from tests.privacy.reference import answer
 
 ALPHA = 1e-4
 DRAWS = 20_000
 SAMPLER_ALPHA = 1e-6  # the OS's source, unseeded: a correct sampler fails once in 10⁶ runs
+
+
+def draws_with_tails(values: list[float], rank: int, epsilon: Fraction, grid: Grid,
+                     seed: str, draws: int, **release) -> tuple[list, list]:
+    """``draws`` answers of ``instance_release`` (``release``: its options) over the
+    sorted ``values``, read as the backend would answer, and the points of the counts
+    its tail draws asked (a caller narrows the first window to make them)."""
+    counts: list = []
+
+    def read(request):
+        if isinstance(request, CountRequest):
+            counts.append(request.point)
+        return answer(values, request)
+
+    rng = SeededSource(zlib.crc32(seed.encode()))
+    return [answered(instance_release(len(values), rank, 1, epsilon, grid, rng, **release),
+                     read) for _ in range(draws)], counts
 
 
 def pooled(observed, expected, least: float = 5.0) -> tuple[list[float], list[float]]:

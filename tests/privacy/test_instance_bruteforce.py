@@ -26,7 +26,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from proxy.engine import answered
 from proxy.privacy import inverse_sensitivity
 from proxy.privacy.exact_choice import choose
 from proxy.privacy.inverse_sensitivity import (
@@ -38,7 +37,6 @@ from proxy.privacy.inverse_sensitivity import (
     instance_release,
     ordinal,
 )
-from proxy.privacy.requests import CountRequest
 from proxy.privacy.sensitivity import groups_touched
 from proxy.statistics import BOTTOM, TOP, RankRef, percentile_rank
 from tests.privacy.harness import (
@@ -53,12 +51,13 @@ from tests.privacy.harness import (
 from tests.privacy.laws import (
     ALPHA,
     SeededSource,
+    draws_with_tails,
     expanded,
     groups_loss,
     law_at_target,
     log_probabilities,
 )
-from tests.privacy.reference import answer, by_hand, in_domain
+from tests.privacy.reference import by_hand, in_domain
 
 INTEGERS = candidate_grid(LOWER, UPPER, 1.0, integers=True)  # 0 .. 10
 HALVES = Grid(Fraction(1, 2), 0, 20, LOWER, UPPER)  # 0, 0.5 .. 10: candidates between values
@@ -162,18 +161,11 @@ def test_the_sampler_with_tails_follows_the_exact_law(grid, piecewise, monkeypat
     monkeypatch.setattr(inverse_sensitivity, "first_reach", lambda scale, grid: 1)
     monkeypatch.setattr(inverse_sensitivity, "_TAIL_SHARE", 1.0)
     values = sorted([0.0, 1.0, 2.0, 2.0, 2.0, 3.5, 5.0, 5.0, 7.0, 9.0, 10.0, 10.0, 4.0])
-    n, rank, epsilon = len(values), percentile_rank(len(values), Fraction(1, 2)), Fraction(1, 2)
-    counts = []
-
-    def read(request):
-        if isinstance(request, CountRequest):
-            counts.append(request.point)
-        return answer(values, request)
-
-    rng = SeededSource(zlib.crc32(f"instance law {grid.step} {grid.digits} {piecewise}".encode()))
+    rank, epsilon = percentile_rank(len(values), Fraction(1, 2)), Fraction(1, 2)
     draws = 1500
-    sampled = [answered(instance_release(n, rank, 1, epsilon, grid, rng, piecewise), read)
-               for _ in range(draws)]
+    sampled, counts = draws_with_tails(values, rank, epsilon, grid,
+                                       f"instance law {grid.step} {grid.digits} {piecewise}",
+                                       draws, piecewise=piecewise)
     assert counts  # the tails were drawn and resolved
     expected = np.exp(log_probabilities(values, rank, grid, float(epsilon) / 2,
                                          piecewise)) * draws

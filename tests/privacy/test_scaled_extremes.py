@@ -22,7 +22,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from proxy.engine import answered
 from proxy.privacy import inverse_sensitivity
 from proxy.privacy.inverse_sensitivity import (
     EXTREME_SHARE,
@@ -30,15 +29,13 @@ from proxy.privacy.inverse_sensitivity import (
     Scaled,
     blocks,
     exponent,
-    instance_release,
     ordinal,
     scaled_blocks,
 )
-from proxy.privacy.requests import CountRequest
 from proxy.statistics import BOTTOM, TOP, RankRef
 from tests.privacy.harness import EXTREME, LOWER, UPPER, Record, assert_sound, datasets, modifying
-from tests.privacy.laws import ALPHA, SeededSource, expanded, pooled
-from tests.privacy.reference import answer, in_domain
+from tests.privacy.laws import ALPHA, draws_with_tails, expanded, pooled
+from tests.privacy.reference import in_domain
 
 # offsets of at most 2 significant bits (``candidate_grid``'s form with digits 2): from
 # the origin 0 (0, 0.5 .. 2, 3, 4, 6, 8, as a domain from 0 has them) and from the
@@ -182,18 +179,9 @@ def test_the_sampler_with_tails_follows_the_exact_law(kind, monkeypatch):
                      6.0, 3.0, 8.0, 1.5, 2.5, 4.5, 6.5, 9.5, 0.5])
     n, offset, epsilon, grid = len(values), 3, Fraction(1, 2), FROM_ZERO
     rank = _rank(kind, offset, n)
-    counts = []
-
-    def read(request):
-        if isinstance(request, CountRequest):
-            counts.append(request.point)
-        return answer(values, request)
-
-    rng = SeededSource(zlib.crc32(f"scaled law {kind}".encode()))
     draws = 4000
-    sampled = [answered(instance_release(n, rank, 1, epsilon, grid, rng,
-                                         scaled=KINDS[kind][1]), read)
-               for _ in range(draws)]
+    sampled, counts = draws_with_tails(values, rank, epsilon, grid, f"scaled law {kind}",
+                                       draws, scaled=KINDS[kind][1])
     assert counts  # tails were drawn and resolved by the backend's counts
     expected = np.exp(law(values, kind, offset, grid, float(epsilon) / 2)) * draws
     observed = np.zeros(grid.count)
