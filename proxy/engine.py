@@ -613,8 +613,8 @@ class Engine:
         selection = selection_of(plan)
         terms = list(plan.group_by)
         for index in selecting:
-            # read a batch at a time: a column of millions of distinct keys held whole
-            # took some 210 bytes a key (630 MB for 3 M keys, beyond a statement's memory)
+            # read a batch at a time: 3 M distinct keys held whole grew the process by
+            # some 365 MiB beside the backend's own (benchmarks/selection_memory.py)
             counts = itertools.chain.from_iterable(tx.batches(
                 key_counts_sql(plan, index, selection.keys_per_unit, self.backend.dialect),
                 SELECTION_BATCH))
