@@ -279,17 +279,26 @@ def _decode_text(text: str, oid: int) -> object:
             raise _OutOfRange
         return value
     if oid == BOOL:
-        word = text.strip().lower()
-        if word in ("t", "true", "yes", "on", "1", "y"):
-            return True
-        if word in ("f", "false", "no", "off", "0", "n"):
-            return False
-        raise ValueError(text)
+        return _bool_text(bare)
     if oid == DATE:
         return dt.date.fromisoformat(text)
     if oid in (TIMESTAMP, TIMESTAMPTZ):
         return dt.datetime.fromisoformat(text)
     return text
+
+
+def _bool_text(bare: str) -> bool:
+    """A bool as PostgreSQL's boolin reads one (ASCII case folded): any prefix of true,
+    false, yes or no, of on or off two letters at least, 1 or 0."""
+    word = bare.lower() if bare.isascii() else ""
+    if word in ("1", "0"):
+        return word == "1"
+    if len(word) >= 2 and word[0] == "o" and ("on".startswith(word) or "off".startswith(word)):
+        return word == "on"
+    for full, value in (("true", True), ("false", False), ("yes", True), ("no", False)):
+        if word and full.startswith(word):
+            return value
+    raise ValueError(bare)
 
 
 def _float_text(bare: str, oid: int) -> float:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+import psycopg
 import pytest
 import sqlglot
 
 from proxy.pgtypes import BOOL, DATE, FLOAT8, INT8, TEXT
 from proxy.rules import parse_rules
+from proxy.wire import types
 from proxy.wire.params import BadParameter, _bound_by_parse, bind, dummy_values, infer
 
 RULES = parse_rules("""
@@ -101,3 +103,24 @@ def test_a_parameter_beside_an_aggregate_or_as_a_condition_gets_postgresql_s_typ
     message about the stand-in (the review of 2026-11-29)."""
     assert infer(sql, (), RULES) == kinds
     bind(sql, kinds, dummy_values(kinds))
+
+
+# what PostgreSQL's boolin reads, and what it refuses
+_BOOL_TEXTS = ["t", "tr", "tru", "true", "TRUE", " True\t", "truee", "f", "fa", "fals",
+               "false", "y", "ye", "yes", "n", "no", "non", "o", "on", "of", "off", "offf",
+               "1", "0", "01", "10", "", " ", "\u00a0true", "ｔｒｕｅ", "yess", "nope"]
+
+
+def test_a_bool_parameter_in_text_is_read_as_postgresql_reads_it(postgres_url):
+    """Bound in text, a bool is read as PostgreSQL's boolin reads it (prefixes of true,
+    false, yes, no; on and off from two letters; 1 and 0; ASCII blanks around): 'tr' and
+    'of' were refused, a no-break space was taken as a blank."""
+    with psycopg.connect(postgres_url, autocommit=True) as pg:
+        for text in _BOOL_TEXTS:
+            result = pg.pgconn.exec_params(b"SELECT $1::bool", [text.encode()], [BOOL])
+            if result.status == psycopg.pq.ExecStatus.TUPLES_OK:
+                expected = result.get_value(0, 0) == b"t"
+                assert types.decode(text.encode(), BOOL, False) is expected, text
+            else:
+                with pytest.raises(types.BadValue):
+                    types.decode(text.encode(), BOOL, False)
