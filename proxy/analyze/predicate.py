@@ -284,10 +284,21 @@ def _constant(node: exp.Expression) -> bool:
                                              and isinstance(node.this, exp.Literal))
 
 
-# PostgreSQL's spellings of a boolean (any case, spaces around): a prefix of one of
-# these words, on and off by at least two letters (boolin)
+# PostgreSQL's spellings of a boolean (ASCII case folded, blanks around): a prefix of
+# one of these words, on and off by at least two letters (boolin)
 _BOOLEAN_WORDS = {"true": True, "yes": True, "on": True, "1": True,
                   "false": False, "no": False, "off": False, "0": False}
+# the blanks PostgreSQL's input functions skip around a value (C's isspace: not Unicode's)
+BLANKS = " \t\n\r\v\f"
+
+
+def boolean_word(text: str) -> bool | None:
+    """What PostgreSQL's boolin reads ``text`` as; None where it refuses it."""
+    word = text.strip(BLANKS)
+    word = word.lower() if word.isascii() else ""
+    meant = {value for full, value in _BOOLEAN_WORDS.items()
+             if word and full.startswith(word) and (len(word) > 1 or full not in ("on", "off"))}
+    return meant.pop() if len(meant) == 1 else None
 
 
 def boolean_of(literal: exp.Literal, where: str) -> exp.Boolean:
@@ -297,13 +308,11 @@ def boolean_of(literal: exp.Literal, where: str) -> exp.Boolean:
     operator compares them), is refused here."""
     if not literal.is_string:
         raise NotSupported(f"{where} is bool; compare it with TRUE or FALSE")
-    text = literal.name.strip().lower()
-    meant = {value for word, value in _BOOLEAN_WORDS.items()
-             if text and word.startswith(text) and (len(text) > 1 or word not in ("on", "off"))}
-    if len(meant) != 1:
+    meant = boolean_word(literal.name)
+    if meant is None:
         raise Refused(f"invalid input syntax for type boolean: {literal.sql()} ({where}); "
                       "write TRUE or FALSE", "22P02")
-    return exp.Boolean(this=meant.pop())
+    return exp.Boolean(this=meant)
 
 
 # the text of a number as PostgreSQL reads one into bigint / double precision (blanks

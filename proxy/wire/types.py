@@ -13,7 +13,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from numpy import float32
 
 from proxy.analyze.comparisons import beyond_double
-from proxy.analyze.predicate import DECIMAL_TEXT, INTEGER_TEXT
+from proxy.analyze.predicate import BLANKS, DECIMAL_TEXT, INTEGER_TEXT, boolean_word
 from proxy.pgtypes import (
     BOOL,
     DATE,
@@ -245,10 +245,9 @@ class _OutOfRange(Exception):
     """A number beyond its type's range (PostgreSQL's 22003, not 22P02)."""
 
 
-# What PostgreSQL's int*in, numeric_in and float*in read (PostgreSQL 15): blanks around
+# What PostgreSQL's int*in, numeric_in and float*in read (PostgreSQL 15): BLANKS around
 # (C's isspace, not Unicode's: Python's int() also read '１２' and '1_000'), ASCII digits;
 # a double also C's strtod's hexadecimal and nan(…) forms and its words, signed.
-_BLANKS = " \t\n\r\v\f"
 _NUMERIC_WORDS = re.compile(r"(?i)nan|[+-]?inf(inity)?")
 _FLOAT_WORDS = re.compile(r"(?i)[+-]?(nan(\([0-9a-z_]*\))?|inf(inity)?)")
 _HEX_FLOAT = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
@@ -258,7 +257,7 @@ _NUMERIC_WHOLE, _NUMERIC_SCALE = 131072, 16383
 
 
 def _decode_text(text: str, oid: int) -> object:
-    bare = text.strip(_BLANKS)
+    bare = text.strip(BLANKS)
     if oid in INTEGERS:
         if not INTEGER_TEXT.fullmatch(bare):
             raise ValueError(text)
@@ -279,26 +278,15 @@ def _decode_text(text: str, oid: int) -> object:
             raise _OutOfRange
         return value
     if oid == BOOL:
-        return _bool_text(bare)
+        value = boolean_word(bare)
+        if value is None:
+            raise ValueError(text)
+        return value
     if oid == DATE:
         return dt.date.fromisoformat(text)
     if oid in (TIMESTAMP, TIMESTAMPTZ):
         return dt.datetime.fromisoformat(text)
     return text
-
-
-def _bool_text(bare: str) -> bool:
-    """A bool as PostgreSQL's boolin reads one (ASCII case folded): any prefix of true,
-    false, yes or no, of on or off two letters at least, 1 or 0."""
-    word = bare.lower() if bare.isascii() else ""
-    if word in ("1", "0"):
-        return word == "1"
-    if len(word) >= 2 and word[0] == "o" and ("on".startswith(word) or "off".startswith(word)):
-        return word == "on"
-    for full, value in (("true", True), ("false", False), ("yes", True), ("no", False)):
-        if word and full.startswith(word):
-            return value
-    raise ValueError(bare)
 
 
 def _float_text(bare: str, oid: int) -> float:
