@@ -329,7 +329,7 @@ def _number(literal: exp.Literal, column: str, kind: str) -> exp.Expression:
     gives the quoted literal the column's type (``age = '30'``; ``age = ANY('{30,40}')``,
     psycopg's list parameter); text that is no such number is refused as PostgreSQL
     refuses it (22P02), and a number beyond the type (22003), before anything is spent."""
-    text = literal.name.strip()
+    text = literal.name.strip(BLANKS)  # C's blanks: a no-break space is no number's
     what = "bigint" if kind == "int" else "double precision"
     if kind == "float" and text.lower() in _FLOAT_WORDS:  # 'NaN', 'Infinity', '-inf'
         return exp.cast(exp.Literal.string(_FLOAT_WORDS[text.lower()]),

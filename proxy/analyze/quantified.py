@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from proxy.analyze.predicate import DECIMAL_TEXT, INTEGER_TEXT, boolean_of
+from proxy.analyze.predicate import BLANKS, DECIMAL_TEXT, INTEGER_TEXT, boolean_of
 from proxy.errors import Refused
 
 _KINDS = {"ANY": "any", "SOME": "any", "ALL": "all"}
@@ -107,7 +107,7 @@ def _typed(text: str | None, kind: exp.DataType.Type) -> exp.Expression:
     if text is None:
         return exp.Null()
     name, bits = _NUMBERS[kind]
-    bare = text.strip()
+    bare = text.strip(BLANKS)
     if bits is None and not DECIMAL_TEXT.fullmatch(bare):
         return _element(text)
     if not (INTEGER_TEXT if bits is not None else DECIMAL_TEXT).fullmatch(bare):
@@ -142,23 +142,23 @@ def _element(text: str | None) -> exp.Expression:
 def array_text(text: str) -> list[str | None] | None:
     """The elements of a one-dimensional array in PostgreSQL's text form (``{a,"b c",NULL}``:
     double quotes and backslashes quote, an unquoted NULL is NULL, blanks around an
-    unquoted element are dropped); None where the text is not such an array."""
-    text = text.strip()
+    unquoted element are dropped: C's, as PostgreSQL's array_in skips); None where the text is not such an array."""
+    text = text.strip(BLANKS)
     if len(text) < 2 or text[0] != "{" or text[-1] != "}":
         return None
     body = text[1:-1]
-    if not body.strip():
+    if not body.strip(BLANKS):
         return []
     elements: list[str | None] = []
     at = 0
     while True:
-        while at < len(body) and body[at].isspace():
+        while at < len(body) and body[at] in BLANKS:
             at += 1
         if at < len(body) and body[at] == '"':
             value, at = _quoted(body, at + 1)
             if value is None:
                 return None
-            while at < len(body) and body[at].isspace():
+            while at < len(body) and body[at] in BLANKS:
                 at += 1
             elements.append(value)
         else:
@@ -167,7 +167,7 @@ def array_text(text: str) -> list[str | None] | None:
                 end += 1
             if end < len(body) and body[end] != ",":
                 return None  # nested, quoted inside, or escaped: not read here
-            word = body[at:end].strip()
+            word = body[at:end].strip(BLANKS)
             if not word:
                 return None
             elements.append(None if word.upper() == "NULL" else word)

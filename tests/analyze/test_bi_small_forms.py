@@ -438,6 +438,11 @@ REFUSED = [
     # sent to the backend as written, charged, then failed (the review of 2026-11-29)
     ("SELECT COUNT(*) FROM visits WHERE cost <> ALL('{1_0.5}'::numeric[])", "22P02",
      "invalid input syntax for type double precision: '1_0.5'"),
+    # PostgreSQL skips C's blanks around a number, not Unicode's no-break space
+    ("SELECT COUNT(*) FROM people WHERE age = '\u00a030'", "22P02",
+     "invalid input syntax for type bigint"),
+    ("SELECT COUNT(*) FROM people WHERE age = ANY('{\u00a030}'::int[])", "22P02",
+     "invalid input syntax for type integer"),
     ("SELECT COUNT(*) FROM people WHERE age < '1e400'", "22P02",
      "invalid input syntax for type bigint"),
     ("SELECT COUNT(*) FROM visits WHERE cost < '1e400'", "22003",
