@@ -36,6 +36,8 @@ def regressions_as_moments(tree: exp.Expression) -> None:
         if x is None or isinstance(y, exp.Distinct):
             raise NotSupported(f"{node.key.upper()} takes two columns: {node.key.upper()}(y, x)")
         whole = node.parent if isinstance(node.parent, exp.Filter) else node
+        if isinstance(whole.parent, exp.Window):
+            continue  # a window function over rows: refused as any other, as written
         call_text = node.sql(dialect="postgres")
 
         def kept(call: exp.Expression, value: exp.Expression | None = None) -> exp.Expression:
