@@ -265,6 +265,13 @@ def test_distinct_values_of_a_column_are_answered_near_the_truth(demo_server, de
         ((true_filtered, true_rows),) = demo_truth("SELECT COUNT(DISTINCT cost) FILTER "
                                                    "(WHERE days > 1), COUNT(*) FROM visits")
         assert abs(filtered - true_filtered) <= 83 and abs(rows - true_rows) <= 83
+        # of an expression: the distinct values of a derived column, capped at the
+        # integers an int expression's domain holds (age / 10: 0 to 12)
+        ((hundreds,),) = con.execute("SELECT COUNT(DISTINCT FLOOR(cost / 100)) FROM "
+                                     "visits").fetchall()
+        ((decades,),) = con.execute("SELECT COUNT(DISTINCT age / 10) FROM people").fetchall()
+        ((true_hundreds,),) = demo_truth("SELECT COUNT(DISTINCT FLOOR(cost / 100)) FROM visits")
+        assert abs(hundreds - true_hundreds) <= 83 and 0 <= decades <= 13
         before = con.execute("SHOW idp.budget").fetchone()
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="one protected table"):
             con.execute("SELECT COUNT(DISTINCT v.department) FROM people p JOIN visits v ON "

@@ -154,7 +154,18 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
                                        own_bucket(select, argument, table, resolve))
                 if column is None:  # a column of another type: read as it is
                     continue
-            elif isinstance(argument, (exp.Column, exp.Star, exp.Distinct)):
+            elif isinstance(argument, exp.Distinct):
+                values = argument.expressions
+                if len(values) != 1 or isinstance(values[0].unnest(), (
+                        exp.Column, exp.Cast, exp.Case)):
+                    continue  # a column, a unit's cast, a CASE: recognised as written
+                # COUNT(DISTINCT expr): the distinct values of a derived column, each a
+                # function of its row alone, as a column's are (docs/privacy.md §3.7)
+                argument = values[0]
+                if any(_is_aggregate(inner) for inner in argument.walk()):
+                    raise nested()
+                column = derive(argument, table, resolve)
+            elif isinstance(argument, (exp.Column, exp.Star)):
                 continue
             else:
                 if any(_is_aggregate(inner) for inner in argument.walk()):
