@@ -865,8 +865,10 @@ def _epoch(node: exp.Extract, table: Table, resolve) -> _Value:
         return replace(value, integer=False)
     left, right = values
     low, high = _sub((left.low, left.high), (right.low, right.high))
-    return _Value(exp.Sub(this=left.sql, expression=right.sql), low, high, (low, high),
-                  False, True, False, left.bound + right.bound)
+    # bracketed: under an outer minus, x - (a - b) was written x - a - b (sqlglot writes
+    # the tree's operands without brackets), so the SQL computed x - a - b
+    return _Value(exp.paren(exp.Sub(this=left.sql, expression=right.sql)), low, high,
+                  (low, high), False, True, False, left.bound + right.bound)
 
 
 def _day_difference(node: exp.Sub, table: Table, resolve) -> _Value | None:
