@@ -475,7 +475,9 @@ def _ranked(a: Asked) -> Released:
     if a.index not in a.group.instance:
         return _laplace_release(a)
     mechanism = PIECEWISE_MECHANISM if plan.mechanism.scale == PIECEWISE else INSTANCE_MECHANISM
-    if agg.kind in (MAX, MIN) and extreme_offsets(plan, cal.shift)[a.index][1] is not None:
+    # a MAX or MIN's K and scaled form (None: the rank target), worked out once
+    extreme = extreme_offsets(plan, cal.shift)[a.index] if agg.kind in (MAX, MIN) else None
+    if extreme is not None and extreme[1] is not None:
         mechanism = SCALED_MECHANISM
     moment = getattr(plan.table.columns[agg.column], "moment", None)
     digits = PERCENTILE_DIGITS if agg.kind == PERCENTILE else DIGITS
@@ -489,9 +491,8 @@ def _ranked(a: Asked) -> Released:
         note += "\nPERCENTILE_CONT is answered as PERCENTILE_DISC"
     if agg.kind == PERCENTILE and one_row_per_unit(plan):
         note += _PER_UNIT_NOTE if plan.mechanism.scale == PIECEWISE else _WEIGHTED_NOTE
-    if agg.kind in (MAX, MIN):
-        note += _extreme_note(agg, *extreme_offsets(plan, cal.shift)[a.index],
-                              several_rows_per_unit(plan))
+    if extreme is not None:
+        note += _extreme_note(agg, *extreme, several_rows_per_unit(plan))
     return _finish(Noisy(a.group.instance[a.index], None, mechanism), cal, note)
 
 
