@@ -154,23 +154,21 @@ def with_expressions(select: exp.Select, table: Table, resolve) -> tuple[exp.Sel
                                        own_bucket(select, argument, table, resolve))
                 if column is None:  # a column of another type: read as it is
                     continue
-            elif isinstance(argument, exp.Distinct):
-                values = argument.expressions
-                if len(values) != 1 or isinstance(values[0].unnest(), (
-                        exp.Column, exp.Cast, exp.Case)):
-                    continue  # a column, a unit's cast, a CASE: recognised as written
-                # COUNT(DISTINCT expr): the distinct values of a derived column, each a
-                # function of its row alone, as a column's are (docs/privacy.md §3.7)
-                argument = values[0]
-                if any(_is_aggregate(inner) for inner in argument.walk()):
-                    raise nested()
-                column = derive(argument, table, resolve)
-            elif isinstance(argument, (exp.Column, exp.Star)):
-                continue
+            elif isinstance(argument, (exp.Column, exp.Star)) or (
+                    isinstance(argument, exp.Distinct) and (len(argument.expressions) != 1 or
+                    isinstance(argument.expressions[0].unnest(), (exp.Column, exp.Cast,
+                                                                  exp.Case)))):
+                continue  # a column, a unit's cast, a CASE: recognised as written
             else:
+                # COUNT(DISTINCT expr): the distinct values of a derived column, each a
+                # function of its row alone, as a column's are (docs/privacy.md §3.7);
+                # a constant is one value there, not a count of rows
+                distinct = isinstance(argument, exp.Distinct)
+                argument = argument.expressions[0] if distinct else argument
                 if any(_is_aggregate(inner) for inner in argument.walk()):
                     raise nested()
-                column = derive(argument, table, resolve, counted=isinstance(node, exp.Count))
+                column = derive(argument, table, resolve,
+                                counted=isinstance(node, exp.Count) and not distinct)
                 if column is None:  # COUNT of a value that is never NULL counts rows
                     argument.replace(exp.Star())
                     continue
