@@ -152,6 +152,18 @@ def _stop_orphans(binaries: Path) -> None:
         shutil.rmtree(marker.parent, ignore_errors=True)
 
 
+def _owned_alone(folder: Path, uid: int) -> bool:
+    """Whether ``folder`` is a folder of ``uid``'s that no one else may write (in
+    /var/tmp, shared by the machine's users); a link (to a real cluster, say) is never
+    followed."""
+    try:
+        owner = folder.lstat()
+    except OSError:
+        return False
+    return (owner.st_uid == uid and not owner.st_mode & 0o077
+            and stat.S_ISDIR(owner.st_mode))
+
+
 class ShadowCatalog:
     """Made with the server, started on the first catalog query, stopped with the
     server. ``connect`` gives each client session its own connection as its analyst's
@@ -214,11 +226,9 @@ class ShadowCatalog:
         folder = _SKELETONS / f"idp-proxy-ddl-{self.version}-{os.geteuid()}"
         try:
             folder.mkdir(mode=0o700, exist_ok=True)
-            owner = folder.lstat()
         except OSError:
             return None
-        if (owner.st_uid != os.geteuid() or owner.st_mode & 0o077
-                or not stat.S_ISDIR(owner.st_mode)):
+        if not _owned_alone(folder, os.geteuid()):
             return None
         return folder / hashlib.sha256(texts.encode()).hexdigest()
 
@@ -298,12 +308,9 @@ class ShadowCatalog:
                 pass  # another server made it first, or /var/tmp refuses: checked below
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-        try:
-            owner = skeleton.lstat()  # a link (to a real cluster, say) is never followed
-        except OSError:
+        if not os.path.lexists(skeleton):  # lstat fails: none (as before, no warning)
             return None
-        if (owner.st_uid != uid or owner.st_mode & 0o077 or not stat.S_ISDIR(owner.st_mode)
-                or not (skeleton / "PG_VERSION").exists()):
+        if not _owned_alone(skeleton, uid) or not (skeleton / "PG_VERSION").exists():
             log.warning("not using %s as the catalog's template: not %s's alone", skeleton, uid)
             return None
         return skeleton
